@@ -1,0 +1,236 @@
+//! One typed configuration, read from the environment, validated at start, printed once with
+//! secrets masked. Secrets that are not given are generated once and kept in the data folder.
+
+use std::{
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{name} is not valid: {why}")]
+    Invalid { name: &'static str, why: String },
+    #[error("could not read or write {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+#[derive(Clone)]
+pub struct Config {
+    /// The administrative connection (migrations, role password). None: the private cluster.
+    pub database_url: Option<String>,
+    /// The password the program connects with as `console_runtime`.
+    pub runtime_password: String,
+    pub bind: SocketAddr,
+    pub data_dir: PathBuf,
+    /// 64 bytes: signs and encrypts the session cookie.
+    pub session_key: Vec<u8>,
+    /// Where people reach the console; `https://` turns on Secure cookies.
+    pub public_url: Option<url::Url>,
+    /// Every request is answered within this (503 past it), its transaction rolled back.
+    pub request_timeout: Duration,
+    /// The bound on lock waits in the Materializing and RuleChange kinds.
+    pub lock_timeout: Duration,
+    /// How many jobs one worker process runs at once.
+    pub worker_concurrency: usize,
+}
+
+impl Config {
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// Built from any lookup, so tests need not touch the process environment.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let data_dir = PathBuf::from(get("CONSOLE_DATA_DIR").unwrap_or_else(|| "./.data".into()));
+        let bind = get("CONSOLE_BIND")
+            .unwrap_or_else(|| "127.0.0.1:8080".into())
+            .parse()
+            .map_err(|e| invalid("CONSOLE_BIND", format!("{e} (expected host:port)")))?;
+        let database_url = match get("DATABASE_URL") {
+            Some(u) => {
+                let parsed = url::Url::parse(&u).map_err(|e| invalid("DATABASE_URL", e.to_string()))?;
+                if !matches!(parsed.scheme(), "postgres" | "postgresql") {
+                    return Err(invalid("DATABASE_URL", "expected a postgres:// URL".into()));
+                }
+                Some(u)
+            }
+            None => None,
+        };
+        let public_url = get("CONSOLE_PUBLIC_URL")
+            .map(|u| url::Url::parse(&u).map_err(|e| invalid("CONSOLE_PUBLIC_URL", e.to_string())))
+            .transpose()?;
+        let request_timeout = Duration::from_millis(number(&get, "CONSOLE_REQUEST_TIMEOUT_MS", 32_000, 1..=600_000)?);
+        let lock_timeout = Duration::from_millis(number(&get, "CONSOLE_LOCK_TIMEOUT_MS", 5_000, 1..=600_000)?);
+        let worker_concurrency = number(&get, "CONSOLE_WORKER_CONCURRENCY", 4, 1..=64)? as usize;
+
+        let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
+        if needs_dir {
+            std::fs::create_dir_all(&data_dir).map_err(|source| ConfigError::Io { path: data_dir.clone(), source })?;
+        }
+        let session_key = match get("CONSOLE_SESSION_KEY") {
+            Some(k) => decode_hex(&k).filter(|b| b.len() >= 64).ok_or_else(|| {
+                invalid("CONSOLE_SESSION_KEY", "expected at least 64 bytes as hex (128 hex digits)".into())
+            })?,
+            None => decode_hex(&kept_secret(&data_dir.join("session.key"), 64)?).unwrap_or_default(),
+        };
+        let runtime_password = match get("CONSOLE_RUNTIME_DB_PASSWORD") {
+            Some(p) => p,
+            None => kept_secret(&data_dir.join("runtime-db.password"), 24)?,
+        };
+        Ok(Config {
+            database_url,
+            runtime_password,
+            bind,
+            data_dir,
+            session_key,
+            public_url,
+            request_timeout,
+            lock_timeout,
+            worker_concurrency,
+        })
+    }
+
+    /// Cookies are Secure when people reach the console over TLS.
+    pub fn secure_cookies(&self) -> bool {
+        self.public_url.as_ref().is_some_and(|u| u.scheme() == "https")
+    }
+}
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let db = match &self.database_url {
+            Some(u) => mask_url(u),
+            None => format!("(private cluster in {})", self.data_dir.join("postgres").display()),
+        };
+        writeln!(f, "DATABASE_URL={db}")?;
+        writeln!(f, "CONSOLE_BIND={}", self.bind)?;
+        writeln!(f, "CONSOLE_DATA_DIR={}", self.data_dir.display())?;
+        writeln!(f, "CONSOLE_SESSION_KEY=****")?;
+        writeln!(f, "CONSOLE_RUNTIME_DB_PASSWORD=****")?;
+        writeln!(f, "CONSOLE_PUBLIC_URL={}", self.public_url.as_ref().map(|u| u.as_str()).unwrap_or("(unset)"))?;
+        writeln!(f, "CONSOLE_REQUEST_TIMEOUT_MS={}", self.request_timeout.as_millis())?;
+        writeln!(f, "CONSOLE_LOCK_TIMEOUT_MS={}", self.lock_timeout.as_millis())?;
+        write!(f, "CONSOLE_WORKER_CONCURRENCY={}", self.worker_concurrency)
+    }
+}
+
+fn invalid(name: &'static str, why: String) -> ConfigError {
+    ConfigError::Invalid { name, why }
+}
+
+fn number(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, ConfigError> {
+    let Some(v) = get(name) else { return Ok(default) };
+    let n: u64 = v.trim().parse().map_err(|_| invalid(name, format!("{v:?} is not a whole number")))?;
+    if !range.contains(&n) {
+        return Err(invalid(name, format!("{n} is outside {}..={}", range.start(), range.end())));
+    }
+    Ok(n)
+}
+
+/// A password in a URL shown as ****.
+pub fn mask_url(u: &str) -> String {
+    match url::Url::parse(u) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("****"));
+            parsed.to_string()
+        }
+        Ok(parsed) => parsed.to_string(),
+        Err(_) => "(unparseable)".into(),
+    }
+}
+
+/// Read a secret kept in the data folder, or make one (`bytes` random bytes, hex) and keep it,
+/// readable by the owner only.
+fn kept_secret(path: &Path, bytes: usize) -> Result<String, ConfigError> {
+    let io = |source| ConfigError::Io { path: path.to_path_buf(), source };
+    match std::fs::read_to_string(path) {
+        Ok(s) if !s.trim().is_empty() => return Ok(s.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    let secret = random_hex(bytes);
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+    if let Err(e) = &f {
+        // Another process made it first: use theirs.
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            return std::fs::read_to_string(path).map(|s| s.trim().to_string()).map_err(io);
+        }
+    }
+    use std::io::Write;
+    f.as_mut()
+        .map_err(|e| io(std::io::Error::new(e.kind(), e.to_string())))?
+        .write_all(secret.as_bytes())
+        .map_err(io)?;
+    Ok(secret)
+}
+
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).expect("the operating system's random source is available");
+    encode_hex(&buf)
+}
+
+pub fn encode_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim();
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = std::env::temp_dir().join(format!("mc-config-{}", random_hex(6)));
+        let mut m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        m.insert("CONSOLE_DATA_DIR".into(), dir.display().to_string());
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_generated_secrets_are_kept() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.bind.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.request_timeout, Duration::from_secs(32));
+        assert_eq!(c.session_key.len(), 64);
+        let again =
+            Config::from_lookup(|k| (k == "CONSOLE_DATA_DIR").then(|| c.data_dir.display().to_string())).unwrap();
+        assert_eq!(again.session_key, c.session_key, "the generated key is reused");
+        assert_eq!(again.runtime_password, c.runtime_password);
+        let shown = c.to_string();
+        assert!(!shown.contains(&c.runtime_password) && !shown.contains(&encode_hex(&c.session_key)));
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_name() {
+        let e = cfg(&[("CONSOLE_BIND", "nope")]).err().unwrap().to_string();
+        assert!(e.contains("CONSOLE_BIND"), "{e}");
+        let e = cfg(&[("CONSOLE_SESSION_KEY", "abcd")]).err().unwrap().to_string();
+        assert!(e.contains("CONSOLE_SESSION_KEY"), "{e}");
+        let e = cfg(&[("DATABASE_URL", "mysql://x")]).err().unwrap().to_string();
+        assert!(e.contains("DATABASE_URL"), "{e}");
+        let e = cfg(&[("CONSOLE_REQUEST_TIMEOUT_MS", "0")]).err().unwrap().to_string();
+        assert!(e.contains("outside"), "{e}");
+    }
+
+    #[test]
+    fn passwords_in_urls_are_masked() {
+        assert_eq!(mask_url("postgres://a:secret@h:5/db"), "postgres://a:****@h:5/db");
+    }
+}

@@ -1,0 +1,46 @@
+//! Advisory lock keys: the one place in Rust where a key is built (spec: "How advisory keys are
+//! built"). Each variant names its family; the SQL side is the `core.*_key` functions in
+//! `migrations/0001_foundation.sql`, the one place in SQL. Rust never hashes: it names the SQL
+//! function, so both sides always agree.
+
+/// One advisory lock's identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdvisoryKey {
+    /// Family 1, `hashtextextended` of a fixed name: the materialization rendezvous.
+    Rendezvous,
+    /// Family 2, `hashtextextended` of a prefixed string: `lifecycle:` and the instance id.
+    LifecycleInstance(String),
+    /// Family 2: `desired-state:`, the connection, the recipient kind and the recipient id.
+    DesiredStateAddress { connection: String, recipient_kind: String, recipient_id: String },
+    /// Family 3, `hashtext` of a bare id widened to bigint: a Stripe subscription.
+    Subscription(String),
+    /// Family 3: a Stripe invoice.
+    Invoice(String),
+    /// Family 3: a product's Stripe sync.
+    ProductSync(String),
+    /// Family 3: a FedWiki workspace.
+    Workspace(String),
+    /// Family 4, a literal constant: the domains registry (the ASCII bytes of "domains").
+    Registry,
+}
+
+impl AdvisoryKey {
+    /// The SQL expression that yields the key, and the text parameters it binds in order
+    /// (`$1`, `$2`, ... counted from `first_param`).
+    pub fn expression(&self, first_param: usize) -> (String, Vec<String>) {
+        let p = |i: usize| format!("${}", first_param + i);
+        match self {
+            AdvisoryKey::Rendezvous => ("core.rendezvous_key()".into(), vec![]),
+            AdvisoryKey::Registry => ("core.registry_key()".into(), vec![]),
+            AdvisoryKey::LifecycleInstance(id) => (format!("core.lifecycle_instance_key({})", p(0)), vec![id.clone()]),
+            AdvisoryKey::DesiredStateAddress { connection, recipient_kind, recipient_id } => (
+                format!("core.desired_state_address_key({}, {}, {})", p(0), p(1), p(2)),
+                vec![connection.clone(), recipient_kind.clone(), recipient_id.clone()],
+            ),
+            AdvisoryKey::Subscription(id)
+            | AdvisoryKey::Invoice(id)
+            | AdvisoryKey::ProductSync(id)
+            | AdvisoryKey::Workspace(id) => (format!("core.bare_id_key({})", p(0)), vec![id.clone()]),
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The lock-order declarations. Each service path declares, next to its code, the locks it takes
+//! in the order it takes them (a `PathLocks` const). This module joins every declaration into one
+//! lock-order graph and finds cycles (a cycle is a possible deadlock), renders the per-path orders
+//! for `docs/database-locks.md`, and says how each lock shows in `pg_locks`, so a test can compare
+//! what a path really holds with what it declares.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Every lock the console takes, named as the spec names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lock {
+    /// The materialization rendezvous, shared (Materializing kinds).
+    RendezvousShared,
+    /// The materialization rendezvous, exclusive (RuleChange kind).
+    RendezvousExclusive,
+    /// The domains registry's advisory lock (Registry kind).
+    Registry,
+    /// One account's row, FOR UPDATE: serializes sign-in attempts on one account.
+    AccountRow,
+    /// Due job rows, FOR UPDATE SKIP LOCKED: each worker claims different jobs.
+    JobRows,
+    /// Due schedule rows, FOR UPDATE SKIP LOCKED: one worker fires a schedule at a time.
+    ScheduleRows,
+}
+
+/// How a lock appears in `pg_locks` while it is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PgSignature {
+    /// An advisory lock: the SQL expression of its key, and the mode.
+    Advisory { key_sql: &'static str, mode: &'static str },
+    /// A row lock shows only as the table-level lock it implies.
+    Relation { table: &'static str, mode: &'static str },
+}
+
+impl Lock {
+    /// The lock's name as the docs and the spec write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lock::RendezvousShared => "Materialization rendezvous (shared)",
+            Lock::RendezvousExclusive => "Materialization rendezvous (exclusive)",
+            Lock::Registry => "Domains registry",
+            Lock::AccountRow => "Account row",
+            Lock::JobRows => "Job rows (SKIP LOCKED)",
+            Lock::ScheduleRows => "Schedule rows (SKIP LOCKED)",
+        }
+    }
+
+    /// The resource the lock is on: two modes of one lock are one node of the graph.
+    pub fn resource(self) -> &'static str {
+        match self {
+            Lock::RendezvousShared | Lock::RendezvousExclusive => "rendezvous",
+            Lock::Registry => "registry",
+            Lock::AccountRow => "core.accounts",
+            Lock::JobRows => "integration.jobs",
+            Lock::ScheduleRows => "integration.job_schedules",
+        }
+    }
+
+    /// A lock taken with SKIP LOCKED never waits, so it adds no edge into the graph.
+    pub fn never_waits(self) -> bool {
+        matches!(self, Lock::JobRows | Lock::ScheduleRows)
+    }
+
+    pub fn pg_signature(self) -> PgSignature {
+        match self {
+            Lock::RendezvousShared => PgSignature::Advisory { key_sql: "core.rendezvous_key()", mode: "ShareLock" },
+            Lock::RendezvousExclusive => {
+                PgSignature::Advisory { key_sql: "core.rendezvous_key()", mode: "ExclusiveLock" }
+            }
+            Lock::Registry => PgSignature::Advisory { key_sql: "core.registry_key()", mode: "ExclusiveLock" },
+            Lock::AccountRow => PgSignature::Relation { table: "core.accounts", mode: "RowShareLock" },
+            Lock::JobRows => PgSignature::Relation { table: "integration.jobs", mode: "RowShareLock" },
+            Lock::ScheduleRows => PgSignature::Relation { table: "integration.job_schedules", mode: "RowShareLock" },
+        }
+    }
+}
+
+/// One documented path and the locks it takes, in order.
+#[derive(Debug)]
+pub struct PathLocks {
+    /// The path's name as the spec names it (or, for paths the spec does not name, as the code does).
+    pub path: &'static str,
+    /// The Rust function that is the path.
+    pub function: &'static str,
+    /// The transaction kind it opens.
+    pub kind: &'static str,
+    pub locks: &'static [Lock],
+    /// What the order protects, in a sentence.
+    pub why: &'static str,
+}
+
+/// Every path's declaration. A path that takes locks and is missing here is a bug.
+pub fn declared() -> Vec<&'static PathLocks> {
+    vec![
+        &crate::services::auth::SIGN_IN_LOCKS,
+        &crate::jobs::queue::CLAIM_LOCKS,
+        &crate::jobs::schedule::FIRE_SCHEDULES_LOCKS,
+    ]
+}
+
+/// An edge of the lock-order graph: some path holds `from` and then may wait for `to`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Edge {
+    pub from: &'static str,
+    pub to: &'static str,
+    pub path: &'static str,
+}
+
+pub fn edges(paths: &[&PathLocks]) -> Vec<Edge> {
+    let mut out = BTreeSet::new();
+    for p in paths {
+        for (i, a) in p.locks.iter().enumerate() {
+            for b in &p.locks[i + 1..] {
+                if a.resource() != b.resource() && !b.never_waits() {
+                    out.insert(Edge { from: a.resource(), to: b.resource(), path: p.path });
+                }
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// A cycle in the joined lock-order graph, as the resources around it, or None.
+pub fn find_cycle(paths: &[&PathLocks]) -> Option<Vec<&'static str>> {
+    let mut graph: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for e in edges(paths) {
+        graph.entry(e.from).or_default().insert(e.to);
+    }
+    // Depth-first search with colours: reaching a node still on the stack closes a cycle.
+    fn visit<'a>(
+        n: &'a str,
+        g: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+        on_stack: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<&'a str>> {
+        if let Some(i) = on_stack.iter().position(|x| *x == n) {
+            let mut c = on_stack[i..].to_vec();
+            c.push(n);
+            return Some(c);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        on_stack.push(n);
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, on_stack, done) {
+                return Some(c);
+            }
+        }
+        on_stack.pop();
+        done.insert(n);
+        None
+    }
+    let mut done = BTreeSet::new();
+    let nodes: Vec<&str> = graph.keys().copied().collect();
+    for n in nodes {
+        let mut stack = vec![];
+        if let Some(c) = visit(n, &graph, &mut stack, &mut done) {
+            return Some(c.into_iter().map(|s| resource_static(s)).collect());
+        }
+    }
+    None
+}
+
+fn resource_static(s: &str) -> &'static str {
+    ALL.iter().map(|l| l.resource()).find(|r| *r == s).unwrap_or("?")
+}
+
+const ALL: &[Lock] = &[
+    Lock::RendezvousShared,
+    Lock::RendezvousExclusive,
+    Lock::Registry,
+    Lock::AccountRow,
+    Lock::JobRows,
+    Lock::ScheduleRows,
+];
+
+/// The per-path orders as `docs/database-locks.md` shows them, between its markers.
+pub fn render_orders(paths: &[&PathLocks]) -> String {
+    let mut s = String::new();
+    for p in paths {
+        s.push_str(&format!("### {}\n\n`{}`, a {} transaction. {}\n\n", p.path, p.function, p.kind, p.why));
+        if p.locks.is_empty() {
+            s.push_str("No lock.\n\n");
+        }
+        for (i, l) in p.locks.iter().enumerate() {
+            s.push_str(&format!("{}. {}\n", i + 1, l.name()));
+        }
+        if !p.locks.is_empty() {
+            s.push('\n');
+        }
+    }
+    s
+}
+
+pub const ORDERS_BEGIN: &str = "<!-- lock-orders:begin (generated by `member-console lock-orders`) -->";
+pub const ORDERS_END: &str = "<!-- lock-orders:end -->";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reversed_pair_is_a_cycle() {
+        static A: PathLocks = PathLocks {
+            path: "A",
+            function: "a",
+            kind: "Plain",
+            locks: &[Lock::RendezvousShared, Lock::AccountRow],
+            why: "",
+        };
+        static B: PathLocks = PathLocks {
+            path: "B",
+            function: "b",
+            kind: "Plain",
+            locks: &[Lock::AccountRow, Lock::RendezvousExclusive],
+            why: "",
+        };
+        let c = find_cycle(&[&A, &B]).expect("a cycle");
+        assert!(c.contains(&"rendezvous") && c.contains(&"core.accounts"), "{c:?}");
+        assert!(find_cycle(&[&A]).is_none());
+    }
+
+    #[test]
+    fn skip_locked_adds_no_wait() {
+        static A: PathLocks =
+            PathLocks { path: "A", function: "a", kind: "Plain", locks: &[Lock::AccountRow, Lock::JobRows], why: "" };
+        static B: PathLocks =
+            PathLocks { path: "B", function: "b", kind: "Plain", locks: &[Lock::JobRows, Lock::AccountRow], why: "" };
+        assert!(find_cycle(&[&A, &B]).is_none());
+    }
+
+    #[test]
+    fn the_declared_paths_have_no_cycle() {
+        let paths = declared();
+        assert!(find_cycle(&paths).is_none(), "possible deadlock: {:?}", find_cycle(&paths));
+    }
+
+    #[test]
+    fn every_lock_is_listed() {
+        assert_eq!(ALL.len(), 6, "add a new lock to ALL too");
+    }
+}

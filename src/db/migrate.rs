@@ -1,0 +1,51 @@
+//! Migrations (sqlx, `migrations/`), run by `migrate` and at `serve` start with the
+//! administrative connection; and the run-time role's login.
+
+use sqlx::{ConnectOptions, PgPool, postgres::PgConnectOptions};
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// The role the program connects as at run time.
+pub const RUNTIME_ROLE: &str = "console_runtime";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error("migrations failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database error while preparing the run-time role: {0}")]
+    Sql(#[from] sqlx::Error),
+    #[error("DATABASE_URL is not a valid URL: {0}")]
+    Url(String),
+}
+
+/// Apply every pending migration, then make sure `console_runtime` can log in with
+/// `runtime_password` and read the migration ledger (for `/readyz`).
+pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Result<(), MigrateError> {
+    MIGRATOR.run(admin).await?;
+    sqlx::query("GRANT SELECT ON public._sqlx_migrations TO console_runtime").execute(admin).await?;
+    // The role is cluster-wide: set its password only when it does not already let us in, so
+    // replicas starting together do not race on the role row.
+    let runtime = runtime_options(admin_url, runtime_password)?;
+    if runtime.connect().await.is_err() {
+        let literal = runtime_password.replace('\'', "''");
+        let sql = format!("ALTER ROLE console_runtime WITH LOGIN PASSWORD '{literal}'");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
+    }
+    Ok(())
+}
+
+/// The run-time connection: the administrative URL's host, port and database, as
+/// `console_runtime`.
+pub fn runtime_options(admin_url: &str, runtime_password: &str) -> Result<PgConnectOptions, MigrateError> {
+    let opts: PgConnectOptions = admin_url.parse().map_err(|e: sqlx::Error| MigrateError::Url(e.to_string()))?;
+    Ok(opts.username(RUNTIME_ROLE).password(runtime_password).application_name("member-console"))
+}
+
+/// Are the database's applied migrations exactly the ones this build carries?
+pub async fn is_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    let applied: Vec<(i64, bool)> =
+        sqlx::query_as("SELECT version, success FROM public._sqlx_migrations ORDER BY version").fetch_all(pool).await?;
+    let expected: Vec<i64> =
+        MIGRATOR.iter().filter(|m| m.migration_type.is_up_migration()).map(|m| m.version).collect();
+    Ok(applied.iter().all(|(_, ok)| *ok) && applied.iter().map(|(v, _)| *v).collect::<Vec<_>>() == expected)
+}

@@ -1,0 +1,69 @@
+//! The database: the pool, the transaction kinds, advisory keys, SQLSTATE mapping, migrations,
+//! the private cluster, and the lock-order declarations.
+
+pub mod cluster;
+pub mod keys;
+pub mod locks;
+pub mod migrate;
+pub mod tx;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+pub use tx::{Tx, TxKind, begin};
+
+/// SQLSTATE 55P03: a lock wait passed `lock_timeout` (or NOWAIT).
+pub const LOCK_NOT_AVAILABLE: &str = "55P03";
+/// SQLSTATE 57014: a statement passed `statement_timeout` (a request's deadline).
+pub const QUERY_CANCELED: &str = "57014";
+/// SQLSTATE 40P01: the server broke a deadlock.
+pub const DEADLOCK_DETECTED: &str = "40P01";
+
+/// The run-time handle every service takes: the pool (connected as `console_runtime`) and the
+/// bound the lock-bounded kinds put on lock waits (5 s in production; tests shorten it).
+#[derive(Clone, Debug)]
+pub struct Db {
+    pub pool: PgPool,
+    pub lock_timeout: Duration,
+}
+
+impl Db {
+    pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+    pub fn new(pool: PgPool) -> Self {
+        Db { pool, lock_timeout: Self::DEFAULT_LOCK_TIMEOUT }
+    }
+}
+
+/// A database failure, classified by what a caller can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// A lock wait passed its bound (55P03): under a RuleChange or plan-act path this is the
+    /// refusal "another change is in progress".
+    #[error("a lock was not available within its bound")]
+    LockNotAvailable,
+    /// The request's deadline ran out before or during the transaction.
+    #[error("the request's deadline passed")]
+    DeadlinePassed,
+    #[error("deadlock detected")]
+    Deadlock,
+    #[error(transparent)]
+    Sql(sqlx::Error),
+}
+
+impl From<sqlx::Error> for DbError {
+    fn from(e: sqlx::Error) -> Self {
+        match sqlstate(&e).as_deref() {
+            Some(LOCK_NOT_AVAILABLE) => DbError::LockNotAvailable,
+            Some(QUERY_CANCELED) => DbError::DeadlinePassed,
+            Some(DEADLOCK_DETECTED) => DbError::Deadlock,
+            _ => DbError::Sql(e),
+        }
+    }
+}
+
+/// The SQLSTATE of a database error, if it is one.
+pub fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    e.as_database_error().and_then(|d| d.code()).map(|c| c.into_owned())
+}

@@ -1,0 +1,137 @@
+//! The transaction kinds (DESIGN.md §2): the only place in the program that opens a transaction.
+//! Each kind fixes the isolation level, the bound on lock waits, and the advisory lock it takes as
+//! its first locking statement. The `SET LOCAL`s run before the advisory lock: a SET takes no
+//! lock, and the rendezvous wait itself must be bounded, since that is where a rule change meets
+//! a long materialization.
+
+use std::time::{Duration, Instant};
+
+use sqlx::{AssertSqlSafe, PgConnection, Postgres, Transaction};
+
+use super::{Db, DbError, keys::AdvisoryKey};
+
+/// The kinds of transaction the spec names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxKind {
+    /// Shared rendezvous, READ COMMITTED, the standard lock timeout (5 s).
+    Materializing,
+    /// Shared rendezvous under a request's own, shorter deadline: the lock, statement and
+    /// (client-side) transaction bounds all come from what is left of it.
+    MaterializingWithin(Instant),
+    /// Exclusive rendezvous, READ COMMITTED, the standard lock timeout.
+    RuleChange,
+    /// The domains registry's advisory lock, READ COMMITTED, no lock timeout.
+    Registry,
+    /// No advisory lock, READ COMMITTED, no lock timeout: the request's context bounds it.
+    Plain,
+}
+
+impl TxKind {
+    /// The kind's name as the docs and the lock declarations spell it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TxKind::Materializing => "Materializing",
+            TxKind::MaterializingWithin(_) => "MaterializingWithin",
+            TxKind::RuleChange => "RuleChange",
+            TxKind::Registry => "Registry",
+            TxKind::Plain => "Plain",
+        }
+    }
+}
+
+/// An open transaction of a known kind. Dropping it without `commit` rolls it back, which also
+/// releases every transaction-scoped advisory lock it took (spec rule 8).
+pub struct Tx {
+    inner: Transaction<'static, Postgres>,
+    kind: TxKind,
+}
+
+impl Tx {
+    pub fn kind(&self) -> TxKind {
+        self.kind
+    }
+
+    /// The connection to run statements on.
+    pub fn conn(&mut self) -> &mut PgConnection {
+        &mut self.inner
+    }
+
+    pub async fn commit(self) -> Result<(), DbError> {
+        self.inner.commit().await.map_err(DbError::from)
+    }
+
+    pub async fn rollback(self) -> Result<(), DbError> {
+        self.inner.rollback().await.map_err(DbError::from)
+    }
+
+    /// Take a further advisory lock, exclusive and transaction-scoped, inside this transaction.
+    pub async fn lock(&mut self, key: &AdvisoryKey) -> Result<(), DbError> {
+        let (expr, binds) = key.expression(1);
+        let sql = format!("SELECT pg_advisory_xact_lock({expr})");
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for b in binds {
+            q = q.bind(b);
+        }
+        q.execute(&mut *self.inner).await?;
+        Ok(())
+    }
+}
+
+tokio::task_local! {
+    /// The deadline of the request this task serves (set by the web layer). A transaction opened
+    /// under it carries it to the server as its statement timeout, so a request answered 503 at
+    /// its deadline also stops waiting in PostgreSQL and rolls back, instead of waiting on.
+    pub static REQUEST_DEADLINE: Instant;
+}
+
+/// What a kind's opening statements are, in order: exposed so the tests and the docs can show
+/// them, and so there is one definition.
+pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<String>, DbError> {
+    let mut s = vec!["SET TRANSACTION ISOLATION LEVEL READ COMMITTED".to_string()];
+    match kind {
+        TxKind::Materializing => {
+            s.push(format!("SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis()));
+            s.push("SELECT pg_advisory_xact_lock_shared(core.rendezvous_key())".into());
+        }
+        TxKind::MaterializingWithin(deadline) => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left < Duration::from_millis(1) {
+                return Err(DbError::DeadlinePassed);
+            }
+            let ms = left.as_millis();
+            let lock_ms = ms.min(lock_timeout.as_millis());
+            s.push(format!("SET LOCAL lock_timeout = '{lock_ms}ms'"));
+            s.push(format!("SET LOCAL statement_timeout = '{ms}ms'"));
+            s.push(format!("SET LOCAL idle_in_transaction_session_timeout = '{ms}ms'"));
+            s.push("SELECT pg_advisory_xact_lock_shared(core.rendezvous_key())".into());
+        }
+        TxKind::RuleChange => {
+            s.push(format!("SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis()));
+            s.push("SELECT pg_advisory_xact_lock(core.rendezvous_key())".into());
+        }
+        TxKind::Registry => s.push("SELECT pg_advisory_xact_lock(core.registry_key())".into()),
+        TxKind::Plain => {}
+    }
+    if !matches!(kind, TxKind::MaterializingWithin(_)) {
+        if let Ok(deadline) = REQUEST_DEADLINE.try_with(|d| *d) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left < Duration::from_millis(1) {
+                return Err(DbError::DeadlinePassed);
+            }
+            // Before the advisory lock, so the rendezvous wait is bounded too.
+            s.insert(1, format!("SET LOCAL statement_timeout = '{}ms'", left.as_millis()));
+        }
+    }
+    Ok(s)
+}
+
+/// Open a transaction of `kind`. A lock wait past the kind's bound surfaces as
+/// `DbError::LockNotAvailable` (SQLSTATE 55P03), with nothing held.
+pub async fn begin(db: &Db, kind: TxKind) -> Result<Tx, DbError> {
+    let statements = opening_statements(kind, db.lock_timeout)?;
+    let mut inner = db.pool.begin().await?;
+    // One round trip: the statements carry no input, only numbers this module formats.
+    let batch = statements.join(";\n");
+    sqlx::raw_sql(AssertSqlSafe(batch)).execute(&mut *inner).await?;
+    Ok(Tx { inner, kind })
+}

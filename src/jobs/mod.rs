@@ -1,0 +1,63 @@
+//! Background work (DESIGN.md §2): a durable job queue in PostgreSQL (`integration.jobs`),
+//! recurring schedules (`integration.job_schedules`), and the worker that runs both.
+//!
+//! A job is enqueued with `enqueue` on the caller's own transaction, so it exists only if that
+//! transaction commits. Workers claim due jobs with FOR UPDATE SKIP LOCKED and a lease, so any
+//! number of them run against one database and each job runs once per attempt; a crashed
+//! worker's jobs are re-claimed when their lease expires. Delivery is at least once: handlers
+//! must be safe to run again.
+
+pub mod queue;
+pub mod schedule;
+pub mod worker;
+
+use std::time::Duration;
+
+pub use queue::{Backoff, ClaimedJob, FailOutcome, NewJob, enqueue};
+pub use schedule::{ensure_schedule, fire_due_schedules};
+pub use worker::{Handler, Handlers, JobContext, JobError, Worker, WorkerOptions};
+
+use crate::db::{Db, DbError};
+use crate::store::jobs as store;
+
+/// The kind (and schedule name) of the hourly purge.
+pub const PURGE_EXPIRED: &str = "purge_expired";
+pub const PURGE_EXPIRED_EVERY: Duration = Duration::from_secs(3600);
+
+/// The handlers of the console's own jobs.
+pub fn standard_handlers() -> Handlers {
+    let mut h = Handlers::new();
+    h.register(PURGE_EXPIRED, |ctx, _payload| async move {
+        purge_expired(&ctx.db).await?;
+        Ok(())
+    });
+    h
+}
+
+/// Create the console's schedules, or bring their intervals up to date (idempotent; every
+/// replica calls it at start-up).
+pub async fn register_standard_schedules(db: &Db) -> Result<(), DbError> {
+    ensure_schedule(db, PURGE_EXPIRED, PURGE_EXPIRED_EVERY).await
+}
+
+/// How many rows one purge deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub web_sessions: u64,
+    pub sign_in_failures: u64,
+    pub done_jobs: u64,
+}
+
+/// Delete expired web sessions, failed sign-ins older than a day, and done jobs finished more
+/// than 7 days ago. Three separate statements, no transaction around them: each is complete on
+/// its own, and none holds its row locks while the next runs.
+#[tracing::instrument(name = "Purge expired rows", skip(db))]
+pub async fn purge_expired(db: &Db) -> Result<Purged, DbError> {
+    let purged = Purged {
+        web_sessions: store::delete_expired_web_sessions(&db.pool).await?,
+        sign_in_failures: store::delete_old_sign_in_failures(&db.pool).await?,
+        done_jobs: store::delete_old_done_jobs(&db.pool).await?,
+    };
+    tracing::info!(?purged, "purged expired rows");
+    Ok(purged)
+}

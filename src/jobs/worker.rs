@@ -1,0 +1,429 @@
+//! The worker: fires due schedules, claims due jobs up to its concurrency, runs each on a tokio
+//! task, and records the outcome. It wakes on a NOTIFY from the enqueue trigger or on a poll
+//! tick, whichever comes first, and stops gracefully on a watch signal.
+
+use std::{collections::HashMap, fmt, future::Future, sync::Arc, time::Duration};
+
+use futures_util::future::BoxFuture;
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use tokio::{
+    sync::{Notify, watch},
+    task::{Id, JoinError, JoinSet},
+    time::Instant,
+};
+use tracing::Instrument;
+
+use super::{
+    queue::{self, Backoff, ClaimedJob, FailOutcome, NOTIFY_CHANNEL},
+    schedule,
+};
+use crate::db::{Db, DbError};
+
+/// What a handler gets besides the payload.
+#[derive(Clone, Debug)]
+pub struct JobContext {
+    pub db: Db,
+    pub job_id: i64,
+    pub kind: String,
+    /// This attempt's number, from 1.
+    pub attempt: i32,
+    pub max_attempts: i32,
+    /// The worker running it (the job's `locked_by`).
+    pub worker_id: Arc<str>,
+}
+
+impl JobContext {
+    /// Whether a failure now ends the job as `failed`.
+    pub fn is_last_attempt(&self) -> bool {
+        self.attempt >= self.max_attempts
+    }
+}
+
+/// Why a handler did not finish its job. Every variant but `Permanent` is retried with backoff
+/// until the job's attempts are used up.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// A failure worth another try (a remote that did not answer, a lock not available, ...).
+    #[error("{0}")]
+    Retry(String),
+    /// A failure no retry can fix (a payload that does not parse): the job fails at once.
+    #[error("{0}")]
+    Permanent(String),
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for JobError {
+    fn from(e: sqlx::Error) -> Self {
+        JobError::Db(e.into())
+    }
+}
+
+impl JobError {
+    pub fn retry(msg: impl Into<String>) -> Self {
+        JobError::Retry(msg.into())
+    }
+
+    pub fn permanent(msg: impl Into<String>) -> Self {
+        JobError::Permanent(msg.into())
+    }
+
+    /// The text kept in the job's last_error: the whole chain of causes.
+    fn describe(&self) -> String {
+        match self {
+            JobError::Other(e) => format!("{e:#}"),
+            JobError::Db(DbError::Sql(e)) => format!("database error: {e}"),
+            e => e.to_string(),
+        }
+    }
+}
+
+/// A registered handler: an async function of the context and the payload.
+pub type Handler = Arc<dyn Fn(JobContext, serde_json::Value) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync>;
+
+/// The job kinds a worker can run, each with its handler.
+#[derive(Clone, Default)]
+pub struct Handlers {
+    map: HashMap<&'static str, Handler>,
+}
+
+impl Handlers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register the handler of `kind`, replacing any earlier one:
+    /// `handlers.register("kind", |ctx, payload| async move { ... Ok(()) })`.
+    pub fn register<F, Fut>(&mut self, kind: &'static str, f: F) -> &mut Self
+    where
+        F: Fn(JobContext, serde_json::Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), JobError>> + Send + 'static,
+    {
+        self.map.insert(kind, Arc::new(move |ctx, payload| Box::pin(f(ctx, payload))));
+        self
+    }
+
+    /// Add every handler of `other` (its own win on a clash).
+    pub fn merge(&mut self, other: Handlers) -> &mut Self {
+        self.map.extend(other.map);
+        self
+    }
+
+    pub fn get(&self, kind: &str) -> Option<Handler> {
+        self.map.get(kind).cloned()
+    }
+
+    /// The registered kinds, sorted.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        let mut k: Vec<_> = self.map.keys().copied().collect();
+        k.sort_unstable();
+        k
+    }
+}
+
+impl fmt::Debug for Handlers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handlers").field("kinds", &self.kinds()).finish()
+    }
+}
+
+/// How a worker runs. The defaults are production's; tests shorten the times.
+#[derive(Clone, Debug)]
+pub struct WorkerOptions {
+    /// Jobs run at once by this worker.
+    pub concurrency: usize,
+    /// How long a claimed job is this worker's: a job still running past it may be claimed (and
+    /// run again) by another worker, so handlers must finish well within it.
+    pub lease: Duration,
+    /// The longest wait between looks for due jobs when no NOTIFY comes (retries and jobs due
+    /// later are found this way).
+    pub poll_interval: Duration,
+    /// On shutdown, how long to wait for jobs in flight before stopping them.
+    pub shutdown_grace: Duration,
+    pub backoff: Backoff,
+    /// Whether this worker fires due schedules (every worker may; each slot fires once).
+    pub fire_schedules: bool,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        WorkerOptions {
+            concurrency: 4,
+            lease: Duration::from_secs(300),
+            poll_interval: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(30),
+            backoff: Backoff::default(),
+            fire_schedules: true,
+        }
+    }
+}
+
+/// A job worker. Any number may run, in one process or many, against the same database.
+pub struct Worker {
+    db: Db,
+    handlers: Handlers,
+    options: WorkerOptions,
+    id: Arc<str>,
+}
+
+/// A job in flight, keyed by its task's id.
+struct Running {
+    job: ClaimedJob,
+    span: tracing::Span,
+    started: Instant,
+}
+
+impl Worker {
+    /// A worker running up to `concurrency` jobs at once, the other options at their defaults.
+    pub fn new(db: Db, handlers: Handlers, concurrency: usize) -> Self {
+        let options = WorkerOptions { concurrency, ..WorkerOptions::default() };
+        Worker { db, handlers, options, id: new_worker_id().into() }
+    }
+
+    /// Replace every option, `concurrency` included.
+    pub fn with_options(mut self, options: WorkerOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// This worker's id, as the jobs' `locked_by` shows it: hostname-pid-random.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Run until `shutdown` turns true (or its sender is dropped). Then claim nothing more, wait
+    /// up to the grace period for the jobs in flight, stop any still running (they keep their
+    /// lease and are re-claimed once it expires), and return. Database errors are logged and
+    /// retried on the next tick, never returned: a worker outlives a database restart.
+    pub async fn run(self, shutdown: watch::Receiver<bool>) {
+        let span = tracing::info_span!("Job worker", worker_id = %self.id);
+        self.run_loop(shutdown).instrument(span).await
+    }
+
+    async fn run_loop(self, mut shutdown: watch::Receiver<bool>) {
+        let opts = self.options.clone();
+        let concurrency = opts.concurrency.max(1);
+        let wake = Arc::new(Notify::new());
+        let listener = tokio::spawn(listen(self.db.clone(), wake.clone(), opts.poll_interval).in_current_span());
+        let mut tasks: JoinSet<Result<(), JobError>> = JoinSet::new();
+        let mut in_flight: HashMap<Id, Running> = HashMap::new();
+        let mut next_fire = Instant::now();
+        tracing::info!(concurrency, kinds = ?self.handlers.kinds(), "worker started");
+
+        loop {
+            if *shutdown.borrow_and_update() {
+                break;
+            }
+            // Schedules at most once a tick, not after every finished job.
+            if opts.fire_schedules && Instant::now() >= next_fire {
+                next_fire = Instant::now() + opts.poll_interval;
+                if let Err(e) = schedule::fire_due_schedules(&self.db).await {
+                    tracing::warn!(error = %e, "firing schedules failed; trying again next tick");
+                }
+            }
+            let free = concurrency.saturating_sub(tasks.len());
+            if free > 0 {
+                match queue::claim(&self.db, &self.id, free, opts.lease).await {
+                    Ok(jobs) => {
+                        for job in jobs {
+                            self.start(&mut tasks, &mut in_flight, job);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "claiming jobs failed; trying again next tick"),
+                }
+            }
+            tokio::select! {
+                changed = shutdown.changed() => {
+                    // A dropped sender can never say "go on": stop as if told to.
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    self.finish(joined, &mut in_flight).await;
+                }
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep(opts.poll_interval) => {}
+            }
+            // Record every other job that has finished, so their slots are free for the claim.
+            while let Some(joined) = tasks.try_join_next_with_id() {
+                self.finish(joined, &mut in_flight).await;
+            }
+        }
+
+        if !tasks.is_empty() {
+            tracing::info!(
+                in_flight = tasks.len(),
+                grace_ms = opts.shutdown_grace.as_millis() as u64,
+                "stopping: waiting for the jobs in flight"
+            );
+            let deadline = Instant::now() + opts.shutdown_grace;
+            loop {
+                match tokio::time::timeout_at(deadline, tasks.join_next_with_id()).await {
+                    Ok(Some(joined)) => self.finish(joined, &mut in_flight).await,
+                    Ok(None) => break,
+                    Err(_) => {
+                        let ids: Vec<i64> = in_flight.values().map(|r| r.job.job_id).collect();
+                        tracing::warn!(job_ids = ?ids, "grace period over: stopping these jobs; each keeps its lease and is claimed again once the lease expires");
+                        tasks.shutdown().await;
+                        break;
+                    }
+                }
+            }
+        }
+        listener.abort();
+        tracing::info!("worker stopped");
+    }
+
+    /// Run `job` on a task of its own, in a span with its kind and id.
+    fn start(&self, tasks: &mut JoinSet<Result<(), JobError>>, in_flight: &mut HashMap<Id, Running>, job: ClaimedJob) {
+        let span = tracing::info_span!("Run a job", kind = %job.kind, job_id = job.job_id, attempt = job.attempts);
+        let ctx = JobContext {
+            db: self.db.clone(),
+            job_id: job.job_id,
+            kind: job.kind.clone(),
+            attempt: job.attempts,
+            max_attempts: job.max_attempts,
+            worker_id: self.id.clone(),
+        };
+        let handler = self.handlers.get(&job.kind);
+        let payload = job.payload.clone();
+        let unknown = format!(
+            "no handler for job kind '{}' on worker {} (it runs: {})",
+            job.kind,
+            self.id,
+            self.handlers.kinds().join(", ")
+        );
+        // The handler is called inside the task, so even a panic while building its future is
+        // the task's panic, caught as its JoinError.
+        let fut = async move {
+            match handler {
+                Some(h) => h(ctx, payload).await,
+                None => Err(JobError::Retry(unknown)),
+            }
+        };
+        let handle = tasks.spawn(fut.instrument(span.clone()));
+        span.in_scope(|| tracing::debug!("job started"));
+        in_flight.insert(handle.id(), Running { job, span, started: Instant::now() });
+    }
+
+    /// Record how a task ended: done, failed (with backoff), or panicked (a failure too).
+    async fn finish(
+        &self,
+        joined: Result<(Id, Result<(), JobError>), JoinError>,
+        in_flight: &mut HashMap<Id, Running>,
+    ) {
+        let (id, outcome) = match joined {
+            Ok((id, r)) => (id, Ok(r)),
+            Err(e) => (e.id(), Err(e)),
+        };
+        let Some(Running { job, span, started }) = in_flight.remove(&id) else {
+            return;
+        };
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        async {
+            match outcome {
+                Ok(Ok(())) => match queue::complete(&self.db, job.job_id, &self.id, job.attempts).await {
+                    Ok(true) => tracing::info!(elapsed_ms, "job done"),
+                    Ok(false) => tracing::warn!(
+                        elapsed_ms,
+                        "job finished after its lease passed to another attempt; not recorded"
+                    ),
+                    // The lease runs out and the job runs again: at least once, never lost.
+                    Err(e) => tracing::error!(error = %e, "could not record the job as done"),
+                },
+                Ok(Err(e)) => {
+                    let permanent = matches!(e, JobError::Permanent(_));
+                    self.record_failure(&job, &e.describe(), permanent, elapsed_ms).await
+                }
+                Err(e) if e.is_panic() => {
+                    let msg = format!("the handler panicked: {}", panic_message(e));
+                    self.record_failure(&job, &msg, false, elapsed_ms).await
+                }
+                Err(e) => self.record_failure(&job, &format!("the handler's task ended: {e}"), false, elapsed_ms).await,
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn record_failure(&self, job: &ClaimedJob, error: &str, permanent: bool, elapsed_ms: u64) {
+        let retry_in = (!permanent).then(|| self.options.backoff.delay(job.attempts));
+        match queue::fail(&self.db, job.job_id, &self.id, job.attempts, error, retry_in).await {
+            Ok(FailOutcome::WillRetry) => tracing::warn!(
+                error,
+                elapsed_ms,
+                retry_in_ms = retry_in.unwrap_or_default().as_millis() as u64,
+                "job failed; it will be retried"
+            ),
+            Ok(FailOutcome::Failed) => {
+                tracing::error!(error, elapsed_ms, attempts = job.attempts, "job failed for good")
+            }
+            Ok(FailOutcome::LeaseLost) => {
+                tracing::warn!(error, "job failed after its lease passed to another attempt; not recorded")
+            }
+            Err(e) => tracing::error!(error = %e, job_error = error, "could not record the job's failure"),
+        }
+    }
+}
+
+/// Wake the worker on every NOTIFY of the enqueue trigger. Runs on a connection of its own
+/// (not the pool the handlers use), for the worker's life; on a lost connection it reconnects,
+/// and the poll tick covers whatever was missed meanwhile.
+async fn listen(db: Db, wake: Arc<Notify>, retry: Duration) {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_lazy_with((*db.pool.connect_options()).clone());
+    loop {
+        let mut listener = match PgListener::connect_with(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not connect to listen for new jobs; polling meanwhile");
+                tokio::time::sleep(retry).await;
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(NOTIFY_CHANNEL).await {
+            tracing::warn!(error = %e, "could not LISTEN for new jobs; polling meanwhile");
+            tokio::time::sleep(retry).await;
+            continue;
+        }
+        loop {
+            match listener.recv().await {
+                Ok(_) => wake.notify_one(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "listening for new jobs failed; reconnecting");
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(retry).await;
+    }
+}
+
+fn panic_message(e: JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(p) => p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(a panic without a message)".into()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// hostname-pid-random: unique across processes and restarts, and says where a job ran.
+fn new_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "unknown-host".into());
+    format!("{host}-{}-{}", std::process::id(), crate::config::random_hex(3))
+}

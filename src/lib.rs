@@ -1,0 +1,11 @@
+//! Member Console: organizations buy plans, receive grants, and get entitlements the console
+//! enforces on their FedWiki sites. See `docs/` and `../shared/DESIGN.md`.
+
+pub mod boot;
+pub mod config;
+pub mod db;
+pub mod demo;
+pub mod jobs;
+pub mod services;
+pub mod store;
+pub mod web;

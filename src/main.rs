@@ -1,0 +1,190 @@
+//! The `member-console` command line.
+
+use std::{io::Read, net::TcpListener, sync::Arc};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use member_console::{
+    boot::{Booted, boot},
+    config::Config,
+    db::{cluster::PrivateCluster, locks},
+    demo, jobs,
+    services::auth::{Email, NewPassword, ensure_account},
+    web,
+};
+
+#[derive(Parser)]
+#[command(name = "member-console", about = "Member Console: plans, grants, entitlements and FedWiki sites")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the web server, and the background worker unless --no-worker.
+    Serve {
+        /// Run the web server alone.
+        #[arg(long)]
+        no_worker: bool,
+        /// Load the demo data at start.
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Run the background worker alone.
+    Worker,
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Load the demo data (idempotent) and print the demo accounts.
+    Demo,
+    /// Create an operator account, or make an existing account an operator with a new password.
+    CreateOperator {
+        #[arg(long)]
+        email: String,
+        /// Read the password from standard input instead of asking for it.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Print the per-path lock orders, as docs/database-locks.md shows them.
+    LockOrders,
+    /// The private PostgreSQL cluster in CONSOLE_DATA_DIR.
+    Pg {
+        #[command(subcommand)]
+        action: PgAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum PgAction {
+    /// Start it (or find it running) and print its administrative URL.
+    Start,
+    /// Stop it.
+    Stop,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx=warn,actix_server=warn".into()),
+        )
+        .with_target(false)
+        .init();
+    match cli.command {
+        Command::LockOrders => {
+            print!("{}", locks::render_orders(&locks::declared()));
+            Ok(())
+        }
+        Command::Pg { action } => pg(action),
+        other => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(other)),
+    }
+}
+
+fn pg(action: PgAction) -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    let cluster = PrivateCluster::ensure_started(&config.data_dir)?;
+    match action {
+        PgAction::Start => println!("{}", cluster.admin_url("postgres")),
+        PgAction::Stop => cluster.stop()?,
+    }
+    Ok(())
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    eprintln!("member-console configuration:\n{config}");
+    let booted = boot(config).await?;
+    let result = match command {
+        Command::Serve { no_worker, demo: with_demo } => serve(&booted, !no_worker, with_demo).await,
+        Command::Worker => worker_only(&booted).await,
+        Command::Migrate => {
+            println!("migrations are current");
+            Ok(())
+        }
+        Command::Demo => {
+            demo::load(&booted.db).await?;
+            println!("{}", demo::describe());
+            Ok(())
+        }
+        Command::CreateOperator { email, password_stdin } => create_operator(&booted, &email, password_stdin).await,
+        Command::LockOrders | Command::Pg { .. } => unreachable!("handled before the runtime starts"),
+    };
+    booted.shutdown().await;
+    result
+}
+
+async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result<()> {
+    if with_demo {
+        demo::load(&b.db).await?;
+        eprintln!("{}", demo::describe());
+    }
+    let listener = TcpListener::bind(b.config.bind).with_context(|| format!("binding {}", b.config.bind))?;
+    let address = listener.local_addr()?;
+    let server = web::serve(listener, b.db.clone(), Arc::clone(&b.config))?;
+    let handle = server.handle();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let worker = with_worker.then(|| tokio::spawn(start_worker(b, stop_rx)));
+    eprintln!("Member Console is listening on http://{address}");
+    let server_task = tokio::spawn(server);
+    shutdown_signal().await;
+    eprintln!("shutting down: finishing requests and jobs in flight");
+    let _ = stop_tx.send(true);
+    handle.stop(true).await;
+    let _ = server_task.await;
+    if let Some(w) = worker {
+        let _ = w.await;
+    }
+    Ok(())
+}
+
+async fn worker_only(b: &Booted) -> anyhow::Result<()> {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(start_worker(b, stop_rx));
+    eprintln!("Member Console worker is running");
+    shutdown_signal().await;
+    let _ = stop_tx.send(true);
+    let _ = worker.await;
+    Ok(())
+}
+
+fn start_worker(b: &Booted, stop: tokio::sync::watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + use<> {
+    let db = b.db.clone();
+    let concurrency = b.config.worker_concurrency;
+    async move {
+        if let Err(e) = jobs::register_standard_schedules(&db).await {
+            tracing::error!(error = %e, "could not register the standard schedules");
+        }
+        jobs::Worker::new(db, jobs::standard_handlers(), concurrency).run(stop).await;
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler can be installed");
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+async fn create_operator(b: &Booted, email: &str, from_stdin: bool) -> anyhow::Result<()> {
+    let email = Email::parse(email).map_err(anyhow::Error::msg)?;
+    let password = if from_stdin {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        s.trim_end_matches(['\n', '\r']).to_string()
+    } else {
+        let p = rpassword::prompt_password(format!("Password for {}: ", email.as_str()))?;
+        let again = rpassword::prompt_password("Again: ")?;
+        anyhow::ensure!(p == again, "the two passwords differ; nothing was changed");
+        p
+    };
+    let password = NewPassword::parse(&password).map_err(anyhow::Error::msg)?;
+    ensure_account(&b.db, &email, &password, true).await?;
+    println!("{} is an operator", email.as_str());
+    Ok(())
+}

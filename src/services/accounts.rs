@@ -1,0 +1,31 @@
+//! Reads about accounts and organizations for the home and overview pages.
+
+use crate::{
+    db::{Db, DbError},
+    store::{
+        accounts::{self, AccountSummary, Membership},
+        job_overview::{self, FailedJob, JobCounts},
+    },
+};
+
+pub async fn memberships(db: &Db, account_id: i64) -> Result<Vec<Membership>, DbError> {
+    let mut conn = db.pool.acquire().await?;
+    Ok(accounts::memberships(&mut conn, account_id).await?)
+}
+
+pub struct OperatorOverview {
+    pub accounts: Vec<AccountSummary>,
+    pub organizations: i64,
+    pub jobs: JobCounts,
+    pub failed_jobs: Vec<FailedJob>,
+}
+
+pub async fn operator_overview(db: &Db) -> Result<OperatorOverview, DbError> {
+    let mut conn = db.pool.acquire().await?;
+    Ok(OperatorOverview {
+        accounts: accounts::account_summaries(&mut conn, 200).await?,
+        organizations: accounts::organization_count(&mut conn).await?,
+        jobs: job_overview::job_counts(&mut conn).await?,
+        failed_jobs: job_overview::recent_failed_jobs(&mut conn, 20).await?,
+    })
+}

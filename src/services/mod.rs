@@ -1,0 +1,6 @@
+//! One module per area; each public function is one documented path. A path opens the
+//! transaction kind the spec names, takes its locks in the declared order, and returns a typed
+//! result or a typed refusal.
+
+pub mod accounts;
+pub mod auth;

@@ -1,0 +1,218 @@
+//! Queries of `integration.jobs` and `integration.job_schedules`, and the purge of expired rows.
+//! `jobs::queue` and `jobs::schedule` decide when these run; this module only says how.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgExecutor};
+
+/// A job a worker has just claimed: it holds the lease on it for this attempt.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct ClaimedJob {
+    pub job_id: i64,
+    pub kind: String,
+    pub payload: serde_json::Value,
+    /// This attempt's number, counting from 1 (the claim counted it).
+    pub attempts: i32,
+    pub max_attempts: i32,
+}
+
+/// Insert a job, or nothing when `dedupe_key` already has an open (pending or running) job.
+/// The trigger `jobs_notify_inserted` wakes the workers when the caller's transaction commits.
+pub async fn insert_job(
+    conn: &mut PgConnection,
+    kind: &str,
+    payload: &serde_json::Value,
+    run_at: Option<DateTime<Utc>>,
+    dedupe_key: Option<&str>,
+    max_attempts: i32,
+) -> Result<Option<i64>, sqlx::Error> {
+    // The conflict target names the partial index's predicate, so only an open job conflicts.
+    sqlx::query_scalar(
+        "INSERT INTO integration.jobs (kind, payload, run_at, dedupe_key, max_attempts)
+         VALUES ($1, $2, coalesce($3, now()), $4, $5)
+         ON CONFLICT (dedupe_key) WHERE state IN ('pending', 'running') DO NOTHING
+         RETURNING job_id",
+    )
+    .bind(kind)
+    .bind(payload)
+    .bind(run_at)
+    .bind(dedupe_key)
+    .bind(max_attempts)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The claim, one statement: lock up to `limit` due rows (pending and due, or running with an
+/// expired lease) in (run_at, job_id) order, skipping rows another worker has locked, and give
+/// `worker` the lease on them for this attempt. A row whose lease expired on its last attempt
+/// (its worker died, or ran past the lease, every time) is marked failed instead of run again,
+/// so a job that kills its worker cannot loop forever.
+pub const CLAIM_SQL: &str = "\
+WITH due AS (
+    SELECT job_id, (state = 'running' AND attempts >= max_attempts) AS exhausted
+    FROM integration.jobs
+    WHERE run_at <= now()
+      AND (state = 'pending' OR (state = 'running' AND locked_until < now()))
+    ORDER BY run_at, job_id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE integration.jobs AS j
+    SET state = CASE WHEN due.exhausted THEN 'failed' ELSE 'running' END,
+        attempts = CASE WHEN due.exhausted THEN j.attempts ELSE j.attempts + 1 END,
+        locked_by = CASE WHEN due.exhausted THEN j.locked_by ELSE $1 END,
+        locked_until = CASE WHEN due.exhausted THEN NULL ELSE now() + $3::bigint * interval '1 millisecond' END,
+        finished_at = CASE WHEN due.exhausted THEN now() END,
+        last_error = CASE WHEN due.exhausted
+            THEN 'the lease of worker ' || j.locked_by || ' expired on the last attempt'
+                 || coalesce(' (earlier error: ' || j.last_error || ')', '')
+            ELSE j.last_error END
+    FROM due
+    WHERE j.job_id = due.job_id
+    RETURNING j.job_id, j.kind, j.payload, j.attempts, j.max_attempts, j.state
+)
+SELECT job_id, kind, payload, attempts, max_attempts FROM taken WHERE state = 'running'
+ORDER BY job_id";
+
+pub async fn claim_due_jobs(
+    conn: &mut PgConnection,
+    worker: &str,
+    limit: i64,
+    lease: Duration,
+) -> Result<Vec<ClaimedJob>, sqlx::Error> {
+    sqlx::query_as(CLAIM_SQL).bind(worker).bind(limit).bind(millis(lease)).fetch_all(conn).await
+}
+
+/// Mark this attempt done. False when the worker no longer holds the lease for this attempt (it
+/// expired and another worker, or a later attempt, has the job): then the outcome is not ours
+/// to record.
+pub async fn mark_job_done<'e>(
+    db: impl PgExecutor<'e>,
+    job_id: i64,
+    worker: &str,
+    attempt: i32,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE integration.jobs
+         SET state = 'done', finished_at = now(), locked_until = NULL
+         WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3",
+    )
+    .bind(job_id)
+    .bind(worker)
+    .bind(attempt)
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Record a failed attempt: back to pending, due again after `retry_in`, or `failed` when the
+/// attempts are used up or `retry_in` is None (a permanent failure). Returns the new state, or
+/// None when the worker no longer holds the lease for this attempt.
+pub async fn mark_job_failed<'e>(
+    db: impl PgExecutor<'e>,
+    job_id: i64,
+    worker: &str,
+    attempt: i32,
+    error: &str,
+    retry_in: Option<Duration>,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE integration.jobs
+         SET state = CASE WHEN $5::bigint IS NULL OR attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
+             run_at = CASE WHEN $5::bigint IS NULL OR attempts >= max_attempts THEN run_at
+                           ELSE now() + $5::bigint * interval '1 millisecond' END,
+             finished_at = CASE WHEN $5::bigint IS NULL OR attempts >= max_attempts THEN now() END,
+             locked_until = NULL,
+             last_error = $4
+         WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3
+         RETURNING state",
+    )
+    .bind(job_id)
+    .bind(worker)
+    .bind(attempt)
+    .bind(error)
+    .bind(retry_in.map(millis))
+    .fetch_optional(db)
+    .await
+}
+
+/// A schedule that is due, locked by this transaction.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct DueSchedule {
+    pub name: String,
+    pub next_run_at: DateTime<Utc>,
+}
+
+/// Lock the due schedules, skipping any another worker is firing right now.
+pub async fn lock_due_schedules(conn: &mut PgConnection) -> Result<Vec<DueSchedule>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT name, next_run_at FROM integration.job_schedules
+         WHERE next_run_at <= now()
+         ORDER BY name",
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Move a fired schedule to the first multiple of its interval (counted from its current
+/// next_run_at) that is after now: after downtime it fires once, not once per missed interval.
+pub async fn advance_schedule(conn: &mut PgConnection, name: &str, enqueued: bool) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE integration.job_schedules
+         SET next_run_at = next_run_at
+                 + every * (floor(extract(epoch FROM now() - next_run_at) / extract(epoch FROM every)) + 1),
+             last_enqueued_at = CASE WHEN $2 THEN now() ELSE last_enqueued_at END
+         WHERE name = $1",
+    )
+    .bind(name)
+    .bind(enqueued)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Create a schedule (first due now), or change its interval. Unchanged schedules are not
+/// written, so every replica can call this at start-up.
+pub async fn upsert_schedule<'e>(db: impl PgExecutor<'e>, name: &str, every: Duration) -> Result<(), sqlx::Error> {
+    // A shorter interval brings the next run no later than one new interval from now.
+    sqlx::query(
+        "INSERT INTO integration.job_schedules AS s (name, every)
+         VALUES ($1, $2::bigint * interval '1 millisecond')
+         ON CONFLICT (name) DO UPDATE
+         SET every = EXCLUDED.every, next_run_at = least(s.next_run_at, now() + EXCLUDED.every)
+         WHERE s.every IS DISTINCT FROM EXCLUDED.every",
+    )
+    .bind(name)
+    .bind(millis(every))
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Delete web sessions past their expiry. Returns how many.
+pub async fn delete_expired_web_sessions<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
+    let r = sqlx::query("DELETE FROM core.web_sessions WHERE expires_at < now()").execute(db).await?;
+    Ok(r.rows_affected())
+}
+
+/// Delete failed sign-ins older than a day (the throttle's windows are shorter).
+pub async fn delete_old_sign_in_failures<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
+    let r =
+        sqlx::query("DELETE FROM core.sign_in_failures WHERE failed_at < now() - interval '1 day'").execute(db).await?;
+    Ok(r.rows_affected())
+}
+
+/// Delete done jobs finished more than 7 days ago. Failed jobs stay until an operator acts.
+pub async fn delete_old_done_jobs<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
+    let r =
+        sqlx::query("DELETE FROM integration.jobs WHERE state = 'done' AND finished_at < now() - interval '7 days'")
+            .execute(db)
+            .await?;
+    Ok(r.rows_affected())
+}
+
+/// Milliseconds as the bigint the queries multiply `interval '1 millisecond'` by.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

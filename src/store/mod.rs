@@ -1,0 +1,5 @@
+//! sqlx queries, grouped by table family. Services call these; handlers never do.
+
+pub mod accounts;
+pub mod job_overview;
+pub mod jobs;

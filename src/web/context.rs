@@ -1,0 +1,107 @@
+//! The outermost middleware: a request id, a tracing span, the request's deadline (answered 503
+//! past it, its transaction rolled back), and the rendering of errors as pages or partials.
+
+use std::time::Instant;
+
+use actix_web::{
+    Error, HttpMessage, HttpResponse, ResponseError,
+    body::{BoxBody, MessageBody},
+    dev::{ServiceRequest, ServiceResponse},
+    error::InternalError,
+    http::StatusCode,
+    http::header::{self, HeaderValue},
+    middleware::Next,
+    web,
+};
+use tracing::Instrument;
+
+use super::{AppState, errors::AppError, render};
+use crate::db::tx::REQUEST_DEADLINE;
+
+/// The id of this request, in logs, in the `x-request-id` header and on error pages.
+#[derive(Clone, Debug)]
+pub struct RequestId(pub String);
+
+pub async fn request_context(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, Error> {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.len() <= 64 && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        .map(str::to_string)
+        .unwrap_or_else(|| crate::config::random_hex(8));
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let timeout = req.app_data::<web::Data<AppState>>().map(|s| s.config.request_timeout).unwrap_or_default();
+    // No clone of the request may live across the call (the router needs it unshared), so what
+    // a detached error page needs is taken now.
+    let hx = render::is_htmx(req.request());
+    let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.path());
+    let started = Instant::now();
+    let deadline = started + timeout;
+
+    let outcome =
+        tokio::time::timeout(timeout, REQUEST_DEADLINE.scope(deadline, next.call(req))).instrument(span.clone()).await;
+    let mut res = match outcome {
+        Ok(Ok(res)) => res.map_into_boxed_body(),
+        Ok(Err(e)) => {
+            span.in_scope(|| tracing::error!(error = ?e, "request failed before its handler"));
+            return Err(detached(hx, e.as_response_error().status_code(), &e.to_string(), &id));
+        }
+        // Dropping the handler's future drops its transaction, which rolls back; the server-side
+        // statement timeout (REQUEST_DEADLINE) ends any wait it was in.
+        Err(_) => {
+            span.in_scope(|| tracing::warn!(elapsed_ms = started.elapsed().as_millis() as u64, "request timed out"));
+            let (title, message) = AppError::Timeout.title_and_message();
+            return Err(detached_with(hx, AppError::Timeout.status_code(), &title, &message, &id, AppError::Timeout));
+        }
+    };
+
+    let status = res.status();
+    if let Some(err) = res.response().error() {
+        let (title, message, unexpected) = match err.as_error::<AppError>() {
+            Some(app) => {
+                let (t, m) = app.title_and_message();
+                (t, m, matches!(app, AppError::Unexpected(_)))
+            }
+            None => {
+                let reason = status.canonical_reason().unwrap_or("Error").to_string();
+                (reason, err.to_string(), status.is_server_error())
+            }
+        };
+        if unexpected {
+            span.in_scope(|| tracing::error!(error = ?err, "request failed"));
+        }
+        let body = render::error(res.request(), status.as_u16(), &title, &message, &id);
+        let (req, _) = res.into_parts();
+        res =
+            ServiceResponse::new(req, HttpResponse::build(status).content_type("text/html; charset=utf-8").body(body));
+    }
+    span.in_scope(|| {
+        tracing::info!(status = status.as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "answered")
+    });
+    set_request_id(res.headers_mut(), &id);
+    Ok(res)
+}
+
+fn set_request_id(headers: &mut header::HeaderMap, id: &str) {
+    if let Ok(v) = HeaderValue::from_str(id) {
+        headers.insert(header::HeaderName::from_static("x-request-id"), v);
+    }
+}
+
+/// An error answered without the request at hand (it went into the service chain): the page
+/// without navigation, or the partial.
+fn detached(hx: bool, status: StatusCode, message: &str, id: &str) -> Error {
+    let title = status.canonical_reason().unwrap_or("Error").to_string();
+    detached_with(hx, status, &title, message, id, AppError::BadRequest(message.to_string()))
+}
+
+fn detached_with(hx: bool, status: StatusCode, title: &str, message: &str, id: &str, cause: AppError) -> Error {
+    let body = render::error_detached(hx, status.as_u16(), title, message, id);
+    let mut response = HttpResponse::build(status).content_type("text/html; charset=utf-8").body(body);
+    set_request_id(response.headers_mut(), id);
+    InternalError::from_response(cause, response).into()
+}

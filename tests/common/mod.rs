@@ -1,0 +1,284 @@
+//! The test harness: a real PostgreSQL, a fresh database per test cloned from a migrated
+//! template, and helpers that prove one transaction waits on another.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use member_console::db::{
+    Db,
+    locks::{Lock, PgSignature},
+    migrate,
+};
+use sqlx::{Connection, PgConnection, PgPool, postgres::PgPoolOptions};
+
+/// The password tests give `console_runtime` (the role is cluster-wide).
+pub const TEST_RUNTIME_PASSWORD: &str = "console-runtime-test";
+
+/// The server every test uses: `DATABASE_URL` (the test command sets it), or a private cluster
+/// under `target/` when it is unset, so `cargo nextest run` works on its own.
+pub fn root_admin_url() -> String {
+    if let Ok(u) = std::env::var("DATABASE_URL") {
+        if !u.is_empty() {
+            return u;
+        }
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-pg");
+    let cluster = member_console::db::cluster::PrivateCluster::ensure_started(&dir)
+        .unwrap_or_else(|e| panic!("no DATABASE_URL and the private cluster did not start: {e}"));
+    cluster.admin_url("postgres")
+}
+
+/// `url` with its database replaced.
+pub fn with_database(url: &str, database: &str) -> String {
+    let mut u = url::Url::parse(url).expect("a database URL");
+    u.set_path(&format!("/{database}"));
+    u.to_string()
+}
+
+fn template_name() -> String {
+    // Named after the migrations it holds, so a changed migration makes a new template.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for m in migrate::MIGRATOR.iter() {
+        for b in m.version.to_le_bytes().iter().chain(m.checksum.iter()) {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    format!("mc_template_{h:016x}")
+}
+
+async fn ensure_template(root: &str) -> String {
+    let name = template_name();
+    let mut conn = PgConnection::connect(root).await.expect("connect to the test server");
+    // Session-level lock in the harness only: one test process builds the template.
+    sqlx::query("SELECT pg_advisory_lock(hashtext('member-console test template'))").execute(&mut conn).await.unwrap();
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(&name)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    if !exists {
+        let building = format!("{name}_building");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{building}\" WITH (FORCE)")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{building}\""))).execute(&mut conn).await.unwrap();
+        let url = with_database(root, &building);
+        let admin = PgPoolOptions::new().max_connections(2).connect(&url).await.unwrap();
+        migrate::run(&admin, &url, TEST_RUNTIME_PASSWORD).await.expect("migrations apply to a fresh database");
+        admin.close().await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("ALTER DATABASE \"{building}\" RENAME TO \"{name}\"")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    sqlx::query("SELECT pg_advisory_unlock(hashtext('member-console test template'))")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    name
+}
+
+/// A fresh, migrated database of this test's own; dropped when the value is dropped.
+pub struct TestDb {
+    pub name: String,
+    pub root_url: String,
+    pub admin_url: String,
+    /// Connected as `console_runtime`, as the program is.
+    pub db: Db,
+    /// Connected as the administrator, for inspecting `pg_locks` and setting up.
+    pub admin: PgPool,
+}
+
+impl TestDb {
+    pub async fn new() -> TestDb {
+        let root = root_admin_url();
+        let template = ensure_template(&root).await;
+        let name = format!("mc_test_{}", member_console::config::random_hex(6));
+        let mut conn = PgConnection::connect(&root).await.unwrap();
+        let mut tries = 0;
+        loop {
+            let sql = format!("CREATE DATABASE \"{name}\" TEMPLATE \"{template}\"");
+            match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut conn).await {
+                Ok(_) => break,
+                // Another test is cloning the same template at this instant.
+                Err(e) if tries < 50 && e.to_string().contains("being accessed by other users") => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("could not create the test database: {e}"),
+            }
+        }
+        let admin_url = with_database(&root, &name);
+        let admin = PgPoolOptions::new().max_connections(4).connect(&admin_url).await.unwrap();
+        let runtime = migrate::runtime_options(&admin_url, TEST_RUNTIME_PASSWORD).unwrap();
+        let pool = PgPoolOptions::new().max_connections(10).connect_with(runtime).await.unwrap();
+        let mut db = Db::new(pool);
+        db.lock_timeout = Duration::from_secs(5);
+        TestDb { name, root_url: root, admin_url, db, admin }
+    }
+
+    /// A connection of the run-time role of its own, outside the pool (a "transaction A").
+    pub async fn runtime_conn(&self) -> PgConnection {
+        let opts = migrate::runtime_options(&self.admin_url, TEST_RUNTIME_PASSWORD).unwrap();
+        PgConnection::connect_with(&opts).await.unwrap()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let (root, name) = (self.root_url.clone(), self.name.clone());
+        // Drop runs outside async; a thread of its own drops the database.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                if let Ok(mut c) = PgConnection::connect(&root).await {
+                    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(&mut c).await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+pub async fn backend_pid(conn: &mut PgConnection) -> i32 {
+    sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(conn).await.unwrap()
+}
+
+/// Wait until some backend of `database` is blocked by `blocker_pid` and return its pid: the
+/// proof that "B waits on A". Panics after 10 s.
+pub async fn wait_for_waiter(admin: &PgPool, database: &str, blocker_pid: i32) -> i32 {
+    let start = Instant::now();
+    loop {
+        let waiter: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND $2 = ANY (pg_blocking_pids(pid)) LIMIT 1",
+        )
+        .bind(database)
+        .bind(blocker_pid)
+        .fetch_optional(admin)
+        .await
+        .unwrap();
+        if let Some(pid) = waiter {
+            return pid;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "nothing waited on backend {blocker_pid} within 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Is anything in `database` waiting on `blocker_pid` right now?
+pub async fn anyone_waits_on(admin: &PgPool, database: &str, blocker_pid: i32) -> bool {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = $1 AND $2 = ANY (pg_blocking_pids(pid)))",
+    )
+    .bind(database)
+    .bind(blocker_pid)
+    .fetch_one(admin)
+    .await
+    .unwrap()
+}
+
+/// The granted locks of one backend, as (locktype, relation name or advisory key, mode).
+pub async fn granted_locks(admin: &PgPool, pid: i32) -> Vec<(String, String, String)> {
+    sqlx::query_as(
+        "SELECT locktype,
+                CASE WHEN locktype = 'advisory'
+                     THEN ((classid::bigint << 32) | objid::bigint)::text
+                     ELSE coalesce(relation::regclass::text, '') END,
+                mode
+         FROM pg_locks WHERE pid = $1 AND granted AND locktype IN ('advisory', 'relation')",
+    )
+    .bind(pid)
+    .fetch_all(admin)
+    .await
+    .unwrap()
+}
+
+/// Assert that backend `pid` holds every lock of `declared` (the ones a path declares it has
+/// taken by now), as `pg_locks` shows them.
+pub async fn assert_holds(admin: &PgPool, pid: i32, declared: &[Lock]) {
+    let held = granted_locks(admin, pid).await;
+    for lock in declared {
+        let found = match lock.pg_signature() {
+            PgSignature::Advisory { key_sql, mode } => {
+                let key: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {key_sql}")))
+                    .fetch_one(admin)
+                    .await
+                    .unwrap();
+                // pg_locks splits the key into two unsigned 32-bit halves.
+                let shown = (((key as u64) >> 32) << 32 | (key as u64 & 0xffff_ffff)) as i64;
+                held.iter().any(|(t, k, m)| t == "advisory" && *k == shown.to_string() && m == mode)
+            }
+            PgSignature::Relation { table, mode } => {
+                held.iter().any(|(t, r, m)| t == "relation" && r == table && m == mode)
+            }
+        };
+        assert!(found, "backend {pid} does not hold {} ({:?}); it holds {held:?}", lock.name(), lock.pg_signature());
+    }
+}
+
+/// A running console (web server, no worker) on a free port, against a test database.
+pub struct TestApp {
+    pub base: String,
+    pub handle: actix_web::dev::ServerHandle,
+    pub config: std::sync::Arc<member_console::config::Config>,
+}
+
+impl TestApp {
+    pub async fn spawn(t: &TestDb) -> TestApp {
+        Self::spawn_with(t, |_| {}).await
+    }
+
+    pub async fn spawn_with(t: &TestDb, tweak: impl FnOnce(&mut member_console::config::Config)) -> TestApp {
+        let dir = std::env::temp_dir().join(format!("mc-test-{}", t.name));
+        let mut config = member_console::config::Config::from_lookup(|k| match k {
+            "CONSOLE_DATA_DIR" => Some(dir.display().to_string()),
+            "CONSOLE_BIND" => Some("127.0.0.1:0".into()),
+            "CONSOLE_RUNTIME_DB_PASSWORD" => Some(TEST_RUNTIME_PASSWORD.into()),
+            _ => None,
+        })
+        .unwrap();
+        tweak(&mut config);
+        let config = std::sync::Arc::new(config);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = member_console::web::serve(listener, t.db.clone(), config.clone()).unwrap();
+        let handle = server.handle();
+        tokio::spawn(server);
+        TestApp { base, handle, config }
+    }
+
+    /// A browser-like client: keeps cookies, does not follow redirects (tests look at them).
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::builder().cookie_store(true).redirect(reqwest::redirect::Policy::none()).build().unwrap()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// GET a page and return its CSRF token (from the layout's meta tag).
+    pub async fn csrf(&self, client: &reqwest::Client, path: &str) -> String {
+        let html = client.get(self.url(path)).send().await.unwrap().text().await.unwrap();
+        csrf_from(&html).unwrap_or_else(|| panic!("no csrf token on {path}: {html}"))
+    }
+
+    /// Sign in through the form, as a person would; returns the response.
+    pub async fn sign_in(&self, client: &reqwest::Client, email: &str, password: &str) -> reqwest::Response {
+        let token = self.csrf(client, "/login").await;
+        client
+            .post(self.url("/login"))
+            .form(&[("email", email), ("password", password), ("csrf_token", token.as_str())])
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+pub fn csrf_from(html: &str) -> Option<String> {
+    let start = html.find("name=\"csrf-token\" content=\"")? + "name=\"csrf-token\" content=\"".len();
+    let end = html[start..].find('"')? + start;
+    Some(html[start..end].to_string())
+}

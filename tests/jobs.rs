@@ -1,0 +1,599 @@
+//! The job queue, the worker and the schedules, against a real PostgreSQL.
+mod common;
+
+use std::{
+    future::Future,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use common::TestDb;
+use member_console::{
+    db::{Db, TxKind, begin},
+    jobs::{
+        self, Backoff, FailOutcome, Handlers, JobError, NewJob, Worker, WorkerOptions, enqueue, ensure_schedule,
+        fire_due_schedules, queue,
+    },
+};
+use serde_json::json;
+use sqlx::{PgPool, postgres::PgListener};
+use tokio::{sync::watch, task::JoinHandle};
+
+/// Production's behaviour with test-sized times.
+fn fast() -> WorkerOptions {
+    WorkerOptions {
+        concurrency: 4,
+        lease: Duration::from_secs(60),
+        poll_interval: Duration::from_millis(50),
+        shutdown_grace: Duration::from_secs(30),
+        backoff: Backoff { base: Duration::from_millis(20), cap: Duration::from_millis(200) },
+        fire_schedules: false,
+    }
+}
+
+struct Running {
+    id: String,
+    stop: watch::Sender<bool>,
+    handle: JoinHandle<()>,
+}
+
+fn spawn(worker: Worker) -> Running {
+    let id = worker.id().to_string();
+    let (stop, rx) = watch::channel(false);
+    let handle = tokio::spawn(worker.run(rx));
+    Running { id, stop, handle }
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(60), self.handle)
+            .await
+            .expect("the worker stops")
+            .expect("the worker's task did not panic");
+    }
+}
+
+async fn wait_until<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct JobRow {
+    kind: String,
+    payload: serde_json::Value,
+    state: String,
+    attempts: i32,
+    max_attempts: i32,
+    last_error: Option<String>,
+    locked_by: Option<String>,
+    locked_until: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    dedupe_key: Option<String>,
+}
+
+async fn job(admin: &PgPool, id: i64) -> Option<JobRow> {
+    sqlx::query_as(
+        "SELECT kind, payload, state, attempts, max_attempts, last_error, locked_by, locked_until, finished_at,
+                dedupe_key
+         FROM integration.jobs WHERE job_id = $1",
+    )
+    .bind(id)
+    .fetch_optional(admin)
+    .await
+    .unwrap()
+}
+
+async fn state_of(admin: &PgPool, id: i64) -> String {
+    job(admin, id).await.expect("the job exists").state
+}
+
+async fn count(admin: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(admin).await.unwrap()
+}
+
+/// Enqueue and commit, as a service would.
+async fn enqueue_committed(db: &Db, job: NewJob<'_>) -> i64 {
+    let mut tx = begin(db, TxKind::Plain).await.unwrap();
+    let id = enqueue(tx.conn(), job).await.unwrap().expect("a new job");
+    tx.commit().await.unwrap();
+    id
+}
+
+/// `public.job_effects`: what handlers did, with the worker that did it and when.
+async fn create_effects_table(t: &TestDb) {
+    sqlx::raw_sql(
+        "CREATE TABLE public.job_effects (
+             job_id bigint NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+         GRANT INSERT, SELECT ON public.job_effects TO console_runtime;",
+    )
+    .execute(&t.admin)
+    .await
+    .unwrap();
+}
+
+/// A handler that records its job in `job_effects`, after sleeping `payload.sleep_ms`.
+fn effect_handlers(kind: &'static str) -> Handlers {
+    let mut h = Handlers::new();
+    h.register(kind, |ctx, payload| async move {
+        let ms = payload.get("sleep_ms").and_then(|v| v.as_u64()).unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        sqlx::query("INSERT INTO public.job_effects (job_id, worker) VALUES ($1, $2)")
+            .bind(ctx.job_id)
+            .bind(&*ctx.worker_id)
+            .execute(&ctx.db.pool)
+            .await?;
+        Ok(())
+    });
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_belongs_to_the_callers_transaction() {
+    let t = TestDb::new().await;
+    let mut listener = PgListener::connect_with(&t.db.pool).await.unwrap();
+    listener.listen(queue::NOTIFY_CHANNEL).await.unwrap();
+
+    // Rolled back: no job, and no worker woken.
+    let mut tx = begin(&t.db, TxKind::Plain).await.unwrap();
+    let gone = enqueue(tx.conn(), NewJob::new("test_kind", json!({ "n": 1 }))).await.unwrap().expect("inserted");
+    tx.rollback().await.unwrap();
+    assert!(job(&t.admin, gone).await.is_none(), "a rolled-back enqueue left a job");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), listener.recv()).await.is_err(),
+        "a rolled-back enqueue woke the workers"
+    );
+
+    // Committed: visible, pending, with the defaults, and the workers are woken.
+    let mut tx = begin(&t.db, TxKind::Plain).await.unwrap();
+    let job_in = NewJob { dedupe_key: Some("test:one".into()), ..NewJob::new("test_kind", json!({ "n": 2 })) };
+    let id = enqueue(tx.conn(), job_in).await.unwrap().expect("inserted");
+    // Invisible to others until commit.
+    assert!(job(&t.admin, id).await.is_none());
+    tx.commit().await.unwrap();
+    let row = job(&t.admin, id).await.expect("a committed enqueue is visible");
+    assert_eq!((row.kind.as_str(), row.state.as_str(), row.attempts), ("test_kind", "pending", 0));
+    assert_eq!(row.payload, json!({ "n": 2 }));
+    assert_eq!(row.max_attempts, queue::DEFAULT_MAX_ATTEMPTS);
+    assert_eq!(row.max_attempts, 10, "the column default and the Rust default agree");
+    assert_eq!(row.dedupe_key.as_deref(), Some("test:one"));
+    let n = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("a committed enqueue notifies")
+        .unwrap();
+    assert_eq!(n.channel(), queue::NOTIFY_CHANNEL);
+
+    // The same key while that job is open: nothing enqueued.
+    let mut tx = begin(&t.db, TxKind::Plain).await.unwrap();
+    let again = NewJob { dedupe_key: Some("test:one".into()), ..NewJob::new("test_kind", json!({})) };
+    assert_eq!(enqueue(tx.conn(), again).await.unwrap(), None);
+    let other = NewJob { dedupe_key: Some("test:two".into()), ..NewJob::new("test_kind", json!({})) };
+    assert!(enqueue(tx.conn(), other).await.unwrap().is_some());
+    tx.commit().await.unwrap();
+    assert_eq!(count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE dedupe_key = 'test:one'").await, 1);
+
+    // Once the job is done, its key is free again.
+    sqlx::query("UPDATE integration.jobs SET state = 'done', finished_at = now() WHERE job_id = $1")
+        .bind(id)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    let mut tx = begin(&t.db, TxKind::Plain).await.unwrap();
+    let third = NewJob { dedupe_key: Some("test:one".into()), ..NewJob::new("test_kind", json!({})) };
+    assert!(enqueue(tx.conn(), third).await.unwrap().is_some());
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_job_runs_exactly_once_across_two_workers() {
+    let t = TestDb::new().await;
+    create_effects_table(&t).await;
+    let a = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 4).with_options(fast()));
+    let b = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 4).with_options(fast()));
+    // Let both reach their first wait, so the NOTIFY wakes both.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut tx = begin(&t.db, TxKind::Plain).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let id =
+            enqueue(tx.conn(), NewJob::new("test_effect", json!({ "i": i, "sleep_ms": 30 }))).await.unwrap().unwrap();
+        ids.push(id);
+    }
+    tx.commit().await.unwrap();
+
+    wait_until("all 40 jobs are done", Duration::from_secs(60), || async {
+        count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE state = 'done'").await == 40
+    })
+    .await;
+    let (a_id, b_id) = (a.id.clone(), b.id.clone());
+    a.stop().await;
+    b.stop().await;
+
+    let per_job: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT job_id, count(*) FROM public.job_effects GROUP BY job_id ORDER BY job_id")
+            .fetch_all(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(per_job.iter().map(|(id, _)| *id).collect::<Vec<_>>(), ids, "every job ran");
+    assert!(per_job.iter().all(|(_, n)| *n == 1), "a job ran more than once: {per_job:?}");
+    let not_once: i64 =
+        count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE state <> 'done' OR attempts <> 1").await;
+    assert_eq!(not_once, 0, "every job is done on its first attempt");
+    // The worker that ran each job is the one that held its lease.
+    let mismatched = count(
+        &t.admin,
+        "SELECT count(*) FROM public.job_effects e JOIN integration.jobs j USING (job_id) WHERE j.locked_by <> e.worker",
+    )
+    .await;
+    assert_eq!(mismatched, 0);
+    let workers: Vec<String> = sqlx::query_scalar("SELECT DISTINCT worker FROM public.job_effects ORDER BY 1")
+        .fetch_all(&t.admin)
+        .await
+        .unwrap();
+    let mut expected = vec![a_id, b_id];
+    expected.sort();
+    assert_eq!(workers, expected, "both workers took part");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_job_is_retried_with_backoff_then_fails() {
+    let t = TestDb::new().await;
+    let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let mut h = Handlers::new();
+    let seen = calls.clone();
+    h.register("test_fail", move |ctx, _payload| {
+        let seen = seen.clone();
+        async move {
+            seen.lock().unwrap().push(Instant::now());
+            Err(JobError::retry(format!("boom on attempt {}", ctx.attempt)))
+        }
+    });
+    let base = Duration::from_millis(200);
+    let opts = WorkerOptions { backoff: Backoff { base, cap: Duration::from_secs(10) }, ..fast() };
+    let w = spawn(Worker::new(t.db.clone(), h, 2).with_options(opts));
+    let id = enqueue_committed(&t.db, NewJob { max_attempts: Some(3), ..NewJob::new("test_fail", json!({})) }).await;
+
+    wait_until("the job has failed", Duration::from_secs(20), || async { state_of(&t.admin, id).await == "failed" })
+        .await;
+    w.stop().await;
+
+    let row = job(&t.admin, id).await.unwrap();
+    assert_eq!(row.attempts, 3);
+    assert_eq!(row.last_error.as_deref(), Some("boom on attempt 3"), "the last error is kept");
+    assert!(row.finished_at.is_some() && row.locked_until.is_none());
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 3, "ran once per attempt, no more");
+    // Equal jitter: each wait is at least half of base * 2^(attempt - 1).
+    assert!(calls[1] - calls[0] >= base / 2, "first retry came after {:?}", calls[1] - calls[0]);
+    assert!(calls[2] - calls[1] >= base, "second retry came after {:?}", calls[2] - calls[1]);
+
+    // With the production backoff, a first failure is due again 1-2 s later.
+    let id = enqueue_committed(&t.db, NewJob::new("test_direct", json!({}))).await;
+    let claimed = queue::claim(&t.db, "test-worker", 10, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(claimed.iter().map(|j| j.job_id).collect::<Vec<_>>(), vec![id]);
+    let delay = Backoff::default().delay(claimed[0].attempts);
+    let outcome = queue::fail(&t.db, id, "test-worker", 1, "first failure", Some(delay)).await.unwrap();
+    assert_eq!(outcome, FailOutcome::WillRetry);
+    let (state, wait): (String, f64) = sqlx::query_as(
+        "SELECT state, extract(epoch FROM run_at - now())::float8 FROM integration.jobs WHERE job_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!(state, "pending");
+    assert!((0.8..=2.0).contains(&wait), "due again in {wait} s");
+    assert!(queue::claim(&t.db, "test-worker", 10, Duration::from_secs(60)).await.unwrap().is_empty(), "not due yet");
+}
+
+#[test]
+fn backoff_doubles_from_two_seconds_and_caps_at_ten_minutes() {
+    let b = Backoff::default();
+    let s = Duration::from_secs;
+    assert_eq!(b.delay_with_jitter(1, 1.0), s(2));
+    assert_eq!(b.delay_with_jitter(1, 0.0), s(1));
+    assert_eq!(b.delay_with_jitter(2, 1.0), s(4));
+    assert_eq!(b.delay_with_jitter(5, 1.0), s(32));
+    assert_eq!(b.delay_with_jitter(9, 1.0), s(512));
+    assert_eq!(b.delay_with_jitter(10, 1.0), s(600));
+    assert_eq!(b.delay_with_jitter(10_000, 1.0), s(600));
+    assert_eq!(b.delay_with_jitter(10_000, 0.0), s(300));
+    for attempt in 1..12 {
+        let d = b.delay(attempt);
+        assert!(d >= b.delay_with_jitter(attempt, 0.0) && d <= b.delay_with_jitter(attempt, 1.0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panics_unknown_kinds_and_permanent_errors_fail_without_stopping_the_worker() {
+    let t = TestDb::new().await;
+    let mut h = Handlers::new();
+    h.register("test_panic", |_ctx, _payload| async move {
+        if true {
+            panic!("handler exploded");
+        }
+        Ok(())
+    });
+    h.register("test_permanent", |_ctx, _payload| async move { Err(JobError::permanent("the payload is unusable")) });
+    h.register("test_ok", |_ctx, _payload| async move { Ok(()) });
+    let w = spawn(Worker::new(t.db.clone(), h, 1).with_options(WorkerOptions { concurrency: 1, ..fast() }));
+
+    let once = |kind| NewJob { max_attempts: Some(1), ..NewJob::new(kind, json!({})) };
+    let panics = enqueue_committed(&t.db, once("test_panic")).await;
+    let unknown = enqueue_committed(&t.db, once("test_nobody")).await;
+    let permanent =
+        enqueue_committed(&t.db, NewJob { max_attempts: Some(5), ..NewJob::new("test_permanent", json!({})) }).await;
+    let ok = enqueue_committed(&t.db, NewJob::new("test_ok", json!({}))).await;
+
+    wait_until("the job after them is done", Duration::from_secs(20), || async {
+        state_of(&t.admin, ok).await == "done"
+    })
+    .await;
+    wait_until("the others are final", Duration::from_secs(20), || async {
+        count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE state = 'failed'").await == 3
+    })
+    .await;
+    w.stop().await;
+
+    let p = job(&t.admin, panics).await.unwrap();
+    let err = p.last_error.unwrap_or_default();
+    assert!(err.contains("panicked") && err.contains("handler exploded"), "{err}");
+    let u = job(&t.admin, unknown).await.unwrap();
+    let err = u.last_error.unwrap_or_default();
+    assert!(err.contains("no handler for job kind 'test_nobody'"), "{err}");
+    let perm = job(&t.admin, permanent).await.unwrap();
+    assert_eq!((perm.state.as_str(), perm.attempts), ("failed", 1), "a permanent error is not retried");
+    assert_eq!(perm.last_error.as_deref(), Some("the payload is unusable"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_workers_expired_lease_is_claimed_again() {
+    let t = TestDb::new().await;
+    create_effects_table(&t).await;
+    let job_a = enqueue_committed(&t.db, NewJob::new("test_effect", json!({}))).await;
+    let job_b =
+        enqueue_committed(&t.db, NewJob { max_attempts: Some(1), ..NewJob::new("test_effect", json!({})) }).await;
+
+    // A worker claims both and dies without a word.
+    let lease = Duration::from_millis(1500);
+    let claimed = queue::claim(&t.db, "crashed-worker", 10, lease).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    let lease_end = job(&t.admin, job_a).await.unwrap().locked_until.expect("a lease");
+    // While the lease holds, nobody else gets them.
+    assert!(queue::claim(&t.db, "someone-else", 10, lease).await.unwrap().is_empty());
+
+    let w = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(fast()));
+    wait_until("the job is done by the new worker", Duration::from_secs(15), || async {
+        state_of(&t.admin, job_a).await == "done"
+    })
+    .await;
+    wait_until("the exhausted job is failed", Duration::from_secs(15), || async {
+        state_of(&t.admin, job_b).await == "failed"
+    })
+    .await;
+    let w_id = w.id.clone();
+    w.stop().await;
+
+    let a = job(&t.admin, job_a).await.unwrap();
+    assert_eq!(a.attempts, 2, "the crashed attempt counts");
+    assert_eq!(a.locked_by.as_deref(), Some(w_id.as_str()));
+    let effects: Vec<(i64, String, DateTime<Utc>)> =
+        sqlx::query_as("SELECT job_id, worker, at FROM public.job_effects").fetch_all(&t.admin).await.unwrap();
+    assert_eq!(effects.len(), 1, "{effects:?}");
+    assert_eq!((effects[0].0, effects[0].1.as_str()), (job_a, w_id.as_str()));
+    assert!(effects[0].2 >= lease_end, "re-run at {} before the lease ended at {lease_end}", effects[0].2);
+
+    // On its last attempt an expired lease ends the job instead of running it again.
+    let b = job(&t.admin, job_b).await.unwrap();
+    assert_eq!(b.attempts, 1);
+    let err = b.last_error.unwrap_or_default();
+    assert!(err.contains("crashed-worker") && err.contains("expired on the last attempt"), "{err}");
+
+    // The crashed worker, come back, cannot record an outcome it no longer owns.
+    assert!(!queue::complete(&t.db, job_a, "crashed-worker", 1).await.unwrap());
+    let outcome = queue::fail(&t.db, job_a, "crashed-worker", 1, "late", None).await.unwrap();
+    assert_eq!(outcome, FailOutcome::LeaseLost);
+    assert_eq!(state_of(&t.admin, job_a).await, "done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_fires_once_per_slot_and_never_overlaps() {
+    let t = TestDb::new().await;
+    let hour = Duration::from_secs(3600);
+    ensure_schedule(&t.db, "test_tick", hour).await.unwrap();
+    let first: DateTime<Utc> =
+        sqlx::query_scalar("SELECT next_run_at FROM integration.job_schedules WHERE name = 'test_tick'")
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    ensure_schedule(&t.db, "test_tick", hour).await.unwrap();
+    let again: DateTime<Utc> =
+        sqlx::query_scalar("SELECT next_run_at FROM integration.job_schedules WHERE name = 'test_tick'")
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(first, again, "ensure_schedule is idempotent");
+
+    // A worker in the middle of firing holds the row: another skips it instead of waiting.
+    let mut a = t.runtime_conn().await;
+    sqlx::query("BEGIN").execute(&mut a).await.unwrap();
+    sqlx::query("SELECT 1 FROM integration.job_schedules WHERE name = 'test_tick' FOR UPDATE")
+        .execute(&mut a)
+        .await
+        .unwrap();
+    let fired = tokio::time::timeout(Duration::from_secs(3), fire_due_schedules(&t.db))
+        .await
+        .expect("firing does not wait on a locked schedule")
+        .unwrap();
+    assert_eq!(fired, 0);
+    sqlx::query("ROLLBACK").execute(&mut a).await.unwrap();
+
+    // Eight workers fire at the same moment: one run.
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let db = t.db.clone();
+        set.spawn(async move { fire_due_schedules(&db).await.unwrap() });
+    }
+    let total: usize = set.join_all().await.into_iter().sum();
+    assert_eq!(total, 1);
+    let runs = || count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE kind = 'test_tick'");
+    assert_eq!(runs().await, 1);
+    let (dedupe, payload): (Option<String>, serde_json::Value) =
+        sqlx::query_as("SELECT dedupe_key, payload FROM integration.jobs WHERE kind = 'test_tick'")
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(dedupe.as_deref(), Some("schedule:test_tick"));
+    assert_eq!(payload["schedule"], "test_tick");
+    let advanced: bool = sqlx::query_scalar(
+        "SELECT next_run_at > now() AND next_run_at <= now() + interval '1 hour' AND last_enqueued_at IS NOT NULL
+         FROM integration.job_schedules WHERE name = 'test_tick'",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert!(advanced);
+
+    // Due again while the first run is still pending: no second run, and the slot passes.
+    sqlx::query("UPDATE integration.job_schedules SET next_run_at = now() - interval '1 second'")
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    assert_eq!(fire_due_schedules(&t.db).await.unwrap(), 0);
+    assert_eq!(runs().await, 1);
+    let passed: bool = sqlx::query_scalar("SELECT next_run_at > now() FROM integration.job_schedules")
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert!(passed);
+
+    // After ten and a half hours down, with the run done: one run, not ten, and the next slot
+    // stays on the schedule's grid.
+    sqlx::query("UPDATE integration.jobs SET state = 'done', finished_at = now() WHERE kind = 'test_tick'")
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    let anchor: DateTime<Utc> = sqlx::query_scalar(
+        "UPDATE integration.job_schedules SET next_run_at = now() - interval '10 hours 30 minutes' RETURNING next_run_at",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!(fire_due_schedules(&t.db).await.unwrap(), 1);
+    assert_eq!(runs().await, 2);
+    let next: DateTime<Utc> =
+        sqlx::query_scalar("SELECT next_run_at FROM integration.job_schedules").fetch_one(&t.admin).await.unwrap();
+    assert_eq!(next - anchor, chrono::Duration::hours(11));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_the_job_in_flight() {
+    let t = TestDb::new().await;
+    create_effects_table(&t).await;
+    let w = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(fast()));
+    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 1500 }))).await;
+    wait_until("the slow job is running", Duration::from_secs(10), || async {
+        state_of(&t.admin, slow).await == "running"
+    })
+    .await;
+
+    let asked = Instant::now();
+    let _ = w.stop.send(true);
+    // Enqueued after the signal: the stopping worker must not take it.
+    let late = enqueue_committed(&t.db, NewJob::new("test_effect", json!({}))).await;
+    tokio::time::timeout(Duration::from_secs(20), w.handle).await.expect("the worker stops").unwrap();
+    let waited = asked.elapsed();
+
+    assert!(waited >= Duration::from_millis(500), "returned after {waited:?}, before the job could finish");
+    assert_eq!(state_of(&t.admin, slow).await, "done", "the job in flight finished and was recorded");
+    assert_eq!(count(&t.admin, "SELECT count(*) FROM public.job_effects").await, 1);
+    let l = job(&t.admin, late).await.unwrap();
+    assert_eq!((l.state.as_str(), l.attempts), ("pending", 0), "nothing is claimed after the signal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_grace_period_a_job_keeps_its_lease() {
+    let t = TestDb::new().await;
+    create_effects_table(&t).await;
+    let opts = WorkerOptions { shutdown_grace: Duration::from_millis(300), ..fast() };
+    let w = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(opts));
+    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 5000 }))).await;
+    wait_until("the slow job is running", Duration::from_secs(10), || async {
+        state_of(&t.admin, slow).await == "running"
+    })
+    .await;
+    let w_id = w.id.clone();
+    let asked = Instant::now();
+    w.stop().await;
+    assert!(asked.elapsed() < Duration::from_secs(3), "stopped after {:?}", asked.elapsed());
+
+    let row = job(&t.admin, slow).await.unwrap();
+    assert_eq!(row.state, "running");
+    assert_eq!(row.locked_by.as_deref(), Some(w_id.as_str()));
+    let leased: bool = sqlx::query_scalar("SELECT locked_until > now() FROM integration.jobs WHERE job_id = $1")
+        .bind(slow)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert!(leased, "the lease still holds, so the job is re-claimed only once it expires");
+    // The handler was stopped, not left running detached.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    assert_eq!(count(&t.admin, "SELECT count(*) FROM public.job_effects").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_expired_deletes_exactly_the_expired_rows() {
+    let t = TestDb::new().await;
+    sqlx::raw_sql(
+        "INSERT INTO core.accounts (email, password_hash) VALUES ('purge@example.org', 'x');
+         INSERT INTO core.web_sessions (token_hash, account_id, expires_at, address)
+         SELECT '\\x01'::bytea, account_id, now() - interval '1 minute', '127.0.0.1' FROM core.accounts
+         UNION ALL
+         SELECT '\\x02'::bytea, account_id, now() + interval '1 hour', '127.0.0.1' FROM core.accounts;
+         INSERT INTO core.sign_in_failures (email, address, failed_at) VALUES
+             ('old@example.org', '10.0.0.1', now() - interval '2 days'),
+             ('recent@example.org', '10.0.0.1', now() - interval '1 hour');
+         INSERT INTO integration.jobs (kind, state, finished_at, last_error) VALUES
+             ('old_done', 'done', now() - interval '8 days', NULL),
+             ('recent_done', 'done', now() - interval '6 days', NULL),
+             ('old_failed', 'failed', now() - interval '30 days', 'kept for operators');
+         INSERT INTO integration.jobs (kind, run_at) VALUES ('later', now() + interval '1 day');",
+    )
+    .execute(&t.admin)
+    .await
+    .unwrap();
+
+    // Through the real wiring: the start-up schedule fires at once and the standard handler runs.
+    jobs::register_standard_schedules(&t.db).await.unwrap();
+    let opts = WorkerOptions { fire_schedules: true, ..fast() };
+    let w = spawn(Worker::new(t.db.clone(), jobs::standard_handlers(), 2).with_options(opts));
+    wait_until("the purge has run", Duration::from_secs(15), || async {
+        count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE kind = 'purge_expired' AND state = 'done'").await
+            == 1
+    })
+    .await;
+    w.stop().await;
+
+    let sessions: Vec<Vec<u8>> =
+        sqlx::query_scalar("SELECT token_hash FROM core.web_sessions").fetch_all(&t.admin).await.unwrap();
+    assert_eq!(sessions, vec![vec![2u8]]);
+    let failures: Vec<String> =
+        sqlx::query_scalar("SELECT email FROM core.sign_in_failures").fetch_all(&t.admin).await.unwrap();
+    assert_eq!(failures, vec!["recent@example.org".to_string()]);
+    let kinds: Vec<String> =
+        sqlx::query_scalar("SELECT kind FROM integration.jobs ORDER BY kind").fetch_all(&t.admin).await.unwrap();
+    assert_eq!(kinds, vec!["later", "old_failed", "purge_expired", "recent_done"]);
+
+    // Nothing left to purge.
+    assert_eq!(jobs::purge_expired(&t.db).await.unwrap(), jobs::Purged::default());
+}

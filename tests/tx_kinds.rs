@@ -1,0 +1,222 @@
+//! The transaction kinds: each one's isolation, lock bound and advisory lock; 55P03 under a held
+//! exclusive rendezvous; the rendezvous assertion; the lock declarations against pg_locks.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::TestDb;
+use member_console::db::{DbError, TxKind, begin, locks::Lock, tx::opening_statements};
+
+async fn show(tx: &mut member_console::db::Tx, setting: &str) -> String {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {setting}"))).fetch_one(tx.conn()).await.unwrap()
+}
+
+async fn my_pid(tx: &mut member_console::db::Tx) -> i32 {
+    sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(tx.conn()).await.unwrap()
+}
+
+#[test]
+fn each_kind_sets_its_bounds_before_its_advisory_lock() {
+    let five = Duration::from_secs(5);
+    let m = opening_statements(TxKind::Materializing, five).unwrap();
+    assert_eq!(
+        m,
+        vec![
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+            "SET LOCAL lock_timeout = '5000ms'",
+            "SELECT pg_advisory_xact_lock_shared(core.rendezvous_key())"
+        ]
+    );
+    let r = opening_statements(TxKind::RuleChange, five).unwrap();
+    assert_eq!(r.last().unwrap(), "SELECT pg_advisory_xact_lock(core.rendezvous_key())");
+    let g = opening_statements(TxKind::Registry, five).unwrap();
+    assert_eq!(g.last().unwrap(), "SELECT pg_advisory_xact_lock(core.registry_key())");
+    assert!(!g.iter().any(|s| s.contains("lock_timeout")));
+    let p = opening_statements(TxKind::Plain, five).unwrap();
+    assert_eq!(p.len(), 1);
+    let w = opening_statements(TxKind::MaterializingWithin(Instant::now() + Duration::from_millis(800)), five).unwrap();
+    let lock_pos = w.iter().position(|s| s.contains("advisory")).unwrap();
+    assert_eq!(lock_pos, w.len() - 1, "the rendezvous comes after every SET: {w:?}");
+    assert!(w.iter().any(|s| s.starts_with("SET LOCAL statement_timeout")));
+    assert!(matches!(
+        opening_statements(TxKind::MaterializingWithin(Instant::now()), five),
+        Err(DbError::DeadlinePassed)
+    ));
+}
+
+#[tokio::test]
+async fn each_kind_holds_what_it_declares_in_the_server() {
+    let t = TestDb::new().await;
+    // Even where the server's default isolation is stricter, every kind runs READ COMMITTED.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER DATABASE \"{}\" SET default_transaction_isolation = 'serializable'",
+        t.name
+    )))
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    // A new pool, so its connections pick up the database's new default.
+    let db = reconnect(&t).await;
+
+    let mut m = begin(&db, TxKind::Materializing).await.unwrap();
+    assert_eq!(show(&mut m, "transaction_isolation").await, "read committed");
+    assert_eq!(show(&mut m, "lock_timeout").await, "5s");
+    let pid = my_pid(&mut m).await;
+    common::assert_holds(&t.admin, pid, &[Lock::RendezvousShared]).await;
+    m.rollback().await.unwrap();
+
+    let mut r = begin(&db, TxKind::RuleChange).await.unwrap();
+    assert_eq!(show(&mut r, "transaction_isolation").await, "read committed");
+    assert_eq!(show(&mut r, "lock_timeout").await, "5s");
+    let pid = my_pid(&mut r).await;
+    common::assert_holds(&t.admin, pid, &[Lock::RendezvousExclusive]).await;
+    r.rollback().await.unwrap();
+
+    let mut g = begin(&db, TxKind::Registry).await.unwrap();
+    assert_eq!(show(&mut g, "lock_timeout").await, "0");
+    let pid = my_pid(&mut g).await;
+    common::assert_holds(&t.admin, pid, &[Lock::Registry]).await;
+    g.rollback().await.unwrap();
+
+    let mut p = begin(&db, TxKind::Plain).await.unwrap();
+    assert_eq!(show(&mut p, "transaction_isolation").await, "read committed");
+    let pid = my_pid(&mut p).await;
+    let held = common::granted_locks(&t.admin, pid).await;
+    assert!(!held.iter().any(|(k, _, _)| k == "advisory"), "a plain transaction takes no advisory lock: {held:?}");
+    p.rollback().await.unwrap();
+
+    let mut w = begin(&db, TxKind::MaterializingWithin(Instant::now() + Duration::from_millis(1500))).await.unwrap();
+    let st = show(&mut w, "statement_timeout").await;
+    assert!(st.ends_with("ms") || st.ends_with('s'), "{st}");
+    assert_ne!(st, "0");
+    let pid = my_pid(&mut w).await;
+    common::assert_holds(&t.admin, pid, &[Lock::RendezvousShared]).await;
+    w.rollback().await.unwrap();
+}
+
+async fn reconnect(t: &TestDb) -> member_console::db::Db {
+    let opts = member_console::db::migrate::runtime_options(&t.admin_url, common::TEST_RUNTIME_PASSWORD).unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect_with(opts).await.unwrap();
+    member_console::db::Db::new(pool)
+}
+
+#[tokio::test]
+async fn a_held_exclusive_rendezvous_refuses_others_past_the_bound() {
+    let t = TestDb::new().await;
+    let mut short = t.db.clone();
+    short.lock_timeout = Duration::from_millis(300);
+
+    // A: a rule change holds the exclusive rendezvous.
+    let mut a = begin(&t.db, TxKind::RuleChange).await.unwrap();
+    let a_pid = my_pid(&mut a).await;
+
+    // B: a materializing transaction waits on A, then is refused with 55P03.
+    let b = tokio::spawn({
+        let short = short.clone();
+        async move { begin(&short, TxKind::Materializing).await.err() }
+    });
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
+    assert!(waiter > 0, "B waits on A");
+    assert!(matches!(b.await.unwrap(), Some(DbError::LockNotAvailable)));
+    // A second rule change is refused the same way.
+    assert!(matches!(begin(&short, TxKind::RuleChange).await.err(), Some(DbError::LockNotAvailable)));
+    a.commit().await.unwrap();
+    // With A gone, both go through.
+    begin(&short, TxKind::Materializing).await.unwrap().rollback().await.unwrap();
+    begin(&short, TxKind::RuleChange).await.unwrap().rollback().await.unwrap();
+}
+
+#[tokio::test]
+async fn materializing_transactions_share_the_rendezvous_and_a_rule_change_waits_for_them() {
+    let t = TestDb::new().await;
+    let mut m1 = begin(&t.db, TxKind::Materializing).await.unwrap();
+    let m1_pid = my_pid(&mut m1).await;
+    // A second materializing transaction does not wait on the first.
+    let m2 = tokio::time::timeout(Duration::from_secs(2), begin(&t.db, TxKind::Materializing)).await;
+    let m2 = m2.expect("shared holders do not wait on each other").unwrap();
+    // A rule change waits on both, and goes through once they commit.
+    let rc = tokio::spawn({
+        let db = t.db.clone();
+        async move { begin(&db, TxKind::RuleChange).await.map(|tx| tx.kind()) }
+    });
+    common::wait_for_waiter(&t.admin, &t.name, m1_pid).await;
+    m1.commit().await.unwrap();
+    m2.commit().await.unwrap();
+    assert_eq!(rc.await.unwrap().unwrap(), TxKind::RuleChange);
+}
+
+#[tokio::test]
+async fn materializing_within_a_deadline_gives_up_at_the_deadline() {
+    let t = TestDb::new().await;
+    let _a = begin(&t.db, TxKind::RuleChange).await.unwrap();
+    let started = Instant::now();
+    let r = begin(&t.db, TxKind::MaterializingWithin(Instant::now() + Duration::from_millis(400))).await;
+    assert!(matches!(r.err(), Some(DbError::LockNotAvailable | DbError::DeadlinePassed)));
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn the_rendezvous_assertion_refuses_a_transaction_without_it() {
+    let t = TestDb::new().await;
+    let mut p = begin(&t.db, TxKind::Plain).await.unwrap();
+    let e = sqlx::query("SELECT core.assert_rendezvous()").execute(p.conn()).await.unwrap_err();
+    assert!(e.to_string().contains("materialization_rendezvous_missing"), "{e}");
+    assert_eq!(member_console::db::sqlstate(&e).as_deref(), Some("MC001"));
+    drop(p);
+    for kind in [TxKind::Materializing, TxKind::RuleChange] {
+        let mut tx = begin(&t.db, kind).await.unwrap();
+        sqlx::query("SELECT core.assert_rendezvous()").execute(tx.conn()).await.unwrap();
+        tx.rollback().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_rollback_releases_every_advisory_lock() {
+    let t = TestDb::new().await;
+    let mut a = begin(&t.db, TxKind::RuleChange).await.unwrap();
+    a.lock(&member_console::db::keys::AdvisoryKey::Workspace("w-1".into())).await.unwrap();
+    let pid = my_pid(&mut a).await;
+    assert_eq!(common::granted_locks(&t.admin, pid).await.iter().filter(|(k, _, _)| k == "advisory").count(), 2);
+    a.rollback().await.unwrap();
+    // The connection went back to the pool; nothing advisory is held by it any more.
+    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'")
+        .bind(pid)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert_eq!(held, 0);
+}
+
+#[tokio::test]
+async fn sign_in_holds_the_account_row_it_declares() {
+    let t = TestDb::new().await;
+    member_console::demo::load(&t.db).await.unwrap();
+    // Pause the path after its lock: the failure count waits on a table lock the test holds.
+    let mut admin = t.admin.acquire().await.unwrap();
+    let blocker_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *admin).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut *admin).await.unwrap();
+    sqlx::query("LOCK TABLE core.sign_in_failures IN ACCESS EXCLUSIVE MODE").execute(&mut *admin).await.unwrap();
+    let db = t.db.clone();
+    let path = tokio::spawn(async move {
+        let email = member_console::services::auth::Email::parse(member_console::demo::MEMBER_EMAIL).unwrap();
+        member_console::services::auth::sign_in(&db, &email, member_console::demo::MEMBER_PASSWORD, "127.0.0.1").await
+    });
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, blocker_pid).await;
+    common::assert_holds(&t.admin, waiter, member_console::services::auth::SIGN_IN_LOCKS.locks).await;
+    sqlx::query("COMMIT").execute(&mut *admin).await.unwrap();
+    assert!(path.await.unwrap().is_ok());
+}
+
+#[test]
+fn the_docs_page_shows_the_declared_orders() {
+    use member_console::db::locks::{ORDERS_BEGIN, ORDERS_END, declared, render_orders};
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/database-locks.md")).unwrap();
+    let start = page.find(ORDERS_BEGIN).expect("the begin marker") + ORDERS_BEGIN.len();
+    let end = page.find(ORDERS_END).expect("the end marker");
+    assert_eq!(
+        page[start..end].trim(),
+        render_orders(&declared()).trim(),
+        "docs/database-locks.md is out of date: run `member-console lock-orders` and paste its output"
+    );
+}

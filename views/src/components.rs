@@ -1,0 +1,393 @@
+//! Building blocks the pages share: banners, form fields, tables, progress, badges, facts,
+//! pagination.
+
+use maud::{Markup, html};
+
+use crate::text::query_component;
+
+/// A refusal shown in place: what was refused and why, in the person's words.
+pub fn refusal(title: &str, message: &str) -> Markup {
+    html! {
+        div.refusal role="alert" {
+            strong { (title) }
+            p { (message) }
+        }
+    }
+}
+
+/// A neutral or good-news message (e.g. "Saved").
+pub fn notice(message: &str) -> Markup {
+    html! {
+        div.notice role="status" {
+            p { (message) }
+        }
+    }
+}
+
+/// The hidden field plain form POSTs carry; HTMX requests send the header instead.
+pub fn csrf_field(token: &str) -> Markup {
+    html! {
+        input type="hidden" name="csrf_token" value=(token);
+    }
+}
+
+/// One labelled input.
+pub struct Field<'a> {
+    pub name: &'a str,
+    pub label: &'a str,
+    /// "text", "email", "password", "number" or "date".
+    pub kind: &'a str,
+    pub value: &'a str,
+    pub error: Option<&'a str>,
+    pub required: bool,
+    pub autocomplete: Option<&'a str>,
+}
+
+/// Label above the input, the error (if any) below it, linked by `aria-describedby`.
+///
+/// A password's value is never written back into the page, whatever the caller passes.
+pub fn field(f: &Field) -> Markup {
+    let error_id = format!("{}-error", f.name);
+    let value = if f.kind == "password" { "" } else { f.value };
+    html! {
+        div.field.has-error[f.error.is_some()] {
+            label for=(f.name) { (f.label) }
+            input id=(f.name) name=(f.name) type=(f.kind) value=(value)
+                required[f.required]
+                autocomplete=[f.autocomplete]
+                aria-invalid=[f.error.map(|_| "true")]
+                aria-describedby=[f.error.map(|_| error_id.as_str())];
+            @if let Some(error) = f.error {
+                p.field-error id=(error_id) { (error) }
+            }
+        }
+    }
+}
+
+/// Form-level errors (those that belong to no one field); nothing when there are none.
+pub fn form_errors(errors: &[String]) -> Markup {
+    html! {
+        @if !errors.is_empty() {
+            div.form-errors role="alert" {
+                strong { "Please correct the following:" }
+                ul {
+                    @for error in errors {
+                        li { (error) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A table column: its header and whether its cells are numbers (right-aligned, class `num`).
+pub struct Column<'a> {
+    pub label: &'a str,
+    pub numeric: bool,
+}
+
+impl<'a> Column<'a> {
+    pub fn text(label: &'a str) -> Self {
+        Column { label, numeric: false }
+    }
+
+    pub fn num(label: &'a str) -> Self {
+        Column { label, numeric: true }
+    }
+}
+
+/// A table of text columns; `empty_text` stands in for it when there are no rows.
+pub fn table(headers: &[&str], rows: Vec<Vec<Markup>>, empty_text: &str) -> Markup {
+    let columns: Vec<Column> = headers.iter().map(|h| Column::text(h)).collect();
+    table_cols(&columns, rows, empty_text)
+}
+
+/// Like [`table`], with numeric columns marked so they right-align.
+pub fn table_cols(columns: &[Column], rows: Vec<Vec<Markup>>, empty_text: &str) -> Markup {
+    if rows.is_empty() {
+        return html! { p.empty { (empty_text) } };
+    }
+    html! {
+        // The wrapper scrolls sideways on phones instead of breaking the page width.
+        div.table-wrap {
+            table {
+                thead {
+                    tr {
+                        @for c in columns {
+                            th scope="col" class=[c.numeric.then_some("num")] { (c.label) }
+                        }
+                    }
+                }
+                tbody {
+                    @for row in rows {
+                        tr {
+                            @for (i, cell) in row.into_iter().enumerate() {
+                                td class=[is_numeric(columns, i).then_some("num")] { (cell) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn is_numeric(columns: &[Column], index: usize) -> bool {
+    columns.get(index).is_some_and(|c| c.numeric)
+}
+
+/// A progress bar with "done of total"; a total of 0 means nothing to do, so it shows complete.
+pub fn progress(done: u64, total: u64, label: &str) -> Markup {
+    let (value, max) = if total == 0 { (1, 1) } else { (done.min(total), total) };
+    let percent = value * 100 / max;
+    html! {
+        div.progress {
+            div.progress-head {
+                span.progress-label { (label) }
+                span.progress-count {
+                    (done) " of " (total)
+                    @if total == 0 || done >= total { " · complete" }
+                }
+            }
+            progress value=(value) max=(max) aria-label=(label) { (percent) "%" }
+        }
+    }
+}
+
+/// The colour a badge speaks in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tone {
+    Ok,
+    Warn,
+    Bad,
+    Muted,
+}
+
+impl Tone {
+    fn class(self) -> &'static str {
+        match self {
+            Tone::Ok => "badge badge-ok",
+            Tone::Warn => "badge badge-warn",
+            Tone::Bad => "badge badge-bad",
+            Tone::Muted => "badge badge-muted",
+        }
+    }
+}
+
+/// A short status word in a coloured pill.
+pub fn badge(text: &str, tone: Tone) -> Markup {
+    html! {
+        span class=(tone.class()) { (text) }
+    }
+}
+
+/// Key/value facts as a definition list.
+pub fn facts(items: &[(&str, Markup)]) -> Markup {
+    html! {
+        dl.facts {
+            @for (key, value) in items {
+                // A div per pair is valid in a <dl> and lets the CSS lay pairs out as rows.
+                div {
+                    dt { (key) }
+                    dd { (value) }
+                }
+            }
+        }
+    }
+}
+
+/// Previous/next links for a 1-based `page`; nothing when everything fits on one page.
+///
+/// The other query pairs are kept (percent-encoded) so filters survive paging; a `page` pair
+/// among them is dropped in favour of the link's own.
+pub fn pagination(base_href: &str, page: u64, per_page: u64, total: u64, query: &[(&str, &str)]) -> Markup {
+    if per_page == 0 {
+        return html! {};
+    }
+    let pages = total.div_ceil(per_page);
+    if pages <= 1 {
+        return html! {};
+    }
+    let page = page.clamp(1, pages);
+    html! {
+        nav.pagination aria-label="Pagination" {
+            @if page > 1 {
+                a rel="prev" href=(page_href(base_href, query, page - 1)) { "← Previous" }
+            } @else {
+                span.disabled aria-hidden="true" { "← Previous" }
+            }
+            span.page-of { "Page " (page) " of " (pages) }
+            @if page < pages {
+                a rel="next" href=(page_href(base_href, query, page + 1)) { "Next →" }
+            } @else {
+                span.disabled aria-hidden="true" { "Next →" }
+            }
+        }
+    }
+}
+
+fn page_href(base_href: &str, query: &[(&str, &str)], page: u64) -> String {
+    let mut href = base_href.to_owned();
+    let mut sep = if base_href.contains('?') { '&' } else { '?' };
+    for (key, value) in query.iter().filter(|(k, _)| *k != "page") {
+        href.push(sep);
+        href.push_str(&query_component(key));
+        href.push('=');
+        href.push_str(&query_component(value));
+        sep = '&';
+    }
+    href.push(sep);
+    href.push_str("page=");
+    href.push_str(&page.to_string());
+    href
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_and_notice_render_escaped_roles() {
+        let out = refusal("Change in progress", "Try <again>").into_string();
+        assert_eq!(
+            out,
+            r#"<div class="refusal" role="alert"><strong>Change in progress</strong><p>Try &lt;again&gt;</p></div>"#
+        );
+        let out = notice("<script>x</script>").into_string();
+        assert_eq!(out, r#"<div class="notice" role="status"><p>&lt;script&gt;x&lt;/script&gt;</p></div>"#);
+    }
+
+    #[test]
+    fn csrf_field_is_hidden_and_escaped() {
+        assert_eq!(csrf_field(r#"x"y"#).into_string(), r#"<input type="hidden" name="csrf_token" value="x&quot;y">"#);
+    }
+
+    fn email_field<'a>(error: Option<&'a str>) -> Field<'a> {
+        Field {
+            name: "email",
+            label: "Email",
+            kind: "email",
+            value: "a@b.c",
+            error,
+            required: true,
+            autocomplete: Some("username"),
+        }
+    }
+
+    #[test]
+    fn field_without_error_has_label_and_input() {
+        let out = field(&email_field(None)).into_string();
+        assert_eq!(
+            out,
+            r#"<div class="field"><label for="email">Email</label><input id="email" name="email" type="email" value="a@b.c" required autocomplete="username"></div>"#
+        );
+    }
+
+    #[test]
+    fn field_with_error_is_marked_invalid_and_described() {
+        let out = field(&email_field(Some("Not an <email>"))).into_string();
+        assert!(out.contains(r#"<div class="field has-error">"#));
+        assert!(out.contains(r#"aria-invalid="true" aria-describedby="email-error""#));
+        assert!(out.contains(r#"<p class="field-error" id="email-error">Not an &lt;email&gt;</p>"#));
+    }
+
+    #[test]
+    fn password_value_is_never_echoed() {
+        let f = Field {
+            name: "password",
+            label: "Password",
+            kind: "password",
+            value: "hunter2",
+            error: None,
+            required: false,
+            autocomplete: None,
+        };
+        let out = field(&f).into_string();
+        assert!(!out.contains("hunter2"));
+        assert!(out.contains(r#"type="password" value="""#));
+        assert!(!out.contains("required"));
+        assert!(!out.contains("autocomplete"));
+    }
+
+    #[test]
+    fn form_errors_empty_or_listed() {
+        assert_eq!(form_errors(&[]).into_string(), "");
+        let out = form_errors(&["Bad <date>".into(), "Too many".into()]).into_string();
+        assert!(out.starts_with(r#"<div class="form-errors" role="alert">"#));
+        assert!(out.contains("<li>Bad &lt;date&gt;</li><li>Too many</li>"));
+    }
+
+    #[test]
+    fn table_renders_headers_rows_and_empty_text() {
+        let rows = vec![vec![html! { "a" }, html! { "<b>" }]];
+        let out = table(&["Name", "Role"], rows, "None").into_string();
+        assert!(out.contains(r#"<th scope="col">Name</th><th scope="col">Role</th>"#));
+        assert!(out.contains("<tr><td>a</td><td>&lt;b&gt;</td></tr>"));
+        assert_eq!(table(&["Name"], vec![], "No <rows>").into_string(), r#"<p class="empty">No &lt;rows&gt;</p>"#);
+    }
+
+    #[test]
+    fn table_cols_marks_numeric_cells() {
+        let rows = vec![vec![html! { "x" }, html! { "42" }]];
+        let out = table_cols(&[Column::text("Key"), Column::num("Count")], rows, "").into_string();
+        assert!(out.contains(r#"<th scope="col">Key</th><th scope="col" class="num">Count</th>"#));
+        assert!(out.contains(r#"<td>x</td><td class="num">42</td>"#));
+    }
+
+    #[test]
+    fn progress_shows_done_of_total_and_zero_total_as_complete() {
+        let out = progress(3, 12, "Organizations moved").into_string();
+        assert!(out.contains(r#"<progress value="3" max="12" aria-label="Organizations moved">25%</progress>"#));
+        assert!(out.contains("3 of 12</span>"));
+        assert!(!out.contains("complete"));
+        let out = progress(0, 0, "Nothing").into_string();
+        assert!(out.contains(r#"<progress value="1" max="1""#));
+        assert!(out.contains("0 of 0 · complete"));
+        let out = progress(12, 12, "All").into_string();
+        assert!(out.contains("12 of 12 · complete"));
+    }
+
+    #[test]
+    fn badge_tones_map_to_classes() {
+        assert_eq!(badge("ok", Tone::Ok).into_string(), r#"<span class="badge badge-ok">ok</span>"#);
+        assert!(badge("w", Tone::Warn).into_string().contains("badge-warn"));
+        assert!(badge("b", Tone::Bad).into_string().contains("badge-bad"));
+        assert!(badge("<m>", Tone::Muted).into_string().contains(r#"badge-muted">&lt;m&gt;"#));
+    }
+
+    #[test]
+    fn facts_render_a_definition_list() {
+        let out = facts(&[("Plan", html! { "Pro" }), ("<k>", html! { "v" })]).into_string();
+        assert_eq!(
+            out,
+            r#"<dl class="facts"><div><dt>Plan</dt><dd>Pro</dd></div><div><dt>&lt;k&gt;</dt><dd>v</dd></div></dl>"#
+        );
+    }
+
+    #[test]
+    fn pagination_is_empty_for_one_page() {
+        assert_eq!(pagination("/x", 1, 20, 20, &[]).into_string(), "");
+        assert_eq!(pagination("/x", 1, 20, 0, &[]).into_string(), "");
+        assert_eq!(pagination("/x", 1, 0, 50, &[]).into_string(), "");
+    }
+
+    #[test]
+    fn pagination_keeps_query_pairs_encoded() {
+        let q = [("q", "a b&c"), ("page", "9"), ("status", "active")];
+        let out = pagination("/operator/grants", 2, 10, 35, &q).into_string();
+        assert!(out.contains(r#"<a rel="prev" href="/operator/grants?q=a%20b%26c&amp;status=active&amp;page=1">"#));
+        assert!(out.contains(r#"<a rel="next" href="/operator/grants?q=a%20b%26c&amp;status=active&amp;page=3">"#));
+        assert!(out.contains("Page 2 of 4"));
+    }
+
+    #[test]
+    fn pagination_first_and_last_pages_disable_one_side() {
+        let out = pagination("/sites", 1, 10, 15, &[]).into_string();
+        assert!(out.contains(r#"<span class="disabled" aria-hidden="true">← Previous</span>"#));
+        assert!(out.contains(r#"href="/sites?page=2""#));
+        let out = pagination("/sites?x=1", 99, 10, 15, &[]).into_string();
+        assert!(out.contains(r#"href="/sites?x=1&amp;page=1""#));
+        assert!(out.contains("Page 2 of 2"));
+        assert!(out.contains(r#"<span class="disabled" aria-hidden="true">Next →</span>"#));
+    }
+}

@@ -1,0 +1,24 @@
+//! Maud views for the Member Console.
+//!
+//! Views take plain view-model structs and return [`Markup`]; they never touch the database or
+//! the request. All data goes through maud's escaping; `PreEscaped` is used only for markup this
+//! crate builds itself.
+
+pub use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+pub mod components;
+pub mod layout;
+pub mod pages;
+mod text;
+
+pub use components::{
+    Column, Field, Tone, badge, csrf_field, facts, field, form_errors, notice, pagination, progress, refusal, table,
+    table_cols,
+};
+pub use layout::{NavLink, Page, SignedIn, bare_page, page, page_or_partial};
+pub use pages::{
+    auth::{LoginView, login},
+    errors::error_body,
+    home::{HomeView, OrgMembership, member_home},
+    operator::{AccountRow, FailedJob, JobCounts, OperatorHomeView, operator_home},
+};

@@ -1,0 +1,102 @@
+//! The sign-in card.
+
+use maud::{Markup, html};
+
+use crate::components::{Field, csrf_field, field, refusal};
+
+/// What the sign-in form shows.
+pub struct LoginView<'a> {
+    /// Echoed back after a failed attempt so the person need not retype it.
+    pub email: &'a str,
+    pub error: Option<&'a str>,
+    pub csrf_token: &'a str,
+    /// Where to go after signing in; carried through the POST as a hidden field.
+    pub next: Option<&'a str>,
+}
+
+/// The centred sign-in card. It carries its own `<h1>`, so render it with
+/// [`crate::layout::bare_page`]. A plain form POST: it works without JavaScript.
+pub fn login(v: &LoginView) -> Markup {
+    html! {
+        section.signin-card {
+            h1 { "Sign in" }
+            @if let Some(error) = v.error {
+                (refusal("Could not sign you in", error))
+            }
+            form method="post" action="/login" {
+                (csrf_field(v.csrf_token))
+                @if let Some(next) = v.next {
+                    input type="hidden" name="next" value=(next);
+                }
+                (field(&email_field(v.email)))
+                (field(&password_field()))
+                button.btn.btn-primary.btn-block type="submit" { "Sign in" }
+            }
+        }
+    }
+}
+
+fn email_field(value: &str) -> Field<'_> {
+    Field {
+        name: "email",
+        label: "Email",
+        kind: "email",
+        value,
+        error: None,
+        required: true,
+        // Password managers pair "username" with "current-password".
+        autocomplete: Some("username"),
+    }
+}
+
+fn password_field() -> Field<'static> {
+    Field {
+        name: "password",
+        label: "Password",
+        kind: "password",
+        value: "",
+        error: None,
+        required: true,
+        autocomplete: Some("current-password"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view<'a>(error: Option<&'a str>, next: Option<&'a str>) -> LoginView<'a> {
+        LoginView { email: "ann@example.org", error, csrf_token: "tok", next }
+    }
+
+    #[test]
+    fn login_is_a_plain_post_form_with_csrf_and_fields() {
+        let out = login(&view(None, None)).into_string();
+        assert!(out.contains(r#"<form method="post" action="/login">"#));
+        assert!(out.contains(r#"<input type="hidden" name="csrf_token" value="tok">"#));
+        assert!(out.contains(r#"name="email" type="email" value="ann@example.org" required"#));
+        assert!(out.contains(r#"name="password" type="password" value="" required autocomplete="current-password""#));
+        assert!(out.contains(r#"<button class="btn btn-primary btn-block" type="submit">Sign in</button>"#));
+        assert!(!out.contains("hx-"));
+        assert!(!out.contains("role=\"alert\""));
+        assert!(!out.contains("name=\"next\""));
+    }
+
+    #[test]
+    fn login_shows_error_above_fields_and_keeps_next() {
+        let out = login(&view(Some("Wrong <email> or password."), Some("/sites?a=1&b=2"))).into_string();
+        let alert = out.find(r#"<div class="refusal" role="alert">"#).expect("refusal box");
+        let form = out.find("<form").expect("form");
+        assert!(alert < form);
+        assert!(out.contains("<p>Wrong &lt;email&gt; or password.</p>"));
+        assert!(out.contains(r#"<input type="hidden" name="next" value="/sites?a=1&amp;b=2">"#));
+    }
+
+    #[test]
+    fn login_escapes_echoed_email() {
+        let v = LoginView { email: r#""><script>x</script>"#, ..view(None, None) };
+        let out = login(&v).into_string();
+        assert!(!out.contains("<script>"));
+        assert!(out.contains(r#"value="&quot;&gt;&lt;script&gt;x&lt;/script&gt;""#));
+    }
+}

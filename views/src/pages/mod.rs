@@ -1,0 +1,6 @@
+//! One module per page family; each renders the body that goes inside the layout.
+
+pub mod auth;
+pub mod errors;
+pub mod home;
+pub mod operator;

@@ -1,0 +1,206 @@
+//! The operator's overview.
+
+use maud::{Markup, html};
+
+use crate::components::{Column, Tone, badge, table_cols};
+
+/// How many jobs are in each state.
+pub struct JobCounts {
+    pub pending: i64,
+    pub running: i64,
+    pub failed: i64,
+    pub done: i64,
+}
+
+pub struct FailedJob {
+    pub id: i64,
+    pub kind: String,
+    pub attempts: i32,
+    pub last_error: String,
+    /// Already formatted by the web layer.
+    pub failed_at: String,
+}
+
+pub struct AccountRow {
+    pub email: String,
+    pub is_operator: bool,
+    pub organizations: i64,
+    /// Already formatted by the web layer.
+    pub created_at: String,
+}
+
+pub struct OperatorHomeView {
+    pub accounts: Vec<AccountRow>,
+    pub organizations: i64,
+    pub jobs: JobCounts,
+    pub failed_jobs: Vec<FailedJob>,
+}
+
+/// Counts at a glance, the job queue, accounts, and failed jobs with their errors.
+pub fn operator_home(v: &OperatorHomeView) -> Markup {
+    html! {
+        (summary(v))
+        (job_queue(&v.jobs))
+        (accounts(&v.accounts))
+        (failed_jobs(&v.failed_jobs))
+    }
+}
+
+fn summary(v: &OperatorHomeView) -> Markup {
+    html! {
+        section.stats aria-label="Summary" {
+            (stat("Accounts", v.accounts.len() as i64))
+            (stat("Organizations", v.organizations))
+            (stat("Jobs waiting", v.jobs.pending))
+            (stat("Jobs failed", v.jobs.failed))
+        }
+    }
+}
+
+fn stat(label: &str, value: i64) -> Markup {
+    html! {
+        div.stat {
+            span.stat-value { (value) }
+            span.stat-label { (label) }
+        }
+    }
+}
+
+fn job_queue(jobs: &JobCounts) -> Markup {
+    // Tones say whether a number needs attention: waiting work is a warning, failures are bad.
+    let rows = vec![
+        job_row("Pending", jobs.pending, Tone::Warn),
+        job_row("Running", jobs.running, Tone::Ok),
+        job_row("Failed", jobs.failed, Tone::Bad),
+        job_row("Done", jobs.done, Tone::Ok),
+    ];
+    html! {
+        section.card aria-labelledby="jobs-heading" {
+            h2 #jobs-heading { "Job queue" }
+            (table_cols(&[Column::text("State"), Column::num("Jobs")], rows, ""))
+        }
+    }
+}
+
+fn job_row(state: &str, count: i64, tone_when_nonzero: Tone) -> Vec<Markup> {
+    let tone = if count > 0 { tone_when_nonzero } else { Tone::Muted };
+    vec![badge(state, tone), html! { (count) }]
+}
+
+fn accounts(accounts: &[AccountRow]) -> Markup {
+    let rows = accounts.iter().map(account_row).collect();
+    let columns = [Column::text("Email"), Column::text("Role"), Column::num("Organizations"), Column::text("Created")];
+    html! {
+        section.card aria-labelledby="accounts-heading" {
+            h2 #accounts-heading { "Accounts" }
+            (table_cols(&columns, rows, "No accounts yet."))
+        }
+    }
+}
+
+fn account_row(a: &AccountRow) -> Vec<Markup> {
+    let role = if a.is_operator { badge("Operator", Tone::Ok) } else { badge("Member", Tone::Muted) };
+    vec![html! { (a.email) }, role, html! { (a.organizations) }, html! { (a.created_at) }]
+}
+
+fn failed_jobs(jobs: &[FailedJob]) -> Markup {
+    let rows = jobs.iter().map(failed_job_row).collect();
+    let columns = [
+        Column::num("Id"),
+        Column::text("Kind"),
+        Column::num("Attempts"),
+        Column::text("Failed at"),
+        Column::text("Last error"),
+    ];
+    html! {
+        section.card aria-labelledby="failed-heading" {
+            h2 #failed-heading { "Failed jobs" }
+            (table_cols(&columns, rows, "No failed jobs."))
+        }
+    }
+}
+
+fn failed_job_row(j: &FailedJob) -> Vec<Markup> {
+    vec![
+        html! { (j.id) },
+        html! { code { (j.kind) } },
+        html! { (j.attempts) },
+        html! { (j.failed_at) },
+        html! { pre.error-text { (j.last_error) } },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> OperatorHomeView {
+        OperatorHomeView {
+            accounts: vec![
+                AccountRow {
+                    email: "op@example.org".into(),
+                    is_operator: true,
+                    organizations: 0,
+                    created_at: "2025-01-02 03:04".into(),
+                },
+                AccountRow {
+                    email: "ann@example.org".into(),
+                    is_operator: false,
+                    organizations: 2,
+                    created_at: "2025-02-03 04:05".into(),
+                },
+            ],
+            organizations: 7,
+            jobs: JobCounts { pending: 3, running: 0, failed: 1, done: 40 },
+            failed_jobs: vec![FailedJob {
+                id: 11,
+                kind: "stripe.reconcile".into(),
+                attempts: 5,
+                last_error: "timeout <script>alert(1)</script>".into(),
+                failed_at: "2025-03-04 05:06".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn operator_home_shows_counts() {
+        let out = operator_home(&sample()).into_string();
+        assert!(out.contains(r#"<span class="stat-value">2</span><span class="stat-label">Accounts</span>"#));
+        assert!(out.contains(r#"<span class="stat-value">7</span><span class="stat-label">Organizations</span>"#));
+        assert!(out.contains(r#"<span class="stat-value">1</span><span class="stat-label">Jobs failed</span>"#));
+    }
+
+    #[test]
+    fn job_queue_badges_reflect_counts() {
+        let out = operator_home(&sample()).into_string();
+        assert!(out.contains(r#"<td><span class="badge badge-warn">Pending</span></td><td class="num">3</td>"#));
+        assert!(out.contains(r#"<td><span class="badge badge-muted">Running</span></td><td class="num">0</td>"#));
+        assert!(out.contains(r#"<td><span class="badge badge-bad">Failed</span></td><td class="num">1</td>"#));
+        assert!(out.contains(r#"<td><span class="badge badge-ok">Done</span></td><td class="num">40</td>"#));
+    }
+
+    #[test]
+    fn accounts_table_has_roles_and_numeric_org_counts() {
+        let out = operator_home(&sample()).into_string();
+        assert!(out.contains(r#"<td>op@example.org</td><td><span class="badge badge-ok">Operator</span></td><td class="num">0</td><td>2025-01-02 03:04</td>"#));
+        assert!(out.contains(
+            r#"<td>ann@example.org</td><td><span class="badge badge-muted">Member</span></td><td class="num">2</td>"#
+        ));
+    }
+
+    #[test]
+    fn failed_jobs_show_escaped_errors() {
+        let out = operator_home(&sample()).into_string();
+        assert!(out.contains(r#"<td class="num">11</td><td><code>stripe.reconcile</code></td><td class="num">5</td>"#));
+        assert!(out.contains(r#"<pre class="error-text">timeout &lt;script&gt;alert(1)&lt;/script&gt;</pre>"#));
+        assert!(!out.contains("<script>"));
+    }
+
+    #[test]
+    fn empty_lists_say_so() {
+        let v = OperatorHomeView { accounts: vec![], failed_jobs: vec![], ..sample() };
+        let out = operator_home(&v).into_string();
+        assert!(out.contains(r#"<p class="empty">No accounts yet.</p>"#));
+        assert!(out.contains(r#"<p class="empty">No failed jobs.</p>"#));
+    }
+}
