@@ -149,7 +149,8 @@ pub async fn lock_due_schedules(conn: &mut PgConnection) -> Result<Vec<DueSchedu
     sqlx::query_as(
         "SELECT name, next_run_at FROM integration.job_schedules
          WHERE next_run_at <= now()
-         ORDER BY name",
+         ORDER BY name
+         FOR UPDATE SKIP LOCKED",
     )
     .fetch_all(conn)
     .await
