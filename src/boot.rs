@@ -54,6 +54,8 @@ pub async fn boot(config: Config) -> anyhow::Result<Booted> {
         .context("connecting as console_runtime")?;
     let mut db = Db::new(pool);
     db.lock_timeout = config.lock_timeout;
+    // Every integration's keys exist and name their provider before anything materializes.
+    crate::services::entitlements::register_providers(&db).await?;
     Ok(Booted { config: Arc::new(config), db, admin_url, cluster })
 }
 

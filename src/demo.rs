@@ -1,9 +1,13 @@
-//! Demo data, loaded idempotently by `member-console demo` and `serve --demo`.
+//! Demo data, loaded idempotently by `member-console demo` and `serve --demo`: the demo
+//! accounts, a small catalog and topology, and a few organizations.
 
 use crate::{
     db::{Db, TxKind, begin},
-    services::auth::{Email, NewPassword, ensure_account},
-    store::accounts,
+    services::{
+        auth::{Email, NewPassword, ensure_account},
+        entitlements::{self, OrgName},
+    },
+    store::{accounts, catalog, entitlements::NewGrant},
 };
 
 pub const OPERATOR_EMAIL: &str = "operator@example.com";
@@ -12,19 +16,112 @@ pub const MEMBER_EMAIL: &str = "member@example.com";
 pub const MEMBER_PASSWORD: &str = "demo-member";
 pub const DEMO_ORGANIZATION: &str = "Acme Wikis";
 
-/// Create (or reset the passwords of) the demo accounts and the member's organization.
+/// (set and product name, rules as (key, numeric, flag)).
+const PLANS: &[(&str, &[(&str, Option<i64>, Option<bool>)])] = &[
+    ("Free", &[("fedwiki.active_sites", Some(1), None)]),
+    ("Basic", &[("fedwiki.active_sites", Some(3), None), ("fedwiki.custom_domain", None, Some(true))]),
+    ("Pro", &[("fedwiki.active_sites", Some(10), None), ("fedwiki.custom_domain", None, Some(true))]),
+    ("Community support", &[("support.priority", None, Some(false))]),
+    ("Priority support", &[("support.priority", None, Some(true))]),
+];
+
+/// (ladder, display order, its products by rank).
+const LADDERS: &[(&str, i32, &[&str])] =
+    &[("Wiki hosting", 0, &["Free", "Basic", "Pro"]), ("Support", 1, &["Community support", "Priority support"])];
+
+/// (org type, its default ladder).
+const ORG_TYPES: &[(&str, &str)] = &[("Community", "Wiki hosting"), ("Business", "Support")];
+
+/// (organization, its type).
+const ORGANIZATIONS: &[(&str, &str)] = &[
+    (DEMO_ORGANIZATION, "Community"),
+    ("Globex", "Business"),
+    ("Initech", "Community"),
+    ("Umbrella Wikis", "Community"),
+];
+
+/// Create (or reset the passwords of) the demo accounts, and everything else when missing.
 pub async fn load(db: &Db) -> anyhow::Result<()> {
     let parse = |e: &str, p: &str| -> anyhow::Result<(Email, NewPassword)> {
         Ok((Email::parse(e).map_err(anyhow::Error::msg)?, NewPassword::parse(p).map_err(anyhow::Error::msg)?))
     };
     let (op_email, op_pw) = parse(OPERATOR_EMAIL, OPERATOR_PASSWORD)?;
     let (m_email, m_pw) = parse(MEMBER_EMAIL, MEMBER_PASSWORD)?;
-    ensure_account(db, &op_email, &op_pw, true).await?;
+    let operator = ensure_account(db, &op_email, &op_pw, true).await?;
     let member = ensure_account(db, &m_email, &m_pw, false).await?;
+
+    entitlements::register_providers(db).await?;
+    // The seed's catalog and ladders go in on the plain handle, outside the rendezvous (no
+    // organization exists that a conferral could be reading for).
     let mut tx = begin(db, TxKind::Plain).await?;
-    let org = accounts::ensure_organization(tx.conn(), DEMO_ORGANIZATION).await?;
-    accounts::ensure_membership(tx.conn(), org, member, "owner").await?;
+    for (name, rules) in PLANS {
+        let set = match catalog::entitlement_set_id_by_name(tx.conn(), name).await? {
+            Some(id) => id,
+            None => catalog::insert_entitlement_set(tx.conn(), name).await?.unwrap_or_default(),
+        };
+        if catalog::rules_of_set(tx.conn(), set).await?.is_empty() {
+            for (key, n, f) in *rules {
+                catalog::put_rule(tx.conn(), set, key, *n, *f).await?;
+            }
+        }
+        if catalog::product_id_by_name(tx.conn(), name).await?.is_none() {
+            catalog::insert_product(tx.conn(), name, Some(set), true).await?;
+        }
+    }
+    let mut ladder_ids = vec![];
+    for (ladder, order, products) in LADDERS {
+        let id = catalog::ensure_ladder(tx.conn(), ladder, *order).await?;
+        for (rank, product) in products.iter().enumerate() {
+            let p = catalog::product_id_by_name(tx.conn(), product).await?.unwrap_or_default();
+            catalog::ensure_tier(tx.conn(), id, rank as i32, p).await?;
+        }
+        ladder_ids.push((*ladder, id));
+    }
+    let mut type_ids = vec![];
+    for (t, ladder) in ORG_TYPES {
+        let l = ladder_ids.iter().find(|(n, _)| n == ladder).map(|(_, id)| *id);
+        type_ids.push((*t, catalog::ensure_org_type(tx.conn(), t, l).await?));
+    }
     tx.commit().await?;
+
+    for (name, t) in ORGANIZATIONS {
+        let mut tx = begin(db, TxKind::Materializing).await?;
+        let existing = accounts::organization_by_name(tx.conn(), name).await?;
+        let org = match existing {
+            Some(id) => id,
+            None => {
+                let type_id = type_ids.iter().find(|(n, _)| n == t).map(|(_, id)| *id);
+                let created = entitlements::create_organization_tx(
+                    &mut tx,
+                    &OrgName::parse(name).map_err(anyhow::Error::msg)?,
+                    type_id,
+                )
+                .await?;
+                if *name == "Initech" {
+                    // An operator grant of Pro, displacing the floor.
+                    let pro = catalog::product_id_by_name(tx.conn(), "Pro").await?.unwrap_or_default();
+                    let grant = NewGrant {
+                        organization_id: Some(created.organization_id),
+                        product_id: pro,
+                        quantity: 1,
+                        kind: "operator",
+                        status: "active",
+                        starts_at: None,
+                        ends_at: None,
+                        reason: "Demo: a partner's complimentary plan".into(),
+                        created_by: Some(operator),
+                        plan_act_id: None,
+                    };
+                    entitlements::confer_grant_tx(&mut tx, &grant).await?;
+                }
+                created.organization_id
+            }
+        };
+        if *name == DEMO_ORGANIZATION {
+            accounts::ensure_membership(tx.conn(), org, member, "owner").await?;
+        }
+        tx.commit().await?;
+    }
     Ok(())
 }
 

@@ -21,6 +21,17 @@ pub enum Lock {
     JobRows,
     /// Due schedule rows, FOR UPDATE SKIP LOCKED: one worker fires a schedule at a time.
     ScheduleRows,
+    /// A pool row (`core.resource_pools`), FOR UPDATE: everything that changes a pool's
+    /// positions or entitlements. Several are taken in ascending pool_id order.
+    PoolRow,
+    /// An org type's row, FOR KEY SHARE, taken by an organization insert through its foreign key.
+    OrgTypeRowKeyShare,
+    /// A product row, FOR NO KEY UPDATE, taken by a product edit's UPDATE.
+    ProductRow,
+    /// An entitlement set row, FOR UPDATE.
+    EntitlementSetRow,
+    /// Resource-key rows, FOR UPDATE, in byte order: a provider stamp that changes the provider.
+    ResourceKeyRows,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -42,6 +53,11 @@ impl Lock {
             Lock::AccountRow => "Account row",
             Lock::JobRows => "Job rows (SKIP LOCKED)",
             Lock::ScheduleRows => "Schedule rows (SKIP LOCKED)",
+            Lock::PoolRow => "Pool row",
+            Lock::OrgTypeRowKeyShare => "Org type row (FOR KEY SHARE, through the foreign key)",
+            Lock::ProductRow => "Product row",
+            Lock::EntitlementSetRow => "Entitlement set row",
+            Lock::ResourceKeyRows => "Resource-key rows (byte order)",
         }
     }
 
@@ -53,6 +69,11 @@ impl Lock {
             Lock::AccountRow => "core.accounts",
             Lock::JobRows => "integration.jobs",
             Lock::ScheduleRows => "integration.job_schedules",
+            Lock::PoolRow => "core.resource_pools",
+            Lock::OrgTypeRowKeyShare => "core.org_types",
+            Lock::ProductRow => "core.products",
+            Lock::EntitlementSetRow => "core.entitlement_sets",
+            Lock::ResourceKeyRows => "core.resource_keys",
         }
     }
 
@@ -71,6 +92,11 @@ impl Lock {
             Lock::AccountRow => PgSignature::Relation { table: "core.accounts", mode: "RowShareLock" },
             Lock::JobRows => PgSignature::Relation { table: "integration.jobs", mode: "RowShareLock" },
             Lock::ScheduleRows => PgSignature::Relation { table: "integration.job_schedules", mode: "RowShareLock" },
+            Lock::PoolRow => PgSignature::Relation { table: "core.resource_pools", mode: "RowShareLock" },
+            Lock::OrgTypeRowKeyShare => PgSignature::Relation { table: "core.org_types", mode: "RowShareLock" },
+            Lock::ProductRow => PgSignature::Relation { table: "core.products", mode: "RowExclusiveLock" },
+            Lock::EntitlementSetRow => PgSignature::Relation { table: "core.entitlement_sets", mode: "RowShareLock" },
+            Lock::ResourceKeyRows => PgSignature::Relation { table: "core.resource_keys", mode: "RowShareLock" },
         }
     }
 }
@@ -95,6 +121,14 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::auth::SIGN_IN_LOCKS,
         &crate::jobs::queue::CLAIM_LOCKS,
         &crate::jobs::schedule::FIRE_SCHEDULES_LOCKS,
+        &crate::services::entitlements::CREATE_ORGANIZATION_LOCKS,
+        &crate::services::entitlements::CONFER_GRANT_LOCKS,
+        &crate::services::entitlements::END_CONFERRAL_LOCKS,
+        &crate::services::entitlements::MATERIALIZE_POOL_LOCKS,
+        &crate::services::entitlements::REGISTER_PROVIDERS_LOCKS,
+        &crate::services::catalog::EDIT_SET_RULES_LOCKS,
+        &crate::services::catalog::UPDATE_PRODUCT_LOCKS,
+        &crate::services::catalog::CHANGE_PRODUCT_SET_LOCKS,
     ]
 }
 
@@ -173,6 +207,11 @@ const ALL: &[Lock] = &[
     Lock::AccountRow,
     Lock::JobRows,
     Lock::ScheduleRows,
+    Lock::PoolRow,
+    Lock::OrgTypeRowKeyShare,
+    Lock::ProductRow,
+    Lock::EntitlementSetRow,
+    Lock::ResourceKeyRows,
 ];
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
@@ -238,6 +277,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 6, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 11, "add a new lock to ALL too");
     }
 }

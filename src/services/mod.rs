@@ -4,3 +4,6 @@
 
 pub mod accounts;
 pub mod auth;
+pub mod catalog;
+pub mod entitlements;
+pub mod organizations;

@@ -180,21 +180,14 @@ pub async fn organization_count(conn: &mut PgConnection) -> sqlx::Result<i64> {
     sqlx::query_scalar("SELECT count(*) FROM core.organizations").fetch_one(conn).await
 }
 
-/// The organization with this name, created when missing.
-pub async fn ensure_organization(conn: &mut PgConnection, name: &str) -> sqlx::Result<i64> {
-    if let Some(id) = sqlx::query_scalar(
+/// The first organization with this name, if any.
+pub async fn organization_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
         "SELECT organization_id FROM core.organizations WHERE name = $1 ORDER BY organization_id LIMIT 1",
     )
     .bind(name)
-    .fetch_optional(&mut *conn)
-    .await?
-    {
-        return Ok(id);
-    }
-    sqlx::query_scalar("INSERT INTO core.organizations (name) VALUES ($1) RETURNING organization_id")
-        .bind(name)
-        .fetch_one(conn)
-        .await
+    .fetch_optional(conn)
+    .await
 }
 
 pub async fn ensure_membership(

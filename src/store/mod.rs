@@ -1,5 +1,7 @@
 //! sqlx queries, grouped by table family. Services call these; handlers never do.
 
 pub mod accounts;
+pub mod catalog;
+pub mod entitlements;
 pub mod job_overview;
 pub mod jobs;

@@ -40,7 +40,18 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(pages::auth::login)
         .service(pages::auth::logout)
         .service(pages::home::home)
-        .service(pages::operator::overview);
+        .service(pages::operator::overview)
+        .service(pages::catalog::catalog)
+        .service(pages::catalog::create_key)
+        .service(pages::catalog::create_set)
+        .service(pages::catalog::create_product)
+        .service(pages::catalog::set_page)
+        .service(pages::catalog::save_rules)
+        .service(pages::catalog::product_page)
+        .service(pages::catalog::save_product)
+        .service(pages::topology::topology)
+        .service(pages::organizations::list)
+        .service(pages::organizations::detail);
 }
 
 /// Start the HTTP server on `listener`. The caller awaits (or stops) the returned server.

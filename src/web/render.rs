@@ -7,8 +7,13 @@ use views::{Markup, NavLink, Page, SignedIn};
 use super::identity::{Identity, csrf_token, identity};
 
 const MEMBER_NAV: &[NavLink] = &[NavLink { href: "/", label: "Home" }];
-const OPERATOR_NAV: &[NavLink] =
-    &[NavLink { href: "/", label: "Home" }, NavLink { href: "/operator", label: "Operations" }];
+const OPERATOR_NAV: &[NavLink] = &[
+    NavLink { href: "/", label: "Home" },
+    NavLink { href: "/operator/organizations", label: "Organizations" },
+    NavLink { href: "/operator/catalog", label: "Catalog" },
+    NavLink { href: "/operator/topology", label: "Topology" },
+    NavLink { href: "/operator", label: "Operations" },
+];
 
 /// A request for a partial: HTMX's, but not a history restore or a whole-body swap, which
 /// need the full page.

@@ -2,6 +2,7 @@
 //! template, and helpers that prove one transaction waits on another.
 #![allow(dead_code)]
 
+pub mod browser;
 use std::time::{Duration, Instant};
 
 use member_console::db::{

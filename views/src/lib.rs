@@ -18,7 +18,16 @@ pub use components::{
 pub use layout::{NavLink, Page, SignedIn, bare_page, page, page_or_partial};
 pub use pages::{
     auth::{LoginView, login},
+    catalog::{
+        CatalogView, FormState, ProductEditView, ProductRow, ResourceKeyRow, RuleEditRow, RuleRow, SetEditView, SetRow,
+        catalog, key_form, product_edit, product_form, set_edit, set_form,
+    },
     errors::error_body,
-    home::{HomeView, OrgMembership, member_home},
+    home::{HomeView, OrgHome, PlanLine, member_home},
     operator::{AccountRow, FailedJob, JobCounts, OperatorHomeView, operator_home},
+    organizations::{
+        DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, UsageRow,
+        organization_detail, organization_list, organization_results,
+    },
+    topology::{LadderView, OrgTypeRow, TierRow, TopologyView, topology},
 };

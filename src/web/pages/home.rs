@@ -1,20 +1,71 @@
-//! The member's home.
+//! The member's home: each of their organizations' plan per ladder, entitlements and usage.
 
 use actix_web::{HttpRequest, HttpResponse, get, web};
 
 use crate::{
-    services,
+    services::{self, organizations::MemberOrganization},
+    store::{
+        catalog::{HeldConferral, Usage},
+        entitlements::EntitlementValue,
+    },
     web::{AppState, errors::AppError, identity::identity, render},
 };
 
 #[get("/")]
 pub async fn home(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let who = identity(&req).ok_or(AppError::Forbidden)?;
-    let organizations = services::accounts::memberships(&state.db, who.account_id)
-        .await?
-        .into_iter()
-        .map(|m| views::OrgMembership { organization_id: m.organization_id, name: m.name, role: m.role })
-        .collect();
-    let view = views::HomeView { email: who.email.clone(), organizations };
+    let organizations = services::organizations::member_home(&state.db, who.account_id).await?;
+    let view =
+        views::HomeView { email: who.email.clone(), organizations: organizations.into_iter().map(org_home).collect() };
     Ok(render::ok(&req, "Home", views::member_home(&view)))
+}
+
+fn org_home(o: MemberOrganization) -> views::OrgHome {
+    views::OrgHome {
+        organization_id: o.membership.organization_id,
+        name: o.membership.name,
+        role: o.membership.role,
+        plan: o
+            .held
+            .iter()
+            .filter_map(|c| {
+                Some(views::PlanLine {
+                    ladder: c.ladder.clone()?,
+                    tier: c.product.clone(),
+                    rank: c.rank.unwrap_or_default(),
+                    source: member_source(c).into(),
+                    suspended: c.suspended,
+                })
+            })
+            .collect(),
+        entitlements: entitlement_rows(&o.entitlements),
+        usage: usage_rows(&o.usage),
+    }
+}
+
+fn member_source(c: &HeldConferral) -> &'static str {
+    match c.grant_kind.as_deref() {
+        Some("floor") => "included with your organization type",
+        Some(_) => "granted by an operator",
+        None => "your subscription",
+    }
+}
+
+/// Entitlements in a person's words: a number, or included / not included.
+pub fn entitlement_rows(values: &[EntitlementValue]) -> Vec<views::EntitlementRow> {
+    values
+        .iter()
+        .map(|e| views::EntitlementRow {
+            key: e.resource_key.clone(),
+            value: match (e.numeric_value, e.flag_value) {
+                (Some(n), _) => n.to_string(),
+                (_, Some(true)) => "included".into(),
+                _ => "not included".into(),
+            },
+        })
+        .collect()
+}
+
+pub fn usage_rows(usage: &[Usage]) -> Vec<views::UsageRow> {
+    usage.iter().map(|u| views::UsageRow { key: u.resource_key.clone(), used: u.used, limit: u.limit_value }).collect()
 }

@@ -1,6 +1,9 @@
 //! One module per page family.
 
 pub mod auth;
+pub mod catalog;
 pub mod health;
 pub mod home;
 pub mod operator;
+pub mod organizations;
+pub mod topology;

@@ -1,31 +1,48 @@
-//! A member's home page.
+//! A member's home page: per organization, its plan, entitlements and usage.
 
 use maud::{Markup, html};
 
-use crate::components::table;
+use crate::components::{Tone, badge, facts};
+use crate::pages::organizations::{EntitlementRow, UsageRow, usage_badge};
 
-/// One organization the member belongs to.
-pub struct OrgMembership {
+/// One ladder of an organization's plan, as the member reads it.
+pub struct PlanLine {
+    pub ladder: String,
+    pub tier: String,
+    pub rank: i32,
+    /// Already worded: "included with your organization type", "granted by an operator",
+    /// "your subscription".
+    pub source: String,
+    pub suspended: bool,
+}
+
+/// One organization the member belongs to, with what it has.
+pub struct OrgHome {
     pub organization_id: i64,
     pub name: String,
     pub role: String,
+    pub plan: Vec<PlanLine>,
+    pub entitlements: Vec<EntitlementRow>,
+    pub usage: Vec<UsageRow>,
 }
 
 pub struct HomeView {
     pub email: String,
-    pub organizations: Vec<OrgMembership>,
+    pub organizations: Vec<OrgHome>,
 }
 
-/// Greets the member and lists their organizations, or says how to get one.
+/// Greets the member, then a card per organization; or says how to get one.
 pub fn member_home(v: &HomeView) -> Markup {
     html! {
         p.lead { "Welcome, " (v.email) "." }
-        section.card aria-labelledby="orgs-heading" {
-            h2 #orgs-heading { "Your organizations" }
-            @if v.organizations.is_empty() {
+        @if v.organizations.is_empty() {
+            section.card aria-labelledby="orgs-heading" {
+                h2 #orgs-heading { "Your organizations" }
                 (no_organization())
-            } @else {
-                (organizations_table(&v.organizations))
+            }
+        } @else {
+            @for org in &v.organizations {
+                (org_card(org))
             }
         }
     }
@@ -41,38 +58,156 @@ fn no_organization() -> Markup {
     }
 }
 
-fn organizations_table(orgs: &[OrgMembership]) -> Markup {
-    let rows = orgs.iter().map(|o| vec![html! { (o.name) }, html! { (o.role) }]).collect();
-    table(&["Organization", "Your role"], rows, "")
+fn org_card(o: &OrgHome) -> Markup {
+    let heading_id = format!("org-{}-heading", o.organization_id);
+    html! {
+        section.card.org-home aria-labelledby=(heading_id) {
+            h2 id=(heading_id) { (o.name) }
+            p.muted { "Your role: " (o.role) }
+            h3 { "Plan" }
+            @if o.plan.is_empty() {
+                p.empty { "No plan yet." }
+            } @else {
+                ul.plan-lines {
+                    @for line in &o.plan {
+                        (plan_line(line))
+                    }
+                }
+            }
+            h3 { "What your plan includes" }
+            @if o.entitlements.is_empty() {
+                p.empty { "Nothing yet." }
+            } @else {
+                (facts(&entitlement_facts(&o.entitlements)))
+            }
+            h3 { "Usage" }
+            @if o.usage.is_empty() {
+                p.empty { "Nothing counted yet." }
+            } @else {
+                (facts(&o.usage.iter().map(|u| (u.key.as_str(), usage_text(u))).collect::<Vec<_>>()))
+            }
+        }
+    }
+}
+
+fn plan_line(line: &PlanLine) -> Markup {
+    html! {
+        li {
+            span.plan-ladder { (line.ladder) ": " }
+            strong { (line.tier) }
+            " "
+            span.muted { "— " (line.source) }
+            @if line.suspended {
+                " " (badge("suspended: payment needed", Tone::Warn))
+            }
+        }
+    }
+}
+
+fn entitlement_facts(entitlements: &[EntitlementRow]) -> Vec<(&str, Markup)> {
+    entitlements.iter().map(|e| (e.key.as_str(), html! { (plain_value(&e.value)) })).collect()
+}
+
+/// A flag's value in plain words; a number as it is.
+fn plain_value(value: &str) -> &str {
+    match value {
+        "yes" | "true" => "included",
+        "no" | "false" => "not included",
+        other => other,
+    }
+}
+
+fn usage_text(u: &UsageRow) -> Markup {
+    html! {
+        (u.used) " of " (u.limit)
+        @if let Some(b) = usage_badge(u.used, u.limit) {
+            " " (b)
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn org() -> OrgHome {
+        OrgHome {
+            organization_id: 1,
+            name: "Acme <Wiki>".into(),
+            role: "owner".into(),
+            plan: vec![
+                PlanLine {
+                    ladder: "Wiki hosting".into(),
+                    tier: "Basic".into(),
+                    rank: 1,
+                    source: "your subscription".into(),
+                    suspended: true,
+                },
+                PlanLine {
+                    ladder: "Support".into(),
+                    tier: "Community".into(),
+                    rank: 0,
+                    source: "included with your organization type".into(),
+                    suspended: false,
+                },
+            ],
+            entitlements: vec![
+                EntitlementRow { key: "fedwiki.active_sites".into(), value: "3".into() },
+                EntitlementRow { key: "fedwiki.custom_domain".into(), value: "yes".into() },
+                EntitlementRow { key: "support.priority".into(), value: "no".into() },
+            ],
+            usage: vec![UsageRow { key: "fedwiki.active_sites".into(), used: 1, limit: 3 }],
+        }
+    }
+
     #[test]
-    fn member_home_lists_organizations_with_roles() {
+    fn member_home_shows_each_organization_with_plan_entitlements_and_usage() {
         let v = HomeView {
             email: "ann@example.org".into(),
             organizations: vec![
-                OrgMembership { organization_id: 1, name: "Acme <Wiki>".into(), role: "owner".into() },
-                OrgMembership { organization_id: 2, name: "Beta".into(), role: "member".into() },
+                org(),
+                OrgHome {
+                    organization_id: 2,
+                    name: "Beta".into(),
+                    role: "member".into(),
+                    plan: vec![],
+                    entitlements: vec![],
+                    usage: vec![],
+                },
             ],
         };
         let out = member_home(&v).into_string();
         assert!(out.contains("Welcome, ann@example.org."));
-        assert!(out.contains("<tr><td>Acme &lt;Wiki&gt;</td><td>owner</td></tr>"));
-        assert!(out.contains("<tr><td>Beta</td><td>member</td></tr>"));
+        assert!(out.contains(r#"<h2 id="org-1-heading">Acme &lt;Wiki&gt;</h2>"#));
+        assert!(out.contains("Your role: owner"));
+        assert!(out.contains(r#"<span class="plan-ladder">Wiki hosting: </span><strong>Basic</strong>"#));
+        assert!(out.contains(r#"<span class="badge badge-warn">suspended: payment needed</span>"#));
+        assert_eq!(out.matches("suspended: payment needed").count(), 1);
+        assert!(out.contains("— included with your organization type"));
+        assert!(out.contains("<dt>fedwiki.active_sites</dt><dd>3</dd>"));
+        assert!(out.contains("<dt>fedwiki.custom_domain</dt><dd>included</dd>"));
+        assert!(out.contains("<dt>support.priority</dt><dd>not included</dd>"));
+        assert!(out.contains("<dt>fedwiki.active_sites</dt><dd>1 of 3</dd>"));
+        assert!(out.contains(r#"<h2 id="org-2-heading">Beta</h2>"#));
+        assert!(out.contains("No plan yet."));
         assert!(!out.contains("An operator must add you"));
     }
 
     #[test]
+    fn usage_at_the_limit_is_flagged() {
+        let mut o = org();
+        o.usage = vec![UsageRow { key: "fedwiki.active_sites".into(), used: 3, limit: 3 }];
+        let out = member_home(&HomeView { email: "a@b".into(), organizations: vec![o] }).into_string();
+        assert!(out.contains(r#"<dd>3 of 3 <span class="badge badge-warn">at limit</span></dd>"#));
+    }
+
+    #[test]
     fn member_home_without_organizations_explains_what_to_do() {
-        let v = HomeView { email: "<b>@x".into(), organizations: vec![] };
+        let v = HomeView { email: "<script>@x".into(), organizations: vec![] };
         let out = member_home(&v).into_string();
         assert!(out.contains("You are not a member of any organization yet."));
         assert!(out.contains("An operator must add you to an organization"));
-        assert!(out.contains("Welcome, &lt;b&gt;@x."));
-        assert!(!out.contains("<table"));
+        assert!(out.contains("Welcome, &lt;script&gt;@x."));
+        assert!(!out.contains("<script>"));
     }
 }

@@ -1,6 +1,9 @@
 //! One module per page family; each renders the body that goes inside the layout.
 
 pub mod auth;
+pub mod catalog;
 pub mod errors;
 pub mod home;
 pub mod operator;
+pub mod organizations;
+pub mod topology;

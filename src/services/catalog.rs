@@ -1,0 +1,325 @@
+//! The catalog: resource keys, entitlement sets and their rules, products. Input is parsed into
+//! types here; a refusal names what is wrong and nothing is written.
+
+use std::collections::BTreeMap;
+
+use crate::{
+    db::{
+        Db, DbError, TxKind, begin,
+        locks::{Lock, PathLocks},
+    },
+    store::catalog as store,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// Bad input: one message per problem, by field.
+    #[error("{}", .0.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join(" "))]
+    Invalid(Vec<(String, String)>),
+    #[error("no such {0}")]
+    NotFound(&'static str),
+    /// The set is carried by pools: changing it is a rule change.
+    #[error("carried by {pools} pools")]
+    Carried { pools: i64 },
+    #[error("another change is in progress")]
+    ChangeInProgress,
+    #[error(transparent)]
+    Db(DbError),
+}
+
+impl From<DbError> for CatalogError {
+    fn from(e: DbError) -> Self {
+        match e {
+            DbError::LockNotAvailable => CatalogError::ChangeInProgress,
+            other => CatalogError::Db(other),
+        }
+    }
+}
+
+impl From<sqlx::Error> for CatalogError {
+    fn from(e: sqlx::Error) -> Self {
+        DbError::from(e).into()
+    }
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> CatalogError {
+    CatalogError::Invalid(vec![(field.to_string(), message.into())])
+}
+
+/// A resource key's name: dotted lower-case words, e.g. `fedwiki.active_sites`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceKeyName(String);
+
+impl ResourceKeyName {
+    pub fn parse(s: &str) -> Result<ResourceKeyName, String> {
+        let s = s.trim();
+        let word_ok = |w: &str| {
+            let mut c = w.chars();
+            c.next().is_some_and(|f| f.is_ascii_lowercase())
+                && c.all(|x| x.is_ascii_lowercase() || x.is_ascii_digit() || x == '_')
+        };
+        let parts: Vec<&str> = s.split('.').collect();
+        if s.len() > 100 || parts.len() < 2 || !parts.iter().all(|w| word_ok(w)) {
+            return Err(format!(
+                "“{s}” is not a resource key: use dotted lower-case words such as fedwiki.active_sites."
+            ));
+        }
+        Ok(ResourceKeyName(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Numeric,
+    Flag,
+}
+
+impl KeyKind {
+    pub fn parse(s: &str) -> Result<KeyKind, String> {
+        match s {
+            "numeric" => Ok(KeyKind::Numeric),
+            "flag" => Ok(KeyKind::Flag),
+            other => Err(format!("“{other}” is not a kind: choose numeric or flag.")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyKind::Numeric => "numeric",
+            KeyKind::Flag => "flag",
+        }
+    }
+}
+
+/// A rule's value, of its key's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleValue {
+    Numeric(i64),
+    Flag(bool),
+}
+
+impl RuleValue {
+    /// The largest limit per unit; keeps value × quantity far inside a bigint.
+    pub const MAX_NUMERIC: i64 = 1_000_000_000;
+
+    /// Parse what a form sent for a key of `kind`; empty means "no rule".
+    pub fn parse(key: &str, kind: KeyKind, raw: &str) -> Result<Option<RuleValue>, String> {
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        match kind {
+            KeyKind::Numeric => match raw.parse::<i64>() {
+                Ok(n) if n < 0 => Err(format!("{key}: a limit cannot be negative ({n}).")),
+                Ok(n) if n > Self::MAX_NUMERIC => Err(format!("{key}: a limit may be at most {}.", Self::MAX_NUMERIC)),
+                Ok(n) => Ok(Some(RuleValue::Numeric(n))),
+                Err(_) => Err(format!("{key}: “{raw}” is not a whole number.")),
+            },
+            KeyKind::Flag => match raw {
+                "yes" | "true" | "on" => Ok(Some(RuleValue::Flag(true))),
+                "no" | "false" | "off" => Ok(Some(RuleValue::Flag(false))),
+                _ => Err(format!("{key} is a flag: choose yes or no, not “{raw}”.")),
+            },
+        }
+    }
+}
+
+fn parse_name(field: &str, what: &str, s: &str) -> Result<String, CatalogError> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(invalid(field, format!("{what} needs a name.")));
+    }
+    if s.chars().count() > 200 || s.chars().any(char::is_control) {
+        return Err(invalid(field, format!("{what}'s name must be at most 200 printable characters.")));
+    }
+    Ok(s.to_string())
+}
+
+pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &str) -> Result<String, CatalogError> {
+    let mut problems = vec![];
+    let key = ResourceKeyName::parse(key).map_err(|m| problems.push(("key".to_string(), m))).ok();
+    let kind = KeyKind::parse(kind).map_err(|m| problems.push(("kind".to_string(), m))).ok();
+    if description.chars().count() > 500 {
+        problems.push(("description".into(), "A description may have at most 500 characters.".into()));
+    }
+    let (Some(key), Some(kind), true) = (key, kind, problems.is_empty()) else {
+        return Err(CatalogError::Invalid(problems));
+    };
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind.as_str(), description.trim()).await?;
+    if inserted.is_none() {
+        return Err(invalid("key", format!("The resource key {} exists already.", key.as_str())));
+    }
+    tx.commit().await?;
+    Ok(key.0)
+}
+
+pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<i64, CatalogError> {
+    let name = parse_name("name", "An entitlement set", name)?;
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let id = store::insert_entitlement_set(tx.conn(), &name)
+        .await?
+        .ok_or_else(|| invalid("name", format!("An entitlement set named “{name}” exists already.")))?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+pub async fn create_product(db: &Db, name: &str, set_id: Option<i64>, published: bool) -> Result<i64, CatalogError> {
+    let name = parse_name("name", "A product", name)?;
+    let mut tx = begin(db, TxKind::Plain).await?;
+    if let Some(s) = set_id {
+        if store::entitlement_set(tx.conn(), s).await?.is_none() {
+            return Err(invalid("entitlement_set_id", "That entitlement set does not exist."));
+        }
+    }
+    let id = store::insert_product(tx.conn(), &name, set_id, published)
+        .await?
+        .ok_or_else(|| invalid("name", format!("A product named “{name}” exists already.")))?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+pub static UPDATE_PRODUCT_LOCKS: PathLocks = PathLocks {
+    path: "UpdateProduct",
+    function: "services::catalog::update_product",
+    kind: "Plain",
+    locks: &[Lock::ProductRow],
+    why: "A change of name or publication takes the product row alone (FOR NO KEY UPDATE by its UPDATE), \
+          which does not conflict with the FOR KEY SHARE a conferral or a tier takes through its foreign key.",
+};
+
+pub static CHANGE_PRODUCT_SET_LOCKS: PathLocks = PathLocks {
+    path: "Change a product's entitlement set",
+    function: "services::catalog::update_product",
+    kind: "RuleChange",
+    locks: &[Lock::RendezvousExclusive, Lock::ProductRow],
+    why: "A new set changes what the product confers, so it runs under the exclusive rendezvous: no conferral \
+          of the product can start between the check that no pool carries it and the commit. The product row \
+          after; the tier trigger's FOR SHARE on the same row refuses clearing the set of a tier.",
+};
+
+/// UpdateProduct: name and publication in a plain transaction; a change of entitlement set
+/// under the exclusive rendezvous, refused while any pool carries the product.
+pub async fn update_product(
+    db: &Db,
+    id: i64,
+    name: &str,
+    set_id: Option<i64>,
+    published: bool,
+) -> Result<(), CatalogError> {
+    let name = parse_name("name", "A product", name)?;
+    let current = {
+        let mut conn = db.pool.acquire().await.map_err(DbError::from)?;
+        store::product(&mut conn, id).await?.ok_or(CatalogError::NotFound("product"))?
+    };
+    let set_changes = current.entitlement_set_id != set_id;
+    let mut tx = begin(db, if set_changes { TxKind::RuleChange } else { TxKind::Plain }).await?;
+    if set_changes {
+        let carried = store::product(tx.conn(), id).await?.map(|p| p.carried_by_pools).unwrap_or(0);
+        if carried > 0 {
+            return Err(CatalogError::Carried { pools: carried });
+        }
+        if let Some(s) = set_id {
+            if store::entitlement_set(tx.conn(), s).await?.is_none() {
+                return Err(invalid("entitlement_set_id", "That entitlement set does not exist."));
+            }
+        }
+    }
+    if store::name_taken_by_other_product(tx.conn(), id, &name).await? {
+        return Err(invalid("name", format!("A product named “{name}” exists already.")));
+    }
+    match store::update_product(tx.conn(), id, &name, set_id, published).await {
+        Ok(true) => {}
+        Ok(false) => return Err(CatalogError::NotFound("product")),
+        Err(e) if crate::db::sqlstate(&e).as_deref() == Some("23505") => {
+            return Err(invalid("name", format!("A product named “{name}” exists already.")));
+        }
+        Err(e) if crate::db::sqlstate(&e).as_deref() == Some("MC003") => {
+            return Err(invalid(
+                "entitlement_set_id",
+                "This product is a tier of a plan ladder, so it must keep an entitlement set.",
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub static EDIT_SET_RULES_LOCKS: PathLocks = PathLocks {
+    path: "Edit the rules of an uncarried set",
+    function: "services::catalog::edit_set_rules",
+    kind: "RuleChange",
+    locks: &[Lock::RendezvousExclusive, Lock::EntitlementSetRow],
+    why: "Under the exclusive rendezvous no conferral can start, so the check that no pool carries the set \
+          holds to the commit; the set row serializes two edits of one set.",
+};
+
+/// Replace a set's rules with `submitted` (key → raw value; empty removes the rule), only while
+/// no pool carries the set: changing a carried set is a rule change.
+pub async fn edit_set_rules(db: &Db, set_id: i64, submitted: &BTreeMap<String, String>) -> Result<usize, CatalogError> {
+    let mut tx = begin(db, TxKind::RuleChange).await?;
+    if !store::lock_entitlement_set(tx.conn(), set_id).await? {
+        return Err(CatalogError::NotFound("entitlement set"));
+    }
+    let keys = store::resource_keys(tx.conn()).await?;
+    let kinds: BTreeMap<&str, KeyKind> = keys
+        .iter()
+        .map(|k| (k.resource_key.as_str(), if k.kind == "numeric" { KeyKind::Numeric } else { KeyKind::Flag }))
+        .collect();
+    let mut problems = vec![];
+    let mut parsed = vec![];
+    for (key, raw) in submitted {
+        match kinds.get(key.as_str()) {
+            None => problems.push((format!("rule.{key}"), format!("There is no resource key {key}."))),
+            Some(kind) => match RuleValue::parse(key, *kind, raw) {
+                Ok(v) => parsed.push((key.clone(), v)),
+                Err(m) => problems.push((format!("rule.{key}"), m)),
+            },
+        }
+    }
+    if !problems.is_empty() {
+        return Err(CatalogError::Invalid(problems));
+    }
+    let carried = store::pools_carrying_set(tx.conn(), set_id).await?;
+    if carried > 0 {
+        return Err(CatalogError::Carried { pools: carried });
+    }
+    for (key, v) in &parsed {
+        let (n, f) = match v {
+            Some(RuleValue::Numeric(n)) => (Some(*n), None),
+            Some(RuleValue::Flag(b)) => (None, Some(*b)),
+            None => (None, None),
+        };
+        store::put_rule(tx.conn(), set_id, key, n, f).await?;
+    }
+    tx.commit().await?;
+    Ok(parsed.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_keys_are_dotted_lower_case_words() {
+        assert!(ResourceKeyName::parse("fedwiki.active_sites").is_ok());
+        for bad in ["", "fedwiki", "Fedwiki.sites", "fedwiki.", ".x", "a.b c", "a.1b"] {
+            assert!(ResourceKeyName::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rule_values_follow_their_kind() {
+        assert_eq!(RuleValue::parse("k", KeyKind::Numeric, " 3 ").unwrap(), Some(RuleValue::Numeric(3)));
+        assert_eq!(RuleValue::parse("k", KeyKind::Numeric, "").unwrap(), None);
+        assert!(RuleValue::parse("k", KeyKind::Numeric, "-1").unwrap_err().contains("negative"));
+        assert!(RuleValue::parse("k", KeyKind::Numeric, "yes").is_err());
+        assert!(RuleValue::parse("k", KeyKind::Flag, "3").unwrap_err().contains("flag"));
+        assert_eq!(RuleValue::parse("k", KeyKind::Flag, "yes").unwrap(), Some(RuleValue::Flag(true)));
+    }
+}

@@ -1,0 +1,138 @@
+//! Reads for the operator's catalog, topology and organization pages and the member's home.
+
+use crate::{
+    db::{Db, DbError},
+    store::{
+        accounts,
+        catalog::{self as store, HeldConferral},
+        entitlements::{self, EntitlementValue},
+    },
+};
+
+pub struct CatalogOverview {
+    pub keys: Vec<store::ResourceKey>,
+    pub sets: Vec<store::EntitlementSet>,
+    pub rules: Vec<store::Rule>,
+    pub products: Vec<store::Product>,
+    pub tiers: Vec<store::Tier>,
+}
+
+pub async fn catalog(db: &Db) -> Result<CatalogOverview, DbError> {
+    let mut c = db.pool.acquire().await?;
+    Ok(CatalogOverview {
+        keys: store::resource_keys(&mut c).await?,
+        sets: store::entitlement_sets(&mut c).await?,
+        rules: store::rules(&mut c).await?,
+        products: store::products(&mut c).await?,
+        tiers: store::tiers(&mut c).await?,
+    })
+}
+
+pub struct SetDetail {
+    pub set: store::EntitlementSet,
+    pub rules: Vec<store::Rule>,
+    pub keys: Vec<store::ResourceKey>,
+}
+
+pub async fn entitlement_set(db: &Db, id: i64) -> Result<Option<SetDetail>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    let Some(set) = store::entitlement_set(&mut c, id).await? else { return Ok(None) };
+    Ok(Some(SetDetail {
+        set,
+        rules: store::rules_of_set(&mut c, id).await?,
+        keys: store::resource_keys(&mut c).await?,
+    }))
+}
+
+pub struct ProductDetail {
+    pub product: store::Product,
+    pub sets: Vec<store::EntitlementSet>,
+    pub tiers: Vec<store::Tier>,
+}
+
+pub async fn product(db: &Db, id: i64) -> Result<Option<ProductDetail>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    let Some(product) = store::product(&mut c, id).await? else { return Ok(None) };
+    let tiers = store::tiers(&mut c).await?.into_iter().filter(|t| t.product_id == id).collect();
+    Ok(Some(ProductDetail { product, sets: store::entitlement_sets(&mut c).await?, tiers }))
+}
+
+pub struct Topology {
+    pub ladders: Vec<store::Ladder>,
+    pub tiers: Vec<store::Tier>,
+    pub org_types: Vec<store::OrgType>,
+}
+
+pub async fn topology(db: &Db) -> Result<Topology, DbError> {
+    let mut c = db.pool.acquire().await?;
+    Ok(Topology {
+        ladders: store::ladders(&mut c).await?,
+        tiers: store::tiers(&mut c).await?,
+        org_types: store::org_types(&mut c).await?,
+    })
+}
+
+pub const ORGANIZATIONS_PER_PAGE: u64 = 50;
+
+pub async fn organizations(db: &Db, query: &str, page: u64) -> Result<(u64, Vec<store::OrgListRow>), DbError> {
+    let mut c = db.pool.acquire().await?;
+    let offset = page.saturating_sub(1).saturating_mul(ORGANIZATIONS_PER_PAGE).min(i64::MAX as u64) as i64;
+    let (total, rows) = store::organizations_page(&mut c, query.trim(), ORGANIZATIONS_PER_PAGE as i64, offset).await?;
+    Ok((total.max(0) as u64, rows))
+}
+
+pub struct OrganizationDetail {
+    pub facts: store::OrgFacts,
+    pub held: Vec<HeldConferral>,
+    pub displaced: Vec<store::Displaced>,
+    pub entitlements: Vec<EntitlementValue>,
+    pub usage: Vec<store::Usage>,
+    pub members: Vec<store::Member>,
+}
+
+pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    let Some(facts) = store::organization(&mut c, id).await? else { return Ok(None) };
+    let (held, entitlements, usage) = match facts.pool_id {
+        Some(p) => (
+            store::held_conferrals(&mut c, p).await?,
+            entitlements::pool_entitlements(&mut c, p).await?,
+            store::usage(&mut c, p).await?,
+        ),
+        None => (vec![], vec![], vec![]),
+    };
+    Ok(Some(OrganizationDetail {
+        displaced: store::displaced_sources(&mut c, id).await?,
+        members: store::members(&mut c, id).await?,
+        facts,
+        held,
+        entitlements,
+        usage,
+    }))
+}
+
+/// One of the member's organizations, as their home shows it.
+pub struct MemberOrganization {
+    pub membership: accounts::Membership,
+    pub held: Vec<HeldConferral>,
+    pub entitlements: Vec<EntitlementValue>,
+    pub usage: Vec<store::Usage>,
+}
+
+pub async fn member_home(db: &Db, account_id: i64) -> Result<Vec<MemberOrganization>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    let mut out = vec![];
+    for m in accounts::memberships(&mut c, account_id).await? {
+        let pool = entitlements::default_pool_of(&mut c, m.organization_id).await?;
+        let (held, ents, usage) = match pool {
+            Some(p) => (
+                store::held_conferrals(&mut c, p).await?,
+                entitlements::pool_entitlements(&mut c, p).await?,
+                store::usage(&mut c, p).await?,
+            ),
+            None => (vec![], vec![], vec![]),
+        };
+        out.push(MemberOrganization { membership: m, held, entitlements: ents, usage });
+    }
+    Ok(out)
+}

@@ -1,0 +1,507 @@
+//! The catalog (resource keys, entitlement sets and rules, products), the topology (ladders,
+//! tiers, org types), and the read models of organizations and pools.
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgConnection};
+
+#[derive(Debug, Clone, FromRow)]
+pub struct ResourceKey {
+    pub resource_key: String,
+    pub kind: String,
+    pub provider: Option<String>,
+    pub description: String,
+}
+
+pub async fn resource_keys(conn: &mut PgConnection) -> sqlx::Result<Vec<ResourceKey>> {
+    sqlx::query_as(
+        "SELECT resource_key, kind, provider, description FROM core.resource_keys ORDER BY resource_key COLLATE \"C\"",
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Inserted, or None when the key exists already.
+pub async fn insert_resource_key(
+    conn: &mut PgConnection,
+    key: &str,
+    kind: &str,
+    description: &str,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar(
+        "INSERT INTO core.resource_keys (resource_key, kind, description) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING RETURNING resource_key",
+    )
+    .bind(key)
+    .bind(kind)
+    .bind(description)
+    .fetch_optional(conn)
+    .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct EntitlementSet {
+    pub entitlement_set_id: i64,
+    pub name: String,
+    pub carried_by_pools: i64,
+}
+
+pub async fn entitlement_sets(conn: &mut PgConnection) -> sqlx::Result<Vec<EntitlementSet>> {
+    sqlx::query_as(
+        "SELECT s.entitlement_set_id, s.name,
+                (SELECT count(DISTINCT c.pool_id) FROM core.products p JOIN core.conferrals c
+                   ON c.product_id = p.product_id AND c.state = 'holding'
+                 WHERE p.entitlement_set_id = s.entitlement_set_id) AS carried_by_pools
+         FROM core.entitlement_sets s ORDER BY lower(s.name), s.entitlement_set_id",
+    )
+    .fetch_all(conn)
+    .await
+}
+
+pub async fn entitlement_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<EntitlementSet>> {
+    sqlx::query_as(
+        "SELECT s.entitlement_set_id, s.name,
+                (SELECT count(DISTINCT c.pool_id) FROM core.products p JOIN core.conferrals c
+                   ON c.product_id = p.product_id AND c.state = 'holding'
+                 WHERE p.entitlement_set_id = s.entitlement_set_id) AS carried_by_pools
+         FROM core.entitlement_sets s WHERE s.entitlement_set_id = $1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// The set row, FOR UPDATE.
+pub async fn lock_entitlement_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<bool> {
+    Ok(sqlx::query("SELECT 1 FROM core.entitlement_sets WHERE entitlement_set_id = $1 FOR UPDATE")
+        .bind(id)
+        .fetch_optional(conn)
+        .await?
+        .is_some())
+}
+
+/// How many pools hold a conferral of a product of this set now.
+pub async fn pools_carrying_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT c.pool_id) FROM core.products p
+         JOIN core.conferrals c ON c.product_id = p.product_id AND c.state = 'holding'
+         WHERE p.entitlement_set_id = $1",
+    )
+    .bind(id)
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn insert_entitlement_set(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "INSERT INTO core.entitlement_sets (name) VALUES ($1) ON CONFLICT DO NOTHING RETURNING entitlement_set_id",
+    )
+    .bind(name)
+    .fetch_optional(conn)
+    .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct Rule {
+    pub entitlement_set_id: i64,
+    pub resource_key: String,
+    pub numeric_value: Option<i64>,
+    pub flag_value: Option<bool>,
+}
+
+pub async fn rules(conn: &mut PgConnection) -> sqlx::Result<Vec<Rule>> {
+    sqlx::query_as(
+        "SELECT entitlement_set_id, resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
+         ORDER BY entitlement_set_id, resource_key COLLATE \"C\"",
+    )
+    .fetch_all(conn)
+    .await
+}
+
+pub async fn rules_of_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<Vec<Rule>> {
+    sqlx::query_as(
+        "SELECT entitlement_set_id, resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
+         WHERE entitlement_set_id = $1 ORDER BY resource_key COLLATE \"C\"",
+    )
+    .bind(id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Write one rule (or remove it, with neither value).
+pub async fn put_rule(
+    conn: &mut PgConnection,
+    set_id: i64,
+    key: &str,
+    numeric: Option<i64>,
+    flag: Option<bool>,
+) -> sqlx::Result<()> {
+    if numeric.is_none() && flag.is_none() {
+        sqlx::query("DELETE FROM core.entitlement_set_rules WHERE entitlement_set_id = $1 AND resource_key = $2")
+            .bind(set_id)
+            .bind(key)
+            .execute(conn)
+            .await?;
+    } else {
+        sqlx::query(
+            "INSERT INTO core.entitlement_set_rules (entitlement_set_id, resource_key, numeric_value, flag_value)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (entitlement_set_id, resource_key) DO UPDATE
+             SET numeric_value = EXCLUDED.numeric_value, flag_value = EXCLUDED.flag_value",
+        )
+        .bind(set_id)
+        .bind(key)
+        .bind(numeric)
+        .bind(flag)
+        .execute(conn)
+        .await?;
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct Product {
+    pub product_id: i64,
+    pub name: String,
+    pub entitlement_set_id: Option<i64>,
+    pub set_name: Option<String>,
+    pub published: bool,
+    pub carried_by_pools: i64,
+}
+
+const PRODUCT_SELECT: &str = "SELECT p.product_id, p.name, p.entitlement_set_id, s.name AS set_name, p.published,
+        (SELECT count(DISTINCT c.pool_id) FROM core.conferrals c WHERE c.product_id = p.product_id AND c.state = 'holding') AS carried_by_pools
+     FROM core.products p LEFT JOIN core.entitlement_sets s USING (entitlement_set_id)";
+
+pub async fn products(conn: &mut PgConnection) -> sqlx::Result<Vec<Product>> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("{PRODUCT_SELECT} ORDER BY lower(p.name), p.product_id")))
+        .fetch_all(conn)
+        .await
+}
+
+pub async fn product(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<Product>> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("{PRODUCT_SELECT} WHERE p.product_id = $1")))
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}
+
+pub async fn insert_product(
+    conn: &mut PgConnection,
+    name: &str,
+    set_id: Option<i64>,
+    published: bool,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "INSERT INTO core.products (name, entitlement_set_id, published) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING RETURNING product_id",
+    )
+    .bind(name)
+    .bind(set_id)
+    .bind(published)
+    .fetch_optional(conn)
+    .await
+}
+
+/// UpdateProduct: the UPDATE takes the product row FOR NO KEY UPDATE.
+pub async fn update_product(
+    conn: &mut PgConnection,
+    id: i64,
+    name: &str,
+    set_id: Option<i64>,
+    published: bool,
+) -> sqlx::Result<bool> {
+    Ok(sqlx::query("UPDATE core.products SET name = $2, entitlement_set_id = $3, published = $4 WHERE product_id = $1")
+        .bind(id)
+        .bind(name)
+        .bind(set_id)
+        .bind(published)
+        .execute(conn)
+        .await?
+        .rows_affected()
+        == 1)
+}
+
+pub async fn name_taken_by_other_product(conn: &mut PgConnection, id: i64, name: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM core.products WHERE name = $2 AND product_id <> $1)")
+        .bind(id)
+        .bind(name)
+        .fetch_one(conn)
+        .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct Tier {
+    pub plan_ladder_id: i64,
+    pub ladder_name: String,
+    pub rank: i32,
+    pub product_id: i64,
+    pub product_name: String,
+    pub set_name: Option<String>,
+}
+
+pub async fn tiers(conn: &mut PgConnection) -> sqlx::Result<Vec<Tier>> {
+    sqlx::query_as(
+        "SELECT t.plan_ladder_id, l.name AS ladder_name, t.rank, t.product_id, p.name AS product_name, s.name AS set_name
+         FROM core.plan_ladder_tiers t JOIN core.plan_ladders l USING (plan_ladder_id)
+         JOIN core.products p USING (product_id) LEFT JOIN core.entitlement_sets s ON s.entitlement_set_id = p.entitlement_set_id
+         ORDER BY l.sort_order, l.plan_ladder_id, t.rank",
+    )
+    .fetch_all(conn)
+    .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct Ladder {
+    pub plan_ladder_id: i64,
+    pub name: String,
+    pub sort_order: i32,
+}
+
+pub async fn ladders(conn: &mut PgConnection) -> sqlx::Result<Vec<Ladder>> {
+    sqlx::query_as("SELECT plan_ladder_id, name, sort_order FROM core.plan_ladders ORDER BY sort_order, plan_ladder_id")
+        .fetch_all(conn)
+        .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct OrgType {
+    pub org_type_id: i64,
+    pub name: String,
+    pub default_plan_ladder_id: Option<i64>,
+    pub default_ladder: Option<String>,
+    pub floor_product: Option<String>,
+    pub organizations: i64,
+}
+
+pub async fn org_types(conn: &mut PgConnection) -> sqlx::Result<Vec<OrgType>> {
+    sqlx::query_as(
+        "SELECT t.org_type_id, t.name, t.default_plan_ladder_id, l.name AS default_ladder,
+                (SELECT p.name FROM core.plan_ladder_tiers pt JOIN core.products p USING (product_id)
+                 WHERE pt.plan_ladder_id = t.default_plan_ladder_id AND pt.rank = 0) AS floor_product,
+                (SELECT count(*) FROM core.organizations o WHERE o.org_type_id = t.org_type_id) AS organizations
+         FROM core.org_types t LEFT JOIN core.plan_ladders l ON l.plan_ladder_id = t.default_plan_ladder_id
+         ORDER BY lower(t.name), t.org_type_id",
+    )
+    .fetch_all(conn)
+    .await
+}
+
+// Setup used by the demo seed: the topology's own writers (plan acts) come later.
+
+pub async fn ensure_ladder(conn: &mut PgConnection, name: &str, sort_order: i32) -> sqlx::Result<i64> {
+    if let Some(id) = sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1")
+        .bind(name)
+        .fetch_optional(&mut *conn)
+        .await?
+    {
+        return Ok(id);
+    }
+    sqlx::query_scalar("INSERT INTO core.plan_ladders (name, sort_order) VALUES ($1, $2) RETURNING plan_ladder_id")
+        .bind(name)
+        .bind(sort_order)
+        .fetch_one(conn)
+        .await
+}
+
+pub async fn ensure_tier(conn: &mut PgConnection, ladder: i64, rank: i32, product: i64) -> sqlx::Result<()> {
+    sqlx::query(
+        // The rank key is deferrable (renumbering), which ON CONFLICT cannot arbitrate.
+        "INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) SELECT $1, $2, $3
+         WHERE NOT EXISTS (SELECT 1 FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND (rank = $2 OR product_id = $3))",
+    )
+    .bind(ladder)
+    .bind(rank)
+    .bind(product)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn ensure_org_type(conn: &mut PgConnection, name: &str, default_ladder: Option<i64>) -> sqlx::Result<i64> {
+    if let Some(id) = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = $1")
+        .bind(name)
+        .fetch_optional(&mut *conn)
+        .await?
+    {
+        return Ok(id);
+    }
+    sqlx::query_scalar(
+        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id",
+    )
+    .bind(name)
+    .bind(default_ladder)
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn entitlement_set_id_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar("SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = $1")
+        .bind(name)
+        .fetch_optional(conn)
+        .await
+}
+
+pub async fn product_id_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar("SELECT product_id FROM core.products WHERE name = $1").bind(name).fetch_optional(conn).await
+}
+
+// Organizations and pools, read models.
+
+#[derive(Debug, Clone, FromRow)]
+pub struct OrgListRow {
+    pub organization_id: i64,
+    pub name: String,
+    pub org_type: Option<String>,
+    pub plan: Option<String>,
+}
+
+/// One page of organizations whose name starts with `prefix` (any case), or whose id is it.
+pub async fn organizations_page(
+    conn: &mut PgConnection,
+    prefix: &str,
+    limit: i64,
+    offset: i64,
+) -> sqlx::Result<(i64, Vec<OrgListRow>)> {
+    let pattern = format!("{}%", prefix.to_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+    let id: Option<i64> = prefix.trim().parse().ok();
+    let total: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM core.organizations WHERE lower(name) COLLATE \"C\" LIKE $1 OR organization_id = $2",
+    )
+    .bind(&pattern)
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let rows = sqlx::query_as(
+        "SELECT o.organization_id, o.name, t.name AS org_type,
+                (SELECT string_agg(l.name || ': ' || pr.name, ' · ' ORDER BY l.sort_order, l.plan_ladder_id)
+                 FROM core.resource_pools rp JOIN core.positions ps ON ps.pool_id = rp.pool_id
+                 JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
+                 JOIN core.conferrals c ON c.conferral_id = ps.conferral_id JOIN core.products pr ON pr.product_id = c.product_id
+                 WHERE rp.organization_id = o.organization_id AND rp.is_default) AS plan
+         FROM core.organizations o LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
+         WHERE lower(o.name) COLLATE \"C\" LIKE $1 OR o.organization_id = $2
+         ORDER BY lower(o.name) COLLATE \"C\", o.organization_id LIMIT $3 OFFSET $4",
+    )
+    .bind(&pattern)
+    .bind(id)
+    .bind(limit)
+    .bind(offset)
+    .fetch_all(conn)
+    .await?;
+    Ok((total, rows))
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct OrgFacts {
+    pub organization_id: i64,
+    pub name: String,
+    pub org_type: Option<String>,
+    pub pool_id: Option<i64>,
+    pub created_at: DateTime<Utc>,
+}
+
+pub async fn organization(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<OrgFacts>> {
+    sqlx::query_as(
+        "SELECT o.organization_id, o.name, t.name AS org_type, rp.pool_id, o.created_at
+         FROM core.organizations o LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
+         LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+         WHERE o.organization_id = $1",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// A holding conferral of a pool, with its ladder place when it has one.
+#[derive(Debug, Clone, FromRow)]
+pub struct HeldConferral {
+    pub conferral_id: i64,
+    pub ladder: Option<String>,
+    pub rank: Option<i32>,
+    pub product: String,
+    pub grant_id: Option<i64>,
+    pub grant_kind: Option<String>,
+    pub stripe_subscription_id: Option<String>,
+    pub stripe_item_id: Option<String>,
+    pub suspended: bool,
+    pub quantity: i32,
+}
+
+pub async fn held_conferrals(conn: &mut PgConnection, pool_id: i64) -> sqlx::Result<Vec<HeldConferral>> {
+    sqlx::query_as(
+        "SELECT c.conferral_id, l.name AS ladder, ps.rank, p.name AS product, c.grant_id, g.kind AS grant_kind,
+                s.stripe_subscription_id, i.stripe_item_id, c.suspended, c.quantity
+         FROM core.conferrals c
+         JOIN core.products p ON p.product_id = c.product_id
+         LEFT JOIN core.positions ps ON ps.conferral_id = c.conferral_id
+         LEFT JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
+         LEFT JOIN core.grants g ON g.grant_id = c.grant_id
+         LEFT JOIN core.subscription_items i ON i.subscription_item_id = c.subscription_item_id
+         LEFT JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
+         WHERE c.pool_id = $1 AND c.state = 'holding'
+         ORDER BY l.sort_order NULLS LAST, l.plan_ladder_id, c.conferral_id",
+    )
+    .bind(pool_id)
+    .fetch_all(conn)
+    .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct Displaced {
+    pub kind: String,
+    pub source: String,
+    pub product: String,
+    pub since: DateTime<Utc>,
+}
+
+pub async fn displaced_sources(conn: &mut PgConnection, organization_id: i64) -> sqlx::Result<Vec<Displaced>> {
+    sqlx::query_as(
+        "SELECT 'replaced grant' AS kind, 'grant #' || g.grant_id AS source, p.name AS product, g.replaced_at AS since
+         FROM core.grants g JOIN core.products p USING (product_id)
+         WHERE g.organization_id = $1 AND g.status = 'replaced'
+         UNION ALL
+         SELECT 'displaced subscription', 'subscription ' || s.stripe_subscription_id || ' item ' || i.stripe_item_id,
+                p.name, d.displaced_at
+         FROM core.subscription_displacements d
+         JOIN core.subscription_items i USING (subscription_item_id)
+         JOIN core.subscriptions s USING (subscription_id)
+         JOIN core.products p ON p.product_id = i.product_id
+         WHERE s.organization_id = $1 AND d.delivered_at IS NULL
+         ORDER BY since DESC",
+    )
+    .bind(organization_id)
+    .fetch_all(conn)
+    .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct Usage {
+    pub resource_key: String,
+    pub used: i64,
+    pub limit_value: i64,
+}
+
+pub async fn usage(conn: &mut PgConnection, pool_id: i64) -> sqlx::Result<Vec<Usage>> {
+    sqlx::query_as(
+        "SELECT resource_key, used, limit_value FROM core.pool_usage WHERE pool_id = $1 ORDER BY resource_key COLLATE \"C\"",
+    )
+    .bind(pool_id)
+    .fetch_all(conn)
+    .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct Member {
+    pub email: String,
+    pub role: String,
+}
+
+pub async fn members(conn: &mut PgConnection, organization_id: i64) -> sqlx::Result<Vec<Member>> {
+    sqlx::query_as(
+        "SELECT a.email, m.role FROM core.organization_members m JOIN core.accounts a USING (account_id)
+         WHERE m.organization_id = $1 ORDER BY m.role DESC, lower(a.email)",
+    )
+    .bind(organization_id)
+    .fetch_all(conn)
+    .await
+}

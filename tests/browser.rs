@@ -1,0 +1,166 @@
+//! Browser tests: a person's flows through the running console in Debian's headless Chromium,
+//! asserting on what they see. Each test has its own database, server, chromedriver and profile.
+//! Needs `chromium` and `chromium-driver` (scripts/test installs them); fails without them.
+
+mod common;
+
+use common::{
+    TestApp, TestDb,
+    browser::{Browser, Until, WAIT},
+};
+use member_console::demo;
+use serde_json::Value;
+
+async fn app_with_demo() -> (TestDb, TestApp) {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let app = TestApp::spawn(&t).await;
+    (t, app)
+}
+
+/// Type the credentials into the sign-in form and press its button, as a person does.
+async fn sign_in_through_the_form(b: &Browser, email: &str, password: &str) {
+    assert_eq!(b.text_of("main h1").await, "Sign in");
+    b.fill("#email", email).await;
+    b.fill("#password", password).await;
+    b.click_button("Sign in").await;
+}
+
+#[tokio::test]
+async fn a_member_signs_in_sees_home_is_refused_operations_and_signs_out() {
+    let (_t, app) = app_with_demo().await;
+    Browser::start()
+        .await
+        .run(async |b| {
+            // Anonymous: the start page sends the person to sign in.
+            b.goto(&app.url("/")).await;
+            assert_eq!(b.path().await, "/login");
+            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+
+            b.wait_for(Until::Css("header.topbar .user-email"), WAIT).await;
+            assert_eq!(b.path().await, "/");
+            assert_eq!(b.text_of("main h1").await, "Home");
+            assert_eq!(b.text_of("header.topbar .user-email").await, demo::MEMBER_EMAIL);
+            // Visible text, not markup: the home page's layout is free to change.
+            let main = b.text_of("main").await;
+            assert!(main.contains(demo::MEMBER_EMAIL), "home shows: {main}");
+            assert!(main.contains(demo::DEMO_ORGANIZATION), "home shows: {main}");
+            // The nav is there (so its check below is not vacuous) and offers no Operations.
+            let nav = b.texts_of("header.topbar nav a").await;
+            assert!(nav.iter().any(|l| l == "Home"), "nav: {nav:?}");
+            assert!(!nav.iter().any(|l| l == "Operations"), "a member is offered Operations: {nav:?}");
+            assert!(b.find_all("a[href='/operator']").await.is_empty());
+
+            // Typing the address anyway gets the refusal, still signed in.
+            b.goto(&app.url("/operator")).await;
+            b.wait_for(Until::Text("This page is for operators."), WAIT).await;
+            assert_eq!(b.text_of("main h1").await, "Operators only");
+            assert_eq!(b.text_of("header.topbar .user-email").await, demo::MEMBER_EMAIL);
+
+            // Back home through the nav, then sign out with the top bar's button.
+            b.click("header.topbar nav a[href='/']").await;
+            b.wait_for(Until::Path("/"), WAIT).await;
+            assert_eq!(b.text_of("header.topbar form.signout button").await, "Sign out");
+            b.click("header.topbar form.signout button").await;
+            b.wait_for(Until::Path("/login"), WAIT).await;
+            assert_eq!(b.text_of("main h1").await, "Sign in");
+            assert!(b.find_all(".user-email").await.is_empty(), "the top bar still shows someone");
+
+            // The session is over: the start page sends the person to sign in again.
+            b.goto(&app.url("/")).await;
+            assert_eq!(b.path().await, "/login");
+            assert_eq!(b.text_of("main h1").await, "Sign in");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn an_operator_signs_in_and_sees_operations() {
+    let (_t, app) = app_with_demo().await;
+    Browser::start()
+        .await
+        .run(async |b| {
+            b.goto(&app.url("/login")).await;
+            sign_in_through_the_form(b, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+            b.wait_for(Until::Css("header.topbar .user-email"), WAIT).await;
+            assert_eq!(b.text_of("header.topbar .user-email").await, demo::OPERATOR_EMAIL);
+            assert_eq!(b.text_of("header.topbar .badge").await, "Operator");
+
+            // The nav offers Operations; following it shows the overview.
+            b.click("header.topbar nav a[href='/operator']").await;
+            b.wait_for(Until::Path("/operator"), WAIT).await;
+            assert_eq!(b.text_of("main h1").await, "Operations");
+            assert_eq!(b.text_of("header.topbar nav a[aria-current='page']").await, "Operations");
+            let accounts = b.texts_of("section[aria-labelledby='accounts-heading'] td").await;
+            assert!(accounts.iter().any(|c| c == demo::MEMBER_EMAIL), "accounts table: {accounts:?}");
+            assert!(accounts.iter().any(|c| c == demo::OPERATOR_EMAIL), "accounts table: {accounts:?}");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_refused_on_the_sign_in_page_keeping_the_email() {
+    let (_t, app) = app_with_demo().await;
+    Browser::start()
+        .await
+        .run(async |b| {
+            b.goto(&app.url("/login")).await;
+            sign_in_through_the_form(b, demo::MEMBER_EMAIL, "not-the-password").await;
+
+            // The refusal appears in the sign-in card itself, not on a page of its own.
+            let alert = b.wait_for(Until::Css(".signin-card .refusal[role='alert']"), WAIT).await;
+            let shown = alert.text().await.unwrap();
+            assert!(shown.contains("The email or the password is not right."), "refusal: {shown}");
+            assert_eq!(b.path().await, "/login");
+            assert_eq!(b.text_of("main h1").await, "Sign in");
+            // The email is kept to correct; the password is not echoed back.
+            assert_eq!(b.value_of("#email").await, demo::MEMBER_EMAIL);
+            assert_eq!(b.value_of("#password").await, "");
+            assert!(b.find_all(".user-email").await.is_empty(), "nobody is signed in");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn htmx_requests_carry_the_csrf_header_from_the_body() {
+    let (_t, app) = app_with_demo().await;
+    Browser::start()
+        .await
+        .run(async |b| {
+            b.goto(&app.url("/login")).await;
+            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+            b.wait_for(Until::Css("header.topbar .user-email"), WAIT).await;
+            assert_eq!(b.execute("return typeof htmx.process", vec![]).await, "function", "htmx is loaded");
+
+            // Control: the same POST without the token is refused and the session lives on, so
+            // what ends it below is the header htmx adds.
+            let status = b.execute("return fetch('/logout', {method: 'POST'}).then(r => r.status)", vec![]).await;
+            assert_eq!(status, 403);
+            b.goto(&app.url("/")).await;
+            assert_eq!(b.path().await, "/", "still signed in after the refused POST");
+
+            // As the console's own hx-post controls will: an element in <main>, no form and no
+            // token of its own, relying on `hx-headers:inherited` on <body>.
+            let added = b
+                .execute(
+                    "const b = document.createElement('button');
+                     b.id = 'hx-sign-out';
+                     b.setAttribute('hx-post', '/logout');
+                     b.textContent = 'Sign out (htmx)';
+                     document.querySelector('main').append(b);
+                     htmx.process(b);
+                     return b.closest('form') === null;",
+                    vec![],
+                )
+                .await;
+            assert_eq!(added, Value::Bool(true));
+            b.click("#hx-sign-out").await;
+
+            // The server answers HX-Redirect: /login, which htmx follows.
+            b.wait_for(Until::Path("/login"), WAIT).await;
+            assert_eq!(b.text_of("main h1").await, "Sign in");
+            b.goto(&app.url("/")).await;
+            assert_eq!(b.path().await, "/login", "the session ended");
+        })
+        .await;
+}

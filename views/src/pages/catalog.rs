@@ -1,0 +1,816 @@
+//! The operator's catalog: resource keys, entitlement sets and their rules, products.
+//!
+//! Every form here is a plain `method="post"` form (it works without JavaScript) that htmx
+//! enhances: it posts to the same URL and swaps the form's own container (`outerHTML`) with the
+//! server's answer, so a refusal or validation error (a 4xx carrying the re-rendered partial)
+//! appears in place.
+
+use maud::{Markup, html};
+
+use crate::components::{Column, Field, Tone, badge, csrf_field, facts, field, form_errors, notice, table_cols};
+
+/// One resource key as the catalog lists it.
+pub struct ResourceKeyRow {
+    pub key: String,
+    /// "numeric" or "flag".
+    pub kind: String,
+    /// The integration that enforces the key, once one has registered it.
+    pub provider: Option<String>,
+    pub description: String,
+}
+
+/// One rule of an entitlement set: the value it confers per unit for a resource key.
+pub struct RuleRow {
+    pub key: String,
+    /// "3" for a numeric key, "yes"/"no" for a flag.
+    pub value: String,
+}
+
+pub struct SetRow {
+    pub id: i64,
+    pub name: String,
+    pub rules: Vec<RuleRow>,
+    pub carried_by_pools: i64,
+}
+
+pub struct ProductRow {
+    pub id: i64,
+    pub name: String,
+    pub set_name: Option<String>,
+    pub published: bool,
+    /// Where the product is a tier, already worded, e.g. "Wiki hosting · rank 1".
+    pub shape: Vec<String>,
+}
+
+/// What a form shows: the submitted values, the errors that go with them, and a notice.
+#[derive(Debug, Clone, Default)]
+pub struct FormState {
+    /// Field name → submitted (or current) value.
+    pub values: Vec<(String, String)>,
+    /// Errors that belong to no one field.
+    pub errors: Vec<String>,
+    /// Field name → message.
+    pub field_errors: Vec<(String, String)>,
+    /// Good news shown above the form (e.g. "Saved").
+    pub notice: Option<String>,
+}
+
+impl FormState {
+    /// The value for `name`, or "" when there is none.
+    pub fn value(&self, name: &str) -> &str {
+        self.values.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
+    }
+
+    /// The error for `name`, if any.
+    pub fn field_error(&self, name: &str) -> Option<&str> {
+        self.field_errors.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+pub struct CatalogView {
+    pub csrf: String,
+    pub keys: Vec<ResourceKeyRow>,
+    pub sets: Vec<SetRow>,
+    pub products: Vec<ProductRow>,
+    /// (entitlement set id, name) for the product form's select.
+    pub set_options: Vec<(i64, String)>,
+    pub key_form: FormState,
+    pub set_form: FormState,
+    pub product_form: FormState,
+}
+
+/// The catalog page: resource keys, entitlement sets, products, each with its "add" form.
+pub fn catalog(v: &CatalogView) -> Markup {
+    html! {
+        section.card aria-labelledby="keys-heading" {
+            h2 #keys-heading { "Resource keys" }
+            p.muted {
+                "A resource key names one thing a plan can limit (a number, such as active sites) "
+                "or allow (a flag). The integration that enforces a key registers itself when the "
+                "console starts."
+            }
+            (keys_table(&v.keys))
+            (key_form(&v.csrf, &v.key_form))
+        }
+        section.card aria-labelledby="sets-heading" {
+            h2 #sets-heading { "Entitlement sets" }
+            p.muted {
+                "An entitlement set is the list of rules a product confers: for each resource key, "
+                "the value one unit of the product gives."
+            }
+            (sets_table(&v.sets))
+            (set_form(&v.csrf, &v.set_form))
+        }
+        section.card aria-labelledby="products-heading" {
+            h2 #products-heading { "Products" }
+            p.muted {
+                "A product is what an organization is sold or granted. Its shape is the ladders "
+                "where it is a tier; a product that is a tier must have an entitlement set."
+            }
+            (products_table(&v.products))
+            (product_form(&v.csrf, &v.set_options, &v.product_form))
+        }
+    }
+}
+
+fn keys_table(keys: &[ResourceKeyRow]) -> Markup {
+    let rows = keys
+        .iter()
+        .map(|k| {
+            vec![
+                html! { code { (k.key) } },
+                html! { (kind_label(&k.kind)) },
+                match &k.provider {
+                    Some(p) => html! { (p) },
+                    None => html! { span.muted { "not registered" } },
+                },
+                html! { (k.description) },
+            ]
+        })
+        .collect();
+    let columns = [Column::text("Key"), Column::text("Kind"), Column::text("Enforced by"), Column::text("Description")];
+    table_cols(&columns, rows, "No resource keys yet.")
+}
+
+fn kind_label(kind: &str) -> &str {
+    match kind {
+        "numeric" => "Numeric",
+        "flag" => "Flag",
+        other => other,
+    }
+}
+
+fn sets_table(sets: &[SetRow]) -> Markup {
+    let rows = sets
+        .iter()
+        .map(|s| {
+            vec![
+                html! { (s.name) },
+                rules_list(&s.rules),
+                html! { "carried by " (count(s.carried_by_pools, "pool", "pools")) },
+                html! {
+                    a href=(format!("/operator/catalog/sets/{}", s.id))
+                        aria-label=(format!("Edit rules of {}", s.name)) { "Edit rules" }
+                },
+            ]
+        })
+        .collect();
+    let columns = [Column::text("Set"), Column::text("Rules (per unit)"), Column::text("In use"), Column::text("")];
+    table_cols(&columns, rows, "No entitlement sets yet.")
+}
+
+fn rules_list(rules: &[RuleRow]) -> Markup {
+    html! {
+        @if rules.is_empty() {
+            span.muted { "No rules" }
+        } @else {
+            ul.rule-list {
+                @for r in rules {
+                    li { code { (r.key) } " = " (r.value) }
+                }
+            }
+        }
+    }
+}
+
+fn products_table(products: &[ProductRow]) -> Markup {
+    let rows = products
+        .iter()
+        .map(|p| {
+            vec![
+                html! { (p.name) },
+                match &p.set_name {
+                    Some(s) => html! { (s) },
+                    None => html! { span.muted { "none" } },
+                },
+                if p.published { badge("published", Tone::Ok) } else { badge("not published", Tone::Muted) },
+                shape_list(&p.shape),
+                html! {
+                    a href=(format!("/operator/catalog/products/{}", p.id))
+                        aria-label=(format!("Edit {}", p.name)) { "Edit" }
+                },
+            ]
+        })
+        .collect();
+    let columns = [
+        Column::text("Product"),
+        Column::text("Entitlement set"),
+        Column::text("Status"),
+        Column::text("Shape"),
+        Column::text(""),
+    ];
+    table_cols(&columns, rows, "No products yet.")
+}
+
+fn shape_list(shape: &[String]) -> Markup {
+    html! {
+        @if shape.is_empty() {
+            span.muted { "not a tier on any ladder" }
+        } @else {
+            ul.rule-list {
+                @for place in shape {
+                    li { (place) }
+                }
+            }
+        }
+    }
+}
+
+/// The "Add a resource key" form, in its container `#key-form`.
+pub fn key_form(csrf: &str, f: &FormState) -> Markup {
+    let kinds = [("numeric", "Numeric — a number, such as how many sites"), ("flag", "Flag — included or not")];
+    html! {
+        div.form-panel #key-form {
+            h3 { "Add a resource key" }
+            (form_banners(f))
+            (hx_form("/operator/catalog/keys", "key-form", csrf, html! {
+                (input_field(&Input {
+                    name: "key",
+                    label: "Key name",
+                    kind: "text",
+                    value: f.value("key"),
+                    error: f.field_error("key"),
+                    required: true,
+                    placeholder: Some("fedwiki.active_sites"),
+                    hint: Some("The name integrations look it up by: the integration, a dot, then what it counts or allows."),
+                }))
+                (select_field(&Select {
+                    name: "kind",
+                    label: "Kind",
+                    options: &kinds,
+                    selected: f.value("kind"),
+                    error: f.field_error("kind"),
+                    hint: None,
+                }))
+                (input_field(&Input {
+                    name: "description",
+                    label: "Description",
+                    kind: "text",
+                    value: f.value("description"),
+                    error: f.field_error("description"),
+                    required: false,
+                    placeholder: None,
+                    hint: Some("What the key means, in an operator's words."),
+                }))
+                div.form-actions {
+                    button.btn.btn-primary type="submit" { "Add resource key" }
+                }
+            }))
+        }
+    }
+}
+
+/// The "Add an entitlement set" form, in its container `#set-form`.
+pub fn set_form(csrf: &str, f: &FormState) -> Markup {
+    html! {
+        div.form-panel #set-form {
+            h3 { "Add an entitlement set" }
+            (form_banners(f))
+            (hx_form("/operator/catalog/sets", "set-form", csrf, html! {
+                (field(&Field {
+                    name: "name",
+                    label: "Set name",
+                    kind: "text",
+                    value: f.value("name"),
+                    error: f.field_error("name"),
+                    required: true,
+                    autocomplete: Some("off"),
+                }))
+                p.field-hint { "You add its rules after creating it." }
+                div.form-actions {
+                    button.btn.btn-primary type="submit" { "Add entitlement set" }
+                }
+            }))
+        }
+    }
+}
+
+/// The "Add a product" form, in its container `#product-form`.
+pub fn product_form(csrf: &str, set_options: &[(i64, String)], f: &FormState) -> Markup {
+    html! {
+        div.form-panel #product-form {
+            h3 { "Add a product" }
+            (form_banners(f))
+            (hx_form("/operator/catalog/products", "product-form", csrf, product_fields(set_options, f, "Add product")))
+        }
+    }
+}
+
+/// Name, entitlement set and published, shared by the add and edit forms.
+fn product_fields(set_options: &[(i64, String)], f: &FormState, submit: &str) -> Markup {
+    let mut options: Vec<(String, String)> = vec![(String::new(), "— none —".to_owned())];
+    options.extend(set_options.iter().map(|(id, name)| (id.to_string(), name.clone())));
+    let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
+    html! {
+        (field(&Field {
+            name: "name",
+            label: "Product name",
+            kind: "text",
+            value: f.value("name"),
+            error: f.field_error("name"),
+            required: true,
+            autocomplete: Some("off"),
+        }))
+        (select_field(&Select {
+            name: "entitlement_set_id",
+            label: "Entitlement set",
+            options: &options,
+            selected: f.value("entitlement_set_id"),
+            error: f.field_error("entitlement_set_id"),
+            hint: Some("What one unit of the product confers. A product that is a tier on a ladder needs one."),
+        }))
+        (checkbox_field(
+            "published",
+            "Published",
+            is_checked(f.value("published")),
+            f.field_error("published"),
+            "Published products can be offered to members.",
+        ))
+        div.form-actions {
+            button.btn.btn-primary type="submit" { (submit) }
+        }
+    }
+}
+
+/// One row of the rules editor.
+pub struct RuleEditRow {
+    pub key: String,
+    /// "numeric" or "flag".
+    pub kind: String,
+    /// The current or submitted value; "" means no rule.
+    pub value: String,
+}
+
+pub struct SetEditView {
+    pub csrf: String,
+    pub set_id: i64,
+    pub name: String,
+    pub carried_by_pools: i64,
+    pub rows: Vec<RuleEditRow>,
+    pub form: FormState,
+}
+
+/// The rules editor of one entitlement set, in its container `#set-edit`.
+///
+/// Each row is a field named `rule.<key>`: a number input for a numeric key, a select of
+/// ""/"yes"/"no" for a flag; empty means no rule. One button saves them all.
+pub fn set_edit(v: &SetEditView) -> Markup {
+    let action = format!("/operator/catalog/sets/{}/rules", v.set_id);
+    html! {
+        div #set-edit {
+            p { a href="/operator/catalog" { "← Back to the catalog" } }
+            (facts(&[
+                ("Entitlement set", html! { (v.name) }),
+                ("In use", html! { "carried by " (count(v.carried_by_pools, "pool", "pools")) }),
+            ]))
+            @if v.carried_by_pools > 0 {
+                div.notice.info role="note" {
+                    p {
+                        "This set is carried by " (count(v.carried_by_pools, "pool", "pools")) ". "
+                        "Saving different rules makes a rule change: it is applied to every pool "
+                        "that carries the set, and its progress page shows how far it has got."
+                    }
+                }
+            }
+            (form_banners(&v.form))
+            @if v.rows.is_empty() {
+                p.empty { "There are no resource keys yet. Add one in the catalog before writing rules." }
+            } @else {
+                p {
+                    "Each value is what one unit of a product with this set confers: a number is "
+                    "multiplied by the quantity conferred and added up across the organization's "
+                    "products; a flag is included when any of them says yes. "
+                    "Leave a row empty for no rule."
+                }
+                (hx_form(&action, "set-edit", &v.csrf, html! {
+                    (rules_table(&v.rows, &v.form))
+                    div.form-actions {
+                        button.btn.btn-primary type="submit" { "Save rules" }
+                    }
+                }))
+            }
+        }
+    }
+}
+
+fn rules_table(rows: &[RuleEditRow], f: &FormState) -> Markup {
+    let rows = rows.iter().map(|r| rule_row(r, f)).collect();
+    let columns = [Column::text("Resource key"), Column::text("Kind"), Column::text("Value per unit")];
+    table_cols(&columns, rows, "")
+}
+
+fn rule_row(r: &RuleEditRow, f: &FormState) -> Vec<Markup> {
+    let name = format!("rule.{}", r.key);
+    let error = f.field_error(&name);
+    let error_id = format!("{name}-error");
+    let described = error.map(|_| error_id.as_str());
+    let input = html! {
+        div.has-error[error.is_some()] {
+            label.visually-hidden for=(name) { "Value per unit for " (r.key) }
+            @if r.kind == "flag" {
+                select id=(name) name=(name)
+                    aria-invalid=[error.map(|_| "true")] aria-describedby=[described] {
+                    @for (value, label) in [("", "— no rule —"), ("yes", "yes (included)"), ("no", "no (not included)")] {
+                        option value=(value) selected[r.value == value] { (label) }
+                    }
+                }
+            } @else {
+                input id=(name) name=(name) type="number" step="1" inputmode="numeric" value=(r.value)
+                    aria-invalid=[error.map(|_| "true")] aria-describedby=[described];
+            }
+            @if let Some(e) = error {
+                p.field-error id=(error_id) { (e) }
+            }
+        }
+    };
+    vec![html! { code { (r.key) } }, html! { (kind_label(&r.kind)) }, input]
+}
+
+pub struct ProductEditView {
+    pub csrf: String,
+    pub product_id: i64,
+    pub set_options: Vec<(i64, String)>,
+    /// Where the product is a tier, already worded.
+    pub shape: Vec<String>,
+    pub carried_by_pools: i64,
+    /// Values: name, entitlement_set_id, published.
+    pub form: FormState,
+}
+
+/// One product's edit form, in its container `#product-edit`.
+pub fn product_edit(v: &ProductEditView) -> Markup {
+    let action = format!("/operator/catalog/products/{}", v.product_id);
+    html! {
+        div #product-edit {
+            p { a href="/operator/catalog" { "← Back to the catalog" } }
+            (facts(&[
+                ("Shape", shape_list(&v.shape)),
+                ("In use", html! { "carried by " (count(v.carried_by_pools, "pool", "pools")) }),
+            ]))
+            (form_banners(&v.form))
+            (hx_form(&action, "product-edit", &v.csrf, product_fields(&v.set_options, &v.form, "Save product")))
+        }
+    }
+}
+
+// ---------- Form building blocks local to the operator pages ----------
+
+/// A POST form that works without JavaScript; htmx posts it to the same URL and swaps the
+/// container `#{container}` with the answer.
+fn hx_form(action: &str, container: &str, csrf: &str, body: Markup) -> Markup {
+    html! {
+        form method="post" action=(action) hx-post=(action) hx-target=(format!("#{container}")) hx-swap="outerHTML" {
+            (csrf_field(csrf))
+            (body)
+        }
+    }
+}
+
+fn form_banners(f: &FormState) -> Markup {
+    html! {
+        @if let Some(message) = &f.notice {
+            (notice(message))
+        }
+        (form_errors(&f.errors))
+    }
+}
+
+/// A labelled input with an optional placeholder and hint; the markup matches
+/// [`crate::components::field`].
+struct Input<'a> {
+    name: &'a str,
+    label: &'a str,
+    kind: &'a str,
+    value: &'a str,
+    error: Option<&'a str>,
+    required: bool,
+    placeholder: Option<&'a str>,
+    hint: Option<&'a str>,
+}
+
+fn input_field(f: &Input) -> Markup {
+    let error_id = format!("{}-error", f.name);
+    let hint_id = format!("{}-hint", f.name);
+    let described = described_by(f.hint.map(|_| hint_id.as_str()), f.error.map(|_| error_id.as_str()));
+    html! {
+        div.field.has-error[f.error.is_some()] {
+            label for=(f.name) { (f.label) }
+            input id=(f.name) name=(f.name) type=(f.kind) value=(f.value)
+                required[f.required]
+                placeholder=[f.placeholder]
+                aria-invalid=[f.error.map(|_| "true")]
+                aria-describedby=[described];
+            @if let Some(hint) = f.hint {
+                p.field-hint id=(hint_id) { (hint) }
+            }
+            @if let Some(error) = f.error {
+                p.field-error id=(error_id) { (error) }
+            }
+        }
+    }
+}
+
+struct Select<'a> {
+    name: &'a str,
+    label: &'a str,
+    /// (value, label) pairs.
+    options: &'a [(&'a str, &'a str)],
+    selected: &'a str,
+    error: Option<&'a str>,
+    hint: Option<&'a str>,
+}
+
+fn select_field(f: &Select) -> Markup {
+    let error_id = format!("{}-error", f.name);
+    let hint_id = format!("{}-hint", f.name);
+    let described = described_by(f.hint.map(|_| hint_id.as_str()), f.error.map(|_| error_id.as_str()));
+    html! {
+        div.field.has-error[f.error.is_some()] {
+            label for=(f.name) { (f.label) }
+            select id=(f.name) name=(f.name)
+                aria-invalid=[f.error.map(|_| "true")]
+                aria-describedby=[described] {
+                @for (value, label) in f.options {
+                    option value=(value) selected[*value == f.selected] { (label) }
+                }
+            }
+            @if let Some(hint) = f.hint {
+                p.field-hint id=(hint_id) { (hint) }
+            }
+            @if let Some(error) = f.error {
+                p.field-error id=(error_id) { (error) }
+            }
+        }
+    }
+}
+
+/// A checkbox that submits `name=on` when ticked.
+fn checkbox_field(name: &str, label: &str, checked: bool, error: Option<&str>, hint: &str) -> Markup {
+    let error_id = format!("{name}-error");
+    let hint_id = format!("{name}-hint");
+    let described = described_by(Some(hint_id.as_str()), error.map(|_| error_id.as_str()));
+    html! {
+        div.field.field-check.has-error[error.is_some()] {
+            div.check-row {
+                input id=(name) name=(name) type="checkbox" value="on" checked[checked]
+                    aria-invalid=[error.map(|_| "true")]
+                    aria-describedby=[described];
+                label for=(name) { (label) }
+            }
+            p.field-hint id=(hint_id) { (hint) }
+            @if let Some(error) = error {
+                p.field-error id=(error_id) { (error) }
+            }
+        }
+    }
+}
+
+fn described_by(hint: Option<&str>, error: Option<&str>) -> Option<String> {
+    match (hint, error) {
+        (Some(h), Some(e)) => Some(format!("{h} {e}")),
+        (Some(one), None) | (None, Some(one)) => Some(one.to_owned()),
+        (None, None) => None,
+    }
+}
+
+/// A checkbox's submitted or stored value: "on" (what the browser sends), or "true"/"yes".
+fn is_checked(value: &str) -> bool {
+    matches!(value, "on" | "true" | "yes" | "1")
+}
+
+/// "1 pool", "3 pools".
+pub(crate) fn count(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(values: &[(&str, &str)], field_errors: &[(&str, &str)]) -> FormState {
+        FormState {
+            values: values.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            field_errors: field_errors.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..FormState::default()
+        }
+    }
+
+    fn sample() -> CatalogView {
+        CatalogView {
+            csrf: "tok".into(),
+            keys: vec![
+                ResourceKeyRow {
+                    key: "fedwiki.active_sites".into(),
+                    kind: "numeric".into(),
+                    provider: Some("fedwiki".into()),
+                    description: "Active sites".into(),
+                },
+                ResourceKeyRow {
+                    key: "fedwiki.custom_domain".into(),
+                    kind: "flag".into(),
+                    provider: None,
+                    description: "<script>d</script>".into(),
+                },
+            ],
+            sets: vec![SetRow {
+                id: 4,
+                name: "<script>Basic</script>".into(),
+                rules: vec![RuleRow { key: "fedwiki.active_sites".into(), value: "3".into() }],
+                carried_by_pools: 12,
+            }],
+            products: vec![ProductRow {
+                id: 9,
+                name: "Wiki Basic".into(),
+                set_name: Some("Basic".into()),
+                published: true,
+                shape: vec!["Wiki hosting · rank 1".into()],
+            }],
+            set_options: vec![(4, "Basic".into()), (5, "Pro".into())],
+            key_form: FormState::default(),
+            set_form: FormState::default(),
+            product_form: FormState::default(),
+        }
+    }
+
+    #[test]
+    fn form_state_looks_values_and_errors_up() {
+        let f = state(&[("name", "x")], &[("name", "Too short")]);
+        assert_eq!(f.value("name"), "x");
+        assert_eq!(f.value("other"), "");
+        assert_eq!(f.field_error("name"), Some("Too short"));
+        assert_eq!(f.field_error("other"), None);
+    }
+
+    #[test]
+    fn catalog_lists_keys_sets_and_products_escaped() {
+        let out = catalog(&sample()).into_string();
+        assert!(out.contains("<code>fedwiki.active_sites</code>"));
+        assert!(out.contains(r#"<span class="muted">not registered</span>"#));
+        assert!(out.contains("&lt;script&gt;d&lt;/script&gt;"));
+        assert!(out.contains("&lt;script&gt;Basic&lt;/script&gt;"));
+        assert!(!out.contains("<script>"));
+        assert!(out.contains("<li><code>fedwiki.active_sites</code> = 3</li>"));
+        assert!(out.contains("carried by 12 pools"));
+        assert!(out.contains(r#"href="/operator/catalog/sets/4""#));
+        assert!(out.contains(">Edit rules</a>"));
+        assert!(out.contains(r#"<span class="badge badge-ok">published</span>"#));
+        assert!(out.contains("<li>Wiki hosting · rank 1</li>"));
+        assert!(out.contains(r#"href="/operator/catalog/products/9""#));
+        // All three forms, each with the token.
+        assert_eq!(out.matches(r#"<input type="hidden" name="csrf_token" value="tok">"#).count(), 3);
+        assert!(out.contains(r#"id="key-form""#));
+        assert!(out.contains(r#"id="set-form""#));
+        assert!(out.contains(r#"id="product-form""#));
+    }
+
+    #[test]
+    fn catalog_empty_states() {
+        let v = CatalogView { keys: vec![], sets: vec![], products: vec![], set_options: vec![], ..sample() };
+        let out = catalog(&v).into_string();
+        assert!(out.contains(r#"<p class="empty">No resource keys yet.</p>"#));
+        assert!(out.contains(r#"<p class="empty">No entitlement sets yet.</p>"#));
+        assert!(out.contains(r#"<p class="empty">No products yet.</p>"#));
+    }
+
+    #[test]
+    fn key_form_posts_with_htmx_and_has_its_fields() {
+        let out = key_form("tok", &FormState::default()).into_string();
+        assert!(out.starts_with(r#"<div class="form-panel" id="key-form">"#));
+        assert!(out.contains(
+            r##"<form method="post" action="/operator/catalog/keys" hx-post="/operator/catalog/keys" hx-target="#key-form" hx-swap="outerHTML">"##
+        ));
+        assert!(out.contains(r#"<input type="hidden" name="csrf_token" value="tok">"#));
+        assert!(out.contains(r#"name="key" type="text" value="" required placeholder="fedwiki.active_sites""#));
+        assert!(out.contains(r#"<select id="kind" name="kind">"#));
+        assert!(out.contains(r#"<option value="numeric">"#));
+        assert!(out.contains(r#"<option value="flag">"#));
+        assert!(out.contains(r#"name="description" type="text""#));
+    }
+
+    #[test]
+    fn key_form_shows_errors_and_keeps_values() {
+        let mut f = state(&[("key", "<bad>"), ("kind", "flag")], &[("key", "Use lowercase <letters>")]);
+        f.errors = vec!["That key exists.".into()];
+        let out = key_form("tok", &f).into_string();
+        assert!(out.contains(r#"value="&lt;bad&gt;""#));
+        assert!(out.contains(r#"<option value="flag" selected>"#));
+        assert!(out.contains(r#"aria-describedby="key-hint key-error""#));
+        assert!(out.contains(r#"<p class="field-error" id="key-error">Use lowercase &lt;letters&gt;</p>"#));
+        assert!(out.contains("<li>That key exists.</li>"));
+    }
+
+    #[test]
+    fn set_form_posts_name() {
+        let mut f = state(&[("name", "Basic")], &[]);
+        f.notice = Some("Added Basic.".into());
+        let out = set_form("tok", &f).into_string();
+        assert!(out.starts_with(r#"<div class="form-panel" id="set-form">"#));
+        assert!(
+            out.contains(r##"action="/operator/catalog/sets" hx-post="/operator/catalog/sets" hx-target="#set-form""##)
+        );
+        assert!(out.contains(r#"name="csrf_token" value="tok""#));
+        assert!(out.contains(r#"name="name" type="text" value="Basic" required"#));
+        assert!(out.contains(r#"<div class="notice" role="status"><p>Added Basic.</p></div>"#));
+    }
+
+    #[test]
+    fn product_form_has_set_select_with_none_and_published_checkbox() {
+        let f = state(&[("entitlement_set_id", "5"), ("published", "on")], &[]);
+        let out = product_form("tok", &[(4, "Basic".into()), (5, "<Pro>".into())], &f).into_string();
+        assert!(out.starts_with(r#"<div class="form-panel" id="product-form">"#));
+        assert!(out.contains(r##"action="/operator/catalog/products" hx-post="/operator/catalog/products" hx-target="#product-form" hx-swap="outerHTML""##));
+        assert!(out.contains(r#"name="csrf_token" value="tok""#));
+        assert!(out.contains(r#"name="name" type="text""#));
+        assert!(out.contains(r#"<select id="entitlement_set_id" name="entitlement_set_id""#));
+        assert!(out.contains(r#"<option value="">— none —</option>"#));
+        assert!(out.contains(r#"<option value="4">Basic</option>"#));
+        assert!(out.contains(r#"<option value="5" selected>&lt;Pro&gt;</option>"#));
+        assert!(out.contains(r#"name="published" type="checkbox" value="on" checked"#));
+        let out = product_form("tok", &[], &FormState::default()).into_string();
+        assert!(!out.contains("checked"));
+        assert!(out.contains(r#"<option value="" selected>— none —</option>"#));
+    }
+
+    fn set_edit_sample(carried: i64) -> SetEditView {
+        SetEditView {
+            csrf: "tok".into(),
+            set_id: 4,
+            name: "<script>Basic</script>".into(),
+            carried_by_pools: carried,
+            rows: vec![
+                RuleEditRow { key: "fedwiki.active_sites".into(), kind: "numeric".into(), value: "3".into() },
+                RuleEditRow { key: "fedwiki.custom_domain".into(), kind: "flag".into(), value: "yes".into() },
+                RuleEditRow { key: "support.priority".into(), kind: "flag".into(), value: "".into() },
+            ],
+            form: FormState::default(),
+        }
+    }
+
+    #[test]
+    fn set_edit_has_a_field_per_key_and_one_save() {
+        let out = set_edit(&set_edit_sample(0)).into_string();
+        assert!(out.starts_with(r#"<div id="set-edit">"#));
+        assert!(out.contains(
+            r##"<form method="post" action="/operator/catalog/sets/4/rules" hx-post="/operator/catalog/sets/4/rules" hx-target="#set-edit" hx-swap="outerHTML">"##
+        ));
+        assert!(out.contains(r#"<input type="hidden" name="csrf_token" value="tok">"#));
+        assert!(
+            out.contains(r#"<input id="rule.fedwiki.active_sites" name="rule.fedwiki.active_sites" type="number""#)
+        );
+        assert!(out.contains(r#"value="3""#));
+        assert!(out.contains(r#"<select id="rule.fedwiki.custom_domain" name="rule.fedwiki.custom_domain">"#));
+        assert!(out.contains(r#"<option value="yes" selected>"#));
+        // The unset flag selects "no rule".
+        let priority = &out[out.find(r#"name="rule.support.priority""#).unwrap()..];
+        assert!(priority.contains(r#"<option value="" selected>— no rule —</option>"#));
+        assert_eq!(out.matches("Save rules").count(), 1);
+        assert!(out.contains("per unit"));
+        assert!(out.contains("&lt;script&gt;Basic&lt;/script&gt;"));
+        assert!(!out.contains("<script>"));
+        assert!(!out.contains("rule change"));
+    }
+
+    #[test]
+    fn set_edit_warns_that_a_carried_set_makes_a_rule_change_and_still_posts() {
+        let mut v = set_edit_sample(2);
+        v.form.field_errors = vec![("rule.fedwiki.active_sites".into(), "Must be a whole number.".into())];
+        let out = set_edit(&v).into_string();
+        assert!(out.contains(r#"<div class="notice info" role="note">"#));
+        assert!(out.contains("carried by 2 pools"));
+        assert!(out.contains("rule change"));
+        assert!(out.contains(r#"action="/operator/catalog/sets/4/rules""#));
+        assert!(out.contains(r#"aria-describedby="rule.fedwiki.active_sites-error""#));
+        assert!(out.contains("Must be a whole number."));
+    }
+
+    #[test]
+    fn set_edit_without_keys_says_so() {
+        let v = SetEditView { rows: vec![], ..set_edit_sample(0) };
+        let out = set_edit(&v).into_string();
+        assert!(out.contains("There are no resource keys yet."));
+        assert!(!out.contains("<form"));
+    }
+
+    #[test]
+    fn product_edit_posts_to_the_product() {
+        let v = ProductEditView {
+            csrf: "tok".into(),
+            product_id: 9,
+            set_options: vec![(4, "Basic".into())],
+            shape: vec![],
+            carried_by_pools: 1,
+            form: state(&[("name", "<script>x</script>"), ("entitlement_set_id", "4"), ("published", "")], &[]),
+        };
+        let out = product_edit(&v).into_string();
+        assert!(out.starts_with(r#"<div id="product-edit">"#));
+        assert!(out.contains(r##"action="/operator/catalog/products/9" hx-post="/operator/catalog/products/9" hx-target="#product-edit" hx-swap="outerHTML""##));
+        assert!(out.contains(r#"name="csrf_token" value="tok""#));
+        assert!(out.contains(r#"value="&lt;script&gt;x&lt;/script&gt;""#));
+        assert!(!out.contains("<script>"));
+        assert!(out.contains(r#"<option value="4" selected>Basic</option>"#));
+        assert!(!out.contains("checked"));
+        assert!(out.contains("not a tier on any ladder"));
+        assert!(out.contains("carried by 1 pool<"));
+        assert!(out.contains("Save product"));
+    }
+}

@@ -1,0 +1,430 @@
+//! The operator's organizations: a searchable list and one organization's plan, entitlements,
+//! usage and members.
+
+use maud::{Markup, html};
+
+use crate::components::{Column, Tone, badge, facts, pagination, table, table_cols};
+use crate::pages::catalog::count;
+use crate::pages::topology::rank_cell;
+
+/// The list's path; the search form and pagination links come back to it.
+const LIST_PATH: &str = "/operator/organizations";
+
+pub struct OrgListRow {
+    pub id: i64,
+    pub name: String,
+    pub org_type: Option<String>,
+    /// Already worded, e.g. "Wiki hosting: Basic · Support: Community".
+    pub plan: String,
+}
+
+pub struct OrgListView {
+    /// The search text ("" for none).
+    pub query: String,
+    /// 1-based.
+    pub page: u64,
+    pub per_page: u64,
+    /// How many organizations match, over all pages.
+    pub total: u64,
+    pub rows: Vec<OrgListRow>,
+}
+
+/// The search form and the results.
+///
+/// The form is a plain GET (it works without JavaScript); as the operator types, htmx GETs the
+/// same URL with `q` and swaps `#org-results` with the answer, which should be
+/// [`organization_results`] alone.
+pub fn organization_list(v: &OrgListView) -> Markup {
+    html! {
+        form.search-form role="search" method="get" action=(LIST_PATH) {
+            div.field {
+                label for="org-search" { "Search organizations by name" }
+                input #org-search type="search" name="q" value=(v.query) autocomplete="off"
+                    hx-get=(LIST_PATH)
+                    hx-trigger="input changed delay:300ms, search"
+                    hx-target="#org-results"
+                    hx-swap="outerHTML";
+            }
+            button.btn.btn-secondary type="submit" { "Search" }
+        }
+        (organization_results(v))
+    }
+}
+
+/// Just the `#org-results` container: the count, the table and the pagination.
+pub fn organization_results(v: &OrgListView) -> Markup {
+    let rows = v
+        .rows
+        .iter()
+        .map(|o| {
+            vec![
+                html! { a href=(format!("{LIST_PATH}/{}", o.id)) { (o.name) } },
+                match &o.org_type {
+                    Some(t) => html! { (t) },
+                    None => html! { span.muted { "no type" } },
+                },
+                html! { (o.plan) },
+            ]
+        })
+        .collect();
+    let empty = if v.query.is_empty() {
+        "No organizations yet.".to_owned()
+    } else {
+        format!("No organizations match “{}”.", v.query)
+    };
+    let query: Vec<(&str, &str)> = if v.query.is_empty() { vec![] } else { vec![("q", v.query.as_str())] };
+    html! {
+        div #org-results {
+            @if v.total > 0 {
+                p.muted.result-count {
+                    (count(v.total as i64, "organization", "organizations"))
+                    @if !v.query.is_empty() {
+                        " matching “" (v.query) "”"
+                    }
+                }
+            }
+            (table(&["Organization", "Type", "Plan"], rows, &empty))
+            (pagination(LIST_PATH, v.page, v.per_page, v.total, &query))
+        }
+    }
+}
+
+/// One place an organization's pool holds (or an add-on it carries).
+pub struct PositionRow {
+    pub ladder: String,
+    pub rank: i32,
+    pub product: String,
+    /// Already worded: "floor grant #12", "grant #3", "subscription sub_123 item si_9".
+    pub source: String,
+    /// "active" or "suspended".
+    pub status: String,
+}
+
+pub struct DisplacedRow {
+    pub source: String,
+    pub product: String,
+    /// Already formatted.
+    pub since: String,
+    /// "replaced grant" or "displaced subscription".
+    pub kind: String,
+}
+
+/// One materialized entitlement of a pool.
+pub struct EntitlementRow {
+    pub key: String,
+    pub value: String,
+}
+
+/// The counted use of a numeric key against its limit.
+pub struct UsageRow {
+    pub key: String,
+    pub used: i64,
+    pub limit: i64,
+}
+
+pub struct MemberRow {
+    pub email: String,
+    pub role: String,
+}
+
+pub struct OrgDetailView {
+    pub id: i64,
+    pub name: String,
+    pub org_type: Option<String>,
+    pub pool_id: i64,
+    /// Already formatted.
+    pub created_at: String,
+    /// The positions the pool holds, per ladder.
+    pub positions: Vec<PositionRow>,
+    /// Holding conferrals of products on no ladder (add-ons).
+    pub other_conferrals: Vec<PositionRow>,
+    pub displaced: Vec<DisplacedRow>,
+    pub entitlements: Vec<EntitlementRow>,
+    pub usage: Vec<UsageRow>,
+    pub members: Vec<MemberRow>,
+}
+
+/// Facts, then Plan, Add-ons and Displaced (when any), Entitlements, Usage, Members.
+pub fn organization_detail(v: &OrgDetailView) -> Markup {
+    html! {
+        p { a href=(LIST_PATH) { "← All organizations" } }
+        (facts(&[
+            ("Organization", html! { (v.name) " " span.muted { "#" (v.id) } }),
+            ("Type", match &v.org_type {
+                Some(t) => html! { (t) },
+                None => html! { span.muted { "no type" } },
+            }),
+            ("Resource pool", html! { "#" (v.pool_id) }),
+            ("Created", html! { (v.created_at) }),
+        ]))
+        section.card aria-labelledby="plan-heading" {
+            h2 #plan-heading { "Plan" }
+            (positions_table(&v.positions))
+        }
+        @if !v.other_conferrals.is_empty() {
+            section.card aria-labelledby="addons-heading" {
+                h2 #addons-heading { "Add-ons" }
+                p.muted { "Products on no ladder that the organization holds alongside its plan." }
+                (addons_table(&v.other_conferrals))
+            }
+        }
+        @if !v.displaced.is_empty() {
+            section.card aria-labelledby="displaced-heading" {
+                h2 #displaced-heading { "Displaced" }
+                p.muted {
+                    "These held a ladder until something else took it. They confer nothing now and "
+                    "come back when what displaced them ends."
+                }
+                (displaced_table(&v.displaced))
+            }
+        }
+        section.card aria-labelledby="entitlements-heading" {
+            h2 #entitlements-heading { "Entitlements" }
+            (entitlements_table(&v.entitlements))
+        }
+        section.card aria-labelledby="usage-heading" {
+            h2 #usage-heading { "Usage" }
+            (usage_table(&v.usage))
+        }
+        section.card aria-labelledby="members-heading" {
+            h2 #members-heading { "Members" }
+            (members_table(&v.members))
+        }
+    }
+}
+
+fn status_badge(status: &str) -> Markup {
+    let tone = match status {
+        "active" => Tone::Ok,
+        "suspended" => Tone::Warn,
+        _ => Tone::Muted,
+    };
+    badge(status, tone)
+}
+
+fn positions_table(positions: &[PositionRow]) -> Markup {
+    let rows = positions
+        .iter()
+        .map(|p| {
+            vec![
+                html! { (p.ladder) },
+                rank_cell(p.rank),
+                html! { (p.product) },
+                html! { (p.source) },
+                status_badge(&p.status),
+            ]
+        })
+        .collect();
+    let columns = [
+        Column::text("Ladder"),
+        Column::text("Rank"),
+        Column::text("Product"),
+        Column::text("Source"),
+        Column::text("Status"),
+    ];
+    table_cols(&columns, rows, "Holds no place on any ladder.")
+}
+
+fn addons_table(addons: &[PositionRow]) -> Markup {
+    let rows =
+        addons.iter().map(|p| vec![html! { (p.product) }, html! { (p.source) }, status_badge(&p.status)]).collect();
+    table(&["Product", "Source", "Status"], rows, "")
+}
+
+fn displaced_table(displaced: &[DisplacedRow]) -> Markup {
+    let rows = displaced
+        .iter()
+        .map(|d| vec![html! { (d.kind) }, html! { (d.product) }, html! { (d.source) }, html! { (d.since) }])
+        .collect();
+    table(&["What", "Product", "Source", "Since"], rows, "")
+}
+
+fn entitlements_table(entitlements: &[EntitlementRow]) -> Markup {
+    let rows = entitlements.iter().map(|e| vec![html! { code { (e.key) } }, html! { (e.value) }]).collect();
+    table(&["Resource key", "Value"], rows, "No entitlements: nothing active confers any.")
+}
+
+fn usage_table(usage: &[UsageRow]) -> Markup {
+    let rows = usage
+        .iter()
+        .map(|u| {
+            vec![
+                html! { code { (u.key) } },
+                html! { (u.used) " of " (u.limit) },
+                html! {
+                    @if let Some(b) = usage_badge(u.used, u.limit) { (b) }
+                },
+            ]
+        })
+        .collect();
+    let columns = [Column::text("Resource key"), Column::num("Used"), Column::text("")];
+    table_cols(&columns, rows, "Nothing counted yet.")
+}
+
+/// Bad "over limit" when use exceeds the limit; Warn "at limit" when it has reached a limit
+/// above zero; nothing otherwise.
+pub(crate) fn usage_badge(used: i64, limit: i64) -> Option<Markup> {
+    if used > limit {
+        Some(badge("over limit", Tone::Bad))
+    } else if limit > 0 && used >= limit {
+        Some(badge("at limit", Tone::Warn))
+    } else {
+        None
+    }
+}
+
+fn members_table(members: &[MemberRow]) -> Markup {
+    let rows = members.iter().map(|m| vec![html! { (m.email) }, html! { (m.role) }]).collect();
+    table(&["Email", "Role"], rows, "No members.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(query: &str, total: u64, rows: Vec<OrgListRow>) -> OrgListView {
+        OrgListView { query: query.into(), page: 1, per_page: 2, total, rows }
+    }
+
+    fn row(id: i64, name: &str) -> OrgListRow {
+        OrgListRow {
+            id,
+            name: name.into(),
+            org_type: Some("Community".into()),
+            plan: "Wiki hosting: Basic · Support: Community".into(),
+        }
+    }
+
+    #[test]
+    fn list_has_a_get_search_form_enhanced_by_htmx() {
+        let out = organization_list(&list("ac me", 3, vec![row(1, "Acme"), row(2, "Acme 2")])).into_string();
+        assert!(
+            out.contains(r#"<form class="search-form" role="search" method="get" action="/operator/organizations">"#)
+        );
+        assert!(out.contains(r#"name="q" value="ac me""#));
+        assert!(out.contains(
+            r##"hx-get="/operator/organizations" hx-trigger="input changed delay:300ms, search" hx-target="#org-results" hx-swap="outerHTML""##
+        ));
+        assert!(out.contains(r#"<div id="org-results">"#));
+        assert!(!out.contains("csrf_token"));
+    }
+
+    #[test]
+    fn results_partial_is_only_the_container_with_links_and_paging() {
+        let out =
+            organization_results(&list("ac me", 3, vec![row(1, "Acme"), row(2, "<script>x</script>")])).into_string();
+        assert!(out.starts_with(r#"<div id="org-results">"#));
+        assert!(out.ends_with("</div>"));
+        assert!(!out.contains("<html"));
+        assert!(!out.contains("<form"));
+        assert!(out.contains(r#"<a href="/operator/organizations/1">Acme</a>"#));
+        assert!(out.contains("&lt;script&gt;x&lt;/script&gt;"));
+        assert!(!out.contains("<script>"));
+        assert!(out.contains("<td>Wiki hosting: Basic · Support: Community</td>"));
+        assert!(out.contains("3 organizations matching “ac me”"));
+        assert!(out.contains(r#"href="/operator/organizations?q=ac%20me&amp;page=2""#));
+    }
+
+    #[test]
+    fn results_empty_states() {
+        let out = organization_results(&list("", 0, vec![])).into_string();
+        assert!(out.contains(r#"<p class="empty">No organizations yet.</p>"#));
+        let out = organization_results(&list("<zz>", 0, vec![])).into_string();
+        assert!(out.contains("No organizations match “&lt;zz&gt;”."));
+    }
+
+    fn position(ladder: &str, rank: i32, status: &str) -> PositionRow {
+        PositionRow {
+            ladder: ladder.into(),
+            rank,
+            product: format!("{ladder} product"),
+            source: "grant #3".into(),
+            status: status.into(),
+        }
+    }
+
+    fn detail() -> OrgDetailView {
+        OrgDetailView {
+            id: 7,
+            name: "<script>Acme</script>".into(),
+            org_type: Some("Community".into()),
+            pool_id: 70,
+            created_at: "2025-01-02".into(),
+            positions: vec![position("Wiki hosting", 0, "active"), position("Support", 2, "suspended")],
+            other_conferrals: vec![],
+            displaced: vec![],
+            entitlements: vec![EntitlementRow { key: "fedwiki.active_sites".into(), value: "3".into() }],
+            usage: vec![
+                UsageRow { key: "a".into(), used: 1, limit: 3 },
+                UsageRow { key: "b".into(), used: 3, limit: 3 },
+                UsageRow { key: "c".into(), used: 4, limit: 3 },
+                UsageRow { key: "d".into(), used: 0, limit: 0 },
+            ],
+            members: vec![MemberRow { email: "ann@example.org".into(), role: "owner".into() }],
+        }
+    }
+
+    #[test]
+    fn detail_shows_facts_plan_entitlements_usage_and_members() {
+        let out = organization_detail(&detail()).into_string();
+        assert!(out.contains("&lt;script&gt;Acme&lt;/script&gt;"));
+        assert!(!out.contains("<script>"));
+        assert!(out.contains("<dt>Resource pool</dt><dd>#70</dd>"));
+        assert!(out.contains(
+            r#"<td>Wiki hosting</td><td><span class="rank">0 <span class="badge badge-muted">floor</span></span></td>"#
+        ));
+        assert!(out.contains(r#"<span class="badge badge-ok">active</span>"#));
+        assert!(out.contains(r#"<span class="badge badge-warn">suspended</span>"#));
+        assert!(out.contains("<td><code>fedwiki.active_sites</code></td><td>3</td>"));
+        assert!(out.contains("<td>ann@example.org</td><td>owner</td>"));
+        // No add-ons or displaced: no sections.
+        assert!(!out.contains("Add-ons"));
+        assert!(!out.contains("Displaced"));
+    }
+
+    #[test]
+    fn usage_badges_warn_at_the_limit_and_flag_going_over() {
+        let out = organization_detail(&detail()).into_string();
+        assert!(out.contains(r#"<td class="num">1 of 3</td><td></td>"#));
+        assert!(out.contains(r#"<td class="num">3 of 3</td><td><span class="badge badge-warn">at limit</span></td>"#));
+        assert!(out.contains(r#"<td class="num">4 of 3</td><td><span class="badge badge-bad">over limit</span></td>"#));
+        assert!(out.contains(r#"<td class="num">0 of 0</td><td></td>"#));
+    }
+
+    #[test]
+    fn detail_shows_addons_and_displaced_when_any() {
+        let mut v = detail();
+        v.other_conferrals = vec![position("Backups", 0, "active")];
+        v.displaced = vec![DisplacedRow {
+            source: "subscription sub_1 item si_2".into(),
+            product: "Wiki Pro".into(),
+            since: "2025-02-03".into(),
+            kind: "displaced subscription".into(),
+        }];
+        let out = organization_detail(&v).into_string();
+        assert!(out.contains("Add-ons</h2>"));
+        assert!(out.contains("<td>Backups product</td><td>grant #3</td>"));
+        assert!(out.contains("Displaced</h2>"));
+        assert!(out.contains(
+            "<td>displaced subscription</td><td>Wiki Pro</td><td>subscription sub_1 item si_2</td><td>2025-02-03</td>"
+        ));
+    }
+
+    #[test]
+    fn detail_empty_states() {
+        let v = OrgDetailView {
+            positions: vec![],
+            entitlements: vec![],
+            usage: vec![],
+            members: vec![],
+            org_type: None,
+            ..detail()
+        };
+        let out = organization_detail(&v).into_string();
+        assert!(out.contains("Holds no place on any ladder."));
+        assert!(out.contains("No entitlements"));
+        assert!(out.contains("Nothing counted yet."));
+        assert!(out.contains("No members."));
+        assert!(out.contains(r#"<span class="muted">no type</span>"#));
+    }
+}
