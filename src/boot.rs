@@ -60,10 +60,10 @@ pub async fn boot(config: Config) -> anyhow::Result<Booted> {
 }
 
 impl Booted {
-    /// Close the pool and stop the private cluster, if this process runs one.
+    /// Close the pool and stop the private cluster, if this process started it.
     pub async fn shutdown(self) {
         self.db.pool.close().await;
-        if let Some(c) = self.cluster {
+        if let Some(c) = self.cluster.filter(|c| c.started_here()) {
             if let Err(e) = tokio::task::spawn_blocking(move || c.stop()).await {
                 tracing::warn!(error = %e, "stopping the private cluster failed");
             }

@@ -141,6 +141,8 @@ pub struct PrivateCluster {
     password: String,
     /// uid/gid the server and its tools run as when the console itself runs as root.
     run_as: Option<(u32, u32)>,
+    /// This handle started the server (rather than finding it running), so it is the one to stop it.
+    started_here: bool,
 }
 
 impl fmt::Debug for PrivateCluster {
@@ -189,17 +191,24 @@ impl PrivateCluster {
             port: 0,
             password: String::new(),
             run_as: ids,
+            started_here: false,
         };
         cluster.password = match existing_major {
             Some(_) => read_password(&layout)?,
             None => cluster.init(&layout)?,
         };
         cluster.prepare_owned_file(&layout.log_file, 0o600)?;
-        cluster.port = cluster.start_or_reuse(&layout)?;
+        (cluster.port, cluster.started_here) = cluster.start_or_reuse(&layout)?;
         fs::write(&layout.port_file, format!("{}\n", cluster.port))
             .map_err(io_err(format!("could not write {}", layout.port_file.display())))?;
         cluster.check_accepts_tcp()?;
         Ok(cluster)
+    }
+
+    /// Did this handle start the server? Only then should its owner stop it at shutdown: another
+    /// process (a `serve` in another terminal) may be using one it found running.
+    pub fn started_here(&self) -> bool {
+        self.started_here
     }
 
     pub fn port(&self) -> u16 {
@@ -367,18 +376,19 @@ impl PrivateCluster {
 
     /// Reuse a running server (waiting while another process's server finishes starting or
     /// stopping), else start one. Returns the port it listens on.
-    fn start_or_reuse(&self, layout: &Layout) -> Result<u16, ClusterError> {
+    /// The port, and whether this call started the server.
+    fn start_or_reuse(&self, layout: &Layout) -> Result<(u16, bool), ClusterError> {
         let deadline = Instant::now() + SERVER_WAIT;
         loop {
             if !self.is_running()? {
-                return self.start(layout);
+                return self.start(layout).map(|p| (p, true));
             }
             let pid_file = self.read_pid_file();
             if let Some(pf) = &pid_file
                 && pf.status == "ready"
                 && let Some(port) = pf.port
             {
-                return Ok(port);
+                return Ok((port, false));
             }
             if Instant::now() >= deadline {
                 let state = pid_file.map_or("unknown".to_string(), |pf| pf.status);

@@ -70,7 +70,12 @@ pub fn serve(listener: TcpListener, db: Db, config: Arc<Config>) -> std::io::Res
             .build();
         App::new()
             .app_data(state.clone())
-            .app_data(web::FormConfig::default().limit(64 * 1024))
+            .app_data(web::FormConfig::default().limit(64 * 1024).error_handler(|e, _| {
+                errors::AppError::BadRequest(format!("The form could not be read: {e}.")).into()
+            }))
+            // An id in a path that is not a number names nothing: the friendly 404.
+            .app_data(web::PathConfig::default().error_handler(|_, _| errors::AppError::NotFound.into()))
+            .app_data(web::QueryConfig::default().error_handler(|e, _| errors::AppError::BadRequest(format!("The address is not valid: {e}.")).into()))
             .configure(routes)
             .default_service(web::to(not_found))
             // Outermost last: context, then session, then identity and policy.

@@ -291,7 +291,12 @@ pub async fn save_rules(
         Err(CatalogError::NotFound(_)) => Err(AppError::NotFound),
         Err(e) => {
             let (status, fs) = state_from(&f, &e);
-            let v = set_edit_view(&req, &state, *id, Some(fs)).await?.ok_or(AppError::NotFound)?;
+            let mut v = set_edit_view(&req, &state, *id, Some(fs)).await?.ok_or(AppError::NotFound)?;
+            // A problem with a field the form has no row for (an unknown key) is said above it.
+            let rows: Vec<String> = v.rows.iter().map(|r| format!("rule.{}", r.key)).collect();
+            let orphans: Vec<String> =
+                v.form.field_errors.iter().filter(|(k, _)| !rows.contains(k)).map(|(_, m)| m.clone()).collect();
+            v.form.errors.extend(orphans);
             Ok(render::page(&req, status, &format!("Entitlement set: {}", v.name), views::set_edit(&v)))
         }
     }

@@ -55,7 +55,9 @@ pub async fn list(
             .collect(),
     };
     // A search from the box swaps only the results.
-    if render::is_htmx(&req) && req.headers().get("hx-target").and_then(|v| v.to_str().ok()) == Some("org-results") {
+    // htmx 4 names the target as `tag#id` (`div#org-results`); older ones as the bare id.
+    let target = req.headers().get("hx-target").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if render::is_htmx(&req) && (target == "org-results" || target.ends_with("#org-results")) {
         return Ok(HttpResponse::Ok()
             .content_type("text/html; charset=utf-8")
             .body(views::organization_results(&view).into_string()));

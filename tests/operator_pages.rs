@@ -1,0 +1,1055 @@
+//! The operator pages over HTTP: the catalog (keys, sets and their rules, products) with every
+//! form's success and refusals, the tier topology, the organizations list and detail, and the
+//! member's home; who may see what.
+//!
+//! Refusals are checked on what the operator is told (status, message, the form again: alone for
+//! HTMX, in the page otherwise) and on the database (nothing written).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestApp, TestDb};
+use member_console::{
+    db::{TxKind, begin},
+    demo,
+    services::entitlements::{OrgName, create_organization},
+};
+use reqwest::{Client, StatusCode, header::HeaderMap};
+
+// ---------- Harness ----------
+
+async fn demo_db() -> TestDb {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    t
+}
+
+/// A client signed in as `email`, and its CSRF token.
+async fn signed_in(app: &TestApp, email: &str, password: &str) -> (Client, String) {
+    let c = app.client();
+    let r = app.sign_in(&c, email, password).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "sign-in as {email}");
+    let token = app.csrf(&c, "/").await;
+    (c, token)
+}
+
+/// The demo, a running console and a signed-in operator.
+async fn operator_app() -> (TestDb, TestApp, Client, String) {
+    let t = demo_db().await;
+    let app = TestApp::spawn(&t).await;
+    let (c, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    (t, app, c, token)
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+async fn answer(r: reqwest::Response) -> Answer {
+    let status = r.status();
+    let headers = r.headers().clone();
+    let body = r.text().await.unwrap();
+    Answer { status, headers, body }
+}
+
+async fn get(app: &TestApp, c: &Client, path: &str) -> Answer {
+    answer(c.get(app.url(path)).send().await.unwrap()).await
+}
+
+async fn get_htmx(app: &TestApp, c: &Client, path: &str, target: &str) -> Answer {
+    answer(c.get(app.url(path)).header("HX-Request", "true").header("HX-Target", target).send().await.unwrap()).await
+}
+
+/// POST a form as the browser would: the hidden CSRF field always; with `htmx`, the headers
+/// htmx adds (`HX-Request`, and the CSRF header the layout's `hx-headers` carries).
+async fn post(app: &TestApp, c: &Client, path: &str, token: &str, fields: &[(&str, &str)], htmx: bool) -> Answer {
+    let mut form: Vec<(&str, &str)> = fields.to_vec();
+    form.push(("csrf_token", token));
+    let mut rb = c.post(app.url(path)).form(&form);
+    if htmx {
+        rb = rb.header("HX-Request", "true").header("X-CSRF-Token", token);
+    }
+    answer(rb.send().await.unwrap()).await
+}
+
+async fn scalar_i64(t: &TestDb, sql: &str, bind: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).bind(bind).fetch_one(&t.admin).await.unwrap()
+}
+
+async fn set_id(t: &TestDb, name: &str) -> i64 {
+    scalar_i64(t, "SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = $1", name).await
+}
+
+async fn product_id(t: &TestDb, name: &str) -> i64 {
+    scalar_i64(t, "SELECT product_id FROM core.products WHERE name = $1", name).await
+}
+
+async fn organization_id(t: &TestDb, name: &str) -> i64 {
+    scalar_i64(t, "SELECT organization_id FROM core.organizations WHERE name = $1", name).await
+}
+
+/// The grant of `kind` an organization holds now.
+async fn grant_of(t: &TestDb, organization: i64, kind: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = $2 AND status = 'active'",
+    )
+    .bind(organization)
+    .bind(kind)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// Row counts of the catalog tables: keys, sets, rules, products.
+async fn catalog_counts(t: &TestDb) -> [i64; 4] {
+    let n = |table: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM core.{table}")))
+            .fetch_one(&t.admin)
+            .await
+            .unwrap()
+    };
+    [n("resource_keys").await, n("entitlement_sets").await, n("entitlement_set_rules").await, n("products").await]
+}
+
+/// Every catalog row's content, to prove a refusal changed nothing (not even in place).
+async fn catalog_snapshot(t: &TestDb) -> String {
+    sqlx::query_scalar(
+        "SELECT concat_ws(E'\\n',
+            (SELECT string_agg(format('%s|%s|%s|%s', resource_key, kind, provider, description), ';' ORDER BY resource_key)
+               FROM core.resource_keys),
+            (SELECT string_agg(format('%s|%s', entitlement_set_id, name), ';' ORDER BY entitlement_set_id)
+               FROM core.entitlement_sets),
+            (SELECT string_agg(format('%s|%s|%s|%s', entitlement_set_id, resource_key, numeric_value, flag_value), ';'
+                               ORDER BY entitlement_set_id, resource_key)
+               FROM core.entitlement_set_rules),
+            (SELECT string_agg(format('%s|%s|%s|%s', product_id, name, entitlement_set_id, published), ';' ORDER BY product_id)
+               FROM core.products))",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// A set's rules as (key, numeric, flag), by key.
+async fn rules_of(t: &TestDb, set: i64) -> Vec<(String, Option<i64>, Option<bool>)> {
+    sqlx::query_as(
+        "SELECT resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
+         WHERE entitlement_set_id = $1 ORDER BY resource_key",
+    )
+    .bind(set)
+    .fetch_all(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// How many pools hold a conferral of a product of this set, counted here independently.
+async fn pools_carrying(t: &TestDb, set: i64) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT c.pool_id) FROM core.conferrals c JOIN core.products p USING (product_id)
+         WHERE p.entitlement_set_id = $1 AND c.state = 'holding'",
+    )
+    .bind(set)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// The table row whose first cell is exactly `first_cell` (its markup up to `</tr>`).
+fn row<'a>(html: &'a str, first_cell: &str) -> &'a str {
+    let start =
+        html.find(&format!("<tr><td>{first_cell}</td>")).unwrap_or_else(|| panic!("no row {first_cell}: {html}"));
+    let end = html[start..].find("</tr>").unwrap() + start;
+    &html[start..end]
+}
+
+/// A refusal: the status, the message, and the form again, as a partial for HTMX (no layout)
+/// or within the whole page for a plain post.
+fn assert_refused(a: &Answer, status: StatusCode, htmx: bool, container: &str, message: &str, case: &str) {
+    assert_eq!(a.status, status, "{case}: {}", a.body);
+    assert!(a.body.contains(message), "{case}: the answer says {message:?}: {}", a.body);
+    assert!(a.body.contains(&format!("id=\"{container}\"")), "{case}: the form #{container} comes back: {}", a.body);
+    assert!(a.header("hx-redirect").is_none() && a.header("location").is_none(), "{case}: no redirect");
+    if htmx {
+        assert!(!a.body.contains("<html"), "{case}: HTMX gets the partial alone: {}", a.body);
+        assert!(a.body.starts_with("<div"), "{case}: the partial is the form's container: {}", a.body);
+    } else {
+        assert!(a.body.contains("<html"), "{case}: a plain post gets the whole page: {}", a.body);
+    }
+}
+
+// ---------- 1. The catalog page ----------
+
+#[tokio::test]
+async fn catalog_lists_the_demo_keys_sets_with_rules_and_products_with_their_shape() {
+    let (t, app, c, _) = operator_app().await;
+    let a = get(&app, &c, "/operator/catalog").await;
+    assert_eq!(a.status, StatusCode::OK);
+    let html = &a.body;
+
+    // Resource keys, with kind and the integration that registered them.
+    let key = row(html, "<code>fedwiki.active_sites</code>");
+    assert!(key.contains("<td>Numeric</td><td>fedwiki</td><td>Active wiki sites</td>"), "{key}");
+    let key = row(html, "<code>fedwiki.custom_domain</code>");
+    assert!(key.contains("<td>Flag</td><td>fedwiki</td>"), "{key}");
+    let key = row(html, "<code>support.priority</code>");
+    assert!(key.contains("<td>Flag</td><td>support</td><td>Priority support</td>"), "{key}");
+
+    // Sets, each with its own rules and how many pools carry it.
+    let free = row(html, "Free");
+    assert!(free.contains("<li><code>fedwiki.active_sites</code> = 1</li>"), "{free}");
+    assert!(!free.contains("custom_domain"), "{free}");
+    let carried = pools_carrying(&t, set_id(&t, "Free").await).await;
+    assert!(carried >= 2, "the demo's Community organizations hold the Free floor");
+    assert!(free.contains(&format!("carried by {carried} pools")), "{free}");
+    let basic = row(html, "Basic");
+    assert!(basic.contains("<li><code>fedwiki.active_sites</code> = 3</li>"), "{basic}");
+    assert!(basic.contains("<li><code>fedwiki.custom_domain</code> = yes</li>"), "{basic}");
+    let pro = row(html, "Pro");
+    assert!(pro.contains("<li><code>fedwiki.active_sites</code> = 10</li>"), "{pro}");
+    let community = row(html, "Community support");
+    assert!(community.contains("<li><code>support.priority</code> = no</li>"), "{community}");
+    let priority = row(html, "Priority support");
+    assert!(priority.contains("<li><code>support.priority</code> = yes</li>"), "{priority}");
+    assert!(html.contains(&format!("href=\"/operator/catalog/sets/{}\"", set_id(&t, "Basic").await)));
+
+    // Products with their set, status and shape (the second table, after the products heading).
+    let products = &html[html.find("id=\"products-heading\"").unwrap()..];
+    for (name, shape) in [
+        ("Free", "Wiki hosting · rank 0"),
+        ("Basic", "Wiki hosting · rank 1"),
+        ("Pro", "Wiki hosting · rank 2"),
+        ("Community support", "Support · rank 0"),
+        ("Priority support", "Support · rank 1"),
+    ] {
+        let p = row(products, name);
+        assert!(p.contains(&format!("<td>{name}</td>")), "the product's set: {p}");
+        assert!(p.contains(r#"<span class="badge badge-ok">published</span>"#), "{p}");
+        assert!(p.contains(&format!("<li>{shape}</li>")), "{name} is {shape}: {p}");
+        assert!(p.contains(&format!("href=\"/operator/catalog/products/{}\"", product_id(&t, name).await)), "{p}");
+    }
+    // The three add forms.
+    for form in ["key-form", "set-form", "product-form"] {
+        assert!(html.contains(&format!("id=\"{form}\"")), "{form}");
+    }
+}
+
+// ---------- 2. Creating keys, sets and products ----------
+
+#[tokio::test]
+async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right_page() {
+    let (t, app, c, token) = operator_app().await;
+    let before = catalog_counts(&t).await;
+
+    // Resource keys: a plain post is sent back with 303, an HTMX one with HX-Redirect.
+    let a = post(
+        &app,
+        &c,
+        "/operator/catalog/keys",
+        &token,
+        &[("key", "wiki.pages"), ("kind", "numeric"), ("description", "Pages per wiki")],
+        false,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(a.header("location"), Some("/operator/catalog"));
+    let a = post(
+        &app,
+        &c,
+        "/operator/catalog/keys",
+        &token,
+        &[("key", " wiki.comments "), ("kind", "flag"), ("description", "")],
+        true,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.header("hx-redirect"), Some("/operator/catalog"));
+    assert!(a.header("location").is_none());
+    let keys: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT resource_key, kind, description FROM core.resource_keys WHERE resource_key LIKE 'wiki.%' ORDER BY 1",
+    )
+    .fetch_all(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        keys,
+        vec![
+            ("wiki.comments".into(), "flag".into(), "".into()),
+            ("wiki.pages".into(), "numeric".into(), "Pages per wiki".into())
+        ]
+    );
+
+    // Sets: to the new set's rules page.
+    let a = post(&app, &c, "/operator/catalog/sets", &token, &[("name", "Enterprise")], false).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let enterprise = set_id(&t, "Enterprise").await;
+    assert_eq!(a.header("location"), Some(format!("/operator/catalog/sets/{enterprise}").as_str()));
+    let a = post(&app, &c, "/operator/catalog/sets", &token, &[("name", "  Team  ")], true).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let team = set_id(&t, "Team").await;
+    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/catalog/sets/{team}").as_str()));
+    let page = get(&app, &c, &format!("/operator/catalog/sets/{enterprise}")).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("Entitlement set: Enterprise"), "{}", page.body);
+    assert!(page.body.contains("name=\"rule.wiki.pages\""), "the new key has a row: {}", page.body);
+
+    // Products: to the new product's page.
+    let e = enterprise.to_string();
+    let a = post(
+        &app,
+        &c,
+        "/operator/catalog/products",
+        &token,
+        &[("name", "Enterprise"), ("entitlement_set_id", &e), ("published", "on")],
+        false,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let p = product_id(&t, "Enterprise").await;
+    assert_eq!(a.header("location"), Some(format!("/operator/catalog/products/{p}").as_str()));
+    let a = post(
+        &app,
+        &c,
+        "/operator/catalog/products",
+        &token,
+        &[("name", "Extra sites"), ("entitlement_set_id", "")],
+        true,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let extra = product_id(&t, "Extra sites").await;
+    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/catalog/products/{extra}").as_str()));
+    let rows: Vec<(String, Option<i64>, bool)> = sqlx::query_as(
+        "SELECT name, entitlement_set_id, published FROM core.products WHERE product_id IN ($1, $2) ORDER BY product_id",
+    )
+    .bind(p)
+    .bind(extra)
+    .fetch_all(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!(rows, vec![("Enterprise".into(), Some(enterprise), true), ("Extra sites".into(), None, false)]);
+
+    let after = catalog_counts(&t).await;
+    assert_eq!(after, [before[0] + 2, before[1] + 2, before[2], before[3] + 2]);
+
+    // The catalog shows them all.
+    let html = get(&app, &c, "/operator/catalog").await.body;
+    assert!(row(&html, "<code>wiki.pages</code>").contains("<td>Numeric</td>"));
+    assert!(row(&html, "<code>wiki.pages</code>").contains("not registered"));
+    assert!(row(&html, "Team").contains("No rules"));
+    let products = &html[html.find("id=\"products-heading\"").unwrap()..];
+    let ent = row(products, "Enterprise");
+    assert!(ent.contains("<td>Enterprise</td>") && ent.contains("not a tier on any ladder"), "{ent}");
+    let ext = row(products, "Extra sites");
+    assert!(ext.contains(r#"<span class="muted">none</span>"#) && ext.contains("not published"), "{ext}");
+
+    // Editing a product: saved, back to its page with a notice.
+    let a = post(
+        &app,
+        &c,
+        &format!("/operator/catalog/products/{extra}"),
+        &token,
+        &[("name", "More sites"), ("entitlement_set_id", &e), ("published", "on")],
+        false,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(a.header("location"), Some(format!("/operator/catalog/products/{extra}?saved=1").as_str()));
+    let page = get(&app, &c, &format!("/operator/catalog/products/{extra}?saved=1")).await;
+    assert!(page.body.contains("The product was saved."), "{}", page.body);
+    assert!(page.body.contains("value=\"More sites\""), "{}", page.body);
+    let row_now: (String, Option<i64>, bool) =
+        sqlx::query_as("SELECT name, entitlement_set_id, published FROM core.products WHERE product_id = $1")
+            .bind(extra)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(row_now, ("More sites".into(), Some(enterprise), true));
+}
+
+// ---------- 3. Bad input on every form ----------
+
+/// Post each case plainly and with HTMX; each must be refused with its message and write nothing.
+async fn refuse_all(
+    t: &TestDb,
+    app: &TestApp,
+    c: &Client,
+    token: &str,
+    path: &str,
+    container: &str,
+    cases: &[(&str, Vec<(&str, &str)>, StatusCode, &str)],
+) {
+    for (case, fields, status, message) in cases {
+        for htmx in [false, true] {
+            let counts = catalog_counts(t).await;
+            let snapshot = catalog_snapshot(t).await;
+            let a = post(app, c, path, token, fields, htmx).await;
+            let label = format!("{path} {case} (htmx: {htmx})");
+            assert_refused(&a, *status, htmx, container, message, &label);
+            assert_eq!(catalog_counts(t).await, counts, "{label}: no row written");
+            assert_eq!(catalog_snapshot(t).await, snapshot, "{label}: nothing changed");
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_input_on_the_add_forms_is_refused_with_a_message_and_writes_nothing() {
+    let (t, app, c, token) = operator_app().await;
+    let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
+    let long = "x".repeat(501);
+    refuse_all(
+        &t,
+        &app,
+        &c,
+        &token,
+        "/operator/catalog/keys",
+        "key-form",
+        &[
+            (
+                "bad key name",
+                vec![("key", "Fedwiki Sites"), ("kind", "numeric"), ("description", "")],
+                unprocessable,
+                "is not a resource key: use dotted lower-case words",
+            ),
+            ("no dot", vec![("key", "sites"), ("kind", "numeric")], unprocessable, "is not a resource key"),
+            ("missing kind", vec![("key", "wiki.pages")], unprocessable, "is not a kind: choose numeric or flag."),
+            ("unknown kind", vec![("key", "wiki.pages"), ("kind", "text")], unprocessable, "“text” is not a kind"),
+            (
+                "duplicate key",
+                vec![("key", "fedwiki.active_sites"), ("kind", "numeric"), ("description", "again")],
+                unprocessable,
+                "The resource key fedwiki.active_sites exists already.",
+            ),
+            (
+                "too-long description",
+                vec![("key", "wiki.pages"), ("kind", "numeric"), ("description", &long)],
+                unprocessable,
+                "A description may have at most 500 characters.",
+            ),
+        ],
+    )
+    .await;
+    // The refused form keeps what was typed, with the error by its field.
+    let a = post(&app, &c, "/operator/catalog/keys", &token, &[("key", "Bad"), ("kind", "flag")], true).await;
+    assert!(a.body.contains("value=\"Bad\""), "{}", a.body);
+    assert!(a.body.contains(r#"<option value="flag" selected>"#), "{}", a.body);
+    assert!(a.body.contains(r#"<p class="field-error" id="key-error">"#), "{}", a.body);
+    assert!(a.body.contains("Nothing was saved"), "{}", a.body);
+
+    refuse_all(
+        &t,
+        &app,
+        &c,
+        &token,
+        "/operator/catalog/sets",
+        "set-form",
+        &[
+            ("empty name", vec![("name", "   ")], unprocessable, "An entitlement set needs a name."),
+            (
+                "too-long name",
+                vec![("name", &long[..201])],
+                unprocessable,
+                "name must be at most 200 printable characters.",
+            ),
+            ("duplicate", vec![("name", "Free")], unprocessable, "An entitlement set named “Free” exists already."),
+            (
+                "duplicate with spaces",
+                vec![("name", " Basic ")],
+                unprocessable,
+                "An entitlement set named “Basic” exists already.",
+            ),
+        ],
+    )
+    .await;
+
+    let basic = set_id(&t, "Basic").await.to_string();
+    refuse_all(
+        &t,
+        &app,
+        &c,
+        &token,
+        "/operator/catalog/products",
+        "product-form",
+        &[
+            (
+                "empty name",
+                vec![("name", ""), ("entitlement_set_id", &basic)],
+                unprocessable,
+                "A product needs a name.",
+            ),
+            (
+                "duplicate",
+                vec![("name", "Pro"), ("entitlement_set_id", &basic), ("published", "on")],
+                unprocessable,
+                "A product named “Pro” exists already.",
+            ),
+            (
+                "non-numeric set id",
+                vec![("name", "Gold"), ("entitlement_set_id", "gold")],
+                unprocessable,
+                "Choose an entitlement set from the list.",
+            ),
+            (
+                "unknown set id",
+                vec![("name", "Gold"), ("entitlement_set_id", "987654")],
+                unprocessable,
+                "That entitlement set does not exist.",
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bad_rule_values_are_refused_with_a_message_and_write_nothing() {
+    let (t, app, c, token) = operator_app().await;
+    let basic = set_id(&t, "Basic").await;
+    assert_eq!(pools_carrying(&t, basic).await, 0, "no pool carries Basic: only the input can be refused");
+    let path = format!("/operator/catalog/sets/{basic}/rules");
+    let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
+    refuse_all(
+        &t,
+        &app,
+        &c,
+        &token,
+        &path,
+        "set-edit",
+        &[
+            (
+                "a negative limit",
+                vec![
+                    ("rule.fedwiki.active_sites", "-1"),
+                    ("rule.fedwiki.custom_domain", "yes"),
+                    ("rule.support.priority", ""),
+                ],
+                unprocessable,
+                "fedwiki.active_sites: a limit cannot be negative (-1).",
+            ),
+            (
+                "a non-number for a numeric key",
+                vec![("rule.fedwiki.active_sites", "lots"), ("rule.fedwiki.custom_domain", "yes")],
+                unprocessable,
+                "fedwiki.active_sites: “lots” is not a whole number.",
+            ),
+            (
+                "a number for a flag key",
+                vec![("rule.fedwiki.active_sites", "4"), ("rule.fedwiki.custom_domain", "3")],
+                unprocessable,
+                "fedwiki.custom_domain is a flag: choose yes or no, not “3”.",
+            ),
+            (
+                // Refused and nothing written; the message naming the key is checked in
+                // a_rule_for_an_unknown_key_is_refused_naming_the_key.
+                "an unknown key",
+                vec![("rule.fedwiki.active_sites", "4"), ("rule.nope.nope", "1")],
+                unprocessable,
+                "Nothing was saved",
+            ),
+            (
+                "a limit past the maximum",
+                vec![("rule.fedwiki.active_sites", "1000000001")],
+                unprocessable,
+                "fedwiki.active_sites: a limit may be at most 1000000000.",
+            ),
+        ],
+    )
+    .await;
+    // The field in error is marked and keeps what was typed.
+    let a = post(&app, &c, &path, &token, &[("rule.fedwiki.active_sites", "-1")], true).await;
+    assert!(a.body.contains(r#"id="rule.fedwiki.active_sites-error""#), "{}", a.body);
+    assert!(a.body.contains(r#"value="-1""#), "{}", a.body);
+    assert_eq!(
+        rules_of(&t, basic).await,
+        vec![("fedwiki.active_sites".into(), Some(3), None), ("fedwiki.custom_domain".into(), None, Some(true))]
+    );
+}
+
+/// A rule for a key that does not exist is refused and writes nothing; the operator must also be
+/// told which key is wrong.
+#[tokio::test]
+async fn a_rule_for_an_unknown_key_is_refused_naming_the_key() {
+    let (t, app, c, token) = operator_app().await;
+    let basic = set_id(&t, "Basic").await;
+    let path = format!("/operator/catalog/sets/{basic}/rules");
+    refuse_all(
+        &t,
+        &app,
+        &c,
+        &token,
+        &path,
+        "set-edit",
+        &[(
+            "an unknown key",
+            vec![("rule.fedwiki.active_sites", "4"), ("rule.nope.nope", "1")],
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "There is no resource key nope.nope.",
+        )],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn bad_product_edits_are_refused_with_a_message_and_write_nothing() {
+    let (t, app, c, token) = operator_app().await;
+    let basic_product = product_id(&t, "Basic").await;
+    let basic_set = set_id(&t, "Basic").await.to_string();
+    let path = format!("/operator/catalog/products/{basic_product}");
+    let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
+    refuse_all(
+        &t,
+        &app,
+        &c,
+        &token,
+        &path,
+        "product-edit",
+        &[
+            (
+                "empty name",
+                vec![("name", " "), ("entitlement_set_id", &basic_set), ("published", "on")],
+                unprocessable,
+                "A product needs a name.",
+            ),
+            (
+                "another product's name",
+                vec![("name", "Pro"), ("entitlement_set_id", &basic_set), ("published", "on")],
+                unprocessable,
+                "A product named “Pro” exists already.",
+            ),
+            (
+                "clearing the set of a tier",
+                vec![("name", "Basic"), ("entitlement_set_id", ""), ("published", "on")],
+                unprocessable,
+                "This product is a tier of a plan ladder, so it must keep an entitlement set.",
+            ),
+            (
+                "an unknown set",
+                vec![("name", "Basic"), ("entitlement_set_id", "987654"), ("published", "on")],
+                unprocessable,
+                "That entitlement set does not exist.",
+            ),
+            (
+                "a non-numeric set",
+                vec![("name", "Basic"), ("entitlement_set_id", "basic"), ("published", "on")],
+                unprocessable,
+                "Choose an entitlement set from the list.",
+            ),
+        ],
+    )
+    .await;
+    // Changing the set of a product pools carry is a rule change: refused, naming the pools.
+    let pro = product_id(&t, "Pro").await;
+    let a = post(
+        &app,
+        &c,
+        &format!("/operator/catalog/products/{pro}"),
+        &token,
+        &[("name", "Pro"), ("entitlement_set_id", &basic_set), ("published", "on")],
+        true,
+    )
+    .await;
+    assert_refused(&a, StatusCode::CONFLICT, true, "product-edit", "rule change", "set change of a carried product");
+    assert!(a.body.contains("1 organization pool carry this now"), "{}", a.body);
+    // An unknown product is a 404.
+    let a = post(&app, &c, "/operator/catalog/products/987654", &token, &[("name", "X")], false).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert_eq!(get(&app, &c, "/operator/catalog/products/987654").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(get(&app, &c, "/operator/catalog/sets/987654").await.status, StatusCode::NOT_FOUND);
+}
+
+// ---------- 4. Editing the rules of a set ----------
+
+#[tokio::test]
+async fn rules_of_an_uncarried_set_are_saved_and_of_a_carried_set_refused() {
+    let (t, app, c, token) = operator_app().await;
+    let basic = set_id(&t, "Basic").await;
+    assert_eq!(pools_carrying(&t, basic).await, 0);
+
+    // Uncarried: saved (a plain post), and the page shows the new rules.
+    let a = post(
+        &app,
+        &c,
+        &format!("/operator/catalog/sets/{basic}/rules"),
+        &token,
+        &[("rule.fedwiki.active_sites", "4"), ("rule.fedwiki.custom_domain", ""), ("rule.support.priority", "yes")],
+        false,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(a.header("location"), Some(format!("/operator/catalog/sets/{basic}?saved=1").as_str()));
+    assert_eq!(
+        rules_of(&t, basic).await,
+        vec![("fedwiki.active_sites".into(), Some(4), None), ("support.priority".into(), None, Some(true))]
+    );
+    let page = get(&app, &c, &format!("/operator/catalog/sets/{basic}?saved=1")).await;
+    assert!(page.body.contains("The rules were saved."), "{}", page.body);
+    assert!(page.body.contains(r#"name="rule.fedwiki.active_sites" type="number""#), "{}", page.body);
+    assert!(page.body.contains(r#"value="4""#), "{}", page.body);
+    let catalog = get(&app, &c, "/operator/catalog").await.body;
+    let basic_row = row(&catalog, "Basic");
+    assert!(basic_row.contains("<li><code>fedwiki.active_sites</code> = 4</li>"), "{basic_row}");
+    assert!(basic_row.contains("<li><code>support.priority</code> = yes</li>"), "{basic_row}");
+    assert!(!basic_row.contains("custom_domain"), "the emptied rule is gone: {basic_row}");
+
+    // With HTMX: 200 and HX-Redirect.
+    let a = post(
+        &app,
+        &c,
+        &format!("/operator/catalog/sets/{basic}/rules"),
+        &token,
+        &[("rule.fedwiki.active_sites", "5")],
+        true,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/catalog/sets/{basic}?saved=1").as_str()));
+    assert_eq!(rules_of(&t, basic).await[0], ("fedwiki.active_sites".into(), Some(5), None));
+
+    // Carried (the demo organizations' floors carry Free): 409, naming the pools and why.
+    let free = set_id(&t, "Free").await;
+    let pools = pools_carrying(&t, free).await;
+    assert!(pools >= 2);
+    let set_page = get(&app, &c, &format!("/operator/catalog/sets/{free}")).await.body;
+    assert!(set_page.contains(&format!("This set is carried by {pools} pools")), "{set_page}");
+    for htmx in [false, true] {
+        let counts = catalog_counts(&t).await;
+        let snapshot = catalog_snapshot(&t).await;
+        let a = post(
+            &app,
+            &c,
+            &format!("/operator/catalog/sets/{free}/rules"),
+            &token,
+            &[("rule.fedwiki.active_sites", "2")],
+            htmx,
+        )
+        .await;
+        assert_refused(&a, StatusCode::CONFLICT, htmx, "set-edit", "rule change", "carried set");
+        assert!(a.body.contains(&format!("{pools} organization pools carry this now")), "{}", a.body);
+        assert!(a.body.contains("Nothing was saved"), "{}", a.body);
+        assert_eq!(catalog_counts(&t).await, counts);
+        assert_eq!(catalog_snapshot(&t).await, snapshot);
+    }
+    assert_eq!(rules_of(&t, free).await, vec![("fedwiki.active_sites".into(), Some(1), None)]);
+}
+
+// ---------- 5. Another change in progress ----------
+
+#[tokio::test]
+async fn a_rule_edit_while_another_change_holds_the_rendezvous_is_refused_then_succeeds() {
+    let mut t = demo_db().await;
+    // The console's lock waits end after 300 ms (the run-time handle the server gets).
+    t.db.lock_timeout = Duration::from_millis(300);
+    let app = TestApp::spawn(&t).await;
+    let (c, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let basic = set_id(&t, "Basic").await;
+    let path = format!("/operator/catalog/sets/{basic}/rules");
+    let before = rules_of(&t, basic).await;
+
+    // Another rule change holds the exclusive rendezvous.
+    let holder = begin(&t.db, TxKind::RuleChange).await.unwrap();
+    let started = std::time::Instant::now();
+    let a = post(&app, &c, &path, &token, &[("rule.fedwiki.active_sites", "7")], true).await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+    assert!(started.elapsed() < Duration::from_secs(5), "refused at the lock timeout, not the request deadline");
+    assert!(a.body.contains("Another change is in progress"), "{}", a.body);
+    assert!(a.body.contains("nothing was changed"), "{}", a.body);
+    assert!(!a.body.contains("<html"), "the partial: {}", a.body);
+    assert!(a.body.starts_with(r#"<div id="set-edit">"#), "{}", a.body);
+    assert!(a.body.contains(r#"value="7""#), "the form keeps what was typed: {}", a.body);
+    assert_eq!(rules_of(&t, basic).await, before, "nothing written");
+
+    // Once the other change commits, the same post goes through.
+    holder.commit().await.unwrap();
+    let a = post(&app, &c, &path, &token, &[("rule.fedwiki.active_sites", "7")], true).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/catalog/sets/{basic}?saved=1").as_str()));
+    assert_eq!(rules_of(&t, basic).await[0], ("fedwiki.active_sites".into(), Some(7), None));
+}
+
+// ---------- 6. Topology ----------
+
+#[tokio::test]
+async fn topology_shows_ladders_in_order_with_tiers_by_rank_and_org_types_with_their_defaults() {
+    let (t, app, c, _) = operator_app().await;
+    let a = get(&app, &c, "/operator/topology").await;
+    assert_eq!(a.status, StatusCode::OK);
+    let html = &a.body;
+    let wiki = html.find(">Wiki hosting</h3>").expect("the Wiki hosting ladder");
+    let support = html.find(">Support</h3>").expect("the Support ladder");
+    assert!(wiki < support, "ladders in their order");
+    let wiki_card = &html[wiki..support];
+    let support_card = &html[support..html.find("id=\"org-types-heading\"").unwrap()];
+
+    let tier = |rank: &str, name: &str, id: i64, set: &str| {
+        format!(
+            "<td><span class=\"rank\">{rank}</span></td><td><a href=\"/operator/catalog/products/{id}\">{name}</a></td><td>{set}</td>"
+        )
+    };
+    let floor = r#"0 <span class="badge badge-muted">floor</span>"#;
+    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let positions: Vec<usize> =
+        [tier(floor, "Free", free, "Free"), tier("1", "Basic", basic, "Basic"), tier("2", "Pro", pro, "Pro")]
+            .iter()
+            .map(|r| wiki_card.find(r.as_str()).unwrap_or_else(|| panic!("{r} in {wiki_card}")))
+            .collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "tiers by rank: {positions:?}");
+    assert_eq!(wiki_card.matches("floor</span>").count(), 1, "only rank 0 is the floor");
+    let community = product_id(&t, "Community support").await;
+    let priority = product_id(&t, "Priority support").await;
+    let c0 = support_card.find(&tier(floor, "Community support", community, "Community support")).unwrap();
+    let c1 = support_card.find(&tier("1", "Priority support", priority, "Priority support")).unwrap();
+    assert!(c0 < c1);
+
+    // Org types: default ladder, floor product and how many organizations.
+    let types = &html[html.find("id=\"org-types-heading\"").unwrap()..];
+    assert!(
+        types.contains(r#"<td>Business</td><td>Support</td><td>Community support</td><td class="num">1</td>"#),
+        "{types}"
+    );
+    assert!(types.contains(r#"<td>Community</td><td>Wiki hosting</td><td>Free</td><td class="num">3</td>"#), "{types}");
+}
+
+// ---------- 7. The organizations list ----------
+
+#[tokio::test]
+async fn organizations_are_searched_by_name_prefix_in_any_case() {
+    let (t, app, c, _) = operator_app().await;
+    for q in ["acme", "ACME", "Acme%20W", "%20acme%20"] {
+        let a = get(&app, &c, &format!("/operator/organizations?q={q}")).await;
+        assert_eq!(a.status, StatusCode::OK, "{q}");
+        assert!(a.body.contains("Acme Wikis</a>"), "{q}: {}", a.body);
+        assert!(!a.body.contains("Globex"), "{q}: {}", a.body);
+        assert!(!a.body.contains("Umbrella Wikis"), "a prefix, not a substring ({q})");
+        assert!(a.body.contains("1 organization matching"), "{q}: {}", a.body);
+        assert!(a.body.contains("<html"), "a plain search gets the page");
+    }
+    // A substring that is no prefix finds nothing, and says so.
+    let a = get(&app, &c, "/operator/organizations?q=wikis").await;
+    assert!(a.body.contains("No organizations match “wikis”."), "{}", a.body);
+    // LIKE's wildcards are plain characters.
+    let a = get(&app, &c, "/operator/organizations?q=%25").await;
+    assert!(a.body.contains("No organizations match “%”."), "{}", a.body);
+    // No search lists them all.
+    let a = get(&app, &c, "/operator/organizations").await;
+    for name in ["Acme Wikis", "Globex", "Initech", "Umbrella Wikis"] {
+        assert!(a.body.contains(&format!("{name}</a>")), "{name}");
+    }
+    assert!(a.body.contains("4 organizations"), "{}", a.body);
+    let initech = organization_id(&t, "Initech").await;
+    let initech_row = row(&a.body, &format!("<a href=\"/operator/organizations/{initech}\">Initech</a>"));
+    assert!(initech_row.contains("<td>Community</td><td>Wiki hosting: Pro</td>"), "{initech_row}");
+}
+
+#[tokio::test]
+async fn an_htmx_search_from_the_box_gets_only_the_results() {
+    let (_t, app, c, _) = operator_app().await;
+    let a = get_htmx(&app, &c, "/operator/organizations?q=acme", "org-results").await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(a.body.starts_with(r#"<div id="org-results">"#), "{}", a.body);
+    assert!(!a.body.contains("<html") && !a.body.contains("<form"), "{}", a.body);
+    assert!(a.body.contains("Acme Wikis</a>") && !a.body.contains("Globex"), "{}", a.body);
+}
+
+/// htmx 4 (static/htmx.min.js) sends `HX-Target` as `tag#id`, i.e. `div#org-results`: what the
+/// search box really sends must get the results alone, not a whole page inside `#org-results`.
+#[tokio::test]
+async fn an_htmx_search_with_the_target_header_htmx_4_sends_gets_only_the_results() {
+    let (_t, app, c, _) = operator_app().await;
+    let a = get_htmx(&app, &c, "/operator/organizations?q=acme", "div#org-results").await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(a.body.starts_with(r#"<div id="org-results">"#), "{}", a.body);
+    assert!(!a.body.contains("<form"), "the search form would be nested in the results: {}", a.body);
+}
+
+#[tokio::test]
+async fn organizations_are_paginated_fifty_to_a_page() {
+    let (t, app, c, _) = operator_app().await;
+    let community = scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await;
+    for i in 0..60 {
+        create_organization(&t.db, &OrgName::parse(&format!("Org {i:03}")).unwrap(), Some(community)).await.unwrap();
+    }
+    let links = |html: &str| html.matches("<a href=\"/operator/organizations/").count();
+    // By name, byte order: Acme Wikis, Globex, Initech, Org 000 … Org 059, Umbrella Wikis.
+    let one = get(&app, &c, "/operator/organizations").await;
+    assert_eq!(one.status, StatusCode::OK);
+    assert!(one.body.contains("64 organizations"), "{}", one.body);
+    assert!(one.body.contains("Page 1 of 2"), "{}", one.body);
+    assert_eq!(links(&one.body), 50);
+    assert!(one.body.contains("Acme Wikis</a>") && one.body.contains("Org 046</a>"));
+    assert!(!one.body.contains("Org 047</a>"));
+    assert!(one.body.contains(r#"href="/operator/organizations?page=2""#), "{}", one.body);
+
+    let two = get(&app, &c, "/operator/organizations?page=2").await;
+    assert_eq!(two.status, StatusCode::OK);
+    assert!(two.body.contains("Page 2 of 2"), "{}", two.body);
+    assert_eq!(links(&two.body), 14);
+    assert!(
+        two.body.contains("Org 047</a>") && two.body.contains("Org 059</a>") && two.body.contains("Umbrella Wikis</a>")
+    );
+    assert!(!two.body.contains("Acme Wikis</a>") && !two.body.contains("Org 046</a>"));
+    assert!(two.body.contains(r#"href="/operator/organizations?page=1""#), "{}", two.body);
+
+    // Paging keeps the search.
+    let searched = get_htmx(&app, &c, "/operator/organizations?q=org&page=2", "org-results").await;
+    assert!(searched.body.starts_with(r#"<div id="org-results">"#), "{}", searched.body);
+    assert!(searched.body.contains("60 organizations matching “org”"), "{}", searched.body);
+    assert_eq!(links(&searched.body), 10);
+    assert!(searched.body.contains("Org 050</a>") && !searched.body.contains("Umbrella"));
+    assert!(searched.body.contains(r#"href="/operator/organizations?q=org&amp;page=1""#), "{}", searched.body);
+
+    // A page past the end is empty, not an error.
+    let past = get(&app, &c, "/operator/organizations?page=9").await;
+    assert_eq!(past.status, StatusCode::OK);
+    assert_eq!(links(&past.body), 0);
+}
+
+#[tokio::test]
+async fn a_bad_page_number_is_a_400_with_a_message() {
+    let (_t, app, c, _) = operator_app().await;
+    for (page, shown) in [("abc", "abc"), ("0", "0"), ("-1", "-1"), ("1.5", "1.5"), ("99999999999", "99999999999")] {
+        let a = get(&app, &c, &format!("/operator/organizations?page={page}")).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "page={page}: {}", a.body);
+        assert!(a.body.contains(&format!("“{shown}” is not a page number.")), "page={page}: {}", a.body);
+    }
+    let a = get(&app, &c, &format!("/operator/organizations?q={}", "a".repeat(201))).await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
+    assert!(a.body.contains("A search may have at most 200 characters."), "{}", a.body);
+}
+
+// ---------- 8. One organization ----------
+
+#[tokio::test]
+async fn organization_detail_shows_plan_with_source_entitlements_usage_and_members() {
+    let (t, app, c, _) = operator_app().await;
+    let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
+    let floor_grant = grant_of(&t, acme, "floor").await;
+    let a = get(&app, &c, &format!("/operator/organizations/{acme}")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let html = &a.body;
+    assert!(html.contains("<h1>Acme Wikis</h1>"), "{html}");
+    assert!(html.contains("<dd>Community</dd>"), "{html}");
+    let plan = row(html, "Wiki hosting");
+    assert!(plan.contains(r#"<span class="rank">0 <span class="badge badge-muted">floor</span></span>"#), "{plan}");
+    assert!(plan.contains("<td>Free</td>"), "{plan}");
+    assert!(plan.contains(&format!("<td>floor grant #{floor_grant}</td>")), "{plan}");
+    assert!(plan.contains(r#"<span class="badge badge-ok">active</span>"#), "{plan}");
+    assert!(html.contains("<tr><td><code>fedwiki.active_sites</code></td><td>1</td></tr>"), "{html}");
+    assert!(html.contains(r#"<td><code>fedwiki.active_sites</code></td><td class="num">0 of 1</td>"#), "{html}");
+    assert!(html.contains("<tr><td>member@example.com</td><td>owner</td></tr>"), "{html}");
+    assert!(!html.contains("displaced-heading"), "nothing displaced at Acme");
+
+    // An unknown id is a 404 page.
+    let a = get(&app, &c, "/operator/organizations/987654").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert!(a.body.contains("<html"), "a page");
+    assert!(a.body.contains("There is nothing at this address"), "{}", a.body);
+    // So is an id that is no number (its wording is actix's, see the report).
+    let a = get(&app, &c, "/operator/organizations/not-a-number").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    assert!(a.body.contains("<html"), "a page");
+}
+
+#[tokio::test]
+async fn initech_holds_pro_by_an_operator_grant_with_ten_sites() {
+    let (t, app, c, _) = operator_app().await;
+    let initech = organization_id(&t, "Initech").await;
+    let grant = grant_of(&t, initech, "operator").await;
+    let html = get(&app, &c, &format!("/operator/organizations/{initech}")).await.body;
+    let plan = row(&html, "Wiki hosting");
+    assert!(plan.contains(r#"<span class="rank">2</span>"#), "{plan}");
+    assert!(plan.contains("<td>Pro</td>"), "{plan}");
+    assert!(plan.contains(&format!("<td>operator grant #{grant}</td>")), "{plan}");
+    assert!(html.contains("<tr><td><code>fedwiki.active_sites</code></td><td>10</td></tr>"), "{html}");
+    assert!(html.contains("<tr><td><code>fedwiki.custom_domain</code></td><td>included</td></tr>"), "{html}");
+    assert!(html.contains(r#"<td class="num">0 of 10</td>"#), "{html}");
+    // Pro displaced the floor: the floor grant ended (it is not "replaced", so nothing waits to
+    // come back and no Displaced section shows).
+    let floor: String =
+        sqlx::query_scalar("SELECT status FROM core.grants WHERE organization_id = $1 AND kind = 'floor'")
+            .bind(initech)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(floor, "ended");
+    assert!(!html.contains("displaced-heading"), "{html}");
+    assert!(!html.contains("<td>Free</td>"), "the floor holds nothing: {html}");
+}
+
+// ---------- 9. Members and anonymous visitors ----------
+
+#[tokio::test]
+async fn a_member_sees_their_organizations_plan_entitlements_and_usage_on_home() {
+    let t = demo_db().await;
+    let app = TestApp::spawn(&t).await;
+    let (c, _) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let a = get(&app, &c, "/").await;
+    assert_eq!(a.status, StatusCode::OK);
+    let html = &a.body;
+    assert!(html.contains(">Acme Wikis</h2>"), "{html}");
+    assert!(html.contains("Your role: owner"), "{html}");
+    assert!(html.contains(r#"<span class="plan-ladder">Wiki hosting: </span><strong>Free</strong>"#), "{html}");
+    assert!(html.contains("— included with your organization type"), "{html}");
+    assert!(html.contains("<dt>fedwiki.active_sites</dt><dd>1</dd>"), "{html}");
+    assert!(html.contains("<dt>fedwiki.active_sites</dt><dd>0 of 1</dd>"), "{html}");
+    assert!(!html.contains("Initech") && !html.contains("Globex"), "only the member's organization");
+}
+
+#[tokio::test]
+async fn members_are_refused_and_anonymous_visitors_sent_to_sign_in_on_every_operator_page() {
+    let t = demo_db().await;
+    let app = TestApp::spawn(&t).await;
+    let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
+    let basic_set = set_id(&t, "Basic").await;
+    let basic = product_id(&t, "Basic").await;
+    let pages = [
+        "/operator/catalog".to_string(),
+        "/operator/topology".to_string(),
+        "/operator/organizations".to_string(),
+        "/operator/organizations?q=acme".to_string(),
+        format!("/operator/organizations/{acme}"),
+        format!("/operator/catalog/sets/{basic_set}"),
+        format!("/operator/catalog/products/{basic}"),
+    ];
+    let forms: Vec<(String, Vec<(&str, &str)>)> = vec![
+        ("/operator/catalog/keys".into(), vec![("key", "wiki.pages"), ("kind", "numeric")]),
+        ("/operator/catalog/sets".into(), vec![("name", "Sneaky")]),
+        ("/operator/catalog/products".into(), vec![("name", "Sneaky")]),
+        (format!("/operator/catalog/sets/{basic_set}/rules"), vec![("rule.fedwiki.active_sites", "99")]),
+        (format!("/operator/catalog/products/{basic}"), vec![("name", "Sneaky"), ("entitlement_set_id", "")]),
+    ];
+    let snapshot = catalog_snapshot(&t).await;
+
+    let (member, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    for path in &pages {
+        let a = get(&app, &member, path).await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "member GET {path}");
+        assert!(a.body.contains("This page is for operators."), "{path}: {}", a.body);
+    }
+    for (path, fields) in &forms {
+        for htmx in [false, true] {
+            let a = post(&app, &member, path, &token, fields, htmx).await;
+            assert_eq!(a.status, StatusCode::FORBIDDEN, "member POST {path} (htmx: {htmx})");
+        }
+    }
+
+    let anonymous = app.client();
+    for path in &pages {
+        let a = get(&app, &anonymous, path).await;
+        assert_eq!(a.status, StatusCode::SEE_OTHER, "anonymous GET {path}");
+        let next: String = url::form_urlencoded::byte_serialize(path.as_bytes()).collect();
+        assert_eq!(a.header("location"), Some(format!("/login?next={next}").as_str()), "{path}");
+    }
+    for (path, fields) in &forms {
+        let a = post(&app, &anonymous, path, "no-session", fields, false).await;
+        assert_eq!(a.status, StatusCode::SEE_OTHER, "anonymous POST {path}");
+        assert_eq!(a.header("location"), Some("/login"), "{path}");
+    }
+    assert_eq!(catalog_snapshot(&t).await, snapshot, "no refused post wrote anything");
+}
