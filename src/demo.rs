@@ -111,6 +111,7 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
                         reason: "Demo: a partner's complimentary plan".into(),
                         created_by: Some(operator),
                         plan_act_id: None,
+                        provision_domain: None,
                     };
                     entitlements::confer_grant_tx(&mut tx, &grant).await?;
                 }

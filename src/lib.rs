@@ -8,4 +8,5 @@ pub mod demo;
 pub mod jobs;
 pub mod services;
 pub mod store;
+pub mod stress;
 pub mod web;

@@ -10,7 +10,7 @@ use member_console::{
     db::{cluster::PrivateCluster, locks},
     demo, jobs,
     services::auth::{Email, NewPassword, ensure_account},
-    web,
+    stress, web,
 };
 
 #[derive(Parser)]
@@ -47,6 +47,26 @@ enum Command {
     },
     /// Print the per-path lock orders, as docs/database-locks.md shows them.
     LockOrders,
+    /// Run the documented paths at random from many connections against a fresh database for a
+    /// bounded time, then check the entitlement invariants; prints one JSON line, and exits
+    /// non-zero on a deadlock, an unexpected error or a violated invariant.
+    Stress {
+        /// How long the paths run.
+        #[arg(long)]
+        seconds: u64,
+        /// Organizations created before the run.
+        #[arg(long, default_value_t = stress::DEFAULT_ORGS)]
+        orgs: usize,
+        /// Concurrent tasks, each on its own connection.
+        #[arg(long, default_value_t = stress::DEFAULT_CONNECTIONS)]
+        connections: usize,
+        /// Seed of the tasks' random choices (random when not given; the run prints it).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Keep the stress database instead of dropping it.
+        #[arg(long)]
+        keep: bool,
+    },
     /// The private PostgreSQL cluster in CONSOLE_DATA_DIR.
     Pg {
         #[command(subcommand)]
@@ -77,6 +97,14 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Pg { action } => pg(action),
+        // Its own database, not the booted one: it does not go through `run`.
+        Command::Stress { seconds, orgs, connections, seed, keep } => {
+            let opts = stress::StressOptions { seconds, orgs, connections, seed, keep };
+            let clean =
+                tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(stress::command(opts))?;
+            anyhow::ensure!(clean, "the stress run found deadlocks, errors or violations");
+            Ok(())
+        }
         other => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(other)),
     }
 }
@@ -108,7 +136,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::CreateOperator { email, password_stdin } => create_operator(&booted, &email, password_stdin).await,
-        Command::LockOrders | Command::Pg { .. } => unreachable!("handled before the runtime starts"),
+        Command::LockOrders | Command::Pg { .. } | Command::Stress { .. } => {
+            unreachable!("handled before the runtime starts")
+        }
     };
     booted.shutdown().await;
     result

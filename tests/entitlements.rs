@@ -67,6 +67,7 @@ fn operator_grant(org: i64, product_id: i64, quantity: i32) -> NewGrant {
         reason: "test".into(),
         created_by: None,
         plan_act_id: None,
+        provision_domain: None,
     }
 }
 

@@ -12,6 +12,8 @@ pub enum AdvisoryKey {
     LifecycleInstance(String),
     /// Family 2: `desired-state:`, the connection, the recipient kind and the recipient id.
     DesiredStateAddress { connection: String, recipient_kind: String, recipient_id: String },
+    /// Family 2: `provision-domain:` and an email domain whose grants wait for its organization.
+    ProvisionDomain(String),
     /// Family 3, `hashtext` of a bare id widened to bigint: a Stripe subscription.
     Subscription(String),
     /// Family 3: a Stripe invoice.
@@ -33,6 +35,7 @@ impl AdvisoryKey {
             AdvisoryKey::Rendezvous => ("core.rendezvous_key()".into(), vec![]),
             AdvisoryKey::Registry => ("core.registry_key()".into(), vec![]),
             AdvisoryKey::LifecycleInstance(id) => (format!("core.lifecycle_instance_key({})", p(0)), vec![id.clone()]),
+            AdvisoryKey::ProvisionDomain(d) => (format!("core.provision_domain_key({})", p(0)), vec![d.clone()]),
             AdvisoryKey::DesiredStateAddress { connection, recipient_kind, recipient_id } => (
                 format!("core.desired_state_address_key({}, {}, {})", p(0), p(1), p(2)),
                 vec![connection.clone(), recipient_kind.clone(), recipient_id.clone()],

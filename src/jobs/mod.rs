@@ -24,11 +24,44 @@ use crate::store::jobs as store;
 pub const PURGE_EXPIRED: &str = "purge_expired";
 pub const PURGE_EXPIRED_EVERY: Duration = Duration::from_secs(3600);
 
+/// How often the grant sweep runs: a missed expiry or start job is caught within this.
+pub const SWEEP_GRANTS_EVERY: Duration = Duration::from_secs(60);
+
+/// The grant id a grant job's payload names.
+fn grant_id(payload: &serde_json::Value) -> Result<i64, JobError> {
+    payload
+        .get("grant_id")
+        .and_then(|v| v.as_i64())
+        .ok_or_else(|| JobError::Permanent(format!("the payload names no grant_id: {payload}")))
+}
+
+fn grant_failure(e: crate::services::grants::GrantError) -> JobError {
+    use crate::services::grants::GrantError;
+    match e {
+        GrantError::Db(d) => JobError::Db(d),
+        other => JobError::Permanent(other.to_string()),
+    }
+}
+
 /// The handlers of the console's own jobs.
 pub fn standard_handlers() -> Handlers {
+    use crate::services::grants::{self, EXPIRE_GRANT, START_GRANT, SWEEP_GRANTS};
     let mut h = Handlers::new();
     h.register(PURGE_EXPIRED, |ctx, _payload| async move {
         purge_expired(&ctx.db).await?;
+        Ok(())
+    });
+    // ExpireGrantActivity: idempotent, so a repeat (two workers, a restart) changes nothing.
+    h.register(EXPIRE_GRANT, |ctx, payload| async move {
+        grants::expire_grant(&ctx.db, grant_id(&payload)?).await.map_err(grant_failure)?;
+        Ok(())
+    });
+    h.register(START_GRANT, |ctx, payload| async move {
+        grants::start_waiting_grant(&ctx.db, grant_id(&payload)?).await.map_err(grant_failure)?;
+        Ok(())
+    });
+    h.register(SWEEP_GRANTS, |ctx, _payload| async move {
+        grants::sweep_grants(&ctx.db).await.map_err(grant_failure)?;
         Ok(())
     });
     h
@@ -37,7 +70,8 @@ pub fn standard_handlers() -> Handlers {
 /// Create the console's schedules, or bring their intervals up to date (idempotent; every
 /// replica calls it at start-up).
 pub async fn register_standard_schedules(db: &Db) -> Result<(), DbError> {
-    ensure_schedule(db, PURGE_EXPIRED, PURGE_EXPIRED_EVERY).await
+    ensure_schedule(db, PURGE_EXPIRED, PURGE_EXPIRED_EVERY).await?;
+    ensure_schedule(db, crate::services::grants::SWEEP_GRANTS, SWEEP_GRANTS_EVERY).await
 }
 
 /// How many rows one purge deleted.

@@ -56,10 +56,11 @@ pub static CREATE_ORGANIZATION_LOCKS: PathLocks = PathLocks {
     path: "Create an organization",
     function: "services::entitlements::create_organization",
     kind: "Materializing",
-    locks: &[Lock::RendezvousShared, Lock::OrgTypeRowKeyShare, Lock::PoolRow],
+    locks: &[Lock::RendezvousShared, Lock::ProvisionDomain, Lock::OrgTypeRowKeyShare, Lock::PoolRow, Lock::GrantRow],
     why: "The insert takes its type's row FOR KEY SHARE through the foreign key (no conflict with the \
-          default change's FOR NO KEY UPDATE); the new pool's row is taken by the floor's core.confer and by \
-          materialization, under the shared rendezvous.",
+          default change's FOR NO KEY UPDATE), after the email domain's lock when it has one; the new pool's row is taken by the floor's core.confer and by \
+          materialization, under the shared rendezvous; with an email domain, the grants waiting for it are \
+          taken (their UPDATE) after the pool row, as spec rule 4 orders grant rows.",
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -71,16 +72,51 @@ pub struct CreatedOrganization {
 }
 
 /// Create an organization with its default pool, its floor and its entitlements.
-#[tracing::instrument(name = "Create an organization", skip(db), fields(name = %name.as_str(), org_type_id))]
 pub async fn create_organization(
     db: &Db,
     name: &OrgName,
     org_type_id: Option<i64>,
 ) -> Result<CreatedOrganization, EntitlementError> {
+    create_organization_with_domain(db, name, org_type_id, None).await.map(|(c, _)| c)
+}
+
+/// The same, for an organization with an email domain: it receives the grants waiting for that
+/// domain (provisioning), after its floor, under its pool row. Returns how many it received.
+#[tracing::instrument(name = "Create an organization", skip(db), fields(name = %name.as_str(), org_type_id, domain = ?email_domain.map(|d| d.as_str())))]
+pub async fn create_organization_with_domain(
+    db: &Db,
+    name: &OrgName,
+    org_type_id: Option<i64>,
+    email_domain: Option<&crate::services::grants::EmailDomain>,
+) -> Result<(CreatedOrganization, usize), EntitlementError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
+    if let Some(d) = email_domain {
+        // Before anything else: a grant issued to this domain meanwhile is seen, or sees us.
+        tx.lock(&crate::db::keys::AdvisoryKey::ProvisionDomain(d.as_str().to_string())).await?;
+    }
     let created = create_organization_tx(&mut tx, name, org_type_id).await?;
+    let mut provisioned = 0;
+    if let Some(d) = email_domain {
+        match store::set_email_domain(tx.conn(), created.organization_id, d.as_str()).await {
+            Ok(()) => {}
+            Err(e) if crate::db::sqlstate(&e).as_deref() == Some("23505") => {
+                return Err(EntitlementError::Invalid(format!(
+                    "Another organization has the email domain {} already.",
+                    d.as_str()
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        provisioned =
+            crate::services::grants::provision_domain_grants_tx(&mut tx, created.organization_id, created.pool_id, d)
+                .await
+                .map_err(|e| match e {
+                    crate::services::grants::GrantError::Db(d) => EntitlementError::Db(d),
+                    other => EntitlementError::Invalid(other.to_string()),
+                })?;
+    }
     tx.commit().await?;
-    Ok(created)
+    Ok((created, provisioned))
 }
 
 /// The same, inside a caller's Materializing transaction.

@@ -6,4 +6,5 @@ pub mod accounts;
 pub mod auth;
 pub mod catalog;
 pub mod entitlements;
+pub mod grants;
 pub mod organizations;

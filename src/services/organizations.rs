@@ -6,6 +6,7 @@ use crate::{
         accounts,
         catalog::{self as store, HeldConferral},
         entitlements::{self, EntitlementValue},
+        grants,
     },
 };
 
@@ -83,6 +84,8 @@ pub async fn organizations(db: &Db, query: &str, page: u64) -> Result<(u64, Vec<
 
 pub struct OrganizationDetail {
     pub facts: store::OrgFacts,
+    pub grants: Vec<grants::GrantRow>,
+    pub events: Vec<grants::EventRow>,
     pub held: Vec<HeldConferral>,
     pub displaced: Vec<store::Displaced>,
     pub entitlements: Vec<EntitlementValue>,
@@ -102,6 +105,8 @@ pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>
         None => (vec![], vec![], vec![]),
     };
     Ok(Some(OrganizationDetail {
+        grants: grants::grants_page(&mut c, None, Some(id), 100, 0).await?.1,
+        events: grants::events_of_organization(&mut c, id, 100).await?,
         displaced: store::displaced_sources(&mut c, id).await?,
         members: store::members(&mut c, id).await?,
         facts,
@@ -135,4 +140,48 @@ pub async fn member_home(db: &Db, account_id: i64) -> Result<Vec<MemberOrganizat
         out.push(MemberOrganization { membership: m, held, entitlements: ents, usage });
     }
     Ok(out)
+}
+
+pub const GRANTS_PER_PAGE: u64 = 50;
+
+pub async fn grants(
+    db: &Db,
+    status: Option<&str>,
+    organization_id: Option<i64>,
+    page: u64,
+) -> Result<(u64, Vec<grants::GrantRow>, Option<String>), DbError> {
+    let mut c = db.pool.acquire().await?;
+    let offset = page.saturating_sub(1).saturating_mul(GRANTS_PER_PAGE).min(i64::MAX as u64) as i64;
+    let (total, rows) = grants::grants_page(&mut c, status, organization_id, GRANTS_PER_PAGE as i64, offset).await?;
+    let name = match organization_id {
+        Some(id) => store::organization(&mut c, id).await?.map(|o| o.name),
+        None => None,
+    };
+    Ok((total.max(0) as u64, rows, name))
+}
+
+pub struct GrantDetail {
+    pub grant: grants::GrantRow,
+    pub lineage: Vec<grants::GrantRow>,
+    pub events: Vec<grants::EventRow>,
+}
+
+pub async fn grant(db: &Db, id: i64) -> Result<Option<GrantDetail>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    let Some(grant) = grants::grant_row(&mut c, id).await? else { return Ok(None) };
+    Ok(Some(GrantDetail {
+        lineage: grants::lineage_rows(&mut c, grant.lineage_id).await?,
+        events: grants::events_of_lineage(&mut c, grant.lineage_id).await?,
+        grant,
+    }))
+}
+
+pub async fn published_products(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    Ok(grants::published_products(&mut c).await?)
+}
+
+pub async fn org_type_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    Ok(store::org_types(&mut c).await?.into_iter().map(|t| (t.org_type_id, t.name)).collect())
 }

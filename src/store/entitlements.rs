@@ -13,6 +13,15 @@ pub async fn insert_organization(conn: &mut PgConnection, name: &str, org_type_i
         .await
 }
 
+pub async fn set_email_domain(conn: &mut PgConnection, organization_id: i64, domain: &str) -> sqlx::Result<()> {
+    sqlx::query("UPDATE core.organizations SET email_domain = $2 WHERE organization_id = $1")
+        .bind(organization_id)
+        .bind(domain)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 pub async fn insert_default_pool(conn: &mut PgConnection, organization_id: i64) -> sqlx::Result<i64> {
     sqlx::query_scalar("INSERT INTO core.resource_pools (organization_id) VALUES ($1) RETURNING pool_id")
         .bind(organization_id)
@@ -129,12 +138,15 @@ pub struct NewGrant {
     pub reason: String,
     pub created_by: Option<i64>,
     pub plan_act_id: Option<i64>,
+    /// For a grant that names no organization: the email domain it waits for.
+    pub provision_domain: Option<String>,
 }
 
 pub async fn insert_grant(conn: &mut PgConnection, g: &NewGrant) -> sqlx::Result<i64> {
     sqlx::query_scalar(
-        "INSERT INTO core.grants (organization_id, product_id, quantity, kind, status, starts_at, ends_at, reason, created_by, plan_act_id)
-         VALUES ($1, $2, $3, $4, $5, coalesce($6, now()), $7, $8, $9, $10) RETURNING grant_id",
+        "INSERT INTO core.grants (organization_id, product_id, quantity, kind, status, starts_at, ends_at, reason, created_by,
+                                  plan_act_id, provision_domain)
+         VALUES ($1, $2, $3, $4, $5, coalesce($6, now()), $7, $8, $9, $10, $11) RETURNING grant_id",
     )
     .bind(g.organization_id)
     .bind(g.product_id)
@@ -146,6 +158,7 @@ pub async fn insert_grant(conn: &mut PgConnection, g: &NewGrant) -> sqlx::Result
     .bind(&g.reason)
     .bind(g.created_by)
     .bind(g.plan_act_id)
+    .bind(&g.provision_domain)
     .fetch_one(conn)
     .await
 }

@@ -3,5 +3,6 @@
 pub mod accounts;
 pub mod catalog;
 pub mod entitlements;
+pub mod grants;
 pub mod job_overview;
 pub mod jobs;

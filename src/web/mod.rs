@@ -51,6 +51,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(pages::catalog::save_product)
         .service(pages::topology::topology)
         .service(pages::organizations::list)
+        .service(pages::organizations::create)
+        .service(pages::grants::list)
+        .service(pages::grants::new_form)
+        .service(pages::grants::issue)
+        .service(pages::grants::detail)
+        .service(pages::grants::revoke)
+        .service(pages::grants::manage)
         .service(pages::organizations::detail);
 }
 
@@ -59,34 +66,37 @@ pub fn serve(listener: TcpListener, db: Db, config: Arc<Config>) -> std::io::Res
     let key = Key::from(&config.session_key);
     let secure = config.secure_cookies();
     let state = web::Data::new(AppState { db, config });
-    let server = HttpServer::new(move || {
-        let session = SessionMiddleware::builder(CookieSessionStore::default(), key.clone())
-            .cookie_name("mc_session".into())
-            .cookie_http_only(true)
-            .cookie_secure(secure)
-            .cookie_same_site(SameSite::Lax)
-            .cookie_content_security(CookieContentSecurity::Private)
-            .session_lifecycle(BrowserSession::default())
-            .build();
-        App::new()
-            .app_data(state.clone())
-            .app_data(web::FormConfig::default().limit(64 * 1024).error_handler(|e, _| {
-                errors::AppError::BadRequest(format!("The form could not be read: {e}.")).into()
-            }))
-            // An id in a path that is not a number names nothing: the friendly 404.
-            .app_data(web::PathConfig::default().error_handler(|_, _| errors::AppError::NotFound.into()))
-            .app_data(web::QueryConfig::default().error_handler(|e, _| errors::AppError::BadRequest(format!("The address is not valid: {e}.")).into()))
-            .configure(routes)
-            .default_service(web::to(not_found))
-            // Outermost last: context, then session, then identity and policy.
-            .wrap(from_fn(identity::identify_and_authorize))
-            .wrap(session)
-            .wrap(from_fn(context::request_context))
-    })
-    .disable_signals()
-    .shutdown_timeout(30)
-    .listen(listener)?
-    .run();
+    let server =
+        HttpServer::new(move || {
+            let session = SessionMiddleware::builder(CookieSessionStore::default(), key.clone())
+                .cookie_name("mc_session".into())
+                .cookie_http_only(true)
+                .cookie_secure(secure)
+                .cookie_same_site(SameSite::Lax)
+                .cookie_content_security(CookieContentSecurity::Private)
+                .session_lifecycle(BrowserSession::default())
+                .build();
+            App::new()
+                .app_data(state.clone())
+                .app_data(web::FormConfig::default().limit(64 * 1024).error_handler(|e, _| {
+                    errors::AppError::BadRequest(format!("The form could not be read: {e}.")).into()
+                }))
+                // An id in a path that is not a number names nothing: the friendly 404.
+                .app_data(web::PathConfig::default().error_handler(|_, _| errors::AppError::NotFound.into()))
+                .app_data(web::QueryConfig::default().error_handler(|e, _| {
+                    errors::AppError::BadRequest(format!("The address is not valid: {e}.")).into()
+                }))
+                .configure(routes)
+                .default_service(web::to(not_found))
+                // Outermost last: context, then session, then identity and policy.
+                .wrap(from_fn(identity::identify_and_authorize))
+                .wrap(session)
+                .wrap(from_fn(context::request_context))
+        })
+        .disable_signals()
+        .shutdown_timeout(30)
+        .listen(listener)?
+        .run();
     Ok(server)
 }
 

@@ -10,6 +10,7 @@ const MEMBER_NAV: &[NavLink] = &[NavLink { href: "/", label: "Home" }];
 const OPERATOR_NAV: &[NavLink] = &[
     NavLink { href: "/", label: "Home" },
     NavLink { href: "/operator/organizations", label: "Organizations" },
+    NavLink { href: "/operator/grants", label: "Grants" },
     NavLink { href: "/operator/catalog", label: "Catalog" },
     NavLink { href: "/operator/topology", label: "Topology" },
     NavLink { href: "/operator", label: "Operations" },

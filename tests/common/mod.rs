@@ -204,13 +204,12 @@ pub async fn assert_holds(admin: &PgPool, pid: i32, declared: &[Lock]) {
     for lock in declared {
         let found = match lock.pg_signature() {
             PgSignature::Advisory { key_sql, mode } => {
-                let key: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {key_sql}")))
+                // A key that depends on the object (NULL here) matches any advisory lock in the mode.
+                let key: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {key_sql}")))
                     .fetch_one(admin)
                     .await
                     .unwrap();
-                // pg_locks splits the key into two unsigned 32-bit halves.
-                let shown = (((key as u64) >> 32) << 32 | (key as u64 & 0xffff_ffff)) as i64;
-                held.iter().any(|(t, k, m)| t == "advisory" && *k == shown.to_string() && m == mode)
+                held.iter().any(|(t, k, m)| t == "advisory" && m == mode && key.is_none_or(|key| *k == key.to_string()))
             }
             PgSignature::Relation { table, mode } => {
                 held.iter().any(|(t, r, m)| t == "relation" && r == table && m == mode)

@@ -23,11 +23,15 @@ pub use pages::{
         catalog, key_form, product_edit, product_form, set_edit, set_form,
     },
     errors::error_body,
+    grants::{
+        GrantDetailView, GrantEventRow, GrantListRow, GrantListView, IssueGrantView, LineageRow, grant_detail,
+        grant_list, grant_rows_table, issue_grant, manage_form, revoke_form,
+    },
     home::{HomeView, OrgHome, PlanLine, member_home},
     operator::{AccountRow, FailedJob, JobCounts, OperatorHomeView, operator_home},
     organizations::{
         DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, UsageRow,
-        organization_detail, organization_list, organization_results,
+        create_organization_form, organization_detail, organization_list, organization_results,
     },
     topology::{LadderView, OrgTypeRow, TierRow, TopologyView, topology},
 };

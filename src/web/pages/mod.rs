@@ -2,6 +2,7 @@
 
 pub mod auth;
 pub mod catalog;
+pub mod grants;
 pub mod health;
 pub mod home;
 pub mod operator;

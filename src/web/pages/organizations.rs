@@ -40,6 +40,9 @@ pub async fn list(
     };
     let (total, rows) = services::organizations::organizations(&state.db, &query, page).await?;
     let view = views::OrgListView {
+        csrf: crate::web::identity::csrf_token(&req),
+        org_types: services::organizations::org_type_options(&state.db).await?,
+        create_form: views::FormState::default(),
         query,
         page,
         per_page: ORGANIZATIONS_PER_PAGE,
@@ -112,6 +115,89 @@ pub async fn detail(
         entitlements: entitlement_rows(&d.entitlements),
         usage: usage_rows(&d.usage),
         members: d.members.iter().map(|m| views::MemberRow { email: m.email.clone(), role: m.role.clone() }).collect(),
+        grants: d.grants.iter().map(crate::web::pages::grants::list_row).collect(),
+        events: d.events.iter().map(crate::web::pages::grants::event_row).collect(),
     };
     Ok(render::ok(&req, &d.facts.name, views::organization_detail(&view)))
+}
+
+/// Create an organization (with its pool and floor; with an email domain, the grants waiting
+/// for it).
+#[actix_web::post("/operator/organizations")]
+pub async fn create(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    form: web::Form<Vec<(String, String)>>,
+) -> Result<HttpResponse, AppError> {
+    use crate::services::{
+        entitlements::{EntitlementError, OrgName},
+        grants::EmailDomain,
+    };
+    let f = form.into_inner();
+    let value = |n: &str| f.iter().find(|(k, _)| k == n).map_or("", |(_, v)| v.as_str()).to_string();
+    let org_types = services::organizations::org_type_options(&state.db).await?;
+    let mut problems: Vec<(String, String)> = vec![];
+    let name = OrgName::parse(&value("name")).map_err(|m| problems.push(("name".into(), m))).ok();
+    let org_type = match value("org_type_id").trim() {
+        "" => None,
+        t => match t.parse::<i64>().ok().filter(|id| org_types.iter().any(|(o, _)| o == id)) {
+            Some(id) => Some(id),
+            None => {
+                problems.push(("org_type_id".into(), "Choose an organization type from the list.".into()));
+                None
+            }
+        },
+    };
+    let domain = match value("email_domain").trim() {
+        "" => None,
+        d => EmailDomain::parse(d).map_err(|m| problems.push(("email_domain".into(), m))).ok(),
+    };
+    let result = match (name, problems.is_empty()) {
+        (Some(name), true) => {
+            services::entitlements::create_organization_with_domain(&state.db, &name, org_type, domain.as_ref()).await
+        }
+        _ => Err(EntitlementError::Invalid(String::new())),
+    };
+    match result {
+        Ok((created, _)) => {
+            let to = format!("/operator/organizations/{}", created.organization_id);
+            Ok(if render::is_htmx(&req) {
+                HttpResponse::Ok().insert_header(("HX-Redirect", to)).finish()
+            } else {
+                HttpResponse::SeeOther().insert_header(("Location", to)).finish()
+            })
+        }
+        Err(EntitlementError::Db(e)) => Err(e.into()),
+        Err(e) => {
+            let mut fs = views::FormState {
+                values: f.iter().filter(|(k, _)| k != "csrf_token").cloned().collect(),
+                field_errors: problems,
+                ..views::FormState::default()
+            };
+            fs.errors.push("Nothing was created: correct the fields marked below.".into());
+            match &e {
+                EntitlementError::Invalid(m) if !m.is_empty() => fs.errors.push(m.clone()),
+                EntitlementError::NotFound(what) => fs.errors.push(format!("That {what} does not exist.")),
+                _ => {}
+            }
+            let status = actix_web::http::StatusCode::UNPROCESSABLE_ENTITY;
+            let csrf = crate::web::identity::csrf_token(&req);
+            if render::is_htmx(&req) {
+                return Ok(HttpResponse::build(status)
+                    .content_type("text/html; charset=utf-8")
+                    .body(views::create_organization_form(&csrf, &org_types, &fs).into_string()));
+            }
+            let view = views::OrgListView {
+                csrf,
+                org_types,
+                create_form: fs,
+                query: String::new(),
+                page: 1,
+                per_page: ORGANIZATIONS_PER_PAGE,
+                total: 0,
+                rows: vec![],
+            };
+            Ok(render::page(&req, status, "Organizations", views::organization_list(&view)))
+        }
+    }
 }

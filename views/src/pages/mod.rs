@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod catalog;
 pub mod errors;
+pub mod grants;
 pub mod home;
 pub mod operator;
 pub mod organizations;

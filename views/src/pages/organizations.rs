@@ -1,10 +1,14 @@
-//! The operator's organizations: a searchable list and one organization's plan, entitlements,
-//! usage and members.
+//! The operator's organizations: a searchable list with the form that creates one, and one
+//! organization's plan, entitlements, usage, members, grants and their audit trail.
 
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, facts, pagination, table, table_cols};
-use crate::pages::catalog::count;
+use crate::pages::catalog::{FormState, count};
+use crate::pages::grants::{
+    GrantEventRow, GrantListRow, Input, Select, events_table, form_banners, grants_table, hx_form, input_field,
+    select_field,
+};
 use crate::pages::topology::rank_cell;
 
 /// The list's path; the search form and pagination links come back to it.
@@ -27,15 +31,27 @@ pub struct OrgListView {
     /// How many organizations match, over all pages.
     pub total: u64,
     pub rows: Vec<OrgListRow>,
+    pub csrf: String,
+    /// (id, name) for the create form's type select.
+    pub org_types: Vec<(i64, String)>,
+    /// Values: name, org_type_id, email_domain.
+    pub create_form: FormState,
 }
 
-/// The search form and the results.
+/// "Create an organization" (collapsed unless its form has something to say), the search form
+/// and the results.
 ///
-/// The form is a plain GET (it works without JavaScript); as the operator types, htmx GETs the
-/// same URL with `q` and swaps `#org-results` with the answer, which should be
+/// The search form is a plain GET (it works without JavaScript); as the operator types, htmx
+/// GETs the same URL with `q` and swaps `#org-results` with the answer, which should be
 /// [`organization_results`] alone.
 pub fn organization_list(v: &OrgListView) -> Markup {
+    let f = &v.create_form;
+    let open = f.notice.is_some() || !f.errors.is_empty() || !f.field_errors.is_empty();
     html! {
+        details.disclosure open[open] {
+            summary { "Create an organization" }
+            (create_organization_form(&v.csrf, &v.org_types, f))
+        }
         form.search-form role="search" method="get" action=(LIST_PATH) {
             div.field {
                 label for="org-search" { "Search organizations by name" }
@@ -48,6 +64,55 @@ pub fn organization_list(v: &OrgListView) -> Markup {
             button.btn.btn-secondary type="submit" { "Search" }
         }
         (organization_results(v))
+    }
+}
+
+/// The create form in its container `#create-organization`; posts to `/operator/organizations`.
+pub fn create_organization_form(csrf: &str, org_types: &[(i64, String)], f: &FormState) -> Markup {
+    let mut options: Vec<(String, String)> = vec![(String::new(), "— none —".to_owned())];
+    options.extend(org_types.iter().map(|(id, name)| (id.to_string(), name.clone())));
+    let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
+    html! {
+        div #create-organization {
+            (form_banners(f))
+            (hx_form(LIST_PATH, "create-organization", csrf, html! {
+                (input_field(&Input {
+                    id: "org-name",
+                    name: "name",
+                    label: "Name",
+                    kind: "text",
+                    value: f.value("name"),
+                    error: f.field_error("name"),
+                    required: true,
+                    placeholder: None,
+                    hint: None,
+                }))
+                (select_field(&Select {
+                    id: "org-type",
+                    name: "org_type_id",
+                    label: "Organization type",
+                    options: &options,
+                    selected: f.value("org_type_id"),
+                    error: f.field_error("org_type_id"),
+                    required: false,
+                    hint: Some("it holds the floor of its type's default ladder until it gets more"),
+                }))
+                (input_field(&Input {
+                    id: "org-email-domain",
+                    name: "email_domain",
+                    label: "Email domain",
+                    kind: "text",
+                    value: f.value("email_domain"),
+                    error: f.field_error("email_domain"),
+                    required: false,
+                    placeholder: Some("example.org"),
+                    hint: Some("optional; grants waiting for this domain are conferred when it is created"),
+                }))
+                div.form-actions {
+                    button.btn.btn-primary type="submit" { "Create organization" }
+                }
+            }))
+        }
     }
 }
 
@@ -142,9 +207,14 @@ pub struct OrgDetailView {
     pub entitlements: Vec<EntitlementRow>,
     pub usage: Vec<UsageRow>,
     pub members: Vec<MemberRow>,
+    /// Every grant to the organization.
+    pub grants: Vec<GrantListRow>,
+    /// What happened to its grants, newest first.
+    pub events: Vec<GrantEventRow>,
 }
 
-/// Facts, then Plan, Add-ons and Displaced (when any), Entitlements, Usage, Members.
+/// Facts, then Plan, Add-ons and Displaced (when any), Grants, Entitlements, Usage, Members and
+/// the grants' Audit trail.
 pub fn organization_detail(v: &OrgDetailView) -> Markup {
     html! {
         p { a href=(LIST_PATH) { "← All organizations" } }
@@ -178,6 +248,15 @@ pub fn organization_detail(v: &OrgDetailView) -> Markup {
                 (displaced_table(&v.displaced))
             }
         }
+        section.card aria-labelledby="grants-heading" {
+            div.section-head {
+                h2 #grants-heading { "Grants" }
+                a.btn.btn-secondary.btn-small href=(format!("/operator/grants/new?organization_id={}", v.id)) {
+                    "Grant a product"
+                }
+            }
+            (grants_table(&v.grants, "This organization has no grants."))
+        }
         section.card aria-labelledby="entitlements-heading" {
             h2 #entitlements-heading { "Entitlements" }
             (entitlements_table(&v.entitlements))
@@ -189,6 +268,11 @@ pub fn organization_detail(v: &OrgDetailView) -> Markup {
         section.card aria-labelledby="members-heading" {
             h2 #members-heading { "Members" }
             (members_table(&v.members))
+        }
+        section.card aria-labelledby="audit-heading" {
+            h2 #audit-heading { "Audit trail" }
+            p.muted { "Every act on the organization's grants, newest first." }
+            (events_table(&v.events, "Nothing has happened to this organization's grants yet."))
         }
     }
 }
@@ -283,7 +367,16 @@ mod tests {
     use super::*;
 
     fn list(query: &str, total: u64, rows: Vec<OrgListRow>) -> OrgListView {
-        OrgListView { query: query.into(), page: 1, per_page: 2, total, rows }
+        OrgListView {
+            query: query.into(),
+            page: 1,
+            per_page: 2,
+            total,
+            rows,
+            csrf: "tok".into(),
+            org_types: vec![(1, "Community".into()), (2, "<Internal>".into())],
+            create_form: FormState::default(),
+        }
     }
 
     fn row(id: i64, name: &str) -> OrgListRow {
@@ -306,7 +399,10 @@ mod tests {
             r##"hx-get="/operator/organizations" hx-trigger="input changed delay:300ms, search" hx-target="#org-results" hx-swap="outerHTML""##
         ));
         assert!(out.contains(r#"<div id="org-results">"#));
-        assert!(!out.contains("csrf_token"));
+        // The search is a GET: only the create form above it carries the token.
+        let search = &out[out.find(r#"<form class="search-form""#).unwrap()..];
+        assert!(!search.contains("csrf_token"));
+        assert_eq!(out.matches("csrf_token").count(), 1);
     }
 
     #[test]
@@ -361,6 +457,25 @@ mod tests {
                 UsageRow { key: "d".into(), used: 0, limit: 0 },
             ],
             members: vec![MemberRow { email: "ann@example.org".into(), role: "owner".into() }],
+            grants: vec![GrantListRow {
+                id: 12,
+                organization: Some((7, "Acme".into())),
+                provision_domain: None,
+                product: "Wiki Pro".into(),
+                quantity: 1,
+                kind: "operator".into(),
+                status: "replaced".into(),
+                starts_at: "2025-01-02".into(),
+                ends_at: None,
+                reason: "pilot".into(),
+            }],
+            events: vec![GrantEventRow {
+                at: "2025-01-03 04:05".into(),
+                act: "revoked".into(),
+                actor: "the console".into(),
+                reason: "<script>bad</script>".into(),
+                grant_id: 12,
+            }],
         }
     }
 
@@ -417,6 +532,8 @@ mod tests {
             entitlements: vec![],
             usage: vec![],
             members: vec![],
+            grants: vec![],
+            events: vec![],
             org_type: None,
             ..detail()
         };
@@ -426,5 +543,57 @@ mod tests {
         assert!(out.contains("Nothing counted yet."));
         assert!(out.contains("No members."));
         assert!(out.contains(r#"<span class="muted">no type</span>"#));
+        assert!(out.contains(r#"<p class="empty">This organization has no grants.</p>"#));
+        assert!(out.contains(r#"<p class="empty">Nothing has happened to this organization's grants yet.</p>"#));
+    }
+
+    #[test]
+    fn detail_shows_grants_and_the_audit_trail() {
+        let out = organization_detail(&detail()).into_string();
+        assert!(out.contains(r#"<h2 id="grants-heading">Grants</h2>"#));
+        assert!(out.contains(r#"href="/operator/grants/new?organization_id=7">Grant a product</a>"#));
+        assert!(out.contains(r##"<td><a href="/operator/grants/12">#12</a></td>"##));
+        assert!(out.contains(r#"<span class="badge badge-warn">replaced</span>"#));
+        assert!(out.contains(r#"<span class="muted">open-ended</span>"#));
+        assert!(out.contains(r#"<h2 id="audit-heading">Audit trail</h2>"#));
+        assert!(out.contains("<td>2025-01-03 04:05</td><td>revoked</td><td>the console</td>"));
+        assert!(out.contains("<td>&lt;script&gt;bad&lt;/script&gt;</td>"));
+        assert!(!out.contains("<script>"));
+        // The audit trail comes after the members.
+        assert!(out.find("Audit trail").unwrap() > out.find("Members</h2>").unwrap());
+    }
+
+    #[test]
+    fn list_offers_a_collapsed_create_form_above_the_search() {
+        let out = organization_list(&list("", 0, vec![])).into_string();
+        assert!(out.starts_with(r#"<details class="disclosure"><summary>Create an organization</summary>"#));
+        assert!(out.find("<details").unwrap() < out.find("search-form").unwrap());
+        let mut v = list("", 0, vec![]);
+        v.create_form.field_errors = vec![("name".into(), "Name it.".into())];
+        let out = organization_list(&v).into_string();
+        assert!(out.starts_with(r#"<details class="disclosure" open>"#));
+        assert!(out.contains("Name it."));
+    }
+
+    #[test]
+    fn create_form_posts_with_htmx_and_has_its_fields() {
+        let f = FormState {
+            values: vec![("org_type_id".into(), "2".into()), ("name".into(), "<script>x</script>".into())],
+            ..FormState::default()
+        };
+        let out =
+            create_organization_form("tok", &[(1, "Community".into()), (2, "<Internal>".into())], &f).into_string();
+        assert!(out.starts_with(r#"<div id="create-organization">"#));
+        assert!(out.contains(
+            r##"<form method="post" action="/operator/organizations" hx-post="/operator/organizations" hx-target="#create-organization" hx-swap="outerHTML"><input type="hidden" name="csrf_token" value="tok">"##
+        ));
+        assert!(out.contains(r#"name="name" type="text" value="&lt;script&gt;x&lt;/script&gt;" required"#));
+        assert!(!out.contains("<script>"));
+        assert!(out.contains(r#"<select id="org-type" name="org_type_id""#));
+        assert!(out.contains(r#"<option value="">— none —</option>"#));
+        assert!(out.contains(r#"<option value="2" selected>&lt;Internal&gt;</option>"#));
+        assert!(out.contains(r#"name="email_domain" type="text""#));
+        assert!(out.contains("optional; grants waiting for this domain are conferred when it is created"));
+        assert!(out.contains(r#"<button class="btn btn-primary" type="submit">Create organization</button>"#));
     }
 }

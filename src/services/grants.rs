@@ -1,0 +1,659 @@
+//! Grant acts, as the spec's "Grant acts" section orders their locks: issue (ConferGrantTx),
+//! revoke, expire (with its job and sweep), start a waiting grant, reschedule a waiting grant
+//! (ExtendWaitingGrantTx), and manage (ExtendGrantTx or ExtendWaitingGrantTx).
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+use crate::{
+    db::{
+        Db, DbError, Tx, TxKind, begin,
+        keys::AdvisoryKey,
+        locks::{Lock, PathLocks},
+    },
+    jobs::{self, NewJob},
+    services::entitlements::{confer_grant_tx, restore_pool_tx},
+    store::{
+        entitlements::{self as ent, NewGrant},
+        grants::{self as store, Grant},
+    },
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    /// Bad input, by field; nothing was written.
+    #[error("{}", .0.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join(" "))]
+    Invalid(Vec<(String, String)>),
+    #[error("no such {0}")]
+    NotFound(&'static str),
+    /// The act does not apply to the grant as it is now.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl From<crate::services::entitlements::EntitlementError> for GrantError {
+    fn from(e: crate::services::entitlements::EntitlementError) -> Self {
+        use crate::services::entitlements::EntitlementError as E;
+        match e {
+            E::Invalid(m) => GrantError::Invalid(vec![(String::new(), m)]),
+            E::NotFound(w) => GrantError::NotFound(w),
+            E::Db(d) => GrantError::Db(d),
+        }
+    }
+}
+
+impl From<sqlx::Error> for GrantError {
+    fn from(e: sqlx::Error) -> Self {
+        GrantError::Db(e.into())
+    }
+}
+
+fn invalid(field: &str, m: impl Into<String>) -> GrantError {
+    GrantError::Invalid(vec![(field.into(), m.into())])
+}
+
+/// An email domain, lower-cased, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmailDomain(String);
+
+impl EmailDomain {
+    pub fn parse(s: &str) -> Result<EmailDomain, String> {
+        let d = s.trim().trim_start_matches('@').to_ascii_lowercase();
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        let labels: Vec<&str> = d.split('.').collect();
+        if d.len() > 253 || labels.len() < 2 || !labels.iter().all(|l| label_ok(l)) {
+            return Err(format!("“{}” is not an email domain such as example.org.", s.trim()));
+        }
+        Ok(EmailDomain(d))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Who receives a grant: an organization, or the organization of an email domain once it exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recipient {
+    Organization(i64),
+    Domain(EmailDomain),
+}
+
+/// A grant as an operator asks for it, parsed.
+#[derive(Debug, Clone)]
+pub struct IssueGrant {
+    pub recipient: Recipient,
+    pub product_id: i64,
+    pub quantity: i32,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub reason: String,
+    pub actor: Option<i64>,
+}
+
+pub const MAX_QUANTITY: i32 = 1000;
+
+/// A reason, required for every operator act.
+pub fn parse_reason(field: &str, s: &str) -> Result<String, (String, String)> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err((field.into(), "Say why: a reason is kept with the grant.".into()));
+    }
+    if s.chars().count() > 500 {
+        return Err((field.into(), "A reason may have at most 500 characters.".into()));
+    }
+    Ok(s.to_string())
+}
+
+pub fn parse_quantity(field: &str, s: &str) -> Result<i32, (String, String)> {
+    match s.trim() {
+        "" => Ok(1),
+        t => t
+            .parse::<i32>()
+            .ok()
+            .filter(|q| (1..=MAX_QUANTITY).contains(q))
+            .ok_or_else(|| (field.into(), format!("A quantity is a whole number from 1 to {MAX_QUANTITY}."))),
+    }
+}
+
+/// A date and time as a `datetime-local` field sends it (or RFC 3339), read as UTC.
+pub fn parse_time(field: &str, s: &str) -> Result<Option<DateTime<Utc>>, (String, String)> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(Some(t.with_timezone(&Utc)));
+    }
+    for f in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, f) {
+            return Ok(Some(t.and_utc()));
+        }
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        return Ok(d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()));
+    }
+    Err((field.into(), format!("“{s}” is not a date and time (for example 2027-01-31T12:00).")))
+}
+
+/// Check the bounds of a grant: the end after the start, and not in the past.
+fn check_bounds(
+    starts_at: Option<DateTime<Utc>>,
+    ends_at: Option<DateTime<Utc>>,
+    problems: &mut Vec<(String, String)>,
+) {
+    let now = Utc::now();
+    if let Some(end) = ends_at {
+        if end <= starts_at.unwrap_or(now) {
+            problems.push(("ends_at".into(), "The end must come after the start.".into()));
+        } else if end <= now {
+            problems.push(("ends_at".into(), "The end is in the past.".into()));
+        }
+    }
+}
+
+impl IssueGrant {
+    /// Parse the issue form's fields.
+    #[allow(clippy::too_many_arguments)]
+    pub fn parse(
+        organization_id: &str,
+        provision_domain: &str,
+        product_id: &str,
+        quantity: &str,
+        starts_at: &str,
+        ends_at: &str,
+        reason: &str,
+        actor: Option<i64>,
+    ) -> Result<IssueGrant, GrantError> {
+        let mut problems = vec![];
+        let recipient = match (organization_id.trim(), provision_domain.trim()) {
+            ("", "") => {
+                problems
+                    .push(("organization_id".into(), "Name an organization, or an email domain to wait for.".into()));
+                None
+            }
+            (o, "") => match o.parse::<i64>() {
+                Ok(id) if id > 0 => Some(Recipient::Organization(id)),
+                _ => {
+                    problems.push(("organization_id".into(), format!("“{o}” is not an organization number.")));
+                    None
+                }
+            },
+            ("", d) => match EmailDomain::parse(d) {
+                Ok(d) => Some(Recipient::Domain(d)),
+                Err(m) => {
+                    problems.push(("provision_domain".into(), m));
+                    None
+                }
+            },
+            _ => {
+                problems.push(("provision_domain".into(), "Name an organization or an email domain, not both.".into()));
+                None
+            }
+        };
+        let product = product_id.trim().parse::<i64>().ok().filter(|p| *p > 0);
+        if product.is_none() {
+            problems.push(("product_id".into(), "Choose a product.".into()));
+        }
+        let quantity = parse_quantity("quantity", quantity).map_err(|p| problems.push(p)).ok();
+        let starts = parse_time("starts_at", starts_at).map_err(|p| problems.push(p)).ok().flatten();
+        let ends = parse_time("ends_at", ends_at).map_err(|p| problems.push(p)).ok().flatten();
+        check_bounds(starts, ends, &mut problems);
+        let reason = parse_reason("reason", reason).map_err(|p| problems.push(p)).ok();
+        match (recipient, product, quantity, reason) {
+            (Some(recipient), Some(product_id), Some(quantity), Some(reason)) if problems.is_empty() => {
+                Ok(IssueGrant { recipient, product_id, quantity, starts_at: starts, ends_at: ends, reason, actor })
+            }
+            _ => Err(GrantError::Invalid(problems)),
+        }
+    }
+}
+
+/// Enqueue the jobs a grant's dates need, keyed by grant and time: a job whose time is no longer
+/// the grant's finds nothing to do.
+async fn schedule_grant_jobs(tx: &mut Tx, g: &Grant) -> Result<(), DbError> {
+    if let Some(end) = g.ends_at {
+        let mut job = NewJob::new(EXPIRE_GRANT, json!({ "grant_id": g.grant_id }));
+        job.run_at = Some(end);
+        job.dedupe_key = Some(format!("{EXPIRE_GRANT}:{}:{}", g.grant_id, end.timestamp_micros()));
+        jobs::enqueue(tx.conn(), job).await?;
+    }
+    if g.status == "waiting" && g.organization_id.is_some() && g.starts_at > Utc::now() {
+        let mut job = NewJob::new(START_GRANT, json!({ "grant_id": g.grant_id }));
+        job.run_at = Some(g.starts_at);
+        job.dedupe_key = Some(format!("{START_GRANT}:{}:{}", g.grant_id, g.starts_at.timestamp_micros()));
+        jobs::enqueue(tx.conn(), job).await?;
+    }
+    Ok(())
+}
+
+pub const EXPIRE_GRANT: &str = "expire_grant";
+pub const START_GRANT: &str = "start_grant";
+pub const SWEEP_GRANTS: &str = "sweep_grants";
+
+pub static ISSUE_GRANT_LOCKS: PathLocks = PathLocks {
+    path: "IssueGrant",
+    function: "services::grants::issue_grant",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::ProvisionDomain, Lock::PoolRow],
+    why: "The rendezvous; for a grant to an email domain, the domain's lock; the grant insert, then the pool \
+          row inside core.confer (ConferGrantTx), then materialization; the reconcile requests and the grant's \
+          jobs are inserts after it.",
+};
+
+/// IssueGrant: an operator's grant, conferred now, or waiting for its start or its organization.
+#[tracing::instrument(name = "Issue a grant", skip(db, g), fields(product_id = g.product_id))]
+pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<i64, GrantError> {
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    match store::product_is_published(tx.conn(), g.product_id).await? {
+        None => return Err(invalid("product_id", "That product does not exist.")),
+        Some(false) => return Err(invalid("product_id", "That product is not published, so it cannot be granted.")),
+        Some(true) => {}
+    }
+    let (organization_id, domain) = match &g.recipient {
+        Recipient::Organization(id) => {
+            if !store::organization_exists(tx.conn(), *id).await? {
+                return Err(invalid("organization_id", format!("There is no organization #{id}.")));
+            }
+            (Some(*id), None)
+        }
+        // A domain whose organization exists already provisions it now. The domain's lock makes
+        // an organization being created with it either visible here or see this grant.
+        Recipient::Domain(d) => {
+            tx.lock(&AdvisoryKey::ProvisionDomain(d.as_str().to_string())).await?;
+            (store::organization_by_domain(tx.conn(), d.as_str()).await?, Some(d.as_str().to_string()))
+        }
+    };
+    let waits = organization_id.is_none() || g.starts_at.is_some_and(|s| s > Utc::now());
+    let new = NewGrant {
+        organization_id,
+        product_id: g.product_id,
+        quantity: g.quantity,
+        kind: if domain.is_some() { "provisioning" } else { "operator" },
+        status: if waits { "waiting" } else { "active" },
+        starts_at: g.starts_at,
+        ends_at: g.ends_at,
+        reason: g.reason.clone(),
+        created_by: g.actor,
+        plan_act_id: None,
+        provision_domain: domain.clone(),
+    };
+    let grant_id =
+        if waits { ent::insert_grant(tx.conn(), &new).await? } else { confer_grant_tx(&mut tx, &new).await? };
+    if let (Some(org), false) = (organization_id, waits) {
+        store::request_pool_subscription_reconciles(tx.conn(), org, "grant issued").await?;
+    }
+    store::record_event(tx.conn(), grant_id, organization_id, "issued", g.actor, &g.reason, json!({})).await?;
+    let created = store::grant(tx.conn(), grant_id).await?.ok_or(GrantError::NotFound("grant"))?;
+    schedule_grant_jobs(&mut tx, &created).await?;
+    tx.commit().await?;
+    Ok(grant_id)
+}
+
+/// The pool of the grant's organization, locked (LockPoolOfGrant / LockPools); None for a
+/// grant that names no organization yet.
+async fn lock_pool_of(tx: &mut Tx, g: &Grant) -> Result<Option<i64>, DbError> {
+    let Some(org) = g.organization_id else { return Ok(None) };
+    let pool = ent::default_pool_of(tx.conn(), org).await?;
+    if let Some(p) = pool {
+        ent::lock_pools(tx.conn(), &[p]).await?;
+    }
+    Ok(pool)
+}
+
+fn live(status: &str) -> bool {
+    matches!(status, "active" | "replaced" | "waiting")
+}
+
+pub static REVOKE_GRANT_LOCKS: PathLocks = PathLocks {
+    path: "RevokeGrantTx",
+    function: "services::grants::revoke_grant",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::GrantLineageHead],
+    why: "The rendezvous, the organization's default pool row (LockPools), the lineage head row (spec rule 4: \
+          after the pool row), then core.end_conferral, resumption, delivery, the floor and materialization \
+          under the pool row.",
+};
+
+/// RevokeGrantTx: end the lineage's live grant now; what it displaced comes back, else the floor.
+#[tracing::instrument(name = "Revoke a grant", skip(db), fields(grant_id))]
+pub async fn revoke_grant(db: &Db, grant_id: i64, actor: Option<i64>, reason: &str) -> Result<i64, GrantError> {
+    let reason = parse_reason("reason", reason).map_err(|p| GrantError::Invalid(vec![p]))?;
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    let g = store::grant(tx.conn(), grant_id).await?.ok_or(GrantError::NotFound("grant"))?;
+    let pool = lock_pool_of(&mut tx, &g).await?;
+    let head = store::lineage_head_for_update(tx.conn(), g.lineage_id).await?.ok_or(GrantError::NotFound("grant"))?;
+    if !live(&head.status) {
+        return Err(GrantError::Refused(format!(
+            "Grant #{} is {} already; there is nothing to revoke.",
+            head.grant_id, head.status
+        )));
+    }
+    if head.kind == "floor" {
+        return Err(GrantError::Refused(
+            "A floor comes with the organization's type and cannot be revoked; grant another plan over it instead."
+                .into(),
+        ));
+    }
+    store::set_status(tx.conn(), head.grant_id, "revoked").await?;
+    let mut ended = false;
+    if let Some(c) = store::holding_conferral_of(tx.conn(), head.grant_id).await? {
+        ended = ent::end_conferral(tx.conn(), c, "revoked").await?;
+    }
+    if let (Some(p), Some(org)) = (pool, head.organization_id) {
+        restore_pool_tx(&mut tx, p, ended).await?;
+        store::request_pool_subscription_reconciles(tx.conn(), org, "grant revoked").await?;
+    }
+    store::record_event(tx.conn(), head.grant_id, head.organization_id, "revoked", actor, &reason, json!({})).await?;
+    tx.commit().await?;
+    Ok(head.grant_id)
+}
+
+pub static EXPIRE_GRANT_LOCKS: PathLocks = PathLocks {
+    path: "ExpireGrantTx",
+    function: "services::grants::expire_grant",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::GrantRow],
+    why: "The rendezvous, the pool row (LockPoolOfGrant), then the grant's update; it does not take the \
+          lineage head row. A grant that names no organization has no pool: the lock, resumption and \
+          materialization are skipped.",
+};
+
+/// ExpireGrantTx: a live grant whose end has come expires. Idempotent: false when the grant is
+/// not live or not due (a second run, or a job for a time the grant no longer has).
+#[tracing::instrument(name = "Expire a grant", skip(db), fields(grant_id))]
+pub async fn expire_grant(db: &Db, grant_id: i64) -> Result<bool, GrantError> {
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    let Some(g) = store::grant(tx.conn(), grant_id).await? else { return Ok(false) };
+    let pool = lock_pool_of(&mut tx, &g).await?;
+    if !store::expire_if_due(tx.conn(), grant_id).await? {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    let mut ended = false;
+    if let Some(c) = store::holding_conferral_of(tx.conn(), grant_id).await? {
+        ended = ent::end_conferral(tx.conn(), c, "expired").await?;
+    }
+    if let (Some(p), Some(org)) = (pool, g.organization_id) {
+        restore_pool_tx(&mut tx, p, ended).await?;
+        store::request_pool_subscription_reconciles(tx.conn(), org, "grant expired").await?;
+    }
+    store::record_event(tx.conn(), grant_id, g.organization_id, "expired", None, "its end came", json!({})).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+pub static START_GRANT_LOCKS: PathLocks = PathLocks {
+    path: "Start a waiting grant",
+    function: "services::grants::start_waiting_grant",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::GrantRow],
+    why: "The pool row, then the grant's own row (FOR UPDATE) to check it still waits, then core.confer under \
+          the pool row it holds and materialization.",
+};
+
+/// A waiting grant whose start has come confers (ConferGrantTx's confer). False when it no
+/// longer waits, or its start has not come.
+#[tracing::instrument(name = "Start a waiting grant", skip(db), fields(grant_id))]
+pub async fn start_waiting_grant(db: &Db, grant_id: i64) -> Result<bool, GrantError> {
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    let Some(g) = store::grant(tx.conn(), grant_id).await? else { return Ok(false) };
+    let pool = lock_pool_of(&mut tx, &g).await?;
+    let Some(g) = store::lock_grant(tx.conn(), grant_id).await? else { return Ok(false) };
+    let (Some(pool), Some(org)) = (pool, g.organization_id) else { return Ok(false) };
+    let due = g.status == "waiting" && g.starts_at <= Utc::now() && g.ends_at.is_none_or(|e| e > Utc::now());
+    if !due {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    ent::confer_grant(tx.conn(), grant_id).await?;
+    ent::materialize_pool(tx.conn(), pool).await?;
+    store::request_pool_subscription_reconciles(tx.conn(), org, "grant started").await?;
+    store::record_event(tx.conn(), grant_id, Some(org), "started", None, "its start came", json!({})).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// What an operator changes of a grant (ManageGrantTx).
+#[derive(Debug, Clone)]
+pub struct ManageGrant {
+    /// Only for a waiting grant.
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub quantity: i32,
+    pub reason: String,
+    pub actor: Option<i64>,
+}
+
+impl ManageGrant {
+    pub fn parse(
+        starts_at: &str,
+        ends_at: &str,
+        quantity: &str,
+        reason: &str,
+        actor: Option<i64>,
+    ) -> Result<Self, GrantError> {
+        let mut problems = vec![];
+        let starts = parse_time("starts_at", starts_at).map_err(|p| problems.push(p)).ok().flatten();
+        let ends = parse_time("ends_at", ends_at).map_err(|p| problems.push(p)).ok().flatten();
+        let quantity = parse_quantity("quantity", quantity).map_err(|p| problems.push(p)).ok();
+        let reason = parse_reason("reason", reason).map_err(|p| problems.push(p)).ok();
+        check_bounds(starts, ends, &mut problems);
+        match (quantity, reason) {
+            (Some(quantity), Some(reason)) if problems.is_empty() => {
+                Ok(ManageGrant { starts_at: starts, ends_at: ends, quantity, reason, actor })
+            }
+            _ => Err(GrantError::Invalid(problems)),
+        }
+    }
+}
+
+pub static MANAGE_GRANT_LOCKS: PathLocks = PathLocks {
+    path: "ManageGrantTx",
+    function: "services::grants::manage_grant",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::GrantLineageHead],
+    why: "The rendezvous, the pool row (LockPools), the lineage head row, then ExtendGrantTx (core.end_conferral \
+          and core.confer under the pool row it holds) or ExtendWaitingGrantTx (the same pool row again).",
+};
+
+pub static EXTEND_WAITING_GRANT_LOCKS: PathLocks = PathLocks {
+    path: "ExtendWaitingGrantTx",
+    function: "services::grants::manage_grant",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::GrantLineageHead],
+    why: "The rendezvous, the pool row (LockPoolOfGrant), the lineage head row; the waiting grant's dates and \
+          quantity change in place.",
+};
+
+/// ManageGrantTx: a live grant is extended as a new grant in its lineage (ExtendGrantTx); a
+/// waiting one is rescheduled in place (ExtendWaitingGrantTx). Returns the lineage's head after.
+#[tracing::instrument(name = "Manage a grant", skip(db, m), fields(grant_id))]
+pub async fn manage_grant(db: &Db, grant_id: i64, m: &ManageGrant) -> Result<i64, GrantError> {
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    let g = store::grant(tx.conn(), grant_id).await?.ok_or(GrantError::NotFound("grant"))?;
+    let pool = lock_pool_of(&mut tx, &g).await?;
+    let head = store::lineage_head_for_update(tx.conn(), g.lineage_id).await?.ok_or(GrantError::NotFound("grant"))?;
+    if !live(&head.status) {
+        return Err(GrantError::Refused(format!(
+            "Grant #{} is {}; only a live grant can be changed.",
+            head.grant_id, head.status
+        )));
+    }
+    if head.kind == "floor" {
+        return Err(GrantError::Refused("A floor follows the organization's type and is not managed by hand.".into()));
+    }
+    let result = if head.status == "waiting" {
+        // ExtendWaitingGrantTx: in place.
+        let starts = m.starts_at.unwrap_or(head.starts_at);
+        store::reschedule(tx.conn(), head.grant_id, starts, m.ends_at, m.quantity).await?;
+        store::record_event(
+            tx.conn(),
+            head.grant_id,
+            head.organization_id,
+            "rescheduled",
+            m.actor,
+            &m.reason,
+            json!({ "starts_at": starts, "ends_at": m.ends_at, "quantity": m.quantity }),
+        )
+        .await?;
+        let after = store::grant(tx.conn(), head.grant_id).await?.ok_or(GrantError::NotFound("grant"))?;
+        schedule_grant_jobs(&mut tx, &after).await?;
+        head.grant_id
+    } else {
+        if m.starts_at.is_some() {
+            return Err(invalid("starts_at", "A grant that has started keeps its start; change its end or quantity."));
+        }
+        // ExtendGrantTx: the new grant takes over from the head in one step under the pool row.
+        let holding = store::holding_conferral_of(tx.conn(), head.grant_id).await?;
+        let status = if holding.is_some() { "active" } else { "replaced" };
+        if let Some(c) = holding {
+            ent::end_conferral(tx.conn(), c, "extended").await?;
+        }
+        store::set_status(tx.conn(), head.grant_id, "ended").await?;
+        let new_id =
+            store::insert_extension(tx.conn(), &head, status, m.quantity, m.ends_at, &m.reason, m.actor).await?;
+        if let (Some(p), true) = (pool, holding.is_some()) {
+            ent::confer_grant(tx.conn(), new_id).await?;
+            ent::materialize_pool(tx.conn(), p).await?;
+        }
+        if let Some(org) = head.organization_id {
+            store::request_pool_subscription_reconciles(tx.conn(), org, "grant extended").await?;
+        }
+        let detail = json!({ "extended_by": new_id, "ends_at": m.ends_at, "quantity": m.quantity });
+        store::record_event(tx.conn(), head.grant_id, head.organization_id, "extended", m.actor, &m.reason, detail)
+            .await?;
+        store::record_event(
+            tx.conn(),
+            new_id,
+            head.organization_id,
+            "issued",
+            m.actor,
+            &m.reason,
+            json!({ "extends": head.grant_id }),
+        )
+        .await?;
+        let after = store::grant(tx.conn(), new_id).await?.ok_or(GrantError::NotFound("grant"))?;
+        schedule_grant_jobs(&mut tx, &after).await?;
+        new_id
+    };
+    tx.commit().await?;
+    Ok(result)
+}
+
+/// Provisioning: an organization created with an email domain receives the grants waiting for
+/// it, inside the caller's transaction (the organization's pool row is held). Those whose start
+/// has come confer now; the others wait for their start job.
+pub async fn provision_domain_grants_tx(
+    tx: &mut Tx,
+    organization_id: i64,
+    pool_id: i64,
+    domain: &EmailDomain,
+) -> Result<usize, GrantError> {
+    let attached = store::attach_domain_grants(tx.conn(), domain.as_str(), organization_id).await?;
+    let mut conferred = 0;
+    for g in &attached {
+        let due = g.starts_at <= Utc::now() && g.ends_at.is_none_or(|e| e > Utc::now());
+        if due {
+            ent::confer_grant(tx.conn(), g.grant_id).await?;
+            conferred += 1;
+        }
+        store::record_event(
+            tx.conn(),
+            g.grant_id,
+            Some(organization_id),
+            "provisioned",
+            None,
+            &format!("an organization of {} was created", domain.as_str()),
+            json!({}),
+        )
+        .await?;
+        schedule_grant_jobs(tx, g).await?;
+    }
+    if conferred > 0 {
+        ent::materialize_pool(tx.conn(), pool_id).await?;
+    }
+    Ok(attached.len())
+}
+
+/// The sweep: every grant past its end expires and every waiting grant past its start starts,
+/// whatever became of their jobs. Returns (expired, started).
+#[tracing::instrument(name = "Sweep grants", skip(db))]
+pub async fn sweep_grants(db: &Db) -> Result<(usize, usize), GrantError> {
+    let (mut expired, mut started) = (0, 0);
+    loop {
+        let due = {
+            let mut c = db.pool.acquire().await.map_err(DbError::from)?;
+            store::due_for_expiry(&mut c, 100).await?
+        };
+        let n = due.len();
+        for id in due {
+            if expire_grant(db, id).await? {
+                expired += 1;
+            }
+        }
+        if n < 100 {
+            break;
+        }
+    }
+    let due = {
+        let mut c = db.pool.acquire().await.map_err(DbError::from)?;
+        store::due_to_start(&mut c, 1000).await?
+    };
+    for id in due {
+        if start_waiting_grant(db, id).await? {
+            started += 1;
+        }
+    }
+    Ok((expired, started))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue_input_is_parsed_or_refused_by_field() {
+        let ok = IssueGrant::parse("3", "", "2", "2", "", "2999-01-01T00:00", "a partner", None).unwrap();
+        assert_eq!(ok.recipient, Recipient::Organization(3));
+        assert_eq!(ok.quantity, 2);
+        let fields = |e: GrantError| match e {
+            GrantError::Invalid(p) => p.into_iter().map(|(f, _)| f).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(fields(IssueGrant::parse("", "", "2", "1", "", "", "r", None).unwrap_err()), ["organization_id"]);
+        assert_eq!(
+            fields(IssueGrant::parse("1", "x.org", "2", "1", "", "", "r", None).unwrap_err()),
+            ["provision_domain"]
+        );
+        assert_eq!(fields(IssueGrant::parse("1", "", "", "1", "", "", "r", None).unwrap_err()), ["product_id"]);
+        assert_eq!(fields(IssueGrant::parse("1", "", "2", "0", "", "", "r", None).unwrap_err()), ["quantity"]);
+        assert_eq!(fields(IssueGrant::parse("1", "", "2", "1", "", "", " ", None).unwrap_err()), ["reason"]);
+        assert_eq!(
+            fields(
+                IssueGrant::parse("1", "", "2", "1", "2999-02-01T00:00", "2999-01-01T00:00", "r", None).unwrap_err()
+            ),
+            ["ends_at"]
+        );
+        assert_eq!(fields(IssueGrant::parse("1", "", "2", "1", "", "2001-01-01", "r", None).unwrap_err()), ["ends_at"]);
+        assert_eq!(fields(IssueGrant::parse("1", "", "2", "1", "soon", "", "r", None).unwrap_err()), ["starts_at"]);
+        let d = IssueGrant::parse("", "@Example.ORG", "2", "", "", "", "r", None).unwrap();
+        assert_eq!(d.recipient, Recipient::Domain(EmailDomain("example.org".into())));
+    }
+
+    #[test]
+    fn domains_are_parsed() {
+        assert!(EmailDomain::parse("uni.example.edu").is_ok());
+        for bad in ["", "localhost", "a..b", "-a.org", "a b.org", "a_b.org"] {
+            assert!(EmailDomain::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The operator's grants: the list with filters, issuing, a grant's page with its lineage and
+//! history, revoking and managing.
+
+use actix_web::{HttpRequest, HttpResponse, get, http::StatusCode, post, web};
+use serde::Deserialize;
+use views::FormState;
+
+use crate::{
+    services::{
+        self,
+        grants::{GrantError, IssueGrant, ManageGrant},
+        organizations::GRANTS_PER_PAGE,
+    },
+    store::grants::{EventRow, GrantRow},
+    web::{
+        AppState,
+        errors::AppError,
+        identity::{csrf_token, identity},
+        render,
+    },
+};
+
+type Fields = web::Form<Vec<(String, String)>>;
+
+fn value<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
+    fields.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
+}
+
+fn when(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+pub fn list_row(g: &GrantRow) -> views::GrantListRow {
+    views::GrantListRow {
+        id: g.grant_id,
+        organization: g.organization_id.map(|id| (id, g.organization_name.clone().unwrap_or_default())),
+        provision_domain: g.provision_domain.clone(),
+        product: g.product.clone(),
+        quantity: g.quantity,
+        kind: g.kind.clone(),
+        status: g.status.clone(),
+        starts_at: when(g.starts_at),
+        ends_at: g.ends_at.map(when),
+        reason: g.reason.clone(),
+    }
+}
+
+pub fn event_row(e: &EventRow) -> views::GrantEventRow {
+    views::GrantEventRow {
+        at: when(e.at),
+        act: e.act.clone(),
+        actor: e.actor.clone().unwrap_or_else(|| "the console".into()),
+        reason: e.reason.clone(),
+        grant_id: e.grant_id,
+    }
+}
+
+/// A refusal as the form's state: field messages beside their fields, the rest above.
+fn form_state(fields: &[(String, String)], e: &GrantError) -> (StatusCode, FormState) {
+    let mut f = FormState {
+        values: fields.iter().filter(|(k, _)| k != "csrf_token").cloned().collect(),
+        ..FormState::default()
+    };
+    let status = match e {
+        GrantError::Invalid(problems) => {
+            for (field, m) in problems {
+                if field.is_empty() {
+                    f.errors.push(m.clone());
+                } else {
+                    f.field_errors.push((field.clone(), m.clone()));
+                }
+            }
+            f.errors.insert(0, "Nothing was changed: correct the fields marked below.".into());
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        GrantError::Refused(m) => {
+            f.errors.push(m.clone());
+            StatusCode::CONFLICT
+        }
+        GrantError::NotFound(w) => {
+            f.errors.push(format!("That {w} does not exist."));
+            StatusCode::NOT_FOUND
+        }
+        GrantError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    (status, f)
+}
+
+fn to_app(e: GrantError) -> AppError {
+    match e {
+        GrantError::Db(d) => d.into(),
+        GrantError::NotFound(_) => AppError::NotFound,
+        other => AppError::BadRequest(other.to_string()),
+    }
+}
+
+fn back_to(req: &HttpRequest, to: &str) -> HttpResponse {
+    if render::is_htmx(req) {
+        HttpResponse::Ok().insert_header(("HX-Redirect", to.to_string())).finish()
+    } else {
+        HttpResponse::SeeOther().insert_header(("Location", to.to_string())).finish()
+    }
+}
+
+fn partial(status: StatusCode, m: views::Markup) -> HttpResponse {
+    HttpResponse::build(status).content_type("text/html; charset=utf-8").body(m.into_string())
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    status: Option<String>,
+    organization_id: Option<String>,
+    page: Option<String>,
+}
+
+const STATUSES: &[&str] = &["waiting", "active", "replaced", "expired", "revoked", "ended"];
+
+#[get("/operator/grants")]
+pub async fn list(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    q: web::Query<ListQuery>,
+) -> Result<HttpResponse, AppError> {
+    let status = q.status.clone().unwrap_or_default();
+    if !status.is_empty() && !STATUSES.contains(&status.as_str()) {
+        return Err(AppError::BadRequest(format!("“{status}” is not a grant status.")));
+    }
+    let org_text = q.organization_id.clone().unwrap_or_default();
+    let org = match org_text.trim() {
+        "" => None,
+        t => Some(t.parse::<i64>().map_err(|_| AppError::BadRequest(format!("“{t}” is not an organization number.")))?),
+    };
+    let page = match q.page.as_deref().map(str::trim) {
+        None | Some("") => 1,
+        Some(p) => p
+            .parse::<u64>()
+            .ok()
+            .filter(|p| (1..=1_000_000).contains(p))
+            .ok_or_else(|| AppError::BadRequest(format!("“{p}” is not a page number.")))?,
+    };
+    let (total, rows, name) =
+        services::organizations::grants(&state.db, (!status.is_empty()).then_some(status.as_str()), org, page).await?;
+    let view = views::GrantListView {
+        status,
+        organization_id: org_text,
+        organization_name: name,
+        page,
+        per_page: GRANTS_PER_PAGE,
+        total,
+        rows: rows.iter().map(list_row).collect(),
+    };
+    Ok(render::ok(&req, "Grants", views::grant_list(&view)))
+}
+
+#[derive(Deserialize)]
+pub struct NewQuery {
+    organization_id: Option<String>,
+}
+
+async fn issue_view(req: &HttpRequest, state: &AppState, form: FormState) -> Result<views::IssueGrantView, AppError> {
+    Ok(views::IssueGrantView {
+        csrf: csrf_token(req),
+        products: services::organizations::published_products(&state.db).await?,
+        form,
+    })
+}
+
+#[get("/operator/grants/new")]
+pub async fn new_form(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    q: web::Query<NewQuery>,
+) -> Result<HttpResponse, AppError> {
+    let form = FormState {
+        values: vec![
+            ("organization_id".into(), q.organization_id.clone().unwrap_or_default()),
+            ("quantity".into(), "1".into()),
+        ],
+        ..FormState::default()
+    };
+    let v = issue_view(&req, &state, form).await?;
+    Ok(render::ok(&req, "Issue a grant", views::issue_grant(&v)))
+}
+
+#[post("/operator/grants")]
+pub async fn issue(req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
+    let f = form.into_inner();
+    let actor = identity(&req).map(|i| i.account_id);
+    let parsed = IssueGrant::parse(
+        value(&f, "organization_id"),
+        value(&f, "provision_domain"),
+        value(&f, "product_id"),
+        value(&f, "quantity"),
+        value(&f, "starts_at"),
+        value(&f, "ends_at"),
+        value(&f, "reason"),
+        actor,
+    );
+    let result = match parsed {
+        Ok(g) => services::grants::issue_grant(&state.db, &g).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(id) => Ok(back_to(&req, &format!("/operator/grants/{id}"))),
+        Err(GrantError::Db(e)) => Err(e.into()),
+        Err(e) => {
+            let (status, fs) = form_state(&f, &e);
+            let v = issue_view(&req, &state, fs).await?;
+            if render::is_htmx(&req) {
+                return Ok(partial(status, views::issue_grant(&v)));
+            }
+            Ok(render::page(&req, status, "Issue a grant", views::issue_grant(&v)))
+        }
+    }
+}
+
+async fn detail_view(
+    req: &HttpRequest,
+    state: &AppState,
+    id: i64,
+    revoke_form: FormState,
+    manage_form: FormState,
+) -> Result<views::GrantDetailView, AppError> {
+    let d = services::organizations::grant(&state.db, id).await?.ok_or(AppError::NotFound)?;
+    let head = d.lineage.iter().find(|g| !d.lineage.iter().any(|n| n.extends_grant_id == Some(g.grant_id)));
+    let head_id = head.map_or(id, |h| h.grant_id);
+    let head_status = head.map_or(d.grant.status.as_str(), |h| h.status.as_str());
+    let live = matches!(head_status, "active" | "replaced" | "waiting");
+    let is_floor = d.grant.kind == "floor";
+    let g = &d.grant;
+    Ok(views::GrantDetailView {
+        csrf: csrf_token(req),
+        id,
+        organization: g.organization_id.map(|o| (o, g.organization_name.clone().unwrap_or_default())),
+        provision_domain: g.provision_domain.clone(),
+        product: g.product.clone(),
+        quantity: g.quantity,
+        kind: g.kind.clone(),
+        status: g.status.clone(),
+        starts_at: when(g.starts_at),
+        ends_at: g.ends_at.map(when),
+        reason: g.reason.clone(),
+        head_id,
+        lineage: d
+            .lineage
+            .iter()
+            .map(|l| views::LineageRow {
+                id: l.grant_id,
+                status: l.status.clone(),
+                starts_at: when(l.starts_at),
+                ends_at: l.ends_at.map(when),
+                quantity: l.quantity,
+                current: l.grant_id == id,
+            })
+            .collect(),
+        events: d.events.iter().map(event_row).collect(),
+        can_revoke: live && !is_floor,
+        can_manage: live && !is_floor,
+        waiting: head_status == "waiting",
+        revoke_form,
+        manage_form,
+    })
+}
+
+#[get("/operator/grants/{id}")]
+pub async fn detail(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AppError> {
+    let v = detail_view(&req, &state, *id, FormState::default(), FormState::default()).await?;
+    Ok(render::ok(&req, &format!("Grant #{}", v.id), views::grant_detail(&v)))
+}
+
+#[post("/operator/grants/{id}/revoke")]
+pub async fn revoke(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
+    let f = form.into_inner();
+    let actor = identity(&req).map(|i| i.account_id);
+    match services::grants::revoke_grant(&state.db, *id, actor, value(&f, "reason")).await {
+        Ok(head) => Ok(back_to(&req, &format!("/operator/grants/{head}"))),
+        Err(e @ (GrantError::Db(_) | GrantError::NotFound(_))) => Err(to_app(e)),
+        Err(e) => {
+            let (status, fs) = form_state(&f, &e);
+            if render::is_htmx(&req) {
+                return Ok(partial(status, views::revoke_form(&csrf_token(&req), *id, &fs)));
+            }
+            let v = detail_view(&req, &state, *id, fs, FormState::default()).await?;
+            Ok(render::page(&req, status, &format!("Grant #{}", v.id), views::grant_detail(&v)))
+        }
+    }
+}
+
+#[post("/operator/grants/{id}/manage")]
+pub async fn manage(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
+    let f = form.into_inner();
+    let actor = identity(&req).map(|i| i.account_id);
+    let parsed = ManageGrant::parse(
+        value(&f, "starts_at"),
+        value(&f, "ends_at"),
+        value(&f, "quantity"),
+        value(&f, "reason"),
+        actor,
+    );
+    let result = match parsed {
+        Ok(m) => services::grants::manage_grant(&state.db, *id, &m).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(head) => Ok(back_to(&req, &format!("/operator/grants/{head}"))),
+        Err(e @ (GrantError::Db(_) | GrantError::NotFound(_))) => Err(to_app(e)),
+        Err(e) => {
+            let (status, fs) = form_state(&f, &e);
+            let v = detail_view(&req, &state, *id, FormState::default(), fs).await?;
+            if render::is_htmx(&req) {
+                return Ok(partial(status, views::manage_form(&v.csrf, *id, v.waiting, &v.manage_form)));
+            }
+            Ok(render::page(&req, status, &format!("Grant #{}", v.id), views::grant_detail(&v)))
+        }
+    }
+}

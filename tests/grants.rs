@@ -1,0 +1,471 @@
+//! Grant acts: issue, waiting grants, provisioning by domain, revoke, expire (job and sweep),
+//! manage; their lock order; and bad input.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use common::TestDb;
+use member_console::{
+    db::{TxKind, begin},
+    demo,
+    jobs::{self, Worker},
+    services::{
+        entitlements::{self as ent, OrgName},
+        grants::{self, EmailDomain, GrantError, IssueGrant, ManageGrant, Recipient},
+    },
+};
+
+async fn product(t: &TestDb, name: &str) -> i64 {
+    sqlx::query_scalar("SELECT product_id FROM core.products WHERE name = $1")
+        .bind(name)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap()
+}
+
+async fn new_org(t: &TestDb, name: &str) -> ent::CreatedOrganization {
+    let ty: i64 = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    ent::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
+}
+
+fn issue(org: i64, product_id: i64) -> IssueGrant {
+    IssueGrant {
+        recipient: Recipient::Organization(org),
+        product_id,
+        quantity: 1,
+        starts_at: None,
+        ends_at: None,
+        reason: "a test".into(),
+        actor: None,
+    }
+}
+
+async fn status(t: &TestDb, grant: i64) -> String {
+    sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
+        .bind(grant)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap()
+}
+
+async fn sites(t: &TestDb, pool: i64) -> Option<i64> {
+    sqlx::query_scalar(
+        "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
+    )
+    .bind(pool)
+    .fetch_optional(&t.admin)
+    .await
+    .unwrap()
+    .flatten()
+}
+
+async fn count(t: &TestDb, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
+}
+
+async fn setup() -> TestDb {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    t
+}
+
+/// A live subscription of the organization, so reconcile requests have something to name.
+async fn subscription(t: &TestDb, org: i64) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status) VALUES ($1, $2, 'active') RETURNING subscription_id",
+    )
+    .bind(org)
+    .bind(format!("sub_{}", member_console::config::random_hex(4)))
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_issued_grant_confers_now_requests_reconciles_and_schedules_its_expiry() {
+    let t = setup().await;
+    let org = new_org(&t, "Issued").await;
+    let sub = subscription(&t, org.organization_id).await;
+    let mut g = issue(org.organization_id, product(&t, "Basic").await);
+    g.ends_at = Some(Utc::now() + chrono::Duration::days(30));
+    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    assert_eq!(status(&t, id).await, "active");
+    assert_eq!(sites(&t, org.pool_id).await, Some(3));
+    let outbox: Vec<i64> =
+        sqlx::query_scalar("SELECT subscription_id FROM core.outbox WHERE kind = 'reconcile_subscription'")
+            .fetch_all(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(outbox, vec![sub]);
+    let job: (String, bool) = sqlx::query_as(
+        "SELECT kind, abs(extract(epoch FROM run_at - $1)) < 1 FROM integration.jobs WHERE payload->>'grant_id' = $2::text",
+    )
+    .bind(g.ends_at.unwrap())
+    .bind(id.to_string())
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!(job, ("expire_grant".to_string(), true));
+    assert_eq!(
+        count(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'issued'")).await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_grant_from_a_later_date_waits_then_starts() {
+    let t = setup().await;
+    let org = new_org(&t, "Later").await;
+    let mut g = issue(org.organization_id, product(&t, "Pro").await);
+    g.starts_at = Some(Utc::now() + chrono::Duration::hours(1));
+    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    assert_eq!(status(&t, id).await, "waiting");
+    assert_eq!(sites(&t, org.pool_id).await, Some(1), "the floor still holds");
+    assert!(!grants::start_waiting_grant(&t.db, id).await.unwrap(), "not before its start");
+    sqlx::query("UPDATE core.grants SET starts_at = now() - interval '1 minute' WHERE grant_id = $1")
+        .bind(id)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    assert!(grants::start_waiting_grant(&t.db, id).await.unwrap());
+    assert_eq!(status(&t, id).await, "active");
+    assert_eq!(sites(&t, org.pool_id).await, Some(10));
+    assert!(!grants::start_waiting_grant(&t.db, id).await.unwrap(), "starting twice changes nothing");
+}
+
+#[tokio::test]
+async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_created() {
+    let t = setup().await;
+    let g = IssueGrant {
+        recipient: Recipient::Domain(EmailDomain::parse("uni.example.edu").unwrap()),
+        ..issue(0, product(&t, "Basic").await)
+    };
+    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    assert_eq!(status(&t, id).await, "waiting");
+    let ty: i64 = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    let domain = EmailDomain::parse("uni.example.edu").unwrap();
+    let (org, received) =
+        ent::create_organization_with_domain(&t.db, &OrgName::parse("University").unwrap(), Some(ty), Some(&domain))
+            .await
+            .unwrap();
+    assert_eq!(received, 1);
+    assert_eq!(status(&t, id).await, "active");
+    assert_eq!(sites(&t, org.pool_id).await, Some(3));
+    // A second organization cannot claim the same domain.
+    let again =
+        ent::create_organization_with_domain(&t.db, &OrgName::parse("Impostor").unwrap(), Some(ty), Some(&domain))
+            .await;
+    assert!(again.is_err());
+    assert_eq!(count(&t, "SELECT count(*) FROM core.organizations WHERE name = 'Impostor'").await, 0);
+}
+
+#[tokio::test]
+async fn revoking_brings_back_what_the_grant_displaced_and_cannot_be_done_twice() {
+    let t = setup().await;
+    let org = new_org(&t, "Revoked").await;
+    let basic = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap();
+    let pro = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Pro").await)).await.unwrap();
+    assert_eq!(status(&t, basic).await, "replaced");
+    assert_eq!(grants::revoke_grant(&t.db, pro, None, "no longer a partner").await.unwrap(), pro);
+    assert_eq!(status(&t, pro).await, "revoked");
+    assert_eq!(status(&t, basic).await, "active");
+    assert_eq!(sites(&t, org.pool_id).await, Some(3));
+    let e = grants::revoke_grant(&t.db, pro, None, "again").await.unwrap_err();
+    assert!(matches!(e, GrantError::Refused(ref m) if m.contains("revoked already")), "{e:?}");
+    // Revoking the last one brings the floor back.
+    grants::revoke_grant(&t.db, basic, None, "done").await.unwrap();
+    assert_eq!(sites(&t, org.pool_id).await, Some(1));
+    // A floor is not revoked by hand.
+    let floor: i64 = sqlx::query_scalar(
+        "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = 'floor' AND status = 'active'",
+    )
+    .bind(org.organization_id)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert!(matches!(grants::revoke_grant(&t.db, floor, None, "x").await, Err(GrantError::Refused(_))));
+    assert_eq!(count(&t, "SELECT count(*) FROM core.grant_events WHERE act = 'revoked'").await, 2);
+}
+
+async fn make_due(t: &TestDb, grant: i64) {
+    sqlx::query(
+        "UPDATE core.grants SET starts_at = now() - interval '2 hours', ends_at = now() - interval '1 second' WHERE grant_id = $1",
+    )
+    .bind(grant)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_expired_grant_ends_once_and_the_floor_returns() {
+    let t = setup().await;
+    let org = new_org(&t, "Expiring").await;
+    let mut g = issue(org.organization_id, product(&t, "Pro").await);
+    g.ends_at = Some(Utc::now() + chrono::Duration::days(1));
+    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    assert!(!grants::expire_grant(&t.db, id).await.unwrap(), "not before its end");
+    make_due(&t, id).await;
+    assert!(grants::expire_grant(&t.db, id).await.unwrap());
+    assert!(!grants::expire_grant(&t.db, id).await.unwrap(), "a second expiry changes nothing");
+    assert_eq!(status(&t, id).await, "expired");
+    assert_eq!(sites(&t, org.pool_id).await, Some(1));
+    assert_eq!(
+        count(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn managing_an_active_grant_extends_its_lineage_and_a_waiting_one_is_rescheduled() {
+    let t = setup().await;
+    let org = new_org(&t, "Managed").await;
+    let mut g = issue(org.organization_id, product(&t, "Basic").await);
+    g.ends_at = Some(Utc::now() + chrono::Duration::days(10));
+    let first = grants::issue_grant(&t.db, &g).await.unwrap();
+    let m = ManageGrant::parse("", "2999-01-01T00:00", "2", "renewed", None).unwrap();
+    let second = grants::manage_grant(&t.db, first, &m).await.unwrap();
+    assert_ne!(second, first);
+    assert_eq!(status(&t, first).await, "ended");
+    assert_eq!(status(&t, second).await, "active");
+    assert_eq!(sites(&t, org.pool_id).await, Some(6), "the extension's quantity");
+    let lineage: Vec<i64> =
+        sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE lineage_id = $1 ORDER BY grant_id")
+            .bind(first)
+            .fetch_all(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(lineage, vec![first, second]);
+    // Acting on the old grant acts on the lineage's head.
+    let third = grants::manage_grant(&t.db, first, &ManageGrant::parse("", "", "1", "open-ended", None).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status(&t, second).await, "ended");
+    assert_eq!(status(&t, third).await, "active");
+
+    let mut w = issue(org.organization_id, product(&t, "Priority support").await);
+    w.starts_at = Some(Utc::now() + chrono::Duration::days(1));
+    let waiting = grants::issue_grant(&t.db, &w).await.unwrap();
+    let r = ManageGrant::parse("2999-01-01T00:00", "2999-02-01T00:00", "3", "moved", None).unwrap();
+    assert_eq!(grants::manage_grant(&t.db, waiting, &r).await.unwrap(), waiting, "in place");
+    let (starts, qty): (chrono::DateTime<Utc>, i32) =
+        sqlx::query_as("SELECT starts_at, quantity FROM core.grants WHERE grant_id = $1")
+            .bind(waiting)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!((starts.format("%Y").to_string(), qty), ("2999".into(), 3));
+    assert_eq!(status(&t, waiting).await, "waiting");
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_and_nothing_is_written() {
+    let t = setup().await;
+    let org = new_org(&t, "Careful").await;
+    let before = count(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await;
+    let events = count(&t, "SELECT count(*) FROM core.grant_events").await;
+    let unpublished: i64 =
+        sqlx::query_scalar("INSERT INTO core.products (name, published) VALUES ('Hidden', false) RETURNING product_id")
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    let field = |e: GrantError| match e {
+        GrantError::Invalid(p) => p[0].0.clone(),
+        other => panic!("{other:?}"),
+    };
+    let basic = product(&t, "Basic").await.to_string();
+    let o = org.organization_id.to_string();
+    assert_eq!(
+        field(IssueGrant::parse(&o, "", &basic, "1", "2999-02-01T00:00", "2999-01-01T00:00", "r", None).unwrap_err()),
+        "ends_at"
+    );
+    assert_eq!(
+        field(grants::issue_grant(&t.db, &issue(org.organization_id, 999_999)).await.unwrap_err()),
+        "product_id"
+    );
+    let e = grants::issue_grant(&t.db, &issue(org.organization_id, unpublished)).await.unwrap_err();
+    assert!(e.to_string().contains("not published"), "{e}");
+    assert_eq!(
+        field(grants::issue_grant(&t.db, &issue(999_999, product(&t, "Basic").await)).await.unwrap_err()),
+        "organization_id"
+    );
+    let g = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap();
+    grants::revoke_grant(&t.db, g, None, "once").await.unwrap();
+    let after_valid = count(&t, "SELECT count(*) FROM core.grant_events").await;
+    assert!(matches!(grants::revoke_grant(&t.db, g, None, "twice").await, Err(GrantError::Refused(_))));
+    assert!(matches!(grants::revoke_grant(&t.db, g, None, "  ").await, Err(GrantError::Invalid(_))));
+    assert!(matches!(grants::revoke_grant(&t.db, 999_999, None, "who").await, Err(GrantError::NotFound(_))));
+    assert_eq!(
+        count(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await,
+        before + 1,
+        "only the valid grant was written"
+    );
+    assert_eq!(count(&t, "SELECT count(*) FROM core.grant_events").await, after_valid);
+    assert!(after_valid > events);
+}
+
+/// Pause a grant act after its locks: its audit insert waits on a table lock the test holds.
+async fn pause_audit(t: &TestDb) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
+    let mut a = t.admin.acquire().await.unwrap();
+    let pid = common::backend_pid(&mut a).await;
+    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
+    sqlx::query("LOCK TABLE core.grant_events IN ACCESS EXCLUSIVE MODE").execute(&mut *a).await.unwrap();
+    (a, pid)
+}
+
+#[tokio::test]
+async fn an_expiry_waits_for_a_revocation_of_the_same_grant_and_then_finds_it_revoked() {
+    let t = setup().await;
+    let org = new_org(&t, "Raced").await;
+    let mut g = issue(org.organization_id, product(&t, "Pro").await);
+    g.ends_at = Some(Utc::now() + chrono::Duration::days(1));
+    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    make_due(&t, id).await;
+    let (mut pause, pause_pid) = pause_audit(&t).await;
+    let db = t.db.clone();
+    let revoke = tokio::spawn(async move { grants::revoke_grant(&db, id, None, "first").await });
+    let revoker = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
+    common::assert_holds(&t.admin, revoker, grants::REVOKE_GRANT_LOCKS.locks).await;
+    let db = t.db.clone();
+    let expire = tokio::spawn(async move { grants::expire_grant(&db, id).await });
+    let expirer = common::wait_for_waiter(&t.admin, &t.name, revoker).await;
+    assert!(expirer > 0, "the expiry waits on the revocation's pool row");
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    revoke.await.unwrap().unwrap();
+    assert!(!expire.await.unwrap().unwrap(), "the expiry sees the revocation and does nothing");
+    assert_eq!(status(&t, id).await, "revoked");
+    assert_eq!(
+        count(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_revocation_waiting_on_a_manage_sees_the_extension_it_committed() {
+    let t = setup().await;
+    let org = new_org(&t, "Extended").await;
+    let first = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap();
+    let (mut pause, pause_pid) = pause_audit(&t).await;
+    let db = t.db.clone();
+    let manage = tokio::spawn(async move {
+        grants::manage_grant(&db, first, &ManageGrant::parse("", "2999-01-01T00:00", "1", "renew", None).unwrap()).await
+    });
+    let manager = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
+    common::assert_holds(&t.admin, manager, grants::MANAGE_GRANT_LOCKS.locks).await;
+    let db = t.db.clone();
+    let revoke = tokio::spawn(async move { grants::revoke_grant(&db, first, None, "stop").await });
+    common::wait_for_waiter(&t.admin, &t.name, manager).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    let extension = manage.await.unwrap().unwrap();
+    let revoked = revoke.await.unwrap().unwrap();
+    assert_eq!(revoked, extension, "the revocation acted on the head the extension made");
+    assert_eq!(status(&t, extension).await, "revoked");
+    assert_eq!(status(&t, first).await, "ended");
+    assert_eq!(sites(&t, org.pool_id).await, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grants_expiry_job_runs_once_with_two_workers_and_after_a_crashed_worker() {
+    let t = setup().await;
+    let org = new_org(&t, "Jobbed").await;
+    let mut g = issue(org.organization_id, product(&t, "Pro").await);
+    g.ends_at = Some(Utc::now() + chrono::Duration::seconds(2));
+    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    // A worker claims the job when due and dies: its lease must run out before another takes it.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let claimed = jobs::queue::claim(&t.db, "crashed-worker", 10, Duration::from_secs(2)).await.unwrap();
+    assert!(claimed.iter().any(|j| j.kind == "expire_grant"), "{claimed:?}");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut workers = vec![];
+    for _ in 0..2 {
+        let w = Worker::new(t.db.clone(), jobs::standard_handlers(), 2);
+        workers.push(tokio::spawn(w.run(stop_rx.clone())));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while status(&t, id).await != "expired" {
+        assert!(Instant::now() < deadline, "the grant did not expire");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(true);
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(
+        count(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
+        1
+    );
+    assert_eq!(sites(&t, org.pool_id).await, Some(1));
+}
+
+#[tokio::test]
+async fn the_sweep_expires_a_grant_whose_job_was_lost() {
+    let t = setup().await;
+    let org = new_org(&t, "Swept").await;
+    let mut g = issue(org.organization_id, product(&t, "Basic").await);
+    g.ends_at = Some(Utc::now() + chrono::Duration::days(1));
+    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    sqlx::query("DELETE FROM integration.jobs").execute(&t.admin).await.unwrap();
+    make_due(&t, id).await;
+    let (expired, _) = grants::sweep_grants(&t.db).await.unwrap();
+    assert_eq!(expired, 1);
+    assert_eq!(status(&t, id).await, "expired");
+}
+
+#[tokio::test]
+async fn an_organization_created_while_a_grant_of_its_domain_is_issued_gets_it_once() {
+    let t = setup().await;
+    let ty: i64 = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    // Race the two many times; the grant must end conferred exactly once.
+    for i in 0..5 {
+        let domain = format!("race{i}.example.org");
+        let g = IssueGrant {
+            recipient: Recipient::Domain(EmailDomain::parse(&domain).unwrap()),
+            ..issue(0, product(&t, "Basic").await)
+        };
+        let db = t.db.clone();
+        let d = EmailDomain::parse(&domain).unwrap();
+        let name = format!("Race {i}");
+        let (a, b) = tokio::join!(grants::issue_grant(&t.db, &g), async move {
+            ent::create_organization_with_domain(&db, &OrgName::parse(&name).unwrap(), Some(ty), Some(&d)).await
+        });
+        let id = a.unwrap();
+        let (org, _) = b.unwrap();
+        // Whichever took the domain first, the other saw it: the grant is conferred exactly once.
+        let holding: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM core.conferrals WHERE grant_id = $1 AND state = 'holding'")
+                .bind(id)
+                .fetch_one(&t.admin)
+                .await
+                .unwrap();
+        let (st, owner): (String, Option<i64>) =
+            sqlx::query_as("SELECT status, organization_id FROM core.grants WHERE grant_id = $1")
+                .bind(id)
+                .fetch_one(&t.admin)
+                .await
+                .unwrap();
+        assert_eq!((st.as_str(), owner, holding), ("active", Some(org.organization_id), 1), "round {i}");
+    }
+}
+
+#[tokio::test]
+async fn materializing_transactions_see_grants_in_one_rendezvous() {
+    // The grant paths open Materializing transactions: a held exclusive rendezvous refuses them.
+    let t = setup().await;
+    let org = new_org(&t, "Refused").await;
+    let mut short = t.db.clone();
+    short.lock_timeout = Duration::from_millis(200);
+    let _hold = begin(&t.db, TxKind::RuleChange).await.unwrap();
+    let e = grants::issue_grant(&short, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap_err();
+    assert!(matches!(e, GrantError::Db(member_console::db::DbError::LockNotAvailable)), "{e:?}");
+}

@@ -1,0 +1,105 @@
+//! The reliability tool: a short run of every path at once finds no deadlock, no error and no
+//! violated invariant; and the invariant check does see a broken invariant.
+
+mod common;
+
+use common::TestDb;
+use member_console::{
+    config::Config,
+    demo,
+    services::entitlements::{self as svc, OrgName},
+    stress::{self, StressOptions, StressPath},
+};
+
+/// The configuration the command would read, on the test server. The harness's runtime password:
+/// the role is cluster-wide, and another password would be set on it under the other tests' feet.
+fn config_for(root: &str) -> Config {
+    let dir = std::env::temp_dir().join(format!("mc-stress-test-{}", member_console::config::random_hex(6)));
+    Config::from_lookup(|k| match k {
+        "DATABASE_URL" => Some(root.to_string()),
+        "CONSOLE_DATA_DIR" => Some(dir.display().to_string()),
+        "CONSOLE_RUNTIME_DB_PASSWORD" => Some(common::TEST_RUNTIME_PASSWORD.into()),
+        _ => None,
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
+    let config = config_for(&common::root_admin_url());
+    let opts = StressOptions { seconds: 5, orgs: 40, connections: 6, seed: None, keep: false };
+    let report = stress::run(&config, opts).await.unwrap();
+    let summary = format!(
+        "seed {}: {}\nerrors: {:#?}\nviolations: {:#?}",
+        report.seed,
+        report.json_line(),
+        report.first_errors,
+        report.first_violations
+    );
+    for p in StressPath::ALL {
+        let count = report.paths.get(p.name()).copied().unwrap_or_default();
+        assert!(count.done >= 1, "{} was never done; {summary}", p.name());
+    }
+    assert_eq!(report.deadlocks, 0, "{summary}");
+    assert_eq!(report.errors, 0, "{summary}");
+    assert_eq!(report.violations, 0, "{summary}");
+    // The database is dropped after the run.
+    let mut root = <sqlx::PgConnection as sqlx::Connection>::connect(&common::root_admin_url()).await.unwrap();
+    let left: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(&report.database)
+        .fetch_one(&mut root)
+        .await
+        .unwrap();
+    assert!(!left, "{} was not dropped", report.database);
+}
+
+#[tokio::test]
+async fn the_invariant_check_reports_each_broken_invariant() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let community: i64 = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    let mut orgs = vec![];
+    for name in ["Broken entitlements", "Broken floor", "Broken usage"] {
+        orgs.push(svc::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(community)).await.unwrap());
+    }
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    assert!(found.is_empty(), "a consistent database has no violation: {found:#?}");
+
+    // (1) A materialized value that a fresh computation does not give.
+    sqlx::query(
+        "UPDATE core.pool_entitlements SET numeric_value = numeric_value + 1
+         WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
+    )
+    .bind(orgs[0].pool_id)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    // (2) and (3): a floor's position goes, so its holding conferral lacks a position of its
+    // shape and its organization's default ladder is vacant. (4) Another floor grant is marked
+    // replaced while its conferral still holds.
+    sqlx::query("DELETE FROM core.positions WHERE pool_id = $1").bind(orgs[1].pool_id).execute(&t.admin).await.unwrap();
+    sqlx::query("UPDATE core.grants SET status = 'replaced' WHERE grant_id = $1")
+        .bind(orgs[2].floor_grant_id.unwrap())
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    // (5) A numeric entitlement without its usage row.
+    sqlx::query("DELETE FROM core.numeric_entitlement_usage WHERE pool_id = $1")
+        .bind(orgs[2].pool_id)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    let has = |needle: &str, pool: i64| found.iter().any(|m| m.contains(needle) && m.contains(&format!("pool {pool}")));
+    let (p0, p1, p2) = (orgs[0].pool_id, orgs[1].pool_id, orgs[2].pool_id);
+    assert!(has("materialized [fedwiki.active_sites=2", p0), "(1) missing: {found:#?}");
+    assert!(has("has no position on ladder", p1), "(2) missing: {found:#?}");
+    assert!(has("holds nothing on its default ladder", p1), "(3) missing: {found:#?}");
+    assert!(has(&format!("grant {} is replaced", orgs[2].floor_grant_id.unwrap()), p2), "(4) missing: {found:#?}");
+    assert!(has("is entitled to fedwiki.active_sites but has no usage row", p2), "(5) missing: {found:#?}");
+    assert_eq!(found.len(), 5, "one message per violating row: {found:#?}");
+}
