@@ -34,6 +34,8 @@ pub struct Config {
     pub lock_timeout: Duration,
     /// How many jobs one worker process runs at once.
     pub worker_concurrency: usize,
+    /// A rule change owing at most this many pools settles them inside its commit.
+    pub rule_change_sync_cap: i64,
 }
 
 impl Config {
@@ -64,6 +66,7 @@ impl Config {
         let request_timeout = Duration::from_millis(number(&get, "CONSOLE_REQUEST_TIMEOUT_MS", 32_000, 1..=600_000)?);
         let lock_timeout = Duration::from_millis(number(&get, "CONSOLE_LOCK_TIMEOUT_MS", 5_000, 1..=600_000)?);
         let worker_concurrency = number(&get, "CONSOLE_WORKER_CONCURRENCY", 4, 1..=64)? as usize;
+        let rule_change_sync_cap = number(&get, "CONSOLE_RULE_CHANGE_SYNC_CAP", 100, 0..=100_000)? as i64;
 
         let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
         if needs_dir {
@@ -89,6 +92,7 @@ impl Config {
             request_timeout,
             lock_timeout,
             worker_concurrency,
+            rule_change_sync_cap,
         })
     }
 
@@ -112,7 +116,8 @@ impl fmt::Display for Config {
         writeln!(f, "CONSOLE_PUBLIC_URL={}", self.public_url.as_ref().map(|u| u.as_str()).unwrap_or("(unset)"))?;
         writeln!(f, "CONSOLE_REQUEST_TIMEOUT_MS={}", self.request_timeout.as_millis())?;
         writeln!(f, "CONSOLE_LOCK_TIMEOUT_MS={}", self.lock_timeout.as_millis())?;
-        write!(f, "CONSOLE_WORKER_CONCURRENCY={}", self.worker_concurrency)
+        writeln!(f, "CONSOLE_WORKER_CONCURRENCY={}", self.worker_concurrency)?;
+        write!(f, "CONSOLE_RULE_CHANGE_SYNC_CAP={}", self.rule_change_sync_cap)
     }
 }
 

@@ -1,11 +1,13 @@
 //! Member Console: organizations buy plans, receive grants, and get entitlements the console
 //! enforces on their FedWiki sites. See `docs/` and `../shared/DESIGN.md`.
 
+pub mod bench;
 pub mod boot;
 pub mod config;
 pub mod db;
 pub mod demo;
 pub mod jobs;
+pub mod scratch;
 pub mod services;
 pub mod store;
 pub mod stress;

@@ -47,6 +47,11 @@ enum Command {
     },
     /// Print the per-path lock orders, as docs/database-locks.md shows them.
     LockOrders,
+    /// Benchmarks, each against a scratch database, with the TPC-B yardstick in the same run.
+    Bench {
+        #[command(subcommand)]
+        which: BenchWhich,
+    },
     /// Run the documented paths at random from many connections against a fresh database for a
     /// bounded time, then check the entitlement invariants; prints one JSON line, and exits
     /// non-zero on a deadlock, an unexpected error or a violated invariant.
@@ -75,6 +80,21 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+enum BenchWhich {
+    /// A rule change above the sync cap over N carrying pools: commit hold and drain rate.
+    RuleChange {
+        #[arg(long, default_value_t = 10_000)]
+        pools: i64,
+        #[arg(long, default_value_t = member_console::services::rule_changes::DEFAULT_DRAIN_PARALLELISM)]
+        concurrency: i64,
+        #[arg(long, default_value_t = 10.0)]
+        yardstick_seconds: f64,
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum PgAction {
     /// Start it (or find it running) and print its administrative URL.
     Start,
@@ -97,6 +117,9 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Pg { action } => pg(action),
+        Command::Bench { which } => {
+            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(bench(which))
+        }
         // Its own database, not the booted one: it does not go through `run`.
         Command::Stress { seconds, orgs, connections, seed, keep } => {
             let opts = stress::StressOptions { seconds, orgs, connections, seed, keep };
@@ -107,6 +130,23 @@ fn main() -> anyhow::Result<()> {
         }
         other => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(other)),
     }
+}
+
+async fn bench(which: BenchWhich) -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    match which {
+        BenchWhich::RuleChange { pools, concurrency, yardstick_seconds, keep } => {
+            anyhow::ensure!(pools >= 1 && concurrency >= 1, "--pools and --concurrency must be at least 1");
+            let o = member_console::bench::rule_change::Options { pools, concurrency, yardstick_seconds, keep };
+            let r = member_console::bench::rule_change::run(&config, &o).await?;
+            println!(
+                "rule change over {} pools: exclusive hold {:.3} s; drain {:.0} pools/s; yardstick {:.0} tps; ratio {:.2}",
+                r.n, r.hold_s, r.settled_per_s, r.yardstick_tps, r.ratio
+            );
+            println!("{}", serde_json::to_string(&r)?);
+        }
+    }
+    Ok(())
 }
 
 fn pg(action: PgAction) -> anyhow::Result<()> {
@@ -136,7 +176,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::CreateOperator { email, password_stdin } => create_operator(&booted, &email, password_stdin).await,
-        Command::LockOrders | Command::Pg { .. } | Command::Stress { .. } => {
+        Command::LockOrders | Command::Pg { .. } | Command::Bench { .. } | Command::Stress { .. } => {
             unreachable!("handled before the runtime starts")
         }
     };

@@ -667,12 +667,12 @@ async fn bad_product_edits_are_refused_with_a_message_and_write_nothing() {
 // ---------- 4. Editing the rules of a set ----------
 
 #[tokio::test]
-async fn rules_of_an_uncarried_set_are_saved_and_of_a_carried_set_refused() {
+async fn rules_of_an_uncarried_set_and_of_a_carried_set_are_rule_changes() {
     let (t, app, c, token) = operator_app().await;
     let basic = set_id(&t, "Basic").await;
     assert_eq!(pools_carrying(&t, basic).await, 0);
 
-    // Uncarried: saved (a plain post), and the page shows the new rules.
+    // Uncarried: a rule change that owes nothing, settled at once; the set shows the new rules.
     let a = post(
         &app,
         &c,
@@ -683,22 +683,23 @@ async fn rules_of_an_uncarried_set_are_saved_and_of_a_carried_set_refused() {
     )
     .await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-    assert_eq!(a.header("location"), Some(format!("/operator/catalog/sets/{basic}?saved=1").as_str()));
+    let location = a.header("location").unwrap().to_string();
+    assert!(location.starts_with("/operator/rule-changes/"), "{location}");
     assert_eq!(
         rules_of(&t, basic).await,
         vec![("fedwiki.active_sites".into(), Some(4), None), ("support.priority".into(), None, Some(true))]
     );
-    let page = get(&app, &c, &format!("/operator/catalog/sets/{basic}?saved=1")).await;
-    assert!(page.body.contains("The rules were saved."), "{}", page.body);
-    assert!(page.body.contains(r#"name="rule.fedwiki.active_sites" type="number""#), "{}", page.body);
-    assert!(page.body.contains(r#"value="4""#), "{}", page.body);
+    let change = get(&app, &c, &location).await.body;
+    assert!(change.contains("applied at once"), "{change}");
+    assert!(change.contains("fedwiki.custom_domain"), "{change}");
+    assert!(!change.contains("every 2s"), "a settled change does not poll: {change}");
     let catalog = get(&app, &c, "/operator/catalog").await.body;
     let basic_row = row(&catalog, "Basic");
     assert!(basic_row.contains("<li><code>fedwiki.active_sites</code> = 4</li>"), "{basic_row}");
     assert!(basic_row.contains("<li><code>support.priority</code> = yes</li>"), "{basic_row}");
     assert!(!basic_row.contains("custom_domain"), "the emptied rule is gone: {basic_row}");
 
-    // With HTMX: 200 and HX-Redirect.
+    // With HTMX: 200 and HX-Redirect to the change.
     let a = post(
         &app,
         &c,
@@ -709,34 +710,51 @@ async fn rules_of_an_uncarried_set_are_saved_and_of_a_carried_set_refused() {
     )
     .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
-    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/catalog/sets/{basic}?saved=1").as_str()));
+    assert!(a.header("hx-redirect").unwrap().starts_with("/operator/rule-changes/"));
     assert_eq!(rules_of(&t, basic).await[0], ("fedwiki.active_sites".into(), Some(5), None));
 
-    // Carried (the demo organizations' floors carry Free): 409, naming the pools and why.
+    // Carried (the demo organizations' floors carry Free): the change owes each carrying pool and
+    // settles them (below the sync cap), and their entitlements follow.
     let free = set_id(&t, "Free").await;
     let pools = pools_carrying(&t, free).await;
     assert!(pools >= 2);
     let set_page = get(&app, &c, &format!("/operator/catalog/sets/{free}")).await.body;
     assert!(set_page.contains(&format!("This set is carried by {pools} pools")), "{set_page}");
-    for htmx in [false, true] {
-        let counts = catalog_counts(&t).await;
-        let snapshot = catalog_snapshot(&t).await;
-        let a = post(
-            &app,
-            &c,
-            &format!("/operator/catalog/sets/{free}/rules"),
-            &token,
-            &[("rule.fedwiki.active_sites", "2")],
-            htmx,
-        )
-        .await;
-        assert_refused(&a, StatusCode::CONFLICT, htmx, "set-edit", "rule change", "carried set");
-        assert!(a.body.contains(&format!("{pools} organization pools carry this now")), "{}", a.body);
-        assert!(a.body.contains("Nothing was saved"), "{}", a.body);
-        assert_eq!(catalog_counts(&t).await, counts);
-        assert_eq!(catalog_snapshot(&t).await, snapshot);
-    }
-    assert_eq!(rules_of(&t, free).await, vec![("fedwiki.active_sites".into(), Some(1), None)]);
+    let a = post(
+        &app,
+        &c,
+        &format!("/operator/catalog/sets/{free}/rules"),
+        &token,
+        &[("rule.fedwiki.active_sites", "2")],
+        false,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let change = get(&app, &c, a.header("location").unwrap()).await.body;
+    assert!(change.contains(&format!("{pools} of {pools}")), "every carrying pool settled: {change}");
+    assert_eq!(rules_of(&t, free).await, vec![("fedwiki.active_sites".into(), Some(2), None)]);
+    let acme_sites: i64 = sqlx::query_scalar(
+        "SELECT e.numeric_value FROM core.pool_entitlements e JOIN core.resource_pools p USING (pool_id)
+         JOIN core.organizations o USING (organization_id) WHERE o.name = 'Acme Wikis' AND e.resource_key = 'fedwiki.active_sites'",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!(acme_sites, 2);
+
+    // Submitting the rules as they are changes nothing: refused in place, nothing written.
+    let counts = catalog_counts(&t).await;
+    let a = post(
+        &app,
+        &c,
+        &format!("/operator/catalog/sets/{free}/rules"),
+        &token,
+        &[("rule.fedwiki.active_sites", "2")],
+        true,
+    )
+    .await;
+    assert_refused(&a, StatusCode::UNPROCESSABLE_ENTITY, true, "set-edit", "Nothing changed", "an unchanged set");
+    assert_eq!(catalog_counts(&t).await, counts);
 }
 
 // ---------- 5. Another change in progress ----------
@@ -769,7 +787,7 @@ async fn a_rule_edit_while_another_change_holds_the_rendezvous_is_refused_then_s
     holder.commit().await.unwrap();
     let a = post(&app, &c, &path, &token, &[("rule.fedwiki.active_sites", "7")], true).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
-    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/catalog/sets/{basic}?saved=1").as_str()));
+    assert!(a.header("hx-redirect").unwrap().starts_with("/operator/rule-changes/"));
     assert_eq!(rules_of(&t, basic).await[0], ("fedwiki.active_sites".into(), Some(7), None));
 }
 

@@ -1,5 +1,6 @@
-//! The reliability tool: a short run of every path at once finds no deadlock, no error and no
-//! violated invariant; and the invariant check does see a broken invariant.
+//! The reliability tool: a short run of every path at once (the grant paths and their jobs
+//! included) finds no deadlock, no error and no violated invariant; and the invariant check does
+//! see a broken invariant.
 
 mod common;
 
@@ -7,7 +8,10 @@ use common::TestDb;
 use member_console::{
     config::Config,
     demo,
-    services::entitlements::{self as svc, OrgName},
+    services::{
+        entitlements::{self as svc, OrgName},
+        grants::EmailDomain,
+    },
     stress::{self, StressOptions, StressPath},
 };
 
@@ -40,6 +44,20 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
         let count = report.paths.get(p.name()).copied().unwrap_or_default();
         assert!(count.done >= 1, "{} was never done; {summary}", p.name());
     }
+    // Each grant path by its declaration's name, and the jobs the workers ran.
+    for name in [
+        "IssueGrant",
+        "RevokeGrantTx",
+        "ExpireGrantTx",
+        "Start a waiting grant",
+        "ManageGrantTx",
+        "ExtendWaitingGrantTx",
+        "ExpireGrantActivity",
+        "StartGrantActivity",
+    ] {
+        let count = report.paths.get(name).copied().unwrap_or_default();
+        assert!(count.done >= 1, "{name} was never done; {summary}");
+    }
     assert_eq!(report.deadlocks, 0, "{summary}");
     assert_eq!(report.errors, 0, "{summary}");
     assert_eq!(report.violations, 0, "{summary}");
@@ -65,6 +83,15 @@ async fn the_invariant_check_reports_each_broken_invariant() {
     for name in ["Broken entitlements", "Broken floor", "Broken usage"] {
         orgs.push(svc::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(community)).await.unwrap());
     }
+    let domain = EmailDomain::parse("broken.example.org").unwrap();
+    let (with_domain, _) = svc::create_organization_with_domain(
+        &t.db,
+        &OrgName::parse("Broken grants").unwrap(),
+        Some(community),
+        Some(&domain),
+    )
+    .await
+    .unwrap();
     let found = stress::check_invariants(&t.admin).await.unwrap();
     assert!(found.is_empty(), "a consistent database has no violation: {found:#?}");
 
@@ -92,14 +119,46 @@ async fn the_invariant_check_reports_each_broken_invariant() {
         .execute(&t.admin)
         .await
         .unwrap();
+    // (6) and (4): a grant active past its end, with no conferral (its expiry never ran).
+    let grant = |status: &str, org: Option<i64>, domain: Option<&str>| {
+        sqlx::query_scalar::<_, i64>(
+            "INSERT INTO core.grants (organization_id, provision_domain, product_id, quantity, kind, status, starts_at,
+                                      ends_at, reason)
+             SELECT $1, $2, product_id, 1, CASE WHEN $2::text IS NULL THEN 'operator' ELSE 'provisioning' END, $3,
+                    now() - interval '2 hours', now() - interval '1 hour', 'broken'
+             FROM core.products WHERE name = 'Basic'
+             RETURNING grant_id",
+        )
+        .bind(org)
+        .bind(domain.map(str::to_string))
+        .bind(status.to_string())
+        .fetch_one(&t.admin)
+    };
+    let past_end = grant("active", Some(with_domain.organization_id), None).await.unwrap();
+    // (9) An expired grant without its expired event.
+    let silent = grant("expired", Some(with_domain.organization_id), None).await.unwrap();
+    // (8) A grant still waiting for a domain whose organization exists: its provisioning was lost.
+    let lost = grant("waiting", None, Some("broken.example.org")).await.unwrap();
+    sqlx::query("UPDATE core.grants SET ends_at = NULL WHERE grant_id = $1")
+        .bind(lost)
+        .execute(&t.admin)
+        .await
+        .unwrap();
 
     let found = stress::check_invariants(&t.admin).await.unwrap();
     let has = |needle: &str, pool: i64| found.iter().any(|m| m.contains(needle) && m.contains(&format!("pool {pool}")));
-    let (p0, p1, p2) = (orgs[0].pool_id, orgs[1].pool_id, orgs[2].pool_id);
+    let (p0, p1, p2, p3) = (orgs[0].pool_id, orgs[1].pool_id, orgs[2].pool_id, with_domain.pool_id);
     assert!(has("materialized [fedwiki.active_sites=2", p0), "(1) missing: {found:#?}");
     assert!(has("has no position on ladder", p1), "(2) missing: {found:#?}");
     assert!(has("holds nothing on its default ladder", p1), "(3) missing: {found:#?}");
     assert!(has(&format!("grant {} is replaced", orgs[2].floor_grant_id.unwrap()), p2), "(4) missing: {found:#?}");
     assert!(has("is entitled to fedwiki.active_sites but has no usage row", p2), "(5) missing: {found:#?}");
-    assert_eq!(found.len(), 5, "one message per violating row: {found:#?}");
+    assert!(has(&format!("grant {past_end} is active past its end"), p3), "(6) missing: {found:#?}");
+    assert!(
+        has(&format!("grant {past_end} (product"), p3) && found.iter().any(|m| m.contains("never conferred")),
+        "(4) missing for the grant past its end: {found:#?}"
+    );
+    assert!(has(&format!("grant {silent} is expired and has 0 expired events"), p3), "(9) missing: {found:#?}");
+    assert!(has(&format!("grant {lost} still waits for broken.example.org"), p3), "(8) missing: {found:#?}");
+    assert_eq!(found.len(), 9, "one message per violating row: {found:#?}");
 }

@@ -23,7 +23,7 @@ fn each_kind_sets_its_bounds_before_its_advisory_lock() {
     assert_eq!(
         m,
         vec![
-            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+            "BEGIN ISOLATION LEVEL READ COMMITTED",
             "SET LOCAL lock_timeout = '5000ms'",
             "SELECT pg_advisory_xact_lock_shared(core.rendezvous_key())"
         ]

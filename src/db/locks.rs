@@ -39,6 +39,10 @@ pub enum Lock {
     GrantLineageHead,
     /// A grant's own row: the update of an expiry, or FOR UPDATE of a waiting grant starting.
     GrantRow,
+    /// An entitlement set rule row, FOR UPDATE, inside core.commit_rule_change.
+    RuleRow,
+    /// A rule change's obligation row of one (act, pool), FOR UPDATE, inside core.settle_obligation.
+    ChangeObligationRow,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -68,6 +72,8 @@ impl Lock {
             Lock::ResourceKeyRows => "Resource-key rows (byte order)",
             Lock::GrantLineageHead => "Grant lineage head",
             Lock::GrantRow => "Grant row",
+            Lock::RuleRow => "Rule row",
+            Lock::ChangeObligationRow => "Change obligation row",
         }
     }
 
@@ -86,6 +92,8 @@ impl Lock {
             Lock::EntitlementSetRow => "core.entitlement_sets",
             Lock::ResourceKeyRows => "core.resource_keys",
             Lock::GrantLineageHead | Lock::GrantRow => "core.grants",
+            Lock::RuleRow => "core.entitlement_set_rules",
+            Lock::ChangeObligationRow => "core.entitlement_set_change_obligations",
         }
     }
 
@@ -113,6 +121,10 @@ impl Lock {
             Lock::ResourceKeyRows => PgSignature::Relation { table: "core.resource_keys", mode: "RowShareLock" },
             Lock::GrantLineageHead => PgSignature::Relation { table: "core.grants", mode: "RowShareLock" },
             Lock::GrantRow => PgSignature::Relation { table: "core.grants", mode: "RowExclusiveLock" },
+            Lock::RuleRow => PgSignature::Relation { table: "core.entitlement_set_rules", mode: "RowShareLock" },
+            Lock::ChangeObligationRow => {
+                PgSignature::Relation { table: "core.entitlement_set_change_obligations", mode: "RowShareLock" }
+            }
         }
     }
 }
@@ -151,6 +163,10 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::grants::START_GRANT_LOCKS,
         &crate::services::grants::MANAGE_GRANT_LOCKS,
         &crate::services::grants::EXTEND_WAITING_GRANT_LOCKS,
+        &crate::services::rule_changes::RULE_CHANGE_COMMIT_LOCKS,
+        &crate::services::rule_changes::DRAIN_CHANGE_LOCKS,
+        &crate::services::rule_changes::RECORD_FAILURE_LOCKS,
+        &crate::services::rule_changes::RETRY_RULE_CHANGE_LOCKS,
     ]
 }
 
@@ -237,6 +253,8 @@ const ALL: &[Lock] = &[
     Lock::ResourceKeyRows,
     Lock::GrantLineageHead,
     Lock::GrantRow,
+    Lock::RuleRow,
+    Lock::ChangeObligationRow,
 ];
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
@@ -302,6 +320,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 14, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 16, "add a new lock to ALL too");
     }
 }

@@ -87,7 +87,7 @@ tokio::task_local! {
 /// What a kind's opening statements are, in order: exposed so the tests and the docs can show
 /// them, and so there is one definition.
 pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<String>, DbError> {
-    let mut s = vec!["SET TRANSACTION ISOLATION LEVEL READ COMMITTED".to_string()];
+    let mut s = vec!["BEGIN ISOLATION LEVEL READ COMMITTED".to_string()];
     match kind {
         TxKind::Materializing => {
             s.push(format!("SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis()));
@@ -128,10 +128,15 @@ pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<St
 /// Open a transaction of `kind`. A lock wait past the kind's bound surfaces as
 /// `DbError::LockNotAvailable` (SQLSTATE 55P03), with nothing held.
 pub async fn begin(db: &Db, kind: TxKind) -> Result<Tx, DbError> {
-    let statements = opening_statements(kind, db.lock_timeout)?;
-    let mut inner = db.pool.begin().await?;
-    // One round trip: the statements carry no input, only numbers this module formats.
-    let batch = statements.join(";\n");
-    sqlx::raw_sql(AssertSqlSafe(batch)).execute(&mut *inner).await?;
+    let mut statements = opening_statements(kind, db.lock_timeout)?;
+    // BEGIN and the SETs in one round trip (they carry no input, only numbers this module
+    // formats, and cannot fail); the advisory lock in a second, inside the open transaction, so
+    // a wait past its bound fails a transaction this handle rolls back (a failure inside the
+    // BEGIN batch would leave the pooled connection in an aborted transaction).
+    let lock = statements.pop_if(|s| s.starts_with("SELECT pg_advisory"));
+    let mut inner = db.pool.begin_with(AssertSqlSafe(statements.join(";\n"))).await?;
+    if let Some(lock) = lock {
+        sqlx::raw_sql(AssertSqlSafe(lock)).execute(&mut *inner).await?;
+    }
     Ok(Tx { inner, kind })
 }

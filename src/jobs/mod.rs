@@ -46,6 +46,7 @@ fn grant_failure(e: crate::services::grants::GrantError) -> JobError {
 /// The handlers of the console's own jobs.
 pub fn standard_handlers() -> Handlers {
     use crate::services::grants::{self, EXPIRE_GRANT, START_GRANT, SWEEP_GRANTS};
+    use crate::services::rule_changes as rc;
     let mut h = Handlers::new();
     h.register(PURGE_EXPIRED, |ctx, _payload| async move {
         purge_expired(&ctx.db).await?;
@@ -64,14 +65,31 @@ pub fn standard_handlers() -> Handlers {
         grants::sweep_grants(&ctx.db).await.map_err(grant_failure)?;
         Ok(())
     });
+    // The drain of a rule change above the sync cap; the poller re-enqueues what is still due.
+    h.register(rc::DRAIN_RULE_CHANGE, |ctx, payload| async move {
+        let id = payload
+            .get("change_id")
+            .and_then(|v| v.as_i64())
+            .ok_or_else(|| JobError::Permanent(format!("the payload names no change_id: {payload}")))?;
+        rc::drain_change(&ctx.db, id, rc::DEFAULT_DRAIN_PARALLELISM).await?;
+        Ok(())
+    });
+    h.register(rc::RESUME_RULE_CHANGE_DRAINS, |ctx, _payload| async move {
+        rc::resume_drains(&ctx.db).await?;
+        Ok(())
+    });
     h
 }
+
+/// How often the poller looks for rule changes with pools still owed.
+pub const RESUME_DRAINS_EVERY: Duration = Duration::from_secs(30);
 
 /// Create the console's schedules, or bring their intervals up to date (idempotent; every
 /// replica calls it at start-up).
 pub async fn register_standard_schedules(db: &Db) -> Result<(), DbError> {
     ensure_schedule(db, PURGE_EXPIRED, PURGE_EXPIRED_EVERY).await?;
-    ensure_schedule(db, crate::services::grants::SWEEP_GRANTS, SWEEP_GRANTS_EVERY).await
+    ensure_schedule(db, crate::services::grants::SWEEP_GRANTS, SWEEP_GRANTS_EVERY).await?;
+    ensure_schedule(db, crate::services::rule_changes::RESUME_RULE_CHANGE_DRAINS, RESUME_DRAINS_EVERY).await
 }
 
 /// How many rows one purge deleted.

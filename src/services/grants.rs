@@ -152,10 +152,10 @@ fn check_bounds(
 ) {
     let now = Utc::now();
     if let Some(end) = ends_at {
-        if end <= starts_at.unwrap_or(now) {
-            problems.push(("ends_at".into(), "The end must come after the start.".into()));
-        } else if end <= now {
+        if end <= now {
             problems.push(("ends_at".into(), "The end is in the past.".into()));
+        } else if starts_at.is_some_and(|s| end <= s) {
+            problems.push(("ends_at".into(), "The end must come after the start.".into()));
         }
     }
 }
@@ -309,6 +309,35 @@ async fn lock_pool_of(tx: &mut Tx, g: &Grant) -> Result<Option<i64>, DbError> {
     Ok(pool)
 }
 
+/// Open the act's transaction and take the grant's pool row, then `lock` the grant (its lineage
+/// head, or its own row): the order every grant act takes them in. A grant that named no
+/// organization when first read may have been provisioned before the second lock was granted;
+/// then its pool was not locked first, so the transaction starts over (at most three times).
+async fn pool_then<F>(db: &Db, grant_id: i64, lock: F) -> Result<(Tx, Option<i64>, Grant), GrantError>
+where
+    F: for<'a> Fn(&'a mut Tx, &'a Grant) -> futures_util::future::BoxFuture<'a, Result<Option<Grant>, DbError>>,
+{
+    for _ in 0..3 {
+        let mut tx = begin(db, TxKind::Materializing).await?;
+        let g = store::grant(tx.conn(), grant_id).await?.ok_or(GrantError::NotFound("grant"))?;
+        let pool = lock_pool_of(&mut tx, &g).await?;
+        let locked = lock(&mut tx, &g).await?.ok_or(GrantError::NotFound("grant"))?;
+        if locked.organization_id == g.organization_id {
+            return Ok((tx, pool, locked));
+        }
+        tx.rollback().await?;
+    }
+    Err(GrantError::Refused("The grant changed while this was being done; try again.".into()))
+}
+
+fn head_of<'a>(tx: &'a mut Tx, g: &'a Grant) -> futures_util::future::BoxFuture<'a, Result<Option<Grant>, DbError>> {
+    Box::pin(async move { Ok(store::lineage_head_for_update(tx.conn(), g.lineage_id).await?) })
+}
+
+fn row_of<'a>(tx: &'a mut Tx, g: &'a Grant) -> futures_util::future::BoxFuture<'a, Result<Option<Grant>, DbError>> {
+    Box::pin(async move { Ok(store::lock_grant(tx.conn(), g.grant_id).await?) })
+}
+
 fn live(status: &str) -> bool {
     matches!(status, "active" | "replaced" | "waiting")
 }
@@ -327,10 +356,7 @@ pub static REVOKE_GRANT_LOCKS: PathLocks = PathLocks {
 #[tracing::instrument(name = "Revoke a grant", skip(db), fields(grant_id))]
 pub async fn revoke_grant(db: &Db, grant_id: i64, actor: Option<i64>, reason: &str) -> Result<i64, GrantError> {
     let reason = parse_reason("reason", reason).map_err(|p| GrantError::Invalid(vec![p]))?;
-    let mut tx = begin(db, TxKind::Materializing).await?;
-    let g = store::grant(tx.conn(), grant_id).await?.ok_or(GrantError::NotFound("grant"))?;
-    let pool = lock_pool_of(&mut tx, &g).await?;
-    let head = store::lineage_head_for_update(tx.conn(), g.lineage_id).await?.ok_or(GrantError::NotFound("grant"))?;
+    let (mut tx, pool, head) = pool_then(db, grant_id, head_of).await?;
     if !live(&head.status) {
         return Err(GrantError::Refused(format!(
             "Grant #{} is {} already; there is nothing to revoke.",
@@ -371,9 +397,11 @@ pub static EXPIRE_GRANT_LOCKS: PathLocks = PathLocks {
 /// not live or not due (a second run, or a job for a time the grant no longer has).
 #[tracing::instrument(name = "Expire a grant", skip(db), fields(grant_id))]
 pub async fn expire_grant(db: &Db, grant_id: i64) -> Result<bool, GrantError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
-    let Some(g) = store::grant(tx.conn(), grant_id).await? else { return Ok(false) };
-    let pool = lock_pool_of(&mut tx, &g).await?;
+    let (mut tx, pool, g) = match pool_then(db, grant_id, row_of).await {
+        Ok(t) => t,
+        Err(GrantError::NotFound(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    };
     if !store::expire_if_due(tx.conn(), grant_id).await? {
         tx.rollback().await?;
         return Ok(false);
@@ -404,10 +432,11 @@ pub static START_GRANT_LOCKS: PathLocks = PathLocks {
 /// longer waits, or its start has not come.
 #[tracing::instrument(name = "Start a waiting grant", skip(db), fields(grant_id))]
 pub async fn start_waiting_grant(db: &Db, grant_id: i64) -> Result<bool, GrantError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
-    let Some(g) = store::grant(tx.conn(), grant_id).await? else { return Ok(false) };
-    let pool = lock_pool_of(&mut tx, &g).await?;
-    let Some(g) = store::lock_grant(tx.conn(), grant_id).await? else { return Ok(false) };
+    let (mut tx, pool, g) = match pool_then(db, grant_id, row_of).await {
+        Ok(t) => t,
+        Err(GrantError::NotFound(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    };
     let (Some(pool), Some(org)) = (pool, g.organization_id) else { return Ok(false) };
     let due = g.status == "waiting" && g.starts_at <= Utc::now() && g.ends_at.is_none_or(|e| e > Utc::now());
     if !due {
@@ -478,10 +507,7 @@ pub static EXTEND_WAITING_GRANT_LOCKS: PathLocks = PathLocks {
 /// waiting one is rescheduled in place (ExtendWaitingGrantTx). Returns the lineage's head after.
 #[tracing::instrument(name = "Manage a grant", skip(db, m), fields(grant_id))]
 pub async fn manage_grant(db: &Db, grant_id: i64, m: &ManageGrant) -> Result<i64, GrantError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
-    let g = store::grant(tx.conn(), grant_id).await?.ok_or(GrantError::NotFound("grant"))?;
-    let pool = lock_pool_of(&mut tx, &g).await?;
-    let head = store::lineage_head_for_update(tx.conn(), g.lineage_id).await?.ok_or(GrantError::NotFound("grant"))?;
+    let (mut tx, pool, head) = pool_then(db, grant_id, head_of).await?;
     if !live(&head.status) {
         return Err(GrantError::Refused(format!(
             "Grant #{} is {}; only a live grant can be changed.",
@@ -494,6 +520,9 @@ pub async fn manage_grant(db: &Db, grant_id: i64, m: &ManageGrant) -> Result<i64
     let result = if head.status == "waiting" {
         // ExtendWaitingGrantTx: in place.
         let starts = m.starts_at.unwrap_or(head.starts_at);
+        if m.ends_at.is_some_and(|e| e <= starts) {
+            return Err(invalid("ends_at", "The end must come after the start."));
+        }
         store::reschedule(tx.conn(), head.grant_id, starts, m.ends_at, m.quantity).await?;
         store::record_event(
             tx.conn(),

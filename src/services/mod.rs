@@ -8,3 +8,4 @@ pub mod catalog;
 pub mod entitlements;
 pub mod grants;
 pub mod organizations;
+pub mod rule_changes;

@@ -6,7 +6,7 @@ use crate::{
         accounts,
         catalog::{self as store, HeldConferral},
         entitlements::{self, EntitlementValue},
-        grants,
+        grants, rule_changes,
     },
 };
 
@@ -184,4 +184,28 @@ pub async fn published_products(db: &Db) -> Result<Vec<(i64, String)>, DbError> 
 pub async fn org_type_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
     let mut c = db.pool.acquire().await?;
     Ok(store::org_types(&mut c).await?.into_iter().map(|t| (t.org_type_id, t.name)).collect())
+}
+
+pub async fn rule_changes(db: &Db) -> Result<(Vec<rule_changes::ChangeRow>, Vec<rule_changes::ActRow>), DbError> {
+    let mut c = db.pool.acquire().await?;
+    let changes = rule_changes::changes(&mut c, 200).await?;
+    let ids: Vec<i64> = changes.iter().map(|x| x.change_id).collect();
+    let acts = rule_changes::acts(&mut c, &ids).await?;
+    Ok((changes, acts))
+}
+
+pub struct RuleChangeDetail {
+    pub change: rule_changes::ChangeRow,
+    pub acts: Vec<rule_changes::ActRow>,
+    pub failures: Vec<rule_changes::FailureRow>,
+}
+
+pub async fn rule_change(db: &Db, id: i64) -> Result<Option<RuleChangeDetail>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    let Some(change) = rule_changes::change(&mut c, id).await? else { return Ok(None) };
+    Ok(Some(RuleChangeDetail {
+        acts: rule_changes::acts(&mut c, &[id]).await?,
+        failures: rule_changes::failures(&mut c, id, 200).await?,
+        change,
+    }))
 }

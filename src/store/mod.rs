@@ -6,3 +6,4 @@ pub mod entitlements;
 pub mod grants;
 pub mod job_overview;
 pub mod jobs;
+pub mod rule_changes;

@@ -12,6 +12,7 @@ const OPERATOR_NAV: &[NavLink] = &[
     NavLink { href: "/operator/organizations", label: "Organizations" },
     NavLink { href: "/operator/grants", label: "Grants" },
     NavLink { href: "/operator/catalog", label: "Catalog" },
+    NavLink { href: "/operator/rule-changes", label: "Rule changes" },
     NavLink { href: "/operator/topology", label: "Topology" },
     NavLink { href: "/operator", label: "Operations" },
 ];

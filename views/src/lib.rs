@@ -33,5 +33,9 @@ pub use pages::{
         DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, UsageRow,
         create_organization_form, organization_detail, organization_list, organization_results,
     },
+    rule_changes::{
+        ActProgress, FailedPool, RuleChangeListRow, RuleChangeView, rule_change_list, rule_change_page,
+        rule_change_progress,
+    },
     topology::{LadderView, OrgTypeRow, TierRow, TopologyView, topology},
 };

@@ -282,24 +282,41 @@ pub async fn save_rules(
     id: web::Path<i64>,
     form: Fields,
 ) -> Result<HttpResponse, AppError> {
+    use crate::services::rule_changes::{RuleChangeError, commit_rule_change_batch};
     let f = form.into_inner();
     let submitted: BTreeMap<String, String> =
         f.iter().filter_map(|(k, v)| k.strip_prefix("rule.").map(|key| (key.to_string(), v.clone()))).collect();
-    match services::catalog::edit_set_rules(&state.db, *id, &submitted).await {
-        Ok(_) => Ok(back_to(&req, &format!("/operator/catalog/sets/{id}?saved=1"))),
-        Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
-        Err(CatalogError::NotFound(_)) => Err(AppError::NotFound),
-        Err(e) => {
-            let (status, fs) = state_from(&f, &e);
-            let mut v = set_edit_view(&req, &state, *id, Some(fs)).await?.ok_or(AppError::NotFound)?;
-            // A problem with a field the form has no row for (an unknown key) is said above it.
-            let rows: Vec<String> = v.rows.iter().map(|r| format!("rule.{}", r.key)).collect();
-            let orphans: Vec<String> =
-                v.form.field_errors.iter().filter(|(k, _)| !rows.contains(k)).map(|(_, m)| m.clone()).collect();
-            v.form.errors.extend(orphans);
-            Ok(render::page(&req, status, &format!("Entitlement set: {}", v.name), views::set_edit(&v)))
-        }
+    let actor = crate::web::identity::identity(&req).map(|i| i.account_id);
+    let result = commit_rule_change_batch(
+        &state.db,
+        *id,
+        &submitted,
+        actor,
+        value(&f, "reason"),
+        state.config.rule_change_sync_cap,
+    )
+    .await;
+    let e = match result {
+        // The change's page shows it settled, or draining live.
+        Ok(c) => return Ok(back_to(&req, &format!("/operator/rule-changes/{}", c.change_id))),
+        Err(RuleChangeError::Db(e)) => return Err(e.into()),
+        Err(RuleChangeError::NotFound(_)) => return Err(AppError::NotFound),
+        Err(RuleChangeError::ChangeInProgress) => CatalogError::ChangeInProgress,
+        Err(RuleChangeError::Invalid(p)) => CatalogError::Invalid(p),
+    };
+    let (status, fs) = state_from(&f, &e);
+    let mut v = set_edit_view(&req, &state, *id, Some(fs)).await?.ok_or(AppError::NotFound)?;
+    // A problem with no field of its own (an unknown key, nothing to change) is said above the form.
+    let rows: Vec<String> = v.rows.iter().map(|r| format!("rule.{}", r.key)).collect();
+    let orphans: Vec<String> =
+        v.form.field_errors.iter().filter(|(k, _)| !rows.contains(k)).map(|(_, m)| m.clone()).collect();
+    v.form.errors.extend(orphans);
+    if render::is_htmx(&req) {
+        return Ok(HttpResponse::build(status)
+            .content_type("text/html; charset=utf-8")
+            .body(views::set_edit(&v).into_string()));
     }
+    Ok(render::page(&req, status, &format!("Entitlement set: {}", v.name), views::set_edit(&v)))
 }
 
 async fn product_edit_view(

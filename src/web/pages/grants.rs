@@ -227,6 +227,25 @@ async fn detail_view(
     let head_status = head.map_or(d.grant.status.as_str(), |h| h.status.as_str());
     let live = matches!(head_status, "active" | "replaced" | "waiting");
     let is_floor = d.grant.kind == "floor";
+    let waiting = head_status == "waiting";
+    // The manage form opens with the head's values, so changing one field keeps the others.
+    let mut manage_form = manage_form;
+    if manage_form.values.is_empty() {
+        if let Some(h) = head {
+            let local = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M").to_string();
+            manage_form.values.push(("quantity".into(), h.quantity.to_string()));
+            manage_form.values.push(("ends_at".into(), h.ends_at.map(local).unwrap_or_default()));
+            if waiting {
+                manage_form.values.push(("starts_at".into(), local(h.starts_at)));
+            }
+        }
+    }
+    // A problem with a field this form does not draw (a start for a started grant) is said above it.
+    if !waiting {
+        let (drawn, hidden): (Vec<_>, Vec<_>) = manage_form.field_errors.drain(..).partition(|(f, _)| f != "starts_at");
+        manage_form.field_errors = drawn;
+        manage_form.errors.extend(hidden.into_iter().map(|(_, m)| m));
+    }
     let g = &d.grant;
     Ok(views::GrantDetailView {
         csrf: csrf_token(req),
@@ -256,7 +275,7 @@ async fn detail_view(
         events: d.events.iter().map(event_row).collect(),
         can_revoke: live && !is_floor,
         can_manage: live && !is_floor,
-        waiting: head_status == "waiting",
+        waiting,
         revoke_form,
         manage_form,
     })
@@ -270,6 +289,20 @@ pub async fn detail(
 ) -> Result<HttpResponse, AppError> {
     let v = detail_view(&req, &state, *id, FormState::default(), FormState::default()).await?;
     Ok(render::ok(&req, &format!("Grant #{}", v.id), views::grant_detail(&v)))
+}
+
+/// The grant's page; when the refused form is not on it (the grant is no longer live, or a
+/// floor), its errors in a banner above, so the page always says why nothing changed.
+fn with_banner(v: &views::GrantDetailView, f: &FormState, form_shown: bool) -> views::Markup {
+    let banner = (!form_shown && !f.errors.is_empty()).then(|| {
+        views::refusal(
+            "Nothing was changed",
+            &f.errors.iter().filter(|e| !e.starts_with("Nothing was")).cloned().collect::<Vec<_>>().join(" "),
+        )
+    });
+    let mut out = banner.map(|b| b.into_string()).unwrap_or_default();
+    out.push_str(&views::grant_detail(v).into_string());
+    views::PreEscaped(out)
 }
 
 #[post("/operator/grants/{id}/revoke")]
@@ -289,8 +322,8 @@ pub async fn revoke(
             if render::is_htmx(&req) {
                 return Ok(partial(status, views::revoke_form(&csrf_token(&req), *id, &fs)));
             }
-            let v = detail_view(&req, &state, *id, fs, FormState::default()).await?;
-            Ok(render::page(&req, status, &format!("Grant #{}", v.id), views::grant_detail(&v)))
+            let v = detail_view(&req, &state, *id, fs.clone(), FormState::default()).await?;
+            Ok(render::page(&req, status, &format!("Grant #{}", v.id), with_banner(&v, &fs, v.can_revoke)))
         }
     }
 }
@@ -324,7 +357,8 @@ pub async fn manage(
             if render::is_htmx(&req) {
                 return Ok(partial(status, views::manage_form(&v.csrf, *id, v.waiting, &v.manage_form)));
             }
-            Ok(render::page(&req, status, &format!("Grant #{}", v.id), views::grant_detail(&v)))
+            let shown = v.manage_form.clone();
+            Ok(render::page(&req, status, &format!("Grant #{}", v.id), with_banner(&v, &shown, v.can_manage)))
         }
     }
 }

@@ -7,4 +7,5 @@ pub mod health;
 pub mod home;
 pub mod operator;
 pub mod organizations;
+pub mod rule_changes;
 pub mod topology;

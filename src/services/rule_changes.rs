@@ -1,0 +1,317 @@
+//! Rule changes, as the spec's "Rule change and drain" orders their locks: the batch commit
+//! (RuleChangeBatchCommit) under the exclusive rendezvous, settling inline at or below the sync
+//! cap; the drain (DrainChange), one pool per short materializing transaction; the failure
+//! recorder (recordObligationFailure); and the operator's Retry.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use serde_json::json;
+
+use crate::{
+    db::{
+        Db, DbError, Tx, TxKind, begin,
+        locks::{Lock, PathLocks},
+    },
+    jobs::{self, NewJob},
+    services::catalog::{KeyKind, RuleValue},
+    store::{catalog, entitlements as ent, rule_changes as store},
+};
+
+/// Pools a change may owe and still settle inside its commit.
+pub const DEFAULT_SYNC_CAP: i64 = 100;
+/// Tasks one drain runs at once, each over its own share of the pools.
+pub const DEFAULT_DRAIN_PARALLELISM: i64 = 4;
+pub const DRAIN_RULE_CHANGE: &str = "drain_rule_change";
+pub const RESUME_RULE_CHANGE_DRAINS: &str = "resume_rule_change_drains";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuleChangeError {
+    #[error("{}", .0.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join(" "))]
+    Invalid(Vec<(String, String)>),
+    #[error("no such {0}")]
+    NotFound(&'static str),
+    /// 55P03 under the RuleChange kind: another change holds the rendezvous.
+    #[error("another change is in progress")]
+    ChangeInProgress,
+    #[error(transparent)]
+    Db(DbError),
+}
+
+impl From<DbError> for RuleChangeError {
+    fn from(e: DbError) -> Self {
+        match e {
+            DbError::LockNotAvailable => RuleChangeError::ChangeInProgress,
+            other => RuleChangeError::Db(other),
+        }
+    }
+}
+
+impl From<sqlx::Error> for RuleChangeError {
+    fn from(e: sqlx::Error) -> Self {
+        DbError::from(e).into()
+    }
+}
+
+/// What a commit did.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub change_id: i64,
+    pub acts: usize,
+    pub pools_owed: i64,
+    pub settled_inline: bool,
+    /// From the exclusive rendezvous to the commit.
+    pub hold: Duration,
+}
+
+pub static RULE_CHANGE_COMMIT_LOCKS: PathLocks = PathLocks {
+    path: "RuleChangeBatchCommit",
+    function: "services::rule_changes::commit_rule_change_batch",
+    kind: "RuleChange",
+    locks: &[
+        Lock::RendezvousExclusive,
+        Lock::EntitlementSetRow,
+        Lock::RuleRow,
+        Lock::PoolRow,
+        Lock::ChangeObligationRow,
+    ],
+    why: "The exclusive rendezvous, the set row once for the batch (LockEntitlementSet), then for each delta in \
+          resource-key order the set row again and the rule row inside core.commit_rule_change; at or below \
+          the sync cap each carrying pool in ascending pool_id order (LockPools), then the pool row again and \
+          the obligation row inside core.settle_obligation, once per act.",
+};
+
+/// RuleChangeBatchCommit: the submitted rules of one set (key → raw value, empty = no rule)
+/// become one change with an act per delta. Settled in the commit when it owes at most
+/// `sync_cap` pools; otherwise drained by the `drain_rule_change` job.
+#[tracing::instrument(name = "RuleChangeBatchCommit", skip(db, submitted), fields(set_id))]
+pub async fn commit_rule_change_batch(
+    db: &Db,
+    set_id: i64,
+    submitted: &BTreeMap<String, String>,
+    actor: Option<i64>,
+    reason: &str,
+    sync_cap: i64,
+) -> Result<Committed, RuleChangeError> {
+    let mut tx = begin(db, TxKind::RuleChange).await?;
+    let started = Instant::now();
+    if !catalog::lock_entitlement_set(tx.conn(), set_id).await? {
+        return Err(RuleChangeError::NotFound("entitlement set"));
+    }
+    let deltas = deltas(&mut tx, set_id, submitted).await?;
+    if deltas.is_empty() {
+        return Err(RuleChangeError::Invalid(vec![(
+            String::new(),
+            "Nothing changed: every rule already has the value given.".into(),
+        )]));
+    }
+    let change_id = store::insert_change(tx.conn(), set_id, actor, reason.trim()).await?;
+    for (position, (key, value)) in deltas.iter().enumerate() {
+        let (n, f) = match value {
+            Some(RuleValue::Numeric(n)) => (Some(*n), None),
+            Some(RuleValue::Flag(b)) => (None, Some(*b)),
+            None => (None, None),
+        };
+        store::commit_rule_change(tx.conn(), change_id, position as i32, set_id, key, n, f).await?;
+    }
+    let pools = store::owed_pools(tx.conn(), change_id).await?;
+    let inline = pools.len() as i64 <= sync_cap;
+    if inline {
+        for pool in &pools {
+            settle_pool(&mut tx, change_id, *pool).await?;
+        }
+        store::finish_if_settled(tx.conn(), change_id).await?;
+    } else {
+        enqueue_drain(&mut tx, change_id).await?;
+    }
+    let hold = started.elapsed();
+    store::set_outcome(tx.conn(), change_id, pools.len() as i64, inline, hold.as_secs_f64() * 1000.0).await?;
+    tx.commit().await?;
+    Ok(Committed { change_id, acts: deltas.len(), pools_owed: pools.len() as i64, settled_inline: inline, hold })
+}
+
+/// The deltas in resource-key (byte) order: each key whose submitted value differs from the
+/// set's rule now. Refuses unknown keys and values of the wrong kind, naming each.
+async fn deltas(
+    tx: &mut Tx,
+    set_id: i64,
+    submitted: &BTreeMap<String, String>,
+) -> Result<Vec<(String, Option<RuleValue>)>, RuleChangeError> {
+    let keys = catalog::resource_keys(tx.conn()).await?;
+    let current = catalog::rules_of_set(tx.conn(), set_id).await?;
+    let mut problems = vec![];
+    let mut out = vec![];
+    for (key, raw) in submitted {
+        let Some(k) = keys.iter().find(|k| &k.resource_key == key) else {
+            problems.push((format!("rule.{key}"), format!("There is no resource key {key}.")));
+            continue;
+        };
+        let kind = if k.kind == "numeric" { KeyKind::Numeric } else { KeyKind::Flag };
+        match RuleValue::parse(key, kind, raw) {
+            Err(m) => problems.push((format!("rule.{key}"), m)),
+            Ok(v) => {
+                let now =
+                    current.iter().find(|r| &r.resource_key == key).map(|r| match (r.numeric_value, r.flag_value) {
+                        (Some(n), _) => RuleValue::Numeric(n),
+                        (_, f) => RuleValue::Flag(f.unwrap_or(false)),
+                    });
+                if now != v {
+                    out.push((key.clone(), v));
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(RuleChangeError::Invalid(problems));
+    }
+    out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    Ok(out)
+}
+
+async fn enqueue_drain(tx: &mut Tx, change_id: i64) -> Result<(), DbError> {
+    let mut job = NewJob::new(DRAIN_RULE_CHANGE, json!({ "change_id": change_id }));
+    job.dedupe_key = Some(format!("{DRAIN_RULE_CHANGE}:{change_id}"));
+    jobs::enqueue(tx.conn(), job).await?;
+    Ok(())
+}
+
+/// settlePool (`core.settle_change_pool`, one round trip): under the pool row, materialize once
+/// with the new rules, then settle each act's obligation in the batch's order
+/// (core.settle_obligation: the pool row again, then the obligation row). False when nothing was
+/// owed any more (another pass settled it).
+pub async fn settle_pool(tx: &mut Tx, change_id: i64, pool_id: i64) -> Result<bool, DbError> {
+    Ok(store::settle_change_pool(tx.conn(), change_id, pool_id).await?)
+}
+
+pub static DRAIN_CHANGE_LOCKS: PathLocks = PathLocks {
+    path: "DrainChange",
+    function: "services::rule_changes::drain_change",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::ChangeObligationRow],
+    why: "One short transaction per owed pool: the rendezvous, the pool row (settlePool, through LockPools), then \
+          the obligation row of each owed act in the batch's order.",
+};
+
+pub static RECORD_FAILURE_LOCKS: PathLocks = PathLocks {
+    path: "recordObligationFailure",
+    function: "services::rule_changes::record_obligation_failure",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::ChangeObligationRow],
+    why: "After a pool's settlement rolled back, a second transaction: the rendezvous, then through \
+          core.settle_obligation the pool row before the obligation row of each owed act in batch order.",
+};
+
+/// What one drain pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drained {
+    pub settled: u64,
+    pub failed: u64,
+    /// Whether the change is settled now.
+    pub finished: bool,
+}
+
+/// DrainChange: settle every due pool of the change, `parallelism` pools at a time (each task
+/// takes its own share of pool ids, in ascending order, so they never meet on a pool).
+#[tracing::instrument(name = "DrainChange", skip(db))]
+pub async fn drain_change(db: &Db, change_id: i64, parallelism: i64) -> Result<Drained, DbError> {
+    let parts = parallelism.max(1);
+    let mut tasks = tokio::task::JoinSet::new();
+    for part in 0..parts {
+        let db = db.clone();
+        tasks.spawn(async move { drain_part(&db, change_id, part, parts).await });
+    }
+    let mut total = Drained::default();
+    while let Some(r) = tasks.join_next().await {
+        let d = r.map_err(|e| DbError::Sql(sqlx::Error::Protocol(format!("a drain task failed: {e}"))))??;
+        total.settled += d.settled;
+        total.failed += d.failed;
+    }
+    let mut conn = db.pool.acquire().await?;
+    total.finished = store::finish_if_settled(&mut conn, change_id).await? || is_settled(&mut conn, change_id).await?;
+    Ok(total)
+}
+
+async fn is_settled(conn: &mut sqlx::PgConnection, change_id: i64) -> Result<bool, DbError> {
+    Ok(store::change(conn, change_id).await?.is_some_and(|c| c.state == "settled"))
+}
+
+async fn drain_part(db: &Db, change_id: i64, part: i64, parts: i64) -> Result<Drained, DbError> {
+    let mut done = Drained::default();
+    let mut after = 0;
+    loop {
+        let pools = {
+            let mut conn = db.pool.acquire().await?;
+            store::next_due_pools(&mut conn, change_id, part, parts, after, 500).await?
+        };
+        let Some(last) = pools.last().copied() else { return Ok(done) };
+        for pool in pools {
+            match settle_one(db, change_id, pool).await {
+                Ok(true) => done.settled += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(change_id, pool_id = pool, error = %e, "a pool failed to settle");
+                    record_obligation_failure(db, change_id, pool, &e.to_string()).await?;
+                    done.failed += 1;
+                }
+            }
+        }
+        after = last;
+    }
+}
+
+/// One pool in a transaction of its own; a failure rolls back this pool alone.
+async fn settle_one(db: &Db, change_id: i64, pool_id: i64) -> Result<bool, DbError> {
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    let settled = settle_pool(&mut tx, change_id, pool_id).await?;
+    tx.commit().await?;
+    Ok(settled)
+}
+
+/// recordObligationFailure: the attempt, recorded against each still-owed act of the pool.
+pub async fn record_obligation_failure(db: &Db, change_id: i64, pool_id: i64, error: &str) -> Result<(), DbError> {
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    ent::lock_pools(tx.conn(), &[pool_id]).await?;
+    for act in store::owed_acts_of_pool(tx.conn(), change_id, pool_id).await? {
+        store::settle_obligation(tx.conn(), act, pool_id, Some(error)).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+pub static RETRY_RULE_CHANGE_LOCKS: PathLocks = PathLocks {
+    path: "Retry a rule change's failed pools",
+    function: "services::rule_changes::retry_failed",
+    kind: "Plain",
+    locks: &[Lock::ChangeObligationRow],
+    why: "The failed obligation rows, FOR UPDATE in (pool, act) order, made due now, and a drain job enqueued; \
+          it takes no pool row and waits on nothing else, so it cannot close a cycle with a drain.",
+};
+
+/// The operator's Retry: failed pools are due now, and a drain runs.
+#[tracing::instrument(name = "Retry a rule change", skip(db))]
+pub async fn retry_failed(db: &Db, change_id: i64) -> Result<u64, RuleChangeError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    if store::change(tx.conn(), change_id).await?.is_none() {
+        return Err(RuleChangeError::NotFound("rule change"));
+    }
+    let n = store::bring_failed_forward(tx.conn(), change_id).await?;
+    if n > 0 {
+        enqueue_drain(&mut tx, change_id).await?;
+    }
+    tx.commit().await?;
+    Ok(n)
+}
+
+/// The poller: a drain job for every change still draining with something due (after a crash,
+/// a restart, or a failed pool's backoff).
+pub async fn resume_drains(db: &Db) -> Result<usize, DbError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let due = store::draining_changes_due(tx.conn()).await?;
+    for id in &due {
+        enqueue_drain(&mut tx, *id).await?;
+    }
+    tx.commit().await?;
+    Ok(due.len())
+}

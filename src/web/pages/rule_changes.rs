@@ -1,0 +1,149 @@
+//! Rule changes: the list, one change's live progress, and Retry.
+
+use actix_web::{HttpRequest, HttpResponse, get, post, web};
+
+use crate::{
+    services::{self, organizations::RuleChangeDetail},
+    store::rule_changes::{ActRow, ChangeRow},
+    web::{AppState, errors::AppError, identity::csrf_token, render},
+};
+
+fn when(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+fn value_text(n: Option<i64>, f: Option<bool>) -> String {
+    match (n, f) {
+        (Some(n), _) => n.to_string(),
+        (_, Some(true)) => "yes".into(),
+        (_, Some(false)) => "no".into(),
+        _ => "no rule".into(),
+    }
+}
+
+fn summary(acts: &[&ActRow]) -> String {
+    acts.iter()
+        .map(|a| {
+            let (before, after) = (value_text(a.old_numeric, a.old_flag), value_text(a.new_numeric, a.new_flag));
+            match (before.as_str(), after.as_str()) {
+                ("no rule", _) => format!("{} added: {after}", a.resource_key),
+                (_, "no rule") => format!("{} removed", a.resource_key),
+                _ => format!("{} {before} → {after}", a.resource_key),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+fn as_u64(n: i64) -> u64 {
+    n.max(0) as u64
+}
+
+#[get("/operator/rule-changes")]
+pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+    let (changes, acts) = services::organizations::rule_changes(&state.db).await?;
+    let rows: Vec<views::RuleChangeListRow> = changes
+        .iter()
+        .map(|c| views::RuleChangeListRow {
+            id: c.change_id,
+            set_id: c.entitlement_set_id,
+            set_name: c.set_name.clone(),
+            by: c.by.clone().unwrap_or_else(|| "—".into()),
+            at: when(c.committed_at),
+            summary: summary(&acts.iter().filter(|a| a.change_id == c.change_id).collect::<Vec<_>>()),
+            state: c.state.clone(),
+            owed: as_u64(c.owed),
+            settled: as_u64(c.settled),
+            failed: as_u64(c.failed),
+        })
+        .collect();
+    Ok(render::ok(&req, "Rule changes", views::rule_change_list(&rows)))
+}
+
+fn view(req: &HttpRequest, d: &RuleChangeDetail) -> views::RuleChangeView {
+    let c: &ChangeRow = &d.change;
+    views::RuleChangeView {
+        csrf: csrf_token(req),
+        id: c.change_id,
+        set_id: c.entitlement_set_id,
+        set_name: c.set_name.clone(),
+        by: c.by.clone().unwrap_or_else(|| "—".into()),
+        at: when(c.committed_at),
+        state: c.state.clone(),
+        settled_inline: c.settled_inline,
+        hold_ms: c.hold_ms,
+        total_owed: as_u64(c.owed),
+        total_settled: as_u64(c.settled),
+        total_failed: as_u64(c.failed),
+        acts: d
+            .acts
+            .iter()
+            .map(|a| views::ActProgress {
+                key: a.resource_key.clone(),
+                before: value_text(a.old_numeric, a.old_flag),
+                after: value_text(a.new_numeric, a.new_flag),
+                owed: as_u64(a.owed),
+                settled: as_u64(a.settled),
+                failed: as_u64(a.failed),
+            })
+            .collect(),
+        failures: d
+            .failures
+            .iter()
+            .map(|f| views::FailedPool {
+                pool_id: f.pool_id,
+                organization_id: f.organization_id,
+                organization: f.organization.clone(),
+                attempts: f.attempts,
+                error: f.last_error.clone().unwrap_or_default(),
+                next_attempt: f.next_attempt_at.map(when),
+            })
+            .collect(),
+        settled_at: c.settled_at.map(when),
+    }
+}
+
+#[get("/operator/rule-changes/{id}")]
+pub async fn detail(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AppError> {
+    let d = services::organizations::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    Ok(render::ok(&req, &format!("Rule change #{}", d.change.change_id), views::rule_change_page(&view(&req, &d))))
+}
+
+/// What the page's progress polls: the progress container alone.
+#[get("/operator/rule-changes/{id}/progress")]
+pub async fn progress(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AppError> {
+    let d = services::organizations::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header(("Cache-Control", "no-store"))
+        .body(views::rule_change_progress(&view(&req, &d)).into_string()))
+}
+
+#[post("/operator/rule-changes/{id}/retry")]
+pub async fn retry(req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+    use services::rule_changes::RuleChangeError;
+    match services::rule_changes::retry_failed(&state.db, *id).await {
+        Ok(_) => {}
+        Err(RuleChangeError::NotFound(_)) => return Err(AppError::NotFound),
+        Err(RuleChangeError::ChangeInProgress) => return Err(AppError::ChangeInProgress),
+        Err(RuleChangeError::Invalid(p)) => return Err(AppError::Invalid(p.into_iter().map(|(_, m)| m).collect())),
+        Err(RuleChangeError::Db(e)) => return Err(e.into()),
+    }
+    if !render::is_htmx(&req) {
+        return Ok(HttpResponse::SeeOther()
+            .insert_header(("Location", format!("/operator/rule-changes/{id}")))
+            .finish());
+    }
+    let d = services::organizations::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(views::rule_change_progress(&view(&req, &d)).into_string()))
+}
