@@ -36,6 +36,8 @@ pub struct Config {
     pub worker_concurrency: usize,
     /// A rule change owing at most this many pools settles them inside its commit.
     pub rule_change_sync_cap: i64,
+    /// A tier add or removal reaching more organizations than this is refused (planActHolderCap).
+    pub plan_act_holder_cap: i64,
 }
 
 impl Config {
@@ -67,6 +69,7 @@ impl Config {
         let lock_timeout = Duration::from_millis(number(&get, "CONSOLE_LOCK_TIMEOUT_MS", 5_000, 1..=600_000)?);
         let worker_concurrency = number(&get, "CONSOLE_WORKER_CONCURRENCY", 4, 1..=64)? as usize;
         let rule_change_sync_cap = number(&get, "CONSOLE_RULE_CHANGE_SYNC_CAP", 100, 0..=100_000)? as i64;
+        let plan_act_holder_cap = number(&get, "CONSOLE_PLAN_ACT_HOLDER_CAP", 10_000, 0..=10_000_000)? as i64;
 
         let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
         if needs_dir {
@@ -93,6 +96,7 @@ impl Config {
             lock_timeout,
             worker_concurrency,
             rule_change_sync_cap,
+            plan_act_holder_cap,
         })
     }
 
@@ -117,7 +121,8 @@ impl fmt::Display for Config {
         writeln!(f, "CONSOLE_REQUEST_TIMEOUT_MS={}", self.request_timeout.as_millis())?;
         writeln!(f, "CONSOLE_LOCK_TIMEOUT_MS={}", self.lock_timeout.as_millis())?;
         writeln!(f, "CONSOLE_WORKER_CONCURRENCY={}", self.worker_concurrency)?;
-        write!(f, "CONSOLE_RULE_CHANGE_SYNC_CAP={}", self.rule_change_sync_cap)
+        writeln!(f, "CONSOLE_RULE_CHANGE_SYNC_CAP={}", self.rule_change_sync_cap)?;
+        write!(f, "CONSOLE_PLAN_ACT_HOLDER_CAP={}", self.plan_act_holder_cap)
     }
 }
 

@@ -126,6 +126,37 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Everything `load` does, and the community wikis: what `member-console demo` and
+/// `serve --demo` load (tests use `load`, which stays small).
+pub async fn load_with_community(db: &Db) -> anyhow::Result<()> {
+    load(db).await?;
+    let community = {
+        let mut conn = db.pool.acquire().await?;
+        catalog::org_types(&mut conn).await?.into_iter().find(|t| t.name == "Community").map(|t| t.org_type_id)
+    };
+    community_wikis(db, community).await
+}
+
+/// How many small community wikis the demo has: more than the rule-change sync cap, so a change
+/// to the Free set drains in the background and its page shows the progress live.
+pub const COMMUNITY_WIKIS: usize = 240;
+
+async fn community_wikis(db: &Db, community: Option<i64>) -> anyhow::Result<()> {
+    let have = {
+        let mut conn = db.pool.acquire().await?;
+        accounts::organizations_named_like(&mut conn, "Community Wiki %").await?
+    };
+    for batch in (have as usize..COMMUNITY_WIKIS).collect::<Vec<_>>().chunks(40) {
+        let mut tx = begin(db, TxKind::Materializing).await?;
+        for i in batch {
+            let name = OrgName::parse(&format!("Community Wiki {:03}", i + 1)).map_err(anyhow::Error::msg)?;
+            entitlements::create_organization_tx(&mut tx, &name, community).await?;
+        }
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
 pub fn describe() -> String {
     format!(
         "Demo accounts:\n  operator  {OPERATOR_EMAIL}  password {OPERATOR_PASSWORD}\n  member    {MEMBER_EMAIL}  password {MEMBER_PASSWORD}  ({DEMO_ORGANIZATION})"

@@ -171,7 +171,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Demo => {
-            demo::load(&booted.db).await?;
+            demo::load_with_community(&booted.db).await?;
             println!("{}", demo::describe());
             Ok(())
         }
@@ -186,7 +186,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
 
 async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result<()> {
     if with_demo {
-        demo::load(&b.db).await?;
+        demo::load_with_community(&b.db).await?;
         eprintln!("{}", demo::describe());
     }
     let listener = TcpListener::bind(b.config.bind).with_context(|| format!("binding {}", b.config.bind))?;

@@ -16,18 +16,20 @@ use std::{
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, postgres::PgPoolOptions};
+use sqlx::{AssertSqlSafe, PgPool, postgres::PgPoolOptions};
 use tracing::instrument::WithSubscriber;
 
 use crate::{
     config::{Config, random_hex},
-    db::{Db, DbError, TxKind, begin, cluster::PrivateCluster, migrate},
+    db::{Db, DbError, TxKind, begin, migrate},
     demo,
     jobs::{self, Backoff, Worker, WorkerOptions},
+    scratch::ScratchDb,
     services::{
         catalog::{self as catalog_svc, CatalogError},
         entitlements::{self as ent, EntitlementError, OrgName},
         grants::{self, EmailDomain, GrantError, IssueGrant, ManageGrant, Recipient},
+        rule_changes::{self as rc, RuleChangeError},
     },
     store::{
         catalog as catalog_store,
@@ -59,6 +61,14 @@ const START_AHEAD_MS: (u64, u64) = (200, 700);
 const END_AHEAD_MS: (u64, u64) = (500, 3000);
 /// The expiry and start paths act on grants due within this (sleeping until they are due).
 const DUE_WITHIN_MS: u64 = 400;
+/// After the tasks, how long the drains get to settle every rule change (the workers run them;
+/// the run enqueues what is due as the poller would, without waiting for its 30 s schedule). A
+/// change still draining after it is a violation. Long enough for a failed pool's backoff (2 s,
+/// 4 s, 8 s) to come round a few times.
+const DRAIN_WAIT: Duration = Duration::from_secs(30);
+/// The error the Retry path records against a pool before retrying, as the drain records a
+/// pool's settlement that rolled back (nothing fails on its own in a healthy run).
+const SIMULATED_FAILURE: &str = "stress: a simulated failure of this pool's settlement";
 
 /// What `member-console stress` was asked for.
 #[derive(Debug, Clone)]
@@ -139,7 +149,9 @@ pub enum StressPath {
     RegisterProviders,
     UpdateProduct,
     ChangeProductSet,
-    EditSetRules,
+    RuleChangeBatchCommit,
+    DrainChange,
+    RetryRuleChange,
     SyncSourceStatus,
     UpdateConferralBounds,
     IssueGrant,
@@ -155,7 +167,7 @@ pub enum StressPath {
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 18] = [
+    pub const ALL: [StressPath; 20] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -163,7 +175,9 @@ impl StressPath {
         StressPath::RegisterProviders,
         StressPath::UpdateProduct,
         StressPath::ChangeProductSet,
-        StressPath::EditSetRules,
+        StressPath::RuleChangeBatchCommit,
+        StressPath::DrainChange,
+        StressPath::RetryRuleChange,
         StressPath::SyncSourceStatus,
         StressPath::UpdateConferralBounds,
         StressPath::IssueGrant,
@@ -202,7 +216,9 @@ impl StressPath {
             StressPath::RegisterProviders => ent::REGISTER_PROVIDERS_LOCKS.path,
             StressPath::UpdateProduct => catalog_svc::UPDATE_PRODUCT_LOCKS.path,
             StressPath::ChangeProductSet => catalog_svc::CHANGE_PRODUCT_SET_LOCKS.path,
-            StressPath::EditSetRules => catalog_svc::EDIT_SET_RULES_LOCKS.path,
+            StressPath::RuleChangeBatchCommit => rc::RULE_CHANGE_COMMIT_LOCKS.path,
+            StressPath::DrainChange => rc::DRAIN_CHANGE_LOCKS.path,
+            StressPath::RetryRuleChange => rc::RETRY_RULE_CHANGE_LOCKS.path,
             StressPath::SyncSourceStatus => "sync_source_status",
             StressPath::UpdateConferralBounds => "update_conferral_bounds",
             StressPath::IssueGrant => grants::ISSUE_GRANT_LOCKS.path,
@@ -230,7 +246,10 @@ impl StressPath {
             | StressPath::StartWaitingGrant
             | StressPath::ManageGrant
             | StressPath::ExtendWaitingGrant => 2,
-            StressPath::ChangeProductSet | StressPath::EditSetRules => 1,
+            // A drain finds no draining change more often than not (then it does nothing and
+            // is not counted), so it is picked more often to meet the jobs' drains.
+            StressPath::DrainChange => 3,
+            StressPath::ChangeProductSet | StressPath::RuleChangeBatchCommit | StressPath::RetryRuleChange => 1,
             StressPath::ExpireGrantActivity | StressPath::StartGrantActivity => 0,
         }
     }
@@ -286,60 +305,29 @@ pub fn pick_path(rng: &mut Rng) -> StressPath {
 pub async fn run(config: &Config, opts: StressOptions) -> anyhow::Result<StressReport> {
     anyhow::ensure!(opts.orgs >= 1, "--orgs must be at least 1");
     anyhow::ensure!(opts.connections >= 1, "--connections must be at least 1");
-    let root = server_url(config).await?;
-    let name = format!("mc_stress_{}", random_hex(6));
-    let mut conn = PgConnection::connect(&root)
-        .await
-        .with_context(|| format!("connecting to {}", crate::config::mask_url(&root)))?;
-    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await?;
-    eprintln!("stress: created database {name}");
-    let admin_url = with_database(&root, &name)?;
-    let result = run_in(config, &opts, &admin_url, &name).await;
+    // One connection per task, one spare for the reads a task makes before its path, and room
+    // for the tasks of one drain (DrainChange runs up to that many pools at once).
+    let connections = opts.connections as u32 + 2 + rc::DEFAULT_DRAIN_PARALLELISM as u32;
+    let scratch = ScratchDb::create(config, "mc_stress", connections).await?;
+    eprintln!("stress: created database {}", scratch.name);
+    let result = run_in(config, &opts, &scratch).await;
     if opts.keep {
-        eprintln!("stress: kept database {name} ({})", crate::config::mask_url(&admin_url));
+        scratch.db.pool.close().await;
+        scratch.admin.close().await;
+        eprintln!("stress: kept database {} ({})", scratch.name, crate::config::mask_url(&scratch.admin_url));
     } else {
-        // FORCE: a task abandoned past its grace may still hold a connection.
-        let drop = sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
-            .execute(&mut conn)
-            .await;
-        if let Err(e) = drop {
+        let name = scratch.name.clone();
+        // FORCE (in drop_database): a task abandoned past its grace may still hold a connection.
+        if let Err(e) = scratch.drop_database().await {
             eprintln!("stress: could not drop database {name}: {e}");
         }
     }
-    let _ = conn.close().await;
     result
 }
 
-/// The server's `postgres` database: the configured server's, or the private cluster's.
-async fn server_url(config: &Config) -> anyhow::Result<String> {
-    match &config.database_url {
-        Some(u) => with_database(u, "postgres"),
-        None => {
-            let dir = config.data_dir.clone();
-            let cluster = tokio::task::spawn_blocking(move || PrivateCluster::ensure_started(&dir)).await??;
-            Ok(cluster.admin_url("postgres"))
-        }
-    }
-}
-
-fn with_database(url: &str, database: &str) -> anyhow::Result<String> {
-    let mut u = url::Url::parse(url).context("DATABASE_URL is not a URL")?;
-    u.set_path(&format!("/{database}"));
-    Ok(u.to_string())
-}
-
-async fn run_in(config: &Config, opts: &StressOptions, admin_url: &str, name: &str) -> anyhow::Result<StressReport> {
-    let admin = PgPoolOptions::new().max_connections(4).connect(admin_url).await?;
-    migrate::run(&admin, admin_url, &config.runtime_password).await?;
-    // One connection per task, and one spare for the reads a task makes before its path.
-    let pool = PgPoolOptions::new()
-        .max_connections(opts.connections as u32 + 2)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_with(migrate::runtime_options(admin_url, &config.runtime_password)?)
-        .await
-        .context("connecting as console_runtime")?;
-    let mut db = Db::new(pool);
-    db.lock_timeout = config.lock_timeout;
+async fn run_in(config: &Config, opts: &StressOptions, scratch: &ScratchDb) -> anyhow::Result<StressReport> {
+    let (admin, admin_url, name) = (scratch.admin.clone(), scratch.admin_url.as_str(), scratch.name.as_str());
+    let db = scratch.db.clone();
     ent::register_providers(&db).await?;
 
     let seed = opts.seed.unwrap_or_else(|| u64::from_str_radix(&random_hex(8), 16).unwrap_or(1));
@@ -353,10 +341,11 @@ async fn run_in(config: &Config, opts: &StressOptions, admin_url: &str, name: &s
     let mut rng = Rng::new(seed);
     let fixture = build_fixture(&db, &admin, opts.orgs, &mut rng).await?;
 
-    // The workers run the grant jobs (expiry, start) and the schedules (the sweep) for the whole
-    // run, on a pool of their own, as `serve` runs them beside the web handlers.
+    // The workers run the grant jobs (expiry, start), the rule changes' drains and the schedules
+    // (the sweep, the drains' poller) for the whole run, on a pool of their own, as `serve` runs
+    // them beside the web handlers. A drain settles several pools at once: room for one.
     let job_pool = PgPoolOptions::new()
-        .max_connections((JOB_WORKERS * (JOB_CONCURRENCY + 1)) as u32)
+        .max_connections((JOB_WORKERS * (JOB_CONCURRENCY + 1)) as u32 + rc::DEFAULT_DRAIN_PARALLELISM as u32)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(migrate::runtime_options(admin_url, &config.runtime_password)?)
         .await
@@ -371,6 +360,7 @@ async fn run_in(config: &Config, opts: &StressOptions, admin_url: &str, name: &s
         db: db.clone(),
         admin: admin.clone(),
         fx: fixture,
+        sync_cap: config.rule_change_sync_cap,
         started,
         t0,
         deadline: started + Duration::from_secs(opts.seconds),
@@ -381,11 +371,13 @@ async fn run_in(config: &Config, opts: &StressOptions, admin_url: &str, name: &s
     });
     let workers = start_workers(&job_db, config.lock_timeout);
     run_tasks(&ctx, opts.connections, seed, config.lock_timeout).await;
+    settle_drains(&ctx).await;
     stop_workers(&ctx, workers).await;
     sweep(&ctx).await;
     db.pool.close().await;
     job_db.pool.close().await;
     count_jobs(&ctx).await?;
+    count_obligation_failures(&ctx).await?;
 
     let tally = std::mem::take(&mut *ctx.tally.lock().unwrap_or_else(|p| p.into_inner()));
     let events = std::mem::take(&mut *ctx.events.lock().unwrap_or_else(|p| p.into_inner()));
@@ -403,7 +395,6 @@ async fn run_in(config: &Config, opts: &StressOptions, admin_url: &str, name: &s
 
     let violations = find_violations(&admin).await?;
     print_violations(&violations, &events);
-    admin.close().await;
 
     let report = StressReport {
         seconds: opts.seconds,
@@ -590,6 +581,83 @@ async fn sweep(ctx: &Ctx) {
     }
 }
 
+/// After the tasks, with the workers still running: wait (at most `DRAIN_WAIT`) until no rule
+/// change is draining. The drain jobs do the work; every tick the run enqueues a drain for each
+/// change with a pool due (a failed pool whose next attempt came, a Retry whose job was not
+/// enqueued because a drain of the change was running), as the poller does every 30 s. A change
+/// still draining after the wait is a violation (the invariants report it).
+async fn settle_drains(ctx: &Ctx) {
+    let waited = Instant::now();
+    let mut passes = 0;
+    loop {
+        let draining: Result<i64, sqlx::Error> =
+            sqlx::query_scalar("SELECT count(*) FROM core.entitlement_set_changes WHERE state = 'draining'")
+                .fetch_one(&ctx.admin)
+                .await;
+        let draining = match draining {
+            Ok(n) => n,
+            Err(e) => return ctx.tally_error(format!("reading the draining rule changes: {e}")),
+        };
+        if draining == 0 {
+            if passes > 0 {
+                eprintln!(
+                    "stress: the drains settled every rule change {} ms after the run",
+                    waited.elapsed().as_millis()
+                );
+            }
+            return;
+        }
+        if waited.elapsed() >= DRAIN_WAIT {
+            eprintln!("stress: {draining} rule changes still draining {} s after the run", DRAIN_WAIT.as_secs());
+            return;
+        }
+        passes += 1;
+        match rc::resume_drains(&ctx.db).await {
+            Ok(_) | Err(DbError::LockNotAvailable) => {}
+            Err(e) => ctx.tally_error(format!("enqueueing the due drains after the run: {e}")),
+        }
+        tokio::time::sleep(JOB_POLL).await;
+    }
+}
+
+/// The failures the drains recorded against pools (a pool's last error; the Retry path's
+/// simulated ones left out), one per (change, pool): a deadlock counts as one, a lock wait that
+/// timed out as a refused DrainChange (the pool is tried again after its backoff), anything else
+/// as an error.
+async fn count_obligation_failures(ctx: &Ctx) -> anyhow::Result<()> {
+    let rows: Vec<(i64, i64, String, i32, String)> = sqlx::query_as(
+        "SELECT a.change_id, o.pool_id, min(o.state), max(o.attempts), min(o.last_error)
+         FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts a USING (act_id)
+         WHERE o.last_error IS NOT NULL AND o.last_error <> $1
+         GROUP BY a.change_id, o.pool_id ORDER BY a.change_id, o.pool_id",
+    )
+    .bind(SIMULATED_FAILURE)
+    .fetch_all(&ctx.admin)
+    .await
+    .context("reading the drains' failures")?;
+    let mut t = ctx.tally.lock().unwrap_or_else(|p| p.into_inner());
+    for (change, pool, state, attempts, error) in rows {
+        let kind = if error.contains("deadlock") {
+            t.deadlocks += 1;
+            "deadlock"
+        } else if error == DbError::LockNotAvailable.to_string() {
+            t.paths.entry(StressPath::DrainChange).or_default().refused += 1;
+            continue;
+        } else {
+            t.errors += 1;
+            "error"
+        };
+        if t.messages.len() < PRINTED_ERRORS {
+            let line = format!(
+                "{kind} in a drain: change {change} failed pool {pool} ({state} after {attempts} attempts): {error}"
+            );
+            eprintln!("stress: {line}");
+            t.messages.push(line);
+        }
+    }
+    Ok(())
+}
+
 /// The jobs' outcomes, from `integration.jobs`: the grant jobs done count as their activity's
 /// runs; a failed attempt for want of a lock as refused; a deadlock as one; anything else (a job
 /// failed for good, an attempt that ended in another error, a job left running) as an error.
@@ -708,7 +776,29 @@ struct Fixture {
     uncarried: i64,
     uncarried_sets: [i64; 2],
     subscriptions: Vec<i64>,
+    /// The sets the organizations carry, whose rules the rule changes edit.
+    carried_sets: Vec<CarriedSet>,
 }
+
+/// A carried set and the values a rule change gives it: the site limit one of `sites` (empty:
+/// no rule), the flag `flag` yes or no.
+struct CarriedSet {
+    id: i64,
+    name: &'static str,
+    sites: &'static [&'static str],
+    flag: &'static str,
+}
+
+/// The demo's sets: Free and Community support are the floors of nearly every organization
+/// (their changes owe many pools, and drain when above the cap), Basic, Pro and Priority
+/// support are held by the shared organizations (few pools).
+const CARRIED_SETS: &[(&str, &[&str], &str)] = &[
+    ("Free", &["1", "2", "3"], "fedwiki.custom_domain"),
+    ("Basic", &["3", "4", "6"], "fedwiki.custom_domain"),
+    ("Pro", &["8", "10", "12"], "fedwiki.custom_domain"),
+    ("Community support", &["", "1"], "support.priority"),
+    ("Priority support", &["", "1", "2"], "support.priority"),
+];
 
 const ADDON: &str = "Stress add-on";
 const ADDON_RENAMED: &str = "Stress add-on (renamed)";
@@ -733,8 +823,15 @@ async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mut Rng) -> a
     let uncarried = product_with_rules(db, "Stress uncarried", &[("fedwiki.active_sites", "4")], false).await?;
     let set_a = set_of(db, uncarried).await?;
     let set_b = catalog_svc::create_entitlement_set(db, "Stress uncarried B").await?;
-    catalog_svc::edit_set_rules(db, set_b, &rules(&[("fedwiki.active_sites", "5"), ("support.priority", "yes")]))
-        .await?;
+    put_rules(db, set_b, &[("fedwiki.active_sites", "5"), ("support.priority", "yes")]).await?;
+    let mut carried_sets = vec![];
+    for (name, sites, flag) in CARRIED_SETS {
+        let mut c = db.pool.acquire().await?;
+        let id = catalog_store::entitlement_set_id_by_name(&mut c, name)
+            .await?
+            .with_context(|| format!("the demo has no set {name}"))?;
+        carried_sets.push(CarriedSet { id, name, sites, flag });
+    }
 
     let community = org_type_id(admin, "Community").await?;
     let business = org_type_id(admin, "Business").await?;
@@ -755,7 +852,16 @@ async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mut Rng) -> a
         let product = if org_types[i % org_types.len()] == Some(business) { &grantable[4] } else { &grantable[1] };
         subscriptions.push(subscribe(db, admin, *org, *pool, product.0, rng).await?);
     }
-    Ok(Fixture { hot, grantable, org_types, addon, uncarried, uncarried_sets: [set_a, set_b], subscriptions })
+    Ok(Fixture {
+        hot,
+        grantable,
+        org_types,
+        addon,
+        uncarried,
+        uncarried_sets: [set_a, set_b],
+        subscriptions,
+        carried_sets,
+    })
 }
 
 fn rules(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -765,8 +871,15 @@ fn rules(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 /// A product with a set of its own (named as the product) holding `rules`.
 async fn product_with_rules(db: &Db, name: &str, r: &[(&str, &str)], published: bool) -> anyhow::Result<i64> {
     let set = catalog_svc::create_entitlement_set(db, name).await?;
-    catalog_svc::edit_set_rules(db, set, &rules(r)).await?;
+    put_rules(db, set, r).await?;
     Ok(catalog_svc::create_product(db, name, Some(set), published).await?)
+}
+
+/// A new set's rules, as every edit of rules is made: a rule change (no pool carries the set
+/// yet, so it owes none and is settled in its commit).
+async fn put_rules(db: &Db, set: i64, r: &[(&str, &str)]) -> anyhow::Result<()> {
+    rc::commit_rule_change_batch(db, set, &rules(r), None, "stress setup", rc::DEFAULT_SYNC_CAP).await?;
+    Ok(())
 }
 
 async fn product_id(db: &Db, name: &str) -> anyhow::Result<i64> {
@@ -837,6 +950,8 @@ struct Ctx {
     db: Db,
     admin: PgPool,
     fx: Fixture,
+    /// The console's sync cap (`CONSOLE_RULE_CHANGE_SYNC_CAP`), for the commits settled inline.
+    sync_cap: i64,
     started: Instant,
     /// The server's clock when `started` was taken (for placing the jobs' runs among the acts).
     t0: DateTime<Utc>,
@@ -1012,7 +1127,9 @@ async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &mut Note) -
         StressPath::RegisterProviders => register_providers(ctx, rng, note).await,
         StressPath::UpdateProduct => update_product(ctx, note).await,
         StressPath::ChangeProductSet => change_product_set(ctx, note).await,
-        StressPath::EditSetRules => edit_set_rules(ctx, rng, note).await,
+        StressPath::RuleChangeBatchCommit => commit_rule_change(ctx, rng, note).await,
+        StressPath::DrainChange => drain_change(ctx, rng, note).await,
+        StressPath::RetryRuleChange => retry_rule_change(ctx, rng, note).await,
         StressPath::SyncSourceStatus => sync_source_status(ctx, rng, note).await,
         StressPath::UpdateConferralBounds => update_conferral_bounds(ctx, rng, note).await,
         StressPath::IssueGrant => issue_grant(ctx, rng, note).await,
@@ -1207,13 +1324,131 @@ async fn change_product_set(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failu
     catalog_outcome(catalog_svc::update_product(&ctx.db, p.product_id, &p.name, Some(to), p.published).await)
 }
 
-async fn edit_set_rules(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
-    let set = *rng.pick(&ctx.fx.uncarried_sets);
-    let sites = (1 + rng.below(9)).to_string();
-    let priority = *rng.pick(&["yes", "no", ""]);
-    note.detail = format!("set {set}: sites {sites}, priority {priority:?}");
-    let submitted = rules(&[("fedwiki.active_sites", &sites), ("support.priority", priority)]);
-    catalog_outcome(catalog_svc::edit_set_rules(&ctx.db, set, &submitted).await)
+// Rule-change paths ------------------------------------------------------------------------------
+
+/// A typed refusal (another change holds the rendezvous, nothing changed) counts as refused; a
+/// set or change the tool picked that is gone is an error, as are a deadlock and any other
+/// database error.
+fn rule_change_outcome<T>(r: Result<T, RuleChangeError>, note: &mut Note) -> Result<Outcome, Failure> {
+    match r {
+        Ok(_) => Ok(Outcome::Done),
+        Err(e @ (RuleChangeError::Invalid(_) | RuleChangeError::ChangeInProgress)) => {
+            note.detail.push_str(&format!("; refused: {e}"));
+            Ok(Outcome::Refused)
+        }
+        Err(RuleChangeError::Db(DbError::LockNotAvailable)) => {
+            note.detail.push_str("; refused: a lock wait timed out");
+            Ok(Outcome::Refused)
+        }
+        Err(e @ RuleChangeError::NotFound(_)) => Err(Failure::Error(e.to_string())),
+        Err(RuleChangeError::Db(e)) => Err(e.into()),
+    }
+}
+
+/// RuleChangeBatchCommit on a set the organizations carry: the site limit to one of a few
+/// values and the flag to yes or no (sometimes what they are already: "Nothing changed"). Half
+/// under the console's sync cap (settled inline when the set owes at most that many pools),
+/// half with cap 0, so that the change drains (the drain job, and the tasks' DrainChange).
+async fn commit_rule_change(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let set = rng.pick(&ctx.fx.carried_sets);
+    let sites = *rng.pick(set.sites);
+    let flag = *rng.pick(&["yes", "no"]);
+    let cap = if rng.below(2) == 0 { ctx.sync_cap } else { 0 };
+    note.detail = format!("set {} ({}): sites {sites:?}, {} {flag}, cap {cap}", set.id, set.name, set.flag);
+    let submitted = rules(&[("fedwiki.active_sites", sites), (set.flag, flag)]);
+    let r = rc::commit_rule_change_batch(&ctx.db, set.id, &submitted, None, "stress", cap).await;
+    if let Ok(c) = &r {
+        note.detail.push_str(&format!(
+            " → change {}: {} acts, {} pools, {}, held {} ms",
+            c.change_id,
+            c.acts,
+            c.pools_owed,
+            if c.settled_inline { "settled inline" } else { "draining" },
+            c.hold.as_millis()
+        ));
+    }
+    rule_change_outcome(r, note)
+}
+
+/// DrainChange on a draining change, beside the drain job doing the same (and the other tasks):
+/// 1-4 pools at a time. A pass that found nothing due (the job settled it first, or its failed
+/// pools wait for their next attempt) is refused; no draining change, skipped.
+async fn drain_change(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT change_id FROM core.entitlement_set_changes WHERE state = 'draining' ORDER BY change_id",
+    )
+    .fetch_all(&ctx.db.pool)
+    .await?;
+    if ids.is_empty() {
+        return Ok(Outcome::Skipped);
+    }
+    let change = *rng.pick(&ids);
+    let parallelism = 1 + rng.below(4) as i64;
+    note.detail = format!("change {change}, {parallelism} pools at a time");
+    match rc::drain_change(&ctx.db, change, parallelism).await {
+        Ok(d) => {
+            note.detail.push_str(&format!(": {} settled, {} failed, finished {}", d.settled, d.failed, d.finished));
+            if d.settled + d.failed > 0 {
+                Ok(Outcome::Done)
+            } else {
+                note.detail.push_str("; nothing due");
+                Ok(Outcome::Refused)
+            }
+        }
+        Err(DbError::LockNotAvailable) => {
+            note.detail.push_str("; refused: a lock wait timed out");
+            Ok(Outcome::Refused)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// "Retry a rule change's failed pools" on a change with failed pools. Nothing fails on its own
+/// in a healthy run, so when none has, one owed pool of a draining change is failed first, as
+/// the drain records a pool whose settlement rolled back (`record_obligation_failure`, with
+/// `SIMULATED_FAILURE`); the drains must then settle it once retried. A retry that found
+/// nothing failed any more (a drain settled it first) is refused.
+async fn retry_rule_change(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    const FAILED: &str = "SELECT DISTINCT a.change_id, o.pool_id FROM core.entitlement_set_change_obligations o
+         JOIN core.entitlement_set_change_acts a USING (act_id)
+         WHERE o.state = 'failed' ORDER BY a.change_id, o.pool_id LIMIT 40";
+    const OWED: &str = "SELECT DISTINCT a.change_id, o.pool_id FROM core.entitlement_set_change_obligations o
+         JOIN core.entitlement_set_change_acts a USING (act_id)
+         JOIN core.entitlement_set_changes ch ON ch.change_id = a.change_id
+         WHERE ch.state = 'draining' AND o.state = 'owed' ORDER BY a.change_id, o.pool_id LIMIT 40";
+    let failed: Vec<(i64, i64)> = sqlx::query_as(FAILED).fetch_all(&ctx.db.pool).await?;
+    let change = if let Some((change, pool)) = (!failed.is_empty()).then(|| *rng.pick(&failed)) {
+        note.pool = Some(pool);
+        note.detail = format!("change {change} (pool {pool} failed)");
+        change
+    } else {
+        let owed: Vec<(i64, i64)> = sqlx::query_as(OWED).fetch_all(&ctx.db.pool).await?;
+        if owed.is_empty() {
+            return Ok(Outcome::Skipped);
+        }
+        let (change, pool) = *rng.pick(&owed);
+        note.pool = Some(pool);
+        note.detail = format!("change {change}, after failing pool {pool}");
+        match rc::record_obligation_failure(&ctx.db, change, pool, SIMULATED_FAILURE).await {
+            Ok(()) => {}
+            Err(DbError::LockNotAvailable) => {
+                note.detail.push_str("; refused: a lock wait timed out recording the failure");
+                return Ok(Outcome::Refused);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        change
+    };
+    let r = rc::retry_failed(&ctx.db, change).await;
+    match &r {
+        Ok(0) => {
+            note.detail.push_str(": nothing failed any more (a drain settled it first)");
+            return Ok(Outcome::Refused);
+        }
+        Ok(n) => note.detail.push_str(&format!(": {n} obligations due now")),
+        Err(_) => {}
+    }
+    rule_change_outcome(r, note)
 }
 
 // Grant paths ------------------------------------------------------------------------------------
@@ -1685,6 +1920,55 @@ const INVARIANT_QUERIES: &[(&str, &str)] = &[
          GROUP BY g.grant_id, g.kind, g.status, rp.pool_id
          HAVING count(e.event_id) <> (g.status = 'revoked')::int",
     ),
+    // Rule changes. The run waits for the drains before checking (`settle_drains`), so (10)
+    // allows no change still draining; with (1), every pool a change owed has its new rules.
+    (
+        "(10) no rule change is still draining",
+        "SELECT min(o.pool_id) FILTER (WHERE o.state <> 'settled'),
+                format('change %s (set %s) is still draining: %s pools unsettled (%s failed), the first pool %s',
+                       ch.change_id, ch.entitlement_set_id,
+                       count(DISTINCT o.pool_id) FILTER (WHERE o.state <> 'settled'),
+                       count(DISTINCT o.pool_id) FILTER (WHERE o.state = 'failed'),
+                       coalesce((min(o.pool_id) FILTER (WHERE o.state <> 'settled'))::text, 'none'))
+         FROM core.entitlement_set_changes ch
+         LEFT JOIN core.entitlement_set_change_acts a ON a.change_id = ch.change_id
+         LEFT JOIN core.entitlement_set_change_obligations o ON o.act_id = a.act_id
+         WHERE ch.state = 'draining'
+         GROUP BY ch.change_id, ch.entitlement_set_id",
+    ),
+    (
+        "(10) every obligation of a settled change is settled",
+        "SELECT o.pool_id, format('change %s is settled but act %s (%s) is %s to pool %s after %s attempts',
+                                  ch.change_id, a.act_id, a.resource_key, o.state, o.pool_id, o.attempts)
+         FROM core.entitlement_set_changes ch
+         JOIN core.entitlement_set_change_acts a ON a.change_id = ch.change_id
+         JOIN core.entitlement_set_change_obligations o ON o.act_id = a.act_id
+         WHERE ch.state = 'settled' AND o.state <> 'settled'",
+    ),
+    (
+        "(10) a change has settled_at exactly when it is settled",
+        "SELECT NULL::bigint, format('change %s (set %s) is %s but its settled_at is %s',
+                                     change_id, entitlement_set_id, state, coalesce(settled_at::text, 'empty'))
+         FROM core.entitlement_set_changes WHERE (state = 'settled') <> (settled_at IS NOT NULL)",
+    ),
+    // core.settle_obligation counts each attempt that changes an obligation: a failure recorded
+    // (state failed, last_error set) or the settling (state settled; settling it again finds it
+    // settled and changes nothing). So a settled obligation's attempts are its failures + 1.
+    // last_error is never cleared, and the row keeps no count of failures apart from attempts,
+    // so the check is: no error recorded, exactly 1 attempt; an error recorded, at least 2. More
+    // attempts with no error is an obligation settled twice; one attempt with an error, a
+    // failure recorded without its attempt. (Two settlings after a failure cannot be told from
+    // two failures and a settling.)
+    (
+        "(10) no obligation settled twice (attempts = failures + 1)",
+        "SELECT o.pool_id, format('act %s (%s) of change %s is settled to pool %s after %s attempts with %s',
+                                  a.act_id, a.resource_key, a.change_id, o.pool_id, o.attempts,
+                                  coalesce('the failure ' || quote_literal(o.last_error) || ' recorded',
+                                           'no failure recorded'))
+         FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts a USING (act_id)
+         WHERE o.state = 'settled'
+           AND ((o.last_error IS NULL AND o.attempts <> 1) OR (o.last_error IS NOT NULL AND o.attempts < 2))",
+    ),
 ];
 
 async fn find_violations(admin: &PgPool) -> anyhow::Result<Vec<Violation>> {
@@ -1771,12 +2055,12 @@ fn print_violations(violations: &[Violation], events: &[Event]) {
     }
 }
 
-/// The ("grant" | "conferral", id) pairs a message names.
+/// The ("grant" | "conferral" | "change", id) pairs a message names.
 fn named_ids(message: &str) -> Vec<(&'static str, i64)> {
     let words: Vec<&str> = message.split(|c: char| c.is_whitespace() || c == '(' || c == ';').collect();
     let mut out = vec![];
     for pair in words.windows(2) {
-        for word in ["grant", "conferral"] {
+        for word in ["grant", "conferral", "change"] {
             if pair[0] == word
                 && let Ok(n) = pair[1].trim_end_matches([',', ')', ':']).parse::<i64>()
             {

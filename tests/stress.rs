@@ -1,6 +1,6 @@
-//! The reliability tool: a short run of every path at once (the grant paths and their jobs
-//! included) finds no deadlock, no error and no violated invariant; and the invariant check does
-//! see a broken invariant.
+//! The reliability tool: a short run of every path at once (the grant paths and their jobs, the
+//! rule changes and their drains included) finds no deadlock, no error and no violated
+//! invariant; and the invariant check does see a broken invariant.
 
 mod common;
 
@@ -11,6 +11,7 @@ use member_console::{
     services::{
         entitlements::{self as svc, OrgName},
         grants::EmailDomain,
+        rule_changes as rc,
     },
     stress::{self, StressOptions, StressPath},
 };
@@ -58,6 +59,12 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
         let count = report.paths.get(name).copied().unwrap_or_default();
         assert!(count.done >= 1, "{name} was never done; {summary}");
     }
+    // The rule-change paths by their declarations' names: a commit, a drain beside the jobs'
+    // drains, and a retry of failed pools.
+    for name in ["RuleChangeBatchCommit", "DrainChange", "Retry a rule change's failed pools"] {
+        let count = report.paths.get(name).copied().unwrap_or_default();
+        assert!(count.done >= 1, "{name} was never done; {summary}");
+    }
     assert_eq!(report.deadlocks, 0, "{summary}");
     assert_eq!(report.errors, 0, "{summary}");
     assert_eq!(report.violations, 0, "{summary}");
@@ -92,6 +99,16 @@ async fn the_invariant_check_reports_each_broken_invariant() {
     )
     .await
     .unwrap();
+    // A rule change to a carried set, settled in its commit.
+    let support: i64 =
+        sqlx::query_scalar("SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = 'Community support'")
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    let submitted = [("support.priority".to_string(), "yes".to_string())].into_iter().collect();
+    let change =
+        rc::commit_rule_change_batch(&t.db, support, &submitted, None, "broken", rc::DEFAULT_SYNC_CAP).await.unwrap();
+    assert!(change.settled_inline && change.pools_owed >= 1, "{change:?}");
     let found = stress::check_invariants(&t.admin).await.unwrap();
     assert!(found.is_empty(), "a consistent database has no violation: {found:#?}");
 
@@ -145,6 +162,19 @@ async fn the_invariant_check_reports_each_broken_invariant() {
         .await
         .unwrap();
 
+    // (10) An obligation of the change settled twice: two attempts and no failure recorded.
+    let twice: i64 = sqlx::query_scalar(
+        "UPDATE core.entitlement_set_change_obligations o SET attempts = 2
+         WHERE o.act_id IN (SELECT act_id FROM core.entitlement_set_change_acts WHERE change_id = $1)
+           AND o.pool_id = (SELECT min(x.pool_id) FROM core.entitlement_set_change_obligations x
+                            JOIN core.entitlement_set_change_acts a USING (act_id) WHERE a.change_id = $1)
+         RETURNING o.pool_id",
+    )
+    .bind(change.change_id)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+
     let found = stress::check_invariants(&t.admin).await.unwrap();
     let has = |needle: &str, pool: i64| found.iter().any(|m| m.contains(needle) && m.contains(&format!("pool {pool}")));
     let (p0, p1, p2, p3) = (orgs[0].pool_id, orgs[1].pool_id, orgs[2].pool_id, with_domain.pool_id);
@@ -160,5 +190,12 @@ async fn the_invariant_check_reports_each_broken_invariant() {
     );
     assert!(has(&format!("grant {silent} is expired and has 0 expired events"), p3), "(9) missing: {found:#?}");
     assert!(has(&format!("grant {lost} still waits for broken.example.org"), p3), "(8) missing: {found:#?}");
-    assert_eq!(found.len(), 9, "one message per violating row: {found:#?}");
+    assert!(
+        has(
+            &format!("of change {} is settled to pool {twice} after 2 attempts with no failure", change.change_id),
+            twice
+        ),
+        "(10) missing: {found:#?}"
+    );
+    assert_eq!(found.len(), 10, "one message per violating row: {found:#?}");
 }

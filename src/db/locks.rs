@@ -43,6 +43,10 @@ pub enum Lock {
     RuleRow,
     /// A rule change's obligation row of one (act, pool), FOR UPDATE, inside core.settle_obligation.
     ChangeObligationRow,
+    /// A product row, FOR SHARE, by the tier trigger (core.refuse_tier_product_without_set).
+    ProductRowShare,
+    /// Every core.plan_ladders row, FOR NO KEY UPDATE, ascending (LockPlanLadderOrder).
+    PlanLadderRows,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -74,6 +78,8 @@ impl Lock {
             Lock::GrantRow => "Grant row",
             Lock::RuleRow => "Rule row",
             Lock::ChangeObligationRow => "Change obligation row",
+            Lock::ProductRowShare => "Product row (FOR SHARE, by the tier trigger)",
+            Lock::PlanLadderRows => "Plan ladder rows",
         }
     }
 
@@ -88,7 +94,8 @@ impl Lock {
             Lock::ScheduleRows => "integration.job_schedules",
             Lock::PoolRow => "core.resource_pools",
             Lock::OrgTypeRowKeyShare => "core.org_types",
-            Lock::ProductRow => "core.products",
+            Lock::ProductRow | Lock::ProductRowShare => "core.products",
+            Lock::PlanLadderRows => "core.plan_ladders",
             Lock::EntitlementSetRow => "core.entitlement_sets",
             Lock::ResourceKeyRows => "core.resource_keys",
             Lock::GrantLineageHead | Lock::GrantRow => "core.grants",
@@ -122,6 +129,8 @@ impl Lock {
             Lock::GrantLineageHead => PgSignature::Relation { table: "core.grants", mode: "RowShareLock" },
             Lock::GrantRow => PgSignature::Relation { table: "core.grants", mode: "RowExclusiveLock" },
             Lock::RuleRow => PgSignature::Relation { table: "core.entitlement_set_rules", mode: "RowShareLock" },
+            Lock::ProductRowShare => PgSignature::Relation { table: "core.products", mode: "RowShareLock" },
+            Lock::PlanLadderRows => PgSignature::Relation { table: "core.plan_ladders", mode: "RowShareLock" },
             Lock::ChangeObligationRow => {
                 PgSignature::Relation { table: "core.entitlement_set_change_obligations", mode: "RowShareLock" }
             }
@@ -154,7 +163,6 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::entitlements::END_CONFERRAL_LOCKS,
         &crate::services::entitlements::MATERIALIZE_POOL_LOCKS,
         &crate::services::entitlements::REGISTER_PROVIDERS_LOCKS,
-        &crate::services::catalog::EDIT_SET_RULES_LOCKS,
         &crate::services::catalog::UPDATE_PRODUCT_LOCKS,
         &crate::services::catalog::CHANGE_PRODUCT_SET_LOCKS,
         &crate::services::grants::ISSUE_GRANT_LOCKS,
@@ -167,6 +175,9 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::rule_changes::DRAIN_CHANGE_LOCKS,
         &crate::services::rule_changes::RECORD_FAILURE_LOCKS,
         &crate::services::rule_changes::RETRY_RULE_CHANGE_LOCKS,
+        &crate::services::topology::ADD_TIER_LOCKS,
+        &crate::services::topology::DELETE_TIER_LOCKS,
+        &crate::services::topology::REORDER_PLAN_LADDERS_LOCKS,
     ]
 }
 
@@ -255,6 +266,8 @@ const ALL: &[Lock] = &[
     Lock::GrantRow,
     Lock::RuleRow,
     Lock::ChangeObligationRow,
+    Lock::ProductRowShare,
+    Lock::PlanLadderRows,
 ];
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
@@ -320,6 +333,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 16, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 18, "add a new lock to ALL too");
     }
 }

@@ -1,8 +1,6 @@
 //! The catalog: resource keys, entitlement sets and their rules, products. Input is parsed into
 //! types here; a refusal names what is wrong and nothing is written.
 
-use std::collections::BTreeMap;
-
 use crate::{
     db::{
         Db, DbError, TxKind, begin,
@@ -248,57 +246,6 @@ pub async fn update_product(
     }
     tx.commit().await?;
     Ok(())
-}
-
-pub static EDIT_SET_RULES_LOCKS: PathLocks = PathLocks {
-    path: "Edit the rules of an uncarried set",
-    function: "services::catalog::edit_set_rules",
-    kind: "RuleChange",
-    locks: &[Lock::RendezvousExclusive, Lock::EntitlementSetRow],
-    why: "Under the exclusive rendezvous no conferral can start, so the check that no pool carries the set \
-          holds to the commit; the set row serializes two edits of one set.",
-};
-
-/// Replace a set's rules with `submitted` (key → raw value; empty removes the rule), only while
-/// no pool carries the set: changing a carried set is a rule change.
-pub async fn edit_set_rules(db: &Db, set_id: i64, submitted: &BTreeMap<String, String>) -> Result<usize, CatalogError> {
-    let mut tx = begin(db, TxKind::RuleChange).await?;
-    if !store::lock_entitlement_set(tx.conn(), set_id).await? {
-        return Err(CatalogError::NotFound("entitlement set"));
-    }
-    let keys = store::resource_keys(tx.conn()).await?;
-    let kinds: BTreeMap<&str, KeyKind> = keys
-        .iter()
-        .map(|k| (k.resource_key.as_str(), if k.kind == "numeric" { KeyKind::Numeric } else { KeyKind::Flag }))
-        .collect();
-    let mut problems = vec![];
-    let mut parsed = vec![];
-    for (key, raw) in submitted {
-        match kinds.get(key.as_str()) {
-            None => problems.push((format!("rule.{key}"), format!("There is no resource key {key}."))),
-            Some(kind) => match RuleValue::parse(key, *kind, raw) {
-                Ok(v) => parsed.push((key.clone(), v)),
-                Err(m) => problems.push((format!("rule.{key}"), m)),
-            },
-        }
-    }
-    if !problems.is_empty() {
-        return Err(CatalogError::Invalid(problems));
-    }
-    let carried = store::pools_carrying_set(tx.conn(), set_id).await?;
-    if carried > 0 {
-        return Err(CatalogError::Carried { pools: carried });
-    }
-    for (key, v) in &parsed {
-        let (n, f) = match v {
-            Some(RuleValue::Numeric(n)) => (Some(*n), None),
-            Some(RuleValue::Flag(b)) => (None, Some(*b)),
-            None => (None, None),
-        };
-        store::put_rule(tx.conn(), set_id, key, n, f).await?;
-    }
-    tx.commit().await?;
-    Ok(parsed.len())
 }
 
 #[cfg(test)]

@@ -9,3 +9,4 @@ pub mod entitlements;
 pub mod grants;
 pub mod organizations;
 pub mod rule_changes;
+pub mod topology;

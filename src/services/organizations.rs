@@ -6,7 +6,7 @@ use crate::{
         accounts,
         catalog::{self as store, HeldConferral},
         entitlements::{self, EntitlementValue},
-        grants, rule_changes,
+        grants, rule_changes, topology,
     },
 };
 
@@ -208,4 +208,33 @@ pub async fn rule_change(db: &Db, id: i64) -> Result<Option<RuleChangeDetail>, D
         failures: rule_changes::failures(&mut c, id, 200).await?,
         change,
     }))
+}
+
+/// Published products with an entitlement set: the ones a tier may be.
+pub async fn tier_product_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    Ok(store::products(&mut c)
+        .await?
+        .into_iter()
+        .filter(|p| p.published && p.entitlement_set_id.is_some())
+        .map(|p| (p.product_id, p.name))
+        .collect())
+}
+
+/// The names of a ladder and a product, for a preview's sentence.
+pub async fn tier_names(db: &Db, ladder_id: i64, product_id: i64) -> Result<(String, String), DbError> {
+    let mut c = db.pool.acquire().await?;
+    let ladder = store::ladders(&mut c).await?.into_iter().find(|l| l.plan_ladder_id == ladder_id).map(|l| l.name);
+    let product = store::product(&mut c, product_id).await?.map(|p| p.name);
+    Ok((ladder.unwrap_or_default(), product.unwrap_or_default()))
+}
+
+pub async fn plan_acts(db: &Db) -> Result<Vec<topology::PlanActRow>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    Ok(topology::plan_acts(&mut c, 200).await?)
+}
+
+pub async fn plan_act(db: &Db, id: i64) -> Result<Option<topology::PlanActRow>, DbError> {
+    let mut c = db.pool.acquire().await?;
+    Ok(topology::plan_act(&mut c, id).await?)
 }

@@ -180,6 +180,11 @@ pub async fn organization_count(conn: &mut PgConnection) -> sqlx::Result<i64> {
     sqlx::query_scalar("SELECT count(*) FROM core.organizations").fetch_one(conn).await
 }
 
+/// How many organizations have a name like this pattern.
+pub async fn organizations_named_like(conn: &mut PgConnection, pattern: &str) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM core.organizations WHERE name LIKE $1").bind(pattern).fetch_one(conn).await
+}
+
 /// The first organization with this name, if any.
 pub async fn organization_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(

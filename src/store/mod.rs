@@ -7,3 +7,4 @@ pub mod grants;
 pub mod job_overview;
 pub mod jobs;
 pub mod rule_changes;
+pub mod topology;

@@ -14,6 +14,7 @@ const OPERATOR_NAV: &[NavLink] = &[
     NavLink { href: "/operator/catalog", label: "Catalog" },
     NavLink { href: "/operator/rule-changes", label: "Rule changes" },
     NavLink { href: "/operator/topology", label: "Topology" },
+    NavLink { href: "/operator/plan-acts", label: "Plan acts" },
     NavLink { href: "/operator", label: "Operations" },
 ];
 

@@ -33,9 +33,13 @@ pub use pages::{
         DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, UsageRow,
         create_organization_form, organization_detail, organization_list, organization_results,
     },
+    plan_acts::{PlanActRow, PlanActView, plan_act_list, plan_act_page},
     rule_changes::{
         ActProgress, FailedPool, RuleChangeListRow, RuleChangeView, rule_change_list, rule_change_page,
         rule_change_progress,
     },
-    topology::{LadderView, OrgTypeRow, TierRow, TopologyView, topology},
+    topology::{
+        LadderView, OrgTypeRow, TierAddPreview, TierRow, TopologyView, add_tier_form, delete_tier_form,
+        ladder_order_form, tier_add_preview, topology,
+    },
 };

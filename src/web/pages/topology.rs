@@ -1,16 +1,47 @@
-//! The tier topology, read view: ladders with their tiers by rank, org types and defaults.
+//! The tier topology: ladders with their tiers by rank, org types and their defaults, and the
+//! acts operators shape them with (add a tier, delete a tier nobody holds, the ladders' order).
 
-use actix_web::{HttpRequest, HttpResponse, get, web};
+use std::collections::BTreeMap;
+
+use actix_web::{HttpRequest, HttpResponse, get, http::StatusCode, post, web};
+use serde::Deserialize;
+use views::FormState;
 
 use crate::{
-    services,
-    web::{AppState, errors::AppError, render},
+    services::{
+        self,
+        topology::{AddTier, TopologyError},
+    },
+    web::{
+        AppState,
+        errors::AppError,
+        identity::{csrf_token, identity},
+        render,
+    },
 };
 
-#[get("/operator/topology")]
-pub async fn topology(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+type Fields = web::Form<Vec<(String, String)>>;
+
+fn value<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
+    fields.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
+}
+
+/// The page, with any refused form's state and a notice.
+async fn view(
+    req: &HttpRequest,
+    state: &AppState,
+    add_forms: Vec<(i64, FormState)>,
+    order_form: FormState,
+    notice: Option<String>,
+) -> Result<views::TopologyView, AppError> {
     let t = services::organizations::topology(&state.db).await?;
-    let view = views::TopologyView {
+    let products = services::organizations::tier_product_options(&state.db).await?;
+    Ok(views::TopologyView {
+        csrf: csrf_token(req),
+        products,
+        add_forms,
+        order_form,
+        notice,
         ladders: t
             .ladders
             .iter()
@@ -42,6 +73,213 @@ pub async fn topology(req: HttpRequest, state: web::Data<AppState>) -> Result<Ht
                 organizations: o.organizations,
             })
             .collect(),
+    })
+}
+
+#[derive(Deserialize)]
+pub struct Notice {
+    done: Option<String>,
+}
+
+#[get("/operator/topology")]
+pub async fn topology(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    q: web::Query<Notice>,
+) -> Result<HttpResponse, AppError> {
+    let notice = match q.done.as_deref() {
+        Some("tier-added") => Some("The tier was added.".to_string()),
+        Some("tier-deleted") => Some("The tier was deleted.".to_string()),
+        Some("order") => Some("The ladders' order was saved.".to_string()),
+        _ => None,
     };
-    Ok(render::ok(&req, "Tier topology", views::topology(&view)))
+    let v = view(&req, &state, vec![], FormState::default(), notice).await?;
+    Ok(render::ok(&req, "Tier topology", views::topology(&v)))
+}
+
+fn back(req: &HttpRequest, to: &str) -> HttpResponse {
+    if render::is_htmx(req) {
+        HttpResponse::Ok().insert_header(("HX-Redirect", to.to_string())).finish()
+    } else {
+        HttpResponse::SeeOther().insert_header(("Location", to.to_string())).finish()
+    }
+}
+
+fn html(status: StatusCode, m: views::Markup) -> HttpResponse {
+    HttpResponse::build(status).content_type("text/html; charset=utf-8").body(m.into_string())
+}
+
+/// A refusal as a form's state and its status.
+fn refused(fields: &[(String, String)], e: TopologyError) -> Result<(StatusCode, FormState), AppError> {
+    let mut f = FormState {
+        values: fields.iter().filter(|(k, _)| k != "csrf_token").cloned().collect(),
+        ..FormState::default()
+    };
+    let status = match e {
+        TopologyError::Invalid(p) => {
+            for (field, m) in p {
+                if field.is_empty() { f.errors.push(m) } else { f.field_errors.push((field, m)) }
+            }
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        TopologyError::Refused(m) => {
+            f.errors.push(m);
+            StatusCode::CONFLICT
+        }
+        TopologyError::ChangeInProgress => {
+            let (t, m) = AppError::ChangeInProgress.title_and_message();
+            f.errors.push(format!("{t}. {m}"));
+            StatusCode::CONFLICT
+        }
+        TopologyError::NotFound(_) => return Err(AppError::NotFound),
+        TopologyError::Db(d) => return Err(d.into()),
+    };
+    Ok((status, f))
+}
+
+fn parse_add(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) -> Result<AddTier, TopologyError> {
+    let mut problems = vec![];
+    let product = value(f, "product_id").trim().parse::<i64>().ok();
+    if product.is_none() {
+        problems.push(("product_id".to_string(), "Choose a product.".to_string()));
+    }
+    let rank = match value(f, "rank").trim() {
+        "" => None,
+        r => match r.parse::<i32>() {
+            Ok(r) => Some(r),
+            Err(_) => {
+                problems.push(("rank".into(), format!("“{r}” is not a rank.")));
+                None
+            }
+        },
+    };
+    let reason = value(f, "reason").trim().to_string();
+    if reason.chars().count() > 500 {
+        problems.push(("reason".into(), "A reason may have at most 500 characters.".into()));
+    }
+    match product {
+        Some(product_id) if problems.is_empty() => Ok(AddTier { ladder_id, product_id, rank, reason, actor }),
+        _ => Err(TopologyError::Invalid(problems)),
+    }
+}
+
+#[get("/operator/topology/ladders/{id}/tiers/preview")]
+pub async fn preview(
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+    q: web::Query<Vec<(String, String)>>,
+) -> Result<HttpResponse, AppError> {
+    let f = q.into_inner();
+    let refusal = |m: String| html(StatusCode::OK, views::refusal("This tier cannot be added", &m));
+    let a = match parse_add(*id, &f, None) {
+        Ok(a) => a,
+        Err(e) => return Ok(refusal(e.to_string())),
+    };
+    match services::topology::preview_add_tier(&state.db, &a, state.config.plan_act_holder_cap).await {
+        Ok(r) => {
+            let names = services::organizations::tier_names(&state.db, *id, a.product_id).await?;
+            Ok(html(
+                StatusCode::OK,
+                views::tier_add_preview(&views::TierAddPreview {
+                    ladder: names.0,
+                    product: names.1,
+                    rank: r.rank,
+                    holders: r.holders,
+                    collisions: r.colliding,
+                    refusal: r.refusal,
+                }),
+            ))
+        }
+        Err(TopologyError::Db(d)) => Err(d.into()),
+        Err(e) => Ok(refusal(e.to_string())),
+    }
+}
+
+#[post("/operator/topology/ladders/{id}/tiers")]
+pub async fn add_tier(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
+    let f = form.into_inner();
+    let actor = identity(&req).map(|i| i.account_id);
+    let result = match parse_add(*id, &f, actor) {
+        Ok(a) => services::topology::add_tier(&state.db, &a, state.config.plan_act_holder_cap).await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let e = match result {
+        Ok(()) => return Ok(back(&req, "/operator/topology?done=tier-added")),
+        Err(e) => e,
+    };
+    let (status, fs) = refused(&f, e)?;
+    let v = view(&req, &state, vec![(*id, fs.clone())], FormState::default(), None).await?;
+    if render::is_htmx(&req) {
+        let next_rank = v.ladders.iter().find(|l| l.id == *id).map_or(0, |l| l.tiers.len() as i32);
+        return Ok(html(status, views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &fs)));
+    }
+    Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
+}
+
+#[post("/operator/topology/ladders/{id}/tiers/{rank}/delete")]
+pub async fn delete_tier(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(i64, i32)>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
+    let (ladder, rank) = path.into_inner();
+    let f = form.into_inner();
+    let actor = identity(&req).map(|i| i.account_id);
+    let e = match services::topology::delete_tier(&state.db, ladder, rank, actor, value(&f, "reason")).await {
+        Ok(_) => return Ok(back(&req, "/operator/topology?done=tier-deleted")),
+        Err(e) => e,
+    };
+    let (status, fs) = refused(&f, e)?;
+    if render::is_htmx(&req) {
+        return Ok(html(status, views::delete_tier_form(&csrf_token(&req), ladder, rank, &fs)));
+    }
+    let mut v = view(&req, &state, vec![], FormState::default(), None).await?;
+    v.notice = None;
+    let banner = views::refusal("The tier was not deleted", &fs.errors.join(" "));
+    let body = views::PreEscaped(banner.into_string() + &views::topology(&v).into_string());
+    Ok(render::page(&req, status, "Tier topology", body))
+}
+
+#[post("/operator/topology/ladder-order")]
+pub async fn ladder_order(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
+    let f = form.into_inner();
+    let mut positions = BTreeMap::new();
+    let mut problems = vec![];
+    for (k, v) in &f {
+        if let Some(id) = k.strip_prefix("position.") {
+            match (id.parse::<i64>(), v.trim().parse::<i32>()) {
+                (Ok(id), Ok(p)) => {
+                    positions.insert(id, p);
+                }
+                _ => problems.push((k.clone(), format!("“{}” is not a position.", v.trim()))),
+            }
+        }
+    }
+    let result = if problems.is_empty() {
+        services::topology::reorder_plan_ladders(&state.db, &positions).await.map(|_| ())
+    } else {
+        Err(TopologyError::Invalid(problems))
+    };
+    let e = match result {
+        Ok(()) => return Ok(back(&req, "/operator/topology?done=order")),
+        Err(e) => e,
+    };
+    let (status, fs) = refused(&f, e)?;
+    let v = view(&req, &state, vec![], fs.clone(), None).await?;
+    if render::is_htmx(&req) {
+        let ladders: Vec<(i64, String, i32)> =
+            v.ladders.iter().enumerate().map(|(i, l)| (l.id, l.name.clone(), i as i32 + 1)).collect();
+        return Ok(html(status, views::ladder_order_form(&v.csrf, &ladders, &fs)));
+    }
+    Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
 }

@@ -7,5 +7,6 @@ pub mod grants;
 pub mod home;
 pub mod operator;
 pub mod organizations;
+pub mod plan_acts;
 pub mod rule_changes;
 pub mod topology;

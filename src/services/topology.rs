@@ -1,0 +1,271 @@
+//! The tier topology's paths that this console has so far: the tier add (AddTier) and the tier
+//! delete without holders (DeleteTier), each a plan act under the exclusive rendezvous, and the
+//! ladders' display order (ReorderPlanLadders, not a plan act).
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::{
+    db::{
+        Db, DbError, Tx, TxKind, begin,
+        locks::{Lock, PathLocks},
+    },
+    store::{entitlements as ent, topology as store},
+};
+
+/// Above this many holding organizations a tier add (or removal) is refused: it would hold the
+/// exclusive rendezvous too long.
+pub const DEFAULT_HOLDER_CAP: i64 = 10_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("{}", .0.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join(" "))]
+    Invalid(Vec<(String, String)>),
+    /// A refusal the act's reads decided (cap, collisions, holders, the last default tier).
+    #[error("{0}")]
+    Refused(String),
+    #[error("no such {0}")]
+    NotFound(&'static str),
+    #[error("another change is in progress")]
+    ChangeInProgress,
+    #[error(transparent)]
+    Db(DbError),
+}
+
+impl From<DbError> for TopologyError {
+    fn from(e: DbError) -> Self {
+        match e {
+            DbError::LockNotAvailable | DbError::DeadlinePassed => TopologyError::ChangeInProgress,
+            other => TopologyError::Db(other),
+        }
+    }
+}
+
+impl From<sqlx::Error> for TopologyError {
+    fn from(e: sqlx::Error) -> Self {
+        DbError::from(e).into()
+    }
+}
+
+fn invalid(field: &str, m: impl Into<String>) -> TopologyError {
+    TopologyError::Invalid(vec![(field.into(), m.into())])
+}
+
+/// A tier add as the operator asks for it.
+#[derive(Debug, Clone)]
+pub struct AddTier {
+    pub ladder_id: i64,
+    pub product_id: i64,
+    /// 1..=top; rank 0 (the floor) changes only by a reorder or a default change.
+    pub rank: Option<i32>,
+    pub reason: String,
+    pub actor: Option<i64>,
+}
+
+/// What a tier add would reach, read without locks (the preview), or did (the act).
+#[derive(Debug, Clone)]
+pub struct TierAddReach {
+    pub rank: i32,
+    pub holders: i64,
+    pub collisions: i64,
+    pub colliding: Vec<String>,
+    pub refusal: Option<String>,
+}
+
+pub static ADD_TIER_LOCKS: PathLocks = PathLocks {
+    path: "AddTier",
+    function: "services::topology::add_tier",
+    kind: "RuleChange",
+    locks: &[Lock::RendezvousExclusive, Lock::PoolRow, Lock::ProductRowShare],
+    why: "The exclusive rendezvous (core.confer reads a ladder's ranks and a product's shape in separate \
+          statements), the reads that decide the add, the pool row of every pool holding the product (LockPools, \
+          ascending), the act, then the tier insert whose trigger takes the product row FOR SHARE to the commit; \
+          then each holder's conferrals align in creation order and the pool materializes.",
+};
+
+/// The reads that decide a tier add, in the caller's transaction.
+async fn decide_add(tx: &mut Tx, a: &AddTier, holder_cap: i64) -> Result<(TierAddReach, Vec<i64>), TopologyError> {
+    if !store::ladder_exists(tx.conn(), a.ladder_id).await? {
+        return Err(TopologyError::NotFound("ladder"));
+    }
+    let tiers = store::tiers_of(tx.conn(), a.ladder_id).await?;
+    let top = tiers.len() as i32;
+    let rank = a.rank.unwrap_or(top);
+    if rank == 0 && !tiers.is_empty() {
+        return Err(invalid(
+            "rank",
+            "Rank 0 is the ladder's floor; a new tier goes at rank 1 or above (a floor changes by a reorder).",
+        ));
+    }
+    if rank < 0 || rank > top {
+        return Err(invalid("rank", format!("The rank must be from 1 to {top}.")));
+    }
+    match store::product_facts(tx.conn(), a.product_id).await? {
+        None => return Err(invalid("product_id", "That product does not exist.")),
+        Some((false, _)) => return Err(invalid("product_id", "That product is not published.")),
+        Some((_, false)) => {
+            return Err(invalid("product_id", "That product has no entitlement set, so it cannot be a tier."));
+        }
+        Some(_) => {}
+    }
+    if tiers.iter().any(|t| t.product_id == a.product_id) {
+        return Err(invalid("product_id", "That product is a tier of this ladder already."));
+    }
+    let pools = store::pools_holding_product(tx.conn(), a.product_id).await?;
+    let (collisions, colliding) = store::tier_add_collisions(tx.conn(), a.ladder_id, a.product_id, 10).await?;
+    let holders = pools.len() as i64;
+    let refusal = if holders > holder_cap {
+        Some(format!("{holders} organizations hold this product, more than the {holder_cap} one act may move."))
+    } else if collisions > 0 {
+        Some(format!(
+            "{collisions} organization{} holding this product already hold a plan on this ladder (or hold the product twice).",
+            if collisions == 1 { "" } else { "s" }
+        ))
+    } else {
+        None
+    };
+    Ok((TierAddReach { rank, holders, collisions, colliding, refusal }, pools))
+}
+
+/// The preview: what the add would reach and meet, read in a plain transaction that writes nothing.
+pub async fn preview_add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<TierAddReach, TopologyError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let (reach, _) = decide_add(&mut tx, a, holder_cap).await?;
+    tx.rollback().await?;
+    Ok(reach)
+}
+
+/// AddTier: the product becomes a tier of the ladder at the rank; every organization holding it
+/// gains the ladder's position.
+#[tracing::instrument(name = "AddTier", skip(db, a), fields(ladder_id = a.ladder_id, product_id = a.product_id))]
+pub async fn add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<(i64, TierAddReach), TopologyError> {
+    let mut tx = begin(db, TxKind::RuleChange).await?;
+    let (reach, pools) = decide_add(&mut tx, a, holder_cap).await?;
+    if let Some(r) = &reach.refusal {
+        return Err(TopologyError::Refused(r.clone()));
+    }
+    ent::lock_pools(tx.conn(), &pools).await?;
+    let act = store::record_plan_act(
+        tx.conn(),
+        "tier_add",
+        None,
+        a.actor,
+        &a.reason,
+        Some(a.ladder_id),
+        Some(a.product_id),
+        Some(reach.rank),
+        json!({ "holders": reach.holders }),
+    )
+    .await?;
+    store::shift_ranks(tx.conn(), a.ladder_id, reach.rank, 1).await?;
+    match store::insert_tier(tx.conn(), a.ladder_id, reach.rank, a.product_id).await {
+        Err(e) if crate::db::sqlstate(&e).as_deref() == Some("MC003") => {
+            return Err(invalid("product_id", "That product has no entitlement set, so it cannot be a tier."));
+        }
+        other => other?,
+    }
+    store::sync_position_ranks(tx.conn(), a.ladder_id).await?;
+    for pool in &pools {
+        for c in store::holding_conferrals_of(tx.conn(), *pool, a.product_id).await? {
+            ent::align_conferral_shape(tx.conn(), c).await?;
+        }
+        ent::materialize_pool(tx.conn(), *pool).await?;
+    }
+    tx.commit().await?;
+    Ok((act, reach))
+}
+
+pub static DELETE_TIER_LOCKS: PathLocks = PathLocks {
+    path: "DeleteTier",
+    function: "services::topology::delete_tier",
+    kind: "RuleChange",
+    locks: &[Lock::RendezvousExclusive],
+    why: "The exclusive rendezvous, then the reads that decide the delete (the tier's live holders, the ladder's \
+          tiers, the org types); no pool lock: a tier with no live holder has no pool to reconcile, and the \
+          exclusive rendezvous keeps any conferral from placing a position on it between the count and the delete.",
+};
+
+/// DeleteTier: a tier nobody holds leaves its ladder; the ranks above it close the gap.
+#[tracing::instrument(name = "DeleteTier", skip(db))]
+pub async fn delete_tier(
+    db: &Db,
+    ladder_id: i64,
+    rank: i32,
+    actor: Option<i64>,
+    reason: &str,
+) -> Result<i64, TopologyError> {
+    let mut tx = begin(db, TxKind::RuleChange).await?;
+    if !store::ladder_exists(tx.conn(), ladder_id).await? {
+        return Err(TopologyError::NotFound("ladder"));
+    }
+    let tiers = store::tiers_of(tx.conn(), ladder_id).await?;
+    let Some(tier) = tiers.iter().find(|t| t.rank == rank) else { return Err(TopologyError::NotFound("tier")) };
+    let holders = store::tier_holders(tx.conn(), ladder_id, tier.product_id).await?;
+    if holders > 0 {
+        return Err(TopologyError::Refused(format!(
+            "{holders} organization{} hold this tier; remove it with a disposition instead.",
+            if holders == 1 { "" } else { "s" }
+        )));
+    }
+    // LastTierRefusal: a ladder an org type defaults to keeps a tier (its floor).
+    let defaulting = store::types_defaulting_to(tx.conn(), ladder_id).await?;
+    if tiers.len() == 1 && !defaulting.is_empty() {
+        return Err(TopologyError::Refused(format!(
+            "This is the only tier of a ladder that {} default{} to; change their default first.",
+            defaulting.join(", "),
+            if defaulting.len() == 1 { "s" } else { "" }
+        )));
+    }
+    let act = store::record_plan_act(
+        tx.conn(),
+        "tier_delete",
+        None,
+        actor,
+        reason,
+        Some(ladder_id),
+        Some(tier.product_id),
+        Some(rank),
+        json!({}),
+    )
+    .await?;
+    store::delete_tier(tx.conn(), ladder_id, rank).await?;
+    store::shift_ranks(tx.conn(), ladder_id, rank + 1, -1).await?;
+    store::sync_position_ranks(tx.conn(), ladder_id).await?;
+    tx.commit().await?;
+    Ok(act)
+}
+
+pub static REORDER_PLAN_LADDERS_LOCKS: PathLocks = PathLocks {
+    path: "ReorderPlanLadders",
+    function: "services::topology::reorder_plan_ladders",
+    kind: "Plain",
+    locks: &[Lock::PlanLadderRows],
+    why: "Every ladder row FOR NO KEY UPDATE in ascending id first (LockPlanLadderOrder), so a second reorder waits \
+          and writes against the order the first committed; it does not conflict with the FOR KEY SHARE a tier, a \
+          position or an org type's default takes through its foreign key.",
+};
+
+/// ReorderPlanLadders: `positions` (ladder id → 1-based position) must name every ladder once.
+#[tracing::instrument(name = "ReorderPlanLadders", skip(db, positions))]
+pub async fn reorder_plan_ladders(db: &Db, positions: &BTreeMap<i64, i32>) -> Result<usize, TopologyError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let current = store::lock_plan_ladder_order(tx.conn()).await?;
+    let ids: Vec<i64> = current.iter().map(|(id, _)| *id).collect();
+    let mut wanted: Vec<i32> = positions.values().copied().collect();
+    wanted.sort();
+    let one_each = (1..=ids.len() as i32).collect::<Vec<_>>() == wanted;
+    if positions.keys().copied().collect::<Vec<_>>() != ids || !one_each {
+        return Err(invalid("", format!("Give every ladder a different position from 1 to {}, once each.", ids.len())));
+    }
+    let mut changed = 0;
+    for (id, old) in current {
+        let new = positions[&id] - 1;
+        if new != old {
+            store::set_sort_order(tx.conn(), id, new).await?;
+            changed += 1;
+        }
+    }
+    tx.commit().await?;
+    Ok(changed)
+}

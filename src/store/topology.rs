@@ -1,0 +1,210 @@
+//! The tier topology's writers (tier add and delete, the ladders' order) and plan acts.
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgConnection};
+
+/// Pools holding a live conferral of the product, ascending (the tier add's holders).
+pub async fn pools_holding_product(conn: &mut PgConnection, product_id: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT DISTINCT pool_id FROM core.conferrals WHERE product_id = $1 AND state = 'holding' ORDER BY pool_id",
+    )
+    .bind(product_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// ListTierAddCollisions: holders that already hold a live position on the ladder, or hold the
+/// product twice; their organizations' names (at most `limit`) and how many there are.
+pub async fn tier_add_collisions(
+    conn: &mut PgConnection,
+    ladder_id: i64,
+    product_id: i64,
+    limit: i64,
+) -> sqlx::Result<(i64, Vec<String>)> {
+    let rows: Vec<(String,)> = sqlx::query_as(
+        "WITH holders AS (
+             SELECT pool_id, count(*) AS n FROM core.conferrals WHERE product_id = $2 AND state = 'holding' GROUP BY pool_id),
+         colliding AS (
+             SELECT h.pool_id FROM holders h
+             WHERE h.n > 1 OR EXISTS (SELECT 1 FROM core.positions p WHERE p.pool_id = h.pool_id AND p.plan_ladder_id = $1))
+         SELECT o.name FROM colliding c JOIN core.resource_pools rp USING (pool_id)
+         JOIN core.organizations o USING (organization_id) ORDER BY c.pool_id",
+    )
+    .bind(ladder_id)
+    .bind(product_id)
+    .fetch_all(conn)
+    .await?;
+    let total = rows.len() as i64;
+    Ok((total, rows.into_iter().take(limit as usize).map(|(n,)| n).collect()))
+}
+
+/// The holding conferrals of a product in a pool, in creation order.
+pub async fn holding_conferrals_of(conn: &mut PgConnection, pool_id: i64, product_id: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT conferral_id FROM core.conferrals WHERE pool_id = $1 AND product_id = $2 AND state = 'holding'
+         ORDER BY created_at, conferral_id",
+    )
+    .bind(pool_id)
+    .bind(product_id)
+    .fetch_all(conn)
+    .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct TierRow {
+    pub rank: i32,
+    pub product_id: i64,
+}
+
+pub async fn tiers_of(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Vec<TierRow>> {
+    sqlx::query_as("SELECT rank, product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 ORDER BY rank")
+        .bind(ladder_id)
+        .fetch_all(conn)
+        .await
+}
+
+pub async fn ladder_exists(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM core.plan_ladders WHERE plan_ladder_id = $1)")
+        .bind(ladder_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// Product facts a tier add needs: published, and whether it has a set.
+pub async fn product_facts(conn: &mut PgConnection, product_id: i64) -> sqlx::Result<Option<(bool, bool)>> {
+    sqlx::query_as("SELECT published, entitlement_set_id IS NOT NULL FROM core.products WHERE product_id = $1")
+        .bind(product_id)
+        .fetch_optional(conn)
+        .await
+}
+
+/// Org types that default to the ladder.
+pub async fn types_defaulting_to(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar("SELECT name FROM core.org_types WHERE default_plan_ladder_id = $1 ORDER BY name")
+        .bind(ladder_id)
+        .fetch_all(conn)
+        .await
+}
+
+/// Live holders of one tier: pools with a position on the ladder by a conferral of its product.
+pub async fn tier_holders(conn: &mut PgConnection, ladder_id: i64, product_id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+         WHERE p.plan_ladder_id = $1 AND c.product_id = $2",
+    )
+    .bind(ladder_id)
+    .bind(product_id)
+    .fetch_one(conn)
+    .await
+}
+
+/// Open room at `rank` (ranks from it move up one) or close the gap a delete left (ranks above
+/// it move down one); the rank key is deferred to the commit so the shift needs no order.
+pub async fn shift_ranks(conn: &mut PgConnection, ladder_id: i64, from_rank: i32, by: i32) -> sqlx::Result<()> {
+    sqlx::query("SET CONSTRAINTS core.plan_ladder_tiers_pkey DEFERRED").execute(&mut *conn).await?;
+    sqlx::query("UPDATE core.plan_ladder_tiers SET rank = rank + $3 WHERE plan_ladder_id = $1 AND rank >= $2")
+        .bind(ladder_id)
+        .bind(from_rank)
+        .bind(by)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn insert_tier(conn: &mut PgConnection, ladder_id: i64, rank: i32, product_id: i64) -> sqlx::Result<()> {
+    sqlx::query("INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, $2, $3)")
+        .bind(ladder_id)
+        .bind(rank)
+        .bind(product_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn delete_tier(conn: &mut PgConnection, ladder_id: i64, rank: i32) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = $2")
+        .bind(ladder_id)
+        .bind(rank)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn sync_position_ranks(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<i32> {
+    sqlx::query_scalar("SELECT core.sync_position_ranks($1)").bind(ladder_id).fetch_one(conn).await
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn record_plan_act(
+    conn: &mut PgConnection,
+    kind: &str,
+    disposition: Option<&str>,
+    actor: Option<i64>,
+    reason: &str,
+    ladder: Option<i64>,
+    product: Option<i64>,
+    rank: Option<i32>,
+    detail: serde_json::Value,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT core.record_plan_act($1, $2, $3, $4, $5, $6, $7, NULL, $8)")
+        .bind(kind)
+        .bind(disposition)
+        .bind(actor)
+        .bind(reason)
+        .bind(ladder)
+        .bind(product)
+        .bind(rank)
+        .bind(detail)
+        .fetch_one(conn)
+        .await
+}
+
+/// LockPlanLadderOrder: every ladder row, FOR NO KEY UPDATE, ascending; their current order.
+pub async fn lock_plan_ladder_order(conn: &mut PgConnection) -> sqlx::Result<Vec<(i64, i32)>> {
+    sqlx::query_as("SELECT plan_ladder_id, sort_order FROM core.plan_ladders ORDER BY plan_ladder_id FOR NO KEY UPDATE")
+        .fetch_all(conn)
+        .await
+}
+
+pub async fn set_sort_order(conn: &mut PgConnection, ladder_id: i64, sort_order: i32) -> sqlx::Result<()> {
+    sqlx::query("UPDATE core.plan_ladders SET sort_order = $2 WHERE plan_ladder_id = $1")
+        .bind(ladder_id)
+        .bind(sort_order)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct PlanActRow {
+    pub plan_act_id: i64,
+    pub kind: String,
+    pub disposition: Option<String>,
+    pub by: Option<String>,
+    pub reason: String,
+    pub state: String,
+    pub created_at: DateTime<Utc>,
+    pub ladder_name: String,
+    pub product_name: String,
+    pub rank: Option<i32>,
+    pub detail: serde_json::Value,
+}
+
+const ACT_SELECT: &str = "SELECT a.plan_act_id, a.kind, a.disposition, ac.email AS by, a.reason, a.state, a.created_at,
+        d.ladder_name, d.product_name, d.rank, d.detail
+     FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
+     LEFT JOIN core.accounts ac ON ac.account_id = a.created_by";
+
+pub async fn plan_acts(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<PlanActRow>> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("{ACT_SELECT} ORDER BY a.plan_act_id DESC LIMIT $1")))
+        .bind(limit)
+        .fetch_all(conn)
+        .await
+}
+
+pub async fn plan_act(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<PlanActRow>> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("{ACT_SELECT} WHERE a.plan_act_id = $1")))
+        .bind(id)
+        .fetch_optional(conn)
+        .await
+}

@@ -1,0 +1,306 @@
+//! The tier topology: AddTier, DeleteTier, ReorderPlanLadders — outcomes, refusals and locks.
+
+mod common;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use common::TestDb;
+use member_console::{
+    db::{TxKind, begin, locks::Lock},
+    demo,
+    services::{
+        entitlements::{self as ent, OrgName},
+        grants::{self, IssueGrant, Recipient},
+        topology::{self as topo, AddTier, TopologyError},
+    },
+};
+
+async fn scalar(t: &TestDb, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
+}
+
+async fn setup() -> (TestDb, i64, i64) {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    // "Team": a published product with a set that is no tier yet.
+    let set: i64 =
+        sqlx::query_scalar("INSERT INTO core.entitlement_sets (name) VALUES ('Team') RETURNING entitlement_set_id")
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    sqlx::query("INSERT INTO core.entitlement_set_rules (entitlement_set_id, resource_key, numeric_value) VALUES ($1, 'fedwiki.active_sites', 5)")
+        .bind(set)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    let team: i64 = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) VALUES ('Team', $1, true) RETURNING product_id")
+        .bind(set)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    let wiki = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'").await;
+    (t, team, wiki)
+}
+
+async fn org_of_type(t: &TestDb, name: &str, ty: &str) -> ent::CreatedOrganization {
+    let type_id = scalar(t, &format!("SELECT org_type_id FROM core.org_types WHERE name = '{ty}'")).await;
+    ent::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(type_id)).await.unwrap()
+}
+
+async fn grant(t: &TestDb, org: i64, product: i64) -> i64 {
+    let g = IssueGrant {
+        recipient: Recipient::Organization(org),
+        product_id: product,
+        quantity: 1,
+        starts_at: None,
+        ends_at: None,
+        reason: "test".into(),
+        actor: None,
+    };
+    grants::issue_grant(&t.db, &g).await.unwrap()
+}
+
+fn add(ladder: i64, product: i64, rank: Option<i32>) -> AddTier {
+    AddTier { ladder_id: ladder, product_id: product, rank, reason: "test".into(), actor: None }
+}
+
+async fn tiers(t: &TestDb, ladder: i64) -> Vec<(i32, String)> {
+    sqlx::query_as(
+        "SELECT t.rank, p.name FROM core.plan_ladder_tiers t JOIN core.products p USING (product_id) WHERE plan_ladder_id = $1 ORDER BY rank",
+    )
+    .bind(ladder)
+    .fetch_all(&t.admin)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_tier_add_places_its_holders_on_the_ladder_and_renumbers_above_it() {
+    let (t, team, wiki) = setup().await;
+    // A Business organization (its floor is on Support) and an Initech-like Pro holder.
+    let business = org_of_type(&t, "Holder", "Business").await;
+    grant(&t, business.organization_id, team).await;
+    let pro_org = org_of_type(&t, "Pro holder", "Business").await;
+    grant(&t, pro_org.organization_id, scalar(&t, "SELECT product_id FROM core.products WHERE name = 'Pro'").await)
+        .await;
+    let preview = topo::preview_add_tier(&t.db, &add(wiki, team, Some(2)), 100).await.unwrap();
+    assert_eq!((preview.holders, preview.collisions, preview.refusal.is_none()), (1, 0, true));
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, 0, "a preview writes nothing");
+    let (act, reach) = topo::add_tier(&t.db, &add(wiki, team, Some(2)), 100).await.unwrap();
+    assert_eq!(reach.holders, 1);
+    assert_eq!(
+        tiers(&t, wiki).await,
+        vec![(0, "Free".into()), (1, "Basic".into()), (2, "Team".into()), (3, "Pro".into())]
+    );
+    let (rank, product): (i32, String) = sqlx::query_as(
+        "SELECT p.rank, pr.name FROM core.positions p JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
+         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2",
+    )
+    .bind(business.pool_id)
+    .bind(wiki)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!((rank, product.as_str()), (2, "Team"));
+    // Pro's holder now sits at rank 3.
+    let pro_rank: i32 =
+        sqlx::query_scalar("SELECT rank FROM core.positions WHERE pool_id = $1 AND plan_ladder_id = $2")
+            .bind(pro_org.pool_id)
+            .bind(wiki)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(pro_rank, 3);
+    let kind: String = sqlx::query_scalar("SELECT kind FROM core.plan_acts WHERE plan_act_id = $1")
+        .bind(act)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert_eq!(kind, "tier_add");
+    let mut c = t.admin.acquire().await.unwrap();
+    assert!(member_console::store::entitlements::pools_out_of_date(&mut c).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_tier_add_is_refused_on_collisions_the_cap_the_floor_and_bad_input() {
+    let (t, team, wiki) = setup().await;
+    let community = org_of_type(&t, "Floored", "Community").await;
+    grant(&t, community.organization_id, team).await;
+    // Its floor holds Wiki hosting: a collision, named.
+    let e = topo::add_tier(&t.db, &add(wiki, team, None), 100).await.unwrap_err();
+    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("already hold a plan on this ladder")), "{e:?}");
+    let p = topo::preview_add_tier(&t.db, &add(wiki, team, None), 100).await.unwrap();
+    assert_eq!(p.colliding, vec!["Floored".to_string()]);
+    // The cap.
+    let support = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Support'").await;
+    let e = topo::add_tier(&t.db, &add(support, team, None), 0).await.unwrap_err();
+    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("more than the 0")), "{e:?}");
+    // Rank 0, a rank past the top, an unknown or unpublished product, a tier twice.
+    assert!(matches!(topo::add_tier(&t.db, &add(support, team, Some(0)), 100).await, Err(TopologyError::Invalid(_))));
+    assert!(matches!(topo::add_tier(&t.db, &add(support, team, Some(9)), 100).await, Err(TopologyError::Invalid(_))));
+    assert!(matches!(topo::add_tier(&t.db, &add(support, 999_999, None), 100).await, Err(TopologyError::Invalid(_))));
+    let basic = scalar(&t, "SELECT product_id FROM core.products WHERE name = 'Basic'").await;
+    assert!(matches!(topo::add_tier(&t.db, &add(wiki, basic, None), 100).await, Err(TopologyError::Invalid(_))));
+    assert!(matches!(topo::add_tier(&t.db, &add(999_999, team, None), 100).await, Err(TopologyError::NotFound(_))));
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, 0, "nothing written");
+    assert_eq!(tiers(&t, support).await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_tier_add_waits_for_a_materializing_transaction_and_a_conferral_waits_for_the_add() {
+    let (t, team, _) = setup().await;
+    let support = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'").await;
+    let _ = support;
+    let business = org_of_type(&t, "Waiter", "Business").await;
+    let wiki = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'").await;
+    // A: an open materializing transaction; the add waits for it.
+    let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
+    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let db = t.db.clone();
+    let add_task = tokio::spawn(async move { topo::add_tier(&db, &add(wiki, team, None), 100).await });
+    common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
+    a.commit().await.unwrap();
+    add_task.await.unwrap().unwrap();
+
+    // The other way: pause a second add inside its exclusive hold (the tier trigger waits on the
+    // product row the admin holds); a conferral waits on the add, then sees the new shape.
+    let team2: i64 = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) SELECT 'Team 2', entitlement_set_id, true FROM core.products WHERE name = 'Team' RETURNING product_id")
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    let supp = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Support'").await;
+    let mut hold = t.admin.acquire().await.unwrap();
+    let hold_pid = common::backend_pid(&mut hold).await;
+    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
+    sqlx::query("SELECT 1 FROM core.products WHERE product_id = $1 FOR UPDATE")
+        .bind(team2)
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    let db = t.db.clone();
+    let add2 = tokio::spawn(async move { topo::add_tier(&db, &add(supp, team2, None), 100).await });
+    let adder = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
+    common::assert_holds(&t.admin, adder, &[Lock::RendezvousExclusive]).await;
+    let db = t.db.clone();
+    let org = business.organization_id;
+    let conferral = tokio::spawn(async move {
+        let g = IssueGrant {
+            recipient: Recipient::Organization(org),
+            product_id: team2,
+            quantity: 1,
+            starts_at: None,
+            ends_at: None,
+            reason: "waits".into(),
+            actor: None,
+        };
+        grants::issue_grant(&db, &g).await
+    });
+    common::wait_for_waiter(&t.admin, &t.name, adder).await;
+    sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
+    add2.await.unwrap().unwrap();
+    conferral.await.unwrap().unwrap();
+    // The conferral came after the add: Team 2 took the Support ladder (displacing the floor).
+    let on_support: String = sqlx::query_scalar(
+        "SELECT pr.name FROM core.positions p JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
+         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2",
+    )
+    .bind(business.pool_id)
+    .bind(supp)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!(on_support, "Team 2");
+}
+
+#[tokio::test]
+async fn a_tier_nobody_holds_is_deleted_and_the_ranks_close_up() {
+    let (t, team, wiki) = setup().await;
+    let business = org_of_type(&t, "Deleter", "Business").await;
+    grant(&t, business.organization_id, scalar(&t, "SELECT product_id FROM core.products WHERE name = 'Pro'").await)
+        .await;
+    // Basic (rank 1) has no holder: delete it; Pro's holder moves to rank 1.
+    let act = topo::delete_tier(&t.db, wiki, 1, None, "unused").await.unwrap();
+    assert_eq!(tiers(&t, wiki).await, vec![(0, "Free".into()), (1, "Pro".into())]);
+    let rank: i32 = sqlx::query_scalar("SELECT rank FROM core.positions WHERE pool_id = $1 AND plan_ladder_id = $2")
+        .bind(business.pool_id)
+        .bind(wiki)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert_eq!(rank, 1);
+    assert_eq!(
+        scalar(&t, &format!("SELECT count(*) FROM core.plan_acts WHERE plan_act_id = {act} AND kind = 'tier_delete'"))
+            .await,
+        1
+    );
+    // Held tiers are refused; so is the last tier of a default ladder; nothing written.
+    let acts = scalar(&t, "SELECT count(*) FROM core.plan_acts").await;
+    let e = topo::delete_tier(&t.db, wiki, 1, None, "x").await.unwrap_err(); // Pro: ours and the demo's Initech
+    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("2 organizations hold")), "{e:?}");
+    let e = topo::delete_tier(&t.db, wiki, 0, None, "x").await.unwrap_err();
+    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("hold this tier")), "the floors hold rank 0: {e:?}");
+    assert!(matches!(topo::delete_tier(&t.db, wiki, 7, None, "x").await, Err(TopologyError::NotFound(_))));
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, acts);
+    let _ = team;
+    // A ladder with one tier that a type defaults to keeps it.
+    let lone: i64 = sqlx::query_scalar(
+        "INSERT INTO core.plan_ladders (name, sort_order) VALUES ('Lone', 5) RETURNING plan_ladder_id",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, 0, $2)")
+        .bind(lone)
+        .bind(team)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Solo', $1)")
+        .bind(lone)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    let e = topo::delete_tier(&t.db, lone, 0, None, "x").await.unwrap_err();
+    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("only tier")), "{e:?}");
+}
+
+#[tokio::test]
+async fn ladders_are_reordered_and_a_second_reorder_waits_for_the_first() {
+    let (t, _, wiki) = setup().await;
+    let support = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Support'").await;
+    let order = move |w: i32, s: i32| BTreeMap::from([(wiki, w), (support, s)]);
+    assert_eq!(topo::reorder_plan_ladders(&t.db, &order(2, 1)).await.unwrap(), 2);
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM core.plan_ladders ORDER BY sort_order").fetch_all(&t.admin).await.unwrap();
+    assert_eq!(names, vec!["Support", "Wiki hosting"]);
+    for bad in [order(1, 1), BTreeMap::from([(wiki, 1)]), order(1, 3)] {
+        assert!(matches!(topo::reorder_plan_ladders(&t.db, &bad).await, Err(TopologyError::Invalid(_))), "{bad:?}");
+    }
+    // A holds every ladder row (as a reorder does); B waits, then writes against A's commit.
+    let mut a = begin(&t.db, TxKind::Plain).await.unwrap();
+    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    member_console::store::topology::lock_plan_ladder_order(a.conn()).await.unwrap();
+    member_console::store::topology::set_sort_order(a.conn(), wiki, 0).await.unwrap();
+    member_console::store::topology::set_sort_order(a.conn(), support, 1).await.unwrap();
+    let db = t.db.clone();
+    let b = tokio::spawn(async move { topo::reorder_plan_ladders(&db, &order(1, 2)).await });
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
+    common::assert_holds(&t.admin, a_pid, topo::REORDER_PLAN_LADDERS_LOCKS.locks).await;
+    assert!(waiter > 0);
+    a.commit().await.unwrap();
+    assert_eq!(b.await.unwrap().unwrap(), 0, "B saw A's order, which is already the one it asked for");
+}
+
+#[tokio::test]
+async fn a_tier_add_while_another_change_holds_the_rendezvous_is_refused() {
+    let (t, team, _) = setup().await;
+    let support = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Support'").await;
+    let _held = begin(&t.db, TxKind::RuleChange).await.unwrap();
+    let mut short = t.db.clone();
+    short.lock_timeout = Duration::from_millis(200);
+    assert!(matches!(
+        topo::add_tier(&short, &add(support, team, None), 100).await,
+        Err(TopologyError::ChangeInProgress)
+    ));
+    assert!(matches!(topo::delete_tier(&short, support, 1, None, "x").await, Err(TopologyError::ChangeInProgress)));
+}
