@@ -246,10 +246,11 @@ impl StressPath {
             | StressPath::StartWaitingGrant
             | StressPath::ManageGrant
             | StressPath::ExtendWaitingGrant => 2,
-            // A drain finds no draining change more often than not (then it does nothing and
-            // is not counted), so it is picked more often to meet the jobs' drains.
+            // A drain or a retry finds no draining change more often than not (then it does
+            // nothing and is not counted), so they are picked more often, to meet the jobs' drains.
             StressPath::DrainChange => 3,
-            StressPath::ChangeProductSet | StressPath::RuleChangeBatchCommit | StressPath::RetryRuleChange => 1,
+            StressPath::RetryRuleChange => 2,
+            StressPath::ChangeProductSet | StressPath::RuleChangeBatchCommit => 1,
             StressPath::ExpireGrantActivity | StressPath::StartGrantActivity => 0,
         }
     }
@@ -318,7 +319,8 @@ pub async fn run(config: &Config, opts: StressOptions) -> anyhow::Result<StressR
     } else {
         let name = scratch.name.clone();
         // FORCE (in drop_database): a task abandoned past its grace may still hold a connection.
-        if let Err(e) = scratch.drop_database().await {
+        // Ending them can make the drop a slow statement, whose warning goes to stderr.
+        if let Err(e) = scratch.drop_database().with_subscriber(warnings_on_stderr()).await {
             eprintln!("stress: could not drop database {name}: {e}");
         }
     }
@@ -485,13 +487,7 @@ struct Workers {
 /// Start `JOB_WORKERS` workers with the console's own handlers. Their log is kept to warnings
 /// (a job done is logged at info, hundreds of times a run).
 fn start_workers(db: &Db, lock_timeout: Duration) -> Workers {
-    let quiet = tracing::Dispatch::new(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_target(false)
-            .with_writer(std::io::stderr)
-            .finish(),
-    );
+    let quiet = warnings_on_stderr();
     let grace = lock_timeout * 2 + Duration::from_secs(2);
     let options = WorkerOptions {
         concurrency: JOB_CONCURRENCY,
@@ -509,6 +505,17 @@ fn start_workers(db: &Db, lock_timeout: Duration) -> Workers {
         })
         .collect();
     Workers { stop, handles, grace }
+}
+
+/// A log of warnings only, on stderr (stdout carries the report's JSON line).
+fn warnings_on_stderr() -> tracing::Dispatch {
+    tracing::Dispatch::new(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_target(false)
+            .with_writer(std::io::stderr)
+            .finish(),
+    )
 }
 
 /// The same handlers, each run under `quiet` (a worker runs them on tasks of their own, which
@@ -1415,7 +1422,7 @@ async fn retry_rule_change(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<
     const OWED: &str = "SELECT DISTINCT a.change_id, o.pool_id FROM core.entitlement_set_change_obligations o
          JOIN core.entitlement_set_change_acts a USING (act_id)
          JOIN core.entitlement_set_changes ch ON ch.change_id = a.change_id
-         WHERE ch.state = 'draining' AND o.state = 'owed' ORDER BY a.change_id, o.pool_id LIMIT 40";
+         WHERE ch.state = 'draining' AND o.state = 'owed' ORDER BY o.pool_id DESC LIMIT 8";
     let failed: Vec<(i64, i64)> = sqlx::query_as(FAILED).fetch_all(&ctx.db.pool).await?;
     let change = if let Some((change, pool)) = (!failed.is_empty()).then(|| *rng.pick(&failed)) {
         note.pool = Some(pool);
@@ -1426,6 +1433,8 @@ async fn retry_rule_change(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<
         if owed.is_empty() {
             return Ok(Outcome::Skipped);
         }
+        // Among the last owed pools: the drains go in ascending pool_id, so these are still
+        // owed when the failure is recorded more often than not.
         let (change, pool) = *rng.pick(&owed);
         note.pool = Some(pool);
         note.detail = format!("change {change}, after failing pool {pool}");

@@ -47,6 +47,12 @@ pub enum Lock {
     ProductRowShare,
     /// Every core.plan_ladders row, FOR NO KEY UPDATE, ascending (LockPlanLadderOrder).
     PlanLadderRows,
+    /// An org type's row, FOR NO KEY UPDATE (LockOrgType, the default change's T0).
+    OrgTypeRow,
+    /// A listing batch's pool rows, FOR KEY SHARE, ascending.
+    PoolRowKeyShare,
+    /// A plan act's obligation row of one (act, pool), FOR UPDATE.
+    PlanActObligationRow,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -80,6 +86,9 @@ impl Lock {
             Lock::ChangeObligationRow => "Change obligation row",
             Lock::ProductRowShare => "Product row (FOR SHARE, by the tier trigger)",
             Lock::PlanLadderRows => "Plan ladder rows",
+            Lock::OrgTypeRow => "Org type row (FOR NO KEY UPDATE)",
+            Lock::PoolRowKeyShare => "Pool rows (FOR KEY SHARE, a listing batch)",
+            Lock::PlanActObligationRow => "Plan act obligation row",
         }
     }
 
@@ -93,7 +102,9 @@ impl Lock {
             Lock::JobRows => "integration.jobs",
             Lock::ScheduleRows => "integration.job_schedules",
             Lock::PoolRow => "core.resource_pools",
-            Lock::OrgTypeRowKeyShare => "core.org_types",
+            Lock::OrgTypeRowKeyShare | Lock::OrgTypeRow => "core.org_types",
+            Lock::PoolRowKeyShare => "core.resource_pools",
+            Lock::PlanActObligationRow => "core.plan_act_obligations",
             Lock::ProductRow | Lock::ProductRowShare => "core.products",
             Lock::PlanLadderRows => "core.plan_ladders",
             Lock::EntitlementSetRow => "core.entitlement_sets",
@@ -131,6 +142,9 @@ impl Lock {
             Lock::RuleRow => PgSignature::Relation { table: "core.entitlement_set_rules", mode: "RowShareLock" },
             Lock::ProductRowShare => PgSignature::Relation { table: "core.products", mode: "RowShareLock" },
             Lock::PlanLadderRows => PgSignature::Relation { table: "core.plan_ladders", mode: "RowShareLock" },
+            Lock::OrgTypeRow => PgSignature::Relation { table: "core.org_types", mode: "RowShareLock" },
+            Lock::PoolRowKeyShare => PgSignature::Relation { table: "core.resource_pools", mode: "RowShareLock" },
+            Lock::PlanActObligationRow => PgSignature::Relation { table: "core.plan_act_obligations", mode: "RowShareLock" },
             Lock::ChangeObligationRow => {
                 PgSignature::Relation { table: "core.entitlement_set_change_obligations", mode: "RowShareLock" }
             }
@@ -178,6 +192,12 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::topology::ADD_TIER_LOCKS,
         &crate::services::topology::DELETE_TIER_LOCKS,
         &crate::services::topology::REORDER_PLAN_LADDERS_LOCKS,
+        &crate::services::plan_acts::CHANGE_DEFAULT_T0_LOCKS,
+        &crate::services::plan_acts::LIST_BATCH_LOCKS,
+        &crate::services::plan_acts::ENACT_OBLIGATION_LOCKS,
+        &crate::services::plan_acts::RECORD_MOVE_FAILURE_LOCKS,
+        &crate::services::plan_acts::LAST_PROBE_LOCKS,
+        &crate::services::plan_acts::RETRY_PLAN_ACT_LOCKS,
     ]
 }
 
@@ -268,6 +288,9 @@ const ALL: &[Lock] = &[
     Lock::ChangeObligationRow,
     Lock::ProductRowShare,
     Lock::PlanLadderRows,
+    Lock::OrgTypeRow,
+    Lock::PoolRowKeyShare,
+    Lock::PlanActObligationRow,
 ];
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
@@ -333,6 +356,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 18, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 21, "add a new lock to ALL too");
     }
 }

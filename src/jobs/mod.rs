@@ -46,6 +46,7 @@ fn grant_failure(e: crate::services::grants::GrantError) -> JobError {
 /// The handlers of the console's own jobs.
 pub fn standard_handlers() -> Handlers {
     use crate::services::grants::{self, EXPIRE_GRANT, START_GRANT, SWEEP_GRANTS};
+    use crate::services::plan_acts as pa;
     use crate::services::rule_changes as rc;
     let mut h = Handlers::new();
     h.register(PURGE_EXPIRED, |ctx, _payload| async move {
@@ -78,6 +79,19 @@ pub fn standard_handlers() -> Handlers {
         rc::resume_drains(&ctx.db).await?;
         Ok(())
     });
+    // A default change's listing and moves after the request that made it; the poller resumes it.
+    h.register(pa::DRAIN_PLAN_ACT, |ctx, payload| async move {
+        let id = payload
+            .get("plan_act_id")
+            .and_then(|v| v.as_i64())
+            .ok_or_else(|| JobError::Permanent(format!("the payload names no plan_act_id: {payload}")))?;
+        pa::drain_plan_act(&ctx.db, id, None).await?;
+        Ok(())
+    });
+    h.register(pa::RESUME_PLAN_ACT_DRAINS, |ctx, _payload| async move {
+        pa::resume_drains(&ctx.db).await?;
+        Ok(())
+    });
     h
 }
 
@@ -89,7 +103,8 @@ pub const RESUME_DRAINS_EVERY: Duration = Duration::from_secs(30);
 pub async fn register_standard_schedules(db: &Db) -> Result<(), DbError> {
     ensure_schedule(db, PURGE_EXPIRED, PURGE_EXPIRED_EVERY).await?;
     ensure_schedule(db, crate::services::grants::SWEEP_GRANTS, SWEEP_GRANTS_EVERY).await?;
-    ensure_schedule(db, crate::services::rule_changes::RESUME_RULE_CHANGE_DRAINS, RESUME_DRAINS_EVERY).await
+    ensure_schedule(db, crate::services::rule_changes::RESUME_RULE_CHANGE_DRAINS, RESUME_DRAINS_EVERY).await?;
+    ensure_schedule(db, crate::services::plan_acts::RESUME_PLAN_ACT_DRAINS, RESUME_DRAINS_EVERY).await
 }
 
 /// How many rows one purge deleted.

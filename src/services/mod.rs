@@ -8,5 +8,6 @@ pub mod catalog;
 pub mod entitlements;
 pub mod grants;
 pub mod organizations;
+pub mod plan_acts;
 pub mod rule_changes;
 pub mod topology;

@@ -6,7 +6,7 @@ use crate::{
         accounts,
         catalog::{self as store, HeldConferral},
         entitlements::{self, EntitlementValue},
-        grants, rule_changes, topology,
+        grants, plan_acts, rule_changes, topology,
     },
 };
 
@@ -237,4 +237,23 @@ pub async fn plan_acts(db: &Db) -> Result<Vec<topology::PlanActRow>, DbError> {
 pub async fn plan_act(db: &Db, id: i64) -> Result<Option<topology::PlanActRow>, DbError> {
     let mut c = db.pool.acquire().await?;
     Ok(topology::plan_act(&mut c, id).await?)
+}
+
+pub struct PlanActProgress {
+    /// The act reaches organizations (a default change).
+    pub reaches: bool,
+    pub listed_all: bool,
+    pub counts: plan_acts::Counts,
+    pub failures: Vec<plan_acts::Failure>,
+}
+
+pub async fn plan_act_progress(db: &Db, id: i64) -> Result<PlanActProgress, DbError> {
+    let mut c = db.pool.acquire().await?;
+    let (reaches, listed_all) = plan_acts::listing_state(&mut c, id).await?;
+    Ok(PlanActProgress {
+        reaches,
+        listed_all,
+        counts: plan_acts::counts(&mut c, id).await?,
+        failures: plan_acts::failures(&mut c, id, 200).await?,
+    })
 }

@@ -6,5 +6,6 @@ pub mod entitlements;
 pub mod grants;
 pub mod job_overview;
 pub mod jobs;
+pub mod plan_acts;
 pub mod rule_changes;
 pub mod topology;

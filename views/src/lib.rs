@@ -33,13 +33,15 @@ pub use pages::{
         DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, UsageRow,
         create_organization_form, organization_detail, organization_list, organization_results,
     },
-    plan_acts::{PlanActRow, PlanActView, plan_act_list, plan_act_page},
+    plan_acts::{
+        FailedOrganization, ObligationCounts, PlanActRow, PlanActView, plan_act_list, plan_act_page, plan_act_progress,
+    },
     rule_changes::{
         ActProgress, FailedPool, RuleChangeListRow, RuleChangeView, rule_change_list, rule_change_page,
         rule_change_progress,
     },
     topology::{
-        LadderView, OrgTypeRow, TierAddPreview, TierRow, TopologyView, add_tier_form, delete_tier_form,
-        ladder_order_form, tier_add_preview, topology,
+        LadderView, OrgTypeRow, TierAddPreview, TierRow, TopologyView, add_tier_form, default_change_form,
+        delete_tier_form, ladder_order_form, tier_add_preview, topology,
     },
 };

@@ -36,13 +36,9 @@ pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRe
     Ok(render::ok(&req, "Plan acts", views::plan_act_list(&acts.iter().map(row).collect::<Vec<_>>())))
 }
 
-#[get("/operator/plan-acts/{id}")]
-pub async fn detail(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
-    let a = services::organizations::plan_act(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::PlanActView, AppError> {
+    let a = services::organizations::plan_act(&state.db, id).await?.ok_or(AppError::NotFound)?;
+    let p = services::organizations::plan_act_progress(&state.db, id).await?;
     let r = row(&a);
     let facts = a
         .detail
@@ -59,6 +55,61 @@ pub async fn detail(
         disposition: r.disposition,
         reason: a.reason.clone(),
         facts,
+        csrf: crate::web::identity::csrf_token(req),
+        counts: p.reaches.then(|| views::ObligationCounts {
+            pending: p.counts.pending.max(0) as u64,
+            migrated: p.counts.migrated.max(0) as u64,
+            grandfathered: p.counts.grandfathered.max(0) as u64,
+            vacant: p.counts.vacant.max(0) as u64,
+            failed: p.counts.failed.max(0) as u64,
+            superseded: p.counts.superseded.max(0) as u64,
+        }),
+        listed_all: p.listed_all,
+        can_retry: p.counts.failed > 0,
+        failures: p
+            .failures
+            .into_iter()
+            .map(|f| views::FailedOrganization {
+                organization_id: f.organization_id,
+                organization: f.organization,
+                attempts: f.attempts,
+                error: f.last_error.unwrap_or_default(),
+            })
+            .collect(),
     };
+    Ok(v)
+}
+
+#[get("/operator/plan-acts/{id}")]
+pub async fn detail(req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+    let v = view(&req, &state, *id).await?;
     Ok(render::ok(&req, &format!("Plan act #{}", v.id), views::plan_act_page(&v)))
+}
+
+/// What the page's progress polls: the progress container alone.
+#[get("/operator/plan-acts/{id}/progress")]
+pub async fn progress(req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+    let v = view(&req, &state, *id).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header(("Cache-Control", "no-store"))
+        .body(views::plan_act_progress(&v).into_string()))
+}
+
+#[actix_web::post("/operator/plan-acts/{id}/retry")]
+pub async fn retry(req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+    use crate::services::topology::TopologyError;
+    let actor = crate::web::identity::identity(&req).map(|i| i.account_id);
+    match services::plan_acts::retry_plan_act(&state.db, *id, actor).await {
+        Ok(_) => {}
+        Err(TopologyError::NotFound(_)) => return Err(AppError::NotFound),
+        Err(TopologyError::ChangeInProgress) => return Err(AppError::ChangeInProgress),
+        Err(TopologyError::Db(e)) => return Err(e.into()),
+        Err(e) => return Err(AppError::BadRequest(e.to_string())),
+    }
+    if !render::is_htmx(&req) {
+        return Ok(HttpResponse::SeeOther().insert_header(("Location", format!("/operator/plan-acts/{id}"))).finish());
+    }
+    let v = view(&req, &state, *id).await?;
+    Ok(HttpResponse::Ok().content_type("text/html; charset=utf-8").body(views::plan_act_progress(&v).into_string()))
 }

@@ -34,6 +34,17 @@ async fn view(
     order_form: FormState,
     notice: Option<String>,
 ) -> Result<views::TopologyView, AppError> {
+    view_with(req, state, add_forms, order_form, vec![], notice).await
+}
+
+async fn view_with(
+    req: &HttpRequest,
+    state: &AppState,
+    add_forms: Vec<(i64, FormState)>,
+    order_form: FormState,
+    default_forms: Vec<(i64, FormState)>,
+    notice: Option<String>,
+) -> Result<views::TopologyView, AppError> {
     let t = services::organizations::topology(&state.db).await?;
     let products = services::organizations::tier_product_options(&state.db).await?;
     Ok(views::TopologyView {
@@ -41,6 +52,7 @@ async fn view(
         products,
         add_forms,
         order_form,
+        default_forms,
         notice,
         ladders: t
             .ladders
@@ -280,6 +292,45 @@ pub async fn ladder_order(
         let ladders: Vec<(i64, String, i32)> =
             v.ladders.iter().enumerate().map(|(i, l)| (l.id, l.name.clone(), i as i32 + 1)).collect();
         return Ok(html(status, views::ladder_order_form(&v.csrf, &ladders, &fs)));
+    }
+    Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
+}
+
+/// ChangeOrgTypeDefault: T0, then the listing and moves for up to a few seconds of this request;
+/// the operator lands on the act's live progress.
+#[post("/operator/topology/org-types/{id}/default")]
+pub async fn change_default(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
+    use crate::services::plan_acts::{Disposition, change_org_type_default};
+    let f = form.into_inner();
+    let actor = identity(&req).map(|i| i.account_id);
+    let mut problems = vec![];
+    let ladder = value(&f, "plan_ladder_id").trim().parse::<i64>().ok();
+    if ladder.is_none() {
+        problems.push(("plan_ladder_id".to_string(), "Choose a ladder.".to_string()));
+    }
+    let disposition = Disposition::parse(value(&f, "disposition")).map_err(|m| problems.push(("disposition".into(), m))).ok();
+    let result = match (ladder, disposition, problems.is_empty()) {
+        (Some(ladder), Some(d), true) => {
+            // What is left of the request's time, less a margin to answer in.
+            let within = std::time::Instant::now() + state.config.request_timeout.mul_f64(0.25);
+            change_org_type_default(&state.db, *id, ladder, d, actor, value(&f, "reason"), Some(within)).await
+        }
+        _ => Err(TopologyError::Invalid(problems)),
+    };
+    let e = match result {
+        Ok(act) => return Ok(back(&req, &format!("/operator/plan-acts/{act}"))),
+        Err(e) => e,
+    };
+    let (status, fs) = refused(&f, e)?;
+    let v = view_with(&req, &state, vec![], FormState::default(), vec![(*id, fs.clone())], None).await?;
+    if render::is_htmx(&req) {
+        let ladders: Vec<(i64, String)> = v.ladders.iter().map(|l| (l.id, l.name.clone())).collect();
+        return Ok(html(status, views::default_change_form(&v.csrf, *id, &ladders, &fs)));
     }
     Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
 }

@@ -3,13 +3,22 @@
 //! A plan act is an operator's change to the topology that reaches existing organizations: a
 //! tier added, removed (with a disposition) or deleted, a default changed, tiers reordered, or a
 //! retry of one of them.
+//!
+//! An act that reaches organizations owes each of them a move (an obligation); the act's page
+//! follows them live. While the act runs, its progress container polls itself (htmx 4 has no
+//! status 286: polling stops when the polling element leaves the page), so the server's answer
+//! to the poll is the container again, and the finished render carries no `hx-trigger`.
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, facts, table_cols};
+use crate::components::{Column, Tone, badge, facts, progress, table_cols};
+use crate::pages::grants::hx_form;
 
 /// The list's path; each plan act lives under it.
 const LIST_PATH: &str = "/operator/plan-acts";
+const ORGANIZATIONS_PATH: &str = "/operator/organizations";
+/// The element the progress partial replaces, polled while running and the retry form's target.
+const PROGRESS_ID: &str = "plan-act-progress";
 const RUNNING: &str = "running";
 const DONE: &str = "done";
 
@@ -115,9 +124,49 @@ pub struct PlanActView {
     pub reason: String,
     /// Extra label/value pairs from the act's detail, in order.
     pub facts: Vec<(String, String)>,
+    pub csrf: String,
+    /// The act's obligations by state; `None` for an act that reaches no organization.
+    pub counts: Option<ObligationCounts>,
+    /// Every organization of the reached types has been listed (an obligation made for each).
+    pub listed_all: bool,
+    pub failures: Vec<FailedOrganization>,
+    /// Whether the retry form is offered.
+    pub can_retry: bool,
 }
 
-/// Back link, the facts, and (for a finished tier add or delete) that it moved no one.
+/// How many of an act's organizations are in each state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ObligationCounts {
+    pub pending: u64,
+    pub migrated: u64,
+    pub grandfathered: u64,
+    pub vacant: u64,
+    pub failed: u64,
+    pub superseded: u64,
+}
+
+impl ObligationCounts {
+    /// Obligations that need nothing more: migrated, grandfathered, vacant or superseded.
+    pub fn settled(&self) -> u64 {
+        self.migrated.saturating_add(self.grandfathered).saturating_add(self.vacant).saturating_add(self.superseded)
+    }
+
+    /// Every obligation, whatever its state.
+    pub fn total(&self) -> u64 {
+        self.settled().saturating_add(self.pending).saturating_add(self.failed)
+    }
+}
+
+/// An organization the act failed to move.
+pub struct FailedOrganization {
+    pub organization_id: i64,
+    pub organization: String,
+    pub attempts: i32,
+    pub error: String,
+}
+
+/// Back link, the facts, then [`plan_act_progress`] for an act that reaches organizations, or
+/// (for a finished tier add or delete) that it moved no one.
 pub fn plan_act_page(v: &PlanActView) -> Markup {
     let mut items: Vec<(&str, Markup)> = vec![
         ("Plan act", html! { "#" (v.id) }),
@@ -143,12 +192,133 @@ pub fn plan_act_page(v: &PlanActView) -> Markup {
     html! {
         p { a href=(LIST_PATH) { "← All plan acts" } }
         (facts(&items))
-        @if moved_no_one {
+        @if v.counts.is_some() {
+            (plan_act_progress(v))
+        } @else if moved_no_one {
             p.plan-act-note {
                 "This act reached no organization that needs moving: its own transaction did the "
                 "work, so there is no progress to follow."
             }
         }
+    }
+}
+
+/// The container `#plan-act-progress`: bar, counts, failed organizations and the retry form;
+/// nothing for an act that reaches no organization.
+///
+/// While running it GETs `/operator/plan-acts/{id}/progress` every 2 seconds and replaces itself
+/// with the answer (this partial); done, it carries no trigger, so polling stops.
+pub fn plan_act_progress(v: &PlanActView) -> Markup {
+    let Some(counts) = &v.counts else {
+        return html! {};
+    };
+    let running = v.state == RUNNING;
+    let poll = running.then(|| format!("{}/progress", act_href(v.id)));
+    html! {
+        div.plan-act-progress #(PROGRESS_ID)
+            hx-get=[poll.as_deref()]
+            hx-trigger=[running.then_some("every 2s")]
+            hx-swap=[running.then_some("outerHTML")] {
+            section.card aria-labelledby="pa-progress-heading" {
+                div.section-head {
+                    h2 #pa-progress-heading { "Progress" }
+                    (live_status(&v.state))
+                }
+                @if v.listed_all {
+                    (progress(counts.settled(), counts.total(), "Organizations settled"))
+                } @else {
+                    (listing_progress(counts.settled(), counts.total()))
+                    p.listing-status { "Still listing organizations…" }
+                }
+                div.stats.plan-act-counts aria-live="polite" {
+                    (count_stat("Pending", counts.pending, false))
+                    (count_stat("Migrated", counts.migrated, false))
+                    (count_stat("Grandfathered", counts.grandfathered, false))
+                    (count_stat("Vacant", counts.vacant, false))
+                    (count_stat("Failed", counts.failed, counts.failed > 0))
+                    (count_stat("Superseded", counts.superseded, false))
+                }
+            }
+            section.card aria-labelledby="pa-failures-heading" {
+                h2 #pa-failures-heading { "Failed organizations" }
+                (failures_table(&v.failures))
+                @if v.can_retry {
+                    (retry_form(&v.csrf, v.id))
+                }
+            }
+        }
+    }
+}
+
+/// "Updating live" while running; "Done" once done; any other state as a muted badge.
+fn live_status(state: &str) -> Markup {
+    html! {
+        p.live-status {
+            @if state == RUNNING {
+                (badge(RUNNING, Tone::Warn)) " "
+                span.live-dot aria-hidden="true" {}
+                "Updating live"
+            } @else if state == DONE {
+                (badge(DONE, Tone::Ok)) " "
+                "Done: this act has finished"
+            } @else {
+                (badge(state, Tone::Muted))
+            }
+        }
+    }
+}
+
+/// The bar while organizations are still being listed: the total is not known yet, so it
+/// never says complete.
+fn listing_progress(settled: u64, listed: u64) -> Markup {
+    let label = "Organizations settled";
+    let value = settled.min(listed);
+    html! {
+        div.progress {
+            div.progress-head {
+                span.progress-label { (label) }
+                span.progress-count { (settled) " of " (listed) " listed so far" }
+            }
+            progress value=(value) max=(listed.max(1)) aria-label=(label) {
+                (settled) " of " (listed) " listed so far"
+            }
+        }
+    }
+}
+
+fn count_stat(label: &str, value: u64, bad: bool) -> Markup {
+    html! {
+        div.stat.stat-bad[bad] {
+            span.stat-value { (value) }
+            span.stat-label { (label) }
+        }
+    }
+}
+
+fn failures_table(failures: &[FailedOrganization]) -> Markup {
+    let rows = failures
+        .iter()
+        .map(|f| {
+            vec![
+                html! { a href=(format!("{ORGANIZATIONS_PATH}/{}", f.organization_id)) { (f.organization) } },
+                html! { (f.attempts) },
+                html! { pre.error-text { (f.error) } },
+            ]
+        })
+        .collect();
+    let columns = [Column::text("Organization"), Column::num("Attempts"), Column::text("Error")];
+    table_cols(&columns, rows, "No organization has failed.")
+}
+
+/// POST `/operator/plan-acts/{id}/retry`; htmx swaps `#plan-act-progress` with the answer.
+fn retry_form(csrf: &str, id: i64) -> Markup {
+    let action = format!("{}/retry", act_href(id));
+    html! {
+        (hx_form(&action, PROGRESS_ID, csrf, html! {
+            div.form-actions {
+                button.btn.btn-primary type="submit" { "Retry failed organizations" }
+            }
+        }))
     }
 }
 
@@ -179,7 +349,31 @@ mod tests {
             disposition: None,
             reason: "".into(),
             facts: vec![("Holders reached".into(), "3".into()), ("<k>".into(), "<v>".into())],
+            csrf: "tok".into(),
+            counts: None,
+            listed_all: true,
+            failures: vec![],
+            can_retry: false,
         }
+    }
+
+    fn counts() -> ObligationCounts {
+        ObligationCounts { pending: 4, migrated: 3, grandfathered: 2, vacant: 1, failed: 1, superseded: 1 }
+    }
+
+    /// A tier removal that reaches 12 organizations, one of them failed.
+    fn reaching(state: &str) -> PlanActView {
+        let mut v = view("tier_removal", state);
+        v.disposition = Some("migrate".into());
+        v.counts = Some(counts());
+        v.failures = vec![FailedOrganization {
+            organization_id: 7,
+            organization: "<b>Acme</b>".into(),
+            attempts: 3,
+            error: "<script>alert(1)</script>".into(),
+        }];
+        v.can_retry = true;
+        v
     }
 
     #[test]
@@ -273,5 +467,124 @@ mod tests {
             let out = plan_act_page(&view(kind, "running")).into_string();
             assert!(!out.contains("reached no organization"), "{kind}");
         }
+    }
+
+    #[test]
+    fn progress_polls_itself_while_running() {
+        let out = plan_act_progress(&reaching("running")).into_string();
+        assert!(out.starts_with(
+            r#"<div class="plan-act-progress" id="plan-act-progress" hx-get="/operator/plan-acts/5/progress" hx-trigger="every 2s" hx-swap="outerHTML">"#
+        ));
+        assert!(out.contains(r#"<span class="badge badge-warn">running</span>"#));
+        assert!(out.contains("Updating live"));
+        assert!(!out.contains("Done"));
+        assert!(out.ends_with("</div>"));
+    }
+
+    #[test]
+    fn progress_stops_polling_once_done_and_says_so() {
+        let mut v = reaching("done");
+        v.counts = Some(ObligationCounts { pending: 0, failed: 0, ..counts() });
+        v.failures = vec![];
+        v.can_retry = false;
+        let out = plan_act_progress(&v).into_string();
+        assert!(out.starts_with(r#"<div class="plan-act-progress" id="plan-act-progress">"#));
+        assert!(!out.contains("hx-trigger"));
+        assert!(!out.contains("hx-get"));
+        assert!(!out.contains("Updating live"));
+        assert!(out.contains(r#"<span class="badge badge-ok">done</span> Done: this act has finished"#));
+        assert!(out.contains("7 of 7 · complete"));
+        assert!(out.contains(r#"<p class="empty">No organization has failed.</p>"#));
+        assert!(!out.contains("<form"));
+    }
+
+    #[test]
+    fn progress_shows_the_bar_and_the_six_counts() {
+        let out = plan_act_progress(&reaching("running")).into_string();
+        // Settled: 3 migrated + 2 grandfathered + 1 vacant + 1 superseded, of all 12.
+        assert!(out.contains(r#"<progress value="7" max="12" aria-label="Organizations settled">58%</progress>"#));
+        assert!(out.contains("7 of 12</span>"));
+        assert!(out.contains(r#"<div class="stats plan-act-counts" aria-live="polite">"#));
+        let stats = [
+            ("stat", "4", "Pending"),
+            ("stat", "3", "Migrated"),
+            ("stat", "2", "Grandfathered"),
+            ("stat", "1", "Vacant"),
+            ("stat stat-bad", "1", "Failed"),
+            ("stat", "1", "Superseded"),
+        ];
+        let mut at = 0;
+        for (class, value, label) in stats {
+            let part = format!(
+                r#"<div class="{class}"><span class="stat-value">{value}</span><span class="stat-label">{label}</span></div>"#
+            );
+            let found = out[at..].find(&part).unwrap_or_else(|| panic!("{part} after {at}"));
+            at += found + part.len();
+        }
+        assert!(!out.contains("Still listing"));
+        let c = counts();
+        assert_eq!((c.settled(), c.total()), (7, 12));
+    }
+
+    #[test]
+    fn progress_while_listing_says_so_and_never_says_complete() {
+        let mut v = reaching("running");
+        v.listed_all = false;
+        v.counts = Some(ObligationCounts { pending: 0, failed: 0, ..counts() });
+        let out = plan_act_progress(&v).into_string();
+        assert!(out.contains("Still listing organizations…"));
+        assert!(out.contains("7 of 7 listed so far"));
+        assert!(!out.contains("complete"));
+        v.counts = Some(ObligationCounts::default());
+        let out = plan_act_progress(&v).into_string();
+        assert!(out.contains(r#"<progress value="0" max="1""#));
+        assert!(out.contains("0 of 0 listed so far"));
+        assert!(!out.contains("complete"));
+    }
+
+    #[test]
+    fn failures_link_the_organization_and_escape() {
+        let out = plan_act_progress(&reaching("running")).into_string();
+        assert!(out.contains(
+            r#"<td><a href="/operator/organizations/7">&lt;b&gt;Acme&lt;/b&gt;</a></td><td class="num">3</td><td><pre class="error-text">&lt;script&gt;alert(1)&lt;/script&gt;</pre></td>"#
+        ));
+        assert!(!out.contains("<script>"));
+        assert!(!out.contains("<b>"));
+    }
+
+    #[test]
+    fn retry_form_posts_with_csrf_and_swaps_the_progress_only_when_offered() {
+        let out = plan_act_progress(&reaching("done")).into_string();
+        assert!(out.contains(
+            r##"<form method="post" action="/operator/plan-acts/5/retry" hx-post="/operator/plan-acts/5/retry" hx-target="#plan-act-progress" hx-swap="outerHTML"><input type="hidden" name="csrf_token" value="tok"><div class="form-actions"><button class="btn btn-primary" type="submit">Retry failed organizations</button></div></form>"##
+        ));
+        let mut v = reaching("done");
+        v.can_retry = false;
+        let out = plan_act_progress(&v).into_string();
+        assert!(!out.contains("<form"));
+        assert!(!out.contains("Retry failed organizations"));
+    }
+
+    #[test]
+    fn progress_of_an_act_that_reaches_no_one_is_empty() {
+        assert_eq!(plan_act_progress(&view("tier_add", "running")).into_string(), "");
+        let out = plan_act_page(&view("tier_reorder", "running")).into_string();
+        assert!(!out.contains("plan-act-progress"));
+    }
+
+    #[test]
+    fn page_shows_the_progress_after_the_facts_instead_of_the_note() {
+        let out = plan_act_page(&reaching("running")).into_string();
+        let facts_end = out.find("</dl>").unwrap();
+        let container = out.find(r#"id="plan-act-progress""#).unwrap();
+        assert!(facts_end < container);
+        assert!(out.contains(r#"hx-get="/operator/plan-acts/5/progress""#));
+        // A finished tier delete that reached organizations shows its progress, not the note.
+        let mut v = reaching("done");
+        v.kind = "tier_delete".into();
+        let out = plan_act_page(&v).into_string();
+        assert!(out.contains(r#"id="plan-act-progress""#));
+        assert!(!out.contains("reached no organization"));
+        assert!(!out.contains("<script>"));
     }
 }

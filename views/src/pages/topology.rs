@@ -1,6 +1,6 @@
 //! The operator's view of the plan topology, and where operators shape plans: ladders with their
 //! tiers (add a tier, with a preview of who it reaches; delete a tier no one holds), the order
-//! the ladders are shown in, and org types.
+//! the ladders are shown in, and org types (change a type's default ladder).
 //!
 //! Forms follow the catalog's pattern: a plain `method="post"` form that works without
 //! JavaScript, enhanced by htmx to post to the same URL and swap its own container
@@ -14,6 +14,7 @@ use crate::pages::grants::{Input, Select, form_banners, hx_form, input_field, se
 
 const LADDERS_PATH: &str = "/operator/topology/ladders";
 const LADDER_ORDER_PATH: &str = "/operator/topology/ladder-order";
+const ORG_TYPES_PATH: &str = "/operator/topology/org-types";
 const PLAN_ACTS_PATH: &str = "/operator/plan-acts";
 /// How many colliding organizations a preview names at most.
 const PREVIEW_COLLISIONS_MAX: usize = 10;
@@ -54,17 +55,22 @@ pub struct TopologyView {
     pub add_forms: Vec<(i64, FormState)>,
     /// The ladder-order form's state.
     pub order_form: FormState,
+    /// An org type's default-change form state (values, errors) when it was just refused; an
+    /// org type that is absent gets an empty form.
+    pub default_forms: Vec<(i64, FormState)>,
     /// Good news shown at the top (e.g. after a plain POST redirected back here).
     pub notice: Option<String>,
 }
 
 /// The notice, the ladder-order form, ladders in their order (each with its tiers by rank, a
-/// delete form per tier and the add-tier form), then the org types.
+/// delete form per tier and the add-tier form), then the org types (each with its default-change
+/// form).
 pub fn topology(v: &TopologyView) -> Markup {
     let mut ladders: Vec<&LadderView> = v.ladders.iter().collect();
     ladders.sort_by_key(|l| l.sort_order);
     let order: Vec<(i64, String, i32)> =
         ladders.iter().zip(1..).map(|(l, position)| (l.id, l.name.clone(), position)).collect();
+    let ladder_options: Vec<(i64, String)> = ladders.iter().map(|l| (l.id, l.name.clone())).collect();
     let empty_form = FormState::default();
     html! {
         @if let Some(message) = &v.notice {
@@ -91,7 +97,7 @@ pub fn topology(v: &TopologyView) -> Markup {
         section.card aria-labelledby="org-types-heading" {
             h2 #org-types-heading { "Organization types" }
             p.muted { "Every organization of a type holds the floor of the type's default ladder until it gets more." }
-            (org_types_table(&v.org_types))
+            (org_types_table(&v.csrf, &v.org_types, &ladder_options, &v.default_forms))
         }
     }
 }
@@ -329,6 +335,74 @@ fn position_field(f: &FormState, id: i64, name: &str, position: i32) -> Markup {
     })
 }
 
+/// The default-change form of one org type, in its container `#default-change-{org_type_id}`;
+/// it posts to `/operator/topology/org-types/{org_type_id}/default`.
+///
+/// Fields: `plan_ladder_id` (one of `ladders`, (id, name)), `disposition` ("migrate" or
+/// "grandfather": what happens to the floor the type's organizations hold now), `reason`
+/// (optional). Form errors show above the form, field errors under their field.
+pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String)], f: &FormState) -> Markup {
+    let container = format!("default-change-{org_type_id}");
+    let action = format!("{ORG_TYPES_PATH}/{org_type_id}/default");
+    let ladder_id = format!("{container}-plan_ladder_id");
+    let disposition_id = format!("{container}-disposition");
+    let reason_id = format!("{container}-reason");
+    let note_id = format!("{container}-note");
+    let mut ladder_options: Vec<(String, String)> = vec![(String::new(), "— choose a ladder —".to_owned())];
+    ladder_options.extend(ladders.iter().map(|(id, name)| (id.to_string(), name.clone())));
+    let ladder_options: Vec<(&str, &str)> = ladder_options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
+    let disposition_options = [
+        ("", "— choose —"),
+        ("migrate", "Migrate: their floor moves to the new default"),
+        ("grandfather", "Grandfather: they keep their old floor as a legacy grant"),
+    ];
+    html! {
+        div.default-change #(container) {
+            (form_banners(f))
+            (hx_form(&action, &container, csrf, html! {
+                p.field-hint #(note_id) {
+                    "Every organization of this type is moved, live; you then land on the plan "
+                    "act's progress page."
+                }
+                (select_field(&Select {
+                    id: &ladder_id,
+                    name: "plan_ladder_id",
+                    label: "New default ladder",
+                    options: &ladder_options,
+                    selected: f.value("plan_ladder_id"),
+                    error: f.field_error("plan_ladder_id"),
+                    required: true,
+                    hint: None,
+                }))
+                (select_field(&Select {
+                    id: &disposition_id,
+                    name: "disposition",
+                    label: "Their current floor",
+                    options: &disposition_options,
+                    selected: f.value("disposition"),
+                    error: f.field_error("disposition"),
+                    required: true,
+                    hint: None,
+                }))
+                (input_field(&Input {
+                    id: &reason_id,
+                    name: "reason",
+                    label: "Reason",
+                    kind: "text",
+                    value: f.value("reason"),
+                    error: f.field_error("reason"),
+                    required: false,
+                    placeholder: Some("optional"),
+                    hint: None,
+                }))
+                div.form-actions {
+                    button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Change default" }
+                }
+            }))
+        }
+    }
+}
+
 /// The rank, with rank 0 labelled as the floor.
 pub(crate) fn rank_cell(rank: i32) -> Markup {
     html! {
@@ -341,15 +415,18 @@ pub(crate) fn rank_cell(rank: i32) -> Markup {
     }
 }
 
-fn org_types_table(types: &[OrgTypeRow]) -> Markup {
+fn org_types_table(csrf: &str, types: &[OrgTypeRow], ladders: &[(i64, String)], forms: &[(i64, FormState)]) -> Markup {
+    let empty_form = FormState::default();
     let rows = types
         .iter()
         .map(|t| {
+            let form = forms.iter().find(|(id, _)| *id == t.id).map_or(&empty_form, |(_, f)| f);
             vec![
                 html! { (t.name) },
                 or_none(t.default_ladder.as_deref(), "no default"),
                 or_none(t.floor_product.as_deref(), "no floor"),
                 html! { (t.organizations) },
+                default_change_form(csrf, t.id, ladders, form),
             ]
         })
         .collect();
@@ -358,6 +435,7 @@ fn org_types_table(types: &[OrgTypeRow]) -> Markup {
         Column::text("Default ladder"),
         Column::text("Floor product"),
         Column::num("Organizations"),
+        Column::text("Change default"),
     ];
     table_cols(&columns, rows, "No organization types yet.")
 }
@@ -391,6 +469,7 @@ mod tests {
             products: vec![(10, "Wiki Free".into()), (12, "<script>Wiki Pro</script>".into())],
             add_forms: vec![],
             order_form: FormState::default(),
+            default_forms: vec![],
             notice: None,
             ladders: vec![
                 LadderView { id: 2, name: "Support".into(), sort_order: 2, tiers: vec![] },
@@ -474,8 +553,9 @@ mod tests {
         assert!(out.contains(r#"id="delete-tier-1-0""#));
         assert!(out.contains(r#"id="delete-tier-1-1""#));
         assert!(!out.contains("delete-tier-2-"));
-        // Order form, two add forms, two delete forms; each carries the token.
-        assert_eq!(out.matches(r#"<input type="hidden" name="csrf_token" value="tok">"#).count(), 5);
+        // Order form, two add forms, two delete forms, two default-change forms; each carries
+        // the token.
+        assert_eq!(out.matches(r#"<input type="hidden" name="csrf_token" value="tok">"#).count(), 7);
         assert!(out.contains("&lt;script&gt;Wiki Pro&lt;/script&gt;"));
         assert!(!out.contains("<script>"));
     }
@@ -619,5 +699,79 @@ mod tests {
         let out = ladder_order_form("tok", &[], &FormState::default()).into_string();
         assert!(out.contains(r#"<p class="empty">No plan ladders to order.</p>"#));
         assert!(!out.contains("<form"));
+    }
+
+    #[test]
+    fn default_change_form_posts_its_fields_with_the_token_first() {
+        let ladders = [(1, "Wiki hosting".to_owned()), (2, "<i>Support</i>".to_owned())];
+        let out = default_change_form("tok", 4, &ladders, &FormState::default()).into_string();
+        assert!(out.starts_with(r#"<div class="default-change" id="default-change-4">"#));
+        assert!(out.contains(
+            r##"<form method="post" action="/operator/topology/org-types/4/default" hx-post="/operator/topology/org-types/4/default" hx-target="#default-change-4" hx-swap="outerHTML"><input type="hidden" name="csrf_token" value="tok">"##
+        ));
+        assert!(out.contains(r#"<select id="default-change-4-plan_ladder_id" name="plan_ladder_id" required>"#));
+        assert!(out.contains(
+            r#"<option value="" selected>— choose a ladder —</option><option value="1">Wiki hosting</option><option value="2">&lt;i&gt;Support&lt;/i&gt;</option>"#
+        ));
+        assert!(out.contains(r#"<select id="default-change-4-disposition" name="disposition" required>"#));
+        assert!(out.contains(concat!(
+            r#"<option value="" selected>— choose —</option>"#,
+            r#"<option value="migrate">Migrate: their floor moves to the new default</option>"#,
+            r#"<option value="grandfather">Grandfather: they keep their old floor as a legacy grant</option>"#,
+        )));
+        assert!(out.contains(r#"id="default-change-4-reason" name="reason" type="text" value="""#));
+        assert!(!out.contains(r#"name="reason" type="text" value="" required"#));
+        assert!(out.contains("Every organization of this type is moved, live"));
+        assert!(out.contains("progress page"));
+        assert!(out.contains(
+            r#"<button class="btn btn-primary" type="submit" aria-describedby="default-change-4-note">Change default</button>"#
+        ));
+        assert!(!out.contains("<i>"));
+        assert!(!out.contains("form-errors"));
+    }
+
+    #[test]
+    fn a_refused_default_change_keeps_its_values_and_shows_its_errors() {
+        let ladders = [(1, "Wiki hosting".to_owned()), (2, "Support".to_owned())];
+        let mut f = state(
+            &[("plan_ladder_id", "2"), ("disposition", "grandfather"), ("reason", "<why>")],
+            &[("disposition", "Choose <what> happens."), ("plan_ladder_id", "Already the default.")],
+        );
+        f.errors = vec!["A change is <running>.".into()];
+        let out = default_change_form("tok", 4, &ladders, &f).into_string();
+        let errors = out.find(r#"<div class="form-errors" role="alert">"#).expect("form errors");
+        assert!(errors < out.find("<form").unwrap());
+        assert!(out.contains("<li>A change is &lt;running&gt;.</li>"));
+        assert!(out.contains(r#"<option value="2" selected>Support</option>"#));
+        assert!(out.contains(r#"<option value="grandfather" selected>Grandfather"#));
+        assert!(!out.contains(r#"<option value="" selected>"#));
+        assert!(out.contains(r#"value="&lt;why&gt;""#));
+        assert!(out.contains(
+            r#"<p class="field-error" id="default-change-4-disposition-error">Choose &lt;what&gt; happens.</p>"#
+        ));
+        assert!(
+            out.contains(
+                r#"<p class="field-error" id="default-change-4-plan_ladder_id-error">Already the default.</p>"#
+            )
+        );
+        assert!(out.contains(r#"aria-invalid="true" aria-describedby="default-change-4-disposition-error""#));
+    }
+
+    #[test]
+    fn org_types_table_has_a_default_change_form_per_type_with_its_own_state() {
+        let mut v = sample();
+        v.default_forms = vec![(2, state(&[("reason", "moving internal")], &[]))];
+        let out = topology(&v).into_string();
+        assert!(out.contains(r#"<th scope="col">Change default</th>"#));
+        assert!(out.contains(r#"<td class="num">42</td><td><div class="default-change" id="default-change-1">"#));
+        assert!(out.contains(r#"id="default-change-2""#));
+        // The ladders are offered in their order.
+        let one = &out[out.find(r#"id="default-change-1""#).unwrap()..out.find(r#"id="default-change-2""#).unwrap()];
+        assert!(one.contains(
+            r#"<option value="1">&lt;script&gt;Wiki hosting&lt;/script&gt;</option><option value="2">Support</option>"#
+        ));
+        assert!(!one.contains("moving internal"));
+        let two = &out[out.find(r#"id="default-change-2""#).unwrap()..];
+        assert!(two.contains(r#"value="moving internal""#));
     }
 }

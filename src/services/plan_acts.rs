@@ -1,0 +1,376 @@
+//! The default change, as the spec orders its locks: T0 (ChangeOrgTypeDefault) under the
+//! exclusive rendezvous with the type's row and no pool or obligation row; then listing batches
+//! (ListPlanActBatch) and one move per organization (EnactObligation) under the shared
+//! rendezvous; failures recorded apart; the last probe (DrainPlanAct); and RetryPlanAct. The
+//! listing and moves start inside the request (MaterializingWithin) and a durable job carries on.
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::{
+    db::{
+        Db, DbError, Tx, TxKind, begin,
+        locks::{Lock, PathLocks},
+    },
+    jobs::{self, NewJob},
+    services::{
+        entitlements::restore_pool_tx,
+        topology::TopologyError,
+    },
+    store::{entitlements as ent, grants, plan_acts as store, topology},
+};
+
+pub const DRAIN_PLAN_ACT: &str = "drain_plan_act";
+pub const RESUME_PLAN_ACT_DRAINS: &str = "resume_plan_act_drains";
+/// Organizations one listing batch writes.
+pub const LISTING_BATCH: i32 = 500;
+/// Moves one drain runs at once, each over its own share of pool ids.
+pub const MOVE_PARALLELISM: i64 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    Migrate,
+    Grandfather,
+}
+
+impl Disposition {
+    pub fn parse(s: &str) -> Result<Option<Disposition>, String> {
+        match s.trim() {
+            "" => Ok(None),
+            "migrate" => Ok(Some(Disposition::Migrate)),
+            "grandfather" => Ok(Some(Disposition::Grandfather)),
+            other => Err(format!("“{other}” is not a disposition: choose migrate or grandfather.")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Migrate => "migrate",
+            Disposition::Grandfather => "grandfather",
+        }
+    }
+}
+
+fn invalid(field: &str, m: impl Into<String>) -> TopologyError {
+    TopologyError::Invalid(vec![(field.into(), m.into())])
+}
+
+pub static CHANGE_DEFAULT_T0_LOCKS: PathLocks = PathLocks {
+    path: "ChangeOrgTypeDefault (T0)",
+    function: "services::plan_acts::change_org_type_default",
+    kind: "RuleChange",
+    locks: &[Lock::RendezvousExclusive, Lock::OrgTypeRow],
+    why: "The exclusive rendezvous, then the org type's row (LockOrgType, FOR NO KEY UPDATE), the reads, the type's \
+          update, the act with its reached type, and, with no disposition, the gate (core.outgoing_default_exists). \
+          No pool or obligation row, so its hold does not grow with the number of organizations.",
+};
+
+/// ChangeOrgTypeDefault: T0 in a transaction of its own, then the listing and moves for as long
+/// as `within` allows (inside the request that made the act); a durable job carries on.
+#[tracing::instrument(name = "ChangeOrgTypeDefault", skip(db, reason))]
+pub async fn change_org_type_default(
+    db: &Db,
+    org_type_id: i64,
+    ladder_id: i64,
+    disposition: Option<Disposition>,
+    actor: Option<i64>,
+    reason: &str,
+    within: Option<Instant>,
+) -> Result<i64, TopologyError> {
+    let mut tx = begin(db, TxKind::RuleChange).await?;
+    let Some((current,)) = store::lock_org_type(tx.conn(), org_type_id).await? else {
+        return Err(TopologyError::NotFound("organization type"));
+    };
+    if !topology::ladder_exists(tx.conn(), ladder_id).await? {
+        return Err(invalid("plan_ladder_id", "Choose a ladder from the list."));
+    }
+    if current == Some(ladder_id) {
+        return Err(invalid("plan_ladder_id", "That ladder is this type's default already."));
+    }
+    if store::rank0_of(tx.conn(), ladder_id).await?.is_none() {
+        return Err(invalid("plan_ladder_id", "That ladder has no tiers, so it has no floor to give."));
+    }
+    // The gate: without a disposition, no organization may hold the outgoing default's floor.
+    if let (None, Some(from)) = (disposition, current) {
+        if store::outgoing_default_exists(tx.conn(), org_type_id, from).await? {
+            return Err(invalid(
+                "disposition",
+                "Organizations of this type hold the current default's floor: choose whether they migrate or are grandfathered.",
+            ));
+        }
+    }
+    let act = topology::record_plan_act(
+        tx.conn(),
+        "default_change",
+        disposition.map(Disposition::as_str),
+        actor,
+        reason.trim(),
+        Some(ladder_id),
+        None,
+        None,
+        json!({ "org_type_id": org_type_id, "from_ladder_id": current, "to_ladder_id": ladder_id }),
+    )
+    .await?;
+    store::set_default(tx.conn(), org_type_id, ladder_id, act).await?;
+    store::insert_reached_type(tx.conn(), act, org_type_id, current).await?;
+    if store::organizations_of_type(tx.conn(), org_type_id).await? > 0 {
+        store::set_running(tx.conn(), act).await?;
+        enqueue_drain(&mut tx, act).await?;
+    }
+    tx.commit().await?;
+    if let Some(deadline) = within {
+        // As far as the request's time allows; the job finishes what is left.
+        match drain_plan_act(db, act, Some(deadline)).await {
+            Ok(_) | Err(DbError::DeadlinePassed | DbError::LockNotAvailable) => {}
+            Err(e) => tracing::warn!(plan_act_id = act, error = %e, "the in-request drain stopped"),
+        }
+    }
+    Ok(act)
+}
+
+async fn enqueue_drain(tx: &mut Tx, act: i64) -> Result<(), DbError> {
+    let mut job = NewJob::new(DRAIN_PLAN_ACT, json!({ "plan_act_id": act }));
+    job.dedupe_key = Some(format!("{DRAIN_PLAN_ACT}:{act}"));
+    jobs::enqueue(tx.conn(), job).await?;
+    Ok(())
+}
+
+fn kind(within: Option<Instant>) -> TxKind {
+    within.map_or(TxKind::Materializing, TxKind::MaterializingWithin)
+}
+
+pub static LIST_BATCH_LOCKS: PathLocks = PathLocks {
+    path: "ListPlanActBatch",
+    function: "services::plan_acts::drain_plan_act",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRowKeyShare, Lock::PlanActObligationRow],
+    why: "The shared rendezvous, then core.write_plan_act_obligations: the batch's pool rows FOR KEY SHARE in \
+          ascending pool_id (conflicting with a move's FOR UPDATE), the open obligations of earlier acts on those \
+          pools FOR UPDATE in the same order (superseded), then the inserts.",
+};
+
+pub static ENACT_OBLIGATION_LOCKS: PathLocks = PathLocks {
+    path: "EnactObligation",
+    function: "services::plan_acts::enact_obligation",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::PlanActObligationRow, Lock::GrantRow],
+    why: "The shared rendezvous, the pool row (LockPools), the obligation row (core.lock_plan_act_obligation, \
+          which reads the type's owner in the same statement), then the bucket's work under the pool row it holds: \
+          the floor's end or a legacy grant, ReapplyDefaultsIfVacant, materialization; then the settlement.",
+};
+
+pub static RECORD_MOVE_FAILURE_LOCKS: PathLocks = PathLocks {
+    path: "Record a failed move",
+    function: "services::plan_acts::drain_plan_act",
+    kind: "Plain",
+    locks: &[Lock::PlanActObligationRow],
+    why: "core.record_plan_act_obligation_failure updates the one obligation row while it is still pending; no \
+          rendezvous and no pool row, so it cannot wait in a cycle with a move.",
+};
+
+pub static LAST_PROBE_LOCKS: PathLocks = PathLocks {
+    path: "DrainPlanAct (last probe)",
+    function: "services::plan_acts::drain_plan_act",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared],
+    why: "The shared rendezvous, then core.outgoing_default_exists: the walk over the index entries the moves \
+          ended happens outside the next T0's exclusive hold.",
+};
+
+/// What a drain pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActDrained {
+    pub listed: u64,
+    pub moved: u64,
+    pub failed: u64,
+    pub finished: bool,
+}
+
+/// DrainPlanAct: list every reached type, move every pending organization, then the last probe
+/// and the act is done. With `within`, every transaction is bounded by that deadline.
+#[tracing::instrument(name = "DrainPlanAct", skip(db))]
+pub async fn drain_plan_act(db: &Db, act: i64, within: Option<Instant>) -> Result<ActDrained, DbError> {
+    let mut out = ActDrained::default();
+    // Listing: batch after batch; a deadlock between two batches of one act is benign (the next
+    // pass lists the batch again).
+    loop {
+        let types = {
+            let mut c = db.pool.acquire().await?;
+            store::types_to_list(&mut c, act).await?
+        };
+        if types.is_empty() {
+            break;
+        }
+        for t in types {
+            let mut tx = begin(db, kind(within)).await?;
+            match store::write_obligations(tx.conn(), act, t, LISTING_BATCH).await.map_err(DbError::from) {
+                Ok(n) => {
+                    tx.commit().await?;
+                    out.listed += n as u64;
+                }
+                Err(DbError::Deadlock) => drop(tx),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    // Moves, in partitions that never meet on a pool.
+    let mut tasks = tokio::task::JoinSet::new();
+    for part in 0..MOVE_PARALLELISM {
+        let db = db.clone();
+        tasks.spawn(async move { move_part(&db, act, part, within).await });
+    }
+    while let Some(r) = tasks.join_next().await {
+        let (moved, failed) =
+            r.map_err(|e| DbError::Sql(sqlx::Error::Protocol(format!("a move task failed: {e}"))))??;
+        out.moved += moved;
+        out.failed += failed;
+    }
+    let unfinished = {
+        let mut c = db.pool.acquire().await?;
+        store::unfinished(&mut c, act).await?
+    };
+    if !unfinished {
+        // The last probe, then the act is done.
+        let mut tx = begin(db, kind(within)).await?;
+        for (ty, from) in store::reached_types(tx.conn(), act).await? {
+            if let Some(from) = from {
+                let left = store::outgoing_default_exists(tx.conn(), ty, from).await?;
+                tracing::info!(plan_act_id = act, org_type_id = ty, outgoing_floors_left = left, "last probe");
+            }
+        }
+        out.finished = store::finish(tx.conn(), act).await?;
+        tx.commit().await?;
+    }
+    Ok(out)
+}
+
+async fn move_part(db: &Db, act: i64, part: i64, within: Option<Instant>) -> Result<(u64, u64), DbError> {
+    let (mut moved, mut failed, mut after) = (0, 0, 0);
+    loop {
+        let pools = {
+            let mut c = db.pool.acquire().await?;
+            store::pending_pools(&mut c, act, part, MOVE_PARALLELISM, after, 500).await?
+        };
+        let Some(last) = pools.last().copied() else { return Ok((moved, failed)) };
+        for pool in pools {
+            match enact_obligation(db, act, pool, within).await {
+                Ok(true) => moved += 1,
+                Ok(false) => {}
+                Err(e @ (DbError::DeadlinePassed | DbError::LockNotAvailable)) if within.is_some() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(plan_act_id = act, pool_id = pool, error = %e, "a move failed");
+                    let mut tx = begin(db, TxKind::Plain).await?;
+                    store::record_failure(tx.conn(), act, pool, &e.to_string()).await?;
+                    tx.commit().await?;
+                    failed += 1;
+                }
+            }
+        }
+        after = last;
+    }
+}
+
+/// EnactObligation: one organization's move. False when there was nothing to do (settled
+/// already, or no longer pending).
+pub async fn enact_obligation(db: &Db, act: i64, pool: i64, within: Option<Instant>) -> Result<bool, DbError> {
+    let mut tx = begin(db, kind(within)).await?;
+    ent::lock_pools(tx.conn(), &[pool]).await?;
+    let Some(ob) = store::lock_obligation(tx.conn(), act, pool).await? else { return Ok(false) };
+    if ob.state != "pending" {
+        return Ok(false);
+    }
+    if !ob.owns {
+        // A later act owns the type's default now: this one no longer moves it.
+        store::settle_obligation(tx.conn(), act, pool, "superseded").await?;
+        tx.commit().await?;
+        return Ok(true);
+    }
+    let disposition = store::disposition_of(tx.conn(), act).await?;
+    let floor = match ob.from_ladder_id {
+        Some(from) => store::floor_on(tx.conn(), pool, from).await?,
+        None => None,
+    };
+    let state = match (floor, disposition.as_deref()) {
+        (Some((conferral, floor_grant, product)), Some("grandfather")) => {
+            // The incumbent keeps its old floor, as a legacy grant of the same product.
+            ent::end_conferral(tx.conn(), conferral, "grandfathered").await?;
+            let org = store::organization_of_pool(tx.conn(), pool).await?;
+            let legacy = ent::NewGrant {
+                organization_id: Some(org),
+                product_id: product,
+                quantity: 1,
+                kind: "legacy",
+                status: "active",
+                starts_at: None,
+                ends_at: None,
+                reason: format!("grandfathered by plan act #{act} (was floor grant #{floor_grant})"),
+                created_by: None,
+                plan_act_id: Some(act),
+                provision_domain: None,
+            };
+            let g = ent::insert_grant(tx.conn(), &legacy).await?;
+            ent::confer_grant(tx.conn(), g).await?;
+            ent::reapply_defaults_if_vacant(tx.conn(), pool, Some(act)).await?;
+            ent::materialize_pool(tx.conn(), pool).await?;
+            grants::request_pool_subscription_reconciles(tx.conn(), org, "grandfathered").await?;
+            "grandfathered"
+        }
+        (Some((conferral, _, _)), _) => {
+            ent::end_conferral(tx.conn(), conferral, "migrated").await?;
+            restore_pool_tx(&mut tx, pool, true).await.map_err(|e| match e {
+                crate::services::entitlements::EntitlementError::Db(d) => d,
+                other => DbError::Sql(sqlx::Error::Protocol(other.to_string())),
+            })?;
+            "migrated"
+        }
+        (None, _) => {
+            ent::reapply_defaults_if_vacant(tx.conn(), pool, Some(act)).await?;
+            ent::materialize_pool(tx.conn(), pool).await?;
+            "vacant"
+        }
+    };
+    store::settle_obligation(tx.conn(), act, pool, state).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+pub static RETRY_PLAN_ACT_LOCKS: PathLocks = PathLocks {
+    path: "RetryPlanAct",
+    function: "services::plan_acts::retry_plan_act",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PlanActObligationRow],
+    why: "The shared rendezvous, the Retry act and its detail row, then core.requeue_plan_act_obligations: the \
+          retried act's failed obligations of the types it still owns FOR UPDATE in ascending pool_id. A Retry that \
+          requeues nothing rolls back.",
+};
+
+/// RetryPlanAct: the act's failed organizations are pending again, and the drain runs.
+#[tracing::instrument(name = "RetryPlanAct", skip(db))]
+pub async fn retry_plan_act(db: &Db, act: i64, actor: Option<i64>) -> Result<i64, TopologyError> {
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    if topology::plan_act(tx.conn(), act).await?.is_none() {
+        return Err(TopologyError::NotFound("plan act"));
+    }
+    let retry = topology::record_plan_act(tx.conn(), "retry", None, actor, "", None, None, None, json!({ "retry_of": act }))
+        .await?;
+    let n = store::requeue(tx.conn(), act).await?;
+    if n == 0 {
+        tx.rollback().await?;
+        return Err(TopologyError::Refused("Nothing to retry: no organization of this act failed, or a later act owns its types.".into()));
+    }
+    enqueue_drain(&mut tx, act).await?;
+    tx.commit().await?;
+    Ok(retry)
+}
+
+/// The poller: a drain job for every act still running (after a crash or a restart).
+pub async fn resume_drains(db: &Db) -> Result<usize, DbError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let acts = store::running_acts(tx.conn()).await?;
+    for a in &acts {
+        enqueue_drain(&mut tx, *a).await?;
+    }
+    tx.commit().await?;
+    Ok(acts.len())
+}

@@ -1,0 +1,225 @@
+//! The default change's rows: reached types, obligations, and the moves' SQL functions.
+
+use sqlx::{FromRow, PgConnection};
+
+/// LockOrgType: the type's row FOR NO KEY UPDATE; its current default.
+pub async fn lock_org_type(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<Option<(Option<i64>,)>> {
+    sqlx::query_as("SELECT default_plan_ladder_id FROM core.org_types WHERE org_type_id = $1 FOR NO KEY UPDATE")
+        .bind(org_type_id)
+        .fetch_optional(conn)
+        .await
+}
+
+pub async fn rank0_of(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar("SELECT product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = 0")
+        .bind(ladder_id)
+        .fetch_optional(conn)
+        .await
+}
+
+pub async fn set_default(conn: &mut PgConnection, org_type_id: i64, ladder_id: i64, act: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE core.org_types SET default_plan_ladder_id = $2, default_owner_act_id = $3 WHERE org_type_id = $1")
+        .bind(org_type_id)
+        .bind(ladder_id)
+        .bind(act)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn insert_reached_type(conn: &mut PgConnection, act: i64, org_type_id: i64, from: Option<i64>) -> sqlx::Result<()> {
+    sqlx::query("INSERT INTO core.plan_act_reached_types (plan_act_id, org_type_id, from_ladder_id) VALUES ($1, $2, $3)")
+        .bind(act)
+        .bind(org_type_id)
+        .bind(from)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn set_running(conn: &mut PgConnection, act: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE core.plan_acts SET state = 'running', finished_at = NULL WHERE plan_act_id = $1")
+        .bind(act)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn outgoing_default_exists(conn: &mut PgConnection, org_type_id: i64, ladder_id: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT core.outgoing_default_exists($1, $2)").bind(org_type_id).bind(ladder_id).fetch_one(conn).await
+}
+
+pub async fn organizations_of_type(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM core.organizations WHERE org_type_id = $1").bind(org_type_id).fetch_one(conn).await
+}
+
+/// The types an act reaches whose listing is not done.
+pub async fn types_to_list(conn: &mut PgConnection, act: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT org_type_id FROM core.plan_act_reached_types WHERE plan_act_id = $1 AND NOT listing_done ORDER BY org_type_id",
+    )
+    .bind(act)
+    .fetch_all(conn)
+    .await
+}
+
+pub async fn write_obligations(conn: &mut PgConnection, act: i64, org_type_id: i64, limit: i32) -> sqlx::Result<i32> {
+    sqlx::query_scalar("SELECT core.write_plan_act_obligations($1, $2, $3)")
+        .bind(act)
+        .bind(org_type_id)
+        .bind(limit)
+        .fetch_one(conn)
+        .await
+}
+
+pub async fn pending_pools(conn: &mut PgConnection, act: i64, part: i64, parts: i64, after: i64, limit: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT pool_id FROM core.plan_act_obligations
+         WHERE plan_act_id = $1 AND state = 'pending' AND pool_id % $3 = $2 AND pool_id > $4 ORDER BY pool_id LIMIT $5",
+    )
+    .bind(act)
+    .bind(part)
+    .bind(parts)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct LockedObligation {
+    pub state: String,
+    pub owns: bool,
+    pub org_type_id: i64,
+    pub from_ladder_id: Option<i64>,
+}
+
+pub async fn lock_obligation(conn: &mut PgConnection, act: i64, pool: i64) -> sqlx::Result<Option<LockedObligation>> {
+    sqlx::query_as("SELECT state, owns, org_type_id, from_ladder_id FROM core.lock_plan_act_obligation($1, $2)")
+        .bind(act)
+        .bind(pool)
+        .fetch_optional(conn)
+        .await
+}
+
+pub async fn settle_obligation(conn: &mut PgConnection, act: i64, pool: i64, state: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT core.settle_plan_act_obligation($1, $2, $3)").bind(act).bind(pool).bind(state).execute(conn).await?;
+    Ok(())
+}
+
+pub async fn record_failure(conn: &mut PgConnection, act: i64, pool: i64, error: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT core.record_plan_act_obligation_failure($1, $2, $3)")
+        .bind(act)
+        .bind(pool)
+        .bind(error)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+pub async fn requeue(conn: &mut PgConnection, act: i64) -> sqlx::Result<i32> {
+    sqlx::query_scalar("SELECT core.requeue_plan_act_obligations($1)").bind(act).fetch_one(conn).await
+}
+
+/// The floor grant's holding conferral on a ladder in a pool, if the pool holds one there.
+pub async fn floor_on(conn: &mut PgConnection, pool: i64, ladder: i64) -> sqlx::Result<Option<(i64, i64, i64)>> {
+    sqlx::query_as(
+        "SELECT c.conferral_id, g.grant_id, g.product_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+         JOIN core.grants g ON g.grant_id = c.grant_id
+         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND g.kind = 'floor'",
+    )
+    .bind(pool)
+    .bind(ladder)
+    .fetch_optional(conn)
+    .await
+}
+
+pub async fn organization_of_pool(conn: &mut PgConnection, pool: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT organization_id FROM core.resource_pools WHERE pool_id = $1").bind(pool).fetch_one(conn).await
+}
+
+/// Is any obligation still pending, or any type still being listed?
+pub async fn unfinished(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM core.plan_act_obligations WHERE plan_act_id = $1 AND state = 'pending')
+             OR EXISTS (SELECT 1 FROM core.plan_act_reached_types WHERE plan_act_id = $1 AND NOT listing_done)",
+    )
+    .bind(act)
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn reached_types(conn: &mut PgConnection, act: i64) -> sqlx::Result<Vec<(i64, Option<i64>)>> {
+    sqlx::query_as("SELECT org_type_id, from_ladder_id FROM core.plan_act_reached_types WHERE plan_act_id = $1")
+        .bind(act)
+        .fetch_all(conn)
+        .await
+}
+
+pub async fn finish(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
+    Ok(sqlx::query("UPDATE core.plan_acts SET state = 'done', finished_at = now() WHERE plan_act_id = $1 AND state = 'running'")
+        .bind(act)
+        .execute(conn)
+        .await?
+        .rows_affected()
+        == 1)
+}
+
+pub async fn running_acts(conn: &mut PgConnection) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar("SELECT plan_act_id FROM core.plan_acts WHERE state = 'running' ORDER BY plan_act_id").fetch_all(conn).await
+}
+
+pub async fn disposition_of(conn: &mut PgConnection, act: i64) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("SELECT disposition FROM core.plan_acts WHERE plan_act_id = $1").bind(act).fetch_one(conn).await
+}
+
+#[derive(Debug, Clone, Default, FromRow)]
+pub struct Counts {
+    pub pending: i64,
+    pub migrated: i64,
+    pub grandfathered: i64,
+    pub vacant: i64,
+    pub failed: i64,
+    pub superseded: i64,
+}
+
+pub async fn counts(conn: &mut PgConnection, act: i64) -> sqlx::Result<Counts> {
+    sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state = 'pending') AS pending, count(*) FILTER (WHERE state = 'migrated') AS migrated,
+                count(*) FILTER (WHERE state = 'grandfathered') AS grandfathered, count(*) FILTER (WHERE state = 'vacant') AS vacant,
+                count(*) FILTER (WHERE state = 'failed') AS failed, count(*) FILTER (WHERE state = 'superseded') AS superseded
+         FROM core.plan_act_obligations WHERE plan_act_id = $1",
+    )
+    .bind(act)
+    .fetch_one(conn)
+    .await
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct Failure {
+    pub organization_id: i64,
+    pub organization: String,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+}
+
+pub async fn failures(conn: &mut PgConnection, act: i64, limit: i64) -> sqlx::Result<Vec<Failure>> {
+    sqlx::query_as(
+        "SELECT o.organization_id, org.name AS organization, o.attempts, o.last_error FROM core.plan_act_obligations o
+         JOIN core.organizations org USING (organization_id) WHERE o.plan_act_id = $1 AND o.state = 'failed' ORDER BY o.pool_id LIMIT $2",
+    )
+    .bind(act)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// Whether an act reaches organizations (has reached types) and whether its listing is done.
+pub async fn listing_state(conn: &mut PgConnection, act: i64) -> sqlx::Result<(bool, bool)> {
+    sqlx::query_as(
+        "SELECT count(*) > 0, coalesce(bool_and(listing_done), true) FROM core.plan_act_reached_types WHERE plan_act_id = $1",
+    )
+    .bind(act)
+    .fetch_one(conn)
+    .await
+}
