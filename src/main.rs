@@ -110,6 +110,8 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,sqlx=warn,actix_server=warn".into()),
         )
         .with_target(false)
+        // Logs to stderr: stdout carries what a command answers (a URL, one line of JSON).
+        .with_writer(std::io::stderr)
         .init();
     match cli.command {
         Command::LockOrders => {

@@ -144,7 +144,9 @@ impl Lock {
             Lock::PlanLadderRows => PgSignature::Relation { table: "core.plan_ladders", mode: "RowShareLock" },
             Lock::OrgTypeRow => PgSignature::Relation { table: "core.org_types", mode: "RowShareLock" },
             Lock::PoolRowKeyShare => PgSignature::Relation { table: "core.resource_pools", mode: "RowShareLock" },
-            Lock::PlanActObligationRow => PgSignature::Relation { table: "core.plan_act_obligations", mode: "RowShareLock" },
+            Lock::PlanActObligationRow => {
+                PgSignature::Relation { table: "core.plan_act_obligations", mode: "RowShareLock" }
+            }
             Lock::ChangeObligationRow => {
                 PgSignature::Relation { table: "core.entitlement_set_change_obligations", mode: "RowShareLock" }
             }

@@ -14,10 +14,7 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     jobs::{self, NewJob},
-    services::{
-        entitlements::restore_pool_tx,
-        topology::TopologyError,
-    },
+    services::{entitlements::restore_pool_tx, topology::TopologyError},
     store::{entitlements as ent, grants, plan_acts as store, topology},
 };
 
@@ -352,12 +349,15 @@ pub async fn retry_plan_act(db: &Db, act: i64, actor: Option<i64>) -> Result<i64
     if topology::plan_act(tx.conn(), act).await?.is_none() {
         return Err(TopologyError::NotFound("plan act"));
     }
-    let retry = topology::record_plan_act(tx.conn(), "retry", None, actor, "", None, None, None, json!({ "retry_of": act }))
-        .await?;
+    let retry =
+        topology::record_plan_act(tx.conn(), "retry", None, actor, "", None, None, None, json!({ "retry_of": act }))
+            .await?;
     let n = store::requeue(tx.conn(), act).await?;
     if n == 0 {
         tx.rollback().await?;
-        return Err(TopologyError::Refused("Nothing to retry: no organization of this act failed, or a later act owns its types.".into()));
+        return Err(TopologyError::Refused(
+            "Nothing to retry: no organization of this act failed, or a later act owns its types.".into(),
+        ));
     }
     enqueue_drain(&mut tx, act).await?;
     tx.commit().await?;

@@ -18,22 +18,31 @@ pub async fn rank0_of(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<O
 }
 
 pub async fn set_default(conn: &mut PgConnection, org_type_id: i64, ladder_id: i64, act: i64) -> sqlx::Result<()> {
-    sqlx::query("UPDATE core.org_types SET default_plan_ladder_id = $2, default_owner_act_id = $3 WHERE org_type_id = $1")
-        .bind(org_type_id)
-        .bind(ladder_id)
-        .bind(act)
-        .execute(conn)
-        .await?;
+    sqlx::query(
+        "UPDATE core.org_types SET default_plan_ladder_id = $2, default_owner_act_id = $3 WHERE org_type_id = $1",
+    )
+    .bind(org_type_id)
+    .bind(ladder_id)
+    .bind(act)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
-pub async fn insert_reached_type(conn: &mut PgConnection, act: i64, org_type_id: i64, from: Option<i64>) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO core.plan_act_reached_types (plan_act_id, org_type_id, from_ladder_id) VALUES ($1, $2, $3)")
-        .bind(act)
-        .bind(org_type_id)
-        .bind(from)
-        .execute(conn)
-        .await?;
+pub async fn insert_reached_type(
+    conn: &mut PgConnection,
+    act: i64,
+    org_type_id: i64,
+    from: Option<i64>,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO core.plan_act_reached_types (plan_act_id, org_type_id, from_ladder_id) VALUES ($1, $2, $3)",
+    )
+    .bind(act)
+    .bind(org_type_id)
+    .bind(from)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -46,11 +55,18 @@ pub async fn set_running(conn: &mut PgConnection, act: i64) -> sqlx::Result<()> 
 }
 
 pub async fn outgoing_default_exists(conn: &mut PgConnection, org_type_id: i64, ladder_id: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT core.outgoing_default_exists($1, $2)").bind(org_type_id).bind(ladder_id).fetch_one(conn).await
+    sqlx::query_scalar("SELECT core.outgoing_default_exists($1, $2)")
+        .bind(org_type_id)
+        .bind(ladder_id)
+        .fetch_one(conn)
+        .await
 }
 
 pub async fn organizations_of_type(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM core.organizations WHERE org_type_id = $1").bind(org_type_id).fetch_one(conn).await
+    sqlx::query_scalar("SELECT count(*) FROM core.organizations WHERE org_type_id = $1")
+        .bind(org_type_id)
+        .fetch_one(conn)
+        .await
 }
 
 /// The types an act reaches whose listing is not done.
@@ -72,7 +88,14 @@ pub async fn write_obligations(conn: &mut PgConnection, act: i64, org_type_id: i
         .await
 }
 
-pub async fn pending_pools(conn: &mut PgConnection, act: i64, part: i64, parts: i64, after: i64, limit: i64) -> sqlx::Result<Vec<i64>> {
+pub async fn pending_pools(
+    conn: &mut PgConnection,
+    act: i64,
+    part: i64,
+    parts: i64,
+    after: i64,
+    limit: i64,
+) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar(
         "SELECT pool_id FROM core.plan_act_obligations
          WHERE plan_act_id = $1 AND state = 'pending' AND pool_id % $3 = $2 AND pool_id > $4 ORDER BY pool_id LIMIT $5",
@@ -103,7 +126,12 @@ pub async fn lock_obligation(conn: &mut PgConnection, act: i64, pool: i64) -> sq
 }
 
 pub async fn settle_obligation(conn: &mut PgConnection, act: i64, pool: i64, state: &str) -> sqlx::Result<()> {
-    sqlx::query("SELECT core.settle_plan_act_obligation($1, $2, $3)").bind(act).bind(pool).bind(state).execute(conn).await?;
+    sqlx::query("SELECT core.settle_plan_act_obligation($1, $2, $3)")
+        .bind(act)
+        .bind(pool)
+        .bind(state)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
@@ -135,7 +163,10 @@ pub async fn floor_on(conn: &mut PgConnection, pool: i64, ladder: i64) -> sqlx::
 }
 
 pub async fn organization_of_pool(conn: &mut PgConnection, pool: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT organization_id FROM core.resource_pools WHERE pool_id = $1").bind(pool).fetch_one(conn).await
+    sqlx::query_scalar("SELECT organization_id FROM core.resource_pools WHERE pool_id = $1")
+        .bind(pool)
+        .fetch_one(conn)
+        .await
 }
 
 /// Is any obligation still pending, or any type still being listed?
@@ -157,16 +188,20 @@ pub async fn reached_types(conn: &mut PgConnection, act: i64) -> sqlx::Result<Ve
 }
 
 pub async fn finish(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
-    Ok(sqlx::query("UPDATE core.plan_acts SET state = 'done', finished_at = now() WHERE plan_act_id = $1 AND state = 'running'")
-        .bind(act)
-        .execute(conn)
-        .await?
-        .rows_affected()
+    Ok(sqlx::query(
+        "UPDATE core.plan_acts SET state = 'done', finished_at = now() WHERE plan_act_id = $1 AND state = 'running'",
+    )
+    .bind(act)
+    .execute(conn)
+    .await?
+    .rows_affected()
         == 1)
 }
 
 pub async fn running_acts(conn: &mut PgConnection) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar("SELECT plan_act_id FROM core.plan_acts WHERE state = 'running' ORDER BY plan_act_id").fetch_all(conn).await
+    sqlx::query_scalar("SELECT plan_act_id FROM core.plan_acts WHERE state = 'running' ORDER BY plan_act_id")
+        .fetch_all(conn)
+        .await
 }
 
 pub async fn disposition_of(conn: &mut PgConnection, act: i64) -> sqlx::Result<Option<String>> {

@@ -3,6 +3,7 @@
 
 pub mod context;
 pub mod errors;
+pub mod forms;
 pub mod identity;
 pub mod pages;
 pub mod render;

@@ -7,6 +7,7 @@ use validator::Validate;
 
 use crate::{
     services::auth::{self, AuthError, Email},
+    web::forms::after_post,
     web::{
         AppState,
         errors::AppError,
@@ -46,18 +47,10 @@ fn login_page(
     render::bare(req, status, "Sign in", body)
 }
 
-fn go(req: &HttpRequest, to: &str) -> HttpResponse {
-    if render::is_htmx(req) {
-        HttpResponse::Ok().insert_header(("HX-Redirect", to)).finish()
-    } else {
-        HttpResponse::SeeOther().insert_header(("Location", to)).finish()
-    }
-}
-
 #[get("/login")]
 pub async fn login_form(req: HttpRequest, q: web::Query<NextQuery>) -> HttpResponse {
     if identity(&req).is_some() {
-        return go(&req, safe_next(q.next.as_deref()).unwrap_or("/"));
+        return after_post(&req, safe_next(q.next.as_deref()).unwrap_or("/"));
     }
     login_page(&req, StatusCode::OK, "", None, q.next.as_deref())
 }
@@ -94,7 +87,7 @@ pub async fn login(
             session
                 .insert(CSRF_TOKEN, crate::config::random_hex(24))
                 .map_err(|e| AppError::Unexpected(anyhow::anyhow!("{e}")))?;
-            Ok(go(&req, safe_next(next).unwrap_or("/")))
+            Ok(after_post(&req, safe_next(next).unwrap_or("/")))
         }
         Err(AuthError::InvalidCredentials) => Ok(login_page(
             &req,
@@ -120,5 +113,5 @@ pub async fn logout(req: HttpRequest, state: web::Data<AppState>, session: Sessi
         auth::sign_out(&state.db, &token).await?;
     }
     session.purge();
-    Ok(go(&req, "/login"))
+    Ok(after_post(&req, "/login"))
 }

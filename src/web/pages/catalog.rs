@@ -9,14 +9,9 @@ use views::{FormState, Markup};
 
 use crate::{
     services::{self, catalog::CatalogError, organizations::CatalogOverview},
+    web::forms::{Fields, after_post, partial, value},
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
-
-type Fields = web::Form<Vec<(String, String)>>;
-
-fn value<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
-    fields.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
-}
 
 fn state_from(fields: &[(String, String)], e: &CatalogError) -> (StatusCode, FormState) {
     let mut f = FormState {
@@ -49,15 +44,6 @@ fn state_from(fields: &[(String, String)], e: &CatalogError) -> (StatusCode, For
         CatalogError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     (status, f)
-}
-
-/// After a successful post: back to `to` (HTMX follows `HX-Redirect`).
-fn back_to(req: &HttpRequest, to: &str) -> HttpResponse {
-    if render::is_htmx(req) {
-        HttpResponse::Ok().insert_header(("HX-Redirect", to.to_string())).finish()
-    } else {
-        HttpResponse::SeeOther().insert_header(("Location", to.to_string())).finish()
-    }
 }
 
 fn fail(e: CatalogError) -> Result<HttpResponse, AppError> {
@@ -141,13 +127,13 @@ async fn refused_catalog_form(
     form: FormState,
 ) -> Result<HttpResponse, AppError> {
     let mut v = catalog_view(state, req).await?;
-    let partial: Markup = match which {
+    let form_markup: Markup = match which {
         "key" => views::key_form(&v.csrf, &form),
         "set" => views::set_form(&v.csrf, &form),
         _ => views::product_form(&v.csrf, &v.set_options, &form),
     };
     if render::is_htmx(req) {
-        return Ok(HttpResponse::build(status).content_type("text/html; charset=utf-8").body(partial.into_string()));
+        return Ok(partial(status, form_markup));
     }
     match which {
         "key" => v.key_form = form,
@@ -168,7 +154,7 @@ pub async fn create_key(req: HttpRequest, state: web::Data<AppState>, form: Fiel
     )
     .await
     {
-        Ok(_) => Ok(back_to(&req, "/operator/catalog")),
+        Ok(_) => Ok(after_post(&req, "/operator/catalog")),
         Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
         Err(e) => {
             let (status, fs) = state_from(&f, &e);
@@ -181,7 +167,7 @@ pub async fn create_key(req: HttpRequest, state: web::Data<AppState>, form: Fiel
 pub async fn create_set(req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
     match services::catalog::create_entitlement_set(&state.db, value(&f, "name")).await {
-        Ok(id) => Ok(back_to(&req, &format!("/operator/catalog/sets/{id}"))),
+        Ok(id) => Ok(after_post(&req, &format!("/operator/catalog/sets/{id}"))),
         Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
         Err(e) => {
             let (status, fs) = state_from(&f, &e);
@@ -221,7 +207,7 @@ pub async fn create_product(
         Err(e) => Err(e),
     };
     match result {
-        Ok(id) => Ok(back_to(&req, &format!("/operator/catalog/products/{id}"))),
+        Ok(id) => Ok(after_post(&req, &format!("/operator/catalog/products/{id}"))),
         Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
         Err(e) => {
             let (status, fs) = state_from(&f, &e);
@@ -298,7 +284,7 @@ pub async fn save_rules(
     .await;
     let e = match result {
         // The change's page shows it settled, or draining live.
-        Ok(c) => return Ok(back_to(&req, &format!("/operator/rule-changes/{}", c.change_id))),
+        Ok(c) => return Ok(after_post(&req, &format!("/operator/rule-changes/{}", c.change_id))),
         Err(RuleChangeError::Db(e)) => return Err(e.into()),
         Err(RuleChangeError::NotFound(_)) => return Err(AppError::NotFound),
         Err(RuleChangeError::ChangeInProgress) => CatalogError::ChangeInProgress,
@@ -379,7 +365,7 @@ pub async fn save_product(
         Err(e) => Err(e),
     };
     match result {
-        Ok(()) => Ok(back_to(&req, &format!("/operator/catalog/products/{id}?saved=1"))),
+        Ok(()) => Ok(after_post(&req, &format!("/operator/catalog/products/{id}?saved=1"))),
         Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
         Err(CatalogError::NotFound(_)) => Err(AppError::NotFound),
         Err(e) => {

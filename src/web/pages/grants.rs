@@ -12,6 +12,7 @@ use crate::{
         organizations::GRANTS_PER_PAGE,
     },
     store::grants::{EventRow, GrantRow},
+    web::forms::{Fields, after_post, partial, value},
     web::{
         AppState,
         errors::AppError,
@@ -19,12 +20,6 @@ use crate::{
         render,
     },
 };
-
-type Fields = web::Form<Vec<(String, String)>>;
-
-fn value<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
-    fields.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
-}
 
 fn when(t: chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
@@ -92,18 +87,6 @@ fn to_app(e: GrantError) -> AppError {
         GrantError::NotFound(_) => AppError::NotFound,
         other => AppError::BadRequest(other.to_string()),
     }
-}
-
-fn back_to(req: &HttpRequest, to: &str) -> HttpResponse {
-    if render::is_htmx(req) {
-        HttpResponse::Ok().insert_header(("HX-Redirect", to.to_string())).finish()
-    } else {
-        HttpResponse::SeeOther().insert_header(("Location", to.to_string())).finish()
-    }
-}
-
-fn partial(status: StatusCode, m: views::Markup) -> HttpResponse {
-    HttpResponse::build(status).content_type("text/html; charset=utf-8").body(m.into_string())
 }
 
 #[derive(Deserialize)]
@@ -201,7 +184,7 @@ pub async fn issue(req: HttpRequest, state: web::Data<AppState>, form: Fields) -
         Err(e) => Err(e),
     };
     match result {
-        Ok(id) => Ok(back_to(&req, &format!("/operator/grants/{id}"))),
+        Ok(id) => Ok(after_post(&req, &format!("/operator/grants/{id}"))),
         Err(GrantError::Db(e)) => Err(e.into()),
         Err(e) => {
             let (status, fs) = form_state(&f, &e);
@@ -315,7 +298,7 @@ pub async fn revoke(
     let f = form.into_inner();
     let actor = identity(&req).map(|i| i.account_id);
     match services::grants::revoke_grant(&state.db, *id, actor, value(&f, "reason")).await {
-        Ok(head) => Ok(back_to(&req, &format!("/operator/grants/{head}"))),
+        Ok(head) => Ok(after_post(&req, &format!("/operator/grants/{head}"))),
         Err(e @ (GrantError::Db(_) | GrantError::NotFound(_))) => Err(to_app(e)),
         Err(e) => {
             let (status, fs) = form_state(&f, &e);
@@ -349,7 +332,7 @@ pub async fn manage(
         Err(e) => Err(e),
     };
     match result {
-        Ok(head) => Ok(back_to(&req, &format!("/operator/grants/{head}"))),
+        Ok(head) => Ok(after_post(&req, &format!("/operator/grants/{head}"))),
         Err(e @ (GrantError::Db(_) | GrantError::NotFound(_))) => Err(to_app(e)),
         Err(e) => {
             let (status, fs) = form_state(&f, &e);

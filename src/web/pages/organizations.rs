@@ -160,12 +160,7 @@ pub async fn create(
     };
     match result {
         Ok((created, _)) => {
-            let to = format!("/operator/organizations/{}", created.organization_id);
-            Ok(if render::is_htmx(&req) {
-                HttpResponse::Ok().insert_header(("HX-Redirect", to)).finish()
-            } else {
-                HttpResponse::SeeOther().insert_header(("Location", to)).finish()
-            })
+            Ok(crate::web::forms::after_post(&req, &format!("/operator/organizations/{}", created.organization_id)))
         }
         Err(EntitlementError::Db(e)) => Err(e.into()),
         Err(e) => {
@@ -183,9 +178,7 @@ pub async fn create(
             let status = actix_web::http::StatusCode::UNPROCESSABLE_ENTITY;
             let csrf = crate::web::identity::csrf_token(&req);
             if render::is_htmx(&req) {
-                return Ok(HttpResponse::build(status)
-                    .content_type("text/html; charset=utf-8")
-                    .body(views::create_organization_form(&csrf, &org_types, &fs).into_string()));
+                return Ok(crate::web::forms::partial(status, views::create_organization_form(&csrf, &org_types, &fs)));
             }
             let view = views::OrgListView {
                 csrf,

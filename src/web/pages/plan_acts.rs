@@ -81,14 +81,22 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
 }
 
 #[get("/operator/plan-acts/{id}")]
-pub async fn detail(req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+pub async fn detail(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AppError> {
     let v = view(&req, &state, *id).await?;
     Ok(render::ok(&req, &format!("Plan act #{}", v.id), views::plan_act_page(&v)))
 }
 
 /// What the page's progress polls: the progress container alone.
 #[get("/operator/plan-acts/{id}/progress")]
-pub async fn progress(req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+pub async fn progress(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AppError> {
     let v = view(&req, &state, *id).await?;
     Ok(HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")

@@ -12,6 +12,7 @@ use crate::{
         self,
         topology::{AddTier, TopologyError},
     },
+    web::forms::{Fields, after_post, partial, value},
     web::{
         AppState,
         errors::AppError,
@@ -19,12 +20,6 @@ use crate::{
         render,
     },
 };
-
-type Fields = web::Form<Vec<(String, String)>>;
-
-fn value<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
-    fields.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
-}
 
 /// The page, with any refused form's state and a notice.
 async fn view(
@@ -109,18 +104,6 @@ pub async fn topology(
     Ok(render::ok(&req, "Tier topology", views::topology(&v)))
 }
 
-fn back(req: &HttpRequest, to: &str) -> HttpResponse {
-    if render::is_htmx(req) {
-        HttpResponse::Ok().insert_header(("HX-Redirect", to.to_string())).finish()
-    } else {
-        HttpResponse::SeeOther().insert_header(("Location", to.to_string())).finish()
-    }
-}
-
-fn html(status: StatusCode, m: views::Markup) -> HttpResponse {
-    HttpResponse::build(status).content_type("text/html; charset=utf-8").body(m.into_string())
-}
-
 /// A refusal as a form's state and its status.
 fn refused(fields: &[(String, String)], e: TopologyError) -> Result<(StatusCode, FormState), AppError> {
     let mut f = FormState {
@@ -182,7 +165,7 @@ pub async fn preview(
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
     let f = q.into_inner();
-    let refusal = |m: String| html(StatusCode::OK, views::refusal("This tier cannot be added", &m));
+    let refusal = |m: String| partial(StatusCode::OK, views::refusal("This tier cannot be added", &m));
     let a = match parse_add(*id, &f, None) {
         Ok(a) => a,
         Err(e) => return Ok(refusal(e.to_string())),
@@ -190,7 +173,7 @@ pub async fn preview(
     match services::topology::preview_add_tier(&state.db, &a, state.config.plan_act_holder_cap).await {
         Ok(r) => {
             let names = services::organizations::tier_names(&state.db, *id, a.product_id).await?;
-            Ok(html(
+            Ok(partial(
                 StatusCode::OK,
                 views::tier_add_preview(&views::TierAddPreview {
                     ladder: names.0,
@@ -221,14 +204,14 @@ pub async fn add_tier(
         Err(e) => Err(e),
     };
     let e = match result {
-        Ok(()) => return Ok(back(&req, "/operator/topology?done=tier-added")),
+        Ok(()) => return Ok(after_post(&req, "/operator/topology?done=tier-added")),
         Err(e) => e,
     };
     let (status, fs) = refused(&f, e)?;
     let v = view(&req, &state, vec![(*id, fs.clone())], FormState::default(), None).await?;
     if render::is_htmx(&req) {
         let next_rank = v.ladders.iter().find(|l| l.id == *id).map_or(0, |l| l.tiers.len() as i32);
-        return Ok(html(status, views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &fs)));
+        return Ok(partial(status, views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &fs)));
     }
     Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
 }
@@ -244,12 +227,12 @@ pub async fn delete_tier(
     let f = form.into_inner();
     let actor = identity(&req).map(|i| i.account_id);
     let e = match services::topology::delete_tier(&state.db, ladder, rank, actor, value(&f, "reason")).await {
-        Ok(_) => return Ok(back(&req, "/operator/topology?done=tier-deleted")),
+        Ok(_) => return Ok(after_post(&req, "/operator/topology?done=tier-deleted")),
         Err(e) => e,
     };
     let (status, fs) = refused(&f, e)?;
     if render::is_htmx(&req) {
-        return Ok(html(status, views::delete_tier_form(&csrf_token(&req), ladder, rank, &fs)));
+        return Ok(partial(status, views::delete_tier_form(&csrf_token(&req), ladder, rank, &fs)));
     }
     let mut v = view(&req, &state, vec![], FormState::default(), None).await?;
     v.notice = None;
@@ -283,7 +266,7 @@ pub async fn ladder_order(
         Err(TopologyError::Invalid(problems))
     };
     let e = match result {
-        Ok(()) => return Ok(back(&req, "/operator/topology?done=order")),
+        Ok(()) => return Ok(after_post(&req, "/operator/topology?done=order")),
         Err(e) => e,
     };
     let (status, fs) = refused(&f, e)?;
@@ -291,7 +274,7 @@ pub async fn ladder_order(
     if render::is_htmx(&req) {
         let ladders: Vec<(i64, String, i32)> =
             v.ladders.iter().enumerate().map(|(i, l)| (l.id, l.name.clone(), i as i32 + 1)).collect();
-        return Ok(html(status, views::ladder_order_form(&v.csrf, &ladders, &fs)));
+        return Ok(partial(status, views::ladder_order_form(&v.csrf, &ladders, &fs)));
     }
     Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
 }
@@ -313,7 +296,8 @@ pub async fn change_default(
     if ladder.is_none() {
         problems.push(("plan_ladder_id".to_string(), "Choose a ladder.".to_string()));
     }
-    let disposition = Disposition::parse(value(&f, "disposition")).map_err(|m| problems.push(("disposition".into(), m))).ok();
+    let disposition =
+        Disposition::parse(value(&f, "disposition")).map_err(|m| problems.push(("disposition".into(), m))).ok();
     let result = match (ladder, disposition, problems.is_empty()) {
         (Some(ladder), Some(d), true) => {
             // What is left of the request's time, less a margin to answer in.
@@ -323,14 +307,14 @@ pub async fn change_default(
         _ => Err(TopologyError::Invalid(problems)),
     };
     let e = match result {
-        Ok(act) => return Ok(back(&req, &format!("/operator/plan-acts/{act}"))),
+        Ok(act) => return Ok(after_post(&req, &format!("/operator/plan-acts/{act}"))),
         Err(e) => e,
     };
     let (status, fs) = refused(&f, e)?;
     let v = view_with(&req, &state, vec![], FormState::default(), vec![(*id, fs.clone())], None).await?;
     if render::is_htmx(&req) {
         let ladders: Vec<(i64, String)> = v.ladders.iter().map(|l| (l.id, l.name.clone())).collect();
-        return Ok(html(status, views::default_change_form(&v.csrf, *id, &ladders, &fs)));
+        return Ok(partial(status, views::default_change_form(&v.csrf, *id, &ladders, &fs)));
     }
     Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
 }

@@ -1,0 +1,1109 @@
+//! The default change (ChangeOrgTypeDefault and its drain): migrate and grandfather outcomes,
+//! the gate and the other refusals, the lock order of T0, the listing, the moves and the failure
+//! recorder, a second default change while the first drains, crash recovery, retry, and the
+//! operator's form and progress page over HTTP.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestApp, TestDb};
+use member_console::{
+    db::{TxKind, begin, locks::Lock},
+    demo,
+    services::{
+        entitlements::{self as ent, OrgName},
+        grants::{self, IssueGrant, Recipient},
+        plan_acts::{self as pa, Disposition},
+        topology::TopologyError,
+    },
+    store::plan_acts as store,
+};
+use reqwest::StatusCode;
+
+// ---------- Harness ----------
+
+async fn scalar(t: &TestDb, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
+}
+
+async fn id_by_name(t: &TestDb, table: &str, id: &str, name: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {id} FROM core.{table} WHERE name = $1")))
+        .bind(name)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap_or_else(|e| panic!("no {table} named {name}: {e}"))
+}
+
+async fn type_id(t: &TestDb, name: &str) -> i64 {
+    id_by_name(t, "org_types", "org_type_id", name).await
+}
+
+async fn ladder_id(t: &TestDb, name: &str) -> i64 {
+    id_by_name(t, "plan_ladders", "plan_ladder_id", name).await
+}
+
+async fn product_id(t: &TestDb, name: &str) -> i64 {
+    id_by_name(t, "products", "product_id", name).await
+}
+
+async fn demo_db() -> TestDb {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    t
+}
+
+/// `n` organizations of the type, named `{prefix} {i:03}`.
+async fn orgs_of_type(t: &TestDb, ty: i64, prefix: &str, n: usize) -> Vec<ent::CreatedOrganization> {
+    let mut out = vec![];
+    for i in 0..n {
+        let name = OrgName::parse(&format!("{prefix} {i:03}")).unwrap();
+        out.push(ent::create_organization(&t.db, &name, Some(ty)).await.unwrap());
+    }
+    out
+}
+
+/// An operator grant of `product` to the organization (Pro displaces the Wiki hosting floor).
+async fn grant(t: &TestDb, org: i64, product: i64) -> i64 {
+    let g = IssueGrant {
+        recipient: Recipient::Organization(org),
+        product_id: product,
+        quantity: 1,
+        starts_at: None,
+        ends_at: None,
+        reason: "test".into(),
+        actor: None,
+    };
+    grants::issue_grant(&t.db, &g).await.unwrap()
+}
+
+/// Every organization of a type, as (organization, name, pool), by organization id.
+async fn members_of(t: &TestDb, ty: i64) -> Vec<(i64, String, i64)> {
+    sqlx::query_as(
+        "SELECT o.organization_id, o.name, rp.pool_id FROM core.organizations o
+         JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+         WHERE o.org_type_id = $1 ORDER BY o.organization_id",
+    )
+    .bind(ty)
+    .fetch_all(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// What a pool holds, ladder by ladder: (ladder, product, grant kind, grant status, the grant's act).
+async fn holdings(t: &TestDb, pool: i64) -> Vec<(String, String, String, String, Option<i64>)> {
+    sqlx::query_as(
+        "SELECT l.name, pr.name, g.kind, g.status, g.plan_act_id FROM core.positions p
+         JOIN core.plan_ladders l USING (plan_ladder_id)
+         JOIN core.conferrals c USING (conferral_id)
+         JOIN core.products pr ON pr.product_id = c.product_id
+         JOIN core.grants g ON g.grant_id = c.grant_id
+         WHERE p.pool_id = $1 ORDER BY l.name",
+    )
+    .bind(pool)
+    .fetch_all(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// The same without the act, for comparisons.
+async fn shape(t: &TestDb, pool: i64) -> Vec<(String, String, String, String)> {
+    holdings(t, pool).await.into_iter().map(|(l, p, k, s, _)| (l, p, k, s)).collect()
+}
+
+fn h(ladder: &str, product: &str, kind: &str) -> (String, String, String, String) {
+    (ladder.into(), product.into(), kind.into(), "active".into())
+}
+
+/// The pools whose floor grant holds `ladder` right now.
+async fn floor_holders(t: &TestDb, ladder: i64) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT p.pool_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+         JOIN core.grants g ON g.grant_id = c.grant_id
+         WHERE p.plan_ladder_id = $1 AND g.kind = 'floor' ORDER BY p.pool_id",
+    )
+    .bind(ladder)
+    .fetch_all(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// The floor grant holding `ladder` in the pool (its grant id and conferral id).
+async fn floor_grant_on(t: &TestDb, pool: i64, ladder: i64) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT g.grant_id, c.conferral_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+         JOIN core.grants g ON g.grant_id = c.grant_id
+         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND g.kind = 'floor'",
+    )
+    .bind(pool)
+    .bind(ladder)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// An act's obligations by state, as (pending, migrated, grandfathered, vacant, failed, superseded).
+async fn counts(t: &TestDb, act: i64) -> (i64, i64, i64, i64, i64, i64) {
+    let c = {
+        let mut conn = t.admin.acquire().await.unwrap();
+        store::counts(&mut conn, act).await.unwrap()
+    };
+    (c.pending, c.migrated, c.grandfathered, c.vacant, c.failed, c.superseded)
+}
+
+async fn act_state(t: &TestDb, act: i64) -> String {
+    sqlx::query_scalar("SELECT state FROM core.plan_acts WHERE plan_act_id = $1")
+        .bind(act)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap()
+}
+
+async fn type_default(t: &TestDb, ty: i64) -> (Option<i64>, Option<i64>) {
+    sqlx::query_as("SELECT default_plan_ladder_id, default_owner_act_id FROM core.org_types WHERE org_type_id = $1")
+        .bind(ty)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap()
+}
+
+async fn stale_pools(t: &TestDb) -> Vec<i64> {
+    let mut c = t.admin.acquire().await.unwrap();
+    member_console::store::entitlements::pools_out_of_date(&mut c).await.unwrap()
+}
+
+/// Everything a refused default change must leave alone.
+async fn written(t: &TestDb) -> (i64, i64, i64, i64, i64) {
+    (
+        scalar(t, "SELECT count(*) FROM core.plan_acts").await,
+        scalar(t, "SELECT count(*) FROM core.plan_act_details").await,
+        scalar(t, "SELECT count(*) FROM core.plan_act_reached_types").await,
+        scalar(t, "SELECT count(*) FROM core.plan_act_obligations").await,
+        scalar(t, "SELECT count(*) FROM integration.jobs WHERE kind = 'drain_plan_act'").await,
+    )
+}
+
+async fn change(t: &TestDb, ty: i64, ladder: i64, d: Option<Disposition>) -> Result<i64, TopologyError> {
+    pa::change_org_type_default(&t.db, ty, ladder, d, None, "test", None).await
+}
+
+/// One listing batch, as ListPlanActBatch runs it, committed.
+async fn list_batch(t: &TestDb, act: i64, ty: i64, limit: i32) -> i32 {
+    let mut tx = begin(&t.db, TxKind::Materializing).await.unwrap();
+    let n = store::write_obligations(tx.conn(), act, ty, limit).await.unwrap();
+    tx.commit().await.unwrap();
+    n
+}
+
+fn field_errors(e: TopologyError) -> Vec<(String, String)> {
+    match e {
+        TopologyError::Invalid(p) => p,
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+/// An admin transaction holding one pool row FOR UPDATE, as a move does; and its backend.
+async fn hold_pool(t: &TestDb, pool: i64) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
+    let mut hold = t.admin.acquire().await.unwrap();
+    let pid = common::backend_pid(&mut hold).await;
+    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
+    sqlx::query("SELECT 1 FROM core.resource_pools WHERE pool_id = $1 FOR UPDATE")
+        .bind(pool)
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    (hold, pid)
+}
+
+async fn wait_until(t: &TestDb, sql: &str, what: &str, within: Duration) {
+    let start = Instant::now();
+    while scalar(t, sql).await == 0 {
+        assert!(start.elapsed() < within, "{what} within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------- 1. Migrate ----------
+
+#[tokio::test]
+async fn a_default_change_with_migrate_moves_every_floor_and_gives_the_pro_holders_the_new_floor_too() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let pro = product_id(&t, "Pro").await;
+    let created = orgs_of_type(&t, community, "Migrant", 30).await;
+    for c in created.iter().step_by(5) {
+        grant(&t, c.organization_id, pro).await;
+    }
+    let members = members_of(&t, community).await;
+    let floors = floor_holders(&t, wiki).await;
+    let floor_pools: Vec<i64> = members.iter().map(|m| m.2).filter(|p| floors.contains(p)).collect();
+    let pro_pools: Vec<i64> = members.iter().map(|m| m.2).filter(|p| !floors.contains(p)).collect();
+    // The demo's Acme and Umbrella hold Free, Initech holds Pro; ours: 24 floors and 6 Pro.
+    assert_eq!((floor_pools.len(), pro_pools.len()), (26, 7));
+    let mut old_floors = vec![];
+    for p in &floor_pools {
+        old_floors.push(floor_grant_on(&t, *p, wiki).await);
+    }
+    let globex = sqlx::query_scalar::<_, i64>(
+        "SELECT rp.pool_id FROM core.resource_pools rp JOIN core.organizations o USING (organization_id) WHERE o.name = 'Globex'",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    let globex_before = holdings(&t, globex).await;
+
+    let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
+    assert_eq!(act_state(&t, act).await, "running", "T0 leaves the moves to the drain");
+    assert_eq!(type_default(&t, community).await, (Some(support), Some(act)));
+    let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    assert_eq!((d.listed, d.moved, d.failed, d.finished), (33, 33, 0, true));
+
+    for (p, (grant_id, conferral)) in floor_pools.iter().zip(&old_floors) {
+        assert_eq!(shape(&t, *p).await, vec![h("Support", "Community support", "floor")], "pool {p}");
+        let (status, reason): (String, Option<String>) = sqlx::query_as(
+            "SELECT g.status, c.ended_reason FROM core.grants g JOIN core.conferrals c ON c.grant_id = g.grant_id
+             WHERE g.grant_id = $1 AND c.conferral_id = $2",
+        )
+        .bind(grant_id)
+        .bind(conferral)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+        assert_eq!((status.as_str(), reason.as_deref()), ("ended", Some("migrated")), "pool {p}'s Free floor");
+    }
+    for p in &pro_pools {
+        assert_eq!(
+            shape(&t, *p).await,
+            vec![h("Support", "Community support", "floor"), h("Wiki hosting", "Pro", "operator")],
+            "pool {p}: Pro untouched, and the new floor"
+        );
+        // The vacant bucket's floor carries the act.
+        let support_floor = holdings(&t, *p).await.into_iter().find(|x| x.0 == "Support").unwrap();
+        assert_eq!(support_floor.4, Some(act), "pool {p}'s Support floor names the act");
+    }
+    assert_eq!(holdings(&t, globex).await, globex_before, "another type's organization is untouched");
+    // Entitlements: the floor's wiki is gone, the support flag is there.
+    let sites = scalar(
+        &t,
+        &format!(
+            "SELECT count(*) FROM core.pool_entitlements WHERE pool_id = {} AND resource_key = 'fedwiki.active_sites'",
+            floor_pools[0]
+        ),
+    )
+    .await;
+    assert_eq!(sites, 0);
+    let pro_sites = scalar(
+        &t,
+        &format!(
+            "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = {} AND resource_key = 'fedwiki.active_sites'",
+            pro_pools[0]
+        ),
+    )
+    .await;
+    assert_eq!(pro_sites, 10);
+
+    assert_eq!(counts(&t, act).await, (0, 26, 0, 7, 0, 0));
+    assert_eq!(
+        scalar(
+            &t,
+            &format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {act} AND attempts <> 1")
+        )
+        .await,
+        0
+    );
+    assert_eq!(act_state(&t, act).await, "done");
+    assert!(stale_pools(&t).await.is_empty(), "every pool's entitlements equal a fresh computation");
+    assert_eq!(type_default(&t, community).await, (Some(support), Some(act)));
+    let (kind, disposition, detail): (String, Option<String>, serde_json::Value) = sqlx::query_as(
+        "SELECT a.kind, a.disposition, d.detail FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
+         WHERE a.plan_act_id = $1",
+    )
+    .bind(act)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!((kind.as_str(), disposition.as_deref()), ("default_change", Some("migrate")));
+    assert_eq!(detail["from_ladder_id"], serde_json::json!(wiki));
+    assert_eq!(detail["to_ladder_id"], serde_json::json!(support));
+    // A drain again finds nothing to do.
+    let again = pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    assert_eq!((again.listed, again.moved, again.failed), (0, 0, 0));
+}
+
+/// The floors a migration creates: do they name the act, as the vacant bucket's floors do?
+#[tokio::test]
+async fn the_floors_a_migration_gives_name_the_act() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let support = ladder_id(&t, "Support").await;
+    let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
+    pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    let acme = members_of(&t, community).await.into_iter().find(|m| m.1 == demo::DEMO_ORGANIZATION).unwrap();
+    let held = holdings(&t, acme.2).await;
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].4, Some(act), "the migrated organization's new floor grant names the act: {held:?}");
+}
+
+// ---------- 2. Grandfather ----------
+
+#[tokio::test]
+async fn a_default_change_with_grandfather_keeps_the_old_floor_as_a_legacy_grant() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let pro = product_id(&t, "Pro").await;
+    let created = orgs_of_type(&t, community, "Elder", 12).await;
+    for c in created.iter().step_by(4) {
+        grant(&t, c.organization_id, pro).await;
+    }
+    let members = members_of(&t, community).await;
+    let floors = floor_holders(&t, wiki).await;
+    let floor_pools: Vec<i64> = members.iter().map(|m| m.2).filter(|p| floors.contains(p)).collect();
+    let pro_pools: Vec<i64> = members.iter().map(|m| m.2).filter(|p| !floors.contains(p)).collect();
+    assert_eq!((floor_pools.len(), pro_pools.len()), (11, 4));
+    let mut old_floors = vec![];
+    for p in &floor_pools {
+        old_floors.push(floor_grant_on(&t, *p, wiki).await.0);
+    }
+    let before = {
+        let mut out = vec![];
+        for p in &floor_pools {
+            out.push(
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
+                )
+                .bind(p)
+                .fetch_one(&t.admin)
+                .await
+                .unwrap(),
+            );
+        }
+        out
+    };
+
+    let act = change(&t, community, support, Some(Disposition::Grandfather)).await.unwrap();
+    let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    assert_eq!((d.moved, d.failed, d.finished), (15, 0, true));
+
+    for (i, p) in floor_pools.iter().enumerate() {
+        let held = holdings(&t, *p).await;
+        assert_eq!(
+            held,
+            vec![
+                ("Support".into(), "Community support".into(), "floor".into(), "active".into(), Some(act)),
+                ("Wiki hosting".into(), "Free".into(), "legacy".into(), "active".into(), Some(act)),
+            ],
+            "pool {p}: Free kept as a legacy grant of the act, and the new floor"
+        );
+        let old: String = sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
+            .bind(old_floors[i])
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+        assert_eq!(old, "ended", "the old floor grant itself ended; the legacy grant replaces it");
+        let sites: i64 = sqlx::query_scalar(
+            "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
+        )
+        .bind(p)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+        assert_eq!(sites, before[i], "the grandfathered organization keeps its wiki");
+    }
+    for p in &pro_pools {
+        assert_eq!(
+            shape(&t, *p).await,
+            vec![h("Support", "Community support", "floor"), h("Wiki hosting", "Pro", "operator")]
+        );
+    }
+    assert_eq!(counts(&t, act).await, (0, 0, 11, 4, 0, 0));
+    assert_eq!(
+        scalar(&t, &format!("SELECT count(*) FROM core.grants WHERE kind = 'legacy' AND plan_act_id = {act}")).await,
+        11
+    );
+    assert_eq!(act_state(&t, act).await, "done");
+    assert!(stale_pools(&t).await.is_empty());
+    assert_eq!(type_default(&t, community).await, (Some(support), Some(act)));
+}
+
+// ---------- 3. The gate and the refusals ----------
+
+#[tokio::test]
+async fn without_a_disposition_the_change_is_refused_while_organizations_hold_the_old_floor() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let before = written(&t).await;
+    assert_eq!(before, (0, 0, 0, 0, 0));
+
+    // Acme and Umbrella hold the Free floor: the gate refuses on the disposition field.
+    let e = change(&t, community, support, None).await.unwrap_err();
+    let p = field_errors(e);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, "disposition");
+    assert!(p[0].1.contains("hold the current default's floor"), "{p:?}");
+    assert_eq!(written(&t).await, before, "nothing written");
+    assert_eq!(type_default(&t, community).await, (Some(wiki), None), "the type unchanged");
+
+    // Other refusals: the ladder it has already, an unknown ladder, a ladder with no tiers, an
+    // unknown type. Each writes nothing, with or without a disposition.
+    let bare: i64 = sqlx::query_scalar(
+        "INSERT INTO core.plan_ladders (name, sort_order) VALUES ('Bare', 9) RETURNING plan_ladder_id",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    let cases: &[(i64, &str)] =
+        &[(wiki, "default already"), (999_999, "Choose a ladder from the list"), (bare, "no tiers")];
+    for d in [None, Some(Disposition::Migrate), Some(Disposition::Grandfather)] {
+        for (ladder, message) in cases {
+            let p = field_errors(change(&t, community, *ladder, d).await.unwrap_err());
+            assert!(
+                p.iter().any(|(f, m)| f == "plan_ladder_id" && m.contains(message)),
+                "ladder {ladder} ({d:?}): {p:?}"
+            );
+        }
+        assert!(
+            matches!(change(&t, 999_999, support, d).await, Err(TopologyError::NotFound(_))),
+            "an unknown type ({d:?})"
+        );
+    }
+    assert_eq!(written(&t).await, before, "nothing written");
+    assert_eq!(type_default(&t, community).await, (Some(wiki), None));
+
+    // A fresh type with no organization: allowed without a disposition, and done at once.
+    let empty: i64 = sqlx::query_scalar(
+        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Empty', $1) RETURNING org_type_id",
+    )
+    .bind(wiki)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    let act = change(&t, empty, support, None).await.unwrap();
+    assert_eq!(act_state(&t, act).await, "done", "an act that reaches no organization is done at once");
+    assert_eq!(type_default(&t, empty).await, (Some(support), Some(act)));
+    let disposition: Option<String> =
+        sqlx::query_scalar("SELECT disposition FROM core.plan_acts WHERE plan_act_id = $1")
+            .bind(act)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(disposition, None);
+
+    // A type whose organizations all left the floor (all hold Pro): allowed, and they are
+    // given the new floor (the vacant bucket).
+    let partners: i64 = sqlx::query_scalar(
+        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Partners', $1) RETURNING org_type_id",
+    )
+    .bind(wiki)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    let pro = product_id(&t, "Pro").await;
+    let created = orgs_of_type(&t, partners, "Partner", 3).await;
+    // While one still holds the floor, refused.
+    for c in &created[..2] {
+        grant(&t, c.organization_id, pro).await;
+    }
+    let acts = scalar(&t, "SELECT count(*) FROM core.plan_acts").await;
+    let p = field_errors(change(&t, partners, support, None).await.unwrap_err());
+    assert_eq!(p[0].0, "disposition");
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, acts);
+    grant(&t, created[2].organization_id, pro).await;
+    let act = change(&t, partners, support, None).await.unwrap();
+    let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    assert_eq!((d.moved, d.finished), (3, true));
+    assert_eq!(counts(&t, act).await, (0, 0, 0, 3, 0, 0));
+    for c in &created {
+        assert_eq!(
+            shape(&t, c.pool_id).await,
+            vec![h("Support", "Community support", "floor"), h("Wiki hosting", "Pro", "operator")]
+        );
+    }
+    assert!(stale_pools(&t).await.is_empty());
+}
+
+// ---------- 4. Lock order ----------
+
+#[tokio::test]
+async fn a_listing_batch_and_a_move_on_one_pool_wait_for_each_other() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let support = ladder_id(&t, "Support").await;
+    let created = orgs_of_type(&t, community, "Locked", 3).await;
+    let pool = created[1].pool_id;
+    let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
+
+    // A move holds the pool row (FOR UPDATE): a listing batch that reaches it waits.
+    let (mut hold, hold_pid) = hold_pool(&t, pool).await;
+    let db = t.db.clone();
+    let listing = tokio::spawn(async move {
+        let mut tx = begin(&db, TxKind::Materializing).await.unwrap();
+        let n = store::write_obligations(tx.conn(), act, community, 500).await.unwrap();
+        tx.commit().await.unwrap();
+        n
+    });
+    let lister = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
+    common::assert_holds(&t.admin, lister, &[Lock::RendezvousShared]).await;
+    assert_eq!(written(&t).await.3, 0, "no obligation written while the batch waits");
+    sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
+    drop(hold);
+    assert_eq!(listing.await.unwrap(), 6, "the batch completes once the move's pool row is released");
+    assert_eq!(counts(&t, act).await.0, 6);
+
+    // The other way: a batch's FOR KEY SHARE, held in an open transaction, makes a move wait.
+    let act2 = change(&t, community, ladder_id(&t, "Wiki hosting").await, Some(Disposition::Migrate)).await.unwrap();
+    let mut batch = begin(&t.db, TxKind::Materializing).await.unwrap();
+    let batch_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(batch.conn()).await.unwrap();
+    assert_eq!(store::write_obligations(batch.conn(), act2, community, 500).await.unwrap(), 6);
+    common::assert_holds(&t.admin, batch_pid, pa::LIST_BATCH_LOCKS.locks).await;
+    let db = t.db.clone();
+    let mover = tokio::spawn(async move { pa::enact_obligation(&db, act2, pool, None).await });
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, batch_pid).await;
+    assert!(waiter > 0);
+    batch.commit().await.unwrap();
+    assert!(mover.await.unwrap().unwrap(), "the move ran once the batch committed, and saw its obligation");
+    let state: String =
+        sqlx::query_scalar("SELECT state FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2")
+            .bind(act2)
+            .bind(pool)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    // The first act listed but moved no one: the organization still held Free, so nothing to end.
+    assert_eq!(state, "vacant");
+    // The second act's listing superseded the first act's open obligations.
+    assert_eq!(counts(&t, act).await, (0, 0, 0, 0, 0, 6));
+}
+
+#[tokio::test]
+async fn t0_waits_on_an_open_materializing_transaction_and_takes_no_pool_or_obligation_row() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    orgs_of_type(&t, community, "Rendezvous", 3).await;
+
+    // A: an open materializing transaction; T0 waits for its shared rendezvous.
+    let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
+    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let db = t.db.clone();
+    let t0 = tokio::spawn(async move {
+        pa::change_org_type_default(&db, community, support, Some(Disposition::Migrate), None, "", None).await
+    });
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
+    let held = common::granted_locks(&t.admin, waiter).await;
+    assert!(!held.iter().any(|(_, r, _)| r == "core.org_types"), "T0 takes the rendezvous first: {held:?}");
+    assert_eq!(type_default(&t, community).await, (Some(wiki), None));
+    a.commit().await.unwrap();
+    let act1 = t0.await.unwrap().unwrap();
+    assert_eq!(type_default(&t, community).await, (Some(support), Some(act1)));
+
+    let no_pool_nor_obligation = |held: &[(String, String, String)]| {
+        assert!(
+            !held.iter().any(|(_, r, _)| r == "core.resource_pools" || r == "core.plan_act_obligations"),
+            "T0 holds a pool or obligation lock: {held:?}"
+        );
+    };
+
+    // The admin holds the type's row: T0 waits on it, holding the exclusive rendezvous and no pool.
+    let mut hold = t.admin.acquire().await.unwrap();
+    let hold_pid = common::backend_pid(&mut hold).await;
+    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
+    sqlx::query("SELECT 1 FROM core.org_types WHERE org_type_id = $1 FOR UPDATE")
+        .bind(community)
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    let db = t.db.clone();
+    let t0 = tokio::spawn(async move {
+        pa::change_org_type_default(&db, community, wiki, Some(Disposition::Migrate), None, "", None).await
+    });
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
+    common::assert_holds(&t.admin, waiter, &[Lock::RendezvousExclusive]).await;
+    no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
+    // A move cannot run meanwhile: T0's exclusive rendezvous keeps it out.
+    sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
+    let act2 = t0.await.unwrap().unwrap();
+    assert_eq!(type_default(&t, community).await, (Some(wiki), Some(act2)));
+
+    // Paused at its last statement (the drain job's insert, on a dedupe key the admin holds
+    // open): T0 holds everything it declares, and still no pool or obligation row.
+    let next: i64 = scalar(
+        &t,
+        "SELECT coalesce(last_value, 0) + 1 FROM pg_sequences WHERE schemaname = 'core' AND sequencename = 'plan_acts_plan_act_id_seq'",
+    )
+    .await;
+    assert_eq!(next, act2 + 1);
+    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
+    sqlx::query("INSERT INTO integration.jobs (kind, payload, dedupe_key) VALUES ('drain_plan_act', '{}', $1)")
+        .bind(format!("{}:{next}", pa::DRAIN_PLAN_ACT))
+        .execute(&mut *hold)
+        .await
+        .unwrap();
+    let db = t.db.clone();
+    let t0 = tokio::spawn(async move {
+        pa::change_org_type_default(&db, community, support, Some(Disposition::Grandfather), None, "", None).await
+    });
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
+    common::assert_holds(&t.admin, waiter, pa::CHANGE_DEFAULT_T0_LOCKS.locks).await;
+    no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
+    sqlx::query("ROLLBACK").execute(&mut *hold).await.unwrap();
+    let act3 = t0.await.unwrap().unwrap();
+    assert_eq!(act3, next);
+    assert_eq!(type_default(&t, community).await, (Some(support), Some(act3)));
+}
+
+#[tokio::test]
+async fn the_failure_recorder_never_waits_on_a_pool_row() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let support = ladder_id(&t, "Support").await;
+    let created = orgs_of_type(&t, community, "Recorder", 2).await;
+    let pool = created[0].pool_id;
+    let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
+    assert_eq!(list_batch(&t, act, community, 500).await, 5);
+
+    let (mut hold, hold_pid) = hold_pool(&t, pool).await;
+    let db = t.db.clone();
+    let recorder = tokio::spawn(async move {
+        let mut tx = begin(&db, TxKind::Plain).await.unwrap();
+        store::record_failure(tx.conn(), act, pool, "the move failed").await.unwrap();
+        tx.commit().await.unwrap();
+    });
+    tokio::time::timeout(Duration::from_secs(3), recorder)
+        .await
+        .expect("the failure recorder completed while the pool row was held")
+        .unwrap();
+    assert!(!common::anyone_waits_on(&t.admin, &t.name, hold_pid).await);
+    sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
+    drop(hold);
+    let (state, attempts, error): (String, i32, Option<String>) = sqlx::query_as(
+        "SELECT state, attempts, last_error FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2",
+    )
+    .bind(act)
+    .bind(pool)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!((state.as_str(), attempts, error.as_deref()), ("failed", 1, Some("the move failed")));
+    // Only while pending: a second recording changes nothing.
+    let mut tx = begin(&t.db, TxKind::Plain).await.unwrap();
+    store::record_failure(tx.conn(), act, pool, "again").await.unwrap();
+    tx.commit().await.unwrap();
+    let attempts: i32 =
+        sqlx::query_scalar("SELECT attempts FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2")
+            .bind(act)
+            .bind(pool)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(attempts, 1);
+}
+
+// ---------- 5. A second default change while the first drains ----------
+
+#[tokio::test]
+async fn a_second_default_change_while_the_first_drains_supersedes_it_and_moves_no_one_twice() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    orgs_of_type(&t, community, "Twice", 20).await;
+    let members = members_of(&t, community).await;
+    assert_eq!(members.len(), 23);
+
+    // The first act: listed, and a few organizations moved (Initech among them).
+    let first = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
+    assert_eq!(list_batch(&t, first, community, 500).await, 23);
+    let moved_first: Vec<i64> = members.iter().take(5).map(|m| m.2).collect();
+    for p in &moved_first {
+        assert!(pa::enact_obligation(&t.db, first, *p, None).await.unwrap());
+    }
+    for p in &moved_first {
+        assert!(shape(&t, *p).await.contains(&h("Support", "Community support", "floor")));
+    }
+
+    // The second act takes the default back; both drains run at once.
+    let second = change(&t, community, wiki, Some(Disposition::Migrate)).await.unwrap();
+    assert_eq!(type_default(&t, community).await, (Some(wiki), Some(second)));
+    let (a, b) = tokio::join!(pa::drain_plan_act(&t.db, first, None), pa::drain_plan_act(&t.db, second, None));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!((a.failed, b.failed), (0, 0));
+    assert!(b.finished);
+    // The first act's drain again, as its job would: nothing left, and done.
+    pa::drain_plan_act(&t.db, first, None).await.unwrap();
+
+    let initech = members.iter().find(|m| m.1 == "Initech").unwrap().2;
+    for (_, name, pool) in &members {
+        let expected = if *pool == initech {
+            vec![h("Wiki hosting", "Pro", "operator")]
+        } else {
+            vec![h("Wiki hosting", "Free", "floor")]
+        };
+        assert_eq!(shape(&t, *pool).await, expected, "{name}");
+    }
+    assert_eq!(
+        scalar(
+            &t,
+            &format!(
+                "SELECT count(*) FROM core.grants g JOIN core.organizations o USING (organization_id)
+                 WHERE o.org_type_id = {community} AND g.kind = 'floor' AND g.status = 'active'
+                   AND g.product_id = (SELECT product_id FROM core.products WHERE name = 'Community support')"
+            )
+        )
+        .await,
+        0,
+        "no Support floor of the first act remains"
+    );
+    assert!(stale_pools(&t).await.is_empty());
+
+    let (c1, c2) = (counts(&t, first).await, counts(&t, second).await);
+    assert_eq!(c1.0 + c2.0, 0, "no obligation pending in either act: {c1:?} {c2:?}");
+    assert_eq!((c1.4, c2.4), (0, 0));
+    // The first act settled what it moved and had the rest superseded.
+    assert_eq!(c1.1 + c1.3, 5, "{c1:?}");
+    assert_eq!(c1.5, 18, "{c1:?}");
+    // The second: the ones the first moved migrated back (Initech is vacant again: it holds Pro).
+    let total2 = c2.1 + c2.2 + c2.3 + c2.5;
+    assert_eq!(total2, 23, "{c2:?}");
+    assert_eq!(c2.5, 0);
+    let moved_back = scalar(
+        &t,
+        &format!(
+            "SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {second} AND state = 'migrated'
+               AND pool_id = ANY (ARRAY[{}]::bigint[])",
+            moved_first.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
+        ),
+    )
+    .await;
+    assert!(moved_first.contains(&initech), "Initech is among the first five");
+    assert_eq!(moved_back, 5, "the Support floor the first act gave is ended by the second (Initech's too)");
+    assert_eq!((c2.1, c2.3), (5, 18), "{c2:?}");
+    // Settled exactly once each.
+    assert_eq!(
+        scalar(
+            &t,
+            &format!(
+                "SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id IN ({first}, {second})
+                   AND state NOT IN ('superseded') AND attempts <> 1"
+            )
+        )
+        .await,
+        0
+    );
+    assert_eq!(act_state(&t, first).await, "done");
+    assert_eq!(act_state(&t, second).await, "done");
+}
+
+// ---------- 6. Crash mid-drain ----------
+
+#[tokio::test]
+async fn a_drain_killed_midway_is_resumed_and_settles_every_obligation_once() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let support = ladder_id(&t, "Support").await;
+    orgs_of_type(&t, community, "Crash", 120).await;
+    let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
+    // Slow every entitlement write a little, so the drain is surely stopped midway.
+    sqlx::raw_sql(
+        "CREATE FUNCTION public.slow_entitlements() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_sleep(0.01); RETURN NEW; END $$;
+         CREATE TRIGGER slow_entitlements BEFORE INSERT OR UPDATE ON core.pool_entitlements
+         FOR EACH ROW EXECUTE FUNCTION public.slow_entitlements();",
+    )
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let db = t.db.clone();
+    let drain = tokio::spawn(async move { pa::drain_plan_act(&db, act, None).await });
+    let settled =
+        format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {act} AND state <> 'pending'");
+    let start = Instant::now();
+    while scalar(&t, &settled).await < 20 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the drain did not start moving");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drain.abort();
+    let _ = drain.await;
+    let pending = scalar(
+        &t,
+        &format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {act} AND state = 'pending'"),
+    )
+    .await;
+    assert!(pending > 0, "the drain was stopped before the end");
+    assert_eq!(act_state(&t, act).await, "running");
+
+    // On restart the poller enqueues the drain job, and a worker finishes it.
+    assert_eq!(pa::resume_drains(&t.db).await.unwrap(), 1);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(
+        member_console::jobs::Worker::new(t.db.clone(), member_console::jobs::standard_handlers(), 2).run(stop_rx),
+    );
+    wait_until(
+        &t,
+        &format!("SELECT count(*) FROM core.plan_acts WHERE plan_act_id = {act} AND state = 'done'"),
+        "the resumed drain finished",
+        Duration::from_secs(60),
+    )
+    .await;
+    let _ = stop_tx.send(true);
+    worker.await.unwrap();
+
+    assert_eq!(counts(&t, act).await, (0, 122, 0, 1, 0, 0));
+    assert_eq!(
+        scalar(
+            &t,
+            &format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {act} AND attempts <> 1")
+        )
+        .await,
+        0,
+        "every obligation settled exactly once"
+    );
+    // No organization was given two floors.
+    assert_eq!(
+        scalar(
+            &t,
+            &format!(
+                "SELECT count(*) FROM core.grants g JOIN core.organizations o USING (organization_id)
+                 WHERE o.org_type_id = {community} AND g.kind = 'floor' AND g.status = 'active'"
+            )
+        )
+        .await,
+        123
+    );
+    assert!(stale_pools(&t).await.is_empty());
+}
+
+// ---------- 7. Failure and retry ----------
+
+#[tokio::test]
+async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let support = ladder_id(&t, "Support").await;
+    let created = orgs_of_type(&t, community, "Retry", 6).await;
+    let bad = created[2].pool_id;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION public.refuse_pool() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN IF NEW.pool_id = {bad} THEN RAISE EXCEPTION 'pool {bad} is broken'; END IF; RETURN NEW; END $$;
+         CREATE TRIGGER refuse_pool BEFORE INSERT OR UPDATE ON core.pool_entitlements FOR EACH ROW EXECUTE FUNCTION public.refuse_pool();"
+    )))
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
+    let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    assert_eq!((d.moved, d.failed, d.finished), (8, 1, true));
+    let (state, attempts, error): (String, i32, Option<String>) = sqlx::query_as(
+        "SELECT state, attempts, last_error FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2",
+    )
+    .bind(act)
+    .bind(bad)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!((state.as_str(), attempts), ("failed", 1));
+    assert!(error.as_deref().unwrap_or_default().contains("is broken"), "{error:?}");
+    assert_eq!(counts(&t, act).await, (0, 7, 0, 1, 1, 0));
+    assert_eq!(act_state(&t, act).await, "done", "done, with a failure");
+    // The failed organization's move rolled back: it still holds its Free floor.
+    assert_eq!(shape(&t, bad).await, vec![h("Wiki hosting", "Free", "floor")]);
+    // A drain pass does not retry it by itself.
+    assert_eq!(pa::drain_plan_act(&t.db, act, None).await.unwrap().moved, 0);
+
+    sqlx::raw_sql("DROP TRIGGER refuse_pool ON core.pool_entitlements").execute(&t.admin).await.unwrap();
+    let retry = pa::retry_plan_act(&t.db, act, None).await.unwrap();
+    let (kind, retry_of): (String, Option<i64>) = sqlx::query_as(
+        "SELECT a.kind, (d.detail->>'retry_of')::bigint FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
+         WHERE a.plan_act_id = $1",
+    )
+    .bind(retry)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!((kind.as_str(), retry_of), ("retry", Some(act)));
+    let (state, error): (String, Option<String>) = sqlx::query_as(
+        "SELECT state, last_error FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2",
+    )
+    .bind(act)
+    .bind(bad)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!((state.as_str(), error), ("pending", None), "requeued");
+    assert_eq!(act_state(&t, act).await, "running");
+    let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    assert_eq!((d.moved, d.failed, d.finished), (1, 0, true));
+    let (state, attempts): (String, i32) =
+        sqlx::query_as("SELECT state, attempts FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2")
+            .bind(act)
+            .bind(bad)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!((state.as_str(), attempts), ("migrated", 2), "the failed attempt, then the settlement");
+    assert_eq!(shape(&t, bad).await, vec![h("Support", "Community support", "floor")]);
+    assert_eq!(counts(&t, act).await, (0, 8, 0, 1, 0, 0));
+    assert_eq!(act_state(&t, act).await, "done");
+    assert!(stale_pools(&t).await.is_empty());
+
+    // Nothing left to retry: refused, and no retry act written.
+    let e = pa::retry_plan_act(&t.db, act, None).await.unwrap_err();
+    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("Nothing to retry")), "{e:?}");
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts WHERE kind = 'retry'").await, 1);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_act_details").await, 2);
+    assert_eq!(act_state(&t, act).await, "done");
+    assert!(matches!(pa::retry_plan_act(&t.db, 999_999, None).await, Err(TopologyError::NotFound(_))));
+}
+
+// ---------- 8. HTTP ----------
+
+async fn signed_in(app: &TestApp, email: &str, password: &str) -> (reqwest::Client, String) {
+    let c = app.client();
+    let r = app.sign_in(&c, email, password).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "sign-in as {email}");
+    let token = app.csrf(&c, "/").await;
+    (c, token)
+}
+
+async fn post_form(
+    app: &TestApp,
+    c: &reqwest::Client,
+    path: &str,
+    token: &str,
+    fields: &[(&str, &str)],
+    htmx: bool,
+) -> (StatusCode, reqwest::header::HeaderMap, String) {
+    let mut form: Vec<(&str, &str)> = fields.to_vec();
+    form.push(("csrf_token", token));
+    let mut rb = c.post(app.url(path)).form(&form);
+    if htmx {
+        rb = rb.header("HX-Request", "true").header("X-CSRF-Token", token);
+    }
+    let r = rb.send().await.unwrap();
+    let (status, headers) = (r.status(), r.headers().clone());
+    (status, headers, r.text().await.unwrap())
+}
+
+fn stat(value: i64, label: &str) -> String {
+    format!(r#"<span class="stat-value">{value}</span><span class="stat-label">{label}</span>"#)
+}
+
+#[tokio::test]
+async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act() {
+    let t = demo_db().await;
+    let app = TestApp::spawn(&t).await;
+    let community = type_id(&t, "Community").await;
+    let support = ladder_id(&t, "Support").await;
+    let (op, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let path = format!("/operator/topology/org-types/{community}/default");
+    let support_s = support.to_string();
+
+    // The form is on the page.
+    let page = op.get(app.url("/operator/topology")).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains(&format!(r#"id="default-change-{community}""#)), "the default-change form");
+    assert!(page.contains(&format!(r#"action="{path}""#)));
+
+    // No disposition while floors exist: refused, the message, nothing written.
+    let refused = [("plan_ladder_id", support_s.as_str()), ("disposition", ""), ("reason", "try")];
+    let (status, _, body) = post_form(&app, &op, &path, &token, &refused, false).await;
+    assert!(status.is_client_error(), "{status}");
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body.contains("hold the current default"), "{body}");
+    assert!(body.contains("<html") || body.contains("<!DOCTYPE") || body.contains("<!doctype"), "the whole page");
+    let (status, _, body) = post_form(&app, &op, &path, &token, &refused, true).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body.starts_with(&format!(r#"<div class="default-change" id="default-change-{community}">"#)), "{body}");
+    assert!(body.contains("hold the current default"), "{body}");
+    assert!(!body.contains("<html"), "the partial alone");
+    // An unknown disposition and no ladder are refused by field as well.
+    let (status, _, body) =
+        post_form(&app, &op, &path, &token, &[("plan_ladder_id", ""), ("disposition", "sideways")], true).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body.contains("Choose a ladder.") && body.contains("is not a disposition"), "{body}");
+    assert_eq!(written(&t).await, (0, 0, 0, 0, 0));
+
+    // A member is refused, and writes nothing.
+    let (member, mtoken) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let fields = [("plan_ladder_id", support_s.as_str()), ("disposition", "migrate"), ("reason", "move them")];
+    for htmx in [false, true] {
+        let (status, _, _) = post_form(&app, &member, &path, &mtoken, &fields, htmx).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(written(&t).await, (0, 0, 0, 0, 0));
+
+    // Migrate: 303 to the act's page.
+    let (status, headers, _) = post_form(&app, &op, &path, &token, &fields, false).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let act = scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts").await;
+    let to = format!("/operator/plan-acts/{act}");
+    assert_eq!(headers.get("location").and_then(|v| v.to_str().ok()), Some(to.as_str()));
+    let actor: Option<i64> = sqlx::query_scalar("SELECT created_by FROM core.plan_acts WHERE plan_act_id = $1")
+        .bind(act)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert!(actor.is_some(), "the act names the operator");
+    // The request drained the three demo organizations itself (or the job will); wait for done.
+    if act_state(&t, act).await != "done" {
+        pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    }
+    assert_eq!(act_state(&t, act).await, "done");
+    assert_eq!(counts(&t, act).await, (0, 2, 0, 1, 0, 0));
+
+    let r = op.get(app.url(&to)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let body = r.text().await.unwrap();
+    assert!(body.contains(r#"id="plan-act-progress""#), "{body}");
+    assert!(body.contains(&stat(2, "Migrated")), "{body}");
+    assert!(body.contains(&stat(1, "Vacant")), "{body}");
+    assert!(body.contains(&stat(0, "Pending")), "{body}");
+    assert!(body.contains("Default changed"));
+    assert!(!body.contains("every 2s"), "a finished act's page does not poll");
+    assert!(body.contains("Done: this act has finished"));
+
+    let r = op.get(app.url(&format!("{to}/progress"))).header("HX-Request", "true").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let partial = r.text().await.unwrap();
+    assert!(partial.starts_with(r#"<div class="plan-act-progress" id="plan-act-progress">"#), "{partial}");
+    assert!(partial.contains(&stat(2, "Migrated")));
+    assert!(!partial.contains("every 2s") && !partial.contains("<html"));
+    // The list names it.
+    let list = op.get(app.url("/operator/plan-acts")).send().await.unwrap().text().await.unwrap();
+    assert!(list.contains(&format!(r#"href="/operator/plan-acts/{act}""#)));
+
+    // Members may see neither.
+    for p in [to.clone(), format!("{to}/progress"), "/operator/plan-acts".to_string()] {
+        let r = member.get(app.url(&p)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{p}");
+    }
+    let (status, _, _) = post_form(&app, &member, &format!("{to}/retry"), &mtoken, &[], false).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // An unknown act is a 404.
+    let r = op.get(app.url("/operator/plan-acts/999999/progress")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    app.handle.stop(false).await;
+}
+
+#[tokio::test]
+async fn a_running_act_page_polls_its_progress() {
+    let t = demo_db().await;
+    let app = TestApp::spawn(&t).await;
+    let community = type_id(&t, "Community").await;
+    let support = ladder_id(&t, "Support").await;
+    // T0 only: the act is running with nothing listed yet.
+    let act = change(&t, community, support, Some(Disposition::Grandfather)).await.unwrap();
+    let (op, _) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let body = op.get(app.url(&format!("/operator/plan-acts/{act}"))).send().await.unwrap().text().await.unwrap();
+    assert!(body.contains("every 2s"), "{body}");
+    assert!(body.contains("Still listing organizations"), "{body}");
+    let partial =
+        op.get(app.url(&format!("/operator/plan-acts/{act}/progress"))).send().await.unwrap().text().await.unwrap();
+    assert!(partial.contains(r#"hx-trigger="every 2s""#), "{partial}");
+    pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    let partial =
+        op.get(app.url(&format!("/operator/plan-acts/{act}/progress"))).send().await.unwrap().text().await.unwrap();
+    assert!(!partial.contains("every 2s"), "{partial}");
+    assert!(partial.contains(&stat(2, "Grandfathered")), "{partial}");
+    app.handle.stop(false).await;
+}
