@@ -12,6 +12,11 @@ CREATE TABLE core.entitlement_set_changes (
     state text NOT NULL DEFAULT 'draining' CHECK (state IN ('draining', 'settled')),
     -- Settled inside the commit (at or below the sync cap).
     settled_inline boolean NOT NULL DEFAULT false,
+    -- Whether every carrying pool has its obligations written. At or below the sync cap the
+    -- commit writes them; above it the drain lists them in batches after the commit, so the
+    -- exclusive hold does not grow with the number of pools (see docs/domain.md).
+    listed boolean NOT NULL DEFAULT true,
+    listed_through bigint NOT NULL DEFAULT 0,
     pools_owed integer NOT NULL DEFAULT 0,
     committed_at timestamptz NOT NULL DEFAULT now(),
     -- How long the commit held the exclusive rendezvous, as the service measured it.
@@ -66,11 +71,14 @@ BEGIN
 END
 $$;
 
+-- The drain lists a set's carrying pools in pool_id order, by product.
+CREATE INDEX conferrals_product_pool_holding ON core.conferrals (product_id, pool_id) WHERE state = 'holding';
+
 -- One delta of a batch: under the exclusive rendezvous, the set row (again; the batch took it
--- first), then the rule row; record the act, write the rule, and owe every pool that carries the
--- set now. Returns the act and how many pools it owes.
+-- first), then the rule row; record the act, write the rule, and, when `p_list`, owe every pool
+-- that carries the set now. Returns the act and how many pools it owes.
 CREATE FUNCTION core.commit_rule_change(
-    p_change bigint, p_position integer, p_set bigint, p_key text, p_numeric bigint, p_flag boolean
+    p_change bigint, p_position integer, p_set bigint, p_key text, p_numeric bigint, p_flag boolean, p_list boolean
 ) RETURNS TABLE (act_id bigint, pools bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
 DECLARE
@@ -96,12 +104,15 @@ BEGIN
         ON CONFLICT (entitlement_set_id, resource_key)
         DO UPDATE SET numeric_value = EXCLUDED.numeric_value, flag_value = EXCLUDED.flag_value;
     END IF;
-    INSERT INTO core.entitlement_set_change_obligations (act_id, pool_id)
-    SELECT DISTINCT a, c.pool_id
-      FROM core.products p
-      JOIN core.conferrals c ON c.product_id = p.product_id AND c.state = 'holding'
-     WHERE p.entitlement_set_id = p_set;
-    GET DIAGNOSTICS n = ROW_COUNT;
+    n := 0;
+    IF p_list THEN
+        INSERT INTO core.entitlement_set_change_obligations (act_id, pool_id)
+        SELECT DISTINCT a, c.pool_id
+          FROM core.products p
+          JOIN core.conferrals c ON c.product_id = p.product_id AND c.state = 'holding'
+         WHERE p.entitlement_set_id = p_set;
+        GET DIAGNOSTICS n = ROW_COUNT;
+    END IF;
     RETURN QUERY SELECT a, n;
 END
 $$;
@@ -140,12 +151,50 @@ BEGIN
 END
 $$;
 
--- A change is settled when none of its obligations is unsettled.
+-- The drain's listing, above the sync cap: the next pools (after the change's mark, in pool_id
+-- order) that carry the set now, owed by every act of the change. Under the shared rendezvous.
+-- A pool that stopped carrying since the commit was materialized then, under the new rules; one
+-- that started since was materialized under them too; so listing after the commit owes exactly
+-- the pools that still need it. Returns how many it listed; done when a batch comes back short.
+CREATE FUNCTION core.list_rule_change_obligations(p_change bigint, p_limit integer) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+DECLARE
+    ch core.entitlement_set_changes%ROWTYPE;
+    pools bigint[];
+    n integer;
+BEGIN
+    PERFORM core.assert_rendezvous();
+    SELECT * INTO ch FROM core.entitlement_set_changes WHERE change_id = p_change AND NOT listed FOR UPDATE;
+    IF ch.change_id IS NULL THEN
+        RETURN 0;
+    END IF;
+    SELECT array_agg(pool_id ORDER BY pool_id) INTO pools FROM (
+        SELECT DISTINCT c.pool_id
+          FROM core.products p
+          JOIN core.conferrals c ON c.product_id = p.product_id AND c.state = 'holding' AND c.pool_id > ch.listed_through
+         WHERE p.entitlement_set_id = ch.entitlement_set_id
+         ORDER BY c.pool_id LIMIT p_limit) x;
+    n := coalesce(array_length(pools, 1), 0);
+    IF n > 0 THEN
+        INSERT INTO core.entitlement_set_change_obligations (act_id, pool_id)
+        SELECT a.act_id, p.pool_id FROM core.entitlement_set_change_acts a CROSS JOIN unnest(pools) AS p(pool_id)
+         WHERE a.change_id = p_change
+        ON CONFLICT DO NOTHING;
+    END IF;
+    UPDATE core.entitlement_set_changes
+       SET listed_through = coalesce(pools[n], listed_through), listed = (n < p_limit),
+           pools_owed = pools_owed + n
+     WHERE change_id = p_change;
+    RETURN n;
+END
+$$;
+
+-- A change is settled when it is listed and none of its obligations is unsettled.
 CREATE FUNCTION core.finish_rule_change_if_settled(p_change bigint) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
 BEGIN
     UPDATE core.entitlement_set_changes ch SET state = 'settled', settled_at = now()
-     WHERE ch.change_id = p_change AND ch.state = 'draining'
+     WHERE ch.change_id = p_change AND ch.state = 'draining' AND ch.listed
        AND NOT EXISTS (
            SELECT 1 FROM core.entitlement_set_change_acts a
            JOIN core.entitlement_set_change_obligations o ON o.act_id = a.act_id
@@ -157,13 +206,15 @@ $$;
 GRANT SELECT ON core.entitlement_set_changes, core.entitlement_set_change_acts, core.entitlement_set_change_obligations
 TO console_runtime;
 GRANT INSERT ON core.entitlement_set_changes TO console_runtime;
-GRANT UPDATE (pools_owed, settled_inline, hold_ms) ON core.entitlement_set_changes TO console_runtime;
+GRANT UPDATE (pools_owed, settled_inline, hold_ms, listed) ON core.entitlement_set_changes TO console_runtime;
 -- The operator's Retry brings failed obligations forward.
 GRANT UPDATE (next_attempt_at) ON core.entitlement_set_change_obligations TO console_runtime;
-REVOKE EXECUTE ON FUNCTION core.commit_rule_change(bigint, integer, bigint, text, bigint, boolean),
+REVOKE EXECUTE ON FUNCTION core.commit_rule_change(bigint, integer, bigint, text, bigint, boolean, boolean),
+    core.list_rule_change_obligations(bigint, integer),
     core.settle_obligation(bigint, bigint, text), core.finish_rule_change_if_settled(bigint),
     core.assert_exclusive_rendezvous() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION core.commit_rule_change(bigint, integer, bigint, text, bigint, boolean),
+GRANT EXECUTE ON FUNCTION core.commit_rule_change(bigint, integer, bigint, text, bigint, boolean, boolean),
+    core.list_rule_change_obligations(bigint, integer),
     core.settle_obligation(bigint, bigint, text), core.finish_rule_change_if_settled(bigint),
     core.assert_exclusive_rendezvous()
 TO console_runtime;

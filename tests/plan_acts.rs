@@ -331,7 +331,10 @@ async fn a_default_change_with_migrate_moves_every_floor_and_gives_the_pro_holde
     assert_eq!((again.listed, again.moved, again.failed), (0, 0, 0));
 }
 
-/// The floors a migration creates: do they name the act, as the vacant bucket's floors do?
+/// The floors a migration creates name the act, as the vacant bucket's floors and the grandfathered
+/// legacy grants do (and as the tier removal's migrate does, by the spec). Fails today: the migrate
+/// branch of `enact_obligation` goes through `restore_pool_tx`, which calls ReapplyDefaultsIfVacant
+/// with no act.
 #[tokio::test]
 async fn the_floors_a_migration_gives_name_the_act() {
     let t = demo_db().await;
@@ -793,6 +796,42 @@ async fn a_second_default_change_while_the_first_drains_supersedes_it_and_moves_
     );
     assert_eq!(act_state(&t, first).await, "done");
     assert_eq!(act_state(&t, second).await, "done");
+}
+
+#[tokio::test]
+async fn moves_of_an_act_that_no_longer_owns_the_type_supersede_its_obligations() {
+    let t = demo_db().await;
+    let community = type_id(&t, "Community").await;
+    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    orgs_of_type(&t, community, "Owner", 4).await;
+    let members = members_of(&t, community).await;
+    let first = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
+    assert_eq!(list_batch(&t, first, community, 500).await, 7);
+    let second = change(&t, community, wiki, Some(Disposition::Migrate)).await.unwrap();
+    // The first act drains before the second lists: its moves find it no longer owns the type.
+    let a = pa::drain_plan_act(&t.db, first, None).await.unwrap();
+    assert_eq!((a.listed, a.failed, a.finished), (0, 0, true));
+    assert_eq!(counts(&t, first).await, (0, 0, 0, 0, 0, 7));
+    assert_eq!(act_state(&t, first).await, "done");
+    let initech = members.iter().find(|m| m.1 == "Initech").unwrap().2;
+    for (_, name, pool) in &members {
+        let expected = if *pool == initech {
+            vec![h("Wiki hosting", "Pro", "operator")]
+        } else {
+            vec![h("Wiki hosting", "Free", "floor")]
+        };
+        assert_eq!(shape(&t, *pool).await, expected, "{name}: the superseded act moved no one");
+    }
+    // The second lists and moves: nobody held the Support floor, so all are vacant and unchanged.
+    let b = pa::drain_plan_act(&t.db, second, None).await.unwrap();
+    assert_eq!((b.listed, b.moved, b.failed, b.finished), (7, 7, 0, true));
+    assert_eq!(counts(&t, second).await, (0, 0, 0, 7, 0, 0));
+    for (_, name, pool) in &members {
+        assert_eq!(shape(&t, *pool).await.len(), 1, "{name}");
+    }
+    // A retry of the superseded act has nothing to requeue.
+    assert!(matches!(pa::retry_plan_act(&t.db, first, None).await, Err(TopologyError::Refused(_))));
+    assert!(stale_pools(&t).await.is_empty());
 }
 
 // ---------- 6. Crash mid-drain ----------

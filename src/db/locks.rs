@@ -53,6 +53,8 @@ pub enum Lock {
     PoolRowKeyShare,
     /// A plan act's obligation row of one (act, pool), FOR UPDATE.
     PlanActObligationRow,
+    /// A rule change's row, FOR UPDATE, by its listing.
+    RuleChangeRow,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -89,6 +91,7 @@ impl Lock {
             Lock::OrgTypeRow => "Org type row (FOR NO KEY UPDATE)",
             Lock::PoolRowKeyShare => "Pool rows (FOR KEY SHARE, a listing batch)",
             Lock::PlanActObligationRow => "Plan act obligation row",
+            Lock::RuleChangeRow => "Rule change row",
         }
     }
 
@@ -105,6 +108,7 @@ impl Lock {
             Lock::OrgTypeRowKeyShare | Lock::OrgTypeRow => "core.org_types",
             Lock::PoolRowKeyShare => "core.resource_pools",
             Lock::PlanActObligationRow => "core.plan_act_obligations",
+            Lock::RuleChangeRow => "core.entitlement_set_changes",
             Lock::ProductRow | Lock::ProductRowShare => "core.products",
             Lock::PlanLadderRows => "core.plan_ladders",
             Lock::EntitlementSetRow => "core.entitlement_sets",
@@ -147,6 +151,9 @@ impl Lock {
             Lock::PlanActObligationRow => {
                 PgSignature::Relation { table: "core.plan_act_obligations", mode: "RowShareLock" }
             }
+            Lock::RuleChangeRow => {
+                PgSignature::Relation { table: "core.entitlement_set_changes", mode: "RowShareLock" }
+            }
             Lock::ChangeObligationRow => {
                 PgSignature::Relation { table: "core.entitlement_set_change_obligations", mode: "RowShareLock" }
             }
@@ -188,6 +195,7 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::grants::MANAGE_GRANT_LOCKS,
         &crate::services::grants::EXTEND_WAITING_GRANT_LOCKS,
         &crate::services::rule_changes::RULE_CHANGE_COMMIT_LOCKS,
+        &crate::services::rule_changes::LIST_CHANGE_LOCKS,
         &crate::services::rule_changes::DRAIN_CHANGE_LOCKS,
         &crate::services::rule_changes::RECORD_FAILURE_LOCKS,
         &crate::services::rule_changes::RETRY_RULE_CHANGE_LOCKS,
@@ -293,6 +301,7 @@ const ALL: &[Lock] = &[
     Lock::OrgTypeRow,
     Lock::PoolRowKeyShare,
     Lock::PlanActObligationRow,
+    Lock::RuleChangeRow,
 ];
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
@@ -358,6 +367,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 21, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 22, "add a new lock to ALL too");
     }
 }

@@ -25,6 +25,8 @@ pub const DEFAULT_SYNC_CAP: i64 = 100;
 /// Tasks one drain runs at once, each over its own share of the pools.
 pub const DEFAULT_DRAIN_PARALLELISM: i64 = 4;
 pub const DRAIN_RULE_CHANGE: &str = "drain_rule_change";
+/// Carrying pools one listing transaction owes.
+pub const LISTING_BATCH: i32 = 5_000;
 pub const RESUME_RULE_CHANGE_DRAINS: &str = "resume_rule_change_drains";
 
 #[derive(Debug, thiserror::Error)]
@@ -108,28 +110,34 @@ pub async fn commit_rule_change_batch(
         )]));
     }
     let change_id = store::insert_change(tx.conn(), set_id, actor, reason.trim()).await?;
+    // At or below the cap the commit owes and settles every carrying pool itself; above it, the
+    // drain lists them after the commit, so the exclusive hold stays short however many there are.
+    let carrying = store::count_carrying_pools(tx.conn(), set_id).await?;
+    let inline = carrying <= sync_cap;
     for (position, (key, value)) in deltas.iter().enumerate() {
         let (n, f) = match value {
             Some(RuleValue::Numeric(n)) => (Some(*n), None),
             Some(RuleValue::Flag(b)) => (None, Some(*b)),
             None => (None, None),
         };
-        store::commit_rule_change(tx.conn(), change_id, position as i32, set_id, key, n, f).await?;
+        store::commit_rule_change(tx.conn(), change_id, position as i32, set_id, key, n, f, inline).await?;
     }
-    let pools = store::owed_pools(tx.conn(), change_id).await?;
-    let inline = pools.len() as i64 <= sync_cap;
-    if inline {
+    let owed = if inline {
+        let pools = store::owed_pools(tx.conn(), change_id).await?;
         for pool in &pools {
             settle_pool(&mut tx, change_id, *pool).await?;
         }
         store::finish_if_settled(tx.conn(), change_id).await?;
+        pools.len() as i64
     } else {
+        store::set_unlisted(tx.conn(), change_id).await?;
         enqueue_drain(&mut tx, change_id).await?;
-    }
+        0
+    };
     let hold = started.elapsed();
-    store::set_outcome(tx.conn(), change_id, pools.len() as i64, inline, hold.as_secs_f64() * 1000.0).await?;
+    store::set_outcome(tx.conn(), change_id, owed, inline, hold.as_secs_f64() * 1000.0).await?;
     tx.commit().await?;
-    Ok(Committed { change_id, acts: deltas.len(), pools_owed: pools.len() as i64, settled_inline: inline, hold })
+    Ok(Committed { change_id, acts: deltas.len(), pools_owed: carrying, settled_inline: inline, hold })
 }
 
 /// The deltas in resource-key (byte) order: each key whose submitted value differs from the
@@ -185,6 +193,16 @@ pub async fn settle_pool(tx: &mut Tx, change_id: i64, pool_id: i64) -> Result<bo
     Ok(store::settle_change_pool(tx.conn(), change_id, pool_id).await?)
 }
 
+pub static LIST_CHANGE_LOCKS: PathLocks = PathLocks {
+    path: "List a rule change's carrying pools",
+    function: "services::rule_changes::drain_change",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::RuleChangeRow],
+    why: "Above the sync cap the drain lists the carrying pools after the commit, a batch per transaction: the \
+          shared rendezvous, then the change's row FOR UPDATE (two drains list one after the other), then the \
+          obligation inserts; no pool row.",
+};
+
 pub static DRAIN_CHANGE_LOCKS: PathLocks = PathLocks {
     path: "DrainChange",
     function: "services::rule_changes::drain_change",
@@ -216,6 +234,15 @@ pub struct Drained {
 /// takes its own share of pool ids, in ascending order, so they never meet on a pool).
 #[tracing::instrument(name = "DrainChange", skip(db))]
 pub async fn drain_change(db: &Db, change_id: i64, parallelism: i64) -> Result<Drained, DbError> {
+    // First the listing, when the commit left it to the drain: batch after batch.
+    loop {
+        let mut tx = begin(db, TxKind::Materializing).await?;
+        let n = store::list_obligations(tx.conn(), change_id, LISTING_BATCH).await?;
+        tx.commit().await?;
+        if n < LISTING_BATCH {
+            break;
+        }
+    }
     let parts = parallelism.max(1);
     let mut tasks = tokio::task::JoinSet::new();
     for part in 0..parts {

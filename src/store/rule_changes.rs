@@ -28,14 +28,45 @@ pub async fn commit_rule_change(
     key: &str,
     numeric: Option<i64>,
     flag: Option<bool>,
+    list: bool,
 ) -> sqlx::Result<(i64, i64)> {
-    sqlx::query_as("SELECT act_id, pools FROM core.commit_rule_change($1, $2, $3, $4, $5, $6)")
+    sqlx::query_as("SELECT act_id, pools FROM core.commit_rule_change($1, $2, $3, $4, $5, $6, $7)")
         .bind(change_id)
         .bind(position)
         .bind(set_id)
         .bind(key)
         .bind(numeric)
         .bind(flag)
+        .bind(list)
+        .fetch_one(conn)
+        .await
+}
+
+/// How many pools carry the set now (a conferral of one of its products holds).
+pub async fn count_carrying_pools(conn: &mut PgConnection, set_id: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT c.pool_id) FROM core.products p
+         JOIN core.conferrals c ON c.product_id = p.product_id AND c.state = 'holding' WHERE p.entitlement_set_id = $1",
+    )
+    .bind(set_id)
+    .fetch_one(conn)
+    .await
+}
+
+/// The drain lists after the commit: mark the change unlisted.
+pub async fn set_unlisted(conn: &mut PgConnection, change_id: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE core.entitlement_set_changes SET listed = false WHERE change_id = $1")
+        .bind(change_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// One listing batch (`core.list_rule_change_obligations`); how many pools it listed.
+pub async fn list_obligations(conn: &mut PgConnection, change_id: i64, limit: i32) -> sqlx::Result<i32> {
+    sqlx::query_scalar("SELECT core.list_rule_change_obligations($1, $2)")
+        .bind(change_id)
+        .bind(limit)
         .fetch_one(conn)
         .await
 }
@@ -48,7 +79,7 @@ pub async fn set_outcome(
     hold_ms: f64,
 ) -> sqlx::Result<()> {
     sqlx::query(
-        "UPDATE core.entitlement_set_changes SET pools_owed = $2, settled_inline = $3, hold_ms = $4 WHERE change_id = $1",
+        "UPDATE core.entitlement_set_changes SET pools_owed = pools_owed + $2, settled_inline = $3, hold_ms = $4 WHERE change_id = $1",
     )
     .bind(change_id)
     .bind(pools_owed as i32)
@@ -151,10 +182,10 @@ pub async fn bring_failed_forward(conn: &mut PgConnection, change_id: i64) -> sq
 pub async fn draining_changes_due(conn: &mut PgConnection) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar(
         "SELECT ch.change_id FROM core.entitlement_set_changes ch WHERE ch.state = 'draining'
-           AND EXISTS (SELECT 1 FROM core.entitlement_set_change_acts a
+           AND (NOT ch.listed OR EXISTS (SELECT 1 FROM core.entitlement_set_change_acts a
                        JOIN core.entitlement_set_change_obligations o USING (act_id)
                        WHERE a.change_id = ch.change_id AND o.state <> 'settled'
-                         AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now()))
+                         AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())))
          ORDER BY ch.change_id",
     )
     .fetch_all(conn)
