@@ -207,20 +207,25 @@ pub async fn end_conferral(db: &Db, conferral_id: i64, reason: &str) -> Result<R
         store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(EntitlementError::NotFound("conferral"))?;
     store::lock_pools(tx.conn(), &[pool]).await?;
     let ended = store::end_conferral(tx.conn(), conferral_id, reason).await?;
-    let restored = restore_pool_tx(&mut tx, pool, ended).await?;
+    let restored = restore_pool_tx(&mut tx, pool, ended, None).await?;
     tx.commit().await?;
     Ok(restored)
 }
 
 /// After something ended in a pool whose row the caller holds: resumption, delivery, the
-/// floor, materialization, in that order.
-pub async fn restore_pool_tx(tx: &mut Tx, pool_id: i64, ended: bool) -> Result<Restored, EntitlementError> {
+/// floor (naming the plan act that made it, when one did), materialization, in that order.
+pub async fn restore_pool_tx(
+    tx: &mut Tx,
+    pool_id: i64,
+    ended: bool,
+    plan_act: Option<i64>,
+) -> Result<Restored, EntitlementError> {
     let (mut resumed_grants, mut delivered_subscriptions) = (0, 0);
     if ended {
         resumed_grants = store::resume_replaced_grants(tx.conn(), pool_id).await?;
         delivered_subscriptions = store::deliver_displaced_subscriptions(tx.conn(), pool_id).await?;
     }
-    let floor_grant_id = store::reapply_defaults_if_vacant(tx.conn(), pool_id, None).await?;
+    let floor_grant_id = store::reapply_defaults_if_vacant(tx.conn(), pool_id, plan_act).await?;
     store::materialize_pool(tx.conn(), pool_id).await?;
     Ok(Restored { ended, resumed_grants, delivered_subscriptions, floor_grant_id })
 }

@@ -375,7 +375,7 @@ pub async fn revoke_grant(db: &Db, grant_id: i64, actor: Option<i64>, reason: &s
         ended = ent::end_conferral(tx.conn(), c, "revoked").await?;
     }
     if let (Some(p), Some(org)) = (pool, head.organization_id) {
-        restore_pool_tx(&mut tx, p, ended).await?;
+        restore_pool_tx(&mut tx, p, ended, None).await?;
         store::request_pool_subscription_reconciles(tx.conn(), org, "grant revoked").await?;
     }
     store::record_event(tx.conn(), head.grant_id, head.organization_id, "revoked", actor, &reason, json!({})).await?;
@@ -411,7 +411,7 @@ pub async fn expire_grant(db: &Db, grant_id: i64) -> Result<bool, GrantError> {
         ended = ent::end_conferral(tx.conn(), c, "expired").await?;
     }
     if let (Some(p), Some(org)) = (pool, g.organization_id) {
-        restore_pool_tx(&mut tx, p, ended).await?;
+        restore_pool_tx(&mut tx, p, ended, None).await?;
         store::request_pool_subscription_reconciles(tx.conn(), org, "grant expired").await?;
     }
     store::record_event(tx.conn(), grant_id, g.organization_id, "expired", None, "its end came", json!({})).await?;

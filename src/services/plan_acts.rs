@@ -106,12 +106,13 @@ pub async fn change_org_type_default(
         Some(ladder_id),
         None,
         None,
+        Some(org_type_id),
         json!({ "org_type_id": org_type_id, "from_ladder_id": current, "to_ladder_id": ladder_id }),
     )
     .await?;
     store::set_default(tx.conn(), org_type_id, ladder_id, act).await?;
     store::insert_reached_type(tx.conn(), act, org_type_id, current).await?;
-    if store::organizations_of_type(tx.conn(), org_type_id).await? > 0 {
+    if store::type_has_organizations(tx.conn(), org_type_id).await? {
         store::set_running(tx.conn(), act).await?;
         enqueue_drain(&mut tx, act).await?;
     }
@@ -315,7 +316,7 @@ pub async fn enact_obligation(db: &Db, act: i64, pool: i64, within: Option<Insta
         }
         (Some((conferral, _, _)), _) => {
             ent::end_conferral(tx.conn(), conferral, "migrated").await?;
-            restore_pool_tx(&mut tx, pool, true).await.map_err(|e| match e {
+            restore_pool_tx(&mut tx, pool, true, Some(act)).await.map_err(|e| match e {
                 crate::services::entitlements::EntitlementError::Db(d) => d,
                 other => DbError::Sql(sqlx::Error::Protocol(other.to_string())),
             })?;
@@ -349,9 +350,19 @@ pub async fn retry_plan_act(db: &Db, act: i64, actor: Option<i64>) -> Result<i64
     if topology::plan_act(tx.conn(), act).await?.is_none() {
         return Err(TopologyError::NotFound("plan act"));
     }
-    let retry =
-        topology::record_plan_act(tx.conn(), "retry", None, actor, "", None, None, None, json!({ "retry_of": act }))
-            .await?;
+    let retry = topology::record_plan_act(
+        tx.conn(),
+        "retry",
+        None,
+        actor,
+        "",
+        None,
+        None,
+        None,
+        None,
+        json!({ "retry_of": act }),
+    )
+    .await?;
     let n = store::requeue(tx.conn(), act).await?;
     if n == 0 {
         tx.rollback().await?;

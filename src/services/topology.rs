@@ -155,6 +155,7 @@ pub async fn add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<(i64, Tie
         Some(a.ladder_id),
         Some(a.product_id),
         Some(reach.rank),
+        None,
         json!({ "holders": reach.holders }),
     )
     .await?;
@@ -226,6 +227,7 @@ pub async fn delete_tier(
         Some(ladder_id),
         Some(tier.product_id),
         Some(rank),
+        None,
         json!({}),
     )
     .await?;

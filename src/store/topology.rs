@@ -144,9 +144,10 @@ pub async fn record_plan_act(
     ladder: Option<i64>,
     product: Option<i64>,
     rank: Option<i32>,
+    org_type: Option<i64>,
     detail: serde_json::Value,
 ) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT core.record_plan_act($1, $2, $3, $4, $5, $6, $7, NULL, $8)")
+    sqlx::query_scalar("SELECT core.record_plan_act($1, $2, $3, $4, $5, $6, $7, $8, $9)")
         .bind(kind)
         .bind(disposition)
         .bind(actor)
@@ -154,6 +155,7 @@ pub async fn record_plan_act(
         .bind(ladder)
         .bind(product)
         .bind(rank)
+        .bind(org_type)
         .bind(detail)
         .fetch_one(conn)
         .await
