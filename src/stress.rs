@@ -1431,7 +1431,10 @@ async fn retry_rule_change(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<
     } else {
         let owed: Vec<(i64, i64)> = sqlx::query_as(OWED).fetch_all(&ctx.db.pool).await?;
         if owed.is_empty() {
-            return Ok(Outcome::Skipped);
+            // Nothing failed and nothing owed at this moment (the workers' drains are quick):
+            // the operator's Retry would find nothing either.
+            note.detail = "nothing failed or owed to retry".into();
+            return Ok(Outcome::Refused);
         }
         // Among the last owed pools: the drains go in ascending pool_id, so these are still
         // owed when the failure is recorded more often than not.
