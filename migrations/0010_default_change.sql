@@ -129,6 +129,9 @@ DECLARE
     n integer;
 BEGIN
     PERFORM core.assert_rendezvous();
+    -- The act's row first: the drain's last probe takes it too, so a Retry and the act's finish
+    -- cannot cross (a requeue the finish did not see would be left pending on a done act).
+    PERFORM 1 FROM core.plan_acts WHERE plan_act_id = p_act FOR UPDATE;
     PERFORM 1 FROM core.plan_act_obligations o JOIN core.org_types t ON t.org_type_id = o.org_type_id
       WHERE o.plan_act_id = p_act AND o.state = 'failed' AND t.default_owner_act_id = p_act
       ORDER BY o.pool_id FOR UPDATE OF o;
@@ -146,6 +149,21 @@ $$;
 GRANT SELECT ON core.plan_act_reached_types, core.plan_act_obligations TO console_runtime;
 GRANT INSERT ON core.plan_act_reached_types TO console_runtime;
 GRANT UPDATE (state, finished_at) ON core.plan_acts TO console_runtime;
+-- The move's floor: a floor grant of the pool on any ladder that is not the type's default now
+-- (the outgoing default's, or an older act's the later act took over).
+CREATE FUNCTION core.floor_off_default(p_pool bigint, p_type bigint) RETURNS TABLE (conferral_id bigint, grant_id bigint, product_id bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+    SELECT c.conferral_id, g.grant_id, g.product_id
+      FROM core.positions p
+      JOIN core.conferrals c ON c.conferral_id = p.conferral_id
+      JOIN core.grants g ON g.grant_id = c.grant_id AND g.kind = 'floor'
+      JOIN core.org_types t ON t.org_type_id = p_type
+     WHERE p.pool_id = p_pool AND p.plan_ladder_id IS DISTINCT FROM t.default_plan_ladder_id
+     ORDER BY c.conferral_id
+     LIMIT 1
+$$;
+REVOKE EXECUTE ON FUNCTION core.floor_off_default(bigint, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION core.floor_off_default(bigint, bigint) TO console_runtime;
 GRANT INSERT ON core.plan_acts, core.plan_act_details TO console_runtime;
 REVOKE EXECUTE ON FUNCTION core.outgoing_default_exists(bigint, bigint), core.write_plan_act_obligations(bigint, bigint, integer),
     core.lock_plan_act_obligation(bigint, bigint), core.settle_plan_act_obligation(bigint, bigint, text),

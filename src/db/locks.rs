@@ -55,6 +55,8 @@ pub enum Lock {
     PlanActObligationRow,
     /// A rule change's row, FOR UPDATE, by its listing.
     RuleChangeRow,
+    /// A plan act's row, FOR UPDATE: its finish against a Retry's requeue.
+    PlanActRow,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -92,6 +94,7 @@ impl Lock {
             Lock::PoolRowKeyShare => "Pool rows (FOR KEY SHARE, a listing batch)",
             Lock::PlanActObligationRow => "Plan act obligation row",
             Lock::RuleChangeRow => "Rule change row",
+            Lock::PlanActRow => "Plan act row",
         }
     }
 
@@ -109,6 +112,7 @@ impl Lock {
             Lock::PoolRowKeyShare => "core.resource_pools",
             Lock::PlanActObligationRow => "core.plan_act_obligations",
             Lock::RuleChangeRow => "core.entitlement_set_changes",
+            Lock::PlanActRow => "core.plan_acts",
             Lock::ProductRow | Lock::ProductRowShare => "core.products",
             Lock::PlanLadderRows => "core.plan_ladders",
             Lock::EntitlementSetRow => "core.entitlement_sets",
@@ -151,6 +155,7 @@ impl Lock {
             Lock::PlanActObligationRow => {
                 PgSignature::Relation { table: "core.plan_act_obligations", mode: "RowShareLock" }
             }
+            Lock::PlanActRow => PgSignature::Relation { table: "core.plan_acts", mode: "RowShareLock" },
             Lock::RuleChangeRow => {
                 PgSignature::Relation { table: "core.entitlement_set_changes", mode: "RowShareLock" }
             }
@@ -302,6 +307,7 @@ const ALL: &[Lock] = &[
     Lock::PoolRowKeyShare,
     Lock::PlanActObligationRow,
     Lock::RuleChangeRow,
+    Lock::PlanActRow,
 ];
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
@@ -367,6 +373,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 22, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 23, "add a new lock to ALL too");
     }
 }

@@ -28,7 +28,7 @@ pub enum CatalogError {
 impl From<DbError> for CatalogError {
     fn from(e: DbError) -> Self {
         match e {
-            DbError::LockNotAvailable => CatalogError::ChangeInProgress,
+            DbError::LockNotAvailable | DbError::Deadlock | DbError::DeadlinePassed => CatalogError::ChangeInProgress,
             other => CatalogError::Db(other),
         }
     }
@@ -230,7 +230,14 @@ pub async fn update_product(
     if store::name_taken_by_other_product(tx.conn(), id, &name).await? {
         return Err(invalid("name", format!("A product named “{name}” exists already.")));
     }
-    match store::update_product(tx.conn(), id, &name, set_id, published).await {
+    // A plain edit writes only the name and publication: a set changed meanwhile (under the
+    // exclusive rendezvous) is kept, not overwritten with what this request read.
+    let written = if set_changes {
+        store::update_product(tx.conn(), id, &name, set_id, published).await
+    } else {
+        store::update_product_name(tx.conn(), id, &name, published).await
+    };
+    match written {
         Ok(true) => {}
         Ok(false) => return Err(CatalogError::NotFound("product")),
         Err(e) if crate::db::sqlstate(&e).as_deref() == Some("23505") => {

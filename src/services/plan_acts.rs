@@ -171,8 +171,9 @@ pub static LAST_PROBE_LOCKS: PathLocks = PathLocks {
     path: "DrainPlanAct (last probe)",
     function: "services::plan_acts::drain_plan_act",
     kind: "Materializing",
-    locks: &[Lock::RendezvousShared],
-    why: "The shared rendezvous, then core.outgoing_default_exists: the walk over the index entries the moves \
+    locks: &[Lock::RendezvousShared, Lock::PlanActRow],
+    why: "The shared rendezvous, the act's row FOR UPDATE (re-checking that nothing is pending, against a Retry), \
+          then core.outgoing_default_exists: the walk over the index entries the moves \
           ended happens outside the next T0's exclusive hold.",
 };
 
@@ -229,8 +230,13 @@ pub async fn drain_plan_act(db: &Db, act: i64, within: Option<Instant>) -> Resul
         store::unfinished(&mut c, act).await?
     };
     if !unfinished {
-        // The last probe, then the act is done.
+        // The last probe, then the act is done: under the act's row, re-checked, so a Retry that
+        // requeued meanwhile keeps it running.
         let mut tx = begin(db, kind(within)).await?;
+        store::lock_act(tx.conn(), act).await?;
+        if store::unfinished(tx.conn(), act).await? {
+            return Ok(out);
+        }
         for (ty, from) in store::reached_types(tx.conn(), act).await? {
             if let Some(from) = from {
                 let left = store::outgoing_default_exists(tx.conn(), ty, from).await?;
@@ -255,7 +261,9 @@ async fn move_part(db: &Db, act: i64, part: i64, within: Option<Instant>) -> Res
             match enact_obligation(db, act, pool, within).await {
                 Ok(true) => moved += 1,
                 Ok(false) => {}
-                Err(e @ (DbError::DeadlinePassed | DbError::LockNotAvailable)) if within.is_some() => return Err(e),
+                // A wait past its bound leaves the obligation pending: the job tries again later
+                // (with backoff), and the in-request drain hands over to the job.
+                Err(e @ (DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock)) => return Err(e),
                 Err(e) => {
                     tracing::warn!(plan_act_id = act, pool_id = pool, error = %e, "a move failed");
                     let mut tx = begin(db, TxKind::Plain).await?;
@@ -285,10 +293,7 @@ pub async fn enact_obligation(db: &Db, act: i64, pool: i64, within: Option<Insta
         return Ok(true);
     }
     let disposition = store::disposition_of(tx.conn(), act).await?;
-    let floor = match ob.from_ladder_id {
-        Some(from) => store::floor_on(tx.conn(), pool, from).await?,
-        None => None,
-    };
+    let floor = store::floor_off_default(tx.conn(), pool, ob.org_type_id).await?;
     let state = match (floor, disposition.as_deref()) {
         (Some((conferral, floor_grant, product)), Some("grandfather")) => {
             // The incumbent keeps its old floor, as a legacy grant of the same product.
@@ -337,9 +342,9 @@ pub static RETRY_PLAN_ACT_LOCKS: PathLocks = PathLocks {
     path: "RetryPlanAct",
     function: "services::plan_acts::retry_plan_act",
     kind: "Materializing",
-    locks: &[Lock::RendezvousShared, Lock::PlanActObligationRow],
+    locks: &[Lock::RendezvousShared, Lock::PlanActRow, Lock::PlanActObligationRow],
     why: "The shared rendezvous, the Retry act and its detail row, then core.requeue_plan_act_obligations: the \
-          retried act's failed obligations of the types it still owns FOR UPDATE in ascending pool_id. A Retry that \
+          retried act's row FOR UPDATE (against the act's finish), then its failed obligations of the types it still owns FOR UPDATE in ascending pool_id. A Retry that \
           requeues nothing rolls back.",
 };
 

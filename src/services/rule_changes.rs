@@ -45,7 +45,9 @@ pub enum RuleChangeError {
 impl From<DbError> for RuleChangeError {
     fn from(e: DbError) -> Self {
         match e {
-            DbError::LockNotAvailable => RuleChangeError::ChangeInProgress,
+            DbError::LockNotAvailable | DbError::Deadlock | DbError::DeadlinePassed => {
+                RuleChangeError::ChangeInProgress
+            }
             other => RuleChangeError::Db(other),
         }
     }

@@ -36,7 +36,7 @@ pub enum TopologyError {
 impl From<DbError> for TopologyError {
     fn from(e: DbError) -> Self {
         match e {
-            DbError::LockNotAvailable | DbError::DeadlinePassed => TopologyError::ChangeInProgress,
+            DbError::LockNotAvailable | DbError::DeadlinePassed | DbError::Deadlock => TopologyError::ChangeInProgress,
             other => TopologyError::Db(other),
         }
     }

@@ -221,6 +221,18 @@ pub async fn update_product(
         == 1)
 }
 
+/// UpdateProduct without a change of set: the name and publication only.
+pub async fn update_product_name(conn: &mut PgConnection, id: i64, name: &str, published: bool) -> sqlx::Result<bool> {
+    Ok(sqlx::query("UPDATE core.products SET name = $2, published = $3 WHERE product_id = $1")
+        .bind(id)
+        .bind(name)
+        .bind(published)
+        .execute(conn)
+        .await?
+        .rows_affected()
+        == 1)
+}
+
 pub async fn name_taken_by_other_product(conn: &mut PgConnection, id: i64, name: &str) -> sqlx::Result<bool> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM core.products WHERE name = $2 AND product_id <> $1)")
         .bind(id)

@@ -154,17 +154,24 @@ pub async fn requeue(conn: &mut PgConnection, act: i64) -> sqlx::Result<i32> {
     sqlx::query_scalar("SELECT core.requeue_plan_act_obligations($1)").bind(act).fetch_one(conn).await
 }
 
-/// The floor grant's holding conferral on a ladder in a pool, if the pool holds one there.
-pub async fn floor_on(conn: &mut PgConnection, pool: i64, ladder: i64) -> sqlx::Result<Option<(i64, i64, i64)>> {
-    sqlx::query_as(
-        "SELECT c.conferral_id, g.grant_id, g.product_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
-         JOIN core.grants g ON g.grant_id = c.grant_id
-         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND g.kind = 'floor'",
-    )
-    .bind(pool)
-    .bind(ladder)
-    .fetch_optional(conn)
-    .await
+/// A floor the pool holds on a ladder that is not its type's default now (conferral, grant,
+/// product): the outgoing default's, or one an earlier act left that a later act took over.
+pub async fn floor_off_default(
+    conn: &mut PgConnection,
+    pool: i64,
+    org_type: i64,
+) -> sqlx::Result<Option<(i64, i64, i64)>> {
+    sqlx::query_as("SELECT conferral_id, grant_id, product_id FROM core.floor_off_default($1, $2)")
+        .bind(pool)
+        .bind(org_type)
+        .fetch_optional(conn)
+        .await
+}
+
+/// The act's row, FOR UPDATE (the last probe against a Retry's requeue).
+pub async fn lock_act(conn: &mut PgConnection, act: i64) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1 FROM core.plan_acts WHERE plan_act_id = $1 FOR UPDATE").bind(act).execute(conn).await?;
+    Ok(())
 }
 
 pub async fn organization_of_pool(conn: &mut PgConnection, pool: i64) -> sqlx::Result<i64> {
@@ -204,9 +211,13 @@ pub async fn finish(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
 }
 
 pub async fn running_acts(conn: &mut PgConnection) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar("SELECT plan_act_id FROM core.plan_acts WHERE state = 'running' ORDER BY plan_act_id")
-        .fetch_all(conn)
-        .await
+    sqlx::query_scalar(
+        "SELECT a.plan_act_id FROM core.plan_acts a WHERE a.state = 'running'
+            OR EXISTS (SELECT 1 FROM core.plan_act_obligations o WHERE o.plan_act_id = a.plan_act_id AND o.state = 'pending')
+         ORDER BY a.plan_act_id",
+    )
+    .fetch_all(conn)
+    .await
 }
 
 pub async fn disposition_of(conn: &mut PgConnection, act: i64) -> sqlx::Result<Option<String>> {
