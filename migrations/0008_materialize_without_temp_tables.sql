@@ -78,12 +78,11 @@ END
 $$;
 
 -- settlePool in one call: the pool row, the acts of the change the pool still owes (read under
--- the row), one materialization, then core.settle_obligation per act in the batch's order (the
--- pool row again, then the obligation row). False when nothing was owed any more.
+-- the row), one materialization, then the obligation rows of those acts settled (after the pool
+-- row, as core.settle_obligation takes them). False when nothing was owed any more.
 CREATE FUNCTION core.settle_change_pool(p_change bigint, p_pool bigint) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
 DECLARE
-    a bigint;
     owed bigint[];
 BEGIN
     PERFORM core.assert_rendezvous();
@@ -96,9 +95,12 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM core.materialize_pool(p_pool);
-    FOREACH a IN ARRAY owed LOOP
-        PERFORM core.settle_obligation(a, p_pool);
-    END LOOP;
+    -- Every owed act of the pool settles in one statement (what core.settle_obligation does per
+    -- act, without a round of statements each): the pool row is held, so no other pass can be
+    -- settling or failing these rows, and they are all this one pool's.
+    UPDATE core.entitlement_set_change_obligations
+       SET state = 'settled', settled_at = now(), attempts = attempts + 1, next_attempt_at = NULL
+     WHERE act_id = ANY (owed) AND pool_id = p_pool AND state <> 'settled';
     RETURN true;
 END
 $$;

@@ -83,8 +83,8 @@ pub static RULE_CHANGE_COMMIT_LOCKS: PathLocks = PathLocks {
     ],
     why: "The exclusive rendezvous, the set row once for the batch (LockEntitlementSet), then for each delta in \
           resource-key order the set row again and the rule row inside core.commit_rule_change; at or below \
-          the sync cap each carrying pool in ascending pool_id order (LockPools), then the pool row again and \
-          the obligation row inside core.settle_obligation, once per act.",
+          the sync cap each carrying pool in ascending pool_id order (settlePool: the pool row, then the \
+          obligation rows of its owed acts).",
 };
 
 /// RuleChangeBatchCommit: the submitted rules of one set (key → raw value, empty = no rule)
@@ -188,9 +188,9 @@ async fn enqueue_drain(tx: &mut Tx, change_id: i64) -> Result<(), DbError> {
 }
 
 /// settlePool (`core.settle_change_pool`, one round trip): under the pool row, materialize once
-/// with the new rules, then settle each act's obligation in the batch's order
-/// (core.settle_obligation: the pool row again, then the obligation row). False when nothing was
-/// owed any more (another pass settled it).
+/// with the new rules, then settle the obligation rows of the pool's owed acts in one statement
+/// (after the pool row, as core.settle_obligation takes them). False when nothing was owed any
+/// more (another pass settled it).
 pub async fn settle_pool(tx: &mut Tx, change_id: i64, pool_id: i64) -> Result<bool, DbError> {
     Ok(store::settle_change_pool(tx.conn(), change_id, pool_id).await?)
 }
@@ -210,8 +210,8 @@ pub static DRAIN_CHANGE_LOCKS: PathLocks = PathLocks {
     function: "services::rule_changes::drain_change",
     kind: "Materializing",
     locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::ChangeObligationRow],
-    why: "One short transaction per owed pool: the rendezvous, the pool row (settlePool, through LockPools), then \
-          the obligation row of each owed act in the batch's order.",
+    why: "One short transaction per owed pool: the rendezvous, the pool row (settlePool, core.settle_change_pool), \
+          then the obligation rows of the pool's owed acts, settled in one statement.",
 };
 
 pub static RECORD_FAILURE_LOCKS: PathLocks = PathLocks {
