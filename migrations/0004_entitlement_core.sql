@@ -128,8 +128,7 @@ CREATE TABLE core.resource_pools (
     pool_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     organization_id bigint NOT NULL REFERENCES core.organizations ON DELETE CASCADE,
     is_default boolean NOT NULL DEFAULT true,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    materialized_at timestamptz
+    created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE UNIQUE INDEX resource_pools_default ON core.resource_pools (organization_id) WHERE is_default;
 

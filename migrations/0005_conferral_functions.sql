@@ -243,7 +243,6 @@ BEGIN
     SELECT p_pool, m.resource_key FROM materialized m WHERE m.numeric_value IS NOT NULL
     ORDER BY m.resource_key COLLATE "C"
     ON CONFLICT DO NOTHING;
-    UPDATE core.resource_pools SET materialized_at = now() WHERE pool_id = p_pool;
 END
 $$;
 
@@ -395,7 +394,6 @@ GRANT UPDATE (name, sort_order) ON core.plan_ladders TO console_runtime;
 GRANT UPDATE (rank, product_id), DELETE ON core.plan_ladder_tiers TO console_runtime;
 GRANT UPDATE (name, default_plan_ladder_id, default_owner_act_id) ON core.org_types TO console_runtime;
 GRANT UPDATE (org_type_id) ON core.organizations TO console_runtime;
-GRANT UPDATE (materialized_at) ON core.resource_pools TO console_runtime;
 GRANT UPDATE (status, ends_at, replaced_at, ended_at, organization_id, quantity, starts_at) ON core.grants TO console_runtime;
 GRANT UPDATE (status, updated_at) ON core.subscriptions TO console_runtime;
 GRANT UPDATE (quantity, product_id) ON core.subscription_items TO console_runtime;

@@ -73,7 +73,6 @@ BEGIN
     SELECT p_pool, m.resource_key FROM m WHERE m.numeric_value IS NOT NULL
     ORDER BY m.resource_key COLLATE "C"
     ON CONFLICT DO NOTHING;
-    UPDATE core.resource_pools SET materialized_at = now() WHERE pool_id = p_pool;
 END
 $$;
 

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::{AssertSqlSafe, PgConnection, Postgres, Transaction};
+use sqlx::{AssertSqlSafe, PgConnection, Postgres, pool::PoolConnection};
 
 use super::{Db, DbError, keys::AdvisoryKey};
 
@@ -39,10 +39,12 @@ impl TxKind {
     }
 }
 
-/// An open transaction of a known kind. Dropping it without `commit` rolls it back, which also
-/// releases every transaction-scoped advisory lock it took (spec rule 8).
+/// An open transaction of a known kind. Dropping it without `commit` rolls it back (in a task
+/// of its own, or by closing the connection outside a runtime), which also releases every
+/// transaction-scoped advisory lock it took (spec rule 8).
 pub struct Tx {
-    inner: Transaction<'static, Postgres>,
+    /// Some while the transaction is open.
+    conn: Option<PoolConnection<Postgres>>,
     kind: TxKind,
 }
 
@@ -53,15 +55,20 @@ impl Tx {
 
     /// The connection to run statements on.
     pub fn conn(&mut self) -> &mut PgConnection {
-        &mut self.inner
+        self.conn.as_mut().expect("a Tx is open until commit or rollback consumes it")
     }
 
-    pub async fn commit(self) -> Result<(), DbError> {
-        self.inner.commit().await.map_err(DbError::from)
+    pub async fn commit(mut self) -> Result<(), DbError> {
+        let mut c = self.conn.take().expect("open");
+        // COMMIT of a transaction that failed rolls it back and reports the failure.
+        sqlx::raw_sql("COMMIT").execute(&mut *c).await?;
+        Ok(())
     }
 
-    pub async fn rollback(self) -> Result<(), DbError> {
-        self.inner.rollback().await.map_err(DbError::from)
+    pub async fn rollback(mut self) -> Result<(), DbError> {
+        let mut c = self.conn.take().expect("open");
+        sqlx::raw_sql("ROLLBACK").execute(&mut *c).await?;
+        Ok(())
     }
 
     /// Take a further advisory lock, exclusive and transaction-scoped, inside this transaction.
@@ -72,8 +79,26 @@ impl Tx {
         for b in binds {
             q = q.bind(b);
         }
-        q.execute(&mut *self.inner).await?;
+        q.execute(self.conn()).await?;
         Ok(())
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        let Some(mut c) = self.conn.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            // The connection goes back to the pool once its transaction is rolled back.
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if sqlx::raw_sql("ROLLBACK").execute(&mut *c).await.is_err() {
+                        c.close_on_drop();
+                    }
+                });
+            }
+            // No runtime to roll back in: closing the connection ends the transaction.
+            Err(_) => c.close_on_drop(),
+        }
     }
 }
 
@@ -128,15 +153,19 @@ pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<St
 /// Open a transaction of `kind`. A lock wait past the kind's bound surfaces as
 /// `DbError::LockNotAvailable` (SQLSTATE 55P03), with nothing held.
 pub async fn begin(db: &Db, kind: TxKind) -> Result<Tx, DbError> {
-    let mut statements = opening_statements(kind, db.lock_timeout)?;
-    // BEGIN and the SETs in one round trip (they carry no input, only numbers this module
-    // formats, and cannot fail); the advisory lock in a second, inside the open transaction, so
-    // a wait past its bound fails a transaction this handle rolls back (a failure inside the
-    // BEGIN batch would leave the pooled connection in an aborted transaction).
-    let lock = statements.pop_if(|s| s.starts_with("SELECT pg_advisory"));
-    let mut inner = db.pool.begin_with(AssertSqlSafe(statements.join(";\n"))).await?;
-    if let Some(lock) = lock {
-        sqlx::raw_sql(AssertSqlSafe(lock)).execute(&mut *inner).await?;
+    let statements = opening_statements(kind, db.lock_timeout)?;
+    let mut conn = db.pool.acquire().await?;
+    // BEGIN, the SETs and the advisory lock in one round trip: the statements carry no input,
+    // only numbers this module formats. A lock wait past its bound fails the batch; the
+    // transaction it opened is rolled back here, on the connection this handle owns, before the
+    // connection goes back to the pool.
+    match sqlx::raw_sql(AssertSqlSafe(statements.join(";\n"))).execute(&mut *conn).await {
+        Ok(_) => Ok(Tx { conn: Some(conn), kind }),
+        Err(e) => {
+            if sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
+                conn.close_on_drop();
+            }
+            Err(e.into())
+        }
     }
-    Ok(Tx { inner, kind })
 }
