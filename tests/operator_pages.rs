@@ -9,61 +9,18 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestApp, TestDb};
+use common::{
+    TestApp, TestDb,
+    pages::{Answer, answer, demo_db, get, operator_app, post, signed_in},
+};
 use member_console::{
     db::{TxKind, begin},
     demo,
     services::entitlements::{OrgName, create_organization},
 };
-use reqwest::{Client, StatusCode, header::HeaderMap};
+use reqwest::{Client, StatusCode};
 
 // ---------- Harness ----------
-
-async fn demo_db() -> TestDb {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    t
-}
-
-/// A client signed in as `email`, and its CSRF token.
-async fn signed_in(app: &TestApp, email: &str, password: &str) -> (Client, String) {
-    let c = app.client();
-    let r = app.sign_in(&c, email, password).await;
-    assert_eq!(r.status(), StatusCode::SEE_OTHER, "sign-in as {email}");
-    let token = app.csrf(&c, "/").await;
-    (c, token)
-}
-
-/// The demo, a running console and a signed-in operator.
-async fn operator_app() -> (TestDb, TestApp, Client, String) {
-    let t = demo_db().await;
-    let app = TestApp::spawn(&t).await;
-    let (c, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-    (t, app, c, token)
-}
-
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
-async fn answer(r: reqwest::Response) -> Answer {
-    let status = r.status();
-    let headers = r.headers().clone();
-    let body = r.text().await.unwrap();
-    Answer { status, headers, body }
-}
-
-async fn get(app: &TestApp, c: &Client, path: &str) -> Answer {
-    answer(c.get(app.url(path)).send().await.unwrap()).await
-}
 
 async fn get_htmx(app: &TestApp, c: &Client, path: &str, target: &str) -> Answer {
     answer(c.get(app.url(path)).header("HX-Request", "true").header("HX-Target", target).send().await.unwrap()).await
@@ -71,16 +28,6 @@ async fn get_htmx(app: &TestApp, c: &Client, path: &str, target: &str) -> Answer
 
 /// POST a form as the browser would: the hidden CSRF field always; with `htmx`, the headers
 /// htmx adds (`HX-Request`, and the CSRF header the layout's `hx-headers` carries).
-async fn post(app: &TestApp, c: &Client, path: &str, token: &str, fields: &[(&str, &str)], htmx: bool) -> Answer {
-    let mut form: Vec<(&str, &str)> = fields.to_vec();
-    form.push(("csrf_token", token));
-    let mut rb = c.post(app.url(path)).form(&form);
-    if htmx {
-        rb = rb.header("HX-Request", "true").header("X-CSRF-Token", token);
-    }
-    answer(rb.send().await.unwrap()).await
-}
-
 async fn scalar_i64(t: &TestDb, sql: &str, bind: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).bind(bind).fetch_one(&t.admin).await.unwrap()
 }

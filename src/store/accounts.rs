@@ -45,15 +45,6 @@ pub async fn lock_account_by_email(conn: &mut PgConnection, email: &str) -> sqlx
     .await
 }
 
-pub async fn account_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result<Option<Account>> {
-    sqlx::query_as(
-        "SELECT account_id, email, password_hash, is_operator FROM core.accounts WHERE lower(email) = lower($1)",
-    )
-    .bind(email)
-    .fetch_optional(conn)
-    .await
-}
-
 /// Insert an account, or update the password and operator flag of the one with this email.
 pub async fn upsert_account(
     conn: &mut PgConnection,

@@ -119,11 +119,10 @@ pub struct LockedObligation {
     pub state: String,
     pub owns: bool,
     pub org_type_id: i64,
-    pub from_ladder_id: Option<i64>,
 }
 
 pub async fn lock_obligation(conn: &mut PgConnection, act: i64, pool: i64) -> sqlx::Result<Option<LockedObligation>> {
-    sqlx::query_as("SELECT state, owns, org_type_id, from_ladder_id FROM core.lock_plan_act_obligation($1, $2)")
+    sqlx::query_as("SELECT state, owns, org_type_id FROM core.lock_plan_act_obligation($1, $2)")
         .bind(act)
         .bind(pool)
         .fetch_optional(conn)

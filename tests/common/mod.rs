@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod pages;
 use std::time::{Duration, Instant};
 
 use member_console::db::{
