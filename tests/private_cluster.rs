@@ -21,7 +21,9 @@ struct Scratch {
 impl Scratch {
     fn new(tag: &str) -> Scratch {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos();
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pc-{tag}-{}-{nanos}", std::process::id()));
+        // Under /tmp, not the checkout: run as root, the cluster runs as another user, who must be
+        // able to enter every parent, and a checkout may sit in a folder only root can enter.
+        let dir = Path::new("/tmp").join(format!("mc-pc-{tag}-{}-{nanos}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         Scratch { dir, cluster: None, extra: Vec::new() }
     }
