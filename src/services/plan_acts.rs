@@ -90,7 +90,7 @@ pub async fn change_org_type_default(
     }
     // The gate: without a disposition, no organization may hold the outgoing default's floor.
     if let (None, Some(from)) = (disposition, current) {
-        if store::outgoing_default_exists(tx.conn(), org_type_id, from).await? {
+        if store::outgoing_default_exists(tx.conn(), org_type_id, from, None).await? {
             return Err(invalid(
                 "disposition",
                 "Organizations of this type hold the current default's floor: choose whether they migrate or are grandfathered.",
@@ -111,20 +111,206 @@ pub async fn change_org_type_default(
     )
     .await?;
     store::set_default(tx.conn(), org_type_id, ladder_id, act).await?;
-    store::insert_reached_type(tx.conn(), act, org_type_id, current).await?;
-    if store::type_has_organizations(tx.conn(), org_type_id).await? {
+    store::insert_reached_type(tx.conn(), act, org_type_id, current, None).await?;
+    start_moves(db, tx, act, &[org_type_id], within).await?;
+    Ok(act)
+}
+
+/// After T0: when a reached type has organizations the act runs and its drain job is queued in
+/// T0's transaction; after the commit the listing and moves go on for as long as `within`
+/// allows (inside the request that made the act), and the job finishes what is left.
+async fn start_moves(db: &Db, mut tx: Tx, act: i64, types: &[i64], within: Option<Instant>) -> Result<(), DbError> {
+    let mut reaches = false;
+    for t in types {
+        reaches = reaches || store::type_has_organizations(tx.conn(), *t).await?;
+    }
+    if reaches {
         store::set_running(tx.conn(), act).await?;
         enqueue_drain(&mut tx, act).await?;
     }
     tx.commit().await?;
-    if let Some(deadline) = within {
-        // As far as the request's time allows; the job finishes what is left.
+    if let (true, Some(deadline)) = (reaches, within) {
         match drain_plan_act(db, act, Some(deadline)).await {
-            Ok(_) | Err(DbError::DeadlinePassed | DbError::LockNotAvailable) => {}
+            Ok(_) | Err(DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock) => {}
             Err(e) => tracing::warn!(plan_act_id = act, error = %e, "the in-request drain stopped"),
         }
     }
+    Ok(())
+}
+
+/// A reorder of one ladder's tiers as the operator asks for it.
+#[derive(Debug, Clone)]
+pub struct ReorderTiers {
+    pub ladder_id: i64,
+    /// The ladder's products in their new order, rank 0 first.
+    pub order: Vec<i64>,
+    pub disposition: Option<Disposition>,
+    pub reason: String,
+    pub actor: Option<i64>,
+}
+
+/// What an act would reach: the organizations of the types it reaches, how many of them hold the
+/// floor it takes away (each migrates or is grandfathered, by the disposition), the rest vacant
+/// (nothing to move), and the refusal it would meet.
+#[derive(Debug, Clone, Default)]
+pub struct ActReach {
+    pub types: Vec<String>,
+    pub organizations: i64,
+    pub holding_floor: i64,
+    pub vacant: i64,
+    /// The outgoing floor's product, and the floor that replaces it on migrate.
+    pub from_floor: Option<String>,
+    pub to_floor: Option<String>,
+    pub refusal: Option<String>,
+}
+
+pub static REORDER_TIERS_T0_LOCKS: PathLocks = PathLocks {
+    path: "ReorderTiers (T0)",
+    function: "services::plan_acts::reorder_tiers",
+    kind: "RuleChange",
+    locks: &[Lock::RendezvousExclusive, Lock::OrgTypeRow],
+    why: "The exclusive rendezvous, then the ladder's tiers listed and the submitted order reconciled, the names, \
+          the renumbering (RenumberTiers), the act, and, only when rank 0 changed, the reached types: each type \
+          defaulting to the ladder is recorded and its default transition taken over (the UPDATE's row lock on the \
+          type), then, with no disposition, the gate (core.outgoing_default_exists). No pool or obligation row.",
+};
+
+/// The reads that decide a reorder: the submitted order against the ladder's tiers, and, when
+/// rank 0 changes, the types it reaches and the gate. Returns (old rank 0, new rank 0, types).
+async fn decide_reorder(tx: &mut Tx, r: &ReorderTiers) -> Result<(i64, i64, Vec<(i64, String)>), TopologyError> {
+    if !topology::ladder_exists(tx.conn(), r.ladder_id).await? {
+        return Err(TopologyError::NotFound("ladder"));
+    }
+    let tiers = topology::tiers_of(tx.conn(), r.ladder_id).await?;
+    let mut current: Vec<i64> = tiers.iter().map(|t| t.product_id).collect();
+    let mut wanted = r.order.clone();
+    if current.len() < 2 {
+        return Err(invalid("", "This ladder has fewer than two tiers: there is nothing to reorder."));
+    }
+    let (old0, new0) = (current[0], wanted.first().copied().unwrap_or_default());
+    if wanted == current {
+        return Err(invalid("", "That is the order the tiers have already."));
+    }
+    current.sort();
+    wanted.sort();
+    if wanted != current {
+        return Err(invalid(
+            "",
+            format!("Give every tier of the ladder a different rank from 0 to {}, once each.", tiers.len() - 1),
+        ));
+    }
+    let types = if old0 == new0 { vec![] } else { topology::type_ids_defaulting_to(tx.conn(), r.ladder_id).await? };
+    Ok((old0, new0, types))
+}
+
+fn gate_message(kind: &str) -> String {
+    format!(
+        "Organizations hold {kind} floor: choose whether they migrate to the new floor or are grandfathered \
+         (keep theirs as a legacy grant)."
+    )
+}
+
+/// ReorderTiers: T0 renumbers the ladder's tiers under the exclusive rendezvous; when rank 0
+/// changed, every organization of the types defaulting to the ladder is moved as by a default
+/// change, through the same listing, moves and drain.
+#[tracing::instrument(name = "ReorderTiers", skip(db, r), fields(ladder_id = r.ladder_id))]
+pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -> Result<i64, TopologyError> {
+    let mut tx = begin(db, TxKind::RuleChange).await?;
+    let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
+    topology::renumber_tiers(tx.conn(), r.ladder_id, &r.order).await?;
+    topology::sync_position_ranks(tx.conn(), r.ladder_id).await?;
+    let act = topology::record_plan_act(
+        tx.conn(),
+        "tier_reorder",
+        r.disposition.map(Disposition::as_str),
+        r.actor,
+        r.reason.trim(),
+        Some(r.ladder_id),
+        Some(new0),
+        Some(0),
+        None,
+        json!({ "order": r.order, "from_floor_product_id": old0, "reached_types": types.iter().map(|t| t.0).collect::<Vec<_>>() }),
+    )
+    .await?;
+    for (ty, _) in &types {
+        store::take_default_ownership(tx.conn(), *ty, act).await?;
+        store::insert_reached_type(tx.conn(), act, *ty, Some(r.ladder_id), Some(old0)).await?;
+    }
+    if r.disposition.is_none() {
+        for (ty, _) in &types {
+            if store::outgoing_default_exists(tx.conn(), *ty, r.ladder_id, Some(old0)).await? {
+                return Err(invalid("disposition", gate_message("the ladder's current")));
+            }
+        }
+    }
+    let ids: Vec<i64> = types.iter().map(|t| t.0).collect();
+    start_moves(db, tx, act, &ids, within).await?;
     Ok(act)
+}
+
+/// The preview of a reorder: read in a plain transaction that writes nothing.
+pub async fn preview_reorder_tiers(db: &Db, r: &ReorderTiers) -> Result<ActReach, TopologyError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
+    let mut reach = ActReach { types: types.iter().map(|t| t.1.clone()).collect(), ..ActReach::default() };
+    for (ty, _) in &types {
+        let (orgs, holding) = store::floor_reach(tx.conn(), *ty, Some(r.ladder_id), Some(old0)).await?;
+        reach.organizations += orgs;
+        reach.holding_floor += holding;
+    }
+    reach.vacant = reach.organizations - reach.holding_floor;
+    reach.from_floor = Some(topology::names(tx.conn(), r.ladder_id, Some(old0)).await?.1);
+    reach.to_floor = Some(topology::names(tx.conn(), r.ladder_id, Some(new0)).await?.1);
+    if r.disposition.is_none() && reach.holding_floor > 0 {
+        reach.refusal = Some(gate_message("the ladder's current"));
+    }
+    tx.rollback().await?;
+    Ok(reach)
+}
+
+/// The preview of a default change: its reach and refusals, read in a plain transaction.
+pub async fn preview_default_change(
+    db: &Db,
+    org_type_id: i64,
+    ladder_id: i64,
+    disposition: Option<Disposition>,
+) -> Result<ActReach, TopologyError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let Some((current,)) = store::org_type_default(tx.conn(), org_type_id).await? else {
+        return Err(TopologyError::NotFound("organization type"));
+    };
+    if !topology::ladder_exists(tx.conn(), ladder_id).await? {
+        return Err(invalid("plan_ladder_id", "Choose a ladder from the list."));
+    }
+    if current == Some(ladder_id) {
+        return Err(invalid("plan_ladder_id", "That ladder is this type's default already."));
+    }
+    let Some(to) = store::rank0_of(tx.conn(), ladder_id).await? else {
+        return Err(invalid("plan_ladder_id", "That ladder has no tiers, so it has no floor to give."));
+    };
+    let name = store::org_type_name(tx.conn(), org_type_id).await?;
+    let (organizations, holding_floor) = store::floor_reach(tx.conn(), org_type_id, current, None).await?;
+    let from_floor = match current {
+        Some(l) => match store::rank0_of(tx.conn(), l).await? {
+            Some(p) => Some(topology::names(tx.conn(), l, Some(p)).await?.1),
+            None => None,
+        },
+        None => None,
+    };
+    let mut reach = ActReach {
+        types: vec![name],
+        organizations,
+        holding_floor,
+        vacant: organizations - holding_floor,
+        from_floor,
+        to_floor: Some(topology::names(tx.conn(), ladder_id, Some(to)).await?.1),
+        refusal: None,
+    };
+    if disposition.is_none() && holding_floor > 0 {
+        reach.refusal = Some(gate_message("the current default's"));
+    }
+    tx.rollback().await?;
+    Ok(reach)
 }
 
 async fn enqueue_drain(tx: &mut Tx, act: i64) -> Result<(), DbError> {
@@ -237,9 +423,9 @@ pub async fn drain_plan_act(db: &Db, act: i64, within: Option<Instant>) -> Resul
         if store::unfinished(tx.conn(), act).await? {
             return Ok(out);
         }
-        for (ty, from) in store::reached_types(tx.conn(), act).await? {
+        for (ty, from, product) in store::reached_types(tx.conn(), act).await? {
             if let Some(from) = from {
-                let left = store::outgoing_default_exists(tx.conn(), ty, from).await?;
+                let left = store::outgoing_default_exists(tx.conn(), ty, from, product).await?;
                 tracing::info!(plan_act_id = act, org_type_id = ty, outgoing_floors_left = left, "last probe");
             }
         }
@@ -298,6 +484,7 @@ pub async fn enact_obligation(db: &Db, act: i64, pool: i64, within: Option<Insta
         (Some((conferral, floor_grant, product)), Some("grandfather")) => {
             // The incumbent keeps its old floor, as a legacy grant of the same product.
             ent::end_conferral(tx.conn(), conferral, "grandfathered").await?;
+            grants::set_status(tx.conn(), floor_grant, "ended").await?;
             let org = store::organization_of_pool(tx.conn(), pool).await?;
             let legacy = ent::NewGrant {
                 organization_id: Some(org),
@@ -313,14 +500,25 @@ pub async fn enact_obligation(db: &Db, act: i64, pool: i64, within: Option<Insta
                 provision_domain: None,
             };
             let g = ent::insert_grant(tx.conn(), &legacy).await?;
+            grants::record_event(
+                tx.conn(),
+                g,
+                Some(org),
+                "grandfathered",
+                None,
+                &legacy.reason,
+                json!({ "plan_act_id": act }),
+            )
+            .await?;
             ent::confer_grant(tx.conn(), g).await?;
             ent::reapply_defaults_if_vacant(tx.conn(), pool, Some(act)).await?;
             ent::materialize_pool(tx.conn(), pool).await?;
             grants::request_pool_subscription_reconciles(tx.conn(), org, "grandfathered").await?;
             "grandfathered"
         }
-        (Some((conferral, _, _)), _) => {
+        (Some((conferral, floor_grant, _)), _) => {
             ent::end_conferral(tx.conn(), conferral, "migrated").await?;
+            grants::set_status(tx.conn(), floor_grant, "ended").await?;
             restore_pool_tx(&mut tx, pool, true, Some(act)).await.map_err(|e| match e {
                 crate::services::entitlements::EntitlementError::Db(d) => d,
                 other => DbError::Sql(sqlx::Error::Protocol(other.to_string())),

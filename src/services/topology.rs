@@ -11,7 +11,8 @@ use crate::{
         Db, DbError, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
-    store::{entitlements as ent, topology as store},
+    services::plan_acts::Disposition,
+    store::{entitlements as ent, grants, topology as store},
 };
 
 /// Above this many holding organizations a tier add (or removal) is refused: it would hold the
@@ -212,11 +213,7 @@ pub async fn delete_tier(
     // LastTierRefusal: a ladder an org type defaults to keeps a tier (its floor).
     let defaulting = store::types_defaulting_to(tx.conn(), ladder_id).await?;
     if tiers.len() == 1 && !defaulting.is_empty() {
-        return Err(TopologyError::Refused(format!(
-            "This is the only tier of a ladder that {} default{} to; change their default first.",
-            defaulting.join(", "),
-            if defaulting.len() == 1 { "s" } else { "" }
-        )));
+        return Err(TopologyError::Refused(last_tier_refusal(&defaulting)));
     }
     let act = store::record_plan_act(
         tx.conn(),
@@ -236,6 +233,220 @@ pub async fn delete_tier(
     store::sync_position_ranks(tx.conn(), ladder_id).await?;
     tx.commit().await?;
     Ok(act)
+}
+
+/// A tier removal as the operator asks for it.
+#[derive(Debug, Clone)]
+pub struct RemoveTier {
+    pub ladder_id: i64,
+    pub rank: i32,
+    /// What happens to the tier's incumbents: required when the tier has any.
+    pub disposition: Option<Disposition>,
+    pub reason: String,
+    pub actor: Option<i64>,
+}
+
+/// What a tier removal would reach (the preview) or did (the act).
+#[derive(Debug, Clone)]
+pub struct TierRemovalReach {
+    pub ladder: String,
+    pub product: String,
+    pub product_id: i64,
+    /// Organizations holding the tier now: each migrates or is grandfathered.
+    pub holders: i64,
+    /// The product that becomes (or stays) the ladder's floor, when the removal leaves one.
+    pub floor_after: Option<String>,
+    pub refusal: Option<String>,
+    /// The refusal is the gate: the tier has holders and no disposition was chosen.
+    pub needs_disposition: bool,
+}
+
+pub static REMOVE_TIER_LOCKS: PathLocks = PathLocks {
+    path: "RemoveTier",
+    function: "services::topology::remove_tier",
+    kind: "RuleChange",
+    locks: &[Lock::RendezvousExclusive, Lock::PoolRow, Lock::GrantRow],
+    why: "The exclusive rendezvous, the reads that decide the removal (CountLiveTierHolders, the ladder's tiers, \
+          the org types, the names, the holders) before any pool row, then every holder's pool row (LockPools, \
+          ascending) and the holders again under the locks; the act, the tier delete and the renumbering; then per \
+          pool in the same order the incumbents end (their grants end), the remaining positions align, a \
+          grandfathered incumbent's legacy grant or, on migrate, the floor, and materialization.",
+};
+
+/// TierRemovalRefusal and the reads behind it, in the caller's transaction.
+async fn decide_removal(
+    tx: &mut Tx,
+    r: &RemoveTier,
+    holder_cap: i64,
+) -> Result<(TierRemovalReach, Vec<i64>), TopologyError> {
+    if !store::ladder_exists(tx.conn(), r.ladder_id).await? {
+        return Err(TopologyError::NotFound("ladder"));
+    }
+    let tiers = store::tiers_of(tx.conn(), r.ladder_id).await?;
+    let Some(tier) = tiers.iter().find(|t| t.rank == r.rank) else { return Err(TopologyError::NotFound("tier")) };
+    let holders = store::tier_holders(tx.conn(), r.ladder_id, tier.product_id).await?;
+    let defaulting = store::types_defaulting_to(tx.conn(), r.ladder_id).await?;
+    let (ladder, product) = store::names(tx.conn(), r.ladder_id, Some(tier.product_id)).await?;
+    let floor_after = match tiers.iter().find(|t| t.product_id != tier.product_id) {
+        Some(next) => Some(store::names(tx.conn(), r.ladder_id, Some(next.product_id)).await?.1),
+        None => None,
+    };
+    // TierRemovalRefusal, in this order: the last tier a type defaults to, the cap, the gate.
+    let (refusal, needs_disposition) = if tiers.len() == 1 && !defaulting.is_empty() {
+        (Some(last_tier_refusal(&defaulting)), false)
+    } else if holders > holder_cap {
+        (Some(format!("{holders} organizations hold this tier, more than the {holder_cap} one act may move.")), false)
+    } else if holders > 0 && r.disposition.is_none() {
+        let m = format!(
+            "{} this tier: choose whether {} migrate (to the ladder's floor) or {} grandfathered (keep it as a legacy grant).",
+            count(holders, "organization holds", "organizations hold"),
+            if holders == 1 { "it" } else { "they" },
+            if holders == 1 { "is" } else { "are" },
+        );
+        (Some(m), true)
+    } else {
+        (None, false)
+    };
+    let pools = match refusal {
+        None => store::tier_incumbent_pools(tx.conn(), r.ladder_id, tier.product_id).await?,
+        Some(_) => vec![],
+    };
+    let reach = TierRemovalReach {
+        ladder,
+        product,
+        product_id: tier.product_id,
+        holders,
+        floor_after,
+        refusal,
+        needs_disposition,
+    };
+    Ok((reach, pools))
+}
+
+fn count(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn last_tier_refusal(defaulting: &[String]) -> String {
+    format!(
+        "This is the only tier of a ladder that {} default{} to; change their default first.",
+        defaulting.join(", "),
+        if defaulting.len() == 1 { "s" } else { "" }
+    )
+}
+
+/// The preview of a tier removal: read in a plain transaction that writes nothing.
+pub async fn preview_remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<TierRemovalReach, TopologyError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let (reach, _) = decide_removal(&mut tx, r, holder_cap).await?;
+    tx.rollback().await?;
+    Ok(reach)
+}
+
+/// RemoveTier: the tier leaves its ladder and the ranks above close the gap; each incumbent ends
+/// and either migrates (the ladder's floor, when its type defaults to the ladder) or is
+/// grandfathered (a legacy grant of the product, off the ladder).
+#[tracing::instrument(name = "RemoveTier", skip(db, r), fields(ladder_id = r.ladder_id, rank = r.rank))]
+pub async fn remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<(i64, TierRemovalReach), TopologyError> {
+    let mut tx = begin(db, TxKind::RuleChange).await?;
+    let (reach, pools) = decide_removal(&mut tx, r, holder_cap).await?;
+    if let Some(m) = &reach.refusal {
+        return Err(if reach.needs_disposition {
+            invalid("disposition", m.clone())
+        } else {
+            TopologyError::Refused(m.clone())
+        });
+    }
+    ent::lock_pools(tx.conn(), &pools).await?;
+    // Under the locks: the holders are what they were (the exclusive rendezvous kept conferrals out).
+    let pools = store::tier_incumbent_pools(tx.conn(), r.ladder_id, reach.product_id).await?;
+    let disposition = r.disposition.unwrap_or(Disposition::Migrate);
+    let act = store::record_plan_act(
+        tx.conn(),
+        "tier_removal",
+        r.disposition.map(Disposition::as_str),
+        r.actor,
+        r.reason.trim(),
+        Some(r.ladder_id),
+        Some(reach.product_id),
+        Some(r.rank),
+        None,
+        json!({ "holders": pools.len() }),
+    )
+    .await?;
+    store::delete_tier(tx.conn(), r.ladder_id, r.rank).await?;
+    store::shift_ranks(tx.conn(), r.ladder_id, r.rank + 1, -1).await?;
+    store::sync_position_ranks(tx.conn(), r.ladder_id).await?;
+    let why = format!("tier {} removed from {} by plan act #{act}", reach.product, reach.ladder);
+    for pool in &pools {
+        let incumbents = store::incumbents_of(tx.conn(), *pool, r.ladder_id, reach.product_id).await?;
+        let org = incumbents.first().map(|i| i.organization_id);
+        let mut legacy = vec![];
+        for i in &incumbents {
+            let reason = if disposition == Disposition::Migrate { "tier_removed" } else { "grandfathered" };
+            ent::end_conferral(tx.conn(), i.conferral_id, reason).await?;
+            if let Some(g) = i.grant_id {
+                grants::set_status(tx.conn(), g, "ended").await?;
+                grants::record_event(
+                    tx.conn(),
+                    g,
+                    Some(i.organization_id),
+                    "ended",
+                    r.actor,
+                    &why,
+                    json!({ "plan_act_id": act }),
+                )
+                .await?;
+            }
+            if disposition == Disposition::Grandfather {
+                let g = ent::insert_grant(
+                    tx.conn(),
+                    &ent::NewGrant {
+                        organization_id: Some(i.organization_id),
+                        product_id: reach.product_id,
+                        quantity: i.quantity,
+                        kind: "legacy",
+                        status: "active",
+                        starts_at: None,
+                        ends_at: i.ends_at,
+                        reason: format!("grandfathered: {why}"),
+                        created_by: r.actor,
+                        plan_act_id: Some(act),
+                        provision_domain: None,
+                    },
+                )
+                .await?;
+                grants::record_event(
+                    tx.conn(),
+                    g,
+                    Some(i.organization_id),
+                    "grandfathered",
+                    r.actor,
+                    &why,
+                    json!({ "plan_act_id": act }),
+                )
+                .await?;
+                legacy.push(g);
+            }
+        }
+        for c in store::conferrals_on_ladder(tx.conn(), *pool, r.ladder_id).await? {
+            ent::align_conferral_shape(tx.conn(), c).await?;
+        }
+        for g in legacy {
+            ent::confer_grant(tx.conn(), g).await?;
+        }
+        ent::resume_replaced_grants(tx.conn(), *pool).await?;
+        ent::deliver_displaced_subscriptions(tx.conn(), *pool).await?;
+        if disposition == Disposition::Migrate {
+            ent::reapply_defaults_if_vacant(tx.conn(), *pool, Some(act)).await?;
+        }
+        ent::materialize_pool(tx.conn(), *pool).await?;
+        if let Some(org) = org {
+            grants::request_pool_subscription_reconciles(tx.conn(), org, "tier_removed").await?;
+        }
+    }
+    tx.commit().await?;
+    Ok((act, reach))
 }
 
 pub static REORDER_PLAN_LADDERS_LOCKS: PathLocks = PathLocks {

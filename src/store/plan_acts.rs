@@ -33,16 +33,30 @@ pub async fn insert_reached_type(
     conn: &mut PgConnection,
     act: i64,
     org_type_id: i64,
-    from: Option<i64>,
+    from_ladder: Option<i64>,
+    from_product: Option<i64>,
 ) -> sqlx::Result<()> {
     sqlx::query(
-        "INSERT INTO core.plan_act_reached_types (plan_act_id, org_type_id, from_ladder_id) VALUES ($1, $2, $3)",
+        "INSERT INTO core.plan_act_reached_types (plan_act_id, org_type_id, from_ladder_id, from_product_id)
+         VALUES ($1, $2, $3, $4)",
     )
     .bind(act)
     .bind(org_type_id)
-    .bind(from)
+    .bind(from_ladder)
+    .bind(from_product)
     .execute(conn)
     .await?;
+    Ok(())
+}
+
+/// A reorder's act takes over the default transition of a type it reaches (the type's default
+/// ladder stays); its row lock is the UPDATE's own, under the exclusive rendezvous.
+pub async fn take_default_ownership(conn: &mut PgConnection, org_type_id: i64, act: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE core.org_types SET default_owner_act_id = $2 WHERE org_type_id = $1")
+        .bind(org_type_id)
+        .bind(act)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
@@ -54,12 +68,44 @@ pub async fn set_running(conn: &mut PgConnection, act: i64) -> sqlx::Result<()> 
     Ok(())
 }
 
-pub async fn outgoing_default_exists(conn: &mut PgConnection, org_type_id: i64, ladder_id: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT core.outgoing_default_exists($1, $2)")
+/// core.outgoing_default_exists: does an organization of the type still hold a floor on the
+/// ladder (of `product`, when given)? Index probes.
+pub async fn outgoing_default_exists(
+    conn: &mut PgConnection,
+    org_type_id: i64,
+    ladder_id: i64,
+    product_id: Option<i64>,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT core.outgoing_default_exists($1, $2, $3)")
         .bind(org_type_id)
         .bind(ladder_id)
+        .bind(product_id)
         .fetch_one(conn)
         .await
+}
+
+/// For a preview: the type's organizations, and how many of them hold a floor on the ladder (of
+/// `product`, when given).
+pub async fn floor_reach(
+    conn: &mut PgConnection,
+    org_type_id: i64,
+    ladder_id: Option<i64>,
+    product_id: Option<i64>,
+) -> sqlx::Result<(i64, i64)> {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM core.organizations WHERE org_type_id = $1),
+                (SELECT count(DISTINCT o.organization_id) FROM core.organizations o
+                   JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+                   JOIN core.positions ps ON ps.pool_id = rp.pool_id AND ps.plan_ladder_id = $2
+                   JOIN core.conferrals c ON c.conferral_id = ps.conferral_id
+                   JOIN core.grants g ON g.grant_id = c.grant_id AND g.kind = 'floor'
+                  WHERE o.org_type_id = $1 AND ($3::bigint IS NULL OR c.product_id = $3))",
+    )
+    .bind(org_type_id)
+    .bind(ladder_id)
+    .bind(product_id)
+    .fetch_one(conn)
+    .await
 }
 
 /// Does the type have an organization? One index probe (its newest), so T0's hold does not grow
@@ -191,11 +237,14 @@ pub async fn unfinished(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool>
     .await
 }
 
-pub async fn reached_types(conn: &mut PgConnection, act: i64) -> sqlx::Result<Vec<(i64, Option<i64>)>> {
-    sqlx::query_as("SELECT org_type_id, from_ladder_id FROM core.plan_act_reached_types WHERE plan_act_id = $1")
-        .bind(act)
-        .fetch_all(conn)
-        .await
+/// The types an act reaches: (type, the ladder and product whose floor it takes away).
+pub async fn reached_types(conn: &mut PgConnection, act: i64) -> sqlx::Result<Vec<(i64, Option<i64>, Option<i64>)>> {
+    sqlx::query_as(
+        "SELECT org_type_id, from_ladder_id, from_product_id FROM core.plan_act_reached_types WHERE plan_act_id = $1",
+    )
+    .bind(act)
+    .fetch_all(conn)
+    .await
 }
 
 pub async fn finish(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
@@ -272,4 +321,16 @@ pub async fn listing_state(conn: &mut PgConnection, act: i64) -> sqlx::Result<(b
     .bind(act)
     .fetch_one(conn)
     .await
+}
+
+/// The type's default ladder, read without a lock (a preview).
+pub async fn org_type_default(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<Option<(Option<i64>,)>> {
+    sqlx::query_as("SELECT default_plan_ladder_id FROM core.org_types WHERE org_type_id = $1")
+        .bind(org_type_id)
+        .fetch_optional(conn)
+        .await
+}
+
+pub async fn org_type_name(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<String> {
+    sqlx::query_scalar("SELECT name FROM core.org_types WHERE org_type_id = $1").bind(org_type_id).fetch_one(conn).await
 }

@@ -210,3 +210,86 @@ pub async fn plan_act(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<P
         .fetch_optional(conn)
         .await
 }
+
+/// The tier's incumbents: pools holding a live position on the ladder by a conferral of the
+/// product, ascending (the tier removal's holders, read before and again under their locks).
+pub async fn tier_incumbent_pools(conn: &mut PgConnection, ladder_id: i64, product_id: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT p.pool_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+         WHERE p.plan_ladder_id = $1 AND c.product_id = $2 ORDER BY p.pool_id",
+    )
+    .bind(ladder_id)
+    .bind(product_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// A conferral a tier removal ends, with what a legacy grant of it keeps.
+#[derive(Debug, Clone, FromRow)]
+pub struct Incumbent {
+    pub conferral_id: i64,
+    pub grant_id: Option<i64>,
+    pub organization_id: i64,
+    pub quantity: i32,
+    pub ends_at: Option<DateTime<Utc>>,
+}
+
+/// The pool's holding conferrals of the product that hold the ladder, in creation order.
+pub async fn incumbents_of(
+    conn: &mut PgConnection,
+    pool_id: i64,
+    ladder_id: i64,
+    product_id: i64,
+) -> sqlx::Result<Vec<Incumbent>> {
+    sqlx::query_as(
+        "SELECT c.conferral_id, c.grant_id, rp.organization_id, c.quantity, c.ends_at
+         FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+         JOIN core.resource_pools rp ON rp.pool_id = c.pool_id
+         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND c.product_id = $3 AND c.state = 'holding'
+         ORDER BY c.created_at, c.conferral_id",
+    )
+    .bind(pool_id)
+    .bind(ladder_id)
+    .bind(product_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// The pool's holding conferrals with a position on the ladder, in creation order.
+pub async fn conferrals_on_ladder(conn: &mut PgConnection, pool_id: i64, ladder_id: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT c.conferral_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND c.state = 'holding' ORDER BY c.created_at, c.conferral_id",
+    )
+    .bind(pool_id)
+    .bind(ladder_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// RenumberTiers: the ladder's tiers take ranks in the given product order, from 0.
+pub async fn renumber_tiers(conn: &mut PgConnection, ladder_id: i64, products: &[i64]) -> sqlx::Result<i32> {
+    sqlx::query_scalar("SELECT core.renumber_tiers($1, $2)").bind(ladder_id).bind(products).fetch_one(conn).await
+}
+
+/// Org types that default to the ladder: (id, name), by id.
+pub async fn type_ids_defaulting_to(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Vec<(i64, String)>> {
+    sqlx::query_as(
+        "SELECT org_type_id, name FROM core.org_types WHERE default_plan_ladder_id = $1 ORDER BY org_type_id",
+    )
+    .bind(ladder_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Names for an act's words: the ladder's and, when given, the product's.
+pub async fn names(conn: &mut PgConnection, ladder_id: i64, product_id: Option<i64>) -> sqlx::Result<(String, String)> {
+    sqlx::query_as(
+        "SELECT (SELECT name FROM core.plan_ladders WHERE plan_ladder_id = $1),
+                coalesce((SELECT name FROM core.products WHERE product_id = $2), '')",
+    )
+    .bind(ladder_id)
+    .bind(product_id)
+    .fetch_one(conn)
+    .await
+}

@@ -41,7 +41,8 @@ pub use pages::{
         rule_change_progress,
     },
     topology::{
-        LadderView, OrgTypeRow, TierAddPreview, TierRow, TopologyView, add_tier_form, default_change_form,
-        delete_tier_form, ladder_order_form, tier_add_preview, topology,
+        ActReachPreview, LadderView, OrgTypeRow, TierAddPreview, TierRemovalPreview, TierRow, TopologyView,
+        act_reach_preview, add_tier_form, default_change_form, delete_tier_form, ladder_order_form, remove_tier_form,
+        tier_add_preview, tier_order_form, tier_removal_preview, topology,
     },
 };

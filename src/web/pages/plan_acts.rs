@@ -14,6 +14,8 @@ fn what(a: &PlanActRow) -> String {
         "tier_add" => format!("{} added to {} at rank {rank}", a.product_name, a.ladder_name),
         "tier_delete" => format!("{} (rank {rank}) deleted from {}", a.product_name, a.ladder_name),
         "tier_removal" => format!("{} (rank {rank}) removed from {}", a.product_name, a.ladder_name),
+        "tier_reorder" => format!("{} reordered; {} is its floor", a.ladder_name, a.product_name),
+        "default_change" => format!("default changed to {}", a.ladder_name),
         _ => format!("{} {}", a.ladder_name, a.product_name).trim().to_string(),
     }
 }

@@ -10,7 +10,8 @@ use views::FormState;
 use crate::{
     services::{
         self,
-        topology::{AddTier, TopologyError},
+        plan_acts::{ActReach, Disposition, ReorderTiers},
+        topology::{AddTier, RemoveTier, TopologyError},
     },
     web::forms::{Fields, after_post, partial, value},
     web::{
@@ -21,23 +22,21 @@ use crate::{
     },
 };
 
+/// The states of the page's forms that were just refused (the others render empty).
+#[derive(Default)]
+struct Forms {
+    add: Vec<(i64, FormState)>,
+    order: FormState,
+    default: Vec<(i64, FormState)>,
+    remove: Vec<((i64, i32), FormState)>,
+    tier_order: Vec<(i64, FormState)>,
+}
+
 /// The page, with any refused form's state and a notice.
 async fn view(
     req: &HttpRequest,
     state: &AppState,
-    add_forms: Vec<(i64, FormState)>,
-    order_form: FormState,
-    notice: Option<String>,
-) -> Result<views::TopologyView, AppError> {
-    view_with(req, state, add_forms, order_form, vec![], notice).await
-}
-
-async fn view_with(
-    req: &HttpRequest,
-    state: &AppState,
-    add_forms: Vec<(i64, FormState)>,
-    order_form: FormState,
-    default_forms: Vec<(i64, FormState)>,
+    forms: Forms,
     notice: Option<String>,
 ) -> Result<views::TopologyView, AppError> {
     let t = services::organizations::topology(&state.db).await?;
@@ -45,9 +44,11 @@ async fn view_with(
     Ok(views::TopologyView {
         csrf: csrf_token(req),
         products,
-        add_forms,
-        order_form,
-        default_forms,
+        add_forms: forms.add,
+        order_form: forms.order,
+        default_forms: forms.default,
+        remove_forms: forms.remove,
+        tier_order_forms: forms.tier_order,
         notice,
         ladders: t
             .ladders
@@ -97,10 +98,11 @@ pub async fn topology(
     let notice = match q.done.as_deref() {
         Some("tier-added") => Some("The tier was added.".to_string()),
         Some("tier-deleted") => Some("The tier was deleted.".to_string()),
+        Some("tier-removed") => Some("The tier was removed and its holders moved.".to_string()),
         Some("order") => Some("The ladders' order was saved.".to_string()),
         _ => None,
     };
-    let v = view(&req, &state, vec![], FormState::default(), notice).await?;
+    let v = view(&req, &state, Forms::default(), notice).await?;
     Ok(render::ok(&req, "Tier topology", views::topology(&v)))
 }
 
@@ -208,7 +210,7 @@ pub async fn add_tier(
         Err(e) => e,
     };
     let (status, fs) = refused(&f, e)?;
-    let v = view(&req, &state, vec![(*id, fs.clone())], FormState::default(), None).await?;
+    let v = view(&req, &state, Forms { add: vec![(*id, fs.clone())], ..Forms::default() }, None).await?;
     if render::is_htmx(&req) {
         let next_rank = v.ladders.iter().find(|l| l.id == *id).map_or(0, |l| l.tiers.len() as i32);
         return Ok(partial(status, views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &fs)));
@@ -234,7 +236,7 @@ pub async fn delete_tier(
     if render::is_htmx(&req) {
         return Ok(partial(status, views::delete_tier_form(&csrf_token(&req), ladder, rank, &fs)));
     }
-    let mut v = view(&req, &state, vec![], FormState::default(), None).await?;
+    let mut v = view(&req, &state, Forms::default(), None).await?;
     v.notice = None;
     let banner = views::refusal("The tier was not deleted", &fs.errors.join(" "));
     let body = views::PreEscaped(banner.into_string() + &views::topology(&v).into_string());
@@ -270,7 +272,7 @@ pub async fn ladder_order(
         Err(e) => e,
     };
     let (status, fs) = refused(&f, e)?;
-    let v = view(&req, &state, vec![], fs.clone(), None).await?;
+    let v = view(&req, &state, Forms { order: fs.clone(), ..Forms::default() }, None).await?;
     if render::is_htmx(&req) {
         let ladders: Vec<(i64, String, i32)> =
             v.ladders.iter().enumerate().map(|(i, l)| (l.id, l.name.clone(), i as i32 + 1)).collect();
@@ -288,7 +290,7 @@ pub async fn change_default(
     id: web::Path<i64>,
     form: Fields,
 ) -> Result<HttpResponse, AppError> {
-    use crate::services::plan_acts::{Disposition, change_org_type_default};
+    use crate::services::plan_acts::change_org_type_default;
     let f = form.into_inner();
     let actor = identity(&req).map(|i| i.account_id);
     let mut problems = vec![];
@@ -296,13 +298,11 @@ pub async fn change_default(
     if ladder.is_none() {
         problems.push(("plan_ladder_id".to_string(), "Choose a ladder.".to_string()));
     }
-    let disposition =
-        Disposition::parse(value(&f, "disposition")).map_err(|m| problems.push(("disposition".into(), m))).ok();
-    let result = match (ladder, disposition, problems.is_empty()) {
-        (Some(ladder), Some(d), true) => {
-            // What is left of the request's time, less a margin to answer in.
-            let within = std::time::Instant::now() + state.config.request_timeout.mul_f64(0.25);
-            change_org_type_default(&state.db, *id, ladder, d, actor, value(&f, "reason"), Some(within)).await
+    let d = disposition(&f, &mut problems);
+    let reason = reason(&f, &mut problems);
+    let result = match (ladder, problems.is_empty()) {
+        (Some(ladder), true) => {
+            change_org_type_default(&state.db, *id, ladder, d, actor, &reason, Some(within(&state))).await
         }
         _ => Err(TopologyError::Invalid(problems)),
     };
@@ -311,10 +311,244 @@ pub async fn change_default(
         Err(e) => e,
     };
     let (status, fs) = refused(&f, e)?;
-    let v = view_with(&req, &state, vec![], FormState::default(), vec![(*id, fs.clone())], None).await?;
+    let v = view(&req, &state, Forms { default: vec![(*id, fs.clone())], ..Forms::default() }, None).await?;
     if render::is_htmx(&req) {
         let ladders: Vec<(i64, String)> = v.ladders.iter().map(|l| (l.id, l.name.clone())).collect();
         return Ok(partial(status, views::default_change_form(&v.csrf, *id, &ladders, &fs)));
+    }
+    Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
+}
+
+/// The reason field, bounded.
+fn reason(f: &[(String, String)], problems: &mut Vec<(String, String)>) -> String {
+    let r = value(f, "reason").trim().to_string();
+    if r.chars().count() > 500 {
+        problems.push(("reason".into(), "A reason may have at most 500 characters.".into()));
+    }
+    r
+}
+
+fn disposition(f: &[(String, String)], problems: &mut Vec<(String, String)>) -> Option<Disposition> {
+    Disposition::parse(value(f, "disposition")).unwrap_or_else(|m| {
+        problems.push(("disposition".into(), m));
+        None
+    })
+}
+
+/// What the request has left to move organizations in, less a margin to answer in.
+fn within(state: &AppState) -> std::time::Instant {
+    std::time::Instant::now() + state.config.request_timeout.mul_f64(0.25)
+}
+
+fn reach_preview(action: String, r: ActReach, d: Option<Disposition>) -> views::ActReachPreview {
+    views::ActReachPreview {
+        action,
+        types: r.types,
+        organizations: r.organizations,
+        holding_floor: r.holding_floor,
+        vacant: r.vacant,
+        from_floor: r.from_floor,
+        to_floor: r.to_floor,
+        disposition: d.map(|d| d.as_str().to_string()),
+        refusal: r.refusal,
+    }
+}
+
+/// The preview of a default change: how many organizations it reaches, per disposition.
+#[get("/operator/topology/org-types/{id}/default/preview")]
+pub async fn default_preview(
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+    q: web::Query<Vec<(String, String)>>,
+) -> Result<HttpResponse, AppError> {
+    let f = q.into_inner();
+    let refusal = |m: String| partial(StatusCode::OK, views::refusal("This default cannot be changed", &m));
+    let mut problems = vec![];
+    let d = disposition(&f, &mut problems);
+    let Some(ladder) = value(&f, "plan_ladder_id").trim().parse::<i64>().ok() else {
+        return Ok(refusal("Choose a ladder to preview.".into()));
+    };
+    if let Some((_, m)) = problems.pop() {
+        return Ok(refusal(m));
+    }
+    match services::plan_acts::preview_default_change(&state.db, *id, ladder, d).await {
+        Ok(r) => {
+            let to = services::organizations::ladder_name(&state.db, ladder).await?.unwrap_or_default();
+            let action = format!("Changing {}'s default to {to}", r.types.first().cloned().unwrap_or_default());
+            Ok(partial(StatusCode::OK, views::act_reach_preview(&reach_preview(action, r, d))))
+        }
+        Err(TopologyError::Db(e)) => Err(e.into()),
+        Err(TopologyError::NotFound(_)) => Err(AppError::NotFound),
+        Err(e) => Ok(refusal(e.to_string())),
+    }
+}
+
+fn parse_remove(
+    ladder_id: i64,
+    rank: i32,
+    f: &[(String, String)],
+    actor: Option<i64>,
+) -> Result<RemoveTier, TopologyError> {
+    let mut problems = vec![];
+    let d = disposition(f, &mut problems);
+    let reason = reason(f, &mut problems);
+    if !problems.is_empty() {
+        return Err(TopologyError::Invalid(problems));
+    }
+    Ok(RemoveTier { ladder_id, rank, disposition: d, reason, actor })
+}
+
+#[get("/operator/topology/ladders/{id}/tiers/{rank}/remove/preview")]
+pub async fn remove_preview(
+    state: web::Data<AppState>,
+    path: web::Path<(i64, i32)>,
+    q: web::Query<Vec<(String, String)>>,
+) -> Result<HttpResponse, AppError> {
+    let (ladder, rank) = path.into_inner();
+    let f = q.into_inner();
+    let refusal = |m: String| partial(StatusCode::OK, views::refusal("This tier cannot be removed", &m));
+    let r = match parse_remove(ladder, rank, &f, None) {
+        Ok(r) => r,
+        Err(e) => return Ok(refusal(e.to_string())),
+    };
+    match services::topology::preview_remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await {
+        Ok(p) => Ok(partial(
+            StatusCode::OK,
+            views::tier_removal_preview(&views::TierRemovalPreview {
+                ladder: p.ladder,
+                product: p.product,
+                rank,
+                holders: p.holders,
+                disposition: r.disposition.map(|d| d.as_str().to_string()),
+                floor_after: p.floor_after,
+                refusal: p.refusal,
+            }),
+        )),
+        Err(TopologyError::Db(e)) => Err(e.into()),
+        Err(TopologyError::NotFound(_)) => Err(AppError::NotFound),
+        Err(e) => Ok(refusal(e.to_string())),
+    }
+}
+
+/// RemoveTier: one transaction moves every holder; the operator lands on the act's record.
+#[post("/operator/topology/ladders/{id}/tiers/{rank}/remove")]
+pub async fn remove_tier(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(i64, i32)>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
+    let (ladder, rank) = path.into_inner();
+    let f = form.into_inner();
+    let actor = identity(&req).map(|i| i.account_id);
+    let result = match parse_remove(ladder, rank, &f, actor) {
+        Ok(r) => services::topology::remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await,
+        Err(e) => Err(e),
+    };
+    let e = match result {
+        Ok((act, _)) => return Ok(after_post(&req, &format!("/operator/plan-acts/{act}"))),
+        Err(e) => e,
+    };
+    let (status, fs) = refused(&f, e)?;
+    let v = view(&req, &state, Forms { remove: vec![((ladder, rank), fs.clone())], ..Forms::default() }, None).await?;
+    if render::is_htmx(&req) {
+        let product = v
+            .ladders
+            .iter()
+            .find(|l| l.id == ladder)
+            .and_then(|l| l.tiers.iter().find(|t| t.rank == rank))
+            .map(|t| t.product_name.clone())
+            .unwrap_or_default();
+        return Ok(partial(status, views::remove_tier_form(&v.csrf, ladder, rank, &product, &fs)));
+    }
+    Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
+}
+
+/// The submitted order: `rank.{product_id}` fields, each a distinct rank from 0.
+fn parse_tier_order(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) -> Result<ReorderTiers, TopologyError> {
+    let mut problems = vec![];
+    let mut ranked: Vec<(i32, i64)> = vec![];
+    for (k, v) in f {
+        if let Some(id) = k.strip_prefix("rank.") {
+            match (id.parse::<i64>(), v.trim().parse::<i32>()) {
+                (Ok(id), Ok(r)) if r >= 0 => ranked.push((r, id)),
+                _ => problems.push((k.clone(), format!("“{}” is not a rank.", v.trim()))),
+            }
+        }
+    }
+    ranked.sort();
+    let distinct = ranked.iter().enumerate().all(|(i, (r, _))| *r == i as i32);
+    if problems.is_empty() && !distinct {
+        problems.push((
+            String::new(),
+            format!("Give every tier a different rank from 0 to {}, once each.", ranked.len().max(1) - 1),
+        ));
+    }
+    let d = disposition(f, &mut problems);
+    let reason = reason(f, &mut problems);
+    if !problems.is_empty() {
+        return Err(TopologyError::Invalid(problems));
+    }
+    Ok(ReorderTiers { ladder_id, order: ranked.into_iter().map(|(_, p)| p).collect(), disposition: d, reason, actor })
+}
+
+#[get("/operator/topology/ladders/{id}/tier-order/preview")]
+pub async fn tier_order_preview(
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+    q: web::Query<Vec<(String, String)>>,
+) -> Result<HttpResponse, AppError> {
+    let f = q.into_inner();
+    let refusal = |m: String| partial(StatusCode::OK, views::refusal("These tiers cannot be reordered", &m));
+    let r = match parse_tier_order(*id, &f, None) {
+        Ok(r) => r,
+        Err(e) => return Ok(refusal(e.to_string())),
+    };
+    match services::plan_acts::preview_reorder_tiers(&state.db, &r).await {
+        Ok(p) => {
+            let ladder = services::organizations::ladder_name(&state.db, *id).await?.unwrap_or_default();
+            let action = match (&p.from_floor, &p.to_floor) {
+                (Some(from), Some(to)) if from != to => {
+                    format!("Reordering {ladder} (its floor becomes {to} instead of {from})")
+                }
+                _ => format!("Reordering {ladder} (its floor stays)"),
+            };
+            Ok(partial(StatusCode::OK, views::act_reach_preview(&reach_preview(action, p, r.disposition))))
+        }
+        Err(TopologyError::Db(e)) => Err(e.into()),
+        Err(TopologyError::NotFound(_)) => Err(AppError::NotFound),
+        Err(e) => Ok(refusal(e.to_string())),
+    }
+}
+
+/// ReorderTiers: T0, then the moves for part of this request; the operator lands on the act.
+#[post("/operator/topology/ladders/{id}/tier-order")]
+pub async fn tier_order(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
+    let f = form.into_inner();
+    let actor = identity(&req).map(|i| i.account_id);
+    let result = match parse_tier_order(*id, &f, actor) {
+        Ok(r) => services::plan_acts::reorder_tiers(&state.db, &r, Some(within(&state))).await,
+        Err(e) => Err(e),
+    };
+    let e = match result {
+        Ok(act) => return Ok(after_post(&req, &format!("/operator/plan-acts/{act}"))),
+        Err(e) => e,
+    };
+    let (status, fs) = refused(&f, e)?;
+    let v = view(&req, &state, Forms { tier_order: vec![(*id, fs.clone())], ..Forms::default() }, None).await?;
+    if render::is_htmx(&req) {
+        let tiers: Vec<(i64, String, i32)> = v
+            .ladders
+            .iter()
+            .find(|l| l.id == *id)
+            .map(|l| l.tiers.iter().map(|t| (t.product_id, t.product_name.clone(), t.rank)).collect())
+            .unwrap_or_default();
+        return Ok(partial(status, views::tier_order_form(&v.csrf, *id, &tiers, &fs)));
     }
     Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
 }

@@ -1,6 +1,10 @@
 //! The operator's view of the plan topology, and where operators shape plans: ladders with their
-//! tiers (add a tier, with a preview of who it reaches; delete a tier no one holds), the order
-//! the ladders are shown in, and org types (change a type's default ladder).
+//! tiers (add a tier, with a preview of who it reaches; delete a tier no one holds; remove a tier
+//! that organizations hold, migrating or grandfathering them; reorder a ladder's tiers, which
+//! moves organizations when the floor changes), the order the ladders are shown in, and org types
+//! (change a type's default ladder). Every act that moves organizations has a Preview that GETs
+//! `…/preview` with the form's values and shows who it reaches ([`tier_add_preview`],
+//! [`tier_removal_preview`], [`act_reach_preview`]) under its form.
 //!
 //! Forms follow the catalog's pattern: a plain `method="post"` form that works without
 //! JavaScript, enhanced by htmx to post to the same URL and swap its own container
@@ -58,13 +62,19 @@ pub struct TopologyView {
     /// An org type's default-change form state (values, errors) when it was just refused; an
     /// org type that is absent gets an empty form.
     pub default_forms: Vec<(i64, FormState)>,
+    /// A tier's removal form state, keyed by (ladder id, rank), when it was just refused; a tier
+    /// that is absent gets an empty (closed) form.
+    pub remove_forms: Vec<((i64, i32), FormState)>,
+    /// A ladder's tier-order form state when it was just refused; a ladder that is absent gets an
+    /// empty (closed) form.
+    pub tier_order_forms: Vec<(i64, FormState)>,
     /// Good news shown at the top (e.g. after a plain POST redirected back here).
     pub notice: Option<String>,
 }
 
 /// The notice, the ladder-order form, ladders in their order (each with its tiers by rank, a
-/// delete form per tier and the add-tier form), then the org types (each with its default-change
-/// form).
+/// delete form and a removal form per tier, the tier-order form when it has two tiers or more,
+/// and the add-tier form), then the org types (each with its default-change form).
 pub fn topology(v: &TopologyView) -> Markup {
     let mut ladders: Vec<&LadderView> = v.ladders.iter().collect();
     ladders.sort_by_key(|l| l.sort_order);
@@ -89,8 +99,16 @@ pub fn topology(v: &TopologyView) -> Markup {
             } @else {
                 (ladder_order_form(&v.csrf, &order, &v.order_form))
                 @for ladder in ladders {
-                    @let form = v.add_forms.iter().find(|(id, _)| *id == ladder.id).map_or(&empty_form, |(_, f)| f);
-                    (ladder_card(&v.csrf, ladder, &v.products, form))
+                    @let forms = LadderForms {
+                        add: v.add_forms.iter().find(|(id, _)| *id == ladder.id).map_or(&empty_form, |(_, f)| f),
+                        remove: &v.remove_forms,
+                        tier_order: v
+                            .tier_order_forms
+                            .iter()
+                            .find(|(id, _)| *id == ladder.id)
+                            .map_or(&empty_form, |(_, f)| f),
+                    };
+                    (ladder_card(&v.csrf, ladder, &v.products, &forms))
                 }
             }
         }
@@ -102,7 +120,15 @@ pub fn topology(v: &TopologyView) -> Markup {
     }
 }
 
-fn ladder_card(csrf: &str, l: &LadderView, products: &[(i64, String)], add_form: &FormState) -> Markup {
+/// The form states one ladder card needs.
+struct LadderForms<'a> {
+    add: &'a FormState,
+    /// Every removal form state on the page, keyed by (ladder id, rank).
+    remove: &'a [((i64, i32), FormState)],
+    tier_order: &'a FormState,
+}
+
+fn ladder_card(csrf: &str, l: &LadderView, products: &[(i64, String)], forms: &LadderForms) -> Markup {
     let heading_id = format!("ladder-{}-heading", l.id);
     let mut tiers: Vec<&TierRow> = l.tiers.iter().collect();
     tiers.sort_by_key(|t| t.rank);
@@ -111,20 +137,34 @@ fn ladder_card(csrf: &str, l: &LadderView, products: &[(i64, String)], add_form:
     let rows = tiers
         .iter()
         .map(|t| {
+            let remove = forms
+                .remove
+                .iter()
+                .find(|((ladder_id, rank), _)| *ladder_id == l.id && *rank == t.rank)
+                .map_or(&empty_form, |(_, f)| f);
             vec![
                 rank_cell(t.rank),
                 html! { a href=(format!("/operator/catalog/products/{}", t.product_id)) { (t.product_name) } },
                 html! { (t.set_name) },
-                delete_tier_form(csrf, l.id, t.rank, &empty_form),
+                html! {
+                    div.tier-actions {
+                        (delete_tier_form(csrf, l.id, t.rank, &empty_form))
+                        (remove_tier_form(csrf, l.id, t.rank, &t.product_name, remove))
+                    }
+                },
             ]
         })
         .collect();
+    let order: Vec<(i64, String, i32)> = tiers.iter().map(|t| (t.product_id, t.product_name.clone(), t.rank)).collect();
     let columns = [Column::text("Rank"), Column::text("Product"), Column::text("Entitlement set"), Column::text("")];
     html! {
         section.card.ladder aria-labelledby=(heading_id) {
             h3 id=(heading_id) { (l.name) }
             (table_cols(&columns, rows, "No tiers yet."))
-            (add_tier_form(csrf, l.id, products, next_rank, add_form))
+            @if order.len() >= 2 {
+                (tier_order_form(csrf, l.id, &order, forms.tier_order))
+            }
+            (add_tier_form(csrf, l.id, products, next_rank, forms.add))
         }
     }
 }
@@ -285,6 +325,370 @@ pub fn delete_tier_form(csrf: &str, ladder_id: i64, rank: i32, f: &FormState) ->
     }
 }
 
+/// The options of a removal's `disposition`: what happens to the organizations holding the tier.
+const REMOVAL_DISPOSITIONS: [(&str, &str); 3] = [
+    ("", "— choose —"),
+    ("migrate", "Migrate: they leave the tier (organizations whose type defaults to this ladder get its floor)"),
+    ("grandfather", "Grandfather: they keep the product as a legacy grant, off the ladder"),
+];
+
+/// The options of a tier reorder's `disposition`: what happens to the organizations on the old
+/// floor when rank 0 changes.
+const REORDER_DISPOSITIONS: [(&str, &str); 3] = [
+    ("", "— choose —"),
+    ("migrate", "Migrate: organizations on the old floor move to the new rank 0"),
+    ("grandfather", "Grandfather: they keep the old floor product as a legacy grant"),
+];
+
+/// Whether a folded form has something to show: a notice, errors or submitted values.
+fn has_state(f: &FormState) -> bool {
+    f.notice.is_some() || !f.errors.is_empty() || !f.field_errors.is_empty() || !f.values.is_empty()
+}
+
+/// "Preview": GETs `{action}/preview` with the enclosing form's values into `#{target}`.
+fn preview_button(action: &str, target: &str) -> Markup {
+    html! {
+        button.btn.btn-secondary type="button"
+            hx-get=(format!("{action}/preview"))
+            hx-include="closest form"
+            hx-target=(format!("#{target}"))
+            hx-swap="innerHTML" { "Preview" }
+    }
+}
+
+/// The "Remove…" form of one tier, in its container `#remove-tier-{ladder_id}-{rank}`: a
+/// disclosure, folded unless `f` has something to show, holding a form that posts to
+/// `/operator/topology/ladders/{ladder_id}/tiers/{rank}/remove`.
+///
+/// Fields: `disposition` ("migrate" or "grandfather": what happens to the organizations that
+/// hold the tier), `reason` (optional). Form errors show above the form, field errors under their
+/// field. "Preview" GETs `…/remove/preview` with the form's values and puts the answer
+/// ([`tier_removal_preview`]) in `#remove-tier-preview-{ladder_id}-{rank}`, under the form.
+pub fn remove_tier_form(csrf: &str, ladder_id: i64, rank: i32, product_name: &str, f: &FormState) -> Markup {
+    let container = format!("remove-tier-{ladder_id}-{rank}");
+    let action = format!("{LADDERS_PATH}/{ladder_id}/tiers/{rank}/remove");
+    let preview_id = format!("remove-tier-preview-{ladder_id}-{rank}");
+    let disposition_id = format!("{container}-disposition");
+    let reason_id = format!("{container}-reason");
+    html! {
+        div.tier-remove #(container) {
+            details.tier-disclosure open[has_state(f)] {
+                summary { "Remove…" span.visually-hidden { " " (product_name) " (rank " (rank) ")" } }
+                p.field-hint {
+                    "Removing a tier takes " strong { (product_name) } " off the ladder (the ranks above "
+                    "close the gap) and moves every organization holding it, in one act. A tier no one "
+                    "holds can simply be deleted."
+                }
+                (form_banners(f))
+                (hx_form(&action, &container, csrf, html! {
+                    (select_field(&Select {
+                        id: &disposition_id,
+                        name: "disposition",
+                        label: "The organizations holding it",
+                        options: &REMOVAL_DISPOSITIONS,
+                        selected: f.value("disposition"),
+                        error: f.field_error("disposition"),
+                        required: true,
+                        hint: None,
+                    }))
+                    (input_field(&Input {
+                        id: &reason_id,
+                        name: "reason",
+                        label: "Reason",
+                        kind: "text",
+                        value: f.value("reason"),
+                        error: f.field_error("reason"),
+                        required: false,
+                        placeholder: Some("optional"),
+                        hint: None,
+                    }))
+                    div.form-actions {
+                        (preview_button(&action, &preview_id))
+                        button.btn.btn-danger type="submit" aria-label=(format!("Remove tier at rank {rank}")) {
+                            "Remove tier"
+                        }
+                    }
+                }))
+                div #(preview_id) aria-live="polite" {}
+            }
+        }
+    }
+}
+
+/// What removing a tier would do, for the preview under its removal form.
+pub struct TierRemovalPreview {
+    pub ladder: String,
+    pub product: String,
+    pub rank: i32,
+    /// Organizations that hold the tier now.
+    pub holders: i64,
+    /// The disposition chosen in the form: "migrate", "grandfather", or none yet.
+    pub disposition: Option<String>,
+    /// The ladder's rank-0 product once the tier is gone; none when it was the only tier.
+    pub floor_after: Option<String>,
+    /// Why the removal would be refused, in the operator's words.
+    pub refusal: Option<String>,
+}
+
+/// The preview, `<div class="preview">…</div>`: the content of
+/// `#remove-tier-preview-{ladder_id}-{rank}`. It says who the removal reaches, what each
+/// disposition does to them (the chosen one marked), and whether anything stands in the way.
+pub fn tier_removal_preview(p: &TierRemovalPreview) -> Markup {
+    let chosen = p.disposition.as_deref();
+    html! {
+        div.preview {
+            p {
+                "Removing " strong { (p.product) } " (rank " (p.rank) ") from " strong { (p.ladder) } " reaches "
+                @if p.holders <= 0 {
+                    "no organization: none holds it."
+                } @else {
+                    (count(p.holders, "organization that holds it.", "organizations that hold it."))
+                }
+            }
+            @if p.holders > 0 {
+                ul.preview-dispositions {
+                    (disposition_item("migrate", chosen, html! {
+                        (count(p.holders, "organization leaves", "organizations leave")) " the tier"
+                        @if let Some(floor) = &p.floor_after {
+                            "; those whose type defaults to " (p.ladder) " get " strong { (floor) } " in its place"
+                        }
+                        "."
+                    }))
+                    (disposition_item("grandfather", chosen, html! {
+                        (count(p.holders, "organization keeps", "organizations keep")) " " strong { (p.product) }
+                        " as a legacy grant, off the ladder."
+                    }))
+                }
+            } @else {
+                p { "No organization is moved, whichever disposition you choose." }
+            }
+            @if p.floor_after.is_none() {
+                p { (p.ladder) " is left with no tiers, and so with no floor." }
+            }
+            (go_ahead(p.refusal.as_deref(), "This tier cannot be removed", Some("Remove tier")))
+        }
+    }
+}
+
+/// One disposition of a preview's list, "Migrate: …", marked when it is the one chosen.
+fn disposition_item(value: &str, chosen: Option<&str>, body: Markup) -> Markup {
+    let is_chosen = chosen == Some(value);
+    let label = if value == "migrate" { "Migrate" } else { "Grandfather" };
+    html! {
+        li class=[is_chosen.then_some("chosen")] {
+            strong { (label) } ": " (body)
+            @if is_chosen {
+                " " (badge("chosen", Tone::Ok))
+            }
+        }
+    }
+}
+
+/// The refusal, or the line that says nothing stands in the way (naming the confirming button
+/// when there is one).
+fn go_ahead(refused: Option<&str>, title: &str, button: Option<&str>) -> Markup {
+    html! {
+        @if let Some(message) = refused {
+            (refusal(title, message))
+        } @else if let Some(button) = button {
+            p { "Nothing stands in the way: confirm it with " strong { (button) } "." }
+        } @else {
+            p { "Nothing stands in the way: confirm it to go ahead." }
+        }
+    }
+}
+
+/// The tier-order form of one ladder, in its container `#tier-order-{ladder_id}`: a disclosure,
+/// folded unless `f` has something to show, holding a form that posts to
+/// `/operator/topology/ladders/{ladder_id}/tier-order`.
+///
+/// `tiers` are (product id, product name, current rank). Fields: a number `rank.{product_id}`
+/// per tier (from 0; the submitted value, else the current rank), `disposition` ("migrate" or
+/// "grandfather": needed only when rank 0 changes and organizations hold the current floor),
+/// `reason` (optional). "Preview" GETs `…/tier-order/preview` with the form's values and puts
+/// the answer ([`act_reach_preview`]) in `#tier-order-preview-{ladder_id}`, under the form.
+pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[(i64, String, i32)], f: &FormState) -> Markup {
+    let container = format!("tier-order-{ladder_id}");
+    let action = format!("{LADDERS_PATH}/{ladder_id}/tier-order");
+    let preview_id = format!("tier-order-preview-{ladder_id}");
+    let disposition_id = format!("{container}-disposition");
+    let reason_id = format!("{container}-reason");
+    let note_id = format!("{container}-note");
+    let mut tiers: Vec<&(i64, String, i32)> = tiers.iter().collect();
+    tiers.sort_by_key(|(_, _, rank)| *rank);
+    html! {
+        div.form-panel.tier-order #(container) {
+            details.tier-disclosure open[has_state(f)] {
+                summary { "Reorder tiers…" }
+                p.muted #(note_id) {
+                    "Ranks count from 0, the floor. Changing rank 0 changes the floor of every org type "
+                    "that defaults to this ladder, and those organizations are moved, live; you then land "
+                    "on the plan act's progress page."
+                }
+                (form_banners(f))
+                (hx_form(&action, &container, csrf, html! {
+                    div.tier-order-fields {
+                        @for (product_id, name, rank) in &tiers {
+                            (tier_rank_field(f, &container, *product_id, name, *rank))
+                        }
+                    }
+                    (select_field(&Select {
+                        id: &disposition_id,
+                        name: "disposition",
+                        label: "Organizations on the current floor",
+                        options: &REORDER_DISPOSITIONS,
+                        selected: f.value("disposition"),
+                        error: f.field_error("disposition"),
+                        required: false,
+                        hint: Some("needed only when rank 0 changes and organizations hold the current floor"),
+                    }))
+                    (input_field(&Input {
+                        id: &reason_id,
+                        name: "reason",
+                        label: "Reason",
+                        kind: "text",
+                        value: f.value("reason"),
+                        error: f.field_error("reason"),
+                        required: false,
+                        placeholder: Some("optional"),
+                        hint: None,
+                    }))
+                    div.form-actions {
+                        (preview_button(&action, &preview_id))
+                        button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Save tier order" }
+                    }
+                }))
+                div #(preview_id) aria-live="polite" {}
+            }
+        }
+    }
+}
+
+/// A tier's rank field, `rank.{product_id}`: a whole number from 0 (the shared number input
+/// starts at 1, and rank 0 is the floor).
+fn tier_rank_field(f: &FormState, container: &str, product_id: i64, name: &str, rank: i32) -> Markup {
+    let field_name = format!("rank.{product_id}");
+    let field_id = format!("{container}-rank-{product_id}");
+    let error_id = format!("{field_id}-error");
+    let current = rank.to_string();
+    let value = if f.value(&field_name).is_empty() { current.as_str() } else { f.value(&field_name) };
+    let error = f.field_error(&field_name);
+    html! {
+        div.field.has-error[error.is_some()] {
+            label for=(field_id) { (name) }
+            input id=(field_id) name=(field_name) type="number" value=(value) min="0" step="1" inputmode="numeric"
+                required
+                aria-invalid=[error.map(|_| "true")]
+                aria-describedby=[error.map(|_| error_id.as_str())];
+            @if let Some(error) = error {
+                p.field-error id=(error_id) { (error) }
+            }
+        }
+    }
+}
+
+/// What a plan act that moves organizations off a floor would reach (a default change, a tier
+/// reorder that changes rank 0), for the preview under its form.
+pub struct ActReachPreview {
+    /// What the act does, e.g. "Changing Community's default to Support".
+    pub action: String,
+    /// The org types it reaches.
+    pub types: Vec<String>,
+    /// Organizations of those types.
+    pub organizations: i64,
+    /// Of them, those that hold the floor the act takes away.
+    pub holding_floor: i64,
+    /// Of them, those that hold no such floor.
+    pub vacant: i64,
+    /// The floor taken away, and the floor in its place; equal when the floor does not change.
+    pub from_floor: Option<String>,
+    pub to_floor: Option<String>,
+    /// The disposition chosen in the form: "migrate", "grandfather", or none yet.
+    pub disposition: Option<String>,
+    /// Why the act would be refused, in the operator's words.
+    pub refusal: Option<String>,
+}
+
+/// The preview, `<div class="preview">…</div>`: the content of
+/// `#default-change-preview-{org_type_id}` or `#tier-order-preview-{ladder_id}`. It says whom the
+/// act reaches, what each disposition does to those on the old floor (the chosen one marked),
+/// what happens to the vacant ones, and whether anything stands in the way.
+pub fn act_reach_preview(p: &ActReachPreview) -> Markup {
+    let reaches = !p.types.is_empty() && p.organizations > 0;
+    let chosen = p.disposition.as_deref();
+    let holders = Pronoun::of(p.holding_floor);
+    let vacant = Pronoun::of(p.vacant);
+    html! {
+        div.preview {
+            p {
+                (p.action) " reaches "
+                @if reaches {
+                    (count(p.organizations, "organization", "organizations")) " of " (p.types.join(", ")) "."
+                } @else if p.from_floor == p.to_floor {
+                    "no organization: the floor does not change, so no organization is moved."
+                } @else if p.types.is_empty() {
+                    "no organization: no organization type defaults to this ladder."
+                } @else {
+                    "no organization: there is no organization of " (p.types.join(", ")) " yet."
+                }
+            }
+            @if reaches {
+                @let from = p.from_floor.as_deref().unwrap_or("the old floor");
+                @if p.holding_floor > 0 {
+                    p { (count(p.holding_floor, "organization holds", "organizations hold")) " " strong { (from) } ":" }
+                    ul.preview-dispositions {
+                        (disposition_item("migrate", chosen, html! {
+                            @if let Some(to) = &p.to_floor {
+                                (holders.they) " " (holders.verb("move")) " to " strong { (to) } "."
+                            } @else {
+                                (holders.they) " " (holders.verb("lose")) " it, with no floor in its place."
+                            }
+                        }))
+                        (disposition_item("grandfather", chosen, html! {
+                            (holders.they) " " (holders.verb("keep")) " " strong { (from) } " as a legacy grant."
+                        }))
+                    }
+                } @else {
+                    p { "No organization holds " strong { (from) } ", so Migrate and Grandfather do the same." }
+                }
+                @if p.vacant > 0 {
+                    p {
+                        (count(p.vacant, "organization holds", "organizations hold")) " no floor to move (vacant): "
+                        @if let Some(to) = &p.to_floor {
+                            (vacant.they) " " (vacant.verb("get")) " " strong { (to) } " only if " (vacant.they) " "
+                            (vacant.verb("hold")) " nothing on the ladder."
+                        } @else {
+                            "there is no new floor for " (vacant.them) " to get."
+                        }
+                    }
+                }
+            }
+            (go_ahead(p.refusal.as_deref(), "This act would be refused", None))
+        }
+    }
+}
+
+/// "it moves" for one organization, "they move" for more.
+struct Pronoun {
+    they: &'static str,
+    them: &'static str,
+    one: bool,
+}
+
+impl Pronoun {
+    fn of(n: i64) -> Self {
+        if n == 1 {
+            Pronoun { they: "it", them: "it", one: true }
+        } else {
+            Pronoun { they: "they", them: "them", one: false }
+        }
+    }
+
+    fn verb(&self, verb: &str) -> String {
+        if self.one { format!("{verb}s") } else { verb.to_owned() }
+    }
+}
+
 /// The ladder-order form, in its container `#ladder-order`; it posts to
 /// `/operator/topology/ladder-order` a number `position.{id}` per ladder (the submitted value,
 /// else the current position).
@@ -340,10 +744,13 @@ fn position_field(f: &FormState, id: i64, name: &str, position: i32) -> Markup {
 ///
 /// Fields: `plan_ladder_id` (one of `ladders`, (id, name)), `disposition` ("migrate" or
 /// "grandfather": what happens to the floor the type's organizations hold now), `reason`
-/// (optional). Form errors show above the form, field errors under their field.
+/// (optional). Form errors show above the form, field errors under their field. "Preview" GETs
+/// `…/default/preview` with the form's values and puts the answer ([`act_reach_preview`]) in
+/// `#default-change-preview-{org_type_id}`, under the form.
 pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String)], f: &FormState) -> Markup {
     let container = format!("default-change-{org_type_id}");
     let action = format!("{ORG_TYPES_PATH}/{org_type_id}/default");
+    let preview_id = format!("default-change-preview-{org_type_id}");
     let ladder_id = format!("{container}-plan_ladder_id");
     let disposition_id = format!("{container}-disposition");
     let reason_id = format!("{container}-reason");
@@ -396,9 +803,11 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String
                     hint: None,
                 }))
                 div.form-actions {
+                    (preview_button(&action, &preview_id))
                     button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Change default" }
                 }
             }))
+            div #(preview_id) aria-live="polite" {}
         }
     }
 }
@@ -470,6 +879,8 @@ mod tests {
             add_forms: vec![],
             order_form: FormState::default(),
             default_forms: vec![],
+            remove_forms: vec![],
+            tier_order_forms: vec![],
             notice: None,
             ladders: vec![
                 LadderView { id: 2, name: "Support".into(), sort_order: 2, tiers: vec![] },
@@ -553,9 +964,12 @@ mod tests {
         assert!(out.contains(r#"id="delete-tier-1-0""#));
         assert!(out.contains(r#"id="delete-tier-1-1""#));
         assert!(!out.contains("delete-tier-2-"));
-        // Order form, two add forms, two delete forms, two default-change forms; each carries
-        // the token.
-        assert_eq!(out.matches(r#"<input type="hidden" name="csrf_token" value="tok">"#).count(), 7);
+        assert!(out.contains(r#"id="remove-tier-1-0""#));
+        assert!(out.contains(r#"id="remove-tier-1-1""#));
+        assert!(!out.contains("remove-tier-2-"));
+        // Order form, two add forms, two delete and two removal forms, one tier-order form (only
+        // ladder 1 has two tiers), two default-change forms; each carries the token.
+        assert_eq!(out.matches(r#"<input type="hidden" name="csrf_token" value="tok">"#).count(), 10);
         assert!(out.contains("&lt;script&gt;Wiki Pro&lt;/script&gt;"));
         assert!(!out.contains("<script>"));
     }
@@ -773,5 +1187,322 @@ mod tests {
         assert!(!one.contains("moving internal"));
         let two = &out[out.find(r#"id="default-change-2""#).unwrap()..];
         assert!(two.contains(r#"value="moving internal""#));
+    }
+
+    #[test]
+    fn each_tier_row_has_delete_and_remove_forms_and_the_ladder_a_tier_order_form() {
+        let mut v = sample();
+        v.remove_forms = vec![((1, 1), state(&[("disposition", "grandfather")], &[]))];
+        v.tier_order_forms = vec![(1, state(&[("rank.11", "0")], &[("rank.11", "Two tiers at rank 0.")]))];
+        let out = topology(&v).into_string();
+        // Both forms share the tier row's last cell, the delete form first.
+        let cell = &out[out.find(r#"<td><div class="tier-actions">"#).unwrap()..];
+        assert!(cell.starts_with(r#"<td><div class="tier-actions"><div class="tier-delete" id="delete-tier-1-0">"#));
+        assert!(cell.find(r#"id="remove-tier-1-0""#).unwrap() < cell.find("</td>").unwrap());
+        // Only the tier whose removal was refused opens, with its value.
+        let rank0 =
+            &out[out.find(r#"id="remove-tier-1-0""#).unwrap()..out.find(r#"id="remove-tier-preview-1-0""#).unwrap()];
+        assert!(rank0.contains(r#"<details class="tier-disclosure"><summary>"#));
+        assert!(!rank0.contains(r#"value="grandfather" selected"#));
+        let rank1 =
+            &out[out.find(r#"id="remove-tier-1-1""#).unwrap()..out.find(r#"id="remove-tier-preview-1-1""#).unwrap()];
+        assert!(rank1.contains(r#"<details class="tier-disclosure" open><summary>"#));
+        assert!(rank1.contains(r#"<option value="grandfather" selected>"#));
+        // The tier-order form comes after the table and before the add-tier form, with its state.
+        let table_end = out.find("</table>").unwrap();
+        let order = out
+            .find(r#"<div class="form-panel tier-order" id="tier-order-1"><details class="tier-disclosure" open>"#)
+            .unwrap();
+        assert!(table_end < order && order < out.find(r#"id="add-tier-1""#).unwrap());
+        assert!(out.contains(r#"name="rank.11" type="number" value="0""#));
+        assert!(out.contains("Two tiers at rank 0."));
+        // A ladder with fewer than two tiers has nothing to reorder.
+        assert!(!out.contains(r#"id="tier-order-2""#));
+    }
+
+    #[test]
+    fn remove_tier_form_posts_a_disposition_and_starts_folded() {
+        let out = remove_tier_form("tok", 3, 2, "<b>Pro</b>", &FormState::default()).into_string();
+        assert!(out.starts_with(
+            r#"<div class="tier-remove" id="remove-tier-3-2"><details class="tier-disclosure"><summary>Remove…<span class="visually-hidden"> &lt;b&gt;Pro&lt;/b&gt; (rank 2)</span></summary>"#
+        ));
+        assert!(out.contains("Removing a tier takes <strong>&lt;b&gt;Pro&lt;/b&gt;</strong> off the ladder (the ranks above close the gap)"));
+        assert!(out.contains("A tier no one holds can simply be deleted."));
+        assert!(!out.contains("<b>"));
+        assert!(out.contains(
+            r##"<form method="post" action="/operator/topology/ladders/3/tiers/2/remove" hx-post="/operator/topology/ladders/3/tiers/2/remove" hx-target="#remove-tier-3-2" hx-swap="outerHTML"><input type="hidden" name="csrf_token" value="tok">"##
+        ));
+        assert!(out.contains(r#"<select id="remove-tier-3-2-disposition" name="disposition" required>"#));
+        assert!(out.contains(concat!(
+            r#"<option value="" selected>— choose —</option>"#,
+            r#"<option value="migrate">Migrate: they leave the tier (organizations whose type defaults to this ladder get its floor)</option>"#,
+            r#"<option value="grandfather">Grandfather: they keep the product as a legacy grant, off the ladder</option>"#,
+        )));
+        assert!(out.contains(
+            r#"<input id="remove-tier-3-2-reason" name="reason" type="text" value="" placeholder="optional">"#
+        ));
+        assert!(out.contains(concat!(
+            r##"<div class="form-actions"><button class="btn btn-secondary" type="button" hx-get="/operator/topology/ladders/3/tiers/2/remove/preview" hx-include="closest form" hx-target="#remove-tier-preview-3-2" hx-swap="innerHTML">Preview</button>"##,
+            r#"<button class="btn btn-danger" type="submit" aria-label="Remove tier at rank 2">Remove tier</button></div>"#,
+        )));
+        assert!(out.ends_with(r#"</form><div id="remove-tier-preview-3-2" aria-live="polite"></div></details></div>"#));
+        assert!(!out.contains("form-errors"));
+    }
+
+    #[test]
+    fn a_refused_remove_form_opens_with_its_values_and_errors() {
+        let mut f = state(
+            &[("disposition", "migrate"), ("reason", "<why>")],
+            &[("disposition", "Choose what <happens> to them.")],
+        );
+        f.errors = vec!["A change is <running> on this ladder.".into()];
+        let out = remove_tier_form("tok", 3, 2, "Pro", &f).into_string();
+        assert!(out.contains(r#"<details class="tier-disclosure" open>"#));
+        let errors = out.find(r#"<div class="form-errors" role="alert">"#).expect("form errors");
+        assert!(errors < out.find("<form").unwrap());
+        assert!(out.contains("<li>A change is &lt;running&gt; on this ladder.</li>"));
+        assert!(out.contains(r#"<option value="migrate" selected>Migrate"#));
+        assert!(!out.contains(r#"<option value="" selected>"#));
+        assert!(out.contains(r#"value="&lt;why&gt;""#));
+        assert!(out.contains(
+            r#"<p class="field-error" id="remove-tier-3-2-disposition-error">Choose what &lt;happens&gt; to them.</p>"#
+        ));
+        // Values alone (a refusal with no message) open it too.
+        let out = remove_tier_form("tok", 3, 2, "Pro", &state(&[("reason", "x")], &[])).into_string();
+        assert!(out.contains(r#"<details class="tier-disclosure" open>"#));
+    }
+
+    #[test]
+    fn tier_order_form_has_a_rank_from_zero_per_tier_and_a_preview() {
+        let tiers = [(11, "Basic".to_owned(), 1), (10, "<i>Free</i>".to_owned(), 0)];
+        let out = tier_order_form("tok", 3, &tiers, &FormState::default()).into_string();
+        assert!(out.starts_with(
+            r#"<div class="form-panel tier-order" id="tier-order-3"><details class="tier-disclosure"><summary>Reorder tiers…</summary>"#
+        ));
+        assert!(out.contains("Ranks count from 0, the floor. Changing rank 0 changes the floor of every org type"));
+        assert!(out.contains("progress page"));
+        assert!(out.contains(
+            r##"<form method="post" action="/operator/topology/ladders/3/tier-order" hx-post="/operator/topology/ladders/3/tier-order" hx-target="#tier-order-3" hx-swap="outerHTML"><input type="hidden" name="csrf_token" value="tok">"##
+        ));
+        // By current rank, labelled with the product, from 0.
+        assert!(out.contains(concat!(
+            r#"<div class="field"><label for="tier-order-3-rank-10">&lt;i&gt;Free&lt;/i&gt;</label>"#,
+            r#"<input id="tier-order-3-rank-10" name="rank.10" type="number" value="0" min="0" step="1" inputmode="numeric" required></div>"#,
+            r#"<div class="field"><label for="tier-order-3-rank-11">Basic</label>"#,
+            r#"<input id="tier-order-3-rank-11" name="rank.11" type="number" value="1" min="0""#,
+        )));
+        assert!(!out.contains("<i>"));
+        assert!(out.contains(r#"<select id="tier-order-3-disposition" name="disposition" aria-describedby="tier-order-3-disposition-hint">"#));
+        assert!(out.contains(concat!(
+            r#"<option value="" selected>— choose —</option>"#,
+            r#"<option value="migrate">Migrate: organizations on the old floor move to the new rank 0</option>"#,
+            r#"<option value="grandfather">Grandfather: they keep the old floor product as a legacy grant</option>"#,
+        )));
+        assert!(out.contains("needed only when rank 0 changes and organizations hold the current floor"));
+        assert!(out.contains(r#"name="reason" type="text" value="""#));
+        assert!(out.contains(concat!(
+            r##"<button class="btn btn-secondary" type="button" hx-get="/operator/topology/ladders/3/tier-order/preview" hx-include="closest form" hx-target="#tier-order-preview-3" hx-swap="innerHTML">Preview</button>"##,
+            r#"<button class="btn btn-primary" type="submit" aria-describedby="tier-order-3-note">Save tier order</button>"#,
+        )));
+        assert!(out.ends_with(r#"</form><div id="tier-order-preview-3" aria-live="polite"></div></details></div>"#));
+    }
+
+    #[test]
+    fn a_refused_tier_order_form_opens_with_its_values_and_errors() {
+        let tiers = [(10, "Free".to_owned(), 0), (11, "Basic".to_owned(), 1)];
+        let mut f = state(
+            &[("rank.10", "1"), ("rank.11", "0"), ("disposition", "grandfather")],
+            &[("rank.11", "Ranks must <differ>."), ("disposition", "Choose one.")],
+        );
+        f.errors = vec!["12 organizations hold Free.".into()];
+        let out = tier_order_form("tok", 3, &tiers, &f).into_string();
+        assert!(out.contains(r#"<details class="tier-disclosure" open>"#));
+        assert!(out.find(r#"<div class="form-errors" role="alert">"#).unwrap() < out.find("<form").unwrap());
+        assert!(out.contains("<li>12 organizations hold Free.</li>"));
+        // The submitted ranks win over the current ones.
+        assert!(out.contains(r#"name="rank.10" type="number" value="1""#));
+        assert!(out.contains(r#"name="rank.11" type="number" value="0" min="0" step="1" inputmode="numeric" required aria-invalid="true" aria-describedby="tier-order-3-rank-11-error">"#));
+        assert!(
+            out.contains(r#"<p class="field-error" id="tier-order-3-rank-11-error">Ranks must &lt;differ&gt;.</p>"#)
+        );
+        assert!(out.contains(r#"<option value="grandfather" selected>Grandfather"#));
+        assert!(out.contains(r#"<p class="field-error" id="tier-order-3-disposition-error">Choose one.</p>"#));
+    }
+
+    #[test]
+    fn default_change_form_has_a_preview_before_its_submit() {
+        let out = default_change_form("tok", 4, &[(1, "Wiki".to_owned())], &FormState::default()).into_string();
+        assert!(out.contains(concat!(
+            r##"<div class="form-actions"><button class="btn btn-secondary" type="button" hx-get="/operator/topology/org-types/4/default/preview" hx-include="closest form" hx-target="#default-change-preview-4" hx-swap="innerHTML">Preview</button>"##,
+            r#"<button class="btn btn-primary" type="submit""#,
+        )));
+        assert!(out.ends_with(r#"</form><div id="default-change-preview-4" aria-live="polite"></div></div>"#));
+    }
+
+    fn removal() -> TierRemovalPreview {
+        TierRemovalPreview {
+            ladder: "<i>Wiki</i>".into(),
+            product: "<script>Pro</script>".into(),
+            rank: 2,
+            holders: 3,
+            disposition: None,
+            floor_after: Some("Wiki Free".into()),
+            refusal: None,
+        }
+    }
+
+    #[test]
+    fn removal_preview_says_who_it_reaches_and_what_each_disposition_does() {
+        let out = tier_removal_preview(&removal()).into_string();
+        assert!(out.starts_with(r#"<div class="preview">"#));
+        assert!(out.contains(
+            "Removing <strong>&lt;script&gt;Pro&lt;/script&gt;</strong> (rank 2) from <strong>&lt;i&gt;Wiki&lt;/i&gt;</strong> reaches 3 organizations that hold it."
+        ));
+        assert!(out.contains(
+            "<li><strong>Migrate</strong>: 3 organizations leave the tier; those whose type defaults to &lt;i&gt;Wiki&lt;/i&gt; get <strong>Wiki Free</strong> in its place.</li>"
+        ));
+        assert!(out.contains(
+            "<li><strong>Grandfather</strong>: 3 organizations keep <strong>&lt;script&gt;Pro&lt;/script&gt;</strong> as a legacy grant, off the ladder.</li>"
+        ));
+        assert!(!out.contains("<script>") && !out.contains("<i>"));
+        // Nothing chosen yet: nothing marked.
+        assert!(!out.contains("chosen"));
+        assert!(!out.contains("no tiers"));
+        assert!(out.ends_with("<p>Nothing stands in the way: confirm it with <strong>Remove tier</strong>.</p></div>"));
+    }
+
+    #[test]
+    fn removal_preview_marks_the_chosen_disposition_and_counts_one() {
+        let p = TierRemovalPreview { holders: 1, disposition: Some("grandfather".into()), ..removal() };
+        let out = tier_removal_preview(&p).into_string();
+        assert!(out.contains("reaches 1 organization that holds it."));
+        assert!(out.contains("<li><strong>Migrate</strong>: 1 organization leaves the tier;"));
+        assert!(out.contains(concat!(
+            r#"<li class="chosen"><strong>Grandfather</strong>: 1 organization keeps <strong>&lt;script&gt;Pro&lt;/script&gt;</strong> as a legacy grant, off the ladder."#,
+            r#" <span class="badge badge-ok">chosen</span></li>"#,
+        )));
+        assert_eq!(out.matches("chosen").count(), 2);
+        let p = TierRemovalPreview { disposition: Some("migrate".into()), ..removal() };
+        let out = tier_removal_preview(&p).into_string();
+        assert!(out.contains(r#"<li class="chosen"><strong>Migrate</strong>: 3 organizations leave the tier"#));
+        assert!(out.contains("<li><strong>Grandfather</strong>"));
+    }
+
+    #[test]
+    fn removal_preview_of_the_last_tier_with_no_holders_and_a_refusal() {
+        let p = TierRemovalPreview {
+            holders: 0,
+            floor_after: None,
+            refusal: Some("A change is running on <Wiki>.".into()),
+            ..removal()
+        };
+        let out = tier_removal_preview(&p).into_string();
+        assert!(out.contains("reaches no organization: none holds it."));
+        assert!(out.contains("No organization is moved, whichever disposition you choose."));
+        assert!(!out.contains("<ul"));
+        assert!(out.contains("<p>&lt;i&gt;Wiki&lt;/i&gt; is left with no tiers, and so with no floor.</p>"));
+        assert!(out.contains(r#"<div class="refusal" role="alert"><strong>This tier cannot be removed</strong><p>A change is running on &lt;Wiki&gt;.</p></div>"#));
+        assert!(!out.contains("Nothing stands in the way"));
+        // Holders, no floor after: the migrated ones get none.
+        let p = TierRemovalPreview { floor_after: None, ..removal() };
+        let out = tier_removal_preview(&p).into_string();
+        assert!(out.contains("<li><strong>Migrate</strong>: 3 organizations leave the tier.</li>"));
+        assert!(out.contains("is left with no tiers"));
+    }
+
+    fn reach() -> ActReachPreview {
+        ActReachPreview {
+            action: "Changing <b>Community</b>'s default to Support".into(),
+            types: vec!["Community".into(), "<i>Edu</i>".into()],
+            organizations: 5,
+            holding_floor: 3,
+            vacant: 2,
+            from_floor: Some("Wiki <Free>".into()),
+            to_floor: Some("Support Basic".into()),
+            disposition: None,
+            refusal: None,
+        }
+    }
+
+    #[test]
+    fn act_reach_preview_counts_who_it_reaches_per_disposition() {
+        let out = act_reach_preview(&reach()).into_string();
+        assert!(out.starts_with(r#"<div class="preview">"#));
+        assert!(out.contains(
+            "<p>Changing &lt;b&gt;Community&lt;/b&gt;'s default to Support reaches 5 organizations of Community, &lt;i&gt;Edu&lt;/i&gt;.</p>"
+        ));
+        assert!(out.contains("<p>3 organizations hold <strong>Wiki &lt;Free&gt;</strong>:</p>"));
+        assert!(out.contains("<li><strong>Migrate</strong>: they move to <strong>Support Basic</strong>.</li>"));
+        assert!(out.contains(
+            "<li><strong>Grandfather</strong>: they keep <strong>Wiki &lt;Free&gt;</strong> as a legacy grant.</li>"
+        ));
+        assert!(out.contains(
+            "<p>2 organizations hold no floor to move (vacant): they get <strong>Support Basic</strong> only if they hold nothing on the ladder.</p>"
+        ));
+        assert!(!out.contains("<b>") && !out.contains("<i>"));
+        assert!(!out.contains("chosen"));
+        assert!(out.ends_with("<p>Nothing stands in the way: confirm it to go ahead.</p></div>"));
+    }
+
+    #[test]
+    fn act_reach_preview_marks_the_choice_speaks_of_one_and_shows_a_refusal() {
+        let p = ActReachPreview {
+            organizations: 2,
+            holding_floor: 1,
+            vacant: 1,
+            disposition: Some("migrate".into()),
+            refusal: Some("1 organization holds <Wiki Free>: choose a disposition.".into()),
+            ..reach()
+        };
+        let out = act_reach_preview(&p).into_string();
+        assert!(out.contains("<p>1 organization holds <strong>Wiki &lt;Free&gt;</strong>:</p>"));
+        assert!(out.contains(
+            r#"<li class="chosen"><strong>Migrate</strong>: it moves to <strong>Support Basic</strong>. <span class="badge badge-ok">chosen</span></li>"#
+        ));
+        assert!(out.contains("<li><strong>Grandfather</strong>: it keeps <strong>Wiki &lt;Free&gt;</strong>"));
+        assert!(out.contains("1 organization holds no floor to move (vacant): it gets <strong>Support Basic</strong> only if it holds nothing"));
+        assert!(out.contains(r#"<div class="refusal" role="alert"><strong>This act would be refused</strong><p>1 organization holds &lt;Wiki Free&gt;: choose a disposition.</p></div>"#));
+        assert!(!out.contains("Nothing stands in the way"));
+        let out =
+            act_reach_preview(&ActReachPreview { disposition: Some("grandfather".into()), ..reach() }).into_string();
+        assert!(out.contains(r#"<li class="chosen"><strong>Grandfather</strong>"#));
+        assert!(out.contains("<li><strong>Migrate</strong>"));
+        let out = act_reach_preview(&ActReachPreview { organizations: 1, holding_floor: 0, vacant: 1, ..reach() })
+            .into_string();
+        assert!(out.contains("reaches 1 organization of Community"));
+        assert!(out.contains(
+            "No organization holds <strong>Wiki &lt;Free&gt;</strong>, so Migrate and Grandfather do the same."
+        ));
+        assert!(!out.contains("<ul"));
+    }
+
+    #[test]
+    fn act_reach_preview_of_an_act_that_reaches_no_one() {
+        // A reorder that keeps rank 0: no type is reached and the floor stays.
+        let keeps_floor = ActReachPreview {
+            action: "Reordering Wiki's tiers".into(),
+            types: vec![],
+            organizations: 0,
+            holding_floor: 0,
+            vacant: 0,
+            from_floor: Some("Wiki Free".into()),
+            to_floor: Some("Wiki Free".into()),
+            ..reach()
+        };
+        let out = act_reach_preview(&keeps_floor).into_string();
+        assert!(out.contains(
+            "<p>Reordering Wiki's tiers reaches no organization: the floor does not change, so no organization is moved.</p>"
+        ));
+        assert!(!out.contains("<ul") && !out.contains("vacant"));
+        assert!(out.contains("Nothing stands in the way"));
+        let out =
+            act_reach_preview(&ActReachPreview { to_floor: Some("Wiki Basic".into()), ..keeps_floor }).into_string();
+        assert!(out.contains("reaches no organization: no organization type defaults to this ladder."));
+        let out = act_reach_preview(&ActReachPreview { organizations: 0, holding_floor: 0, vacant: 0, ..reach() })
+            .into_string();
+        assert!(
+            out.contains("reaches no organization: there is no organization of Community, &lt;i&gt;Edu&lt;/i&gt; yet.")
+        );
+        assert!(!out.contains("<ul"));
     }
 }
