@@ -97,6 +97,11 @@ pub async fn change_org_type_default(
             ));
         }
     }
+    let type_name = store::org_type_name(tx.conn(), org_type_id).await?;
+    let from_name = match current {
+        Some(l) => topology::names(tx.conn(), l, None).await?.0,
+        None => String::new(),
+    };
     let act = topology::record_plan_act(
         tx.conn(),
         "default_change",
@@ -107,7 +112,13 @@ pub async fn change_org_type_default(
         None,
         None,
         Some(org_type_id),
-        json!({ "org_type_id": org_type_id, "from_ladder_id": current, "to_ladder_id": ladder_id }),
+        json!({
+            "org_type_id": org_type_id,
+            "from_ladder_id": current,
+            "to_ladder_id": ladder_id,
+            "organization_type": type_name,
+            "from_ladder": from_name,
+        }),
     )
     .await?;
     store::set_default(tx.conn(), org_type_id, ladder_id, act).await?;
@@ -217,6 +228,11 @@ fn gate_message(kind: &str) -> String {
 pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -> Result<i64, TopologyError> {
     let mut tx = begin(db, TxKind::RuleChange).await?;
     let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
+    let mut order_names = vec![];
+    for p in &r.order {
+        order_names.push(topology::names(tx.conn(), r.ladder_id, Some(*p)).await?.1);
+    }
+    let floor_before = topology::names(tx.conn(), r.ladder_id, Some(old0)).await?.1;
     topology::renumber_tiers(tx.conn(), r.ladder_id, &r.order).await?;
     topology::sync_position_ranks(tx.conn(), r.ladder_id).await?;
     let act = topology::record_plan_act(
@@ -229,7 +245,11 @@ pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -
         Some(new0),
         Some(0),
         None,
-        json!({ "order": r.order, "from_floor_product_id": old0, "reached_types": types.iter().map(|t| t.0).collect::<Vec<_>>() }),
+        json!({
+            "order": order_names.join(", "),
+            "floor_before": floor_before,
+            "types_reached": types.iter().map(|t| t.1.as_str()).collect::<Vec<_>>().join(", "),
+        }),
     )
     .await?;
     for (ty, _) in &types {

@@ -45,7 +45,13 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
     let facts = a
         .detail
         .as_object()
-        .map(|o| o.iter().map(|(k, v)| (k.replace('_', " "), v.to_string())).collect())
+        .map(|o| {
+            // Ids are for machines; the page shows the names recorded next to them.
+            o.iter()
+                .filter(|(k, _)| !k.ends_with("_id"))
+                .map(|(k, v)| (k.replace('_', " "), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+                .collect()
+        })
         .unwrap_or_default();
     let v = views::PlanActView {
         id: r.id,
