@@ -269,8 +269,8 @@ pub static REMOVE_TIER_LOCKS: PathLocks = PathLocks {
     why: "The exclusive rendezvous, the reads that decide the removal (CountLiveTierHolders, the ladder's tiers, \
           the org types, the names, the holders) before any pool row, then every holder's pool row (LockPools, \
           ascending) and the holders again under the locks; the act, the tier delete and the renumbering; then per \
-          pool in the same order the incumbents end (their grants end), the remaining positions align, a \
-          grandfathered incumbent's legacy grant or, on migrate, the floor, and materialization.",
+          pool in the same order the incumbents end (their grants end), a grandfathered incumbent's legacy \
+          grant, or on migrate resumption and the floor, then materialization.",
 };
 
 /// TierRemovalRefusal and the reads behind it, in the caller's transaction.
@@ -429,15 +429,16 @@ pub async fn remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<(i6
                 legacy.push(g);
             }
         }
-        for c in store::conferrals_on_ladder(tx.conn(), *pool, r.ladder_id).await? {
-            ent::align_conferral_shape(tx.conn(), c).await?;
-        }
+        // The positions that remain carry the new ranks already (core.sync_position_ranks); a
+        // legacy grant takes the product's shape as it is now, off this ladder.
         for g in legacy {
             ent::confer_grant(tx.conn(), g).await?;
         }
-        ent::resume_replaced_grants(tx.conn(), *pool).await?;
-        ent::deliver_displaced_subscriptions(tx.conn(), *pool).await?;
         if disposition == Disposition::Migrate {
+            // What the incumbents displaced comes back, then the floor where the ladder is the
+            // type's default; a grandfathered holder keeps what it had, so neither applies.
+            ent::resume_replaced_grants(tx.conn(), *pool).await?;
+            ent::deliver_displaced_subscriptions(tx.conn(), *pool).await?;
             ent::reapply_defaults_if_vacant(tx.conn(), *pool, Some(act)).await?;
         }
         ent::materialize_pool(tx.conn(), *pool).await?;

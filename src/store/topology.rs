@@ -255,18 +255,6 @@ pub async fn incumbents_of(
     .await
 }
 
-/// The pool's holding conferrals with a position on the ladder, in creation order.
-pub async fn conferrals_on_ladder(conn: &mut PgConnection, pool_id: i64, ladder_id: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
-        "SELECT c.conferral_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
-         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND c.state = 'holding' ORDER BY c.created_at, c.conferral_id",
-    )
-    .bind(pool_id)
-    .bind(ladder_id)
-    .fetch_all(conn)
-    .await
-}
-
 /// RenumberTiers: the ladder's tiers take ranks in the given product order, from 0.
 pub async fn renumber_tiers(conn: &mut PgConnection, ladder_id: i64, products: &[i64]) -> sqlx::Result<i32> {
     sqlx::query_scalar("SELECT core.renumber_tiers($1, $2)").bind(ladder_id).bind(products).fetch_one(conn).await
