@@ -298,9 +298,9 @@ async fn decide_removal(
         (Some(format!("{holders} organizations hold this tier, more than the {holder_cap} one act may move.")), false)
     } else if holders > 0 && r.disposition.is_none() {
         let m = format!(
-            "{} this tier: choose whether {} migrate (to the ladder's floor) or {} grandfathered (keep it as a legacy grant).",
+            "{} this tier: choose whether {} (to the ladder's floor) or {} grandfathered (keep it as a legacy grant).",
             count(holders, "organization holds", "organizations hold"),
-            if holders == 1 { "it" } else { "they" },
+            if holders == 1 { "it migrates" } else { "they migrate" },
             if holders == 1 { "is" } else { "are" },
         );
         (Some(m), true)
