@@ -5,7 +5,7 @@
 //! violated invariant is a bug: the run says so, shows what led to it, and exits non-zero.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     sync::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
@@ -29,11 +29,14 @@ use crate::{
         catalog::{self as catalog_svc, CatalogError},
         entitlements::{self as ent, EntitlementError, OrgName},
         grants::{self, EmailDomain, GrantError, IssueGrant, ManageGrant, Recipient},
+        plan_acts::{self as pa, Disposition, ReorderTiers},
         rule_changes::{self as rc, RuleChangeError},
+        topology::{self, AddTier, RemoveTier, TopologyError},
     },
     store::{
         catalog as catalog_store,
         entitlements::{self as ent_store, NewGrant},
+        plan_acts as pa_store,
     },
 };
 
@@ -69,6 +72,15 @@ const DRAIN_WAIT: Duration = Duration::from_secs(30);
 /// The error the Retry path records against a pool before retrying, as the drain records a
 /// pool's settlement that rolled back (nothing fails on its own in a healthy run).
 const SIMULATED_FAILURE: &str = "stress: a simulated failure of this pool's settlement";
+/// The error a move of a fragile pool raises on its first attempt (a trigger of the stress
+/// database, see `make_moves_fragile`): the drain records it (`Record a failed move`) and
+/// RetryPlanAct (the tasks', or the settle's as an operator's) makes the move pending again.
+const MOVE_FAILURE: &str = "stress: a simulated failure of the move of this organization";
+/// How many organizations of the stress type have fragile moves: one shared, one not.
+const FRAGILE_POOLS: usize = 2;
+/// The bound a plan act's request gives its in-request listing and moves: 1-2 s, so that they
+/// run for part of it and the drain job finishes the rest.
+const IN_REQUEST_MS: (u64, u64) = (1000, 2000);
 
 /// What `member-console stress` was asked for.
 #[derive(Debug, Clone)]
@@ -138,8 +150,10 @@ pub async fn command(opts: StressOptions) -> anyhow::Result<bool> {
 // Paths -------------------------------------------------------------------------------------------
 
 /// The paths the tasks run, each named as its `PathLocks` declaration names it (the two
-/// conferral changes that have no declaration of their own by their function names), and the
-/// grant jobs the workers run (by their activity names; counted from `integration.jobs`).
+/// conferral changes that have no declaration of their own by their function names, and a
+/// plan act's drain, whose parts are declared, by its span's name), the grant jobs the workers
+/// run (by their activity names; counted from `integration.jobs`), and the parts of the plan
+/// acts' drains, wherever they ran (by their declarations' names; counted from the obligations).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum StressPath {
     CreateOrganization,
@@ -164,10 +178,28 @@ pub enum StressPath {
     ExpireGrantActivity,
     /// `start_grant` jobs done by the workers.
     StartGrantActivity,
+    AddTier,
+    DeleteTier,
+    RemoveTier,
+    /// T0, then the listing and moves inside the request for 1-2 s (the drain job does the rest).
+    ChangeOrgTypeDefault,
+    /// T0, then, when rank 0 changed, the listing and moves as for a default change.
+    ReorderTiers,
+    /// `drain_plan_act` on a running act, beside its drain job: its parts are counted apart.
+    DrainPlanAct,
+    RetryPlanAct,
+    ReorderPlanLadders,
+    /// The parts of every plan act's drain (in a request, the job's, a task's, the settle's),
+    /// counted from what they left in the database: the listings (one per act and type reached),
+    /// the moves settled, the failures recorded, and the acts finished after their last probe.
+    ListPlanActBatch,
+    EnactObligation,
+    RecordMoveFailure,
+    LastProbe,
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 20] = [
+    pub const ALL: [StressPath; 32] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -188,6 +220,18 @@ impl StressPath {
         StressPath::ExtendWaitingGrant,
         StressPath::ExpireGrantActivity,
         StressPath::StartGrantActivity,
+        StressPath::AddTier,
+        StressPath::DeleteTier,
+        StressPath::RemoveTier,
+        StressPath::ChangeOrgTypeDefault,
+        StressPath::ReorderTiers,
+        StressPath::DrainPlanAct,
+        StressPath::RetryPlanAct,
+        StressPath::ReorderPlanLadders,
+        StressPath::ListPlanActBatch,
+        StressPath::EnactObligation,
+        StressPath::RecordMoveFailure,
+        StressPath::LastProbe,
     ];
 
     /// The grant paths (the tasks' and the workers').
@@ -202,9 +246,41 @@ impl StressPath {
         StressPath::StartGrantActivity,
     ];
 
+    /// The plan-act paths (the tasks' and the parts of the drains).
+    pub const PLAN_ACT_PATHS: [StressPath; 12] = [
+        StressPath::AddTier,
+        StressPath::DeleteTier,
+        StressPath::RemoveTier,
+        StressPath::ChangeOrgTypeDefault,
+        StressPath::ReorderTiers,
+        StressPath::DrainPlanAct,
+        StressPath::RetryPlanAct,
+        StressPath::ReorderPlanLadders,
+        StressPath::ListPlanActBatch,
+        StressPath::EnactObligation,
+        StressPath::RecordMoveFailure,
+        StressPath::LastProbe,
+    ];
+
     /// Run by the job workers, not picked by the tasks.
     pub fn is_job(self) -> bool {
         matches!(self, StressPath::ExpireGrantActivity | StressPath::StartGrantActivity)
+    }
+
+    /// A part of the plan acts' drains, counted from the database after the run, not picked.
+    pub fn is_drain_part(self) -> bool {
+        matches!(
+            self,
+            StressPath::ListPlanActBatch
+                | StressPath::EnactObligation
+                | StressPath::RecordMoveFailure
+                | StressPath::LastProbe
+        )
+    }
+
+    /// Picked by the tasks (the rest are counted from what the workers and the drains did).
+    pub fn is_picked(self) -> bool {
+        !self.is_job() && !self.is_drain_part()
     }
 
     pub fn name(self) -> &'static str {
@@ -229,29 +305,61 @@ impl StressPath {
             StressPath::ExtendWaitingGrant => grants::EXTEND_WAITING_GRANT_LOCKS.path,
             StressPath::ExpireGrantActivity => "ExpireGrantActivity",
             StressPath::StartGrantActivity => "StartGrantActivity",
+            StressPath::AddTier => topology::ADD_TIER_LOCKS.path,
+            StressPath::DeleteTier => topology::DELETE_TIER_LOCKS.path,
+            StressPath::RemoveTier => topology::REMOVE_TIER_LOCKS.path,
+            StressPath::ChangeOrgTypeDefault => pa::CHANGE_DEFAULT_T0_LOCKS.path,
+            StressPath::ReorderTiers => pa::REORDER_TIERS_T0_LOCKS.path,
+            // The service's span: it runs the four parts below, each declared.
+            StressPath::DrainPlanAct => "DrainPlanAct",
+            StressPath::RetryPlanAct => pa::RETRY_PLAN_ACT_LOCKS.path,
+            StressPath::ReorderPlanLadders => topology::REORDER_PLAN_LADDERS_LOCKS.path,
+            StressPath::ListPlanActBatch => pa::LIST_BATCH_LOCKS.path,
+            StressPath::EnactObligation => pa::ENACT_OBLIGATION_LOCKS.path,
+            StressPath::RecordMoveFailure => pa::RECORD_MOVE_FAILURE_LOCKS.path,
+            StressPath::LastProbe => pa::LAST_PROBE_LOCKS.path,
         }
     }
 
     /// Relative frequency: the pool-changing paths most (they are where the collisions are), the
     /// exclusive-rendezvous paths least (each one stops every materialization while it runs).
-    /// The grant paths about as often as the conferral changes; the jobs are not picked.
+    /// The grant paths about as often as the conferral changes; the jobs are not picked. The
+    /// earlier paths' weights are 4× their relative frequencies, so that the tier acts (weight 1)
+    /// come a quarter as often as a rule change: each takes the exclusive rendezvous, and a
+    /// default change or a reorder keeps its task 1-2 s in its in-request drain.
     fn weight(self) -> u64 {
+        const X: u64 = 4;
         match self {
-            StressPath::ConferGrant | StressPath::IssueGrant => 6,
-            StressPath::EndConferral => 5,
-            StressPath::UpdateConferralBounds | StressPath::SyncSourceStatus | StressPath::MaterializePool => 3,
-            StressPath::CreateOrganization | StressPath::UpdateProduct | StressPath::RegisterProviders => 2,
+            StressPath::ConferGrant | StressPath::IssueGrant => 6 * X,
+            StressPath::EndConferral => 5 * X,
+            StressPath::UpdateConferralBounds | StressPath::SyncSourceStatus | StressPath::MaterializePool => 3 * X,
+            StressPath::CreateOrganization | StressPath::UpdateProduct | StressPath::RegisterProviders => 2 * X,
             StressPath::RevokeGrant
             | StressPath::ExpireGrant
             | StressPath::StartWaitingGrant
             | StressPath::ManageGrant
-            | StressPath::ExtendWaitingGrant => 2,
+            | StressPath::ExtendWaitingGrant => 2 * X,
             // A drain or a retry finds no draining change more often than not (then it does
             // nothing and is not counted), so they are picked more often, to meet the jobs' drains.
-            StressPath::DrainChange => 3,
-            StressPath::RetryRuleChange => 2,
-            StressPath::ChangeProductSet | StressPath::RuleChangeBatchCommit => 1,
-            StressPath::ExpireGrantActivity | StressPath::StartGrantActivity => 0,
+            StressPath::DrainChange => 3 * X,
+            StressPath::RetryRuleChange => 2 * X,
+            StressPath::ChangeProductSet | StressPath::RuleChangeBatchCommit => X,
+            // An add is refused more often than not (a holder of the product holds a plan on the
+            // ladder already): twice as often as a delete or a removal, so the ladder keeps tiers.
+            StressPath::AddTier => 2,
+            StressPath::DeleteTier
+            | StressPath::RemoveTier
+            | StressPath::ChangeOrgTypeDefault
+            | StressPath::ReorderTiers => 1,
+            // Not plan acts under the exclusive rendezvous; a drain and a retry find nothing to
+            // do while no act runs (then skipped or refused), so they come more often.
+            StressPath::ReorderPlanLadders | StressPath::DrainPlanAct | StressPath::RetryPlanAct => 2,
+            StressPath::ExpireGrantActivity
+            | StressPath::StartGrantActivity
+            | StressPath::ListPlanActBatch
+            | StressPath::EnactObligation
+            | StressPath::RecordMoveFailure
+            | StressPath::LastProbe => 0,
         }
     }
 }
@@ -286,6 +394,19 @@ impl Rng {
     }
 }
 
+/// Every picked path once, in a random order, so that a short run tries the rare ones too (a
+/// tier act is picked about once in 200): the ones that act on what a plan act left (a running
+/// act to drain, a failed move to retry) last, after the round's default change and reorder.
+pub fn opening_round(rng: &mut Rng) -> Vec<StressPath> {
+    let mut paths: Vec<StressPath> = StressPath::ALL.into_iter().filter(|p| p.is_picked()).collect();
+    for i in (1..paths.len()).rev() {
+        paths.swap(i, rng.below(i + 1));
+    }
+    let after = |p: &StressPath| matches!(p, StressPath::DrainPlanAct | StressPath::RetryPlanAct);
+    paths.sort_by_key(after);
+    paths
+}
+
 /// The path picker: one path at random, by weight.
 pub fn pick_path(rng: &mut Rng) -> StressPath {
     let total: u64 = StressPath::ALL.iter().map(|p| p.weight()).sum();
@@ -307,8 +428,9 @@ pub async fn run(config: &Config, opts: StressOptions) -> anyhow::Result<StressR
     anyhow::ensure!(opts.orgs >= 1, "--orgs must be at least 1");
     anyhow::ensure!(opts.connections >= 1, "--connections must be at least 1");
     // One connection per task, one spare for the reads a task makes before its path, and room
-    // for the tasks of one drain (DrainChange runs up to that many pools at once).
-    let connections = opts.connections as u32 + 2 + rc::DEFAULT_DRAIN_PARALLELISM as u32;
+    // for the tasks of one drain (DrainChange runs up to that many pools at once) and of one
+    // plan act's moves (a default change's or a reorder's in-request drain, or DrainPlanAct).
+    let connections = opts.connections as u32 + 2 + rc::DEFAULT_DRAIN_PARALLELISM as u32 + pa::MOVE_PARALLELISM as u32;
     let scratch = ScratchDb::create(config, "mc_stress", connections).await?;
     eprintln!("stress: created database {}", scratch.name);
     let result = run_in(config, &opts, &scratch).await;
@@ -343,11 +465,13 @@ async fn run_in(config: &Config, opts: &StressOptions, scratch: &ScratchDb) -> a
     let mut rng = Rng::new(seed);
     let fixture = build_fixture(&db, &admin, opts.orgs, &mut rng).await?;
 
-    // The workers run the grant jobs (expiry, start), the rule changes' drains and the schedules
-    // (the sweep, the drains' poller) for the whole run, on a pool of their own, as `serve` runs
-    // them beside the web handlers. A drain settles several pools at once: room for one.
+    // The workers run the grant jobs (expiry, start), the rule changes' and the plan acts' drains
+    // and the schedules (the sweep, the drains' pollers) for the whole run, on a pool of their
+    // own, as `serve` runs them beside the web handlers. A drain settles several pools (or moves
+    // several organizations) at once: room for every job a worker runs to be one.
+    let drain_width = rc::DEFAULT_DRAIN_PARALLELISM.max(pa::MOVE_PARALLELISM) as usize;
     let job_pool = PgPoolOptions::new()
-        .max_connections((JOB_WORKERS * (JOB_CONCURRENCY + 1)) as u32 + rc::DEFAULT_DRAIN_PARALLELISM as u32)
+        .max_connections((JOB_WORKERS * (1 + JOB_CONCURRENCY * (1 + drain_width))) as u32)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(migrate::runtime_options(admin_url, &config.runtime_password)?)
         .await
@@ -363,6 +487,9 @@ async fn run_in(config: &Config, opts: &StressOptions, scratch: &ScratchDb) -> a
         admin: admin.clone(),
         fx: fixture,
         sync_cap: config.rule_change_sync_cap,
+        holder_cap: config.plan_act_holder_cap,
+        quiet: warnings_on_stderr(),
+        move_failures_seen: Mutex::new(BTreeSet::new()),
         started,
         t0,
         deadline: started + Duration::from_secs(opts.seconds),
@@ -373,6 +500,7 @@ async fn run_in(config: &Config, opts: &StressOptions, scratch: &ScratchDb) -> a
     });
     let workers = start_workers(&job_db, config.lock_timeout);
     run_tasks(&ctx, opts.connections, seed, config.lock_timeout).await;
+    settle_plan_acts(&ctx).await;
     settle_drains(&ctx).await;
     stop_workers(&ctx, workers).await;
     sweep(&ctx).await;
@@ -380,6 +508,7 @@ async fn run_in(config: &Config, opts: &StressOptions, scratch: &ScratchDb) -> a
     job_db.pool.close().await;
     count_jobs(&ctx).await?;
     count_obligation_failures(&ctx).await?;
+    count_drain_parts(&ctx).await?;
 
     let tally = std::mem::take(&mut *ctx.tally.lock().unwrap_or_else(|p| p.into_inner()));
     let events = std::mem::take(&mut *ctx.events.lock().unwrap_or_else(|p| p.into_inner()));
@@ -627,6 +756,126 @@ async fn settle_drains(ctx: &Ctx) {
     }
 }
 
+/// After the tasks, with the workers still running: drain every plan act to its end (at most
+/// `DRAIN_WAIT`). The drain jobs do most of it; every tick the run retries, as an operator would
+/// from the act's page, the failed moves of each act that still owns its types (the fragile
+/// pools' first attempts, see `make_moves_fragile`), and drains each running act itself. An act
+/// still running after the wait, or a move left pending or failed, is a violation (the
+/// invariants report it).
+async fn settle_plan_acts(ctx: &Ctx) {
+    let waited = Instant::now();
+    let mut passes = 0;
+    loop {
+        let open: Result<(Vec<i64>, Vec<i64>), sqlx::Error> = async {
+            let mut c = ctx.db.pool.acquire().await?;
+            let failed = sqlx::query_scalar(
+                "SELECT DISTINCT o.plan_act_id FROM core.plan_act_obligations o
+                 JOIN core.org_types t ON t.org_type_id = o.org_type_id AND t.default_owner_act_id = o.plan_act_id
+                 WHERE o.state = 'failed' ORDER BY 1",
+            )
+            .fetch_all(&mut *c)
+            .await?;
+            let running = pa_store::running_acts(&mut c).await?;
+            Ok((failed, running))
+        }
+        .await;
+        let (failed, running) = match open {
+            Ok(x) => x,
+            Err(e) => return ctx.tally_error(format!("reading the running plan acts: {e}")),
+        };
+        if failed.is_empty() && running.is_empty() {
+            if passes > 0 {
+                eprintln!("stress: every plan act was done {} ms after the run", waited.elapsed().as_millis());
+            }
+            return;
+        }
+        if waited.elapsed() >= DRAIN_WAIT {
+            eprintln!(
+                "stress: plan acts {running:?} still running, {failed:?} with failed moves, {} s after the run",
+                DRAIN_WAIT.as_secs()
+            );
+            return;
+        }
+        passes += 1;
+        for act in &failed {
+            if let Err(e) = note_move_failures(ctx, Some(*act)).await {
+                return ctx.tally_error(format!("reading the failed moves of plan act {act}: {e}"));
+            }
+            match pa::retry_plan_act(&ctx.db, *act, None).with_subscriber(ctx.quiet.clone()).await {
+                Ok(_) | Err(TopologyError::Refused(_) | TopologyError::ChangeInProgress) => {}
+                Err(e) => ctx.tally_error(format!("retrying plan act {act} after the run: {e}")),
+            }
+        }
+        let acts: BTreeSet<i64> = failed.into_iter().chain(running).collect();
+        for act in acts {
+            match pa::drain_plan_act(&ctx.db, act, None).with_subscriber(ctx.quiet.clone()).await {
+                Ok(_) | Err(DbError::LockNotAvailable) => {}
+                Err(DbError::Deadlock) => ctx.tally_deadlock(format!("draining plan act {act} after the run")),
+                Err(e) => ctx.tally_error(format!("draining plan act {act} after the run: {e}")),
+            }
+        }
+        tokio::time::sleep(JOB_POLL).await;
+    }
+}
+
+/// The failed moves of an act whose error is not the simulated one, each counted once as an
+/// error (a deadlock is never recorded as a move's failure: the drain hands it back). Read
+/// before a Retry, which clears the errors it requeues, and after the run.
+async fn note_move_failures(ctx: &Ctx, act: Option<i64>) -> Result<(), sqlx::Error> {
+    let rows: Vec<(i64, i64, i32, String)> = sqlx::query_as(
+        "SELECT plan_act_id, pool_id, attempts, last_error FROM core.plan_act_obligations
+         WHERE ($1::bigint IS NULL OR plan_act_id = $1) AND last_error IS NOT NULL AND strpos(last_error, $2) = 0
+         ORDER BY plan_act_id, pool_id",
+    )
+    .bind(act)
+    .bind(MOVE_FAILURE)
+    .fetch_all(&ctx.admin)
+    .await?;
+    for (act, pool, attempts, error) in rows {
+        let new = ctx.move_failures_seen.lock().unwrap_or_else(|p| p.into_inner()).insert((act, pool, attempts));
+        if new {
+            ctx.tally_error(format!(
+                "error in a move: plan act {act} failed pool {pool} (attempt {attempts}): {error}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The parts of the plan acts' drains, from what they left: a listing per (act, type) that
+/// wrote obligations; a move per obligation a move settled (migrated, grandfathered, vacant,
+/// or superseded by a move: a listing's supersession adds no attempt, and keeps the failure it
+/// supersedes); a recorded failure per attempt that did not settle; a last probe per act that
+/// finished with obligations. The failures that were not simulated are errors.
+async fn count_drain_parts(ctx: &Ctx) -> anyhow::Result<()> {
+    note_move_failures(ctx, None).await.context("reading the moves' failures")?;
+    let (listings, moves, failures, probes): (i64, i64, i64, i64) = sqlx::query_as(
+        "WITH o AS (
+             SELECT plan_act_id, org_type_id, attempts,
+                    (state IN ('migrated', 'grandfathered', 'vacant')
+                     OR (state = 'superseded' AND attempts > 0 AND last_error IS NULL))::int AS moved
+             FROM core.plan_act_obligations)
+         SELECT (SELECT count(*) FROM (SELECT DISTINCT plan_act_id, org_type_id FROM o) l),
+                (SELECT coalesce(sum(moved), 0)::bigint FROM o),
+                (SELECT coalesce(sum(attempts - moved), 0)::bigint FROM o),
+                (SELECT count(*) FROM core.plan_acts a
+                 WHERE a.state = 'done' AND EXISTS (SELECT 1 FROM o WHERE o.plan_act_id = a.plan_act_id))",
+    )
+    .fetch_one(&ctx.admin)
+    .await
+    .context("counting the plan acts' drains")?;
+    let mut t = ctx.tally.lock().unwrap_or_else(|p| p.into_inner());
+    for (path, n) in [
+        (StressPath::ListPlanActBatch, listings),
+        (StressPath::EnactObligation, moves),
+        (StressPath::RecordMoveFailure, failures),
+        (StressPath::LastProbe, probes),
+    ] {
+        t.paths.entry(path).or_default().done += n.max(0) as u64;
+    }
+    Ok(())
+}
+
 /// The failures the drains recorded against pools (a pool's last error; the Retry path's
 /// simulated ones left out), one per (change, pool): a deadlock counts as one, a lock wait that
 /// timed out as a refused DrainChange (the pool is tried again after its backoff), anything else
@@ -785,6 +1034,14 @@ struct Fixture {
     subscriptions: Vec<i64>,
     /// The sets the organizations carry, whose rules the rule changes edit.
     carried_sets: Vec<CarriedSet>,
+    /// The ladder the tier acts change: its tiers are stress products, in and out.
+    stress_ladder: i64,
+    /// The ladder the stress type's default flips to and back (the stress ladder's other).
+    wiki_ladder: i64,
+    /// The org type whose default the default changes flip, and which the reorders reach.
+    stress_type: i64,
+    /// The products the tier acts add, delete, remove and reorder on the stress ladder.
+    tier_products: Vec<(i64, &'static str)>,
 }
 
 /// A carried set and the values a rule change gives it: the site limit one of `sites` (empty:
@@ -809,6 +1066,17 @@ const CARRIED_SETS: &[(&str, &[&str], &str)] = &[
 
 const ADDON: &str = "Stress add-on";
 const ADDON_RENAMED: &str = "Stress add-on (renamed)";
+
+/// The stress ladder's products, (name, rules): the first two its tiers at the start (its floor
+/// and a step), the third added by AddTier; the third is also granted (so that a removal has
+/// holders, and an add meets collisions). Every one can be added, deleted, removed, reordered.
+const TIER_PRODUCTS: &[(&str, &[(&str, &str)])] = &[
+    ("Stress base", &[("fedwiki.active_sites", "1"), ("support.priority", "no")]),
+    ("Stress step", &[("fedwiki.active_sites", "5")]),
+    ("Stress tier", &[("fedwiki.active_sites", "7"), ("support.priority", "yes")]),
+];
+const STRESS_LADDER: &str = "Stress ladder";
+const STRESS_TYPE: &str = "Stress type";
 
 async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mut Rng) -> anyhow::Result<Fixture> {
     demo::load(db).await.context("loading the demo data")?;
@@ -840,18 +1108,46 @@ async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mut Rng) -> a
         carried_sets.push(CarriedSet { id, name, sites, flag });
     }
 
+    // The tier acts' catalog: a ladder of stress products, and an org type defaulting to it,
+    // whose default flips between it and Wiki hosting. Set up on the plain handle, before any
+    // organization, as the demo's seed does.
+    let mut tier_products = vec![];
+    for (name, r) in TIER_PRODUCTS {
+        tier_products.push((product_with_rules(db, name, r, true).await?, *name));
+    }
+    let (stress_ladder, stress_type) = {
+        let mut tx = begin(db, TxKind::Plain).await?;
+        let ladder = catalog_store::ensure_ladder(tx.conn(), STRESS_LADDER, 2).await?;
+        for (rank, (product, _)) in tier_products.iter().take(2).enumerate() {
+            catalog_store::ensure_tier(tx.conn(), ladder, rank as i32, *product).await?;
+        }
+        let ty = catalog_store::ensure_org_type(tx.conn(), STRESS_TYPE, Some(ladder)).await?;
+        tx.commit().await?;
+        (ladder, ty)
+    };
+    let wiki_ladder = ladder_id(admin, "Wiki hosting").await?;
+    grantable.push((tier_products[2].0, tier_products[2].1.to_string()));
+
     let community = org_type_id(admin, "Community").await?;
     let business = org_type_id(admin, "Business").await?;
-    let org_types = vec![Some(community), Some(business), Some(community), None];
+    // Two of the shared organizations (the 5th and 6th) are of the stress type.
+    let org_types = vec![Some(community), Some(business), Some(community), None, Some(stress_type), Some(stress_type)];
     eprintln!("stress: creating {orgs} organizations");
     let mut hot = vec![];
+    let mut fragile = vec![];
     for i in 0..orgs {
         let name = OrgName::parse(&format!("Stress organization {i}")).map_err(anyhow::Error::msg)?;
-        let created = ent::create_organization(db, &name, org_types[i % org_types.len()]).await?;
+        let ty = org_types[i % org_types.len()];
+        let created = ent::create_organization(db, &name, ty).await?;
         if hot.len() < HOT_ORGS {
             hot.push((created.organization_id, created.pool_id));
         }
+        // The first two of the stress type past the first shared one: a shared pool, and not.
+        if ty == Some(stress_type) && i > HOT_ORGS - 2 && fragile.len() < FRAGILE_POOLS {
+            fragile.push(created.pool_id);
+        }
     }
+    make_moves_fragile(admin, &fragile).await?;
     let mut subscriptions = vec![];
     for (i, (org, pool)) in hot.iter().take(SUBSCRIPTIONS).enumerate() {
         // Business organizations default to Support: a Priority support subscription sits on
@@ -868,7 +1164,48 @@ async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mut Rng) -> a
         uncarried_sets: [set_a, set_b],
         subscriptions,
         carried_sets,
+        stress_ladder,
+        wiki_ladder,
+        stress_type,
+        tier_products,
     })
+}
+
+/// The moves of these pools fail on their first attempt, every act: a trigger of the stress
+/// database raises `MOVE_FAILURE` when a move settles the obligation of one of them that has no
+/// attempt yet, so the move rolls back, the drain records the failure (attempts 1), and once
+/// RetryPlanAct has made it pending again the next move settles it (attempts 2). Only a move
+/// settles an obligation (a listing's supersession and a failure's record are not settlings), so
+/// no other path meets the trigger.
+async fn make_moves_fragile(admin: &PgPool, pools: &[i64]) -> anyhow::Result<()> {
+    if pools.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = pools.iter().map(|p| p.to_string()).collect();
+    eprintln!("stress: the moves of pools {} fail on their first attempt", list.join(", "));
+    let sql = format!(
+        "CREATE FUNCTION public.stress_fragile_move() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.pool_id IN ({}) AND OLD.attempts = 0 THEN
+                 RAISE EXCEPTION '{MOVE_FAILURE}';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER stress_fragile_move BEFORE UPDATE OF state ON core.plan_act_obligations FOR EACH ROW
+             WHEN (OLD.state = 'pending' AND NEW.state IN ('migrated', 'grandfathered', 'vacant'))
+             EXECUTE FUNCTION public.stress_fragile_move();",
+        list.join(", ")
+    );
+    sqlx::raw_sql(AssertSqlSafe(sql)).execute(admin).await.context("making the fragile pools' moves fail")?;
+    Ok(())
+}
+
+async fn ladder_id(admin: &PgPool, name: &str) -> anyhow::Result<i64> {
+    sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1")
+        .bind(name)
+        .fetch_optional(admin)
+        .await?
+        .with_context(|| format!("the demo has no ladder {name}"))
 }
 
 fn rules(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -959,6 +1296,13 @@ struct Ctx {
     fx: Fixture,
     /// The console's sync cap (`CONSOLE_RULE_CHANGE_SYNC_CAP`), for the commits settled inline.
     sync_cap: i64,
+    /// The console's holder cap (`CONSOLE_PLAN_ACT_HOLDER_CAP`), for the tier add and removal.
+    holder_cap: i64,
+    /// A log of warnings only, for the plan-act services the tasks call (each drain logs its
+    /// last probe at info; a move's failure, logged from its own task, still shows).
+    quiet: tracing::Dispatch,
+    /// The moves' failures already counted as errors: (act, pool, attempts).
+    move_failures_seen: Mutex<BTreeSet<(i64, i64, i32)>>,
     started: Instant,
     /// The server's clock when `started` was taken (for placing the jobs' runs among the acts).
     t0: DateTime<Utc>,
@@ -1112,12 +1456,23 @@ impl Ctx {
             t.messages.push(message);
         }
     }
+
+    fn tally_deadlock(&self, message: String) {
+        let message = format!("deadlock {message}");
+        eprintln!("stress: {message}");
+        let mut t = self.tally.lock().unwrap_or_else(|p| p.into_inner());
+        t.deadlocks += 1;
+        if t.messages.len() < PRINTED_ERRORS {
+            t.messages.push(message);
+        }
+    }
 }
 
-/// One task: paths at random until the deadline.
+/// One task: every path once (the opening round), then paths at random until the deadline.
 async fn task(ctx: Arc<Ctx>, id: usize, mut rng: Rng) {
+    let mut opening = opening_round(&mut rng).into_iter();
     while Instant::now() < ctx.deadline {
-        let path = pick_path(&mut rng);
+        let path = opening.next().unwrap_or_else(|| pick_path(&mut rng));
         let mut note = Note::default();
         let start = ctx.elapsed_ms();
         let result = run_path(&ctx, path, &mut rng, &mut note).await;
@@ -1145,7 +1500,20 @@ async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &mut Note) -
         StressPath::StartWaitingGrant => start_waiting_grant(ctx, rng, note).await,
         StressPath::ManageGrant => manage_grant(ctx, rng, note).await,
         StressPath::ExtendWaitingGrant => extend_waiting_grant(ctx, rng, note).await,
-        StressPath::ExpireGrantActivity | StressPath::StartGrantActivity => Ok(Outcome::Skipped),
+        StressPath::AddTier => add_tier(ctx, rng, note).await,
+        StressPath::DeleteTier => delete_tier(ctx, rng, note).await,
+        StressPath::RemoveTier => remove_tier(ctx, rng, note).await,
+        StressPath::ChangeOrgTypeDefault => change_org_type_default(ctx, rng, note).await,
+        StressPath::ReorderTiers => reorder_tiers(ctx, rng, note).await,
+        StressPath::DrainPlanAct => drain_plan_act(ctx, rng, note).await,
+        StressPath::RetryPlanAct => retry_plan_act(ctx, rng, note).await,
+        StressPath::ReorderPlanLadders => reorder_plan_ladders(ctx, rng, note).await,
+        StressPath::ExpireGrantActivity
+        | StressPath::StartGrantActivity
+        | StressPath::ListPlanActBatch
+        | StressPath::EnactObligation
+        | StressPath::RecordMoveFailure
+        | StressPath::LastProbe => Ok(Outcome::Skipped),
     }
 }
 
@@ -1463,6 +1831,306 @@ async fn retry_rule_change(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<
     rule_change_outcome(r, note)
 }
 
+// Plan-act paths ---------------------------------------------------------------------------------
+
+/// The refusals the spec names count as refused: "another change is in progress" (a lock wait
+/// past its bound under the exclusive rendezvous; `TopologyError` folds a deadlock into it too,
+/// which the server's count of deadlocks still catches), and the act's own reads (`Refused`: the
+/// cap, collisions, holders, the last tier; `Invalid`: the form's checks against what the act
+/// found). A tier gone from the rank the task read (a reorder or a removal came between) is
+/// refused too. Any other missing row and any database error are failures.
+fn topology_outcome<T>(r: Result<T, TopologyError>, note: &mut Note) -> Result<Outcome, Failure> {
+    match r {
+        Ok(_) => Ok(Outcome::Done),
+        Err(e @ (TopologyError::Invalid(_) | TopologyError::Refused(_) | TopologyError::ChangeInProgress))
+        | Err(e @ TopologyError::NotFound("tier")) => {
+            note.detail.push_str(&format!("; refused: {e}"));
+            Ok(Outcome::Refused)
+        }
+        Err(e @ TopologyError::NotFound(_)) => Err(Failure::Error(e.to_string())),
+        Err(TopologyError::Db(e)) => Err(e.into()),
+    }
+}
+
+/// The stress ladder's tiers now: (rank, product), by rank.
+async fn stress_tiers(ctx: &Ctx) -> Result<Vec<(i32, i64)>, Failure> {
+    Ok(sqlx::query_as("SELECT rank, product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 ORDER BY rank")
+        .bind(ctx.fx.stress_ladder)
+        .fetch_all(&ctx.db.pool)
+        .await?)
+}
+
+fn tier_name(ctx: &Ctx, product: i64) -> &'static str {
+    ctx.fx.tier_products.iter().find(|(p, _)| *p == product).map(|(_, n)| *n).unwrap_or("no tier")
+}
+
+fn show_tiers(ctx: &Ctx, tiers: &[(i32, i64)]) -> String {
+    let names: Vec<&str> = tiers.iter().map(|(_, p)| tier_name(ctx, *p)).collect();
+    format!("[{}]", names.join(", "))
+}
+
+/// A disposition at random; with `gate`, one time in five none (the gate decides).
+fn pick_disposition(rng: &mut Rng, gate: bool) -> Option<Disposition> {
+    if gate && rng.below(5) == 0 {
+        return None;
+    }
+    Some(if rng.below(2) == 0 { Disposition::Migrate } else { Disposition::Grandfather })
+}
+
+/// The end of a request's 1-2 s.
+fn in_request(rng: &mut Rng) -> Instant {
+    let (low, high) = IN_REQUEST_MS;
+    Instant::now() + Duration::from_millis(low + rng.next_u64() % (high - low + 1))
+}
+
+fn show_disposition(d: Option<Disposition>) -> &'static str {
+    d.map(Disposition::as_str).unwrap_or("no disposition")
+}
+
+/// AddTier on the stress ladder: a stress product that is not a tier of it (when every one is,
+/// any: refused), at a rank from 1 to the top (0 on an empty ladder). Refused when a holder of
+/// the product already holds a plan on the ladder (an organization of the stress type holds its
+/// floor there) or holds the product twice.
+async fn add_tier(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let tiers = stress_tiers(ctx).await?;
+    let missing: Vec<i64> =
+        ctx.fx.tier_products.iter().map(|(p, _)| *p).filter(|p| !tiers.iter().any(|(_, t)| t == p)).collect();
+    let product = if missing.is_empty() { rng.pick(&ctx.fx.tier_products).0 } else { *rng.pick(&missing) };
+    let rank = if tiers.is_empty() { 0 } else { 1 + rng.below(tiers.len()) as i32 };
+    note.detail = format!("{} at rank {rank} of {}", tier_name(ctx, product), show_tiers(ctx, &tiers));
+    let a = AddTier {
+        ladder_id: ctx.fx.stress_ladder,
+        product_id: product,
+        rank: Some(rank),
+        reason: "stress".into(),
+        actor: None,
+    };
+    let r = topology::add_tier(&ctx.db, &a, ctx.holder_cap).with_subscriber(ctx.quiet.clone()).await;
+    if let Ok((act, reach)) = &r {
+        note.detail.push_str(&format!(": plan act {act}, {} holders", reach.holders));
+    }
+    topology_outcome(r, note)
+}
+
+/// DeleteTier on the stress ladder: a tier nobody holds when there is one (else any: refused).
+async fn delete_tier(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let tiers: Vec<(i32, i64, i64)> = sqlx::query_as(
+        "SELECT t.rank, t.product_id,
+                (SELECT count(*) FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+                 WHERE p.plan_ladder_id = t.plan_ladder_id AND c.product_id = t.product_id)
+         FROM core.plan_ladder_tiers t WHERE t.plan_ladder_id = $1 ORDER BY t.rank",
+    )
+    .bind(ctx.fx.stress_ladder)
+    .fetch_all(&ctx.db.pool)
+    .await?;
+    let unheld: Vec<&(i32, i64, i64)> = tiers.iter().filter(|t| t.2 == 0).collect();
+    // An empty ladder: rank 0, which is gone (refused, as an operator's stale form would be).
+    let (rank, product, holders) = match (tiers.is_empty(), unheld.is_empty()) {
+        (true, _) => (0, 0, 0),
+        (false, true) => *rng.pick(&tiers),
+        (false, false) => **rng.pick(&unheld),
+    };
+    note.detail = format!("{} at rank {rank} ({holders} holders) of {} tiers", tier_name(ctx, product), tiers.len());
+    let r = topology::delete_tier(&ctx.db, ctx.fx.stress_ladder, rank, None, "stress")
+        .with_subscriber(ctx.quiet.clone())
+        .await;
+    if let Ok(act) = &r {
+        note.detail.push_str(&format!(": plan act {act}"));
+    }
+    topology_outcome(r, note)
+}
+
+/// RemoveTier on the stress ladder: any tier, migrate or grandfather. Its holders: the stress
+/// type's organizations when it is the floor, those granted the stress tier (IssueGrant and
+/// ConferGrant grant it) when it is a tier.
+async fn remove_tier(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let tiers = stress_tiers(ctx).await?;
+    // An empty ladder: rank 0, which is gone (refused).
+    let (rank, product) = if tiers.is_empty() { (0, 0) } else { *rng.pick(&tiers) };
+    let disposition = pick_disposition(rng, false);
+    note.detail = format!(
+        "{} at rank {rank} of {}, {}",
+        tier_name(ctx, product),
+        show_tiers(ctx, &tiers),
+        show_disposition(disposition)
+    );
+    let r = RemoveTier { ladder_id: ctx.fx.stress_ladder, rank, disposition, reason: "stress".into(), actor: None };
+    let r = topology::remove_tier(&ctx.db, &r, ctx.holder_cap).with_subscriber(ctx.quiet.clone()).await;
+    if let Ok((act, reach)) = &r {
+        note.detail.push_str(&format!(": plan act {act}, {} holders", reach.holders));
+    }
+    topology_outcome(r, note)
+}
+
+/// After a default change's or a reorder's request: what its in-request drain settled.
+async fn act_progress(ctx: &Ctx, act: i64) -> Result<String, Failure> {
+    let mut c = ctx.db.pool.acquire().await?;
+    let n = pa_store::counts(&mut c, act).await?;
+    Ok(format!(
+        "{} pending, {} migrated, {} grandfathered, {} vacant, {} failed, {} superseded",
+        n.pending, n.migrated, n.grandfathered, n.vacant, n.failed, n.superseded
+    ))
+}
+
+/// ChangeOrgTypeDefault: the stress type's default flips between the stress ladder and Wiki
+/// hosting, with a disposition (sometimes none: the gate decides), and the request's 1-2 s for
+/// its listing and moves; the drain job does the rest.
+async fn change_org_type_default(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let fx = &ctx.fx;
+    let current: Option<i64> =
+        sqlx::query_scalar("SELECT default_plan_ladder_id FROM core.org_types WHERE org_type_id = $1")
+            .bind(fx.stress_type)
+            .fetch_one(&ctx.db.pool)
+            .await?;
+    let to = if current == Some(fx.stress_ladder) { fx.wiki_ladder } else { fx.stress_ladder };
+    let disposition = pick_disposition(rng, true);
+    let within = in_request(rng);
+    note.detail =
+        format!("type {} from ladder {current:?} to ladder {to}, {}", fx.stress_type, show_disposition(disposition));
+    let r = pa::change_org_type_default(&ctx.db, fx.stress_type, to, disposition, None, "stress", Some(within))
+        .with_subscriber(ctx.quiet.clone())
+        .await;
+    if let Ok(act) = &r {
+        note.detail.push_str(&format!(": plan act {act}, in the request: {}", act_progress(ctx, *act).await?));
+    }
+    topology_outcome(r, note)
+}
+
+/// ReorderTiers on the stress ladder: its tiers rotated one way or the other (rank 0 changes:
+/// the types defaulting to it are reached), or, with three or more, ranks 1 and 2 swapped (rank
+/// 0 kept: no organization reached); a disposition, sometimes none; the request's 1-2 s. With
+/// fewer than two tiers, refused (nothing to reorder).
+async fn reorder_tiers(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let tiers = stress_tiers(ctx).await?;
+    let mut order: Vec<i64> = tiers.iter().map(|(_, p)| *p).collect();
+    let how = match rng.below(3) {
+        _ if order.len() < 2 => "too few tiers to reorder",
+        2 if order.len() >= 3 => {
+            order.swap(1, 2);
+            "ranks 1 and 2 swapped"
+        }
+        1 => {
+            order.rotate_right(1);
+            "the top to rank 0"
+        }
+        _ => {
+            order.rotate_left(1);
+            "rank 0 to the top"
+        }
+    };
+    let disposition = pick_disposition(rng, true);
+    let within = in_request(rng);
+    note.detail = format!("{} with {how}, {}", show_tiers(ctx, &tiers), show_disposition(disposition));
+    let r = ReorderTiers { ladder_id: ctx.fx.stress_ladder, order, disposition, reason: "stress".into(), actor: None };
+    let r = pa::reorder_tiers(&ctx.db, &r, Some(within)).with_subscriber(ctx.quiet.clone()).await;
+    if let Ok(act) = &r {
+        note.detail.push_str(&format!(": plan act {act}, in the request: {}", act_progress(ctx, *act).await?));
+    }
+    topology_outcome(r, note)
+}
+
+/// DrainPlanAct on a running act, beside its drain job (and the other tasks): the listing
+/// batches, the moves, the failures' records and the last probe. With no act running, the
+/// newest act that reached organizations, as a job repeated after its act is done would (only
+/// the last probe runs again). A pass that found nothing to do is refused; no act, skipped.
+async fn drain_plan_act(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let acts: Vec<i64> =
+        sqlx::query_scalar("SELECT plan_act_id FROM core.plan_acts WHERE state = 'running' ORDER BY plan_act_id")
+            .fetch_all(&ctx.db.pool)
+            .await?;
+    let act = if acts.is_empty() {
+        let Some(act) = newest_reaching_act(ctx).await? else { return Ok(Outcome::Skipped) };
+        note.detail = format!("plan act {act} (none running)");
+        act
+    } else {
+        let act = *rng.pick(&acts);
+        note.detail = format!("plan act {act}");
+        act
+    };
+    match pa::drain_plan_act(&ctx.db, act, None).with_subscriber(ctx.quiet.clone()).await {
+        Ok(d) => {
+            note.detail.push_str(&format!(
+                ": {} listed, {} moved, {} failed, finished {}",
+                d.listed, d.moved, d.failed, d.finished
+            ));
+            if d.listed + d.moved + d.failed > 0 || d.finished {
+                Ok(Outcome::Done)
+            } else {
+                note.detail.push_str("; nothing to do");
+                Ok(Outcome::Refused)
+            }
+        }
+        Err(DbError::LockNotAvailable) => {
+            note.detail.push_str("; refused: a lock wait timed out");
+            Ok(Outcome::Refused)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// RetryPlanAct on an act with failed moves (the fragile pools' first attempts) that still owns
+/// its types; when there is none, on the newest act that reached organizations, which has
+/// nothing to retry (refused, and rolled back). The failures that were not simulated are
+/// counted as errors before the Retry clears them.
+async fn retry_plan_act(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let failed: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT o.plan_act_id, o.pool_id FROM core.plan_act_obligations o
+         JOIN core.org_types t ON t.org_type_id = o.org_type_id AND t.default_owner_act_id = o.plan_act_id
+         WHERE o.state = 'failed' ORDER BY o.plan_act_id, o.pool_id LIMIT 40",
+    )
+    .fetch_all(&ctx.db.pool)
+    .await?;
+    let act = if let Some((act, pool)) = (!failed.is_empty()).then(|| *rng.pick(&failed)) {
+        note.pool = Some(pool);
+        note.detail = format!("plan act {act} (pool {pool} failed)");
+        note_move_failures(ctx, Some(act)).await?;
+        act
+    } else {
+        let Some(act) = newest_reaching_act(ctx).await? else { return Ok(Outcome::Skipped) };
+        note.detail = format!("plan act {act} (no move failed)");
+        act
+    };
+    let r = pa::retry_plan_act(&ctx.db, act, None).with_subscriber(ctx.quiet.clone()).await;
+    if let Ok(retry) = &r {
+        note.detail.push_str(&format!(": requeued by plan act {retry}"));
+    }
+    topology_outcome(r, note)
+}
+
+/// The newest act that reached organizations (a default change, or a reorder that changed rank 0).
+async fn newest_reaching_act(ctx: &Ctx) -> Result<Option<i64>, Failure> {
+    Ok(sqlx::query_scalar(
+        "SELECT max(plan_act_id) FROM core.plan_acts a
+         WHERE EXISTS (SELECT 1 FROM core.plan_act_reached_types r WHERE r.plan_act_id = a.plan_act_id)",
+    )
+    .fetch_one(&ctx.db.pool)
+    .await?)
+}
+
+/// ReorderPlanLadders: the ladders' display order rotated, or two of them swapped.
+async fn reorder_plan_ladders(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let mut ids: Vec<i64> =
+        sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders ORDER BY sort_order, plan_ladder_id")
+            .fetch_all(&ctx.db.pool)
+            .await?;
+    if ids.len() < 2 {
+        return Ok(Outcome::Skipped);
+    }
+    if rng.below(2) == 0 {
+        ids.rotate_left(1);
+    } else {
+        let (a, b) = (rng.below(ids.len()), rng.below(ids.len()));
+        ids.swap(a, b);
+    }
+    let positions: BTreeMap<i64, i32> = ids.iter().enumerate().map(|(i, id)| (*id, i as i32 + 1)).collect();
+    note.detail = format!("ladders in the order {ids:?}");
+    let r = topology::reorder_plan_ladders(&ctx.db, &positions).with_subscriber(ctx.quiet.clone()).await;
+    if let Ok(n) = &r {
+        note.detail.push_str(&format!(": {n} moved"));
+    }
+    topology_outcome(r, note)
+}
+
 // Grant paths ------------------------------------------------------------------------------------
 
 /// The n-th email domain.
@@ -1771,6 +2439,11 @@ const INVARIANT_QUERIES: &[(&str, &str)] = &[
             OR NOT EXISTS (SELECT 1 FROM core.plan_ladder_tiers t
                            WHERE t.product_id = c.product_id AND t.plan_ladder_id = p.plan_ladder_id AND t.rank = p.rank)",
     ),
+    // A tier removal that grandfathers its holders gives them a legacy grant of the product, off
+    // the ladder, and no floor (domain.md: the legacy grant confers what the tier did), so an
+    // incumbent of a tier of its type's default ladder holds nothing there until a path that
+    // ends something in its pool, or a move, reapplies the default. That vacancy, while the
+    // legacy grant (its lineage's head) is active, is by design; any other is a violation.
     (
         "(3) the default ladder is never vacant",
         "SELECT rp.pool_id, format('organization %s (type %s) %s', o.organization_id, t.name,
@@ -1782,7 +2455,30 @@ const INVARIANT_QUERIES: &[(&str, &str)] = &[
          WHERE EXISTS (SELECT 1 FROM core.plan_ladder_tiers pt
                        WHERE pt.plan_ladder_id = t.default_plan_ladder_id AND pt.rank = 0)
            AND NOT EXISTS (SELECT 1 FROM core.positions ps
-                           WHERE ps.pool_id = rp.pool_id AND ps.plan_ladder_id = t.default_plan_ladder_id)",
+                           WHERE ps.pool_id = rp.pool_id AND ps.plan_ladder_id = t.default_plan_ladder_id)
+           AND NOT EXISTS (SELECT 1 FROM core.grants lg
+                           JOIN core.grants root ON root.grant_id = lg.lineage_id AND root.kind = 'legacy'
+                           JOIN core.plan_acts pa ON pa.plan_act_id = root.plan_act_id
+                                AND pa.kind = 'tier_removal' AND pa.disposition = 'grandfather'
+                           JOIN core.plan_act_details pd ON pd.plan_act_id = pa.plan_act_id
+                           WHERE lg.organization_id = o.organization_id AND lg.status = 'active'
+                             AND pd.plan_ladder_id = t.default_plan_ladder_id)",
+    ),
+    // Every path that gives a floor (core.reapply_defaults_if_vacant) gives it only where the
+    // default ladder is vacant, and a move ends the floor it takes away: after the drains, no
+    // organization holds two.
+    (
+        "(3) an organization holds at most one active floor grant",
+        "SELECT min(rp.pool_id), format('organization %s (type %s) holds %s active floor grants: %s (pool %s)',
+                                        o.organization_id, coalesce(t.name, 'none'), count(*),
+                                        string_agg(format('grant %s (product %s)', g.grant_id, g.product_id), ', '
+                                                   ORDER BY g.grant_id),
+                                        coalesce(min(rp.pool_id)::text, 'none'))
+         FROM core.grants g JOIN core.organizations o ON o.organization_id = g.organization_id
+         LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
+         LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+         WHERE g.kind = 'floor' AND g.status = 'active'
+         GROUP BY o.organization_id, t.name HAVING count(*) > 1",
     ),
     (
         "(4) at most one holding conferral per grant",
@@ -1981,6 +2677,47 @@ const INVARIANT_QUERIES: &[(&str, &str)] = &[
          WHERE o.state = 'settled'
            AND ((o.last_error IS NULL AND o.attempts <> 1) OR (o.last_error IS NOT NULL AND o.attempts < 2))",
     ),
+    // Plan acts. The run drains every act to its end, retrying the failed moves of the acts that
+    // own their types (`settle_plan_acts`); a failed move of an act that no longer owns its type
+    // is superseded by the owner's listing, which lists every organization of the type.
+    (
+        "(11) every plan act is done",
+        "SELECT min(o.pool_id) FILTER (WHERE o.state IN ('pending', 'failed')),
+                format('plan act %s (%s, %s) is still %s: %s organizations pending, %s failed, the first pool %s',
+                       a.plan_act_id, a.kind, coalesce(a.disposition, 'no disposition'), a.state,
+                       count(o.pool_id) FILTER (WHERE o.state = 'pending'),
+                       count(o.pool_id) FILTER (WHERE o.state = 'failed'),
+                       coalesce((min(o.pool_id) FILTER (WHERE o.state IN ('pending', 'failed')))::text, 'none'))
+         FROM core.plan_acts a LEFT JOIN core.plan_act_obligations o ON o.plan_act_id = a.plan_act_id
+         WHERE a.state <> 'done'
+         GROUP BY a.plan_act_id, a.kind, a.disposition, a.state",
+    ),
+    (
+        "(11) no move is left pending or failed",
+        "SELECT o.pool_id, format('plan act %s (%s) left organization %s %s in pool %s after %s attempts%s',
+                                  a.plan_act_id, a.kind, o.organization_id, o.state, o.pool_id, o.attempts,
+                                  coalesce(': ' || o.last_error, ''))
+         FROM core.plan_act_obligations o JOIN core.plan_acts a ON a.plan_act_id = o.plan_act_id
+         WHERE o.state IN ('pending', 'failed')",
+    ),
+    // core.settle_plan_act_obligation (a move's settling) and core.record_plan_act_obligation_failure
+    // each add one attempt, and only to a pending obligation; only a Retry
+    // (core.requeue_plan_act_obligations, one call per Retry act, each obligation at most once)
+    // makes a failed one pending again, and keeps its attempts; a listing's supersession adds
+    // none. So an obligation a move settled (migrated, grandfathered, vacant) has one settling
+    // and at most one failure per Retry of its act before it: 1 <= attempts <= 1 + retries; and
+    // no obligation has more than 1 + retries (a settling on top of a settled one, or a failure
+    // recorded on a settled one, would be one more).
+    (
+        "(12) no move settled twice (1 <= attempts <= 1 + the act's retries)",
+        "SELECT o.pool_id, format('plan act %s (%s) has organization %s %s in pool %s after %s attempts, with %s retries of the act',
+                                  a.plan_act_id, a.kind, o.organization_id, o.state, o.pool_id, o.attempts, r.n)
+         FROM core.plan_act_obligations o JOIN core.plan_acts a ON a.plan_act_id = o.plan_act_id
+         CROSS JOIN LATERAL (SELECT count(*) AS n FROM core.plan_acts ra
+                             JOIN core.plan_act_details d ON d.plan_act_id = ra.plan_act_id
+                             WHERE ra.kind = 'retry' AND (d.detail->>'retry_of')::bigint = o.plan_act_id) r
+         WHERE o.attempts > 1 + r.n OR (o.state IN ('migrated', 'grandfathered', 'vacant') AND o.attempts < 1)",
+    ),
 ];
 
 async fn find_violations(admin: &PgPool) -> anyhow::Result<Vec<Violation>> {
@@ -2067,16 +2804,19 @@ fn print_violations(violations: &[Violation], events: &[Event]) {
     }
 }
 
-/// The ("grant" | "conferral" | "change", id) pairs a message names.
+/// The ("grant" | "conferral" | "change" | "plan act", id) pairs a message names.
 fn named_ids(message: &str) -> Vec<(&'static str, i64)> {
     let words: Vec<&str> = message.split(|c: char| c.is_whitespace() || c == '(' || c == ';').collect();
     let mut out = vec![];
-    for pair in words.windows(2) {
-        for word in ["grant", "conferral", "change"] {
+    for (i, pair) in words.windows(2).enumerate() {
+        let plan = i > 0 && words[i - 1] == "plan";
+        for (word, name) in [("grant", "grant"), ("conferral", "conferral"), ("change", "change"), ("act", "plan act")]
+        {
             if pair[0] == word
+                && (word != "act" || plan)
                 && let Ok(n) = pair[1].trim_end_matches([',', ')', ':']).parse::<i64>()
             {
-                out.push((word, n));
+                out.push((name, n));
             }
         }
     }
@@ -2120,8 +2860,19 @@ mod tests {
         for _ in 0..10_000 {
             seen.insert(pick_path(&mut rng));
         }
-        let picked: BTreeSet<StressPath> = StressPath::ALL.into_iter().filter(|p| !p.is_job()).collect();
+        let picked: BTreeSet<StressPath> = StressPath::ALL.into_iter().filter(|p| p.is_picked()).collect();
         assert_eq!(seen, picked);
+    }
+
+    #[test]
+    fn the_opening_round_tries_every_picked_path_once_the_drain_and_retry_last() {
+        let round = opening_round(&mut Rng::new(11));
+        let picked: Vec<StressPath> = StressPath::ALL.into_iter().filter(|p| p.is_picked()).collect();
+        assert_eq!(round.len(), picked.len());
+        assert_eq!(round.iter().copied().collect::<BTreeSet<_>>(), picked.into_iter().collect::<BTreeSet<_>>());
+        let last: BTreeSet<StressPath> = round[round.len() - 2..].iter().copied().collect();
+        assert_eq!(last, [StressPath::DrainPlanAct, StressPath::RetryPlanAct].into_iter().collect());
+        assert_ne!(round, opening_round(&mut Rng::new(12)), "each task's round has an order of its own");
     }
 
     #[test]
@@ -2132,19 +2883,30 @@ mod tests {
         assert!(!mentions("conferral 1205: ended true", "conferral", 120));
         assert!(mentions("Basic x1, floor grant 43", "grant", 43));
         assert!(!mentions("Basic x1 as grant 143", "grant", 43));
+        let m = "(11) x: plan act 12 (default_change, migrate) is still running: 1 organizations pending, 0 failed, \
+                 the first pool 7; act 5 (fedwiki.active_sites) of change 3";
+        assert_eq!(named_ids(m), vec![("plan act", 12), ("change", 3)]);
+        assert!(mentions("type 3 from ladder Some(1) to ladder 4: plan act 12, in the request", "plan act", 12));
+        assert!(!mentions("requeued by plan act 120", "plan act", 12));
     }
 
     #[test]
     fn paths_are_named_as_their_declarations() {
         let declared: Vec<&str> = crate::db::locks::declared().iter().map(|p| p.path).collect();
         for p in StressPath::ALL {
-            let undeclared =
-                p.is_job() || matches!(p, StressPath::SyncSourceStatus | StressPath::UpdateConferralBounds);
+            let undeclared = p.is_job()
+                || matches!(
+                    p,
+                    StressPath::SyncSourceStatus | StressPath::UpdateConferralBounds | StressPath::DrainPlanAct
+                );
             assert_eq!(declared.contains(&p.name()), !undeclared, "{}", p.name());
         }
-        for p in StressPath::GRANT_PATHS {
+        for p in StressPath::GRANT_PATHS.into_iter().chain(StressPath::PLAN_ACT_PATHS) {
             assert!(StressPath::ALL.contains(&p));
         }
+        // Every path is counted under a name of its own.
+        let names: BTreeSet<&str> = StressPath::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(names.len(), StressPath::ALL.len());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The reliability tool: a short run of every path at once (the grant paths and their jobs, the
-//! rule changes and their drains included) finds no deadlock, no error and no violated
-//! invariant; and the invariant check does see a broken invariant.
+//! rule changes and their drains, the plan acts and theirs included) finds no deadlock, no error
+//! and no violated invariant; and the invariant check does see a broken invariant.
 
 mod common;
 
@@ -11,7 +11,9 @@ use member_console::{
     services::{
         entitlements::{self as svc, OrgName},
         grants::EmailDomain,
+        plan_acts::{self as pa, Disposition},
         rule_changes as rc,
+        topology::{self, RemoveTier},
     },
     stress::{self, StressOptions, StressPath},
 };
@@ -41,12 +43,25 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
         report.first_errors,
         report.first_violations
     );
+    // Every task starts with every path once, so each is tried however rare its weight.
     for p in StressPath::ALL {
         let count = report.paths.get(p.name()).copied().unwrap_or_default();
-        // A drain pass and a Retry have work only when a pool is owed or failed at that instant,
-        // which the workers' own quick drains make rare in a short run: they must be tried; the
-        // 30 s runs do them many times.
-        if matches!(p.name(), "Retry a rule change's failed pools" | "DrainChange") {
+        // A drain pass and a Retry have work only when a pool is owed or failed (an act running,
+        // a move failed) at that instant, which the workers' own quick drains make rare in a
+        // short run; a tier add, delete, removal or reorder is refused or done depending on what
+        // the others left on the ladder (a holder's collision, a holder, the last tier, fewer
+        // than two tiers): they must be tried; the 30 s runs do them many times.
+        let timing_dependent = [
+            "Retry a rule change's failed pools",
+            "DrainChange",
+            "DrainPlanAct",
+            "RetryPlanAct",
+            "AddTier",
+            "DeleteTier",
+            "RemoveTier",
+            "ReorderTiers (T0)",
+        ];
+        if timing_dependent.contains(&p.name()) {
             assert!(count.done + count.refused >= 1, "{} was never tried; {summary}", p.name());
         } else {
             assert!(count.done >= 1, "{} was never done; {summary}", p.name());
@@ -72,6 +87,24 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
     let commit = report.paths.get("RuleChangeBatchCommit").copied().unwrap_or_default();
     assert!(commit.done >= 1, "RuleChangeBatchCommit was never done; {summary}");
     for name in ["DrainChange", "Retry a rule change's failed pools"] {
+        let count = report.paths.get(name).copied().unwrap_or_default();
+        assert!(count.done + count.refused >= 1, "{name} was never tried; {summary}");
+    }
+    // The plan acts by their declarations' names: a default change was done, and its drain's
+    // parts (a listing, moves, a fragile pool's failed move, an act finished after its last
+    // probe) with it; the tier acts, a drain beside the job's and a Retry were tried.
+    for name in [
+        "ChangeOrgTypeDefault (T0)",
+        "ReorderPlanLadders",
+        "ListPlanActBatch",
+        "EnactObligation",
+        "Record a failed move",
+        "DrainPlanAct (last probe)",
+    ] {
+        let count = report.paths.get(name).copied().unwrap_or_default();
+        assert!(count.done >= 1, "{name} was never done; {summary}");
+    }
+    for name in ["AddTier", "DeleteTier", "RemoveTier", "ReorderTiers (T0)", "DrainPlanAct", "RetryPlanAct"] {
         let count = report.paths.get(name).copied().unwrap_or_default();
         assert!(count.done + count.refused >= 1, "{name} was never tried; {summary}");
     }
@@ -208,4 +241,164 @@ async fn the_invariant_check_reports_each_broken_invariant() {
         "(10) missing: {found:#?}"
     );
     assert_eq!(found.len(), 10, "one message per violating row: {found:#?}");
+}
+
+async fn id_of(t: &TestDb, sql: &str, name: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).bind(name).fetch_one(&t.admin).await.unwrap()
+}
+
+/// The plan-act invariants: an act still draining, a move left failed, and the vacancy a
+/// grandfathered tier removal leaves are told apart from a settled catalog; each broken one is
+/// reported.
+#[tokio::test]
+async fn the_invariant_check_sees_plan_acts_that_did_not_settle() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let business = id_of(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Business").await;
+    let wiki = id_of(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1", "Wiki hosting").await;
+    let mut orgs = vec![];
+    for i in 0..4 {
+        let name = OrgName::parse(&format!("Moved {i}")).unwrap();
+        orgs.push(svc::create_organization(&t.db, &name, Some(business)).await.unwrap());
+    }
+    // The first organization's move fails on its first attempt, as the stress run's fragile
+    // pools' moves do.
+    let fragile = orgs[0].pool_id;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION public.fail_first_move() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN IF NEW.pool_id = {fragile} AND OLD.attempts = 0 THEN RAISE EXCEPTION 'move broken'; END IF;
+               RETURN NEW; END $$;
+         CREATE TRIGGER fail_first_move BEFORE UPDATE OF state ON core.plan_act_obligations FOR EACH ROW
+             WHEN (OLD.state = 'pending' AND NEW.state IN ('migrated', 'grandfathered', 'vacant'))
+             EXECUTE FUNCTION public.fail_first_move();"
+    )))
+    .execute(&t.admin)
+    .await
+    .unwrap();
+
+    // The default change's T0, its drain not run yet: the act is running.
+    let act = pa::change_org_type_default(&t.db, business, wiki, Some(Disposition::Migrate), None, "test", None)
+        .await
+        .unwrap();
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    assert!(
+        found.iter().any(|m| m.contains(&format!("plan act {act} (default_change, migrate) is still running"))),
+        "(11) missing: {found:#?}"
+    );
+    // Drained: done, with the fragile organization's move failed and left so.
+    let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    assert_eq!((d.failed, d.finished), (1, true), "{d:?}");
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    let has = |found: &[String], needle: &str, pool: i64| {
+        found.iter().any(|m| m.contains(needle) && m.contains(&format!("pool {pool}")))
+    };
+    assert!(
+        has(
+            &found,
+            &format!("plan act {act} (default_change) left organization {} failed", orgs[0].organization_id),
+            fragile
+        ),
+        "(11) missing: {found:#?}"
+    );
+    // Its organization holds its old floor on Support, nothing on Wiki hosting.
+    assert!(has(&found, "holds nothing on its default ladder", fragile), "(3) missing: {found:#?}");
+    assert_eq!(found.len(), 2, "{found:#?}");
+    // Retried and drained: settled after two attempts, which the act's Retry explains.
+    pa::retry_plan_act(&t.db, act, None).await.unwrap();
+    assert!(pa::drain_plan_act(&t.db, act, None).await.unwrap().finished);
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    assert!(found.is_empty(), "a settled act leaves no violation: {found:#?}");
+
+    // A grandfathered removal of Wiki hosting's floor: its holders keep Free as a legacy grant
+    // off the ladder and get no floor, so they hold nothing on their default ladder, by design.
+    let removal = RemoveTier {
+        ladder_id: wiki,
+        rank: 0,
+        disposition: Some(Disposition::Grandfather),
+        reason: "test".into(),
+        actor: None,
+    };
+    let (_, reach) = topology::remove_tier(&t.db, &removal, topology::DEFAULT_HOLDER_CAP).await.unwrap();
+    assert!(reach.holders >= 4, "{reach:?}");
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    assert!(found.is_empty(), "a grandfathered tier removal leaves no violation: {found:#?}");
+
+    // Broken: one of those legacy grants ends without its pool being restored, so the vacancy is
+    // no longer the removal's (3) (and the grant still holds (4)).
+    let legacy: i64 = sqlx::query_scalar(
+        "UPDATE core.grants SET status = 'ended' WHERE organization_id = $1 AND kind = 'legacy' AND status = 'active'
+         RETURNING grant_id",
+    )
+    .bind(orgs[1].organization_id)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    // A second active floor for a newcomer (its floor is Wiki hosting's new rank 0); the grant is
+    // never conferred (4).
+    let newcomer =
+        svc::create_organization(&t.db, &OrgName::parse("Two floors").unwrap(), Some(business)).await.unwrap();
+    let second: i64 = sqlx::query_scalar(
+        "INSERT INTO core.grants (organization_id, product_id, quantity, kind, status, reason)
+         SELECT $1, product_id, 1, 'floor', 'active', 'broken' FROM core.grants WHERE grant_id = $2
+         RETURNING grant_id",
+    )
+    .bind(newcomer.organization_id)
+    .bind(newcomer.floor_grant_id.unwrap())
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    // The fragile organization's move counted a third attempt (one Retry allows two) (12); the
+    // next organization's move pending again on an act left running (11, twice).
+    sqlx::query("UPDATE core.plan_act_obligations SET attempts = 3 WHERE plan_act_id = $1 AND pool_id = $2")
+        .bind(act)
+        .bind(fragile)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE core.plan_act_obligations SET state = 'pending' WHERE plan_act_id = $1 AND pool_id = $2")
+        .bind(act)
+        .bind(orgs[2].pool_id)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE core.plan_acts SET state = 'running' WHERE plan_act_id = $1")
+        .bind(act)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    let (p1, p2) = (orgs[1].pool_id, orgs[2].pool_id);
+    assert!(has(&found, "holds nothing on its default ladder", p1), "(3) missing: {found:#?}");
+    assert!(has(&found, &format!("grant {legacy} is ended but conferral"), p1), "(4) missing: {found:#?}");
+    assert!(
+        has(
+            &found,
+            &format!("holds 2 active floor grants: grant {}", newcomer.floor_grant_id.unwrap()),
+            newcomer.pool_id
+        ),
+        "(3) missing: {found:#?}"
+    );
+    assert!(has(&found, &format!("grant {second} (product"), newcomer.pool_id), "(4) missing: {found:#?}");
+    assert!(
+        has(
+            &found,
+            &format!("plan act {act} (default_change) has organization {} migrated", orgs[0].organization_id),
+            fragile
+        ) && found.iter().any(|m| m.contains("after 3 attempts, with 1 retries of the act")),
+        "(12) missing: {found:#?}"
+    );
+    assert!(
+        has(&found, &format!("plan act {act} (default_change, migrate) is still running: 1 organizations pending"), p2),
+        "(11) missing: {found:#?}"
+    );
+    assert!(
+        has(
+            &found,
+            &format!("plan act {act} (default_change) left organization {} pending", orgs[2].organization_id),
+            p2
+        ),
+        "(11) missing: {found:#?}"
+    );
+    assert_eq!(found.len(), 7, "one message per violating row: {found:#?}");
 }
