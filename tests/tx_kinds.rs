@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::TestDb;
-use member_console::db::{DbError, TxKind, begin, locks::Lock, tx::opening_statements};
+use member_console::db::{DbError, TxKind, begin, locks::Lock, tx::{RENDEZVOUS_HELD, opening_statements}};
 
 async fn show(tx: &mut member_console::db::Tx, setting: &str) -> String {
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {setting}"))).fetch_one(tx.conn()).await.unwrap()
@@ -25,11 +25,13 @@ fn each_kind_sets_its_bounds_before_its_advisory_lock() {
         vec![
             "BEGIN ISOLATION LEVEL READ COMMITTED",
             "SET LOCAL lock_timeout = '5000ms'",
-            "SELECT pg_advisory_xact_lock_shared(core.rendezvous_key())"
+            "SELECT pg_advisory_xact_lock_shared(core.rendezvous_key())",
+            RENDEZVOUS_HELD,
         ]
     );
     let r = opening_statements(TxKind::RuleChange, five).unwrap();
-    assert_eq!(r.last().unwrap(), "SELECT pg_advisory_xact_lock(core.rendezvous_key())");
+    assert_eq!(r[r.len() - 2], "SELECT pg_advisory_xact_lock(core.rendezvous_key())");
+    assert_eq!(r.last().unwrap(), RENDEZVOUS_HELD);
     let g = opening_statements(TxKind::Registry, five).unwrap();
     assert_eq!(g.last().unwrap(), "SELECT pg_advisory_xact_lock(core.registry_key())");
     assert!(!g.iter().any(|s| s.contains("lock_timeout")));
@@ -37,7 +39,7 @@ fn each_kind_sets_its_bounds_before_its_advisory_lock() {
     assert_eq!(p.len(), 1);
     let w = opening_statements(TxKind::MaterializingWithin(Instant::now() + Duration::from_millis(800)), five).unwrap();
     let lock_pos = w.iter().position(|s| s.contains("advisory")).unwrap();
-    assert_eq!(lock_pos, w.len() - 1, "the rendezvous comes after every SET: {w:?}");
+    assert_eq!(lock_pos, w.len() - 2, "the rendezvous comes after every SET, then its mark: {w:?}");
     assert!(w.iter().any(|s| s.starts_with("SET LOCAL statement_timeout")));
     assert!(matches!(
         opening_statements(TxKind::MaterializingWithin(Instant::now()), five),

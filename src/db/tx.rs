@@ -109,6 +109,9 @@ tokio::task_local! {
     pub static REQUEST_DEADLINE: Instant;
 }
 
+/// The transaction-local mark core.assert_rendezvous trusts, set right after the rendezvous.
+pub const RENDEZVOUS_HELD: &str = "SELECT set_config('core.holds_rendezvous', 'yes', true)";
+
 /// What a kind's opening statements are, in order: exposed so the tests and the docs can show
 /// them, and so there is one definition.
 pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<String>, DbError> {
@@ -136,6 +139,11 @@ pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<St
         }
         TxKind::Registry => s.push("SELECT pg_advisory_xact_lock(core.registry_key())".into()),
         TxKind::Plain => {}
+    }
+    if matches!(kind, TxKind::Materializing | TxKind::MaterializingWithin(_) | TxKind::RuleChange) {
+        // Runs only once the rendezvous is granted (a failed lock ends the batch), so
+        // core.assert_rendezvous need not read pg_locks in this transaction.
+        s.push(RENDEZVOUS_HELD.into());
     }
     if !matches!(kind, TxKind::MaterializingWithin(_)) {
         if let Ok(deadline) = REQUEST_DEADLINE.try_with(|d| *d) {

@@ -14,8 +14,8 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     jobs::{self, NewJob},
-    services::{entitlements::restore_pool_tx, topology::TopologyError},
-    store::{entitlements as ent, grants, plan_acts as store, topology},
+    services::topology::TopologyError,
+    store::{plan_acts as store, topology},
 };
 
 pub const DRAIN_PLAN_ACT: &str = "drain_plan_act";
@@ -359,9 +359,10 @@ pub static ENACT_OBLIGATION_LOCKS: PathLocks = PathLocks {
     function: "services::plan_acts::enact_obligation",
     kind: "Materializing",
     locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::PlanActObligationRow, Lock::GrantRow],
-    why: "The shared rendezvous, the pool row (LockPools), the obligation row (core.lock_plan_act_obligation, \
-          which reads the type's owner in the same statement), then the bucket's work under the pool row it holds: \
-          the floor's end or a legacy grant, ReapplyDefaultsIfVacant, materialization; then the settlement.",
+    why: "The shared rendezvous, then one call to core.enact_plan_act_obligation: the pool row (core.lock_pool), \
+          the obligation row (core.lock_plan_act_obligation, which reads the type's owner in the same statement), \
+          then the bucket's work under the pool row it holds: the floor's end or a legacy grant, resumption, \
+          ReapplyDefaultsIfVacant, materialization; then the settlement.",
 };
 
 pub static RECORD_MOVE_FAILURE_LOCKS: PathLocks = PathLocks {
@@ -483,75 +484,12 @@ async fn move_part(db: &Db, act: i64, part: i64, within: Option<Instant>) -> Res
     }
 }
 
-/// EnactObligation: one organization's move. False when there was nothing to do (settled
-/// already, or no longer pending).
+/// EnactObligation: one organization's move, in one call to core.enact_plan_act_obligation (the
+/// pool row, the obligation row, the bucket's work, the settlement). False when there was nothing
+/// to do (settled already, or no longer pending).
 pub async fn enact_obligation(db: &Db, act: i64, pool: i64, within: Option<Instant>) -> Result<bool, DbError> {
     let mut tx = begin(db, kind(within)).await?;
-    ent::lock_pools(tx.conn(), &[pool]).await?;
-    let Some(ob) = store::lock_obligation(tx.conn(), act, pool).await? else { return Ok(false) };
-    if ob.state != "pending" {
-        return Ok(false);
-    }
-    if !ob.owns {
-        // A later act owns the type's default now: this one no longer moves it.
-        store::settle_obligation(tx.conn(), act, pool, "superseded").await?;
-        tx.commit().await?;
-        return Ok(true);
-    }
-    let disposition = store::disposition_of(tx.conn(), act).await?;
-    let floor = store::floor_off_default(tx.conn(), pool, ob.org_type_id).await?;
-    let state = match (floor, disposition.as_deref()) {
-        (Some((conferral, floor_grant, product)), Some("grandfather")) => {
-            // The incumbent keeps its old floor, as a legacy grant of the same product.
-            ent::end_conferral(tx.conn(), conferral, "grandfathered").await?;
-            grants::set_status(tx.conn(), floor_grant, "ended").await?;
-            let org = store::organization_of_pool(tx.conn(), pool).await?;
-            let legacy = ent::NewGrant {
-                organization_id: Some(org),
-                product_id: product,
-                quantity: 1,
-                kind: "legacy",
-                status: "active",
-                starts_at: None,
-                ends_at: None,
-                reason: format!("grandfathered by plan act #{act} (was floor grant #{floor_grant})"),
-                created_by: None,
-                plan_act_id: Some(act),
-                provision_domain: None,
-            };
-            let g = ent::insert_grant(tx.conn(), &legacy).await?;
-            grants::record_event(
-                tx.conn(),
-                g,
-                Some(org),
-                "grandfathered",
-                None,
-                &legacy.reason,
-                json!({ "plan_act_id": act }),
-            )
-            .await?;
-            ent::confer_grant(tx.conn(), g).await?;
-            ent::reapply_defaults_if_vacant(tx.conn(), pool, Some(act)).await?;
-            ent::materialize_pool(tx.conn(), pool).await?;
-            grants::request_pool_subscription_reconciles(tx.conn(), org, "grandfathered").await?;
-            "grandfathered"
-        }
-        (Some((conferral, floor_grant, _)), _) => {
-            ent::end_conferral(tx.conn(), conferral, "migrated").await?;
-            grants::set_status(tx.conn(), floor_grant, "ended").await?;
-            restore_pool_tx(&mut tx, pool, true, Some(act)).await.map_err(|e| match e {
-                crate::services::entitlements::EntitlementError::Db(d) => d,
-                other => DbError::Sql(sqlx::Error::Protocol(other.to_string())),
-            })?;
-            "migrated"
-        }
-        (None, _) => {
-            ent::reapply_defaults_if_vacant(tx.conn(), pool, Some(act)).await?;
-            ent::materialize_pool(tx.conn(), pool).await?;
-            "vacant"
-        }
-    };
-    store::settle_obligation(tx.conn(), act, pool, state).await?;
+    let Some(_state) = store::enact_obligation(tx.conn(), act, pool).await? else { return Ok(false) };
     tx.commit().await?;
     Ok(true)
 }

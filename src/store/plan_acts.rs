@@ -160,31 +160,6 @@ pub async fn pending_pools(
     .await
 }
 
-#[derive(Debug, Clone, FromRow)]
-pub struct LockedObligation {
-    pub state: String,
-    pub owns: bool,
-    pub org_type_id: i64,
-}
-
-pub async fn lock_obligation(conn: &mut PgConnection, act: i64, pool: i64) -> sqlx::Result<Option<LockedObligation>> {
-    sqlx::query_as("SELECT state, owns, org_type_id FROM core.lock_plan_act_obligation($1, $2)")
-        .bind(act)
-        .bind(pool)
-        .fetch_optional(conn)
-        .await
-}
-
-pub async fn settle_obligation(conn: &mut PgConnection, act: i64, pool: i64, state: &str) -> sqlx::Result<()> {
-    sqlx::query("SELECT core.settle_plan_act_obligation($1, $2, $3)")
-        .bind(act)
-        .bind(pool)
-        .bind(state)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
 pub async fn record_failure(conn: &mut PgConnection, act: i64, pool: i64, error: &str) -> sqlx::Result<()> {
     sqlx::query("SELECT core.record_plan_act_obligation_failure($1, $2, $3)")
         .bind(act)
@@ -199,31 +174,16 @@ pub async fn requeue(conn: &mut PgConnection, act: i64) -> sqlx::Result<i32> {
     sqlx::query_scalar("SELECT core.requeue_plan_act_obligations($1)").bind(act).fetch_one(conn).await
 }
 
-/// A floor the pool holds on a ladder that is not its type's default now (conferral, grant,
-/// product): the outgoing default's, or one an earlier act left that a later act took over.
-pub async fn floor_off_default(
-    conn: &mut PgConnection,
-    pool: i64,
-    org_type: i64,
-) -> sqlx::Result<Option<(i64, i64, i64)>> {
-    sqlx::query_as("SELECT conferral_id, grant_id, product_id FROM core.floor_off_default($1, $2)")
-        .bind(pool)
-        .bind(org_type)
-        .fetch_optional(conn)
-        .await
+/// core.enact_plan_act_obligation: one organization's move; the state it settled, or None when
+/// there was nothing to do.
+pub async fn enact_obligation(conn: &mut PgConnection, act: i64, pool: i64) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("SELECT core.enact_plan_act_obligation($1, $2)").bind(act).bind(pool).fetch_one(conn).await
 }
 
 /// The act's row, FOR UPDATE (the last probe against a Retry's requeue).
 pub async fn lock_act(conn: &mut PgConnection, act: i64) -> sqlx::Result<()> {
     sqlx::query("SELECT 1 FROM core.plan_acts WHERE plan_act_id = $1 FOR UPDATE").bind(act).execute(conn).await?;
     Ok(())
-}
-
-pub async fn organization_of_pool(conn: &mut PgConnection, pool: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT organization_id FROM core.resource_pools WHERE pool_id = $1")
-        .bind(pool)
-        .fetch_one(conn)
-        .await
 }
 
 /// Is any obligation still pending, or any type still being listed?
@@ -266,10 +226,6 @@ pub async fn running_acts(conn: &mut PgConnection) -> sqlx::Result<Vec<i64>> {
     )
     .fetch_all(conn)
     .await
-}
-
-pub async fn disposition_of(conn: &mut PgConnection, act: i64) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar("SELECT disposition FROM core.plan_acts WHERE plan_act_id = $1").bind(act).fetch_one(conn).await
 }
 
 #[derive(Debug, Clone, Default, FromRow)]
