@@ -3,6 +3,24 @@
 -- plpgsql keeps its plans for the session.
 SET LOCAL ROLE core_owner;
 
+-- The pool row, FOR UPDATE, taken once per transaction: every conferral function takes it again
+-- (spec rule 2), and the pool a transaction locked last needs no second statement. The mark is
+-- transaction-local and set only once the lock is granted; a row lock is held to the end of the
+-- transaction, and a rolled-back subtransaction reverts both together.
+CREATE OR REPLACE FUNCTION core.lock_pool(p_pool bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+BEGIN
+    IF current_setting('core.locked_pool', true) = p_pool::text THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM core.resource_pools WHERE pool_id = p_pool FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pool_not_found' USING ERRCODE = 'MC004', DETAIL = format('pool %s', p_pool);
+    END IF;
+    PERFORM set_config('core.locked_pool', p_pool::text, true);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION core.lock_pools(p_pools bigint[]) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
 BEGIN
@@ -117,9 +135,9 @@ BEGIN
             PERFORM core.reapply_defaults_if_vacant(p_pool, p_act);
             settled := 'grandfathered';
         ELSE
+            -- No resumption: a floor displaces nothing, and what a floor held was free for any
+            -- replaced grant or displaced subscription all along (core.ladders_free_for).
             PERFORM core.end_conferral(fl.conferral_id, 'migrated');
-            PERFORM core.resume_replaced_grants(p_pool);
-            PERFORM core.deliver_displaced_subscriptions(p_pool);
             PERFORM core.reapply_defaults_if_vacant(p_pool, p_act);
             settled := 'migrated';
         END IF;
@@ -135,6 +153,11 @@ BEGIN
         END IF;
     END IF;
     PERFORM core.settle_plan_act_obligation(p_act, p_pool, settled);
+    -- The move commits without waiting for its WAL to reach the disk: it is work the drain can
+    -- redo. A crash that loses it loses it whole (the settlement with the effects), so the
+    -- obligation is pending again and the next drain moves the organization once; any later
+    -- synchronous commit (the act's finish, a grant act) flushes it first.
+    PERFORM set_config('synchronous_commit', 'off', true);
     RETURN settled;
 END
 $$;

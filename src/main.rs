@@ -92,6 +92,18 @@ enum BenchWhich {
         #[arg(long)]
         keep: bool,
     },
+    /// A default change with migrate over N organizations of one type: T0's hold and move rate.
+    PlanAct {
+        #[arg(long, default_value_t = 10_000)]
+        orgs: i64,
+        /// The yardstick's clients; the drain's parallelism is its own (MOVE_PARALLELISM).
+        #[arg(long, default_value_t = member_console::services::plan_acts::MOVE_PARALLELISM)]
+        concurrency: i64,
+        #[arg(long, default_value_t = 10.0)]
+        yardstick_seconds: f64,
+        #[arg(long)]
+        keep: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -144,6 +156,24 @@ async fn bench(which: BenchWhich) -> anyhow::Result<()> {
             println!(
                 "rule change over {} pools: exclusive hold {:.3} s; drain {:.0} pools/s; yardstick {:.0} tps; ratio {:.2}",
                 r.n, r.hold_s, r.settled_per_s, r.yardstick_tps, r.ratio
+            );
+            println!("{}", serde_json::to_string(&r)?);
+        }
+        BenchWhich::PlanAct { orgs, concurrency, yardstick_seconds, keep } => {
+            anyhow::ensure!(orgs >= 1 && concurrency >= 1, "--orgs and --concurrency must be at least 1");
+            let o = member_console::bench::plan_act::Options { orgs, concurrency, yardstick_seconds, keep };
+            let r = member_console::bench::plan_act::run(&config, &o).await?;
+            println!(
+                "default change over {} organizations: T0 {:.2} ms (median of {}; {:.2}× T0 at 1000); {} moves in {:.2} s, {:.0} moves/s; yardstick {:.0} tps; ratio {:.2}",
+                r.orgs,
+                r.t0_s * 1e3,
+                r.t0_samples_s.len(),
+                r.t0_ratio,
+                r.moves,
+                r.drain_s,
+                r.moves_per_s,
+                r.yardstick_tps,
+                r.ratio
             );
             println!("{}", serde_json::to_string(&r)?);
         }

@@ -2,6 +2,7 @@
 //! database, measures one path at scale, measures the TPC-B yardstick in the same run on the
 //! same database at the same concurrency, prints the figures, and ends with one line of JSON.
 
+pub mod plan_act;
 pub mod rule_change;
 pub mod yardstick;
 
@@ -10,13 +11,38 @@ use sqlx::PgPool;
 /// Bulk-create `n` organizations of a type, each holding `product` by an operator grant, with
 /// their entitlements materialized: setup the console itself would do one by one.
 pub async fn carrying_organizations(admin: &PgPool, n: i64, org_type: i64, product: i64) -> anyhow::Result<()> {
+    organizations_holding(admin, n, org_type, product, "operator", "bench").await
+}
+
+/// Bulk-create `n` organizations of a type as the console creates them one by one: each holding
+/// the rank 0 of `ladder` (the type's default) by a floor grant.
+pub async fn floored_organizations(admin: &PgPool, n: i64, org_type: i64, ladder: i64) -> anyhow::Result<()> {
+    let floor: i64 =
+        sqlx::query_scalar("SELECT product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = 0")
+            .bind(ladder)
+            .fetch_one(admin)
+            .await?;
+    organizations_holding(admin, n, org_type, floor, "floor", "the organization type's default").await
+}
+
+/// `n` organizations named `Bench ...`, each with its default pool and one active grant of
+/// `kind` conferring `product` on every ladder of its shape, and their entitlements computed as
+/// core.compute_entitlements would, for all of them in one statement.
+async fn organizations_holding(
+    admin: &PgPool,
+    n: i64,
+    org_type: i64,
+    product: i64,
+    kind: &str,
+    reason: &str,
+) -> anyhow::Result<()> {
     sqlx::query(
         "WITH o AS (
              INSERT INTO core.organizations (name, org_type_id)
              SELECT 'Bench ' || lpad(g::text, 7, '0'), $2 FROM generate_series(1, $1) g RETURNING organization_id),
          p AS (INSERT INTO core.resource_pools (organization_id) SELECT organization_id FROM o RETURNING pool_id, organization_id),
          g AS (INSERT INTO core.grants (organization_id, product_id, quantity, kind, status, reason)
-               SELECT organization_id, $3, 1, 'operator', 'active', 'bench' FROM p RETURNING grant_id, organization_id),
+               SELECT organization_id, $3, 1, $4, 'active', $5 FROM p RETURNING grant_id, organization_id),
          c AS (INSERT INTO core.conferrals (pool_id, product_id, grant_id, quantity)
                SELECT p.pool_id, $3, g.grant_id, 1 FROM g JOIN p USING (organization_id) RETURNING conferral_id, pool_id)
          INSERT INTO core.positions (pool_id, plan_ladder_id, conferral_id, rank)
@@ -25,22 +51,27 @@ pub async fn carrying_organizations(admin: &PgPool, n: i64, org_type: i64, produ
     .bind(n)
     .bind(org_type)
     .bind(product)
+    .bind(kind)
+    .bind(reason)
     .execute(admin)
     .await?;
-    // The entitlements every such pool has, computed once for the product and written in bulk.
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+    sqlx::raw_sql(
         "INSERT INTO core.pool_entitlements (pool_id, resource_key, numeric_value, flag_value)
-         SELECT p.pool_id, r.resource_key,
-                CASE WHEN k.kind = 'numeric' THEN r.numeric_value END, CASE WHEN k.kind = 'flag' THEN r.flag_value END
-         FROM core.resource_pools p JOIN core.organizations o USING (organization_id)
-         CROSS JOIN core.products pr JOIN core.entitlement_set_rules r ON r.entitlement_set_id = pr.entitlement_set_id
+         SELECT c.pool_id, r.resource_key,
+                CASE WHEN k.kind = 'numeric' THEN sum(r.numeric_value * c.quantity)::bigint END,
+                CASE WHEN k.kind = 'flag' THEN bool_or(r.flag_value) END
+         FROM core.organizations o JOIN core.resource_pools p USING (organization_id)
+         JOIN core.conferrals c ON c.pool_id = p.pool_id AND c.state = 'holding' AND NOT c.suspended
+         JOIN core.products pr ON pr.product_id = c.product_id
+         JOIN core.entitlement_set_rules r ON r.entitlement_set_id = pr.entitlement_set_id
          JOIN core.resource_keys k ON k.resource_key = r.resource_key
-         WHERE pr.product_id = {product} AND o.name LIKE 'Bench %'
+         WHERE o.name LIKE 'Bench %'
+         GROUP BY c.pool_id, r.resource_key, k.kind
          ON CONFLICT DO NOTHING;
          INSERT INTO core.numeric_entitlement_usage (pool_id, resource_key)
          SELECT pool_id, resource_key FROM core.pool_entitlements WHERE numeric_value IS NOT NULL ON CONFLICT DO NOTHING;
-         ANALYZE;"
-    )))
+         ANALYZE;",
+    )
     .execute(admin)
     .await?;
     Ok(())

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::{AssertSqlSafe, PgConnection, Postgres, pool::PoolConnection};
+use sqlx::{AssertSqlSafe, PgConnection, Postgres, pool::PoolConnection, postgres::PgRow};
 
 use super::{Db, DbError, keys::AdvisoryKey};
 
@@ -170,6 +170,44 @@ pub async fn begin(db: &Db, kind: TxKind) -> Result<Tx, DbError> {
     match sqlx::raw_sql(AssertSqlSafe(statements.join(";\n"))).execute(&mut *conn).await {
         Ok(_) => Ok(Tx { conn: Some(conn), kind }),
         Err(e) => {
+            if sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
+                conn.close_on_drop();
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// A transaction of `kind` that runs one statement and commits, all in one round trip: the
+/// opening statements, the statement, COMMIT. Its rows (text), or the first error with the
+/// transaction rolled back. The statement is SQL whose only values are numbers the caller
+/// formatted (the simple protocol carries no parameters).
+pub async fn once(db: &Db, kind: TxKind, statement: String) -> Result<Vec<PgRow>, DbError> {
+    use futures_util::TryStreamExt;
+    let mut statements = opening_statements(kind, db.lock_timeout)?;
+    let opening = statements.len();
+    statements.push(statement);
+    statements.push("COMMIT".into());
+    let mut conn = db.pool.acquire().await?;
+    // Each statement's rows come before its result; only the rows after the opening
+    // statements' results and before the statement's own are the statement's.
+    let outcome = async {
+        let mut stream = sqlx::raw_sql(AssertSqlSafe(statements.join(";\n"))).fetch_many(&mut *conn);
+        let (mut finished, mut rows) = (0, vec![]);
+        while let Some(item) = stream.try_next().await? {
+            match item {
+                sqlx::Either::Left(_) => finished += 1,
+                sqlx::Either::Right(row) if finished == opening => rows.push(row),
+                sqlx::Either::Right(_) => {}
+            }
+        }
+        Ok::<_, sqlx::Error>(rows)
+    }
+    .await;
+    match outcome {
+        Ok(rows) => Ok(rows),
+        Err(e) => {
+            // The batch stopped at the failed statement, inside the transaction it opened.
             if sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
                 conn.close_on_drop();
             }

@@ -361,7 +361,7 @@ pub static ENACT_OBLIGATION_LOCKS: PathLocks = PathLocks {
     locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::PlanActObligationRow, Lock::GrantRow],
     why: "The shared rendezvous, then one call to core.enact_plan_act_obligation: the pool row (core.lock_pool), \
           the obligation row (core.lock_plan_act_obligation, which reads the type's owner in the same statement), \
-          then the bucket's work under the pool row it holds: the floor's end or a legacy grant, resumption, \
+          then the bucket's work under the pool row it holds: the floor's end or a legacy grant, \
           ReapplyDefaultsIfVacant, materialization; then the settlement.",
 };
 
@@ -488,10 +488,10 @@ async fn move_part(db: &Db, act: i64, part: i64, within: Option<Instant>) -> Res
 /// pool row, the obligation row, the bucket's work, the settlement). False when there was nothing
 /// to do (settled already, or no longer pending).
 pub async fn enact_obligation(db: &Db, act: i64, pool: i64, within: Option<Instant>) -> Result<bool, DbError> {
-    let mut tx = begin(db, kind(within)).await?;
-    let Some(_state) = store::enact_obligation(tx.conn(), act, pool).await? else { return Ok(false) };
-    tx.commit().await?;
-    Ok(true)
+    // The transaction, the call and the commit in one round trip: a drain makes one per
+    // organization.
+    let rows = crate::db::tx::once(db, kind(within), store::enact_obligation_statement(act, pool)).await?;
+    Ok(store::enacted(&rows)?.is_some())
 }
 
 pub static RETRY_PLAN_ACT_LOCKS: PathLocks = PathLocks {

@@ -174,10 +174,19 @@ pub async fn requeue(conn: &mut PgConnection, act: i64) -> sqlx::Result<i32> {
     sqlx::query_scalar("SELECT core.requeue_plan_act_obligations($1)").bind(act).fetch_one(conn).await
 }
 
-/// core.enact_plan_act_obligation: one organization's move; the state it settled, or None when
-/// there was nothing to do.
-pub async fn enact_obligation(conn: &mut PgConnection, act: i64, pool: i64) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar("SELECT core.enact_plan_act_obligation($1, $2)").bind(act).bind(pool).fetch_one(conn).await
+/// core.enact_plan_act_obligation: one organization's move, as one statement of two numbers (run
+/// as a transaction of its own in one round trip, `tx::once`).
+pub fn enact_obligation_statement(act: i64, pool: i64) -> String {
+    format!("SELECT core.enact_plan_act_obligation({act}, {pool})")
+}
+
+/// The state the move settled, or None when there was nothing to do.
+pub fn enacted(rows: &[sqlx::postgres::PgRow]) -> sqlx::Result<Option<String>> {
+    use sqlx::Row;
+    match rows.first() {
+        Some(r) => r.try_get::<Option<String>, _>(0),
+        None => Ok(None),
+    }
 }
 
 /// The act's row, FOR UPDATE (the last probe against a Retry's requeue).
