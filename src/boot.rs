@@ -63,10 +63,10 @@ impl Booted {
     /// Close the pool and stop the private cluster, if this process started it.
     pub async fn shutdown(self) {
         self.db.pool.close().await;
-        if let Some(c) = self.cluster.filter(|c| c.started_here()) {
-            if let Err(e) = tokio::task::spawn_blocking(move || c.stop()).await {
-                tracing::warn!(error = %e, "stopping the private cluster failed");
-            }
+        if let Some(c) = self.cluster.filter(|c| c.started_here())
+            && let Err(e) = tokio::task::spawn_blocking(move || c.stop()).await
+        {
+            tracing::warn!(error = %e, "stopping the private cluster failed");
         }
     }
 }

@@ -207,7 +207,7 @@ async fn the_list_shows_the_demo_grants_newest_first_and_filters_by_status_and_o
                 .unwrap();
         let r = row(html, &grant_link(floor));
         assert!(r.contains(&format!(">{org}</a></td><td>{product}</td>")), "{org}: {r}");
-        assert!(r.contains(&format!("<td>floor</td><td><span class=\"badge badge-")), "{org}: {r}");
+        assert!(r.contains(&"<td>floor</td><td><span class=\"badge badge-".to_string()), "{org}: {r}");
         assert!(r.contains(&format!("\">{status}</span>")), "{org}: {r}");
     }
     assert!(html.contains(r#"href="/operator/grants/new">Issue a grant</a>"#), "{html}");

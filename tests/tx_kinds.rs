@@ -6,7 +6,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::TestDb;
-use member_console::db::{DbError, TxKind, begin, locks::Lock, tx::{RENDEZVOUS_HELD, opening_statements}};
+use member_console::db::{
+    DbError, TxKind, begin,
+    locks::Lock,
+    tx::{RENDEZVOUS_HELD, opening_statements},
+};
 
 async fn show(tx: &mut member_console::db::Tx, setting: &str) -> String {
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {setting}"))).fetch_one(tx.conn()).await.unwrap()

@@ -145,15 +145,15 @@ pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<St
         // core.assert_rendezvous need not read pg_locks in this transaction.
         s.push(RENDEZVOUS_HELD.into());
     }
-    if !matches!(kind, TxKind::MaterializingWithin(_)) {
-        if let Ok(deadline) = REQUEST_DEADLINE.try_with(|d| *d) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left < Duration::from_millis(1) {
-                return Err(DbError::DeadlinePassed);
-            }
-            // Before the advisory lock, so the rendezvous wait is bounded too.
-            s.insert(1, format!("SET LOCAL statement_timeout = '{}ms'", left.as_millis()));
+    if !matches!(kind, TxKind::MaterializingWithin(_))
+        && let Ok(deadline) = REQUEST_DEADLINE.try_with(|d| *d)
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left < Duration::from_millis(1) {
+            return Err(DbError::DeadlinePassed);
         }
+        // Before the advisory lock, so the rendezvous wait is bounded too.
+        s.insert(1, format!("SET LOCAL statement_timeout = '{}ms'", left.as_millis()));
     }
     Ok(s)
 }

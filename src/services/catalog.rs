@@ -169,10 +169,10 @@ pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<i64, CatalogE
 pub async fn create_product(db: &Db, name: &str, set_id: Option<i64>, published: bool) -> Result<i64, CatalogError> {
     let name = parse_name("name", "A product", name)?;
     let mut tx = begin(db, TxKind::Plain).await?;
-    if let Some(s) = set_id {
-        if store::entitlement_set(tx.conn(), s).await?.is_none() {
-            return Err(invalid("entitlement_set_id", "That entitlement set does not exist."));
-        }
+    if let Some(s) = set_id
+        && store::entitlement_set(tx.conn(), s).await?.is_none()
+    {
+        return Err(invalid("entitlement_set_id", "That entitlement set does not exist."));
     }
     let id = store::insert_product(tx.conn(), &name, set_id, published)
         .await?
@@ -221,10 +221,10 @@ pub async fn update_product(
         if carried > 0 {
             return Err(CatalogError::Carried { pools: carried });
         }
-        if let Some(s) = set_id {
-            if store::entitlement_set(tx.conn(), s).await?.is_none() {
-                return Err(invalid("entitlement_set_id", "That entitlement set does not exist."));
-            }
+        if let Some(s) = set_id
+            && store::entitlement_set(tx.conn(), s).await?.is_none()
+        {
+            return Err(invalid("entitlement_set_id", "That entitlement set does not exist."));
         }
     }
     if store::name_taken_by_other_product(tx.conn(), id, &name).await? {

@@ -171,10 +171,10 @@ pub async fn confer_grant(db: &Db, grant: &NewGrant) -> Result<i64, EntitlementE
 /// that names no organization yet is inserted and waits.
 pub async fn confer_grant_tx(tx: &mut Tx, grant: &NewGrant) -> Result<i64, EntitlementError> {
     let grant_id = store::insert_grant(tx.conn(), grant).await?;
-    if store::confer_grant(tx.conn(), grant_id).await?.is_some() {
-        if let Some(pool) = store::pool_of_grant(tx.conn(), grant_id).await? {
-            store::materialize_pool(tx.conn(), pool).await?;
-        }
+    if store::confer_grant(tx.conn(), grant_id).await?.is_some()
+        && let Some(pool) = store::pool_of_grant(tx.conn(), grant_id).await?
+    {
+        store::materialize_pool(tx.conn(), pool).await?;
     }
     Ok(grant_id)
 }

@@ -89,13 +89,13 @@ pub async fn change_org_type_default(
         return Err(invalid("plan_ladder_id", "That ladder has no tiers, so it has no floor to give."));
     }
     // The gate: without a disposition, no organization may hold the outgoing default's floor.
-    if let (None, Some(from)) = (disposition, current) {
-        if store::outgoing_default_exists(tx.conn(), org_type_id, from, None).await? {
-            return Err(invalid(
-                "disposition",
-                "Organizations of this type hold the current default's floor: choose whether they migrate or are grandfathered.",
-            ));
-        }
+    if let (None, Some(from)) = (disposition, current)
+        && store::outgoing_default_exists(tx.conn(), org_type_id, from, None).await?
+    {
+        return Err(invalid(
+            "disposition",
+            "Organizations of this type hold the current default's floor: choose whether they migrate or are grandfathered.",
+        ));
     }
     let type_name = store::org_type_name(tx.conn(), org_type_id).await?;
     let from_name = match current {

@@ -104,10 +104,11 @@ pub async fn identify_and_authorize(
     }
 
     let unsafe_method = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    if unsafe_method && !csrf_exempt(&path) {
-        if let Err(e) = check_csrf(&mut req).await {
-            return Ok(req.error_response(e));
-        }
+    if unsafe_method
+        && !csrf_exempt(&path)
+        && let Err(e) = check_csrf(&mut req).await
+    {
+        return Ok(req.error_response(e));
     }
     Ok(next.call(req).await?.map_into_boxed_body())
 }

@@ -19,10 +19,10 @@ pub const TEST_RUNTIME_PASSWORD: &str = "console-runtime-test";
 /// The server every test uses: `DATABASE_URL` (the test command sets it), or a private cluster
 /// under `target/` when it is unset, so `cargo nextest run` works on its own.
 pub fn root_admin_url() -> String {
-    if let Ok(u) = std::env::var("DATABASE_URL") {
-        if !u.is_empty() {
-            return u;
-        }
+    if let Ok(u) = std::env::var("DATABASE_URL")
+        && !u.is_empty()
+    {
+        return u;
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-pg");
     let cluster = member_console::db::cluster::PrivateCluster::ensure_started(&dir)

@@ -213,14 +213,14 @@ async fn detail_view(
     let waiting = head_status == "waiting";
     // The manage form opens with the head's values, so changing one field keeps the others.
     let mut manage_form = manage_form;
-    if manage_form.values.is_empty() {
-        if let Some(h) = head {
-            let local = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M").to_string();
-            manage_form.values.push(("quantity".into(), h.quantity.to_string()));
-            manage_form.values.push(("ends_at".into(), h.ends_at.map(local).unwrap_or_default()));
-            if waiting {
-                manage_form.values.push(("starts_at".into(), local(h.starts_at)));
-            }
+    if manage_form.values.is_empty()
+        && let Some(h) = head
+    {
+        let local = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M").to_string();
+        manage_form.values.push(("quantity".into(), h.quantity.to_string()));
+        manage_form.values.push(("ends_at".into(), h.ends_at.map(local).unwrap_or_default()));
+        if waiting {
+            manage_form.values.push(("starts_at".into(), local(h.starts_at)));
         }
     }
     // A problem with a field this form does not draw (a start for a started grant) is said above it.
