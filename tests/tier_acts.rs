@@ -1472,3 +1472,45 @@ async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page()
     assert!(stale_pools(&t).await.is_empty());
     app.handle.stop(false).await;
 }
+
+/// An incumbent whose end came before the expiry sweep got to it: its legacy grant keeps the
+/// incumbent's own window (the grant row's check refuses an end before its start), and the sweep
+/// expires it as it would have the incumbent.
+#[tokio::test]
+async fn a_grandfathered_incumbent_whose_end_has_come_keeps_its_window() {
+    let ends = Utc::now() + chrono::Duration::days(30);
+    let s = basic_holders(1, Some(ends)).await;
+    let t = &s.t;
+    // Its end comes while the grant is still active (the sweep has not run).
+    let past = Utc::now() - chrono::Duration::minutes(1);
+    let started = Utc::now() - chrono::Duration::days(1);
+    sqlx::query("UPDATE core.grants SET starts_at = $2, ends_at = $3 WHERE grant_id = $1")
+        .bind(s.community_basic)
+        .bind(started)
+        .bind(past)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE core.conferrals SET starts_at = $2, ends_at = $3 WHERE grant_id = $1 AND state = 'holding'")
+        .bind(s.community_basic)
+        .bind(started)
+        .bind(past)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+
+    let (act, _) = topo::remove_tier(&t.db, &removal(s.wiki, 1, Some(Disposition::Grandfather)), 100).await.unwrap();
+    let (starts, ends_at): (DateTime<Utc>, Option<DateTime<Utc>>) = sqlx::query_as(
+        "SELECT starts_at, ends_at FROM core.grants WHERE kind = 'legacy' AND plan_act_id = $1 AND organization_id = $2",
+    )
+    .bind(act)
+    .bind(s.community.organization_id)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!(
+        (starts.timestamp_micros(), ends_at.map(|e| e.timestamp_micros())),
+        (started.timestamp_micros(), Some(past.timestamp_micros()))
+    );
+    assert!(stale_pools(t).await.is_empty());
+}

@@ -407,7 +407,9 @@ pub async fn remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<(i6
                         quantity: i.quantity,
                         kind: "legacy",
                         status: "active",
-                        starts_at: None,
+                        // The incumbent's own window: an end that has come meanwhile is for the expiry
+                        // sweep to act on, as it would have on the incumbent.
+                        starts_at: Some(i.starts_at),
                         ends_at: i.ends_at,
                         reason: format!("grandfathered: {why}"),
                         created_by: r.actor,

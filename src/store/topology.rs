@@ -231,6 +231,7 @@ pub struct Incumbent {
     pub grant_id: Option<i64>,
     pub organization_id: i64,
     pub quantity: i32,
+    pub starts_at: DateTime<Utc>,
     pub ends_at: Option<DateTime<Utc>>,
 }
 
@@ -242,7 +243,7 @@ pub async fn incumbents_of(
     product_id: i64,
 ) -> sqlx::Result<Vec<Incumbent>> {
     sqlx::query_as(
-        "SELECT c.conferral_id, c.grant_id, rp.organization_id, c.quantity, c.ends_at
+        "SELECT c.conferral_id, c.grant_id, rp.organization_id, c.quantity, c.starts_at, c.ends_at
          FROM core.positions p JOIN core.conferrals c USING (conferral_id)
          JOIN core.resource_pools rp ON rp.pool_id = c.pool_id
          WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND c.product_id = $3 AND c.state = 'holding'
