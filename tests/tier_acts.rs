@@ -1514,3 +1514,32 @@ async fn a_grandfathered_incumbent_whose_end_has_come_keeps_its_window() {
     );
     assert!(stale_pools(t).await.is_empty());
 }
+
+/// A removal, a reorder and a default change that wait past their bound on another change's
+/// exclusive rendezvous answer "another change is in progress", and write nothing.
+#[tokio::test]
+async fn removal_reorder_and_default_change_behind_another_change_are_refused_as_in_progress() {
+    let t = demo_db().await;
+    let wiki = ladder_id(&t, "Wiki hosting").await;
+    let support = ladder_id(&t, "Support").await;
+    let community = type_id(&t, "Community").await;
+    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let held = begin(&t.db, TxKind::RuleChange).await.unwrap();
+    let mut short = t.db.clone();
+    short.lock_timeout = Duration::from_millis(200);
+    assert!(matches!(
+        topo::remove_tier(&short, &removal(wiki, 2, Some(Disposition::Migrate)), 100).await,
+        Err(TopologyError::ChangeInProgress)
+    ));
+    assert!(matches!(
+        pa::reorder_tiers(&short, &reorder(wiki, &[basic, free, pro], Some(Disposition::Migrate)), None).await,
+        Err(TopologyError::ChangeInProgress)
+    ));
+    assert!(matches!(
+        pa::change_org_type_default(&short, community, support, Some(Disposition::Migrate), None, "", None).await,
+        Err(TopologyError::ChangeInProgress)
+    ));
+    held.rollback().await.unwrap();
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, 0);
+    assert_eq!(tiers(&t, wiki).await, tier_list(&["Free", "Basic", "Pro"]));
+}

@@ -385,8 +385,8 @@ pub async fn remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<(i6
         for i in &incumbents {
             let reason = if disposition == Disposition::Migrate { "tier_removed" } else { "grandfathered" };
             ent::end_conferral(tx.conn(), i.conferral_id, reason).await?;
+            // core.end_conferral ended its grant too; the grant's history says why.
             if let Some(g) = i.grant_id {
-                grants::set_status(tx.conn(), g, "ended").await?;
                 grants::record_event(
                     tx.conn(),
                     g,
