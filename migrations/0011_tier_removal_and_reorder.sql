@@ -10,8 +10,10 @@ ALTER TABLE core.grant_events DROP CONSTRAINT grant_events_act_check,
 
 ALTER TABLE core.plan_act_reached_types ADD COLUMN from_product_id bigint REFERENCES core.products;
 
--- core.outgoing_default_exists, narrowed to one product of the ladder (a reorder's old floor);
--- a null product is any product of the ladder, as the two-argument form.
+-- core.outgoing_default_exists takes the floor's product too (a reorder's old floor is one product
+-- of a ladder that stays the default); a null product is any product of the ladder, which is what
+-- the two-argument form it replaces asked.
+DROP FUNCTION core.outgoing_default_exists(bigint, bigint);
 CREATE FUNCTION core.outgoing_default_exists(p_type bigint, p_ladder bigint, p_product bigint) RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, core AS $$
     SELECT EXISTS (
@@ -21,22 +23,6 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, core AS $$
         JOIN core.conferrals c ON c.conferral_id = ps.conferral_id
         JOIN core.grants g ON g.grant_id = c.grant_id AND g.kind = 'floor'
         WHERE o.org_type_id = p_type AND (p_product IS NULL OR c.product_id = p_product))
-$$;
-
--- The move's floor: a floor grant of the pool on a ladder that is not the type's default now,
--- or on the default ladder but of a product that is not its rank 0 now (a reorder moved it).
-CREATE OR REPLACE FUNCTION core.floor_off_default(p_pool bigint, p_type bigint)
-RETURNS TABLE (conferral_id bigint, grant_id bigint, product_id bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, core AS $$
-    SELECT c.conferral_id, g.grant_id, g.product_id
-      FROM core.positions p
-      JOIN core.conferrals c ON c.conferral_id = p.conferral_id
-      JOIN core.grants g ON g.grant_id = c.grant_id AND g.kind = 'floor'
-      JOIN core.org_types t ON t.org_type_id = p_type
-     WHERE p.pool_id = p_pool
-       AND (p.plan_ladder_id IS DISTINCT FROM t.default_plan_ladder_id OR p.rank <> 0)
-     ORDER BY c.conferral_id
-     LIMIT 1
 $$;
 
 -- RenumberTiers: a ladder's tiers take the given ranks (products in rank order, from 0), with the

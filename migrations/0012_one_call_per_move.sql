@@ -43,6 +43,8 @@ BEGIN
 END
 $$;
 
+-- The move's floor: a floor grant of the pool on a ladder that is not the type's default now,
+-- or on the default ladder but of a product that is not its rank 0 now (a reorder moved it).
 CREATE OR REPLACE FUNCTION core.floor_off_default(p_pool bigint, p_type bigint)
 RETURNS TABLE (conferral_id bigint, grant_id bigint, product_id bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, core AS $$

@@ -7,13 +7,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestApp, TestDb};
+use common::{TestApp, TestDb, acts::*, pages::demo_db};
 use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
     services::{
-        entitlements::{self as ent, OrgName},
-        grants::{self, IssueGrant, Recipient},
         plan_acts::{self as pa, Disposition},
         topology::TopologyError,
     },
@@ -21,74 +19,7 @@ use member_console::{
 };
 use reqwest::StatusCode;
 
-// ---------- Harness ----------
-
-async fn scalar(t: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
-}
-
-async fn id_by_name(t: &TestDb, table: &str, id: &str, name: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {id} FROM core.{table} WHERE name = $1")))
-        .bind(name)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap_or_else(|e| panic!("no {table} named {name}: {e}"))
-}
-
-async fn type_id(t: &TestDb, name: &str) -> i64 {
-    id_by_name(t, "org_types", "org_type_id", name).await
-}
-
-async fn ladder_id(t: &TestDb, name: &str) -> i64 {
-    id_by_name(t, "plan_ladders", "plan_ladder_id", name).await
-}
-
-async fn product_id(t: &TestDb, name: &str) -> i64 {
-    id_by_name(t, "products", "product_id", name).await
-}
-
-async fn demo_db() -> TestDb {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    t
-}
-
-/// `n` organizations of the type, named `{prefix} {i:03}`.
-async fn orgs_of_type(t: &TestDb, ty: i64, prefix: &str, n: usize) -> Vec<ent::CreatedOrganization> {
-    let mut out = vec![];
-    for i in 0..n {
-        let name = OrgName::parse(&format!("{prefix} {i:03}")).unwrap();
-        out.push(ent::create_organization(&t.db, &name, Some(ty)).await.unwrap());
-    }
-    out
-}
-
-/// An operator grant of `product` to the organization (Pro displaces the Wiki hosting floor).
-async fn grant(t: &TestDb, org: i64, product: i64) -> i64 {
-    let g = IssueGrant {
-        recipient: Recipient::Organization(org),
-        product_id: product,
-        quantity: 1,
-        starts_at: None,
-        ends_at: None,
-        reason: "test".into(),
-        actor: None,
-    };
-    grants::issue_grant(&t.db, &g).await.unwrap()
-}
-
-/// Every organization of a type, as (organization, name, pool), by organization id.
-async fn members_of(t: &TestDb, ty: i64) -> Vec<(i64, String, i64)> {
-    sqlx::query_as(
-        "SELECT o.organization_id, o.name, rp.pool_id FROM core.organizations o
-         JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
-         WHERE o.org_type_id = $1 ORDER BY o.organization_id",
-    )
-    .bind(ty)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap()
-}
+// ---------- Harness (the shared part is tests/common/acts.rs) ----------
 
 /// What a pool holds, ladder by ladder: (ladder, product, grant kind, grant status, the grant's act).
 async fn holdings(t: &TestDb, pool: i64) -> Vec<(String, String, String, String, Option<i64>)> {
@@ -142,36 +73,6 @@ async fn floor_grant_on(t: &TestDb, pool: i64, ladder: i64) -> (i64, i64) {
     .unwrap()
 }
 
-/// An act's obligations by state, as (pending, migrated, grandfathered, vacant, failed, superseded).
-async fn counts(t: &TestDb, act: i64) -> (i64, i64, i64, i64, i64, i64) {
-    let c = {
-        let mut conn = t.admin.acquire().await.unwrap();
-        store::counts(&mut conn, act).await.unwrap()
-    };
-    (c.pending, c.migrated, c.grandfathered, c.vacant, c.failed, c.superseded)
-}
-
-async fn act_state(t: &TestDb, act: i64) -> String {
-    sqlx::query_scalar("SELECT state FROM core.plan_acts WHERE plan_act_id = $1")
-        .bind(act)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
-}
-
-async fn type_default(t: &TestDb, ty: i64) -> (Option<i64>, Option<i64>) {
-    sqlx::query_as("SELECT default_plan_ladder_id, default_owner_act_id FROM core.org_types WHERE org_type_id = $1")
-        .bind(ty)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
-}
-
-async fn stale_pools(t: &TestDb) -> Vec<i64> {
-    let mut c = t.admin.acquire().await.unwrap();
-    member_console::store::entitlements::pools_out_of_date(&mut c).await.unwrap()
-}
-
 /// Everything a refused default change must leave alone.
 async fn written(t: &TestDb) -> (i64, i64, i64, i64, i64) {
     (
@@ -181,25 +82,6 @@ async fn written(t: &TestDb) -> (i64, i64, i64, i64, i64) {
         scalar(t, "SELECT count(*) FROM core.plan_act_obligations").await,
         scalar(t, "SELECT count(*) FROM integration.jobs WHERE kind = 'drain_plan_act'").await,
     )
-}
-
-async fn change(t: &TestDb, ty: i64, ladder: i64, d: Option<Disposition>) -> Result<i64, TopologyError> {
-    pa::change_org_type_default(&t.db, ty, ladder, d, None, "test", None).await
-}
-
-/// One listing batch, as ListPlanActBatch runs it, committed.
-async fn list_batch(t: &TestDb, act: i64, ty: i64, limit: i32) -> i32 {
-    let mut tx = begin(&t.db, TxKind::Materializing).await.unwrap();
-    let n = store::write_obligations(tx.conn(), act, ty, limit).await.unwrap();
-    tx.commit().await.unwrap();
-    n
-}
-
-fn field_errors(e: TopologyError) -> Vec<(String, String)> {
-    match e {
-        TopologyError::Invalid(p) => p,
-        other => panic!("expected Invalid, got {other:?}"),
-    }
 }
 
 /// An admin transaction holding one pool row FOR UPDATE, as a move does; and its backend.

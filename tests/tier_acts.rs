@@ -8,12 +8,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::{TestDb, pages};
+use common::{TestDb, acts::*, pages, pages::demo_db};
 use member_console::{
     db::{TxKind, begin},
     demo,
     services::{
-        entitlements::{self as ent, OrgName},
+        entitlements::{self as ent},
         grants::{self, IssueGrant, Recipient},
         plan_acts::{self as pa, Disposition, ReorderTiers},
         topology::{self as topo, RemoveTier, TopologyError},
@@ -22,31 +22,7 @@ use member_console::{
 };
 use reqwest::StatusCode;
 
-// ---------- Harness (small helpers, as tests/plan_acts.rs and tests/topology.rs have them) ----------
-
-async fn scalar(t: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
-}
-
-async fn id_by_name(t: &TestDb, table: &str, id: &str, name: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {id} FROM core.{table} WHERE name = $1")))
-        .bind(name)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap_or_else(|e| panic!("no {table} named {name}: {e}"))
-}
-
-async fn type_id(t: &TestDb, name: &str) -> i64 {
-    id_by_name(t, "org_types", "org_type_id", name).await
-}
-
-async fn ladder_id(t: &TestDb, name: &str) -> i64 {
-    id_by_name(t, "plan_ladders", "plan_ladder_id", name).await
-}
-
-async fn product_id(t: &TestDb, name: &str) -> i64 {
-    id_by_name(t, "products", "product_id", name).await
-}
+// ---------- Harness (the shared part is tests/common/acts.rs) ----------
 
 /// The default pool of the organization named `name`.
 async fn pool_named(t: &TestDb, name: &str) -> i64 {
@@ -58,43 +34,6 @@ async fn pool_named(t: &TestDb, name: &str) -> i64 {
     .fetch_one(&t.admin)
     .await
     .unwrap()
-}
-
-async fn demo_db() -> TestDb {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    t
-}
-
-async fn org_of_type(t: &TestDb, name: &str, ty: i64) -> ent::CreatedOrganization {
-    ent::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
-}
-
-/// `n` organizations of the type, named `{prefix} {i:03}`.
-async fn orgs_of_type(t: &TestDb, ty: i64, prefix: &str, n: usize) -> Vec<ent::CreatedOrganization> {
-    let mut out = vec![];
-    for i in 0..n {
-        out.push(org_of_type(t, &format!("{prefix} {i:03}"), ty).await);
-    }
-    out
-}
-
-async fn grant_with(t: &TestDb, org: i64, product: i64, quantity: i32, ends_at: Option<DateTime<Utc>>) -> i64 {
-    let g = IssueGrant {
-        recipient: Recipient::Organization(org),
-        product_id: product,
-        quantity,
-        starts_at: None,
-        ends_at,
-        reason: "test".into(),
-        actor: None,
-    };
-    grants::issue_grant(&t.db, &g).await.unwrap()
-}
-
-/// An operator grant of `product` to the organization.
-async fn grant(t: &TestDb, org: i64, product: i64) -> i64 {
-    grant_with(t, org, product, 1, None).await
 }
 
 /// A published product with a set of its own (`sites` wikis), no tier yet.
@@ -163,10 +102,6 @@ fn removal(ladder: i64, rank: i32, d: Option<Disposition>) -> RemoveTier {
 
 fn reorder(ladder: i64, order: &[i64], d: Option<Disposition>) -> ReorderTiers {
     ReorderTiers { ladder_id: ladder, order: order.to_vec(), disposition: d, reason: "test".into(), actor: None }
-}
-
-async fn change(t: &TestDb, ty: i64, ladder: i64, d: Option<Disposition>) -> Result<i64, TopologyError> {
-    pa::change_org_type_default(&t.db, ty, ladder, d, None, "test", None).await
 }
 
 async fn tiers(t: &TestDb, ladder: i64) -> Vec<(i32, String)> {
@@ -280,24 +215,6 @@ fn support_flag(on: bool) -> (String, Option<i64>, Option<bool>) {
     ("support.priority".into(), None, Some(on))
 }
 
-async fn stale_pools(t: &TestDb) -> Vec<i64> {
-    let mut c = t.admin.acquire().await.unwrap();
-    member_console::store::entitlements::pools_out_of_date(&mut c).await.unwrap()
-}
-
-/// Every organization of a type, as (organization, name, pool), by organization id.
-async fn members_of(t: &TestDb, ty: i64) -> Vec<(i64, String, i64)> {
-    sqlx::query_as(
-        "SELECT o.organization_id, o.name, rp.pool_id FROM core.organizations o
-         JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
-         WHERE o.org_type_id = $1 ORDER BY o.organization_id",
-    )
-    .bind(ty)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap()
-}
-
 /// The floor grant holding `ladder` in the pool.
 async fn floor_grant_on(t: &TestDb, pool: i64, ladder: i64) -> i64 {
     sqlx::query_scalar(
@@ -312,15 +229,6 @@ async fn floor_grant_on(t: &TestDb, pool: i64, ladder: i64) -> i64 {
     .unwrap()
 }
 
-/// An act's obligations by state, as (pending, migrated, grandfathered, vacant, failed, superseded).
-async fn counts(t: &TestDb, act: i64) -> (i64, i64, i64, i64, i64, i64) {
-    let c = {
-        let mut conn = t.admin.acquire().await.unwrap();
-        store::counts(&mut conn, act).await.unwrap()
-    };
-    (c.pending, c.migrated, c.grandfathered, c.vacant, c.failed, c.superseded)
-}
-
 /// Obligations of the act settled more than once, or never attempted although settled.
 async fn not_once(t: &TestDb, act: i64) -> i64 {
     scalar(
@@ -331,14 +239,6 @@ async fn not_once(t: &TestDb, act: i64) -> i64 {
         ),
     )
     .await
-}
-
-async fn act_state(t: &TestDb, act: i64) -> String {
-    sqlx::query_scalar("SELECT state FROM core.plan_acts WHERE plan_act_id = $1")
-        .bind(act)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
 }
 
 /// (kind, disposition, state) of an act.
@@ -368,29 +268,6 @@ async fn reached(t: &TestDb, act: i64) -> Vec<(i64, Option<i64>, Option<i64>)> {
     .fetch_all(&t.admin)
     .await
     .unwrap()
-}
-
-async fn type_default(t: &TestDb, ty: i64) -> (Option<i64>, Option<i64>) {
-    sqlx::query_as("SELECT default_plan_ladder_id, default_owner_act_id FROM core.org_types WHERE org_type_id = $1")
-        .bind(ty)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
-}
-
-/// One listing batch, as ListPlanActBatch runs it, committed.
-async fn list_batch(t: &TestDb, act: i64, ty: i64, limit: i32) -> i32 {
-    let mut tx = begin(&t.db, TxKind::Materializing).await.unwrap();
-    let n = store::write_obligations(tx.conn(), act, ty, limit).await.unwrap();
-    tx.commit().await.unwrap();
-    n
-}
-
-fn field_errors(e: TopologyError) -> Vec<(String, String)> {
-    match e {
-        TopologyError::Invalid(p) => p,
-        other => panic!("expected Invalid, got {other:?}"),
-    }
 }
 
 fn refused(e: TopologyError) -> String {

@@ -8,6 +8,27 @@ pub mod yardstick;
 
 use sqlx::PgPool;
 
+use crate::{config::Config, scratch::ScratchDb};
+
+/// One benchmark run in a scratch database of its own (at least 8 connections), dropped after
+/// the measurement unless `keep` asks to look at it.
+pub async fn in_scratch<T>(
+    config: &Config,
+    connections: u32,
+    keep: bool,
+    measure: impl AsyncFnOnce(&ScratchDb) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let scratch = ScratchDb::create(config, "mc_bench", connections.max(8)).await?;
+    eprintln!("bench: scratch database {}", scratch.name);
+    let result = measure(&scratch).await;
+    if keep {
+        eprintln!("bench: kept {}", crate::config::mask_url(&scratch.admin_url));
+    } else {
+        scratch.drop_database().await?;
+    }
+    result
+}
+
 /// Bulk-create `n` organizations of a type, each holding `product` by an operator grant, with
 /// their entitlements materialized: setup the console itself would do one by one.
 pub async fn carrying_organizations(admin: &PgPool, n: i64, org_type: i64, product: i64) -> anyhow::Result<()> {

@@ -56,15 +56,7 @@ pub struct Report {
 pub async fn run(config: &Config, o: &Options) -> anyhow::Result<Report> {
     // The drain's own parallelism, the listing and the last probe, or the yardstick's clients.
     let connections = o.concurrency.max(pa::MOVE_PARALLELISM) as u32 + 4;
-    let scratch = ScratchDb::create(config, "mc_bench", connections.max(8)).await?;
-    eprintln!("bench: scratch database {}", scratch.name);
-    let result = measure(&scratch, o).await;
-    if o.keep {
-        eprintln!("bench: kept {}", crate::config::mask_url(&scratch.admin_url));
-    } else {
-        scratch.drop_database().await?;
-    }
-    result
+    super::in_scratch(config, connections, o.keep, async |s| measure(s, o).await).await
 }
 
 async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {

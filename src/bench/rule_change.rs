@@ -27,15 +27,7 @@ pub struct Report {
 }
 
 pub async fn run(config: &Config, o: &Options) -> anyhow::Result<Report> {
-    let scratch = ScratchDb::create(config, "mc_bench", (o.concurrency as u32 + 4).max(8)).await?;
-    eprintln!("bench: scratch database {}", scratch.name);
-    let result = measure(&scratch, o).await;
-    if o.keep {
-        eprintln!("bench: kept {}", crate::config::mask_url(&scratch.admin_url));
-    } else {
-        scratch.drop_database().await?;
-    }
-    result
+    super::in_scratch(config, o.concurrency as u32 + 4, o.keep, async |s| measure(s, o).await).await
 }
 
 async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {

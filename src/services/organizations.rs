@@ -229,12 +229,6 @@ pub async fn tier_names(db: &Db, ladder_id: i64, product_id: i64) -> Result<(Str
     Ok((ladder.unwrap_or_default(), product.unwrap_or_default()))
 }
 
-/// A ladder's name, for a preview's sentence.
-pub async fn ladder_name(db: &Db, ladder_id: i64) -> Result<Option<String>, DbError> {
-    let mut c = db.pool.acquire().await?;
-    Ok(store::ladders(&mut c).await?.into_iter().find(|l| l.plan_ladder_id == ladder_id).map(|l| l.name))
-}
-
 pub async fn plan_acts(db: &Db) -> Result<Vec<topology::PlanActRow>, DbError> {
     let mut c = db.pool.acquire().await?;
     Ok(topology::plan_acts(&mut c, 200).await?)

@@ -79,23 +79,12 @@ pub async fn change_org_type_default(
     let Some((current,)) = store::lock_org_type(tx.conn(), org_type_id).await? else {
         return Err(TopologyError::NotFound("organization type"));
     };
-    if !topology::ladder_exists(tx.conn(), ladder_id).await? {
-        return Err(invalid("plan_ladder_id", "Choose a ladder from the list."));
-    }
-    if current == Some(ladder_id) {
-        return Err(invalid("plan_ladder_id", "That ladder is this type's default already."));
-    }
-    if store::rank0_of(tx.conn(), ladder_id).await?.is_none() {
-        return Err(invalid("plan_ladder_id", "That ladder has no tiers, so it has no floor to give."));
-    }
+    decide_default_target(&mut tx, current, ladder_id).await?;
     // The gate: without a disposition, no organization may hold the outgoing default's floor.
     if let (None, Some(from)) = (disposition, current)
         && store::outgoing_default_exists(tx.conn(), org_type_id, from, None).await?
     {
-        return Err(invalid(
-            "disposition",
-            "Organizations of this type hold the current default's floor: choose whether they migrate or are grandfathered.",
-        ));
+        return Err(invalid("disposition", gate_message("the current default's")));
     }
     let type_name = store::org_type_name(tx.conn(), org_type_id).await?;
     let from_name = match current {
@@ -165,6 +154,8 @@ pub struct ReorderTiers {
 /// (nothing to move), and the refusal it would meet.
 #[derive(Debug, Clone, Default)]
 pub struct ActReach {
+    /// The ladder the act is about: a default change's new default, a reorder's ladder.
+    pub ladder: String,
     pub types: Vec<String>,
     pub organizations: i64,
     pub holding_floor: i64,
@@ -279,7 +270,9 @@ pub async fn preview_reorder_tiers(db: &Db, r: &ReorderTiers) -> Result<ActReach
         reach.holding_floor += holding;
     }
     reach.vacant = reach.organizations - reach.holding_floor;
-    reach.from_floor = Some(topology::names(tx.conn(), r.ladder_id, Some(old0)).await?.1);
+    let (ladder, from_floor) = topology::names(tx.conn(), r.ladder_id, Some(old0)).await?;
+    reach.ladder = ladder;
+    reach.from_floor = Some(from_floor);
     reach.to_floor = Some(topology::names(tx.conn(), r.ladder_id, Some(new0)).await?.1);
     if r.disposition.is_none() && reach.holding_floor > 0 {
         reach.refusal = Some(gate_message("the ladder's current"));
@@ -299,15 +292,7 @@ pub async fn preview_default_change(
     let Some((current,)) = store::org_type_default(tx.conn(), org_type_id).await? else {
         return Err(TopologyError::NotFound("organization type"));
     };
-    if !topology::ladder_exists(tx.conn(), ladder_id).await? {
-        return Err(invalid("plan_ladder_id", "Choose a ladder from the list."));
-    }
-    if current == Some(ladder_id) {
-        return Err(invalid("plan_ladder_id", "That ladder is this type's default already."));
-    }
-    let Some(to) = store::rank0_of(tx.conn(), ladder_id).await? else {
-        return Err(invalid("plan_ladder_id", "That ladder has no tiers, so it has no floor to give."));
-    };
+    let to = decide_default_target(&mut tx, current, ladder_id).await?;
     let name = store::org_type_name(tx.conn(), org_type_id).await?;
     let (organizations, holding_floor) = store::floor_reach(tx.conn(), org_type_id, current, None).await?;
     let from_floor = match current {
@@ -317,13 +302,15 @@ pub async fn preview_default_change(
         },
         None => None,
     };
+    let (ladder, to_floor) = topology::names(tx.conn(), ladder_id, Some(to)).await?;
     let mut reach = ActReach {
+        ladder,
         types: vec![name],
         organizations,
         holding_floor,
         vacant: organizations - holding_floor,
         from_floor,
-        to_floor: Some(topology::names(tx.conn(), ladder_id, Some(to)).await?.1),
+        to_floor: Some(to_floor),
         refusal: None,
     };
     if disposition.is_none() && holding_floor > 0 {
@@ -331,6 +318,20 @@ pub async fn preview_default_change(
     }
     tx.rollback().await?;
     Ok(reach)
+}
+
+/// The reads that decide a default change's target, for T0 and the preview: a ladder that exists,
+/// is not the default already and has a floor to give. Returns its rank 0.
+async fn decide_default_target(tx: &mut Tx, current: Option<i64>, ladder_id: i64) -> Result<i64, TopologyError> {
+    if !topology::ladder_exists(tx.conn(), ladder_id).await? {
+        return Err(invalid("plan_ladder_id", "Choose a ladder from the list."));
+    }
+    if current == Some(ladder_id) {
+        return Err(invalid("plan_ladder_id", "That ladder is this type's default already."));
+    }
+    store::rank0_of(tx.conn(), ladder_id)
+        .await?
+        .ok_or_else(|| invalid("plan_ladder_id", "That ladder has no tiers, so it has no floor to give."))
 }
 
 async fn enqueue_drain(tx: &mut Tx, act: i64) -> Result<(), DbError> {

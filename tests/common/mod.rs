@@ -2,6 +2,7 @@
 //! template, and helpers that prove one transaction waits on another.
 #![allow(dead_code)]
 
+pub mod acts;
 pub mod browser;
 pub mod pages;
 use std::time::{Duration, Instant};

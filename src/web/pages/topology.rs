@@ -167,28 +167,29 @@ pub async fn preview(
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
     let f = q.into_inner();
-    let refusal = |m: String| partial(StatusCode::OK, views::refusal("This tier cannot be added", &m));
-    let a = match parse_add(*id, &f, None) {
-        Ok(a) => a,
-        Err(e) => return Ok(refusal(e.to_string())),
+    let answer = async {
+        let a = parse_add(*id, &f, None)?;
+        let r = services::topology::preview_add_tier(&state.db, &a, state.config.plan_act_holder_cap).await?;
+        let names = services::organizations::tier_names(&state.db, *id, a.product_id).await?;
+        Ok(views::tier_add_preview(&views::TierAddPreview {
+            ladder: names.0,
+            product: names.1,
+            rank: r.rank,
+            holders: r.holders,
+            collisions: r.colliding,
+            refusal: r.refusal,
+        }))
     };
-    match services::topology::preview_add_tier(&state.db, &a, state.config.plan_act_holder_cap).await {
-        Ok(r) => {
-            let names = services::organizations::tier_names(&state.db, *id, a.product_id).await?;
-            Ok(partial(
-                StatusCode::OK,
-                views::tier_add_preview(&views::TierAddPreview {
-                    ladder: names.0,
-                    product: names.1,
-                    rank: r.rank,
-                    holders: r.holders,
-                    collisions: r.colliding,
-                    refusal: r.refusal,
-                }),
-            ))
-        }
-        Err(TopologyError::Db(d)) => Err(d.into()),
-        Err(e) => Ok(refusal(e.to_string())),
+    preview_answer("This tier cannot be added", answer.await)
+}
+
+/// A preview's answer, in place (200): what the act would reach, or the refusal it would meet
+/// (bad input, a cap, the gate, no such ladder or tier); a database failure is an error page.
+fn preview_answer(refused: &str, answer: Result<views::Markup, TopologyError>) -> Result<HttpResponse, AppError> {
+    match answer {
+        Ok(m) => Ok(partial(StatusCode::OK, m)),
+        Err(TopologyError::Db(e)) => Err(e.into()),
+        Err(e) => Ok(partial(StatusCode::OK, views::refusal(refused, &e.to_string()))),
     }
 }
 
@@ -362,25 +363,20 @@ pub async fn default_preview(
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
     let f = q.into_inner();
-    let refusal = |m: String| partial(StatusCode::OK, views::refusal("This default cannot be changed", &m));
-    let mut problems = vec![];
-    let d = disposition(&f, &mut problems);
-    let Some(ladder) = value(&f, "plan_ladder_id").trim().parse::<i64>().ok() else {
-        return Ok(refusal("Choose a ladder to preview.".into()));
-    };
-    if let Some((_, m)) = problems.pop() {
-        return Ok(refusal(m));
-    }
-    match services::plan_acts::preview_default_change(&state.db, *id, ladder, d).await {
-        Ok(r) => {
-            let to = services::organizations::ladder_name(&state.db, ladder).await?.unwrap_or_default();
-            let action = format!("Changing {}'s default to {to}", r.types.first().cloned().unwrap_or_default());
-            Ok(partial(StatusCode::OK, views::act_reach_preview(&reach_preview(action, r, d))))
+    let answer = async {
+        let mut problems = vec![];
+        let d = disposition(&f, &mut problems);
+        let Some(ladder) = value(&f, "plan_ladder_id").trim().parse::<i64>().ok() else {
+            return Err(TopologyError::Invalid(vec![("plan_ladder_id".into(), "Choose a ladder to preview.".into())]));
+        };
+        if !problems.is_empty() {
+            return Err(TopologyError::Invalid(problems));
         }
-        Err(TopologyError::Db(e)) => Err(e.into()),
-        Err(TopologyError::NotFound(_)) => Err(AppError::NotFound),
-        Err(e) => Ok(refusal(e.to_string())),
-    }
+        let r = services::plan_acts::preview_default_change(&state.db, *id, ladder, d).await?;
+        let action = format!("Changing {}'s default to {}", r.types.first().cloned().unwrap_or_default(), r.ladder);
+        Ok(views::act_reach_preview(&reach_preview(action, r, d)))
+    };
+    preview_answer("This default cannot be changed", answer.await)
 }
 
 fn parse_remove(
@@ -406,28 +402,20 @@ pub async fn remove_preview(
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
     let f = q.into_inner();
-    let refusal = |m: String| partial(StatusCode::OK, views::refusal("This tier cannot be removed", &m));
-    let r = match parse_remove(ladder, rank, &f, None) {
-        Ok(r) => r,
-        Err(e) => return Ok(refusal(e.to_string())),
+    let answer = async {
+        let r = parse_remove(ladder, rank, &f, None)?;
+        let p = services::topology::preview_remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await?;
+        Ok(views::tier_removal_preview(&views::TierRemovalPreview {
+            ladder: p.ladder,
+            product: p.product,
+            rank,
+            holders: p.holders,
+            disposition: r.disposition.map(|d| d.as_str().to_string()),
+            floor_after: p.floor_after,
+            refusal: p.refusal,
+        }))
     };
-    match services::topology::preview_remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await {
-        Ok(p) => Ok(partial(
-            StatusCode::OK,
-            views::tier_removal_preview(&views::TierRemovalPreview {
-                ladder: p.ladder,
-                product: p.product,
-                rank,
-                holders: p.holders,
-                disposition: r.disposition.map(|d| d.as_str().to_string()),
-                floor_after: p.floor_after,
-                refusal: p.refusal,
-            }),
-        )),
-        Err(TopologyError::Db(e)) => Err(e.into()),
-        Err(TopologyError::NotFound(_)) => Err(AppError::NotFound),
-        Err(e) => Ok(refusal(e.to_string())),
-    }
+    preview_answer("This tier cannot be removed", answer.await)
 }
 
 /// RemoveTier: one transaction moves every holder; the operator lands on the act's record.
@@ -499,26 +487,18 @@ pub async fn tier_order_preview(
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
     let f = q.into_inner();
-    let refusal = |m: String| partial(StatusCode::OK, views::refusal("These tiers cannot be reordered", &m));
-    let r = match parse_tier_order(*id, &f, None) {
-        Ok(r) => r,
-        Err(e) => return Ok(refusal(e.to_string())),
+    let answer = async {
+        let r = parse_tier_order(*id, &f, None)?;
+        let p = services::plan_acts::preview_reorder_tiers(&state.db, &r).await?;
+        let action = match (&p.from_floor, &p.to_floor) {
+            (Some(from), Some(to)) if from != to => {
+                format!("Reordering {} (its floor becomes {to} instead of {from})", p.ladder)
+            }
+            _ => format!("Reordering {} (its floor stays)", p.ladder),
+        };
+        Ok(views::act_reach_preview(&reach_preview(action, p, r.disposition)))
     };
-    match services::plan_acts::preview_reorder_tiers(&state.db, &r).await {
-        Ok(p) => {
-            let ladder = services::organizations::ladder_name(&state.db, *id).await?.unwrap_or_default();
-            let action = match (&p.from_floor, &p.to_floor) {
-                (Some(from), Some(to)) if from != to => {
-                    format!("Reordering {ladder} (its floor becomes {to} instead of {from})")
-                }
-                _ => format!("Reordering {ladder} (its floor stays)"),
-            };
-            Ok(partial(StatusCode::OK, views::act_reach_preview(&reach_preview(action, p, r.disposition))))
-        }
-        Err(TopologyError::Db(e)) => Err(e.into()),
-        Err(TopologyError::NotFound(_)) => Err(AppError::NotFound),
-        Err(e) => Ok(refusal(e.to_string())),
-    }
+    preview_answer("These tiers cannot be reordered", answer.await)
 }
 
 /// ReorderTiers: T0, then the moves for part of this request; the operator lands on the act.

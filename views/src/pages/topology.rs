@@ -391,17 +391,7 @@ pub fn remove_tier_form(csrf: &str, ladder_id: i64, rank: i32, product_name: &st
                         required: true,
                         hint: None,
                     }))
-                    (input_field(&Input {
-                        id: &reason_id,
-                        name: "reason",
-                        label: "Reason",
-                        kind: "text",
-                        value: f.value("reason"),
-                        error: f.field_error("reason"),
-                        required: false,
-                        placeholder: Some("optional"),
-                        hint: None,
-                    }))
+                    (reason_field(&reason_id, f))
                     div.form-actions {
                         (preview_button(&action, &preview_id))
                         button.btn.btn-danger type="submit" aria-label=(format!("Remove tier at rank {rank}")) {
@@ -542,17 +532,7 @@ pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[(i64, String, i32)],
                         required: false,
                         hint: Some("needed only when rank 0 changes and organizations hold the current floor"),
                     }))
-                    (input_field(&Input {
-                        id: &reason_id,
-                        name: "reason",
-                        label: "Reason",
-                        kind: "text",
-                        value: f.value("reason"),
-                        error: f.field_error("reason"),
-                        required: false,
-                        placeholder: Some("optional"),
-                        hint: None,
-                    }))
+                    (reason_field(&reason_id, f))
                     div.form-actions {
                         (preview_button(&action, &preview_id))
                         button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Save tier order" }
@@ -791,17 +771,7 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String
                     required: true,
                     hint: None,
                 }))
-                (input_field(&Input {
-                    id: &reason_id,
-                    name: "reason",
-                    label: "Reason",
-                    kind: "text",
-                    value: f.value("reason"),
-                    error: f.field_error("reason"),
-                    required: false,
-                    placeholder: Some("optional"),
-                    hint: None,
-                }))
+                (reason_field(&reason_id, f))
                 div.form-actions {
                     (preview_button(&action, &preview_id))
                     button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Change default" }
@@ -810,6 +780,21 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String
             div #(preview_id) aria-live="polite" {}
         }
     }
+}
+
+/// A plan act's optional reason, kept in the act's record.
+fn reason_field(id: &str, f: &FormState) -> Markup {
+    input_field(&Input {
+        id,
+        name: "reason",
+        label: "Reason",
+        kind: "text",
+        value: f.value("reason"),
+        error: f.field_error("reason"),
+        required: false,
+        placeholder: Some("optional"),
+        hint: None,
+    })
 }
 
 /// The rank, with rank 0 labelled as the floor.
