@@ -38,6 +38,9 @@ pub struct Config {
     pub rule_change_sync_cap: i64,
     /// A tier add or removal reaching more organizations than this is refused (planActHolderCap).
     pub plan_act_holder_cap: i64,
+    /// Reverse proxies whose `X-Forwarded-For` names the client (the sign-in limits count per
+    /// client address). Empty: the peer is the client, and the header is ignored.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl Config {
@@ -70,6 +73,13 @@ impl Config {
         let worker_concurrency = number(&get, "CONSOLE_WORKER_CONCURRENCY", 4, 1..=64)? as usize;
         let rule_change_sync_cap = number(&get, "CONSOLE_RULE_CHANGE_SYNC_CAP", 100, 0..=100_000)? as i64;
         let plan_act_holder_cap = number(&get, "CONSOLE_PLAN_ACT_HOLDER_CAP", 10_000, 0..=10_000_000)? as i64;
+        let trusted_proxies = get("CONSOLE_TRUSTED_PROXIES")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().map_err(|_| invalid("CONSOLE_TRUSTED_PROXIES", format!("{s:?} is not an IP address"))))
+            .collect::<Result<Vec<std::net::IpAddr>, _>>()?;
 
         let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
         if needs_dir {
@@ -97,6 +107,7 @@ impl Config {
             worker_concurrency,
             rule_change_sync_cap,
             plan_act_holder_cap,
+            trusted_proxies,
         })
     }
 
@@ -122,7 +133,9 @@ impl fmt::Display for Config {
         writeln!(f, "CONSOLE_LOCK_TIMEOUT_MS={}", self.lock_timeout.as_millis())?;
         writeln!(f, "CONSOLE_WORKER_CONCURRENCY={}", self.worker_concurrency)?;
         writeln!(f, "CONSOLE_RULE_CHANGE_SYNC_CAP={}", self.rule_change_sync_cap)?;
-        write!(f, "CONSOLE_PLAN_ACT_HOLDER_CAP={}", self.plan_act_holder_cap)
+        writeln!(f, "CONSOLE_PLAN_ACT_HOLDER_CAP={}", self.plan_act_holder_cap)?;
+        let proxies: Vec<String> = self.trusted_proxies.iter().map(|p| p.to_string()).collect();
+        write!(f, "CONSOLE_TRUSTED_PROXIES={}", if proxies.is_empty() { "(none)".into() } else { proxies.join(",") })
     }
 }
 

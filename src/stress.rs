@@ -810,7 +810,7 @@ async fn settle_plan_acts(ctx: &Ctx) {
         for act in acts {
             match pa::drain_plan_act(&ctx.db, act, None).with_subscriber(ctx.quiet.clone()).await {
                 Ok(_) | Err(DbError::LockNotAvailable) => {}
-                Err(DbError::Deadlock) => ctx.tally_deadlock(format!("draining plan act {act} after the run")),
+                Err(DbError::Deadlock(_)) => ctx.tally_deadlock(format!("draining plan act {act} after the run")),
                 Err(e) => ctx.tally_error(format!("draining plan act {act} after the run: {e}")),
             }
         }
@@ -1367,7 +1367,7 @@ enum Failure {
 impl From<DbError> for Failure {
     fn from(e: DbError) -> Self {
         match e {
-            DbError::Deadlock => Failure::Deadlock(e.to_string()),
+            DbError::Deadlock(_) => Failure::Deadlock(e.to_string()),
             other => Failure::Error(other.to_string()),
         }
     }

@@ -9,7 +9,7 @@ use common::TestDb;
 use member_console::db::{
     DbError, TxKind, begin,
     locks::Lock,
-    tx::{RENDEZVOUS_HELD, opening_statements},
+    tx::{TAKE_RENDEZVOUS_EXCLUSIVE, TAKE_RENDEZVOUS_SHARED, opening_statements},
 };
 
 async fn show(tx: &mut member_console::db::Tx, setting: &str) -> String {
@@ -29,21 +29,19 @@ fn each_kind_sets_its_bounds_before_its_advisory_lock() {
         vec![
             "BEGIN ISOLATION LEVEL READ COMMITTED",
             "SET LOCAL lock_timeout = '5000ms'",
-            "SELECT pg_advisory_xact_lock_shared(core.rendezvous_key())",
-            RENDEZVOUS_HELD,
+            TAKE_RENDEZVOUS_SHARED,
         ]
     );
     let r = opening_statements(TxKind::RuleChange, five).unwrap();
-    assert_eq!(r[r.len() - 2], "SELECT pg_advisory_xact_lock(core.rendezvous_key())");
-    assert_eq!(r.last().unwrap(), RENDEZVOUS_HELD);
+    assert_eq!(r.last().unwrap(), TAKE_RENDEZVOUS_EXCLUSIVE);
     let g = opening_statements(TxKind::Registry, five).unwrap();
     assert_eq!(g.last().unwrap(), "SELECT pg_advisory_xact_lock(core.registry_key())");
     assert!(!g.iter().any(|s| s.contains("lock_timeout")));
     let p = opening_statements(TxKind::Plain, five).unwrap();
     assert_eq!(p.len(), 1);
     let w = opening_statements(TxKind::MaterializingWithin(Instant::now() + Duration::from_millis(800)), five).unwrap();
-    let lock_pos = w.iter().position(|s| s.contains("advisory")).unwrap();
-    assert_eq!(lock_pos, w.len() - 2, "the rendezvous comes after every SET, then its mark: {w:?}");
+    let lock_pos = w.iter().position(|s| s.contains("take_rendezvous")).unwrap();
+    assert_eq!(lock_pos, w.len() - 1, "the rendezvous comes after every SET: {w:?}");
     assert!(w.iter().any(|s| s.starts_with("SET LOCAL statement_timeout")));
     assert!(matches!(
         opening_statements(TxKind::MaterializingWithin(Instant::now()), five),
@@ -195,23 +193,36 @@ async fn a_rollback_releases_every_advisory_lock() {
 }
 
 #[tokio::test]
-async fn sign_in_holds_the_account_row_it_declares() {
+async fn sign_in_takes_the_address_row_then_the_pair_row_as_it_declares() {
+    use member_console::services::auth::{AuthError, Email, SIGN_IN_LOCKS, sign_in};
     let t = TestDb::new().await;
     member_console::demo::load(&t.db).await.unwrap();
-    // Pause the path after its lock: the failure count waits on a table lock the test holds.
-    let mut admin = t.admin.acquire().await.unwrap();
-    let blocker_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *admin).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut *admin).await.unwrap();
-    sqlx::query("LOCK TABLE core.sign_in_failures IN ACCESS EXCLUSIVE MODE").execute(&mut *admin).await.unwrap();
+    let email = Email::parse(member_console::demo::MEMBER_EMAIL).unwrap();
+    assert_eq!(SIGN_IN_LOCKS.locks, &[Lock::SignInAddressRow, Lock::SignInThrottleRow]);
+
+    // Transaction A holds the (email, address) row, as an attempt on the same pair would.
+    let mut a = t.runtime_conn().await;
+    let a_pid = common::backend_pid(&mut a).await;
+    sqlx::query("BEGIN").execute(&mut a).await.unwrap();
+    sqlx::query("SELECT * FROM core.reserve_sign_in($1, '127.0.0.1', '15 minutes', 30, 5, '1 minute', '15 minutes', '1 day')")
+        .bind(email.as_str())
+        .execute(&mut a)
+        .await
+        .unwrap();
+    // B, the path, takes the address row and then waits for the pair's row.
     let db = t.db.clone();
-    let path = tokio::spawn(async move {
-        let email = member_console::services::auth::Email::parse(member_console::demo::MEMBER_EMAIL).unwrap();
-        member_console::services::auth::sign_in(&db, &email, member_console::demo::MEMBER_PASSWORD, "127.0.0.1").await
-    });
-    let waiter = common::wait_for_waiter(&t.admin, &t.name, blocker_pid).await;
-    common::assert_holds(&t.admin, waiter, member_console::services::auth::SIGN_IN_LOCKS.locks).await;
-    sqlx::query("COMMIT").execute(&mut *admin).await.unwrap();
-    assert!(path.await.unwrap().is_ok());
+    let e2 = email.clone();
+    let b = tokio::spawn(async move { sign_in(&db, &e2, "wrong password", "127.0.0.1", None).await });
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
+    common::assert_holds(&t.admin, waiter, &SIGN_IN_LOCKS.locks[..1]).await;
+    // A's attempt counts, so B's reads it: two failures.
+    sqlx::query("COMMIT").execute(&mut a).await.unwrap();
+    assert!(matches!(b.await.unwrap(), Err(AuthError::InvalidCredentials)));
+    let failures: i32 = sqlx::query_scalar("SELECT failures FROM core.sign_in_throttle WHERE address = '127.0.0.1'")
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert_eq!(failures, 2);
 }
 
 #[test]

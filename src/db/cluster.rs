@@ -108,10 +108,19 @@ pub enum ClusterError {
 
     #[error(
         "the console runs as root and PostgreSQL refuses to run as root, but /etc/passwd has no \
-         unprivileged user to run it as (neither `postgres` nor `nobody`). Create one (e.g. \
-         `useradd --system postgres`), run the console as a non-root user, or set DATABASE_URL"
+         `postgres` user to run it as (the console never runs it as `nobody`, which every daemon \
+         without a user of its own shares). Create one (`useradd --system --home-dir /var/lib/postgresql \
+         postgres`), run the console as a non-root user, or set DATABASE_URL"
     )]
     NoUnprivilegedUser,
+
+    #[error(
+        "the private cluster in {pgdata} belongs to `nobody`, and the console does not run PostgreSQL \
+         as `nobody` (every daemon without a user of its own shares it, so any of them could read \
+         or change the data). Give it to the `postgres` user (`chown -R postgres: {pgdata}`) or \
+         remove it to start afresh"
+    )]
+    OwnedByNobody { pgdata: PathBuf },
 
     #[error(
         "PostgreSQL must run as the unprivileged user `{user}` (it refuses to run as root), but \
@@ -829,6 +838,7 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
 
 // ---- users -----------------------------------------------------------------------------------
 
+#[derive(Debug)]
 struct RunAs {
     name: String,
     uid: u32,
@@ -836,28 +846,38 @@ struct RunAs {
 }
 
 /// Who the server runs as: the console's own user, unless that is root (postgres refuses root).
-/// Then the owner of an existing cluster, else `postgres`, else `nobody`.
+/// Then the owner of an existing cluster, else `postgres`; never `nobody`.
 fn choose_run_as(pgdata: &Path) -> Result<Option<RunAs>, ClusterError> {
     if effective_uid() != Some(0) {
         return Ok(None);
     }
-    let users = read_passwd();
-    if let Ok(meta) = fs::metadata(pgdata.join("PG_VERSION"))
-        && meta.uid() != 0
+    let owner = fs::metadata(pgdata.join("PG_VERSION")).ok().map(|m| (m.uid(), m.gid()));
+    pick_run_as(&read_passwd(), owner, pgdata).map(Some)
+}
+
+/// The user for a root console: the existing cluster's owner (not root, not `nobody`), else
+/// `postgres`.
+fn pick_run_as(users: &[RunAs], existing_owner: Option<(u32, u32)>, pgdata: &Path) -> Result<RunAs, ClusterError> {
+    const NOBODY_UID: u32 = 65534;
+    let is_nobody = |uid: u32| uid == NOBODY_UID || users.iter().any(|u| u.uid == uid && u.name == "nobody");
+    if let Some((uid, gid)) = existing_owner
+        && uid != 0
     {
-        let known = users.iter().find(|u| u.uid == meta.uid());
-        return Ok(Some(RunAs {
-            name: known.map_or(format!("uid {}", meta.uid()), |u| u.name.clone()),
-            uid: meta.uid(),
-            gid: known.map_or(meta.gid(), |u| u.gid),
-        }));
-    }
-    for wanted in ["postgres", "nobody"] {
-        if let Some(u) = users.iter().find(|u| u.name == wanted && u.uid != 0) {
-            return Ok(Some(RunAs { name: u.name.clone(), uid: u.uid, gid: u.gid }));
+        if is_nobody(uid) {
+            return Err(ClusterError::OwnedByNobody { pgdata: pgdata.to_path_buf() });
         }
+        let known = users.iter().find(|u| u.uid == uid);
+        return Ok(RunAs {
+            name: known.map_or(format!("uid {uid}"), |u| u.name.clone()),
+            uid,
+            gid: known.map_or(gid, |u| u.gid),
+        });
     }
-    Err(ClusterError::NoUnprivilegedUser)
+    users
+        .iter()
+        .find(|u| u.name == "postgres" && u.uid != 0 && !is_nobody(u.uid))
+        .map(|u| RunAs { name: u.name.clone(), uid: u.uid, gid: u.gid })
+        .ok_or(ClusterError::NoUnprivilegedUser)
 }
 
 /// The effective uid, from the owner of /proc/self (Linux), else `id -u`.
@@ -1194,5 +1214,32 @@ fn command_failed(cmd: &Command, what: &str, out: &Output, hint: &str) -> Cluste
         status: out.status.to_string(),
         output: combined(out),
         hint: hint.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, uid: u32) -> RunAs {
+        RunAs { name: name.into(), uid, gid: uid }
+    }
+
+    #[test]
+    fn a_root_console_runs_postgres_as_postgres_and_never_as_nobody() {
+        let dir = Path::new("/srv/pg");
+        let with_both = [user("root", 0), user("nobody", 65534), user("postgres", 104)];
+        assert_eq!(pick_run_as(&with_both, None, dir).unwrap().name, "postgres");
+
+        let only_nobody = [user("root", 0), user("nobody", 65534)];
+        assert!(matches!(pick_run_as(&only_nobody, None, dir), Err(ClusterError::NoUnprivilegedUser)));
+
+        // A cluster an earlier version made as nobody is refused, with what to do.
+        let e = pick_run_as(&with_both, Some((65534, 65534)), dir).unwrap_err();
+        assert!(matches!(e, ClusterError::OwnedByNobody { .. }), "{e}");
+        assert!(e.to_string().contains("chown -R postgres"), "{e}");
+
+        // Another owner of an existing cluster is kept.
+        assert_eq!(pick_run_as(&with_both, Some((104, 104)), dir).unwrap().uid, 104);
     }
 }

@@ -18,8 +18,10 @@ pub enum Lock {
     /// An email domain being provisioned (advisory, family 2): a domain grant's issue against the
     /// creation of an organization with that domain.
     ProvisionDomain,
-    /// One account's row, FOR UPDATE: serializes sign-in attempts on one account.
-    AccountRow,
+    /// A client address's sign-in window row (`core.sign_in_addresses`), FOR UPDATE.
+    SignInAddressRow,
+    /// An (email, address) sign-in throttle row (`core.sign_in_throttle`), FOR UPDATE.
+    SignInThrottleRow,
     /// Due job rows, FOR UPDATE SKIP LOCKED: each worker claims different jobs.
     JobRows,
     /// Due schedule rows, FOR UPDATE SKIP LOCKED: one worker fires a schedule at a time.
@@ -76,7 +78,8 @@ impl Lock {
             Lock::RendezvousExclusive => "Materialization rendezvous (exclusive)",
             Lock::Registry => "Domains registry",
             Lock::ProvisionDomain => "Provision domain",
-            Lock::AccountRow => "Account row",
+            Lock::SignInAddressRow => "Sign-in address row",
+            Lock::SignInThrottleRow => "Sign-in (email, address) row",
             Lock::JobRows => "Job rows (SKIP LOCKED)",
             Lock::ScheduleRows => "Schedule rows (SKIP LOCKED)",
             Lock::PoolRow => "Pool row",
@@ -104,7 +107,8 @@ impl Lock {
             Lock::RendezvousShared | Lock::RendezvousExclusive => "rendezvous",
             Lock::Registry => "registry",
             Lock::ProvisionDomain => "provision-domain",
-            Lock::AccountRow => "core.accounts",
+            Lock::SignInAddressRow => "core.sign_in_addresses",
+            Lock::SignInThrottleRow => "core.sign_in_throttle",
             Lock::JobRows => "integration.jobs",
             Lock::ScheduleRows => "integration.job_schedules",
             Lock::PoolRow => "core.resource_pools",
@@ -137,7 +141,8 @@ impl Lock {
             Lock::Registry => PgSignature::Advisory { key_sql: "core.registry_key()", mode: "ExclusiveLock" },
             // Its key depends on the domain: the test names it.
             Lock::ProvisionDomain => PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" },
-            Lock::AccountRow => PgSignature::Relation { table: "core.accounts", mode: "RowShareLock" },
+            Lock::SignInAddressRow => PgSignature::Relation { table: "core.sign_in_addresses", mode: "RowShareLock" },
+            Lock::SignInThrottleRow => PgSignature::Relation { table: "core.sign_in_throttle", mode: "RowShareLock" },
             Lock::JobRows => PgSignature::Relation { table: "integration.jobs", mode: "RowShareLock" },
             Lock::ScheduleRows => PgSignature::Relation { table: "integration.job_schedules", mode: "RowShareLock" },
             Lock::PoolRow => PgSignature::Relation { table: "core.resource_pools", mode: "RowShareLock" },
@@ -291,7 +296,8 @@ const ALL: &[Lock] = &[
     Lock::RendezvousExclusive,
     Lock::Registry,
     Lock::ProvisionDomain,
-    Lock::AccountRow,
+    Lock::SignInAddressRow,
+    Lock::SignInThrottleRow,
     Lock::JobRows,
     Lock::ScheduleRows,
     Lock::PoolRow,
@@ -343,27 +349,27 @@ mod tests {
             path: "A",
             function: "a",
             kind: "Plain",
-            locks: &[Lock::RendezvousShared, Lock::AccountRow],
+            locks: &[Lock::RendezvousShared, Lock::SignInAddressRow],
             why: "",
         };
         static B: PathLocks = PathLocks {
             path: "B",
             function: "b",
             kind: "Plain",
-            locks: &[Lock::AccountRow, Lock::RendezvousExclusive],
+            locks: &[Lock::SignInAddressRow, Lock::RendezvousExclusive],
             why: "",
         };
         let c = find_cycle(&[&A, &B]).expect("a cycle");
-        assert!(c.contains(&"rendezvous") && c.contains(&"core.accounts"), "{c:?}");
+        assert!(c.contains(&"rendezvous") && c.contains(&"core.sign_in_addresses"), "{c:?}");
         assert!(find_cycle(&[&A]).is_none());
     }
 
     #[test]
     fn skip_locked_adds_no_wait() {
         static A: PathLocks =
-            PathLocks { path: "A", function: "a", kind: "Plain", locks: &[Lock::AccountRow, Lock::JobRows], why: "" };
+            PathLocks { path: "A", function: "a", kind: "Plain", locks: &[Lock::SignInAddressRow, Lock::JobRows], why: "" };
         static B: PathLocks =
-            PathLocks { path: "B", function: "b", kind: "Plain", locks: &[Lock::JobRows, Lock::AccountRow], why: "" };
+            PathLocks { path: "B", function: "b", kind: "Plain", locks: &[Lock::JobRows, Lock::SignInAddressRow], why: "" };
         assert!(find_cycle(&[&A, &B]).is_none());
     }
 
@@ -375,6 +381,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 23, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 24, "add a new lock to ALL too");
     }
 }

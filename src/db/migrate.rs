@@ -23,6 +23,7 @@ pub enum MigrateError {
 pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Result<(), MigrateError> {
     MIGRATOR.run(admin).await?;
     sqlx::query("GRANT SELECT ON public._sqlx_migrations TO console_runtime").execute(admin).await?;
+    harden_database(admin).await?;
     // The role is cluster-wide: set its password only when it does not already let us in, so
     // replicas starting together do not race on the role row.
     let runtime = runtime_options(admin_url, runtime_password)?;
@@ -34,6 +35,17 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
     Ok(())
 }
 
+/// What the database itself must refuse, applied on every run (a database's own privileges are
+/// not copied when it is created from a template, so a migration alone would not keep them):
+/// no temporary objects for PUBLIC, so no role can create a table or function in `pg_temp`
+/// that could shadow a name a function resolves.
+pub async fn harden_database(admin: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql("DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database()); END $$")
+        .execute(admin)
+        .await?;
+    Ok(())
+}
+
 /// The run-time connection: the administrative URL's host, port and database, as
 /// `console_runtime`.
 pub fn runtime_options(admin_url: &str, runtime_password: &str) -> Result<PgConnectOptions, MigrateError> {
@@ -42,9 +54,9 @@ pub fn runtime_options(admin_url: &str, runtime_password: &str) -> Result<PgConn
 }
 
 /// Are the database's applied migrations exactly the ones this build carries?
-pub async fn is_current(pool: &PgPool) -> Result<bool, sqlx::Error> {
+pub async fn is_current(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
     let applied: Vec<(i64, bool)> =
-        sqlx::query_as("SELECT version, success FROM public._sqlx_migrations ORDER BY version").fetch_all(pool).await?;
+        sqlx::query_as("SELECT version, success FROM public._sqlx_migrations ORDER BY version").fetch_all(conn).await?;
     let expected: Vec<i64> =
         MIGRATOR.iter().filter(|m| m.migration_type.is_up_migration()).map(|m| m.version).collect();
     Ok(applied.iter().all(|(_, ok)| *ok) && applied.iter().map(|(v, _)| *v).collect::<Vec<_>>() == expected)

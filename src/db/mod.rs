@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod keys;
 pub mod locks;
 pub mod migrate;
+pub mod retry;
 pub mod tx;
 
 use std::time::Duration;
@@ -46,8 +47,10 @@ pub enum DbError {
     /// The request's deadline ran out before or during the transaction.
     #[error("the request's deadline passed")]
     DeadlinePassed,
-    #[error("deadlock detected")]
-    Deadlock,
+    /// The server broke a deadlock (40P01), which the lock order should make impossible; the
+    /// server's detail names the backends involved.
+    #[error("deadlock detected: {0}")]
+    Deadlock(String),
     #[error(transparent)]
     Sql(sqlx::Error),
 }
@@ -57,7 +60,10 @@ impl From<sqlx::Error> for DbError {
         match sqlstate(&e).as_deref() {
             Some(LOCK_NOT_AVAILABLE) => DbError::LockNotAvailable,
             Some(QUERY_CANCELED) => DbError::DeadlinePassed,
-            Some(DEADLOCK_DETECTED) => DbError::Deadlock,
+            Some(DEADLOCK_DETECTED) => {
+                let detail = e.as_database_error().and_then(|d| d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()).and_then(|p| p.detail()).unwrap_or_default().to_string();
+                DbError::Deadlock(detail)
+            }
             _ => DbError::Sql(e),
         }
     }

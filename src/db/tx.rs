@@ -61,7 +61,7 @@ impl Tx {
     pub async fn commit(mut self) -> Result<(), DbError> {
         let mut c = self.conn.take().expect("open");
         // COMMIT of a transaction that failed rolls it back and reports the failure.
-        sqlx::raw_sql("COMMIT").execute(&mut *c).await?;
+        committing(sqlx::raw_sql("COMMIT").execute(&mut *c)).await?;
         Ok(())
     }
 
@@ -81,6 +81,20 @@ impl Tx {
         }
         q.execute(self.conn()).await?;
         Ok(())
+    }
+}
+
+/// A transaction is a connection to run statements on.
+impl std::ops::Deref for Tx {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        self.conn.as_ref().expect("a Tx is open until commit or rollback consumes it")
+    }
+}
+
+impl std::ops::DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        self.conn()
     }
 }
 
@@ -109,8 +123,80 @@ tokio::task_local! {
     pub static REQUEST_DEADLINE: Instant;
 }
 
-/// The transaction-local mark core.assert_rendezvous trusts, set right after the rendezvous.
-pub const RENDEZVOUS_HELD: &str = "SELECT set_config('core.holds_rendezvous', 'yes', true)";
+tokio::task_local! {
+    /// What the request this task serves has committed so far, so its answer at a deadline can
+    /// say whether anything was saved (set by the web layer).
+    pub static REQUEST_WRITES: std::sync::Arc<WriteLedger>;
+}
+
+/// A request's commits: whether one finished, and whether one was on its way when the request
+/// stopped (its outcome then unknown to the console).
+#[derive(Debug, Default)]
+pub struct WriteLedger {
+    committed: std::sync::atomic::AtomicBool,
+    committing: std::sync::atomic::AtomicBool,
+}
+
+/// What a request that stopped early had saved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Saved {
+    Nothing,
+    /// A commit finished; more was to come.
+    Partly,
+    /// A COMMIT was sent and its answer not received.
+    Unknown,
+}
+
+impl WriteLedger {
+    pub fn saved(&self) -> Saved {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.committing.load(SeqCst) {
+            Saved::Unknown
+        } else if self.committed.load(SeqCst) {
+            Saved::Partly
+        } else {
+            Saved::Nothing
+        }
+    }
+
+    fn note(f: impl FnOnce(&WriteLedger)) {
+        let _ = REQUEST_WRITES.try_with(|l| f(l));
+    }
+}
+
+/// Run a COMMIT (or a batch ending in one), keeping the request's ledger: on the way, then done
+/// or, when the server answered with an error other than a timeout, not done.
+async fn committing<T>(commit: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T, sqlx::Error> {
+    use std::sync::atomic::Ordering::SeqCst;
+    WriteLedger::note(|l| l.committing.store(true, SeqCst));
+    let r = commit.await;
+    match &r {
+        Ok(_) => WriteLedger::note(|l| {
+            l.committed.store(true, SeqCst);
+            l.committing.store(false, SeqCst);
+        }),
+        // A timeout may have come after the commit was durable: the outcome stays unknown.
+        Err(e) if super::sqlstate(e).as_deref() == Some(super::QUERY_CANCELED) => {}
+        Err(_) => WriteLedger::note(|l| l.committing.store(false, SeqCst)),
+    }
+    r
+}
+
+/// The opening statement that takes the rendezvous: a `core_owner` function that takes the
+/// advisory lock and then seals the transaction's mark, which core.assert_rendezvous checks
+/// (migration 0013): the run-time role cannot make the mark itself.
+pub const TAKE_RENDEZVOUS_SHARED: &str = "SELECT core.take_rendezvous_shared()";
+pub const TAKE_RENDEZVOUS_EXCLUSIVE: &str = "SELECT core.take_rendezvous_exclusive()";
+
+/// `SET LOCAL application_name` to the path running (the current span's name), so a deadlock's
+/// report can name the other path from `pg_stat_activity`.
+fn application_name() -> Option<String> {
+    let span = tracing::Span::current();
+    let name = span.metadata()?.name();
+    let clean: String =
+        name.chars().filter(|c| c.is_ascii_alphanumeric() || " ,.()-_".contains(*c)).take(60).collect();
+    Some(format!("SET LOCAL application_name = 'mc: {clean}'"))
+}
 
 /// What a kind's opening statements are, in order: exposed so the tests and the docs can show
 /// them, and so there is one definition.
@@ -119,7 +205,7 @@ pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<St
     match kind {
         TxKind::Materializing => {
             s.push(format!("SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis()));
-            s.push("SELECT pg_advisory_xact_lock_shared(core.rendezvous_key())".into());
+            s.push(TAKE_RENDEZVOUS_SHARED.into());
         }
         TxKind::MaterializingWithin(deadline) => {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -131,19 +217,18 @@ pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<St
             s.push(format!("SET LOCAL lock_timeout = '{lock_ms}ms'"));
             s.push(format!("SET LOCAL statement_timeout = '{ms}ms'"));
             s.push(format!("SET LOCAL idle_in_transaction_session_timeout = '{ms}ms'"));
-            s.push("SELECT pg_advisory_xact_lock_shared(core.rendezvous_key())".into());
+            s.push(TAKE_RENDEZVOUS_SHARED.into());
         }
         TxKind::RuleChange => {
             s.push(format!("SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis()));
-            s.push("SELECT pg_advisory_xact_lock(core.rendezvous_key())".into());
+            s.push(TAKE_RENDEZVOUS_EXCLUSIVE.into());
         }
         TxKind::Registry => s.push("SELECT pg_advisory_xact_lock(core.registry_key())".into()),
         TxKind::Plain => {}
     }
-    if matches!(kind, TxKind::Materializing | TxKind::MaterializingWithin(_) | TxKind::RuleChange) {
-        // Runs only once the rendezvous is granted (a failed lock ends the batch), so
-        // core.assert_rendezvous need not read pg_locks in this transaction.
-        s.push(RENDEZVOUS_HELD.into());
+    if let Some(set) = application_name() {
+        // Before the locks: a SET takes none.
+        s.insert(1, set);
     }
     if !matches!(kind, TxKind::MaterializingWithin(_))
         && let Ok(deadline) = REQUEST_DEADLINE.try_with(|d| *d)
@@ -156,6 +241,14 @@ pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<St
         s.insert(1, format!("SET LOCAL statement_timeout = '{}ms'", left.as_millis()));
     }
     Ok(s)
+}
+
+impl Db {
+    /// A transaction for reads: Plain, so under a request its statements are bounded by the
+    /// request's deadline. Dropping it ends it (rolled back off the request's path).
+    pub async fn read(&self) -> Result<Tx, DbError> {
+        begin(self, TxKind::Plain).await
+    }
 }
 
 /// Open a transaction of `kind`. A lock wait past the kind's bound surfaces as
@@ -183,6 +276,16 @@ pub async fn begin(db: &Db, kind: TxKind) -> Result<Tx, DbError> {
 /// transaction rolled back. The statement is SQL whose only values are numbers the caller
 /// formatted (the simple protocol carries no parameters).
 pub async fn once(db: &Db, kind: TxKind, statement: String) -> Result<Vec<PgRow>, DbError> {
+    once_as(db, kind, statement, true).await
+}
+
+/// `once`, for housekeeping a request does on the side (a session's last-seen time): its commit
+/// is not one the request's answer reports.
+pub async fn once_unrecorded(db: &Db, kind: TxKind, statement: String) -> Result<Vec<PgRow>, DbError> {
+    once_as(db, kind, statement, false).await
+}
+
+async fn once_as(db: &Db, kind: TxKind, statement: String, recorded: bool) -> Result<Vec<PgRow>, DbError> {
     use futures_util::TryStreamExt;
     let mut statements = opening_statements(kind, db.lock_timeout)?;
     let opening = statements.len();
@@ -191,7 +294,7 @@ pub async fn once(db: &Db, kind: TxKind, statement: String) -> Result<Vec<PgRow>
     let mut conn = db.pool.acquire().await?;
     // Each statement's rows come before its result; only the rows after the opening
     // statements' results and before the statement's own are the statement's.
-    let outcome = async {
+    let batch = async {
         let mut stream = sqlx::raw_sql(AssertSqlSafe(statements.join(";\n"))).fetch_many(&mut *conn);
         let (mut finished, mut rows) = (0, vec![]);
         while let Some(item) = stream.try_next().await? {
@@ -202,8 +305,8 @@ pub async fn once(db: &Db, kind: TxKind, statement: String) -> Result<Vec<PgRow>
             }
         }
         Ok::<_, sqlx::Error>(rows)
-    }
-    .await;
+    };
+    let outcome = if recorded { committing(batch).await } else { batch.await };
     match outcome {
         Ok(rows) => Ok(rows),
         Err(e) => {

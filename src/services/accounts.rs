@@ -9,7 +9,7 @@ use crate::{
 };
 
 pub async fn memberships(db: &Db, account_id: i64) -> Result<Vec<Membership>, DbError> {
-    let mut conn = db.pool.acquire().await?;
+    let mut conn = db.read().await?;
     Ok(accounts::memberships(&mut conn, account_id).await?)
 }
 
@@ -21,7 +21,7 @@ pub struct OperatorOverview {
 }
 
 pub async fn operator_overview(db: &Db) -> Result<OperatorOverview, DbError> {
-    let mut conn = db.pool.acquire().await?;
+    let mut conn = db.read().await?;
     Ok(OperatorOverview {
         accounts: accounts::account_summaries(&mut conn, 200).await?,
         organizations: accounts::organization_count(&mut conn).await?,

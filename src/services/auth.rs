@@ -6,8 +6,6 @@ use argon2::{
     Argon2, PasswordHash, PasswordHasher, PasswordVerifier,
     password_hash::{SaltString, rand_core::OsRng},
 };
-use chrono::Utc;
-
 use crate::{
     db::{
         Db, DbError, TxKind, begin,
@@ -16,22 +14,34 @@ use crate::{
     store::accounts::{self, SessionAccount},
 };
 
-/// How long failures count against an account or an address.
-pub const THROTTLE_WINDOW: Duration = Duration::from_secs(15 * 60);
-/// Failures on one account within the window before sign-in is refused for it.
-pub const MAX_ACCOUNT_FAILURES: i64 = 5;
-/// Failures from one address within the window before sign-in is refused from it.
-pub const MAX_ADDRESS_FAILURES: i64 = 30;
-/// A session ends after this long without a request.
+/// The sign-in limits (docs/operations.md, "Sign-in limits"). Per (email, address): this many
+/// failures in a row are free; after that each attempt waits, from `THROTTLE_FIRST_DELAY`
+/// doubling per failure up to `THROTTLE_CAP`; a success clears it, and a day without failures
+/// forgets it. Keyed by the address too, so failures from one place never hold an account
+/// against the person signing in from another.
+pub const THROTTLE_FREE_FAILURES: i32 = 5;
+pub const THROTTLE_FIRST_DELAY: Duration = Duration::from_secs(60);
+pub const THROTTLE_CAP: Duration = Duration::from_secs(15 * 60);
+pub const THROTTLE_FORGET: Duration = Duration::from_secs(24 * 3600);
+/// Per address, against any account: at most this many failures in a window (spraying).
+pub const ADDRESS_WINDOW: Duration = Duration::from_secs(15 * 60);
+pub const MAX_ADDRESS_FAILURES: i32 = 30;
+/// A session ends after this long without a request...
 pub const SESSION_IDLE: Duration = Duration::from_secs(12 * 3600);
+/// ...and this long after sign-in, however active.
+pub const SESSION_LIFETIME: Duration = Duration::from_secs(7 * 24 * 3600);
+/// A session's last-seen time is written at most this often, so page views do not write.
+pub const SESSION_TOUCH_EVERY: Duration = Duration::from_secs(60);
 
 pub static SIGN_IN_LOCKS: PathLocks = PathLocks {
     path: "Sign in",
     function: "services::auth::sign_in",
     kind: "Plain",
-    locks: &[Lock::AccountRow],
-    why: "Attempts on one account run one at a time, so each reads the failures the one before it \
-          recorded and the throttle cannot be outrun by parallel guesses.",
+    locks: &[Lock::SignInAddressRow, Lock::SignInThrottleRow],
+    why: "The attempt is counted before its password is verified (core.reserve_sign_in), under the \
+          address's row and then the (email, address) row, so parallel guesses each see the ones \
+          before them and cannot outrun the limits. The verification itself runs outside any \
+          transaction.",
 };
 
 /// An email address, parsed once at the edge.
@@ -95,66 +105,105 @@ pub struct NewSession {
     pub account: SessionAccount,
 }
 
-/// Sign in: check the throttle, verify the password, record a failure or start a session.
-#[tracing::instrument(name = "Sign in", skip(db, password), fields(email = %email.as_str(), address = %address))]
-pub async fn sign_in(db: &Db, email: &Email, password: &str, address: &str) -> Result<NewSession, AuthError> {
+/// Sign in: reserve the attempt under the limits (one short transaction, committed), verify
+/// the password holding no connection, then on success clear the reservation and start a
+/// session, ending the session the browser had before (`previous`).
+#[tracing::instrument(name = "Sign in", skip_all, fields(email = %email.as_str(), address = %address))]
+pub async fn sign_in(
+    db: &Db,
+    email: &Email,
+    password: &str,
+    address: &str,
+    previous: Option<&str>,
+) -> Result<NewSession, AuthError> {
     let mut tx = begin(db, TxKind::Plain).await?;
-    let account = accounts::lock_account_by_email(tx.conn(), email.as_str()).await?;
-    let since = Utc::now() - chrono::Duration::from_std(THROTTLE_WINDOW).unwrap_or_default();
-    let (by_account, by_address) = accounts::count_recent_failures(tx.conn(), email.as_str(), address, since).await?;
-    if by_account >= MAX_ACCOUNT_FAILURES || by_address >= MAX_ADDRESS_FAILURES {
+    let limits = accounts::ThrottleLimits {
+        address_window: ADDRESS_WINDOW,
+        address_max: MAX_ADDRESS_FAILURES,
+        free: THROTTLE_FREE_FAILURES,
+        first_delay: THROTTLE_FIRST_DELAY,
+        cap: THROTTLE_CAP,
+        forget: THROTTLE_FORGET,
+    };
+    let reserved = accounts::reserve_sign_in(tx.conn(), email.as_str(), address, &limits).await?;
+    if let Err(retry_after) = reserved {
         tx.rollback().await?;
-        return Err(AuthError::Throttled { retry_after: THROTTLE_WINDOW });
+        return Err(AuthError::Throttled { retry_after });
     }
+    let account = accounts::account_by_email(tx.conn(), email.as_str()).await?;
+    tx.commit().await?;
+
     // An unknown email still costs one verification, so timing does not reveal which exist.
-    let hash = account.as_ref().map(|a| a.password_hash.clone());
-    let ok = verify_password(hash, password.to_string()).await;
-    match account {
-        Some(a) if ok => {
-            accounts::clear_failures(tx.conn(), email.as_str()).await?;
-            let token = crate::config::random_hex(32);
-            let expires = Utc::now() + chrono::Duration::from_std(SESSION_IDLE).unwrap_or_default();
-            accounts::insert_session(tx.conn(), &token, a.account_id, expires, address).await?;
-            tx.commit().await?;
-            Ok(NewSession {
-                token,
-                account: SessionAccount { account_id: a.account_id, email: a.email, is_operator: a.is_operator },
-            })
-        }
-        _ => {
-            accounts::record_failure(tx.conn(), email.as_str(), address).await?;
-            tx.commit().await?;
-            Err(AuthError::InvalidCredentials)
-        }
+    let ok = verify_password(account.as_ref().map(|a| a.password_hash.clone()), password.to_string()).await;
+    let Some(a) = account.filter(|_| ok) else { return Err(AuthError::InvalidCredentials) };
+
+    let token = crate::config::random_hex(32);
+    let mut tx = begin(db, TxKind::Plain).await?;
+    accounts::clear_sign_in(tx.conn(), email.as_str(), address).await?;
+    if let Some(previous) = previous {
+        accounts::delete_session(tx.conn(), previous).await?;
     }
+    accounts::insert_session(tx.conn(), &token, a.account_id, address, SESSION_IDLE, SESSION_LIFETIME).await?;
+    tx.commit().await?;
+    Ok(NewSession { token, account: SessionAccount { account_id: a.account_id, email: a.email, is_operator: a.is_operator } })
 }
 
-/// The account behind a session token, if the session is live; slides its expiry.
+/// The account behind a session token if the session is live (idle and absolute bounds); its
+/// last-seen time moves at most once a `SESSION_TOUCH_EVERY`. One round trip, bounded by the
+/// request's deadline.
 pub async fn resume_session(db: &Db, token: &str) -> Result<Option<SessionAccount>, DbError> {
-    let mut conn = db.pool.acquire().await?;
-    let idle = chrono::Duration::from_std(SESSION_IDLE).unwrap_or_default();
-    Ok(accounts::touch_session(&mut conn, token, idle).await?)
+    let Some(sql) = accounts::resume_session_sql(token, SESSION_IDLE, SESSION_TOUCH_EVERY) else { return Ok(None) };
+    let rows = crate::db::tx::once_unrecorded(db, TxKind::Plain, sql).await?;
+    rows.first().map(accounts::session_account_from_row).transpose().map_err(DbError::from)
 }
 
 #[tracing::instrument(name = "Sign out", skip_all)]
 pub async fn sign_out(db: &Db, token: &str) -> Result<(), DbError> {
-    let mut conn = db.pool.acquire().await?;
-    Ok(accounts::delete_session(&mut conn, token).await?)
+    let mut tx = begin(db, TxKind::Plain).await?;
+    accounts::delete_session(tx.conn(), token).await?;
+    tx.commit().await
 }
 
-/// Create the account, or set its password and role when it exists.
+/// Create the account, or set its password and role when it exists. A changed password (or
+/// role) ends every session of the account; setting the password it already has changes
+/// nothing, so loading the demo again signs nobody out.
 #[tracing::instrument(name = "Ensure an account", skip(db, password), fields(email = %email.as_str()))]
 pub async fn ensure_account(db: &Db, email: &Email, password: &NewPassword, is_operator: bool) -> Result<i64, DbError> {
+    let existing = {
+        let mut tx = begin(db, TxKind::Plain).await?;
+        accounts::account_by_email(tx.conn(), email.as_str()).await?
+    };
+    if let Some(a) = &existing
+        && a.is_operator == is_operator
+        && verify_password(Some(a.password_hash.clone()), password.0.clone()).await
+    {
+        return Ok(a.account_id);
+    }
     let hash = hash_password(password.0.clone()).await;
     let mut tx = begin(db, TxKind::Plain).await?;
     let id = accounts::upsert_account(tx.conn(), email.as_str(), &hash, is_operator).await?;
+    accounts::delete_sessions_of(tx.conn(), id).await?;
     tx.commit().await?;
     Ok(id)
 }
 
+/// At most as many password hashes are computed at once as there are cores: a burst of
+/// sign-ins queues here (holding no connection) instead of starving the pages.
+fn hashing_permits() -> &'static tokio::sync::Semaphore {
+    static PERMITS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    PERMITS.get_or_init(|| {
+        tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
+}
+
+async fn hashing<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    let _permit = hashing_permits().acquire().await.expect("the semaphore is never closed");
+    tokio::task::spawn_blocking(work).await.expect("the hashing task does not panic")
+}
+
 /// An argon2id hash with the crate's recommended parameters, computed off the async threads.
 pub async fn hash_password(password: String) -> String {
-    tokio::task::spawn_blocking(move || {
+    hashing(move || {
         let salt = SaltString::generate(&mut OsRng);
         Argon2::default()
             .hash_password(password.as_bytes(), &salt)
@@ -162,12 +211,11 @@ pub async fn hash_password(password: String) -> String {
             .expect("argon2 hashes any password with default parameters")
     })
     .await
-    .expect("the hashing task does not panic")
 }
 
 /// Verify against a stored hash; with none, verify against a fixed one and answer false.
 async fn verify_password(hash: Option<String>, password: String) -> bool {
-    tokio::task::spawn_blocking(move || {
+    hashing(move || {
         let (stored, real) = match hash {
             Some(h) => (h, true),
             None => (dummy_hash().to_string(), false),
@@ -178,7 +226,6 @@ async fn verify_password(hash: Option<String>, password: String) -> bool {
         ok && real
     })
     .await
-    .unwrap_or(false)
 }
 
 /// The argon2id hash of a random password nobody knows, made once, with default parameters.

@@ -28,7 +28,9 @@ pub enum CatalogError {
 impl From<DbError> for CatalogError {
     fn from(e: DbError) -> Self {
         match e {
-            DbError::LockNotAvailable | DbError::Deadlock | DbError::DeadlinePassed => CatalogError::ChangeInProgress,
+            // 55P03 is the refusal; a deadline is the request's 503, and a deadlock is tried
+            // again by the caller (db::retry).
+            DbError::LockNotAvailable => CatalogError::ChangeInProgress,
             other => CatalogError::Db(other),
         }
     }
@@ -211,7 +213,7 @@ pub async fn update_product(
 ) -> Result<(), CatalogError> {
     let name = parse_name("name", "A product", name)?;
     let current = {
-        let mut conn = db.pool.acquire().await.map_err(DbError::from)?;
+        let mut conn = db.read().await?;
         store::product(&mut conn, id).await?.ok_or(CatalogError::NotFound("product"))?
     };
     let set_changes = current.entitlement_set_id != set_id;
@@ -277,3 +279,5 @@ mod tests {
         assert_eq!(RuleValue::parse("k", KeyKind::Flag, "yes").unwrap(), Some(RuleValue::Flag(true)));
     }
 }
+
+crate::deadlock_through_db!(CatalogError);

@@ -344,3 +344,5 @@ mod tests {
         assert!(OrgName::parse("a\u{0}b").is_err());
     }
 }
+
+crate::deadlock_through_db!(EntitlementError);

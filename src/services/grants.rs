@@ -620,7 +620,7 @@ pub async fn sweep_grants(db: &Db) -> Result<(usize, usize), GrantError> {
     let (mut expired, mut started) = (0, 0);
     loop {
         let due = {
-            let mut c = db.pool.acquire().await.map_err(DbError::from)?;
+            let mut c = db.read().await?;
             store::due_for_expiry(&mut c, 100).await?
         };
         let n = due.len();
@@ -634,7 +634,7 @@ pub async fn sweep_grants(db: &Db) -> Result<(usize, usize), GrantError> {
         }
     }
     let due = {
-        let mut c = db.pool.acquire().await.map_err(DbError::from)?;
+        let mut c = db.read().await?;
         store::due_to_start(&mut c, 1000).await?
     };
     for id in due {
@@ -686,3 +686,5 @@ mod tests {
         }
     }
 }
+
+crate::deadlock_through_db!(GrantError);

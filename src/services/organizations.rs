@@ -19,7 +19,7 @@ pub struct CatalogOverview {
 }
 
 pub async fn catalog(db: &Db) -> Result<CatalogOverview, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     Ok(CatalogOverview {
         keys: store::resource_keys(&mut c).await?,
         sets: store::entitlement_sets(&mut c).await?,
@@ -36,7 +36,7 @@ pub struct SetDetail {
 }
 
 pub async fn entitlement_set(db: &Db, id: i64) -> Result<Option<SetDetail>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let Some(set) = store::entitlement_set(&mut c, id).await? else { return Ok(None) };
     Ok(Some(SetDetail {
         set,
@@ -52,7 +52,7 @@ pub struct ProductDetail {
 }
 
 pub async fn product(db: &Db, id: i64) -> Result<Option<ProductDetail>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let Some(product) = store::product(&mut c, id).await? else { return Ok(None) };
     let tiers = store::tiers(&mut c).await?.into_iter().filter(|t| t.product_id == id).collect();
     Ok(Some(ProductDetail { product, sets: store::entitlement_sets(&mut c).await?, tiers }))
@@ -65,7 +65,7 @@ pub struct Topology {
 }
 
 pub async fn topology(db: &Db) -> Result<Topology, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     Ok(Topology {
         ladders: store::ladders(&mut c).await?,
         tiers: store::tiers(&mut c).await?,
@@ -76,7 +76,7 @@ pub async fn topology(db: &Db) -> Result<Topology, DbError> {
 pub const ORGANIZATIONS_PER_PAGE: u64 = 50;
 
 pub async fn organizations(db: &Db, query: &str, page: u64) -> Result<(u64, Vec<store::OrgListRow>), DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let offset = page.saturating_sub(1).saturating_mul(ORGANIZATIONS_PER_PAGE).min(i64::MAX as u64) as i64;
     let (total, rows) = store::organizations_page(&mut c, query.trim(), ORGANIZATIONS_PER_PAGE as i64, offset).await?;
     Ok((total.max(0) as u64, rows))
@@ -94,7 +94,7 @@ pub struct OrganizationDetail {
 }
 
 pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let Some(facts) = store::organization(&mut c, id).await? else { return Ok(None) };
     let (held, entitlements, usage) = match facts.pool_id {
         Some(p) => (
@@ -125,7 +125,7 @@ pub struct MemberOrganization {
 }
 
 pub async fn member_home(db: &Db, account_id: i64) -> Result<Vec<MemberOrganization>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let mut out = vec![];
     for m in accounts::memberships(&mut c, account_id).await? {
         let pool = entitlements::default_pool_of(&mut c, m.organization_id).await?;
@@ -150,7 +150,7 @@ pub async fn grants(
     organization_id: Option<i64>,
     page: u64,
 ) -> Result<(u64, Vec<grants::GrantRow>, Option<String>), DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let offset = page.saturating_sub(1).saturating_mul(GRANTS_PER_PAGE).min(i64::MAX as u64) as i64;
     let (total, rows) = grants::grants_page(&mut c, status, organization_id, GRANTS_PER_PAGE as i64, offset).await?;
     let name = match organization_id {
@@ -167,7 +167,7 @@ pub struct GrantDetail {
 }
 
 pub async fn grant(db: &Db, id: i64) -> Result<Option<GrantDetail>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let Some(grant) = grants::grant_row(&mut c, id).await? else { return Ok(None) };
     Ok(Some(GrantDetail {
         lineage: grants::lineage_rows(&mut c, grant.lineage_id).await?,
@@ -177,17 +177,17 @@ pub async fn grant(db: &Db, id: i64) -> Result<Option<GrantDetail>, DbError> {
 }
 
 pub async fn published_products(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     Ok(grants::published_products(&mut c).await?)
 }
 
 pub async fn org_type_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     Ok(store::org_types(&mut c).await?.into_iter().map(|t| (t.org_type_id, t.name)).collect())
 }
 
 pub async fn rule_changes(db: &Db) -> Result<(Vec<rule_changes::ChangeRow>, Vec<rule_changes::ActRow>), DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let changes = rule_changes::changes(&mut c, 200).await?;
     let ids: Vec<i64> = changes.iter().map(|x| x.change_id).collect();
     let acts = rule_changes::acts(&mut c, &ids).await?;
@@ -201,7 +201,7 @@ pub struct RuleChangeDetail {
 }
 
 pub async fn rule_change(db: &Db, id: i64) -> Result<Option<RuleChangeDetail>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let Some(change) = rule_changes::change(&mut c, id).await? else { return Ok(None) };
     Ok(Some(RuleChangeDetail {
         acts: rule_changes::acts(&mut c, &[id]).await?,
@@ -212,7 +212,7 @@ pub async fn rule_change(db: &Db, id: i64) -> Result<Option<RuleChangeDetail>, D
 
 /// Published products with an entitlement set: the ones a tier may be.
 pub async fn tier_product_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     Ok(store::products(&mut c)
         .await?
         .into_iter()
@@ -223,19 +223,19 @@ pub async fn tier_product_options(db: &Db) -> Result<Vec<(i64, String)>, DbError
 
 /// The names of a ladder and a product, for a preview's sentence.
 pub async fn tier_names(db: &Db, ladder_id: i64, product_id: i64) -> Result<(String, String), DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let ladder = store::ladders(&mut c).await?.into_iter().find(|l| l.plan_ladder_id == ladder_id).map(|l| l.name);
     let product = store::product(&mut c, product_id).await?.map(|p| p.name);
     Ok((ladder.unwrap_or_default(), product.unwrap_or_default()))
 }
 
 pub async fn plan_acts(db: &Db) -> Result<Vec<topology::PlanActRow>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     Ok(topology::plan_acts(&mut c, 200).await?)
 }
 
 pub async fn plan_act(db: &Db, id: i64) -> Result<Option<topology::PlanActRow>, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     Ok(topology::plan_act(&mut c, id).await?)
 }
 
@@ -248,7 +248,7 @@ pub struct PlanActProgress {
 }
 
 pub async fn plan_act_progress(db: &Db, id: i64) -> Result<PlanActProgress, DbError> {
-    let mut c = db.pool.acquire().await?;
+    let mut c = db.read().await?;
     let (reaches, listed_all) = plan_acts::listing_state(&mut c, id).await?;
     Ok(PlanActProgress {
         reaches,

@@ -131,7 +131,7 @@ async fn start_moves(db: &Db, mut tx: Tx, act: i64, types: &[i64], within: Optio
     tx.commit().await?;
     if let (true, Some(deadline)) = (reaches, within) {
         match drain_plan_act(db, act, Some(deadline)).await {
-            Ok(_) | Err(DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock) => {}
+            Ok(_) | Err(DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock(_)) => {}
             Err(e) => tracing::warn!(plan_act_id = act, error = %e, "the in-request drain stopped"),
         }
     }
@@ -403,7 +403,7 @@ pub async fn drain_plan_act(db: &Db, act: i64, within: Option<Instant>) -> Resul
     // pass lists the batch again).
     loop {
         let types = {
-            let mut c = db.pool.acquire().await?;
+            let mut c = db.read().await?;
             store::types_to_list(&mut c, act).await?
         };
         if types.is_empty() {
@@ -416,7 +416,7 @@ pub async fn drain_plan_act(db: &Db, act: i64, within: Option<Instant>) -> Resul
                     tx.commit().await?;
                     out.listed += n as u64;
                 }
-                Err(DbError::Deadlock) => drop(tx),
+                Err(DbError::Deadlock(_)) => drop(tx),
                 Err(e) => return Err(e),
             }
         }
@@ -434,7 +434,7 @@ pub async fn drain_plan_act(db: &Db, act: i64, within: Option<Instant>) -> Resul
         out.failed += failed;
     }
     let unfinished = {
-        let mut c = db.pool.acquire().await?;
+        let mut c = db.read().await?;
         store::unfinished(&mut c, act).await?
     };
     if !unfinished {
@@ -461,7 +461,7 @@ async fn move_part(db: &Db, act: i64, part: i64, within: Option<Instant>) -> Res
     let (mut moved, mut failed, mut after) = (0, 0, 0);
     loop {
         let pools = {
-            let mut c = db.pool.acquire().await?;
+            let mut c = db.read().await?;
             store::pending_pools(&mut c, act, part, MOVE_PARALLELISM, after, 500).await?
         };
         let Some(last) = pools.last().copied() else { return Ok((moved, failed)) };
@@ -471,7 +471,7 @@ async fn move_part(db: &Db, act: i64, part: i64, within: Option<Instant>) -> Res
                 Ok(false) => {}
                 // A wait past its bound leaves the obligation pending: the job tries again later
                 // (with backoff), and the in-request drain hands over to the job.
-                Err(e @ (DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock)) => return Err(e),
+                Err(e @ (DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock(_))) => return Err(e),
                 Err(e) => {
                     tracing::warn!(plan_act_id = act, pool_id = pool, error = %e, "a move failed");
                     let mut tx = begin(db, TxKind::Plain).await?;

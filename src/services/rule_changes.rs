@@ -45,9 +45,9 @@ pub enum RuleChangeError {
 impl From<DbError> for RuleChangeError {
     fn from(e: DbError) -> Self {
         match e {
-            DbError::LockNotAvailable | DbError::Deadlock | DbError::DeadlinePassed => {
-                RuleChangeError::ChangeInProgress
-            }
+            // 55P03 is the refusal; a deadline is the request's 503, and a deadlock is tried
+            // again by the caller (db::retry).
+            DbError::LockNotAvailable => RuleChangeError::ChangeInProgress,
             other => RuleChangeError::Db(other),
         }
     }
@@ -257,7 +257,7 @@ pub async fn drain_change(db: &Db, change_id: i64, parallelism: i64) -> Result<D
         total.settled += d.settled;
         total.failed += d.failed;
     }
-    let mut conn = db.pool.acquire().await?;
+    let mut conn = db.read().await?;
     total.finished = store::finish_if_settled(&mut conn, change_id).await? || is_settled(&mut conn, change_id).await?;
     Ok(total)
 }
@@ -271,7 +271,7 @@ async fn drain_part(db: &Db, change_id: i64, part: i64, parts: i64) -> Result<Dr
     let mut after = 0;
     loop {
         let pools = {
-            let mut conn = db.pool.acquire().await?;
+            let mut conn = db.read().await?;
             store::next_due_pools(&mut conn, change_id, part, parts, after, 500).await?
         };
         let Some(last) = pools.last().copied() else { return Ok(done) };
@@ -344,3 +344,5 @@ pub async fn resume_drains(db: &Db) -> Result<usize, DbError> {
     tx.commit().await?;
     Ok(due.len())
 }
+
+crate::deadlock_through_db!(RuleChangeError);

@@ -37,7 +37,9 @@ pub enum TopologyError {
 impl From<DbError> for TopologyError {
     fn from(e: DbError) -> Self {
         match e {
-            DbError::LockNotAvailable | DbError::DeadlinePassed | DbError::Deadlock => TopologyError::ChangeInProgress,
+            // 55P03 is the refusal; a deadline is the request's 503, and a deadlock is tried
+            // again by the caller (db::retry).
+            DbError::LockNotAvailable => TopologyError::ChangeInProgress,
             other => TopologyError::Db(other),
         }
     }
@@ -485,3 +487,5 @@ pub async fn reorder_plan_ladders(db: &Db, positions: &BTreeMap<i64, i32>) -> Re
     tx.commit().await?;
     Ok(changed)
 }
+
+crate::deadlock_through_db!(TopologyError);

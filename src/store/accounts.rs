@@ -1,7 +1,9 @@
 //! Accounts, organization membership, web sessions and sign-in failures.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgConnection};
+use sqlx::{FromRow, PgConnection, Row, postgres::PgRow};
 
 #[derive(Debug, Clone, FromRow)]
 pub struct Account {
@@ -33,16 +35,54 @@ pub struct AccountSummary {
     pub created_at: DateTime<Utc>,
 }
 
-/// The account with this email (any case), its row locked FOR UPDATE: sign-in attempts on one
-/// account run one at a time, so the failure count each reads is exact.
-pub async fn lock_account_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result<Option<Account>> {
+/// The account with this email (any case).
+pub async fn account_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result<Option<Account>> {
     sqlx::query_as(
-        "SELECT account_id, email, password_hash, is_operator FROM core.accounts
-         WHERE lower(email) = lower($1) FOR UPDATE",
+        "SELECT account_id, email, password_hash, is_operator FROM core.accounts WHERE lower(email) = lower($1)",
     )
     .bind(email)
     .fetch_optional(conn)
     .await
+}
+
+/// The sign-in limits core.reserve_sign_in applies.
+pub struct ThrottleLimits {
+    pub address_window: Duration,
+    pub address_max: i32,
+    pub free: i32,
+    pub first_delay: Duration,
+    pub cap: Duration,
+    pub forget: Duration,
+}
+
+/// Count one attempt (email, address) before it is verified: Ok when it may go on, or how long
+/// until it may.
+pub async fn reserve_sign_in(
+    conn: &mut PgConnection,
+    email: &str,
+    address: &str,
+    l: &ThrottleLimits,
+) -> sqlx::Result<Result<(), Duration>> {
+    let ms = |d: Duration| chrono::Duration::from_std(d).unwrap_or_default();
+    let (allowed, retry_after_s): (bool, i32) =
+        sqlx::query_as("SELECT allowed, retry_after_s FROM core.reserve_sign_in($1, $2, $3, $4, $5, $6, $7, $8)")
+            .bind(email)
+            .bind(address)
+            .bind(ms(l.address_window))
+            .bind(l.address_max)
+            .bind(l.free)
+            .bind(ms(l.first_delay))
+            .bind(ms(l.cap))
+            .bind(ms(l.forget))
+            .fetch_one(conn)
+            .await?;
+    Ok(if allowed { Ok(()) } else { Err(Duration::from_secs(retry_after_s.max(1) as u64)) })
+}
+
+/// A verified password: the attempt was not a failure.
+pub async fn clear_sign_in(conn: &mut PgConnection, email: &str, address: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT core.clear_sign_in($1, $2)").bind(email).bind(address).execute(conn).await?;
+    Ok(())
 }
 
 /// Insert an account, or update the password and operator flag of the one with this email.
@@ -64,79 +104,60 @@ pub async fn upsert_account(
     .await
 }
 
-/// Failures recorded since `since` for this email and for this address.
-pub async fn count_recent_failures(
-    conn: &mut PgConnection,
-    email: &str,
-    address: &str,
-    since: DateTime<Utc>,
-) -> sqlx::Result<(i64, i64)> {
-    sqlx::query_as(
-        "SELECT (SELECT count(*) FROM core.sign_in_failures WHERE lower(email) = lower($1) AND failed_at >= $3),
-                (SELECT count(*) FROM core.sign_in_failures WHERE address = $2 AND failed_at >= $3)",
-    )
-    .bind(email)
-    .bind(address)
-    .bind(since)
-    .fetch_one(conn)
-    .await
-}
-
-pub async fn record_failure(conn: &mut PgConnection, email: &str, address: &str) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO core.sign_in_failures (email, address) VALUES ($1, $2)")
-        .bind(email)
-        .bind(address)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
-/// A successful sign-in clears the account's failures, so they no longer count against it.
-pub async fn clear_failures(conn: &mut PgConnection, email: &str) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM core.sign_in_failures WHERE lower(email) = lower($1)").bind(email).execute(conn).await?;
-    Ok(())
-}
-
 pub async fn insert_session(
     conn: &mut PgConnection,
     token: &str,
     account_id: i64,
-    expires_at: DateTime<Utc>,
     address: &str,
+    idle: Duration,
+    lifetime: Duration,
 ) -> sqlx::Result<()> {
+    let d = |d: Duration| chrono::Duration::from_std(d).unwrap_or_default();
     sqlx::query(
-        "INSERT INTO core.web_sessions (token_hash, account_id, expires_at, address)
-         VALUES (sha256(convert_to($1, 'UTF8')), $2, $3, $4)",
+        "WITH s AS (
+             INSERT INTO core.web_sessions (token_hash, account_id, expires_at, ends_at, address)
+             VALUES (sha256(convert_to($1, 'UTF8')), $2, now() + least($3::interval, $4::interval), now() + $4::interval, $5)
+         )
+         UPDATE core.accounts SET last_signed_in_at = now() WHERE account_id = $2",
     )
     .bind(token)
     .bind(account_id)
-    .bind(expires_at)
+    .bind(d(idle))
+    .bind(d(lifetime))
     .bind(address)
-    .execute(&mut *conn)
+    .execute(conn)
     .await?;
-    sqlx::query("UPDATE core.accounts SET last_signed_in_at = now() WHERE account_id = $1")
-        .bind(account_id)
-        .execute(conn)
-        .await?;
     Ok(())
 }
 
-/// The account a live session token belongs to, sliding its expiry forward.
-pub async fn touch_session(
-    conn: &mut PgConnection,
-    token: &str,
-    idle: chrono::Duration,
-) -> sqlx::Result<Option<SessionAccount>> {
-    sqlx::query_as(
-        "UPDATE core.web_sessions s SET last_seen_at = now(), expires_at = now() + $2
-         FROM core.accounts a
-         WHERE s.token_hash = sha256(convert_to($1, 'UTF8')) AND s.expires_at > now() AND a.account_id = s.account_id
-         RETURNING a.account_id, a.email, a.is_operator",
-    )
-    .bind(token)
-    .bind(idle)
-    .fetch_optional(conn)
-    .await
+/// The statement that resolves a session token, for `db::tx::once` (the simple protocol carries
+/// no parameters, so the token is accepted only as the 64 hex digits the console makes, and the
+/// bounds are numbers). It finds the account of a live session (idle and absolute bounds) and
+/// moves its last-seen time only when that is older than `touch_every`, so most page views
+/// write nothing. None for a token the console did not make.
+pub fn resume_session_sql(token: &str, idle: Duration, touch_every: Duration) -> Option<String> {
+    if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return None;
+    }
+    let (idle_ms, touch_ms) = (idle.as_millis(), touch_every.as_millis());
+    Some(format!(
+        "WITH s AS (
+             SELECT w.token_hash, w.last_seen_at, a.account_id, a.email, a.is_operator
+             FROM core.web_sessions w JOIN core.accounts a ON a.account_id = w.account_id
+             WHERE w.token_hash = sha256(convert_to('{token}', 'UTF8')) AND w.expires_at > now() AND w.ends_at > now()
+         ), touched AS (
+             UPDATE core.web_sessions w
+             SET last_seen_at = now(), expires_at = least(now() + interval '{idle_ms} milliseconds', w.ends_at)
+             FROM s
+             WHERE w.token_hash = s.token_hash AND s.last_seen_at < now() - interval '{touch_ms} milliseconds'
+         )
+         SELECT account_id, email, is_operator FROM s"
+    ))
+}
+
+/// A row of `resume_session_sql` (text format: the simple protocol).
+pub fn session_account_from_row(row: &PgRow) -> sqlx::Result<SessionAccount> {
+    Ok(SessionAccount { account_id: row.try_get(0)?, email: row.try_get(1)?, is_operator: row.try_get(2)? })
 }
 
 pub async fn delete_session(conn: &mut PgConnection, token: &str) -> sqlx::Result<()> {
@@ -145,6 +166,11 @@ pub async fn delete_session(conn: &mut PgConnection, token: &str) -> sqlx::Resul
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// Every session of an account (its password changed).
+pub async fn delete_sessions_of(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<u64> {
+    Ok(sqlx::query("DELETE FROM core.web_sessions WHERE account_id = $1").bind(account_id).execute(conn).await?.rows_affected())
 }
 
 pub async fn memberships(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<Vec<Membership>> {

@@ -193,15 +193,21 @@ pub async fn upsert_schedule<'e>(db: impl PgExecutor<'e>, name: &str, every: Dur
 
 /// Delete web sessions past their expiry. Returns how many.
 pub async fn delete_expired_web_sessions<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
-    let r = sqlx::query("DELETE FROM core.web_sessions WHERE expires_at < now()").execute(db).await?;
+    let r = sqlx::query("DELETE FROM core.web_sessions WHERE expires_at < now() OR ends_at < now()").execute(db).await?;
     Ok(r.rows_affected())
 }
 
-/// Delete failed sign-ins older than a day (the throttle's windows are shorter).
+/// Delete sign-in throttle rows a day old (a day without failures forgets them anyway) and
+/// address windows long over, in one statement.
 pub async fn delete_old_sign_in_failures<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
-    let r =
-        sqlx::query("DELETE FROM core.sign_in_failures WHERE failed_at < now() - interval '1 day'").execute(db).await?;
-    Ok(r.rows_affected())
+    let n: i64 = sqlx::query_scalar(
+        "WITH t AS (DELETE FROM core.sign_in_throttle WHERE last_failure_at < now() - interval '1 day' RETURNING 1),
+              a AS (DELETE FROM core.sign_in_addresses WHERE window_started_at < now() - interval '1 day' RETURNING 1)
+         SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM a)",
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(n as u64)
 }
 
 /// Delete done jobs finished more than 7 days ago. Failed jobs stay until an operator acts.

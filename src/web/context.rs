@@ -1,7 +1,7 @@
 //! The outermost middleware: a request id, a tracing span, the request's deadline (answered 503
 //! past it, its transaction rolled back), and the rendering of errors as pages or partials.
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
 use actix_web::{
     Error, HttpMessage, HttpResponse, ResponseError,
@@ -16,7 +16,7 @@ use actix_web::{
 use tracing::Instrument;
 
 use super::{AppState, errors::AppError, render};
-use crate::db::tx::REQUEST_DEADLINE;
+use crate::db::tx::{REQUEST_DEADLINE, REQUEST_WRITES, WriteLedger};
 
 /// The id of this request, in logs, in the `x-request-id` header and on error pages.
 #[derive(Clone, Debug)]
@@ -35,6 +35,8 @@ pub async fn request_context(
         .unwrap_or_else(|| crate::config::random_hex(8));
     req.extensions_mut().insert(RequestId(id.clone()));
     let timeout = req.app_data::<web::Data<AppState>>().map(|s| s.config.request_timeout).unwrap_or_default();
+    let https = req.app_data::<web::Data<AppState>>().is_some_and(|s| s.config.secure_cookies());
+    let ledger = Arc::new(WriteLedger::default());
     // No clone of the request may live across the call (the router needs it unshared), so what
     // a detached error page needs is taken now.
     let hx = render::is_htmx(req.request());
@@ -42,20 +44,33 @@ pub async fn request_context(
     let started = Instant::now();
     let deadline = started + timeout;
 
-    let outcome =
-        tokio::time::timeout(timeout, REQUEST_DEADLINE.scope(deadline, next.call(req))).instrument(span.clone()).await;
+    let outcome = tokio::time::timeout(
+        timeout,
+        REQUEST_DEADLINE.scope(deadline, REQUEST_WRITES.scope(ledger.clone(), next.call(req))),
+    )
+    .instrument(span.clone())
+    .await;
     let mut res = match outcome {
         Ok(Ok(res)) => res.map_into_boxed_body(),
         Ok(Err(e)) => {
             span.in_scope(|| tracing::error!(error = ?e, "request failed before its handler"));
-            return Err(detached(hx, e.as_response_error().status_code(), &e.to_string(), &id));
+            return Err(detached(hx, https, e.as_response_error().status_code(), &e.to_string(), &id));
         }
         // Dropping the handler's future drops its transaction, which rolls back; the server-side
         // statement timeout (REQUEST_DEADLINE) ends any wait it was in.
         Err(_) => {
             span.in_scope(|| tracing::warn!(elapsed_ms = started.elapsed().as_millis() as u64, "request timed out"));
-            let (title, message) = AppError::Timeout.title_and_message();
-            return Err(detached_with(hx, AppError::Timeout.status_code(), &title, &message, &id, AppError::Timeout));
+            let (title, _) = AppError::Timeout.title_and_message();
+            let message = AppError::timeout_message(ledger.saved());
+            return Err(detached_with(
+                hx,
+                https,
+                AppError::Timeout.status_code(),
+                &title,
+                &message,
+                &id,
+                AppError::Timeout,
+            ));
         }
     };
 
@@ -63,7 +78,10 @@ pub async fn request_context(
     if let Some(err) = res.response().error() {
         let (title, message, unexpected) = match err.as_error::<AppError>() {
             Some(app) => {
-                let (t, m) = app.title_and_message();
+                let (t, mut m) = app.title_and_message();
+                if matches!(app, AppError::Timeout) {
+                    m = AppError::timeout_message(ledger.saved());
+                }
                 (t, m, matches!(app, AppError::Unexpected(_)))
             }
             None => {
@@ -94,14 +112,24 @@ fn set_request_id(headers: &mut header::HeaderMap, id: &str) {
 
 /// An error answered without the request at hand (it went into the service chain): the page
 /// without navigation, or the partial.
-fn detached(hx: bool, status: StatusCode, message: &str, id: &str) -> Error {
+fn detached(hx: bool, https: bool, status: StatusCode, message: &str, id: &str) -> Error {
     let title = status.canonical_reason().unwrap_or("Error").to_string();
-    detached_with(hx, status, &title, message, id, AppError::BadRequest(message.to_string()))
+    detached_with(hx, https, status, &title, message, id, AppError::BadRequest(message.to_string()))
 }
 
-fn detached_with(hx: bool, status: StatusCode, title: &str, message: &str, id: &str, cause: AppError) -> Error {
+fn detached_with(
+    hx: bool,
+    https: bool,
+    status: StatusCode,
+    title: &str,
+    message: &str,
+    id: &str,
+    cause: AppError,
+) -> Error {
     let body = render::error_detached(hx, status.as_u16(), title, message, id);
     let mut response = HttpResponse::build(status).content_type("text/html; charset=utf-8").body(body);
     set_request_id(response.headers_mut(), id);
+    // Past the middleware that would add them: this answer leaves as an error.
+    super::headers::apply(response.headers_mut(), https);
     InternalError::from_response(cause, response).into()
 }

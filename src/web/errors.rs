@@ -3,7 +3,7 @@
 
 use actix_web::{HttpResponse, ResponseError, http::StatusCode};
 
-use crate::db::DbError;
+use crate::db::{DbError, tx::Saved};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -15,10 +15,17 @@ pub enum AppError {
     Invalid(Vec<String>),
     #[error("Operators only")]
     Forbidden,
+    #[error("Sign in to continue")]
+    SignInRequired,
     #[error("This form has expired")]
     CsrfRejected,
+    /// 55P03 on one of the spec's change paths (rule change, tier add/delete/removal, reorder,
+    /// default change).
     #[error("Another change is in progress")]
     ChangeInProgress,
+    /// 55P03 on any other path, in that path's own words.
+    #[error("Busy right now")]
+    Busy(String),
     #[error("Too many failed sign-ins")]
     Throttled { retry_after_minutes: u64 },
     #[error("The request took too long")]
@@ -38,6 +45,8 @@ impl AppError {
             AppError::BadRequest(m) => m.clone(),
             AppError::Invalid(ms) => ms.join(" "),
             AppError::Forbidden => "This page is for operators. Sign in with an operator account to use it.".into(),
+            AppError::SignInRequired => "Sign in to see this page.".into(),
+            AppError::Busy(m) => m.clone(),
             AppError::CsrfRejected => {
                 "The page you sent this from is out of date, so nothing was changed. Reload the page and try again."
                     .into()
@@ -51,9 +60,7 @@ impl AppError {
                 "Sign-in is paused for this account or address after too many failed attempts. Try again in \
                  {retry_after_minutes} minutes."
             ),
-            AppError::Timeout => "The console could not finish this in time, so nothing was changed. Try again in a \
-                moment."
-                .into(),
+            AppError::Timeout => Self::timeout_message(Saved::Nothing),
             AppError::Unexpected(_) => {
                 "The console hit an unexpected problem and changed nothing. Try again; if it keeps happening, \
                  report it with the request id below."
@@ -64,6 +71,23 @@ impl AppError {
     }
 }
 
+impl AppError {
+    /// What a request stopped at its deadline tells the person, by what it had saved.
+    pub fn timeout_message(saved: Saved) -> String {
+        match saved {
+            Saved::Nothing => {
+                "The console could not finish this in time, so nothing was changed. Try again in a moment.".into()
+            }
+            Saved::Partly => "The console could not finish this in time. Part of it was saved: reload the page to \
+                see where things stand before you try again."
+                .into(),
+            Saved::Unknown => "The console could not confirm in time whether this was saved. Reload the page to \
+                see where things stand before you try again."
+                .into(),
+        }
+    }
+}
+
 impl ResponseError for AppError {
     fn status_code(&self) -> StatusCode {
         match self {
@@ -71,7 +95,8 @@ impl ResponseError for AppError {
             AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
             AppError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AppError::Forbidden | AppError::CsrfRejected => StatusCode::FORBIDDEN,
-            AppError::ChangeInProgress => StatusCode::CONFLICT,
+            AppError::SignInRequired => StatusCode::UNAUTHORIZED,
+            AppError::ChangeInProgress | AppError::Busy(_) => StatusCode::CONFLICT,
             AppError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             AppError::Timeout => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -87,7 +112,12 @@ impl ResponseError for AppError {
 impl From<DbError> for AppError {
     fn from(e: DbError) -> Self {
         match e {
-            DbError::LockNotAvailable => AppError::ChangeInProgress,
+            // A path that is not one of the spec's change paths and did not say it in its own words.
+            DbError::LockNotAvailable => AppError::Busy(
+                "Something this needs is being changed by another request right now, so nothing was changed. \
+                 Try again in a moment."
+                    .into(),
+            ),
             DbError::DeadlinePassed => AppError::Timeout,
             other => AppError::Unexpected(other.into()),
         }

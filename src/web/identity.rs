@@ -1,18 +1,18 @@
-//! Who is asking, and may they: the session's account, the route policy (public, member,
-//! operator) enforced for every path in one place, and the CSRF check on every state-changing
-//! request.
+//! Who is asking: the session's account, the `Member` and `Operator` extractors handlers act
+//! through, the redirect to sign-in, and the CSRF token and its check. Which check a route gets
+//! is decided by the route table (`routes.rs`) and applied by `guards.rs`.
+
+use std::future::{Ready, ready};
 
 use actix_session::SessionExt;
 use actix_web::{
-    Error, HttpMessage, HttpRequest, HttpResponse,
-    body::{BoxBody, MessageBody},
-    dev::{Payload, ServiceRequest, ServiceResponse},
+    FromRequest, HttpMessage, HttpRequest, HttpResponse,
+    dev::{Payload, ServiceRequest},
     http::{Method, header},
-    middleware::Next,
     web,
 };
 
-use super::{AppState, errors::AppError};
+use super::errors::AppError;
 
 /// The signed-in account, in the request's extensions.
 #[derive(Clone, Debug)]
@@ -29,33 +29,6 @@ pub const CSRF_TOKEN: &str = "csrf";
 pub const CSRF_FIELD: &str = "csrf_token";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    Public,
-    Member,
-    Operator,
-}
-
-/// The one route policy: what a path needs. A new route is members-only unless listed here.
-pub fn access_for(path: &str) -> Access {
-    let public = matches!(path, "/login" | "/logout" | "/healthz" | "/readyz" | "/favicon.ico")
-        || path.starts_with("/static/")
-        || path == "/webhooks/stripe"
-        || path == "/farm/callbacks";
-    if public {
-        Access::Public
-    } else if path == "/operator" || path.starts_with("/operator/") {
-        Access::Operator
-    } else {
-        Access::Member
-    }
-}
-
-/// Paths whose callers prove themselves with a signature instead of a CSRF token.
-fn csrf_exempt(path: &str) -> bool {
-    path == "/webhooks/stripe" || path == "/farm/callbacks"
-}
-
 /// The CSRF token of this session, made when the session has none.
 pub fn csrf_token(req: &HttpRequest) -> String {
     let session = req.get_session();
@@ -71,50 +44,52 @@ pub fn identity(req: &HttpRequest) -> Option<Identity> {
     req.extensions().get::<Identity>().cloned()
 }
 
-pub async fn identify_and_authorize(
-    mut req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, Error> {
-    let state = req.app_data::<web::Data<AppState>>().cloned().expect("the app state is registered");
-    let session = req.get_session();
-    if let Ok(Some(token)) = session.get::<String>(SESSION_TOKEN) {
-        match crate::services::auth::resume_session(&state.db, &token).await {
-            Ok(Some(a)) => {
-                req.extensions_mut().insert(Identity {
-                    account_id: a.account_id,
-                    email: a.email,
-                    is_operator: a.is_operator,
-                });
-            }
-            Ok(None) => session.remove(SESSION_TOKEN).map(|_| ()).unwrap_or(()),
-            Err(e) => return Ok(req.error_response(AppError::from(e))),
-        }
-    }
+/// A signed-in account acting as a member (operators are members too). A handler that acts for
+/// a person takes this (or `Operator`) rather than reading the session itself.
+#[derive(Clone, Debug)]
+pub struct Member(pub Identity);
 
-    let path = req.path().to_string();
-    let who = identity(req.request());
-    match (access_for(&path), &who) {
-        (Access::Public, _) => {}
-        (_, None) => {
-            let response = redirect_to_login(req.request());
-            return Ok(req.into_response(response).map_into_boxed_body());
-        }
-        (Access::Operator, Some(i)) if !i.is_operator => return Ok(req.error_response(AppError::Forbidden)),
-        _ => {}
-    }
+/// A signed-in operator.
+#[derive(Clone, Debug)]
+pub struct Operator(pub Identity);
 
-    let unsafe_method = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    if unsafe_method
-        && !csrf_exempt(&path)
-        && let Err(e) = check_csrf(&mut req).await
-    {
-        return Ok(req.error_response(e));
+impl Operator {
+    pub fn account_id(&self) -> i64 {
+        self.0.account_id
     }
-    Ok(next.call(req).await?.map_into_boxed_body())
+}
+
+impl Member {
+    pub fn account_id(&self) -> i64 {
+        self.0.account_id
+    }
+}
+
+impl FromRequest for Member {
+    type Error = AppError;
+    type Future = Ready<Result<Self, AppError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        // The member guard put the identity here; a route registered without it has none.
+        ready(identity(req).map(Member).ok_or(AppError::SignInRequired))
+    }
+}
+
+impl FromRequest for Operator {
+    type Error = AppError;
+    type Future = Ready<Result<Self, AppError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(match identity(req) {
+            Some(i) if i.is_operator => Ok(Operator(i)),
+            Some(_) => Err(AppError::Forbidden),
+            None => Err(AppError::SignInRequired),
+        })
+    }
 }
 
 /// Not signed in: to the sign-in page, coming back here after (HTMX follows `HX-Redirect`).
-fn redirect_to_login(req: &HttpRequest) -> HttpResponse {
+pub fn redirect_to_login(req: &HttpRequest) -> HttpResponse {
     let back = match req.query_string() {
         "" => req.path().to_string(),
         q => format!("{}?{q}", req.path()),
@@ -133,7 +108,7 @@ fn redirect_to_login(req: &HttpRequest) -> HttpResponse {
 
 /// The token from the header, or from the urlencoded form (the body is put back for the
 /// handler), must equal the session's.
-async fn check_csrf(req: &mut ServiceRequest) -> Result<(), AppError> {
+pub async fn check_csrf(req: &mut ServiceRequest) -> Result<(), AppError> {
     let expected = req.get_session().get::<String>(CSRF_TOKEN).ok().flatten().ok_or(AppError::CsrfRejected)?;
     let sent = match req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok()) {
         Some(h) => Some(h.to_string()),
@@ -173,18 +148,3 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_policy_defaults_to_members() {
-        assert_eq!(access_for("/login"), Access::Public);
-        assert_eq!(access_for("/static/console.css"), Access::Public);
-        assert_eq!(access_for("/operator"), Access::Operator);
-        assert_eq!(access_for("/operator/catalog"), Access::Operator);
-        assert_eq!(access_for("/operatorx"), Access::Member);
-        assert_eq!(access_for("/"), Access::Member);
-        assert_eq!(access_for("/anything-new"), Access::Member);
-    }
-}

@@ -4,9 +4,12 @@
 pub mod context;
 pub mod errors;
 pub mod forms;
+pub mod guards;
+pub mod headers;
 pub mod identity;
 pub mod pages;
 pub mod render;
+pub mod routes;
 
 use std::{net::TcpListener, sync::Arc};
 
@@ -16,10 +19,9 @@ use actix_session::{
     storage::CookieSessionStore,
 };
 use actix_web::{
-    App, HttpRequest, HttpResponse, HttpServer,
+    App, HttpResponse, HttpServer,
     cookie::{Key, SameSite},
     dev::Server,
-    get,
     middleware::from_fn,
     web,
 };
@@ -34,50 +36,7 @@ pub struct AppState {
 
 /// The application's routes (without middleware), for the server and for tests.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(pages::health::healthz)
-        .service(pages::health::readyz)
-        .service(static_file)
-        .service(pages::auth::login_form)
-        .service(pages::auth::login)
-        .service(pages::auth::logout)
-        .service(pages::home::home)
-        .service(pages::operator::overview)
-        .service(pages::catalog::catalog)
-        .service(pages::catalog::create_key)
-        .service(pages::catalog::create_set)
-        .service(pages::catalog::create_product)
-        .service(pages::catalog::set_page)
-        .service(pages::catalog::save_rules)
-        .service(pages::catalog::product_page)
-        .service(pages::catalog::save_product)
-        .service(pages::topology::topology)
-        .service(pages::topology::preview)
-        .service(pages::topology::add_tier)
-        .service(pages::topology::delete_tier)
-        .service(pages::topology::ladder_order)
-        .service(pages::plan_acts::list)
-        .service(pages::plan_acts::detail)
-        .service(pages::plan_acts::progress)
-        .service(pages::plan_acts::retry)
-        .service(pages::topology::change_default)
-        .service(pages::topology::default_preview)
-        .service(pages::topology::remove_preview)
-        .service(pages::topology::remove_tier)
-        .service(pages::topology::tier_order_preview)
-        .service(pages::topology::tier_order)
-        .service(pages::organizations::list)
-        .service(pages::organizations::create)
-        .service(pages::rule_changes::list)
-        .service(pages::rule_changes::detail)
-        .service(pages::rule_changes::progress)
-        .service(pages::rule_changes::retry)
-        .service(pages::grants::list)
-        .service(pages::grants::new_form)
-        .service(pages::grants::issue)
-        .service(pages::grants::detail)
-        .service(pages::grants::revoke)
-        .service(pages::grants::manage)
-        .service(pages::organizations::detail);
+    routes::configure(cfg);
 }
 
 /// Start the HTTP server on `listener`. The caller awaits (or stops) the returned server.
@@ -88,7 +47,8 @@ pub fn serve(listener: TcpListener, db: Db, config: Arc<Config>) -> std::io::Res
     let server =
         HttpServer::new(move || {
             let session = SessionMiddleware::builder(CookieSessionStore::default(), key.clone())
-                .cookie_name("mc_session".into())
+                .cookie_name(session_cookie_name(secure).into())
+                .cookie_path("/".into())
                 .cookie_http_only(true)
                 .cookie_secure(secure)
                 .cookie_same_site(SameSite::Lax)
@@ -107,16 +67,23 @@ pub fn serve(listener: TcpListener, db: Db, config: Arc<Config>) -> std::io::Res
                 }))
                 .configure(routes)
                 .default_service(web::to(not_found))
-                // Outermost last: context, then session, then identity and policy.
-                .wrap(from_fn(identity::identify_and_authorize))
+                // Outermost last: headers, context, then the session; each route's access check
+                // wraps the route itself (routes.rs).
                 .wrap(session)
                 .wrap(from_fn(context::request_context))
+                .wrap(from_fn(headers::security_headers))
         })
         .disable_signals()
         .shutdown_timeout(30)
         .listen(listener)?
         .run();
     Ok(server)
+}
+
+/// The session cookie's name: with https, the `__Host-` prefix, which browsers accept only from a
+/// secure origin, for the whole host, with no Domain, so no subdomain can set or shadow it.
+pub fn session_cookie_name(secure: bool) -> &'static str {
+    if secure { "__Host-mc_session" } else { "mc_session" }
 }
 
 async fn not_found() -> Result<HttpResponse, errors::AppError> {
@@ -127,9 +94,7 @@ const HTMX: &[u8] = include_bytes!("../../static/htmx.min.js");
 const CSS: &[u8] = include_bytes!("../../static/console.css");
 
 /// The two static files, compiled into the binary so it runs from any folder.
-#[get("/static/{name}")]
-async fn static_file(req: HttpRequest, name: web::Path<String>) -> Result<HttpResponse, errors::AppError> {
-    let _ = req;
+async fn static_file(name: web::Path<String>) -> Result<HttpResponse, errors::AppError> {
     let (body, kind) = match name.as_str() {
         "htmx.min.js" => (HTMX, "text/javascript; charset=utf-8"),
         "console.css" => (CSS, "text/css; charset=utf-8"),

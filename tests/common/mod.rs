@@ -115,6 +115,7 @@ impl TestDb {
         }
         let admin_url = with_database(&root, &name);
         let admin = PgPoolOptions::new().max_connections(4).connect(&admin_url).await.unwrap();
+        migrate::harden_database(&admin).await.unwrap();
         let runtime = migrate::runtime_options(&admin_url, TEST_RUNTIME_PASSWORD).unwrap();
         let pool = PgPoolOptions::new().max_connections(10).connect_with(runtime).await.unwrap();
         let mut db = Db::new(pool);

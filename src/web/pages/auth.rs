@@ -1,7 +1,7 @@
 //! Sign in and sign out.
 
 use actix_session::Session;
-use actix_web::{HttpRequest, HttpResponse, get, http::StatusCode, post, web};
+use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use serde::Deserialize;
 use validator::Validate;
 
@@ -30,9 +30,23 @@ pub struct LoginForm {
     next: Option<String>,
 }
 
-/// Only a path on this console: never another site (no open redirect).
-fn safe_next(next: Option<&str>) -> Option<&str> {
-    next.filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') && n.len() <= 512)
+/// Only a path on this console: never another site (no open redirect). Browsers drop tabs and
+/// newlines from a Location and read a backslash as a slash, so `/<TAB>/evil.example` and
+/// `/\\evil.example` are `//evil.example`; a path with any control character, any whitespace
+/// or any backslash is refused, as is anything that does not resolve to this origin.
+pub fn safe_next(next: Option<&str>) -> Option<&str> {
+    let n = next?;
+    let plain = n.len() <= 512
+        && n.starts_with('/')
+        && !n.starts_with("//")
+        && !n.chars().any(|c| c.is_control() || c.is_whitespace() || c == '\\');
+    if !plain {
+        return None;
+    }
+    // And what a URL parser makes of it stays on this origin.
+    let base = url::Url::parse("http://console.invalid/").ok()?;
+    let joined = base.join(n).ok()?;
+    (joined.origin() == base.origin()).then_some(n)
 }
 
 fn login_page(
@@ -47,7 +61,6 @@ fn login_page(
     render::bare(req, status, "Sign in", body)
 }
 
-#[get("/login")]
 pub async fn login_form(req: HttpRequest, q: web::Query<NextQuery>) -> HttpResponse {
     if identity(&req).is_some() {
         return after_post(&req, safe_next(q.next.as_deref()).unwrap_or("/"));
@@ -55,7 +68,6 @@ pub async fn login_form(req: HttpRequest, q: web::Query<NextQuery>) -> HttpRespo
     login_page(&req, StatusCode::OK, "", None, q.next.as_deref())
 }
 
-#[post("/login")]
 pub async fn login(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -77,9 +89,10 @@ pub async fn login(
         Ok(e) => e,
         Err(m) => return Ok(login_page(&req, StatusCode::UNPROCESSABLE_ENTITY, &form.email, Some(&m), next)),
     };
-    // The peer's address: a forwarded-for header is anyone's to write, so it is not trusted here.
-    let address = req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_else(|| "unknown".into());
-    match auth::sign_in(&state.db, &email, &form.password, &address).await {
+    let address = client_address(&req, &state.config.trusted_proxies);
+    // The session this browser had: signing in again ends it.
+    let previous = session.get::<String>(SESSION_TOKEN).ok().flatten();
+    match auth::sign_in(&state.db, &email, &form.password, &address, previous.as_deref()).await {
         Ok(s) => {
             // A new session id at sign-in, and a new CSRF token with it (no fixation).
             session.renew();
@@ -107,11 +120,58 @@ pub async fn login(
     }
 }
 
-#[post("/logout")]
 pub async fn logout(req: HttpRequest, state: web::Data<AppState>, session: Session) -> Result<HttpResponse, AppError> {
     if let Ok(Some(token)) = session.get::<String>(SESSION_TOKEN) {
         auth::sign_out(&state.db, &token).await?;
     }
     session.purge();
     Ok(after_post(&req, "/login"))
+}
+
+/// The client's address: the peer, or, when the peer is a configured reverse proxy, the last
+/// address in `X-Forwarded-For` that is not one of them (the proxies append; the left part is
+/// anyone's to write).
+pub fn client_address(req: &HttpRequest, trusted: &[std::net::IpAddr]) -> String {
+    let peer = req.peer_addr().map(|a| a.ip());
+    if let Some(p) = peer
+        && trusted.contains(&p)
+    {
+        let forwarded = req.headers().get_all("x-forwarded-for").filter_map(|v| v.to_str().ok()).collect::<Vec<_>>();
+        let hops: Vec<std::net::IpAddr> =
+            forwarded.iter().flat_map(|v| v.split(',')).filter_map(|h| h.trim().parse().ok()).collect();
+        if let Some(client) = hops.iter().rev().find(|h| !trusted.contains(h)) {
+            return client.to_string();
+        }
+    }
+    peer.map_or_else(|| "unknown".into(), |p| p.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_paths_on_this_console_are_followed_after_sign_in() {
+        for ok in ["/", "/operator/grants?status=active", "/operator/organizations/7", "/a/%2F/b"] {
+            assert_eq!(safe_next(Some(ok)), Some(ok), "{ok:?} was refused");
+        }
+        for bad in [
+            "//example.org",
+            "/\t/example.org",
+            "/\n/example.org",
+            "/\r\n/example.org",
+            "/\\example.org",
+            "\\/example.org",
+            "/ /example.org",
+            "https://example.org/",
+            "http:example.org",
+            "example.org",
+            "javascript:alert(1)",
+            "/\u{3000}/example.org",
+            "/\u{85}/example.org",
+            "",
+        ] {
+            assert_eq!(safe_next(Some(bad)), None, "{bad:?} was followed");
+        }
+    }
 }

@@ -4,10 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use actix_web::{HttpRequest, HttpResponse, get, http::StatusCode, post, web};
+use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use views::{FormState, Markup};
 
 use crate::{
+    db::retry::once_more_after_deadlock,
+    web::identity::Operator,
     services::{self, catalog::CatalogError, organizations::CatalogOverview},
     web::forms::{Fields, after_post, partial, value},
     web::{AppState, errors::AppError, identity::csrf_token, render},
@@ -112,8 +114,7 @@ fn rule_text(n: Option<i64>, f: Option<bool>) -> String {
     }
 }
 
-#[get("/operator/catalog")]
-pub async fn catalog(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+pub async fn catalog(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let v = catalog_view(&state, &req).await?;
     Ok(render::ok(&req, "Catalog", views::catalog(&v)))
 }
@@ -143,17 +144,13 @@ async fn refused_catalog_form(
     Ok(render::page(req, status, "Catalog", views::catalog(&v)))
 }
 
-#[post("/operator/catalog/keys")]
-pub async fn create_key(req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
+pub async fn create_key(_op: Operator, req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
-    match services::catalog::create_resource_key(
-        &state.db,
-        value(&f, "key"),
-        value(&f, "kind"),
-        value(&f, "description"),
-    )
-    .await
-    {
+    let create = async || {
+        services::catalog::create_resource_key(&state.db, value(&f, "key"), value(&f, "kind"), value(&f, "description"))
+            .await
+    };
+    match once_more_after_deadlock(&state.db, "Create a resource key", create).await {
         Ok(_) => Ok(after_post(&req, "/operator/catalog")),
         Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
         Err(e) => {
@@ -163,10 +160,10 @@ pub async fn create_key(req: HttpRequest, state: web::Data<AppState>, form: Fiel
     }
 }
 
-#[post("/operator/catalog/sets")]
-pub async fn create_set(req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
+pub async fn create_set(_op: Operator, req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
-    match services::catalog::create_entitlement_set(&state.db, value(&f, "name")).await {
+    let create = async || services::catalog::create_entitlement_set(&state.db, value(&f, "name")).await;
+    match once_more_after_deadlock(&state.db, "Create an entitlement set", create).await {
         Ok(id) => Ok(after_post(&req, &format!("/operator/catalog/sets/{id}"))),
         Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
         Err(e) => {
@@ -193,8 +190,7 @@ fn checked(raw: &str) -> bool {
     matches!(raw, "on" | "true" | "yes" | "1")
 }
 
-#[post("/operator/catalog/products")]
-pub async fn create_product(
+pub async fn create_product(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     form: Fields,
@@ -202,7 +198,11 @@ pub async fn create_product(
     let f = form.into_inner();
     let result = match parse_set(value(&f, "entitlement_set_id")) {
         Ok(set) => {
-            services::catalog::create_product(&state.db, value(&f, "name"), set, checked(value(&f, "published"))).await
+            let create = async || {
+                services::catalog::create_product(&state.db, value(&f, "name"), set, checked(value(&f, "published")))
+                    .await
+            };
+            once_more_after_deadlock(&state.db, "Create a product", create).await
         }
         Err(e) => Err(e),
     };
@@ -251,8 +251,7 @@ async fn set_edit_view(
     }))
 }
 
-#[get("/operator/catalog/sets/{id}")]
-pub async fn set_page(
+pub async fn set_page(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -261,8 +260,7 @@ pub async fn set_page(
     Ok(render::ok(&req, &format!("Entitlement set: {}", v.name), views::set_edit(&v)))
 }
 
-#[post("/operator/catalog/sets/{id}/rules")]
-pub async fn save_rules(
+pub async fn save_rules(op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -272,16 +270,12 @@ pub async fn save_rules(
     let f = form.into_inner();
     let submitted: BTreeMap<String, String> =
         f.iter().filter_map(|(k, v)| k.strip_prefix("rule.").map(|key| (key.to_string(), v.clone()))).collect();
-    let actor = crate::web::identity::identity(&req).map(|i| i.account_id);
-    let result = commit_rule_change_batch(
-        &state.db,
-        *id,
-        &submitted,
-        actor,
-        value(&f, "reason"),
-        state.config.rule_change_sync_cap,
-    )
-    .await;
+    let actor = Some(op.account_id());
+    let commit = async || {
+        commit_rule_change_batch(&state.db, *id, &submitted, actor, value(&f, "reason"), state.config.rule_change_sync_cap)
+            .await
+    };
+    let result = once_more_after_deadlock(&state.db, "Rule change", commit).await;
     let e = match result {
         // The change's page shows it settled, or draining live.
         Ok(c) => return Ok(after_post(&req, &format!("/operator/rule-changes/{}", c.change_id))),
@@ -339,8 +333,7 @@ async fn product_edit_view(
     )))
 }
 
-#[get("/operator/catalog/products/{id}")]
-pub async fn product_page(
+pub async fn product_page(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -349,8 +342,7 @@ pub async fn product_page(
     Ok(render::ok(&req, &format!("Product: {name}"), views::product_edit(&v)))
 }
 
-#[post("/operator/catalog/products/{id}")]
-pub async fn save_product(
+pub async fn save_product(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,

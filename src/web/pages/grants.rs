@@ -1,11 +1,13 @@
 //! The operator's grants: the list with filters, issuing, a grant's page with its lineage and
 //! history, revoking and managing.
 
-use actix_web::{HttpRequest, HttpResponse, get, http::StatusCode, post, web};
+use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use serde::Deserialize;
 use views::FormState;
 
 use crate::{
+    db::retry::once_more_after_deadlock,
+    web::identity::Operator,
     services::{
         self,
         grants::{GrantError, IssueGrant, ManageGrant},
@@ -16,7 +18,7 @@ use crate::{
     web::{
         AppState,
         errors::AppError,
-        identity::{csrf_token, identity},
+        identity::csrf_token,
         render,
     },
 };
@@ -83,6 +85,13 @@ fn form_state(fields: &[(String, String)], e: &GrantError) -> (StatusCode, FormS
 
 fn to_app(e: GrantError) -> AppError {
     match e {
+        // A grant act waits up to the lock bound for the organization's pool; past it, say so in
+        // the grant's own words (not a plan change's).
+        GrantError::Db(crate::db::DbError::LockNotAvailable) => AppError::Busy(
+            "The organization's plan is being recalculated by another change right now, so the grant was not \
+             changed. Try again in a moment."
+                .into(),
+        ),
         GrantError::Db(d) => d.into(),
         GrantError::NotFound(_) => AppError::NotFound,
         other => AppError::BadRequest(other.to_string()),
@@ -98,8 +107,7 @@ pub struct ListQuery {
 
 const STATUSES: &[&str] = &["waiting", "active", "replaced", "expired", "revoked", "ended"];
 
-#[get("/operator/grants")]
-pub async fn list(
+pub async fn list(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     q: web::Query<ListQuery>,
@@ -148,8 +156,7 @@ async fn issue_view(req: &HttpRequest, state: &AppState, form: FormState) -> Res
     })
 }
 
-#[get("/operator/grants/new")]
-pub async fn new_form(
+pub async fn new_form(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     q: web::Query<NewQuery>,
@@ -165,10 +172,9 @@ pub async fn new_form(
     Ok(render::ok(&req, "Issue a grant", views::issue_grant(&v)))
 }
 
-#[post("/operator/grants")]
-pub async fn issue(req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
+pub async fn issue(op: Operator, req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
-    let actor = identity(&req).map(|i| i.account_id);
+    let actor = Some(op.account_id());
     let parsed = IssueGrant::parse(
         value(&f, "organization_id"),
         value(&f, "provision_domain"),
@@ -180,12 +186,12 @@ pub async fn issue(req: HttpRequest, state: web::Data<AppState>, form: Fields) -
         actor,
     );
     let result = match parsed {
-        Ok(g) => services::grants::issue_grant(&state.db, &g).await,
+        Ok(g) => once_more_after_deadlock(&state.db, "Issue a grant", async || services::grants::issue_grant(&state.db, &g).await).await,
         Err(e) => Err(e),
     };
     match result {
         Ok(id) => Ok(after_post(&req, &format!("/operator/grants/{id}"))),
-        Err(GrantError::Db(e)) => Err(e.into()),
+        Err(e @ GrantError::Db(_)) => Err(to_app(e)),
         Err(e) => {
             let (status, fs) = form_state(&f, &e);
             let v = issue_view(&req, &state, fs).await?;
@@ -264,8 +270,7 @@ async fn detail_view(
     })
 }
 
-#[get("/operator/grants/{id}")]
-pub async fn detail(
+pub async fn detail(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -288,16 +293,16 @@ fn with_banner(v: &views::GrantDetailView, f: &FormState, form_shown: bool) -> v
     views::PreEscaped(out)
 }
 
-#[post("/operator/grants/{id}/revoke")]
-pub async fn revoke(
+pub async fn revoke(op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     form: Fields,
 ) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
-    let actor = identity(&req).map(|i| i.account_id);
-    match services::grants::revoke_grant(&state.db, *id, actor, value(&f, "reason")).await {
+    let actor = Some(op.account_id());
+    let revoke = async || services::grants::revoke_grant(&state.db, *id, actor, value(&f, "reason")).await;
+    match once_more_after_deadlock(&state.db, "Revoke a grant", revoke).await {
         Ok(head) => Ok(after_post(&req, &format!("/operator/grants/{head}"))),
         Err(e @ (GrantError::Db(_) | GrantError::NotFound(_))) => Err(to_app(e)),
         Err(e) => {
@@ -311,15 +316,14 @@ pub async fn revoke(
     }
 }
 
-#[post("/operator/grants/{id}/manage")]
-pub async fn manage(
+pub async fn manage(op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     form: Fields,
 ) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
-    let actor = identity(&req).map(|i| i.account_id);
+    let actor = Some(op.account_id());
     let parsed = ManageGrant::parse(
         value(&f, "starts_at"),
         value(&f, "ends_at"),
@@ -328,7 +332,7 @@ pub async fn manage(
         actor,
     );
     let result = match parsed {
-        Ok(m) => services::grants::manage_grant(&state.db, *id, &m).await,
+        Ok(m) => once_more_after_deadlock(&state.db, "Manage a grant", async || services::grants::manage_grant(&state.db, *id, &m).await).await,
         Err(e) => Err(e),
     };
     match result {

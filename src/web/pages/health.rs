@@ -1,18 +1,22 @@
 //! Probes: `/healthz` (the process answers) and `/readyz` (the database answers and carries
 //! exactly this build's migrations).
 
-use actix_web::{HttpResponse, get, web};
+use actix_web::{HttpResponse, web};
 
 use crate::{db::migrate, web::AppState};
 
-#[get("/healthz")]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain; charset=utf-8").body("ok\n")
 }
 
-#[get("/readyz")]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let (database, migrations) = match migrate::is_current(&state.db.pool).await {
+    // Through a read transaction like every request's statement, so the request's deadline
+    // bounds it.
+    let current = match state.db.read().await {
+        Ok(mut tx) => migrate::is_current(&mut tx).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let (database, migrations) = match current {
         Ok(true) => ("ok", "current"),
         Ok(false) => ("ok", "behind or ahead of this build"),
         Err(e) => {

@@ -1,6 +1,6 @@
 //! The member's home: each of their organizations' plan per ladder, entitlements and usage.
 
-use actix_web::{HttpRequest, HttpResponse, get, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::{
     services::{self, organizations::MemberOrganization},
@@ -8,15 +8,12 @@ use crate::{
         catalog::{HeldConferral, Usage},
         entitlements::EntitlementValue,
     },
-    web::{AppState, errors::AppError, identity::identity, render},
+    web::{AppState, errors::AppError, identity::Member, render},
 };
 
-#[get("/")]
-pub async fn home(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
-    let who = identity(&req).ok_or(AppError::Forbidden)?;
+pub async fn home(req: HttpRequest, state: web::Data<AppState>, Member(who): Member) -> Result<HttpResponse, AppError> {
     let organizations = services::organizations::member_home(&state.db, who.account_id).await?;
-    let view =
-        views::HomeView { email: who.email.clone(), organizations: organizations.into_iter().map(org_home).collect() };
+    let view = views::HomeView { email: who.email, organizations: organizations.into_iter().map(org_home).collect() };
     Ok(render::ok(&req, "Home", views::member_home(&view)))
 }
 

@@ -1,14 +1,14 @@
 //! The operator's overview: accounts, organizations, and the job queue.
 
-use actix_web::{HttpRequest, HttpResponse, get, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::{
+    web::identity::Operator,
     services,
     web::{AppState, errors::AppError, render},
 };
 
-#[get("/operator")]
-pub async fn overview(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+pub async fn overview(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let o = services::accounts::operator_overview(&state.db).await?;
     let view = views::OperatorHomeView {
         accounts: o

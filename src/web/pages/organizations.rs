@@ -1,9 +1,11 @@
 //! The operator's organizations: a searchable, paginated list and one organization's pool.
 
-use actix_web::{HttpRequest, HttpResponse, get, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
 use crate::{
+    db::retry::once_more_after_deadlock,
+    web::identity::Operator,
     services::{self, organizations::ORGANIZATIONS_PER_PAGE},
     store::catalog::HeldConferral,
     web::{
@@ -20,8 +22,7 @@ pub struct ListQuery {
     page: Option<String>,
 }
 
-#[get("/operator/organizations")]
-pub async fn list(
+pub async fn list(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     q: web::Query<ListQuery>,
@@ -87,8 +88,7 @@ fn position_row(c: &HeldConferral) -> views::PositionRow {
     }
 }
 
-#[get("/operator/organizations/{id}")]
-pub async fn detail(
+pub async fn detail(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -123,8 +123,7 @@ pub async fn detail(
 
 /// Create an organization (with its pool and floor; with an email domain, the grants waiting
 /// for it).
-#[actix_web::post("/operator/organizations")]
-pub async fn create(
+pub async fn create(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     form: web::Form<Vec<(String, String)>>,
@@ -154,7 +153,10 @@ pub async fn create(
     };
     let result = match (name, problems.is_empty()) {
         (Some(name), true) => {
-            services::entitlements::create_organization_with_domain(&state.db, &name, org_type, domain.as_ref()).await
+            let create = async || {
+                services::entitlements::create_organization_with_domain(&state.db, &name, org_type, domain.as_ref()).await
+            };
+            once_more_after_deadlock(&state.db, "Create an organization", create).await
         }
         _ => Err(EntitlementError::Invalid(String::new())),
     };
@@ -162,6 +164,11 @@ pub async fn create(
         Ok((created, _)) => {
             Ok(crate::web::forms::after_post(&req, &format!("/operator/organizations/{}", created.organization_id)))
         }
+        Err(EntitlementError::Db(crate::db::DbError::LockNotAvailable)) => Err(AppError::Busy(
+            "The organization could not be set up because its plan type is being changed right now; nothing was \
+             created. Try again in a moment."
+                .into(),
+        )),
         Err(EntitlementError::Db(e)) => Err(e.into()),
         Err(e) => {
             let mut fs = views::FormState {

@@ -1,8 +1,10 @@
 //! Plan acts: every change to the tier topology that reaches organizations, newest first.
 
-use actix_web::{HttpRequest, HttpResponse, get, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::{
+    db::retry::once_more_after_deadlock,
+    web::identity::Operator,
     services,
     store::topology::PlanActRow,
     web::{AppState, errors::AppError, render},
@@ -32,8 +34,7 @@ fn row(a: &PlanActRow) -> views::PlanActRow {
     }
 }
 
-#[get("/operator/plan-acts")]
-pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let acts = services::organizations::plan_acts(&state.db).await?;
     Ok(render::ok(&req, "Plan acts", views::plan_act_list(&acts.iter().map(row).collect::<Vec<_>>())))
 }
@@ -88,8 +89,7 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
     Ok(v)
 }
 
-#[get("/operator/plan-acts/{id}")]
-pub async fn detail(
+pub async fn detail(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -99,8 +99,7 @@ pub async fn detail(
 }
 
 /// What the page's progress polls: the progress container alone.
-#[get("/operator/plan-acts/{id}/progress")]
-pub async fn progress(
+pub async fn progress(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -112,11 +111,10 @@ pub async fn progress(
         .body(views::plan_act_progress(&v).into_string()))
 }
 
-#[actix_web::post("/operator/plan-acts/{id}/retry")]
-pub async fn retry(req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+pub async fn retry(op: Operator, req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     use crate::services::topology::TopologyError;
-    let actor = crate::web::identity::identity(&req).map(|i| i.account_id);
-    match services::plan_acts::retry_plan_act(&state.db, *id, actor).await {
+    let actor = Some(op.account_id());
+    match once_more_after_deadlock(&state.db, "RetryPlanAct", async || services::plan_acts::retry_plan_act(&state.db, *id, actor).await).await {
         Ok(_) => {}
         Err(TopologyError::NotFound(_)) => return Err(AppError::NotFound),
         Err(TopologyError::ChangeInProgress) => return Err(AppError::ChangeInProgress),

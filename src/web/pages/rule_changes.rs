@@ -1,8 +1,10 @@
 //! Rule changes: the list, one change's live progress, and Retry.
 
-use actix_web::{HttpRequest, HttpResponse, get, post, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::{
+    db::retry::once_more_after_deadlock,
+    web::identity::Operator,
     services::{self, organizations::RuleChangeDetail},
     store::rule_changes::{ActRow, ChangeRow},
     web::{AppState, errors::AppError, identity::csrf_token, render},
@@ -39,8 +41,7 @@ fn as_u64(n: i64) -> u64 {
     n.max(0) as u64
 }
 
-#[get("/operator/rule-changes")]
-pub async fn list(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let (changes, acts) = services::organizations::rule_changes(&state.db).await?;
     let rows: Vec<views::RuleChangeListRow> = changes
         .iter()
@@ -103,8 +104,7 @@ fn view(req: &HttpRequest, d: &RuleChangeDetail) -> views::RuleChangeView {
     }
 }
 
-#[get("/operator/rule-changes/{id}")]
-pub async fn detail(
+pub async fn detail(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -114,8 +114,7 @@ pub async fn detail(
 }
 
 /// What the page's progress polls: the progress container alone.
-#[get("/operator/rule-changes/{id}/progress")]
-pub async fn progress(
+pub async fn progress(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -127,10 +126,9 @@ pub async fn progress(
         .body(views::rule_change_progress(&view(&req, &d)).into_string()))
 }
 
-#[post("/operator/rule-changes/{id}/retry")]
-pub async fn retry(req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+pub async fn retry(_op: Operator, req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     use services::rule_changes::RuleChangeError;
-    match services::rule_changes::retry_failed(&state.db, *id).await {
+    match once_more_after_deadlock(&state.db, "Retry a rule change", async || services::rule_changes::retry_failed(&state.db, *id).await).await {
         Ok(_) => {}
         Err(RuleChangeError::NotFound(_)) => return Err(AppError::NotFound),
         Err(RuleChangeError::ChangeInProgress) => return Err(AppError::ChangeInProgress),

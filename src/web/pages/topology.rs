@@ -3,11 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use actix_web::{HttpRequest, HttpResponse, get, http::StatusCode, post, web};
+use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use serde::Deserialize;
 use views::FormState;
 
 use crate::{
+    db::retry::once_more_after_deadlock,
+    web::identity::Operator,
     services::{
         self,
         plan_acts::{ActReach, Disposition, ReorderTiers},
@@ -17,7 +19,7 @@ use crate::{
     web::{
         AppState,
         errors::AppError,
-        identity::{csrf_token, identity},
+        identity::csrf_token,
         render,
     },
 };
@@ -89,8 +91,7 @@ pub struct Notice {
     done: Option<String>,
 }
 
-#[get("/operator/topology")]
-pub async fn topology(
+pub async fn topology(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     q: web::Query<Notice>,
@@ -160,8 +161,7 @@ fn parse_add(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) -> Resu
     }
 }
 
-#[get("/operator/topology/ladders/{id}/tiers/preview")]
-pub async fn preview(
+pub async fn preview(_op: Operator, 
     state: web::Data<AppState>,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
@@ -193,17 +193,16 @@ fn preview_answer(refused: &str, answer: Result<views::Markup, TopologyError>) -
     }
 }
 
-#[post("/operator/topology/ladders/{id}/tiers")]
-pub async fn add_tier(
+pub async fn add_tier(op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     form: Fields,
 ) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
-    let actor = identity(&req).map(|i| i.account_id);
+    let actor = Some(op.account_id());
     let result = match parse_add(*id, &f, actor) {
-        Ok(a) => services::topology::add_tier(&state.db, &a, state.config.plan_act_holder_cap).await.map(|_| ()),
+        Ok(a) => once_more_after_deadlock(&state.db, "AddTier", async || services::topology::add_tier(&state.db, &a, state.config.plan_act_holder_cap).await).await.map(|_| ()),
         Err(e) => Err(e),
     };
     let e = match result {
@@ -219,8 +218,7 @@ pub async fn add_tier(
     Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
 }
 
-#[post("/operator/topology/ladders/{id}/tiers/{rank}/delete")]
-pub async fn delete_tier(
+pub async fn delete_tier(op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<(i64, i32)>,
@@ -228,8 +226,9 @@ pub async fn delete_tier(
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
     let f = form.into_inner();
-    let actor = identity(&req).map(|i| i.account_id);
-    let e = match services::topology::delete_tier(&state.db, ladder, rank, actor, value(&f, "reason")).await {
+    let actor = Some(op.account_id());
+    let delete = async || services::topology::delete_tier(&state.db, ladder, rank, actor, value(&f, "reason")).await;
+    let e = match once_more_after_deadlock(&state.db, "DeleteTier", delete).await {
         Ok(_) => return Ok(after_post(&req, "/operator/topology?done=tier-deleted")),
         Err(e) => e,
     };
@@ -244,8 +243,7 @@ pub async fn delete_tier(
     Ok(render::page(&req, status, "Tier topology", body))
 }
 
-#[post("/operator/topology/ladder-order")]
-pub async fn ladder_order(
+pub async fn ladder_order(_op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     form: Fields,
@@ -264,7 +262,7 @@ pub async fn ladder_order(
         }
     }
     let result = if problems.is_empty() {
-        services::topology::reorder_plan_ladders(&state.db, &positions).await.map(|_| ())
+        once_more_after_deadlock(&state.db, "ReorderPlanLadders", async || services::topology::reorder_plan_ladders(&state.db, &positions).await).await.map(|_| ())
     } else {
         Err(TopologyError::Invalid(problems))
     };
@@ -284,8 +282,7 @@ pub async fn ladder_order(
 
 /// ChangeOrgTypeDefault: T0, then the listing and moves for up to a few seconds of this request;
 /// the operator lands on the act's live progress.
-#[post("/operator/topology/org-types/{id}/default")]
-pub async fn change_default(
+pub async fn change_default(op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -293,7 +290,7 @@ pub async fn change_default(
 ) -> Result<HttpResponse, AppError> {
     use crate::services::plan_acts::change_org_type_default;
     let f = form.into_inner();
-    let actor = identity(&req).map(|i| i.account_id);
+    let actor = Some(op.account_id());
     let mut problems = vec![];
     let ladder = value(&f, "plan_ladder_id").trim().parse::<i64>().ok();
     if ladder.is_none() {
@@ -303,7 +300,10 @@ pub async fn change_default(
     let reason = reason(&f, &mut problems);
     let result = match (ladder, problems.is_empty()) {
         (Some(ladder), true) => {
-            change_org_type_default(&state.db, *id, ladder, d, actor, &reason, Some(within(&state))).await
+            let change = async || {
+                change_org_type_default(&state.db, *id, ladder, d, actor, &reason, Some(within(&state))).await
+            };
+            once_more_after_deadlock(&state.db, "ChangeOrgTypeDefault", change).await
         }
         _ => Err(TopologyError::Invalid(problems)),
     };
@@ -356,8 +356,7 @@ fn reach_preview(action: String, r: ActReach, d: Option<Disposition>) -> views::
 }
 
 /// The preview of a default change: how many organizations it reaches, per disposition.
-#[get("/operator/topology/org-types/{id}/default/preview")]
-pub async fn default_preview(
+pub async fn default_preview(_op: Operator, 
     state: web::Data<AppState>,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
@@ -394,8 +393,7 @@ fn parse_remove(
     Ok(RemoveTier { ladder_id, rank, disposition: d, reason, actor })
 }
 
-#[get("/operator/topology/ladders/{id}/tiers/{rank}/remove/preview")]
-pub async fn remove_preview(
+pub async fn remove_preview(_op: Operator, 
     state: web::Data<AppState>,
     path: web::Path<(i64, i32)>,
     q: web::Query<Vec<(String, String)>>,
@@ -419,8 +417,7 @@ pub async fn remove_preview(
 }
 
 /// RemoveTier: one transaction moves every holder; the operator lands on the act's record.
-#[post("/operator/topology/ladders/{id}/tiers/{rank}/remove")]
-pub async fn remove_tier(
+pub async fn remove_tier(op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<(i64, i32)>,
@@ -428,9 +425,9 @@ pub async fn remove_tier(
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
     let f = form.into_inner();
-    let actor = identity(&req).map(|i| i.account_id);
+    let actor = Some(op.account_id());
     let result = match parse_remove(ladder, rank, &f, actor) {
-        Ok(r) => services::topology::remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await,
+        Ok(r) => once_more_after_deadlock(&state.db, "RemoveTier", async || services::topology::remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await).await,
         Err(e) => Err(e),
     };
     let e = match result {
@@ -480,8 +477,7 @@ fn parse_tier_order(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) 
     Ok(ReorderTiers { ladder_id, order: ranked.into_iter().map(|(_, p)| p).collect(), disposition: d, reason, actor })
 }
 
-#[get("/operator/topology/ladders/{id}/tier-order/preview")]
-pub async fn tier_order_preview(
+pub async fn tier_order_preview(_op: Operator, 
     state: web::Data<AppState>,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
@@ -502,17 +498,16 @@ pub async fn tier_order_preview(
 }
 
 /// ReorderTiers: T0, then the moves for part of this request; the operator lands on the act.
-#[post("/operator/topology/ladders/{id}/tier-order")]
-pub async fn tier_order(
+pub async fn tier_order(op: Operator, 
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     form: Fields,
 ) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
-    let actor = identity(&req).map(|i| i.account_id);
+    let actor = Some(op.account_id());
     let result = match parse_tier_order(*id, &f, actor) {
-        Ok(r) => services::plan_acts::reorder_tiers(&state.db, &r, Some(within(&state))).await,
+        Ok(r) => once_more_after_deadlock(&state.db, "ReorderTiers", async || services::plan_acts::reorder_tiers(&state.db, &r, Some(within(&state))).await).await,
         Err(e) => Err(e),
     };
     let e = match result {

@@ -242,7 +242,7 @@ pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[(i64, String)], nex
                 div.form-actions {
                     button.btn.btn-secondary type="button"
                         hx-get=(preview_url)
-                        hx-include="closest form"
+                        hx-include=(preview_fields(&container))
                         hx-target=(format!("#{preview_id}"))
                         hx-swap="innerHTML" { "Preview" }
                     button.btn.btn-primary type="submit" { "Add tier" }
@@ -345,15 +345,22 @@ fn has_state(f: &FormState) -> bool {
     f.notice.is_some() || !f.errors.is_empty() || !f.field_errors.is_empty() || !f.values.is_empty()
 }
 
-/// "Preview": GETs `{action}/preview` with the enclosing form's values into `#{target}`.
-fn preview_button(action: &str, target: &str) -> Markup {
+/// "Preview": GETs `{action}/preview` with the values of the form in `#{container}` into
+/// `#{target}`, leaving out the CSRF token: a GET's query string lands in logs and histories,
+/// and a preview changes nothing.
+fn preview_button(action: &str, container: &str, target: &str) -> Markup {
     html! {
         button.btn.btn-secondary type="button"
             hx-get=(format!("{action}/preview"))
-            hx-include="closest form"
+            hx-include=(preview_fields(container))
             hx-target=(format!("#{target}"))
             hx-swap="innerHTML" { "Preview" }
     }
+}
+
+/// The named fields of the form in `#{container}`, but its CSRF token.
+fn preview_fields(container: &str) -> String {
+    format!("#{container} [name]:not([name=csrf_token])")
 }
 
 /// The "Remove…" form of one tier, in its container `#remove-tier-{ladder_id}-{rank}`: a
@@ -393,7 +400,7 @@ pub fn remove_tier_form(csrf: &str, ladder_id: i64, rank: i32, product_name: &st
                     }))
                     (reason_field(&reason_id, f))
                     div.form-actions {
-                        (preview_button(&action, &preview_id))
+                        (preview_button(&action, &container, &preview_id))
                         button.btn.btn-danger type="submit" aria-label=(format!("Remove tier at rank {rank}")) {
                             "Remove tier"
                         }
@@ -534,7 +541,7 @@ pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[(i64, String, i32)],
                     }))
                     (reason_field(&reason_id, f))
                     div.form-actions {
-                        (preview_button(&action, &preview_id))
+                        (preview_button(&action, &container, &preview_id))
                         button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Save tier order" }
                     }
                 }))
@@ -773,7 +780,7 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String
                 }))
                 (reason_field(&reason_id, f))
                 div.form-actions {
-                    (preview_button(&action, &preview_id))
+                    (preview_button(&action, &container, &preview_id))
                     button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Change default" }
                 }
             }))
@@ -1001,7 +1008,7 @@ mod tests {
     fn preview_button_gets_the_preview_with_the_form_values() {
         let out = add_tier_form("tok", 3, &[], 1, &FormState::default()).into_string();
         assert!(out.contains(
-            r##"<button class="btn btn-secondary" type="button" hx-get="/operator/topology/ladders/3/tiers/preview" hx-include="closest form" hx-target="#add-tier-preview-3" hx-swap="innerHTML">Preview</button>"##
+            r##"<button class="btn btn-secondary" type="button" hx-get="/operator/topology/ladders/3/tiers/preview" hx-include="#add-tier-3 [name]:not([name=csrf_token])" hx-target="#add-tier-preview-3" hx-swap="innerHTML">Preview</button>"##
         ));
         // No products to choose from: only the placeholder, and a pointer to the catalog.
         assert!(out.contains("no published products with an entitlement set"));
@@ -1227,7 +1234,7 @@ mod tests {
             r#"<input id="remove-tier-3-2-reason" name="reason" type="text" value="" placeholder="optional">"#
         ));
         assert!(out.contains(concat!(
-            r##"<div class="form-actions"><button class="btn btn-secondary" type="button" hx-get="/operator/topology/ladders/3/tiers/2/remove/preview" hx-include="closest form" hx-target="#remove-tier-preview-3-2" hx-swap="innerHTML">Preview</button>"##,
+            r##"<div class="form-actions"><button class="btn btn-secondary" type="button" hx-get="/operator/topology/ladders/3/tiers/2/remove/preview" hx-include="#remove-tier-3-2 [name]:not([name=csrf_token])" hx-target="#remove-tier-preview-3-2" hx-swap="innerHTML">Preview</button>"##,
             r#"<button class="btn btn-danger" type="submit" aria-label="Remove tier at rank 2">Remove tier</button></div>"#,
         )));
         assert!(out.ends_with(r#"</form><div id="remove-tier-preview-3-2" aria-live="polite"></div></details></div>"#));
@@ -1286,7 +1293,7 @@ mod tests {
         assert!(out.contains("needed only when rank 0 changes and organizations hold the current floor"));
         assert!(out.contains(r#"name="reason" type="text" value="""#));
         assert!(out.contains(concat!(
-            r##"<button class="btn btn-secondary" type="button" hx-get="/operator/topology/ladders/3/tier-order/preview" hx-include="closest form" hx-target="#tier-order-preview-3" hx-swap="innerHTML">Preview</button>"##,
+            r##"<button class="btn btn-secondary" type="button" hx-get="/operator/topology/ladders/3/tier-order/preview" hx-include="#tier-order-3 [name]:not([name=csrf_token])" hx-target="#tier-order-preview-3" hx-swap="innerHTML">Preview</button>"##,
             r#"<button class="btn btn-primary" type="submit" aria-describedby="tier-order-3-note">Save tier order</button>"#,
         )));
         assert!(out.ends_with(r#"</form><div id="tier-order-preview-3" aria-live="polite"></div></details></div>"#));
@@ -1318,7 +1325,7 @@ mod tests {
     fn default_change_form_has_a_preview_before_its_submit() {
         let out = default_change_form("tok", 4, &[(1, "Wiki".to_owned())], &FormState::default()).into_string();
         assert!(out.contains(concat!(
-            r##"<div class="form-actions"><button class="btn btn-secondary" type="button" hx-get="/operator/topology/org-types/4/default/preview" hx-include="closest form" hx-target="#default-change-preview-4" hx-swap="innerHTML">Preview</button>"##,
+            r##"<div class="form-actions"><button class="btn btn-secondary" type="button" hx-get="/operator/topology/org-types/4/default/preview" hx-include="#default-change-4 [name]:not([name=csrf_token])" hx-target="#default-change-preview-4" hx-swap="innerHTML">Preview</button>"##,
             r#"<button class="btn btn-primary" type="submit""#,
         )));
         assert!(out.ends_with(r#"</form><div id="default-change-preview-4" aria-live="polite"></div></div>"#));

@@ -1,0 +1,56 @@
+//! Security headers on every answer, error pages and redirects included.
+//!
+//! The Content-Security-Policy allows only the console's own script and stylesheet: the pages
+//! carry no inline script, style or event handler. htmx 4 needs no more than that here: it reads
+//! its settings from attributes (`hx-headers` is parsed as JSON, not evaluated), talks to the
+//! console with `fetch` (`connect-src 'self'`), and adds its indicator rule through a
+//! constructed stylesheet, which the policy does not govern. The console uses no `hx-on` or
+//! trigger filters, the htmx features that would need `'unsafe-eval'`.
+
+use actix_web::{
+    Error,
+    body::MessageBody,
+    dev::{ServiceRequest, ServiceResponse},
+    http::header::{self, HeaderName, HeaderValue},
+    middleware::Next,
+    web,
+};
+
+use super::AppState;
+
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     img-src 'self' data:; connect-src 'self'; font-src 'self'; form-action 'self'; \
+     frame-ancestors 'none'; base-uri 'none'";
+
+/// One year: browsers remember to use https for the console's host.
+pub const STRICT_TRANSPORT_SECURITY: &str = "max-age=31536000";
+
+pub async fn security_headers(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, Error> {
+    let https = req.app_data::<web::Data<AppState>>().is_some_and(|s| s.config.secure_cookies());
+    let mut res = next.call(req).await?;
+    apply(res.headers_mut(), https);
+    Ok(res)
+}
+
+/// Put the headers on an answer (also used for the answers the request context makes after the
+/// request is gone, which no outer middleware sees).
+pub fn apply(h: &mut header::HeaderMap, https: bool) {
+    let set = |h: &mut header::HeaderMap, name: HeaderName, value: &'static str| {
+        h.insert(name, HeaderValue::from_static(value));
+    };
+    set(h, header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY);
+    set(h, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
+    set(h, header::REFERRER_POLICY, "same-origin");
+    set(h, header::X_FRAME_OPTIONS, "DENY");
+    set(h, HeaderName::from_static("cross-origin-opener-policy"), "same-origin");
+    if https {
+        set(h, header::STRICT_TRANSPORT_SECURITY, STRICT_TRANSPORT_SECURITY);
+    }
+    // Pages show one person's data: no shared cache keeps them (static files say their own).
+    if !h.contains_key(header::CACHE_CONTROL) {
+        set(h, header::CACHE_CONTROL, "no-store");
+    }
+}
