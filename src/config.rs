@@ -34,6 +34,9 @@ pub struct Config {
     pub lock_timeout: Duration,
     /// How many jobs one worker process runs at once.
     pub worker_concurrency: usize,
+    /// How long a job's lease lasts; the worker renews it every third of this while the job
+    /// runs, and a dead worker's jobs run again once it is over.
+    pub job_lease: Duration,
     /// A rule change owing at most this many pools settles them inside its commit.
     pub rule_change_sync_cap: i64,
     /// A tier add or removal reaching more organizations than this is refused (planActHolderCap).
@@ -71,6 +74,7 @@ impl Config {
         let request_timeout = Duration::from_millis(number(&get, "CONSOLE_REQUEST_TIMEOUT_MS", 32_000, 1..=600_000)?);
         let lock_timeout = Duration::from_millis(number(&get, "CONSOLE_LOCK_TIMEOUT_MS", 5_000, 1..=600_000)?);
         let worker_concurrency = number(&get, "CONSOLE_WORKER_CONCURRENCY", 4, 1..=64)? as usize;
+        let job_lease = Duration::from_millis(number(&get, "CONSOLE_JOB_LEASE_MS", 30_000, 1_000..=600_000)?);
         let rule_change_sync_cap = number(&get, "CONSOLE_RULE_CHANGE_SYNC_CAP", 100, 0..=100_000)? as i64;
         let plan_act_holder_cap = number(&get, "CONSOLE_PLAN_ACT_HOLDER_CAP", 10_000, 0..=10_000_000)? as i64;
         let trusted_proxies = get("CONSOLE_TRUSTED_PROXIES")
@@ -105,6 +109,7 @@ impl Config {
             request_timeout,
             lock_timeout,
             worker_concurrency,
+            job_lease,
             rule_change_sync_cap,
             plan_act_holder_cap,
             trusted_proxies,
@@ -132,6 +137,7 @@ impl fmt::Display for Config {
         writeln!(f, "CONSOLE_REQUEST_TIMEOUT_MS={}", self.request_timeout.as_millis())?;
         writeln!(f, "CONSOLE_LOCK_TIMEOUT_MS={}", self.lock_timeout.as_millis())?;
         writeln!(f, "CONSOLE_WORKER_CONCURRENCY={}", self.worker_concurrency)?;
+        writeln!(f, "CONSOLE_JOB_LEASE_MS={}", self.job_lease.as_millis())?;
         writeln!(f, "CONSOLE_RULE_CHANGE_SYNC_CAP={}", self.rule_change_sync_cap)?;
         writeln!(f, "CONSOLE_PLAN_ACT_HOLDER_CAP={}", self.plan_act_holder_cap)?;
         let proxies: Vec<String> = self.trusted_proxies.iter().map(|p| p.to_string()).collect();
@@ -231,6 +237,7 @@ mod tests {
         let c = cfg(&[]).unwrap();
         assert_eq!(c.bind.to_string(), "127.0.0.1:8080");
         assert_eq!(c.request_timeout, Duration::from_secs(32));
+        assert_eq!(c.job_lease, Duration::from_secs(30));
         assert_eq!(c.session_key.len(), 64);
         let again =
             Config::from_lookup(|k| (k == "CONSOLE_DATA_DIR").then(|| c.data_dir.display().to_string())).unwrap();
@@ -250,6 +257,8 @@ mod tests {
         assert!(e.contains("DATABASE_URL"), "{e}");
         let e = cfg(&[("CONSOLE_REQUEST_TIMEOUT_MS", "0")]).err().unwrap().to_string();
         assert!(e.contains("outside"), "{e}");
+        let e = cfg(&[("CONSOLE_JOB_LEASE_MS", "999")]).err().unwrap().to_string();
+        assert!(e.contains("CONSOLE_JOB_LEASE_MS") && e.contains("outside"), "{e}");
     }
 
     #[test]

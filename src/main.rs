@@ -252,12 +252,16 @@ async fn worker_only(b: &Booted) -> anyhow::Result<()> {
 
 fn start_worker(b: &Booted, stop: tokio::sync::watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + use<> {
     let db = b.db.clone();
-    let concurrency = b.config.worker_concurrency;
+    let options = jobs::WorkerOptions {
+        concurrency: b.config.worker_concurrency,
+        lease: b.config.job_lease,
+        ..Default::default()
+    };
     async move {
         if let Err(e) = jobs::register_standard_schedules(&db).await {
             tracing::error!(error = %e, "could not register the standard schedules");
         }
-        jobs::Worker::new(db, jobs::standard_handlers(), concurrency).run(stop).await;
+        jobs::Worker::new(db, jobs::standard_handlers(), options.concurrency).with_options(options).run(stop).await;
     }
 }
 

@@ -522,33 +522,190 @@ async fn shutdown_waits_for_the_job_in_flight() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_grace_period_a_job_keeps_its_lease() {
+async fn past_the_grace_period_a_job_is_given_back_without_spending_an_attempt_and_another_worker_claims_it_at_once() {
     let t = TestDb::new().await;
     create_effects_table(&t).await;
     let opts = WorkerOptions { shutdown_grace: Duration::from_millis(300), ..fast() };
-    let w = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(opts));
-    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 5000 }))).await;
+    let a = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(opts));
+    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 3000 }))).await;
     wait_until("the slow job is running", Duration::from_secs(10), || async {
         state_of(&t.admin, slow).await == "running"
     })
     .await;
-    let w_id = w.id.clone();
-    let asked = Instant::now();
-    w.stop().await;
-    assert!(asked.elapsed() < Duration::from_secs(3), "stopped after {:?}", asked.elapsed());
+    let mut listener = PgListener::connect_with(&t.db.pool).await.unwrap();
+    listener.listen(queue::NOTIFY_CHANNEL).await.unwrap();
 
+    let a_id = a.id.clone();
+    let asked = Instant::now();
+    a.stop().await;
+    let stopped = asked.elapsed();
+    assert!(stopped < Duration::from_secs(3), "stopped after {stopped:?}");
+    assert!(stopped >= Duration::from_millis(300), "stopped after {stopped:?}, before the grace period was over");
+
+    // Given back as it was before the claim: pending, due now, no lease, the attempt not spent.
     let row = job(&t.admin, slow).await.unwrap();
-    assert_eq!(row.state, "running");
-    assert_eq!(row.locked_by.as_deref(), Some(w_id.as_str()));
-    let leased: bool = sqlx::query_scalar("SELECT locked_until > now() FROM integration.jobs WHERE job_id = $1")
+    assert_eq!((row.state.as_str(), row.attempts), ("pending", 0), "given back, its attempt not spent");
+    assert!(row.locked_until.is_none() && row.finished_at.is_none());
+    assert_eq!(row.locked_by.as_deref(), Some(a_id.as_str()), "the last holder is kept for operators");
+    let due: bool = sqlx::query_scalar("SELECT run_at <= now() FROM integration.jobs WHERE job_id = $1")
         .bind(slow)
         .fetch_one(&t.admin)
         .await
         .unwrap();
-    assert!(leased, "the lease still holds, so the job is re-claimed only once it expires");
-    // The handler was stopped, not left running detached.
-    tokio::time::sleep(Duration::from_millis(5500)).await;
-    assert_eq!(count(&t.admin, "SELECT count(*) FROM public.job_effects").await, 0);
+    assert!(due, "given back due now");
+    // The give-back woke the workers, as an enqueue does.
+    tokio::time::timeout(Duration::from_secs(1), listener.recv()).await.expect("the give-back notifies").unwrap();
+
+    // Another worker, which otherwise looks for jobs only every 30 s, claims it at once.
+    let b_opts = WorkerOptions { poll_interval: Duration::from_secs(30), ..fast() };
+    let b = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(b_opts));
+    let b_id = b.id.clone();
+    let b_started = Instant::now();
+    wait_until("the other worker has claimed the job", Duration::from_secs(2), || async {
+        job(&t.admin, slow).await.unwrap().locked_by.as_deref() == Some(b_id.as_str())
+    })
+    .await;
+    println!("the other worker claimed the given-back job {:?} after it started", b_started.elapsed());
+    let row = job(&t.admin, slow).await.unwrap();
+    assert_eq!((row.state.as_str(), row.attempts), ("running", 1), "the other worker's claim is the first attempt");
+
+    wait_until("the job is done", Duration::from_secs(10), || async { state_of(&t.admin, slow).await == "done" }).await;
+    b.stop().await;
+    let effects: Vec<String> =
+        sqlx::query_scalar("SELECT worker FROM public.job_effects").fetch_all(&t.admin).await.unwrap();
+    assert_eq!(effects, vec![b_id], "the stopped handler did nothing; the other worker ran the job once");
+    assert_eq!(job(&t.admin, slow).await.unwrap().attempts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_job_that_runs_longer_than_its_lease_from_being_claimed_by_a_second_worker() {
+    let t = TestDb::new().await;
+    create_effects_table(&t).await;
+    let lease = Duration::from_secs(2);
+    // One job at a time each, so the quick job below must go to the second worker.
+    let opts = WorkerOptions { concurrency: 1, lease, ..fast() };
+    let a = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 1).with_options(opts.clone()));
+    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 6000 }))).await;
+    wait_until("the slow job is running", Duration::from_secs(10), || async {
+        state_of(&t.admin, slow).await == "running"
+    })
+    .await;
+    let started = Instant::now();
+    let first_lease_end = job(&t.admin, slow).await.unwrap().locked_until.expect("a lease");
+    let b = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 1).with_options(opts));
+
+    // Well past the first lease, the job is still the first worker's, on a renewed lease...
+    tokio::time::sleep((lease + lease / 2).saturating_sub(started.elapsed())).await;
+    let row = job(&t.admin, slow).await.unwrap();
+    assert_eq!((row.state.as_str(), row.attempts), ("running", 1));
+    assert_eq!(row.locked_by.as_deref(), Some(a.id.as_str()));
+    let renewed_until = row.locked_until.expect("a lease");
+    assert!(renewed_until > first_lease_end, "the lease was renewed: {renewed_until} after {first_lease_end}");
+    let left = renewed_until - Utc::now();
+    assert!(left > chrono::Duration::zero() && left <= chrono::Duration::from_std(lease).unwrap(), "{left}");
+    // ... while the second worker is claiming: it takes the job it can.
+    let quick = enqueue_committed(&t.db, NewJob::new("test_effect", json!({}))).await;
+    wait_until("the quick job is done", Duration::from_secs(5), || async { state_of(&t.admin, quick).await == "done" })
+        .await;
+    assert_eq!(job(&t.admin, quick).await.unwrap().locked_by.as_deref(), Some(b.id.as_str()));
+
+    wait_until("the slow job is done", Duration::from_secs(15), || async { state_of(&t.admin, slow).await == "done" })
+        .await;
+    let ran_for = started.elapsed();
+    let (a_id, b_id) = (a.id.clone(), b.id.clone());
+    a.stop().await;
+    b.stop().await;
+    assert!(ran_for >= lease * 2, "the job ran {ran_for:?}, more than its lease");
+    let row = job(&t.admin, slow).await.unwrap();
+    assert_eq!((row.attempts, row.locked_by.as_deref()), (1, Some(a_id.as_str())), "one attempt, the first worker's");
+    let ran: Vec<(i64, String)> = sqlx::query_as("SELECT job_id, worker FROM public.job_effects ORDER BY job_id")
+        .fetch_all(&t.admin)
+        .await
+        .unwrap();
+    assert_eq!(ran, vec![(slow, a_id), (quick, b_id)], "the slow job ran once, on the first worker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_fails_is_tried_again_at_the_next_tick_and_the_job_runs_on_once() {
+    let t = TestDb::new().await;
+    create_effects_table(&t).await;
+    // Renewed every second; the job runs past two leases.
+    let lease = Duration::from_secs(3);
+    let w = spawn(
+        Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(WorkerOptions { lease, ..fast() }),
+    );
+    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 6500 }))).await;
+    wait_until("the job is running", Duration::from_secs(10), || async { state_of(&t.admin, slow).await == "running" })
+        .await;
+    let lease_end = || async { job(&t.admin, slow).await.unwrap().locked_until.expect("a lease") };
+    let claimed_until = lease_end().await;
+    wait_until("the first renewal", Duration::from_secs(3), || async { lease_end().await > claimed_until }).await;
+    let renewed_until = lease_end().await;
+
+    // The next renewal fails: the run-time role may not write the lease for a while.
+    sqlx::raw_sql("REVOKE UPDATE (locked_until) ON integration.jobs FROM console_runtime")
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    assert_eq!(lease_end().await, renewed_until, "no renewal got through meanwhile");
+    sqlx::raw_sql("GRANT UPDATE (locked_until) ON integration.jobs TO console_runtime")
+        .execute(&t.admin)
+        .await
+        .unwrap();
+
+    // The one after it does, within the lease, and the job runs on to its end, once.
+    wait_until("a renewal after the failed one", Duration::from_millis(1500), || async {
+        lease_end().await > renewed_until
+    })
+    .await;
+    wait_until("the job is done", Duration::from_secs(10), || async { state_of(&t.admin, slow).await == "done" }).await;
+    let w_id = w.id.clone();
+    w.stop().await;
+    let row = job(&t.admin, slow).await.unwrap();
+    assert_eq!((row.attempts, row.locked_by.as_deref()), (1, Some(w_id.as_str())));
+    let effects: Vec<String> =
+        sqlx::query_scalar("SELECT worker FROM public.job_effects").fetch_all(&t.admin).await.unwrap();
+    assert_eq!(effects, vec![w_id], "the job ran to its end once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_lease_passed_to_another_worker_is_stopped_and_not_recorded() {
+    let t = TestDb::new().await;
+    create_effects_table(&t).await;
+    let lease = Duration::from_millis(1500);
+    let w = spawn(
+        Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(WorkerOptions { lease, ..fast() }),
+    );
+    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 3000 }))).await;
+    wait_until("the job is running", Duration::from_secs(10), || async { state_of(&t.admin, slow).await == "running" })
+        .await;
+    // Another worker takes the job over, as its claim would after a lease ran out.
+    sqlx::query(
+        "UPDATE integration.jobs SET locked_by = 'other-worker', attempts = attempts + 1,
+                locked_until = now() + interval '1 hour'
+         WHERE job_id = $1",
+    )
+    .bind(slow)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+
+    // The first worker's next renewal finds the lease gone and stops its handler, which would
+    // have recorded its effect at 3 s.
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    assert_eq!(count(&t.admin, "SELECT count(*) FROM public.job_effects").await, 0, "the stopped handler ran on");
+    let row = job(&t.admin, slow).await.unwrap();
+    assert_eq!(
+        (row.state.as_str(), row.attempts, row.locked_by.as_deref()),
+        ("running", 2, Some("other-worker")),
+        "the other worker's attempt is untouched"
+    );
+    // Its slot is free again: it runs the next job.
+    let next = enqueue_committed(&t.db, NewJob::new("test_effect", json!({}))).await;
+    wait_until("the next job is done", Duration::from_secs(5), || async { state_of(&t.admin, next).await == "done" })
+        .await;
+    w.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -601,4 +758,188 @@ async fn purge_expired_deletes_exactly_the_expired_rows() {
 
     // Nothing left to purge.
     assert_eq!(jobs::purge_expired(&t.db).await.unwrap(), jobs::Purged::default());
+}
+
+/// A worker process of the real binary (`member-console worker`) against the test's database,
+/// killed with SIGKILL when dropped; its log goes to `log`.
+struct WorkerProcess {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl WorkerProcess {
+    fn start(t: &TestDb, data_dir: &std::path::Path, lease: Duration, name: &str) -> WorkerProcess {
+        std::fs::create_dir_all(data_dir).unwrap();
+        let log = data_dir.join(format!("{name}.log"));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_member-console"))
+            .arg("worker")
+            .env("DATABASE_URL", &t.admin_url)
+            .env("CONSOLE_RUNTIME_DB_PASSWORD", common::TEST_RUNTIME_PASSWORD)
+            .env("CONSOLE_DATA_DIR", data_dir)
+            .env("CONSOLE_JOB_LEASE_MS", lease.as_millis().to_string())
+            .env("RUST_LOG", "info,sqlx=warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the member-console binary starts");
+        WorkerProcess { child, log }
+    }
+
+    /// kill -9: no shutdown, no give-back; the database sees its connections drop.
+    fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL is delivered");
+        let status = self.child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(9), "the worker died of SIGKILL: {status:?}");
+    }
+
+    /// `hostname-pid-`: how its worker id, and so the jobs' locked_by, begins.
+    fn worker_id_prefix(&self) -> String {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}-", host.trim(), self.child.id())
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_lease_and_moves_everyone_once() {
+    use common::acts::{act_state, change, counts, ladder_id, scalar, stale_pools};
+    use member_console::services::plan_acts::{DRAIN_PLAN_ACT, Disposition};
+
+    // As many organizations as the issue's default change had.
+    const ORGS: i64 = 8000;
+    let lease = Duration::from_secs(2);
+    let t = common::pages::demo_db().await;
+    let data_dir = std::env::temp_dir().join(format!("mc-jobs-kill-{}", t.name));
+    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let ty: i64 = sqlx::query_scalar(
+        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Kill test', $1) RETURNING org_type_id",
+    )
+    .bind(wiki)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    member_console::bench::floored_organizations(&t.admin, ORGS, ty, wiki).await.unwrap();
+    // T0 only: the listing and the moves are left to the drain job.
+    let act = change(&t, ty, support, Some(Disposition::Migrate)).await.unwrap();
+    assert_eq!(act_state(&t, act).await, "running");
+    let drain_job: i64 = sqlx::query_scalar("SELECT job_id FROM integration.jobs WHERE kind = $1")
+        .bind(DRAIN_PLAN_ACT)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    let moved_sql =
+        format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {act} AND state = 'migrated'");
+
+    // The first worker process drains for longer than its lease, then is killed midway.
+    let mut first = WorkerProcess::start(&t, &data_dir, lease, "first");
+    let first_prefix = first.worker_id_prefix();
+    let started = Instant::now();
+    let mut running_since: Option<(Instant, DateTime<Utc>)> = None;
+    loop {
+        let moved = scalar(&t, &moved_sql).await;
+        let row = job(&t.admin, drain_job).await.unwrap();
+        if let (None, "running", Some(until)) = (running_since, row.state.as_str(), row.locked_until) {
+            running_since = Some((Instant::now(), until));
+        }
+        assert!(moved < ORGS, "the drain ended before the kill; give it more organizations");
+        if moved >= ORGS / 10 && running_since.is_some_and(|(since, _)| since.elapsed() >= lease) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "the drain did not get going:\n{}", first.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let first_lease_end = running_since.map(|(_, until)| until);
+    let row = job(&t.admin, drain_job).await.unwrap();
+    assert_eq!((row.state.as_str(), row.attempts), ("running", 1), "the drain still runs its first attempt");
+    assert!(row.locked_by.as_deref().is_some_and(|w| w.starts_with(&first_prefix)), "{:?}", row.locked_by);
+    let (first_end, renewed_end) = (first_lease_end.expect("a lease"), row.locked_until.expect("a lease"));
+    assert!(renewed_end > first_end, "a drain longer than its lease keeps a renewed lease");
+
+    let killed_at: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&t.admin).await.unwrap();
+    let killed = Instant::now();
+    first.kill();
+    // The dead worker's statements in flight end; then nothing moves until someone resumes.
+    wait_until("the dead worker's statements are over", Duration::from_secs(10), || async {
+        count(
+            &t.admin,
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND usename = 'console_runtime' AND state <> 'idle'",
+        )
+        .await
+            == 0
+    })
+    .await;
+    let quiet_at: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&t.admin).await.unwrap();
+    let moved_at_kill = scalar(&t, &moved_sql).await;
+    assert!(0 < moved_at_kill && moved_at_kill < ORGS, "killed midway: {moved_at_kill} of {ORGS} moved");
+    assert_eq!(job(&t.admin, drain_job).await.unwrap().state, "running", "the dead worker's job keeps its lease");
+
+    // The restart: a second worker process resumes the moves once the dead one's lease is over.
+    let second = WorkerProcess::start(&t, &data_dir, lease, "second");
+    let within = lease + Duration::from_secs(5);
+    loop {
+        if scalar(&t, &moved_sql).await > moved_at_kill {
+            break;
+        }
+        assert!(
+            killed.elapsed() < within,
+            "no move within {within:?} of the kill; the second worker's log:\n{}",
+            second.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    wait_until("the act is done", Duration::from_secs(180), || async { act_state(&t, act).await == "done" }).await;
+    let first_resumed: DateTime<Utc> = sqlx::query_scalar(
+        "SELECT min(settled_at) FROM core.plan_act_obligations WHERE plan_act_id = $1 AND settled_at > $2",
+    )
+    .bind(act)
+    .bind(quiet_at)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    let resumed_after = (first_resumed - killed_at).to_std().unwrap();
+    println!(
+        "killed at {moved_at_kill} of {ORGS} moves; the remaining {} resumed {:.2} s after the kill (lease {:.1} s)",
+        ORGS - moved_at_kill,
+        resumed_after.as_secs_f64(),
+        lease.as_secs_f64()
+    );
+    assert!(resumed_after <= within, "resumed {resumed_after:?} after the kill");
+
+    // The second worker ran the drain's second attempt to the end.
+    let row = job(&t.admin, drain_job).await.unwrap();
+    assert_eq!((row.state.as_str(), row.attempts), ("done", 2), "the killed attempt and the one that finished");
+    let second_prefix = second.worker_id_prefix();
+    assert!(row.locked_by.as_deref().is_some_and(|w| w.starts_with(&second_prefix)), "{:?}", row.locked_by);
+    drop(second);
+    let _ = std::fs::remove_dir_all(&data_dir);
+
+    // Every organization was moved, and moved once.
+    assert_eq!(counts(&t, act).await, (0, ORGS, 0, 0, 0, 0));
+    let not_once = scalar(
+        &t,
+        &format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {act} AND attempts <> 1"),
+    )
+    .await;
+    assert_eq!(not_once, 0, "every obligation settled exactly once");
+    let floors = format!(
+        "SELECT count(*) FROM core.grants g JOIN core.organizations o USING (organization_id)
+         WHERE o.org_type_id = {ty} AND g.kind = 'floor' AND g.status = 'active'"
+    );
+    assert_eq!(scalar(&t, &floors).await, ORGS, "one floor each, none given twice");
+    let act_floors = format!("SELECT count(*) FROM core.grants WHERE kind = 'floor' AND plan_act_id = {act}");
+    assert_eq!(scalar(&t, &act_floors).await, ORGS, "the act gave each organization one new floor");
+    assert!(stale_pools(&t).await.is_empty(), "every pool's entitlements equal a fresh computation");
 }

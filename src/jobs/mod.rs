@@ -2,10 +2,11 @@
 //! recurring schedules (`integration.job_schedules`), and the worker that runs both.
 //!
 //! A job is enqueued with `enqueue` on the caller's own transaction, so it exists only if that
-//! transaction commits. Workers claim due jobs with FOR UPDATE SKIP LOCKED and a lease, so any
-//! number of them run against one database and each job runs once per attempt; a crashed
-//! worker's jobs are re-claimed when their lease expires. Delivery is at least once: handlers
-//! must be safe to run again.
+//! transaction commits. Workers claim due jobs with FOR UPDATE SKIP LOCKED and a short lease
+//! (30 s), renewed while the job runs, so any number of them run against one database and each
+//! job runs once per attempt however long it takes; a crashed worker's jobs are re-claimed when
+//! their lease expires, and a worker shutting down gives back what it could not finish.
+//! Delivery is at least once: handlers must be safe to run again.
 
 pub mod queue;
 pub mod schedule;
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 pub use queue::{Backoff, ClaimedJob, FailOutcome, NewJob, enqueue};
 pub use schedule::{ensure_schedule, fire_due_schedules};
-pub use worker::{Handler, Handlers, JobContext, JobError, Worker, WorkerOptions};
+pub use worker::{DEFAULT_LEASE, Handler, Handlers, JobContext, JobError, Worker, WorkerOptions};
 
 use crate::db::{Db, DbError};
 use crate::store::jobs as store;
@@ -66,6 +67,12 @@ pub fn standard_handlers() -> Handlers {
         grants::sweep_grants(&ctx.db).await.map_err(grant_failure)?;
         Ok(())
     });
+    // The two drains run for as long as their work takes, far past a lease: the worker renews
+    // the lease while they run, and stops them (their move tasks with them, as their JoinSet is
+    // dropped) if it is ever lost, so one drain job never runs on two workers at once. Neither
+    // checks the lease itself; a move or settlement in flight when a drain stops is guarded by
+    // its own obligation row, so it is applied once either way.
+    //
     // The drain of a rule change above the sync cap; the poller re-enqueues what is still due.
     h.register(rc::DRAIN_RULE_CHANGE, |ctx, payload| async move {
         let id = payload

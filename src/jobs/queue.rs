@@ -82,6 +82,21 @@ pub async fn complete(db: &Db, job_id: i64, worker: &str, attempt: i32) -> Resul
     Ok(store::mark_job_done(&db.pool, job_id, worker, attempt).await?)
 }
 
+/// Renew `worker`'s lease on a job for this attempt: it runs `lease` from now. One UPDATE under
+/// the guard of `complete` and `fail`; false (and nothing written) when the worker no longer
+/// holds the job for this attempt. The worker renews every job it runs (see `worker`).
+pub async fn renew(db: &Db, job_id: i64, worker: &str, attempt: i32, lease: Duration) -> Result<bool, DbError> {
+    Ok(store::renew_job_lease(&db.pool, job_id, worker, attempt, lease).await?)
+}
+
+/// Give back an attempt `worker` stopped unfinished (at shutdown): the job is pending and due
+/// now, its lease cleared, and the attempt its claim counted is not spent. One UPDATE under the
+/// guard of `complete` and `fail`; false (and nothing written) when the worker no longer holds
+/// the job for this attempt.
+pub async fn give_back(db: &Db, job_id: i64, worker: &str, attempt: i32) -> Result<bool, DbError> {
+    Ok(store::give_back_job(&db.pool, job_id, worker, attempt).await?)
+}
+
 /// What became of a failed attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailOutcome {

@@ -1,6 +1,7 @@
 //! The worker: fires due schedules, claims due jobs up to its concurrency, runs each on a tokio
-//! task, and records the outcome. It wakes on a NOTIFY from the enqueue trigger or on a poll
-//! tick, whichever comes first, and stops gracefully on a watch signal.
+//! task that renews the job's lease while it runs, and records the outcome. It wakes on a NOTIFY
+//! from the enqueue trigger or on a poll tick, whichever comes first, and stops gracefully on a
+//! watch signal, giving back the jobs it could not finish.
 
 use std::{collections::HashMap, fmt, future::Future, sync::Arc, time::Duration};
 
@@ -129,18 +130,23 @@ impl fmt::Debug for Handlers {
     }
 }
 
+/// The lease a claim or a renewal gives (`CONSOLE_JOB_LEASE_MS` overrides it).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
 /// How a worker runs. The defaults are production's; tests shorten the times.
 #[derive(Clone, Debug)]
 pub struct WorkerOptions {
     /// Jobs run at once by this worker.
     pub concurrency: usize,
-    /// How long a claimed job is this worker's: a job still running past it may be claimed (and
-    /// run again) by another worker, so handlers must finish well within it.
+    /// How long a claim or a renewal keeps a job this worker's. The worker renews the lease of
+    /// every job it runs every `lease / 3`, so a job may run far longer than its lease, and one
+    /// missed renewal (a passing database error) still leaves a third of it. A job whose worker
+    /// died is claimed again once the lease runs out: within `lease + poll_interval`.
     pub lease: Duration,
     /// The longest wait between looks for due jobs when no NOTIFY comes (retries and jobs due
     /// later are found this way).
     pub poll_interval: Duration,
-    /// On shutdown, how long to wait for jobs in flight before stopping them.
+    /// On shutdown, how long to wait for jobs in flight before stopping them and giving them back.
     pub shutdown_grace: Duration,
     pub backoff: Backoff,
     /// Whether this worker fires due schedules (every worker may; each slot fires once).
@@ -151,7 +157,7 @@ impl Default for WorkerOptions {
     fn default() -> Self {
         WorkerOptions {
             concurrency: 4,
-            lease: Duration::from_secs(300),
+            lease: DEFAULT_LEASE,
             poll_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             backoff: Backoff::default(),
@@ -175,6 +181,24 @@ struct Running {
     started: Instant,
 }
 
+/// How a job's task ended.
+enum Ended {
+    /// The handler returned.
+    Returned(Result<(), JobError>),
+    /// The lease was lost and the handler stopped, so it never runs beside another attempt.
+    LeaseLost(LeaseLost),
+}
+
+/// Why a running job's lease is no longer this worker's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LeaseLost {
+    /// A renewal found the job held by another worker or a later attempt (or no longer running).
+    Taken,
+    /// No renewal succeeded before the lease last confirmed ran out: another worker may claim
+    /// the job at any moment.
+    RanOut,
+}
+
 impl Worker {
     /// A worker running up to `concurrency` jobs at once, the other options at their defaults.
     pub fn new(db: Db, handlers: Handlers, concurrency: usize) -> Self {
@@ -194,9 +218,10 @@ impl Worker {
     }
 
     /// Run until `shutdown` turns true (or its sender is dropped). Then claim nothing more, wait
-    /// up to the grace period for the jobs in flight, stop any still running (they keep their
-    /// lease and are re-claimed once it expires), and return. Database errors are logged and
-    /// retried on the next tick, never returned: a worker outlives a database restart.
+    /// up to the grace period for the jobs in flight (renewing their leases meanwhile), stop any
+    /// still running and give each back (pending, due now, its attempt not spent), and return.
+    /// Database errors are logged and retried on the next tick, never returned: a worker
+    /// outlives a database restart.
     pub async fn run(self, shutdown: watch::Receiver<bool>) {
         let span = tracing::info_span!("Job worker", worker_id = %self.id);
         self.run_loop(shutdown).instrument(span).await
@@ -207,7 +232,7 @@ impl Worker {
         let concurrency = opts.concurrency.max(1);
         let wake = Arc::new(Notify::new());
         let listener = tokio::spawn(listen(self.db.clone(), wake.clone(), opts.poll_interval).in_current_span());
-        let mut tasks: JoinSet<Result<(), JobError>> = JoinSet::new();
+        let mut tasks: JoinSet<Ended> = JoinSet::new();
         let mut in_flight: HashMap<Id, Running> = HashMap::new();
         let mut next_fire = Instant::now();
         tracing::info!(concurrency, kinds = ?self.handlers.kinds(), "worker started");
@@ -225,10 +250,12 @@ impl Worker {
             }
             let free = concurrency.saturating_sub(tasks.len());
             if free > 0 {
+                // The lease runs from no earlier than this: the database starts it later.
+                let claimed_at = Instant::now();
                 match queue::claim(&self.db, &self.id, free, opts.lease).await {
                     Ok(jobs) => {
                         for job in jobs {
-                            self.start(&mut tasks, &mut in_flight, job);
+                            self.start(&mut tasks, &mut in_flight, job, claimed_at);
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "claiming jobs failed; trying again next tick"),
@@ -266,8 +293,8 @@ impl Worker {
                     Ok(None) => break,
                     Err(_) => {
                         let ids: Vec<i64> = in_flight.values().map(|r| r.job.job_id).collect();
-                        tracing::warn!(job_ids = ?ids, "grace period over: stopping these jobs; each keeps its lease and is claimed again once the lease expires");
-                        tasks.shutdown().await;
+                        tracing::warn!(job_ids = ?ids, "grace period over: stopping these jobs and giving them back");
+                        self.stop_and_give_back(&mut tasks, &mut in_flight).await;
                         break;
                     }
                 }
@@ -277,8 +304,48 @@ impl Worker {
         tracing::info!("worker stopped");
     }
 
-    /// Run `job` on a task of its own, in a span with its kind and id.
-    fn start(&self, tasks: &mut JoinSet<Result<(), JobError>>, in_flight: &mut HashMap<Id, Running>, job: ClaimedJob) {
+    /// Stop every job still running, then give back each one that was stopped unfinished: its
+    /// attempt is not spent and another worker may claim it at once. A job whose handler
+    /// returned before it could be stopped is recorded as usual instead. Only once its task has
+    /// ended is a job given back, so it never runs here and elsewhere at once.
+    async fn stop_and_give_back(&self, tasks: &mut JoinSet<Ended>, in_flight: &mut HashMap<Id, Running>) {
+        tasks.abort_all();
+        while let Some(joined) = tasks.join_next_with_id().await {
+            match joined {
+                Err(e) if e.is_cancelled() => {
+                    let Some(Running { job, span, started }) = in_flight.remove(&e.id()) else { continue };
+                    let elapsed_ms = started.elapsed().as_millis() as u64;
+                    async {
+                        match queue::give_back(&self.db, job.job_id, &self.id, job.attempts).await {
+                            Ok(true) => tracing::info!(
+                                elapsed_ms,
+                                "job stopped unfinished and given back; its attempt is not spent"
+                            ),
+                            Ok(false) => tracing::warn!(
+                                elapsed_ms,
+                                "job stopped unfinished; its lease had already passed to another attempt"
+                            ),
+                            // The lease runs out and the job is claimed again, this attempt counted.
+                            Err(e) => tracing::error!(error = %e, "could not give back the stopped job"),
+                        }
+                    }
+                    .instrument(span)
+                    .await
+                }
+                other => self.finish(other, in_flight).await,
+            }
+        }
+    }
+
+    /// Run `job` on a task of its own, in a span with its kind and id, renewing its lease until
+    /// the handler returns; a lost lease stops the handler.
+    fn start(
+        &self,
+        tasks: &mut JoinSet<Ended>,
+        in_flight: &mut HashMap<Id, Running>,
+        job: ClaimedJob,
+        claimed_at: Instant,
+    ) {
         let span = tracing::info_span!("Run a job", kind = %job.kind, job_id = job.job_id, attempt = job.attempts);
         let ctx = JobContext {
             db: self.db.clone(),
@@ -296,12 +363,38 @@ impl Worker {
             self.id,
             self.handlers.kinds().join(", ")
         );
+        let lease = Lease {
+            db: self.db.clone(),
+            job_id: job.job_id,
+            worker: self.id.clone(),
+            attempt: job.attempts,
+            length: self.options.lease,
+        };
         // The handler is called inside the task, so even a panic while building its future is
         // the task's panic, caught as its JoinError.
         let fut = async move {
-            match handler {
-                Some(h) => h(ctx, payload).await,
-                None => Err(JobError::Retry(unknown)),
+            let run = async move {
+                match handler {
+                    Some(h) => h(ctx, payload).await,
+                    None => Err(JobError::Retry(unknown)),
+                }
+            };
+            tokio::select! {
+                r = run => Ended::Returned(r),
+                // Dropping the handler's future stops it, and with it the tasks it owns in a
+                // JoinSet (the drains' move tasks): nothing of this attempt runs on beside the
+                // attempt that took the job over.
+                lost = lease.keep(claimed_at) => {
+                    match lost {
+                        LeaseLost::Taken => tracing::warn!(
+                            "the job's lease passed to another worker or attempt: stopping it here so it does not run twice"
+                        ),
+                        LeaseLost::RanOut => tracing::warn!(
+                            "the job's lease ran out before a renewal succeeded: stopping it here so it does not run twice"
+                        ),
+                    }
+                    Ended::LeaseLost(lost)
+                }
             }
         };
         let handle = tasks.spawn(fut.instrument(span.clone()));
@@ -309,12 +402,9 @@ impl Worker {
         in_flight.insert(handle.id(), Running { job, span, started: Instant::now() });
     }
 
-    /// Record how a task ended: done, failed (with backoff), or panicked (a failure too).
-    async fn finish(
-        &self,
-        joined: Result<(Id, Result<(), JobError>), JoinError>,
-        in_flight: &mut HashMap<Id, Running>,
-    ) {
+    /// Record how a task ended: done, failed (with backoff), or panicked (a failure too); a job
+    /// stopped for a lost lease is not ours to record.
+    async fn finish(&self, joined: Result<(Id, Ended), JoinError>, in_flight: &mut HashMap<Id, Running>) {
         let (id, outcome) = match joined {
             Ok((id, r)) => (id, Ok(r)),
             Err(e) => (e.id(), Err(e)),
@@ -325,16 +415,22 @@ impl Worker {
         let elapsed_ms = started.elapsed().as_millis() as u64;
         async {
             match outcome {
-                Ok(Ok(())) => match queue::complete(&self.db, job.job_id, &self.id, job.attempts).await {
-                    Ok(true) => tracing::info!(elapsed_ms, "job done"),
-                    Ok(false) => tracing::warn!(
-                        elapsed_ms,
-                        "job finished after its lease passed to another attempt; not recorded"
-                    ),
-                    // The lease runs out and the job runs again: at least once, never lost.
-                    Err(e) => tracing::error!(error = %e, "could not record the job as done"),
-                },
-                Ok(Err(e)) => {
+                // The task said why when it stopped the handler; the outcome is another attempt's.
+                Ok(Ended::LeaseLost(lost)) => {
+                    tracing::debug!(elapsed_ms, ?lost, "job stopped after losing its lease; not recorded")
+                }
+                Ok(Ended::Returned(Ok(()))) => {
+                    match queue::complete(&self.db, job.job_id, &self.id, job.attempts).await {
+                        Ok(true) => tracing::info!(elapsed_ms, "job done"),
+                        Ok(false) => tracing::warn!(
+                            elapsed_ms,
+                            "job finished after its lease passed to another attempt; not recorded"
+                        ),
+                        // The lease runs out and the job runs again: at least once, never lost.
+                        Err(e) => tracing::error!(error = %e, "could not record the job as done"),
+                    }
+                }
+                Ok(Ended::Returned(Err(e))) => {
                     let permanent = matches!(e, JobError::Permanent(_));
                     self.record_failure(&job, &e.describe(), permanent, elapsed_ms).await
                 }
@@ -365,6 +461,55 @@ impl Worker {
                 tracing::warn!(error, "job failed after its lease passed to another attempt; not recorded")
             }
             Err(e) => tracing::error!(error = %e, job_error = error, "could not record the job's failure"),
+        }
+    }
+}
+
+/// What a running job's task needs to keep its lease.
+struct Lease {
+    db: Db,
+    job_id: i64,
+    worker: Arc<str>,
+    attempt: i32,
+    length: Duration,
+}
+
+impl Lease {
+    /// How often a lease is renewed: a third of it, so one missed renewal still leaves a third.
+    fn renew_every(&self) -> Duration {
+        (self.length / 3).max(Duration::from_millis(10))
+    }
+
+    /// Renew the lease every `renew_every` from `confirmed` (when the claim was sent) until it is
+    /// lost, and say how. A renewal that fails (a passing database error) is tried again at the
+    /// next tick. The lease is counted from when each successful renewal was sent, which is no
+    /// later than the database's own start of it; once that count runs out with no renewal
+    /// through, the job is treated as lost, since another worker may claim it at any moment.
+    async fn keep(self, mut confirmed: Instant) -> LeaseLost {
+        let every = self.renew_every();
+        let mut next = confirmed + every;
+        loop {
+            let runs_out = confirmed + self.length;
+            tokio::time::sleep_until(next.min(runs_out)).await;
+            let sent = Instant::now();
+            if sent >= runs_out {
+                return LeaseLost::RanOut;
+            }
+            let renewal = queue::renew(&self.db, self.job_id, &self.worker, self.attempt, self.length);
+            match tokio::time::timeout_at(runs_out, renewal).await {
+                Ok(Ok(true)) => {
+                    confirmed = sent;
+                    tracing::debug!(lease_ms = self.length.as_millis() as u64, "lease renewed");
+                }
+                Ok(Ok(false)) => return LeaseLost::Taken,
+                Ok(Err(e)) => tracing::warn!(
+                    error = %e,
+                    left_ms = runs_out.saturating_duration_since(Instant::now()).as_millis() as u64,
+                    "renewing the job's lease failed; trying again at the next tick"
+                ),
+                Err(_) => return LeaseLost::RanOut,
+            }
+            next = sent + every;
         }
     }
 }

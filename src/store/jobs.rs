@@ -137,6 +137,58 @@ pub async fn mark_job_failed<'e>(
     .await
 }
 
+/// Renew this attempt's lease: it runs until `lease` from now. False when the worker no longer
+/// holds the job for this attempt (the same guard as done and failed): the lease ran out and
+/// another worker, or a later attempt, has the job.
+pub async fn renew_job_lease<'e>(
+    db: impl PgExecutor<'e>,
+    job_id: i64,
+    worker: &str,
+    attempt: i32,
+    lease: Duration,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE integration.jobs
+         SET locked_until = now() + $4::bigint * interval '1 millisecond'
+         WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3",
+    )
+    .bind(job_id)
+    .bind(worker)
+    .bind(attempt)
+    .bind(millis(lease))
+    .execute(db)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Give an unfinished attempt back (a worker shutting down stopped it): pending, due now, the
+/// lease cleared, and the attempt the claim counted not spent. Under the same guard as done and
+/// failed; locked_by keeps the last holder for operators, as after any run. When it gives the
+/// job back it wakes the workers on the enqueue trigger's channel (migrations/0003_jobs.sql),
+/// at its commit. False when the worker no longer held the job for this attempt.
+pub async fn give_back_job<'e>(
+    db: impl PgExecutor<'e>,
+    job_id: i64,
+    worker: &str,
+    attempt: i32,
+) -> Result<bool, sqlx::Error> {
+    let given: Option<i64> = sqlx::query_scalar(
+        "WITH given AS (
+             UPDATE integration.jobs
+             SET state = 'pending', run_at = now(), attempts = attempts - 1, locked_until = NULL
+             WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3
+             RETURNING job_id
+         )
+         SELECT job_id, pg_notify('member_console_jobs', '') FROM given",
+    )
+    .bind(job_id)
+    .bind(worker)
+    .bind(attempt)
+    .fetch_optional(db)
+    .await?;
+    Ok(given.is_some())
+}
+
 /// A schedule that is due, locked by this transaction.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct DueSchedule {
