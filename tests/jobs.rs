@@ -713,13 +713,17 @@ async fn purge_expired_deletes_exactly_the_expired_rows() {
     let t = TestDb::new().await;
     sqlx::raw_sql(
         "INSERT INTO core.accounts (email, password_hash) VALUES ('purge@example.org', 'x');
-         INSERT INTO core.web_sessions (token_hash, account_id, expires_at, address)
-         SELECT '\\x01'::bytea, account_id, now() - interval '1 minute', '127.0.0.1' FROM core.accounts
+         INSERT INTO core.web_sessions (token_hash, account_id, expires_at, ends_at, address)
+         SELECT '\\x01'::bytea, account_id, now() - interval '1 minute', now() + interval '1 day', '127.0.0.1' FROM core.accounts
          UNION ALL
-         SELECT '\\x02'::bytea, account_id, now() + interval '1 hour', '127.0.0.1' FROM core.accounts;
-         INSERT INTO core.sign_in_failures (email, address, failed_at) VALUES
-             ('old@example.org', '10.0.0.1', now() - interval '2 days'),
-             ('recent@example.org', '10.0.0.1', now() - interval '1 hour');
+         SELECT '\\x02'::bytea, account_id, now() + interval '1 hour', now() + interval '1 day', '127.0.0.1' FROM core.accounts
+         UNION ALL
+         SELECT '\\x03'::bytea, account_id, now() + interval '1 hour', now() - interval '1 second', '127.0.0.1' FROM core.accounts;
+         INSERT INTO core.sign_in_throttle (email_key, address, failures, last_failure_at) VALUES
+             ('old@example.org', '10.0.0.1', 3, now() - interval '2 days'),
+             ('recent@example.org', '10.0.0.1', 3, now() - interval '1 hour');
+         INSERT INTO core.sign_in_addresses (address, window_started_at, failures) VALUES
+             ('10.0.0.1', now() - interval '2 days', 6), ('10.0.0.2', now() - interval '1 hour', 6);
          INSERT INTO integration.jobs (kind, state, finished_at, last_error) VALUES
              ('old_done', 'done', now() - interval '8 days', NULL),
              ('recent_done', 'done', now() - interval '6 days', NULL),
@@ -745,8 +749,11 @@ async fn purge_expired_deletes_exactly_the_expired_rows() {
         sqlx::query_scalar("SELECT token_hash FROM core.web_sessions").fetch_all(&t.admin).await.unwrap();
     assert_eq!(sessions, vec![vec![2u8]]);
     let failures: Vec<String> =
-        sqlx::query_scalar("SELECT email FROM core.sign_in_failures").fetch_all(&t.admin).await.unwrap();
+        sqlx::query_scalar("SELECT email_key FROM core.sign_in_throttle").fetch_all(&t.admin).await.unwrap();
     assert_eq!(failures, vec!["recent@example.org".to_string()]);
+    let windows: Vec<String> =
+        sqlx::query_scalar("SELECT address FROM core.sign_in_addresses").fetch_all(&t.admin).await.unwrap();
+    assert_eq!(windows, vec!["10.0.0.2".to_string()]);
     // Other standard schedules (the grant sweep) fire too; they are not the purge's business.
     let kinds: Vec<String> = sqlx::query_scalar(
         "SELECT kind FROM integration.jobs WHERE kind NOT IN (SELECT name FROM integration.job_schedules WHERE name <> 'purge_expired') ORDER BY kind",

@@ -204,7 +204,7 @@ async fn sign_in_takes_the_address_row_then_the_pair_row_as_it_declares() {
     let mut a = t.runtime_conn().await;
     let a_pid = common::backend_pid(&mut a).await;
     sqlx::query("BEGIN").execute(&mut a).await.unwrap();
-    sqlx::query("SELECT * FROM core.reserve_sign_in($1, '127.0.0.1', '15 minutes', 30, 5, '1 minute', '15 minutes', '1 day')")
+    sqlx::query("INSERT INTO core.sign_in_throttle (email_key, address, failures) VALUES (lower($1), '127.0.0.1', 1)")
         .bind(email.as_str())
         .execute(&mut a)
         .await

@@ -176,26 +176,122 @@ async fn sign_out_with_the_htmx_header_ends_the_session_everywhere() {
     assert_eq!(c.get(app.url("/")).send().await.unwrap().status(), StatusCode::SEE_OTHER);
 }
 
+/// A console behind a trusted proxy on 127.0.0.1, so a test can sign in "from" any address.
+async fn app_behind_proxy() -> (TestDb, TestApp) {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let app = TestApp::spawn_with(&t, |c| c.trusted_proxies = vec!["127.0.0.1".parse().unwrap()]).await;
+    (t, app)
+}
+
+async fn sign_in_from(app: &TestApp, c: &reqwest::Client, address: &str, email: &str, password: &str) -> reqwest::Response {
+    let token = app.csrf(c, "/login").await;
+    c.post(app.url("/login"))
+        .header("X-Forwarded-For", format!("203.0.113.99, {address}"))
+        .form(&[("email", email), ("password", password), ("csrf_token", token.as_str())])
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
-async fn wrong_passwords_are_refused_then_throttled_per_account() {
-    let (t, app) = app_with_demo().await;
+async fn wrong_passwords_are_refused_then_delayed_more_each_time_up_to_a_cap() {
+    let (t, app) = app_behind_proxy().await;
     let c = app.client();
-    let r = app.sign_in(&c, demo::MEMBER_EMAIL, "not-the-password").await;
+    let here = "198.51.100.7";
+    let r = sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, "not-the-password").await;
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let body = r.text().await.unwrap();
     assert!(body.contains("not right"), "{body}");
     for _ in 0..4 {
-        assert_eq!(app.sign_in(&c, demo::MEMBER_EMAIL, "not-the-password").await.status(), StatusCode::UNAUTHORIZED);
+        let r = sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, "not-the-password").await;
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     }
-    // Five failures: even the right password is refused for a while.
-    let r = app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    // Five failures in a row: from this address, even the right password waits a minute.
+    let r = sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert!(r.text().await.unwrap().contains("Try again in 15 minutes"));
+    assert!(r.text().await.unwrap().contains("Try again in 1 minute."));
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.web_sessions").fetch_one(&t.admin).await.unwrap();
     assert_eq!(n, 0);
-    // Another account from the same address is not held back by this one's failures.
-    let r = app.sign_in(&c, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+
+    // The minute passes; one more failure doubles the wait.
+    let pass_the_wait = || async {
+        sqlx::query("UPDATE core.sign_in_throttle SET not_before = now() - interval '1 second'")
+            .execute(&t.admin)
+            .await
+            .unwrap();
+    };
+    pass_the_wait().await;
+    assert_eq!(
+        sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, "not-the-password").await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let r = sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    assert!(r.text().await.unwrap().contains("Try again in 2 minutes."));
+
+    // However many failures, the wait never passes fifteen minutes, and then the person is in.
+    sqlx::query("UPDATE core.sign_in_throttle SET failures = 40").execute(&t.admin).await.unwrap();
+    pass_the_wait().await;
+    sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, "not-the-password").await;
+    let r = sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    assert!(r.text().await.unwrap().contains("Try again in 15 minutes."));
+    pass_the_wait().await;
+    let r = sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "the right password after the wait signs in");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle").fetch_one(&t.admin).await.unwrap();
+    assert_eq!(left, 0, "a success clears the count");
+}
+
+#[tokio::test]
+async fn failures_from_one_address_never_hold_the_account_against_another() {
+    let (_t, app) = app_behind_proxy().await;
+    let attacker = app.client();
+    for _ in 0..12 {
+        sign_in_from(&app, &attacker, "192.0.2.66", demo::MEMBER_EMAIL, "guess").await;
+    }
+    let r = sign_in_from(&app, &attacker, "192.0.2.66", demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The member, from their own address, is not held back.
+    let member = app.client();
+    let r = sign_in_from(&app, &member, "198.51.100.20", demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    // And a forwarded-for header from a peer that is not a trusted proxy is ignored.
+    let (_t2, plain) = app_with_demo().await;
+    let c = plain.client();
+    for i in 0..5 {
+        sign_in_from(&plain, &c, &format!("192.0.2.{i}"), demo::MEMBER_EMAIL, "guess").await;
+    }
+    let r = sign_in_from(&plain, &c, "192.0.2.200", demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "every attempt came from the same peer");
+}
+
+#[tokio::test]
+async fn parallel_guesses_are_counted_exactly() {
+    use member_console::services::auth::{AuthError, Email, sign_in};
+    let (t, _app) = app_with_demo().await;
+    let email = Email::parse(demo::MEMBER_EMAIL).unwrap();
+    let mut tries = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let (db, email) = (t.db.clone(), email.clone());
+        tries.spawn(async move { sign_in(&db, &email, "a parallel guess", "192.0.2.9", None).await });
+    }
+    let (mut verified, mut refused) = (0, 0);
+    while let Some(r) = tries.join_next().await {
+        match r.unwrap() {
+            Err(AuthError::InvalidCredentials) => verified += 1,
+            Err(AuthError::Throttled { .. }) => refused += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // Exactly the free five were verified; the rest were refused before any verification.
+    assert_eq!((verified, refused), (5, 15));
+    let (failures, window): (i32, i32) = sqlx::query_as(
+        "SELECT (SELECT failures FROM core.sign_in_throttle), (SELECT failures FROM core.sign_in_addresses)",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!((failures, window), (5, 5));
 }
 
 #[tokio::test]
@@ -219,7 +315,7 @@ async fn bad_sign_in_input_gets_a_clear_message_and_writes_nothing() {
     assert!(r.text().await.unwrap().contains("is not an email address"));
     let r = app.sign_in(&c, "", "").await;
     assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.sign_in_failures").fetch_one(&t.admin).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle").fetch_one(&t.admin).await.unwrap();
     assert_eq!(n, 0);
 }
 
@@ -243,12 +339,11 @@ async fn a_request_past_its_deadline_is_answered_503_and_its_transaction_rolls_b
     let c = app.client();
     let token = app.csrf(&c, "/login").await;
 
-    // Transaction A holds the member's account row, so the sign-in (B) waits on it.
+    // Transaction A holds this address's sign-in row, so the sign-in (B) waits on it.
     let mut a = t.runtime_conn().await;
     let a_pid = common::backend_pid(&mut a).await;
     sqlx::query("BEGIN").execute(&mut a).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.accounts WHERE email = $1 FOR UPDATE")
-        .bind(demo::MEMBER_EMAIL)
+    sqlx::query("INSERT INTO core.sign_in_addresses (address, window_started_at, failures) VALUES ('127.0.0.1', now(), 0)")
         .execute(&mut a)
         .await
         .unwrap();
@@ -273,7 +368,7 @@ async fn a_request_past_its_deadline_is_answered_503_and_its_transaction_rolls_b
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     sqlx::query("COMMIT").execute(&mut a).await.unwrap();
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.sign_in_failures").fetch_one(&t.admin).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle").fetch_one(&t.admin).await.unwrap();
     assert_eq!(n, 0, "the timed-out sign-in recorded nothing");
 }
 

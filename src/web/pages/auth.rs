@@ -110,10 +110,9 @@ pub async fn login(
             next,
         )),
         Err(AuthError::Throttled { retry_after }) => {
-            let minutes = retry_after.as_secs().div_ceil(60);
-            let msg = format!(
-                "Too many failed sign-ins for this account or from this address. Try again in {minutes} minutes."
-            );
+            let minutes = retry_after.as_secs().div_ceil(60).max(1);
+            let when = if minutes == 1 { "1 minute".to_string() } else { format!("{minutes} minutes") };
+            let msg = format!("Too many failed sign-ins for this account from this address. Try again in {when}.");
             Ok(login_page(&req, StatusCode::TOO_MANY_REQUESTS, email.as_str(), Some(&msg), next))
         }
         Err(AuthError::Db(e)) => Err(e.into()),
