@@ -176,6 +176,70 @@ async fn the_rendezvous_assertion_refuses_a_transaction_without_it() {
 }
 
 #[tokio::test]
+async fn a_forged_or_copied_rendezvous_mark_is_refused() {
+    let t = TestDb::new().await;
+    let mut c = t.runtime_conn().await;
+    let assert_refused = |e: sqlx::Error| {
+        assert_eq!(member_console::db::sqlstate(&e).as_deref(), Some("MC001"), "{e}");
+    };
+    // The old mark, and anything else the run-time role might write, is not a seal.
+    for forged in ["yes", "0000", "x"] {
+        sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+        for setting in ["core.holds_rendezvous", "core.rendezvous_mark"] {
+            sqlx::query("SELECT set_config($1, $2, true)").bind(setting).bind(forged).execute(&mut c).await.unwrap();
+        }
+        assert_refused(sqlx::query("SELECT core.assert_rendezvous()").execute(&mut c).await.unwrap_err());
+        sqlx::query("ROLLBACK").execute(&mut c).await.unwrap();
+    }
+    // A true mark copied from a transaction that held the rendezvous is refused in the next.
+    sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+    sqlx::query("SELECT core.take_rendezvous_shared()").execute(&mut c).await.unwrap();
+    sqlx::query("SELECT core.assert_rendezvous()").execute(&mut c).await.unwrap();
+    let mark: String =
+        sqlx::query_scalar("SELECT current_setting('core.rendezvous_mark')").fetch_one(&mut c).await.unwrap();
+    sqlx::query("COMMIT").execute(&mut c).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+    sqlx::query("SELECT set_config('core.rendezvous_mark', $1, true)").bind(&mark).execute(&mut c).await.unwrap();
+    assert_refused(sqlx::query("SELECT core.assert_rendezvous()").execute(&mut c).await.unwrap_err());
+    sqlx::query("ROLLBACK").execute(&mut c).await.unwrap();
+    // And the role can neither compute a seal nor read the secret behind it.
+    for sql in ["SELECT core.rendezvous_seal()", "SELECT secret FROM core.rendezvous_secret"] {
+        let e = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut c).await.unwrap_err();
+        assert!(e.to_string().contains("permission denied"), "{sql}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn security_definer_functions_pin_their_search_path_and_nobody_makes_temporary_objects() {
+    let t = TestDb::new().await;
+    let loose: Vec<String> = sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE p.prosecdef AND n.nspname IN ('core', 'fedwiki', 'domains', 'integration')
+           AND NOT coalesce('search_path=pg_catalog, core, pg_temp' = ANY (p.proconfig), false)",
+    )
+    .fetch_all(&t.admin)
+    .await
+    .unwrap();
+    assert!(loose.is_empty(), "SECURITY DEFINER without the pinned search_path: {loose:?}");
+    let mut c = t.runtime_conn().await;
+    let e = sqlx::query("CREATE TEMPORARY TABLE shadow (x int)").execute(&mut c).await.unwrap_err();
+    assert!(e.to_string().contains("permission denied"), "{e}");
+}
+
+#[tokio::test]
+async fn the_run_time_role_has_backstop_bounds_and_a_plain_transaction_sets_none_of_its_own() {
+    let t = TestDb::new().await;
+    let mut tx = begin(&t.db, TxKind::Plain).await.unwrap();
+    assert_eq!(show(&mut tx, "statement_timeout").await, "1min");
+    assert_eq!(show(&mut tx, "idle_in_transaction_session_timeout").await, "1min");
+    assert_eq!(show(&mut tx, "lock_timeout").await, "0");
+    drop(tx);
+    // The kinds keep their own bounds on top.
+    let mut tx = begin(&t.db, TxKind::Materializing).await.unwrap();
+    assert_eq!(show(&mut tx, "lock_timeout").await, "5s");
+}
+
+#[tokio::test]
 async fn a_rollback_releases_every_advisory_lock() {
     let t = TestDb::new().await;
     let mut a = begin(&t.db, TxKind::RuleChange).await.unwrap();

@@ -395,3 +395,572 @@ async fn run_time_connections_are_made_as_console_runtime() {
 fn csrf_tokens_are_found_in_pages() {
     assert_eq!(csrf_from(r#"<meta name="csrf-token" content="abc">"#).as_deref(), Some("abc"));
 }
+
+// ---- Access by route, in every spelling --------------------------------------------------------
+
+/// One HTTP/1.1 request written by hand, so the path goes out exactly as given (a client library
+/// would normalize dot segments and encodings). The status and the Location header.
+async fn raw(app: &TestApp, method: &str, path: &str, cookie: Option<&str>, form: Option<&str>) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = app.base.trim_start_matches("http://").to_string();
+    let mut s = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let body = form.unwrap_or("");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    if let Some(c) = cookie {
+        req.push_str(&format!("Cookie: {c}\r\n"));
+    }
+    if form.is_some() {
+        req.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).await.unwrap();
+    // Read the head, then the body by its length: a server that answers without reading a body
+    // (a redirect to sign in) lingers before closing, which is not what this test measures.
+    let mut out = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = s.read(&mut buf).await.unwrap();
+            out.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&out);
+            if n == 0 {
+                break;
+            }
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length = text[..end]
+                    .lines()
+                    .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")))
+                    .and_then(|(_, v)| v.trim().parse::<usize>().ok());
+                if length.is_some_and(|len| out.len() >= end + 4 + len) {
+                    break;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {method} {path} within 10 s"));
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let location = head
+        .lines()
+        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("location")).map(|(_, v)| v.trim()))
+        .unwrap_or("")
+        .to_string();
+    (status, location, rest.to_string())
+}
+
+/// Sign in by hand; the session cookie (as a Cookie header) and the session's CSRF token.
+async fn raw_session(app: &TestApp, email: &str, password: &str) -> (String, String) {
+    let c = app.client();
+    let r = app.sign_in(&c, email, password).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let (status, _, page) = raw(app, "GET", "/", Some(&cookie), None).await;
+    assert_eq!(status, 200);
+    (cookie, csrf_from(&page).unwrap())
+}
+
+/// A route's path with real ids in it, so a request that got through would find something.
+async fn sample_path(t: &TestDb, pattern: &str) -> String {
+    let mut out = String::new();
+    let mut segments = pattern.split('/').peekable();
+    let mut previous = "";
+    while let Some(seg) = segments.next() {
+        if !out.is_empty() || seg.is_empty() {
+            out.push('/');
+        }
+        let value = match seg {
+            "{rank}" => "0".to_string(),
+            "{id}" => {
+                let (table, column) = match previous {
+                    "grants" => ("core.grants", "grant_id"),
+                    "rule-changes" => ("core.entitlement_set_changes", "change_id"),
+                    "plan-acts" => ("core.plan_acts", "plan_act_id"),
+                    "organizations" => ("core.organizations", "organization_id"),
+                    "sets" => ("core.entitlement_sets", "entitlement_set_id"),
+                    "products" => ("core.products", "product_id"),
+                    "ladders" => ("core.plan_ladders", "plan_ladder_id"),
+                    "org-types" => ("core.org_types", "org_type_id"),
+                    other => panic!("no sample id for a segment after {other:?} in {pattern}: add one here"),
+                };
+                let id: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT min({column}) FROM {table}")))
+                    .fetch_one(&t.admin)
+                    .await
+                    .unwrap();
+                id.to_string()
+            }
+            s => s.to_string(),
+        };
+        out.push_str(&value);
+        previous = seg;
+    }
+    out.replace("//", "/")
+}
+
+/// Every way a path under /operator might be written to slip past a check on the raw path.
+fn spellings(path: &str) -> Vec<String> {
+    let rest = path.strip_prefix("/operator").unwrap();
+    let mut v = vec![
+        path.to_string(),
+        format!("/%6Fperator{rest}"),
+        format!("/%6fperator{rest}"),
+        format!("/%6F%70%65%72%61%74%6F%72{rest}"),
+        format!("/o%70erator{rest}"),
+        format!("//operator{rest}"),
+        format!("///operator{rest}"),
+        format!("/./operator{rest}"),
+        format!("/x/../operator{rest}"),
+        format!("/%2e/operator{rest}"),
+        format!("/%2E%2E/operator{rest}"),
+        format!("/Operator{rest}"),
+        format!("/OPERATOR{}", rest.to_uppercase()),
+        format!("/%2Foperator{rest}"),
+        format!("/operator;x{rest}"),
+        format!("{path}/"),
+        format!("{path}?x=1"),
+        format!("{path}%00"),
+    ];
+    if !rest.is_empty() {
+        v.push(format!("/operator{}", rest.replace('/', "%2F")));
+        v.push(format!("/operator%2F{}", &rest[1..]));
+        v.push(format!("/operator/{rest}"));
+        v.push(format!("/operator/.{rest}"));
+        v.push(format!("/operator/x/..{rest}"));
+        // The first letter of the next segment encoded too.
+        let mut chars = rest[1..].chars();
+        if let Some(first) = chars.next().filter(|c| c.is_ascii_alphabetic()) {
+            v.push(format!("/%6Fperator/%{:02X}{}", first as u32, chars.as_str()));
+        }
+    }
+    v
+}
+
+/// Every row of the console's own tables but the sessions and sign-in counters, as a digest.
+async fn fingerprint(t: &TestDb) -> Vec<(String, String)> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT schemaname || '.' || relname FROM pg_stat_user_tables
+         WHERE schemaname IN ('core', 'fedwiki', 'domains', 'integration')
+           AND relname NOT IN ('web_sessions', 'sign_in_throttle', 'sign_in_addresses')
+         ORDER BY 1",
+    )
+    .fetch_all(&t.admin)
+    .await
+    .unwrap();
+    let mut out = vec![];
+    for table in tables {
+        let sql = format!("SELECT count(*)::text || ':' || coalesce(sum(hashtext(x::text)::bigint), 0)::text FROM {table} x");
+        let digest: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&t.admin).await.unwrap();
+        out.push((table, digest));
+    }
+    out
+}
+
+#[tokio::test]
+async fn no_operator_route_answers_a_visitor_or_a_member_however_the_path_is_spelled() {
+    use member_console::web::routes::{Access, ROUTES};
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    // Something behind every id-taking page: a grant, a rule change, a plan act.
+    let org = common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await;
+    let pro = common::acts::product_id(&t, "Pro").await;
+    common::acts::grant(&t, org, pro).await;
+    let set = common::acts::id_by_name(&t, "entitlement_sets", "entitlement_set_id", "Pro").await;
+    let rules = std::collections::BTreeMap::from([("fedwiki.active_sites".to_string(), "11".to_string())]);
+    member_console::services::rule_changes::commit_rule_change_batch(&t.db, set, &rules, None, "walk", 100)
+        .await
+        .unwrap();
+    let business = common::acts::type_id(&t, "Business").await;
+    let hosting = common::acts::ladder_id(&t, "Wiki hosting").await;
+    common::acts::change(&t, business, hosting, Some(member_console::services::plan_acts::Disposition::Migrate))
+        .await
+        .unwrap();
+    let app = TestApp::spawn(&t).await;
+    let (member, member_csrf) = raw_session(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let (operator, _) = raw_session(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let before = fingerprint(&t).await;
+
+    let operator_routes: Vec<_> = ROUTES.iter().filter(|r| r.access == Access::Operator).collect();
+    assert!(operator_routes.len() > 30, "the table lists the operator routes");
+    let mut tried = 0;
+    for route in operator_routes {
+        let path = sample_path(&t, route.path).await;
+        let spelled = spellings(&path);
+        if route.method == "GET" {
+            // The operator reaches the page both plainly and through an encoded letter, so the
+            // refusals below come from the check, not from a path that routes nowhere.
+            for p in &spelled[..2] {
+                let (status, _, body) = raw(&app, "GET", p, Some(&operator), None).await;
+                assert_eq!(status, 200, "the operator's GET {p}: {body}");
+            }
+        }
+        for p in &spelled {
+            for (who, cookie) in [("a visitor", None), ("a member", Some(member.as_str()))] {
+                for method in ["GET", "POST"] {
+                    let form = format!("csrf_token={member_csrf}&name=Walked&reason=walk&quantity=1");
+                    let (status, location, _) =
+                        raw(&app, method, p, cookie, (method == "POST").then_some(form.as_str())).await;
+                    tried += 1;
+                    let refused = matches!(status, 400 | 401 | 403 | 404 | 405)
+                        || (status == 303 && location.starts_with("/login"));
+                    assert!(refused, "{who}: {method} {p} ({} {}) answered {status} {location}", route.method, route.path);
+                }
+            }
+        }
+    }
+    assert!(tried > 1000);
+    assert_eq!(fingerprint(&t).await, before, "a refused request wrote something");
+}
+
+// ---- Sessions --------------------------------------------------------------------------------
+
+async fn member_sessions(t: &TestDb) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM core.web_sessions s JOIN core.accounts a USING (account_id) WHERE a.email = $1",
+    )
+    .bind(demo::MEMBER_EMAIL)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_session_ends_at_its_absolute_lifetime_however_active() {
+    let (t, app) = app_with_demo().await;
+    let c = app.client();
+    app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let (ends, expires): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT ends_at, expires_at FROM core.web_sessions").fetch_one(&t.admin).await.unwrap();
+    let lifetime = ends - chrono::Utc::now();
+    assert!(lifetime > chrono::Duration::days(6) && lifetime <= chrono::Duration::days(7), "{lifetime}");
+    assert!(expires < ends, "the idle bound comes first");
+    // Busy a minute ago, but past its lifetime now: signed out.
+    sqlx::query("UPDATE core.web_sessions SET ends_at = now() - interval '1 second', last_seen_at = now()")
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    let r = c.get(app.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()["location"], "/login");
+}
+
+#[tokio::test]
+async fn page_views_write_the_session_at_most_once_a_minute() {
+    let (t, app) = app_with_demo().await;
+    let c = app.client();
+    app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let seen = || async {
+        sqlx::query_as::<_, (chrono::DateTime<chrono::Utc>, String)>(
+            "SELECT last_seen_at, xmin::text FROM core.web_sessions",
+        )
+        .fetch_one(&t.admin)
+        .await
+        .unwrap()
+    };
+    let first = seen().await;
+    for _ in 0..5 {
+        assert_eq!(c.get(app.url("/")).send().await.unwrap().status(), StatusCode::OK);
+    }
+    assert_eq!(seen().await, first, "five page views in a minute wrote nothing");
+    sqlx::query("UPDATE core.web_sessions SET last_seen_at = now() - interval '61 seconds'")
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    let stale = seen().await;
+    c.get(app.url("/")).send().await.unwrap();
+    let touched = seen().await;
+    assert!(touched.0 > stale.0 + chrono::Duration::seconds(60), "a minute on, the view moved last_seen_at");
+}
+
+#[tokio::test]
+async fn a_new_password_ends_every_session_of_the_account_and_the_same_one_ends_none() {
+    use member_console::services::auth::{Email, NewPassword, ensure_account};
+    let (t, app) = app_with_demo().await;
+    let (a, b) = (app.client(), app.client());
+    app.sign_in(&a, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    app.sign_in(&b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let email = Email::parse(demo::MEMBER_EMAIL).unwrap();
+    ensure_account(&t.db, &email, &NewPassword::parse(demo::MEMBER_PASSWORD).unwrap(), false).await.unwrap();
+    assert_eq!(member_sessions(&t).await, 2, "setting the password it already has signs nobody out");
+    ensure_account(&t.db, &email, &NewPassword::parse("a brand new password").unwrap(), false).await.unwrap();
+    assert_eq!(member_sessions(&t).await, 0);
+    for c in [&a, &b] {
+        assert_eq!(c.get(app.url("/")).send().await.unwrap().status(), StatusCode::SEE_OTHER);
+    }
+}
+
+#[tokio::test]
+async fn signing_in_again_ends_the_earlier_session() {
+    let (t, app) = app_with_demo().await;
+    let c = app.client();
+    app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    // The sign-in page answers a signed-in browser with a redirect, so sign in again by posting.
+    let token = app.csrf(&c, "/").await;
+    let r = c
+        .post(app.url("/login"))
+        .form(&[("email", demo::MEMBER_EMAIL), ("password", demo::MEMBER_PASSWORD), ("csrf_token", &token)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(member_sessions(&t).await, 1);
+    assert_eq!(c.get(app.url("/")).send().await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn over_https_the_session_cookie_is_secure_and_host_only_and_hsts_is_sent() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let app =
+        TestApp::spawn_with(&t, |c| c.public_url = Some(url::Url::parse("https://console.example").unwrap())).await;
+    let r = app.client().get(app.url("/login")).send().await.unwrap();
+    let cookie = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(cookie.starts_with("__Host-mc_session="), "{cookie}");
+    assert!(cookie.contains("Secure") && cookie.contains("Path=/") && !cookie.contains("Domain"), "{cookie}");
+    assert_eq!(r.headers()["strict-transport-security"], "max-age=31536000");
+    // Over plain http (the default) neither.
+    let (_t2, plain) = app_with_demo().await;
+    let r = plain.client().get(plain.url("/login")).send().await.unwrap();
+    assert!(r.headers()["set-cookie"].to_str().unwrap().starts_with("mc_session="));
+    assert!(r.headers().get("strict-transport-security").is_none());
+}
+
+// ---- Headers, redirects -----------------------------------------------------------------------
+
+#[tokio::test]
+async fn every_answer_carries_the_security_headers() {
+    let (_t, app) = app_with_demo().await;
+    let c = app.client();
+    let answers = vec![
+        c.get(app.url("/login")).send().await.unwrap(),
+        c.get(app.url("/")).send().await.unwrap(),
+        c.get(app.url("/no-such-page")).send().await.unwrap(),
+        c.get(app.url("/static/console.css")).send().await.unwrap(),
+        c.get(app.url("/healthz")).send().await.unwrap(),
+        c.post(app.url("/logout")).form(&[("x", "y")]).send().await.unwrap(),
+    ];
+    for r in answers {
+        let h = r.headers();
+        let what = format!("{} {}", r.url(), r.status());
+        assert_eq!(h["content-security-policy"], member_console::web::headers::CONTENT_SECURITY_POLICY, "{what}");
+        let csp = h["content-security-policy"].to_str().unwrap();
+        for part in ["script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "form-action 'self'"] {
+            assert!(csp.contains(part), "{what}: {csp}");
+        }
+        assert!(!csp.contains("unsafe"), "{what}: {csp}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{what}");
+        assert_eq!(h["referrer-policy"], "same-origin", "{what}");
+        assert_eq!(h["x-frame-options"], "DENY", "{what}");
+    }
+}
+
+#[tokio::test]
+async fn sign_in_never_sends_a_person_to_another_site() {
+    let (_t, app) = app_with_demo().await;
+    let tricks = [
+        "/%09/example.org",
+        "/%0a/example.org",
+        "/%0d%0a/example.org",
+        "//example.org",
+        "/%5Cexample.org",
+        "%5C%5Cexample.org",
+        "https://example.org",
+        "/%20/example.org",
+        "/%E3%80%80/example.org",
+        "javascript:alert(1)",
+    ];
+    for trick in tricks {
+        // Already signed in: the sign-in page sends the person on at once.
+        let c = app.client();
+        app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+        let r = c.get(app.url(&format!("/login?next={trick}"))).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::SEE_OTHER, "{trick}");
+        assert_eq!(r.headers()["location"], "/", "GET /login?next={trick}");
+        // Signing in with it in the form.
+        let c = app.client();
+        let token = app.csrf(&c, "/login").await;
+        let next = url::form_urlencoded::parse(format!("n={trick}").as_bytes()).next().unwrap().1.into_owned();
+        let r = c
+            .post(app.url("/login"))
+            .form(&[
+                ("email", demo::MEMBER_EMAIL),
+                ("password", demo::MEMBER_PASSWORD),
+                ("csrf_token", &token),
+                ("next", &next),
+            ])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.headers()["location"], "/", "POST next={next:?}");
+    }
+}
+
+// ---- Bounds and refusals ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_read_past_the_request_deadline_is_answered_503_and_stops_in_the_server() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
+    let (c, _) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let mut a = t.admin.acquire().await.unwrap();
+    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *a).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
+    sqlx::query("LOCK TABLE core.organizations IN ACCESS EXCLUSIVE MODE").execute(&mut *a).await.unwrap();
+    let started = Instant::now();
+    let (r, _) = tokio::join!(
+        c.get(app.url("/operator/organizations")).send(),
+        common::wait_for_waiter(&t.admin, &t.name, a_pid)
+    );
+    let r = r.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(r.text().await.unwrap().contains("nothing was changed"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while common::anyone_waits_on(&t.admin, &t.name, a_pid).await {
+        assert!(Instant::now() < deadline, "the read still waits in PostgreSQL after its 503");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sqlx::query("ROLLBACK").execute(&mut *a).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_deadline_during_the_commit_says_the_outcome_is_not_known() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    // A deferred trigger makes the COMMIT itself slow: the deadline comes while it runs.
+    sqlx::raw_sql(
+        "CREATE FUNCTION public.slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_sleep(4); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON core.organizations
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.slow_commit();",
+    )
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
+    let (c, token) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let r = common::pages::post(&app, &c, "/operator/organizations", &token, &[("name", "Slow Commit Ltd")], false).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert!(r.body.contains("could not confirm"), "{}", r.body);
+    assert!(!r.body.contains("nothing was changed"), "{}", r.body);
+}
+
+#[tokio::test]
+async fn a_change_path_past_the_request_deadline_is_a_503_and_past_its_lock_bound_the_refusal() {
+    use member_console::db::{TxKind, begin};
+    let mut t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let community = common::acts::type_id(&t, "Community").await;
+    let support = common::acts::ladder_id(&t, "Support").await;
+    let path = format!("/operator/topology/org-types/{community}/default");
+    let fields = [("plan_ladder_id", support.to_string()), ("disposition", "migrate".into()), ("reason", "t".into())];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    // Another change holds the exclusive rendezvous throughout.
+    let held = begin(&t.db, TxKind::RuleChange).await.unwrap();
+    // The request's deadline (1.5 s) comes before the lock bound (5 s): a 503.
+    let slow = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
+    let (c, token) = common::pages::signed_in(&slow, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let r = common::pages::post(&slow, &c, &path, &token, &fields, true).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert!(!r.body.contains("Another change is in progress"), "{}", r.body);
+    // The lock bound (200 ms) comes first: the refusal.
+    t.db.lock_timeout = Duration::from_millis(200);
+    let quick = TestApp::spawn(&t).await;
+    let (c, token) = common::pages::signed_in(&quick, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let r = common::pages::post(&quick, &c, &path, &token, &fields, true).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.body.contains("Another change is in progress"), "{}", r.body);
+    held.rollback().await.unwrap();
+    assert_eq!(common::acts::scalar(&t, "SELECT count(*) FROM core.plan_acts").await, 0);
+}
+
+#[tokio::test]
+async fn a_deadlock_is_tried_once_more_and_the_grant_is_revoked() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let org = common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await;
+    let pro = common::acts::product_id(&t, "Pro").await;
+    let grant = common::acts::grant(&t, org, pro).await;
+    let pool: i64 = sqlx::query_scalar("SELECT pool_id FROM core.resource_pools WHERE organization_id = $1")
+        .bind(org)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    let app = TestApp::spawn(&t).await;
+    let (c, token) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+
+    // A takes the pool row; the revoke (B) takes the shared rendezvous and waits on the row; A
+    // then asks for the exclusive rendezvous, which B holds shared: a cycle, and B (whose
+    // deadlock check comes first) is the victim.
+    let mut a = t.admin.acquire().await.unwrap();
+    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *a).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
+    sqlx::query("SET LOCAL deadlock_timeout = '20s'").execute(&mut *a).await.unwrap();
+    sqlx::query("SELECT 1 FROM core.resource_pools WHERE pool_id = $1 FOR UPDATE").bind(pool).execute(&mut *a).await.unwrap();
+    let revoke = {
+        let (app_url, c, token) = (app.url(&format!("/operator/grants/{grant}/revoke")), c.clone(), token.clone());
+        tokio::spawn(async move {
+            c.post(app_url).form(&[("reason", "deadlock test"), ("csrf_token", &token)]).send().await.unwrap()
+        })
+    };
+    common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
+    sqlx::query("SELECT pg_advisory_xact_lock(core.rendezvous_key())").execute(&mut *a).await.unwrap();
+    sqlx::query("COMMIT").execute(&mut *a).await.unwrap();
+    let r = revoke.await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "{}", r.text().await.unwrap());
+    let status: String = sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
+        .bind(grant)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert_eq!(status, "revoked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_sign_ins_leaves_the_probes_and_member_pages_answering_quickly() {
+    let (_t, app) = app_behind_proxy().await;
+    let (member, _) = common::pages::signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    // 300 sign-ins with unknown emails, each from its own address, all at once.
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..300 {
+        let c = app.client();
+        let login = app.url("/login");
+        let csrf_page = app.url("/login");
+        burst.spawn(async move {
+            let page = c.get(csrf_page).send().await.unwrap().text().await.unwrap();
+            let token = csrf_from(&page).unwrap();
+            let r = c
+                .post(login)
+                .header("X-Forwarded-For", format!("10.{}.{}.1", i / 250, i % 250))
+                .form(&[("email", format!("stranger{i}@example.net")), ("password", "guess".into()), ("csrf_token", token)])
+                .send()
+                .await
+                .unwrap();
+            r.status()
+        });
+    }
+    // Meanwhile, for three seconds, the probes and the member's home answer in well under a
+    // second.
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    while started.elapsed() < Duration::from_secs(3) {
+        for path in ["/readyz", "/"] {
+            let t0 = Instant::now();
+            let r = member.get(app.url(path)).send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{path}");
+            slowest = slowest.max(t0.elapsed());
+        }
+    }
+    assert!(slowest < Duration::from_millis(500), "the slowest answer during the burst took {slowest:?}");
+    while let Some(status) = burst.join_next().await {
+        let s = status.unwrap();
+        assert!(s == StatusCode::UNAUTHORIZED || s == StatusCode::TOO_MANY_REQUESTS, "a sign-in answered {s}");
+    }
+}

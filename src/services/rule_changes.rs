@@ -257,8 +257,9 @@ pub async fn drain_change(db: &Db, change_id: i64, parallelism: i64) -> Result<D
         total.settled += d.settled;
         total.failed += d.failed;
     }
-    let mut conn = db.read().await?;
-    total.finished = store::finish_if_settled(&mut conn, change_id).await? || is_settled(&mut conn, change_id).await?;
+    let mut tx = begin(db, TxKind::Plain).await?;
+    total.finished = store::finish_if_settled(&mut tx, change_id).await? || is_settled(&mut tx, change_id).await?;
+    tx.commit().await?;
     Ok(total)
 }
 
