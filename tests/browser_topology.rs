@@ -408,9 +408,26 @@ async fn an_operator_previews_a_default_change_and_sees_its_reach_without_changi
             let preview = format!("#default-change-preview-{community}");
             let ladder = field_labelled(b, &form, "New default ladder").await;
             b.find(&ladder).await.select_by_label("Support").await.unwrap();
+            // Anything the page's policy blocks from here on is recorded.
+            b.execute(
+                "window.cspViolations = []; document.addEventListener('securitypolicyviolation', \
+                 e => window.cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));",
+                vec![],
+            )
+            .await;
 
             click_in(b, &form, "Preview").await;
             let shown = b.wait_for(Until::Css(&format!("{preview} .preview")), STEP).await.text().await.unwrap();
+            // The preview's GET carried the form's fields but not the CSRF token.
+            let asked = b
+                .execute(
+                    "return performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/preview'));",
+                    vec![],
+                )
+                .await;
+            let asked: Vec<String> = serde_json::from_value(asked).unwrap();
+            assert!(!asked.is_empty() && asked.iter().all(|u| u.contains("plan_ladder_id=")), "{asked:?}");
+            assert!(asked.iter().all(|u| !u.contains("csrf")), "the preview sent the CSRF token: {asked:?}");
             assert!(
                 shown.contains("Changing Community's default to Support reaches 3 organizations of Community."),
                 "preview: {shown}"
@@ -440,6 +457,10 @@ async fn an_operator_previews_a_default_change_and_sees_its_reach_without_changi
             assert!(shown.contains("reaches 3 organizations of Community."), "preview: {shown}");
             assert!(shown.contains("Nothing stands in the way: confirm it to go ahead."), "preview: {shown}");
             assert!(b.find_all(&format!("{preview} .refusal")).await.is_empty(), "preview: {shown}");
+
+            // The policy blocked nothing htmx or the page needed.
+            let blocked = b.execute("return window.cspViolations;", vec![]).await;
+            assert_eq!(blocked, serde_json::json!([]), "blocked by the Content-Security-Policy");
 
             // A preview changes nothing.
             assert_eq!(plan_acts(&t).await, 0);
