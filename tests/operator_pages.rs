@@ -833,55 +833,154 @@ async fn an_htmx_search_with_the_target_header_htmx_4_sends_gets_only_the_result
     assert!(!a.body.contains("<form"), "the search form would be nested in the results: {}", a.body);
 }
 
+/// The href of the pager's link `rel`, if the page has one.
+fn pager_link(html: &str, rel: &str) -> Option<String> {
+    let marker = format!(r#"rel="{rel}" href=""#);
+    let start = html.find(&marker)? + marker.len();
+    let end = html[start..].find('"')? + start;
+    Some(html[start..end].replace("&amp;", "&"))
+}
+
+/// The organizations a list page names, in order.
+fn names_listed(html: &str) -> Vec<String> {
+    html.split("<a href=\"/operator/organizations/")
+        .skip(1)
+        .filter_map(|s| s.split_once("\">").and_then(|(_, rest)| rest.split_once("</a>")).map(|(n, _)| n.to_string()))
+        .collect()
+}
+
 #[tokio::test]
-async fn organizations_are_paginated_fifty_to_a_page() {
+async fn organizations_are_paged_by_name_fifty_at_a_time_from_first_to_last_and_back() {
     let (t, app, c, _) = operator_app().await;
     let community = scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await;
     for i in 0..60 {
         create_organization(&t.db, &OrgName::parse(&format!("Org {i:03}")).unwrap(), Some(community)).await.unwrap();
     }
-    let links = |html: &str| html.matches("<a href=\"/operator/organizations/").count();
     // By name, byte order: Acme Wikis, Globex, Initech, Org 000 … Org 059, Umbrella Wikis.
+    let mut all = vec!["Acme Wikis".to_string(), "Globex".into(), "Initech".into()];
+    all.extend((0..60).map(|i| format!("Org {i:03}")));
+    all.push("Umbrella Wikis".into());
+
     let one = get(&app, &c, "/operator/organizations").await;
     assert_eq!(one.status, StatusCode::OK);
     assert!(one.body.contains("64 organizations"), "{}", one.body);
-    assert!(one.body.contains("Page 1 of 2"), "{}", one.body);
-    assert_eq!(links(&one.body), 50);
-    assert!(one.body.contains("Acme Wikis</a>") && one.body.contains("Org 046</a>"));
-    assert!(!one.body.contains("Org 047</a>"));
-    assert!(one.body.contains(r#"href="/operator/organizations?page=2""#), "{}", one.body);
+    assert_eq!(names_listed(&one.body), all[..50]);
+    assert_eq!(pager_link(&one.body, "prev"), None);
+    assert_eq!(pager_link(&one.body, "last").as_deref(), Some("/operator/organizations?at=last"));
 
-    let two = get(&app, &c, "/operator/organizations?page=2").await;
-    assert_eq!(two.status, StatusCode::OK);
-    assert!(two.body.contains("Page 2 of 2"), "{}", two.body);
-    assert_eq!(links(&two.body), 14);
-    assert!(
-        two.body.contains("Org 047</a>") && two.body.contains("Org 059</a>") && two.body.contains("Umbrella Wikis</a>")
-    );
-    assert!(!two.body.contains("Acme Wikis</a>") && !two.body.contains("Org 046</a>"));
-    assert!(two.body.contains(r#"href="/operator/organizations?page=1""#), "{}", two.body);
+    // Forward to the end by the Next links, then back to the start by the Previous links.
+    let mut seen = names_listed(&one.body);
+    let mut page = one;
+    while let Some(next) = pager_link(&page.body, "next") {
+        page = get(&app, &c, &next).await;
+        assert_eq!(page.status, StatusCode::OK);
+        seen.extend(names_listed(&page.body));
+    }
+    assert_eq!(seen, all, "every organization once, in order");
+    assert_eq!(names_listed(&page.body), all[50..]);
+    let mut back = names_listed(&page.body);
+    while let Some(prev) = pager_link(&page.body, "prev") {
+        page = get(&app, &c, &prev).await;
+        back.splice(0..0, names_listed(&page.body));
+    }
+    assert_eq!(back, all);
+
+    // The last page is the last fifty.
+    let last = get(&app, &c, "/operator/organizations?at=last").await;
+    assert_eq!(names_listed(&last.body), all[14..]);
+    assert_eq!(pager_link(&last.body, "next"), None);
+    assert!(pager_link(&last.body, "prev").is_some());
 
     // Paging keeps the search.
-    let searched = get_htmx(&app, &c, "/operator/organizations?q=org&page=2", "org-results").await;
+    let searched = get_htmx(&app, &c, "/operator/organizations?q=org", "org-results").await;
     assert!(searched.body.starts_with(r#"<div id="org-results">"#), "{}", searched.body);
     assert!(searched.body.contains("60 organizations matching “org”"), "{}", searched.body);
-    assert_eq!(links(&searched.body), 10);
-    assert!(searched.body.contains("Org 050</a>") && !searched.body.contains("Umbrella"));
-    assert!(searched.body.contains(r#"href="/operator/organizations?q=org&amp;page=1""#), "{}", searched.body);
+    let next = pager_link(&searched.body, "next").unwrap();
+    assert!(next.starts_with("/operator/organizations?q=org&after="), "{next}");
+    let two = get_htmx(&app, &c, &next, "org-results").await;
+    assert_eq!(names_listed(&two.body), all[53..63]);
 
-    // A page past the end is empty, not an error.
-    let past = get(&app, &c, "/operator/organizations?page=9").await;
-    assert_eq!(past.status, StatusCode::OK);
-    assert_eq!(links(&past.body), 0);
+    // A search for an id shows that organization first.
+    let globex = organization_id(&t, "Globex").await;
+    let by_id = get(&app, &c, &format!("/operator/organizations?q={globex}")).await;
+    assert_eq!(names_listed(&by_id.body).first().map(String::as_str), Some("Globex"));
 }
 
 #[tokio::test]
-async fn a_bad_page_number_is_a_400_with_a_message() {
+async fn a_search_matching_very_many_organizations_counts_to_a_cap() {
+    let (t, app, c, _) = operator_app().await;
+    sqlx::query(
+        "INSERT INTO core.organizations (name) SELECT 'Many ' || lpad(g::text, 5, '0') FROM generate_series(1, 1005) g",
+    )
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let a = get(&app, &c, "/operator/organizations?q=many").await;
+    assert!(a.body.contains("More than 1,000 organizations matching “many”"), "{}", a.body);
+    let all = get(&app, &c, "/operator/organizations").await;
+    assert!(all.body.contains("1,009 organizations"), "{}", all.body);
+}
+
+#[tokio::test]
+async fn the_organization_counts_stay_exact_through_inserts_retypes_deletes_and_compaction() {
+    let t = demo_db().await;
+    let exact = || async {
+        let kept: Vec<(Option<i64>, i64)> = sqlx::query_as(
+            "SELECT org_type_id, sum(delta)::bigint FROM core.organization_counts GROUP BY 1 HAVING sum(delta) <> 0 ORDER BY 1 NULLS FIRST",
+        )
+        .fetch_all(&t.admin)
+        .await
+        .unwrap();
+        let counted: Vec<(Option<i64>, i64)> = sqlx::query_as(
+            "SELECT org_type_id, count(*) FROM core.organizations GROUP BY 1 ORDER BY 1 NULLS FIRST",
+        )
+        .fetch_all(&t.admin)
+        .await
+        .unwrap();
+        assert_eq!(kept, counted);
+    };
+    exact().await;
+    let community = scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await;
+    // Concurrent creations through the console: none waits on a counter.
+    let mut made = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let db = t.db.clone();
+        made.spawn(async move {
+            create_organization(&db, &OrgName::parse(&format!("Counted {i}")).unwrap(), Some(community)).await.unwrap()
+        });
+    }
+    while made.join_next().await.is_some() {}
+    exact().await;
+    sqlx::raw_sql(
+        "INSERT INTO core.organizations (name) SELECT 'Typeless ' || g FROM generate_series(1, 7) g;
+         UPDATE core.organizations SET org_type_id = (SELECT org_type_id FROM core.org_types WHERE name = 'Business')
+          WHERE name LIKE 'Typeless %' AND name < 'Typeless 4';
+         UPDATE core.organizations SET name = name || '!' WHERE name LIKE 'Counted 1%';
+         DELETE FROM core.organizations WHERE name = 'Typeless 7';",
+    )
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    exact().await;
+    let folded = member_console::services::organizations::compact_counts(&t.db).await.unwrap();
+    assert!(folded > 0);
+    exact().await;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM core.organization_counts").fetch_one(&t.admin).await.unwrap();
+    assert_eq!(rows, 3, "one row per type after the compaction (Community, Business, none)");
+}
+
+#[tokio::test]
+async fn a_bad_page_asked_for_is_a_400_with_a_message() {
     let (_t, app, c, _) = operator_app().await;
-    for (page, shown) in [("abc", "abc"), ("0", "0"), ("-1", "-1"), ("1.5", "1.5"), ("99999999999", "99999999999")] {
-        let a = get(&app, &c, &format!("/operator/organizations?page={page}")).await;
-        assert_eq!(a.status, StatusCode::BAD_REQUEST, "page={page}: {}", a.body);
-        assert!(a.body.contains(&format!("“{shown}” is not a page number.")), "page={page}: {}", a.body);
+    for (query, shown) in [
+        ("after=abc", "“abc” is not an organization id."),
+        ("before=1.5", "“1.5” is not an organization id."),
+        ("after=1&before=2", "Ask for one page"),
+        ("at=somewhere", "Ask for one page"),
+    ] {
+        let a = get(&app, &c, &format!("/operator/organizations?{query}")).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{query}: {}", a.body);
+        assert!(a.body.contains(shown), "{query}: {}", a.body);
     }
     let a = get(&app, &c, &format!("/operator/organizations?q={}", "a".repeat(201))).await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST);

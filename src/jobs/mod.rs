@@ -24,6 +24,10 @@ use crate::store::jobs as store;
 /// The kind (and schedule name) of the hourly purge.
 pub const PURGE_EXPIRED: &str = "purge_expired";
 pub const PURGE_EXPIRED_EVERY: Duration = Duration::from_secs(3600);
+/// The organization counts' appended rows are folded this often (their readers sum what is
+/// appended since).
+pub const COMPACT_COUNTS: &str = "compact_organization_counts";
+pub const COMPACT_COUNTS_EVERY: Duration = Duration::from_secs(60);
 
 /// How often the grant sweep runs: a missed expiry or start job is caught within this.
 pub const SWEEP_GRANTS_EVERY: Duration = Duration::from_secs(60);
@@ -52,6 +56,10 @@ pub fn standard_handlers() -> Handlers {
     let mut h = Handlers::new();
     h.register(PURGE_EXPIRED, |ctx, _payload| async move {
         purge_expired(&ctx.db).await?;
+        Ok(())
+    });
+    h.register(COMPACT_COUNTS, |ctx, _payload| async move {
+        crate::services::organizations::compact_counts(&ctx.db).await?;
         Ok(())
     });
     // ExpireGrantActivity: idempotent, so a repeat (two workers, a restart) changes nothing.
@@ -109,6 +117,7 @@ pub const RESUME_DRAINS_EVERY: Duration = Duration::from_secs(30);
 /// replica calls it at start-up).
 pub async fn register_standard_schedules(db: &Db) -> Result<(), DbError> {
     ensure_schedule(db, PURGE_EXPIRED, PURGE_EXPIRED_EVERY).await?;
+    ensure_schedule(db, COMPACT_COUNTS, COMPACT_COUNTS_EVERY).await?;
     ensure_schedule(db, crate::services::grants::SWEEP_GRANTS, SWEEP_GRANTS_EVERY).await?;
     ensure_schedule(db, crate::services::rule_changes::RESUME_RULE_CHANGE_DRAINS, RESUME_DRAINS_EVERY).await?;
     ensure_schedule(db, crate::services::plan_acts::RESUME_PLAN_ACT_DRAINS, RESUME_DRAINS_EVERY).await

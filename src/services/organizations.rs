@@ -73,13 +73,47 @@ pub async fn topology(db: &Db) -> Result<Topology, DbError> {
     })
 }
 
-pub const ORGANIZATIONS_PER_PAGE: u64 = 50;
+pub const ORGANIZATIONS_PER_PAGE: i64 = 50;
+/// A search counts its matches up to this many, then says "more than".
+pub const SEARCH_COUNT_CAP: i64 = 1000;
 
-pub async fn organizations(db: &Db, query: &str, page: u64) -> Result<(u64, Vec<store::OrgListRow>), DbError> {
+/// One page of the organization list and how many organizations match.
+pub struct OrganizationList {
+    pub page: store::Page<store::OrgListRow>,
+    /// Exactly (`false`), or at least (`true`: the count stopped at the cap).
+    pub total: (u64, bool),
+}
+
+/// A page of organizations by name, found by key whichever page it is, and the count: for the
+/// whole list, from the kept counts; for a search, counted up to a cap. A search that is an
+/// organization's id shows that organization first.
+pub async fn organizations(db: &Db, query: &str, seek: store::Seek) -> Result<OrganizationList, DbError> {
     let mut c = db.read().await?;
-    let offset = page.saturating_sub(1).saturating_mul(ORGANIZATIONS_PER_PAGE).min(i64::MAX as u64) as i64;
-    let (total, rows) = store::organizations_page(&mut c, query.trim(), ORGANIZATIONS_PER_PAGE as i64, offset).await?;
-    Ok((total.max(0) as u64, rows))
+    let q = query.trim();
+    let mut page = store::organizations_page(&mut c, q, ORGANIZATIONS_PER_PAGE, seek).await?;
+    let mut total = if q.is_empty() {
+        (accounts::organization_count(&mut c).await?.max(0) as u64, false)
+    } else {
+        let n = store::organizations_matching(&mut c, q, SEARCH_COUNT_CAP + 1).await?;
+        (n.min(SEARCH_COUNT_CAP) as u64, n > SEARCH_COUNT_CAP)
+    };
+    if let (store::Seek::First, Ok(id)) = (seek, q.parse::<i64>())
+        && !page.rows.iter().any(|r| r.organization_id == id)
+        && let Some(row) = store::organization_row(&mut c, id).await?
+    {
+        page.rows.insert(0, row);
+        total.0 += 1;
+    }
+    Ok(OrganizationList { page, total })
+}
+
+/// Fold the organization counts' appended rows into one per type: how many rows went.
+#[tracing::instrument(name = "Compact the organization counts", skip(db))]
+pub async fn compact_counts(db: &Db) -> Result<i64, DbError> {
+    let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
+    let folded = store::compact_organization_counts(&mut tx).await?;
+    tx.commit().await?;
+    Ok(folded)
 }
 
 pub struct OrganizationDetail {
@@ -116,30 +150,11 @@ pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>
     }))
 }
 
-/// One of the member's organizations, as their home shows it.
-pub struct MemberOrganization {
-    pub membership: accounts::Membership,
-    pub held: Vec<HeldConferral>,
-    pub entitlements: Vec<EntitlementValue>,
-    pub usage: Vec<store::Usage>,
-}
-
-pub async fn member_home(db: &Db, account_id: i64) -> Result<Vec<MemberOrganization>, DbError> {
-    let mut c = db.read().await?;
-    let mut out = vec![];
-    for m in accounts::memberships(&mut c, account_id).await? {
-        let pool = entitlements::default_pool_of(&mut c, m.organization_id).await?;
-        let (held, ents, usage) = match pool {
-            Some(p) => (
-                store::held_conferrals(&mut c, p).await?,
-                entitlements::pool_entitlements(&mut c, p).await?,
-                store::usage(&mut c, p).await?,
-            ),
-            None => (vec![], vec![], vec![]),
-        };
-        out.push(MemberOrganization { membership: m, held, entitlements: ents, usage });
-    }
-    Ok(out)
+/// The member's organizations, as their home shows them: one round trip, bounded by the
+/// request's deadline.
+pub async fn member_home(db: &Db, account_id: i64) -> Result<Vec<accounts::MemberHome>, DbError> {
+    let rows = crate::db::tx::once_unrecorded(db, crate::db::TxKind::Plain, accounts::member_home_sql(account_id)).await?;
+    Ok(accounts::member_home_from_rows(&rows)?)
 }
 
 pub const GRANTS_PER_PAGE: u64 = 50;

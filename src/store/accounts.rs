@@ -20,7 +20,7 @@ pub struct SessionAccount {
     pub is_operator: bool,
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone, FromRow, serde::Deserialize)]
 pub struct Membership {
     pub organization_id: i64,
     pub name: String,
@@ -193,8 +193,9 @@ pub async fn account_summaries(conn: &mut PgConnection, limit: i64) -> sqlx::Res
     .await
 }
 
+/// How many organizations there are, from the kept counts (migration 0014).
 pub async fn organization_count(conn: &mut PgConnection) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM core.organizations").fetch_one(conn).await
+    sqlx::query_scalar("SELECT coalesce(sum(delta), 0)::bigint FROM core.organization_counts").fetch_one(conn).await
 }
 
 /// How many organizations have a name like this pattern.
@@ -228,4 +229,56 @@ pub async fn ensure_membership(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// One of a member's organizations as their home shows it: the membership, and its default
+/// pool's held conferrals, entitlements and usage.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct MemberHome {
+    pub membership: Membership,
+    pub held: Vec<super::catalog::HeldConferral>,
+    pub entitlements: Vec<super::entitlements::EntitlementValue>,
+    pub usage: Vec<super::catalog::Usage>,
+}
+
+/// The member's home in one statement (one JSON document), for `db::tx::once`: the home is the
+/// page every member loads, so it costs one round trip. The simple protocol carries no
+/// parameters; the only value is the account id, a number.
+pub fn member_home_sql(account_id: i64) -> String {
+    format!(
+        r#"SELECT coalesce(json_agg(json_build_object(
+             'membership', json_build_object('organization_id', o.organization_id, 'name', o.name, 'role', m.role),
+             'held', coalesce((
+                 SELECT json_agg(h ORDER BY h.sort_order NULLS LAST, h.plan_ladder_id, h.conferral_id)
+                 FROM (SELECT c.conferral_id, l.name AS ladder, ps.rank, p.name AS product, c.grant_id,
+                              g.kind AS grant_kind, s.stripe_subscription_id, i.stripe_item_id, c.suspended,
+                              c.quantity, l.sort_order, l.plan_ladder_id
+                       FROM core.conferrals c
+                       JOIN core.products p ON p.product_id = c.product_id
+                       LEFT JOIN core.positions ps ON ps.conferral_id = c.conferral_id
+                       LEFT JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
+                       LEFT JOIN core.grants g ON g.grant_id = c.grant_id
+                       LEFT JOIN core.subscription_items i ON i.subscription_item_id = c.subscription_item_id
+                       LEFT JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
+                       WHERE c.pool_id = rp.pool_id AND c.state = 'holding') h), '[]'),
+             'entitlements', coalesce((
+                 SELECT json_agg(e ORDER BY e.resource_key COLLATE "C")
+                 FROM (SELECT resource_key, numeric_value, flag_value FROM core.pool_entitlements
+                       WHERE pool_id = rp.pool_id) e), '[]'),
+             'usage', coalesce((
+                 SELECT json_agg(u ORDER BY u.resource_key COLLATE "C")
+                 FROM (SELECT resource_key, used, limit_value FROM core.pool_usage WHERE pool_id = rp.pool_id) u), '[]')
+           ) ORDER BY o.name, o.organization_id), '[]')::text
+         FROM core.organization_members m
+         JOIN core.organizations o ON o.organization_id = m.organization_id
+         LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+         WHERE m.account_id = {account_id}"#
+    )
+}
+
+/// The rows of `member_home_sql`.
+pub fn member_home_from_rows(rows: &[PgRow]) -> Result<Vec<MemberHome>, sqlx::Error> {
+    let Some(row) = rows.first() else { return Ok(vec![]) };
+    let json: String = row.try_get(0)?;
+    serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(Box::new(e)))
 }

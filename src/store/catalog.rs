@@ -290,7 +290,8 @@ pub async fn org_types(conn: &mut PgConnection) -> sqlx::Result<Vec<OrgType>> {
         "SELECT t.org_type_id, t.name, t.default_plan_ladder_id, l.name AS default_ladder,
                 (SELECT p.name FROM core.plan_ladder_tiers pt JOIN core.products p USING (product_id)
                  WHERE pt.plan_ladder_id = t.default_plan_ladder_id AND pt.rank = 0) AS floor_product,
-                (SELECT count(*) FROM core.organizations o WHERE o.org_type_id = t.org_type_id) AS organizations
+                coalesce((SELECT sum(c.delta) FROM core.organization_counts c WHERE c.org_type_id = t.org_type_id), 0)::bigint
+                    AS organizations
          FROM core.org_types t LEFT JOIN core.plan_ladders l ON l.plan_ladder_id = t.default_plan_ladder_id
          ORDER BY lower(t.name), t.org_type_id",
     )
@@ -367,40 +368,131 @@ pub struct OrgListRow {
     pub plan: Option<String>,
 }
 
-/// One page of organizations whose name starts with `prefix` (any case), or whose id is it.
+/// Where a page of a list starts: the first page, just after or just before a row (by its id),
+/// or the last page. Pages are found by key (keyset), so the last page costs what the first does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seek {
+    First,
+    After(i64),
+    Before(i64),
+    Last,
+}
+
+/// A page of rows and whether there are rows before and after it.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    pub rows: Vec<T>,
+    pub has_before: bool,
+    pub has_after: bool,
+}
+
+/// Cut a fetch of up to `limit + 1` rows (in list order) into a page: the extra row, the one
+/// furthest in the direction of travel, only says there is more that way.
+fn page_of<T>(mut rows: Vec<T>, limit: i64, seek: Seek) -> Page<T> {
+    let more = rows.len() as i64 > limit;
+    if more {
+        match seek {
+            Seek::Before(_) | Seek::Last => drop(rows.remove(0)),
+            Seek::First | Seek::After(_) => rows.truncate(limit.max(0) as usize),
+        }
+    }
+    let (has_before, has_after) = match seek {
+        Seek::First => (false, more),
+        Seek::After(_) => (true, more),
+        Seek::Before(_) => (more, true),
+        Seek::Last => (more, false),
+    };
+    Page { rows, has_before, has_after }
+}
+
+/// One page of organizations, by name (byte order of the lowered name, then id), whose name
+/// starts with `prefix` (any case). An index range scan whichever page it is.
 pub async fn organizations_page(
     conn: &mut PgConnection,
     prefix: &str,
     limit: i64,
-    offset: i64,
-) -> sqlx::Result<(i64, Vec<OrgListRow>)> {
+    seek: Seek,
+) -> sqlx::Result<Page<OrgListRow>> {
     let pattern = format!("{}%", prefix.to_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
-    let id: Option<i64> = prefix.trim().parse().ok();
-    let total: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM core.organizations WHERE lower(name) COLLATE \"C\" LIKE $1 OR organization_id = $2",
+    let (cursor, direction) = match seek {
+        Seek::First => (None, "forward"),
+        Seek::After(id) => (Some(id), "forward"),
+        Seek::Before(id) => (Some(id), "backward"),
+        Seek::Last => (None, "backward"),
+    };
+    let rows = sqlx::query_as(
+        "WITH c AS (SELECT lower(name) COLLATE \"C\" AS k, organization_id AS id FROM core.organizations WHERE organization_id = $2),
+         page AS (
+             (SELECT o.organization_id, o.name, o.org_type_id FROM core.organizations o
+              WHERE $4 = 'forward' AND lower(o.name) COLLATE \"C\" LIKE $1
+                AND ($2::bigint IS NULL OR (lower(o.name) COLLATE \"C\", o.organization_id) > (SELECT k, id FROM c))
+              ORDER BY lower(o.name) COLLATE \"C\", o.organization_id LIMIT $3)
+             UNION ALL
+             (SELECT o.organization_id, o.name, o.org_type_id FROM core.organizations o
+              WHERE $4 = 'backward' AND lower(o.name) COLLATE \"C\" LIKE $1
+                AND ($2::bigint IS NULL OR (lower(o.name) COLLATE \"C\", o.organization_id) < (SELECT k, id FROM c))
+              ORDER BY lower(o.name) COLLATE \"C\" DESC, o.organization_id DESC LIMIT $3))
+         SELECT p.organization_id, p.name, t.name AS org_type,
+                (SELECT string_agg(l.name || ': ' || pr.name, ' · ' ORDER BY l.sort_order, l.plan_ladder_id)
+                 FROM core.resource_pools rp JOIN core.positions ps ON ps.pool_id = rp.pool_id
+                 JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
+                 JOIN core.conferrals cf ON cf.conferral_id = ps.conferral_id JOIN core.products pr ON pr.product_id = cf.product_id
+                 WHERE rp.organization_id = p.organization_id AND rp.is_default) AS plan
+         FROM page p LEFT JOIN core.org_types t ON t.org_type_id = p.org_type_id
+         ORDER BY lower(p.name) COLLATE \"C\", p.organization_id",
     )
     .bind(&pattern)
-    .bind(id)
-    .fetch_one(&mut *conn)
+    .bind(cursor)
+    .bind(limit + 1)
+    .bind(direction)
+    .fetch_all(conn)
     .await?;
-    let rows = sqlx::query_as(
+    Ok(page_of(rows, limit, seek))
+}
+
+/// How many organizations' names start with `prefix`, counting no further than `cap` (a search
+/// that matches most of a large list says "more than", rather than counting them all).
+pub async fn organizations_matching(conn: &mut PgConnection, prefix: &str, cap: i64) -> sqlx::Result<i64> {
+    let pattern = format!("{}%", prefix.to_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+    sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT 1 FROM core.organizations WHERE lower(name) COLLATE \"C\" LIKE $1 LIMIT $2) m",
+    )
+    .bind(&pattern)
+    .bind(cap)
+    .fetch_one(conn)
+    .await
+}
+
+/// The organization with this id, as a list row (a search for an id).
+pub async fn organization_row(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<OrgListRow>> {
+    sqlx::query_as(
         "SELECT o.organization_id, o.name, t.name AS org_type,
                 (SELECT string_agg(l.name || ': ' || pr.name, ' · ' ORDER BY l.sort_order, l.plan_ladder_id)
                  FROM core.resource_pools rp JOIN core.positions ps ON ps.pool_id = rp.pool_id
                  JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
-                 JOIN core.conferrals c ON c.conferral_id = ps.conferral_id JOIN core.products pr ON pr.product_id = c.product_id
+                 JOIN core.conferrals cf ON cf.conferral_id = ps.conferral_id JOIN core.products pr ON pr.product_id = cf.product_id
                  WHERE rp.organization_id = o.organization_id AND rp.is_default) AS plan
          FROM core.organizations o LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
-         WHERE lower(o.name) COLLATE \"C\" LIKE $1 OR o.organization_id = $2
-         ORDER BY lower(o.name) COLLATE \"C\", o.organization_id LIMIT $3 OFFSET $4",
+         WHERE o.organization_id = $1",
     )
-    .bind(&pattern)
     .bind(id)
-    .bind(limit)
-    .bind(offset)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Fold the counts' appended rows (core.compact_organization_counts): how many rows went.
+pub async fn compact_organization_counts(conn: &mut PgConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT core.compact_organization_counts()").fetch_one(conn).await
+}
+
+/// How many organizations there are, per org type (None: without a type), from the counts the
+/// organizations' triggers keep (migration 0014): no organization is read.
+pub async fn organization_counts(conn: &mut PgConnection) -> sqlx::Result<Vec<(Option<i64>, i64)>> {
+    sqlx::query_as(
+        "SELECT org_type_id, sum(delta)::bigint FROM core.organization_counts GROUP BY org_type_id HAVING sum(delta) <> 0",
+    )
     .fetch_all(conn)
-    .await?;
-    Ok((total, rows))
+    .await
 }
 
 #[derive(Debug, Clone, FromRow)]
@@ -425,7 +517,7 @@ pub async fn organization(conn: &mut PgConnection, id: i64) -> sqlx::Result<Opti
 }
 
 /// A holding conferral of a pool, with its ladder place when it has one.
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone, FromRow, serde::Deserialize)]
 pub struct HeldConferral {
     pub conferral_id: i64,
     pub ladder: Option<String>,
@@ -486,7 +578,7 @@ pub async fn displaced_sources(conn: &mut PgConnection, organization_id: i64) ->
     .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone, FromRow, serde::Deserialize)]
 pub struct Usage {
     pub resource_key: String,
     pub used: i64,
@@ -516,4 +608,21 @@ pub async fn members(conn: &mut PgConnection, organization_id: i64) -> sqlx::Res
     .bind(organization_id)
     .fetch_all(conn)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fetch_past_the_page_says_there_is_more_that_way() {
+        let p = page_of(vec![1, 2, 3], 2, Seek::First);
+        assert_eq!((p.rows, p.has_before, p.has_after), (vec![1, 2], false, true));
+        let p = page_of(vec![1, 2, 3], 2, Seek::Last);
+        assert_eq!((p.rows, p.has_before, p.has_after), (vec![2, 3], true, false));
+        let p = page_of(vec![4, 5], 2, Seek::Before(6));
+        assert_eq!((p.rows, p.has_before, p.has_after), (vec![4, 5], false, true));
+        let p = page_of(vec![7], 2, Seek::After(6));
+        assert_eq!((p.rows, p.has_before, p.has_after), (vec![7], true, false));
+    }
 }

@@ -178,7 +178,7 @@ pub async fn pool_of_grant(conn: &mut PgConnection, grant_id: i64) -> sqlx::Resu
     .await
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, FromRow, serde::Deserialize)]
 pub struct EntitlementValue {
     pub resource_key: String,
     pub numeric_value: Option<i64>,

@@ -226,6 +226,60 @@ pub fn pagination(base_href: &str, page: u64, per_page: u64, total: u64, query: 
     }
 }
 
+/// Where a keyset-paged list is, for its pager: whether rows come before and after this page,
+/// and the ids of its first and last rows (the cursors the links carry).
+pub struct Keyset {
+    pub has_before: bool,
+    pub has_after: bool,
+    pub first_id: Option<i64>,
+    pub last_id: Option<i64>,
+}
+
+/// First · Previous · Next · Last for a list paged by key: `?before=<id>`, `?after=<id>`,
+/// `?at=last`, keeping the other `query` parameters. Nothing when everything fits on one page.
+pub fn keyset_pagination(base_href: &str, k: &Keyset, query: &[(&str, &str)]) -> Markup {
+    if !k.has_before && !k.has_after {
+        return html! {};
+    }
+    let link = |key: &str, value: &str| {
+        let mut q: Vec<(&str, &str)> =
+            query.iter().filter(|(n, _)| !matches!(*n, "page" | "after" | "before" | "at")).copied().collect();
+        if !key.is_empty() {
+            q.push((key, value));
+        }
+        let mut href = base_href.to_owned();
+        let mut sep = if base_href.contains('?') { '&' } else { '?' };
+        for (n, v) in q {
+            href.push(sep);
+            href.push_str(&query_component(n));
+            href.push('=');
+            href.push_str(&query_component(v));
+            sep = '&';
+        }
+        href
+    };
+    let first = k.first_id.map(|i| i.to_string()).unwrap_or_default();
+    let last = k.last_id.map(|i| i.to_string()).unwrap_or_default();
+    html! {
+        nav.pagination aria-label="Pagination" {
+            @if k.has_before {
+                a rel="first" href=(link("", "")) { "« First" }
+                a rel="prev" href=(link("before", &first)) { "← Previous" }
+            } @else {
+                span.disabled aria-hidden="true" { "« First" }
+                span.disabled aria-hidden="true" { "← Previous" }
+            }
+            @if k.has_after {
+                a rel="next" href=(link("after", &last)) { "Next →" }
+                a rel="last" href=(link("at", "last")) { "Last »" }
+            } @else {
+                span.disabled aria-hidden="true" { "Next →" }
+                span.disabled aria-hidden="true" { "Last »" }
+            }
+        }
+    }
+}
+
 fn page_href(base_href: &str, query: &[(&str, &str)], page: u64) -> String {
     let mut href = base_href.to_owned();
     let mut sep = if base_href.contains('?') { '&' } else { '?' };
@@ -367,6 +421,17 @@ mod tests {
     #[test]
     fn pagination_is_empty_for_one_page() {
         assert_eq!(pagination("/x", 1, 20, 20, &[]).into_string(), "");
+        let none = Keyset { has_before: false, has_after: false, first_id: Some(1), last_id: Some(2) };
+        assert_eq!(keyset_pagination("/x", &none, &[]).into_string(), "");
+        let middle = Keyset { has_before: true, has_after: true, first_id: Some(7), last_id: Some(9) };
+        let out = keyset_pagination("/o", &middle, &[("q", "a b"), ("after", "3")]).into_string();
+        assert!(out.contains(r#"<a rel="first" href="/o?q=a%20b">"#), "{out}");
+        assert!(out.contains(r#"<a rel="prev" href="/o?q=a%20b&amp;before=7">"#), "{out}");
+        assert!(out.contains(r#"<a rel="next" href="/o?q=a%20b&amp;after=9">"#), "{out}");
+        assert!(out.contains(r#"<a rel="last" href="/o?q=a%20b&amp;at=last">"#), "{out}");
+        let start = Keyset { has_before: false, has_after: true, first_id: Some(1), last_id: Some(2) };
+        let out = keyset_pagination("/o", &start, &[]).into_string();
+        assert!(out.contains(r#"<span class="disabled" aria-hidden="true">← Previous</span>"#), "{out}");
         assert_eq!(pagination("/x", 1, 20, 0, &[]).into_string(), "");
         assert_eq!(pagination("/x", 1, 0, 50, &[]).into_string(), "");
     }

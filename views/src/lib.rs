@@ -12,8 +12,8 @@ pub mod pages;
 mod text;
 
 pub use components::{
-    Column, Field, Tone, badge, csrf_field, facts, field, form_errors, notice, pagination, progress, refusal, table,
-    table_cols,
+    Column, Field, Keyset, Tone, badge, csrf_field, facts, field, form_errors, keyset_pagination, notice, pagination,
+    progress, refusal, table, table_cols,
 };
 pub use layout::{NavLink, Page, SignedIn, bare_page, page, page_or_partial};
 pub use pages::{
@@ -30,7 +30,7 @@ pub use pages::{
     home::{HomeView, OrgHome, PlanLine, member_home},
     operator::{AccountRow, FailedJob, JobCounts, OperatorHomeView, operator_home},
     organizations::{
-        DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, UsageRow,
+        DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, Total, UsageRow,
         create_organization_form, organization_detail, organization_list, organization_results,
     },
     plan_acts::{

@@ -3,7 +3,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::{
-    services::{self, organizations::MemberOrganization},
+    services,
     store::{
         catalog::{HeldConferral, Usage},
         entitlements::EntitlementValue,
@@ -17,7 +17,7 @@ pub async fn home(req: HttpRequest, state: web::Data<AppState>, Member(who): Mem
     Ok(render::ok(&req, "Home", views::member_home(&view)))
 }
 
-fn org_home(o: MemberOrganization) -> views::OrgHome {
+fn org_home(o: crate::store::accounts::MemberHome) -> views::OrgHome {
     views::OrgHome {
         organization_id: o.membership.organization_id,
         name: o.membership.name,

@@ -6,8 +6,8 @@ use serde::Deserialize;
 use crate::{
     db::retry::once_more_after_deadlock,
     web::identity::Operator,
-    services::{self, organizations::ORGANIZATIONS_PER_PAGE},
-    store::catalog::HeldConferral,
+    services,
+    store::catalog::{HeldConferral, Seek},
     web::{
         AppState,
         errors::AppError,
@@ -19,10 +19,29 @@ use crate::{
 #[derive(Deserialize)]
 pub struct ListQuery {
     q: Option<String>,
-    page: Option<String>,
+    /// Keyset paging: the page after or before an organization (by id), or `at=last`.
+    after: Option<String>,
+    before: Option<String>,
+    at: Option<String>,
 }
 
-pub async fn list(_op: Operator, 
+impl ListQuery {
+    fn seek(&self) -> Result<Seek, AppError> {
+        let id = |raw: &str| {
+            raw.trim().parse::<i64>().map_err(|_| AppError::BadRequest(format!("“{raw}” is not an organization id.")))
+        };
+        Ok(match (self.after.as_deref(), self.before.as_deref(), self.at.as_deref()) {
+            (None, None, None | Some("first")) => Seek::First,
+            (Some(a), None, None) => Seek::After(id(a)?),
+            (None, Some(b), None) => Seek::Before(id(b)?),
+            (None, None, Some("last")) => Seek::Last,
+            _ => return Err(AppError::BadRequest("Ask for one page: after=, before= or at=last.".into())),
+        })
+    }
+}
+
+pub async fn list(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     q: web::Query<ListQuery>,
@@ -31,33 +50,7 @@ pub async fn list(_op: Operator,
     if query.chars().count() > 200 {
         return Err(AppError::BadRequest("A search may have at most 200 characters.".into()));
     }
-    let page = match q.page.as_deref().map(str::trim) {
-        None | Some("") => 1,
-        Some(p) => p
-            .parse::<u64>()
-            .ok()
-            .filter(|p| *p >= 1 && *p <= 1_000_000)
-            .ok_or_else(|| AppError::BadRequest(format!("“{p}” is not a page number.")))?,
-    };
-    let (total, rows) = services::organizations::organizations(&state.db, &query, page).await?;
-    let view = views::OrgListView {
-        csrf: crate::web::identity::csrf_token(&req),
-        org_types: services::organizations::org_type_options(&state.db).await?,
-        create_form: views::FormState::default(),
-        query,
-        page,
-        per_page: ORGANIZATIONS_PER_PAGE,
-        total,
-        rows: rows
-            .into_iter()
-            .map(|r| views::OrgListRow {
-                id: r.organization_id,
-                name: r.name,
-                org_type: r.org_type,
-                plan: r.plan.unwrap_or_default(),
-            })
-            .collect(),
-    };
+    let view = list_view(&req, &state, query, q.seek()?).await?;
     // A search from the box swaps only the results.
     // htmx 4 names the target as `tag#id` (`div#org-results`); older ones as the bare id.
     let target = req.headers().get("hx-target").and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -67,6 +60,31 @@ pub async fn list(_op: Operator,
             .body(views::organization_results(&view).into_string()));
     }
     Ok(render::ok(&req, "Organizations", views::organization_list(&view)))
+}
+
+/// The list's page `seek` for `query`, with an empty create form.
+async fn list_view(req: &HttpRequest, state: &AppState, query: String, seek: Seek) -> Result<views::OrgListView, AppError> {
+    let list = services::organizations::organizations(&state.db, &query, seek).await?;
+    Ok(views::OrgListView {
+        csrf: crate::web::identity::csrf_token(req),
+        org_types: services::organizations::org_type_options(&state.db).await?,
+        create_form: views::FormState::default(),
+        query,
+        total: if list.total.1 { views::Total::AtLeast(list.total.0) } else { views::Total::Exactly(list.total.0) },
+        has_before: list.page.has_before,
+        has_after: list.page.has_after,
+        rows: list
+            .page
+            .rows
+            .into_iter()
+            .map(|r| views::OrgListRow {
+                id: r.organization_id,
+                name: r.name,
+                org_type: r.org_type,
+                plan: r.plan.unwrap_or_default(),
+            })
+            .collect(),
+    })
 }
 
 fn source(c: &HeldConferral) -> String {
@@ -187,16 +205,8 @@ pub async fn create(_op: Operator,
             if render::is_htmx(&req) {
                 return Ok(crate::web::forms::partial(status, views::create_organization_form(&csrf, &org_types, &fs)));
             }
-            let view = views::OrgListView {
-                csrf,
-                org_types,
-                create_form: fs,
-                query: String::new(),
-                page: 1,
-                per_page: ORGANIZATIONS_PER_PAGE,
-                total: 0,
-                rows: vec![],
-            };
+            let mut view = list_view(&req, &state, String::new(), Seek::First).await?;
+            view.create_form = fs;
             Ok(render::page(&req, status, "Organizations", views::organization_list(&view)))
         }
     }

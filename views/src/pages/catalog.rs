@@ -578,9 +578,18 @@ fn is_checked(value: &str) -> bool {
     matches!(value, "on" | "true" | "yes" | "1")
 }
 
-/// "1 pool", "3 pools".
+/// "1 pool", "3 pools", "100,000 organizations".
 pub(crate) fn count(n: i64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+    let digits = n.unsigned_abs().to_string();
+    let mut grouped = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(d);
+    }
+    let sign = if n < 0 { "-" } else { "" };
+    format!("{sign}{grouped} {}", if n == 1 { one } else { many })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, facts, pagination, table, table_cols};
+use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, table, table_cols};
 use crate::pages::catalog::{FormState, count};
 use crate::pages::grants::{
     GrantEventRow, GrantListRow, Input, Select, events_table, form_banners, grants_table, hx_form, input_field,
@@ -22,15 +22,22 @@ pub struct OrgListRow {
     pub plan: String,
 }
 
+/// How many rows a list has: exactly, or at least (a count that stopped early).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Total {
+    Exactly(u64),
+    AtLeast(u64),
+}
+
 pub struct OrgListView {
     /// The search text ("" for none).
     pub query: String,
-    /// 1-based.
-    pub page: u64,
-    pub per_page: u64,
     /// How many organizations match, over all pages.
-    pub total: u64,
+    pub total: Total,
     pub rows: Vec<OrgListRow>,
+    /// Rows before and after this page.
+    pub has_before: bool,
+    pub has_after: bool,
     pub csrf: String,
     /// (id, name) for the create form's type select.
     pub org_types: Vec<(i64, String)>,
@@ -138,18 +145,29 @@ pub fn organization_results(v: &OrgListView) -> Markup {
         format!("No organizations match “{}”.", v.query)
     };
     let query: Vec<(&str, &str)> = if v.query.is_empty() { vec![] } else { vec![("q", v.query.as_str())] };
+    let keyset = Keyset {
+        has_before: v.has_before,
+        has_after: v.has_after,
+        first_id: v.rows.first().map(|r| r.id),
+        last_id: v.rows.last().map(|r| r.id),
+    };
+    let counted = match v.total {
+        Total::Exactly(0) => None,
+        Total::Exactly(n) => Some(count(n as i64, "organization", "organizations")),
+        Total::AtLeast(n) => Some(format!("More than {}", count(n as i64, "organization", "organizations"))),
+    };
     html! {
         div #org-results {
-            @if v.total > 0 {
+            @if let Some(counted) = counted {
                 p.muted.result-count {
-                    (count(v.total as i64, "organization", "organizations"))
+                    (counted)
                     @if !v.query.is_empty() {
                         " matching “" (v.query) "”"
                     }
                 }
             }
             (table(&["Organization", "Type", "Plan"], rows, &empty))
-            (pagination(LIST_PATH, v.page, v.per_page, v.total, &query))
+            (keyset_pagination(LIST_PATH, &keyset, &query))
         }
     }
 }
@@ -369,9 +387,9 @@ mod tests {
     fn list(query: &str, total: u64, rows: Vec<OrgListRow>) -> OrgListView {
         OrgListView {
             query: query.into(),
-            page: 1,
-            per_page: 2,
-            total,
+            total: Total::Exactly(total),
+            has_before: false,
+            has_after: total > rows.len() as u64,
             rows,
             csrf: "tok".into(),
             org_types: vec![(1, "Community".into()), (2, "<Internal>".into())],
@@ -418,7 +436,11 @@ mod tests {
         assert!(!out.contains("<script>"));
         assert!(out.contains("<td>Wiki hosting: Basic · Support: Community</td>"));
         assert!(out.contains("3 organizations matching “ac me”"));
-        assert!(out.contains(r#"href="/operator/organizations?q=ac%20me&amp;page=2""#));
+        assert!(out.contains(r#"href="/operator/organizations?q=ac%20me&amp;after=2""#), "{out}");
+        assert!(out.contains(r#"href="/operator/organizations?q=ac%20me&amp;at=last""#), "{out}");
+        let mut many = list("a", 0, vec![row(1, "A")]);
+        many.total = Total::AtLeast(1000);
+        assert!(organization_results(&many).into_string().contains("More than 1,000 organizations matching “a”"));
     }
 
     #[test]
