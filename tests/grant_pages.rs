@@ -277,28 +277,61 @@ async fn the_list_paginates_fifty_to_a_page_and_keeps_its_filters() {
     let one = get(&app, &c, &format!("/operator/grants?{filter}")).await;
     assert_eq!(one.status, StatusCode::OK);
     assert!(one.body.contains("51 grants"), "{}", one.body);
-    assert!(one.body.contains("Page 1 of 2"), "{}", one.body);
     assert_eq!(listed_grants(&one.body), waiting[..50].to_vec());
-    let next = format!("href=\"/operator/grants?status=waiting&amp;organization_id={globex}&amp;page=2\"");
+    let next =
+        format!("href=\"/operator/grants?status=waiting&amp;organization_id={globex}&amp;after={}\"", waiting[49]);
     assert!(one.body.contains(&next), "the next page keeps both filters: {}", one.body);
+    let last = format!("href=\"/operator/grants?status=waiting&amp;organization_id={globex}&amp;at=last\"");
+    assert!(one.body.contains(&last), "{}", one.body);
 
-    let two = get(&app, &c, &format!("/operator/grants?{filter}&page=2")).await;
+    let two = get(&app, &c, &format!("/operator/grants?{filter}&after={}", waiting[49])).await;
     assert_eq!(two.status, StatusCode::OK);
-    assert!(two.body.contains("Page 2 of 2"), "{}", two.body);
     assert_eq!(listed_grants(&two.body), waiting[50..].to_vec());
-    let prev = format!("href=\"/operator/grants?status=waiting&amp;organization_id={globex}&amp;page=1\"");
+    let prev =
+        format!("href=\"/operator/grants?status=waiting&amp;organization_id={globex}&amp;before={}\"", waiting[50]);
     assert!(two.body.contains(&prev), "{}", two.body);
     assert!(two.body.contains(r#"<option value="waiting" selected>Waiting</option>"#), "{}", two.body);
     assert!(two.body.contains(&format!("name=\"organization_id\" value=\"{globex}\"")), "{}", two.body);
     assert!(two.body.contains("Grants of"), "{}", two.body);
+    // Back from the second page is the first; the last page is the oldest fifty, a full page.
+    let back = get(&app, &c, &format!("/operator/grants?{filter}&before={}", waiting[50])).await;
+    assert_eq!(listed_grants(&back.body), waiting[..50].to_vec());
+    let at_last = get(&app, &c, &format!("/operator/grants?{filter}&at=last")).await;
+    assert_eq!(listed_grants(&at_last.body), waiting[1..].to_vec());
+    assert!(at_last.body.contains(&format!("before={}", waiting[1])), "{}", at_last.body);
 
-    // Unfiltered, the 56 grants make two pages as well; a page past the end is empty.
-    let all = get(&app, &c, "/operator/grants?page=2").await;
-    assert!(all.body.contains("56 grants") && all.body.contains("Page 2 of 2"), "{}", all.body);
-    assert_eq!(listed_grants(&all.body).len(), 6);
-    let past = get(&app, &c, "/operator/grants?page=9").await;
+    // Unfiltered, the 56 grants newest first: the last page holds the oldest fifty; past the
+    // oldest there is nothing.
+    let all_ids: Vec<i64> = sqlx::query_scalar("SELECT grant_id FROM core.grants ORDER BY grant_id DESC")
+        .fetch_all(&t.admin)
+        .await
+        .unwrap();
+    let all = get(&app, &c, "/operator/grants?at=last").await;
+    assert!(all.body.contains("56 grants"), "{}", all.body);
+    assert_eq!(listed_grants(&all.body), all_ids[6..].to_vec());
+    let past = get(&app, &c, &format!("/operator/grants?after={}", all_ids[55])).await;
     assert_eq!(past.status, StatusCode::OK);
     assert!(listed_grants(&past.body).is_empty());
+}
+
+#[tokio::test]
+async fn a_list_of_very_many_grants_counts_to_a_cap() {
+    let (t, app, c, _) = operator_app().await;
+    let globex = organization_id(&t, "Globex").await;
+    let priority = product_id(&t, "Priority support").await;
+    sqlx::query(
+        "INSERT INTO core.grants (organization_id, product_id, kind, status, starts_at, reason)
+         SELECT $1, $2, 'operator', 'waiting', now() + interval '1 day', 'bulk ' || n FROM generate_series(1, 1001) n",
+    )
+    .bind(globex)
+    .bind(priority)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let a = get(&app, &c, "/operator/grants").await;
+    assert!(a.body.contains("More than 1,000 grants"), "{}", a.body);
+    let a = get(&app, &c, "/operator/grants?status=active").await;
+    assert!(!a.body.contains("More than"), "the active ones are few: {}", a.body);
 }
 
 #[tokio::test]
@@ -309,10 +342,11 @@ async fn bad_list_filters_are_a_400_with_a_message() {
         ("status=ACTIVE", "“ACTIVE” is not a grant status."),
         ("organization_id=abc", "“abc” is not an organization number."),
         ("organization_id=1.5", "“1.5” is not an organization number."),
-        ("page=0", "“0” is not a page number."),
-        ("page=-1", "“-1” is not a page number."),
-        ("page=abc", "“abc” is not a page number."),
-        ("status=active&page=0", "“0” is not a page number."),
+        ("after=0", "“0” is not a grant id."),
+        ("before=-1", "“-1” is not a grant id."),
+        ("after=abc", "“abc” is not a grant id."),
+        ("status=active&after=1&before=2", "Ask for one page"),
+        ("at=middle", "Ask for one page"),
     ] {
         let a = get(&app, &c, &format!("/operator/grants?{query}")).await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST, "{query}: {}", a.body);

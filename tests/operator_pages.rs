@@ -603,7 +603,7 @@ async fn bad_product_edits_are_refused_with_a_message_and_write_nothing() {
     )
     .await;
     assert_refused(&a, StatusCode::CONFLICT, true, "product-edit", "rule change", "set change of a carried product");
-    assert!(a.body.contains("1 organization pool carry this now"), "{}", a.body);
+    assert!(a.body.contains("1 organization pool carries this now"), "{}", a.body);
     // An unknown product is a 404.
     let a = post(&app, &c, "/operator/catalog/products/987654", &token, &[("name", "X")], false).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
@@ -922,6 +922,58 @@ async fn a_search_matching_very_many_organizations_counts_to_a_cap() {
 }
 
 #[tokio::test]
+async fn a_set_and_a_product_carried_by_very_many_pools_count_to_a_cap() {
+    let (t, app, c, token) = operator_app().await;
+    let community: i64 = scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await;
+    // Community organizations (each holding the Free floor) up to the cap of 1,000: exact...
+    let free = set_id(&t, "Free").await;
+    let carriers = async |from: i64, to: i64| {
+        let workers: Vec<_> = (0..8)
+            .map(|w| {
+                let db = t.db.clone();
+                tokio::spawn(async move {
+                    for i in (from + w..to).step_by(8) {
+                        let name = OrgName::parse(&format!("Carrier {i:05}")).unwrap();
+                        create_organization(&db, &name, Some(community)).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.await.unwrap();
+        }
+    };
+    carriers(0, 1000 - pools_carrying(&t, free).await).await;
+    assert_eq!(pools_carrying(&t, free).await, 1000);
+    let catalog = get(&app, &c, "/operator/catalog").await.body;
+    assert!(row(&catalog, "Free").contains("carried by 1,000 pools"), "{catalog}");
+    // ...and one more is "more than".
+    carriers(5000, 5001).await;
+    assert_eq!(pools_carrying(&t, free).await, 1001);
+
+    let catalog = get(&app, &c, "/operator/catalog").await.body;
+    assert!(row(&catalog, "Free").contains("carried by more than 1,000 pools"), "{catalog}");
+    let set_page = get(&app, &c, &format!("/operator/catalog/sets/{free}")).await.body;
+    assert!(set_page.contains("This set is carried by more than 1,000 pools"), "{set_page}");
+    let product = product_id(&t, "Free").await;
+    let product_page = get(&app, &c, &format!("/operator/catalog/products/{product}")).await.body;
+    assert!(product_page.contains("carried by more than 1,000 pools"), "{product_page}");
+    // Refusing a set change says so too, and writes nothing.
+    let basic = set_id(&t, "Basic").await.to_string();
+    let a = post(
+        &app,
+        &c,
+        &format!("/operator/catalog/products/{product}"),
+        &token,
+        &[("name", "Free"), ("entitlement_set_id", &basic), ("published", "on")],
+        true,
+    )
+    .await;
+    assert_refused(&a, StatusCode::CONFLICT, true, "product-edit", "more than 1,000 organization pools carry", "cap");
+    assert_eq!(pools_carrying(&t, free).await, 1001);
+}
+
+#[tokio::test]
 async fn the_organization_counts_stay_exact_through_inserts_retypes_deletes_and_compaction() {
     let t = demo_db().await;
     let exact = || async {
@@ -931,12 +983,11 @@ async fn the_organization_counts_stay_exact_through_inserts_retypes_deletes_and_
         .fetch_all(&t.admin)
         .await
         .unwrap();
-        let counted: Vec<(Option<i64>, i64)> = sqlx::query_as(
-            "SELECT org_type_id, count(*) FROM core.organizations GROUP BY 1 ORDER BY 1 NULLS FIRST",
-        )
-        .fetch_all(&t.admin)
-        .await
-        .unwrap();
+        let counted: Vec<(Option<i64>, i64)> =
+            sqlx::query_as("SELECT org_type_id, count(*) FROM core.organizations GROUP BY 1 ORDER BY 1 NULLS FIRST")
+                .fetch_all(&t.admin)
+                .await
+                .unwrap();
         assert_eq!(kept, counted);
     };
     exact().await;
@@ -965,7 +1016,8 @@ async fn the_organization_counts_stay_exact_through_inserts_retypes_deletes_and_
     let folded = member_console::services::organizations::compact_counts(&t.db).await.unwrap();
     assert!(folded > 0);
     exact().await;
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM core.organization_counts").fetch_one(&t.admin).await.unwrap();
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM core.organization_counts").fetch_one(&t.admin).await.unwrap();
     assert_eq!(rows, 3, "one row per type after the compaction (Community, Business, none)");
 }
 

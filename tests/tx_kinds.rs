@@ -26,11 +26,7 @@ fn each_kind_sets_its_bounds_before_its_advisory_lock() {
     let m = opening_statements(TxKind::Materializing, five).unwrap();
     assert_eq!(
         m,
-        vec![
-            "BEGIN ISOLATION LEVEL READ COMMITTED",
-            "SET LOCAL lock_timeout = '5000ms'",
-            TAKE_RENDEZVOUS_SHARED,
-        ]
+        vec!["BEGIN ISOLATION LEVEL READ COMMITTED", "SET LOCAL lock_timeout = '5000ms'", TAKE_RENDEZVOUS_SHARED,]
     );
     let r = opening_statements(TxKind::RuleChange, five).unwrap();
     assert_eq!(r.last().unwrap(), TAKE_RENDEZVOUS_EXCLUSIVE);

@@ -184,7 +184,13 @@ async fn app_behind_proxy() -> (TestDb, TestApp) {
     (t, app)
 }
 
-async fn sign_in_from(app: &TestApp, c: &reqwest::Client, address: &str, email: &str, password: &str) -> reqwest::Response {
+async fn sign_in_from(
+    app: &TestApp,
+    c: &reqwest::Client,
+    address: &str,
+    email: &str,
+    password: &str,
+) -> reqwest::Response {
     let token = app.csrf(c, "/login").await;
     c.post(app.url("/login"))
         .header("X-Forwarded-For", format!("203.0.113.99, {address}"))
@@ -343,10 +349,12 @@ async fn a_request_past_its_deadline_is_answered_503_and_its_transaction_rolls_b
     let mut a = t.runtime_conn().await;
     let a_pid = common::backend_pid(&mut a).await;
     sqlx::query("BEGIN").execute(&mut a).await.unwrap();
-    sqlx::query("INSERT INTO core.sign_in_addresses (address, window_started_at, failures) VALUES ('127.0.0.1', now(), 0)")
-        .execute(&mut a)
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO core.sign_in_addresses (address, window_started_at, failures) VALUES ('127.0.0.1', now(), 0)",
+    )
+    .execute(&mut a)
+    .await
+    .unwrap();
 
     let started = Instant::now();
     let sign_in = c
@@ -400,7 +408,13 @@ fn csrf_tokens_are_found_in_pages() {
 
 /// One HTTP/1.1 request written by hand, so the path goes out exactly as given (a client library
 /// would normalize dot segments and encodings). The status and the Location header.
-async fn raw(app: &TestApp, method: &str, path: &str, cookie: Option<&str>, form: Option<&str>) -> (u16, String, String) {
+async fn raw(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    form: Option<&str>,
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let host = app.base.trim_start_matches("http://").to_string();
     let mut s = tokio::net::TcpStream::connect(&host).await.unwrap();
@@ -410,10 +424,7 @@ async fn raw(app: &TestApp, method: &str, path: &str, cookie: Option<&str>, form
         req.push_str(&format!("Cookie: {c}\r\n"));
     }
     if form.is_some() {
-        req.push_str(&format!(
-            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
+        req.push_str(&format!("Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n", body.len()));
     }
     req.push_str("\r\n");
     req.push_str(body);
@@ -554,7 +565,8 @@ async fn fingerprint(t: &TestDb) -> Vec<(String, String)> {
     .unwrap();
     let mut out = vec![];
     for table in tables {
-        let sql = format!("SELECT count(*)::text || ':' || coalesce(sum(hashtext(x::text)::bigint), 0)::text FROM {table} x");
+        let sql =
+            format!("SELECT count(*)::text || ':' || coalesce(sum(hashtext(x::text)::bigint), 0)::text FROM {table} x");
         let digest: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&t.admin).await.unwrap();
         out.push((table, digest));
     }
@@ -608,7 +620,11 @@ async fn no_operator_route_answers_a_visitor_or_a_member_however_the_path_is_spe
                     tried += 1;
                     let refused = matches!(status, 400 | 401 | 403 | 404 | 405)
                         || (status == 303 && location.starts_with("/login"));
-                    assert!(refused, "{who}: {method} {p} ({} {}) answered {status} {location}", route.method, route.path);
+                    assert!(
+                        refused,
+                        "{who}: {method} {p} ({} {}) answered {status} {location}",
+                        route.method, route.path
+                    );
                 }
             }
         }
@@ -845,7 +861,8 @@ async fn a_deadline_during_the_commit_says_the_outcome_is_not_known() {
     .unwrap();
     let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
     let (c, token) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-    let r = common::pages::post(&app, &c, "/operator/organizations", &token, &[("name", "Slow Commit Ltd")], false).await;
+    let r =
+        common::pages::post(&app, &c, "/operator/organizations", &token, &[("name", "Slow Commit Ltd")], false).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
     assert!(r.body.contains("could not confirm"), "{}", r.body);
     assert!(!r.body.contains("nothing was changed"), "{}", r.body);
@@ -903,7 +920,11 @@ async fn a_deadlock_is_tried_once_more_and_the_grant_is_revoked() {
     let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *a).await.unwrap();
     sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
     sqlx::query("SET LOCAL deadlock_timeout = '20s'").execute(&mut *a).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.resource_pools WHERE pool_id = $1 FOR UPDATE").bind(pool).execute(&mut *a).await.unwrap();
+    sqlx::query("SELECT 1 FROM core.resource_pools WHERE pool_id = $1 FOR UPDATE")
+        .bind(pool)
+        .execute(&mut *a)
+        .await
+        .unwrap();
     let revoke = {
         let (app_url, c, token) = (app.url(&format!("/operator/grants/{grant}/revoke")), c.clone(), token.clone());
         tokio::spawn(async move {
@@ -939,7 +960,11 @@ async fn a_burst_of_sign_ins_leaves_the_probes_and_member_pages_answering_quickl
             let r = c
                 .post(login)
                 .header("X-Forwarded-For", format!("10.{}.{}.1", i / 250, i % 250))
-                .form(&[("email", format!("stranger{i}@example.net")), ("password", "guess".into()), ("csrf_token", token)])
+                .form(&[
+                    ("email", format!("stranger{i}@example.net")),
+                    ("password", "guess".into()),
+                    ("csrf_token", token),
+                ])
                 .send()
                 .await
                 .unwrap();

@@ -366,10 +366,20 @@ mod tests {
 
     #[test]
     fn skip_locked_adds_no_wait() {
-        static A: PathLocks =
-            PathLocks { path: "A", function: "a", kind: "Plain", locks: &[Lock::SignInAddressRow, Lock::JobRows], why: "" };
-        static B: PathLocks =
-            PathLocks { path: "B", function: "b", kind: "Plain", locks: &[Lock::JobRows, Lock::SignInAddressRow], why: "" };
+        static A: PathLocks = PathLocks {
+            path: "A",
+            function: "a",
+            kind: "Plain",
+            locks: &[Lock::SignInAddressRow, Lock::JobRows],
+            why: "",
+        };
+        static B: PathLocks = PathLocks {
+            path: "B",
+            function: "b",
+            kind: "Plain",
+            locks: &[Lock::JobRows, Lock::SignInAddressRow],
+            why: "",
+        };
         assert!(find_cycle(&[&A, &B]).is_none());
     }
 

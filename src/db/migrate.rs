@@ -40,9 +40,11 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
 /// no temporary objects for PUBLIC, so no role can create a table or function in `pg_temp`
 /// that could shadow a name a function resolves.
 pub async fn harden_database(admin: &PgPool) -> Result<(), sqlx::Error> {
-    sqlx::raw_sql("DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database()); END $$")
-        .execute(admin)
-        .await?;
+    sqlx::raw_sql(
+        "DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database()); END $$",
+    )
+    .execute(admin)
+    .await?;
     Ok(())
 }
 

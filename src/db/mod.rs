@@ -61,7 +61,12 @@ impl From<sqlx::Error> for DbError {
             Some(LOCK_NOT_AVAILABLE) => DbError::LockNotAvailable,
             Some(QUERY_CANCELED) => DbError::DeadlinePassed,
             Some(DEADLOCK_DETECTED) => {
-                let detail = e.as_database_error().and_then(|d| d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()).and_then(|p| p.detail()).unwrap_or_default().to_string();
+                let detail = e
+                    .as_database_error()
+                    .and_then(|d| d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+                    .and_then(|p| p.detail())
+                    .unwrap_or_default()
+                    .to_string();
                 DbError::Deadlock(detail)
             }
             _ => DbError::Sql(e),

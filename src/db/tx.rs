@@ -193,8 +193,7 @@ pub const TAKE_RENDEZVOUS_EXCLUSIVE: &str = "SELECT core.take_rendezvous_exclusi
 fn application_name() -> Option<String> {
     let span = tracing::Span::current();
     let name = span.metadata()?.name();
-    let clean: String =
-        name.chars().filter(|c| c.is_ascii_alphanumeric() || " ,.()-_".contains(*c)).take(60).collect();
+    let clean: String = name.chars().filter(|c| c.is_ascii_alphanumeric() || " ,.()-_".contains(*c)).take(60).collect();
     Some(format!("SET LOCAL application_name = 'mc: {clean}'"))
 }
 

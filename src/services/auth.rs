@@ -2,16 +2,16 @@
 
 use std::time::Duration;
 
-use argon2::{
-    Argon2, PasswordHash, PasswordHasher, PasswordVerifier,
-    password_hash::{SaltString, rand_core::OsRng},
-};
 use crate::{
     db::{
         Db, DbError, TxKind, begin,
         locks::{Lock, PathLocks},
     },
     store::accounts::{self, SessionAccount},
+};
+use argon2::{
+    Argon2, PasswordHash, PasswordHasher, PasswordVerifier,
+    password_hash::{SaltString, rand_core::OsRng},
 };
 
 /// The sign-in limits (docs/operations.md, "Sign-in limits"). Per (email, address): this many
@@ -145,7 +145,10 @@ pub async fn sign_in(
     }
     accounts::insert_session(tx.conn(), &token, a.account_id, address, SESSION_IDLE, SESSION_LIFETIME).await?;
     tx.commit().await?;
-    Ok(NewSession { token, account: SessionAccount { account_id: a.account_id, email: a.email, is_operator: a.is_operator } })
+    Ok(NewSession {
+        token,
+        account: SessionAccount { account_id: a.account_id, email: a.email, is_operator: a.is_operator },
+    })
 }
 
 /// The account behind a session token if the session is live (idle and absolute bounds); its
@@ -191,9 +194,7 @@ pub async fn ensure_account(db: &Db, email: &Email, password: &NewPassword, is_o
 /// sign-ins queues here (holding no connection) instead of starving the pages.
 fn hashing_permits() -> &'static tokio::sync::Semaphore {
     static PERMITS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
-    PERMITS.get_or_init(|| {
-        tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
-    })
+    PERMITS.get_or_init(|| tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get())))
 }
 
 async fn hashing<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {

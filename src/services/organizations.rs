@@ -6,9 +6,13 @@ use crate::{
         accounts,
         catalog::{self as store, HeldConferral},
         entitlements::{self, EntitlementValue},
-        grants, plan_acts, rule_changes, topology,
+        grants,
+        paging::{Page, Seek},
+        plan_acts, rule_changes, topology,
     },
 };
+
+pub use crate::store::catalog::CARRIED_COUNT_CAP;
 
 pub struct CatalogOverview {
     pub keys: Vec<store::ResourceKey>,
@@ -74,12 +78,12 @@ pub async fn topology(db: &Db) -> Result<Topology, DbError> {
 }
 
 pub const ORGANIZATIONS_PER_PAGE: i64 = 50;
-/// A search counts its matches up to this many, then says "more than".
+/// A search or a filtered list counts its matches up to this many, then says "more than".
 pub const SEARCH_COUNT_CAP: i64 = 1000;
 
 /// One page of the organization list and how many organizations match.
 pub struct OrganizationList {
-    pub page: store::Page<store::OrgListRow>,
+    pub page: Page<store::OrgListRow>,
     /// Exactly (`false`), or at least (`true`: the count stopped at the cap).
     pub total: (u64, bool),
 }
@@ -87,7 +91,7 @@ pub struct OrganizationList {
 /// A page of organizations by name, found by key whichever page it is, and the count: for the
 /// whole list, from the kept counts; for a search, counted up to a cap. A search that is an
 /// organization's id shows that organization first.
-pub async fn organizations(db: &Db, query: &str, seek: store::Seek) -> Result<OrganizationList, DbError> {
+pub async fn organizations(db: &Db, query: &str, seek: Seek) -> Result<OrganizationList, DbError> {
     let mut c = db.read().await?;
     let q = query.trim();
     let mut page = store::organizations_page(&mut c, q, ORGANIZATIONS_PER_PAGE, seek).await?;
@@ -97,7 +101,7 @@ pub async fn organizations(db: &Db, query: &str, seek: store::Seek) -> Result<Or
         let n = store::organizations_matching(&mut c, q, SEARCH_COUNT_CAP + 1).await?;
         (n.min(SEARCH_COUNT_CAP) as u64, n > SEARCH_COUNT_CAP)
     };
-    if let (store::Seek::First, Ok(id)) = (seek, q.parse::<i64>())
+    if let (Seek::First, Ok(id)) = (seek, q.parse::<i64>())
         && !page.rows.iter().any(|r| r.organization_id == id)
         && let Some(row) = store::organization_row(&mut c, id).await?
     {
@@ -139,7 +143,7 @@ pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>
         None => (vec![], vec![], vec![]),
     };
     Ok(Some(OrganizationDetail {
-        grants: grants::grants_page(&mut c, None, Some(id), 100, 0).await?.1,
+        grants: grants::grants_page(&mut c, None, Some(id), 100, Seek::First).await?.rows,
         events: grants::events_of_organization(&mut c, id, 100).await?,
         displaced: store::displaced_sources(&mut c, id).await?,
         members: store::members(&mut c, id).await?,
@@ -153,26 +157,35 @@ pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>
 /// The member's organizations, as their home shows them: one round trip, bounded by the
 /// request's deadline.
 pub async fn member_home(db: &Db, account_id: i64) -> Result<Vec<accounts::MemberHome>, DbError> {
-    let rows = crate::db::tx::once_unrecorded(db, crate::db::TxKind::Plain, accounts::member_home_sql(account_id)).await?;
+    let rows =
+        crate::db::tx::once_unrecorded(db, crate::db::TxKind::Plain, accounts::member_home_sql(account_id)).await?;
     Ok(accounts::member_home_from_rows(&rows)?)
 }
 
-pub const GRANTS_PER_PAGE: u64 = 50;
+pub const GRANTS_PER_PAGE: i64 = 50;
+
+/// One page of the grant list, how many grants match (counted up to [`SEARCH_COUNT_CAP`]: a
+/// `true` says "at least"), and the filtered organization's name.
+pub struct GrantList {
+    pub page: Page<grants::GrantRow>,
+    pub total: (u64, bool),
+    pub organization_name: Option<String>,
+}
 
 pub async fn grants(
     db: &Db,
     status: Option<&str>,
     organization_id: Option<i64>,
-    page: u64,
-) -> Result<(u64, Vec<grants::GrantRow>, Option<String>), DbError> {
+    seek: Seek,
+) -> Result<GrantList, DbError> {
     let mut c = db.read().await?;
-    let offset = page.saturating_sub(1).saturating_mul(GRANTS_PER_PAGE).min(i64::MAX as u64) as i64;
-    let (total, rows) = grants::grants_page(&mut c, status, organization_id, GRANTS_PER_PAGE as i64, offset).await?;
-    let name = match organization_id {
+    let page = grants::grants_page(&mut c, status, organization_id, GRANTS_PER_PAGE, seek).await?;
+    let n = grants::grants_matching(&mut c, status, organization_id, SEARCH_COUNT_CAP + 1).await?;
+    let organization_name = match organization_id {
         Some(id) => store::organization(&mut c, id).await?.map(|o| o.name),
         None => None,
     };
-    Ok((total.max(0) as u64, rows, name))
+    Ok(GrantList { page, total: (n.clamp(0, SEARCH_COUNT_CAP) as u64, n > SEARCH_COUNT_CAP), organization_name })
 }
 
 pub struct GrantDetail {
@@ -228,12 +241,7 @@ pub async fn rule_change(db: &Db, id: i64) -> Result<Option<RuleChangeDetail>, D
 /// Published products with an entitlement set: the ones a tier may be.
 pub async fn tier_product_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
     let mut c = db.read().await?;
-    Ok(store::products(&mut c)
-        .await?
-        .into_iter()
-        .filter(|p| p.published && p.entitlement_set_id.is_some())
-        .map(|p| (p.product_id, p.name))
-        .collect())
+    Ok(store::tier_product_options(&mut c).await?)
 }
 
 /// The names of a ladder and a product, for a preview's sentence.

@@ -170,7 +170,11 @@ pub async fn delete_session(conn: &mut PgConnection, token: &str) -> sqlx::Resul
 
 /// Every session of an account (its password changed).
 pub async fn delete_sessions_of(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<u64> {
-    Ok(sqlx::query("DELETE FROM core.web_sessions WHERE account_id = $1").bind(account_id).execute(conn).await?.rows_affected())
+    Ok(sqlx::query("DELETE FROM core.web_sessions WHERE account_id = $1")
+        .bind(account_id)
+        .execute(conn)
+        .await?
+        .rows_affected())
 }
 
 pub async fn memberships(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<Vec<Membership>> {

@@ -4,6 +4,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgConnection};
 
+use super::paging::{Page, Seek, page_of};
+
 #[derive(Debug, Clone, FromRow)]
 pub struct ResourceKey {
     pub resource_key: String,
@@ -38,6 +40,9 @@ pub async fn insert_resource_key(
     .await
 }
 
+/// Pool counts on catalog pages stop past this many (`carried_by_pools` is then `CAP + 1`).
+pub const CARRIED_COUNT_CAP: i64 = 1000;
+
 #[derive(Debug, Clone, FromRow)]
 pub struct EntitlementSet {
     pub entitlement_set_id: i64,
@@ -48,11 +53,11 @@ pub struct EntitlementSet {
 pub async fn entitlement_sets(conn: &mut PgConnection) -> sqlx::Result<Vec<EntitlementSet>> {
     sqlx::query_as(
         "SELECT s.entitlement_set_id, s.name,
-                (SELECT count(DISTINCT c.pool_id) FROM core.products p JOIN core.conferrals c
-                   ON c.product_id = p.product_id AND c.state = 'holding'
-                 WHERE p.entitlement_set_id = s.entitlement_set_id) AS carried_by_pools
+                core.pools_carrying(ARRAY(SELECT p.product_id FROM core.products p
+                                           WHERE p.entitlement_set_id = s.entitlement_set_id), $1) AS carried_by_pools
          FROM core.entitlement_sets s ORDER BY lower(s.name), s.entitlement_set_id",
     )
+    .bind(CARRIED_COUNT_CAP)
     .fetch_all(conn)
     .await
 }
@@ -60,11 +65,11 @@ pub async fn entitlement_sets(conn: &mut PgConnection) -> sqlx::Result<Vec<Entit
 pub async fn entitlement_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<EntitlementSet>> {
     sqlx::query_as(
         "SELECT s.entitlement_set_id, s.name,
-                (SELECT count(DISTINCT c.pool_id) FROM core.products p JOIN core.conferrals c
-                   ON c.product_id = p.product_id AND c.state = 'holding'
-                 WHERE p.entitlement_set_id = s.entitlement_set_id) AS carried_by_pools
-         FROM core.entitlement_sets s WHERE s.entitlement_set_id = $1",
+                core.pools_carrying(ARRAY(SELECT p.product_id FROM core.products p
+                                           WHERE p.entitlement_set_id = s.entitlement_set_id), $1) AS carried_by_pools
+         FROM core.entitlement_sets s WHERE s.entitlement_set_id = $2",
     )
+    .bind(CARRIED_COUNT_CAP)
     .bind(id)
     .fetch_optional(conn)
     .await
@@ -77,18 +82,6 @@ pub async fn lock_entitlement_set(conn: &mut PgConnection, id: i64) -> sqlx::Res
         .fetch_optional(conn)
         .await?
         .is_some())
-}
-
-/// How many pools hold a conferral of a product of this set now.
-pub async fn pools_carrying_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(DISTINCT c.pool_id) FROM core.products p
-         JOIN core.conferrals c ON c.product_id = p.product_id AND c.state = 'holding'
-         WHERE p.entitlement_set_id = $1",
-    )
-    .bind(id)
-    .fetch_one(conn)
-    .await
 }
 
 pub async fn insert_entitlement_set(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
@@ -168,18 +161,32 @@ pub struct Product {
     pub carried_by_pools: i64,
 }
 
-const PRODUCT_SELECT: &str = "SELECT p.product_id, p.name, p.entitlement_set_id, s.name AS set_name, p.published,
-        (SELECT count(DISTINCT c.pool_id) FROM core.conferrals c WHERE c.product_id = p.product_id AND c.state = 'holding') AS carried_by_pools
-     FROM core.products p LEFT JOIN core.entitlement_sets s USING (entitlement_set_id)";
+fn product_select() -> String {
+    format!(
+        "SELECT p.product_id, p.name, p.entitlement_set_id, s.name AS set_name, p.published,
+                core.pools_carrying(ARRAY[p.product_id], {CARRIED_COUNT_CAP}) AS carried_by_pools
+         FROM core.products p LEFT JOIN core.entitlement_sets s USING (entitlement_set_id)"
+    )
+}
 
 pub async fn products(conn: &mut PgConnection) -> sqlx::Result<Vec<Product>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("{PRODUCT_SELECT} ORDER BY lower(p.name), p.product_id")))
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("{} ORDER BY lower(p.name), p.product_id", product_select())))
         .fetch_all(conn)
         .await
 }
 
+/// Published products with an entitlement set, by name: the ones a tier may be (no counts).
+pub async fn tier_product_options(conn: &mut PgConnection) -> sqlx::Result<Vec<(i64, String)>> {
+    sqlx::query_as(
+        "SELECT product_id, name FROM core.products
+         WHERE published AND entitlement_set_id IS NOT NULL ORDER BY lower(name), product_id",
+    )
+    .fetch_all(conn)
+    .await
+}
+
 pub async fn product(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<Product>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("{PRODUCT_SELECT} WHERE p.product_id = $1")))
+    sqlx::query_as(sqlx::AssertSqlSafe(format!("{} WHERE p.product_id = $1", product_select())))
         .bind(id)
         .fetch_optional(conn)
         .await
@@ -366,43 +373,6 @@ pub struct OrgListRow {
     pub name: String,
     pub org_type: Option<String>,
     pub plan: Option<String>,
-}
-
-/// Where a page of a list starts: the first page, just after or just before a row (by its id),
-/// or the last page. Pages are found by key (keyset), so the last page costs what the first does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Seek {
-    First,
-    After(i64),
-    Before(i64),
-    Last,
-}
-
-/// A page of rows and whether there are rows before and after it.
-#[derive(Debug, Clone)]
-pub struct Page<T> {
-    pub rows: Vec<T>,
-    pub has_before: bool,
-    pub has_after: bool,
-}
-
-/// Cut a fetch of up to `limit + 1` rows (in list order) into a page: the extra row, the one
-/// furthest in the direction of travel, only says there is more that way.
-fn page_of<T>(mut rows: Vec<T>, limit: i64, seek: Seek) -> Page<T> {
-    let more = rows.len() as i64 > limit;
-    if more {
-        match seek {
-            Seek::Before(_) | Seek::Last => drop(rows.remove(0)),
-            Seek::First | Seek::After(_) => rows.truncate(limit.max(0) as usize),
-        }
-    }
-    let (has_before, has_after) = match seek {
-        Seek::First => (false, more),
-        Seek::After(_) => (true, more),
-        Seek::Before(_) => (more, true),
-        Seek::Last => (more, false),
-    };
-    Page { rows, has_before, has_after }
 }
 
 /// One page of organizations, by name (byte order of the lowered name, then id), whose name
@@ -608,21 +578,4 @@ pub async fn members(conn: &mut PgConnection, organization_id: i64) -> sqlx::Res
     .bind(organization_id)
     .fetch_all(conn)
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_fetch_past_the_page_says_there_is_more_that_way() {
-        let p = page_of(vec![1, 2, 3], 2, Seek::First);
-        assert_eq!((p.rows, p.has_before, p.has_after), (vec![1, 2], false, true));
-        let p = page_of(vec![1, 2, 3], 2, Seek::Last);
-        assert_eq!((p.rows, p.has_before, p.has_after), (vec![2, 3], true, false));
-        let p = page_of(vec![4, 5], 2, Seek::Before(6));
-        assert_eq!((p.rows, p.has_before, p.has_after), (vec![4, 5], false, true));
-        let p = page_of(vec![7], 2, Seek::After(6));
-        assert_eq!((p.rows, p.has_before, p.has_after), (vec![7], true, false));
-    }
 }

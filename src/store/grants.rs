@@ -3,6 +3,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgConnection};
 
+use super::paging::{Page, Seek, page_of};
+
 #[derive(Debug, Clone, FromRow)]
 pub struct Grant {
     pub grant_id: i64,
@@ -270,32 +272,69 @@ const GRANT_ROW_SELECT: &str = "SELECT g.grant_id, g.organization_id, o.name AS 
         p.name AS product, g.quantity, g.kind, g.status, g.starts_at, g.ends_at, g.reason, g.lineage_id, g.extends_grant_id
      FROM core.grants g JOIN core.products p USING (product_id) LEFT JOIN core.organizations o ON o.organization_id = g.organization_id";
 
-/// A page of grants, newest first, filtered by status and organization.
+/// The WHERE clause for the list's filters; the status is `$1` and the organization `$2` when
+/// given. Written per combination (not `$1 IS NULL OR ...`) so every plan can use an index.
+fn grant_filter(status: Option<&str>, organization_id: Option<i64>) -> String {
+    let mut f = vec!["true"];
+    if status.is_some() {
+        f.push("g.status = $1");
+    }
+    if organization_id.is_some() {
+        f.push("g.organization_id = $2");
+    }
+    f.join(" AND ")
+}
+
+/// A page of grants, newest first (by id), filtered by status and organization; found by key
+/// whichever page it is.
 pub async fn grants_page(
     conn: &mut PgConnection,
     status: Option<&str>,
     organization_id: Option<i64>,
     limit: i64,
-    offset: i64,
-) -> sqlx::Result<(i64, Vec<GrantRow>)> {
-    let total = sqlx::query_scalar(
-        "SELECT count(*) FROM core.grants g WHERE ($1::text IS NULL OR g.status = $1) AND ($2::bigint IS NULL OR g.organization_id = $2)",
-    )
-    .bind(status)
-    .bind(organization_id)
-    .fetch_one(&mut *conn)
-    .await?;
-    let rows = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{GRANT_ROW_SELECT} WHERE ($1::text IS NULL OR g.status = $1) AND ($2::bigint IS NULL OR g.organization_id = $2)
-         ORDER BY g.grant_id DESC LIMIT $3 OFFSET $4"
+    seek: Seek,
+) -> sqlx::Result<Page<GrantRow>> {
+    // Newest first: "after" a row is older (a smaller id), "before" it newer; the first page
+    // starts after the largest id, the last before the smallest.
+    let (bound, descending) = match seek {
+        Seek::First => (i64::MAX, true),
+        Seek::After(id) => (id, true),
+        Seek::Before(id) => (id, false),
+        Seek::Last => (i64::MIN, false),
+    };
+    let (compare, order) = if descending { ("<", "DESC") } else { (">", "ASC") };
+    let mut rows: Vec<GrantRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{GRANT_ROW_SELECT} WHERE {} AND g.grant_id {compare} $3 ORDER BY g.grant_id {order} LIMIT $4",
+        grant_filter(status, organization_id)
     )))
-    .bind(status)
-    .bind(organization_id)
-    .bind(limit)
-    .bind(offset)
+    .bind(status.unwrap_or_default())
+    .bind(organization_id.unwrap_or_default())
+    .bind(bound)
+    .bind(limit + 1)
     .fetch_all(conn)
     .await?;
-    Ok((total, rows))
+    if !descending {
+        rows.reverse();
+    }
+    Ok(page_of(rows, limit, seek))
+}
+
+/// How many grants match the filters, counting no further than `cap`.
+pub async fn grants_matching(
+    conn: &mut PgConnection,
+    status: Option<&str>,
+    organization_id: Option<i64>,
+    cap: i64,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM (SELECT 1 FROM core.grants g WHERE {} LIMIT $3) m",
+        grant_filter(status, organization_id)
+    )))
+    .bind(status.unwrap_or_default())
+    .bind(organization_id.unwrap_or_default())
+    .bind(cap)
+    .fetch_one(conn)
+    .await
 }
 
 pub async fn grant_row(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<GrantRow>> {

@@ -245,7 +245,8 @@ pub async fn upsert_schedule<'e>(db: impl PgExecutor<'e>, name: &str, every: Dur
 
 /// Delete web sessions past their expiry. Returns how many.
 pub async fn delete_expired_web_sessions<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
-    let r = sqlx::query("DELETE FROM core.web_sessions WHERE expires_at < now() OR ends_at < now()").execute(db).await?;
+    let r =
+        sqlx::query("DELETE FROM core.web_sessions WHERE expires_at < now() OR ends_at < now()").execute(db).await?;
     Ok(r.rows_affected())
 }
 

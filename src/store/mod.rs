@@ -6,6 +6,7 @@ pub mod entitlements;
 pub mod grants;
 pub mod job_overview;
 pub mod jobs;
+pub mod paging;
 pub mod plan_acts;
 pub mod rule_changes;
 pub mod topology;

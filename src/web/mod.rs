@@ -8,6 +8,7 @@ pub mod guards;
 pub mod headers;
 pub mod identity;
 pub mod pages;
+pub mod paging;
 pub mod render;
 pub mod routes;
 

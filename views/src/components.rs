@@ -196,36 +196,6 @@ pub fn facts(items: &[(&str, Markup)]) -> Markup {
     }
 }
 
-/// Previous/next links for a 1-based `page`; nothing when everything fits on one page.
-///
-/// The other query pairs are kept (percent-encoded) so filters survive paging; a `page` pair
-/// among them is dropped in favour of the link's own.
-pub fn pagination(base_href: &str, page: u64, per_page: u64, total: u64, query: &[(&str, &str)]) -> Markup {
-    if per_page == 0 {
-        return html! {};
-    }
-    let pages = total.div_ceil(per_page);
-    if pages <= 1 {
-        return html! {};
-    }
-    let page = page.clamp(1, pages);
-    html! {
-        nav.pagination aria-label="Pagination" {
-            @if page > 1 {
-                a rel="prev" href=(page_href(base_href, query, page - 1)) { "← Previous" }
-            } @else {
-                span.disabled aria-hidden="true" { "← Previous" }
-            }
-            span.page-of { "Page " (page) " of " (pages) }
-            @if page < pages {
-                a rel="next" href=(page_href(base_href, query, page + 1)) { "Next →" }
-            } @else {
-                span.disabled aria-hidden="true" { "Next →" }
-            }
-        }
-    }
-}
-
 /// Where a keyset-paged list is, for its pager: whether rows come before and after this page,
 /// and the ids of its first and last rows (the cursors the links carry).
 pub struct Keyset {
@@ -278,22 +248,6 @@ pub fn keyset_pagination(base_href: &str, k: &Keyset, query: &[(&str, &str)]) ->
             }
         }
     }
-}
-
-fn page_href(base_href: &str, query: &[(&str, &str)], page: u64) -> String {
-    let mut href = base_href.to_owned();
-    let mut sep = if base_href.contains('?') { '&' } else { '?' };
-    for (key, value) in query.iter().filter(|(k, _)| *k != "page") {
-        href.push(sep);
-        href.push_str(&query_component(key));
-        href.push('=');
-        href.push_str(&query_component(value));
-        sep = '&';
-    }
-    href.push(sep);
-    href.push_str("page=");
-    href.push_str(&page.to_string());
-    href
 }
 
 #[cfg(test)]
@@ -420,7 +374,6 @@ mod tests {
 
     #[test]
     fn pagination_is_empty_for_one_page() {
-        assert_eq!(pagination("/x", 1, 20, 20, &[]).into_string(), "");
         let none = Keyset { has_before: false, has_after: false, first_id: Some(1), last_id: Some(2) };
         assert_eq!(keyset_pagination("/x", &none, &[]).into_string(), "");
         let middle = Keyset { has_before: true, has_after: true, first_id: Some(7), last_id: Some(9) };
@@ -432,27 +385,19 @@ mod tests {
         let start = Keyset { has_before: false, has_after: true, first_id: Some(1), last_id: Some(2) };
         let out = keyset_pagination("/o", &start, &[]).into_string();
         assert!(out.contains(r#"<span class="disabled" aria-hidden="true">← Previous</span>"#), "{out}");
-        assert_eq!(pagination("/x", 1, 20, 0, &[]).into_string(), "");
-        assert_eq!(pagination("/x", 1, 0, 50, &[]).into_string(), "");
     }
 
     #[test]
-    fn pagination_keeps_query_pairs_encoded() {
-        let q = [("q", "a b&c"), ("page", "9"), ("status", "active")];
-        let out = pagination("/operator/grants", 2, 10, 35, &q).into_string();
-        assert!(out.contains(r#"<a rel="prev" href="/operator/grants?q=a%20b%26c&amp;status=active&amp;page=1">"#));
-        assert!(out.contains(r#"<a rel="next" href="/operator/grants?q=a%20b%26c&amp;status=active&amp;page=3">"#));
-        assert!(out.contains("Page 2 of 4"));
-    }
-
-    #[test]
-    fn pagination_first_and_last_pages_disable_one_side() {
-        let out = pagination("/sites", 1, 10, 15, &[]).into_string();
-        assert!(out.contains(r#"<span class="disabled" aria-hidden="true">← Previous</span>"#));
-        assert!(out.contains(r#"href="/sites?page=2""#));
-        let out = pagination("/sites?x=1", 99, 10, 15, &[]).into_string();
-        assert!(out.contains(r#"href="/sites?x=1&amp;page=1""#));
-        assert!(out.contains("Page 2 of 2"));
-        assert!(out.contains(r#"<span class="disabled" aria-hidden="true">Next →</span>"#));
+    fn pagination_keeps_query_pairs_encoded_and_drops_other_cursors() {
+        let q = [("q", "a b&c"), ("page", "9"), ("before", "4"), ("at", "last"), ("status", "active")];
+        let k = Keyset { has_before: true, has_after: false, first_id: Some(12), last_id: Some(10) };
+        let out = keyset_pagination("/operator/grants", &k, &q).into_string();
+        assert!(
+            out.contains(r#"<a rel="prev" href="/operator/grants?q=a%20b%26c&amp;status=active&amp;before=12">"#),
+            "{out}"
+        );
+        assert!(out.contains(r#"<span class="disabled" aria-hidden="true">Next →</span>"#), "{out}");
+        let out = keyset_pagination("/sites?x=1", &k, &[]).into_string();
+        assert!(out.contains(r#"href="/sites?x=1&amp;before=12""#), "{out}");
     }
 }

@@ -12,15 +12,15 @@ pub mod pages;
 mod text;
 
 pub use components::{
-    Column, Field, Keyset, Tone, badge, csrf_field, facts, field, form_errors, keyset_pagination, notice, pagination,
-    progress, refusal, table, table_cols,
+    Column, Field, Keyset, Tone, badge, csrf_field, facts, field, form_errors, keyset_pagination, notice, progress,
+    refusal, table, table_cols,
 };
 pub use layout::{NavLink, Page, SignedIn, bare_page, page, page_or_partial};
 pub use pages::{
     auth::{LoginView, login},
     catalog::{
         CatalogView, FormState, ProductEditView, ProductRow, ResourceKeyRow, RuleEditRow, RuleRow, SetEditView, SetRow,
-        catalog, key_form, product_edit, product_form, set_edit, set_form,
+        Total, catalog, key_form, product_edit, product_form, set_edit, set_form,
     },
     errors::error_body,
     grants::{
@@ -30,7 +30,7 @@ pub use pages::{
     home::{HomeView, OrgHome, PlanLine, member_home},
     operator::{AccountRow, FailedJob, JobCounts, OperatorHomeView, operator_home},
     organizations::{
-        DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, Total, UsageRow,
+        DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, UsageRow,
         create_organization_form, organization_detail, organization_list, organization_results,
     },
     plan_acts::{

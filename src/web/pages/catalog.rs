@@ -5,13 +5,17 @@
 use std::collections::BTreeMap;
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
-use views::{FormState, Markup};
+use views::{FormState, Markup, Total};
 
 use crate::{
     db::retry::once_more_after_deadlock,
-    web::identity::Operator,
-    services::{self, catalog::CatalogError, organizations::CatalogOverview},
+    services::{
+        self,
+        catalog::CatalogError,
+        organizations::{CARRIED_COUNT_CAP, CatalogOverview},
+    },
     web::forms::{Fields, after_post, partial, value},
+    web::identity::Operator,
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
 
@@ -28,9 +32,10 @@ fn state_from(fields: &[(String, String)], e: &CatalogError) -> (StatusCode, For
         }
         CatalogError::Carried { pools } => {
             f.errors = vec![format!(
-                "Nothing was saved: {pools} organization pool{} carry this now, so changing what it confers is a \
-                 rule change, which applies to every one of them.",
-                if *pools == 1 { "" } else { "s" }
+                "Nothing was saved: {} {} this now, so changing what it confers is a rule change, which applies \
+                 to every one of them.",
+                Total::capped(*pools, CARRIED_COUNT_CAP).words("organization pool", "organization pools"),
+                if *pools == 1 { "carries" } else { "carry" }
             )];
             StatusCode::CONFLICT
         }
@@ -82,7 +87,7 @@ async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::Cata
                     })
                     .collect(),
                 name: s.name,
-                carried_by_pools: s.carried_by_pools,
+                carried_by_pools: Total::capped(s.carried_by_pools, CARRIED_COUNT_CAP),
             })
             .collect(),
         products: products
@@ -144,7 +149,12 @@ async fn refused_catalog_form(
     Ok(render::page(req, status, "Catalog", views::catalog(&v)))
 }
 
-pub async fn create_key(_op: Operator, req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
+pub async fn create_key(
+    _op: Operator,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
     let create = async || {
         services::catalog::create_resource_key(&state.db, value(&f, "key"), value(&f, "kind"), value(&f, "description"))
@@ -160,7 +170,12 @@ pub async fn create_key(_op: Operator, req: HttpRequest, state: web::Data<AppSta
     }
 }
 
-pub async fn create_set(_op: Operator, req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
+pub async fn create_set(
+    _op: Operator,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
     let create = async || services::catalog::create_entitlement_set(&state.db, value(&f, "name")).await;
     match once_more_after_deadlock(&state.db, "Create an entitlement set", create).await {
@@ -190,7 +205,8 @@ fn checked(raw: &str) -> bool {
     matches!(raw, "on" | "true" | "yes" | "1")
 }
 
-pub async fn create_product(_op: Operator, 
+pub async fn create_product(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     form: Fields,
@@ -245,13 +261,14 @@ async fn set_edit_view(
         csrf: csrf_token(req),
         set_id: id,
         name: d.set.name,
-        carried_by_pools: d.set.carried_by_pools,
+        carried_by_pools: Total::capped(d.set.carried_by_pools, CARRIED_COUNT_CAP),
         rows,
         form,
     }))
 }
 
-pub async fn set_page(_op: Operator, 
+pub async fn set_page(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -260,7 +277,8 @@ pub async fn set_page(_op: Operator,
     Ok(render::ok(&req, &format!("Entitlement set: {}", v.name), views::set_edit(&v)))
 }
 
-pub async fn save_rules(op: Operator, 
+pub async fn save_rules(
+    op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -272,8 +290,15 @@ pub async fn save_rules(op: Operator,
         f.iter().filter_map(|(k, v)| k.strip_prefix("rule.").map(|key| (key.to_string(), v.clone()))).collect();
     let actor = Some(op.account_id());
     let commit = async || {
-        commit_rule_change_batch(&state.db, *id, &submitted, actor, value(&f, "reason"), state.config.rule_change_sync_cap)
-            .await
+        commit_rule_change_batch(
+            &state.db,
+            *id,
+            &submitted,
+            actor,
+            value(&f, "reason"),
+            state.config.rule_change_sync_cap,
+        )
+        .await
     };
     let result = once_more_after_deadlock(&state.db, "Rule change", commit).await;
     let e = match result {
@@ -327,13 +352,14 @@ async fn product_edit_view(
             product_id: id,
             set_options: d.sets.iter().map(|s| (s.entitlement_set_id, s.name.clone())).collect(),
             shape: d.tiers.iter().map(|t| format!("{} · rank {}", t.ladder_name, t.rank)).collect(),
-            carried_by_pools: d.product.carried_by_pools,
+            carried_by_pools: Total::capped(d.product.carried_by_pools, CARRIED_COUNT_CAP),
             form,
         },
     )))
 }
 
-pub async fn product_page(_op: Operator, 
+pub async fn product_page(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -342,7 +368,8 @@ pub async fn product_page(_op: Operator,
     Ok(render::ok(&req, &format!("Product: {name}"), views::product_edit(&v)))
 }
 
-pub async fn save_product(_op: Operator, 
+pub async fn save_product(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,

@@ -3,24 +3,19 @@
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use serde::Deserialize;
-use views::FormState;
+use views::{FormState, Keyset, Total};
 
 use crate::{
     db::retry::once_more_after_deadlock,
-    web::identity::Operator,
     services::{
         self,
         grants::{GrantError, IssueGrant, ManageGrant},
-        organizations::GRANTS_PER_PAGE,
     },
     store::grants::{EventRow, GrantRow},
     web::forms::{Fields, after_post, partial, value},
-    web::{
-        AppState,
-        errors::AppError,
-        identity::csrf_token,
-        render,
-    },
+    web::identity::Operator,
+    web::paging::SeekQuery,
+    web::{AppState, errors::AppError, identity::csrf_token, render},
 };
 
 fn when(t: chrono::DateTime<chrono::Utc>) -> String {
@@ -102,12 +97,14 @@ fn to_app(e: GrantError) -> AppError {
 pub struct ListQuery {
     status: Option<String>,
     organization_id: Option<String>,
-    page: Option<String>,
+    #[serde(flatten)]
+    page: SeekQuery,
 }
 
 const STATUSES: &[&str] = &["waiting", "active", "replaced", "expired", "revoked", "ended"];
 
-pub async fn list(_op: Operator, 
+pub async fn list(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     q: web::Query<ListQuery>,
@@ -121,24 +118,21 @@ pub async fn list(_op: Operator,
         "" => None,
         t => Some(t.parse::<i64>().map_err(|_| AppError::BadRequest(format!("“{t}” is not an organization number.")))?),
     };
-    let page = match q.page.as_deref().map(str::trim) {
-        None | Some("") => 1,
-        Some(p) => p
-            .parse::<u64>()
-            .ok()
-            .filter(|p| (1..=1_000_000).contains(p))
-            .ok_or_else(|| AppError::BadRequest(format!("“{p}” is not a page number.")))?,
-    };
-    let (total, rows, name) =
-        services::organizations::grants(&state.db, (!status.is_empty()).then_some(status.as_str()), org, page).await?;
+    let seek = q.page.seek("a grant")?;
+    let list =
+        services::organizations::grants(&state.db, (!status.is_empty()).then_some(status.as_str()), org, seek).await?;
     let view = views::GrantListView {
         status,
         organization_id: org_text,
-        organization_name: name,
-        page,
-        per_page: GRANTS_PER_PAGE,
-        total,
-        rows: rows.iter().map(list_row).collect(),
+        organization_name: list.organization_name,
+        total: if list.total.1 { Total::AtLeast(list.total.0) } else { Total::Exactly(list.total.0) },
+        keyset: Keyset {
+            has_before: list.page.has_before,
+            has_after: list.page.has_after,
+            first_id: list.page.rows.first().map(|r| r.grant_id),
+            last_id: list.page.rows.last().map(|r| r.grant_id),
+        },
+        rows: list.page.rows.iter().map(list_row).collect(),
     };
     Ok(render::ok(&req, "Grants", views::grant_list(&view)))
 }
@@ -156,7 +150,8 @@ async fn issue_view(req: &HttpRequest, state: &AppState, form: FormState) -> Res
     })
 }
 
-pub async fn new_form(_op: Operator, 
+pub async fn new_form(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     q: web::Query<NewQuery>,
@@ -172,7 +167,12 @@ pub async fn new_form(_op: Operator,
     Ok(render::ok(&req, "Issue a grant", views::issue_grant(&v)))
 }
 
-pub async fn issue(op: Operator, req: HttpRequest, state: web::Data<AppState>, form: Fields) -> Result<HttpResponse, AppError> {
+pub async fn issue(
+    op: Operator,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    form: Fields,
+) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
     let actor = Some(op.account_id());
     let parsed = IssueGrant::parse(
@@ -186,7 +186,12 @@ pub async fn issue(op: Operator, req: HttpRequest, state: web::Data<AppState>, f
         actor,
     );
     let result = match parsed {
-        Ok(g) => once_more_after_deadlock(&state.db, "Issue a grant", async || services::grants::issue_grant(&state.db, &g).await).await,
+        Ok(g) => {
+            once_more_after_deadlock(&state.db, "Issue a grant", async || {
+                services::grants::issue_grant(&state.db, &g).await
+            })
+            .await
+        }
         Err(e) => Err(e),
     };
     match result {
@@ -270,7 +275,8 @@ async fn detail_view(
     })
 }
 
-pub async fn detail(_op: Operator, 
+pub async fn detail(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -293,7 +299,8 @@ fn with_banner(v: &views::GrantDetailView, f: &FormState, form_shown: bool) -> v
     views::PreEscaped(out)
 }
 
-pub async fn revoke(op: Operator, 
+pub async fn revoke(
+    op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -316,7 +323,8 @@ pub async fn revoke(op: Operator,
     }
 }
 
-pub async fn manage(op: Operator, 
+pub async fn manage(
+    op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -332,7 +340,12 @@ pub async fn manage(op: Operator,
         actor,
     );
     let result = match parsed {
-        Ok(m) => once_more_after_deadlock(&state.db, "Manage a grant", async || services::grants::manage_grant(&state.db, *id, &m).await).await,
+        Ok(m) => {
+            once_more_after_deadlock(&state.db, "Manage a grant", async || {
+                services::grants::manage_grant(&state.db, *id, &m).await
+            })
+            .await
+        }
         Err(e) => Err(e),
     };
     match result {

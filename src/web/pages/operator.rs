@@ -3,8 +3,8 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::{
-    web::identity::Operator,
     services,
+    web::identity::Operator,
     web::{AppState, errors::AppError, render},
 };
 

@@ -5,9 +5,10 @@ use serde::Deserialize;
 
 use crate::{
     db::retry::once_more_after_deadlock,
-    web::identity::Operator,
     services,
-    store::catalog::{HeldConferral, Seek},
+    store::{catalog::HeldConferral, paging::Seek},
+    web::identity::Operator,
+    web::paging::SeekQuery,
     web::{
         AppState,
         errors::AppError,
@@ -19,25 +20,8 @@ use crate::{
 #[derive(Deserialize)]
 pub struct ListQuery {
     q: Option<String>,
-    /// Keyset paging: the page after or before an organization (by id), or `at=last`.
-    after: Option<String>,
-    before: Option<String>,
-    at: Option<String>,
-}
-
-impl ListQuery {
-    fn seek(&self) -> Result<Seek, AppError> {
-        let id = |raw: &str| {
-            raw.trim().parse::<i64>().map_err(|_| AppError::BadRequest(format!("“{raw}” is not an organization id.")))
-        };
-        Ok(match (self.after.as_deref(), self.before.as_deref(), self.at.as_deref()) {
-            (None, None, None | Some("first")) => Seek::First,
-            (Some(a), None, None) => Seek::After(id(a)?),
-            (None, Some(b), None) => Seek::Before(id(b)?),
-            (None, None, Some("last")) => Seek::Last,
-            _ => return Err(AppError::BadRequest("Ask for one page: after=, before= or at=last.".into())),
-        })
-    }
+    #[serde(flatten)]
+    page: SeekQuery,
 }
 
 pub async fn list(
@@ -50,7 +34,7 @@ pub async fn list(
     if query.chars().count() > 200 {
         return Err(AppError::BadRequest("A search may have at most 200 characters.".into()));
     }
-    let view = list_view(&req, &state, query, q.seek()?).await?;
+    let view = list_view(&req, &state, query, q.page.seek("an organization")?).await?;
     // A search from the box swaps only the results.
     // htmx 4 names the target as `tag#id` (`div#org-results`); older ones as the bare id.
     let target = req.headers().get("hx-target").and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -63,7 +47,12 @@ pub async fn list(
 }
 
 /// The list's page `seek` for `query`, with an empty create form.
-async fn list_view(req: &HttpRequest, state: &AppState, query: String, seek: Seek) -> Result<views::OrgListView, AppError> {
+async fn list_view(
+    req: &HttpRequest,
+    state: &AppState,
+    query: String,
+    seek: Seek,
+) -> Result<views::OrgListView, AppError> {
     let list = services::organizations::organizations(&state.db, &query, seek).await?;
     Ok(views::OrgListView {
         csrf: crate::web::identity::csrf_token(req),
@@ -106,7 +95,8 @@ fn position_row(c: &HeldConferral) -> views::PositionRow {
     }
 }
 
-pub async fn detail(_op: Operator, 
+pub async fn detail(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -141,7 +131,8 @@ pub async fn detail(_op: Operator,
 
 /// Create an organization (with its pool and floor; with an email domain, the grants waiting
 /// for it).
-pub async fn create(_op: Operator, 
+pub async fn create(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     form: web::Form<Vec<(String, String)>>,
@@ -172,7 +163,8 @@ pub async fn create(_op: Operator,
     let result = match (name, problems.is_empty()) {
         (Some(name), true) => {
             let create = async || {
-                services::entitlements::create_organization_with_domain(&state.db, &name, org_type, domain.as_ref()).await
+                services::entitlements::create_organization_with_domain(&state.db, &name, org_type, domain.as_ref())
+                    .await
             };
             once_more_after_deadlock(&state.db, "Create an organization", create).await
         }

@@ -4,9 +4,9 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::{
     db::retry::once_more_after_deadlock,
-    web::identity::Operator,
     services,
     store::topology::PlanActRow,
+    web::identity::Operator,
     web::{AppState, errors::AppError, render},
 };
 
@@ -89,7 +89,8 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
     Ok(v)
 }
 
-pub async fn detail(_op: Operator, 
+pub async fn detail(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -99,7 +100,8 @@ pub async fn detail(_op: Operator,
 }
 
 /// What the page's progress polls: the progress container alone.
-pub async fn progress(_op: Operator, 
+pub async fn progress(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -111,10 +113,19 @@ pub async fn progress(_op: Operator,
         .body(views::plan_act_progress(&v).into_string()))
 }
 
-pub async fn retry(op: Operator, req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+pub async fn retry(
+    op: Operator,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AppError> {
     use crate::services::topology::TopologyError;
     let actor = Some(op.account_id());
-    match once_more_after_deadlock(&state.db, "RetryPlanAct", async || services::plan_acts::retry_plan_act(&state.db, *id, actor).await).await {
+    match once_more_after_deadlock(&state.db, "RetryPlanAct", async || {
+        services::plan_acts::retry_plan_act(&state.db, *id, actor).await
+    })
+    .await
+    {
         Ok(_) => {}
         Err(TopologyError::NotFound(_)) => return Err(AppError::NotFound),
         Err(TopologyError::ChangeInProgress) => return Err(AppError::ChangeInProgress),

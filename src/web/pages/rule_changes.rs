@@ -4,9 +4,9 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::{
     db::retry::once_more_after_deadlock,
-    web::identity::Operator,
     services::{self, organizations::RuleChangeDetail},
     store::rule_changes::{ActRow, ChangeRow},
+    web::identity::Operator,
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
 
@@ -104,7 +104,8 @@ fn view(req: &HttpRequest, d: &RuleChangeDetail) -> views::RuleChangeView {
     }
 }
 
-pub async fn detail(_op: Operator, 
+pub async fn detail(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -114,7 +115,8 @@ pub async fn detail(_op: Operator,
 }
 
 /// What the page's progress polls: the progress container alone.
-pub async fn progress(_op: Operator, 
+pub async fn progress(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -126,9 +128,18 @@ pub async fn progress(_op: Operator,
         .body(views::rule_change_progress(&view(&req, &d)).into_string()))
 }
 
-pub async fn retry(_op: Operator, req: HttpRequest, state: web::Data<AppState>, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+pub async fn retry(
+    _op: Operator,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AppError> {
     use services::rule_changes::RuleChangeError;
-    match once_more_after_deadlock(&state.db, "Retry a rule change", async || services::rule_changes::retry_failed(&state.db, *id).await).await {
+    match once_more_after_deadlock(&state.db, "Retry a rule change", async || {
+        services::rule_changes::retry_failed(&state.db, *id).await
+    })
+    .await
+    {
         Ok(_) => {}
         Err(RuleChangeError::NotFound(_)) => return Err(AppError::NotFound),
         Err(RuleChangeError::ChangeInProgress) => return Err(AppError::ChangeInProgress),

@@ -9,19 +9,14 @@ use views::FormState;
 
 use crate::{
     db::retry::once_more_after_deadlock,
-    web::identity::Operator,
     services::{
         self,
         plan_acts::{ActReach, Disposition, ReorderTiers},
         topology::{AddTier, RemoveTier, TopologyError},
     },
     web::forms::{Fields, after_post, partial, value},
-    web::{
-        AppState,
-        errors::AppError,
-        identity::csrf_token,
-        render,
-    },
+    web::identity::Operator,
+    web::{AppState, errors::AppError, identity::csrf_token, render},
 };
 
 /// The states of the page's forms that were just refused (the others render empty).
@@ -91,7 +86,8 @@ pub struct Notice {
     done: Option<String>,
 }
 
-pub async fn topology(_op: Operator, 
+pub async fn topology(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     q: web::Query<Notice>,
@@ -161,7 +157,8 @@ fn parse_add(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) -> Resu
     }
 }
 
-pub async fn preview(_op: Operator, 
+pub async fn preview(
+    _op: Operator,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
@@ -193,7 +190,8 @@ fn preview_answer(refused: &str, answer: Result<views::Markup, TopologyError>) -
     }
 }
 
-pub async fn add_tier(op: Operator, 
+pub async fn add_tier(
+    op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -202,7 +200,11 @@ pub async fn add_tier(op: Operator,
     let f = form.into_inner();
     let actor = Some(op.account_id());
     let result = match parse_add(*id, &f, actor) {
-        Ok(a) => once_more_after_deadlock(&state.db, "AddTier", async || services::topology::add_tier(&state.db, &a, state.config.plan_act_holder_cap).await).await.map(|_| ()),
+        Ok(a) => once_more_after_deadlock(&state.db, "AddTier", async || {
+            services::topology::add_tier(&state.db, &a, state.config.plan_act_holder_cap).await
+        })
+        .await
+        .map(|_| ()),
         Err(e) => Err(e),
     };
     let e = match result {
@@ -218,7 +220,8 @@ pub async fn add_tier(op: Operator,
     Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
 }
 
-pub async fn delete_tier(op: Operator, 
+pub async fn delete_tier(
+    op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<(i64, i32)>,
@@ -243,7 +246,8 @@ pub async fn delete_tier(op: Operator,
     Ok(render::page(&req, status, "Tier topology", body))
 }
 
-pub async fn ladder_order(_op: Operator, 
+pub async fn ladder_order(
+    _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     form: Fields,
@@ -262,7 +266,11 @@ pub async fn ladder_order(_op: Operator,
         }
     }
     let result = if problems.is_empty() {
-        once_more_after_deadlock(&state.db, "ReorderPlanLadders", async || services::topology::reorder_plan_ladders(&state.db, &positions).await).await.map(|_| ())
+        once_more_after_deadlock(&state.db, "ReorderPlanLadders", async || {
+            services::topology::reorder_plan_ladders(&state.db, &positions).await
+        })
+        .await
+        .map(|_| ())
     } else {
         Err(TopologyError::Invalid(problems))
     };
@@ -282,7 +290,8 @@ pub async fn ladder_order(_op: Operator,
 
 /// ChangeOrgTypeDefault: T0, then the listing and moves for up to a few seconds of this request;
 /// the operator lands on the act's live progress.
-pub async fn change_default(op: Operator, 
+pub async fn change_default(
+    op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -300,9 +309,8 @@ pub async fn change_default(op: Operator,
     let reason = reason(&f, &mut problems);
     let result = match (ladder, problems.is_empty()) {
         (Some(ladder), true) => {
-            let change = async || {
-                change_org_type_default(&state.db, *id, ladder, d, actor, &reason, Some(within(&state))).await
-            };
+            let change =
+                async || change_org_type_default(&state.db, *id, ladder, d, actor, &reason, Some(within(&state))).await;
             once_more_after_deadlock(&state.db, "ChangeOrgTypeDefault", change).await
         }
         _ => Err(TopologyError::Invalid(problems)),
@@ -356,7 +364,8 @@ fn reach_preview(action: String, r: ActReach, d: Option<Disposition>) -> views::
 }
 
 /// The preview of a default change: how many organizations it reaches, per disposition.
-pub async fn default_preview(_op: Operator, 
+pub async fn default_preview(
+    _op: Operator,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
@@ -393,7 +402,8 @@ fn parse_remove(
     Ok(RemoveTier { ladder_id, rank, disposition: d, reason, actor })
 }
 
-pub async fn remove_preview(_op: Operator, 
+pub async fn remove_preview(
+    _op: Operator,
     state: web::Data<AppState>,
     path: web::Path<(i64, i32)>,
     q: web::Query<Vec<(String, String)>>,
@@ -417,7 +427,8 @@ pub async fn remove_preview(_op: Operator,
 }
 
 /// RemoveTier: one transaction moves every holder; the operator lands on the act's record.
-pub async fn remove_tier(op: Operator, 
+pub async fn remove_tier(
+    op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<(i64, i32)>,
@@ -427,7 +438,12 @@ pub async fn remove_tier(op: Operator,
     let f = form.into_inner();
     let actor = Some(op.account_id());
     let result = match parse_remove(ladder, rank, &f, actor) {
-        Ok(r) => once_more_after_deadlock(&state.db, "RemoveTier", async || services::topology::remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await).await,
+        Ok(r) => {
+            once_more_after_deadlock(&state.db, "RemoveTier", async || {
+                services::topology::remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await
+            })
+            .await
+        }
         Err(e) => Err(e),
     };
     let e = match result {
@@ -477,7 +493,8 @@ fn parse_tier_order(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) 
     Ok(ReorderTiers { ladder_id, order: ranked.into_iter().map(|(_, p)| p).collect(), disposition: d, reason, actor })
 }
 
-pub async fn tier_order_preview(_op: Operator, 
+pub async fn tier_order_preview(
+    _op: Operator,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
@@ -498,7 +515,8 @@ pub async fn tier_order_preview(_op: Operator,
 }
 
 /// ReorderTiers: T0, then the moves for part of this request; the operator lands on the act.
-pub async fn tier_order(op: Operator, 
+pub async fn tier_order(
+    op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
@@ -507,7 +525,12 @@ pub async fn tier_order(op: Operator,
     let f = form.into_inner();
     let actor = Some(op.account_id());
     let result = match parse_tier_order(*id, &f, actor) {
-        Ok(r) => once_more_after_deadlock(&state.db, "ReorderTiers", async || services::plan_acts::reorder_tiers(&state.db, &r, Some(within(&state))).await).await,
+        Ok(r) => {
+            once_more_after_deadlock(&state.db, "ReorderTiers", async || {
+                services::plan_acts::reorder_tiers(&state.db, &r, Some(within(&state))).await
+            })
+            .await
+        }
         Err(e) => Err(e),
     };
     let e = match result {

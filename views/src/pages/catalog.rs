@@ -30,7 +30,7 @@ pub struct SetRow {
     pub id: i64,
     pub name: String,
     pub rules: Vec<RuleRow>,
-    pub carried_by_pools: i64,
+    pub carried_by_pools: Total,
 }
 
 pub struct ProductRow {
@@ -147,7 +147,7 @@ fn sets_table(sets: &[SetRow]) -> Markup {
             vec![
                 html! { (s.name) },
                 rules_list(&s.rules),
-                html! { "carried by " (count(s.carried_by_pools, "pool", "pools")) },
+                html! { "carried by " (s.carried_by_pools.words("pool", "pools")) },
                 html! {
                     a href=(format!("/operator/catalog/sets/{}", s.id))
                         aria-label=(format!("Edit rules of {}", s.name)) { "Edit rules" }
@@ -345,7 +345,7 @@ pub struct SetEditView {
     pub csrf: String,
     pub set_id: i64,
     pub name: String,
-    pub carried_by_pools: i64,
+    pub carried_by_pools: Total,
     pub rows: Vec<RuleEditRow>,
     pub form: FormState,
 }
@@ -361,12 +361,12 @@ pub fn set_edit(v: &SetEditView) -> Markup {
             p { a href="/operator/catalog" { "← Back to the catalog" } }
             (facts(&[
                 ("Entitlement set", html! { (v.name) }),
-                ("In use", html! { "carried by " (count(v.carried_by_pools, "pool", "pools")) }),
+                ("In use", html! { "carried by " (v.carried_by_pools.words("pool", "pools")) }),
             ]))
-            @if v.carried_by_pools > 0 {
+            @if !v.carried_by_pools.is_zero() {
                 div.notice.info role="note" {
                     p {
-                        "This set is carried by " (count(v.carried_by_pools, "pool", "pools")) ". "
+                        "This set is carried by " (v.carried_by_pools.words("pool", "pools")) ". "
                         "Saving different rules makes a rule change: it is applied to every pool "
                         "that carries the set, and its progress page shows how far it has got."
                     }
@@ -432,7 +432,7 @@ pub struct ProductEditView {
     pub set_options: Vec<(i64, String)>,
     /// Where the product is a tier, already worded.
     pub shape: Vec<String>,
-    pub carried_by_pools: i64,
+    pub carried_by_pools: Total,
     /// Values: name, entitlement_set_id, published.
     pub form: FormState,
 }
@@ -445,7 +445,7 @@ pub fn product_edit(v: &ProductEditView) -> Markup {
             p { a href="/operator/catalog" { "← Back to the catalog" } }
             (facts(&[
                 ("Shape", shape_list(&v.shape)),
-                ("In use", html! { "carried by " (count(v.carried_by_pools, "pool", "pools")) }),
+                ("In use", html! { "carried by " (v.carried_by_pools.words("pool", "pools")) }),
             ]))
             (form_banners(&v.form))
             (hx_form(&action, "product-edit", &v.csrf, product_fields(&v.set_options, &v.form, "Save product")))
@@ -578,6 +578,37 @@ fn is_checked(value: &str) -> bool {
     matches!(value, "on" | "true" | "yes" | "1")
 }
 
+/// How many rows a list has: exactly, or at least (a count that stopped early).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Total {
+    Exactly(u64),
+    AtLeast(u64),
+}
+
+impl Total {
+    /// A count taken with `LIMIT cap + 1`: more than `cap` reads "more than cap".
+    pub fn capped(n: i64, cap: i64) -> Total {
+        if n > cap { Total::AtLeast(cap.max(0) as u64) } else { Total::Exactly(n.max(0) as u64) }
+    }
+
+    pub fn is_zero(self) -> bool {
+        self == Total::Exactly(0)
+    }
+
+    /// "3 pools", "more than 1,000 pools".
+    pub fn words(self, one: &str, many: &str) -> String {
+        match self {
+            Total::Exactly(n) => count(n as i64, one, many),
+            Total::AtLeast(n) => format!("more than {}", count(n as i64, one, many)),
+        }
+    }
+}
+
+pub(crate) fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+}
+
 /// "1 pool", "3 pools", "100,000 organizations".
 pub(crate) fn count(n: i64, one: &str, many: &str) -> String {
     let digits = n.unsigned_abs().to_string();
@@ -625,7 +656,7 @@ mod tests {
                 id: 4,
                 name: "<script>Basic</script>".into(),
                 rules: vec![RuleRow { key: "fedwiki.active_sites".into(), value: "3".into() }],
-                carried_by_pools: 12,
+                carried_by_pools: Total::Exactly(12),
             }],
             products: vec![ProductRow {
                 id: 9,
@@ -740,12 +771,12 @@ mod tests {
         assert!(out.contains(r#"<option value="" selected>— none —</option>"#));
     }
 
-    fn set_edit_sample(carried: i64) -> SetEditView {
+    fn set_edit_sample(carried: u64) -> SetEditView {
         SetEditView {
             csrf: "tok".into(),
             set_id: 4,
             name: "<script>Basic</script>".into(),
-            carried_by_pools: carried,
+            carried_by_pools: Total::Exactly(carried),
             rows: vec![
                 RuleEditRow { key: "fedwiki.active_sites".into(), kind: "numeric".into(), value: "3".into() },
                 RuleEditRow { key: "fedwiki.custom_domain".into(), kind: "flag".into(), value: "yes".into() },
@@ -807,7 +838,7 @@ mod tests {
             product_id: 9,
             set_options: vec![(4, "Basic".into())],
             shape: vec![],
-            carried_by_pools: 1,
+            carried_by_pools: Total::Exactly(1),
             form: state(&[("name", "<script>x</script>"), ("entitlement_set_id", "4"), ("published", "")], &[]),
         };
         let out = product_edit(&v).into_string();

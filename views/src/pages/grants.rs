@@ -9,8 +9,10 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, csrf_field, facts, form_errors, notice, pagination, table_cols};
-use crate::pages::catalog::{FormState, count};
+use crate::components::{
+    Column, Keyset, Tone, badge, csrf_field, facts, form_errors, keyset_pagination, notice, table_cols,
+};
+use crate::pages::catalog::{FormState, Total, capitalized};
 use crate::text::query_component;
 
 /// The list's path; the filter form and pagination links come back to it.
@@ -61,11 +63,10 @@ pub struct GrantListView {
     pub organization_id: String,
     /// The filtered organization's name, when the filter names one that exists.
     pub organization_name: Option<String>,
-    /// 1-based.
-    pub page: u64,
-    pub per_page: u64,
     /// How many grants match, over all pages.
-    pub total: u64,
+    pub total: Total,
+    /// Grants before and after this page, and its first and last grant ids.
+    pub keyset: Keyset,
     pub rows: Vec<GrantListRow>,
 }
 
@@ -113,11 +114,11 @@ pub fn grant_list(v: &GrantListView) -> Markup {
                 }
             }
         }
-        @if v.total > 0 {
-            p.muted.result-count { (count(v.total as i64, "grant", "grants")) }
+        @if !v.total.is_zero() {
+            p.muted.result-count { (capitalized(&v.total.words("grant", "grants"))) }
         }
         (grants_table(&v.rows, empty))
-        (pagination(LIST_PATH, v.page, v.per_page, v.total, &query))
+        (keyset_pagination(LIST_PATH, &v.keyset, &query))
     }
 }
 
@@ -691,9 +692,13 @@ mod tests {
             status: status.into(),
             organization_id: organization_id.into(),
             organization_name: None,
-            page: 1,
-            per_page: 2,
-            total,
+            total: Total::Exactly(total),
+            keyset: Keyset {
+                has_before: false,
+                has_after: total > rows.len() as u64,
+                first_id: rows.first().map(|r| r.id),
+                last_id: rows.last().map(|r| r.id),
+            },
             rows,
         }
     }
@@ -766,10 +771,14 @@ mod tests {
 
     #[test]
     fn list_pagination_keeps_both_filters() {
-        let out = grant_list(&list("active", "7", 5, vec![row(1, "active"), row(2, "active")])).into_string();
-        assert!(out.contains(r#"href="/operator/grants?status=active&amp;organization_id=7&amp;page=2""#));
+        let out = grant_list(&list("active", "7", 5, vec![row(9, "active"), row(8, "active")])).into_string();
+        assert!(out.contains(r#"href="/operator/grants?status=active&amp;organization_id=7&amp;after=8""#), "{out}");
+        assert!(out.contains(r#"href="/operator/grants?status=active&amp;organization_id=7&amp;at=last""#), "{out}");
         let out = grant_list(&list("", "", 5, vec![row(1, "active")])).into_string();
-        assert!(out.contains(r#"href="/operator/grants?page=2""#));
+        assert!(out.contains(r#"href="/operator/grants?after=1""#), "{out}");
+        let mut many = list("", "", 5, vec![row(1, "active")]);
+        many.total = Total::AtLeast(1000);
+        assert!(grant_list(&many).into_string().contains("More than 1,000 grants"));
     }
 
     #[test]

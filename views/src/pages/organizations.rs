@@ -4,7 +4,7 @@
 use maud::{Markup, html};
 
 use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, table, table_cols};
-use crate::pages::catalog::{FormState, count};
+use crate::pages::catalog::{FormState, Total, capitalized, count};
 use crate::pages::grants::{
     GrantEventRow, GrantListRow, Input, Select, events_table, form_banners, grants_table, hx_form, input_field,
     select_field,
@@ -20,13 +20,6 @@ pub struct OrgListRow {
     pub org_type: Option<String>,
     /// Already worded, e.g. "Wiki hosting: Basic · Support: Community".
     pub plan: String,
-}
-
-/// How many rows a list has: exactly, or at least (a count that stopped early).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Total {
-    Exactly(u64),
-    AtLeast(u64),
 }
 
 pub struct OrgListView {
@@ -154,7 +147,7 @@ pub fn organization_results(v: &OrgListView) -> Markup {
     let counted = match v.total {
         Total::Exactly(0) => None,
         Total::Exactly(n) => Some(count(n as i64, "organization", "organizations")),
-        Total::AtLeast(n) => Some(format!("More than {}", count(n as i64, "organization", "organizations"))),
+        Total::AtLeast(_) => Some(capitalized(&v.total.words("organization", "organizations"))),
     };
     html! {
         div #org-results {

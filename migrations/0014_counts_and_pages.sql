@@ -1,3 +1,5 @@
+-- Pages that cost the same at any size: counts kept, not scanned, and indexes for lists paged by key.
+--
 -- Organization counts that no page has to scan for. Every statement that inserts, deletes or
 -- retypes organizations appends its net change per org type here (statement-level triggers, so a
 -- bulk insert appends one row per type); a reader sums the rows; a scheduled compaction folds
@@ -61,5 +63,33 @@ REVOKE EXECUTE ON FUNCTION core.compact_organization_counts() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION core.compact_organization_counts() TO console_runtime;
 
 GRANT SELECT ON core.organization_counts TO console_runtime;
+
+-- How many pools hold a conferral of any of these products, counting no further than cap + 1:
+-- each product's pools are read in index order and stop at the cap, and only when every product
+-- stays under it are the (then few) rows merged for an exact count. A catalog page shows
+-- "more than 1,000 pools" rather than reading every conferral of a product everyone carries.
+CREATE FUNCTION core.pools_carrying(products bigint[], cap bigint) RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, core, pg_temp AS $$
+DECLARE
+    p bigint;
+    n bigint;
+BEGIN
+    FOREACH p IN ARRAY coalesce(products, '{}') LOOP
+        SELECT count(*) INTO n FROM (
+            SELECT DISTINCT c.pool_id FROM core.conferrals c
+            WHERE c.product_id = p AND c.state = 'holding' LIMIT cap + 1) x;
+        IF n > cap THEN
+            RETURN cap + 1;
+        END IF;
+    END LOOP;
+    SELECT count(DISTINCT c.pool_id) INTO n FROM core.conferrals c
+    WHERE c.product_id = ANY (products) AND c.state = 'holding';
+    RETURN least(n, cap + 1);
+END
+$$;
+GRANT EXECUTE ON FUNCTION core.pools_carrying(bigint[], bigint) TO console_runtime;
+
+-- The grant list pages by id, newest first, optionally for one status: a range scan either way.
+CREATE INDEX grants_status_id ON core.grants (status, grant_id);
 
 RESET ROLE;
