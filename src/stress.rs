@@ -26,9 +26,11 @@ use crate::{
     jobs::{self, Backoff, Worker, WorkerOptions},
     scratch::ScratchDb,
     services::{
+        auth::{self, AuthError, Email},
         catalog::{self as catalog_svc, CatalogError},
         entitlements::{self as ent, EntitlementError, OrgName},
         grants::{self, EmailDomain, GrantError, IssueGrant, ManageGrant, Recipient},
+        organizations as org_svc,
         plan_acts::{self as pa, Disposition, ReorderTiers},
         rule_changes::{self as rc, RuleChangeError},
         topology::{self, AddTier, RemoveTier, TopologyError},
@@ -196,10 +198,15 @@ pub enum StressPath {
     EnactObligation,
     RecordMoveFailure,
     LastProbe,
+    /// A sign-in with the demo member's email, the right or a wrong password, from one of a few
+    /// addresses: the reservation's rows, which no other path takes.
+    SignIn,
+    /// The organization counts' compaction, beside the inserts' appends.
+    CompactCounts,
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 32] = [
+    pub const ALL: [StressPath; 34] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -232,6 +239,8 @@ impl StressPath {
         StressPath::EnactObligation,
         StressPath::RecordMoveFailure,
         StressPath::LastProbe,
+        StressPath::SignIn,
+        StressPath::CompactCounts,
     ];
 
     /// The grant paths (the tasks' and the workers').
@@ -318,6 +327,8 @@ impl StressPath {
             StressPath::EnactObligation => pa::ENACT_OBLIGATION_LOCKS.path,
             StressPath::RecordMoveFailure => pa::RECORD_MOVE_FAILURE_LOCKS.path,
             StressPath::LastProbe => pa::LAST_PROBE_LOCKS.path,
+            StressPath::SignIn => auth::SIGN_IN_LOCKS.path,
+            StressPath::CompactCounts => org_svc::COMPACT_COUNTS_LOCKS.path,
         }
     }
 
@@ -354,6 +365,8 @@ impl StressPath {
             // Not plan acts under the exclusive rendezvous; a drain and a retry find nothing to
             // do while no act runs (then skipped or refused), so they come more often.
             StressPath::ReorderPlanLadders | StressPath::DrainPlanAct | StressPath::RetryPlanAct => 2,
+            // Disjoint from the rest (their own rows), and a sign-in's hashing costs CPU: seldom.
+            StressPath::SignIn | StressPath::CompactCounts => 2,
             StressPath::ExpireGrantActivity
             | StressPath::StartGrantActivity
             | StressPath::ListPlanActBatch
@@ -1508,6 +1521,8 @@ async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &mut Note) -
         StressPath::DrainPlanAct => drain_plan_act(ctx, rng, note).await,
         StressPath::RetryPlanAct => retry_plan_act(ctx, rng, note).await,
         StressPath::ReorderPlanLadders => reorder_plan_ladders(ctx, rng, note).await,
+        StressPath::SignIn => sign_in(ctx, rng, note).await,
+        StressPath::CompactCounts => compact_counts(ctx, note).await,
         StressPath::ExpireGrantActivity
         | StressPath::StartGrantActivity
         | StressPath::ListPlanActBatch
@@ -1697,6 +1712,29 @@ async fn change_product_set(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failu
     let to = if p.entitlement_set_id == Some(a) { b } else { a };
     note.detail = format!("product {} set {:?} → {to}", p.product_id, p.entitlement_set_id);
     catalog_outcome(catalog_svc::update_product(&ctx.db, p.product_id, &p.name, Some(to), p.published).await)
+}
+
+// Sign-in and counts ------------------------------------------------------------------------------
+
+/// The demo member signs in, with the right password one time in two, from one of four
+/// addresses: a failure is a refusal, a throttled attempt too.
+async fn sign_in(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let email = Email::parse(demo::MEMBER_EMAIL).map_err(|e| Failure::Error(e.to_string()))?;
+    let right = rng.below(2) == 0;
+    let address = format!("192.0.2.{}", 1 + rng.below(4));
+    note.detail = format!("from {address}, {} password", if right { "the right" } else { "a wrong" });
+    let password = if right { demo::MEMBER_PASSWORD } else { "not the password" };
+    match auth::sign_in(&ctx.db, &email, password, &address, None).await {
+        Ok(_) => Ok(Outcome::Done),
+        Err(AuthError::InvalidCredentials | AuthError::Throttled { .. }) => Ok(Outcome::Refused),
+        Err(AuthError::Db(e)) => Err(e.into()),
+    }
+}
+
+async fn compact_counts(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
+    let folded = org_svc::compact_counts(&ctx.db).await?;
+    note.detail = format!("{folded} rows folded");
+    Ok(Outcome::Done)
 }
 
 // Rule-change paths ------------------------------------------------------------------------------
@@ -2412,6 +2450,14 @@ pub async fn check_invariants(admin: &PgPool) -> anyhow::Result<Vec<String>> {
 
 /// Queries returning (pool, message) per violating row.
 const INVARIANT_QUERIES: &[(&str, &str)] = &[
+    (
+        "(counts) the kept organization counts equal a count of the organizations",
+        "SELECT NULL::bigint, format('org type %s: kept %s, counted %s', coalesce(t::text, 'none'), sum(kept), sum(counted))
+         FROM (SELECT org_type_id AS t, delta AS kept, 0 AS counted FROM core.organization_counts
+               UNION ALL
+               SELECT org_type_id, 0, 1 FROM core.organizations) x
+         GROUP BY t HAVING sum(kept) <> sum(counted)",
+    ),
     (
         "(2) one live position per (pool, ladder)",
         "SELECT pool_id, format('pool %s holds %s live positions on ladder %s', pool_id, count(*), plan_ladder_id)

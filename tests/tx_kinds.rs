@@ -285,6 +285,65 @@ async fn sign_in_takes_the_address_row_then_the_pair_row_as_it_declares() {
     assert_eq!(failures, 2);
 }
 
+#[tokio::test]
+async fn a_compaction_waits_on_another_and_folds_each_row_once_while_inserts_never_wait() {
+    use member_console::services::organizations::{COMPACT_COUNTS_LOCKS, compact_counts};
+    let t = TestDb::new().await;
+    let count = async || -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT (SELECT coalesce(sum(delta), 0)::bigint FROM core.organization_counts),
+                    (SELECT count(*) FROM core.organizations)",
+        )
+        .fetch_one(&t.admin)
+        .await
+        .unwrap()
+    };
+    for i in 0..3 {
+        sqlx::query(sqlx::AssertSqlSafe(format!("INSERT INTO core.organizations (name) VALUES ('Counted {i}')")))
+            .execute(&t.admin)
+            .await
+            .unwrap();
+    }
+
+    // A compacts and holds its transaction open.
+    let mut a = t.runtime_conn().await;
+    let a_pid = common::backend_pid(&mut a).await;
+    sqlx::query("BEGIN").execute(&mut a).await.unwrap();
+    let folded: i64 = sqlx::query_scalar("SELECT core.compact_organization_counts()").fetch_one(&mut a).await.unwrap();
+    assert_eq!(folded, 2, "three rows became one");
+    // An organization created meanwhile appends without waiting.
+    let started = Instant::now();
+    sqlx::query("INSERT INTO core.organizations (name) VALUES ('Counted meanwhile')").execute(&t.admin).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(!common::anyone_waits_on(&t.admin, &t.name, a_pid).await);
+    // B, the path, waits on the rows A deleted.
+    let db = t.db.clone();
+    let b = tokio::spawn(async move { compact_counts(&db).await });
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
+    // What B waits for is a row of the counts (it holds the row's tuple lock while it waits).
+    assert_eq!(COMPACT_COUNTS_LOCKS.locks, &[Lock::OrganizationCountRows]);
+    let on_counts: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+                        WHERE l.pid = $1 AND l.locktype = 'tuple' AND d.datname = current_database()
+                          AND l.relation = 'core.organization_counts'::regclass)",
+    )
+    .bind(waiter)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert!(on_counts, "B waits on a count row");
+    sqlx::query("COMMIT").execute(&mut a).await.unwrap();
+    // B skips what A folded; nothing is counted twice or lost.
+    b.await.unwrap().unwrap();
+    let (kept, real) = count().await;
+    assert_eq!((kept, real), (4, 4));
+    compact_counts(&t.db).await.unwrap();
+    assert_eq!(count().await, (4, 4));
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM core.organization_counts").fetch_one(&t.admin).await.unwrap();
+    assert_eq!(rows, 1, "one row for the one type (none)");
+}
+
 #[test]
 fn the_docs_page_shows_the_declared_orders() {
     use member_console::db::locks::{ORDERS_BEGIN, ORDERS_END, declared, render_orders};

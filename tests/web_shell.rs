@@ -216,6 +216,8 @@ async fn wrong_passwords_are_refused_then_delayed_more_each_time_up_to_a_cap() {
     // Five failures in a row: from this address, even the right password waits a minute.
     let r = sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((55..=60).contains(&wait), "Retry-After {wait}");
     assert!(r.text().await.unwrap().contains("Try again in 1 minute."));
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.web_sessions").fetch_one(&t.admin).await.unwrap();
     assert_eq!(n, 0);

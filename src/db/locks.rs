@@ -59,6 +59,9 @@ pub enum Lock {
     RuleChangeRow,
     /// A plan act's row, FOR UPDATE: its finish against a Retry's requeue.
     PlanActRow,
+    /// The organization counts' appended rows (`core.organization_counts`), deleted by a
+    /// compaction. Appending takes no lock on existing rows.
+    OrganizationCountRows,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -98,6 +101,7 @@ impl Lock {
             Lock::PlanActObligationRow => "Plan act obligation row",
             Lock::RuleChangeRow => "Rule change row",
             Lock::PlanActRow => "Plan act row",
+            Lock::OrganizationCountRows => "Organization count rows",
         }
     }
 
@@ -117,6 +121,7 @@ impl Lock {
             Lock::PlanActObligationRow => "core.plan_act_obligations",
             Lock::RuleChangeRow => "core.entitlement_set_changes",
             Lock::PlanActRow => "core.plan_acts",
+            Lock::OrganizationCountRows => "core.organization_counts",
             Lock::ProductRow | Lock::ProductRowShare => "core.products",
             Lock::PlanLadderRows => "core.plan_ladders",
             Lock::EntitlementSetRow => "core.entitlement_sets",
@@ -161,6 +166,9 @@ impl Lock {
                 PgSignature::Relation { table: "core.plan_act_obligations", mode: "RowShareLock" }
             }
             Lock::PlanActRow => PgSignature::Relation { table: "core.plan_acts", mode: "RowShareLock" },
+            Lock::OrganizationCountRows => {
+                PgSignature::Relation { table: "core.organization_counts", mode: "RowExclusiveLock" }
+            }
             Lock::RuleChangeRow => {
                 PgSignature::Relation { table: "core.entitlement_set_changes", mode: "RowShareLock" }
             }
@@ -220,6 +228,7 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::plan_acts::RECORD_MOVE_FAILURE_LOCKS,
         &crate::services::plan_acts::LAST_PROBE_LOCKS,
         &crate::services::plan_acts::RETRY_PLAN_ACT_LOCKS,
+        &crate::services::organizations::COMPACT_COUNTS_LOCKS,
     ]
 }
 
@@ -316,6 +325,7 @@ const ALL: &[Lock] = &[
     Lock::PlanActObligationRow,
     Lock::RuleChangeRow,
     Lock::PlanActRow,
+    Lock::OrganizationCountRows,
 ];
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
@@ -391,6 +401,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 24, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 25, "add a new lock to ALL too");
     }
 }

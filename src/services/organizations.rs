@@ -1,7 +1,10 @@
 //! Reads for the operator's catalog, topology and organization pages and the member's home.
 
 use crate::{
-    db::{Db, DbError},
+    db::{
+        Db, DbError,
+        locks::{Lock, PathLocks},
+    },
     store::{
         accounts,
         catalog::{self as store, HeldConferral},
@@ -110,6 +113,17 @@ pub async fn organizations(db: &Db, query: &str, seek: Seek) -> Result<Organizat
     }
     Ok(OrganizationList { page, total })
 }
+
+pub static COMPACT_COUNTS_LOCKS: PathLocks = PathLocks {
+    path: "Compact the organization counts",
+    function: "services::organizations::compact_counts",
+    kind: "Plain",
+    locks: &[Lock::OrganizationCountRows],
+    why: "The job compact_organization_counts (every minute) deletes the appended rows it sees and \
+          inserts their sum per type, in one statement. A second compaction at once waits on the \
+          rows the first deletes, then skips them: each row is folded once. Organization inserts, \
+          deletes and retypes only append (statement triggers) and never wait on it.",
+};
 
 /// Fold the organization counts' appended rows into one per type: how many rows went.
 #[tracing::instrument(name = "Compact the organization counts", skip(db))]

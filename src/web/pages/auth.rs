@@ -113,7 +113,12 @@ pub async fn login(
             let minutes = retry_after.as_secs().div_ceil(60).max(1);
             let when = if minutes == 1 { "1 minute".to_string() } else { format!("{minutes} minutes") };
             let msg = format!("Too many failed sign-ins for this account from this address. Try again in {when}.");
-            Ok(login_page(&req, StatusCode::TOO_MANY_REQUESTS, email.as_str(), Some(&msg), next))
+            let mut page = login_page(&req, StatusCode::TOO_MANY_REQUESTS, email.as_str(), Some(&msg), next);
+            page.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                actix_web::http::header::HeaderValue::from(retry_after.as_secs().max(1)),
+            );
+            Ok(page)
         }
         Err(AuthError::Db(e)) => Err(e.into()),
     }
