@@ -104,6 +104,20 @@ enum BenchWhich {
         #[arg(long)]
         keep: bool,
     },
+    /// The HTTP server in process over N organizations: member pages and /readyz under load from
+    /// signed-in members, then each operator page on its own.
+    Http {
+        /// Concurrent keep-alive client connections.
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        /// How long the load runs: half on member pages, half on /readyz, in alternating phases.
+        #[arg(long, default_value_t = 15.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 100_000)]
+        orgs: i64,
+        #[arg(long)]
+        keep: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -174,6 +188,25 @@ async fn bench(which: BenchWhich) -> anyhow::Result<()> {
                 r.moves_per_s,
                 r.yardstick_tps,
                 r.ratio
+            );
+            println!("{}", serde_json::to_string(&r)?);
+        }
+        BenchWhich::Http { connections, seconds, orgs, keep } => {
+            let o = member_console::bench::http::Options { orgs, connections, seconds, keep, member_pages: None };
+            let r = member_console::bench::http::run(&config, &o).await?;
+            println!(
+                "HTTP over {} organizations, {} connections: member pages {:.0}/s p99 {:.2} ms; /readyz {:.0}/s p99 {:.2} ms; ratio {:.2}; slowest operator page {}",
+                r.orgs,
+                r.connections,
+                r.page_rps,
+                r.page_p99_ms,
+                r.readyz_rps,
+                r.readyz_p99_ms,
+                r.ratio,
+                r.operator_pages_ms
+                    .iter()
+                    .max_by(|a, b| a.1.total_cmp(b.1))
+                    .map_or_else(String::new, |(p, ms)| format!("{p} {ms:.2} ms"))
             );
             println!("{}", serde_json::to_string(&r)?);
         }
