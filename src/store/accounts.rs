@@ -130,28 +130,19 @@ pub async fn insert_session(
     Ok(())
 }
 
-/// The statement that resolves a session token, for `db::tx::once` (the simple protocol carries
-/// no parameters, so the token is accepted only as the 64 hex digits the console makes, and the
-/// bounds are numbers). It finds the account of a live session (idle and absolute bounds) and
-/// moves its last-seen time only when that is older than `touch_every`, so most page views
-/// write nothing. None for a token the console did not make.
+/// The statement that resolves a session token (`core.resume_session`), for `db::tx::once`: the
+/// simple protocol carries no parameters, so the token is accepted only as the 64 hex digits the
+/// console makes, and the bounds are numbers. It finds the account of a live session (idle and
+/// absolute bounds) and moves its last-seen time only when that is older than `touch_every`, so
+/// most page views write nothing. None for a token the console did not make.
 pub fn resume_session_sql(token: &str, idle: Duration, touch_every: Duration) -> Option<String> {
     if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         return None;
     }
     let (idle_ms, touch_ms) = (idle.as_millis(), touch_every.as_millis());
     Some(format!(
-        "WITH s AS (
-             SELECT w.token_hash, w.last_seen_at, a.account_id, a.email, a.is_operator
-             FROM core.web_sessions w JOIN core.accounts a ON a.account_id = w.account_id
-             WHERE w.token_hash = sha256(convert_to('{token}', 'UTF8')) AND w.expires_at > now() AND w.ends_at > now()
-         ), touched AS (
-             UPDATE core.web_sessions w
-             SET last_seen_at = now(), expires_at = least(now() + interval '{idle_ms} milliseconds', w.ends_at)
-             FROM s
-             WHERE w.token_hash = s.token_hash AND s.last_seen_at < now() - interval '{touch_ms} milliseconds'
-         )
-         SELECT account_id, email, is_operator FROM s"
+        "SELECT account_id, email, is_operator FROM core.resume_session('{token}', \
+         interval '{idle_ms} milliseconds', interval '{touch_ms} milliseconds')"
     ))
 }
 
@@ -245,39 +236,11 @@ pub struct MemberHome {
     pub usage: Vec<super::catalog::Usage>,
 }
 
-/// The member's home in one statement (one JSON document), for `db::tx::once`: the home is the
-/// page every member loads, so it costs one round trip. The simple protocol carries no
-/// parameters; the only value is the account id, a number.
+/// The member's home in one statement (one JSON document, `core.member_home`), for
+/// `db::tx::once`: the home is the page every member loads, so it costs one round trip. The
+/// simple protocol carries no parameters; the only value is the account id, a number.
 pub fn member_home_sql(account_id: i64) -> String {
-    format!(
-        r#"SELECT coalesce(json_agg(json_build_object(
-             'membership', json_build_object('organization_id', o.organization_id, 'name', o.name, 'role', m.role),
-             'held', coalesce((
-                 SELECT json_agg(h ORDER BY h.sort_order NULLS LAST, h.plan_ladder_id, h.conferral_id)
-                 FROM (SELECT c.conferral_id, l.name AS ladder, ps.rank, p.name AS product, c.grant_id,
-                              g.kind AS grant_kind, s.stripe_subscription_id, i.stripe_item_id, c.suspended,
-                              c.quantity, l.sort_order, l.plan_ladder_id
-                       FROM core.conferrals c
-                       JOIN core.products p ON p.product_id = c.product_id
-                       LEFT JOIN core.positions ps ON ps.conferral_id = c.conferral_id
-                       LEFT JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
-                       LEFT JOIN core.grants g ON g.grant_id = c.grant_id
-                       LEFT JOIN core.subscription_items i ON i.subscription_item_id = c.subscription_item_id
-                       LEFT JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
-                       WHERE c.pool_id = rp.pool_id AND c.state = 'holding') h), '[]'),
-             'entitlements', coalesce((
-                 SELECT json_agg(e ORDER BY e.resource_key COLLATE "C")
-                 FROM (SELECT resource_key, numeric_value, flag_value FROM core.pool_entitlements
-                       WHERE pool_id = rp.pool_id) e), '[]'),
-             'usage', coalesce((
-                 SELECT json_agg(u ORDER BY u.resource_key COLLATE "C")
-                 FROM (SELECT resource_key, used, limit_value FROM core.pool_usage WHERE pool_id = rp.pool_id) u), '[]')
-           ) ORDER BY o.name, o.organization_id), '[]')::text
-         FROM core.organization_members m
-         JOIN core.organizations o ON o.organization_id = m.organization_id
-         LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
-         WHERE m.account_id = {account_id}"#
-    )
+    format!("SELECT core.member_home({account_id})")
 }
 
 /// The rows of `member_home_sql`.
