@@ -201,6 +201,13 @@ fn application_name() -> Option<String> {
 /// them, and so there is one definition.
 pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<String>, DbError> {
     let mut s = vec!["BEGIN ISOLATION LEVEL READ COMMITTED".to_string()];
+    s.extend(bounds_and_locks(kind, lock_timeout, true)?);
+    Ok(s)
+}
+
+/// A kind's statements after BEGIN: its bounds, the path's name when `named`, its advisory lock.
+fn bounds_and_locks(kind: TxKind, lock_timeout: Duration, named: bool) -> Result<Vec<String>, DbError> {
+    let mut s = vec![];
     match kind {
         TxKind::Materializing => {
             s.push(format!("SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis()));
@@ -225,9 +232,9 @@ pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<St
         TxKind::Registry => s.push("SELECT pg_advisory_xact_lock(core.registry_key())".into()),
         TxKind::Plain => {}
     }
-    if let Some(set) = application_name() {
+    if named && let Some(set) = application_name() {
         // Before the locks: a SET takes none.
-        s.insert(1, set);
+        s.insert(0, set);
     }
     if !matches!(kind, TxKind::MaterializingWithin(_))
         && let Ok(deadline) = REQUEST_DEADLINE.try_with(|d| *d)
@@ -237,7 +244,7 @@ pub fn opening_statements(kind: TxKind, lock_timeout: Duration) -> Result<Vec<St
             return Err(DbError::DeadlinePassed);
         }
         // Before the advisory lock, so the rendezvous wait is bounded too.
-        s.insert(1, format!("SET LOCAL statement_timeout = '{}ms'", left.as_millis()));
+        s.insert(0, format!("SET LOCAL statement_timeout = '{}ms'", left.as_millis()));
     }
     Ok(s)
 }
@@ -271,7 +278,7 @@ pub async fn begin(db: &Db, kind: TxKind) -> Result<Tx, DbError> {
 }
 
 /// A transaction of `kind` that runs one statement and commits, all in one round trip: the
-/// opening statements, the statement, COMMIT. Its rows (text), or the first error with the
+/// kind's bounds and lock, then the statement, as one implicit transaction. Its rows (text), or the first error with the
 /// transaction rolled back. The statement is SQL whose only values are numbers the caller
 /// formatted (the simple protocol carries no parameters).
 pub async fn once(db: &Db, kind: TxKind, statement: String) -> Result<Vec<PgRow>, DbError> {
@@ -286,10 +293,13 @@ pub async fn once_unrecorded(db: &Db, kind: TxKind, statement: String) -> Result
 
 async fn once_as(db: &Db, kind: TxKind, statement: String, recorded: bool) -> Result<Vec<PgRow>, DbError> {
     use futures_util::TryStreamExt;
-    let mut statements = opening_statements(kind, db.lock_timeout)?;
+    // No BEGIN or COMMIT: PostgreSQL runs a query string of several statements as one implicit
+    // transaction (SET LOCAL applies to it, an advisory xact lock is held to its end, and its
+    // commit comes before the answer's end), so the batch is two statements fewer. A Plain one
+    // takes no lock, so it sets no path name either: the member's pages run two of these per view.
+    let mut statements = bounds_and_locks(kind, db.lock_timeout, !matches!(kind, TxKind::Plain))?;
     let opening = statements.len();
     statements.push(statement);
-    statements.push("COMMIT".into());
     let mut conn = db.pool.acquire().await?;
     // Each statement's rows come before its result; only the rows after the opening
     // statements' results and before the statement's own are the statement's.
@@ -308,11 +318,11 @@ async fn once_as(db: &Db, kind: TxKind, statement: String, recorded: bool) -> Re
     let outcome = if recorded { committing(batch).await } else { batch.await };
     match outcome {
         Ok(rows) => Ok(rows),
+        // The server rolled the implicit transaction back at the failed statement.
+        Err(e @ sqlx::Error::Database(_)) => Err(e.into()),
+        // Anything else (the connection broke mid-batch): the connection is not reused.
         Err(e) => {
-            // The batch stopped at the failed statement, inside the transaction it opened.
-            if sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
-                conn.close_on_drop();
-            }
+            conn.close_on_drop();
             Err(e.into())
         }
     }
