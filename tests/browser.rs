@@ -164,3 +164,28 @@ async fn htmx_requests_carry_the_csrf_header_from_the_body() {
         })
         .await;
 }
+
+#[tokio::test]
+async fn an_organization_search_keeps_its_query_in_the_address_bar() {
+    let (_t, app) = app_with_demo().await;
+    Browser::start()
+        .await
+        .run(async |b| {
+            b.goto(&app.url("/login?next=/operator/organizations")).await;
+            sign_in_through_the_form(b, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+            b.wait_for(Until::Path("/operator/organizations"), WAIT).await;
+            b.fill("#org-search", "glob").await;
+            b.wait_for(Until::Text("matching “glob”"), WAIT).await;
+            // The results came by htmx, and the address says what they are.
+            let search = b.execute("return location.search", vec![]).await;
+            assert_eq!(search, Value::String("?q=glob".into()));
+            // So reloading, or sharing the address, shows the same results.
+            let here = b.execute("return location.href", vec![]).await;
+            b.goto(here.as_str().unwrap()).await;
+            b.wait_for(Until::Text("matching “glob”"), WAIT).await;
+            assert_eq!(b.value_of("#org-search").await, "glob");
+            let names = b.texts_of("#org-results tbody td:first-child").await;
+            assert_eq!(names, vec!["Globex".to_string()], "{names:?}");
+        })
+        .await;
+}

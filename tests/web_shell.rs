@@ -774,6 +774,27 @@ async fn every_answer_carries_the_security_headers() {
         assert_eq!(h["x-content-type-options"], "nosniff", "{what}");
         assert_eq!(h["referrer-policy"], "same-origin", "{what}");
         assert_eq!(h["x-frame-options"], "DENY", "{what}");
+        // A page or, to htmx, a fragment from the same URL: caches must tell them apart.
+        let html = h.get("content-type").is_some_and(|v| v.to_str().unwrap().starts_with("text/html"));
+        if html {
+            let vary = h.get("vary").map(|v| v.to_str().unwrap().to_ascii_lowercase()).unwrap_or_default();
+            assert!(vary.contains("hx-request"), "{what}: Vary {vary:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_organization_list_varies_by_the_htmx_target_too() {
+    let (_t, app) = app_with_demo().await;
+    let (c, _) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    for htmx in [false, true] {
+        let mut r = c.get(app.url("/operator/organizations?q=a"));
+        if htmx {
+            r = r.header("HX-Request", "true").header("HX-Target", "div#org-results");
+        }
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["vary"], "HX-Request, HX-Target", "htmx {htmx}");
     }
 }
 

@@ -49,6 +49,19 @@ pub fn apply(h: &mut header::HeaderMap, https: bool) {
     if https {
         set(h, header::STRICT_TRANSPORT_SECURITY, STRICT_TRANSPORT_SECURITY);
     }
+    // An HTML answer is a whole page or, to htmx, a fragment of one, from the same URL: a cache
+    // (the browser's back/forward one included) must tell them apart.
+    let html = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/html"));
+    if html {
+        let vary = match h.get(header::VARY).and_then(|v| v.to_str().ok()) {
+            Some(v) if v.split(',').any(|p| p.trim().eq_ignore_ascii_case("hx-request")) => None,
+            Some(v) => Some(format!("{v}, HX-Request")),
+            None => Some("HX-Request".to_string()),
+        };
+        if let Some(v) = vary.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            h.insert(header::VARY, v);
+        }
+    }
     // Pages show one person's data: no shared cache keeps them (static files say their own).
     if !h.contains_key(header::CACHE_CONTROL) {
         set(h, header::CACHE_CONTROL, "no-store");

@@ -41,9 +41,15 @@ pub async fn list(
     if render::is_htmx(&req) && (target == "org-results" || target.ends_with("#org-results")) {
         return Ok(HttpResponse::Ok()
             .content_type("text/html; charset=utf-8")
+            .insert_header((actix_web::http::header::VARY, "HX-Request, HX-Target"))
             .body(views::organization_results(&view).into_string()));
     }
-    Ok(render::ok(&req, "Organizations", views::organization_list(&view)))
+    let mut page = render::ok(&req, "Organizations", views::organization_list(&view));
+    page.headers_mut().insert(
+        actix_web::http::header::VARY,
+        actix_web::http::header::HeaderValue::from_static("HX-Request, HX-Target"),
+    );
+    Ok(page)
 }
 
 /// The list's page `seek` for `query`, with an empty create form.

@@ -59,7 +59,8 @@ pub fn organization_list(v: &OrgListView) -> Markup {
                     hx-get=(LIST_PATH)
                     hx-trigger="input changed delay:300ms, search"
                     hx-target="#org-results"
-                    hx-swap="outerHTML";
+                    hx-swap="outerHTML"
+                    hx-replace-url="true";
             }
             button.btn.btn-secondary type="submit" { "Search" }
         }
@@ -407,7 +408,7 @@ mod tests {
         );
         assert!(out.contains(r#"name="q" value="ac me""#));
         assert!(out.contains(
-            r##"hx-get="/operator/organizations" hx-trigger="input changed delay:300ms, search" hx-target="#org-results" hx-swap="outerHTML""##
+            r##"hx-get="/operator/organizations" hx-trigger="input changed delay:300ms, search" hx-target="#org-results" hx-swap="outerHTML" hx-replace-url="true""##
         ));
         assert!(out.contains(r#"<div id="org-results">"#));
         // The search is a GET: only the create form above it carries the token.
