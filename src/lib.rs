@@ -1,5 +1,5 @@
 //! Member Console: organizations buy plans, receive grants, and get entitlements the console
-//! enforces on their FedWiki sites. See `docs/` and `../shared/DESIGN.md`.
+//! enforces on their FedWiki sites. See the README and `docs/`.
 
 pub mod bench;
 pub mod boot;

@@ -249,21 +249,27 @@ async fn the_list_shows_the_demo_grants_newest_first_and_filters_by_status_and_o
     assert!(listed_grants(&a.body).is_empty() && a.body.contains("No grants match these filters."));
 }
 
+/// `n` grants of Priority support waiting for their start at the organization (written here, as
+/// a seed: the list is what is under test).
+async fn seed_waiting_grants(t: &TestDb, organization: i64, n: i32) {
+    let priority = product_id(t, "Priority support").await;
+    sqlx::query(
+        "INSERT INTO core.grants (organization_id, product_id, kind, status, starts_at, reason)
+         SELECT $1, $2, 'operator', 'waiting', now() + interval '1 day', 'bulk ' || g FROM generate_series(1, $3) g",
+    )
+    .bind(organization)
+    .bind(priority)
+    .bind(n)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn the_list_paginates_fifty_to_a_page_and_keeps_its_filters() {
     let (t, app, c, _) = operator_app().await;
     let globex = organization_id(&t, "Globex").await;
-    let priority = product_id(&t, "Priority support").await;
-    // 51 grants waiting for their start at Globex (written here, as a seed).
-    sqlx::query(
-        "INSERT INTO core.grants (organization_id, product_id, kind, status, starts_at, reason)
-         SELECT $1, $2, 'operator', 'waiting', now() + interval '1 day', 'bulk ' || n FROM generate_series(1, 51) n",
-    )
-    .bind(globex)
-    .bind(priority)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    seed_waiting_grants(&t, globex, 51).await;
     let waiting: Vec<i64> = sqlx::query_scalar(
         "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND status = 'waiting' ORDER BY grant_id DESC",
     )
@@ -318,16 +324,7 @@ async fn the_list_paginates_fifty_to_a_page_and_keeps_its_filters() {
 async fn a_list_of_very_many_grants_counts_to_a_cap() {
     let (t, app, c, _) = operator_app().await;
     let globex = organization_id(&t, "Globex").await;
-    let priority = product_id(&t, "Priority support").await;
-    sqlx::query(
-        "INSERT INTO core.grants (organization_id, product_id, kind, status, starts_at, reason)
-         SELECT $1, $2, 'operator', 'waiting', now() + interval '1 day', 'bulk ' || n FROM generate_series(1, 1001) n",
-    )
-    .bind(globex)
-    .bind(priority)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    seed_waiting_grants(&t, globex, 1001).await;
     let a = get(&app, &c, "/operator/grants").await;
     assert!(a.body.contains("More than 1,000 grants"), "{}", a.body);
     let a = get(&app, &c, "/operator/grants?status=active").await;
