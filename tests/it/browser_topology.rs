@@ -4,7 +4,7 @@
 //! Wikis and Umbrella Wikis hold Wiki hosting's floor, Free; Initech holds Pro; Globex is a
 //! Business on Support), server, chromedriver and profile.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `bench http` at a small size: it signs members in, loads their pages and /readyz, times every
 //! operator page, and refuses to report figures over answers that were not 2xx.
 
-mod common;
+use crate::common;
 
 use member_console::{
     bench::http::{self, Options},

@@ -2,7 +2,7 @@
 //! rule changes and their drains, the plan acts and theirs included) finds no deadlock, no error
 //! and no violated invariant; and the invariant check does see a broken invariant.
 
-mod common;
+use crate::common;
 
 use common::TestDb;
 use member_console::{

@@ -1,6 +1,5 @@
 //! The test harness: a real PostgreSQL, a fresh database per test cloned from a migrated
 //! template, and helpers that prove one transaction waits on another.
-#![allow(dead_code)]
 
 pub mod acts;
 pub mod browser;
@@ -226,7 +225,6 @@ pub async fn assert_holds(admin: &PgPool, pid: i32, declared: &[Lock]) {
 pub struct TestApp {
     pub base: String,
     pub handle: actix_web::dev::ServerHandle,
-    pub config: std::sync::Arc<member_console::config::Config>,
 }
 
 impl TestApp {
@@ -250,7 +248,7 @@ impl TestApp {
         let server = member_console::web::serve(listener, t.db.clone(), config.clone()).unwrap();
         let handle = server.handle();
         tokio::spawn(server);
-        TestApp { base, handle, config }
+        TestApp { base, handle }
     }
 
     /// A browser-like client: keeps cookies, does not follow redirects (tests look at them).

@@ -1,7 +1,7 @@
 //! Rule changes: the commit with its sync cap, the drain, failures and retry, crash recovery,
 //! the lock order against materializing transactions, and bad input.
 
-mod common;
+use crate::common;
 
 use std::{collections::BTreeMap, time::Duration};
 

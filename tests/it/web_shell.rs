@@ -1,7 +1,7 @@
 //! The web shell: probes, sign-in and sign-out, the route policy, CSRF, the request deadline,
 //! error pages, and the run-time role.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

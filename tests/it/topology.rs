@@ -1,6 +1,6 @@
 //! The tier topology: AddTier, DeleteTier, ReorderPlanLadders — outcomes, refusals and locks.
 
-mod common;
+use crate::common;
 
 use std::{collections::BTreeMap, time::Duration};
 

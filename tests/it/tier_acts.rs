@@ -3,7 +3,7 @@
 //! that supersedes an earlier default change, a Retry beside a listing batch, the benign deadlock
 //! between listings, the previews, and the operator's forms over HTTP.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! asserting on what they see. Each test has its own database, server, chromedriver and profile.
 //! Needs `chromium` and `chromium-driver` (scripts/test installs them); fails without them.
 
-mod common;
+use crate::common;
 
 use common::{
     TestApp, TestDb,

@@ -6,7 +6,7 @@
 //! database: row counts and a snapshot of the grant rows before and after prove a refusal wrote
 //! nothing.
 
-mod common;
+use crate::common;
 
 use chrono::{TimeDelta, Utc};
 use common::{

@@ -2,7 +2,7 @@
 //! a from-scratch recomputation over random sequences of acts, and the lock order of each
 //! conferral function.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

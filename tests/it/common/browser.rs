@@ -134,9 +134,10 @@ impl Driver {
 
 /// One headless Chromium session of one test.
 pub struct Browser {
-    // Declared first so it drops before `driver` kills the processes it talks to.
+    // Declared first so it drops before `_driver` kills the processes it talks to.
     client: Client,
-    driver: Driver,
+    /// Held for its drop, which kills chromedriver and Chromium.
+    _driver: Driver,
     /// The test's name, for the screenshot's file name.
     name: String,
 }
@@ -174,7 +175,7 @@ impl Browser {
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
             .unwrap_or_else(|e| panic!("chromedriver could not start {CHROMIUM}: {e}; {INSTALL_HINT}"));
-        Browser { client, driver, name }
+        Browser { client, _driver: driver, name }
     }
 
     /// Run a test's steps; if they panic, save a screenshot first. Closes the browser either way.

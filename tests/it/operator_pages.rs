@@ -5,7 +5,7 @@
 //! Refusals are checked on what the operator is told (status, message, the form again: alone for
 //! HTMX, in the page otherwise) and on the database (nothing written).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

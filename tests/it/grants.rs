@@ -1,7 +1,7 @@
 //! Grant acts: issue, waiting grants, provisioning by domain, revoke, expire (job and sweep),
 //! manage; their lock order; and bad input.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The transaction kinds: each one's isolation, lock bound and advisory lock; 55P03 under a held
 //! exclusive rendezvous; the rendezvous assertion; the lock declarations against pg_locks.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! recorder, a second default change while the first drains, crash recovery, retry, and the
 //! operator's form and progress page over HTTP.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 //! The job queue, the worker and the schedules, against a real PostgreSQL.
-mod common;
+use crate::common;
 
 use std::{
     future::Future,

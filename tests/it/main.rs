@@ -1,0 +1,21 @@
+//! The integration tests, as one binary (one link of the crate instead of one per area), a
+//! module per area. Each test still runs in a process of its own under nextest.
+
+mod common;
+
+mod bench_http;
+mod browser;
+mod browser_topology;
+mod entitlements;
+mod grant_pages;
+mod grants;
+mod jobs;
+mod operator_pages;
+mod plan_acts;
+mod private_cluster;
+mod rule_changes;
+mod stress;
+mod tier_acts;
+mod topology;
+mod tx_kinds;
+mod web_shell;
