@@ -7,6 +7,7 @@ pub mod config;
 pub mod db;
 pub mod demo;
 pub mod jobs;
+pub mod lock_paths;
 pub mod scratch;
 pub mod services;
 pub mod store;

@@ -141,7 +141,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::LockOrders => {
-            print!("{}", locks::render_orders(&locks::declared()));
+            print!("{}", locks::render_orders(&member_console::lock_paths::declared()));
             Ok(())
         }
         Command::Pg { action } => pg(action),

@@ -2938,7 +2938,7 @@ mod tests {
 
     #[test]
     fn paths_are_named_as_their_declarations() {
-        let declared: Vec<&str> = crate::db::locks::declared().iter().map(|p| p.path).collect();
+        let declared: Vec<&str> = crate::lock_paths::declared().iter().map(|p| p.path).collect();
         for p in StressPath::ALL {
             let undeclared = p.is_job()
                 || matches!(

@@ -346,7 +346,10 @@ async fn a_compaction_waits_on_another_and_folds_each_row_once_while_inserts_nev
 
 #[test]
 fn the_docs_page_shows_the_declared_orders() {
-    use member_console::db::locks::{ORDERS_BEGIN, ORDERS_END, declared, render_orders};
+    use member_console::{
+        db::locks::{ORDERS_BEGIN, ORDERS_END, render_orders},
+        lock_paths::declared,
+    };
     let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/database-locks.md")).unwrap();
     let start = page.find(ORDERS_BEGIN).expect("the begin marker") + ORDERS_BEGIN.len();
     let end = page.find(ORDERS_END).expect("the end marker");

@@ -1,0 +1,56 @@
+//! The lock-order registry: every path's declaration, from the services and the job queue that
+//! declare them next to their code. It sits above them (nothing below imports it), so `db` knows
+//! the locks and the graph, and nothing of the paths.
+
+use crate::db::locks::PathLocks;
+
+/// Every path's declaration. A path that takes locks and is missing here is a bug.
+pub fn declared() -> Vec<&'static PathLocks> {
+    vec![
+        &crate::services::auth::SIGN_IN_LOCKS,
+        &crate::jobs::queue::CLAIM_LOCKS,
+        &crate::jobs::schedule::FIRE_SCHEDULES_LOCKS,
+        &crate::services::entitlements::CREATE_ORGANIZATION_LOCKS,
+        &crate::services::entitlements::CONFER_GRANT_LOCKS,
+        &crate::services::entitlements::END_CONFERRAL_LOCKS,
+        &crate::services::entitlements::MATERIALIZE_POOL_LOCKS,
+        &crate::services::entitlements::REGISTER_PROVIDERS_LOCKS,
+        &crate::services::catalog::UPDATE_PRODUCT_LOCKS,
+        &crate::services::catalog::CHANGE_PRODUCT_SET_LOCKS,
+        &crate::services::grants::ISSUE_GRANT_LOCKS,
+        &crate::services::grants::REVOKE_GRANT_LOCKS,
+        &crate::services::grants::EXPIRE_GRANT_LOCKS,
+        &crate::services::grants::START_GRANT_LOCKS,
+        &crate::services::grants::MANAGE_GRANT_LOCKS,
+        &crate::services::grants::EXTEND_WAITING_GRANT_LOCKS,
+        &crate::services::rule_changes::RULE_CHANGE_COMMIT_LOCKS,
+        &crate::services::rule_changes::LIST_CHANGE_LOCKS,
+        &crate::services::rule_changes::DRAIN_CHANGE_LOCKS,
+        &crate::services::rule_changes::RECORD_FAILURE_LOCKS,
+        &crate::services::rule_changes::RETRY_RULE_CHANGE_LOCKS,
+        &crate::services::topology::ADD_TIER_LOCKS,
+        &crate::services::topology::DELETE_TIER_LOCKS,
+        &crate::services::topology::REMOVE_TIER_LOCKS,
+        &crate::services::topology::REORDER_PLAN_LADDERS_LOCKS,
+        &crate::services::plan_acts::CHANGE_DEFAULT_T0_LOCKS,
+        &crate::services::plan_acts::REORDER_TIERS_T0_LOCKS,
+        &crate::services::plan_acts::LIST_BATCH_LOCKS,
+        &crate::services::plan_acts::ENACT_OBLIGATION_LOCKS,
+        &crate::services::plan_acts::RECORD_MOVE_FAILURE_LOCKS,
+        &crate::services::plan_acts::LAST_PROBE_LOCKS,
+        &crate::services::plan_acts::RETRY_PLAN_ACT_LOCKS,
+        &crate::services::organizations::COMPACT_COUNTS_LOCKS,
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::locks::find_cycle;
+
+    #[test]
+    fn the_declared_paths_have_no_cycle() {
+        let paths = declared();
+        assert!(find_cycle(&paths).is_none(), "possible deadlock: {:?}", find_cycle(&paths));
+    }
+}
