@@ -5,7 +5,8 @@ use crate::{
     db::{Db, TxKind, begin},
     services::{
         auth::{Email, NewPassword, ensure_account},
-        entitlements::{self, OrgName},
+        entitlements,
+        organizations::{self, OrgName},
     },
     store::{accounts, catalog, entitlements::NewGrant},
 };
@@ -91,7 +92,7 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
             Some(id) => id,
             None => {
                 let type_id = type_ids.iter().find(|(n, _)| n == t).map(|(_, id)| *id);
-                let created = entitlements::create_organization_tx(
+                let created = organizations::create_organization_tx(
                     &mut tx,
                     &OrgName::parse(name).map_err(anyhow::Error::msg)?,
                     type_id,
@@ -150,7 +151,7 @@ async fn community_wikis(db: &Db, community: Option<i64>) -> anyhow::Result<()> 
         let mut tx = begin(db, TxKind::Materializing).await?;
         for i in batch {
             let name = OrgName::parse(&format!("Community Wiki {:03}", i + 1)).map_err(anyhow::Error::msg)?;
-            entitlements::create_organization_tx(&mut tx, &name, community).await?;
+            organizations::create_organization_tx(&mut tx, &name, community).await?;
         }
         tx.commit().await?;
     }

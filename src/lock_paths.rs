@@ -10,7 +10,7 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::auth::SIGN_IN_LOCKS,
         &crate::jobs::queue::CLAIM_LOCKS,
         &crate::jobs::schedule::FIRE_SCHEDULES_LOCKS,
-        &crate::services::entitlements::CREATE_ORGANIZATION_LOCKS,
+        &crate::services::organizations::CREATE_ORGANIZATION_LOCKS,
         &crate::services::entitlements::CONFER_GRANT_LOCKS,
         &crate::services::entitlements::END_CONFERRAL_LOCKS,
         &crate::services::entitlements::MATERIALIZE_POOL_LOCKS,

@@ -28,9 +28,9 @@ use crate::{
     services::{
         auth::{self, AuthError, Email},
         catalog::{self as catalog_svc, CatalogError},
-        entitlements::{self as ent, EntitlementError, OrgName},
+        entitlements::{self as ent, EntitlementError},
         grants::{self, EmailDomain, GrantError, IssueGrant, ManageGrant, Recipient},
-        organizations as org_svc,
+        organizations::{self as org_svc, OrgName},
         plan_acts::{self as pa, Disposition, ReorderTiers},
         rule_changes::{self as rc, RuleChangeError},
         topology::{self, AddTier, RemoveTier, TopologyError},
@@ -294,7 +294,7 @@ impl StressPath {
 
     pub fn name(self) -> &'static str {
         match self {
-            StressPath::CreateOrganization => ent::CREATE_ORGANIZATION_LOCKS.path,
+            StressPath::CreateOrganization => org_svc::CREATE_ORGANIZATION_LOCKS.path,
             StressPath::ConferGrant => ent::CONFER_GRANT_LOCKS.path,
             StressPath::EndConferral => ent::END_CONFERRAL_LOCKS.path,
             StressPath::MaterializePool => ent::MATERIALIZE_POOL_LOCKS.path,
@@ -1151,7 +1151,7 @@ async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mut Rng) -> a
     for i in 0..orgs {
         let name = OrgName::parse(&format!("Stress organization {i}")).map_err(anyhow::Error::msg)?;
         let ty = org_types[i % org_types.len()];
-        let created = ent::create_organization(db, &name, ty).await?;
+        let created = org_svc::create_organization(db, &name, ty).await?;
         if hot.len() < HOT_ORGS {
             hot.push((created.organization_id, created.pool_id));
         }
@@ -1584,7 +1584,7 @@ async fn create_organization(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Resul
     if let Some(d) = &domain {
         note.detail.push_str(&format!(", domain {}", d.as_str()));
     }
-    let r = ent::create_organization_with_domain(&ctx.db, &name, ty, domain.as_ref()).await;
+    let r = org_svc::create_organization_with_domain(&ctx.db, &name, ty, domain.as_ref()).await;
     if let Ok((c, provisioned)) = &r {
         note.pool = Some(c.pool_id);
         if let Some(g) = c.floor_grant_id {

@@ -193,7 +193,6 @@ pub struct PathLocks {
     pub why: &'static str,
 }
 
-
 /// An edge of the lock-order graph: some path holds `from` and then may wait for `to`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Edge {

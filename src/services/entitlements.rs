@@ -1,5 +1,4 @@
-//! The entitlement core's paths: creating an organization (with its pool and floor),
-//! ConferGrantTx, ending a conferral with what follows it, suspension, quantity changes,
+//! The entitlement core's paths: ConferGrantTx, ending a conferral with what follows it, suspension, quantity changes,
 //! materialization, and RegisterProviders at boot.
 
 use chrono::{DateTime, Utc};
@@ -26,116 +25,6 @@ impl From<sqlx::Error> for EntitlementError {
     fn from(e: sqlx::Error) -> Self {
         EntitlementError::Db(e.into())
     }
-}
-
-/// An organization's name, parsed once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OrgName(String);
-
-impl OrgName {
-    pub fn parse(s: &str) -> Result<OrgName, String> {
-        let s = s.trim();
-        if s.is_empty() {
-            return Err("An organization needs a name.".into());
-        }
-        if s.chars().count() > 200 {
-            return Err("An organization's name may have at most 200 characters.".into());
-        }
-        if s.chars().any(char::is_control) {
-            return Err("An organization's name may not contain control characters.".into());
-        }
-        Ok(OrgName(s.to_string()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-pub static CREATE_ORGANIZATION_LOCKS: PathLocks = PathLocks {
-    path: "Create an organization",
-    function: "services::entitlements::create_organization",
-    kind: "Materializing",
-    locks: &[Lock::RendezvousShared, Lock::ProvisionDomain, Lock::OrgTypeRowKeyShare, Lock::PoolRow, Lock::GrantRow],
-    why: "The insert takes its type's row FOR KEY SHARE through the foreign key (no conflict with the \
-          default change's FOR NO KEY UPDATE), after the email domain's lock when it has one; the new pool's row is taken by the floor's core.confer and by \
-          materialization, under the shared rendezvous; with an email domain, the grants waiting for it are \
-          taken (their UPDATE) after the pool row, as spec rule 4 orders grant rows.",
-};
-
-#[derive(Debug, Clone, Copy)]
-pub struct CreatedOrganization {
-    pub organization_id: i64,
-    pub pool_id: i64,
-    /// The floor grant, when the type has a default ladder with a rank 0.
-    pub floor_grant_id: Option<i64>,
-}
-
-/// Create an organization with its default pool, its floor and its entitlements.
-pub async fn create_organization(
-    db: &Db,
-    name: &OrgName,
-    org_type_id: Option<i64>,
-) -> Result<CreatedOrganization, EntitlementError> {
-    create_organization_with_domain(db, name, org_type_id, None).await.map(|(c, _)| c)
-}
-
-/// The same, for an organization with an email domain: it receives the grants waiting for that
-/// domain (provisioning), after its floor, under its pool row. Returns how many it received.
-#[tracing::instrument(name = "Create an organization", skip(db), fields(name = %name.as_str(), org_type_id, domain = ?email_domain.map(|d| d.as_str())))]
-pub async fn create_organization_with_domain(
-    db: &Db,
-    name: &OrgName,
-    org_type_id: Option<i64>,
-    email_domain: Option<&crate::services::grants::EmailDomain>,
-) -> Result<(CreatedOrganization, usize), EntitlementError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
-    if let Some(d) = email_domain {
-        // Before anything else: a grant issued to this domain meanwhile is seen, or sees us.
-        tx.lock(&crate::db::keys::AdvisoryKey::ProvisionDomain(d.as_str().to_string())).await?;
-    }
-    let created = create_organization_tx(&mut tx, name, org_type_id).await?;
-    let mut provisioned = 0;
-    if let Some(d) = email_domain {
-        match store::set_email_domain(tx.conn(), created.organization_id, d.as_str()).await {
-            Ok(()) => {}
-            Err(e) if crate::db::sqlstate(&e).as_deref() == Some("23505") => {
-                return Err(EntitlementError::Invalid(format!(
-                    "Another organization has the email domain {} already.",
-                    d.as_str()
-                )));
-            }
-            Err(e) => return Err(e.into()),
-        }
-        provisioned =
-            crate::services::grants::provision_domain_grants_tx(&mut tx, created.organization_id, created.pool_id, d)
-                .await
-                .map_err(|e| match e {
-                    crate::services::grants::GrantError::Db(d) => EntitlementError::Db(d),
-                    other => EntitlementError::Invalid(other.to_string()),
-                })?;
-    }
-    tx.commit().await?;
-    Ok((created, provisioned))
-}
-
-/// The same, inside a caller's Materializing transaction.
-pub async fn create_organization_tx(
-    tx: &mut Tx,
-    name: &OrgName,
-    org_type_id: Option<i64>,
-) -> Result<CreatedOrganization, EntitlementError> {
-    let organization_id = match store::insert_organization(tx.conn(), name.as_str(), org_type_id).await {
-        Ok(id) => id,
-        Err(e) if crate::db::sqlstate(&e).as_deref() == Some("23503") => {
-            return Err(EntitlementError::NotFound("organization type"));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let pool_id = store::insert_default_pool(tx.conn(), organization_id).await?;
-    let floor_grant_id = reapply_defaults_if_vacant(tx, pool_id, None).await?;
-    store::materialize_pool(tx.conn(), pool_id).await?;
-    Ok(CreatedOrganization { organization_id, pool_id, floor_grant_id })
 }
 
 /// ReapplyDefaultsIfVacant: when the pool holds nothing on its type's default ladder, confer
@@ -330,19 +219,6 @@ pub async fn register_providers(db: &Db) -> Result<usize, EntitlementError> {
     }
     tx.commit().await?;
     Ok(keys.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn organization_names_are_parsed() {
-        assert_eq!(OrgName::parse("  Acme ").unwrap().as_str(), "Acme");
-        assert!(OrgName::parse("   ").is_err());
-        assert!(OrgName::parse(&"x".repeat(201)).is_err());
-        assert!(OrgName::parse("a\u{0}b").is_err());
-    }
 }
 
 crate::deadlock_through_db!(EntitlementError);

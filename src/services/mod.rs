@@ -9,5 +9,6 @@ pub mod entitlements;
 pub mod grants;
 pub mod organizations;
 pub mod plan_acts;
+pub mod reads;
 pub mod rule_changes;
 pub mod topology;

@@ -1,117 +1,125 @@
-//! Reads for the operator's catalog, topology and organization pages and the member's home.
+//! Organizations: creating one (with its default pool, its floor and its entitlements, and the
+//! grants waiting for its email domain), and keeping their counts.
 
 use crate::{
     db::{
-        Db, DbError,
+        Db, DbError, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
-    store::{
-        accounts,
-        catalog::{self as store, HeldConferral},
-        entitlements::{self, EntitlementValue},
-        grants,
-        paging::{Page, Seek},
-        plan_acts, rule_changes, topology,
+    services::{
+        entitlements::{EntitlementError, reapply_defaults_if_vacant},
+        grants::{self, EmailDomain, GrantError},
     },
+    store::{catalog, entitlements as store},
 };
 
-pub use crate::store::catalog::CARRIED_COUNT_CAP;
+/// An organization's name, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrgName(String);
 
-pub struct CatalogOverview {
-    pub keys: Vec<store::ResourceKey>,
-    pub sets: Vec<store::EntitlementSet>,
-    pub rules: Vec<store::Rule>,
-    pub products: Vec<store::Product>,
-    pub tiers: Vec<store::Tier>,
-}
-
-pub async fn catalog(db: &Db) -> Result<CatalogOverview, DbError> {
-    let mut c = db.read().await?;
-    Ok(CatalogOverview {
-        keys: store::resource_keys(&mut c).await?,
-        sets: store::entitlement_sets(&mut c).await?,
-        rules: store::rules(&mut c).await?,
-        products: store::products(&mut c).await?,
-        tiers: store::tiers(&mut c).await?,
-    })
-}
-
-pub struct SetDetail {
-    pub set: store::EntitlementSet,
-    pub rules: Vec<store::Rule>,
-    pub keys: Vec<store::ResourceKey>,
-}
-
-pub async fn entitlement_set(db: &Db, id: i64) -> Result<Option<SetDetail>, DbError> {
-    let mut c = db.read().await?;
-    let Some(set) = store::entitlement_set(&mut c, id).await? else { return Ok(None) };
-    Ok(Some(SetDetail {
-        set,
-        rules: store::rules_of_set(&mut c, id).await?,
-        keys: store::resource_keys(&mut c).await?,
-    }))
-}
-
-pub struct ProductDetail {
-    pub product: store::Product,
-    pub sets: Vec<store::EntitlementSet>,
-    pub tiers: Vec<store::Tier>,
-}
-
-pub async fn product(db: &Db, id: i64) -> Result<Option<ProductDetail>, DbError> {
-    let mut c = db.read().await?;
-    let Some(product) = store::product(&mut c, id).await? else { return Ok(None) };
-    let tiers = store::tiers(&mut c).await?.into_iter().filter(|t| t.product_id == id).collect();
-    Ok(Some(ProductDetail { product, sets: store::entitlement_sets(&mut c).await?, tiers }))
-}
-
-pub struct Topology {
-    pub ladders: Vec<store::Ladder>,
-    pub tiers: Vec<store::Tier>,
-    pub org_types: Vec<store::OrgType>,
-}
-
-pub async fn topology(db: &Db) -> Result<Topology, DbError> {
-    let mut c = db.read().await?;
-    Ok(Topology {
-        ladders: store::ladders(&mut c).await?,
-        tiers: store::tiers(&mut c).await?,
-        org_types: store::org_types(&mut c).await?,
-    })
-}
-
-pub const ORGANIZATIONS_PER_PAGE: i64 = 50;
-/// A search or a filtered list counts its matches up to this many, then says "more than".
-pub const SEARCH_COUNT_CAP: i64 = 1000;
-
-/// One page of the organization list and how many organizations match.
-pub struct OrganizationList {
-    pub page: Page<store::OrgListRow>,
-    /// Exactly (`false`), or at least (`true`: the count stopped at the cap).
-    pub total: (u64, bool),
-}
-
-/// A page of organizations by name, found by key whichever page it is, and the count: for the
-/// whole list, from the kept counts; for a search, counted up to a cap. A search that is an
-/// organization's id shows that organization first.
-pub async fn organizations(db: &Db, query: &str, seek: Seek) -> Result<OrganizationList, DbError> {
-    let mut c = db.read().await?;
-    let q = query.trim();
-    let mut page = store::organizations_page(&mut c, q, ORGANIZATIONS_PER_PAGE, seek).await?;
-    let mut total = if q.is_empty() {
-        (accounts::organization_count(&mut c).await?.max(0) as u64, false)
-    } else {
-        let n = store::organizations_matching(&mut c, q, SEARCH_COUNT_CAP + 1).await?;
-        (n.min(SEARCH_COUNT_CAP) as u64, n > SEARCH_COUNT_CAP)
-    };
-    if let (Seek::First, Ok(id)) = (seek, q.parse::<i64>())
-        && !page.rows.iter().any(|r| r.organization_id == id)
-        && let Some(row) = store::organization_row(&mut c, id).await?
-    {
-        page.rows.insert(0, row);
-        total.0 += 1;
+impl OrgName {
+    pub fn parse(s: &str) -> Result<OrgName, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err("An organization needs a name.".into());
+        }
+        if s.chars().count() > 200 {
+            return Err("An organization's name may have at most 200 characters.".into());
+        }
+        if s.chars().any(char::is_control) {
+            return Err("An organization's name may not contain control characters.".into());
+        }
+        Ok(OrgName(s.to_string()))
     }
-    Ok(OrganizationList { page, total })
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+pub static CREATE_ORGANIZATION_LOCKS: PathLocks = PathLocks {
+    path: "Create an organization",
+    function: "services::organizations::create_organization",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::ProvisionDomain, Lock::OrgTypeRowKeyShare, Lock::PoolRow, Lock::GrantRow],
+    why: "The insert takes its type's row FOR KEY SHARE through the foreign key (no conflict with the \
+          default change's FOR NO KEY UPDATE), after the email domain's lock when it has one; the new pool's row is taken by the floor's core.confer and by \
+          materialization, under the shared rendezvous; with an email domain, the grants waiting for it are \
+          taken (their UPDATE) after the pool row, as spec rule 4 orders grant rows.",
+};
+
+#[derive(Debug, Clone, Copy)]
+pub struct CreatedOrganization {
+    pub organization_id: i64,
+    pub pool_id: i64,
+    /// The floor grant, when the type has a default ladder with a rank 0.
+    pub floor_grant_id: Option<i64>,
+}
+
+/// Create an organization with its default pool, its floor and its entitlements.
+pub async fn create_organization(
+    db: &Db,
+    name: &OrgName,
+    org_type_id: Option<i64>,
+) -> Result<CreatedOrganization, EntitlementError> {
+    create_organization_with_domain(db, name, org_type_id, None).await.map(|(c, _)| c)
+}
+
+/// The same, for an organization with an email domain: it receives the grants waiting for that
+/// domain (provisioning), after its floor, under its pool row. Returns how many it received.
+#[tracing::instrument(name = "Create an organization", skip(db), fields(name = %name.as_str(), org_type_id, domain = ?email_domain.map(|d| d.as_str())))]
+pub async fn create_organization_with_domain(
+    db: &Db,
+    name: &OrgName,
+    org_type_id: Option<i64>,
+    email_domain: Option<&EmailDomain>,
+) -> Result<(CreatedOrganization, usize), EntitlementError> {
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    if let Some(d) = email_domain {
+        // Before anything else: a grant issued to this domain meanwhile is seen, or sees us.
+        tx.lock(&crate::db::keys::AdvisoryKey::ProvisionDomain(d.as_str().to_string())).await?;
+    }
+    let created = create_organization_tx(&mut tx, name, org_type_id).await?;
+    let mut provisioned = 0;
+    if let Some(d) = email_domain {
+        match store::set_email_domain(tx.conn(), created.organization_id, d.as_str()).await {
+            Ok(()) => {}
+            Err(e) if crate::db::sqlstate(&e).as_deref() == Some("23505") => {
+                return Err(EntitlementError::Invalid(format!(
+                    "Another organization has the email domain {} already.",
+                    d.as_str()
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        provisioned = grants::provision_domain_grants_tx(&mut tx, created.organization_id, created.pool_id, d)
+            .await
+            .map_err(|e| match e {
+                GrantError::Db(d) => EntitlementError::Db(d),
+                other => EntitlementError::Invalid(other.to_string()),
+            })?;
+    }
+    tx.commit().await?;
+    Ok((created, provisioned))
+}
+
+/// The same, inside a caller's Materializing transaction.
+pub async fn create_organization_tx(
+    tx: &mut Tx,
+    name: &OrgName,
+    org_type_id: Option<i64>,
+) -> Result<CreatedOrganization, EntitlementError> {
+    let organization_id = match store::insert_organization(tx.conn(), name.as_str(), org_type_id).await {
+        Ok(id) => id,
+        Err(e) if crate::db::sqlstate(&e).as_deref() == Some("23503") => {
+            return Err(EntitlementError::NotFound("organization type"));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let pool_id = store::insert_default_pool(tx.conn(), organization_id).await?;
+    let floor_grant_id = reapply_defaults_if_vacant(tx, pool_id, None).await?;
+    store::materialize_pool(tx.conn(), pool_id).await?;
+    Ok(CreatedOrganization { organization_id, pool_id, floor_grant_id })
 }
 
 pub static COMPACT_COUNTS_LOCKS: PathLocks = PathLocks {
@@ -129,168 +137,20 @@ pub static COMPACT_COUNTS_LOCKS: PathLocks = PathLocks {
 #[tracing::instrument(name = "Compact the organization counts", skip(db))]
 pub async fn compact_counts(db: &Db) -> Result<i64, DbError> {
     let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
-    let folded = store::compact_organization_counts(&mut tx).await?;
+    let folded = catalog::compact_organization_counts(&mut tx).await?;
     tx.commit().await?;
     Ok(folded)
 }
 
-pub struct OrganizationDetail {
-    pub facts: store::OrgFacts,
-    pub grants: Vec<grants::GrantRow>,
-    pub events: Vec<grants::EventRow>,
-    pub held: Vec<HeldConferral>,
-    pub displaced: Vec<store::Displaced>,
-    pub entitlements: Vec<EntitlementValue>,
-    pub usage: Vec<store::Usage>,
-    pub members: Vec<store::Member>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>, DbError> {
-    let mut c = db.read().await?;
-    let Some(facts) = store::organization(&mut c, id).await? else { return Ok(None) };
-    let (held, entitlements, usage) = match facts.pool_id {
-        Some(p) => (
-            store::held_conferrals(&mut c, p).await?,
-            entitlements::pool_entitlements(&mut c, p).await?,
-            store::usage(&mut c, p).await?,
-        ),
-        None => (vec![], vec![], vec![]),
-    };
-    Ok(Some(OrganizationDetail {
-        grants: grants::grants_page(&mut c, None, Some(id), 100, Seek::First).await?.rows,
-        events: grants::events_of_organization(&mut c, id, 100).await?,
-        displaced: store::displaced_sources(&mut c, id).await?,
-        members: store::members(&mut c, id).await?,
-        facts,
-        held,
-        entitlements,
-        usage,
-    }))
-}
-
-/// The member's organizations, as their home shows them: one round trip, bounded by the
-/// request's deadline.
-pub async fn member_home(db: &Db, account_id: i64) -> Result<Vec<accounts::MemberHome>, DbError> {
-    let rows =
-        crate::db::tx::once_unrecorded(db, crate::db::TxKind::Plain, accounts::member_home_sql(account_id)).await?;
-    Ok(accounts::member_home_from_rows(&rows)?)
-}
-
-pub const GRANTS_PER_PAGE: i64 = 50;
-
-/// One page of the grant list, how many grants match (counted up to [`SEARCH_COUNT_CAP`]: a
-/// `true` says "at least"), and the filtered organization's name.
-pub struct GrantList {
-    pub page: Page<grants::GrantRow>,
-    pub total: (u64, bool),
-    pub organization_name: Option<String>,
-}
-
-pub async fn grants(
-    db: &Db,
-    status: Option<&str>,
-    organization_id: Option<i64>,
-    seek: Seek,
-) -> Result<GrantList, DbError> {
-    let mut c = db.read().await?;
-    let page = grants::grants_page(&mut c, status, organization_id, GRANTS_PER_PAGE, seek).await?;
-    let n = grants::grants_matching(&mut c, status, organization_id, SEARCH_COUNT_CAP + 1).await?;
-    let organization_name = match organization_id {
-        Some(id) => store::organization(&mut c, id).await?.map(|o| o.name),
-        None => None,
-    };
-    Ok(GrantList { page, total: (n.clamp(0, SEARCH_COUNT_CAP) as u64, n > SEARCH_COUNT_CAP), organization_name })
-}
-
-pub struct GrantDetail {
-    pub grant: grants::GrantRow,
-    pub lineage: Vec<grants::GrantRow>,
-    pub events: Vec<grants::EventRow>,
-}
-
-pub async fn grant(db: &Db, id: i64) -> Result<Option<GrantDetail>, DbError> {
-    let mut c = db.read().await?;
-    let Some(grant) = grants::grant_row(&mut c, id).await? else { return Ok(None) };
-    Ok(Some(GrantDetail {
-        lineage: grants::lineage_rows(&mut c, grant.lineage_id).await?,
-        events: grants::events_of_lineage(&mut c, grant.lineage_id).await?,
-        grant,
-    }))
-}
-
-pub async fn published_products(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
-    let mut c = db.read().await?;
-    Ok(grants::published_products(&mut c).await?)
-}
-
-pub async fn org_type_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
-    let mut c = db.read().await?;
-    Ok(store::org_types(&mut c).await?.into_iter().map(|t| (t.org_type_id, t.name)).collect())
-}
-
-pub async fn rule_changes(db: &Db) -> Result<(Vec<rule_changes::ChangeRow>, Vec<rule_changes::ActRow>), DbError> {
-    let mut c = db.read().await?;
-    let changes = rule_changes::changes(&mut c, 200).await?;
-    let ids: Vec<i64> = changes.iter().map(|x| x.change_id).collect();
-    let acts = rule_changes::acts(&mut c, &ids).await?;
-    Ok((changes, acts))
-}
-
-pub struct RuleChangeDetail {
-    pub change: rule_changes::ChangeRow,
-    pub acts: Vec<rule_changes::ActRow>,
-    pub failures: Vec<rule_changes::FailureRow>,
-}
-
-pub async fn rule_change(db: &Db, id: i64) -> Result<Option<RuleChangeDetail>, DbError> {
-    let mut c = db.read().await?;
-    let Some(change) = rule_changes::change(&mut c, id).await? else { return Ok(None) };
-    Ok(Some(RuleChangeDetail {
-        acts: rule_changes::acts(&mut c, &[id]).await?,
-        failures: rule_changes::failures(&mut c, id, 200).await?,
-        change,
-    }))
-}
-
-/// Published products with an entitlement set: the ones a tier may be.
-pub async fn tier_product_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
-    let mut c = db.read().await?;
-    Ok(store::tier_product_options(&mut c).await?)
-}
-
-/// The names of a ladder and a product, for a preview's sentence.
-pub async fn tier_names(db: &Db, ladder_id: i64, product_id: i64) -> Result<(String, String), DbError> {
-    let mut c = db.read().await?;
-    let ladder = store::ladders(&mut c).await?.into_iter().find(|l| l.plan_ladder_id == ladder_id).map(|l| l.name);
-    let product = store::product(&mut c, product_id).await?.map(|p| p.name);
-    Ok((ladder.unwrap_or_default(), product.unwrap_or_default()))
-}
-
-pub async fn plan_acts(db: &Db) -> Result<Vec<topology::PlanActRow>, DbError> {
-    let mut c = db.read().await?;
-    Ok(topology::plan_acts(&mut c, 200).await?)
-}
-
-pub async fn plan_act(db: &Db, id: i64) -> Result<Option<topology::PlanActRow>, DbError> {
-    let mut c = db.read().await?;
-    Ok(topology::plan_act(&mut c, id).await?)
-}
-
-pub struct PlanActProgress {
-    /// The act reaches organizations (a default change).
-    pub reaches: bool,
-    pub listed_all: bool,
-    pub counts: plan_acts::Counts,
-    pub failures: Vec<plan_acts::Failure>,
-}
-
-pub async fn plan_act_progress(db: &Db, id: i64) -> Result<PlanActProgress, DbError> {
-    let mut c = db.read().await?;
-    let (reaches, listed_all) = plan_acts::listing_state(&mut c, id).await?;
-    Ok(PlanActProgress {
-        reaches,
-        listed_all,
-        counts: plan_acts::counts(&mut c, id).await?,
-        failures: plan_acts::failures(&mut c, id, 200).await?,
-    })
+    #[test]
+    fn organization_names_are_parsed() {
+        assert_eq!(OrgName::parse("  Acme ").unwrap().as_str(), "Acme");
+        assert!(OrgName::parse("   ").is_err());
+        assert!(OrgName::parse(&"x".repeat(201)).is_err());
+        assert!(OrgName::parse("a\u{0}b").is_err());
+    }
 }

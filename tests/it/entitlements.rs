@@ -10,7 +10,10 @@ use common::TestDb;
 use member_console::{
     db::{Db, TxKind, begin},
     demo,
-    services::entitlements::{self as svc, OrgName},
+    services::{
+        entitlements::{self as svc},
+        organizations::{self as orgs, OrgName},
+    },
     store::{
         catalog,
         entitlements::{self as store, EntitlementValue, NewGrant},
@@ -50,9 +53,9 @@ async fn org_type(t: &TestDb, name: &str) -> i64 {
         .unwrap()
 }
 
-async fn new_org(t: &TestDb, name: &str, type_name: &str) -> svc::CreatedOrganization {
+async fn new_org(t: &TestDb, name: &str, type_name: &str) -> orgs::CreatedOrganization {
     let ty = org_type(t, type_name).await;
-    svc::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
+    orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
 }
 
 fn operator_grant(org: i64, product_id: i64, quantity: i32) -> NewGrant {
@@ -141,7 +144,7 @@ async fn a_new_organization_holds_its_floor() {
     .unwrap();
     assert_eq!((used, limit), (0, 1));
     // An organization without a type has a pool and no floor.
-    let bare = svc::create_organization(&t.db, &OrgName::parse("Untyped").unwrap(), None).await.unwrap();
+    let bare = orgs::create_organization(&t.db, &OrgName::parse("Untyped").unwrap(), None).await.unwrap();
     assert!(bare.floor_grant_id.is_none());
     assert!(positions(&t, bare.pool_id).await.is_empty());
 }
@@ -578,7 +581,7 @@ async fn an_organization_insert_does_not_wait_on_its_types_no_key_update_lock() 
         .unwrap();
     let created = tokio::time::timeout(
         Duration::from_secs(3),
-        svc::create_organization(&t.db, &OrgName::parse("Unblocked").unwrap(), Some(ty)),
+        orgs::create_organization(&t.db, &OrgName::parse("Unblocked").unwrap(), Some(ty)),
     )
     .await
     .expect("FOR KEY SHARE does not conflict with FOR NO KEY UPDATE")
@@ -594,8 +597,9 @@ async fn an_organization_insert_does_not_wait_on_its_types_no_key_update_lock() 
         .await
         .unwrap();
     let db = t.db.clone();
-    let b =
-        tokio::spawn(async move { svc::create_organization(&db, &OrgName::parse("Blocked").unwrap(), Some(ty)).await });
+    let b = tokio::spawn(
+        async move { orgs::create_organization(&db, &OrgName::parse("Blocked").unwrap(), Some(ty)).await },
+    );
     common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
     sqlx::query("ROLLBACK").execute(&mut *a).await.unwrap();
     b.await.unwrap().unwrap();
@@ -608,7 +612,7 @@ async fn register_providers_and_an_entitlement_insert_of_the_same_key_wait_in_on
     let ty = org_type(&t, "Community").await;
     // A: an open materialization whose entitlement insert holds fedwiki.active_sites FOR KEY SHARE.
     let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
-    svc::create_organization_tx(&mut a, &OrgName::parse("Inserting").unwrap(), Some(ty)).await.unwrap();
+    orgs::create_organization_tx(&mut a, &OrgName::parse("Inserting").unwrap(), Some(ty)).await.unwrap();
     let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
     // A stamp that changes the key's provider waits for A.
     sqlx::query("UPDATE core.resource_keys SET provider = 'someone-else' WHERE resource_key = 'fedwiki.active_sites'")

@@ -12,8 +12,8 @@ use member_console::{
     demo,
     jobs::{self, Worker},
     services::{
-        entitlements::{self as ent, OrgName},
         grants::{self, EmailDomain, GrantError, IssueGrant, ManageGrant, Recipient},
+        organizations::{self as orgs, OrgName},
     },
 };
 
@@ -25,12 +25,12 @@ async fn product(t: &TestDb, name: &str) -> i64 {
         .unwrap()
 }
 
-async fn new_org(t: &TestDb, name: &str) -> ent::CreatedOrganization {
+async fn new_org(t: &TestDb, name: &str) -> orgs::CreatedOrganization {
     let ty: i64 = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
         .fetch_one(&t.admin)
         .await
         .unwrap();
-    ent::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
+    orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
 }
 
 fn issue(org: i64, product_id: i64) -> IssueGrant {
@@ -153,7 +153,7 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
         .unwrap();
     let domain = EmailDomain::parse("uni.example.edu").unwrap();
     let (org, received) =
-        ent::create_organization_with_domain(&t.db, &OrgName::parse("University").unwrap(), Some(ty), Some(&domain))
+        orgs::create_organization_with_domain(&t.db, &OrgName::parse("University").unwrap(), Some(ty), Some(&domain))
             .await
             .unwrap();
     assert_eq!(received, 1);
@@ -161,7 +161,7 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
     assert_eq!(sites(&t, org.pool_id).await, Some(3));
     // A second organization cannot claim the same domain.
     let again =
-        ent::create_organization_with_domain(&t.db, &OrgName::parse("Impostor").unwrap(), Some(ty), Some(&domain))
+        orgs::create_organization_with_domain(&t.db, &OrgName::parse("Impostor").unwrap(), Some(ty), Some(&domain))
             .await;
     assert!(again.is_err());
     assert_eq!(count(&t, "SELECT count(*) FROM core.organizations WHERE name = 'Impostor'").await, 0);
@@ -437,7 +437,7 @@ async fn an_organization_created_while_a_grant_of_its_domain_is_issued_gets_it_o
         let d = EmailDomain::parse(&domain).unwrap();
         let name = format!("Race {i}");
         let (a, b) = tokio::join!(grants::issue_grant(&t.db, &g), async move {
-            ent::create_organization_with_domain(&db, &OrgName::parse(&name).unwrap(), Some(ty), Some(&d)).await
+            orgs::create_organization_with_domain(&db, &OrgName::parse(&name).unwrap(), Some(ty), Some(&d)).await
         });
         let id = a.unwrap();
         let (org, _) = b.unwrap();

@@ -16,7 +16,7 @@ use common::{
 use member_console::{
     db::{TxKind, begin},
     demo,
-    services::entitlements::{OrgName, create_organization},
+    services::organizations::{OrgName, create_organization},
 };
 use reqwest::{Client, StatusCode};
 

@@ -10,8 +10,9 @@ use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
     services::{
-        entitlements::{self as ent, OrgName},
+        entitlements::{self as ent},
         grants::{self, IssueGrant, Recipient},
+        organizations::{self as orgs, OrgName},
         rule_changes::{self as rc, RuleChangeError},
     },
 };
@@ -30,7 +31,7 @@ async fn basic_pools(t: &TestDb, n: usize) -> Vec<i64> {
     let basic = id_of(t, "SELECT product_id FROM core.products WHERE name = $1", "Basic").await;
     let mut pools = vec![];
     for i in 0..n {
-        let org = ent::create_organization(&t.db, &OrgName::parse(&format!("Carrier {i:03}")).unwrap(), Some(ty))
+        let org = orgs::create_organization(&t.db, &OrgName::parse(&format!("Carrier {i:03}")).unwrap(), Some(ty))
             .await
             .unwrap();
         let g = IssueGrant {

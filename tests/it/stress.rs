@@ -9,8 +9,8 @@ use member_console::{
     config::Config,
     demo,
     services::{
-        entitlements::{self as svc, OrgName},
         grants::EmailDomain,
+        organizations::{self as orgs, OrgName},
         plan_acts::{self as pa, Disposition},
         rule_changes as rc,
         topology::{self, RemoveTier},
@@ -133,10 +133,10 @@ async fn the_invariant_check_reports_each_broken_invariant() {
         .unwrap();
     let mut orgs = vec![];
     for name in ["Broken entitlements", "Broken floor", "Broken usage"] {
-        orgs.push(svc::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(community)).await.unwrap());
+        orgs.push(orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(community)).await.unwrap());
     }
     let domain = EmailDomain::parse("broken.example.org").unwrap();
-    let (with_domain, _) = svc::create_organization_with_domain(
+    let (with_domain, _) = orgs::create_organization_with_domain(
         &t.db,
         &OrgName::parse("Broken grants").unwrap(),
         Some(community),
@@ -274,7 +274,7 @@ async fn the_invariant_check_sees_plan_acts_that_did_not_settle() {
     let mut orgs = vec![];
     for i in 0..4 {
         let name = OrgName::parse(&format!("Moved {i}")).unwrap();
-        orgs.push(svc::create_organization(&t.db, &name, Some(business)).await.unwrap());
+        orgs.push(orgs::create_organization(&t.db, &name, Some(business)).await.unwrap());
     }
     // The first organization's move fails on its first attempt, as the stress run's fragile
     // pools' moves do.
@@ -351,7 +351,7 @@ async fn the_invariant_check_sees_plan_acts_that_did_not_settle() {
     // A second active floor for a newcomer (its floor is Wiki hosting's new rank 0); the grant is
     // never conferred (4).
     let newcomer =
-        svc::create_organization(&t.db, &OrgName::parse("Two floors").unwrap(), Some(business)).await.unwrap();
+        orgs::create_organization(&t.db, &OrgName::parse("Two floors").unwrap(), Some(business)).await.unwrap();
     let second: i64 = sqlx::query_scalar(
         "INSERT INTO core.grants (organization_id, product_id, quantity, kind, status, reason)
          SELECT $1, product_id, 1, 'floor', 'active', 'broken' FROM core.grants WHERE grant_id = $2

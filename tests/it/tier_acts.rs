@@ -13,8 +13,8 @@ use member_console::{
     db::{TxKind, begin},
     demo,
     services::{
-        entitlements::{self as ent},
         grants::{self, IssueGrant, Recipient},
+        organizations as orgs,
         plan_acts::{self as pa, Disposition, ReorderTiers},
         topology::{self as topo, RemoveTier, TopologyError},
     },
@@ -335,9 +335,9 @@ async fn reconciles(t: &TestDb) -> Vec<(String, Option<String>)> {
 struct BasicHolders {
     t: TestDb,
     wiki: i64,
-    community: ent::CreatedOrganization,
-    business: ent::CreatedOrganization,
-    both: ent::CreatedOrganization,
+    community: orgs::CreatedOrganization,
+    business: orgs::CreatedOrganization,
+    both: orgs::CreatedOrganization,
     /// The Basic grants of the three, and the replaced Pro grant.
     community_basic: i64,
     business_basic: i64,

@@ -9,8 +9,8 @@ use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
     services::{
-        entitlements::{self as ent, OrgName},
         grants::{self, IssueGrant, Recipient},
+        organizations::{self as orgs, OrgName},
         topology::{self as topo, AddTier, TopologyError},
     },
 };
@@ -42,9 +42,9 @@ async fn setup() -> (TestDb, i64, i64) {
     (t, team, wiki)
 }
 
-async fn org_of_type(t: &TestDb, name: &str, ty: &str) -> ent::CreatedOrganization {
+async fn org_of_type(t: &TestDb, name: &str, ty: &str) -> orgs::CreatedOrganization {
     let type_id = scalar(t, &format!("SELECT org_type_id FROM core.org_types WHERE name = '{ty}'")).await;
-    ent::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(type_id)).await.unwrap()
+    orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(type_id)).await.unwrap()
 }
 
 async fn grant(t: &TestDb, org: i64, product: i64) -> i64 {

@@ -12,7 +12,7 @@ use crate::{
     services::{
         self,
         catalog::CatalogError,
-        organizations::{CARRIED_COUNT_CAP, CatalogOverview},
+        reads::{CARRIED_COUNT_CAP, CatalogOverview},
     },
     web::forms::{Fields, after_post, partial, value},
     web::identity::Operator,
@@ -61,7 +61,7 @@ fn fail(e: CatalogError) -> Result<HttpResponse, AppError> {
 }
 
 async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::CatalogView, AppError> {
-    let CatalogOverview { keys, sets, rules, products, tiers } = services::organizations::catalog(&state.db).await?;
+    let CatalogOverview { keys, sets, rules, products, tiers } = services::reads::catalog(&state.db).await?;
     Ok(views::CatalogView {
         csrf: csrf_token(req),
         set_options: sets.iter().map(|s| (s.entitlement_set_id, s.name.clone())).collect(),
@@ -238,7 +238,7 @@ async fn set_edit_view(
     id: i64,
     form: Option<FormState>,
 ) -> Result<Option<views::SetEditView>, AppError> {
-    let Some(d) = services::organizations::entitlement_set(&state.db, id).await? else { return Ok(None) };
+    let Some(d) = services::reads::entitlement_set(&state.db, id).await? else { return Ok(None) };
     let rows = d
         .keys
         .iter()
@@ -330,7 +330,7 @@ async fn product_edit_view(
     id: i64,
     form: Option<FormState>,
 ) -> Result<Option<(String, views::ProductEditView)>, AppError> {
-    let Some(d) = services::organizations::product(&state.db, id).await? else { return Ok(None) };
+    let Some(d) = services::reads::product(&state.db, id).await? else { return Ok(None) };
     let form = form.unwrap_or_else(|| {
         let mut f = FormState {
             values: vec![

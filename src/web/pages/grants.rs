@@ -119,8 +119,7 @@ pub async fn list(
         t => Some(t.parse::<i64>().map_err(|_| AppError::BadRequest(format!("“{t}” is not an organization number.")))?),
     };
     let seek = q.page.seek("a grant")?;
-    let list =
-        services::organizations::grants(&state.db, (!status.is_empty()).then_some(status.as_str()), org, seek).await?;
+    let list = services::reads::grants(&state.db, (!status.is_empty()).then_some(status.as_str()), org, seek).await?;
     let view = views::GrantListView {
         status,
         organization_id: org_text,
@@ -145,7 +144,7 @@ pub struct NewQuery {
 async fn issue_view(req: &HttpRequest, state: &AppState, form: FormState) -> Result<views::IssueGrantView, AppError> {
     Ok(views::IssueGrantView {
         csrf: csrf_token(req),
-        products: services::organizations::published_products(&state.db).await?,
+        products: services::reads::published_products(&state.db).await?,
         form,
     })
 }
@@ -215,7 +214,7 @@ async fn detail_view(
     revoke_form: FormState,
     manage_form: FormState,
 ) -> Result<views::GrantDetailView, AppError> {
-    let d = services::organizations::grant(&state.db, id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::grant(&state.db, id).await?.ok_or(AppError::NotFound)?;
     let head = d.lineage.iter().find(|g| !d.lineage.iter().any(|n| n.extends_grant_id == Some(g.grant_id)));
     let head_id = head.map_or(id, |h| h.grant_id);
     let head_status = head.map_or(d.grant.status.as_str(), |h| h.status.as_str());

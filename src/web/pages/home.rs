@@ -12,7 +12,7 @@ use crate::{
 };
 
 pub async fn home(req: HttpRequest, state: web::Data<AppState>, Member(who): Member) -> Result<HttpResponse, AppError> {
-    let organizations = services::organizations::member_home(&state.db, who.account_id).await?;
+    let organizations = services::reads::member_home(&state.db, who.account_id).await?;
     let view = views::HomeView { email: who.email, organizations: organizations.into_iter().map(org_home).collect() };
     Ok(render::ok(&req, "Home", views::member_home(&view)))
 }

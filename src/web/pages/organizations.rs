@@ -59,10 +59,10 @@ async fn list_view(
     query: String,
     seek: Seek,
 ) -> Result<views::OrgListView, AppError> {
-    let list = services::organizations::organizations(&state.db, &query, seek).await?;
+    let list = services::reads::organizations(&state.db, &query, seek).await?;
     Ok(views::OrgListView {
         csrf: crate::web::identity::csrf_token(req),
-        org_types: services::organizations::org_type_options(&state.db).await?,
+        org_types: services::reads::org_type_options(&state.db).await?,
         create_form: views::FormState::default(),
         query,
         total: if list.total.1 { views::Total::AtLeast(list.total.0) } else { views::Total::Exactly(list.total.0) },
@@ -107,7 +107,7 @@ pub async fn detail(
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    let d = services::organizations::organization(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::organization(&state.db, *id).await?.ok_or(AppError::NotFound)?;
     let view = views::OrgDetailView {
         id: d.facts.organization_id,
         name: d.facts.name.clone(),
@@ -143,13 +143,10 @@ pub async fn create(
     state: web::Data<AppState>,
     form: web::Form<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
-    use crate::services::{
-        entitlements::{EntitlementError, OrgName},
-        grants::EmailDomain,
-    };
+    use crate::services::{entitlements::EntitlementError, grants::EmailDomain, organizations::OrgName};
     let f = form.into_inner();
     let value = |n: &str| f.iter().find(|(k, _)| k == n).map_or("", |(_, v)| v.as_str()).to_string();
-    let org_types = services::organizations::org_type_options(&state.db).await?;
+    let org_types = services::reads::org_type_options(&state.db).await?;
     let mut problems: Vec<(String, String)> = vec![];
     let name = OrgName::parse(&value("name")).map_err(|m| problems.push(("name".into(), m))).ok();
     let org_type = match value("org_type_id").trim() {
@@ -169,7 +166,7 @@ pub async fn create(
     let result = match (name, problems.is_empty()) {
         (Some(name), true) => {
             let create = async || {
-                services::entitlements::create_organization_with_domain(&state.db, &name, org_type, domain.as_ref())
+                services::organizations::create_organization_with_domain(&state.db, &name, org_type, domain.as_ref())
                     .await
             };
             once_more_after_deadlock(&state.db, "Create an organization", create).await

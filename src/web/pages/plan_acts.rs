@@ -35,13 +35,13 @@ fn row(a: &PlanActRow) -> views::PlanActRow {
 }
 
 pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
-    let acts = services::organizations::plan_acts(&state.db).await?;
+    let acts = services::reads::plan_acts(&state.db).await?;
     Ok(render::ok(&req, "Plan acts", views::plan_act_list(&acts.iter().map(row).collect::<Vec<_>>())))
 }
 
 async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::PlanActView, AppError> {
-    let a = services::organizations::plan_act(&state.db, id).await?.ok_or(AppError::NotFound)?;
-    let p = services::organizations::plan_act_progress(&state.db, id).await?;
+    let a = services::reads::plan_act(&state.db, id).await?.ok_or(AppError::NotFound)?;
+    let p = services::reads::plan_act_progress(&state.db, id).await?;
     let r = row(&a);
     let facts = a
         .detail

@@ -4,7 +4,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::{
     db::retry::once_more_after_deadlock,
-    services::{self, organizations::RuleChangeDetail},
+    services::{self, reads::RuleChangeDetail},
     store::rule_changes::{ActRow, ChangeRow},
     web::identity::Operator,
     web::{AppState, errors::AppError, identity::csrf_token, render},
@@ -42,7 +42,7 @@ fn as_u64(n: i64) -> u64 {
 }
 
 pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
-    let (changes, acts) = services::organizations::rule_changes(&state.db).await?;
+    let (changes, acts) = services::reads::rule_changes(&state.db).await?;
     let rows: Vec<views::RuleChangeListRow> = changes
         .iter()
         .map(|c| views::RuleChangeListRow {
@@ -110,7 +110,7 @@ pub async fn detail(
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    let d = services::organizations::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
     Ok(render::ok(&req, &format!("Rule change #{}", d.change.change_id), views::rule_change_page(&view(&req, &d))))
 }
 
@@ -121,7 +121,7 @@ pub async fn progress(
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    let d = services::organizations::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
     Ok(HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .insert_header(("Cache-Control", "no-store"))
@@ -151,7 +151,7 @@ pub async fn retry(
             .insert_header(("Location", format!("/operator/rule-changes/{id}")))
             .finish());
     }
-    let d = services::organizations::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
     Ok(HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .body(views::rule_change_progress(&view(&req, &d)).into_string()))

@@ -36,8 +36,8 @@ async fn view(
     forms: Forms,
     notice: Option<String>,
 ) -> Result<views::TopologyView, AppError> {
-    let t = services::organizations::topology(&state.db).await?;
-    let products = services::organizations::tier_product_options(&state.db).await?;
+    let t = services::reads::topology(&state.db).await?;
+    let products = services::reads::tier_product_options(&state.db).await?;
     Ok(views::TopologyView {
         csrf: csrf_token(req),
         products,
@@ -167,7 +167,7 @@ pub async fn preview(
     let answer = async {
         let a = parse_add(*id, &f, None)?;
         let r = services::topology::preview_add_tier(&state.db, &a, state.config.plan_act_holder_cap).await?;
-        let names = services::organizations::tier_names(&state.db, *id, a.product_id).await?;
+        let names = services::reads::tier_names(&state.db, *id, a.product_id).await?;
         Ok(views::tier_add_preview(&views::TierAddPreview {
             ladder: names.0,
             product: names.1,

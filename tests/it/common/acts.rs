@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use member_console::{
     db::{TxKind, begin},
     services::{
-        entitlements::{self as ent, OrgName},
         grants::{self, IssueGrant, Recipient},
+        organizations::{self as orgs, OrgName},
         plan_acts::{self as pa, Disposition},
         topology::TopologyError,
     },
@@ -39,12 +39,12 @@ pub async fn product_id(t: &TestDb, name: &str) -> i64 {
     id_by_name(t, "products", "product_id", name).await
 }
 
-pub async fn org_of_type(t: &TestDb, name: &str, ty: i64) -> ent::CreatedOrganization {
-    ent::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
+pub async fn org_of_type(t: &TestDb, name: &str, ty: i64) -> orgs::CreatedOrganization {
+    orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
 }
 
 /// `n` organizations of the type, named `{prefix} {i:03}`.
-pub async fn orgs_of_type(t: &TestDb, ty: i64, prefix: &str, n: usize) -> Vec<ent::CreatedOrganization> {
+pub async fn orgs_of_type(t: &TestDb, ty: i64, prefix: &str, n: usize) -> Vec<orgs::CreatedOrganization> {
     let mut out = vec![];
     for i in 0..n {
         out.push(org_of_type(t, &format!("{prefix} {i:03}"), ty).await);
