@@ -6,6 +6,7 @@ pub mod boot;
 pub mod config;
 pub mod db;
 pub mod demo;
+pub mod job_registry;
 pub mod jobs;
 pub mod lock_paths;
 pub mod scratch;

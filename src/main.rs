@@ -291,10 +291,13 @@ fn start_worker(b: &Booted, stop: tokio::sync::watch::Receiver<bool>) -> impl st
         ..Default::default()
     };
     async move {
-        if let Err(e) = jobs::register_standard_schedules(&db).await {
+        if let Err(e) = member_console::job_registry::register_standard_schedules(&db).await {
             tracing::error!(error = %e, "could not register the standard schedules");
         }
-        jobs::Worker::new(db, jobs::standard_handlers(), options.concurrency).with_options(options).run(stop).await;
+        jobs::Worker::new(db, member_console::job_registry::standard_handlers(), options.concurrency)
+            .with_options(options)
+            .run(stop)
+            .await;
     }
 }
 

@@ -491,7 +491,7 @@ async fn run_in(config: &Config, opts: &StressOptions, scratch: &ScratchDb) -> a
         .context("connecting the job workers")?;
     let mut job_db = Db::new(job_pool);
     job_db.lock_timeout = config.lock_timeout;
-    jobs::register_standard_schedules(&job_db).await?;
+    crate::job_registry::register_standard_schedules(&job_db).await?;
 
     let t0: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&admin).await?;
     let started = Instant::now();
@@ -641,7 +641,7 @@ fn start_workers(db: &Db, lock_timeout: Duration) -> Workers {
     let (stop, rx) = tokio::sync::watch::channel(false);
     let handles = (0..JOB_WORKERS)
         .map(|_| {
-            let w = Worker::new(db.clone(), quietly(jobs::standard_handlers(), &quiet), JOB_CONCURRENCY)
+            let w = Worker::new(db.clone(), quietly(crate::job_registry::standard_handlers(), &quiet), JOB_CONCURRENCY)
                 .with_options(options.clone());
             tokio::spawn(w.run(rx.clone()).with_subscriber(quiet.clone()))
         })

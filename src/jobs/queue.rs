@@ -20,6 +20,13 @@ pub const NOTIFY_CHANNEL: &str = "member_console_jobs";
 /// Attempts a job gets when its `NewJob` does not say; the column default repeats it.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 10;
 
+/// A job a service defines: the kind its handler is registered under, and its payload as a type
+/// (a struct with named fields; one with none for a job that needs none). The queue stores the
+/// payload as JSON; a handler gets it back typed, or the job fails permanently naming the payload.
+pub trait Job: serde::Serialize + serde::de::DeserializeOwned + Send + 'static {
+    const KIND: &'static str;
+}
+
 /// A job to enqueue.
 #[derive(Clone, Debug)]
 pub struct NewJob<'a> {
@@ -38,6 +45,13 @@ impl<'a> NewJob<'a> {
     /// A job of `kind`, due now, no dedupe key, the default attempts.
     pub fn new(kind: &'a str, payload: serde_json::Value) -> Self {
         NewJob { kind, payload, run_at: None, dedupe_key: None, max_attempts: None }
+    }
+
+    /// A typed job, due now, no dedupe key, the default attempts.
+    pub fn of<J: Job>(job: &J) -> NewJob<'static> {
+        // A struct of plain fields always serializes.
+        let payload = serde_json::to_value(job).unwrap_or_default();
+        NewJob { kind: J::KIND, payload, run_at: None, dedupe_key: None, max_attempts: None }
     }
 }
 

@@ -106,6 +106,26 @@ impl Handlers {
         self
     }
 
+    /// Register the handler of a typed job: the payload is read back as `J` first, and a payload
+    /// that is not one fails the job permanently, naming it.
+    pub fn job<J, F, Fut>(&mut self, f: F) -> &mut Self
+    where
+        J: super::queue::Job,
+        F: Fn(JobContext, J) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), JobError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        self.register(J::KIND, move |ctx, payload| {
+            let f = f.clone();
+            async move {
+                let job = serde_json::from_value::<J>(payload.clone()).map_err(|e| {
+                    JobError::Permanent(format!("the payload of a {} job is not one ({e}): {payload}", J::KIND))
+                })?;
+                f(ctx, job).await
+            }
+        })
+    }
+
     /// Add every handler of `other` (its own win on a clash).
     pub fn merge(&mut self, other: Handlers) -> &mut Self {
         self.map.extend(other.map);

@@ -11,7 +11,7 @@ use crate::{
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
     },
-    jobs::{self, NewJob},
+    jobs::{self, Job, NewJob},
     services::entitlements::{confer_grant_tx, restore_pool_tx},
     store::{
         entitlements::{self as ent, NewGrant},
@@ -221,13 +221,13 @@ impl IssueGrant {
 /// the grant's finds nothing to do.
 async fn schedule_grant_jobs(tx: &mut Tx, g: &Grant) -> Result<(), DbError> {
     if let Some(end) = g.ends_at {
-        let mut job = NewJob::new(EXPIRE_GRANT, json!({ "grant_id": g.grant_id }));
+        let mut job = NewJob::of(&ExpireGrant { grant_id: g.grant_id });
         job.run_at = Some(end);
         job.dedupe_key = Some(format!("{EXPIRE_GRANT}:{}:{}", g.grant_id, end.timestamp_micros()));
         jobs::enqueue(tx.conn(), job).await?;
     }
     if g.status == "waiting" && g.organization_id.is_some() && g.starts_at > Utc::now() {
-        let mut job = NewJob::new(START_GRANT, json!({ "grant_id": g.grant_id }));
+        let mut job = NewJob::of(&StartGrant { grant_id: g.grant_id });
         job.run_at = Some(g.starts_at);
         job.dedupe_key = Some(format!("{START_GRANT}:{}:{}", g.grant_id, g.starts_at.timestamp_micros()));
         jobs::enqueue(tx.conn(), job).await?;
@@ -238,6 +238,34 @@ async fn schedule_grant_jobs(tx: &mut Tx, g: &Grant) -> Result<(), DbError> {
 pub const EXPIRE_GRANT: &str = "expire_grant";
 pub const START_GRANT: &str = "start_grant";
 pub const SWEEP_GRANTS: &str = "sweep_grants";
+
+/// ExpireGrantActivity: the grant's end has come (a job that finds another end does nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExpireGrant {
+    pub grant_id: i64,
+}
+
+impl Job for ExpireGrant {
+    const KIND: &'static str = EXPIRE_GRANT;
+}
+
+/// StartGrantActivity: a waiting grant's start has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StartGrant {
+    pub grant_id: i64,
+}
+
+impl Job for StartGrant {
+    const KIND: &'static str = START_GRANT;
+}
+
+/// The schedule that catches an expiry or a start whose job was missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SweepGrants {}
+
+impl Job for SweepGrants {
+    const KIND: &'static str = SWEEP_GRANTS;
+}
 
 pub static ISSUE_GRANT_LOCKS: PathLocks = PathLocks {
     path: "IssueGrant",

@@ -122,6 +122,16 @@ pub async fn create_organization_tx(
     Ok(CreatedOrganization { organization_id, pool_id, floor_grant_id })
 }
 
+/// The schedule that folds the counts' appended rows (their readers sum what is appended since).
+pub const COMPACT_COUNTS: &str = "compact_organization_counts";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CompactCounts {}
+
+impl crate::jobs::Job for CompactCounts {
+    const KIND: &'static str = COMPACT_COUNTS;
+}
+
 pub static COMPACT_COUNTS_LOCKS: PathLocks = PathLocks {
     path: "Compact the organization counts",
     function: "services::organizations::compact_counts",

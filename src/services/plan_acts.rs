@@ -13,13 +13,31 @@ use crate::{
         Db, DbError, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
-    jobs::{self, NewJob},
+    jobs::{self, Job, NewJob},
     services::topology::TopologyError,
     store::{plan_acts as store, topology},
 };
 
 pub const DRAIN_PLAN_ACT: &str = "drain_plan_act";
 pub const RESUME_PLAN_ACT_DRAINS: &str = "resume_plan_act_drains";
+
+/// A plan act's listing and moves after the request that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DrainPlanAct {
+    pub plan_act_id: i64,
+}
+
+impl Job for DrainPlanAct {
+    const KIND: &'static str = DRAIN_PLAN_ACT;
+}
+
+/// The schedule that enqueues the drains of acts still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResumePlanActDrains {}
+
+impl Job for ResumePlanActDrains {
+    const KIND: &'static str = RESUME_PLAN_ACT_DRAINS;
+}
 /// Organizations one listing batch writes.
 pub const LISTING_BATCH: i32 = 500;
 /// Moves one drain runs at once, each over its own share of pool ids.
@@ -335,7 +353,7 @@ async fn decide_default_target(tx: &mut Tx, current: Option<i64>, ladder_id: i64
 }
 
 async fn enqueue_drain(tx: &mut Tx, act: i64) -> Result<(), DbError> {
-    let mut job = NewJob::new(DRAIN_PLAN_ACT, json!({ "plan_act_id": act }));
+    let mut job = NewJob::of(&DrainPlanAct { plan_act_id: act });
     job.dedupe_key = Some(format!("{DRAIN_PLAN_ACT}:{act}"));
     jobs::enqueue(tx.conn(), job).await?;
     Ok(())

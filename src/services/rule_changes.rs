@@ -8,14 +8,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::json;
-
 use crate::{
     db::{
         Db, DbError, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
-    jobs::{self, NewJob},
+    jobs::{self, Job, NewJob},
     services::catalog::{KeyKind, RuleValue},
     store::{catalog, entitlements as ent, rule_changes as store},
 };
@@ -28,6 +26,24 @@ pub const DRAIN_RULE_CHANGE: &str = "drain_rule_change";
 /// Carrying pools one listing transaction owes.
 pub const LISTING_BATCH: i32 = 5_000;
 pub const RESUME_RULE_CHANGE_DRAINS: &str = "resume_rule_change_drains";
+
+/// The drain of a rule change above the sync cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DrainRuleChange {
+    pub change_id: i64,
+}
+
+impl Job for DrainRuleChange {
+    const KIND: &'static str = DRAIN_RULE_CHANGE;
+}
+
+/// The schedule that enqueues the drains of changes still owing pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResumeRuleChangeDrains {}
+
+impl Job for ResumeRuleChangeDrains {
+    const KIND: &'static str = RESUME_RULE_CHANGE_DRAINS;
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuleChangeError {
@@ -181,7 +197,7 @@ async fn deltas(
 }
 
 async fn enqueue_drain(tx: &mut Tx, change_id: i64) -> Result<(), DbError> {
-    let mut job = NewJob::new(DRAIN_RULE_CHANGE, json!({ "change_id": change_id }));
+    let mut job = NewJob::of(&DrainRuleChange { change_id });
     job.dedupe_key = Some(format!("{DRAIN_RULE_CHANGE}:{change_id}"));
     jobs::enqueue(tx.conn(), job).await?;
     Ok(())

@@ -386,7 +386,7 @@ async fn a_grants_expiry_job_runs_once_with_two_workers_and_after_a_crashed_work
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut workers = vec![];
     for _ in 0..2 {
-        let w = Worker::new(t.db.clone(), jobs::standard_handlers(), 2);
+        let w = Worker::new(t.db.clone(), member_console::job_registry::standard_handlers(), 2);
         workers.push(tokio::spawn(w.run(stop_rx.clone())));
     }
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -81,6 +81,45 @@ struct JobRow {
     dedupe_key: Option<String>,
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typed_job_gets_its_payload_back_and_a_payload_that_is_not_one_fails_once_naming_it() {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Echo {
+        n: i64,
+    }
+    impl member_console::jobs::Job for Echo {
+        const KIND: &'static str = "test_echo";
+    }
+    let t = TestDb::new().await;
+    create_effects_table(&t).await;
+    let mut h = Handlers::new();
+    h.job(|ctx, e: Echo| async move {
+        // The payload's number, recorded where the job's id would be.
+        sqlx::query("INSERT INTO public.job_effects (job_id, worker) VALUES ($1, $2)")
+            .bind(e.n)
+            .bind(&*ctx.worker_id)
+            .execute(&ctx.db.pool)
+            .await?;
+        Ok(())
+    });
+    let w = spawn(Worker::new(t.db.clone(), h, 1).with_options(WorkerOptions { concurrency: 1, ..fast() }));
+    let good = enqueue_committed(&t.db, NewJob::of(&Echo { n: 42 })).await;
+    let bad =
+        enqueue_committed(&t.db, NewJob { max_attempts: Some(5), ..NewJob::new("test_echo", json!({ "m": "x" })) })
+            .await;
+    wait_until("both are final", Duration::from_secs(20), || async {
+        state_of(&t.admin, good).await == "done" && state_of(&t.admin, bad).await == "failed"
+    })
+    .await;
+    w.stop().await;
+    let seen: Vec<i64> = sqlx::query_scalar("SELECT job_id FROM public.job_effects").fetch_all(&t.admin).await.unwrap();
+    assert_eq!(seen, vec![42]);
+    let b = job(&t.admin, bad).await.unwrap();
+    assert_eq!(b.attempts, 1, "a payload that is not one is not retried");
+    let err = b.last_error.unwrap_or_default();
+    assert!(err.contains("the payload of a test_echo job is not one") && err.contains("\"m\""), "{err}");
+}
+
 async fn job(admin: &PgPool, id: i64) -> Option<JobRow> {
     sqlx::query_as(
         "SELECT kind, payload, state, attempts, max_attempts, last_error, locked_by, locked_until, finished_at,
@@ -735,9 +774,9 @@ async fn purge_expired_deletes_exactly_the_expired_rows() {
     .unwrap();
 
     // Through the real wiring: the start-up schedule fires at once and the standard handler runs.
-    jobs::register_standard_schedules(&t.db).await.unwrap();
+    member_console::job_registry::register_standard_schedules(&t.db).await.unwrap();
     let opts = WorkerOptions { fire_schedules: true, ..fast() };
-    let w = spawn(Worker::new(t.db.clone(), jobs::standard_handlers(), 2).with_options(opts));
+    let w = spawn(Worker::new(t.db.clone(), member_console::job_registry::standard_handlers(), 2).with_options(opts));
     wait_until("the purge has run", Duration::from_secs(15), || async {
         count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE kind = 'purge_expired' AND state = 'done'").await
             == 1

@@ -758,7 +758,8 @@ async fn a_drain_killed_midway_is_resumed_and_settles_every_obligation_once() {
     assert_eq!(pa::resume_drains(&t.db).await.unwrap(), 1);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let worker = tokio::spawn(
-        member_console::jobs::Worker::new(t.db.clone(), member_console::jobs::standard_handlers(), 2).run(stop_rx),
+        member_console::jobs::Worker::new(t.db.clone(), member_console::job_registry::standard_handlers(), 2)
+            .run(stop_rx),
     );
     wait_until(
         &t,

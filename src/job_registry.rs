@@ -1,0 +1,91 @@
+//! The console's jobs and schedules, wired in one place above the services that define them and
+//! the queue that runs them (neither imports this module).
+
+use std::time::Duration;
+
+use crate::{
+    db::{Db, DbError},
+    jobs::{self, Handlers, JobError, PurgeExpired, ensure_schedule},
+    services::{
+        grants::{self, ExpireGrant, GrantError, StartGrant, SweepGrants},
+        organizations::{self, CompactCounts},
+        plan_acts::{self as pa, DrainPlanAct, ResumePlanActDrains},
+        rule_changes::{self as rc, DrainRuleChange, ResumeRuleChangeDrains},
+    },
+};
+
+pub const PURGE_EXPIRED_EVERY: Duration = Duration::from_secs(3600);
+pub const COMPACT_COUNTS_EVERY: Duration = Duration::from_secs(60);
+/// How often the grant sweep runs: a missed expiry or start job is caught within this.
+pub const SWEEP_GRANTS_EVERY: Duration = Duration::from_secs(60);
+/// How often the pollers look for rule changes and plan acts with work still owed.
+pub const RESUME_DRAINS_EVERY: Duration = Duration::from_secs(30);
+
+fn grant_failure(e: GrantError) -> JobError {
+    match e {
+        GrantError::Db(d) => JobError::Db(d),
+        other => JobError::Permanent(other.to_string()),
+    }
+}
+
+/// The handlers of the console's own jobs.
+pub fn standard_handlers() -> Handlers {
+    let mut h = Handlers::new();
+    h.job(|ctx, _: PurgeExpired| async move {
+        jobs::purge_expired(&ctx.db).await?;
+        Ok(())
+    });
+    h.job(|ctx, _: CompactCounts| async move {
+        organizations::compact_counts(&ctx.db).await?;
+        Ok(())
+    });
+    // ExpireGrantActivity: idempotent, so a repeat (two workers, a restart) changes nothing.
+    h.job(|ctx, j: ExpireGrant| async move {
+        grants::expire_grant(&ctx.db, j.grant_id).await.map_err(grant_failure)?;
+        Ok(())
+    });
+    h.job(|ctx, j: StartGrant| async move {
+        grants::start_waiting_grant(&ctx.db, j.grant_id).await.map_err(grant_failure)?;
+        Ok(())
+    });
+    h.job(|ctx, _: SweepGrants| async move {
+        grants::sweep_grants(&ctx.db).await.map_err(grant_failure)?;
+        Ok(())
+    });
+    // The two drains run for as long as their work takes, far past a lease: the worker renews
+    // the lease while they run, and stops them (their move tasks with them, as their JoinSet is
+    // dropped) if it is ever lost, so one drain job never runs on two workers at once. Neither
+    // checks the lease itself; a move or settlement in flight when a drain stops is guarded by
+    // its own obligation row, so it is applied once either way.
+    //
+    // The drain of a rule change above the sync cap; the poller re-enqueues what is still due.
+    h.job(|ctx, j: DrainRuleChange| async move {
+        rc::drain_change(&ctx.db, j.change_id, rc::DEFAULT_DRAIN_PARALLELISM).await?;
+        Ok(())
+    });
+    h.job(|ctx, _: ResumeRuleChangeDrains| async move {
+        rc::resume_drains(&ctx.db).await?;
+        Ok(())
+    });
+    // A default change's listing and moves after the request that made it; the poller resumes it.
+    h.job(|ctx, j: DrainPlanAct| async move {
+        pa::drain_plan_act(&ctx.db, j.plan_act_id, None).await?;
+        Ok(())
+    });
+    h.job(|ctx, _: ResumePlanActDrains| async move {
+        pa::resume_drains(&ctx.db).await?;
+        Ok(())
+    });
+    h
+}
+
+/// Create the console's schedules, or bring their intervals up to date (idempotent; every
+/// replica calls it at start-up).
+pub async fn register_standard_schedules(db: &Db) -> Result<(), DbError> {
+    use jobs::Job;
+    ensure_schedule(db, PurgeExpired::KIND, PURGE_EXPIRED_EVERY).await?;
+    ensure_schedule(db, CompactCounts::KIND, COMPACT_COUNTS_EVERY).await?;
+    ensure_schedule(db, SweepGrants::KIND, SWEEP_GRANTS_EVERY).await?;
+    ensure_schedule(db, ResumeRuleChangeDrains::KIND, RESUME_DRAINS_EVERY).await?;
+    ensure_schedule(db, ResumePlanActDrains::KIND, RESUME_DRAINS_EVERY).await
+}
