@@ -43,29 +43,7 @@ pub const LISTING_BATCH: i32 = 500;
 /// Moves one drain runs at once, each over its own share of pool ids.
 pub const MOVE_PARALLELISM: i64 = 4;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    Migrate,
-    Grandfather,
-}
-
-impl Disposition {
-    pub fn parse(s: &str) -> Result<Option<Disposition>, String> {
-        match s.trim() {
-            "" => Ok(None),
-            "migrate" => Ok(Some(Disposition::Migrate)),
-            "grandfather" => Ok(Some(Disposition::Grandfather)),
-            other => Err(format!("“{other}” is not a disposition: choose migrate or grandfather.")),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Disposition::Migrate => "migrate",
-            Disposition::Grandfather => "grandfather",
-        }
-    }
-}
+pub use super::topology::Disposition;
 
 fn invalid(field: &str, m: impl Into<String>) -> TopologyError {
     TopologyError::Invalid(vec![(field.into(), m.into())])

@@ -11,13 +11,38 @@ use crate::{
         Db, DbError, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
-    services::plan_acts::Disposition,
     store::{entitlements as ent, grants, topology as store},
 };
 
 /// Above this many holding organizations a tier add (or removal) is refused: it would hold the
 /// exclusive rendezvous too long.
 pub const DEFAULT_HOLDER_CAP: i64 = 10_000;
+
+/// How a plan act treats the organizations it reaches: moves them (migrate) or leaves them on
+/// what they hold (grandfather). Tier removals and default changes both take one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    Migrate,
+    Grandfather,
+}
+
+impl Disposition {
+    pub fn parse(s: &str) -> Result<Option<Disposition>, String> {
+        match s.trim() {
+            "" => Ok(None),
+            "migrate" => Ok(Some(Disposition::Migrate)),
+            "grandfather" => Ok(Some(Disposition::Grandfather)),
+            other => Err(format!("“{other}” is not a disposition: choose migrate or grandfather.")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Migrate => "migrate",
+            Disposition::Grandfather => "grandfather",
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
