@@ -7,8 +7,9 @@ use clap::{Parser, Subcommand};
 use member_console::{
     boot::{Booted, boot},
     config::Config,
-    db::{cluster::PrivateCluster, locks},
+    db::{cluster::PrivateCluster, locks, sql_functions},
     demo, jobs,
+    scratch::ScratchDb,
     services::auth::{Email, NewPassword, ensure_account},
     stress, web,
 };
@@ -47,6 +48,9 @@ enum Command {
     },
     /// Print the per-path lock orders, as docs/database-locks.md shows them.
     LockOrders,
+    /// Print the SQL functions in force, as docs/sql-functions.md shows them: read from a scratch
+    /// database on the console's server, migrated, then dropped.
+    SqlFunctions,
     /// Benchmarks, each against a scratch database, with the TPC-B yardstick in the same run.
     Bench {
         #[command(subcommand)]
@@ -144,6 +148,9 @@ fn main() -> anyhow::Result<()> {
             print!("{}", locks::render_orders(&member_console::lock_paths::declared()));
             Ok(())
         }
+        Command::SqlFunctions => {
+            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(print_sql_functions())
+        }
         Command::Pg { action } => pg(action),
         Command::Bench { which } => {
             tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(bench(which))
@@ -214,6 +221,19 @@ async fn bench(which: BenchWhich) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn print_sql_functions() -> anyhow::Result<()> {
+    let config = Config::from_env()?;
+    let scratch = ScratchDb::create(&config, "mc_sql_functions", 2).await?;
+    let rendered = async {
+        let mut conn = scratch.admin.acquire().await?;
+        sql_functions::render(&mut conn).await
+    }
+    .await;
+    let dropped = scratch.drop_database().await;
+    print!("{}", rendered?);
+    dropped
+}
+
 fn pg(action: PgAction) -> anyhow::Result<()> {
     let config = Config::from_env()?;
     let cluster = PrivateCluster::ensure_started(&config.data_dir)?;
@@ -241,7 +261,11 @@ async fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::CreateOperator { email, password_stdin } => create_operator(&booted, &email, password_stdin).await,
-        Command::LockOrders | Command::Pg { .. } | Command::Bench { .. } | Command::Stress { .. } => {
+        Command::LockOrders
+        | Command::SqlFunctions
+        | Command::Pg { .. }
+        | Command::Bench { .. }
+        | Command::Stress { .. } => {
             unreachable!("handled before the runtime starts")
         }
     };

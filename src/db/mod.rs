@@ -6,6 +6,7 @@ pub mod keys;
 pub mod locks;
 pub mod migrate;
 pub mod retry;
+pub mod sql_functions;
 pub mod tx;
 
 use std::time::Duration;

@@ -359,3 +359,19 @@ fn the_docs_page_shows_the_declared_orders() {
         "docs/database-locks.md is out of date: run `member-console lock-orders` and paste its output"
     );
 }
+
+#[tokio::test]
+async fn the_docs_page_shows_the_sql_functions_in_force() {
+    use member_console::db::sql_functions::{FUNCTIONS_BEGIN, FUNCTIONS_END, render};
+    let t = TestDb::new().await;
+    let mut conn = t.admin.acquire().await.unwrap();
+    let rendered = render(&mut conn).await.unwrap();
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sql-functions.md")).unwrap();
+    let start = page.find(FUNCTIONS_BEGIN).expect("the begin marker") + FUNCTIONS_BEGIN.len();
+    let end = page.find(FUNCTIONS_END).expect("the end marker");
+    assert_eq!(
+        page[start..end].trim(),
+        rendered.trim(),
+        "docs/sql-functions.md is out of date: run `member-console sql-functions` and paste its output"
+    );
+}
