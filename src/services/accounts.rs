@@ -8,6 +8,7 @@ use crate::{
     },
 };
 
+#[tracing::instrument(name = "Read an account's memberships", skip_all, fields(account_id = account_id))]
 pub async fn memberships(db: &Db, account_id: i64) -> Result<Vec<Membership>, DbError> {
     let mut conn = db.read().await?;
     Ok(accounts::memberships(&mut conn, account_id).await?)
@@ -20,6 +21,7 @@ pub struct OperatorOverview {
     pub failed_jobs: Vec<FailedJob>,
 }
 
+#[tracing::instrument(name = "Read the operations overview", skip_all)]
 pub async fn operator_overview(db: &Db) -> Result<OperatorOverview, DbError> {
     let mut conn = db.read().await?;
     Ok(OperatorOverview {

@@ -154,6 +154,7 @@ pub async fn sign_in(
 /// The account behind a session token if the session is live (idle and absolute bounds); its
 /// last-seen time moves at most once a `SESSION_TOUCH_EVERY`. One round trip, bounded by the
 /// request's deadline.
+#[tracing::instrument(name = "Resume a session", skip_all)]
 pub async fn resume_session(db: &Db, token: &str) -> Result<Option<SessionAccount>, DbError> {
     let Some(sql) = accounts::resume_session_sql(token, SESSION_IDLE, SESSION_TOUCH_EVERY) else { return Ok(None) };
     let rows = crate::db::tx::once_unrecorded(db, TxKind::Plain, sql).await?;

@@ -139,6 +139,7 @@ fn parse_name(field: &str, what: &str, s: &str) -> Result<String, CatalogError> 
     Ok(s.to_string())
 }
 
+#[tracing::instrument(name = "Create a resource key", skip_all)]
 pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &str) -> Result<String, CatalogError> {
     let mut problems = vec![];
     let key = ResourceKeyName::parse(key).map_err(|m| problems.push(("key".to_string(), m))).ok();
@@ -158,6 +159,7 @@ pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &s
     Ok(key.0)
 }
 
+#[tracing::instrument(name = "Create an entitlement set", skip_all)]
 pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<i64, CatalogError> {
     let name = parse_name("name", "An entitlement set", name)?;
     let mut tx = begin(db, TxKind::Plain).await?;
@@ -168,6 +170,7 @@ pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<i64, CatalogE
     Ok(id)
 }
 
+#[tracing::instrument(name = "Create a product", skip_all)]
 pub async fn create_product(db: &Db, name: &str, set_id: Option<i64>, published: bool) -> Result<i64, CatalogError> {
     let name = parse_name("name", "A product", name)?;
     let mut tx = begin(db, TxKind::Plain).await?;
@@ -204,6 +207,7 @@ pub static CHANGE_PRODUCT_SET_LOCKS: PathLocks = PathLocks {
 
 /// UpdateProduct: name and publication in a plain transaction; a change of entitlement set
 /// under the exclusive rendezvous, refused while any pool carries the product.
+#[tracing::instrument(name = "UpdateProduct", skip_all, fields(id = id))]
 pub async fn update_product(
     db: &Db,
     id: i64,

@@ -121,6 +121,7 @@ pub async fn restore_pool_tx(
 
 /// Suspend or reinstate one subscription's provisions (they keep their ladders), and
 /// materialize. `status` is "suspended" or "active".
+#[tracing::instrument(name = "SyncSourceStatus", skip_all, fields(subscription_id = subscription_id))]
 pub async fn sync_source_status(db: &Db, subscription_id: i64, status: &str) -> Result<i32, EntitlementError> {
     if !matches!(status, "suspended" | "active") {
         return Err(EntitlementError::Invalid(format!("{status:?} is not a source status")));
@@ -137,6 +138,7 @@ pub async fn sync_source_status(db: &Db, subscription_id: i64, status: &str) -> 
 }
 
 /// Change a conferral's quantity (and end bound), and materialize.
+#[tracing::instrument(name = "UpdateConferralBounds", skip_all, fields(conferral_id = conferral_id))]
 pub async fn update_conferral_bounds(
     db: &Db,
     conferral_id: i64,

@@ -256,6 +256,7 @@ pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -
 }
 
 /// The preview of a reorder: read in a plain transaction that writes nothing.
+#[tracing::instrument(name = "Preview ReorderTiers", skip_all)]
 pub async fn preview_reorder_tiers(db: &Db, r: &ReorderTiers) -> Result<ActReach, TopologyError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
@@ -278,6 +279,7 @@ pub async fn preview_reorder_tiers(db: &Db, r: &ReorderTiers) -> Result<ActReach
 }
 
 /// The preview of a default change: its reach and refusals, read in a plain transaction.
+#[tracing::instrument(name = "Preview ChangeOrgTypeDefault", skip_all, fields(org_type_id = org_type_id, ladder_id = ladder_id))]
 pub async fn preview_default_change(
     db: &Db,
     org_type_id: i64,
@@ -484,6 +486,7 @@ async fn move_part(db: &Db, act: i64, part: i64, within: Option<Instant>) -> Res
 /// EnactObligation: one organization's move, in one call to core.enact_plan_act_obligation (the
 /// pool row, the obligation row, the bucket's work, the settlement). False when there was nothing
 /// to do (settled already, or no longer pending).
+#[tracing::instrument(name = "EnactObligation", skip_all, fields(act = act, pool = pool))]
 pub async fn enact_obligation(db: &Db, act: i64, pool: i64, within: Option<Instant>) -> Result<bool, DbError> {
     // The transaction, the call and the commit in one round trip: a drain makes one per
     // organization.
@@ -534,6 +537,7 @@ pub async fn retry_plan_act(db: &Db, act: i64, actor: Option<i64>) -> Result<i64
 }
 
 /// The poller: a drain job for every act still running (after a crash or a restart).
+#[tracing::instrument(name = "Resume the plan acts' drains", skip_all)]
 pub async fn resume_drains(db: &Db) -> Result<usize, DbError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let acts = store::running_acts(tx.conn()).await?;

@@ -23,6 +23,7 @@ pub struct CatalogOverview {
     pub tiers: Vec<store::Tier>,
 }
 
+#[tracing::instrument(name = "Read catalog", skip_all)]
 pub async fn catalog(db: &Db) -> Result<CatalogOverview, DbError> {
     let mut c = db.read().await?;
     Ok(CatalogOverview {
@@ -40,6 +41,7 @@ pub struct SetDetail {
     pub keys: Vec<store::ResourceKey>,
 }
 
+#[tracing::instrument(name = "Read entitlement set", skip_all, fields(id = id))]
 pub async fn entitlement_set(db: &Db, id: i64) -> Result<Option<SetDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(set) = store::entitlement_set(&mut c, id).await? else { return Ok(None) };
@@ -56,6 +58,7 @@ pub struct ProductDetail {
     pub tiers: Vec<store::Tier>,
 }
 
+#[tracing::instrument(name = "Read product", skip_all, fields(id = id))]
 pub async fn product(db: &Db, id: i64) -> Result<Option<ProductDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(product) = store::product(&mut c, id).await? else { return Ok(None) };
@@ -69,6 +72,7 @@ pub struct Topology {
     pub org_types: Vec<store::OrgType>,
 }
 
+#[tracing::instrument(name = "Read topology", skip_all)]
 pub async fn topology(db: &Db) -> Result<Topology, DbError> {
     let mut c = db.read().await?;
     Ok(Topology {
@@ -92,6 +96,7 @@ pub struct OrganizationList {
 /// A page of organizations by name, found by key whichever page it is, and the count: for the
 /// whole list, from the kept counts; for a search, counted up to a cap. A search that is an
 /// organization's id shows that organization first.
+#[tracing::instrument(name = "Read organizations", skip_all)]
 pub async fn organizations(db: &Db, query: &str, seek: Seek) -> Result<OrganizationList, DbError> {
     let mut c = db.read().await?;
     let q = query.trim();
@@ -123,6 +128,7 @@ pub struct OrganizationDetail {
     pub members: Vec<store::Member>,
 }
 
+#[tracing::instrument(name = "Read organization", skip_all, fields(id = id))]
 pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(facts) = store::organization(&mut c, id).await? else { return Ok(None) };
@@ -148,6 +154,7 @@ pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>
 
 /// The member's organizations, as their home shows them: one round trip, bounded by the
 /// request's deadline.
+#[tracing::instrument(name = "Read member home", skip_all, fields(account_id = account_id))]
 pub async fn member_home(db: &Db, account_id: i64) -> Result<Vec<accounts::MemberHome>, DbError> {
     let rows =
         crate::db::tx::once_unrecorded(db, crate::db::TxKind::Plain, accounts::member_home_sql(account_id)).await?;
@@ -164,6 +171,7 @@ pub struct GrantList {
     pub organization_name: Option<String>,
 }
 
+#[tracing::instrument(name = "Read grants", skip_all)]
 pub async fn grants(
     db: &Db,
     status: Option<&str>,
@@ -186,6 +194,7 @@ pub struct GrantDetail {
     pub events: Vec<grants::EventRow>,
 }
 
+#[tracing::instrument(name = "Read grant", skip_all, fields(id = id))]
 pub async fn grant(db: &Db, id: i64) -> Result<Option<GrantDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(grant) = grants::grant_row(&mut c, id).await? else { return Ok(None) };
@@ -196,16 +205,19 @@ pub async fn grant(db: &Db, id: i64) -> Result<Option<GrantDetail>, DbError> {
     }))
 }
 
+#[tracing::instrument(name = "Read published products", skip_all)]
 pub async fn published_products(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
     let mut c = db.read().await?;
     Ok(grants::published_products(&mut c).await?)
 }
 
+#[tracing::instrument(name = "Read org type options", skip_all)]
 pub async fn org_type_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
     let mut c = db.read().await?;
     Ok(store::org_types(&mut c).await?.into_iter().map(|t| (t.org_type_id, t.name)).collect())
 }
 
+#[tracing::instrument(name = "Read rule changes", skip_all)]
 pub async fn rule_changes(db: &Db) -> Result<(Vec<rule_changes::ChangeRow>, Vec<rule_changes::ActRow>), DbError> {
     let mut c = db.read().await?;
     let changes = rule_changes::changes(&mut c, 200).await?;
@@ -220,6 +232,7 @@ pub struct RuleChangeDetail {
     pub failures: Vec<rule_changes::FailureRow>,
 }
 
+#[tracing::instrument(name = "Read rule change", skip_all, fields(id = id))]
 pub async fn rule_change(db: &Db, id: i64) -> Result<Option<RuleChangeDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(change) = rule_changes::change(&mut c, id).await? else { return Ok(None) };
@@ -231,12 +244,14 @@ pub async fn rule_change(db: &Db, id: i64) -> Result<Option<RuleChangeDetail>, D
 }
 
 /// Published products with an entitlement set: the ones a tier may be.
+#[tracing::instrument(name = "Read tier product options", skip_all)]
 pub async fn tier_product_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
     let mut c = db.read().await?;
     Ok(store::tier_product_options(&mut c).await?)
 }
 
 /// The names of a ladder and a product, for a preview's sentence.
+#[tracing::instrument(name = "Read tier names", skip_all, fields(ladder_id = ladder_id, product_id = product_id))]
 pub async fn tier_names(db: &Db, ladder_id: i64, product_id: i64) -> Result<(String, String), DbError> {
     let mut c = db.read().await?;
     let ladder = store::ladders(&mut c).await?.into_iter().find(|l| l.plan_ladder_id == ladder_id).map(|l| l.name);
@@ -244,11 +259,13 @@ pub async fn tier_names(db: &Db, ladder_id: i64, product_id: i64) -> Result<(Str
     Ok((ladder.unwrap_or_default(), product.unwrap_or_default()))
 }
 
+#[tracing::instrument(name = "Read plan acts", skip_all)]
 pub async fn plan_acts(db: &Db) -> Result<Vec<topology::PlanActRow>, DbError> {
     let mut c = db.read().await?;
     Ok(topology::plan_acts(&mut c, 200).await?)
 }
 
+#[tracing::instrument(name = "Read plan act", skip_all, fields(id = id))]
 pub async fn plan_act(db: &Db, id: i64) -> Result<Option<topology::PlanActRow>, DbError> {
     let mut c = db.read().await?;
     Ok(topology::plan_act(&mut c, id).await?)
@@ -262,6 +279,7 @@ pub struct PlanActProgress {
     pub failures: Vec<plan_acts::Failure>,
 }
 
+#[tracing::instrument(name = "Read plan act progress", skip_all, fields(id = id))]
 pub async fn plan_act_progress(db: &Db, id: i64) -> Result<PlanActProgress, DbError> {
     let mut c = db.read().await?;
     let (reaches, listed_all) = plan_acts::listing_state(&mut c, id).await?;

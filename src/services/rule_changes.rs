@@ -316,6 +316,7 @@ async fn settle_one(db: &Db, change_id: i64, pool_id: i64) -> Result<bool, DbErr
 }
 
 /// recordObligationFailure: the attempt, recorded against each still-owed act of the pool.
+#[tracing::instrument(name = "Record a failed settlement", skip_all, fields(change_id = change_id, pool_id = pool_id))]
 pub async fn record_obligation_failure(db: &Db, change_id: i64, pool_id: i64, error: &str) -> Result<(), DbError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     ent::lock_pools(tx.conn(), &[pool_id]).await?;
@@ -352,6 +353,7 @@ pub async fn retry_failed(db: &Db, change_id: i64) -> Result<u64, RuleChangeErro
 
 /// The poller: a drain job for every change still draining with something due (after a crash,
 /// a restart, or a failed pool's backoff).
+#[tracing::instrument(name = "Resume the rule changes' drains", skip_all)]
 pub async fn resume_drains(db: &Db) -> Result<usize, DbError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let due = store::draining_changes_due(tx.conn()).await?;

@@ -157,6 +157,7 @@ async fn decide_add(tx: &mut Tx, a: &AddTier, holder_cap: i64) -> Result<(TierAd
 }
 
 /// The preview: what the add would reach and meet, read in a plain transaction that writes nothing.
+#[tracing::instrument(name = "Preview AddTier", skip_all, fields(holder_cap = holder_cap))]
 pub async fn preview_add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<TierAddReach, TopologyError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let (reach, _) = decide_add(&mut tx, a, holder_cap).await?;
@@ -363,6 +364,7 @@ fn last_tier_refusal(defaulting: &[String]) -> String {
 }
 
 /// The preview of a tier removal: read in a plain transaction that writes nothing.
+#[tracing::instrument(name = "Preview RemoveTier", skip_all, fields(holder_cap = holder_cap))]
 pub async fn preview_remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<TierRemovalReach, TopologyError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let (reach, _) = decide_removal(&mut tx, r, holder_cap).await?;
