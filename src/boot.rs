@@ -1,5 +1,7 @@
 //! Start-up: find the database (the configured one, or the private cluster), migrate it, and
-//! connect as the run-time role.
+//! connect as the run-time role. And the private cluster's hold: a command that runs on it
+//! starts it first (`hold_private_cluster`) and, when it ends, stops it if it started it
+//! (`release_private_cluster`), so one-shot commands leave no server behind.
 
 use std::sync::Arc;
 
@@ -8,7 +10,11 @@ use sqlx::postgres::PgPoolOptions;
 
 use crate::{
     config::Config,
-    db::{Db, cluster::PrivateCluster, migrate},
+    db::{
+        Db,
+        cluster::{PrivateCluster, Release},
+        migrate,
+    },
 };
 
 /// The database the private cluster holds the console's data in.
@@ -18,13 +24,13 @@ pub struct Booted {
     pub config: Arc<Config>,
     pub db: Db,
     pub admin_url: String,
-    /// The private cluster, when this process uses one (stopped at shutdown).
-    pub cluster: Option<PrivateCluster>,
 }
 
+/// With no DATABASE_URL, the private cluster, started when it is not running. The caller holds
+/// it for the command's life (`hold_private_cluster`): stopping it is not boot's business.
 pub async fn boot(config: Config) -> anyhow::Result<Booted> {
-    let (admin_url, cluster) = match &config.database_url {
-        Some(u) => (u.clone(), None),
+    let admin_url = match &config.database_url {
+        Some(u) => u.clone(),
         None => {
             let dir = config.data_dir.clone();
             let cluster = tokio::task::spawn_blocking(move || -> anyhow::Result<PrivateCluster> {
@@ -33,8 +39,7 @@ pub async fn boot(config: Config) -> anyhow::Result<Booted> {
                 Ok(c)
             })
             .await??;
-            tracing::info!(port = cluster.port(), pgdata = %cluster.pgdata().display(), "private PostgreSQL cluster is up");
-            (cluster.admin_url(PRIVATE_DATABASE), Some(cluster))
+            cluster.admin_url(PRIVATE_DATABASE)
         }
     };
     let admin = PgPoolOptions::new()
@@ -56,17 +61,60 @@ pub async fn boot(config: Config) -> anyhow::Result<Booted> {
     db.lock_timeout = config.lock_timeout;
     // Every integration's keys exist and name their provider before anything materializes.
     crate::services::entitlements::register_providers(&db).await?;
-    Ok(Booted { config: Arc::new(config), db, admin_url, cluster })
+    Ok(Booted { config: Arc::new(config), db, admin_url })
 }
 
 impl Booted {
-    /// Close the pool and stop the private cluster, if this process started it.
+    /// Close the pool (the private cluster is released by whoever holds it).
     pub async fn shutdown(self) {
         self.db.pool.close().await;
-        if let Some(c) = self.cluster.filter(|c| c.started_here())
-            && let Err(e) = tokio::task::spawn_blocking(move || c.stop()).await
-        {
-            tracing::warn!(error = %e, "stopping the private cluster failed");
+    }
+}
+
+/// With no DATABASE_URL, start the private cluster (or find it running) before a command runs,
+/// and say where it is. Hold the result until the command ends, then `release_private_cluster`.
+pub async fn hold_private_cluster(config: &Config) -> anyhow::Result<Option<PrivateCluster>> {
+    if config.database_url.is_some() {
+        return Ok(None);
+    }
+    let dir = config.data_dir.clone();
+    let cluster = tokio::task::spawn_blocking(move || PrivateCluster::ensure_started(&dir)).await??;
+    tracing::info!(
+        port = cluster.port(),
+        pgdata = %cluster.pgdata().display(),
+        started = cluster.started_here(),
+        "private PostgreSQL cluster is up"
+    );
+    say_where_relocated(&cluster);
+    Ok(Some(cluster))
+}
+
+/// Once per command, when the cluster is not in the data folder: a person who looks for it there
+/// learns where it is and why.
+pub fn say_where_relocated(cluster: &PrivateCluster) {
+    if cluster.relocated() {
+        tracing::info!(
+            data_dir = %cluster.data_dir().display(),
+            pgdata = %cluster.pgdata().display(),
+            "the data folder is out of reach of the user PostgreSQL runs as, so the cluster lives \
+             in a folder of its own (the same at every start); the secrets stay in the data folder"
+        );
+    }
+}
+
+/// The command has ended (done, failed or interrupted): stop the private cluster if it started
+/// it and no other console process uses it. A failure to stop is logged, not returned: the
+/// command's own outcome is what its caller needs to see.
+pub async fn release_private_cluster(cluster: Option<PrivateCluster>) {
+    let Some(cluster) = cluster else { return };
+    let pgdata = cluster.pgdata().display().to_string();
+    match tokio::task::spawn_blocking(move || cluster.release()).await {
+        Ok(Ok(Release::Stopped)) => tracing::info!(%pgdata, "stopped the private PostgreSQL cluster it started"),
+        Ok(Ok(Release::InUse)) => {
+            tracing::info!(%pgdata, "left the private PostgreSQL cluster running: another console process uses it")
         }
+        Ok(Ok(Release::LeftRunning)) => {}
+        Ok(Err(e)) => tracing::warn!(%pgdata, error = %e, "stopping the private PostgreSQL cluster failed"),
+        Err(e) => tracing::warn!(%pgdata, error = %e, "stopping the private PostgreSQL cluster failed"),
     }
 }

@@ -44,6 +44,54 @@ pub struct Config {
     /// Reverse proxies whose `X-Forwarded-For` names the client (the sign-in limits count per
     /// client address). Empty: the peer is the client, and the header is ignored.
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// How log lines are written: for a person, or one JSON object a line for a log collector.
+    pub log_format: LogFormat,
+}
+
+/// `CONSOLE_LOG_FORMAT`. Read on its own before the rest (`from_env`): logging starts before a
+/// command reads its configuration, and some commands read none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    pub fn from_env() -> Result<LogFormat, ConfigError> {
+        Self::parse(std::env::var("CONSOLE_LOG_FORMAT").ok().filter(|v| !v.is_empty()).as_deref())
+    }
+
+    fn parse(value: Option<&str>) -> Result<LogFormat, ConfigError> {
+        match value.map(str::trim) {
+            None => Ok(LogFormat::Text),
+            Some(v) if v.eq_ignore_ascii_case("text") => Ok(LogFormat::Text),
+            Some(v) if v.eq_ignore_ascii_case("json") => Ok(LogFormat::Json),
+            Some(v) => Err(invalid("CONSOLE_LOG_FORMAT", format!("{v:?} is neither `text` nor `json`"))),
+        }
+    }
+
+    /// Colour codes only in text written to a terminal: in a file, a pipe or a log collector
+    /// they are noise around every level and field name. NO_COLOR (no-color.org) turns them off
+    /// on a terminal too, as tracing-subscriber's own default would.
+    pub fn ansi(self, to_terminal: bool, no_color: Option<&str>) -> bool {
+        self == LogFormat::Text && to_terminal && no_color.is_none_or(str::is_empty)
+    }
+
+    /// `ansi` for logs written to this process's stderr.
+    pub fn ansi_on_stderr(self) -> bool {
+        use std::io::IsTerminal;
+        self.ansi(std::io::stderr().is_terminal(), std::env::var("NO_COLOR").ok().as_deref())
+    }
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        })
+    }
 }
 
 impl Config {
@@ -84,6 +132,7 @@ impl Config {
             .filter(|s| !s.is_empty())
             .map(|s| s.parse().map_err(|_| invalid("CONSOLE_TRUSTED_PROXIES", format!("{s:?} is not an IP address"))))
             .collect::<Result<Vec<std::net::IpAddr>, _>>()?;
+        let log_format = LogFormat::parse(get("CONSOLE_LOG_FORMAT").as_deref())?;
 
         let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
         if needs_dir {
@@ -113,6 +162,7 @@ impl Config {
             rule_change_sync_cap,
             plan_act_holder_cap,
             trusted_proxies,
+            log_format,
         })
     }
 
@@ -141,7 +191,12 @@ impl fmt::Display for Config {
         writeln!(f, "CONSOLE_RULE_CHANGE_SYNC_CAP={}", self.rule_change_sync_cap)?;
         writeln!(f, "CONSOLE_PLAN_ACT_HOLDER_CAP={}", self.plan_act_holder_cap)?;
         let proxies: Vec<String> = self.trusted_proxies.iter().map(|p| p.to_string()).collect();
-        write!(f, "CONSOLE_TRUSTED_PROXIES={}", if proxies.is_empty() { "(none)".into() } else { proxies.join(",") })
+        writeln!(
+            f,
+            "CONSOLE_TRUSTED_PROXIES={}",
+            if proxies.is_empty() { "(none)".into() } else { proxies.join(",") }
+        )?;
+        write!(f, "CONSOLE_LOG_FORMAT={}", self.log_format)
     }
 }
 
@@ -259,6 +314,30 @@ mod tests {
         assert!(e.contains("outside"), "{e}");
         let e = cfg(&[("CONSOLE_JOB_LEASE_MS", "999")]).err().unwrap().to_string();
         assert!(e.contains("CONSOLE_JOB_LEASE_MS") && e.contains("outside"), "{e}");
+    }
+
+    #[test]
+    fn the_log_format_is_text_or_json_and_anything_else_is_refused_by_name() {
+        assert_eq!(cfg(&[]).unwrap().log_format, LogFormat::Text);
+        assert_eq!(cfg(&[("CONSOLE_LOG_FORMAT", "json")]).unwrap().log_format, LogFormat::Json);
+        assert_eq!(cfg(&[("CONSOLE_LOG_FORMAT", " JSON ")]).unwrap().log_format, LogFormat::Json);
+        assert_eq!(cfg(&[("CONSOLE_LOG_FORMAT", "text")]).unwrap().log_format, LogFormat::Text);
+        assert!(cfg(&[("CONSOLE_LOG_FORMAT", "json")]).unwrap().to_string().contains("CONSOLE_LOG_FORMAT=json"));
+        for bad in ["xml", "jsonl", "yes"] {
+            let e = cfg(&[("CONSOLE_LOG_FORMAT", bad)]).err().unwrap().to_string();
+            assert!(e.contains("CONSOLE_LOG_FORMAT") && e.contains(bad), "{e}");
+            let e = LogFormat::parse(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("CONSOLE_LOG_FORMAT"), "{e}");
+        }
+    }
+
+    #[test]
+    fn logs_are_coloured_only_as_text_on_a_terminal_without_no_color() {
+        assert!(LogFormat::Text.ansi(true, None));
+        assert!(LogFormat::Text.ansi(true, Some("")), "an empty NO_COLOR does not count");
+        assert!(!LogFormat::Text.ansi(false, None), "piped or redirected: no escape codes");
+        assert!(!LogFormat::Text.ansi(true, Some("1")));
+        assert!(!LogFormat::Json.ansi(true, None), "JSON lines never carry escape codes");
     }
 
     #[test]

@@ -5,8 +5,8 @@ use std::{io::Read, net::TcpListener, sync::Arc};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use member_console::{
-    boot::{Booted, boot},
-    config::Config,
+    boot::{self, Booted, boot},
+    config::{Config, LogFormat},
     db::{cluster::PrivateCluster, locks, sql_functions},
     demo, jobs,
     scratch::ScratchDb,
@@ -134,7 +134,20 @@ enum PgAction {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
+    // Before anything logs: a bad value stops the command at once, by name.
+    init_logging(LogFormat::from_env()?);
+    match cli.command {
+        Command::LockOrders => {
+            print!("{}", locks::render_orders(&member_console::lock_paths::declared()));
+            Ok(())
+        }
+        Command::Pg { action } => pg(action),
+        other => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(on_the_database(other)),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,sqlx=warn,actix_server=warn".into()),
@@ -142,38 +155,72 @@ fn main() -> anyhow::Result<()> {
         .with_target(false)
         // Logs to stderr: stdout carries what a command answers (a URL, one line of JSON).
         .with_writer(std::io::stderr)
-        .init();
-    match cli.command {
-        Command::LockOrders => {
-            print!("{}", locks::render_orders(&member_console::lock_paths::declared()));
-            Ok(())
-        }
-        Command::SqlFunctions => {
-            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(print_sql_functions())
-        }
-        Command::Pg { action } => pg(action),
-        Command::Bench { which } => {
-            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(bench(which))
-        }
-        // Its own database, not the booted one: it does not go through `run`.
-        Command::Stress { seconds, orgs, connections, seed, keep } => {
-            let opts = stress::StressOptions { seconds, orgs, connections, seed, keep };
-            let clean =
-                tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(stress::command(opts))?;
-            anyhow::ensure!(clean, "the stress run found deadlocks, errors or violations");
-            Ok(())
-        }
-        other => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(other)),
+        .with_ansi(format.ansi_on_stderr());
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
 }
 
-async fn bench(which: BenchWhich) -> anyhow::Result<()> {
+/// A command on the database. With no DATABASE_URL it holds the private cluster from before the
+/// command to after it, whatever the outcome, and stops it then if it started it (and no other
+/// console process uses it): a one-shot command leaves no server running behind it.
+async fn on_the_database(command: Command) -> anyhow::Result<()> {
     let config = Config::from_env()?;
+    let cluster = boot::hold_private_cluster(&config).await?;
+    let result = match command {
+        // Their own shutdown on Ctrl-C and SIGTERM finishes requests and jobs in flight.
+        Command::Serve { .. } | Command::Worker => run(command, config).await,
+        // Its password prompt blocks a thread no signal could free, so Ctrl-C there ends the
+        // process as before (leaving a cluster it started running; `pg stop` stops it).
+        Command::CreateOperator { .. } => run(command, config).await,
+        Command::Migrate | Command::Demo => until_interrupted(run(command, config)).await,
+        Command::Bench { which } => until_interrupted(bench(which, &config)).await,
+        Command::SqlFunctions => until_interrupted(print_sql_functions(&config)).await,
+        // Its own database, not the booted one: it does not go through `run`.
+        Command::Stress { seconds, orgs, connections, seed, keep } => {
+            let opts = stress::StressOptions { seconds, orgs, connections, seed, keep };
+            until_interrupted(async {
+                let clean = stress::command(opts).await?;
+                anyhow::ensure!(clean, "the stress run found deadlocks, errors or violations");
+                Ok(())
+            })
+            .await
+        }
+        Command::LockOrders | Command::Pg { .. } => unreachable!("handled before the runtime starts"),
+    };
+    boot::release_private_cluster(cluster).await;
+    result
+}
+
+async fn print_sql_functions(config: &Config) -> anyhow::Result<()> {
+    let scratch = ScratchDb::create(config, "mc_sql_functions", 2).await?;
+    let rendered = async {
+        let mut conn = scratch.admin.acquire().await?;
+        sql_functions::render(&mut conn).await
+    }
+    .await;
+    let dropped = scratch.drop_database().await;
+    print!("{}", rendered?);
+    dropped
+}
+
+/// A one-shot command until it ends or Ctrl-C or SIGTERM comes. On a signal the command is
+/// dropped where it stands (a scratch database it made stays behind), so that the private
+/// cluster it started can still be stopped.
+async fn until_interrupted(work: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::select! {
+        result = work => result,
+        () = shutdown_signal() => Err(anyhow::anyhow!("interrupted by Ctrl-C or SIGTERM")),
+    }
+}
+
+async fn bench(which: BenchWhich, config: &Config) -> anyhow::Result<()> {
     match which {
         BenchWhich::RuleChange { pools, concurrency, yardstick_seconds, keep } => {
             anyhow::ensure!(pools >= 1 && concurrency >= 1, "--pools and --concurrency must be at least 1");
             let o = member_console::bench::rule_change::Options { pools, concurrency, yardstick_seconds, keep };
-            let r = member_console::bench::rule_change::run(&config, &o).await?;
+            let r = member_console::bench::rule_change::run(config, &o).await?;
             println!(
                 "rule change over {} pools: exclusive hold {:.3} s; drain {:.0} pools/s; yardstick {:.0} tps; ratio {:.2}",
                 r.n, r.hold_s, r.settled_per_s, r.yardstick_tps, r.ratio
@@ -183,7 +230,7 @@ async fn bench(which: BenchWhich) -> anyhow::Result<()> {
         BenchWhich::PlanAct { orgs, concurrency, yardstick_seconds, keep } => {
             anyhow::ensure!(orgs >= 1 && concurrency >= 1, "--orgs and --concurrency must be at least 1");
             let o = member_console::bench::plan_act::Options { orgs, concurrency, yardstick_seconds, keep };
-            let r = member_console::bench::plan_act::run(&config, &o).await?;
+            let r = member_console::bench::plan_act::run(config, &o).await?;
             println!(
                 "default change over {} organizations: T0 {:.2} ms (median of {}; {:.2}× T0 at 1000); {} moves in {:.2} s, {:.0} moves/s; yardstick {:.0} tps; ratio {:.2}",
                 r.orgs,
@@ -200,7 +247,7 @@ async fn bench(which: BenchWhich) -> anyhow::Result<()> {
         }
         BenchWhich::Http { connections, seconds, orgs, keep } => {
             let o = member_console::bench::http::Options { orgs, connections, seconds, keep, member_pages: None };
-            let r = member_console::bench::http::run(&config, &o).await?;
+            let r = member_console::bench::http::run(config, &o).await?;
             println!(
                 "HTTP over {} organizations, {} connections: member pages {:.0}/s p99 {:.2} ms; /readyz {:.0}/s p99 {:.2} ms; ratio {:.2}; slowest operator page {}",
                 r.orgs,
@@ -221,22 +268,12 @@ async fn bench(which: BenchWhich) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn print_sql_functions() -> anyhow::Result<()> {
-    let config = Config::from_env()?;
-    let scratch = ScratchDb::create(&config, "mc_sql_functions", 2).await?;
-    let rendered = async {
-        let mut conn = scratch.admin.acquire().await?;
-        sql_functions::render(&mut conn).await
-    }
-    .await;
-    let dropped = scratch.drop_database().await;
-    print!("{}", rendered?);
-    dropped
-}
-
+/// Left running after `pg start` (that is what it is for) and stopped by `pg stop`, whoever
+/// started it and whoever uses it.
 fn pg(action: PgAction) -> anyhow::Result<()> {
     let config = Config::from_env()?;
     let cluster = PrivateCluster::ensure_started(&config.data_dir)?;
+    boot::say_where_relocated(&cluster);
     match action {
         PgAction::Start => println!("{}", cluster.admin_url("postgres")),
         PgAction::Stop => cluster.stop()?,
@@ -244,8 +281,7 @@ fn pg(action: PgAction) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(command: Command) -> anyhow::Result<()> {
-    let config = Config::from_env()?;
+async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     eprintln!("member-console configuration:\n{config}");
     let booted = boot(config).await?;
     let result = match command {
@@ -266,7 +302,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         | Command::Pg { .. }
         | Command::Bench { .. }
         | Command::Stress { .. } => {
-            unreachable!("handled before the runtime starts")
+            unreachable!("not booted: main and on_the_database run these")
         }
     };
     booted.shutdown().await;

@@ -58,7 +58,9 @@ impl ScratchDb {
     }
 }
 
-/// The server's `postgres` database: the configured server's, or the private cluster's.
+/// The server's `postgres` database: the configured server's, or the private cluster's. The
+/// command holds the private cluster for its whole run (boot::hold_private_cluster), which stops
+/// it at the end if it started it; here it is normally found running, and this handle is let go.
 pub async fn server_url(config: &Config) -> anyhow::Result<String> {
     match &config.database_url {
         Some(u) => with_database(u, "postgres"),

@@ -649,15 +649,20 @@ fn start_workers(db: &Db, lock_timeout: Duration) -> Workers {
     Workers { stop, handles, grace }
 }
 
-/// A log of warnings only, on stderr (stdout carries the report's JSON line).
+/// A log of warnings only, on stderr (stdout carries the report's JSON line), in the command's
+/// log format (main refused a bad CONSOLE_LOG_FORMAT before the run) and coloured only on a
+/// terminal.
 fn warnings_on_stderr() -> tracing::Dispatch {
-    tracing::Dispatch::new(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_target(false)
-            .with_writer(std::io::stderr)
-            .finish(),
-    )
+    let format = crate::config::LogFormat::from_env().unwrap_or_default();
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(format.ansi_on_stderr());
+    match format {
+        crate::config::LogFormat::Text => tracing::Dispatch::new(builder.finish()),
+        crate::config::LogFormat::Json => tracing::Dispatch::new(builder.json().finish()),
+    }
 }
 
 /// The same handlers, each run under `quiet` (a worker runs them on tasks of their own, which

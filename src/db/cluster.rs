@@ -8,11 +8,19 @@
 //! - `postgres.port`      the port the server last listened on (reused when still free)
 //! - `postgres.log`       the server log
 //! - `postgres.lock`      held (flock) while a process initialises, starts or stops the cluster
+//! - `postgres.users`     held shared (flock) by each console process using the cluster (in_use)
 //! - `postgres-socket/`   the Unix socket directory (or a short directory under /tmp, see below)
 //!
+//! Run as root with a data folder PostgreSQL's user cannot enter, `postgres/`, `postgres.log`
+//! and `postgres-socket/` live in a folder of the server's own instead (place.rs); the rest stays.
+//!
 //! Everything here is synchronous std::process work: it runs once at start-up, before the async
-//! runtime does anything with the database. The server is deliberately left running when the
-//! console exits, so the next start (or a second console on the same folder) reuses it.
+//! runtime does anything with the database. A handle does not stop the server when dropped: the
+//! command that started it calls `release` when it ends, which stops it unless another console
+//! process uses it, and a server found running is left running.
+
+mod in_use;
+mod place;
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions, TryLockError};
@@ -142,7 +150,10 @@ pub enum ClusterError {
 /// A running private cluster. Cloning or dropping it does not stop the server.
 #[derive(Clone)]
 pub struct PrivateCluster {
+    /// The console's files: the password, the port, the locks.
     data_dir: PathBuf,
+    /// The server's files and working directory: `data_dir`, or a folder of its own (place.rs).
+    home: PathBuf,
     pgdata: PathBuf,
     bin_dir: PathBuf,
     socket_dir: PathBuf,
@@ -168,32 +179,39 @@ impl fmt::Debug for PrivateCluster {
 }
 
 impl PrivateCluster {
-    /// Find binaries, initdb if `<data_dir>/postgres` has no cluster, start it if not running
-    /// (reuse a running one), return a handle. Idempotent, and safe to call from several
-    /// processes at once: the work happens under an exclusive lock on `postgres.lock`.
+    /// Find binaries, initdb if the cluster does not exist yet, start it if not running (reuse a
+    /// running one), return a handle. Idempotent, and safe to call from several processes at
+    /// once: the work happens under an exclusive lock on `postgres.lock`. The calling process
+    /// counts as using the cluster from now until it exits or stops it (see `release`).
     pub fn ensure_started(data_dir: &Path) -> Result<PrivateCluster, ClusterError> {
         fs::create_dir_all(data_dir)
             .map_err(io_err(format!("could not create the data folder {}", data_dir.display())))?;
         // Absolute, symlink-free: children run with the data folder as their working directory,
-        // and the traversal check below must see the real parents.
+        // the traversal check below must see the real parents, and the relocated folder's name
+        // must be the same however the folder was named.
         let data_dir = fs::canonicalize(data_dir)
             .map_err(io_err(format!("could not resolve the data folder {}", data_dir.display())))?;
         check_shell_safe(&data_dir)?;
-        let layout = Layout::new(&data_dir);
+        let _lock = DirLock::acquire(&Layout::lock_file(&data_dir))?;
 
-        let _lock = DirLock::acquire(&layout.lock_file)?;
-
+        let root = effective_uid() == Some(0);
+        let home = place::server_home(&data_dir, root)?;
+        let layout = Layout::new(&data_dir, &home);
         let existing_major = existing_cluster_major(&layout.pgdata)?;
         let bin_dir = find_binaries(existing_major)?;
         let run_as = choose_run_as(&layout.pgdata)?;
         if let Some(user) = &run_as {
-            check_traversable(&data_dir, user)?;
+            if home != data_dir {
+                place::prepare(&home, user, &data_dir)?;
+            }
+            check_traversable(&home, user)?;
         }
         let ids = run_as.as_ref().map(|u| (u.uid, u.gid));
-        let socket_dir = prepare_socket_dir(&data_dir, ids)?;
+        let socket_dir = prepare_socket_dir(&home, ids)?;
 
         let mut cluster = PrivateCluster {
             data_dir,
+            home,
             pgdata: layout.pgdata.clone(),
             bin_dir,
             socket_dir,
@@ -211,7 +229,31 @@ impl PrivateCluster {
         fs::write(&layout.port_file, format!("{}\n", cluster.port))
             .map_err(io_err(format!("could not write {}", layout.port_file.display())))?;
         cluster.check_accepts_tcp()?;
+        in_use::mark(&cluster.data_dir, &layout.users_file)?;
         Ok(cluster)
+    }
+
+    /// The end of a command that called `ensure_started`: stop the server if this handle started
+    /// it and no other console process uses it; otherwise leave it running (it was running
+    /// before, e.g. for a `serve` or after `pg start`, or someone started using it since).
+    pub fn release(&self) -> Result<Release, ClusterError> {
+        if !self.started_here {
+            return Ok(Release::LeftRunning);
+        }
+        let layout = self.layout();
+        let _lock = DirLock::acquire(&layout.lock_file)?;
+        if in_use::others_use(&self.data_dir, &layout.users_file)? {
+            return Ok(Release::InUse);
+        }
+        let stopped = self.stop_locked();
+        in_use::release(&self.data_dir);
+        stopped.map(|()| Release::Stopped)
+    }
+
+    /// The server's files are not in the data folder (run as root, PostgreSQL's user could not
+    /// enter it): `pgdata()` says where they are.
+    pub fn relocated(&self) -> bool {
+        self.home != self.data_dir
     }
 
     /// Did this handle start the server? Only then should its owner stop it at shutdown: another
@@ -226,6 +268,11 @@ impl PrivateCluster {
 
     pub fn pgdata(&self) -> &Path {
         &self.pgdata
+    }
+
+    /// The data folder, canonical: the console's files (password, port, locks).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
     }
 
     /// The directory the server binaries (and, normally, `psql`/`createdb`) were taken from.
@@ -264,9 +311,20 @@ impl PrivateCluster {
         Err(command_failed(&cmd, &what, &out, "Check the server log for details"))
     }
 
-    /// `pg_ctl stop -m fast`; no error when the server is already stopped.
+    /// `pg_ctl stop -m fast`, whoever started it and whoever uses it (`pg stop`); no error when
+    /// the server is already stopped.
     pub fn stop(&self) -> Result<(), ClusterError> {
-        let _lock = DirLock::acquire(&Layout::new(&self.data_dir).lock_file)?;
+        let layout = self.layout();
+        let _lock = DirLock::acquire(&layout.lock_file)?;
+        self.stop_locked()
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::new(&self.data_dir, &self.home)
+    }
+
+    /// `stop` with the folder lock already held.
+    fn stop_locked(&self) -> Result<(), ClusterError> {
         if !self.is_running()? {
             return Ok(());
         }
@@ -309,43 +367,14 @@ impl PrivateCluster {
             Ok(p) => p,
             Err(_) => random_hex(16)?,
         };
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&layout.password_file)
-            .map_err(io_err(format!("could not write {}", layout.password_file.display())))?;
-        f.write_all(format!("{password}\n").as_bytes())
-            .map_err(io_err(format!("could not write {}", layout.password_file.display())))?;
-        drop(f);
-        // A file that already existed keeps its old mode under `mode()`; force 0600.
-        self.prepare_owned_file(&layout.password_file, 0o600)?;
-
-        let initdb = self.bin_dir.join("initdb");
-        let run = |locale: &str| -> Result<(Command, Output), ClusterError> {
-            let mut cmd = self.command(&initdb);
-            cmd.arg("-D")
-                .arg(&layout.staging)
-                .args(["-U", SUPERUSER])
-                .arg("--pwfile")
-                .arg(&layout.password_file)
-                .args(["--auth-local=scram-sha-256", "--auth-host=scram-sha-256", "-E", "UTF8", locale]);
-            let out = spawn_output(&mut cmd, "initdb")?;
-            Ok((cmd, out))
-        };
-        let (mut cmd, mut out) = run("--locale=C.UTF-8")?;
-        // Only stderr: initdb's progress on stdout always mentions the locale.
-        if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("locale") {
-            // Systems without a C.UTF-8 locale (older macOS, minimal images): the plain C locale.
-            fs::remove_dir_all(&layout.staging).ok();
-            fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&layout.staging)
-                .map_err(io_err(format!("could not create {}", layout.staging.display())))?;
-            self.chown(&layout.staging)?;
-            (cmd, out) = run("--no-locale")?;
-        }
+        write_secret(&layout.password_file, &password)?;
+        // initdb reads the password as the server's user, who may be unable to enter the data
+        // folder: a copy beside the cluster, the server user's alone, gone once initdb is done.
+        write_secret(&layout.initdb_password, &password)?;
+        self.chown(&layout.initdb_password)?;
+        let ran = self.run_initdb(layout);
+        let _ = fs::remove_file(&layout.initdb_password);
+        let (cmd, out) = ran?;
         if !out.status.success() {
             return Err(command_failed(
                 &cmd,
@@ -379,6 +408,35 @@ impl PrivateCluster {
             layout.pgdata.display()
         )))?;
         Ok(password)
+    }
+
+    /// initdb into the staging directory, in the C.UTF-8 locale, else the plain C locale.
+    fn run_initdb(&self, layout: &Layout) -> Result<(Command, Output), ClusterError> {
+        let initdb = self.bin_dir.join("initdb");
+        let run = |locale: &str| -> Result<(Command, Output), ClusterError> {
+            let mut cmd = self.command(&initdb);
+            cmd.arg("-D")
+                .arg(&layout.staging)
+                .args(["-U", SUPERUSER])
+                .arg("--pwfile")
+                .arg(&layout.initdb_password)
+                .args(["--auth-local=scram-sha-256", "--auth-host=scram-sha-256", "-E", "UTF8", locale]);
+            let out = spawn_output(&mut cmd, "initdb")?;
+            Ok((cmd, out))
+        };
+        let (mut cmd, mut out) = run("--locale=C.UTF-8")?;
+        // Only stderr: initdb's progress on stdout always mentions the locale.
+        if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("locale") {
+            // Systems without a C.UTF-8 locale (older macOS, minimal images): the plain C locale.
+            fs::remove_dir_all(&layout.staging).ok();
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&layout.staging)
+                .map_err(io_err(format!("could not create {}", layout.staging.display())))?;
+            self.chown(&layout.staging)?;
+            (cmd, out) = run("--no-locale")?;
+        }
+        Ok((cmd, out))
     }
 
     // ---- starting ------------------------------------------------------------------------------
@@ -594,10 +652,10 @@ impl PrivateCluster {
         for var in PG_ENV {
             cmd.env_remove(var);
         }
-        cmd.current_dir(&self.data_dir).stdin(Stdio::null());
+        cmd.current_dir(&self.home).stdin(Stdio::null());
         if let Some((uid, gid)) = self.run_as {
             // std drops supplementary groups when switching away from root.
-            cmd.uid(uid).gid(gid).env("HOME", &self.data_dir);
+            cmd.uid(uid).gid(gid).env("HOME", &self.home);
         }
         cmd
     }
@@ -627,25 +685,47 @@ impl PrivateCluster {
 
 // ---- layout and lock -------------------------------------------------------------------------
 
+/// What `release` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// This handle started the server, nobody else used it: stopped.
+    Stopped,
+    /// This handle started the server, but another console process uses it: left running.
+    InUse,
+    /// The server was running before this handle found it: left running.
+    LeftRunning,
+}
+
+/// The files of a cluster: the server's in `home`, the console's in the data folder.
 struct Layout {
     pgdata: PathBuf,
     staging: PathBuf,
+    /// A copy of the password for initdb, where the server's user can read it; removed after.
+    initdb_password: PathBuf,
     password_file: PathBuf,
     port_file: PathBuf,
     log_file: PathBuf,
     lock_file: PathBuf,
+    users_file: PathBuf,
 }
 
 impl Layout {
-    fn new(data_dir: &Path) -> Self {
+    fn new(data_dir: &Path, home: &Path) -> Self {
         Layout {
-            pgdata: data_dir.join("postgres"),
-            staging: data_dir.join("postgres.initdb"),
+            pgdata: home.join("postgres"),
+            staging: home.join("postgres.initdb"),
+            initdb_password: home.join("postgres.initdb-password"),
             password_file: data_dir.join("postgres.password"),
             port_file: data_dir.join("postgres.port"),
-            log_file: data_dir.join("postgres.log"),
-            lock_file: data_dir.join("postgres.lock"),
+            log_file: home.join("postgres.log"),
+            lock_file: Self::lock_file(data_dir),
+            users_file: data_dir.join("postgres.users"),
         }
+    }
+
+    /// Known before the server's place is: choosing it happens under this lock.
+    fn lock_file(data_dir: &Path) -> PathBuf {
+        data_dir.join("postgres.lock")
     }
 }
 
@@ -1012,18 +1092,18 @@ fn check_shell_safe(data_dir: &Path) -> Result<(), ClusterError> {
     Ok(())
 }
 
-/// `<data_dir>/postgres-socket` when its path fits a Unix socket address and is safe inside the
-/// single quotes of pg_ctl's `-o`; otherwise `/tmp/member-console-pg-<hash of data_dir>`.
+/// `<home>/postgres-socket` when its path fits a Unix socket address and is safe inside the
+/// single quotes of pg_ctl's `-o`; otherwise `/tmp/member-console-pg-<hash of home>`.
 /// Either way a 0700 directory owned by the server's user.
-fn prepare_socket_dir(data_dir: &Path, run_as: Option<(u32, u32)>) -> Result<PathBuf, ClusterError> {
-    let inside = data_dir.join("postgres-socket");
+fn prepare_socket_dir(home: &Path, run_as: Option<(u32, u32)>) -> Result<PathBuf, ClusterError> {
+    let inside = home.join("postgres-socket");
     let fits = inside
         .to_str()
         .is_some_and(|s| s.len() <= SOCKET_DIR_MAX && !s.chars().any(|c| "'\",\\$`".contains(c) || c.is_control()));
     let dir = if fits {
         inside
     } else {
-        let hash = fnv1a(data_dir.as_os_str().as_encoded_bytes());
+        let hash = fnv1a(home.as_os_str().as_encoded_bytes());
         PathBuf::from(format!("/tmp/member-console-pg-{hash:016x}"))
     };
     match fs::DirBuilder::new().mode(0o700).create(&dir) {
@@ -1047,7 +1127,7 @@ fn prepare_socket_dir(data_dir: &Path, run_as: Option<(u32, u32)>) -> Result<Pat
     let want_uid = run_as.map(|(uid, _)| uid).or_else(effective_uid);
     if !meta.is_dir() || want_uid.is_some_and(|u| meta.uid() != u) {
         if meta.is_dir()
-            && dir.starts_with(data_dir)
+            && dir.starts_with(home)
             && let Some((uid, gid)) = run_as
         {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
@@ -1101,6 +1181,21 @@ fn read_password(layout: &Layout) -> Result<String, ClusterError> {
         )));
     }
     Ok(password)
+}
+
+/// `password` and a newline into `path`, mode 0600 (also when the file was there before).
+fn write_secret(path: &Path, password: &str) -> Result<(), ClusterError> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_err(format!("could not write {}", path.display())))?;
+    f.write_all(format!("{password}\n").as_bytes()).map_err(io_err(format!("could not write {}", path.display())))?;
+    // A file that already existed keeps its old mode under `mode()`.
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+        .map_err(io_err(format!("could not set the mode of {}", path.display())))
 }
 
 fn random_hex(bytes: usize) -> Result<String, ClusterError> {
