@@ -1,0 +1,16 @@
+//! The acts: each path of `paths` as the tasks run it, by area. An act picks what to act on,
+//! calls the service path, and says whether it was done, refused or skipped.
+
+use super::*;
+
+mod on_entitlements;
+mod on_grants;
+mod on_plan_acts;
+mod on_rule_changes;
+mod on_sign_in;
+
+pub(super) use on_entitlements::*;
+pub(super) use on_grants::*;
+pub(super) use on_plan_acts::*;
+pub(super) use on_rule_changes::*;
+pub(super) use on_sign_in::*;

@@ -1,0 +1,24 @@
+//! Sign-in and the organization counts' compaction, as acts.
+
+use super::*;
+
+/// The demo member signs in, with the right password one time in two, from one of four
+/// addresses: a failure is a refusal, a throttled attempt too.
+pub(in crate::stress) async fn sign_in(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let email = Email::parse(demo::MEMBER_EMAIL).map_err(|e| Failure::Error(e.to_string()))?;
+    let right = rng.below(2) == 0;
+    let address = format!("192.0.2.{}", 1 + rng.below(4));
+    note.detail = format!("from {address}, {} password", if right { "the right" } else { "a wrong" });
+    let password = if right { demo::MEMBER_PASSWORD } else { "not the password" };
+    match auth::sign_in(&ctx.db, &email, password, &address, None).await {
+        Ok(_) => Ok(Outcome::Done),
+        Err(AuthError::InvalidCredentials | AuthError::Throttled { .. }) => Ok(Outcome::Refused),
+        Err(AuthError::Db(e)) => Err(e.into()),
+    }
+}
+
+pub(in crate::stress) async fn compact_counts(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
+    let folded = org_svc::compact_counts(&ctx.db).await?;
+    note.detail = format!("{folded} rows folded");
+    Ok(Outcome::Done)
+}

@@ -1,0 +1,284 @@
+//! The fixture: the demo, the products, sets, ladders and organizations the paths act on.
+
+use super::*;
+
+pub(super) struct Fixture {
+    /// (organization, default pool) the tasks share.
+    pub(super) hot: Vec<(i64, i64)>,
+    /// (product, name) an operator may grant.
+    pub(super) grantable: Vec<(i64, String)>,
+    /// The types a new organization gets: Community, Business, or none.
+    pub(super) org_types: Vec<Option<i64>>,
+    /// A product that is no tier, renamed and (un)published by UpdateProduct.
+    pub(super) addon: i64,
+    /// A product no pool carries, whose set switches between the two sets below.
+    pub(super) uncarried: i64,
+    pub(super) uncarried_sets: [i64; 2],
+    pub(super) subscriptions: Vec<i64>,
+    /// The sets the organizations carry, whose rules the rule changes edit.
+    pub(super) carried_sets: Vec<CarriedSet>,
+    /// The ladder the tier acts change: its tiers are stress products, in and out.
+    pub(super) stress_ladder: i64,
+    /// The ladder the stress type's default flips to and back (the stress ladder's other).
+    pub(super) wiki_ladder: i64,
+    /// The org type whose default the default changes flip, and which the reorders reach.
+    pub(super) stress_type: i64,
+    /// The products the tier acts add, delete, remove and reorder on the stress ladder.
+    pub(super) tier_products: Vec<(i64, &'static str)>,
+}
+
+/// A carried set and the values a rule change gives it: the site limit one of `sites` (empty:
+/// no rule), the flag `flag` yes or no.
+pub(super) struct CarriedSet {
+    pub(super) id: i64,
+    pub(super) name: &'static str,
+    pub(super) sites: &'static [&'static str],
+    pub(super) flag: &'static str,
+}
+
+/// The demo's sets: Free and Community support are the floors of nearly every organization
+/// (their changes owe many pools, and drain when above the cap), Basic, Pro and Priority
+/// support are held by the shared organizations (few pools).
+pub(super) const CARRIED_SETS: &[(&str, &[&str], &str)] = &[
+    ("Free", &["1", "2", "3"], "fedwiki.custom_domain"),
+    ("Basic", &["3", "4", "6"], "fedwiki.custom_domain"),
+    ("Pro", &["8", "10", "12"], "fedwiki.custom_domain"),
+    ("Community support", &["", "1"], "support.priority"),
+    ("Priority support", &["", "1", "2"], "support.priority"),
+];
+
+pub(super) const ADDON: &str = "Stress add-on";
+pub(super) const ADDON_RENAMED: &str = "Stress add-on (renamed)";
+
+/// The stress ladder's products, (name, rules): the first two its tiers at the start (its floor
+/// and a step), the third added by AddTier; the third is also granted (so that a removal has
+/// holders, and an add meets collisions). Every one can be added, deleted, removed, reordered.
+pub(super) const TIER_PRODUCTS: &[(&str, &[(&str, &str)])] = &[
+    ("Stress base", &[("fedwiki.active_sites", "1"), ("support.priority", "no")]),
+    ("Stress step", &[("fedwiki.active_sites", "5")]),
+    ("Stress tier", &[("fedwiki.active_sites", "7"), ("support.priority", "yes")]),
+];
+pub(super) const STRESS_LADDER: &str = "Stress ladder";
+pub(super) const STRESS_TYPE: &str = "Stress type";
+
+pub(super) async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mut Rng) -> anyhow::Result<Fixture> {
+    demo::load(db).await.context("loading the demo data")?;
+    let mut grantable = vec![];
+    for name in ["Free", "Basic", "Pro", "Community support", "Priority support"] {
+        grantable.push((product_id(db, name).await?, name.to_string()));
+    }
+    // An add-on (no ladder: it stacks on the plan) and a bundle that is a tier of both ladders,
+    // so that a conferral displaces whole holders and vacates ladders it does not take.
+    let addon = product_with_rules(db, ADDON, &[("fedwiki.active_sites", "2")], true).await?;
+    let bundle =
+        product_with_rules(db, "Stress bundle", &[("fedwiki.active_sites", "20"), ("support.priority", "yes")], true)
+            .await?;
+    add_top_tier(db, admin, "Wiki hosting", bundle).await?;
+    add_top_tier(db, admin, "Support", bundle).await?;
+    grantable.push((bundle, "Stress bundle".into()));
+    grantable.push((addon, ADDON.into()));
+
+    let uncarried = product_with_rules(db, "Stress uncarried", &[("fedwiki.active_sites", "4")], false).await?;
+    let set_a = set_of(db, uncarried).await?;
+    let set_b = catalog_svc::create_entitlement_set(db, "Stress uncarried B").await?;
+    put_rules(db, set_b, &[("fedwiki.active_sites", "5"), ("support.priority", "yes")]).await?;
+    let mut carried_sets = vec![];
+    for (name, sites, flag) in CARRIED_SETS {
+        let mut c = db.pool.acquire().await?;
+        let id = catalog_store::entitlement_set_id_by_name(&mut c, name)
+            .await?
+            .with_context(|| format!("the demo has no set {name}"))?;
+        carried_sets.push(CarriedSet { id, name, sites, flag });
+    }
+
+    // The tier acts' catalog: a ladder of stress products, and an org type defaulting to it,
+    // whose default flips between it and Wiki hosting. Set up on the plain handle, before any
+    // organization, as the demo's seed does.
+    let mut tier_products = vec![];
+    for (name, r) in TIER_PRODUCTS {
+        tier_products.push((product_with_rules(db, name, r, true).await?, *name));
+    }
+    let (stress_ladder, stress_type) = {
+        let mut tx = begin(db, TxKind::Plain).await?;
+        let ladder = catalog_store::ensure_ladder(tx.conn(), STRESS_LADDER, 2).await?;
+        for (rank, (product, _)) in tier_products.iter().take(2).enumerate() {
+            catalog_store::ensure_tier(tx.conn(), ladder, rank as i32, *product).await?;
+        }
+        let ty = catalog_store::ensure_org_type(tx.conn(), STRESS_TYPE, Some(ladder)).await?;
+        tx.commit().await?;
+        (ladder, ty)
+    };
+    let wiki_ladder = ladder_id(admin, "Wiki hosting").await?;
+    grantable.push((tier_products[2].0, tier_products[2].1.to_string()));
+
+    let community = org_type_id(admin, "Community").await?;
+    let business = org_type_id(admin, "Business").await?;
+    // Two of the shared organizations (the 5th and 6th) are of the stress type.
+    let org_types = vec![Some(community), Some(business), Some(community), None, Some(stress_type), Some(stress_type)];
+    eprintln!("stress: creating {orgs} organizations");
+    let mut hot = vec![];
+    let mut fragile = vec![];
+    for i in 0..orgs {
+        let name = OrgName::parse(&format!("Stress organization {i}")).map_err(anyhow::Error::msg)?;
+        let ty = org_types[i % org_types.len()];
+        let created = org_svc::create_organization(db, &name, ty).await?;
+        if hot.len() < HOT_ORGS {
+            hot.push((created.organization_id, created.pool_id));
+        }
+        // The first two of the stress type past the first shared one: a shared pool, and not.
+        if ty == Some(stress_type) && i > HOT_ORGS - 2 && fragile.len() < FRAGILE_POOLS {
+            fragile.push(created.pool_id);
+        }
+    }
+    make_moves_fragile(admin, &fragile).await?;
+    let mut subscriptions = vec![];
+    for (i, (org, pool)) in hot.iter().take(SUBSCRIPTIONS).enumerate() {
+        // Business organizations default to Support: a Priority support subscription sits on
+        // their default ladder, as Basic does on a Community organization's.
+        let product = if org_types[i % org_types.len()] == Some(business) { &grantable[4] } else { &grantable[1] };
+        subscriptions.push(subscribe(db, admin, *org, *pool, product.0, rng).await?);
+    }
+    Ok(Fixture {
+        hot,
+        grantable,
+        org_types,
+        addon,
+        uncarried,
+        uncarried_sets: [set_a, set_b],
+        subscriptions,
+        carried_sets,
+        stress_ladder,
+        wiki_ladder,
+        stress_type,
+        tier_products,
+    })
+}
+
+/// The moves of these pools fail on their first attempt, every act: a trigger of the stress
+/// database raises `MOVE_FAILURE` when a move settles the obligation of one of them that has no
+/// attempt yet, so the move rolls back, the drain records the failure (attempts 1), and once
+/// RetryPlanAct has made it pending again the next move settles it (attempts 2). Only a move
+/// settles an obligation (a listing's supersession and a failure's record are not settlings), so
+/// no other path meets the trigger.
+pub(super) async fn make_moves_fragile(admin: &PgPool, pools: &[i64]) -> anyhow::Result<()> {
+    if pools.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = pools.iter().map(|p| p.to_string()).collect();
+    eprintln!("stress: the moves of pools {} fail on their first attempt", list.join(", "));
+    let sql = format!(
+        "CREATE FUNCTION public.stress_fragile_move() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.pool_id IN ({}) AND OLD.attempts = 0 THEN
+                 RAISE EXCEPTION '{MOVE_FAILURE}';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER stress_fragile_move BEFORE UPDATE OF state ON core.plan_act_obligations FOR EACH ROW
+             WHEN (OLD.state = 'pending' AND NEW.state IN ('migrated', 'grandfathered', 'vacant'))
+             EXECUTE FUNCTION public.stress_fragile_move();",
+        list.join(", ")
+    );
+    sqlx::raw_sql(AssertSqlSafe(sql)).execute(admin).await.context("making the fragile pools' moves fail")?;
+    Ok(())
+}
+
+pub(super) async fn ladder_id(admin: &PgPool, name: &str) -> anyhow::Result<i64> {
+    sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1")
+        .bind(name)
+        .fetch_optional(admin)
+        .await?
+        .with_context(|| format!("the demo has no ladder {name}"))
+}
+
+pub(super) fn rules(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// A product with a set of its own (named as the product) holding `rules`.
+pub(super) async fn product_with_rules(
+    db: &Db,
+    name: &str,
+    r: &[(&str, &str)],
+    published: bool,
+) -> anyhow::Result<i64> {
+    let set = catalog_svc::create_entitlement_set(db, name).await?;
+    put_rules(db, set, r).await?;
+    Ok(catalog_svc::create_product(db, name, Some(set), published).await?)
+}
+
+/// A new set's rules, as every edit of rules is made: a rule change (no pool carries the set
+/// yet, so it owes none and is settled in its commit).
+pub(super) async fn put_rules(db: &Db, set: i64, r: &[(&str, &str)]) -> anyhow::Result<()> {
+    rc::commit_rule_change_batch(db, set, &rules(r), None, "stress setup", rc::DEFAULT_SYNC_CAP).await?;
+    Ok(())
+}
+
+pub(super) async fn product_id(db: &Db, name: &str) -> anyhow::Result<i64> {
+    let mut c = db.pool.acquire().await?;
+    catalog_store::product_id_by_name(&mut c, name).await?.with_context(|| format!("the demo has no product {name}"))
+}
+
+pub(super) async fn set_of(db: &Db, product: i64) -> anyhow::Result<i64> {
+    let mut c = db.pool.acquire().await?;
+    let p = catalog_store::product(&mut c, product).await?.context("the product just made")?;
+    p.entitlement_set_id.context("the product just made has a set")
+}
+
+pub(super) async fn org_type_id(admin: &PgPool, name: &str) -> anyhow::Result<i64> {
+    sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = $1")
+        .bind(name)
+        .fetch_optional(admin)
+        .await?
+        .with_context(|| format!("the demo has no org type {name}"))
+}
+
+/// Make `product` the new top tier of `ladder` (setup, before any conferral of it).
+pub(super) async fn add_top_tier(db: &Db, admin: &PgPool, ladder: &str, product: i64) -> anyhow::Result<()> {
+    let (id, top): (i64, i32) = sqlx::query_as(
+        "SELECT l.plan_ladder_id, coalesce(max(t.rank), -1) FROM core.plan_ladders l
+         LEFT JOIN core.plan_ladder_tiers t USING (plan_ladder_id) WHERE l.name = $1 GROUP BY l.plan_ladder_id",
+    )
+    .bind(ladder)
+    .fetch_one(admin)
+    .await?;
+    let mut tx = begin(db, TxKind::Plain).await?;
+    catalog_store::ensure_tier(tx.conn(), id, top + 1, product).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A subscription with one item, inserted by the administrator (the Stripe sync comes later),
+/// and its provision conferred to the pool.
+pub(super) async fn subscribe(
+    db: &Db,
+    admin: &PgPool,
+    org: i64,
+    pool: i64,
+    product: i64,
+    rng: &mut Rng,
+) -> anyhow::Result<i64> {
+    let n = format!("{:016x}", rng.next_u64());
+    let sub: i64 = sqlx::query_scalar(
+        "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status) VALUES ($1, $2, 'active')
+         RETURNING subscription_id",
+    )
+    .bind(org)
+    .bind(format!("sub_stress_{n}"))
+    .fetch_one(admin)
+    .await?;
+    let item: i64 = sqlx::query_scalar(
+        "INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity)
+         VALUES ($1, $2, $3, 1) RETURNING subscription_item_id",
+    )
+    .bind(sub)
+    .bind(format!("si_stress_{n}"))
+    .bind(product)
+    .fetch_one(admin)
+    .await?;
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    ent_store::confer(tx.conn(), pool, product, None, Some(item), 1).await?;
+    ent_store::materialize_pool(tx.conn(), pool).await?;
+    tx.commit().await?;
+    Ok(sub)
+}

@@ -1,0 +1,253 @@
+-- The invariants `member-console stress` checks after every run (and the tests check on the
+-- databases they break on purpose): one query per invariant, each returning (pool_id or NULL,
+-- message) per violating row; none returns a row when the invariant holds. Each starts with a
+-- line `-- invariant: <name>`; src/stress/invariants.rs reads this file as it is.
+
+-- invariant: (counts) the kept organization counts equal a count of the organizations
+SELECT NULL::bigint, format('org type %s: kept %s, counted %s', coalesce(t::text, 'none'), sum(kept), sum(counted))
+FROM (SELECT org_type_id AS t, delta AS kept, 0 AS counted FROM core.organization_counts
+      UNION ALL
+      SELECT org_type_id, 0, 1 FROM core.organizations) x
+GROUP BY t HAVING sum(kept) <> sum(counted);
+
+-- invariant: (2) one live position per (pool, ladder)
+SELECT pool_id, format('pool %s holds %s live positions on ladder %s', pool_id, count(*), plan_ladder_id)
+FROM core.positions GROUP BY pool_id, plan_ladder_id HAVING count(*) > 1;
+
+-- invariant: (2) a holding conferral has its shape's positions
+SELECT c.pool_id, format('holding conferral %s (product %s) has no position on ladder %s at rank %s in pool %s',
+                         c.conferral_id, c.product_id, t.plan_ladder_id, t.rank, c.pool_id)
+FROM core.conferrals c JOIN core.plan_ladder_tiers t ON t.product_id = c.product_id
+WHERE c.state = 'holding'
+  AND NOT EXISTS (SELECT 1 FROM core.positions p
+                  WHERE p.conferral_id = c.conferral_id AND p.pool_id = c.pool_id
+                    AND p.plan_ladder_id = t.plan_ladder_id AND p.rank = t.rank);
+
+-- invariant: (2) positions only of holding conferrals, within their shape
+SELECT p.pool_id, format('pool %s holds a position on ladder %s (rank %s) for conferral %s (%s, product %s), %s',
+                         p.pool_id, p.plan_ladder_id, p.rank, c.conferral_id, c.state, c.product_id,
+                         CASE WHEN c.state <> 'holding' THEN 'which has ended'
+                              WHEN c.pool_id <> p.pool_id THEN 'which belongs to pool ' || c.pool_id
+                              ELSE 'which is not a tier there' END)
+FROM core.positions p JOIN core.conferrals c ON c.conferral_id = p.conferral_id
+WHERE c.state <> 'holding' OR c.pool_id <> p.pool_id
+   OR NOT EXISTS (SELECT 1 FROM core.plan_ladder_tiers t
+                  WHERE t.product_id = c.product_id AND t.plan_ladder_id = p.plan_ladder_id AND t.rank = p.rank);
+
+-- invariant: (3) the default ladder is never vacant
+SELECT rp.pool_id, format('organization %s (type %s) %s', o.organization_id, t.name,
+                          CASE WHEN rp.pool_id IS NULL THEN 'has no default pool'
+                               ELSE format('holds nothing on its default ladder %s in pool %s',
+                                           t.default_plan_ladder_id, rp.pool_id) END)
+FROM core.organizations o JOIN core.org_types t ON t.org_type_id = o.org_type_id
+LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+WHERE EXISTS (SELECT 1 FROM core.plan_ladder_tiers pt
+              WHERE pt.plan_ladder_id = t.default_plan_ladder_id AND pt.rank = 0)
+  AND NOT EXISTS (SELECT 1 FROM core.positions ps
+                  WHERE ps.pool_id = rp.pool_id AND ps.plan_ladder_id = t.default_plan_ladder_id)
+  AND NOT EXISTS (SELECT 1 FROM core.grants lg
+                  JOIN core.grants root ON root.grant_id = lg.lineage_id AND root.kind = 'legacy'
+                  JOIN core.plan_acts pa ON pa.plan_act_id = root.plan_act_id
+                       AND pa.kind = 'tier_removal' AND pa.disposition = 'grandfather'
+                  JOIN core.plan_act_details pd ON pd.plan_act_id = pa.plan_act_id
+                  WHERE lg.organization_id = o.organization_id AND lg.status = 'active'
+                    AND pd.plan_ladder_id = t.default_plan_ladder_id);
+
+-- invariant: (3) an organization holds at most one active floor grant
+SELECT min(rp.pool_id), format('organization %s (type %s) holds %s active floor grants: %s (pool %s)',
+                               o.organization_id, coalesce(t.name, 'none'), count(*),
+                               string_agg(format('grant %s (product %s)', g.grant_id, g.product_id), ', '
+                                          ORDER BY g.grant_id),
+                               coalesce(min(rp.pool_id)::text, 'none'))
+FROM core.grants g JOIN core.organizations o ON o.organization_id = g.organization_id
+LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
+LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+WHERE g.kind = 'floor' AND g.status = 'active'
+GROUP BY o.organization_id, t.name HAVING count(*) > 1;
+
+-- invariant: (4) at most one holding conferral per grant
+SELECT min(pool_id), format('grant %s has %s holding conferrals', grant_id, count(*))
+FROM core.conferrals WHERE state = 'holding' AND grant_id IS NOT NULL
+GROUP BY grant_id HAVING count(*) > 1;
+
+-- invariant: (4) an active grant holds
+SELECT rp.pool_id, format('%s grant %s (product %s) is active but has no holding conferral (pool %s; %s)',
+                          g.kind, g.grant_id, g.product_id, rp.pool_id,
+                          coalesce((SELECT format('its last conferral %s ended: %s', c.conferral_id, c.ended_reason)
+                                    FROM core.conferrals c WHERE c.grant_id = g.grant_id
+                                    ORDER BY c.conferral_id DESC LIMIT 1), 'never conferred'))
+FROM core.grants g
+LEFT JOIN core.resource_pools rp ON rp.organization_id = g.organization_id AND rp.is_default
+WHERE g.status = 'active'
+  AND NOT EXISTS (SELECT 1 FROM core.conferrals c WHERE c.grant_id = g.grant_id AND c.state = 'holding');
+
+-- invariant: (4) a grant that is not active does not hold
+SELECT c.pool_id, format('%s grant %s is %s but conferral %s holds for it in pool %s',
+                         g.kind, g.grant_id, g.status, c.conferral_id, c.pool_id)
+FROM core.grants g JOIN core.conferrals c ON c.grant_id = g.grant_id AND c.state = 'holding'
+WHERE g.status <> 'active';
+
+-- invariant: (5) a numeric entitlement has a usage row
+SELECT e.pool_id, format('pool %s is entitled to %s but has no usage row', e.pool_id, e.resource_key)
+FROM core.pool_entitlements e
+JOIN core.resource_keys k ON k.resource_key = e.resource_key AND k.kind = 'numeric'
+WHERE NOT EXISTS (SELECT 1 FROM core.numeric_entitlement_usage u
+                  WHERE u.pool_id = e.pool_id AND u.resource_key = e.resource_key);
+
+-- invariant: (5) usage is never negative
+SELECT pool_id, format('pool %s counts %s used of %s', pool_id, used, resource_key)
+FROM core.numeric_entitlement_usage WHERE used < 0;
+
+-- invariant: (4) an active grant names an organization
+SELECT NULL::bigint, format('%s grant %s is active but names no organization (domain %s)',
+                            kind, grant_id, provision_domain)
+FROM core.grants WHERE status = 'active' AND organization_id IS NULL;
+
+-- invariant: (4) a grant holds in its organization's pool
+SELECT c.pool_id, format('conferral %s holds for %s grant %s in pool %s, not a pool of its organization %s',
+                         c.conferral_id, g.kind, g.grant_id, c.pool_id, g.organization_id)
+FROM core.conferrals c JOIN core.grants g ON g.grant_id = c.grant_id
+WHERE c.state = 'holding'
+  AND NOT EXISTS (SELECT 1 FROM core.resource_pools rp
+                  WHERE rp.pool_id = c.pool_id AND rp.organization_id = g.organization_id);
+
+-- invariant: (6) no grant is live past its end
+SELECT rp.pool_id, format('%s grant %s is %s past its end by %s (pool %s)',
+                          g.kind, g.grant_id, g.status, date_trunc('milliseconds', now() - g.ends_at),
+                          coalesce(rp.pool_id::text, 'none'))
+FROM core.grants g
+LEFT JOIN core.resource_pools rp ON rp.organization_id = g.organization_id AND rp.is_default
+WHERE g.status IN ('active', 'replaced', 'waiting') AND g.ends_at <= now();
+
+-- invariant: (6) no grant with an organization waits past its start
+SELECT rp.pool_id, format('%s grant %s still waits %s after its start (pool %s)',
+                          g.kind, g.grant_id, date_trunc('milliseconds', now() - g.starts_at), rp.pool_id)
+FROM core.grants g
+LEFT JOIN core.resource_pools rp ON rp.organization_id = g.organization_id AND rp.is_default
+WHERE g.status = 'waiting' AND g.organization_id IS NOT NULL AND g.starts_at <= now()
+  AND (g.ends_at IS NULL OR g.ends_at > now());
+
+-- invariant: (7) a lineage has exactly one head
+SELECT NULL::bigint, format('the lineage of grant %s has %s heads', l.lineage_id, count(h.grant_id))
+FROM (SELECT DISTINCT lineage_id FROM core.grants) l
+LEFT JOIN core.grants h ON h.lineage_id = l.lineage_id
+     AND NOT EXISTS (SELECT 1 FROM core.grants n WHERE n.extends_grant_id = h.grant_id)
+GROUP BY l.lineage_id HAVING count(h.grant_id) <> 1;
+
+-- invariant: (7) an extension is in the lineage of the grant it extends
+SELECT NULL::bigint, format('grant %s extends grant %s but is in the lineage of grant %s, not of grant %s',
+                            g.grant_id, p.grant_id, g.lineage_id, p.lineage_id)
+FROM core.grants g JOIN core.grants p ON p.grant_id = g.extends_grant_id
+WHERE g.lineage_id <> p.lineage_id;
+
+-- invariant: (7) at most one live grant per lineage
+SELECT min(rp.pool_id), format('the lineage of grant %s has %s live grants: %s', g.lineage_id, count(*),
+                               string_agg(format('grant %s (%s)', g.grant_id, g.status), ', '
+                                          ORDER BY g.grant_id))
+FROM core.grants g
+LEFT JOIN core.resource_pools rp ON rp.organization_id = g.organization_id AND rp.is_default
+WHERE g.status IN ('active', 'replaced', 'waiting')
+GROUP BY g.lineage_id HAVING count(*) > 1;
+
+-- invariant: (7) a live grant is its lineage's head
+SELECT rp.pool_id, format('%s grant %s is %s but grant %s extends it', g.kind, g.grant_id, g.status, n.grant_id)
+FROM core.grants g JOIN core.grants n ON n.extends_grant_id = g.grant_id
+LEFT JOIN core.resource_pools rp ON rp.organization_id = g.organization_id AND rp.is_default
+WHERE g.status IN ('active', 'replaced', 'waiting');
+
+-- invariant: (8) a domain grant is attached once its domain has an organization
+SELECT rp.pool_id, format('grant %s still waits for %s, but organization %s has that domain (pool %s)',
+                          g.grant_id, g.provision_domain, o.organization_id, rp.pool_id)
+FROM core.grants g JOIN core.organizations o ON o.email_domain = g.provision_domain
+LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+WHERE g.organization_id IS NULL AND g.status = 'waiting';
+
+-- invariant: (8) a domain grant is attached to its domain's organization
+SELECT rp.pool_id, format('grant %s for %s is attached to organization %s, whose domain is %s (pool %s)',
+                          g.grant_id, g.provision_domain, o.organization_id,
+                          coalesce(o.email_domain, 'none'), rp.pool_id)
+FROM core.grants g JOIN core.organizations o ON o.organization_id = g.organization_id
+LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+WHERE g.provision_domain IS NOT NULL AND o.email_domain IS DISTINCT FROM g.provision_domain;
+
+-- invariant: (9) an expired grant has exactly one expired event
+SELECT rp.pool_id, format('%s grant %s is %s and has %s expired events (pool %s)',
+                          g.kind, g.grant_id, g.status, count(e.event_id), coalesce(rp.pool_id::text, 'none'))
+FROM core.grants g
+LEFT JOIN core.grant_events e ON e.grant_id = g.grant_id AND e.act = 'expired'
+LEFT JOIN core.resource_pools rp ON rp.organization_id = g.organization_id AND rp.is_default
+WHERE g.status = 'expired' OR e.event_id IS NOT NULL
+GROUP BY g.grant_id, g.kind, g.status, rp.pool_id
+HAVING count(e.event_id) <> (g.status = 'expired')::int;
+
+-- invariant: (9) a revoked grant has exactly one revoked event
+SELECT rp.pool_id, format('%s grant %s is %s and has %s revoked events (pool %s)',
+                          g.kind, g.grant_id, g.status, count(e.event_id), coalesce(rp.pool_id::text, 'none'))
+FROM core.grants g
+LEFT JOIN core.grant_events e ON e.grant_id = g.grant_id AND e.act = 'revoked'
+LEFT JOIN core.resource_pools rp ON rp.organization_id = g.organization_id AND rp.is_default
+WHERE g.status = 'revoked' OR e.event_id IS NOT NULL
+GROUP BY g.grant_id, g.kind, g.status, rp.pool_id
+HAVING count(e.event_id) <> (g.status = 'revoked')::int;
+
+-- invariant: (10) no rule change is still draining
+SELECT min(o.pool_id) FILTER (WHERE o.state <> 'settled'),
+       format('change %s (set %s) is still draining: %s pools unsettled (%s failed), the first pool %s',
+              ch.change_id, ch.entitlement_set_id,
+              count(DISTINCT o.pool_id) FILTER (WHERE o.state <> 'settled'),
+              count(DISTINCT o.pool_id) FILTER (WHERE o.state = 'failed'),
+              coalesce((min(o.pool_id) FILTER (WHERE o.state <> 'settled'))::text, 'none'))
+FROM core.entitlement_set_changes ch
+LEFT JOIN core.entitlement_set_change_acts a ON a.change_id = ch.change_id
+LEFT JOIN core.entitlement_set_change_obligations o ON o.act_id = a.act_id
+WHERE ch.state = 'draining'
+GROUP BY ch.change_id, ch.entitlement_set_id;
+
+-- invariant: (10) every obligation of a settled change is settled
+SELECT o.pool_id, format('change %s is settled but act %s (%s) is %s to pool %s after %s attempts',
+                         ch.change_id, a.act_id, a.resource_key, o.state, o.pool_id, o.attempts)
+FROM core.entitlement_set_changes ch
+JOIN core.entitlement_set_change_acts a ON a.change_id = ch.change_id
+JOIN core.entitlement_set_change_obligations o ON o.act_id = a.act_id
+WHERE ch.state = 'settled' AND o.state <> 'settled';
+
+-- invariant: (10) a change has settled_at exactly when it is settled
+SELECT NULL::bigint, format('change %s (set %s) is %s but its settled_at is %s',
+                            change_id, entitlement_set_id, state, coalesce(settled_at::text, 'empty'))
+FROM core.entitlement_set_changes WHERE (state = 'settled') <> (settled_at IS NOT NULL);
+
+-- invariant: (10) no obligation settled twice (attempts = failures + 1)
+SELECT o.pool_id, format('act %s (%s) of change %s is settled to pool %s after %s attempts with %s',
+                         a.act_id, a.resource_key, a.change_id, o.pool_id, o.attempts,
+                         coalesce('the failure ' || quote_literal(o.last_error) || ' recorded',
+                                  'no failure recorded'))
+FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts a USING (act_id)
+WHERE o.state = 'settled'
+  AND ((o.last_error IS NULL AND o.attempts <> 1) OR (o.last_error IS NOT NULL AND o.attempts < 2));
+
+-- invariant: (11) every plan act is done
+SELECT min(o.pool_id) FILTER (WHERE o.state IN ('pending', 'failed')),
+       format('plan act %s (%s, %s) is still %s: %s organizations pending, %s failed, the first pool %s',
+              a.plan_act_id, a.kind, coalesce(a.disposition, 'no disposition'), a.state,
+              count(o.pool_id) FILTER (WHERE o.state = 'pending'),
+              count(o.pool_id) FILTER (WHERE o.state = 'failed'),
+              coalesce((min(o.pool_id) FILTER (WHERE o.state IN ('pending', 'failed')))::text, 'none'))
+FROM core.plan_acts a LEFT JOIN core.plan_act_obligations o ON o.plan_act_id = a.plan_act_id
+WHERE a.state <> 'done'
+GROUP BY a.plan_act_id, a.kind, a.disposition, a.state;
+
+-- invariant: (11) no move is left pending or failed
+SELECT o.pool_id, format('plan act %s (%s) left organization %s %s in pool %s after %s attempts%s',
+                         a.plan_act_id, a.kind, o.organization_id, o.state, o.pool_id, o.attempts,
+                         coalesce(': ' || o.last_error, ''))
+FROM core.plan_act_obligations o JOIN core.plan_acts a ON a.plan_act_id = o.plan_act_id
+WHERE o.state IN ('pending', 'failed');
+
+-- invariant: (12) no move settled twice (1 <= attempts <= 1 + the act's retries)
+SELECT o.pool_id, format('plan act %s (%s) has organization %s %s in pool %s after %s attempts, with %s retries of the act',
+                         a.plan_act_id, a.kind, o.organization_id, o.state, o.pool_id, o.attempts, r.n)
+FROM core.plan_act_obligations o JOIN core.plan_acts a ON a.plan_act_id = o.plan_act_id
+CROSS JOIN LATERAL (SELECT count(*) AS n FROM core.plan_acts ra
+                    JOIN core.plan_act_details d ON d.plan_act_id = ra.plan_act_id
+                    WHERE ra.kind = 'retry' AND (d.detail->>'retry_of')::bigint = o.plan_act_id) r
+WHERE o.attempts > 1 + r.n OR (o.state IN ('migrated', 'grandfathered', 'vacant') AND o.attempts < 1);

@@ -1,0 +1,164 @@
+//! `member-console stress`: the standing reliability tool. It makes a fresh database, fills it
+//! with the demo catalog and many organizations, runs the documented paths at random from many
+//! connections at once against a few shared pools for a bounded time, counts what each path did
+//! or refused, and then checks the entitlement invariants. A deadlock, an unexpected error or a
+//! violated invariant is a bug: the run says so, shows what led to it, and exits non-zero.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{AssertSqlSafe, PgPool, postgres::PgPoolOptions};
+use tracing::instrument::WithSubscriber;
+
+use crate::{
+    config::{Config, random_hex},
+    db::{Db, DbError, TxKind, begin, migrate},
+    demo,
+    jobs::{self, Backoff, Worker, WorkerOptions},
+    scratch::ScratchDb,
+    services::{
+        auth::{self, AuthError, Email},
+        catalog::{self as catalog_svc, CatalogError},
+        entitlements::{self as ent, EntitlementError},
+        grants::{self, EmailDomain, GrantError, IssueGrant, ManageGrant, Recipient},
+        organizations::{self as org_svc, OrgName},
+        plan_acts::{self as pa, Disposition, ReorderTiers},
+        rule_changes::{self as rc, RuleChangeError},
+        topology::{self, AddTier, RemoveTier, TopologyError},
+    },
+    store::{
+        catalog as catalog_store,
+        entitlements::{self as ent_store, NewGrant},
+        plan_acts as pa_store,
+    },
+};
+
+pub const DEFAULT_ORGS: usize = 200;
+pub const DEFAULT_CONNECTIONS: usize = 8;
+/// How many organizations the tasks share: few, so that they meet on the same pool rows.
+const HOT_ORGS: usize = 6;
+/// Subscriptions (one item each) among the shared organizations, for suspension to act on.
+const SUBSCRIPTIONS: usize = 4;
+/// Errors and deadlocks printed as they happen; the rest are only counted.
+const PRINTED_ERRORS: usize = 10;
+/// Violations and sequences printed after the check.
+const PRINTED_VIOLATIONS: usize = 20;
+const PRINTED_SEQUENCES: usize = 3;
+/// Acts kept for showing the sequence behind a deadlock or a violation.
+const MAX_EVENTS: usize = 500_000;
+/// The job workers that run inside the run (expiry, start, sweep), each running this many jobs at
+/// once and looking for due jobs at least this often.
+const JOB_WORKERS: usize = 2;
+const JOB_CONCURRENCY: usize = 2;
+const JOB_POLL: Duration = Duration::from_millis(200);
+/// How far ahead a grant's start or end is set: a start a few hundred ms ahead (so that starting
+/// has work), an end 0.5-3 s ahead (so that expiry has work).
+const START_AHEAD_MS: (u64, u64) = (200, 700);
+const END_AHEAD_MS: (u64, u64) = (500, 3000);
+/// The expiry and start paths act on grants due within this (sleeping until they are due).
+const DUE_WITHIN_MS: u64 = 400;
+/// After the tasks, how long the drains get to settle every rule change (the workers run them;
+/// the run enqueues what is due as the poller would, without waiting for its 30 s schedule). A
+/// change still draining after it is a violation. Long enough for a failed pool's backoff (2 s,
+/// 4 s, 8 s) to come round a few times.
+const DRAIN_WAIT: Duration = Duration::from_secs(30);
+/// The error the Retry path records against a pool before retrying, as the drain records a
+/// pool's settlement that rolled back (nothing fails on its own in a healthy run).
+const SIMULATED_FAILURE: &str = "stress: a simulated failure of this pool's settlement";
+/// The error a move of a fragile pool raises on its first attempt (a trigger of the stress
+/// database, see `make_moves_fragile`): the drain records it (`Record a failed move`) and
+/// RetryPlanAct (the tasks', or the settle's as an operator's) makes the move pending again.
+const MOVE_FAILURE: &str = "stress: a simulated failure of the move of this organization";
+/// How many organizations of the stress type have fragile moves: one shared, one not.
+const FRAGILE_POOLS: usize = 2;
+/// The bound a plan act's request gives its in-request listing and moves: 1-2 s, so that they
+/// run for part of it and the drain job finishes the rest.
+const IN_REQUEST_MS: (u64, u64) = (1000, 2000);
+
+/// What `member-console stress` was asked for.
+#[derive(Debug, Clone)]
+pub struct StressOptions {
+    pub seconds: u64,
+    pub orgs: usize,
+    pub connections: usize,
+    /// The seed of the tasks' choices; random when not given (the run prints it).
+    pub seed: Option<u64>,
+    /// Leave the database in place for inspection.
+    pub keep: bool,
+}
+
+impl StressOptions {
+    pub fn new(seconds: u64) -> StressOptions {
+        StressOptions { seconds, orgs: DEFAULT_ORGS, connections: DEFAULT_CONNECTIONS, seed: None, keep: false }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PathCount {
+    pub done: u64,
+    pub refused: u64,
+}
+
+/// The outcome of a run; serializes to the one JSON line the command prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct StressReport {
+    pub seconds: u64,
+    pub orgs: usize,
+    pub connections: usize,
+    pub paths: BTreeMap<String, PathCount>,
+    pub deadlocks: u64,
+    pub errors: u64,
+    pub violations: u64,
+    #[serde(skip)]
+    pub seed: u64,
+    #[serde(skip)]
+    pub database: String,
+    /// The first deadlocks and errors, as printed.
+    #[serde(skip)]
+    pub first_errors: Vec<String>,
+    /// The first violated invariants, as printed.
+    #[serde(skip)]
+    pub first_violations: Vec<String>,
+}
+
+impl StressReport {
+    pub fn is_clean(&self) -> bool {
+        self.deadlocks == 0 && self.errors == 0 && self.violations == 0
+    }
+
+    pub fn json_line(&self) -> String {
+        serde_json::to_string(self).expect("a report serializes")
+    }
+}
+
+/// The command: run, print the JSON line on stdout, and say whether the run was clean.
+pub async fn command(opts: StressOptions) -> anyhow::Result<bool> {
+    let config = Config::from_env()?;
+    eprintln!("member-console configuration:\n{config}");
+    let report = run(&config, opts).await?;
+    println!("{}", report.json_line());
+    Ok(report.is_clean())
+}
+
+mod acts;
+mod fixture;
+mod invariants;
+mod paths;
+mod runner;
+mod tasks;
+
+use acts::*;
+use fixture::*;
+pub use invariants::*;
+pub use paths::*;
+pub use runner::*;
+use tasks::*;

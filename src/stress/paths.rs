@@ -1,0 +1,285 @@
+//! The paths the tasks pick: each by its declared name, its weight, and the generator that picks.
+
+use super::*;
+
+/// The paths the tasks run, each named as its `PathLocks` declaration names it (the two
+/// conferral changes that have no declaration of their own by their function names, and a
+/// plan act's drain, whose parts are declared, by its span's name), the grant jobs the workers
+/// run (by their activity names; counted from `integration.jobs`), and the parts of the plan
+/// acts' drains, wherever they ran (by their declarations' names; counted from the obligations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StressPath {
+    CreateOrganization,
+    ConferGrant,
+    EndConferral,
+    MaterializePool,
+    RegisterProviders,
+    UpdateProduct,
+    ChangeProductSet,
+    RuleChangeBatchCommit,
+    DrainChange,
+    RetryRuleChange,
+    SyncSourceStatus,
+    UpdateConferralBounds,
+    IssueGrant,
+    RevokeGrant,
+    ExpireGrant,
+    StartWaitingGrant,
+    ManageGrant,
+    ExtendWaitingGrant,
+    /// `expire_grant` jobs done by the workers.
+    ExpireGrantActivity,
+    /// `start_grant` jobs done by the workers.
+    StartGrantActivity,
+    AddTier,
+    DeleteTier,
+    RemoveTier,
+    /// T0, then the listing and moves inside the request for 1-2 s (the drain job does the rest).
+    ChangeOrgTypeDefault,
+    /// T0, then, when rank 0 changed, the listing and moves as for a default change.
+    ReorderTiers,
+    /// `drain_plan_act` on a running act, beside its drain job: its parts are counted apart.
+    DrainPlanAct,
+    RetryPlanAct,
+    ReorderPlanLadders,
+    /// The parts of every plan act's drain (in a request, the job's, a task's, the settle's),
+    /// counted from what they left in the database: the listings (one per act and type reached),
+    /// the moves settled, the failures recorded, and the acts finished after their last probe.
+    ListPlanActBatch,
+    EnactObligation,
+    RecordMoveFailure,
+    LastProbe,
+    /// A sign-in with the demo member's email, the right or a wrong password, from one of a few
+    /// addresses: the reservation's rows, which no other path takes.
+    SignIn,
+    /// The organization counts' compaction, beside the inserts' appends.
+    CompactCounts,
+}
+
+impl StressPath {
+    pub const ALL: [StressPath; 34] = [
+        StressPath::CreateOrganization,
+        StressPath::ConferGrant,
+        StressPath::EndConferral,
+        StressPath::MaterializePool,
+        StressPath::RegisterProviders,
+        StressPath::UpdateProduct,
+        StressPath::ChangeProductSet,
+        StressPath::RuleChangeBatchCommit,
+        StressPath::DrainChange,
+        StressPath::RetryRuleChange,
+        StressPath::SyncSourceStatus,
+        StressPath::UpdateConferralBounds,
+        StressPath::IssueGrant,
+        StressPath::RevokeGrant,
+        StressPath::ExpireGrant,
+        StressPath::StartWaitingGrant,
+        StressPath::ManageGrant,
+        StressPath::ExtendWaitingGrant,
+        StressPath::ExpireGrantActivity,
+        StressPath::StartGrantActivity,
+        StressPath::AddTier,
+        StressPath::DeleteTier,
+        StressPath::RemoveTier,
+        StressPath::ChangeOrgTypeDefault,
+        StressPath::ReorderTiers,
+        StressPath::DrainPlanAct,
+        StressPath::RetryPlanAct,
+        StressPath::ReorderPlanLadders,
+        StressPath::ListPlanActBatch,
+        StressPath::EnactObligation,
+        StressPath::RecordMoveFailure,
+        StressPath::LastProbe,
+        StressPath::SignIn,
+        StressPath::CompactCounts,
+    ];
+
+    /// The grant paths (the tasks' and the workers').
+    pub const GRANT_PATHS: [StressPath; 8] = [
+        StressPath::IssueGrant,
+        StressPath::RevokeGrant,
+        StressPath::ExpireGrant,
+        StressPath::StartWaitingGrant,
+        StressPath::ManageGrant,
+        StressPath::ExtendWaitingGrant,
+        StressPath::ExpireGrantActivity,
+        StressPath::StartGrantActivity,
+    ];
+
+    /// The plan-act paths (the tasks' and the parts of the drains).
+    pub const PLAN_ACT_PATHS: [StressPath; 12] = [
+        StressPath::AddTier,
+        StressPath::DeleteTier,
+        StressPath::RemoveTier,
+        StressPath::ChangeOrgTypeDefault,
+        StressPath::ReorderTiers,
+        StressPath::DrainPlanAct,
+        StressPath::RetryPlanAct,
+        StressPath::ReorderPlanLadders,
+        StressPath::ListPlanActBatch,
+        StressPath::EnactObligation,
+        StressPath::RecordMoveFailure,
+        StressPath::LastProbe,
+    ];
+
+    /// Run by the job workers, not picked by the tasks.
+    pub fn is_job(self) -> bool {
+        matches!(self, StressPath::ExpireGrantActivity | StressPath::StartGrantActivity)
+    }
+
+    /// A part of the plan acts' drains, counted from the database after the run, not picked.
+    pub fn is_drain_part(self) -> bool {
+        matches!(
+            self,
+            StressPath::ListPlanActBatch
+                | StressPath::EnactObligation
+                | StressPath::RecordMoveFailure
+                | StressPath::LastProbe
+        )
+    }
+
+    /// Picked by the tasks (the rest are counted from what the workers and the drains did).
+    pub fn is_picked(self) -> bool {
+        !self.is_job() && !self.is_drain_part()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            StressPath::CreateOrganization => org_svc::CREATE_ORGANIZATION_LOCKS.path,
+            StressPath::ConferGrant => ent::CONFER_GRANT_LOCKS.path,
+            StressPath::EndConferral => ent::END_CONFERRAL_LOCKS.path,
+            StressPath::MaterializePool => ent::MATERIALIZE_POOL_LOCKS.path,
+            StressPath::RegisterProviders => ent::REGISTER_PROVIDERS_LOCKS.path,
+            StressPath::UpdateProduct => catalog_svc::UPDATE_PRODUCT_LOCKS.path,
+            StressPath::ChangeProductSet => catalog_svc::CHANGE_PRODUCT_SET_LOCKS.path,
+            StressPath::RuleChangeBatchCommit => rc::RULE_CHANGE_COMMIT_LOCKS.path,
+            StressPath::DrainChange => rc::DRAIN_CHANGE_LOCKS.path,
+            StressPath::RetryRuleChange => rc::RETRY_RULE_CHANGE_LOCKS.path,
+            StressPath::SyncSourceStatus => "sync_source_status",
+            StressPath::UpdateConferralBounds => "update_conferral_bounds",
+            StressPath::IssueGrant => grants::ISSUE_GRANT_LOCKS.path,
+            StressPath::RevokeGrant => grants::REVOKE_GRANT_LOCKS.path,
+            StressPath::ExpireGrant => grants::EXPIRE_GRANT_LOCKS.path,
+            StressPath::StartWaitingGrant => grants::START_GRANT_LOCKS.path,
+            StressPath::ManageGrant => grants::MANAGE_GRANT_LOCKS.path,
+            StressPath::ExtendWaitingGrant => grants::EXTEND_WAITING_GRANT_LOCKS.path,
+            StressPath::ExpireGrantActivity => "ExpireGrantActivity",
+            StressPath::StartGrantActivity => "StartGrantActivity",
+            StressPath::AddTier => topology::ADD_TIER_LOCKS.path,
+            StressPath::DeleteTier => topology::DELETE_TIER_LOCKS.path,
+            StressPath::RemoveTier => topology::REMOVE_TIER_LOCKS.path,
+            StressPath::ChangeOrgTypeDefault => pa::CHANGE_DEFAULT_T0_LOCKS.path,
+            StressPath::ReorderTiers => pa::REORDER_TIERS_T0_LOCKS.path,
+            // The service's span: it runs the four parts below, each declared.
+            StressPath::DrainPlanAct => "DrainPlanAct",
+            StressPath::RetryPlanAct => pa::RETRY_PLAN_ACT_LOCKS.path,
+            StressPath::ReorderPlanLadders => topology::REORDER_PLAN_LADDERS_LOCKS.path,
+            StressPath::ListPlanActBatch => pa::LIST_BATCH_LOCKS.path,
+            StressPath::EnactObligation => pa::ENACT_OBLIGATION_LOCKS.path,
+            StressPath::RecordMoveFailure => pa::RECORD_MOVE_FAILURE_LOCKS.path,
+            StressPath::LastProbe => pa::LAST_PROBE_LOCKS.path,
+            StressPath::SignIn => auth::SIGN_IN_LOCKS.path,
+            StressPath::CompactCounts => org_svc::COMPACT_COUNTS_LOCKS.path,
+        }
+    }
+
+    /// Relative frequency: the pool-changing paths most (they are where the collisions are), the
+    /// exclusive-rendezvous paths least (each one stops every materialization while it runs).
+    /// The grant paths about as often as the conferral changes; the jobs are not picked. The
+    /// earlier paths' weights are 4× their relative frequencies, so that the tier acts (weight 1)
+    /// come a quarter as often as a rule change: each takes the exclusive rendezvous, and a
+    /// default change or a reorder keeps its task 1-2 s in its in-request drain.
+    pub(super) fn weight(self) -> u64 {
+        const X: u64 = 4;
+        match self {
+            StressPath::ConferGrant | StressPath::IssueGrant => 6 * X,
+            StressPath::EndConferral => 5 * X,
+            StressPath::UpdateConferralBounds | StressPath::SyncSourceStatus | StressPath::MaterializePool => 3 * X,
+            StressPath::CreateOrganization | StressPath::UpdateProduct | StressPath::RegisterProviders => 2 * X,
+            StressPath::RevokeGrant
+            | StressPath::ExpireGrant
+            | StressPath::StartWaitingGrant
+            | StressPath::ManageGrant
+            | StressPath::ExtendWaitingGrant => 2 * X,
+            // A drain or a retry finds no draining change more often than not (then it does
+            // nothing and is not counted), so they are picked more often, to meet the jobs' drains.
+            StressPath::DrainChange => 3 * X,
+            StressPath::RetryRuleChange => 2 * X,
+            StressPath::ChangeProductSet | StressPath::RuleChangeBatchCommit => X,
+            // An add is refused more often than not (a holder of the product holds a plan on the
+            // ladder already): twice as often as a delete or a removal, so the ladder keeps tiers.
+            StressPath::AddTier => 2,
+            StressPath::DeleteTier
+            | StressPath::RemoveTier
+            | StressPath::ChangeOrgTypeDefault
+            | StressPath::ReorderTiers => 1,
+            // Not plan acts under the exclusive rendezvous; a drain and a retry find nothing to
+            // do while no act runs (then skipped or refused), so they come more often.
+            StressPath::ReorderPlanLadders | StressPath::DrainPlanAct | StressPath::RetryPlanAct => 2,
+            // Disjoint from the rest (their own rows), and a sign-in's hashing costs CPU: seldom.
+            StressPath::SignIn | StressPath::CompactCounts => 2,
+            StressPath::ExpireGrantActivity
+            | StressPath::StartGrantActivity
+            | StressPath::ListPlanActBatch
+            | StressPath::EnactObligation
+            | StressPath::RecordMoveFailure
+            | StressPath::LastProbe => 0,
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64), so a task's choices follow from the seed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        // splitmix64 of the seed: neighbouring seeds give unrelated streams, and never zero.
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// 0..n (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+/// Every picked path once, in a random order, so that a short run tries the rare ones too (a
+/// tier act is picked about once in 200): the ones that act on what a plan act left (a running
+/// act to drain, a failed move to retry) last, after the round's default change and reorder.
+pub fn opening_round(rng: &mut Rng) -> Vec<StressPath> {
+    let mut paths: Vec<StressPath> = StressPath::ALL.into_iter().filter(|p| p.is_picked()).collect();
+    for i in (1..paths.len()).rev() {
+        paths.swap(i, rng.below(i + 1));
+    }
+    let after = |p: &StressPath| matches!(p, StressPath::DrainPlanAct | StressPath::RetryPlanAct);
+    paths.sort_by_key(after);
+    paths
+}
+
+/// The path picker: one path at random, by weight.
+pub fn pick_path(rng: &mut Rng) -> StressPath {
+    let total: u64 = StressPath::ALL.iter().map(|p| p.weight()).sum();
+    let mut n = rng.next_u64() % total;
+    for p in StressPath::ALL {
+        if n < p.weight() {
+            return p;
+        }
+        n -= p.weight();
+    }
+    unreachable!("the weights add up to total")
+}
