@@ -6,9 +6,10 @@
 
 //! The one layout: document head, top bar, nav, user area and `<main>`.
 
+use crate::forms::csrf_field;
 use maud::{DOCTYPE, Markup, html};
 
-use crate::components::{Tone, badge, csrf_field};
+use crate::components::{Tone, badge};
 use crate::text::json_string;
 
 /// Product name, shown in the top bar and every `<title>`.

@@ -7,14 +7,15 @@
 pub use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 pub mod components;
+pub mod forms;
 pub mod layout;
 pub mod pages;
 mod text;
 
 pub use components::{
-    Column, Field, Keyset, Tone, badge, csrf_field, facts, field, form_errors, keyset_pagination, notice, progress,
-    refusal, table, table_cols,
+    Column, Keyset, Tone, badge, facts, keyset_pagination, notice, progress, refusal, table, table_cols,
 };
+pub use forms::{Field, csrf_field, field, form_errors};
 pub use layout::{NavLink, Page, SignedIn, bare_page, page, page_or_partial};
 pub use pages::{
     auth::{LoginView, login},

@@ -1,8 +1,9 @@
 //! The sign-in card.
 
+use crate::forms::{Field, csrf_field, field};
 use maud::{Markup, html};
 
-use crate::components::{Field, csrf_field, field, refusal};
+use crate::components::refusal;
 
 /// What the sign-in form shows.
 pub struct LoginView<'a> {

@@ -7,7 +7,9 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Field, Tone, badge, csrf_field, facts, field, form_errors, notice, table_cols};
+use crate::forms::{Field, Input, Select, described_by, field, form_banners, hx_form, input_field, select_field};
+
+use crate::components::{Column, Tone, badge, facts, table_cols};
 
 /// One resource key as the catalog lists it.
 pub struct ResourceKeyRow {
@@ -226,6 +228,7 @@ pub fn key_form(csrf: &str, f: &FormState) -> Markup {
             (hx_form("/operator/catalog/keys", "key-form", csrf, html! {
                 (input_field(&Input {
                     name: "key",
+                    id: "key",
                     label: "Key name",
                     kind: "text",
                     value: f.value("key"),
@@ -236,6 +239,8 @@ pub fn key_form(csrf: &str, f: &FormState) -> Markup {
                 }))
                 (select_field(&Select {
                     name: "kind",
+                    id: "kind",
+                    required: false,
                     label: "Kind",
                     options: &kinds,
                     selected: f.value("kind"),
@@ -244,6 +249,7 @@ pub fn key_form(csrf: &str, f: &FormState) -> Markup {
                 }))
                 (input_field(&Input {
                     name: "description",
+                    id: "description",
                     label: "Description",
                     kind: "text",
                     value: f.value("description"),
@@ -313,6 +319,8 @@ fn product_fields(set_options: &[(i64, String)], f: &FormState, submit: &str) ->
         }))
         (select_field(&Select {
             name: "entitlement_set_id",
+            id: "entitlement_set_id",
+            required: false,
             label: "Entitlement set",
             options: &options,
             selected: f.value("entitlement_set_id"),
@@ -455,95 +463,6 @@ pub fn product_edit(v: &ProductEditView) -> Markup {
 
 // ---------- Form building blocks local to the operator pages ----------
 
-/// A POST form that works without JavaScript; htmx posts it to the same URL and swaps the
-/// container `#{container}` with the answer.
-fn hx_form(action: &str, container: &str, csrf: &str, body: Markup) -> Markup {
-    html! {
-        form method="post" action=(action) hx-post=(action) hx-target=(format!("#{container}")) hx-swap="outerHTML" {
-            (csrf_field(csrf))
-            (body)
-        }
-    }
-}
-
-fn form_banners(f: &FormState) -> Markup {
-    html! {
-        @if let Some(message) = &f.notice {
-            (notice(message))
-        }
-        (form_errors(&f.errors))
-    }
-}
-
-/// A labelled input with an optional placeholder and hint; the markup matches
-/// [`crate::components::field`].
-struct Input<'a> {
-    name: &'a str,
-    label: &'a str,
-    kind: &'a str,
-    value: &'a str,
-    error: Option<&'a str>,
-    required: bool,
-    placeholder: Option<&'a str>,
-    hint: Option<&'a str>,
-}
-
-fn input_field(f: &Input) -> Markup {
-    let error_id = format!("{}-error", f.name);
-    let hint_id = format!("{}-hint", f.name);
-    let described = described_by(f.hint.map(|_| hint_id.as_str()), f.error.map(|_| error_id.as_str()));
-    html! {
-        div.field.has-error[f.error.is_some()] {
-            label for=(f.name) { (f.label) }
-            input id=(f.name) name=(f.name) type=(f.kind) value=(f.value)
-                required[f.required]
-                placeholder=[f.placeholder]
-                aria-invalid=[f.error.map(|_| "true")]
-                aria-describedby=[described];
-            @if let Some(hint) = f.hint {
-                p.field-hint id=(hint_id) { (hint) }
-            }
-            @if let Some(error) = f.error {
-                p.field-error id=(error_id) { (error) }
-            }
-        }
-    }
-}
-
-struct Select<'a> {
-    name: &'a str,
-    label: &'a str,
-    /// (value, label) pairs.
-    options: &'a [(&'a str, &'a str)],
-    selected: &'a str,
-    error: Option<&'a str>,
-    hint: Option<&'a str>,
-}
-
-fn select_field(f: &Select) -> Markup {
-    let error_id = format!("{}-error", f.name);
-    let hint_id = format!("{}-hint", f.name);
-    let described = described_by(f.hint.map(|_| hint_id.as_str()), f.error.map(|_| error_id.as_str()));
-    html! {
-        div.field.has-error[f.error.is_some()] {
-            label for=(f.name) { (f.label) }
-            select id=(f.name) name=(f.name)
-                aria-invalid=[f.error.map(|_| "true")]
-                aria-describedby=[described] {
-                @for (value, label) in f.options {
-                    option value=(value) selected[*value == f.selected] { (label) }
-                }
-            }
-            @if let Some(hint) = f.hint {
-                p.field-hint id=(hint_id) { (hint) }
-            }
-            @if let Some(error) = f.error {
-                p.field-error id=(error_id) { (error) }
-            }
-        }
-    }
-}
-
 /// A checkbox that submits `name=on` when ticked.
 fn checkbox_field(name: &str, label: &str, checked: bool, error: Option<&str>, hint: &str) -> Markup {
     let error_id = format!("{name}-error");
@@ -562,14 +481,6 @@ fn checkbox_field(name: &str, label: &str, checked: bool, error: Option<&str>, h
                 p.field-error id=(error_id) { (error) }
             }
         }
-    }
-}
-
-fn described_by(hint: Option<&str>, error: Option<&str>) -> Option<String> {
-    match (hint, error) {
-        (Some(h), Some(e)) => Some(format!("{h} {e}")),
-        (Some(one), None) | (None, Some(one)) => Some(one.to_owned()),
-        (None, None) => None,
     }
 }
 

@@ -7,11 +7,10 @@
 //! Dates arrive already formatted; date inputs are `datetime-local` and the handler reads them
 //! as UTC, which the hints say.
 
+use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
 use maud::{Markup, html};
 
-use crate::components::{
-    Column, Keyset, Tone, badge, csrf_field, facts, form_errors, keyset_pagination, notice, table_cols,
-};
+use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, table_cols};
 use crate::pages::catalog::{FormState, Total, capitalized};
 use crate::text::query_component;
 
@@ -546,118 +545,6 @@ fn reason_input(id: &str, f: &FormState, hint: &str) -> Markup {
         placeholder: None,
         hint: Some(hint),
     })
-}
-
-// ---------- Form building blocks for the grant and organization forms ----------
-//
-// The markup matches the catalog's private helpers, with an element id of its own per field,
-// so two forms on one page can share a field name (`reason`) without sharing an id.
-
-/// A POST form that works without JavaScript; htmx posts it to the same URL and swaps the
-/// container `#{container}` with the answer.
-pub(crate) fn hx_form(action: &str, container: &str, csrf: &str, body: Markup) -> Markup {
-    html! {
-        form method="post" action=(action) hx-post=(action) hx-target=(format!("#{container}")) hx-swap="outerHTML" {
-            (csrf_field(csrf))
-            (body)
-        }
-    }
-}
-
-/// The form's notice (good news) and its errors that belong to no one field.
-pub(crate) fn form_banners(f: &FormState) -> Markup {
-    html! {
-        @if let Some(message) = &f.notice {
-            (notice(message))
-        }
-        (form_errors(&f.errors))
-    }
-}
-
-/// A labelled input with an optional placeholder and hint. A number input takes whole numbers
-/// from 1.
-pub(crate) struct Input<'a> {
-    pub id: &'a str,
-    pub name: &'a str,
-    pub label: &'a str,
-    /// "text", "number", "datetime-local", ...
-    pub kind: &'a str,
-    pub value: &'a str,
-    pub error: Option<&'a str>,
-    pub required: bool,
-    pub placeholder: Option<&'a str>,
-    pub hint: Option<&'a str>,
-}
-
-pub(crate) fn input_field(f: &Input) -> Markup {
-    let error_id = format!("{}-error", f.id);
-    let hint_id = format!("{}-hint", f.id);
-    let described = described_by(f.hint.map(|_| hint_id.as_str()), f.error.map(|_| error_id.as_str()));
-    let number = f.kind == "number";
-    html! {
-        div.field.has-error[f.error.is_some()] {
-            label for=(f.id) { (f.label) }
-            input id=(f.id) name=(f.name) type=(f.kind) value=(f.value)
-                min=[number.then_some("1")]
-                step=[number.then_some("1")]
-                inputmode=[number.then_some("numeric")]
-                required[f.required]
-                placeholder=[f.placeholder]
-                aria-invalid=[f.error.map(|_| "true")]
-                aria-describedby=[described];
-            @if let Some(hint) = f.hint {
-                p.field-hint id=(hint_id) { (hint) }
-            }
-            @if let Some(error) = f.error {
-                p.field-error id=(error_id) { (error) }
-            }
-        }
-    }
-}
-
-pub(crate) struct Select<'a> {
-    pub id: &'a str,
-    pub name: &'a str,
-    pub label: &'a str,
-    /// (value, label) pairs.
-    pub options: &'a [(&'a str, &'a str)],
-    pub selected: &'a str,
-    pub error: Option<&'a str>,
-    pub required: bool,
-    pub hint: Option<&'a str>,
-}
-
-pub(crate) fn select_field(f: &Select) -> Markup {
-    let error_id = format!("{}-error", f.id);
-    let hint_id = format!("{}-hint", f.id);
-    let described = described_by(f.hint.map(|_| hint_id.as_str()), f.error.map(|_| error_id.as_str()));
-    html! {
-        div.field.has-error[f.error.is_some()] {
-            label for=(f.id) { (f.label) }
-            select id=(f.id) name=(f.name)
-                required[f.required]
-                aria-invalid=[f.error.map(|_| "true")]
-                aria-describedby=[described] {
-                @for (value, label) in f.options {
-                    option value=(value) selected[*value == f.selected] { (label) }
-                }
-            }
-            @if let Some(hint) = f.hint {
-                p.field-hint id=(hint_id) { (hint) }
-            }
-            @if let Some(error) = f.error {
-                p.field-error id=(error_id) { (error) }
-            }
-        }
-    }
-}
-
-fn described_by(hint: Option<&str>, error: Option<&str>) -> Option<String> {
-    match (hint, error) {
-        (Some(h), Some(e)) => Some(format!("{h} {e}")),
-        (Some(one), None) | (None, Some(one)) => Some(one.to_owned()),
-        (None, None) => None,
-    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,12 @@
 //! The operator's organizations: a searchable list with the form that creates one, and one
 //! organization's plan, entitlements, usage, members, grants and their audit trail.
 
+use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
 use maud::{Markup, html};
 
 use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, table, table_cols};
 use crate::pages::catalog::{FormState, Total, capitalized, count};
-use crate::pages::grants::{
-    GrantEventRow, GrantListRow, Input, Select, events_table, form_banners, grants_table, hx_form, input_field,
-    select_field,
-};
+use crate::pages::grants::{GrantEventRow, GrantListRow, events_table, grants_table};
 use crate::pages::topology::rank_cell;
 
 /// The list's path; the search form and pagination links come back to it.

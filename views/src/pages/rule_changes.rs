@@ -8,10 +8,10 @@
 //! polling stops when the polling element leaves the page), so the server's answer to the poll
 //! is the container again, and the settled render carries no `hx-trigger`.
 
+use crate::forms::hx_form;
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, facts, progress, table_cols};
-use crate::pages::grants::hx_form;
 
 /// The list's path; each rule change lives under it.
 const LIST_PATH: &str = "/operator/rule-changes";

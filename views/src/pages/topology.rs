@@ -10,11 +10,11 @@
 //! JavaScript, enhanced by htmx to post to the same URL and swap its own container
 //! (`outerHTML`), so a 4xx answer carrying the re-rendered container shows the refusal in place.
 
+use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, notice, refusal, table_cols};
 use crate::pages::catalog::{FormState, count};
-use crate::pages::grants::{Input, Select, form_banners, hx_form, input_field, select_field};
 
 const LADDERS_PATH: &str = "/operator/topology/ladders";
 const LADDER_ORDER_PATH: &str = "/operator/topology/ladder-order";
