@@ -161,6 +161,20 @@ pub async fn resume_session(db: &Db, token: &str) -> Result<Option<SessionAccoun
     rows.first().map(accounts::session_account_from_row).transpose().map_err(DbError::from)
 }
 
+/// `resume_session`, and the member's home read in the same statement: the home page's one
+/// round trip. None, and nothing read, for a session that has ended.
+#[tracing::instrument(name = "Resume a session with the member's home", skip_all)]
+pub async fn resume_session_with_home(
+    db: &Db,
+    token: &str,
+) -> Result<Option<(SessionAccount, Vec<accounts::MemberHome>)>, DbError> {
+    let Some(sql) = accounts::resume_session_with_home_sql(token, SESSION_IDLE, SESSION_TOUCH_EVERY) else {
+        return Ok(None);
+    };
+    let rows = crate::db::tx::once_unrecorded(db, TxKind::Plain, sql).await?;
+    rows.first().map(accounts::session_home_from_row).transpose().map_err(DbError::from)
+}
+
 #[tracing::instrument(name = "Sign out", skip_all)]
 pub async fn sign_out(db: &Db, token: &str) -> Result<(), DbError> {
     let mut tx = begin(db, TxKind::Plain).await?;

@@ -73,7 +73,9 @@ pub async fn operator(
 }
 
 /// The account behind the session cookie, put in the request's extensions; a session that has
-/// ended is forgotten.
+/// ended is forgotten. The member's home page reads its page in the session's statement (one
+/// round trip for the page every member loads): its data goes in the extensions too, read only
+/// for the account the session resolved to.
 async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
     if let Some(i) = identity(req.request()) {
         return Ok(Some(i));
@@ -81,7 +83,16 @@ async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
     let session = req.get_session();
     let Ok(Some(token)) = session.get::<String>(SESSION_TOKEN) else { return Ok(None) };
     let state = req.app_data::<web::Data<AppState>>().cloned().expect("the app state is registered");
-    match crate::services::auth::resume_session(&state.db, &token).await? {
+    let home_page = req.method() == Method::GET && req.match_pattern().as_deref() == Some("/");
+    let resumed = if home_page {
+        crate::services::auth::resume_session_with_home(&state.db, &token).await?.map(|(a, home)| {
+            req.extensions_mut().insert(super::pages::home::HomeRead(home));
+            a
+        })
+    } else {
+        crate::services::auth::resume_session(&state.db, &token).await?
+    };
+    match resumed {
         Some(a) => {
             let who = Identity { account_id: a.account_id, email: a.email, is_operator: a.is_operator };
             req.extensions_mut().insert(who.clone());

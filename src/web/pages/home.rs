@@ -1,6 +1,6 @@
 //! The member's home: each of their organizations' plan per ladder, entitlements and usage.
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 
 use crate::{
     services,
@@ -11,8 +11,15 @@ use crate::{
     web::{AppState, errors::AppError, identity::Member, render},
 };
 
+/// The home's read, made by the member guard in the session's own statement.
+pub struct HomeRead(pub Vec<crate::store::accounts::MemberHome>);
+
 pub async fn home(req: HttpRequest, state: web::Data<AppState>, Member(who): Member) -> Result<HttpResponse, AppError> {
-    let organizations = services::reads::member_home(&state.db, who.account_id).await?;
+    let read = req.extensions_mut().remove::<HomeRead>();
+    let organizations = match read {
+        Some(HomeRead(organizations)) => organizations,
+        None => services::reads::member_home(&state.db, who.account_id).await?,
+    };
     let view = views::HomeView { email: who.email, organizations: organizations.into_iter().map(org_home).collect() };
     Ok(render::ok(&req, "Home", views::member_home(&view)))
 }
