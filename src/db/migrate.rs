@@ -21,6 +21,9 @@ pub enum MigrateError {
 /// Apply every pending migration, then make sure `console_runtime` can log in with
 /// `runtime_password` and read the migration ledger (for `/readyz`).
 pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Result<(), MigrateError> {
+    // Before the first migration looks for them: see `ensure_role`.
+    ensure_role(admin, "core_owner").await?;
+    ensure_role(admin, "console_runtime").await?;
     MIGRATOR.run(admin).await?;
     sqlx::query("GRANT SELECT ON public._sqlx_migrations TO console_runtime").execute(admin).await?;
     harden_database(admin).await?;
@@ -30,8 +33,33 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
     if runtime.connect().await.is_err() {
         let literal = runtime_password.replace('\'', "''");
         let sql = format!("ALTER ROLE console_runtime WITH LOGIN PASSWORD '{literal}'");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
+        // Two consoles setting it at once may collide on the role's row ("tuple concurrently
+        // updated"): the one that lost finds the password set, or sets it again.
+        if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone())).execute(admin).await {
+            if runtime.connect().await.is_err() {
+                tracing::warn!(error = %e, "setting console_runtime's password collided; setting it again");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
+            }
+        }
     }
+    Ok(())
+}
+
+/// Create a cluster-wide role (NOLOGIN) unless it exists. Roles belong to the server, not to a
+/// database, so two consoles migrating two databases of one server at once (replicas, a bench
+/// beside the tests) can both find it missing; the create that loses that race fails with a
+/// duplicate, which is no error here.
+pub async fn ensure_role(admin: &PgPool, name: &str) -> Result<(), sqlx::Error> {
+    let role: String = name.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    let sql = format!(
+        "DO $$ BEGIN
+             IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN
+                 CREATE ROLE \"{role}\" NOLOGIN;
+             END IF;
+         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+         END $$"
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
     Ok(())
 }
 

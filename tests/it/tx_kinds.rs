@@ -375,3 +375,25 @@ async fn the_docs_page_shows_the_sql_functions_in_force() {
         "docs/sql-functions.md is out of date: run `member-console sql-functions` and paste its output"
     );
 }
+
+#[tokio::test]
+async fn consoles_creating_the_same_role_at_once_all_succeed() {
+    let t = TestDb::new().await;
+    let role = format!("mc_race_{}", member_console::config::random_hex(6));
+    let tries: Vec<_> = (0..8)
+        .map(|_| {
+            let (admin, role) = (t.admin.clone(), role.clone());
+            tokio::spawn(async move { member_console::db::migrate::ensure_role(&admin, &role).await })
+        })
+        .collect();
+    for t in tries {
+        t.await.unwrap().expect("a create that loses the race is no error");
+    }
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)")
+        .bind(&role)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert!(exists);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP ROLE \"{role}\""))).execute(&t.admin).await.unwrap();
+}
