@@ -40,7 +40,16 @@ pub async fn request_context(
     // No clone of the request may live across the call (the router needs it unshared), so what
     // a detached error page needs is taken now.
     let hx = render::is_htmx(req.request());
-    let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.path());
+    // The route (the table's pattern the router matched) and the account are filled in once
+    // known, so every line of a request says which handler ran and for whom.
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        method = %req.method(),
+        path = %req.path(),
+        route = tracing::field::Empty,
+        account_id = tracing::field::Empty,
+    );
     let started = Instant::now();
     let deadline = started + timeout;
 
@@ -74,6 +83,9 @@ pub async fn request_context(
         }
     };
 
+    if let Some(route) = res.request().match_pattern() {
+        span.record("route", route.as_str());
+    }
     let status = res.status();
     if let Some(err) = res.response().error() {
         let (title, message, unexpected) = match err.as_error::<AppError>() {
