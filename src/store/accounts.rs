@@ -130,40 +130,37 @@ pub async fn insert_session(
     Ok(())
 }
 
-/// The statement that resolves a session token (`core.resume_session`), for `db::tx::once`: the
+/// The call that resolves a session token (`core.resume_session`), for `db::tx::once`: the
 /// simple protocol carries no parameters, so the token is accepted only as the 64 hex digits the
 /// console makes, and the bounds are numbers. It finds the account of a live session (idle and
 /// absolute bounds) and moves its last-seen time only when that is older than `touch_every`, so
 /// most page views write nothing. None for a token the console did not make.
-pub fn resume_session_sql(token: &str, idle: Duration, touch_every: Duration) -> Option<String> {
+fn resume_session_call(token: &str, idle: Duration, touch_every: Duration) -> Option<String> {
     if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         return None;
     }
     let (idle_ms, touch_ms) = (idle.as_millis(), touch_every.as_millis());
     Some(format!(
-        "SELECT account_id, email, is_operator FROM core.resume_session('{token}', \
-         interval '{idle_ms} milliseconds', interval '{touch_ms} milliseconds')"
+        "core.resume_session('{token}', interval '{idle_ms} milliseconds', interval '{touch_ms} milliseconds')"
     ))
 }
 
-/// `resume_session_sql` with the member's home in the same statement (a fourth column, the
-/// JSON of `core.member_home` for the session's account): the home page in one round trip.
+/// The session's account (see `resume_session_call`).
+pub fn resume_session_sql(token: &str, idle: Duration, touch_every: Duration) -> Option<String> {
+    let call = resume_session_call(token, idle, touch_every)?;
+    Some(format!("SELECT account_id, email, is_operator FROM {call}"))
+}
+
+/// The session's account and, in the same statement, the member's home (a fourth column, the
+/// JSON of `core.member_home`): the home page in one round trip.
 pub fn resume_session_with_home_sql(token: &str, idle: Duration, touch_every: Duration) -> Option<String> {
-    let resume = resume_session_sql(token, idle, touch_every)?;
-    Some(
-        resume.replacen(
-            "SELECT account_id, email, is_operator FROM",
-            "SELECT s.account_id, s.email, s.is_operator, core.member_home(s.account_id) FROM",
-            1,
-        ) + " s",
-    )
+    let call = resume_session_call(token, idle, touch_every)?;
+    Some(format!("SELECT s.account_id, s.email, s.is_operator, core.member_home(s.account_id) FROM {call} s"))
 }
 
 /// A row of `resume_session_with_home_sql`.
 pub fn session_home_from_row(row: &PgRow) -> sqlx::Result<(SessionAccount, Vec<MemberHome>)> {
-    let json: String = row.try_get(3)?;
-    let home = serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-    Ok((session_account_from_row(row)?, home))
+    Ok((session_account_from_row(row)?, home_from_json(&row.try_get::<String, _>(3)?)?))
 }
 
 /// A row of `resume_session_sql` (text format: the simple protocol).
@@ -266,6 +263,10 @@ pub fn member_home_sql(account_id: i64) -> String {
 /// The rows of `member_home_sql`.
 pub fn member_home_from_rows(rows: &[PgRow]) -> Result<Vec<MemberHome>, sqlx::Error> {
     let Some(row) = rows.first() else { return Ok(vec![]) };
-    let json: String = row.try_get(0)?;
-    serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+    home_from_json(&row.try_get::<String, _>(0)?)
+}
+
+/// `core.member_home`'s JSON, read.
+fn home_from_json(json: &str) -> sqlx::Result<Vec<MemberHome>> {
+    serde_json::from_str(json).map_err(|e| sqlx::Error::Decode(Box::new(e)))
 }
