@@ -57,7 +57,7 @@ pub async fn boot(config: Config) -> anyhow::Result<Booted> {
         .connect_with(runtime)
         .await
         .context("connecting as console_runtime")?;
-    let mut db = Db::new(pool);
+    let mut db = Db::with_prepared_bound(pool, config.request_timeout / 2);
     db.lock_timeout = config.lock_timeout;
     // Every integration's keys exist and name their provider before anything materializes.
     crate::services::entitlements::register_providers(&db).await?;
@@ -67,7 +67,7 @@ pub async fn boot(config: Config) -> anyhow::Result<Booted> {
 impl Booted {
     /// Close the pool (the private cluster is released by whoever holds it).
     pub async fn shutdown(self) {
-        self.db.pool.close().await;
+        self.db.close().await;
     }
 }
 

@@ -48,7 +48,7 @@ impl ScratchDb {
 
     /// Close the pools and drop the database (FORCE: a connection left behind does not keep it).
     pub async fn drop_database(self) -> anyhow::Result<()> {
-        self.db.pool.close().await;
+        self.db.close().await;
         self.admin.close().await;
         let mut conn = PgConnection::connect(&self.root_url).await?;
         sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name)))

@@ -22,19 +22,48 @@ pub const QUERY_CANCELED: &str = "57014";
 /// SQLSTATE 40P01: the server broke a deadlock.
 pub const DEADLOCK_DETECTED: &str = "40P01";
 
-/// The run-time handle every service takes: the pool (connected as `console_runtime`) and the
-/// bound the lock-bounded kinds put on lock waits (5 s in production; tests shorten it).
+/// The run-time handle every service takes: the pool (connected as `console_runtime`), the
+/// pool for prepared one-statement reads (`tx::prepared`), and the bound the lock-bounded kinds
+/// put on lock waits (5 s in production; tests shorten it).
 #[derive(Clone, Debug)]
 pub struct Db {
     pub pool: PgPool,
+    /// Connections of the same role whose own `statement_timeout` is `prepared_bound`, opened
+    /// when first needed (a worker never needs one): see `tx::prepared`.
+    pub prepared: PgPool,
+    pub prepared_bound: Duration,
     pub lock_timeout: Duration,
 }
 
 impl Db {
     pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+    /// Half the default request deadline: a request's first statement starts with more than
+    /// this left, so it rarely needs a bound of its own (`tx::prepared`).
+    pub const DEFAULT_PREPARED_BOUND: Duration = Duration::from_secs(16);
+    /// The prepared statements every page view opens with are short: a few connections carry
+    /// them for any number of requests.
+    const PREPARED_CONNECTIONS: u32 = 16;
 
     pub fn new(pool: PgPool) -> Self {
-        Db { pool, lock_timeout: Self::DEFAULT_LOCK_TIMEOUT }
+        Self::with_prepared_bound(pool, Self::DEFAULT_PREPARED_BOUND)
+    }
+
+    /// `new`, with the prepared pool's bound (`serve` sets half its request deadline).
+    pub fn with_prepared_bound(pool: PgPool, bound: Duration) -> Self {
+        let bound = bound.max(Duration::from_millis(1));
+        let options =
+            (*pool.connect_options()).clone().options([("statement_timeout", format!("{}", bound.as_millis()))]);
+        let prepared = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(Self::PREPARED_CONNECTIONS)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy_with(options);
+        Db { pool, prepared, prepared_bound: bound, lock_timeout: Self::DEFAULT_LOCK_TIMEOUT }
+    }
+
+    /// Close both pools.
+    pub async fn close(&self) {
+        self.prepared.close().await;
+        self.pool.close().await;
     }
 }
 

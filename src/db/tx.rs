@@ -257,6 +257,30 @@ impl Db {
     }
 }
 
+/// A connection for one prepared statement that commits on its own: the reads every page view
+/// opens with (its session, the member's home). Sent as text after a `SET LOCAL`, such a
+/// statement is parsed and planned on every request, which costs PostgreSQL more than running
+/// it; prepared, it is one round trip of Bind and Execute. It needs no `SET LOCAL` because its
+/// connection (from `Db::prepared`) carries `Db::prepared_bound` as its own statement timeout,
+/// and under a request that bound is within the deadline: a request whose deadline is nearer
+/// gets the time left set on the connection first (one more round trip), and the connection is
+/// then closed rather than reused with a bound that is not the pool's.
+pub async fn prepared(db: &Db) -> Result<PoolConnection<Postgres>, DbError> {
+    let mut conn = db.prepared.acquire().await?;
+    if let Ok(deadline) = REQUEST_DEADLINE.try_with(|d| *d) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left < Duration::from_millis(1) {
+            return Err(DbError::DeadlinePassed);
+        }
+        if left < db.prepared_bound {
+            conn.close_on_drop();
+            let set = format!("SET statement_timeout = '{}ms'", left.as_millis());
+            sqlx::raw_sql(AssertSqlSafe(set)).execute(&mut *conn).await?;
+        }
+    }
+    Ok(conn)
+}
+
 /// Open a transaction of `kind`. A lock wait past the kind's bound surfaces as
 /// `DbError::LockNotAvailable` (SQLSTATE 55P03), with nothing held.
 pub async fn begin(db: &Db, kind: TxKind) -> Result<Tx, DbError> {
@@ -282,21 +306,11 @@ pub async fn begin(db: &Db, kind: TxKind) -> Result<Tx, DbError> {
 /// transaction rolled back. The statement is SQL whose only values are numbers the caller
 /// formatted (the simple protocol carries no parameters).
 pub async fn once(db: &Db, kind: TxKind, statement: String) -> Result<Vec<PgRow>, DbError> {
-    once_as(db, kind, statement, true).await
-}
-
-/// `once`, for housekeeping a request does on the side (a session's last-seen time): its commit
-/// is not one the request's answer reports.
-pub async fn once_unrecorded(db: &Db, kind: TxKind, statement: String) -> Result<Vec<PgRow>, DbError> {
-    once_as(db, kind, statement, false).await
-}
-
-async fn once_as(db: &Db, kind: TxKind, statement: String, recorded: bool) -> Result<Vec<PgRow>, DbError> {
     use futures_util::TryStreamExt;
     // No BEGIN or COMMIT: PostgreSQL runs a query string of several statements as one implicit
     // transaction (SET LOCAL applies to it, an advisory xact lock is held to its end, and its
     // commit comes before the answer's end), so the batch is two statements fewer. A Plain one
-    // takes no lock, so it sets no path name either: the member's pages run two of these per view.
+    // takes no lock, so it sets no path name either.
     let mut statements = bounds_and_locks(kind, db.lock_timeout, !matches!(kind, TxKind::Plain))?;
     let opening = statements.len();
     statements.push(statement);
@@ -315,8 +329,7 @@ async fn once_as(db: &Db, kind: TxKind, statement: String, recorded: bool) -> Re
         }
         Ok::<_, sqlx::Error>(rows)
     };
-    let outcome = if recorded { committing(batch).await } else { batch.await };
-    match outcome {
+    match committing(batch).await {
         Ok(rows) => Ok(rows),
         // The server rolled the implicit transaction back at the failed statement.
         Err(e @ sqlx::Error::Database(_)) => Err(e.into()),

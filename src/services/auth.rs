@@ -152,13 +152,12 @@ pub async fn sign_in(
 }
 
 /// The account behind a session token if the session is live (idle and absolute bounds); its
-/// last-seen time moves at most once a `SESSION_TOUCH_EVERY`. One round trip, bounded by the
-/// request's deadline.
+/// last-seen time moves at most once a `SESSION_TOUCH_EVERY`. One prepared statement, bounded
+/// by the request's deadline.
 #[tracing::instrument(name = "Resume a session", skip_all)]
 pub async fn resume_session(db: &Db, token: &str) -> Result<Option<SessionAccount>, DbError> {
-    let Some(sql) = accounts::resume_session_sql(token, SESSION_IDLE, SESSION_TOUCH_EVERY) else { return Ok(None) };
-    let rows = crate::db::tx::once_unrecorded(db, TxKind::Plain, sql).await?;
-    rows.first().map(accounts::session_account_from_row).transpose().map_err(DbError::from)
+    let mut conn = crate::db::tx::prepared(db).await?;
+    Ok(accounts::resume_session(&mut conn, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await?)
 }
 
 /// `resume_session`, and the member's home read in the same statement: the home page's one
@@ -168,11 +167,8 @@ pub async fn resume_session_with_home(
     db: &Db,
     token: &str,
 ) -> Result<Option<(SessionAccount, Vec<accounts::MemberHome>)>, DbError> {
-    let Some(sql) = accounts::resume_session_with_home_sql(token, SESSION_IDLE, SESSION_TOUCH_EVERY) else {
-        return Ok(None);
-    };
-    let rows = crate::db::tx::once_unrecorded(db, TxKind::Plain, sql).await?;
-    rows.first().map(accounts::session_home_from_row).transpose().map_err(DbError::from)
+    let mut conn = crate::db::tx::prepared(db).await?;
+    Ok(accounts::resume_session_with_home(&mut conn, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await?)
 }
 
 #[tracing::instrument(name = "Sign out", skip_all)]

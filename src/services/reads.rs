@@ -152,13 +152,12 @@ pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>
     }))
 }
 
-/// The member's organizations, as their home shows them: one round trip, bounded by the
-/// request's deadline.
+/// The member's organizations, as their home shows them: one prepared statement, bounded by
+/// the request's deadline.
 #[tracing::instrument(name = "Read member home", skip_all, fields(account_id = account_id))]
 pub async fn member_home(db: &Db, account_id: i64) -> Result<Vec<accounts::MemberHome>, DbError> {
-    let rows =
-        crate::db::tx::once_unrecorded(db, crate::db::TxKind::Plain, accounts::member_home_sql(account_id)).await?;
-    Ok(accounts::member_home_from_rows(&rows)?)
+    let mut conn = crate::db::tx::prepared(db).await?;
+    Ok(accounts::member_home(&mut conn, account_id).await?)
 }
 
 pub const GRANTS_PER_PAGE: i64 = 50;

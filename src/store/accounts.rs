@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgConnection, Row, postgres::PgRow};
+use sqlx::{FromRow, PgConnection, Row};
 
 #[derive(Debug, Clone, FromRow)]
 pub struct Account {
@@ -130,42 +130,64 @@ pub async fn insert_session(
     Ok(())
 }
 
-/// The call that resolves a session token (`core.resume_session`), for `db::tx::once`: the
-/// simple protocol carries no parameters, so the token is accepted only as the 64 hex digits the
-/// console makes, and the bounds are numbers. It finds the account of a live session (idle and
-/// absolute bounds) and moves its last-seen time only when that is older than `touch_every`, so
-/// most page views write nothing. None for a token the console did not make.
-fn resume_session_call(token: &str, idle: Duration, touch_every: Duration) -> Option<String> {
-    if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-        return None;
+/// Whether a session token is one the console makes (64 hex digits): anything else is no
+/// session, answered without a query.
+fn is_session_token(token: &str) -> bool {
+    token.len() == 64 && token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The account of a live session (`core.resume_session`: idle and absolute bounds), whose
+/// last-seen time moves only when older than `touch_every`, so most page views write nothing.
+/// One prepared statement (`db::tx::prepared`); None for a session that has ended.
+pub async fn resume_session(
+    conn: &mut PgConnection,
+    token: &str,
+    idle: Duration,
+    touch_every: Duration,
+) -> sqlx::Result<Option<SessionAccount>> {
+    if !is_session_token(token) {
+        return Ok(None);
     }
-    let (idle_ms, touch_ms) = (idle.as_millis(), touch_every.as_millis());
-    Some(format!(
-        "core.resume_session('{token}', interval '{idle_ms} milliseconds', interval '{touch_ms} milliseconds')"
-    ))
+    sqlx::query_as(
+        "SELECT account_id, email, is_operator
+         FROM core.resume_session($1, $2 * interval '1 millisecond', $3 * interval '1 millisecond')",
+    )
+    .bind(token)
+    .bind(millis(idle))
+    .bind(millis(touch_every))
+    .fetch_optional(conn)
+    .await
 }
 
-/// The session's account (see `resume_session_call`).
-pub fn resume_session_sql(token: &str, idle: Duration, touch_every: Duration) -> Option<String> {
-    let call = resume_session_call(token, idle, touch_every)?;
-    Some(format!("SELECT account_id, email, is_operator FROM {call}"))
+/// `resume_session`, and the member's home (`core.member_home`) in the same statement: the
+/// home page in one round trip. Nothing is read for a session that has ended.
+pub async fn resume_session_with_home(
+    conn: &mut PgConnection,
+    token: &str,
+    idle: Duration,
+    touch_every: Duration,
+) -> sqlx::Result<Option<(SessionAccount, Vec<MemberHome>)>> {
+    if !is_session_token(token) {
+        return Ok(None);
+    }
+    let row = sqlx::query(
+        "SELECT s.account_id, s.email, s.is_operator, core.member_home(s.account_id)
+         FROM core.resume_session($1, $2 * interval '1 millisecond', $3 * interval '1 millisecond') s",
+    )
+    .bind(token)
+    .bind(millis(idle))
+    .bind(millis(touch_every))
+    .fetch_optional(conn)
+    .await?;
+    row.map(|r| {
+        let account = SessionAccount { account_id: r.try_get(0)?, email: r.try_get(1)?, is_operator: r.try_get(2)? };
+        Ok((account, home_from_json(&r.try_get::<String, _>(3)?)?))
+    })
+    .transpose()
 }
 
-/// The session's account and, in the same statement, the member's home (a fourth column, the
-/// JSON of `core.member_home`): the home page in one round trip.
-pub fn resume_session_with_home_sql(token: &str, idle: Duration, touch_every: Duration) -> Option<String> {
-    let call = resume_session_call(token, idle, touch_every)?;
-    Some(format!("SELECT s.account_id, s.email, s.is_operator, core.member_home(s.account_id) FROM {call} s"))
-}
-
-/// A row of `resume_session_with_home_sql`.
-pub fn session_home_from_row(row: &PgRow) -> sqlx::Result<(SessionAccount, Vec<MemberHome>)> {
-    Ok((session_account_from_row(row)?, home_from_json(&row.try_get::<String, _>(3)?)?))
-}
-
-/// A row of `resume_session_sql` (text format: the simple protocol).
-pub fn session_account_from_row(row: &PgRow) -> sqlx::Result<SessionAccount> {
-    Ok(SessionAccount { account_id: row.try_get(0)?, email: row.try_get(1)?, is_operator: row.try_get(2)? })
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 pub async fn delete_session(conn: &mut PgConnection, token: &str) -> sqlx::Result<()> {
@@ -253,17 +275,11 @@ pub struct MemberHome {
     pub usage: Vec<super::catalog::Usage>,
 }
 
-/// The member's home in one statement (one JSON document, `core.member_home`), for
-/// `db::tx::once`: the home is the page every member loads, so it costs one round trip. The
-/// simple protocol carries no parameters; the only value is the account id, a number.
-pub fn member_home_sql(account_id: i64) -> String {
-    format!("SELECT core.member_home({account_id})")
-}
-
-/// The rows of `member_home_sql`.
-pub fn member_home_from_rows(rows: &[PgRow]) -> Result<Vec<MemberHome>, sqlx::Error> {
-    let Some(row) = rows.first() else { return Ok(vec![]) };
-    home_from_json(&row.try_get::<String, _>(0)?)
+/// The member's home: each organization of the account with its default pool's held
+/// conferrals, entitlements and usage, as one JSON document (`core.member_home`).
+pub async fn member_home(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<Vec<MemberHome>> {
+    let json: String = sqlx::query_scalar("SELECT core.member_home($1)").bind(account_id).fetch_one(conn).await?;
+    home_from_json(&json)
 }
 
 /// `core.member_home`'s JSON, read.

@@ -16,7 +16,7 @@ pub async fn run(config: &Config, opts: StressOptions) -> anyhow::Result<StressR
     eprintln!("stress: created database {}", scratch.name);
     let result = run_in(config, &opts, &scratch).await;
     if opts.keep {
-        scratch.db.pool.close().await;
+        scratch.db.close().await;
         scratch.admin.close().await;
         eprintln!("stress: kept database {} ({})", scratch.name, crate::config::mask_url(&scratch.admin_url));
     } else {
@@ -85,8 +85,8 @@ pub(super) async fn run_in(config: &Config, opts: &StressOptions, scratch: &Scra
     settle_drains(&ctx).await;
     stop_workers(&ctx, workers).await;
     sweep(&ctx).await;
-    db.pool.close().await;
-    job_db.pool.close().await;
+    db.close().await;
+    job_db.close().await;
     count_jobs(&ctx).await?;
     count_obligation_failures(&ctx).await?;
     count_drain_parts(&ctx).await?;

@@ -397,3 +397,47 @@ async fn consoles_creating_the_same_role_at_once_all_succeed() {
     assert!(exists);
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP ROLE \"{role}\""))).execute(&t.admin).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_prepared_statement_is_bounded_by_its_pool_or_by_a_nearer_request_deadline() {
+    use member_console::db::{
+        Db,
+        tx::{REQUEST_DEADLINE, prepared},
+    };
+    let t = TestDb::new().await;
+    let db = Db::with_prepared_bound(t.db.pool.clone(), Duration::from_secs(2));
+    async fn timeout_of(c: &mut sqlx::PgConnection) -> String {
+        sqlx::query_scalar("SHOW statement_timeout").fetch_one(c).await.unwrap()
+    }
+    // Outside a request, and under one with more time left than the bound: the pool's own bound,
+    // with no statement of its own before the query.
+    assert_eq!(timeout_of(&mut prepared(&db).await.unwrap()).await, "2s");
+    let roomy = Instant::now() + Duration::from_secs(30);
+    let mut c = REQUEST_DEADLINE.scope(roomy, prepared(&db)).await.unwrap();
+    assert_eq!(timeout_of(&mut c).await, "2s");
+    drop(c);
+
+    // A request with less left than the bound: the time left, and the statement stops there.
+    let near = Instant::now() + Duration::from_millis(400);
+    let started = Instant::now();
+    let e = REQUEST_DEADLINE
+        .scope(near, async {
+            let mut c = prepared(&db).await?;
+            sqlx::query("SELECT pg_sleep(5)").execute(&mut *c).await.map_err(DbError::from)
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(e, DbError::DeadlinePassed), "{e:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    // That connection was closed, not handed back with a bound that is not the pool's.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..3 {
+        assert_eq!(timeout_of(&mut prepared(&db).await.unwrap()).await, "2s");
+    }
+
+    // A deadline already passed: nothing is sent.
+    let past = Instant::now();
+    let e = REQUEST_DEADLINE.scope(past, prepared(&db)).await.unwrap_err();
+    assert!(matches!(e, DbError::DeadlinePassed), "{e:?}");
+    db.close().await;
+}

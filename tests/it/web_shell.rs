@@ -869,6 +869,37 @@ async fn a_read_past_the_request_deadline_is_answered_503_and_stops_in_the_serve
 }
 
 #[tokio::test]
+async fn a_session_read_held_up_past_the_request_deadline_is_answered_503_and_stops_in_the_server() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
+    let (c, _) = common::pages::signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    // The session was last seen long enough ago that this view moves it, and another
+    // transaction holds its row: the session's one prepared statement waits on it.
+    sqlx::query("UPDATE core.web_sessions SET last_seen_at = now() - interval '10 minutes'")
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    let mut a = t.admin.acquire().await.unwrap();
+    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *a).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
+    sqlx::query("SELECT 1 FROM core.web_sessions FOR UPDATE").execute(&mut *a).await.unwrap();
+    let started = Instant::now();
+    let (r, _) = tokio::join!(c.get(app.url("/")).send(), common::wait_for_waiter(&t.admin, &t.name, a_pid));
+    let r = r.unwrap();
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while common::anyone_waits_on(&t.admin, &t.name, a_pid).await {
+        assert!(Instant::now() < deadline, "the session read still waits in PostgreSQL after its 503");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sqlx::query("ROLLBACK").execute(&mut *a).await.unwrap();
+    // Released, the same session answers the home page again.
+    assert_eq!(c.get(app.url("/")).send().await.unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
 async fn a_deadline_during_the_commit_says_the_outcome_is_not_known() {
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
