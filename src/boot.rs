@@ -8,13 +8,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use sqlx::postgres::PgPoolOptions;
 
+use private_cluster::{PrivateCluster, Release};
+
 use crate::{
     config::Config,
-    db::{
-        Db,
-        cluster::{PrivateCluster, Release},
-        migrate,
-    },
+    db::{Db, migrate},
 };
 
 /// The database the private cluster holds the console's data in.

@@ -4,10 +4,11 @@ use std::{io::Read, net::TcpListener, sync::Arc};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use private_cluster::PrivateCluster;
 use member_console::{
     boot::{self, Booted, boot},
     config::{Config, LogFormat},
-    db::{cluster::PrivateCluster, locks, sql_functions},
+    db::{locks, sql_functions},
     demo, jobs,
     scratch::ScratchDb,
     services::auth::{Email, NewPassword, ensure_account},

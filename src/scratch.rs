@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use private_cluster::PrivateCluster;
 use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool, postgres::PgPoolOptions};
 
 use crate::{
     config::{Config, random_hex},
-    db::{Db, cluster::PrivateCluster, migrate},
+    db::{Db, migrate},
 };
 
 pub struct ScratchDb {

@@ -1,7 +1,6 @@
 //! The database: the pool, the transaction kinds, advisory keys, SQLSTATE mapping, migrations,
-//! the private cluster, and the lock-order declarations.
+//! and the lock-order declarations. (The private cluster is its own crate, `private-cluster`.)
 
-pub mod cluster;
 pub mod keys;
 pub mod locks;
 pub mod migrate;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use member_console::db::cluster::{ClusterError, PrivateCluster, Release};
+use private_cluster::{ClusterError, PrivateCluster, Release};
 
 /// A fresh folder under target/ (cargo's CARGO_TARGET_TMPDIR), removed on drop together with
 /// the cluster in it, so a failed assertion does not leave a server running.

@@ -25,7 +25,7 @@ pub fn root_admin_url() -> String {
         return u;
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-pg");
-    let cluster = member_console::db::cluster::PrivateCluster::ensure_started(&dir)
+    let cluster = private_cluster::PrivateCluster::ensure_started(&dir)
         .unwrap_or_else(|e| panic!("no DATABASE_URL and the private cluster did not start: {e}"));
     cluster.admin_url("postgres")
 }

@@ -1,4 +1,4 @@
-//! The embedded default PostgreSQL (DESIGN §5): with no `DATABASE_URL`, the console runs a
+//! The embedded default PostgreSQL: with no `DATABASE_URL`, the console runs a
 //! private cluster from the machine's own PostgreSQL binaries, in its data folder, so one command
 //! runs the console on a fresh machine.
 //!
