@@ -1,0 +1,55 @@
+//! The order the ladders are shown in.
+
+use maud::{Markup, html};
+
+use super::*;
+
+/// The ladder-order form, in its container `#ladder-order`; it posts to
+/// `/operator/topology/ladder-order` a number `position.{id}` per ladder (the submitted value,
+/// else the current position).
+pub fn ladder_order_form(csrf: &str, ladders: &[(i64, String, i32)], f: &FormState) -> Markup {
+    let mut ladders: Vec<&(i64, String, i32)> = ladders.iter().collect();
+    ladders.sort_by_key(|(_, _, position)| *position);
+    html! {
+        div.card.ladder-order #ladder-order {
+            h3 { "Order of the ladders" }
+            p.muted {
+                "This only changes the order ladders are shown in, here and wherever plans are "
+                "listed; no organization's plan changes."
+            }
+            (form_banners(f))
+            @if ladders.is_empty() {
+                p.empty { "No plan ladders to order." }
+            } @else {
+                (hx_form(LADDER_ORDER_PATH, "ladder-order", csrf, html! {
+                    div.ladder-order-fields {
+                        @for (id, name, position) in &ladders {
+                            (position_field(f, *id, name, *position))
+                        }
+                    }
+                    div.form-actions {
+                        button.btn.btn-primary type="submit" { "Save ladder order" }
+                    }
+                }))
+            }
+        }
+    }
+}
+
+fn position_field(f: &FormState, id: i64, name: &str, position: i32) -> Markup {
+    let field_name = format!("position.{id}");
+    let field_id = format!("ladder-order-{id}");
+    let current = position.to_string();
+    let value = if f.value(&field_name).is_empty() { current.as_str() } else { f.value(&field_name) };
+    input_field(&Input {
+        id: &field_id,
+        name: &field_name,
+        label: name,
+        kind: "number",
+        value,
+        error: f.field_error(&field_name),
+        required: true,
+        placeholder: None,
+        hint: None,
+    })
+}

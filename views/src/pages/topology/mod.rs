@@ -1,0 +1,272 @@
+//! The operator's view of the plan topology, and where operators shape plans: ladders with their
+//! tiers (add a tier, with a preview of who it reaches; delete a tier no one holds; remove a tier
+//! that organizations hold, migrating or grandfathering them; reorder a ladder's tiers, which
+//! moves organizations when the floor changes), the order the ladders are shown in, and org types
+//! (change a type's default ladder). Every act that moves organizations has a Preview that GETs
+//! `…/preview` with the form's values and shows who it reaches ([`tier_add_preview`],
+//! [`tier_removal_preview`], [`act_reach_preview`]) under its form.
+//!
+//! Forms follow the catalog's pattern: a plain `method="post"` form that works without
+//! JavaScript, enhanced by htmx to post to the same URL and swap its own container
+//! (`outerHTML`), so a 4xx answer carrying the re-rendered container shows the refusal in place.
+
+mod ladders;
+mod org_types;
+mod reach;
+mod tiers;
+#[cfg(test)]
+mod tests;
+
+pub use ladders::ladder_order_form;
+pub use org_types::default_change_form;
+use org_types::org_types_table;
+pub use reach::{ActReachPreview, act_reach_preview};
+pub use tiers::{
+    TierAddPreview, TierRemovalPreview, add_tier_form, delete_tier_form, remove_tier_form, tier_add_preview,
+    tier_order_form, tier_removal_preview,
+};
+
+use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
+use maud::{Markup, html};
+
+use crate::components::{Column, Tone, badge, notice, refusal, table_cols};
+use crate::pages::catalog::{FormState, count};
+
+const LADDERS_PATH: &str = "/operator/topology/ladders";
+const LADDER_ORDER_PATH: &str = "/operator/topology/ladder-order";
+const ORG_TYPES_PATH: &str = "/operator/topology/org-types";
+const PLAN_ACTS_PATH: &str = "/operator/plan-acts";
+/// How many colliding organizations a preview names at most.
+const PREVIEW_COLLISIONS_MAX: usize = 10;
+
+/// One tier of a ladder.
+pub struct TierRow {
+    /// 0 is the ladder's floor.
+    pub rank: i32,
+    pub product_id: i64,
+    pub product_name: String,
+    pub set_name: String,
+}
+
+pub struct LadderView {
+    pub id: i64,
+    pub name: String,
+    pub sort_order: i32,
+    pub tiers: Vec<TierRow>,
+}
+
+pub struct OrgTypeRow {
+    pub id: i64,
+    pub name: String,
+    pub default_ladder: Option<String>,
+    /// The default ladder's rank-0 product.
+    pub floor_product: Option<String>,
+    pub organizations: i64,
+}
+
+pub struct TopologyView {
+    pub csrf: String,
+    pub ladders: Vec<LadderView>,
+    pub org_types: Vec<OrgTypeRow>,
+    /// (id, name) of the published products with an entitlement set: what a tier can be.
+    pub products: Vec<(i64, String)>,
+    /// A ladder's add-tier form state (values, errors) when it was just refused; a ladder that
+    /// is absent gets an empty form.
+    pub add_forms: Vec<(i64, FormState)>,
+    /// The ladder-order form's state.
+    pub order_form: FormState,
+    /// An org type's default-change form state (values, errors) when it was just refused; an
+    /// org type that is absent gets an empty form.
+    pub default_forms: Vec<(i64, FormState)>,
+    /// A tier's removal form state, keyed by (ladder id, rank), when it was just refused; a tier
+    /// that is absent gets an empty (closed) form.
+    pub remove_forms: Vec<((i64, i32), FormState)>,
+    /// A ladder's tier-order form state when it was just refused; a ladder that is absent gets an
+    /// empty (closed) form.
+    pub tier_order_forms: Vec<(i64, FormState)>,
+    /// Good news shown at the top (e.g. after a plain POST redirected back here).
+    pub notice: Option<String>,
+}
+
+/// The notice, the ladder-order form, ladders in their order (each with its tiers by rank, a
+/// delete form and a removal form per tier, the tier-order form when it has two tiers or more,
+/// and the add-tier form), then the org types (each with its default-change form).
+pub fn topology(v: &TopologyView) -> Markup {
+    let mut ladders: Vec<&LadderView> = v.ladders.iter().collect();
+    ladders.sort_by_key(|l| l.sort_order);
+    let order: Vec<(i64, String, i32)> =
+        ladders.iter().zip(1..).map(|(l, position)| (l.id, l.name.clone(), position)).collect();
+    let ladder_options: Vec<(i64, String)> = ladders.iter().map(|l| (l.id, l.name.clone())).collect();
+    let empty_form = FormState::default();
+    html! {
+        @if let Some(message) = &v.notice {
+            (notice(message))
+        }
+        section aria-labelledby="ladders-heading" {
+            h2 #ladders-heading { "Plan ladders" }
+            p.muted {
+                "A ladder is one dimension of a plan. Its tiers are products ranked from 0; rank 0 "
+                "is the floor, which an organization holds when nothing else holds the ladder. "
+                "Every change to the tiers is recorded as a "
+                a href=(PLAN_ACTS_PATH) { "plan act" } "."
+            }
+            @if ladders.is_empty() {
+                p.empty { "No plan ladders yet." }
+            } @else {
+                (ladder_order_form(&v.csrf, &order, &v.order_form))
+                @for ladder in ladders {
+                    @let forms = LadderForms {
+                        add: v.add_forms.iter().find(|(id, _)| *id == ladder.id).map_or(&empty_form, |(_, f)| f),
+                        remove: &v.remove_forms,
+                        tier_order: v
+                            .tier_order_forms
+                            .iter()
+                            .find(|(id, _)| *id == ladder.id)
+                            .map_or(&empty_form, |(_, f)| f),
+                    };
+                    (ladder_card(&v.csrf, ladder, &v.products, &forms))
+                }
+            }
+        }
+        section.card aria-labelledby="org-types-heading" {
+            h2 #org-types-heading { "Organization types" }
+            p.muted { "Every organization of a type holds the floor of the type's default ladder until it gets more." }
+            (org_types_table(&v.csrf, &v.org_types, &ladder_options, &v.default_forms))
+        }
+    }
+}
+
+/// The form states one ladder card needs.
+struct LadderForms<'a> {
+    add: &'a FormState,
+    /// Every removal form state on the page, keyed by (ladder id, rank).
+    remove: &'a [((i64, i32), FormState)],
+    tier_order: &'a FormState,
+}
+
+fn ladder_card(csrf: &str, l: &LadderView, products: &[(i64, String)], forms: &LadderForms) -> Markup {
+    let heading_id = format!("ladder-{}-heading", l.id);
+    let mut tiers: Vec<&TierRow> = l.tiers.iter().collect();
+    tiers.sort_by_key(|t| t.rank);
+    let next_rank = tiers.iter().map(|t| t.rank).max().map_or(1, |top| top.saturating_add(1).max(1));
+    let empty_form = FormState::default();
+    let rows = tiers
+        .iter()
+        .map(|t| {
+            let remove = forms
+                .remove
+                .iter()
+                .find(|((ladder_id, rank), _)| *ladder_id == l.id && *rank == t.rank)
+                .map_or(&empty_form, |(_, f)| f);
+            vec![
+                rank_cell(t.rank),
+                html! { a href=(format!("/operator/catalog/products/{}", t.product_id)) { (t.product_name) } },
+                html! { (t.set_name) },
+                html! {
+                    div.tier-actions {
+                        (delete_tier_form(csrf, l.id, t.rank, &empty_form))
+                        (remove_tier_form(csrf, l.id, t.rank, &t.product_name, remove))
+                    }
+                },
+            ]
+        })
+        .collect();
+    let order: Vec<(i64, String, i32)> = tiers.iter().map(|t| (t.product_id, t.product_name.clone(), t.rank)).collect();
+    let columns = [Column::text("Rank"), Column::text("Product"), Column::text("Entitlement set"), Column::text("")];
+    html! {
+        section.card.ladder aria-labelledby=(heading_id) {
+            h3 id=(heading_id) { (l.name) }
+            (table_cols(&columns, rows, "No tiers yet."))
+            @if order.len() >= 2 {
+                (tier_order_form(csrf, l.id, &order, forms.tier_order))
+            }
+            (add_tier_form(csrf, l.id, products, next_rank, forms.add))
+        }
+    }
+}
+
+/// Whether a folded form has something to show: a notice, errors or submitted values.
+fn has_state(f: &FormState) -> bool {
+    f.notice.is_some() || !f.errors.is_empty() || !f.field_errors.is_empty() || !f.values.is_empty()
+}
+
+/// "Preview": GETs `{action}/preview` with the values of the form in `#{container}` into
+/// `#{target}`, leaving out the CSRF token: a GET's query string lands in logs and histories,
+/// and a preview changes nothing.
+fn preview_button(action: &str, container: &str, target: &str) -> Markup {
+    html! {
+        button.btn.btn-secondary type="button"
+            hx-get=(format!("{action}/preview"))
+            hx-include=(preview_fields(container))
+            hx-target=(format!("#{target}"))
+            hx-swap="innerHTML" { "Preview" }
+    }
+}
+
+/// The named fields of the form in `#{container}`, but its CSRF token.
+fn preview_fields(container: &str) -> String {
+    format!("#{container} [name]:not([name=csrf_token])")
+}
+
+/// One disposition of a preview's list, "Migrate: …", marked when it is the one chosen.
+fn disposition_item(value: &str, chosen: Option<&str>, body: Markup) -> Markup {
+    let is_chosen = chosen == Some(value);
+    let label = if value == "migrate" { "Migrate" } else { "Grandfather" };
+    html! {
+        li class=[is_chosen.then_some("chosen")] {
+            strong { (label) } ": " (body)
+            @if is_chosen {
+                " " (badge("chosen", Tone::Ok))
+            }
+        }
+    }
+}
+
+/// The refusal, or the line that says nothing stands in the way (naming the confirming button
+/// when there is one).
+fn go_ahead(refused: Option<&str>, title: &str, button: Option<&str>) -> Markup {
+    html! {
+        @if let Some(message) = refused {
+            (refusal(title, message))
+        } @else if let Some(button) = button {
+            p { "Nothing stands in the way: confirm it with " strong { (button) } "." }
+        } @else {
+            p { "Nothing stands in the way: confirm it to go ahead." }
+        }
+    }
+}
+
+/// A plan act's optional reason, kept in the act's record.
+fn reason_field(id: &str, f: &FormState) -> Markup {
+    input_field(&Input {
+        id,
+        name: "reason",
+        label: "Reason",
+        kind: "text",
+        value: f.value("reason"),
+        error: f.field_error("reason"),
+        required: false,
+        placeholder: Some("optional"),
+        hint: None,
+    })
+}
+
+/// The rank, with rank 0 labelled as the floor.
+pub(crate) fn rank_cell(rank: i32) -> Markup {
+    html! {
+        span.rank {
+            (rank)
+            @if rank == 0 {
+                " " (badge("floor", Tone::Muted))
+            }
+        }
+    }
+}
+
+
+fn or_none(value: Option<&str>, none: &str) -> Markup {
+    match value {
+        Some(v) => html! { (v) },
+        None => html! { span.muted { (none) } },
+    }
+}

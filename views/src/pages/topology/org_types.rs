@@ -1,0 +1,94 @@
+//! Org types: the table, and the form that changes a type's default ladder.
+
+use maud::{Markup, html};
+
+use super::*;
+
+/// The default-change form of one org type, in its container `#default-change-{org_type_id}`;
+/// it posts to `/operator/topology/org-types/{org_type_id}/default`.
+///
+/// Fields: `plan_ladder_id` (one of `ladders`, (id, name)), `disposition` ("migrate" or
+/// "grandfather": what happens to the floor the type's organizations hold now), `reason`
+/// (optional). Form errors show above the form, field errors under their field. "Preview" GETs
+/// `…/default/preview` with the form's values and puts the answer ([`act_reach_preview`]) in
+/// `#default-change-preview-{org_type_id}`, under the form.
+pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String)], f: &FormState) -> Markup {
+    let container = format!("default-change-{org_type_id}");
+    let action = format!("{ORG_TYPES_PATH}/{org_type_id}/default");
+    let preview_id = format!("default-change-preview-{org_type_id}");
+    let ladder_id = format!("{container}-plan_ladder_id");
+    let disposition_id = format!("{container}-disposition");
+    let reason_id = format!("{container}-reason");
+    let note_id = format!("{container}-note");
+    let mut ladder_options: Vec<(String, String)> = vec![(String::new(), "— choose a ladder —".to_owned())];
+    ladder_options.extend(ladders.iter().map(|(id, name)| (id.to_string(), name.clone())));
+    let ladder_options: Vec<(&str, &str)> = ladder_options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
+    let disposition_options = [
+        ("", "— choose —"),
+        ("migrate", "Migrate: their floor moves to the new default"),
+        ("grandfather", "Grandfather: they keep their old floor as a legacy grant"),
+    ];
+    html! {
+        div.default-change #(container) {
+            (form_banners(f))
+            (hx_form(&action, &container, csrf, html! {
+                p.field-hint #(note_id) {
+                    "Every organization of this type is moved, live; you then land on the plan "
+                    "act's progress page."
+                }
+                (select_field(&Select {
+                    id: &ladder_id,
+                    name: "plan_ladder_id",
+                    label: "New default ladder",
+                    options: &ladder_options,
+                    selected: f.value("plan_ladder_id"),
+                    error: f.field_error("plan_ladder_id"),
+                    required: true,
+                    hint: None,
+                }))
+                (select_field(&Select {
+                    id: &disposition_id,
+                    name: "disposition",
+                    label: "Their current floor",
+                    options: &disposition_options,
+                    selected: f.value("disposition"),
+                    error: f.field_error("disposition"),
+                    required: true,
+                    hint: None,
+                }))
+                (reason_field(&reason_id, f))
+                div.form-actions {
+                    (preview_button(&action, &container, &preview_id))
+                    button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Change default" }
+                }
+            }))
+            div #(preview_id) aria-live="polite" {}
+        }
+    }
+}
+
+
+pub(super) fn org_types_table(csrf: &str, types: &[OrgTypeRow], ladders: &[(i64, String)], forms: &[(i64, FormState)]) -> Markup {
+    let empty_form = FormState::default();
+    let rows = types
+        .iter()
+        .map(|t| {
+            let form = forms.iter().find(|(id, _)| *id == t.id).map_or(&empty_form, |(_, f)| f);
+            vec![
+                html! { (t.name) },
+                or_none(t.default_ladder.as_deref(), "no default"),
+                or_none(t.floor_product.as_deref(), "no floor"),
+                html! { (t.organizations) },
+                default_change_form(csrf, t.id, ladders, form),
+            ]
+        })
+        .collect();
+    let columns = [
+        Column::text("Type"),
+        Column::text("Default ladder"),
+        Column::text("Floor product"),
+        Column::num("Organizations"),
+        Column::text("Change default"),
+    ];
+    table_cols(&columns, rows, "No organization types yet.")
+}
