@@ -83,7 +83,7 @@ async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
     let session = req.get_session();
     let Ok(Some(token)) = session.get::<String>(SESSION_TOKEN) else { return Ok(None) };
     let state = req.app_data::<web::Data<AppState>>().cloned().expect("the app state is registered");
-    let home_page = req.method() == Method::GET && req.match_pattern().as_deref() == Some("/");
+    let home_page = req.method() == Method::GET && req.match_pattern().as_deref() == Some(views::paths::HOME);
     let resumed = if home_page {
         crate::services::auth::resume_session_with_home(&state.db, &token).await?.map(|(a, home)| {
             req.extensions_mut().insert(super::pages::home::HomeRead(home));

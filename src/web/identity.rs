@@ -94,10 +94,10 @@ pub fn redirect_to_login(req: &HttpRequest) -> HttpResponse {
         "" => req.path().to_string(),
         q => format!("{}?{q}", req.path()),
     };
-    let location = if req.method() == Method::GET && back != "/" {
-        format!("/login?next={}", url::form_urlencoded::byte_serialize(back.as_bytes()).collect::<String>())
+    let location = if req.method() == Method::GET && back != views::paths::HOME {
+        format!("{}?next={}", views::paths::LOGIN, url::form_urlencoded::byte_serialize(back.as_bytes()).collect::<String>())
     } else {
-        "/login".to_string()
+        views::paths::LOGIN.to_string()
     };
     if req.headers().contains_key("hx-request") {
         HttpResponse::Unauthorized().insert_header(("HX-Redirect", location)).finish()

@@ -2,20 +2,20 @@
 //! an HTMX request asks for.
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode};
-use views::{Markup, NavLink, Page, SignedIn};
+use views::{Markup, NavLink, Page, SignedIn, paths};
 
 use super::identity::{Identity, csrf_token, identity};
 
-const MEMBER_NAV: &[NavLink] = &[NavLink { href: "/", label: "Home" }];
+const MEMBER_NAV: &[NavLink] = &[NavLink { href: paths::HOME, label: "Home" }];
 const OPERATOR_NAV: &[NavLink] = &[
-    NavLink { href: "/", label: "Home" },
-    NavLink { href: "/operator/organizations", label: "Organizations" },
-    NavLink { href: "/operator/grants", label: "Grants" },
-    NavLink { href: "/operator/catalog", label: "Catalog" },
-    NavLink { href: "/operator/rule-changes", label: "Rule changes" },
-    NavLink { href: "/operator/topology", label: "Topology" },
-    NavLink { href: "/operator/plan-acts", label: "Plan acts" },
-    NavLink { href: "/operator", label: "Operations" },
+    NavLink { href: paths::HOME, label: "Home" },
+    NavLink { href: paths::ORGANIZATIONS, label: "Organizations" },
+    NavLink { href: paths::GRANTS, label: "Grants" },
+    NavLink { href: paths::CATALOG, label: "Catalog" },
+    NavLink { href: paths::RULE_CHANGES, label: "Rule changes" },
+    NavLink { href: paths::TOPOLOGY, label: "Topology" },
+    NavLink { href: paths::PLAN_ACTS, label: "Plan acts" },
+    NavLink { href: paths::OPERATOR, label: "Operations" },
 ];
 
 /// A request for a partial: HTMX's, but not a history restore or a whole-body swap, which

@@ -7,6 +7,8 @@
 
 use actix_web::{guard, http::Method, middleware::from_fn, web};
 
+use views::paths;
+
 use super::{guards, pages};
 
 /// Who may call a route.
@@ -28,17 +30,18 @@ pub struct Route {
     pub access: Access,
     /// "GET" or "POST".
     pub method: &'static str,
-    /// The path pattern as actix reads it (`{id}` for a segment).
+    /// The path pattern as actix reads it (`{id}` for a segment): a constant of `views::paths`,
+    /// which the pages build their links from.
     pub path: &'static str,
 }
 
 /// The scope every operator route lives in.
-pub const OPERATOR_SCOPE: &str = "/operator";
+pub const OPERATOR_SCOPE: &str = paths::OPERATOR;
 
 macro_rules! route_table {
-    ($($access:ident $method:ident $path:literal => $handler:path;)*) => {
+    ($($access:ident $method:ident $path:ident => $handler:path;)*) => {
         /// Every route, for the tests that walk them.
-        pub static ROUTES: &[Route] = &[$(Route { access: Access::$access, method: stringify!($method), path: $path }),*];
+        pub static ROUTES: &[Route] = &[$(Route { access: Access::$access, method: stringify!($method), path: paths::$path }),*];
 
         /// Register every route where its access says.
         pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -47,17 +50,17 @@ macro_rules! route_table {
             cfg.service(operator);
         }
     };
-    (@one Open $method:ident $path:literal $handler:path, $cfg:ident, $op:ident) => {
-        $cfg.service(web::resource($path).guard(guard::Method(Method::$method)).to($handler));
+    (@one Open $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
+        $cfg.service(web::resource(paths::$path).guard(guard::Method(Method::$method)).to($handler));
     };
-    (@one Public $method:ident $path:literal $handler:path, $cfg:ident, $op:ident) => {
-        $cfg.service(web::resource($path).guard(guard::Method(Method::$method)).wrap(from_fn(guards::public)).to($handler));
+    (@one Public $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
+        $cfg.service(web::resource(paths::$path).guard(guard::Method(Method::$method)).wrap(from_fn(guards::public)).to($handler));
     };
-    (@one Member $method:ident $path:literal $handler:path, $cfg:ident, $op:ident) => {
-        $cfg.service(web::resource($path).guard(guard::Method(Method::$method)).wrap(from_fn(guards::member)).to($handler));
+    (@one Member $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
+        $cfg.service(web::resource(paths::$path).guard(guard::Method(Method::$method)).wrap(from_fn(guards::member)).to($handler));
     };
-    (@one Operator $method:ident $path:literal $handler:path, $cfg:ident, $op:ident) => {
-        $op = $op.service(web::resource(operator_relative($path)).guard(guard::Method(Method::$method)).to($handler));
+    (@one Operator $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
+        $op = $op.service(web::resource(operator_relative(paths::$path)).guard(guard::Method(Method::$method)).to($handler));
     };
 }
 
@@ -70,53 +73,53 @@ fn operator_relative(path: &'static str) -> &'static str {
 }
 
 route_table! {
-    Open GET "/healthz" => pages::health::healthz;
-    Open GET "/readyz" => pages::health::readyz;
-    Open GET "/static/{name}" => super::static_file;
+    Open GET HEALTHZ => pages::health::healthz;
+    Open GET READYZ => pages::health::readyz;
+    Open GET STATIC_FILE => super::static_file;
 
-    Public GET "/login" => pages::auth::login_form;
-    Public POST "/login" => pages::auth::login;
-    Public POST "/logout" => pages::auth::logout;
+    Public GET LOGIN => pages::auth::login_form;
+    Public POST LOGIN => pages::auth::login;
+    Public POST LOGOUT => pages::auth::logout;
 
-    Member GET "/" => pages::home::home;
+    Member GET HOME => pages::home::home;
 
-    Operator GET "/operator" => pages::operator::overview;
-    Operator GET "/operator/catalog" => pages::catalog::catalog;
-    Operator POST "/operator/catalog/keys" => pages::catalog::create_key;
-    Operator POST "/operator/catalog/sets" => pages::catalog::create_set;
-    Operator POST "/operator/catalog/products" => pages::catalog::create_product;
-    Operator GET "/operator/catalog/sets/{id}" => pages::catalog::set_page;
-    Operator POST "/operator/catalog/sets/{id}/rules" => pages::catalog::save_rules;
-    Operator GET "/operator/catalog/products/{id}" => pages::catalog::product_page;
-    Operator POST "/operator/catalog/products/{id}" => pages::catalog::save_product;
-    Operator GET "/operator/topology" => pages::topology::topology;
-    Operator GET "/operator/topology/ladders/{id}/tiers/preview" => pages::topology::preview;
-    Operator POST "/operator/topology/ladders/{id}/tiers" => pages::topology::add_tier;
-    Operator POST "/operator/topology/ladders/{id}/tiers/{rank}/delete" => pages::topology::delete_tier;
-    Operator POST "/operator/topology/ladder-order" => pages::topology::ladder_order;
-    Operator POST "/operator/topology/org-types/{id}/default" => pages::topology::change_default;
-    Operator GET "/operator/topology/org-types/{id}/default/preview" => pages::topology::default_preview;
-    Operator GET "/operator/topology/ladders/{id}/tiers/{rank}/remove/preview" => pages::topology::remove_preview;
-    Operator POST "/operator/topology/ladders/{id}/tiers/{rank}/remove" => pages::topology::remove_tier;
-    Operator GET "/operator/topology/ladders/{id}/tier-order/preview" => pages::topology::tier_order_preview;
-    Operator POST "/operator/topology/ladders/{id}/tier-order" => pages::topology::tier_order;
-    Operator GET "/operator/plan-acts" => pages::plan_acts::list;
-    Operator GET "/operator/plan-acts/{id}" => pages::plan_acts::detail;
-    Operator GET "/operator/plan-acts/{id}/progress" => pages::plan_acts::progress;
-    Operator POST "/operator/plan-acts/{id}/retry" => pages::plan_acts::retry;
-    Operator GET "/operator/organizations" => pages::organizations::list;
-    Operator POST "/operator/organizations" => pages::organizations::create;
-    Operator GET "/operator/organizations/{id}" => pages::organizations::detail;
-    Operator GET "/operator/rule-changes" => pages::rule_changes::list;
-    Operator GET "/operator/rule-changes/{id}" => pages::rule_changes::detail;
-    Operator GET "/operator/rule-changes/{id}/progress" => pages::rule_changes::progress;
-    Operator POST "/operator/rule-changes/{id}/retry" => pages::rule_changes::retry;
-    Operator GET "/operator/grants" => pages::grants::list;
-    Operator GET "/operator/grants/new" => pages::grants::new_form;
-    Operator POST "/operator/grants" => pages::grants::issue;
-    Operator GET "/operator/grants/{id}" => pages::grants::detail;
-    Operator POST "/operator/grants/{id}/revoke" => pages::grants::revoke;
-    Operator POST "/operator/grants/{id}/manage" => pages::grants::manage;
+    Operator GET OPERATOR => pages::operator::overview;
+    Operator GET CATALOG => pages::catalog::catalog;
+    Operator POST CATALOG_KEYS => pages::catalog::create_key;
+    Operator POST CATALOG_SETS => pages::catalog::create_set;
+    Operator POST CATALOG_PRODUCTS => pages::catalog::create_product;
+    Operator GET CATALOG_SET => pages::catalog::set_page;
+    Operator POST CATALOG_SET_RULES => pages::catalog::save_rules;
+    Operator GET CATALOG_PRODUCT => pages::catalog::product_page;
+    Operator POST CATALOG_PRODUCT => pages::catalog::save_product;
+    Operator GET TOPOLOGY => pages::topology::topology;
+    Operator GET TIERS_PREVIEW => pages::topology::preview;
+    Operator POST TIERS => pages::topology::add_tier;
+    Operator POST TIER_DELETE => pages::topology::delete_tier;
+    Operator POST LADDER_ORDER => pages::topology::ladder_order;
+    Operator POST ORG_TYPE_DEFAULT => pages::topology::change_default;
+    Operator GET ORG_TYPE_DEFAULT_PREVIEW => pages::topology::default_preview;
+    Operator GET TIER_REMOVE_PREVIEW => pages::topology::remove_preview;
+    Operator POST TIER_REMOVE => pages::topology::remove_tier;
+    Operator GET TIER_ORDER_PREVIEW => pages::topology::tier_order_preview;
+    Operator POST TIER_ORDER => pages::topology::tier_order;
+    Operator GET PLAN_ACTS => pages::plan_acts::list;
+    Operator GET PLAN_ACT => pages::plan_acts::detail;
+    Operator GET PLAN_ACT_PROGRESS => pages::plan_acts::progress;
+    Operator POST PLAN_ACT_RETRY => pages::plan_acts::retry;
+    Operator GET ORGANIZATIONS => pages::organizations::list;
+    Operator POST ORGANIZATIONS => pages::organizations::create;
+    Operator GET ORGANIZATION => pages::organizations::detail;
+    Operator GET RULE_CHANGES => pages::rule_changes::list;
+    Operator GET RULE_CHANGE => pages::rule_changes::detail;
+    Operator GET RULE_CHANGE_PROGRESS => pages::rule_changes::progress;
+    Operator POST RULE_CHANGE_RETRY => pages::rule_changes::retry;
+    Operator GET GRANTS => pages::grants::list;
+    Operator GET GRANTS_NEW => pages::grants::new_form;
+    Operator POST GRANTS => pages::grants::issue;
+    Operator GET GRANT => pages::grants::detail;
+    Operator POST GRANT_REVOKE => pages::grants::revoke;
+    Operator POST GRANT_MANAGE => pages::grants::manage;
 }
 
 #[cfg(test)]
@@ -129,6 +132,13 @@ mod tests {
             let under = r.path == OPERATOR_SCOPE || r.path.starts_with("/operator/");
             assert_eq!(under, r.access == Access::Operator, "{} {}", r.method, r.path);
         }
+    }
+
+    #[test]
+    fn every_path_the_pages_link_to_is_routed_and_every_route_is_such_a_path() {
+        let routed: std::collections::HashSet<&str> = ROUTES.iter().map(|r| r.path).collect();
+        let defined: std::collections::HashSet<&str> = paths::ALL.iter().copied().collect();
+        assert_eq!(routed, defined);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 //! The one layout: document head, top bar, nav, user area and `<main>`.
 
+use crate::paths::{self, fill};
 use crate::forms::csrf_field;
 use maud::{DOCTYPE, Markup, html};
 
@@ -87,8 +88,8 @@ fn head(p: &Page) -> Markup {
             meta name="viewport" content="width=device-width, initial-scale=1";
             meta name="csrf-token" content=(p.csrf_token);
             title { (document_title(p.title)) }
-            link rel="stylesheet" href="/static/console.css";
-            script src="/static/htmx.min.js" defer {}
+            link rel="stylesheet" href=(fill(paths::STATIC_FILE, &[&"console.css"]));
+            script src=(fill(paths::STATIC_FILE, &[&"htmx.min.js"])) defer {}
         }
     }
 }
@@ -107,7 +108,7 @@ fn top_bar(p: &Page) -> Markup {
     html! {
         header.topbar {
             div.topbar-inner {
-                a.brand href="/" { (PRODUCT) }
+                a.brand href=(paths::HOME) { (PRODUCT) }
                 @if !p.nav.is_empty() {
                     nav.nav aria-label="Main" {
                         ul {
@@ -143,7 +144,7 @@ fn user_area(user: &SignedIn, csrf_token: &str) -> Markup {
                 (badge("Operator", Tone::Ok))
             }
             // A form POST, not a link: signing out changes state, so it needs the CSRF token.
-            form.signout method="post" action="/logout" {
+            form.signout method="post" action=(paths::LOGOUT) {
                 (csrf_field(csrf_token))
                 button.btn.btn-secondary.btn-small type="submit" { "Sign out" }
             }
@@ -166,7 +167,7 @@ fn is_prefix_path(href: &str, path: &str) -> bool {
     if href == path {
         return true;
     }
-    if href == "/" || href.is_empty() {
+    if href == paths::HOME || href.is_empty() {
         return false;
     }
     match path.strip_prefix(href) {
@@ -180,10 +181,10 @@ mod tests {
     use super::*;
 
     const NAV: &[NavLink] = &[
-        NavLink { href: "/", label: "Home" },
+        NavLink { href: paths::HOME, label: "Home" },
         NavLink { href: "/sites", label: "Sites" },
-        NavLink { href: "/operator", label: "Operator" },
-        NavLink { href: "/operator/grants", label: "Grants" },
+        NavLink { href: paths::OPERATOR, label: "Operator" },
+        NavLink { href: paths::GRANTS, label: "Grants" },
     ];
 
     fn sample<'a>(user: Option<&'a SignedIn>, token: &'a str, path: &'a str) -> Page<'a> {

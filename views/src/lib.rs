@@ -10,6 +10,7 @@ pub mod components;
 pub mod forms;
 pub mod layout;
 pub mod pages;
+pub mod paths;
 mod text;
 
 pub use components::{

@@ -1,5 +1,6 @@
 //! The sign-in card.
 
+use crate::paths;
 use crate::forms::{Field, csrf_field, field};
 use maud::{Markup, html};
 
@@ -24,7 +25,7 @@ pub fn login(v: &LoginView) -> Markup {
             @if let Some(error) = v.error {
                 (refusal("Could not sign you in", error))
             }
-            form method="post" action="/login" {
+            form method="post" action=(paths::LOGIN) {
                 (csrf_field(v.csrf_token))
                 @if let Some(next) = v.next {
                     input type="hidden" name="next" value=(next);

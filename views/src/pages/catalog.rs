@@ -5,6 +5,7 @@
 //! server's answer, so a refusal or validation error (a 4xx carrying the re-rendered partial)
 //! appears in place.
 
+use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::forms::{Field, Input, Select, described_by, field, form_banners, hx_form, input_field, select_field};
@@ -151,7 +152,7 @@ fn sets_table(sets: &[SetRow]) -> Markup {
                 rules_list(&s.rules),
                 html! { "carried by " (s.carried_by_pools.words("pool", "pools")) },
                 html! {
-                    a href=(format!("/operator/catalog/sets/{}", s.id))
+                    a href=(fill(paths::CATALOG_SET, &[&s.id]))
                         aria-label=(format!("Edit rules of {}", s.name)) { "Edit rules" }
                 },
             ]
@@ -188,7 +189,7 @@ fn products_table(products: &[ProductRow]) -> Markup {
                 if p.published { badge("published", Tone::Ok) } else { badge("not published", Tone::Muted) },
                 shape_list(&p.shape),
                 html! {
-                    a href=(format!("/operator/catalog/products/{}", p.id))
+                    a href=(fill(paths::CATALOG_PRODUCT, &[&p.id]))
                         aria-label=(format!("Edit {}", p.name)) { "Edit" }
                 },
             ]
@@ -225,7 +226,7 @@ pub fn key_form(csrf: &str, f: &FormState) -> Markup {
         div.form-panel #key-form {
             h3 { "Add a resource key" }
             (form_banners(f))
-            (hx_form("/operator/catalog/keys", "key-form", csrf, html! {
+            (hx_form(paths::CATALOG_KEYS, "key-form", csrf, html! {
                 (input_field(&Input {
                     name: "key",
                     id: "key",
@@ -272,7 +273,7 @@ pub fn set_form(csrf: &str, f: &FormState) -> Markup {
         div.form-panel #set-form {
             h3 { "Add an entitlement set" }
             (form_banners(f))
-            (hx_form("/operator/catalog/sets", "set-form", csrf, html! {
+            (hx_form(paths::CATALOG_SETS, "set-form", csrf, html! {
                 (field(&Field {
                     name: "name",
                     label: "Set name",
@@ -297,7 +298,7 @@ pub fn product_form(csrf: &str, set_options: &[(i64, String)], f: &FormState) ->
         div.form-panel #product-form {
             h3 { "Add a product" }
             (form_banners(f))
-            (hx_form("/operator/catalog/products", "product-form", csrf, product_fields(set_options, f, "Add product")))
+            (hx_form(paths::CATALOG_PRODUCTS, "product-form", csrf, product_fields(set_options, f, "Add product")))
         }
     }
 }
@@ -363,10 +364,10 @@ pub struct SetEditView {
 /// Each row is a field named `rule.<key>`: a number input for a numeric key, a select of
 /// ""/"yes"/"no" for a flag; empty means no rule. One button saves them all.
 pub fn set_edit(v: &SetEditView) -> Markup {
-    let action = format!("/operator/catalog/sets/{}/rules", v.set_id);
+    let action = fill(paths::CATALOG_SET_RULES, &[&v.set_id]);
     html! {
         div #set-edit {
-            p { a href="/operator/catalog" { "← Back to the catalog" } }
+            p { a href=(paths::CATALOG) { "← Back to the catalog" } }
             (facts(&[
                 ("Entitlement set", html! { (v.name) }),
                 ("In use", html! { "carried by " (v.carried_by_pools.words("pool", "pools")) }),
@@ -447,10 +448,10 @@ pub struct ProductEditView {
 
 /// One product's edit form, in its container `#product-edit`.
 pub fn product_edit(v: &ProductEditView) -> Markup {
-    let action = format!("/operator/catalog/products/{}", v.product_id);
+    let action = fill(paths::CATALOG_PRODUCT, &[&v.product_id]);
     html! {
         div #product-edit {
-            p { a href="/operator/catalog" { "← Back to the catalog" } }
+            p { a href=(paths::CATALOG) { "← Back to the catalog" } }
             (facts(&[
                 ("Shape", shape_list(&v.shape)),
                 ("In use", html! { "carried by " (v.carried_by_pools.words("pool", "pools")) }),

@@ -7,6 +7,7 @@
 //! Dates arrive already formatted; date inputs are `datetime-local` and the handler reads them
 //! as UTC, which the hints say.
 
+use crate::paths::{self, fill};
 use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
 use maud::{Markup, html};
 
@@ -15,10 +16,7 @@ use crate::pages::catalog::{FormState, Total, capitalized};
 use crate::text::query_component;
 
 /// The list's path; the filter form and pagination links come back to it.
-const LIST_PATH: &str = "/operator/grants";
 /// Where the issue form lives (GET) and posts ([`LIST_PATH`], POST).
-const NEW_PATH: &str = "/operator/grants/new";
-const ORGANIZATIONS_PATH: &str = "/operator/organizations";
 
 /// The status filter's choices: (value, label); "" is all.
 const STATUS_FILTERS: [(&str, &str); 7] = [
@@ -83,7 +81,7 @@ pub fn grant_list(v: &GrantListView) -> Markup {
     let empty = if filtered { "No grants match these filters." } else { "No grants yet." };
     html! {
         div.list-toolbar {
-            form.search-form.filter-form role="search" method="get" action=(LIST_PATH) {
+            form.search-form.filter-form role="search" method="get" action=(paths::GRANTS) {
                 div.field {
                     label for="grant-status" { "Status" }
                     select #grant-status name="status" {
@@ -99,7 +97,7 @@ pub fn grant_list(v: &GrantListView) -> Markup {
                 }
                 button.btn.btn-secondary type="submit" { "Filter" }
                 @if filtered {
-                    a.btn.btn-secondary href=(LIST_PATH) { "Show all" }
+                    a.btn.btn-secondary href=(paths::GRANTS) { "Show all" }
                 }
             }
             a.btn.btn-primary href=(issue_href(&v.organization_id)) { "Issue a grant" }
@@ -108,7 +106,7 @@ pub fn grant_list(v: &GrantListView) -> Markup {
             h2.list-subject {
                 "Grants of "
                 @match v.organization_id.trim().parse::<i64>() {
-                    Ok(id) => a href=(format!("{ORGANIZATIONS_PATH}/{id}")) { (name) },
+                    Ok(id) => a href=(fill(paths::ORGANIZATION, &[&id])) { (name) },
                     Err(_) => (name),
                 }
             }
@@ -117,14 +115,14 @@ pub fn grant_list(v: &GrantListView) -> Markup {
             p.muted.result-count { (capitalized(&v.total.words("grant", "grants"))) }
         }
         (grants_table(&v.rows, empty))
-        (keyset_pagination(LIST_PATH, &v.keyset, &query))
+        (keyset_pagination(paths::GRANTS, &v.keyset, &query))
     }
 }
 
 /// "/operator/grants/new", with the organization filled in when the list is filtered by one.
 fn issue_href(organization_id: &str) -> String {
     let id = organization_id.trim();
-    if id.is_empty() { NEW_PATH.to_owned() } else { format!("{NEW_PATH}?organization_id={}", query_component(id)) }
+    if id.is_empty() { paths::GRANTS_NEW.to_owned() } else { format!("{}?organization_id={}", paths::GRANTS_NEW, query_component(id)) }
 }
 
 /// Just the grants table (the organization page reuses it); "No grants yet." when empty.
@@ -165,7 +163,7 @@ pub(crate) fn grants_table(rows: &[GrantListRow], empty: &str) -> Markup {
 }
 
 fn grant_href(id: i64) -> String {
-    format!("{LIST_PATH}/{id}")
+    fill(paths::GRANT, &[&id])
 }
 
 fn grant_link(id: i64) -> Markup {
@@ -175,7 +173,7 @@ fn grant_link(id: i64) -> Markup {
 /// The organization, linked; or the email domain a waiting grant names.
 fn recipient(organization: Option<&(i64, String)>, provision_domain: Option<&str>) -> Markup {
     match (organization, provision_domain) {
-        (Some((id, name)), _) => html! { a href=(format!("{ORGANIZATIONS_PATH}/{id}")) { (name) } },
+        (Some((id, name)), _) => html! { a href=(fill(paths::ORGANIZATION, &[&id])) { (name) } },
         (None, Some(domain)) => html! { span.muted { "waits for an organization of " } code { (domain) } },
         (None, None) => html! { span.muted { "no organization" } },
     }
@@ -216,7 +214,7 @@ pub fn issue_grant(v: &IssueGrantView) -> Markup {
     let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
     html! {
         div #issue-grant {
-            p { a href=(LIST_PATH) { "← All grants" } }
+            p { a href=(paths::GRANTS) { "← All grants" } }
             p.muted {
                 "A grant confers a product on an organization, from when it starts until it ends or "
                 "is revoked. On a ladder it takes the organization's place: what held it is displaced "
@@ -227,12 +225,12 @@ pub fn issue_grant(v: &IssueGrantView) -> Markup {
                 div.notice.info role="note" {
                     p {
                         "There are no published products to grant. Publish one in the "
-                        a href="/operator/catalog" { "catalog" } " first."
+                        a href=(paths::CATALOG) { "catalog" } " first."
                     }
                 }
             }
             section.card {
-                (hx_form(LIST_PATH, "issue-grant", &v.csrf, html! {
+                (hx_form(paths::GRANTS, "issue-grant", &v.csrf, html! {
                     (input_field(&Input {
                         id: "organization_id",
                         name: "organization_id",
@@ -360,7 +358,7 @@ pub struct GrantDetailView {
 /// Facts, the head notice, lineage, the revoke and manage forms (when allowed), history.
 pub fn grant_detail(v: &GrantDetailView) -> Markup {
     html! {
-        p { a href=(LIST_PATH) { "← All grants" } }
+        p { a href=(paths::GRANTS) { "← All grants" } }
         @if v.head_id != v.id {
             div.notice.info role="note" {
                 p {
@@ -451,7 +449,7 @@ pub(crate) fn events_table(events: &[GrantEventRow], empty: &str) -> Markup {
 
 /// The revoke form in its container `#revoke-grant`; posts to `/operator/grants/{id}/revoke`.
 pub fn revoke_form(csrf: &str, grant_id: i64, f: &FormState) -> Markup {
-    let action = format!("{LIST_PATH}/{grant_id}/revoke");
+    let action = fill(paths::GRANT_REVOKE, &[&grant_id]);
     html! {
         div #revoke-grant {
             p {
@@ -472,7 +470,7 @@ pub fn revoke_form(csrf: &str, grant_id: i64, f: &FormState) -> Markup {
 /// The manage form in its container `#manage-grant`; posts to `/operator/grants/{id}/manage`.
 /// `starts_at` is shown only while the grant waits.
 pub fn manage_form(csrf: &str, grant_id: i64, waiting: bool, f: &FormState) -> Markup {
-    let action = format!("{LIST_PATH}/{grant_id}/manage");
+    let action = fill(paths::GRANT_MANAGE, &[&grant_id]);
     html! {
         div #manage-grant {
             @if waiting {

@@ -1,6 +1,7 @@
 //! The operator's organizations: a searchable list with the form that creates one, and one
 //! organization's plan, entitlements, usage, members, grants and their audit trail.
 
+use crate::paths::{self, fill};
 use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
 use maud::{Markup, html};
 
@@ -10,7 +11,6 @@ use crate::pages::grants::{GrantEventRow, GrantListRow, events_table, grants_tab
 use crate::pages::topology::rank_cell;
 
 /// The list's path; the search form and pagination links come back to it.
-const LIST_PATH: &str = "/operator/organizations";
 
 pub struct OrgListRow {
     pub id: i64,
@@ -50,11 +50,11 @@ pub fn organization_list(v: &OrgListView) -> Markup {
             summary { "Create an organization" }
             (create_organization_form(&v.csrf, &v.org_types, f))
         }
-        form.search-form role="search" method="get" action=(LIST_PATH) {
+        form.search-form role="search" method="get" action=(paths::ORGANIZATIONS) {
             div.field {
                 label for="org-search" { "Search organizations by name" }
                 input #org-search type="search" name="q" value=(v.query) autocomplete="off"
-                    hx-get=(LIST_PATH)
+                    hx-get=(paths::ORGANIZATIONS)
                     hx-trigger="input changed delay:300ms, search"
                     hx-target="#org-results"
                     hx-swap="outerHTML"
@@ -74,7 +74,7 @@ pub fn create_organization_form(csrf: &str, org_types: &[(i64, String)], f: &For
     html! {
         div #create-organization {
             (form_banners(f))
-            (hx_form(LIST_PATH, "create-organization", csrf, html! {
+            (hx_form(paths::ORGANIZATIONS, "create-organization", csrf, html! {
                 (input_field(&Input {
                     id: "org-name",
                     name: "name",
@@ -122,7 +122,7 @@ pub fn organization_results(v: &OrgListView) -> Markup {
         .iter()
         .map(|o| {
             vec![
-                html! { a href=(format!("{LIST_PATH}/{}", o.id)) { (o.name) } },
+                html! { a href=(fill(paths::ORGANIZATION, &[&o.id])) { (o.name) } },
                 match &o.org_type {
                     Some(t) => html! { (t) },
                     None => html! { span.muted { "no type" } },
@@ -159,7 +159,7 @@ pub fn organization_results(v: &OrgListView) -> Markup {
                 }
             }
             (table(&["Organization", "Type", "Plan"], rows, &empty))
-            (keyset_pagination(LIST_PATH, &keyset, &query))
+            (keyset_pagination(paths::ORGANIZATIONS, &keyset, &query))
         }
     }
 }
@@ -227,7 +227,7 @@ pub struct OrgDetailView {
 /// the grants' Audit trail.
 pub fn organization_detail(v: &OrgDetailView) -> Markup {
     html! {
-        p { a href=(LIST_PATH) { "← All organizations" } }
+        p { a href=(paths::ORGANIZATIONS) { "← All organizations" } }
         (facts(&[
             ("Organization", html! { (v.name) " " span.muted { "#" (v.id) } }),
             ("Type", match &v.org_type {
@@ -261,7 +261,7 @@ pub fn organization_detail(v: &OrgDetailView) -> Markup {
         section.card aria-labelledby="grants-heading" {
             div.section-head {
                 h2 #grants-heading { "Grants" }
-                a.btn.btn-secondary.btn-small href=(format!("/operator/grants/new?organization_id={}", v.id)) {
+                a.btn.btn-secondary.btn-small href=(format!("{}?organization_id={}", paths::GRANTS_NEW, v.id)) {
                     "Grant a product"
                 }
             }

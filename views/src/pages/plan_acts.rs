@@ -9,14 +9,13 @@
 //! status 286: polling stops when the polling element leaves the page), so the server's answer
 //! to the poll is the container again, and the finished render carries no `hx-trigger`.
 
+use crate::paths::{self, fill};
 use crate::forms::hx_form;
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, facts, progress, table_cols};
 
 /// The list's path; each plan act lives under it.
-const LIST_PATH: &str = "/operator/plan-acts";
-const ORGANIZATIONS_PATH: &str = "/operator/organizations";
 /// The element the progress partial replaces, polled while running and the retry form's target.
 const PROGRESS_ID: &str = "plan-act-progress";
 const RUNNING: &str = "running";
@@ -88,7 +87,7 @@ fn kind_label(kind: &str) -> &str {
 }
 
 fn act_href(id: i64) -> String {
-    format!("{LIST_PATH}/{id}")
+    fill(paths::PLAN_ACT, &[&id])
 }
 
 fn act_link(id: i64) -> Markup {
@@ -190,7 +189,7 @@ pub fn plan_act_page(v: &PlanActView) -> Markup {
     items.extend(v.facts.iter().map(|(label, value)| (label.as_str(), html! { (value) })));
     let moved_no_one = v.state == DONE && matches!(v.kind.as_str(), "tier_add" | "tier_delete");
     html! {
-        p { a href=(LIST_PATH) { "← All plan acts" } }
+        p { a href=(paths::PLAN_ACTS) { "← All plan acts" } }
         (facts(&items))
         @if v.counts.is_some() {
             (plan_act_progress(v))
@@ -213,7 +212,7 @@ pub fn plan_act_progress(v: &PlanActView) -> Markup {
         return html! {};
     };
     let running = v.state == RUNNING;
-    let poll = running.then(|| format!("{}/progress", act_href(v.id)));
+    let poll = running.then(|| fill(paths::PLAN_ACT_PROGRESS, &[&v.id]));
     html! {
         div.plan-act-progress #(PROGRESS_ID)
             hx-get=[poll.as_deref()]
@@ -300,7 +299,7 @@ fn failures_table(failures: &[FailedOrganization]) -> Markup {
         .iter()
         .map(|f| {
             vec![
-                html! { a href=(format!("{ORGANIZATIONS_PATH}/{}", f.organization_id)) { (f.organization) } },
+                html! { a href=(fill(paths::ORGANIZATION, &[&f.organization_id])) { (f.organization) } },
                 html! { (f.attempts) },
                 html! { pre.error-text { (f.error) } },
             ]
@@ -312,7 +311,7 @@ fn failures_table(failures: &[FailedOrganization]) -> Markup {
 
 /// POST `/operator/plan-acts/{id}/retry`; htmx swaps `#plan-act-progress` with the answer.
 fn retry_form(csrf: &str, id: i64) -> Markup {
-    let action = format!("{}/retry", act_href(id));
+    let action = fill(paths::PLAN_ACT_RETRY, &[&id]);
     html! {
         (hx_form(&action, PROGRESS_ID, csrf, html! {
             div.form-actions {

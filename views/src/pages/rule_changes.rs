@@ -8,15 +8,13 @@
 //! polling stops when the polling element leaves the page), so the server's answer to the poll
 //! is the container again, and the settled render carries no `hx-trigger`.
 
+use crate::paths::{self, fill};
 use crate::forms::hx_form;
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, facts, progress, table_cols};
 
 /// The list's path; each rule change lives under it.
-const LIST_PATH: &str = "/operator/rule-changes";
-const SETS_PATH: &str = "/operator/catalog/sets";
-const ORGANIZATIONS_PATH: &str = "/operator/organizations";
 /// The element the progress partial replaces, polled while draining and the retry form's target.
 const PROGRESS_ID: &str = "rule-change-progress";
 const DRAINING: &str = "draining";
@@ -78,7 +76,7 @@ pub fn rule_change_list(rows: &[RuleChangeListRow]) -> Markup {
 }
 
 fn change_href(id: i64) -> String {
-    format!("{LIST_PATH}/{id}")
+    fill(paths::RULE_CHANGE, &[&id])
 }
 
 fn change_link(id: i64) -> Markup {
@@ -86,7 +84,7 @@ fn change_link(id: i64) -> Markup {
 }
 
 fn set_link(set_id: i64, name: &str) -> Markup {
-    html! { a href=(format!("{SETS_PATH}/{set_id}")) { (name) } }
+    html! { a href=(fill(paths::CATALOG_SET, &[&set_id])) { (name) } }
 }
 
 /// draining Warn, settled Ok (anything else Muted); plus "N failed" Bad when any pool failed.
@@ -166,7 +164,7 @@ pub fn rule_change_page(v: &RuleChangeView) -> Markup {
         items.push(("Exclusive hold", html! { (format_ms(ms)) }));
     }
     html! {
-        p { a href=(LIST_PATH) { "← All rule changes" } }
+        p { a href=(paths::RULE_CHANGES) { "← All rule changes" } }
         (facts(&items))
         (rule_change_progress(v))
     }
@@ -189,7 +187,7 @@ fn format_ms(ms: f64) -> String {
 /// itself with the answer (this partial); settled, it carries no trigger, so polling stops.
 pub fn rule_change_progress(v: &RuleChangeView) -> Markup {
     let draining = v.state == DRAINING;
-    let poll = draining.then(|| format!("{}/progress", change_href(v.id)));
+    let poll = draining.then(|| fill(paths::RULE_CHANGE_PROGRESS, &[&v.id]));
     html! {
         div.rule-change-progress #(PROGRESS_ID)
             hx-get=[poll.as_deref()]
@@ -295,7 +293,7 @@ fn failures_table(failures: &[FailedPool]) -> Markup {
         .iter()
         .map(|f| {
             vec![
-                html! { a href=(format!("{ORGANIZATIONS_PATH}/{}", f.organization_id)) { (f.organization) } },
+                html! { a href=(fill(paths::ORGANIZATION, &[&f.organization_id])) { (f.organization) } },
                 html! { "#" (f.pool_id) },
                 html! { (f.attempts) },
                 html! { pre.error-text { (f.error) } },
@@ -318,7 +316,7 @@ fn failures_table(failures: &[FailedPool]) -> Markup {
 
 /// POST `/operator/rule-changes/{id}/retry`; htmx swaps `#rule-change-progress` with the answer.
 fn retry_form(csrf: &str, id: i64) -> Markup {
-    let action = format!("{}/retry", change_href(id));
+    let action = fill(paths::RULE_CHANGE_RETRY, &[&id]);
     html! {
         (hx_form(&action, PROGRESS_ID, csrf, html! {
             div.form-actions {

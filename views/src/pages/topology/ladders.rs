@@ -21,7 +21,7 @@ pub fn ladder_order_form(csrf: &str, ladders: &[(i64, String, i32)], f: &FormSta
             @if ladders.is_empty() {
                 p.empty { "No plan ladders to order." }
             } @else {
-                (hx_form(LADDER_ORDER_PATH, "ladder-order", csrf, html! {
+                (hx_form(paths::LADDER_ORDER, "ladder-order", csrf, html! {
                     div.ladder-order-fields {
                         @for (id, name, position) in &ladders {
                             (position_field(f, *id, name, *position))

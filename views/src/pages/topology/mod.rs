@@ -19,6 +19,7 @@ mod tests;
 
 pub use ladders::ladder_order_form;
 pub use org_types::default_change_form;
+use crate::paths::{self, fill};
 use org_types::org_types_table;
 pub use reach::{ActReachPreview, act_reach_preview};
 pub use tiers::{
@@ -32,10 +33,6 @@ use maud::{Markup, html};
 use crate::components::{Column, Tone, badge, notice, refusal, table_cols};
 use crate::pages::catalog::{FormState, count};
 
-const LADDERS_PATH: &str = "/operator/topology/ladders";
-const LADDER_ORDER_PATH: &str = "/operator/topology/ladder-order";
-const ORG_TYPES_PATH: &str = "/operator/topology/org-types";
-const PLAN_ACTS_PATH: &str = "/operator/plan-acts";
 /// How many colliding organizations a preview names at most.
 const PREVIEW_COLLISIONS_MAX: usize = 10;
 
@@ -108,7 +105,7 @@ pub fn topology(v: &TopologyView) -> Markup {
                 "A ladder is one dimension of a plan. Its tiers are products ranked from 0; rank 0 "
                 "is the floor, which an organization holds when nothing else holds the ladder. "
                 "Every change to the tiers is recorded as a "
-                a href=(PLAN_ACTS_PATH) { "plan act" } "."
+                a href=(paths::PLAN_ACTS) { "plan act" } "."
             }
             @if ladders.is_empty() {
                 p.empty { "No plan ladders yet." }
@@ -160,7 +157,7 @@ fn ladder_card(csrf: &str, l: &LadderView, products: &[(i64, String)], forms: &L
                 .map_or(&empty_form, |(_, f)| f);
             vec![
                 rank_cell(t.rank),
-                html! { a href=(format!("/operator/catalog/products/{}", t.product_id)) { (t.product_name) } },
+                html! { a href=(fill(paths::CATALOG_PRODUCT, &[&t.product_id])) { (t.product_name) } },
                 html! { (t.set_name) },
                 html! {
                     div.tier-actions {
@@ -190,13 +187,13 @@ fn has_state(f: &FormState) -> bool {
     f.notice.is_some() || !f.errors.is_empty() || !f.field_errors.is_empty() || !f.values.is_empty()
 }
 
-/// "Preview": GETs `{action}/preview` with the values of the form in `#{container}` into
+/// "Preview": GETs `preview` (the act's preview route) with the values of the form in `#{container}` into
 /// `#{target}`, leaving out the CSRF token: a GET's query string lands in logs and histories,
 /// and a preview changes nothing.
-fn preview_button(action: &str, container: &str, target: &str) -> Markup {
+fn preview_button(preview: &str, container: &str, target: &str) -> Markup {
     html! {
         button.btn.btn-secondary type="button"
-            hx-get=(format!("{action}/preview"))
+            hx-get=(preview)
             hx-include=(preview_fields(container))
             hx-target=(format!("#{target}"))
             hx-swap="innerHTML" { "Preview" }

@@ -14,7 +14,7 @@ use super::*;
 /// `#default-change-preview-{org_type_id}`, under the form.
 pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String)], f: &FormState) -> Markup {
     let container = format!("default-change-{org_type_id}");
-    let action = format!("{ORG_TYPES_PATH}/{org_type_id}/default");
+    let action = fill(paths::ORG_TYPE_DEFAULT, &[&org_type_id]);
     let preview_id = format!("default-change-preview-{org_type_id}");
     let ladder_id = format!("{container}-plan_ladder_id");
     let disposition_id = format!("{container}-disposition");
@@ -58,7 +58,7 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String
                 }))
                 (reason_field(&reason_id, f))
                 div.form-actions {
-                    (preview_button(&action, &container, &preview_id))
+                    (preview_button(&fill(paths::ORG_TYPE_DEFAULT_PREVIEW, &[&org_type_id]), &container, &preview_id))
                     button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Change default" }
                 }
             }))

@@ -12,8 +12,8 @@ use super::*;
 /// ([`tier_add_preview`]) in `#add-tier-preview-{ladder_id}`, under the form.
 pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[(i64, String)], next_rank: i32, f: &FormState) -> Markup {
     let container = format!("add-tier-{ladder_id}");
-    let action = format!("{LADDERS_PATH}/{ladder_id}/tiers");
-    let preview_url = format!("{action}/preview");
+    let action = fill(paths::TIERS, &[&ladder_id]);
+    let preview_url = fill(paths::TIERS_PREVIEW, &[&ladder_id]);
     let preview_id = format!("add-tier-preview-{ladder_id}");
     let product_id = format!("{container}-product_id");
     let rank_id = format!("{container}-rank");
@@ -37,7 +37,7 @@ pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[(i64, String)], nex
                 div.notice.info role="note" {
                     p {
                         "There are no published products with an entitlement set to add. Publish one in the "
-                        a href="/operator/catalog" { "catalog" } " first."
+                        a href=(paths::CATALOG) { "catalog" } " first."
                     }
                 }
             }
@@ -142,7 +142,7 @@ pub fn tier_add_preview(p: &TierAddPreview) -> Markup {
 /// tier has holders) show under the button as a small refusal.
 pub fn delete_tier_form(csrf: &str, ladder_id: i64, rank: i32, f: &FormState) -> Markup {
     let container = format!("delete-tier-{ladder_id}-{rank}");
-    let action = format!("{LADDERS_PATH}/{ladder_id}/tiers/{rank}/delete");
+    let action = fill(paths::TIER_DELETE, &[&ladder_id, &rank]);
     html! {
         div.tier-delete #(container) {
             (hx_form(&action, &container, csrf, html! {
@@ -177,7 +177,7 @@ const REMOVAL_DISPOSITIONS: [(&str, &str); 3] = [
 /// ([`tier_removal_preview`]) in `#remove-tier-preview-{ladder_id}-{rank}`, under the form.
 pub fn remove_tier_form(csrf: &str, ladder_id: i64, rank: i32, product_name: &str, f: &FormState) -> Markup {
     let container = format!("remove-tier-{ladder_id}-{rank}");
-    let action = format!("{LADDERS_PATH}/{ladder_id}/tiers/{rank}/remove");
+    let action = fill(paths::TIER_REMOVE, &[&ladder_id, &rank]);
     let preview_id = format!("remove-tier-preview-{ladder_id}-{rank}");
     let disposition_id = format!("{container}-disposition");
     let reason_id = format!("{container}-reason");
@@ -204,7 +204,7 @@ pub fn remove_tier_form(csrf: &str, ladder_id: i64, rank: i32, product_name: &st
                     }))
                     (reason_field(&reason_id, f))
                     div.form-actions {
-                        (preview_button(&action, &container, &preview_id))
+                        (preview_button(&fill(paths::TIER_REMOVE_PREVIEW, &[&ladder_id, &rank]), &container, &preview_id))
                         button.btn.btn-danger type="submit" aria-label=(format!("Remove tier at rank {rank}")) {
                             "Remove tier"
                         }
@@ -290,7 +290,7 @@ const REORDER_DISPOSITIONS: [(&str, &str); 3] = [
 /// the answer ([`act_reach_preview`]) in `#tier-order-preview-{ladder_id}`, under the form.
 pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[(i64, String, i32)], f: &FormState) -> Markup {
     let container = format!("tier-order-{ladder_id}");
-    let action = format!("{LADDERS_PATH}/{ladder_id}/tier-order");
+    let action = fill(paths::TIER_ORDER, &[&ladder_id]);
     let preview_id = format!("tier-order-preview-{ladder_id}");
     let disposition_id = format!("{container}-disposition");
     let reason_id = format!("{container}-reason");
@@ -325,7 +325,7 @@ pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[(i64, String, i32)],
                     }))
                     (reason_field(&reason_id, f))
                     div.form-actions {
-                        (preview_button(&action, &container, &preview_id))
+                        (preview_button(&fill(paths::TIER_ORDER_PREVIEW, &[&ladder_id]), &container, &preview_id))
                         button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Save tier order" }
                     }
                 }))

@@ -1,0 +1,116 @@
+//! Every path the console answers, each defined once: the route table registers these patterns
+//! and the pages build their links and form actions from them with [`fill`], so a link always
+//! names a route that exists (a test in the web layer checks every pattern here is routed).
+//! A `{…}` is a segment the route reads.
+
+use std::fmt::Display;
+
+pub const HEALTHZ: &str = "/healthz";
+pub const READYZ: &str = "/readyz";
+pub const STATIC_FILE: &str = "/static/{name}";
+
+pub const HOME: &str = "/";
+pub const LOGIN: &str = "/login";
+pub const LOGOUT: &str = "/logout";
+
+pub const OPERATOR: &str = "/operator";
+
+pub const CATALOG: &str = "/operator/catalog";
+pub const CATALOG_KEYS: &str = "/operator/catalog/keys";
+pub const CATALOG_SETS: &str = "/operator/catalog/sets";
+pub const CATALOG_SET: &str = "/operator/catalog/sets/{id}";
+pub const CATALOG_SET_RULES: &str = "/operator/catalog/sets/{id}/rules";
+pub const CATALOG_PRODUCTS: &str = "/operator/catalog/products";
+pub const CATALOG_PRODUCT: &str = "/operator/catalog/products/{id}";
+
+pub const TOPOLOGY: &str = "/operator/topology";
+pub const LADDER_ORDER: &str = "/operator/topology/ladder-order";
+pub const TIERS: &str = "/operator/topology/ladders/{id}/tiers";
+pub const TIERS_PREVIEW: &str = "/operator/topology/ladders/{id}/tiers/preview";
+pub const TIER_DELETE: &str = "/operator/topology/ladders/{id}/tiers/{rank}/delete";
+pub const TIER_REMOVE: &str = "/operator/topology/ladders/{id}/tiers/{rank}/remove";
+pub const TIER_REMOVE_PREVIEW: &str = "/operator/topology/ladders/{id}/tiers/{rank}/remove/preview";
+pub const TIER_ORDER: &str = "/operator/topology/ladders/{id}/tier-order";
+pub const TIER_ORDER_PREVIEW: &str = "/operator/topology/ladders/{id}/tier-order/preview";
+pub const ORG_TYPE_DEFAULT: &str = "/operator/topology/org-types/{id}/default";
+pub const ORG_TYPE_DEFAULT_PREVIEW: &str = "/operator/topology/org-types/{id}/default/preview";
+
+pub const PLAN_ACTS: &str = "/operator/plan-acts";
+pub const PLAN_ACT: &str = "/operator/plan-acts/{id}";
+pub const PLAN_ACT_PROGRESS: &str = "/operator/plan-acts/{id}/progress";
+pub const PLAN_ACT_RETRY: &str = "/operator/plan-acts/{id}/retry";
+
+pub const ORGANIZATIONS: &str = "/operator/organizations";
+pub const ORGANIZATION: &str = "/operator/organizations/{id}";
+
+pub const RULE_CHANGES: &str = "/operator/rule-changes";
+pub const RULE_CHANGE: &str = "/operator/rule-changes/{id}";
+pub const RULE_CHANGE_PROGRESS: &str = "/operator/rule-changes/{id}/progress";
+pub const RULE_CHANGE_RETRY: &str = "/operator/rule-changes/{id}/retry";
+
+pub const GRANTS: &str = "/operator/grants";
+pub const GRANTS_NEW: &str = "/operator/grants/new";
+pub const GRANT: &str = "/operator/grants/{id}";
+pub const GRANT_REVOKE: &str = "/operator/grants/{id}/revoke";
+pub const GRANT_MANAGE: &str = "/operator/grants/{id}/manage";
+
+/// Every pattern above, for the test that checks each is routed.
+pub const ALL: &[&str] = &[
+    HEALTHZ, READYZ, STATIC_FILE, HOME, LOGIN, LOGOUT, OPERATOR, CATALOG, CATALOG_KEYS, CATALOG_SETS, CATALOG_SET,
+    CATALOG_SET_RULES, CATALOG_PRODUCTS, CATALOG_PRODUCT, TOPOLOGY, LADDER_ORDER, TIERS, TIERS_PREVIEW, TIER_DELETE,
+    TIER_REMOVE, TIER_REMOVE_PREVIEW, TIER_ORDER, TIER_ORDER_PREVIEW, ORG_TYPE_DEFAULT, ORG_TYPE_DEFAULT_PREVIEW,
+    PLAN_ACTS, PLAN_ACT, PLAN_ACT_PROGRESS, PLAN_ACT_RETRY, ORGANIZATIONS, ORGANIZATION, RULE_CHANGES, RULE_CHANGE,
+    RULE_CHANGE_PROGRESS, RULE_CHANGE_RETRY, GRANTS, GRANTS_NEW, GRANT, GRANT_REVOKE, GRANT_MANAGE,
+];
+
+/// The pattern with each `{…}` segment replaced, in order, by the next value. The values are
+/// ids and ranks (numbers), so they need no encoding.
+///
+/// Panics when the values do not match the pattern's segments: a programming error, caught by
+/// the first test that renders the link.
+pub fn fill(pattern: &str, values: &[&dyn Display]) -> String {
+    let mut out = String::with_capacity(pattern.len() + 8);
+    let mut values = values.iter();
+    let mut rest = pattern;
+    while let Some(open) = rest.find('{') {
+        let close = open + rest[open..].find('}').expect("a segment is closed");
+        out.push_str(&rest[..open]);
+        out.push_str(&values.next().expect("a value for each segment").to_string());
+        rest = &rest[close + 1..];
+    }
+    assert!(values.next().is_none(), "more values than segments in {pattern}");
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_puts_each_value_in_its_segment() {
+        assert_eq!(fill(GRANT, &[&7]), "/operator/grants/7");
+        assert_eq!(fill(TIER_REMOVE_PREVIEW, &[&3, &0]), "/operator/topology/ladders/3/tiers/0/remove/preview");
+        assert_eq!(fill(GRANTS, &[]), "/operator/grants");
+    }
+
+    #[test]
+    #[should_panic(expected = "a value for each segment")]
+    fn fill_refuses_too_few_values() {
+        fill(TIER_DELETE, &[&1]);
+    }
+
+    #[test]
+    #[should_panic(expected = "more values than segments")]
+    fn fill_refuses_too_many_values() {
+        fill(GRANT, &[&1, &2]);
+    }
+
+    #[test]
+    fn every_pattern_is_listed_once() {
+        let mut seen = std::collections::HashSet::new();
+        for p in ALL {
+            assert!(seen.insert(p), "{p} twice");
+        }
+    }
+}
