@@ -7,7 +7,8 @@ use crate::{
     db::{Db, DbError},
     jobs::{self, Handlers, JobError, PurgeExpired, ensure_schedule},
     services::{
-        grants::{self, ExpireGrant, GrantError, StartGrant, SweepGrants},
+        ServiceError,
+        grants::{self, ExpireGrant, StartGrant, SweepGrants},
         organizations::{self, CompactCounts},
         plan_acts::{self as pa, DrainPlanAct, ResumePlanActDrains},
         rule_changes::{self as rc, DrainRuleChange, ResumeRuleChangeDrains},
@@ -21,9 +22,12 @@ pub const SWEEP_GRANTS_EVERY: Duration = Duration::from_secs(60);
 /// How often the pollers look for rule changes and plan acts with work still owed.
 pub const RESUME_DRAINS_EVERY: Duration = Duration::from_secs(30);
 
-fn grant_failure(e: GrantError) -> JobError {
+/// A grant job's failure: the database's is tried again (a lock wait past its bound, a deadline),
+/// as is another change in progress; a refusal is the grant's answer for good.
+fn grant_failure(e: ServiceError) -> JobError {
     match e {
-        GrantError::Db(d) => JobError::Db(d),
+        ServiceError::Db(d) => JobError::Db(d),
+        ServiceError::ChangeInProgress => JobError::retry(e.to_string()),
         other => JobError::Permanent(other.to_string()),
     }
 }

@@ -3,47 +3,25 @@
 
 use crate::{
     db::{
-        Db, DbError, TxKind, begin,
+        Db, TxKind, begin,
         locks::{Lock, PathLocks},
     },
-    store::catalog as store,
+    services::refusal::{Problems, ServiceError, change_path},
+    store::catalog::{self as store, CARRIED_COUNT_CAP},
 };
 
-#[derive(Debug, thiserror::Error)]
-pub enum CatalogError {
-    /// Bad input: one message per problem, by field.
-    #[error("{}", .0.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join(" "))]
-    Invalid(Vec<(String, String)>),
-    #[error("no such {0}")]
-    NotFound(&'static str),
-    /// The set is carried by pools: changing it is a rule change.
-    #[error("carried by {pools} pools")]
-    Carried { pools: i64 },
-    #[error("another change is in progress")]
-    ChangeInProgress,
-    #[error(transparent)]
-    Db(DbError),
-}
-
-impl From<DbError> for CatalogError {
-    fn from(e: DbError) -> Self {
-        match e {
-            // 55P03 is the refusal; a deadline is the request's 503, and a deadlock is tried
-            // again by the caller (db::retry).
-            DbError::LockNotAvailable => CatalogError::ChangeInProgress,
-            other => CatalogError::Db(other),
-        }
+/// The catalog's constraints whose violation is the operator's input, by name: the field and
+/// what to tell them. `name` is the product name the path was given.
+fn violated(constraint: &str, name: &str) -> Option<(&'static str, String)> {
+    match constraint {
+        "products_name_key" => Some(("name", format!("A product named “{name}” exists already."))),
+        // The trigger core.refuse_clearing_tier_product_set raises under this name.
+        "products_keep_set_while_tier" => Some((
+            "entitlement_set_id",
+            "This product is a tier of a plan ladder, so it must keep an entitlement set.".into(),
+        )),
+        _ => None,
     }
-}
-
-impl From<sqlx::Error> for CatalogError {
-    fn from(e: sqlx::Error) -> Self {
-        DbError::from(e).into()
-    }
-}
-
-fn invalid(field: &str, message: impl Into<String>) -> CatalogError {
-    CatalogError::Invalid(vec![(field.to_string(), message.into())])
 }
 
 /// A resource key's name: dotted lower-case words, e.g. `fedwiki.active_sites`.
@@ -128,60 +106,84 @@ impl RuleValue {
     }
 }
 
-fn parse_name(field: &str, what: &str, s: &str) -> Result<String, CatalogError> {
+fn parse_name(field: &str, what: &str, s: &str) -> Result<String, ServiceError> {
     let s = s.trim();
     if s.is_empty() {
-        return Err(invalid(field, format!("{what} needs a name.")));
+        return Err(ServiceError::invalid(field, format!("{what} needs a name.")));
     }
     if s.chars().count() > 200 || s.chars().any(char::is_control) {
-        return Err(invalid(field, format!("{what}'s name must be at most 200 printable characters.")));
+        return Err(ServiceError::invalid(field, format!("{what}'s name must be at most 200 printable characters.")));
     }
     Ok(s.to_string())
 }
 
-#[tracing::instrument(name = "Create a resource key", skip_all)]
-pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &str) -> Result<String, CatalogError> {
-    let mut problems = vec![];
-    let key = ResourceKeyName::parse(key).map_err(|m| problems.push(("key".to_string(), m))).ok();
-    let kind = KeyKind::parse(kind).map_err(|m| problems.push(("kind".to_string(), m))).ok();
-    if description.chars().count() > 500 {
-        problems.push(("description".into(), "A description may have at most 500 characters.".into()));
-    }
-    let (Some(key), Some(kind), true) = (key, kind, problems.is_empty()) else {
-        return Err(CatalogError::Invalid(problems));
+/// Why a product's set cannot change while pools carry it, with their (capped) count:
+/// "1 organization pool carries", "more than 1,000 organization pools carry".
+fn carried_refusal(pools: i64) -> String {
+    let grouped = |n: i64| {
+        let digits = n.max(0).to_string();
+        let mut out = String::new();
+        for (i, d) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(d);
+        }
+        out
     };
+    let (count, n) = if pools > CARRIED_COUNT_CAP {
+        (format!("more than {}", grouped(CARRIED_COUNT_CAP)), 2)
+    } else {
+        (grouped(pools), pools)
+    };
+    let (noun, verb) = if n == 1 { ("organization pool", "carries") } else { ("organization pools", "carry") };
+    format!(
+        "Nothing was saved: {count} {noun} {verb} this now, so changing what it confers is a rule change, which \
+         applies to every one of them."
+    )
+}
+
+#[tracing::instrument(name = "Create a resource key", skip_all)]
+pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &str) -> Result<String, ServiceError> {
+    let mut problems = Problems::default();
+    let key = problems.field("key", ResourceKeyName::parse(key));
+    let kind = problems.field("kind", KeyKind::parse(kind));
+    if description.chars().count() > 500 {
+        problems.push("description", "A description may have at most 500 characters.");
+    }
+    let (key, kind) = problems.or(key.zip(kind))?;
     let mut tx = begin(db, TxKind::Plain).await?;
     let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind.as_str(), description.trim()).await?;
     if inserted.is_none() {
-        return Err(invalid("key", format!("The resource key {} exists already.", key.as_str())));
+        return Err(ServiceError::invalid("key", format!("The resource key {} exists already.", key.as_str())));
     }
     tx.commit().await?;
     Ok(key.0)
 }
 
 #[tracing::instrument(name = "Create an entitlement set", skip_all)]
-pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<i64, CatalogError> {
+pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<i64, ServiceError> {
     let name = parse_name("name", "An entitlement set", name)?;
     let mut tx = begin(db, TxKind::Plain).await?;
     let id = store::insert_entitlement_set(tx.conn(), &name)
         .await?
-        .ok_or_else(|| invalid("name", format!("An entitlement set named “{name}” exists already.")))?;
+        .ok_or_else(|| ServiceError::invalid("name", format!("An entitlement set named “{name}” exists already.")))?;
     tx.commit().await?;
     Ok(id)
 }
 
 #[tracing::instrument(name = "Create a product", skip_all)]
-pub async fn create_product(db: &Db, name: &str, set_id: Option<i64>, published: bool) -> Result<i64, CatalogError> {
+pub async fn create_product(db: &Db, name: &str, set_id: Option<i64>, published: bool) -> Result<i64, ServiceError> {
     let name = parse_name("name", "A product", name)?;
     let mut tx = begin(db, TxKind::Plain).await?;
     if let Some(s) = set_id
         && store::entitlement_set(tx.conn(), s).await?.is_none()
     {
-        return Err(invalid("entitlement_set_id", "That entitlement set does not exist."));
+        return Err(ServiceError::invalid("entitlement_set_id", "That entitlement set does not exist."));
     }
     let id = store::insert_product(tx.conn(), &name, set_id, published)
         .await?
-        .ok_or_else(|| invalid("name", format!("A product named “{name}” exists already.")))?;
+        .ok_or_else(|| ServiceError::invalid("name", format!("A product named “{name}” exists already.")))?;
     tx.commit().await?;
     Ok(id)
 }
@@ -214,51 +216,46 @@ pub async fn update_product(
     name: &str,
     set_id: Option<i64>,
     published: bool,
-) -> Result<(), CatalogError> {
+) -> Result<(), ServiceError> {
     let name = parse_name("name", "A product", name)?;
     let current = {
         let mut conn = db.read().await?;
-        store::product(&mut conn, id).await?.ok_or(CatalogError::NotFound("product"))?
+        store::product(&mut conn, id).await?.ok_or(ServiceError::NotFound("product"))?
     };
     let set_changes = current.entitlement_set_id != set_id;
-    let mut tx = begin(db, if set_changes { TxKind::RuleChange } else { TxKind::Plain }).await?;
-    if set_changes {
-        let carried = store::product(tx.conn(), id).await?.map(|p| p.carried_by_pools).unwrap_or(0);
-        if carried > 0 {
-            return Err(CatalogError::Carried { pools: carried });
+    // A set change is a change path (under the exclusive rendezvous).
+    change_path(async {
+        let mut tx = begin(db, if set_changes { TxKind::RuleChange } else { TxKind::Plain }).await?;
+        if set_changes {
+            let carried = store::product(tx.conn(), id).await?.map(|p| p.carried_by_pools).unwrap_or(0);
+            if carried > 0 {
+                return Err(ServiceError::Refused(carried_refusal(carried)));
+            }
+            if let Some(s) = set_id
+                && store::entitlement_set(tx.conn(), s).await?.is_none()
+            {
+                return Err(ServiceError::invalid("entitlement_set_id", "That entitlement set does not exist."));
+            }
         }
-        if let Some(s) = set_id
-            && store::entitlement_set(tx.conn(), s).await?.is_none()
-        {
-            return Err(invalid("entitlement_set_id", "That entitlement set does not exist."));
+        if store::name_taken_by_other_product(tx.conn(), id, &name).await? {
+            return Err(ServiceError::invalid("name", format!("A product named “{name}” exists already.")));
         }
-    }
-    if store::name_taken_by_other_product(tx.conn(), id, &name).await? {
-        return Err(invalid("name", format!("A product named “{name}” exists already.")));
-    }
-    // A plain edit writes only the name and publication: a set changed meanwhile (under the
-    // exclusive rendezvous) is kept, not overwritten with what this request read.
-    let written = if set_changes {
-        store::update_product(tx.conn(), id, &name, set_id, published).await
-    } else {
-        store::update_product_name(tx.conn(), id, &name, published).await
-    };
-    match written {
-        Ok(true) => {}
-        Ok(false) => return Err(CatalogError::NotFound("product")),
-        Err(e) if crate::db::sqlstate(&e).as_deref() == Some("23505") => {
-            return Err(invalid("name", format!("A product named “{name}” exists already.")));
+        // A plain edit writes only the name and publication: a set changed meanwhile (under the
+        // exclusive rendezvous) is kept, not overwritten with what this request read.
+        let written = if set_changes {
+            store::update_product(tx.conn(), id, &name, set_id, published).await
+        } else {
+            store::update_product_name(tx.conn(), id, &name, published).await
+        };
+        match written {
+            Ok(true) => {}
+            Ok(false) => return Err(ServiceError::NotFound("product")),
+            Err(e) => return Err(ServiceError::from_constraint(e, |c| violated(c, &name))),
         }
-        Err(e) if crate::db::sqlstate(&e).as_deref() == Some("MC003") => {
-            return Err(invalid(
-                "entitlement_set_id",
-                "This product is a tier of a plan ladder, so it must keep an entitlement set.",
-            ));
-        }
-        Err(e) => return Err(e.into()),
-    }
-    tx.commit().await?;
-    Ok(())
+        tx.commit().await?;
+        Ok(())
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -274,6 +271,13 @@ mod tests {
     }
 
     #[test]
+    fn a_carried_product_says_how_many_pools_carry_it() {
+        assert!(carried_refusal(1).contains(": 1 organization pool carries this now,"));
+        assert!(carried_refusal(1234).contains(": more than 1,000 organization pools carry this now,"));
+        assert!(carried_refusal(12).contains(": 12 organization pools carry this now,"));
+    }
+
+    #[test]
     fn rule_values_follow_their_kind() {
         assert_eq!(RuleValue::parse("k", KeyKind::Numeric, " 3 ").unwrap(), Some(RuleValue::Numeric(3)));
         assert_eq!(RuleValue::parse("k", KeyKind::Numeric, "").unwrap(), None);
@@ -283,5 +287,3 @@ mod tests {
         assert_eq!(RuleValue::parse("k", KeyKind::Flag, "yes").unwrap(), Some(RuleValue::Flag(true)));
     }
 }
-
-crate::deadlock_through_db!(CatalogError);

@@ -5,27 +5,12 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     db::{
-        Db, DbError, Tx, TxKind, begin,
+        Db, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
+    services::ServiceError,
     store::entitlements::{self as store, NewGrant},
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum EntitlementError {
-    #[error("{0}")]
-    Invalid(String),
-    #[error("no such {0}")]
-    NotFound(&'static str),
-    #[error(transparent)]
-    Db(#[from] DbError),
-}
-
-impl From<sqlx::Error> for EntitlementError {
-    fn from(e: sqlx::Error) -> Self {
-        EntitlementError::Db(e.into())
-    }
-}
 
 /// ReapplyDefaultsIfVacant: when the pool holds nothing on its type's default ladder, confer
 /// that ladder's rank 0 as a floor grant (ConferGrantTx's insert and core.confer, in SQL).
@@ -34,7 +19,7 @@ pub async fn reapply_defaults_if_vacant(
     tx: &mut Tx,
     pool_id: i64,
     plan_act_id: Option<i64>,
-) -> Result<Option<i64>, EntitlementError> {
+) -> Result<Option<i64>, ServiceError> {
     Ok(store::reapply_defaults_if_vacant(tx.conn(), pool_id, plan_act_id).await?)
 }
 
@@ -49,7 +34,7 @@ pub static CONFER_GRANT_LOCKS: PathLocks = PathLocks {
 
 /// ConferGrant: one grant conferred in a transaction of its own.
 #[tracing::instrument(name = "Confer a grant", skip(db, grant), fields(organization_id = ?grant.organization_id, product_id = grant.product_id))]
-pub async fn confer_grant(db: &Db, grant: &NewGrant) -> Result<i64, EntitlementError> {
+pub async fn confer_grant(db: &Db, grant: &NewGrant) -> Result<i64, ServiceError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     let id = confer_grant_tx(&mut tx, grant).await?;
     tx.commit().await?;
@@ -58,7 +43,7 @@ pub async fn confer_grant(db: &Db, grant: &NewGrant) -> Result<i64, EntitlementE
 
 /// ConferGrantTx: insert the grant, confer it to its organization's pool, materialize. A grant
 /// that names no organization yet is inserted and waits.
-pub async fn confer_grant_tx(tx: &mut Tx, grant: &NewGrant) -> Result<i64, EntitlementError> {
+pub async fn confer_grant_tx(tx: &mut Tx, grant: &NewGrant) -> Result<i64, ServiceError> {
     let grant_id = store::insert_grant(tx.conn(), grant).await?;
     if store::confer_grant(tx.conn(), grant_id).await?.is_some()
         && let Some(pool) = store::pool_of_grant(tx.conn(), grant_id).await?
@@ -90,10 +75,9 @@ pub struct Restored {
 /// End one conferral; then what it displaced comes back (replaced grants resume, displaced
 /// subscriptions are delivered), else the floor, and the pool materializes.
 #[tracing::instrument(name = "End a conferral", skip(db), fields(conferral_id))]
-pub async fn end_conferral(db: &Db, conferral_id: i64, reason: &str) -> Result<Restored, EntitlementError> {
+pub async fn end_conferral(db: &Db, conferral_id: i64, reason: &str) -> Result<Restored, ServiceError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
-    let pool =
-        store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(EntitlementError::NotFound("conferral"))?;
+    let pool = store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(ServiceError::NotFound("conferral"))?;
     store::lock_pools(tx.conn(), &[pool]).await?;
     let ended = store::end_conferral(tx.conn(), conferral_id, reason).await?;
     let restored = restore_pool_tx(&mut tx, pool, ended, None).await?;
@@ -108,7 +92,7 @@ pub async fn restore_pool_tx(
     pool_id: i64,
     ended: bool,
     plan_act: Option<i64>,
-) -> Result<Restored, EntitlementError> {
+) -> Result<Restored, ServiceError> {
     let (mut resumed_grants, mut delivered_subscriptions) = (0, 0);
     if ended {
         resumed_grants = store::resume_replaced_grants(tx.conn(), pool_id).await?;
@@ -122,9 +106,9 @@ pub async fn restore_pool_tx(
 /// Suspend or reinstate one subscription's provisions (they keep their ladders), and
 /// materialize. `status` is "suspended" or "active".
 #[tracing::instrument(name = "SyncSourceStatus", skip_all, fields(subscription_id = subscription_id))]
-pub async fn sync_source_status(db: &Db, subscription_id: i64, status: &str) -> Result<i32, EntitlementError> {
+pub async fn sync_source_status(db: &Db, subscription_id: i64, status: &str) -> Result<i32, ServiceError> {
     if !matches!(status, "suspended" | "active") {
-        return Err(EntitlementError::Invalid(format!("{status:?} is not a source status")));
+        return Err(ServiceError::invalid("status", format!("{status:?} is not a source status")));
     }
     let mut tx = begin(db, TxKind::Materializing).await?;
     let pools = store::pools_of_subscription(tx.conn(), subscription_id).await?;
@@ -144,13 +128,12 @@ pub async fn update_conferral_bounds(
     conferral_id: i64,
     quantity: i32,
     ends_at: Option<DateTime<Utc>>,
-) -> Result<(), EntitlementError> {
+) -> Result<(), ServiceError> {
     if quantity < 1 {
-        return Err(EntitlementError::Invalid("A quantity is at least 1.".into()));
+        return Err(ServiceError::invalid("quantity", "A quantity is at least 1."));
     }
     let mut tx = begin(db, TxKind::Materializing).await?;
-    let pool =
-        store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(EntitlementError::NotFound("conferral"))?;
+    let pool = store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(ServiceError::NotFound("conferral"))?;
     store::lock_pools(tx.conn(), &[pool]).await?;
     store::update_conferral_bounds(tx.conn(), conferral_id, quantity, ends_at).await?;
     store::materialize_pool(tx.conn(), pool).await?;
@@ -168,7 +151,7 @@ pub static MATERIALIZE_POOL_LOCKS: PathLocks = PathLocks {
 };
 
 #[tracing::instrument(name = "Materialize a pool", skip(db))]
-pub async fn materialize_pool(db: &Db, pool_id: i64) -> Result<(), EntitlementError> {
+pub async fn materialize_pool(db: &Db, pool_id: i64) -> Result<(), ServiceError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     store::lock_pools(tx.conn(), &[pool_id]).await?;
     store::materialize_pool(tx.conn(), pool_id).await?;
@@ -211,7 +194,7 @@ pub static REGISTER_PROVIDERS_LOCKS: PathLocks = PathLocks {
 
 /// RegisterProviders: every provided key exists and names its provider; keys in byte order.
 #[tracing::instrument(name = "RegisterProviders", skip(db))]
-pub async fn register_providers(db: &Db) -> Result<usize, EntitlementError> {
+pub async fn register_providers(db: &Db) -> Result<usize, ServiceError> {
     let mut keys: Vec<(&str, ProvidedKey)> =
         PROVIDERS.iter().flat_map(|(provider, keys)| keys.iter().map(move |k| (*provider, *k))).collect();
     keys.sort_by(|a, b| a.1.key.as_bytes().cmp(b.1.key.as_bytes()));
@@ -222,5 +205,3 @@ pub async fn register_providers(db: &Db) -> Result<usize, EntitlementError> {
     tx.commit().await?;
     Ok(keys.len())
 }
-
-crate::deadlock_through_db!(EntitlementError);

@@ -12,47 +12,18 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     jobs::{self, Job, NewJob},
-    services::entitlements::{confer_grant_tx, restore_pool_tx},
+    services::{
+        entitlements::{confer_grant_tx, restore_pool_tx},
+        refusal::{Problems, ServiceError},
+    },
     store::{
         entitlements::{self as ent, NewGrant},
         grants::{self as store, Grant},
     },
 };
 
-#[derive(Debug, thiserror::Error)]
-pub enum GrantError {
-    /// Bad input, by field; nothing was written.
-    #[error("{}", .0.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join(" "))]
-    Invalid(Vec<(String, String)>),
-    #[error("no such {0}")]
-    NotFound(&'static str),
-    /// The act does not apply to the grant as it is now.
-    #[error("{0}")]
-    Refused(String),
-    #[error(transparent)]
-    Db(#[from] DbError),
-}
-
-impl From<crate::services::entitlements::EntitlementError> for GrantError {
-    fn from(e: crate::services::entitlements::EntitlementError) -> Self {
-        use crate::services::entitlements::EntitlementError as E;
-        match e {
-            E::Invalid(m) => GrantError::Invalid(vec![(String::new(), m)]),
-            E::NotFound(w) => GrantError::NotFound(w),
-            E::Db(d) => GrantError::Db(d),
-        }
-    }
-}
-
-impl From<sqlx::Error> for GrantError {
-    fn from(e: sqlx::Error) -> Self {
-        GrantError::Db(e.into())
-    }
-}
-
-fn invalid(field: &str, m: impl Into<String>) -> GrantError {
-    GrantError::Invalid(vec![(field.into(), m.into())])
-}
+/// The grants' name for the shared error.
+pub type GrantError = ServiceError;
 
 /// An email domain, lower-cased, parsed once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,30 +73,30 @@ pub struct IssueGrant {
 pub const MAX_QUANTITY: i32 = 1000;
 
 /// A reason, required for every operator act.
-pub fn parse_reason(field: &str, s: &str) -> Result<String, (String, String)> {
+pub fn parse_reason(s: &str) -> Result<String, String> {
     let s = s.trim();
     if s.is_empty() {
-        return Err((field.into(), "Say why: a reason is kept with the grant.".into()));
+        return Err("Say why: a reason is kept with the grant.".into());
     }
     if s.chars().count() > 500 {
-        return Err((field.into(), "A reason may have at most 500 characters.".into()));
+        return Err("A reason may have at most 500 characters.".into());
     }
     Ok(s.to_string())
 }
 
-pub fn parse_quantity(field: &str, s: &str) -> Result<i32, (String, String)> {
+pub fn parse_quantity(s: &str) -> Result<i32, String> {
     match s.trim() {
         "" => Ok(1),
         t => t
             .parse::<i32>()
             .ok()
             .filter(|q| (1..=MAX_QUANTITY).contains(q))
-            .ok_or_else(|| (field.into(), format!("A quantity is a whole number from 1 to {MAX_QUANTITY}."))),
+            .ok_or_else(|| format!("A quantity is a whole number from 1 to {MAX_QUANTITY}.")),
     }
 }
 
 /// A date and time as a `datetime-local` field sends it (or RFC 3339), read as UTC.
-pub fn parse_time(field: &str, s: &str) -> Result<Option<DateTime<Utc>>, (String, String)> {
+pub fn parse_time(s: &str) -> Result<Option<DateTime<Utc>>, String> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
@@ -141,27 +112,23 @@ pub fn parse_time(field: &str, s: &str) -> Result<Option<DateTime<Utc>>, (String
     if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
         return Ok(d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()));
     }
-    Err((field.into(), format!("“{s}” is not a date and time (for example 2027-01-31T12:00).")))
+    Err(format!("“{s}” is not a date and time (for example 2027-01-31T12:00)."))
 }
 
 /// Check the bounds of a grant: the end after the start, and not in the past.
-fn check_bounds(
-    starts_at: Option<DateTime<Utc>>,
-    ends_at: Option<DateTime<Utc>>,
-    problems: &mut Vec<(String, String)>,
-) {
+fn check_bounds(starts_at: Option<DateTime<Utc>>, ends_at: Option<DateTime<Utc>>, problems: &mut Problems) {
     let now = Utc::now();
     if let Some(end) = ends_at {
         if end <= now {
-            problems.push(("ends_at".into(), "The end is in the past.".into()));
+            problems.push("ends_at", "The end is in the past.");
         } else if starts_at.is_some_and(|s| end <= s) {
-            problems.push(("ends_at".into(), "The end must come after the start.".into()));
+            problems.push("ends_at", "The end must come after the start.");
         }
     }
 }
 
 impl IssueGrant {
-    /// Parse the issue form's fields.
+    /// Parse the issue form's fields, every problem by its field.
     #[allow(clippy::too_many_arguments)]
     pub fn parse(
         organization_id: &str,
@@ -172,48 +139,38 @@ impl IssueGrant {
         ends_at: &str,
         reason: &str,
         actor: Option<i64>,
-    ) -> Result<IssueGrant, GrantError> {
-        let mut problems = vec![];
+    ) -> Result<IssueGrant, ServiceError> {
+        let mut problems = Problems::default();
         let recipient = match (organization_id.trim(), provision_domain.trim()) {
             ("", "") => {
-                problems
-                    .push(("organization_id".into(), "Name an organization, or an email domain to wait for.".into()));
+                problems.push("organization_id", "Name an organization, or an email domain to wait for.");
                 None
             }
             (o, "") => match o.parse::<i64>() {
                 Ok(id) if id > 0 => Some(Recipient::Organization(id)),
                 _ => {
-                    problems.push(("organization_id".into(), format!("“{o}” is not an organization number.")));
+                    problems.push("organization_id", format!("“{o}” is not an organization number."));
                     None
                 }
             },
-            ("", d) => match EmailDomain::parse(d) {
-                Ok(d) => Some(Recipient::Domain(d)),
-                Err(m) => {
-                    problems.push(("provision_domain".into(), m));
-                    None
-                }
-            },
+            ("", d) => problems.field("provision_domain", EmailDomain::parse(d)).map(Recipient::Domain),
             _ => {
-                problems.push(("provision_domain".into(), "Name an organization or an email domain, not both.".into()));
+                problems.push("provision_domain", "Name an organization or an email domain, not both.");
                 None
             }
         };
         let product = product_id.trim().parse::<i64>().ok().filter(|p| *p > 0);
         if product.is_none() {
-            problems.push(("product_id".into(), "Choose a product.".into()));
+            problems.push("product_id", "Choose a product.");
         }
-        let quantity = parse_quantity("quantity", quantity).map_err(|p| problems.push(p)).ok();
-        let starts = parse_time("starts_at", starts_at).map_err(|p| problems.push(p)).ok().flatten();
-        let ends = parse_time("ends_at", ends_at).map_err(|p| problems.push(p)).ok().flatten();
+        let quantity = problems.field("quantity", parse_quantity(quantity));
+        let starts = problems.field("starts_at", parse_time(starts_at)).flatten();
+        let ends = problems.field("ends_at", parse_time(ends_at)).flatten();
         check_bounds(starts, ends, &mut problems);
-        let reason = parse_reason("reason", reason).map_err(|p| problems.push(p)).ok();
-        match (recipient, product, quantity, reason) {
-            (Some(recipient), Some(product_id), Some(quantity), Some(reason)) if problems.is_empty() => {
-                Ok(IssueGrant { recipient, product_id, quantity, starts_at: starts, ends_at: ends, reason, actor })
-            }
-            _ => Err(GrantError::Invalid(problems)),
-        }
+        let reason = problems.field("reason", parse_reason(reason));
+        let (((recipient, product_id), quantity), reason) =
+            problems.or(recipient.zip(product).zip(quantity).zip(reason))?;
+        Ok(IssueGrant { recipient, product_id, quantity, starts_at: starts, ends_at: ends, reason, actor })
     }
 }
 
@@ -279,17 +236,19 @@ pub static ISSUE_GRANT_LOCKS: PathLocks = PathLocks {
 
 /// IssueGrant: an operator's grant, conferred now, or waiting for its start or its organization.
 #[tracing::instrument(name = "Issue a grant", skip(db, g), fields(product_id = g.product_id))]
-pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<i64, GrantError> {
+pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<i64, ServiceError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     match store::product_is_published(tx.conn(), g.product_id).await? {
-        None => return Err(invalid("product_id", "That product does not exist.")),
-        Some(false) => return Err(invalid("product_id", "That product is not published, so it cannot be granted.")),
+        None => return Err(ServiceError::invalid("product_id", "That product does not exist.")),
+        Some(false) => {
+            return Err(ServiceError::invalid("product_id", "That product is not published, so it cannot be granted."));
+        }
         Some(true) => {}
     }
     let (organization_id, domain) = match &g.recipient {
         Recipient::Organization(id) => {
             if !store::organization_exists(tx.conn(), *id).await? {
-                return Err(invalid("organization_id", format!("There is no organization #{id}.")));
+                return Err(ServiceError::invalid("organization_id", format!("There is no organization #{id}.")));
             }
             (Some(*id), None)
         }
@@ -320,7 +279,7 @@ pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<i64, GrantError> {
         store::request_pool_subscription_reconciles(tx.conn(), org, "grant issued").await?;
     }
     store::record_event(tx.conn(), grant_id, organization_id, "issued", g.actor, &g.reason, json!({})).await?;
-    let created = store::grant(tx.conn(), grant_id).await?.ok_or(GrantError::NotFound("grant"))?;
+    let created = store::grant(tx.conn(), grant_id).await?.ok_or(ServiceError::NotFound("grant"))?;
     schedule_grant_jobs(&mut tx, &created).await?;
     tx.commit().await?;
     Ok(grant_id)
@@ -341,21 +300,21 @@ async fn lock_pool_of(tx: &mut Tx, g: &Grant) -> Result<Option<i64>, DbError> {
 /// head, or its own row): the order every grant act takes them in. A grant that named no
 /// organization when first read may have been provisioned before the second lock was granted;
 /// then its pool was not locked first, so the transaction starts over (at most three times).
-async fn pool_then<F>(db: &Db, grant_id: i64, lock: F) -> Result<(Tx, Option<i64>, Grant), GrantError>
+async fn pool_then<F>(db: &Db, grant_id: i64, lock: F) -> Result<(Tx, Option<i64>, Grant), ServiceError>
 where
     F: for<'a> Fn(&'a mut Tx, &'a Grant) -> futures_util::future::BoxFuture<'a, Result<Option<Grant>, DbError>>,
 {
     for _ in 0..3 {
         let mut tx = begin(db, TxKind::Materializing).await?;
-        let g = store::grant(tx.conn(), grant_id).await?.ok_or(GrantError::NotFound("grant"))?;
+        let g = store::grant(tx.conn(), grant_id).await?.ok_or(ServiceError::NotFound("grant"))?;
         let pool = lock_pool_of(&mut tx, &g).await?;
-        let locked = lock(&mut tx, &g).await?.ok_or(GrantError::NotFound("grant"))?;
+        let locked = lock(&mut tx, &g).await?.ok_or(ServiceError::NotFound("grant"))?;
         if locked.organization_id == g.organization_id {
             return Ok((tx, pool, locked));
         }
         tx.rollback().await?;
     }
-    Err(GrantError::Refused("The grant changed while this was being done; try again.".into()))
+    Err(ServiceError::Refused("The grant changed while this was being done; try again.".into()))
 }
 
 fn head_of<'a>(tx: &'a mut Tx, g: &'a Grant) -> futures_util::future::BoxFuture<'a, Result<Option<Grant>, DbError>> {
@@ -382,17 +341,17 @@ pub static REVOKE_GRANT_LOCKS: PathLocks = PathLocks {
 
 /// RevokeGrantTx: end the lineage's live grant now; what it displaced comes back, else the floor.
 #[tracing::instrument(name = "Revoke a grant", skip(db), fields(grant_id))]
-pub async fn revoke_grant(db: &Db, grant_id: i64, actor: Option<i64>, reason: &str) -> Result<i64, GrantError> {
-    let reason = parse_reason("reason", reason).map_err(|p| GrantError::Invalid(vec![p]))?;
+pub async fn revoke_grant(db: &Db, grant_id: i64, actor: Option<i64>, reason: &str) -> Result<i64, ServiceError> {
+    let reason = parse_reason(reason).map_err(|m| ServiceError::invalid("reason", m))?;
     let (mut tx, pool, head) = pool_then(db, grant_id, head_of).await?;
     if !live(&head.status) {
-        return Err(GrantError::Refused(format!(
+        return Err(ServiceError::Refused(format!(
             "Grant #{} is {} already; there is nothing to revoke.",
             head.grant_id, head.status
         )));
     }
     if head.kind == "floor" {
-        return Err(GrantError::Refused(
+        return Err(ServiceError::Refused(
             "A floor comes with the organization's type and cannot be revoked; grant another plan over it instead."
                 .into(),
         ));
@@ -424,10 +383,10 @@ pub static EXPIRE_GRANT_LOCKS: PathLocks = PathLocks {
 /// ExpireGrantTx: a live grant whose end has come expires. Idempotent: false when the grant is
 /// not live or not due (a second run, or a job for a time the grant no longer has).
 #[tracing::instrument(name = "Expire a grant", skip(db), fields(grant_id))]
-pub async fn expire_grant(db: &Db, grant_id: i64) -> Result<bool, GrantError> {
+pub async fn expire_grant(db: &Db, grant_id: i64) -> Result<bool, ServiceError> {
     let (mut tx, pool, g) = match pool_then(db, grant_id, row_of).await {
         Ok(t) => t,
-        Err(GrantError::NotFound(_)) => return Ok(false),
+        Err(ServiceError::NotFound(_)) => return Ok(false),
         Err(e) => return Err(e),
     };
     if !store::expire_if_due(tx.conn(), grant_id).await? {
@@ -459,10 +418,10 @@ pub static START_GRANT_LOCKS: PathLocks = PathLocks {
 /// A waiting grant whose start has come confers (ConferGrantTx's confer). False when it no
 /// longer waits, or its start has not come.
 #[tracing::instrument(name = "Start a waiting grant", skip(db), fields(grant_id))]
-pub async fn start_waiting_grant(db: &Db, grant_id: i64) -> Result<bool, GrantError> {
+pub async fn start_waiting_grant(db: &Db, grant_id: i64) -> Result<bool, ServiceError> {
     let (mut tx, pool, g) = match pool_then(db, grant_id, row_of).await {
         Ok(t) => t,
-        Err(GrantError::NotFound(_)) => return Ok(false),
+        Err(ServiceError::NotFound(_)) => return Ok(false),
         Err(e) => return Err(e),
     };
     let (Some(pool), Some(org)) = (pool, g.organization_id) else { return Ok(false) };
@@ -497,19 +456,15 @@ impl ManageGrant {
         quantity: &str,
         reason: &str,
         actor: Option<i64>,
-    ) -> Result<Self, GrantError> {
-        let mut problems = vec![];
-        let starts = parse_time("starts_at", starts_at).map_err(|p| problems.push(p)).ok().flatten();
-        let ends = parse_time("ends_at", ends_at).map_err(|p| problems.push(p)).ok().flatten();
-        let quantity = parse_quantity("quantity", quantity).map_err(|p| problems.push(p)).ok();
-        let reason = parse_reason("reason", reason).map_err(|p| problems.push(p)).ok();
+    ) -> Result<Self, ServiceError> {
+        let mut problems = Problems::default();
+        let starts = problems.field("starts_at", parse_time(starts_at)).flatten();
+        let ends = problems.field("ends_at", parse_time(ends_at)).flatten();
+        let quantity = problems.field("quantity", parse_quantity(quantity));
+        let reason = problems.field("reason", parse_reason(reason));
         check_bounds(starts, ends, &mut problems);
-        match (quantity, reason) {
-            (Some(quantity), Some(reason)) if problems.is_empty() => {
-                Ok(ManageGrant { starts_at: starts, ends_at: ends, quantity, reason, actor })
-            }
-            _ => Err(GrantError::Invalid(problems)),
-        }
+        let (quantity, reason) = problems.or(quantity.zip(reason))?;
+        Ok(ManageGrant { starts_at: starts, ends_at: ends, quantity, reason, actor })
     }
 }
 
@@ -534,22 +489,24 @@ pub static EXTEND_WAITING_GRANT_LOCKS: PathLocks = PathLocks {
 /// ManageGrantTx: a live grant is extended as a new grant in its lineage (ExtendGrantTx); a
 /// waiting one is rescheduled in place (ExtendWaitingGrantTx). Returns the lineage's head after.
 #[tracing::instrument(name = "Manage a grant", skip(db, m), fields(grant_id))]
-pub async fn manage_grant(db: &Db, grant_id: i64, m: &ManageGrant) -> Result<i64, GrantError> {
+pub async fn manage_grant(db: &Db, grant_id: i64, m: &ManageGrant) -> Result<i64, ServiceError> {
     let (mut tx, pool, head) = pool_then(db, grant_id, head_of).await?;
     if !live(&head.status) {
-        return Err(GrantError::Refused(format!(
+        return Err(ServiceError::Refused(format!(
             "Grant #{} is {}; only a live grant can be changed.",
             head.grant_id, head.status
         )));
     }
     if head.kind == "floor" {
-        return Err(GrantError::Refused("A floor follows the organization's type and is not managed by hand.".into()));
+        return Err(ServiceError::Refused(
+            "A floor follows the organization's type and is not managed by hand.".into(),
+        ));
     }
     let result = if head.status == "waiting" {
         // ExtendWaitingGrantTx: in place.
         let starts = m.starts_at.unwrap_or(head.starts_at);
         if m.ends_at.is_some_and(|e| e <= starts) {
-            return Err(invalid("ends_at", "The end must come after the start."));
+            return Err(ServiceError::invalid("ends_at", "The end must come after the start."));
         }
         store::reschedule(tx.conn(), head.grant_id, starts, m.ends_at, m.quantity).await?;
         store::record_event(
@@ -562,12 +519,15 @@ pub async fn manage_grant(db: &Db, grant_id: i64, m: &ManageGrant) -> Result<i64
             json!({ "starts_at": starts, "ends_at": m.ends_at, "quantity": m.quantity }),
         )
         .await?;
-        let after = store::grant(tx.conn(), head.grant_id).await?.ok_or(GrantError::NotFound("grant"))?;
+        let after = store::grant(tx.conn(), head.grant_id).await?.ok_or(ServiceError::NotFound("grant"))?;
         schedule_grant_jobs(&mut tx, &after).await?;
         head.grant_id
     } else {
         if m.starts_at.is_some() {
-            return Err(invalid("starts_at", "A grant that has started keeps its start; change its end or quantity."));
+            return Err(ServiceError::invalid(
+                "starts_at",
+                "A grant that has started keeps its start; change its end or quantity.",
+            ));
         }
         // ExtendGrantTx: the new grant takes over from the head in one step under the pool row.
         let holding = store::holding_conferral_of(tx.conn(), head.grant_id).await?;
@@ -598,7 +558,7 @@ pub async fn manage_grant(db: &Db, grant_id: i64, m: &ManageGrant) -> Result<i64
             json!({ "extends": head.grant_id }),
         )
         .await?;
-        let after = store::grant(tx.conn(), new_id).await?.ok_or(GrantError::NotFound("grant"))?;
+        let after = store::grant(tx.conn(), new_id).await?.ok_or(ServiceError::NotFound("grant"))?;
         schedule_grant_jobs(&mut tx, &after).await?;
         new_id
     };
@@ -614,7 +574,7 @@ pub async fn provision_domain_grants_tx(
     organization_id: i64,
     pool_id: i64,
     domain: &EmailDomain,
-) -> Result<usize, GrantError> {
+) -> Result<usize, ServiceError> {
     let attached = store::attach_domain_grants(tx.conn(), domain.as_str(), organization_id).await?;
     let mut conferred = 0;
     for g in &attached {
@@ -644,7 +604,7 @@ pub async fn provision_domain_grants_tx(
 /// The sweep: every grant past its end expires and every waiting grant past its start starts,
 /// whatever became of their jobs. Returns (expired, started).
 #[tracing::instrument(name = "Sweep grants", skip(db))]
-pub async fn sweep_grants(db: &Db) -> Result<(usize, usize), GrantError> {
+pub async fn sweep_grants(db: &Db) -> Result<(usize, usize), ServiceError> {
     let (mut expired, mut started) = (0, 0);
     loop {
         let due = {
@@ -682,8 +642,8 @@ mod tests {
         let ok = IssueGrant::parse("3", "", "2", "2", "", "2999-01-01T00:00", "a partner", None).unwrap();
         assert_eq!(ok.recipient, Recipient::Organization(3));
         assert_eq!(ok.quantity, 2);
-        let fields = |e: GrantError| match e {
-            GrantError::Invalid(p) => p.into_iter().map(|(f, _)| f).collect::<Vec<_>>(),
+        let fields = |e: ServiceError| match e {
+            ServiceError::Invalid(p) => p.into_iter().map(|(f, _)| f).collect::<Vec<_>>(),
             other => panic!("{other:?}"),
         };
         assert_eq!(fields(IssueGrant::parse("", "", "2", "1", "", "", "r", None).unwrap_err()), ["organization_id"]);
@@ -714,5 +674,3 @@ mod tests {
         }
     }
 }
-
-crate::deadlock_through_db!(GrantError);

@@ -1,6 +1,6 @@
 //! One module per area; each public function is one documented path. A path opens the
 //! transaction kind the spec names, takes its locks in the declared order, and returns a typed
-//! result or a typed refusal.
+//! result or a typed refusal (`refusal::ServiceError`, one model for every area).
 
 pub mod accounts;
 pub mod auth;
@@ -10,5 +10,8 @@ pub mod grants;
 pub mod organizations;
 pub mod plan_acts;
 pub mod reads;
+pub mod refusal;
 pub mod rule_changes;
 pub mod topology;
+
+pub use refusal::ServiceError;

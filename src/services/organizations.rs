@@ -7,11 +7,24 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     services::{
-        entitlements::{EntitlementError, reapply_defaults_if_vacant},
-        grants::{self, EmailDomain, GrantError},
+        ServiceError,
+        entitlements::reapply_defaults_if_vacant,
+        grants::{self, EmailDomain},
     },
     store::{catalog, entitlements as store},
 };
+
+/// The constraints whose violation is the operator's input, by name: the field and what to say.
+/// `domain` is the email domain the path was given.
+fn violated(constraint: &str, domain: &str) -> Option<(&'static str, String)> {
+    match constraint {
+        "organizations_email_domain" => {
+            Some(("email_domain", format!("Another organization has the email domain {domain} already.")))
+        }
+        "organizations_org_type_id_fkey" => Some(("org_type_id", "That organization type does not exist.".into())),
+        _ => None,
+    }
+}
 
 /// An organization's name, parsed once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +74,7 @@ pub async fn create_organization(
     db: &Db,
     name: &OrgName,
     org_type_id: Option<i64>,
-) -> Result<CreatedOrganization, EntitlementError> {
+) -> Result<CreatedOrganization, ServiceError> {
     create_organization_with_domain(db, name, org_type_id, None).await.map(|(c, _)| c)
 }
 
@@ -73,7 +86,7 @@ pub async fn create_organization_with_domain(
     name: &OrgName,
     org_type_id: Option<i64>,
     email_domain: Option<&EmailDomain>,
-) -> Result<(CreatedOrganization, usize), EntitlementError> {
+) -> Result<(CreatedOrganization, usize), ServiceError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     if let Some(d) = email_domain {
         // Before anything else: a grant issued to this domain meanwhile is seen, or sees us.
@@ -82,22 +95,10 @@ pub async fn create_organization_with_domain(
     let created = create_organization_tx(&mut tx, name, org_type_id).await?;
     let mut provisioned = 0;
     if let Some(d) = email_domain {
-        match store::set_email_domain(tx.conn(), created.organization_id, d.as_str()).await {
-            Ok(()) => {}
-            Err(e) if crate::db::sqlstate(&e).as_deref() == Some("23505") => {
-                return Err(EntitlementError::Invalid(format!(
-                    "Another organization has the email domain {} already.",
-                    d.as_str()
-                )));
-            }
-            Err(e) => return Err(e.into()),
-        }
-        provisioned = grants::provision_domain_grants_tx(&mut tx, created.organization_id, created.pool_id, d)
+        store::set_email_domain(tx.conn(), created.organization_id, d.as_str())
             .await
-            .map_err(|e| match e {
-                GrantError::Db(d) => EntitlementError::Db(d),
-                other => EntitlementError::Invalid(other.to_string()),
-            })?;
+            .map_err(|e| ServiceError::from_constraint(e, |c| violated(c, d.as_str())))?;
+        provisioned = grants::provision_domain_grants_tx(&mut tx, created.organization_id, created.pool_id, d).await?;
     }
     tx.commit().await?;
     Ok((created, provisioned))
@@ -108,14 +109,10 @@ pub async fn create_organization_tx(
     tx: &mut Tx,
     name: &OrgName,
     org_type_id: Option<i64>,
-) -> Result<CreatedOrganization, EntitlementError> {
-    let organization_id = match store::insert_organization(tx.conn(), name.as_str(), org_type_id).await {
-        Ok(id) => id,
-        Err(e) if crate::db::sqlstate(&e).as_deref() == Some("23503") => {
-            return Err(EntitlementError::NotFound("organization type"));
-        }
-        Err(e) => return Err(e.into()),
-    };
+) -> Result<CreatedOrganization, ServiceError> {
+    let organization_id = store::insert_organization(tx.conn(), name.as_str(), org_type_id)
+        .await
+        .map_err(|e| ServiceError::from_constraint(e, |c| violated(c, "")))?;
     let pool_id = store::insert_default_pool(tx.conn(), organization_id).await?;
     let floor_grant_id = reapply_defaults_if_vacant(tx, pool_id, None).await?;
     store::materialize_pool(tx.conn(), pool_id).await?;

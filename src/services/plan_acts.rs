@@ -14,7 +14,7 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     jobs::{self, Job, NewJob},
-    services::topology::TopologyError,
+    services::refusal::{ServiceError, change_path},
     store::{plan_acts as store, topology},
 };
 
@@ -45,10 +45,6 @@ pub const MOVE_PARALLELISM: i64 = 4;
 
 pub use super::topology::Disposition;
 
-fn invalid(field: &str, m: impl Into<String>) -> TopologyError {
-    TopologyError::Invalid(vec![(field.into(), m.into())])
-}
-
 pub static CHANGE_DEFAULT_T0_LOCKS: PathLocks = PathLocks {
     path: "ChangeOrgTypeDefault (T0)",
     function: "services::plan_acts::change_org_type_default",
@@ -70,46 +66,49 @@ pub async fn change_org_type_default(
     actor: Option<i64>,
     reason: &str,
     within: Option<Instant>,
-) -> Result<i64, TopologyError> {
-    let mut tx = begin(db, TxKind::RuleChange).await?;
-    let Some((current,)) = store::lock_org_type(tx.conn(), org_type_id).await? else {
-        return Err(TopologyError::NotFound("organization type"));
-    };
-    decide_default_target(&mut tx, current, ladder_id).await?;
-    // The gate: without a disposition, no organization may hold the outgoing default's floor.
-    if let (None, Some(from)) = (disposition, current)
-        && store::outgoing_default_exists(tx.conn(), org_type_id, from, None).await?
-    {
-        return Err(invalid("disposition", gate_message("the current default's")));
-    }
-    let type_name = store::org_type_name(tx.conn(), org_type_id).await?;
-    let from_name = match current {
-        Some(l) => topology::names(tx.conn(), l, None).await?.0,
-        None => String::new(),
-    };
-    let act = topology::record_plan_act(
-        tx.conn(),
-        "default_change",
-        disposition.map(Disposition::as_str),
-        actor,
-        reason.trim(),
-        Some(ladder_id),
-        None,
-        None,
-        Some(org_type_id),
-        json!({
-            "org_type_id": org_type_id,
-            "from_ladder_id": current,
-            "to_ladder_id": ladder_id,
-            "organization_type": type_name,
-            "from_ladder": from_name,
-        }),
-    )
-    .await?;
-    store::set_default(tx.conn(), org_type_id, ladder_id, act).await?;
-    store::insert_reached_type(tx.conn(), act, org_type_id, current, None).await?;
-    start_moves(db, tx, act, &[org_type_id], within).await?;
-    Ok(act)
+) -> Result<i64, ServiceError> {
+    change_path(async {
+        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let Some((current,)) = store::lock_org_type(tx.conn(), org_type_id).await? else {
+            return Err(ServiceError::NotFound("organization type"));
+        };
+        decide_default_target(&mut tx, current, ladder_id).await?;
+        // The gate: without a disposition, no organization may hold the outgoing default's floor.
+        if let (None, Some(from)) = (disposition, current)
+            && store::outgoing_default_exists(tx.conn(), org_type_id, from, None).await?
+        {
+            return Err(ServiceError::invalid("disposition", gate_message("the current default's")));
+        }
+        let type_name = store::org_type_name(tx.conn(), org_type_id).await?;
+        let from_name = match current {
+            Some(l) => topology::names(tx.conn(), l, None).await?.0,
+            None => String::new(),
+        };
+        let act = topology::record_plan_act(
+            tx.conn(),
+            "default_change",
+            disposition.map(Disposition::as_str),
+            actor,
+            reason.trim(),
+            Some(ladder_id),
+            None,
+            None,
+            Some(org_type_id),
+            json!({
+                "org_type_id": org_type_id,
+                "from_ladder_id": current,
+                "to_ladder_id": ladder_id,
+                "organization_type": type_name,
+                "from_ladder": from_name,
+            }),
+        )
+        .await?;
+        store::set_default(tx.conn(), org_type_id, ladder_id, act).await?;
+        store::insert_reached_type(tx.conn(), act, org_type_id, current, None).await?;
+        start_moves(db, tx, act, &[org_type_id], within).await?;
+        Ok(act)
+    })
+    .await
 }
 
 /// After T0: when a reached type has organizations the act runs and its drain job is queued in
@@ -175,27 +174,27 @@ pub static REORDER_TIERS_T0_LOCKS: PathLocks = PathLocks {
 
 /// The reads that decide a reorder: the submitted order against the ladder's tiers, and, when
 /// rank 0 changes, the types it reaches and the gate. Returns (old rank 0, new rank 0, types).
-async fn decide_reorder(tx: &mut Tx, r: &ReorderTiers) -> Result<(i64, i64, Vec<(i64, String)>), TopologyError> {
+async fn decide_reorder(tx: &mut Tx, r: &ReorderTiers) -> Result<(i64, i64, Vec<(i64, String)>), ServiceError> {
     if !topology::ladder_exists(tx.conn(), r.ladder_id).await? {
-        return Err(TopologyError::NotFound("ladder"));
+        return Err(ServiceError::NotFound("ladder"));
     }
     let tiers = topology::tiers_of(tx.conn(), r.ladder_id).await?;
     let mut current: Vec<i64> = tiers.iter().map(|t| t.product_id).collect();
     let mut wanted = r.order.clone();
     if current.len() < 2 {
-        return Err(invalid("", "This ladder has fewer than two tiers: there is nothing to reorder."));
+        return Err(ServiceError::invalid_form("This ladder has fewer than two tiers: there is nothing to reorder."));
     }
     let (old0, new0) = (current[0], wanted.first().copied().unwrap_or_default());
     if wanted == current {
-        return Err(invalid("", "That is the order the tiers have already."));
+        return Err(ServiceError::invalid_form("That is the order the tiers have already."));
     }
     current.sort();
     wanted.sort();
     if wanted != current {
-        return Err(invalid(
-            "",
-            format!("Give every tier of the ladder a different rank from 0 to {}, once each.", tiers.len() - 1),
-        ));
+        return Err(ServiceError::invalid_form(format!(
+            "Give every tier of the ladder a different rank from 0 to {}, once each.",
+            tiers.len() - 1
+        )));
     }
     let types = if old0 == new0 { vec![] } else { topology::type_ids_defaulting_to(tx.conn(), r.ladder_id).await? };
     Ok((old0, new0, types))
@@ -212,52 +211,55 @@ fn gate_message(kind: &str) -> String {
 /// changed, every organization of the types defaulting to the ladder is moved as by a default
 /// change, through the same listing, moves and drain.
 #[tracing::instrument(name = "ReorderTiers", skip(db, r), fields(ladder_id = r.ladder_id))]
-pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -> Result<i64, TopologyError> {
-    let mut tx = begin(db, TxKind::RuleChange).await?;
-    let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
-    let mut order_names = vec![];
-    for p in &r.order {
-        order_names.push(topology::names(tx.conn(), r.ladder_id, Some(*p)).await?.1);
-    }
-    let floor_before = topology::names(tx.conn(), r.ladder_id, Some(old0)).await?.1;
-    topology::renumber_tiers(tx.conn(), r.ladder_id, &r.order).await?;
-    topology::sync_position_ranks(tx.conn(), r.ladder_id).await?;
-    let act = topology::record_plan_act(
-        tx.conn(),
-        "tier_reorder",
-        r.disposition.map(Disposition::as_str),
-        r.actor,
-        r.reason.trim(),
-        Some(r.ladder_id),
-        Some(new0),
-        Some(0),
-        None,
-        json!({
-            "order": order_names.join(", "),
-            "floor_before": floor_before,
-            "types_reached": types.iter().map(|t| t.1.as_str()).collect::<Vec<_>>().join(", "),
-        }),
-    )
-    .await?;
-    for (ty, _) in &types {
-        store::take_default_ownership(tx.conn(), *ty, act).await?;
-        store::insert_reached_type(tx.conn(), act, *ty, Some(r.ladder_id), Some(old0)).await?;
-    }
-    if r.disposition.is_none() {
+pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -> Result<i64, ServiceError> {
+    change_path(async {
+        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
+        let mut order_names = vec![];
+        for p in &r.order {
+            order_names.push(topology::names(tx.conn(), r.ladder_id, Some(*p)).await?.1);
+        }
+        let floor_before = topology::names(tx.conn(), r.ladder_id, Some(old0)).await?.1;
+        topology::renumber_tiers(tx.conn(), r.ladder_id, &r.order).await?;
+        topology::sync_position_ranks(tx.conn(), r.ladder_id).await?;
+        let act = topology::record_plan_act(
+            tx.conn(),
+            "tier_reorder",
+            r.disposition.map(Disposition::as_str),
+            r.actor,
+            r.reason.trim(),
+            Some(r.ladder_id),
+            Some(new0),
+            Some(0),
+            None,
+            json!({
+                "order": order_names.join(", "),
+                "floor_before": floor_before,
+                "types_reached": types.iter().map(|t| t.1.as_str()).collect::<Vec<_>>().join(", "),
+            }),
+        )
+        .await?;
         for (ty, _) in &types {
-            if store::outgoing_default_exists(tx.conn(), *ty, r.ladder_id, Some(old0)).await? {
-                return Err(invalid("disposition", gate_message("the ladder's current")));
+            store::take_default_ownership(tx.conn(), *ty, act).await?;
+            store::insert_reached_type(tx.conn(), act, *ty, Some(r.ladder_id), Some(old0)).await?;
+        }
+        if r.disposition.is_none() {
+            for (ty, _) in &types {
+                if store::outgoing_default_exists(tx.conn(), *ty, r.ladder_id, Some(old0)).await? {
+                    return Err(ServiceError::invalid("disposition", gate_message("the ladder's current")));
+                }
             }
         }
-    }
-    let ids: Vec<i64> = types.iter().map(|t| t.0).collect();
-    start_moves(db, tx, act, &ids, within).await?;
-    Ok(act)
+        let ids: Vec<i64> = types.iter().map(|t| t.0).collect();
+        start_moves(db, tx, act, &ids, within).await?;
+        Ok(act)
+    })
+    .await
 }
 
 /// The preview of a reorder: read in a plain transaction that writes nothing.
 #[tracing::instrument(name = "Preview ReorderTiers", skip_all)]
-pub async fn preview_reorder_tiers(db: &Db, r: &ReorderTiers) -> Result<ActReach, TopologyError> {
+pub async fn preview_reorder_tiers(db: &Db, r: &ReorderTiers) -> Result<ActReach, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
     let mut reach = ActReach { types: types.iter().map(|t| t.1.clone()).collect(), ..ActReach::default() };
@@ -285,10 +287,10 @@ pub async fn preview_default_change(
     org_type_id: i64,
     ladder_id: i64,
     disposition: Option<Disposition>,
-) -> Result<ActReach, TopologyError> {
+) -> Result<ActReach, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let Some((current,)) = store::org_type_default(tx.conn(), org_type_id).await? else {
-        return Err(TopologyError::NotFound("organization type"));
+        return Err(ServiceError::NotFound("organization type"));
     };
     let to = decide_default_target(&mut tx, current, ladder_id).await?;
     let name = store::org_type_name(tx.conn(), org_type_id).await?;
@@ -320,16 +322,16 @@ pub async fn preview_default_change(
 
 /// The reads that decide a default change's target, for T0 and the preview: a ladder that exists,
 /// is not the default already and has a floor to give. Returns its rank 0.
-async fn decide_default_target(tx: &mut Tx, current: Option<i64>, ladder_id: i64) -> Result<i64, TopologyError> {
+async fn decide_default_target(tx: &mut Tx, current: Option<i64>, ladder_id: i64) -> Result<i64, ServiceError> {
     if !topology::ladder_exists(tx.conn(), ladder_id).await? {
-        return Err(invalid("plan_ladder_id", "Choose a ladder from the list."));
+        return Err(ServiceError::invalid("plan_ladder_id", "Choose a ladder from the list."));
     }
     if current == Some(ladder_id) {
-        return Err(invalid("plan_ladder_id", "That ladder is this type's default already."));
+        return Err(ServiceError::invalid("plan_ladder_id", "That ladder is this type's default already."));
     }
     store::rank0_of(tx.conn(), ladder_id)
         .await?
-        .ok_or_else(|| invalid("plan_ladder_id", "That ladder has no tiers, so it has no floor to give."))
+        .ok_or_else(|| ServiceError::invalid("plan_ladder_id", "That ladder has no tiers, so it has no floor to give."))
 }
 
 async fn enqueue_drain(tx: &mut Tx, act: i64) -> Result<(), DbError> {
@@ -506,34 +508,37 @@ pub static RETRY_PLAN_ACT_LOCKS: PathLocks = PathLocks {
 
 /// RetryPlanAct: the act's failed organizations are pending again, and the drain runs.
 #[tracing::instrument(name = "RetryPlanAct", skip(db))]
-pub async fn retry_plan_act(db: &Db, act: i64, actor: Option<i64>) -> Result<i64, TopologyError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
-    if topology::plan_act(tx.conn(), act).await?.is_none() {
-        return Err(TopologyError::NotFound("plan act"));
-    }
-    let retry = topology::record_plan_act(
-        tx.conn(),
-        "retry",
-        None,
-        actor,
-        "",
-        None,
-        None,
-        None,
-        None,
-        json!({ "retry_of": act }),
-    )
-    .await?;
-    let n = store::requeue(tx.conn(), act).await?;
-    if n == 0 {
-        tx.rollback().await?;
-        return Err(TopologyError::Refused(
-            "Nothing to retry: no organization of this act failed, or a later act owns its types.".into(),
-        ));
-    }
-    enqueue_drain(&mut tx, act).await?;
-    tx.commit().await?;
-    Ok(retry)
+pub async fn retry_plan_act(db: &Db, act: i64, actor: Option<i64>) -> Result<i64, ServiceError> {
+    change_path(async {
+        let mut tx = begin(db, TxKind::Materializing).await?;
+        if topology::plan_act(tx.conn(), act).await?.is_none() {
+            return Err(ServiceError::NotFound("plan act"));
+        }
+        let retry = topology::record_plan_act(
+            tx.conn(),
+            "retry",
+            None,
+            actor,
+            "",
+            None,
+            None,
+            None,
+            None,
+            json!({ "retry_of": act }),
+        )
+        .await?;
+        let n = store::requeue(tx.conn(), act).await?;
+        if n == 0 {
+            tx.rollback().await?;
+            return Err(ServiceError::Refused(
+                "Nothing to retry: no organization of this act failed, or a later act owns its types.".into(),
+            ));
+        }
+        enqueue_drain(&mut tx, act).await?;
+        tx.commit().await?;
+        Ok(retry)
+    })
+    .await
 }
 
 /// The poller: a drain job for every act still running (after a crash or a restart).

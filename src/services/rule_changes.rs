@@ -14,7 +14,10 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     jobs::{self, Job, NewJob},
-    services::catalog::{KeyKind, RuleValue},
+    services::{
+        catalog::{KeyKind, RuleValue},
+        refusal::{ServiceError, change_path},
+    },
     store::{catalog, entitlements as ent, rule_changes as store},
 };
 
@@ -45,35 +48,8 @@ impl Job for ResumeRuleChangeDrains {
     const KIND: &'static str = RESUME_RULE_CHANGE_DRAINS;
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum RuleChangeError {
-    #[error("{}", .0.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join(" "))]
-    Invalid(Vec<(String, String)>),
-    #[error("no such {0}")]
-    NotFound(&'static str),
-    /// 55P03 under the RuleChange kind: another change holds the rendezvous.
-    #[error("another change is in progress")]
-    ChangeInProgress,
-    #[error(transparent)]
-    Db(DbError),
-}
-
-impl From<DbError> for RuleChangeError {
-    fn from(e: DbError) -> Self {
-        match e {
-            // 55P03 is the refusal; a deadline is the request's 503, and a deadlock is tried
-            // again by the caller (db::retry).
-            DbError::LockNotAvailable => RuleChangeError::ChangeInProgress,
-            other => RuleChangeError::Db(other),
-        }
-    }
-}
-
-impl From<sqlx::Error> for RuleChangeError {
-    fn from(e: sqlx::Error) -> Self {
-        DbError::from(e).into()
-    }
-}
+/// The rule changes' name for the shared error.
+pub type RuleChangeError = ServiceError;
 
 /// What a commit did.
 #[derive(Debug, Clone)]
@@ -114,48 +90,48 @@ pub async fn commit_rule_change_batch(
     actor: Option<i64>,
     reason: &str,
     sync_cap: i64,
-) -> Result<Committed, RuleChangeError> {
-    let mut tx = begin(db, TxKind::RuleChange).await?;
-    let started = Instant::now();
-    if !catalog::lock_entitlement_set(tx.conn(), set_id).await? {
-        return Err(RuleChangeError::NotFound("entitlement set"));
-    }
-    let deltas = deltas(&mut tx, set_id, submitted).await?;
-    if deltas.is_empty() {
-        return Err(RuleChangeError::Invalid(vec![(
-            String::new(),
-            "Nothing changed: every rule already has the value given.".into(),
-        )]));
-    }
-    let change_id = store::insert_change(tx.conn(), set_id, actor, reason.trim()).await?;
-    // At or below the cap the commit owes and settles every carrying pool itself; above it, the
-    // drain lists them after the commit, so the exclusive hold stays short however many there are.
-    let carrying = store::count_carrying_pools(tx.conn(), set_id).await?;
-    let inline = carrying <= sync_cap;
-    for (position, (key, value)) in deltas.iter().enumerate() {
-        let (n, f) = match value {
-            Some(RuleValue::Numeric(n)) => (Some(*n), None),
-            Some(RuleValue::Flag(b)) => (None, Some(*b)),
-            None => (None, None),
-        };
-        store::commit_rule_change(tx.conn(), change_id, position as i32, set_id, key, n, f, inline).await?;
-    }
-    let owed = if inline {
-        let pools = store::owed_pools(tx.conn(), change_id).await?;
-        for pool in &pools {
-            settle_pool(&mut tx, change_id, *pool).await?;
+) -> Result<Committed, ServiceError> {
+    change_path(async {
+        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let started = Instant::now();
+        if !catalog::lock_entitlement_set(tx.conn(), set_id).await? {
+            return Err(ServiceError::NotFound("entitlement set"));
         }
-        store::finish_if_settled(tx.conn(), change_id).await?;
-        pools.len() as i64
-    } else {
-        store::set_unlisted(tx.conn(), change_id).await?;
-        enqueue_drain(&mut tx, change_id).await?;
-        0
-    };
-    let hold = started.elapsed();
-    store::set_outcome(tx.conn(), change_id, owed, inline, hold.as_secs_f64() * 1000.0).await?;
-    tx.commit().await?;
-    Ok(Committed { change_id, acts: deltas.len(), pools_owed: carrying, settled_inline: inline, hold })
+        let deltas = deltas(&mut tx, set_id, submitted).await?;
+        if deltas.is_empty() {
+            return Err(ServiceError::invalid_form("Nothing changed: every rule already has the value given."));
+        }
+        let change_id = store::insert_change(tx.conn(), set_id, actor, reason.trim()).await?;
+        // At or below the cap the commit owes and settles every carrying pool itself; above it, the
+        // drain lists them after the commit, so the exclusive hold stays short however many there are.
+        let carrying = store::count_carrying_pools(tx.conn(), set_id).await?;
+        let inline = carrying <= sync_cap;
+        for (position, (key, value)) in deltas.iter().enumerate() {
+            let (n, f) = match value {
+                Some(RuleValue::Numeric(n)) => (Some(*n), None),
+                Some(RuleValue::Flag(b)) => (None, Some(*b)),
+                None => (None, None),
+            };
+            store::commit_rule_change(tx.conn(), change_id, position as i32, set_id, key, n, f, inline).await?;
+        }
+        let owed = if inline {
+            let pools = store::owed_pools(tx.conn(), change_id).await?;
+            for pool in &pools {
+                settle_pool(&mut tx, change_id, *pool).await?;
+            }
+            store::finish_if_settled(tx.conn(), change_id).await?;
+            pools.len() as i64
+        } else {
+            store::set_unlisted(tx.conn(), change_id).await?;
+            enqueue_drain(&mut tx, change_id).await?;
+            0
+        };
+        let hold = started.elapsed();
+        store::set_outcome(tx.conn(), change_id, owed, inline, hold.as_secs_f64() * 1000.0).await?;
+        tx.commit().await?;
+        Ok(Committed { change_id, acts: deltas.len(), pools_owed: carrying, settled_inline: inline, hold })
+    })
+    .await
 }
 
 /// The deltas in resource-key (byte) order: each key whose submitted value differs from the
@@ -164,7 +140,7 @@ async fn deltas(
     tx: &mut Tx,
     set_id: i64,
     submitted: &BTreeMap<String, String>,
-) -> Result<Vec<(String, Option<RuleValue>)>, RuleChangeError> {
+) -> Result<Vec<(String, Option<RuleValue>)>, ServiceError> {
     let keys = catalog::resource_keys(tx.conn()).await?;
     let current = catalog::rules_of_set(tx.conn(), set_id).await?;
     let mut problems = vec![];
@@ -190,7 +166,7 @@ async fn deltas(
         }
     }
     if !problems.is_empty() {
-        return Err(RuleChangeError::Invalid(problems));
+        return Err(ServiceError::Invalid(problems));
     }
     out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     Ok(out)
@@ -338,10 +314,10 @@ pub static RETRY_RULE_CHANGE_LOCKS: PathLocks = PathLocks {
 
 /// The operator's Retry: failed pools are due now, and a drain runs.
 #[tracing::instrument(name = "Retry a rule change", skip(db))]
-pub async fn retry_failed(db: &Db, change_id: i64) -> Result<u64, RuleChangeError> {
+pub async fn retry_failed(db: &Db, change_id: i64) -> Result<u64, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     if store::change(tx.conn(), change_id).await?.is_none() {
-        return Err(RuleChangeError::NotFound("rule change"));
+        return Err(ServiceError::NotFound("rule change"));
     }
     let n = store::bring_failed_forward(tx.conn(), change_id).await?;
     if n > 0 {
@@ -363,5 +339,3 @@ pub async fn resume_drains(db: &Db) -> Result<usize, DbError> {
     tx.commit().await?;
     Ok(due.len())
 }
-
-crate::deadlock_through_db!(RuleChangeError);

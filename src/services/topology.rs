@@ -8,9 +8,10 @@ use serde_json::json;
 
 use crate::{
     db::{
-        Db, DbError, Tx, TxKind, begin,
+        Db, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
+    services::refusal::{ServiceError, change_path},
     store::{entitlements as ent, grants, topology as store},
 };
 
@@ -44,40 +45,19 @@ impl Disposition {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum TopologyError {
-    #[error("{}", .0.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join(" "))]
-    Invalid(Vec<(String, String)>),
-    /// A refusal the act's reads decided (cap, collisions, holders, the last default tier).
-    #[error("{0}")]
-    Refused(String),
-    #[error("no such {0}")]
-    NotFound(&'static str),
-    #[error("another change is in progress")]
-    ChangeInProgress,
-    #[error(transparent)]
-    Db(DbError),
-}
+/// The topology's (and the plan acts') name for the shared error.
+pub type TopologyError = ServiceError;
 
-impl From<DbError> for TopologyError {
-    fn from(e: DbError) -> Self {
-        match e {
-            // 55P03 is the refusal; a deadline is the request's 503, and a deadlock is tried
-            // again by the caller (db::retry).
-            DbError::LockNotAvailable => TopologyError::ChangeInProgress,
-            other => TopologyError::Db(other),
+/// The topology's constraints whose violation is the operator's input, by name: the field and
+/// what to say.
+fn violated(constraint: &str) -> Option<(&'static str, String)> {
+    match constraint {
+        // The trigger core.refuse_tier_product_without_set raises under this name.
+        "plan_ladder_tiers_product_has_set" => {
+            Some(("product_id", "That product has no entitlement set, so it cannot be a tier.".into()))
         }
+        _ => None,
     }
-}
-
-impl From<sqlx::Error> for TopologyError {
-    fn from(e: sqlx::Error) -> Self {
-        DbError::from(e).into()
-    }
-}
-
-fn invalid(field: &str, m: impl Into<String>) -> TopologyError {
-    TopologyError::Invalid(vec![(field.into(), m.into())])
 }
 
 /// A tier add as the operator asks for it.
@@ -113,32 +93,35 @@ pub static ADD_TIER_LOCKS: PathLocks = PathLocks {
 };
 
 /// The reads that decide a tier add, in the caller's transaction.
-async fn decide_add(tx: &mut Tx, a: &AddTier, holder_cap: i64) -> Result<(TierAddReach, Vec<i64>), TopologyError> {
+async fn decide_add(tx: &mut Tx, a: &AddTier, holder_cap: i64) -> Result<(TierAddReach, Vec<i64>), ServiceError> {
     if !store::ladder_exists(tx.conn(), a.ladder_id).await? {
-        return Err(TopologyError::NotFound("ladder"));
+        return Err(ServiceError::NotFound("ladder"));
     }
     let tiers = store::tiers_of(tx.conn(), a.ladder_id).await?;
     let top = tiers.len() as i32;
     let rank = a.rank.unwrap_or(top);
     if rank == 0 && !tiers.is_empty() {
-        return Err(invalid(
+        return Err(ServiceError::invalid(
             "rank",
             "Rank 0 is the ladder's floor; a new tier goes at rank 1 or above (a floor changes by a reorder).",
         ));
     }
     if rank < 0 || rank > top {
-        return Err(invalid("rank", format!("The rank must be from 1 to {top}.")));
+        return Err(ServiceError::invalid("rank", format!("The rank must be from 1 to {top}.")));
     }
     match store::product_facts(tx.conn(), a.product_id).await? {
-        None => return Err(invalid("product_id", "That product does not exist.")),
-        Some((false, _)) => return Err(invalid("product_id", "That product is not published.")),
+        None => return Err(ServiceError::invalid("product_id", "That product does not exist.")),
+        Some((false, _)) => return Err(ServiceError::invalid("product_id", "That product is not published.")),
         Some((_, false)) => {
-            return Err(invalid("product_id", "That product has no entitlement set, so it cannot be a tier."));
+            return Err(ServiceError::invalid(
+                "product_id",
+                "That product has no entitlement set, so it cannot be a tier.",
+            ));
         }
         Some(_) => {}
     }
     if tiers.iter().any(|t| t.product_id == a.product_id) {
-        return Err(invalid("product_id", "That product is a tier of this ladder already."));
+        return Err(ServiceError::invalid("product_id", "That product is a tier of this ladder already."));
     }
     let pools = store::pools_holding_product(tx.conn(), a.product_id).await?;
     let (collisions, colliding) = store::tier_add_collisions(tx.conn(), a.ladder_id, a.product_id, 10).await?;
@@ -158,7 +141,7 @@ async fn decide_add(tx: &mut Tx, a: &AddTier, holder_cap: i64) -> Result<(TierAd
 
 /// The preview: what the add would reach and meet, read in a plain transaction that writes nothing.
 #[tracing::instrument(name = "Preview AddTier", skip_all, fields(holder_cap = holder_cap))]
-pub async fn preview_add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<TierAddReach, TopologyError> {
+pub async fn preview_add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<TierAddReach, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let (reach, _) = decide_add(&mut tx, a, holder_cap).await?;
     tx.rollback().await?;
@@ -168,42 +151,42 @@ pub async fn preview_add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<T
 /// AddTier: the product becomes a tier of the ladder at the rank; every organization holding it
 /// gains the ladder's position.
 #[tracing::instrument(name = "AddTier", skip(db, a), fields(ladder_id = a.ladder_id, product_id = a.product_id))]
-pub async fn add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<(i64, TierAddReach), TopologyError> {
-    let mut tx = begin(db, TxKind::RuleChange).await?;
-    let (reach, pools) = decide_add(&mut tx, a, holder_cap).await?;
-    if let Some(r) = &reach.refusal {
-        return Err(TopologyError::Refused(r.clone()));
-    }
-    ent::lock_pools(tx.conn(), &pools).await?;
-    let act = store::record_plan_act(
-        tx.conn(),
-        "tier_add",
-        None,
-        a.actor,
-        &a.reason,
-        Some(a.ladder_id),
-        Some(a.product_id),
-        Some(reach.rank),
-        None,
-        json!({ "holders": reach.holders }),
-    )
-    .await?;
-    store::shift_ranks(tx.conn(), a.ladder_id, reach.rank, 1).await?;
-    match store::insert_tier(tx.conn(), a.ladder_id, reach.rank, a.product_id).await {
-        Err(e) if crate::db::sqlstate(&e).as_deref() == Some("MC003") => {
-            return Err(invalid("product_id", "That product has no entitlement set, so it cannot be a tier."));
+pub async fn add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<(i64, TierAddReach), ServiceError> {
+    change_path(async {
+        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let (reach, pools) = decide_add(&mut tx, a, holder_cap).await?;
+        if let Some(r) = &reach.refusal {
+            return Err(ServiceError::Refused(r.clone()));
         }
-        other => other?,
-    }
-    store::sync_position_ranks(tx.conn(), a.ladder_id).await?;
-    for pool in &pools {
-        for c in store::holding_conferrals_of(tx.conn(), *pool, a.product_id).await? {
-            ent::align_conferral_shape(tx.conn(), c).await?;
+        ent::lock_pools(tx.conn(), &pools).await?;
+        let act = store::record_plan_act(
+            tx.conn(),
+            "tier_add",
+            None,
+            a.actor,
+            &a.reason,
+            Some(a.ladder_id),
+            Some(a.product_id),
+            Some(reach.rank),
+            None,
+            json!({ "holders": reach.holders }),
+        )
+        .await?;
+        store::shift_ranks(tx.conn(), a.ladder_id, reach.rank, 1).await?;
+        store::insert_tier(tx.conn(), a.ladder_id, reach.rank, a.product_id)
+            .await
+            .map_err(|e| ServiceError::from_constraint(e, violated))?;
+        store::sync_position_ranks(tx.conn(), a.ladder_id).await?;
+        for pool in &pools {
+            for c in store::holding_conferrals_of(tx.conn(), *pool, a.product_id).await? {
+                ent::align_conferral_shape(tx.conn(), c).await?;
+            }
+            ent::materialize_pool(tx.conn(), *pool).await?;
         }
-        ent::materialize_pool(tx.conn(), *pool).await?;
-    }
-    tx.commit().await?;
-    Ok((act, reach))
+        tx.commit().await?;
+        Ok((act, reach))
+    })
+    .await
 }
 
 pub static DELETE_TIER_LOCKS: PathLocks = PathLocks {
@@ -224,43 +207,46 @@ pub async fn delete_tier(
     rank: i32,
     actor: Option<i64>,
     reason: &str,
-) -> Result<i64, TopologyError> {
-    let mut tx = begin(db, TxKind::RuleChange).await?;
-    if !store::ladder_exists(tx.conn(), ladder_id).await? {
-        return Err(TopologyError::NotFound("ladder"));
-    }
-    let tiers = store::tiers_of(tx.conn(), ladder_id).await?;
-    let Some(tier) = tiers.iter().find(|t| t.rank == rank) else { return Err(TopologyError::NotFound("tier")) };
-    let holders = store::tier_holders(tx.conn(), ladder_id, tier.product_id).await?;
-    if holders > 0 {
-        return Err(TopologyError::Refused(format!(
-            "{holders} organization{} hold this tier; remove it with a disposition instead.",
-            if holders == 1 { "" } else { "s" }
-        )));
-    }
-    // LastTierRefusal: a ladder an org type defaults to keeps a tier (its floor).
-    let defaulting = store::types_defaulting_to(tx.conn(), ladder_id).await?;
-    if tiers.len() == 1 && !defaulting.is_empty() {
-        return Err(TopologyError::Refused(last_tier_refusal(&defaulting)));
-    }
-    let act = store::record_plan_act(
-        tx.conn(),
-        "tier_delete",
-        None,
-        actor,
-        reason,
-        Some(ladder_id),
-        Some(tier.product_id),
-        Some(rank),
-        None,
-        json!({}),
-    )
-    .await?;
-    store::delete_tier(tx.conn(), ladder_id, rank).await?;
-    store::shift_ranks(tx.conn(), ladder_id, rank + 1, -1).await?;
-    store::sync_position_ranks(tx.conn(), ladder_id).await?;
-    tx.commit().await?;
-    Ok(act)
+) -> Result<i64, ServiceError> {
+    change_path(async {
+        let mut tx = begin(db, TxKind::RuleChange).await?;
+        if !store::ladder_exists(tx.conn(), ladder_id).await? {
+            return Err(ServiceError::NotFound("ladder"));
+        }
+        let tiers = store::tiers_of(tx.conn(), ladder_id).await?;
+        let Some(tier) = tiers.iter().find(|t| t.rank == rank) else { return Err(ServiceError::NotFound("tier")) };
+        let holders = store::tier_holders(tx.conn(), ladder_id, tier.product_id).await?;
+        if holders > 0 {
+            return Err(ServiceError::Refused(format!(
+                "{holders} organization{} hold this tier; remove it with a disposition instead.",
+                if holders == 1 { "" } else { "s" }
+            )));
+        }
+        // LastTierRefusal: a ladder an org type defaults to keeps a tier (its floor).
+        let defaulting = store::types_defaulting_to(tx.conn(), ladder_id).await?;
+        if tiers.len() == 1 && !defaulting.is_empty() {
+            return Err(ServiceError::Refused(last_tier_refusal(&defaulting)));
+        }
+        let act = store::record_plan_act(
+            tx.conn(),
+            "tier_delete",
+            None,
+            actor,
+            reason,
+            Some(ladder_id),
+            Some(tier.product_id),
+            Some(rank),
+            None,
+            json!({}),
+        )
+        .await?;
+        store::delete_tier(tx.conn(), ladder_id, rank).await?;
+        store::shift_ranks(tx.conn(), ladder_id, rank + 1, -1).await?;
+        store::sync_position_ranks(tx.conn(), ladder_id).await?;
+        tx.commit().await?;
+        Ok(act)
+    })
+    .await
 }
 
 /// A tier removal as the operator asks for it.
@@ -306,12 +292,12 @@ async fn decide_removal(
     tx: &mut Tx,
     r: &RemoveTier,
     holder_cap: i64,
-) -> Result<(TierRemovalReach, Vec<i64>), TopologyError> {
+) -> Result<(TierRemovalReach, Vec<i64>), ServiceError> {
     if !store::ladder_exists(tx.conn(), r.ladder_id).await? {
-        return Err(TopologyError::NotFound("ladder"));
+        return Err(ServiceError::NotFound("ladder"));
     }
     let tiers = store::tiers_of(tx.conn(), r.ladder_id).await?;
-    let Some(tier) = tiers.iter().find(|t| t.rank == r.rank) else { return Err(TopologyError::NotFound("tier")) };
+    let Some(tier) = tiers.iter().find(|t| t.rank == r.rank) else { return Err(ServiceError::NotFound("tier")) };
     let holders = store::tier_holders(tx.conn(), r.ladder_id, tier.product_id).await?;
     let defaulting = store::types_defaulting_to(tx.conn(), r.ladder_id).await?;
     let (ladder, product) = store::names(tx.conn(), r.ladder_id, Some(tier.product_id)).await?;
@@ -365,7 +351,7 @@ fn last_tier_refusal(defaulting: &[String]) -> String {
 
 /// The preview of a tier removal: read in a plain transaction that writes nothing.
 #[tracing::instrument(name = "Preview RemoveTier", skip_all, fields(holder_cap = holder_cap))]
-pub async fn preview_remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<TierRemovalReach, TopologyError> {
+pub async fn preview_remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<TierRemovalReach, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let (reach, _) = decide_removal(&mut tx, r, holder_cap).await?;
     tx.rollback().await?;
@@ -376,109 +362,112 @@ pub async fn preview_remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Re
 /// and either migrates (the ladder's floor, when its type defaults to the ladder) or is
 /// grandfathered (a legacy grant of the product, off the ladder).
 #[tracing::instrument(name = "RemoveTier", skip(db, r), fields(ladder_id = r.ladder_id, rank = r.rank))]
-pub async fn remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<(i64, TierRemovalReach), TopologyError> {
-    let mut tx = begin(db, TxKind::RuleChange).await?;
-    let (reach, pools) = decide_removal(&mut tx, r, holder_cap).await?;
-    if let Some(m) = &reach.refusal {
-        return Err(if reach.needs_disposition {
-            invalid("disposition", m.clone())
-        } else {
-            TopologyError::Refused(m.clone())
-        });
-    }
-    ent::lock_pools(tx.conn(), &pools).await?;
-    // Under the locks: the holders are what they were (the exclusive rendezvous kept conferrals out).
-    let pools = store::tier_incumbent_pools(tx.conn(), r.ladder_id, reach.product_id).await?;
-    let disposition = r.disposition.unwrap_or(Disposition::Migrate);
-    let act = store::record_plan_act(
-        tx.conn(),
-        "tier_removal",
-        r.disposition.map(Disposition::as_str),
-        r.actor,
-        r.reason.trim(),
-        Some(r.ladder_id),
-        Some(reach.product_id),
-        Some(r.rank),
-        None,
-        json!({ "holders": pools.len() }),
-    )
-    .await?;
-    store::delete_tier(tx.conn(), r.ladder_id, r.rank).await?;
-    store::shift_ranks(tx.conn(), r.ladder_id, r.rank + 1, -1).await?;
-    store::sync_position_ranks(tx.conn(), r.ladder_id).await?;
-    let why = format!("tier {} removed from {} by plan act #{act}", reach.product, reach.ladder);
-    for pool in &pools {
-        let incumbents = store::incumbents_of(tx.conn(), *pool, r.ladder_id, reach.product_id).await?;
-        let org = incumbents.first().map(|i| i.organization_id);
-        let mut legacy = vec![];
-        for i in &incumbents {
-            let reason = if disposition == Disposition::Migrate { "tier_removed" } else { "grandfathered" };
-            ent::end_conferral(tx.conn(), i.conferral_id, reason).await?;
-            // core.end_conferral ended its grant too; the grant's history says why.
-            if let Some(g) = i.grant_id {
-                grants::record_event(
-                    tx.conn(),
-                    g,
-                    Some(i.organization_id),
-                    "ended",
-                    r.actor,
-                    &why,
-                    json!({ "plan_act_id": act }),
-                )
-                .await?;
+pub async fn remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<(i64, TierRemovalReach), ServiceError> {
+    change_path(async {
+        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let (reach, pools) = decide_removal(&mut tx, r, holder_cap).await?;
+        if let Some(m) = &reach.refusal {
+            return Err(if reach.needs_disposition {
+                ServiceError::invalid("disposition", m.clone())
+            } else {
+                ServiceError::Refused(m.clone())
+            });
+        }
+        ent::lock_pools(tx.conn(), &pools).await?;
+        // Under the locks: the holders are what they were (the exclusive rendezvous kept conferrals out).
+        let pools = store::tier_incumbent_pools(tx.conn(), r.ladder_id, reach.product_id).await?;
+        let disposition = r.disposition.unwrap_or(Disposition::Migrate);
+        let act = store::record_plan_act(
+            tx.conn(),
+            "tier_removal",
+            r.disposition.map(Disposition::as_str),
+            r.actor,
+            r.reason.trim(),
+            Some(r.ladder_id),
+            Some(reach.product_id),
+            Some(r.rank),
+            None,
+            json!({ "holders": pools.len() }),
+        )
+        .await?;
+        store::delete_tier(tx.conn(), r.ladder_id, r.rank).await?;
+        store::shift_ranks(tx.conn(), r.ladder_id, r.rank + 1, -1).await?;
+        store::sync_position_ranks(tx.conn(), r.ladder_id).await?;
+        let why = format!("tier {} removed from {} by plan act #{act}", reach.product, reach.ladder);
+        for pool in &pools {
+            let incumbents = store::incumbents_of(tx.conn(), *pool, r.ladder_id, reach.product_id).await?;
+            let org = incumbents.first().map(|i| i.organization_id);
+            let mut legacy = vec![];
+            for i in &incumbents {
+                let reason = if disposition == Disposition::Migrate { "tier_removed" } else { "grandfathered" };
+                ent::end_conferral(tx.conn(), i.conferral_id, reason).await?;
+                // core.end_conferral ended its grant too; the grant's history says why.
+                if let Some(g) = i.grant_id {
+                    grants::record_event(
+                        tx.conn(),
+                        g,
+                        Some(i.organization_id),
+                        "ended",
+                        r.actor,
+                        &why,
+                        json!({ "plan_act_id": act }),
+                    )
+                    .await?;
+                }
+                if disposition == Disposition::Grandfather {
+                    let g = ent::insert_grant(
+                        tx.conn(),
+                        &ent::NewGrant {
+                            organization_id: Some(i.organization_id),
+                            product_id: reach.product_id,
+                            quantity: i.quantity,
+                            kind: "legacy",
+                            status: "active",
+                            // The incumbent's own window: an end that has come meanwhile is for the expiry
+                            // sweep to act on, as it would have on the incumbent.
+                            starts_at: Some(i.starts_at),
+                            ends_at: i.ends_at,
+                            reason: format!("grandfathered: {why}"),
+                            created_by: r.actor,
+                            plan_act_id: Some(act),
+                            provision_domain: None,
+                        },
+                    )
+                    .await?;
+                    grants::record_event(
+                        tx.conn(),
+                        g,
+                        Some(i.organization_id),
+                        "grandfathered",
+                        r.actor,
+                        &why,
+                        json!({ "plan_act_id": act }),
+                    )
+                    .await?;
+                    legacy.push(g);
+                }
             }
-            if disposition == Disposition::Grandfather {
-                let g = ent::insert_grant(
-                    tx.conn(),
-                    &ent::NewGrant {
-                        organization_id: Some(i.organization_id),
-                        product_id: reach.product_id,
-                        quantity: i.quantity,
-                        kind: "legacy",
-                        status: "active",
-                        // The incumbent's own window: an end that has come meanwhile is for the expiry
-                        // sweep to act on, as it would have on the incumbent.
-                        starts_at: Some(i.starts_at),
-                        ends_at: i.ends_at,
-                        reason: format!("grandfathered: {why}"),
-                        created_by: r.actor,
-                        plan_act_id: Some(act),
-                        provision_domain: None,
-                    },
-                )
-                .await?;
-                grants::record_event(
-                    tx.conn(),
-                    g,
-                    Some(i.organization_id),
-                    "grandfathered",
-                    r.actor,
-                    &why,
-                    json!({ "plan_act_id": act }),
-                )
-                .await?;
-                legacy.push(g);
+            // The positions that remain carry the new ranks already (core.sync_position_ranks); a
+            // legacy grant takes the product's shape as it is now, off this ladder.
+            for g in legacy {
+                ent::confer_grant(tx.conn(), g).await?;
+            }
+            if disposition == Disposition::Migrate {
+                // What the incumbents displaced comes back, then the floor where the ladder is the
+                // type's default; a grandfathered holder keeps what it had, so neither applies.
+                ent::resume_replaced_grants(tx.conn(), *pool).await?;
+                ent::deliver_displaced_subscriptions(tx.conn(), *pool).await?;
+                ent::reapply_defaults_if_vacant(tx.conn(), *pool, Some(act)).await?;
+            }
+            ent::materialize_pool(tx.conn(), *pool).await?;
+            if let Some(org) = org {
+                grants::request_pool_subscription_reconciles(tx.conn(), org, "tier_removed").await?;
             }
         }
-        // The positions that remain carry the new ranks already (core.sync_position_ranks); a
-        // legacy grant takes the product's shape as it is now, off this ladder.
-        for g in legacy {
-            ent::confer_grant(tx.conn(), g).await?;
-        }
-        if disposition == Disposition::Migrate {
-            // What the incumbents displaced comes back, then the floor where the ladder is the
-            // type's default; a grandfathered holder keeps what it had, so neither applies.
-            ent::resume_replaced_grants(tx.conn(), *pool).await?;
-            ent::deliver_displaced_subscriptions(tx.conn(), *pool).await?;
-            ent::reapply_defaults_if_vacant(tx.conn(), *pool, Some(act)).await?;
-        }
-        ent::materialize_pool(tx.conn(), *pool).await?;
-        if let Some(org) = org {
-            grants::request_pool_subscription_reconciles(tx.conn(), org, "tier_removed").await?;
-        }
-    }
-    tx.commit().await?;
-    Ok((act, reach))
+        tx.commit().await?;
+        Ok((act, reach))
+    })
+    .await
 }
 
 pub static REORDER_PLAN_LADDERS_LOCKS: PathLocks = PathLocks {
@@ -493,7 +482,7 @@ pub static REORDER_PLAN_LADDERS_LOCKS: PathLocks = PathLocks {
 
 /// ReorderPlanLadders: `positions` (ladder id → 1-based position) must name every ladder once.
 #[tracing::instrument(name = "ReorderPlanLadders", skip(db, positions))]
-pub async fn reorder_plan_ladders(db: &Db, positions: &BTreeMap<i64, i32>) -> Result<usize, TopologyError> {
+pub async fn reorder_plan_ladders(db: &Db, positions: &BTreeMap<i64, i32>) -> Result<usize, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let current = store::lock_plan_ladder_order(tx.conn()).await?;
     let ids: Vec<i64> = current.iter().map(|(id, _)| *id).collect();
@@ -501,7 +490,10 @@ pub async fn reorder_plan_ladders(db: &Db, positions: &BTreeMap<i64, i32>) -> Re
     wanted.sort();
     let one_each = (1..=ids.len() as i32).collect::<Vec<_>>() == wanted;
     if positions.keys().copied().collect::<Vec<_>>() != ids || !one_each {
-        return Err(invalid("", format!("Give every ladder a different position from 1 to {}, once each.", ids.len())));
+        return Err(ServiceError::invalid_form(format!(
+            "Give every ladder a different position from 1 to {}, once each.",
+            ids.len()
+        )));
     }
     let mut changed = 0;
     for (id, old) in current {
@@ -514,5 +506,3 @@ pub async fn reorder_plan_ladders(db: &Db, positions: &BTreeMap<i64, i32>) -> Re
     tx.commit().await?;
     Ok(changed)
 }
-
-crate::deadlock_through_db!(TopologyError);

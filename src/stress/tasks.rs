@@ -240,26 +240,27 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
 
 /// A typed refusal counts as refused; a deadlock, and anything the tool's own choices should
 /// never cause (a missing row, a passed deadline), count as failures.
-pub(super) fn entitlement_outcome<T>(r: Result<T, EntitlementError>) -> Result<Outcome, Failure> {
+pub(super) fn entitlement_outcome<T>(r: Result<T, ServiceError>) -> Result<Outcome, Failure> {
     match r {
         Ok(_) => Ok(Outcome::Done),
-        Err(EntitlementError::Invalid(_)) | Err(EntitlementError::Db(DbError::LockNotAvailable)) => {
-            Ok(Outcome::Refused)
-        }
-        Err(EntitlementError::Db(e)) => Err(e.into()),
-        Err(e @ EntitlementError::NotFound(_)) => Err(Failure::Error(e.to_string())),
+        Err(ServiceError::Invalid(_) | ServiceError::Db(DbError::LockNotAvailable)) => Ok(Outcome::Refused),
+        Err(ServiceError::Db(e)) => Err(e.into()),
+        // A missing row, and refusals these paths never give.
+        Err(e) => Err(Failure::Error(e.to_string())),
     }
 }
 
-pub(super) fn catalog_outcome<T>(r: Result<T, CatalogError>) -> Result<Outcome, Failure> {
+pub(super) fn catalog_outcome<T>(r: Result<T, ServiceError>) -> Result<Outcome, Failure> {
     match r {
         Ok(_) => Ok(Outcome::Done),
-        Err(CatalogError::Invalid(_) | CatalogError::Carried { .. } | CatalogError::ChangeInProgress) => {
-            Ok(Outcome::Refused)
-        }
-        Err(CatalogError::Db(DbError::LockNotAvailable)) => Ok(Outcome::Refused),
-        Err(CatalogError::Db(e)) => Err(e.into()),
-        Err(e @ CatalogError::NotFound(_)) => Err(Failure::Error(e.to_string())),
+        Err(
+            ServiceError::Invalid(_)
+            | ServiceError::Refused(_)
+            | ServiceError::ChangeInProgress
+            | ServiceError::Db(DbError::LockNotAvailable),
+        ) => Ok(Outcome::Refused),
+        Err(ServiceError::Db(e)) => Err(e.into()),
+        Err(e @ ServiceError::NotFound(_)) => Err(Failure::Error(e.to_string())),
     }
 }
 

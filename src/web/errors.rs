@@ -1,5 +1,6 @@
 //! Errors a handler returns. Each becomes a status and a message a person understands; the
-//! request-context middleware wraps the message in a page, or a partial for HTMX.
+//! request-context middleware wraps the message in a page, or a partial for HTMX. A service's
+//! refusal becomes one of these in `refusals.rs`, the one place that maps them.
 
 use actix_web::{HttpResponse, ResponseError, http::StatusCode};
 
@@ -13,6 +14,9 @@ pub enum AppError {
     BadRequest(String),
     #[error("{}", .0.join(" "))]
     Invalid(Vec<String>),
+    /// The act does not apply to things as they are now (a service's `Refused`), outside a form.
+    #[error("{0}")]
+    Refused(String),
     #[error("Operators only")]
     Forbidden,
     #[error("Sign in to continue")]
@@ -44,6 +48,7 @@ impl AppError {
             }
             AppError::BadRequest(m) => m.clone(),
             AppError::Invalid(ms) => ms.join(" "),
+            AppError::Refused(m) => m.clone(),
             AppError::Forbidden => "This page is for operators. Sign in with an operator account to use it.".into(),
             AppError::SignInRequired => "Sign in to see this page.".into(),
             AppError::Busy(m) => m.clone(),
@@ -96,7 +101,7 @@ impl ResponseError for AppError {
             AppError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AppError::Forbidden | AppError::CsrfRejected => StatusCode::FORBIDDEN,
             AppError::SignInRequired => StatusCode::UNAUTHORIZED,
-            AppError::ChangeInProgress | AppError::Busy(_) => StatusCode::CONFLICT,
+            AppError::Refused(_) | AppError::ChangeInProgress | AppError::Busy(_) => StatusCode::CONFLICT,
             AppError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             AppError::Timeout => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,

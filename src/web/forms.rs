@@ -1,17 +1,118 @@
-//! What every form handler shares: the submitted fields, where a successful post goes, and the
-//! partial a refused HTMX post gets back.
+//! What every form handler shares: the submitted form read as a typed struct, where a successful
+//! post goes, and the partial a refused HTMX post gets back.
+//!
+//! A form is a `#[derive(Deserialize)]` struct of its fields, each a `String` with
+//! `#[serde(default)]`: a field that was not sent reads "", so a missing field gets the same
+//! message from the form's parse as an empty one. Every form struct also has
+//! `#[serde(deny_unknown_fields)]`, so a field it does not name (a misspelling, a page older than
+//! the console) is refused with a 422 that names it, before anything is read or written. Two
+//! fields never reach the struct: the CSRF token (`csrf_token`), which every POST carries and the
+//! route's guard has checked already, is taken out first; and htmx sends a form's own inputs and
+//! nothing else (the forms have no named buttons and no `hx-vals`), so nothing else needs
+//! allowing. A form whose field names carry data (`rule.<key>`, `rank.<product id>`) collects
+//! them with `#[serde(flatten)]` (which `deny_unknown_fields` does not combine with) and its parse
+//! refuses any other name with `unknown_field`.
 
-use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
+use std::{fmt, ops::Deref};
 
-use super::render;
+use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload, http::StatusCode, web};
+use futures_util::future::LocalBoxFuture;
+use serde::de::{DeserializeOwned, value::MapDeserializer};
 
-/// A urlencoded form as its (name, value) pairs, so a handler reads what it needs and answers a
-/// missing or bad field in its own words (not a deserializer's 400).
-pub type Fields = web::Form<Vec<(String, String)>>;
+use super::{errors::AppError, identity::CSRF_FIELD, render};
+use crate::services::ServiceError;
 
-/// The value of a field, or "" when it was not sent.
-pub fn value<'a>(fields: &'a [(String, String)], name: &str) -> &'a str {
-    fields.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
+/// A submitted urlencoded form: its fields as `T`, and what was sent, for drawing the form again.
+pub struct Form<T> {
+    fields: T,
+    sent: Vec<(String, String)>,
+}
+
+impl<T> Form<T> {
+    /// The fields as sent (the CSRF token left out), for a refused form's re-render.
+    pub fn values(&self) -> Vec<(String, String)> {
+        self.sent.clone()
+    }
+}
+
+impl<T> Deref for Form<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.fields
+    }
+}
+
+/// Read `T` from a form's (name, value) pairs: a body's, or a preview's query.
+pub fn read<T: DeserializeOwned>(sent: Vec<(String, String)>) -> Result<Form<T>, ServiceError> {
+    let sent: Vec<(String, String)> = sent.into_iter().filter(|(k, _)| k != CSRF_FIELD).collect();
+    let pairs = sent.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    match T::deserialize(MapDeserializer::<_, Unreadable>::new(pairs)) {
+        Ok(fields) => Ok(Form { fields, sent }),
+        Err(Unreadable::Unknown(name)) => Err(unknown_field(&name)),
+        Err(Unreadable::Twice(name)) => Err(ServiceError::invalid_form(format!(
+            "The field “{name}” was sent twice, so nothing was changed. Reload the page and try again."
+        ))),
+        Err(Unreadable::Other(m)) => {
+            Err(ServiceError::invalid_form(format!("The form could not be read ({m}), so nothing was changed.")))
+        }
+    }
+}
+
+/// The refusal of a field the form does not have.
+pub fn unknown_field(name: &str) -> ServiceError {
+    ServiceError::invalid_form(format!(
+        "This form has no field “{name}”, so nothing was changed. Reload the page and try again."
+    ))
+}
+
+impl<T: DeserializeOwned + 'static> FromRequest for Form<T> {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        // The body as pairs first (the app's FormConfig bounds its size and answers a body that
+        // is not a form), then the struct from the pairs.
+        let pairs = web::Form::<Vec<(String, String)>>::from_request(req, payload);
+        Box::pin(async move {
+            let sent = pairs.await?.into_inner();
+            read(sent).map_err(|e| AppError::from(e).into())
+        })
+    }
+}
+
+/// Why a form's pairs did not make its struct, kept apart so the refusal can name the field.
+#[derive(Debug)]
+enum Unreadable {
+    Unknown(String),
+    Twice(String),
+    Other(String),
+}
+
+impl fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unreadable::Unknown(n) => write!(f, "unknown field {n}"),
+            Unreadable::Twice(n) => write!(f, "field {n} sent twice"),
+            Unreadable::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for Unreadable {}
+
+impl serde::de::Error for Unreadable {
+    fn custom<M: fmt::Display>(m: M) -> Self {
+        Unreadable::Other(m.to_string())
+    }
+
+    fn unknown_field(field: &str, _expected: &'static [&'static str]) -> Self {
+        Unreadable::Unknown(field.to_string())
+    }
+
+    fn duplicate_field(field: &'static str) -> Self {
+        Unreadable::Twice(field.to_string())
+    }
 }
 
 /// After a successful post: to `to` (HTMX follows `HX-Redirect`; a plain form a 303).
@@ -26,4 +127,60 @@ pub fn after_post(req: &HttpRequest, to: &str) -> HttpResponse {
 /// A piece of a page, as an HTMX request swaps it in.
 pub fn partial(status: StatusCode, m: views::Markup) -> HttpResponse {
     HttpResponse::build(status).content_type("text/html; charset=utf-8").body(m.into_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Revoke {
+        #[serde(default)]
+        reason: String,
+    }
+
+    #[derive(Deserialize)]
+    struct Rules {
+        #[serde(default)]
+        reason: String,
+        #[serde(flatten)]
+        rules: BTreeMap<String, String>,
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn refusal<T: DeserializeOwned>(p: &[(&str, &str)]) -> String {
+        match read::<T>(pairs(p)) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{p:?} was read"),
+        }
+    }
+
+    #[test]
+    fn a_form_is_read_without_its_csrf_token_and_a_missing_field_reads_empty() {
+        let f = read::<Revoke>(pairs(&[("reason", "done"), ("csrf_token", "t")])).unwrap();
+        assert_eq!(f.reason, "done");
+        assert_eq!(f.values(), pairs(&[("reason", "done")]));
+        assert_eq!(read::<Revoke>(pairs(&[("csrf_token", "t")])).unwrap().reason, "");
+    }
+
+    #[test]
+    fn a_misspelt_or_repeated_field_is_refused_by_name() {
+        assert!(refusal::<Revoke>(&[("reasn", "x")]).contains("This form has no field “reasn”"));
+        assert!(refusal::<Revoke>(&[("reason", "a"), ("reason", "b")]).contains("“reason” was sent twice"));
+    }
+
+    #[test]
+    fn fields_named_by_data_are_collected() {
+        let f = read::<Rules>(pairs(&[("rule.a.b", "1"), ("reason", "r"), ("csrf_token", "t")])).unwrap();
+        assert_eq!(f.reason, "r");
+        assert_eq!(f.rules, BTreeMap::from([("rule.a.b".to_string(), "1".to_string())]));
+    }
 }

@@ -9,6 +9,7 @@ pub mod headers;
 pub mod identity;
 pub mod pages;
 pub mod paging;
+pub mod refusals;
 pub mod render;
 pub mod routes;
 

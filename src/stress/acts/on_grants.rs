@@ -21,24 +21,25 @@ pub(in crate::stress) fn show_time(t: Option<DateTime<Utc>>) -> String {
 
 /// A typed refusal counts as refused (its reason kept in the log); a deadlock and any other
 /// database error are failures.
-pub(in crate::stress) fn grant_outcome<T>(r: Result<T, GrantError>, note: &mut Note) -> Result<Outcome, Failure> {
+pub(in crate::stress) fn grant_outcome<T>(r: Result<T, ServiceError>, note: &mut Note) -> Result<Outcome, Failure> {
     match r {
         Ok(_) => Ok(Outcome::Done),
         Err(
-            e @ (GrantError::Refused(_)
-            | GrantError::Invalid(_)
-            | GrantError::NotFound(_)
-            | GrantError::Db(DbError::LockNotAvailable)),
+            e @ (ServiceError::Refused(_)
+            | ServiceError::Invalid(_)
+            | ServiceError::NotFound(_)
+            | ServiceError::ChangeInProgress
+            | ServiceError::Db(DbError::LockNotAvailable)),
         ) => {
             note.detail.push_str(&format!("; refused: {e}"));
             Ok(Outcome::Refused)
         }
-        Err(GrantError::Db(e)) => Err(e.into()),
+        Err(ServiceError::Db(e)) => Err(e.into()),
     }
 }
 
 /// A job-like act that found nothing to do (false) is refused: the job or another task was first.
-pub(in crate::stress) fn due_outcome(r: Result<bool, GrantError>, note: &mut Note) -> Result<Outcome, Failure> {
+pub(in crate::stress) fn due_outcome(r: Result<bool, ServiceError>, note: &mut Note) -> Result<Outcome, Failure> {
     match r {
         Ok(true) => Ok(Outcome::Done),
         Ok(false) => {

@@ -6,21 +6,21 @@ use super::*;
 /// set or change the tool picked that is gone is an error, as are a deadlock and any other
 /// database error.
 pub(in crate::stress) fn rule_change_outcome<T>(
-    r: Result<T, RuleChangeError>,
+    r: Result<T, ServiceError>,
     note: &mut Note,
 ) -> Result<Outcome, Failure> {
     match r {
         Ok(_) => Ok(Outcome::Done),
-        Err(e @ (RuleChangeError::Invalid(_) | RuleChangeError::ChangeInProgress)) => {
+        Err(e @ (ServiceError::Invalid(_) | ServiceError::Refused(_) | ServiceError::ChangeInProgress)) => {
             note.detail.push_str(&format!("; refused: {e}"));
             Ok(Outcome::Refused)
         }
-        Err(RuleChangeError::Db(DbError::LockNotAvailable)) => {
+        Err(ServiceError::Db(DbError::LockNotAvailable)) => {
             note.detail.push_str("; refused: a lock wait timed out");
             Ok(Outcome::Refused)
         }
-        Err(e @ RuleChangeError::NotFound(_)) => Err(Failure::Error(e.to_string())),
-        Err(RuleChangeError::Db(e)) => Err(e.into()),
+        Err(e @ ServiceError::NotFound(_)) => Err(Failure::Error(e.to_string())),
+        Err(ServiceError::Db(e)) => Err(e.into()),
     }
 }
 

@@ -3,11 +3,10 @@
 use actix_session::Session;
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use serde::Deserialize;
-use validator::Validate;
 
 use crate::{
     services::auth::{self, AuthError, Email},
-    web::forms::after_post,
+    web::forms::{Form, after_post},
     web::{
         AppState,
         errors::AppError,
@@ -21,13 +20,31 @@ pub struct NextQuery {
     next: Option<String>,
 }
 
-#[derive(Deserialize, Validate)]
+/// The sign-in form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LoginForm {
-    #[validate(length(min = 1, max = 254, message = "Enter your email address."))]
     email: String,
-    #[validate(length(min = 1, max = 1024, message = "Enter your password."))]
     password: String,
-    next: Option<String>,
+    /// Where to go after: "" for the start page.
+    next: String,
+}
+
+impl LoginForm {
+    /// The email, or what to say about the form: every empty or overlong field, email first.
+    fn parse(&self) -> Result<Email, String> {
+        let mut problems = vec![];
+        if self.email.is_empty() || self.email.chars().count() > 254 {
+            problems.push("Enter your email address.");
+        }
+        if self.password.is_empty() || self.password.chars().count() > 1024 {
+            problems.push("Enter your password.");
+        }
+        if !problems.is_empty() {
+            return Err(problems.join(" "));
+        }
+        Email::parse(&self.email)
+    }
 }
 
 /// Only a path on this console: never another site (no open redirect). Browsers drop tabs and
@@ -61,6 +78,7 @@ fn login_page(
     render::bare(req, status, "Sign in", body)
 }
 
+#[tracing::instrument(name = "Page: sign in", skip_all)]
 pub async fn login_form(req: HttpRequest, q: web::Query<NextQuery>) -> HttpResponse {
     if identity(&req).is_some() {
         return after_post(&req, safe_next(q.next.as_deref()).unwrap_or("/"));
@@ -68,24 +86,15 @@ pub async fn login_form(req: HttpRequest, q: web::Query<NextQuery>) -> HttpRespo
     login_page(&req, StatusCode::OK, "", None, q.next.as_deref())
 }
 
+#[tracing::instrument(name = "Page: post sign-in", skip_all)]
 pub async fn login(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<LoginForm>,
+    form: Form<LoginForm>,
 ) -> Result<HttpResponse, AppError> {
-    let form = form.into_inner();
-    let next = form.next.as_deref();
-    if let Err(errors) = form.validate() {
-        let msg: Vec<String> = errors
-            .field_errors()
-            .values()
-            .flat_map(|v| v.iter())
-            .filter_map(|e| e.message.as_ref().map(|m| m.to_string()))
-            .collect();
-        return Ok(login_page(&req, StatusCode::UNPROCESSABLE_ENTITY, &form.email, Some(&msg.join(" ")), next));
-    }
-    let email = match Email::parse(&form.email) {
+    let next = Some(form.next.as_str()).filter(|n| !n.is_empty());
+    let email = match form.parse() {
         Ok(e) => e,
         Err(m) => return Ok(login_page(&req, StatusCode::UNPROCESSABLE_ENTITY, &form.email, Some(&m), next)),
     };
@@ -124,6 +133,7 @@ pub async fn login(
     }
 }
 
+#[tracing::instrument(name = "Page: sign out", skip_all)]
 pub async fn logout(req: HttpRequest, state: web::Data<AppState>, session: Session) -> Result<HttpResponse, AppError> {
     if let Ok(Some(token)) = session.get::<String>(SESSION_TOKEN) {
         auth::sign_out(&state.db, &token).await?;

@@ -4,59 +4,90 @@
 
 use std::collections::BTreeMap;
 
-use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
-use views::{FormState, Markup, Total};
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::Deserialize;
+use views::{FormState, Total};
 
 use crate::{
     db::retry::once_more_after_deadlock,
     services::{
-        self,
-        catalog::CatalogError,
+        self, ServiceError,
         reads::{CARRIED_COUNT_CAP, CatalogOverview},
     },
-    web::forms::{Fields, after_post, partial, value},
+    web::forms::{Form, after_post, unknown_field},
     web::identity::Operator,
+    web::refusals::{self, Refused, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
 
-fn state_from(fields: &[(String, String)], e: &CatalogError) -> (StatusCode, FormState) {
-    let mut f = FormState {
-        values: fields.iter().filter(|(k, _)| k != "csrf_token").cloned().collect(),
-        ..FormState::default()
-    };
-    let status = match e {
-        CatalogError::Invalid(problems) => {
-            f.field_errors = problems.clone();
-            f.errors = vec!["Nothing was saved: correct the fields marked below.".into()];
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
-        CatalogError::Carried { pools } => {
-            f.errors = vec![format!(
-                "Nothing was saved: {} {} this now, so changing what it confers is a rule change, which applies \
-                 to every one of them.",
-                Total::capped(*pools, CARRIED_COUNT_CAP).words("organization pool", "organization pools"),
-                if *pools == 1 { "carries" } else { "carry" }
-            )];
-            StatusCode::CONFLICT
-        }
-        CatalogError::ChangeInProgress => {
-            let (_, m) = AppError::ChangeInProgress.title_and_message();
-            f.errors = vec![format!("Another change is in progress. {m}")];
-            StatusCode::CONFLICT
-        }
-        CatalogError::NotFound(what) => {
-            f.errors = vec![format!("That {what} does not exist (any more).")];
-            StatusCode::NOT_FOUND
-        }
-        CatalogError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    (status, f)
+const WORDS: Words = Words { done: "saved", busy: None };
+
+/// The resource key form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeyForm {
+    key: String,
+    kind: String,
+    description: String,
 }
 
-fn fail(e: CatalogError) -> Result<HttpResponse, AppError> {
-    match e {
-        CatalogError::Db(db) => Err(db.into()),
-        _ => unreachable!("only database failures are not shown in the form"),
+/// The entitlement set form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct SetForm {
+    name: String,
+}
+
+/// The product form, to create one or edit one.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProductForm {
+    name: String,
+    entitlement_set_id: String,
+    /// A ticked checkbox sends "on"; an unticked one nothing.
+    published: String,
+}
+
+/// A product as the form asks for it.
+struct ProductInput<'a> {
+    name: &'a str,
+    set_id: Option<i64>,
+    published: bool,
+}
+
+impl ProductForm {
+    /// The set field: empty is "no set", anything else must be an id.
+    fn parse(&self) -> Result<ProductInput<'_>, ServiceError> {
+        let set_id = match self.entitlement_set_id.trim() {
+            "" => None,
+            s => Some(s.parse().map_err(|_| {
+                ServiceError::invalid("entitlement_set_id", "Choose an entitlement set from the list.")
+            })?),
+        };
+        let published = matches!(self.published.as_str(), "on" | "true" | "yes" | "1");
+        Ok(ProductInput { name: &self.name, set_id, published })
+    }
+}
+
+/// The rules form: a field `rule.<key>` per resource key (empty: no rule), and a reason.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct RulesForm {
+    reason: String,
+    #[serde(flatten)]
+    rules: BTreeMap<String, String>,
+}
+
+impl RulesForm {
+    /// Key → submitted value; any other field is refused by name.
+    fn parse(&self) -> Result<BTreeMap<String, String>, ServiceError> {
+        self.rules
+            .iter()
+            .map(|(k, v)| match k.strip_prefix("rule.") {
+                Some(key) => Ok((key.to_string(), v.clone())),
+                None => Err(unknown_field(k)),
+            })
+            .collect()
     }
 }
 
@@ -119,117 +150,94 @@ fn rule_text(n: Option<i64>, f: Option<bool>) -> String {
     }
 }
 
+#[tracing::instrument(name = "Page: the catalog", skip_all)]
 pub async fn catalog(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let v = catalog_view(&state, &req).await?;
     Ok(render::ok(&req, "Catalog", views::catalog(&v)))
 }
 
-/// A failed catalog form: the form alone for HTMX, else the whole page with the form filled in.
-async fn refused_catalog_form(
-    req: &HttpRequest,
-    state: &AppState,
-    status: StatusCode,
-    which: &str,
-    form: FormState,
-) -> Result<HttpResponse, AppError> {
-    let mut v = catalog_view(state, req).await?;
-    let form_markup: Markup = match which {
-        "key" => views::key_form(&v.csrf, &form),
-        "set" => views::set_form(&v.csrf, &form),
-        _ => views::product_form(&v.csrf, &v.set_options, &form),
-    };
-    if render::is_htmx(req) {
-        return Ok(partial(status, form_markup));
-    }
-    match which {
-        "key" => v.key_form = form,
-        "set" => v.set_form = form,
-        _ => v.product_form = form,
-    }
-    Ok(render::page(req, status, "Catalog", views::catalog(&v)))
+/// The catalog's three add forms.
+#[derive(Clone, Copy)]
+enum CatalogForm {
+    Key,
+    Set,
+    Product,
 }
 
+/// A refused add form: in place for HTMX, else the catalog page with that form filled in.
+async fn catalog_refused(
+    req: &HttpRequest,
+    state: &AppState,
+    which: CatalogForm,
+    r: Refused,
+) -> Result<HttpResponse, AppError> {
+    let mut v = catalog_view(state, req).await?;
+    match which {
+        CatalogForm::Key => v.key_form = r.form,
+        CatalogForm::Set => v.set_form = r.form,
+        CatalogForm::Product => v.product_form = r.form,
+    }
+    let form = || match which {
+        CatalogForm::Key => views::key_form(&v.csrf, &v.key_form),
+        CatalogForm::Set => views::set_form(&v.csrf, &v.set_form),
+        CatalogForm::Product => views::product_form(&v.csrf, &v.set_options, &v.product_form),
+    };
+    Ok(refusals::answer(req, r.status, "Catalog", form, || views::catalog(&v)))
+}
+
+#[tracing::instrument(name = "Page: add a resource key", skip_all)]
 pub async fn create_key(
     _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
-    form: Fields,
+    form: Form<KeyForm>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.into_inner();
-    let create = async || {
-        services::catalog::create_resource_key(&state.db, value(&f, "key"), value(&f, "kind"), value(&f, "description"))
-            .await
+    let create =
+        async || services::catalog::create_resource_key(&state.db, &form.key, &form.kind, &form.description).await;
+    let e = match once_more_after_deadlock(&state.db, "Create a resource key", create).await {
+        Ok(_) => return Ok(after_post(&req, "/operator/catalog")),
+        Err(e) => e,
     };
-    match once_more_after_deadlock(&state.db, "Create a resource key", create).await {
-        Ok(_) => Ok(after_post(&req, "/operator/catalog")),
-        Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
-        Err(e) => {
-            let (status, fs) = state_from(&f, &e);
-            refused_catalog_form(&req, &state, status, "key", fs).await
-        }
-    }
+    let r = refusals::form(e, form.values(), WORDS)?;
+    catalog_refused(&req, &state, CatalogForm::Key, r).await
 }
 
+#[tracing::instrument(name = "Page: add an entitlement set", skip_all)]
 pub async fn create_set(
     _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
-    form: Fields,
+    form: Form<SetForm>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.into_inner();
-    let create = async || services::catalog::create_entitlement_set(&state.db, value(&f, "name")).await;
-    match once_more_after_deadlock(&state.db, "Create an entitlement set", create).await {
-        Ok(id) => Ok(after_post(&req, &format!("/operator/catalog/sets/{id}"))),
-        Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
-        Err(e) => {
-            let (status, fs) = state_from(&f, &e);
-            refused_catalog_form(&req, &state, status, "set", fs).await
-        }
-    }
+    let create = async || services::catalog::create_entitlement_set(&state.db, &form.name).await;
+    let e = match once_more_after_deadlock(&state.db, "Create an entitlement set", create).await {
+        Ok(id) => return Ok(after_post(&req, &format!("/operator/catalog/sets/{id}"))),
+        Err(e) => e,
+    };
+    let r = refusals::form(e, form.values(), WORDS)?;
+    catalog_refused(&req, &state, CatalogForm::Set, r).await
 }
 
-/// The set field of a product form: empty is "no set", anything else must be an id.
-fn parse_set(raw: &str) -> Result<Option<i64>, CatalogError> {
-    match raw.trim() {
-        "" => Ok(None),
-        s => s.parse().map(Some).map_err(|_| {
-            CatalogError::Invalid(vec![(
-                "entitlement_set_id".into(),
-                "Choose an entitlement set from the list.".into(),
-            )])
-        }),
-    }
-}
-
-fn checked(raw: &str) -> bool {
-    matches!(raw, "on" | "true" | "yes" | "1")
-}
-
+#[tracing::instrument(name = "Page: add a product", skip_all)]
 pub async fn create_product(
     _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
-    form: Fields,
+    form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.into_inner();
-    let result = match parse_set(value(&f, "entitlement_set_id")) {
-        Ok(set) => {
-            let create = async || {
-                services::catalog::create_product(&state.db, value(&f, "name"), set, checked(value(&f, "published")))
-                    .await
-            };
+    let created = match form.parse() {
+        Ok(p) => {
+            let create = async || services::catalog::create_product(&state.db, p.name, p.set_id, p.published).await;
             once_more_after_deadlock(&state.db, "Create a product", create).await
         }
         Err(e) => Err(e),
     };
-    match result {
-        Ok(id) => Ok(after_post(&req, &format!("/operator/catalog/products/{id}"))),
-        Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
-        Err(e) => {
-            let (status, fs) = state_from(&f, &e);
-            refused_catalog_form(&req, &state, status, "product", fs).await
-        }
-    }
+    let e = match created {
+        Ok(id) => return Ok(after_post(&req, &format!("/operator/catalog/products/{id}"))),
+        Err(e) => e,
+    };
+    let r = refusals::form(e, form.values(), WORDS)?;
+    catalog_refused(&req, &state, CatalogForm::Product, r).await
 }
 
 async fn set_edit_view(
@@ -267,6 +275,7 @@ async fn set_edit_view(
     }))
 }
 
+#[tracing::instrument(name = "Page: an entitlement set", skip_all, fields(entitlement_set_id = *id))]
 pub async fn set_page(
     _op: Operator,
     req: HttpRequest,
@@ -277,51 +286,38 @@ pub async fn set_page(
     Ok(render::ok(&req, &format!("Entitlement set: {}", v.name), views::set_edit(&v)))
 }
 
+#[tracing::instrument(name = "Page: save a set's rules", skip_all, fields(entitlement_set_id = *id))]
 pub async fn save_rules(
     op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
-    form: Fields,
+    form: Form<RulesForm>,
 ) -> Result<HttpResponse, AppError> {
-    use crate::services::rule_changes::{RuleChangeError, commit_rule_change_batch};
-    let f = form.into_inner();
-    let submitted: BTreeMap<String, String> =
-        f.iter().filter_map(|(k, v)| k.strip_prefix("rule.").map(|key| (key.to_string(), v.clone()))).collect();
+    use crate::services::rule_changes::commit_rule_change_batch;
     let actor = Some(op.account_id());
-    let commit = async || {
-        commit_rule_change_batch(
-            &state.db,
-            *id,
-            &submitted,
-            actor,
-            value(&f, "reason"),
-            state.config.rule_change_sync_cap,
-        )
-        .await
+    let committed = match form.parse() {
+        Ok(submitted) => {
+            let cap = state.config.rule_change_sync_cap;
+            let commit = async || commit_rule_change_batch(&state.db, *id, &submitted, actor, &form.reason, cap).await;
+            once_more_after_deadlock(&state.db, "Rule change", commit).await
+        }
+        Err(e) => Err(e),
     };
-    let result = once_more_after_deadlock(&state.db, "Rule change", commit).await;
-    let e = match result {
+    let e = match committed {
         // The change's page shows it settled, or draining live.
         Ok(c) => return Ok(after_post(&req, &format!("/operator/rule-changes/{}", c.change_id))),
-        Err(RuleChangeError::Db(e)) => return Err(e.into()),
-        Err(RuleChangeError::NotFound(_)) => return Err(AppError::NotFound),
-        Err(RuleChangeError::ChangeInProgress) => CatalogError::ChangeInProgress,
-        Err(RuleChangeError::Invalid(p)) => CatalogError::Invalid(p),
+        Err(e) => e,
     };
-    let (status, fs) = state_from(&f, &e);
-    let mut v = set_edit_view(&req, &state, *id, Some(fs)).await?.ok_or(AppError::NotFound)?;
-    // A problem with no field of its own (an unknown key, nothing to change) is said above the form.
+    let r = refusals::form(e, form.values(), WORDS)?;
+    let mut v = set_edit_view(&req, &state, *id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
+    // A problem with no row of its own (an unknown key) is said above the form.
     let rows: Vec<String> = v.rows.iter().map(|r| format!("rule.{}", r.key)).collect();
     let orphans: Vec<String> =
         v.form.field_errors.iter().filter(|(k, _)| !rows.contains(k)).map(|(_, m)| m.clone()).collect();
     v.form.errors.extend(orphans);
-    if render::is_htmx(&req) {
-        return Ok(HttpResponse::build(status)
-            .content_type("text/html; charset=utf-8")
-            .body(views::set_edit(&v).into_string()));
-    }
-    Ok(render::page(&req, status, &format!("Entitlement set: {}", v.name), views::set_edit(&v)))
+    let title = format!("Entitlement set: {}", v.name);
+    Ok(refusals::answer(&req, r.status, &title, || views::set_edit(&v), || views::set_edit(&v)))
 }
 
 async fn product_edit_view(
@@ -358,6 +354,7 @@ async fn product_edit_view(
     )))
 }
 
+#[tracing::instrument(name = "Page: a product", skip_all, fields(product_id = *id))]
 pub async fn product_page(
     _op: Operator,
     req: HttpRequest,
@@ -368,29 +365,23 @@ pub async fn product_page(
     Ok(render::ok(&req, &format!("Product: {name}"), views::product_edit(&v)))
 }
 
+#[tracing::instrument(name = "Page: save a product", skip_all, fields(product_id = *id))]
 pub async fn save_product(
     _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
-    form: Fields,
+    form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.into_inner();
-    let result = match parse_set(value(&f, "entitlement_set_id")) {
-        Ok(set) => {
-            services::catalog::update_product(&state.db, *id, value(&f, "name"), set, checked(value(&f, "published")))
-                .await
-        }
+    let saved = match form.parse() {
+        Ok(p) => services::catalog::update_product(&state.db, *id, p.name, p.set_id, p.published).await,
         Err(e) => Err(e),
     };
-    match result {
-        Ok(()) => Ok(after_post(&req, &format!("/operator/catalog/products/{id}?saved=1"))),
-        Err(CatalogError::Db(e)) => fail(CatalogError::Db(e)),
-        Err(CatalogError::NotFound(_)) => Err(AppError::NotFound),
-        Err(e) => {
-            let (status, fs) = state_from(&f, &e);
-            let (name, v) = product_edit_view(&req, &state, *id, Some(fs)).await?.ok_or(AppError::NotFound)?;
-            Ok(render::page(&req, status, &format!("Product: {name}"), views::product_edit(&v)))
-        }
-    }
+    let e = match saved {
+        Ok(()) => return Ok(after_post(&req, &format!("/operator/catalog/products/{id}?saved=1"))),
+        Err(e) => e,
+    };
+    let r = refusals::form(e, form.values(), WORDS)?;
+    let (name, v) = product_edit_view(&req, &state, *id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
+    Ok(render::page(&req, r.status, &format!("Product: {name}"), views::product_edit(&v)))
 }

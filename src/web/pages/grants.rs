@@ -1,22 +1,84 @@
 //! The operator's grants: the list with filters, issuing, a grant's page with its lineage and
 //! history, revoking and managing.
 
-use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use views::{FormState, Keyset, Total};
 
 use crate::{
     db::retry::once_more_after_deadlock,
     services::{
-        self,
-        grants::{GrantError, IssueGrant, ManageGrant},
+        self, ServiceError,
+        grants::{IssueGrant, ManageGrant},
     },
     store::grants::{EventRow, GrantRow},
-    web::forms::{Fields, after_post, partial, value},
+    web::forms::{Form, after_post, partial},
     web::identity::Operator,
     web::paging::SeekQuery,
+    web::refusals::{self, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
+
+/// A grant act waits up to the lock bound for the organization's pool; past it, it says so in
+/// the grant's own words (not a plan change's).
+const WORDS: Words = Words {
+    done: "changed",
+    busy: Some(
+        "The organization's plan is being recalculated by another change right now, so the grant was not changed. \
+         Try again in a moment.",
+    ),
+};
+
+/// The issue form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct IssueForm {
+    organization_id: String,
+    provision_domain: String,
+    product_id: String,
+    quantity: String,
+    starts_at: String,
+    ends_at: String,
+    reason: String,
+}
+
+impl IssueForm {
+    fn parse(&self, actor: Option<i64>) -> Result<IssueGrant, ServiceError> {
+        IssueGrant::parse(
+            &self.organization_id,
+            &self.provision_domain,
+            &self.product_id,
+            &self.quantity,
+            &self.starts_at,
+            &self.ends_at,
+            &self.reason,
+            actor,
+        )
+    }
+}
+
+/// The revoke form: the reason alone (the service requires it).
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct RevokeForm {
+    reason: String,
+}
+
+/// The manage form (an active grant's has no start).
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ManageForm {
+    starts_at: String,
+    ends_at: String,
+    quantity: String,
+    reason: String,
+}
+
+impl ManageForm {
+    fn parse(&self, actor: Option<i64>) -> Result<ManageGrant, ServiceError> {
+        ManageGrant::parse(&self.starts_at, &self.ends_at, &self.quantity, &self.reason, actor)
+    }
+}
 
 fn when(t: chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
@@ -47,52 +109,6 @@ pub fn event_row(e: &EventRow) -> views::GrantEventRow {
     }
 }
 
-/// A refusal as the form's state: field messages beside their fields, the rest above.
-fn form_state(fields: &[(String, String)], e: &GrantError) -> (StatusCode, FormState) {
-    let mut f = FormState {
-        values: fields.iter().filter(|(k, _)| k != "csrf_token").cloned().collect(),
-        ..FormState::default()
-    };
-    let status = match e {
-        GrantError::Invalid(problems) => {
-            for (field, m) in problems {
-                if field.is_empty() {
-                    f.errors.push(m.clone());
-                } else {
-                    f.field_errors.push((field.clone(), m.clone()));
-                }
-            }
-            f.errors.insert(0, "Nothing was changed: correct the fields marked below.".into());
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
-        GrantError::Refused(m) => {
-            f.errors.push(m.clone());
-            StatusCode::CONFLICT
-        }
-        GrantError::NotFound(w) => {
-            f.errors.push(format!("That {w} does not exist."));
-            StatusCode::NOT_FOUND
-        }
-        GrantError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    (status, f)
-}
-
-fn to_app(e: GrantError) -> AppError {
-    match e {
-        // A grant act waits up to the lock bound for the organization's pool; past it, say so in
-        // the grant's own words (not a plan change's).
-        GrantError::Db(crate::db::DbError::LockNotAvailable) => AppError::Busy(
-            "The organization's plan is being recalculated by another change right now, so the grant was not \
-             changed. Try again in a moment."
-                .into(),
-        ),
-        GrantError::Db(d) => d.into(),
-        GrantError::NotFound(_) => AppError::NotFound,
-        other => AppError::BadRequest(other.to_string()),
-    }
-}
-
 #[derive(Deserialize)]
 pub struct ListQuery {
     status: Option<String>,
@@ -103,6 +119,7 @@ pub struct ListQuery {
 
 const STATUSES: &[&str] = &["waiting", "active", "replaced", "expired", "revoked", "ended"];
 
+#[tracing::instrument(name = "Page: the grants", skip_all, fields(status = ?q.status, organization_id = ?q.organization_id))]
 pub async fn list(
     _op: Operator,
     req: HttpRequest,
@@ -149,6 +166,7 @@ async fn issue_view(req: &HttpRequest, state: &AppState, form: FormState) -> Res
     })
 }
 
+#[tracing::instrument(name = "Page: issue a grant", skip_all, fields(organization_id = ?q.organization_id))]
 pub async fn new_form(
     _op: Operator,
     req: HttpRequest,
@@ -166,25 +184,14 @@ pub async fn new_form(
     Ok(render::ok(&req, "Issue a grant", views::issue_grant(&v)))
 }
 
+#[tracing::instrument(name = "Page: post a grant", skip_all)]
 pub async fn issue(
     op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
-    form: Fields,
+    form: Form<IssueForm>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.into_inner();
-    let actor = Some(op.account_id());
-    let parsed = IssueGrant::parse(
-        value(&f, "organization_id"),
-        value(&f, "provision_domain"),
-        value(&f, "product_id"),
-        value(&f, "quantity"),
-        value(&f, "starts_at"),
-        value(&f, "ends_at"),
-        value(&f, "reason"),
-        actor,
-    );
-    let result = match parsed {
+    let issued = match form.parse(Some(op.account_id())) {
         Ok(g) => {
             once_more_after_deadlock(&state.db, "Issue a grant", async || {
                 services::grants::issue_grant(&state.db, &g).await
@@ -193,18 +200,13 @@ pub async fn issue(
         }
         Err(e) => Err(e),
     };
-    match result {
-        Ok(id) => Ok(after_post(&req, &format!("/operator/grants/{id}"))),
-        Err(e @ GrantError::Db(_)) => Err(to_app(e)),
-        Err(e) => {
-            let (status, fs) = form_state(&f, &e);
-            let v = issue_view(&req, &state, fs).await?;
-            if render::is_htmx(&req) {
-                return Ok(partial(status, views::issue_grant(&v)));
-            }
-            Ok(render::page(&req, status, "Issue a grant", views::issue_grant(&v)))
-        }
-    }
+    let e = match issued {
+        Ok(id) => return Ok(after_post(&req, &format!("/operator/grants/{id}"))),
+        Err(e) => e,
+    };
+    let r = refusals::form(e, form.values(), WORDS)?;
+    let v = issue_view(&req, &state, r.form).await?;
+    Ok(refusals::answer(&req, r.status, "Issue a grant", || views::issue_grant(&v), || views::issue_grant(&v)))
 }
 
 async fn detail_view(
@@ -274,6 +276,7 @@ async fn detail_view(
     })
 }
 
+#[tracing::instrument(name = "Page: a grant", skip_all, fields(grant_id = *id))]
 pub async fn detail(
     _op: Operator,
     req: HttpRequest,
@@ -298,47 +301,37 @@ fn with_banner(v: &views::GrantDetailView, f: &FormState, form_shown: bool) -> v
     views::PreEscaped(out)
 }
 
+#[tracing::instrument(name = "Page: revoke a grant", skip_all, fields(grant_id = *id))]
 pub async fn revoke(
     op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
-    form: Fields,
+    form: Form<RevokeForm>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.into_inner();
     let actor = Some(op.account_id());
-    let revoke = async || services::grants::revoke_grant(&state.db, *id, actor, value(&f, "reason")).await;
-    match once_more_after_deadlock(&state.db, "Revoke a grant", revoke).await {
-        Ok(head) => Ok(after_post(&req, &format!("/operator/grants/{head}"))),
-        Err(e @ (GrantError::Db(_) | GrantError::NotFound(_))) => Err(to_app(e)),
-        Err(e) => {
-            let (status, fs) = form_state(&f, &e);
-            if render::is_htmx(&req) {
-                return Ok(partial(status, views::revoke_form(&csrf_token(&req), *id, &fs)));
-            }
-            let v = detail_view(&req, &state, *id, fs.clone(), FormState::default()).await?;
-            Ok(render::page(&req, status, &format!("Grant #{}", v.id), with_banner(&v, &fs, v.can_revoke)))
-        }
+    let revoke = async || services::grants::revoke_grant(&state.db, *id, actor, &form.reason).await;
+    let e = match once_more_after_deadlock(&state.db, "Revoke a grant", revoke).await {
+        Ok(head) => return Ok(after_post(&req, &format!("/operator/grants/{head}"))),
+        Err(e) => e,
+    };
+    let r = refusals::form(e, form.values(), WORDS)?;
+    if render::is_htmx(&req) {
+        return Ok(partial(r.status, views::revoke_form(&csrf_token(&req), *id, &r.form)));
     }
+    let v = detail_view(&req, &state, *id, r.form.clone(), FormState::default()).await?;
+    Ok(render::page(&req, r.status, &format!("Grant #{}", v.id), with_banner(&v, &r.form, v.can_revoke)))
 }
 
+#[tracing::instrument(name = "Page: manage a grant", skip_all, fields(grant_id = *id))]
 pub async fn manage(
     op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
-    form: Fields,
+    form: Form<ManageForm>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.into_inner();
-    let actor = Some(op.account_id());
-    let parsed = ManageGrant::parse(
-        value(&f, "starts_at"),
-        value(&f, "ends_at"),
-        value(&f, "quantity"),
-        value(&f, "reason"),
-        actor,
-    );
-    let result = match parsed {
+    let managed = match form.parse(Some(op.account_id())) {
         Ok(m) => {
             once_more_after_deadlock(&state.db, "Manage a grant", async || {
                 services::grants::manage_grant(&state.db, *id, &m).await
@@ -347,17 +340,18 @@ pub async fn manage(
         }
         Err(e) => Err(e),
     };
-    match result {
-        Ok(head) => Ok(after_post(&req, &format!("/operator/grants/{head}"))),
-        Err(e @ (GrantError::Db(_) | GrantError::NotFound(_))) => Err(to_app(e)),
-        Err(e) => {
-            let (status, fs) = form_state(&f, &e);
-            let v = detail_view(&req, &state, *id, FormState::default(), fs).await?;
-            if render::is_htmx(&req) {
-                return Ok(partial(status, views::manage_form(&v.csrf, *id, v.waiting, &v.manage_form)));
-            }
-            let shown = v.manage_form.clone();
-            Ok(render::page(&req, status, &format!("Grant #{}", v.id), with_banner(&v, &shown, v.can_manage)))
-        }
-    }
+    let e = match managed {
+        Ok(head) => return Ok(after_post(&req, &format!("/operator/grants/{head}"))),
+        Err(e) => e,
+    };
+    let r = refusals::form(e, form.values(), WORDS)?;
+    let v = detail_view(&req, &state, *id, FormState::default(), r.form).await?;
+    let title = format!("Grant #{}", v.id);
+    Ok(refusals::answer(
+        &req,
+        r.status,
+        &title,
+        || views::manage_form(&v.csrf, *id, v.waiting, &v.manage_form),
+        || with_banner(&v, &v.manage_form, v.can_manage),
+    ))
 }

@@ -5,10 +5,12 @@ use actix_web::{HttpResponse, web};
 
 use crate::{db::migrate, web::AppState};
 
+#[tracing::instrument(name = "Probe: health", skip_all)]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain; charset=utf-8").body("ok\n")
 }
 
+#[tracing::instrument(name = "Probe: readiness", skip_all)]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     // Through a read transaction like every request's statement, so the request's deadline
     // bounds it.

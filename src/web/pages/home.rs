@@ -14,6 +14,7 @@ use crate::{
 /// The home's read, made by the member guard in the session's own statement.
 pub struct HomeRead(pub Vec<crate::store::accounts::MemberHome>);
 
+#[tracing::instrument(name = "Page: home", skip_all)]
 pub async fn home(req: HttpRequest, state: web::Data<AppState>, Member(who): Member) -> Result<HttpResponse, AppError> {
     let read = req.extensions_mut().remove::<HomeRead>();
     let organizations = match read {

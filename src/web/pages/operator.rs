@@ -8,6 +8,7 @@ use crate::{
     web::{AppState, errors::AppError, render},
 };
 
+#[tracing::instrument(name = "Page: operations", skip_all)]
 pub async fn overview(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let o = services::accounts::operator_overview(&state.db).await?;
     let view = views::OperatorHomeView {

@@ -5,10 +5,12 @@ use serde::Deserialize;
 
 use crate::{
     db::retry::once_more_after_deadlock,
-    services,
+    services::{self, ServiceError, grants::EmailDomain, organizations::OrgName, refusal::Problems},
     store::{catalog::HeldConferral, paging::Seek},
-    web::identity::Operator,
+    web::forms::{Form, after_post},
+    web::identity::{Operator, csrf_token},
     web::paging::SeekQuery,
+    web::refusals::{self, Words},
     web::{
         AppState,
         errors::AppError,
@@ -17,6 +19,58 @@ use crate::{
     },
 };
 
+/// Creating an organization waits for its type's row past a default change's hold; past the
+/// bound it says so in its own words.
+const WORDS: Words = Words {
+    done: "created",
+    busy: Some(
+        "The organization could not be set up because its plan type is being changed right now; nothing was \
+         created. Try again in a moment.",
+    ),
+};
+
+/// The create form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct CreateForm {
+    name: String,
+    /// Empty: no type.
+    org_type_id: String,
+    /// Empty: none.
+    email_domain: String,
+}
+
+/// An organization as the form asks for it.
+struct NewOrganization {
+    name: OrgName,
+    org_type_id: Option<i64>,
+    email_domain: Option<EmailDomain>,
+}
+
+impl CreateForm {
+    /// `org_types` are the types the form offers: another id is refused by field.
+    fn parse(&self, org_types: &[(i64, String)]) -> Result<NewOrganization, ServiceError> {
+        let mut problems = Problems::default();
+        let name = problems.field("name", OrgName::parse(&self.name));
+        let org_type_id = match self.org_type_id.trim() {
+            "" => Some(None),
+            t => match t.parse::<i64>().ok().filter(|id| org_types.iter().any(|(o, _)| o == id)) {
+                Some(id) => Some(Some(id)),
+                None => {
+                    problems.push("org_type_id", "Choose an organization type from the list.");
+                    None
+                }
+            },
+        };
+        let email_domain = match self.email_domain.trim() {
+            "" => Some(None),
+            d => problems.field("email_domain", EmailDomain::parse(d)).map(Some),
+        };
+        let ((name, org_type_id), email_domain) = problems.or(name.zip(org_type_id).zip(email_domain))?;
+        Ok(NewOrganization { name, org_type_id, email_domain })
+    }
+}
+
 #[derive(Deserialize)]
 pub struct ListQuery {
     q: Option<String>,
@@ -24,6 +78,7 @@ pub struct ListQuery {
     page: SeekQuery,
 }
 
+#[tracing::instrument(name = "Page: the organizations", skip_all)]
 pub async fn list(
     _op: Operator,
     req: HttpRequest,
@@ -61,7 +116,7 @@ async fn list_view(
 ) -> Result<views::OrgListView, AppError> {
     let list = services::reads::organizations(&state.db, &query, seek).await?;
     Ok(views::OrgListView {
-        csrf: crate::web::identity::csrf_token(req),
+        csrf: csrf_token(req),
         org_types: services::reads::org_type_options(&state.db).await?,
         create_form: views::FormState::default(),
         query,
@@ -101,6 +156,7 @@ fn position_row(c: &HeldConferral) -> views::PositionRow {
     }
 }
 
+#[tracing::instrument(name = "Page: an organization", skip_all, fields(organization_id = *id))]
 pub async fn detail(
     _op: Operator,
     req: HttpRequest,
@@ -137,72 +193,37 @@ pub async fn detail(
 
 /// Create an organization (with its pool and floor; with an email domain, the grants waiting
 /// for it).
+#[tracing::instrument(name = "Page: create an organization", skip_all)]
 pub async fn create(
     _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
-    form: web::Form<Vec<(String, String)>>,
+    form: Form<CreateForm>,
 ) -> Result<HttpResponse, AppError> {
-    use crate::services::{entitlements::EntitlementError, grants::EmailDomain, organizations::OrgName};
-    let f = form.into_inner();
-    let value = |n: &str| f.iter().find(|(k, _)| k == n).map_or("", |(_, v)| v.as_str()).to_string();
     let org_types = services::reads::org_type_options(&state.db).await?;
-    let mut problems: Vec<(String, String)> = vec![];
-    let name = OrgName::parse(&value("name")).map_err(|m| problems.push(("name".into(), m))).ok();
-    let org_type = match value("org_type_id").trim() {
-        "" => None,
-        t => match t.parse::<i64>().ok().filter(|id| org_types.iter().any(|(o, _)| o == id)) {
-            Some(id) => Some(id),
-            None => {
-                problems.push(("org_type_id".into(), "Choose an organization type from the list.".into()));
-                None
-            }
-        },
-    };
-    let domain = match value("email_domain").trim() {
-        "" => None,
-        d => EmailDomain::parse(d).map_err(|m| problems.push(("email_domain".into(), m))).ok(),
-    };
-    let result = match (name, problems.is_empty()) {
-        (Some(name), true) => {
+    let created = match form.parse(&org_types) {
+        Ok(o) => {
             let create = async || {
-                services::organizations::create_organization_with_domain(&state.db, &name, org_type, domain.as_ref())
+                let domain = o.email_domain.as_ref();
+                services::organizations::create_organization_with_domain(&state.db, &o.name, o.org_type_id, domain)
                     .await
             };
             once_more_after_deadlock(&state.db, "Create an organization", create).await
         }
-        _ => Err(EntitlementError::Invalid(String::new())),
+        Err(e) => Err(e),
     };
-    match result {
+    let e = match created {
         Ok((created, _)) => {
-            Ok(crate::web::forms::after_post(&req, &format!("/operator/organizations/{}", created.organization_id)))
+            return Ok(after_post(&req, &format!("/operator/organizations/{}", created.organization_id)));
         }
-        Err(EntitlementError::Db(crate::db::DbError::LockNotAvailable)) => Err(AppError::Busy(
-            "The organization could not be set up because its plan type is being changed right now; nothing was \
-             created. Try again in a moment."
-                .into(),
-        )),
-        Err(EntitlementError::Db(e)) => Err(e.into()),
-        Err(e) => {
-            let mut fs = views::FormState {
-                values: f.iter().filter(|(k, _)| k != "csrf_token").cloned().collect(),
-                field_errors: problems,
-                ..views::FormState::default()
-            };
-            fs.errors.push("Nothing was created: correct the fields marked below.".into());
-            match &e {
-                EntitlementError::Invalid(m) if !m.is_empty() => fs.errors.push(m.clone()),
-                EntitlementError::NotFound(what) => fs.errors.push(format!("That {what} does not exist.")),
-                _ => {}
-            }
-            let status = actix_web::http::StatusCode::UNPROCESSABLE_ENTITY;
-            let csrf = crate::web::identity::csrf_token(&req);
-            if render::is_htmx(&req) {
-                return Ok(crate::web::forms::partial(status, views::create_organization_form(&csrf, &org_types, &fs)));
-            }
-            let mut view = list_view(&req, &state, String::new(), Seek::First).await?;
-            view.create_form = fs;
-            Ok(render::page(&req, status, "Organizations", views::organization_list(&view)))
-        }
+        Err(e) => e,
+    };
+    let r = refusals::form(e, form.values(), WORDS)?;
+    if render::is_htmx(&req) {
+        let form = views::create_organization_form(&csrf_token(&req), &org_types, &r.form);
+        return Ok(crate::web::forms::partial(r.status, form));
     }
+    let mut view = list_view(&req, &state, String::new(), Seek::First).await?;
+    view.create_form = r.form;
+    Ok(render::page(&req, r.status, "Organizations", views::organization_list(&view)))
 }

@@ -34,6 +34,7 @@ fn row(a: &PlanActRow) -> views::PlanActRow {
     }
 }
 
+#[tracing::instrument(name = "Page: the plan acts", skip_all)]
 pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let acts = services::reads::plan_acts(&state.db).await?;
     Ok(render::ok(&req, "Plan acts", views::plan_act_list(&acts.iter().map(row).collect::<Vec<_>>())))
@@ -89,6 +90,7 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
     Ok(v)
 }
 
+#[tracing::instrument(name = "Page: a plan act", skip_all, fields(plan_act_id = *id))]
 pub async fn detail(
     _op: Operator,
     req: HttpRequest,
@@ -100,6 +102,7 @@ pub async fn detail(
 }
 
 /// What the page's progress polls: the progress container alone.
+#[tracing::instrument(name = "Page: a plan act's progress", skip_all, fields(plan_act_id = *id))]
 pub async fn progress(
     _op: Operator,
     req: HttpRequest,
@@ -113,25 +116,20 @@ pub async fn progress(
         .body(views::plan_act_progress(&v).into_string()))
 }
 
+/// RetryPlanAct: a button, no fields; a refusal (nothing to retry, another change) is the error
+/// page or partial.
+#[tracing::instrument(name = "Page: retry a plan act", skip_all, fields(plan_act_id = *id))]
 pub async fn retry(
     op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    use crate::services::topology::TopologyError;
     let actor = Some(op.account_id());
-    match once_more_after_deadlock(&state.db, "RetryPlanAct", async || {
+    once_more_after_deadlock(&state.db, "RetryPlanAct", async || {
         services::plan_acts::retry_plan_act(&state.db, *id, actor).await
     })
-    .await
-    {
-        Ok(_) => {}
-        Err(TopologyError::NotFound(_)) => return Err(AppError::NotFound),
-        Err(TopologyError::ChangeInProgress) => return Err(AppError::ChangeInProgress),
-        Err(TopologyError::Db(e)) => return Err(e.into()),
-        Err(e) => return Err(AppError::BadRequest(e.to_string())),
-    }
+    .await?;
     if !render::is_htmx(&req) {
         return Ok(HttpResponse::SeeOther().insert_header(("Location", format!("/operator/plan-acts/{id}"))).finish());
     }

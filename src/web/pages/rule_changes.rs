@@ -41,6 +41,7 @@ fn as_u64(n: i64) -> u64 {
     n.max(0) as u64
 }
 
+#[tracing::instrument(name = "Page: the rule changes", skip_all)]
 pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let (changes, acts) = services::reads::rule_changes(&state.db).await?;
     let rows: Vec<views::RuleChangeListRow> = changes
@@ -104,6 +105,7 @@ fn view(req: &HttpRequest, d: &RuleChangeDetail) -> views::RuleChangeView {
     }
 }
 
+#[tracing::instrument(name = "Page: a rule change", skip_all, fields(change_id = *id))]
 pub async fn detail(
     _op: Operator,
     req: HttpRequest,
@@ -115,6 +117,7 @@ pub async fn detail(
 }
 
 /// What the page's progress polls: the progress container alone.
+#[tracing::instrument(name = "Page: a rule change's progress", skip_all, fields(change_id = *id))]
 pub async fn progress(
     _op: Operator,
     req: HttpRequest,
@@ -128,24 +131,18 @@ pub async fn progress(
         .body(views::rule_change_progress(&view(&req, &d)).into_string()))
 }
 
+/// Retry: a button, no fields; a refusal is the error page or partial.
+#[tracing::instrument(name = "Page: retry a rule change", skip_all, fields(change_id = *id))]
 pub async fn retry(
     _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    use services::rule_changes::RuleChangeError;
-    match once_more_after_deadlock(&state.db, "Retry a rule change", async || {
+    once_more_after_deadlock(&state.db, "Retry a rule change", async || {
         services::rule_changes::retry_failed(&state.db, *id).await
     })
-    .await
-    {
-        Ok(_) => {}
-        Err(RuleChangeError::NotFound(_)) => return Err(AppError::NotFound),
-        Err(RuleChangeError::ChangeInProgress) => return Err(AppError::ChangeInProgress),
-        Err(RuleChangeError::Invalid(p)) => return Err(AppError::Invalid(p.into_iter().map(|(_, m)| m).collect())),
-        Err(RuleChangeError::Db(e)) => return Err(e.into()),
-    }
+    .await?;
     if !render::is_htmx(&req) {
         return Ok(HttpResponse::SeeOther()
             .insert_header(("Location", format!("/operator/rule-changes/{id}")))

@@ -3,21 +3,182 @@
 
 use std::collections::BTreeMap;
 
-use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use views::FormState;
 
 use crate::{
     db::retry::once_more_after_deadlock,
     services::{
-        self,
+        self, ServiceError,
         plan_acts::{ActReach, Disposition, ReorderTiers},
-        topology::{AddTier, RemoveTier, TopologyError},
+        refusal::Problems,
+        topology::{AddTier, RemoveTier},
     },
-    web::forms::{Fields, after_post, partial, value},
+    web::forms::{self, Form, after_post, partial, unknown_field},
     web::identity::Operator,
+    web::refusals::{self, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
+
+/// Every act here is a change path: a lock wait past its bound is "another change is in progress".
+const WORDS: Words = Words { done: "changed", busy: None };
+
+/// A reason, as every act's form has it: optional, bounded.
+fn parse_reason(s: &str) -> Result<String, String> {
+    let r = s.trim().to_string();
+    if r.chars().count() > 500 {
+        return Err("A reason may have at most 500 characters.".into());
+    }
+    Ok(r)
+}
+
+/// The tier-add form (and its preview's query).
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct AddTierForm {
+    product_id: String,
+    /// Empty: the top.
+    rank: String,
+    reason: String,
+}
+
+impl AddTierForm {
+    fn parse(&self, ladder_id: i64, actor: Option<i64>) -> Result<AddTier, ServiceError> {
+        let mut problems = Problems::default();
+        let product = self.product_id.trim().parse::<i64>().ok();
+        if product.is_none() {
+            problems.push("product_id", "Choose a product.");
+        }
+        let rank = match self.rank.trim() {
+            "" => None,
+            r => problems.field("rank", r.parse::<i32>().map_err(|_| format!("“{r}” is not a rank."))),
+        };
+        let reason = problems.field("reason", parse_reason(&self.reason));
+        let (product_id, reason) = problems.or(product.zip(reason))?;
+        Ok(AddTier { ladder_id, product_id, rank, reason, actor })
+    }
+}
+
+/// The tier-delete form: a button (a reason may come with it).
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeleteTierForm {
+    reason: String,
+}
+
+/// The ladders' order: a field `position.<ladder id>` per ladder.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct LadderOrderForm {
+    #[serde(flatten)]
+    positions: BTreeMap<String, String>,
+}
+
+impl LadderOrderForm {
+    fn parse(&self) -> Result<BTreeMap<i64, i32>, ServiceError> {
+        let mut problems = Problems::default();
+        let mut positions = BTreeMap::new();
+        for (k, v) in &self.positions {
+            let Some(id) = k.strip_prefix("position.") else { return Err(unknown_field(k)) };
+            match (id.parse::<i64>(), v.trim().parse::<i32>()) {
+                (Ok(id), Ok(p)) => {
+                    positions.insert(id, p);
+                }
+                _ => problems.push(k, format!("“{}” is not a position.", v.trim())),
+            }
+        }
+        problems.or(Some(positions))
+    }
+}
+
+/// The default-change form (and its preview's query).
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct DefaultChangeForm {
+    plan_ladder_id: String,
+    /// "", "migrate" or "grandfather".
+    disposition: String,
+    reason: String,
+}
+
+/// A default change as the form asks for it: (ladder, disposition, reason).
+struct DefaultChange {
+    ladder_id: i64,
+    disposition: Option<Disposition>,
+    reason: String,
+}
+
+impl DefaultChangeForm {
+    /// `no_ladder` is what to say when no ladder was chosen (the act and its preview differ).
+    fn parse(&self, no_ladder: &str) -> Result<DefaultChange, ServiceError> {
+        let mut problems = Problems::default();
+        let ladder = self.plan_ladder_id.trim().parse::<i64>().ok();
+        if ladder.is_none() {
+            problems.push("plan_ladder_id", no_ladder);
+        }
+        let disposition = problems.field("disposition", Disposition::parse(&self.disposition));
+        let reason = problems.field("reason", parse_reason(&self.reason));
+        let ((ladder_id, disposition), reason) = problems.or(ladder.zip(disposition).zip(reason))?;
+        Ok(DefaultChange { ladder_id, disposition, reason })
+    }
+}
+
+/// The tier-removal form (and its preview's query).
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct RemoveTierForm {
+    disposition: String,
+    reason: String,
+}
+
+impl RemoveTierForm {
+    fn parse(&self, ladder_id: i64, rank: i32, actor: Option<i64>) -> Result<RemoveTier, ServiceError> {
+        let mut problems = Problems::default();
+        let disposition = problems.field("disposition", Disposition::parse(&self.disposition));
+        let reason = problems.field("reason", parse_reason(&self.reason));
+        let (disposition, reason) = problems.or(disposition.zip(reason))?;
+        Ok(RemoveTier { ladder_id, rank, disposition, reason, actor })
+    }
+}
+
+/// A ladder's tier order (and its preview's query): a field `rank.<product id>` per tier, each a
+/// distinct rank from 0, with a disposition and a reason.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct TierOrderForm {
+    disposition: String,
+    reason: String,
+    #[serde(flatten)]
+    ranks: BTreeMap<String, String>,
+}
+
+impl TierOrderForm {
+    fn parse(&self, ladder_id: i64, actor: Option<i64>) -> Result<ReorderTiers, ServiceError> {
+        let mut problems = Problems::default();
+        let mut ranked: Vec<(i32, i64)> = vec![];
+        for (k, v) in &self.ranks {
+            let Some(id) = k.strip_prefix("rank.") else { return Err(unknown_field(k)) };
+            match (id.parse::<i64>(), v.trim().parse::<i32>()) {
+                (Ok(id), Ok(r)) if r >= 0 => ranked.push((r, id)),
+                _ => problems.push(k, format!("“{}” is not a rank.", v.trim())),
+            }
+        }
+        ranked.sort();
+        let distinct = ranked.iter().enumerate().all(|(i, (r, _))| *r == i as i32);
+        if problems.is_empty() && !distinct {
+            problems.push(
+                "",
+                format!("Give every tier a different rank from 0 to {}, once each.", ranked.len().max(1) - 1),
+            );
+        }
+        let disposition = problems.field("disposition", Disposition::parse(&self.disposition));
+        let reason = problems.field("reason", parse_reason(&self.reason));
+        let (disposition, reason) = problems.or(disposition.zip(reason))?;
+        let order = ranked.into_iter().map(|(_, p)| p).collect();
+        Ok(ReorderTiers { ladder_id, order, disposition, reason, actor })
+    }
+}
 
 /// The states of the page's forms that were just refused (the others render empty).
 #[derive(Default)]
@@ -86,6 +247,7 @@ pub struct Notice {
     done: Option<String>,
 }
 
+#[tracing::instrument(name = "Page: the tier topology", skip_all)]
 pub async fn topology(
     _op: Operator,
     req: HttpRequest,
@@ -103,69 +265,23 @@ pub async fn topology(
     Ok(render::ok(&req, "Tier topology", views::topology(&v)))
 }
 
-/// A refusal as a form's state and its status.
-fn refused(fields: &[(String, String)], e: TopologyError) -> Result<(StatusCode, FormState), AppError> {
-    let mut f = FormState {
-        values: fields.iter().filter(|(k, _)| k != "csrf_token").cloned().collect(),
-        ..FormState::default()
-    };
-    let status = match e {
-        TopologyError::Invalid(p) => {
-            for (field, m) in p {
-                if field.is_empty() { f.errors.push(m) } else { f.field_errors.push((field, m)) }
-            }
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
-        TopologyError::Refused(m) => {
-            f.errors.push(m);
-            StatusCode::CONFLICT
-        }
-        TopologyError::ChangeInProgress => {
-            let (t, m) = AppError::ChangeInProgress.title_and_message();
-            f.errors.push(format!("{t}. {m}"));
-            StatusCode::CONFLICT
-        }
-        TopologyError::NotFound(_) => return Err(AppError::NotFound),
-        TopologyError::Db(d) => return Err(d.into()),
-    };
-    Ok((status, f))
+/// A preview's form, read from its query like a posted form (an unknown field is refused in the
+/// preview's words).
+fn preview_form<T: serde::de::DeserializeOwned>(
+    q: web::Query<Vec<(String, String)>>,
+) -> Result<forms::Form<T>, ServiceError> {
+    forms::read(q.into_inner())
 }
 
-fn parse_add(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) -> Result<AddTier, TopologyError> {
-    let mut problems = vec![];
-    let product = value(f, "product_id").trim().parse::<i64>().ok();
-    if product.is_none() {
-        problems.push(("product_id".to_string(), "Choose a product.".to_string()));
-    }
-    let rank = match value(f, "rank").trim() {
-        "" => None,
-        r => match r.parse::<i32>() {
-            Ok(r) => Some(r),
-            Err(_) => {
-                problems.push(("rank".into(), format!("“{r}” is not a rank.")));
-                None
-            }
-        },
-    };
-    let reason = value(f, "reason").trim().to_string();
-    if reason.chars().count() > 500 {
-        problems.push(("reason".into(), "A reason may have at most 500 characters.".into()));
-    }
-    match product {
-        Some(product_id) if problems.is_empty() => Ok(AddTier { ladder_id, product_id, rank, reason, actor }),
-        _ => Err(TopologyError::Invalid(problems)),
-    }
-}
-
+#[tracing::instrument(name = "Page: preview a tier add", skip_all, fields(ladder_id = *id))]
 pub async fn preview(
     _op: Operator,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
-    let f = q.into_inner();
     let answer = async {
-        let a = parse_add(*id, &f, None)?;
+        let a = preview_form::<AddTierForm>(q)?.parse(*id, None)?;
         let r = services::topology::preview_add_tier(&state.db, &a, state.config.plan_act_holder_cap).await?;
         let names = services::reads::tier_names(&state.db, *id, a.product_id).await?;
         Ok(views::tier_add_preview(&views::TierAddPreview {
@@ -177,29 +293,18 @@ pub async fn preview(
             refusal: r.refusal,
         }))
     };
-    preview_answer("This tier cannot be added", answer.await)
+    refusals::preview("This tier cannot be added", answer.await)
 }
 
-/// A preview's answer, in place (200): what the act would reach, or the refusal it would meet
-/// (bad input, a cap, the gate, no such ladder or tier); a database failure is an error page.
-fn preview_answer(refused: &str, answer: Result<views::Markup, TopologyError>) -> Result<HttpResponse, AppError> {
-    match answer {
-        Ok(m) => Ok(partial(StatusCode::OK, m)),
-        Err(TopologyError::Db(e)) => Err(e.into()),
-        Err(e) => Ok(partial(StatusCode::OK, views::refusal(refused, &e.to_string()))),
-    }
-}
-
+#[tracing::instrument(name = "Page: add a tier", skip_all, fields(ladder_id = *id))]
 pub async fn add_tier(
     op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
-    form: Fields,
+    form: Form<AddTierForm>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.into_inner();
-    let actor = Some(op.account_id());
-    let result = match parse_add(*id, &f, actor) {
+    let added = match form.parse(*id, Some(op.account_id())) {
         Ok(a) => once_more_after_deadlock(&state.db, "AddTier", async || {
             services::topology::add_tier(&state.db, &a, state.config.plan_act_holder_cap).await
         })
@@ -207,141 +312,116 @@ pub async fn add_tier(
         .map(|_| ()),
         Err(e) => Err(e),
     };
-    let e = match result {
+    let e = match added {
         Ok(()) => return Ok(after_post(&req, "/operator/topology?done=tier-added")),
         Err(e) => e,
     };
-    let (status, fs) = refused(&f, e)?;
-    let v = view(&req, &state, Forms { add: vec![(*id, fs.clone())], ..Forms::default() }, None).await?;
-    if render::is_htmx(&req) {
-        let next_rank = v.ladders.iter().find(|l| l.id == *id).map_or(0, |l| l.tiers.len() as i32);
-        return Ok(partial(status, views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &fs)));
-    }
-    Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
+    let r = refusals::form(e, form.values(), WORDS)?;
+    let v = view(&req, &state, Forms { add: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
+    let next_rank = v.ladders.iter().find(|l| l.id == *id).map_or(0, |l| l.tiers.len() as i32);
+    Ok(refusals::answer(
+        &req,
+        r.status,
+        "Tier topology",
+        || views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &r.form),
+        || views::topology(&v),
+    ))
 }
 
+#[tracing::instrument(name = "Page: delete a tier", skip_all, fields(ladder_id = path.0, rank = path.1))]
 pub async fn delete_tier(
     op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<(i64, i32)>,
-    form: Fields,
+    form: Form<DeleteTierForm>,
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
-    let f = form.into_inner();
     let actor = Some(op.account_id());
-    let delete = async || services::topology::delete_tier(&state.db, ladder, rank, actor, value(&f, "reason")).await;
+    let delete = async || services::topology::delete_tier(&state.db, ladder, rank, actor, &form.reason).await;
     let e = match once_more_after_deadlock(&state.db, "DeleteTier", delete).await {
         Ok(_) => return Ok(after_post(&req, "/operator/topology?done=tier-deleted")),
         Err(e) => e,
     };
-    let (status, fs) = refused(&f, e)?;
+    let r = refusals::form(e, form.values(), WORDS)?;
     if render::is_htmx(&req) {
-        return Ok(partial(status, views::delete_tier_form(&csrf_token(&req), ladder, rank, &fs)));
+        return Ok(partial(r.status, views::delete_tier_form(&csrf_token(&req), ladder, rank, &r.form)));
     }
-    let mut v = view(&req, &state, Forms::default(), None).await?;
-    v.notice = None;
-    let banner = views::refusal("The tier was not deleted", &fs.errors.join(" "));
+    // The delete button's form has no room for a message: the page says it in a banner.
+    let v = view(&req, &state, Forms::default(), None).await?;
+    let banner = views::refusal("The tier was not deleted", &r.form.errors.join(" "));
     let body = views::PreEscaped(banner.into_string() + &views::topology(&v).into_string());
-    Ok(render::page(&req, status, "Tier topology", body))
+    Ok(render::page(&req, r.status, "Tier topology", body))
 }
 
+#[tracing::instrument(name = "Page: order the ladders", skip_all)]
 pub async fn ladder_order(
     _op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
-    form: Fields,
+    form: Form<LadderOrderForm>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.into_inner();
-    let mut positions = BTreeMap::new();
-    let mut problems = vec![];
-    for (k, v) in &f {
-        if let Some(id) = k.strip_prefix("position.") {
-            match (id.parse::<i64>(), v.trim().parse::<i32>()) {
-                (Ok(id), Ok(p)) => {
-                    positions.insert(id, p);
-                }
-                _ => problems.push((k.clone(), format!("“{}” is not a position.", v.trim()))),
-            }
-        }
-    }
-    let result = if problems.is_empty() {
-        once_more_after_deadlock(&state.db, "ReorderPlanLadders", async || {
+    let ordered = match form.parse() {
+        Ok(positions) => once_more_after_deadlock(&state.db, "ReorderPlanLadders", async || {
             services::topology::reorder_plan_ladders(&state.db, &positions).await
         })
         .await
-        .map(|_| ())
-    } else {
-        Err(TopologyError::Invalid(problems))
+        .map(|_| ()),
+        Err(e) => Err(e),
     };
-    let e = match result {
+    let e = match ordered {
         Ok(()) => return Ok(after_post(&req, "/operator/topology?done=order")),
         Err(e) => e,
     };
-    let (status, fs) = refused(&f, e)?;
-    let v = view(&req, &state, Forms { order: fs.clone(), ..Forms::default() }, None).await?;
-    if render::is_htmx(&req) {
-        let ladders: Vec<(i64, String, i32)> =
-            v.ladders.iter().enumerate().map(|(i, l)| (l.id, l.name.clone(), i as i32 + 1)).collect();
-        return Ok(partial(status, views::ladder_order_form(&v.csrf, &ladders, &fs)));
-    }
-    Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
+    let r = refusals::form(e, form.values(), WORDS)?;
+    let v = view(&req, &state, Forms { order: r.form.clone(), ..Forms::default() }, None).await?;
+    let ladders: Vec<(i64, String, i32)> =
+        v.ladders.iter().enumerate().map(|(i, l)| (l.id, l.name.clone(), i as i32 + 1)).collect();
+    Ok(refusals::answer(
+        &req,
+        r.status,
+        "Tier topology",
+        || views::ladder_order_form(&v.csrf, &ladders, &r.form),
+        || views::topology(&v),
+    ))
 }
 
 /// ChangeOrgTypeDefault: T0, then the listing and moves for up to a few seconds of this request;
 /// the operator lands on the act's live progress.
+#[tracing::instrument(name = "Page: change a type's default", skip_all, fields(org_type_id = *id))]
 pub async fn change_default(
     op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
-    form: Fields,
+    form: Form<DefaultChangeForm>,
 ) -> Result<HttpResponse, AppError> {
     use crate::services::plan_acts::change_org_type_default;
-    let f = form.into_inner();
     let actor = Some(op.account_id());
-    let mut problems = vec![];
-    let ladder = value(&f, "plan_ladder_id").trim().parse::<i64>().ok();
-    if ladder.is_none() {
-        problems.push(("plan_ladder_id".to_string(), "Choose a ladder.".to_string()));
-    }
-    let d = disposition(&f, &mut problems);
-    let reason = reason(&f, &mut problems);
-    let result = match (ladder, problems.is_empty()) {
-        (Some(ladder), true) => {
-            let change =
-                async || change_org_type_default(&state.db, *id, ladder, d, actor, &reason, Some(within(&state))).await;
+    let changed = match form.parse("Choose a ladder.") {
+        Ok(c) => {
+            let change = async || {
+                let within = Some(within(&state));
+                change_org_type_default(&state.db, *id, c.ladder_id, c.disposition, actor, &c.reason, within).await
+            };
             once_more_after_deadlock(&state.db, "ChangeOrgTypeDefault", change).await
         }
-        _ => Err(TopologyError::Invalid(problems)),
+        Err(e) => Err(e),
     };
-    let e = match result {
+    let e = match changed {
         Ok(act) => return Ok(after_post(&req, &format!("/operator/plan-acts/{act}"))),
         Err(e) => e,
     };
-    let (status, fs) = refused(&f, e)?;
-    let v = view(&req, &state, Forms { default: vec![(*id, fs.clone())], ..Forms::default() }, None).await?;
-    if render::is_htmx(&req) {
-        let ladders: Vec<(i64, String)> = v.ladders.iter().map(|l| (l.id, l.name.clone())).collect();
-        return Ok(partial(status, views::default_change_form(&v.csrf, *id, &ladders, &fs)));
-    }
-    Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
-}
-
-/// The reason field, bounded.
-fn reason(f: &[(String, String)], problems: &mut Vec<(String, String)>) -> String {
-    let r = value(f, "reason").trim().to_string();
-    if r.chars().count() > 500 {
-        problems.push(("reason".into(), "A reason may have at most 500 characters.".into()));
-    }
-    r
-}
-
-fn disposition(f: &[(String, String)], problems: &mut Vec<(String, String)>) -> Option<Disposition> {
-    Disposition::parse(value(f, "disposition")).unwrap_or_else(|m| {
-        problems.push(("disposition".into(), m));
-        None
-    })
+    let r = refusals::form(e, form.values(), WORDS)?;
+    let v = view(&req, &state, Forms { default: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
+    let ladders: Vec<(i64, String)> = v.ladders.iter().map(|l| (l.id, l.name.clone())).collect();
+    Ok(refusals::answer(
+        &req,
+        r.status,
+        "Tier topology",
+        || views::default_change_form(&v.csrf, *id, &ladders, &r.form),
+        || views::topology(&v),
+    ))
 }
 
 /// What the request has left to move organizations in, less a margin to answer in.
@@ -364,44 +444,23 @@ fn reach_preview(action: String, r: ActReach, d: Option<Disposition>) -> views::
 }
 
 /// The preview of a default change: how many organizations it reaches, per disposition.
+#[tracing::instrument(name = "Page: preview a default change", skip_all, fields(org_type_id = *id))]
 pub async fn default_preview(
     _op: Operator,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
-    let f = q.into_inner();
     let answer = async {
-        let mut problems = vec![];
-        let d = disposition(&f, &mut problems);
-        let Some(ladder) = value(&f, "plan_ladder_id").trim().parse::<i64>().ok() else {
-            return Err(TopologyError::Invalid(vec![("plan_ladder_id".into(), "Choose a ladder to preview.".into())]));
-        };
-        if !problems.is_empty() {
-            return Err(TopologyError::Invalid(problems));
-        }
-        let r = services::plan_acts::preview_default_change(&state.db, *id, ladder, d).await?;
+        let c = preview_form::<DefaultChangeForm>(q)?.parse("Choose a ladder to preview.")?;
+        let r = services::plan_acts::preview_default_change(&state.db, *id, c.ladder_id, c.disposition).await?;
         let action = format!("Changing {}'s default to {}", r.types.first().cloned().unwrap_or_default(), r.ladder);
-        Ok(views::act_reach_preview(&reach_preview(action, r, d)))
+        Ok(views::act_reach_preview(&reach_preview(action, r, c.disposition)))
     };
-    preview_answer("This default cannot be changed", answer.await)
+    refusals::preview("This default cannot be changed", answer.await)
 }
 
-fn parse_remove(
-    ladder_id: i64,
-    rank: i32,
-    f: &[(String, String)],
-    actor: Option<i64>,
-) -> Result<RemoveTier, TopologyError> {
-    let mut problems = vec![];
-    let d = disposition(f, &mut problems);
-    let reason = reason(f, &mut problems);
-    if !problems.is_empty() {
-        return Err(TopologyError::Invalid(problems));
-    }
-    Ok(RemoveTier { ladder_id, rank, disposition: d, reason, actor })
-}
-
+#[tracing::instrument(name = "Page: preview a tier removal", skip_all, fields(ladder_id = path.0, rank = path.1))]
 pub async fn remove_preview(
     _op: Operator,
     state: web::Data<AppState>,
@@ -409,9 +468,8 @@ pub async fn remove_preview(
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
-    let f = q.into_inner();
     let answer = async {
-        let r = parse_remove(ladder, rank, &f, None)?;
+        let r = preview_form::<RemoveTierForm>(q)?.parse(ladder, rank, None)?;
         let p = services::topology::preview_remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await?;
         Ok(views::tier_removal_preview(&views::TierRemovalPreview {
             ladder: p.ladder,
@@ -423,21 +481,20 @@ pub async fn remove_preview(
             refusal: p.refusal,
         }))
     };
-    preview_answer("This tier cannot be removed", answer.await)
+    refusals::preview("This tier cannot be removed", answer.await)
 }
 
 /// RemoveTier: one transaction moves every holder; the operator lands on the act's record.
+#[tracing::instrument(name = "Page: remove a tier", skip_all, fields(ladder_id = path.0, rank = path.1))]
 pub async fn remove_tier(
     op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<(i64, i32)>,
-    form: Fields,
+    form: Form<RemoveTierForm>,
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
-    let f = form.into_inner();
-    let actor = Some(op.account_id());
-    let result = match parse_remove(ladder, rank, &f, actor) {
+    let removed = match form.parse(ladder, rank, Some(op.account_id())) {
         Ok(r) => {
             once_more_after_deadlock(&state.db, "RemoveTier", async || {
                 services::topology::remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await
@@ -446,62 +503,38 @@ pub async fn remove_tier(
         }
         Err(e) => Err(e),
     };
-    let e = match result {
+    let e = match removed {
         Ok((act, _)) => return Ok(after_post(&req, &format!("/operator/plan-acts/{act}"))),
         Err(e) => e,
     };
-    let (status, fs) = refused(&f, e)?;
-    let v = view(&req, &state, Forms { remove: vec![((ladder, rank), fs.clone())], ..Forms::default() }, None).await?;
-    if render::is_htmx(&req) {
-        let product = v
-            .ladders
-            .iter()
-            .find(|l| l.id == ladder)
-            .and_then(|l| l.tiers.iter().find(|t| t.rank == rank))
-            .map(|t| t.product_name.clone())
-            .unwrap_or_default();
-        return Ok(partial(status, views::remove_tier_form(&v.csrf, ladder, rank, &product, &fs)));
-    }
-    Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
+    let r = refusals::form(e, form.values(), WORDS)?;
+    let forms = Forms { remove: vec![((ladder, rank), r.form.clone())], ..Forms::default() };
+    let v = view(&req, &state, forms, None).await?;
+    let product = v
+        .ladders
+        .iter()
+        .find(|l| l.id == ladder)
+        .and_then(|l| l.tiers.iter().find(|t| t.rank == rank))
+        .map(|t| t.product_name.clone())
+        .unwrap_or_default();
+    Ok(refusals::answer(
+        &req,
+        r.status,
+        "Tier topology",
+        || views::remove_tier_form(&v.csrf, ladder, rank, &product, &r.form),
+        || views::topology(&v),
+    ))
 }
 
-/// The submitted order: `rank.{product_id}` fields, each a distinct rank from 0.
-fn parse_tier_order(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) -> Result<ReorderTiers, TopologyError> {
-    let mut problems = vec![];
-    let mut ranked: Vec<(i32, i64)> = vec![];
-    for (k, v) in f {
-        if let Some(id) = k.strip_prefix("rank.") {
-            match (id.parse::<i64>(), v.trim().parse::<i32>()) {
-                (Ok(id), Ok(r)) if r >= 0 => ranked.push((r, id)),
-                _ => problems.push((k.clone(), format!("“{}” is not a rank.", v.trim()))),
-            }
-        }
-    }
-    ranked.sort();
-    let distinct = ranked.iter().enumerate().all(|(i, (r, _))| *r == i as i32);
-    if problems.is_empty() && !distinct {
-        problems.push((
-            String::new(),
-            format!("Give every tier a different rank from 0 to {}, once each.", ranked.len().max(1) - 1),
-        ));
-    }
-    let d = disposition(f, &mut problems);
-    let reason = reason(f, &mut problems);
-    if !problems.is_empty() {
-        return Err(TopologyError::Invalid(problems));
-    }
-    Ok(ReorderTiers { ladder_id, order: ranked.into_iter().map(|(_, p)| p).collect(), disposition: d, reason, actor })
-}
-
+#[tracing::instrument(name = "Page: preview a tier order", skip_all, fields(ladder_id = *id))]
 pub async fn tier_order_preview(
     _op: Operator,
     state: web::Data<AppState>,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
-    let f = q.into_inner();
     let answer = async {
-        let r = parse_tier_order(*id, &f, None)?;
+        let r = preview_form::<TierOrderForm>(q)?.parse(*id, None)?;
         let p = services::plan_acts::preview_reorder_tiers(&state.db, &r).await?;
         let action = match (&p.from_floor, &p.to_floor) {
             (Some(from), Some(to)) if from != to => {
@@ -511,20 +544,19 @@ pub async fn tier_order_preview(
         };
         Ok(views::act_reach_preview(&reach_preview(action, p, r.disposition)))
     };
-    preview_answer("These tiers cannot be reordered", answer.await)
+    refusals::preview("These tiers cannot be reordered", answer.await)
 }
 
 /// ReorderTiers: T0, then the moves for part of this request; the operator lands on the act.
+#[tracing::instrument(name = "Page: reorder a ladder's tiers", skip_all, fields(ladder_id = *id))]
 pub async fn tier_order(
     op: Operator,
     req: HttpRequest,
     state: web::Data<AppState>,
     id: web::Path<i64>,
-    form: Fields,
+    form: Form<TierOrderForm>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.into_inner();
-    let actor = Some(op.account_id());
-    let result = match parse_tier_order(*id, &f, actor) {
+    let reordered = match form.parse(*id, Some(op.account_id())) {
         Ok(r) => {
             once_more_after_deadlock(&state.db, "ReorderTiers", async || {
                 services::plan_acts::reorder_tiers(&state.db, &r, Some(within(&state))).await
@@ -533,20 +565,23 @@ pub async fn tier_order(
         }
         Err(e) => Err(e),
     };
-    let e = match result {
+    let e = match reordered {
         Ok(act) => return Ok(after_post(&req, &format!("/operator/plan-acts/{act}"))),
         Err(e) => e,
     };
-    let (status, fs) = refused(&f, e)?;
-    let v = view(&req, &state, Forms { tier_order: vec![(*id, fs.clone())], ..Forms::default() }, None).await?;
-    if render::is_htmx(&req) {
-        let tiers: Vec<(i64, String, i32)> = v
-            .ladders
-            .iter()
-            .find(|l| l.id == *id)
-            .map(|l| l.tiers.iter().map(|t| (t.product_id, t.product_name.clone(), t.rank)).collect())
-            .unwrap_or_default();
-        return Ok(partial(status, views::tier_order_form(&v.csrf, *id, &tiers, &fs)));
-    }
-    Ok(render::page(&req, status, "Tier topology", views::topology(&v)))
+    let r = refusals::form(e, form.values(), WORDS)?;
+    let v = view(&req, &state, Forms { tier_order: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
+    let tiers: Vec<(i64, String, i32)> = v
+        .ladders
+        .iter()
+        .find(|l| l.id == *id)
+        .map(|l| l.tiers.iter().map(|t| (t.product_id, t.product_name.clone(), t.rank)).collect())
+        .unwrap_or_default();
+    Ok(refusals::answer(
+        &req,
+        r.status,
+        "Tier topology",
+        || views::tier_order_form(&v.csrf, *id, &tiers, &r.form),
+        || views::topology(&v),
+    ))
 }
