@@ -1304,3 +1304,56 @@ async fn members_are_refused_and_anonymous_visitors_sent_to_sign_in_on_every_gra
     }
     assert_eq!(state(&t).await, before, "no refused request wrote anything");
 }
+
+// ---------- 8. A form with a field it does not have, or without one ----------
+
+/// A field the form does not have (a misspelling, a page older than the console) is refused
+/// naming it, and a field not sent at all gets that field's own message, as an empty one does:
+/// each a 4xx, and nothing written.
+#[tokio::test]
+async fn a_misspelt_or_missing_field_on_a_grant_or_organization_form_is_refused_by_name() {
+    let (t, app, c, token) = operator_app().await;
+    let initech = organization_id(&t, "Initech").await;
+    let pro = active_grant(&t, initech, "operator").await;
+    let basic = product_id(&t, "Basic").await.to_string();
+    let org = initech.to_string();
+    let (revoke, manage) = (format!("/operator/grants/{pro}/revoke"), format!("/operator/grants/{pro}/manage"));
+    let before = state(&t).await;
+    let misspelt = [
+        (
+            "/operator/grants",
+            &[("organization_id", org.as_str()), ("product_id", basic.as_str()), ("reasn", "typo")][..],
+            "reasn",
+        ),
+        (revoke.as_str(), &[("reasn", "typo")][..], "reasn"),
+        (manage.as_str(), &[("quantity", "2"), ("reason", "r"), ("ends", "2999-01-01T00:00")][..], "ends"),
+        ("/operator/organizations", &[("name", "Typo Inc"), ("emial_domain", "typo.example.org")][..], "emial_domain"),
+    ];
+    let missing = [
+        (
+            "/operator/grants",
+            &[("organization_id", org.as_str()), ("product_id", basic.as_str())][..],
+            "Say why: a reason",
+        ),
+        (revoke.as_str(), &[][..], "Say why: a reason is kept with the grant."),
+        (manage.as_str(), &[("quantity", "2")][..], "Say why: a reason is kept with the grant."),
+        ("/operator/organizations", &[("org_type_id", "")][..], "An organization needs a name."),
+    ];
+    for htmx in [false, true] {
+        for (path, fields, name) in misspelt {
+            let a = post(&app, &c, path, &token, fields, htmx).await;
+            let case = format!("{path} with {name} (htmx: {htmx})");
+            assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
+            assert!(a.body.contains(&format!("This form has no field “{name}”")), "{case}: {}", a.body);
+            assert_eq!(state(&t).await, before, "{case}: nothing was written");
+        }
+        for (path, fields, message) in missing {
+            let a = post(&app, &c, path, &token, fields, htmx).await;
+            let case = format!("{path} without a field (htmx: {htmx})");
+            assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
+            assert!(a.body.contains(message), "{case}: {}", a.body);
+            assert_eq!(state(&t).await, before, "{case}: nothing was written");
+        }
+    }
+    assert_eq!(grant_status(&t, pro).await, "active");
+}

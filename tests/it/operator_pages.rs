@@ -1170,3 +1170,68 @@ async fn members_are_refused_and_anonymous_visitors_sent_to_sign_in_on_every_ope
     }
     assert_eq!(catalog_snapshot(&t).await, snapshot, "no refused post wrote anything");
 }
+
+// ---------- 8. A form with a field it does not have, or without one ----------
+
+/// The ladders, their tiers and the plan acts, to prove a refused topology form wrote nothing.
+async fn topology_snapshot(t: &TestDb) -> String {
+    sqlx::query_scalar(
+        "SELECT concat_ws(E'\\n',
+            (SELECT string_agg(format('%s|%s', plan_ladder_id, sort_order), ';' ORDER BY plan_ladder_id)
+               FROM core.plan_ladders),
+            (SELECT string_agg(format('%s|%s|%s', plan_ladder_id, rank, product_id), ';' ORDER BY plan_ladder_id, rank)
+               FROM core.plan_ladder_tiers),
+            (SELECT count(*)::text FROM core.plan_acts))",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// A field the form does not have (a misspelling, a page older than the console) is refused
+/// naming it, and a field not sent at all gets that field's own message, as an empty one does:
+/// each a 4xx, and nothing written.
+#[tokio::test]
+async fn a_misspelt_or_missing_field_on_a_catalog_or_topology_form_is_refused_by_name() {
+    let (t, app, c, token) = operator_app().await;
+    let set = set_id(&t, "Basic").await;
+    let product = product_id(&t, "Basic").await;
+    let wiki = scalar_i64(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1", "Wiki hosting").await;
+    let (rules, edit) =
+        (format!("/operator/catalog/sets/{set}/rules"), format!("/operator/catalog/products/{product}"));
+    let add_tier = format!("/operator/topology/ladders/{wiki}/tiers");
+    let misspelt = [
+        ("/operator/catalog/keys", &[("key", "wiki.pages"), ("knd", "numeric")][..], "knd"),
+        ("/operator/catalog/sets", &[("nam", "Gold")][..], "nam"),
+        ("/operator/catalog/products", &[("name", "Gold"), ("publsihed", "on")][..], "publsihed"),
+        (edit.as_str(), &[("name", "Basic"), ("entitlement_set", "1")][..], "entitlement_set"),
+        (rules.as_str(), &[("rules.fedwiki.active_sites", "4")][..], "rules.fedwiki.active_sites"),
+        (add_tier.as_str(), &[("product", "1")][..], "product"),
+        ("/operator/topology/ladder-order", &[("positon.1", "1")][..], "positon.1"),
+    ];
+    let missing = [
+        ("/operator/catalog/keys", &[("key", "wiki.pages")][..], "is not a kind: choose numeric or flag."),
+        ("/operator/catalog/sets", &[][..], "An entitlement set needs a name."),
+        ("/operator/catalog/products", &[][..], "A product needs a name."),
+        (edit.as_str(), &[][..], "A product needs a name."),
+        (add_tier.as_str(), &[("rank", "1")][..], "Choose a product."),
+    ];
+    let before = (catalog_counts(&t).await, catalog_snapshot(&t).await, topology_snapshot(&t).await);
+    let written = || async { (catalog_counts(&t).await, catalog_snapshot(&t).await, topology_snapshot(&t).await) };
+    for htmx in [false, true] {
+        for (path, fields, name) in misspelt {
+            let a = post(&app, &c, path, &token, fields, htmx).await;
+            let case = format!("{path} with {name} (htmx: {htmx})");
+            assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
+            assert!(a.body.contains(&format!("This form has no field “{name}”")), "{case}: {}", a.body);
+            assert_eq!(written().await, before, "{case}: nothing was written");
+        }
+        for (path, fields, message) in missing {
+            let a = post(&app, &c, path, &token, fields, htmx).await;
+            let case = format!("{path} without a field (htmx: {htmx})");
+            assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
+            assert!(a.body.contains(message), "{case}: {}", a.body);
+            assert_eq!(written().await, before, "{case}: nothing was written");
+        }
+    }
+}

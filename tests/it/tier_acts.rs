@@ -1350,6 +1350,64 @@ async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page()
     app.handle.stop(false).await;
 }
 
+/// A field a plan act's form does not have is refused naming it (in place for a preview), a
+/// missing one gets its field's message, and a Retry with nothing to retry is a conflict (409, as
+/// every refusal of an act is): none of them writes anything.
+#[tokio::test]
+async fn a_misspelt_or_missing_field_on_a_plan_act_form_is_refused_by_name_and_an_empty_retry_is_a_conflict() {
+    let (t, app, op, token) = pages::operator_app().await;
+    let (community, business) = (type_id(&t, "Community").await, type_id(&t, "Business").await);
+    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let basic = product_id(&t, "Basic").await;
+    let default = format!("/operator/topology/org-types/{community}/default");
+    let order = format!("/operator/topology/ladders/{wiki}/tier-order");
+    let remove = format!("/operator/topology/ladders/{wiki}/tiers/2/remove");
+    let (support_s, rank_basic) = (support.to_string(), format!("rank.{basic}"));
+    let misspelt = [
+        (default.as_str(), &[("plan_ladder_id", support_s.as_str()), ("dispositon", "migrate")][..], "dispositon"),
+        (order.as_str(), &[(rank_basic.as_str(), "0"), ("rnk.1", "1"), ("disposition", "migrate")][..], "rnk.1"),
+        (remove.as_str(), &[("disposition", "migrate"), ("reasons", "tidy")][..], "reasons"),
+    ];
+    let missing = [
+        (default.as_str(), &[("disposition", "migrate")][..], "Choose a ladder."),
+        (remove.as_str(), &[("reason", "tidy")][..], "1 organization holds this tier: choose whether"),
+    ];
+    let before = world(&t).await;
+    for htmx in [false, true] {
+        for (path, fields, name) in misspelt {
+            let a = pages::post(&app, &op, path, &token, fields, htmx).await;
+            let case = format!("{path} with {name} (htmx: {htmx})");
+            assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
+            assert!(a.body.contains(&format!("This form has no field “{name}”")), "{case}: {}", a.body);
+            assert_eq!(world(&t).await, before, "{case}: nothing was written");
+        }
+        for (path, fields, message) in missing {
+            let a = pages::post(&app, &op, path, &token, fields, htmx).await;
+            let case = format!("{path} without a field (htmx: {htmx})");
+            assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
+            assert!(a.body.contains(message), "{case}: {}", a.body);
+            assert_eq!(world(&t).await, before, "{case}: nothing was written");
+        }
+    }
+    // A preview reads its form the same way, and says so in place.
+    let a = pages::get(&app, &op, &format!("{default}/preview?plan_ladder_id={support}&dispositon=migrate")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(a.body.contains("This default cannot be changed"), "{}", a.body);
+    assert!(a.body.contains("This form has no field “dispositon”"), "{}", a.body);
+
+    // A Retry of an act none of whose organizations failed: 409, and no retry act is kept.
+    let act = change(&t, business, wiki, Some(Disposition::Migrate)).await.unwrap();
+    pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    let acts = scalar(&t, "SELECT count(*) FROM core.plan_acts").await;
+    for htmx in [false, true] {
+        let a = pages::post(&app, &op, &format!("/operator/plan-acts/{act}/retry"), &token, &[], htmx).await;
+        assert_eq!(a.status, StatusCode::CONFLICT, "htmx {htmx}: {}", a.body);
+        assert!(a.body.contains("Nothing to retry"), "htmx {htmx}: {}", a.body);
+    }
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, acts);
+    app.handle.stop(false).await;
+}
+
 /// An incumbent whose end came before the expiry sweep got to it: its legacy grant keeps the
 /// incumbent's own window (the grant row's check refuses an end before its start), and the sweep
 /// expires it as it would have the incumbent.

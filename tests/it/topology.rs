@@ -304,3 +304,30 @@ async fn a_tier_add_while_another_change_holds_the_rendezvous_is_refused() {
     ));
     assert!(matches!(topo::delete_tier(&short, support, 1, None, "x").await, Err(TopologyError::ChangeInProgress)));
 }
+
+/// The two triggers that keep a tier's product on an entitlement set raise under a constraint
+/// name, which the tier add and the product edit map to the field concerned (not by SQLSTATE).
+#[tokio::test]
+async fn the_tier_triggers_refuse_under_their_constraint_names() {
+    let (t, _, wiki) = setup().await;
+    let loose: i64 =
+        sqlx::query_scalar("INSERT INTO core.products (name, published) VALUES ('Loose', true) RETURNING product_id")
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    let constraint = |e: sqlx::Error| e.as_database_error().and_then(|d| d.constraint().map(str::to_string));
+    let e = sqlx::query("INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, 99, $2)")
+        .bind(wiki)
+        .bind(loose)
+        .execute(&t.admin)
+        .await
+        .unwrap_err();
+    assert_eq!(constraint(e).as_deref(), Some("plan_ladder_tiers_product_has_set"));
+    let basic = scalar(&t, "SELECT product_id FROM core.products WHERE name = 'Basic'").await;
+    let e = sqlx::query("UPDATE core.products SET entitlement_set_id = NULL WHERE product_id = $1")
+        .bind(basic)
+        .execute(&t.admin)
+        .await
+        .unwrap_err();
+    assert_eq!(constraint(e).as_deref(), Some("products_keep_set_while_tier"));
+}

@@ -314,6 +314,30 @@ async fn failures_from_one_address_are_throttled_across_accounts() {
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// The sign-in form refuses a field it does not have by name, and a field not sent gets the
+/// message an empty one does: 422 either way, nothing counted against anyone, no session.
+#[tokio::test]
+async fn a_misspelt_or_missing_sign_in_field_is_refused_by_name() {
+    let (t, app) = app_with_demo().await;
+    let c = app.client();
+    let token = app.csrf(&c, "/login").await;
+    let post = |fields: Vec<(&'static str, &'static str)>| {
+        let mut form: Vec<(&str, &str)> = fields;
+        form.push(("csrf_token", token.as_str()));
+        c.post(app.url("/login")).form(&form).send()
+    };
+    let r = post(vec![("emial", demo::MEMBER_EMAIL), ("password", demo::MEMBER_PASSWORD)]).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.text().await.unwrap().contains("This form has no field “emial”"));
+    let r = post(vec![("email", demo::MEMBER_EMAIL)]).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(r.text().await.unwrap().contains("Enter your password."));
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle").fetch_one(&t.admin).await.unwrap();
+    assert_eq!(n, 0);
+    let sessions: i64 = sqlx::query_scalar("SELECT count(*) FROM core.web_sessions").fetch_one(&t.admin).await.unwrap();
+    assert_eq!(sessions, 0);
+}
+
 #[tokio::test]
 async fn bad_sign_in_input_gets_a_clear_message_and_writes_nothing() {
     let (t, app) = app_with_demo().await;
