@@ -4,7 +4,6 @@ use std::{io::Read, net::TcpListener, sync::Arc};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use private_cluster::PrivateCluster;
 use member_console::{
     boot::{self, Booted, boot},
     config::{Config, LogFormat},
@@ -14,6 +13,7 @@ use member_console::{
     services::auth::{Email, NewPassword, ensure_account},
     stress, web,
 };
+use private_cluster::PrivateCluster;
 
 #[derive(Parser)]
 #[command(name = "member-console", about = "Member Console: plans, grants, entitlements and FedWiki sites")]

@@ -22,9 +22,6 @@ use crate::{
     },
 };
 
-/// The grants' name for the shared error.
-pub type GrantError = ServiceError;
-
 /// An email domain, lower-cased, parsed once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmailDomain(String);

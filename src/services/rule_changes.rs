@@ -48,9 +48,6 @@ impl Job for ResumeRuleChangeDrains {
     const KIND: &'static str = RESUME_RULE_CHANGE_DRAINS;
 }
 
-/// The rule changes' name for the shared error.
-pub type RuleChangeError = ServiceError;
-
 /// What a commit did.
 #[derive(Debug, Clone)]
 pub struct Committed {

@@ -45,9 +45,6 @@ impl Disposition {
     }
 }
 
-/// The topology's (and the plan acts') name for the shared error.
-pub type TopologyError = ServiceError;
-
 /// The topology's constraints whose violation is the operator's input, by name: the field and
 /// what to say.
 fn violated(constraint: &str) -> Option<(&'static str, String)> {

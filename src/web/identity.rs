@@ -95,7 +95,11 @@ pub fn redirect_to_login(req: &HttpRequest) -> HttpResponse {
         q => format!("{}?{q}", req.path()),
     };
     let location = if req.method() == Method::GET && back != views::paths::HOME {
-        format!("{}?next={}", views::paths::LOGIN, url::form_urlencoded::byte_serialize(back.as_bytes()).collect::<String>())
+        format!(
+            "{}?next={}",
+            views::paths::LOGIN,
+            url::form_urlencoded::byte_serialize(back.as_bytes()).collect::<String>()
+        )
     } else {
         views::paths::LOGIN.to_string()
     };

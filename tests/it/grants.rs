@@ -12,8 +12,9 @@ use member_console::{
     demo,
     jobs::{self, Worker},
     services::{
-        grants::{self, EmailDomain, GrantError, IssueGrant, ManageGrant, Recipient},
+        grants::{self, EmailDomain, IssueGrant, ManageGrant, Recipient},
         organizations::{self as orgs, OrgName},
+        refusal::ServiceError,
     },
 };
 
@@ -179,7 +180,7 @@ async fn revoking_brings_back_what_the_grant_displaced_and_cannot_be_done_twice(
     assert_eq!(status(&t, basic).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(3));
     let e = grants::revoke_grant(&t.db, pro, None, "again").await.unwrap_err();
-    assert!(matches!(e, GrantError::Refused(ref m) if m.contains("revoked already")), "{e:?}");
+    assert!(matches!(e, ServiceError::Refused(ref m) if m.contains("revoked already")), "{e:?}");
     // Revoking the last one brings the floor back.
     grants::revoke_grant(&t.db, basic, None, "done").await.unwrap();
     assert_eq!(sites(&t, org.pool_id).await, Some(1));
@@ -191,7 +192,7 @@ async fn revoking_brings_back_what_the_grant_displaced_and_cannot_be_done_twice(
     .fetch_one(&t.admin)
     .await
     .unwrap();
-    assert!(matches!(grants::revoke_grant(&t.db, floor, None, "x").await, Err(GrantError::Refused(_))));
+    assert!(matches!(grants::revoke_grant(&t.db, floor, None, "x").await, Err(ServiceError::Refused(_))));
     assert_eq!(count(&t, "SELECT count(*) FROM core.grant_events WHERE act = 'revoked'").await, 2);
 }
 
@@ -277,8 +278,8 @@ async fn bad_input_is_refused_and_nothing_is_written() {
             .fetch_one(&t.admin)
             .await
             .unwrap();
-    let field = |e: GrantError| match e {
-        GrantError::Invalid(p) => p[0].0.clone(),
+    let field = |e: ServiceError| match e {
+        ServiceError::Invalid(p) => p[0].0.clone(),
         other => panic!("{other:?}"),
     };
     let basic = product(&t, "Basic").await.to_string();
@@ -300,9 +301,9 @@ async fn bad_input_is_refused_and_nothing_is_written() {
     let g = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap();
     grants::revoke_grant(&t.db, g, None, "once").await.unwrap();
     let after_valid = count(&t, "SELECT count(*) FROM core.grant_events").await;
-    assert!(matches!(grants::revoke_grant(&t.db, g, None, "twice").await, Err(GrantError::Refused(_))));
-    assert!(matches!(grants::revoke_grant(&t.db, g, None, "  ").await, Err(GrantError::Invalid(_))));
-    assert!(matches!(grants::revoke_grant(&t.db, 999_999, None, "who").await, Err(GrantError::NotFound(_))));
+    assert!(matches!(grants::revoke_grant(&t.db, g, None, "twice").await, Err(ServiceError::Refused(_))));
+    assert!(matches!(grants::revoke_grant(&t.db, g, None, "  ").await, Err(ServiceError::Invalid(_))));
+    assert!(matches!(grants::revoke_grant(&t.db, 999_999, None, "who").await, Err(ServiceError::NotFound(_))));
     assert_eq!(
         count(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await,
         before + 1,
@@ -467,5 +468,5 @@ async fn materializing_transactions_see_grants_in_one_rendezvous() {
     short.lock_timeout = Duration::from_millis(200);
     let _hold = begin(&t.db, TxKind::RuleChange).await.unwrap();
     let e = grants::issue_grant(&short, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap_err();
-    assert!(matches!(e, GrantError::Db(member_console::db::DbError::LockNotAvailable)), "{e:?}");
+    assert!(matches!(e, ServiceError::Db(member_console::db::DbError::LockNotAvailable)), "{e:?}");
 }

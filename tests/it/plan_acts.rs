@@ -13,7 +13,7 @@ use member_console::{
     demo,
     services::{
         plan_acts::{self as pa, Disposition},
-        topology::TopologyError,
+        refusal::ServiceError,
     },
     store::plan_acts as store,
 };
@@ -350,7 +350,7 @@ async fn without_a_disposition_the_change_is_refused_while_organizations_hold_th
             );
         }
         assert!(
-            matches!(change(&t, 999_999, support, d).await, Err(TopologyError::NotFound(_))),
+            matches!(change(&t, 999_999, support, d).await, Err(ServiceError::NotFound(_))),
             "an unknown type ({d:?})"
         );
     }
@@ -712,7 +712,7 @@ async fn moves_of_an_act_that_no_longer_owns_the_type_supersede_its_obligations(
         assert_eq!(shape(&t, *pool).await.len(), 1, "{name}");
     }
     // A retry of the superseded act has nothing to requeue.
-    assert!(matches!(pa::retry_plan_act(&t.db, first, None).await, Err(TopologyError::Refused(_))));
+    assert!(matches!(pa::retry_plan_act(&t.db, first, None).await, Err(ServiceError::Refused(_))));
     assert!(stale_pools(&t).await.is_empty());
 }
 
@@ -871,11 +871,11 @@ async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
 
     // Nothing left to retry: refused, and no retry act written.
     let e = pa::retry_plan_act(&t.db, act, None).await.unwrap_err();
-    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("Nothing to retry")), "{e:?}");
+    assert!(matches!(&e, ServiceError::Refused(m) if m.contains("Nothing to retry")), "{e:?}");
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts WHERE kind = 'retry'").await, 1);
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_act_details").await, 2);
     assert_eq!(act_state(&t, act).await, "done");
-    assert!(matches!(pa::retry_plan_act(&t.db, 999_999, None).await, Err(TopologyError::NotFound(_))));
+    assert!(matches!(pa::retry_plan_act(&t.db, 999_999, None).await, Err(ServiceError::NotFound(_))));
 }
 
 // ---------- 8. HTTP ----------

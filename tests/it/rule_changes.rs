@@ -13,7 +13,8 @@ use member_console::{
         entitlements::{self as ent},
         grants::{self, IssueGrant, Recipient},
         organizations::{self as orgs, OrgName},
-        rule_changes::{self as rc, RuleChangeError},
+        refusal::ServiceError,
+        rule_changes as rc,
     },
 };
 
@@ -164,7 +165,7 @@ async fn another_change_holding_the_rendezvous_refuses_the_commit_and_nothing_is
     let mut short = t.db.clone();
     short.lock_timeout = Duration::from_millis(200);
     let e = rc::commit_rule_change_batch(&short, basic, &rules(CHANGE), None, "", 100).await.unwrap_err();
-    assert!(matches!(e, RuleChangeError::ChangeInProgress), "{e:?}");
+    assert!(matches!(e, ServiceError::ChangeInProgress), "{e:?}");
     assert_eq!(count(&t, "SELECT count(*) FROM core.entitlement_set_changes").await, 0);
 }
 
@@ -268,8 +269,8 @@ async fn bad_input_is_refused_by_field_and_nothing_is_written() {
     let (t, _) = setup(2).await;
     let basic = set_id(&t, "Basic").await;
     let before = count(&t, "SELECT count(*) FROM core.entitlement_set_rules").await;
-    let field = |e: RuleChangeError| match e {
-        RuleChangeError::Invalid(p) => p.into_iter().map(|(f, m)| format!("{f}: {m}")).collect::<Vec<_>>().join("; "),
+    let field = |e: ServiceError| match e {
+        ServiceError::Invalid(p) => p.into_iter().map(|(f, m)| format!("{f}: {m}")).collect::<Vec<_>>().join("; "),
         other => panic!("{other:?}"),
     };
     let cases: &[(&[(&str, &str)], &str)] = &[
@@ -288,7 +289,7 @@ async fn bad_input_is_refused_by_field_and_nothing_is_written() {
     assert_eq!(count(&t, "SELECT count(*) FROM core.entitlement_set_rules").await, before);
     assert!(matches!(
         rc::commit_rule_change_batch(&t.db, 999_999, &rules(CHANGE), None, "", 100).await,
-        Err(RuleChangeError::NotFound(_))
+        Err(ServiceError::NotFound(_))
     ));
 }
 

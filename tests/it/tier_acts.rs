@@ -16,7 +16,8 @@ use member_console::{
         grants::{self, IssueGrant, Recipient},
         organizations as orgs,
         plan_acts::{self as pa, Disposition, ReorderTiers},
-        topology::{self as topo, RemoveTier, TopologyError},
+        refusal::ServiceError,
+        topology::{self as topo, RemoveTier},
     },
     store::plan_acts as store,
 };
@@ -270,9 +271,9 @@ async fn reached(t: &TestDb, act: i64) -> Vec<(i64, Option<i64>, Option<i64>)> {
     .unwrap()
 }
 
-fn refused(e: TopologyError) -> String {
+fn refused(e: ServiceError) -> String {
     match e {
-        TopologyError::Refused(m) => m,
+        ServiceError::Refused(m) => m,
         other => panic!("expected Refused, got {other:?}"),
     }
 }
@@ -560,11 +561,11 @@ async fn every_removal_refusal_writes_nothing_and_a_tier_nobody_holds_goes_witho
     // No such tier, no such ladder.
     assert!(matches!(
         topo::remove_tier(&t.db, &removal(wiki, 3, Some(Disposition::Migrate)), 100).await,
-        Err(TopologyError::NotFound(_))
+        Err(ServiceError::NotFound(_))
     ));
     assert!(matches!(
         topo::remove_tier(&t.db, &removal(999_999, 0, Some(Disposition::Migrate)), 100).await,
-        Err(TopologyError::NotFound(_))
+        Err(ServiceError::NotFound(_))
     ));
     assert_eq!(world(&t).await, before, "no refusal wrote anything");
 
@@ -865,7 +866,7 @@ async fn a_reorder_is_refused_at_the_gate_and_on_bad_orders_and_writes_nothing()
         assert!(p[0].1.contains("fewer than two tiers"), "{p:?}");
         assert!(matches!(
             pa::reorder_tiers(&t.db, &reorder(999_999, &[free, basic], d), None).await,
-            Err(TopologyError::NotFound(_))
+            Err(ServiceError::NotFound(_))
         ));
     }
     assert_eq!(world(&t).await, before, "nothing written");
@@ -1210,7 +1211,7 @@ async fn the_previews_count_whom_each_act_reaches_name_its_refusal_and_write_not
     assert!(p.refusal.as_deref().unwrap_or_default().contains("only tier"), "{p:?}");
     assert!(matches!(
         topo::preview_remove_tier(&t.db, &removal(wiki, 5, None), 100).await,
-        Err(TopologyError::NotFound(_))
+        Err(ServiceError::NotFound(_))
     ));
 
     // Reorder.
@@ -1229,7 +1230,7 @@ async fn the_previews_count_whom_each_act_reaches_name_its_refusal_and_write_not
     assert_eq!((p.from_floor.as_deref(), p.to_floor.as_deref()), (Some("Free"), Some("Free")));
     assert!(matches!(
         pa::preview_reorder_tiers(&t.db, &reorder(wiki, &[free, basic], None)).await,
-        Err(TopologyError::Invalid(_))
+        Err(ServiceError::Invalid(_))
     ));
 
     // Default change.
@@ -1246,7 +1247,7 @@ async fn the_previews_count_whom_each_act_reaches_name_its_refusal_and_write_not
     assert!(p.refusal.is_some());
     let e = pa::preview_default_change(&t.db, community, wiki, None).await.unwrap_err();
     assert_eq!(field_errors(e)[0].0, "plan_ladder_id");
-    assert!(matches!(pa::preview_default_change(&t.db, 999_999, wiki, None).await, Err(TopologyError::NotFound(_))));
+    assert!(matches!(pa::preview_default_change(&t.db, 999_999, wiki, None).await, Err(ServiceError::NotFound(_))));
 
     assert_eq!(world(&t).await, before, "no preview wrote anything");
 }
@@ -1464,15 +1465,15 @@ async fn removal_reorder_and_default_change_behind_another_change_are_refused_as
     short.lock_timeout = Duration::from_millis(200);
     assert!(matches!(
         topo::remove_tier(&short, &removal(wiki, 2, Some(Disposition::Migrate)), 100).await,
-        Err(TopologyError::ChangeInProgress)
+        Err(ServiceError::ChangeInProgress)
     ));
     assert!(matches!(
         pa::reorder_tiers(&short, &reorder(wiki, &[basic, free, pro], Some(Disposition::Migrate)), None).await,
-        Err(TopologyError::ChangeInProgress)
+        Err(ServiceError::ChangeInProgress)
     ));
     assert!(matches!(
         pa::change_org_type_default(&short, community, support, Some(Disposition::Migrate), None, "", None).await,
-        Err(TopologyError::ChangeInProgress)
+        Err(ServiceError::ChangeInProgress)
     ));
     held.rollback().await.unwrap();
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, 0);

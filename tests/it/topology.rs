@@ -11,7 +11,8 @@ use member_console::{
     services::{
         grants::{self, IssueGrant, Recipient},
         organizations::{self as orgs, OrgName},
-        topology::{self as topo, AddTier, TopologyError},
+        refusal::ServiceError,
+        topology::{self as topo, AddTier},
     },
 };
 
@@ -128,20 +129,20 @@ async fn a_tier_add_is_refused_on_collisions_the_cap_the_floor_and_bad_input() {
     grant(&t, community.organization_id, team).await;
     // Its floor holds Wiki hosting: a collision, named.
     let e = topo::add_tier(&t.db, &add(wiki, team, None), 100).await.unwrap_err();
-    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("already hold a plan on this ladder")), "{e:?}");
+    assert!(matches!(&e, ServiceError::Refused(m) if m.contains("already hold a plan on this ladder")), "{e:?}");
     let p = topo::preview_add_tier(&t.db, &add(wiki, team, None), 100).await.unwrap();
     assert_eq!(p.colliding, vec!["Floored".to_string()]);
     // The cap.
     let support = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Support'").await;
     let e = topo::add_tier(&t.db, &add(support, team, None), 0).await.unwrap_err();
-    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("more than the 0")), "{e:?}");
+    assert!(matches!(&e, ServiceError::Refused(m) if m.contains("more than the 0")), "{e:?}");
     // Rank 0, a rank past the top, an unknown or unpublished product, a tier twice.
-    assert!(matches!(topo::add_tier(&t.db, &add(support, team, Some(0)), 100).await, Err(TopologyError::Invalid(_))));
-    assert!(matches!(topo::add_tier(&t.db, &add(support, team, Some(9)), 100).await, Err(TopologyError::Invalid(_))));
-    assert!(matches!(topo::add_tier(&t.db, &add(support, 999_999, None), 100).await, Err(TopologyError::Invalid(_))));
+    assert!(matches!(topo::add_tier(&t.db, &add(support, team, Some(0)), 100).await, Err(ServiceError::Invalid(_))));
+    assert!(matches!(topo::add_tier(&t.db, &add(support, team, Some(9)), 100).await, Err(ServiceError::Invalid(_))));
+    assert!(matches!(topo::add_tier(&t.db, &add(support, 999_999, None), 100).await, Err(ServiceError::Invalid(_))));
     let basic = scalar(&t, "SELECT product_id FROM core.products WHERE name = 'Basic'").await;
-    assert!(matches!(topo::add_tier(&t.db, &add(wiki, basic, None), 100).await, Err(TopologyError::Invalid(_))));
-    assert!(matches!(topo::add_tier(&t.db, &add(999_999, team, None), 100).await, Err(TopologyError::NotFound(_))));
+    assert!(matches!(topo::add_tier(&t.db, &add(wiki, basic, None), 100).await, Err(ServiceError::Invalid(_))));
+    assert!(matches!(topo::add_tier(&t.db, &add(999_999, team, None), 100).await, Err(ServiceError::NotFound(_))));
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, 0, "nothing written");
     assert_eq!(tiers(&t, support).await.len(), 2);
 }
@@ -236,10 +237,10 @@ async fn a_tier_nobody_holds_is_deleted_and_the_ranks_close_up() {
     // Held tiers are refused; so is the last tier of a default ladder; nothing written.
     let acts = scalar(&t, "SELECT count(*) FROM core.plan_acts").await;
     let e = topo::delete_tier(&t.db, wiki, 1, None, "x").await.unwrap_err(); // Pro: ours and the demo's Initech
-    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("2 organizations hold")), "{e:?}");
+    assert!(matches!(&e, ServiceError::Refused(m) if m.contains("2 organizations hold")), "{e:?}");
     let e = topo::delete_tier(&t.db, wiki, 0, None, "x").await.unwrap_err();
-    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("hold this tier")), "the floors hold rank 0: {e:?}");
-    assert!(matches!(topo::delete_tier(&t.db, wiki, 7, None, "x").await, Err(TopologyError::NotFound(_))));
+    assert!(matches!(&e, ServiceError::Refused(m) if m.contains("hold this tier")), "the floors hold rank 0: {e:?}");
+    assert!(matches!(topo::delete_tier(&t.db, wiki, 7, None, "x").await, Err(ServiceError::NotFound(_))));
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, acts);
     let _ = team;
     // A ladder with one tier that a type defaults to keeps it.
@@ -261,7 +262,7 @@ async fn a_tier_nobody_holds_is_deleted_and_the_ranks_close_up() {
         .await
         .unwrap();
     let e = topo::delete_tier(&t.db, lone, 0, None, "x").await.unwrap_err();
-    assert!(matches!(&e, TopologyError::Refused(m) if m.contains("only tier")), "{e:?}");
+    assert!(matches!(&e, ServiceError::Refused(m) if m.contains("only tier")), "{e:?}");
 }
 
 #[tokio::test]
@@ -274,7 +275,7 @@ async fn ladders_are_reordered_and_a_second_reorder_waits_for_the_first() {
         sqlx::query_scalar("SELECT name FROM core.plan_ladders ORDER BY sort_order").fetch_all(&t.admin).await.unwrap();
     assert_eq!(names, vec!["Support", "Wiki hosting"]);
     for bad in [order(1, 1), BTreeMap::from([(wiki, 1)]), order(1, 3)] {
-        assert!(matches!(topo::reorder_plan_ladders(&t.db, &bad).await, Err(TopologyError::Invalid(_))), "{bad:?}");
+        assert!(matches!(topo::reorder_plan_ladders(&t.db, &bad).await, Err(ServiceError::Invalid(_))), "{bad:?}");
     }
     // A holds every ladder row (as a reorder does); B waits, then writes against A's commit.
     let mut a = begin(&t.db, TxKind::Plain).await.unwrap();
@@ -300,9 +301,9 @@ async fn a_tier_add_while_another_change_holds_the_rendezvous_is_refused() {
     short.lock_timeout = Duration::from_millis(200);
     assert!(matches!(
         topo::add_tier(&short, &add(support, team, None), 100).await,
-        Err(TopologyError::ChangeInProgress)
+        Err(ServiceError::ChangeInProgress)
     ));
-    assert!(matches!(topo::delete_tier(&short, support, 1, None, "x").await, Err(TopologyError::ChangeInProgress)));
+    assert!(matches!(topo::delete_tier(&short, support, 1, None, "x").await, Err(ServiceError::ChangeInProgress)));
 }
 
 /// The two triggers that keep a tier's product on an entitlement set raise under a constraint

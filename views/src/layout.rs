@@ -6,8 +6,8 @@
 
 //! The one layout: document head, top bar, nav, user area and `<main>`.
 
-use crate::paths::{self, fill};
 use crate::forms::csrf_field;
+use crate::paths::{self, fill};
 use maud::{DOCTYPE, Markup, html};
 
 use crate::components::{Tone, badge};

@@ -8,7 +8,7 @@ use member_console::{
         grants::{self, IssueGrant, Recipient},
         organizations::{self as orgs, OrgName},
         plan_acts::{self as pa, Disposition},
-        topology::TopologyError,
+        refusal::ServiceError,
     },
     store::plan_acts as store,
 };
@@ -113,7 +113,7 @@ pub async fn stale_pools(t: &TestDb) -> Vec<i64> {
     member_console::store::entitlements::pools_out_of_date(&mut c).await.unwrap()
 }
 
-pub async fn change(t: &TestDb, ty: i64, ladder: i64, d: Option<Disposition>) -> Result<i64, TopologyError> {
+pub async fn change(t: &TestDb, ty: i64, ladder: i64, d: Option<Disposition>) -> Result<i64, ServiceError> {
     pa::change_org_type_default(&t.db, ty, ladder, d, None, "test", None).await
 }
 
@@ -125,9 +125,9 @@ pub async fn list_batch(t: &TestDb, act: i64, ty: i64, limit: i32) -> i32 {
     n
 }
 
-pub fn field_errors(e: TopologyError) -> Vec<(String, String)> {
+pub fn field_errors(e: ServiceError) -> Vec<(String, String)> {
     match e {
-        TopologyError::Invalid(p) => p,
+        ServiceError::Invalid(p) => p,
         other => panic!("expected Invalid, got {other:?}"),
     }
 }

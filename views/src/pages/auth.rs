@@ -1,7 +1,7 @@
 //! The sign-in card.
 
-use crate::paths;
 use crate::forms::{Field, csrf_field, field};
+use crate::paths;
 use maud::{Markup, html};
 
 use crate::components::refusal;

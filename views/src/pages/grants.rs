@@ -7,8 +7,8 @@
 //! Dates arrive already formatted; date inputs are `datetime-local` and the handler reads them
 //! as UTC, which the hints say.
 
-use crate::paths::{self, fill};
 use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
+use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, table_cols};
@@ -122,7 +122,11 @@ pub fn grant_list(v: &GrantListView) -> Markup {
 /// "/operator/grants/new", with the organization filled in when the list is filtered by one.
 fn issue_href(organization_id: &str) -> String {
     let id = organization_id.trim();
-    if id.is_empty() { paths::GRANTS_NEW.to_owned() } else { format!("{}?organization_id={}", paths::GRANTS_NEW, query_component(id)) }
+    if id.is_empty() {
+        paths::GRANTS_NEW.to_owned()
+    } else {
+        format!("{}?organization_id={}", paths::GRANTS_NEW, query_component(id))
+    }
 }
 
 /// Just the grants table (the organization page reuses it); "No grants yet." when empty.

@@ -1,8 +1,8 @@
 //! The operator's organizations: a searchable list with the form that creates one, and one
 //! organization's plan, entitlements, usage, members, grants and their audit trail.
 
-use crate::paths::{self, fill};
 use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
+use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, table, table_cols};

@@ -9,8 +9,8 @@
 //! status 286: polling stops when the polling element leaves the page), so the server's answer
 //! to the poll is the container again, and the finished render carries no `hx-trigger`.
 
-use crate::paths::{self, fill};
 use crate::forms::hx_form;
+use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, facts, progress, table_cols};

@@ -8,8 +8,8 @@
 //! polling stops when the polling element leaves the page), so the server's answer to the poll
 //! is the container again, and the settled render carries no `hx-trigger`.
 
-use crate::paths::{self, fill};
 use crate::forms::hx_form;
+use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, facts, progress, table_cols};

@@ -13,13 +13,13 @@
 mod ladders;
 mod org_types;
 mod reach;
-mod tiers;
 #[cfg(test)]
 mod tests;
+mod tiers;
 
+use crate::paths::{self, fill};
 pub use ladders::ladder_order_form;
 pub use org_types::default_change_form;
-use crate::paths::{self, fill};
 use org_types::org_types_table;
 pub use reach::{ActReachPreview, act_reach_preview};
 pub use tiers::{
@@ -259,7 +259,6 @@ pub(crate) fn rank_cell(rank: i32) -> Markup {
         }
     }
 }
-
 
 fn or_none(value: Option<&str>, none: &str) -> Markup {
     match value {

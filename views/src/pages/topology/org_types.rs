@@ -67,8 +67,12 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String
     }
 }
 
-
-pub(super) fn org_types_table(csrf: &str, types: &[OrgTypeRow], ladders: &[(i64, String)], forms: &[(i64, FormState)]) -> Markup {
+pub(super) fn org_types_table(
+    csrf: &str,
+    types: &[OrgTypeRow],
+    ladders: &[(i64, String)],
+    forms: &[(i64, FormState)],
+) -> Markup {
     let empty_form = FormState::default();
     let rows = types
         .iter()

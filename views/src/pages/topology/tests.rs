@@ -41,13 +41,7 @@ fn sample() -> TopologyView {
                 floor_product: Some("Wiki Free".into()),
                 organizations: 42,
             },
-            OrgTypeRow {
-                id: 2,
-                name: "Internal".into(),
-                default_ladder: None,
-                floor_product: None,
-                organizations: 0,
-            },
+            OrgTypeRow { id: 2, name: "Internal".into(), default_ladder: None, floor_product: None, organizations: 0 },
         ],
     }
 }
@@ -142,9 +136,9 @@ fn add_tier_form_posts_its_fields_with_the_token_first() {
         r##"<form method="post" action="/operator/topology/ladders/3/tiers" hx-post="/operator/topology/ladders/3/tiers" hx-target="#add-tier-3" hx-swap="outerHTML"><input type="hidden" name="csrf_token" value="tok">"##
     ));
     assert!(out.contains(r#"<select id="add-tier-3-product_id" name="product_id" required>"#));
-    assert!(out.contains(
-        r#"<option value="" selected>— choose a product —</option><option value="10">Wiki Free</option>"#
-    ));
+    assert!(
+        out.contains(r#"<option value="" selected>— choose a product —</option><option value="10">Wiki Free</option>"#)
+    );
     assert!(out.contains(r#"name="rank" type="number" value="4" min="1" step="1""#));
     assert!(out.contains("1 is just above the floor; the top is 4"));
     assert!(out.contains(r#"name="reason" type="text" value="" aria-describedby="add-tier-3-reason-hint""#));
@@ -306,9 +300,7 @@ fn a_refused_default_change_keeps_its_values_and_shows_its_errors() {
         r#"<p class="field-error" id="default-change-4-disposition-error">Choose &lt;what&gt; happens.</p>"#
     ));
     assert!(
-        out.contains(
-            r#"<p class="field-error" id="default-change-4-plan_ladder_id-error">Already the default.</p>"#
-        )
+        out.contains(r#"<p class="field-error" id="default-change-4-plan_ladder_id-error">Already the default.</p>"#)
     );
     assert!(out.contains(r#"aria-invalid="true" aria-describedby="default-change-4-disposition-error""#));
 }
@@ -368,7 +360,9 @@ fn remove_tier_form_posts_a_disposition_and_starts_folded() {
     assert!(out.starts_with(
         r#"<div class="tier-remove" id="remove-tier-3-2"><details class="tier-disclosure"><summary>Remove…<span class="visually-hidden"> &lt;b&gt;Pro&lt;/b&gt; (rank 2)</span></summary>"#
     ));
-    assert!(out.contains("Removing a tier takes <strong>&lt;b&gt;Pro&lt;/b&gt;</strong> off the ladder (the ranks above close the gap)"));
+    assert!(out.contains(
+        "Removing a tier takes <strong>&lt;b&gt;Pro&lt;/b&gt;</strong> off the ladder (the ranks above close the gap)"
+    ));
     assert!(out.contains("A tier no one holds can simply be deleted."));
     assert!(!out.contains("<b>"));
     assert!(out.contains(
@@ -380,9 +374,11 @@ fn remove_tier_form_posts_a_disposition_and_starts_folded() {
         r#"<option value="migrate">Migrate: they leave the tier (organizations whose type defaults to this ladder get its floor)</option>"#,
         r#"<option value="grandfather">Grandfather: they keep the product as a legacy grant, off the ladder</option>"#,
     )));
-    assert!(out.contains(
-        r#"<input id="remove-tier-3-2-reason" name="reason" type="text" value="" placeholder="optional">"#
-    ));
+    assert!(
+        out.contains(
+            r#"<input id="remove-tier-3-2-reason" name="reason" type="text" value="" placeholder="optional">"#
+        )
+    );
     assert!(out.contains(concat!(
         r##"<div class="form-actions"><button class="btn btn-secondary" type="button" hx-get="/operator/topology/ladders/3/tiers/2/remove/preview" hx-include="#remove-tier-3-2 [name]:not([name=csrf_token])" hx-target="#remove-tier-preview-3-2" hx-swap="innerHTML">Preview</button>"##,
         r#"<button class="btn btn-danger" type="submit" aria-label="Remove tier at rank 2">Remove tier</button></div>"#,
@@ -393,10 +389,8 @@ fn remove_tier_form_posts_a_disposition_and_starts_folded() {
 
 #[test]
 fn a_refused_remove_form_opens_with_its_values_and_errors() {
-    let mut f = state(
-        &[("disposition", "migrate"), ("reason", "<why>")],
-        &[("disposition", "Choose what <happens> to them.")],
-    );
+    let mut f =
+        state(&[("disposition", "migrate"), ("reason", "<why>")], &[("disposition", "Choose what <happens> to them.")]);
     f.errors = vec!["A change is <running> on this ladder.".into()];
     let out = remove_tier_form("tok", 3, 2, "Pro", &f).into_string();
     assert!(out.contains(r#"<details class="tier-disclosure" open>"#));
@@ -434,7 +428,9 @@ fn tier_order_form_has_a_rank_from_zero_per_tier_and_a_preview() {
         r#"<input id="tier-order-3-rank-11" name="rank.11" type="number" value="1" min="0""#,
     )));
     assert!(!out.contains("<i>"));
-    assert!(out.contains(r#"<select id="tier-order-3-disposition" name="disposition" aria-describedby="tier-order-3-disposition-hint">"#));
+    assert!(out.contains(
+        r#"<select id="tier-order-3-disposition" name="disposition" aria-describedby="tier-order-3-disposition-hint">"#
+    ));
     assert!(out.contains(concat!(
         r#"<option value="" selected>— choose —</option>"#,
         r#"<option value="migrate">Migrate: organizations on the old floor move to the new rank 0</option>"#,
@@ -464,9 +460,7 @@ fn a_refused_tier_order_form_opens_with_its_values_and_errors() {
     // The submitted ranks win over the current ones.
     assert!(out.contains(r#"name="rank.10" type="number" value="1""#));
     assert!(out.contains(r#"name="rank.11" type="number" value="0" min="0" step="1" inputmode="numeric" required aria-invalid="true" aria-describedby="tier-order-3-rank-11-error">"#));
-    assert!(
-        out.contains(r#"<p class="field-error" id="tier-order-3-rank-11-error">Ranks must &lt;differ&gt;.</p>"#)
-    );
+    assert!(out.contains(r#"<p class="field-error" id="tier-order-3-rank-11-error">Ranks must &lt;differ&gt;.</p>"#));
     assert!(out.contains(r#"<option value="grandfather" selected>Grandfather"#));
     assert!(out.contains(r#"<p class="field-error" id="tier-order-3-disposition-error">Choose one.</p>"#));
 }
@@ -605,16 +599,17 @@ fn act_reach_preview_marks_the_choice_speaks_of_one_and_shows_a_refusal() {
     assert!(out.contains("1 organization holds no floor to move (vacant): it gets <strong>Support Basic</strong> only if it holds nothing"));
     assert!(out.contains(r#"<div class="refusal" role="alert"><strong>This act would be refused</strong><p>1 organization holds &lt;Wiki Free&gt;: choose a disposition.</p></div>"#));
     assert!(!out.contains("Nothing stands in the way"));
-    let out =
-        act_reach_preview(&ActReachPreview { disposition: Some("grandfather".into()), ..reach() }).into_string();
+    let out = act_reach_preview(&ActReachPreview { disposition: Some("grandfather".into()), ..reach() }).into_string();
     assert!(out.contains(r#"<li class="chosen"><strong>Grandfather</strong>"#));
     assert!(out.contains("<li><strong>Migrate</strong>"));
-    let out = act_reach_preview(&ActReachPreview { organizations: 1, holding_floor: 0, vacant: 1, ..reach() })
-        .into_string();
+    let out =
+        act_reach_preview(&ActReachPreview { organizations: 1, holding_floor: 0, vacant: 1, ..reach() }).into_string();
     assert!(out.contains("reaches 1 organization of Community"));
-    assert!(out.contains(
-        "No organization holds <strong>Wiki &lt;Free&gt;</strong>, so Migrate and Grandfather do the same."
-    ));
+    assert!(
+        out.contains(
+            "No organization holds <strong>Wiki &lt;Free&gt;</strong>, so Migrate and Grandfather do the same."
+        )
+    );
     assert!(!out.contains("<ul"));
 }
 
@@ -637,11 +632,10 @@ fn act_reach_preview_of_an_act_that_reaches_no_one() {
     ));
     assert!(!out.contains("<ul") && !out.contains("vacant"));
     assert!(out.contains("Nothing stands in the way"));
-    let out =
-        act_reach_preview(&ActReachPreview { to_floor: Some("Wiki Basic".into()), ..keeps_floor }).into_string();
+    let out = act_reach_preview(&ActReachPreview { to_floor: Some("Wiki Basic".into()), ..keeps_floor }).into_string();
     assert!(out.contains("reaches no organization: no organization type defaults to this ladder."));
-    let out = act_reach_preview(&ActReachPreview { organizations: 0, holding_floor: 0, vacant: 0, ..reach() })
-        .into_string();
+    let out =
+        act_reach_preview(&ActReachPreview { organizations: 0, holding_floor: 0, vacant: 0, ..reach() }).into_string();
     assert!(
         out.contains("reaches no organization: there is no organization of Community, &lt;i&gt;Edu&lt;/i&gt; yet.")
     );
