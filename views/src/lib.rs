@@ -43,8 +43,8 @@ pub use pages::{
         rule_change_progress,
     },
     topology::{
-        ActReachPreview, LadderView, OrgTypeRow, TierAddPreview, TierRemovalPreview, TierRow, TopologyView,
-        act_reach_preview, add_tier_form, default_change_form, delete_tier_form, ladder_order_form, remove_tier_form,
-        tier_add_preview, tier_order_form, tier_removal_preview, topology,
+        ActReachPreview, Choice, LadderView, OrgTypeRow, Placed, TierAddPreview, TierRemovalPreview, TierRow,
+        TopologyView, act_reach_preview, add_tier_form, default_change_form, delete_tier_form, ladder_order_form,
+        remove_tier_form, tier_add_preview, tier_order_form, tier_removal_preview, topology,
     },
 };

@@ -201,7 +201,7 @@ async fn view(
     let products = services::reads::tier_product_options(&state.db).await?;
     Ok(views::TopologyView {
         csrf: csrf_token(req),
-        products,
+        products: products.into_iter().map(|(id, name)| views::Choice { id, name }).collect(),
         add_forms: forms.add,
         order_form: forms.order,
         default_forms: forms.default,
@@ -318,7 +318,7 @@ pub async fn add_tier(
     };
     let r = refusals::form(e, form.values(), WORDS)?;
     let v = view(&req, &state, Forms { add: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
-    let next_rank = v.ladders.iter().find(|l| l.id == *id).map_or(0, |l| l.tiers.len() as i32);
+    let next_rank = v.ladder(*id).map_or(1, views::LadderView::next_rank);
     Ok(refusals::answer(
         &req,
         r.status,
@@ -375,8 +375,7 @@ pub async fn ladder_order(
     };
     let r = refusals::form(e, form.values(), WORDS)?;
     let v = view(&req, &state, Forms { order: r.form.clone(), ..Forms::default() }, None).await?;
-    let ladders: Vec<(i64, String, i32)> =
-        v.ladders.iter().enumerate().map(|(i, l)| (l.id, l.name.clone(), i as i32 + 1)).collect();
+    let ladders = v.ladder_order();
     Ok(refusals::answer(
         &req,
         r.status,
@@ -414,7 +413,7 @@ pub async fn change_default(
     };
     let r = refusals::form(e, form.values(), WORDS)?;
     let v = view(&req, &state, Forms { default: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
-    let ladders: Vec<(i64, String)> = v.ladders.iter().map(|l| (l.id, l.name.clone())).collect();
+    let ladders = v.ladder_choices();
     Ok(refusals::answer(
         &req,
         r.status,
@@ -571,12 +570,7 @@ pub async fn tier_order(
     };
     let r = refusals::form(e, form.values(), WORDS)?;
     let v = view(&req, &state, Forms { tier_order: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
-    let tiers: Vec<(i64, String, i32)> = v
-        .ladders
-        .iter()
-        .find(|l| l.id == *id)
-        .map(|l| l.tiers.iter().map(|t| (t.product_id, t.product_name.clone(), t.rank)).collect())
-        .unwrap_or_default();
+    let tiers = v.ladder(*id).map(views::LadderView::tier_order).unwrap_or_default();
     Ok(refusals::answer(
         &req,
         r.status,

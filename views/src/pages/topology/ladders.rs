@@ -7,9 +7,9 @@ use super::*;
 /// The ladder-order form, in its container `#ladder-order`; it posts to
 /// `/operator/topology/ladder-order` a number `position.{id}` per ladder (the submitted value,
 /// else the current position).
-pub fn ladder_order_form(csrf: &str, ladders: &[(i64, String, i32)], f: &FormState) -> Markup {
-    let mut ladders: Vec<&(i64, String, i32)> = ladders.iter().collect();
-    ladders.sort_by_key(|(_, _, position)| *position);
+pub fn ladder_order_form(csrf: &str, ladders: &[Placed], f: &FormState) -> Markup {
+    let mut ladders: Vec<&Placed> = ladders.iter().collect();
+    ladders.sort_by_key(|l| l.position);
     html! {
         div.card.ladder-order #ladder-order {
             h3 { "Order of the ladders" }
@@ -23,8 +23,8 @@ pub fn ladder_order_form(csrf: &str, ladders: &[(i64, String, i32)], f: &FormSta
             } @else {
                 (hx_form(paths::LADDER_ORDER, "ladder-order", csrf, html! {
                     div.ladder-order-fields {
-                        @for (id, name, position) in &ladders {
-                            (position_field(f, *id, name, *position))
+                        @for l in &ladders {
+                            (position_field(f, l.id, &l.name, l.position))
                         }
                     }
                     div.form-actions {

@@ -65,8 +65,8 @@ pub struct TopologyView {
     pub csrf: String,
     pub ladders: Vec<LadderView>,
     pub org_types: Vec<OrgTypeRow>,
-    /// (id, name) of the published products with an entitlement set: what a tier can be.
-    pub products: Vec<(i64, String)>,
+    /// The published products with an entitlement set: what a tier can be.
+    pub products: Vec<Choice>,
     /// A ladder's add-tier form state (values, errors) when it was just refused; a ladder that
     /// is absent gets an empty form.
     pub add_forms: Vec<(i64, FormState)>,
@@ -85,15 +85,77 @@ pub struct TopologyView {
     pub notice: Option<String>,
 }
 
+/// An option of a select: what it stands for and what it is called.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Choice {
+    pub id: i64,
+    pub name: String,
+}
+
+/// An item of an order form: what it is, what it is called, and where it stands now (a
+/// ladder's position from 1, a tier's rank from 0).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placed {
+    pub id: i64,
+    pub name: String,
+    pub position: i32,
+}
+
+impl TopologyView {
+    pub fn ladder(&self, id: i64) -> Option<&LadderView> {
+        self.ladders.iter().find(|l| l.id == id)
+    }
+
+    /// The ladders in the order they are shown in.
+    pub fn ladders_in_order(&self) -> Vec<&LadderView> {
+        let mut ladders: Vec<&LadderView> = self.ladders.iter().collect();
+        ladders.sort_by_key(|l| l.sort_order);
+        ladders
+    }
+
+    /// The ladders as the ladder-order form lists them: in their order, numbered from 1.
+    pub fn ladder_order(&self) -> Vec<Placed> {
+        self.ladders_in_order()
+            .into_iter()
+            .zip(1..)
+            .map(|(l, position)| Placed { id: l.id, name: l.name.clone(), position })
+            .collect()
+    }
+
+    /// The ladders as a default-change form offers them, in their order.
+    pub fn ladder_choices(&self) -> Vec<Choice> {
+        self.ladders_in_order().into_iter().map(|l| Choice { id: l.id, name: l.name.clone() }).collect()
+    }
+}
+
+impl LadderView {
+    pub fn tiers_by_rank(&self) -> Vec<&TierRow> {
+        let mut tiers: Vec<&TierRow> = self.tiers.iter().collect();
+        tiers.sort_by_key(|t| t.rank);
+        tiers
+    }
+
+    /// The rank the add-tier form offers: above the top tier (1 on an empty ladder).
+    pub fn next_rank(&self) -> i32 {
+        self.tiers.iter().map(|t| t.rank).max().map_or(1, |top| top.saturating_add(1).max(1))
+    }
+
+    /// The tiers as the tier-order form lists them: product, name, rank.
+    pub fn tier_order(&self) -> Vec<Placed> {
+        self.tiers_by_rank()
+            .into_iter()
+            .map(|t| Placed { id: t.product_id, name: t.product_name.clone(), position: t.rank })
+            .collect()
+    }
+}
+
 /// The notice, the ladder-order form, ladders in their order (each with its tiers by rank, a
 /// delete form and a removal form per tier, the tier-order form when it has two tiers or more,
 /// and the add-tier form), then the org types (each with its default-change form).
 pub fn topology(v: &TopologyView) -> Markup {
-    let mut ladders: Vec<&LadderView> = v.ladders.iter().collect();
-    ladders.sort_by_key(|l| l.sort_order);
-    let order: Vec<(i64, String, i32)> =
-        ladders.iter().zip(1..).map(|(l, position)| (l.id, l.name.clone(), position)).collect();
-    let ladder_options: Vec<(i64, String)> = ladders.iter().map(|l| (l.id, l.name.clone())).collect();
+    let ladders = v.ladders_in_order();
+    let order = v.ladder_order();
+    let ladder_options = v.ladder_choices();
     let empty_form = FormState::default();
     html! {
         @if let Some(message) = &v.notice {
@@ -141,11 +203,10 @@ struct LadderForms<'a> {
     tier_order: &'a FormState,
 }
 
-fn ladder_card(csrf: &str, l: &LadderView, products: &[(i64, String)], forms: &LadderForms) -> Markup {
+fn ladder_card(csrf: &str, l: &LadderView, products: &[Choice], forms: &LadderForms) -> Markup {
     let heading_id = format!("ladder-{}-heading", l.id);
-    let mut tiers: Vec<&TierRow> = l.tiers.iter().collect();
-    tiers.sort_by_key(|t| t.rank);
-    let next_rank = tiers.iter().map(|t| t.rank).max().map_or(1, |top| top.saturating_add(1).max(1));
+    let tiers = l.tiers_by_rank();
+    let next_rank = l.next_rank();
     let empty_form = FormState::default();
     let rows = tiers
         .iter()
@@ -168,7 +229,7 @@ fn ladder_card(csrf: &str, l: &LadderView, products: &[(i64, String)], forms: &L
             ]
         })
         .collect();
-    let order: Vec<(i64, String, i32)> = tiers.iter().map(|t| (t.product_id, t.product_name.clone(), t.rank)).collect();
+    let order = l.tier_order();
     let columns = [Column::text("Rank"), Column::text("Product"), Column::text("Entitlement set"), Column::text("")];
     html! {
         section.card.ladder aria-labelledby=(heading_id) {

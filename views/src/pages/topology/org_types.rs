@@ -12,7 +12,7 @@ use super::*;
 /// (optional). Form errors show above the form, field errors under their field. "Preview" GETs
 /// `…/default/preview` with the form's values and puts the answer ([`act_reach_preview`]) in
 /// `#default-change-preview-{org_type_id}`, under the form.
-pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String)], f: &FormState) -> Markup {
+pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[Choice], f: &FormState) -> Markup {
     let container = format!("default-change-{org_type_id}");
     let action = fill(paths::ORG_TYPE_DEFAULT, &[&org_type_id]);
     let preview_id = format!("default-change-preview-{org_type_id}");
@@ -21,7 +21,7 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String
     let reason_id = format!("{container}-reason");
     let note_id = format!("{container}-note");
     let mut ladder_options: Vec<(String, String)> = vec![(String::new(), "— choose a ladder —".to_owned())];
-    ladder_options.extend(ladders.iter().map(|(id, name)| (id.to_string(), name.clone())));
+    ladder_options.extend(ladders.iter().map(|l| (l.id.to_string(), l.name.clone())));
     let ladder_options: Vec<(&str, &str)> = ladder_options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
     let disposition_options = [
         ("", "— choose —"),
@@ -70,7 +70,7 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[(i64, String
 pub(super) fn org_types_table(
     csrf: &str,
     types: &[OrgTypeRow],
-    ladders: &[(i64, String)],
+    ladders: &[Choice],
     forms: &[(i64, FormState)],
 ) -> Markup {
     let empty_form = FormState::default();

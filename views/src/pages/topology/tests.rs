@@ -2,6 +2,14 @@
 
 use super::*;
 
+fn choice(id: i64, name: &str) -> Choice {
+    Choice { id, name: name.into() }
+}
+
+fn placed(id: i64, name: &str, position: i32) -> Placed {
+    Placed { id, name: name.into(), position }
+}
+
 fn tier(rank: i32, id: i64, name: &str) -> TierRow {
     TierRow { rank, product_id: id, product_name: name.into(), set_name: format!("{name} set") }
 }
@@ -17,7 +25,7 @@ fn state(values: &[(&str, &str)], field_errors: &[(&str, &str)]) -> FormState {
 fn sample() -> TopologyView {
     TopologyView {
         csrf: "tok".into(),
-        products: vec![(10, "Wiki Free".into()), (12, "<script>Wiki Pro</script>".into())],
+        products: vec![choice(10, "Wiki Free"), choice(12, "<script>Wiki Pro</script>")],
         add_forms: vec![],
         order_form: FormState::default(),
         default_forms: vec![],
@@ -130,7 +138,7 @@ fn a_refused_add_form_keeps_its_values_for_its_ladder_only() {
 
 #[test]
 fn add_tier_form_posts_its_fields_with_the_token_first() {
-    let out = add_tier_form("tok", 3, &[(10, "Wiki Free".into())], 4, &FormState::default()).into_string();
+    let out = add_tier_form("tok", 3, &[choice(10, "Wiki Free")], 4, &FormState::default()).into_string();
     assert!(out.starts_with(r#"<div class="form-panel add-tier" id="add-tier-3">"#));
     assert!(out.contains(
         r##"<form method="post" action="/operator/topology/ladders/3/tiers" hx-post="/operator/topology/ladders/3/tiers" hx-target="#add-tier-3" hx-swap="outerHTML"><input type="hidden" name="csrf_token" value="tok">"##
@@ -227,7 +235,7 @@ fn delete_tier_form_shows_its_refusal_inline() {
 
 #[test]
 fn ladder_order_form_has_a_position_per_ladder() {
-    let ladders = [(2, "Support".to_owned(), 2), (1, "<i>Wiki</i>".to_owned(), 1)];
+    let ladders = [placed(2, "Support", 2), placed(1, "<i>Wiki</i>", 1)];
     let f = state(&[("position.2", "1")], &[("position.2", "Positions must differ.")]);
     let out = ladder_order_form("tok", &ladders, &f).into_string();
     assert!(out.starts_with(r#"<div class="card ladder-order" id="ladder-order">"#));
@@ -253,7 +261,7 @@ fn ladder_order_form_without_ladders_says_so() {
 
 #[test]
 fn default_change_form_posts_its_fields_with_the_token_first() {
-    let ladders = [(1, "Wiki hosting".to_owned()), (2, "<i>Support</i>".to_owned())];
+    let ladders = [choice(1, "Wiki hosting"), choice(2, "<i>Support</i>")];
     let out = default_change_form("tok", 4, &ladders, &FormState::default()).into_string();
     assert!(out.starts_with(r#"<div class="default-change" id="default-change-4">"#));
     assert!(out.contains(
@@ -282,7 +290,7 @@ fn default_change_form_posts_its_fields_with_the_token_first() {
 
 #[test]
 fn a_refused_default_change_keeps_its_values_and_shows_its_errors() {
-    let ladders = [(1, "Wiki hosting".to_owned()), (2, "Support".to_owned())];
+    let ladders = [choice(1, "Wiki hosting"), choice(2, "Support")];
     let mut f = state(
         &[("plan_ladder_id", "2"), ("disposition", "grandfather"), ("reason", "<why>")],
         &[("disposition", "Choose <what> happens."), ("plan_ladder_id", "Already the default.")],
@@ -410,7 +418,7 @@ fn a_refused_remove_form_opens_with_its_values_and_errors() {
 
 #[test]
 fn tier_order_form_has_a_rank_from_zero_per_tier_and_a_preview() {
-    let tiers = [(11, "Basic".to_owned(), 1), (10, "<i>Free</i>".to_owned(), 0)];
+    let tiers = [placed(11, "Basic", 1), placed(10, "<i>Free</i>", 0)];
     let out = tier_order_form("tok", 3, &tiers, &FormState::default()).into_string();
     assert!(out.starts_with(
         r#"<div class="form-panel tier-order" id="tier-order-3"><details class="tier-disclosure"><summary>Reorder tiers…</summary>"#
@@ -447,7 +455,7 @@ fn tier_order_form_has_a_rank_from_zero_per_tier_and_a_preview() {
 
 #[test]
 fn a_refused_tier_order_form_opens_with_its_values_and_errors() {
-    let tiers = [(10, "Free".to_owned(), 0), (11, "Basic".to_owned(), 1)];
+    let tiers = [placed(10, "Free", 0), placed(11, "Basic", 1)];
     let mut f = state(
         &[("rank.10", "1"), ("rank.11", "0"), ("disposition", "grandfather")],
         &[("rank.11", "Ranks must <differ>."), ("disposition", "Choose one.")],
@@ -467,7 +475,7 @@ fn a_refused_tier_order_form_opens_with_its_values_and_errors() {
 
 #[test]
 fn default_change_form_has_a_preview_before_its_submit() {
-    let out = default_change_form("tok", 4, &[(1, "Wiki".to_owned())], &FormState::default()).into_string();
+    let out = default_change_form("tok", 4, &[choice(1, "Wiki")], &FormState::default()).into_string();
     assert!(out.contains(concat!(
         r##"<div class="form-actions"><button class="btn btn-secondary" type="button" hx-get="/operator/topology/org-types/4/default/preview" hx-include="#default-change-4 [name]:not([name=csrf_token])" hx-target="#default-change-preview-4" hx-swap="innerHTML">Preview</button>"##,
         r#"<button class="btn btn-primary" type="submit""#,
@@ -640,4 +648,20 @@ fn act_reach_preview_of_an_act_that_reaches_no_one() {
         out.contains("reaches no organization: there is no organization of Community, &lt;i&gt;Edu&lt;/i&gt; yet.")
     );
     assert!(!out.contains("<ul"));
+}
+
+#[test]
+fn the_page_and_a_refused_forms_answer_read_the_same_order_and_next_rank() {
+    let v = sample();
+    // The ladders by their order (Support's sort order is 2), numbered from 1; not as listed.
+    assert_eq!(v.ladder_order(), vec![placed(1, "<script>Wiki hosting</script>", 1), placed(2, "Support", 2)]);
+    assert_eq!(v.ladder_choices(), vec![choice(1, "<script>Wiki hosting</script>"), choice(2, "Support")]);
+    let wiki = v.ladder(1).unwrap();
+    // Tiers by rank; the next rank is above the top one, not the count of tiers.
+    assert_eq!(wiki.tier_order(), vec![placed(10, "Wiki Free", 0), placed(11, "Wiki Basic", 1)]);
+    assert_eq!(wiki.next_rank(), 2);
+    let gap = LadderView { id: 3, name: "Gap".into(), sort_order: 3, tiers: vec![tier(0, 10, "A"), tier(4, 11, "B")] };
+    assert_eq!(gap.next_rank(), 5);
+    assert_eq!(v.ladder(2).unwrap().next_rank(), 1);
+    assert!(v.ladder(9).is_none());
 }

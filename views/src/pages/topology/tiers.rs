@@ -10,7 +10,7 @@ use super::*;
 /// Fields: `product_id`, `rank` (from 1; `next_rank` unless a value was submitted), `reason`
 /// (optional). "Preview" GETs `…/tiers/preview` with the form's values and puts the answer
 /// ([`tier_add_preview`]) in `#add-tier-preview-{ladder_id}`, under the form.
-pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[(i64, String)], next_rank: i32, f: &FormState) -> Markup {
+pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[Choice], next_rank: i32, f: &FormState) -> Markup {
     let container = format!("add-tier-{ladder_id}");
     let action = fill(paths::TIERS, &[&ladder_id]);
     let preview_url = fill(paths::TIERS_PREVIEW, &[&ladder_id]);
@@ -22,7 +22,7 @@ pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[(i64, String)], nex
     let rank = if f.value("rank").is_empty() { next_rank_text.as_str() } else { f.value("rank") };
     let rank_hint = format!("1 is just above the floor; the top is {next_rank}");
     let mut options: Vec<(String, String)> = vec![(String::new(), "— choose a product —".to_owned())];
-    options.extend(products.iter().map(|(id, name)| (id.to_string(), name.clone())));
+    options.extend(products.iter().map(|p| (p.id.to_string(), p.name.clone())));
     let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
     html! {
         div.form-panel.add-tier #(container) {
@@ -288,15 +288,15 @@ const REORDER_DISPOSITIONS: [(&str, &str); 3] = [
 /// "grandfather": needed only when rank 0 changes and organizations hold the current floor),
 /// `reason` (optional). "Preview" GETs `…/tier-order/preview` with the form's values and puts
 /// the answer ([`act_reach_preview`]) in `#tier-order-preview-{ladder_id}`, under the form.
-pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[(i64, String, i32)], f: &FormState) -> Markup {
+pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[Placed], f: &FormState) -> Markup {
     let container = format!("tier-order-{ladder_id}");
     let action = fill(paths::TIER_ORDER, &[&ladder_id]);
     let preview_id = format!("tier-order-preview-{ladder_id}");
     let disposition_id = format!("{container}-disposition");
     let reason_id = format!("{container}-reason");
     let note_id = format!("{container}-note");
-    let mut tiers: Vec<&(i64, String, i32)> = tiers.iter().collect();
-    tiers.sort_by_key(|(_, _, rank)| *rank);
+    let mut tiers: Vec<&Placed> = tiers.iter().collect();
+    tiers.sort_by_key(|t| t.position);
     html! {
         div.form-panel.tier-order #(container) {
             details.tier-disclosure open[has_state(f)] {
@@ -309,8 +309,8 @@ pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[(i64, String, i32)],
                 (form_banners(f))
                 (hx_form(&action, &container, csrf, html! {
                     div.tier-order-fields {
-                        @for (product_id, name, rank) in &tiers {
-                            (tier_rank_field(f, &container, *product_id, name, *rank))
+                        @for t in &tiers {
+                            (tier_rank_field(f, &container, t.id, &t.name, t.position))
                         }
                     }
                     (select_field(&Select {
