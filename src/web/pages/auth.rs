@@ -3,6 +3,7 @@
 use actix_session::Session;
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use serde::Deserialize;
+use views::paths;
 
 use crate::{
     services::auth::{self, AuthError, Email},
@@ -81,7 +82,7 @@ fn login_page(
 #[tracing::instrument(name = "Page: sign in", skip_all)]
 pub async fn login_form(req: HttpRequest, q: web::Query<NextQuery>) -> HttpResponse {
     if identity(&req).is_some() {
-        return after_post(&req, safe_next(q.next.as_deref()).unwrap_or("/"));
+        return after_post(&req, safe_next(q.next.as_deref()).unwrap_or(paths::HOME));
     }
     login_page(&req, StatusCode::OK, "", None, q.next.as_deref())
 }
@@ -109,7 +110,7 @@ pub async fn login(
             session
                 .insert(CSRF_TOKEN, crate::config::random_hex(24))
                 .map_err(|e| AppError::Unexpected(anyhow::anyhow!("{e}")))?;
-            Ok(after_post(&req, safe_next(next).unwrap_or("/")))
+            Ok(after_post(&req, safe_next(next).unwrap_or(paths::HOME)))
         }
         Err(AuthError::InvalidCredentials) => Ok(login_page(
             &req,
@@ -139,7 +140,7 @@ pub async fn logout(req: HttpRequest, state: web::Data<AppState>, session: Sessi
         auth::sign_out(&state.db, &token).await?;
     }
     session.purge();
-    Ok(after_post(&req, "/login"))
+    Ok(after_post(&req, paths::LOGIN))
 }
 
 /// The client's address: the peer, or, when the peer is a configured reverse proxy, the last

@@ -3,6 +3,7 @@
 //! written; one that succeeds sends the operator back to the page, which shows the change.
 
 use std::collections::BTreeMap;
+use views::paths::{self, fill};
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
@@ -195,7 +196,7 @@ pub async fn create_key(
     let create =
         async || services::catalog::create_resource_key(&state.db, &form.key, &form.kind, &form.description).await;
     let e = match once_more_after_deadlock(&state.db, "Create a resource key", create).await {
-        Ok(_) => return Ok(after_post(&req, "/operator/catalog")),
+        Ok(_) => return Ok(after_post(&req, paths::CATALOG)),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -211,7 +212,7 @@ pub async fn create_set(
 ) -> Result<HttpResponse, AppError> {
     let create = async || services::catalog::create_entitlement_set(&state.db, &form.name).await;
     let e = match once_more_after_deadlock(&state.db, "Create an entitlement set", create).await {
-        Ok(id) => return Ok(after_post(&req, &format!("/operator/catalog/sets/{id}"))),
+        Ok(id) => return Ok(after_post(&req, &fill(paths::CATALOG_SET, &[&id]))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -233,7 +234,7 @@ pub async fn create_product(
         Err(e) => Err(e),
     };
     let e = match created {
-        Ok(id) => return Ok(after_post(&req, &format!("/operator/catalog/products/{id}"))),
+        Ok(id) => return Ok(after_post(&req, &fill(paths::CATALOG_PRODUCT, &[&id]))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -306,7 +307,7 @@ pub async fn save_rules(
     };
     let e = match committed {
         // The change's page shows it settled, or draining live.
-        Ok(c) => return Ok(after_post(&req, &format!("/operator/rule-changes/{}", c.change_id))),
+        Ok(c) => return Ok(after_post(&req, &fill(paths::RULE_CHANGE, &[&c.change_id]))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -378,7 +379,7 @@ pub async fn save_product(
         Err(e) => Err(e),
     };
     let e = match saved {
-        Ok(()) => return Ok(after_post(&req, &format!("/operator/catalog/products/{id}?saved=1"))),
+        Ok(()) => return Ok(after_post(&req, &format!("{}?saved=1", fill(paths::CATALOG_PRODUCT, &[&id])))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;

@@ -3,6 +3,7 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
+use views::paths::{self, fill};
 use views::{FormState, Keyset, Total};
 
 use crate::{
@@ -201,7 +202,7 @@ pub async fn issue(
         Err(e) => Err(e),
     };
     let e = match issued {
-        Ok(id) => return Ok(after_post(&req, &format!("/operator/grants/{id}"))),
+        Ok(id) => return Ok(after_post(&req, &fill(paths::GRANT, &[&id]))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -312,7 +313,7 @@ pub async fn revoke(
     let actor = Some(op.account_id());
     let revoke = async || services::grants::revoke_grant(&state.db, *id, actor, &form.reason).await;
     let e = match once_more_after_deadlock(&state.db, "Revoke a grant", revoke).await {
-        Ok(head) => return Ok(after_post(&req, &format!("/operator/grants/{head}"))),
+        Ok(head) => return Ok(after_post(&req, &fill(paths::GRANT, &[&head]))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -341,7 +342,7 @@ pub async fn manage(
         Err(e) => Err(e),
     };
     let e = match managed {
-        Ok(head) => return Ok(after_post(&req, &format!("/operator/grants/{head}"))),
+        Ok(head) => return Ok(after_post(&req, &fill(paths::GRANT, &[&head]))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;

@@ -2,6 +2,7 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
+use views::paths::{self, fill};
 
 use crate::{
     db::retry::once_more_after_deadlock,
@@ -214,7 +215,7 @@ pub async fn create(
     };
     let e = match created {
         Ok((created, _)) => {
-            return Ok(after_post(&req, &format!("/operator/organizations/{}", created.organization_id)));
+            return Ok(after_post(&req, &fill(paths::ORGANIZATION, &[&created.organization_id])));
         }
         Err(e) => e,
     };

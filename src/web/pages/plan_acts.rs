@@ -1,6 +1,7 @@
 //! Plan acts: every change to the tier topology that reaches organizations, newest first.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use views::paths::{self, fill};
 
 use crate::{
     db::retry::once_more_after_deadlock,
@@ -131,7 +132,7 @@ pub async fn retry(
     })
     .await?;
     if !render::is_htmx(&req) {
-        return Ok(HttpResponse::SeeOther().insert_header(("Location", format!("/operator/plan-acts/{id}"))).finish());
+        return Ok(HttpResponse::SeeOther().insert_header(("Location", fill(paths::PLAN_ACT, &[&id]))).finish());
     }
     let v = view(&req, &state, *id).await?;
     Ok(HttpResponse::Ok().content_type("text/html; charset=utf-8").body(views::plan_act_progress(&v).into_string()))

@@ -1,6 +1,7 @@
 //! Rule changes: the list, one change's live progress, and Retry.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use views::paths::{self, fill};
 
 use crate::{
     db::retry::once_more_after_deadlock,
@@ -144,9 +145,7 @@ pub async fn retry(
     })
     .await?;
     if !render::is_htmx(&req) {
-        return Ok(HttpResponse::SeeOther()
-            .insert_header(("Location", format!("/operator/rule-changes/{id}")))
-            .finish());
+        return Ok(HttpResponse::SeeOther().insert_header(("Location", fill(paths::RULE_CHANGE, &[&id]))).finish());
     }
     let d = services::reads::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
     Ok(HttpResponse::Ok()

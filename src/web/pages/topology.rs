@@ -2,6 +2,7 @@
 //! acts operators shape them with (add a tier, delete a tier nobody holds, the ladders' order).
 
 use std::collections::BTreeMap;
+use views::paths::{self, fill};
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
@@ -313,7 +314,7 @@ pub async fn add_tier(
         Err(e) => Err(e),
     };
     let e = match added {
-        Ok(()) => return Ok(after_post(&req, "/operator/topology?done=tier-added")),
+        Ok(()) => return Ok(after_post(&req, &format!("{}?done=tier-added", paths::TOPOLOGY))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -340,7 +341,7 @@ pub async fn delete_tier(
     let actor = Some(op.account_id());
     let delete = async || services::topology::delete_tier(&state.db, ladder, rank, actor, &form.reason).await;
     let e = match once_more_after_deadlock(&state.db, "DeleteTier", delete).await {
-        Ok(_) => return Ok(after_post(&req, "/operator/topology?done=tier-deleted")),
+        Ok(_) => return Ok(after_post(&req, &format!("{}?done=tier-deleted", paths::TOPOLOGY))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -370,7 +371,7 @@ pub async fn ladder_order(
         Err(e) => Err(e),
     };
     let e = match ordered {
-        Ok(()) => return Ok(after_post(&req, "/operator/topology?done=order")),
+        Ok(()) => return Ok(after_post(&req, &format!("{}?done=order", paths::TOPOLOGY))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -408,7 +409,7 @@ pub async fn change_default(
         Err(e) => Err(e),
     };
     let e = match changed {
-        Ok(act) => return Ok(after_post(&req, &format!("/operator/plan-acts/{act}"))),
+        Ok(act) => return Ok(after_post(&req, &fill(paths::PLAN_ACT, &[&act]))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -503,7 +504,7 @@ pub async fn remove_tier(
         Err(e) => Err(e),
     };
     let e = match removed {
-        Ok((act, _)) => return Ok(after_post(&req, &format!("/operator/plan-acts/{act}"))),
+        Ok((act, _)) => return Ok(after_post(&req, &fill(paths::PLAN_ACT, &[&act]))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
@@ -565,7 +566,7 @@ pub async fn tier_order(
         Err(e) => Err(e),
     };
     let e = match reordered {
-        Ok(act) => return Ok(after_post(&req, &format!("/operator/plan-acts/{act}"))),
+        Ok(act) => return Ok(after_post(&req, &fill(paths::PLAN_ACT, &[&act]))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
