@@ -78,7 +78,7 @@ pub static CLAIM_LOCKS: PathLocks = PathLocks {
 
 /// Claim up to `limit` due jobs for `worker`, leasing each for `lease`: pending jobs whose
 /// run_at has come, and running jobs whose lease expired (their worker crashed). Each claim
-/// counts an attempt. One statement (`store::jobs::CLAIM_SQL`) in a Plain transaction.
+/// counts an attempt. One statement (`store::jobs::claim_due_jobs`) in a Plain transaction.
 pub async fn claim(db: &Db, worker: &str, limit: usize, lease: Duration) -> Result<Vec<ClaimedJob>, DbError> {
     if limit == 0 {
         return Ok(Vec::new());

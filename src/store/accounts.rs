@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgConnection, Row};
+use sqlx::{PgConnection, postgres::types::PgInterval};
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct Account {
     pub account_id: i64,
     pub email: String,
@@ -13,21 +13,21 @@ pub struct Account {
     pub is_operator: bool,
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct SessionAccount {
     pub account_id: i64,
     pub email: String,
     pub is_operator: bool,
 }
 
-#[derive(Debug, Clone, FromRow, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct Membership {
     pub organization_id: i64,
     pub name: String,
     pub role: String,
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct AccountSummary {
     pub email: String,
     pub is_operator: bool,
@@ -37,10 +37,11 @@ pub struct AccountSummary {
 
 /// The account with this email (any case).
 pub async fn account_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result<Option<Account>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        Account,
         "SELECT account_id, email, password_hash, is_operator FROM core.accounts WHERE lower(email) = lower($1)",
+        email
     )
-    .bind(email)
     .fetch_optional(conn)
     .await
 }
@@ -63,25 +64,27 @@ pub async fn reserve_sign_in(
     address: &str,
     l: &ThrottleLimits,
 ) -> sqlx::Result<Result<(), Duration>> {
-    let ms = |d: Duration| chrono::Duration::from_std(d).unwrap_or_default();
-    let (allowed, retry_after_s): (bool, i32) =
-        sqlx::query_as("SELECT allowed, retry_after_s FROM core.reserve_sign_in($1, $2, $3, $4, $5, $6, $7, $8)")
-            .bind(email)
-            .bind(address)
-            .bind(ms(l.address_window))
-            .bind(l.address_max)
-            .bind(l.free)
-            .bind(ms(l.first_delay))
-            .bind(ms(l.cap))
-            .bind(ms(l.forget))
-            .fetch_one(conn)
-            .await?;
+    let r = sqlx::query!(
+        r#"SELECT allowed AS "allowed!", retry_after_s AS "retry_after_s!"
+           FROM core.reserve_sign_in($1, $2, $3, $4, $5, $6, $7, $8)"#,
+        email,
+        address,
+        interval(l.address_window)?,
+        l.address_max,
+        l.free,
+        interval(l.first_delay)?,
+        interval(l.cap)?,
+        interval(l.forget)?,
+    )
+    .fetch_one(conn)
+    .await?;
+    let (allowed, retry_after_s) = (r.allowed, r.retry_after_s);
     Ok(if allowed { Ok(()) } else { Err(Duration::from_secs(retry_after_s.max(1) as u64)) })
 }
 
 /// A verified password: the attempt was not a failure.
 pub async fn clear_sign_in(conn: &mut PgConnection, email: &str, address: &str) -> sqlx::Result<()> {
-    sqlx::query("SELECT core.clear_sign_in($1, $2)").bind(email).bind(address).execute(conn).await?;
+    sqlx::query!("SELECT core.clear_sign_in($1, $2)", email, address).execute(conn).await?;
     Ok(())
 }
 
@@ -92,14 +95,14 @@ pub async fn upsert_account(
     password_hash: &str,
     is_operator: bool,
 ) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO core.accounts (email, password_hash, is_operator) VALUES ($1, $2, $3)
          ON CONFLICT (lower(email)) DO UPDATE SET password_hash = EXCLUDED.password_hash, is_operator = EXCLUDED.is_operator
          RETURNING account_id",
+        email,
+        password_hash,
+        is_operator
     )
-    .bind(email)
-    .bind(password_hash)
-    .bind(is_operator)
     .fetch_one(conn)
     .await
 }
@@ -112,22 +115,27 @@ pub async fn insert_session(
     idle: Duration,
     lifetime: Duration,
 ) -> sqlx::Result<()> {
-    let d = |d: Duration| chrono::Duration::from_std(d).unwrap_or_default();
-    sqlx::query(
+    sqlx::query!(
         "WITH s AS (
              INSERT INTO core.web_sessions (token_hash, account_id, expires_at, ends_at, address)
              VALUES (sha256(convert_to($1, 'UTF8')), $2, now() + least($3::interval, $4::interval), now() + $4::interval, $5)
          )
          UPDATE core.accounts SET last_signed_in_at = now() WHERE account_id = $2",
+        token,
+        account_id,
+        interval(idle)?,
+        interval(lifetime)?,
+        address
     )
-    .bind(token)
-    .bind(account_id)
-    .bind(d(idle))
-    .bind(d(lifetime))
-    .bind(address)
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// A duration as an `interval` parameter (one out of range is refused as it was when bound as a
+/// `chrono::Duration`).
+fn interval(d: Duration) -> sqlx::Result<PgInterval> {
+    PgInterval::try_from(chrono::Duration::from_std(d).unwrap_or_default()).map_err(sqlx::Error::Encode)
 }
 
 /// Whether a session token is one the console makes (64 hex digits): anything else is no
@@ -148,13 +156,14 @@ pub async fn resume_session(
     if !is_session_token(token) {
         return Ok(None);
     }
-    sqlx::query_as(
-        "SELECT account_id, email, is_operator
-         FROM core.resume_session($1, $2 * interval '1 millisecond', $3 * interval '1 millisecond')",
+    sqlx::query_as!(
+        SessionAccount,
+        r#"SELECT account_id AS "account_id!", email AS "email!", is_operator AS "is_operator!"
+           FROM core.resume_session($1, $2::bigint * interval '1 millisecond', $3::bigint * interval '1 millisecond')"#,
+        token,
+        millis(idle),
+        millis(touch_every)
     )
-    .bind(token)
-    .bind(millis(idle))
-    .bind(millis(touch_every))
     .fetch_optional(conn)
     .await
 }
@@ -170,18 +179,19 @@ pub async fn resume_session_with_home(
     if !is_session_token(token) {
         return Ok(None);
     }
-    let row = sqlx::query(
-        "SELECT s.account_id, s.email, s.is_operator, core.member_home(s.account_id)
-         FROM core.resume_session($1, $2 * interval '1 millisecond', $3 * interval '1 millisecond') s",
+    let row = sqlx::query!(
+        r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
+                  core.member_home(s.account_id) AS "home!"
+           FROM core.resume_session($1, $2::bigint * interval '1 millisecond', $3::bigint * interval '1 millisecond') s"#,
+        token,
+        millis(idle),
+        millis(touch_every)
     )
-    .bind(token)
-    .bind(millis(idle))
-    .bind(millis(touch_every))
     .fetch_optional(conn)
     .await?;
     row.map(|r| {
-        let account = SessionAccount { account_id: r.try_get(0)?, email: r.try_get(1)?, is_operator: r.try_get(2)? };
-        Ok((account, home_from_json(&r.try_get::<String, _>(3)?)?))
+        let account = SessionAccount { account_id: r.account_id, email: r.email, is_operator: r.is_operator };
+        Ok((account, home_from_json(&r.home)?))
     })
     .transpose()
 }
@@ -191,8 +201,7 @@ fn millis(d: Duration) -> i64 {
 }
 
 pub async fn delete_session(conn: &mut PgConnection, token: &str) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM core.web_sessions WHERE token_hash = sha256(convert_to($1, 'UTF8'))")
-        .bind(token)
+    sqlx::query!("DELETE FROM core.web_sessions WHERE token_hash = sha256(convert_to($1, 'UTF8'))", token)
         .execute(conn)
         .await?;
     Ok(())
@@ -200,49 +209,56 @@ pub async fn delete_session(conn: &mut PgConnection, token: &str) -> sqlx::Resul
 
 /// Every session of an account (its password changed).
 pub async fn delete_sessions_of(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<u64> {
-    Ok(sqlx::query("DELETE FROM core.web_sessions WHERE account_id = $1")
-        .bind(account_id)
+    Ok(sqlx::query!("DELETE FROM core.web_sessions WHERE account_id = $1", account_id)
         .execute(conn)
         .await?
         .rows_affected())
 }
 
 pub async fn memberships(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<Vec<Membership>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        Membership,
         "SELECT o.organization_id, o.name, m.role FROM core.organization_members m
          JOIN core.organizations o USING (organization_id) WHERE m.account_id = $1 ORDER BY o.name, o.organization_id",
+        account_id
     )
-    .bind(account_id)
     .fetch_all(conn)
     .await
 }
 
 pub async fn account_summaries(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<AccountSummary>> {
-    sqlx::query_as(
-        "SELECT a.email, a.is_operator, (SELECT count(*) FROM core.organization_members m WHERE m.account_id = a.account_id) AS organizations, a.created_at
-         FROM core.accounts a ORDER BY a.is_operator DESC, lower(a.email) LIMIT $1",
+    sqlx::query_as!(
+        AccountSummary,
+        r#"SELECT a.email, a.is_operator,
+                  (SELECT count(*) FROM core.organization_members m WHERE m.account_id = a.account_id) AS "organizations!",
+                  a.created_at
+           FROM core.accounts a ORDER BY a.is_operator DESC, lower(a.email) LIMIT $1"#,
+        limit
     )
-    .bind(limit)
     .fetch_all(conn)
     .await
 }
 
 /// How many organizations there are, from the kept counts (migration 0014).
 pub async fn organization_count(conn: &mut PgConnection) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT coalesce(sum(delta), 0)::bigint FROM core.organization_counts").fetch_one(conn).await
+    sqlx::query_scalar!(r#"SELECT coalesce(sum(delta), 0)::bigint AS "count!" FROM core.organization_counts"#)
+        .fetch_one(conn)
+        .await
 }
 
 /// How many organizations have a name like this pattern.
 pub async fn organizations_named_like(conn: &mut PgConnection, pattern: &str) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT count(*) FROM core.organizations WHERE name LIKE $1").bind(pattern).fetch_one(conn).await
+    sqlx::query_scalar!(r#"SELECT count(*) AS "count!" FROM core.organizations WHERE name LIKE $1"#, pattern)
+        .fetch_one(conn)
+        .await
 }
 
 /// The first organization with this name, if any.
 pub async fn organization_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT organization_id FROM core.organizations WHERE name = $1 ORDER BY organization_id LIMIT 1",
+        name
     )
-    .bind(name)
     .fetch_optional(conn)
     .await
 }
@@ -253,13 +269,13 @@ pub async fn ensure_membership(
     account_id: i64,
     role: &str,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO core.organization_members (organization_id, account_id, role) VALUES ($1, $2, $3)
          ON CONFLICT (organization_id, account_id) DO NOTHING",
+        organization_id,
+        account_id,
+        role
     )
-    .bind(organization_id)
-    .bind(account_id)
-    .bind(role)
     .execute(conn)
     .await?;
     Ok(())
@@ -278,7 +294,7 @@ pub struct MemberHome {
 /// The member's home: each organization of the account with its default pool's held
 /// conferrals, entitlements and usage, as one JSON document (`core.member_home`).
 pub async fn member_home(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<Vec<MemberHome>> {
-    let json: String = sqlx::query_scalar("SELECT core.member_home($1)").bind(account_id).fetch_one(conn).await?;
+    let json = sqlx::query_scalar!(r#"SELECT core.member_home($1) AS "home!""#, account_id).fetch_one(conn).await?;
     home_from_json(&json)
 }
 

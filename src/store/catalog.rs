@@ -2,11 +2,11 @@
 //! tiers, org types), and the read models of organizations and pools.
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgConnection};
+use sqlx::PgConnection;
 
 use super::paging::{Page, Seek, page_of};
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct ResourceKey {
     pub resource_key: String,
     pub kind: String,
@@ -15,8 +15,9 @@ pub struct ResourceKey {
 }
 
 pub async fn resource_keys(conn: &mut PgConnection) -> sqlx::Result<Vec<ResourceKey>> {
-    sqlx::query_as(
-        "SELECT resource_key, kind, provider, description FROM core.resource_keys ORDER BY resource_key COLLATE \"C\"",
+    sqlx::query_as!(
+        ResourceKey,
+        r#"SELECT resource_key, kind, provider, description FROM core.resource_keys ORDER BY resource_key COLLATE "C""#
     )
     .fetch_all(conn)
     .await
@@ -29,13 +30,13 @@ pub async fn insert_resource_key(
     kind: &str,
     description: &str,
 ) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO core.resource_keys (resource_key, kind, description) VALUES ($1, $2, $3)
          ON CONFLICT DO NOTHING RETURNING resource_key",
+        key,
+        kind,
+        description
     )
-    .bind(key)
-    .bind(kind)
-    .bind(description)
     .fetch_optional(conn)
     .await
 }
@@ -43,7 +44,7 @@ pub async fn insert_resource_key(
 /// Pool counts on catalog pages stop past this many (`carried_by_pools` is then `CAP + 1`).
 pub const CARRIED_COUNT_CAP: i64 = 1000;
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct EntitlementSet {
     pub entitlement_set_id: i64,
     pub name: String,
@@ -51,49 +52,53 @@ pub struct EntitlementSet {
 }
 
 pub async fn entitlement_sets(conn: &mut PgConnection) -> sqlx::Result<Vec<EntitlementSet>> {
-    sqlx::query_as(
-        "SELECT s.entitlement_set_id, s.name,
-                core.pools_carrying(ARRAY(SELECT p.product_id FROM core.products p
-                                           WHERE p.entitlement_set_id = s.entitlement_set_id), $1) AS carried_by_pools
-         FROM core.entitlement_sets s ORDER BY lower(s.name), s.entitlement_set_id",
+    sqlx::query_as!(
+        EntitlementSet,
+        r#"SELECT s.entitlement_set_id, s.name,
+                  core.pools_carrying(ARRAY(SELECT p.product_id FROM core.products p
+                                             WHERE p.entitlement_set_id = s.entitlement_set_id), $1) AS "carried_by_pools!"
+           FROM core.entitlement_sets s ORDER BY lower(s.name), s.entitlement_set_id"#,
+        CARRIED_COUNT_CAP
     )
-    .bind(CARRIED_COUNT_CAP)
     .fetch_all(conn)
     .await
 }
 
 pub async fn entitlement_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<EntitlementSet>> {
-    sqlx::query_as(
-        "SELECT s.entitlement_set_id, s.name,
-                core.pools_carrying(ARRAY(SELECT p.product_id FROM core.products p
-                                           WHERE p.entitlement_set_id = s.entitlement_set_id), $1) AS carried_by_pools
-         FROM core.entitlement_sets s WHERE s.entitlement_set_id = $2",
+    sqlx::query_as!(
+        EntitlementSet,
+        r#"SELECT s.entitlement_set_id, s.name,
+                  core.pools_carrying(ARRAY(SELECT p.product_id FROM core.products p
+                                             WHERE p.entitlement_set_id = s.entitlement_set_id), $1) AS "carried_by_pools!"
+           FROM core.entitlement_sets s WHERE s.entitlement_set_id = $2"#,
+        CARRIED_COUNT_CAP,
+        id
     )
-    .bind(CARRIED_COUNT_CAP)
-    .bind(id)
     .fetch_optional(conn)
     .await
 }
 
 /// The set row, FOR UPDATE.
 pub async fn lock_entitlement_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<bool> {
-    Ok(sqlx::query("SELECT 1 FROM core.entitlement_sets WHERE entitlement_set_id = $1 FOR UPDATE")
-        .bind(id)
-        .fetch_optional(conn)
-        .await?
-        .is_some())
+    Ok(sqlx::query_scalar!(
+        "SELECT 1 AS locked FROM core.entitlement_sets WHERE entitlement_set_id = $1 FOR UPDATE",
+        id
+    )
+    .fetch_optional(conn)
+    .await?
+    .is_some())
 }
 
 pub async fn insert_entitlement_set(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO core.entitlement_sets (name) VALUES ($1) ON CONFLICT DO NOTHING RETURNING entitlement_set_id",
+        name
     )
-    .bind(name)
     .fetch_optional(conn)
     .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct Rule {
     pub entitlement_set_id: i64,
     pub resource_key: String,
@@ -102,20 +107,22 @@ pub struct Rule {
 }
 
 pub async fn rules(conn: &mut PgConnection) -> sqlx::Result<Vec<Rule>> {
-    sqlx::query_as(
-        "SELECT entitlement_set_id, resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
-         ORDER BY entitlement_set_id, resource_key COLLATE \"C\"",
+    sqlx::query_as!(
+        Rule,
+        r#"SELECT entitlement_set_id, resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
+           ORDER BY entitlement_set_id, resource_key COLLATE "C""#
     )
     .fetch_all(conn)
     .await
 }
 
 pub async fn rules_of_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<Vec<Rule>> {
-    sqlx::query_as(
-        "SELECT entitlement_set_id, resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
-         WHERE entitlement_set_id = $1 ORDER BY resource_key COLLATE \"C\"",
+    sqlx::query_as!(
+        Rule,
+        r#"SELECT entitlement_set_id, resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
+           WHERE entitlement_set_id = $1 ORDER BY resource_key COLLATE "C""#,
+        id
     )
-    .bind(id)
     .fetch_all(conn)
     .await
 }
@@ -129,29 +136,31 @@ pub async fn put_rule(
     flag: Option<bool>,
 ) -> sqlx::Result<()> {
     if numeric.is_none() && flag.is_none() {
-        sqlx::query("DELETE FROM core.entitlement_set_rules WHERE entitlement_set_id = $1 AND resource_key = $2")
-            .bind(set_id)
-            .bind(key)
-            .execute(conn)
-            .await?;
+        sqlx::query!(
+            "DELETE FROM core.entitlement_set_rules WHERE entitlement_set_id = $1 AND resource_key = $2",
+            set_id,
+            key
+        )
+        .execute(conn)
+        .await?;
     } else {
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO core.entitlement_set_rules (entitlement_set_id, resource_key, numeric_value, flag_value)
              VALUES ($1, $2, $3, $4)
              ON CONFLICT (entitlement_set_id, resource_key) DO UPDATE
              SET numeric_value = EXCLUDED.numeric_value, flag_value = EXCLUDED.flag_value",
+            set_id,
+            key,
+            numeric,
+            flag
         )
-        .bind(set_id)
-        .bind(key)
-        .bind(numeric)
-        .bind(flag)
         .execute(conn)
         .await?;
     }
     Ok(())
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct Product {
     pub product_id: i64,
     pub name: String,
@@ -161,35 +170,44 @@ pub struct Product {
     pub carried_by_pools: i64,
 }
 
-fn product_select() -> String {
-    format!(
-        "SELECT p.product_id, p.name, p.entitlement_set_id, s.name AS set_name, p.published,
-                core.pools_carrying(ARRAY[p.product_id], {CARRIED_COUNT_CAP}) AS carried_by_pools
-         FROM core.products p LEFT JOIN core.entitlement_sets s USING (entitlement_set_id)"
-    )
-}
-
 pub async fn products(conn: &mut PgConnection) -> sqlx::Result<Vec<Product>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("{} ORDER BY lower(p.name), p.product_id", product_select())))
-        .fetch_all(conn)
-        .await
-}
-
-/// Published products with an entitlement set, by name: the ones a tier may be (no counts).
-pub async fn tier_product_options(conn: &mut PgConnection) -> sqlx::Result<Vec<(i64, String)>> {
-    sqlx::query_as(
-        "SELECT product_id, name FROM core.products
-         WHERE published AND entitlement_set_id IS NOT NULL ORDER BY lower(name), product_id",
+    sqlx::query_as!(
+        Product,
+        r#"SELECT p.product_id, p.name, p.entitlement_set_id, s.name AS "set_name?", p.published,
+                  core.pools_carrying(ARRAY[p.product_id], $1) AS "carried_by_pools!"
+           FROM core.products p LEFT JOIN core.entitlement_sets s USING (entitlement_set_id)
+           ORDER BY lower(p.name), p.product_id"#,
+        CARRIED_COUNT_CAP
     )
     .fetch_all(conn)
     .await
 }
 
+/// Published products with an entitlement set, by name: the ones a tier may be (no counts).
+pub async fn tier_product_options(conn: &mut PgConnection) -> sqlx::Result<Vec<(i64, String)>> {
+    Ok(sqlx::query!(
+        "SELECT product_id, name FROM core.products
+         WHERE published AND entitlement_set_id IS NOT NULL ORDER BY lower(name), product_id"
+    )
+    .fetch_all(conn)
+    .await?
+    .into_iter()
+    .map(|r| (r.product_id, r.name))
+    .collect())
+}
+
 pub async fn product(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<Product>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("{} WHERE p.product_id = $1", product_select())))
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_as!(
+        Product,
+        r#"SELECT p.product_id, p.name, p.entitlement_set_id, s.name AS "set_name?", p.published,
+                  core.pools_carrying(ARRAY[p.product_id], $1) AS "carried_by_pools!"
+           FROM core.products p LEFT JOIN core.entitlement_sets s USING (entitlement_set_id)
+           WHERE p.product_id = $2"#,
+        CARRIED_COUNT_CAP,
+        id
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 pub async fn insert_product(
@@ -198,13 +216,13 @@ pub async fn insert_product(
     set_id: Option<i64>,
     published: bool,
 ) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO core.products (name, entitlement_set_id, published) VALUES ($1, $2, $3)
          ON CONFLICT DO NOTHING RETURNING product_id",
+        name,
+        set_id,
+        published
     )
-    .bind(name)
-    .bind(set_id)
-    .bind(published)
     .fetch_optional(conn)
     .await
 }
@@ -217,23 +235,22 @@ pub async fn update_product(
     set_id: Option<i64>,
     published: bool,
 ) -> sqlx::Result<bool> {
-    Ok(sqlx::query("UPDATE core.products SET name = $2, entitlement_set_id = $3, published = $4 WHERE product_id = $1")
-        .bind(id)
-        .bind(name)
-        .bind(set_id)
-        .bind(published)
-        .execute(conn)
-        .await?
-        .rows_affected()
+    Ok(sqlx::query!(
+        "UPDATE core.products SET name = $2, entitlement_set_id = $3, published = $4 WHERE product_id = $1",
+        id,
+        name,
+        set_id,
+        published
+    )
+    .execute(conn)
+    .await?
+    .rows_affected()
         == 1)
 }
 
 /// UpdateProduct without a change of set: the name and publication only.
 pub async fn update_product_name(conn: &mut PgConnection, id: i64, name: &str, published: bool) -> sqlx::Result<bool> {
-    Ok(sqlx::query("UPDATE core.products SET name = $2, published = $3 WHERE product_id = $1")
-        .bind(id)
-        .bind(name)
-        .bind(published)
+    Ok(sqlx::query!("UPDATE core.products SET name = $2, published = $3 WHERE product_id = $1", id, name, published)
         .execute(conn)
         .await?
         .rows_affected()
@@ -241,14 +258,16 @@ pub async fn update_product_name(conn: &mut PgConnection, id: i64, name: &str, p
 }
 
 pub async fn name_taken_by_other_product(conn: &mut PgConnection, id: i64, name: &str) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM core.products WHERE name = $2 AND product_id <> $1)")
-        .bind(id)
-        .bind(name)
-        .fetch_one(conn)
-        .await
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM core.products WHERE name = $2 AND product_id <> $1) AS "taken!""#,
+        id,
+        name
+    )
+    .fetch_one(conn)
+    .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct Tier {
     pub plan_ladder_id: i64,
     pub ladder_name: String,
@@ -259,17 +278,19 @@ pub struct Tier {
 }
 
 pub async fn tiers(conn: &mut PgConnection) -> sqlx::Result<Vec<Tier>> {
-    sqlx::query_as(
-        "SELECT t.plan_ladder_id, l.name AS ladder_name, t.rank, t.product_id, p.name AS product_name, s.name AS set_name
-         FROM core.plan_ladder_tiers t JOIN core.plan_ladders l USING (plan_ladder_id)
-         JOIN core.products p USING (product_id) LEFT JOIN core.entitlement_sets s ON s.entitlement_set_id = p.entitlement_set_id
-         ORDER BY l.sort_order, l.plan_ladder_id, t.rank",
+    sqlx::query_as!(
+        Tier,
+        r#"SELECT t.plan_ladder_id, l.name AS ladder_name, t.rank, t.product_id, p.name AS product_name,
+                  s.name AS "set_name?"
+           FROM core.plan_ladder_tiers t JOIN core.plan_ladders l USING (plan_ladder_id)
+           JOIN core.products p USING (product_id) LEFT JOIN core.entitlement_sets s ON s.entitlement_set_id = p.entitlement_set_id
+           ORDER BY l.sort_order, l.plan_ladder_id, t.rank"#
     )
     .fetch_all(conn)
     .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct Ladder {
     pub plan_ladder_id: i64,
     pub name: String,
@@ -277,12 +298,15 @@ pub struct Ladder {
 }
 
 pub async fn ladders(conn: &mut PgConnection) -> sqlx::Result<Vec<Ladder>> {
-    sqlx::query_as("SELECT plan_ladder_id, name, sort_order FROM core.plan_ladders ORDER BY sort_order, plan_ladder_id")
-        .fetch_all(conn)
-        .await
+    sqlx::query_as!(
+        Ladder,
+        "SELECT plan_ladder_id, name, sort_order FROM core.plan_ladders ORDER BY sort_order, plan_ladder_id"
+    )
+    .fetch_all(conn)
+    .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct OrgType {
     pub org_type_id: i64,
     pub name: String,
@@ -293,14 +317,15 @@ pub struct OrgType {
 }
 
 pub async fn org_types(conn: &mut PgConnection) -> sqlx::Result<Vec<OrgType>> {
-    sqlx::query_as(
-        "SELECT t.org_type_id, t.name, t.default_plan_ladder_id, l.name AS default_ladder,
-                (SELECT p.name FROM core.plan_ladder_tiers pt JOIN core.products p USING (product_id)
-                 WHERE pt.plan_ladder_id = t.default_plan_ladder_id AND pt.rank = 0) AS floor_product,
-                coalesce((SELECT sum(c.delta) FROM core.organization_counts c WHERE c.org_type_id = t.org_type_id), 0)::bigint
-                    AS organizations
-         FROM core.org_types t LEFT JOIN core.plan_ladders l ON l.plan_ladder_id = t.default_plan_ladder_id
-         ORDER BY lower(t.name), t.org_type_id",
+    sqlx::query_as!(
+        OrgType,
+        r#"SELECT t.org_type_id, t.name, t.default_plan_ladder_id, l.name AS "default_ladder?",
+                  (SELECT p.name FROM core.plan_ladder_tiers pt JOIN core.products p USING (product_id)
+                   WHERE pt.plan_ladder_id = t.default_plan_ladder_id AND pt.rank = 0) AS "floor_product?",
+                  coalesce((SELECT sum(c.delta) FROM core.organization_counts c WHERE c.org_type_id = t.org_type_id), 0)::bigint
+                      AS "organizations!"
+           FROM core.org_types t LEFT JOIN core.plan_ladders l ON l.plan_ladder_id = t.default_plan_ladder_id
+           ORDER BY lower(t.name), t.org_type_id"#
     )
     .fetch_all(conn)
     .await
@@ -309,65 +334,64 @@ pub async fn org_types(conn: &mut PgConnection) -> sqlx::Result<Vec<OrgType>> {
 // Setup used by the demo seed: the topology's own writers (plan acts) come later.
 
 pub async fn ensure_ladder(conn: &mut PgConnection, name: &str, sort_order: i32) -> sqlx::Result<i64> {
-    if let Some(id) = sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1")
-        .bind(name)
+    if let Some(id) = sqlx::query_scalar!("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1", name)
         .fetch_optional(&mut *conn)
         .await?
     {
         return Ok(id);
     }
-    sqlx::query_scalar("INSERT INTO core.plan_ladders (name, sort_order) VALUES ($1, $2) RETURNING plan_ladder_id")
-        .bind(name)
-        .bind(sort_order)
-        .fetch_one(conn)
-        .await
+    sqlx::query_scalar!(
+        "INSERT INTO core.plan_ladders (name, sort_order) VALUES ($1, $2) RETURNING plan_ladder_id",
+        name,
+        sort_order
+    )
+    .fetch_one(conn)
+    .await
 }
 
 pub async fn ensure_tier(conn: &mut PgConnection, ladder: i64, rank: i32, product: i64) -> sqlx::Result<()> {
-    sqlx::query(
-        // The rank key is deferrable (renumbering), which ON CONFLICT cannot arbitrate.
+    // The rank key is deferrable (renumbering), which ON CONFLICT cannot arbitrate.
+    sqlx::query!(
         "INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) SELECT $1, $2, $3
          WHERE NOT EXISTS (SELECT 1 FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND (rank = $2 OR product_id = $3))",
+        ladder,
+        rank,
+        product
     )
-    .bind(ladder)
-    .bind(rank)
-    .bind(product)
     .execute(conn)
     .await?;
     Ok(())
 }
 
 pub async fn ensure_org_type(conn: &mut PgConnection, name: &str, default_ladder: Option<i64>) -> sqlx::Result<i64> {
-    if let Some(id) = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = $1")
-        .bind(name)
+    if let Some(id) = sqlx::query_scalar!("SELECT org_type_id FROM core.org_types WHERE name = $1", name)
         .fetch_optional(&mut *conn)
         .await?
     {
         return Ok(id);
     }
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id",
+        name,
+        default_ladder
     )
-    .bind(name)
-    .bind(default_ladder)
     .fetch_one(conn)
     .await
 }
 
 pub async fn entitlement_set_id_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar("SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = $1")
-        .bind(name)
+    sqlx::query_scalar!("SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = $1", name)
         .fetch_optional(conn)
         .await
 }
 
 pub async fn product_id_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar("SELECT product_id FROM core.products WHERE name = $1").bind(name).fetch_optional(conn).await
+    sqlx::query_scalar!("SELECT product_id FROM core.products WHERE name = $1", name).fetch_optional(conn).await
 }
 
 // Organizations and pools, read models.
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct OrgListRow {
     pub organization_id: i64,
     pub name: String,
@@ -390,31 +414,32 @@ pub async fn organizations_page(
         Seek::Before(id) => (Some(id), "backward"),
         Seek::Last => (None, "backward"),
     };
-    let rows = sqlx::query_as(
-        "WITH c AS (SELECT lower(name) COLLATE \"C\" AS k, organization_id AS id FROM core.organizations WHERE organization_id = $2),
-         page AS (
-             (SELECT o.organization_id, o.name, o.org_type_id FROM core.organizations o
-              WHERE $4 = 'forward' AND lower(o.name) COLLATE \"C\" LIKE $1
-                AND ($2::bigint IS NULL OR (lower(o.name) COLLATE \"C\", o.organization_id) > (SELECT k, id FROM c))
-              ORDER BY lower(o.name) COLLATE \"C\", o.organization_id LIMIT $3)
-             UNION ALL
-             (SELECT o.organization_id, o.name, o.org_type_id FROM core.organizations o
-              WHERE $4 = 'backward' AND lower(o.name) COLLATE \"C\" LIKE $1
-                AND ($2::bigint IS NULL OR (lower(o.name) COLLATE \"C\", o.organization_id) < (SELECT k, id FROM c))
-              ORDER BY lower(o.name) COLLATE \"C\" DESC, o.organization_id DESC LIMIT $3))
-         SELECT p.organization_id, p.name, t.name AS org_type,
-                (SELECT string_agg(l.name || ': ' || pr.name, ' · ' ORDER BY l.sort_order, l.plan_ladder_id)
-                 FROM core.resource_pools rp JOIN core.positions ps ON ps.pool_id = rp.pool_id
-                 JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
-                 JOIN core.conferrals cf ON cf.conferral_id = ps.conferral_id JOIN core.products pr ON pr.product_id = cf.product_id
-                 WHERE rp.organization_id = p.organization_id AND rp.is_default) AS plan
-         FROM page p LEFT JOIN core.org_types t ON t.org_type_id = p.org_type_id
-         ORDER BY lower(p.name) COLLATE \"C\", p.organization_id",
+    let rows = sqlx::query_as!(
+        OrgListRow,
+        r#"WITH c AS (SELECT lower(name) COLLATE "C" AS k, organization_id AS id FROM core.organizations WHERE organization_id = $2),
+           page AS (
+               (SELECT o.organization_id, o.name, o.org_type_id FROM core.organizations o
+                WHERE $4 = 'forward' AND lower(o.name) COLLATE "C" LIKE $1
+                  AND ($2::bigint IS NULL OR (lower(o.name) COLLATE "C", o.organization_id) > (SELECT k, id FROM c))
+                ORDER BY lower(o.name) COLLATE "C", o.organization_id LIMIT $3)
+               UNION ALL
+               (SELECT o.organization_id, o.name, o.org_type_id FROM core.organizations o
+                WHERE $4 = 'backward' AND lower(o.name) COLLATE "C" LIKE $1
+                  AND ($2::bigint IS NULL OR (lower(o.name) COLLATE "C", o.organization_id) < (SELECT k, id FROM c))
+                ORDER BY lower(o.name) COLLATE "C" DESC, o.organization_id DESC LIMIT $3))
+           SELECT p.organization_id AS "organization_id!", p.name AS "name!", t.name AS "org_type?",
+                  (SELECT string_agg(l.name || ': ' || pr.name, ' · ' ORDER BY l.sort_order, l.plan_ladder_id)
+                   FROM core.resource_pools rp JOIN core.positions ps ON ps.pool_id = rp.pool_id
+                   JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
+                   JOIN core.conferrals cf ON cf.conferral_id = ps.conferral_id JOIN core.products pr ON pr.product_id = cf.product_id
+                   WHERE rp.organization_id = p.organization_id AND rp.is_default) AS "plan?"
+           FROM page p LEFT JOIN core.org_types t ON t.org_type_id = p.org_type_id
+           ORDER BY lower(p.name) COLLATE "C", p.organization_id"#,
+        pattern,
+        cursor,
+        limit + 1,
+        direction
     )
-    .bind(&pattern)
-    .bind(cursor)
-    .bind(limit + 1)
-    .bind(direction)
     .fetch_all(conn)
     .await?;
     Ok(page_of(rows, limit, seek))
@@ -424,48 +449,53 @@ pub async fn organizations_page(
 /// that matches most of a large list says "more than", rather than counting them all).
 pub async fn organizations_matching(conn: &mut PgConnection, prefix: &str, cap: i64) -> sqlx::Result<i64> {
     let pattern = format!("{}%", prefix.to_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
-    sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT 1 FROM core.organizations WHERE lower(name) COLLATE \"C\" LIKE $1 LIMIT $2) m",
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "count!" FROM (SELECT 1 FROM core.organizations WHERE lower(name) COLLATE "C" LIKE $1 LIMIT $2) m"#,
+        pattern,
+        cap
     )
-    .bind(&pattern)
-    .bind(cap)
     .fetch_one(conn)
     .await
 }
 
 /// The organization with this id, as a list row (a search for an id).
 pub async fn organization_row(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<OrgListRow>> {
-    sqlx::query_as(
-        "SELECT o.organization_id, o.name, t.name AS org_type,
-                (SELECT string_agg(l.name || ': ' || pr.name, ' · ' ORDER BY l.sort_order, l.plan_ladder_id)
-                 FROM core.resource_pools rp JOIN core.positions ps ON ps.pool_id = rp.pool_id
-                 JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
-                 JOIN core.conferrals cf ON cf.conferral_id = ps.conferral_id JOIN core.products pr ON pr.product_id = cf.product_id
-                 WHERE rp.organization_id = o.organization_id AND rp.is_default) AS plan
-         FROM core.organizations o LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
-         WHERE o.organization_id = $1",
+    sqlx::query_as!(
+        OrgListRow,
+        r#"SELECT o.organization_id, o.name, t.name AS "org_type?",
+                  (SELECT string_agg(l.name || ': ' || pr.name, ' · ' ORDER BY l.sort_order, l.plan_ladder_id)
+                   FROM core.resource_pools rp JOIN core.positions ps ON ps.pool_id = rp.pool_id
+                   JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
+                   JOIN core.conferrals cf ON cf.conferral_id = ps.conferral_id JOIN core.products pr ON pr.product_id = cf.product_id
+                   WHERE rp.organization_id = o.organization_id AND rp.is_default) AS "plan?"
+           FROM core.organizations o LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
+           WHERE o.organization_id = $1"#,
+        id
     )
-    .bind(id)
     .fetch_optional(conn)
     .await
 }
 
 /// Fold the counts' appended rows (core.compact_organization_counts): how many rows went.
 pub async fn compact_organization_counts(conn: &mut PgConnection) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT core.compact_organization_counts()").fetch_one(conn).await
+    sqlx::query_scalar!(r#"SELECT core.compact_organization_counts() AS "compacted!""#).fetch_one(conn).await
 }
 
 /// How many organizations there are, per org type (None: without a type), from the counts the
 /// organizations' triggers keep (migration 0014): no organization is read.
 pub async fn organization_counts(conn: &mut PgConnection) -> sqlx::Result<Vec<(Option<i64>, i64)>> {
-    sqlx::query_as(
-        "SELECT org_type_id, sum(delta)::bigint FROM core.organization_counts GROUP BY org_type_id HAVING sum(delta) <> 0",
+    Ok(sqlx::query!(
+        r#"SELECT org_type_id, sum(delta)::bigint AS "organizations!"
+           FROM core.organization_counts GROUP BY org_type_id HAVING sum(delta) <> 0"#
     )
     .fetch_all(conn)
-    .await
+    .await?
+    .into_iter()
+    .map(|r| (r.org_type_id, r.organizations))
+    .collect())
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct OrgFacts {
     pub organization_id: i64,
     pub name: String,
@@ -475,19 +505,20 @@ pub struct OrgFacts {
 }
 
 pub async fn organization(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<OrgFacts>> {
-    sqlx::query_as(
-        "SELECT o.organization_id, o.name, t.name AS org_type, rp.pool_id, o.created_at
-         FROM core.organizations o LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
-         LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
-         WHERE o.organization_id = $1",
+    sqlx::query_as!(
+        OrgFacts,
+        r#"SELECT o.organization_id, o.name, t.name AS "org_type?", rp.pool_id AS "pool_id?", o.created_at
+           FROM core.organizations o LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
+           LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+           WHERE o.organization_id = $1"#,
+        id
     )
-    .bind(id)
     .fetch_optional(conn)
     .await
 }
 
 /// A holding conferral of a pool, with its ladder place when it has one.
-#[derive(Debug, Clone, FromRow, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct HeldConferral {
     pub conferral_id: i64,
     pub ladder: Option<String>,
@@ -502,9 +533,11 @@ pub struct HeldConferral {
 }
 
 pub async fn held_conferrals(conn: &mut PgConnection, pool_id: i64) -> sqlx::Result<Vec<HeldConferral>> {
-    sqlx::query_as(
-        "SELECT c.conferral_id, l.name AS ladder, ps.rank, p.name AS product, c.grant_id, g.kind AS grant_kind,
-                s.stripe_subscription_id, i.stripe_item_id, c.suspended, c.quantity
+    sqlx::query_as!(
+        HeldConferral,
+        r#"SELECT c.conferral_id, l.name AS "ladder?", ps.rank AS "rank?", p.name AS product, c.grant_id,
+                g.kind AS "grant_kind?", s.stripe_subscription_id AS "stripe_subscription_id?",
+                i.stripe_item_id AS "stripe_item_id?", c.suspended, c.quantity
          FROM core.conferrals c
          JOIN core.products p ON p.product_id = c.product_id
          LEFT JOIN core.positions ps ON ps.conferral_id = c.conferral_id
@@ -513,14 +546,14 @@ pub async fn held_conferrals(conn: &mut PgConnection, pool_id: i64) -> sqlx::Res
          LEFT JOIN core.subscription_items i ON i.subscription_item_id = c.subscription_item_id
          LEFT JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
          WHERE c.pool_id = $1 AND c.state = 'holding'
-         ORDER BY l.sort_order NULLS LAST, l.plan_ladder_id, c.conferral_id",
+         ORDER BY l.sort_order NULLS LAST, l.plan_ladder_id, c.conferral_id"#,
+        pool_id
     )
-    .bind(pool_id)
     .fetch_all(conn)
     .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct Displaced {
     pub kind: String,
     pub source: String,
@@ -529,8 +562,11 @@ pub struct Displaced {
 }
 
 pub async fn displaced_sources(conn: &mut PgConnection, organization_id: i64) -> sqlx::Result<Vec<Displaced>> {
-    sqlx::query_as(
-        "SELECT 'replaced grant' AS kind, 'grant #' || g.grant_id AS source, p.name AS product, g.replaced_at AS since
+    // A UNION's columns come from no table: the first branch's names say they are never null.
+    sqlx::query_as!(
+        Displaced,
+        r#"SELECT 'replaced grant' AS "kind!", 'grant #' || g.grant_id AS "source!", p.name AS "product!",
+                g.replaced_at AS "since!"
          FROM core.grants g JOIN core.products p USING (product_id)
          WHERE g.organization_id = $1 AND g.status = 'replaced'
          UNION ALL
@@ -541,14 +577,14 @@ pub async fn displaced_sources(conn: &mut PgConnection, organization_id: i64) ->
          JOIN core.subscriptions s USING (subscription_id)
          JOIN core.products p ON p.product_id = i.product_id
          WHERE s.organization_id = $1 AND d.delivered_at IS NULL
-         ORDER BY since DESC",
+         ORDER BY "since!" DESC"#,
+        organization_id
     )
-    .bind(organization_id)
     .fetch_all(conn)
     .await
 }
 
-#[derive(Debug, Clone, FromRow, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct Usage {
     pub resource_key: String,
     pub used: i64,
@@ -556,26 +592,30 @@ pub struct Usage {
 }
 
 pub async fn usage(conn: &mut PgConnection, pool_id: i64) -> sqlx::Result<Vec<Usage>> {
-    sqlx::query_as(
-        "SELECT resource_key, used, limit_value FROM core.pool_usage WHERE pool_id = $1 ORDER BY resource_key COLLATE \"C\"",
+    // A view's columns carry no NOT NULL (these are the usage table's and a coalesce).
+    sqlx::query_as!(
+        Usage,
+        r#"SELECT resource_key AS "resource_key!", used AS "used!", limit_value AS "limit_value!"
+           FROM core.pool_usage WHERE pool_id = $1 ORDER BY resource_key COLLATE "C""#,
+        pool_id
     )
-    .bind(pool_id)
     .fetch_all(conn)
     .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct Member {
     pub email: String,
     pub role: String,
 }
 
 pub async fn members(conn: &mut PgConnection, organization_id: i64) -> sqlx::Result<Vec<Member>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        Member,
         "SELECT a.email, m.role FROM core.organization_members m JOIN core.accounts a USING (account_id)
          WHERE m.organization_id = $1 ORDER BY m.role DESC, lower(a.email)",
+        organization_id
     )
-    .bind(organization_id)
     .fetch_all(conn)
     .await
 }

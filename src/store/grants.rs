@@ -5,7 +5,7 @@ use sqlx::{FromRow, PgConnection};
 
 use super::paging::{Page, Seek, page_of};
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct Grant {
     pub grant_id: i64,
     pub organization_id: Option<i64>,
@@ -21,62 +21,74 @@ pub struct Grant {
     pub lineage_id: i64,
 }
 
-const GRANT_COLUMNS: &str = "grant_id, organization_id, provision_domain, product_id, quantity, kind, status, starts_at, \
-                             ends_at, reason, extends_grant_id, lineage_id";
+// The macros take a literal, so each query below spells out `Grant`'s columns.
 
 pub async fn grant(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<Grant>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {GRANT_COLUMNS} FROM core.grants WHERE grant_id = $1")))
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_as!(
+        Grant,
+        "SELECT grant_id, organization_id, provision_domain, product_id, quantity, kind, status, starts_at, ends_at, reason,
+                extends_grant_id, lineage_id
+         FROM core.grants WHERE grant_id = $1",
+        id
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 /// GetGrantLineageHeadForUpdate: the lineage's head (the grant no other extends), FOR UPDATE.
 pub async fn lineage_head_for_update(conn: &mut PgConnection, lineage_id: i64) -> sqlx::Result<Option<Grant>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {GRANT_COLUMNS} FROM core.grants g
+    sqlx::query_as!(
+        Grant,
+        "SELECT grant_id, organization_id, provision_domain, product_id, quantity, kind, status, starts_at, ends_at, reason,
+                extends_grant_id, lineage_id
+         FROM core.grants g
          WHERE g.lineage_id = $1 AND NOT EXISTS (SELECT 1 FROM core.grants n WHERE n.extends_grant_id = g.grant_id)
-         FOR UPDATE OF g"
-    )))
-    .bind(lineage_id)
+         FOR UPDATE OF g",
+        lineage_id
+    )
     .fetch_optional(conn)
     .await
 }
 
 /// A grant's own row, FOR UPDATE (a waiting grant being attached or started).
 pub async fn lock_grant(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<Grant>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {GRANT_COLUMNS} FROM core.grants WHERE grant_id = $1 FOR UPDATE"
-    )))
-    .bind(id)
+    sqlx::query_as!(
+        Grant,
+        "SELECT grant_id, organization_id, provision_domain, product_id, quantity, kind, status, starts_at, ends_at, reason,
+                extends_grant_id, lineage_id
+         FROM core.grants WHERE grant_id = $1 FOR UPDATE",
+        id
+    )
     .fetch_optional(conn)
     .await
 }
 
 pub async fn lineage(conn: &mut PgConnection, lineage_id: i64) -> sqlx::Result<Vec<Grant>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {GRANT_COLUMNS} FROM core.grants WHERE lineage_id = $1 ORDER BY grant_id"
-    )))
-    .bind(lineage_id)
+    sqlx::query_as!(
+        Grant,
+        "SELECT grant_id, organization_id, provision_domain, product_id, quantity, kind, status, starts_at, ends_at, reason,
+                extends_grant_id, lineage_id
+         FROM core.grants WHERE lineage_id = $1 ORDER BY grant_id",
+        lineage_id
+    )
     .fetch_all(conn)
     .await
 }
 
 /// The grant's holding conferral, if it has one.
 pub async fn holding_conferral_of(conn: &mut PgConnection, grant_id: i64) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar("SELECT conferral_id FROM core.conferrals WHERE grant_id = $1 AND state = 'holding'")
-        .bind(grant_id)
+    sqlx::query_scalar!("SELECT conferral_id FROM core.conferrals WHERE grant_id = $1 AND state = 'holding'", grant_id)
         .fetch_optional(conn)
         .await
 }
 
 pub async fn set_status(conn: &mut PgConnection, grant_id: i64, status: &str) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE core.grants SET status = $2, ended_at = CASE WHEN $2 IN ('revoked', 'expired', 'ended') THEN now() END
          WHERE grant_id = $1",
+        grant_id,
+        status
     )
-    .bind(grant_id)
-    .bind(status)
     .execute(conn)
     .await?;
     Ok(())
@@ -84,11 +96,11 @@ pub async fn set_status(conn: &mut PgConnection, grant_id: i64, status: &str) ->
 
 /// Mark a live grant expired when its end has come; false when it is not live or not due.
 pub async fn expire_if_due(conn: &mut PgConnection, grant_id: i64) -> sqlx::Result<bool> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE core.grants SET status = 'expired', ended_at = now()
          WHERE grant_id = $1 AND status IN ('active', 'replaced', 'waiting') AND ends_at IS NOT NULL AND ends_at <= now()",
+        grant_id
     )
-    .bind(grant_id)
     .execute(conn)
     .await?
     .rows_affected()
@@ -102,13 +114,15 @@ pub async fn reschedule(
     ends_at: Option<DateTime<Utc>>,
     quantity: i32,
 ) -> sqlx::Result<()> {
-    sqlx::query("UPDATE core.grants SET starts_at = $2, ends_at = $3, quantity = $4 WHERE grant_id = $1")
-        .bind(grant_id)
-        .bind(starts_at)
-        .bind(ends_at)
-        .bind(quantity)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "UPDATE core.grants SET starts_at = $2, ends_at = $3, quantity = $4 WHERE grant_id = $1",
+        grant_id,
+        starts_at,
+        ends_at,
+        quantity
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -122,22 +136,22 @@ pub async fn insert_extension(
     reason: &str,
     actor: Option<i64>,
 ) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO core.grants (organization_id, provision_domain, product_id, quantity, kind, status, starts_at, ends_at,
                                   reason, extends_grant_id, created_by, replaced_at)
          VALUES ($1, $2, $3, $4, $5, $6, now(), $7, $8, $9, $10, CASE WHEN $6 = 'replaced' THEN now() END)
          RETURNING grant_id",
+        head.organization_id,
+        head.provision_domain,
+        head.product_id,
+        quantity,
+        head.kind,
+        status,
+        ends_at,
+        reason,
+        head.grant_id,
+        actor
     )
-    .bind(head.organization_id)
-    .bind(&head.provision_domain)
-    .bind(head.product_id)
-    .bind(quantity)
-    .bind(&head.kind)
-    .bind(status)
-    .bind(ends_at)
-    .bind(reason)
-    .bind(head.grant_id)
-    .bind(actor)
     .fetch_one(conn)
     .await
 }
@@ -148,36 +162,38 @@ pub async fn attach_domain_grants(
     domain: &str,
     organization_id: i64,
 ) -> sqlx::Result<Vec<Grant>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    sqlx::query_as!(
+        Grant,
         "UPDATE core.grants SET organization_id = $2
          WHERE grant_id IN (SELECT grant_id FROM core.grants WHERE organization_id IS NULL AND provision_domain = $1
                             AND status = 'waiting' ORDER BY grant_id FOR UPDATE)
-         RETURNING {GRANT_COLUMNS}"
-    )))
-    .bind(domain)
-    .bind(organization_id)
+         RETURNING grant_id, organization_id, provision_domain, product_id, quantity, kind, status, starts_at, ends_at, reason,
+                   extends_grant_id, lineage_id",
+        domain,
+        organization_id
+    )
     .fetch_all(conn)
     .await
 }
 
 /// Live grants whose end has come, and waiting grants whose start has, for the sweep.
 pub async fn due_for_expiry(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT grant_id FROM core.grants WHERE status IN ('active', 'replaced', 'waiting') AND ends_at <= now()
          ORDER BY ends_at, grant_id LIMIT $1",
+        limit
     )
-    .bind(limit)
     .fetch_all(conn)
     .await
 }
 
 pub async fn due_to_start(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT grant_id FROM core.grants WHERE status = 'waiting' AND organization_id IS NOT NULL AND starts_at <= now()
            AND (ends_at IS NULL OR ends_at > now())
          ORDER BY starts_at, grant_id LIMIT $1",
+        limit
     )
-    .bind(limit)
     .fetch_all(conn)
     .await
 }
@@ -191,16 +207,16 @@ pub async fn record_event(
     reason: &str,
     detail: serde_json::Value,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO core.grant_events (grant_id, organization_id, act, actor_account_id, reason, detail)
          VALUES ($1, $2, $3, $4, $5, $6)",
+        grant_id,
+        organization_id,
+        act,
+        actor,
+        reason,
+        detail
     )
-    .bind(grant_id)
-    .bind(organization_id)
-    .bind(act)
-    .bind(actor)
-    .bind(reason)
-    .bind(detail)
     .execute(conn)
     .await?;
     Ok(())
@@ -213,38 +229,38 @@ pub async fn request_pool_subscription_reconciles(
     organization_id: i64,
     cause: &str,
 ) -> sqlx::Result<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "INSERT INTO core.outbox (kind, subscription_id, payload)
          SELECT 'reconcile_subscription', s.subscription_id,
                 jsonb_build_object('stripe_subscription_id', s.stripe_subscription_id, 'cause', $2::text)
          FROM core.subscriptions s
          WHERE s.organization_id = $1 AND s.status NOT IN ('canceled', 'incomplete_expired')
          ORDER BY s.subscription_id",
+        organization_id,
+        cause
     )
-    .bind(organization_id)
-    .bind(cause)
     .execute(conn)
     .await?
     .rows_affected())
 }
 
 pub async fn product_is_published(conn: &mut PgConnection, product_id: i64) -> sqlx::Result<Option<bool>> {
-    sqlx::query_scalar("SELECT published FROM core.products WHERE product_id = $1")
-        .bind(product_id)
+    sqlx::query_scalar!("SELECT published FROM core.products WHERE product_id = $1", product_id)
         .fetch_optional(conn)
         .await
 }
 
 pub async fn organization_exists(conn: &mut PgConnection, organization_id: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM core.organizations WHERE organization_id = $1)")
-        .bind(organization_id)
-        .fetch_one(conn)
-        .await
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM core.organizations WHERE organization_id = $1) AS "exists!""#,
+        organization_id
+    )
+    .fetch_one(conn)
+    .await
 }
 
 pub async fn organization_by_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar("SELECT organization_id FROM core.organizations WHERE email_domain = $1")
-        .bind(domain)
+    sqlx::query_scalar!("SELECT organization_id FROM core.organizations WHERE email_domain = $1", domain)
         .fetch_optional(conn)
         .await
 }
@@ -268,6 +284,7 @@ pub struct GrantRow {
     pub extends_grant_id: Option<i64>,
 }
 
+/// `GrantRow`'s select for the list, whose filters and direction are built at run time.
 const GRANT_ROW_SELECT: &str = "SELECT g.grant_id, g.organization_id, o.name AS organization_name, g.provision_domain,
         p.name AS product, g.quantity, g.kind, g.status, g.starts_at, g.ends_at, g.reason, g.lineage_id, g.extends_grant_id
      FROM core.grants g JOIN core.products p USING (product_id) LEFT JOIN core.organizations o ON o.organization_id = g.organization_id";
@@ -303,6 +320,7 @@ pub async fn grants_page(
         Seek::Last => (i64::MIN, false),
     };
     let (compare, order) = if descending { ("<", "DESC") } else { (">", "ASC") };
+    // Runtime SQL: the filters and the direction of travel pick one of eight statements.
     let mut rows: Vec<GrantRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "{GRANT_ROW_SELECT} WHERE {} AND g.grant_id {compare} $3 ORDER BY g.grant_id {order} LIMIT $4",
         grant_filter(status, organization_id)
@@ -326,6 +344,7 @@ pub async fn grants_matching(
     organization_id: Option<i64>,
     cap: i64,
 ) -> sqlx::Result<i64> {
+    // Runtime SQL: the filters pick one of four statements.
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM (SELECT 1 FROM core.grants g WHERE {} LIMIT $3) m",
         grant_filter(status, organization_id)
@@ -338,20 +357,32 @@ pub async fn grants_matching(
 }
 
 pub async fn grant_row(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<GrantRow>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("{GRANT_ROW_SELECT} WHERE g.grant_id = $1")))
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_as!(
+        GrantRow,
+        r#"SELECT g.grant_id, g.organization_id, o.name AS "organization_name?", g.provision_domain,
+                  p.name AS product, g.quantity, g.kind, g.status, g.starts_at, g.ends_at, g.reason, g.lineage_id, g.extends_grant_id
+           FROM core.grants g JOIN core.products p USING (product_id) LEFT JOIN core.organizations o ON o.organization_id = g.organization_id
+           WHERE g.grant_id = $1"#,
+        id
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 pub async fn lineage_rows(conn: &mut PgConnection, lineage_id: i64) -> sqlx::Result<Vec<GrantRow>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("{GRANT_ROW_SELECT} WHERE g.lineage_id = $1 ORDER BY g.grant_id")))
-        .bind(lineage_id)
-        .fetch_all(conn)
-        .await
+    sqlx::query_as!(
+        GrantRow,
+        r#"SELECT g.grant_id, g.organization_id, o.name AS "organization_name?", g.provision_domain,
+                  p.name AS product, g.quantity, g.kind, g.status, g.starts_at, g.ends_at, g.reason, g.lineage_id, g.extends_grant_id
+           FROM core.grants g JOIN core.products p USING (product_id) LEFT JOIN core.organizations o ON o.organization_id = g.organization_id
+           WHERE g.lineage_id = $1 ORDER BY g.grant_id"#,
+        lineage_id
+    )
+    .fetch_all(conn)
+    .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct EventRow {
     pub grant_id: i64,
     pub act: String,
@@ -361,12 +392,13 @@ pub struct EventRow {
 }
 
 pub async fn events_of_lineage(conn: &mut PgConnection, lineage_id: i64) -> sqlx::Result<Vec<EventRow>> {
-    sqlx::query_as(
-        "SELECT e.grant_id, e.act, a.email AS actor, e.reason, e.at FROM core.grant_events e
-         JOIN core.grants g USING (grant_id) LEFT JOIN core.accounts a ON a.account_id = e.actor_account_id
-         WHERE g.lineage_id = $1 ORDER BY e.at DESC, e.event_id DESC",
+    sqlx::query_as!(
+        EventRow,
+        r#"SELECT e.grant_id, e.act, a.email AS "actor?", e.reason, e.at FROM core.grant_events e
+           JOIN core.grants g USING (grant_id) LEFT JOIN core.accounts a ON a.account_id = e.actor_account_id
+           WHERE g.lineage_id = $1 ORDER BY e.at DESC, e.event_id DESC"#,
+        lineage_id
     )
-    .bind(lineage_id)
     .fetch_all(conn)
     .await
 }
@@ -376,19 +408,23 @@ pub async fn events_of_organization(
     organization_id: i64,
     limit: i64,
 ) -> sqlx::Result<Vec<EventRow>> {
-    sqlx::query_as(
-        "SELECT e.grant_id, e.act, a.email AS actor, e.reason, e.at FROM core.grant_events e
-         LEFT JOIN core.accounts a ON a.account_id = e.actor_account_id
-         WHERE e.organization_id = $1 ORDER BY e.at DESC, e.event_id DESC LIMIT $2",
+    sqlx::query_as!(
+        EventRow,
+        r#"SELECT e.grant_id, e.act, a.email AS "actor?", e.reason, e.at FROM core.grant_events e
+           LEFT JOIN core.accounts a ON a.account_id = e.actor_account_id
+           WHERE e.organization_id = $1 ORDER BY e.at DESC, e.event_id DESC LIMIT $2"#,
+        organization_id,
+        limit
     )
-    .bind(organization_id)
-    .bind(limit)
     .fetch_all(conn)
     .await
 }
 
 pub async fn published_products(conn: &mut PgConnection) -> sqlx::Result<Vec<(i64, String)>> {
-    sqlx::query_as("SELECT product_id, name FROM core.products WHERE published ORDER BY lower(name), product_id")
+    Ok(sqlx::query!("SELECT product_id, name FROM core.products WHERE published ORDER BY lower(name), product_id")
         .fetch_all(conn)
-        .await
+        .await?
+        .into_iter()
+        .map(|r| (r.product_id, r.name))
+        .collect())
 }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
 /// A job a worker has just claimed: it holds the lease on it for this attempt.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct ClaimedJob {
     pub job_id: i64,
     pub kind: String,
@@ -28,17 +28,17 @@ pub async fn insert_job(
     max_attempts: i32,
 ) -> Result<Option<i64>, sqlx::Error> {
     // The conflict target names the partial index's predicate, so only an open job conflicts.
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO integration.jobs (kind, payload, run_at, dedupe_key, max_attempts)
          VALUES ($1, $2, coalesce($3, now()), $4, $5)
          ON CONFLICT (dedupe_key) WHERE state IN ('pending', 'running') DO NOTHING
          RETURNING job_id",
+        kind,
+        payload,
+        run_at,
+        dedupe_key,
+        max_attempts
     )
-    .bind(kind)
-    .bind(payload)
-    .bind(run_at)
-    .bind(dedupe_key)
-    .bind(max_attempts)
     .fetch_optional(conn)
     .await
 }
@@ -48,7 +48,16 @@ pub async fn insert_job(
 /// `worker` the lease on them for this attempt. A row whose lease expired on its last attempt
 /// (its worker died, or ran past the lease, every time) is marked failed instead of run again,
 /// so a job that kills its worker cannot loop forever.
-pub const CLAIM_SQL: &str = "\
+pub async fn claim_due_jobs(
+    conn: &mut PgConnection,
+    worker: &str,
+    limit: i64,
+    lease: Duration,
+) -> Result<Vec<ClaimedJob>, sqlx::Error> {
+    // The columns come through a CTE, which hides their NOT NULL.
+    sqlx::query_as!(
+        ClaimedJob,
+        r#"
 WITH due AS (
     SELECT job_id, (state = 'running' AND attempts >= max_attempts) AS exhausted
     FROM integration.jobs
@@ -72,16 +81,15 @@ WITH due AS (
     WHERE j.job_id = due.job_id
     RETURNING j.job_id, j.kind, j.payload, j.attempts, j.max_attempts, j.state
 )
-SELECT job_id, kind, payload, attempts, max_attempts FROM taken WHERE state = 'running'
-ORDER BY job_id";
-
-pub async fn claim_due_jobs(
-    conn: &mut PgConnection,
-    worker: &str,
-    limit: i64,
-    lease: Duration,
-) -> Result<Vec<ClaimedJob>, sqlx::Error> {
-    sqlx::query_as(CLAIM_SQL).bind(worker).bind(limit).bind(millis(lease)).fetch_all(conn).await
+SELECT job_id AS "job_id!", kind AS "kind!", payload AS "payload!", attempts AS "attempts!", max_attempts AS "max_attempts!"
+FROM taken WHERE state = 'running'
+ORDER BY job_id"#,
+        worker,
+        limit,
+        millis(lease)
+    )
+    .fetch_all(conn)
+    .await
 }
 
 /// Mark this attempt done. False when the worker no longer holds the lease for this attempt (it
@@ -93,14 +101,14 @@ pub async fn mark_job_done<'e>(
     worker: &str,
     attempt: i32,
 ) -> Result<bool, sqlx::Error> {
-    let r = sqlx::query(
+    let r = sqlx::query!(
         "UPDATE integration.jobs
          SET state = 'done', finished_at = now(), locked_until = NULL
          WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3",
+        job_id,
+        worker,
+        attempt
     )
-    .bind(job_id)
-    .bind(worker)
-    .bind(attempt)
     .execute(db)
     .await?;
     Ok(r.rows_affected() == 1)
@@ -117,7 +125,7 @@ pub async fn mark_job_failed<'e>(
     error: &str,
     retry_in: Option<Duration>,
 ) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "UPDATE integration.jobs
          SET state = CASE WHEN $5::bigint IS NULL OR attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
              run_at = CASE WHEN $5::bigint IS NULL OR attempts >= max_attempts THEN run_at
@@ -127,12 +135,12 @@ pub async fn mark_job_failed<'e>(
              last_error = $4
          WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3
          RETURNING state",
+        job_id,
+        worker,
+        attempt,
+        error,
+        retry_in.map(millis)
     )
-    .bind(job_id)
-    .bind(worker)
-    .bind(attempt)
-    .bind(error)
-    .bind(retry_in.map(millis))
     .fetch_optional(db)
     .await
 }
@@ -147,15 +155,15 @@ pub async fn renew_job_lease<'e>(
     attempt: i32,
     lease: Duration,
 ) -> Result<bool, sqlx::Error> {
-    let r = sqlx::query(
+    let r = sqlx::query!(
         "UPDATE integration.jobs
          SET locked_until = now() + $4::bigint * interval '1 millisecond'
          WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3",
+        job_id,
+        worker,
+        attempt,
+        millis(lease)
     )
-    .bind(job_id)
-    .bind(worker)
-    .bind(attempt)
-    .bind(millis(lease))
     .execute(db)
     .await?;
     Ok(r.rows_affected() == 1)
@@ -172,25 +180,25 @@ pub async fn give_back_job<'e>(
     worker: &str,
     attempt: i32,
 ) -> Result<bool, sqlx::Error> {
-    let given: Option<i64> = sqlx::query_scalar(
+    let given = sqlx::query!(
         "WITH given AS (
              UPDATE integration.jobs
              SET state = 'pending', run_at = now(), attempts = attempts - 1, locked_until = NULL
              WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3
              RETURNING job_id
          )
-         SELECT job_id, pg_notify('member_console_jobs', '') FROM given",
+         SELECT job_id, pg_notify('member_console_jobs', '') AS notified FROM given",
+        job_id,
+        worker,
+        attempt
     )
-    .bind(job_id)
-    .bind(worker)
-    .bind(attempt)
     .fetch_optional(db)
     .await?;
     Ok(given.is_some())
 }
 
 /// A schedule that is due, locked by this transaction.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct DueSchedule {
     pub name: String,
     pub next_run_at: DateTime<Utc>,
@@ -198,11 +206,12 @@ pub struct DueSchedule {
 
 /// Lock the due schedules, skipping any another worker is firing right now.
 pub async fn lock_due_schedules(conn: &mut PgConnection) -> Result<Vec<DueSchedule>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        DueSchedule,
         "SELECT name, next_run_at FROM integration.job_schedules
          WHERE next_run_at <= now()
          ORDER BY name
-         FOR UPDATE SKIP LOCKED",
+         FOR UPDATE SKIP LOCKED"
     )
     .fetch_all(conn)
     .await
@@ -211,15 +220,15 @@ pub async fn lock_due_schedules(conn: &mut PgConnection) -> Result<Vec<DueSchedu
 /// Move a fired schedule to the first multiple of its interval (counted from its current
 /// next_run_at) that is after now: after downtime it fires once, not once per missed interval.
 pub async fn advance_schedule(conn: &mut PgConnection, name: &str, enqueued: bool) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE integration.job_schedules
          SET next_run_at = next_run_at
                  + every * (floor(extract(epoch FROM now() - next_run_at) / extract(epoch FROM every)) + 1),
              last_enqueued_at = CASE WHEN $2 THEN now() ELSE last_enqueued_at END
          WHERE name = $1",
+        name,
+        enqueued
     )
-    .bind(name)
-    .bind(enqueued)
     .execute(conn)
     .await?;
     Ok(())
@@ -229,15 +238,15 @@ pub async fn advance_schedule(conn: &mut PgConnection, name: &str, enqueued: boo
 /// written, so every replica can call this at start-up.
 pub async fn upsert_schedule<'e>(db: impl PgExecutor<'e>, name: &str, every: Duration) -> Result<(), sqlx::Error> {
     // A shorter interval brings the next run no later than one new interval from now.
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO integration.job_schedules AS s (name, every)
          VALUES ($1, $2::bigint * interval '1 millisecond')
          ON CONFLICT (name) DO UPDATE
          SET every = EXCLUDED.every, next_run_at = least(s.next_run_at, now() + EXCLUDED.every)
          WHERE s.every IS DISTINCT FROM EXCLUDED.every",
+        name,
+        millis(every)
     )
-    .bind(name)
-    .bind(millis(every))
     .execute(db)
     .await?;
     Ok(())
@@ -246,17 +255,17 @@ pub async fn upsert_schedule<'e>(db: impl PgExecutor<'e>, name: &str, every: Dur
 /// Delete web sessions past their expiry. Returns how many.
 pub async fn delete_expired_web_sessions<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
     let r =
-        sqlx::query("DELETE FROM core.web_sessions WHERE expires_at < now() OR ends_at < now()").execute(db).await?;
+        sqlx::query!("DELETE FROM core.web_sessions WHERE expires_at < now() OR ends_at < now()").execute(db).await?;
     Ok(r.rows_affected())
 }
 
 /// Delete sign-in throttle rows a day old (a day without failures forgets them anyway) and
 /// address windows long over, in one statement.
 pub async fn delete_old_sign_in_failures<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
-    let n: i64 = sqlx::query_scalar(
-        "WITH t AS (DELETE FROM core.sign_in_throttle WHERE last_failure_at < now() - interval '1 day' RETURNING 1),
-              a AS (DELETE FROM core.sign_in_addresses WHERE window_started_at < now() - interval '1 day' RETURNING 1)
-         SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM a)",
+    let n: i64 = sqlx::query_scalar!(
+        r#"WITH t AS (DELETE FROM core.sign_in_throttle WHERE last_failure_at < now() - interval '1 day' RETURNING 1),
+                a AS (DELETE FROM core.sign_in_addresses WHERE window_started_at < now() - interval '1 day' RETURNING 1)
+           SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM a) AS "deleted!""#
     )
     .fetch_one(db)
     .await?;
@@ -266,7 +275,7 @@ pub async fn delete_old_sign_in_failures<'e>(db: impl PgExecutor<'e>) -> Result<
 /// Delete done jobs finished more than 7 days ago. Failed jobs stay until an operator acts.
 pub async fn delete_old_done_jobs<'e>(db: impl PgExecutor<'e>) -> Result<u64, sqlx::Error> {
     let r =
-        sqlx::query("DELETE FROM integration.jobs WHERE state = 'done' AND finished_at < now() - interval '7 days'")
+        sqlx::query!("DELETE FROM integration.jobs WHERE state = 'done' AND finished_at < now() - interval '7 days'")
             .execute(db)
             .await?;
     Ok(r.rows_affected())

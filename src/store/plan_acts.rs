@@ -1,29 +1,34 @@
 //! The default change's rows: reached types, obligations, and the moves' SQL functions.
 
-use sqlx::{FromRow, PgConnection};
+use sqlx::PgConnection;
 
 /// LockOrgType: the type's row FOR NO KEY UPDATE; its current default.
 pub async fn lock_org_type(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<Option<(Option<i64>,)>> {
-    sqlx::query_as("SELECT default_plan_ladder_id FROM core.org_types WHERE org_type_id = $1 FOR NO KEY UPDATE")
-        .bind(org_type_id)
-        .fetch_optional(conn)
-        .await
+    Ok(sqlx::query_scalar!(
+        "SELECT default_plan_ladder_id FROM core.org_types WHERE org_type_id = $1 FOR NO KEY UPDATE",
+        org_type_id
+    )
+    .fetch_optional(conn)
+    .await?
+    .map(|d| (d,)))
 }
 
 pub async fn rank0_of(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar("SELECT product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = 0")
-        .bind(ladder_id)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_scalar!(
+        "SELECT product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = 0",
+        ladder_id
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 pub async fn set_default(conn: &mut PgConnection, org_type_id: i64, ladder_id: i64, act: i64) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE core.org_types SET default_plan_ladder_id = $2, default_owner_act_id = $3 WHERE org_type_id = $1",
+        org_type_id,
+        ladder_id,
+        act
     )
-    .bind(org_type_id)
-    .bind(ladder_id)
-    .bind(act)
     .execute(conn)
     .await?;
     Ok(())
@@ -36,14 +41,14 @@ pub async fn insert_reached_type(
     from_ladder: Option<i64>,
     from_product: Option<i64>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO core.plan_act_reached_types (plan_act_id, org_type_id, from_ladder_id, from_product_id)
          VALUES ($1, $2, $3, $4)",
+        act,
+        org_type_id,
+        from_ladder,
+        from_product
     )
-    .bind(act)
-    .bind(org_type_id)
-    .bind(from_ladder)
-    .bind(from_product)
     .execute(conn)
     .await?;
     Ok(())
@@ -52,17 +57,14 @@ pub async fn insert_reached_type(
 /// A reorder's act takes over the default transition of a type it reaches (the type's default
 /// ladder stays); its row lock is the UPDATE's own, under the exclusive rendezvous.
 pub async fn take_default_ownership(conn: &mut PgConnection, org_type_id: i64, act: i64) -> sqlx::Result<()> {
-    sqlx::query("UPDATE core.org_types SET default_owner_act_id = $2 WHERE org_type_id = $1")
-        .bind(org_type_id)
-        .bind(act)
+    sqlx::query!("UPDATE core.org_types SET default_owner_act_id = $2 WHERE org_type_id = $1", org_type_id, act)
         .execute(conn)
         .await?;
     Ok(())
 }
 
 pub async fn set_running(conn: &mut PgConnection, act: i64) -> sqlx::Result<()> {
-    sqlx::query("UPDATE core.plan_acts SET state = 'running', finished_at = NULL WHERE plan_act_id = $1")
-        .bind(act)
+    sqlx::query!("UPDATE core.plan_acts SET state = 'running', finished_at = NULL WHERE plan_act_id = $1", act)
         .execute(conn)
         .await?;
     Ok(())
@@ -76,12 +78,14 @@ pub async fn outgoing_default_exists(
     ladder_id: i64,
     product_id: Option<i64>,
 ) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT core.outgoing_default_exists($1, $2, $3)")
-        .bind(org_type_id)
-        .bind(ladder_id)
-        .bind(product_id)
-        .fetch_one(conn)
-        .await
+    sqlx::query_scalar!(
+        r#"SELECT core.outgoing_default_exists($1, $2, $3) AS "exists!""#,
+        org_type_id,
+        ladder_id,
+        product_id
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// For a preview: the type's organizations, and how many of them hold a floor on the ladder (of
@@ -92,29 +96,30 @@ pub async fn floor_reach(
     ladder_id: Option<i64>,
     product_id: Option<i64>,
 ) -> sqlx::Result<(i64, i64)> {
-    sqlx::query_as(
-        "SELECT (SELECT count(*) FROM core.organizations WHERE org_type_id = $1),
+    let r = sqlx::query!(
+        r#"SELECT (SELECT count(*) FROM core.organizations WHERE org_type_id = $1) AS "organizations!",
                 (SELECT count(DISTINCT o.organization_id) FROM core.organizations o
                    JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
                    JOIN core.positions ps ON ps.pool_id = rp.pool_id AND ps.plan_ladder_id = $2
                    JOIN core.conferrals c ON c.conferral_id = ps.conferral_id
                    JOIN core.grants g ON g.grant_id = c.grant_id AND g.kind = 'floor'
-                  WHERE o.org_type_id = $1 AND ($3::bigint IS NULL OR c.product_id = $3))",
+                  WHERE o.org_type_id = $1 AND ($3::bigint IS NULL OR c.product_id = $3)) AS "holding_floor!""#,
+        org_type_id,
+        ladder_id,
+        product_id
     )
-    .bind(org_type_id)
-    .bind(ladder_id)
-    .bind(product_id)
     .fetch_one(conn)
-    .await
+    .await?;
+    Ok((r.organizations, r.holding_floor))
 }
 
 /// Does the type have an organization? One index probe (its newest), so T0's hold does not grow
 /// with the number of organizations.
 pub async fn type_has_organizations(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<bool> {
-    Ok(sqlx::query_scalar::<_, i64>(
+    Ok(sqlx::query_scalar!(
         "SELECT organization_id FROM core.organizations WHERE org_type_id = $1 ORDER BY organization_id DESC LIMIT 1",
+        org_type_id
     )
-    .bind(org_type_id)
     .fetch_optional(conn)
     .await?
     .is_some())
@@ -122,19 +127,16 @@ pub async fn type_has_organizations(conn: &mut PgConnection, org_type_id: i64) -
 
 /// The types an act reaches whose listing is not done.
 pub async fn types_to_list(conn: &mut PgConnection, act: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT org_type_id FROM core.plan_act_reached_types WHERE plan_act_id = $1 AND NOT listing_done ORDER BY org_type_id",
+        act
     )
-    .bind(act)
     .fetch_all(conn)
     .await
 }
 
 pub async fn write_obligations(conn: &mut PgConnection, act: i64, org_type_id: i64, limit: i32) -> sqlx::Result<i32> {
-    sqlx::query_scalar("SELECT core.write_plan_act_obligations($1, $2, $3)")
-        .bind(act)
-        .bind(org_type_id)
-        .bind(limit)
+    sqlx::query_scalar!(r#"SELECT core.write_plan_act_obligations($1, $2, $3) AS "written!""#, act, org_type_id, limit)
         .fetch_one(conn)
         .await
 }
@@ -147,36 +149,32 @@ pub async fn pending_pools(
     after: i64,
     limit: i64,
 ) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT pool_id FROM core.plan_act_obligations
          WHERE plan_act_id = $1 AND state = 'pending' AND pool_id % $3 = $2 AND pool_id > $4 ORDER BY pool_id LIMIT $5",
+        act,
+        part,
+        parts,
+        after,
+        limit
     )
-    .bind(act)
-    .bind(part)
-    .bind(parts)
-    .bind(after)
-    .bind(limit)
     .fetch_all(conn)
     .await
 }
 
 pub async fn record_failure(conn: &mut PgConnection, act: i64, pool: i64, error: &str) -> sqlx::Result<()> {
-    sqlx::query("SELECT core.record_plan_act_obligation_failure($1, $2, $3)")
-        .bind(act)
-        .bind(pool)
-        .bind(error)
-        .execute(conn)
-        .await?;
+    sqlx::query!("SELECT core.record_plan_act_obligation_failure($1, $2, $3)", act, pool, error).execute(conn).await?;
     Ok(())
 }
 
 pub async fn requeue(conn: &mut PgConnection, act: i64) -> sqlx::Result<i32> {
-    sqlx::query_scalar("SELECT core.requeue_plan_act_obligations($1)").bind(act).fetch_one(conn).await
+    sqlx::query_scalar!(r#"SELECT core.requeue_plan_act_obligations($1) AS "requeued!""#, act).fetch_one(conn).await
 }
 
 /// core.enact_plan_act_obligation: one organization's move, as one statement of two numbers (run
 /// as a transaction of its own in one round trip, `tx::once`).
 pub fn enact_obligation_statement(act: i64, pool: i64) -> String {
+    // Runtime SQL: a `tx::once` statement (simple protocol, one round trip) takes no parameters.
     format!("SELECT core.enact_plan_act_obligation({act}, {pool})")
 }
 
@@ -191,36 +189,41 @@ pub fn enacted(rows: &[sqlx::postgres::PgRow]) -> sqlx::Result<Option<String>> {
 
 /// The act's row, FOR UPDATE (the last probe against a Retry's requeue).
 pub async fn lock_act(conn: &mut PgConnection, act: i64) -> sqlx::Result<()> {
-    sqlx::query("SELECT 1 FROM core.plan_acts WHERE plan_act_id = $1 FOR UPDATE").bind(act).execute(conn).await?;
+    sqlx::query_scalar!("SELECT 1 AS locked FROM core.plan_acts WHERE plan_act_id = $1 FOR UPDATE", act)
+        .fetch_all(conn)
+        .await?;
     Ok(())
 }
 
 /// Is any obligation still pending, or any type still being listed?
 pub async fn unfinished(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM core.plan_act_obligations WHERE plan_act_id = $1 AND state = 'pending')
-             OR EXISTS (SELECT 1 FROM core.plan_act_reached_types WHERE plan_act_id = $1 AND NOT listing_done)",
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM core.plan_act_obligations WHERE plan_act_id = $1 AND state = 'pending')
+               OR EXISTS (SELECT 1 FROM core.plan_act_reached_types WHERE plan_act_id = $1 AND NOT listing_done) AS "unfinished!""#,
+        act
     )
-    .bind(act)
     .fetch_one(conn)
     .await
 }
 
 /// The types an act reaches: (type, the ladder and product whose floor it takes away).
 pub async fn reached_types(conn: &mut PgConnection, act: i64) -> sqlx::Result<Vec<(i64, Option<i64>, Option<i64>)>> {
-    sqlx::query_as(
+    Ok(sqlx::query!(
         "SELECT org_type_id, from_ladder_id, from_product_id FROM core.plan_act_reached_types WHERE plan_act_id = $1",
+        act
     )
-    .bind(act)
     .fetch_all(conn)
-    .await
+    .await?
+    .into_iter()
+    .map(|r| (r.org_type_id, r.from_ladder_id, r.from_product_id))
+    .collect())
 }
 
 pub async fn finish(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE core.plan_acts SET state = 'done', finished_at = now() WHERE plan_act_id = $1 AND state = 'running'",
+        act
     )
-    .bind(act)
     .execute(conn)
     .await?
     .rows_affected()
@@ -228,16 +231,16 @@ pub async fn finish(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
 }
 
 pub async fn running_acts(conn: &mut PgConnection) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT a.plan_act_id FROM core.plan_acts a WHERE a.state = 'running'
             OR EXISTS (SELECT 1 FROM core.plan_act_obligations o WHERE o.plan_act_id = a.plan_act_id AND o.state = 'pending')
-         ORDER BY a.plan_act_id",
+         ORDER BY a.plan_act_id"
     )
     .fetch_all(conn)
     .await
 }
 
-#[derive(Debug, Clone, Default, FromRow)]
+#[derive(Debug, Clone, Default)]
 pub struct Counts {
     pub pending: i64,
     pub migrated: i64,
@@ -248,18 +251,19 @@ pub struct Counts {
 }
 
 pub async fn counts(conn: &mut PgConnection, act: i64) -> sqlx::Result<Counts> {
-    sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE state = 'pending') AS pending, count(*) FILTER (WHERE state = 'migrated') AS migrated,
-                count(*) FILTER (WHERE state = 'grandfathered') AS grandfathered, count(*) FILTER (WHERE state = 'vacant') AS vacant,
-                count(*) FILTER (WHERE state = 'failed') AS failed, count(*) FILTER (WHERE state = 'superseded') AS superseded
-         FROM core.plan_act_obligations WHERE plan_act_id = $1",
+    sqlx::query_as!(
+        Counts,
+        r#"SELECT count(*) FILTER (WHERE state = 'pending') AS "pending!", count(*) FILTER (WHERE state = 'migrated') AS "migrated!",
+                  count(*) FILTER (WHERE state = 'grandfathered') AS "grandfathered!", count(*) FILTER (WHERE state = 'vacant') AS "vacant!",
+                  count(*) FILTER (WHERE state = 'failed') AS "failed!", count(*) FILTER (WHERE state = 'superseded') AS "superseded!"
+           FROM core.plan_act_obligations WHERE plan_act_id = $1"#,
+        act
     )
-    .bind(act)
     .fetch_one(conn)
     .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct Failure {
     pub organization_id: i64,
     pub organization: String,
@@ -268,34 +272,37 @@ pub struct Failure {
 }
 
 pub async fn failures(conn: &mut PgConnection, act: i64, limit: i64) -> sqlx::Result<Vec<Failure>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        Failure,
         "SELECT o.organization_id, org.name AS organization, o.attempts, o.last_error FROM core.plan_act_obligations o
          JOIN core.organizations org USING (organization_id) WHERE o.plan_act_id = $1 AND o.state = 'failed' ORDER BY o.pool_id LIMIT $2",
+        act,
+        limit
     )
-    .bind(act)
-    .bind(limit)
     .fetch_all(conn)
     .await
 }
 
 /// Whether an act reaches organizations (has reached types) and whether its listing is done.
 pub async fn listing_state(conn: &mut PgConnection, act: i64) -> sqlx::Result<(bool, bool)> {
-    sqlx::query_as(
-        "SELECT count(*) > 0, coalesce(bool_and(listing_done), true) FROM core.plan_act_reached_types WHERE plan_act_id = $1",
+    let r = sqlx::query!(
+        r#"SELECT count(*) > 0 AS "reaches!", coalesce(bool_and(listing_done), true) AS "listed!"
+           FROM core.plan_act_reached_types WHERE plan_act_id = $1"#,
+        act
     )
-    .bind(act)
     .fetch_one(conn)
-    .await
+    .await?;
+    Ok((r.reaches, r.listed))
 }
 
 /// The type's default ladder, read without a lock (a preview).
 pub async fn org_type_default(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<Option<(Option<i64>,)>> {
-    sqlx::query_as("SELECT default_plan_ladder_id FROM core.org_types WHERE org_type_id = $1")
-        .bind(org_type_id)
+    Ok(sqlx::query_scalar!("SELECT default_plan_ladder_id FROM core.org_types WHERE org_type_id = $1", org_type_id)
         .fetch_optional(conn)
-        .await
+        .await?
+        .map(|d| (d,)))
 }
 
 pub async fn org_type_name(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<String> {
-    sqlx::query_scalar("SELECT name FROM core.org_types WHERE org_type_id = $1").bind(org_type_id).fetch_one(conn).await
+    sqlx::query_scalar!("SELECT name FROM core.org_types WHERE org_type_id = $1", org_type_id).fetch_one(conn).await
 }

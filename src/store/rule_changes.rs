@@ -1,7 +1,7 @@
 //! Rule changes: the change, its acts (one per delta), and the obligations they owe pools.
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgConnection};
+use sqlx::PgConnection;
 
 pub async fn insert_change(
     conn: &mut PgConnection,
@@ -9,12 +9,12 @@ pub async fn insert_change(
     actor: Option<i64>,
     reason: &str,
 ) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "INSERT INTO core.entitlement_set_changes (entitlement_set_id, created_by, reason) VALUES ($1, $2, $3) RETURNING change_id",
+        set_id,
+        actor,
+        reason
     )
-    .bind(set_id)
-    .bind(actor)
-    .bind(reason)
     .fetch_one(conn)
     .await
 }
@@ -30,33 +30,35 @@ pub async fn commit_rule_change(
     flag: Option<bool>,
     list: bool,
 ) -> sqlx::Result<(i64, i64)> {
-    sqlx::query_as("SELECT act_id, pools FROM core.commit_rule_change($1, $2, $3, $4, $5, $6, $7)")
-        .bind(change_id)
-        .bind(position)
-        .bind(set_id)
-        .bind(key)
-        .bind(numeric)
-        .bind(flag)
-        .bind(list)
-        .fetch_one(conn)
-        .await
+    let r = sqlx::query!(
+        r#"SELECT act_id AS "act_id!", pools AS "pools!" FROM core.commit_rule_change($1, $2, $3, $4, $5, $6, $7)"#,
+        change_id,
+        position,
+        set_id,
+        key,
+        numeric,
+        flag,
+        list
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok((r.act_id, r.pools))
 }
 
 /// How many pools carry the set now (a conferral of one of its products holds).
 pub async fn count_carrying_pools(conn: &mut PgConnection, set_id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(DISTINCT c.pool_id) FROM core.products p
-         JOIN core.conferrals c ON c.product_id = p.product_id AND c.state = 'holding' WHERE p.entitlement_set_id = $1",
+    sqlx::query_scalar!(
+        r#"SELECT count(DISTINCT c.pool_id) AS "pools!" FROM core.products p
+           JOIN core.conferrals c ON c.product_id = p.product_id AND c.state = 'holding' WHERE p.entitlement_set_id = $1"#,
+        set_id
     )
-    .bind(set_id)
     .fetch_one(conn)
     .await
 }
 
 /// The drain lists after the commit: mark the change unlisted.
 pub async fn set_unlisted(conn: &mut PgConnection, change_id: i64) -> sqlx::Result<()> {
-    sqlx::query("UPDATE core.entitlement_set_changes SET listed = false WHERE change_id = $1")
-        .bind(change_id)
+    sqlx::query!("UPDATE core.entitlement_set_changes SET listed = false WHERE change_id = $1", change_id)
         .execute(conn)
         .await?;
     Ok(())
@@ -64,9 +66,7 @@ pub async fn set_unlisted(conn: &mut PgConnection, change_id: i64) -> sqlx::Resu
 
 /// One listing batch (`core.list_rule_change_obligations`); how many pools it listed.
 pub async fn list_obligations(conn: &mut PgConnection, change_id: i64, limit: i32) -> sqlx::Result<i32> {
-    sqlx::query_scalar("SELECT core.list_rule_change_obligations($1, $2)")
-        .bind(change_id)
-        .bind(limit)
+    sqlx::query_scalar!(r#"SELECT core.list_rule_change_obligations($1, $2) AS "listed!""#, change_id, limit)
         .fetch_one(conn)
         .await
 }
@@ -78,13 +78,13 @@ pub async fn set_outcome(
     settled_inline: bool,
     hold_ms: f64,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE core.entitlement_set_changes SET pools_owed = pools_owed + $2, settled_inline = $3, hold_ms = $4 WHERE change_id = $1",
+        change_id,
+        pools_owed as i32,
+        settled_inline,
+        hold_ms
     )
-    .bind(change_id)
-    .bind(pools_owed as i32)
-    .bind(settled_inline)
-    .bind(hold_ms)
     .execute(conn)
     .await?;
     Ok(())
@@ -92,11 +92,11 @@ pub async fn set_outcome(
 
 /// ListPoolsCarryingSet, as the change recorded it: the pools its acts owe, ascending.
 pub async fn owed_pools(conn: &mut PgConnection, change_id: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT DISTINCT o.pool_id FROM core.entitlement_set_change_obligations o
          JOIN core.entitlement_set_change_acts a USING (act_id) WHERE a.change_id = $1 ORDER BY o.pool_id",
+        change_id
     )
-    .bind(change_id)
     .fetch_all(conn)
     .await
 }
@@ -112,31 +112,31 @@ pub async fn next_due_pools(
     after: i64,
     limit: i64,
 ) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT o.pool_id FROM core.entitlement_set_change_obligations o
          WHERE o.act_id = (SELECT act_id FROM core.entitlement_set_change_acts WHERE change_id = $1 ORDER BY position LIMIT 1)
            AND o.pool_id > $4 AND o.state <> 'settled' AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
            AND o.pool_id % $3 = $2
          ORDER BY o.pool_id LIMIT $5",
+        change_id,
+        part,
+        parts,
+        after,
+        limit
     )
-    .bind(change_id)
-    .bind(part)
-    .bind(parts)
-    .bind(after)
-    .bind(limit)
     .fetch_all(conn)
     .await
 }
 
 /// The acts of a change still owed by a pool, in the batch's order (read under the pool row).
 pub async fn owed_acts_of_pool(conn: &mut PgConnection, change_id: i64, pool_id: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT o.act_id FROM core.entitlement_set_change_obligations o
          JOIN core.entitlement_set_change_acts a USING (act_id)
          WHERE a.change_id = $1 AND o.pool_id = $2 AND o.state <> 'settled' ORDER BY a.position",
+        change_id,
+        pool_id
     )
-    .bind(change_id)
-    .bind(pool_id)
     .fetch_all(conn)
     .await
 }
@@ -147,32 +147,33 @@ pub async fn settle_obligation(
     pool_id: i64,
     error: Option<&str>,
 ) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT core.settle_obligation($1, $2, $3)")
-        .bind(act_id)
-        .bind(pool_id)
-        .bind(error)
+    sqlx::query_scalar!(r#"SELECT core.settle_obligation($1, $2, $3) AS "settled!""#, act_id, pool_id, error)
         .fetch_one(conn)
         .await
 }
 
 pub async fn settle_change_pool(conn: &mut PgConnection, change_id: i64, pool_id: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT core.settle_change_pool($1, $2)").bind(change_id).bind(pool_id).fetch_one(conn).await
+    sqlx::query_scalar!(r#"SELECT core.settle_change_pool($1, $2) AS "settled!""#, change_id, pool_id)
+        .fetch_one(conn)
+        .await
 }
 
 pub async fn finish_if_settled(conn: &mut PgConnection, change_id: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT core.finish_rule_change_if_settled($1)").bind(change_id).fetch_one(conn).await
+    sqlx::query_scalar!(r#"SELECT core.finish_rule_change_if_settled($1) AS "finished!""#, change_id)
+        .fetch_one(conn)
+        .await
 }
 
 /// Failed obligations of a change become due now; their rows are taken in (pool, act) order.
 pub async fn bring_failed_forward(conn: &mut PgConnection, change_id: i64) -> sqlx::Result<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE core.entitlement_set_change_obligations o SET next_attempt_at = now()
          WHERE (o.act_id, o.pool_id) IN (
              SELECT f.act_id, f.pool_id FROM core.entitlement_set_change_obligations f
              JOIN core.entitlement_set_change_acts a USING (act_id)
              WHERE a.change_id = $1 AND f.state = 'failed' ORDER BY f.pool_id, f.act_id FOR UPDATE OF f)",
+        change_id
     )
-    .bind(change_id)
     .execute(conn)
     .await?
     .rows_affected())
@@ -180,13 +181,13 @@ pub async fn bring_failed_forward(conn: &mut PgConnection, change_id: i64) -> sq
 
 /// Changes still draining that have an obligation due (the poller's list).
 pub async fn draining_changes_due(conn: &mut PgConnection) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT ch.change_id FROM core.entitlement_set_changes ch WHERE ch.state = 'draining'
            AND (NOT ch.listed OR EXISTS (SELECT 1 FROM core.entitlement_set_change_acts a
                        JOIN core.entitlement_set_change_obligations o USING (act_id)
                        WHERE a.change_id = ch.change_id AND o.state <> 'settled'
                          AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())))
-         ORDER BY ch.change_id",
+         ORDER BY ch.change_id"
     )
     .fetch_all(conn)
     .await
@@ -194,7 +195,7 @@ pub async fn draining_changes_due(conn: &mut PgConnection) -> sqlx::Result<Vec<i
 
 // Read models.
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct ChangeRow {
     pub change_id: i64,
     pub entitlement_set_id: i64,
@@ -211,30 +212,49 @@ pub struct ChangeRow {
     pub failed: i64,
 }
 
-const CHANGE_SELECT: &str = "SELECT ch.change_id, ch.entitlement_set_id, s.name AS set_name, a.email AS by, ch.committed_at,
-        ch.state, ch.settled_inline, ch.hold_ms, ch.settled_at, ch.reason,
-        (SELECT count(DISTINCT o.pool_id) FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id) WHERE x.change_id = ch.change_id) AS owed,
-        (SELECT count(*) FROM (SELECT o.pool_id FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
-                              WHERE x.change_id = ch.change_id GROUP BY o.pool_id HAVING bool_and(o.state = 'settled')) s) AS settled,
-        (SELECT count(DISTINCT o.pool_id) FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id) WHERE x.change_id = ch.change_id AND o.state = 'failed') AS failed
-     FROM core.entitlement_set_changes ch JOIN core.entitlement_sets s USING (entitlement_set_id)
-     LEFT JOIN core.accounts a ON a.account_id = ch.created_by";
+// The macros take a literal, so both queries below spell out `ChangeRow`'s select.
 
 pub async fn changes(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<ChangeRow>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("{CHANGE_SELECT} ORDER BY ch.change_id DESC LIMIT $1")))
-        .bind(limit)
-        .fetch_all(conn)
-        .await
+    sqlx::query_as!(
+        ChangeRow,
+        r#"SELECT ch.change_id, ch.entitlement_set_id, s.name AS set_name, a.email AS "by?", ch.committed_at,
+                  ch.state, ch.settled_inline, ch.hold_ms, ch.settled_at, ch.reason,
+                  (SELECT count(DISTINCT o.pool_id) FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
+                   WHERE x.change_id = ch.change_id) AS "owed!",
+                  (SELECT count(*) FROM (SELECT o.pool_id FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
+                                         WHERE x.change_id = ch.change_id GROUP BY o.pool_id HAVING bool_and(o.state = 'settled')) s) AS "settled!",
+                  (SELECT count(DISTINCT o.pool_id) FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
+                   WHERE x.change_id = ch.change_id AND o.state = 'failed') AS "failed!"
+           FROM core.entitlement_set_changes ch JOIN core.entitlement_sets s USING (entitlement_set_id)
+           LEFT JOIN core.accounts a ON a.account_id = ch.created_by
+           ORDER BY ch.change_id DESC LIMIT $1"#,
+        limit
+    )
+    .fetch_all(conn)
+    .await
 }
 
 pub async fn change(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<ChangeRow>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("{CHANGE_SELECT} WHERE ch.change_id = $1")))
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_as!(
+        ChangeRow,
+        r#"SELECT ch.change_id, ch.entitlement_set_id, s.name AS set_name, a.email AS "by?", ch.committed_at,
+                  ch.state, ch.settled_inline, ch.hold_ms, ch.settled_at, ch.reason,
+                  (SELECT count(DISTINCT o.pool_id) FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
+                   WHERE x.change_id = ch.change_id) AS "owed!",
+                  (SELECT count(*) FROM (SELECT o.pool_id FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
+                                         WHERE x.change_id = ch.change_id GROUP BY o.pool_id HAVING bool_and(o.state = 'settled')) s) AS "settled!",
+                  (SELECT count(DISTINCT o.pool_id) FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
+                   WHERE x.change_id = ch.change_id AND o.state = 'failed') AS "failed!"
+           FROM core.entitlement_set_changes ch JOIN core.entitlement_sets s USING (entitlement_set_id)
+           LEFT JOIN core.accounts a ON a.account_id = ch.created_by
+           WHERE ch.change_id = $1"#,
+        id
+    )
+    .fetch_optional(conn)
+    .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct ActRow {
     pub act_id: i64,
     pub change_id: i64,
@@ -249,19 +269,20 @@ pub struct ActRow {
 }
 
 pub async fn acts(conn: &mut PgConnection, change_ids: &[i64]) -> sqlx::Result<Vec<ActRow>> {
-    sqlx::query_as(
-        "SELECT a.act_id, a.change_id, a.resource_key, a.old_numeric, a.old_flag, a.new_numeric, a.new_flag,
-                count(o.pool_id) AS owed, count(o.pool_id) FILTER (WHERE o.state = 'settled') AS settled,
-                count(o.pool_id) FILTER (WHERE o.state = 'failed') AS failed
-         FROM core.entitlement_set_change_acts a LEFT JOIN core.entitlement_set_change_obligations o USING (act_id)
-         WHERE a.change_id = ANY ($1) GROUP BY a.act_id ORDER BY a.change_id, a.position",
+    sqlx::query_as!(
+        ActRow,
+        r#"SELECT a.act_id, a.change_id, a.resource_key, a.old_numeric, a.old_flag, a.new_numeric, a.new_flag,
+                  count(o.pool_id) AS "owed!", count(o.pool_id) FILTER (WHERE o.state = 'settled') AS "settled!",
+                  count(o.pool_id) FILTER (WHERE o.state = 'failed') AS "failed!"
+           FROM core.entitlement_set_change_acts a LEFT JOIN core.entitlement_set_change_obligations o USING (act_id)
+           WHERE a.change_id = ANY ($1) GROUP BY a.act_id ORDER BY a.change_id, a.position"#,
+        change_ids
     )
-    .bind(change_ids)
     .fetch_all(conn)
     .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct FailureRow {
     pub pool_id: i64,
     pub organization_id: i64,
@@ -272,14 +293,15 @@ pub struct FailureRow {
 }
 
 pub async fn failures(conn: &mut PgConnection, change_id: i64, limit: i64) -> sqlx::Result<Vec<FailureRow>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        FailureRow,
         "SELECT DISTINCT ON (o.pool_id) o.pool_id, org.organization_id, org.name AS organization, o.attempts, o.last_error, o.next_attempt_at
          FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts a USING (act_id)
          JOIN core.resource_pools p ON p.pool_id = o.pool_id JOIN core.organizations org ON org.organization_id = p.organization_id
          WHERE a.change_id = $1 AND o.state = 'failed' ORDER BY o.pool_id LIMIT $2",
+        change_id,
+        limit
     )
-    .bind(change_id)
-    .bind(limit)
     .fetch_all(conn)
     .await
 }

@@ -1,14 +1,14 @@
 //! The tier topology's writers (tier add and delete, the ladders' order) and plan acts.
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgConnection};
+use sqlx::PgConnection;
 
 /// Pools holding a live conferral of the product, ascending (the tier add's holders).
 pub async fn pools_holding_product(conn: &mut PgConnection, product_id: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT DISTINCT pool_id FROM core.conferrals WHERE product_id = $1 AND state = 'holding' ORDER BY pool_id",
+        product_id
     )
-    .bind(product_id)
     .fetch_all(conn)
     .await
 }
@@ -21,7 +21,7 @@ pub async fn tier_add_collisions(
     product_id: i64,
     limit: i64,
 ) -> sqlx::Result<(i64, Vec<String>)> {
-    let rows: Vec<(String,)> = sqlx::query_as(
+    let names: Vec<String> = sqlx::query_scalar!(
         "WITH holders AS (
              SELECT pool_id, count(*) AS n FROM core.conferrals WHERE product_id = $2 AND state = 'holding' GROUP BY pool_id),
          colliding AS (
@@ -29,71 +29,78 @@ pub async fn tier_add_collisions(
              WHERE h.n > 1 OR EXISTS (SELECT 1 FROM core.positions p WHERE p.pool_id = h.pool_id AND p.plan_ladder_id = $1))
          SELECT o.name FROM colliding c JOIN core.resource_pools rp USING (pool_id)
          JOIN core.organizations o USING (organization_id) ORDER BY c.pool_id",
+        ladder_id,
+        product_id
     )
-    .bind(ladder_id)
-    .bind(product_id)
     .fetch_all(conn)
     .await?;
-    let total = rows.len() as i64;
-    Ok((total, rows.into_iter().take(limit as usize).map(|(n,)| n).collect()))
+    let total = names.len() as i64;
+    Ok((total, names.into_iter().take(limit as usize).collect()))
 }
 
 /// The holding conferrals of a product in a pool, in creation order.
 pub async fn holding_conferrals_of(conn: &mut PgConnection, pool_id: i64, product_id: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT conferral_id FROM core.conferrals WHERE pool_id = $1 AND product_id = $2 AND state = 'holding'
          ORDER BY created_at, conferral_id",
+        pool_id,
+        product_id
     )
-    .bind(pool_id)
-    .bind(product_id)
     .fetch_all(conn)
     .await
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct TierRow {
     pub rank: i32,
     pub product_id: i64,
 }
 
 pub async fn tiers_of(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Vec<TierRow>> {
-    sqlx::query_as("SELECT rank, product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 ORDER BY rank")
-        .bind(ladder_id)
-        .fetch_all(conn)
-        .await
+    sqlx::query_as!(
+        TierRow,
+        "SELECT rank, product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 ORDER BY rank",
+        ladder_id
+    )
+    .fetch_all(conn)
+    .await
 }
 
 pub async fn ladder_exists(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM core.plan_ladders WHERE plan_ladder_id = $1)")
-        .bind(ladder_id)
-        .fetch_one(conn)
-        .await
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM core.plan_ladders WHERE plan_ladder_id = $1) AS "exists!""#,
+        ladder_id
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// Product facts a tier add needs: published, and whether it has a set.
 pub async fn product_facts(conn: &mut PgConnection, product_id: i64) -> sqlx::Result<Option<(bool, bool)>> {
-    sqlx::query_as("SELECT published, entitlement_set_id IS NOT NULL FROM core.products WHERE product_id = $1")
-        .bind(product_id)
-        .fetch_optional(conn)
-        .await
+    Ok(sqlx::query!(
+        r#"SELECT published, entitlement_set_id IS NOT NULL AS "has_set!" FROM core.products WHERE product_id = $1"#,
+        product_id
+    )
+    .fetch_optional(conn)
+    .await?
+    .map(|r| (r.published, r.has_set)))
 }
 
 /// Org types that default to the ladder.
 pub async fn types_defaulting_to(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar("SELECT name FROM core.org_types WHERE default_plan_ladder_id = $1 ORDER BY name")
-        .bind(ladder_id)
+    sqlx::query_scalar!("SELECT name FROM core.org_types WHERE default_plan_ladder_id = $1 ORDER BY name", ladder_id)
         .fetch_all(conn)
         .await
 }
 
 /// Live holders of one tier: pools with a position on the ladder by a conferral of its product.
 pub async fn tier_holders(conn: &mut PgConnection, ladder_id: i64, product_id: i64) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM core.positions p JOIN core.conferrals c USING (conferral_id)
-         WHERE p.plan_ladder_id = $1 AND c.product_id = $2",
+    sqlx::query_scalar!(
+        r#"SELECT count(*) AS "holders!" FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+           WHERE p.plan_ladder_id = $1 AND c.product_id = $2"#,
+        ladder_id,
+        product_id
     )
-    .bind(ladder_id)
-    .bind(product_id)
     .fetch_one(conn)
     .await
 }
@@ -101,37 +108,39 @@ pub async fn tier_holders(conn: &mut PgConnection, ladder_id: i64, product_id: i
 /// Open room at `rank` (ranks from it move up one) or close the gap a delete left (ranks above
 /// it move down one); the rank key is deferred to the commit so the shift needs no order.
 pub async fn shift_ranks(conn: &mut PgConnection, ladder_id: i64, from_rank: i32, by: i32) -> sqlx::Result<()> {
-    sqlx::query("SET CONSTRAINTS core.plan_ladder_tiers_pkey DEFERRED").execute(&mut *conn).await?;
-    sqlx::query("UPDATE core.plan_ladder_tiers SET rank = rank + $3 WHERE plan_ladder_id = $1 AND rank >= $2")
-        .bind(ladder_id)
-        .bind(from_rank)
-        .bind(by)
-        .execute(conn)
-        .await?;
+    sqlx::query!("SET CONSTRAINTS core.plan_ladder_tiers_pkey DEFERRED").execute(&mut *conn).await?;
+    sqlx::query!(
+        "UPDATE core.plan_ladder_tiers SET rank = rank + $3 WHERE plan_ladder_id = $1 AND rank >= $2",
+        ladder_id,
+        from_rank,
+        by
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
 pub async fn insert_tier(conn: &mut PgConnection, ladder_id: i64, rank: i32, product_id: i64) -> sqlx::Result<()> {
-    sqlx::query("INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, $2, $3)")
-        .bind(ladder_id)
-        .bind(rank)
-        .bind(product_id)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, $2, $3)",
+        ladder_id,
+        rank,
+        product_id
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
 pub async fn delete_tier(conn: &mut PgConnection, ladder_id: i64, rank: i32) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = $2")
-        .bind(ladder_id)
-        .bind(rank)
+    sqlx::query!("DELETE FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = $2", ladder_id, rank)
         .execute(conn)
         .await?;
     Ok(())
 }
 
 pub async fn sync_position_ranks(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<i32> {
-    sqlx::query_scalar("SELECT core.sync_position_ranks($1)").bind(ladder_id).fetch_one(conn).await
+    sqlx::query_scalar!(r#"SELECT core.sync_position_ranks($1) AS "synced!""#, ladder_id).fetch_one(conn).await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -147,37 +156,42 @@ pub async fn record_plan_act(
     org_type: Option<i64>,
     detail: serde_json::Value,
 ) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT core.record_plan_act($1, $2, $3, $4, $5, $6, $7, $8, $9)")
-        .bind(kind)
-        .bind(disposition)
-        .bind(actor)
-        .bind(reason)
-        .bind(ladder)
-        .bind(product)
-        .bind(rank)
-        .bind(org_type)
-        .bind(detail)
-        .fetch_one(conn)
-        .await
+    sqlx::query_scalar!(
+        r#"SELECT core.record_plan_act($1, $2, $3, $4, $5, $6, $7, $8, $9) AS "plan_act_id!""#,
+        kind,
+        disposition,
+        actor,
+        reason,
+        ladder,
+        product,
+        rank,
+        org_type,
+        detail
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// LockPlanLadderOrder: every ladder row, FOR NO KEY UPDATE, ascending; their current order.
 pub async fn lock_plan_ladder_order(conn: &mut PgConnection) -> sqlx::Result<Vec<(i64, i32)>> {
-    sqlx::query_as("SELECT plan_ladder_id, sort_order FROM core.plan_ladders ORDER BY plan_ladder_id FOR NO KEY UPDATE")
-        .fetch_all(conn)
-        .await
+    Ok(sqlx::query!(
+        "SELECT plan_ladder_id, sort_order FROM core.plan_ladders ORDER BY plan_ladder_id FOR NO KEY UPDATE"
+    )
+    .fetch_all(conn)
+    .await?
+    .into_iter()
+    .map(|r| (r.plan_ladder_id, r.sort_order))
+    .collect())
 }
 
 pub async fn set_sort_order(conn: &mut PgConnection, ladder_id: i64, sort_order: i32) -> sqlx::Result<()> {
-    sqlx::query("UPDATE core.plan_ladders SET sort_order = $2 WHERE plan_ladder_id = $1")
-        .bind(ladder_id)
-        .bind(sort_order)
+    sqlx::query!("UPDATE core.plan_ladders SET sort_order = $2 WHERE plan_ladder_id = $1", ladder_id, sort_order)
         .execute(conn)
         .await?;
     Ok(())
 }
 
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct PlanActRow {
     pub plan_act_id: i64,
     pub kind: String,
@@ -192,40 +206,51 @@ pub struct PlanActRow {
     pub detail: serde_json::Value,
 }
 
-const ACT_SELECT: &str = "SELECT a.plan_act_id, a.kind, a.disposition, ac.email AS by, a.reason, a.state, a.created_at,
-        d.ladder_name, d.product_name, d.rank, d.detail
-     FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
-     LEFT JOIN core.accounts ac ON ac.account_id = a.created_by";
+// The macros take a literal, so both queries below spell out `PlanActRow`'s select.
 
 pub async fn plan_acts(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<PlanActRow>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("{ACT_SELECT} ORDER BY a.plan_act_id DESC LIMIT $1")))
-        .bind(limit)
-        .fetch_all(conn)
-        .await
+    sqlx::query_as!(
+        PlanActRow,
+        r#"SELECT a.plan_act_id, a.kind, a.disposition, ac.email AS "by?", a.reason, a.state, a.created_at,
+                  d.ladder_name, d.product_name, d.rank, d.detail
+           FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
+           LEFT JOIN core.accounts ac ON ac.account_id = a.created_by
+           ORDER BY a.plan_act_id DESC LIMIT $1"#,
+        limit
+    )
+    .fetch_all(conn)
+    .await
 }
 
 pub async fn plan_act(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<PlanActRow>> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!("{ACT_SELECT} WHERE a.plan_act_id = $1")))
-        .bind(id)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_as!(
+        PlanActRow,
+        r#"SELECT a.plan_act_id, a.kind, a.disposition, ac.email AS "by?", a.reason, a.state, a.created_at,
+                  d.ladder_name, d.product_name, d.rank, d.detail
+           FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
+           LEFT JOIN core.accounts ac ON ac.account_id = a.created_by
+           WHERE a.plan_act_id = $1"#,
+        id
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 /// The tier's incumbents: pools holding a live position on the ladder by a conferral of the
 /// product, ascending (the tier removal's holders, read before and again under their locks).
 pub async fn tier_incumbent_pools(conn: &mut PgConnection, ladder_id: i64, product_id: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "SELECT p.pool_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
          WHERE p.plan_ladder_id = $1 AND c.product_id = $2 ORDER BY p.pool_id",
+        ladder_id,
+        product_id
     )
-    .bind(ladder_id)
-    .bind(product_id)
     .fetch_all(conn)
     .await
 }
 
 /// A conferral a tier removal ends, with what a legacy grant of it keeps.
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct Incumbent {
     pub conferral_id: i64,
     pub grant_id: Option<i64>,
@@ -242,43 +267,50 @@ pub async fn incumbents_of(
     ladder_id: i64,
     product_id: i64,
 ) -> sqlx::Result<Vec<Incumbent>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        Incumbent,
         "SELECT c.conferral_id, c.grant_id, rp.organization_id, c.quantity, c.starts_at, c.ends_at
          FROM core.positions p JOIN core.conferrals c USING (conferral_id)
          JOIN core.resource_pools rp ON rp.pool_id = c.pool_id
          WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND c.product_id = $3 AND c.state = 'holding'
          ORDER BY c.created_at, c.conferral_id",
+        pool_id,
+        ladder_id,
+        product_id
     )
-    .bind(pool_id)
-    .bind(ladder_id)
-    .bind(product_id)
     .fetch_all(conn)
     .await
 }
 
 /// RenumberTiers: the ladder's tiers take ranks in the given product order, from 0.
 pub async fn renumber_tiers(conn: &mut PgConnection, ladder_id: i64, products: &[i64]) -> sqlx::Result<i32> {
-    sqlx::query_scalar("SELECT core.renumber_tiers($1, $2)").bind(ladder_id).bind(products).fetch_one(conn).await
+    sqlx::query_scalar!(r#"SELECT core.renumber_tiers($1, $2) AS "renumbered!""#, ladder_id, products)
+        .fetch_one(conn)
+        .await
 }
 
 /// Org types that default to the ladder: (id, name), by id.
 pub async fn type_ids_defaulting_to(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Vec<(i64, String)>> {
-    sqlx::query_as(
+    Ok(sqlx::query!(
         "SELECT org_type_id, name FROM core.org_types WHERE default_plan_ladder_id = $1 ORDER BY org_type_id",
+        ladder_id
     )
-    .bind(ladder_id)
     .fetch_all(conn)
-    .await
+    .await?
+    .into_iter()
+    .map(|r| (r.org_type_id, r.name))
+    .collect())
 }
 
 /// Names for an act's words: the ladder's and, when given, the product's.
 pub async fn names(conn: &mut PgConnection, ladder_id: i64, product_id: Option<i64>) -> sqlx::Result<(String, String)> {
-    sqlx::query_as(
-        "SELECT (SELECT name FROM core.plan_ladders WHERE plan_ladder_id = $1),
-                coalesce((SELECT name FROM core.products WHERE product_id = $2), '')",
+    let r = sqlx::query!(
+        r#"SELECT (SELECT name FROM core.plan_ladders WHERE plan_ladder_id = $1) AS "ladder!",
+                  coalesce((SELECT name FROM core.products WHERE product_id = $2), '') AS "product!""#,
+        ladder_id,
+        product_id
     )
-    .bind(ladder_id)
-    .bind(product_id)
     .fetch_one(conn)
-    .await
+    .await?;
+    Ok((r.ladder, r.product))
 }

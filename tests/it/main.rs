@@ -10,6 +10,7 @@ mod entitlements;
 mod grant_pages;
 mod grants;
 mod jobs;
+mod offline_data;
 mod operator_pages;
 mod plan_acts;
 mod private_cluster;
