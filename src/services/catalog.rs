@@ -6,8 +6,11 @@ use crate::{
         Db, DbError, TxKind, begin,
         locks::{Lock, PathLocks},
     },
+    ids::{EntitlementSetId, ProductId},
     store::catalog as store,
 };
+
+pub use crate::states::KeyKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -72,29 +75,6 @@ impl ResourceKeyName {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
-    Numeric,
-    Flag,
-}
-
-impl KeyKind {
-    pub fn parse(s: &str) -> Result<KeyKind, String> {
-        match s {
-            "numeric" => Ok(KeyKind::Numeric),
-            "flag" => Ok(KeyKind::Flag),
-            other => Err(format!("“{other}” is not a kind: choose numeric or flag.")),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyKind::Numeric => "numeric",
-            KeyKind::Flag => "flag",
-        }
-    }
-}
-
 /// A rule's value, of its key's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuleValue {
@@ -151,7 +131,7 @@ pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &s
         return Err(CatalogError::Invalid(problems));
     };
     let mut tx = begin(db, TxKind::Plain).await?;
-    let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind.as_str(), description.trim()).await?;
+    let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind, description.trim()).await?;
     if inserted.is_none() {
         return Err(invalid("key", format!("The resource key {} exists already.", key.as_str())));
     }
@@ -160,7 +140,7 @@ pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &s
 }
 
 #[tracing::instrument(name = "Create an entitlement set", skip_all)]
-pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<i64, CatalogError> {
+pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<EntitlementSetId, CatalogError> {
     let name = parse_name("name", "An entitlement set", name)?;
     let mut tx = begin(db, TxKind::Plain).await?;
     let id = store::insert_entitlement_set(tx.conn(), &name)
@@ -171,7 +151,12 @@ pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<i64, CatalogE
 }
 
 #[tracing::instrument(name = "Create a product", skip_all)]
-pub async fn create_product(db: &Db, name: &str, set_id: Option<i64>, published: bool) -> Result<i64, CatalogError> {
+pub async fn create_product(
+    db: &Db,
+    name: &str,
+    set_id: Option<EntitlementSetId>,
+    published: bool,
+) -> Result<ProductId, CatalogError> {
     let name = parse_name("name", "A product", name)?;
     let mut tx = begin(db, TxKind::Plain).await?;
     if let Some(s) = set_id
@@ -207,12 +192,12 @@ pub static CHANGE_PRODUCT_SET_LOCKS: PathLocks = PathLocks {
 
 /// UpdateProduct: name and publication in a plain transaction; a change of entitlement set
 /// under the exclusive rendezvous, refused while any pool carries the product.
-#[tracing::instrument(name = "UpdateProduct", skip_all, fields(id = id))]
+#[tracing::instrument(name = "UpdateProduct", skip_all, fields(id = id.0))]
 pub async fn update_product(
     db: &Db,
-    id: i64,
+    id: ProductId,
     name: &str,
-    set_id: Option<i64>,
+    set_id: Option<EntitlementSetId>,
     published: bool,
 ) -> Result<(), CatalogError> {
     let name = parse_name("name", "A product", name)?;

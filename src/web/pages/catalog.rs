@@ -9,6 +9,7 @@ use views::{FormState, Markup, Total};
 
 use crate::{
     db::retry::once_more_after_deadlock,
+    ids::{EntitlementSetId, ProductId},
     services::{
         self,
         catalog::CatalogError,
@@ -64,12 +65,12 @@ async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::Cata
     let CatalogOverview { keys, sets, rules, products, tiers } = services::reads::catalog(&state.db).await?;
     Ok(views::CatalogView {
         csrf: csrf_token(req),
-        set_options: sets.iter().map(|s| (s.entitlement_set_id, s.name.clone())).collect(),
+        set_options: sets.iter().map(|s| (s.entitlement_set_id.0, s.name.clone())).collect(),
         keys: keys
             .into_iter()
             .map(|k| views::ResourceKeyRow {
                 key: k.resource_key,
-                kind: k.kind,
+                kind: k.kind.to_string(),
                 provider: k.provider,
                 description: k.description,
             })
@@ -77,7 +78,7 @@ async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::Cata
         sets: sets
             .into_iter()
             .map(|s| views::SetRow {
-                id: s.entitlement_set_id,
+                id: s.entitlement_set_id.0,
                 rules: rules
                     .iter()
                     .filter(|r| r.entitlement_set_id == s.entitlement_set_id)
@@ -98,7 +99,7 @@ async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::Cata
                     .filter(|t| t.product_id == p.product_id)
                     .map(|t| format!("{} · rank {}", t.ladder_name, t.rank))
                     .collect(),
-                id: p.product_id,
+                id: p.product_id.0,
                 name: p.name,
                 set_name: p.set_name,
                 published: p.published,
@@ -189,10 +190,10 @@ pub async fn create_set(
 }
 
 /// The set field of a product form: empty is "no set", anything else must be an id.
-fn parse_set(raw: &str) -> Result<Option<i64>, CatalogError> {
+fn parse_set(raw: &str) -> Result<Option<EntitlementSetId>, CatalogError> {
     match raw.trim() {
         "" => Ok(None),
-        s => s.parse().map(Some).map_err(|_| {
+        s => s.parse().map(|id| Some(EntitlementSetId(id))).map_err(|_| {
             CatalogError::Invalid(vec![(
                 "entitlement_set_id".into(),
                 "Choose an entitlement set from the list.".into(),
@@ -238,7 +239,7 @@ async fn set_edit_view(
     id: i64,
     form: Option<FormState>,
 ) -> Result<Option<views::SetEditView>, AppError> {
-    let Some(d) = services::reads::entitlement_set(&state.db, id).await? else { return Ok(None) };
+    let Some(d) = services::reads::entitlement_set(&state.db, EntitlementSetId(id)).await? else { return Ok(None) };
     let rows = d
         .keys
         .iter()
@@ -247,7 +248,7 @@ async fn set_edit_view(
             let submitted = form.as_ref().map(|f| f.value(&format!("rule.{}", k.resource_key)).to_string());
             views::RuleEditRow {
                 key: k.resource_key.clone(),
-                kind: k.kind.clone(),
+                kind: k.kind.to_string(),
                 value: submitted
                     .unwrap_or_else(|| current.map(|r| rule_text(r.numeric_value, r.flag_value)).unwrap_or_default()),
             }
@@ -292,7 +293,7 @@ pub async fn save_rules(
     let commit = async || {
         commit_rule_change_batch(
             &state.db,
-            *id,
+            EntitlementSetId(*id),
             &submitted,
             actor,
             value(&f, "reason"),
@@ -330,7 +331,7 @@ async fn product_edit_view(
     id: i64,
     form: Option<FormState>,
 ) -> Result<Option<(String, views::ProductEditView)>, AppError> {
-    let Some(d) = services::reads::product(&state.db, id).await? else { return Ok(None) };
+    let Some(d) = services::reads::product(&state.db, ProductId(id)).await? else { return Ok(None) };
     let form = form.unwrap_or_else(|| {
         let mut f = FormState {
             values: vec![
@@ -350,7 +351,7 @@ async fn product_edit_view(
         views::ProductEditView {
             csrf: csrf_token(req),
             product_id: id,
-            set_options: d.sets.iter().map(|s| (s.entitlement_set_id, s.name.clone())).collect(),
+            set_options: d.sets.iter().map(|s| (s.entitlement_set_id.0, s.name.clone())).collect(),
             shape: d.tiers.iter().map(|t| format!("{} · rank {}", t.ladder_name, t.rank)).collect(),
             carried_by_pools: Total::capped(d.product.carried_by_pools, CARRIED_COUNT_CAP),
             form,
@@ -378,8 +379,8 @@ pub async fn save_product(
     let f = form.into_inner();
     let result = match parse_set(value(&f, "entitlement_set_id")) {
         Ok(set) => {
-            services::catalog::update_product(&state.db, *id, value(&f, "name"), set, checked(value(&f, "published")))
-                .await
+            let published = checked(value(&f, "published"));
+            services::catalog::update_product(&state.db, ProductId(*id), value(&f, "name"), set, published).await
         }
         Err(e) => Err(e),
     };

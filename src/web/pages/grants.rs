@@ -7,10 +7,12 @@ use views::{FormState, Keyset, Total};
 
 use crate::{
     db::retry::once_more_after_deadlock,
+    ids::{GrantId, OrganizationId},
     services::{
         self,
         grants::{GrantError, IssueGrant, ManageGrant},
     },
+    states::{GrantKind, GrantStatus},
     store::grants::{EventRow, GrantRow},
     web::forms::{Fields, after_post, partial, value},
     web::identity::Operator,
@@ -24,13 +26,13 @@ fn when(t: chrono::DateTime<chrono::Utc>) -> String {
 
 pub fn list_row(g: &GrantRow) -> views::GrantListRow {
     views::GrantListRow {
-        id: g.grant_id,
-        organization: g.organization_id.map(|id| (id, g.organization_name.clone().unwrap_or_default())),
+        id: g.grant_id.0,
+        organization: g.organization_id.map(|id| (id.0, g.organization_name.clone().unwrap_or_default())),
         provision_domain: g.provision_domain.clone(),
         product: g.product.clone(),
         quantity: g.quantity,
-        kind: g.kind.clone(),
-        status: g.status.clone(),
+        kind: g.kind.to_string(),
+        status: g.status.to_string(),
         starts_at: when(g.starts_at),
         ends_at: g.ends_at.map(when),
         reason: g.reason.clone(),
@@ -43,7 +45,7 @@ pub fn event_row(e: &EventRow) -> views::GrantEventRow {
         act: e.act.clone(),
         actor: e.actor.clone().unwrap_or_else(|| "the console".into()),
         reason: e.reason.clone(),
-        grant_id: e.grant_id,
+        grant_id: e.grant_id.0,
     }
 }
 
@@ -101,8 +103,6 @@ pub struct ListQuery {
     page: SeekQuery,
 }
 
-const STATUSES: &[&str] = &["waiting", "active", "replaced", "expired", "revoked", "ended"];
-
 pub async fn list(
     _op: Operator,
     req: HttpRequest,
@@ -110,16 +110,22 @@ pub async fn list(
     q: web::Query<ListQuery>,
 ) -> Result<HttpResponse, AppError> {
     let status = q.status.clone().unwrap_or_default();
-    if !status.is_empty() && !STATUSES.contains(&status.as_str()) {
-        return Err(AppError::BadRequest(format!("“{status}” is not a grant status.")));
-    }
+    let status_filter = match status.as_str() {
+        "" => None,
+        s => Some(
+            GrantStatus::from_text(s)
+                .ok_or_else(|| AppError::BadRequest(format!("“{status}” is not a grant status.")))?,
+        ),
+    };
     let org_text = q.organization_id.clone().unwrap_or_default();
     let org = match org_text.trim() {
         "" => None,
-        t => Some(t.parse::<i64>().map_err(|_| AppError::BadRequest(format!("“{t}” is not an organization number.")))?),
+        t => Some(OrganizationId(
+            t.parse::<i64>().map_err(|_| AppError::BadRequest(format!("“{t}” is not an organization number.")))?,
+        )),
     };
     let seek = q.page.seek("a grant")?;
-    let list = services::reads::grants(&state.db, (!status.is_empty()).then_some(status.as_str()), org, seek).await?;
+    let list = services::reads::grants(&state.db, status_filter, org, seek).await?;
     let view = views::GrantListView {
         status,
         organization_id: org_text,
@@ -128,8 +134,8 @@ pub async fn list(
         keyset: Keyset {
             has_before: list.page.has_before,
             has_after: list.page.has_after,
-            first_id: list.page.rows.first().map(|r| r.grant_id),
-            last_id: list.page.rows.last().map(|r| r.grant_id),
+            first_id: list.page.rows.first().map(|r| r.grant_id.0),
+            last_id: list.page.rows.last().map(|r| r.grant_id.0),
         },
         rows: list.page.rows.iter().map(list_row).collect(),
     };
@@ -144,7 +150,7 @@ pub struct NewQuery {
 async fn issue_view(req: &HttpRequest, state: &AppState, form: FormState) -> Result<views::IssueGrantView, AppError> {
     Ok(views::IssueGrantView {
         csrf: csrf_token(req),
-        products: services::reads::published_products(&state.db).await?,
+        products: services::reads::published_products(&state.db).await?.into_iter().map(|(id, n)| (id.0, n)).collect(),
         form,
     })
 }
@@ -214,13 +220,13 @@ async fn detail_view(
     revoke_form: FormState,
     manage_form: FormState,
 ) -> Result<views::GrantDetailView, AppError> {
-    let d = services::reads::grant(&state.db, id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::grant(&state.db, GrantId(id)).await?.ok_or(AppError::NotFound)?;
     let head = d.lineage.iter().find(|g| !d.lineage.iter().any(|n| n.extends_grant_id == Some(g.grant_id)));
-    let head_id = head.map_or(id, |h| h.grant_id);
-    let head_status = head.map_or(d.grant.status.as_str(), |h| h.status.as_str());
-    let live = matches!(head_status, "active" | "replaced" | "waiting");
-    let is_floor = d.grant.kind == "floor";
-    let waiting = head_status == "waiting";
+    let head_id = head.map_or(id, |h| h.grant_id.0);
+    let head_status = head.map_or(d.grant.status, |h| h.status);
+    let live = head_status.is_live();
+    let is_floor = d.grant.kind == GrantKind::Floor;
+    let waiting = head_status == GrantStatus::Waiting;
     // The manage form opens with the head's values, so changing one field keeps the others.
     let mut manage_form = manage_form;
     if manage_form.values.is_empty()
@@ -243,12 +249,12 @@ async fn detail_view(
     Ok(views::GrantDetailView {
         csrf: csrf_token(req),
         id,
-        organization: g.organization_id.map(|o| (o, g.organization_name.clone().unwrap_or_default())),
+        organization: g.organization_id.map(|o| (o.0, g.organization_name.clone().unwrap_or_default())),
         provision_domain: g.provision_domain.clone(),
         product: g.product.clone(),
         quantity: g.quantity,
-        kind: g.kind.clone(),
-        status: g.status.clone(),
+        kind: g.kind.to_string(),
+        status: g.status.to_string(),
         starts_at: when(g.starts_at),
         ends_at: g.ends_at.map(when),
         reason: g.reason.clone(),
@@ -257,12 +263,12 @@ async fn detail_view(
             .lineage
             .iter()
             .map(|l| views::LineageRow {
-                id: l.grant_id,
-                status: l.status.clone(),
+                id: l.grant_id.0,
+                status: l.status.to_string(),
                 starts_at: when(l.starts_at),
                 ends_at: l.ends_at.map(when),
                 quantity: l.quantity,
-                current: l.grant_id == id,
+                current: l.grant_id.0 == id,
             })
             .collect(),
         events: d.events.iter().map(event_row).collect(),
@@ -307,7 +313,7 @@ pub async fn revoke(
 ) -> Result<HttpResponse, AppError> {
     let f = form.into_inner();
     let actor = Some(op.account_id());
-    let revoke = async || services::grants::revoke_grant(&state.db, *id, actor, value(&f, "reason")).await;
+    let revoke = async || services::grants::revoke_grant(&state.db, GrantId(*id), actor, value(&f, "reason")).await;
     match once_more_after_deadlock(&state.db, "Revoke a grant", revoke).await {
         Ok(head) => Ok(after_post(&req, &format!("/operator/grants/{head}"))),
         Err(e @ (GrantError::Db(_) | GrantError::NotFound(_))) => Err(to_app(e)),
@@ -341,7 +347,7 @@ pub async fn manage(
     let result = match parsed {
         Ok(m) => {
             once_more_after_deadlock(&state.db, "Manage a grant", async || {
-                services::grants::manage_grant(&state.db, *id, &m).await
+                services::grants::manage_grant(&state.db, GrantId(*id), &m).await
             })
             .await
         }

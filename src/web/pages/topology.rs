@@ -9,6 +9,7 @@ use views::FormState;
 
 use crate::{
     db::retry::once_more_after_deadlock,
+    ids::{AccountId, LadderId, OrgTypeId, ProductId},
     services::{
         self,
         plan_acts::{ActReach, Disposition, ReorderTiers},
@@ -37,7 +38,8 @@ async fn view(
     notice: Option<String>,
 ) -> Result<views::TopologyView, AppError> {
     let t = services::reads::topology(&state.db).await?;
-    let products = services::reads::tier_product_options(&state.db).await?;
+    let products =
+        services::reads::tier_product_options(&state.db).await?.into_iter().map(|(id, n)| (id.0, n)).collect();
     Ok(views::TopologyView {
         csrf: csrf_token(req),
         products,
@@ -51,7 +53,7 @@ async fn view(
             .ladders
             .iter()
             .map(|l| views::LadderView {
-                id: l.plan_ladder_id,
+                id: l.plan_ladder_id.0,
                 name: l.name.clone(),
                 sort_order: l.sort_order,
                 tiers: t
@@ -60,7 +62,7 @@ async fn view(
                     .filter(|x| x.plan_ladder_id == l.plan_ladder_id)
                     .map(|x| views::TierRow {
                         rank: x.rank,
-                        product_id: x.product_id,
+                        product_id: x.product_id.0,
                         product_name: x.product_name.clone(),
                         set_name: x.set_name.clone().unwrap_or_default(),
                     })
@@ -71,7 +73,7 @@ async fn view(
             .org_types
             .into_iter()
             .map(|o| views::OrgTypeRow {
-                id: o.org_type_id,
+                id: o.org_type_id.0,
                 name: o.name,
                 default_ladder: o.default_ladder,
                 floor_product: o.floor_product,
@@ -131,9 +133,9 @@ fn refused(fields: &[(String, String)], e: TopologyError) -> Result<(StatusCode,
     Ok((status, f))
 }
 
-fn parse_add(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) -> Result<AddTier, TopologyError> {
+fn parse_add(ladder_id: i64, f: &[(String, String)], actor: Option<AccountId>) -> Result<AddTier, TopologyError> {
     let mut problems = vec![];
-    let product = value(f, "product_id").trim().parse::<i64>().ok();
+    let product = value(f, "product_id").trim().parse::<i64>().ok().map(ProductId);
     if product.is_none() {
         problems.push(("product_id".to_string(), "Choose a product.".to_string()));
     }
@@ -152,7 +154,9 @@ fn parse_add(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) -> Resu
         problems.push(("reason".into(), "A reason may have at most 500 characters.".into()));
     }
     match product {
-        Some(product_id) if problems.is_empty() => Ok(AddTier { ladder_id, product_id, rank, reason, actor }),
+        Some(product_id) if problems.is_empty() => {
+            Ok(AddTier { ladder_id: LadderId(ladder_id), product_id, rank, reason, actor })
+        }
         _ => Err(TopologyError::Invalid(problems)),
     }
 }
@@ -167,7 +171,7 @@ pub async fn preview(
     let answer = async {
         let a = parse_add(*id, &f, None)?;
         let r = services::topology::preview_add_tier(&state.db, &a, state.config.plan_act_holder_cap).await?;
-        let names = services::reads::tier_names(&state.db, *id, a.product_id).await?;
+        let names = services::reads::tier_names(&state.db, a.ladder_id, a.product_id).await?;
         Ok(views::tier_add_preview(&views::TierAddPreview {
             ladder: names.0,
             product: names.1,
@@ -230,7 +234,8 @@ pub async fn delete_tier(
     let (ladder, rank) = path.into_inner();
     let f = form.into_inner();
     let actor = Some(op.account_id());
-    let delete = async || services::topology::delete_tier(&state.db, ladder, rank, actor, value(&f, "reason")).await;
+    let delete =
+        async || services::topology::delete_tier(&state.db, LadderId(ladder), rank, actor, value(&f, "reason")).await;
     let e = match once_more_after_deadlock(&state.db, "DeleteTier", delete).await {
         Ok(_) => return Ok(after_post(&req, "/operator/topology?done=tier-deleted")),
         Err(e) => e,
@@ -259,7 +264,7 @@ pub async fn ladder_order(
         if let Some(id) = k.strip_prefix("position.") {
             match (id.parse::<i64>(), v.trim().parse::<i32>()) {
                 (Ok(id), Ok(p)) => {
-                    positions.insert(id, p);
+                    positions.insert(LadderId(id), p);
                 }
                 _ => problems.push((k.clone(), format!("“{}” is not a position.", v.trim()))),
             }
@@ -301,7 +306,7 @@ pub async fn change_default(
     let f = form.into_inner();
     let actor = Some(op.account_id());
     let mut problems = vec![];
-    let ladder = value(&f, "plan_ladder_id").trim().parse::<i64>().ok();
+    let ladder = value(&f, "plan_ladder_id").trim().parse::<i64>().ok().map(LadderId);
     if ladder.is_none() {
         problems.push(("plan_ladder_id".to_string(), "Choose a ladder.".to_string()));
     }
@@ -309,8 +314,10 @@ pub async fn change_default(
     let reason = reason(&f, &mut problems);
     let result = match (ladder, problems.is_empty()) {
         (Some(ladder), true) => {
-            let change =
-                async || change_org_type_default(&state.db, *id, ladder, d, actor, &reason, Some(within(&state))).await;
+            let change = async || {
+                change_org_type_default(&state.db, OrgTypeId(*id), ladder, d, actor, &reason, Some(within(&state)))
+                    .await
+            };
             once_more_after_deadlock(&state.db, "ChangeOrgTypeDefault", change).await
         }
         _ => Err(TopologyError::Invalid(problems)),
@@ -374,13 +381,13 @@ pub async fn default_preview(
     let answer = async {
         let mut problems = vec![];
         let d = disposition(&f, &mut problems);
-        let Some(ladder) = value(&f, "plan_ladder_id").trim().parse::<i64>().ok() else {
+        let Some(ladder) = value(&f, "plan_ladder_id").trim().parse::<i64>().ok().map(LadderId) else {
             return Err(TopologyError::Invalid(vec![("plan_ladder_id".into(), "Choose a ladder to preview.".into())]));
         };
         if !problems.is_empty() {
             return Err(TopologyError::Invalid(problems));
         }
-        let r = services::plan_acts::preview_default_change(&state.db, *id, ladder, d).await?;
+        let r = services::plan_acts::preview_default_change(&state.db, OrgTypeId(*id), ladder, d).await?;
         let action = format!("Changing {}'s default to {}", r.types.first().cloned().unwrap_or_default(), r.ladder);
         Ok(views::act_reach_preview(&reach_preview(action, r, d)))
     };
@@ -391,7 +398,7 @@ fn parse_remove(
     ladder_id: i64,
     rank: i32,
     f: &[(String, String)],
-    actor: Option<i64>,
+    actor: Option<AccountId>,
 ) -> Result<RemoveTier, TopologyError> {
     let mut problems = vec![];
     let d = disposition(f, &mut problems);
@@ -399,7 +406,7 @@ fn parse_remove(
     if !problems.is_empty() {
         return Err(TopologyError::Invalid(problems));
     }
-    Ok(RemoveTier { ladder_id, rank, disposition: d, reason, actor })
+    Ok(RemoveTier { ladder_id: LadderId(ladder_id), rank, disposition: d, reason, actor })
 }
 
 pub async fn remove_preview(
@@ -466,7 +473,11 @@ pub async fn remove_tier(
 }
 
 /// The submitted order: `rank.{product_id}` fields, each a distinct rank from 0.
-fn parse_tier_order(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) -> Result<ReorderTiers, TopologyError> {
+fn parse_tier_order(
+    ladder_id: i64,
+    f: &[(String, String)],
+    actor: Option<AccountId>,
+) -> Result<ReorderTiers, TopologyError> {
     let mut problems = vec![];
     let mut ranked: Vec<(i32, i64)> = vec![];
     for (k, v) in f {
@@ -490,7 +501,13 @@ fn parse_tier_order(ladder_id: i64, f: &[(String, String)], actor: Option<i64>) 
     if !problems.is_empty() {
         return Err(TopologyError::Invalid(problems));
     }
-    Ok(ReorderTiers { ladder_id, order: ranked.into_iter().map(|(_, p)| p).collect(), disposition: d, reason, actor })
+    Ok(ReorderTiers {
+        ladder_id: LadderId(ladder_id),
+        order: ranked.into_iter().map(|(_, p)| ProductId(p)).collect(),
+        disposition: d,
+        reason,
+        actor,
+    })
 }
 
 pub async fn tier_order_preview(
