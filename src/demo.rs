@@ -3,11 +3,13 @@
 
 use crate::{
     db::{Db, TxKind, begin},
+    ids::{EntitlementSetId, OrgTypeId, ProductId},
     services::{
         auth::{Email, NewPassword, ensure_account},
         entitlements,
         organizations::{self, OrgName},
     },
+    states::{GrantKind, GrantStatus},
     store::{accounts, catalog, entitlements::NewGrant},
 };
 
@@ -58,7 +60,7 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
     for (name, rules) in PLANS {
         let set = match catalog::entitlement_set_id_by_name(tx.conn(), name).await? {
             Some(id) => id,
-            None => catalog::insert_entitlement_set(tx.conn(), name).await?.unwrap_or_default(),
+            None => catalog::insert_entitlement_set(tx.conn(), name).await?.unwrap_or(EntitlementSetId(0)),
         };
         if catalog::rules_of_set(tx.conn(), set).await?.is_empty() {
             for (key, n, f) in *rules {
@@ -73,7 +75,7 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
     for (ladder, order, products) in LADDERS {
         let id = catalog::ensure_ladder(tx.conn(), ladder, *order).await?;
         for (rank, product) in products.iter().enumerate() {
-            let p = catalog::product_id_by_name(tx.conn(), product).await?.unwrap_or_default();
+            let p = catalog::product_id_by_name(tx.conn(), product).await?.unwrap_or(ProductId(0));
             catalog::ensure_tier(tx.conn(), id, rank as i32, p).await?;
         }
         ladder_ids.push((*ladder, id));
@@ -100,13 +102,13 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
                 .await?;
                 if *name == "Initech" {
                     // An operator grant of Pro, displacing the floor.
-                    let pro = catalog::product_id_by_name(tx.conn(), "Pro").await?.unwrap_or_default();
+                    let pro = catalog::product_id_by_name(tx.conn(), "Pro").await?.unwrap_or(ProductId(0));
                     let grant = NewGrant {
                         organization_id: Some(created.organization_id),
                         product_id: pro,
                         quantity: 1,
-                        kind: "operator",
-                        status: "active",
+                        kind: GrantKind::Operator,
+                        status: GrantStatus::Active,
                         starts_at: None,
                         ends_at: None,
                         reason: "Demo: a partner's complimentary plan".into(),
@@ -142,7 +144,7 @@ pub async fn load_with_community(db: &Db) -> anyhow::Result<()> {
 /// to the Free set drains in the background and its page shows the progress live.
 pub const COMMUNITY_WIKIS: usize = 240;
 
-async fn community_wikis(db: &Db, community: Option<i64>) -> anyhow::Result<()> {
+async fn community_wikis(db: &Db, community: Option<OrgTypeId>) -> anyhow::Result<()> {
     let have = {
         let mut conn = db.pool.acquire().await?;
         accounts::organizations_named_like(&mut conn, "Community Wiki %").await?

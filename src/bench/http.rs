@@ -26,6 +26,7 @@ use super::{floored_organizations, id_of};
 use crate::{
     config::Config,
     demo,
+    ids::{AccountId, LadderId, OrgTypeId, PlanActId},
     scratch::ScratchDb,
     services::{
         auth,
@@ -85,7 +86,7 @@ pub async fn run(config: &Config, o: &Options) -> anyhow::Result<Report> {
 /// What the setup leaves for the HTTP part.
 struct Seeded {
     member_emails: Vec<String>,
-    plan_act: i64,
+    plan_act: PlanActId,
     /// One member's organization, for its operator page.
     member_org: i64,
 }
@@ -174,9 +175,16 @@ async fn seed(s: &ScratchDb, orgs: i64) -> anyhow::Result<Seeded> {
     .await?;
 
     let t = Instant::now();
-    let act =
-        pa::change_org_type_default(&s.db, ty, support, Some(Disposition::Migrate), Some(operator), "bench", None)
-            .await?;
+    let act = pa::change_org_type_default(
+        &s.db,
+        OrgTypeId(ty),
+        LadderId(support),
+        Some(Disposition::Migrate),
+        Some(AccountId(operator)),
+        "bench",
+        None,
+    )
+    .await?;
     // The drain's listing, batch after batch as the worker lists (pa::drain_plan_act), without
     // its moves.
     let mut listed = 0;

@@ -15,6 +15,7 @@ use super::{floored_organizations, id_of, yardstick};
 use crate::{
     config::Config,
     demo,
+    ids::{LadderId, OrgTypeId, PlanActId},
     scratch::ScratchDb,
     services::plan_acts::{self as pa, Disposition},
 };
@@ -83,13 +84,21 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     // Wiki→Support, Support→Wiki, ..., Wiki→Support, the two types alternating. Each T0 enqueues
     // a drain job that no worker runs here; each later act takes the type's default over.
     let (mut samples, mut reference_samples) = (vec![], vec![]);
-    let mut act = 0;
+    let mut act = PlanActId(0);
     for i in 0..T0_WARMUPS + T0_SAMPLES {
         let target = if i % 2 == 0 { support } else { wiki };
         for (t, out) in [(ty, &mut samples), (reference, &mut reference_samples)] {
             let started = Instant::now();
-            let a =
-                pa::change_org_type_default(&s.db, t, target, Some(Disposition::Migrate), None, "bench", None).await?;
+            let a = pa::change_org_type_default(
+                &s.db,
+                OrgTypeId(t),
+                LadderId(target),
+                Some(Disposition::Migrate),
+                None,
+                "bench",
+                None,
+            )
+            .await?;
             if i >= T0_WARMUPS {
                 out.push(started.elapsed().as_secs_f64());
             }
@@ -129,7 +138,7 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
         d.listed, d.moved
     );
     let t = Instant::now();
-    check(s, o.orgs, ty, act, wiki, support).await?;
+    check(s, o.orgs, ty, act.0, wiki, support).await?;
     eprintln!(
         "bench: checked in {:.1} s: the act is done, every organization migrated, entitlements fresh, floors on Support",
         t.elapsed().as_secs_f64()

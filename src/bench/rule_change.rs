@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, time::Instant};
 use serde::Serialize;
 
 use super::{carrying_organizations, id_of, yardstick};
-use crate::{config::Config, demo, scratch::ScratchDb, services::rule_changes as rc};
+use crate::{config::Config, demo, ids::EntitlementSetId, scratch::ScratchDb, services::rule_changes as rc};
 
 pub struct Options {
     pub pools: i64,
@@ -44,7 +44,7 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
             .into_iter()
             .collect();
     // Sync cap 0: every pool goes through the drain.
-    let c = rc::commit_rule_change_batch(&s.db, set, &rules, None, "bench", 0).await?;
+    let c = rc::commit_rule_change_batch(&s.db, EntitlementSetId(set), &rules, None, "bench", 0).await?;
     eprintln!(
         "bench: committed change #{} owing {} pools; exclusive hold {:.3} s",
         c.change_id,

@@ -11,8 +11,8 @@ use crate::db::{
     locks::{Lock, PathLocks},
     tx,
 };
-use crate::store::jobs as store;
 pub use crate::store::jobs::ClaimedJob;
+use crate::{ids::JobId, states::JobState, store::jobs as store};
 
 /// The channel the enqueue trigger notifies (migrations/0003_jobs.sql).
 pub const NOTIFY_CHANNEL: &str = "member_console_jobs";
@@ -59,7 +59,7 @@ impl<'a> NewJob<'a> {
 /// the job: it exists, and wakes the workers, only if that transaction commits. Returns the new
 /// job's id, or None when `dedupe_key` already has an open job.
 #[tracing::instrument(name = "Enqueue a job", skip(conn, job), fields(kind = job.kind, dedupe_key = job.dedupe_key.as_deref()))]
-pub async fn enqueue(conn: &mut PgConnection, job: NewJob<'_>) -> Result<Option<i64>, DbError> {
+pub async fn enqueue(conn: &mut PgConnection, job: NewJob<'_>) -> Result<Option<JobId>, DbError> {
     let max_attempts = job.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
     let id =
         store::insert_job(conn, job.kind, &job.payload, job.run_at, job.dedupe_key.as_deref(), max_attempts).await?;
@@ -92,14 +92,14 @@ pub async fn claim(db: &Db, worker: &str, limit: usize, lease: Duration) -> Resu
 
 /// Mark an attempt done. False (and nothing written) when `worker` no longer holds the job for
 /// this attempt: its lease expired and the job was re-claimed.
-pub async fn complete(db: &Db, job_id: i64, worker: &str, attempt: i32) -> Result<bool, DbError> {
+pub async fn complete(db: &Db, job_id: JobId, worker: &str, attempt: i32) -> Result<bool, DbError> {
     Ok(store::mark_job_done(&db.pool, job_id, worker, attempt).await?)
 }
 
 /// Renew `worker`'s lease on a job for this attempt: it runs `lease` from now. One UPDATE under
 /// the guard of `complete` and `fail`; false (and nothing written) when the worker no longer
 /// holds the job for this attempt. The worker renews every job it runs (see `worker`).
-pub async fn renew(db: &Db, job_id: i64, worker: &str, attempt: i32, lease: Duration) -> Result<bool, DbError> {
+pub async fn renew(db: &Db, job_id: JobId, worker: &str, attempt: i32, lease: Duration) -> Result<bool, DbError> {
     Ok(store::renew_job_lease(&db.pool, job_id, worker, attempt, lease).await?)
 }
 
@@ -107,7 +107,7 @@ pub async fn renew(db: &Db, job_id: i64, worker: &str, attempt: i32, lease: Dura
 /// now, its lease cleared, and the attempt its claim counted is not spent. One UPDATE under the
 /// guard of `complete` and `fail`; false (and nothing written) when the worker no longer holds
 /// the job for this attempt.
-pub async fn give_back(db: &Db, job_id: i64, worker: &str, attempt: i32) -> Result<bool, DbError> {
+pub async fn give_back(db: &Db, job_id: JobId, worker: &str, attempt: i32) -> Result<bool, DbError> {
     Ok(store::give_back_job(&db.pool, job_id, worker, attempt).await?)
 }
 
@@ -126,16 +126,16 @@ pub enum FailOutcome {
 /// (see `backoff`); None makes the failure permanent. Attempts used up also end in `failed`.
 pub async fn fail(
     db: &Db,
-    job_id: i64,
+    job_id: JobId,
     worker: &str,
     attempt: i32,
     error: &str,
     retry_in: Option<Duration>,
 ) -> Result<FailOutcome, DbError> {
     let state = store::mark_job_failed(&db.pool, job_id, worker, attempt, error, retry_in).await?;
-    Ok(match state.as_deref() {
+    Ok(match state {
         None => FailOutcome::LeaseLost,
-        Some("pending") => FailOutcome::WillRetry,
+        Some(JobState::Pending) => FailOutcome::WillRetry,
         Some(_) => FailOutcome::Failed,
     })
 }

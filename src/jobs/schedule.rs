@@ -48,7 +48,7 @@ pub async fn fire_due_schedules(db: &Db) -> Result<usize, DbError> {
         let id = queue::enqueue(tx.conn(), job).await?;
         match id {
             Some(job_id) => {
-                tracing::info!(schedule = %s.name, job_id, "schedule fired");
+                tracing::info!(schedule = %s.name, job_id = job_id.0, "schedule fired");
                 enqueued += 1;
             }
             None => tracing::info!(schedule = %s.name, "previous run still open; this slot is skipped"),

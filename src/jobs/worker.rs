@@ -18,13 +18,16 @@ use super::{
     queue::{self, Backoff, ClaimedJob, FailOutcome, NOTIFY_CHANNEL},
     schedule,
 };
-use crate::db::{Db, DbError};
+use crate::{
+    db::{Db, DbError},
+    ids::JobId,
+};
 
 /// What a handler gets besides the payload.
 #[derive(Clone, Debug)]
 pub struct JobContext {
     pub db: Db,
-    pub job_id: i64,
+    pub job_id: JobId,
     pub kind: String,
     /// This attempt's number, from 1.
     pub attempt: i32,
@@ -312,7 +315,7 @@ impl Worker {
                     Ok(Some(joined)) => self.finish(joined, &mut in_flight).await,
                     Ok(None) => break,
                     Err(_) => {
-                        let ids: Vec<i64> = in_flight.values().map(|r| r.job.job_id).collect();
+                        let ids: Vec<JobId> = in_flight.values().map(|r| r.job.job_id).collect();
                         tracing::warn!(job_ids = ?ids, "grace period over: stopping these jobs and giving them back");
                         self.stop_and_give_back(&mut tasks, &mut in_flight).await;
                         break;
@@ -366,7 +369,7 @@ impl Worker {
         job: ClaimedJob,
         claimed_at: Instant,
     ) {
-        let span = tracing::info_span!("Run a job", kind = %job.kind, job_id = job.job_id, attempt = job.attempts);
+        let span = tracing::info_span!("Run a job", kind = %job.kind, job_id = job.job_id.0, attempt = job.attempts);
         let ctx = JobContext {
             db: self.db.clone(),
             job_id: job.job_id,
@@ -488,7 +491,7 @@ impl Worker {
 /// What a running job's task needs to keep its lease.
 struct Lease {
     db: Db,
-    job_id: i64,
+    job_id: JobId,
     worker: Arc<str>,
     attempt: i32,
     length: Duration,

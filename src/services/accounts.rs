@@ -2,14 +2,15 @@
 
 use crate::{
     db::{Db, DbError},
+    ids::AccountId,
     store::{
         accounts::{self, AccountSummary, Membership},
         job_overview::{self, FailedJob, JobCounts},
     },
 };
 
-#[tracing::instrument(name = "Read an account's memberships", skip_all, fields(account_id = account_id))]
-pub async fn memberships(db: &Db, account_id: i64) -> Result<Vec<Membership>, DbError> {
+#[tracing::instrument(name = "Read an account's memberships", skip_all, fields(account_id = account_id.0))]
+pub async fn memberships(db: &Db, account_id: AccountId) -> Result<Vec<Membership>, DbError> {
     let mut conn = db.read().await?;
     Ok(accounts::memberships(&mut conn, account_id).await?)
 }

@@ -7,6 +7,7 @@ use crate::{
         Db, DbError, TxKind, begin,
         locks::{Lock, PathLocks},
     },
+    ids::AccountId,
     store::accounts::{self, SessionAccount},
 };
 use argon2::{
@@ -182,7 +183,12 @@ pub async fn sign_out(db: &Db, token: &str) -> Result<(), DbError> {
 /// role) ends every session of the account; setting the password it already has changes
 /// nothing, so loading the demo again signs nobody out.
 #[tracing::instrument(name = "Ensure an account", skip(db, password), fields(email = %email.as_str()))]
-pub async fn ensure_account(db: &Db, email: &Email, password: &NewPassword, is_operator: bool) -> Result<i64, DbError> {
+pub async fn ensure_account(
+    db: &Db,
+    email: &Email,
+    password: &NewPassword,
+    is_operator: bool,
+) -> Result<AccountId, DbError> {
     let existing = {
         let mut tx = begin(db, TxKind::Plain).await?;
         accounts::account_by_email(tx.conn(), email.as_str()).await?

@@ -6,9 +6,12 @@ use crate::{
         Db, TxKind, begin,
         locks::{Lock, PathLocks},
     },
+    ids::{EntitlementSetId, ProductId},
     services::refusal::{Problems, ServiceError, change_path},
     store::catalog::{self as store, CARRIED_COUNT_CAP},
 };
+
+pub use crate::states::KeyKind;
 
 /// The catalog's constraints whose violation is the operator's input, by name: the field and
 /// what to tell them. `name` is the product name the path was given.
@@ -47,29 +50,6 @@ impl ResourceKeyName {
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
-    Numeric,
-    Flag,
-}
-
-impl KeyKind {
-    pub fn parse(s: &str) -> Result<KeyKind, String> {
-        match s {
-            "numeric" => Ok(KeyKind::Numeric),
-            "flag" => Ok(KeyKind::Flag),
-            other => Err(format!("“{other}” is not a kind: choose numeric or flag.")),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyKind::Numeric => "numeric",
-            KeyKind::Flag => "flag",
-        }
     }
 }
 
@@ -153,7 +133,7 @@ pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &s
     }
     let (key, kind) = problems.or(key.zip(kind))?;
     let mut tx = begin(db, TxKind::Plain).await?;
-    let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind.as_str(), description.trim()).await?;
+    let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind, description.trim()).await?;
     if inserted.is_none() {
         return Err(ServiceError::invalid("key", format!("The resource key {} exists already.", key.as_str())));
     }
@@ -162,7 +142,7 @@ pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &s
 }
 
 #[tracing::instrument(name = "Create an entitlement set", skip_all)]
-pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<i64, ServiceError> {
+pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<EntitlementSetId, ServiceError> {
     let name = parse_name("name", "An entitlement set", name)?;
     let mut tx = begin(db, TxKind::Plain).await?;
     let id = store::insert_entitlement_set(tx.conn(), &name)
@@ -173,7 +153,12 @@ pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<i64, ServiceE
 }
 
 #[tracing::instrument(name = "Create a product", skip_all)]
-pub async fn create_product(db: &Db, name: &str, set_id: Option<i64>, published: bool) -> Result<i64, ServiceError> {
+pub async fn create_product(
+    db: &Db,
+    name: &str,
+    set_id: Option<EntitlementSetId>,
+    published: bool,
+) -> Result<ProductId, ServiceError> {
     let name = parse_name("name", "A product", name)?;
     let mut tx = begin(db, TxKind::Plain).await?;
     if let Some(s) = set_id
@@ -209,12 +194,12 @@ pub static CHANGE_PRODUCT_SET_LOCKS: PathLocks = PathLocks {
 
 /// UpdateProduct: name and publication in a plain transaction; a change of entitlement set
 /// under the exclusive rendezvous, refused while any pool carries the product.
-#[tracing::instrument(name = "UpdateProduct", skip_all, fields(id = id))]
+#[tracing::instrument(name = "UpdateProduct", skip_all, fields(id = id.0))]
 pub async fn update_product(
     db: &Db,
-    id: i64,
+    id: ProductId,
     name: &str,
-    set_id: Option<i64>,
+    set_id: Option<EntitlementSetId>,
     published: bool,
 ) -> Result<(), ServiceError> {
     let name = parse_name("name", "A product", name)?;

@@ -8,7 +8,9 @@ use crate::{
         Db, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
+    ids::{ConferralId, GrantId, PlanActId, PoolId, SubscriptionId},
     services::ServiceError,
+    states::KeyKind,
     store::entitlements::{self as store, NewGrant},
 };
 
@@ -17,9 +19,9 @@ use crate::{
 /// The caller materializes.
 pub async fn reapply_defaults_if_vacant(
     tx: &mut Tx,
-    pool_id: i64,
-    plan_act_id: Option<i64>,
-) -> Result<Option<i64>, ServiceError> {
+    pool_id: PoolId,
+    plan_act_id: Option<PlanActId>,
+) -> Result<Option<GrantId>, ServiceError> {
     Ok(store::reapply_defaults_if_vacant(tx.conn(), pool_id, plan_act_id).await?)
 }
 
@@ -33,8 +35,8 @@ pub static CONFER_GRANT_LOCKS: PathLocks = PathLocks {
 };
 
 /// ConferGrant: one grant conferred in a transaction of its own.
-#[tracing::instrument(name = "Confer a grant", skip(db, grant), fields(organization_id = ?grant.organization_id, product_id = grant.product_id))]
-pub async fn confer_grant(db: &Db, grant: &NewGrant) -> Result<i64, ServiceError> {
+#[tracing::instrument(name = "Confer a grant", skip(db, grant), fields(organization_id = ?grant.organization_id, product_id = grant.product_id.0))]
+pub async fn confer_grant(db: &Db, grant: &NewGrant) -> Result<GrantId, ServiceError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     let id = confer_grant_tx(&mut tx, grant).await?;
     tx.commit().await?;
@@ -43,7 +45,7 @@ pub async fn confer_grant(db: &Db, grant: &NewGrant) -> Result<i64, ServiceError
 
 /// ConferGrantTx: insert the grant, confer it to its organization's pool, materialize. A grant
 /// that names no organization yet is inserted and waits.
-pub async fn confer_grant_tx(tx: &mut Tx, grant: &NewGrant) -> Result<i64, ServiceError> {
+pub async fn confer_grant_tx(tx: &mut Tx, grant: &NewGrant) -> Result<GrantId, ServiceError> {
     let grant_id = store::insert_grant(tx.conn(), grant).await?;
     if store::confer_grant(tx.conn(), grant_id).await?.is_some()
         && let Some(pool) = store::pool_of_grant(tx.conn(), grant_id).await?
@@ -69,13 +71,13 @@ pub struct Restored {
     pub ended: bool,
     pub resumed_grants: i32,
     pub delivered_subscriptions: i32,
-    pub floor_grant_id: Option<i64>,
+    pub floor_grant_id: Option<GrantId>,
 }
 
 /// End one conferral; then what it displaced comes back (replaced grants resume, displaced
 /// subscriptions are delivered), else the floor, and the pool materializes.
 #[tracing::instrument(name = "End a conferral", skip(db), fields(conferral_id))]
-pub async fn end_conferral(db: &Db, conferral_id: i64, reason: &str) -> Result<Restored, ServiceError> {
+pub async fn end_conferral(db: &Db, conferral_id: ConferralId, reason: &str) -> Result<Restored, ServiceError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     let pool = store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(ServiceError::NotFound("conferral"))?;
     store::lock_pools(tx.conn(), &[pool]).await?;
@@ -89,9 +91,9 @@ pub async fn end_conferral(db: &Db, conferral_id: i64, reason: &str) -> Result<R
 /// floor (naming the plan act that made it, when one did), materialization, in that order.
 pub async fn restore_pool_tx(
     tx: &mut Tx,
-    pool_id: i64,
+    pool_id: PoolId,
     ended: bool,
-    plan_act: Option<i64>,
+    plan_act: Option<PlanActId>,
 ) -> Result<Restored, ServiceError> {
     let (mut resumed_grants, mut delivered_subscriptions) = (0, 0);
     if ended {
@@ -105,8 +107,8 @@ pub async fn restore_pool_tx(
 
 /// Suspend or reinstate one subscription's provisions (they keep their ladders), and
 /// materialize. `status` is "suspended" or "active".
-#[tracing::instrument(name = "SyncSourceStatus", skip_all, fields(subscription_id = subscription_id))]
-pub async fn sync_source_status(db: &Db, subscription_id: i64, status: &str) -> Result<i32, ServiceError> {
+#[tracing::instrument(name = "SyncSourceStatus", skip_all, fields(subscription_id = subscription_id.0))]
+pub async fn sync_source_status(db: &Db, subscription_id: SubscriptionId, status: &str) -> Result<i32, ServiceError> {
     if !matches!(status, "suspended" | "active") {
         return Err(ServiceError::invalid("status", format!("{status:?} is not a source status")));
     }
@@ -122,10 +124,10 @@ pub async fn sync_source_status(db: &Db, subscription_id: i64, status: &str) -> 
 }
 
 /// Change a conferral's quantity (and end bound), and materialize.
-#[tracing::instrument(name = "UpdateConferralBounds", skip_all, fields(conferral_id = conferral_id))]
+#[tracing::instrument(name = "UpdateConferralBounds", skip_all, fields(conferral_id = conferral_id.0))]
 pub async fn update_conferral_bounds(
     db: &Db,
-    conferral_id: i64,
+    conferral_id: ConferralId,
     quantity: i32,
     ends_at: Option<DateTime<Utc>>,
 ) -> Result<(), ServiceError> {
@@ -150,8 +152,8 @@ pub static MATERIALIZE_POOL_LOCKS: PathLocks = PathLocks {
           row FOR KEY SHARE through the foreign key, in the order RegisterProviders stamps them).",
 };
 
-#[tracing::instrument(name = "Materialize a pool", skip(db))]
-pub async fn materialize_pool(db: &Db, pool_id: i64) -> Result<(), ServiceError> {
+#[tracing::instrument(name = "Materialize a pool", skip(db), fields(pool_id = pool_id.0))]
+pub async fn materialize_pool(db: &Db, pool_id: PoolId) -> Result<(), ServiceError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     store::lock_pools(tx.conn(), &[pool_id]).await?;
     store::materialize_pool(tx.conn(), pool_id).await?;
@@ -163,7 +165,7 @@ pub async fn materialize_pool(db: &Db, pool_id: i64) -> Result<(), ServiceError>
 #[derive(Debug, Clone, Copy)]
 pub struct ProvidedKey {
     pub key: &'static str,
-    pub kind: &'static str,
+    pub kind: KeyKind,
     pub description: &'static str,
 }
 
@@ -172,15 +174,15 @@ pub const PROVIDERS: &[(&str, &[ProvidedKey])] = &[
     (
         "fedwiki",
         &[
-            ProvidedKey { key: "fedwiki.active_sites", kind: "numeric", description: "Active wiki sites" },
+            ProvidedKey { key: "fedwiki.active_sites", kind: KeyKind::Numeric, description: "Active wiki sites" },
             ProvidedKey {
                 key: "fedwiki.custom_domain",
-                kind: "flag",
+                kind: KeyKind::Flag,
                 description: "Sites on the organization's own domain",
             },
         ],
     ),
-    ("support", &[ProvidedKey { key: "support.priority", kind: "flag", description: "Priority support" }]),
+    ("support", &[ProvidedKey { key: "support.priority", kind: KeyKind::Flag, description: "Priority support" }]),
 ];
 
 pub static REGISTER_PROVIDERS_LOCKS: PathLocks = PathLocks {

@@ -11,11 +11,13 @@ use crate::{
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
     },
+    ids::{AccountId, GrantId, OrganizationId, PoolId, ProductId},
     jobs::{self, Job, NewJob},
     services::{
         entitlements::{confer_grant_tx, restore_pool_tx},
         refusal::{Problems, ServiceError},
     },
+    states::{GrantKind, GrantStatus},
     store::{
         entitlements::{self as ent, NewGrant},
         grants::{self as store, Grant},
@@ -51,7 +53,7 @@ impl EmailDomain {
 /// Who receives a grant: an organization, or the organization of an email domain once it exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recipient {
-    Organization(i64),
+    Organization(OrganizationId),
     Domain(EmailDomain),
 }
 
@@ -59,12 +61,12 @@ pub enum Recipient {
 #[derive(Debug, Clone)]
 pub struct IssueGrant {
     pub recipient: Recipient,
-    pub product_id: i64,
+    pub product_id: ProductId,
     pub quantity: i32,
     pub starts_at: Option<DateTime<Utc>>,
     pub ends_at: Option<DateTime<Utc>>,
     pub reason: String,
-    pub actor: Option<i64>,
+    pub actor: Option<AccountId>,
 }
 
 pub const MAX_QUANTITY: i32 = 1000;
@@ -135,7 +137,7 @@ impl IssueGrant {
         starts_at: &str,
         ends_at: &str,
         reason: &str,
-        actor: Option<i64>,
+        actor: Option<AccountId>,
     ) -> Result<IssueGrant, ServiceError> {
         let mut problems = Problems::default();
         let recipient = match (organization_id.trim(), provision_domain.trim()) {
@@ -144,7 +146,7 @@ impl IssueGrant {
                 None
             }
             (o, "") => match o.parse::<i64>() {
-                Ok(id) if id > 0 => Some(Recipient::Organization(id)),
+                Ok(id) if id > 0 => Some(Recipient::Organization(OrganizationId(id))),
                 _ => {
                     problems.push("organization_id", format!("“{o}” is not an organization number."));
                     None
@@ -156,7 +158,7 @@ impl IssueGrant {
                 None
             }
         };
-        let product = product_id.trim().parse::<i64>().ok().filter(|p| *p > 0);
+        let product = product_id.trim().parse::<i64>().ok().filter(|p| *p > 0).map(ProductId);
         if product.is_none() {
             problems.push("product_id", "Choose a product.");
         }
@@ -180,7 +182,7 @@ async fn schedule_grant_jobs(tx: &mut Tx, g: &Grant) -> Result<(), DbError> {
         job.dedupe_key = Some(format!("{EXPIRE_GRANT}:{}:{}", g.grant_id, end.timestamp_micros()));
         jobs::enqueue(tx.conn(), job).await?;
     }
-    if g.status == "waiting" && g.organization_id.is_some() && g.starts_at > Utc::now() {
+    if g.status == GrantStatus::Waiting && g.organization_id.is_some() && g.starts_at > Utc::now() {
         let mut job = NewJob::of(&StartGrant { grant_id: g.grant_id });
         job.run_at = Some(g.starts_at);
         job.dedupe_key = Some(format!("{START_GRANT}:{}:{}", g.grant_id, g.starts_at.timestamp_micros()));
@@ -196,7 +198,7 @@ pub const SWEEP_GRANTS: &str = "sweep_grants";
 /// ExpireGrantActivity: the grant's end has come (a job that finds another end does nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ExpireGrant {
-    pub grant_id: i64,
+    pub grant_id: GrantId,
 }
 
 impl Job for ExpireGrant {
@@ -206,7 +208,7 @@ impl Job for ExpireGrant {
 /// StartGrantActivity: a waiting grant's start has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StartGrant {
-    pub grant_id: i64,
+    pub grant_id: GrantId,
 }
 
 impl Job for StartGrant {
@@ -232,8 +234,8 @@ pub static ISSUE_GRANT_LOCKS: PathLocks = PathLocks {
 };
 
 /// IssueGrant: an operator's grant, conferred now, or waiting for its start or its organization.
-#[tracing::instrument(name = "Issue a grant", skip(db, g), fields(product_id = g.product_id))]
-pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<i64, ServiceError> {
+#[tracing::instrument(name = "Issue a grant", skip(db, g), fields(product_id = g.product_id.0))]
+pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<GrantId, ServiceError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     match store::product_is_published(tx.conn(), g.product_id).await? {
         None => return Err(ServiceError::invalid("product_id", "That product does not exist.")),
@@ -261,8 +263,8 @@ pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<i64, ServiceError> {
         organization_id,
         product_id: g.product_id,
         quantity: g.quantity,
-        kind: if domain.is_some() { "provisioning" } else { "operator" },
-        status: if waits { "waiting" } else { "active" },
+        kind: if domain.is_some() { GrantKind::Provisioning } else { GrantKind::Operator },
+        status: if waits { GrantStatus::Waiting } else { GrantStatus::Active },
         starts_at: g.starts_at,
         ends_at: g.ends_at,
         reason: g.reason.clone(),
@@ -284,7 +286,7 @@ pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<i64, ServiceError> {
 
 /// The pool of the grant's organization, locked (LockPoolOfGrant / LockPools); None for a
 /// grant that names no organization yet.
-async fn lock_pool_of(tx: &mut Tx, g: &Grant) -> Result<Option<i64>, DbError> {
+async fn lock_pool_of(tx: &mut Tx, g: &Grant) -> Result<Option<PoolId>, DbError> {
     let Some(org) = g.organization_id else { return Ok(None) };
     let pool = ent::default_pool_of(tx.conn(), org).await?;
     if let Some(p) = pool {
@@ -297,7 +299,7 @@ async fn lock_pool_of(tx: &mut Tx, g: &Grant) -> Result<Option<i64>, DbError> {
 /// head, or its own row): the order every grant act takes them in. A grant that named no
 /// organization when first read may have been provisioned before the second lock was granted;
 /// then its pool was not locked first, so the transaction starts over (at most three times).
-async fn pool_then<F>(db: &Db, grant_id: i64, lock: F) -> Result<(Tx, Option<i64>, Grant), ServiceError>
+async fn pool_then<F>(db: &Db, grant_id: GrantId, lock: F) -> Result<(Tx, Option<PoolId>, Grant), ServiceError>
 where
     F: for<'a> Fn(&'a mut Tx, &'a Grant) -> futures_util::future::BoxFuture<'a, Result<Option<Grant>, DbError>>,
 {
@@ -322,10 +324,6 @@ fn row_of<'a>(tx: &'a mut Tx, g: &'a Grant) -> futures_util::future::BoxFuture<'
     Box::pin(async move { Ok(store::lock_grant(tx.conn(), g.grant_id).await?) })
 }
 
-fn live(status: &str) -> bool {
-    matches!(status, "active" | "replaced" | "waiting")
-}
-
 pub static REVOKE_GRANT_LOCKS: PathLocks = PathLocks {
     path: "RevokeGrantTx",
     function: "services::grants::revoke_grant",
@@ -338,22 +336,27 @@ pub static REVOKE_GRANT_LOCKS: PathLocks = PathLocks {
 
 /// RevokeGrantTx: end the lineage's live grant now; what it displaced comes back, else the floor.
 #[tracing::instrument(name = "Revoke a grant", skip(db), fields(grant_id))]
-pub async fn revoke_grant(db: &Db, grant_id: i64, actor: Option<i64>, reason: &str) -> Result<i64, ServiceError> {
+pub async fn revoke_grant(
+    db: &Db,
+    grant_id: GrantId,
+    actor: Option<AccountId>,
+    reason: &str,
+) -> Result<GrantId, ServiceError> {
     let reason = parse_reason(reason).map_err(|m| ServiceError::invalid("reason", m))?;
     let (mut tx, pool, head) = pool_then(db, grant_id, head_of).await?;
-    if !live(&head.status) {
+    if !head.status.is_live() {
         return Err(ServiceError::Refused(format!(
             "Grant #{} is {} already; there is nothing to revoke.",
             head.grant_id, head.status
         )));
     }
-    if head.kind == "floor" {
+    if head.kind == GrantKind::Floor {
         return Err(ServiceError::Refused(
             "A floor comes with the organization's type and cannot be revoked; grant another plan over it instead."
                 .into(),
         ));
     }
-    store::set_status(tx.conn(), head.grant_id, "revoked").await?;
+    store::set_status(tx.conn(), head.grant_id, GrantStatus::Revoked).await?;
     let mut ended = false;
     if let Some(c) = store::holding_conferral_of(tx.conn(), head.grant_id).await? {
         ended = ent::end_conferral(tx.conn(), c, "revoked").await?;
@@ -380,7 +383,7 @@ pub static EXPIRE_GRANT_LOCKS: PathLocks = PathLocks {
 /// ExpireGrantTx: a live grant whose end has come expires. Idempotent: false when the grant is
 /// not live or not due (a second run, or a job for a time the grant no longer has).
 #[tracing::instrument(name = "Expire a grant", skip(db), fields(grant_id))]
-pub async fn expire_grant(db: &Db, grant_id: i64) -> Result<bool, ServiceError> {
+pub async fn expire_grant(db: &Db, grant_id: GrantId) -> Result<bool, ServiceError> {
     let (mut tx, pool, g) = match pool_then(db, grant_id, row_of).await {
         Ok(t) => t,
         Err(ServiceError::NotFound(_)) => return Ok(false),
@@ -415,14 +418,14 @@ pub static START_GRANT_LOCKS: PathLocks = PathLocks {
 /// A waiting grant whose start has come confers (ConferGrantTx's confer). False when it no
 /// longer waits, or its start has not come.
 #[tracing::instrument(name = "Start a waiting grant", skip(db), fields(grant_id))]
-pub async fn start_waiting_grant(db: &Db, grant_id: i64) -> Result<bool, ServiceError> {
+pub async fn start_waiting_grant(db: &Db, grant_id: GrantId) -> Result<bool, ServiceError> {
     let (mut tx, pool, g) = match pool_then(db, grant_id, row_of).await {
         Ok(t) => t,
         Err(ServiceError::NotFound(_)) => return Ok(false),
         Err(e) => return Err(e),
     };
     let (Some(pool), Some(org)) = (pool, g.organization_id) else { return Ok(false) };
-    let due = g.status == "waiting" && g.starts_at <= Utc::now() && g.ends_at.is_none_or(|e| e > Utc::now());
+    let due = g.status == GrantStatus::Waiting && g.starts_at <= Utc::now() && g.ends_at.is_none_or(|e| e > Utc::now());
     if !due {
         tx.rollback().await?;
         return Ok(false);
@@ -443,7 +446,7 @@ pub struct ManageGrant {
     pub ends_at: Option<DateTime<Utc>>,
     pub quantity: i32,
     pub reason: String,
-    pub actor: Option<i64>,
+    pub actor: Option<AccountId>,
 }
 
 impl ManageGrant {
@@ -452,7 +455,7 @@ impl ManageGrant {
         ends_at: &str,
         quantity: &str,
         reason: &str,
-        actor: Option<i64>,
+        actor: Option<AccountId>,
     ) -> Result<Self, ServiceError> {
         let mut problems = Problems::default();
         let starts = problems.field("starts_at", parse_time(starts_at)).flatten();
@@ -486,20 +489,20 @@ pub static EXTEND_WAITING_GRANT_LOCKS: PathLocks = PathLocks {
 /// ManageGrantTx: a live grant is extended as a new grant in its lineage (ExtendGrantTx); a
 /// waiting one is rescheduled in place (ExtendWaitingGrantTx). Returns the lineage's head after.
 #[tracing::instrument(name = "Manage a grant", skip(db, m), fields(grant_id))]
-pub async fn manage_grant(db: &Db, grant_id: i64, m: &ManageGrant) -> Result<i64, ServiceError> {
+pub async fn manage_grant(db: &Db, grant_id: GrantId, m: &ManageGrant) -> Result<GrantId, ServiceError> {
     let (mut tx, pool, head) = pool_then(db, grant_id, head_of).await?;
-    if !live(&head.status) {
+    if !head.status.is_live() {
         return Err(ServiceError::Refused(format!(
             "Grant #{} is {}; only a live grant can be changed.",
             head.grant_id, head.status
         )));
     }
-    if head.kind == "floor" {
+    if head.kind == GrantKind::Floor {
         return Err(ServiceError::Refused(
             "A floor follows the organization's type and is not managed by hand.".into(),
         ));
     }
-    let result = if head.status == "waiting" {
+    let result = if head.status == GrantStatus::Waiting {
         // ExtendWaitingGrantTx: in place.
         let starts = m.starts_at.unwrap_or(head.starts_at);
         if m.ends_at.is_some_and(|e| e <= starts) {
@@ -528,11 +531,11 @@ pub async fn manage_grant(db: &Db, grant_id: i64, m: &ManageGrant) -> Result<i64
         }
         // ExtendGrantTx: the new grant takes over from the head in one step under the pool row.
         let holding = store::holding_conferral_of(tx.conn(), head.grant_id).await?;
-        let status = if holding.is_some() { "active" } else { "replaced" };
+        let status = if holding.is_some() { GrantStatus::Active } else { GrantStatus::Replaced };
         if let Some(c) = holding {
             ent::end_conferral(tx.conn(), c, "extended").await?;
         }
-        store::set_status(tx.conn(), head.grant_id, "ended").await?;
+        store::set_status(tx.conn(), head.grant_id, GrantStatus::Ended).await?;
         let new_id =
             store::insert_extension(tx.conn(), &head, status, m.quantity, m.ends_at, &m.reason, m.actor).await?;
         if let (Some(p), true) = (pool, holding.is_some()) {
@@ -568,8 +571,8 @@ pub async fn manage_grant(db: &Db, grant_id: i64, m: &ManageGrant) -> Result<i64
 /// has come confer now; the others wait for their start job.
 pub async fn provision_domain_grants_tx(
     tx: &mut Tx,
-    organization_id: i64,
-    pool_id: i64,
+    organization_id: OrganizationId,
+    pool_id: PoolId,
     domain: &EmailDomain,
 ) -> Result<usize, ServiceError> {
     let attached = store::attach_domain_grants(tx.conn(), domain.as_str(), organization_id).await?;
@@ -637,7 +640,7 @@ mod tests {
     #[test]
     fn issue_input_is_parsed_or_refused_by_field() {
         let ok = IssueGrant::parse("3", "", "2", "2", "", "2999-01-01T00:00", "a partner", None).unwrap();
-        assert_eq!(ok.recipient, Recipient::Organization(3));
+        assert_eq!(ok.recipient, Recipient::Organization(OrganizationId(3)));
         assert_eq!(ok.quantity, 2);
         let fields = |e: ServiceError| match e {
             ServiceError::Invalid(p) => p.into_iter().map(|(f, _)| f).collect::<Vec<_>>(),

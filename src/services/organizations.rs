@@ -6,6 +6,7 @@ use crate::{
         Db, DbError, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
+    ids::{GrantId, OrgTypeId, OrganizationId, PoolId},
     services::{
         ServiceError,
         entitlements::reapply_defaults_if_vacant,
@@ -63,17 +64,17 @@ pub static CREATE_ORGANIZATION_LOCKS: PathLocks = PathLocks {
 
 #[derive(Debug, Clone, Copy)]
 pub struct CreatedOrganization {
-    pub organization_id: i64,
-    pub pool_id: i64,
+    pub organization_id: OrganizationId,
+    pub pool_id: PoolId,
     /// The floor grant, when the type has a default ladder with a rank 0.
-    pub floor_grant_id: Option<i64>,
+    pub floor_grant_id: Option<GrantId>,
 }
 
 /// Create an organization with its default pool, its floor and its entitlements.
 pub async fn create_organization(
     db: &Db,
     name: &OrgName,
-    org_type_id: Option<i64>,
+    org_type_id: Option<OrgTypeId>,
 ) -> Result<CreatedOrganization, ServiceError> {
     create_organization_with_domain(db, name, org_type_id, None).await.map(|(c, _)| c)
 }
@@ -84,7 +85,7 @@ pub async fn create_organization(
 pub async fn create_organization_with_domain(
     db: &Db,
     name: &OrgName,
-    org_type_id: Option<i64>,
+    org_type_id: Option<OrgTypeId>,
     email_domain: Option<&EmailDomain>,
 ) -> Result<(CreatedOrganization, usize), ServiceError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
@@ -108,7 +109,7 @@ pub async fn create_organization_with_domain(
 pub async fn create_organization_tx(
     tx: &mut Tx,
     name: &OrgName,
-    org_type_id: Option<i64>,
+    org_type_id: Option<OrgTypeId>,
 ) -> Result<CreatedOrganization, ServiceError> {
     let organization_id = store::insert_organization(tx.conn(), name.as_str(), org_type_id)
         .await

@@ -13,8 +13,10 @@ use crate::{
         Db, DbError, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
+    ids::{AccountId, LadderId, OrgTypeId, PlanActId, PoolId, ProductId},
     jobs::{self, Job, NewJob},
     services::refusal::{ServiceError, change_path},
+    states::PlanActKind,
     store::{plan_acts as store, topology},
 };
 
@@ -24,7 +26,7 @@ pub const RESUME_PLAN_ACT_DRAINS: &str = "resume_plan_act_drains";
 /// A plan act's listing and moves after the request that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DrainPlanAct {
-    pub plan_act_id: i64,
+    pub plan_act_id: PlanActId,
 }
 
 impl Job for DrainPlanAct {
@@ -57,16 +59,20 @@ pub static CHANGE_DEFAULT_T0_LOCKS: PathLocks = PathLocks {
 
 /// ChangeOrgTypeDefault: T0 in a transaction of its own, then the listing and moves for as long
 /// as `within` allows (inside the request that made the act); a durable job carries on.
-#[tracing::instrument(name = "ChangeOrgTypeDefault", skip(db, reason))]
+#[tracing::instrument(
+    name = "ChangeOrgTypeDefault",
+    skip(db, reason),
+    fields(org_type_id = org_type_id.0, ladder_id = ladder_id.0, disposition = ?disposition, actor = ?actor, within = ?within)
+)]
 pub async fn change_org_type_default(
     db: &Db,
-    org_type_id: i64,
-    ladder_id: i64,
+    org_type_id: OrgTypeId,
+    ladder_id: LadderId,
     disposition: Option<Disposition>,
-    actor: Option<i64>,
+    actor: Option<AccountId>,
     reason: &str,
     within: Option<Instant>,
-) -> Result<i64, ServiceError> {
+) -> Result<PlanActId, ServiceError> {
     change_path(async {
         let mut tx = begin(db, TxKind::RuleChange).await?;
         let Some((current,)) = store::lock_org_type(tx.conn(), org_type_id).await? else {
@@ -86,7 +92,7 @@ pub async fn change_org_type_default(
         };
         let act = topology::record_plan_act(
             tx.conn(),
-            "default_change",
+            PlanActKind::DefaultChange,
             disposition.map(Disposition::as_str),
             actor,
             reason.trim(),
@@ -114,7 +120,13 @@ pub async fn change_org_type_default(
 /// After T0: when a reached type has organizations the act runs and its drain job is queued in
 /// T0's transaction; after the commit the listing and moves go on for as long as `within`
 /// allows (inside the request that made the act), and the job finishes what is left.
-async fn start_moves(db: &Db, mut tx: Tx, act: i64, types: &[i64], within: Option<Instant>) -> Result<(), DbError> {
+async fn start_moves(
+    db: &Db,
+    mut tx: Tx,
+    act: PlanActId,
+    types: &[OrgTypeId],
+    within: Option<Instant>,
+) -> Result<(), DbError> {
     let mut reaches = false;
     for t in types {
         reaches = reaches || store::type_has_organizations(tx.conn(), *t).await?;
@@ -127,7 +139,7 @@ async fn start_moves(db: &Db, mut tx: Tx, act: i64, types: &[i64], within: Optio
     if let (true, Some(deadline)) = (reaches, within) {
         match drain_plan_act(db, act, Some(deadline)).await {
             Ok(_) | Err(DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock(_)) => {}
-            Err(e) => tracing::warn!(plan_act_id = act, error = %e, "the in-request drain stopped"),
+            Err(e) => tracing::warn!(plan_act_id = act.0, error = %e, "the in-request drain stopped"),
         }
     }
     Ok(())
@@ -136,12 +148,12 @@ async fn start_moves(db: &Db, mut tx: Tx, act: i64, types: &[i64], within: Optio
 /// A reorder of one ladder's tiers as the operator asks for it.
 #[derive(Debug, Clone)]
 pub struct ReorderTiers {
-    pub ladder_id: i64,
+    pub ladder_id: LadderId,
     /// The ladder's products in their new order, rank 0 first.
-    pub order: Vec<i64>,
+    pub order: Vec<ProductId>,
     pub disposition: Option<Disposition>,
     pub reason: String,
-    pub actor: Option<i64>,
+    pub actor: Option<AccountId>,
 }
 
 /// What an act would reach: the organizations of the types it reaches, how many of them hold the
@@ -174,17 +186,20 @@ pub static REORDER_TIERS_T0_LOCKS: PathLocks = PathLocks {
 
 /// The reads that decide a reorder: the submitted order against the ladder's tiers, and, when
 /// rank 0 changes, the types it reaches and the gate. Returns (old rank 0, new rank 0, types).
-async fn decide_reorder(tx: &mut Tx, r: &ReorderTiers) -> Result<(i64, i64, Vec<(i64, String)>), ServiceError> {
+async fn decide_reorder(
+    tx: &mut Tx,
+    r: &ReorderTiers,
+) -> Result<(ProductId, ProductId, Vec<(OrgTypeId, String)>), ServiceError> {
     if !topology::ladder_exists(tx.conn(), r.ladder_id).await? {
         return Err(ServiceError::NotFound("ladder"));
     }
     let tiers = topology::tiers_of(tx.conn(), r.ladder_id).await?;
-    let mut current: Vec<i64> = tiers.iter().map(|t| t.product_id).collect();
+    let mut current: Vec<ProductId> = tiers.iter().map(|t| t.product_id).collect();
     let mut wanted = r.order.clone();
     if current.len() < 2 {
         return Err(ServiceError::invalid_form("This ladder has fewer than two tiers: there is nothing to reorder."));
     }
-    let (old0, new0) = (current[0], wanted.first().copied().unwrap_or_default());
+    let (old0, new0) = (current[0], wanted.first().copied().unwrap_or(ProductId(0)));
     if wanted == current {
         return Err(ServiceError::invalid_form("That is the order the tiers have already."));
     }
@@ -210,8 +225,8 @@ fn gate_message(kind: &str) -> String {
 /// ReorderTiers: T0 renumbers the ladder's tiers under the exclusive rendezvous; when rank 0
 /// changed, every organization of the types defaulting to the ladder is moved as by a default
 /// change, through the same listing, moves and drain.
-#[tracing::instrument(name = "ReorderTiers", skip(db, r), fields(ladder_id = r.ladder_id))]
-pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -> Result<i64, ServiceError> {
+#[tracing::instrument(name = "ReorderTiers", skip(db, r), fields(ladder_id = r.ladder_id.0))]
+pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -> Result<PlanActId, ServiceError> {
     change_path(async {
         let mut tx = begin(db, TxKind::RuleChange).await?;
         let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
@@ -224,7 +239,7 @@ pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -
         topology::sync_position_ranks(tx.conn(), r.ladder_id).await?;
         let act = topology::record_plan_act(
             tx.conn(),
-            "tier_reorder",
+            PlanActKind::TierReorder,
             r.disposition.map(Disposition::as_str),
             r.actor,
             r.reason.trim(),
@@ -250,7 +265,7 @@ pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -
                 }
             }
         }
-        let ids: Vec<i64> = types.iter().map(|t| t.0).collect();
+        let ids: Vec<OrgTypeId> = types.iter().map(|t| t.0).collect();
         start_moves(db, tx, act, &ids, within).await?;
         Ok(act)
     })
@@ -281,11 +296,11 @@ pub async fn preview_reorder_tiers(db: &Db, r: &ReorderTiers) -> Result<ActReach
 }
 
 /// The preview of a default change: its reach and refusals, read in a plain transaction.
-#[tracing::instrument(name = "Preview ChangeOrgTypeDefault", skip_all, fields(org_type_id = org_type_id, ladder_id = ladder_id))]
+#[tracing::instrument(name = "Preview ChangeOrgTypeDefault", skip_all, fields(org_type_id = org_type_id.0, ladder_id = ladder_id.0))]
 pub async fn preview_default_change(
     db: &Db,
-    org_type_id: i64,
-    ladder_id: i64,
+    org_type_id: OrgTypeId,
+    ladder_id: LadderId,
     disposition: Option<Disposition>,
 ) -> Result<ActReach, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
@@ -322,7 +337,11 @@ pub async fn preview_default_change(
 
 /// The reads that decide a default change's target, for T0 and the preview: a ladder that exists,
 /// is not the default already and has a floor to give. Returns its rank 0.
-async fn decide_default_target(tx: &mut Tx, current: Option<i64>, ladder_id: i64) -> Result<i64, ServiceError> {
+async fn decide_default_target(
+    tx: &mut Tx,
+    current: Option<LadderId>,
+    ladder_id: LadderId,
+) -> Result<ProductId, ServiceError> {
     if !topology::ladder_exists(tx.conn(), ladder_id).await? {
         return Err(ServiceError::invalid("plan_ladder_id", "Choose a ladder from the list."));
     }
@@ -334,7 +353,7 @@ async fn decide_default_target(tx: &mut Tx, current: Option<i64>, ladder_id: i64
         .ok_or_else(|| ServiceError::invalid("plan_ladder_id", "That ladder has no tiers, so it has no floor to give."))
 }
 
-async fn enqueue_drain(tx: &mut Tx, act: i64) -> Result<(), DbError> {
+async fn enqueue_drain(tx: &mut Tx, act: PlanActId) -> Result<(), DbError> {
     let mut job = NewJob::of(&DrainPlanAct { plan_act_id: act });
     job.dedupe_key = Some(format!("{DRAIN_PLAN_ACT}:{act}"));
     jobs::enqueue(tx.conn(), job).await?;
@@ -396,8 +415,8 @@ pub struct ActDrained {
 
 /// DrainPlanAct: list every reached type, move every pending organization, then the last probe
 /// and the act is done. With `within`, every transaction is bounded by that deadline.
-#[tracing::instrument(name = "DrainPlanAct", skip(db))]
-pub async fn drain_plan_act(db: &Db, act: i64, within: Option<Instant>) -> Result<ActDrained, DbError> {
+#[tracing::instrument(name = "DrainPlanAct", skip(db), fields(act = act.0, within = ?within))]
+pub async fn drain_plan_act(db: &Db, act: PlanActId, within: Option<Instant>) -> Result<ActDrained, DbError> {
     let mut out = ActDrained::default();
     // Listing: batch after batch; a deadlock between two batches of one act is benign (the next
     // pass lists the batch again).
@@ -448,7 +467,7 @@ pub async fn drain_plan_act(db: &Db, act: i64, within: Option<Instant>) -> Resul
         for (ty, from, product) in store::reached_types(tx.conn(), act).await? {
             if let Some(from) = from {
                 let left = store::outgoing_default_exists(tx.conn(), ty, from, product).await?;
-                tracing::info!(plan_act_id = act, org_type_id = ty, outgoing_floors_left = left, "last probe");
+                tracing::info!(plan_act_id = act.0, org_type_id = ty.0, outgoing_floors_left = left, "last probe");
             }
         }
         out.finished = store::finish(tx.conn(), act).await?;
@@ -457,8 +476,8 @@ pub async fn drain_plan_act(db: &Db, act: i64, within: Option<Instant>) -> Resul
     Ok(out)
 }
 
-async fn move_part(db: &Db, act: i64, part: i64, within: Option<Instant>) -> Result<(u64, u64), DbError> {
-    let (mut moved, mut failed, mut after) = (0, 0, 0);
+async fn move_part(db: &Db, act: PlanActId, part: i64, within: Option<Instant>) -> Result<(u64, u64), DbError> {
+    let (mut moved, mut failed, mut after) = (0, 0, PoolId(0));
     loop {
         let pools = {
             let mut c = db.read().await?;
@@ -473,7 +492,7 @@ async fn move_part(db: &Db, act: i64, part: i64, within: Option<Instant>) -> Res
                 // (with backoff), and the in-request drain hands over to the job.
                 Err(e @ (DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock(_))) => return Err(e),
                 Err(e) => {
-                    tracing::warn!(plan_act_id = act, pool_id = pool, error = %e, "a move failed");
+                    tracing::warn!(plan_act_id = act.0, pool_id = pool.0, error = %e, "a move failed");
                     let mut tx = begin(db, TxKind::Plain).await?;
                     store::record_failure(tx.conn(), act, pool, &e.to_string()).await?;
                     tx.commit().await?;
@@ -488,8 +507,8 @@ async fn move_part(db: &Db, act: i64, part: i64, within: Option<Instant>) -> Res
 /// EnactObligation: one organization's move, in one call to core.enact_plan_act_obligation (the
 /// pool row, the obligation row, the bucket's work, the settlement). False when there was nothing
 /// to do (settled already, or no longer pending).
-#[tracing::instrument(name = "EnactObligation", skip_all, fields(act = act, pool = pool))]
-pub async fn enact_obligation(db: &Db, act: i64, pool: i64, within: Option<Instant>) -> Result<bool, DbError> {
+#[tracing::instrument(name = "EnactObligation", skip_all, fields(act = act.0, pool = pool.0))]
+pub async fn enact_obligation(db: &Db, act: PlanActId, pool: PoolId, within: Option<Instant>) -> Result<bool, DbError> {
     // The transaction, the call and the commit in one round trip: a drain makes one per
     // organization.
     let rows = crate::db::tx::once(db, kind(within), store::enact_obligation_statement(act, pool)).await?;
@@ -507,8 +526,8 @@ pub static RETRY_PLAN_ACT_LOCKS: PathLocks = PathLocks {
 };
 
 /// RetryPlanAct: the act's failed organizations are pending again, and the drain runs.
-#[tracing::instrument(name = "RetryPlanAct", skip(db))]
-pub async fn retry_plan_act(db: &Db, act: i64, actor: Option<i64>) -> Result<i64, ServiceError> {
+#[tracing::instrument(name = "RetryPlanAct", skip(db), fields(act = act.0, actor = ?actor))]
+pub async fn retry_plan_act(db: &Db, act: PlanActId, actor: Option<AccountId>) -> Result<PlanActId, ServiceError> {
     change_path(async {
         let mut tx = begin(db, TxKind::Materializing).await?;
         if topology::plan_act(tx.conn(), act).await?.is_none() {
@@ -516,7 +535,7 @@ pub async fn retry_plan_act(db: &Db, act: i64, actor: Option<i64>) -> Result<i64
         }
         let retry = topology::record_plan_act(
             tx.conn(),
-            "retry",
+            PlanActKind::Retry,
             None,
             actor,
             "",

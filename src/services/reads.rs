@@ -3,6 +3,10 @@
 
 use crate::{
     db::{Db, DbError},
+    ids::{
+        AccountId, EntitlementSetId, GrantId, LadderId, OrgTypeId, OrganizationId, PlanActId, ProductId, RuleChangeId,
+    },
+    states::GrantStatus,
     store::{
         accounts,
         catalog::{self as store, HeldConferral},
@@ -41,8 +45,8 @@ pub struct SetDetail {
     pub keys: Vec<store::ResourceKey>,
 }
 
-#[tracing::instrument(name = "Read entitlement set", skip_all, fields(id = id))]
-pub async fn entitlement_set(db: &Db, id: i64) -> Result<Option<SetDetail>, DbError> {
+#[tracing::instrument(name = "Read entitlement set", skip_all, fields(id = id.0))]
+pub async fn entitlement_set(db: &Db, id: EntitlementSetId) -> Result<Option<SetDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(set) = store::entitlement_set(&mut c, id).await? else { return Ok(None) };
     Ok(Some(SetDetail {
@@ -58,8 +62,8 @@ pub struct ProductDetail {
     pub tiers: Vec<store::Tier>,
 }
 
-#[tracing::instrument(name = "Read product", skip_all, fields(id = id))]
-pub async fn product(db: &Db, id: i64) -> Result<Option<ProductDetail>, DbError> {
+#[tracing::instrument(name = "Read product", skip_all, fields(id = id.0))]
+pub async fn product(db: &Db, id: ProductId) -> Result<Option<ProductDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(product) = store::product(&mut c, id).await? else { return Ok(None) };
     let tiers = store::tiers(&mut c).await?.into_iter().filter(|t| t.product_id == id).collect();
@@ -107,7 +111,7 @@ pub async fn organizations(db: &Db, query: &str, seek: Seek) -> Result<Organizat
         let n = store::organizations_matching(&mut c, q, SEARCH_COUNT_CAP + 1).await?;
         (n.min(SEARCH_COUNT_CAP) as u64, n > SEARCH_COUNT_CAP)
     };
-    if let (Seek::First, Ok(id)) = (seek, q.parse::<i64>())
+    if let (Seek::First, Ok(id)) = (seek, q.parse::<i64>().map(OrganizationId))
         && !page.rows.iter().any(|r| r.organization_id == id)
         && let Some(row) = store::organization_row(&mut c, id).await?
     {
@@ -128,8 +132,8 @@ pub struct OrganizationDetail {
     pub members: Vec<store::Member>,
 }
 
-#[tracing::instrument(name = "Read organization", skip_all, fields(id = id))]
-pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>, DbError> {
+#[tracing::instrument(name = "Read organization", skip_all, fields(id = id.0))]
+pub async fn organization(db: &Db, id: OrganizationId) -> Result<Option<OrganizationDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(facts) = store::organization(&mut c, id).await? else { return Ok(None) };
     let (held, entitlements, usage) = match facts.pool_id {
@@ -154,8 +158,8 @@ pub async fn organization(db: &Db, id: i64) -> Result<Option<OrganizationDetail>
 
 /// The member's organizations, as their home shows them: one prepared statement, bounded by
 /// the request's deadline.
-#[tracing::instrument(name = "Read member home", skip_all, fields(account_id = account_id))]
-pub async fn member_home(db: &Db, account_id: i64) -> Result<Vec<accounts::MemberHome>, DbError> {
+#[tracing::instrument(name = "Read member home", skip_all, fields(account_id = account_id.0))]
+pub async fn member_home(db: &Db, account_id: AccountId) -> Result<Vec<accounts::MemberHome>, DbError> {
     let mut conn = crate::db::tx::prepared(db).await?;
     Ok(accounts::member_home(&mut conn, account_id).await?)
 }
@@ -173,8 +177,8 @@ pub struct GrantList {
 #[tracing::instrument(name = "Read grants", skip_all)]
 pub async fn grants(
     db: &Db,
-    status: Option<&str>,
-    organization_id: Option<i64>,
+    status: Option<GrantStatus>,
+    organization_id: Option<OrganizationId>,
     seek: Seek,
 ) -> Result<GrantList, DbError> {
     let mut c = db.read().await?;
@@ -193,8 +197,8 @@ pub struct GrantDetail {
     pub events: Vec<grants::EventRow>,
 }
 
-#[tracing::instrument(name = "Read grant", skip_all, fields(id = id))]
-pub async fn grant(db: &Db, id: i64) -> Result<Option<GrantDetail>, DbError> {
+#[tracing::instrument(name = "Read grant", skip_all, fields(id = id.0))]
+pub async fn grant(db: &Db, id: GrantId) -> Result<Option<GrantDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(grant) = grants::grant_row(&mut c, id).await? else { return Ok(None) };
     Ok(Some(GrantDetail {
@@ -205,13 +209,13 @@ pub async fn grant(db: &Db, id: i64) -> Result<Option<GrantDetail>, DbError> {
 }
 
 #[tracing::instrument(name = "Read published products", skip_all)]
-pub async fn published_products(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
+pub async fn published_products(db: &Db) -> Result<Vec<(ProductId, String)>, DbError> {
     let mut c = db.read().await?;
     Ok(grants::published_products(&mut c).await?)
 }
 
 #[tracing::instrument(name = "Read org type options", skip_all)]
-pub async fn org_type_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
+pub async fn org_type_options(db: &Db) -> Result<Vec<(OrgTypeId, String)>, DbError> {
     let mut c = db.read().await?;
     Ok(store::org_types(&mut c).await?.into_iter().map(|t| (t.org_type_id, t.name)).collect())
 }
@@ -220,7 +224,7 @@ pub async fn org_type_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
 pub async fn rule_changes(db: &Db) -> Result<(Vec<rule_changes::ChangeRow>, Vec<rule_changes::ActRow>), DbError> {
     let mut c = db.read().await?;
     let changes = rule_changes::changes(&mut c, 200).await?;
-    let ids: Vec<i64> = changes.iter().map(|x| x.change_id).collect();
+    let ids: Vec<RuleChangeId> = changes.iter().map(|x| x.change_id).collect();
     let acts = rule_changes::acts(&mut c, &ids).await?;
     Ok((changes, acts))
 }
@@ -231,8 +235,8 @@ pub struct RuleChangeDetail {
     pub failures: Vec<rule_changes::FailureRow>,
 }
 
-#[tracing::instrument(name = "Read rule change", skip_all, fields(id = id))]
-pub async fn rule_change(db: &Db, id: i64) -> Result<Option<RuleChangeDetail>, DbError> {
+#[tracing::instrument(name = "Read rule change", skip_all, fields(id = id.0))]
+pub async fn rule_change(db: &Db, id: RuleChangeId) -> Result<Option<RuleChangeDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(change) = rule_changes::change(&mut c, id).await? else { return Ok(None) };
     Ok(Some(RuleChangeDetail {
@@ -244,14 +248,14 @@ pub async fn rule_change(db: &Db, id: i64) -> Result<Option<RuleChangeDetail>, D
 
 /// Published products with an entitlement set: the ones a tier may be.
 #[tracing::instrument(name = "Read tier product options", skip_all)]
-pub async fn tier_product_options(db: &Db) -> Result<Vec<(i64, String)>, DbError> {
+pub async fn tier_product_options(db: &Db) -> Result<Vec<(ProductId, String)>, DbError> {
     let mut c = db.read().await?;
     Ok(store::tier_product_options(&mut c).await?)
 }
 
 /// The names of a ladder and a product, for a preview's sentence.
-#[tracing::instrument(name = "Read tier names", skip_all, fields(ladder_id = ladder_id, product_id = product_id))]
-pub async fn tier_names(db: &Db, ladder_id: i64, product_id: i64) -> Result<(String, String), DbError> {
+#[tracing::instrument(name = "Read tier names", skip_all, fields(ladder_id = ladder_id.0, product_id = product_id.0))]
+pub async fn tier_names(db: &Db, ladder_id: LadderId, product_id: ProductId) -> Result<(String, String), DbError> {
     let mut c = db.read().await?;
     let ladder = store::ladders(&mut c).await?.into_iter().find(|l| l.plan_ladder_id == ladder_id).map(|l| l.name);
     let product = store::product(&mut c, product_id).await?.map(|p| p.name);
@@ -264,8 +268,8 @@ pub async fn plan_acts(db: &Db) -> Result<Vec<topology::PlanActRow>, DbError> {
     Ok(topology::plan_acts(&mut c, 200).await?)
 }
 
-#[tracing::instrument(name = "Read plan act", skip_all, fields(id = id))]
-pub async fn plan_act(db: &Db, id: i64) -> Result<Option<topology::PlanActRow>, DbError> {
+#[tracing::instrument(name = "Read plan act", skip_all, fields(id = id.0))]
+pub async fn plan_act(db: &Db, id: PlanActId) -> Result<Option<topology::PlanActRow>, DbError> {
     let mut c = db.read().await?;
     Ok(topology::plan_act(&mut c, id).await?)
 }
@@ -278,8 +282,8 @@ pub struct PlanActProgress {
     pub failures: Vec<plan_acts::Failure>,
 }
 
-#[tracing::instrument(name = "Read plan act progress", skip_all, fields(id = id))]
-pub async fn plan_act_progress(db: &Db, id: i64) -> Result<PlanActProgress, DbError> {
+#[tracing::instrument(name = "Read plan act progress", skip_all, fields(id = id.0))]
+pub async fn plan_act_progress(db: &Db, id: PlanActId) -> Result<PlanActProgress, DbError> {
     let mut c = db.read().await?;
     let (reaches, listed_all) = plan_acts::listing_state(&mut c, id).await?;
     Ok(PlanActProgress {

@@ -13,11 +13,13 @@ use crate::{
         Db, DbError, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
+    ids::{AccountId, EntitlementSetId, PoolId, RuleChangeId},
     jobs::{self, Job, NewJob},
     services::{
-        catalog::{KeyKind, RuleValue},
+        catalog::RuleValue,
         refusal::{ServiceError, change_path},
     },
+    states::RuleChangeState,
     store::{catalog, entitlements as ent, rule_changes as store},
 };
 
@@ -33,7 +35,7 @@ pub const RESUME_RULE_CHANGE_DRAINS: &str = "resume_rule_change_drains";
 /// The drain of a rule change above the sync cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DrainRuleChange {
-    pub change_id: i64,
+    pub change_id: RuleChangeId,
 }
 
 impl Job for DrainRuleChange {
@@ -51,7 +53,7 @@ impl Job for ResumeRuleChangeDrains {
 /// What a commit did.
 #[derive(Debug, Clone)]
 pub struct Committed {
-    pub change_id: i64,
+    pub change_id: RuleChangeId,
     pub acts: usize,
     pub pools_owed: i64,
     pub settled_inline: bool,
@@ -82,9 +84,9 @@ pub static RULE_CHANGE_COMMIT_LOCKS: PathLocks = PathLocks {
 #[tracing::instrument(name = "RuleChangeBatchCommit", skip(db, submitted), fields(set_id))]
 pub async fn commit_rule_change_batch(
     db: &Db,
-    set_id: i64,
+    set_id: EntitlementSetId,
     submitted: &BTreeMap<String, String>,
-    actor: Option<i64>,
+    actor: Option<AccountId>,
     reason: &str,
     sync_cap: i64,
 ) -> Result<Committed, ServiceError> {
@@ -135,7 +137,7 @@ pub async fn commit_rule_change_batch(
 /// set's rule now. Refuses unknown keys and values of the wrong kind, naming each.
 async fn deltas(
     tx: &mut Tx,
-    set_id: i64,
+    set_id: EntitlementSetId,
     submitted: &BTreeMap<String, String>,
 ) -> Result<Vec<(String, Option<RuleValue>)>, ServiceError> {
     let keys = catalog::resource_keys(tx.conn()).await?;
@@ -147,8 +149,7 @@ async fn deltas(
             problems.push((format!("rule.{key}"), format!("There is no resource key {key}.")));
             continue;
         };
-        let kind = if k.kind == "numeric" { KeyKind::Numeric } else { KeyKind::Flag };
-        match RuleValue::parse(key, kind, raw) {
+        match RuleValue::parse(key, k.kind, raw) {
             Err(m) => problems.push((format!("rule.{key}"), m)),
             Ok(v) => {
                 let now =
@@ -169,7 +170,7 @@ async fn deltas(
     Ok(out)
 }
 
-async fn enqueue_drain(tx: &mut Tx, change_id: i64) -> Result<(), DbError> {
+async fn enqueue_drain(tx: &mut Tx, change_id: RuleChangeId) -> Result<(), DbError> {
     let mut job = NewJob::of(&DrainRuleChange { change_id });
     job.dedupe_key = Some(format!("{DRAIN_RULE_CHANGE}:{change_id}"));
     jobs::enqueue(tx.conn(), job).await?;
@@ -180,7 +181,7 @@ async fn enqueue_drain(tx: &mut Tx, change_id: i64) -> Result<(), DbError> {
 /// with the new rules, then settle the obligation rows of the pool's owed acts in one statement
 /// (after the pool row, as core.settle_obligation takes them). False when nothing was owed any
 /// more (another pass settled it).
-pub async fn settle_pool(tx: &mut Tx, change_id: i64, pool_id: i64) -> Result<bool, DbError> {
+pub async fn settle_pool(tx: &mut Tx, change_id: RuleChangeId, pool_id: PoolId) -> Result<bool, DbError> {
     Ok(store::settle_change_pool(tx.conn(), change_id, pool_id).await?)
 }
 
@@ -223,8 +224,8 @@ pub struct Drained {
 
 /// DrainChange: settle every due pool of the change, `parallelism` pools at a time (each task
 /// takes its own share of pool ids, in ascending order, so they never meet on a pool).
-#[tracing::instrument(name = "DrainChange", skip(db))]
-pub async fn drain_change(db: &Db, change_id: i64, parallelism: i64) -> Result<Drained, DbError> {
+#[tracing::instrument(name = "DrainChange", skip(db), fields(change_id = change_id.0, parallelism = parallelism))]
+pub async fn drain_change(db: &Db, change_id: RuleChangeId, parallelism: i64) -> Result<Drained, DbError> {
     // First the listing, when the commit left it to the drain: batch after batch.
     loop {
         let mut tx = begin(db, TxKind::Materializing).await?;
@@ -252,13 +253,13 @@ pub async fn drain_change(db: &Db, change_id: i64, parallelism: i64) -> Result<D
     Ok(total)
 }
 
-async fn is_settled(conn: &mut sqlx::PgConnection, change_id: i64) -> Result<bool, DbError> {
-    Ok(store::change(conn, change_id).await?.is_some_and(|c| c.state == "settled"))
+async fn is_settled(conn: &mut sqlx::PgConnection, change_id: RuleChangeId) -> Result<bool, DbError> {
+    Ok(store::change(conn, change_id).await?.is_some_and(|c| c.state == RuleChangeState::Settled))
 }
 
-async fn drain_part(db: &Db, change_id: i64, part: i64, parts: i64) -> Result<Drained, DbError> {
+async fn drain_part(db: &Db, change_id: RuleChangeId, part: i64, parts: i64) -> Result<Drained, DbError> {
     let mut done = Drained::default();
-    let mut after = 0;
+    let mut after = PoolId(0);
     loop {
         let pools = {
             let mut conn = db.read().await?;
@@ -270,7 +271,7 @@ async fn drain_part(db: &Db, change_id: i64, part: i64, parts: i64) -> Result<Dr
                 Ok(true) => done.settled += 1,
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(change_id, pool_id = pool, error = %e, "a pool failed to settle");
+                    tracing::warn!(change_id = change_id.0, pool_id = pool.0, error = %e, "a pool failed to settle");
                     record_obligation_failure(db, change_id, pool, &e.to_string()).await?;
                     done.failed += 1;
                 }
@@ -281,7 +282,7 @@ async fn drain_part(db: &Db, change_id: i64, part: i64, parts: i64) -> Result<Dr
 }
 
 /// One pool in a transaction of its own; a failure rolls back this pool alone.
-async fn settle_one(db: &Db, change_id: i64, pool_id: i64) -> Result<bool, DbError> {
+async fn settle_one(db: &Db, change_id: RuleChangeId, pool_id: PoolId) -> Result<bool, DbError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     let settled = settle_pool(&mut tx, change_id, pool_id).await?;
     tx.commit().await?;
@@ -289,8 +290,13 @@ async fn settle_one(db: &Db, change_id: i64, pool_id: i64) -> Result<bool, DbErr
 }
 
 /// recordObligationFailure: the attempt, recorded against each still-owed act of the pool.
-#[tracing::instrument(name = "Record a failed settlement", skip_all, fields(change_id = change_id, pool_id = pool_id))]
-pub async fn record_obligation_failure(db: &Db, change_id: i64, pool_id: i64, error: &str) -> Result<(), DbError> {
+#[tracing::instrument(name = "Record a failed settlement", skip_all, fields(change_id = change_id.0, pool_id = pool_id.0))]
+pub async fn record_obligation_failure(
+    db: &Db,
+    change_id: RuleChangeId,
+    pool_id: PoolId,
+    error: &str,
+) -> Result<(), DbError> {
     let mut tx = begin(db, TxKind::Materializing).await?;
     ent::lock_pools(tx.conn(), &[pool_id]).await?;
     for act in store::owed_acts_of_pool(tx.conn(), change_id, pool_id).await? {
@@ -310,8 +316,8 @@ pub static RETRY_RULE_CHANGE_LOCKS: PathLocks = PathLocks {
 };
 
 /// The operator's Retry: failed pools are due now, and a drain runs.
-#[tracing::instrument(name = "Retry a rule change", skip(db))]
-pub async fn retry_failed(db: &Db, change_id: i64) -> Result<u64, ServiceError> {
+#[tracing::instrument(name = "Retry a rule change", skip(db), fields(change_id = change_id.0))]
+pub async fn retry_failed(db: &Db, change_id: RuleChangeId) -> Result<u64, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     if store::change(tx.conn(), change_id).await?.is_none() {
         return Err(ServiceError::NotFound("rule change"));

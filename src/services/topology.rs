@@ -11,7 +11,9 @@ use crate::{
         Db, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
     },
+    ids::{AccountId, LadderId, PlanActId, PoolId, ProductId},
     services::refusal::{ServiceError, change_path},
+    states::{GrantKind, GrantStatus, PlanActKind},
     store::{entitlements as ent, grants, topology as store},
 };
 
@@ -60,12 +62,12 @@ fn violated(constraint: &str) -> Option<(&'static str, String)> {
 /// A tier add as the operator asks for it.
 #[derive(Debug, Clone)]
 pub struct AddTier {
-    pub ladder_id: i64,
-    pub product_id: i64,
+    pub ladder_id: LadderId,
+    pub product_id: ProductId,
     /// 1..=top; rank 0 (the floor) changes only by a reorder or a default change.
     pub rank: Option<i32>,
     pub reason: String,
-    pub actor: Option<i64>,
+    pub actor: Option<AccountId>,
 }
 
 /// What a tier add would reach, read without locks (the preview), or did (the act).
@@ -90,7 +92,7 @@ pub static ADD_TIER_LOCKS: PathLocks = PathLocks {
 };
 
 /// The reads that decide a tier add, in the caller's transaction.
-async fn decide_add(tx: &mut Tx, a: &AddTier, holder_cap: i64) -> Result<(TierAddReach, Vec<i64>), ServiceError> {
+async fn decide_add(tx: &mut Tx, a: &AddTier, holder_cap: i64) -> Result<(TierAddReach, Vec<PoolId>), ServiceError> {
     if !store::ladder_exists(tx.conn(), a.ladder_id).await? {
         return Err(ServiceError::NotFound("ladder"));
     }
@@ -147,8 +149,8 @@ pub async fn preview_add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<T
 
 /// AddTier: the product becomes a tier of the ladder at the rank; every organization holding it
 /// gains the ladder's position.
-#[tracing::instrument(name = "AddTier", skip(db, a), fields(ladder_id = a.ladder_id, product_id = a.product_id))]
-pub async fn add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<(i64, TierAddReach), ServiceError> {
+#[tracing::instrument(name = "AddTier", skip(db, a), fields(ladder_id = a.ladder_id.0, product_id = a.product_id.0))]
+pub async fn add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<(PlanActId, TierAddReach), ServiceError> {
     change_path(async {
         let mut tx = begin(db, TxKind::RuleChange).await?;
         let (reach, pools) = decide_add(&mut tx, a, holder_cap).await?;
@@ -158,7 +160,7 @@ pub async fn add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<(i64, Tie
         ent::lock_pools(tx.conn(), &pools).await?;
         let act = store::record_plan_act(
             tx.conn(),
-            "tier_add",
+            PlanActKind::TierAdd,
             None,
             a.actor,
             &a.reason,
@@ -197,14 +199,18 @@ pub static DELETE_TIER_LOCKS: PathLocks = PathLocks {
 };
 
 /// DeleteTier: a tier nobody holds leaves its ladder; the ranks above it close the gap.
-#[tracing::instrument(name = "DeleteTier", skip(db))]
+#[tracing::instrument(
+    name = "DeleteTier",
+    skip(db),
+    fields(ladder_id = ladder_id.0, rank = rank, actor = ?actor, reason = reason)
+)]
 pub async fn delete_tier(
     db: &Db,
-    ladder_id: i64,
+    ladder_id: LadderId,
     rank: i32,
-    actor: Option<i64>,
+    actor: Option<AccountId>,
     reason: &str,
-) -> Result<i64, ServiceError> {
+) -> Result<PlanActId, ServiceError> {
     change_path(async {
         let mut tx = begin(db, TxKind::RuleChange).await?;
         if !store::ladder_exists(tx.conn(), ladder_id).await? {
@@ -226,7 +232,7 @@ pub async fn delete_tier(
         }
         let act = store::record_plan_act(
             tx.conn(),
-            "tier_delete",
+            PlanActKind::TierDelete,
             None,
             actor,
             reason,
@@ -249,12 +255,12 @@ pub async fn delete_tier(
 /// A tier removal as the operator asks for it.
 #[derive(Debug, Clone)]
 pub struct RemoveTier {
-    pub ladder_id: i64,
+    pub ladder_id: LadderId,
     pub rank: i32,
     /// What happens to the tier's incumbents: required when the tier has any.
     pub disposition: Option<Disposition>,
     pub reason: String,
-    pub actor: Option<i64>,
+    pub actor: Option<AccountId>,
 }
 
 /// What a tier removal would reach (the preview) or did (the act).
@@ -262,7 +268,7 @@ pub struct RemoveTier {
 pub struct TierRemovalReach {
     pub ladder: String,
     pub product: String,
-    pub product_id: i64,
+    pub product_id: ProductId,
     /// Organizations holding the tier now: each migrates or is grandfathered.
     pub holders: i64,
     /// The product that becomes (or stays) the ladder's floor, when the removal leaves one.
@@ -289,7 +295,7 @@ async fn decide_removal(
     tx: &mut Tx,
     r: &RemoveTier,
     holder_cap: i64,
-) -> Result<(TierRemovalReach, Vec<i64>), ServiceError> {
+) -> Result<(TierRemovalReach, Vec<PoolId>), ServiceError> {
     if !store::ladder_exists(tx.conn(), r.ladder_id).await? {
         return Err(ServiceError::NotFound("ladder"));
     }
@@ -358,8 +364,12 @@ pub async fn preview_remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Re
 /// RemoveTier: the tier leaves its ladder and the ranks above close the gap; each incumbent ends
 /// and either migrates (the ladder's floor, when its type defaults to the ladder) or is
 /// grandfathered (a legacy grant of the product, off the ladder).
-#[tracing::instrument(name = "RemoveTier", skip(db, r), fields(ladder_id = r.ladder_id, rank = r.rank))]
-pub async fn remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<(i64, TierRemovalReach), ServiceError> {
+#[tracing::instrument(name = "RemoveTier", skip(db, r), fields(ladder_id = r.ladder_id.0, rank = r.rank))]
+pub async fn remove_tier(
+    db: &Db,
+    r: &RemoveTier,
+    holder_cap: i64,
+) -> Result<(PlanActId, TierRemovalReach), ServiceError> {
     change_path(async {
         let mut tx = begin(db, TxKind::RuleChange).await?;
         let (reach, pools) = decide_removal(&mut tx, r, holder_cap).await?;
@@ -376,7 +386,7 @@ pub async fn remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<(i6
         let disposition = r.disposition.unwrap_or(Disposition::Migrate);
         let act = store::record_plan_act(
             tx.conn(),
-            "tier_removal",
+            PlanActKind::TierRemoval,
             r.disposition.map(Disposition::as_str),
             r.actor,
             r.reason.trim(),
@@ -418,8 +428,8 @@ pub async fn remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<(i6
                             organization_id: Some(i.organization_id),
                             product_id: reach.product_id,
                             quantity: i.quantity,
-                            kind: "legacy",
-                            status: "active",
+                            kind: GrantKind::Legacy,
+                            status: GrantStatus::Active,
                             // The incumbent's own window: an end that has come meanwhile is for the expiry
                             // sweep to act on, as it would have on the incumbent.
                             starts_at: Some(i.starts_at),
@@ -479,10 +489,10 @@ pub static REORDER_PLAN_LADDERS_LOCKS: PathLocks = PathLocks {
 
 /// ReorderPlanLadders: `positions` (ladder id → 1-based position) must name every ladder once.
 #[tracing::instrument(name = "ReorderPlanLadders", skip(db, positions))]
-pub async fn reorder_plan_ladders(db: &Db, positions: &BTreeMap<i64, i32>) -> Result<usize, ServiceError> {
+pub async fn reorder_plan_ladders(db: &Db, positions: &BTreeMap<LadderId, i32>) -> Result<usize, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let current = store::lock_plan_ladder_order(tx.conn()).await?;
-    let ids: Vec<i64> = current.iter().map(|(id, _)| *id).collect();
+    let ids: Vec<LadderId> = current.iter().map(|(id, _)| *id).collect();
     let mut wanted: Vec<i32> = positions.values().copied().collect();
     wanted.sort();
     let one_each = (1..=ids.len() as i32).collect::<Vec<_>>() == wanted;

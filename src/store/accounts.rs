@@ -5,9 +5,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, postgres::types::PgInterval};
 
+use crate::ids::{AccountId, OrganizationId};
+
 #[derive(Debug, Clone)]
 pub struct Account {
-    pub account_id: i64,
+    pub account_id: AccountId,
     pub email: String,
     pub password_hash: String,
     pub is_operator: bool,
@@ -15,14 +17,14 @@ pub struct Account {
 
 #[derive(Debug, Clone)]
 pub struct SessionAccount {
-    pub account_id: i64,
+    pub account_id: AccountId,
     pub email: String,
     pub is_operator: bool,
 }
 
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct Membership {
-    pub organization_id: i64,
+    pub organization_id: OrganizationId,
     pub name: String,
     pub role: String,
 }
@@ -94,11 +96,11 @@ pub async fn upsert_account(
     email: &str,
     password_hash: &str,
     is_operator: bool,
-) -> sqlx::Result<i64> {
+) -> sqlx::Result<AccountId> {
     sqlx::query_scalar!(
-        "INSERT INTO core.accounts (email, password_hash, is_operator) VALUES ($1, $2, $3)
-         ON CONFLICT (lower(email)) DO UPDATE SET password_hash = EXCLUDED.password_hash, is_operator = EXCLUDED.is_operator
-         RETURNING account_id",
+        r#"INSERT INTO core.accounts (email, password_hash, is_operator) VALUES ($1, $2, $3)
+           ON CONFLICT (lower(email)) DO UPDATE SET password_hash = EXCLUDED.password_hash, is_operator = EXCLUDED.is_operator
+           RETURNING account_id AS "account_id: AccountId""#,
         email,
         password_hash,
         is_operator
@@ -110,7 +112,7 @@ pub async fn upsert_account(
 pub async fn insert_session(
     conn: &mut PgConnection,
     token: &str,
-    account_id: i64,
+    account_id: AccountId,
     address: &str,
     idle: Duration,
     lifetime: Duration,
@@ -122,7 +124,7 @@ pub async fn insert_session(
          )
          UPDATE core.accounts SET last_signed_in_at = now() WHERE account_id = $2",
         token,
-        account_id,
+        account_id as AccountId,
         interval(idle)?,
         interval(lifetime)?,
         address
@@ -190,7 +192,7 @@ pub async fn resume_session_with_home(
     .fetch_optional(conn)
     .await?;
     row.map(|r| {
-        let account = SessionAccount { account_id: r.account_id, email: r.email, is_operator: r.is_operator };
+        let account = SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator };
         Ok((account, home_from_json(&r.home)?))
     })
     .transpose()
@@ -208,19 +210,19 @@ pub async fn delete_session(conn: &mut PgConnection, token: &str) -> sqlx::Resul
 }
 
 /// Every session of an account (its password changed).
-pub async fn delete_sessions_of(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<u64> {
-    Ok(sqlx::query!("DELETE FROM core.web_sessions WHERE account_id = $1", account_id)
+pub async fn delete_sessions_of(conn: &mut PgConnection, account_id: AccountId) -> sqlx::Result<u64> {
+    Ok(sqlx::query!("DELETE FROM core.web_sessions WHERE account_id = $1", account_id as AccountId)
         .execute(conn)
         .await?
         .rows_affected())
 }
 
-pub async fn memberships(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<Vec<Membership>> {
+pub async fn memberships(conn: &mut PgConnection, account_id: AccountId) -> sqlx::Result<Vec<Membership>> {
     sqlx::query_as!(
         Membership,
         "SELECT o.organization_id, o.name, m.role FROM core.organization_members m
          JOIN core.organizations o USING (organization_id) WHERE m.account_id = $1 ORDER BY o.name, o.organization_id",
-        account_id
+        account_id as AccountId
     )
     .fetch_all(conn)
     .await
@@ -254,9 +256,10 @@ pub async fn organizations_named_like(conn: &mut PgConnection, pattern: &str) ->
 }
 
 /// The first organization with this name, if any.
-pub async fn organization_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
+pub async fn organization_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<OrganizationId>> {
     sqlx::query_scalar!(
-        "SELECT organization_id FROM core.organizations WHERE name = $1 ORDER BY organization_id LIMIT 1",
+        r#"SELECT organization_id AS "organization_id: OrganizationId" FROM core.organizations WHERE name = $1
+           ORDER BY organization_id LIMIT 1"#,
         name
     )
     .fetch_optional(conn)
@@ -265,15 +268,15 @@ pub async fn organization_by_name(conn: &mut PgConnection, name: &str) -> sqlx::
 
 pub async fn ensure_membership(
     conn: &mut PgConnection,
-    organization_id: i64,
-    account_id: i64,
+    organization_id: OrganizationId,
+    account_id: AccountId,
     role: &str,
 ) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO core.organization_members (organization_id, account_id, role) VALUES ($1, $2, $3)
          ON CONFLICT (organization_id, account_id) DO NOTHING",
-        organization_id,
-        account_id,
+        organization_id as OrganizationId,
+        account_id as AccountId,
         role
     )
     .execute(conn)
@@ -293,8 +296,10 @@ pub struct MemberHome {
 
 /// The member's home: each organization of the account with its default pool's held
 /// conferrals, entitlements and usage, as one JSON document (`core.member_home`).
-pub async fn member_home(conn: &mut PgConnection, account_id: i64) -> sqlx::Result<Vec<MemberHome>> {
-    let json = sqlx::query_scalar!(r#"SELECT core.member_home($1) AS "home!""#, account_id).fetch_one(conn).await?;
+pub async fn member_home(conn: &mut PgConnection, account_id: AccountId) -> sqlx::Result<Vec<MemberHome>> {
+    let json = sqlx::query_scalar!(r#"SELECT core.member_home($1) AS "home!""#, account_id as AccountId)
+        .fetch_one(conn)
+        .await?;
     home_from_json(&json)
 }
 

@@ -5,11 +5,15 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::paging::{Page, Seek, page_of};
+use crate::{
+    ids::{ConferralId, EntitlementSetId, GrantId, LadderId, OrgTypeId, OrganizationId, PoolId, ProductId},
+    states::{GrantKind, KeyKind},
+};
 
 #[derive(Debug, Clone)]
 pub struct ResourceKey {
     pub resource_key: String,
-    pub kind: String,
+    pub kind: KeyKind,
     pub provider: Option<String>,
     pub description: String,
 }
@@ -17,7 +21,8 @@ pub struct ResourceKey {
 pub async fn resource_keys(conn: &mut PgConnection) -> sqlx::Result<Vec<ResourceKey>> {
     sqlx::query_as!(
         ResourceKey,
-        r#"SELECT resource_key, kind, provider, description FROM core.resource_keys ORDER BY resource_key COLLATE "C""#
+        r#"SELECT resource_key, kind AS "kind: KeyKind", provider, description FROM core.resource_keys
+           ORDER BY resource_key COLLATE "C""#
     )
     .fetch_all(conn)
     .await
@@ -27,14 +32,14 @@ pub async fn resource_keys(conn: &mut PgConnection) -> sqlx::Result<Vec<Resource
 pub async fn insert_resource_key(
     conn: &mut PgConnection,
     key: &str,
-    kind: &str,
+    kind: KeyKind,
     description: &str,
 ) -> sqlx::Result<Option<String>> {
     sqlx::query_scalar!(
         "INSERT INTO core.resource_keys (resource_key, kind, description) VALUES ($1, $2, $3)
          ON CONFLICT DO NOTHING RETURNING resource_key",
         key,
-        kind,
+        kind as KeyKind,
         description
     )
     .fetch_optional(conn)
@@ -46,7 +51,7 @@ pub const CARRIED_COUNT_CAP: i64 = 1000;
 
 #[derive(Debug, Clone)]
 pub struct EntitlementSet {
-    pub entitlement_set_id: i64,
+    pub entitlement_set_id: EntitlementSetId,
     pub name: String,
     pub carried_by_pools: i64,
 }
@@ -64,7 +69,7 @@ pub async fn entitlement_sets(conn: &mut PgConnection) -> sqlx::Result<Vec<Entit
     .await
 }
 
-pub async fn entitlement_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<EntitlementSet>> {
+pub async fn entitlement_set(conn: &mut PgConnection, id: EntitlementSetId) -> sqlx::Result<Option<EntitlementSet>> {
     sqlx::query_as!(
         EntitlementSet,
         r#"SELECT s.entitlement_set_id, s.name,
@@ -72,26 +77,27 @@ pub async fn entitlement_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<O
                                              WHERE p.entitlement_set_id = s.entitlement_set_id), $1) AS "carried_by_pools!"
            FROM core.entitlement_sets s WHERE s.entitlement_set_id = $2"#,
         CARRIED_COUNT_CAP,
-        id
+        id as EntitlementSetId
     )
     .fetch_optional(conn)
     .await
 }
 
 /// The set row, FOR UPDATE.
-pub async fn lock_entitlement_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<bool> {
+pub async fn lock_entitlement_set(conn: &mut PgConnection, id: EntitlementSetId) -> sqlx::Result<bool> {
     Ok(sqlx::query_scalar!(
         "SELECT 1 AS locked FROM core.entitlement_sets WHERE entitlement_set_id = $1 FOR UPDATE",
-        id
+        id as EntitlementSetId
     )
     .fetch_optional(conn)
     .await?
     .is_some())
 }
 
-pub async fn insert_entitlement_set(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
+pub async fn insert_entitlement_set(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<EntitlementSetId>> {
     sqlx::query_scalar!(
-        "INSERT INTO core.entitlement_sets (name) VALUES ($1) ON CONFLICT DO NOTHING RETURNING entitlement_set_id",
+        r#"INSERT INTO core.entitlement_sets (name) VALUES ($1) ON CONFLICT DO NOTHING
+           RETURNING entitlement_set_id AS "entitlement_set_id: EntitlementSetId""#,
         name
     )
     .fetch_optional(conn)
@@ -100,7 +106,7 @@ pub async fn insert_entitlement_set(conn: &mut PgConnection, name: &str) -> sqlx
 
 #[derive(Debug, Clone)]
 pub struct Rule {
-    pub entitlement_set_id: i64,
+    pub entitlement_set_id: EntitlementSetId,
     pub resource_key: String,
     pub numeric_value: Option<i64>,
     pub flag_value: Option<bool>,
@@ -116,12 +122,12 @@ pub async fn rules(conn: &mut PgConnection) -> sqlx::Result<Vec<Rule>> {
     .await
 }
 
-pub async fn rules_of_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<Vec<Rule>> {
+pub async fn rules_of_set(conn: &mut PgConnection, id: EntitlementSetId) -> sqlx::Result<Vec<Rule>> {
     sqlx::query_as!(
         Rule,
         r#"SELECT entitlement_set_id, resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
            WHERE entitlement_set_id = $1 ORDER BY resource_key COLLATE "C""#,
-        id
+        id as EntitlementSetId
     )
     .fetch_all(conn)
     .await
@@ -130,7 +136,7 @@ pub async fn rules_of_set(conn: &mut PgConnection, id: i64) -> sqlx::Result<Vec<
 /// Write one rule (or remove it, with neither value).
 pub async fn put_rule(
     conn: &mut PgConnection,
-    set_id: i64,
+    set_id: EntitlementSetId,
     key: &str,
     numeric: Option<i64>,
     flag: Option<bool>,
@@ -138,7 +144,7 @@ pub async fn put_rule(
     if numeric.is_none() && flag.is_none() {
         sqlx::query!(
             "DELETE FROM core.entitlement_set_rules WHERE entitlement_set_id = $1 AND resource_key = $2",
-            set_id,
+            set_id as EntitlementSetId,
             key
         )
         .execute(conn)
@@ -149,7 +155,7 @@ pub async fn put_rule(
              VALUES ($1, $2, $3, $4)
              ON CONFLICT (entitlement_set_id, resource_key) DO UPDATE
              SET numeric_value = EXCLUDED.numeric_value, flag_value = EXCLUDED.flag_value",
-            set_id,
+            set_id as EntitlementSetId,
             key,
             numeric,
             flag
@@ -162,9 +168,9 @@ pub async fn put_rule(
 
 #[derive(Debug, Clone)]
 pub struct Product {
-    pub product_id: i64,
+    pub product_id: ProductId,
     pub name: String,
-    pub entitlement_set_id: Option<i64>,
+    pub entitlement_set_id: Option<EntitlementSetId>,
     pub set_name: Option<String>,
     pub published: bool,
     pub carried_by_pools: i64,
@@ -173,7 +179,8 @@ pub struct Product {
 pub async fn products(conn: &mut PgConnection) -> sqlx::Result<Vec<Product>> {
     sqlx::query_as!(
         Product,
-        r#"SELECT p.product_id, p.name, p.entitlement_set_id, s.name AS "set_name?", p.published,
+        r#"SELECT p.product_id, p.name, p.entitlement_set_id AS "entitlement_set_id: EntitlementSetId", s.name AS "set_name?",
+                  p.published,
                   core.pools_carrying(ARRAY[p.product_id], $1) AS "carried_by_pools!"
            FROM core.products p LEFT JOIN core.entitlement_sets s USING (entitlement_set_id)
            ORDER BY lower(p.name), p.product_id"#,
@@ -184,7 +191,7 @@ pub async fn products(conn: &mut PgConnection) -> sqlx::Result<Vec<Product>> {
 }
 
 /// Published products with an entitlement set, by name: the ones a tier may be (no counts).
-pub async fn tier_product_options(conn: &mut PgConnection) -> sqlx::Result<Vec<(i64, String)>> {
+pub async fn tier_product_options(conn: &mut PgConnection) -> sqlx::Result<Vec<(ProductId, String)>> {
     Ok(sqlx::query!(
         "SELECT product_id, name FROM core.products
          WHERE published AND entitlement_set_id IS NOT NULL ORDER BY lower(name), product_id"
@@ -192,19 +199,20 @@ pub async fn tier_product_options(conn: &mut PgConnection) -> sqlx::Result<Vec<(
     .fetch_all(conn)
     .await?
     .into_iter()
-    .map(|r| (r.product_id, r.name))
+    .map(|r| (ProductId(r.product_id), r.name))
     .collect())
 }
 
-pub async fn product(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<Product>> {
+pub async fn product(conn: &mut PgConnection, id: ProductId) -> sqlx::Result<Option<Product>> {
     sqlx::query_as!(
         Product,
-        r#"SELECT p.product_id, p.name, p.entitlement_set_id, s.name AS "set_name?", p.published,
+        r#"SELECT p.product_id, p.name, p.entitlement_set_id AS "entitlement_set_id: EntitlementSetId", s.name AS "set_name?",
+                  p.published,
                   core.pools_carrying(ARRAY[p.product_id], $1) AS "carried_by_pools!"
            FROM core.products p LEFT JOIN core.entitlement_sets s USING (entitlement_set_id)
            WHERE p.product_id = $2"#,
         CARRIED_COUNT_CAP,
-        id
+        id as ProductId
     )
     .fetch_optional(conn)
     .await
@@ -213,14 +221,14 @@ pub async fn product(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<Pr
 pub async fn insert_product(
     conn: &mut PgConnection,
     name: &str,
-    set_id: Option<i64>,
+    set_id: Option<EntitlementSetId>,
     published: bool,
-) -> sqlx::Result<Option<i64>> {
+) -> sqlx::Result<Option<ProductId>> {
     sqlx::query_scalar!(
-        "INSERT INTO core.products (name, entitlement_set_id, published) VALUES ($1, $2, $3)
-         ON CONFLICT DO NOTHING RETURNING product_id",
+        r#"INSERT INTO core.products (name, entitlement_set_id, published) VALUES ($1, $2, $3)
+           ON CONFLICT DO NOTHING RETURNING product_id AS "product_id: ProductId""#,
         name,
-        set_id,
+        set_id as Option<EntitlementSetId>,
         published
     )
     .fetch_optional(conn)
@@ -230,16 +238,16 @@ pub async fn insert_product(
 /// UpdateProduct: the UPDATE takes the product row FOR NO KEY UPDATE.
 pub async fn update_product(
     conn: &mut PgConnection,
-    id: i64,
+    id: ProductId,
     name: &str,
-    set_id: Option<i64>,
+    set_id: Option<EntitlementSetId>,
     published: bool,
 ) -> sqlx::Result<bool> {
     Ok(sqlx::query!(
         "UPDATE core.products SET name = $2, entitlement_set_id = $3, published = $4 WHERE product_id = $1",
-        id,
+        id as ProductId,
         name,
-        set_id,
+        set_id as Option<EntitlementSetId>,
         published
     )
     .execute(conn)
@@ -249,18 +257,28 @@ pub async fn update_product(
 }
 
 /// UpdateProduct without a change of set: the name and publication only.
-pub async fn update_product_name(conn: &mut PgConnection, id: i64, name: &str, published: bool) -> sqlx::Result<bool> {
-    Ok(sqlx::query!("UPDATE core.products SET name = $2, published = $3 WHERE product_id = $1", id, name, published)
-        .execute(conn)
-        .await?
-        .rows_affected()
+pub async fn update_product_name(
+    conn: &mut PgConnection,
+    id: ProductId,
+    name: &str,
+    published: bool,
+) -> sqlx::Result<bool> {
+    Ok(sqlx::query!(
+        "UPDATE core.products SET name = $2, published = $3 WHERE product_id = $1",
+        id as ProductId,
+        name,
+        published
+    )
+    .execute(conn)
+    .await?
+    .rows_affected()
         == 1)
 }
 
-pub async fn name_taken_by_other_product(conn: &mut PgConnection, id: i64, name: &str) -> sqlx::Result<bool> {
+pub async fn name_taken_by_other_product(conn: &mut PgConnection, id: ProductId, name: &str) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM core.products WHERE name = $2 AND product_id <> $1) AS "taken!""#,
-        id,
+        id as ProductId,
         name
     )
     .fetch_one(conn)
@@ -269,10 +287,10 @@ pub async fn name_taken_by_other_product(conn: &mut PgConnection, id: i64, name:
 
 #[derive(Debug, Clone)]
 pub struct Tier {
-    pub plan_ladder_id: i64,
+    pub plan_ladder_id: LadderId,
     pub ladder_name: String,
     pub rank: i32,
-    pub product_id: i64,
+    pub product_id: ProductId,
     pub product_name: String,
     pub set_name: Option<String>,
 }
@@ -292,7 +310,7 @@ pub async fn tiers(conn: &mut PgConnection) -> sqlx::Result<Vec<Tier>> {
 
 #[derive(Debug, Clone)]
 pub struct Ladder {
-    pub plan_ladder_id: i64,
+    pub plan_ladder_id: LadderId,
     pub name: String,
     pub sort_order: i32,
 }
@@ -308,9 +326,9 @@ pub async fn ladders(conn: &mut PgConnection) -> sqlx::Result<Vec<Ladder>> {
 
 #[derive(Debug, Clone)]
 pub struct OrgType {
-    pub org_type_id: i64,
+    pub org_type_id: OrgTypeId,
     pub name: String,
-    pub default_plan_ladder_id: Option<i64>,
+    pub default_plan_ladder_id: Option<LadderId>,
     pub default_ladder: Option<String>,
     pub floor_product: Option<String>,
     pub organizations: i64,
@@ -319,7 +337,8 @@ pub struct OrgType {
 pub async fn org_types(conn: &mut PgConnection) -> sqlx::Result<Vec<OrgType>> {
     sqlx::query_as!(
         OrgType,
-        r#"SELECT t.org_type_id, t.name, t.default_plan_ladder_id, l.name AS "default_ladder?",
+        r#"SELECT t.org_type_id, t.name, t.default_plan_ladder_id AS "default_plan_ladder_id: LadderId",
+                  l.name AS "default_ladder?",
                   (SELECT p.name FROM core.plan_ladder_tiers pt JOIN core.products p USING (product_id)
                    WHERE pt.plan_ladder_id = t.default_plan_ladder_id AND pt.rank = 0) AS "floor_product?",
                   coalesce((SELECT sum(c.delta) FROM core.organization_counts c WHERE c.org_type_id = t.org_type_id), 0)::bigint
@@ -333,15 +352,16 @@ pub async fn org_types(conn: &mut PgConnection) -> sqlx::Result<Vec<OrgType>> {
 
 // Setup used by the demo seed: the topology's own writers (plan acts) come later.
 
-pub async fn ensure_ladder(conn: &mut PgConnection, name: &str, sort_order: i32) -> sqlx::Result<i64> {
-    if let Some(id) = sqlx::query_scalar!("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1", name)
-        .fetch_optional(&mut *conn)
-        .await?
+pub async fn ensure_ladder(conn: &mut PgConnection, name: &str, sort_order: i32) -> sqlx::Result<LadderId> {
+    if let Some(id) =
+        sqlx::query_scalar!(r#"SELECT plan_ladder_id AS "id: LadderId" FROM core.plan_ladders WHERE name = $1"#, name)
+            .fetch_optional(&mut *conn)
+            .await?
     {
         return Ok(id);
     }
     sqlx::query_scalar!(
-        "INSERT INTO core.plan_ladders (name, sort_order) VALUES ($1, $2) RETURNING plan_ladder_id",
+        r#"INSERT INTO core.plan_ladders (name, sort_order) VALUES ($1, $2) RETURNING plan_ladder_id AS "id: LadderId""#,
         name,
         sort_order
     )
@@ -349,51 +369,61 @@ pub async fn ensure_ladder(conn: &mut PgConnection, name: &str, sort_order: i32)
     .await
 }
 
-pub async fn ensure_tier(conn: &mut PgConnection, ladder: i64, rank: i32, product: i64) -> sqlx::Result<()> {
+pub async fn ensure_tier(conn: &mut PgConnection, ladder: LadderId, rank: i32, product: ProductId) -> sqlx::Result<()> {
     // The rank key is deferrable (renumbering), which ON CONFLICT cannot arbitrate.
     sqlx::query!(
         "INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) SELECT $1, $2, $3
          WHERE NOT EXISTS (SELECT 1 FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND (rank = $2 OR product_id = $3))",
-        ladder,
+        ladder as LadderId,
         rank,
-        product
+        product as ProductId
     )
     .execute(conn)
     .await?;
     Ok(())
 }
 
-pub async fn ensure_org_type(conn: &mut PgConnection, name: &str, default_ladder: Option<i64>) -> sqlx::Result<i64> {
-    if let Some(id) = sqlx::query_scalar!("SELECT org_type_id FROM core.org_types WHERE name = $1", name)
-        .fetch_optional(&mut *conn)
-        .await?
+pub async fn ensure_org_type(
+    conn: &mut PgConnection,
+    name: &str,
+    default_ladder: Option<LadderId>,
+) -> sqlx::Result<OrgTypeId> {
+    if let Some(id) =
+        sqlx::query_scalar!(r#"SELECT org_type_id AS "id: OrgTypeId" FROM core.org_types WHERE name = $1"#, name)
+            .fetch_optional(&mut *conn)
+            .await?
     {
         return Ok(id);
     }
     sqlx::query_scalar!(
-        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id",
+        r#"INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id AS "id: OrgTypeId""#,
         name,
-        default_ladder
+        default_ladder as Option<LadderId>
     )
     .fetch_one(conn)
     .await
 }
 
-pub async fn entitlement_set_id_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar!("SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = $1", name)
-        .fetch_optional(conn)
-        .await
+pub async fn entitlement_set_id_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<EntitlementSetId>> {
+    sqlx::query_scalar!(
+        r#"SELECT entitlement_set_id AS "id: EntitlementSetId" FROM core.entitlement_sets WHERE name = $1"#,
+        name
+    )
+    .fetch_optional(conn)
+    .await
 }
 
-pub async fn product_id_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar!("SELECT product_id FROM core.products WHERE name = $1", name).fetch_optional(conn).await
+pub async fn product_id_by_name(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<ProductId>> {
+    sqlx::query_scalar!(r#"SELECT product_id AS "id: ProductId" FROM core.products WHERE name = $1"#, name)
+        .fetch_optional(conn)
+        .await
 }
 
 // Organizations and pools, read models.
 
 #[derive(Debug, Clone)]
 pub struct OrgListRow {
-    pub organization_id: i64,
+    pub organization_id: OrganizationId,
     pub name: String,
     pub org_type: Option<String>,
     pub plan: Option<String>,
@@ -459,7 +489,7 @@ pub async fn organizations_matching(conn: &mut PgConnection, prefix: &str, cap: 
 }
 
 /// The organization with this id, as a list row (a search for an id).
-pub async fn organization_row(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<OrgListRow>> {
+pub async fn organization_row(conn: &mut PgConnection, id: OrganizationId) -> sqlx::Result<Option<OrgListRow>> {
     sqlx::query_as!(
         OrgListRow,
         r#"SELECT o.organization_id, o.name, t.name AS "org_type?",
@@ -470,7 +500,7 @@ pub async fn organization_row(conn: &mut PgConnection, id: i64) -> sqlx::Result<
                    WHERE rp.organization_id = o.organization_id AND rp.is_default) AS "plan?"
            FROM core.organizations o LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
            WHERE o.organization_id = $1"#,
-        id
+        id as OrganizationId
     )
     .fetch_optional(conn)
     .await
@@ -483,9 +513,9 @@ pub async fn compact_organization_counts(conn: &mut PgConnection) -> sqlx::Resul
 
 /// How many organizations there are, per org type (None: without a type), from the counts the
 /// organizations' triggers keep (migration 0014): no organization is read.
-pub async fn organization_counts(conn: &mut PgConnection) -> sqlx::Result<Vec<(Option<i64>, i64)>> {
+pub async fn organization_counts(conn: &mut PgConnection) -> sqlx::Result<Vec<(Option<OrgTypeId>, i64)>> {
     Ok(sqlx::query!(
-        r#"SELECT org_type_id, sum(delta)::bigint AS "organizations!"
+        r#"SELECT org_type_id AS "org_type_id: OrgTypeId", sum(delta)::bigint AS "organizations!"
            FROM core.organization_counts GROUP BY org_type_id HAVING sum(delta) <> 0"#
     )
     .fetch_all(conn)
@@ -497,21 +527,21 @@ pub async fn organization_counts(conn: &mut PgConnection) -> sqlx::Result<Vec<(O
 
 #[derive(Debug, Clone)]
 pub struct OrgFacts {
-    pub organization_id: i64,
+    pub organization_id: OrganizationId,
     pub name: String,
     pub org_type: Option<String>,
-    pub pool_id: Option<i64>,
+    pub pool_id: Option<PoolId>,
     pub created_at: DateTime<Utc>,
 }
 
-pub async fn organization(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<OrgFacts>> {
+pub async fn organization(conn: &mut PgConnection, id: OrganizationId) -> sqlx::Result<Option<OrgFacts>> {
     sqlx::query_as!(
         OrgFacts,
-        r#"SELECT o.organization_id, o.name, t.name AS "org_type?", rp.pool_id AS "pool_id?", o.created_at
+        r#"SELECT o.organization_id, o.name, t.name AS "org_type?", rp.pool_id AS "pool_id?: PoolId", o.created_at
            FROM core.organizations o LEFT JOIN core.org_types t ON t.org_type_id = o.org_type_id
            LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
            WHERE o.organization_id = $1"#,
-        id
+        id as OrganizationId
     )
     .fetch_optional(conn)
     .await
@@ -520,23 +550,23 @@ pub async fn organization(conn: &mut PgConnection, id: i64) -> sqlx::Result<Opti
 /// A holding conferral of a pool, with its ladder place when it has one.
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct HeldConferral {
-    pub conferral_id: i64,
+    pub conferral_id: ConferralId,
     pub ladder: Option<String>,
     pub rank: Option<i32>,
     pub product: String,
-    pub grant_id: Option<i64>,
-    pub grant_kind: Option<String>,
+    pub grant_id: Option<GrantId>,
+    pub grant_kind: Option<GrantKind>,
     pub stripe_subscription_id: Option<String>,
     pub stripe_item_id: Option<String>,
     pub suspended: bool,
     pub quantity: i32,
 }
 
-pub async fn held_conferrals(conn: &mut PgConnection, pool_id: i64) -> sqlx::Result<Vec<HeldConferral>> {
+pub async fn held_conferrals(conn: &mut PgConnection, pool_id: PoolId) -> sqlx::Result<Vec<HeldConferral>> {
     sqlx::query_as!(
         HeldConferral,
-        r#"SELECT c.conferral_id, l.name AS "ladder?", ps.rank AS "rank?", p.name AS product, c.grant_id,
-                g.kind AS "grant_kind?", s.stripe_subscription_id AS "stripe_subscription_id?",
+        r#"SELECT c.conferral_id, l.name AS "ladder?", ps.rank AS "rank?", p.name AS product,
+                c.grant_id AS "grant_id: GrantId", g.kind AS "grant_kind?: GrantKind", s.stripe_subscription_id AS "stripe_subscription_id?",
                 i.stripe_item_id AS "stripe_item_id?", c.suspended, c.quantity
          FROM core.conferrals c
          JOIN core.products p ON p.product_id = c.product_id
@@ -547,7 +577,7 @@ pub async fn held_conferrals(conn: &mut PgConnection, pool_id: i64) -> sqlx::Res
          LEFT JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
          WHERE c.pool_id = $1 AND c.state = 'holding'
          ORDER BY l.sort_order NULLS LAST, l.plan_ladder_id, c.conferral_id"#,
-        pool_id
+        pool_id as PoolId
     )
     .fetch_all(conn)
     .await
@@ -561,7 +591,10 @@ pub struct Displaced {
     pub since: DateTime<Utc>,
 }
 
-pub async fn displaced_sources(conn: &mut PgConnection, organization_id: i64) -> sqlx::Result<Vec<Displaced>> {
+pub async fn displaced_sources(
+    conn: &mut PgConnection,
+    organization_id: OrganizationId,
+) -> sqlx::Result<Vec<Displaced>> {
     // A UNION's columns come from no table: the first branch's names say they are never null.
     sqlx::query_as!(
         Displaced,
@@ -578,7 +611,7 @@ pub async fn displaced_sources(conn: &mut PgConnection, organization_id: i64) ->
          JOIN core.products p ON p.product_id = i.product_id
          WHERE s.organization_id = $1 AND d.delivered_at IS NULL
          ORDER BY "since!" DESC"#,
-        organization_id
+        organization_id as OrganizationId
     )
     .fetch_all(conn)
     .await
@@ -591,13 +624,13 @@ pub struct Usage {
     pub limit_value: i64,
 }
 
-pub async fn usage(conn: &mut PgConnection, pool_id: i64) -> sqlx::Result<Vec<Usage>> {
+pub async fn usage(conn: &mut PgConnection, pool_id: PoolId) -> sqlx::Result<Vec<Usage>> {
     // A view's columns carry no NOT NULL (these are the usage table's and a coalesce).
     sqlx::query_as!(
         Usage,
         r#"SELECT resource_key AS "resource_key!", used AS "used!", limit_value AS "limit_value!"
            FROM core.pool_usage WHERE pool_id = $1 ORDER BY resource_key COLLATE "C""#,
-        pool_id
+        pool_id as PoolId
     )
     .fetch_all(conn)
     .await
@@ -609,12 +642,12 @@ pub struct Member {
     pub role: String,
 }
 
-pub async fn members(conn: &mut PgConnection, organization_id: i64) -> sqlx::Result<Vec<Member>> {
+pub async fn members(conn: &mut PgConnection, organization_id: OrganizationId) -> sqlx::Result<Vec<Member>> {
     sqlx::query_as!(
         Member,
         "SELECT a.email, m.role FROM core.organization_members m JOIN core.accounts a USING (account_id)
          WHERE m.organization_id = $1 ORDER BY m.role DESC, lower(a.email)",
-        organization_id
+        organization_id as OrganizationId
     )
     .fetch_all(conn)
     .await

@@ -3,6 +3,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use crate::ids::JobId;
+
 #[derive(Debug, Default)]
 pub struct JobCounts {
     pub pending: i64,
@@ -13,7 +15,7 @@ pub struct JobCounts {
 
 #[derive(Debug)]
 pub struct FailedJob {
-    pub job_id: i64,
+    pub job_id: JobId,
     pub kind: String,
     pub attempts: i32,
     pub last_error: Option<String>,

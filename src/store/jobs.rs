@@ -6,10 +6,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
+use crate::{ids::JobId, states::JobState};
+
 /// A job a worker has just claimed: it holds the lease on it for this attempt.
 #[derive(Clone, Debug)]
 pub struct ClaimedJob {
-    pub job_id: i64,
+    pub job_id: JobId,
     pub kind: String,
     pub payload: serde_json::Value,
     /// This attempt's number, counting from 1 (the claim counted it).
@@ -26,13 +28,13 @@ pub async fn insert_job(
     run_at: Option<DateTime<Utc>>,
     dedupe_key: Option<&str>,
     max_attempts: i32,
-) -> Result<Option<i64>, sqlx::Error> {
+) -> Result<Option<JobId>, sqlx::Error> {
     // The conflict target names the partial index's predicate, so only an open job conflicts.
     sqlx::query_scalar!(
-        "INSERT INTO integration.jobs (kind, payload, run_at, dedupe_key, max_attempts)
-         VALUES ($1, $2, coalesce($3, now()), $4, $5)
-         ON CONFLICT (dedupe_key) WHERE state IN ('pending', 'running') DO NOTHING
-         RETURNING job_id",
+        r#"INSERT INTO integration.jobs (kind, payload, run_at, dedupe_key, max_attempts)
+           VALUES ($1, $2, coalesce($3, now()), $4, $5)
+           ON CONFLICT (dedupe_key) WHERE state IN ('pending', 'running') DO NOTHING
+           RETURNING job_id AS "job_id: JobId""#,
         kind,
         payload,
         run_at,
@@ -97,7 +99,7 @@ ORDER BY job_id"#,
 /// to record.
 pub async fn mark_job_done<'e>(
     db: impl PgExecutor<'e>,
-    job_id: i64,
+    job_id: JobId,
     worker: &str,
     attempt: i32,
 ) -> Result<bool, sqlx::Error> {
@@ -105,7 +107,7 @@ pub async fn mark_job_done<'e>(
         "UPDATE integration.jobs
          SET state = 'done', finished_at = now(), locked_until = NULL
          WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3",
-        job_id,
+        job_id as JobId,
         worker,
         attempt
     )
@@ -119,14 +121,14 @@ pub async fn mark_job_done<'e>(
 /// None when the worker no longer holds the lease for this attempt.
 pub async fn mark_job_failed<'e>(
     db: impl PgExecutor<'e>,
-    job_id: i64,
+    job_id: JobId,
     worker: &str,
     attempt: i32,
     error: &str,
     retry_in: Option<Duration>,
-) -> Result<Option<String>, sqlx::Error> {
+) -> Result<Option<JobState>, sqlx::Error> {
     sqlx::query_scalar!(
-        "UPDATE integration.jobs
+        r#"UPDATE integration.jobs
          SET state = CASE WHEN $5::bigint IS NULL OR attempts >= max_attempts THEN 'failed' ELSE 'pending' END,
              run_at = CASE WHEN $5::bigint IS NULL OR attempts >= max_attempts THEN run_at
                            ELSE now() + $5::bigint * interval '1 millisecond' END,
@@ -134,8 +136,8 @@ pub async fn mark_job_failed<'e>(
              locked_until = NULL,
              last_error = $4
          WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3
-         RETURNING state",
-        job_id,
+         RETURNING state AS "state: JobState""#,
+        job_id as JobId,
         worker,
         attempt,
         error,
@@ -150,7 +152,7 @@ pub async fn mark_job_failed<'e>(
 /// another worker, or a later attempt, has the job.
 pub async fn renew_job_lease<'e>(
     db: impl PgExecutor<'e>,
-    job_id: i64,
+    job_id: JobId,
     worker: &str,
     attempt: i32,
     lease: Duration,
@@ -159,7 +161,7 @@ pub async fn renew_job_lease<'e>(
         "UPDATE integration.jobs
          SET locked_until = now() + $4::bigint * interval '1 millisecond'
          WHERE job_id = $1 AND state = 'running' AND locked_by = $2 AND attempts = $3",
-        job_id,
+        job_id as JobId,
         worker,
         attempt,
         millis(lease)
@@ -176,7 +178,7 @@ pub async fn renew_job_lease<'e>(
 /// at its commit. False when the worker no longer held the job for this attempt.
 pub async fn give_back_job<'e>(
     db: impl PgExecutor<'e>,
-    job_id: i64,
+    job_id: JobId,
     worker: &str,
     attempt: i32,
 ) -> Result<bool, sqlx::Error> {
@@ -188,7 +190,7 @@ pub async fn give_back_job<'e>(
              RETURNING job_id
          )
          SELECT job_id, pg_notify('member_console_jobs', '') AS notified FROM given",
-        job_id,
+        job_id as JobId,
         worker,
         attempt
     )

@@ -2,32 +2,42 @@
 
 use sqlx::PgConnection;
 
+use crate::ids::{LadderId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId};
+
 /// LockOrgType: the type's row FOR NO KEY UPDATE; its current default.
-pub async fn lock_org_type(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<Option<(Option<i64>,)>> {
+pub async fn lock_org_type(
+    conn: &mut PgConnection,
+    org_type_id: OrgTypeId,
+) -> sqlx::Result<Option<(Option<LadderId>,)>> {
     Ok(sqlx::query_scalar!(
-        "SELECT default_plan_ladder_id FROM core.org_types WHERE org_type_id = $1 FOR NO KEY UPDATE",
-        org_type_id
+        r#"SELECT default_plan_ladder_id AS "ladder: LadderId" FROM core.org_types WHERE org_type_id = $1 FOR NO KEY UPDATE"#,
+        org_type_id as OrgTypeId
     )
     .fetch_optional(conn)
     .await?
     .map(|d| (d,)))
 }
 
-pub async fn rank0_of(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Option<i64>> {
+pub async fn rank0_of(conn: &mut PgConnection, ladder_id: LadderId) -> sqlx::Result<Option<ProductId>> {
     sqlx::query_scalar!(
-        "SELECT product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = 0",
-        ladder_id
+        r#"SELECT product_id AS "product_id: ProductId" FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = 0"#,
+        ladder_id as LadderId
     )
     .fetch_optional(conn)
     .await
 }
 
-pub async fn set_default(conn: &mut PgConnection, org_type_id: i64, ladder_id: i64, act: i64) -> sqlx::Result<()> {
+pub async fn set_default(
+    conn: &mut PgConnection,
+    org_type_id: OrgTypeId,
+    ladder_id: LadderId,
+    act: PlanActId,
+) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE core.org_types SET default_plan_ladder_id = $2, default_owner_act_id = $3 WHERE org_type_id = $1",
-        org_type_id,
-        ladder_id,
-        act
+        org_type_id as OrgTypeId,
+        ladder_id as LadderId,
+        act as PlanActId
     )
     .execute(conn)
     .await?;
@@ -36,18 +46,18 @@ pub async fn set_default(conn: &mut PgConnection, org_type_id: i64, ladder_id: i
 
 pub async fn insert_reached_type(
     conn: &mut PgConnection,
-    act: i64,
-    org_type_id: i64,
-    from_ladder: Option<i64>,
-    from_product: Option<i64>,
+    act: PlanActId,
+    org_type_id: OrgTypeId,
+    from_ladder: Option<LadderId>,
+    from_product: Option<ProductId>,
 ) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO core.plan_act_reached_types (plan_act_id, org_type_id, from_ladder_id, from_product_id)
          VALUES ($1, $2, $3, $4)",
-        act,
-        org_type_id,
-        from_ladder,
-        from_product
+        act as PlanActId,
+        org_type_id as OrgTypeId,
+        from_ladder as Option<LadderId>,
+        from_product as Option<ProductId>
     )
     .execute(conn)
     .await?;
@@ -56,17 +66,28 @@ pub async fn insert_reached_type(
 
 /// A reorder's act takes over the default transition of a type it reaches (the type's default
 /// ladder stays); its row lock is the UPDATE's own, under the exclusive rendezvous.
-pub async fn take_default_ownership(conn: &mut PgConnection, org_type_id: i64, act: i64) -> sqlx::Result<()> {
-    sqlx::query!("UPDATE core.org_types SET default_owner_act_id = $2 WHERE org_type_id = $1", org_type_id, act)
-        .execute(conn)
-        .await?;
+pub async fn take_default_ownership(
+    conn: &mut PgConnection,
+    org_type_id: OrgTypeId,
+    act: PlanActId,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.org_types SET default_owner_act_id = $2 WHERE org_type_id = $1",
+        org_type_id as OrgTypeId,
+        act as PlanActId
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
-pub async fn set_running(conn: &mut PgConnection, act: i64) -> sqlx::Result<()> {
-    sqlx::query!("UPDATE core.plan_acts SET state = 'running', finished_at = NULL WHERE plan_act_id = $1", act)
-        .execute(conn)
-        .await?;
+pub async fn set_running(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.plan_acts SET state = 'running', finished_at = NULL WHERE plan_act_id = $1",
+        act as PlanActId
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -74,15 +95,15 @@ pub async fn set_running(conn: &mut PgConnection, act: i64) -> sqlx::Result<()> 
 /// ladder (of `product`, when given)? Index probes.
 pub async fn outgoing_default_exists(
     conn: &mut PgConnection,
-    org_type_id: i64,
-    ladder_id: i64,
-    product_id: Option<i64>,
+    org_type_id: OrgTypeId,
+    ladder_id: LadderId,
+    product_id: Option<ProductId>,
 ) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT core.outgoing_default_exists($1, $2, $3) AS "exists!""#,
-        org_type_id,
-        ladder_id,
-        product_id
+        org_type_id as OrgTypeId,
+        ladder_id as LadderId,
+        product_id as Option<ProductId>
     )
     .fetch_one(conn)
     .await
@@ -92,9 +113,9 @@ pub async fn outgoing_default_exists(
 /// `product`, when given).
 pub async fn floor_reach(
     conn: &mut PgConnection,
-    org_type_id: i64,
-    ladder_id: Option<i64>,
-    product_id: Option<i64>,
+    org_type_id: OrgTypeId,
+    ladder_id: Option<LadderId>,
+    product_id: Option<ProductId>,
 ) -> sqlx::Result<(i64, i64)> {
     let r = sqlx::query!(
         r#"SELECT (SELECT count(*) FROM core.organizations WHERE org_type_id = $1) AS "organizations!",
@@ -104,9 +125,9 @@ pub async fn floor_reach(
                    JOIN core.conferrals c ON c.conferral_id = ps.conferral_id
                    JOIN core.grants g ON g.grant_id = c.grant_id AND g.kind = 'floor'
                   WHERE o.org_type_id = $1 AND ($3::bigint IS NULL OR c.product_id = $3)) AS "holding_floor!""#,
-        org_type_id,
-        ladder_id,
-        product_id
+        org_type_id as OrgTypeId,
+        ladder_id as Option<LadderId>,
+        product_id as Option<ProductId>
     )
     .fetch_one(conn)
     .await?;
@@ -115,10 +136,10 @@ pub async fn floor_reach(
 
 /// Does the type have an organization? One index probe (its newest), so T0's hold does not grow
 /// with the number of organizations.
-pub async fn type_has_organizations(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<bool> {
+pub async fn type_has_organizations(conn: &mut PgConnection, org_type_id: OrgTypeId) -> sqlx::Result<bool> {
     Ok(sqlx::query_scalar!(
         "SELECT organization_id FROM core.organizations WHERE org_type_id = $1 ORDER BY organization_id DESC LIMIT 1",
-        org_type_id
+        org_type_id as OrgTypeId
     )
     .fetch_optional(conn)
     .await?
@@ -126,54 +147,69 @@ pub async fn type_has_organizations(conn: &mut PgConnection, org_type_id: i64) -
 }
 
 /// The types an act reaches whose listing is not done.
-pub async fn types_to_list(conn: &mut PgConnection, act: i64) -> sqlx::Result<Vec<i64>> {
+pub async fn types_to_list(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<Vec<OrgTypeId>> {
     sqlx::query_scalar!(
-        "SELECT org_type_id FROM core.plan_act_reached_types WHERE plan_act_id = $1 AND NOT listing_done ORDER BY org_type_id",
-        act
+        r#"SELECT org_type_id AS "org_type_id: OrgTypeId" FROM core.plan_act_reached_types
+           WHERE plan_act_id = $1 AND NOT listing_done ORDER BY org_type_id"#,
+        act as PlanActId
     )
     .fetch_all(conn)
     .await
 }
 
-pub async fn write_obligations(conn: &mut PgConnection, act: i64, org_type_id: i64, limit: i32) -> sqlx::Result<i32> {
-    sqlx::query_scalar!(r#"SELECT core.write_plan_act_obligations($1, $2, $3) AS "written!""#, act, org_type_id, limit)
-        .fetch_one(conn)
-        .await
+pub async fn write_obligations(
+    conn: &mut PgConnection,
+    act: PlanActId,
+    org_type_id: OrgTypeId,
+    limit: i32,
+) -> sqlx::Result<i32> {
+    sqlx::query_scalar!(
+        r#"SELECT core.write_plan_act_obligations($1, $2, $3) AS "written!""#,
+        act as PlanActId,
+        org_type_id as OrgTypeId,
+        limit
+    )
+    .fetch_one(conn)
+    .await
 }
 
 pub async fn pending_pools(
     conn: &mut PgConnection,
-    act: i64,
+    act: PlanActId,
     part: i64,
     parts: i64,
-    after: i64,
+    after: PoolId,
     limit: i64,
-) -> sqlx::Result<Vec<i64>> {
+) -> sqlx::Result<Vec<PoolId>> {
     sqlx::query_scalar!(
-        "SELECT pool_id FROM core.plan_act_obligations
-         WHERE plan_act_id = $1 AND state = 'pending' AND pool_id % $3 = $2 AND pool_id > $4 ORDER BY pool_id LIMIT $5",
-        act,
+        r#"SELECT pool_id AS "pool_id: PoolId" FROM core.plan_act_obligations
+           WHERE plan_act_id = $1 AND state = 'pending' AND pool_id % $3 = $2 AND pool_id > $4 ORDER BY pool_id LIMIT $5"#,
+        act as PlanActId,
         part,
         parts,
-        after,
+        after as PoolId,
         limit
     )
     .fetch_all(conn)
     .await
 }
 
-pub async fn record_failure(conn: &mut PgConnection, act: i64, pool: i64, error: &str) -> sqlx::Result<()> {
-    sqlx::query!("SELECT core.record_plan_act_obligation_failure($1, $2, $3)", act, pool, error).execute(conn).await?;
+pub async fn record_failure(conn: &mut PgConnection, act: PlanActId, pool: PoolId, error: &str) -> sqlx::Result<()> {
+    sqlx::query!("SELECT core.record_plan_act_obligation_failure($1, $2, $3)", act as PlanActId, pool as PoolId, error)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
-pub async fn requeue(conn: &mut PgConnection, act: i64) -> sqlx::Result<i32> {
-    sqlx::query_scalar!(r#"SELECT core.requeue_plan_act_obligations($1) AS "requeued!""#, act).fetch_one(conn).await
+pub async fn requeue(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<i32> {
+    sqlx::query_scalar!(r#"SELECT core.requeue_plan_act_obligations($1) AS "requeued!""#, act as PlanActId)
+        .fetch_one(conn)
+        .await
 }
 
 /// core.enact_plan_act_obligation: one organization's move, as one statement of two numbers (run
 /// as a transaction of its own in one round trip, `tx::once`).
-pub fn enact_obligation_statement(act: i64, pool: i64) -> String {
+pub fn enact_obligation_statement(act: PlanActId, pool: PoolId) -> String {
     // Runtime SQL: a `tx::once` statement (simple protocol, one round trip) takes no parameters.
     format!("SELECT core.enact_plan_act_obligation({act}, {pool})")
 }
@@ -188,29 +224,34 @@ pub fn enacted(rows: &[sqlx::postgres::PgRow]) -> sqlx::Result<Option<String>> {
 }
 
 /// The act's row, FOR UPDATE (the last probe against a Retry's requeue).
-pub async fn lock_act(conn: &mut PgConnection, act: i64) -> sqlx::Result<()> {
-    sqlx::query_scalar!("SELECT 1 AS locked FROM core.plan_acts WHERE plan_act_id = $1 FOR UPDATE", act)
+pub async fn lock_act(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<()> {
+    sqlx::query_scalar!("SELECT 1 AS locked FROM core.plan_acts WHERE plan_act_id = $1 FOR UPDATE", act as PlanActId)
         .fetch_all(conn)
         .await?;
     Ok(())
 }
 
 /// Is any obligation still pending, or any type still being listed?
-pub async fn unfinished(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
+pub async fn unfinished(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM core.plan_act_obligations WHERE plan_act_id = $1 AND state = 'pending')
                OR EXISTS (SELECT 1 FROM core.plan_act_reached_types WHERE plan_act_id = $1 AND NOT listing_done) AS "unfinished!""#,
-        act
+        act as PlanActId
     )
     .fetch_one(conn)
     .await
 }
 
 /// The types an act reaches: (type, the ladder and product whose floor it takes away).
-pub async fn reached_types(conn: &mut PgConnection, act: i64) -> sqlx::Result<Vec<(i64, Option<i64>, Option<i64>)>> {
+pub async fn reached_types(
+    conn: &mut PgConnection,
+    act: PlanActId,
+) -> sqlx::Result<Vec<(OrgTypeId, Option<LadderId>, Option<ProductId>)>> {
     Ok(sqlx::query!(
-        "SELECT org_type_id, from_ladder_id, from_product_id FROM core.plan_act_reached_types WHERE plan_act_id = $1",
-        act
+        r#"SELECT org_type_id AS "org_type_id: OrgTypeId", from_ladder_id AS "from_ladder_id: LadderId",
+                  from_product_id AS "from_product_id: ProductId"
+           FROM core.plan_act_reached_types WHERE plan_act_id = $1"#,
+        act as PlanActId
     )
     .fetch_all(conn)
     .await?
@@ -219,10 +260,10 @@ pub async fn reached_types(conn: &mut PgConnection, act: i64) -> sqlx::Result<Ve
     .collect())
 }
 
-pub async fn finish(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
+pub async fn finish(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<bool> {
     Ok(sqlx::query!(
         "UPDATE core.plan_acts SET state = 'done', finished_at = now() WHERE plan_act_id = $1 AND state = 'running'",
-        act
+        act as PlanActId
     )
     .execute(conn)
     .await?
@@ -230,11 +271,11 @@ pub async fn finish(conn: &mut PgConnection, act: i64) -> sqlx::Result<bool> {
         == 1)
 }
 
-pub async fn running_acts(conn: &mut PgConnection) -> sqlx::Result<Vec<i64>> {
+pub async fn running_acts(conn: &mut PgConnection) -> sqlx::Result<Vec<PlanActId>> {
     sqlx::query_scalar!(
-        "SELECT a.plan_act_id FROM core.plan_acts a WHERE a.state = 'running'
-            OR EXISTS (SELECT 1 FROM core.plan_act_obligations o WHERE o.plan_act_id = a.plan_act_id AND o.state = 'pending')
-         ORDER BY a.plan_act_id"
+        r#"SELECT a.plan_act_id AS "plan_act_id: PlanActId" FROM core.plan_acts a WHERE a.state = 'running'
+              OR EXISTS (SELECT 1 FROM core.plan_act_obligations o WHERE o.plan_act_id = a.plan_act_id AND o.state = 'pending')
+           ORDER BY a.plan_act_id"#
     )
     .fetch_all(conn)
     .await
@@ -250,14 +291,14 @@ pub struct Counts {
     pub superseded: i64,
 }
 
-pub async fn counts(conn: &mut PgConnection, act: i64) -> sqlx::Result<Counts> {
+pub async fn counts(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<Counts> {
     sqlx::query_as!(
         Counts,
         r#"SELECT count(*) FILTER (WHERE state = 'pending') AS "pending!", count(*) FILTER (WHERE state = 'migrated') AS "migrated!",
                   count(*) FILTER (WHERE state = 'grandfathered') AS "grandfathered!", count(*) FILTER (WHERE state = 'vacant') AS "vacant!",
                   count(*) FILTER (WHERE state = 'failed') AS "failed!", count(*) FILTER (WHERE state = 'superseded') AS "superseded!"
            FROM core.plan_act_obligations WHERE plan_act_id = $1"#,
-        act
+        act as PlanActId
     )
     .fetch_one(conn)
     .await
@@ -265,18 +306,18 @@ pub async fn counts(conn: &mut PgConnection, act: i64) -> sqlx::Result<Counts> {
 
 #[derive(Debug, Clone)]
 pub struct Failure {
-    pub organization_id: i64,
+    pub organization_id: OrganizationId,
     pub organization: String,
     pub attempts: i32,
     pub last_error: Option<String>,
 }
 
-pub async fn failures(conn: &mut PgConnection, act: i64, limit: i64) -> sqlx::Result<Vec<Failure>> {
+pub async fn failures(conn: &mut PgConnection, act: PlanActId, limit: i64) -> sqlx::Result<Vec<Failure>> {
     sqlx::query_as!(
         Failure,
         "SELECT o.organization_id, org.name AS organization, o.attempts, o.last_error FROM core.plan_act_obligations o
          JOIN core.organizations org USING (organization_id) WHERE o.plan_act_id = $1 AND o.state = 'failed' ORDER BY o.pool_id LIMIT $2",
-        act,
+        act as PlanActId,
         limit
     )
     .fetch_all(conn)
@@ -284,11 +325,11 @@ pub async fn failures(conn: &mut PgConnection, act: i64, limit: i64) -> sqlx::Re
 }
 
 /// Whether an act reaches organizations (has reached types) and whether its listing is done.
-pub async fn listing_state(conn: &mut PgConnection, act: i64) -> sqlx::Result<(bool, bool)> {
+pub async fn listing_state(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<(bool, bool)> {
     let r = sqlx::query!(
         r#"SELECT count(*) > 0 AS "reaches!", coalesce(bool_and(listing_done), true) AS "listed!"
            FROM core.plan_act_reached_types WHERE plan_act_id = $1"#,
-        act
+        act as PlanActId
     )
     .fetch_one(conn)
     .await?;
@@ -296,13 +337,21 @@ pub async fn listing_state(conn: &mut PgConnection, act: i64) -> sqlx::Result<(b
 }
 
 /// The type's default ladder, read without a lock (a preview).
-pub async fn org_type_default(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<Option<(Option<i64>,)>> {
-    Ok(sqlx::query_scalar!("SELECT default_plan_ladder_id FROM core.org_types WHERE org_type_id = $1", org_type_id)
-        .fetch_optional(conn)
-        .await?
-        .map(|d| (d,)))
+pub async fn org_type_default(
+    conn: &mut PgConnection,
+    org_type_id: OrgTypeId,
+) -> sqlx::Result<Option<(Option<LadderId>,)>> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT default_plan_ladder_id AS "ladder: LadderId" FROM core.org_types WHERE org_type_id = $1"#,
+        org_type_id as OrgTypeId
+    )
+    .fetch_optional(conn)
+    .await?
+    .map(|d| (d,)))
 }
 
-pub async fn org_type_name(conn: &mut PgConnection, org_type_id: i64) -> sqlx::Result<String> {
-    sqlx::query_scalar!("SELECT name FROM core.org_types WHERE org_type_id = $1", org_type_id).fetch_one(conn).await
+pub async fn org_type_name(conn: &mut PgConnection, org_type_id: OrgTypeId) -> sqlx::Result<String> {
+    sqlx::query_scalar!("SELECT name FROM core.org_types WHERE org_type_id = $1", org_type_id as OrgTypeId)
+        .fetch_one(conn)
+        .await
 }

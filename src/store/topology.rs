@@ -3,11 +3,17 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use crate::{
+    ids::{AccountId, ConferralId, GrantId, LadderId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId},
+    states::{PlanActKind, PlanActState},
+};
+
 /// Pools holding a live conferral of the product, ascending (the tier add's holders).
-pub async fn pools_holding_product(conn: &mut PgConnection, product_id: i64) -> sqlx::Result<Vec<i64>> {
+pub async fn pools_holding_product(conn: &mut PgConnection, product_id: ProductId) -> sqlx::Result<Vec<PoolId>> {
     sqlx::query_scalar!(
-        "SELECT DISTINCT pool_id FROM core.conferrals WHERE product_id = $1 AND state = 'holding' ORDER BY pool_id",
-        product_id
+        r#"SELECT DISTINCT pool_id AS "pool_id: PoolId" FROM core.conferrals
+           WHERE product_id = $1 AND state = 'holding' ORDER BY pool_id"#,
+        product_id as ProductId
     )
     .fetch_all(conn)
     .await
@@ -17,8 +23,8 @@ pub async fn pools_holding_product(conn: &mut PgConnection, product_id: i64) -> 
 /// product twice; their organizations' names (at most `limit`) and how many there are.
 pub async fn tier_add_collisions(
     conn: &mut PgConnection,
-    ladder_id: i64,
-    product_id: i64,
+    ladder_id: LadderId,
+    product_id: ProductId,
     limit: i64,
 ) -> sqlx::Result<(i64, Vec<String>)> {
     let names: Vec<String> = sqlx::query_scalar!(
@@ -29,8 +35,8 @@ pub async fn tier_add_collisions(
              WHERE h.n > 1 OR EXISTS (SELECT 1 FROM core.positions p WHERE p.pool_id = h.pool_id AND p.plan_ladder_id = $1))
          SELECT o.name FROM colliding c JOIN core.resource_pools rp USING (pool_id)
          JOIN core.organizations o USING (organization_id) ORDER BY c.pool_id",
-        ladder_id,
-        product_id
+        ladder_id as LadderId,
+        product_id as ProductId
     )
     .fetch_all(conn)
     .await?;
@@ -39,12 +45,17 @@ pub async fn tier_add_collisions(
 }
 
 /// The holding conferrals of a product in a pool, in creation order.
-pub async fn holding_conferrals_of(conn: &mut PgConnection, pool_id: i64, product_id: i64) -> sqlx::Result<Vec<i64>> {
+pub async fn holding_conferrals_of(
+    conn: &mut PgConnection,
+    pool_id: PoolId,
+    product_id: ProductId,
+) -> sqlx::Result<Vec<ConferralId>> {
     sqlx::query_scalar!(
-        "SELECT conferral_id FROM core.conferrals WHERE pool_id = $1 AND product_id = $2 AND state = 'holding'
-         ORDER BY created_at, conferral_id",
-        pool_id,
-        product_id
+        r#"SELECT conferral_id AS "conferral_id: ConferralId" FROM core.conferrals
+           WHERE pool_id = $1 AND product_id = $2 AND state = 'holding'
+           ORDER BY created_at, conferral_id"#,
+        pool_id as PoolId,
+        product_id as ProductId
     )
     .fetch_all(conn)
     .await
@@ -53,33 +64,33 @@ pub async fn holding_conferrals_of(conn: &mut PgConnection, pool_id: i64, produc
 #[derive(Debug, Clone)]
 pub struct TierRow {
     pub rank: i32,
-    pub product_id: i64,
+    pub product_id: ProductId,
 }
 
-pub async fn tiers_of(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Vec<TierRow>> {
+pub async fn tiers_of(conn: &mut PgConnection, ladder_id: LadderId) -> sqlx::Result<Vec<TierRow>> {
     sqlx::query_as!(
         TierRow,
         "SELECT rank, product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 ORDER BY rank",
-        ladder_id
+        ladder_id as LadderId
     )
     .fetch_all(conn)
     .await
 }
 
-pub async fn ladder_exists(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<bool> {
+pub async fn ladder_exists(conn: &mut PgConnection, ladder_id: LadderId) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM core.plan_ladders WHERE plan_ladder_id = $1) AS "exists!""#,
-        ladder_id
+        ladder_id as LadderId
     )
     .fetch_one(conn)
     .await
 }
 
 /// Product facts a tier add needs: published, and whether it has a set.
-pub async fn product_facts(conn: &mut PgConnection, product_id: i64) -> sqlx::Result<Option<(bool, bool)>> {
+pub async fn product_facts(conn: &mut PgConnection, product_id: ProductId) -> sqlx::Result<Option<(bool, bool)>> {
     Ok(sqlx::query!(
         r#"SELECT published, entitlement_set_id IS NOT NULL AS "has_set!" FROM core.products WHERE product_id = $1"#,
-        product_id
+        product_id as ProductId
     )
     .fetch_optional(conn)
     .await?
@@ -87,19 +98,22 @@ pub async fn product_facts(conn: &mut PgConnection, product_id: i64) -> sqlx::Re
 }
 
 /// Org types that default to the ladder.
-pub async fn types_defaulting_to(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar!("SELECT name FROM core.org_types WHERE default_plan_ladder_id = $1 ORDER BY name", ladder_id)
-        .fetch_all(conn)
-        .await
+pub async fn types_defaulting_to(conn: &mut PgConnection, ladder_id: LadderId) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar!(
+        "SELECT name FROM core.org_types WHERE default_plan_ladder_id = $1 ORDER BY name",
+        ladder_id as LadderId
+    )
+    .fetch_all(conn)
+    .await
 }
 
 /// Live holders of one tier: pools with a position on the ladder by a conferral of its product.
-pub async fn tier_holders(conn: &mut PgConnection, ladder_id: i64, product_id: i64) -> sqlx::Result<i64> {
+pub async fn tier_holders(conn: &mut PgConnection, ladder_id: LadderId, product_id: ProductId) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
         r#"SELECT count(*) AS "holders!" FROM core.positions p JOIN core.conferrals c USING (conferral_id)
            WHERE p.plan_ladder_id = $1 AND c.product_id = $2"#,
-        ladder_id,
-        product_id
+        ladder_id as LadderId,
+        product_id as ProductId
     )
     .fetch_one(conn)
     .await
@@ -107,11 +121,11 @@ pub async fn tier_holders(conn: &mut PgConnection, ladder_id: i64, product_id: i
 
 /// Open room at `rank` (ranks from it move up one) or close the gap a delete left (ranks above
 /// it move down one); the rank key is deferred to the commit so the shift needs no order.
-pub async fn shift_ranks(conn: &mut PgConnection, ladder_id: i64, from_rank: i32, by: i32) -> sqlx::Result<()> {
+pub async fn shift_ranks(conn: &mut PgConnection, ladder_id: LadderId, from_rank: i32, by: i32) -> sqlx::Result<()> {
     sqlx::query!("SET CONSTRAINTS core.plan_ladder_tiers_pkey DEFERRED").execute(&mut *conn).await?;
     sqlx::query!(
         "UPDATE core.plan_ladder_tiers SET rank = rank + $3 WHERE plan_ladder_id = $1 AND rank >= $2",
-        ladder_id,
+        ladder_id as LadderId,
         from_rank,
         by
     )
@@ -120,52 +134,63 @@ pub async fn shift_ranks(conn: &mut PgConnection, ladder_id: i64, from_rank: i32
     Ok(())
 }
 
-pub async fn insert_tier(conn: &mut PgConnection, ladder_id: i64, rank: i32, product_id: i64) -> sqlx::Result<()> {
+pub async fn insert_tier(
+    conn: &mut PgConnection,
+    ladder_id: LadderId,
+    rank: i32,
+    product_id: ProductId,
+) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, $2, $3)",
-        ladder_id,
+        ladder_id as LadderId,
         rank,
-        product_id
+        product_id as ProductId
     )
     .execute(conn)
     .await?;
     Ok(())
 }
 
-pub async fn delete_tier(conn: &mut PgConnection, ladder_id: i64, rank: i32) -> sqlx::Result<()> {
-    sqlx::query!("DELETE FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = $2", ladder_id, rank)
-        .execute(conn)
-        .await?;
+pub async fn delete_tier(conn: &mut PgConnection, ladder_id: LadderId, rank: i32) -> sqlx::Result<()> {
+    sqlx::query!(
+        "DELETE FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 AND rank = $2",
+        ladder_id as LadderId,
+        rank
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
-pub async fn sync_position_ranks(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<i32> {
-    sqlx::query_scalar!(r#"SELECT core.sync_position_ranks($1) AS "synced!""#, ladder_id).fetch_one(conn).await
+pub async fn sync_position_ranks(conn: &mut PgConnection, ladder_id: LadderId) -> sqlx::Result<i32> {
+    sqlx::query_scalar!(r#"SELECT core.sync_position_ranks($1) AS "synced!""#, ladder_id as LadderId)
+        .fetch_one(conn)
+        .await
 }
 
 #[allow(clippy::too_many_arguments)]
 pub async fn record_plan_act(
     conn: &mut PgConnection,
-    kind: &str,
+    kind: PlanActKind,
     disposition: Option<&str>,
-    actor: Option<i64>,
+    actor: Option<AccountId>,
     reason: &str,
-    ladder: Option<i64>,
-    product: Option<i64>,
+    ladder: Option<LadderId>,
+    product: Option<ProductId>,
     rank: Option<i32>,
-    org_type: Option<i64>,
+    org_type: Option<OrgTypeId>,
     detail: serde_json::Value,
-) -> sqlx::Result<i64> {
+) -> sqlx::Result<PlanActId> {
     sqlx::query_scalar!(
-        r#"SELECT core.record_plan_act($1, $2, $3, $4, $5, $6, $7, $8, $9) AS "plan_act_id!""#,
-        kind,
+        r#"SELECT core.record_plan_act($1, $2, $3, $4, $5, $6, $7, $8, $9) AS "plan_act_id!: PlanActId""#,
+        kind as PlanActKind,
         disposition,
-        actor,
+        actor as Option<AccountId>,
         reason,
-        ladder,
-        product,
+        ladder as Option<LadderId>,
+        product as Option<ProductId>,
         rank,
-        org_type,
+        org_type as Option<OrgTypeId>,
         detail
     )
     .fetch_one(conn)
@@ -173,32 +198,36 @@ pub async fn record_plan_act(
 }
 
 /// LockPlanLadderOrder: every ladder row, FOR NO KEY UPDATE, ascending; their current order.
-pub async fn lock_plan_ladder_order(conn: &mut PgConnection) -> sqlx::Result<Vec<(i64, i32)>> {
+pub async fn lock_plan_ladder_order(conn: &mut PgConnection) -> sqlx::Result<Vec<(LadderId, i32)>> {
     Ok(sqlx::query!(
         "SELECT plan_ladder_id, sort_order FROM core.plan_ladders ORDER BY plan_ladder_id FOR NO KEY UPDATE"
     )
     .fetch_all(conn)
     .await?
     .into_iter()
-    .map(|r| (r.plan_ladder_id, r.sort_order))
+    .map(|r| (LadderId(r.plan_ladder_id), r.sort_order))
     .collect())
 }
 
-pub async fn set_sort_order(conn: &mut PgConnection, ladder_id: i64, sort_order: i32) -> sqlx::Result<()> {
-    sqlx::query!("UPDATE core.plan_ladders SET sort_order = $2 WHERE plan_ladder_id = $1", ladder_id, sort_order)
-        .execute(conn)
-        .await?;
+pub async fn set_sort_order(conn: &mut PgConnection, ladder_id: LadderId, sort_order: i32) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.plan_ladders SET sort_order = $2 WHERE plan_ladder_id = $1",
+        ladder_id as LadderId,
+        sort_order
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
 #[derive(Debug, Clone)]
 pub struct PlanActRow {
-    pub plan_act_id: i64,
-    pub kind: String,
+    pub plan_act_id: PlanActId,
+    pub kind: PlanActKind,
     pub disposition: Option<String>,
     pub by: Option<String>,
     pub reason: String,
-    pub state: String,
+    pub state: PlanActState,
     pub created_at: DateTime<Utc>,
     pub ladder_name: String,
     pub product_name: String,
@@ -211,7 +240,8 @@ pub struct PlanActRow {
 pub async fn plan_acts(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<PlanActRow>> {
     sqlx::query_as!(
         PlanActRow,
-        r#"SELECT a.plan_act_id, a.kind, a.disposition, ac.email AS "by?", a.reason, a.state, a.created_at,
+        r#"SELECT a.plan_act_id, a.kind AS "kind: PlanActKind", a.disposition, ac.email AS "by?", a.reason,
+                  a.state AS "state: PlanActState", a.created_at,
                   d.ladder_name, d.product_name, d.rank, d.detail
            FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
            LEFT JOIN core.accounts ac ON ac.account_id = a.created_by
@@ -222,15 +252,16 @@ pub async fn plan_acts(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<
     .await
 }
 
-pub async fn plan_act(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<PlanActRow>> {
+pub async fn plan_act(conn: &mut PgConnection, id: PlanActId) -> sqlx::Result<Option<PlanActRow>> {
     sqlx::query_as!(
         PlanActRow,
-        r#"SELECT a.plan_act_id, a.kind, a.disposition, ac.email AS "by?", a.reason, a.state, a.created_at,
+        r#"SELECT a.plan_act_id, a.kind AS "kind: PlanActKind", a.disposition, ac.email AS "by?", a.reason,
+                  a.state AS "state: PlanActState", a.created_at,
                   d.ladder_name, d.product_name, d.rank, d.detail
            FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
            LEFT JOIN core.accounts ac ON ac.account_id = a.created_by
            WHERE a.plan_act_id = $1"#,
-        id
+        id as PlanActId
     )
     .fetch_optional(conn)
     .await
@@ -238,12 +269,16 @@ pub async fn plan_act(conn: &mut PgConnection, id: i64) -> sqlx::Result<Option<P
 
 /// The tier's incumbents: pools holding a live position on the ladder by a conferral of the
 /// product, ascending (the tier removal's holders, read before and again under their locks).
-pub async fn tier_incumbent_pools(conn: &mut PgConnection, ladder_id: i64, product_id: i64) -> sqlx::Result<Vec<i64>> {
+pub async fn tier_incumbent_pools(
+    conn: &mut PgConnection,
+    ladder_id: LadderId,
+    product_id: ProductId,
+) -> sqlx::Result<Vec<PoolId>> {
     sqlx::query_scalar!(
-        "SELECT p.pool_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
-         WHERE p.plan_ladder_id = $1 AND c.product_id = $2 ORDER BY p.pool_id",
-        ladder_id,
-        product_id
+        r#"SELECT p.pool_id AS "pool_id: PoolId" FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+           WHERE p.plan_ladder_id = $1 AND c.product_id = $2 ORDER BY p.pool_id"#,
+        ladder_id as LadderId,
+        product_id as ProductId
     )
     .fetch_all(conn)
     .await
@@ -252,9 +287,9 @@ pub async fn tier_incumbent_pools(conn: &mut PgConnection, ladder_id: i64, produ
 /// A conferral a tier removal ends, with what a legacy grant of it keeps.
 #[derive(Debug, Clone)]
 pub struct Incumbent {
-    pub conferral_id: i64,
-    pub grant_id: Option<i64>,
-    pub organization_id: i64,
+    pub conferral_id: ConferralId,
+    pub grant_id: Option<GrantId>,
+    pub organization_id: OrganizationId,
     pub quantity: i32,
     pub starts_at: DateTime<Utc>,
     pub ends_at: Option<DateTime<Utc>>,
@@ -263,52 +298,63 @@ pub struct Incumbent {
 /// The pool's holding conferrals of the product that hold the ladder, in creation order.
 pub async fn incumbents_of(
     conn: &mut PgConnection,
-    pool_id: i64,
-    ladder_id: i64,
-    product_id: i64,
+    pool_id: PoolId,
+    ladder_id: LadderId,
+    product_id: ProductId,
 ) -> sqlx::Result<Vec<Incumbent>> {
     sqlx::query_as!(
         Incumbent,
-        "SELECT c.conferral_id, c.grant_id, rp.organization_id, c.quantity, c.starts_at, c.ends_at
+        r#"SELECT c.conferral_id, c.grant_id AS "grant_id: GrantId", rp.organization_id, c.quantity, c.starts_at, c.ends_at
          FROM core.positions p JOIN core.conferrals c USING (conferral_id)
          JOIN core.resource_pools rp ON rp.pool_id = c.pool_id
          WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND c.product_id = $3 AND c.state = 'holding'
-         ORDER BY c.created_at, c.conferral_id",
-        pool_id,
-        ladder_id,
-        product_id
+         ORDER BY c.created_at, c.conferral_id"#,
+        pool_id as PoolId,
+        ladder_id as LadderId,
+        product_id as ProductId
     )
     .fetch_all(conn)
     .await
 }
 
 /// RenumberTiers: the ladder's tiers take ranks in the given product order, from 0.
-pub async fn renumber_tiers(conn: &mut PgConnection, ladder_id: i64, products: &[i64]) -> sqlx::Result<i32> {
-    sqlx::query_scalar!(r#"SELECT core.renumber_tiers($1, $2) AS "renumbered!""#, ladder_id, products)
-        .fetch_one(conn)
-        .await
+pub async fn renumber_tiers(conn: &mut PgConnection, ladder_id: LadderId, products: &[ProductId]) -> sqlx::Result<i32> {
+    sqlx::query_scalar!(
+        r#"SELECT core.renumber_tiers($1, $2) AS "renumbered!""#,
+        ladder_id as LadderId,
+        products as &[ProductId]
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// Org types that default to the ladder: (id, name), by id.
-pub async fn type_ids_defaulting_to(conn: &mut PgConnection, ladder_id: i64) -> sqlx::Result<Vec<(i64, String)>> {
+pub async fn type_ids_defaulting_to(
+    conn: &mut PgConnection,
+    ladder_id: LadderId,
+) -> sqlx::Result<Vec<(OrgTypeId, String)>> {
     Ok(sqlx::query!(
         "SELECT org_type_id, name FROM core.org_types WHERE default_plan_ladder_id = $1 ORDER BY org_type_id",
-        ladder_id
+        ladder_id as LadderId
     )
     .fetch_all(conn)
     .await?
     .into_iter()
-    .map(|r| (r.org_type_id, r.name))
+    .map(|r| (OrgTypeId(r.org_type_id), r.name))
     .collect())
 }
 
 /// Names for an act's words: the ladder's and, when given, the product's.
-pub async fn names(conn: &mut PgConnection, ladder_id: i64, product_id: Option<i64>) -> sqlx::Result<(String, String)> {
+pub async fn names(
+    conn: &mut PgConnection,
+    ladder_id: LadderId,
+    product_id: Option<ProductId>,
+) -> sqlx::Result<(String, String)> {
     let r = sqlx::query!(
         r#"SELECT (SELECT name FROM core.plan_ladders WHERE plan_ladder_id = $1) AS "ladder!",
                   coalesce((SELECT name FROM core.products WHERE product_id = $2), '') AS "product!""#,
-        ladder_id,
-        product_id
+        ladder_id as LadderId,
+        product_id as Option<ProductId>
     )
     .fetch_one(conn)
     .await?;

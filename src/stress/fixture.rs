@@ -4,33 +4,33 @@ use super::*;
 
 pub(super) struct Fixture {
     /// (organization, default pool) the tasks share.
-    pub(super) hot: Vec<(i64, i64)>,
+    pub(super) hot: Vec<(OrganizationId, PoolId)>,
     /// (product, name) an operator may grant.
-    pub(super) grantable: Vec<(i64, String)>,
+    pub(super) grantable: Vec<(ProductId, String)>,
     /// The types a new organization gets: Community, Business, or none.
-    pub(super) org_types: Vec<Option<i64>>,
+    pub(super) org_types: Vec<Option<OrgTypeId>>,
     /// A product that is no tier, renamed and (un)published by UpdateProduct.
-    pub(super) addon: i64,
+    pub(super) addon: ProductId,
     /// A product no pool carries, whose set switches between the two sets below.
-    pub(super) uncarried: i64,
-    pub(super) uncarried_sets: [i64; 2],
-    pub(super) subscriptions: Vec<i64>,
+    pub(super) uncarried: ProductId,
+    pub(super) uncarried_sets: [EntitlementSetId; 2],
+    pub(super) subscriptions: Vec<SubscriptionId>,
     /// The sets the organizations carry, whose rules the rule changes edit.
     pub(super) carried_sets: Vec<CarriedSet>,
     /// The ladder the tier acts change: its tiers are stress products, in and out.
-    pub(super) stress_ladder: i64,
+    pub(super) stress_ladder: LadderId,
     /// The ladder the stress type's default flips to and back (the stress ladder's other).
-    pub(super) wiki_ladder: i64,
+    pub(super) wiki_ladder: LadderId,
     /// The org type whose default the default changes flip, and which the reorders reach.
-    pub(super) stress_type: i64,
+    pub(super) stress_type: OrgTypeId,
     /// The products the tier acts add, delete, remove and reorder on the stress ladder.
-    pub(super) tier_products: Vec<(i64, &'static str)>,
+    pub(super) tier_products: Vec<(ProductId, &'static str)>,
 }
 
 /// A carried set and the values a rule change gives it: the site limit one of `sites` (empty:
 /// no rule), the flag `flag` yes or no.
 pub(super) struct CarriedSet {
-    pub(super) id: i64,
+    pub(super) id: EntitlementSetId,
     pub(super) name: &'static str,
     pub(super) sites: &'static [&'static str],
     pub(super) flag: &'static str,
@@ -160,7 +160,7 @@ pub(super) async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mu
 /// RetryPlanAct has made it pending again the next move settles it (attempts 2). Only a move
 /// settles an obligation (a listing's supersession and a failure's record are not settlings), so
 /// no other path meets the trigger.
-pub(super) async fn make_moves_fragile(admin: &PgPool, pools: &[i64]) -> anyhow::Result<()> {
+pub(super) async fn make_moves_fragile(admin: &PgPool, pools: &[PoolId]) -> anyhow::Result<()> {
     if pools.is_empty() {
         return Ok(());
     }
@@ -183,7 +183,7 @@ pub(super) async fn make_moves_fragile(admin: &PgPool, pools: &[i64]) -> anyhow:
     Ok(())
 }
 
-pub(super) async fn ladder_id(admin: &PgPool, name: &str) -> anyhow::Result<i64> {
+pub(super) async fn ladder_id(admin: &PgPool, name: &str) -> anyhow::Result<LadderId> {
     sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1")
         .bind(name)
         .fetch_optional(admin)
@@ -201,7 +201,7 @@ pub(super) async fn product_with_rules(
     name: &str,
     r: &[(&str, &str)],
     published: bool,
-) -> anyhow::Result<i64> {
+) -> anyhow::Result<ProductId> {
     let set = catalog_svc::create_entitlement_set(db, name).await?;
     put_rules(db, set, r).await?;
     Ok(catalog_svc::create_product(db, name, Some(set), published).await?)
@@ -209,23 +209,23 @@ pub(super) async fn product_with_rules(
 
 /// A new set's rules, as every edit of rules is made: a rule change (no pool carries the set
 /// yet, so it owes none and is settled in its commit).
-pub(super) async fn put_rules(db: &Db, set: i64, r: &[(&str, &str)]) -> anyhow::Result<()> {
+pub(super) async fn put_rules(db: &Db, set: EntitlementSetId, r: &[(&str, &str)]) -> anyhow::Result<()> {
     rc::commit_rule_change_batch(db, set, &rules(r), None, "stress setup", rc::DEFAULT_SYNC_CAP).await?;
     Ok(())
 }
 
-pub(super) async fn product_id(db: &Db, name: &str) -> anyhow::Result<i64> {
+pub(super) async fn product_id(db: &Db, name: &str) -> anyhow::Result<ProductId> {
     let mut c = db.pool.acquire().await?;
     catalog_store::product_id_by_name(&mut c, name).await?.with_context(|| format!("the demo has no product {name}"))
 }
 
-pub(super) async fn set_of(db: &Db, product: i64) -> anyhow::Result<i64> {
+pub(super) async fn set_of(db: &Db, product: ProductId) -> anyhow::Result<EntitlementSetId> {
     let mut c = db.pool.acquire().await?;
     let p = catalog_store::product(&mut c, product).await?.context("the product just made")?;
     p.entitlement_set_id.context("the product just made has a set")
 }
 
-pub(super) async fn org_type_id(admin: &PgPool, name: &str) -> anyhow::Result<i64> {
+pub(super) async fn org_type_id(admin: &PgPool, name: &str) -> anyhow::Result<OrgTypeId> {
     sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = $1")
         .bind(name)
         .fetch_optional(admin)
@@ -234,8 +234,8 @@ pub(super) async fn org_type_id(admin: &PgPool, name: &str) -> anyhow::Result<i6
 }
 
 /// Make `product` the new top tier of `ladder` (setup, before any conferral of it).
-pub(super) async fn add_top_tier(db: &Db, admin: &PgPool, ladder: &str, product: i64) -> anyhow::Result<()> {
-    let (id, top): (i64, i32) = sqlx::query_as(
+pub(super) async fn add_top_tier(db: &Db, admin: &PgPool, ladder: &str, product: ProductId) -> anyhow::Result<()> {
+    let (id, top): (LadderId, i32) = sqlx::query_as(
         "SELECT l.plan_ladder_id, coalesce(max(t.rank), -1) FROM core.plan_ladders l
          LEFT JOIN core.plan_ladder_tiers t USING (plan_ladder_id) WHERE l.name = $1 GROUP BY l.plan_ladder_id",
     )
@@ -253,13 +253,13 @@ pub(super) async fn add_top_tier(db: &Db, admin: &PgPool, ladder: &str, product:
 pub(super) async fn subscribe(
     db: &Db,
     admin: &PgPool,
-    org: i64,
-    pool: i64,
-    product: i64,
+    org: OrganizationId,
+    pool: PoolId,
+    product: ProductId,
     rng: &mut Rng,
-) -> anyhow::Result<i64> {
+) -> anyhow::Result<SubscriptionId> {
     let n = format!("{:016x}", rng.next_u64());
-    let sub: i64 = sqlx::query_scalar(
+    let sub: SubscriptionId = sqlx::query_scalar(
         "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status) VALUES ($1, $2, 'active')
          RETURNING subscription_id",
     )
@@ -267,7 +267,7 @@ pub(super) async fn subscribe(
     .bind(format!("sub_stress_{n}"))
     .fetch_one(admin)
     .await?;
-    let item: i64 = sqlx::query_scalar(
+    let item: SubscriptionItemId = sqlx::query_scalar(
         "INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity)
          VALUES ($1, $2, $3, 1) RETURNING subscription_item_id",
     )

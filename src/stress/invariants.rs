@@ -37,7 +37,7 @@ pub(super) async fn find_violations(admin: &PgPool) -> anyhow::Result<Vec<Violat
         let fresh = ent_store::computed_entitlements(&mut conn, pool).await?;
         out.push(Violation {
             invariant: FRESH,
-            pool: Some(pool),
+            pool: Some(pool.0),
             message: format!(
                 "{FRESH}: pool {pool} materialized {} but a fresh computation gives {}",
                 show_values(&stored),

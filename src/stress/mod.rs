@@ -23,6 +23,10 @@ use crate::{
     config::{Config, random_hex},
     db::{Db, DbError, TxKind, begin, migrate},
     demo,
+    ids::{
+        ConferralId, EntitlementSetId, GrantId, LadderId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId,
+        RuleChangeId, SubscriptionId, SubscriptionItemId,
+    },
     jobs::{self, Backoff, Worker, WorkerOptions},
     scratch::ScratchDb,
     services::{
@@ -35,6 +39,7 @@ use crate::{
         rule_changes as rc,
         topology::{self, AddTier, RemoveTier},
     },
+    states::{GrantKind, GrantStatus},
     store::{
         catalog as catalog_store,
         entitlements::{self as ent_store, NewGrant},

@@ -352,7 +352,7 @@ pub(super) async fn settle_plan_acts(ctx: &Ctx) {
     let waited = Instant::now();
     let mut passes = 0;
     loop {
-        let open: Result<(Vec<i64>, Vec<i64>), sqlx::Error> = async {
+        let open: Result<(Vec<PlanActId>, Vec<PlanActId>), sqlx::Error> = async {
             let mut c = ctx.db.pool.acquire().await?;
             let failed = sqlx::query_scalar(
                 "SELECT DISTINCT o.plan_act_id FROM core.plan_act_obligations o
@@ -392,7 +392,7 @@ pub(super) async fn settle_plan_acts(ctx: &Ctx) {
                 Err(e) => ctx.tally_error(format!("retrying plan act {act} after the run: {e}")),
             }
         }
-        let acts: BTreeSet<i64> = failed.into_iter().chain(running).collect();
+        let acts: BTreeSet<PlanActId> = failed.into_iter().chain(running).collect();
         for act in acts {
             match pa::drain_plan_act(&ctx.db, act, None).with_subscriber(ctx.quiet.clone()).await {
                 Ok(_) | Err(DbError::LockNotAvailable) => {}
@@ -407,7 +407,7 @@ pub(super) async fn settle_plan_acts(ctx: &Ctx) {
 /// The failed moves of an act whose error is not the simulated one, each counted once as an
 /// error (a deadlock is never recorded as a move's failure: the drain hands it back). Read
 /// before a Retry, which clears the errors it requeues, and after the run.
-pub(super) async fn note_move_failures(ctx: &Ctx, act: Option<i64>) -> Result<(), sqlx::Error> {
+pub(super) async fn note_move_failures(ctx: &Ctx, act: Option<PlanActId>) -> Result<(), sqlx::Error> {
     let rows: Vec<(i64, i64, i32, String)> = sqlx::query_as(
         "SELECT plan_act_id, pool_id, attempts, last_error FROM core.plan_act_obligations
          WHERE ($1::bigint IS NULL OR plan_act_id = $1) AND last_error IS NOT NULL AND strpos(last_error, $2) = 0

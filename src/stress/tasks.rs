@@ -264,15 +264,15 @@ pub(super) fn catalog_outcome<T>(r: Result<T, ServiceError>) -> Result<Outcome, 
     }
 }
 
-pub(super) fn hot_pool(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> (i64, i64) {
+pub(super) fn hot_pool(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> (OrganizationId, PoolId) {
     let (org, pool) = *rng.pick(&ctx.fx.hot);
-    note.pool = Some(pool);
+    note.pool = Some(pool.0);
     (org, pool)
 }
 
 /// A holding conferral of the pool, at random.
-pub(super) async fn holding_conferral(ctx: &Ctx, rng: &mut Rng, pool: i64) -> Result<Option<i64>, Failure> {
-    let ids: Vec<i64> = sqlx::query_scalar(
+pub(super) async fn holding_conferral(ctx: &Ctx, rng: &mut Rng, pool: PoolId) -> Result<Option<ConferralId>, Failure> {
+    let ids: Vec<ConferralId> = sqlx::query_scalar(
         "SELECT conferral_id FROM core.conferrals WHERE pool_id = $1 AND state = 'holding' ORDER BY conferral_id",
     )
     .bind(pool)

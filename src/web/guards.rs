@@ -94,7 +94,7 @@ async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
     };
     match resumed {
         Some(a) => {
-            tracing::Span::current().record("account_id", a.account_id);
+            tracing::Span::current().record("account_id", a.account_id.0);
             let who = Identity { account_id: a.account_id, email: a.email, is_operator: a.is_operator };
             req.extensions_mut().insert(who.clone());
             Ok(Some(who))

@@ -13,11 +13,12 @@ use actix_web::{
 };
 
 use super::errors::AppError;
+use crate::ids::AccountId;
 
 /// The signed-in account, in the request's extensions.
 #[derive(Clone, Debug)]
 pub struct Identity {
-    pub account_id: i64,
+    pub account_id: AccountId,
     pub email: String,
     pub is_operator: bool,
 }
@@ -54,13 +55,13 @@ pub struct Member(pub Identity);
 pub struct Operator(pub Identity);
 
 impl Operator {
-    pub fn account_id(&self) -> i64 {
+    pub fn account_id(&self) -> AccountId {
         self.0.account_id
     }
 }
 
 impl Member {
-    pub fn account_id(&self) -> i64 {
+    pub fn account_id(&self) -> AccountId {
         self.0.account_id
     }
 }

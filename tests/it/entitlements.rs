@@ -10,10 +10,15 @@ use common::TestDb;
 use member_console::{
     db::{Db, TxKind, begin},
     demo,
+    ids::{
+        ConferralId, GrantId, LadderId, OrgTypeId, OrganizationId, PoolId, ProductId, SubscriptionId,
+        SubscriptionItemId,
+    },
     services::{
         entitlements::{self as svc},
         organizations::{self as orgs, OrgName},
     },
+    states::{GrantKind, GrantStatus},
     store::{
         catalog,
         entitlements::{self as store, EntitlementValue, NewGrant},
@@ -40,12 +45,12 @@ async fn catalog_fixture(t: &TestDb) {
     tx.commit().await.unwrap();
 }
 
-async fn product(db: &Db, name: &str) -> i64 {
+async fn product(db: &Db, name: &str) -> ProductId {
     let mut c = db.pool.acquire().await.unwrap();
     catalog::product_id_by_name(&mut c, name).await.unwrap().unwrap()
 }
 
-async fn org_type(t: &TestDb, name: &str) -> i64 {
+async fn org_type(t: &TestDb, name: &str) -> OrgTypeId {
     sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = $1")
         .bind(name)
         .fetch_one(&t.admin)
@@ -58,13 +63,13 @@ async fn new_org(t: &TestDb, name: &str, type_name: &str) -> orgs::CreatedOrgani
     orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
 }
 
-fn operator_grant(org: i64, product_id: i64, quantity: i32) -> NewGrant {
+fn operator_grant(org: OrganizationId, product_id: ProductId, quantity: i32) -> NewGrant {
     NewGrant {
         organization_id: Some(org),
         product_id,
         quantity,
-        kind: "operator",
-        status: "active",
+        kind: GrantKind::Operator,
+        status: GrantStatus::Active,
         starts_at: None,
         ends_at: None,
         reason: "test".into(),
@@ -74,12 +79,12 @@ fn operator_grant(org: i64, product_id: i64, quantity: i32) -> NewGrant {
     }
 }
 
-async fn entitlements(db: &Db, pool: i64) -> Vec<EntitlementValue> {
+async fn entitlements(db: &Db, pool: PoolId) -> Vec<EntitlementValue> {
     let mut c = db.pool.acquire().await.unwrap();
     store::pool_entitlements(&mut c, pool).await.unwrap()
 }
 
-async fn sites(db: &Db, pool: i64) -> Option<i64> {
+async fn sites(db: &Db, pool: PoolId) -> Option<i64> {
     entitlements(db, pool)
         .await
         .into_iter()
@@ -87,12 +92,12 @@ async fn sites(db: &Db, pool: i64) -> Option<i64> {
         .and_then(|e| e.numeric_value)
 }
 
-async fn flag(db: &Db, pool: i64, key: &str) -> Option<bool> {
+async fn flag(db: &Db, pool: PoolId, key: &str) -> Option<bool> {
     entitlements(db, pool).await.into_iter().find(|e| e.resource_key == key).and_then(|e| e.flag_value)
 }
 
 /// (ladder, product, grant kind or "subscription") of each live position, by ladder name.
-async fn positions(t: &TestDb, pool: i64) -> Vec<(String, String, String)> {
+async fn positions(t: &TestDb, pool: PoolId) -> Vec<(String, String, String)> {
     sqlx::query_as(
         "SELECT l.name, p.name, coalesce(g.kind, 'subscription')
          FROM core.positions ps JOIN core.plan_ladders l USING (plan_ladder_id)
@@ -106,7 +111,7 @@ async fn positions(t: &TestDb, pool: i64) -> Vec<(String, String, String)> {
     .unwrap()
 }
 
-async fn grant_status(t: &TestDb, grant: i64) -> String {
+async fn grant_status(t: &TestDb, grant: GrantId) -> String {
     sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
         .bind(grant)
         .fetch_one(&t.admin)
@@ -114,7 +119,7 @@ async fn grant_status(t: &TestDb, grant: i64) -> String {
         .unwrap()
 }
 
-async fn conferral_of_grant(t: &TestDb, grant: i64) -> i64 {
+async fn conferral_of_grant(t: &TestDb, grant: GrantId) -> ConferralId {
     sqlx::query_scalar("SELECT conferral_id FROM core.conferrals WHERE grant_id = $1 AND state = 'holding'")
         .bind(grant)
         .fetch_one(&t.admin)
@@ -230,9 +235,14 @@ async fn a_bundle_displaces_whole_holders_and_each_comes_back() {
     assert_eq!(flag(&t.db, org.pool_id, "support.priority").await, Some(false));
 }
 
-async fn subscription_with_item(t: &TestDb, org: i64, product_id: i64, quantity: i32) -> (i64, i64) {
+async fn subscription_with_item(
+    t: &TestDb,
+    org: OrganizationId,
+    product_id: ProductId,
+    quantity: i32,
+) -> (SubscriptionId, SubscriptionItemId) {
     let n = member_console::config::random_hex(4);
-    let sub: i64 = sqlx::query_scalar(
+    let sub: SubscriptionId = sqlx::query_scalar(
         "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status) VALUES ($1, $2, 'active') RETURNING subscription_id",
     )
     .bind(org)
@@ -240,7 +250,7 @@ async fn subscription_with_item(t: &TestDb, org: i64, product_id: i64, quantity:
     .fetch_one(&t.admin)
     .await
     .unwrap();
-    let item: i64 = sqlx::query_scalar(
+    let item: SubscriptionItemId = sqlx::query_scalar(
         "INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity) VALUES ($1, $2, $3, $4) RETURNING subscription_item_id",
     )
     .bind(sub)
@@ -253,7 +263,13 @@ async fn subscription_with_item(t: &TestDb, org: i64, product_id: i64, quantity:
     (sub, item)
 }
 
-async fn provision(db: &Db, pool: i64, product_id: i64, item: i64, quantity: i32) -> i64 {
+async fn provision(
+    db: &Db,
+    pool: PoolId,
+    product_id: ProductId,
+    item: SubscriptionItemId,
+    quantity: i32,
+) -> ConferralId {
     let mut tx = begin(db, TxKind::Materializing).await.unwrap();
     let c = store::confer(tx.conn(), pool, product_id, None, Some(item), quantity).await.unwrap();
     store::materialize_pool(tx.conn(), pool).await.unwrap();
@@ -333,7 +349,7 @@ impl Rng {
     }
 }
 
-async fn assert_materialized_equals_fresh(c: &mut PgConnection, pool: i64, context: &str) {
+async fn assert_materialized_equals_fresh(c: &mut PgConnection, pool: PoolId, context: &str) {
     let stored = store::pool_entitlements(c, pool).await.unwrap();
     let fresh = store::computed_entitlements(c, pool).await.unwrap();
     assert_eq!(stored, fresh, "{context}");
@@ -343,7 +359,7 @@ async fn assert_materialized_equals_fresh(c: &mut PgConnection, pool: i64, conte
 async fn materialization_equals_a_fresh_computation_after_any_sequence_of_acts() {
     let t = TestDb::new().await;
     catalog_fixture(&t).await;
-    let products: Vec<i64> = {
+    let products: Vec<ProductId> = {
         let mut v = vec![];
         for n in ["Free", "Basic", "Pro", "Community support", "Priority support", "Bundle", "Extra sites"] {
             v.push(product(&t.db, n).await);
@@ -356,7 +372,7 @@ async fn materialization_equals_a_fresh_computation_after_any_sequence_of_acts()
         let (sub, item) = subscription_with_item(&t, org.organization_id, products[1], 1).await;
         let mut log = vec![];
         for step in 0..60 {
-            let holding: Vec<i64> = sqlx::query_scalar(
+            let holding: Vec<ConferralId> = sqlx::query_scalar(
                 "SELECT conferral_id FROM core.conferrals WHERE pool_id = $1 AND state = 'holding' ORDER BY 1",
             )
             .bind(org.pool_id)
@@ -425,7 +441,7 @@ async fn materialization_equals_a_fresh_computation_after_any_sequence_of_acts()
 // Lock order -------------------------------------------------------------------------------------
 
 /// Transaction A: the admin holds the pool row FOR UPDATE.
-async fn hold_pool_row(t: &TestDb, pool: i64) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
+async fn hold_pool_row(t: &TestDb, pool: PoolId) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
     let mut a = t.admin.acquire().await.unwrap();
     let pid = common::backend_pid(&mut a).await;
     sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
@@ -520,7 +536,7 @@ async fn the_tier_trigger_and_a_set_clear_cannot_both_commit() {
     let t = TestDb::new().await;
     catalog_fixture(&t).await;
     let extra = product(&t.db, "Extra sites").await;
-    let wiki: i64 = sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'")
+    let wiki: LadderId = sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'")
         .fetch_one(&t.admin)
         .await
         .unwrap();
@@ -544,7 +560,7 @@ async fn the_tier_trigger_and_a_set_clear_cannot_both_commit() {
 
     // The other way: A clears a product's set (uncommitted); B's tier insert waits in its trigger,
     // then is refused because the product has no set.
-    let addon: i64 = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) SELECT 'Other', entitlement_set_id, true FROM core.entitlement_sets WHERE name = 'Free' RETURNING product_id")
+    let addon: ProductId = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) SELECT 'Other', entitlement_set_id, true FROM core.entitlement_sets WHERE name = 'Free' RETURNING product_id")
         .fetch_one(&t.admin)
         .await
         .unwrap();

@@ -10,6 +10,7 @@ use common::TestDb;
 use member_console::{
     db::{TxKind, begin},
     demo,
+    ids::{GrantId, OrgTypeId, OrganizationId, PoolId, ProductId, SubscriptionId},
     jobs::{self, Worker},
     services::{
         grants::{self, EmailDomain, IssueGrant, ManageGrant, Recipient},
@@ -18,7 +19,7 @@ use member_console::{
     },
 };
 
-async fn product(t: &TestDb, name: &str) -> i64 {
+async fn product(t: &TestDb, name: &str) -> ProductId {
     sqlx::query_scalar("SELECT product_id FROM core.products WHERE name = $1")
         .bind(name)
         .fetch_one(&t.admin)
@@ -27,14 +28,14 @@ async fn product(t: &TestDb, name: &str) -> i64 {
 }
 
 async fn new_org(t: &TestDb, name: &str) -> orgs::CreatedOrganization {
-    let ty: i64 = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
+    let ty: OrgTypeId = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
         .fetch_one(&t.admin)
         .await
         .unwrap();
     orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
 }
 
-fn issue(org: i64, product_id: i64) -> IssueGrant {
+fn issue(org: OrganizationId, product_id: ProductId) -> IssueGrant {
     IssueGrant {
         recipient: Recipient::Organization(org),
         product_id,
@@ -46,7 +47,7 @@ fn issue(org: i64, product_id: i64) -> IssueGrant {
     }
 }
 
-async fn status(t: &TestDb, grant: i64) -> String {
+async fn status(t: &TestDb, grant: GrantId) -> String {
     sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
         .bind(grant)
         .fetch_one(&t.admin)
@@ -54,7 +55,7 @@ async fn status(t: &TestDb, grant: i64) -> String {
         .unwrap()
 }
 
-async fn sites(t: &TestDb, pool: i64) -> Option<i64> {
+async fn sites(t: &TestDb, pool: PoolId) -> Option<i64> {
     sqlx::query_scalar(
         "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
     )
@@ -76,7 +77,7 @@ async fn setup() -> TestDb {
 }
 
 /// A live subscription of the organization, so reconcile requests have something to name.
-async fn subscription(t: &TestDb, org: i64) -> i64 {
+async fn subscription(t: &TestDb, org: OrganizationId) -> SubscriptionId {
     sqlx::query_scalar(
         "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status) VALUES ($1, $2, 'active') RETURNING subscription_id",
     )
@@ -97,7 +98,7 @@ async fn an_issued_grant_confers_now_requests_reconciles_and_schedules_its_expir
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
     assert_eq!(status(&t, id).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(3));
-    let outbox: Vec<i64> =
+    let outbox: Vec<SubscriptionId> =
         sqlx::query_scalar("SELECT subscription_id FROM core.outbox WHERE kind = 'reconcile_subscription'")
             .fetch_all(&t.admin)
             .await
@@ -144,11 +145,11 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
     let t = setup().await;
     let g = IssueGrant {
         recipient: Recipient::Domain(EmailDomain::parse("uni.example.edu").unwrap()),
-        ..issue(0, product(&t, "Basic").await)
+        ..issue(OrganizationId(0), product(&t, "Basic").await)
     };
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
     assert_eq!(status(&t, id).await, "waiting");
-    let ty: i64 = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
+    let ty: OrgTypeId = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
         .fetch_one(&t.admin)
         .await
         .unwrap();
@@ -185,7 +186,7 @@ async fn revoking_brings_back_what_the_grant_displaced_and_cannot_be_done_twice(
     grants::revoke_grant(&t.db, basic, None, "done").await.unwrap();
     assert_eq!(sites(&t, org.pool_id).await, Some(1));
     // A floor is not revoked by hand.
-    let floor: i64 = sqlx::query_scalar(
+    let floor: GrantId = sqlx::query_scalar(
         "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = 'floor' AND status = 'active'",
     )
     .bind(org.organization_id)
@@ -196,7 +197,7 @@ async fn revoking_brings_back_what_the_grant_displaced_and_cannot_be_done_twice(
     assert_eq!(count(&t, "SELECT count(*) FROM core.grant_events WHERE act = 'revoked'").await, 2);
 }
 
-async fn make_due(t: &TestDb, grant: i64) {
+async fn make_due(t: &TestDb, grant: GrantId) {
     sqlx::query(
         "UPDATE core.grants SET starts_at = now() - interval '2 hours', ends_at = now() - interval '1 second' WHERE grant_id = $1",
     )
@@ -238,7 +239,7 @@ async fn managing_an_active_grant_extends_its_lineage_and_a_waiting_one_is_resch
     assert_eq!(status(&t, first).await, "ended");
     assert_eq!(status(&t, second).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(6), "the extension's quantity");
-    let lineage: Vec<i64> =
+    let lineage: Vec<GrantId> =
         sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE lineage_id = $1 ORDER BY grant_id")
             .bind(first)
             .fetch_all(&t.admin)
@@ -273,7 +274,7 @@ async fn bad_input_is_refused_and_nothing_is_written() {
     let org = new_org(&t, "Careful").await;
     let before = count(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await;
     let events = count(&t, "SELECT count(*) FROM core.grant_events").await;
-    let unpublished: i64 =
+    let unpublished: ProductId =
         sqlx::query_scalar("INSERT INTO core.products (name, published) VALUES ('Hidden', false) RETURNING product_id")
             .fetch_one(&t.admin)
             .await
@@ -289,13 +290,15 @@ async fn bad_input_is_refused_and_nothing_is_written() {
         "ends_at"
     );
     assert_eq!(
-        field(grants::issue_grant(&t.db, &issue(org.organization_id, 999_999)).await.unwrap_err()),
+        field(grants::issue_grant(&t.db, &issue(org.organization_id, ProductId(999_999))).await.unwrap_err()),
         "product_id"
     );
     let e = grants::issue_grant(&t.db, &issue(org.organization_id, unpublished)).await.unwrap_err();
     assert!(e.to_string().contains("not published"), "{e}");
     assert_eq!(
-        field(grants::issue_grant(&t.db, &issue(999_999, product(&t, "Basic").await)).await.unwrap_err()),
+        field(
+            grants::issue_grant(&t.db, &issue(OrganizationId(999_999), product(&t, "Basic").await)).await.unwrap_err()
+        ),
         "organization_id"
     );
     let g = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap();
@@ -303,7 +306,7 @@ async fn bad_input_is_refused_and_nothing_is_written() {
     let after_valid = count(&t, "SELECT count(*) FROM core.grant_events").await;
     assert!(matches!(grants::revoke_grant(&t.db, g, None, "twice").await, Err(ServiceError::Refused(_))));
     assert!(matches!(grants::revoke_grant(&t.db, g, None, "  ").await, Err(ServiceError::Invalid(_))));
-    assert!(matches!(grants::revoke_grant(&t.db, 999_999, None, "who").await, Err(ServiceError::NotFound(_))));
+    assert!(matches!(grants::revoke_grant(&t.db, GrantId(999_999), None, "who").await, Err(ServiceError::NotFound(_))));
     assert_eq!(
         count(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await,
         before + 1,
@@ -423,7 +426,7 @@ async fn the_sweep_expires_a_grant_whose_job_was_lost() {
 #[tokio::test]
 async fn an_organization_created_while_a_grant_of_its_domain_is_issued_gets_it_once() {
     let t = setup().await;
-    let ty: i64 = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
+    let ty: OrgTypeId = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
         .fetch_one(&t.admin)
         .await
         .unwrap();
@@ -432,7 +435,7 @@ async fn an_organization_created_while_a_grant_of_its_domain_is_issued_gets_it_o
         let domain = format!("race{i}.example.org");
         let g = IssueGrant {
             recipient: Recipient::Domain(EmailDomain::parse(&domain).unwrap()),
-            ..issue(0, product(&t, "Basic").await)
+            ..issue(OrganizationId(0), product(&t, "Basic").await)
         };
         let db = t.db.clone();
         let d = EmailDomain::parse(&domain).unwrap();
@@ -449,7 +452,7 @@ async fn an_organization_created_while_a_grant_of_its_domain_is_issued_gets_it_o
                 .fetch_one(&t.admin)
                 .await
                 .unwrap();
-        let (st, owner): (String, Option<i64>) =
+        let (st, owner): (String, Option<OrganizationId>) =
             sqlx::query_as("SELECT status, organization_id FROM core.grants WHERE grant_id = $1")
                 .bind(id)
                 .fetch_one(&t.admin)

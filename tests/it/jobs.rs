@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use common::TestDb;
 use member_console::{
     db::{Db, TxKind, begin},
+    ids::{JobId, OrgTypeId},
     jobs::{
         self, Backoff, FailOutcome, Handlers, JobError, NewJob, Worker, WorkerOptions, enqueue, ensure_schedule,
         fire_due_schedules, queue,
@@ -120,7 +121,7 @@ async fn a_typed_job_gets_its_payload_back_and_a_payload_that_is_not_one_fails_o
     assert!(err.contains("the payload of a test_echo job is not one") && err.contains("\"m\""), "{err}");
 }
 
-async fn job(admin: &PgPool, id: i64) -> Option<JobRow> {
+async fn job(admin: &PgPool, id: JobId) -> Option<JobRow> {
     sqlx::query_as(
         "SELECT kind, payload, state, attempts, max_attempts, last_error, locked_by, locked_until, finished_at,
                 dedupe_key
@@ -132,7 +133,7 @@ async fn job(admin: &PgPool, id: i64) -> Option<JobRow> {
     .unwrap()
 }
 
-async fn state_of(admin: &PgPool, id: i64) -> String {
+async fn state_of(admin: &PgPool, id: JobId) -> String {
     job(admin, id).await.expect("the job exists").state
 }
 
@@ -141,7 +142,7 @@ async fn count(admin: &PgPool, sql: &'static str) -> i64 {
 }
 
 /// Enqueue and commit, as a service would.
-async fn enqueue_committed(db: &Db, job: NewJob<'_>) -> i64 {
+async fn enqueue_committed(db: &Db, job: NewJob<'_>) -> JobId {
     let mut tx = begin(db, TxKind::Plain).await.unwrap();
     let id = enqueue(tx.conn(), job).await.unwrap().expect("a new job");
     tx.commit().await.unwrap();
@@ -258,7 +259,7 @@ async fn each_job_runs_exactly_once_across_two_workers() {
     a.stop().await;
     b.stop().await;
 
-    let per_job: Vec<(i64, i64)> =
+    let per_job: Vec<(JobId, i64)> =
         sqlx::query_as("SELECT job_id, count(*) FROM public.job_effects GROUP BY job_id ORDER BY job_id")
             .fetch_all(&t.admin)
             .await
@@ -426,7 +427,7 @@ async fn a_crashed_workers_expired_lease_is_claimed_again() {
     let a = job(&t.admin, job_a).await.unwrap();
     assert_eq!(a.attempts, 2, "the crashed attempt counts");
     assert_eq!(a.locked_by.as_deref(), Some(w_id.as_str()));
-    let effects: Vec<(i64, String, DateTime<Utc>)> =
+    let effects: Vec<(JobId, String, DateTime<Utc>)> =
         sqlx::query_as("SELECT job_id, worker, at FROM public.job_effects").fetch_all(&t.admin).await.unwrap();
     assert_eq!(effects.len(), 1, "{effects:?}");
     assert_eq!((effects[0].0, effects[0].1.as_str()), (job_a, w_id.as_str()));
@@ -657,7 +658,7 @@ async fn renewal_keeps_a_job_that_runs_longer_than_its_lease_from_being_claimed_
     assert!(ran_for >= lease * 2, "the job ran {ran_for:?}, more than its lease");
     let row = job(&t.admin, slow).await.unwrap();
     assert_eq!((row.attempts, row.locked_by.as_deref()), (1, Some(a_id.as_str())), "one attempt, the first worker's");
-    let ran: Vec<(i64, String)> = sqlx::query_as("SELECT job_id, worker FROM public.job_effects ORDER BY job_id")
+    let ran: Vec<(JobId, String)> = sqlx::query_as("SELECT job_id, worker FROM public.job_effects ORDER BY job_id")
         .fetch_all(&t.admin)
         .await
         .unwrap();
@@ -876,11 +877,11 @@ async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_leas
     .fetch_one(&t.admin)
     .await
     .unwrap();
-    member_console::bench::floored_organizations(&t.admin, ORGS, ty, wiki).await.unwrap();
+    member_console::bench::floored_organizations(&t.admin, ORGS, ty, wiki.0).await.unwrap();
     // T0 only: the listing and the moves are left to the drain job.
-    let act = change(&t, ty, support, Some(Disposition::Migrate)).await.unwrap();
+    let act = change(&t, OrgTypeId(ty), support, Some(Disposition::Migrate)).await.unwrap();
     assert_eq!(act_state(&t, act).await, "running");
-    let drain_job: i64 = sqlx::query_scalar("SELECT job_id FROM integration.jobs WHERE kind = $1")
+    let drain_job: JobId = sqlx::query_scalar("SELECT job_id FROM integration.jobs WHERE kind = $1")
         .bind(DRAIN_PLAN_ACT)
         .fetch_one(&t.admin)
         .await

@@ -15,6 +15,7 @@ mod operator_pages;
 mod plan_acts;
 mod private_cluster;
 mod rule_changes;
+mod states;
 mod stress;
 mod tier_acts;
 mod topology;

@@ -16,6 +16,7 @@ use common::{
 use member_console::{
     db::{TxKind, begin},
     demo,
+    ids::OrgTypeId,
     services::organizations::{OrgName, create_organization},
 };
 use reqwest::{Client, StatusCode};
@@ -852,7 +853,8 @@ fn names_listed(html: &str) -> Vec<String> {
 #[tokio::test]
 async fn organizations_are_paged_by_name_fifty_at_a_time_from_first_to_last_and_back() {
     let (t, app, c, _) = operator_app().await;
-    let community = scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await;
+    let community =
+        OrgTypeId(scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await);
     for i in 0..60 {
         create_organization(&t.db, &OrgName::parse(&format!("Org {i:03}")).unwrap(), Some(community)).await.unwrap();
     }
@@ -924,7 +926,8 @@ async fn a_search_matching_very_many_organizations_counts_to_a_cap() {
 #[tokio::test]
 async fn a_set_and_a_product_carried_by_very_many_pools_count_to_a_cap() {
     let (t, app, c, token) = operator_app().await;
-    let community: i64 = scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await;
+    let community =
+        OrgTypeId(scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await);
     // Community organizations (each holding the Free floor) up to the cap of 1,000: exact...
     let free = set_id(&t, "Free").await;
     let carriers = async |from: i64, to: i64| {
@@ -991,7 +994,8 @@ async fn the_organization_counts_stay_exact_through_inserts_retypes_deletes_and_
         assert_eq!(kept, counted);
     };
     exact().await;
-    let community = scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await;
+    let community =
+        OrgTypeId(scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await);
     // Concurrent creations through the console: none waits on a counter.
     let mut made = tokio::task::JoinSet::new();
     for i in 0..20 {

@@ -11,6 +11,7 @@ use common::{TestApp, TestDb, acts::*, pages::demo_db};
 use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
+    ids::{ConferralId, GrantId, LadderId, OrgTypeId, PlanActId, PoolId},
     services::{
         plan_acts::{self as pa, Disposition},
         refusal::ServiceError,
@@ -22,7 +23,7 @@ use reqwest::StatusCode;
 // ---------- Harness (the shared part is tests/common/acts.rs) ----------
 
 /// What a pool holds, ladder by ladder: (ladder, product, grant kind, grant status, the grant's act).
-async fn holdings(t: &TestDb, pool: i64) -> Vec<(String, String, String, String, Option<i64>)> {
+async fn holdings(t: &TestDb, pool: PoolId) -> Vec<(String, String, String, String, Option<PlanActId>)> {
     sqlx::query_as(
         "SELECT l.name, pr.name, g.kind, g.status, g.plan_act_id FROM core.positions p
          JOIN core.plan_ladders l USING (plan_ladder_id)
@@ -38,7 +39,7 @@ async fn holdings(t: &TestDb, pool: i64) -> Vec<(String, String, String, String,
 }
 
 /// The same without the act, for comparisons.
-async fn shape(t: &TestDb, pool: i64) -> Vec<(String, String, String, String)> {
+async fn shape(t: &TestDb, pool: PoolId) -> Vec<(String, String, String, String)> {
     holdings(t, pool).await.into_iter().map(|(l, p, k, s, _)| (l, p, k, s)).collect()
 }
 
@@ -47,7 +48,7 @@ fn h(ladder: &str, product: &str, kind: &str) -> (String, String, String, String
 }
 
 /// The pools whose floor grant holds `ladder` right now.
-async fn floor_holders(t: &TestDb, ladder: i64) -> Vec<i64> {
+async fn floor_holders(t: &TestDb, ladder: LadderId) -> Vec<PoolId> {
     sqlx::query_scalar(
         "SELECT p.pool_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
          JOIN core.grants g ON g.grant_id = c.grant_id
@@ -60,7 +61,7 @@ async fn floor_holders(t: &TestDb, ladder: i64) -> Vec<i64> {
 }
 
 /// The floor grant holding `ladder` in the pool (its grant id and conferral id).
-async fn floor_grant_on(t: &TestDb, pool: i64, ladder: i64) -> (i64, i64) {
+async fn floor_grant_on(t: &TestDb, pool: PoolId, ladder: LadderId) -> (GrantId, ConferralId) {
     sqlx::query_as(
         "SELECT g.grant_id, c.conferral_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
          JOIN core.grants g ON g.grant_id = c.grant_id
@@ -85,7 +86,7 @@ async fn written(t: &TestDb) -> (i64, i64, i64, i64, i64) {
 }
 
 /// An admin transaction holding one pool row FOR UPDATE, as a move does; and its backend.
-async fn hold_pool(t: &TestDb, pool: i64) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
+async fn hold_pool(t: &TestDb, pool: PoolId) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
     let mut hold = t.admin.acquire().await.unwrap();
     let pid = common::backend_pid(&mut hold).await;
     sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
@@ -119,15 +120,15 @@ async fn a_default_change_with_migrate_moves_every_floor_and_gives_the_pro_holde
     }
     let members = members_of(&t, community).await;
     let floors = floor_holders(&t, wiki).await;
-    let floor_pools: Vec<i64> = members.iter().map(|m| m.2).filter(|p| floors.contains(p)).collect();
-    let pro_pools: Vec<i64> = members.iter().map(|m| m.2).filter(|p| !floors.contains(p)).collect();
+    let floor_pools: Vec<PoolId> = members.iter().map(|m| m.2).filter(|p| floors.contains(p)).collect();
+    let pro_pools: Vec<PoolId> = members.iter().map(|m| m.2).filter(|p| !floors.contains(p)).collect();
     // The demo's Acme and Umbrella hold Free, Initech holds Pro; ours: 24 floors and 6 Pro.
     assert_eq!((floor_pools.len(), pro_pools.len()), (26, 7));
     let mut old_floors = vec![];
     for p in &floor_pools {
         old_floors.push(floor_grant_on(&t, *p, wiki).await);
     }
-    let globex = sqlx::query_scalar::<_, i64>(
+    let globex = sqlx::query_scalar::<_, PoolId>(
         "SELECT rp.pool_id FROM core.resource_pools rp JOIN core.organizations o USING (organization_id) WHERE o.name = 'Globex'",
     )
     .fetch_one(&t.admin)
@@ -244,8 +245,8 @@ async fn a_default_change_with_grandfather_keeps_the_old_floor_as_a_legacy_grant
     }
     let members = members_of(&t, community).await;
     let floors = floor_holders(&t, wiki).await;
-    let floor_pools: Vec<i64> = members.iter().map(|m| m.2).filter(|p| floors.contains(p)).collect();
-    let pro_pools: Vec<i64> = members.iter().map(|m| m.2).filter(|p| !floors.contains(p)).collect();
+    let floor_pools: Vec<PoolId> = members.iter().map(|m| m.2).filter(|p| floors.contains(p)).collect();
+    let pro_pools: Vec<PoolId> = members.iter().map(|m| m.2).filter(|p| !floors.contains(p)).collect();
     assert_eq!((floor_pools.len(), pro_pools.len()), (11, 4));
     let mut old_floors = vec![];
     for p in &floor_pools {
@@ -333,14 +334,14 @@ async fn without_a_disposition_the_change_is_refused_while_organizations_hold_th
 
     // Other refusals: the ladder it has already, an unknown ladder, a ladder with no tiers, an
     // unknown type. Each writes nothing, with or without a disposition.
-    let bare: i64 = sqlx::query_scalar(
+    let bare: LadderId = sqlx::query_scalar(
         "INSERT INTO core.plan_ladders (name, sort_order) VALUES ('Bare', 9) RETURNING plan_ladder_id",
     )
     .fetch_one(&t.admin)
     .await
     .unwrap();
-    let cases: &[(i64, &str)] =
-        &[(wiki, "default already"), (999_999, "Choose a ladder from the list"), (bare, "no tiers")];
+    let cases: &[(LadderId, &str)] =
+        &[(wiki, "default already"), (LadderId(999_999), "Choose a ladder from the list"), (bare, "no tiers")];
     for d in [None, Some(Disposition::Migrate), Some(Disposition::Grandfather)] {
         for (ladder, message) in cases {
             let p = field_errors(change(&t, community, *ladder, d).await.unwrap_err());
@@ -350,7 +351,7 @@ async fn without_a_disposition_the_change_is_refused_while_organizations_hold_th
             );
         }
         assert!(
-            matches!(change(&t, 999_999, support, d).await, Err(ServiceError::NotFound(_))),
+            matches!(change(&t, OrgTypeId(999_999), support, d).await, Err(ServiceError::NotFound(_))),
             "an unknown type ({d:?})"
         );
     }
@@ -358,7 +359,7 @@ async fn without_a_disposition_the_change_is_refused_while_organizations_hold_th
     assert_eq!(type_default(&t, community).await, (Some(wiki), None));
 
     // A fresh type with no organization: allowed without a disposition, and done at once.
-    let empty: i64 = sqlx::query_scalar(
+    let empty: OrgTypeId = sqlx::query_scalar(
         "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Empty', $1) RETURNING org_type_id",
     )
     .bind(wiki)
@@ -378,7 +379,7 @@ async fn without_a_disposition_the_change_is_refused_while_organizations_hold_th
 
     // A type whose organizations all left the floor (all hold Pro): allowed, and they are
     // given the new floor (the vacant bucket).
-    let partners: i64 = sqlx::query_scalar(
+    let partners: OrgTypeId = sqlx::query_scalar(
         "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Partners', $1) RETURNING org_type_id",
     )
     .bind(wiki)
@@ -519,7 +520,7 @@ async fn t0_waits_on_an_open_materializing_transaction_and_takes_no_pool_or_obli
         "SELECT coalesce(last_value, 0) + 1 FROM pg_sequences WHERE schemaname = 'core' AND sequencename = 'plan_acts_plan_act_id_seq'",
     )
     .await;
-    assert_eq!(next, act2 + 1);
+    assert_eq!(next, act2.0 + 1);
     sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
     sqlx::query("INSERT INTO integration.jobs (kind, payload, dedupe_key) VALUES ('drain_plan_act', '{}', $1)")
         .bind(format!("{}:{next}", pa::DRAIN_PLAN_ACT))
@@ -535,7 +536,7 @@ async fn t0_waits_on_an_open_materializing_transaction_and_takes_no_pool_or_obli
     no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
     sqlx::query("ROLLBACK").execute(&mut *hold).await.unwrap();
     let act3 = t0.await.unwrap().unwrap();
-    assert_eq!(act3, next);
+    assert_eq!(act3, PlanActId(next));
     assert_eq!(type_default(&t, community).await, (Some(support), Some(act3)));
 }
 
@@ -600,7 +601,7 @@ async fn a_second_default_change_while_the_first_drains_supersedes_it_and_moves_
     // The first act: listed, and a few organizations moved (Initech among them).
     let first = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
     assert_eq!(list_batch(&t, first, community, 500).await, 23);
-    let moved_first: Vec<i64> = members.iter().take(5).map(|m| m.2).collect();
+    let moved_first: Vec<PoolId> = members.iter().take(5).map(|m| m.2).collect();
     for p in &moved_first {
         assert!(pa::enact_obligation(&t.db, first, *p, None).await.unwrap());
     }
@@ -835,7 +836,7 @@ async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
 
     sqlx::raw_sql("DROP TRIGGER refuse_pool ON core.pool_entitlements").execute(&t.admin).await.unwrap();
     let retry = pa::retry_plan_act(&t.db, act, None).await.unwrap();
-    let (kind, retry_of): (String, Option<i64>) = sqlx::query_as(
+    let (kind, retry_of): (String, Option<PlanActId>) = sqlx::query_as(
         "SELECT a.kind, (d.detail->>'retry_of')::bigint FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
          WHERE a.plan_act_id = $1",
     )
@@ -875,7 +876,7 @@ async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts WHERE kind = 'retry'").await, 1);
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_act_details").await, 2);
     assert_eq!(act_state(&t, act).await, "done");
-    assert!(matches!(pa::retry_plan_act(&t.db, 999_999, None).await, Err(ServiceError::NotFound(_))));
+    assert!(matches!(pa::retry_plan_act(&t.db, PlanActId(999_999), None).await, Err(ServiceError::NotFound(_))));
 }
 
 // ---------- 8. HTTP ----------
@@ -957,7 +958,7 @@ async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act(
     // Migrate: 303 to the act's page.
     let (status, headers, _) = post_form(&app, &op, &path, &token, &fields, false).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
-    let act = scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts").await;
+    let act = PlanActId(scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts").await);
     let to = format!("/operator/plan-acts/{act}");
     assert_eq!(headers.get("location").and_then(|v| v.to_str().ok()), Some(to.as_str()));
     let actor: Option<i64> = sqlx::query_scalar("SELECT created_by FROM core.plan_acts WHERE plan_act_id = $1")

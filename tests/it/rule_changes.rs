@@ -9,6 +9,7 @@ use common::TestDb;
 use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
+    ids::{EntitlementSetId, OrgTypeId, PoolId, ProductId},
     services::{
         entitlements::{self as ent},
         grants::{self, IssueGrant, Recipient},
@@ -22,14 +23,14 @@ async fn id_of(t: &TestDb, sql: &str, name: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).bind(name).fetch_one(&t.admin).await.unwrap()
 }
 
-async fn set_id(t: &TestDb, name: &str) -> i64 {
-    id_of(t, "SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = $1", name).await
+async fn set_id(t: &TestDb, name: &str) -> EntitlementSetId {
+    EntitlementSetId(id_of(t, "SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = $1", name).await)
 }
 
 /// `n` organizations that hold Basic by an operator grant (so they carry the "Basic" set).
-async fn basic_pools(t: &TestDb, n: usize) -> Vec<i64> {
-    let ty = id_of(t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await;
-    let basic = id_of(t, "SELECT product_id FROM core.products WHERE name = $1", "Basic").await;
+async fn basic_pools(t: &TestDb, n: usize) -> Vec<PoolId> {
+    let ty = OrgTypeId(id_of(t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await);
+    let basic = ProductId(id_of(t, "SELECT product_id FROM core.products WHERE name = $1", "Basic").await);
     let mut pools = vec![];
     for i in 0..n {
         let org = orgs::create_organization(&t.db, &OrgName::parse(&format!("Carrier {i:03}")).unwrap(), Some(ty))
@@ -65,7 +66,7 @@ async fn entitlements_by_org(t: &TestDb) -> Vec<(String, String, Option<i64>, Op
     .unwrap()
 }
 
-async fn stale_pools(t: &TestDb) -> Vec<i64> {
+async fn stale_pools(t: &TestDb) -> Vec<PoolId> {
     let mut c = t.admin.acquire().await.unwrap();
     member_console::store::entitlements::pools_out_of_date(&mut c).await.unwrap()
 }
@@ -74,7 +75,7 @@ async fn count(t: &TestDb, sql: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
 }
 
-async fn setup(n: usize) -> (TestDb, Vec<i64>) {
+async fn setup(n: usize) -> (TestDb, Vec<PoolId>) {
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
     let pools = basic_pools(&t, n).await;
@@ -288,7 +289,7 @@ async fn bad_input_is_refused_by_field_and_nothing_is_written() {
     assert_eq!(count(&t, "SELECT count(*) FROM core.entitlement_set_changes").await, 0);
     assert_eq!(count(&t, "SELECT count(*) FROM core.entitlement_set_rules").await, before);
     assert!(matches!(
-        rc::commit_rule_change_batch(&t.db, 999_999, &rules(CHANGE), None, "", 100).await,
+        rc::commit_rule_change_batch(&t.db, EntitlementSetId(999_999), &rules(CHANGE), None, "", 100).await,
         Err(ServiceError::NotFound(_))
     ));
 }

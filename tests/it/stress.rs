@@ -8,6 +8,7 @@ use common::TestDb;
 use member_console::{
     config::Config,
     demo,
+    ids::{EntitlementSetId, LadderId, OrgTypeId, OrganizationId, PoolId},
     services::{
         grants::EmailDomain,
         organizations::{self as orgs, OrgName},
@@ -127,7 +128,7 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
 async fn the_invariant_check_reports_each_broken_invariant() {
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
-    let community: i64 = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
+    let community: OrgTypeId = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
         .fetch_one(&t.admin)
         .await
         .unwrap();
@@ -145,7 +146,7 @@ async fn the_invariant_check_reports_each_broken_invariant() {
     .await
     .unwrap();
     // A rule change to a carried set, settled in its commit.
-    let support: i64 =
+    let support: EntitlementSetId =
         sqlx::query_scalar("SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = 'Community support'")
             .fetch_one(&t.admin)
             .await
@@ -182,7 +183,7 @@ async fn the_invariant_check_reports_each_broken_invariant() {
         .await
         .unwrap();
     // (6) and (4): a grant active past its end, with no conferral (its expiry never ran).
-    let grant = |status: &str, org: Option<i64>, domain: Option<&str>| {
+    let grant = |status: &str, org: Option<OrganizationId>, domain: Option<&str>| {
         sqlx::query_scalar::<_, i64>(
             "INSERT INTO core.grants (organization_id, provision_domain, product_id, quantity, kind, status, starts_at,
                                       ends_at, reason)
@@ -208,7 +209,7 @@ async fn the_invariant_check_reports_each_broken_invariant() {
         .unwrap();
 
     // (10) An obligation of the change settled twice: two attempts and no failure recorded.
-    let twice: i64 = sqlx::query_scalar(
+    let twice: PoolId = sqlx::query_scalar(
         "UPDATE core.entitlement_set_change_obligations o SET attempts = 2
          WHERE o.act_id IN (SELECT act_id FROM core.entitlement_set_change_acts WHERE change_id = $1)
            AND o.pool_id = (SELECT min(x.pool_id) FROM core.entitlement_set_change_obligations x
@@ -228,7 +229,8 @@ async fn the_invariant_check_reports_each_broken_invariant() {
         .unwrap();
 
     let found = stress::check_invariants(&t.admin).await.unwrap();
-    let has = |needle: &str, pool: i64| found.iter().any(|m| m.contains(needle) && m.contains(&format!("pool {pool}")));
+    let has =
+        |needle: &str, pool: PoolId| found.iter().any(|m| m.contains(needle) && m.contains(&format!("pool {pool}")));
     let (p0, p1, p2, p3) = (orgs[0].pool_id, orgs[1].pool_id, orgs[2].pool_id, with_domain.pool_id);
     assert!(has("materialized [fedwiki.active_sites=2", p0), "(1) missing: {found:#?}");
     assert!(has("has no position on ladder", p1), "(2) missing: {found:#?}");
@@ -269,8 +271,9 @@ async fn id_of(t: &TestDb, sql: &str, name: &str) -> i64 {
 async fn the_invariant_check_sees_plan_acts_that_did_not_settle() {
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
-    let business = id_of(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Business").await;
-    let wiki = id_of(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1", "Wiki hosting").await;
+    let business = OrgTypeId(id_of(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Business").await);
+    let wiki =
+        LadderId(id_of(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1", "Wiki hosting").await);
     let mut orgs = vec![];
     for i in 0..4 {
         let name = OrgName::parse(&format!("Moved {i}")).unwrap();
@@ -304,7 +307,7 @@ async fn the_invariant_check_sees_plan_acts_that_did_not_settle() {
     let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
     assert_eq!((d.failed, d.finished), (1, true), "{d:?}");
     let found = stress::check_invariants(&t.admin).await.unwrap();
-    let has = |found: &[String], needle: &str, pool: i64| {
+    let has = |found: &[String], needle: &str, pool: PoolId| {
         found.iter().any(|m| m.contains(needle) && m.contains(&format!("pool {pool}")))
     };
     assert!(

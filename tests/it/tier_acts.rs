@@ -12,6 +12,7 @@ use common::{TestDb, acts::*, pages, pages::demo_db};
 use member_console::{
     db::{TxKind, begin},
     demo,
+    ids::{GrantId, LadderId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId},
     services::{
         grants::{self, IssueGrant, Recipient},
         organizations as orgs,
@@ -26,7 +27,7 @@ use reqwest::StatusCode;
 // ---------- Harness (the shared part is tests/common/acts.rs) ----------
 
 /// The default pool of the organization named `name`.
-async fn pool_named(t: &TestDb, name: &str) -> i64 {
+async fn pool_named(t: &TestDb, name: &str) -> PoolId {
     sqlx::query_scalar(
         "SELECT rp.pool_id FROM core.resource_pools rp JOIN core.organizations o USING (organization_id)
          WHERE o.name = $1 AND rp.is_default",
@@ -38,7 +39,7 @@ async fn pool_named(t: &TestDb, name: &str) -> i64 {
 }
 
 /// A published product with a set of its own (`sites` wikis), no tier yet.
-async fn new_product(t: &TestDb, name: &str, sites: i64) -> i64 {
+async fn new_product(t: &TestDb, name: &str, sites: i64) -> ProductId {
     let set: i64 =
         sqlx::query_scalar("INSERT INTO core.entitlement_sets (name) VALUES ($1) RETURNING entitlement_set_id")
             .bind(name)
@@ -65,8 +66,8 @@ async fn new_product(t: &TestDb, name: &str, sites: i64) -> i64 {
 }
 
 /// A ladder with the products as its tiers, rank 0 first (set up by the administrator).
-async fn new_ladder(t: &TestDb, name: &str, products: &[i64]) -> i64 {
-    let ladder: i64 = sqlx::query_scalar(
+async fn new_ladder(t: &TestDb, name: &str, products: &[ProductId]) -> LadderId {
+    let ladder: LadderId = sqlx::query_scalar(
         "INSERT INTO core.plan_ladders (name, sort_order)
          SELECT $1, coalesce(max(sort_order), 0) + 1 FROM core.plan_ladders RETURNING plan_ladder_id",
     )
@@ -86,7 +87,7 @@ async fn new_ladder(t: &TestDb, name: &str, products: &[i64]) -> i64 {
     ladder
 }
 
-async fn new_type(t: &TestDb, name: &str, ladder: i64) -> i64 {
+async fn new_type(t: &TestDb, name: &str, ladder: LadderId) -> OrgTypeId {
     sqlx::query_scalar(
         "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id",
     )
@@ -97,15 +98,15 @@ async fn new_type(t: &TestDb, name: &str, ladder: i64) -> i64 {
     .unwrap()
 }
 
-fn removal(ladder: i64, rank: i32, d: Option<Disposition>) -> RemoveTier {
+fn removal(ladder: LadderId, rank: i32, d: Option<Disposition>) -> RemoveTier {
     RemoveTier { ladder_id: ladder, rank, disposition: d, reason: "test".into(), actor: None }
 }
 
-fn reorder(ladder: i64, order: &[i64], d: Option<Disposition>) -> ReorderTiers {
+fn reorder(ladder: LadderId, order: &[ProductId], d: Option<Disposition>) -> ReorderTiers {
     ReorderTiers { ladder_id: ladder, order: order.to_vec(), disposition: d, reason: "test".into(), actor: None }
 }
 
-async fn tiers(t: &TestDb, ladder: i64) -> Vec<(i32, String)> {
+async fn tiers(t: &TestDb, ladder: LadderId) -> Vec<(i32, String)> {
     sqlx::query_as(
         "SELECT t.rank, p.name FROM core.plan_ladder_tiers t JOIN core.products p USING (product_id)
          WHERE plan_ladder_id = $1 ORDER BY rank",
@@ -121,7 +122,7 @@ fn tier_list(names: &[&str]) -> Vec<(i32, String)> {
 }
 
 /// The pool's positions: (ladder, rank, product, grant kind), by ladder name.
-async fn positions(t: &TestDb, pool: i64) -> Vec<(String, i32, String, String)> {
+async fn positions(t: &TestDb, pool: PoolId) -> Vec<(String, i32, String, String)> {
     sqlx::query_as(
         "SELECT l.name, p.rank, pr.name, g.kind FROM core.positions p
          JOIN core.plan_ladders l USING (plan_ladder_id)
@@ -142,7 +143,7 @@ fn pos(ladder: &str, rank: i32, product: &str, kind: &str) -> (String, i32, Stri
 
 /// Every holding conferral of the pool: (product, grant kind, grant status, the grant's act, how
 /// many ladders it holds), by product name.
-async fn held(t: &TestDb, pool: i64) -> Vec<(String, String, String, Option<i64>, i64)> {
+async fn held(t: &TestDb, pool: PoolId) -> Vec<(String, String, String, Option<PlanActId>, i64)> {
     sqlx::query_as(
         "SELECT pr.name, g.kind, g.status, g.plan_act_id,
                 (SELECT count(*) FROM core.positions p WHERE p.conferral_id = c.conferral_id)
@@ -156,12 +157,17 @@ async fn held(t: &TestDb, pool: i64) -> Vec<(String, String, String, Option<i64>
     .unwrap()
 }
 
-fn hd(product: &str, kind: &str, act: Option<i64>, ladders: i64) -> (String, String, String, Option<i64>, i64) {
+fn hd(
+    product: &str,
+    kind: &str,
+    act: Option<PlanActId>,
+    ladders: i64,
+) -> (String, String, String, Option<PlanActId>, i64) {
     (product.into(), kind.into(), "active".into(), act, ladders)
 }
 
 /// A grant's (status, kind, act).
-async fn grant_row(t: &TestDb, grant_id: i64) -> (String, String, Option<i64>) {
+async fn grant_row(t: &TestDb, grant_id: GrantId) -> (String, String, Option<PlanActId>) {
     sqlx::query_as("SELECT status, kind, plan_act_id FROM core.grants WHERE grant_id = $1")
         .bind(grant_id)
         .fetch_one(&t.admin)
@@ -170,7 +176,7 @@ async fn grant_row(t: &TestDb, grant_id: i64) -> (String, String, Option<i64>) {
 }
 
 /// The grant's latest conferral: (state, ended_reason).
-async fn latest_conferral(t: &TestDb, grant_id: i64) -> (String, Option<String>) {
+async fn latest_conferral(t: &TestDb, grant_id: GrantId) -> (String, Option<String>) {
     sqlx::query_as(
         "SELECT state, ended_reason FROM core.conferrals WHERE grant_id = $1 ORDER BY conferral_id DESC LIMIT 1",
     )
@@ -181,7 +187,7 @@ async fn latest_conferral(t: &TestDb, grant_id: i64) -> (String, Option<String>)
 }
 
 /// The grant's events other than its issue: (act, the plan act its detail names).
-async fn events(t: &TestDb, grant_id: i64) -> Vec<(String, Option<i64>)> {
+async fn events(t: &TestDb, grant_id: GrantId) -> Vec<(String, Option<PlanActId>)> {
     sqlx::query_as(
         "SELECT act, (detail->>'plan_act_id')::bigint FROM core.grant_events
          WHERE grant_id = $1 AND act <> 'issued' ORDER BY event_id",
@@ -193,7 +199,7 @@ async fn events(t: &TestDb, grant_id: i64) -> Vec<(String, Option<i64>)> {
 }
 
 /// The pool's materialized entitlements: (key, number, flag), by key.
-async fn ents(t: &TestDb, pool: i64) -> Vec<(String, Option<i64>, Option<bool>)> {
+async fn ents(t: &TestDb, pool: PoolId) -> Vec<(String, Option<i64>, Option<bool>)> {
     sqlx::query_as(
         "SELECT resource_key, numeric_value, flag_value FROM core.pool_entitlements WHERE pool_id = $1
          ORDER BY resource_key COLLATE \"C\"",
@@ -217,7 +223,7 @@ fn support_flag(on: bool) -> (String, Option<i64>, Option<bool>) {
 }
 
 /// The floor grant holding `ladder` in the pool.
-async fn floor_grant_on(t: &TestDb, pool: i64, ladder: i64) -> i64 {
+async fn floor_grant_on(t: &TestDb, pool: PoolId, ladder: LadderId) -> GrantId {
     sqlx::query_scalar(
         "SELECT g.grant_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
          JOIN core.grants g ON g.grant_id = c.grant_id
@@ -231,7 +237,7 @@ async fn floor_grant_on(t: &TestDb, pool: i64, ladder: i64) -> i64 {
 }
 
 /// Obligations of the act settled more than once, or never attempted although settled.
-async fn not_once(t: &TestDb, act: i64) -> i64 {
+async fn not_once(t: &TestDb, act: PlanActId) -> i64 {
     scalar(
         t,
         &format!(
@@ -243,7 +249,7 @@ async fn not_once(t: &TestDb, act: i64) -> i64 {
 }
 
 /// (kind, disposition, state) of an act.
-async fn act_row(t: &TestDb, act: i64) -> (String, Option<String>, String) {
+async fn act_row(t: &TestDb, act: PlanActId) -> (String, Option<String>, String) {
     sqlx::query_as("SELECT kind, disposition, state FROM core.plan_acts WHERE plan_act_id = $1")
         .bind(act)
         .fetch_one(&t.admin)
@@ -252,7 +258,7 @@ async fn act_row(t: &TestDb, act: i64) -> (String, Option<String>, String) {
 }
 
 /// (product, rank, detail) of an act's detail row.
-async fn act_detail(t: &TestDb, act: i64) -> (Option<i64>, Option<i32>, serde_json::Value) {
+async fn act_detail(t: &TestDb, act: PlanActId) -> (Option<ProductId>, Option<i32>, serde_json::Value) {
     sqlx::query_as("SELECT product_id, rank, detail FROM core.plan_act_details WHERE plan_act_id = $1")
         .bind(act)
         .fetch_one(&t.admin)
@@ -260,7 +266,7 @@ async fn act_detail(t: &TestDb, act: i64) -> (Option<i64>, Option<i32>, serde_js
         .unwrap()
 }
 
-async fn reached(t: &TestDb, act: i64) -> Vec<(i64, Option<i64>, Option<i64>)> {
+async fn reached(t: &TestDb, act: PlanActId) -> Vec<(OrgTypeId, Option<LadderId>, Option<ProductId>)> {
     sqlx::query_as(
         "SELECT org_type_id, from_ladder_id, from_product_id FROM core.plan_act_reached_types
          WHERE plan_act_id = $1 ORDER BY org_type_id",
@@ -306,7 +312,7 @@ async fn world(t: &TestDb) -> Vec<String> {
 }
 
 /// A live and a canceled subscription of the organization (billing rows, set up directly).
-async fn subscriptions(t: &TestDb, org: i64, prefix: &str) {
+async fn subscriptions(t: &TestDb, org: OrganizationId, prefix: &str) {
     sqlx::query(
         "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status)
          VALUES ($1, $2 || '_live', 'active'), ($1, $2 || '_gone', 'canceled')",
@@ -335,15 +341,15 @@ async fn reconciles(t: &TestDb) -> Vec<(String, Option<String>)> {
 /// Pro grant Basic replaced.
 struct BasicHolders {
     t: TestDb,
-    wiki: i64,
+    wiki: LadderId,
     community: orgs::CreatedOrganization,
     business: orgs::CreatedOrganization,
     both: orgs::CreatedOrganization,
     /// The Basic grants of the three, and the replaced Pro grant.
-    community_basic: i64,
-    business_basic: i64,
-    both_basic: i64,
-    both_pro: i64,
+    community_basic: GrantId,
+    business_basic: GrantId,
+    both_basic: GrantId,
+    both_pro: GrantId,
 }
 
 async fn basic_holders(quantity: i32, ends_at: Option<DateTime<Utc>>) -> BasicHolders {
@@ -422,7 +428,7 @@ async fn a_tier_removal_with_migrate_ends_the_incumbents_closes_the_ranks_and_gi
 // ---------- 2. Tier removal with grandfather ----------
 
 /// A legacy grant: (grant, organization, product, quantity, end, status).
-type LegacyRow = (i64, i64, String, i32, Option<DateTime<Utc>>, String);
+type LegacyRow = (GrantId, OrganizationId, String, i32, Option<DateTime<Utc>>, String);
 
 #[tokio::test]
 async fn a_tier_removal_with_grandfather_keeps_each_incumbent_as_a_legacy_grant_off_the_ladder() {
@@ -564,7 +570,7 @@ async fn every_removal_refusal_writes_nothing_and_a_tier_nobody_holds_goes_witho
         Err(ServiceError::NotFound(_))
     ));
     assert!(matches!(
-        topo::remove_tier(&t.db, &removal(999_999, 0, Some(Disposition::Migrate)), 100).await,
+        topo::remove_tier(&t.db, &removal(LadderId(999_999), 0, Some(Disposition::Migrate)), 100).await,
         Err(ServiceError::NotFound(_))
     ));
     assert_eq!(world(&t).await, before, "no refusal wrote anything");
@@ -612,8 +618,9 @@ async fn a_tier_removal_waits_for_a_materializing_transaction_and_a_conferral_wa
     // The other way: pause a removal of Pro (Initech's) at its last statement, the reconcile
     // request, whose foreign key waits on the subscription row the admin holds. It holds every
     // lock it declares; a conferral started meanwhile waits for it, then sees Pro off the ladder.
-    subscriptions(&t, scalar(&t, "SELECT organization_id FROM core.organizations WHERE name = 'Initech'").await, "sub")
-        .await;
+    let initech_org =
+        OrganizationId(scalar(&t, "SELECT organization_id FROM core.organizations WHERE name = 'Initech'").await);
+    subscriptions(&t, initech_org, "sub").await;
     let mut hold = t.admin.acquire().await.unwrap();
     let hold_pid = common::backend_pid(&mut hold).await;
     sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
@@ -697,7 +704,7 @@ async fn a_reorder_that_keeps_rank_0_renumbers_the_positions_and_reaches_no_one(
 /// The demo plus six Community organizations, one holding Basic and one Pro, and a Business one
 /// holding Basic (not reached: its type defaults to Support). Returns the pools holding the Free
 /// floor and the others of the type.
-async fn reorder_setup(t: &TestDb) -> (Vec<i64>, Vec<i64>, i64) {
+async fn reorder_setup(t: &TestDb) -> (Vec<PoolId>, Vec<PoolId>, PoolId) {
     let (community, business) = (type_id(t, "Community").await, type_id(t, "Business").await);
     let (basic, pro) = (product_id(t, "Basic").await, product_id(t, "Pro").await);
     let created = orgs_of_type(t, community, "Reordered", 6).await;
@@ -799,7 +806,7 @@ async fn a_reorder_changing_rank_0_with_grandfather_keeps_the_old_floor_as_a_leg
         assert_eq!(latest_conferral(&t, *g).await, ("ended".into(), Some("grandfathered".into())));
         assert_eq!(ents(&t, *p).await, vec![sites(1)], "pool {p} keeps its wiki");
     }
-    let legacy: Vec<i64> =
+    let legacy: Vec<GrantId> =
         sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE kind = 'legacy' AND plan_act_id = $1")
             .bind(act)
             .fetch_all(&t.admin)
@@ -849,7 +856,7 @@ async fn a_reorder_is_refused_at_the_gate_and_on_bad_orders_and_writes_nothing()
     assert_eq!(tiers(&t, wiki).await, tier_list(&["Free", "Basic", "Pro"]));
 
     // Orders that are not a new permutation of the ladder's tiers, and a ladder with one tier.
-    let bad: &[(&[i64], &str)] = &[
+    let bad: &[(&[ProductId], &str)] = &[
         (&[free, basic], "Give every tier"),
         (&[free, free, pro], "Give every tier"),
         (&[free, basic, pro, priority], "Give every tier"),
@@ -865,7 +872,7 @@ async fn a_reorder_is_refused_at_the_gate_and_on_bad_orders_and_writes_nothing()
         let p = field_errors(pa::reorder_tiers(&t.db, &reorder(lone, &[team], d), None).await.unwrap_err());
         assert!(p[0].1.contains("fewer than two tiers"), "{p:?}");
         assert!(matches!(
-            pa::reorder_tiers(&t.db, &reorder(999_999, &[free, basic], d), None).await,
+            pa::reorder_tiers(&t.db, &reorder(LadderId(999_999), &[free, basic], d), None).await,
             Err(ServiceError::NotFound(_))
         ));
     }
@@ -923,7 +930,7 @@ async fn reorder_t0_waits_on_an_open_materializing_transaction_and_takes_no_pool
         "SELECT coalesce(last_value, 0) + 1 FROM pg_sequences WHERE schemaname = 'core' AND sequencename = 'plan_acts_plan_act_id_seq'",
     )
     .await;
-    assert_eq!(next, act1 + 1);
+    assert_eq!(next, act1.0 + 1);
     let mut hold = t.admin.acquire().await.unwrap();
     let hold_pid = common::backend_pid(&mut hold).await;
     sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
@@ -942,7 +949,7 @@ async fn reorder_t0_waits_on_an_open_materializing_transaction_and_takes_no_pool
     sqlx::query("ROLLBACK").execute(&mut *hold).await.unwrap();
     drop(hold);
     let act2 = t0.await.unwrap().unwrap();
-    assert_eq!(act2, next);
+    assert_eq!(act2, PlanActId(next));
     assert_eq!(tiers(&t, wiki).await, tier_list(&["Free", "Basic", "Pro"]));
     assert_eq!(type_default(&t, community).await, (Some(wiki), Some(act2)));
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_act_obligations").await, 0, "T0 writes no obligation");
@@ -966,7 +973,7 @@ async fn a_reorder_changing_rank_0_supersedes_an_earlier_default_change_and_move
     let second = change(&t, community, wiki, Some(Disposition::Migrate)).await.unwrap();
     assert_eq!(list_batch(&t, second, community, 500).await, 11);
     let initech = members.iter().find(|m| m.1 == "Initech").unwrap().2;
-    let moved_by_second: Vec<i64> = members.iter().take(4).map(|m| m.2).collect();
+    let moved_by_second: Vec<PoolId> = members.iter().take(4).map(|m| m.2).collect();
     assert!(moved_by_second.contains(&initech));
     for p in &moved_by_second {
         assert!(pa::enact_obligation(&t.db, second, *p, None).await.unwrap());
@@ -1247,7 +1254,10 @@ async fn the_previews_count_whom_each_act_reaches_name_its_refusal_and_write_not
     assert!(p.refusal.is_some());
     let e = pa::preview_default_change(&t.db, community, wiki, None).await.unwrap_err();
     assert_eq!(field_errors(e)[0].0, "plan_ladder_id");
-    assert!(matches!(pa::preview_default_change(&t.db, 999_999, wiki, None).await, Err(ServiceError::NotFound(_))));
+    assert!(matches!(
+        pa::preview_default_change(&t.db, OrgTypeId(999_999), wiki, None).await,
+        Err(ServiceError::NotFound(_))
+    ));
 
     assert_eq!(world(&t).await, before, "no preview wrote anything");
 }
@@ -1301,7 +1311,7 @@ async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page()
     let a = pages::post(&app, &op, &remove(2), &token, &[("disposition", "migrate"), ("reason", "retire Pro")], false)
         .await;
     assert_eq!(a.status, StatusCode::SEE_OTHER);
-    let act = scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts").await;
+    let act = PlanActId(scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts").await);
     let to = format!("/operator/plan-acts/{act}");
     assert_eq!(a.header("location"), Some(to.as_str()));
     assert_eq!(act_row(&t, act).await, ("tier_removal".into(), Some("migrate".into()), "done".into()));
@@ -1335,7 +1345,8 @@ async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page()
     ];
     let a = pages::post(&app, &op, &order, &token, &fields, false).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-    let reorder_act = scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts WHERE kind = 'tier_reorder'").await;
+    let reorder_act =
+        PlanActId(scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts WHERE kind = 'tier_reorder'").await);
     assert_eq!(a.header("location"), Some(format!("/operator/plan-acts/{reorder_act}").as_str()));
     if act_state(&t, reorder_act).await != "done" {
         pa::drain_plan_act(&t.db, reorder_act, None).await.unwrap();

@@ -8,6 +8,7 @@ use common::TestDb;
 use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
+    ids::{GrantId, LadderId, OrgTypeId, OrganizationId, ProductId},
     services::{
         grants::{self, IssueGrant, Recipient},
         organizations::{self as orgs, OrgName},
@@ -20,7 +21,7 @@ async fn scalar(t: &TestDb, sql: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
 }
 
-async fn setup() -> (TestDb, i64, i64) {
+async fn setup() -> (TestDb, ProductId, LadderId) {
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
     // "Team": a published product with a set that is no tier yet.
@@ -34,21 +35,21 @@ async fn setup() -> (TestDb, i64, i64) {
         .execute(&t.admin)
         .await
         .unwrap();
-    let team: i64 = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) VALUES ('Team', $1, true) RETURNING product_id")
+    let team: ProductId = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) VALUES ('Team', $1, true) RETURNING product_id")
         .bind(set)
         .fetch_one(&t.admin)
         .await
         .unwrap();
-    let wiki = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'").await;
+    let wiki = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Wiki hosting\'").await);
     (t, team, wiki)
 }
 
 async fn org_of_type(t: &TestDb, name: &str, ty: &str) -> orgs::CreatedOrganization {
-    let type_id = scalar(t, &format!("SELECT org_type_id FROM core.org_types WHERE name = '{ty}'")).await;
+    let type_id = OrgTypeId(scalar(t, &format!("SELECT org_type_id FROM core.org_types WHERE name = '{ty}'")).await);
     orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(type_id)).await.unwrap()
 }
 
-async fn grant(t: &TestDb, org: i64, product: i64) -> i64 {
+async fn grant(t: &TestDb, org: OrganizationId, product: ProductId) -> GrantId {
     let g = IssueGrant {
         recipient: Recipient::Organization(org),
         product_id: product,
@@ -61,11 +62,11 @@ async fn grant(t: &TestDb, org: i64, product: i64) -> i64 {
     grants::issue_grant(&t.db, &g).await.unwrap()
 }
 
-fn add(ladder: i64, product: i64, rank: Option<i32>) -> AddTier {
+fn add(ladder: LadderId, product: ProductId, rank: Option<i32>) -> AddTier {
     AddTier { ladder_id: ladder, product_id: product, rank, reason: "test".into(), actor: None }
 }
 
-async fn tiers(t: &TestDb, ladder: i64) -> Vec<(i32, String)> {
+async fn tiers(t: &TestDb, ladder: LadderId) -> Vec<(i32, String)> {
     sqlx::query_as(
         "SELECT t.rank, p.name FROM core.plan_ladder_tiers t JOIN core.products p USING (product_id) WHERE plan_ladder_id = $1 ORDER BY rank",
     )
@@ -82,8 +83,12 @@ async fn a_tier_add_places_its_holders_on_the_ladder_and_renumbers_above_it() {
     let business = org_of_type(&t, "Holder", "Business").await;
     grant(&t, business.organization_id, team).await;
     let pro_org = org_of_type(&t, "Pro holder", "Business").await;
-    grant(&t, pro_org.organization_id, scalar(&t, "SELECT product_id FROM core.products WHERE name = 'Pro'").await)
-        .await;
+    grant(
+        &t,
+        pro_org.organization_id,
+        ProductId(scalar(&t, "SELECT product_id FROM core.products WHERE name = \'Pro\'").await),
+    )
+    .await;
     let preview = topo::preview_add_tier(&t.db, &add(wiki, team, Some(2)), 100).await.unwrap();
     assert_eq!((preview.holders, preview.collisions, preview.refusal.is_none()), (1, 0, true));
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, 0, "a preview writes nothing");
@@ -133,16 +138,22 @@ async fn a_tier_add_is_refused_on_collisions_the_cap_the_floor_and_bad_input() {
     let p = topo::preview_add_tier(&t.db, &add(wiki, team, None), 100).await.unwrap();
     assert_eq!(p.colliding, vec!["Floored".to_string()]);
     // The cap.
-    let support = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Support'").await;
+    let support = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Support\'").await);
     let e = topo::add_tier(&t.db, &add(support, team, None), 0).await.unwrap_err();
     assert!(matches!(&e, ServiceError::Refused(m) if m.contains("more than the 0")), "{e:?}");
     // Rank 0, a rank past the top, an unknown or unpublished product, a tier twice.
     assert!(matches!(topo::add_tier(&t.db, &add(support, team, Some(0)), 100).await, Err(ServiceError::Invalid(_))));
     assert!(matches!(topo::add_tier(&t.db, &add(support, team, Some(9)), 100).await, Err(ServiceError::Invalid(_))));
-    assert!(matches!(topo::add_tier(&t.db, &add(support, 999_999, None), 100).await, Err(ServiceError::Invalid(_))));
-    let basic = scalar(&t, "SELECT product_id FROM core.products WHERE name = 'Basic'").await;
+    assert!(matches!(
+        topo::add_tier(&t.db, &add(support, ProductId(999_999), None), 100).await,
+        Err(ServiceError::Invalid(_))
+    ));
+    let basic = ProductId(scalar(&t, "SELECT product_id FROM core.products WHERE name = \'Basic\'").await);
     assert!(matches!(topo::add_tier(&t.db, &add(wiki, basic, None), 100).await, Err(ServiceError::Invalid(_))));
-    assert!(matches!(topo::add_tier(&t.db, &add(999_999, team, None), 100).await, Err(ServiceError::NotFound(_))));
+    assert!(matches!(
+        topo::add_tier(&t.db, &add(LadderId(999_999), team, None), 100).await,
+        Err(ServiceError::NotFound(_))
+    ));
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, 0, "nothing written");
     assert_eq!(tiers(&t, support).await.len(), 2);
 }
@@ -150,10 +161,11 @@ async fn a_tier_add_is_refused_on_collisions_the_cap_the_floor_and_bad_input() {
 #[tokio::test]
 async fn a_tier_add_waits_for_a_materializing_transaction_and_a_conferral_waits_for_the_add() {
     let (t, team, _) = setup().await;
-    let support = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'").await;
+    let support =
+        LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Wiki hosting\'").await);
     let _ = support;
     let business = org_of_type(&t, "Waiter", "Business").await;
-    let wiki = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'").await;
+    let wiki = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Wiki hosting\'").await);
     // A: an open materializing transaction; the add waits for it.
     let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
     let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
@@ -165,11 +177,11 @@ async fn a_tier_add_waits_for_a_materializing_transaction_and_a_conferral_waits_
 
     // The other way: pause a second add inside its exclusive hold (the tier trigger waits on the
     // product row the admin holds); a conferral waits on the add, then sees the new shape.
-    let team2: i64 = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) SELECT 'Team 2', entitlement_set_id, true FROM core.products WHERE name = 'Team' RETURNING product_id")
+    let team2: ProductId = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) SELECT 'Team 2', entitlement_set_id, true FROM core.products WHERE name = 'Team' RETURNING product_id")
         .fetch_one(&t.admin)
         .await
         .unwrap();
-    let supp = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Support'").await;
+    let supp = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Support\'").await);
     let mut hold = t.admin.acquire().await.unwrap();
     let hold_pid = common::backend_pid(&mut hold).await;
     sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
@@ -217,8 +229,12 @@ async fn a_tier_add_waits_for_a_materializing_transaction_and_a_conferral_waits_
 async fn a_tier_nobody_holds_is_deleted_and_the_ranks_close_up() {
     let (t, team, wiki) = setup().await;
     let business = org_of_type(&t, "Deleter", "Business").await;
-    grant(&t, business.organization_id, scalar(&t, "SELECT product_id FROM core.products WHERE name = 'Pro'").await)
-        .await;
+    grant(
+        &t,
+        business.organization_id,
+        ProductId(scalar(&t, "SELECT product_id FROM core.products WHERE name = \'Pro\'").await),
+    )
+    .await;
     // Basic (rank 1) has no holder: delete it; Pro's holder moves to rank 1.
     let act = topo::delete_tier(&t.db, wiki, 1, None, "unused").await.unwrap();
     assert_eq!(tiers(&t, wiki).await, vec![(0, "Free".into()), (1, "Pro".into())]);
@@ -244,7 +260,7 @@ async fn a_tier_nobody_holds_is_deleted_and_the_ranks_close_up() {
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, acts);
     let _ = team;
     // A ladder with one tier that a type defaults to keeps it.
-    let lone: i64 = sqlx::query_scalar(
+    let lone: LadderId = sqlx::query_scalar(
         "INSERT INTO core.plan_ladders (name, sort_order) VALUES ('Lone', 5) RETURNING plan_ladder_id",
     )
     .fetch_one(&t.admin)
@@ -268,7 +284,7 @@ async fn a_tier_nobody_holds_is_deleted_and_the_ranks_close_up() {
 #[tokio::test]
 async fn ladders_are_reordered_and_a_second_reorder_waits_for_the_first() {
     let (t, _, wiki) = setup().await;
-    let support = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Support'").await;
+    let support = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Support\'").await);
     let order = move |w: i32, s: i32| BTreeMap::from([(wiki, w), (support, s)]);
     assert_eq!(topo::reorder_plan_ladders(&t.db, &order(2, 1)).await.unwrap(), 2);
     let names: Vec<String> =
@@ -295,7 +311,7 @@ async fn ladders_are_reordered_and_a_second_reorder_waits_for_the_first() {
 #[tokio::test]
 async fn a_tier_add_while_another_change_holds_the_rendezvous_is_refused() {
     let (t, team, _) = setup().await;
-    let support = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Support'").await;
+    let support = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Support\'").await);
     let _held = begin(&t.db, TxKind::RuleChange).await.unwrap();
     let mut short = t.db.clone();
     short.lock_timeout = Duration::from_millis(200);

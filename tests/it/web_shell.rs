@@ -6,7 +6,10 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{TestApp, TestDb, csrf_from};
-use member_console::demo;
+use member_console::{
+    demo,
+    ids::{EntitlementSetId, OrganizationId},
+};
 use reqwest::StatusCode;
 
 async fn app_with_demo() -> (TestDb, TestApp) {
@@ -605,10 +608,11 @@ async fn no_operator_route_answers_a_visitor_or_a_member_however_the_path_is_spe
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
     // Something behind every id-taking page: a grant, a rule change, a plan act.
-    let org = common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await;
+    let org =
+        OrganizationId(common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await);
     let pro = common::acts::product_id(&t, "Pro").await;
     common::acts::grant(&t, org, pro).await;
-    let set = common::acts::id_by_name(&t, "entitlement_sets", "entitlement_set_id", "Pro").await;
+    let set = EntitlementSetId(common::acts::id_by_name(&t, "entitlement_sets", "entitlement_set_id", "Pro").await);
     let rules = std::collections::BTreeMap::from([("fedwiki.active_sites".to_string(), "11".to_string())]);
     member_console::services::rule_changes::commit_rule_change_batch(&t.db, set, &rules, None, "walk", 100)
         .await
@@ -980,7 +984,8 @@ async fn a_change_path_past_the_request_deadline_is_a_503_and_past_its_lock_boun
 async fn a_deadlock_is_tried_once_more_and_the_grant_is_revoked() {
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
-    let org = common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await;
+    let org =
+        OrganizationId(common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await);
     let pro = common::acts::product_id(&t, "Pro").await;
     let grant = common::acts::grant(&t, org, pro).await;
     let pool: i64 = sqlx::query_scalar("SELECT pool_id FROM core.resource_pools WHERE organization_id = $1")

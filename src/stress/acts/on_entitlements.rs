@@ -18,7 +18,7 @@ pub(in crate::stress) async fn create_organization(
     }
     let r = org_svc::create_organization_with_domain(&ctx.db, &name, ty, domain.as_ref()).await;
     if let Ok((c, provisioned)) = &r {
-        note.pool = Some(c.pool_id);
+        note.pool = Some(c.pool_id.0);
         if let Some(g) = c.floor_grant_id {
             note.detail.push_str(&format!(", floor grant {g}"));
         }
@@ -45,8 +45,8 @@ pub(in crate::stress) async fn confer_grant(ctx: &Ctx, rng: &mut Rng, note: &mut
         organization_id: Some(org),
         product_id: product,
         quantity,
-        kind: "operator",
-        status: "active",
+        kind: GrantKind::Operator,
+        status: GrantStatus::Active,
         starts_at: None,
         ends_at: None,
         reason: "stress".into(),
@@ -101,7 +101,7 @@ pub(in crate::stress) async fn sync_source_status(
     }
     let i = rng.below(ctx.fx.subscriptions.len());
     let sub = ctx.fx.subscriptions[i];
-    note.pool = Some(ctx.fx.hot[i].1);
+    note.pool = Some(ctx.fx.hot[i].1.0);
     let status = if rng.below(2) == 0 { "suspended" } else { "active" };
     let r = ent::sync_source_status(&ctx.db, sub, status).await;
     note.detail = match &r {

@@ -101,7 +101,7 @@ pub(in crate::stress) async fn issue_grant(ctx: &Ctx, rng: &mut Rng, note: &mut 
 }
 
 /// The default pool of the grant's organization (None while it names none).
-pub(in crate::stress) async fn pool_of_grant(ctx: &Ctx, grant: i64) -> Result<Option<i64>, Failure> {
+pub(in crate::stress) async fn pool_of_grant(ctx: &Ctx, grant: GrantId) -> Result<Option<i64>, Failure> {
     Ok(sqlx::query_scalar(
         "SELECT rp.pool_id FROM core.grants g
          JOIN core.resource_pools rp ON rp.organization_id = g.organization_id AND rp.is_default
@@ -120,7 +120,7 @@ pub(in crate::stress) async fn pick_grant(
     rng: &mut Rng,
     note: &mut Note,
     statuses: &[&str],
-) -> Result<Option<(i64, DateTime<Utc>)>, Failure> {
+) -> Result<Option<(GrantId, DateTime<Utc>)>, Failure> {
     let statuses: Vec<String> = statuses.iter().map(|s| s.to_string()).collect();
     let (scope, org) = match rng.below(4) {
         0 | 1 => ("hot", Some(hot_pool(ctx, rng, note).0)),
@@ -129,7 +129,7 @@ pub(in crate::stress) async fn pick_grant(
     };
     let next = ctx.domain_seq.load(Ordering::Relaxed);
     let domains: Vec<String> = [next.saturating_sub(1), next].iter().map(|k| domain(*k).as_str().to_string()).collect();
-    let rows: Vec<(i64, DateTime<Utc>, Option<i64>)> = sqlx::query_as(
+    let rows: Vec<(GrantId, DateTime<Utc>, Option<i64>)> = sqlx::query_as(
         "SELECT g.grant_id, g.starts_at, rp.pool_id FROM core.grants g
          LEFT JOIN core.resource_pools rp ON rp.organization_id = g.organization_id AND rp.is_default
          WHERE g.status = ANY($1) AND g.kind <> 'floor'
@@ -157,8 +157,8 @@ pub(in crate::stress) async fn due_grant(
     ctx: &Ctx,
     rng: &mut Rng,
     sql: &str,
-) -> Result<Option<(i64, Option<i64>)>, Failure> {
-    let rows: Vec<(i64, DateTime<Utc>, Option<i64>)> = sqlx::query_as(AssertSqlSafe(sql.to_string()))
+) -> Result<Option<(GrantId, Option<i64>)>, Failure> {
+    let rows: Vec<(GrantId, DateTime<Utc>, Option<i64>)> = sqlx::query_as(AssertSqlSafe(sql.to_string()))
         .bind(DUE_WITHIN_MS as f64 / 1000.0)
         .fetch_all(&ctx.db.pool)
         .await?;

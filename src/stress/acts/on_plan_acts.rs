@@ -22,18 +22,18 @@ pub(in crate::stress) fn topology_outcome<T>(r: Result<T, ServiceError>, note: &
 }
 
 /// The stress ladder's tiers now: (rank, product), by rank.
-pub(in crate::stress) async fn stress_tiers(ctx: &Ctx) -> Result<Vec<(i32, i64)>, Failure> {
+pub(in crate::stress) async fn stress_tiers(ctx: &Ctx) -> Result<Vec<(i32, ProductId)>, Failure> {
     Ok(sqlx::query_as("SELECT rank, product_id FROM core.plan_ladder_tiers WHERE plan_ladder_id = $1 ORDER BY rank")
         .bind(ctx.fx.stress_ladder)
         .fetch_all(&ctx.db.pool)
         .await?)
 }
 
-pub(in crate::stress) fn tier_name(ctx: &Ctx, product: i64) -> &'static str {
+pub(in crate::stress) fn tier_name(ctx: &Ctx, product: ProductId) -> &'static str {
     ctx.fx.tier_products.iter().find(|(p, _)| *p == product).map(|(_, n)| *n).unwrap_or("no tier")
 }
 
-pub(in crate::stress) fn show_tiers(ctx: &Ctx, tiers: &[(i32, i64)]) -> String {
+pub(in crate::stress) fn show_tiers(ctx: &Ctx, tiers: &[(i32, ProductId)]) -> String {
     let names: Vec<&str> = tiers.iter().map(|(_, p)| tier_name(ctx, *p)).collect();
     format!("[{}]", names.join(", "))
 }
@@ -62,7 +62,7 @@ pub(in crate::stress) fn show_disposition(d: Option<Disposition>) -> &'static st
 /// floor there) or holds the product twice.
 pub(in crate::stress) async fn add_tier(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
     let tiers = stress_tiers(ctx).await?;
-    let missing: Vec<i64> =
+    let missing: Vec<ProductId> =
         ctx.fx.tier_products.iter().map(|(p, _)| *p).filter(|p| !tiers.iter().any(|(_, t)| t == p)).collect();
     let product = if missing.is_empty() { rng.pick(&ctx.fx.tier_products).0 } else { *rng.pick(&missing) };
     let rank = if tiers.is_empty() { 0 } else { 1 + rng.below(tiers.len()) as i32 };
@@ -83,7 +83,7 @@ pub(in crate::stress) async fn add_tier(ctx: &Ctx, rng: &mut Rng, note: &mut Not
 
 /// DeleteTier on the stress ladder: a tier nobody holds when there is one (else any: refused).
 pub(in crate::stress) async fn delete_tier(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
-    let tiers: Vec<(i32, i64, i64)> = sqlx::query_as(
+    let tiers: Vec<(i32, ProductId, i64)> = sqlx::query_as(
         "SELECT t.rank, t.product_id,
                 (SELECT count(*) FROM core.positions p JOIN core.conferrals c USING (conferral_id)
                  WHERE p.plan_ladder_id = t.plan_ladder_id AND c.product_id = t.product_id)
@@ -92,10 +92,10 @@ pub(in crate::stress) async fn delete_tier(ctx: &Ctx, rng: &mut Rng, note: &mut 
     .bind(ctx.fx.stress_ladder)
     .fetch_all(&ctx.db.pool)
     .await?;
-    let unheld: Vec<&(i32, i64, i64)> = tiers.iter().filter(|t| t.2 == 0).collect();
+    let unheld: Vec<&(i32, ProductId, i64)> = tiers.iter().filter(|t| t.2 == 0).collect();
     // An empty ladder: rank 0, which is gone (refused, as an operator's stale form would be).
     let (rank, product, holders) = match (tiers.is_empty(), unheld.is_empty()) {
-        (true, _) => (0, 0, 0),
+        (true, _) => (0, ProductId(0), 0),
         (false, true) => *rng.pick(&tiers),
         (false, false) => **rng.pick(&unheld),
     };
@@ -115,7 +115,7 @@ pub(in crate::stress) async fn delete_tier(ctx: &Ctx, rng: &mut Rng, note: &mut 
 pub(in crate::stress) async fn remove_tier(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
     let tiers = stress_tiers(ctx).await?;
     // An empty ladder: rank 0, which is gone (refused).
-    let (rank, product) = if tiers.is_empty() { (0, 0) } else { *rng.pick(&tiers) };
+    let (rank, product) = if tiers.is_empty() { (0, ProductId(0)) } else { *rng.pick(&tiers) };
     let disposition = pick_disposition(rng, false);
     note.detail = format!(
         "{} at rank {rank} of {}, {}",
@@ -132,7 +132,7 @@ pub(in crate::stress) async fn remove_tier(ctx: &Ctx, rng: &mut Rng, note: &mut 
 }
 
 /// After a default change's or a reorder's request: what its in-request drain settled.
-pub(in crate::stress) async fn act_progress(ctx: &Ctx, act: i64) -> Result<String, Failure> {
+pub(in crate::stress) async fn act_progress(ctx: &Ctx, act: PlanActId) -> Result<String, Failure> {
     let mut c = ctx.db.pool.acquire().await?;
     let n = pa_store::counts(&mut c, act).await?;
     Ok(format!(
@@ -150,7 +150,7 @@ pub(in crate::stress) async fn change_org_type_default(
     note: &mut Note,
 ) -> Result<Outcome, Failure> {
     let fx = &ctx.fx;
-    let current: Option<i64> =
+    let current: Option<LadderId> =
         sqlx::query_scalar("SELECT default_plan_ladder_id FROM core.org_types WHERE org_type_id = $1")
             .bind(fx.stress_type)
             .fetch_one(&ctx.db.pool)
@@ -175,7 +175,7 @@ pub(in crate::stress) async fn change_org_type_default(
 /// fewer than two tiers, refused (nothing to reorder).
 pub(in crate::stress) async fn reorder_tiers(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
     let tiers = stress_tiers(ctx).await?;
-    let mut order: Vec<i64> = tiers.iter().map(|(_, p)| *p).collect();
+    let mut order: Vec<ProductId> = tiers.iter().map(|(_, p)| *p).collect();
     let how = match rng.below(3) {
         _ if order.len() < 2 => "too few tiers to reorder",
         2 if order.len() >= 3 => {
@@ -207,7 +207,7 @@ pub(in crate::stress) async fn reorder_tiers(ctx: &Ctx, rng: &mut Rng, note: &mu
 /// newest act that reached organizations, as a job repeated after its act is done would (only
 /// the last probe runs again). A pass that found nothing to do is refused; no act, skipped.
 pub(in crate::stress) async fn drain_plan_act(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
-    let acts: Vec<i64> =
+    let acts: Vec<PlanActId> =
         sqlx::query_scalar("SELECT plan_act_id FROM core.plan_acts WHERE state = 'running' ORDER BY plan_act_id")
             .fetch_all(&ctx.db.pool)
             .await?;
@@ -246,7 +246,7 @@ pub(in crate::stress) async fn drain_plan_act(ctx: &Ctx, rng: &mut Rng, note: &m
 /// nothing to retry (refused, and rolled back). The failures that were not simulated are
 /// counted as errors before the Retry clears them.
 pub(in crate::stress) async fn retry_plan_act(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
-    let failed: Vec<(i64, i64)> = sqlx::query_as(
+    let failed: Vec<(PlanActId, i64)> = sqlx::query_as(
         "SELECT o.plan_act_id, o.pool_id FROM core.plan_act_obligations o
          JOIN core.org_types t ON t.org_type_id = o.org_type_id AND t.default_owner_act_id = o.plan_act_id
          WHERE o.state = 'failed' ORDER BY o.plan_act_id, o.pool_id LIMIT 40",
@@ -271,7 +271,7 @@ pub(in crate::stress) async fn retry_plan_act(ctx: &Ctx, rng: &mut Rng, note: &m
 }
 
 /// The newest act that reached organizations (a default change, or a reorder that changed rank 0).
-pub(in crate::stress) async fn newest_reaching_act(ctx: &Ctx) -> Result<Option<i64>, Failure> {
+pub(in crate::stress) async fn newest_reaching_act(ctx: &Ctx) -> Result<Option<PlanActId>, Failure> {
     Ok(sqlx::query_scalar(
         "SELECT max(plan_act_id) FROM core.plan_acts a
          WHERE EXISTS (SELECT 1 FROM core.plan_act_reached_types r WHERE r.plan_act_id = a.plan_act_id)",
@@ -286,7 +286,7 @@ pub(in crate::stress) async fn reorder_plan_ladders(
     rng: &mut Rng,
     note: &mut Note,
 ) -> Result<Outcome, Failure> {
-    let mut ids: Vec<i64> =
+    let mut ids: Vec<LadderId> =
         sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders ORDER BY sort_order, plan_ladder_id")
             .fetch_all(&ctx.db.pool)
             .await?;
@@ -299,7 +299,7 @@ pub(in crate::stress) async fn reorder_plan_ladders(
         let (a, b) = (rng.below(ids.len()), rng.below(ids.len()));
         ids.swap(a, b);
     }
-    let positions: BTreeMap<i64, i32> = ids.iter().enumerate().map(|(i, id)| (*id, i as i32 + 1)).collect();
+    let positions: BTreeMap<LadderId, i32> = ids.iter().enumerate().map(|(i, id)| (*id, i as i32 + 1)).collect();
     note.detail = format!("ladders in the order {ids:?}");
     let r = topology::reorder_plan_ladders(&ctx.db, &positions).with_subscriber(ctx.quiet.clone()).await;
     if let Ok(n) = &r {

@@ -57,7 +57,7 @@ pub(in crate::stress) async fn commit_rule_change(
 /// 1-4 pools at a time. A pass that found nothing due (the job settled it first, or its failed
 /// pools wait for their next attempt) is refused; no draining change, skipped.
 pub(in crate::stress) async fn drain_change(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
-    let ids: Vec<i64> = sqlx::query_scalar(
+    let ids: Vec<RuleChangeId> = sqlx::query_scalar(
         "SELECT change_id FROM core.entitlement_set_changes WHERE state = 'draining' ORDER BY change_id",
     )
     .fetch_all(&ctx.db.pool)
@@ -105,13 +105,13 @@ pub(in crate::stress) async fn retry_rule_change(
          JOIN core.entitlement_set_change_acts a USING (act_id)
          JOIN core.entitlement_set_changes ch ON ch.change_id = a.change_id
          WHERE ch.state = 'draining' AND o.state = 'owed' ORDER BY o.pool_id DESC LIMIT 8";
-    let failed: Vec<(i64, i64)> = sqlx::query_as(FAILED).fetch_all(&ctx.db.pool).await?;
+    let failed: Vec<(RuleChangeId, i64)> = sqlx::query_as(FAILED).fetch_all(&ctx.db.pool).await?;
     let change = if let Some((change, pool)) = (!failed.is_empty()).then(|| *rng.pick(&failed)) {
         note.pool = Some(pool);
         note.detail = format!("change {change} (pool {pool} failed)");
         change
     } else {
-        let owed: Vec<(i64, i64)> = sqlx::query_as(OWED).fetch_all(&ctx.db.pool).await?;
+        let owed: Vec<(RuleChangeId, PoolId)> = sqlx::query_as(OWED).fetch_all(&ctx.db.pool).await?;
         if owed.is_empty() {
             // Nothing failed and nothing owed at this moment (the workers' drains are quick):
             // the operator's Retry would find nothing either.
@@ -121,7 +121,7 @@ pub(in crate::stress) async fn retry_rule_change(
         // Among the last owed pools: the drains go in ascending pool_id, so these are still
         // owed when the failure is recorded more often than not.
         let (change, pool) = *rng.pick(&owed);
-        note.pool = Some(pool);
+        note.pool = Some(pool.0);
         note.detail = format!("change {change}, after failing pool {pool}");
         match rc::record_obligation_failure(&ctx.db, change, pool, SIMULATED_FAILURE).await {
             Ok(()) => {}

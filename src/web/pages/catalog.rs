@@ -11,6 +11,7 @@ use views::{FormState, Total};
 
 use crate::{
     db::retry::once_more_after_deadlock,
+    ids::{EntitlementSetId, ProductId},
     services::{
         self, ServiceError,
         reads::{CARRIED_COUNT_CAP, CatalogOverview},
@@ -52,7 +53,7 @@ pub struct ProductForm {
 /// A product as the form asks for it.
 struct ProductInput<'a> {
     name: &'a str,
-    set_id: Option<i64>,
+    set_id: Option<EntitlementSetId>,
     published: bool,
 }
 
@@ -61,9 +62,9 @@ impl ProductForm {
     fn parse(&self) -> Result<ProductInput<'_>, ServiceError> {
         let set_id = match self.entitlement_set_id.trim() {
             "" => None,
-            s => Some(s.parse().map_err(|_| {
+            s => Some(EntitlementSetId(s.parse().map_err(|_| {
                 ServiceError::invalid("entitlement_set_id", "Choose an entitlement set from the list.")
-            })?),
+            })?)),
         };
         let published = matches!(self.published.as_str(), "on" | "true" | "yes" | "1");
         Ok(ProductInput { name: &self.name, set_id, published })
@@ -96,12 +97,12 @@ async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::Cata
     let CatalogOverview { keys, sets, rules, products, tiers } = services::reads::catalog(&state.db).await?;
     Ok(views::CatalogView {
         csrf: csrf_token(req),
-        set_options: sets.iter().map(|s| (s.entitlement_set_id, s.name.clone())).collect(),
+        set_options: sets.iter().map(|s| (s.entitlement_set_id.0, s.name.clone())).collect(),
         keys: keys
             .into_iter()
             .map(|k| views::ResourceKeyRow {
                 key: k.resource_key,
-                kind: k.kind,
+                kind: k.kind.to_string(),
                 provider: k.provider,
                 description: k.description,
             })
@@ -109,7 +110,7 @@ async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::Cata
         sets: sets
             .into_iter()
             .map(|s| views::SetRow {
-                id: s.entitlement_set_id,
+                id: s.entitlement_set_id.0,
                 rules: rules
                     .iter()
                     .filter(|r| r.entitlement_set_id == s.entitlement_set_id)
@@ -130,7 +131,7 @@ async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::Cata
                     .filter(|t| t.product_id == p.product_id)
                     .map(|t| format!("{} · rank {}", t.ladder_name, t.rank))
                     .collect(),
-                id: p.product_id,
+                id: p.product_id.0,
                 name: p.name,
                 set_name: p.set_name,
                 published: p.published,
@@ -247,7 +248,7 @@ async fn set_edit_view(
     id: i64,
     form: Option<FormState>,
 ) -> Result<Option<views::SetEditView>, AppError> {
-    let Some(d) = services::reads::entitlement_set(&state.db, id).await? else { return Ok(None) };
+    let Some(d) = services::reads::entitlement_set(&state.db, EntitlementSetId(id)).await? else { return Ok(None) };
     let rows = d
         .keys
         .iter()
@@ -256,7 +257,7 @@ async fn set_edit_view(
             let submitted = form.as_ref().map(|f| f.value(&format!("rule.{}", k.resource_key)).to_string());
             views::RuleEditRow {
                 key: k.resource_key.clone(),
-                kind: k.kind.clone(),
+                kind: k.kind.to_string(),
                 value: submitted
                     .unwrap_or_else(|| current.map(|r| rule_text(r.numeric_value, r.flag_value)).unwrap_or_default()),
             }
@@ -300,7 +301,9 @@ pub async fn save_rules(
     let committed = match form.parse() {
         Ok(submitted) => {
             let cap = state.config.rule_change_sync_cap;
-            let commit = async || commit_rule_change_batch(&state.db, *id, &submitted, actor, &form.reason, cap).await;
+            let commit = async || {
+                commit_rule_change_batch(&state.db, EntitlementSetId(*id), &submitted, actor, &form.reason, cap).await
+            };
             once_more_after_deadlock(&state.db, "Rule change", commit).await
         }
         Err(e) => Err(e),
@@ -327,7 +330,7 @@ async fn product_edit_view(
     id: i64,
     form: Option<FormState>,
 ) -> Result<Option<(String, views::ProductEditView)>, AppError> {
-    let Some(d) = services::reads::product(&state.db, id).await? else { return Ok(None) };
+    let Some(d) = services::reads::product(&state.db, ProductId(id)).await? else { return Ok(None) };
     let form = form.unwrap_or_else(|| {
         let mut f = FormState {
             values: vec![
@@ -347,7 +350,7 @@ async fn product_edit_view(
         views::ProductEditView {
             csrf: csrf_token(req),
             product_id: id,
-            set_options: d.sets.iter().map(|s| (s.entitlement_set_id, s.name.clone())).collect(),
+            set_options: d.sets.iter().map(|s| (s.entitlement_set_id.0, s.name.clone())).collect(),
             shape: d.tiers.iter().map(|t| format!("{} · rank {}", t.ladder_name, t.rank)).collect(),
             carried_by_pools: Total::capped(d.product.carried_by_pools, CARRIED_COUNT_CAP),
             form,
@@ -375,7 +378,7 @@ pub async fn save_product(
     form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {
     let saved = match form.parse() {
-        Ok(p) => services::catalog::update_product(&state.db, *id, p.name, p.set_id, p.published).await,
+        Ok(p) => services::catalog::update_product(&state.db, ProductId(*id), p.name, p.set_id, p.published).await,
         Err(e) => Err(e),
     };
     let e = match saved {

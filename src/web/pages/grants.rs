@@ -8,10 +8,12 @@ use views::{FormState, Keyset, Total};
 
 use crate::{
     db::retry::once_more_after_deadlock,
+    ids::{AccountId, GrantId, OrganizationId},
     services::{
         self, ServiceError,
         grants::{IssueGrant, ManageGrant},
     },
+    states::{GrantKind, GrantStatus},
     store::grants::{EventRow, GrantRow},
     web::forms::{Form, after_post, partial},
     web::identity::Operator,
@@ -44,7 +46,7 @@ pub struct IssueForm {
 }
 
 impl IssueForm {
-    fn parse(&self, actor: Option<i64>) -> Result<IssueGrant, ServiceError> {
+    fn parse(&self, actor: Option<AccountId>) -> Result<IssueGrant, ServiceError> {
         IssueGrant::parse(
             &self.organization_id,
             &self.provision_domain,
@@ -76,7 +78,7 @@ pub struct ManageForm {
 }
 
 impl ManageForm {
-    fn parse(&self, actor: Option<i64>) -> Result<ManageGrant, ServiceError> {
+    fn parse(&self, actor: Option<AccountId>) -> Result<ManageGrant, ServiceError> {
         ManageGrant::parse(&self.starts_at, &self.ends_at, &self.quantity, &self.reason, actor)
     }
 }
@@ -87,13 +89,13 @@ fn when(t: chrono::DateTime<chrono::Utc>) -> String {
 
 pub fn list_row(g: &GrantRow) -> views::GrantListRow {
     views::GrantListRow {
-        id: g.grant_id,
-        organization: g.organization_id.map(|id| (id, g.organization_name.clone().unwrap_or_default())),
+        id: g.grant_id.0,
+        organization: g.organization_id.map(|id| (id.0, g.organization_name.clone().unwrap_or_default())),
         provision_domain: g.provision_domain.clone(),
         product: g.product.clone(),
         quantity: g.quantity,
-        kind: g.kind.clone(),
-        status: g.status.clone(),
+        kind: g.kind.to_string(),
+        status: g.status.to_string(),
         starts_at: when(g.starts_at),
         ends_at: g.ends_at.map(when),
         reason: g.reason.clone(),
@@ -106,7 +108,7 @@ pub fn event_row(e: &EventRow) -> views::GrantEventRow {
         act: e.act.clone(),
         actor: e.actor.clone().unwrap_or_else(|| "the console".into()),
         reason: e.reason.clone(),
-        grant_id: e.grant_id,
+        grant_id: e.grant_id.0,
     }
 }
 
@@ -118,8 +120,6 @@ pub struct ListQuery {
     page: SeekQuery,
 }
 
-const STATUSES: &[&str] = &["waiting", "active", "replaced", "expired", "revoked", "ended"];
-
 #[tracing::instrument(name = "Page: the grants", skip_all, fields(status = ?q.status, organization_id = ?q.organization_id))]
 pub async fn list(
     _op: Operator,
@@ -128,16 +128,22 @@ pub async fn list(
     q: web::Query<ListQuery>,
 ) -> Result<HttpResponse, AppError> {
     let status = q.status.clone().unwrap_or_default();
-    if !status.is_empty() && !STATUSES.contains(&status.as_str()) {
-        return Err(AppError::BadRequest(format!("“{status}” is not a grant status.")));
-    }
+    let status_filter = match status.as_str() {
+        "" => None,
+        s => Some(
+            GrantStatus::from_text(s)
+                .ok_or_else(|| AppError::BadRequest(format!("“{status}” is not a grant status.")))?,
+        ),
+    };
     let org_text = q.organization_id.clone().unwrap_or_default();
     let org = match org_text.trim() {
         "" => None,
-        t => Some(t.parse::<i64>().map_err(|_| AppError::BadRequest(format!("“{t}” is not an organization number.")))?),
+        t => Some(OrganizationId(
+            t.parse::<i64>().map_err(|_| AppError::BadRequest(format!("“{t}” is not an organization number.")))?,
+        )),
     };
     let seek = q.page.seek("a grant")?;
-    let list = services::reads::grants(&state.db, (!status.is_empty()).then_some(status.as_str()), org, seek).await?;
+    let list = services::reads::grants(&state.db, status_filter, org, seek).await?;
     let view = views::GrantListView {
         status,
         organization_id: org_text,
@@ -146,8 +152,8 @@ pub async fn list(
         keyset: Keyset {
             has_before: list.page.has_before,
             has_after: list.page.has_after,
-            first_id: list.page.rows.first().map(|r| r.grant_id),
-            last_id: list.page.rows.last().map(|r| r.grant_id),
+            first_id: list.page.rows.first().map(|r| r.grant_id.0),
+            last_id: list.page.rows.last().map(|r| r.grant_id.0),
         },
         rows: list.page.rows.iter().map(list_row).collect(),
     };
@@ -162,7 +168,7 @@ pub struct NewQuery {
 async fn issue_view(req: &HttpRequest, state: &AppState, form: FormState) -> Result<views::IssueGrantView, AppError> {
     Ok(views::IssueGrantView {
         csrf: csrf_token(req),
-        products: services::reads::published_products(&state.db).await?,
+        products: services::reads::published_products(&state.db).await?.into_iter().map(|(id, n)| (id.0, n)).collect(),
         form,
     })
 }
@@ -217,13 +223,13 @@ async fn detail_view(
     revoke_form: FormState,
     manage_form: FormState,
 ) -> Result<views::GrantDetailView, AppError> {
-    let d = services::reads::grant(&state.db, id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::grant(&state.db, GrantId(id)).await?.ok_or(AppError::NotFound)?;
     let head = d.lineage.iter().find(|g| !d.lineage.iter().any(|n| n.extends_grant_id == Some(g.grant_id)));
-    let head_id = head.map_or(id, |h| h.grant_id);
-    let head_status = head.map_or(d.grant.status.as_str(), |h| h.status.as_str());
-    let live = matches!(head_status, "active" | "replaced" | "waiting");
-    let is_floor = d.grant.kind == "floor";
-    let waiting = head_status == "waiting";
+    let head_id = head.map_or(id, |h| h.grant_id.0);
+    let head_status = head.map_or(d.grant.status, |h| h.status);
+    let live = head_status.is_live();
+    let is_floor = d.grant.kind == GrantKind::Floor;
+    let waiting = head_status == GrantStatus::Waiting;
     // The manage form opens with the head's values, so changing one field keeps the others.
     let mut manage_form = manage_form;
     if manage_form.values.is_empty()
@@ -246,12 +252,12 @@ async fn detail_view(
     Ok(views::GrantDetailView {
         csrf: csrf_token(req),
         id,
-        organization: g.organization_id.map(|o| (o, g.organization_name.clone().unwrap_or_default())),
+        organization: g.organization_id.map(|o| (o.0, g.organization_name.clone().unwrap_or_default())),
         provision_domain: g.provision_domain.clone(),
         product: g.product.clone(),
         quantity: g.quantity,
-        kind: g.kind.clone(),
-        status: g.status.clone(),
+        kind: g.kind.to_string(),
+        status: g.status.to_string(),
         starts_at: when(g.starts_at),
         ends_at: g.ends_at.map(when),
         reason: g.reason.clone(),
@@ -260,12 +266,12 @@ async fn detail_view(
             .lineage
             .iter()
             .map(|l| views::LineageRow {
-                id: l.grant_id,
-                status: l.status.clone(),
+                id: l.grant_id.0,
+                status: l.status.to_string(),
                 starts_at: when(l.starts_at),
                 ends_at: l.ends_at.map(when),
                 quantity: l.quantity,
-                current: l.grant_id == id,
+                current: l.grant_id.0 == id,
             })
             .collect(),
         events: d.events.iter().map(event_row).collect(),
@@ -311,7 +317,7 @@ pub async fn revoke(
     form: Form<RevokeForm>,
 ) -> Result<HttpResponse, AppError> {
     let actor = Some(op.account_id());
-    let revoke = async || services::grants::revoke_grant(&state.db, *id, actor, &form.reason).await;
+    let revoke = async || services::grants::revoke_grant(&state.db, GrantId(*id), actor, &form.reason).await;
     let e = match once_more_after_deadlock(&state.db, "Revoke a grant", revoke).await {
         Ok(head) => return Ok(after_post(&req, &fill(paths::GRANT, &[&head]))),
         Err(e) => e,
@@ -335,7 +341,7 @@ pub async fn manage(
     let managed = match form.parse(Some(op.account_id())) {
         Ok(m) => {
             once_more_after_deadlock(&state.db, "Manage a grant", async || {
-                services::grants::manage_grant(&state.db, *id, &m).await
+                services::grants::manage_grant(&state.db, GrantId(*id), &m).await
             })
             .await
         }

@@ -4,6 +4,7 @@ use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 
 use crate::{
     services,
+    states::GrantKind,
     store::{
         catalog::{HeldConferral, Usage},
         entitlements::EntitlementValue,
@@ -27,7 +28,7 @@ pub async fn home(req: HttpRequest, state: web::Data<AppState>, Member(who): Mem
 
 fn org_home(o: crate::store::accounts::MemberHome) -> views::OrgHome {
     views::OrgHome {
-        organization_id: o.membership.organization_id,
+        organization_id: o.membership.organization_id.0,
         name: o.membership.name,
         role: o.membership.role,
         plan: o
@@ -49,8 +50,8 @@ fn org_home(o: crate::store::accounts::MemberHome) -> views::OrgHome {
 }
 
 fn member_source(c: &HeldConferral) -> &'static str {
-    match c.grant_kind.as_deref() {
-        Some("floor") => "included with your organization type",
+    match c.grant_kind {
+        Some(GrantKind::Floor) => "included with your organization type",
         Some(_) => "granted by an operator",
         None => "your subscription",
     }

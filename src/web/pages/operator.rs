@@ -33,7 +33,7 @@ pub async fn overview(_op: Operator, req: HttpRequest, state: web::Data<AppState
             .failed_jobs
             .into_iter()
             .map(|j| views::FailedJob {
-                id: j.job_id,
+                id: j.job_id.0,
                 kind: j.kind,
                 attempts: j.attempts,
                 last_error: j.last_error.unwrap_or_default(),

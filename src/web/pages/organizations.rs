@@ -6,7 +6,9 @@ use views::paths::{self, fill};
 
 use crate::{
     db::retry::once_more_after_deadlock,
+    ids::{OrgTypeId, OrganizationId},
     services::{self, ServiceError, grants::EmailDomain, organizations::OrgName, refusal::Problems},
+    states::GrantKind,
     store::{catalog::HeldConferral, paging::Seek},
     web::forms::{Form, after_post},
     web::identity::{Operator, csrf_token},
@@ -44,7 +46,7 @@ pub struct CreateForm {
 /// An organization as the form asks for it.
 struct NewOrganization {
     name: OrgName,
-    org_type_id: Option<i64>,
+    org_type_id: Option<OrgTypeId>,
     email_domain: Option<EmailDomain>,
 }
 
@@ -56,7 +58,7 @@ impl CreateForm {
         let org_type_id = match self.org_type_id.trim() {
             "" => Some(None),
             t => match t.parse::<i64>().ok().filter(|id| org_types.iter().any(|(o, _)| o == id)) {
-                Some(id) => Some(Some(id)),
+                Some(id) => Some(Some(OrgTypeId(id))),
                 None => {
                     problems.push("org_type_id", "Choose an organization type from the list.");
                     None
@@ -118,7 +120,7 @@ async fn list_view(
     let list = services::reads::organizations(&state.db, &query, seek).await?;
     Ok(views::OrgListView {
         csrf: csrf_token(req),
-        org_types: services::reads::org_type_options(&state.db).await?,
+        org_types: org_type_options(state).await?,
         create_form: views::FormState::default(),
         query,
         total: if list.total.1 { views::Total::AtLeast(list.total.0) } else { views::Total::Exactly(list.total.0) },
@@ -129,7 +131,7 @@ async fn list_view(
             .rows
             .into_iter()
             .map(|r| views::OrgListRow {
-                id: r.organization_id,
+                id: r.organization_id.0,
                 name: r.name,
                 org_type: r.org_type,
                 plan: r.plan.unwrap_or_default(),
@@ -138,9 +140,14 @@ async fn list_view(
     })
 }
 
+/// The organization types as the create form lists them.
+async fn org_type_options(state: &AppState) -> Result<Vec<(i64, String)>, AppError> {
+    Ok(services::reads::org_type_options(&state.db).await?.into_iter().map(|(id, name)| (id.0, name)).collect())
+}
+
 fn source(c: &HeldConferral) -> String {
-    match (c.grant_kind.as_deref(), c.grant_id, &c.stripe_subscription_id, &c.stripe_item_id) {
-        (Some("floor"), Some(g), _, _) => format!("floor grant #{g}"),
+    match (c.grant_kind, c.grant_id, &c.stripe_subscription_id, &c.stripe_item_id) {
+        (Some(GrantKind::Floor), Some(g), _, _) => format!("floor grant #{g}"),
         (Some(kind), Some(g), _, _) => format!("{kind} grant #{g}"),
         (_, _, Some(s), Some(i)) => format!("subscription {s} item {i}"),
         _ => format!("conferral #{}", c.conferral_id),
@@ -164,12 +171,12 @@ pub async fn detail(
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    let d = services::reads::organization(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::organization(&state.db, OrganizationId(*id)).await?.ok_or(AppError::NotFound)?;
     let view = views::OrgDetailView {
-        id: d.facts.organization_id,
+        id: d.facts.organization_id.0,
         name: d.facts.name.clone(),
         org_type: d.facts.org_type.clone(),
-        pool_id: d.facts.pool_id.unwrap_or_default(),
+        pool_id: d.facts.pool_id.map_or(0, |p| p.0),
         created_at: d.facts.created_at.format("%Y-%m-%d %H:%M UTC").to_string(),
         positions: d.held.iter().filter(|c| c.ladder.is_some()).map(position_row).collect(),
         other_conferrals: d.held.iter().filter(|c| c.ladder.is_none()).map(position_row).collect(),
@@ -201,7 +208,7 @@ pub async fn create(
     state: web::Data<AppState>,
     form: Form<CreateForm>,
 ) -> Result<HttpResponse, AppError> {
-    let org_types = services::reads::org_type_options(&state.db).await?;
+    let org_types = org_type_options(&state).await?;
     let created = match form.parse(&org_types) {
         Ok(o) => {
             let create = async || {

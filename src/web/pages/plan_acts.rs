@@ -5,7 +5,9 @@ use views::paths::{self, fill};
 
 use crate::{
     db::retry::once_more_after_deadlock,
+    ids::PlanActId,
     services,
+    states::PlanActKind,
     store::topology::PlanActRow,
     web::identity::Operator,
     web::{AppState, errors::AppError, render},
@@ -13,24 +15,24 @@ use crate::{
 
 fn what(a: &PlanActRow) -> String {
     let rank = a.rank.map(|r| r.to_string()).unwrap_or_default();
-    match a.kind.as_str() {
-        "tier_add" => format!("{} added to {} at rank {rank}", a.product_name, a.ladder_name),
-        "tier_delete" => format!("{} (rank {rank}) deleted from {}", a.product_name, a.ladder_name),
-        "tier_removal" => format!("{} (rank {rank}) removed from {}", a.product_name, a.ladder_name),
-        "tier_reorder" => format!("{} reordered; {} is its floor", a.ladder_name, a.product_name),
-        "default_change" => format!("default changed to {}", a.ladder_name),
-        _ => format!("{} {}", a.ladder_name, a.product_name).trim().to_string(),
+    match a.kind {
+        PlanActKind::TierAdd => format!("{} added to {} at rank {rank}", a.product_name, a.ladder_name),
+        PlanActKind::TierDelete => format!("{} (rank {rank}) deleted from {}", a.product_name, a.ladder_name),
+        PlanActKind::TierRemoval => format!("{} (rank {rank}) removed from {}", a.product_name, a.ladder_name),
+        PlanActKind::TierReorder => format!("{} reordered; {} is its floor", a.ladder_name, a.product_name),
+        PlanActKind::DefaultChange => format!("default changed to {}", a.ladder_name),
+        PlanActKind::Retry => format!("{} {}", a.ladder_name, a.product_name).trim().to_string(),
     }
 }
 
 fn row(a: &PlanActRow) -> views::PlanActRow {
     views::PlanActRow {
-        id: a.plan_act_id,
-        kind: a.kind.clone(),
+        id: a.plan_act_id.0,
+        kind: a.kind.to_string(),
         what: what(a),
         by: a.by.clone().unwrap_or_else(|| "—".into()),
         at: a.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-        state: a.state.clone(),
+        state: a.state.to_string(),
         disposition: a.disposition.clone(),
     }
 }
@@ -42,8 +44,8 @@ pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -
 }
 
 async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::PlanActView, AppError> {
-    let a = services::reads::plan_act(&state.db, id).await?.ok_or(AppError::NotFound)?;
-    let p = services::reads::plan_act_progress(&state.db, id).await?;
+    let a = services::reads::plan_act(&state.db, PlanActId(id)).await?.ok_or(AppError::NotFound)?;
+    let p = services::reads::plan_act_progress(&state.db, PlanActId(id)).await?;
     let r = row(&a);
     let facts = a
         .detail
@@ -81,7 +83,7 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
             .failures
             .into_iter()
             .map(|f| views::FailedOrganization {
-                organization_id: f.organization_id,
+                organization_id: f.organization_id.0,
                 organization: f.organization,
                 attempts: f.attempts,
                 error: f.last_error.unwrap_or_default(),
@@ -128,7 +130,7 @@ pub async fn retry(
 ) -> Result<HttpResponse, AppError> {
     let actor = Some(op.account_id());
     once_more_after_deadlock(&state.db, "RetryPlanAct", async || {
-        services::plan_acts::retry_plan_act(&state.db, *id, actor).await
+        services::plan_acts::retry_plan_act(&state.db, PlanActId(*id), actor).await
     })
     .await?;
     if !render::is_htmx(&req) {

@@ -5,6 +5,7 @@ use views::paths::{self, fill};
 
 use crate::{
     db::retry::once_more_after_deadlock,
+    ids::RuleChangeId,
     services::{self, reads::RuleChangeDetail},
     store::rule_changes::{ActRow, ChangeRow},
     web::identity::Operator,
@@ -48,13 +49,13 @@ pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -
     let rows: Vec<views::RuleChangeListRow> = changes
         .iter()
         .map(|c| views::RuleChangeListRow {
-            id: c.change_id,
-            set_id: c.entitlement_set_id,
+            id: c.change_id.0,
+            set_id: c.entitlement_set_id.0,
             set_name: c.set_name.clone(),
             by: c.by.clone().unwrap_or_else(|| "—".into()),
             at: when(c.committed_at),
             summary: summary(&acts.iter().filter(|a| a.change_id == c.change_id).collect::<Vec<_>>()),
-            state: c.state.clone(),
+            state: c.state.to_string(),
             owed: as_u64(c.owed),
             settled: as_u64(c.settled),
             failed: as_u64(c.failed),
@@ -67,12 +68,12 @@ fn view(req: &HttpRequest, d: &RuleChangeDetail) -> views::RuleChangeView {
     let c: &ChangeRow = &d.change;
     views::RuleChangeView {
         csrf: csrf_token(req),
-        id: c.change_id,
-        set_id: c.entitlement_set_id,
+        id: c.change_id.0,
+        set_id: c.entitlement_set_id.0,
         set_name: c.set_name.clone(),
         by: c.by.clone().unwrap_or_else(|| "—".into()),
         at: when(c.committed_at),
-        state: c.state.clone(),
+        state: c.state.to_string(),
         settled_inline: c.settled_inline,
         hold_ms: c.hold_ms,
         total_owed: as_u64(c.owed),
@@ -94,8 +95,8 @@ fn view(req: &HttpRequest, d: &RuleChangeDetail) -> views::RuleChangeView {
             .failures
             .iter()
             .map(|f| views::FailedPool {
-                pool_id: f.pool_id,
-                organization_id: f.organization_id,
+                pool_id: f.pool_id.0,
+                organization_id: f.organization_id.0,
                 organization: f.organization.clone(),
                 attempts: f.attempts,
                 error: f.last_error.clone().unwrap_or_default(),
@@ -113,7 +114,7 @@ pub async fn detail(
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    let d = services::reads::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::rule_change(&state.db, RuleChangeId(*id)).await?.ok_or(AppError::NotFound)?;
     Ok(render::ok(&req, &format!("Rule change #{}", d.change.change_id), views::rule_change_page(&view(&req, &d))))
 }
 
@@ -125,7 +126,7 @@ pub async fn progress(
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    let d = services::reads::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::rule_change(&state.db, RuleChangeId(*id)).await?.ok_or(AppError::NotFound)?;
     Ok(HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .insert_header(("Cache-Control", "no-store"))
@@ -141,13 +142,13 @@ pub async fn retry(
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
     once_more_after_deadlock(&state.db, "Retry a rule change", async || {
-        services::rule_changes::retry_failed(&state.db, *id).await
+        services::rule_changes::retry_failed(&state.db, RuleChangeId(*id)).await
     })
     .await?;
     if !render::is_htmx(&req) {
         return Ok(HttpResponse::SeeOther().insert_header(("Location", fill(paths::RULE_CHANGE, &[&id]))).finish());
     }
-    let d = services::reads::rule_change(&state.db, *id).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::rule_change(&state.db, RuleChangeId(*id)).await?.ok_or(AppError::NotFound)?;
     Ok(HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
         .body(views::rule_change_progress(&view(&req, &d)).into_string()))

@@ -10,6 +10,7 @@ use views::FormState;
 
 use crate::{
     db::retry::once_more_after_deadlock,
+    ids::{AccountId, LadderId, OrgTypeId, ProductId},
     services::{
         self, ServiceError,
         plan_acts::{ActReach, Disposition, ReorderTiers},
@@ -45,9 +46,9 @@ pub struct AddTierForm {
 }
 
 impl AddTierForm {
-    fn parse(&self, ladder_id: i64, actor: Option<i64>) -> Result<AddTier, ServiceError> {
+    fn parse(&self, ladder_id: i64, actor: Option<AccountId>) -> Result<AddTier, ServiceError> {
         let mut problems = Problems::default();
-        let product = self.product_id.trim().parse::<i64>().ok();
+        let product = self.product_id.trim().parse::<i64>().ok().map(ProductId);
         if product.is_none() {
             problems.push("product_id", "Choose a product.");
         }
@@ -57,7 +58,7 @@ impl AddTierForm {
         };
         let reason = problems.field("reason", parse_reason(&self.reason));
         let (product_id, reason) = problems.or(product.zip(reason))?;
-        Ok(AddTier { ladder_id, product_id, rank, reason, actor })
+        Ok(AddTier { ladder_id: LadderId(ladder_id), product_id, rank, reason, actor })
     }
 }
 
@@ -77,14 +78,14 @@ pub struct LadderOrderForm {
 }
 
 impl LadderOrderForm {
-    fn parse(&self) -> Result<BTreeMap<i64, i32>, ServiceError> {
+    fn parse(&self) -> Result<BTreeMap<LadderId, i32>, ServiceError> {
         let mut problems = Problems::default();
         let mut positions = BTreeMap::new();
         for (k, v) in &self.positions {
             let Some(id) = k.strip_prefix("position.") else { return Err(unknown_field(k)) };
             match (id.parse::<i64>(), v.trim().parse::<i32>()) {
                 (Ok(id), Ok(p)) => {
-                    positions.insert(id, p);
+                    positions.insert(LadderId(id), p);
                 }
                 _ => problems.push(k, format!("“{}” is not a position.", v.trim())),
             }
@@ -105,7 +106,7 @@ pub struct DefaultChangeForm {
 
 /// A default change as the form asks for it: (ladder, disposition, reason).
 struct DefaultChange {
-    ladder_id: i64,
+    ladder_id: LadderId,
     disposition: Option<Disposition>,
     reason: String,
 }
@@ -114,7 +115,7 @@ impl DefaultChangeForm {
     /// `no_ladder` is what to say when no ladder was chosen (the act and its preview differ).
     fn parse(&self, no_ladder: &str) -> Result<DefaultChange, ServiceError> {
         let mut problems = Problems::default();
-        let ladder = self.plan_ladder_id.trim().parse::<i64>().ok();
+        let ladder = self.plan_ladder_id.trim().parse::<i64>().ok().map(LadderId);
         if ladder.is_none() {
             problems.push("plan_ladder_id", no_ladder);
         }
@@ -134,12 +135,12 @@ pub struct RemoveTierForm {
 }
 
 impl RemoveTierForm {
-    fn parse(&self, ladder_id: i64, rank: i32, actor: Option<i64>) -> Result<RemoveTier, ServiceError> {
+    fn parse(&self, ladder_id: i64, rank: i32, actor: Option<AccountId>) -> Result<RemoveTier, ServiceError> {
         let mut problems = Problems::default();
         let disposition = problems.field("disposition", Disposition::parse(&self.disposition));
         let reason = problems.field("reason", parse_reason(&self.reason));
         let (disposition, reason) = problems.or(disposition.zip(reason))?;
-        Ok(RemoveTier { ladder_id, rank, disposition, reason, actor })
+        Ok(RemoveTier { ladder_id: LadderId(ladder_id), rank, disposition, reason, actor })
     }
 }
 
@@ -155,7 +156,7 @@ pub struct TierOrderForm {
 }
 
 impl TierOrderForm {
-    fn parse(&self, ladder_id: i64, actor: Option<i64>) -> Result<ReorderTiers, ServiceError> {
+    fn parse(&self, ladder_id: i64, actor: Option<AccountId>) -> Result<ReorderTiers, ServiceError> {
         let mut problems = Problems::default();
         let mut ranked: Vec<(i32, i64)> = vec![];
         for (k, v) in &self.ranks {
@@ -176,8 +177,8 @@ impl TierOrderForm {
         let disposition = problems.field("disposition", Disposition::parse(&self.disposition));
         let reason = problems.field("reason", parse_reason(&self.reason));
         let (disposition, reason) = problems.or(disposition.zip(reason))?;
-        let order = ranked.into_iter().map(|(_, p)| p).collect();
-        Ok(ReorderTiers { ladder_id, order, disposition, reason, actor })
+        let order = ranked.into_iter().map(|(_, p)| ProductId(p)).collect();
+        Ok(ReorderTiers { ladder_id: LadderId(ladder_id), order, disposition, reason, actor })
     }
 }
 
@@ -202,7 +203,7 @@ async fn view(
     let products = services::reads::tier_product_options(&state.db).await?;
     Ok(views::TopologyView {
         csrf: csrf_token(req),
-        products: products.into_iter().map(|(id, name)| views::Choice { id, name }).collect(),
+        products: products.into_iter().map(|(id, name)| views::Choice { id: id.0, name }).collect(),
         add_forms: forms.add,
         order_form: forms.order,
         default_forms: forms.default,
@@ -213,7 +214,7 @@ async fn view(
             .ladders
             .iter()
             .map(|l| views::LadderView {
-                id: l.plan_ladder_id,
+                id: l.plan_ladder_id.0,
                 name: l.name.clone(),
                 sort_order: l.sort_order,
                 tiers: t
@@ -222,7 +223,7 @@ async fn view(
                     .filter(|x| x.plan_ladder_id == l.plan_ladder_id)
                     .map(|x| views::TierRow {
                         rank: x.rank,
-                        product_id: x.product_id,
+                        product_id: x.product_id.0,
                         product_name: x.product_name.clone(),
                         set_name: x.set_name.clone().unwrap_or_default(),
                     })
@@ -233,7 +234,7 @@ async fn view(
             .org_types
             .into_iter()
             .map(|o| views::OrgTypeRow {
-                id: o.org_type_id,
+                id: o.org_type_id.0,
                 name: o.name,
                 default_ladder: o.default_ladder,
                 floor_product: o.floor_product,
@@ -284,7 +285,7 @@ pub async fn preview(
     let answer = async {
         let a = preview_form::<AddTierForm>(q)?.parse(*id, None)?;
         let r = services::topology::preview_add_tier(&state.db, &a, state.config.plan_act_holder_cap).await?;
-        let names = services::reads::tier_names(&state.db, *id, a.product_id).await?;
+        let names = services::reads::tier_names(&state.db, a.ladder_id, a.product_id).await?;
         Ok(views::tier_add_preview(&views::TierAddPreview {
             ladder: names.0,
             product: names.1,
@@ -339,7 +340,7 @@ pub async fn delete_tier(
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
     let actor = Some(op.account_id());
-    let delete = async || services::topology::delete_tier(&state.db, ladder, rank, actor, &form.reason).await;
+    let delete = async || services::topology::delete_tier(&state.db, LadderId(ladder), rank, actor, &form.reason).await;
     let e = match once_more_after_deadlock(&state.db, "DeleteTier", delete).await {
         Ok(_) => return Ok(after_post(&req, &format!("{}?done=tier-deleted", paths::TOPOLOGY))),
         Err(e) => e,
@@ -402,7 +403,8 @@ pub async fn change_default(
         Ok(c) => {
             let change = async || {
                 let within = Some(within(&state));
-                change_org_type_default(&state.db, *id, c.ladder_id, c.disposition, actor, &c.reason, within).await
+                change_org_type_default(&state.db, OrgTypeId(*id), c.ladder_id, c.disposition, actor, &c.reason, within)
+                    .await
             };
             once_more_after_deadlock(&state.db, "ChangeOrgTypeDefault", change).await
         }
@@ -453,7 +455,8 @@ pub async fn default_preview(
 ) -> Result<HttpResponse, AppError> {
     let answer = async {
         let c = preview_form::<DefaultChangeForm>(q)?.parse("Choose a ladder to preview.")?;
-        let r = services::plan_acts::preview_default_change(&state.db, *id, c.ladder_id, c.disposition).await?;
+        let r =
+            services::plan_acts::preview_default_change(&state.db, OrgTypeId(*id), c.ladder_id, c.disposition).await?;
         let action = format!("Changing {}'s default to {}", r.types.first().cloned().unwrap_or_default(), r.ladder);
         Ok(views::act_reach_preview(&reach_preview(action, r, c.disposition)))
     };

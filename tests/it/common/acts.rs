@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use member_console::{
     db::{TxKind, begin},
+    ids::{GrantId, LadderId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId},
     services::{
         grants::{self, IssueGrant, Recipient},
         organizations::{self as orgs, OrgName},
@@ -27,24 +28,24 @@ pub async fn id_by_name(t: &TestDb, table: &str, id: &str, name: &str) -> i64 {
         .unwrap_or_else(|e| panic!("no {table} named {name}: {e}"))
 }
 
-pub async fn type_id(t: &TestDb, name: &str) -> i64 {
-    id_by_name(t, "org_types", "org_type_id", name).await
+pub async fn type_id(t: &TestDb, name: &str) -> OrgTypeId {
+    OrgTypeId(id_by_name(t, "org_types", "org_type_id", name).await)
 }
 
-pub async fn ladder_id(t: &TestDb, name: &str) -> i64 {
-    id_by_name(t, "plan_ladders", "plan_ladder_id", name).await
+pub async fn ladder_id(t: &TestDb, name: &str) -> LadderId {
+    LadderId(id_by_name(t, "plan_ladders", "plan_ladder_id", name).await)
 }
 
-pub async fn product_id(t: &TestDb, name: &str) -> i64 {
-    id_by_name(t, "products", "product_id", name).await
+pub async fn product_id(t: &TestDb, name: &str) -> ProductId {
+    ProductId(id_by_name(t, "products", "product_id", name).await)
 }
 
-pub async fn org_of_type(t: &TestDb, name: &str, ty: i64) -> orgs::CreatedOrganization {
+pub async fn org_of_type(t: &TestDb, name: &str, ty: OrgTypeId) -> orgs::CreatedOrganization {
     orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
 }
 
 /// `n` organizations of the type, named `{prefix} {i:03}`.
-pub async fn orgs_of_type(t: &TestDb, ty: i64, prefix: &str, n: usize) -> Vec<orgs::CreatedOrganization> {
+pub async fn orgs_of_type(t: &TestDb, ty: OrgTypeId, prefix: &str, n: usize) -> Vec<orgs::CreatedOrganization> {
     let mut out = vec![];
     for i in 0..n {
         out.push(org_of_type(t, &format!("{prefix} {i:03}"), ty).await);
@@ -52,7 +53,13 @@ pub async fn orgs_of_type(t: &TestDb, ty: i64, prefix: &str, n: usize) -> Vec<or
     out
 }
 
-pub async fn grant_with(t: &TestDb, org: i64, product: i64, quantity: i32, ends_at: Option<DateTime<Utc>>) -> i64 {
+pub async fn grant_with(
+    t: &TestDb,
+    org: OrganizationId,
+    product: ProductId,
+    quantity: i32,
+    ends_at: Option<DateTime<Utc>>,
+) -> GrantId {
     let g = IssueGrant {
         recipient: Recipient::Organization(org),
         product_id: product,
@@ -66,12 +73,12 @@ pub async fn grant_with(t: &TestDb, org: i64, product: i64, quantity: i32, ends_
 }
 
 /// An operator grant of `product` to the organization.
-pub async fn grant(t: &TestDb, org: i64, product: i64) -> i64 {
+pub async fn grant(t: &TestDb, org: OrganizationId, product: ProductId) -> GrantId {
     grant_with(t, org, product, 1, None).await
 }
 
 /// Every organization of a type, as (organization, name, pool), by organization id.
-pub async fn members_of(t: &TestDb, ty: i64) -> Vec<(i64, String, i64)> {
+pub async fn members_of(t: &TestDb, ty: OrgTypeId) -> Vec<(OrganizationId, String, PoolId)> {
     sqlx::query_as(
         "SELECT o.organization_id, o.name, rp.pool_id FROM core.organizations o
          JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
@@ -84,7 +91,7 @@ pub async fn members_of(t: &TestDb, ty: i64) -> Vec<(i64, String, i64)> {
 }
 
 /// An act's obligations by state, as (pending, migrated, grandfathered, vacant, failed, superseded).
-pub async fn counts(t: &TestDb, act: i64) -> (i64, i64, i64, i64, i64, i64) {
+pub async fn counts(t: &TestDb, act: PlanActId) -> (i64, i64, i64, i64, i64, i64) {
     let c = {
         let mut conn = t.admin.acquire().await.unwrap();
         store::counts(&mut conn, act).await.unwrap()
@@ -92,7 +99,7 @@ pub async fn counts(t: &TestDb, act: i64) -> (i64, i64, i64, i64, i64, i64) {
     (c.pending, c.migrated, c.grandfathered, c.vacant, c.failed, c.superseded)
 }
 
-pub async fn act_state(t: &TestDb, act: i64) -> String {
+pub async fn act_state(t: &TestDb, act: PlanActId) -> String {
     sqlx::query_scalar("SELECT state FROM core.plan_acts WHERE plan_act_id = $1")
         .bind(act)
         .fetch_one(&t.admin)
@@ -100,7 +107,7 @@ pub async fn act_state(t: &TestDb, act: i64) -> String {
         .unwrap()
 }
 
-pub async fn type_default(t: &TestDb, ty: i64) -> (Option<i64>, Option<i64>) {
+pub async fn type_default(t: &TestDb, ty: OrgTypeId) -> (Option<LadderId>, Option<PlanActId>) {
     sqlx::query_as("SELECT default_plan_ladder_id, default_owner_act_id FROM core.org_types WHERE org_type_id = $1")
         .bind(ty)
         .fetch_one(&t.admin)
@@ -108,17 +115,22 @@ pub async fn type_default(t: &TestDb, ty: i64) -> (Option<i64>, Option<i64>) {
         .unwrap()
 }
 
-pub async fn stale_pools(t: &TestDb) -> Vec<i64> {
+pub async fn stale_pools(t: &TestDb) -> Vec<PoolId> {
     let mut c = t.admin.acquire().await.unwrap();
     member_console::store::entitlements::pools_out_of_date(&mut c).await.unwrap()
 }
 
-pub async fn change(t: &TestDb, ty: i64, ladder: i64, d: Option<Disposition>) -> Result<i64, ServiceError> {
+pub async fn change(
+    t: &TestDb,
+    ty: OrgTypeId,
+    ladder: LadderId,
+    d: Option<Disposition>,
+) -> Result<PlanActId, ServiceError> {
     pa::change_org_type_default(&t.db, ty, ladder, d, None, "test", None).await
 }
 
 /// One listing batch, as ListPlanActBatch runs it, committed.
-pub async fn list_batch(t: &TestDb, act: i64, ty: i64, limit: i32) -> i32 {
+pub async fn list_batch(t: &TestDb, act: PlanActId, ty: OrgTypeId, limit: i32) -> i32 {
     let mut tx = begin(&t.db, TxKind::Materializing).await.unwrap();
     let n = store::write_obligations(tx.conn(), act, ty, limit).await.unwrap();
     tx.commit().await.unwrap();

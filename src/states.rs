@@ -1,0 +1,129 @@
+//! The states and kinds rows take, as the migrations' CHECK constraints list them: `text` in the
+//! database, an enum here, so code matches on them instead of comparing strings. Each variant's
+//! text is written once (sqlx, serde and `as_str` all use it). Nothing here imports from the
+//! console: every layer may use it.
+
+use std::fmt;
+
+macro_rules! text_enum {
+    ($($(#[$doc:meta])* $name:ident { $($variant:ident = $text:literal,)+ })+) => {$(
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type, serde::Serialize, serde::Deserialize)]
+        #[sqlx(type_name = "text")]
+        pub enum $name {
+            $(
+                #[sqlx(rename = $text)]
+                #[serde(rename = $text)]
+                $variant,
+            )+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+
+            /// The value this text names, if any.
+            pub fn from_text(text: &str) -> Option<$name> {
+                $name::ALL.iter().copied().find(|v| v.as_str() == text)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )+};
+}
+
+text_enum! {
+    /// `core.grants.status`
+    GrantStatus {
+        Waiting = "waiting",
+        Active = "active",
+        Replaced = "replaced",
+        Expired = "expired",
+        Revoked = "revoked",
+        Ended = "ended",
+    }
+
+    /// `core.grants.kind`
+    GrantKind {
+        Operator = "operator",
+        Floor = "floor",
+        Legacy = "legacy",
+        Provisioning = "provisioning",
+    }
+
+    /// `core.resource_keys.kind`
+    KeyKind {
+        Numeric = "numeric",
+        Flag = "flag",
+    }
+
+    /// `core.entitlement_set_changes.state`: a rule change.
+    RuleChangeState {
+        Draining = "draining",
+        Settled = "settled",
+    }
+
+    /// `core.plan_acts.kind`
+    PlanActKind {
+        TierAdd = "tier_add",
+        TierRemoval = "tier_removal",
+        TierDelete = "tier_delete",
+        DefaultChange = "default_change",
+        TierReorder = "tier_reorder",
+        Retry = "retry",
+    }
+
+    /// `core.plan_acts.state`
+    PlanActState {
+        Running = "running",
+        Done = "done",
+    }
+
+    /// `integration.jobs.state`
+    JobState {
+        Pending = "pending",
+        Running = "running",
+        Done = "done",
+        Failed = "failed",
+    }
+}
+
+impl GrantStatus {
+    /// A live grant may still be revoked, changed or expire: it holds, was replaced, or waits.
+    pub fn is_live(self) -> bool {
+        matches!(self, GrantStatus::Active | GrantStatus::Replaced | GrantStatus::Waiting)
+    }
+}
+
+impl KeyKind {
+    /// A kind as a form names it.
+    pub fn parse(s: &str) -> Result<KeyKind, String> {
+        KeyKind::from_text(s).ok_or_else(|| format!("“{s}” is not a kind: choose numeric or flag."))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_names_each_value_by_its_text() {
+        for s in GrantStatus::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+            assert_eq!(serde_json::from_value::<GrantStatus>(s.as_str().into()).unwrap(), *s);
+        }
+        assert_eq!(serde_json::to_value(PlanActKind::TierAdd).unwrap(), "tier_add");
+        assert_eq!(GrantStatus::from_text("lapsed"), None);
+        assert_eq!(KeyKind::parse("flag"), Ok(KeyKind::Flag));
+        assert!(KeyKind::parse("text").unwrap_err().contains("numeric or flag"));
+    }
+}
