@@ -24,7 +24,25 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
     // Before the first migration looks for them: see `ensure_role`.
     ensure_role(admin, "core_owner").await?;
     ensure_role(admin, "console_runtime").await?;
-    MIGRATOR.run(admin).await?;
+    // Some migrations change cluster-wide rows (a role's settings); two databases of one server
+    // migrating at once can collide on such a row, "tuple concurrently updated" (XX000). The
+    // losing migration rolled back whole, so it is run again.
+    // On a connection of its own, closed after each run: the migrator holds its (session)
+    // advisory lock across the run and does not release it when a migration fails.
+    let mut collisions = 0;
+    loop {
+        let own = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(admin_url).await?;
+        let outcome = MIGRATOR.run(&own).await;
+        own.close().await;
+        match outcome {
+            Err(e) if collisions < 5 && concurrently_updated(&e) => {
+                collisions += 1;
+                tracing::warn!(error = %e, "a migration collided with another database's on a shared row; again");
+                tokio::time::sleep(std::time::Duration::from_millis(50 * collisions)).await;
+            }
+            other => break other?,
+        }
+    }
     sqlx::query("GRANT SELECT ON public._sqlx_migrations TO console_runtime").execute(admin).await?;
     harden_database(admin).await?;
     // The role is cluster-wide: set its password only when it does not already let us in, so
@@ -43,6 +61,11 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
         }
     }
     Ok(())
+}
+
+/// Whether a migration failed on a shared catalog row another session changed at the same time.
+fn concurrently_updated(e: &sqlx::migrate::MigrateError) -> bool {
+    e.to_string().contains("tuple concurrently updated")
 }
 
 /// Create a cluster-wide role (NOLOGIN) unless it exists. Roles belong to the server, not to a

@@ -441,3 +441,39 @@ async fn a_prepared_statement_is_bounded_by_its_pool_or_by_a_nearer_request_dead
     assert!(matches!(e, DbError::DeadlinePassed), "{e:?}");
     db.close().await;
 }
+
+#[tokio::test]
+async fn databases_of_one_server_migrating_at_once_all_succeed() {
+    use sqlx::{Connection, postgres::PgPoolOptions};
+    // Migration 0013 sets the run-time role's own bounds: a row of the server's, which every
+    // database's migration writes. Eight fresh databases migrating together collide on it (often, not always).
+    let root = common::root_admin_url();
+    let names: Vec<String> = (0..8).map(|_| format!("mc_test_{}", member_console::config::random_hex(6))).collect();
+    let mut conn = sqlx::PgConnection::connect(&root).await.unwrap();
+    for n in &names {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{n}\""))).execute(&mut conn).await.unwrap();
+    }
+    let runs: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let url = common::with_database(&root, n);
+            tokio::spawn(async move {
+                let admin = PgPoolOptions::new().max_connections(2).connect(&url).await.unwrap();
+                let r = member_console::db::migrate::run(&admin, &url, common::TEST_RUNTIME_PASSWORD).await;
+                admin.close().await;
+                r
+            })
+        })
+        .collect();
+    let mut outcomes = vec![];
+    for r in runs {
+        outcomes.push(r.await.unwrap());
+    }
+    for n in &names {
+        let drop = format!("DROP DATABASE IF EXISTS \"{n}\" WITH (FORCE)");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(drop)).execute(&mut conn).await.unwrap();
+    }
+    for o in outcomes {
+        o.expect("every database migrates");
+    }
+}
