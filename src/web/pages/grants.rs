@@ -251,16 +251,7 @@ async fn detail_view(
     let g = &d.grant;
     Ok(views::GrantDetailView {
         csrf: csrf_token(req),
-        id,
-        organization: g.organization_id.map(|o| (o.0, g.organization_name.clone().unwrap_or_default())),
-        provision_domain: g.provision_domain.clone(),
-        product: g.product.clone(),
-        quantity: g.quantity,
-        kind: g.kind.to_string(),
-        status: g.status.to_string(),
-        starts_at: when(g.starts_at),
-        ends_at: g.ends_at.map(when),
-        reason: g.reason.clone(),
+        grant: list_row(g),
         head_id,
         lineage: d
             .lineage
@@ -291,7 +282,7 @@ pub async fn detail(
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
     let v = detail_view(&req, &state, *id, FormState::default(), FormState::default()).await?;
-    Ok(render::ok(&req, &format!("Grant #{}", v.id), views::grant_detail(&v)))
+    Ok(render::ok(&req, &format!("Grant #{}", v.grant.id), views::grant_detail(&v)))
 }
 
 /// The grant's page; when the refused form is not on it (the grant is no longer live, or a
@@ -327,7 +318,7 @@ pub async fn revoke(
         return Ok(partial(r.status, views::revoke_form(&csrf_token(&req), *id, &r.form)));
     }
     let v = detail_view(&req, &state, *id, r.form.clone(), FormState::default()).await?;
-    Ok(render::page(&req, r.status, &format!("Grant #{}", v.id), with_banner(&v, &r.form, v.can_revoke)))
+    Ok(render::page(&req, r.status, &format!("Grant #{}", v.grant.id), with_banner(&v, &r.form, v.can_revoke)))
 }
 
 #[tracing::instrument(name = "Page: manage a grant", skip_all, fields(grant_id = *id))]
@@ -353,7 +344,7 @@ pub async fn manage(
     };
     let r = refusals::form(e, form.values(), WORDS)?;
     let v = detail_view(&req, &state, *id, FormState::default(), r.form).await?;
-    let title = format!("Grant #{}", v.id);
+    let title = format!("Grant #{}", v.grant.id);
     Ok(refusals::answer(
         &req,
         r.status,

@@ -335,16 +335,8 @@ pub struct GrantEventRow {
 
 pub struct GrantDetailView {
     pub csrf: String,
-    pub id: i64,
-    pub organization: Option<(i64, String)>,
-    pub provision_domain: Option<String>,
-    pub product: String,
-    pub quantity: i32,
-    pub kind: String,
-    pub status: String,
-    pub starts_at: String,
-    pub ends_at: Option<String>,
-    pub reason: String,
+    /// The grant itself, as the list shows it.
+    pub grant: GrantListRow,
     /// The lineage's head; acts apply to it.
     pub head_id: i64,
     pub lineage: Vec<LineageRow>,
@@ -361,9 +353,10 @@ pub struct GrantDetailView {
 
 /// Facts, the head notice, lineage, the revoke and manage forms (when allowed), history.
 pub fn grant_detail(v: &GrantDetailView) -> Markup {
+    let g = &v.grant;
     html! {
         p { a href=(paths::GRANTS) { "← All grants" } }
-        @if v.head_id != v.id {
+        @if v.head_id != g.id {
             div.notice.info role="note" {
                 p {
                     "This grant was extended: acts apply to grant "
@@ -372,15 +365,15 @@ pub fn grant_detail(v: &GrantDetailView) -> Markup {
             }
         }
         (facts(&[
-            ("Grant", html! { "#" (v.id) }),
-            ("Recipient", recipient(v.organization.as_ref(), v.provision_domain.as_deref())),
-            ("Product", html! { (v.product) }),
-            ("Quantity", html! { (v.quantity) }),
-            ("Kind", html! { (v.kind) }),
-            ("Status", status_badge(&v.status)),
-            ("Starts", html! { (v.starts_at) }),
-            ("Ends", ends(v.ends_at.as_deref())),
-            ("Reason", html! { (v.reason) }),
+            ("Grant", html! { "#" (g.id) }),
+            ("Recipient", recipient(g.organization.as_ref(), g.provision_domain.as_deref())),
+            ("Product", html! { (g.product) }),
+            ("Quantity", html! { (g.quantity) }),
+            ("Kind", html! { (g.kind) }),
+            ("Status", status_badge(&g.status)),
+            ("Starts", html! { (g.starts_at) }),
+            ("Ends", ends(g.ends_at.as_deref())),
+            ("Reason", html! { (g.reason) }),
         ]))
         section.card aria-labelledby="lineage-heading" {
             h2 #lineage-heading { "Lineage" }
@@ -739,16 +732,18 @@ mod tests {
     fn detail() -> GrantDetailView {
         GrantDetailView {
             csrf: "tok".into(),
-            id: 5,
-            organization: Some((7, "Acme".into())),
-            provision_domain: None,
-            product: "Wiki Pro".into(),
-            quantity: 2,
-            kind: "operator".into(),
-            status: "active".into(),
-            starts_at: "2025-01-02 03:04".into(),
-            ends_at: None,
-            reason: "<script>alert(1)</script>".into(),
+            grant: GrantListRow {
+                id: 5,
+                organization: Some((7, "Acme".into())),
+                provision_domain: None,
+                product: "Wiki Pro".into(),
+                quantity: 2,
+                kind: "operator".into(),
+                status: "active".into(),
+                starts_at: "2025-01-02 03:04".into(),
+                ends_at: None,
+                reason: "<script>alert(1)</script>".into(),
+            },
             head_id: 5,
             lineage: vec![
                 LineageRow {
@@ -812,7 +807,7 @@ mod tests {
     #[test]
     fn detail_of_an_extended_grant_points_at_the_head_and_acts_on_it() {
         let mut v = detail();
-        v.id = 4;
+        v.grant.id = 4;
         v.head_id = 9;
         let out = grant_detail(&v).into_string();
         assert!(out.contains(
@@ -836,7 +831,8 @@ mod tests {
 
     #[test]
     fn detail_shows_a_waiting_recipient_domain() {
-        let v = GrantDetailView { organization: None, provision_domain: Some("<x>.org".into()), ..detail() };
+        let mut v = detail();
+        (v.grant.organization, v.grant.provision_domain) = (None, Some("<x>.org".into()));
         let out = grant_detail(&v).into_string();
         assert!(out.contains("waits for an organization of </span><code>&lt;x&gt;.org</code>"));
     }
