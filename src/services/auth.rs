@@ -157,6 +157,9 @@ pub async fn sign_in(
 /// by the request's deadline.
 #[tracing::instrument(name = "Resume a session", skip_all)]
 pub async fn resume_session(db: &Db, token: &str) -> Result<Option<SessionAccount>, DbError> {
+    if !accounts::is_session_token(token) {
+        return Ok(None);
+    }
     let mut conn = crate::db::tx::prepared(db).await?;
     Ok(accounts::resume_session(&mut conn, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await?)
 }
@@ -168,6 +171,9 @@ pub async fn resume_session_with_home(
     db: &Db,
     token: &str,
 ) -> Result<Option<(SessionAccount, Vec<accounts::MemberHome>)>, DbError> {
+    if !accounts::is_session_token(token) {
+        return Ok(None);
+    }
     let mut conn = crate::db::tx::prepared(db).await?;
     Ok(accounts::resume_session_with_home(&mut conn, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await?)
 }
