@@ -62,6 +62,20 @@ pub async fn boot(config: Config) -> anyhow::Result<Booted> {
     Ok(Booted { config: Arc::new(config), db, admin_url })
 }
 
+/// Stripe as the configuration names it: the account of `STRIPE_SECRET_KEY` at `STRIPE_API_BASE`.
+/// None without a key (`serve` then starts the stand-in: `main::stripe_for_serve`).
+pub fn connect_stripe(config: &Config) -> anyhow::Result<Option<Arc<crate::integrations::stripe::Stripe>>> {
+    let Some(key) = &config.stripe.secret_key else { return Ok(None) };
+    let stripe = crate::integrations::stripe::Stripe::connect(
+        key,
+        config.stripe.api_base.as_ref().map(|u| u.as_str()),
+        config.stripe.webhook_secrets.clone(),
+        config.stripe.call_timeout,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Some(Arc::new(stripe)))
+}
+
 impl Booted {
     /// Close the pool (the private cluster is released by whoever holds it).
     pub async fn shutdown(self) {

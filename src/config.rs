@@ -46,6 +46,21 @@ pub struct Config {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// How log lines are written: for a person, or one JSON object a line for a log collector.
     pub log_format: LogFormat,
+    /// Stripe: the account's secret key, the API base, and the webhook signing secrets.
+    pub stripe: StripeSettings,
+}
+
+/// `STRIPE_SECRET_KEY`, `STRIPE_API_BASE`, `STRIPE_WEBHOOK_SECRET`. With no secret key, `serve`
+/// starts the Stripe stand-in the project ships and points the console at it.
+#[derive(Clone, Debug, Default)]
+pub struct StripeSettings {
+    pub secret_key: Option<String>,
+    /// Stripe's own when unset.
+    pub api_base: Option<url::Url>,
+    /// Several during a rotation: a signature made with any of them is accepted.
+    pub webhook_secrets: Vec<String>,
+    /// Every Stripe call is answered within this, or it is a failure the caller retries.
+    pub call_timeout: Duration,
 }
 
 /// `CONSOLE_LOG_FORMAT`. Read on its own before the rest (`from_env`): logging starts before a
@@ -133,6 +148,30 @@ impl Config {
             .map(|s| s.parse().map_err(|_| invalid("CONSOLE_TRUSTED_PROXIES", format!("{s:?} is not an IP address"))))
             .collect::<Result<Vec<std::net::IpAddr>, _>>()?;
         let log_format = LogFormat::parse(get("CONSOLE_LOG_FORMAT").as_deref())?;
+        let stripe = StripeSettings {
+            secret_key: get("STRIPE_SECRET_KEY").map(|k| k.trim().to_string()),
+            api_base: get("STRIPE_API_BASE")
+                .map(|u| match url::Url::parse(u.trim()) {
+                    Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => Ok(parsed),
+                    Ok(_) => Err(invalid("STRIPE_API_BASE", "expected an http:// or https:// URL".into())),
+                    Err(e) => Err(invalid("STRIPE_API_BASE", e.to_string())),
+                })
+                .transpose()?,
+            webhook_secrets: get("STRIPE_WEBHOOK_SECRET")
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            call_timeout: Duration::from_millis(number(&get, "STRIPE_CALL_TIMEOUT_MS", 20_000, 100..=120_000)?),
+        };
+        if stripe.secret_key.is_some() && stripe.webhook_secrets.is_empty() {
+            return Err(invalid(
+                "STRIPE_WEBHOOK_SECRET",
+                "is required with STRIPE_SECRET_KEY: without it no webhook could be verified".into(),
+            ));
+        }
 
         let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
         if needs_dir {
@@ -163,6 +202,7 @@ impl Config {
             plan_act_holder_cap,
             trusted_proxies,
             log_format,
+            stripe,
         })
     }
 
@@ -196,7 +236,18 @@ impl fmt::Display for Config {
             "CONSOLE_TRUSTED_PROXIES={}",
             if proxies.is_empty() { "(none)".into() } else { proxies.join(",") }
         )?;
-        write!(f, "CONSOLE_LOG_FORMAT={}", self.log_format)
+        writeln!(f, "CONSOLE_LOG_FORMAT={}", self.log_format)?;
+        match &self.stripe.secret_key {
+            Some(k) => writeln!(f, "STRIPE_SECRET_KEY={}****", k.get(..8).unwrap_or(""))?,
+            None => writeln!(f, "STRIPE_SECRET_KEY=(unset: serve starts the Stripe stand-in)")?,
+        }
+        writeln!(
+            f,
+            "STRIPE_API_BASE={}",
+            self.stripe.api_base.as_ref().map(|u| u.as_str()).unwrap_or("(Stripe's own)")
+        )?;
+        writeln!(f, "STRIPE_WEBHOOK_SECRET=({} given)", self.stripe.webhook_secrets.len())?;
+        write!(f, "STRIPE_CALL_TIMEOUT_MS={}", self.stripe.call_timeout.as_millis())
     }
 }
 

@@ -66,4 +66,8 @@ id! {
     PlanActId,
     /// `integration.jobs`
     JobId,
+    /// `billing.prices`
+    PriceId,
+    /// `core.outbox`
+    OutboxId,
 }

@@ -1,13 +1,15 @@
 //! The console's jobs and schedules, wired in one place above the services that define them and
 //! the queue that runs them (neither imports this module).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use crate::{
     db::{Db, DbError},
     jobs::{self, Handlers, JobError, PurgeExpired, ensure_schedule},
+    integrations::stripe::Stripe,
     services::{
         ServiceError,
+        billing::{self, ConvergeInvoice, ProcessOutbox, ReconcileSubscription, SweepBilling},
         grants::{self, ExpireGrant, StartGrant, SweepGrants},
         organizations::{self, CompactCounts},
         plan_acts::{self as pa, DrainPlanAct, ResumePlanActDrains},
@@ -30,6 +32,76 @@ fn grant_failure(e: ServiceError) -> JobError {
         ServiceError::ChangeInProgress => JobError::retry(e.to_string()),
         other => JobError::Permanent(other.to_string()),
     }
+}
+
+/// How often the outbox processor looks for due rows (reconcile requests, product syncs).
+pub const PROCESS_OUTBOX_EVERY: Duration = Duration::from_secs(5);
+/// How often the billing sweep re-reads Stripe: a lost webhook is repaired within this.
+pub const SWEEP_BILLING_EVERY: Duration = Duration::from_secs(300);
+
+/// A billing job's failure: Stripe not answering, the database, or another change in progress
+/// is tried again with backoff; anything else is the job's answer for good.
+fn billing_failure(e: ServiceError) -> JobError {
+    match e {
+        ServiceError::Db(d) => JobError::Db(d),
+        ServiceError::Remote { transient: true, .. } | ServiceError::ChangeInProgress => JobError::retry(e.to_string()),
+        other => JobError::Permanent(other.to_string()),
+    }
+}
+
+/// The handlers of every job, billing's included when Stripe is connected (without it no
+/// billing job can do its work, and none is registered, so they wait).
+pub fn handlers_with(stripe: Option<Arc<Stripe>>) -> Handlers {
+    let mut h = standard_handlers();
+    if let Some(stripe) = stripe {
+        h.merge(billing_handlers(stripe));
+    }
+    h
+}
+
+/// The billing jobs: each reads Stripe before its transaction, so any may run again safely.
+pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
+    let mut h = Handlers::new();
+    let s = stripe.clone();
+    h.job(move |ctx, j: ReconcileSubscription| {
+        let s = s.clone();
+        async move {
+            billing::reconcile_subscription(&ctx.db, &s, &j.stripe_subscription_id).await.map_err(billing_failure)?;
+            Ok(())
+        }
+    });
+    let s = stripe.clone();
+    h.job(move |ctx, j: ConvergeInvoice| {
+        let s = s.clone();
+        async move {
+            billing::converge_invoice(&ctx.db, &s, &j.stripe_invoice_id).await.map_err(billing_failure)?;
+            Ok(())
+        }
+    });
+    let s = stripe.clone();
+    h.job(move |ctx, _: ProcessOutbox| {
+        let s = s.clone();
+        async move {
+            billing::process_outbox(&ctx.db, &s, 100).await.map_err(billing_failure)?;
+            Ok(())
+        }
+    });
+    let s = stripe;
+    h.job(move |ctx, _: SweepBilling| {
+        let s = s.clone();
+        async move {
+            billing::sweep_billing(&ctx.db, &s).await.map_err(billing_failure)?;
+            Ok(())
+        }
+    });
+    h
+}
+
+/// The billing schedules (with Stripe connected).
+pub async fn register_billing_schedules(db: &Db) -> Result<(), DbError> {
+    use jobs::Job;
+    ensure_schedule(db, ProcessOutbox::KIND, PROCESS_OUTBOX_EVERY).await?;
+    ensure_schedule(db, SweepBilling::KIND, SWEEP_BILLING_EVERY).await
 }
 
 /// The handlers of the console's own jobs.

@@ -7,6 +7,7 @@ pub mod config;
 pub mod db;
 pub mod demo;
 pub mod ids;
+pub mod integrations;
 pub mod job_registry;
 pub mod jobs;
 pub mod lock_paths;

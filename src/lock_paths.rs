@@ -40,6 +40,12 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::plan_acts::LAST_PROBE_LOCKS,
         &crate::services::plan_acts::RETRY_PLAN_ACT_LOCKS,
         &crate::services::organizations::COMPACT_COUNTS_LOCKS,
+        &crate::services::billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS,
+        &crate::services::billing::invoices::CONVERGE_INVOICE_LOCKS,
+        &crate::services::billing::catalog_sync::SYNC_PRODUCT_LOCKS,
+        &crate::services::billing::catalog_sync::SET_PRICE_LOCKS,
+        &crate::services::billing::catalog_sync::RECORD_PRODUCT_SYNC_LOCKS,
+        &crate::services::billing::outbox::CLAIM_OUTBOX_LOCKS,
     ]
 }
 

@@ -317,10 +317,11 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     }
     let listener = TcpListener::bind(b.config.bind).with_context(|| format!("binding {}", b.config.bind))?;
     let address = listener.local_addr()?;
-    let server = web::serve(listener, b.db.clone(), Arc::clone(&b.config))?;
+    let stripe = member_console::boot::connect_stripe(&b.config)?;
+    let server = web::serve_with(listener, b.db.clone(), Arc::clone(&b.config), stripe.clone())?;
     let handle = server.handle();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let worker = with_worker.then(|| tokio::spawn(start_worker(b, stop_rx)));
+    let worker = with_worker.then(|| tokio::spawn(start_worker(b, stripe.clone(), stop_rx)));
     eprintln!("Member Console is listening on http://{address}");
     let server_task = tokio::spawn(server);
     shutdown_signal().await;
@@ -336,7 +337,8 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
 
 async fn worker_only(b: &Booted) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let worker = tokio::spawn(start_worker(b, stop_rx));
+    let stripe = member_console::boot::connect_stripe(&b.config)?;
+    let worker = tokio::spawn(start_worker(b, stripe, stop_rx));
     eprintln!("Member Console worker is running");
     shutdown_signal().await;
     let _ = stop_tx.send(true);
@@ -344,7 +346,11 @@ async fn worker_only(b: &Booted) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn start_worker(b: &Booted, stop: tokio::sync::watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + use<> {
+fn start_worker(
+    b: &Booted,
+    stripe: Option<Arc<member_console::integrations::stripe::Stripe>>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + use<> {
     let db = b.db.clone();
     let options = jobs::WorkerOptions {
         concurrency: b.config.worker_concurrency,
@@ -355,7 +361,12 @@ fn start_worker(b: &Booted, stop: tokio::sync::watch::Receiver<bool>) -> impl st
         if let Err(e) = member_console::job_registry::register_standard_schedules(&db).await {
             tracing::error!(error = %e, "could not register the standard schedules");
         }
-        jobs::Worker::new(db, member_console::job_registry::standard_handlers(), options.concurrency)
+        if stripe.is_some()
+            && let Err(e) = member_console::job_registry::register_billing_schedules(&db).await
+        {
+            tracing::error!(error = %e, "could not register the billing schedules");
+        }
+        jobs::Worker::new(db, member_console::job_registry::handlers_with(stripe), options.concurrency)
             .with_options(options)
             .run(stop)
             .await;

@@ -95,6 +95,69 @@ text_enum! {
         Done = "done",
         Failed = "failed",
     }
+
+    /// `core.subscriptions.status`: Stripe's subscription statuses.
+    SubscriptionStatus {
+        Incomplete = "incomplete",
+        IncompleteExpired = "incomplete_expired",
+        Trialing = "trialing",
+        Active = "active",
+        PastDue = "past_due",
+        Unpaid = "unpaid",
+        Paused = "paused",
+        Canceled = "canceled",
+    }
+
+    /// `billing.prices.sync_state` and `billing.product_mappings.sync_state`
+    SyncState {
+        Unsynced = "unsynced",
+        Pending = "pending",
+        Synced = "synced",
+        Failed = "failed",
+    }
+
+    /// `billing.prices.billing_interval`
+    BillingInterval {
+        Month = "month",
+        Year = "year",
+    }
+
+    /// `billing.invoices.status`: Stripe's invoice statuses.
+    InvoiceStatus {
+        Draft = "draft",
+        Open = "open",
+        Paid = "paid",
+        Uncollectible = "uncollectible",
+        Void = "void",
+    }
+}
+
+/// How the subscription reconcile treats a status (the spec's three branches, and `incomplete`,
+/// which confers nothing yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriptionBranch {
+    Active,
+    Suspended,
+    Ended,
+    NotYet,
+}
+
+impl SubscriptionStatus {
+    pub fn branch(self) -> SubscriptionBranch {
+        match self {
+            SubscriptionStatus::Active | SubscriptionStatus::Trialing => SubscriptionBranch::Active,
+            SubscriptionStatus::PastDue | SubscriptionStatus::Unpaid | SubscriptionStatus::Paused => {
+                SubscriptionBranch::Suspended
+            }
+            SubscriptionStatus::Canceled | SubscriptionStatus::IncompleteExpired => SubscriptionBranch::Ended,
+            SubscriptionStatus::Incomplete => SubscriptionBranch::NotYet,
+        }
+    }
+
+    /// Still the organization's, in any state: not ended.
+    pub fn is_live(self) -> bool {
+        self.branch() != SubscriptionBranch::Ended
+    }
 }
 
 impl GrantStatus {

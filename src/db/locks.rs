@@ -62,6 +62,14 @@ pub enum Lock {
     /// The organization counts' appended rows (`core.organization_counts`), deleted by a
     /// compaction. Appending takes no lock on existing rows.
     OrganizationCountRows,
+    /// A Stripe subscription's advisory lock (family 3).
+    SubscriptionAdvisory,
+    /// A Stripe invoice's advisory lock (family 3).
+    InvoiceAdvisory,
+    /// A product's Stripe sync advisory lock (family 3).
+    ProductSyncAdvisory,
+    /// Due outbox rows, FOR UPDATE SKIP LOCKED: each processor claims different rows.
+    OutboxRows,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -102,6 +110,10 @@ impl Lock {
             Lock::RuleChangeRow => "Rule change row",
             Lock::PlanActRow => "Plan act row",
             Lock::OrganizationCountRows => "Organization count rows",
+            Lock::SubscriptionAdvisory => "Subscription",
+            Lock::InvoiceAdvisory => "Invoice",
+            Lock::ProductSyncAdvisory => "Product sync",
+            Lock::OutboxRows => "Outbox rows (SKIP LOCKED)",
         }
     }
 
@@ -129,12 +141,16 @@ impl Lock {
             Lock::GrantLineageHead | Lock::GrantRow => "core.grants",
             Lock::RuleRow => "core.entitlement_set_rules",
             Lock::ChangeObligationRow => "core.entitlement_set_change_obligations",
+            Lock::SubscriptionAdvisory => "subscription",
+            Lock::InvoiceAdvisory => "invoice",
+            Lock::ProductSyncAdvisory => "product-sync",
+            Lock::OutboxRows => "core.outbox",
         }
     }
 
     /// A lock taken with SKIP LOCKED never waits, so it adds no edge into the graph.
     pub fn never_waits(self) -> bool {
-        matches!(self, Lock::JobRows | Lock::ScheduleRows)
+        matches!(self, Lock::JobRows | Lock::ScheduleRows | Lock::OutboxRows)
     }
 
     pub fn pg_signature(self) -> PgSignature {
@@ -175,6 +191,11 @@ impl Lock {
             Lock::ChangeObligationRow => {
                 PgSignature::Relation { table: "core.entitlement_set_change_obligations", mode: "RowShareLock" }
             }
+            // Their keys depend on the object: the test names it.
+            Lock::SubscriptionAdvisory | Lock::InvoiceAdvisory | Lock::ProductSyncAdvisory => {
+                PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" }
+            }
+            Lock::OutboxRows => PgSignature::Relation { table: "core.outbox", mode: "RowShareLock" },
         }
     }
 }

@@ -15,7 +15,7 @@ pub mod queue;
 pub mod schedule;
 pub mod worker;
 
-pub use queue::{Backoff, ClaimedJob, FailOutcome, Job, NewJob, enqueue};
+pub use queue::{Backoff, ClaimedJob, FailOutcome, Job, NewJob, enqueue, enqueue_for_object};
 pub use schedule::{ensure_schedule, fire_due_schedules};
 pub use worker::{DEFAULT_LEASE, Handler, Handlers, JobContext, JobError, Worker, WorkerOptions};
 

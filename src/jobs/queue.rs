@@ -66,6 +66,17 @@ pub async fn enqueue(conn: &mut PgConnection, job: NewJob<'_>) -> Result<Option<
     Ok(id)
 }
 
+/// Enqueue a typed job about one outside object (a Stripe subscription, an invoice), keyed by
+/// `object_key`: a no-op while a job about that object is still pending (see
+/// `store::jobs::insert_object_job`). A webhook and a sweep asking at once queue one job.
+pub async fn enqueue_for_object<J: Job>(conn: &mut PgConnection, job: &J, object_key: &str) -> Result<Option<JobId>, DbError> {
+    let mut payload = serde_json::to_value(job).unwrap_or_default();
+    if let Some(map) = payload.as_object_mut() {
+        map.insert("object_key".into(), serde_json::Value::String(object_key.to_string()));
+    }
+    Ok(store::insert_object_job(conn, J::KIND, &payload, DEFAULT_MAX_ATTEMPTS).await?)
+}
+
 /// The claim's lock declaration (DESIGN.md §2; rendered into docs/database-locks.md).
 pub static CLAIM_LOCKS: PathLocks = PathLocks {
     path: "Claim due jobs",

@@ -4,6 +4,7 @@
 
 pub mod accounts;
 pub mod auth;
+pub mod billing;
 pub mod catalog;
 pub mod entitlements;
 pub mod grants;

@@ -26,6 +26,10 @@ pub enum ServiceError {
     /// path waits for past its bound.
     #[error("another change is in progress")]
     ChangeInProgress,
+    /// A system outside the console (Stripe) failed; nothing was written here. `sentence` is for
+    /// people; `transient` says whether trying again later may succeed (a job retries it).
+    #[error("{sentence}")]
+    Remote { sentence: String, transient: bool },
     /// The database failed: a deadline (the request's 503), a deadlock (tried again by the
     /// caller, `db::retry`), 55P03 on a path that is not a change path (the caller says it in the
     /// path's own words), or anything else.

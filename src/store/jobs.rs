@@ -287,3 +287,26 @@ pub async fn delete_old_done_jobs<'e>(db: impl PgExecutor<'e>) -> Result<u64, sq
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
+
+/// Insert a job about one outside object (its payload's `object_key`) unless one about the same
+/// object is still pending: that one has not read the object yet, so it will see what this one
+/// would. A running one does not count: it may have read the object before the change that
+/// asked for this job.
+pub async fn insert_object_job(
+    conn: &mut PgConnection,
+    kind: &str,
+    payload: &serde_json::Value,
+    max_attempts: i32,
+) -> Result<Option<JobId>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO integration.jobs (kind, payload, max_attempts)
+           VALUES ($1, $2, $3)
+           ON CONFLICT ((payload->>'object_key')) WHERE state = 'pending' AND payload ? 'object_key' DO NOTHING
+           RETURNING job_id AS "job_id: JobId""#,
+        kind,
+        payload,
+        max_attempts
+    )
+    .fetch_optional(conn)
+    .await
+}

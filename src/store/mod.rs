@@ -1,6 +1,7 @@
 //! sqlx queries, grouped by table family. Services call these; handlers never do.
 
 pub mod accounts;
+pub mod billing;
 pub mod catalog;
 pub mod entitlements;
 pub mod grants;

@@ -244,6 +244,8 @@ pub(super) fn entitlement_outcome<T>(r: Result<T, ServiceError>) -> Result<Outco
     match r {
         Ok(_) => Ok(Outcome::Done),
         Err(ServiceError::Invalid(_) | ServiceError::Db(DbError::LockNotAvailable)) => Ok(Outcome::Refused),
+        // No path the stress runs calls Stripe: a remote failure here is a bug.
+        Err(e @ ServiceError::Remote { .. }) => Err(Failure::Error(e.to_string())),
         Err(ServiceError::Db(e)) => Err(e.into()),
         // A missing row, and refusals these paths never give.
         Err(e) => Err(Failure::Error(e.to_string())),
@@ -259,6 +261,8 @@ pub(super) fn catalog_outcome<T>(r: Result<T, ServiceError>) -> Result<Outcome, 
             | ServiceError::ChangeInProgress
             | ServiceError::Db(DbError::LockNotAvailable),
         ) => Ok(Outcome::Refused),
+        // No path the stress runs calls Stripe: a remote failure here is a bug.
+        Err(e @ ServiceError::Remote { .. }) => Err(Failure::Error(e.to_string())),
         Err(ServiceError::Db(e)) => Err(e.into()),
         Err(e @ ServiceError::NotFound(_)) => Err(Failure::Error(e.to_string())),
     }

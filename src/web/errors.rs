@@ -34,6 +34,9 @@ pub enum AppError {
     Throttled { retry_after_minutes: u64 },
     #[error("The request took too long")]
     Timeout,
+    /// A system outside the console (Stripe) did not do its part; the sentence says what now.
+    #[error("A connected service did not answer")]
+    Upstream(String),
     #[error("Something went wrong on our side")]
     Unexpected(#[source] anyhow::Error),
 }
@@ -66,6 +69,7 @@ impl AppError {
                  {retry_after_minutes} minutes."
             ),
             AppError::Timeout => Self::timeout_message(Saved::Nothing),
+            AppError::Upstream(m) => m.clone(),
             AppError::Unexpected(_) => {
                 "The console hit an unexpected problem and changed nothing. Try again; if it keeps happening, \
                  report it with the request id below."
@@ -104,6 +108,7 @@ impl ResponseError for AppError {
             AppError::Refused(_) | AppError::ChangeInProgress | AppError::Busy(_) => StatusCode::CONFLICT,
             AppError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             AppError::Timeout => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Upstream(_) => StatusCode::BAD_GATEWAY,
             AppError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

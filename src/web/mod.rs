@@ -28,12 +28,14 @@ use actix_web::{
     web,
 };
 
-use crate::{config::Config, db::Db};
+use crate::{config::Config, db::Db, integrations::stripe::Stripe};
 
 /// What every handler can reach.
 pub struct AppState {
     pub db: Db,
     pub config: Arc<Config>,
+    /// Stripe (or the stand-in), when billing is connected.
+    pub stripe: Option<Arc<Stripe>>,
 }
 
 /// The application's routes (without middleware), for the server and for tests.
@@ -41,11 +43,22 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     routes::configure(cfg);
 }
 
-/// Start the HTTP server on `listener`. The caller awaits (or stops) the returned server.
+/// Start the HTTP server on `listener`, with no Stripe connected. The caller awaits (or stops)
+/// the returned server.
 pub fn serve(listener: TcpListener, db: Db, config: Arc<Config>) -> std::io::Result<Server> {
+    serve_with(listener, db, config, None)
+}
+
+/// Start the HTTP server on `listener` with Stripe (or the stand-in) connected.
+pub fn serve_with(
+    listener: TcpListener,
+    db: Db,
+    config: Arc<Config>,
+    stripe: Option<Arc<Stripe>>,
+) -> std::io::Result<Server> {
     let key = Key::from(&config.session_key);
     let secure = config.secure_cookies();
-    let state = web::Data::new(AppState { db, config });
+    let state = web::Data::new(AppState { db, config, stripe });
     let server =
         HttpServer::new(move || {
             let session = SessionMiddleware::builder(CookieSessionStore::default(), key.clone())

@@ -11,6 +11,7 @@
 //! | `NotFound`                                         | 404, the error page                     |
 //! | `Db(LockNotAvailable)` (55P03 on any other path)   | 409, in the path's own words (`Words`)  |
 //! | `Db(DeadlinePassed)`                               | 503, saying what was saved              |
+//! | `Remote` (Stripe failed)                           | 502, in the failure's own sentence      |
 //! | `Db(_)` otherwise                                  | 500 with the request id                 |
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode};
@@ -99,6 +100,7 @@ fn app_error(e: ServiceError, busy: Option<&str>) -> AppError {
         ServiceError::NotFound(_) => AppError::NotFound,
         ServiceError::Refused(m) => AppError::Refused(m),
         ServiceError::ChangeInProgress => AppError::ChangeInProgress,
+        ServiceError::Remote { sentence, .. } => AppError::Upstream(sentence),
         ServiceError::Db(DbError::LockNotAvailable) => match busy {
             Some(words) => AppError::Busy(words.to_string()),
             None => DbError::LockNotAvailable.into(),

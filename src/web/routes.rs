@@ -76,6 +76,8 @@ route_table! {
     Open GET HEALTHZ => pages::health::healthz;
     Open GET READYZ => pages::health::readyz;
     Open GET STATIC_FILE => super::static_file;
+    // Stripe's events: no session and no CSRF; the handler checks the signature before anything.
+    Open POST WEBHOOKS_STRIPE => pages::webhooks::stripe;
 
     Public GET LOGIN => pages::auth::login_form;
     Public POST LOGIN => pages::auth::login;

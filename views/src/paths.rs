@@ -13,6 +13,8 @@ pub const HOME: &str = "/";
 pub const LOGIN: &str = "/login";
 pub const LOGOUT: &str = "/logout";
 
+pub const WEBHOOKS_STRIPE: &str = "/webhooks/stripe";
+
 pub const OPERATOR: &str = "/operator";
 
 pub const CATALOG: &str = "/operator/catalog";
@@ -62,6 +64,7 @@ pub const ALL: &[&str] = &[
     HOME,
     LOGIN,
     LOGOUT,
+    WEBHOOKS_STRIPE,
     OPERATOR,
     CATALOG,
     CATALOG_KEYS,

@@ -10,3 +10,4 @@ pub mod organizations;
 pub mod plan_acts;
 pub mod rule_changes;
 pub mod topology;
+pub mod webhooks;

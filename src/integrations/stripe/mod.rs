@@ -1,0 +1,513 @@
+//! The console's Stripe client (async-stripe 1.0): one handle built from the configuration, the
+//! calls the console makes, and what it reads back as plain snapshots, so the services never
+//! see the generated types. Every POST carries an Idempotency-Key made from the console's own
+//! operation id, so a retry after a timeout never makes a second object; every call has a
+//! timeout; a failure is a sentence for people and a log line with Stripe's request log.
+
+pub mod signature;
+
+use std::{collections::HashMap, time::Duration};
+
+use chrono::{DateTime, Utc};
+use stripe::{Client, ClientBuilder, StripeError, StripeRequest};
+use stripe::{IdempotencyKey, RequestStrategy};
+
+/// A connected Stripe account (or the stand-in) and the secrets its webhooks are signed with.
+pub struct Stripe {
+    client: Client,
+    webhook_secrets: Vec<String>,
+    api_base: String,
+    timeout: Duration,
+}
+
+/// Why a Stripe call did not give an answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StripeFailure {
+    /// Stripe answered with an error: its status, type and message.
+    #[error("Stripe refused the request ({status} {kind}): {message}")]
+    Api { status: u16, kind: String, code: Option<String>, message: String, request_log: Option<String> },
+    /// No answer: the network, a timeout, or Stripe's answer could not be read.
+    #[error("Stripe could not be reached: {0}")]
+    Unreachable(String),
+    #[error("Stripe's answer could not be read: {0}")]
+    Unreadable(String),
+    #[error("the Stripe client is misconfigured: {0}")]
+    Config(String),
+}
+
+impl StripeFailure {
+    /// Worth trying again later: no answer, a rate limit, or a server-side error.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StripeFailure::Api { status, kind, .. } => *status == 429 || *status >= 500 || kind == "api_error",
+            StripeFailure::Unreachable(_) => true,
+            StripeFailure::Unreadable(_) | StripeFailure::Config(_) => false,
+        }
+    }
+
+    /// Stripe says the object does not exist.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, StripeFailure::Api { status: 404, .. })
+    }
+
+    /// The failure as a person reads it.
+    pub fn sentence(&self) -> String {
+        match self {
+            StripeFailure::Api { status, message, .. } if *status < 500 && *status != 429 => {
+                format!("Stripe did not accept this: {message}")
+            }
+            StripeFailure::Api { .. } | StripeFailure::Unreachable(_) => {
+                "Stripe did not answer in time. Nothing was charged; please try again in a minute.".into()
+            }
+            StripeFailure::Unreadable(_) | StripeFailure::Config(_) => {
+                "The console could not complete this with Stripe. Nothing was charged; the operators have been told."
+                    .into()
+            }
+        }
+    }
+
+    fn from_error(e: StripeError) -> StripeFailure {
+        let failure = match e {
+            StripeError::Stripe(api, status) => StripeFailure::Api {
+                status,
+                kind: api.type_.to_string(),
+                code: api.code.as_ref().map(|c| c.to_string()),
+                message: api.message.clone().unwrap_or_else(|| "no message".into()),
+                request_log: api.request_log_url.clone(),
+            },
+            StripeError::JSONDeserialize(m) => StripeFailure::Unreadable(m),
+            StripeError::ClientError(m) => StripeFailure::Unreachable(m),
+            StripeError::Timeout => StripeFailure::Unreachable("timed out".into()),
+            StripeError::ConfigError(m) => StripeFailure::Config(m),
+        };
+        match &failure {
+            StripeFailure::Api { status, kind, message, request_log, .. } => {
+                tracing::warn!(status, kind, message, request_log = request_log.as_deref(), "Stripe refused a request")
+            }
+            other => tracing::warn!(error = %other, "a Stripe call failed"),
+        }
+        failure
+    }
+}
+
+/// The idempotency key of one console operation: the same operation always sends the same key.
+fn idempotent(operation: &str) -> Result<RequestStrategy, StripeFailure> {
+    // Stripe keeps keys for at least 24 hours; a key names the console's operation, not a try.
+    let key = IdempotencyKey::new(format!("member-console:{operation}"))
+        .map_err(|e| StripeFailure::Config(format!("idempotency key: {e}")))?;
+    Ok(RequestStrategy::Idempotent(key))
+}
+
+fn at(ts: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(ts, 0).unwrap_or_default()
+}
+
+/// A subscription as the reconcile needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubscriptionSnapshot {
+    pub id: String,
+    pub customer: String,
+    /// Stripe's status word: active, trialing, past_due, unpaid, paused, canceled, incomplete,
+    /// incomplete_expired.
+    pub status: String,
+    pub cancel_at_period_end: bool,
+    pub collection_paused: bool,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub metadata: HashMap<String, String>,
+    /// The schedule that will change it, if any (Billing II's ledger reads its phases).
+    pub schedule: Option<String>,
+    pub items: Vec<ItemSnapshot>,
+}
+
+impl SubscriptionSnapshot {
+    /// The subscription's current period: the items' (in this API version the period lives on
+    /// each item; a subscription's items share one cycle).
+    pub fn current_period(&self) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+        let start = self.items.iter().map(|i| i.period_start).min()?;
+        let end = self.items.iter().map(|i| i.period_end).max()?;
+        Some((start, end))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemSnapshot {
+    pub id: String,
+    pub price: String,
+    pub quantity: i32,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvoiceSnapshot {
+    pub id: String,
+    pub customer: String,
+    pub subscription: Option<String>,
+    pub number: Option<String>,
+    pub status: String,
+    pub currency: String,
+    pub amount_due: i64,
+    pub amount_paid: i64,
+    pub amount_remaining: i64,
+    pub hosted_invoice_url: Option<String>,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    pub created: DateTime<Utc>,
+    pub lines: Vec<InvoiceLineSnapshot>,
+    pub payments: Vec<InvoicePaymentSnapshot>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvoiceLineSnapshot {
+    pub id: String,
+    pub description: Option<String>,
+    pub amount: i64,
+    pub quantity: Option<i64>,
+    pub price: Option<String>,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvoicePaymentSnapshot {
+    pub id: String,
+    pub status: String,
+    pub amount: i64,
+    pub paid_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckoutSnapshot {
+    pub id: String,
+    /// open, complete or expired.
+    pub status: String,
+    pub client_reference_id: Option<String>,
+    pub subscription: Option<String>,
+    pub url: Option<String>,
+}
+
+/// An event as the sweep lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventSummary {
+    pub id: String,
+    pub event_type: String,
+    /// The id of the object the event is about (`data.object.id`).
+    pub object_id: Option<String>,
+    pub created: DateTime<Utc>,
+}
+
+/// What a checkout is for.
+pub struct CheckoutRequest<'a> {
+    /// The console's own id of this attempt (the idempotency key).
+    pub operation: &'a str,
+    pub customer: &'a str,
+    pub price: &'a str,
+    pub quantity: u64,
+    pub organization_id: i64,
+    pub success_url: &'a str,
+    pub cancel_url: &'a str,
+}
+
+impl Stripe {
+    /// A client for `secret_key` at `api_base` (Stripe's own when None).
+    pub fn connect(
+        secret_key: &str,
+        api_base: Option<&str>,
+        webhook_secrets: Vec<String>,
+        timeout: Duration,
+    ) -> Result<Stripe, StripeFailure> {
+        let mut builder = ClientBuilder::new(secret_key).timeout(timeout);
+        let api_base = api_base.unwrap_or("https://api.stripe.com/").to_string();
+        builder = builder.url(api_base.clone());
+        let client = builder.build().map_err(StripeFailure::from_error)?;
+        Ok(Stripe { client, webhook_secrets, api_base, timeout })
+    }
+
+    pub fn api_base(&self) -> &str {
+        &self.api_base
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Check a webhook's signature on its raw body (see `signature`).
+    pub fn verify_webhook(&self, header: Option<&str>, body: &[u8]) -> Result<(), signature::SignatureError> {
+        signature::verify(header, body, &self.webhook_secrets, Utc::now().timestamp())
+    }
+
+    /// The subscription as Stripe has it now, or None when Stripe has no such subscription.
+    pub async fn subscription(&self, id: &str) -> Result<Option<SubscriptionSnapshot>, StripeFailure> {
+        use stripe_billing::subscription::RetrieveSubscription;
+        let s = match RetrieveSubscription::new(id).send(&self.client).await {
+            Ok(s) => s,
+            Err(e) => {
+                let f = StripeFailure::from_error(e);
+                return if f.is_missing() { Ok(None) } else { Err(f) };
+            }
+        };
+        Ok(Some(SubscriptionSnapshot {
+            id: s.id.to_string(),
+            customer: s.customer.id().to_string(),
+            status: s.status.to_string(),
+            cancel_at_period_end: s.cancel_at_period_end,
+            collection_paused: s.pause_collection.is_some(),
+            ended_at: s.ended_at.map(at),
+            metadata: s.metadata.clone(),
+            schedule: s.schedule.as_ref().map(|x| x.id().to_string()),
+            items: s
+                .items
+                .data
+                .iter()
+                .map(|i| ItemSnapshot {
+                    id: i.id.to_string(),
+                    price: i.price.id.to_string(),
+                    quantity: i.quantity.unwrap_or(1).clamp(1, i32::MAX as u64) as i32,
+                    period_start: at(i.current_period_start),
+                    period_end: at(i.current_period_end),
+                })
+                .collect(),
+        }))
+    }
+
+    /// The invoice as Stripe has it now, with its lines and payments.
+    pub async fn invoice(&self, id: &str) -> Result<Option<InvoiceSnapshot>, StripeFailure> {
+        use stripe_billing::invoice::RetrieveInvoice;
+        let inv = match RetrieveInvoice::new(id).expand(vec!["payments".to_string()]).send(&self.client).await {
+            Ok(i) => i,
+            Err(e) => {
+                let f = StripeFailure::from_error(e);
+                return if f.is_missing() { Ok(None) } else { Err(f) };
+            }
+        };
+        let subscription = inv
+            .parent
+            .as_ref()
+            .and_then(|p| p.subscription_details.as_ref())
+            .map(|d| d.subscription.id().to_string());
+        Ok(Some(InvoiceSnapshot {
+            id: inv.id.as_ref().map(|i| i.to_string()).unwrap_or_else(|| id.to_string()),
+            customer: inv.customer.as_ref().map(|c| c.id().to_string()).unwrap_or_default(),
+            subscription,
+            number: inv.number.clone(),
+            status: inv.status.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "draft".into()),
+            currency: inv.currency.to_string(),
+            amount_due: inv.amount_due,
+            amount_paid: inv.amount_paid,
+            amount_remaining: inv.amount_remaining,
+            hosted_invoice_url: inv.hosted_invoice_url.clone(),
+            period_start: at(inv.period_start),
+            period_end: at(inv.period_end),
+            created: at(inv.created),
+            lines: inv
+                .lines
+                .data
+                .iter()
+                .map(|l| InvoiceLineSnapshot {
+                    id: l.id.to_string(),
+                    description: l.description.clone(),
+                    amount: l.amount,
+                    quantity: l.quantity.map(|q| q as i64),
+                    price: l
+                        .pricing
+                        .as_ref()
+                        .and_then(|p| p.price_details.as_ref())
+                        .map(|d| d.price.id().to_string()),
+                    period_start: at(l.period.start),
+                    period_end: at(l.period.end),
+                })
+                .collect(),
+            payments: inv
+                .payments
+                .as_ref()
+                .map(|list| {
+                    list.data
+                        .iter()
+                        .map(|p| InvoicePaymentSnapshot {
+                            id: p.id.to_string(),
+                            status: p.status.clone(),
+                            amount: p.amount_paid.unwrap_or(0),
+                            paid_at: p.status_transitions.paid_at.map(at),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }))
+    }
+
+    /// Make the organization's customer. The key is the organization's, so two racing clicks
+    /// make one customer.
+    pub async fn create_customer(
+        &self,
+        organization_id: i64,
+        name: &str,
+        email: Option<&str>,
+    ) -> Result<String, StripeFailure> {
+        use stripe_core::customer::CreateCustomer;
+        let mut metadata = HashMap::new();
+        metadata.insert("organization_id".to_string(), organization_id.to_string());
+        let mut req = CreateCustomer::new().name(name).metadata(metadata);
+        if let Some(e) = email {
+            req = req.email(e);
+        }
+        let c = req
+            .customize()
+            .request_strategy(idempotent(&format!("customer:organization:{organization_id}"))?)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(c.id.to_string())
+    }
+
+    /// A Checkout Session for one price, in subscription mode, returning to the console.
+    pub async fn create_checkout(&self, r: CheckoutRequest<'_>) -> Result<CheckoutSnapshot, StripeFailure> {
+        use stripe_checkout::checkout_session::{
+            CreateCheckoutSession, CreateCheckoutSessionLineItems, CreateCheckoutSessionSubscriptionData,
+        };
+        let mut metadata = HashMap::new();
+        metadata.insert("organization_id".to_string(), r.organization_id.to_string());
+        let line = CreateCheckoutSessionLineItems { price: Some(r.price.to_string()), quantity: Some(r.quantity), ..Default::default() };
+        let data = CreateCheckoutSessionSubscriptionData { metadata: Some(metadata.clone()), ..Default::default() };
+        let s = CreateCheckoutSession::new()
+            .mode(stripe_shared::CheckoutSessionMode::Subscription)
+            .customer(r.customer)
+            .client_reference_id(r.organization_id.to_string())
+            .line_items(vec![line])
+            .metadata(metadata)
+            .subscription_data(data)
+            .success_url(r.success_url)
+            .cancel_url(r.cancel_url)
+            .customize()
+            .request_strategy(idempotent(&format!("checkout:{}", r.operation))?)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(checkout_snapshot(&s))
+    }
+
+    pub async fn checkout(&self, id: &str) -> Result<Option<CheckoutSnapshot>, StripeFailure> {
+        use stripe_checkout::checkout_session::RetrieveCheckoutSession;
+        match RetrieveCheckoutSession::new(id).send(&self.client).await {
+            Ok(s) => Ok(Some(checkout_snapshot(&s))),
+            Err(e) => {
+                let f = StripeFailure::from_error(e);
+                if f.is_missing() { Ok(None) } else { Err(f) }
+            }
+        }
+    }
+
+    /// Create the product's Stripe product, or bring its name up to date. `version` names this
+    /// sync, so a retry of one sync sends the same key and a later sync a new one.
+    pub async fn put_product(
+        &self,
+        product_id: i64,
+        stripe_id: Option<&str>,
+        name: &str,
+        version: &str,
+    ) -> Result<String, StripeFailure> {
+        use stripe_product::product::{CreateProduct, UpdateProduct};
+        let mut metadata = HashMap::new();
+        metadata.insert("product_id".to_string(), product_id.to_string());
+        let p = match stripe_id {
+            None => CreateProduct::new(name)
+                .metadata(metadata)
+                .customize()
+                .request_strategy(idempotent(&format!("product:{product_id}:create"))?)
+                .send(&self.client)
+                .await
+                .map_err(StripeFailure::from_error)?,
+            Some(id) => UpdateProduct::new(id)
+                .name(name)
+                .metadata(metadata)
+                .customize()
+                .request_strategy(idempotent(&format!("product:{product_id}:update:{version}"))?)
+                .send(&self.client)
+                .await
+                .map_err(StripeFailure::from_error)?,
+        };
+        Ok(p.id.to_string())
+    }
+
+    /// Create a recurring price (its amount is fixed for good: a new amount is a new price).
+    pub async fn create_price(
+        &self,
+        price_id: i64,
+        stripe_product: &str,
+        amount_minor: i64,
+        currency: &str,
+        interval: &str,
+    ) -> Result<String, StripeFailure> {
+        use stripe_product::price::{CreatePrice, CreatePriceRecurring, CreatePriceRecurringInterval};
+        let interval = match interval {
+            "year" => CreatePriceRecurringInterval::Year,
+            _ => CreatePriceRecurringInterval::Month,
+        };
+        let mut metadata = HashMap::new();
+        metadata.insert("price_id".to_string(), price_id.to_string());
+        let currency: stripe_types::Currency =
+            currency.parse().map_err(|_| StripeFailure::Config(format!("currency {currency}")))?;
+        let p = CreatePrice::new(currency)
+            .product(stripe_product)
+            .unit_amount(amount_minor)
+            .recurring(CreatePriceRecurring::new(interval))
+            .metadata(metadata)
+            .customize()
+            .request_strategy(idempotent(&format!("price:{price_id}:create"))?)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(p.id.to_string())
+    }
+
+    /// Archive a price in Stripe: existing subscriptions keep it, no new checkout can use it.
+    pub async fn archive_price(&self, price_id: i64, stripe_price: &str) -> Result<(), StripeFailure> {
+        use stripe_product::price::UpdatePrice;
+        UpdatePrice::new(stripe_price)
+            .active(false)
+            .customize()
+            .request_strategy(idempotent(&format!("price:{price_id}:archive"))?)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(())
+    }
+
+    /// Events created after `after`, oldest first, up to `limit` (the sweep's read).
+    pub async fn events_since(&self, after: DateTime<Utc>, limit: i64) -> Result<Vec<EventSummary>, StripeFailure> {
+        use stripe_core::event::ListEvent;
+        let list = ListEvent::new()
+            .created(stripe_types::RangeQueryTs::gt(after.timestamp()))
+            .limit(limit)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        let mut out: Vec<EventSummary> = list
+            .data
+            .iter()
+            .map(|e| EventSummary {
+                id: e.id.to_string(),
+                event_type: e.type_.to_string(),
+                object_id: match &e.data.object {
+                    miniserde::json::Value::Object(o) => match o.get("id") {
+                        Some(miniserde::json::Value::String(id)) => Some(id.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                created: at(e.created),
+            })
+            .collect();
+        out.sort_by_key(|e| e.created);
+        Ok(out)
+    }
+}
+
+fn checkout_snapshot(s: &stripe_shared::CheckoutSession) -> CheckoutSnapshot {
+    CheckoutSnapshot {
+        id: s.id.to_string(),
+        status: s.status.as_ref().map(|x| x.to_string()).unwrap_or_else(|| "open".into()),
+        client_reference_id: s.client_reference_id.clone(),
+        subscription: s.subscription.as_ref().map(|x| x.id().to_string()),
+        url: s.url.clone(),
+    }
+}

@@ -1,0 +1,281 @@
+//! Prices and the catalog's sync to Stripe (spec: "Product sync"). An operator sets a product's
+//! prices in the console; "Sync to Stripe" runs `catalogsync.Sync` (`sync_product`): a plain
+//! transaction, the product's sync lock, the mappings read again, the pending marks and one
+//! outbox row. The outbox processor then makes Stripe's product and prices
+//! (`apply_product_sync`, SyncProductToStripe's Stripe half) and records their ids.
+
+use crate::{
+    db::{
+        Db, TxKind, begin,
+        keys::AdvisoryKey,
+        locks::{Lock, PathLocks},
+    },
+    ids::{PriceId, ProductId},
+    integrations::stripe::Stripe,
+    services::{ServiceError, refusal::Problems},
+    states::{BillingInterval, SyncState},
+    store::{billing as store, catalog},
+};
+
+use super::remote;
+
+pub static SYNC_PRODUCT_LOCKS: PathLocks = PathLocks {
+    path: "catalogsync.Sync",
+    function: "services::billing::catalog_sync::sync_product",
+    kind: "Plain",
+    locks: &[Lock::ProductSyncAdvisory],
+    why: "The product's sync lock, then the mappings read again and the pending marks and the outbox row \
+          written: two sync clicks for one product write once. No pool, no rendezvous.",
+};
+
+pub static SET_PRICE_LOCKS: PathLocks = PathLocks {
+    path: "Set a price",
+    function: "services::billing::catalog_sync::set_price",
+    kind: "Plain",
+    locks: &[Lock::ProductSyncAdvisory],
+    why: "The product's sync lock, so a price replaced while a sync reads the prices is seen whole by one of them.",
+};
+
+pub static RECORD_PRODUCT_SYNC_LOCKS: PathLocks = PathLocks {
+    path: "SyncProductToStripe (record)",
+    function: "services::billing::catalog_sync::apply_product_sync",
+    kind: "Plain",
+    locks: &[Lock::ProductSyncAdvisory],
+    why: "After each Stripe call, with no lock held during it, the product's sync lock and the ids Stripe gave.",
+};
+
+/// A price as an operator types it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPrice {
+    pub interval: BillingInterval,
+    pub amount_minor: i64,
+    pub currency: String,
+}
+
+impl NewPrice {
+    /// `amount` in the currency's major unit ("12", "12.50"), `currency` a three-letter code.
+    pub fn parse(interval: &str, amount: &str, currency: &str) -> Result<NewPrice, ServiceError> {
+        let mut p = Problems::default();
+        let interval = p.field(
+            "interval",
+            BillingInterval::from_text(interval.trim())
+                .ok_or_else(|| "Choose whether the price is per month or per year.".to_string()),
+        );
+        let amount_minor = p.field("amount", parse_amount(amount));
+        let c = currency.trim().to_ascii_lowercase();
+        let currency = p.field(
+            "currency",
+            if c.len() == 3 && c.chars().all(|x| x.is_ascii_lowercase()) {
+                Ok(c)
+            } else {
+                Err(format!("“{}” is not a currency code such as EUR or USD.", currency.trim()))
+            },
+        );
+        let parsed = match (interval, amount_minor, currency) {
+            (Some(interval), Some(amount_minor), Some(currency)) => Some(NewPrice { interval, amount_minor, currency }),
+            _ => None,
+        };
+        p.or(parsed)
+    }
+}
+
+/// "12", "12.5", "12.50" in minor units (cents); positive, at most 999,999.99.
+fn parse_amount(s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    let bad = || format!("“{t}” is not an amount such as 12 or 12.50.");
+    let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
+    if whole.is_empty() || whole.len() > 6 || !whole.chars().all(|c| c.is_ascii_digit()) || frac.len() > 2
+        || !frac.chars().all(|c| c.is_ascii_digit())
+    {
+        return Err(bad());
+    }
+    let cents = whole.parse::<i64>().map_err(|_| bad())? * 100 + format!("{frac:0<2}").parse::<i64>().map_err(|_| bad())?;
+    if cents <= 0 {
+        return Err("A price must be more than zero.".into());
+    }
+    Ok(cents)
+}
+
+/// Set the product's price for an interval and currency: the active one is archived (Stripe
+/// prices never change amount) and the new one waits for the next sync.
+#[tracing::instrument(name = "Set a price", skip(db), fields(product_id = %product_id))]
+pub async fn set_price(db: &Db, product_id: ProductId, price: &NewPrice) -> Result<PriceId, ServiceError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
+    if catalog::product(tx.conn(), product_id).await?.is_none() {
+        return Err(ServiceError::NotFound("product"));
+    }
+    let current = store::prices_of(tx.conn(), product_id).await?;
+    if current.iter().any(|p| {
+        p.active && p.billing_interval == price.interval && p.currency == price.currency && p.amount_minor == price.amount_minor
+    }) {
+        return Err(ServiceError::Refused("The product already has this price.".into()));
+    }
+    store::archive_active_price(tx.conn(), product_id, price.interval, &price.currency).await?;
+    let id = store::insert_price(tx.conn(), product_id, price.interval, price.amount_minor, &price.currency).await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+/// Stop selling a price: archived here, and in Stripe at the next sync. Subscriptions on it keep it.
+#[tracing::instrument(name = "Archive a price", skip(db), fields(price_id = %price_id))]
+pub async fn archive_price(db: &Db, price_id: PriceId) -> Result<(), ServiceError> {
+    let p = {
+        let mut read = db.read().await?;
+        store::price(read.conn(), price_id).await?.ok_or(ServiceError::NotFound("price"))?
+    };
+    let mut tx = begin(db, TxKind::Plain).await?;
+    tx.lock(&AdvisoryKey::ProductSync(p.product_id.to_string())).await?;
+    if !store::archive_price(tx.conn(), price_id).await? {
+        return Err(ServiceError::Refused("This price is archived already.".into()));
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// What a sync click did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncAnswer {
+    /// Marked pending and enqueued: the product and this many prices.
+    Enqueued { product: bool, prices: usize },
+    /// A sync of this product is already waiting; it will take these changes too.
+    AlreadyPending,
+    /// Stripe has everything already; nothing was written.
+    UpToDate,
+}
+
+/// catalogsync.Sync.
+#[tracing::instrument(name = "Sync a product to Stripe", skip(db), fields(product_id = %product_id))]
+pub async fn sync_product(db: &Db, product_id: ProductId) -> Result<SyncAnswer, ServiceError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
+    let Some(product) = catalog::product(tx.conn(), product_id).await? else {
+        return Err(ServiceError::NotFound("product"));
+    };
+    let mapping = store::product_mapping(tx.conn(), product_id).await?;
+    let prices = store::prices_of(tx.conn(), product_id).await?;
+    let product_work = match &mapping {
+        None => true,
+        Some(m) => m.stripe_product_id.is_none() || m.synced_name.as_deref() != Some(product.name.as_str()),
+    };
+    let price_work: Vec<PriceId> = prices
+        .iter()
+        .filter(|p| {
+            (p.active && p.stripe_price_id.is_none()) || (!p.active && p.stripe_price_id.is_some() && p.stripe_active == Some(true))
+        })
+        .map(|p| p.price_id)
+        .collect();
+    if !product_work && price_work.is_empty() {
+        // Nothing to commit: the transaction is rolled back as it drops, its lock with it.
+        return Ok(SyncAnswer::UpToDate);
+    }
+    let already = mapping.as_ref().is_some_and(|m| m.sync_state == SyncState::Pending)
+        && prices.iter().filter(|p| price_work.contains(&p.price_id)).all(|p| p.sync_state == SyncState::Pending);
+    store::mapping_pending(tx.conn(), product_id).await?;
+    store::prices_pending(tx.conn(), &price_work).await?;
+    let enqueued = store::enqueue_product_sync(tx.conn(), product_id).await?;
+    if already && !enqueued {
+        return Ok(SyncAnswer::AlreadyPending);
+    }
+    tx.commit().await?;
+    Ok(SyncAnswer::Enqueued { product: product_work, prices: price_work.len() })
+}
+
+/// SyncProductToStripe: make or update the Stripe product, create the new prices, archive the
+/// archived ones, recording each id as it comes back (so a retry after a crash sends the same
+/// idempotency keys and records the same objects).
+#[tracing::instrument(name = "Apply a product's sync to Stripe", skip(db, stripe), fields(product_id = %product_id))]
+/// `operation` names this sync (the outbox row): a retry of it sends the same idempotency keys.
+pub async fn apply_product_sync(db: &Db, stripe: &Stripe, product_id: ProductId, operation: &str) -> Result<(), ServiceError> {
+    let (product, mapping, prices) = {
+        let mut tx = db.read().await?;
+        let Some(product) = catalog::product(tx.conn(), product_id).await? else { return Ok(()) };
+        let mapping = store::product_mapping(tx.conn(), product_id).await?;
+        let prices = store::prices_of(tx.conn(), product_id).await?;
+        (product, mapping, prices)
+    };
+    let stripe_product_id = mapping.as_ref().and_then(|m| m.stripe_product_id.clone());
+    let stripe_product = match stripe.put_product(product_id.0, stripe_product_id.as_deref(), &product.name, operation).await
+    {
+        Ok(id) => id,
+        Err(f) => {
+            record(db, product_id, Outcome::ProductFailed(&f.sentence())).await?;
+            return Err(remote(f));
+        }
+    };
+    record(db, product_id, Outcome::ProductSynced { stripe_id: &stripe_product, name: &product.name }).await?;
+    let mut failure = None;
+    for p in &prices {
+        let result = if p.active && p.stripe_price_id.is_none() {
+            stripe
+                .create_price(p.price_id.0, &stripe_product, p.amount_minor, &p.currency, p.billing_interval.as_str())
+                .await
+                .map(|id| Some((id, true)))
+        } else if !p.active && p.stripe_active == Some(true) {
+            let id = p.stripe_price_id.clone().unwrap_or_default();
+            stripe.archive_price(p.price_id.0, &id).await.map(|_| Some((id, false)))
+        } else {
+            Ok(None)
+        };
+        match result {
+            Ok(Some((id, active))) => {
+                record(db, product_id, Outcome::PriceSynced { price: p.price_id, stripe_id: &id, active }).await?
+            }
+            Ok(None) => {}
+            Err(f) => {
+                record(db, product_id, Outcome::PriceFailed { price: p.price_id, why: &f.sentence() }).await?;
+                failure.get_or_insert(f);
+            }
+        }
+    }
+    match failure {
+        Some(f) => Err(remote(f)),
+        None => Ok(()),
+    }
+}
+
+/// What one Stripe call of a sync came back with.
+enum Outcome<'a> {
+    ProductSynced { stripe_id: &'a str, name: &'a str },
+    ProductFailed(&'a str),
+    PriceSynced { price: PriceId, stripe_id: &'a str, active: bool },
+    PriceFailed { price: PriceId, why: &'a str },
+}
+
+/// One recorded outcome, in its own short transaction under the product's sync lock.
+async fn record(db: &Db, product_id: ProductId, outcome: Outcome<'_>) -> Result<(), ServiceError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
+    match outcome {
+        Outcome::ProductSynced { stripe_id, name } => store::mapping_synced(tx.conn(), product_id, stripe_id, name).await?,
+        Outcome::ProductFailed(why) => store::mapping_failed(tx.conn(), product_id, why).await?,
+        Outcome::PriceSynced { price, stripe_id, active } => store::price_synced(tx.conn(), price, stripe_id, active).await?,
+        Outcome::PriceFailed { price, why } => store::price_failed(tx.conn(), price, why).await?,
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_are_read_in_major_units_and_refused_clearly() {
+        assert_eq!(parse_amount("12"), Ok(1200));
+        assert_eq!(parse_amount(" 12.5 "), Ok(1250));
+        assert_eq!(parse_amount("0.99"), Ok(99));
+        for bad in ["", "-3", "1,50", "12.345", "abc", "1234567", ".5"] {
+            assert!(parse_amount(bad).is_err(), "{bad}");
+        }
+        assert!(parse_amount("0").unwrap_err().contains("more than zero"));
+    }
+
+    #[test]
+    fn a_price_form_tells_every_problem_at_once() {
+        let e = NewPrice::parse("week", "x", "euro").unwrap_err();
+        assert!(matches!(&e, ServiceError::Invalid(v) if v.len() == 3), "{e:?}");
+        let ok = NewPrice::parse("year", "120", "EUR").unwrap();
+        assert_eq!(ok, NewPrice { interval: BillingInterval::Year, amount_minor: 12000, currency: "eur".into() });
+    }
+}

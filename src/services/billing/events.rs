@@ -1,0 +1,113 @@
+//! The webhook's intake (`POST /webhooks/stripe`, after the signature is checked on the raw
+//! body): record the event once by its id and, in the same transaction, enqueue the job about
+//! its object. A duplicate delivery finds its row and does nothing. The answer is fast; the work
+//! is the job's.
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use crate::{
+    db::{Db, TxKind, begin},
+    jobs,
+    services::ServiceError,
+    store::billing as store,
+};
+
+use super::{ConvergeInvoice, ReconcileSubscription};
+
+/// The parts of a Stripe event the console reads.
+#[derive(Debug, Deserialize)]
+struct Envelope {
+    id: String,
+    #[serde(rename = "type")]
+    event_type: String,
+    created: i64,
+    data: Data,
+}
+
+#[derive(Debug, Deserialize)]
+struct Data {
+    object: serde_json::Value,
+}
+
+/// What the intake did with an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received {
+    /// Recorded, with this many jobs enqueued (0 for a type the console does not act on).
+    Recorded { jobs: usize },
+    /// Recorded before: nothing was done.
+    Duplicate,
+}
+
+/// The Stripe objects an event asks the console to look at again.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Work {
+    subscription: Option<String>,
+    invoice: Option<String>,
+}
+
+fn str_at<'a>(v: &'a serde_json::Value, path: &[&str]) -> Option<&'a str> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_str().filter(|s| !s.is_empty())
+}
+
+fn work_of(event_type: &str, object: &serde_json::Value) -> Work {
+    let id = str_at(object, &["id"]).map(String::from);
+    match event_type.split('.').next().unwrap_or_default() {
+        "customer" if event_type.starts_with("customer.subscription.") => Work { subscription: id, invoice: None },
+        "checkout" => Work { subscription: str_at(object, &["subscription"]).map(String::from), invoice: None },
+        "invoice" => Work {
+            subscription: str_at(object, &["parent", "subscription_details", "subscription"]).map(String::from),
+            invoice: id,
+        },
+        _ => Work::default(),
+    }
+}
+
+/// Record a verified event and enqueue its work. Bad JSON is `Invalid` (the handler's 400).
+#[tracing::instrument(name = "Receive a Stripe event", skip(db, body), fields(event_id, event_type))]
+pub async fn receive_event(db: &Db, body: &[u8]) -> Result<Received, ServiceError> {
+    let e: Envelope = serde_json::from_slice(body)
+        .map_err(|err| ServiceError::invalid_form(format!("The body is not a Stripe event: {err}.")))?;
+    tracing::Span::current().record("event_id", e.id.as_str()).record("event_type", e.event_type.as_str());
+    let created: DateTime<Utc> = DateTime::from_timestamp(e.created, 0)
+        .ok_or_else(|| ServiceError::invalid_form("The event's creation time is not a time."))?;
+    let work = work_of(&e.event_type, &e.data.object);
+    let object_id = str_at(&e.data.object, &["id"]);
+    let mut tx = begin(db, TxKind::Plain).await?;
+    if !store::record_event(tx.conn(), &e.id, &e.event_type, object_id, created).await? {
+        return Ok(Received::Duplicate);
+    }
+    let mut n = 0;
+    if let Some(s) = work.subscription {
+        let key = format!("stripe-subscription:{s}");
+        n += jobs::enqueue_for_object(tx.conn(), &ReconcileSubscription { stripe_subscription_id: s }, &key)
+            .await?
+            .is_some() as usize;
+    }
+    if let Some(i) = work.invoice {
+        let key = format!("stripe-invoice:{i}");
+        n += jobs::enqueue_for_object(tx.conn(), &ConvergeInvoice { stripe_invoice_id: i }, &key).await?.is_some()
+            as usize;
+    }
+    tx.commit().await?;
+    Ok(Received::Recorded { jobs: n })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_event_family_names_the_objects_to_look_at_again() {
+        let sub = json!({"id": "sub_1", "object": "subscription"});
+        assert_eq!(work_of("customer.subscription.updated", &sub).subscription.as_deref(), Some("sub_1"));
+        assert_eq!(work_of("customer.created", &json!({"id": "cus_1"})), Work::default());
+        let cs = json!({"id": "cs_1", "subscription": "sub_2"});
+        assert_eq!(work_of("checkout.session.completed", &cs).subscription.as_deref(), Some("sub_2"));
+        let inv = json!({"id": "in_1", "parent": {"subscription_details": {"subscription": "sub_3"}}});
+        let w = work_of("invoice.payment_failed", &inv);
+        assert_eq!((w.subscription.as_deref(), w.invoice.as_deref()), (Some("sub_3"), Some("in_1")));
+        assert_eq!(work_of("price.created", &json!({"id": "price_1"})), Work::default());
+    }
+}

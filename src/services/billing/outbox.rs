@@ -1,0 +1,76 @@
+//! The outbox processor: claims due `core.outbox` rows (one statement, SKIP LOCKED, leased) and
+//! does each one's work after the commit that wrote it: a `reconcile_subscription` row runs
+//! ReconcileSubscription, a `sync_product` row SyncProductToStripe. Done rows are marked, not
+//! deleted; a failure is tried again with backoff and its reason kept for operators.
+
+use std::time::Duration;
+
+use crate::{
+    db::{
+        Db, TxKind, begin,
+        locks::{Lock, PathLocks},
+    },
+    integrations::stripe::Stripe,
+    jobs::Backoff,
+    services::ServiceError,
+    store::billing as store,
+};
+
+use super::{catalog_sync::apply_product_sync, reconcile::reconcile_subscription};
+
+pub static CLAIM_OUTBOX_LOCKS: PathLocks = PathLocks {
+    path: "Claim outbox rows",
+    function: "services::billing::outbox::process_outbox",
+    kind: "Plain",
+    locks: &[Lock::OutboxRows],
+    why: "Due outbox rows are locked FOR UPDATE SKIP LOCKED in one statement that also leases them, so \
+          processors claim disjoint rows and never wait; each row's work runs after that commit.",
+};
+
+/// How long a claimed row is this processor's before another may take it back.
+pub const OUTBOX_LEASE: Duration = Duration::from_secs(120);
+/// After this many failed attempts a row stays failed (an operator sees it on /operator/billing).
+pub const OUTBOX_MAX_ATTEMPTS: i32 = 12;
+
+/// How many rows one pass handled.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Processed {
+    pub done: usize,
+    pub failed: usize,
+}
+
+/// Claim and process up to `limit` due rows.
+#[tracing::instrument(name = "Process the outbox", skip(db, stripe))]
+pub async fn process_outbox(db: &Db, stripe: &Stripe, limit: i64) -> Result<Processed, ServiceError> {
+    let rows = {
+        let mut tx = begin(db, TxKind::Plain).await?;
+        let rows = store::claim_outbox(tx.conn(), limit, OUTBOX_LEASE.as_secs_f64()).await?;
+        tx.commit().await?;
+        rows
+    };
+    let mut out = Processed::default();
+    for row in rows {
+        let result = match (row.kind.as_str(), &row.stripe_subscription_id, row.product_id) {
+            ("reconcile_subscription", Some(s), _) => reconcile_subscription(db, stripe, s).await.map(|_| ()),
+            ("sync_product", _, Some(p)) => apply_product_sync(db, stripe, p, &format!("outbox-{}", row.outbox_id)).await,
+            (kind, _, _) => Err(ServiceError::Remote { sentence: format!("outbox row of unknown kind {kind}"), transient: false }),
+        };
+        let mut tx = begin(db, TxKind::Plain).await?;
+        match result {
+            Ok(()) => {
+                store::outbox_done(tx.conn(), row.outbox_id).await?;
+                out.done += 1;
+            }
+            Err(e) => {
+                let permanent = matches!(&e, ServiceError::Remote { transient: false, .. }) || row.attempts >= OUTBOX_MAX_ATTEMPTS;
+                // A permanent failure is due again only far in the future: it waits for an operator.
+                let retry = if permanent { Duration::from_secs(86_400 * 365) } else { Backoff::default().delay(row.attempts) };
+                tracing::warn!(outbox_id = %row.outbox_id, error = %e, attempts = row.attempts, "an outbox row failed");
+                store::outbox_failed(tx.conn(), row.outbox_id, &e.to_string(), retry.as_secs_f64()).await?;
+                out.failed += 1;
+            }
+        }
+        tx.commit().await?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,274 @@
+//! ReconcileSubscription (spec: "Subscription reconcile"): read the subscription from Stripe with
+//! no transaction open, then one Materializing transaction: the rendezvous (shared), the
+//! subscription's advisory lock, then the branch by status, each taking the pool row as the spec
+//! orders it. Reconciling the same Stripe state twice writes nothing the second time, so the
+//! checkout return, the webhook's job, the outbox and the sweep may all run it.
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    db::{
+        Db, Tx, TxKind, begin,
+        keys::AdvisoryKey,
+        locks::{Lock, PathLocks},
+    },
+    ids::{OrganizationId, PoolId, SubscriptionId, SubscriptionItemId},
+    integrations::stripe::{Stripe, SubscriptionSnapshot},
+    services::ServiceError,
+    states::{SubscriptionBranch, SubscriptionStatus},
+    store::{
+        billing::{self as store, SubscriptionState},
+        entitlements as ent,
+    },
+};
+
+use super::remote;
+
+pub static RECONCILE_SUBSCRIPTION_LOCKS: PathLocks = PathLocks {
+    path: "ReconcileSubscription",
+    function: "services::billing::reconcile_subscription",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::SubscriptionAdvisory, Lock::PoolRow],
+    why: "The Stripe read first, with no transaction open; then the rendezvous, the subscription's advisory \
+          lock (two reconciles of one subscription converge on its rows and periods), then by branch the \
+          organization's pool row (LockPools) before core.sync_source_status, the conferral functions, \
+          resumption, delivery, the floor and materialization, which take the row the transaction holds. \
+          No path takes a pool row and then a subscription's lock.",
+};
+
+/// What a reconcile did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reconciled {
+    /// The console's rows now match this Stripe state (`changed`: whether anything was written).
+    Converged { subscription_id: SubscriptionId, status: SubscriptionStatus, changed: bool },
+    /// A newer read of the subscription was already written; this one wrote nothing.
+    Stale,
+    /// Stripe knows no such subscription, and neither does the console.
+    Unknown,
+}
+
+/// The console's own clock for "when was this read": the database's, so every replica agrees.
+pub(super) async fn now(db: &Db) -> Result<DateTime<Utc>, ServiceError> {
+    let mut tx = db.read().await?;
+    Ok(store::clock(tx.conn()).await?)
+}
+
+/// ReconcileSubscription for one Stripe subscription id.
+#[tracing::instrument(name = "Reconcile a subscription", skip(db, stripe), fields(subscription_id))]
+pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -> Result<Reconciled, ServiceError> {
+    let observed_at = now(db).await?;
+    // The read comes first, with no transaction open (a slow Stripe holds no lock).
+    let snapshot = stripe.subscription(stripe_id).await.map_err(remote)?;
+    let mut tx = begin(db, TxKind::Materializing).await?;
+    tx.lock(&AdvisoryKey::Subscription(stripe_id.to_string())).await?;
+    let existing = store::subscription_by_stripe_id(tx.conn(), stripe_id).await?;
+    if let Some(e) = &existing {
+        tracing::Span::current().record("subscription_id", tracing::field::display(e.subscription_id));
+        if e.observed_at.is_some_and(|t| t > observed_at) {
+            return Ok(Reconciled::Stale);
+        }
+    }
+    let snapshot = match snapshot {
+        Some(s) => s,
+        // Stripe has no such subscription any more (deleted in a test account, or never made):
+        // for the console it has ended.
+        None => match &existing {
+            Some(e) => SubscriptionSnapshot {
+                id: stripe_id.to_string(),
+                customer: store::customer_of(tx.conn(), e.organization_id).await?.unwrap_or_default(),
+                status: "canceled".into(),
+                cancel_at_period_end: false,
+                collection_paused: false,
+                ended_at: Some(observed_at),
+                metadata: Default::default(),
+                schedule: None,
+                items: vec![],
+            },
+            None => return Ok(Reconciled::Unknown),
+        },
+    };
+    let status = SubscriptionStatus::from_text(&snapshot.status).ok_or_else(|| ServiceError::Remote {
+        sentence: format!("Stripe reported a subscription status the console does not know: {}", snapshot.status),
+        transient: false,
+    })?;
+    let organization_id = match &existing {
+        Some(e) => e.organization_id,
+        None => organization_for(&mut tx, &snapshot).await?,
+    };
+    let state = SubscriptionState {
+        status,
+        customer: &snapshot.customer,
+        cancel_at_period_end: snapshot.cancel_at_period_end,
+        collection_paused: snapshot.collection_paused,
+        current_period: snapshot.current_period(),
+        ended_at: snapshot.ended_at,
+        observed_at,
+    };
+    let (subscription_id, was) = match &existing {
+        Some(e) => {
+            store::update_subscription(tx.conn(), e.subscription_id, &state).await?;
+            (e.subscription_id, Some(e.status))
+        }
+        None => (store::insert_subscription(tx.conn(), organization_id, stripe_id, &state).await?, None),
+    };
+    tracing::Span::current().record("subscription_id", tracing::field::display(subscription_id));
+    if let Some((start, end)) = state.current_period {
+        store::put_period(tx.conn(), subscription_id, start, end).await?;
+    }
+    let pool = ent::default_pool_of(tx.conn(), organization_id)
+        .await?
+        .ok_or(ServiceError::NotFound("organization's pool"))?;
+    let mut changed = was != Some(status);
+    changed |= match status.branch() {
+        SubscriptionBranch::Active => reconcile_items(&mut tx, subscription_id, organization_id, pool, &snapshot).await?,
+        SubscriptionBranch::Suspended => reconcile_suspended(&mut tx, subscription_id, pool).await?,
+        SubscriptionBranch::Ended => reconcile_ended(&mut tx, subscription_id, organization_id, pool).await?,
+        // `incomplete`: the first payment has not gone through; nothing is conferred yet.
+        SubscriptionBranch::NotYet => false,
+    };
+    tx.commit().await?;
+    Ok(Reconciled::Converged { subscription_id, status, changed })
+}
+
+/// Whose subscription this is: the organization the checkout named in its metadata, else the
+/// organization whose Stripe customer it bills. Both must agree when both are known.
+async fn organization_for(tx: &mut Tx, s: &SubscriptionSnapshot) -> Result<OrganizationId, ServiceError> {
+    let by_customer = store::organization_of_customer(tx.conn(), &s.customer).await?;
+    let by_metadata = s.metadata.get("organization_id").and_then(|v| v.parse::<i64>().ok()).map(OrganizationId);
+    match (by_customer, by_metadata) {
+        (Some(c), Some(m)) if c != m => Err(ServiceError::Remote {
+            sentence: format!(
+                "Subscription {} names organization {m} but bills the customer of organization {c}; it was not applied.",
+                s.id
+            ),
+            transient: false,
+        }),
+        (Some(c), _) => Ok(c),
+        (None, Some(m)) => Ok(m),
+        (None, None) => Err(ServiceError::Remote {
+            sentence: format!("Subscription {} belongs to no organization the console knows; it was not applied.", s.id),
+            transient: false,
+        }),
+    }
+}
+
+/// The active branch (reconcileItems): the pool row, reinstate, mirror the items, then confer a
+/// missing product (unless another plan took one of its ladders and still holds it), change a
+/// quantity, end a surplus provision; delivery, resumption and the floor when one ended; the
+/// reconcile requests; materialization. True when it wrote anything.
+async fn reconcile_items(
+    tx: &mut Tx,
+    subscription_id: SubscriptionId,
+    organization_id: OrganizationId,
+    pool: PoolId,
+    s: &SubscriptionSnapshot,
+) -> Result<bool, ServiceError> {
+    ent::lock_pools(tx.conn(), &[pool]).await?;
+    let mut changed = ent::sync_source_status(tx.conn(), subscription_id, "active").await? > 0;
+    let known = store::items_of(tx.conn(), subscription_id).await?;
+    // Mirror Stripe's items: each priced item the catalog knows, by Stripe's item id.
+    let mut wanted: Vec<(SubscriptionItemId, crate::ids::ProductId, i32)> = vec![];
+    for item in &s.items {
+        let Some((_, product)) = store::price_by_stripe_id(tx.conn(), &item.price).await? else {
+            tracing::warn!(item = %item.id, price = %item.price, "a subscription item's price is not in the catalog; skipped");
+            continue;
+        };
+        let id = match known.iter().find(|k| k.stripe_item_id == item.id) {
+            Some(k) => {
+                if k.product_id != product || k.quantity != item.quantity || k.removed_at.is_some() {
+                    store::update_item(tx.conn(), k.subscription_item_id, product, &item.price, item.quantity).await?;
+                    changed = true;
+                }
+                k.subscription_item_id
+            }
+            None => {
+                changed = true;
+                store::insert_item(tx.conn(), subscription_id, &item.id, product, &item.price, item.quantity).await?
+            }
+        };
+        wanted.push((id, product, item.quantity));
+    }
+    for k in &known {
+        if k.removed_at.is_none() && !wanted.iter().any(|w| w.0 == k.subscription_item_id) {
+            store::mark_item_removed(tx.conn(), k.subscription_item_id).await?;
+            changed = true;
+        }
+    }
+    // convergeConferrals, under the pool row.
+    let provisions = store::live_provisions(tx.conn(), subscription_id).await?;
+    let held_off = store::items_held_off(tx.conn(), subscription_id).await?;
+    let mut ended_any = false;
+    for p in &provisions {
+        let keep = wanted.iter().any(|w| w.0 == p.subscription_item_id && w.1 == p.product_id);
+        if !keep {
+            ended_any |= ent::end_conferral(tx.conn(), p.conferral_id, "subscription_item_removed").await?;
+        }
+    }
+    for (item, product, quantity) in &wanted {
+        match provisions.iter().find(|p| p.subscription_item_id == *item && p.product_id == *product) {
+            Some(p) if p.quantity != *quantity => {
+                ent::update_conferral_bounds(tx.conn(), p.conferral_id, *quantity, None).await?;
+                changed = true;
+            }
+            Some(_) => {}
+            None if held_off.contains(item) => {}
+            None => {
+                ent::confer(tx.conn(), pool, *product, None, Some(*item), *quantity).await?;
+                changed = true;
+            }
+        }
+    }
+    if ended_any {
+        changed = true;
+        // What the ended provision displaced comes back, else the floor; then the other
+        // subscriptions of the organization are asked to look again (inserts, no lock).
+        ent::resume_replaced_grants(tx.conn(), pool).await?;
+        ent::deliver_displaced_subscriptions(tx.conn(), pool).await?;
+        ent::reapply_defaults_if_vacant(tx.conn(), pool, None).await?;
+        store::request_organization_reconciles(tx.conn(), organization_id, subscription_id, "provision_ended").await?;
+    }
+    if changed {
+        ent::materialize_pool(tx.conn(), pool).await?;
+    }
+    Ok(changed)
+}
+
+/// The suspended branch (reconcileSuspended): the pool row, then core.sync_source_status
+/// ('suspended'); materialization when it suspended a provision. Billing II adds the pause
+/// decision's reads (collectionInputs) for past_due and unpaid.
+async fn reconcile_suspended(tx: &mut Tx, subscription_id: SubscriptionId, pool: PoolId) -> Result<bool, ServiceError> {
+    ent::lock_pools(tx.conn(), &[pool]).await?;
+    let suspended = ent::sync_source_status(tx.conn(), subscription_id, "suspended").await?;
+    if suspended > 0 {
+        ent::materialize_pool(tx.conn(), pool).await?;
+    }
+    Ok(suspended > 0)
+}
+
+/// The ended branch: core.end_conferral for each live provision (each takes its pool row);
+/// when something ended, resumption and delivery; the pool row (LockPools: the first take when
+/// nothing ended); the floor; materialization; the reconcile requests when something ended.
+async fn reconcile_ended(
+    tx: &mut Tx,
+    subscription_id: SubscriptionId,
+    organization_id: OrganizationId,
+    pool: PoolId,
+) -> Result<bool, ServiceError> {
+    let mut ended_any = false;
+    for p in store::live_provisions(tx.conn(), subscription_id).await? {
+        ended_any |= ent::end_conferral(tx.conn(), p.conferral_id, "subscription_ended").await?;
+    }
+    if ended_any {
+        ent::resume_replaced_grants(tx.conn(), pool).await?;
+        ent::deliver_displaced_subscriptions(tx.conn(), pool).await?;
+    }
+    ent::lock_pools(tx.conn(), &[pool]).await?;
+    let floor = ent::reapply_defaults_if_vacant(tx.conn(), pool, None).await?;
+    if ended_any || floor.is_some() {
+        ent::materialize_pool(tx.conn(), pool).await?;
+    }
+    if ended_any {
+        store::request_organization_reconciles(tx.conn(), organization_id, subscription_id, "subscription_ended").await?;
+    }
+    Ok(ended_any || floor.is_some())
+}

@@ -1,0 +1,107 @@
+//! The billing sweep: a schedule that repairs a lost webhook within minutes. It reads Stripe's
+//! events since its last pass and enqueues the jobs their objects need (deduplicated against
+//! the webhooks' own), asks Stripe about checkouts no return completed, and enqueues a reconcile
+//! of every subscription the console believes live, a page at a time.
+
+use chrono::{Duration as Span, Utc};
+
+use crate::{
+    db::{Db, TxKind, begin},
+    ids::SubscriptionId,
+    integrations::stripe::Stripe,
+    jobs,
+    services::ServiceError,
+    store::billing as store,
+};
+
+use super::{ConvergeInvoice, ReconcileSubscription, remote};
+
+/// What one sweep enqueued.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    pub events_read: usize,
+    pub enqueued: usize,
+}
+
+#[tracing::instrument(name = "Sweep billing", skip(db, stripe))]
+pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceError> {
+    let mut swept = Swept::default();
+    let since = {
+        let mut read = db.read().await?;
+        store::sweep_cursor(read.conn()).await?
+    }
+    // The first pass looks back a day; later ones from the newest event seen, less a minute for
+    // events Stripe stamps out of order.
+    .map(|t| t - Span::minutes(1))
+    .unwrap_or_else(|| Utc::now() - Span::days(1));
+    let events = stripe.events_since(since, 100).await.map_err(remote)?;
+    swept.events_read = events.len();
+    let mut newest = None;
+    {
+        let mut tx = begin(db, TxKind::Plain).await?;
+        for e in &events {
+            newest = Some(e.created);
+            let Some(object) = &e.object_id else { continue };
+            let queued = if e.event_type.starts_with("customer.subscription.") {
+                jobs::enqueue_for_object(
+                    tx.conn(),
+                    &ReconcileSubscription { stripe_subscription_id: object.clone() },
+                    &format!("stripe-subscription:{object}"),
+                )
+                .await?
+            } else if e.event_type.starts_with("invoice.") {
+                jobs::enqueue_for_object(
+                    tx.conn(),
+                    &ConvergeInvoice { stripe_invoice_id: object.clone() },
+                    &format!("stripe-invoice:{object}"),
+                )
+                .await?
+            } else {
+                None
+            };
+            swept.enqueued += queued.is_some() as usize;
+        }
+        store::set_sweep_cursor(tx.conn(), newest).await?;
+        tx.commit().await?;
+    }
+    // Checkouts paid whose return and webhook were both lost.
+    let open = {
+        let mut read = db.read().await?;
+        store::open_checkout_sessions(read.conn(), 50).await?
+    };
+    for id in open {
+        if let Some(s) = stripe.checkout(&id).await.map_err(remote)?
+            && s.status == "complete"
+            && let Some(sub) = s.subscription
+        {
+            let mut tx = begin(db, TxKind::Plain).await?;
+            let key = format!("stripe-subscription:{sub}");
+            swept.enqueued += jobs::enqueue_for_object(tx.conn(), &ReconcileSubscription { stripe_subscription_id: sub.clone() }, &key)
+                .await?
+                .is_some() as usize;
+            store::complete_checkout_session(tx.conn(), &id, &sub).await?;
+            tx.commit().await?;
+        }
+    }
+    // Every subscription the console believes live, so a status Stripe changed without an event
+    // the console saw is read again.
+    let mut after = SubscriptionId(0);
+    loop {
+        let mut tx = begin(db, TxKind::Plain).await?;
+        let page = store::live_subscriptions_after(tx.conn(), after, 500).await?;
+        let Some(last) = page.last().map(|p| p.0) else { break };
+        for (_, stripe_id) in &page {
+            let key = format!("stripe-subscription:{stripe_id}");
+            swept.enqueued += jobs::enqueue_for_object(
+                tx.conn(),
+                &ReconcileSubscription { stripe_subscription_id: stripe_id.clone() },
+                &key,
+            )
+            .await?
+            .is_some() as usize;
+        }
+        tx.commit().await?;
+        after = last;
+    }
+    Ok(swept)
+}

@@ -1,0 +1,827 @@
+//! Billing: the subscriptions' Stripe state, items, periods and provisions; customers and
+//! checkout sessions; received events; invoices; the outbox's processing.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use crate::{
+    ids::{AccountId, ConferralId, OrganizationId, OutboxId, PoolId, PriceId, ProductId, SubscriptionId, SubscriptionItemId},
+    states::{BillingInterval, InvoiceStatus, SubscriptionStatus, SyncState},
+};
+
+/// The database's clock now (not the transaction's start): when a Stripe read began.
+pub async fn clock(conn: &mut PgConnection) -> sqlx::Result<DateTime<Utc>> {
+    sqlx::query_scalar!(r#"SELECT clock_timestamp() AS "now!""#).fetch_one(conn).await
+}
+
+// Subscriptions -----------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct SubscriptionRow {
+    pub subscription_id: SubscriptionId,
+    pub organization_id: OrganizationId,
+    pub status: SubscriptionStatus,
+    pub observed_at: Option<DateTime<Utc>>,
+}
+
+pub async fn subscription_by_stripe_id(conn: &mut PgConnection, stripe_id: &str) -> sqlx::Result<Option<SubscriptionRow>> {
+    sqlx::query_as!(
+        SubscriptionRow,
+        r#"SELECT subscription_id, organization_id, status AS "status: SubscriptionStatus", observed_at
+           FROM core.subscriptions WHERE stripe_subscription_id = $1"#,
+        stripe_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// What the reconcile writes of a subscription (the rest of the row is the items and periods).
+pub struct SubscriptionState<'a> {
+    pub status: SubscriptionStatus,
+    pub customer: &'a str,
+    pub cancel_at_period_end: bool,
+    pub collection_paused: bool,
+    pub current_period: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    pub ended_at: Option<DateTime<Utc>>,
+    pub observed_at: DateTime<Utc>,
+}
+
+pub async fn insert_subscription(
+    conn: &mut PgConnection,
+    organization_id: OrganizationId,
+    stripe_id: &str,
+    s: &SubscriptionState<'_>,
+) -> sqlx::Result<SubscriptionId> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status, stripe_customer_id,
+               cancel_at_period_end, collection_paused, current_period_start, current_period_end, ended_at, observed_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+           RETURNING subscription_id AS "subscription_id: SubscriptionId""#,
+        organization_id as OrganizationId,
+        stripe_id,
+        s.status as SubscriptionStatus,
+        s.customer,
+        s.cancel_at_period_end,
+        s.collection_paused,
+        s.current_period.map(|p| p.0),
+        s.current_period.map(|p| p.1),
+        s.ended_at,
+        s.observed_at
+    )
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn update_subscription(
+    conn: &mut PgConnection,
+    id: SubscriptionId,
+    s: &SubscriptionState<'_>,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        r#"UPDATE core.subscriptions
+              SET status = $2, stripe_customer_id = $3, cancel_at_period_end = $4, collection_paused = $5,
+                  current_period_start = $6, current_period_end = $7, ended_at = $8, observed_at = $9, updated_at = now()
+            WHERE subscription_id = $1"#,
+        id as SubscriptionId,
+        s.status as SubscriptionStatus,
+        s.customer,
+        s.cancel_at_period_end,
+        s.collection_paused,
+        s.current_period.map(|p| p.0),
+        s.current_period.map(|p| p.1),
+        s.ended_at,
+        s.observed_at
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Record the current period. A period that starts inside an earlier one (an anchor moved by a
+/// switch) cuts that one short; the exclusion constraint keeps them from overlapping.
+pub async fn put_period(
+    conn: &mut PgConnection,
+    id: SubscriptionId,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    if end <= start {
+        return Ok(());
+    }
+    sqlx::query!(
+        r#"UPDATE core.subscription_periods SET period = tstzrange(lower(period), $2)
+            WHERE subscription_id = $1 AND lower(period) < $2 AND upper(period) > $2"#,
+        id as SubscriptionId,
+        start
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        r#"WITH same AS (
+               UPDATE core.subscription_periods SET period = tstzrange($2, $3)
+                WHERE subscription_id = $1 AND lower(period) = $2
+               RETURNING 1)
+           INSERT INTO core.subscription_periods (subscription_id, period)
+           SELECT $1, tstzrange($2, $3) WHERE NOT EXISTS (SELECT 1 FROM same)"#,
+        id as SubscriptionId,
+        start,
+        end
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+pub struct ItemRow {
+    pub subscription_item_id: SubscriptionItemId,
+    pub stripe_item_id: String,
+    pub product_id: ProductId,
+    pub quantity: i32,
+    pub removed_at: Option<DateTime<Utc>>,
+}
+
+pub async fn items_of(conn: &mut PgConnection, id: SubscriptionId) -> sqlx::Result<Vec<ItemRow>> {
+    sqlx::query_as!(
+        ItemRow,
+        r#"SELECT subscription_item_id, stripe_item_id, product_id, quantity, removed_at
+           FROM core.subscription_items WHERE subscription_id = $1 ORDER BY subscription_item_id"#,
+        id as SubscriptionId
+    )
+    .fetch_all(conn)
+    .await
+}
+
+pub async fn insert_item(
+    conn: &mut PgConnection,
+    id: SubscriptionId,
+    stripe_item_id: &str,
+    product_id: ProductId,
+    stripe_price_id: &str,
+    quantity: i32,
+) -> sqlx::Result<SubscriptionItemId> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, stripe_price_id, quantity)
+           VALUES ($1, $2, $3, $4, $5) RETURNING subscription_item_id AS "id: SubscriptionItemId""#,
+        id as SubscriptionId,
+        stripe_item_id,
+        product_id as ProductId,
+        stripe_price_id,
+        quantity
+    )
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn update_item(
+    conn: &mut PgConnection,
+    item: SubscriptionItemId,
+    product_id: ProductId,
+    stripe_price_id: &str,
+    quantity: i32,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.subscription_items SET product_id = $2, stripe_price_id = $3, quantity = $4, removed_at = NULL
+          WHERE subscription_item_id = $1",
+        item as SubscriptionItemId,
+        product_id as ProductId,
+        stripe_price_id,
+        quantity
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn mark_item_removed(conn: &mut PgConnection, item: SubscriptionItemId) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.subscription_items SET removed_at = now() WHERE subscription_item_id = $1 AND removed_at IS NULL",
+        item as SubscriptionItemId
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A live provision: a holding conferral of one of the subscription's items.
+#[derive(Debug, Clone)]
+pub struct Provision {
+    pub conferral_id: ConferralId,
+    pub subscription_item_id: SubscriptionItemId,
+    pub pool_id: PoolId,
+    pub product_id: ProductId,
+    pub quantity: i32,
+}
+
+pub async fn live_provisions(conn: &mut PgConnection, id: SubscriptionId) -> sqlx::Result<Vec<Provision>> {
+    sqlx::query_as!(
+        Provision,
+        r#"SELECT c.conferral_id, c.subscription_item_id AS "subscription_item_id!: SubscriptionItemId", c.pool_id,
+                  c.product_id, c.quantity
+           FROM core.conferrals c JOIN core.subscription_items i USING (subscription_item_id)
+           WHERE i.subscription_id = $1 AND c.state = 'holding' ORDER BY c.conferral_id"#,
+        id as SubscriptionId
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The subscription's items another plan took a ladder from and still holds (an open
+/// displacement whose displacer still holds): the reconcile does not confer them back over it.
+pub async fn items_held_off(conn: &mut PgConnection, id: SubscriptionId) -> sqlx::Result<Vec<SubscriptionItemId>> {
+    sqlx::query_scalar!(
+        r#"SELECT sd.subscription_item_id AS "id!: SubscriptionItemId"
+           FROM core.subscription_displacements sd
+           JOIN core.subscription_items i ON i.subscription_item_id = sd.subscription_item_id
+           JOIN core.conferrals d ON d.conferral_id = sd.displaced_by
+           WHERE i.subscription_id = $1 AND sd.delivered_at IS NULL AND d.state = 'holding'"#,
+        id as SubscriptionId
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// RequestPoolSubscriptionReconciles: a reconcile request for each other live subscription of the
+/// organization, whose provisions a change here may have displaced or freed. Inserts, no lock.
+pub async fn request_organization_reconciles(
+    conn: &mut PgConnection,
+    organization_id: OrganizationId,
+    except: SubscriptionId,
+    cause: &str,
+) -> sqlx::Result<u64> {
+    let r = sqlx::query!(
+        r#"INSERT INTO core.outbox (kind, subscription_id, payload)
+           SELECT 'reconcile_subscription', s.subscription_id,
+                  jsonb_build_object('stripe_subscription_id', s.stripe_subscription_id, 'cause', $3::text)
+             FROM core.subscriptions s
+            WHERE s.organization_id = $1 AND s.subscription_id <> $2
+              AND s.status NOT IN ('canceled', 'incomplete_expired')
+            ORDER BY s.subscription_id"#,
+        organization_id as OrganizationId,
+        except as SubscriptionId,
+        cause
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+// Prices, customers, checkout ----------------------------------------------------------------------
+
+/// The console's price and product behind a Stripe price id.
+pub async fn price_by_stripe_id(conn: &mut PgConnection, stripe_price_id: &str) -> sqlx::Result<Option<(PriceId, ProductId)>> {
+    let row = sqlx::query!(
+        r#"SELECT price_id AS "price_id: PriceId", product_id AS "product_id: ProductId"
+           FROM billing.prices WHERE stripe_price_id = $1"#,
+        stripe_price_id
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| (r.price_id, r.product_id)))
+}
+
+pub async fn organization_of_customer(conn: &mut PgConnection, stripe_customer_id: &str) -> sqlx::Result<Option<OrganizationId>> {
+    sqlx::query_scalar!(
+        r#"SELECT organization_id AS "id: OrganizationId" FROM billing.customers WHERE stripe_customer_id = $1"#,
+        stripe_customer_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+pub async fn customer_of(conn: &mut PgConnection, organization_id: OrganizationId) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!(
+        "SELECT stripe_customer_id FROM billing.customers WHERE organization_id = $1",
+        organization_id as OrganizationId
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Record the organization's customer; a concurrent insert of the same one is no conflict.
+/// Returns the customer the organization has after it.
+pub async fn put_customer(conn: &mut PgConnection, organization_id: OrganizationId, stripe_customer_id: &str) -> sqlx::Result<String> {
+    sqlx::query!(
+        "INSERT INTO billing.customers (organization_id, stripe_customer_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        organization_id as OrganizationId,
+        stripe_customer_id
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query_scalar!(
+        "SELECT stripe_customer_id FROM billing.customers WHERE organization_id = $1",
+        organization_id as OrganizationId
+    )
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn insert_checkout_session(
+    conn: &mut PgConnection,
+    stripe_session_id: &str,
+    organization_id: OrganizationId,
+    price_id: PriceId,
+    started_by: AccountId,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO billing.checkout_sessions (stripe_session_id, organization_id, price_id, started_by)
+         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        stripe_session_id,
+        organization_id as OrganizationId,
+        price_id as PriceId,
+        started_by as AccountId
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The organization a checkout session was started for.
+pub async fn checkout_session_organization(conn: &mut PgConnection, stripe_session_id: &str) -> sqlx::Result<Option<OrganizationId>> {
+    sqlx::query_scalar!(
+        r#"SELECT organization_id AS "id: OrganizationId" FROM billing.checkout_sessions WHERE stripe_session_id = $1"#,
+        stripe_session_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+pub async fn complete_checkout_session(conn: &mut PgConnection, stripe_session_id: &str, stripe_subscription_id: &str) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE billing.checkout_sessions SET completed_at = coalesce(completed_at, now()), stripe_subscription_id = $2
+          WHERE stripe_session_id = $1",
+        stripe_session_id,
+        stripe_subscription_id
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Sessions started in the last two days that no return or event completed (the sweep asks).
+pub async fn open_checkout_sessions(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar!(
+        "SELECT stripe_session_id FROM billing.checkout_sessions
+          WHERE completed_at IS NULL AND created_at > now() - interval '2 days'
+          ORDER BY created_at LIMIT $1",
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+// Events ------------------------------------------------------------------------------------------
+
+/// Record an event once by its id. False: it was recorded before (a duplicate delivery).
+pub async fn record_event(
+    conn: &mut PgConnection,
+    event_id: &str,
+    event_type: &str,
+    object_id: Option<&str>,
+    stripe_created: DateTime<Utc>,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "INSERT INTO billing.stripe_events (event_id, event_type, object_id, stripe_created)
+         VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING",
+        event_id,
+        event_type,
+        object_id,
+        stripe_created
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+// Invoices ----------------------------------------------------------------------------------------
+
+pub async fn invoice_observed_at(conn: &mut PgConnection, stripe_invoice_id: &str) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar!("SELECT observed_at FROM billing.invoices WHERE stripe_invoice_id = $1", stripe_invoice_id)
+        .fetch_optional(conn)
+        .await
+}
+
+pub struct InvoiceWrite<'a> {
+    pub stripe_invoice_id: &'a str,
+    pub organization_id: Option<OrganizationId>,
+    pub stripe_subscription_id: Option<&'a str>,
+    pub stripe_customer_id: &'a str,
+    pub number: Option<&'a str>,
+    pub status: InvoiceStatus,
+    pub currency: &'a str,
+    pub amount_due: i64,
+    pub amount_paid: i64,
+    pub amount_remaining: i64,
+    pub hosted_invoice_url: Option<&'a str>,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    pub stripe_created: DateTime<Utc>,
+    pub observed_at: DateTime<Utc>,
+}
+
+pub async fn put_invoice(conn: &mut PgConnection, i: &InvoiceWrite<'_>) -> sqlx::Result<()> {
+    sqlx::query!(
+        r#"INSERT INTO billing.invoices (stripe_invoice_id, organization_id, stripe_subscription_id, stripe_customer_id,
+               number, status, currency, amount_due, amount_paid, amount_remaining, hosted_invoice_url,
+               period_start, period_end, stripe_created, observed_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+           ON CONFLICT (stripe_invoice_id) DO UPDATE
+              SET organization_id = EXCLUDED.organization_id, stripe_subscription_id = EXCLUDED.stripe_subscription_id,
+                  stripe_customer_id = EXCLUDED.stripe_customer_id, number = EXCLUDED.number, status = EXCLUDED.status,
+                  currency = EXCLUDED.currency, amount_due = EXCLUDED.amount_due, amount_paid = EXCLUDED.amount_paid,
+                  amount_remaining = EXCLUDED.amount_remaining, hosted_invoice_url = EXCLUDED.hosted_invoice_url,
+                  period_start = EXCLUDED.period_start, period_end = EXCLUDED.period_end,
+                  stripe_created = EXCLUDED.stripe_created, observed_at = EXCLUDED.observed_at, updated_at = now()"#,
+        i.stripe_invoice_id,
+        i.organization_id as Option<OrganizationId>,
+        i.stripe_subscription_id,
+        i.stripe_customer_id,
+        i.number,
+        i.status as InvoiceStatus,
+        i.currency,
+        i.amount_due,
+        i.amount_paid,
+        i.amount_remaining,
+        i.hosted_invoice_url,
+        i.period_start,
+        i.period_end,
+        i.stripe_created,
+        i.observed_at
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Replace the invoice's lines and payments with what Stripe lists now.
+pub async fn clear_invoice_details(conn: &mut PgConnection, stripe_invoice_id: &str) -> sqlx::Result<()> {
+    sqlx::query!("DELETE FROM billing.invoice_lines WHERE stripe_invoice_id = $1", stripe_invoice_id)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query!("DELETE FROM billing.invoice_payments WHERE stripe_invoice_id = $1", stripe_invoice_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn insert_invoice_line(
+    conn: &mut PgConnection,
+    stripe_invoice_id: &str,
+    stripe_line_id: &str,
+    description: Option<&str>,
+    amount: i64,
+    quantity: Option<i64>,
+    stripe_price_id: Option<&str>,
+    period: (DateTime<Utc>, DateTime<Utc>),
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO billing.invoice_lines (stripe_line_id, stripe_invoice_id, description, amount, quantity,
+             stripe_price_id, period_start, period_end)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT (stripe_line_id) DO NOTHING",
+        stripe_line_id,
+        stripe_invoice_id,
+        description,
+        amount,
+        quantity,
+        stripe_price_id,
+        period.0,
+        period.1
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn insert_invoice_payment(
+    conn: &mut PgConnection,
+    stripe_invoice_id: &str,
+    stripe_payment_id: &str,
+    status: &str,
+    amount: i64,
+    paid_at: Option<DateTime<Utc>>,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO billing.invoice_payments (stripe_payment_id, stripe_invoice_id, status, amount, paid_at)
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (stripe_payment_id) DO NOTHING",
+        stripe_payment_id,
+        stripe_invoice_id,
+        status,
+        amount,
+        paid_at
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The organization a Stripe subscription belongs to, as the console has it.
+pub async fn organization_of_subscription(conn: &mut PgConnection, stripe_subscription_id: &str) -> sqlx::Result<Option<OrganizationId>> {
+    sqlx::query_scalar!(
+        r#"SELECT organization_id AS "id: OrganizationId" FROM core.subscriptions WHERE stripe_subscription_id = $1"#,
+        stripe_subscription_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+// The outbox --------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct OutboxRow {
+    pub outbox_id: OutboxId,
+    pub kind: String,
+    pub stripe_subscription_id: Option<String>,
+    pub product_id: Option<ProductId>,
+    pub attempts: i32,
+}
+
+/// ClaimOutbox: up to `limit` due rows, FOR UPDATE SKIP LOCKED, leased until `lease` from now,
+/// so another processor skips them while this one works and takes them back if it dies.
+pub async fn claim_outbox(conn: &mut PgConnection, limit: i64, lease_secs: f64) -> sqlx::Result<Vec<OutboxRow>> {
+    sqlx::query_as!(
+        OutboxRow,
+        r#"WITH due AS (
+               SELECT outbox_id FROM core.outbox
+                WHERE processed_at IS NULL AND due_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
+                ORDER BY due_at, outbox_id
+                LIMIT $1
+                FOR UPDATE SKIP LOCKED)
+           UPDATE core.outbox o SET claimed_until = now() + make_interval(secs => $2), attempts = o.attempts + 1
+             FROM due WHERE o.outbox_id = due.outbox_id
+           RETURNING o.outbox_id AS "outbox_id: OutboxId", o.kind,
+                     (SELECT s.stripe_subscription_id FROM core.subscriptions s WHERE s.subscription_id = o.subscription_id)
+                         AS stripe_subscription_id,
+                     o.product_id AS "product_id: ProductId", o.attempts"#,
+        limit,
+        lease_secs
+    )
+    .fetch_all(conn)
+    .await
+}
+
+pub async fn outbox_done(conn: &mut PgConnection, id: OutboxId) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.outbox SET processed_at = now(), claimed_until = NULL, last_error = NULL WHERE outbox_id = $1",
+        id as OutboxId
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A failed attempt: due again after `retry_in_secs`, with the reason kept for operators.
+pub async fn outbox_failed(conn: &mut PgConnection, id: OutboxId, error: &str, retry_in_secs: f64) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.outbox SET claimed_until = NULL, last_error = $2, due_at = now() + make_interval(secs => $3)
+          WHERE outbox_id = $1",
+        id as OutboxId,
+        error,
+        retry_in_secs
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+// Prices and the catalog's Stripe mappings -----------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct Price {
+    pub price_id: PriceId,
+    pub product_id: ProductId,
+    pub billing_interval: BillingInterval,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub active: bool,
+    pub stripe_price_id: Option<String>,
+    pub stripe_active: Option<bool>,
+    pub sync_state: SyncState,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+pub async fn prices_of(conn: &mut PgConnection, product_id: ProductId) -> sqlx::Result<Vec<Price>> {
+    sqlx::query_as!(
+        Price,
+        r#"SELECT price_id, product_id, billing_interval AS "billing_interval: BillingInterval", amount_minor, currency,
+                  active, stripe_price_id, stripe_active, sync_state AS "sync_state: SyncState", last_error, created_at
+           FROM billing.prices WHERE product_id = $1 ORDER BY active DESC, billing_interval, currency, created_at DESC"#,
+        product_id as ProductId
+    )
+    .fetch_all(conn)
+    .await
+}
+
+pub async fn price(conn: &mut PgConnection, price_id: PriceId) -> sqlx::Result<Option<Price>> {
+    sqlx::query_as!(
+        Price,
+        r#"SELECT price_id, product_id, billing_interval AS "billing_interval: BillingInterval", amount_minor, currency,
+                  active, stripe_price_id, stripe_active, sync_state AS "sync_state: SyncState", last_error, created_at
+           FROM billing.prices WHERE price_id = $1"#,
+        price_id as PriceId
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Archive the product's active price for (interval, currency), if any: a new amount replaces it.
+pub async fn archive_active_price(
+    conn: &mut PgConnection,
+    product_id: ProductId,
+    interval: BillingInterval,
+    currency: &str,
+) -> sqlx::Result<u64> {
+    let r = sqlx::query!(
+        "UPDATE billing.prices SET active = false WHERE product_id = $1 AND billing_interval = $2 AND currency = $3 AND active",
+        product_id as ProductId,
+        interval as BillingInterval,
+        currency
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub async fn archive_price(conn: &mut PgConnection, price_id: PriceId) -> sqlx::Result<bool> {
+    let r = sqlx::query!("UPDATE billing.prices SET active = false WHERE price_id = $1 AND active", price_id as PriceId)
+        .execute(conn)
+        .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+pub async fn insert_price(
+    conn: &mut PgConnection,
+    product_id: ProductId,
+    interval: BillingInterval,
+    amount_minor: i64,
+    currency: &str,
+) -> sqlx::Result<PriceId> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO billing.prices (product_id, billing_interval, amount_minor, currency)
+           VALUES ($1, $2, $3, $4) RETURNING price_id AS "price_id: PriceId""#,
+        product_id as ProductId,
+        interval as BillingInterval,
+        amount_minor,
+        currency
+    )
+    .fetch_one(conn)
+    .await
+}
+
+#[derive(Debug, Clone)]
+pub struct ProductMapping {
+    pub product_id: ProductId,
+    pub stripe_product_id: Option<String>,
+    pub synced_name: Option<String>,
+    pub sync_state: SyncState,
+    pub last_error: Option<String>,
+    pub synced_at: Option<DateTime<Utc>>,
+}
+
+pub async fn product_mapping(conn: &mut PgConnection, product_id: ProductId) -> sqlx::Result<Option<ProductMapping>> {
+    sqlx::query_as!(
+        ProductMapping,
+        r#"SELECT product_id, stripe_product_id, synced_name, sync_state AS "sync_state: SyncState", last_error, synced_at
+           FROM billing.product_mappings WHERE product_id = $1"#,
+        product_id as ProductId
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Mark the product's mapping pending (made if missing).
+pub async fn mapping_pending(conn: &mut PgConnection, product_id: ProductId) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO billing.product_mappings (product_id, sync_state) VALUES ($1, 'pending')
+         ON CONFLICT (product_id) DO UPDATE SET sync_state = 'pending'",
+        product_id as ProductId
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn mapping_synced(conn: &mut PgConnection, product_id: ProductId, stripe_product_id: &str, name: &str) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE billing.product_mappings
+            SET stripe_product_id = $2, synced_name = $3, sync_state = 'synced', last_error = NULL, synced_at = now()
+          WHERE product_id = $1",
+        product_id as ProductId,
+        stripe_product_id,
+        name
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn mapping_failed(conn: &mut PgConnection, product_id: ProductId, error: &str) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE billing.product_mappings SET sync_state = 'failed', last_error = $2 WHERE product_id = $1",
+        product_id as ProductId,
+        error
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn prices_pending(conn: &mut PgConnection, ids: &[PriceId]) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE billing.prices SET sync_state = 'pending' WHERE price_id = ANY ($1)",
+        ids as &[PriceId]
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn price_synced(conn: &mut PgConnection, price_id: PriceId, stripe_price_id: &str, stripe_active: bool) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE billing.prices
+            SET stripe_price_id = $2, stripe_active = $3, sync_state = 'synced', last_error = NULL, synced_at = now()
+          WHERE price_id = $1",
+        price_id as PriceId,
+        stripe_price_id,
+        stripe_active
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn price_failed(conn: &mut PgConnection, price_id: PriceId, error: &str) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE billing.prices SET sync_state = 'failed', last_error = $2 WHERE price_id = $1",
+        price_id as PriceId,
+        error
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Enqueue the product's sync unless one is pending. True when a row was written.
+pub async fn enqueue_product_sync(conn: &mut PgConnection, product_id: ProductId) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "INSERT INTO core.outbox (kind, product_id) VALUES ('sync_product', $1)
+         ON CONFLICT (product_id) WHERE kind = 'sync_product' AND processed_at IS NULL DO NOTHING",
+        product_id as ProductId
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// The product an organization already pays for on a ladder `product` is a tier of, if any: a
+/// live subscription's item (conferred, displaced or suspended alike).
+pub async fn live_subscription_on_ladders_of(
+    conn: &mut PgConnection,
+    organization_id: OrganizationId,
+    product_id: ProductId,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!(
+        r#"SELECT p.name FROM core.subscription_items i
+             JOIN core.subscriptions s USING (subscription_id)
+             JOIN core.products p ON p.product_id = i.product_id
+            WHERE s.organization_id = $1 AND i.removed_at IS NULL
+              AND s.status NOT IN ('canceled', 'incomplete_expired', 'incomplete')
+              AND EXISTS (SELECT 1 FROM core.plan_ladder_tiers a JOIN core.plan_ladder_tiers b USING (plan_ladder_id)
+                           WHERE a.product_id = i.product_id AND b.product_id = $2)
+            ORDER BY i.subscription_item_id LIMIT 1"#,
+        organization_id as OrganizationId,
+        product_id as ProductId
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Live subscriptions the console knows, a page at a time by id (the sweep's second pass).
+pub async fn live_subscriptions_after(conn: &mut PgConnection, after: SubscriptionId, limit: i64) -> sqlx::Result<Vec<(SubscriptionId, String)>> {
+    let rows = sqlx::query!(
+        r#"SELECT subscription_id AS "id: SubscriptionId", stripe_subscription_id FROM core.subscriptions
+            WHERE subscription_id > $1 AND status NOT IN ('canceled', 'incomplete_expired')
+            ORDER BY subscription_id LIMIT $2"#,
+        after as SubscriptionId,
+        limit
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.stripe_subscription_id)).collect())
+}
+
+pub async fn sweep_cursor(conn: &mut PgConnection) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar!("SELECT events_seen_until FROM billing.sweep_state").fetch_one(conn).await
+}
+
+pub async fn set_sweep_cursor(conn: &mut PgConnection, seen_until: Option<DateTime<Utc>>) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE billing.sweep_state SET events_seen_until = coalesce($1, events_seen_until), last_run_at = now()",
+        seen_until
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
