@@ -76,6 +76,40 @@ pub fn connect_stripe(config: &Config) -> anyhow::Result<Option<Arc<crate::integ
     Ok(Some(Arc::new(stripe)))
 }
 
+/// The key the console uses with the stand-in it starts (the stand-in takes any test key).
+pub const STANDIN_SECRET_KEY: &str = "sk_test_member_console_standin";
+
+/// Stripe for `serve`: the configured account, or, with no key, the project's stand-in started
+/// in this process (kept running as long as the value is held), with the console's own
+/// `/webhooks/stripe` at `console` registered with it.
+pub struct ServeStripe {
+    pub stripe: Option<Arc<crate::integrations::stripe::Stripe>>,
+    pub standin: Option<stripe_standin::StandIn>,
+}
+
+pub async fn stripe_for_serve(config: &Config, console: std::net::SocketAddr) -> anyhow::Result<ServeStripe> {
+    if config.stripe.secret_key.is_some() {
+        return Ok(ServeStripe { stripe: connect_stripe(config)?, standin: None });
+    }
+    let standin = stripe_standin::StandIn::start(stripe_standin::Config::default()).await.context("starting the Stripe stand-in")?;
+    let host = if console.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { console.ip() };
+    let hook = format!("http://{}/webhooks/stripe", std::net::SocketAddr::new(host, console.port()));
+    let secret = standin.add_webhook_endpoint(&hook).map_err(|e| anyhow::anyhow!("registering the webhook: {e}"))?;
+    let stripe = crate::integrations::stripe::Stripe::connect(
+        STANDIN_SECRET_KEY,
+        Some(&standin.base_url()),
+        vec![secret],
+        config.stripe.call_timeout,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!(
+        "Stripe: no STRIPE_SECRET_KEY, so the Stripe stand-in runs at {} (its payment page takes 4242 4242 4242 4242; \
+         4000 0000 0000 0341 pays once, then fails; 4000 0000 0000 9995 is declined)",
+        standin.base_url()
+    );
+    Ok(ServeStripe { stripe: Some(Arc::new(stripe)), standin: Some(standin) })
+}
+
 impl Booted {
     /// Close the pool (the private cluster is released by whoever holds it).
     pub async fn shutdown(self) {

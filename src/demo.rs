@@ -165,3 +165,107 @@ pub fn describe() -> String {
         "Demo accounts:\n  operator  {OPERATOR_EMAIL}  password {OPERATOR_PASSWORD}\n  member    {MEMBER_EMAIL}  password {MEMBER_PASSWORD}  ({DEMO_ORGANIZATION})"
     )
 }
+
+/// The demo's billing, against Stripe's test mode or the stand-in (never a live account): prices
+/// for the paid tiers, synced; "Stark Wikis" paying for Pro; "Wayne Wikis" past due on Basic (its
+/// card failed at the renewal, on a test clock a month ahead); and "Umbrella Wikis", whose Basic
+/// subscription an operator grant of Pro displaces. Idempotent: an organization that already has
+/// a subscription is left as it is.
+pub async fn load_billing(db: &Db, stripe: &crate::integrations::stripe::Stripe) -> anyhow::Result<()> {
+    use crate::services::billing::{self, catalog_sync::NewPrice};
+    let err = |e: crate::services::ServiceError| anyhow::anyhow!("{e}");
+    let stripe_err = |e: crate::integrations::stripe::StripeFailure| anyhow::anyhow!("{e}");
+    let mut prices = std::collections::HashMap::new();
+    for (product, amount) in [("Basic", "12"), ("Pro", "30"), ("Priority support", "50")] {
+        let id = {
+            let mut conn = db.pool.acquire().await?;
+            catalog::product_id_by_name(&mut conn, product).await?
+        };
+        let Some(id) = id else { continue };
+        let existing = {
+            let mut conn = db.pool.acquire().await?;
+            crate::store::billing::prices_of(&mut conn, id).await?
+        };
+        if !existing.iter().any(|p| p.active) {
+            billing::set_price(db, id, &NewPrice::parse("month", amount, "eur").map_err(err)?).await.map_err(err)?;
+            let yearly = format!("{}", amount.parse::<i64>().unwrap_or(1) * 10);
+            billing::set_price(db, id, &NewPrice::parse("year", &yearly, "eur").map_err(err)?).await.map_err(err)?;
+        }
+        billing::sync_product(db, id).await.map_err(err)?;
+        billing::apply_product_sync(db, stripe, id, "demo").await.map_err(err)?;
+        let monthly = {
+            let mut conn = db.pool.acquire().await?;
+            crate::store::billing::prices_of(&mut conn, id).await?
+        }
+        .into_iter()
+        .find(|p| p.active && p.billing_interval == crate::states::BillingInterval::Month)
+        .and_then(|p| p.stripe_price_id);
+        if let Some(m) = monthly {
+            prices.insert(product, m);
+        }
+    }
+    let community = {
+        let mut conn = db.pool.acquire().await?;
+        catalog::org_types(&mut conn).await?.into_iter().find(|t| t.name == "Community").map(|t| t.org_type_id)
+    };
+    for (name, product, story) in [("Stark Wikis", "Pro", "paid"), ("Wayne Wikis", "Basic", "past_due"), ("Umbrella Wikis", "Basic", "displaced")] {
+        let Some(price) = prices.get(product) else { continue };
+        let org = {
+            let mut tx = begin(db, TxKind::Materializing).await?;
+            let org = match accounts::organization_by_name(tx.conn(), name).await? {
+                Some(o) => o,
+                None => {
+                    organizations::create_organization_tx(&mut tx, &OrgName::parse(name).map_err(anyhow::Error::msg)?, community)
+                        .await?
+                        .organization_id
+                }
+            };
+            tx.commit().await?;
+            org
+        };
+        let has_customer = {
+            let mut conn = db.pool.acquire().await?;
+            crate::store::billing::customer_of(&mut conn, org).await?.is_some()
+        };
+        if has_customer {
+            continue;
+        }
+        let now = chrono::Utc::now();
+        let clock = match story {
+            "past_due" => Some(stripe.create_test_clock(now, "Demo: Wayne Wikis").await.map_err(stripe_err)?),
+            _ => None,
+        };
+        let customer =
+            stripe.create_test_customer(org.0, name, "pm_card_visa", clock.as_deref()).await.map_err(stripe_err)?;
+        {
+            let mut tx = begin(db, TxKind::Plain).await?;
+            crate::store::billing::put_customer(tx.conn(), org, &customer).await?;
+            tx.commit().await?;
+        }
+        let sub = stripe.create_subscription(&customer, price, org.0).await.map_err(stripe_err)?;
+        if let Some(clock) = &clock {
+            stripe.set_default_payment_method(&customer, "pm_card_chargeCustomerFail").await.map_err(stripe_err)?;
+            stripe.advance_test_clock(clock, now + chrono::Duration::days(32)).await.map_err(stripe_err)?;
+        }
+        billing::reconcile_subscription(db, stripe, &sub).await.map_err(err)?;
+        if story == "displaced" {
+            let pro = {
+                let mut conn = db.pool.acquire().await?;
+                catalog::product_id_by_name(&mut conn, "Pro").await?
+            };
+            if let Some(pro) = pro {
+                let issue = crate::services::grants::IssueGrant {
+                    recipient: crate::services::grants::Recipient::Organization(org),
+                    product_id: pro,
+                    quantity: 1,
+                    starts_at: None,
+                    ends_at: None,
+                    reason: "Demo: a partner's complimentary plan over a paid subscription".into(),
+                    actor: None,
+                };
+                crate::services::grants::issue_grant(db, &issue).await.map_err(err)?;
+            }
+        }
+    }
+    Ok(())
+}

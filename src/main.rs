@@ -123,6 +123,19 @@ enum BenchWhich {
         #[arg(long)]
         keep: bool,
     },
+    /// Signed Stripe events posted to /webhooks/stripe at concurrency 32 until every reconcile
+    /// they ask for is done, against the Stripe stand-in.
+    Webhooks {
+        #[arg(long, default_value_t = 5_000)]
+        events: usize,
+        /// Distinct subscriptions the events are about.
+        #[arg(long, default_value_t = 200)]
+        subscriptions: usize,
+        #[arg(long, default_value_t = 10.0)]
+        yardstick_seconds: f64,
+        #[arg(long)]
+        keep: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -265,6 +278,15 @@ async fn bench(which: BenchWhich, config: &Config) -> anyhow::Result<()> {
             );
             println!("{}", serde_json::to_string(&r)?);
         }
+        BenchWhich::Webhooks { events, subscriptions, yardstick_seconds, keep } => {
+            let o = member_console::bench::webhooks::Options { events, subscriptions, yardstick_seconds, keep };
+            let r = member_console::bench::webhooks::run(config, &o).await?;
+            println!(
+                "webhooks: {} events about {} subscriptions at concurrency {}: ingest {:.0}/s; {} reconciles at {:.0}/s; yardstick {:.0} tps; ratio {:.2}",
+                r.events, r.subscriptions, r.concurrency, r.ingest_per_s, r.reconciles, r.reconciled_per_s, r.yardstick_tps, r.ratio
+            );
+            println!("{}", serde_json::to_string(&r)?);
+        }
     }
     Ok(())
 }
@@ -317,13 +339,23 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     }
     let listener = TcpListener::bind(b.config.bind).with_context(|| format!("binding {}", b.config.bind))?;
     let address = listener.local_addr()?;
-    let stripe = member_console::boot::connect_stripe(&b.config)?;
+    let billing = member_console::boot::stripe_for_serve(&b.config, address).await?;
+    let stripe = billing.stripe.clone();
     let server = web::serve_with(listener, b.db.clone(), Arc::clone(&b.config), stripe.clone())?;
     let handle = server.handle();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let worker = with_worker.then(|| tokio::spawn(start_worker(b, stripe.clone(), stop_rx)));
     eprintln!("Member Console is listening on http://{address}");
     let server_task = tokio::spawn(server);
+    // The demo's subscriptions go through Stripe (or the stand-in) and its webhooks, so they
+    // come once the server answers. Never against a live account.
+    if with_demo
+        && let Some(s) = &stripe
+        && b.config.stripe.secret_key.as_deref().is_none_or(|k| k.starts_with("sk_test_"))
+        && let Err(e) = demo::load_billing(&b.db, s).await
+    {
+        tracing::warn!(error = %e, "the demo's billing could not be loaded");
+    }
     shutdown_signal().await;
     eprintln!("shutting down: finishing requests and jobs in flight");
     let _ = stop_tx.send(true);
@@ -331,6 +363,9 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     let _ = server_task.await;
     if let Some(w) = worker {
         let _ = w.await;
+    }
+    if let Some(standin) = billing.standin {
+        standin.stop().await;
     }
     Ok(())
 }

@@ -477,11 +477,11 @@ impl Jar {
     }
 }
 
-struct Answer {
-    status: u16,
+pub(super) struct Answer {
+    pub(super) status: u16,
     /// Names lowered.
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+    pub(super) headers: Vec<(String, String)>,
+    pub(super) body: Vec<u8>,
 }
 
 impl Answer {
@@ -492,7 +492,7 @@ impl Answer {
 
 /// One keep-alive HTTP/1.1 connection, requests one at a time. A connection the server has
 /// closed while it sat idle is opened again once, as browsers do.
-struct Http {
+pub(super) struct Http {
     addr: SocketAddr,
     stream: Option<TcpStream>,
     buf: Vec<u8>,
@@ -505,11 +505,11 @@ enum Failed {
 }
 
 impl Http {
-    fn new(addr: SocketAddr) -> Http {
+    pub(super) fn new(addr: SocketAddr) -> Http {
         Http { addr, stream: None, buf: Vec::with_capacity(16 * 1024) }
     }
 
-    async fn send(
+    pub(super) async fn send(
         &mut self,
         method: &str,
         path: &str,

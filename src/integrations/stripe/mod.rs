@@ -502,6 +502,85 @@ impl Stripe {
     }
 }
 
+/// What only a test account is asked: the demo's seed and the tests make subscriptions outside a
+/// checkout and move a test clock (Stripe's `test_helpers`), as an operator would in Stripe's
+/// dashboard.
+impl Stripe {
+    /// A customer for the organization paying with Stripe's test method `payment_method`
+    /// (`pm_card_visa`, `pm_card_chargeCustomerFail`), on `test_clock` when given.
+    pub async fn create_test_customer(
+        &self,
+        organization_id: i64,
+        name: &str,
+        payment_method: &str,
+        test_clock: Option<&str>,
+    ) -> Result<String, StripeFailure> {
+        use stripe_core::customer::{CreateCustomer, CreateCustomerInvoiceSettings};
+        let mut metadata = HashMap::new();
+        metadata.insert("organization_id".to_string(), organization_id.to_string());
+        let mut req = CreateCustomer::new()
+            .name(name)
+            .metadata(metadata)
+            .payment_method(payment_method)
+            .invoice_settings(CreateCustomerInvoiceSettings {
+                default_payment_method: Some(payment_method.to_string()),
+                ..Default::default()
+            });
+        if let Some(c) = test_clock {
+            req = req.test_clock(c);
+        }
+        let c = req.send(&self.client).await.map_err(StripeFailure::from_error)?;
+        Ok(c.id.to_string())
+    }
+
+    /// Make the customer's invoices charge `payment_method` from now on.
+    pub async fn set_default_payment_method(&self, customer: &str, payment_method: &str) -> Result<(), StripeFailure> {
+        use stripe_core::customer::{UpdateCustomer, UpdateCustomerInvoiceSettings};
+        UpdateCustomer::new(customer)
+            .invoice_settings(UpdateCustomerInvoiceSettings {
+                default_payment_method: Some(payment_method.to_string()),
+                ..Default::default()
+            })
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(())
+    }
+
+    /// A subscription to one price, charged to the customer's default method; its id.
+    pub async fn create_subscription(&self, customer: &str, price: &str, organization_id: i64) -> Result<String, StripeFailure> {
+        use stripe_billing::subscription::{CreateSubscription, CreateSubscriptionItems};
+        let mut metadata = HashMap::new();
+        metadata.insert("organization_id".to_string(), organization_id.to_string());
+        let s = CreateSubscription::new()
+            .customer(customer)
+            .items(vec![CreateSubscriptionItems { price: Some(price.to_string()), quantity: Some(1), ..Default::default() }])
+            .metadata(metadata)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(s.id.to_string())
+    }
+
+    /// A test clock frozen at `at`; its id.
+    pub async fn create_test_clock(&self, at: DateTime<Utc>, name: &str) -> Result<String, StripeFailure> {
+        use stripe_billing::test_helpers_test_clock::CreateTestHelpersTestClock;
+        let c = CreateTestHelpersTestClock::new(at.timestamp())
+            .name(name)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(c.id.to_string())
+    }
+
+    /// Move a test clock to `to`: renewals and period ends up to then happen.
+    pub async fn advance_test_clock(&self, clock: &str, to: DateTime<Utc>) -> Result<(), StripeFailure> {
+        use stripe_billing::test_helpers_test_clock::AdvanceTestHelpersTestClock;
+        AdvanceTestHelpersTestClock::new(clock, to.timestamp()).send(&self.client).await.map_err(StripeFailure::from_error)?;
+        Ok(())
+    }
+}
+
 fn checkout_snapshot(s: &stripe_shared::CheckoutSession) -> CheckoutSnapshot {
     CheckoutSnapshot {
         id: s.id.to_string(),

@@ -42,12 +42,7 @@ pub async fn post(standin: &StandIn, path: &str, form: &[(&str, &str)]) -> (u16,
 }
 
 pub async fn get(standin: &StandIn, path: &str) -> (u16, Value) {
-    let resp = http()
-        .get(format!("{}{path}", standin.base_url()))
-        .bearer_auth(KEY)
-        .send()
-        .await
-        .expect("request sent");
+    let resp = http().get(format!("{}{path}", standin.base_url())).bearer_auth(KEY).send().await.expect("request sent");
     let status = resp.status().as_u16();
     (status, resp.json_value().await)
 }

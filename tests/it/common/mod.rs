@@ -4,6 +4,7 @@
 pub mod acts;
 pub mod browser;
 pub mod pages;
+pub mod stripe;
 use std::time::{Duration, Instant};
 
 use member_console::db::{
@@ -232,7 +233,20 @@ impl TestApp {
         Self::spawn_with(t, |_| {}).await
     }
 
+    /// With Stripe (the stand-in) connected, as `serve` connects it.
+    pub async fn spawn_with_stripe(t: &TestDb, stripe: std::sync::Arc<member_console::integrations::stripe::Stripe>) -> TestApp {
+        Self::spawn_inner(t, |_| {}, Some(stripe)).await
+    }
+
     pub async fn spawn_with(t: &TestDb, tweak: impl FnOnce(&mut member_console::config::Config)) -> TestApp {
+        Self::spawn_inner(t, tweak, None).await
+    }
+
+    async fn spawn_inner(
+        t: &TestDb,
+        tweak: impl FnOnce(&mut member_console::config::Config),
+        stripe: Option<std::sync::Arc<member_console::integrations::stripe::Stripe>>,
+    ) -> TestApp {
         let dir = std::env::temp_dir().join(format!("mc-test-{}", t.name));
         let mut config = member_console::config::Config::from_lookup(|k| match k {
             "CONSOLE_DATA_DIR" => Some(dir.display().to_string()),
@@ -245,7 +259,7 @@ impl TestApp {
         let config = std::sync::Arc::new(config);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let server = member_console::web::serve(listener, t.db.clone(), config.clone()).unwrap();
+        let server = member_console::web::serve_with(listener, t.db.clone(), config.clone(), stripe).unwrap();
         let handle = server.handle();
         tokio::spawn(server);
         TestApp { base, handle }

@@ -1,0 +1,478 @@
+//! Billing against the Stripe stand-in: ReconcileSubscription's three branches, displacement and
+//! delivery, the invoice converge, the webhook's intake over HTTP (signatures, duplicates, order),
+//! Stripe failing mid-reconcile, and the lock order of each new path (two transactions, one
+//! waits on the other).
+
+use crate::common;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{TestApp, TestDb, stripe::StripeFixture};
+use member_console::{
+    demo,
+    ids::{OrganizationId, PoolId, ProductId},
+    integrations::stripe::signature,
+    services::{
+        ServiceError,
+        billing::{self, Reconciled, catalog_sync::SyncAnswer, invoices::Converged},
+        grants::{self, IssueGrant, Recipient},
+    },
+    states::SubscriptionStatus,
+};
+
+async fn setup() -> (TestDb, StripeFixture) {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    (t, StripeFixture::start().await)
+}
+
+async fn org(t: &TestDb, name: &str) -> (OrganizationId, PoolId) {
+    let o = common::acts::org_of_type(t, name, common::acts::type_id(t, "Community").await).await;
+    (o.organization_id, o.pool_id)
+}
+
+async fn sites(t: &TestDb, pool: PoolId) -> Option<i64> {
+    sqlx::query_scalar(
+        "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
+    )
+    .bind(pool)
+    .fetch_optional(&t.admin)
+    .await
+    .unwrap()
+    .flatten()
+}
+
+async fn count(t: &TestDb, sql: &str) -> i64 {
+    common::acts::scalar(t, sql).await
+}
+
+/// The tier the pool holds on "Wiki hosting", by product name.
+async fn hosting(t: &TestDb, pool: PoolId) -> String {
+    sqlx::query_scalar(
+        "SELECT pr.name FROM core.positions p JOIN core.plan_ladders l USING (plan_ladder_id)
+         JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
+         WHERE p.pool_id = $1 AND l.name = 'Wiki hosting'",
+    )
+    .bind(pool)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// A paying organization: a Basic or Pro subscription made in the stand-in; (org, pool, sub id).
+async fn subscribed(t: &TestDb, s: &StripeFixture, name: &str, product: &str) -> (OrganizationId, PoolId, String) {
+    let (o, pool) = org(t, name).await;
+    let price = s.price(&t.db, common::acts::product_id(t, product).await, "12").await;
+    let stripe_price = s.stripe_price(&t.admin, price).await;
+    let customer = s.customer(&t.db, o, "pm_card_visa", None).await;
+    let sub = s.subscribe(&customer, &stripe_price, o).await;
+    (o, pool, sub)
+}
+
+fn converged(r: Reconciled) -> (SubscriptionStatus, bool) {
+    match r {
+        Reconciled::Converged { status, changed, .. } => (status, changed),
+        other => panic!("expected a converged reconcile, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_paid_subscription_confers_its_tier_and_reconciling_it_again_writes_nothing() {
+    let (t, s) = setup().await;
+    let (_, pool, sub) = subscribed(&t, &s, "Paying", "Pro").await;
+    assert_eq!(hosting(&t, pool).await, "Free", "the floor until the console hears of it");
+    let (status, changed) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
+    assert_eq!((status, changed), (SubscriptionStatus::Active, true));
+    assert_eq!(hosting(&t, pool).await, "Pro");
+    assert_eq!(sites(&t, pool).await, Some(10));
+    let periods = count(&t, "SELECT count(*) FROM core.subscription_periods").await;
+    assert_eq!(periods, 1, "the current period is recorded");
+    let (_, changed) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
+    assert!(!changed, "the same Stripe state writes nothing the second time");
+    assert_eq!(count(&t, "SELECT count(*) FROM core.conferrals WHERE subscription_item_id IS NOT NULL").await, 1);
+    assert_eq!(count(&t, "SELECT count(*) FROM core.subscription_periods").await, 1);
+}
+
+#[tokio::test]
+async fn a_canceled_subscription_ends_its_provision_and_the_floor_returns() {
+    let (t, s) = setup().await;
+    let (_, pool, sub) = subscribed(&t, &s, "Leaving", "Basic").await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    assert_eq!(hosting(&t, pool).await, "Basic");
+    s.delete(&format!("/subscriptions/{sub}")).await;
+    let (status, changed) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
+    assert_eq!((status, changed), (SubscriptionStatus::Canceled, true));
+    assert_eq!(hosting(&t, pool).await, "Free", "the floor is back");
+    assert_eq!(sites(&t, pool).await, Some(1));
+}
+
+#[tokio::test]
+async fn a_subscription_stripe_no_longer_has_ends_like_a_canceled_one() {
+    let (t, s) = setup().await;
+    let (o, pool, sub) = subscribed(&t, &s, "Vanished", "Basic").await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    // The console believes in a second, live subscription Stripe has never heard of.
+    let basic = common::acts::product_id(&t, "Basic").await;
+    sqlx::query(
+        "WITH s AS (INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status)
+                    VALUES ($1, 'sub_gone', 'active') RETURNING subscription_id)
+         INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity)
+         SELECT subscription_id, 'si_gone', $2, 1 FROM s",
+    )
+    .bind(o)
+    .bind(basic)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let (status, _) = converged(billing::reconcile_subscription(&t.db, &s.stripe, "sub_gone").await.unwrap());
+    assert_eq!(status, SubscriptionStatus::Canceled);
+    assert_eq!(hosting(&t, pool).await, "Basic", "the real subscription keeps its tier");
+    assert_eq!(
+        billing::reconcile_subscription(&t.db, &s.stripe, "sub_never").await.unwrap(),
+        Reconciled::Unknown,
+        "an id neither side knows changes nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_renewal_that_fails_suspends_the_provision_and_a_paid_one_keeps_it() {
+    let (t, s) = setup().await;
+    let (o, pool) = org(&t, "Clocked").await;
+    let now = Utc::now().timestamp();
+    let clock = s.clock(now).await;
+    let price = s.price(&t.db, common::acts::product_id(&t, "Pro").await, "30").await;
+    let stripe_price = s.stripe_price(&t.admin, price).await;
+    let customer = s.customer(&t.db, o, "pm_card_visa", Some(&clock)).await;
+    let sub = s.subscribe(&customer, &stripe_price, o).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    assert_eq!(sites(&t, pool).await, Some(10));
+    // The card starts failing; a month passes.
+    s.post(
+        &format!("/customers/{customer}"),
+        &[("payment_method", "pm_card_chargeCustomerFail"), ("invoice_settings[default_payment_method]", "pm_card_chargeCustomerFail")],
+    )
+    .await;
+    s.advance(&clock, now + 32 * 86_400).await;
+    let (status, changed) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
+    assert_eq!((status, changed), (SubscriptionStatus::PastDue, true));
+    assert_eq!(hosting(&t, pool).await, "Pro", "a suspended provision keeps its ladder");
+    assert_eq!(sites(&t, pool).await, None, "but confers nothing");
+    assert_eq!(count(&t, "SELECT count(*) FROM core.subscription_periods").await, 2, "two periods, not overlapping");
+}
+
+#[tokio::test]
+async fn a_grant_displacing_a_subscription_keeps_it_off_until_the_grant_ends_and_then_delivers_it() {
+    let (t, s) = setup().await;
+    let (o, pool, sub) = subscribed(&t, &s, "Granted", "Basic").await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    let pro = common::acts::product_id(&t, "Pro").await;
+    let grant = grants::issue_grant(
+        &t.db,
+        &IssueGrant {
+            recipient: Recipient::Organization(o),
+            product_id: pro,
+            quantity: 1,
+            starts_at: None,
+            ends_at: None,
+            reason: "a partner".into(),
+            actor: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(hosting(&t, pool).await, "Pro");
+    // The grant asked for the subscription's reconcile; the outbox runs it, and it confers
+    // nothing back over the grant.
+    let done = billing::process_outbox(&t.db, &s.stripe, 10).await.unwrap();
+    assert!(done.done >= 1, "{done:?}");
+    assert_eq!(hosting(&t, pool).await, "Pro");
+    assert_eq!(count(&t, "SELECT count(*) FROM core.subscription_displacements WHERE delivered_at IS NULL").await, 1);
+    grants::revoke_grant(&t.db, grant, None, "over").await.unwrap();
+    assert_eq!(hosting(&t, pool).await, "Basic", "the subscription is delivered back");
+    let (_, changed) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
+    assert!(!changed, "the reconcile finds the delivered provision as Stripe has it");
+}
+
+#[tokio::test]
+async fn stripe_failing_mid_reconcile_writes_nothing_and_says_to_try_again() {
+    let (t, s) = setup().await;
+    let (_, pool, sub) = subscribed(&t, &s, "Flaky", "Pro").await;
+    s.control("/faults", &[("path_prefix", "/v1/subscriptions"), ("status", "500"), ("times", "1")]).await;
+    let e = billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap_err();
+    assert!(matches!(e, ServiceError::Remote { transient: true, .. }), "{e:?}");
+    assert_eq!(count(&t, "SELECT count(*) FROM core.subscriptions").await, 0, "nothing half-written");
+    assert_eq!(hosting(&t, pool).await, "Free");
+    // Slower than the client's bound: a timeout, the same answer.
+    s.control("/faults", &[("path_prefix", "/v1/subscriptions"), ("delay_ms", "6000"), ("times", "1")]).await;
+    let e = billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap_err();
+    assert!(matches!(e, ServiceError::Remote { transient: true, .. }), "{e:?}");
+    converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
+    assert_eq!(hosting(&t, pool).await, "Pro", "the retry applies it");
+}
+
+#[tokio::test]
+async fn the_checkout_return_and_the_webhook_racing_leave_one_outcome() {
+    let (t, s) = setup().await;
+    let (_, pool, sub) = subscribed(&t, &s, "Racing", "Pro").await;
+    let runs = (0..4).map(|_| {
+        let (db, stripe, sub) = (t.db.clone(), s.stripe.clone(), sub.clone());
+        tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &sub).await })
+    });
+    let mut changed = 0;
+    for r in runs {
+        if converged(r.await.unwrap().unwrap()).1 {
+            changed += 1;
+        }
+    }
+    assert_eq!(changed, 1, "one reconcile applied it, the others found it applied");
+    assert_eq!(count(&t, "SELECT count(*) FROM core.conferrals WHERE subscription_item_id IS NOT NULL").await, 1);
+    assert_eq!(count(&t, "SELECT count(*) FROM core.subscriptions").await, 1);
+    assert_eq!(hosting(&t, pool).await, "Pro");
+}
+
+#[tokio::test]
+async fn an_invoice_is_converged_with_its_lines_and_payments_once() {
+    let (t, s) = setup().await;
+    let (o, _, sub) = subscribed(&t, &s, "Invoiced", "Basic").await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    let list = s.get(&format!("/invoices?subscription={sub}")).await;
+    let inv = list["data"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(billing::converge_invoice(&t.db, &s.stripe, &inv).await.unwrap(), Converged::Written);
+    assert_eq!(billing::converge_invoice(&t.db, &s.stripe, &inv).await.unwrap(), Converged::Written);
+    let (org, status, paid): (OrganizationId, String, i64) =
+        sqlx::query_as("SELECT organization_id, status, amount_paid FROM billing.invoices WHERE stripe_invoice_id = $1")
+            .bind(&inv)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!((org, status.as_str(), paid), (o, "paid", 1200));
+    assert_eq!(count(&t, "SELECT count(*) FROM billing.invoice_lines").await, 1);
+    assert_eq!(billing::converge_invoice(&t.db, &s.stripe, "in_nothing").await.unwrap(), Converged::Unknown);
+}
+
+#[tokio::test]
+async fn two_sync_clicks_write_once_and_a_product_stripe_has_whole_writes_nothing() {
+    let (t, s) = setup().await;
+    let pro = common::acts::product_id(&t, "Pro").await;
+    billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap()).await.unwrap();
+    assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::Enqueued { product: true, prices: 1 });
+    assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::AlreadyPending);
+    assert_eq!(count(&t, "SELECT count(*) FROM core.outbox WHERE kind = 'sync_product'").await, 1);
+    let done = billing::process_outbox(&t.db, &s.stripe, 10).await.unwrap();
+    assert_eq!(done.done, 1);
+    assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::UpToDate);
+    assert_eq!(count(&t, "SELECT count(*) FROM core.outbox WHERE kind = 'sync_product'").await, 1);
+    let products = s.get("/products?limit=100").await;
+    assert_eq!(products["data"].as_array().unwrap().len(), 1, "one Stripe product: {products}");
+    let prices = s.get("/prices?limit=100").await;
+    assert_eq!(prices["data"].as_array().unwrap().len(), 1, "one Stripe price: {prices}");
+}
+
+// The webhook over HTTP ------------------------------------------------------------------------
+
+const SECRET: &str = "whsec_console_tests";
+
+fn event(id: &str, kind: &str, object: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "id": id, "object": "event", "type": kind, "created": Utc::now().timestamp(),
+        "api_version": "2026-09-30.endive", "livemode": false, "pending_webhooks": 1,
+        "data": { "object": object }
+    }))
+    .unwrap()
+}
+
+async fn post_event(app: &TestApp, body: &[u8], signature: Option<String>) -> (u16, String) {
+    let mut r = reqwest::Client::new().post(app.url("/webhooks/stripe")).body(body.to_vec());
+    if let Some(sig) = signature {
+        r = r.header("Stripe-Signature", sig);
+    }
+    let r = r.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_webhook_is_verified_on_its_raw_body_first_and_recorded_once() {
+    let (t, s) = setup().await;
+    let app = TestApp::spawn_with_stripe(&t, s.with_webhook_secrets(vec!["whsec_old".into(), SECRET.into()])).await;
+    let body = event("evt_1", "customer.subscription.updated", serde_json::json!({"id": "sub_1", "object": "subscription"}));
+    let now = Utc::now().timestamp();
+    let refused = [
+        None,
+        Some("t=1,v1=zz".to_string()),
+        Some(signature::sign("whsec_foreign", now, &body)),
+        Some(signature::sign(SECRET, now - 301, &body)),
+        Some(signature::sign(SECRET, now, b"{\"id\":\"evt_other\"}")),
+    ];
+    for sig in refused {
+        let (status, text) = post_event(&app, &body, sig.clone()).await;
+        assert_eq!(status, 400, "{sig:?}: {text}");
+    }
+    assert_eq!(count(&t, "SELECT count(*) FROM billing.stripe_events").await, 0, "nothing written");
+    assert_eq!(count(&t, "SELECT count(*) FROM integration.jobs WHERE kind = 'reconcile_subscription'").await, 0);
+    // Signed by the rotated-out secret: still accepted during the overlap.
+    let (status, text) = post_event(&app, &body, Some(signature::sign("whsec_old", now, &body))).await;
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = post_event(&app, &body, Some(signature::sign(SECRET, now, &body))).await;
+    assert_eq!((status, text.trim()), (200, "already recorded"));
+    assert_eq!(count(&t, "SELECT count(*) FROM billing.stripe_events").await, 1);
+    assert_eq!(count(&t, "SELECT count(*) FROM integration.jobs WHERE kind = 'reconcile_subscription'").await, 1);
+    // A second event about the same subscription while its job is pending queues nothing more.
+    let again = event("evt_2", "customer.subscription.updated", serde_json::json!({"id": "sub_1"}));
+    let (status, _) = post_event(&app, &again, Some(signature::sign(SECRET, now, &again))).await;
+    assert_eq!(status, 200);
+    assert_eq!(count(&t, "SELECT count(*) FROM billing.stripe_events").await, 2);
+    assert_eq!(count(&t, "SELECT count(*) FROM integration.jobs WHERE kind = 'reconcile_subscription'").await, 1);
+    // Not a Stripe event at all, though signed.
+    let junk = b"not json".to_vec();
+    let (status, _) = post_event(&app, &junk, Some(signature::sign(SECRET, now, &junk))).await;
+    assert_eq!(status, 400);
+    // Larger than any event.
+    let huge = vec![b' '; 1_100_000];
+    let (status, _) = post_event(&app, &huge, Some(signature::sign(SECRET, now, &huge))).await;
+    assert_eq!(status, 413);
+}
+
+#[tokio::test]
+async fn events_out_of_order_converge_on_stripes_state_now() {
+    let (t, s) = setup().await;
+    let (_, pool, sub) = subscribed(&t, &s, "Reordered", "Pro").await;
+    s.delete(&format!("/subscriptions/{sub}")).await;
+    // The `deleted` event arrives and is reconciled before the `created` one: both read Stripe
+    // as it is now, so the order they come in changes nothing.
+    let app = TestApp::spawn_with_stripe(&t, s.with_webhook_secrets(vec![SECRET.into()])).await;
+    let now = Utc::now().timestamp();
+    for (id, kind) in [("evt_d", "customer.subscription.deleted"), ("evt_c", "customer.subscription.created")] {
+        let body = event(id, kind, serde_json::json!({"id": sub, "object": "subscription"}));
+        assert_eq!(post_event(&app, &body, Some(signature::sign(SECRET, now, &body))).await.0, 200);
+        let job: serde_json::Value = sqlx::query_scalar(
+            "SELECT payload FROM integration.jobs WHERE kind = 'reconcile_subscription' AND state = 'pending'",
+        )
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+        let id = job["stripe_subscription_id"].as_str().unwrap();
+        billing::reconcile_subscription(&t.db, &s.stripe, id).await.unwrap();
+        sqlx::query("UPDATE integration.jobs SET state = 'done', finished_at = now() WHERE state = 'pending'")
+            .execute(&t.admin)
+            .await
+            .unwrap();
+    }
+    assert_eq!(hosting(&t, pool).await, "Free");
+    assert_eq!(count(&t, "SELECT count(*) FROM core.conferrals WHERE subscription_item_id IS NOT NULL AND state = 'holding'").await, 0);
+}
+
+// Lock order: one path paused mid-transaction, the other shown waiting on it ------------------------
+
+/// Pause whatever writes `table` next: the test holds the table's lock in an open transaction.
+async fn pause_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
+    let mut a = t.admin.acquire().await.unwrap();
+    let pid = common::backend_pid(&mut a).await;
+    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))).execute(&mut *a).await.unwrap();
+    (a, pid)
+}
+
+#[tokio::test]
+async fn a_second_reconcile_of_a_subscription_waits_on_the_first_ones_subscription_lock() {
+    let (t, s) = setup().await;
+    let (_, pool, sub) = subscribed(&t, &s, "Twice", "Pro").await;
+    let (mut pause, pause_pid) = pause_on(&t, "core.subscription_periods").await;
+    let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), sub.clone());
+    let first = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &id).await });
+    let first_pid = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
+    // By the periods it holds the rendezvous and the subscription's lock, and no pool row yet.
+    let declared = billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.locks;
+    common::assert_holds(&t.admin, first_pid, &declared[..2]).await;
+    let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), sub.clone());
+    let second = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &id).await });
+    let second_pid = common::wait_for_waiter(&t.admin, &t.name, first_pid).await;
+    assert!(second_pid > 0, "the second waits on the first's subscription lock");
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert!(converged(first.await.unwrap().unwrap()).1);
+    assert!(!converged(second.await.unwrap().unwrap()).1, "the second finds the first's writes");
+    assert_eq!(hosting(&t, pool).await, "Pro");
+}
+
+#[tokio::test]
+async fn a_reconcile_waits_on_the_pool_row_a_grant_revocation_holds() {
+    let (t, s) = setup().await;
+    let (o, pool, sub) = subscribed(&t, &s, "Contended", "Basic").await;
+    let g = common::acts::grant(&t, o, common::acts::product_id(&t, "Pro").await).await;
+    let (mut pause, pause_pid) = pause_on(&t, "core.grant_events").await;
+    let db = t.db.clone();
+    let revoke = tokio::spawn(async move { grants::revoke_grant(&db, g, None, "done").await });
+    let revoker = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
+    common::assert_holds(&t.admin, revoker, grants::REVOKE_GRANT_LOCKS.locks).await;
+    let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), sub.clone());
+    let reconcile = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &id).await });
+    let reconciler = common::wait_for_waiter(&t.admin, &t.name, revoker).await;
+    // It holds the rendezvous (shared with the revocation's) and the subscription's lock, and
+    // waits for the pool row: the order the spec gives, never the other way round.
+    let declared = billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.locks;
+    common::assert_holds(&t.admin, reconciler, &declared[..2]).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    revoke.await.unwrap().unwrap();
+    converged(reconcile.await.unwrap().unwrap());
+    assert_eq!(hosting(&t, pool).await, "Basic", "after the grant ended, the subscription holds the ladder");
+}
+
+#[tokio::test]
+async fn a_second_converge_of_an_invoice_waits_on_the_first_ones_invoice_lock() {
+    let (t, s) = setup().await;
+    let (_, _, sub) = subscribed(&t, &s, "Billed", "Basic").await;
+    let inv = s.get(&format!("/invoices?subscription={sub}")).await["data"][0]["id"].as_str().unwrap().to_string();
+    let (mut pause, pause_pid) = pause_on(&t, "billing.invoice_lines").await;
+    let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), inv.clone());
+    let first = tokio::spawn(async move { billing::converge_invoice(&db, &stripe, &id).await });
+    let first_pid = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
+    common::assert_holds(&t.admin, first_pid, billing::invoices::CONVERGE_INVOICE_LOCKS.locks).await;
+    let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), inv.clone());
+    let second = tokio::spawn(async move { billing::converge_invoice(&db, &stripe, &id).await });
+    common::wait_for_waiter(&t.admin, &t.name, first_pid).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert_eq!(first.await.unwrap().unwrap(), Converged::Written);
+    assert_eq!(second.await.unwrap().unwrap(), Converged::Written);
+    assert_eq!(count(&t, "SELECT count(*) FROM billing.invoice_lines").await, 1, "lines written once each time, not twice");
+}
+
+#[tokio::test]
+async fn a_second_sync_click_waits_on_the_first_and_then_writes_nothing() {
+    let (t, _s) = setup().await;
+    let basic: ProductId = common::acts::product_id(&t, "Basic").await;
+    billing::set_price(&t.db, basic, &billing::catalog_sync::NewPrice::parse("year", "99", "usd").unwrap()).await.unwrap();
+    let (mut pause, pause_pid) = pause_on(&t, "core.outbox").await;
+    let db = t.db.clone();
+    let first = tokio::spawn(async move { billing::sync_product(&db, basic).await });
+    let first_pid = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
+    common::assert_holds(&t.admin, first_pid, billing::catalog_sync::SYNC_PRODUCT_LOCKS.locks).await;
+    let db = t.db.clone();
+    let second = tokio::spawn(async move { billing::sync_product(&db, basic).await });
+    common::wait_for_waiter(&t.admin, &t.name, first_pid).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert!(matches!(first.await.unwrap().unwrap(), SyncAnswer::Enqueued { .. }));
+    assert_eq!(second.await.unwrap().unwrap(), SyncAnswer::AlreadyPending);
+    assert_eq!(count(&t, "SELECT count(*) FROM core.outbox").await, 1);
+}
+
+#[tokio::test]
+async fn the_outbox_processor_retries_a_row_stripe_refused_and_keeps_the_reason() {
+    let (t, s) = setup().await;
+    let pro = common::acts::product_id(&t, "Pro").await;
+    billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap()).await.unwrap();
+    billing::sync_product(&t.db, pro).await.unwrap();
+    s.control("/faults", &[("path_prefix", "/v1/products"), ("status", "500"), ("times", "1")]).await;
+    let first = billing::process_outbox(&t.db, &s.stripe, 10).await.unwrap();
+    assert_eq!((first.done, first.failed), (0, 1));
+    let (attempts, error): (i32, Option<String>) =
+        sqlx::query_as("SELECT attempts, last_error FROM core.outbox").fetch_one(&t.admin).await.unwrap();
+    assert_eq!(attempts, 1);
+    assert!(error.is_some_and(|e| e.contains("Stripe")));
+    // Due again after its backoff; made due now, it succeeds.
+    sqlx::query("UPDATE core.outbox SET due_at = now()").execute(&t.admin).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let second = billing::process_outbox(&t.db, &s.stripe, 10).await.unwrap();
+    assert_eq!((second.done, second.failed), (1, 0));
+    let state: String = sqlx::query_scalar("SELECT sync_state FROM billing.product_mappings").fetch_one(&t.admin).await.unwrap();
+    assert_eq!(state, "synced");
+}
