@@ -5,7 +5,10 @@
 use crate::common;
 
 use common::TestDb;
-use member_console::states::{GrantKind, GrantStatus, JobState, KeyKind, PlanActKind, PlanActState, RuleChangeState};
+use member_console::states::{
+    BillingInterval, GrantKind, GrantStatus, InvoiceStatus, JobState, KeyKind, PlanActKind, PlanActState, RuleChangeState,
+    SubscriptionStatus, SyncState,
+};
 
 /// The values of the column's `CHECK (column = ANY (ARRAY[...]))` constraint, sorted.
 async fn allowed(t: &TestDb, table: &str, column: &str) -> Vec<String> {
@@ -46,6 +49,11 @@ async fn every_state_enum_names_exactly_the_values_its_column_allows() {
         ("core.plan_acts", "kind", texts(PlanActKind::ALL.iter().map(|s| s.as_str()))),
         ("core.plan_acts", "state", texts(PlanActState::ALL.iter().map(|s| s.as_str()))),
         ("integration.jobs", "state", texts(JobState::ALL.iter().map(|s| s.as_str()))),
+        ("core.subscriptions", "status", texts(SubscriptionStatus::ALL.iter().map(|s| s.as_str()))),
+        ("billing.prices", "sync_state", texts(SyncState::ALL.iter().map(|s| s.as_str()))),
+        ("billing.product_mappings", "sync_state", texts(SyncState::ALL.iter().map(|s| s.as_str()))),
+        ("billing.prices", "billing_interval", texts(BillingInterval::ALL.iter().map(|s| s.as_str()))),
+        ("billing.invoices", "status", texts(InvoiceStatus::ALL.iter().map(|s| s.as_str()))),
     ];
     for (table, column, code) in cases {
         assert_eq!(allowed(&t, table, column).await, code, "{table}.{column}");
