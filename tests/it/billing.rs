@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{TestApp, TestDb, stripe::StripeFixture};
+use common::{TestApp, TestDb, stripe::StripeFixture, worker::WorkerProcess};
 use member_console::{
     demo,
     ids::{OrganizationId, PoolId, ProductId},
@@ -475,4 +475,57 @@ async fn the_outbox_processor_retries_a_row_stripe_refused_and_keeps_the_reason(
     assert_eq!((second.done, second.failed), (1, 0));
     let state: String = sqlx::query_scalar("SELECT sync_state FROM billing.product_mappings").fetch_one(&t.admin).await.unwrap();
     assert_eq!(state, "synced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_its_stripe_read_and_its_commit_leaves_nothing_and_the_next_applies_it_once() {
+    use member_console::jobs::{self, Job};
+    let (t, s) = setup().await;
+    let (_, pool, sub) = subscribed(&t, &s, "Crashed", "Pro").await;
+    let job_id = {
+        let mut tx = member_console::db::begin(&t.db, member_console::db::TxKind::Plain).await.unwrap();
+        let job = billing::ReconcileSubscription { stripe_subscription_id: sub.clone() };
+        let id = jobs::enqueue_for_object(tx.conn(), &job, &format!("stripe-subscription:{sub}")).await.unwrap();
+        tx.commit().await.unwrap();
+        id.unwrap()
+    };
+    let env = [
+        ("STRIPE_SECRET_KEY", common::stripe::SECRET_KEY),
+        ("STRIPE_API_BASE", s.base.as_str()),
+        ("STRIPE_WEBHOOK_SECRET", "whsec_unused"),
+    ];
+    let data_dir = std::env::temp_dir().join(format!("mc-billing-kill-{}", t.name));
+    let lease = Duration::from_millis(1500);
+    // The reconcile stops at its first period write, after the Stripe read and with its locks
+    // taken; the worker dies there.
+    let (mut pause, pause_pid) = pause_on(&t, "core.subscription_periods").await;
+    let mut first = WorkerProcess::start_with(&t, &data_dir, lease, "first", &env);
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
+    assert!(waiter > 0, "the worker's reconcile reached its transaction: {}", first.log());
+    first.kill();
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert_eq!(count(&t, "SELECT count(*) FROM core.subscriptions").await, 0, "the killed transaction left nothing");
+    let second = WorkerProcess::start_with(&t, &data_dir, lease, "second", &env);
+    let started = std::time::Instant::now();
+    // Every reconcile of it done: this job, and any the worker's sweep queued meanwhile.
+    loop {
+        let open: i64 = sqlx::query_scalar("SELECT count(*) FROM integration.jobs WHERE kind = $1 AND state <> 'done'")
+            .bind(billing::ReconcileSubscription::KIND)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+        if open == 0 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "not reconciled after the restart: {}", second.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(hosting(&t, pool).await, "Pro");
+    assert_eq!(count(&t, "SELECT count(*) FROM core.conferrals WHERE subscription_item_id IS NOT NULL").await, 1);
+    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM integration.jobs WHERE job_id = $1")
+        .bind(job_id)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 2, "the killed attempt, then the one that applied it");
 }

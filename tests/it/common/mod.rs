@@ -5,6 +5,7 @@ pub mod acts;
 pub mod browser;
 pub mod pages;
 pub mod stripe;
+pub mod worker;
 use std::time::{Duration, Instant};
 
 use member_console::db::{
