@@ -243,11 +243,13 @@ pub async fn load_billing(db: &Db, stripe: &crate::integrations::stripe::Stripe)
             tx.commit().await?;
         }
         let sub = stripe.create_subscription(&customer, price, org.0).await.map_err(stripe_err)?;
+        billing::reconcile_subscription(db, stripe, &sub).await.map_err(err)?;
         if let Some(clock) = &clock {
+            // A month on, the renewal fails: the paid tier stays on its ladder, suspended.
             stripe.set_default_payment_method(&customer, "pm_card_chargeCustomerFail").await.map_err(stripe_err)?;
             stripe.advance_test_clock(clock, now + chrono::Duration::days(32)).await.map_err(stripe_err)?;
+            billing::reconcile_subscription(db, stripe, &sub).await.map_err(err)?;
         }
-        billing::reconcile_subscription(db, stripe, &sub).await.map_err(err)?;
         if story == "displaced" {
             let pro = {
                 let mut conn = db.pool.acquire().await?;
