@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use crate::{
-    ids::{AccountId, ConferralId, OrganizationId, OutboxId, PoolId, PriceId, ProductId, SubscriptionId, SubscriptionItemId},
+    ids::{AccountId, ConferralId, LadderId, OrganizationId, OutboxId, PoolId, PriceId, ProductId, SubscriptionId, SubscriptionItemId},
     states::{BillingInterval, InvoiceStatus, SubscriptionStatus, SyncState},
 };
 
@@ -820,6 +820,84 @@ pub async fn set_sweep_cursor(conn: &mut PgConnection, seen_until: Option<DateTi
     sqlx::query!(
         "UPDATE billing.sweep_state SET events_seen_until = coalesce($1, events_seen_until), last_run_at = now()",
         seen_until
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+// The scheduled-change ledger -------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct ScheduledChange {
+    pub scheduled_change_id: i64,
+    pub stripe_schedule_id: String,
+    pub plan_ladder_id: LadderId,
+    pub from_product_id: ProductId,
+    pub to_product_id: ProductId,
+    pub effective_at: DateTime<Utc>,
+}
+
+pub async fn open_scheduled_changes(conn: &mut PgConnection, id: SubscriptionId) -> sqlx::Result<Vec<ScheduledChange>> {
+    sqlx::query_as!(
+        ScheduledChange,
+        r#"SELECT scheduled_change_id, stripe_schedule_id, plan_ladder_id, from_product_id, to_product_id, effective_at
+           FROM core.scheduled_changes WHERE subscription_id = $1 AND state = 'scheduled' ORDER BY scheduled_change_id"#,
+        id as SubscriptionId
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The (ladder, from, to) changes going from the `from` products to the `to` products: pairs
+/// that are tiers of one ladder and differ.
+pub async fn ladder_changes(
+    conn: &mut PgConnection,
+    from: &[ProductId],
+    to: &[ProductId],
+) -> sqlx::Result<Vec<(LadderId, ProductId, ProductId)>> {
+    let rows = sqlx::query!(
+        r#"SELECT a.plan_ladder_id AS "ladder!: LadderId", a.product_id AS "from_product!: ProductId",
+                  b.product_id AS "to_product!: ProductId"
+           FROM core.plan_ladder_tiers a JOIN core.plan_ladder_tiers b USING (plan_ladder_id)
+           WHERE a.product_id = ANY ($1) AND b.product_id = ANY ($2) AND a.product_id <> b.product_id
+           ORDER BY 1, 2, 3"#,
+        from as &[ProductId],
+        to as &[ProductId]
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.ladder, r.from_product, r.to_product)).collect())
+}
+
+pub async fn insert_scheduled_change(
+    conn: &mut PgConnection,
+    id: SubscriptionId,
+    schedule: &str,
+    change: (LadderId, ProductId, ProductId),
+    effective_at: DateTime<Utc>,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO core.scheduled_changes (subscription_id, stripe_schedule_id, plan_ladder_id, from_product_id,
+             to_product_id, effective_at)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        id as SubscriptionId,
+        schedule,
+        change.0 as LadderId,
+        change.1 as ProductId,
+        change.2 as ProductId,
+        effective_at
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn settle_scheduled_change(conn: &mut PgConnection, scheduled_change_id: i64, state: &str) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.scheduled_changes SET state = $2, settled_at = now() WHERE scheduled_change_id = $1 AND state = 'scheduled'",
+        scheduled_change_id,
+        state
     )
     .execute(conn)
     .await?;

@@ -22,6 +22,14 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
      img-src 'self' data:; connect-src 'self'; font-src 'self'; form-action 'self'; \
      frame-ancestors 'none'; base-uri 'none'";
 
+/// The policy of a page whose form leaves the console on purpose (Buy on `/billing` answers with
+/// a redirect to Stripe's checkout): browsers hold the redirect a form submission follows to the
+/// page's `form-action`, so that page names Stripe's checkout origin besides its own. A handler
+/// sets it on its answer; `apply` keeps a policy the answer already carries.
+pub fn policy_with_form_target(origin: &str) -> String {
+    CONTENT_SECURITY_POLICY.replace("form-action 'self'", &format!("form-action 'self' {origin}"))
+}
+
 /// One year: browsers remember to use https for the console's host.
 pub const STRICT_TRANSPORT_SECURITY: &str = "max-age=31536000";
 
@@ -41,7 +49,9 @@ pub fn apply(h: &mut header::HeaderMap, https: bool) {
     let set = |h: &mut header::HeaderMap, name: HeaderName, value: &'static str| {
         h.insert(name, HeaderValue::from_static(value));
     };
-    set(h, header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY);
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        set(h, header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY);
+    }
     set(h, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
     set(h, header::REFERRER_POLICY, "same-origin");
     set(h, header::X_FRAME_OPTIONS, "DENY");

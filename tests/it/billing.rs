@@ -529,3 +529,76 @@ async fn a_worker_killed_between_its_stripe_read_and_its_commit_leaves_nothing_a
         .unwrap();
     assert_eq!(attempts, 2, "the killed attempt, then the one that applied it");
 }
+
+/// The ledger's rows of one subscription: (from, to, state).
+async fn ledger(t: &TestDb, stripe_sub: &str) -> Vec<(String, String, String)> {
+    sqlx::query_as(
+        "SELECT f.name, p.name, c.state FROM core.scheduled_changes c
+         JOIN core.subscriptions s USING (subscription_id)
+         JOIN core.products f ON f.product_id = c.from_product_id JOIN core.products p ON p.product_id = c.to_product_id
+         WHERE s.stripe_subscription_id = $1 ORDER BY c.scheduled_change_id",
+    )
+    .bind(stripe_sub)
+    .fetch_all(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// A schedule on `sub` keeping its current price to the period's end, then `next` for a month.
+async fn schedule_change(s: &StripeFixture, sub: &str, current: &str, next: &str) -> String {
+    let made = s.post("/subscription_schedules", &[("from_subscription", sub)]).await;
+    let id = made["id"].as_str().unwrap().to_string();
+    let start = made["phases"][0]["start_date"].as_i64().unwrap().to_string();
+    let end = made["phases"][0]["end_date"].as_i64().unwrap().to_string();
+    s.post(
+        &format!("/subscription_schedules/{id}"),
+        &[
+            ("phases[0][items][0][price]", current),
+            ("phases[0][start_date]", &start),
+            ("phases[0][end_date]", &end),
+            ("phases[1][items][0][price]", next),
+            ("phases[1][duration][interval]", "month"),
+        ],
+    )
+    .await;
+    id
+}
+
+#[tokio::test]
+async fn a_downgrade_stripe_has_scheduled_is_in_the_ledger_until_it_applies_or_is_released() {
+    let (t, s) = setup().await;
+    let now = Utc::now().timestamp();
+    let clock = s.clock(now).await;
+    let pro = s.price(&t.db, common::acts::product_id(&t, "Pro").await, "30").await;
+    let basic = s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
+    let (pro, basic) = (s.stripe_price(&t.admin, pro).await, s.stripe_price(&t.admin, basic).await);
+    let (o, pool) = org(&t, "Downgrading").await;
+    let customer = s.customer(&t.db, o, "pm_card_visa", Some(&clock)).await;
+    let sub = s.subscribe(&customer, &pro, o).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    schedule_change(&s, &sub, &pro, &basic).await;
+    let (_, changed) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
+    assert!(changed, "the ledger row is a write");
+    assert_eq!(ledger(&t, &sub).await, [("Pro".into(), "Basic".into(), "scheduled".into())]);
+    assert_eq!(hosting(&t, pool).await, "Pro", "Pro until the period ends");
+    let (_, changed) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
+    assert!(!changed, "the same schedule writes nothing twice");
+    // The period ends: Stripe moves the subscription to Basic.
+    s.advance(&clock, now + 32 * 86_400).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    assert_eq!(ledger(&t, &sub).await, [("Pro".into(), "Basic".into(), "applied".into())]);
+    assert_eq!(hosting(&t, pool).await, "Basic");
+    assert_eq!(sites(&t, pool).await, Some(3));
+
+    // Another subscription's schedule is released before its change: superseded.
+    let (o2, pool2) = org(&t, "Changed their mind").await;
+    let customer = s.customer(&t.db, o2, "pm_card_visa", None).await;
+    let sub2 = s.subscribe(&customer, &pro, o2).await;
+    let schedule = schedule_change(&s, &sub2, &pro, &basic).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub2).await.unwrap();
+    assert_eq!(ledger(&t, &sub2).await, [("Pro".into(), "Basic".into(), "scheduled".into())]);
+    s.post(&format!("/subscription_schedules/{schedule}/release"), &[]).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub2).await.unwrap();
+    assert_eq!(ledger(&t, &sub2).await, [("Pro".into(), "Basic".into(), "superseded".into())]);
+    assert_eq!(hosting(&t, pool2).await, "Pro");
+}

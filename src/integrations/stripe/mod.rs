@@ -196,6 +196,39 @@ pub struct EventSummary {
     pub created: DateTime<Utc>,
 }
 
+/// A subscription schedule: its phases, each with the prices it will charge.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleSnapshot {
+    pub id: String,
+    /// not_started, active, completed, released or canceled.
+    pub status: String,
+    /// The phase in force (its start), if any.
+    pub current_phase_start: Option<DateTime<Utc>>,
+    pub phases: Vec<PhaseSnapshot>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseSnapshot {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    /// (price id, quantity)
+    pub items: Vec<(String, i32)>,
+}
+
+impl ScheduleSnapshot {
+    /// The phase that comes next: the first after the one in force (the first of all when none
+    /// is), while the schedule still runs.
+    pub fn next_phase(&self) -> Option<&PhaseSnapshot> {
+        if !matches!(self.status.as_str(), "active" | "not_started") {
+            return None;
+        }
+        match self.current_phase_start {
+            Some(current) => self.phases.iter().filter(|p| p.start > current).min_by_key(|p| p.start),
+            None => self.phases.iter().min_by_key(|p| p.start),
+        }
+    }
+}
+
 /// What a checkout is for.
 pub struct CheckoutRequest<'a> {
     /// The console's own id of this attempt (the idempotency key).
@@ -225,6 +258,16 @@ impl Stripe {
 
     pub fn api_base(&self) -> &str {
         &self.api_base
+    }
+
+    /// The origin of the payment pages checkout sends people to: Stripe's for Stripe's API, the
+    /// API's own for a stand-in (which serves its page itself). Pages name it in their policy.
+    pub fn checkout_origin(&self) -> String {
+        match url::Url::parse(&self.api_base) {
+            Ok(u) if u.host_str() == Some("api.stripe.com") => "https://checkout.stripe.com".into(),
+            Ok(u) => u.origin().ascii_serialization(),
+            Err(_) => "https://checkout.stripe.com".into(),
+        }
     }
 
     pub fn timeout(&self) -> Duration {
@@ -265,6 +308,36 @@ impl Stripe {
                     quantity: i.quantity.unwrap_or(1).clamp(1, i32::MAX as u64) as i32,
                     period_start: at(i.current_period_start),
                     period_end: at(i.current_period_end),
+                })
+                .collect(),
+        }))
+    }
+
+    /// The subscription schedule as Stripe has it now, or None when Stripe has no such schedule.
+    pub async fn subscription_schedule(&self, id: &str) -> Result<Option<ScheduleSnapshot>, StripeFailure> {
+        use stripe_billing::subscription_schedule::RetrieveSubscriptionSchedule;
+        let s = match RetrieveSubscriptionSchedule::new(id).send(&self.client).await {
+            Ok(s) => s,
+            Err(e) => {
+                let f = StripeFailure::from_error(e);
+                return if f.is_missing() { Ok(None) } else { Err(f) };
+            }
+        };
+        Ok(Some(ScheduleSnapshot {
+            id: s.id.to_string(),
+            status: s.status.to_string(),
+            current_phase_start: s.current_phase.as_ref().map(|p| at(p.start_date)),
+            phases: s
+                .phases
+                .iter()
+                .map(|p| PhaseSnapshot {
+                    start: at(p.start_date),
+                    end: at(p.end_date),
+                    items: p
+                        .items
+                        .iter()
+                        .map(|i| (i.price.id().to_string(), i.quantity.unwrap_or(1).clamp(1, i32::MAX as u64) as i32))
+                        .collect(),
                 })
                 .collect(),
         }))

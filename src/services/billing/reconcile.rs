@@ -13,7 +13,7 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     ids::{OrganizationId, PoolId, SubscriptionId, SubscriptionItemId},
-    integrations::stripe::{Stripe, SubscriptionSnapshot},
+    integrations::stripe::{ScheduleSnapshot, Stripe, SubscriptionSnapshot},
     services::ServiceError,
     states::{SubscriptionBranch, SubscriptionStatus},
     store::{
@@ -59,6 +59,11 @@ pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -
     let observed_at = now(db).await?;
     // The read comes first, with no transaction open (a slow Stripe holds no lock).
     let snapshot = stripe.subscription(stripe_id).await.map_err(remote)?;
+    // Its schedule too, when it has one (convergeScheduledChanges reads its next phase).
+    let schedule = match snapshot.as_ref().and_then(|s| s.schedule.as_deref()) {
+        Some(id) => stripe.subscription_schedule(id).await.map_err(remote)?,
+        None => None,
+    };
     let mut tx = begin(db, TxKind::Materializing).await?;
     tx.lock(&AdvisoryKey::Subscription(stripe_id.to_string())).await?;
     let existing = store::subscription_by_stripe_id(tx.conn(), stripe_id).await?;
@@ -120,7 +125,10 @@ pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -
         .ok_or(ServiceError::NotFound("organization's pool"))?;
     let mut changed = was != Some(status);
     changed |= match status.branch() {
-        SubscriptionBranch::Active => reconcile_items(&mut tx, subscription_id, organization_id, pool, &snapshot).await?,
+        SubscriptionBranch::Active => {
+            let changed = reconcile_items(&mut tx, subscription_id, organization_id, pool, &snapshot).await?;
+            converge_scheduled_changes(&mut tx, subscription_id, schedule.as_ref()).await? || changed
+        }
         SubscriptionBranch::Suspended => reconcile_suspended(&mut tx, subscription_id, pool).await?,
         SubscriptionBranch::Ended => reconcile_ended(&mut tx, subscription_id, organization_id, pool).await?,
         // `incomplete`: the first payment has not gone through; nothing is conferred yet.
@@ -271,4 +279,59 @@ async fn reconcile_ended(
         store::request_organization_reconciles(tx.conn(), organization_id, subscription_id, "subscription_ended").await?;
     }
     Ok(ended_any || floor.is_some())
+}
+
+/// convergeScheduledChanges: the ledger of the plan changes the subscription's schedule will make
+/// at its next phase, one per ladder: a change Stripe still holds stays scheduled; one the
+/// subscription now carries is applied; one the schedule no longer holds is superseded; a change
+/// the next phase makes that the ledger lacks is written. Under the subscription's lock, after
+/// the items are mirrored. True when it wrote anything.
+async fn converge_scheduled_changes(
+    tx: &mut Tx,
+    subscription_id: SubscriptionId,
+    schedule: Option<&ScheduleSnapshot>,
+) -> Result<bool, ServiceError> {
+    let current: Vec<crate::ids::ProductId> = store::items_of(tx.conn(), subscription_id)
+        .await?
+        .into_iter()
+        .filter(|i| i.removed_at.is_none())
+        .map(|i| i.product_id)
+        .collect();
+    let mut desired = vec![];
+    if let Some((schedule, phase)) = schedule.and_then(|s| s.next_phase().map(|p| (s, p))) {
+        let mut next = vec![];
+        for (price, _) in &phase.items {
+            if let Some((_, product)) = store::price_by_stripe_id(tx.conn(), price).await? {
+                next.push(product);
+            }
+        }
+        for change in store::ladder_changes(tx.conn(), &current, &next).await? {
+            // A ladder the next phase keeps a current product on is not changing.
+            if !next.contains(&change.1) {
+                desired.push((schedule.id.clone(), change, phase.start));
+            }
+        }
+    }
+    let open = store::open_scheduled_changes(tx.conn(), subscription_id).await?;
+    let mut changed = false;
+    for row in &open {
+        let still = desired.iter().any(|(id, c, at)| {
+            *id == row.stripe_schedule_id && *c == (row.plan_ladder_id, row.from_product_id, row.to_product_id) && *at == row.effective_at
+        });
+        if !still {
+            let state = if current.contains(&row.to_product_id) { "applied" } else { "superseded" };
+            store::settle_scheduled_change(tx.conn(), row.scheduled_change_id, state).await?;
+            changed = true;
+        }
+    }
+    for (id, change, at) in &desired {
+        let known = open.iter().any(|r| {
+            r.stripe_schedule_id == *id && (r.plan_ladder_id, r.from_product_id, r.to_product_id) == *change && r.effective_at == *at
+        });
+        if !known {
+            store::insert_scheduled_change(tx.conn(), subscription_id, id, *change, *at).await?;
+            changed = true;
+        }
+    }
+    Ok(changed)
 }
