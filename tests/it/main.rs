@@ -4,6 +4,7 @@
 mod common;
 
 mod bench_http;
+mod billing_pages;
 mod browser;
 mod browser_topology;
 mod entitlements;
