@@ -516,3 +516,34 @@ pub async fn operator_billing(
     };
     Ok(render::ok(&req, "Billing", views::operator_billing(&v)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(query: &str) -> Option<String> {
+        web::Query::<PriceFlags>::from_query(query).map(|q| q.into_inner()).unwrap_or_default().notice()
+    }
+
+    #[test]
+    fn a_sync_click_is_worded_by_what_it_queued() {
+        assert_eq!(queued_words(true, 2), "Sync queued: the product and 2 prices.");
+        assert_eq!(queued_words(true, 1), "Sync queued: the product and 1 price.");
+        assert_eq!(queued_words(true, 0), "Sync queued: the product.");
+        assert_eq!(queued_words(false, 1), "Sync queued: 1 price.");
+        assert_eq!(flags("sync=queued&product=0&prices=3").as_deref(), Some("Sync queued: 3 prices."));
+        assert_eq!(
+            flags("sync=waiting").as_deref(),
+            Some("A sync is already waiting; it will take these changes too.")
+        );
+        assert_eq!(flags("sync=current").as_deref(), Some("Stripe already has everything; nothing was queued."));
+    }
+
+    #[test]
+    fn flags_the_page_did_not_set_say_nothing() {
+        assert_eq!(flags(""), None);
+        assert_eq!(flags("sync=<script>"), None);
+        assert_eq!(flags("sync=queued&prices=lots"), None, "an unreadable flag is ignored");
+        assert!(flags("price=set").is_some_and(|n| n.starts_with("The price was set.")));
+    }
+}
