@@ -1,13 +1,18 @@
 //! The billing pages over HTTP: prices and the sync to Stripe on the operator's product page, the
-//! member's `/billing` (plan, subscriptions, tiers to buy, invoices), the checkout and its return
-//! as far as they go without Stripe, and the operator's billing overview.
+//! member's `/billing` (plan, subscriptions, tiers to buy, invoices), the checkout and its return,
+//! and the operator's billing overview.
 //!
-//! No Stripe is connected unless a test says so; the subscriptions, invoices, outbox rows and
-//! events a page shows are fixture rows written with the administrator's pool.
+//! No Stripe is connected unless a test says so: then either an address nothing answers (any
+//! call is a 502) or a fake that answers a checkout's three calls and records what it was sent.
+//! The subscriptions, invoices, outbox rows and events a page shows are fixture rows written with
+//! the administrator's pool.
 
 use crate::common;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use common::{
     TEST_RUNTIME_PASSWORD, TestApp, TestDb,
@@ -92,6 +97,10 @@ async fn member(app: &TestApp) -> (Client, String) {
 /// A console whose Stripe client points at an address nothing answers: any Stripe call fails
 /// (a 502 with its sentence), so an answer that is not a 502 proves no call was made.
 async fn app_with_unreachable_stripe(t: &TestDb) -> TestApp {
+    app_with_stripe_at(t, "http://127.0.0.1:9/").await
+}
+
+async fn app_with_stripe_at(t: &TestDb, api_base: &str) -> TestApp {
     let dir = std::env::temp_dir().join(format!("mc-test-{}", t.name));
     let config = member_console::config::Config::from_lookup(|k| match k {
         "CONSOLE_DATA_DIR" => Some(dir.display().to_string()),
@@ -100,7 +109,7 @@ async fn app_with_unreachable_stripe(t: &TestDb) -> TestApp {
         _ => None,
     })
     .unwrap();
-    let stripe = Stripe::connect("sk_test_unreachable", Some("http://127.0.0.1:9/"), vec![], Duration::from_secs(2))
+    let stripe = Stripe::connect("sk_test_fake", Some(api_base), vec![], Duration::from_secs(2))
         .unwrap_or_else(|e| panic!("a Stripe client: {e:?}"));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -109,6 +118,53 @@ async fn app_with_unreachable_stripe(t: &TestDb) -> TestApp {
     let handle = server.handle();
     tokio::spawn(server);
     TestApp { base, handle }
+}
+
+/// What a fake Stripe was sent: (method, path, body).
+type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// The checkout session the fake Stripe makes and shows: open, not paid yet.
+const FAKE_SESSION: &str = r#"{"id":"cs_fake_1","object":"checkout.session","automatic_tax":{"enabled":false},
+    "created":1700000000,"custom_fields":[],"custom_text":{},"expires_at":1800000000,"livemode":false,
+    "mode":"subscription","payment_method_types":["card"],"payment_status":"unpaid","shipping_options":[],
+    "status":"open","url":"https://checkout.fake/pay/cs_fake_1","client_reference_id":"1"}"#;
+
+/// A fake Stripe answering the three calls a checkout makes (create a customer, create a
+/// session, read the session), recording what it was sent. Its base address and the record.
+async fn fake_stripe() -> (String, Seen) {
+    use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/", listener.local_addr().unwrap());
+    let server = HttpServer::new(move || {
+        let record = record.clone();
+        App::new().default_service(web::to(move |req: HttpRequest, body: web::Bytes| {
+            let record = record.clone();
+            async move {
+                let path = req.path().to_string();
+                let body = String::from_utf8_lossy(&body).into_owned();
+                record.lock().unwrap().push((req.method().to_string(), path.clone(), body));
+                let json = if path.ends_with("/customers") {
+                    r#"{"id":"cus_fake","object":"customer","created":1700000000,"livemode":false}"#
+                } else if path.contains("/checkout/sessions") {
+                    FAKE_SESSION
+                } else {
+                    return HttpResponse::NotFound().content_type("application/json").body(
+                        r#"{"error":{"type":"invalid_request_error","message":"No such object","code":"resource_missing"}}"#,
+                    );
+                };
+                HttpResponse::Ok().content_type("application/json").body(json)
+            }
+        }))
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)
+    .unwrap()
+    .run();
+    tokio::spawn(server);
+    (base, seen)
 }
 
 // ---------- 1. Prices on the product page ----------
@@ -480,7 +536,8 @@ async fn a_member_who_is_not_an_owner_sees_no_buy_button_and_checkout_is_refused
         .execute(&t.admin)
         .await
         .unwrap();
-    let app = app_with_unreachable_stripe(&t).await;
+    let (stripe, seen) = fake_stripe().await;
+    let app = app_with_stripe_at(&t, &stripe).await;
     let (c, token) = member(&app).await;
     let page = get(&app, &c, "/billing").await;
     assert!(!page.body.contains("/billing/checkout"), "{}", page.body);
@@ -490,11 +547,11 @@ async fn a_member_who_is_not_an_owner_sees_no_buy_button_and_checkout_is_refused
     let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
     for htmx in [false, true] {
         let a = post(&app, &c, "/billing/checkout", &token, &fields, htmx).await;
-        // A Stripe call would have failed (502): a 409 says none was made.
         assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
         assert!(a.body.contains("Only an owner of Acme Wikis can buy a plan for it."), "{}", a.body);
         assert!(a.header("location").is_none() && a.header("hx-redirect").is_none());
     }
+    assert!(seen.lock().unwrap().is_empty(), "Stripe was not called");
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.customers").await, 0);
 }
@@ -523,11 +580,61 @@ async fn checkout_without_stripe_connected_is_a_clear_refusal_and_a_failing_stri
 }
 
 #[tokio::test]
+async fn an_owners_buy_goes_to_stripes_page_and_the_return_says_the_payment_is_being_confirmed() {
+    let t = demo_db().await;
+    let (acme, basic_price, _) = billing_fixture(&t).await;
+    let (stripe, seen) = fake_stripe().await;
+    let app = app_with_stripe_at(&t, &stripe).await;
+    let (c, token) = member(&app).await;
+    let fields = [("organization_id", acme.to_string()), ("price_id", basic_price.to_string())];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(a.header("location"), Some("https://checkout.fake/pay/cs_fake_1"));
+    // The session Stripe was asked for: the tier's Stripe price, back to this console's address.
+    let sent = seen.lock().unwrap().clone();
+    let (_, _, body) = sent.iter().find(|(m, p, _)| m == "POST" && p.ends_with("/checkout/sessions")).unwrap();
+    let form: Vec<(String, String)> = url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+    let field = |name: &str| form.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    assert_eq!(
+        field("success_url"),
+        Some(format!("{}/billing/return?session_id={{CHECKOUT_SESSION_ID}}", app.base).as_str())
+    );
+    assert_eq!(field("cancel_url"), Some(format!("{}/billing?checkout=canceled", app.base).as_str()));
+    assert_eq!(field("line_items[0][price]"), Some("price_basic_m"));
+    assert_eq!(field("customer"), Some("cus_fake"));
+    let (org, price, started_by): (i64, i64, Option<i64>) = sqlx::query_as(
+        "SELECT organization_id, price_id, started_by FROM billing.checkout_sessions WHERE stripe_session_id = 'cs_fake_1'",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    let member_id =
+        scalar(&t, &format!("SELECT account_id FROM core.accounts WHERE email = '{}'", demo::MEMBER_EMAIL)).await;
+    assert_eq!((org, price, started_by), (acme, basic_price, Some(member_id)));
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.customers WHERE stripe_customer_id = 'cus_fake'").await, 1);
+
+    // From HTMX, the browser is sent there by HX-Redirect.
+    let a = post(&app, &c, "/billing/checkout", &token, &fields, true).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.header("hx-redirect"), Some("https://checkout.fake/pay/cs_fake_1"));
+
+    // Back from Stripe with the session still open: the payment is being confirmed.
+    let back = get(&app, &c, "/billing/return?session_id=cs_fake_1").await;
+    assert_eq!(back.status, StatusCode::SEE_OTHER, "{}", back.body);
+    assert_eq!(back.header("location"), Some("/billing?checkout=pending"));
+    let page = follow(&app, &c, &back).await;
+    assert!(page.body.contains("Your payment is being confirmed"), "{}", page.body);
+}
+
+#[tokio::test]
 async fn checkout_for_an_organization_the_member_is_not_in_is_404_and_a_bad_form_is_422() {
     let t = demo_db().await;
     let (_, basic_price, _) = billing_fixture(&t).await;
     let globex = organization_id(&t, "Globex").await;
-    let app = app_with_unreachable_stripe(&t).await;
+    let (stripe, seen) = fake_stripe().await;
+    let app = app_with_stripe_at(&t, &stripe).await;
     let (c, token) = member(&app).await;
     let fields = [("organization_id", globex.to_string()), ("price_id", basic_price.to_string())];
     let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -543,6 +650,7 @@ async fn checkout_for_an_organization_the_member_is_not_in_is_404_and_a_bad_form
         let a = post(&app, &c, "/billing/checkout", &token, &bad, false).await;
         assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{bad:?}: {}", a.body);
     }
+    assert!(seen.lock().unwrap().is_empty(), "Stripe was not called");
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
 }
 
