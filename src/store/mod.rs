@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod billing;
+pub mod billing_reads;
 pub mod catalog;
 pub mod entitlements;
 pub mod grants;

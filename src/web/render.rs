@@ -6,12 +6,14 @@ use views::{Markup, NavLink, Page, SignedIn, paths};
 
 use super::identity::{Identity, csrf_token, identity};
 
-const MEMBER_NAV: &[NavLink] = &[NavLink { href: paths::HOME, label: "Home" }];
+const MEMBER_NAV: &[NavLink] =
+    &[NavLink { href: paths::HOME, label: "Home" }, NavLink { href: paths::BILLING, label: "Billing" }];
 const OPERATOR_NAV: &[NavLink] = &[
     NavLink { href: paths::HOME, label: "Home" },
     NavLink { href: paths::ORGANIZATIONS, label: "Organizations" },
     NavLink { href: paths::GRANTS, label: "Grants" },
     NavLink { href: paths::CATALOG, label: "Catalog" },
+    NavLink { href: paths::OPERATOR_BILLING, label: "Billing" },
     NavLink { href: paths::RULE_CHANGES, label: "Rule changes" },
     NavLink { href: paths::TOPOLOGY, label: "Topology" },
     NavLink { href: paths::PLAN_ACTS, label: "Plan acts" },

@@ -84,6 +84,9 @@ route_table! {
     Public POST LOGOUT => pages::auth::logout;
 
     Member GET HOME => pages::home::home;
+    Member GET BILLING => pages::billing::billing_page;
+    Member POST BILLING_CHECKOUT => pages::billing::checkout;
+    Member GET BILLING_RETURN => pages::billing::checkout_return;
 
     Operator GET OPERATOR => pages::operator::overview;
     Operator GET CATALOG => pages::catalog::catalog;
@@ -94,6 +97,10 @@ route_table! {
     Operator POST CATALOG_SET_RULES => pages::catalog::save_rules;
     Operator GET CATALOG_PRODUCT => pages::catalog::product_page;
     Operator POST CATALOG_PRODUCT => pages::catalog::save_product;
+    Operator POST CATALOG_PRODUCT_PRICES => pages::billing::set_price;
+    Operator POST CATALOG_PRODUCT_SYNC => pages::billing::sync_product;
+    Operator POST CATALOG_PRICE_ARCHIVE => pages::billing::archive_price;
+    Operator GET OPERATOR_BILLING => pages::billing::operator_billing;
     Operator GET TOPOLOGY => pages::topology::topology;
     Operator GET TIERS_PREVIEW => pages::topology::preview;
     Operator POST TIERS => pages::topology::add_tier;

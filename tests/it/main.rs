@@ -5,6 +5,7 @@ mod common;
 
 mod bench_http;
 mod billing;
+mod billing_pages;
 mod browser;
 mod browser_topology;
 mod entitlements;

@@ -527,6 +527,7 @@ async fn sample_path(t: &TestDb, pattern: &str) -> String {
                     "products" => ("core.products", "product_id"),
                     "ladders" => ("core.plan_ladders", "plan_ladder_id"),
                     "org-types" => ("core.org_types", "org_type_id"),
+                    "prices" => ("billing.prices", "price_id"),
                     other => panic!("no sample id for a segment after {other:?} in {pattern}: add one here"),
                 };
                 let id: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT min({column}) FROM {table}")))
@@ -622,6 +623,9 @@ async fn no_operator_route_answers_a_visitor_or_a_member_however_the_path_is_spe
     common::acts::change(&t, business, hosting, Some(member_console::services::plan_acts::Disposition::Migrate))
         .await
         .unwrap();
+    // A price, behind the price pages.
+    let price = member_console::services::billing::catalog_sync::NewPrice::parse("month", "12", "eur").unwrap();
+    member_console::services::billing::set_price(&t.db, pro, &price).await.unwrap();
     let app = TestApp::spawn(&t).await;
     let (member, member_csrf) = raw_session(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     let (operator, _) = raw_session(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;

@@ -20,6 +20,11 @@ pub use forms::{Field, csrf_field, field, form_errors};
 pub use layout::{NavLink, Page, SignedIn, bare_page, page, page_or_partial};
 pub use pages::{
     auth::{LoginView, login},
+    billing::{
+        BillingView, CheckoutNote, InvoiceLine, LadderOffers, Offer, OpEventRow, OpOutboxRow, OpSubscriptionRow,
+        OperatorBillingView, OrgBilling, PriceRow, ProductPricesView, StripeState, SubscriptionLine, member_billing,
+        money, operator_billing, price_words, product_prices, product_with_prices,
+    },
     catalog::{
         CatalogView, FormState, ProductEditView, ProductRow, ResourceKeyRow, RuleEditRow, RuleRow, SetEditView, SetRow,
         Total, catalog, key_form, product_edit, product_form, set_edit, set_form,

@@ -56,6 +56,14 @@ pub const GRANT: &str = "/operator/grants/{id}";
 pub const GRANT_REVOKE: &str = "/operator/grants/{id}/revoke";
 pub const GRANT_MANAGE: &str = "/operator/grants/{id}/manage";
 
+pub const BILLING: &str = "/billing";
+pub const BILLING_CHECKOUT: &str = "/billing/checkout";
+pub const BILLING_RETURN: &str = "/billing/return";
+pub const OPERATOR_BILLING: &str = "/operator/billing";
+pub const CATALOG_PRODUCT_PRICES: &str = "/operator/catalog/products/{id}/prices";
+pub const CATALOG_PRODUCT_SYNC: &str = "/operator/catalog/products/{id}/sync";
+pub const CATALOG_PRICE_ARCHIVE: &str = "/operator/catalog/prices/{id}/archive";
+
 /// Every pattern above, for the test that checks each is routed.
 pub const ALL: &[&str] = &[
     HEALTHZ,
@@ -99,6 +107,13 @@ pub const ALL: &[&str] = &[
     GRANT,
     GRANT_REVOKE,
     GRANT_MANAGE,
+    BILLING,
+    BILLING_CHECKOUT,
+    BILLING_RETURN,
+    OPERATOR_BILLING,
+    CATALOG_PRODUCT_PRICES,
+    CATALOG_PRODUCT_SYNC,
+    CATALOG_PRICE_ARCHIVE,
 ];
 
 /// The pattern with each `{…}` segment replaced, in order, by the next value. The values are

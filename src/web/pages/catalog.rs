@@ -324,7 +324,7 @@ pub async fn save_rules(
     Ok(refusals::answer(&req, r.status, &title, || views::set_edit(&v), || views::set_edit(&v)))
 }
 
-async fn product_edit_view(
+pub(crate) async fn product_edit_view(
     req: &HttpRequest,
     state: &AppState,
     id: i64,
@@ -366,7 +366,9 @@ pub async fn product_page(
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
     let (name, v) = product_edit_view(&req, &state, *id, None).await?.ok_or(AppError::NotFound)?;
-    Ok(render::ok(&req, &format!("Product: {name}"), views::product_edit(&v)))
+    let prices = super::billing::prices_view(&req, &state, *id, None, vec![]).await?;
+    let body = views::product_with_prices(&v, &prices);
+    Ok(render::ok(&req, &format!("Product: {name}"), body))
 }
 
 #[tracing::instrument(name = "Page: save a product", skip_all, fields(product_id = *id))]
@@ -387,5 +389,7 @@ pub async fn save_product(
     };
     let r = refusals::form(e, form.values(), WORDS)?;
     let (name, v) = product_edit_view(&req, &state, *id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
-    Ok(render::page(&req, r.status, &format!("Product: {name}"), views::product_edit(&v)))
+    let prices = super::billing::prices_view(&req, &state, *id, None, vec![]).await?;
+    let title = format!("Product: {name}");
+    Ok(refusals::answer(&req, r.status, &title, || views::product_edit(&v), || views::product_with_prices(&v, &prices)))
 }

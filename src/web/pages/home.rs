@@ -49,7 +49,7 @@ fn org_home(o: crate::store::accounts::MemberHome) -> views::OrgHome {
     }
 }
 
-fn member_source(c: &HeldConferral) -> &'static str {
+pub(crate) fn member_source(c: &HeldConferral) -> &'static str {
     match c.grant_kind {
         Some(GrantKind::Floor) => "included with your organization type",
         Some(_) => "granted by an operator",

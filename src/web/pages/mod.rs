@@ -1,6 +1,7 @@
 //! One module per page family.
 
 pub mod auth;
+pub mod billing;
 pub mod catalog;
 pub mod grants;
 pub mod health;

@@ -1,6 +1,7 @@
 //! One module per page family; each renders the body that goes inside the layout.
 
 pub mod auth;
+pub mod billing;
 pub mod catalog;
 pub mod errors;
 pub mod grants;

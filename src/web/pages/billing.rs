@@ -1,0 +1,549 @@
+//! Billing pages: a product's prices and its sync to Stripe (operator, on the product page); the
+//! member's `/billing` (plan, subscriptions, tiers to buy, invoices), the checkout and its
+//! return; the operator's billing overview.
+//!
+//! The price forms answer like the catalog's: success goes back to the product page with a flag
+//! that words what happened (the sync says what it queued); a refusal draws the Prices section
+//! again, in place for HTMX. The checkout sends the browser to Stripe's page with a 303 (or
+//! `HX-Redirect`); nothing of it is a same-origin path, so it does not go through `after_post`.
+
+use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use views::{
+    FormState,
+    paths::{self, fill},
+};
+
+use crate::{
+    ids::{OrganizationId, PriceId, ProductId},
+    services::{
+        ServiceError,
+        billing::{
+            self as billing,
+            catalog_sync::{NewPrice, SyncAnswer},
+            checkout::{CheckoutOutcome, ReturnTo},
+            reads,
+        },
+    },
+    states::{SubscriptionStatus, SyncState},
+    store::billing::{Price, ProductMapping},
+    web::{
+        AppState,
+        errors::AppError,
+        forms::{Form, after_post},
+        identity::{Member, Operator, csrf_token},
+        refusals::{self, Words},
+        render,
+    },
+};
+
+use super::{catalog::product_edit_view, home::member_source};
+
+const PRICE_WORDS: Words = Words { done: "saved", busy: None };
+
+// ---------- The product page's prices (operator) ----------
+
+/// The price form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct PriceForm {
+    interval: String,
+    amount: String,
+    currency: String,
+}
+
+/// The flags a price act leaves on the product page's address, to say what it did.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct PriceFlags {
+    price: Option<String>,
+    archived: Option<String>,
+    sync: Option<String>,
+    product: Option<u8>,
+    prices: Option<usize>,
+}
+
+impl PriceFlags {
+    fn read(req: &HttpRequest) -> PriceFlags {
+        web::Query::<PriceFlags>::from_query(req.query_string()).map(|q| q.into_inner()).unwrap_or_default()
+    }
+
+    fn notice(&self) -> Option<String> {
+        match self.sync.as_deref() {
+            Some("queued") => return Some(queued_words(self.product == Some(1), self.prices.unwrap_or(0))),
+            Some("waiting") => return Some("A sync is already waiting; it will take these changes too.".into()),
+            Some("current") => return Some("Stripe already has everything; nothing was queued.".into()),
+            _ => {}
+        }
+        if self.price.as_deref() == Some("set") {
+            return Some("The price was set. Sync to Stripe to put it on sale.".into());
+        }
+        if self.archived.as_deref() == Some("1") {
+            return Some("The price was archived. Sync to Stripe to stop selling it there too.".into());
+        }
+        None
+    }
+}
+
+/// "Sync queued: the product and 2 prices."
+fn queued_words(product: bool, prices: usize) -> String {
+    let prices = match prices {
+        0 => None,
+        1 => Some("1 price".to_string()),
+        n => Some(format!("{n} prices")),
+    };
+    match (product, prices) {
+        (true, Some(p)) => format!("Sync queued: the product and {p}."),
+        (true, None) => "Sync queued: the product.".into(),
+        (false, Some(p)) => format!("Sync queued: {p}."),
+        (false, None) => "Sync queued.".into(),
+    }
+}
+
+fn stripe_state(state: SyncState, id: Option<&str>, error: Option<&str>) -> views::StripeState {
+    match state {
+        SyncState::Unsynced => views::StripeState::NotSynced,
+        SyncState::Pending => views::StripeState::Pending,
+        SyncState::Synced => views::StripeState::Synced(id.unwrap_or_default().to_string()),
+        SyncState::Failed => {
+            views::StripeState::Failed(error.unwrap_or("Stripe refused it, and gave no reason.").to_string())
+        }
+    }
+}
+
+fn product_stripe(m: Option<&ProductMapping>) -> views::StripeState {
+    match m {
+        None => views::StripeState::NotSynced,
+        Some(m) => stripe_state(m.sync_state, m.stripe_product_id.as_deref(), m.last_error.as_deref()),
+    }
+}
+
+fn price_row(p: &Price) -> views::PriceRow {
+    views::PriceRow {
+        price_id: p.price_id.0,
+        interval: p.billing_interval.to_string(),
+        amount_minor: p.amount_minor,
+        currency: p.currency.clone(),
+        active: p.active,
+        stripe: stripe_state(p.sync_state, p.stripe_price_id.as_deref(), p.last_error.as_deref()),
+        still_on_sale_in_stripe: !p.active && p.stripe_price_id.is_some() && p.stripe_active == Some(true),
+    }
+}
+
+/// The product page's Prices section: the form as sent (a refusal) or empty, the flags' notice.
+pub(crate) async fn prices_view(
+    req: &HttpRequest,
+    state: &AppState,
+    product_id: i64,
+    form: Option<FormState>,
+    errors: Vec<String>,
+) -> Result<views::ProductPricesView, AppError> {
+    let r = reads::product_prices(&state.db, ProductId(product_id)).await?;
+    let refused = form.is_some() || !errors.is_empty();
+    Ok(views::ProductPricesView {
+        csrf: csrf_token(req),
+        product_id,
+        product_stripe: product_stripe(r.mapping.as_ref()),
+        prices: r.prices.iter().map(price_row).collect(),
+        notice: if refused { None } else { PriceFlags::read(req).notice() },
+        errors,
+        form: form.unwrap_or_default(),
+    })
+}
+
+/// A refused price act: the Prices section alone for HTMX, else the whole product page.
+async fn prices_refused(
+    req: &HttpRequest,
+    state: &AppState,
+    product_id: i64,
+    status: StatusCode,
+    form: Option<FormState>,
+    errors: Vec<String>,
+) -> Result<HttpResponse, AppError> {
+    let (name, edit) = product_edit_view(req, state, product_id, None).await?.ok_or(AppError::NotFound)?;
+    let prices = prices_view(req, state, product_id, form, errors).await?;
+    let title = format!("Product: {name}");
+    Ok(refusals::answer(
+        req,
+        status,
+        &title,
+        || views::product_prices(&prices),
+        || views::product_with_prices(&edit, &prices),
+    ))
+}
+
+fn product_page_with(id: i64, query: &str) -> String {
+    format!("{}?{query}", fill(paths::CATALOG_PRODUCT, &[&id]))
+}
+
+#[tracing::instrument(name = "Page: set a price", skip_all, fields(product_id = *id))]
+pub async fn set_price(
+    _op: Operator,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+    form: Form<PriceForm>,
+) -> Result<HttpResponse, AppError> {
+    let set = match NewPrice::parse(&form.interval, &form.amount, &form.currency) {
+        Ok(p) => billing::set_price(&state.db, ProductId(*id), &p).await,
+        Err(e) => Err(e),
+    };
+    let e = match set {
+        Ok(_) => return Ok(after_post(&req, &product_page_with(*id, "price=set"))),
+        Err(e) => e,
+    };
+    let r = refusals::form(e, form.values(), PRICE_WORDS)?;
+    prices_refused(&req, &state, *id, r.status, Some(r.form), vec![]).await
+}
+
+#[tracing::instrument(name = "Page: archive a price", skip_all, fields(price_id = *id))]
+pub async fn archive_price(
+    _op: Operator,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AppError> {
+    let price = reads::price(&state.db, PriceId(*id)).await?.ok_or(AppError::NotFound)?;
+    let product = price.product_id.0;
+    let e = match billing::archive_price(&state.db, PriceId(*id)).await {
+        Ok(()) => return Ok(after_post(&req, &product_page_with(product, "archived=1"))),
+        Err(e) => e,
+    };
+    let r = refusals::form(e, vec![], PRICE_WORDS)?;
+    prices_refused(&req, &state, product, r.status, None, r.form.errors).await
+}
+
+#[tracing::instrument(name = "Page: sync a product to Stripe", skip_all, fields(product_id = *id))]
+pub async fn sync_product(
+    _op: Operator,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+) -> Result<HttpResponse, AppError> {
+    let e = match billing::sync_product(&state.db, ProductId(*id)).await {
+        Ok(answer) => {
+            let flag = match answer {
+                SyncAnswer::Enqueued { product, prices } => {
+                    format!("sync=queued&product={}&prices={prices}", u8::from(product))
+                }
+                SyncAnswer::AlreadyPending => "sync=waiting".into(),
+                SyncAnswer::UpToDate => "sync=current".into(),
+            };
+            return Ok(after_post(&req, &product_page_with(*id, &flag)));
+        }
+        Err(e) => e,
+    };
+    let r = refusals::form(e, vec![], PRICE_WORDS)?;
+    prices_refused(&req, &state, *id, r.status, None, r.form.errors).await
+}
+
+// ---------- The member's billing page ----------
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct BillingQuery {
+    checkout: Option<String>,
+}
+
+fn day(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d").to_string()
+}
+
+fn when(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+#[tracing::instrument(name = "Page: billing", skip_all, fields(account_id = %who.account_id))]
+pub async fn billing_page(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+) -> Result<HttpResponse, AppError> {
+    let checkout = web::Query::<BillingQuery>::from_query(req.query_string())
+        .ok()
+        .and_then(|q| q.into_inner().checkout)
+        .and_then(|c| match c.as_str() {
+            "paid" => Some(views::CheckoutNote::Paid),
+            "pending" => Some(views::CheckoutNote::Pending),
+            "canceled" => Some(views::CheckoutNote::Canceled),
+            _ => None,
+        });
+    let b = reads::member_billing(&state.db, who.account_id).await?;
+    let organizations = b
+        .organizations
+        .into_iter()
+        .map(|o| {
+            let org = o.membership.organization_id;
+            let plan: Vec<views::PlanLine> = o
+                .held
+                .iter()
+                .filter_map(|c| {
+                    Some(views::PlanLine {
+                        ladder: c.ladder.clone()?,
+                        tier: c.product.clone(),
+                        rank: c.rank.unwrap_or_default(),
+                        source: member_source(c).into(),
+                        suspended: c.suspended,
+                    })
+                })
+                .collect();
+            let subscriptions: Vec<_> = b.subscriptions.iter().filter(|s| s.organization_id == org).collect();
+            // The ladders a live subscription holds, as the checkout reads them.
+            let subscribed = |ladder: &str| {
+                subscriptions.iter().any(|s| {
+                    !matches!(
+                        s.status,
+                        SubscriptionStatus::Canceled
+                            | SubscriptionStatus::IncompleteExpired
+                            | SubscriptionStatus::Incomplete
+                    ) && s.ladders.iter().any(|l| l == ladder)
+                })
+            };
+            let mut ladders: Vec<views::LadderOffers> = vec![];
+            for t in &b.on_sale {
+                let offer = views::Offer {
+                    price_id: t.price_id.0,
+                    tier: t.product.clone(),
+                    rank: t.rank,
+                    interval: t.billing_interval.to_string(),
+                    amount_minor: t.amount_minor,
+                    currency: t.currency.clone(),
+                    current: plan.iter().any(|p| p.ladder == t.ladder && p.rank == t.rank && p.tier == t.product),
+                };
+                match ladders.last_mut() {
+                    Some(l) if l.ladder == t.ladder => l.offers.push(offer),
+                    _ => ladders.push(views::LadderOffers {
+                        ladder: t.ladder.clone(),
+                        offers: vec![offer],
+                        subscribed: subscribed(&t.ladder),
+                    }),
+                }
+            }
+            views::OrgBilling {
+                organization_id: org.0,
+                is_owner: o.membership.role == "owner",
+                name: o.membership.name,
+                plan,
+                subscriptions: subscriptions
+                    .iter()
+                    .map(|s| views::SubscriptionLine {
+                        stripe_id: s.stripe_subscription_id.clone(),
+                        status: s.status.to_string(),
+                        products: s.products.clone(),
+                        period_end: s.current_period_end.map(day),
+                        cancel_at_period_end: s.cancel_at_period_end,
+                        collection_paused: s.collection_paused,
+                    })
+                    .collect(),
+                ladders,
+                invoices: b
+                    .invoices
+                    .iter()
+                    .filter(|i| i.organization_id == org)
+                    .map(|i| views::InvoiceLine {
+                        date: day(i.stripe_created),
+                        number: i.number.clone(),
+                        amount_due: i.amount_due,
+                        amount_remaining: i.amount_remaining,
+                        currency: i.currency.clone(),
+                        status: i.status.to_string(),
+                        url: i.hosted_invoice_url.clone(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let v = views::BillingView { csrf: csrf_token(&req), checkout, connected: state.stripe.is_some(), organizations };
+    Ok(render::ok(&req, "Billing", views::member_billing(&v)))
+}
+
+/// The Buy button's form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckoutForm {
+    organization_id: String,
+    price_id: String,
+}
+
+impl CheckoutForm {
+    fn parse(&self) -> Result<(OrganizationId, PriceId), ServiceError> {
+        let id = |field: &str, v: &str, what: &str| {
+            v.trim().parse::<i64>().map_err(|_| ServiceError::invalid(field, format!("Choose {what} from the page.")))
+        };
+        Ok((
+            OrganizationId(id("organization_id", &self.organization_id, "an organization")?),
+            PriceId(id("price_id", &self.price_id, "a plan")?),
+        ))
+    }
+}
+
+fn not_connected(what: &str) -> AppError {
+    AppError::Refused(format!(
+        "Billing is not connected to a payment provider right now, so {what}. Nothing was charged. Try again later, \
+         or ask an operator."
+    ))
+}
+
+/// Where Stripe sends the browser back: the configured public address, else this request's own.
+fn base_url(req: &HttpRequest, state: &AppState) -> String {
+    match &state.config.public_url {
+        Some(u) => u.as_str().trim_end_matches('/').to_string(),
+        None => {
+            let ci = req.connection_info();
+            format!("{}://{}", ci.scheme(), ci.host())
+        }
+    }
+}
+
+#[tracing::instrument(name = "Page: start a checkout", skip_all, fields(account_id = %who.account_id, organization_id, price_id))]
+pub async fn checkout(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    form: Form<CheckoutForm>,
+) -> Result<HttpResponse, AppError> {
+    let (organization_id, price_id) = form.parse()?;
+    let span = tracing::Span::current();
+    span.record("organization_id", organization_id.0);
+    span.record("price_id", price_id.0);
+    // Who may buy is read first: another organization is a 404 and a member who is not an owner
+    // is refused, neither reaching Stripe.
+    reads::buyer_standing(&state.db, who.account_id, organization_id).await?;
+    let Some(stripe) = state.stripe.as_deref() else {
+        return Err(not_connected("a plan cannot be bought here"));
+    };
+    let base = base_url(&req, &state);
+    let url = billing::start_checkout(
+        &state.db,
+        stripe,
+        who.account_id,
+        organization_id,
+        price_id,
+        ReturnTo { base_url: &base },
+    )
+    .await?;
+    Ok(if render::is_htmx(&req) {
+        HttpResponse::Ok().insert_header(("HX-Redirect", url)).finish()
+    } else {
+        HttpResponse::SeeOther().insert_header(("Location", url)).finish()
+    })
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ReturnQuery {
+    session_id: String,
+}
+
+#[tracing::instrument(name = "Page: a checkout's return", skip_all, fields(account_id = %who.account_id))]
+pub async fn checkout_return(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+) -> Result<HttpResponse, AppError> {
+    let q = web::Query::<ReturnQuery>::from_query(req.query_string()).map(|q| q.into_inner()).unwrap_or_default();
+    // A session the console did not start, or one of an organization the member is not in, is
+    // nothing at this address, whether or not Stripe is connected.
+    reads::members_checkout(&state.db, who.account_id, &q.session_id).await?.ok_or(AppError::NotFound)?;
+    let Some(stripe) = state.stripe.as_deref() else {
+        return Err(not_connected("the payment cannot be confirmed here yet"));
+    };
+    let to = match billing::finish_checkout(&state.db, stripe, who.account_id, &q.session_id).await? {
+        CheckoutOutcome::Paid { .. } => "checkout=paid",
+        CheckoutOutcome::NotPaid { .. } => "checkout=pending",
+    };
+    Ok(HttpResponse::SeeOther().insert_header(("Location", format!("{}?{to}", paths::BILLING))).finish())
+}
+
+// ---------- The operator's billing overview ----------
+
+#[tracing::instrument(name = "Page: billing overview", skip_all)]
+pub async fn operator_billing(
+    _op: Operator,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, AppError> {
+    let b = reads::operator_billing(&state.db).await?;
+    let v = views::OperatorBillingView {
+        live_by_status: b.live_by_status.iter().map(|(s, n)| (s.to_string(), *n)).collect(),
+        outbox_pending: b.outbox.pending,
+        outbox_stuck: b.outbox.stuck,
+        events_last_day: b.events_last_day,
+        subscriptions: b
+            .subscriptions
+            .into_iter()
+            .map(|s| views::OpSubscriptionRow {
+                organization_id: s.organization_id.0,
+                organization: s.organization,
+                stripe_id: s.stripe_subscription_id,
+                status: s.status.to_string(),
+                period_end: s.current_period_end.map(day),
+                cancel_at_period_end: s.cancel_at_period_end,
+                collection_paused: s.collection_paused,
+            })
+            .collect(),
+        subscriptions_total: b.subscription_total,
+        subscriptions_cap: reads::SUBSCRIPTIONS_SHOWN,
+        outbox: b
+            .unprocessed
+            .into_iter()
+            .map(|o| views::OpOutboxRow {
+                outbox_id: o.outbox_id.0,
+                object: match (&o.stripe_subscription_id, &o.product) {
+                    (Some(s), _) => format!("subscription {s}"),
+                    (None, Some(p)) => format!("product {p}"),
+                    (None, None) => o.product_id.map(|p| format!("product #{p}")).unwrap_or_else(|| "—".into()),
+                },
+                kind: o.kind,
+                attempts: o.attempts,
+                due_at: when(o.due_at),
+                last_error: o.last_error,
+                stuck: o.stuck,
+            })
+            .collect(),
+        outbox_cap: reads::OUTBOX_SHOWN,
+        events: b
+            .events
+            .into_iter()
+            .map(|e| views::OpEventRow {
+                event_id: e.event_id,
+                event_type: e.event_type,
+                object_id: e.object_id,
+                received_at: when(e.received_at),
+            })
+            .collect(),
+    };
+    Ok(render::ok(&req, "Billing", views::operator_billing(&v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(query: &str) -> Option<String> {
+        web::Query::<PriceFlags>::from_query(query).map(|q| q.into_inner()).unwrap_or_default().notice()
+    }
+
+    #[test]
+    fn a_sync_click_is_worded_by_what_it_queued() {
+        assert_eq!(queued_words(true, 2), "Sync queued: the product and 2 prices.");
+        assert_eq!(queued_words(true, 1), "Sync queued: the product and 1 price.");
+        assert_eq!(queued_words(true, 0), "Sync queued: the product.");
+        assert_eq!(queued_words(false, 1), "Sync queued: 1 price.");
+        assert_eq!(flags("sync=queued&product=0&prices=3").as_deref(), Some("Sync queued: 3 prices."));
+        assert_eq!(
+            flags("sync=waiting").as_deref(),
+            Some("A sync is already waiting; it will take these changes too.")
+        );
+        assert_eq!(flags("sync=current").as_deref(), Some("Stripe already has everything; nothing was queued."));
+    }
+
+    #[test]
+    fn flags_the_page_did_not_set_say_nothing() {
+        assert_eq!(flags(""), None);
+        assert_eq!(flags("sync=<script>"), None);
+        assert_eq!(flags("sync=queued&prices=lots"), None, "an unreadable flag is ignored");
+        assert!(flags("price=set").is_some_and(|n| n.starts_with("The price was set.")));
+    }
+}

@@ -1,0 +1,799 @@
+//! The billing pages over HTTP: prices and the sync to Stripe on the operator's product page, the
+//! member's `/billing` (plan, subscriptions, tiers to buy, invoices), the checkout and its return,
+//! and the operator's billing overview.
+//!
+//! No Stripe is connected unless a test says so: then either an address nothing answers (any
+//! call is a 502) or a fake that answers a checkout's three calls and records what it was sent.
+//! The subscriptions, invoices, outbox rows and events a page shows are fixture rows written with
+//! the administrator's pool.
+
+use crate::common;
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use common::{
+    TEST_RUNTIME_PASSWORD, TestApp, TestDb,
+    pages::{Answer, demo_db, get, operator_app, post, signed_in},
+};
+use member_console::{demo, integrations::stripe::Stripe};
+use reqwest::{Client, StatusCode};
+
+// ---------- Harness ----------
+
+async fn scalar(t: &TestDb, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
+}
+
+async fn product_id(t: &TestDb, name: &str) -> i64 {
+    common::acts::product_id(t, name).await.0
+}
+
+async fn organization_id(t: &TestDb, name: &str) -> i64 {
+    common::acts::id_by_name(t, "organizations", "organization_id", name).await
+}
+
+/// Every price and the billing outbox, as text: what a refused act must leave as it was.
+async fn prices_snapshot(t: &TestDb) -> String {
+    sqlx::query_scalar(
+        "SELECT concat_ws(E'\\n',
+            (SELECT string_agg(format('%s|%s|%s|%s|%s|%s|%s', price_id, product_id, billing_interval, amount_minor,
+                                      currency, active, sync_state), ';' ORDER BY price_id) FROM billing.prices),
+            (SELECT string_agg(format('%s|%s', product_id, sync_state), ';' ORDER BY product_id)
+               FROM billing.product_mappings),
+            (SELECT string_agg(format('%s|%s|%s', outbox_id, kind, product_id), ';' ORDER BY outbox_id) FROM core.outbox))",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// A price as the sync would leave it once Stripe had it (or not, with `stripe_id` None).
+async fn price_row(t: &TestDb, product: i64, interval: &str, minor: i64, active: bool, stripe_id: Option<&str>) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO billing.prices (product_id, billing_interval, amount_minor, currency, active, stripe_price_id,
+                                     stripe_active, sync_state)
+         VALUES ($1, $2, $3, 'eur', $4, $5, CASE WHEN $5::text IS NULL THEN NULL ELSE $4 END,
+                 CASE WHEN $5::text IS NULL THEN 'unsynced' ELSE 'synced' END)
+         RETURNING price_id",
+    )
+    .bind(product)
+    .bind(interval)
+    .bind(minor)
+    .bind(active)
+    .bind(stripe_id)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+async fn pending_syncs(t: &TestDb, product: i64) -> i64 {
+    scalar(
+        t,
+        &format!(
+            "SELECT count(*) FROM core.outbox WHERE kind = 'sync_product' AND product_id = {product} AND processed_at IS NULL"
+        ),
+    )
+    .await
+}
+
+fn product_page(id: i64) -> String {
+    format!("/operator/catalog/products/{id}")
+}
+
+/// Follow a plain post's 303 (or an HTMX post's HX-Redirect) to the page it names.
+async fn follow(app: &TestApp, c: &Client, a: &Answer) -> Answer {
+    let to = a.header("location").or(a.header("hx-redirect")).unwrap_or_else(|| panic!("no redirect: {}", a.body));
+    get(app, c, to).await
+}
+
+/// The member's client and token, with the demo member as an owner of Acme Wikis.
+async fn member(app: &TestApp) -> (Client, String) {
+    signed_in(app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await
+}
+
+/// A console whose Stripe client points at an address nothing answers: any Stripe call fails
+/// (a 502 with its sentence), so an answer that is not a 502 proves no call was made.
+async fn app_with_unreachable_stripe(t: &TestDb) -> TestApp {
+    app_with_stripe_at(t, "http://127.0.0.1:9/").await
+}
+
+async fn app_with_stripe_at(t: &TestDb, api_base: &str) -> TestApp {
+    let dir = std::env::temp_dir().join(format!("mc-test-{}", t.name));
+    let config = member_console::config::Config::from_lookup(|k| match k {
+        "CONSOLE_DATA_DIR" => Some(dir.display().to_string()),
+        "CONSOLE_BIND" => Some("127.0.0.1:0".into()),
+        "CONSOLE_RUNTIME_DB_PASSWORD" => Some(TEST_RUNTIME_PASSWORD.into()),
+        _ => None,
+    })
+    .unwrap();
+    let stripe = Stripe::connect("sk_test_fake", Some(api_base), vec![], Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("a Stripe client: {e:?}"));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server =
+        member_console::web::serve_with(listener, t.db.clone(), Arc::new(config), Some(Arc::new(stripe))).unwrap();
+    let handle = server.handle();
+    tokio::spawn(server);
+    TestApp { base, handle }
+}
+
+/// What a fake Stripe was sent: (method, path, body).
+type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
+
+/// The checkout session the fake Stripe makes and shows: open, not paid yet.
+const FAKE_SESSION: &str = r#"{"id":"cs_fake_1","object":"checkout.session","automatic_tax":{"enabled":false},
+    "created":1700000000,"custom_fields":[],"custom_text":{},"expires_at":1800000000,"livemode":false,
+    "mode":"subscription","payment_method_types":["card"],"payment_status":"unpaid","shipping_options":[],
+    "status":"open","url":"https://checkout.fake/pay/cs_fake_1","client_reference_id":"1"}"#;
+
+/// A fake Stripe answering the three calls a checkout makes (create a customer, create a
+/// session, read the session), recording what it was sent. Its base address and the record.
+async fn fake_stripe() -> (String, Seen) {
+    use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/", listener.local_addr().unwrap());
+    let server = HttpServer::new(move || {
+        let record = record.clone();
+        App::new().default_service(web::to(move |req: HttpRequest, body: web::Bytes| {
+            let record = record.clone();
+            async move {
+                let path = req.path().to_string();
+                let body = String::from_utf8_lossy(&body).into_owned();
+                record.lock().unwrap().push((req.method().to_string(), path.clone(), body));
+                let json = if path.ends_with("/customers") {
+                    r#"{"id":"cus_fake","object":"customer","created":1700000000,"livemode":false}"#
+                } else if path.contains("/checkout/sessions") {
+                    FAKE_SESSION
+                } else {
+                    return HttpResponse::NotFound().content_type("application/json").body(
+                        r#"{"error":{"type":"invalid_request_error","message":"No such object","code":"resource_missing"}}"#,
+                    );
+                };
+                HttpResponse::Ok().content_type("application/json").body(json)
+            }
+        }))
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)
+    .unwrap()
+    .run();
+    tokio::spawn(server);
+    (base, seen)
+}
+
+// ---------- 1. Prices on the product page ----------
+
+#[tokio::test]
+async fn an_operator_sets_a_price_and_sees_it_on_the_product_page() {
+    let (t, app, c, token) = operator_app().await;
+    let basic = product_id(&t, "Basic").await;
+    let page = product_page(basic);
+
+    let empty = get(&app, &c, &page).await;
+    assert_eq!(empty.status, StatusCode::OK);
+    assert!(empty.body.contains("No prices yet."), "{}", empty.body);
+    assert!(empty.body.contains(r#"name="currency" type="text" value="eur""#), "eur by default: {}", empty.body);
+
+    let fields = [("interval", "month"), ("amount", "12"), ("currency", "EUR")];
+    let a = post(&app, &c, &format!("{page}/prices"), &token, &fields, false).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(a.header("location"), Some(format!("{page}?price=set").as_str()));
+    let shown = follow(&app, &c, &a).await;
+    assert!(shown.body.contains("The price was set."), "{}", shown.body);
+    assert!(shown.body.contains("€12.00 / month"), "{}", shown.body);
+    assert!(shown.body.contains("not synced"), "{}", shown.body);
+    let (minor, currency, active): (i64, String, bool) =
+        sqlx::query_as("SELECT amount_minor, currency, active FROM billing.prices WHERE product_id = $1")
+            .bind(basic)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!((minor, currency.as_str(), active), (1200, "eur", true));
+
+    // From HTMX: the same, with HX-Redirect; another currency is worded in its own.
+    let fields = [("interval", "year"), ("amount", "99.5"), ("currency", "usd")];
+    let a = post(&app, &c, &format!("{page}/prices"), &token, &fields, true).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let shown = follow(&app, &c, &a).await;
+    assert!(shown.body.contains("$99.50 / year"), "{}", shown.body);
+}
+
+#[tokio::test]
+async fn a_bad_amount_currency_or_interval_is_422_with_its_message_and_writes_nothing() {
+    let (t, app, c, token) = operator_app().await;
+    let basic = product_id(&t, "Basic").await;
+    let action = format!("{}/prices", product_page(basic));
+    let before = prices_snapshot(&t).await;
+    let cases: [(&[(&str, &str)], &str); 6] = [
+        (&[("interval", "month"), ("amount", "twelve"), ("currency", "eur")], "is not an amount such as 12 or 12.50"),
+        (&[("interval", "month"), ("amount", "0"), ("currency", "eur")], "A price must be more than zero."),
+        (&[("interval", "month"), ("amount", "1.234"), ("currency", "eur")], "is not an amount"),
+        (&[("interval", "month"), ("amount", "12"), ("currency", "euro")], "is not a currency code"),
+        (&[("interval", "week"), ("amount", "12"), ("currency", "eur")], "per month or per year"),
+        (&[("interval", "month"), ("amount", "12"), ("currency", "eur"), ("colour", "red")], "no field “colour”"),
+    ];
+    for (fields, message) in cases {
+        for htmx in [false, true] {
+            let a = post(&app, &c, &action, &token, fields, htmx).await;
+            let case = format!("{fields:?} (htmx: {htmx})");
+            assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
+            assert!(a.body.contains(message), "{case} says {message:?}: {}", a.body);
+            assert!(a.header("location").is_none() && a.header("hx-redirect").is_none(), "{case}");
+            if message != "no field “colour”" {
+                if htmx {
+                    assert!(!a.body.contains("<html"), "{case}: the section alone");
+                } else {
+                    assert!(a.body.contains("<html") && a.body.contains("id=\"product-edit\""), "{case}: the page");
+                }
+                assert!(a.body.contains("id=\"product-prices\""), "{case}: the prices section comes back");
+                assert!(a.body.contains("Nothing was saved: correct the fields marked below."), "{case}");
+            }
+        }
+    }
+    assert_eq!(prices_snapshot(&t).await, before, "nothing was written");
+}
+
+#[tokio::test]
+async fn the_same_price_twice_is_409_and_a_new_amount_archives_the_old_one() {
+    let (t, app, c, token) = operator_app().await;
+    let pro = product_id(&t, "Pro").await;
+    let action = format!("{}/prices", product_page(pro));
+    let fields = [("interval", "month"), ("amount", "20.00"), ("currency", "eur")];
+    assert_eq!(post(&app, &c, &action, &token, &fields, false).await.status, StatusCode::SEE_OTHER);
+    let before = prices_snapshot(&t).await;
+
+    let same = [("interval", "month"), ("amount", "20"), ("currency", "EUR")];
+    for htmx in [false, true] {
+        let a = post(&app, &c, &action, &token, &same, htmx).await;
+        assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+        assert!(a.body.contains("The product already has this price."), "{}", a.body);
+        assert!(a.body.contains("id=\"product-prices\""));
+    }
+    assert_eq!(prices_snapshot(&t).await, before, "nothing was written");
+
+    let new = [("interval", "month"), ("amount", "25"), ("currency", "eur")];
+    assert_eq!(post(&app, &c, &action, &token, &new, false).await.status, StatusCode::SEE_OTHER);
+    let rows: Vec<(i64, bool)> =
+        sqlx::query_as("SELECT amount_minor, active FROM billing.prices WHERE product_id = $1 ORDER BY price_id")
+            .bind(pro)
+            .fetch_all(&t.admin)
+            .await
+            .unwrap();
+    assert_eq!(rows, vec![(2000, false), (2500, true)]);
+    let page = get(&app, &c, &product_page(pro)).await;
+    assert!(page.body.contains("€25.00 / month"), "{}", page.body);
+    assert!(page.body.contains("€20.00 / month"), "{}", page.body);
+    assert!(page.body.contains(">archived</span>"), "{}", page.body);
+}
+
+#[tokio::test]
+async fn archiving_a_price_stops_it_and_archiving_it_again_is_refused() {
+    let (t, app, c, token) = operator_app().await;
+    let basic = product_id(&t, "Basic").await;
+    let price = price_row(&t, basic, "month", 500, true, None).await;
+    let page = get(&app, &c, &product_page(basic)).await;
+    let archive = format!("/operator/catalog/prices/{price}/archive");
+    assert!(page.body.contains(&format!("action=\"{archive}\"")), "an Archive button: {}", page.body);
+
+    let a = post(&app, &c, &archive, &token, &[], false).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let shown = follow(&app, &c, &a).await;
+    assert!(shown.body.contains("The price was archived."), "{}", shown.body);
+    assert!(!shown.body.contains(&format!("action=\"{archive}\"")), "no Archive button on an archived price");
+    let active: bool = sqlx::query_scalar("SELECT active FROM billing.prices WHERE price_id = $1")
+        .bind(price)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    assert!(!active);
+
+    let again = post(&app, &c, &archive, &token, &[], true).await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
+    assert!(again.body.contains("This price is archived already."), "{}", again.body);
+    let unknown = post(&app, &c, "/operator/catalog/prices/999999/archive", &token, &[], false).await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn two_sync_clicks_leave_one_pending_sync_and_the_second_says_a_sync_is_already_waiting() {
+    let (t, app, c, token) = operator_app().await;
+    let basic = product_id(&t, "Basic").await;
+    let page = product_page(basic);
+    for (amount, interval) in [("5", "month"), ("50", "year")] {
+        let fields = [("interval", interval), ("amount", amount), ("currency", "eur")];
+        assert_eq!(
+            post(&app, &c, &format!("{page}/prices"), &token, &fields, false).await.status,
+            StatusCode::SEE_OTHER
+        );
+    }
+
+    let first = post(&app, &c, &format!("{page}/sync"), &token, &[], false).await;
+    assert_eq!(first.status, StatusCode::SEE_OTHER, "{}", first.body);
+    let shown = follow(&app, &c, &first).await;
+    assert!(shown.body.contains("Sync queued: the product and 2 prices."), "{}", shown.body);
+    assert!(shown.body.contains(">pending</span>"), "the prices show pending: {}", shown.body);
+    assert_eq!(pending_syncs(&t, basic).await, 1);
+
+    let second = post(&app, &c, &format!("{page}/sync"), &token, &[], true).await;
+    assert_eq!(second.status, StatusCode::OK, "{}", second.body);
+    let shown = follow(&app, &c, &second).await;
+    assert!(shown.body.contains("A sync is already waiting"), "{}", shown.body);
+    assert_eq!(pending_syncs(&t, basic).await, 1, "still exactly one pending sync");
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.outbox").await, 1);
+}
+
+#[tokio::test]
+async fn a_product_stripe_has_whole_says_so_and_the_sync_writes_nothing() {
+    let (t, app, c, token) = operator_app().await;
+    let basic = product_id(&t, "Basic").await;
+    sqlx::query(
+        "INSERT INTO billing.product_mappings (product_id, stripe_product_id, synced_name, sync_state, synced_at)
+         VALUES ($1, 'prod_basic', 'Basic', 'synced', now())",
+    )
+    .bind(basic)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    price_row(&t, basic, "month", 500, true, Some("price_basic_m")).await;
+    let before = prices_snapshot(&t).await;
+
+    let a = post(&app, &c, &format!("{}/sync", product_page(basic)), &token, &[], false).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let shown = follow(&app, &c, &a).await;
+    assert!(shown.body.contains("Stripe already has everything"), "{}", shown.body);
+    assert!(shown.body.contains("<code>prod_basic</code>"), "the product's Stripe id: {}", shown.body);
+    assert!(shown.body.contains("<code>price_basic_m</code>"), "the price's Stripe id: {}", shown.body);
+    assert_eq!(prices_snapshot(&t).await, before, "nothing was written");
+    assert_eq!(pending_syncs(&t, basic).await, 0);
+
+    let missing = post(&app, &c, "/operator/catalog/products/999999/sync", &token, &[], false).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_failed_sync_shows_its_reason_on_the_product_page() {
+    let (t, app, c, _) = operator_app().await;
+    let basic = product_id(&t, "Basic").await;
+    sqlx::query(
+        "INSERT INTO billing.product_mappings (product_id, sync_state, last_error)
+         VALUES ($1, 'failed', 'Stripe said: No such tax code')",
+    )
+    .bind(basic)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let page = get(&app, &c, &product_page(basic)).await;
+    assert!(page.body.contains(">failed</span>"), "{}", page.body);
+    assert!(page.body.contains("Stripe said: No such tax code"), "{}", page.body);
+}
+
+// ---------- 2. The member's billing page ----------
+
+/// Acme Wikis (the demo member owns it): an operator grant of Priority support, a past-due
+/// subscription to Priority support (so the Support ladder is paid for), invoices; Globex (not the member's) a subscription and an invoice of its own.
+/// Prices: Basic and Priority support synced, Pro active but not in Stripe, Free synced but the
+/// floor, an archived Basic price. Returns (Acme, Basic's price, Priority support's price).
+async fn billing_fixture(t: &TestDb) -> (i64, i64, i64) {
+    let acme = organization_id(t, demo::DEMO_ORGANIZATION).await;
+    let globex = organization_id(t, "Globex").await;
+    let (free, basic, pro, priority) = (
+        product_id(t, "Free").await,
+        product_id(t, "Basic").await,
+        product_id(t, "Pro").await,
+        product_id(t, "Priority support").await,
+    );
+    common::acts::grant(t, member_console::ids::OrganizationId(acme), member_console::ids::ProductId(priority)).await;
+    let basic_price = price_row(t, basic, "month", 500, true, Some("price_basic_m")).await;
+    price_row(t, basic, "year", 4000, false, Some("price_basic_y_old")).await;
+    price_row(t, pro, "month", 1500, true, None).await;
+    price_row(t, free, "month", 100, true, Some("price_free_m")).await;
+    let priority_price = price_row(t, priority, "month", 300, true, Some("price_priority_m")).await;
+
+    for (org, stripe_id, status) in [(acme, "sub_acme", "past_due"), (globex, "sub_globex_secret", "active")] {
+        let sub: i64 = sqlx::query_scalar(
+            "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status, current_period_end,
+                                             cancel_at_period_end)
+             VALUES ($1, $2, $3, '2027-01-31T00:00:00Z', $4) RETURNING subscription_id",
+        )
+        .bind(org)
+        .bind(stripe_id)
+        .bind(status)
+        .bind(org == acme)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity, stripe_price_id)
+             VALUES ($1, $2, $3, 1, 'price_priority_m')",
+        )
+        .bind(sub)
+        .bind(format!("si_{stripe_id}"))
+        .bind(priority)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    }
+    // Thirty paid invoices a month apart (only the newest 24 show), an open one, and Globex's.
+    sqlx::query(
+        "INSERT INTO billing.invoices (stripe_invoice_id, organization_id, stripe_customer_id, number, status, currency,
+             amount_due, amount_paid, amount_remaining, hosted_invoice_url, stripe_created, observed_at)
+         SELECT 'in_acme_' || n, $1, 'cus_acme', 'ACME-' || lpad(n::text, 3, '0'), 'paid', 'eur', 500, 500, 0,
+                'https://invoices.example/acme/' || n, timestamptz '2024-01-15' + make_interval(months => n), now()
+           FROM generate_series(1, 30) n",
+    )
+    .bind(acme)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO billing.invoices (stripe_invoice_id, organization_id, stripe_customer_id, number, status, currency,
+             amount_due, amount_paid, amount_remaining, hosted_invoice_url, stripe_created, observed_at)
+         VALUES ('in_acme_open', $1, 'cus_acme', 'ACME-OPEN', 'open', 'eur', 500, 0, 500,
+                 'https://invoices.example/acme/open', '2026-11-01', now()),
+                ('in_globex', $2, 'cus_globex', 'GLOBEX-SECRET', 'paid', 'usd', 9900, 9900, 0,
+                 'https://invoices.example/globex', '2026-11-01', now())",
+    )
+    .bind(acme)
+    .bind(globex)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    (acme, basic_price, priority_price)
+}
+
+#[tokio::test]
+async fn a_members_billing_page_shows_the_plan_subscriptions_tiers_on_sale_and_invoices_of_their_own_organizations() {
+    let t = demo_db().await;
+    let (_, basic_price, priority_price) = billing_fixture(&t).await;
+    let app = app_with_unreachable_stripe(&t).await;
+    let (c, _) = member(&app).await;
+    let a = get(&app, &c, "/billing").await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let html = &a.body;
+    assert!(html.contains(r#"href="/billing" aria-current="page">Billing</a>"#), "the nav links to Billing");
+
+    // Only the member's organization.
+    assert!(html.contains("Acme Wikis"), "{html}");
+    assert!(!html.contains("Globex"), "{html}");
+    assert!(!html.contains("sub_globex_secret") && !html.contains("GLOBEX-SECRET"), "{html}");
+
+    // The plan per ladder, with where each position comes from.
+    assert!(
+        html.contains(r#"<span class="plan-ladder">Wiki hosting: </span><strong>Free</strong> <span class="muted">— included with your organization type</span>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<span class="plan-ladder">Support: </span><strong>Priority support</strong> <span class="muted">— granted by an operator</span>"#),
+        "{html}"
+    );
+
+    // The subscription, past due, ending at its period's end; the failed payment's banner.
+    assert!(html.contains("past due — payment failed: update the card in Stripe"), "{html}");
+    assert!(html.contains("ends at period end, 2027-01-31"), "{html}");
+    assert!(html.contains("A payment failed"), "{html}");
+
+    // Tiers on sale: only synced, active prices of tiers above the floor; what is held is marked.
+    assert!(html.contains("€5.00 / month"), "Basic: {html}");
+    assert!(html.contains(&format!(r#"name="price_id" value="{basic_price}""#)), "Basic has a Buy button: {html}");
+    assert!(!html.contains("€15.00"), "Pro's price is not in Stripe: {html}");
+    assert!(!html.contains("€1.00"), "the floor is not sold: {html}");
+    assert!(!html.contains("€40.00"), "an archived price is not sold: {html}");
+    assert!(html.contains("€3.00 / month"), "Priority support: {html}");
+    assert!(html.contains("current plan"), "{html}");
+    assert!(html.contains("Acme Wikis already pays for a plan on this ladder."), "the Support ladder: {html}");
+    assert_eq!(html.matches("already pays for a plan").count(), 1, "only the Support ladder: {html}");
+    assert!(!html.contains(&format!(r#"name="price_id" value="{priority_price}""#)), "no Buy for the held tier");
+    assert_eq!(html.matches(r#"action="/billing/checkout""#).count(), 1, "{html}");
+    assert!(html.contains(r#"name="csrf_token""#));
+
+    // Invoices, newest first, at most 24, with links that open apart; the open one's banner.
+    assert!(html.contains("An invoice is waiting to be paid"), "{html}");
+    assert!(html.contains(r#"href="https://invoices.example/acme/open" target="_blank" rel="noopener""#), "{html}");
+    assert!(html.contains(r#"href="https://invoices.example/acme/30" target="_blank" rel="noopener""#), "{html}");
+    assert_eq!(html.matches("https://invoices.example/acme/").count(), 24 + 1, "24 rows and the banner's link");
+    assert!(!html.contains("ACME-001") && !html.contains("ACME-007"), "the oldest are left out");
+    assert!(html.contains("ACME-008"), "{html}");
+    let table = &html[html.rfind("<h3>Invoices</h3>").unwrap()..];
+    assert!(table.find("ACME-OPEN").unwrap() < table.find("ACME-030").unwrap(), "newest first");
+    assert!(table.find("ACME-030").unwrap() < table.find("ACME-029").unwrap(), "newest first");
+}
+
+#[tokio::test]
+async fn the_billing_page_says_how_a_checkout_ended_and_that_billing_is_not_connected() {
+    let t = demo_db().await;
+    billing_fixture(&t).await;
+    let app = TestApp::spawn(&t).await;
+    let (c, _) = member(&app).await;
+    for (query, words) in [
+        ("paid", "Payment received: your plan is active."),
+        ("pending", "Your payment is being confirmed; this page updates when Stripe tells us."),
+        ("canceled", "Checkout canceled; nothing was charged."),
+    ] {
+        let a = get(&app, &c, &format!("/billing?checkout={query}")).await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert!(a.body.contains(words), "{query}: {}", a.body);
+    }
+    let a = get(&app, &c, "/billing?checkout=<script>").await;
+    assert_eq!(a.status, StatusCode::OK);
+    // No Stripe: the page says billing is not available and offers no Buy button.
+    assert!(a.body.contains("Billing is not available right now"), "{}", a.body);
+    assert!(a.body.contains("€5.00 / month"), "the prices still show: {}", a.body);
+    assert!(!a.body.contains("/billing/checkout"), "{}", a.body);
+}
+
+#[tokio::test]
+async fn a_member_who_is_not_an_owner_sees_no_buy_button_and_checkout_is_refused_without_calling_stripe() {
+    let t = demo_db().await;
+    let (acme, basic_price, _) = billing_fixture(&t).await;
+    sqlx::query("UPDATE core.organization_members SET role = 'member' WHERE organization_id = $1")
+        .bind(acme)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    let (stripe, seen) = fake_stripe().await;
+    let app = app_with_stripe_at(&t, &stripe).await;
+    let (c, token) = member(&app).await;
+    let page = get(&app, &c, "/billing").await;
+    assert!(!page.body.contains("/billing/checkout"), "{}", page.body);
+    assert!(page.body.contains("Ask an owner of Acme Wikis to change the plan."), "{}", page.body);
+
+    let fields = [("organization_id", acme.to_string()), ("price_id", basic_price.to_string())];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    for htmx in [false, true] {
+        let a = post(&app, &c, "/billing/checkout", &token, &fields, htmx).await;
+        assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+        assert!(a.body.contains("Only an owner of Acme Wikis can buy a plan for it."), "{}", a.body);
+        assert!(a.header("location").is_none() && a.header("hx-redirect").is_none());
+    }
+    assert!(seen.lock().unwrap().is_empty(), "Stripe was not called");
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.customers").await, 0);
+}
+
+#[tokio::test]
+async fn checkout_without_stripe_connected_is_a_clear_refusal_and_a_failing_stripe_is_a_502_not_a_500() {
+    let t = demo_db().await;
+    let (acme, basic_price, _) = billing_fixture(&t).await;
+    let fields = [("organization_id", acme.to_string()), ("price_id", basic_price.to_string())];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    let app = TestApp::spawn(&t).await;
+    let (c, token) = member(&app).await;
+    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+    assert!(a.body.contains("Billing is not connected to a payment provider right now"), "{}", a.body);
+    assert!(a.body.contains("Nothing was charged."), "{}", a.body);
+
+    // With Stripe connected but not answering, the owner's checkout fails in Stripe's words.
+    let app = app_with_unreachable_stripe(&t).await;
+    let (c, token) = member(&app).await;
+    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{}", a.body);
+    assert!(a.header("location").is_none());
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
+}
+
+#[tokio::test]
+async fn an_owners_buy_goes_to_stripes_page_and_the_return_says_the_payment_is_being_confirmed() {
+    let t = demo_db().await;
+    let (acme, basic_price, _) = billing_fixture(&t).await;
+    let (stripe, seen) = fake_stripe().await;
+    let app = app_with_stripe_at(&t, &stripe).await;
+    let (c, token) = member(&app).await;
+    let fields = [("organization_id", acme.to_string()), ("price_id", basic_price.to_string())];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert_eq!(a.header("location"), Some("https://checkout.fake/pay/cs_fake_1"));
+    // The session Stripe was asked for: the tier's Stripe price, back to this console's address.
+    let sent = seen.lock().unwrap().clone();
+    let (_, _, body) = sent.iter().find(|(m, p, _)| m == "POST" && p.ends_with("/checkout/sessions")).unwrap();
+    let form: Vec<(String, String)> = url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+    let field = |name: &str| form.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    assert_eq!(
+        field("success_url"),
+        Some(format!("{}/billing/return?session_id={{CHECKOUT_SESSION_ID}}", app.base).as_str())
+    );
+    assert_eq!(field("cancel_url"), Some(format!("{}/billing?checkout=canceled", app.base).as_str()));
+    assert_eq!(field("line_items[0][price]"), Some("price_basic_m"));
+    assert_eq!(field("customer"), Some("cus_fake"));
+    let (org, price, started_by): (i64, i64, Option<i64>) = sqlx::query_as(
+        "SELECT organization_id, price_id, started_by FROM billing.checkout_sessions WHERE stripe_session_id = 'cs_fake_1'",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    let member_id =
+        scalar(&t, &format!("SELECT account_id FROM core.accounts WHERE email = '{}'", demo::MEMBER_EMAIL)).await;
+    assert_eq!((org, price, started_by), (acme, basic_price, Some(member_id)));
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.customers WHERE stripe_customer_id = 'cus_fake'").await, 1);
+
+    // From HTMX, the browser is sent there by HX-Redirect.
+    let a = post(&app, &c, "/billing/checkout", &token, &fields, true).await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    assert_eq!(a.header("hx-redirect"), Some("https://checkout.fake/pay/cs_fake_1"));
+
+    // Back from Stripe with the session still open: the payment is being confirmed.
+    let back = get(&app, &c, "/billing/return?session_id=cs_fake_1").await;
+    assert_eq!(back.status, StatusCode::SEE_OTHER, "{}", back.body);
+    assert_eq!(back.header("location"), Some("/billing?checkout=pending"));
+    let page = follow(&app, &c, &back).await;
+    assert!(page.body.contains("Your payment is being confirmed"), "{}", page.body);
+}
+
+#[tokio::test]
+async fn checkout_for_an_organization_the_member_is_not_in_is_404_and_a_bad_form_is_422() {
+    let t = demo_db().await;
+    let (_, basic_price, _) = billing_fixture(&t).await;
+    let globex = organization_id(&t, "Globex").await;
+    let (stripe, seen) = fake_stripe().await;
+    let app = app_with_stripe_at(&t, &stripe).await;
+    let (c, token) = member(&app).await;
+    let fields = [("organization_id", globex.to_string()), ("price_id", basic_price.to_string())];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
+    assert!(!a.body.contains("Globex"), "{}", a.body);
+
+    for bad in [
+        vec![("organization_id", "acme"), ("price_id", "1")],
+        vec![("organization_id", "1")],
+        vec![("organization_id", "1"), ("price_id", "1"), ("quantity", "9")],
+    ] {
+        let a = post(&app, &c, "/billing/checkout", &token, &bad, false).await;
+        assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{bad:?}: {}", a.body);
+    }
+    assert!(seen.lock().unwrap().is_empty(), "Stripe was not called");
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
+}
+
+#[tokio::test]
+async fn the_return_from_an_unknown_or_another_organizations_checkout_is_404() {
+    let t = demo_db().await;
+    let (acme, basic_price, _) = billing_fixture(&t).await;
+    let globex = organization_id(&t, "Globex").await;
+    for (session, org) in [("cs_globex_1", globex), ("cs_acme_1", acme)] {
+        sqlx::query(
+            "INSERT INTO billing.checkout_sessions (stripe_session_id, organization_id, price_id) VALUES ($1, $2, $3)",
+        )
+        .bind(session)
+        .bind(org)
+        .bind(basic_price)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    }
+    let app = app_with_unreachable_stripe(&t).await;
+    let (c, _) = member(&app).await;
+    for path in [
+        "/billing/return?session_id=cs_unknown",
+        "/billing/return?session_id=cs_globex_1",
+        "/billing/return",
+        "/billing/return?session_id=cs_%27%3B--",
+    ] {
+        let a = get(&app, &c, path).await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "{path}: {}", a.body);
+    }
+    // The member's own session reaches Stripe (which fails here: 502, in words).
+    let own = get(&app, &c, "/billing/return?session_id=cs_acme_1").await;
+    assert_eq!(own.status, StatusCode::BAD_GATEWAY, "{}", own.body);
+
+    // Without Stripe, the member's own session is a clear refusal, not a 500.
+    let app = TestApp::spawn(&t).await;
+    let (c, _) = member(&app).await;
+    let a = get(&app, &c, "/billing/return?session_id=cs_acme_1").await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+    assert!(a.body.contains("Billing is not connected"), "{}", a.body);
+    let a = get(&app, &c, "/billing/return?session_id=cs_globex_1").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+}
+
+// ---------- 3. The operator's billing overview ----------
+
+#[tokio::test]
+async fn the_operator_billing_page_shows_subscriptions_stuck_outbox_rows_first_and_events() {
+    let (t, app, c, _) = operator_app().await;
+    billing_fixture(&t).await;
+    let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
+    let basic = product_id(&t, "Basic").await;
+    let acme_sub =
+        scalar(&t, "SELECT subscription_id FROM core.subscriptions WHERE stripe_subscription_id = 'sub_acme'").await;
+    sqlx::query(
+        "INSERT INTO core.outbox (kind, subscription_id, attempts, last_error, due_at)
+         VALUES ('reconcile_subscription', $1, 0, NULL, now() - interval '1 minute'),
+                ('reconcile_subscription', $1, 4, 'Stripe answered 500: try later', now() + interval '5 minutes'),
+                ('reconcile_subscription', $1, 1, NULL, now())",
+    )
+    .bind(acme_sub)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE core.outbox SET processed_at = now() WHERE attempts = 1").execute(&t.admin).await.unwrap();
+    sqlx::query("INSERT INTO core.outbox (kind, product_id, attempts, last_error) VALUES ('sync_product', $1, 1, 'No such price')")
+        .bind(basic)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO billing.stripe_events (event_id, event_type, object_id, stripe_created, received_at)
+         VALUES ('evt_new', 'invoice.payment_failed', 'in_acme_open', now(), now()),
+                ('evt_old', 'customer.subscription.updated', 'sub_acme', now() - interval '3 days',
+                 now() - interval '3 days')",
+    )
+    .execute(&t.admin)
+    .await
+    .unwrap();
+
+    let a = get(&app, &c, "/operator/billing").await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+    let html = &a.body;
+    assert!(html.contains(r#"href="/operator/billing" aria-current="page">Billing</a>"#), "the nav links to Billing");
+    // Counts: two live subscriptions; three rows waiting, two of them stuck; one event today.
+    assert!(
+        html.contains(r#"<span class="stat-value">2</span><span class="stat-label">Live subscriptions</span>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<span class="stat-value">3</span><span class="stat-label">Outbox rows waiting</span>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<span class="stat-value">2</span><span class="stat-label">Outbox rows stuck</span>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r#"<span class="stat-value">1</span><span class="stat-label">Stripe events, last 24 h</span>"#),
+        "{html}"
+    );
+    // Subscriptions, each organization linking to its page.
+    assert!(html.contains(&format!(r#"<a href="/operator/organizations/{acme}">Acme Wikis</a>"#)), "{html}");
+    assert!(html.contains("<code>sub_acme</code>") && html.contains("<code>sub_globex_secret</code>"), "{html}");
+    assert!(html.contains(">past_due</span>"), "{html}");
+    // The outbox: the stuck rows first, with their errors; the processed one not at all.
+    let outbox = &html[html.find("outbox-heading").unwrap()..html.find("events-heading").unwrap()];
+    assert_eq!(outbox.matches("<tr>").count(), 1 + 3, "a header and three rows: {outbox}");
+    assert_eq!(outbox.matches(">stuck</span>").count(), 2, "{outbox}");
+    let stuck = outbox.find("Stripe answered 500: try later").unwrap();
+    let sync = outbox.find("No such price").unwrap();
+    let fresh = outbox.rfind("<tr>").unwrap();
+    assert!(stuck < fresh && sync < fresh, "stuck rows first: {outbox}");
+    assert!(outbox.contains("product Basic") && outbox.contains("subscription sub_acme"), "{outbox}");
+    // Events, newest first.
+    let events = &html[html.find("events-heading").unwrap()..];
+    assert!(events.find("invoice.payment_failed").unwrap() < events.find("customer.subscription.updated").unwrap());
+}
+
+#[tokio::test]
+async fn a_member_cannot_reach_the_operator_billing_page_or_the_price_forms() {
+    let t = demo_db().await;
+    let app = TestApp::spawn(&t).await;
+    let basic = product_id(&t, "Basic").await;
+    let price = price_row(&t, basic, "month", 500, true, None).await;
+    let before = prices_snapshot(&t).await;
+    let (c, token) = member(&app).await;
+    let a = get(&app, &c, "/operator/billing").await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN);
+    assert!(a.body.contains("This page is for operators."), "{}", a.body);
+    let fields = [("interval", "month"), ("amount", "1"), ("currency", "eur")];
+    for (path, fields) in [
+        (format!("{}/prices", product_page(basic)), &fields[..]),
+        (format!("{}/sync", product_page(basic)), &[][..]),
+        (format!("/operator/catalog/prices/{price}/archive"), &[][..]),
+    ] {
+        let a = post(&app, &c, &path, &token, fields, false).await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "{path}");
+    }
+    assert_eq!(prices_snapshot(&t).await, before);
+    // The member's own page is there for them, and for nobody signed out.
+    assert_eq!(get(&app, &c, "/billing").await.status, StatusCode::OK);
+    let anonymous = app.client();
+    let a = get(&app, &anonymous, "/billing").await;
+    assert!(a.status == StatusCode::SEE_OTHER || a.status == StatusCode::UNAUTHORIZED, "{}", a.status);
+}
