@@ -3,16 +3,14 @@
 //! and the operator's billing overview.
 //!
 //! No Stripe is connected unless a test says so: then either an address nothing answers (any
-//! call is a 502) or a fake that answers a checkout's three calls and records what it was sent.
+//! call is a 502, so an answer that is not one proves no call was made) or the project's Stripe
+//! stand-in, whose payment page the test pays on as a browser would.
 //! The subscriptions, invoices, outbox rows and events a page shows are fixture rows written with
 //! the administrator's pool.
 
 use crate::common;
 
-use std::{
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use common::{
     TEST_RUNTIME_PASSWORD, TestApp, TestDb,
@@ -118,53 +116,6 @@ async fn app_with_stripe_at(t: &TestDb, api_base: &str) -> TestApp {
     let handle = server.handle();
     tokio::spawn(server);
     TestApp { base, handle }
-}
-
-/// What a fake Stripe was sent: (method, path, body).
-type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
-
-/// The checkout session the fake Stripe makes and shows: open, not paid yet.
-const FAKE_SESSION: &str = r#"{"id":"cs_fake_1","object":"checkout.session","automatic_tax":{"enabled":false},
-    "created":1700000000,"custom_fields":[],"custom_text":{},"expires_at":1800000000,"livemode":false,
-    "mode":"subscription","payment_method_types":["card"],"payment_status":"unpaid","shipping_options":[],
-    "status":"open","url":"https://checkout.fake/pay/cs_fake_1","client_reference_id":"1"}"#;
-
-/// A fake Stripe answering the three calls a checkout makes (create a customer, create a
-/// session, read the session), recording what it was sent. Its base address and the record.
-async fn fake_stripe() -> (String, Seen) {
-    use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-    let seen: Seen = Arc::default();
-    let record = seen.clone();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}/", listener.local_addr().unwrap());
-    let server = HttpServer::new(move || {
-        let record = record.clone();
-        App::new().default_service(web::to(move |req: HttpRequest, body: web::Bytes| {
-            let record = record.clone();
-            async move {
-                let path = req.path().to_string();
-                let body = String::from_utf8_lossy(&body).into_owned();
-                record.lock().unwrap().push((req.method().to_string(), path.clone(), body));
-                let json = if path.ends_with("/customers") {
-                    r#"{"id":"cus_fake","object":"customer","created":1700000000,"livemode":false}"#
-                } else if path.contains("/checkout/sessions") {
-                    FAKE_SESSION
-                } else {
-                    return HttpResponse::NotFound().content_type("application/json").body(
-                        r#"{"error":{"type":"invalid_request_error","message":"No such object","code":"resource_missing"}}"#,
-                    );
-                };
-                HttpResponse::Ok().content_type("application/json").body(json)
-            }
-        }))
-    })
-    .workers(1)
-    .disable_signals()
-    .listen(listener)
-    .unwrap()
-    .run();
-    tokio::spawn(server);
-    (base, seen)
 }
 
 // ---------- 1. Prices on the product page ----------
@@ -536,8 +487,7 @@ async fn a_member_who_is_not_an_owner_sees_no_buy_button_and_checkout_is_refused
         .execute(&t.admin)
         .await
         .unwrap();
-    let (stripe, seen) = fake_stripe().await;
-    let app = app_with_stripe_at(&t, &stripe).await;
+    let app = app_with_unreachable_stripe(&t).await;
     let (c, token) = member(&app).await;
     let page = get(&app, &c, "/billing").await;
     assert!(!page.body.contains("/billing/checkout"), "{}", page.body);
@@ -551,7 +501,6 @@ async fn a_member_who_is_not_an_owner_sees_no_buy_button_and_checkout_is_refused
         assert!(a.body.contains("Only an owner of Acme Wikis can buy a plan for it."), "{}", a.body);
         assert!(a.header("location").is_none() && a.header("hx-redirect").is_none());
     }
-    assert!(seen.lock().unwrap().is_empty(), "Stripe was not called");
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.customers").await, 0);
 }
@@ -580,52 +529,82 @@ async fn checkout_without_stripe_connected_is_a_clear_refusal_and_a_failing_stri
 }
 
 #[tokio::test]
-async fn an_owners_buy_goes_to_stripes_page_and_the_return_says_the_payment_is_being_confirmed() {
+async fn an_owner_buys_basic_on_stripes_page_and_comes_back_to_it_in_force() {
     let t = demo_db().await;
-    let (acme, basic_price, _) = billing_fixture(&t).await;
-    let (stripe, seen) = fake_stripe().await;
-    let app = app_with_stripe_at(&t, &stripe).await;
+    let s = common::stripe::StripeFixture::start().await;
+    let basic = common::acts::product_id(&t, "Basic").await;
+    let basic_price = s.price(&t.db, basic, "12").await;
+    let stripe_price = s.stripe_price(&t.admin, basic_price).await;
+    let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
+    let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
     let (c, token) = member(&app).await;
-    let fields = [("organization_id", acme.to_string()), ("price_id", basic_price.to_string())];
+    let page = get(&app, &c, "/billing").await;
+    // The page lets its Buy form leave for the stand-in's checkout page, and nowhere else.
+    let csp = page.header("content-security-policy").unwrap_or_default().to_string();
+    assert!(csp.contains(&format!("form-action 'self' {}", s.base)), "{csp}");
+    let fields = [("organization_id", acme.to_string()), ("price_id", basic_price.0.to_string())];
     let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
 
     let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-    assert_eq!(a.header("location"), Some("https://checkout.fake/pay/cs_fake_1"));
-    // The session Stripe was asked for: the tier's Stripe price, back to this console's address.
-    let sent = seen.lock().unwrap().clone();
-    let (_, _, body) = sent.iter().find(|(m, p, _)| m == "POST" && p.ends_with("/checkout/sessions")).unwrap();
-    let form: Vec<(String, String)> = url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
-    let field = |name: &str| form.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-    assert_eq!(
-        field("success_url"),
-        Some(format!("{}/billing/return?session_id={{CHECKOUT_SESSION_ID}}", app.base).as_str())
-    );
-    assert_eq!(field("cancel_url"), Some(format!("{}/billing?checkout=canceled", app.base).as_str()));
-    assert_eq!(field("line_items[0][price]"), Some("price_basic_m"));
-    assert_eq!(field("customer"), Some("cus_fake"));
+    let pay = a.header("location").unwrap().to_string();
+    assert!(pay.starts_with(&format!("{}/c/pay/cs_", s.base)), "{pay}");
+    let session = pay.rsplit('/').next().unwrap().to_string();
+    // The session Stripe was asked for: the tier's price, back to this console's address.
+    let cs = s.get(&format!("/checkout/sessions/{session}")).await;
+    assert_eq!(cs["success_url"], format!("{}/billing/return?session_id={{CHECKOUT_SESSION_ID}}", app.base));
+    assert_eq!(cs["cancel_url"], format!("{}/billing?checkout=canceled", app.base));
+    assert_eq!(cs["client_reference_id"], acme.to_string());
+    let items = s.get(&format!("/checkout/sessions/{session}/line_items")).await;
+    assert_eq!(items["data"][0]["price"]["id"], stripe_price.as_str(), "{items}");
     let (org, price, started_by): (i64, i64, Option<i64>) = sqlx::query_as(
-        "SELECT organization_id, price_id, started_by FROM billing.checkout_sessions WHERE stripe_session_id = 'cs_fake_1'",
+        "SELECT organization_id, price_id, started_by FROM billing.checkout_sessions WHERE stripe_session_id = $1",
     )
+    .bind(&session)
     .fetch_one(&t.admin)
     .await
     .unwrap();
     let member_id =
         scalar(&t, &format!("SELECT account_id FROM core.accounts WHERE email = '{}'", demo::MEMBER_EMAIL)).await;
-    assert_eq!((org, price, started_by), (acme, basic_price, Some(member_id)));
-    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.customers WHERE stripe_customer_id = 'cus_fake'").await, 1);
+    assert_eq!((org, price, started_by), (acme, basic_price.0, Some(member_id)));
 
-    // From HTMX, the browser is sent there by HX-Redirect.
+    // From HTMX, the browser is sent there by HX-Redirect (a second session, same customer).
     let a = post(&app, &c, "/billing/checkout", &token, &fields, true).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
-    assert_eq!(a.header("hx-redirect"), Some("https://checkout.fake/pay/cs_fake_1"));
+    assert!(a.header("hx-redirect").is_some_and(|u| u.starts_with(&format!("{}/c/pay/", s.base))));
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.customers").await, 1, "one customer for the organization");
 
-    // Back from Stripe with the session still open: the payment is being confirmed.
-    let back = get(&app, &c, "/billing/return?session_id=cs_fake_1").await;
+    // Back before paying: the payment is being confirmed.
+    let back = get(&app, &c, &format!("/billing/return?session_id={session}")).await;
     assert_eq!(back.status, StatusCode::SEE_OTHER, "{}", back.body);
     assert_eq!(back.header("location"), Some("/billing?checkout=pending"));
-    let page = follow(&app, &c, &back).await;
-    assert!(page.body.contains("Your payment is being confirmed"), "{}", page.body);
+    let shown = follow(&app, &c, &back).await;
+    assert!(shown.body.contains("Your payment is being confirmed"), "{}", shown.body);
+
+    // Pay on the stand-in's page as a browser would; it sends the browser back to the console.
+    let paid = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = paid.post(&pay).form(&[("card_number", "4242 4242 4242 4242")]).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let to = r.headers()["location"].to_str().unwrap().to_string();
+    let to = to.strip_prefix(&app.base).unwrap_or_else(|| panic!("back to the console: {to}")).to_string();
+    let back = get(&app, &c, &to).await;
+    assert_eq!(back.header("location"), Some("/billing?checkout=paid"), "{}", back.body);
+    let shown = follow(&app, &c, &back).await;
+    assert!(shown.body.contains("Payment received"), "{}", shown.body);
+    let tier: String = sqlx::query_scalar(
+        "SELECT pr.name FROM core.positions p JOIN core.plan_ladders l USING (plan_ladder_id)
+         JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
+         JOIN core.resource_pools rp ON rp.pool_id = p.pool_id
+         WHERE rp.organization_id = $1 AND l.name = 'Wiki hosting'",
+    )
+    .bind(acme)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    assert_eq!(tier, "Basic", "in force when the member lands back");
+    // Buying on that ladder again is refused before Stripe is asked.
+    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
 }
 
 #[tokio::test]
@@ -633,8 +612,7 @@ async fn checkout_for_an_organization_the_member_is_not_in_is_404_and_a_bad_form
     let t = demo_db().await;
     let (_, basic_price, _) = billing_fixture(&t).await;
     let globex = organization_id(&t, "Globex").await;
-    let (stripe, seen) = fake_stripe().await;
-    let app = app_with_stripe_at(&t, &stripe).await;
+    let app = app_with_unreachable_stripe(&t).await;
     let (c, token) = member(&app).await;
     let fields = [("organization_id", globex.to_string()), ("price_id", basic_price.to_string())];
     let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -650,7 +628,6 @@ async fn checkout_for_an_organization_the_member_is_not_in_is_404_and_a_bad_form
         let a = post(&app, &c, "/billing/checkout", &token, &bad, false).await;
         assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{bad:?}: {}", a.body);
     }
-    assert!(seen.lock().unwrap().is_empty(), "Stripe was not called");
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
 }
 

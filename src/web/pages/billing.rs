@@ -355,7 +355,16 @@ pub async fn billing_page(
         })
         .collect();
     let v = views::BillingView { csrf: csrf_token(&req), checkout, connected: state.stripe.is_some(), organizations };
-    Ok(render::ok(&req, "Billing", views::member_billing(&v)))
+    let mut page = render::ok(&req, "Billing", views::member_billing(&v));
+    // Buy answers with a redirect to Stripe's checkout page: the page's form-action allows it.
+    if let Some(stripe) = &state.stripe
+        && let Ok(policy) = actix_web::http::header::HeaderValue::from_str(&crate::web::headers::policy_with_form_target(
+            &stripe.checkout_origin(),
+        ))
+    {
+        page.headers_mut().insert(actix_web::http::header::CONTENT_SECURITY_POLICY, policy);
+    }
+    Ok(page)
 }
 
 /// The Buy button's form.
