@@ -477,11 +477,11 @@ impl Jar {
     }
 }
 
-pub(super) struct Answer {
-    pub(super) status: u16,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
     /// Names lowered.
-    pub(super) headers: Vec<(String, String)>,
-    pub(super) body: Vec<u8>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Answer {
@@ -491,8 +491,9 @@ impl Answer {
 }
 
 /// One keep-alive HTTP/1.1 connection, requests one at a time. A connection the server has
-/// closed while it sat idle is opened again once, as browsers do.
-pub(super) struct Http {
+/// closed while it sat idle is opened again once, as browsers do. The stress run uses it too, for
+/// the changes it makes in the Stripe stand-in that the console's client never asks for.
+pub(crate) struct Http {
     addr: SocketAddr,
     stream: Option<TcpStream>,
     buf: Vec<u8>,
@@ -505,11 +506,11 @@ enum Failed {
 }
 
 impl Http {
-    pub(super) fn new(addr: SocketAddr) -> Http {
+    pub(crate) fn new(addr: SocketAddr) -> Http {
         Http { addr, stream: None, buf: Vec::with_capacity(16 * 1024) }
     }
 
-    pub(super) async fn send(
+    pub(crate) async fn send(
         &mut self,
         method: &str,
         path: &str,

@@ -14,7 +14,14 @@ pub(super) struct Fixture {
     /// A product no pool carries, whose set switches between the two sets below.
     pub(super) uncarried: ProductId,
     pub(super) uncarried_sets: [EntitlementSetId; 2],
+    /// The shared organizations' first subscriptions (one item each), for suspension to act on.
     pub(super) subscriptions: Vec<SubscriptionId>,
+    /// The organizations billed through the stand-in: the shared ones with a subscription, and
+    /// one in ten of the rest (at least five in all when there are so many).
+    pub(super) subscribers: Vec<Subscriber>,
+    /// The products with prices in Stripe, whose prices and sync the catalog sync path changes;
+    /// the add-on last (priced by the run, renamed by UpdateProduct).
+    pub(super) priced: Vec<ProductId>,
     /// The sets the organizations carry, whose rules the rule changes edit.
     pub(super) carried_sets: Vec<CarriedSet>,
     /// The ladder the tier acts change: its tiers are stress products, in and out.
@@ -35,6 +42,27 @@ pub(super) struct CarriedSet {
     pub(super) sites: &'static [&'static str],
     pub(super) flag: &'static str,
 }
+
+/// An organization billed through the stand-in: its customer, the two products its subscription
+/// switches between, and its current subscription.
+pub(super) struct Subscriber {
+    pub(super) org: OrganizationId,
+    pub(super) pool: PoolId,
+    pub(super) customer: String,
+    /// Basic and Pro; Priority support and the stress bundle for a Business organization (its
+    /// default ladder is Support).
+    pub(super) products: [ProductId; 2],
+    /// Its Stripe subscription. Held while an act changes it in the stand-in, so that one act at
+    /// a time decides to subscribe again after a cancellation (the reconciles run unheld).
+    pub(super) current: tokio::sync::Mutex<String>,
+}
+
+/// The monthly prices (EUR) the fixture sets and syncs: (product, amount).
+pub(super) const PRICES: &[(&str, &str)] =
+    &[("Basic", "10"), ("Pro", "30"), ("Priority support", "15"), ("Stress bundle", "50")];
+/// One organization in this many (beyond the shared ones) is billed, and at least this many in all.
+pub(super) const BILLED_ONE_IN: usize = 10;
+pub(super) const MIN_SUBSCRIBERS: usize = 5;
 
 /// The demo's sets: Free and Community support are the floors of nearly every organization
 /// (their changes owe many pools, and drain when above the cap), Basic, Pro and Priority
@@ -61,7 +89,13 @@ pub(super) const TIER_PRODUCTS: &[(&str, &[(&str, &str)])] = &[
 pub(super) const STRESS_LADDER: &str = "Stress ladder";
 pub(super) const STRESS_TYPE: &str = "Stress type";
 
-pub(super) async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mut Rng) -> anyhow::Result<Fixture> {
+pub(super) async fn build_fixture(
+    db: &Db,
+    admin: &PgPool,
+    stripe: &Stripe,
+    orgs: usize,
+    rng: &mut Rng,
+) -> anyhow::Result<Fixture> {
     demo::load(db).await.context("loading the demo data")?;
     let mut grantable = vec![];
     for name in ["Free", "Basic", "Pro", "Community support", "Priority support"] {
@@ -118,12 +152,16 @@ pub(super) async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mu
     eprintln!("stress: creating {orgs} organizations");
     let mut hot = vec![];
     let mut fragile = vec![];
+    // (organization, pool, is of the Business type) of those billed beyond the shared ones.
+    let mut billed = vec![];
     for i in 0..orgs {
         let name = OrgName::parse(&format!("Stress organization {i}")).map_err(anyhow::Error::msg)?;
         let ty = org_types[i % org_types.len()];
         let created = org_svc::create_organization(db, &name, ty).await?;
         if hot.len() < HOT_ORGS {
             hot.push((created.organization_id, created.pool_id));
+        } else if (i - HOT_ORGS).is_multiple_of(BILLED_ONE_IN) || SUBSCRIPTIONS + billed.len() < MIN_SUBSCRIBERS {
+            billed.push((created.organization_id, created.pool_id, ty == Some(business)));
         }
         // The first two of the stress type past the first shared one: a shared pool, and not.
         if ty == Some(stress_type) && i > HOT_ORGS - 2 && fragile.len() < FRAGILE_POOLS {
@@ -131,12 +169,36 @@ pub(super) async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mu
         }
     }
     make_moves_fragile(admin, &fragile).await?;
+    // Monthly prices for the subscribed products, made in Stripe as the outbox would.
+    let mut priced = vec![];
+    for (name, amount) in PRICES {
+        let product = product_id(db, name).await?;
+        let price = NewPrice::parse("month", amount, "eur").map_err(|e| anyhow::anyhow!("{e}"))?;
+        billing::set_price(db, product, &price).await.map_err(|e| anyhow::anyhow!("a price for {name}: {e}"))?;
+        billing::sync_product(db, product).await.map_err(|e| anyhow::anyhow!("syncing {name}: {e}"))?;
+        billing::apply_product_sync(db, stripe, product, "stress-setup")
+            .await
+            .map_err(|e| anyhow::anyhow!("syncing {name} to the stand-in: {e}"))?;
+        priced.push(product);
+    }
+    let [basic, pro, priority, bundle] = [priced[0], priced[1], priced[2], priced[3]];
+    priced.push(addon);
     let mut subscriptions = vec![];
+    let mut subscribers = vec![];
+    eprintln!("stress: subscribing {} organizations in the stand-in", SUBSCRIPTIONS.min(hot.len()) + billed.len());
     for (i, (org, pool)) in hot.iter().take(SUBSCRIPTIONS).enumerate() {
         // Business organizations default to Support: a Priority support subscription sits on
         // their default ladder, as Basic does on a Community organization's.
-        let product = if org_types[i % org_types.len()] == Some(business) { &grantable[4] } else { &grantable[1] };
-        subscriptions.push(subscribe(db, admin, *org, *pool, product.0, rng).await?);
+        let business = org_types[i % org_types.len()] == Some(business);
+        let products = if business { [priority, bundle] } else { [basic, pro] };
+        let (s, id) = subscribe(db, admin, stripe, *org, *pool, products, products[0]).await?;
+        subscriptions.push(id);
+        subscribers.push(s);
+    }
+    for (org, pool, business) in billed {
+        let products = if business { [priority, bundle] } else { [basic, pro] };
+        let first = products[rng.below(2)];
+        subscribers.push(subscribe(db, admin, stripe, org, pool, products, first).await?.0);
     }
     Ok(Fixture {
         hot,
@@ -146,6 +208,8 @@ pub(super) async fn build_fixture(db: &Db, admin: &PgPool, orgs: usize, rng: &mu
         uncarried,
         uncarried_sets: [set_a, set_b],
         subscriptions,
+        subscribers,
+        priced,
         carried_sets,
         stress_ladder,
         wiki_ladder,
@@ -248,37 +312,48 @@ pub(super) async fn add_top_tier(db: &Db, admin: &PgPool, ladder: &str, product:
     Ok(())
 }
 
-/// A subscription with one item, inserted by the administrator (the Stripe sync comes later),
-/// and its provision conferred to the pool.
+/// A customer paying with a card that works and a subscription to `product` made in the stand-in
+/// (as a checkout would make them), and its first reconcile, which confers its provision.
 pub(super) async fn subscribe(
     db: &Db,
     admin: &PgPool,
+    stripe: &Stripe,
     org: OrganizationId,
     pool: PoolId,
+    products: [ProductId; 2],
     product: ProductId,
-    rng: &mut Rng,
-) -> anyhow::Result<SubscriptionId> {
-    let n = format!("{:016x}", rng.next_u64());
-    let sub: SubscriptionId = sqlx::query_scalar(
-        "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status) VALUES ($1, $2, 'active')
-         RETURNING subscription_id",
-    )
-    .bind(org)
-    .bind(format!("sub_stress_{n}"))
-    .fetch_one(admin)
-    .await?;
-    let item: SubscriptionItemId = sqlx::query_scalar(
-        "INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity)
-         VALUES ($1, $2, $3, 1) RETURNING subscription_item_id",
-    )
-    .bind(sub)
-    .bind(format!("si_stress_{n}"))
-    .bind(product)
-    .fetch_one(admin)
-    .await?;
-    let mut tx = begin(db, TxKind::Materializing).await?;
-    ent_store::confer(tx.conn(), pool, product, None, Some(item), 1).await?;
-    ent_store::materialize_pool(tx.conn(), pool).await?;
+) -> anyhow::Result<(Subscriber, SubscriptionId)> {
+    let customer = stripe
+        .create_test_customer(org.0, &format!("Stress organization {org}"), "pm_card_visa", None)
+        .await
+        .map_err(|e| anyhow::anyhow!("a customer for organization {org}: {e}"))?;
+    let mut tx = begin(db, TxKind::Plain).await?;
+    billing_store::put_customer(tx.conn(), org, &customer).await?;
     tx.commit().await?;
-    Ok(sub)
+    let price = stripe_price_of(admin, product).await?.context("a synced price")?;
+    let sub = stripe
+        .create_subscription(&customer, &price, org.0)
+        .await
+        .map_err(|e| anyhow::anyhow!("a subscription for organization {org}: {e}"))?;
+    let id = match billing::reconcile_subscription(db, stripe, &sub).await {
+        Ok(billing::Reconciled::Converged { subscription_id, status: SubscriptionStatus::Active, .. }) => {
+            subscription_id
+        }
+        other => anyhow::bail!("the first reconcile of {sub} (organization {org}) gave {other:?}"),
+    };
+    let s = Subscriber { org, pool, customer, products, current: tokio::sync::Mutex::new(sub) };
+    Ok((s, id))
+}
+
+/// The Stripe id of the product's newest price that Stripe sells (archived in the console but
+/// not yet in Stripe still sells; one archived in Stripe does not), if any.
+pub(super) async fn stripe_price_of(db: &PgPool, product: ProductId) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT stripe_price_id FROM billing.prices
+         WHERE product_id = $1 AND stripe_price_id IS NOT NULL AND stripe_active
+         ORDER BY price_id DESC LIMIT 1",
+    )
+    .bind(product)
+    .fetch_optional(db)
+    .await
 }

@@ -2,6 +2,8 @@
 -- databases they break on purpose): one query per invariant, each returning (pool_id or NULL,
 -- message) per violating row; none returns a row when the invariant holds. Each starts with a
 -- line `-- invariant: <name>`; src/stress/invariants.rs reads this file as it is.
+-- The billing invariants (13) are checked after the run's final reconcile of every subscription,
+-- so they compare the console's rows with Stripe's converged state.
 
 -- invariant: (counts) the kept organization counts equal a count of the organizations
 SELECT NULL::bigint, format('org type %s: kept %s, counted %s', coalesce(t::text, 'none'), sum(kept), sum(counted))
@@ -251,3 +253,41 @@ CROSS JOIN LATERAL (SELECT count(*) AS n FROM core.plan_acts ra
                     JOIN core.plan_act_details d ON d.plan_act_id = ra.plan_act_id
                     WHERE ra.kind = 'retry' AND (d.detail->>'retry_of')::bigint = o.plan_act_id) r
 WHERE o.attempts > 1 + r.n OR (o.state IN ('migrated', 'grandfathered', 'vacant') AND o.attempts < 1);
+
+-- invariant: (13) a subscription item confers at most once
+SELECT min(c.pool_id), format('subscription item %s (%s) has %s holding conferrals: %s (pool %s)',
+                              c.subscription_item_id, min(i.stripe_item_id), count(*),
+                              string_agg(format('conferral %s', c.conferral_id), ', ' ORDER BY c.conferral_id),
+                              min(c.pool_id))
+FROM core.conferrals c JOIN core.subscription_items i USING (subscription_item_id)
+WHERE c.state = 'holding'
+GROUP BY c.subscription_item_id HAVING count(*) > 1;
+
+-- invariant: (13) no two periods of a subscription overlap
+SELECT NULL::bigint, format('subscription %s (%s) has the overlapping periods %s and %s',
+                            a.subscription_id, s.stripe_subscription_id, a.period, b.period)
+FROM core.subscription_periods a
+JOIN core.subscription_periods b ON b.subscription_id = a.subscription_id AND a.ctid < b.ctid AND a.period && b.period
+JOIN core.subscriptions s ON s.subscription_id = a.subscription_id;
+
+-- invariant: (13) a holding provision's subscription is live and lists its item
+SELECT c.pool_id, format('conferral %s holds for item %s of subscription %s (%s), which %s (pool %s)',
+                         c.conferral_id, i.stripe_item_id, s.subscription_id, s.stripe_subscription_id,
+                         CASE WHEN s.status IN ('canceled', 'incomplete_expired') THEN 'is ' || s.status
+                              ELSE 'no longer lists it since ' || i.removed_at END,
+                         c.pool_id)
+FROM core.conferrals c
+JOIN core.subscription_items i USING (subscription_item_id)
+JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
+WHERE c.state = 'holding' AND (s.status IN ('canceled', 'incomplete_expired') OR i.removed_at IS NOT NULL);
+
+-- invariant: (13) a provision is suspended exactly when its subscription is past due, unpaid or paused
+SELECT c.pool_id, format('conferral %s for item %s of subscription %s (%s) is %s, but the subscription is %s (pool %s)',
+                         c.conferral_id, i.stripe_item_id, s.subscription_id, s.stripe_subscription_id,
+                         CASE WHEN c.suspended THEN 'suspended' ELSE 'not suspended' END, s.status, c.pool_id)
+FROM core.conferrals c
+JOIN core.subscription_items i USING (subscription_item_id)
+JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
+WHERE c.state = 'holding'
+  AND ((c.suspended AND s.status NOT IN ('past_due', 'unpaid', 'paused'))
+       OR (NOT c.suspended AND s.status NOT IN ('active', 'trialing')));

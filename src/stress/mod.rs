@@ -20,18 +20,21 @@ use sqlx::{AssertSqlSafe, PgPool, postgres::PgPoolOptions};
 use tracing::instrument::WithSubscriber;
 
 use crate::{
+    bench::http::Http,
     config::{Config, random_hex},
     db::{Db, DbError, TxKind, begin, migrate},
     demo,
     ids::{
         ConferralId, EntitlementSetId, GrantId, LadderId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId,
-        RuleChangeId, SubscriptionId, SubscriptionItemId,
+        RuleChangeId, SubscriptionId,
     },
+    integrations::stripe::Stripe,
     jobs::{self, Backoff, Worker, WorkerOptions},
     scratch::ScratchDb,
     services::{
         ServiceError,
         auth::{self, AuthError, Email},
+        billing::{self, Reconciled, catalog_sync::NewPrice},
         catalog as catalog_svc, entitlements as ent,
         grants::{self, EmailDomain, IssueGrant, ManageGrant, Recipient},
         organizations::{self as org_svc, OrgName},
@@ -39,9 +42,9 @@ use crate::{
         rule_changes as rc,
         topology::{self, AddTier, RemoveTier},
     },
-    states::{GrantKind, GrantStatus},
+    states::{GrantKind, GrantStatus, SubscriptionStatus},
     store::{
-        catalog as catalog_store,
+        billing as billing_store, catalog as catalog_store,
         entitlements::{self as ent_store, NewGrant},
         plan_acts as pa_store,
     },
@@ -53,6 +56,14 @@ pub const DEFAULT_CONNECTIONS: usize = 8;
 const HOT_ORGS: usize = 6;
 /// Subscriptions (one item each) among the shared organizations, for suspension to act on.
 const SUBSCRIPTIONS: usize = 4;
+/// The stand-in's secret key (it takes any sk_test_ key), and the Stripe client's timeout.
+const STRIPE_KEY: &str = "sk_test_stress";
+const STRIPE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many rows a Claim outbox act takes (the workers' pass takes 100).
+const OUTBOX_CLAIM: i64 = 10;
+/// After the run, the passes that reconcile every subscription until one changes nothing (a
+/// reconcile that ends a provision asks for its organization's other subscriptions again).
+const FINAL_RECONCILE_PASSES: usize = 4;
 /// Errors and deadlocks printed as they happen; the rest are only counted.
 const PRINTED_ERRORS: usize = 10;
 /// Violations and sequences printed after the check.

@@ -54,10 +54,19 @@ pub enum StressPath {
     SignIn,
     /// The organization counts' compaction, beside the inserts' appends.
     CompactCounts,
+    /// A billed organization's subscription changed in the stand-in at random (cancelled, its
+    /// quantity or plan changed, its collection paused or resumed, or nothing), then reconciled.
+    ReconcileSubscription,
+    /// An invoice of a billed organization's subscription, converged.
+    ConvergeInvoice,
+    /// A catalog sync click, sometimes after a new price.
+    SyncProduct,
+    /// The outbox processor's pass: the reconcile requests the other paths wrote, and the syncs.
+    ClaimOutbox,
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 34] = [
+    pub const ALL: [StressPath; 38] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -92,6 +101,18 @@ impl StressPath {
         StressPath::LastProbe,
         StressPath::SignIn,
         StressPath::CompactCounts,
+        StressPath::ReconcileSubscription,
+        StressPath::ConvergeInvoice,
+        StressPath::SyncProduct,
+        StressPath::ClaimOutbox,
+    ];
+
+    /// The billing paths (Stripe's stand-in, read or changed, and the console's side).
+    pub const BILLING_PATHS: [StressPath; 4] = [
+        StressPath::ReconcileSubscription,
+        StressPath::ConvergeInvoice,
+        StressPath::SyncProduct,
+        StressPath::ClaimOutbox,
     ];
 
     /// The grant paths (the tasks' and the workers').
@@ -180,6 +201,10 @@ impl StressPath {
             StressPath::LastProbe => pa::LAST_PROBE_LOCKS.path,
             StressPath::SignIn => auth::SIGN_IN_LOCKS.path,
             StressPath::CompactCounts => org_svc::COMPACT_COUNTS_LOCKS.path,
+            StressPath::ReconcileSubscription => billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.path,
+            StressPath::ConvergeInvoice => billing::invoices::CONVERGE_INVOICE_LOCKS.path,
+            StressPath::SyncProduct => billing::catalog_sync::SYNC_PRODUCT_LOCKS.path,
+            StressPath::ClaimOutbox => billing::outbox::CLAIM_OUTBOX_LOCKS.path,
         }
     }
 
@@ -218,6 +243,15 @@ impl StressPath {
             StressPath::ReorderPlanLadders | StressPath::DrainPlanAct | StressPath::RetryPlanAct => 2,
             // Disjoint from the rest (their own rows), and a sign-in's hashing costs CPU: seldom.
             StressPath::SignIn | StressPath::CompactCounts => 2,
+            // A reconcile takes the rendezvous and a billed organization's pool row (the shared
+            // ones' are the grant paths' and the conferral changes'), after one or two calls to
+            // the stand-in: about as often as a conferral change's bounds.
+            StressPath::ReconcileSubscription => 3 * X,
+            // The outbox's claims meet the workers' own pass (every 5 s) and run the reconciles
+            // the grant and conferral paths asked for.
+            StressPath::ClaimOutbox => 2 * X,
+            // Their own rows (an invoice's, a product's sync lock): seldom.
+            StressPath::ConvergeInvoice | StressPath::SyncProduct => X,
             StressPath::ExpireGrantActivity
             | StressPath::StartGrantActivity
             | StressPath::ListPlanActBatch

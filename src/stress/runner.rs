@@ -1,5 +1,6 @@
-//! The run: the scratch database, the tasks and the job workers for the time asked, then the
-//! drains' end, the sweep, and the invariants.
+//! The run: the scratch database and the Stripe stand-in, the tasks and the job workers for the
+//! time asked, then the drains' end, the sweep, a final reconcile of every subscription, and the
+//! invariants.
 
 use super::*;
 
@@ -31,9 +32,8 @@ pub async fn run(config: &Config, opts: StressOptions) -> anyhow::Result<StressR
 }
 
 pub(super) async fn run_in(config: &Config, opts: &StressOptions, scratch: &ScratchDb) -> anyhow::Result<StressReport> {
-    let (admin, admin_url, name) = (scratch.admin.clone(), scratch.admin_url.as_str(), scratch.name.as_str());
-    let db = scratch.db.clone();
-    ent::register_providers(&db).await?;
+    let db = &scratch.db;
+    ent::register_providers(db).await?;
 
     let seed = opts.seed.unwrap_or_else(|| u64::from_str_radix(&random_hex(8), 16).unwrap_or(1));
     eprintln!(
@@ -44,7 +44,32 @@ pub(super) async fn run_in(config: &Config, opts: &StressOptions, scratch: &Scra
         db.lock_timeout.as_millis()
     );
     let mut rng = Rng::new(seed);
-    let fixture = build_fixture(&db, &admin, opts.orgs, &mut rng).await?;
+    // The run's own Stripe: a stand-in in this process, which the console's client, the workers'
+    // billing jobs and the billing acts all call, and which stops with the run.
+    let standin = stripe_standin::StandIn::start(stripe_standin::Config::default())
+        .await
+        .context("starting the Stripe stand-in")?;
+    let result = run_billed(config, opts, scratch, seed, &mut rng, &standin).await;
+    standin.stop().await;
+    result
+}
+
+async fn run_billed(
+    config: &Config,
+    opts: &StressOptions,
+    scratch: &ScratchDb,
+    seed: u64,
+    rng: &mut Rng,
+    standin: &stripe_standin::StandIn,
+) -> anyhow::Result<StressReport> {
+    let (admin, admin_url, name) = (scratch.admin.clone(), scratch.admin_url.as_str(), scratch.name.as_str());
+    let db = scratch.db.clone();
+    let base = standin.base_url();
+    let standin_addr: std::net::SocketAddr =
+        base.trim_start_matches("http://").parse().with_context(|| format!("the stand-in's address {base}"))?;
+    let stripe =
+        Arc::new(Stripe::connect(STRIPE_KEY, Some(&base), vec![], STRIPE_TIMEOUT).map_err(|e| anyhow::anyhow!("{e}"))?);
+    let fixture = build_fixture(&db, &admin, &stripe, opts.orgs, rng).await?;
 
     // The workers run the grant jobs (expiry, start), the rule changes' and the plan acts' drains
     // and the schedules (the sweep, the drains' pollers) for the whole run, on a pool of their
@@ -60,6 +85,9 @@ pub(super) async fn run_in(config: &Config, opts: &StressOptions, scratch: &Scra
     let mut job_db = Db::new(job_pool);
     job_db.lock_timeout = config.lock_timeout;
     crate::job_registry::register_standard_schedules(&job_db).await?;
+    // The outbox processor's pass every 5 s (the reconciles the grant, conferral and plan-act
+    // paths ask for), and the billing sweep, whose first pass comes at the start.
+    crate::job_registry::register_billing_schedules(&job_db).await?;
 
     let t0: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&admin).await?;
     let started = Instant::now();
@@ -67,10 +95,13 @@ pub(super) async fn run_in(config: &Config, opts: &StressOptions, scratch: &Scra
         db: db.clone(),
         admin: admin.clone(),
         fx: fixture,
+        stripe: stripe.clone(),
+        standin: standin_addr,
         sync_cap: config.rule_change_sync_cap,
         holder_cap: config.plan_act_holder_cap,
         quiet: warnings_on_stderr(),
         move_failures_seen: Mutex::new(BTreeSet::new()),
+        outbox_failures_seen: Mutex::new(BTreeSet::new()),
         started,
         t0,
         deadline: started + Duration::from_secs(opts.seconds),
@@ -79,12 +110,16 @@ pub(super) async fn run_in(config: &Config, opts: &StressOptions, scratch: &Scra
         tally: Mutex::new(Tally::default()),
         events: Mutex::new(Vec::new()),
     });
-    let workers = start_workers(&job_db, config.lock_timeout);
+    let workers = start_workers(&job_db, config.lock_timeout, &stripe);
     run_tasks(&ctx, opts.connections, seed, config.lock_timeout).await;
     settle_plan_acts(&ctx).await;
     settle_drains(&ctx).await;
     stop_workers(&ctx, workers).await;
     sweep(&ctx).await;
+    reconcile_every_subscription(&ctx).await;
+    if let Err(e) = note_outbox_failures(&ctx).await {
+        ctx.tally_error(format!("reading the outbox's failures: {e}"));
+    }
     db.close().await;
     job_db.close().await;
     count_jobs(&ctx).await?;
@@ -194,9 +229,10 @@ pub(super) struct Workers {
     pub(super) grace: Duration,
 }
 
-/// Start `JOB_WORKERS` workers with the console's own handlers. Their log is kept to warnings
-/// (a job done is logged at info, hundreds of times a run).
-pub(super) fn start_workers(db: &Db, lock_timeout: Duration) -> Workers {
+/// Start `JOB_WORKERS` workers with the console's own handlers, billing's included (the
+/// reconciles the outbox and the sweep ask for, the invoices' converges). Their log is kept to
+/// warnings (a job done is logged at info, hundreds of times a run).
+pub(super) fn start_workers(db: &Db, lock_timeout: Duration, stripe: &Arc<Stripe>) -> Workers {
     let quiet = warnings_on_stderr();
     let grace = lock_timeout * 2 + Duration::from_secs(2);
     let options = WorkerOptions {
@@ -209,8 +245,8 @@ pub(super) fn start_workers(db: &Db, lock_timeout: Duration) -> Workers {
     let (stop, rx) = tokio::sync::watch::channel(false);
     let handles = (0..JOB_WORKERS)
         .map(|_| {
-            let w = Worker::new(db.clone(), quietly(crate::job_registry::standard_handlers(), &quiet), JOB_CONCURRENCY)
-                .with_options(options.clone());
+            let handlers = crate::job_registry::handlers_with(Some(stripe.clone()));
+            let w = Worker::new(db.clone(), quietly(handlers, &quiet), JOB_CONCURRENCY).with_options(options.clone());
             tokio::spawn(w.run(rx.clone()).with_subscriber(quiet.clone()))
         })
         .collect();
@@ -300,6 +336,42 @@ pub(super) async fn sweep(ctx: &Ctx) {
             }
         }
         Err(e) => ctx.tally_error(format!("the sweep after the run failed: {e}")),
+    }
+}
+
+/// After the run and the sweep, with nothing else running: every subscription reconciled with
+/// Stripe as it is now, pass after pass until one changes nothing (a reconcile that ends a
+/// provision asks for its organization's other subscriptions again, and may free a ladder for
+/// them), so the invariants compare converged state. A pass still changing things after
+/// `FINAL_RECONCILE_PASSES` is left to the invariants.
+pub(super) async fn reconcile_every_subscription(ctx: &Ctx) {
+    let ids: Vec<String> =
+        match sqlx::query_scalar("SELECT stripe_subscription_id FROM core.subscriptions ORDER BY subscription_id")
+            .fetch_all(&ctx.admin)
+            .await
+        {
+            Ok(ids) => ids,
+            Err(e) => return ctx.tally_error(format!("reading the subscriptions after the run: {e}")),
+        };
+    for pass in 1..=FINAL_RECONCILE_PASSES {
+        let mut changed = 0;
+        for id in &ids {
+            match billing::reconcile_subscription(&ctx.db, &ctx.stripe, id).with_subscriber(ctx.quiet.clone()).await {
+                Ok(Reconciled::Converged { changed: true, .. }) => changed += 1,
+                Ok(Reconciled::Converged { .. } | Reconciled::Stale) => {}
+                Ok(Reconciled::Unknown) => ctx.tally_error(format!("Stripe does not know {id} after the run")),
+                Err(ServiceError::Db(DbError::Deadlock(m))) => {
+                    ctx.tally_deadlock(format!("reconciling {id} after the run: {m}"))
+                }
+                Err(e) => ctx.tally_error(format!("reconciling {id} after the run: {e}")),
+            }
+        }
+        if changed == 0 {
+            let passes = if pass == 1 { "one pass".to_string() } else { format!("{pass} passes") };
+            eprintln!("stress: the final reconcile of {} subscriptions converged in {passes}", ids.len());
+            return;
+        }
+        eprintln!("stress: the final reconcile's pass {pass} changed {changed} of {} subscriptions", ids.len());
     }
 }
 

@@ -6,6 +6,10 @@ pub(super) struct Ctx {
     pub(super) db: Db,
     pub(super) admin: PgPool,
     pub(super) fx: Fixture,
+    /// The console's Stripe client, on the run's stand-in, and the stand-in's address for the
+    /// changes the console never asks Stripe for (an operator's, in Stripe's dashboard).
+    pub(super) stripe: Arc<Stripe>,
+    pub(super) standin: std::net::SocketAddr,
     /// The console's sync cap (`CONSOLE_RULE_CHANGE_SYNC_CAP`), for the commits settled inline.
     pub(super) sync_cap: i64,
     /// The console's holder cap (`CONSOLE_PLAN_ACT_HOLDER_CAP`), for the tier add and removal.
@@ -15,6 +19,8 @@ pub(super) struct Ctx {
     pub(super) quiet: tracing::Dispatch,
     /// The moves' failures already counted as errors: (act, pool, attempts).
     pub(super) move_failures_seen: Mutex<BTreeSet<(i64, i64, i32)>>,
+    /// The outbox rows' failures already counted: (row, attempts).
+    pub(super) outbox_failures_seen: Mutex<BTreeSet<(i64, i32)>>,
     pub(super) started: Instant,
     /// The server's clock when `started` was taken (for placing the jobs' runs among the acts).
     pub(super) t0: DateTime<Utc>,
@@ -229,6 +235,10 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::ReorderPlanLadders => reorder_plan_ladders(ctx, rng, note).await,
         StressPath::SignIn => sign_in(ctx, rng, note).await,
         StressPath::CompactCounts => compact_counts(ctx, note).await,
+        StressPath::ReconcileSubscription => reconcile_subscription(ctx, rng, note).await,
+        StressPath::ConvergeInvoice => converge_invoice(ctx, rng, note).await,
+        StressPath::SyncProduct => sync_product(ctx, rng, note).await,
+        StressPath::ClaimOutbox => claim_outbox(ctx, note).await,
         StressPath::ExpireGrantActivity
         | StressPath::StartGrantActivity
         | StressPath::ListPlanActBatch
@@ -244,7 +254,7 @@ pub(super) fn entitlement_outcome<T>(r: Result<T, ServiceError>) -> Result<Outco
     match r {
         Ok(_) => Ok(Outcome::Done),
         Err(ServiceError::Invalid(_) | ServiceError::Db(DbError::LockNotAvailable)) => Ok(Outcome::Refused),
-        // No path the stress runs calls Stripe: a remote failure here is a bug.
+        // None of these paths calls Stripe: a remote failure here is a bug.
         Err(e @ ServiceError::Remote { .. }) => Err(Failure::Error(e.to_string())),
         Err(ServiceError::Db(e)) => Err(e.into()),
         // A missing row, and refusals these paths never give.
@@ -261,7 +271,7 @@ pub(super) fn catalog_outcome<T>(r: Result<T, ServiceError>) -> Result<Outcome, 
             | ServiceError::ChangeInProgress
             | ServiceError::Db(DbError::LockNotAvailable),
         ) => Ok(Outcome::Refused),
-        // No path the stress runs calls Stripe: a remote failure here is a bug.
+        // None of these paths calls Stripe: a remote failure here is a bug.
         Err(e @ ServiceError::Remote { .. }) => Err(Failure::Error(e.to_string())),
         Err(ServiceError::Db(e)) => Err(e.into()),
         Err(e @ ServiceError::NotFound(_)) => Err(Failure::Error(e.to_string())),

@@ -1,21 +1,25 @@
 //! The reliability tool: a short run of every path at once (the grant paths and their jobs, the
-//! rule changes and their drains, the plan acts and theirs included) finds no deadlock, no error
-//! and no violated invariant; and the invariant check does see a broken invariant.
+//! rule changes and their drains, the plan acts and theirs, the billing paths against the Stripe
+//! stand-in included) finds no deadlock, no error and no violated invariant; and the invariant
+//! check does see a broken invariant.
 
 use crate::common;
 
 use common::TestDb;
 use member_console::{
     config::Config,
-    demo,
-    ids::{EntitlementSetId, LadderId, OrgTypeId, OrganizationId, PoolId},
+    db, demo,
+    ids::{EntitlementSetId, LadderId, OrgTypeId, OrganizationId, PoolId, SubscriptionItemId},
     services::{
+        billing::{self, Reconciled},
+        entitlements as ent,
         grants::EmailDomain,
         organizations::{self as orgs, OrgName},
         plan_acts::{self as pa, Disposition},
         rule_changes as rc,
         topology::{self, RemoveTier},
     },
+    store::entitlements as ent_store,
     stress::{self, StressOptions, StressPath},
 };
 
@@ -110,6 +114,18 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
     for name in ["AddTier", "DeleteTier", "RemoveTier", "ReorderTiers (T0)", "DrainPlanAct", "RetryPlanAct"] {
         let count = report.paths.get(name).copied().unwrap_or_default();
         assert!(count.done + count.refused >= 1, "{name} was never tried; {summary}");
+    }
+    // The billing paths by their declarations' names, against the run's Stripe stand-in: a
+    // subscription changed and reconciled, an invoice converged, a sync click, and an outbox pass
+    // that claimed rows (the grant acts on the shared organizations ask for their subscriptions'
+    // reconciles, and the sync clicks for syncs).
+    assert_eq!(
+        StressPath::BILLING_PATHS.map(|p| p.name()),
+        ["ReconcileSubscription", "invoiceReconcile.converge", "catalogsync.Sync", "Claim outbox rows"]
+    );
+    for p in StressPath::BILLING_PATHS {
+        let count = report.paths.get(p.name()).copied().unwrap_or_default();
+        assert!(count.done >= 1, "{} was never done; {summary}", p.name());
     }
     assert_eq!(report.deadlocks, 0, "{summary}");
     assert_eq!(report.errors, 0, "{summary}");
@@ -419,4 +435,86 @@ async fn the_invariant_check_sees_plan_acts_that_did_not_settle() {
         "(11) missing: {found:#?}"
     );
     assert_eq!(found.len(), 7, "one message per violating row: {found:#?}");
+}
+
+/// The billing invariants, which the run checks after its final reconcile of every subscription:
+/// converged subscriptions leave no violation; a provision of a subscription the console thinks
+/// cancelled, a suspension no reconcile undid, an item conferred in two pools and two overlapping
+/// periods are each reported.
+#[tokio::test]
+async fn the_invariant_check_sees_billing_state_that_did_not_converge() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let s = common::stripe::StripeFixture::start().await;
+    let community = common::acts::type_id(&t, "Community").await;
+    let mut orgs = vec![];
+    for name in ["Billed cancelled", "Billed suspended", "Billed twice", "Not billed"] {
+        orgs.push(common::acts::org_of_type(&t, name, community).await);
+    }
+    let mut stripe_prices = vec![];
+    for (product, amount) in [("Basic", "12"), ("Pro", "30")] {
+        let price = s.price(&t.db, common::acts::product_id(&t, product).await, amount).await;
+        stripe_prices.push(s.stripe_price(&t.admin, price).await);
+    }
+    let mut subs = vec![];
+    for (o, price) in orgs.iter().take(3).zip([&stripe_prices[0], &stripe_prices[1], &stripe_prices[0]]) {
+        let customer = s.customer(&t.db, o.organization_id, "pm_card_visa", None).await;
+        let sub = s.subscribe(&customer, price, o.organization_id).await;
+        match billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap() {
+            Reconciled::Converged { subscription_id, .. } => subs.push(subscription_id),
+            other => panic!("{other:?}"),
+        }
+    }
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    assert!(found.is_empty(), "converged subscriptions leave no violation: {found:#?}");
+
+    // The first subscription cancelled in the console's rows while its provision still holds
+    // (a reconcile that never ran its ended branch): not live, and not suspended though not active.
+    sqlx::query("UPDATE core.subscriptions SET status = 'canceled' WHERE subscription_id = $1")
+        .bind(subs[0])
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    // The second one's provision suspended while Stripe has it active (no reconcile since).
+    assert_eq!(ent::sync_source_status(&t.db, subs[1], "suspended").await.unwrap(), 1);
+    // The third one's item conferred a second time, in another organization's pool.
+    let item: SubscriptionItemId =
+        sqlx::query_scalar("SELECT subscription_item_id FROM core.subscription_items WHERE subscription_id = $1")
+            .bind(subs[2])
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    let basic = common::acts::product_id(&t, "Basic").await;
+    let mut tx = db::begin(&t.db, db::TxKind::Materializing).await.unwrap();
+    ent_store::confer(tx.conn(), orgs[3].pool_id, basic, None, Some(item), 1).await.unwrap();
+    ent_store::materialize_pool(tx.conn(), orgs[3].pool_id).await.unwrap();
+    tx.commit().await.unwrap();
+    // And a period overlapping its current one (the table's constraint dropped to let it in).
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE core.subscription_periods DROP CONSTRAINT subscription_periods_no_overlap;
+         INSERT INTO core.subscription_periods (subscription_id, period)
+         SELECT subscription_id, tstzrange(lower(period) + interval '1 day', upper(period) + interval '1 day')
+         FROM core.subscription_periods WHERE subscription_id = {}",
+        subs[2]
+    )))
+    .execute(&t.admin)
+    .await
+    .unwrap();
+
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    let has =
+        |needle: &str, pool: PoolId| found.iter().any(|m| m.contains(needle) && m.contains(&format!("pool {pool}")));
+    let (p0, p1, p2) = (orgs[0].pool_id, orgs[1].pool_id, orgs[2].pool_id);
+    assert!(
+        has(&format!("of subscription {} (", subs[0]), p0) && has("which is canceled", p0),
+        "(13) live: {found:#?}"
+    );
+    assert!(has("is not suspended, but the subscription is canceled", p0), "(13) suspended: {found:#?}");
+    assert!(has("is suspended, but the subscription is active", p1), "(13) suspended: {found:#?}");
+    assert!(has(&format!("subscription item {item} ("), p2.min(orgs[3].pool_id)), "(13) once: {found:#?}");
+    assert!(
+        found.iter().any(|m| m.contains(&format!("subscription {} (", subs[2])) && m.contains("overlapping periods")),
+        "(13) periods: {found:#?}"
+    );
+    assert_eq!(found.len(), 5, "one message per violating row: {found:#?}");
 }

@@ -3,12 +3,14 @@
 
 use super::*;
 
+mod on_billing;
 mod on_entitlements;
 mod on_grants;
 mod on_plan_acts;
 mod on_rule_changes;
 mod on_sign_in;
 
+pub(super) use on_billing::*;
 pub(super) use on_entitlements::*;
 pub(super) use on_grants::*;
 pub(super) use on_plan_acts::*;

@@ -100,8 +100,15 @@ pub(in crate::stress) async fn sync_source_status(
         return Ok(Outcome::Skipped);
     }
     let i = rng.below(ctx.fx.subscriptions.len());
-    let sub = ctx.fx.subscriptions[i];
-    note.pool = Some(ctx.fx.hot[i].1.0);
+    let (org, pool) = ctx.fx.hot[i];
+    note.pool = Some(pool.0);
+    // The organization's newest subscription: ReconcileSubscription replaces one it cancelled.
+    let newest: Option<SubscriptionId> =
+        sqlx::query_scalar("SELECT max(subscription_id) FROM core.subscriptions WHERE organization_id = $1")
+            .bind(org)
+            .fetch_one(&ctx.db.pool)
+            .await?;
+    let sub = newest.unwrap_or(ctx.fx.subscriptions[i]);
     let status = if rng.below(2) == 0 { "suspended" } else { "active" };
     let r = ent::sync_source_status(&ctx.db, sub, status).await;
     note.detail = match &r {

@@ -17,7 +17,7 @@ pub(in crate::stress) fn topology_outcome<T>(r: Result<T, ServiceError>, note: &
             Ok(Outcome::Refused)
         }
         Err(e @ ServiceError::NotFound(_)) => Err(Failure::Error(e.to_string())),
-        // No path the stress runs calls Stripe: a remote failure here is a bug.
+        // None of these paths calls Stripe: a remote failure here is a bug.
         Err(e @ ServiceError::Remote { .. }) => Err(Failure::Error(e.to_string())),
         Err(ServiceError::Db(e)) => Err(e.into()),
     }
