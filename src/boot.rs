@@ -91,7 +91,9 @@ pub async fn stripe_for_serve(config: &Config, console: std::net::SocketAddr) ->
     if config.stripe.secret_key.is_some() {
         return Ok(ServeStripe { stripe: connect_stripe(config)?, standin: None });
     }
-    let standin = stripe_standin::StandIn::start(stripe_standin::Config::default()).await.context("starting the Stripe stand-in")?;
+    let standin = stripe_standin::StandIn::start(stripe_standin::Config::default())
+        .await
+        .context("starting the Stripe stand-in")?;
     let host = if console.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { console.ip() };
     let hook = format!("http://{}/webhooks/stripe", std::net::SocketAddr::new(host, console.port()));
     let secret = standin.add_webhook_endpoint(&hook).map_err(|e| anyhow::anyhow!("registering the webhook: {e}"))?;

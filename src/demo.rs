@@ -208,16 +208,22 @@ pub async fn load_billing(db: &Db, stripe: &crate::integrations::stripe::Stripe)
         let mut conn = db.pool.acquire().await?;
         catalog::org_types(&mut conn).await?.into_iter().find(|t| t.name == "Community").map(|t| t.org_type_id)
     };
-    for (name, product, story) in [("Stark Wikis", "Pro", "paid"), ("Wayne Wikis", "Basic", "past_due"), ("Umbrella Wikis", "Basic", "displaced")] {
+    for (name, product, story) in
+        [("Stark Wikis", "Pro", "paid"), ("Wayne Wikis", "Basic", "past_due"), ("Umbrella Wikis", "Basic", "displaced")]
+    {
         let Some(price) = prices.get(product) else { continue };
         let org = {
             let mut tx = begin(db, TxKind::Materializing).await?;
             let org = match accounts::organization_by_name(tx.conn(), name).await? {
                 Some(o) => o,
                 None => {
-                    organizations::create_organization_tx(&mut tx, &OrgName::parse(name).map_err(anyhow::Error::msg)?, community)
-                        .await?
-                        .organization_id
+                    organizations::create_organization_tx(
+                        &mut tx,
+                        &OrgName::parse(name).map_err(anyhow::Error::msg)?,
+                        community,
+                    )
+                    .await?
+                    .organization_id
                 }
             };
             tx.commit().await?;

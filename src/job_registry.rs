@@ -5,8 +5,8 @@ use std::{sync::Arc, time::Duration};
 
 use crate::{
     db::{Db, DbError},
-    jobs::{self, Handlers, JobError, PurgeExpired, ensure_schedule},
     integrations::stripe::Stripe,
+    jobs::{self, Handlers, JobError, PurgeExpired, ensure_schedule},
     services::{
         ServiceError,
         billing::{self, ConvergeInvoice, ProcessOutbox, ReconcileSubscription, SweepBilling},

@@ -283,7 +283,14 @@ async fn bench(which: BenchWhich, config: &Config) -> anyhow::Result<()> {
             let r = member_console::bench::webhooks::run(config, &o).await?;
             println!(
                 "webhooks: {} events about {} subscriptions at concurrency {}: ingest {:.0}/s; {} reconciles at {:.0}/s; yardstick {:.0} tps; ratio {:.2}",
-                r.events, r.subscriptions, r.concurrency, r.ingest_per_s, r.reconciles, r.reconciled_per_s, r.yardstick_tps, r.ratio
+                r.events,
+                r.subscriptions,
+                r.concurrency,
+                r.ingest_per_s,
+                r.reconciles,
+                r.reconciled_per_s,
+                r.yardstick_tps,
+                r.ratio
             );
             println!("{}", serde_json::to_string(&r)?);
         }

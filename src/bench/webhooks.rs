@@ -133,13 +133,16 @@ async fn seed(
     let pro = super::id_of(&s.admin, "SELECT product_id FROM core.products WHERE name = $1", "Pro").await?;
     let ty = super::id_of(&s.admin, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await?;
     let pro = crate::ids::ProductId(pro);
-    let price = billing::set_price(&s.db, pro, &NewPrice::parse("month", "30", "eur").map_err(|e| anyhow::anyhow!("{e}"))?)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let price =
+        billing::set_price(&s.db, pro, &NewPrice::parse("month", "30", "eur").map_err(|e| anyhow::anyhow!("{e}"))?)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     billing::sync_product(&s.db, pro).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     billing::apply_product_sync(&s.db, stripe, pro, "bench").await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    let stripe_price: String =
-        sqlx::query_scalar("SELECT stripe_price_id FROM billing.prices WHERE price_id = $1").bind(price).fetch_one(&s.admin).await?;
+    let stripe_price: String = sqlx::query_scalar("SELECT stripe_price_id FROM billing.prices WHERE price_id = $1")
+        .bind(price)
+        .fetch_one(&s.admin)
+        .await?;
     super::floored_organizations(
         &s.admin,
         n as i64,
@@ -147,9 +150,10 @@ async fn seed(
         super::id_of(&s.admin, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1", "Wiki hosting").await?,
     )
     .await?;
-    let orgs: Vec<i64> = sqlx::query_scalar("SELECT organization_id FROM core.organizations WHERE name LIKE 'Bench %' ORDER BY 1")
-        .fetch_all(&s.admin)
-        .await?;
+    let orgs: Vec<i64> =
+        sqlx::query_scalar("SELECT organization_id FROM core.organizations WHERE name LIKE 'Bench %' ORDER BY 1")
+            .fetch_all(&s.admin)
+            .await?;
     let addr: SocketAddr = standin.base_url().trim_start_matches("http://").parse()?;
     let mut http = Http::new(addr);
     let mut subs = Vec::with_capacity(n);
@@ -175,7 +179,12 @@ async fn seed(
 async fn stripe_post(http: &mut Http, path: &str, form: &str) -> anyhow::Result<String> {
     let bearer = format!("Bearer {KEY}");
     let a = http
-        .send("POST", path, &[("Authorization", bearer.as_str())], Some(("application/x-www-form-urlencoded", form.as_bytes())))
+        .send(
+            "POST",
+            path,
+            &[("Authorization", bearer.as_str())],
+            Some(("application/x-www-form-urlencoded", form.as_bytes())),
+        )
         .await?;
     anyhow::ensure!(a.status == 200, "{path}: {} {}", a.status, String::from_utf8_lossy(&a.body));
     let v: serde_json::Value = serde_json::from_slice(&a.body)?;
@@ -206,7 +215,12 @@ async fn post_events(addr: SocketAddr, subscriptions: &[String], n: usize) -> an
                 }))?;
                 let sig = signature::sign(SECRET, now, &body);
                 let a = http
-                    .send("POST", "/webhooks/stripe", &[("Stripe-Signature", sig.as_str())], Some(("application/json", &body)))
+                    .send(
+                        "POST",
+                        "/webhooks/stripe",
+                        &[("Stripe-Signature", sig.as_str())],
+                        Some(("application/json", &body)),
+                    )
                     .await?;
                 anyhow::ensure!(a.status == 200, "event {i}: {} {}", a.status, String::from_utf8_lossy(&a.body));
                 ok += 1;

@@ -69,7 +69,11 @@ pub async fn enqueue(conn: &mut PgConnection, job: NewJob<'_>) -> Result<Option<
 /// Enqueue a typed job about one outside object (a Stripe subscription, an invoice), keyed by
 /// `object_key`: a no-op while a job about that object is still pending (see
 /// `store::jobs::insert_object_job`). A webhook and a sweep asking at once queue one job.
-pub async fn enqueue_for_object<J: Job>(conn: &mut PgConnection, job: &J, object_key: &str) -> Result<Option<JobId>, DbError> {
+pub async fn enqueue_for_object<J: Job>(
+    conn: &mut PgConnection,
+    job: &J,
+    object_key: &str,
+) -> Result<Option<JobId>, DbError> {
     let mut payload = serde_json::to_value(job).unwrap_or_default();
     if let Some(map) = payload.as_object_mut() {
         map.insert("object_key".into(), serde_json::Value::String(object_key.to_string()));

@@ -5,7 +5,10 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use crate::{
-    ids::{AccountId, ConferralId, LadderId, OrganizationId, OutboxId, PoolId, PriceId, ProductId, SubscriptionId, SubscriptionItemId},
+    ids::{
+        AccountId, ConferralId, LadderId, OrganizationId, OutboxId, PoolId, PriceId, ProductId, SubscriptionId,
+        SubscriptionItemId,
+    },
     states::{BillingInterval, InvoiceStatus, SubscriptionStatus, SyncState},
 };
 
@@ -24,7 +27,10 @@ pub struct SubscriptionRow {
     pub observed_at: Option<DateTime<Utc>>,
 }
 
-pub async fn subscription_by_stripe_id(conn: &mut PgConnection, stripe_id: &str) -> sqlx::Result<Option<SubscriptionRow>> {
+pub async fn subscription_by_stripe_id(
+    conn: &mut PgConnection,
+    stripe_id: &str,
+) -> sqlx::Result<Option<SubscriptionRow>> {
     sqlx::query_as!(
         SubscriptionRow,
         r#"SELECT subscription_id, organization_id, status AS "status: SubscriptionStatus", observed_at
@@ -269,7 +275,10 @@ pub async fn request_organization_reconciles(
 // Prices, customers, checkout ----------------------------------------------------------------------
 
 /// The console's price and product behind a Stripe price id.
-pub async fn price_by_stripe_id(conn: &mut PgConnection, stripe_price_id: &str) -> sqlx::Result<Option<(PriceId, ProductId)>> {
+pub async fn price_by_stripe_id(
+    conn: &mut PgConnection,
+    stripe_price_id: &str,
+) -> sqlx::Result<Option<(PriceId, ProductId)>> {
     let row = sqlx::query!(
         r#"SELECT price_id AS "price_id: PriceId", product_id AS "product_id: ProductId"
            FROM billing.prices WHERE stripe_price_id = $1"#,
@@ -280,7 +289,10 @@ pub async fn price_by_stripe_id(conn: &mut PgConnection, stripe_price_id: &str) 
     Ok(row.map(|r| (r.price_id, r.product_id)))
 }
 
-pub async fn organization_of_customer(conn: &mut PgConnection, stripe_customer_id: &str) -> sqlx::Result<Option<OrganizationId>> {
+pub async fn organization_of_customer(
+    conn: &mut PgConnection,
+    stripe_customer_id: &str,
+) -> sqlx::Result<Option<OrganizationId>> {
     sqlx::query_scalar!(
         r#"SELECT organization_id AS "id: OrganizationId" FROM billing.customers WHERE stripe_customer_id = $1"#,
         stripe_customer_id
@@ -300,7 +312,11 @@ pub async fn customer_of(conn: &mut PgConnection, organization_id: OrganizationI
 
 /// Record the organization's customer; a concurrent insert of the same one is no conflict.
 /// Returns the customer the organization has after it.
-pub async fn put_customer(conn: &mut PgConnection, organization_id: OrganizationId, stripe_customer_id: &str) -> sqlx::Result<String> {
+pub async fn put_customer(
+    conn: &mut PgConnection,
+    organization_id: OrganizationId,
+    stripe_customer_id: &str,
+) -> sqlx::Result<String> {
     sqlx::query!(
         "INSERT INTO billing.customers (organization_id, stripe_customer_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         organization_id as OrganizationId,
@@ -337,7 +353,10 @@ pub async fn insert_checkout_session(
 }
 
 /// The organization a checkout session was started for.
-pub async fn checkout_session_organization(conn: &mut PgConnection, stripe_session_id: &str) -> sqlx::Result<Option<OrganizationId>> {
+pub async fn checkout_session_organization(
+    conn: &mut PgConnection,
+    stripe_session_id: &str,
+) -> sqlx::Result<Option<OrganizationId>> {
     sqlx::query_scalar!(
         r#"SELECT organization_id AS "id: OrganizationId" FROM billing.checkout_sessions WHERE stripe_session_id = $1"#,
         stripe_session_id
@@ -346,7 +365,11 @@ pub async fn checkout_session_organization(conn: &mut PgConnection, stripe_sessi
     .await
 }
 
-pub async fn complete_checkout_session(conn: &mut PgConnection, stripe_session_id: &str, stripe_subscription_id: &str) -> sqlx::Result<()> {
+pub async fn complete_checkout_session(
+    conn: &mut PgConnection,
+    stripe_session_id: &str,
+    stripe_subscription_id: &str,
+) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE billing.checkout_sessions SET completed_at = coalesce(completed_at, now()), stripe_subscription_id = $2
           WHERE stripe_session_id = $1",
@@ -395,7 +418,10 @@ pub async fn record_event(
 
 // Invoices ----------------------------------------------------------------------------------------
 
-pub async fn invoice_observed_at(conn: &mut PgConnection, stripe_invoice_id: &str) -> sqlx::Result<Option<DateTime<Utc>>> {
+pub async fn invoice_observed_at(
+    conn: &mut PgConnection,
+    stripe_invoice_id: &str,
+) -> sqlx::Result<Option<DateTime<Utc>>> {
     sqlx::query_scalar!("SELECT observed_at FROM billing.invoices WHERE stripe_invoice_id = $1", stripe_invoice_id)
         .fetch_optional(conn)
         .await
@@ -517,7 +543,10 @@ pub async fn insert_invoice_payment(
 }
 
 /// The organization a Stripe subscription belongs to, as the console has it.
-pub async fn organization_of_subscription(conn: &mut PgConnection, stripe_subscription_id: &str) -> sqlx::Result<Option<OrganizationId>> {
+pub async fn organization_of_subscription(
+    conn: &mut PgConnection,
+    stripe_subscription_id: &str,
+) -> sqlx::Result<Option<OrganizationId>> {
     sqlx::query_scalar!(
         r#"SELECT organization_id AS "id: OrganizationId" FROM core.subscriptions WHERE stripe_subscription_id = $1"#,
         stripe_subscription_id
@@ -645,9 +674,10 @@ pub async fn archive_active_price(
 }
 
 pub async fn archive_price(conn: &mut PgConnection, price_id: PriceId) -> sqlx::Result<bool> {
-    let r = sqlx::query!("UPDATE billing.prices SET active = false WHERE price_id = $1 AND active", price_id as PriceId)
-        .execute(conn)
-        .await?;
+    let r =
+        sqlx::query!("UPDATE billing.prices SET active = false WHERE price_id = $1 AND active", price_id as PriceId)
+            .execute(conn)
+            .await?;
     Ok(r.rows_affected() == 1)
 }
 
@@ -703,7 +733,12 @@ pub async fn mapping_pending(conn: &mut PgConnection, product_id: ProductId) -> 
     Ok(())
 }
 
-pub async fn mapping_synced(conn: &mut PgConnection, product_id: ProductId, stripe_product_id: &str, name: &str) -> sqlx::Result<()> {
+pub async fn mapping_synced(
+    conn: &mut PgConnection,
+    product_id: ProductId,
+    stripe_product_id: &str,
+    name: &str,
+) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE billing.product_mappings
             SET stripe_product_id = $2, synced_name = $3, sync_state = 'synced', last_error = NULL, synced_at = now()
@@ -729,16 +764,18 @@ pub async fn mapping_failed(conn: &mut PgConnection, product_id: ProductId, erro
 }
 
 pub async fn prices_pending(conn: &mut PgConnection, ids: &[PriceId]) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE billing.prices SET sync_state = 'pending' WHERE price_id = ANY ($1)",
-        ids as &[PriceId]
-    )
-    .execute(conn)
-    .await?;
+    sqlx::query!("UPDATE billing.prices SET sync_state = 'pending' WHERE price_id = ANY ($1)", ids as &[PriceId])
+        .execute(conn)
+        .await?;
     Ok(())
 }
 
-pub async fn price_synced(conn: &mut PgConnection, price_id: PriceId, stripe_price_id: &str, stripe_active: bool) -> sqlx::Result<()> {
+pub async fn price_synced(
+    conn: &mut PgConnection,
+    price_id: PriceId,
+    stripe_price_id: &str,
+    stripe_active: bool,
+) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE billing.prices
             SET stripe_price_id = $2, stripe_active = $3, sync_state = 'synced', last_error = NULL, synced_at = now()
@@ -799,7 +836,11 @@ pub async fn live_subscription_on_ladders_of(
 }
 
 /// Live subscriptions the console knows, a page at a time by id (the sweep's second pass).
-pub async fn live_subscriptions_after(conn: &mut PgConnection, after: SubscriptionId, limit: i64) -> sqlx::Result<Vec<(SubscriptionId, String)>> {
+pub async fn live_subscriptions_after(
+    conn: &mut PgConnection,
+    after: SubscriptionId,
+    limit: i64,
+) -> sqlx::Result<Vec<(SubscriptionId, String)>> {
     let rows = sqlx::query!(
         r#"SELECT subscription_id AS "id: SubscriptionId", stripe_subscription_id FROM core.subscriptions
             WHERE subscription_id > $1 AND status NOT IN ('canceled', 'incomplete_expired')
@@ -893,7 +934,11 @@ pub async fn insert_scheduled_change(
     Ok(())
 }
 
-pub async fn settle_scheduled_change(conn: &mut PgConnection, scheduled_change_id: i64, state: &str) -> sqlx::Result<()> {
+pub async fn settle_scheduled_change(
+    conn: &mut PgConnection,
+    scheduled_change_id: i64,
+    state: &str,
+) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE core.scheduled_changes SET state = $2, settled_at = now() WHERE scheduled_change_id = $1 AND state = 'scheduled'",
         scheduled_change_id,

@@ -150,7 +150,10 @@ async fn a_renewal_that_fails_suspends_the_provision_and_a_paid_one_keeps_it() {
     // The card starts failing; a month passes.
     s.post(
         &format!("/customers/{customer}"),
-        &[("payment_method", "pm_card_chargeCustomerFail"), ("invoice_settings[default_payment_method]", "pm_card_chargeCustomerFail")],
+        &[
+            ("payment_method", "pm_card_chargeCustomerFail"),
+            ("invoice_settings[default_payment_method]", "pm_card_chargeCustomerFail"),
+        ],
     )
     .await;
     s.advance(&clock, now + 32 * 86_400).await;
@@ -240,12 +243,13 @@ async fn an_invoice_is_converged_with_its_lines_and_payments_once() {
     let inv = list["data"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(billing::converge_invoice(&t.db, &s.stripe, &inv).await.unwrap(), Converged::Written);
     assert_eq!(billing::converge_invoice(&t.db, &s.stripe, &inv).await.unwrap(), Converged::Written);
-    let (org, status, paid): (OrganizationId, String, i64) =
-        sqlx::query_as("SELECT organization_id, status, amount_paid FROM billing.invoices WHERE stripe_invoice_id = $1")
-            .bind(&inv)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let (org, status, paid): (OrganizationId, String, i64) = sqlx::query_as(
+        "SELECT organization_id, status, amount_paid FROM billing.invoices WHERE stripe_invoice_id = $1",
+    )
+    .bind(&inv)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
     assert_eq!((org, status.as_str(), paid), (o, "paid", 1200));
     assert_eq!(count(&t, "SELECT count(*) FROM billing.invoice_lines").await, 1);
     assert_eq!(billing::converge_invoice(&t.db, &s.stripe, "in_nothing").await.unwrap(), Converged::Unknown);
@@ -255,7 +259,9 @@ async fn an_invoice_is_converged_with_its_lines_and_payments_once() {
 async fn two_sync_clicks_write_once_and_a_product_stripe_has_whole_writes_nothing() {
     let (t, s) = setup().await;
     let pro = common::acts::product_id(&t, "Pro").await;
-    billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap()).await.unwrap();
+    billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap())
+        .await
+        .unwrap();
     assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::Enqueued { product: true, prices: 1 });
     assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::AlreadyPending);
     assert_eq!(count(&t, "SELECT count(*) FROM core.outbox WHERE kind = 'sync_product'").await, 1);
@@ -295,7 +301,8 @@ async fn post_event(app: &TestApp, body: &[u8], signature: Option<String>) -> (u
 async fn a_webhook_is_verified_on_its_raw_body_first_and_recorded_once() {
     let (t, s) = setup().await;
     let app = TestApp::spawn_with_stripe(&t, s.with_webhook_secrets(vec!["whsec_old".into(), SECRET.into()])).await;
-    let body = event("evt_1", "customer.subscription.updated", serde_json::json!({"id": "sub_1", "object": "subscription"}));
+    let body =
+        event("evt_1", "customer.subscription.updated", serde_json::json!({"id": "sub_1", "object": "subscription"}));
     let now = Utc::now().timestamp();
     let refused = [
         None,
@@ -359,7 +366,11 @@ async fn events_out_of_order_converge_on_stripes_state_now() {
             .unwrap();
     }
     assert_eq!(hosting(&t, pool).await, "Free");
-    assert_eq!(count(&t, "SELECT count(*) FROM core.conferrals WHERE subscription_item_id IS NOT NULL AND state = 'holding'").await, 0);
+    assert_eq!(
+        count(&t, "SELECT count(*) FROM core.conferrals WHERE subscription_item_id IS NOT NULL AND state = 'holding'")
+            .await,
+        0
+    );
 }
 
 // Lock order: one path paused mid-transaction, the other shown waiting on it ------------------------
@@ -369,7 +380,10 @@ async fn pause_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::
     let mut a = t.admin.acquire().await.unwrap();
     let pid = common::backend_pid(&mut a).await;
     sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))).execute(&mut *a).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")))
+        .execute(&mut *a)
+        .await
+        .unwrap();
     (a, pid)
 }
 
@@ -433,14 +447,20 @@ async fn a_second_converge_of_an_invoice_waits_on_the_first_ones_invoice_lock() 
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     assert_eq!(first.await.unwrap().unwrap(), Converged::Written);
     assert_eq!(second.await.unwrap().unwrap(), Converged::Written);
-    assert_eq!(count(&t, "SELECT count(*) FROM billing.invoice_lines").await, 1, "lines written once each time, not twice");
+    assert_eq!(
+        count(&t, "SELECT count(*) FROM billing.invoice_lines").await,
+        1,
+        "lines written once each time, not twice"
+    );
 }
 
 #[tokio::test]
 async fn a_second_sync_click_waits_on_the_first_and_then_writes_nothing() {
     let (t, _s) = setup().await;
     let basic: ProductId = common::acts::product_id(&t, "Basic").await;
-    billing::set_price(&t.db, basic, &billing::catalog_sync::NewPrice::parse("year", "99", "usd").unwrap()).await.unwrap();
+    billing::set_price(&t.db, basic, &billing::catalog_sync::NewPrice::parse("year", "99", "usd").unwrap())
+        .await
+        .unwrap();
     let (mut pause, pause_pid) = pause_on(&t, "core.outbox").await;
     let db = t.db.clone();
     let first = tokio::spawn(async move { billing::sync_product(&db, basic).await });
@@ -459,7 +479,9 @@ async fn a_second_sync_click_waits_on_the_first_and_then_writes_nothing() {
 async fn the_outbox_processor_retries_a_row_stripe_refused_and_keeps_the_reason() {
     let (t, s) = setup().await;
     let pro = common::acts::product_id(&t, "Pro").await;
-    billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap()).await.unwrap();
+    billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap())
+        .await
+        .unwrap();
     billing::sync_product(&t.db, pro).await.unwrap();
     s.control("/faults", &[("path_prefix", "/v1/products"), ("status", "500"), ("times", "1")]).await;
     let first = billing::process_outbox(&t.db, &s.stripe, 10).await.unwrap();
@@ -473,7 +495,8 @@ async fn the_outbox_processor_retries_a_row_stripe_refused_and_keeps_the_reason(
     tokio::time::sleep(Duration::from_millis(10)).await;
     let second = billing::process_outbox(&t.db, &s.stripe, 10).await.unwrap();
     assert_eq!((second.done, second.failed), (1, 0));
-    let state: String = sqlx::query_scalar("SELECT sync_state FROM billing.product_mappings").fetch_one(&t.admin).await.unwrap();
+    let state: String =
+        sqlx::query_scalar("SELECT sync_state FROM billing.product_mappings").fetch_one(&t.admin).await.unwrap();
     assert_eq!(state, "synced");
 }
 

@@ -6,8 +6,8 @@ use crate::common;
 
 use common::TestDb;
 use member_console::states::{
-    BillingInterval, GrantKind, GrantStatus, InvoiceStatus, JobState, KeyKind, PlanActKind, PlanActState, RuleChangeState,
-    SubscriptionStatus, SyncState,
+    BillingInterval, GrantKind, GrantStatus, InvoiceStatus, JobState, KeyKind, PlanActKind, PlanActState,
+    RuleChangeState, SubscriptionStatus, SyncState,
 };
 
 /// The values of the column's `CHECK (column = ANY (ARRAY[...]))` constraint, sorted.

@@ -353,11 +353,8 @@ impl Stripe {
                 return if f.is_missing() { Ok(None) } else { Err(f) };
             }
         };
-        let subscription = inv
-            .parent
-            .as_ref()
-            .and_then(|p| p.subscription_details.as_ref())
-            .map(|d| d.subscription.id().to_string());
+        let subscription =
+            inv.parent.as_ref().and_then(|p| p.subscription_details.as_ref()).map(|d| d.subscription.id().to_string());
         Ok(Some(InvoiceSnapshot {
             id: inv.id.as_ref().map(|i| i.to_string()).unwrap_or_else(|| id.to_string()),
             customer: inv.customer.as_ref().map(|c| c.id().to_string()).unwrap_or_default(),
@@ -381,11 +378,7 @@ impl Stripe {
                     description: l.description.clone(),
                     amount: l.amount,
                     quantity: l.quantity.map(|q| q as i64),
-                    price: l
-                        .pricing
-                        .as_ref()
-                        .and_then(|p| p.price_details.as_ref())
-                        .map(|d| d.price.id().to_string()),
+                    price: l.pricing.as_ref().and_then(|p| p.price_details.as_ref()).map(|d| d.price.id().to_string()),
                     period_start: at(l.period.start),
                     period_end: at(l.period.end),
                 })
@@ -439,7 +432,11 @@ impl Stripe {
         };
         let mut metadata = HashMap::new();
         metadata.insert("organization_id".to_string(), r.organization_id.to_string());
-        let line = CreateCheckoutSessionLineItems { price: Some(r.price.to_string()), quantity: Some(r.quantity), ..Default::default() };
+        let line = CreateCheckoutSessionLineItems {
+            price: Some(r.price.to_string()),
+            quantity: Some(r.quantity),
+            ..Default::default()
+        };
         let data = CreateCheckoutSessionSubscriptionData { metadata: Some(metadata.clone()), ..Default::default() };
         let s = CreateCheckoutSession::new()
             .mode(stripe_shared::CheckoutSessionMode::Subscription)
@@ -591,14 +588,13 @@ impl Stripe {
         use stripe_core::customer::{CreateCustomer, CreateCustomerInvoiceSettings};
         let mut metadata = HashMap::new();
         metadata.insert("organization_id".to_string(), organization_id.to_string());
-        let mut req = CreateCustomer::new()
-            .name(name)
-            .metadata(metadata)
-            .payment_method(payment_method)
-            .invoice_settings(CreateCustomerInvoiceSettings {
-                default_payment_method: Some(payment_method.to_string()),
-                ..Default::default()
-            });
+        let mut req =
+            CreateCustomer::new().name(name).metadata(metadata).payment_method(payment_method).invoice_settings(
+                CreateCustomerInvoiceSettings {
+                    default_payment_method: Some(payment_method.to_string()),
+                    ..Default::default()
+                },
+            );
         if let Some(c) = test_clock {
             req = req.test_clock(c);
         }
@@ -621,13 +617,22 @@ impl Stripe {
     }
 
     /// A subscription to one price, charged to the customer's default method; its id.
-    pub async fn create_subscription(&self, customer: &str, price: &str, organization_id: i64) -> Result<String, StripeFailure> {
+    pub async fn create_subscription(
+        &self,
+        customer: &str,
+        price: &str,
+        organization_id: i64,
+    ) -> Result<String, StripeFailure> {
         use stripe_billing::subscription::{CreateSubscription, CreateSubscriptionItems};
         let mut metadata = HashMap::new();
         metadata.insert("organization_id".to_string(), organization_id.to_string());
         let s = CreateSubscription::new()
             .customer(customer)
-            .items(vec![CreateSubscriptionItems { price: Some(price.to_string()), quantity: Some(1), ..Default::default() }])
+            .items(vec![CreateSubscriptionItems {
+                price: Some(price.to_string()),
+                quantity: Some(1),
+                ..Default::default()
+            }])
             .metadata(metadata)
             .send(&self.client)
             .await
@@ -649,7 +654,10 @@ impl Stripe {
     /// Move a test clock to `to`: renewals and period ends up to then happen.
     pub async fn advance_test_clock(&self, clock: &str, to: DateTime<Utc>) -> Result<(), StripeFailure> {
         use stripe_billing::test_helpers_test_clock::AdvanceTestHelpersTestClock;
-        AdvanceTestHelpersTestClock::new(clock, to.timestamp()).send(&self.client).await.map_err(StripeFailure::from_error)?;
+        AdvanceTestHelpersTestClock::new(clock, to.timestamp())
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
         Ok(())
     }
 }

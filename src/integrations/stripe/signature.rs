@@ -101,10 +101,7 @@ mod tests {
         assert_eq!(verify(Some("garbage"), body, &secrets, NOW), Err(SignatureError::Malformed));
         assert_eq!(verify(Some("t=abc,v1=00"), body, &secrets, NOW), Err(SignatureError::Malformed));
         assert_eq!(verify(Some(&format!("t={NOW}")), body, &secrets, NOW), Err(SignatureError::Malformed));
-        assert_eq!(
-            verify(Some(&sign("whsec_theirs", NOW, body)), body, &secrets, NOW),
-            Err(SignatureError::NoMatch)
-        );
+        assert_eq!(verify(Some(&sign("whsec_theirs", NOW, body)), body, &secrets, NOW), Err(SignatureError::NoMatch));
         assert_eq!(
             verify(Some(&sign("whsec_ours", NOW, body)), br#"{"id":"evt_2"}"#, &secrets, NOW),
             Err(SignatureError::NoMatch)

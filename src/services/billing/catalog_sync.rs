@@ -84,12 +84,16 @@ fn parse_amount(s: &str) -> Result<i64, String> {
     let t = s.trim();
     let bad = || format!("“{t}” is not an amount such as 12 or 12.50.");
     let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
-    if whole.is_empty() || whole.len() > 6 || !whole.chars().all(|c| c.is_ascii_digit()) || frac.len() > 2
+    if whole.is_empty()
+        || whole.len() > 6
+        || !whole.chars().all(|c| c.is_ascii_digit())
+        || frac.len() > 2
         || !frac.chars().all(|c| c.is_ascii_digit())
     {
         return Err(bad());
     }
-    let cents = whole.parse::<i64>().map_err(|_| bad())? * 100 + format!("{frac:0<2}").parse::<i64>().map_err(|_| bad())?;
+    let cents =
+        whole.parse::<i64>().map_err(|_| bad())? * 100 + format!("{frac:0<2}").parse::<i64>().map_err(|_| bad())?;
     if cents <= 0 {
         return Err("A price must be more than zero.".into());
     }
@@ -107,7 +111,10 @@ pub async fn set_price(db: &Db, product_id: ProductId, price: &NewPrice) -> Resu
     }
     let current = store::prices_of(tx.conn(), product_id).await?;
     if current.iter().any(|p| {
-        p.active && p.billing_interval == price.interval && p.currency == price.currency && p.amount_minor == price.amount_minor
+        p.active
+            && p.billing_interval == price.interval
+            && p.currency == price.currency
+            && p.amount_minor == price.amount_minor
     }) {
         return Err(ServiceError::Refused("The product already has this price.".into()));
     }
@@ -161,7 +168,8 @@ pub async fn sync_product(db: &Db, product_id: ProductId) -> Result<SyncAnswer, 
     let price_work: Vec<PriceId> = prices
         .iter()
         .filter(|p| {
-            (p.active && p.stripe_price_id.is_none()) || (!p.active && p.stripe_price_id.is_some() && p.stripe_active == Some(true))
+            (p.active && p.stripe_price_id.is_none())
+                || (!p.active && p.stripe_price_id.is_some() && p.stripe_active == Some(true))
         })
         .map(|p| p.price_id)
         .collect();
@@ -186,7 +194,12 @@ pub async fn sync_product(db: &Db, product_id: ProductId) -> Result<SyncAnswer, 
 /// idempotency keys and records the same objects).
 #[tracing::instrument(name = "Apply a product's sync to Stripe", skip(db, stripe), fields(product_id = %product_id))]
 /// `operation` names this sync (the outbox row): a retry of it sends the same idempotency keys.
-pub async fn apply_product_sync(db: &Db, stripe: &Stripe, product_id: ProductId, operation: &str) -> Result<(), ServiceError> {
+pub async fn apply_product_sync(
+    db: &Db,
+    stripe: &Stripe,
+    product_id: ProductId,
+    operation: &str,
+) -> Result<(), ServiceError> {
     let (product, mapping, prices) = {
         let mut tx = db.read().await?;
         let Some(product) = catalog::product(tx.conn(), product_id).await? else { return Ok(()) };
@@ -195,14 +208,14 @@ pub async fn apply_product_sync(db: &Db, stripe: &Stripe, product_id: ProductId,
         (product, mapping, prices)
     };
     let stripe_product_id = mapping.as_ref().and_then(|m| m.stripe_product_id.clone());
-    let stripe_product = match stripe.put_product(product_id.0, stripe_product_id.as_deref(), &product.name, operation).await
-    {
-        Ok(id) => id,
-        Err(f) => {
-            record(db, product_id, Outcome::ProductFailed(&f.sentence())).await?;
-            return Err(remote(f));
-        }
-    };
+    let stripe_product =
+        match stripe.put_product(product_id.0, stripe_product_id.as_deref(), &product.name, operation).await {
+            Ok(id) => id,
+            Err(f) => {
+                record(db, product_id, Outcome::ProductFailed(&f.sentence())).await?;
+                return Err(remote(f));
+            }
+        };
     record(db, product_id, Outcome::ProductSynced { stripe_id: &stripe_product, name: &product.name }).await?;
     let mut failure = None;
     for p in &prices {
@@ -247,9 +260,13 @@ async fn record(db: &Db, product_id: ProductId, outcome: Outcome<'_>) -> Result<
     let mut tx = begin(db, TxKind::Plain).await?;
     tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
     match outcome {
-        Outcome::ProductSynced { stripe_id, name } => store::mapping_synced(tx.conn(), product_id, stripe_id, name).await?,
+        Outcome::ProductSynced { stripe_id, name } => {
+            store::mapping_synced(tx.conn(), product_id, stripe_id, name).await?
+        }
         Outcome::ProductFailed(why) => store::mapping_failed(tx.conn(), product_id, why).await?,
-        Outcome::PriceSynced { price, stripe_id, active } => store::price_synced(tx.conn(), price, stripe_id, active).await?,
+        Outcome::PriceSynced { price, stripe_id, active } => {
+            store::price_synced(tx.conn(), price, stripe_id, active).await?
+        }
         Outcome::PriceFailed { price, why } => store::price_failed(tx.conn(), price, why).await?,
     }
     tx.commit().await?;

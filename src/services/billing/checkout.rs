@@ -11,7 +11,10 @@ use crate::{
     store::{accounts, billing as store},
 };
 
-use super::{reconcile::{Reconciled, reconcile_subscription}, remote};
+use super::{
+    reconcile::{Reconciled, reconcile_subscription},
+    remote,
+};
 
 /// Where the checkout sends the browser back: the console's own address as the person reached it.
 pub struct ReturnTo<'a> {
@@ -47,7 +50,9 @@ pub async fn start_checkout(
         (membership.name, price, customer, live)
     };
     let Some(stripe_price) = price.stripe_price_id.as_deref().filter(|_| price.active) else {
-        return Err(ServiceError::Refused("This price is not on sale any more. Reload the page to see the current ones.".into()));
+        return Err(ServiceError::Refused(
+            "This price is not on sale any more. Reload the page to see the current ones.".into(),
+        ));
     };
     if let Some(held) = live {
         return Err(ServiceError::Refused(format!(
@@ -102,8 +107,16 @@ pub enum CheckoutOutcome {
 /// The checkout's return: whose session it is (the member must belong to its organization), then
 /// ReconcileSubscription at once if it was paid.
 #[tracing::instrument(name = "Finish a checkout", skip(db, stripe))]
-pub async fn finish_checkout(db: &Db, stripe: &Stripe, who: AccountId, session_id: &str) -> Result<CheckoutOutcome, ServiceError> {
-    if session_id.is_empty() || session_id.len() > 255 || !session_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+pub async fn finish_checkout(
+    db: &Db,
+    stripe: &Stripe,
+    who: AccountId,
+    session_id: &str,
+) -> Result<CheckoutOutcome, ServiceError> {
+    if session_id.is_empty()
+        || session_id.len() > 255
+        || !session_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
         return Err(ServiceError::NotFound("checkout"));
     }
     let organization_id = {

@@ -52,8 +52,12 @@ pub async fn process_outbox(db: &Db, stripe: &Stripe, limit: i64) -> Result<Proc
     for row in rows {
         let result = match (row.kind.as_str(), &row.stripe_subscription_id, row.product_id) {
             ("reconcile_subscription", Some(s), _) => reconcile_subscription(db, stripe, s).await.map(|_| ()),
-            ("sync_product", _, Some(p)) => apply_product_sync(db, stripe, p, &format!("outbox-{}", row.outbox_id)).await,
-            (kind, _, _) => Err(ServiceError::Remote { sentence: format!("outbox row of unknown kind {kind}"), transient: false }),
+            ("sync_product", _, Some(p)) => {
+                apply_product_sync(db, stripe, p, &format!("outbox-{}", row.outbox_id)).await
+            }
+            (kind, _, _) => {
+                Err(ServiceError::Remote { sentence: format!("outbox row of unknown kind {kind}"), transient: false })
+            }
         };
         let mut tx = begin(db, TxKind::Plain).await?;
         match result {
@@ -62,9 +66,11 @@ pub async fn process_outbox(db: &Db, stripe: &Stripe, limit: i64) -> Result<Proc
                 out.done += 1;
             }
             Err(e) => {
-                let permanent = matches!(&e, ServiceError::Remote { transient: false, .. }) || row.attempts >= OUTBOX_MAX_ATTEMPTS;
+                let permanent =
+                    matches!(&e, ServiceError::Remote { transient: false, .. }) || row.attempts >= OUTBOX_MAX_ATTEMPTS;
                 // A permanent failure is due again only far in the future: it waits for an operator.
-                let retry = if permanent { Duration::from_secs(86_400 * 365) } else { Backoff::default().delay(row.attempts) };
+                let retry =
+                    if permanent { Duration::from_secs(86_400 * 365) } else { Backoff::default().delay(row.attempts) };
                 tracing::warn!(outbox_id = %row.outbox_id, error = %e, attempts = row.attempts, "an outbox row failed");
                 store::outbox_failed(tx.conn(), row.outbox_id, &e.to_string(), retry.as_secs_f64()).await?;
                 out.failed += 1;

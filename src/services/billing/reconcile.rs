@@ -120,9 +120,8 @@ pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -
     if let Some((start, end)) = state.current_period {
         store::put_period(tx.conn(), subscription_id, start, end).await?;
     }
-    let pool = ent::default_pool_of(tx.conn(), organization_id)
-        .await?
-        .ok_or(ServiceError::NotFound("organization's pool"))?;
+    let pool =
+        ent::default_pool_of(tx.conn(), organization_id).await?.ok_or(ServiceError::NotFound("organization's pool"))?;
     let mut changed = was != Some(status);
     changed |= match status.branch() {
         SubscriptionBranch::Active => {
@@ -154,7 +153,10 @@ async fn organization_for(tx: &mut Tx, s: &SubscriptionSnapshot) -> Result<Organ
         (Some(c), _) => Ok(c),
         (None, Some(m)) => Ok(m),
         (None, None) => Err(ServiceError::Remote {
-            sentence: format!("Subscription {} belongs to no organization the console knows; it was not applied.", s.id),
+            sentence: format!(
+                "Subscription {} belongs to no organization the console knows; it was not applied.",
+                s.id
+            ),
             transient: false,
         }),
     }
@@ -276,7 +278,8 @@ async fn reconcile_ended(
         ent::materialize_pool(tx.conn(), pool).await?;
     }
     if ended_any {
-        store::request_organization_reconciles(tx.conn(), organization_id, subscription_id, "subscription_ended").await?;
+        store::request_organization_reconciles(tx.conn(), organization_id, subscription_id, "subscription_ended")
+            .await?;
     }
     Ok(ended_any || floor.is_some())
 }
@@ -316,7 +319,9 @@ async fn converge_scheduled_changes(
     let mut changed = false;
     for row in &open {
         let still = desired.iter().any(|(id, c, at)| {
-            *id == row.stripe_schedule_id && *c == (row.plan_ladder_id, row.from_product_id, row.to_product_id) && *at == row.effective_at
+            *id == row.stripe_schedule_id
+                && *c == (row.plan_ladder_id, row.from_product_id, row.to_product_id)
+                && *at == row.effective_at
         });
         if !still {
             let state = if current.contains(&row.to_product_id) { "applied" } else { "superseded" };
@@ -326,7 +331,9 @@ async fn converge_scheduled_changes(
     }
     for (id, change, at) in &desired {
         let known = open.iter().any(|r| {
-            r.stripe_schedule_id == *id && (r.plan_ladder_id, r.from_product_id, r.to_product_id) == *change && r.effective_at == *at
+            r.stripe_schedule_id == *id
+                && (r.plan_ladder_id, r.from_product_id, r.to_product_id) == *change
+                && r.effective_at == *at
         });
         if !known {
             store::insert_scheduled_change(tx.conn(), subscription_id, id, *change, *at).await?;

@@ -76,9 +76,13 @@ pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceErr
         {
             let mut tx = begin(db, TxKind::Plain).await?;
             let key = format!("stripe-subscription:{sub}");
-            swept.enqueued += jobs::enqueue_for_object(tx.conn(), &ReconcileSubscription { stripe_subscription_id: sub.clone() }, &key)
-                .await?
-                .is_some() as usize;
+            swept.enqueued += jobs::enqueue_for_object(
+                tx.conn(),
+                &ReconcileSubscription { stripe_subscription_id: sub.clone() },
+                &key,
+            )
+            .await?
+            .is_some() as usize;
             store::complete_checkout_session(tx.conn(), &id, &sub).await?;
             tx.commit().await?;
         }

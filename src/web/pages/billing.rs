@@ -358,9 +358,9 @@ pub async fn billing_page(
     let mut page = render::ok(&req, "Billing", views::member_billing(&v));
     // Buy answers with a redirect to Stripe's checkout page: the page's form-action allows it.
     if let Some(stripe) = &state.stripe
-        && let Ok(policy) = actix_web::http::header::HeaderValue::from_str(&crate::web::headers::policy_with_form_target(
-            &stripe.checkout_origin(),
-        ))
+        && let Ok(policy) = actix_web::http::header::HeaderValue::from_str(
+            &crate::web::headers::policy_with_form_target(&stripe.checkout_origin()),
+        )
     {
         page.headers_mut().insert(actix_web::http::header::CONTENT_SECURITY_POLICY, policy);
     }

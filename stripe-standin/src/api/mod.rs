@@ -94,7 +94,7 @@ pub fn found<'a>(table: &'a crate::state::Table, id: &str, what: &str) -> ApiRes
     table.get(id).ok_or_else(|| ApiError::missing(what, id, "id"))
 }
 
-pub use webhook_endpoints::create as create_webhook_endpoint;
 pub use checkout::{complete as checkout_complete, expire_if_due as checkout_expire_if_due};
 pub use customers::public as public_customer;
 pub use schedules::{Boundary, at_boundary as schedule_boundary};
+pub use webhook_endpoints::create as create_webhook_endpoint;

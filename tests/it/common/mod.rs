@@ -235,7 +235,10 @@ impl TestApp {
     }
 
     /// With Stripe (the stand-in) connected, as `serve` connects it.
-    pub async fn spawn_with_stripe(t: &TestDb, stripe: std::sync::Arc<member_console::integrations::stripe::Stripe>) -> TestApp {
+    pub async fn spawn_with_stripe(
+        t: &TestDb,
+        stripe: std::sync::Arc<member_console::integrations::stripe::Stripe>,
+    ) -> TestApp {
         Self::spawn_inner(t, |_| {}, Some(stripe)).await
     }
 

@@ -105,13 +105,19 @@ impl StripeFixture {
             None => self.stripe.create_customer(org.0, "Test organization", None).await.unwrap(),
             Some(c) => {
                 let made = self
-                    .post("/customers", &[("name", "Clocked"), ("test_clock", c), ("metadata[organization_id]", &org.0.to_string())])
+                    .post(
+                        "/customers",
+                        &[("name", "Clocked"), ("test_clock", c), ("metadata[organization_id]", &org.0.to_string())],
+                    )
                     .await;
                 made["id"].as_str().unwrap().to_string()
             }
         };
-        self.post(&format!("/customers/{id}"), &[("payment_method", pm), ("invoice_settings[default_payment_method]", pm)])
-            .await;
+        self.post(
+            &format!("/customers/{id}"),
+            &[("payment_method", pm), ("invoice_settings[default_payment_method]", pm)],
+        )
+        .await;
         let mut tx = member_console::db::begin(db, member_console::db::TxKind::Plain).await.unwrap();
         member_console::store::billing::put_customer(tx.conn(), org, &id).await.unwrap();
         tx.commit().await.unwrap();
@@ -137,7 +143,10 @@ impl StripeFixture {
 
     /// A test clock frozen at `at` (unix seconds); its id.
     pub async fn clock(&self, at: i64) -> String {
-        self.post("/test_helpers/test_clocks", &[("frozen_time", &at.to_string())]).await["id"].as_str().unwrap().to_string()
+        self.post("/test_helpers/test_clocks", &[("frozen_time", &at.to_string())]).await["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
     }
 
     pub async fn advance(&self, clock: &str, to: i64) {

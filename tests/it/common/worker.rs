@@ -17,7 +17,13 @@ impl WorkerProcess {
     }
 
     /// With more environment (Stripe's settings, say).
-    pub fn start_with(t: &TestDb, data_dir: &std::path::Path, lease: Duration, name: &str, env: &[(&str, &str)]) -> WorkerProcess {
+    pub fn start_with(
+        t: &TestDb,
+        data_dir: &std::path::Path,
+        lease: Duration,
+        name: &str,
+        env: &[(&str, &str)],
+    ) -> WorkerProcess {
         std::fs::create_dir_all(data_dir).unwrap();
         let log = data_dir.join(format!("{name}.log"));
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_member-console"))
@@ -61,4 +67,3 @@ impl Drop for WorkerProcess {
         let _ = self.child.wait();
     }
 }
-
