@@ -948,3 +948,14 @@ pub async fn settle_scheduled_change(
     .await?;
     Ok(())
 }
+
+/// Whether the product is a paid tier: a tier above a ladder's floor (rank 0 is what every
+/// organization of a type gets for nothing, and is never sold).
+pub async fn is_paid_tier(conn: &mut PgConnection, product_id: ProductId) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM core.plan_ladder_tiers WHERE product_id = $1 AND rank > 0) AS "paid!""#,
+        product_id as ProductId
+    )
+    .fetch_one(conn)
+    .await
+}

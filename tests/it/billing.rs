@@ -625,3 +625,22 @@ async fn a_downgrade_stripe_has_scheduled_is_in_the_ledger_until_it_applies_or_i
     assert_eq!(ledger(&t, &sub2).await, [("Pro".into(), "Basic".into(), "superseded".into())]);
     assert_eq!(hosting(&t, pool2).await, "Pro");
 }
+
+#[tokio::test]
+async fn a_price_of_a_product_that_is_not_a_paid_tier_cannot_be_bought_even_by_hand() {
+    let (t, s) = setup().await;
+    let free = s.price(&t.db, common::acts::product_id(&t, "Free").await, "1").await;
+    let acme =
+        OrganizationId(common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await);
+    let member = member_console::ids::AccountId(
+        common::acts::scalar(
+            &t,
+            &format!("SELECT account_id FROM core.accounts WHERE email = '{}'", demo::MEMBER_EMAIL),
+        )
+        .await,
+    );
+    let back = billing::checkout::ReturnTo { base_url: "http://127.0.0.1:1" };
+    let e = billing::start_checkout(&t.db, &s.stripe, member, acme, free, back).await.unwrap_err();
+    assert!(matches!(&e, ServiceError::Refused(m) if m.contains("not a plan")), "{e:?}");
+    assert_eq!(count(&t, "SELECT count(*) FROM billing.customers").await, 0, "refused before Stripe was asked");
+}

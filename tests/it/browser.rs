@@ -189,3 +189,45 @@ async fn an_organization_search_keeps_its_query_in_the_address_bar() {
         })
         .await;
 }
+
+#[tokio::test]
+async fn a_member_buys_pro_on_the_stripe_stand_ins_page_and_sees_it_on_billing_and_home() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let s = common::stripe::StripeFixture::start().await;
+    s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
+    s.price(&t.db, common::acts::product_id(&t, "Pro").await, "30").await;
+    let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
+    Browser::start()
+        .await
+        .run(async |b| {
+            b.goto(&app.url("/billing")).await;
+            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+            b.wait_for(Until::Path("/billing"), WAIT).await;
+            let before = b.text_of("main").await;
+            assert!(before.contains("Free"), "the floor before buying: {before}");
+            assert!(before.contains("€30.00 / month"), "Pro on sale: {before}");
+
+            // Buy: the browser leaves for the stand-in's payment page (the page's policy lets it).
+            b.click("button[aria-label^='Buy Pro at']").await;
+            b.wait_for(Until::Css("#card-number"), WAIT).await;
+            assert!(b.path().await.starts_with("/c/pay/cs_"), "on Stripe's page: {}", b.path().await);
+            b.fill("#card-number", "4242 4242 4242 4242").await;
+            b.click_button("Pay").await;
+
+            // Back on the console with the plan in force.
+            b.wait_for(Until::Text("Payment received"), WAIT).await;
+            assert_eq!(b.path().await, "/billing");
+            let after = b.text_of("main").await;
+            assert!(after.contains("Pro"), "billing shows Pro: {after}");
+            assert!(after.contains("current plan"), "Pro is the current plan: {after}");
+            b.goto(&app.url("/")).await;
+            let home = b.text_of("main").await;
+            assert!(
+                home.contains("Pro") && home.contains("your subscription"),
+                "home shows Pro by subscription: {home}"
+            );
+            assert!(home.contains("10"), "ten active sites: {home}");
+        })
+        .await;
+}

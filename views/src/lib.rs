@@ -11,6 +11,9 @@ pub mod forms;
 pub mod layout;
 pub mod pages;
 pub mod paths;
+
+/// Currencies counted in whole units (no minor unit).
+pub use pages::billing::ZERO_DECIMAL as ZERO_DECIMAL_CURRENCIES;
 mod text;
 
 pub use components::{

@@ -61,8 +61,9 @@ impl NewPrice {
             BillingInterval::from_text(interval.trim())
                 .ok_or_else(|| "Choose whether the price is per month or per year.".to_string()),
         );
-        let amount_minor = p.field("amount", parse_amount(amount));
         let c = currency.trim().to_ascii_lowercase();
+        let amount_minor =
+            p.field("amount", parse_amount(amount, views::ZERO_DECIMAL_CURRENCIES.contains(&c.as_str())));
         let currency = p.field(
             "currency",
             if c.len() == 3 && c.chars().all(|x| x.is_ascii_lowercase()) {
@@ -79,9 +80,17 @@ impl NewPrice {
     }
 }
 
-/// "12", "12.5", "12.50" in minor units (cents); positive, at most 999,999.99.
-fn parse_amount(s: &str) -> Result<i64, String> {
+/// "12", "12.5", "12.50" in minor units (cents); positive, at most 999,999.99. In a currency
+/// with no minor unit (yen), a whole number, which is its own minor unit.
+fn parse_amount(s: &str, whole_units: bool) -> Result<i64, String> {
     let t = s.trim();
+    if whole_units {
+        return match t.parse::<i64>() {
+            Ok(n) if n > 0 && n <= 99_999_999 => Ok(n),
+            Ok(_) => Err("A price must be more than zero and at most 99,999,999.".into()),
+            Err(_) => Err(format!("“{t}” is not a whole amount: this currency has no cents.")),
+        };
+    }
     let bad = || format!("“{t}” is not an amount such as 12 or 12.50.");
     let (whole, frac) = t.split_once('.').unwrap_or((t, ""));
     if whole.is_empty()
@@ -279,13 +288,17 @@ mod tests {
 
     #[test]
     fn amounts_are_read_in_major_units_and_refused_clearly() {
-        assert_eq!(parse_amount("12"), Ok(1200));
-        assert_eq!(parse_amount(" 12.5 "), Ok(1250));
-        assert_eq!(parse_amount("0.99"), Ok(99));
+        assert_eq!(parse_amount("12", false), Ok(1200));
+        assert_eq!(parse_amount(" 12.5 ", false), Ok(1250));
+        assert_eq!(parse_amount("0.99", false), Ok(99));
         for bad in ["", "-3", "1,50", "12.345", "abc", "1234567", ".5"] {
-            assert!(parse_amount(bad).is_err(), "{bad}");
+            assert!(parse_amount(bad, false).is_err(), "{bad}");
         }
-        assert!(parse_amount("0").unwrap_err().contains("more than zero"));
+        assert!(parse_amount("0", false).unwrap_err().contains("more than zero"));
+        // Yen has no minor unit: 1200 is ¥1,200, and 12.50 is not an amount.
+        assert_eq!(parse_amount("1200", true), Ok(1200));
+        assert!(parse_amount("12.50", true).unwrap_err().contains("no cents"));
+        assert_eq!(NewPrice::parse("month", "1200", "JPY").unwrap().amount_minor, 1200);
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub async fn start_checkout(
             )));
         }
         let price = store::price(read.conn(), price_id).await?.ok_or(ServiceError::NotFound("price"))?;
+        if !store::is_paid_tier(read.conn(), price.product_id).await? {
+            return Err(ServiceError::Refused("This product is not a plan that can be bought.".into()));
+        }
         let customer = store::customer_of(read.conn(), organization_id).await?;
         let live = store::live_subscription_on_ladders_of(read.conn(), organization_id, price.product_id).await?;
         (membership.name, price, customer, live)

@@ -14,8 +14,9 @@ use crate::paths::{self, fill};
 
 // ---------- Money ----------
 
-/// Currencies Stripe counts in whole units (no cents).
-const ZERO_DECIMAL: &[&str] =
+/// Currencies Stripe counts in whole units (no cents): the prices' parse reads their amounts
+/// by this list too, so what an operator types, what Stripe charges and what the page shows agree.
+pub const ZERO_DECIMAL: &[&str] =
     &["bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf"];
 
 /// An amount in minor units, worded with its currency: "€12.00", "$1,250.50", "CHF 9.90",
