@@ -235,6 +235,9 @@ async fn over_http(addr: SocketAddr, o: &Options, seeded: &Seeded) -> anyhow::Re
         None => ROUTES
             .iter()
             .filter(|r| r.access == Access::Member && r.method == "GET" && !r.path.contains('{'))
+            // Checkout's return is where Stripe sends a browser back, with a session to read: not
+            // a page a member loads.
+            .filter(|r| r.path != views::paths::BILLING_RETURN)
             .map(|r| r.path.to_string())
             .collect(),
     };
