@@ -120,6 +120,9 @@ enum BenchWhich {
         seconds: f64,
         #[arg(long, default_value_t = 100_000)]
         orgs: i64,
+        /// Load only these member pages (repeatable; default: every member page).
+        #[arg(long = "page")]
+        pages: Vec<String>,
         #[arg(long)]
         keep: bool,
     },
@@ -259,8 +262,9 @@ async fn bench(which: BenchWhich, config: &Config) -> anyhow::Result<()> {
             );
             println!("{}", serde_json::to_string(&r)?);
         }
-        BenchWhich::Http { connections, seconds, orgs, keep } => {
-            let o = member_console::bench::http::Options { orgs, connections, seconds, keep, member_pages: None };
+        BenchWhich::Http { connections, seconds, orgs, pages, keep } => {
+            let member_pages = (!pages.is_empty()).then_some(pages);
+            let o = member_console::bench::http::Options { orgs, connections, seconds, keep, member_pages };
             let r = member_console::bench::http::run(config, &o).await?;
             println!(
                 "HTTP over {} organizations, {} connections: member pages {:.0}/s p99 {:.2} ms; /readyz {:.0}/s p99 {:.2} ms; ratio {:.2}; slowest operator page {}",

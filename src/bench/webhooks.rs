@@ -66,6 +66,10 @@ async fn measure(config: &Config, s: &ScratchDb, o: &Options) -> anyhow::Result<
     );
     let subscriptions = seed(s, &standin, &stripe, o.subscriptions).await?;
     eprintln!("bench: {} subscriptions in the stand-in", subscriptions.len());
+    // The yardstick first: the server's workers run on runtimes of their own, and the pool's
+    // connections they opened do not outlive them.
+    yardstick::prepare(&s.admin, CONCURRENCY as i64).await?;
+    let tps = yardstick::run(&s.db.pool, CONCURRENCY as i64, o.yardstick_seconds).await?;
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding an ephemeral port")?;
     let addr = listener.local_addr()?;
@@ -107,9 +111,6 @@ async fn measure(config: &Config, s: &ScratchDb, o: &Options) -> anyhow::Result<
     .fetch_one(&s.admin)
     .await?;
     anyhow::ensure!(failed == 0, "{failed} reconciles failed");
-
-    yardstick::prepare(&s.admin, CONCURRENCY as i64).await?;
-    let tps = yardstick::run(&s.db.pool, CONCURRENCY as i64, o.yardstick_seconds).await?;
     let ingest_per_s = ingested as f64 / ingest_s;
     Ok(Report {
         events: o.events,

@@ -15,7 +15,9 @@ pub mod queue;
 pub mod schedule;
 pub mod worker;
 
-pub use queue::{Backoff, ClaimedJob, FailOutcome, Job, NewJob, enqueue, enqueue_for_object};
+pub use queue::{
+    Backoff, ClaimedJob, DEFAULT_MAX_ATTEMPTS, FailOutcome, Job, NewJob, enqueue, enqueue_for_object, object_payload,
+};
 pub use schedule::{ensure_schedule, fire_due_schedules};
 pub use worker::{DEFAULT_LEASE, Handler, Handlers, JobContext, JobError, Worker, WorkerOptions};
 

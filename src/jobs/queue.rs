@@ -74,11 +74,16 @@ pub async fn enqueue_for_object<J: Job>(
     job: &J,
     object_key: &str,
 ) -> Result<Option<JobId>, DbError> {
+    Ok(store::insert_object_job(conn, J::KIND, &object_payload(job, object_key), DEFAULT_MAX_ATTEMPTS).await?)
+}
+
+/// A typed job's payload with the `object_key` that keeps one such job pending per object.
+pub fn object_payload<J: Job>(job: &J, object_key: &str) -> serde_json::Value {
     let mut payload = serde_json::to_value(job).unwrap_or_default();
     if let Some(map) = payload.as_object_mut() {
         map.insert("object_key".into(), serde_json::Value::String(object_key.to_string()));
     }
-    Ok(store::insert_object_job(conn, J::KIND, &payload, DEFAULT_MAX_ATTEMPTS).await?)
+    payload
 }
 
 /// The claim's lock declaration (DESIGN.md §2; rendered into docs/database-locks.md).

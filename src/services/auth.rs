@@ -178,6 +178,19 @@ pub async fn resume_session_with_home(
     Ok(accounts::resume_session_with_home(&mut conn, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await?)
 }
 
+/// `resume_session`, and the member's billing page read in the same statement (as the home's).
+#[tracing::instrument(name = "Resume a session with the member's billing", skip_all)]
+pub async fn resume_session_with_billing(
+    db: &Db,
+    token: &str,
+) -> Result<Option<(SessionAccount, crate::store::billing_reads::MemberBillingDoc)>, DbError> {
+    if !accounts::is_session_token(token) {
+        return Ok(None);
+    }
+    let mut conn = crate::db::tx::prepared(db).await?;
+    Ok(accounts::resume_session_with_billing(&mut conn, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await?)
+}
+
 #[tracing::instrument(name = "Sign out", skip_all)]
 pub async fn sign_out(db: &Db, token: &str) -> Result<(), DbError> {
     let mut tx = begin(db, TxKind::Plain).await?;

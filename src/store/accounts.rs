@@ -192,6 +192,33 @@ pub async fn resume_session_with_home(
     .transpose()
 }
 
+/// `resume_session`, and the member's billing page (`core.member_billing`) in the same statement:
+/// the billing page in one round trip, as the home's. Nothing is read for a session that has ended.
+pub async fn resume_session_with_billing(
+    conn: &mut PgConnection,
+    token: &str,
+    idle: Duration,
+    touch_every: Duration,
+) -> sqlx::Result<Option<(SessionAccount, super::billing_reads::MemberBillingDoc)>> {
+    let row = sqlx::query!(
+        r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
+                  core.member_billing(s.account_id, $4) AS "billing!"
+           FROM core.resume_session($1, $2::bigint * interval '1 millisecond', $3::bigint * interval '1 millisecond') s"#,
+        token,
+        millis(idle),
+        millis(touch_every),
+        super::billing_reads::INVOICES_SHOWN as i32
+    )
+    .fetch_optional(conn)
+    .await?;
+    row.map(|r| {
+        let account = SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator };
+        let doc = serde_json::from_str(&r.billing).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+        Ok((account, doc))
+    })
+    .transpose()
+}
+
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

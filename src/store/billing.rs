@@ -959,3 +959,38 @@ pub async fn is_paid_tier(conn: &mut PgConnection, product_id: ProductId) -> sql
     .fetch_one(conn)
     .await
 }
+
+/// The webhook's intake in one statement (one round trip, atomic as any statement is): record the
+/// event by its id and, only when it is new, insert the jobs about its objects (`kinds[i]` with
+/// `payloads[i]`, each carrying its `object_key`), skipping an object whose job is still pending.
+/// (recorded, jobs inserted); recorded false for an event seen before.
+pub async fn record_event_with_jobs(
+    conn: &mut PgConnection,
+    event: (&str, &str, Option<&str>, DateTime<Utc>),
+    kinds: &[String],
+    payloads: &[serde_json::Value],
+    max_attempts: i32,
+) -> sqlx::Result<(bool, i64)> {
+    let row = sqlx::query!(
+        r#"WITH e AS (
+               INSERT INTO billing.stripe_events (event_id, event_type, object_id, stripe_created)
+               VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING
+               RETURNING event_id),
+           j AS (
+               INSERT INTO integration.jobs (kind, payload, max_attempts)
+               SELECT k.kind, k.payload, $7 FROM e, unnest($5::text[], $6::jsonb[]) AS k(kind, payload)
+               ON CONFLICT ((payload->>'object_key')) WHERE state = 'pending' AND payload ? 'object_key' DO NOTHING
+               RETURNING 1)
+           SELECT EXISTS (SELECT 1 FROM e) AS "recorded!", (SELECT count(*) FROM j) AS "jobs!""#,
+        event.0,
+        event.1,
+        event.2,
+        event.3,
+        kinds,
+        payloads,
+        max_attempts
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok((row.recorded, row.jobs))
+}

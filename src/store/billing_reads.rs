@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use crate::{
-    ids::{OrganizationId, OutboxId, PriceId, ProductId, SubscriptionId},
+    ids::{AccountId, OrganizationId, OutboxId, PriceId, ProductId, SubscriptionId},
     states::{BillingInterval, InvoiceStatus, SubscriptionStatus},
 };
 
@@ -21,7 +21,7 @@ pub const EVENTS_SHOWN: i64 = 50;
 // A member's billing ---------------------------------------------------------------------------------
 
 /// One subscription of an organization, as its members read it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct OrgSubscription {
     pub subscription_id: SubscriptionId,
     pub organization_id: OrganizationId,
@@ -39,33 +39,8 @@ pub struct OrgSubscription {
 }
 
 /// The subscriptions of these organizations, live ones first, newest first.
-pub async fn subscriptions_of(
-    conn: &mut PgConnection,
-    organizations: &[OrganizationId],
-) -> sqlx::Result<Vec<OrgSubscription>> {
-    sqlx::query_as!(
-        OrgSubscription,
-        r#"SELECT s.subscription_id, s.organization_id, s.stripe_subscription_id,
-                  s.status AS "status: SubscriptionStatus", s.current_period_end, s.cancel_at_period_end,
-                  s.collection_paused, s.ended_at,
-                  ARRAY(SELECT p.name FROM core.subscription_items i JOIN core.products p USING (product_id)
-                         WHERE i.subscription_id = s.subscription_id AND i.removed_at IS NULL
-                         ORDER BY i.subscription_item_id) AS "products!",
-                  ARRAY(SELECT DISTINCT l.name FROM core.subscription_items i
-                          JOIN core.plan_ladder_tiers t ON t.product_id = i.product_id
-                          JOIN core.plan_ladders l USING (plan_ladder_id)
-                         WHERE i.subscription_id = s.subscription_id AND i.removed_at IS NULL) AS "ladders!"
-           FROM core.subscriptions s
-           WHERE s.organization_id = ANY ($1)
-           ORDER BY s.organization_id, (s.status IN ('canceled', 'incomplete_expired')), s.subscription_id DESC"#,
-        organizations as &[OrganizationId]
-    )
-    .fetch_all(conn)
-    .await
-}
-
 /// One invoice, as a member reads it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct OrgInvoice {
     pub organization_id: OrganizationId,
     pub stripe_invoice_id: String,
@@ -78,28 +53,9 @@ pub struct OrgInvoice {
     pub stripe_created: DateTime<Utc>,
 }
 
-/// Each organization's newest invoices, at most [`INVOICES_SHOWN`] of each.
-pub async fn invoices_of(conn: &mut PgConnection, organizations: &[OrganizationId]) -> sqlx::Result<Vec<OrgInvoice>> {
-    sqlx::query_as!(
-        OrgInvoice,
-        r#"SELECT i.organization_id AS "organization_id!: OrganizationId", i.stripe_invoice_id, i.number,
-                  i.status AS "status: InvoiceStatus", i.currency, i.amount_due, i.amount_remaining,
-                  i.hosted_invoice_url, i.stripe_created
-           FROM unnest($1::bigint[]) AS o(id)
-           CROSS JOIN LATERAL (
-               SELECT * FROM billing.invoices WHERE organization_id = o.id
-               ORDER BY stripe_created DESC, stripe_invoice_id DESC LIMIT $2) i
-           ORDER BY i.organization_id, i.stripe_created DESC, i.stripe_invoice_id DESC"#,
-        organizations as &[OrganizationId],
-        INVOICES_SHOWN
-    )
-    .fetch_all(conn)
-    .await
-}
-
 /// A tier someone can buy: a published product of rank above 0 on a ladder, at a price that is
 /// active and that Stripe has (synced, and not archived there).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct BuyableTier {
     pub ladder: String,
     pub rank: i32,
@@ -111,23 +67,26 @@ pub struct BuyableTier {
     pub currency: String,
 }
 
-/// Every tier on sale, by ladder then rank, monthly before yearly.
-pub async fn buyable_tiers(conn: &mut PgConnection) -> sqlx::Result<Vec<BuyableTier>> {
-    sqlx::query_as!(
-        BuyableTier,
-        r#"SELECT l.name AS ladder, t.rank, t.product_id AS "product_id: ProductId", p.name AS product,
-                  pr.price_id AS "price_id: PriceId", pr.billing_interval AS "billing_interval: BillingInterval",
-                  pr.amount_minor, pr.currency
-           FROM core.plan_ladder_tiers t
-           JOIN core.plan_ladders l USING (plan_ladder_id)
-           JOIN core.products p ON p.product_id = t.product_id
-           JOIN billing.prices pr ON pr.product_id = t.product_id
-           WHERE t.rank > 0 AND p.published AND pr.active AND pr.sync_state = 'synced'
-             AND pr.stripe_price_id IS NOT NULL AND pr.stripe_active IS NOT false
-           ORDER BY l.sort_order, l.plan_ladder_id, t.rank, pr.billing_interval, pr.currency, pr.price_id"#
+/// The member's billing page, as `core.member_billing` gives it in one statement: the home's
+/// document, each organization's subscriptions (live first, newest first), its newest
+/// [`INVOICES_SHOWN`] invoices, and every tier on sale (by ladder, then rank, monthly first).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct MemberBillingDoc {
+    pub home: Vec<super::accounts::MemberHome>,
+    pub subscriptions: Vec<OrgSubscription>,
+    pub invoices: Vec<OrgInvoice>,
+    pub on_sale: Vec<BuyableTier>,
+}
+
+pub async fn member_billing(conn: &mut PgConnection, account_id: AccountId) -> sqlx::Result<MemberBillingDoc> {
+    let json = sqlx::query_scalar!(
+        r#"SELECT core.member_billing($1, $2) AS "billing!""#,
+        account_id as AccountId,
+        INVOICES_SHOWN as i32
     )
-    .fetch_all(conn)
-    .await
+    .fetch_one(conn)
+    .await?;
+    serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(Box::new(e)))
 }
 
 // The operator's billing page ------------------------------------------------------------------------

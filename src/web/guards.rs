@@ -73,9 +73,9 @@ pub async fn operator(
 }
 
 /// The account behind the session cookie, put in the request's extensions; a session that has
-/// ended is forgotten. The member's home page reads its page in the session's statement (one
-/// round trip for the page every member loads): its data goes in the extensions too, read only
-/// for the account the session resolved to.
+/// ended is forgotten. The member's home and billing pages read their page in the session's
+/// statement (one round trip for the pages every member loads): their data goes in the
+/// extensions too, read only for the account the session resolved to.
 async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
     if let Some(i) = identity(req.request()) {
         return Ok(Some(i));
@@ -83,14 +83,21 @@ async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
     let session = req.get_session();
     let Ok(Some(token)) = session.get::<String>(SESSION_TOKEN) else { return Ok(None) };
     let state = req.app_data::<web::Data<AppState>>().cloned().expect("the app state is registered");
-    let home_page = req.method() == Method::GET && req.match_pattern().as_deref() == Some(views::paths::HOME);
-    let resumed = if home_page {
-        crate::services::auth::resume_session_with_home(&state.db, &token).await?.map(|(a, home)| {
-            req.extensions_mut().insert(super::pages::home::HomeRead(home));
-            a
-        })
-    } else {
-        crate::services::auth::resume_session(&state.db, &token).await?
+    let page = (req.method() == Method::GET).then(|| req.match_pattern()).flatten();
+    let resumed = match page.as_deref() {
+        Some(views::paths::HOME) => {
+            crate::services::auth::resume_session_with_home(&state.db, &token).await?.map(|(a, home)| {
+                req.extensions_mut().insert(super::pages::home::HomeRead(home));
+                a
+            })
+        }
+        Some(views::paths::BILLING) => {
+            crate::services::auth::resume_session_with_billing(&state.db, &token).await?.map(|(a, billing)| {
+                req.extensions_mut().insert(super::pages::billing::BillingRead(billing));
+                a
+            })
+        }
+        _ => crate::services::auth::resume_session(&state.db, &token).await?,
     };
     match resumed {
         Some(a) => {

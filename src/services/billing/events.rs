@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use crate::{
-    db::{Db, TxKind, begin},
-    jobs,
+    db::Db,
+    jobs::{self, Job},
     services::ServiceError,
     store::billing as store,
 };
@@ -73,24 +73,32 @@ pub async fn receive_event(db: &Db, body: &[u8]) -> Result<Received, ServiceErro
         .ok_or_else(|| ServiceError::invalid_form("The event's creation time is not a time."))?;
     let work = work_of(&e.event_type, &e.data.object);
     let object_id = str_at(&e.data.object, &["id"]);
-    let mut tx = begin(db, TxKind::Plain).await?;
-    if !store::record_event(tx.conn(), &e.id, &e.event_type, object_id, created).await? {
-        return Ok(Received::Duplicate);
-    }
-    let mut n = 0;
+    let (mut kinds, mut payloads) = (vec![], vec![]);
     if let Some(s) = work.subscription {
         let key = format!("stripe-subscription:{s}");
-        n += jobs::enqueue_for_object(tx.conn(), &ReconcileSubscription { stripe_subscription_id: s }, &key)
-            .await?
-            .is_some() as usize;
+        kinds.push(ReconcileSubscription::KIND.to_string());
+        payloads.push(jobs::object_payload(&ReconcileSubscription { stripe_subscription_id: s }, &key));
     }
     if let Some(i) = work.invoice {
         let key = format!("stripe-invoice:{i}");
-        n += jobs::enqueue_for_object(tx.conn(), &ConvergeInvoice { stripe_invoice_id: i }, &key).await?.is_some()
-            as usize;
+        kinds.push(ConvergeInvoice::KIND.to_string());
+        payloads.push(jobs::object_payload(&ConvergeInvoice { stripe_invoice_id: i }, &key));
     }
-    tx.commit().await?;
-    Ok(Received::Recorded { jobs: n })
+    // One statement on a connection of the prepared pool: the event and its jobs commit together
+    // in one round trip, the statement bounded by the request's deadline like every other.
+    let mut conn = crate::db::tx::prepared(db).await?;
+    let (recorded, n) = store::record_event_with_jobs(
+        &mut conn,
+        (&e.id, &e.event_type, object_id, created),
+        &kinds,
+        &payloads,
+        jobs::DEFAULT_MAX_ATTEMPTS,
+    )
+    .await?;
+    if !recorded {
+        return Ok(Received::Duplicate);
+    }
+    Ok(Received::Recorded { jobs: n as usize })
 }
 
 #[cfg(test)]

@@ -51,15 +51,21 @@ pub struct MemberBilling {
 
 #[tracing::instrument(name = "Read a member's billing", skip_all, fields(account_id = %account_id))]
 pub async fn member_billing(db: &Db, account_id: AccountId) -> Result<MemberBilling, DbError> {
-    let organizations = crate::services::reads::member_home(db, account_id).await?;
-    let ids: Vec<OrganizationId> = organizations.iter().map(|o| o.membership.organization_id).collect();
-    let mut c = db.read().await?;
-    Ok(MemberBilling {
-        subscriptions: reads::subscriptions_of(c.conn(), &ids).await?,
-        invoices: reads::invoices_of(c.conn(), &ids).await?,
-        on_sale: if ids.is_empty() { vec![] } else { reads::buyable_tiers(c.conn()).await? },
-        organizations,
-    })
+    // One prepared statement (`core.member_billing`) on the prepared pool: every member page view
+    // of /billing is one round trip after its session's.
+    let mut c = crate::db::tx::prepared(db).await?;
+    Ok(reads::member_billing(&mut c, account_id).await?.into())
+}
+
+impl From<reads::MemberBillingDoc> for MemberBilling {
+    fn from(doc: reads::MemberBillingDoc) -> Self {
+        MemberBilling {
+            subscriptions: doc.subscriptions,
+            invoices: doc.invoices,
+            on_sale: doc.on_sale,
+            organizations: doc.home,
+        }
+    }
 }
 
 /// The member's membership of an organization they want to buy for: not a member is "no such
