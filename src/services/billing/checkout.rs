@@ -33,17 +33,7 @@ pub async fn start_checkout(
 ) -> Result<String, ServiceError> {
     let (org_name, price, customer, live) = {
         let mut read = db.read().await?;
-        let membership = accounts::memberships(read.conn(), who)
-            .await?
-            .into_iter()
-            .find(|m| m.organization_id == organization_id)
-            .ok_or(ServiceError::NotFound("organization"))?;
-        if membership.role != "owner" {
-            return Err(ServiceError::Refused(format!(
-                "Only an owner of {} can buy a plan for it. Ask an owner to do it.",
-                membership.name
-            )));
-        }
+        let membership = owner_membership(read.conn(), who, organization_id).await?;
         let price = store::price(read.conn(), price_id).await?.ok_or(ServiceError::NotFound("price"))?;
         if !store::is_paid_tier(read.conn(), price.product_id).await? {
             return Err(ServiceError::Refused("This product is not a plan that can be bought.".into()));
@@ -96,6 +86,27 @@ pub async fn start_checkout(
         sentence: "Stripe made the checkout but gave no page to pay on. Nothing was charged; try again.".into(),
         transient: true,
     })
+}
+
+/// The member's membership of an organization they would buy for: not a member is "no such
+/// organization" (nothing of it is shown), a member who is not an owner is refused.
+pub async fn owner_membership(
+    conn: &mut sqlx::PgConnection,
+    who: AccountId,
+    organization_id: OrganizationId,
+) -> Result<accounts::Membership, ServiceError> {
+    let membership = accounts::memberships(conn, who)
+        .await?
+        .into_iter()
+        .find(|m| m.organization_id == organization_id)
+        .ok_or(ServiceError::NotFound("organization"))?;
+    if membership.role != "owner" {
+        return Err(ServiceError::Refused(format!(
+            "Only an owner of {} can buy a plan for it. Ask an owner to do it.",
+            membership.name
+        )));
+    }
+    Ok(membership)
 }
 
 /// How a checkout ended, as the return shows it.

@@ -78,18 +78,7 @@ pub async fn buyer_standing(
     organization_id: OrganizationId,
 ) -> Result<Membership, ServiceError> {
     let mut c = db.read().await?;
-    let membership = accounts::memberships(c.conn(), who)
-        .await?
-        .into_iter()
-        .find(|m| m.organization_id == organization_id)
-        .ok_or(ServiceError::NotFound("organization"))?;
-    if membership.role != "owner" {
-        return Err(ServiceError::Refused(format!(
-            "Only an owner of {} can buy a plan for it. Ask an owner to do it.",
-            membership.name
-        )));
-    }
-    Ok(membership)
+    super::checkout::owner_membership(c.conn(), who, organization_id).await
 }
 
 /// The organization of a checkout session the console started, when the member belongs to it;

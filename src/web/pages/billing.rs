@@ -38,7 +38,7 @@ use crate::{
     },
 };
 
-use super::{catalog::product_edit_view, home::member_source};
+use super::{catalog::product_edit_view, home::plan_lines};
 
 const PRICE_WORDS: Words = Words { done: "saved", busy: None };
 
@@ -282,19 +282,7 @@ pub async fn billing_page(
         .into_iter()
         .map(|o| {
             let org = o.membership.organization_id;
-            let plan: Vec<views::PlanLine> = o
-                .held
-                .iter()
-                .filter_map(|c| {
-                    Some(views::PlanLine {
-                        ladder: c.ladder.clone()?,
-                        tier: c.product.clone(),
-                        rank: c.rank.unwrap_or_default(),
-                        source: member_source(c).into(),
-                        suspended: c.suspended,
-                    })
-                })
-                .collect();
+            let plan = plan_lines(&o.held);
             let subscriptions: Vec<_> = b.subscriptions.iter().filter(|s| s.organization_id == org).collect();
             // The ladders a live subscription holds, as the checkout reads them.
             let subscribed = |ladder: &str| {

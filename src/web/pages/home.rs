@@ -26,30 +26,34 @@ pub async fn home(req: HttpRequest, state: web::Data<AppState>, Member(who): Mem
     Ok(render::ok(&req, "Home", views::member_home(&view)))
 }
 
+/// An organization's plan as its members read it: each ladder its held conferrals sit on, the
+/// tier and where it comes from (the home and the billing page show the same lines).
+pub(crate) fn plan_lines(held: &[HeldConferral]) -> Vec<views::PlanLine> {
+    held.iter()
+        .filter_map(|c| {
+            Some(views::PlanLine {
+                ladder: c.ladder.clone()?,
+                tier: c.product.clone(),
+                rank: c.rank.unwrap_or_default(),
+                source: member_source(c).into(),
+                suspended: c.suspended,
+            })
+        })
+        .collect()
+}
+
 fn org_home(o: crate::store::accounts::MemberHome) -> views::OrgHome {
     views::OrgHome {
         organization_id: o.membership.organization_id.0,
         name: o.membership.name,
         role: o.membership.role,
-        plan: o
-            .held
-            .iter()
-            .filter_map(|c| {
-                Some(views::PlanLine {
-                    ladder: c.ladder.clone()?,
-                    tier: c.product.clone(),
-                    rank: c.rank.unwrap_or_default(),
-                    source: member_source(c).into(),
-                    suspended: c.suspended,
-                })
-            })
-            .collect(),
+        plan: plan_lines(&o.held),
         entitlements: entitlement_rows(&o.entitlements),
         usage: usage_rows(&o.usage),
     }
 }
 
-pub(crate) fn member_source(c: &HeldConferral) -> &'static str {
+fn member_source(c: &HeldConferral) -> &'static str {
     match c.grant_kind {
         Some(GrantKind::Floor) => "included with your organization type",
         Some(_) => "granted by an operator",
