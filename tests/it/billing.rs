@@ -32,16 +32,7 @@ async fn org(t: &TestDb, name: &str) -> (OrganizationId, PoolId) {
     (o.organization_id, o.pool_id)
 }
 
-async fn sites(t: &TestDb, pool: PoolId) -> Option<i64> {
-    sqlx::query_scalar(
-        "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
-    )
-    .bind(pool)
-    .fetch_optional(&t.admin)
-    .await
-    .unwrap()
-    .flatten()
-}
+use common::acts::sites;
 
 async fn count(t: &TestDb, sql: &str) -> i64 {
     common::acts::scalar(t, sql).await

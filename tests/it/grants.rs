@@ -55,16 +55,7 @@ async fn status(t: &TestDb, grant: GrantId) -> String {
         .unwrap()
 }
 
-async fn sites(t: &TestDb, pool: PoolId) -> Option<i64> {
-    sqlx::query_scalar(
-        "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
-    )
-    .bind(pool)
-    .fetch_optional(&t.admin)
-    .await
-    .unwrap()
-    .flatten()
-}
+use common::acts::sites;
 
 async fn count(t: &TestDb, sql: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()

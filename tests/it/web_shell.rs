@@ -586,7 +586,7 @@ fn spellings(path: &str) -> Vec<String> {
 async fn fingerprint(t: &TestDb) -> Vec<(String, String)> {
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT schemaname || '.' || relname FROM pg_stat_user_tables
-         WHERE schemaname IN ('core', 'fedwiki', 'domains', 'integration')
+         WHERE schemaname IN ('core', 'billing', 'fedwiki', 'domains', 'integration')
            AND relname NOT IN ('web_sessions', 'sign_in_throttle', 'sign_in_addresses')
          ORDER BY 1",
     )
@@ -664,6 +664,57 @@ async fn no_operator_route_answers_a_visitor_or_a_member_however_the_path_is_spe
         }
     }
     assert!(tried > 1000);
+    assert_eq!(fingerprint(&t).await, before, "a refused request wrote something");
+}
+
+/// A member route's path spelled as the router may still match it: plainly, with its first
+/// letter percent-encoded, with a trailing slash, a doubled slash, a dot segment, a query.
+fn member_spellings(path: &str) -> Vec<String> {
+    let mut v = vec![path.to_string(), format!("/{}", path.trim_start_matches('/')) + "?x=1"];
+    if path.len() > 1 {
+        let rest = &path[1..];
+        let mut chars = rest.chars();
+        if let Some(first) = chars.next() {
+            v.push(format!("/%{:02X}{}", first as u32, chars.as_str()));
+        }
+        v.push(format!("{path}/"));
+        v.push(format!("/{path}"));
+        v.push(format!("/./{rest}"));
+        v.push(format!("/x/..{path}"));
+    }
+    v
+}
+
+#[tokio::test]
+async fn no_member_route_answers_a_visitor_however_the_path_is_spelled_and_none_writes() {
+    use member_console::web::routes::{Access, ROUTES};
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let pro = common::acts::product_id(&t, "Pro").await;
+    let price = member_console::services::billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap();
+    let price = member_console::services::billing::set_price(&t.db, pro, &price).await.unwrap();
+    let org = common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await;
+    let app = TestApp::spawn(&t).await;
+    let before = fingerprint(&t).await;
+    let member_routes: Vec<_> = ROUTES.iter().filter(|r| r.access == Access::Member).collect();
+    assert!(member_routes.len() >= 4, "the table lists the member routes: {member_routes:?}");
+    for route in member_routes {
+        let path = sample_path(&t, route.path).await;
+        for p in member_spellings(&path) {
+            for method in ["GET", "POST"] {
+                let form = format!("organization_id={org}&price_id={}&session_id=cs_x", price.0);
+                let (status, location, body) =
+                    raw(&app, method, &p, None, (method == "POST").then_some(form.as_str())).await;
+                let refused =
+                    matches!(status, 400 | 401 | 403 | 404 | 405) || (status == 303 && location.starts_with("/login"));
+                assert!(
+                    refused,
+                    "a visitor: {method} {p} ({} {}) answered {status} {location}: {body}",
+                    route.method, route.path
+                );
+            }
+        }
+    }
     assert_eq!(fingerprint(&t).await, before, "a refused request wrote something");
 }
 

@@ -49,8 +49,9 @@ pub enum Reconciled {
 
 /// The console's own clock for "when was this read": the database's, so every replica agrees.
 pub(super) async fn now(db: &Db) -> Result<DateTime<Utc>, ServiceError> {
-    let mut tx = db.read().await?;
-    Ok(store::clock(tx.conn()).await?)
+    // One prepared statement of one round trip: a read transaction would add BEGIN and its end.
+    let mut conn = crate::db::tx::prepared(db).await?;
+    Ok(store::clock(&mut conn).await?)
 }
 
 /// ReconcileSubscription for one Stripe subscription id.
@@ -125,8 +126,9 @@ pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -
     let mut changed = was != Some(status);
     changed |= match status.branch() {
         SubscriptionBranch::Active => {
-            let changed = reconcile_items(&mut tx, subscription_id, organization_id, pool, &snapshot).await?;
-            converge_scheduled_changes(&mut tx, subscription_id, schedule.as_ref()).await? || changed
+            let (changed, products) =
+                reconcile_items(&mut tx, subscription_id, organization_id, pool, &snapshot).await?;
+            converge_scheduled_changes(&mut tx, subscription_id, &products, schedule.as_ref()).await? || changed
         }
         SubscriptionBranch::Suspended => reconcile_suspended(&mut tx, subscription_id, pool).await?,
         SubscriptionBranch::Ended => reconcile_ended(&mut tx, subscription_id, organization_id, pool).await?,
@@ -165,14 +167,15 @@ async fn organization_for(tx: &mut Tx, s: &SubscriptionSnapshot) -> Result<Organ
 /// The active branch (reconcileItems): the pool row, reinstate, mirror the items, then confer a
 /// missing product (unless another plan took one of its ladders and still holds it), change a
 /// quantity, end a surplus provision; delivery, resumption and the floor when one ended; the
-/// reconcile requests; materialization. True when it wrote anything.
+/// reconcile requests; materialization. Whether it wrote anything, and the products of the
+/// items Stripe lists now.
 async fn reconcile_items(
     tx: &mut Tx,
     subscription_id: SubscriptionId,
     organization_id: OrganizationId,
     pool: PoolId,
     s: &SubscriptionSnapshot,
-) -> Result<bool, ServiceError> {
+) -> Result<(bool, Vec<crate::ids::ProductId>), ServiceError> {
     ent::lock_pools(tx.conn(), &[pool]).await?;
     let mut changed = ent::sync_source_status(tx.conn(), subscription_id, "active").await? > 0;
     let known = store::items_of(tx.conn(), subscription_id).await?;
@@ -240,7 +243,7 @@ async fn reconcile_items(
     if changed {
         ent::materialize_pool(tx.conn(), pool).await?;
     }
-    Ok(changed)
+    Ok((changed, wanted.iter().map(|w| w.1).collect()))
 }
 
 /// The suspended branch (reconcileSuspended): the pool row, then core.sync_source_status
@@ -288,18 +291,14 @@ async fn reconcile_ended(
 /// at its next phase, one per ladder: a change Stripe still holds stays scheduled; one the
 /// subscription now carries is applied; one the schedule no longer holds is superseded; a change
 /// the next phase makes that the ledger lacks is written. Under the subscription's lock, after
-/// the items are mirrored. True when it wrote anything.
+/// the items are mirrored (`current`: the products of the items Stripe lists now). True when it
+/// wrote anything.
 async fn converge_scheduled_changes(
     tx: &mut Tx,
     subscription_id: SubscriptionId,
+    current: &[crate::ids::ProductId],
     schedule: Option<&ScheduleSnapshot>,
 ) -> Result<bool, ServiceError> {
-    let current: Vec<crate::ids::ProductId> = store::items_of(tx.conn(), subscription_id)
-        .await?
-        .into_iter()
-        .filter(|i| i.removed_at.is_none())
-        .map(|i| i.product_id)
-        .collect();
     let mut desired = vec![];
     if let Some((schedule, phase)) = schedule.and_then(|s| s.next_phase().map(|p| (s, p))) {
         let mut next = vec![];
@@ -308,7 +307,7 @@ async fn converge_scheduled_changes(
                 next.push(product);
             }
         }
-        for change in store::ladder_changes(tx.conn(), &current, &next).await? {
+        for change in store::ladder_changes(tx.conn(), current, &next).await? {
             // A ladder the next phase keeps a current product on is not changing.
             if !next.contains(&change.1) {
                 desired.push((schedule.id.clone(), change, phase.start));

@@ -143,3 +143,15 @@ pub fn field_errors(e: ServiceError) -> Vec<(String, String)> {
         other => panic!("expected Invalid, got {other:?}"),
     }
 }
+
+/// The pool's `fedwiki.active_sites` entitlement, as materialized (None when it has none).
+pub async fn sites(t: &TestDb, pool: PoolId) -> Option<i64> {
+    sqlx::query_scalar(
+        "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
+    )
+    .bind(pool)
+    .fetch_optional(&t.admin)
+    .await
+    .unwrap()
+    .flatten()
+}
