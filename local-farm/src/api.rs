@@ -1,0 +1,84 @@
+//! The farm API (`/api/...`, bearer token checked by the gate in `server`). See docs/farm-api.md.
+
+use actix_web::{HttpResponse, web};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ApiError, ApiResult};
+use crate::farm::Created;
+use crate::server::AppState;
+use crate::state::{Site, Status, format_time};
+
+/// `PUT /api/sites/{domain}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSite {
+    owner: String,
+    status: String,
+}
+
+/// `PUT /api/sites/{domain}/status`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetStatus {
+    status: String,
+}
+
+fn parse_body<T: DeserializeOwned>(body: &[u8], example: &str) -> ApiResult<T> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("The body must be JSON like {example}; this one is not: {e}.")))
+}
+
+#[derive(Serialize)]
+struct SiteList {
+    listed_at: String,
+    sites: Vec<Site>,
+}
+
+/// `GET /api/sites`: every site by domain, with the farm's time taken before reading them.
+pub async fn list(app: web::Data<AppState>) -> HttpResponse {
+    let (listed_at, sites) = app.farm.list();
+    HttpResponse::Ok().json(SiteList { listed_at: format_time(&listed_at), sites })
+}
+
+/// `GET /api/sites/{domain}`.
+pub async fn show(app: web::Data<AppState>, domain: web::Path<String>) -> ApiResult<HttpResponse> {
+    Ok(HttpResponse::Ok().json(app.farm.get(&domain)?))
+}
+
+/// `PUT /api/sites/{domain}`: 201 when created, 200 when the same owner already holds it.
+pub async fn create(app: web::Data<AppState>, domain: web::Path<String>, body: web::Bytes) -> ApiResult<HttpResponse> {
+    let domain = app.farm.parse_domain(&domain)?;
+    let asked: CreateSite = parse_body(&body, r#"{"owner": "...", "status": "active"}"#)?;
+    if asked.owner.trim().is_empty() {
+        return Err(ApiError::bad_request("The owner must not be empty."));
+    }
+    let status = match Status::parse(&asked.status) {
+        Some(s @ (Status::Active | Status::Parked)) => s,
+        _ => return Err(ApiError::bad_request("A new site's status must be \"active\" or \"parked\".")),
+    };
+    let answer = match app.farm.create(&domain, &asked.owner, status)? {
+        Created::New(site) => HttpResponse::Created().json(site),
+        Created::Existing(site) => HttpResponse::Ok().json(site),
+    };
+    Ok(answer)
+}
+
+/// `PUT /api/sites/{domain}/status`.
+pub async fn set_status(
+    app: web::Data<AppState>,
+    domain: web::Path<String>,
+    body: web::Bytes,
+) -> ApiResult<HttpResponse> {
+    let asked: SetStatus = parse_body(&body, r#"{"status": "parked"}"#)?;
+    let Some(status) = Status::parse(&asked.status) else {
+        return Err(ApiError::bad_request("The status must be \"active\", \"parked\" or \"archived\"."));
+    };
+    Ok(HttpResponse::Ok().json(app.farm.set_status(&domain, status)?))
+}
+
+/// `DELETE /api/sites/{domain}`: 204 whether or not it existed.
+pub async fn delete(app: web::Data<AppState>, domain: web::Path<String>) -> ApiResult<HttpResponse> {
+    app.farm.delete(&domain)?;
+    Ok(HttpResponse::NoContent().finish())
+}

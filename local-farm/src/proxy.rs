@@ -1,0 +1,122 @@
+//! Site requests (a `Host` under the farm's domain): an active site's request goes to the `wiki`
+//! server unchanged (method, path, query, body and `Host`), and its answer comes back unchanged;
+//! a parked site gets the "parked" page; an archived or unknown one gets a 404 page and is never
+//! forwarded, since `wiki` would otherwise make a site of it.
+
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+
+use crate::domain::site_host;
+use crate::pages;
+use crate::server::AppState;
+use crate::state::Status;
+
+/// Headers that describe one connection, not the message: never forwarded either way.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    // Set again from the forwarded body.
+    "content-length",
+];
+
+/// What `wiki --allowed '*'` answers for a host whose folder it has not noticed yet.
+const WIKI_UNKNOWN_SITE: &str = "Requested Wiki Does Not Exist";
+
+pub async fn serve(req: HttpRequest, body: web::Bytes, app: web::Data<AppState>) -> HttpResponse {
+    let host = req.headers().get("host").and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let Some(domain) = site_host(host, &app.farm.farm_domain) else {
+        return pages::unknown(host);
+    };
+    let Some(site) = app.farm.store.get(&domain) else { return pages::unknown(&domain) };
+    match site.status {
+        Status::Parked => pages::parked(&domain),
+        Status::Archived => pages::archived(&domain),
+        Status::Active => match &app.wiki_url {
+            Ok(wiki_url) => forward(&req, body, &app, wiki_url, &domain).await,
+            Err(why) => pages::no_wiki(&domain, why),
+        },
+    }
+}
+
+async fn forward(req: &HttpRequest, body: web::Bytes, app: &AppState, wiki_url: &str, domain: &str) -> HttpResponse {
+    let path = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let Ok(method) = reqwest::Method::from_bytes(req.method().as_str().as_bytes()) else {
+        return HttpResponse::MethodNotAllowed().finish();
+    };
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (name, value) in req.headers() {
+        if HOP_BY_HOP.contains(&name.as_str()) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            reqwest::header::HeaderName::from_bytes(name.as_str().as_bytes()),
+            reqwest::header::HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    if let Some(peer) = req.peer_addr()
+        && let Ok(value) = reqwest::header::HeaderValue::from_str(&peer.ip().to_string())
+    {
+        headers.insert("x-forwarded-for", value);
+    }
+    let url = format!("{wiki_url}{path}");
+    // `wiki` notices a new site's folder through a file watcher: a request right after the
+    // create may come before it has. Ask again for up to 2 s before believing it.
+    let mut tries = 0;
+    let answer = loop {
+        let sent = app
+            .proxy
+            .request(method.clone(), &url)
+            .headers(headers.clone())
+            .body(body.clone())
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::warn!(error = %e, domain, "the wiki server did not answer");
+                return pages::bad_gateway(domain);
+            }
+        };
+        let status = resp.status().as_u16();
+        let resp_headers = resp.headers().clone();
+        let bytes = match resp.bytes().await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!(error = %e, domain, "the wiki server's answer broke off");
+                return pages::bad_gateway(domain);
+            }
+        };
+        let unnoticed = status == 400 && String::from_utf8_lossy(&bytes).contains(WIKI_UNKNOWN_SITE);
+        if !unnoticed || tries >= 20 {
+            break (status, resp_headers, bytes);
+        }
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (status, resp_headers, bytes) = answer;
+    let mut out = HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY));
+    for (name, value) in &resp_headers {
+        if HOP_BY_HOP.contains(&name.as_str()) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            actix_web::http::header::HeaderName::from_bytes(name.as_str().as_bytes()),
+            actix_web::http::header::HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            out.append_header((name, value));
+        }
+    }
+    out.body(bytes)
+}

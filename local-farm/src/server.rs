@@ -1,0 +1,130 @@
+//! The HTTP layer: one listener for the sites (by `Host`) and the API (every other host).
+
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use actix_web::body::BoxBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::{Next, from_fn};
+use actix_web::{App, HttpResponse, HttpServer, ResponseError, guard, web};
+
+use crate::control::{self, Faults};
+use crate::domain::site_host;
+use crate::error::ApiError;
+use crate::farm::Farm;
+use crate::{api, proxy};
+
+/// Everything a request handler needs.
+pub struct AppState {
+    pub farm: Arc<Farm>,
+    pub token: String,
+    pub faults: Mutex<Faults>,
+    /// Where active sites' requests go, or the sentence a visitor gets when there is no `wiki`.
+    pub wiki_url: Result<String, String>,
+    pub proxy: reqwest::Client,
+}
+
+impl AppState {
+    pub fn faults(&self) -> MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub fn build(listener: TcpListener, state: AppState) -> std::io::Result<actix_web::dev::Server> {
+    let data = web::Data::new(state);
+    let server = HttpServer::new(move || {
+        let farm_domain = data.farm.farm_domain.clone();
+        let is_site = guard::fn_guard(move |ctx| {
+            let host = ctx.head().headers().get("host").and_then(|h| h.to_str().ok()).unwrap_or_default();
+            site_host(host, &farm_domain).is_some()
+        });
+        App::new()
+            .app_data(data.clone())
+            // wiki accepts uploads up to 5 MB; pages and their JSON are far smaller.
+            .app_data(web::PayloadConfig::new(16 << 20))
+            .service(web::scope("").guard(is_site).default_service(web::to(proxy::serve)))
+            .service(
+                web::scope("/api")
+                    .wrap(from_fn(api_gate))
+                    .service(web::resource("/sites").get(api::list).default_service(web::to(method_not_allowed)))
+                    .service(
+                        web::resource("/sites/{domain}")
+                            .get(api::show)
+                            .put(api::create)
+                            .delete(api::delete)
+                            .default_service(web::to(method_not_allowed)),
+                    )
+                    .service(
+                        web::resource("/sites/{domain}/status")
+                            .put(api::set_status)
+                            .default_service(web::to(method_not_allowed)),
+                    )
+                    .default_service(web::to(not_found)),
+            )
+            .service(
+                web::scope("/_farm")
+                    .wrap(from_fn(loopback_only))
+                    .service(web::resource("/faults").post(control::set_faults).delete(control::clear_faults))
+                    .service(web::resource("/callbacks").get(control::callbacks))
+                    .default_service(web::to(not_found)),
+            )
+            .default_service(web::to(not_found))
+    })
+    .workers(2)
+    .disable_signals()
+    .listen(listener)?
+    .run();
+    Ok(server)
+}
+
+/// Every `/api` call: the bearer token first, then any injected delay and failure.
+async fn api_gate(
+    req: ServiceRequest,
+    next: Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let Some(app) = req.app_data::<web::Data<AppState>>().cloned() else {
+        return Ok(req.into_response(HttpResponse::InternalServerError().finish()));
+    };
+    let given =
+        req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    if !given.is_some_and(|t| constant_time_eq(t.trim().as_bytes(), app.token.as_bytes())) {
+        return Ok(req.into_response(ApiError::unauthorized().error_response()));
+    }
+    let (delay, failure) = app.faults().take_for_call();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(failure) = failure {
+        return Ok(req.into_response(failure.error_response()));
+    }
+    Ok(next.call(req).await?.map_into_boxed_body())
+}
+
+/// The test controls answer loopback callers only.
+async fn loopback_only(
+    req: ServiceRequest,
+    next: Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    if !req.peer_addr().is_some_and(|a| a.ip().is_loopback()) {
+        let refusal = ApiError::new(
+            actix_web::http::StatusCode::FORBIDDEN,
+            "The farm's test controls answer only on the loopback interface.",
+        );
+        return Ok(req.into_response(refusal.error_response()));
+    }
+    Ok(next.call(req).await?.map_into_boxed_body())
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
+    let message = format!("The farm has no {} {}.", req.method(), req.path());
+    ApiError::new(actix_web::http::StatusCode::NOT_FOUND, message).error_response()
+}
+
+async fn method_not_allowed(req: actix_web::HttpRequest) -> HttpResponse {
+    let message = format!("{} is not allowed on {}.", req.method(), req.path());
+    ApiError::new(actix_web::http::StatusCode::METHOD_NOT_ALLOWED, message).error_response()
+}

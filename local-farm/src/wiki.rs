@@ -1,0 +1,181 @@
+//! The real FedWiki server (`wiki` from npm), run as a child process in farm mode.
+//!
+//! `wiki --farm` serves every site from one port and keeps each site in `<data>/<Host without
+//! port>` (a leading `www.` dropped). With `--allowed '*'` it serves only the sites whose folder
+//! exists (it watches the data folder), instead of creating a site on any first visit; the farm
+//! in front never forwards a request for a site it does not hold as active anyway. With
+//! `--security_legacy` and no owner file, a site is "unclaimed" and anybody may edit it: no OAuth
+//! login, which is what a local demo needs (and why the child listens on loopback only).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+/// Whether and how the farm runs the `wiki` server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WikiMode {
+    /// Find `wiki` (`FARM_WIKI_BIN`, else `wiki` on `PATH`, else the project-local install under
+    /// `.tools/wiki`) and start it if present; without it the farm runs its API alone.
+    #[default]
+    Auto,
+    /// Start this `wiki` executable (absent: as `Auto` without `wiki`).
+    Bin(PathBuf),
+    /// Never start `wiki`: the API only (benches, API tests).
+    Off,
+}
+
+/// Where `scripts/test` installs `wiki` with npm: `.tools/wiki` at the repository's root.
+pub fn install_prefix() -> PathBuf {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir.parent().unwrap_or(crate_dir).join(".tools").join("wiki")
+}
+
+/// The sentence that says how to install `wiki`.
+pub fn install_hint() -> String {
+    format!(
+        "The FedWiki server (`wiki`) is not installed on this machine. Install it with \
+         `npm install --prefix {} wiki@0.40` (or set FARM_WIKI_BIN to its path) and restart the farm.",
+        install_prefix().display()
+    )
+}
+
+/// The `wiki` executable this mode names, if it is on the machine.
+pub fn find(mode: &WikiMode) -> Option<PathBuf> {
+    match mode {
+        WikiMode::Off => None,
+        WikiMode::Bin(path) => path.is_file().then(|| path.clone()),
+        WikiMode::Auto => {
+            if let Some(bin) = std::env::var_os("FARM_WIKI_BIN").filter(|v| !v.is_empty()) {
+                let bin = PathBuf::from(bin);
+                return bin.is_file().then_some(bin);
+            }
+            let on_path = std::env::var_os("PATH")
+                .map(|paths| std::env::split_paths(&paths).map(|dir| dir.join("wiki")).collect::<Vec<_>>())
+                .unwrap_or_default();
+            let local = install_prefix().join("node_modules").join(".bin").join("wiki");
+            on_path.into_iter().chain([local]).find(|p| p.is_file())
+        }
+    }
+}
+
+/// A running `wiki --farm` child and its process group.
+pub struct WikiServer {
+    child: Mutex<Option<Child>>,
+    pid: u32,
+    port: u16,
+}
+
+impl WikiServer {
+    /// Start `bin` in farm mode on a free loopback port with its sites under `wiki_data`, its log
+    /// in `<data>/wiki.log`, and wait until it answers.
+    pub async fn start(bin: &Path, data_dir: &Path, wiki_data: &Path) -> std::io::Result<WikiServer> {
+        let port = std::net::TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(data_dir.join("wiki.log"))?;
+        let mut command = Command::new(bin);
+        command
+            .arg("--farm")
+            .args(["--port", &port.to_string(), "--host", "127.0.0.1"])
+            .arg("--data")
+            .arg(wiki_data)
+            // Outside the sites' folder, so that it is never taken for a site.
+            .arg("--commons")
+            .arg(data_dir.join("wiki-commons"))
+            .args(["--allowed", "*"])
+            .arg("--security_legacy")
+            // No `config.json` of some other project is read from the working directory.
+            .current_dir(data_dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: `wiki` forks a cluster worker, and stopping ends both.
+            .process_group(0)
+            .kill_on_drop(true);
+        // If the farm's process dies without stopping it, the kernel ends `wiki` too (its cluster
+        // worker follows when its primary is gone).
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl is async-signal-safe and touches only the child being set up.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = command.spawn()?;
+        let pid = child.id().ok_or_else(|| std::io::Error::other("the wiki server exited at once"))?;
+        let server = WikiServer { child: Mutex::new(Some(child)), pid, port };
+        if let Err(e) = server.wait_until_answering(Duration::from_secs(30)).await {
+            server.stop().await;
+            return Err(e);
+        }
+        Ok(server)
+    }
+
+    /// Any HTTP answer will do: a Host that is no site's gets wiki's 400 page and creates nothing.
+    async fn wait_until_answering(&self, limit: Duration) -> std::io::Result<()> {
+        let client = reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?;
+        let started = Instant::now();
+        loop {
+            if !self.running() {
+                return Err(std::io::Error::other("the wiki server exited while starting (see wiki.log)"));
+            }
+            let probe = client
+                .get(self.url())
+                .header("Host", "farm-probe.invalid")
+                .timeout(Duration::from_secs(1))
+                .send()
+                .await;
+            if probe.is_ok() {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the wiki server did not answer within 30 s (see wiki.log)",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`, where the farm forwards active sites' requests.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn running(&self) -> bool {
+        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Ask the process group to end, then make it.
+    pub async fn stop(&self) {
+        let child = self.child.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(mut child) = child else { return };
+        self.signal(libc::SIGTERM);
+        if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
+            tracing::warn!(pid = self.pid, "the wiki server did not stop on SIGTERM; killing it");
+        }
+        self.signal(libc::SIGKILL);
+        let _ = child.wait().await;
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let Ok(group) = libc::pid_t::try_from(self.pid) else { return };
+        // SAFETY: killpg only sends a signal; the group is the child's own (process_group(0)).
+        unsafe {
+            libc::killpg(group, signal);
+        }
+    }
+}
+
+impl Drop for WikiServer {
+    fn drop(&mut self) {
+        let alive = self.child.get_mut().unwrap_or_else(|p| p.into_inner()).is_some();
+        if alive {
+            self.signal(libc::SIGKILL);
+        }
+    }
+}
