@@ -60,6 +60,12 @@ impl Default for Config {
     }
 }
 
+// The console keeps the farm in its shared state.
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<LocalFarm>();
+};
+
 /// A running farm. Dropping it without [`LocalFarm::stop`] still kills the `wiki` server.
 pub struct LocalFarm {
     port: u16,

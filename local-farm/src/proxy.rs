@@ -28,9 +28,6 @@ const HOP_BY_HOP: &[&str] = &[
     "content-length",
 ];
 
-/// What `wiki --allowed '*'` answers for a host whose folder it has not noticed yet.
-const WIKI_UNKNOWN_SITE: &str = "Requested Wiki Does Not Exist";
-
 pub async fn serve(req: HttpRequest, body: web::Bytes, app: web::Data<AppState>) -> HttpResponse {
     let host = req.headers().get("host").and_then(|h| h.to_str().ok()).unwrap_or_default();
     let Some(domain) = site_host(host, &app.farm.farm_domain) else {
@@ -69,43 +66,30 @@ async fn forward(req: &HttpRequest, body: web::Bytes, app: &AppState, wiki_url: 
     {
         headers.insert("x-forwarded-for", value);
     }
-    let url = format!("{wiki_url}{path}");
-    // `wiki` notices a new site's folder through a file watcher: a request right after the
-    // create may come before it has. Ask again for up to 2 s before believing it.
-    let mut tries = 0;
-    let answer = loop {
-        let sent = app
-            .proxy
-            .request(method.clone(), &url)
-            .headers(headers.clone())
-            .body(body.clone())
-            .timeout(Duration::from_secs(60))
-            .send()
-            .await;
-        let resp = match sent {
-            Ok(resp) => resp,
-            Err(e) => {
-                tracing::warn!(error = %e, domain, "the wiki server did not answer");
-                return pages::bad_gateway(domain);
-            }
-        };
-        let status = resp.status().as_u16();
-        let resp_headers = resp.headers().clone();
-        let bytes = match resp.bytes().await {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                tracing::warn!(error = %e, domain, "the wiki server's answer broke off");
-                return pages::bad_gateway(domain);
-            }
-        };
-        let unnoticed = status == 400 && String::from_utf8_lossy(&bytes).contains(WIKI_UNKNOWN_SITE);
-        if !unnoticed || tries >= 20 {
-            break (status, resp_headers, bytes);
+    let sent = app
+        .proxy
+        .request(method, format!("{wiki_url}{path}"))
+        .headers(headers)
+        .body(body)
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await;
+    let resp = match sent {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::warn!(error = %e, domain, "the wiki server did not answer");
+            return pages::bad_gateway(domain);
         }
-        tries += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let (status, resp_headers, bytes) = answer;
+    let status = resp.status().as_u16();
+    let resp_headers = resp.headers().clone();
+    let bytes = match resp.bytes().await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            tracing::warn!(error = %e, domain, "the wiki server's answer broke off");
+            return pages::bad_gateway(domain);
+        }
+    };
     let mut out = HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY));
     for (name, value) in &resp_headers {
         if HOP_BY_HOP.contains(&name.as_str()) {

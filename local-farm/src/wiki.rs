@@ -1,11 +1,13 @@
 //! The real FedWiki server (`wiki` from npm), run as a child process in farm mode.
 //!
 //! `wiki --farm` serves every site from one port and keeps each site in `<data>/<Host without
-//! port>` (a leading `www.` dropped). With `--allowed '*'` it serves only the sites whose folder
-//! exists (it watches the data folder), instead of creating a site on any first visit; the farm
-//! in front never forwards a request for a site it does not hold as active anyway. With
+//! port>` (a leading `www.` dropped), creating the site on the first request for a new host. So the
+//! farm in front is the gate: it forwards only requests for sites it holds as active, and `wiki`
+//! listens on loopback only. (`--allowed '*'`, which makes `wiki` serve only hosts whose folder
+//! exists, is not used: it learns of new folders through an asynchronous file watch that can miss
+//! a folder made while it starts, leaving that site unserved until `wiki` restarts.) With
 //! `--security_legacy` and no owner file, a site is "unclaimed" and anybody may edit it: no OAuth
-//! login, which is what a local demo needs (and why the child listens on loopback only).
+//! login, which is what a local demo needs.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -83,7 +85,6 @@ impl WikiServer {
             // Outside the sites' folder, so that it is never taken for a site.
             .arg("--commons")
             .arg(data_dir.join("wiki-commons"))
-            .args(["--allowed", "*"])
             .arg("--security_legacy")
             // No `config.json` of some other project is read from the working directory.
             .current_dir(data_dir)
@@ -113,21 +114,18 @@ impl WikiServer {
         Ok(server)
     }
 
-    /// Any HTTP answer will do: a Host that is no site's gets wiki's 400 page and creates nothing.
+    /// Wait until its port accepts connections. (Not an HTTP request: any Host it is asked for
+    /// would become a site.)
     async fn wait_until_answering(&self, limit: Duration) -> std::io::Result<()> {
-        let client = reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?;
         let started = Instant::now();
         loop {
             if !self.running() {
                 return Err(std::io::Error::other("the wiki server exited while starting (see wiki.log)"));
             }
-            let probe = client
-                .get(self.url())
-                .header("Host", "farm-probe.invalid")
-                .timeout(Duration::from_secs(1))
-                .send()
-                .await;
-            if probe.is_ok() {
+            let probe =
+                tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(("127.0.0.1", self.port)))
+                    .await;
+            if matches!(probe, Ok(Ok(_))) {
                 return Ok(());
             }
             if started.elapsed() > limit {

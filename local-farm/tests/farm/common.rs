@@ -34,8 +34,13 @@ impl TempDir {
 }
 
 impl Drop for TempDir {
+    /// Kept when the test failed, for its `farm.json` and `wiki.log`.
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if std::thread::panicking() {
+            eprintln!("the farm's data folder is kept: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
@@ -69,10 +74,9 @@ pub async fn start_with_wiki() -> (LocalFarm, TempDir) {
     let farm = start_in(data.path(), |c| c.wiki = WikiMode::Auto).await;
     assert!(
         farm.wiki_running(),
-        "these tests need the real FedWiki server. {} (scripts/test installs it and sets FARM_WIKI_BIN.) \
-         See {}/wiki.log if it is installed but did not start.",
+        "these tests need the real FedWiki server, and it is not running. {} (scripts/test installs it and \
+         sets FARM_WIKI_BIN.) If it is installed, the farm's log says why it did not start.",
         local_farm::install_hint(),
-        data.path().display()
     );
     (farm, data)
 }
