@@ -112,6 +112,65 @@ pub async fn stripe_for_serve(config: &Config, console: std::net::SocketAddr) ->
     Ok(ServeStripe { stripe: Some(Arc::new(stripe)), standin: Some(standin) })
 }
 
+/// The farm as the configuration names it (`FARM_URL`, `FARM_TOKEN`, `FARM_CALLBACK_SECRET`,
+/// `FARM_SITE_URL`); None without a URL (`serve` then starts the local farm: `farm_for_serve`).
+pub fn connect_farm(config: &Config) -> anyhow::Result<Option<Arc<crate::integrations::farm::Farm>>> {
+    let Some(url) = &config.farm.url else { return Ok(None) };
+    let farm = crate::integrations::farm::Farm::new(
+        url.as_str(),
+        config.farm.token.as_deref().unwrap_or_default(),
+        &config.farm.domain,
+        config.farm.call_timeout,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?
+    .with_site_url(&config.farm.site_url)
+    .with_callback_secret(config.farm.callback_secret.as_deref().unwrap_or_default());
+    Ok(Some(Arc::new(farm)))
+}
+
+/// The farm for `serve`: the configured one, or, with no `FARM_URL`, the project's local farm
+/// started in this process (its data under the data folder's `farm/`, kept running as long as
+/// the value is held), sending its callbacks to the console's own `/farm/callbacks` at `console`.
+pub struct ServeFarm {
+    pub farm: Option<Arc<crate::integrations::farm::Farm>>,
+    pub local: Option<local_farm::LocalFarm>,
+}
+
+pub async fn farm_for_serve(config: &Config, console: std::net::SocketAddr) -> anyhow::Result<ServeFarm> {
+    if config.farm.url.is_some() {
+        return Ok(ServeFarm { farm: connect_farm(config)?, local: None });
+    }
+    let token = crate::config::random_hex(24);
+    let secret = crate::config::random_hex(24);
+    let local = local_farm::LocalFarm::start(local_farm::Config {
+        data_dir: config.data_dir.join("farm"),
+        listen: config.farm.local_listen,
+        farm_domain: config.farm.domain.clone(),
+        token: token.clone(),
+        ..local_farm::Config::default()
+    })
+    .await
+    .context("starting the local farm")?;
+    let host = if console.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { console.ip() };
+    local.set_callback(
+        format!("http://{}/farm/callbacks", std::net::SocketAddr::new(host, console.port())),
+        secret.clone(),
+    );
+    let farm =
+        crate::integrations::farm::Farm::new(&local.base_url(), &token, &config.farm.domain, config.farm.call_timeout)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .with_site_url(&format!("http://{{domain}}:{}/", local.port()))
+            .with_callback_secret(&secret);
+    eprintln!(
+        "Farm: no FARM_URL, so the local farm runs at {} (sites at http://<name>.{}:{}/){}",
+        local.base_url(),
+        config.farm.domain,
+        local.port(),
+        if local.wiki_running() { String::new() } else { format!("; {}", local_farm::install_hint()) }
+    );
+    Ok(ServeFarm { farm: Some(Arc::new(farm)), local: Some(local) })
+}
+
 impl Booted {
     /// Close the pool (the private cluster is released by whoever holds it).
     pub async fn shutdown(self) {

@@ -48,6 +48,47 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Stripe: the account's secret key, the API base, and the webhook signing secrets.
     pub stripe: StripeSettings,
+    /// The FedWiki farm: its API, token, callback secret, zone and the sites' rules.
+    pub farm: FarmSettings,
+}
+
+/// `FARM_URL`, `FARM_TOKEN`, `FARM_CALLBACK_SECRET`, `FARM_DOMAIN`, `FEDWIKI_SWAP_COOLDOWN_S`,
+/// `FEDWIKI_ACTIVATION_COOLDOWN_S`. With no `FARM_URL`, `serve` starts the local farm the project
+/// ships and points the console at it.
+#[derive(Clone, Debug)]
+pub struct FarmSettings {
+    pub url: Option<url::Url>,
+    pub token: Option<String>,
+    pub callback_secret: Option<String>,
+    /// The farm's zone: a site named `acme` answers at `acme.<domain>`.
+    pub domain: String,
+    /// Every farm call is answered within this, or it is a failure the request's job retries.
+    pub call_timeout: Duration,
+    /// How long after a swap the workspace may swap again.
+    pub swap_cooldown: Duration,
+    /// How long after an activation the workspace may activate again (zero: no cooldown, and
+    /// an activation takes no workspace lock).
+    pub activation_cooldown: Duration,
+    /// Where a site answers on the configured farm, `{domain}` standing for its host name.
+    pub site_url: String,
+    /// Where the local farm listens when `serve` starts it.
+    pub local_listen: SocketAddr,
+}
+
+impl Default for FarmSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            token: None,
+            callback_secret: None,
+            domain: "wiki.localhost".into(),
+            call_timeout: Duration::from_secs(30),
+            swap_cooldown: Duration::from_secs(600),
+            activation_cooldown: Duration::ZERO,
+            site_url: "https://{domain}/".into(),
+            local_listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
+        }
+    }
 }
 
 /// `STRIPE_SECRET_KEY`, `STRIPE_API_BASE`, `STRIPE_WEBHOOK_SECRET`. With no secret key, `serve`
@@ -166,6 +207,43 @@ impl Config {
                 .collect(),
             call_timeout: Duration::from_millis(number(&get, "STRIPE_CALL_TIMEOUT_MS", 20_000, 100..=120_000)?),
         };
+        let farm = FarmSettings {
+            url: get("FARM_URL")
+                .map(|u| match url::Url::parse(u.trim()) {
+                    Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => Ok(parsed),
+                    Ok(_) => Err(invalid("FARM_URL", "expected an http:// or https:// URL".into())),
+                    Err(e) => Err(invalid("FARM_URL", e.to_string())),
+                })
+                .transpose()?,
+            token: get("FARM_TOKEN").map(|t| t.trim().to_string()),
+            callback_secret: get("FARM_CALLBACK_SECRET").map(|t| t.trim().to_string()),
+            domain: match get("FARM_DOMAIN").map(|d| d.trim().to_ascii_lowercase()) {
+                None => "wiki.localhost".into(),
+                Some(d) if crate::hostname::is_hostname(&d) => d,
+                Some(d) => return Err(invalid("FARM_DOMAIN", format!("{d:?} is not a host name"))),
+            },
+            call_timeout: Duration::from_millis(number(&get, "FARM_CALL_TIMEOUT_MS", 30_000, 100..=120_000)?),
+            swap_cooldown: Duration::from_secs(number(&get, "FEDWIKI_SWAP_COOLDOWN_S", 600, 0..=86_400)?),
+            activation_cooldown: Duration::from_secs(number(&get, "FEDWIKI_ACTIVATION_COOLDOWN_S", 0, 0..=86_400)?),
+            site_url: match get("FARM_SITE_URL") {
+                None => "https://{domain}/".into(),
+                Some(t) if t.contains("{domain}") => t.trim().to_string(),
+                Some(_) => {
+                    return Err(invalid("FARM_SITE_URL", "must contain {domain}, e.g. https://{domain}/".into()));
+                }
+            },
+            local_listen: get("FARM_LOCAL_BIND")
+                .unwrap_or_else(|| "127.0.0.1:8090".into())
+                .parse()
+                .map_err(|e| invalid("FARM_LOCAL_BIND", format!("{e} (expected host:port)")))?,
+        };
+        if farm.url.is_some() && (farm.token.is_none() || farm.callback_secret.is_none()) {
+            return Err(invalid(
+                "FARM_URL",
+                "needs FARM_TOKEN (the farm's API token) and FARM_CALLBACK_SECRET (its callbacks' signing secret)"
+                    .into(),
+            ));
+        }
         if stripe.secret_key.is_some() && stripe.webhook_secrets.is_empty() {
             return Err(invalid(
                 "STRIPE_WEBHOOK_SECRET",
@@ -203,6 +281,7 @@ impl Config {
             trusted_proxies,
             log_format,
             stripe,
+            farm,
         })
     }
 
@@ -247,7 +326,19 @@ impl fmt::Display for Config {
             self.stripe.api_base.as_ref().map(|u| u.as_str()).unwrap_or("(Stripe's own)")
         )?;
         writeln!(f, "STRIPE_WEBHOOK_SECRET=({} given)", self.stripe.webhook_secrets.len())?;
-        write!(f, "STRIPE_CALL_TIMEOUT_MS={}", self.stripe.call_timeout.as_millis())
+        writeln!(f, "STRIPE_CALL_TIMEOUT_MS={}", self.stripe.call_timeout.as_millis())?;
+        match &self.farm.url {
+            Some(u) => writeln!(f, "FARM_URL={u}")?,
+            None => writeln!(f, "FARM_URL=(unset: serve starts the local farm)")?,
+        }
+        writeln!(f, "FARM_TOKEN={}", if self.farm.token.is_some() { "****" } else { "(unset)" })?;
+        writeln!(f, "FARM_CALLBACK_SECRET={}", if self.farm.callback_secret.is_some() { "****" } else { "(unset)" })?;
+        writeln!(f, "FARM_DOMAIN={}", self.farm.domain)?;
+        writeln!(f, "FARM_SITE_URL={}", self.farm.site_url)?;
+        writeln!(f, "FARM_LOCAL_BIND={}", self.farm.local_listen)?;
+        writeln!(f, "FARM_CALL_TIMEOUT_MS={}", self.farm.call_timeout.as_millis())?;
+        writeln!(f, "FEDWIKI_SWAP_COOLDOWN_S={}", self.farm.swap_cooldown.as_secs())?;
+        write!(f, "FEDWIKI_ACTIVATION_COOLDOWN_S={}", self.farm.activation_cooldown.as_secs())
     }
 }
 

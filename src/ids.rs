@@ -70,4 +70,6 @@ id! {
     PriceId,
     /// `core.outbox`
     OutboxId,
+    /// `fedwiki.lifecycle_requests`
+    RequestId,
 }

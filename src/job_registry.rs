@@ -5,11 +5,12 @@ use std::{sync::Arc, time::Duration};
 
 use crate::{
     db::{Db, DbError},
-    integrations::stripe::Stripe,
+    integrations::{farm::Farm, stripe::Stripe},
     jobs::{self, Handlers, JobError, PurgeExpired, ensure_schedule},
     services::{
         ServiceError,
         billing::{self, ConvergeInvoice, ProcessOutbox, ReconcileSubscription, SweepBilling},
+        fedwiki::{self, RunSiteRequest},
         grants::{self, ExpireGrant, StartGrant, SweepGrants},
         organizations::{self, CompactCounts},
         plan_acts::{self as pa, DrainPlanAct, ResumePlanActDrains},
@@ -39,9 +40,9 @@ pub const PROCESS_OUTBOX_EVERY: Duration = Duration::from_secs(5);
 /// How often the billing sweep re-reads Stripe: a lost webhook is repaired within this.
 pub const SWEEP_BILLING_EVERY: Duration = Duration::from_secs(300);
 
-/// A billing job's failure: Stripe not answering, the database, or another change in progress
+/// A job's failure in a system outside (Stripe, the farm): it not answering, the database, or another change in progress
 /// is tried again with backoff; anything else is the job's answer for good.
-fn billing_failure(e: ServiceError) -> JobError {
+fn remote_failure(e: ServiceError) -> JobError {
     match e {
         ServiceError::Db(d) => JobError::Db(d),
         ServiceError::Remote { transient: true, .. } | ServiceError::ChangeInProgress => JobError::retry(e.to_string()),
@@ -52,10 +53,33 @@ fn billing_failure(e: ServiceError) -> JobError {
 /// The handlers of every job, billing's included when Stripe is connected (without it no
 /// billing job can do its work, and none is registered, so they wait).
 pub fn handlers_with(stripe: Option<Arc<Stripe>>) -> Handlers {
+    handlers_connected(stripe, None)
+}
+
+/// The handlers of every job, with billing's and the sites' when Stripe and the farm are
+/// connected (a job whose system is not connected has no handler and waits).
+pub fn handlers_connected(stripe: Option<Arc<Stripe>>, farm: Option<Arc<Farm>>) -> Handlers {
     let mut h = standard_handlers();
     if let Some(stripe) = stripe {
         h.merge(billing_handlers(stripe));
     }
+    if let Some(farm) = farm {
+        h.merge(farm_handlers(farm));
+    }
+    h
+}
+
+/// The sites' jobs: each request's workflow, safe to run again at any step.
+pub fn farm_handlers(farm: Arc<Farm>) -> Handlers {
+    let mut h = Handlers::new();
+    h.job(move |ctx, j: RunSiteRequest| {
+        let f = farm.clone();
+        async move {
+            let last = ctx.is_last_attempt();
+            fedwiki::run_site_request(&ctx.db, &f, j.request_id, last).await.map_err(remote_failure)?;
+            Ok(())
+        }
+    });
     h
 }
 
@@ -66,7 +90,7 @@ pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
     h.job(move |ctx, j: ReconcileSubscription| {
         let s = s.clone();
         async move {
-            billing::reconcile_subscription(&ctx.db, &s, &j.stripe_subscription_id).await.map_err(billing_failure)?;
+            billing::reconcile_subscription(&ctx.db, &s, &j.stripe_subscription_id).await.map_err(remote_failure)?;
             Ok(())
         }
     });
@@ -74,7 +98,7 @@ pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
     h.job(move |ctx, j: ConvergeInvoice| {
         let s = s.clone();
         async move {
-            billing::converge_invoice(&ctx.db, &s, &j.stripe_invoice_id).await.map_err(billing_failure)?;
+            billing::converge_invoice(&ctx.db, &s, &j.stripe_invoice_id).await.map_err(remote_failure)?;
             Ok(())
         }
     });
@@ -82,7 +106,7 @@ pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
     h.job(move |ctx, _: ProcessOutbox| {
         let s = s.clone();
         async move {
-            billing::process_outbox(&ctx.db, &s, 100).await.map_err(billing_failure)?;
+            billing::process_outbox(&ctx.db, &s, 100).await.map_err(remote_failure)?;
             Ok(())
         }
     });
@@ -90,7 +114,7 @@ pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
     h.job(move |ctx, _: SweepBilling| {
         let s = s.clone();
         async move {
-            billing::sweep_billing(&ctx.db, &s).await.map_err(billing_failure)?;
+            billing::sweep_billing(&ctx.db, &s).await.map_err(remote_failure)?;
             Ok(())
         }
     });

@@ -6,6 +6,7 @@ pub mod boot;
 pub mod config;
 pub mod db;
 pub mod demo;
+pub mod hostname;
 pub mod ids;
 pub mod integrations;
 pub mod job_registry;

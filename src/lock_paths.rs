@@ -46,6 +46,23 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::billing::catalog_sync::SET_PRICE_LOCKS,
         &crate::services::billing::catalog_sync::RECORD_PRODUCT_SYNC_LOCKS,
         &crate::services::billing::outbox::CLAIM_OUTBOX_LOCKS,
+        &crate::services::fedwiki::registry::PLACE_SITE_NAME_LOCKS,
+        &crate::services::fedwiki::registry::RELEASE_SITE_NAME_LOCKS,
+        &crate::services::fedwiki::registry::ENSURE_FARM_ZONE_LOCKS,
+        &crate::services::fedwiki::intake::RECORD_LIFECYCLE_REQUEST_LOCKS,
+        &crate::services::fedwiki::intake::RECORD_FIRST_LIFECYCLE_REQUEST_LOCKS,
+        &crate::services::fedwiki::intake::DELETE_UNSTARTED_LIFECYCLE_REQUEST_LOCKS,
+        &crate::services::fedwiki::handlers::CHANGE_STATUS_LOCKS,
+        &crate::services::fedwiki::handlers::CHANGE_STATUS_WITH_COOLDOWN_LOCKS,
+        &crate::services::fedwiki::handlers::SWAP_ACTIVE_SITE_LOCKS,
+        &crate::services::fedwiki::handlers::KEEP_ACTIVE_LOCKS,
+        &crate::services::fedwiki::gate::HOLD_SITE_SLOT_LOCKS,
+        &crate::services::fedwiki::record::RECORD_CREATED_SITE_LOCKS,
+        &crate::services::fedwiki::record::RECORD_SITE_STATUS_LOCKS,
+        &crate::services::fedwiki::record::RECORD_SWAP_LOCKS,
+        &crate::services::fedwiki::record::FINISH_LIFECYCLE_REQUESTS_LOCKS,
+        &crate::services::fedwiki::record::DELETE_FEDWIKI_SITE_LOCKS,
+        &crate::services::fedwiki::callbacks::RECEIVE_FARM_CALLBACK_LOCKS,
     ]
 }
 

@@ -352,10 +352,14 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     let address = listener.local_addr()?;
     let billing = member_console::boot::stripe_for_serve(&b.config, address).await?;
     let stripe = billing.stripe.clone();
-    let server = web::serve_with(listener, b.db.clone(), Arc::clone(&b.config), stripe.clone())?;
+    let sites = member_console::boot::farm_for_serve(&b.config, address).await?;
+    let farm = sites.farm.clone();
+    member_console::services::fedwiki::registry::ensure_farm_zone(&b.db, &b.config.farm.domain).await?;
+    let connected = web::Connected { stripe: stripe.clone(), farm: farm.clone() };
+    let server = web::serve_connected(listener, b.db.clone(), Arc::clone(&b.config), connected)?;
     let handle = server.handle();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let worker = with_worker.then(|| tokio::spawn(start_worker(b, stripe.clone(), stop_rx)));
+    let worker = with_worker.then(|| tokio::spawn(start_worker(b, stripe.clone(), farm.clone(), stop_rx)));
     eprintln!("Member Console is listening on http://{address}");
     let server_task = tokio::spawn(server);
     // The demo's subscriptions go through Stripe (or the stand-in) and its webhooks, so they
@@ -378,13 +382,18 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     if let Some(standin) = billing.standin {
         standin.stop().await;
     }
+    if let Some(local) = sites.local {
+        local.stop().await;
+    }
     Ok(())
 }
 
 async fn worker_only(b: &Booted) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stripe = member_console::boot::connect_stripe(&b.config)?;
-    let worker = tokio::spawn(start_worker(b, stripe, stop_rx));
+    // A worker of its own reaches only a configured farm (a local farm lives in `serve`).
+    let farm = member_console::boot::connect_farm(&b.config)?;
+    let worker = tokio::spawn(start_worker(b, stripe, farm, stop_rx));
     eprintln!("Member Console worker is running");
     shutdown_signal().await;
     let _ = stop_tx.send(true);
@@ -395,6 +404,7 @@ async fn worker_only(b: &Booted) -> anyhow::Result<()> {
 fn start_worker(
     b: &Booted,
     stripe: Option<Arc<member_console::integrations::stripe::Stripe>>,
+    farm: Option<Arc<member_console::integrations::farm::Farm>>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + use<> {
     let db = b.db.clone();
@@ -412,7 +422,7 @@ fn start_worker(
         {
             tracing::error!(error = %e, "could not register the billing schedules");
         }
-        jobs::Worker::new(db, member_console::job_registry::handlers_with(stripe), options.concurrency)
+        jobs::Worker::new(db, member_console::job_registry::handlers_connected(stripe, farm), options.concurrency)
             .with_options(options)
             .run(stop)
             .await;

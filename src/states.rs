@@ -116,6 +116,30 @@ text_enum! {
         Failed = "failed",
     }
 
+    /// `fedwiki.sites.status`
+    SiteStatus {
+        Active = "active",
+        Parked = "parked",
+        Archived = "archived",
+    }
+
+    /// `fedwiki.lifecycle_requests.kind`: what a member asked of a site.
+    RequestKind {
+        Create = "create",
+        Activate = "activate",
+        Park = "park",
+        Archive = "archive",
+        Delete = "delete",
+    }
+
+    /// `fedwiki.lifecycle_requests.state`
+    RequestState {
+        Accepted = "accepted",
+        Done = "done",
+        Declined = "declined",
+        Failed = "failed",
+    }
+
     /// `billing.prices.billing_interval`
     BillingInterval {
         Month = "month",

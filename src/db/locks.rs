@@ -70,6 +70,20 @@ pub enum Lock {
     ProductSyncAdvisory,
     /// Due outbox rows, FOR UPDATE SKIP LOCKED: each processor claims different rows.
     OutboxRows,
+    /// A FedWiki workspace's advisory lock (family 3): its rotations (swaps, activations under a
+    /// cooldown).
+    WorkspaceAdvisory,
+    /// A lifecycle instance's advisory lock (family 2): one site's requests. Several are taken
+    /// in the order their requests were recorded (rule 6).
+    LifecycleInstance,
+    /// A FedWiki site row (`fedwiki.sites`), FOR UPDATE (LockSiteStatusByID) or by its write.
+    SiteRow,
+    /// Placement rows (`domains.placements`) of a site, by the site trigger's flag-only UPDATE.
+    PlacementRows,
+    /// The usage row of (pool, `fedwiki.active_sites`), FOR UPDATE (LockNumericUsage).
+    UsageRow,
+    /// Lifecycle request rows (`fedwiki.lifecycle_requests`), by their outcome's UPDATE.
+    LifecycleRequestRows,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -114,6 +128,12 @@ impl Lock {
             Lock::InvoiceAdvisory => "Invoice",
             Lock::ProductSyncAdvisory => "Product sync",
             Lock::OutboxRows => "Outbox rows (SKIP LOCKED)",
+            Lock::WorkspaceAdvisory => "FedWiki workspace",
+            Lock::LifecycleInstance => "Lifecycle instance",
+            Lock::SiteRow => "FedWiki site row",
+            Lock::PlacementRows => "FedWiki placement rows (through the site trigger)",
+            Lock::UsageRow => "Usage row",
+            Lock::LifecycleRequestRows => "Lifecycle request rows",
         }
     }
 
@@ -145,6 +165,12 @@ impl Lock {
             Lock::InvoiceAdvisory => "invoice",
             Lock::ProductSyncAdvisory => "product-sync",
             Lock::OutboxRows => "core.outbox",
+            Lock::WorkspaceAdvisory => "workspace",
+            Lock::LifecycleInstance => "lifecycle-instance",
+            Lock::SiteRow => "fedwiki.sites",
+            Lock::PlacementRows => "domains.placements",
+            Lock::UsageRow => "core.numeric_entitlement_usage",
+            Lock::LifecycleRequestRows => "fedwiki.lifecycle_requests",
         }
     }
 
@@ -196,6 +222,16 @@ impl Lock {
                 PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" }
             }
             Lock::OutboxRows => PgSignature::Relation { table: "core.outbox", mode: "RowShareLock" },
+            // Their keys depend on the workspace or the instance: the test names it.
+            Lock::WorkspaceAdvisory | Lock::LifecycleInstance => {
+                PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" }
+            }
+            Lock::SiteRow => PgSignature::Relation { table: "fedwiki.sites", mode: "RowShareLock" },
+            Lock::PlacementRows => PgSignature::Relation { table: "domains.placements", mode: "RowExclusiveLock" },
+            Lock::UsageRow => PgSignature::Relation { table: "core.numeric_entitlement_usage", mode: "RowShareLock" },
+            Lock::LifecycleRequestRows => {
+                PgSignature::Relation { table: "fedwiki.lifecycle_requests", mode: "RowExclusiveLock" }
+            }
         }
     }
 }
@@ -308,6 +344,16 @@ const ALL: &[Lock] = &[
     Lock::RuleChangeRow,
     Lock::PlanActRow,
     Lock::OrganizationCountRows,
+    Lock::SubscriptionAdvisory,
+    Lock::InvoiceAdvisory,
+    Lock::ProductSyncAdvisory,
+    Lock::OutboxRows,
+    Lock::WorkspaceAdvisory,
+    Lock::LifecycleInstance,
+    Lock::SiteRow,
+    Lock::PlacementRows,
+    Lock::UsageRow,
+    Lock::LifecycleRequestRows,
 ];
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
@@ -377,6 +423,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 25, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 35, "add a new lock to ALL too");
     }
 }

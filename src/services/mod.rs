@@ -7,6 +7,7 @@ pub mod auth;
 pub mod billing;
 pub mod catalog;
 pub mod entitlements;
+pub mod fedwiki;
 pub mod grants;
 pub mod organizations;
 pub mod plan_acts;

@@ -28,7 +28,11 @@ use actix_web::{
     web,
 };
 
-use crate::{config::Config, db::Db, integrations::stripe::Stripe};
+use crate::{
+    config::Config,
+    db::Db,
+    integrations::{farm::Farm, stripe::Stripe},
+};
 
 /// What every handler can reach.
 pub struct AppState {
@@ -36,6 +40,15 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// Stripe (or the stand-in), when billing is connected.
     pub stripe: Option<Arc<Stripe>>,
+    /// The FedWiki farm (or the local one), when sites are connected.
+    pub farm: Option<Arc<Farm>>,
+}
+
+/// The systems outside the console a server is connected to.
+#[derive(Clone, Default)]
+pub struct Connected {
+    pub stripe: Option<Arc<Stripe>>,
+    pub farm: Option<Arc<Farm>>,
 }
 
 /// The application's routes (without middleware), for the server and for tests.
@@ -56,9 +69,19 @@ pub fn serve_with(
     config: Arc<Config>,
     stripe: Option<Arc<Stripe>>,
 ) -> std::io::Result<Server> {
+    serve_connected(listener, db, config, Connected { stripe, farm: None })
+}
+
+/// Start the HTTP server on `listener` with the outside systems `connected`.
+pub fn serve_connected(
+    listener: TcpListener,
+    db: Db,
+    config: Arc<Config>,
+    connected: Connected,
+) -> std::io::Result<Server> {
     let key = Key::from(&config.session_key);
     let secure = config.secure_cookies();
-    let state = web::Data::new(AppState { db, config, stripe });
+    let state = web::Data::new(AppState { db, config, stripe: connected.stripe, farm: connected.farm });
     let server =
         HttpServer::new(move || {
             let session = SessionMiddleware::builder(CookieSessionStore::default(), key.clone())

@@ -6,10 +6,14 @@ use views::{Markup, NavLink, Page, SignedIn, paths};
 
 use super::identity::{Identity, csrf_token, identity};
 
-const MEMBER_NAV: &[NavLink] =
-    &[NavLink { href: paths::HOME, label: "Home" }, NavLink { href: paths::BILLING, label: "Billing" }];
+const MEMBER_NAV: &[NavLink] = &[
+    NavLink { href: paths::HOME, label: "Home" },
+    NavLink { href: paths::SITES, label: "Sites" },
+    NavLink { href: paths::BILLING, label: "Billing" },
+];
 const OPERATOR_NAV: &[NavLink] = &[
     NavLink { href: paths::HOME, label: "Home" },
+    NavLink { href: paths::SITES, label: "Sites" },
     NavLink { href: paths::ORGANIZATIONS, label: "Organizations" },
     NavLink { href: paths::GRANTS, label: "Grants" },
     NavLink { href: paths::CATALOG, label: "Catalog" },

@@ -78,12 +78,21 @@ route_table! {
     Open GET STATIC_FILE => super::static_file;
     // Stripe's events: no session and no CSRF; the handler checks the signature before anything.
     Open POST WEBHOOKS_STRIPE => pages::webhooks::stripe;
+    // The farm's callbacks: the same, with the farm's signature.
+    Open POST FARM_CALLBACKS => pages::webhooks::farm;
 
     Public GET LOGIN => pages::auth::login_form;
     Public POST LOGIN => pages::auth::login;
     Public POST LOGOUT => pages::auth::logout;
 
     Member GET HOME => pages::home::home;
+    Member GET SITES => pages::sites::sites_page;
+    Member GET SITES_LIVE => pages::sites::sites_live;
+    Member POST SITES => pages::sites::create;
+    Member POST SITES_SWAP => pages::sites::swap;
+    Member POST SITE_STATUS => pages::sites::change_status;
+    Member POST SITE_DELETE => pages::sites::delete;
+    Member POST SITE_KEEP_ACTIVE => pages::sites::keep_active;
     Member GET BILLING => pages::billing::billing_page;
     Member POST BILLING_CHECKOUT => pages::billing::checkout;
     Member GET BILLING_RETURN => pages::billing::checkout_return;

@@ -17,6 +17,7 @@ mod operator_pages;
 mod plan_acts;
 mod private_cluster;
 mod rule_changes;
+mod sites;
 mod states;
 mod stress;
 mod tier_acts;

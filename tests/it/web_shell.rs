@@ -506,6 +506,26 @@ async fn raw_session(app: &TestApp, email: &str, password: &str) -> (String, Str
     (cookie, csrf_from(&page).unwrap())
 }
 
+/// A site of the first organization (its workspace made on the way), for the sites' routes.
+async fn sample_site(t: &TestDb) -> String {
+    sqlx::query(
+        "INSERT INTO fedwiki.workspaces (workspace_id, organization_id)
+         SELECT 'org-' || min(organization_id), min(organization_id) FROM core.organizations ON CONFLICT DO NOTHING",
+    )
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status)
+         SELECT 's-sample', 'org-' || min(organization_id), 'sample.wiki.localhost', 'parked' FROM core.organizations
+         ON CONFLICT DO NOTHING",
+    )
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    "s-sample".to_string()
+}
+
 /// A route's path with real ids in it, so a request that got through would find something.
 async fn sample_path(t: &TestDb, pattern: &str) -> String {
     let mut out = String::new();
@@ -517,6 +537,8 @@ async fn sample_path(t: &TestDb, pattern: &str) -> String {
         }
         let value = match seg {
             "{rank}" => "0".to_string(),
+            // A site's id is text: a site of the first organization's, made here when none exists.
+            "{id}" if previous == "sites" => sample_site(t).await,
             "{id}" => {
                 let (table, column) = match previous {
                     "grants" => ("core.grants", "grant_id"),
@@ -695,6 +717,7 @@ async fn no_member_route_answers_a_visitor_however_the_path_is_spelled_and_none_
     let price = member_console::services::billing::set_price(&t.db, pro, &price).await.unwrap();
     let org = common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await;
     let app = TestApp::spawn(&t).await;
+    sample_site(&t).await;
     let before = fingerprint(&t).await;
     let member_routes: Vec<_> = ROUTES.iter().filter(|r| r.access == Access::Member).collect();
     assert!(member_routes.len() >= 4, "the table lists the member routes: {member_routes:?}");
@@ -702,7 +725,10 @@ async fn no_member_route_answers_a_visitor_however_the_path_is_spelled_and_none_
         let path = sample_path(&t, route.path).await;
         for p in member_spellings(&path) {
             for method in ["GET", "POST"] {
-                let form = format!("organization_id={org}&price_id={}&session_id=cs_x", price.0);
+                let form = format!(
+                    "organization_id={org}&price_id={}&session_id=cs_x&name=visitor&to=park&keep=1&activate=s-sample&park=s-sample",
+                    price.0
+                );
                 let (status, location, body) =
                     raw(&app, method, &p, None, (method == "POST").then_some(form.as_str())).await;
                 let refused =

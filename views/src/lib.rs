@@ -50,6 +50,7 @@ pub use pages::{
         ActProgress, FailedPool, RuleChangeListRow, RuleChangeView, rule_change_list, rule_change_page,
         rule_change_progress,
     },
+    sites::{OrgSites, RequestLine, SiteLine, SitesView, member_sites, sites_section},
     topology::{
         ActReachPreview, Choice, LadderView, OrgTypeRow, Placed, TierAddPreview, TierRemovalPreview, TierRow,
         TopologyView, act_reach_preview, add_tier_form, default_change_form, delete_tier_form, ladder_order_form,

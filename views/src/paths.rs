@@ -56,6 +56,14 @@ pub const GRANT: &str = "/operator/grants/{id}";
 pub const GRANT_REVOKE: &str = "/operator/grants/{id}/revoke";
 pub const GRANT_MANAGE: &str = "/operator/grants/{id}/manage";
 
+pub const SITES: &str = "/sites";
+pub const SITES_LIVE: &str = "/sites/live";
+pub const SITES_SWAP: &str = "/sites/swap";
+pub const SITE_STATUS: &str = "/sites/{id}/status";
+pub const SITE_DELETE: &str = "/sites/{id}/delete";
+pub const SITE_KEEP_ACTIVE: &str = "/sites/{id}/keep-active";
+pub const FARM_CALLBACKS: &str = "/farm/callbacks";
+
 pub const BILLING: &str = "/billing";
 pub const BILLING_CHECKOUT: &str = "/billing/checkout";
 pub const BILLING_RETURN: &str = "/billing/return";
@@ -107,6 +115,13 @@ pub const ALL: &[&str] = &[
     GRANT,
     GRANT_REVOKE,
     GRANT_MANAGE,
+    SITES,
+    SITES_LIVE,
+    SITES_SWAP,
+    SITE_STATUS,
+    SITE_DELETE,
+    SITE_KEEP_ACTIVE,
+    FARM_CALLBACKS,
     BILLING,
     BILLING_CHECKOUT,
     BILLING_RETURN,

@@ -64,7 +64,8 @@ pub fn sign(secret: &str, t: i64, body: &[u8]) -> String {
     format!("t={t},v1={}", crate::config::encode_hex(&tag))
 }
 
-fn mac_for(secret: &str, t: i64, body: &[u8]) -> Hmac<Sha256> {
+/// HMAC-SHA256 of `<t>.<body>` under `secret`: Stripe's scheme, which the farm's callbacks share.
+pub(crate) fn mac_for(secret: &str, t: i64, body: &[u8]) -> Hmac<Sha256> {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes a key of any length");
     mac.update(t.to_string().as_bytes());
     mac.update(b".");

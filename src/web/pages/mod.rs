@@ -10,5 +10,6 @@ pub mod operator;
 pub mod organizations;
 pub mod plan_acts;
 pub mod rule_changes;
+pub mod sites;
 pub mod topology;
 pub mod webhooks;

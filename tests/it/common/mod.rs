@@ -3,6 +3,7 @@
 
 pub mod acts;
 pub mod browser;
+pub mod farm;
 pub mod pages;
 pub mod stripe;
 pub mod worker;
@@ -246,10 +247,27 @@ impl TestApp {
         Self::spawn_inner(t, tweak, None).await
     }
 
+    /// With Stripe and the farm (the stand-in, the local farm) connected, as `serve` connects them.
+    pub async fn spawn_connected(
+        t: &TestDb,
+        stripe: Option<std::sync::Arc<member_console::integrations::stripe::Stripe>>,
+        farm: Option<std::sync::Arc<member_console::integrations::farm::Farm>>,
+    ) -> TestApp {
+        Self::spawn_full(t, |_| {}, member_console::web::Connected { stripe, farm }).await
+    }
+
     async fn spawn_inner(
         t: &TestDb,
         tweak: impl FnOnce(&mut member_console::config::Config),
         stripe: Option<std::sync::Arc<member_console::integrations::stripe::Stripe>>,
+    ) -> TestApp {
+        Self::spawn_full(t, tweak, member_console::web::Connected { stripe, farm: None }).await
+    }
+
+    async fn spawn_full(
+        t: &TestDb,
+        tweak: impl FnOnce(&mut member_console::config::Config),
+        connected: member_console::web::Connected,
     ) -> TestApp {
         let dir = std::env::temp_dir().join(format!("mc-test-{}", t.name));
         let mut config = member_console::config::Config::from_lookup(|k| match k {
@@ -263,7 +281,7 @@ impl TestApp {
         let config = std::sync::Arc::new(config);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let server = member_console::web::serve_with(listener, t.db.clone(), config.clone(), stripe).unwrap();
+        let server = member_console::web::serve_connected(listener, t.db.clone(), config.clone(), connected).unwrap();
         let handle = server.handle();
         tokio::spawn(server);
         TestApp { base, handle }

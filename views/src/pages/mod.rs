@@ -10,4 +10,5 @@ pub mod operator;
 pub mod organizations;
 pub mod plan_acts;
 pub mod rule_changes;
+pub mod sites;
 pub mod topology;

@@ -1,0 +1,173 @@
+-- FedWiki sites (issue 13): workspaces, sites, lifecycle requests and their slot holds, the swap
+-- policy, the farm's callbacks, and the domains registry (claims and placements) with the site
+-- trigger that keeps a placement's servable flag. The locks and their order are the spec's
+-- ("FedWiki at the handler", "At the slot gate", "When recording an outcome", "Registry").
+
+SET LOCAL ROLE core_owner;
+
+-- The domains registry ---------------------------------------------------------------------------
+
+-- A name a workspace (owner `workspace:<id>`) or the farm's own zone (owner `farm`) holds. No
+-- claim equals or lies under another owner's claim: the rule spans rows, so every mutation runs
+-- under the registry's advisory lock (the Registry transaction kind), which is the check's guard.
+CREATE TABLE domains.claims (
+    name text PRIMARY KEY CONSTRAINT claims_name_is_hostname CHECK (
+        name ~ '^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$' AND length(name) <= 253),
+    owner text NOT NULL,
+    claimed_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- A hostname served by a provider's object (a FedWiki site). It lies under a claim of its own
+-- owner or the farm's zone; one placement per hostname. `servable` is the site trigger's: true
+-- while the site is active.
+CREATE TABLE domains.placements (
+    hostname text PRIMARY KEY CONSTRAINT placements_hostname_is_hostname CHECK (
+        hostname ~ '^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'
+        AND length(hostname) <= 253),
+    owner text NOT NULL,
+    provider text NOT NULL CONSTRAINT placements_provider_known CHECK (provider IN ('fedwiki')),
+    object_id text NOT NULL,
+    servable boolean NOT NULL DEFAULT false,
+    placed_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX placements_object ON domains.placements (provider, object_id);
+
+-- Workspaces, sites, requests --------------------------------------------------------------------
+
+-- One per organization (made on its first site), plus the System workspace: farm sites no
+-- organization owns, adopted at sync.
+CREATE TABLE fedwiki.workspaces (
+    workspace_id text PRIMARY KEY,
+    organization_id bigint UNIQUE REFERENCES core.organizations ON DELETE CASCADE,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT workspaces_system_or_organization CHECK ((organization_id IS NULL) = (workspace_id = 'system'))
+);
+INSERT INTO fedwiki.workspaces (workspace_id) VALUES ('system');
+
+-- A site: its id is its lifecycle instance's id. `modified_at` and `storage_bytes` are what the
+-- farm last reported; `parked_by_sweep` marks a site the quota reconciliation parked.
+CREATE TABLE fedwiki.sites (
+    site_id text PRIMARY KEY,
+    workspace_id text NOT NULL REFERENCES fedwiki.workspaces ON DELETE CASCADE,
+    domain text NOT NULL CONSTRAINT sites_domain_unique UNIQUE,
+    status text NOT NULL CONSTRAINT sites_status_known CHECK (status IN ('active', 'parked', 'archived')),
+    keep_active boolean NOT NULL DEFAULT false,
+    parked_by_sweep boolean NOT NULL DEFAULT false,
+    storage_bytes bigint,
+    modified_at timestamptz,
+    observed_at timestamptz,
+    status_changed_at timestamptz NOT NULL DEFAULT now(),
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX sites_workspace ON fedwiki.sites (workspace_id, status);
+
+-- A member's act on one instance (a site, or a site still to be created), recorded under the
+-- instance's advisory lock; carried to its outcome by a durable job. Both requests of a swap
+-- carry the activation's id in swap_of (the activation's own row too).
+CREATE TABLE fedwiki.lifecycle_requests (
+    request_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    instance_id text NOT NULL,
+    generation integer NOT NULL CHECK (generation >= 1),
+    workspace_id text NOT NULL REFERENCES fedwiki.workspaces ON DELETE CASCADE,
+    domain text NOT NULL,
+    kind text NOT NULL CONSTRAINT lifecycle_requests_kind_known
+        CHECK (kind IN ('create', 'activate', 'park', 'archive', 'delete')),
+    swap_of bigint REFERENCES fedwiki.lifecycle_requests,
+    state text NOT NULL DEFAULT 'accepted'
+        CONSTRAINT lifecycle_requests_state_known CHECK (state IN ('accepted', 'done', 'declined', 'failed')),
+    outcome text,
+    -- The status a create starts in, decided at the slot gate.
+    starts_as text CHECK (starts_as IN ('active', 'parked')),
+    requested_by bigint REFERENCES core.accounts ON DELETE SET NULL,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CONSTRAINT lifecycle_requests_generation_unique UNIQUE (instance_id, generation)
+);
+CREATE INDEX lifecycle_requests_open ON fedwiki.lifecycle_requests (instance_id) WHERE state = 'accepted';
+CREATE INDEX lifecycle_requests_workspace ON fedwiki.lifecycle_requests (workspace_id, request_id DESC);
+
+-- A slot an accepted create or activation holds in its pool between the gate and the record
+-- step; written and deleted only under its request's instance lock.
+CREATE TABLE fedwiki.slot_holds (
+    request_id bigint PRIMARY KEY REFERENCES fedwiki.lifecycle_requests ON DELETE CASCADE,
+    pool_id bigint NOT NULL REFERENCES core.resource_pools ON DELETE CASCADE,
+    held_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX slot_holds_pool ON fedwiki.slot_holds (pool_id);
+
+-- A workspace's last swap (and last activation, when activations have a cooldown), upserted
+-- last under the workspace's advisory lock.
+CREATE TABLE fedwiki.swap_policies (
+    workspace_id text PRIMARY KEY REFERENCES fedwiki.workspaces ON DELETE CASCADE,
+    last_swap_at timestamptz NOT NULL,
+    last_activation_at timestamptz
+);
+
+-- The farm's callbacks received, by their id: a duplicate does nothing.
+CREATE TABLE fedwiki.farm_callbacks (
+    event_id text PRIMARY KEY,
+    kind text NOT NULL,
+    domain text NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Counting a pool's slots -------------------------------------------------------------------------
+
+-- Active sites of the pool's organization's workspace plus the pool's open holds: the usage of
+-- fedwiki.active_sites. Run as a statement of its own after the usage row's lock (rule 5).
+CREATE FUNCTION fedwiki.count_slots(p_pool bigint) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT (SELECT count(*) FROM fedwiki.sites s
+              JOIN fedwiki.workspaces w USING (workspace_id)
+              JOIN core.resource_pools p ON p.organization_id = w.organization_id AND p.is_default
+             WHERE p.pool_id = p_pool AND s.status = 'active')
+         + (SELECT count(*) FROM fedwiki.slot_holds h WHERE h.pool_id = p_pool)
+$$;
+
+-- The site trigger ---------------------------------------------------------------------------------
+
+-- After a site row's write: its placements' servable flag follows its status, locking only the
+-- placement rows whose flag changes (after the site row, before usage: rule 5). Flag-only, so it
+-- runs outside the registry lock. Snapshot isolation would let it miss a placement a creator
+-- committed after the snapshot, so it refuses it.
+CREATE FUNCTION fedwiki.set_site_placement_servability() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fedwiki, pg_temp AS $$
+DECLARE
+    v_site text;
+    v_servable boolean;
+BEGIN
+    IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
+        RAISE EXCEPTION 'a FedWiki site is written at READ COMMITTED, not %', current_setting('transaction_isolation')
+            USING ERRCODE = 'P0001', CONSTRAINT = 'site_write_isolation';
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        v_site := OLD.site_id;
+        v_servable := false;
+    ELSE
+        v_site := NEW.site_id;
+        v_servable := NEW.status = 'active';
+    END IF;
+    UPDATE domains.placements SET servable = v_servable
+     WHERE provider = 'fedwiki' AND object_id = v_site AND servable IS DISTINCT FROM v_servable;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER sites_set_placement_servability
+    AFTER INSERT OR DELETE OR UPDATE OF status ON fedwiki.sites
+    FOR EACH ROW EXECUTE FUNCTION fedwiki.set_site_placement_servability();
+
+-- The farm's zone is the farm's claim; a member's site is a placement under it.
+INSERT INTO domains.claims (name, owner) VALUES ('wiki.localhost', 'farm');
+
+GRANT SELECT, INSERT, DELETE ON domains.claims, domains.placements TO console_runtime;
+GRANT SELECT, INSERT ON fedwiki.workspaces TO console_runtime;
+GRANT SELECT, INSERT, DELETE ON fedwiki.sites, fedwiki.slot_holds TO console_runtime;
+GRANT UPDATE (status, keep_active, parked_by_sweep, storage_bytes, modified_at, observed_at, status_changed_at)
+    ON fedwiki.sites TO console_runtime;
+GRANT SELECT, INSERT, DELETE ON fedwiki.lifecycle_requests TO console_runtime;
+GRANT UPDATE (state, outcome, starts_as, updated_at) ON fedwiki.lifecycle_requests TO console_runtime;
+GRANT SELECT, INSERT, UPDATE ON fedwiki.swap_policies TO console_runtime;
+GRANT SELECT, INSERT ON fedwiki.farm_callbacks TO console_runtime;
+GRANT EXECUTE ON FUNCTION fedwiki.count_slots(bigint) TO console_runtime;
+
+RESET ROLE;

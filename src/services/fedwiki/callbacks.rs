@@ -1,0 +1,72 @@
+//! The farm's callbacks (`POST /farm/callbacks`), after the web layer checked the signature on
+//! the raw body: a duplicate does nothing; a callback writes only what it observed (storage and
+//! modification time, SetSiteObservedByDomain) and nudges the job of a request waiting on the
+//! site, never a status: the request's own workflow reads the farm and records.
+
+use serde::Deserialize;
+
+use crate::{
+    db::{
+        Db, TxKind,
+        locks::{Lock, PathLocks},
+    },
+    integrations::farm::FarmSite,
+    jobs::{self, NewJob},
+    services::ServiceError,
+    store::fedwiki as store,
+};
+
+use super::{RunSiteRequest, intake::job_key};
+
+pub static RECEIVE_FARM_CALLBACK_LOCKS: PathLocks = PathLocks {
+    path: "Farm callback: record an observation",
+    function: "services::fedwiki::callbacks::receive_farm_callback",
+    kind: "Plain",
+    locks: &[Lock::SiteRow],
+    why: "The callback's id, then the site row by domain for the observed storage and modification time, held \
+          through commit; no status, no usage row, no instance lock.",
+};
+
+/// A callback's body.
+#[derive(Debug, Deserialize)]
+pub struct FarmCallback {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub site: FarmSite,
+}
+
+/// What a callback did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    Recorded { observed: bool, nudged: usize },
+    Duplicate,
+}
+
+/// Record one verified callback.
+#[tracing::instrument(name = "Receive a farm callback", skip(db, cb), fields(id = %cb.id, kind = %cb.kind, domain = %cb.site.domain))]
+pub async fn receive_farm_callback(db: &Db, cb: &FarmCallback) -> Result<Received, ServiceError> {
+    if cb.id.is_empty() || cb.id.len() > 200 || cb.site.domain.len() > 253 {
+        return Err(ServiceError::invalid_form("The callback's id or domain is not in the farm's form."));
+    }
+    let mut tx = crate::db::begin(db, TxKind::Plain).await?;
+    if !store::record_callback(tx.conn(), &cb.id, &cb.kind, &cb.site.domain).await? {
+        return Ok(Received::Duplicate);
+    }
+    let observed = match cb.kind.as_str() {
+        "site.created" | "site.status_changed" | "site.modified" => {
+            store::set_site_observed_by_domain(tx.conn(), &cb.site.domain, cb.site.storage_bytes, cb.site.modified_at)
+                .await?
+        }
+        _ => false,
+    };
+    let waiting = store::open_requests_on_domain(tx.conn(), &cb.site.domain).await?;
+    for id in &waiting {
+        let mut job = NewJob::of(&RunSiteRequest { request_id: *id });
+        job.dedupe_key = Some(job_key(*id));
+        job.max_attempts = Some(super::REQUEST_ATTEMPTS);
+        jobs::enqueue(tx.conn(), job).await?;
+    }
+    tx.commit().await?;
+    Ok(Received::Recorded { observed, nudged: waiting.len() })
+}

@@ -1,0 +1,35 @@
+//! FedWiki sites (issue 13; `docs/fedwiki.md`): a member's acts on the organization's wikis,
+//! recorded as lifecycle requests and carried by durable jobs through the slot gate, the farm
+//! and the record step, with the domains registry naming them. Each module is one part of the
+//! spec: `handlers` ("FedWiki at the handler"), `intake` ("Lifecycle intake"), `gate` ("At the
+//! slot gate"), `record` ("When recording an outcome"), `registry` ("Registry").
+
+pub mod callbacks;
+pub mod gate;
+pub mod handlers;
+pub mod intake;
+pub mod names;
+pub mod reads;
+pub mod record;
+pub mod registry;
+pub mod workflow;
+
+use crate::{ids::RequestId, jobs::Job};
+
+pub use callbacks::{FarmCallback, Received, receive_farm_callback};
+pub use handlers::{change_status, create_site, set_keep_active, swap_active_site};
+pub use workflow::{Ran, run_site_request};
+
+/// Attempts a request's job gets: with the queue's backoff and 30 s per farm call, a few minutes of a farm that
+/// does not answer before the request ends failed.
+pub const REQUEST_ATTEMPTS: i32 = 6;
+
+/// The job that carries one lifecycle request (both of a swap's) to its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunSiteRequest {
+    pub request_id: RequestId,
+}
+
+impl Job for RunSiteRequest {
+    const KIND: &'static str = "fedwiki_request";
+}

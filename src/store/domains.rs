@@ -1,0 +1,106 @@
+//! The domains registry: claims (names a workspace or the farm's zone holds) and placements
+//! (host names served by a provider's object). Every mutation here runs in a Registry
+//! transaction, whose advisory lock guards the rules that span rows.
+
+use sqlx::PgConnection;
+
+/// The claim at or above `name` (the most specific), as (name, owner).
+pub async fn covering_claim(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<(String, String)>> {
+    let r = sqlx::query!(
+        "SELECT name, owner FROM domains.claims
+          WHERE $1 = name OR right($1, length(name) + 1) = '.' || name
+          ORDER BY length(name) DESC LIMIT 1",
+        name
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(r.map(|r| (r.name, r.owner)))
+}
+
+/// Whether another owner holds a claim under `name` (a new claim must not cover one).
+pub async fn other_claim_under(conn: &mut PgConnection, name: &str, owner: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM domains.claims
+                           WHERE right(name, length($1) + 1) = '.' || $1 AND owner <> $2) AS "e!""#,
+        name,
+        owner
+    )
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn insert_claim(conn: &mut PgConnection, name: &str, owner: &str) -> sqlx::Result<bool> {
+    let r =
+        sqlx::query!("INSERT INTO domains.claims (name, owner) VALUES ($1, $2) ON CONFLICT DO NOTHING", name, owner)
+            .execute(conn)
+            .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+pub async fn claims_of(conn: &mut PgConnection, owner: &str) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar!("SELECT name FROM domains.claims WHERE owner = $1 ORDER BY name", owner).fetch_all(conn).await
+}
+
+pub async fn delete_claim(conn: &mut PgConnection, name: &str, owner: &str) -> sqlx::Result<bool> {
+    let r =
+        sqlx::query!("DELETE FROM domains.claims WHERE name = $1 AND owner = $2", name, owner).execute(conn).await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Whether any placement lies at or under `name` (a claim with placements under it stays).
+pub async fn placements_under(conn: &mut PgConnection, name: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM domains.placements
+                           WHERE hostname = $1 OR right(hostname, length($1) + 1) = '.' || $1) AS "e!""#,
+        name
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// The placement of a host name, as (owner, object id).
+pub async fn placement(conn: &mut PgConnection, hostname: &str) -> sqlx::Result<Option<(String, String)>> {
+    let r = sqlx::query!("SELECT owner, object_id FROM domains.placements WHERE hostname = $1", hostname)
+        .fetch_optional(conn)
+        .await?;
+    Ok(r.map(|r| (r.owner, r.object_id)))
+}
+
+/// Place a FedWiki site's host name; false when the name is already placed.
+pub async fn insert_site_placement(
+    conn: &mut PgConnection,
+    hostname: &str,
+    owner: &str,
+    site_id: &str,
+    servable: bool,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "INSERT INTO domains.placements (hostname, owner, provider, object_id, servable)
+         VALUES ($1, $2, 'fedwiki', $3, $4) ON CONFLICT DO NOTHING",
+        hostname,
+        owner,
+        site_id,
+        servable
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// A site's placements, as host names.
+pub async fn placements_of_site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar!(
+        "SELECT hostname FROM domains.placements WHERE provider = 'fedwiki' AND object_id = $1 ORDER BY hostname",
+        site_id
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Release a site's names.
+pub async fn delete_site_placements(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<u64> {
+    let r = sqlx::query!("DELETE FROM domains.placements WHERE provider = 'fedwiki' AND object_id = $1", site_id)
+        .execute(conn)
+        .await?;
+    Ok(r.rows_affected())
+}

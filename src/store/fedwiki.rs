@@ -1,0 +1,496 @@
+//! FedWiki: workspaces, sites, lifecycle requests, slot holds, the usage row of
+//! `fedwiki.active_sites`, the swap policy and the farm's callbacks. Named as the spec names the
+//! queries where it names them (LockSiteStatusByID, LockNumericUsage, CountSlotsByPool, ...).
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use crate::{
+    ids::{AccountId, OrganizationId, PoolId, RequestId},
+    states::{RequestKind, RequestState, SiteStatus},
+};
+
+/// The resource key whose usage the sites are.
+pub const ACTIVE_SITES: &str = "fedwiki.active_sites";
+
+// Workspaces ----------------------------------------------------------------------------------------
+
+/// An organization's workspace id (made on its first site).
+pub fn workspace_of(organization_id: OrganizationId) -> String {
+    format!("org-{organization_id}")
+}
+
+pub async fn ensure_workspace(conn: &mut PgConnection, organization_id: OrganizationId) -> sqlx::Result<String> {
+    let id = workspace_of(organization_id);
+    sqlx::query!(
+        "INSERT INTO fedwiki.workspaces (workspace_id, organization_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        id,
+        organization_id as OrganizationId
+    )
+    .execute(conn)
+    .await?;
+    Ok(id)
+}
+
+/// The default pool of the workspace's organization (None for the System workspace).
+pub async fn pool_of_workspace(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Option<PoolId>> {
+    sqlx::query_scalar!(
+        r#"SELECT p.pool_id AS "pool_id: PoolId" FROM fedwiki.workspaces w
+           JOIN core.resource_pools p ON p.organization_id = w.organization_id AND p.is_default
+           WHERE w.workspace_id = $1"#,
+        workspace_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// An organization's default pool.
+pub async fn pool_of_default(conn: &mut PgConnection, organization_id: OrganizationId) -> sqlx::Result<Option<PoolId>> {
+    sqlx::query_scalar!(
+        r#"SELECT pool_id AS "pool_id: PoolId" FROM core.resource_pools WHERE organization_id = $1 AND is_default"#,
+        organization_id as OrganizationId
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+// Sites ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct SiteRow {
+    pub site_id: String,
+    pub workspace_id: String,
+    pub domain: String,
+    pub status: SiteStatus,
+    pub keep_active: bool,
+    pub storage_bytes: Option<i64>,
+    pub modified_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A site by id, without a lock.
+pub async fn site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Option<SiteRow>> {
+    sqlx::query_as!(
+        SiteRow,
+        r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus", keep_active, storage_bytes,
+                  modified_at, created_at
+           FROM fedwiki.sites WHERE site_id = $1"#,
+        site_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// LockSiteStatusByID: the site's row FOR UPDATE.
+pub async fn lock_site_status_by_id(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Option<SiteRow>> {
+    sqlx::query_as!(
+        SiteRow,
+        r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus", keep_active, storage_bytes,
+                  modified_at, created_at
+           FROM fedwiki.sites WHERE site_id = $1 FOR UPDATE"#,
+        site_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// A workspace's sites, by domain.
+pub async fn sites_of_workspace(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Vec<SiteRow>> {
+    sqlx::query_as!(
+        SiteRow,
+        r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus", keep_active, storage_bytes,
+                  modified_at, created_at
+           FROM fedwiki.sites WHERE workspace_id = $1 ORDER BY domain"#,
+        workspace_id
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// RecordCreatedSiteActivity's insert; a repeat of it (the same site) writes nothing.
+pub async fn insert_site(
+    conn: &mut PgConnection,
+    site_id: &str,
+    workspace_id: &str,
+    domain: &str,
+    status: SiteStatus,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (site_id) DO NOTHING",
+        site_id,
+        workspace_id,
+        domain,
+        status as SiteStatus
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+pub async fn set_site_status(conn: &mut PgConnection, site_id: &str, status: SiteStatus) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE fedwiki.sites SET status = $2, status_changed_at = now(), parked_by_sweep = false
+         WHERE site_id = $1 AND status IS DISTINCT FROM $2",
+        site_id,
+        status as SiteStatus
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn set_keep_active(conn: &mut PgConnection, site_id: &str, keep: bool) -> sqlx::Result<bool> {
+    let r = sqlx::query!("UPDATE fedwiki.sites SET keep_active = $2 WHERE site_id = $1", site_id, keep)
+        .execute(conn)
+        .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+pub async fn delete_site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
+    let r = sqlx::query!("DELETE FROM fedwiki.sites WHERE site_id = $1", site_id).execute(conn).await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// SetSiteObservedByDomain: what the farm reported of a site's storage and modification (never
+/// its status). The row's lock is held through commit.
+pub async fn set_site_observed_by_domain(
+    conn: &mut PgConnection,
+    domain: &str,
+    storage_bytes: i64,
+    modified_at: Option<DateTime<Utc>>,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "UPDATE fedwiki.sites SET storage_bytes = $2, modified_at = coalesce($3, modified_at), observed_at = now()
+         WHERE domain = $1",
+        domain,
+        storage_bytes,
+        modified_at
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+// Lifecycle requests ----------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct RequestRow {
+    pub request_id: RequestId,
+    pub instance_id: String,
+    pub generation: i32,
+    pub workspace_id: String,
+    pub domain: String,
+    pub kind: RequestKind,
+    pub swap_of: Option<RequestId>,
+    pub state: RequestState,
+    pub outcome: Option<String>,
+    pub starts_as: Option<SiteStatus>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub async fn request(conn: &mut PgConnection, id: RequestId) -> sqlx::Result<Option<RequestRow>> {
+    sqlx::query_as!(
+        RequestRow,
+        r#"SELECT request_id AS "request_id: RequestId", instance_id, generation, workspace_id, domain,
+                  kind AS "kind: RequestKind", swap_of AS "swap_of: RequestId", state AS "state: RequestState",
+                  outcome, starts_as AS "starts_as: SiteStatus", created_at, updated_at
+           FROM fedwiki.lifecycle_requests WHERE request_id = $1"#,
+        id as RequestId
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// The parked side of a swap whose activation is `activation`.
+pub async fn swap_partner(conn: &mut PgConnection, activation: RequestId) -> sqlx::Result<Option<RequestRow>> {
+    sqlx::query_as!(
+        RequestRow,
+        r#"SELECT request_id AS "request_id: RequestId", instance_id, generation, workspace_id, domain,
+                  kind AS "kind: RequestKind", swap_of AS "swap_of: RequestId", state AS "state: RequestState",
+                  outcome, starts_as AS "starts_as: SiteStatus", created_at, updated_at
+           FROM fedwiki.lifecycle_requests WHERE swap_of = $1"#,
+        activation as RequestId
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// An instance's latest request: its generation and state.
+pub async fn latest_request(conn: &mut PgConnection, instance_id: &str) -> sqlx::Result<Option<(i32, RequestState)>> {
+    let r = sqlx::query!(
+        r#"SELECT generation, state AS "state: RequestState" FROM fedwiki.lifecycle_requests
+           WHERE instance_id = $1 ORDER BY generation DESC LIMIT 1"#,
+        instance_id
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(r.map(|r| (r.generation, r.state)))
+}
+
+pub struct NewRequest<'a> {
+    pub instance_id: &'a str,
+    pub generation: i32,
+    pub workspace_id: &'a str,
+    pub domain: &'a str,
+    pub kind: RequestKind,
+    pub swap_of: Option<RequestId>,
+    pub requested_by: Option<AccountId>,
+}
+
+pub async fn insert_request(conn: &mut PgConnection, r: &NewRequest<'_>) -> sqlx::Result<RequestId> {
+    sqlx::query_scalar!(
+        r#"INSERT INTO fedwiki.lifecycle_requests (instance_id, generation, workspace_id, domain, kind, swap_of, requested_by)
+           VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING request_id AS "id: RequestId""#,
+        r.instance_id,
+        r.generation,
+        r.workspace_id,
+        r.domain,
+        r.kind as RequestKind,
+        r.swap_of as Option<RequestId>,
+        r.requested_by as Option<AccountId>
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// FinishLifecycleRequest: an accepted request's outcome; a finished one is left as it is.
+pub async fn finish_request(
+    conn: &mut PgConnection,
+    id: RequestId,
+    state: RequestState,
+    outcome: &str,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "UPDATE fedwiki.lifecycle_requests SET state = $2, outcome = $3, updated_at = clock_timestamp()
+         WHERE request_id = $1 AND state = 'accepted'",
+        id as RequestId,
+        state as RequestState,
+        outcome
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// The status a create starts in, decided at the slot gate.
+pub async fn set_starts_as(conn: &mut PgConnection, id: RequestId, status: SiteStatus) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE fedwiki.lifecycle_requests SET starts_as = $2, updated_at = clock_timestamp() WHERE request_id = $1",
+        id as RequestId,
+        status as SiteStatus
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// DeleteUnstartedLifecycleRequest: a request whose job has not started (still pending, no
+/// attempt spent) is deleted with its job. No instance lock: a job claimed meanwhile keeps both.
+pub async fn delete_unstarted_request(conn: &mut PgConnection, id: RequestId) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "WITH gone AS (
+             DELETE FROM integration.jobs j
+              WHERE j.dedupe_key = 'fedwiki_request:' || $1::bigint::text AND j.state = 'pending' AND j.attempts = 0
+             RETURNING 1)
+         DELETE FROM fedwiki.lifecycle_requests r
+          WHERE r.request_id = $1 AND r.state = 'accepted' AND EXISTS (SELECT 1 FROM gone)",
+        id as RequestId
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// A workspace's requests, the latest first (the page's "in flight" and recent outcomes).
+pub async fn requests_of_workspace(
+    conn: &mut PgConnection,
+    workspace_id: &str,
+    limit: i64,
+) -> sqlx::Result<Vec<RequestRow>> {
+    sqlx::query_as!(
+        RequestRow,
+        r#"SELECT request_id AS "request_id: RequestId", instance_id, generation, workspace_id, domain,
+                  kind AS "kind: RequestKind", swap_of AS "swap_of: RequestId", state AS "state: RequestState",
+                  outcome, starts_as AS "starts_as: SiteStatus", created_at, updated_at
+           FROM fedwiki.lifecycle_requests WHERE workspace_id = $1 ORDER BY request_id DESC LIMIT $2"#,
+        workspace_id,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The accepted requests on a domain (a callback nudges their jobs).
+pub async fn open_requests_on_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Vec<RequestId>> {
+    sqlx::query_scalar!(
+        r#"SELECT request_id AS "id: RequestId" FROM fedwiki.lifecycle_requests
+           WHERE domain = $1 AND state = 'accepted' ORDER BY request_id"#,
+        domain
+    )
+    .fetch_all(conn)
+    .await
+}
+
+// Slot holds and usage ----------------------------------------------------------------------------------
+
+pub async fn insert_hold(conn: &mut PgConnection, request: RequestId, pool: PoolId) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO fedwiki.slot_holds (request_id, pool_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        request as RequestId,
+        pool as PoolId
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// SlotHoldExists
+pub async fn hold_exists(conn: &mut PgConnection, request: RequestId) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.slot_holds WHERE request_id = $1) AS "e!""#,
+        request as RequestId
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// DeleteSlotHolds
+pub async fn delete_holds(conn: &mut PgConnection, requests: &[RequestId]) -> sqlx::Result<()> {
+    let ids: Vec<i64> = requests.iter().map(|r| r.0).collect();
+    sqlx::query!("DELETE FROM fedwiki.slot_holds WHERE request_id = ANY($1)", &ids).execute(conn).await?;
+    Ok(())
+}
+
+/// LockNumericUsage: the pool's usage row of `fedwiki.active_sites`, FOR UPDATE; None when the
+/// pool has none (no entitlement to sites, or the System workspace's).
+pub async fn lock_numeric_usage(conn: &mut PgConnection, pool: PoolId) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "SELECT used FROM core.numeric_entitlement_usage WHERE pool_id = $1 AND resource_key = $2 FOR UPDATE",
+        pool as PoolId,
+        ACTIVE_SITES
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// CountSlotsByPool: active sites plus open holds. A statement of its own, after the usage lock.
+pub async fn count_slots_by_pool(conn: &mut PgConnection, pool: PoolId) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(r#"SELECT fedwiki.count_slots($1) AS "n!""#, pool as PoolId).fetch_one(conn).await
+}
+
+pub async fn write_usage(conn: &mut PgConnection, pool: PoolId, used: i64) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.numeric_entitlement_usage SET used = $3, counted_at = now()
+         WHERE pool_id = $1 AND resource_key = $2",
+        pool as PoolId,
+        ACTIVE_SITES,
+        used
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The pool's limit of active sites, read without a lock (0 when it has none).
+pub async fn active_sites_limit(conn: &mut PgConnection, pool: PoolId) -> sqlx::Result<i64> {
+    let v = sqlx::query_scalar!(
+        "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = $2",
+        pool as PoolId,
+        ACTIVE_SITES
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(v.flatten().unwrap_or(0))
+}
+
+/// The page's figures: the usage row as last counted, and the limit.
+pub async fn usage_and_limit(conn: &mut PgConnection, pool: PoolId) -> sqlx::Result<(i64, i64)> {
+    let r = sqlx::query!(
+        r#"SELECT (SELECT used FROM core.numeric_entitlement_usage WHERE pool_id = $1 AND resource_key = $2) AS used,
+                  (SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = $2) AS lim"#,
+        pool as PoolId,
+        ACTIVE_SITES
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok((r.used.unwrap_or(0), r.lim.unwrap_or(0)))
+}
+
+/// Whether the pool's organization may put a site under a domain of its own.
+pub async fn custom_domain_allowed(conn: &mut PgConnection, pool: PoolId) -> sqlx::Result<bool> {
+    let v = sqlx::query_scalar!(
+        "SELECT flag_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.custom_domain'",
+        pool as PoolId
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(v.flatten().unwrap_or(false))
+}
+
+// The swap policy ---------------------------------------------------------------------------------------
+
+pub async fn last_swap_at(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar!("SELECT last_swap_at FROM fedwiki.swap_policies WHERE workspace_id = $1", workspace_id)
+        .fetch_optional(conn)
+        .await
+}
+
+pub async fn last_activation_at(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar!("SELECT last_activation_at FROM fedwiki.swap_policies WHERE workspace_id = $1", workspace_id)
+        .fetch_optional(conn)
+        .await
+        .map(Option::flatten)
+}
+
+/// The swap policy row, upserted last by a swap (or, with `activation`, by an activation under
+/// its cooldown).
+pub async fn upsert_swap_policy(conn: &mut PgConnection, workspace_id: &str, activation: bool) -> sqlx::Result<()> {
+    sqlx::query!(
+        "INSERT INTO fedwiki.swap_policies (workspace_id, last_swap_at, last_activation_at)
+         VALUES ($1, CASE WHEN $2 THEN '-infinity'::timestamptz ELSE now() END, CASE WHEN $2 THEN now() END)
+         ON CONFLICT (workspace_id) DO UPDATE
+            SET last_swap_at = CASE WHEN $2 THEN fedwiki.swap_policies.last_swap_at ELSE now() END,
+                last_activation_at = CASE WHEN $2 THEN now() ELSE fedwiki.swap_policies.last_activation_at END",
+        workspace_id,
+        activation
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+// Callbacks -----------------------------------------------------------------------------------------------
+
+/// Record a callback's id; false when it was already received (a duplicate does nothing).
+pub async fn record_callback(conn: &mut PgConnection, event_id: &str, kind: &str, domain: &str) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "INSERT INTO fedwiki.farm_callbacks (event_id, kind, domain) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        event_id,
+        kind,
+        domain
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+// Membership -------------------------------------------------------------------------------------------------
+
+/// The organization of a workspace the account is a member of.
+pub async fn member_workspace_org(
+    conn: &mut PgConnection,
+    account: AccountId,
+    workspace_id: &str,
+) -> sqlx::Result<Option<OrganizationId>> {
+    sqlx::query_scalar!(
+        r#"SELECT w.organization_id AS "o!: OrganizationId" FROM fedwiki.workspaces w
+           JOIN core.organization_members m ON m.organization_id = w.organization_id
+           WHERE w.workspace_id = $1 AND m.account_id = $2"#,
+        workspace_id,
+        account as AccountId
+    )
+    .fetch_optional(conn)
+    .await
+}

@@ -1,0 +1,303 @@
+//! A member's sites (`/sites`) and the acts on them: create, park, activate, archive, delete,
+//! swap and Keep active. Each act records a request (its job carries it to the farm and back)
+//! and comes back to the page, which polls `/sites/live` while a request is in flight. A refusal
+//! draws the page again with its reason beside the organization's sites (409/422).
+
+use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use views::{FormState, paths};
+
+use crate::{
+    ids::{AccountId, OrganizationId},
+    services::{
+        ServiceError,
+        fedwiki::{self, names::SiteName, reads},
+    },
+    states::RequestKind,
+    web::{
+        AppState,
+        errors::AppError,
+        forms::{Form, after_post},
+        identity::{Member, csrf_token},
+        refusals::{self, Words},
+        render,
+    },
+};
+
+const WORDS: Words = Words { done: "asked", busy: None };
+
+fn when(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+fn doing(kind: RequestKind) -> &'static str {
+    match kind {
+        RequestKind::Create => "creating",
+        RequestKind::Activate => "activating",
+        RequestKind::Park => "parking",
+        RequestKind::Archive => "archiving",
+        RequestKind::Delete => "deleting",
+    }
+}
+
+/// The page's view: `refused` puts a refused form's state beside its organization's sites.
+async fn view(
+    req: &HttpRequest,
+    state: &AppState,
+    who: AccountId,
+    refused: Option<(OrganizationId, FormState)>,
+) -> Result<views::SitesView, AppError> {
+    let orgs = reads::member_sites(&state.db, who).await?;
+    let zone = state.config.farm.domain.clone();
+    let site_url = |d: &str| match &state.farm {
+        Some(f) => f.site_url(d),
+        None => format!("https://{d}/"),
+    };
+    let cooldown = state.config.farm.swap_cooldown;
+    let mut refused = refused;
+    let organizations = orgs
+        .into_iter()
+        .map(|o| {
+            let sites = o
+                .sites
+                .iter()
+                .map(|s| views::SiteLine {
+                    site_id: s.site_id.clone(),
+                    domain: s.domain.clone(),
+                    url: site_url(&s.domain),
+                    status: s.status.to_string(),
+                    keep_active: s.keep_active,
+                    storage_bytes: s.storage_bytes,
+                    modified: s.modified_at.map(when),
+                    in_flight: o.in_flight(&s.site_id).map(|r| doing(r.kind).to_string()),
+                })
+                .collect();
+            // A create in flight has no site row yet: it shows as a request.
+            let requests = o
+                .requests
+                .iter()
+                .map(|r| views::RequestLine {
+                    domain: r.domain.clone(),
+                    kind: if r.swap_of.is_some() { "park (swap)".into() } else { r.kind.to_string() },
+                    state: r.state.to_string(),
+                    outcome: r.outcome.clone(),
+                    when: when(r.created_at),
+                })
+                .collect();
+            let swap_in_minutes = o.last_swap_at.and_then(|at| {
+                let since = (Utc::now() - at).to_std().unwrap_or_default();
+                (since < cooldown).then(|| (cooldown - since).as_secs().div_ceil(60).max(1) as i64)
+            });
+            let form = match &refused {
+                Some((org, _)) if *org == o.organization_id => refused.take().map(|(_, f)| f).unwrap_or_default(),
+                _ => FormState::default(),
+            };
+            views::OrgSites {
+                organization_id: o.organization_id.0,
+                name: o.name,
+                sites,
+                requests,
+                used: o.used,
+                limit: o.limit,
+                zone: zone.clone(),
+                swap_in_minutes,
+                form,
+            }
+        })
+        .collect();
+    Ok(views::SitesView { csrf: csrf_token(req), connected: state.farm.is_some(), notice: notice(req), organizations })
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Flags {
+    asked: Option<String>,
+}
+
+fn notice(req: &HttpRequest) -> Option<String> {
+    let q = web::Query::<Flags>::from_query(req.query_string()).ok()?.into_inner();
+    match q.asked.as_deref()? {
+        "create" => Some("The site is being created; this page shows when it is ready.".into()),
+        "swap" => Some("The swap is under way; this page shows when it is done.".into()),
+        "keep" => Some("Saved.".into()),
+        _ => Some("Asked; this page shows when it is done.".into()),
+    }
+}
+
+#[tracing::instrument(name = "Page: sites", skip_all, fields(account_id = %who.account_id))]
+pub async fn sites_page(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+) -> Result<HttpResponse, AppError> {
+    let v = view(&req, &state, who.account_id, None).await?;
+    Ok(render::ok(&req, "Sites", views::member_sites(&v)))
+}
+
+/// The polled section alone.
+#[tracing::instrument(name = "Page: sites (live)", skip_all, fields(account_id = %who.account_id))]
+pub async fn sites_live(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+) -> Result<HttpResponse, AppError> {
+    let v = view(&req, &state, who.account_id, None).await?;
+    Ok(crate::web::forms::partial(StatusCode::OK, views::sites_section(&v)))
+}
+
+/// A refused act: the page again with the reason beside the organization's sites.
+async fn refused(
+    req: &HttpRequest,
+    state: &AppState,
+    who: AccountId,
+    org: Option<OrganizationId>,
+    e: ServiceError,
+    values: Vec<(String, String)>,
+) -> Result<HttpResponse, AppError> {
+    let r = refusals::form(e, values, WORDS)?;
+    let orgs = reads::member_sites(&state.db, who).await?;
+    // A site's act names no organization: its refusal shows beside the first (the usual one).
+    let org = org.or_else(|| orgs.first().map(|o| o.organization_id));
+    let v = view(req, state, who, org.map(|o| (o, r.form))).await?;
+    Ok(refusals::answer(req, r.status, "Sites", || views::sites_section(&v), || views::member_sites(&v)))
+}
+
+/// An act's answer: back to the page saying what was asked, or the page with the refusal.
+async fn answer<T>(
+    req: &HttpRequest,
+    state: &AppState,
+    who: AccountId,
+    org: Option<OrganizationId>,
+    asked: &str,
+    done: Result<T, ServiceError>,
+    values: Vec<(String, String)>,
+) -> Result<HttpResponse, AppError> {
+    match done {
+        Ok(_) => Ok(after_post(req, &format!("{}?asked={asked}", paths::SITES))),
+        Err(ServiceError::NotFound(w)) => Err(ServiceError::NotFound(w).into()),
+        Err(e) => refused(req, state, who, org, e, values).await,
+    }
+}
+
+fn connected(state: &AppState) -> Result<(), AppError> {
+    if state.farm.is_none() {
+        return Err(AppError::Refused(
+            "The wiki farm is not connected right now, so sites cannot be changed. Nothing was asked. Try again later."
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The create form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct CreateForm {
+    organization_id: String,
+    name: String,
+}
+
+#[tracing::instrument(name = "Page: create a site", skip_all, fields(account_id = %who.account_id))]
+pub async fn create(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    form: Form<CreateForm>,
+) -> Result<HttpResponse, AppError> {
+    connected(&state)?;
+    let org = form
+        .organization_id
+        .trim()
+        .parse::<i64>()
+        .map(OrganizationId)
+        .map_err(|_| AppError::BadRequest("Choose the organization from the page.".into()))?;
+    let made = match SiteName::parse(&form.name) {
+        Ok(name) => fedwiki::create_site(&state.db, &state.config.farm, who.account_id, org, &name).await,
+        Err(m) => Err(ServiceError::invalid("name", m)),
+    };
+    answer(&req, &state, who.account_id, Some(org), "create", made, form.values()).await
+}
+
+/// A status act's form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct StatusForm {
+    to: String,
+}
+
+#[tracing::instrument(name = "Page: change a site's status", skip_all, fields(account_id = %who.account_id, site_id = %id))]
+pub async fn change_status(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    id: web::Path<String>,
+    form: Form<StatusForm>,
+) -> Result<HttpResponse, AppError> {
+    connected(&state)?;
+    let kind = match form.to.as_str() {
+        "activate" => RequestKind::Activate,
+        "park" => RequestKind::Park,
+        "archive" => RequestKind::Archive,
+        _ => return Err(AppError::BadRequest("Choose park, activate or archive.".into())),
+    };
+    let done = fedwiki::change_status(&state.db, &state.config.farm, who.account_id, &id, kind).await;
+    answer(&req, &state, who.account_id, None, kind.as_str(), done, vec![]).await
+}
+
+#[tracing::instrument(name = "Page: delete a site", skip_all, fields(account_id = %who.account_id, site_id = %id))]
+pub async fn delete(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    id: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    connected(&state)?;
+    let done = fedwiki::change_status(&state.db, &state.config.farm, who.account_id, &id, RequestKind::Delete).await;
+    answer(&req, &state, who.account_id, None, "delete", done, vec![]).await
+}
+
+/// The swap form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct SwapForm {
+    activate: String,
+    park: String,
+}
+
+#[tracing::instrument(name = "Page: swap sites", skip_all, fields(account_id = %who.account_id))]
+pub async fn swap(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    form: Form<SwapForm>,
+) -> Result<HttpResponse, AppError> {
+    connected(&state)?;
+    let done =
+        fedwiki::swap_active_site(&state.db, &state.config.farm, who.account_id, &form.activate, &form.park).await;
+    answer(&req, &state, who.account_id, None, "swap", done, form.values()).await
+}
+
+/// The Keep active toggle.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeepForm {
+    keep: String,
+}
+
+#[tracing::instrument(name = "Page: keep a site active", skip_all, fields(account_id = %who.account_id, site_id = %id))]
+pub async fn keep_active(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    id: web::Path<String>,
+    form: Form<KeepForm>,
+) -> Result<HttpResponse, AppError> {
+    let keep = match form.keep.as_str() {
+        "1" => true,
+        "0" => false,
+        _ => return Err(AppError::BadRequest("Keep is 1 or 0.".into())),
+    };
+    fedwiki::set_keep_active(&state.db, who.account_id, &id, keep).await?;
+    Ok(after_post(&req, &format!("{}?asked=keep", paths::SITES)))
+}

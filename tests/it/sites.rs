@@ -1,0 +1,488 @@
+//! FedWiki sites against the project's local farm: a member's create, park, activate, swap and
+//! delete carried through the slot gate, the farm and the record step; bad names; the last slot
+//! taken by two at once; the farm failing; the callbacks over HTTP; and the lock order of the
+//! new paths (two transactions, one waits on the other).
+
+use crate::common;
+
+use std::{sync::Arc, time::Duration};
+
+use common::{TestDb, farm::FarmFixture};
+use member_console::{
+    config::FarmSettings,
+    demo,
+    ids::{AccountId, OrganizationId, PoolId, RequestId},
+    integrations::farm::signature,
+    services::{
+        ServiceError,
+        fedwiki::{
+            self, Ran,
+            gate::{self, Gate},
+            names::SiteName,
+            record::{self, Recorded},
+        },
+    },
+    states::{RequestKind, RequestState},
+    store::fedwiki as store,
+};
+
+struct Sites {
+    t: TestDb,
+    f: FarmFixture,
+    settings: FarmSettings,
+    who: AccountId,
+    org: OrganizationId,
+    pool: PoolId,
+}
+
+/// The demo, its member's organization granted `product` (Free: 1 active site, Basic: 3).
+async fn setup(product: &str) -> Sites {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let f = FarmFixture::start().await;
+    let who = AccountId(
+        sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE email = $1")
+            .bind(demo::MEMBER_EMAIL)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap(),
+    );
+    let org =
+        OrganizationId(common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await);
+    let pool = PoolId(
+        common::acts::scalar(
+            &t,
+            &format!("SELECT pool_id FROM core.resource_pools WHERE organization_id = {org} AND is_default"),
+        )
+        .await,
+    );
+    if product != "Free" {
+        common::acts::grant(&t, org, common::acts::product_id(&t, product).await).await;
+    }
+    let settings = FarmSettings { swap_cooldown: Duration::from_secs(600), ..FarmSettings::default() };
+    Sites { t, f, settings, who, org, pool }
+}
+
+impl Sites {
+    async fn create(&self, name: &str) -> Result<RequestId, ServiceError> {
+        fedwiki::create_site(&self.t.db, &self.settings, self.who, self.org, &SiteName::parse(name).unwrap()).await
+    }
+
+    /// Run a request's workflow as its job would (not its last attempt).
+    async fn run(&self, id: RequestId) -> Result<Ran, ServiceError> {
+        fedwiki::run_site_request(&self.t.db, &self.f.farm, id, false).await
+    }
+
+    async fn created(&self, name: &str) -> String {
+        let id = self.create(name).await.unwrap();
+        assert!(matches!(self.run(id).await.unwrap(), Ran::Recorded(Recorded::Done { .. })));
+        self.site_id(name).await
+    }
+
+    async fn site_id(&self, name: &str) -> String {
+        sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
+            .bind(format!("{name}.wiki.localhost"))
+            .fetch_one(&self.t.admin)
+            .await
+            .unwrap()
+    }
+
+    async fn status(&self, name: &str) -> String {
+        sqlx::query_scalar("SELECT status FROM fedwiki.sites WHERE domain = $1")
+            .bind(format!("{name}.wiki.localhost"))
+            .fetch_one(&self.t.admin)
+            .await
+            .unwrap()
+    }
+
+    async fn request(&self, id: RequestId) -> store::RequestRow {
+        let mut c = self.t.db.read().await.unwrap();
+        store::request(c.conn(), id).await.unwrap().unwrap()
+    }
+
+    /// The usage row of `fedwiki.active_sites`, as last counted.
+    async fn used(&self) -> i64 {
+        self.count(&format!(
+            "SELECT used FROM core.numeric_entitlement_usage WHERE pool_id = {} AND resource_key = 'fedwiki.active_sites'",
+            self.pool
+        ))
+        .await
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
+        common::acts::scalar(&self.t, sql).await
+    }
+}
+
+/// usage = active sites + open holds, for the test's pool (the stress invariant, here).
+async fn assert_usage_agrees(s: &Sites) {
+    let counted = s.count(&format!("SELECT fedwiki.count_slots({})", s.pool)).await;
+    assert_eq!(s.used().await, counted, "the usage row agrees with the sites and holds");
+}
+
+#[tokio::test]
+async fn a_member_creates_a_site_that_the_farm_holds_active_and_the_registry_serves() {
+    let s = setup("Basic").await;
+    let id = s.create("handbook").await.unwrap();
+    assert_eq!(s.request(id).await.state, RequestState::Accepted);
+    assert_eq!(s.count("SELECT count(*) FROM integration.jobs WHERE kind = 'fedwiki_request'").await, 1);
+    let ran = s.run(id).await.unwrap();
+    assert!(matches!(ran, Ran::Recorded(Recorded::Done { state: RequestState::Done, .. })), "{ran:?}");
+    assert_eq!(s.status("handbook").await, "active");
+    assert_eq!(s.used().await, 1);
+    let on_farm = s.f.site("handbook.wiki.localhost").await.expect("the farm has it");
+    assert_eq!(on_farm["status"], "active");
+    assert_eq!(on_farm["owner"], format!("org-{}", s.org));
+    let servable: bool =
+        sqlx::query_scalar("SELECT servable FROM domains.placements WHERE hostname = 'handbook.wiki.localhost'")
+            .fetch_one(&s.t.admin)
+            .await
+            .unwrap();
+    assert!(servable, "the site trigger marked its placement servable");
+    // A crash after the record step: the job runs again and records nothing twice.
+    assert_eq!(s.run(id).await.unwrap(), Ran::Nothing);
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites").await, 1);
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn bad_and_taken_names_are_refused_and_nothing_is_written() {
+    let s = setup("Basic").await;
+    for bad in ["", "-x", "x-", "a.b", "a b", "Ünï", &"x".repeat(64)] {
+        assert!(SiteName::parse(bad).is_err(), "{bad:?}");
+    }
+    s.created("taken").await;
+    let before = s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await;
+    let e = s.create("taken").await.unwrap_err();
+    assert!(matches!(&e, ServiceError::Invalid(p) if p[0].0 == "name" && p[0].1.contains("taken")), "{e:?}");
+    // Another organization's member cannot create under this organization.
+    let stranger = common::acts::org_of_type(&s.t, "Strangers", common::acts::type_id(&s.t, "Community").await).await;
+    let e =
+        fedwiki::create_site(&s.t.db, &s.settings, s.who, stranger.organization_id, &SiteName::parse("mine").unwrap())
+            .await
+            .unwrap_err();
+    assert!(matches!(e, ServiceError::NotFound(_)), "{e:?}");
+    // A name under another owner's claim.
+    sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('corp.wiki.localhost', 'workspace:other')")
+        .execute(&s.t.admin)
+        .await
+        .unwrap();
+    let e = s.create("corp").await.unwrap_err();
+    assert!(e.to_string().contains("another owner holds"), "{e}");
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await, before, "no request was written");
+    assert_eq!(s.count("SELECT count(*) FROM domains.placements").await, 1, "no name was placed");
+}
+
+#[tokio::test]
+async fn two_creates_racing_for_the_last_slot_leave_one_active_and_one_parked() {
+    let s = Arc::new(setup("Free").await);
+    let (a, b) = (s.create("first").await.unwrap(), s.create("second").await.unwrap());
+    let (s1, s2) = (s.clone(), s.clone());
+    let (ra, rb) = tokio::join!(async move { s1.run(a).await }, async move { s2.run(b).await });
+    ra.unwrap();
+    rb.unwrap();
+    let mut statuses = vec![s.status("first").await, s.status("second").await];
+    statuses.sort();
+    assert_eq!(statuses, ["active", "parked"], "one took the slot, the other was created parked");
+    assert_eq!(s.used().await, 1);
+    let parked = if s.status("first").await == "parked" { a } else { b };
+    let outcome = s.request(parked).await.outcome.unwrap();
+    assert!(outcome.contains("parked"), "{outcome}");
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn an_activation_above_the_limit_is_declined_with_what_to_do() {
+    let s = setup("Free").await;
+    s.created("one").await;
+    s.created("two").await;
+    assert_eq!(s.status("two").await, "parked");
+    let two = s.site_id("two").await;
+    let id = fedwiki::change_status(&s.t.db, &s.settings, s.who, &two, RequestKind::Activate).await.unwrap();
+    s.run(id).await.unwrap();
+    let r = s.request(id).await;
+    assert_eq!(r.state, RequestState::Declined);
+    assert!(r.outcome.unwrap().contains("1 of 1 active sites are in use: park one or upgrade your plan"));
+    assert_eq!(s.status("two").await, "parked");
+    assert_eq!(s.f.site("two.wiki.localhost").await.unwrap()["status"], "parked", "the farm was never asked");
+    // Park the first, then the second activates.
+    let one = s.site_id("one").await;
+    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &one, RequestKind::Park).await.unwrap();
+    s.run(park).await.unwrap();
+    let again = fedwiki::change_status(&s.t.db, &s.settings, s.who, &two, RequestKind::Activate).await.unwrap();
+    s.run(again).await.unwrap();
+    assert_eq!((s.status("one").await.as_str(), s.status("two").await.as_str()), ("parked", "active"));
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn a_swap_parks_one_and_activates_the_other_and_a_second_inside_the_cooldown_is_refused() {
+    let s = setup("Free").await;
+    s.created("live").await;
+    s.created("asleep").await;
+    let (live, asleep) = (s.site_id("live").await, s.site_id("asleep").await);
+    let id = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &asleep, &live).await.unwrap();
+    // While the swap is in flight, another act on either site is refused.
+    let e = fedwiki::change_status(&s.t.db, &s.settings, s.who, &live, RequestKind::Archive).await.unwrap_err();
+    assert!(e.to_string().contains("already in progress"), "{e}");
+    s.run(id).await.unwrap();
+    assert_eq!((s.status("live").await.as_str(), s.status("asleep").await.as_str()), ("parked", "active"));
+    assert_eq!(s.f.site("asleep.wiki.localhost").await.unwrap()["status"], "active");
+    assert_eq!(s.f.site("live.wiki.localhost").await.unwrap()["status"], "parked");
+    let e = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &live, &asleep).await.unwrap_err();
+    assert!(e.to_string().contains("You can swap again in 10 minutes"), "{e}");
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn a_farm_that_fails_is_retried_and_on_the_last_attempt_the_request_fails_with_a_reason_and_frees_the_name() {
+    let s = setup("Basic").await;
+    let id = s.create("flaky").await.unwrap();
+    s.f.faults(serde_json::json!({ "fail_next": 1 })).await;
+    let e = s.run(id).await.unwrap_err();
+    assert!(matches!(e, ServiceError::Remote { transient: true, .. }), "{e:?}");
+    assert_eq!(s.request(id).await.state, RequestState::Accepted, "retried, not failed");
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.slot_holds").await, 1, "the slot stays held between attempts");
+    s.f.faults(serde_json::json!({ "fail_next": 1 })).await;
+    let ran = fedwiki::run_site_request(&s.t.db, &s.f.farm, id, true).await.unwrap();
+    assert!(matches!(ran, Ran::Recorded(Recorded::Done { state: RequestState::Failed, .. })), "{ran:?}");
+    let outcome = s.request(id).await.outcome.unwrap();
+    assert!(outcome.contains("The farm failed to create the site on the farm"), "{outcome}");
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites").await, 0);
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.slot_holds").await, 0);
+    assert_eq!(s.count("SELECT count(*) FROM domains.placements").await, 0, "the name is free again");
+    assert_eq!(s.used().await, 0);
+    s.created("flaky").await;
+}
+
+#[tokio::test]
+async fn a_slow_farm_past_the_call_bound_is_a_retry_and_nothing_is_half_written() {
+    let mut s = setup("Basic").await;
+    s.f = FarmFixture::start_with(local_farm::WikiMode::Off, Duration::from_millis(300)).await;
+    let id = s.create("slow").await.unwrap();
+    s.f.faults(serde_json::json!({ "delay_ms": 1000 })).await;
+    let e = s.run(id).await.unwrap_err();
+    assert!(e.to_string().contains("did not answer in time"), "{e}");
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites").await, 0);
+    s.f.faults(serde_json::json!({ "delay_ms": 0 })).await;
+    assert!(matches!(s.run(id).await.unwrap(), Ran::Recorded(Recorded::Done { state: RequestState::Done, .. })));
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites").await, 1, "recorded once");
+}
+
+#[tokio::test]
+async fn a_deletion_releases_the_name_removes_the_site_everywhere_and_recounts() {
+    let s = setup("Basic").await;
+    s.created("gone").await;
+    let id = fedwiki::change_status(&s.t.db, &s.settings, s.who, &s.site_id("gone").await, RequestKind::Delete)
+        .await
+        .unwrap();
+    s.run(id).await.unwrap();
+    assert_eq!(s.request(id).await.state, RequestState::Done);
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites").await, 0);
+    assert_eq!(s.count("SELECT count(*) FROM domains.placements").await, 0);
+    assert!(s.f.site("gone.wiki.localhost").await.is_none());
+    assert_eq!(s.used().await, 0);
+    s.created("gone").await;
+}
+
+#[tokio::test]
+async fn an_unstarted_request_is_deleted_with_its_job_and_a_started_one_is_kept() {
+    let s = setup("Basic").await;
+    let id = s.create("later").await.unwrap();
+    assert!(fedwiki::intake::delete_unstarted_lifecycle_request(&s.t.db, id).await.unwrap());
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await, 0);
+    assert_eq!(s.count("SELECT count(*) FROM integration.jobs WHERE kind = 'fedwiki_request'").await, 0);
+    let started = s.create("now").await.unwrap();
+    sqlx::query("UPDATE integration.jobs SET attempts = 1 WHERE kind = 'fedwiki_request'")
+        .execute(&s.t.admin)
+        .await
+        .unwrap();
+    assert!(!fedwiki::intake::delete_unstarted_lifecycle_request(&s.t.db, started).await.unwrap());
+}
+
+// The farm's callbacks over HTTP ---------------------------------------------------------------------
+
+async fn app(s: &Sites) -> common::TestApp {
+    common::TestApp::spawn_connected(&s.t, None, Some(s.f.farm.clone())).await
+}
+
+fn callback(id: &str, domain: &str, storage: i64) -> String {
+    serde_json::json!({
+        "id": id, "type": "site.modified", "occurred_at": "2026-12-03T10:00:00Z",
+        "site": { "domain": domain, "owner": "x", "status": "active", "storage_bytes": storage,
+                  "modified_at": "2026-12-03T09:59:00Z", "created_at": "2026-12-03T09:00:00Z" }
+    })
+    .to_string()
+}
+
+async fn post_callback(app: &common::TestApp, body: &str, secret: &str, t: i64) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .post(app.url("/farm/callbacks"))
+        .header("Farm-Timestamp", t.to_string())
+        .header("Farm-Signature", signature::sign(secret, t, body.as_bytes()))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_signed_callback_records_what_the_farm_observed_once_and_a_bad_signature_writes_nothing() {
+    let s = setup("Basic").await;
+    s.created("watched").await;
+    let app = app(&s).await;
+    let now = chrono::Utc::now().timestamp();
+    let body = callback("cb-1", "watched.wiki.localhost", 4096);
+    let (status, said) = post_callback(&app, &body, "not-the-secret", now).await;
+    assert_eq!(status, 400, "{said}");
+    let (status, _) = post_callback(&app, &body, common::farm::CALLBACK_SECRET, now - 3600).await;
+    assert_eq!(status, 400, "outside the tolerance");
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.farm_callbacks").await, 0);
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites WHERE storage_bytes IS NOT NULL").await, 0);
+    let (status, said) = post_callback(&app, &body, common::farm::CALLBACK_SECRET, now).await;
+    assert_eq!(status, 200, "{said}");
+    assert_eq!(s.count("SELECT storage_bytes FROM fedwiki.sites").await, 4096);
+    let (status, said) = post_callback(&app, &body, common::farm::CALLBACK_SECRET, now).await;
+    assert_eq!((status, said.trim()), (200, "already recorded"));
+    // An unknown site is recorded as received and writes no site.
+    let (status, _) =
+        post_callback(&app, &callback("cb-2", "nobody.wiki.localhost", 1), common::farm::CALLBACK_SECRET, now).await;
+    assert_eq!(status, 200);
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites").await, 1);
+    assert_eq!(s.status("watched").await, "active", "a callback never writes a status");
+}
+
+// Lock order: one path paused mid-transaction, the other shown waiting on it --------------------------
+
+/// Hold `table`'s lock in an open transaction: whatever reads or writes it next waits.
+async fn pause_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
+    pause_in_mode(t, table, "ACCESS EXCLUSIVE").await
+}
+
+/// The same in SHARE mode: reads pass, the next write waits.
+async fn pause_writes_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
+    pause_in_mode(t, table, "SHARE").await
+}
+
+async fn pause_in_mode(t: &TestDb, table: &str, mode: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
+    let mut a = t.admin.acquire().await.unwrap();
+    let pid = common::backend_pid(&mut a).await;
+    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("LOCK TABLE {table} IN {mode} MODE"))).execute(&mut *a).await.unwrap();
+    (a, pid)
+}
+
+#[tokio::test]
+async fn two_gates_for_one_pool_queue_on_the_usage_row_and_the_second_counts_the_firsts_hold() {
+    let s = setup("Free").await;
+    let (a, b) = (s.create("gate-a").await.unwrap(), s.create("gate-b").await.unwrap());
+    let (ra, rb) = (s.request(a).await, s.request(b).await);
+    // Pause the first gate at its hold's insert: it then holds the instance lock and the usage row.
+    let (mut pause, pause_pid) = pause_writes_on(&s.t, "fedwiki.slot_holds").await;
+    let db = s.t.db.clone();
+    let first = tokio::spawn(async move { gate::hold_site_slot(&db, &ra).await });
+    let first_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    let declared = gate::HOLD_SITE_SLOT_LOCKS.locks;
+    common::assert_holds(&s.t.admin, first_pid, &[declared[0], declared[2]]).await;
+    let db = s.t.db.clone();
+    let second = tokio::spawn(async move { gate::hold_site_slot(&db, &rb).await });
+    let second_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, first_pid).await;
+    // The second holds its own instance lock and waits for the usage row the first holds.
+    common::assert_holds(&s.t.admin, second_pid, &declared[..1]).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert_eq!(first.await.unwrap().unwrap(), Gate::Held);
+    assert_eq!(second.await.unwrap().unwrap(), Gate::Full { used: 1, limit: 1 });
+}
+
+#[tokio::test]
+async fn a_gate_waits_on_a_recount_that_holds_the_usage_row_and_counts_what_it_committed() {
+    let s = setup("Basic").await;
+    s.created("counted").await;
+    let id = s.create("waiting").await.unwrap();
+    let req = s.request(id).await;
+    // A recount (usage.Recount) paused after LockNumericUsage, on a connection of the test's own.
+    let mut recount = s.t.runtime_conn().await;
+    let recount_pid = common::backend_pid(&mut recount).await;
+    sqlx::query("BEGIN").execute(&mut recount).await.unwrap();
+    sqlx::query("SELECT used FROM core.numeric_entitlement_usage WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites' FOR UPDATE")
+        .bind(s.pool)
+        .execute(&mut recount)
+        .await
+        .unwrap();
+    let db = s.t.db.clone();
+    let gate = tokio::spawn(async move { gate::hold_site_slot(&db, &req).await });
+    let gate_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, recount_pid).await;
+    // The gate holds its instance lock and waits for the usage row, never the other way round.
+    common::assert_holds(&s.t.admin, gate_pid, &gate::HOLD_SITE_SLOT_LOCKS.locks[..1]).await;
+    sqlx::query("UPDATE core.numeric_entitlement_usage SET used = fedwiki.count_slots($1) WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'")
+        .bind(s.pool)
+        .execute(&mut recount)
+        .await
+        .unwrap();
+    sqlx::query("COMMIT").execute(&mut recount).await.unwrap();
+    assert_eq!(gate.await.unwrap().unwrap(), Gate::Held);
+    assert_eq!(s.used().await, 2, "the gate counted the site the recount saw, and its own hold");
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn a_swaps_record_step_takes_the_activated_sites_instance_lock_first_and_a_status_record_on_it_waits() {
+    let s = setup("Free").await;
+    s.created("front").await;
+    s.created("back").await;
+    let (front, back) = (s.site_id("front").await, s.site_id("back").await);
+    let swap = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &back, &front).await.unwrap();
+    let activated = s.request(swap).await;
+    let parked = {
+        let mut c = s.t.db.read().await.unwrap();
+        store::swap_partner(c.conn(), swap).await.unwrap().unwrap()
+    };
+    assert!(activated.request_id < parked.request_id, "the activation is recorded first");
+    // Pause the record step at its usage write: it holds both instance locks and both site rows.
+    let (mut pause, pause_pid) = pause_on(&s.t, "core.numeric_entitlement_usage").await;
+    let db = s.t.db.clone();
+    let both = [activated.clone(), parked.clone()];
+    let record = tokio::spawn(async move { record::finish_all_with(&db, &both, record::Activity::Swap).await });
+    let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    common::assert_holds(&s.t.admin, record_pid, &record::RECORD_SWAP_LOCKS.locks[..4]).await;
+    // A status record on the parked site (its request is the swap's) waits on its instance lock.
+    let db = s.t.db.clone();
+    let other = tokio::spawn(async move {
+        record::finish_all_with(
+            &db,
+            &[parked],
+            record::Activity::Status { status: member_console::states::SiteStatus::Active },
+        )
+        .await
+    });
+    common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert!(matches!(record.await.unwrap().unwrap(), Recorded::Done { state: RequestState::Done, .. }));
+    assert_eq!(
+        other.await.unwrap().unwrap(),
+        Recorded::AlreadyFinished,
+        "it finds the swap's outcome and writes nothing"
+    );
+    assert_eq!((s.status("front").await.as_str(), s.status("back").await.as_str()), ("parked", "active"));
+}
+
+#[tokio::test]
+async fn a_swap_intake_takes_the_workspace_lock_before_the_instance_locks_and_a_second_tab_waits() {
+    let s = setup("Free").await;
+    s.created("tab-a").await;
+    s.created("tab-b").await;
+    let (a, b) = (s.site_id("tab-a").await, s.site_id("tab-b").await);
+    let (mut pause, pause_pid) = pause_on(&s.t, "fedwiki.swap_policies").await;
+    let (db, settings, who, a1, b1) = (s.t.db.clone(), s.settings.clone(), s.who, b.clone(), a.clone());
+    let first = tokio::spawn(async move { fedwiki::swap_active_site(&db, &settings, who, &a1, &b1).await });
+    let first_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    common::assert_holds(&s.t.admin, first_pid, fedwiki::handlers::SWAP_ACTIVE_SITE_LOCKS.locks).await;
+    let (db, settings, who) = (s.t.db.clone(), s.settings.clone(), s.who);
+    let second = tokio::spawn(async move { fedwiki::swap_active_site(&db, &settings, who, &b, &a).await });
+    common::wait_for_waiter(&s.t.admin, &s.t.name, first_pid).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    first.await.unwrap().unwrap();
+    let e = second.await.unwrap().unwrap_err();
+    assert!(e.to_string().contains("You can swap again"), "the second tab read the first's stamp: {e}");
+}

@@ -1,0 +1,340 @@
+//! A member's sites (`/sites`): per organization, its FedWiki sites with address, status,
+//! storage and last modification, the count against the plan ("2 of 3 active"), the acts on
+//! each site, the swap, the create form, and the requests in flight and their outcomes. While a
+//! request is in flight the section polls `/sites/live` and replaces itself until none is.
+
+use maud::{Markup, html};
+
+use crate::components::{Column, Tone, badge, notice, table_cols};
+use crate::forms::{Input, Select, csrf_field, form_banners, input_field, select_field};
+use crate::pages::catalog::FormState;
+use crate::paths::{self, fill};
+
+pub struct SiteLine {
+    pub site_id: String,
+    pub domain: String,
+    /// Where the site answers (a link).
+    pub url: String,
+    /// "active", "parked" or "archived".
+    pub status: String,
+    pub keep_active: bool,
+    pub storage_bytes: Option<i64>,
+    pub modified: Option<String>,
+    /// What is being done to it now ("activating", ...), when a request is in flight.
+    pub in_flight: Option<String>,
+}
+
+pub struct RequestLine {
+    pub domain: String,
+    /// "create", "park", ...
+    pub kind: String,
+    /// "accepted", "done", "declined", "failed"
+    pub state: String,
+    pub outcome: Option<String>,
+    pub when: String,
+}
+
+pub struct OrgSites {
+    pub organization_id: i64,
+    pub name: String,
+    pub sites: Vec<SiteLine>,
+    pub requests: Vec<RequestLine>,
+    pub used: i64,
+    pub limit: i64,
+    /// The farm's zone: a new site's address is `<name>.<zone>`.
+    pub zone: String,
+    /// Minutes until the workspace may swap again, when it may not now.
+    pub swap_in_minutes: Option<i64>,
+    /// The create and swap forms as sent, when one was refused.
+    pub form: FormState,
+}
+
+impl OrgSites {
+    fn in_flight(&self) -> bool {
+        self.requests.iter().any(|r| r.state == "accepted")
+    }
+}
+
+pub struct SitesView {
+    pub csrf: String,
+    /// Whether the farm is connected (without it, nothing can be asked).
+    pub connected: bool,
+    pub notice: Option<String>,
+    pub organizations: Vec<OrgSites>,
+}
+
+/// The whole page.
+pub fn member_sites(v: &SitesView) -> Markup {
+    html! {
+        h1 { "Sites" }
+        p.muted { "Your organizations' Federated Wiki sites. Open one to read and edit it." }
+        @if !v.connected {
+            (crate::components::refusal(
+                "The wiki farm is not connected",
+                "Sites cannot be created or changed right now. Try again later, or ask an operator."
+            ))
+        }
+        @if let Some(n) = &v.notice {
+            (notice(n))
+        }
+        (sites_section(v))
+    }
+}
+
+/// The part that polls while a request is in flight, in its container `#member-sites`.
+pub fn sites_section(v: &SitesView) -> Markup {
+    let polling = v.organizations.iter().any(OrgSites::in_flight);
+    html! {
+        div #member-sites
+            hx-get=[polling.then_some(paths::SITES_LIVE)]
+            hx-trigger=[polling.then_some("every 2s")]
+            hx-swap=[polling.then_some("outerHTML")] {
+            @if v.organizations.is_empty() {
+                p { "You are not a member of any organization yet, so there are no sites to show." }
+            }
+            @for o in &v.organizations {
+                (org_sites(v, o))
+            }
+        }
+    }
+}
+
+fn bytes(n: i64) -> String {
+    match n {
+        n if n < 1024 => format!("{n} B"),
+        n if n < 1024 * 1024 => format!("{:.1} KB", n as f64 / 1024.0),
+        n if n < 1024 * 1024 * 1024 => format!("{:.1} MB", n as f64 / (1024.0 * 1024.0)),
+        n => format!("{:.1} GB", n as f64 / (1024.0 * 1024.0 * 1024.0)),
+    }
+}
+
+fn status_badge(status: &str) -> Markup {
+    match status {
+        "active" => badge("active", Tone::Ok),
+        "parked" => badge("parked", Tone::Warn),
+        other => badge(other, Tone::Muted),
+    }
+}
+
+fn act(v: &SitesView, s: &SiteLine, to: &str, label: &str) -> Markup {
+    let action = fill(paths::SITE_STATUS, &[&s.site_id]);
+    html! {
+        form.inline method="post" action=(action) {
+            (csrf_field(&v.csrf))
+            input type="hidden" name="to" value=(to);
+            button.btn.btn-secondary.btn-small type="submit" aria-label=(format!("{label} {}", s.domain)) { (label) }
+        }
+    }
+}
+
+fn site_actions(v: &SitesView, s: &SiteLine) -> Markup {
+    if let Some(doing) = &s.in_flight {
+        return html! { span.muted { (doing) "…" } };
+    }
+    let delete = fill(paths::SITE_DELETE, &[&s.site_id]);
+    let keep = fill(paths::SITE_KEEP_ACTIVE, &[&s.site_id]);
+    html! {
+        @match s.status.as_str() {
+            "active" => { (act(v, s, "park", "Park")) (act(v, s, "archive", "Archive")) }
+            "parked" => { (act(v, s, "activate", "Activate")) (act(v, s, "archive", "Archive")) }
+            _ => { (act(v, s, "activate", "Activate")) }
+        }
+        form.inline method="post" action=(keep) {
+            (csrf_field(&v.csrf))
+            input type="hidden" name="keep" value=(if s.keep_active { "0" } else { "1" });
+            button.btn.btn-secondary.btn-small type="submit" aria-label=(format!("Keep active {}", s.domain)) {
+                @if s.keep_active { "Don't keep active" } @else { "Keep active" }
+            }
+        }
+        details.inline.confirm {
+            summary.btn.btn-secondary.btn-small aria-label=(format!("Delete {}…", s.domain)) { "Delete…" }
+            form method="post" action=(delete) {
+                (csrf_field(&v.csrf))
+                p { (format!("Delete {} and every page in it? This cannot be undone.", s.domain)) }
+                button.btn.btn-danger.btn-small type="submit" aria-label=(format!("Delete {}", s.domain)) { "Delete for good" }
+            }
+        }
+    }
+}
+
+fn org_sites(v: &SitesView, o: &OrgSites) -> Markup {
+    let rows = o
+        .sites
+        .iter()
+        .map(|s| {
+            vec![
+                html! { a href=(s.url) target="_blank" rel="noopener" { (s.domain) } },
+                html! {
+                    (status_badge(&s.status))
+                    @if s.keep_active { " " (badge("kept active", Tone::Muted)) }
+                },
+                html! { (s.storage_bytes.map(bytes).unwrap_or_else(|| "—".into())) },
+                html! { (s.modified.clone().unwrap_or_else(|| "—".into())) },
+                site_actions(v, s),
+            ]
+        })
+        .collect();
+    let columns = [
+        Column::text("Site"),
+        Column::text("Status"),
+        Column::num("Storage"),
+        Column::text("Last modified"),
+        Column::text(""),
+    ];
+    let active = o.sites.iter().filter(|s| s.status == "active").count();
+    let heading = format!("org-{}-sites", o.organization_id);
+    html! {
+        section.card id=(format!("sites-{}", o.organization_id)) aria-labelledby=(heading) {
+            h2 id=(heading) { (o.name) }
+            p.usage {
+                strong { (format!("{active} of {} active", o.limit)) }
+                @if o.limit == 0 {
+                    " — the plan includes no active sites. " a href=(paths::BILLING) { "Choose a plan" } "."
+                } @else if o.used >= o.limit {
+                    " — every active slot is in use: park a site, swap, or " a href=(paths::BILLING) { "upgrade the plan" } "."
+                }
+            }
+            (form_banners(&o.form))
+            (table_cols(&columns, rows, "No sites yet: create the first below."))
+            (swap_form(v, o))
+            (create_form(v, o))
+            (requests(o))
+        }
+    }
+}
+
+fn swap_form(v: &SitesView, o: &OrgSites) -> Markup {
+    let parked: Vec<(&str, &str)> = o
+        .sites
+        .iter()
+        .filter(|s| s.status == "parked" && s.in_flight.is_none())
+        .map(|s| (s.site_id.as_str(), s.domain.as_str()))
+        .collect();
+    let active: Vec<(&str, &str)> = o
+        .sites
+        .iter()
+        .filter(|s| s.status == "active" && s.in_flight.is_none())
+        .map(|s| (s.site_id.as_str(), s.domain.as_str()))
+        .collect();
+    if parked.is_empty() || active.is_empty() {
+        return html! {};
+    }
+    let f = &o.form;
+    html! {
+        div.form-panel {
+            h3 { "Swap" }
+            p.muted { "Park an active site and activate a parked one in one step." }
+            @if let Some(m) = o.swap_in_minutes {
+                p.muted.swap-cooldown { (format!("You can swap again in {m} minute{}.", if m == 1 { "" } else { "s" })) }
+            } @else {
+                form method="post" action=(paths::SITES_SWAP) {
+                    (csrf_field(&v.csrf))
+                    (select_field(&Select { id: &format!("swap-activate-{}", o.organization_id), name: "activate",
+                        label: "Activate", options: &parked, selected: f.value("activate"), error: f.field_error("activate"),
+                        required: true, hint: None }))
+                    (select_field(&Select { id: &format!("swap-park-{}", o.organization_id), name: "park",
+                        label: "Park", options: &active, selected: f.value("park"), error: f.field_error("park"),
+                        required: true, hint: None }))
+                    div.form-actions { button.btn.btn-secondary type="submit" { "Swap" } }
+                }
+            }
+        }
+    }
+}
+
+fn create_form(v: &SitesView, o: &OrgSites) -> Markup {
+    let f = &o.form;
+    let hint = format!("Letters, digits and hyphens; the site answers at <name>.{}.", o.zone);
+    html! {
+        div.form-panel {
+            h3 { "Create a site" }
+            form method="post" action=(paths::SITES) {
+                (csrf_field(&v.csrf))
+                input type="hidden" name="organization_id" value=(o.organization_id);
+                (input_field(&Input { id: &format!("site-name-{}", o.organization_id), name: "name", label: "Name",
+                    kind: "text", value: f.value("name"), error: f.field_error("name"), required: true,
+                    placeholder: Some("handbook"), hint: Some(&hint) }))
+                div.form-actions { button.btn type="submit" { "Create site" } }
+            }
+        }
+    }
+}
+
+fn requests(o: &OrgSites) -> Markup {
+    if o.requests.is_empty() {
+        return html! {};
+    }
+    let rows = o
+        .requests
+        .iter()
+        .map(|r| {
+            let tone = match r.state.as_str() {
+                "done" => Tone::Ok,
+                "accepted" => Tone::Warn,
+                _ => Tone::Bad,
+            };
+            let state = if r.state == "accepted" { "in flight" } else { r.state.as_str() };
+            vec![
+                html! { (r.when) },
+                html! { (r.kind) " " (r.domain) },
+                badge(state, tone),
+                html! { (r.outcome.clone().unwrap_or_default()) },
+            ]
+        })
+        .collect();
+    html! {
+        details.requests open[o.in_flight()] {
+            summary { "Recent requests" }
+            (table_cols(&[Column::text("When"), Column::text("Request"), Column::text("State"), Column::text("Outcome")],
+                rows, ""))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(state: &str) -> SitesView {
+        SitesView {
+            csrf: "t".into(),
+            connected: true,
+            notice: None,
+            organizations: vec![OrgSites {
+                organization_id: 7,
+                name: "Acme".into(),
+                sites: vec![SiteLine {
+                    site_id: "s-1".into(),
+                    domain: "acme.wiki.localhost".into(),
+                    url: "http://acme.wiki.localhost:8090/".into(),
+                    status: "active".into(),
+                    keep_active: false,
+                    storage_bytes: Some(2048),
+                    modified: None,
+                    in_flight: None,
+                }],
+                requests: vec![RequestLine {
+                    domain: "acme.wiki.localhost".into(),
+                    kind: "create".into(),
+                    state: state.into(),
+                    outcome: None,
+                    when: "now".into(),
+                }],
+                used: 1,
+                limit: 3,
+                zone: "wiki.localhost".into(),
+                swap_in_minutes: None,
+                form: FormState::default(),
+            }],
+        }
+    }
+
+    #[test]
+    fn the_section_polls_only_while_a_request_is_in_flight() {
+        let polling = sites_section(&view("accepted")).into_string();
+        assert!(polling.contains(r#"hx-get="/sites/live""#) && polling.contains("every 2s"), "{polling}");
+        let settled = sites_section(&view("done")).into_string();
+        assert!(!settled.contains("hx-trigger"), "{settled}");
+        assert!(settled.contains("1 of 3 active") && settled.contains("2.0 KB"), "{settled}");
+    }
+}
