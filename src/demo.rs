@@ -277,3 +277,33 @@ pub async fn load_billing(db: &Db, stripe: &crate::integrations::stripe::Stripe)
     }
     Ok(())
 }
+
+/// The demo organization's sites on the farm: `handbook`, active, and `notes`, created when
+/// the only active slot of its plan (Free) is taken, so parked. Each request runs its workflow
+/// here rather than waiting for a worker; a repeat finds the names placed and adds nothing.
+pub async fn load_sites(
+    db: &Db,
+    farm: &crate::integrations::farm::Farm,
+    settings: &crate::config::FarmSettings,
+) -> anyhow::Result<()> {
+    use crate::services::fedwiki::{self, names::SiteName};
+    let (who, org) = {
+        let mut conn = db.pool.acquire().await?;
+        let who = crate::store::accounts::account_by_email(&mut conn, MEMBER_EMAIL).await?.map(|a| a.account_id);
+        let org = crate::store::accounts::organization_by_name(&mut conn, DEMO_ORGANIZATION).await?;
+        (who, org)
+    };
+    let (Some(who), Some(org)) = (who, org) else { return Ok(()) };
+    for name in ["handbook", "notes"] {
+        let name = SiteName::parse(name).map_err(|e| anyhow::anyhow!(e))?;
+        match fedwiki::create_site(db, settings, who, org, &name).await {
+            Ok(id) => {
+                fedwiki::run_site_request(db, farm, id, true).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
+            // Loaded before: the name is the demo's already.
+            Err(crate::services::ServiceError::Invalid(_)) => {}
+            Err(e) => return Err(anyhow::anyhow!("{e}")),
+        }
+    }
+    Ok(())
+}

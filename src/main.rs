@@ -371,6 +371,12 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     {
         tracing::warn!(error = %e, "the demo's billing could not be loaded");
     }
+    if with_demo
+        && let Some(f) = &farm
+        && let Err(e) = demo::load_sites(&b.db, f, &b.config.farm).await
+    {
+        tracing::warn!(error = %e, "the demo's sites could not be loaded");
+    }
     shutdown_signal().await;
     eprintln!("shutting down: finishing requests and jobs in flight");
     let _ = stop_tx.send(true);

@@ -231,3 +231,84 @@ async fn a_member_buys_pro_on_the_stripe_stand_ins_page_and_sees_it_on_billing_a
         })
         .await;
 }
+
+async fn site_id(t: &TestDb, name: &str) -> String {
+    sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
+        .bind(format!("{name}.wiki.localhost"))
+        .fetch_one(&t.admin)
+        .await
+        .unwrap()
+}
+
+/// A worker of the test's own running the sites' jobs against `farm`.
+fn site_worker(
+    t: &TestDb,
+    farm: std::sync::Arc<member_console::integrations::farm::Farm>,
+) -> tokio::sync::watch::Sender<bool> {
+    use member_console::jobs::{Worker, WorkerOptions};
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let handlers = member_console::job_registry::handlers_connected(None, Some(farm));
+    let options = WorkerOptions { poll_interval: std::time::Duration::from_millis(200), ..WorkerOptions::default() };
+    tokio::spawn(Worker::new(t.db.clone(), handlers, 4).with_options(options).run(stopped));
+    stop
+}
+
+#[tokio::test]
+async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_a_fourth_active_site() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let org = common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await;
+    common::acts::grant(&t, member_console::ids::OrganizationId(org), common::acts::product_id(&t, "Basic").await)
+        .await;
+    let f = common::farm::FarmFixture::start_with(local_farm::WikiMode::Auto, std::time::Duration::from_secs(30)).await;
+    assert!(f.local.wiki_running(), "the real FedWiki server must run for this test: {}", local_farm::install_hint());
+    let app = TestApp::spawn_connected(&t, None, Some(f.farm.clone())).await;
+    let _worker = site_worker(&t, f.farm.clone());
+    let site = |name: &str| format!("tr:has(a[href*='//{name}.wiki.localhost'])");
+    Browser::start()
+        .await
+        .run(async |b| {
+            b.goto(&app.url("/sites")).await;
+            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+            b.wait_for(Until::Path("/sites"), WAIT).await;
+            assert!(b.text_of("main").await.contains("0 of 3 active"));
+
+            // Create three sites; the page follows each request until it is done.
+            for name in ["alpha", "beta", "gamma"] {
+                b.fill("input[name='name']", name).await;
+                b.click_button("Create site").await;
+                b.wait_for(Until::Text(&format!("{name}.wiki.localhost was created and is active.")), WAIT).await;
+            }
+            b.wait_for(Until::Text("3 of 3 active"), WAIT).await;
+
+            // The site's address answers with the real wiki.
+            let url = b.find(&format!("{} a", site("alpha"))).await.attr("href").await.unwrap().unwrap();
+            b.goto(&url).await;
+            b.wait_for(Until::Text("Welcome Visitors"), WAIT).await;
+            b.goto(&app.url("/sites")).await;
+
+            // A fourth is created parked, and activating it is refused with the reason.
+            b.fill("input[name='name']", "delta").await;
+            b.click_button("Create site").await;
+            b.wait_for(Until::Text("delta.wiki.localhost was created parked"), WAIT).await;
+            b.click(&format!("{} button[aria-label='Activate delta.wiki.localhost']", site("delta"))).await;
+            b.wait_for(Until::Text("3 of 3 active sites are in use: park one or upgrade your plan"), WAIT).await;
+
+            // Park alpha, then swap: gamma out, alpha back in.
+            b.click(&format!("{} button[aria-label='Park alpha.wiki.localhost']", site("alpha"))).await;
+            b.wait_for(Until::Text("alpha.wiki.localhost is parked."), WAIT).await;
+            b.execute(
+                "document.querySelector('select[name=activate]').value = arguments[0];
+                 document.querySelector('select[name=park]').value = arguments[1];",
+                vec![Value::String(site_id(&t, "alpha").await), Value::String(site_id(&t, "gamma").await)],
+            )
+            .await;
+            b.click_button("Swap").await;
+            b.wait_for(Until::Text("alpha.wiki.localhost is active and gamma.wiki.localhost is parked."), WAIT).await;
+            assert!(b.text_of("main").await.contains("You can swap again in 10 minutes"));
+            // The parked site's address says so.
+            b.goto(&f.farm.site_url("gamma.wiki.localhost")).await;
+            b.wait_for(Until::Text("parked"), WAIT).await;
+        })
+        .await;
+}

@@ -267,6 +267,7 @@ fn requests(o: &OrgSites) -> Markup {
     let rows = o
         .requests
         .iter()
+        .take(6)
         .map(|r| {
             let tone = match r.state.as_str() {
                 "done" => Tone::Ok,
@@ -283,8 +284,8 @@ fn requests(o: &OrgSites) -> Markup {
         })
         .collect();
     html! {
-        details.requests open[o.in_flight()] {
-            summary { "Recent requests" }
+        div.requests {
+            h3 { "Recent requests" }
             (table_cols(&[Column::text("When"), Column::text("Request"), Column::text("State"), Column::text("Outcome")],
                 rows, ""))
         }
