@@ -99,7 +99,7 @@ CREATE INDEX slot_holds_pool ON fedwiki.slot_holds (pool_id);
 -- last under the workspace's advisory lock.
 CREATE TABLE fedwiki.swap_policies (
     workspace_id text PRIMARY KEY REFERENCES fedwiki.workspaces ON DELETE CASCADE,
-    last_swap_at timestamptz NOT NULL,
+    last_swap_at timestamptz,
     last_activation_at timestamptz
 );
 

@@ -435,6 +435,7 @@ pub async fn last_swap_at(conn: &mut PgConnection, workspace_id: &str) -> sqlx::
     sqlx::query_scalar!("SELECT last_swap_at FROM fedwiki.swap_policies WHERE workspace_id = $1", workspace_id)
         .fetch_optional(conn)
         .await
+        .map(Option::flatten)
 }
 
 pub async fn last_activation_at(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Option<DateTime<Utc>>> {
@@ -449,7 +450,7 @@ pub async fn last_activation_at(conn: &mut PgConnection, workspace_id: &str) -> 
 pub async fn upsert_swap_policy(conn: &mut PgConnection, workspace_id: &str, activation: bool) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO fedwiki.swap_policies (workspace_id, last_swap_at, last_activation_at)
-         VALUES ($1, CASE WHEN $2 THEN '-infinity'::timestamptz ELSE now() END, CASE WHEN $2 THEN now() END)
+         VALUES ($1, CASE WHEN $2 THEN NULL ELSE now() END, CASE WHEN $2 THEN now() END)
          ON CONFLICT (workspace_id) DO UPDATE
             SET last_swap_at = CASE WHEN $2 THEN fedwiki.swap_policies.last_swap_at ELSE now() END,
                 last_activation_at = CASE WHEN $2 THEN now() ELSE fedwiki.swap_policies.last_activation_at END",

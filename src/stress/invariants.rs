@@ -204,11 +204,15 @@ mod tests {
             let undeclared = p.is_job()
                 || matches!(
                     p,
-                    StressPath::SyncSourceStatus | StressPath::UpdateConferralBounds | StressPath::DrainPlanAct
+                    StressPath::SyncSourceStatus
+                        | StressPath::UpdateConferralBounds
+                        | StressPath::DrainPlanAct
+                        | StressPath::CreateSite
+                        | StressPath::DeleteSite
                 );
             assert_eq!(declared.contains(&p.name()), !undeclared, "{}", p.name());
         }
-        for p in StressPath::GRANT_PATHS.into_iter().chain(StressPath::PLAN_ACT_PATHS) {
+        for p in StressPath::GRANT_PATHS.into_iter().chain(StressPath::PLAN_ACT_PATHS).chain(StressPath::SITE_PATHS) {
             assert!(StressPath::ALL.contains(&p));
         }
         // Every path is counted under a name of its own.

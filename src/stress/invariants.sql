@@ -291,3 +291,36 @@ JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
 WHERE c.state = 'holding'
   AND ((c.suspended AND s.status NOT IN ('past_due', 'unpaid', 'paused'))
        OR (NOT c.suspended AND s.status NOT IN ('active', 'trialing')));
+
+-- invariant: (14) the usage of active sites is the active sites plus the open slot holds
+SELECT u.pool_id, format('pool %s counts %s active sites in use, but has %s (active sites and open holds)',
+                         u.pool_id, u.used, fedwiki.count_slots(u.pool_id))
+FROM core.numeric_entitlement_usage u
+WHERE u.resource_key = 'fedwiki.active_sites' AND u.used <> fedwiki.count_slots(u.pool_id);
+
+-- invariant: (14) no claim equals or lies under another owner's claim
+SELECT NULL::bigint, format('claim %s (%s) lies under claim %s (%s)', c.name, c.owner, o.name, o.owner)
+FROM domains.claims c JOIN domains.claims o
+  ON o.name <> c.name AND right(c.name, length(o.name) + 1) = '.' || o.name AND o.owner <> c.owner;
+
+-- invariant: (14) a placement lies under a claim of its own owner or the farm's
+SELECT NULL::bigint, format('placement %s (%s) lies under no claim of its owner or the farm', p.hostname, p.owner)
+FROM domains.placements p
+WHERE NOT EXISTS (SELECT 1 FROM domains.claims c
+                  WHERE (p.hostname = c.name OR right(p.hostname, length(c.name) + 1) = '.' || c.name)
+                    AND c.owner IN (p.owner, 'farm'));
+
+-- invariant: (14) every active site has a servable placement, and every servable placement an active site
+SELECT NULL::bigint, format('site %s (%s) is active with no servable placement', s.site_id, s.domain)
+FROM fedwiki.sites s
+WHERE s.status = 'active'
+  AND NOT EXISTS (SELECT 1 FROM domains.placements p WHERE p.provider = 'fedwiki' AND p.object_id = s.site_id AND p.servable)
+UNION ALL
+SELECT NULL::bigint, format('placement %s is servable but its site %s is not active', p.hostname, p.object_id)
+FROM domains.placements p
+WHERE p.servable AND NOT EXISTS (SELECT 1 FROM fedwiki.sites s WHERE s.site_id = p.object_id AND s.status = 'active');
+
+-- invariant: (14) a slot hold belongs to an accepted create or activation
+SELECT h.pool_id, format('hold of request %s (%s, %s) in pool %s', h.request_id, r.kind, r.state, h.pool_id)
+FROM fedwiki.slot_holds h JOIN fedwiki.lifecycle_requests r USING (request_id)
+WHERE r.state <> 'accepted' OR r.kind NOT IN ('create', 'activate');

@@ -56,6 +56,9 @@ pub const DEFAULT_CONNECTIONS: usize = 8;
 const HOT_ORGS: usize = 6;
 /// Subscriptions (one item each) among the shared organizations, for suspension to act on.
 const SUBSCRIPTIONS: usize = 4;
+/// The run's local farm's token, and the farm client's bound on a call.
+const FARM_TOKEN: &str = "stress-farm-token";
+const FARM_TIMEOUT: Duration = Duration::from_secs(10);
 /// The stand-in's secret key (it takes any sk_test_ key), and the Stripe client's timeout.
 const STRIPE_KEY: &str = "sk_test_stress";
 const STRIPE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -63,10 +63,21 @@ pub enum StressPath {
     SyncProduct,
     /// The outbox processor's pass: the reconcile requests the other paths wrote, and the syncs.
     ClaimOutbox,
+    /// A member creates a site on a shared organization (a name from a few), then its request
+    /// is carried through the slot gate, the farm and the record step.
+    CreateSite,
+    /// A member parks, activates (under a short cooldown) or archives a site, carried likewise.
+    ChangeSiteStatus,
+    /// A member swaps a parked site in for an active one, carried likewise.
+    SwapSites,
+    /// A member deletes a site, carried likewise.
+    DeleteSite,
+    /// `fedwiki_request` jobs done by the workers (beside the acts' own runs of them).
+    RunSiteRequestActivity,
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 38] = [
+    pub const ALL: [StressPath; 43] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -105,6 +116,20 @@ impl StressPath {
         StressPath::ConvergeInvoice,
         StressPath::SyncProduct,
         StressPath::ClaimOutbox,
+        StressPath::CreateSite,
+        StressPath::ChangeSiteStatus,
+        StressPath::SwapSites,
+        StressPath::DeleteSite,
+        StressPath::RunSiteRequestActivity,
+    ];
+
+    /// The FedWiki paths (the tasks' and the workers').
+    pub const SITE_PATHS: [StressPath; 5] = [
+        StressPath::CreateSite,
+        StressPath::ChangeSiteStatus,
+        StressPath::SwapSites,
+        StressPath::DeleteSite,
+        StressPath::RunSiteRequestActivity,
     ];
 
     /// The billing paths (Stripe's stand-in, read or changed, and the console's side).
@@ -145,7 +170,10 @@ impl StressPath {
 
     /// Run by the job workers, not picked by the tasks.
     pub fn is_job(self) -> bool {
-        matches!(self, StressPath::ExpireGrantActivity | StressPath::StartGrantActivity)
+        matches!(
+            self,
+            StressPath::ExpireGrantActivity | StressPath::StartGrantActivity | StressPath::RunSiteRequestActivity
+        )
     }
 
     /// A part of the plan acts' drains, counted from the database after the run, not picked.
@@ -205,6 +233,13 @@ impl StressPath {
             StressPath::ConvergeInvoice => billing::invoices::CONVERGE_INVOICE_LOCKS.path,
             StressPath::SyncProduct => billing::catalog_sync::SYNC_PRODUCT_LOCKS.path,
             StressPath::ClaimOutbox => billing::outbox::CLAIM_OUTBOX_LOCKS.path,
+            // The handlers' spans: each records its request (declared) and carries it through
+            // the gate and the record step (declared).
+            StressPath::CreateSite => "Create a site",
+            StressPath::ChangeSiteStatus => crate::services::fedwiki::handlers::CHANGE_STATUS_LOCKS.path,
+            StressPath::SwapSites => crate::services::fedwiki::handlers::SWAP_ACTIVE_SITE_LOCKS.path,
+            StressPath::DeleteSite => "Delete a site",
+            StressPath::RunSiteRequestActivity => "RunSiteRequest",
         }
     }
 
@@ -250,10 +285,13 @@ impl StressPath {
             // The outbox's claims meet the workers' own pass (every 5 s) and run the reconciles
             // the grant and conferral paths asked for.
             StressPath::ClaimOutbox => 2 * X,
+            StressPath::CreateSite | StressPath::ChangeSiteStatus => 2 * X,
+            StressPath::SwapSites | StressPath::DeleteSite => X,
             // Their own rows (an invoice's, a product's sync lock): seldom.
             StressPath::ConvergeInvoice | StressPath::SyncProduct => X,
             StressPath::ExpireGrantActivity
             | StressPath::StartGrantActivity
+            | StressPath::RunSiteRequestActivity
             | StressPath::ListPlanActBatch
             | StressPath::EnactObligation
             | StressPath::RecordMoveFailure

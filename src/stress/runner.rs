@@ -49,7 +49,19 @@ pub(super) async fn run_in(config: &Config, opts: &StressOptions, scratch: &Scra
     let standin = stripe_standin::StandIn::start(stripe_standin::Config::default())
         .await
         .context("starting the Stripe stand-in")?;
-    let result = run_billed(config, opts, scratch, seed, &mut rng, &standin).await;
+    // And its own farm: the local one, its API only (no `wiki`: the paths never open a site).
+    let farm_dir = std::env::temp_dir().join(format!("mc-stress-farm-{}", random_hex(6)));
+    let farm = local_farm::LocalFarm::start(local_farm::Config {
+        data_dir: farm_dir.clone(),
+        token: FARM_TOKEN.into(),
+        wiki: local_farm::WikiMode::Off,
+        ..local_farm::Config::default()
+    })
+    .await
+    .context("starting the local farm")?;
+    let result = run_billed(config, opts, scratch, seed, &mut rng, &standin, &farm).await;
+    farm.stop().await;
+    let _ = std::fs::remove_dir_all(&farm_dir);
     standin.stop().await;
     result
 }
@@ -61,6 +73,7 @@ async fn run_billed(
     seed: u64,
     rng: &mut Rng,
     standin: &stripe_standin::StandIn,
+    local_farm: &local_farm::LocalFarm,
 ) -> anyhow::Result<StressReport> {
     let (admin, admin_url, name) = (scratch.admin.clone(), scratch.admin_url.as_str(), scratch.name.as_str());
     let db = scratch.db.clone();
@@ -70,6 +83,11 @@ async fn run_billed(
     let stripe =
         Arc::new(Stripe::connect(STRIPE_KEY, Some(&base), vec![], STRIPE_TIMEOUT).map_err(|e| anyhow::anyhow!("{e}"))?);
     let fixture = build_fixture(&db, &admin, &stripe, opts.orgs, rng).await?;
+    let farm = Arc::new(
+        crate::integrations::farm::Farm::new(&local_farm.base_url(), FARM_TOKEN, "wiki.localhost", FARM_TIMEOUT)
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
+    let site_member = site_member(&db, &fixture).await?;
 
     // The workers run the grant jobs (expiry, start), the rule changes' and the plan acts' drains
     // and the schedules (the sweep, the drains' pollers) for the whole run, on a pool of their
@@ -97,6 +115,15 @@ async fn run_billed(
         fx: fixture,
         stripe: stripe.clone(),
         standin: standin_addr,
+        farm: farm.clone(),
+        // A short activation cooldown, so activations take the workspace lock too; swaps have
+        // none, so they meet each other on it.
+        farm_settings: crate::config::FarmSettings {
+            swap_cooldown: Duration::ZERO,
+            activation_cooldown: Duration::from_secs(1),
+            ..crate::config::FarmSettings::default()
+        },
+        site_member,
         sync_cap: config.rule_change_sync_cap,
         holder_cap: config.plan_act_holder_cap,
         quiet: warnings_on_stderr(),
@@ -110,7 +137,7 @@ async fn run_billed(
         tally: Mutex::new(Tally::default()),
         events: Mutex::new(Vec::new()),
     });
-    let workers = start_workers(&job_db, config.lock_timeout, &stripe);
+    let workers = start_workers(&job_db, config.lock_timeout, &stripe, &farm);
     run_tasks(&ctx, opts.connections, seed, config.lock_timeout).await;
     settle_plan_acts(&ctx).await;
     settle_drains(&ctx).await;
@@ -232,7 +259,12 @@ pub(super) struct Workers {
 /// Start `JOB_WORKERS` workers with the console's own handlers, billing's included (the
 /// reconciles the outbox and the sweep ask for, the invoices' converges). Their log is kept to
 /// warnings (a job done is logged at info, hundreds of times a run).
-pub(super) fn start_workers(db: &Db, lock_timeout: Duration, stripe: &Arc<Stripe>) -> Workers {
+pub(super) fn start_workers(
+    db: &Db,
+    lock_timeout: Duration,
+    stripe: &Arc<Stripe>,
+    farm: &Arc<crate::integrations::farm::Farm>,
+) -> Workers {
     let quiet = warnings_on_stderr();
     let grace = lock_timeout * 2 + Duration::from_secs(2);
     let options = WorkerOptions {
@@ -245,7 +277,7 @@ pub(super) fn start_workers(db: &Db, lock_timeout: Duration, stripe: &Arc<Stripe
     let (stop, rx) = tokio::sync::watch::channel(false);
     let handles = (0..JOB_WORKERS)
         .map(|_| {
-            let handlers = crate::job_registry::handlers_with(Some(stripe.clone()));
+            let handlers = crate::job_registry::handlers_connected(Some(stripe.clone()), Some(farm.clone()));
             let w = Worker::new(db.clone(), quietly(handlers, &quiet), JOB_CONCURRENCY).with_options(options.clone());
             tokio::spawn(w.run(rx.clone()).with_subscriber(quiet.clone()))
         })
@@ -595,6 +627,9 @@ pub(super) async fn count_jobs(ctx: &Ctx) -> anyhow::Result<()> {
         let path = match kind.as_str() {
             grants::EXPIRE_GRANT => Some(StressPath::ExpireGrantActivity),
             grants::START_GRANT => Some(StressPath::StartGrantActivity),
+            <crate::services::fedwiki::RunSiteRequest as crate::jobs::Job>::KIND => {
+                Some(StressPath::RunSiteRequestActivity)
+            }
             _ => None,
         };
         let failed_attempts = (attempts - i32::from(state == "done")).max(0) as u64;
@@ -673,4 +708,17 @@ pub(super) async fn server_deadlock_count(admin: &PgPool, name: &str) -> anyhow:
         .fetch_optional(admin)
         .await?;
     Ok(n.unwrap_or(0).max(0) as u64)
+}
+
+/// The member who acts on the shared organizations' sites: the demo's, made a member of each.
+async fn site_member(db: &Db, fixture: &Fixture) -> anyhow::Result<crate::ids::AccountId> {
+    let mut conn = db.pool.acquire().await?;
+    let member = crate::store::accounts::account_by_email(&mut conn, demo::MEMBER_EMAIL)
+        .await?
+        .context("the demo member")?
+        .account_id;
+    for (org, _) in &fixture.hot {
+        crate::store::accounts::ensure_membership(&mut conn, *org, member, "member").await?;
+    }
+    Ok(member)
 }

@@ -10,6 +10,11 @@ pub(super) struct Ctx {
     /// changes the console never asks Stripe for (an operator's, in Stripe's dashboard).
     pub(super) stripe: Arc<Stripe>,
     pub(super) standin: std::net::SocketAddr,
+    /// The console's farm client, on the run's local farm; the sites' settings (a short
+    /// activation cooldown, so both changeStatus paths run); the member who acts on the sites.
+    pub(super) farm: Arc<crate::integrations::farm::Farm>,
+    pub(super) farm_settings: crate::config::FarmSettings,
+    pub(super) site_member: crate::ids::AccountId,
     /// The console's sync cap (`CONSOLE_RULE_CHANGE_SYNC_CAP`), for the commits settled inline.
     pub(super) sync_cap: i64,
     /// The console's holder cap (`CONSOLE_PLAN_ACT_HOLDER_CAP`), for the tier add and removal.
@@ -239,8 +244,13 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::ConvergeInvoice => converge_invoice(ctx, rng, note).await,
         StressPath::SyncProduct => sync_product(ctx, rng, note).await,
         StressPath::ClaimOutbox => claim_outbox(ctx, note).await,
+        StressPath::CreateSite => create_site(ctx, rng, note).await,
+        StressPath::ChangeSiteStatus => change_site_status(ctx, rng, note).await,
+        StressPath::SwapSites => swap_sites(ctx, rng, note).await,
+        StressPath::DeleteSite => delete_site(ctx, rng, note).await,
         StressPath::ExpireGrantActivity
         | StressPath::StartGrantActivity
+        | StressPath::RunSiteRequestActivity
         | StressPath::ListPlanActBatch
         | StressPath::EnactObligation
         | StressPath::RecordMoveFailure

@@ -486,3 +486,78 @@ async fn a_swap_intake_takes_the_workspace_lock_before_the_instance_locks_and_a_
     let e = second.await.unwrap().unwrap_err();
     assert!(e.to_string().contains("You can swap again"), "the second tab read the first's stamp: {e}");
 }
+
+// The member's page over HTTP ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_member_creates_a_site_from_the_page_and_a_bad_name_is_told_beside_its_field_with_nothing_written() {
+    use common::pages::{get, post, signed_in};
+    let s = setup("Basic").await;
+    let app = app(&s).await;
+    let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let page = get(&app, &c, "/sites").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("0 of 3 active") && page.body.contains("Create site"), "{}", page.body);
+    let org = s.org.to_string();
+    let bad = post(&app, &c, "/sites", &token, &[("organization_id", &org), ("name", "-bad-")], false).await;
+    assert_eq!(bad.status, 422, "{}", bad.body);
+    assert!(bad.body.contains("cannot be a site") && bad.body.contains("value=\"-bad-\""), "{}", bad.body);
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await, 0);
+    let made = post(&app, &c, "/sites", &token, &[("organization_id", &org), ("name", "pages")], false).await;
+    assert_eq!((made.status.as_u16(), made.header("location")), (303, Some("/sites?asked=create")));
+    let id = RequestId(s.count("SELECT max(request_id) FROM fedwiki.lifecycle_requests").await);
+    let live = get(&app, &c, "/sites/live").await;
+    assert!(live.body.contains("every 2s") && live.body.contains("in flight"), "polls while in flight: {}", live.body);
+    s.run(id).await.unwrap();
+    let after = get(&app, &c, "/sites").await;
+    assert!(
+        after.body.contains("pages.wiki.localhost was created and is active.") && after.body.contains("1 of 3 active")
+    );
+    assert!(!after.body.contains("every 2s"), "no polling once settled");
+    // Taken: told beside the name, 422.
+    let taken = post(&app, &c, "/sites", &token, &[("organization_id", &org), ("name", "pages")], true).await;
+    assert_eq!(taken.status, 422);
+    assert!(taken.body.contains("is taken"), "{}", taken.body);
+}
+
+#[tokio::test]
+async fn a_member_cannot_touch_another_organizations_site_and_a_refused_act_says_why_in_place() {
+    use common::pages::{post, signed_in};
+    let s = setup("Free").await;
+    s.created("mine").await;
+    // Another organization's site, on the farm too.
+    let other = common::acts::org_of_type(&s.t, "Others", common::acts::type_id(&s.t, "Community").await).await;
+    sqlx::query("INSERT INTO fedwiki.workspaces (workspace_id, organization_id) VALUES ($1, $2)")
+        .bind(format!("org-{}", other.organization_id))
+        .bind(other.organization_id)
+        .execute(&s.t.admin)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status) VALUES ('s-theirs', $1, 'theirs.wiki.localhost', 'active')")
+        .bind(format!("org-{}", other.organization_id))
+        .execute(&s.t.admin)
+        .await
+        .unwrap();
+    let app = app(&s).await;
+    let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    for (path, fields) in [
+        ("/sites/s-theirs/status", vec![("to", "park")]),
+        ("/sites/s-theirs/delete", vec![]),
+        ("/sites/s-theirs/keep-active", vec![("keep", "1")]),
+    ] {
+        let a = post(&app, &c, path, &token, &fields, false).await;
+        assert_eq!(a.status, 404, "{path}: {}", a.body);
+    }
+    let swap =
+        post(&app, &c, "/sites/swap", &token, &[("activate", "s-theirs"), ("park", &s.site_id("mine").await)], false)
+            .await;
+    assert_eq!(swap.status, 404);
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await, 1, "only the create of mine");
+    // Parking an already parked site is refused where it was asked, with the reason.
+    let mine = s.site_id("mine").await;
+    let park = post(&app, &c, &format!("/sites/{mine}/status"), &token, &[("to", "park")], false).await;
+    assert_eq!(park.status, 303);
+    let again = post(&app, &c, &format!("/sites/{mine}/status"), &token, &[("to", "archive")], true).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains("already in progress"), "{}", again.body);
+}

@@ -127,6 +127,16 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
         let count = report.paths.get(p.name()).copied().unwrap_or_default();
         assert!(count.done >= 1, "{} was never done; {summary}", p.name());
     }
+    // The FedWiki paths against the run's local farm: a create, a status change and the
+    // workers' runs of the requests' jobs were done; a swap and a deletion were tried.
+    for p in [StressPath::CreateSite, StressPath::ChangeSiteStatus, StressPath::RunSiteRequestActivity] {
+        let count = report.paths.get(p.name()).copied().unwrap_or_default();
+        assert!(count.done >= 1, "{} was never done; {summary}", p.name());
+    }
+    for p in [StressPath::SwapSites, StressPath::DeleteSite] {
+        let count = report.paths.get(p.name()).copied().unwrap_or_default();
+        assert!(count.done + count.refused >= 1, "{} was never tried; {summary}", p.name());
+    }
     assert_eq!(report.deadlocks, 0, "{summary}");
     assert_eq!(report.errors, 0, "{summary}");
     assert_eq!(report.violations, 0, "{summary}");

@@ -9,6 +9,7 @@ mod on_grants;
 mod on_plan_acts;
 mod on_rule_changes;
 mod on_sign_in;
+mod on_sites;
 
 pub(super) use on_billing::*;
 pub(super) use on_entitlements::*;
@@ -16,3 +17,4 @@ pub(super) use on_grants::*;
 pub(super) use on_plan_acts::*;
 pub(super) use on_rule_changes::*;
 pub(super) use on_sign_in::*;
+pub(super) use on_sites::*;
