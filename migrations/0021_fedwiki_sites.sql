@@ -124,6 +124,75 @@ LANGUAGE sql STABLE AS $$
          + (SELECT count(*) FROM fedwiki.slot_holds h WHERE h.pool_id = p_pool)
 $$;
 
+-- HoldSiteSlotActivity in one call (one round trip with its implicit transaction), in the spec's
+-- order: the request's instance lock, for an activation the site row, the pool's limit read
+-- without a lock, the usage row, the count (a statement of its own: in a volatile function at
+-- READ COMMITTED each statement takes a new snapshot, so it reads every commit before the lock's
+-- grant), the hold, the recount. Answers '<outcome> <used> <limit>', the outcome one of held,
+-- full, already_active, gone.
+CREATE FUNCTION fedwiki.hold_site_slot(p_request bigint) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    r fedwiki.lifecycle_requests%ROWTYPE;
+    v_status text;
+    v_pool bigint;
+    v_limit bigint := 0;
+    v_used bigint := 0;
+    v_outcome text;
+BEGIN
+    SELECT * INTO r FROM fedwiki.lifecycle_requests WHERE request_id = p_request;
+    IF NOT FOUND THEN
+        RETURN 'gone 0 0';
+    END IF;
+    PERFORM pg_advisory_xact_lock(core.lifecycle_instance_key(r.instance_id));
+    -- Again under the lock: an outcome recorded before it was granted is seen.
+    SELECT * INTO r FROM fedwiki.lifecycle_requests WHERE request_id = p_request;
+    IF r.state <> 'accepted' THEN
+        RETURN 'gone 0 0';
+    END IF;
+    IF EXISTS (SELECT 1 FROM fedwiki.slot_holds h WHERE h.request_id = p_request) THEN
+        RETURN 'held 0 0';
+    END IF;
+    IF r.kind = 'activate' THEN
+        SELECT s.status INTO v_status FROM fedwiki.sites s WHERE s.site_id = r.instance_id FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN 'gone 0 0';
+        ELSIF v_status = 'active' THEN
+            RETURN 'already_active 0 0';
+        END IF;
+    END IF;
+    SELECT p.pool_id, coalesce(e.numeric_value, 0) INTO v_pool, v_limit
+      FROM fedwiki.workspaces w
+      JOIN core.resource_pools p ON p.organization_id = w.organization_id AND p.is_default
+      LEFT JOIN core.pool_entitlements e ON e.pool_id = p.pool_id AND e.resource_key = 'fedwiki.active_sites'
+     WHERE w.workspace_id = r.workspace_id;
+    v_outcome := 'full';
+    IF v_pool IS NOT NULL THEN
+        PERFORM 1 FROM core.numeric_entitlement_usage u
+         WHERE u.pool_id = v_pool AND u.resource_key = 'fedwiki.active_sites' FOR UPDATE;
+        IF FOUND THEN
+            v_used := fedwiki.count_slots(v_pool);
+            IF v_used < v_limit THEN
+                INSERT INTO fedwiki.slot_holds (request_id, pool_id) VALUES (p_request, v_pool);
+                UPDATE core.numeric_entitlement_usage SET used = fedwiki.count_slots(v_pool), counted_at = now()
+                 WHERE pool_id = v_pool AND resource_key = 'fedwiki.active_sites';
+                v_outcome := 'held';
+            END IF;
+        ELSE
+            v_limit := 0;
+        END IF;
+    ELSE
+        v_limit := 0;
+    END IF;
+    IF r.kind = 'create' THEN
+        UPDATE fedwiki.lifecycle_requests
+           SET starts_as = CASE v_outcome WHEN 'held' THEN 'active' ELSE 'parked' END, updated_at = clock_timestamp()
+         WHERE request_id = p_request;
+    END IF;
+    RETURN format('%s %s %s', v_outcome, v_used, v_limit);
+END
+$$;
+
 -- The site trigger ---------------------------------------------------------------------------------
 
 -- After a site row's write: its placements' servable flag follows its status, locking only the
@@ -168,6 +237,6 @@ GRANT SELECT, INSERT, DELETE ON fedwiki.lifecycle_requests TO console_runtime;
 GRANT UPDATE (state, outcome, starts_as, updated_at) ON fedwiki.lifecycle_requests TO console_runtime;
 GRANT SELECT, INSERT, UPDATE ON fedwiki.swap_policies TO console_runtime;
 GRANT SELECT, INSERT ON fedwiki.farm_callbacks TO console_runtime;
-GRANT EXECUTE ON FUNCTION fedwiki.count_slots(bigint) TO console_runtime;
+GRANT EXECUTE ON FUNCTION fedwiki.count_slots(bigint), fedwiki.hold_site_slot(bigint) TO console_runtime;
 
 RESET ROLE;

@@ -128,6 +128,16 @@ enum BenchWhich {
     },
     /// Signed Stripe events posted to /webhooks/stripe at concurrency 32 until every reconcile
     /// they ask for is done, against the Stripe stand-in.
+    /// Concurrent site activations over N pools of limit 3 against the local farm's API: the
+    /// slot gate's rate against the TPC-B yardstick.
+    Slots {
+        #[arg(long, default_value_t = 1_000)]
+        pools: i64,
+        #[arg(long, default_value_t = 10.0)]
+        yardstick_seconds: f64,
+        #[arg(long)]
+        keep: bool,
+    },
     Webhooks {
         #[arg(long, default_value_t = 5_000)]
         events: usize,
@@ -279,6 +289,23 @@ async fn bench(which: BenchWhich, config: &Config) -> anyhow::Result<()> {
                     .iter()
                     .max_by(|a, b| a.1.total_cmp(b.1))
                     .map_or_else(String::new, |(p, ms)| format!("{p} {ms:.2} ms"))
+            );
+            println!("{}", serde_json::to_string(&r)?);
+        }
+        BenchWhich::Slots { pools, yardstick_seconds, keep } => {
+            let o = member_console::bench::slots::Options { pools, yardstick_seconds, keep };
+            let r = member_console::bench::slots::run(config, &o).await?;
+            println!(
+                "slots: {} pools at concurrency {}: {} gates at {:.0}/s ({} held, {} refused at the limit); the farm call and record step at {:.0}/s; yardstick {:.0} tps; ratio {:.2}",
+                r.pools,
+                r.concurrency,
+                r.gates,
+                r.gates_per_s,
+                r.held,
+                r.refused_at_limit,
+                r.records_per_s,
+                r.yardstick_tps,
+                r.ratio
             );
             println!("{}", serde_json::to_string(&r)?);
         }

@@ -44,6 +44,9 @@ pub struct Config {
     pub callback_retry: Vec<Duration>,
     /// How often active sites' data folders are measured for `site.modified`.
     pub modified_poll: Duration,
+    /// Keep the sites in `farm.json` (a restart finds them); false keeps them in memory only, for
+    /// a benchmark whose farm must answer at once.
+    pub persist: bool,
 }
 
 impl Default for Config {
@@ -56,6 +59,7 @@ impl Default for Config {
             wiki: WikiMode::Auto,
             callback_retry: [1, 2, 4, 8, 16].into_iter().map(Duration::from_secs).collect(),
             modified_poll: Duration::from_secs(2),
+            persist: true,
         }
     }
 }
@@ -95,7 +99,7 @@ impl LocalFarm {
         let data_dir = std::path::absolute(&config.data_dir)?;
         let wiki_data = data_dir.join("wiki");
         std::fs::create_dir_all(&wiki_data)?;
-        let store = state::Store::open(&data_dir)?;
+        let store = state::Store::open(&data_dir, config.persist)?;
 
         let (wiki, wiki_url) = start_wiki(&config.wiki, &data_dir, &wiki_data).await;
         let listener = std::net::TcpListener::bind(config.listen)?;

@@ -94,21 +94,23 @@ struct FarmFile {
 pub struct Inner {
     /// By domain, so lists come out sorted.
     pub sites: BTreeMap<String, Site>,
-    file: PathBuf,
+    /// None: kept in memory only (a benchmark's farm, which must answer at once).
+    file: Option<PathBuf>,
 }
 
 impl Inner {
     /// Write every site to `farm.json`: a temporary file beside it, synced, then renamed over it.
     pub fn save(&self) -> std::io::Result<()> {
+        let Some(path) = &self.file else { return Ok(()) };
         let file = FarmFile { sites: self.sites.values().cloned().collect() };
         let body = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
-        let tmp = self.file.with_extension("json.tmp");
+        let tmp = path.with_extension("json.tmp");
         {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(&body)?;
             f.sync_all()?;
         }
-        std::fs::rename(&tmp, &self.file)
+        std::fs::rename(&tmp, path)
     }
 }
 
@@ -117,8 +119,12 @@ impl Inner {
 pub struct Store(Arc<Mutex<Inner>>);
 
 impl Store {
-    /// Read `<data>/farm.json`, or start empty when there is none.
-    pub fn open(data_dir: &Path) -> std::io::Result<Store> {
+    /// Read `<data>/farm.json`, or start empty when there is none; with `persist` false, start
+    /// empty and write nothing.
+    pub fn open(data_dir: &Path, persist: bool) -> std::io::Result<Store> {
+        if !persist {
+            return Ok(Store(Arc::new(Mutex::new(Inner { sites: BTreeMap::new(), file: None }))));
+        }
         let file = data_dir.join("farm.json");
         let sites = match std::fs::read(&file) {
             Ok(bytes) => {
@@ -130,7 +136,7 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(e),
         };
-        Ok(Store(Arc::new(Mutex::new(Inner { sites, file }))))
+        Ok(Store(Arc::new(Mutex::new(Inner { sites, file: Some(file) }))))
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Inner> {

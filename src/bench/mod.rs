@@ -5,6 +5,7 @@
 pub mod http;
 pub mod plan_act;
 pub mod rule_change;
+pub mod slots;
 pub mod webhooks;
 pub mod yardstick;
 

@@ -274,18 +274,6 @@ pub async fn finish_request(
     Ok(r.rows_affected() == 1)
 }
 
-/// The status a create starts in, decided at the slot gate.
-pub async fn set_starts_as(conn: &mut PgConnection, id: RequestId, status: SiteStatus) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE fedwiki.lifecycle_requests SET starts_as = $2, updated_at = clock_timestamp() WHERE request_id = $1",
-        id as RequestId,
-        status as SiteStatus
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 /// DeleteUnstartedLifecycleRequest: a request whose job has not started (still pending, no
 /// attempt spent) is deleted with its job. No instance lock: a job claimed meanwhile keeps both.
 pub async fn delete_unstarted_request(conn: &mut PgConnection, id: RequestId) -> sqlx::Result<bool> {
@@ -333,28 +321,32 @@ pub async fn open_requests_on_domain(conn: &mut PgConnection, domain: &str) -> s
     .await
 }
 
+// The slot gate ---------------------------------------------------------------------------------------
+
+/// HoldSiteSlotActivity as one call to `fedwiki.hold_site_slot` (migration 0021).
+pub fn hold_site_slot_statement(request: RequestId) -> String {
+    // Runtime SQL: a `tx::once` statement (simple protocol, one round trip) takes no parameters.
+    format!("SELECT fedwiki.hold_site_slot({request})")
+}
+
+/// The gate's answer: (outcome, used, limit), the outcome one of held, full, already_active, gone.
+pub fn gate_answer(rows: &[sqlx::postgres::PgRow]) -> sqlx::Result<(String, i64, i64)> {
+    use sqlx::Row;
+    let text: String = match rows.first() {
+        Some(r) => r.try_get(0)?,
+        None => return Err(sqlx::Error::RowNotFound),
+    };
+    let parts: Vec<&str> = text.split(' ').collect();
+    match parts.as_slice() {
+        [outcome, used, limit] => match (used.parse(), limit.parse()) {
+            (Ok(used), Ok(limit)) => Ok((outcome.to_string(), used, limit)),
+            _ => Err(sqlx::Error::Protocol(format!("fedwiki.hold_site_slot answered {text:?}"))),
+        },
+        _ => Err(sqlx::Error::Protocol(format!("fedwiki.hold_site_slot answered {text:?}"))),
+    }
+}
+
 // Slot holds and usage ----------------------------------------------------------------------------------
-
-pub async fn insert_hold(conn: &mut PgConnection, request: RequestId, pool: PoolId) -> sqlx::Result<()> {
-    sqlx::query!(
-        "INSERT INTO fedwiki.slot_holds (request_id, pool_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        request as RequestId,
-        pool as PoolId
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// SlotHoldExists
-pub async fn hold_exists(conn: &mut PgConnection, request: RequestId) -> sqlx::Result<bool> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.slot_holds WHERE request_id = $1) AS "e!""#,
-        request as RequestId
-    )
-    .fetch_one(conn)
-    .await
-}
 
 /// DeleteSlotHolds
 pub async fn delete_holds(conn: &mut PgConnection, requests: &[RequestId]) -> sqlx::Result<()> {

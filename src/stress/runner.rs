@@ -55,6 +55,7 @@ pub(super) async fn run_in(config: &Config, opts: &StressOptions, scratch: &Scra
         data_dir: farm_dir.clone(),
         token: FARM_TOKEN.into(),
         wiki: local_farm::WikiMode::Off,
+        persist: false,
         ..local_farm::Config::default()
     })
     .await

@@ -561,3 +561,38 @@ async fn a_member_cannot_touch_another_organizations_site_and_a_refused_act_says
     assert_eq!(again.status, 409, "{}", again.body);
     assert!(again.body.contains("already in progress"), "{}", again.body);
 }
+
+#[tokio::test]
+async fn a_worker_killed_between_the_farm_call_and_the_record_step_resumes_after_a_restart_and_records_once() {
+    use common::worker::WorkerProcess;
+    let s = setup("Basic").await;
+    let id = s.create("survivor").await.unwrap();
+    let data_dir = std::env::temp_dir().join(format!("mc-sites-crash-{}", s.t.name));
+    let lease = Duration::from_secs(2);
+    let base = s.f.local.base_url();
+    let env = [
+        ("FARM_URL", base.as_str()),
+        ("FARM_TOKEN", common::farm::TOKEN),
+        ("FARM_CALLBACK_SECRET", common::farm::CALLBACK_SECRET),
+    ];
+    // The record step's insert waits here, after the gate and the farm call; the worker dies there.
+    let (mut pause, pause_pid) = pause_writes_on(&s.t, "fedwiki.sites").await;
+    let mut first = WorkerProcess::start_with(&s.t, &data_dir, lease, "first", &env);
+    let waiter = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    assert!(waiter > 0, "the worker reached the record step: {}", first.log());
+    assert_eq!(s.f.site("survivor.wiki.localhost").await.expect("the farm has it")["status"], "active");
+    first.kill();
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites").await, 0, "the killed transaction left nothing");
+    let second = WorkerProcess::start_with(&s.t, &data_dir, lease, "second", &env);
+    let started = std::time::Instant::now();
+    while s.request(id).await.state == RequestState::Accepted {
+        assert!(started.elapsed() < Duration::from_secs(30), "not recorded after the restart: {}", second.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(s.request(id).await.state, RequestState::Done);
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites").await, 1, "recorded once");
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.slot_holds").await, 0);
+    assert_eq!(s.used().await, 1);
+    assert_usage_agrees(&s).await;
+}

@@ -1,5 +1,5 @@
 //! The slot gate (spec "At the slot gate"): HoldSiteSlotActivity, one READ COMMITTED
-//! transaction: the request's instance lock, for an activation the site row by id, the pool's
+//! transaction (one call to `fedwiki.hold_site_slot`): the request's instance lock, for an activation the site row by id, the pool's
 //! limit read without a lock, the usage row, the count in a statement of its own, the hold, the
 //! recount. Two gates of one pool queue on the usage row, and the second counts the first's
 //! hold: two creates cannot both take the last slot. No workspace lock.
@@ -7,11 +7,10 @@
 use crate::{
     db::{
         Db, TxKind,
-        keys::AdvisoryKey,
         locks::{Lock, PathLocks},
     },
     services::ServiceError,
-    states::{RequestKind, RequestState, SiteStatus},
+    states::RequestKind,
     store::fedwiki::{self as store, RequestRow},
 };
 
@@ -38,49 +37,18 @@ pub enum Gate {
     Gone,
 }
 
-/// HoldSiteSlotActivity for a create or an activation.
+/// HoldSiteSlotActivity for a create or an activation: the transaction, the call to
+/// `fedwiki.hold_site_slot` (which takes the locks above, in that order) and the commit in one
+/// round trip.
 #[tracing::instrument(name = "Hold a site slot", skip(db, req), fields(request_id = %req.request_id, domain = %req.domain))]
 pub async fn hold_site_slot(db: &Db, req: &RequestRow) -> Result<Gate, ServiceError> {
     debug_assert!(matches!(req.kind, RequestKind::Create | RequestKind::Activate));
-    let mut tx = crate::db::begin(db, TxKind::Plain).await?;
-    tx.lock(&AdvisoryKey::LifecycleInstance(req.instance_id.clone())).await?;
-    let current = store::request(tx.conn(), req.request_id).await?;
-    if current.as_ref().is_none_or(|r| r.state != RequestState::Accepted) {
-        return Ok(Gate::Gone);
-    }
-    if store::hold_exists(tx.conn(), req.request_id).await? {
-        return Ok(Gate::Held);
-    }
-    if req.kind == RequestKind::Activate {
-        match store::lock_site_status_by_id(tx.conn(), &req.instance_id).await? {
-            None => return Ok(Gate::Gone),
-            Some(site) if site.status == SiteStatus::Active => return Ok(Gate::AlreadyActive),
-            Some(_) => {}
-        }
-    }
-    let Some(pool) = store::pool_of_workspace(tx.conn(), &req.workspace_id).await? else {
-        return Ok(Gate::Full { used: 0, limit: 0 });
-    };
-    let limit = store::active_sites_limit(tx.conn(), pool).await?;
-    let gate = match store::lock_numeric_usage(tx.conn(), pool).await? {
-        // No usage row: the pool has no entitlement to sites.
-        None => Gate::Full { used: 0, limit: 0 },
-        Some(_) => {
-            let used = store::count_slots_by_pool(tx.conn(), pool).await?;
-            if used < limit {
-                store::insert_hold(tx.conn(), req.request_id, pool).await?;
-                let recount = store::count_slots_by_pool(tx.conn(), pool).await?;
-                store::write_usage(tx.conn(), pool, recount).await?;
-                Gate::Held
-            } else {
-                Gate::Full { used, limit }
-            }
-        }
-    };
-    if req.kind == RequestKind::Create {
-        let starts = if gate == Gate::Held { SiteStatus::Active } else { SiteStatus::Parked };
-        store::set_starts_as(tx.conn(), req.request_id, starts).await?;
-    }
-    tx.commit().await?;
-    Ok(gate)
+    let rows = crate::db::tx::once(db, TxKind::Plain, store::hold_site_slot_statement(req.request_id)).await?;
+    let (outcome, used, limit) = store::gate_answer(&rows)?;
+    Ok(match outcome.as_str() {
+        "held" => Gate::Held,
+        "full" => Gate::Full { used, limit },
+        "already_active" => Gate::AlreadyActive,
+        _ => Gate::Gone,
+    })
 }
