@@ -368,14 +368,7 @@ async fn events_out_of_order_converge_on_stripes_state_now() {
 
 /// Pause whatever writes `table` next: the test holds the table's lock in an open transaction.
 async fn pause_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
-    let mut a = t.admin.acquire().await.unwrap();
-    let pid = common::backend_pid(&mut a).await;
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")))
-        .execute(&mut *a)
-        .await
-        .unwrap();
-    (a, pid)
+    common::hold_open(t, &format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")).await
 }
 
 #[tokio::test]

@@ -14,24 +14,13 @@ use std::{sync::Arc, time::Duration};
 
 use common::{
     TEST_RUNTIME_PASSWORD, TestApp, TestDb,
-    pages::{Answer, demo_db, get, operator_app, post, signed_in},
+    acts::scalar,
+    pages::{Answer, app_with_demo, demo_db, get, operator_app, organization_id, post, product_id, signed_in},
 };
 use member_console::{demo, integrations::stripe::Stripe};
 use reqwest::{Client, StatusCode};
 
 // ---------- Harness ----------
-
-async fn scalar(t: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
-}
-
-async fn product_id(t: &TestDb, name: &str) -> i64 {
-    common::acts::product_id(t, name).await.0
-}
-
-async fn organization_id(t: &TestDb, name: &str) -> i64 {
-    common::acts::id_by_name(t, "organizations", "organization_id", name).await
-}
 
 /// Every price and the billing outbox, as text: what a refused act must leave as it was.
 async fn prices_snapshot(t: &TestDb) -> String {
@@ -749,8 +738,7 @@ async fn the_operator_billing_page_shows_subscriptions_stuck_outbox_rows_first_a
 
 #[tokio::test]
 async fn a_member_cannot_reach_the_operator_billing_page_or_the_price_forms() {
-    let t = demo_db().await;
-    let app = TestApp::spawn(&t).await;
+    let (t, app) = app_with_demo().await;
     let basic = product_id(&t, "Basic").await;
     let price = price_row(&t, basic, "month", 500, true, None).await;
     let before = prices_snapshot(&t).await;
