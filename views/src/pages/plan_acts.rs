@@ -9,7 +9,7 @@
 //! status 286: polling stops when the polling element leaves the page), so the server's answer
 //! to the poll is the container again, and the finished render carries no `hx-trigger`.
 
-use crate::forms::hx_form;
+use crate::forms::button_form;
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
@@ -306,14 +306,7 @@ fn failures_table(failures: &[FailedOrganization]) -> Markup {
 
 /// POST `/operator/plan-acts/{id}/retry`; htmx swaps `#plan-act-progress` with the answer.
 fn retry_form(csrf: &str, id: i64) -> Markup {
-    let action = fill(paths::PLAN_ACT_RETRY, &[&id]);
-    html! {
-        (hx_form(&action, PROGRESS_ID, csrf, html! {
-            div.form-actions {
-                button.btn.btn-primary type="submit" { "Retry failed organizations" }
-            }
-        }))
-    }
+    button_form(&fill(paths::PLAN_ACT_RETRY, &[&id]), PROGRESS_ID, csrf, "Retry failed organizations")
 }
 
 #[cfg(test)]
