@@ -12,8 +12,8 @@ use std::time::Duration;
 use common::{
     TestApp, TestDb,
     pages::{
-        active_grant, app_with_demo, assert_operators_only, assert_refused, demo_db, get, get_htmx, operator_app,
-        organization_id, post, product_id, row, set_id, signed_in,
+        active_grant, app_with_demo, assert_operators_only, assert_refused, assert_sent_to, demo_db, get, get_htmx,
+        operator_app, organization_id, post, product_id, row, set_id, signed_in,
     },
 };
 use member_console::{
@@ -152,8 +152,7 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
         false,
     )
     .await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-    assert_eq!(a.header("location"), Some("/operator/catalog"));
+    assert_sent_to(&a, false, "/operator/catalog");
     let a = post(
         &app,
         &c,
@@ -163,9 +162,7 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
         true,
     )
     .await;
-    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
-    assert_eq!(a.header("hx-redirect"), Some("/operator/catalog"));
-    assert!(a.header("location").is_none());
+    assert_sent_to(&a, true, "/operator/catalog");
     let keys: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT resource_key, kind, description FROM core.resource_keys WHERE resource_key LIKE 'wiki.%' ORDER BY 1",
     )
@@ -182,13 +179,11 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
 
     // Sets: to the new set's rules page.
     let a = post(&app, &c, "/operator/catalog/sets", &token, &[("name", "Enterprise")], false).await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let enterprise = set_id(&t, "Enterprise").await;
-    assert_eq!(a.header("location"), Some(format!("/operator/catalog/sets/{enterprise}").as_str()));
+    assert_sent_to(&a, false, &format!("/operator/catalog/sets/{enterprise}"));
     let a = post(&app, &c, "/operator/catalog/sets", &token, &[("name", "  Team  ")], true).await;
-    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     let team = set_id(&t, "Team").await;
-    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/catalog/sets/{team}").as_str()));
+    assert_sent_to(&a, true, &format!("/operator/catalog/sets/{team}"));
     let page = get(&app, &c, &format!("/operator/catalog/sets/{enterprise}")).await;
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.body.contains("Entitlement set: Enterprise"), "{}", page.body);
@@ -205,9 +200,8 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
         false,
     )
     .await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let p = product_id(&t, "Enterprise").await;
-    assert_eq!(a.header("location"), Some(format!("/operator/catalog/products/{p}").as_str()));
+    assert_sent_to(&a, false, &format!("/operator/catalog/products/{p}"));
     let a = post(
         &app,
         &c,
@@ -217,9 +211,8 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
         true,
     )
     .await;
-    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     let extra = product_id(&t, "Extra sites").await;
-    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/catalog/products/{extra}").as_str()));
+    assert_sent_to(&a, true, &format!("/operator/catalog/products/{extra}"));
     let rows: Vec<(String, Option<i64>, bool)> = sqlx::query_as(
         "SELECT name, entitlement_set_id, published FROM core.products WHERE product_id IN ($1, $2) ORDER BY product_id",
     )
@@ -254,8 +247,7 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
         false,
     )
     .await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-    assert_eq!(a.header("location"), Some(format!("/operator/catalog/products/{extra}?saved=1").as_str()));
+    assert_sent_to(&a, false, &format!("/operator/catalog/products/{extra}?saved=1"));
     let page = get(&app, &c, &format!("/operator/catalog/products/{extra}?saved=1")).await;
     assert!(page.body.contains("The product was saved."), "{}", page.body);
     assert!(page.body.contains("value=\"More sites\""), "{}", page.body);

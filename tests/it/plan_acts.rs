@@ -15,7 +15,7 @@ use common::{
 use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
-    ids::{LadderId, OrgTypeId, PlanActId, PoolId},
+    ids::{GrantId, LadderId, OrgTypeId, PlanActId, PoolId},
     services::{
         plan_acts::{self as pa, Disposition},
         refusal::ServiceError,
@@ -115,10 +115,7 @@ async fn a_default_change_with_migrate_moves_every_floor_and_gives_the_pro_holde
     let (floor_pools, pro_pools) = floors_and_pro_holders(&t, community, wiki, "Migrant", 30, 5).await;
     // The demo's Acme and Umbrella hold Free, Initech holds Pro; ours: 24 floors and 6 Pro.
     assert_eq!((floor_pools.len(), pro_pools.len()), (26, 7));
-    let mut old_floors = vec![];
-    for p in &floor_pools {
-        old_floors.push(floor_grant_on(&t, *p, wiki).await);
-    }
+    let old_floors = floor_grants_on(&t, &floor_pools, wiki).await;
     let globex = sqlx::query_scalar::<_, PoolId>(
         "SELECT rp.pool_id FROM core.resource_pools rp JOIN core.organizations o USING (organization_id) WHERE o.name = 'Globex'",
     )
@@ -230,10 +227,7 @@ async fn a_default_change_with_grandfather_keeps_the_old_floor_as_a_legacy_grant
     let (community, wiki, support) = community_ladders(&t).await;
     let (floor_pools, pro_pools) = floors_and_pro_holders(&t, community, wiki, "Elder", 12, 4).await;
     assert_eq!((floor_pools.len(), pro_pools.len()), (11, 4));
-    let mut old_floors = vec![];
-    for p in &floor_pools {
-        old_floors.push(floor_grant_on(&t, *p, wiki).await.0);
-    }
+    let old_floors: Vec<GrantId> = floor_grants_on(&t, &floor_pools, wiki).await.into_iter().map(|f| f.0).collect();
     let before = {
         let mut out = vec![];
         for p in &floor_pools {

@@ -625,10 +625,7 @@ async fn a_reorder_changing_rank_0_with_migrate_moves_every_floor_to_the_new_ran
     let wiki = ladder_id(&t, "Wiki hosting").await;
     let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
     let (floors, others, outsider) = reorder_setup(&t).await;
-    let mut old_floors = vec![];
-    for p in &floors {
-        old_floors.push(floor_grant_on(&t, *p, wiki).await.0);
-    }
+    let old_floors: Vec<GrantId> = floor_grants_on(&t, &floors, wiki).await.into_iter().map(|f| f.0).collect();
     let outsider_before = held(&t, outsider).await;
 
     let act =
@@ -678,10 +675,7 @@ async fn a_reorder_changing_rank_0_with_grandfather_keeps_the_old_floor_as_a_leg
     let wiki = ladder_id(&t, "Wiki hosting").await;
     let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
     let (floors, others, outsider) = reorder_setup(&t).await;
-    let mut old_floors = vec![];
-    for p in &floors {
-        old_floors.push(floor_grant_on(&t, *p, wiki).await.0);
-    }
+    let old_floors: Vec<GrantId> = floor_grants_on(&t, &floors, wiki).await.into_iter().map(|f| f.0).collect();
     let outsider_before = held(&t, outsider).await;
 
     let act = pa::reorder_tiers(&t.db, &reorder(wiki, &[basic, free, pro], Some(Disposition::Grandfather)), None)

@@ -185,6 +185,15 @@ pub async fn floor_grant_on(t: &TestDb, pool: PoolId, ladder: LadderId) -> (Gran
     .unwrap()
 }
 
+/// The floor grant holding `ladder` in each pool, in order.
+pub async fn floor_grants_on(t: &TestDb, pools: &[PoolId], ladder: LadderId) -> Vec<(GrantId, ConferralId)> {
+    let mut out = vec![];
+    for p in pools {
+        out.push(floor_grant_on(t, *p, ladder).await);
+    }
+    out
+}
+
 /// The `fedwiki.active_sites` entitlement of the organization named `name` (its default pool).
 pub async fn org_sites(t: &TestDb, name: &str) -> i64 {
     sqlx::query_scalar(

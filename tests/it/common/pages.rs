@@ -157,6 +157,19 @@ pub fn row<'a>(html: &'a str, first_cell: &str) -> &'a str {
     row_with(html, &format!("<tr><td>{first_cell}</td>"))
 }
 
+/// A successful post sends the browser on to `to`: a plain form by a 303 to it, HTMX (which
+/// would follow a redirect itself) by `HX-Redirect` on a 200.
+pub fn assert_sent_to(a: &Answer, htmx: bool, to: &str) {
+    if htmx {
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+        assert_eq!(a.header("hx-redirect"), Some(to));
+        assert!(a.header("location").is_none());
+    } else {
+        assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+        assert_eq!(a.header("location"), Some(to));
+    }
+}
+
 /// A refusal: the status, the message, and the form again, as a partial for HTMX (no layout,
 /// the form's own container first) or within the whole page for a plain post.
 pub fn assert_refused(a: &Answer, status: StatusCode, htmx: bool, container: &str, message: &str, case: &str) {
