@@ -157,11 +157,7 @@ pub async fn sign_in(
 /// by the request's deadline.
 #[tracing::instrument(name = "Resume a session", skip_all)]
 pub async fn resume_session(db: &Db, token: &str) -> Result<Option<SessionAccount>, DbError> {
-    if !accounts::is_session_token(token) {
-        return Ok(None);
-    }
-    let mut conn = crate::db::tx::prepared(db).await?;
-    Ok(accounts::resume_session(&mut conn, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await?)
+    resume_with(db, token, async |c| accounts::resume_session(c, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await).await
 }
 
 /// `resume_session`, and the member's home read in the same statement: the home page's one
@@ -171,11 +167,10 @@ pub async fn resume_session_with_home(
     db: &Db,
     token: &str,
 ) -> Result<Option<(SessionAccount, Vec<accounts::MemberHome>)>, DbError> {
-    if !accounts::is_session_token(token) {
-        return Ok(None);
-    }
-    let mut conn = crate::db::tx::prepared(db).await?;
-    Ok(accounts::resume_session_with_home(&mut conn, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await?)
+    resume_with(db, token, async |c| {
+        accounts::resume_session_with_home(c, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await
+    })
+    .await
 }
 
 /// `resume_session`, and the member's billing page read in the same statement (as the home's).
@@ -184,11 +179,24 @@ pub async fn resume_session_with_billing(
     db: &Db,
     token: &str,
 ) -> Result<Option<(SessionAccount, crate::store::billing_reads::MemberBillingDoc)>, DbError> {
+    resume_with(db, token, async |c| {
+        accounts::resume_session_with_billing(c, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await
+    })
+    .await
+}
+
+/// What the resumes share: a token that cannot be one resumes nothing (no round trip); else
+/// `read` resumes it on a connection of the prepared pool, bounded by the request's deadline.
+async fn resume_with<T>(
+    db: &Db,
+    token: &str,
+    read: impl AsyncFnOnce(&mut sqlx::PgConnection) -> sqlx::Result<Option<T>>,
+) -> Result<Option<T>, DbError> {
     if !accounts::is_session_token(token) {
         return Ok(None);
     }
     let mut conn = crate::db::tx::prepared(db).await?;
-    Ok(accounts::resume_session_with_billing(&mut conn, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await?)
+    Ok(read(&mut conn).await?)
 }
 
 #[tracing::instrument(name = "Sign out", skip_all)]

@@ -20,7 +20,10 @@ use futures_util::future::LocalBoxFuture;
 use serde::de::{DeserializeOwned, value::MapDeserializer};
 
 use super::{errors::AppError, identity::CSRF_FIELD, render};
-use crate::services::ServiceError;
+use crate::{
+    db::{Db, retry::once_more_after_deadlock},
+    services::ServiceError,
+};
 
 /// A submitted urlencoded form: its fields as `T`, and what was sent, for drawing the form again.
 pub struct Form<T> {
@@ -113,6 +116,18 @@ impl serde::de::Error for Unreadable {
     fn duplicate_field(field: &'static str) -> Self {
         Unreadable::Twice(field.to_string())
     }
+}
+
+/// A form's path: the command its parse made, run once more after a deadlock. A parse refusal
+/// is the path's refusal, so the handler answers both the same way.
+pub async fn run_parsed<C, T>(
+    db: &Db,
+    path: &str,
+    parsed: Result<C, ServiceError>,
+    mut work: impl AsyncFnMut(&C) -> Result<T, ServiceError>,
+) -> Result<T, ServiceError> {
+    let command = parsed?;
+    once_more_after_deadlock(db, path, async || work(&command).await).await
 }
 
 /// After a successful post: to `to` (HTMX follows `HX-Redirect`; a plain form a 303).

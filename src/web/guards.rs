@@ -18,53 +18,46 @@ use super::{
     identity::{Identity, SESSION_TOKEN, check_csrf, identity, redirect_to_login},
 };
 
+/// What a guard answers: the route's own response, or the guard's refusal or redirect.
+type Guarded = Result<ServiceResponse<BoxBody>, Error>;
+
 /// Anyone: the session is read when there is one (the page shows who is signed in), and an
 /// unsafe method needs the CSRF token.
-pub async fn public(
-    mut req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, Error> {
-    if let Err(e) = identify(&req).await {
-        return Ok(req.error_response(e));
-    }
-    if let Err(e) = csrf(&mut req).await {
-        return Ok(req.error_response(e));
-    }
-    Ok(next.call(req).await?.map_into_boxed_body())
+pub async fn public(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Guarded {
+    guard(req, next, Needs::Anyone).await
 }
 
 /// A signed-in account; anyone else is sent to sign in.
-pub async fn member(
-    mut req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, Error> {
-    match identify(&req).await {
-        Err(e) => return Ok(req.error_response(e)),
-        Ok(None) => {
-            let response = redirect_to_login(req.request());
-            return Ok(req.into_response(response).map_into_boxed_body());
-        }
-        Ok(Some(_)) => {}
-    }
-    if let Err(e) = csrf(&mut req).await {
-        return Ok(req.error_response(e));
-    }
-    Ok(next.call(req).await?.map_into_boxed_body())
+pub async fn member(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Guarded {
+    guard(req, next, Needs::Account).await
 }
 
 /// A signed-in operator: anyone not signed in is sent to sign in, a member is refused.
-pub async fn operator(
-    mut req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, Error> {
+pub async fn operator(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Guarded {
+    guard(req, next, Needs::Operator).await
+}
+
+/// Whom a guard lets through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    Anyone,
+    Account,
+    Operator,
+}
+
+/// The three guards in one: who the session is (a visitor is sent to sign in where an account is
+/// needed, a member refused where an operator is), then the CSRF token of an unsafe method.
+async fn guard(mut req: ServiceRequest, next: Next<impl MessageBody + 'static>, needs: Needs) -> Guarded {
     match identify(&req).await {
         Err(e) => return Ok(req.error_response(e)),
-        Ok(None) => {
+        Ok(None) if needs != Needs::Anyone => {
             let response = redirect_to_login(req.request());
             return Ok(req.into_response(response).map_into_boxed_body());
         }
-        Ok(Some(i)) if !i.is_operator => return Ok(req.error_response(AppError::Forbidden)),
-        Ok(Some(_)) => {}
+        Ok(Some(i)) if needs == Needs::Operator && !i.is_operator => {
+            return Ok(req.error_response(AppError::Forbidden));
+        }
+        Ok(_) => {}
     }
     if let Err(e) = csrf(&mut req).await {
         return Ok(req.error_response(e));

@@ -51,6 +51,15 @@ pub fn ok(req: &HttpRequest, title: &str, body: Markup) -> HttpResponse {
     page(req, StatusCode::OK, title, body)
 }
 
+/// A fragment a page polls (a progress): the markup alone, never kept by a cache, since the
+/// next poll must see what changed.
+pub fn polled(body: Markup) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header(("Cache-Control", "no-store"))
+        .body(body.into_string())
+}
+
 /// A page whose body carries its own heading (sign-in, errors).
 pub fn bare(req: &HttpRequest, status: StatusCode, title: &str, body: Markup) -> HttpResponse {
     let html = markup(req, title, body, is_htmx(req), true);

@@ -16,7 +16,7 @@ use member_console::{
     services::{
         ServiceError,
         billing::{self, Reconciled, catalog_sync::SyncAnswer, invoices::Converged},
-        grants::{self, IssueGrant, Recipient},
+        grants,
     },
     states::SubscriptionStatus,
 };
@@ -161,20 +161,7 @@ async fn a_grant_displacing_a_subscription_keeps_it_off_until_the_grant_ends_and
     let (o, pool, sub) = subscribed(&t, &s, "Granted", "Basic").await;
     billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
     let pro = common::acts::product_id(&t, "Pro").await;
-    let grant = grants::issue_grant(
-        &t.db,
-        &IssueGrant {
-            recipient: Recipient::Organization(o),
-            product_id: pro,
-            quantity: 1,
-            starts_at: None,
-            ends_at: None,
-            reason: "a partner".into(),
-            actor: None,
-        },
-    )
-    .await
-    .unwrap();
+    let grant = common::acts::grant(&t, o, pro).await;
     assert_eq!(hosting(&t, pool).await, "Pro");
     // The grant asked for the subscription's reconcile; the outbox runs it, and it confers
     // nothing back over the grant.
@@ -368,14 +355,7 @@ async fn events_out_of_order_converge_on_stripes_state_now() {
 
 /// Pause whatever writes `table` next: the test holds the table's lock in an open transaction.
 async fn pause_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
-    let mut a = t.admin.acquire().await.unwrap();
-    let pid = common::backend_pid(&mut a).await;
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")))
-        .execute(&mut *a)
-        .await
-        .unwrap();
-    (a, pid)
+    common::hold_open(t, &format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")).await
 }
 
 #[tokio::test]

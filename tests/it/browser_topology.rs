@@ -10,24 +10,15 @@ use std::time::Duration;
 
 use common::{
     TestApp, TestDb,
+    acts::scalar,
     browser::{Browser, Until},
+    pages::app_with_demo,
 };
 use member_console::demo;
 use serde_json::{Value, json};
 
 /// How long one step may take: a page load, an htmx swap, a plan act finishing.
 const STEP: Duration = Duration::from_secs(10);
-
-async fn app_with_demo() -> (TestDb, TestApp) {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let app = TestApp::spawn(&t).await;
-    (t, app)
-}
-
-async fn scalar(t: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
-}
 
 /// The ids the page's element ids are built from.
 struct Ids {

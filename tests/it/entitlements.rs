@@ -440,19 +440,6 @@ async fn materialization_equals_a_fresh_computation_after_any_sequence_of_acts()
 
 // Lock order -------------------------------------------------------------------------------------
 
-/// Transaction A: the admin holds the pool row FOR UPDATE.
-async fn hold_pool_row(t: &TestDb, pool: PoolId) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
-    let mut a = t.admin.acquire().await.unwrap();
-    let pid = common::backend_pid(&mut a).await;
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.resource_pools WHERE pool_id = $1 FOR UPDATE")
-        .bind(pool)
-        .execute(&mut *a)
-        .await
-        .unwrap();
-    (a, pid)
-}
-
 #[tokio::test]
 async fn every_conferral_function_takes_the_pool_row() {
     let t = TestDb::new().await;
@@ -475,7 +462,7 @@ async fn every_conferral_function_takes_the_pool_row() {
         ("core.reapply_defaults_if_vacant", format!("SELECT core.reapply_defaults_if_vacant({})", org.pool_id)),
     ];
     for (name, sql) in calls {
-        let (mut a, a_pid) = hold_pool_row(&t, org.pool_id).await;
+        let (mut a, a_pid) = common::acts::hold_pool(&t, org.pool_id).await;
         let db = t.db.clone();
         // B: the function in a materializing transaction, rolled back after.
         let b = tokio::spawn(async move {
@@ -502,7 +489,7 @@ async fn a_conferral_waiting_on_the_pool_row_sees_what_the_holder_committed() {
     let basic = svc::confer_grant_tx(&mut a, &operator_grant(org.organization_id, product(&t.db, "Basic").await, 1))
         .await
         .unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let a_pid = common::backend_pid(a.conn()).await;
     // B: a grant of Pro on the same organization waits for A.
     let db = t.db.clone();
     let pro_product = product(&t.db, "Pro").await;
@@ -545,7 +532,7 @@ async fn the_tier_trigger_and_a_set_clear_cannot_both_commit() {
     // the product's set, waits, then is refused because the product is now a tier.
     let mut a = begin(&t.db, TxKind::Plain).await.unwrap();
     catalog::ensure_tier(a.conn(), wiki, 4, extra).await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let a_pid = common::backend_pid(a.conn()).await;
     let db = t.db.clone();
     let b = tokio::spawn(async move {
         member_console::services::catalog::update_product(&db, extra, "Extra sites", None, true).await
@@ -564,14 +551,11 @@ async fn the_tier_trigger_and_a_set_clear_cannot_both_commit() {
         .fetch_one(&t.admin)
         .await
         .unwrap();
-    let mut a = t.admin.acquire().await.unwrap();
-    let a_pid = common::backend_pid(&mut a).await;
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query("UPDATE core.products SET entitlement_set_id = NULL WHERE product_id = $1")
-        .bind(addon)
-        .execute(&mut *a)
-        .await
-        .unwrap();
+    let (mut a, a_pid) = common::hold_open(
+        &t,
+        &format!("UPDATE core.products SET entitlement_set_id = NULL WHERE product_id = {addon}"),
+    )
+    .await;
     let db = t.db.clone();
     let b = tokio::spawn(async move {
         let mut tx = begin(&db, TxKind::Plain).await.unwrap();
@@ -588,13 +572,9 @@ async fn an_organization_insert_does_not_wait_on_its_types_no_key_update_lock() 
     let t = TestDb::new().await;
     catalog_fixture(&t).await;
     let ty = org_type(&t, "Community").await;
-    let mut a = t.admin.acquire().await.unwrap();
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.org_types WHERE org_type_id = $1 FOR NO KEY UPDATE")
-        .bind(ty)
-        .execute(&mut *a)
-        .await
-        .unwrap();
+    let (mut a, _) =
+        common::hold_open(&t, &format!("SELECT 1 FROM core.org_types WHERE org_type_id = {ty} FOR NO KEY UPDATE"))
+            .await;
     let created = tokio::time::timeout(
         Duration::from_secs(3),
         orgs::create_organization(&t.db, &OrgName::parse("Unblocked").unwrap(), Some(ty)),
@@ -604,14 +584,10 @@ async fn an_organization_insert_does_not_wait_on_its_types_no_key_update_lock() 
     .unwrap();
     assert!(created.floor_grant_id.is_some());
     sqlx::query("ROLLBACK").execute(&mut *a).await.unwrap();
+    drop(a);
     // But a FOR UPDATE on the type (a key change) would hold it back.
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    let a_pid = common::backend_pid(&mut a).await;
-    sqlx::query("SELECT 1 FROM core.org_types WHERE org_type_id = $1 FOR UPDATE")
-        .bind(ty)
-        .execute(&mut *a)
-        .await
-        .unwrap();
+    let (mut a, a_pid) =
+        common::hold_open(&t, &format!("SELECT 1 FROM core.org_types WHERE org_type_id = {ty} FOR UPDATE")).await;
     let db = t.db.clone();
     let b = tokio::spawn(
         async move { orgs::create_organization(&db, &OrgName::parse("Blocked").unwrap(), Some(ty)).await },
@@ -629,7 +605,7 @@ async fn register_providers_and_an_entitlement_insert_of_the_same_key_wait_in_on
     // A: an open materialization whose entitlement insert holds fedwiki.active_sites FOR KEY SHARE.
     let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
     orgs::create_organization_tx(&mut a, &OrgName::parse("Inserting").unwrap(), Some(ty)).await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let a_pid = common::backend_pid(a.conn()).await;
     // A stamp that changes the key's provider waits for A.
     sqlx::query("UPDATE core.resource_keys SET provider = 'someone-else' WHERE resource_key = 'fedwiki.active_sites'")
         .execute(&t.admin)

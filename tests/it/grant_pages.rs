@@ -10,43 +10,16 @@ use crate::common;
 
 use chrono::{TimeDelta, Utc};
 use common::{
-    TestApp, TestDb,
-    pages::{Answer, demo_db, get, operator_app, post, signed_in},
+    TestDb,
+    pages::{
+        account_id, active_grant, app_with_demo, assert_operators_only, assert_refused, assert_sent_to, get,
+        operator_app, org_type_id, organization_id, post, product_id, row, row_with, set_id,
+    },
 };
 use member_console::demo;
 use reqwest::StatusCode;
 
 // ---------- Harness ----------
-
-/// POST a form as the browser would: the hidden CSRF field always; with `htmx`, the headers
-/// htmx adds (`HX-Request`, and the CSRF header the layout's `hx-headers` carries).
-async fn scalar_i64(t: &TestDb, sql: &str, bind: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).bind(bind).fetch_one(&t.admin).await.unwrap()
-}
-
-async fn product_id(t: &TestDb, name: &str) -> i64 {
-    scalar_i64(t, "SELECT product_id FROM core.products WHERE name = $1", name).await
-}
-
-async fn organization_id(t: &TestDb, name: &str) -> i64 {
-    scalar_i64(t, "SELECT organization_id FROM core.organizations WHERE name = $1", name).await
-}
-
-async fn org_type_id(t: &TestDb, name: &str) -> i64 {
-    scalar_i64(t, "SELECT org_type_id FROM core.org_types WHERE name = $1", name).await
-}
-
-/// The grant of `kind` an organization holds now.
-async fn active_grant(t: &TestDb, organization: i64, kind: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = $2 AND status = 'active'",
-    )
-    .bind(organization)
-    .bind(kind)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
-}
 
 async fn newest_grant(t: &TestDb) -> i64 {
     sqlx::query_scalar("SELECT max(grant_id) FROM core.grants").fetch_one(&t.admin).await.unwrap()
@@ -123,19 +96,6 @@ async fn grant_dates(t: &TestDb, grant: i64) -> (String, Option<String>, i32) {
     .unwrap()
 }
 
-/// The table row that contains `needle` (its markup from `<tr>` to `</tr>`).
-fn row_with<'a>(html: &'a str, needle: &str) -> &'a str {
-    let at = html.find(needle).unwrap_or_else(|| panic!("no row with {needle}: {html}"));
-    let start = html[..at].rfind("<tr>").unwrap_or_else(|| panic!("{needle} is in no row: {html}"));
-    let end = html[at..].find("</tr>").unwrap() + at;
-    &html[start..end]
-}
-
-/// The table row whose first cell is exactly `first_cell`.
-fn row<'a>(html: &'a str, first_cell: &str) -> &'a str {
-    row_with(html, &format!("<tr><td>{first_cell}</td>"))
-}
-
 fn grant_link(id: i64) -> String {
     format!("<a href=\"/operator/grants/{id}\">#{id}</a>")
 }
@@ -146,21 +106,6 @@ fn listed_grants(html: &str) -> Vec<i64> {
         .skip(1)
         .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
         .collect()
-}
-
-/// A refusal: the status, the message, and the form again, as a partial for HTMX (no layout)
-/// or within the whole page for a plain post.
-fn assert_refused(a: &Answer, status: StatusCode, htmx: bool, container: &str, message: &str, case: &str) {
-    assert_eq!(a.status, status, "{case}: {}", a.body);
-    assert!(a.body.contains(message), "{case}: the answer says {message:?}: {}", a.body);
-    assert!(a.body.contains(&format!("id=\"{container}\"")), "{case}: the form #{container} comes back: {}", a.body);
-    assert!(a.header("hx-redirect").is_none() && a.header("location").is_none(), "{case}: no redirect");
-    if htmx {
-        assert!(!a.body.contains("<html"), "{case}: HTMX gets the partial alone: {}", a.body);
-        assert!(a.body.starts_with(&format!("<div id=\"{container}\">")), "{case}: the form's container: {}", a.body);
-    } else {
-        assert!(a.body.contains("<html"), "{case}: a plain post gets the whole page: {}", a.body);
-    }
 }
 
 // ---------- 1. The list ----------
@@ -359,8 +304,7 @@ async fn issuing_now_lands_on_the_active_grant_and_the_organization_shows_it() {
     let (t, app, c, token) = operator_app().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
     let basic = product_id(&t, "Basic").await;
-    let operator: i64 =
-        scalar_i64(&t, "SELECT account_id FROM core.accounts WHERE email = $1", demo::OPERATOR_EMAIL).await;
+    let operator = account_id(&t, demo::OPERATOR_EMAIL).await;
 
     // The form, pre-filled from the organization.
     let a = get(&app, &c, &format!("/operator/grants/new?organization_id={acme}")).await;
@@ -399,9 +343,8 @@ async fn issuing_now_lands_on_the_active_grant_and_the_organization_shows_it() {
         false,
     )
     .await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let g = newest_grant(&t).await;
-    assert_eq!(a.header("location"), Some(format!("/operator/grants/{g}").as_str()));
+    assert_sent_to(&a, false, &format!("/operator/grants/{g}"));
     let after = counts(&t).await;
     assert_eq!(after[0], before[0] + 1, "one grant");
     assert_eq!(after[1], before[1] + 1, "one event");
@@ -492,7 +435,7 @@ async fn bad_issue_input_is_refused_with_its_message_and_writes_nothing() {
     let (t, app, c, token) = operator_app().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await.to_string();
     let basic = product_id(&t, "Basic").await.to_string();
-    let pro_set = scalar_i64(&t, "SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = $1", "Pro").await;
+    let pro_set = set_id(&t, "Pro").await;
     let hidden: i64 = sqlx::query_scalar(
         "INSERT INTO core.products (name, entitlement_set_id, published) VALUES ('Hidden', $1, false) RETURNING product_id",
     )
@@ -658,9 +601,8 @@ async fn a_waiting_grant_is_rescheduled_in_place() {
         false,
     )
     .await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let g = newest_grant(&t).await;
-    assert_eq!(a.header("location"), Some(format!("/operator/grants/{g}").as_str()));
+    assert_sent_to(&a, false, &format!("/operator/grants/{g}"));
     assert_eq!(grant_status(&t, g).await, "waiting");
     let conferrals: i64 = sqlx::query_scalar("SELECT count(*) FROM core.conferrals WHERE grant_id = $1")
         .bind(g)
@@ -723,8 +665,7 @@ async fn a_waiting_grant_is_rescheduled_in_place() {
         true,
     )
     .await;
-    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
-    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/grants/{g}").as_str()));
+    assert_sent_to(&a, true, &format!("/operator/grants/{g}"));
     assert_eq!(grant_dates(&t, g).await, (start, Some(end2), 2));
 }
 
@@ -1137,9 +1078,8 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
         false,
     )
     .await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let g = newest_grant(&t).await;
-    assert_eq!(a.header("location"), Some(format!("/operator/grants/{g}").as_str()));
+    assert_sent_to(&a, false, &format!("/operator/grants/{g}"));
     let (org, domain, kind, status): (Option<i64>, Option<String>, String, String) =
         sqlx::query_as("SELECT organization_id, provision_domain, kind, status FROM core.grants WHERE grant_id = $1")
             .bind(g)
@@ -1168,9 +1108,8 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
         false,
     )
     .await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let newco = organization_id(&t, "NewCo").await;
-    assert_eq!(a.header("location"), Some(format!("/operator/organizations/{newco}").as_str()));
+    assert_sent_to(&a, false, &format!("/operator/organizations/{newco}"));
     let after = counts(&t).await;
     assert_eq!(after[3], before[3] + 1, "one organization");
     assert_eq!(grant_status(&t, g).await, "active");
@@ -1254,8 +1193,7 @@ async fn bad_organization_input_is_refused_and_writes_nothing() {
 
 #[tokio::test]
 async fn members_are_refused_and_anonymous_visitors_sent_to_sign_in_on_every_grant_page() {
-    let t = demo_db().await;
-    let app = TestApp::spawn(&t).await;
+    let (t, app) = app_with_demo().await;
     let initech = organization_id(&t, "Initech").await;
     let pro = active_grant(&t, initech, "operator").await;
     let basic = product_id(&t, "Basic").await.to_string();
@@ -1276,32 +1214,7 @@ async fn members_are_refused_and_anonymous_visitors_sent_to_sign_in_on_every_gra
     ];
     let before = state(&t).await;
 
-    let (member, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-    for path in &pages {
-        let a = get(&app, &member, path).await;
-        assert_eq!(a.status, StatusCode::FORBIDDEN, "member GET {path}");
-        assert!(a.body.contains("This page is for operators."), "{path}: {}", a.body);
-    }
-    for (path, fields) in &forms {
-        for htmx in [false, true] {
-            let a = post(&app, &member, path, &token, fields, htmx).await;
-            assert_eq!(a.status, StatusCode::FORBIDDEN, "member POST {path} (htmx: {htmx})");
-            assert!(a.body.contains("This page is for operators."), "{path}: {}", a.body);
-        }
-    }
-
-    let anonymous = app.client();
-    for path in &pages {
-        let a = get(&app, &anonymous, path).await;
-        assert_eq!(a.status, StatusCode::SEE_OTHER, "anonymous GET {path}");
-        let next: String = url::form_urlencoded::byte_serialize(path.as_bytes()).collect();
-        assert_eq!(a.header("location"), Some(format!("/login?next={next}").as_str()), "{path}");
-    }
-    for (path, fields) in &forms {
-        let a = post(&app, &anonymous, path, "no-session", fields, false).await;
-        assert_eq!(a.status, StatusCode::SEE_OTHER, "anonymous POST {path}");
-        assert_eq!(a.header("location"), Some("/login"), "{path}");
-    }
+    assert_operators_only(&app, &pages, &forms).await;
     assert_eq!(state(&t).await, before, "no refused request wrote anything");
 }
 

@@ -6,11 +6,11 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use common::TestDb;
+use common::{TestDb, acts::scalar};
 use member_console::{
     db::{TxKind, begin},
     demo,
-    ids::{GrantId, OrgTypeId, OrganizationId, PoolId, ProductId, SubscriptionId},
+    ids::{GrantId, OrgTypeId, OrganizationId, ProductId, SubscriptionId},
     jobs::{self, Worker},
     services::{
         grants::{self, EmailDomain, IssueGrant, ManageGrant, Recipient},
@@ -57,10 +57,6 @@ async fn status(t: &TestDb, grant: GrantId) -> String {
 
 use common::acts::sites;
 
-async fn count(t: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
-}
-
 async fn setup() -> TestDb {
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
@@ -105,7 +101,7 @@ async fn an_issued_grant_confers_now_requests_reconciles_and_schedules_its_expir
     .unwrap();
     assert_eq!(job, ("expire_grant".to_string(), true));
     assert_eq!(
-        count(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'issued'")).await,
+        scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'issued'")).await,
         1
     );
 }
@@ -157,7 +153,7 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
         orgs::create_organization_with_domain(&t.db, &OrgName::parse("Impostor").unwrap(), Some(ty), Some(&domain))
             .await;
     assert!(again.is_err());
-    assert_eq!(count(&t, "SELECT count(*) FROM core.organizations WHERE name = 'Impostor'").await, 0);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.organizations WHERE name = 'Impostor'").await, 0);
 }
 
 #[tokio::test]
@@ -185,7 +181,7 @@ async fn revoking_brings_back_what_the_grant_displaced_and_cannot_be_done_twice(
     .await
     .unwrap();
     assert!(matches!(grants::revoke_grant(&t.db, floor, None, "x").await, Err(ServiceError::Refused(_))));
-    assert_eq!(count(&t, "SELECT count(*) FROM core.grant_events WHERE act = 'revoked'").await, 2);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.grant_events WHERE act = 'revoked'").await, 2);
 }
 
 async fn make_due(t: &TestDb, grant: GrantId) {
@@ -212,7 +208,7 @@ async fn an_expired_grant_ends_once_and_the_floor_returns() {
     assert_eq!(status(&t, id).await, "expired");
     assert_eq!(sites(&t, org.pool_id).await, Some(1));
     assert_eq!(
-        count(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
+        scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
         1
     );
 }
@@ -263,8 +259,8 @@ async fn managing_an_active_grant_extends_its_lineage_and_a_waiting_one_is_resch
 async fn bad_input_is_refused_and_nothing_is_written() {
     let t = setup().await;
     let org = new_org(&t, "Careful").await;
-    let before = count(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await;
-    let events = count(&t, "SELECT count(*) FROM core.grant_events").await;
+    let before = scalar(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await;
+    let events = scalar(&t, "SELECT count(*) FROM core.grant_events").await;
     let unpublished: ProductId =
         sqlx::query_scalar("INSERT INTO core.products (name, published) VALUES ('Hidden', false) RETURNING product_id")
             .fetch_one(&t.admin)
@@ -294,26 +290,22 @@ async fn bad_input_is_refused_and_nothing_is_written() {
     );
     let g = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap();
     grants::revoke_grant(&t.db, g, None, "once").await.unwrap();
-    let after_valid = count(&t, "SELECT count(*) FROM core.grant_events").await;
+    let after_valid = scalar(&t, "SELECT count(*) FROM core.grant_events").await;
     assert!(matches!(grants::revoke_grant(&t.db, g, None, "twice").await, Err(ServiceError::Refused(_))));
     assert!(matches!(grants::revoke_grant(&t.db, g, None, "  ").await, Err(ServiceError::Invalid(_))));
     assert!(matches!(grants::revoke_grant(&t.db, GrantId(999_999), None, "who").await, Err(ServiceError::NotFound(_))));
     assert_eq!(
-        count(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await,
+        scalar(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await,
         before + 1,
         "only the valid grant was written"
     );
-    assert_eq!(count(&t, "SELECT count(*) FROM core.grant_events").await, after_valid);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.grant_events").await, after_valid);
     assert!(after_valid > events);
 }
 
 /// Pause a grant act after its locks: its audit insert waits on a table lock the test holds.
 async fn pause_audit(t: &TestDb) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
-    let mut a = t.admin.acquire().await.unwrap();
-    let pid = common::backend_pid(&mut a).await;
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query("LOCK TABLE core.grant_events IN ACCESS EXCLUSIVE MODE").execute(&mut *a).await.unwrap();
-    (a, pid)
+    common::hold_open(t, "LOCK TABLE core.grant_events IN ACCESS EXCLUSIVE MODE").await
 }
 
 #[tokio::test]
@@ -338,7 +330,7 @@ async fn an_expiry_waits_for_a_revocation_of_the_same_grant_and_then_finds_it_re
     assert!(!expire.await.unwrap().unwrap(), "the expiry sees the revocation and does nothing");
     assert_eq!(status(&t, id).await, "revoked");
     assert_eq!(
-        count(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
+        scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
         0
     );
 }
@@ -394,7 +386,7 @@ async fn a_grants_expiry_job_runs_once_with_two_workers_and_after_a_crashed_work
         w.await.unwrap();
     }
     assert_eq!(
-        count(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
+        scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
         1
     );
     assert_eq!(sites(&t, org.pool_id).await, Some(1));

@@ -809,7 +809,7 @@ async fn purge_expired_deletes_exactly_the_expired_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_lease_and_moves_everyone_once() {
-    use common::acts::{act_state, change, counts, ladder_id, scalar, stale_pools};
+    use common::acts::{act_state, active_floors, change, counts, ladder_id, scalar, stale_pools};
     use member_console::services::plan_acts::{DRAIN_PLAN_ACT, Disposition};
 
     // As many organizations as the issue's default change had.
@@ -929,11 +929,7 @@ async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_leas
     )
     .await;
     assert_eq!(not_once, 0, "every obligation settled exactly once");
-    let floors = format!(
-        "SELECT count(*) FROM core.grants g JOIN core.organizations o USING (organization_id)
-         WHERE o.org_type_id = {ty} AND g.kind = 'floor' AND g.status = 'active'"
-    );
-    assert_eq!(scalar(&t, &floors).await, ORGS, "one floor each, none given twice");
+    assert_eq!(active_floors(&t, OrgTypeId(ty), "").await, ORGS, "one floor each, none given twice");
     let act_floors = format!("SELECT count(*) FROM core.grants WHERE kind = 'floor' AND plan_act_id = {act}");
     assert_eq!(scalar(&t, &act_floors).await, ORGS, "the act gave each organization one new floor");
     assert!(stale_pools(&t).await.is_empty(), "every pool's entitlements equal a fresh computation");

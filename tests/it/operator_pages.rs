@@ -11,51 +11,19 @@ use std::time::Duration;
 
 use common::{
     TestApp, TestDb,
-    pages::{Answer, answer, demo_db, get, operator_app, post, signed_in},
+    pages::{
+        active_grant, app_with_demo, assert_operators_only, assert_refused, assert_sent_to, demo_db, get, get_htmx,
+        operator_app, organization_id, post, product_id, row, set_id, signed_in,
+    },
 };
 use member_console::{
     db::{TxKind, begin},
     demo,
-    ids::OrgTypeId,
     services::organizations::{OrgName, create_organization},
 };
 use reqwest::{Client, StatusCode};
 
 // ---------- Harness ----------
-
-async fn get_htmx(app: &TestApp, c: &Client, path: &str, target: &str) -> Answer {
-    answer(c.get(app.url(path)).header("HX-Request", "true").header("HX-Target", target).send().await.unwrap()).await
-}
-
-/// POST a form as the browser would: the hidden CSRF field always; with `htmx`, the headers
-/// htmx adds (`HX-Request`, and the CSRF header the layout's `hx-headers` carries).
-async fn scalar_i64(t: &TestDb, sql: &str, bind: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).bind(bind).fetch_one(&t.admin).await.unwrap()
-}
-
-async fn set_id(t: &TestDb, name: &str) -> i64 {
-    scalar_i64(t, "SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = $1", name).await
-}
-
-async fn product_id(t: &TestDb, name: &str) -> i64 {
-    scalar_i64(t, "SELECT product_id FROM core.products WHERE name = $1", name).await
-}
-
-async fn organization_id(t: &TestDb, name: &str) -> i64 {
-    scalar_i64(t, "SELECT organization_id FROM core.organizations WHERE name = $1", name).await
-}
-
-/// The grant of `kind` an organization holds now.
-async fn grant_of(t: &TestDb, organization: i64, kind: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = $2 AND status = 'active'",
-    )
-    .bind(organization)
-    .bind(kind)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
-}
 
 /// Row counts of the catalog tables: keys, sets, rules, products.
 async fn catalog_counts(t: &TestDb) -> [i64; 4] {
@@ -109,29 +77,6 @@ async fn pools_carrying(t: &TestDb, set: i64) -> i64 {
     .fetch_one(&t.admin)
     .await
     .unwrap()
-}
-
-/// The table row whose first cell is exactly `first_cell` (its markup up to `</tr>`).
-fn row<'a>(html: &'a str, first_cell: &str) -> &'a str {
-    let start =
-        html.find(&format!("<tr><td>{first_cell}</td>")).unwrap_or_else(|| panic!("no row {first_cell}: {html}"));
-    let end = html[start..].find("</tr>").unwrap() + start;
-    &html[start..end]
-}
-
-/// A refusal: the status, the message, and the form again, as a partial for HTMX (no layout)
-/// or within the whole page for a plain post.
-fn assert_refused(a: &Answer, status: StatusCode, htmx: bool, container: &str, message: &str, case: &str) {
-    assert_eq!(a.status, status, "{case}: {}", a.body);
-    assert!(a.body.contains(message), "{case}: the answer says {message:?}: {}", a.body);
-    assert!(a.body.contains(&format!("id=\"{container}\"")), "{case}: the form #{container} comes back: {}", a.body);
-    assert!(a.header("hx-redirect").is_none() && a.header("location").is_none(), "{case}: no redirect");
-    if htmx {
-        assert!(!a.body.contains("<html"), "{case}: HTMX gets the partial alone: {}", a.body);
-        assert!(a.body.starts_with("<div"), "{case}: the partial is the form's container: {}", a.body);
-    } else {
-        assert!(a.body.contains("<html"), "{case}: a plain post gets the whole page: {}", a.body);
-    }
 }
 
 // ---------- 1. The catalog page ----------
@@ -207,8 +152,7 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
         false,
     )
     .await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-    assert_eq!(a.header("location"), Some("/operator/catalog"));
+    assert_sent_to(&a, false, "/operator/catalog");
     let a = post(
         &app,
         &c,
@@ -218,9 +162,7 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
         true,
     )
     .await;
-    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
-    assert_eq!(a.header("hx-redirect"), Some("/operator/catalog"));
-    assert!(a.header("location").is_none());
+    assert_sent_to(&a, true, "/operator/catalog");
     let keys: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT resource_key, kind, description FROM core.resource_keys WHERE resource_key LIKE 'wiki.%' ORDER BY 1",
     )
@@ -237,13 +179,11 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
 
     // Sets: to the new set's rules page.
     let a = post(&app, &c, "/operator/catalog/sets", &token, &[("name", "Enterprise")], false).await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let enterprise = set_id(&t, "Enterprise").await;
-    assert_eq!(a.header("location"), Some(format!("/operator/catalog/sets/{enterprise}").as_str()));
+    assert_sent_to(&a, false, &format!("/operator/catalog/sets/{enterprise}"));
     let a = post(&app, &c, "/operator/catalog/sets", &token, &[("name", "  Team  ")], true).await;
-    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     let team = set_id(&t, "Team").await;
-    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/catalog/sets/{team}").as_str()));
+    assert_sent_to(&a, true, &format!("/operator/catalog/sets/{team}"));
     let page = get(&app, &c, &format!("/operator/catalog/sets/{enterprise}")).await;
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.body.contains("Entitlement set: Enterprise"), "{}", page.body);
@@ -260,9 +200,8 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
         false,
     )
     .await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let p = product_id(&t, "Enterprise").await;
-    assert_eq!(a.header("location"), Some(format!("/operator/catalog/products/{p}").as_str()));
+    assert_sent_to(&a, false, &format!("/operator/catalog/products/{p}"));
     let a = post(
         &app,
         &c,
@@ -272,9 +211,8 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
         true,
     )
     .await;
-    assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     let extra = product_id(&t, "Extra sites").await;
-    assert_eq!(a.header("hx-redirect"), Some(format!("/operator/catalog/products/{extra}").as_str()));
+    assert_sent_to(&a, true, &format!("/operator/catalog/products/{extra}"));
     let rows: Vec<(String, Option<i64>, bool)> = sqlx::query_as(
         "SELECT name, entitlement_set_id, published FROM core.products WHERE product_id IN ($1, $2) ORDER BY product_id",
     )
@@ -309,8 +247,7 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
         false,
     )
     .await;
-    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-    assert_eq!(a.header("location"), Some(format!("/operator/catalog/products/{extra}?saved=1").as_str()));
+    assert_sent_to(&a, false, &format!("/operator/catalog/products/{extra}?saved=1"));
     let page = get(&app, &c, &format!("/operator/catalog/products/{extra}?saved=1")).await;
     assert!(page.body.contains("The product was saved."), "{}", page.body);
     assert!(page.body.contains("value=\"More sites\""), "{}", page.body);
@@ -681,14 +618,7 @@ async fn rules_of_an_uncarried_set_and_of_a_carried_set_are_rule_changes() {
     let change = get(&app, &c, a.header("location").unwrap()).await.body;
     assert!(change.contains(&format!("{pools} of {pools}")), "every carrying pool settled: {change}");
     assert_eq!(rules_of(&t, free).await, vec![("fedwiki.active_sites".into(), Some(2), None)]);
-    let acme_sites: i64 = sqlx::query_scalar(
-        "SELECT e.numeric_value FROM core.pool_entitlements e JOIN core.resource_pools p USING (pool_id)
-         JOIN core.organizations o USING (organization_id) WHERE o.name = 'Acme Wikis' AND e.resource_key = 'fedwiki.active_sites'",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
-    assert_eq!(acme_sites, 2);
+    assert_eq!(common::acts::org_sites(&t, "Acme Wikis").await, 2);
 
     // Submitting the rules as they are changes nothing: refused in place, nothing written.
     let counts = catalog_counts(&t).await;
@@ -853,8 +783,7 @@ fn names_listed(html: &str) -> Vec<String> {
 #[tokio::test]
 async fn organizations_are_paged_by_name_fifty_at_a_time_from_first_to_last_and_back() {
     let (t, app, c, _) = operator_app().await;
-    let community =
-        OrgTypeId(scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await);
+    let community = common::acts::type_id(&t, "Community").await;
     for i in 0..60 {
         create_organization(&t.db, &OrgName::parse(&format!("Org {i:03}")).unwrap(), Some(community)).await.unwrap();
     }
@@ -926,8 +855,7 @@ async fn a_search_matching_very_many_organizations_counts_to_a_cap() {
 #[tokio::test]
 async fn a_set_and_a_product_carried_by_very_many_pools_count_to_a_cap() {
     let (t, app, c, token) = operator_app().await;
-    let community =
-        OrgTypeId(scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await);
+    let community = common::acts::type_id(&t, "Community").await;
     // Community organizations (each holding the Free floor) up to the cap of 1,000: exact...
     let free = set_id(&t, "Free").await;
     let carriers = async |from: i64, to: i64| {
@@ -994,8 +922,7 @@ async fn the_organization_counts_stay_exact_through_inserts_retypes_deletes_and_
         assert_eq!(kept, counted);
     };
     exact().await;
-    let community =
-        OrgTypeId(scalar_i64(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await);
+    let community = common::acts::type_id(&t, "Community").await;
     // Concurrent creations through the console: none waits on a counter.
     let mut made = tokio::task::JoinSet::new();
     for i in 0..20 {
@@ -1049,7 +976,7 @@ async fn a_bad_page_asked_for_is_a_400_with_a_message() {
 async fn organization_detail_shows_plan_with_source_entitlements_usage_and_members() {
     let (t, app, c, _) = operator_app().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
-    let floor_grant = grant_of(&t, acme, "floor").await;
+    let floor_grant = active_grant(&t, acme, "floor").await;
     let a = get(&app, &c, &format!("/operator/organizations/{acme}")).await;
     assert_eq!(a.status, StatusCode::OK);
     let html = &a.body;
@@ -1080,7 +1007,7 @@ async fn organization_detail_shows_plan_with_source_entitlements_usage_and_membe
 async fn initech_holds_pro_by_an_operator_grant_with_ten_sites() {
     let (t, app, c, _) = operator_app().await;
     let initech = organization_id(&t, "Initech").await;
-    let grant = grant_of(&t, initech, "operator").await;
+    let grant = active_grant(&t, initech, "operator").await;
     let html = get(&app, &c, &format!("/operator/organizations/{initech}")).await.body;
     let plan = row(&html, "Wiki hosting");
     assert!(plan.contains(r#"<span class="rank">2</span>"#), "{plan}");
@@ -1107,8 +1034,7 @@ async fn initech_holds_pro_by_an_operator_grant_with_ten_sites() {
 
 #[tokio::test]
 async fn a_member_sees_their_organizations_plan_entitlements_and_usage_on_home() {
-    let t = demo_db().await;
-    let app = TestApp::spawn(&t).await;
+    let (_t, app) = app_with_demo().await;
     let (c, _) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     let a = get(&app, &c, "/").await;
     assert_eq!(a.status, StatusCode::OK);
@@ -1124,8 +1050,7 @@ async fn a_member_sees_their_organizations_plan_entitlements_and_usage_on_home()
 
 #[tokio::test]
 async fn members_are_refused_and_anonymous_visitors_sent_to_sign_in_on_every_operator_page() {
-    let t = demo_db().await;
-    let app = TestApp::spawn(&t).await;
+    let (t, app) = app_with_demo().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
     let basic_set = set_id(&t, "Basic").await;
     let basic = product_id(&t, "Basic").await;
@@ -1147,31 +1072,7 @@ async fn members_are_refused_and_anonymous_visitors_sent_to_sign_in_on_every_ope
     ];
     let snapshot = catalog_snapshot(&t).await;
 
-    let (member, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-    for path in &pages {
-        let a = get(&app, &member, path).await;
-        assert_eq!(a.status, StatusCode::FORBIDDEN, "member GET {path}");
-        assert!(a.body.contains("This page is for operators."), "{path}: {}", a.body);
-    }
-    for (path, fields) in &forms {
-        for htmx in [false, true] {
-            let a = post(&app, &member, path, &token, fields, htmx).await;
-            assert_eq!(a.status, StatusCode::FORBIDDEN, "member POST {path} (htmx: {htmx})");
-        }
-    }
-
-    let anonymous = app.client();
-    for path in &pages {
-        let a = get(&app, &anonymous, path).await;
-        assert_eq!(a.status, StatusCode::SEE_OTHER, "anonymous GET {path}");
-        let next: String = url::form_urlencoded::byte_serialize(path.as_bytes()).collect();
-        assert_eq!(a.header("location"), Some(format!("/login?next={next}").as_str()), "{path}");
-    }
-    for (path, fields) in &forms {
-        let a = post(&app, &anonymous, path, "no-session", fields, false).await;
-        assert_eq!(a.status, StatusCode::SEE_OTHER, "anonymous POST {path}");
-        assert_eq!(a.header("location"), Some("/login"), "{path}");
-    }
+    assert_operators_only(&app, &pages, &forms).await;
     assert_eq!(catalog_snapshot(&t).await, snapshot, "no refused post wrote anything");
 }
 
@@ -1200,7 +1101,7 @@ async fn a_misspelt_or_missing_field_on_a_catalog_or_topology_form_is_refused_by
     let (t, app, c, token) = operator_app().await;
     let set = set_id(&t, "Basic").await;
     let product = product_id(&t, "Basic").await;
-    let wiki = scalar_i64(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1", "Wiki hosting").await;
+    let wiki = common::acts::ladder_id(&t, "Wiki hosting").await.0;
     let (rules, edit) =
         (format!("/operator/catalog/sets/{set}/rules"), format!("/operator/catalog/products/{product}"));
     let add_tier = format!("/operator/topology/ladders/{wiki}/tiers");

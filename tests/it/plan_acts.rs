@@ -7,11 +7,15 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestApp, TestDb, acts::*, pages::demo_db};
+use common::{
+    TestApp, TestDb,
+    acts::*,
+    pages::{app_with_demo, demo_db},
+};
 use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
-    ids::{ConferralId, GrantId, LadderId, OrgTypeId, PlanActId, PoolId},
+    ids::{GrantId, LadderId, OrgTypeId, PlanActId, PoolId},
     services::{
         plan_acts::{self as pa, Disposition},
         refusal::ServiceError,
@@ -60,18 +64,27 @@ async fn floor_holders(t: &TestDb, ladder: LadderId) -> Vec<PoolId> {
     .unwrap()
 }
 
-/// The floor grant holding `ladder` in the pool (its grant id and conferral id).
-async fn floor_grant_on(t: &TestDb, pool: PoolId, ladder: LadderId) -> (GrantId, ConferralId) {
-    sqlx::query_as(
-        "SELECT g.grant_id, c.conferral_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
-         JOIN core.grants g ON g.grant_id = c.grant_id
-         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND g.kind = 'floor'",
-    )
-    .bind(pool)
-    .bind(ladder)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
+/// The demo's Community type and its two ladders: (Community, Wiki hosting, Support).
+async fn community_ladders(t: &TestDb) -> (OrgTypeId, LadderId, LadderId) {
+    (type_id(t, "Community").await, ladder_id(t, "Wiki hosting").await, ladder_id(t, "Support").await)
+}
+
+/// `n` new organizations of the type, every `every`-th given Pro; then the type's pools split into
+/// those whose floor holds `ladder` and those that hold Pro there instead.
+async fn floors_and_pro_holders(
+    t: &TestDb,
+    ty: OrgTypeId,
+    ladder: LadderId,
+    prefix: &str,
+    n: usize,
+    every: usize,
+) -> (Vec<PoolId>, Vec<PoolId>) {
+    let pro = product_id(t, "Pro").await;
+    for c in orgs_of_type(t, ty, prefix, n).await.iter().step_by(every) {
+        grant(t, c.organization_id, pro).await;
+    }
+    let floors = floor_holders(t, ladder).await;
+    members_of(t, ty).await.into_iter().map(|m| m.2).partition(|p| floors.contains(p))
 }
 
 /// Everything a refused default change must leave alone.
@@ -83,19 +96,6 @@ async fn written(t: &TestDb) -> (i64, i64, i64, i64, i64) {
         scalar(t, "SELECT count(*) FROM core.plan_act_obligations").await,
         scalar(t, "SELECT count(*) FROM integration.jobs WHERE kind = 'drain_plan_act'").await,
     )
-}
-
-/// An admin transaction holding one pool row FOR UPDATE, as a move does; and its backend.
-async fn hold_pool(t: &TestDb, pool: PoolId) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
-    let mut hold = t.admin.acquire().await.unwrap();
-    let pid = common::backend_pid(&mut hold).await;
-    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.resource_pools WHERE pool_id = $1 FOR UPDATE")
-        .bind(pool)
-        .execute(&mut *hold)
-        .await
-        .unwrap();
-    (hold, pid)
 }
 
 async fn wait_until(t: &TestDb, sql: &str, what: &str, within: Duration) {
@@ -111,23 +111,11 @@ async fn wait_until(t: &TestDb, sql: &str, what: &str, within: Duration) {
 #[tokio::test]
 async fn a_default_change_with_migrate_moves_every_floor_and_gives_the_pro_holders_the_new_floor_too() {
     let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
-    let pro = product_id(&t, "Pro").await;
-    let created = orgs_of_type(&t, community, "Migrant", 30).await;
-    for c in created.iter().step_by(5) {
-        grant(&t, c.organization_id, pro).await;
-    }
-    let members = members_of(&t, community).await;
-    let floors = floor_holders(&t, wiki).await;
-    let floor_pools: Vec<PoolId> = members.iter().map(|m| m.2).filter(|p| floors.contains(p)).collect();
-    let pro_pools: Vec<PoolId> = members.iter().map(|m| m.2).filter(|p| !floors.contains(p)).collect();
+    let (community, wiki, support) = community_ladders(&t).await;
+    let (floor_pools, pro_pools) = floors_and_pro_holders(&t, community, wiki, "Migrant", 30, 5).await;
     // The demo's Acme and Umbrella hold Free, Initech holds Pro; ours: 24 floors and 6 Pro.
     assert_eq!((floor_pools.len(), pro_pools.len()), (26, 7));
-    let mut old_floors = vec![];
-    for p in &floor_pools {
-        old_floors.push(floor_grant_on(&t, *p, wiki).await);
-    }
+    let old_floors = floor_grants_on(&t, &floor_pools, wiki).await;
     let globex = sqlx::query_scalar::<_, PoolId>(
         "SELECT rp.pool_id FROM core.resource_pools rp JOIN core.organizations o USING (organization_id) WHERE o.name = 'Globex'",
     )
@@ -236,22 +224,10 @@ async fn the_floors_a_migration_gives_name_the_act() {
 #[tokio::test]
 async fn a_default_change_with_grandfather_keeps_the_old_floor_as_a_legacy_grant() {
     let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
-    let pro = product_id(&t, "Pro").await;
-    let created = orgs_of_type(&t, community, "Elder", 12).await;
-    for c in created.iter().step_by(4) {
-        grant(&t, c.organization_id, pro).await;
-    }
-    let members = members_of(&t, community).await;
-    let floors = floor_holders(&t, wiki).await;
-    let floor_pools: Vec<PoolId> = members.iter().map(|m| m.2).filter(|p| floors.contains(p)).collect();
-    let pro_pools: Vec<PoolId> = members.iter().map(|m| m.2).filter(|p| !floors.contains(p)).collect();
+    let (community, wiki, support) = community_ladders(&t).await;
+    let (floor_pools, pro_pools) = floors_and_pro_holders(&t, community, wiki, "Elder", 12, 4).await;
     assert_eq!((floor_pools.len(), pro_pools.len()), (11, 4));
-    let mut old_floors = vec![];
-    for p in &floor_pools {
-        old_floors.push(floor_grant_on(&t, *p, wiki).await.0);
-    }
+    let old_floors: Vec<GrantId> = floor_grants_on(&t, &floor_pools, wiki).await.into_iter().map(|f| f.0).collect();
     let before = {
         let mut out = vec![];
         for p in &floor_pools {
@@ -318,8 +294,7 @@ async fn a_default_change_with_grandfather_keeps_the_old_floor_as_a_legacy_grant
 #[tokio::test]
 async fn without_a_disposition_the_change_is_refused_while_organizations_hold_the_old_floor() {
     let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let (community, wiki, support) = community_ladders(&t).await;
     let before = written(&t).await;
     assert_eq!(before, (0, 0, 0, 0, 0));
 
@@ -423,13 +398,7 @@ async fn a_listing_batch_and_a_move_on_one_pool_wait_for_each_other() {
 
     // A move holds the pool row (FOR UPDATE): a listing batch that reaches it waits.
     let (mut hold, hold_pid) = hold_pool(&t, pool).await;
-    let db = t.db.clone();
-    let listing = tokio::spawn(async move {
-        let mut tx = begin(&db, TxKind::Materializing).await.unwrap();
-        let n = store::write_obligations(tx.conn(), act, community, 500).await.unwrap();
-        tx.commit().await.unwrap();
-        n
-    });
+    let listing = spawn_list_batch(&t, act, community, 500);
     let lister = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
     common::assert_holds(&t.admin, lister, &[Lock::RendezvousShared]).await;
     assert_eq!(written(&t).await.3, 0, "no obligation written while the batch waits");
@@ -441,7 +410,7 @@ async fn a_listing_batch_and_a_move_on_one_pool_wait_for_each_other() {
     // The other way: a batch's FOR KEY SHARE, held in an open transaction, makes a move wait.
     let act2 = change(&t, community, ladder_id(&t, "Wiki hosting").await, Some(Disposition::Migrate)).await.unwrap();
     let mut batch = begin(&t.db, TxKind::Materializing).await.unwrap();
-    let batch_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(batch.conn()).await.unwrap();
+    let batch_pid = common::backend_pid(batch.conn()).await;
     assert_eq!(store::write_obligations(batch.conn(), act2, community, 500).await.unwrap(), 6);
     common::assert_holds(&t.admin, batch_pid, pa::LIST_BATCH_LOCKS.locks).await;
     let db = t.db.clone();
@@ -450,15 +419,8 @@ async fn a_listing_batch_and_a_move_on_one_pool_wait_for_each_other() {
     assert!(waiter > 0);
     batch.commit().await.unwrap();
     assert!(mover.await.unwrap().unwrap(), "the move ran once the batch committed, and saw its obligation");
-    let state: String =
-        sqlx::query_scalar("SELECT state FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2")
-            .bind(act2)
-            .bind(pool)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
     // The first act listed but moved no one: the organization still held Free, so nothing to end.
-    assert_eq!(state, "vacant");
+    assert_eq!(obligation(&t, act2, pool).await.0, "vacant");
     // The second act's listing superseded the first act's open obligations.
     assert_eq!(counts(&t, act).await, (0, 0, 0, 0, 0, 6));
 }
@@ -466,13 +428,12 @@ async fn a_listing_batch_and_a_move_on_one_pool_wait_for_each_other() {
 #[tokio::test]
 async fn t0_waits_on_an_open_materializing_transaction_and_takes_no_pool_or_obligation_row() {
     let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let (community, wiki, support) = community_ladders(&t).await;
     orgs_of_type(&t, community, "Rendezvous", 3).await;
 
     // A: an open materializing transaction; T0 waits for its shared rendezvous.
     let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let a_pid = common::backend_pid(a.conn()).await;
     let db = t.db.clone();
     let t0 = tokio::spawn(async move {
         pa::change_org_type_default(&db, community, support, Some(Disposition::Migrate), None, "", None).await
@@ -485,58 +446,37 @@ async fn t0_waits_on_an_open_materializing_transaction_and_takes_no_pool_or_obli
     let act1 = t0.await.unwrap().unwrap();
     assert_eq!(type_default(&t, community).await, (Some(support), Some(act1)));
 
-    let no_pool_nor_obligation = |held: &[(String, String, String)]| {
-        assert!(
-            !held.iter().any(|(_, r, _)| r == "core.resource_pools" || r == "core.plan_act_obligations"),
-            "T0 holds a pool or obligation lock: {held:?}"
-        );
-    };
-
     // The admin holds the type's row: T0 waits on it, holding the exclusive rendezvous and no pool.
-    let mut hold = t.admin.acquire().await.unwrap();
-    let hold_pid = common::backend_pid(&mut hold).await;
-    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.org_types WHERE org_type_id = $1 FOR UPDATE")
-        .bind(community)
-        .execute(&mut *hold)
-        .await
-        .unwrap();
+    let (mut hold, hold_pid) =
+        common::hold_open(&t, &format!("SELECT 1 FROM core.org_types WHERE org_type_id = {community} FOR UPDATE"))
+            .await;
     let db = t.db.clone();
     let t0 = tokio::spawn(async move {
         pa::change_org_type_default(&db, community, wiki, Some(Disposition::Migrate), None, "", None).await
     });
     let waiter = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
     common::assert_holds(&t.admin, waiter, &[Lock::RendezvousExclusive]).await;
-    no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
+    assert_no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
     // A move cannot run meanwhile: T0's exclusive rendezvous keeps it out.
     sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
+    drop(hold);
     let act2 = t0.await.unwrap().unwrap();
     assert_eq!(type_default(&t, community).await, (Some(wiki), Some(act2)));
 
     // Paused at its last statement (the drain job's insert, on a dedupe key the admin holds
     // open): T0 holds everything it declares, and still no pool or obligation row.
-    let next: i64 = scalar(
-        &t,
-        "SELECT coalesce(last_value, 0) + 1 FROM pg_sequences WHERE schemaname = 'core' AND sequencename = 'plan_acts_plan_act_id_seq'",
-    )
-    .await;
-    assert_eq!(next, act2.0 + 1);
-    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
-    sqlx::query("INSERT INTO integration.jobs (kind, payload, dedupe_key) VALUES ('drain_plan_act', '{}', $1)")
-        .bind(format!("{}:{next}", pa::DRAIN_PLAN_ACT))
-        .execute(&mut *hold)
-        .await
-        .unwrap();
+    let (mut hold, hold_pid, next) = hold_next_drain_key(&t).await;
+    assert_eq!(next.0, act2.0 + 1);
     let db = t.db.clone();
     let t0 = tokio::spawn(async move {
         pa::change_org_type_default(&db, community, support, Some(Disposition::Grandfather), None, "", None).await
     });
     let waiter = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
     common::assert_holds(&t.admin, waiter, pa::CHANGE_DEFAULT_T0_LOCKS.locks).await;
-    no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
+    assert_no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
     sqlx::query("ROLLBACK").execute(&mut *hold).await.unwrap();
     let act3 = t0.await.unwrap().unwrap();
-    assert_eq!(act3, PlanActId(next));
+    assert_eq!(act3, next);
     assert_eq!(type_default(&t, community).await, (Some(support), Some(act3)));
 }
 
@@ -564,27 +504,13 @@ async fn the_failure_recorder_never_waits_on_a_pool_row() {
     assert!(!common::anyone_waits_on(&t.admin, &t.name, hold_pid).await);
     sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
     drop(hold);
-    let (state, attempts, error): (String, i32, Option<String>) = sqlx::query_as(
-        "SELECT state, attempts, last_error FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2",
-    )
-    .bind(act)
-    .bind(pool)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let (state, attempts, error) = obligation(&t, act, pool).await;
     assert_eq!((state.as_str(), attempts, error.as_deref()), ("failed", 1, Some("the move failed")));
     // Only while pending: a second recording changes nothing.
     let mut tx = begin(&t.db, TxKind::Plain).await.unwrap();
     store::record_failure(tx.conn(), act, pool, "again").await.unwrap();
     tx.commit().await.unwrap();
-    let attempts: i32 =
-        sqlx::query_scalar("SELECT attempts FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2")
-            .bind(act)
-            .bind(pool)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
-    assert_eq!(attempts, 1);
+    assert_eq!(obligation(&t, act, pool).await.1, 1);
 }
 
 // ---------- 5. A second default change while the first drains ----------
@@ -592,8 +518,7 @@ async fn the_failure_recorder_never_waits_on_a_pool_row() {
 #[tokio::test]
 async fn a_second_default_change_while_the_first_drains_supersedes_it_and_moves_no_one_twice() {
     let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let (community, wiki, support) = community_ladders(&t).await;
     orgs_of_type(&t, community, "Twice", 20).await;
     let members = members_of(&t, community).await;
     assert_eq!(members.len(), 23);
@@ -629,13 +554,10 @@ async fn a_second_default_change_while_the_first_drains_supersedes_it_and_moves_
         assert_eq!(shape(&t, *pool).await, expected, "{name}");
     }
     assert_eq!(
-        scalar(
+        active_floors(
             &t,
-            &format!(
-                "SELECT count(*) FROM core.grants g JOIN core.organizations o USING (organization_id)
-                 WHERE o.org_type_id = {community} AND g.kind = 'floor' AND g.status = 'active'
-                   AND g.product_id = (SELECT product_id FROM core.products WHERE name = 'Community support')"
-            )
+            community,
+            "AND g.product_id = (SELECT product_id FROM core.products WHERE name = 'Community support')"
         )
         .await,
         0,
@@ -684,8 +606,7 @@ async fn a_second_default_change_while_the_first_drains_supersedes_it_and_moves_
 #[tokio::test]
 async fn moves_of_an_act_that_no_longer_owns_the_type_supersede_its_obligations() {
     let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let (community, wiki, support) = community_ladders(&t).await;
     orgs_of_type(&t, community, "Owner", 4).await;
     let members = members_of(&t, community).await;
     let first = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
@@ -783,17 +704,7 @@ async fn a_drain_killed_midway_is_resumed_and_settles_every_obligation_once() {
         "every obligation settled exactly once"
     );
     // No organization was given two floors.
-    assert_eq!(
-        scalar(
-            &t,
-            &format!(
-                "SELECT count(*) FROM core.grants g JOIN core.organizations o USING (organization_id)
-                 WHERE o.org_type_id = {community} AND g.kind = 'floor' AND g.status = 'active'"
-            )
-        )
-        .await,
-        123
-    );
+    assert_eq!(active_floors(&t, community, "").await, 123);
     assert!(stale_pools(&t).await.is_empty());
 }
 
@@ -806,25 +717,11 @@ async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
     let support = ladder_id(&t, "Support").await;
     let created = orgs_of_type(&t, community, "Retry", 6).await;
     let bad = created[2].pool_id;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE FUNCTION public.refuse_pool() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN IF NEW.pool_id = {bad} THEN RAISE EXCEPTION 'pool {bad} is broken'; END IF; RETURN NEW; END $$;
-         CREATE TRIGGER refuse_pool BEFORE INSERT OR UPDATE ON core.pool_entitlements FOR EACH ROW EXECUTE FUNCTION public.refuse_pool();"
-    )))
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    break_pool(&t, bad).await;
     let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
     let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
     assert_eq!((d.moved, d.failed, d.finished), (8, 1, true));
-    let (state, attempts, error): (String, i32, Option<String>) = sqlx::query_as(
-        "SELECT state, attempts, last_error FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2",
-    )
-    .bind(act)
-    .bind(bad)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let (state, attempts, error) = obligation(&t, act, bad).await;
     assert_eq!((state.as_str(), attempts), ("failed", 1));
     assert!(error.as_deref().unwrap_or_default().contains("is broken"), "{error:?}");
     assert_eq!(counts(&t, act).await, (0, 7, 0, 1, 1, 0));
@@ -834,7 +731,7 @@ async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
     // A drain pass does not retry it by itself.
     assert_eq!(pa::drain_plan_act(&t.db, act, None).await.unwrap().moved, 0);
 
-    sqlx::raw_sql("DROP TRIGGER refuse_pool ON core.pool_entitlements").execute(&t.admin).await.unwrap();
+    mend_pools(&t).await;
     let retry = pa::retry_plan_act(&t.db, act, None).await.unwrap();
     let (kind, retry_of): (String, Option<PlanActId>) = sqlx::query_as(
         "SELECT a.kind, (d.detail->>'retry_of')::bigint FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
@@ -845,25 +742,12 @@ async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
     .await
     .unwrap();
     assert_eq!((kind.as_str(), retry_of), ("retry", Some(act)));
-    let (state, error): (String, Option<String>) = sqlx::query_as(
-        "SELECT state, last_error FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2",
-    )
-    .bind(act)
-    .bind(bad)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let (state, _, error) = obligation(&t, act, bad).await;
     assert_eq!((state.as_str(), error), ("pending", None), "requeued");
     assert_eq!(act_state(&t, act).await, "running");
     let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
     assert_eq!((d.moved, d.failed, d.finished), (1, 0, true));
-    let (state, attempts): (String, i32) =
-        sqlx::query_as("SELECT state, attempts FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2")
-            .bind(act)
-            .bind(bad)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let (state, attempts, _) = obligation(&t, act, bad).await;
     assert_eq!((state.as_str(), attempts), ("migrated", 2), "the failed attempt, then the settlement");
     assert_eq!(shape(&t, bad).await, vec![h("Support", "Community support", "floor")]);
     assert_eq!(counts(&t, act).await, (0, 8, 0, 1, 0, 0));
@@ -914,8 +798,7 @@ fn stat(value: i64, label: &str) -> String {
 
 #[tokio::test]
 async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act() {
-    let t = demo_db().await;
-    let app = TestApp::spawn(&t).await;
+    let (t, app) = app_with_demo().await;
     let community = type_id(&t, "Community").await;
     let support = ladder_id(&t, "Support").await;
     let (op, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
@@ -1010,8 +893,7 @@ async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act(
 
 #[tokio::test]
 async fn a_running_act_page_polls_its_progress() {
-    let t = demo_db().await;
-    let app = TestApp::spawn(&t).await;
+    let (t, app) = app_with_demo().await;
     let community = type_id(&t, "Community").await;
     let support = ladder_id(&t, "Support").await;
     // T0 only: the act is running with nothing listed yet.

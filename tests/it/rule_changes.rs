@@ -5,47 +5,36 @@ use crate::common;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use common::TestDb;
+use common::{
+    TestDb,
+    acts::{
+        break_pool, grant_with, id_by_name, mend_pools, org_of_type, org_sites, product_id, scalar, stale_pools,
+        type_id,
+    },
+};
 use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
-    ids::{EntitlementSetId, OrgTypeId, PoolId, ProductId},
+    ids::{EntitlementSetId, PoolId},
     services::{
         entitlements::{self as ent},
-        grants::{self, IssueGrant, Recipient},
-        organizations::{self as orgs, OrgName},
         refusal::ServiceError,
         rule_changes as rc,
     },
 };
 
-async fn id_of(t: &TestDb, sql: &str, name: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).bind(name).fetch_one(&t.admin).await.unwrap()
-}
-
 async fn set_id(t: &TestDb, name: &str) -> EntitlementSetId {
-    EntitlementSetId(id_of(t, "SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = $1", name).await)
+    EntitlementSetId(id_by_name(t, "entitlement_sets", "entitlement_set_id", name).await)
 }
 
 /// `n` organizations that hold Basic by an operator grant (so they carry the "Basic" set).
 async fn basic_pools(t: &TestDb, n: usize) -> Vec<PoolId> {
-    let ty = OrgTypeId(id_of(t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await);
-    let basic = ProductId(id_of(t, "SELECT product_id FROM core.products WHERE name = $1", "Basic").await);
+    let ty = type_id(t, "Community").await;
+    let basic = product_id(t, "Basic").await;
     let mut pools = vec![];
     for i in 0..n {
-        let org = orgs::create_organization(&t.db, &OrgName::parse(&format!("Carrier {i:03}")).unwrap(), Some(ty))
-            .await
-            .unwrap();
-        let g = IssueGrant {
-            recipient: Recipient::Organization(org.organization_id),
-            product_id: basic,
-            quantity: 1 + (i % 3) as i32,
-            starts_at: None,
-            ends_at: None,
-            reason: "carrier".into(),
-            actor: None,
-        };
-        grants::issue_grant(&t.db, &g).await.unwrap();
+        let org = org_of_type(t, &format!("Carrier {i:03}"), ty).await;
+        grant_with(t, org.organization_id, basic, 1 + (i % 3) as i32, None).await;
         pools.push(org.pool_id);
     }
     pools
@@ -64,15 +53,6 @@ async fn entitlements_by_org(t: &TestDb) -> Vec<(String, String, Option<i64>, Op
     .fetch_all(&t.admin)
     .await
     .unwrap()
-}
-
-async fn stale_pools(t: &TestDb) -> Vec<PoolId> {
-    let mut c = t.admin.acquire().await.unwrap();
-    member_console::store::entitlements::pools_out_of_date(&mut c).await.unwrap()
-}
-
-async fn count(t: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
 }
 
 async fn setup(n: usize) -> (TestDb, Vec<PoolId>) {
@@ -104,14 +84,7 @@ async fn the_sync_path_and_the_drain_path_give_identical_entitlements() {
     assert!(stale_pools(&inline_db).await.is_empty());
     assert!(stale_pools(&drained_db).await.is_empty());
     // Quantity multiplies the new value: carriers with 2 Basic have 10 sites.
-    let sites: i64 = sqlx::query_scalar(
-        "SELECT e.numeric_value FROM core.pool_entitlements e JOIN core.resource_pools p USING (pool_id)
-         JOIN core.organizations o USING (organization_id) WHERE o.name = 'Carrier 001' AND e.resource_key = 'fedwiki.active_sites'",
-    )
-    .fetch_one(&drained_db.admin)
-    .await
-    .unwrap();
-    assert_eq!(sites, 10);
+    assert_eq!(org_sites(&drained_db, "Carrier 001").await, 10);
 }
 
 #[tokio::test]
@@ -119,14 +92,11 @@ async fn a_materializing_transaction_waits_for_the_commit_and_sees_its_rules() {
     let (t, pools) = setup(3).await;
     let basic = set_id(&t, "Basic").await;
     // Pause the commit after its rendezvous: the admin holds the set row it takes next.
-    let mut hold = t.admin.acquire().await.unwrap();
-    let hold_pid = common::backend_pid(&mut hold).await;
-    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.entitlement_sets WHERE entitlement_set_id = $1 FOR UPDATE")
-        .bind(basic)
-        .execute(&mut *hold)
-        .await
-        .unwrap();
+    let (mut hold, hold_pid) = common::hold_open(
+        &t,
+        &format!("SELECT 1 FROM core.entitlement_sets WHERE entitlement_set_id = {basic} FOR UPDATE"),
+    )
+    .await;
     let db = t.db.clone();
     let commit =
         tokio::spawn(async move { rc::commit_rule_change_batch(&db, basic, &rules(CHANGE), None, "", 100).await });
@@ -149,7 +119,7 @@ async fn a_commit_waits_for_an_open_materializing_transaction() {
     let (t, _) = setup(2).await;
     let basic = set_id(&t, "Basic").await;
     let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let a_pid = common::backend_pid(a.conn()).await;
     let db = t.db.clone();
     let commit =
         tokio::spawn(async move { rc::commit_rule_change_batch(&db, basic, &rules(CHANGE), None, "", 100).await });
@@ -167,7 +137,7 @@ async fn another_change_holding_the_rendezvous_refuses_the_commit_and_nothing_is
     short.lock_timeout = Duration::from_millis(200);
     let e = rc::commit_rule_change_batch(&short, basic, &rules(CHANGE), None, "", 100).await.unwrap_err();
     assert!(matches!(e, ServiceError::ChangeInProgress), "{e:?}");
-    assert_eq!(count(&t, "SELECT count(*) FROM core.entitlement_set_changes").await, 0);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.entitlement_set_changes").await, 0);
 }
 
 #[tokio::test]
@@ -179,7 +149,7 @@ async fn two_drains_of_one_change_settle_each_obligation_once() {
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.settled + b.settled, 20, "each pool settled by exactly one of them");
     assert_eq!(
-        count(
+        scalar(
             &t,
             "SELECT count(*) FROM core.entitlement_set_change_obligations WHERE state = 'settled' AND attempts = 1"
         )
@@ -194,14 +164,7 @@ async fn a_failing_pool_is_recorded_the_others_settle_and_retry_finishes_it() {
     let (t, pools) = setup(6).await;
     let bad = pools[2];
     // A pool whose entitlements cannot be written: the admin's trigger refuses it.
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE FUNCTION public.refuse_pool() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN IF NEW.pool_id = {bad} THEN RAISE EXCEPTION 'pool {bad} is broken'; END IF; RETURN NEW; END $$;
-         CREATE TRIGGER refuse_pool BEFORE INSERT OR UPDATE ON core.pool_entitlements FOR EACH ROW EXECUTE FUNCTION public.refuse_pool();"
-    )))
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    break_pool(&t, bad).await;
     let basic = set_id(&t, "Basic").await;
     let c = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, "", 0).await.unwrap();
     let d = rc::drain_change(&t.db, c.change_id, 2).await.unwrap();
@@ -217,7 +180,7 @@ async fn a_failing_pool_is_recorded_the_others_settle_and_retry_finishes_it() {
     assert!(error.contains("is broken"), "{error}");
     // Not due again yet: a second pass leaves it alone.
     assert_eq!(rc::drain_change(&t.db, c.change_id, 2).await.unwrap().failed, 0);
-    sqlx::raw_sql("DROP TRIGGER refuse_pool ON core.pool_entitlements").execute(&t.admin).await.unwrap();
+    mend_pools(&t).await;
     assert_eq!(rc::retry_failed(&t.db, c.change_id).await.unwrap(), 2, "both acts' obligations of the pool");
     let d = rc::drain_change(&t.db, c.change_id, 2).await.unwrap();
     assert_eq!((d.settled, d.finished), (1, true));
@@ -234,13 +197,15 @@ async fn a_drain_killed_midway_resumes_and_settles_every_obligation_once() {
     let drain = tokio::spawn(async move { rc::drain_change(&db, id, 1).await });
     // Kill it once some pools settled.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while count(&t, "SELECT count(*) FROM core.entitlement_set_change_obligations WHERE state = 'settled'").await < 10 {
+    while scalar(&t, "SELECT count(*) FROM core.entitlement_set_change_obligations WHERE state = 'settled'").await < 10
+    {
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     drain.abort();
     let _ = drain.await;
-    let open = count(&t, "SELECT count(*) FROM core.entitlement_set_change_obligations WHERE state <> 'settled'").await;
+    let open =
+        scalar(&t, "SELECT count(*) FROM core.entitlement_set_change_obligations WHERE state <> 'settled'").await;
     assert!(open > 0, "the drain was stopped before the end");
     // On restart the poller enqueues the drain job and a worker finishes it.
     assert_eq!(rc::resume_drains(&t.db).await.unwrap(), 1);
@@ -249,7 +214,7 @@ async fn a_drain_killed_midway_resumes_and_settles_every_obligation_once() {
         member_console::jobs::Worker::new(t.db.clone(), member_console::job_registry::standard_handlers(), 2)
             .run(stop_rx),
     );
-    while count(
+    while scalar(
         &t,
         &format!("SELECT count(*) FROM core.entitlement_set_changes WHERE change_id = {id} AND state = 'settled'"),
     )
@@ -261,7 +226,7 @@ async fn a_drain_killed_midway_resumes_and_settles_every_obligation_once() {
     }
     let _ = stop_tx.send(true);
     worker.await.unwrap();
-    assert_eq!(count(&t, "SELECT count(*) FROM core.entitlement_set_change_obligations WHERE NOT (state = 'settled' AND attempts = 1)").await, 0);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.entitlement_set_change_obligations WHERE NOT (state = 'settled' AND attempts = 1)").await, 0);
     assert!(stale_pools(&t).await.is_empty());
 }
 
@@ -269,7 +234,7 @@ async fn a_drain_killed_midway_resumes_and_settles_every_obligation_once() {
 async fn bad_input_is_refused_by_field_and_nothing_is_written() {
     let (t, _) = setup(2).await;
     let basic = set_id(&t, "Basic").await;
-    let before = count(&t, "SELECT count(*) FROM core.entitlement_set_rules").await;
+    let before = scalar(&t, "SELECT count(*) FROM core.entitlement_set_rules").await;
     let field = |e: ServiceError| match e {
         ServiceError::Invalid(p) => p.into_iter().map(|(f, m)| format!("{f}: {m}")).collect::<Vec<_>>().join("; "),
         other => panic!("{other:?}"),
@@ -286,8 +251,8 @@ async fn bad_input_is_refused_by_field_and_nothing_is_written() {
         let text = field(e);
         assert!(text.contains(expected), "{submitted:?}: {text}");
     }
-    assert_eq!(count(&t, "SELECT count(*) FROM core.entitlement_set_changes").await, 0);
-    assert_eq!(count(&t, "SELECT count(*) FROM core.entitlement_set_rules").await, before);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.entitlement_set_changes").await, 0);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.entitlement_set_rules").await, before);
     assert!(matches!(
         rc::commit_rule_change_batch(&t.db, EntitlementSetId(999_999), &rules(CHANGE), None, "", 100).await,
         Err(ServiceError::NotFound(_))

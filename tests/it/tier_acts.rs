@@ -14,7 +14,6 @@ use member_console::{
     demo,
     ids::{GrantId, LadderId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId},
     services::{
-        grants::{self, IssueGrant, Recipient},
         organizations as orgs,
         plan_acts::{self as pa, Disposition, ReorderTiers},
         refusal::ServiceError,
@@ -38,87 +37,12 @@ async fn pool_named(t: &TestDb, name: &str) -> PoolId {
     .unwrap()
 }
 
-/// A published product with a set of its own (`sites` wikis), no tier yet.
-async fn new_product(t: &TestDb, name: &str, sites: i64) -> ProductId {
-    let set: i64 =
-        sqlx::query_scalar("INSERT INTO core.entitlement_sets (name) VALUES ($1) RETURNING entitlement_set_id")
-            .bind(name)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
-    sqlx::query(
-        "INSERT INTO core.entitlement_set_rules (entitlement_set_id, resource_key, numeric_value)
-         VALUES ($1, 'fedwiki.active_sites', $2)",
-    )
-    .bind(set)
-    .bind(sites)
-    .execute(&t.admin)
-    .await
-    .unwrap();
-    sqlx::query_scalar(
-        "INSERT INTO core.products (name, entitlement_set_id, published) VALUES ($1, $2, true) RETURNING product_id",
-    )
-    .bind(name)
-    .bind(set)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
-}
-
-/// A ladder with the products as its tiers, rank 0 first (set up by the administrator).
-async fn new_ladder(t: &TestDb, name: &str, products: &[ProductId]) -> LadderId {
-    let ladder: LadderId = sqlx::query_scalar(
-        "INSERT INTO core.plan_ladders (name, sort_order)
-         SELECT $1, coalesce(max(sort_order), 0) + 1 FROM core.plan_ladders RETURNING plan_ladder_id",
-    )
-    .bind(name)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
-    for (rank, p) in products.iter().enumerate() {
-        sqlx::query("INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, $2, $3)")
-            .bind(ladder)
-            .bind(rank as i32)
-            .bind(p)
-            .execute(&t.admin)
-            .await
-            .unwrap();
-    }
-    ladder
-}
-
-async fn new_type(t: &TestDb, name: &str, ladder: LadderId) -> OrgTypeId {
-    sqlx::query_scalar(
-        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id",
-    )
-    .bind(name)
-    .bind(ladder)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
-}
-
 fn removal(ladder: LadderId, rank: i32, d: Option<Disposition>) -> RemoveTier {
     RemoveTier { ladder_id: ladder, rank, disposition: d, reason: "test".into(), actor: None }
 }
 
 fn reorder(ladder: LadderId, order: &[ProductId], d: Option<Disposition>) -> ReorderTiers {
     ReorderTiers { ladder_id: ladder, order: order.to_vec(), disposition: d, reason: "test".into(), actor: None }
-}
-
-async fn tiers(t: &TestDb, ladder: LadderId) -> Vec<(i32, String)> {
-    sqlx::query_as(
-        "SELECT t.rank, p.name FROM core.plan_ladder_tiers t JOIN core.products p USING (product_id)
-         WHERE plan_ladder_id = $1 ORDER BY rank",
-    )
-    .bind(ladder)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap()
-}
-
-fn tier_list(names: &[&str]) -> Vec<(i32, String)> {
-    names.iter().enumerate().map(|(i, n)| (i as i32, n.to_string())).collect()
 }
 
 /// The pool's positions: (ladder, rank, product, grant kind), by ladder name.
@@ -220,20 +144,6 @@ fn custom_domain() -> (String, Option<i64>, Option<bool>) {
 
 fn support_flag(on: bool) -> (String, Option<i64>, Option<bool>) {
     ("support.priority".into(), None, Some(on))
-}
-
-/// The floor grant holding `ladder` in the pool.
-async fn floor_grant_on(t: &TestDb, pool: PoolId, ladder: LadderId) -> GrantId {
-    sqlx::query_scalar(
-        "SELECT g.grant_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
-         JOIN core.grants g ON g.grant_id = c.grant_id
-         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND g.kind = 'floor'",
-    )
-    .bind(pool)
-    .bind(ladder)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
 }
 
 /// Obligations of the act settled more than once, or never attempted although settled.
@@ -507,7 +417,7 @@ async fn removing_the_floor_of_a_default_ladder_with_migrate_gives_the_next_tier
         pool_named(&t, "Initech").await,
         pool_named(&t, "Globex").await,
     );
-    let old_floors = [floor_grant_on(&t, acme, wiki).await, floor_grant_on(&t, ours.pool_id, wiki).await];
+    let old_floors = [floor_grant_on(&t, acme, wiki).await.0, floor_grant_on(&t, ours.pool_id, wiki).await.0];
     let globex_before = held(&t, globex).await;
 
     let (act, reach) = topo::remove_tier(&t.db, &removal(wiki, 0, Some(Disposition::Migrate)), 100).await.unwrap();
@@ -602,7 +512,7 @@ async fn a_tier_removal_waits_for_a_materializing_transaction_and_a_conferral_wa
     // A: an open materializing transaction (the shared rendezvous); the removal waits for it,
     // before it reads or locks anything.
     let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let a_pid = common::backend_pid(a.conn()).await;
     let db = t.db.clone();
     let remove =
         tokio::spawn(async move { topo::remove_tier(&db, &removal(wiki, 1, Some(Disposition::Migrate)), 100).await });
@@ -621,33 +531,16 @@ async fn a_tier_removal_waits_for_a_materializing_transaction_and_a_conferral_wa
     let initech_org =
         OrganizationId(scalar(&t, "SELECT organization_id FROM core.organizations WHERE name = 'Initech'").await);
     subscriptions(&t, initech_org, "sub").await;
-    let mut hold = t.admin.acquire().await.unwrap();
-    let hold_pid = common::backend_pid(&mut hold).await;
-    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.subscriptions WHERE stripe_subscription_id = 'sub_live' FOR UPDATE")
-        .execute(&mut *hold)
-        .await
-        .unwrap();
+    let (mut hold, hold_pid) =
+        common::hold_open(&t, "SELECT 1 FROM core.subscriptions WHERE stripe_subscription_id = 'sub_live' FOR UPDATE")
+            .await;
     let db = t.db.clone();
     let remove =
         tokio::spawn(async move { topo::remove_tier(&db, &removal(wiki, 1, Some(Disposition::Migrate)), 100).await });
     let remover = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
     common::assert_holds(&t.admin, remover, topo::REMOVE_TIER_LOCKS.locks).await;
     assert_eq!(tiers(&t, wiki).await, tier_list(&["Free", "Pro"]), "nothing committed yet");
-    let db = t.db.clone();
-    let org = waiter_org.organization_id;
-    let conferral = tokio::spawn(async move {
-        let g = IssueGrant {
-            recipient: Recipient::Organization(org),
-            product_id: pro,
-            quantity: 1,
-            starts_at: None,
-            ends_at: None,
-            reason: "waits".into(),
-            actor: None,
-        };
-        grants::issue_grant(&db, &g).await
-    });
+    let conferral = spawn_grant(&t, waiter_org.organization_id, pro);
     common::wait_for_waiter(&t.admin, &t.name, remover).await;
     sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
     drop(hold);
@@ -732,10 +625,7 @@ async fn a_reorder_changing_rank_0_with_migrate_moves_every_floor_to_the_new_ran
     let wiki = ladder_id(&t, "Wiki hosting").await;
     let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
     let (floors, others, outsider) = reorder_setup(&t).await;
-    let mut old_floors = vec![];
-    for p in &floors {
-        old_floors.push(floor_grant_on(&t, *p, wiki).await);
-    }
+    let old_floors: Vec<GrantId> = floor_grants_on(&t, &floors, wiki).await.into_iter().map(|f| f.0).collect();
     let outsider_before = held(&t, outsider).await;
 
     let act =
@@ -785,10 +675,7 @@ async fn a_reorder_changing_rank_0_with_grandfather_keeps_the_old_floor_as_a_leg
     let wiki = ladder_id(&t, "Wiki hosting").await;
     let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
     let (floors, others, outsider) = reorder_setup(&t).await;
-    let mut old_floors = vec![];
-    for p in &floors {
-        old_floors.push(floor_grant_on(&t, *p, wiki).await);
-    }
+    let old_floors: Vec<GrantId> = floor_grants_on(&t, &floors, wiki).await.into_iter().map(|f| f.0).collect();
     let outsider_before = held(&t, outsider).await;
 
     let act = pa::reorder_tiers(&t.db, &reorder(wiki, &[basic, free, pro], Some(Disposition::Grandfather)), None)
@@ -899,16 +786,9 @@ async fn reorder_t0_waits_on_an_open_materializing_transaction_and_takes_no_pool
     let wiki = ladder_id(&t, "Wiki hosting").await;
     let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
     orgs_of_type(&t, community, "Rendezvous", 3).await;
-    let no_pool_nor_obligation = |held: &[(String, String, String)]| {
-        assert!(
-            !held.iter().any(|(_, r, _)| r == "core.resource_pools" || r == "core.plan_act_obligations"),
-            "T0 holds a pool or obligation lock: {held:?}"
-        );
-    };
-
     // A: an open materializing transaction; T0 waits for the exclusive rendezvous first.
     let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let a_pid = common::backend_pid(a.conn()).await;
     let db = t.db.clone();
     let t0 = tokio::spawn(async move {
         pa::reorder_tiers(&db, &reorder(wiki, &[basic, free, pro], Some(Disposition::Migrate)), None).await
@@ -916,7 +796,7 @@ async fn reorder_t0_waits_on_an_open_materializing_transaction_and_takes_no_pool
     let waiter = common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
     let locks = common::granted_locks(&t.admin, waiter).await;
     assert!(!locks.iter().any(|(_, r, _)| r == "core.org_types" || r == "core.plan_ladder_tiers"), "{locks:?}");
-    no_pool_nor_obligation(&locks);
+    assert_no_pool_nor_obligation(&locks);
     assert_eq!(tiers(&t, wiki).await, tier_list(&["Free", "Basic", "Pro"]));
     a.commit().await.unwrap();
     let act1 = t0.await.unwrap().unwrap();
@@ -925,31 +805,19 @@ async fn reorder_t0_waits_on_an_open_materializing_transaction_and_takes_no_pool
 
     // Paused at its last statement (the drain job's insert, on a dedupe key the admin holds
     // open): T0 holds everything it declares, and still no pool or obligation row.
-    let next: i64 = scalar(
-        &t,
-        "SELECT coalesce(last_value, 0) + 1 FROM pg_sequences WHERE schemaname = 'core' AND sequencename = 'plan_acts_plan_act_id_seq'",
-    )
-    .await;
-    assert_eq!(next, act1.0 + 1);
-    let mut hold = t.admin.acquire().await.unwrap();
-    let hold_pid = common::backend_pid(&mut hold).await;
-    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
-    sqlx::query("INSERT INTO integration.jobs (kind, payload, dedupe_key) VALUES ('drain_plan_act', '{}', $1)")
-        .bind(format!("{}:{next}", pa::DRAIN_PLAN_ACT))
-        .execute(&mut *hold)
-        .await
-        .unwrap();
+    let (mut hold, hold_pid, next) = hold_next_drain_key(&t).await;
+    assert_eq!(next.0, act1.0 + 1);
     let db = t.db.clone();
     let t0 = tokio::spawn(async move {
         pa::reorder_tiers(&db, &reorder(wiki, &[free, basic, pro], Some(Disposition::Grandfather)), None).await
     });
     let waiter = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
     common::assert_holds(&t.admin, waiter, pa::REORDER_TIERS_T0_LOCKS.locks).await;
-    no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
+    assert_no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
     sqlx::query("ROLLBACK").execute(&mut *hold).await.unwrap();
     drop(hold);
     let act2 = t0.await.unwrap().unwrap();
-    assert_eq!(act2, PlanActId(next));
+    assert_eq!(act2, next);
     assert_eq!(tiers(&t, wiki).await, tier_list(&["Free", "Basic", "Pro"]));
     assert_eq!(type_default(&t, community).await, (Some(wiki), Some(act2)));
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_act_obligations").await, 0, "T0 writes no obligation");
@@ -1010,18 +878,7 @@ async fn a_reorder_changing_rank_0_supersedes_an_earlier_default_change_and_move
         };
         assert_eq!(held(&t, *pool).await, expected, "{name}");
     }
-    assert_eq!(
-        scalar(
-            &t,
-            &format!(
-                "SELECT count(*) FROM core.grants g JOIN core.organizations o USING (organization_id)
-                 WHERE o.org_type_id = {community} AND g.kind = 'floor' AND g.status = 'active'"
-            )
-        )
-        .await,
-        10,
-        "one floor each, no organization given two"
-    );
+    assert_eq!(active_floors(&t, community, "").await, 10, "one floor each, no organization given two");
     assert!(stale_pools(&t).await.is_empty());
 }
 
@@ -1034,33 +891,20 @@ async fn a_retry_and_a_listing_batch_on_other_pools_do_not_wait_on_each_other() 
     let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
     let created = orgs_of_type(&t, community, "Retry", 4).await;
     let bad = created[1].pool_id;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE FUNCTION public.refuse_pool() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN IF NEW.pool_id = {bad} THEN RAISE EXCEPTION 'pool {bad} is broken'; END IF; RETURN NEW; END $$;
-         CREATE TRIGGER refuse_pool BEFORE INSERT OR UPDATE ON core.pool_entitlements FOR EACH ROW EXECUTE FUNCTION public.refuse_pool();"
-    )))
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    break_pool(&t, bad).await;
     let failing = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
     let d = pa::drain_plan_act(&t.db, failing, None).await.unwrap();
     assert_eq!((d.moved, d.failed, d.finished), (6, 1, true));
-    sqlx::raw_sql("DROP TRIGGER refuse_pool ON core.pool_entitlements").execute(&t.admin).await.unwrap();
+    mend_pools(&t).await;
     orgs_of_type(&t, business, "Listed", 3).await;
     let other = change(&t, business, wiki, Some(Disposition::Migrate)).await.unwrap();
 
     // A Retry's requeue held open (the act's row, its failed obligation): another act's listing
     // batch, on other pools, completes meanwhile.
     let mut retry_tx = begin(&t.db, TxKind::Materializing).await.unwrap();
-    let retry_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(retry_tx.conn()).await.unwrap();
+    let retry_pid = common::backend_pid(retry_tx.conn()).await;
     assert_eq!(store::requeue(retry_tx.conn(), failing).await.unwrap(), 1);
-    let db = t.db.clone();
-    let listing = tokio::spawn(async move {
-        let mut tx = begin(&db, TxKind::Materializing).await.unwrap();
-        let n = store::write_obligations(tx.conn(), other, business, 500).await.unwrap();
-        tx.commit().await.unwrap();
-        n
-    });
+    let listing = spawn_list_batch(&t, other, business, 500);
     let n = tokio::time::timeout(Duration::from_secs(3), listing)
         .await
         .expect("the listing batch completed while the Retry's requeue was open")
@@ -1075,7 +919,7 @@ async fn a_retry_and_a_listing_batch_on_other_pools_do_not_wait_on_each_other() 
     orgs_of_type(&t, partners, "Partner", 2).await;
     let third = change(&t, partners, support, Some(Disposition::Migrate)).await.unwrap();
     let mut batch = begin(&t.db, TxKind::Materializing).await.unwrap();
-    let batch_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(batch.conn()).await.unwrap();
+    let batch_pid = common::backend_pid(batch.conn()).await;
     assert_eq!(store::write_obligations(batch.conn(), third, partners, 500).await.unwrap(), 2);
     common::assert_holds(&t.admin, batch_pid, pa::LIST_BATCH_LOCKS.locks).await;
     let retry = tokio::time::timeout(Duration::from_secs(3), pa::retry_plan_act(&t.db, failing, None))
@@ -1086,13 +930,7 @@ async fn a_retry_and_a_listing_batch_on_other_pools_do_not_wait_on_each_other() 
     assert!(!common::anyone_waits_on(&t.admin, &t.name, batch_pid).await);
     batch.commit().await.unwrap();
 
-    let (state, attempts): (String, i32) =
-        sqlx::query_as("SELECT state, attempts FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2")
-            .bind(failing)
-            .bind(bad)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let (state, attempts, _) = obligation(&t, failing, bad).await;
     assert_eq!((state.as_str(), attempts), ("pending", 1), "requeued by the Retry");
     for act in [failing, other, third] {
         let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
@@ -1170,15 +1008,7 @@ async fn two_drains_of_one_act_at_once_settle_every_obligation_exactly_once() {
     assert_eq!(not_once(&t, act).await, 0);
     assert_eq!(act_state(&t, act).await, "done");
     assert_eq!(
-        scalar(
-            &t,
-            &format!(
-                "SELECT count(*) FROM core.grants g JOIN core.organizations o USING (organization_id)
-                 WHERE o.org_type_id = {community} AND g.kind = 'floor' AND g.status = 'active'
-                   AND g.product_id = {basic} AND g.plan_act_id = {act}"
-            )
-        )
-        .await,
+        active_floors(&t, community, &format!("AND g.product_id = {basic} AND g.plan_act_id = {act}")).await,
         42,
         "one new floor each"
     );

@@ -4,91 +4,59 @@ use crate::common;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use common::TestDb;
+use common::{
+    TestDb,
+    acts::{grant, ladder_id, new_product, org_of_type, product_id, scalar, spawn_grant, tiers, type_id},
+    pages::demo_db,
+};
 use member_console::{
     db::{TxKind, begin, locks::Lock},
-    demo,
-    ids::{GrantId, LadderId, OrgTypeId, OrganizationId, ProductId},
+    ids::{LadderId, PoolId, ProductId},
     services::{
-        grants::{self, IssueGrant, Recipient},
-        organizations::{self as orgs, OrgName},
+        organizations as orgs,
         refusal::ServiceError,
         topology::{self as topo, AddTier},
     },
 };
 
-async fn scalar(t: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
-}
-
 async fn setup() -> (TestDb, ProductId, LadderId) {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     // "Team": a published product with a set that is no tier yet.
-    let set: i64 =
-        sqlx::query_scalar("INSERT INTO core.entitlement_sets (name) VALUES ('Team') RETURNING entitlement_set_id")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
-    sqlx::query("INSERT INTO core.entitlement_set_rules (entitlement_set_id, resource_key, numeric_value) VALUES ($1, 'fedwiki.active_sites', 5)")
-        .bind(set)
-        .execute(&t.admin)
-        .await
-        .unwrap();
-    let team: ProductId = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) VALUES ('Team', $1, true) RETURNING product_id")
-        .bind(set)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
-    let wiki = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Wiki hosting\'").await);
+    let team = new_product(&t, "Team", 5).await;
+    let wiki = ladder_id(&t, "Wiki hosting").await;
     (t, team, wiki)
 }
 
-async fn org_of_type(t: &TestDb, name: &str, ty: &str) -> orgs::CreatedOrganization {
-    let type_id = OrgTypeId(scalar(t, &format!("SELECT org_type_id FROM core.org_types WHERE name = '{ty}'")).await);
-    orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(type_id)).await.unwrap()
+async fn org_named(t: &TestDb, name: &str, ty: &str) -> orgs::CreatedOrganization {
+    org_of_type(t, name, type_id(t, ty).await).await
 }
 
-async fn grant(t: &TestDb, org: OrganizationId, product: ProductId) -> GrantId {
-    let g = IssueGrant {
-        recipient: Recipient::Organization(org),
-        product_id: product,
-        quantity: 1,
-        starts_at: None,
-        ends_at: None,
-        reason: "test".into(),
-        actor: None,
-    };
-    grants::issue_grant(&t.db, &g).await.unwrap()
+/// The pool's position on a ladder: (rank, product).
+async fn position_on(t: &TestDb, pool: PoolId, ladder: LadderId) -> (i32, String) {
+    sqlx::query_as(
+        "SELECT p.rank, pr.name FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+         JOIN core.products pr ON pr.product_id = c.product_id
+         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2",
+    )
+    .bind(pool)
+    .bind(ladder)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
 }
 
 fn add(ladder: LadderId, product: ProductId, rank: Option<i32>) -> AddTier {
     AddTier { ladder_id: ladder, product_id: product, rank, reason: "test".into(), actor: None }
 }
 
-async fn tiers(t: &TestDb, ladder: LadderId) -> Vec<(i32, String)> {
-    sqlx::query_as(
-        "SELECT t.rank, p.name FROM core.plan_ladder_tiers t JOIN core.products p USING (product_id) WHERE plan_ladder_id = $1 ORDER BY rank",
-    )
-    .bind(ladder)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap()
-}
-
 #[tokio::test]
 async fn a_tier_add_places_its_holders_on_the_ladder_and_renumbers_above_it() {
     let (t, team, wiki) = setup().await;
     // A Business organization (its floor is on Support) and an Initech-like Pro holder.
-    let business = org_of_type(&t, "Holder", "Business").await;
+    let business = org_named(&t, "Holder", "Business").await;
     grant(&t, business.organization_id, team).await;
-    let pro_org = org_of_type(&t, "Pro holder", "Business").await;
-    grant(
-        &t,
-        pro_org.organization_id,
-        ProductId(scalar(&t, "SELECT product_id FROM core.products WHERE name = \'Pro\'").await),
-    )
-    .await;
+    let pro_org = org_named(&t, "Pro holder", "Business").await;
+    grant(&t, pro_org.organization_id, product_id(&t, "Pro").await).await;
     let preview = topo::preview_add_tier(&t.db, &add(wiki, team, Some(2)), 100).await.unwrap();
     assert_eq!((preview.holders, preview.collisions, preview.refusal.is_none()), (1, 0, true));
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, 0, "a preview writes nothing");
@@ -98,15 +66,7 @@ async fn a_tier_add_places_its_holders_on_the_ladder_and_renumbers_above_it() {
         tiers(&t, wiki).await,
         vec![(0, "Free".into()), (1, "Basic".into()), (2, "Team".into()), (3, "Pro".into())]
     );
-    let (rank, product): (i32, String) = sqlx::query_as(
-        "SELECT p.rank, pr.name FROM core.positions p JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
-         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2",
-    )
-    .bind(business.pool_id)
-    .bind(wiki)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let (rank, product) = position_on(&t, business.pool_id, wiki).await;
     assert_eq!((rank, product.as_str()), (2, "Team"));
     // Pro's holder now sits at rank 3.
     let pro_rank: i32 =
@@ -130,7 +90,7 @@ async fn a_tier_add_places_its_holders_on_the_ladder_and_renumbers_above_it() {
 #[tokio::test]
 async fn a_tier_add_is_refused_on_collisions_the_cap_the_floor_and_bad_input() {
     let (t, team, wiki) = setup().await;
-    let community = org_of_type(&t, "Floored", "Community").await;
+    let community = org_named(&t, "Floored", "Community").await;
     grant(&t, community.organization_id, team).await;
     // Its floor holds Wiki hosting: a collision, named.
     let e = topo::add_tier(&t.db, &add(wiki, team, None), 100).await.unwrap_err();
@@ -138,7 +98,7 @@ async fn a_tier_add_is_refused_on_collisions_the_cap_the_floor_and_bad_input() {
     let p = topo::preview_add_tier(&t.db, &add(wiki, team, None), 100).await.unwrap();
     assert_eq!(p.colliding, vec!["Floored".to_string()]);
     // The cap.
-    let support = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Support\'").await);
+    let support = ladder_id(&t, "Support").await;
     let e = topo::add_tier(&t.db, &add(support, team, None), 0).await.unwrap_err();
     assert!(matches!(&e, ServiceError::Refused(m) if m.contains("more than the 0")), "{e:?}");
     // Rank 0, a rank past the top, an unknown or unpublished product, a tier twice.
@@ -148,7 +108,7 @@ async fn a_tier_add_is_refused_on_collisions_the_cap_the_floor_and_bad_input() {
         topo::add_tier(&t.db, &add(support, ProductId(999_999), None), 100).await,
         Err(ServiceError::Invalid(_))
     ));
-    let basic = ProductId(scalar(&t, "SELECT product_id FROM core.products WHERE name = \'Basic\'").await);
+    let basic = product_id(&t, "Basic").await;
     assert!(matches!(topo::add_tier(&t.db, &add(wiki, basic, None), 100).await, Err(ServiceError::Invalid(_))));
     assert!(matches!(
         topo::add_tier(&t.db, &add(LadderId(999_999), team, None), 100).await,
@@ -161,14 +121,13 @@ async fn a_tier_add_is_refused_on_collisions_the_cap_the_floor_and_bad_input() {
 #[tokio::test]
 async fn a_tier_add_waits_for_a_materializing_transaction_and_a_conferral_waits_for_the_add() {
     let (t, team, _) = setup().await;
-    let support =
-        LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Wiki hosting\'").await);
+    let support = ladder_id(&t, "Wiki hosting").await;
     let _ = support;
-    let business = org_of_type(&t, "Waiter", "Business").await;
-    let wiki = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Wiki hosting\'").await);
+    let business = org_named(&t, "Waiter", "Business").await;
+    let wiki = ladder_id(&t, "Wiki hosting").await;
     // A: an open materializing transaction; the add waits for it.
     let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let a_pid = common::backend_pid(a.conn()).await;
     let db = t.db.clone();
     let add_task = tokio::spawn(async move { topo::add_tier(&db, &add(wiki, team, None), 100).await });
     common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
@@ -181,60 +140,27 @@ async fn a_tier_add_waits_for_a_materializing_transaction_and_a_conferral_waits_
         .fetch_one(&t.admin)
         .await
         .unwrap();
-    let supp = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Support\'").await);
-    let mut hold = t.admin.acquire().await.unwrap();
-    let hold_pid = common::backend_pid(&mut hold).await;
-    sqlx::query("BEGIN").execute(&mut *hold).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.products WHERE product_id = $1 FOR UPDATE")
-        .bind(team2)
-        .execute(&mut *hold)
-        .await
-        .unwrap();
+    let supp = ladder_id(&t, "Support").await;
+    let (mut hold, hold_pid) =
+        common::hold_open(&t, &format!("SELECT 1 FROM core.products WHERE product_id = {team2} FOR UPDATE")).await;
     let db = t.db.clone();
     let add2 = tokio::spawn(async move { topo::add_tier(&db, &add(supp, team2, None), 100).await });
     let adder = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
     common::assert_holds(&t.admin, adder, &[Lock::RendezvousExclusive]).await;
-    let db = t.db.clone();
-    let org = business.organization_id;
-    let conferral = tokio::spawn(async move {
-        let g = IssueGrant {
-            recipient: Recipient::Organization(org),
-            product_id: team2,
-            quantity: 1,
-            starts_at: None,
-            ends_at: None,
-            reason: "waits".into(),
-            actor: None,
-        };
-        grants::issue_grant(&db, &g).await
-    });
+    let conferral = spawn_grant(&t, business.organization_id, team2);
     common::wait_for_waiter(&t.admin, &t.name, adder).await;
     sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
     add2.await.unwrap().unwrap();
     conferral.await.unwrap().unwrap();
     // The conferral came after the add: Team 2 took the Support ladder (displacing the floor).
-    let on_support: String = sqlx::query_scalar(
-        "SELECT pr.name FROM core.positions p JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
-         WHERE p.pool_id = $1 AND p.plan_ladder_id = $2",
-    )
-    .bind(business.pool_id)
-    .bind(supp)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
-    assert_eq!(on_support, "Team 2");
+    assert_eq!(position_on(&t, business.pool_id, supp).await.1, "Team 2");
 }
 
 #[tokio::test]
 async fn a_tier_nobody_holds_is_deleted_and_the_ranks_close_up() {
     let (t, team, wiki) = setup().await;
-    let business = org_of_type(&t, "Deleter", "Business").await;
-    grant(
-        &t,
-        business.organization_id,
-        ProductId(scalar(&t, "SELECT product_id FROM core.products WHERE name = \'Pro\'").await),
-    )
-    .await;
+    let business = org_named(&t, "Deleter", "Business").await;
+    grant(&t, business.organization_id, product_id(&t, "Pro").await).await;
     // Basic (rank 1) has no holder: delete it; Pro's holder moves to rank 1.
     let act = topo::delete_tier(&t.db, wiki, 1, None, "unused").await.unwrap();
     assert_eq!(tiers(&t, wiki).await, vec![(0, "Free".into()), (1, "Pro".into())]);
@@ -284,7 +210,7 @@ async fn a_tier_nobody_holds_is_deleted_and_the_ranks_close_up() {
 #[tokio::test]
 async fn ladders_are_reordered_and_a_second_reorder_waits_for_the_first() {
     let (t, _, wiki) = setup().await;
-    let support = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Support\'").await);
+    let support = ladder_id(&t, "Support").await;
     let order = move |w: i32, s: i32| BTreeMap::from([(wiki, w), (support, s)]);
     assert_eq!(topo::reorder_plan_ladders(&t.db, &order(2, 1)).await.unwrap(), 2);
     let names: Vec<String> =
@@ -295,7 +221,7 @@ async fn ladders_are_reordered_and_a_second_reorder_waits_for_the_first() {
     }
     // A holds every ladder row (as a reorder does); B waits, then writes against A's commit.
     let mut a = begin(&t.db, TxKind::Plain).await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(a.conn()).await.unwrap();
+    let a_pid = common::backend_pid(a.conn()).await;
     member_console::store::topology::lock_plan_ladder_order(a.conn()).await.unwrap();
     member_console::store::topology::set_sort_order(a.conn(), wiki, 0).await.unwrap();
     member_console::store::topology::set_sort_order(a.conn(), support, 1).await.unwrap();
@@ -311,7 +237,7 @@ async fn ladders_are_reordered_and_a_second_reorder_waits_for_the_first() {
 #[tokio::test]
 async fn a_tier_add_while_another_change_holds_the_rendezvous_is_refused() {
     let (t, team, _) = setup().await;
-    let support = LadderId(scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = \'Support\'").await);
+    let support = ladder_id(&t, "Support").await;
     let _held = begin(&t.db, TxKind::RuleChange).await.unwrap();
     let mut short = t.db.clone();
     short.lock_timeout = Duration::from_millis(200);

@@ -17,7 +17,7 @@ async fn show(tx: &mut member_console::db::Tx, setting: &str) -> String {
 }
 
 async fn my_pid(tx: &mut member_console::db::Tx) -> i32 {
-    sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(tx.conn()).await.unwrap()
+    crate::common::backend_pid(tx.conn()).await
 }
 
 #[test]

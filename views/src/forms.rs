@@ -74,6 +74,21 @@ pub fn hx_form(action: &str, container: &str, csrf: &str, body: Markup) -> Marku
     }
 }
 
+/// A form that is one primary button and no fields but the CSRF token (a retry, say): it posts
+/// `action` and htmx swaps `#{target}` with the answer.
+pub fn button_form(action: &str, target: &str, csrf: &str, label: &str) -> Markup {
+    hx_form(
+        action,
+        target,
+        csrf,
+        html! {
+            div.form-actions {
+                button.btn.btn-primary type="submit" { (label) }
+            }
+        },
+    )
+}
+
 /// The form's notice (good news) and its errors that belong to no one field.
 pub fn form_banners(f: &FormState) -> Markup {
     html! {

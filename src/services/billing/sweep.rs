@@ -43,12 +43,7 @@ pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceErr
             newest = Some(e.created);
             let Some(object) = &e.object_id else { continue };
             let queued = if e.event_type.starts_with("customer.subscription.") {
-                jobs::enqueue_for_object(
-                    tx.conn(),
-                    &ReconcileSubscription { stripe_subscription_id: object.clone() },
-                    &format!("stripe-subscription:{object}"),
-                )
-                .await?
+                enqueue_reconcile(tx.conn(), object).await?
             } else if e.event_type.starts_with("invoice.") {
                 jobs::enqueue_for_object(
                     tx.conn(),
@@ -56,10 +51,11 @@ pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceErr
                     &format!("stripe-invoice:{object}"),
                 )
                 .await?
+                .is_some()
             } else {
-                None
+                false
             };
-            swept.enqueued += queued.is_some() as usize;
+            swept.enqueued += queued as usize;
         }
         store::set_sweep_cursor(tx.conn(), newest).await?;
         tx.commit().await?;
@@ -75,14 +71,7 @@ pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceErr
             && let Some(sub) = s.subscription
         {
             let mut tx = begin(db, TxKind::Plain).await?;
-            let key = format!("stripe-subscription:{sub}");
-            swept.enqueued += jobs::enqueue_for_object(
-                tx.conn(),
-                &ReconcileSubscription { stripe_subscription_id: sub.clone() },
-                &key,
-            )
-            .await?
-            .is_some() as usize;
+            swept.enqueued += enqueue_reconcile(tx.conn(), &sub).await? as usize;
             store::complete_checkout_session(tx.conn(), &id, &sub).await?;
             tx.commit().await?;
         }
@@ -95,17 +84,18 @@ pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceErr
         let page = store::live_subscriptions_after(tx.conn(), after, 500).await?;
         let Some(last) = page.last().map(|p| p.0) else { break };
         for (_, stripe_id) in &page {
-            let key = format!("stripe-subscription:{stripe_id}");
-            swept.enqueued += jobs::enqueue_for_object(
-                tx.conn(),
-                &ReconcileSubscription { stripe_subscription_id: stripe_id.clone() },
-                &key,
-            )
-            .await?
-            .is_some() as usize;
+            swept.enqueued += enqueue_reconcile(tx.conn(), stripe_id).await? as usize;
         }
         tx.commit().await?;
         after = last;
     }
     Ok(swept)
+}
+
+/// Queue a reconcile of the Stripe subscription, keyed by it so that one already waiting is not
+/// queued again; whether one was queued.
+async fn enqueue_reconcile(conn: &mut sqlx::PgConnection, stripe_subscription_id: &str) -> Result<bool, ServiceError> {
+    let job = ReconcileSubscription { stripe_subscription_id: stripe_subscription_id.to_string() };
+    let key = format!("stripe-subscription:{stripe_subscription_id}");
+    Ok(jobs::enqueue_for_object(conn, &job, &key).await?.is_some())
 }

@@ -16,7 +16,7 @@ use crate::{
         self, ServiceError,
         reads::{CARRIED_COUNT_CAP, CatalogOverview},
     },
-    web::forms::{Form, after_post, unknown_field},
+    web::forms::{Form, after_post, run_parsed, unknown_field},
     web::identity::Operator,
     web::refusals::{self, Refused, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
@@ -227,13 +227,9 @@ pub async fn create_product(
     state: web::Data<AppState>,
     form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {
-    let created = match form.parse() {
-        Ok(p) => {
-            let create = async || services::catalog::create_product(&state.db, p.name, p.set_id, p.published).await;
-            once_more_after_deadlock(&state.db, "Create a product", create).await
-        }
-        Err(e) => Err(e),
-    };
+    let create =
+        async |p: &ProductInput<'_>| services::catalog::create_product(&state.db, p.name, p.set_id, p.published).await;
+    let created = run_parsed(&state.db, "Create a product", form.parse(), create).await;
     let e = match created {
         Ok(id) => return Ok(after_post(&req, &fill(paths::CATALOG_PRODUCT, &[&id]))),
         Err(e) => e,
@@ -298,16 +294,11 @@ pub async fn save_rules(
 ) -> Result<HttpResponse, AppError> {
     use crate::services::rule_changes::commit_rule_change_batch;
     let actor = Some(op.account_id());
-    let committed = match form.parse() {
-        Ok(submitted) => {
-            let cap = state.config.rule_change_sync_cap;
-            let commit = async || {
-                commit_rule_change_batch(&state.db, EntitlementSetId(*id), &submitted, actor, &form.reason, cap).await
-            };
-            once_more_after_deadlock(&state.db, "Rule change", commit).await
-        }
-        Err(e) => Err(e),
+    let cap = state.config.rule_change_sync_cap;
+    let commit = async |submitted: &BTreeMap<String, String>| {
+        commit_rule_change_batch(&state.db, EntitlementSetId(*id), submitted, actor, &form.reason, cap).await
     };
+    let committed = run_parsed(&state.db, "Rule change", form.parse(), commit).await;
     let e = match committed {
         // The change's page shows it settled, or draining live.
         Ok(c) => return Ok(after_post(&req, &fill(paths::RULE_CHANGE, &[&c.change_id]))),

@@ -15,7 +15,7 @@ use crate::{
     },
     states::{GrantKind, GrantStatus},
     store::grants::{EventRow, GrantRow},
-    web::forms::{Form, after_post, partial},
+    web::forms::{Form, after_post, partial, run_parsed},
     web::identity::Operator,
     web::paging::SeekQuery,
     web::refusals::{self, Words},
@@ -198,15 +198,8 @@ pub async fn issue(
     state: web::Data<AppState>,
     form: Form<IssueForm>,
 ) -> Result<HttpResponse, AppError> {
-    let issued = match form.parse(Some(op.account_id())) {
-        Ok(g) => {
-            once_more_after_deadlock(&state.db, "Issue a grant", async || {
-                services::grants::issue_grant(&state.db, &g).await
-            })
-            .await
-        }
-        Err(e) => Err(e),
-    };
+    let issue = async |g: &IssueGrant| services::grants::issue_grant(&state.db, g).await;
+    let issued = run_parsed(&state.db, "Issue a grant", form.parse(Some(op.account_id())), issue).await;
     let e = match issued {
         Ok(id) => return Ok(after_post(&req, &fill(paths::GRANT, &[&id]))),
         Err(e) => e,
@@ -329,15 +322,8 @@ pub async fn manage(
     id: web::Path<i64>,
     form: Form<ManageForm>,
 ) -> Result<HttpResponse, AppError> {
-    let managed = match form.parse(Some(op.account_id())) {
-        Ok(m) => {
-            once_more_after_deadlock(&state.db, "Manage a grant", async || {
-                services::grants::manage_grant(&state.db, GrantId(*id), &m).await
-            })
-            .await
-        }
-        Err(e) => Err(e),
-    };
+    let manage = async |m: &ManageGrant| services::grants::manage_grant(&state.db, GrantId(*id), m).await;
+    let managed = run_parsed(&state.db, "Manage a grant", form.parse(Some(op.account_id())), manage).await;
     let e = match managed {
         Ok(head) => return Ok(after_post(&req, &fill(paths::GRANT, &[&head]))),
         Err(e) => e,

@@ -5,12 +5,11 @@ use serde::Deserialize;
 use views::paths::{self, fill};
 
 use crate::{
-    db::retry::once_more_after_deadlock,
     ids::{OrgTypeId, OrganizationId},
     services::{self, ServiceError, grants::EmailDomain, organizations::OrgName, refusal::Problems},
     states::GrantKind,
     store::{catalog::HeldConferral, paging::Seek},
-    web::forms::{Form, after_post},
+    web::forms::{Form, after_post, run_parsed},
     web::identity::{Operator, csrf_token},
     web::paging::SeekQuery,
     web::refusals::{self, Words},
@@ -209,17 +208,11 @@ pub async fn create(
     form: Form<CreateForm>,
 ) -> Result<HttpResponse, AppError> {
     let org_types = org_type_options(&state).await?;
-    let created = match form.parse(&org_types) {
-        Ok(o) => {
-            let create = async || {
-                let domain = o.email_domain.as_ref();
-                services::organizations::create_organization_with_domain(&state.db, &o.name, o.org_type_id, domain)
-                    .await
-            };
-            once_more_after_deadlock(&state.db, "Create an organization", create).await
-        }
-        Err(e) => Err(e),
+    let create = async |o: &NewOrganization| {
+        let domain = o.email_domain.as_ref();
+        services::organizations::create_organization_with_domain(&state.db, &o.name, o.org_type_id, domain).await
     };
+    let created = run_parsed(&state.db, "Create an organization", form.parse(&org_types), create).await;
     let e = match created {
         Ok((created, _)) => {
             return Ok(after_post(&req, &fill(paths::ORGANIZATION, &[&created.organization_id])));

@@ -46,7 +46,6 @@ pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -
 async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::PlanActView, AppError> {
     let a = services::reads::plan_act(&state.db, PlanActId(id)).await?.ok_or(AppError::NotFound)?;
     let p = services::reads::plan_act_progress(&state.db, PlanActId(id)).await?;
-    let r = row(&a);
     let facts = a
         .detail
         .as_object()
@@ -59,13 +58,7 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
         })
         .unwrap_or_default();
     let v = views::PlanActView {
-        id: r.id,
-        kind: r.kind,
-        what: r.what,
-        by: r.by,
-        at: r.at,
-        state: r.state,
-        disposition: r.disposition,
+        act: row(&a),
         reason: a.reason.clone(),
         facts,
         csrf: crate::web::identity::csrf_token(req),
@@ -101,7 +94,7 @@ pub async fn detail(
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
     let v = view(&req, &state, *id).await?;
-    Ok(render::ok(&req, &format!("Plan act #{}", v.id), views::plan_act_page(&v)))
+    Ok(render::ok(&req, &format!("Plan act #{}", v.act.id), views::plan_act_page(&v)))
 }
 
 /// What the page's progress polls: the progress container alone.
@@ -113,10 +106,7 @@ pub async fn progress(
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
     let v = view(&req, &state, *id).await?;
-    Ok(HttpResponse::Ok()
-        .content_type("text/html; charset=utf-8")
-        .insert_header(("Cache-Control", "no-store"))
-        .body(views::plan_act_progress(&v).into_string()))
+    Ok(render::polled(views::plan_act_progress(&v)))
 }
 
 /// RetryPlanAct: a button, no fields; a refusal (nothing to retry, another change) is the error

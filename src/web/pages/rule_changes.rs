@@ -127,10 +127,7 @@ pub async fn progress(
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
     let d = services::reads::rule_change(&state.db, RuleChangeId(*id)).await?.ok_or(AppError::NotFound)?;
-    Ok(HttpResponse::Ok()
-        .content_type("text/html; charset=utf-8")
-        .insert_header(("Cache-Control", "no-store"))
-        .body(views::rule_change_progress(&view(&req, &d)).into_string()))
+    Ok(render::polled(views::rule_change_progress(&view(&req, &d))))
 }
 
 /// Retry: a button, no fields; a refusal is the error page or partial.

@@ -17,7 +17,7 @@ use crate::{
         refusal::Problems,
         topology::{AddTier, RemoveTier},
     },
-    web::forms::{self, Form, after_post, partial, unknown_field},
+    web::forms::{self, Form, after_post, partial, run_parsed, unknown_field},
     web::identity::Operator,
     web::refusals::{self, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
@@ -306,28 +306,16 @@ pub async fn add_tier(
     id: web::Path<i64>,
     form: Form<AddTierForm>,
 ) -> Result<HttpResponse, AppError> {
-    let added = match form.parse(*id, Some(op.account_id())) {
-        Ok(a) => once_more_after_deadlock(&state.db, "AddTier", async || {
-            services::topology::add_tier(&state.db, &a, state.config.plan_act_holder_cap).await
-        })
-        .await
-        .map(|_| ()),
-        Err(e) => Err(e),
-    };
+    let add = async |a: &AddTier| services::topology::add_tier(&state.db, a, state.config.plan_act_holder_cap).await;
+    let added = run_parsed(&state.db, "AddTier", form.parse(*id, Some(op.account_id())), add).await;
     let e = match added {
-        Ok(()) => return Ok(after_post(&req, &format!("{}?done=tier-added", paths::TOPOLOGY))),
+        Ok(_) => return Ok(after_post(&req, &format!("{}?done=tier-added", paths::TOPOLOGY))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
     let v = view(&req, &state, Forms { add: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
     let next_rank = v.ladder(*id).map_or(1, views::LadderView::next_rank);
-    Ok(refusals::answer(
-        &req,
-        r.status,
-        "Tier topology",
-        || views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &r.form),
-        || views::topology(&v),
-    ))
+    Ok(refused(&req, r.status, &v, || views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &r.form)))
 }
 
 #[tracing::instrument(name = "Page: delete a tier", skip_all, fields(ladder_id = path.0, rank = path.1))]
@@ -363,28 +351,18 @@ pub async fn ladder_order(
     state: web::Data<AppState>,
     form: Form<LadderOrderForm>,
 ) -> Result<HttpResponse, AppError> {
-    let ordered = match form.parse() {
-        Ok(positions) => once_more_after_deadlock(&state.db, "ReorderPlanLadders", async || {
-            services::topology::reorder_plan_ladders(&state.db, &positions).await
-        })
-        .await
-        .map(|_| ()),
-        Err(e) => Err(e),
+    let reorder = async |positions: &BTreeMap<LadderId, i32>| {
+        services::topology::reorder_plan_ladders(&state.db, positions).await
     };
+    let ordered = run_parsed(&state.db, "ReorderPlanLadders", form.parse(), reorder).await;
     let e = match ordered {
-        Ok(()) => return Ok(after_post(&req, &format!("{}?done=order", paths::TOPOLOGY))),
+        Ok(_) => return Ok(after_post(&req, &format!("{}?done=order", paths::TOPOLOGY))),
         Err(e) => e,
     };
     let r = refusals::form(e, form.values(), WORDS)?;
     let v = view(&req, &state, Forms { order: r.form.clone(), ..Forms::default() }, None).await?;
     let ladders = v.ladder_order();
-    Ok(refusals::answer(
-        &req,
-        r.status,
-        "Tier topology",
-        || views::ladder_order_form(&v.csrf, &ladders, &r.form),
-        || views::topology(&v),
-    ))
+    Ok(refused(&req, r.status, &v, || views::ladder_order_form(&v.csrf, &ladders, &r.form)))
 }
 
 /// ChangeOrgTypeDefault: T0, then the listing and moves for up to a few seconds of this request;
@@ -399,17 +377,11 @@ pub async fn change_default(
 ) -> Result<HttpResponse, AppError> {
     use crate::services::plan_acts::change_org_type_default;
     let actor = Some(op.account_id());
-    let changed = match form.parse("Choose a ladder.") {
-        Ok(c) => {
-            let change = async || {
-                let within = Some(within(&state));
-                change_org_type_default(&state.db, OrgTypeId(*id), c.ladder_id, c.disposition, actor, &c.reason, within)
-                    .await
-            };
-            once_more_after_deadlock(&state.db, "ChangeOrgTypeDefault", change).await
-        }
-        Err(e) => Err(e),
+    let change = async |c: &DefaultChange| {
+        let within = Some(within(&state));
+        change_org_type_default(&state.db, OrgTypeId(*id), c.ladder_id, c.disposition, actor, &c.reason, within).await
     };
+    let changed = run_parsed(&state.db, "ChangeOrgTypeDefault", form.parse("Choose a ladder."), change).await;
     let e = match changed {
         Ok(act) => return Ok(after_post(&req, &fill(paths::PLAN_ACT, &[&act]))),
         Err(e) => e,
@@ -417,13 +389,17 @@ pub async fn change_default(
     let r = refusals::form(e, form.values(), WORDS)?;
     let v = view(&req, &state, Forms { default: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
     let ladders = v.ladder_choices();
-    Ok(refusals::answer(
-        &req,
-        r.status,
-        "Tier topology",
-        || views::default_change_form(&v.csrf, *id, &ladders, &r.form),
-        || views::topology(&v),
-    ))
+    Ok(refused(&req, r.status, &v, || views::default_change_form(&v.csrf, *id, &ladders, &r.form)))
+}
+
+/// A refused topology form: the form again alone for htmx, else within the whole page.
+fn refused(
+    req: &HttpRequest,
+    status: actix_web::http::StatusCode,
+    v: &views::TopologyView,
+    form: impl FnOnce() -> views::Markup,
+) -> HttpResponse {
+    refusals::answer(req, status, "Tier topology", form, || views::topology(v))
 }
 
 /// What the request has left to move organizations in, less a margin to answer in.
@@ -497,15 +473,9 @@ pub async fn remove_tier(
     form: Form<RemoveTierForm>,
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
-    let removed = match form.parse(ladder, rank, Some(op.account_id())) {
-        Ok(r) => {
-            once_more_after_deadlock(&state.db, "RemoveTier", async || {
-                services::topology::remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await
-            })
-            .await
-        }
-        Err(e) => Err(e),
-    };
+    let remove =
+        async |r: &RemoveTier| services::topology::remove_tier(&state.db, r, state.config.plan_act_holder_cap).await;
+    let removed = run_parsed(&state.db, "RemoveTier", form.parse(ladder, rank, Some(op.account_id())), remove).await;
     let e = match removed {
         Ok((act, _)) => return Ok(after_post(&req, &fill(paths::PLAN_ACT, &[&act]))),
         Err(e) => e,
@@ -520,13 +490,7 @@ pub async fn remove_tier(
         .and_then(|l| l.tiers.iter().find(|t| t.rank == rank))
         .map(|t| t.product_name.clone())
         .unwrap_or_default();
-    Ok(refusals::answer(
-        &req,
-        r.status,
-        "Tier topology",
-        || views::remove_tier_form(&v.csrf, ladder, rank, &product, &r.form),
-        || views::topology(&v),
-    ))
+    Ok(refused(&req, r.status, &v, || views::remove_tier_form(&v.csrf, ladder, rank, &product, &r.form)))
 }
 
 #[tracing::instrument(name = "Page: preview a tier order", skip_all, fields(ladder_id = *id))]
@@ -559,15 +523,8 @@ pub async fn tier_order(
     id: web::Path<i64>,
     form: Form<TierOrderForm>,
 ) -> Result<HttpResponse, AppError> {
-    let reordered = match form.parse(*id, Some(op.account_id())) {
-        Ok(r) => {
-            once_more_after_deadlock(&state.db, "ReorderTiers", async || {
-                services::plan_acts::reorder_tiers(&state.db, &r, Some(within(&state))).await
-            })
-            .await
-        }
-        Err(e) => Err(e),
-    };
+    let reorder = async |r: &ReorderTiers| services::plan_acts::reorder_tiers(&state.db, r, Some(within(&state))).await;
+    let reordered = run_parsed(&state.db, "ReorderTiers", form.parse(*id, Some(op.account_id())), reorder).await;
     let e = match reordered {
         Ok(act) => return Ok(after_post(&req, &fill(paths::PLAN_ACT, &[&act]))),
         Err(e) => e,
@@ -575,11 +532,5 @@ pub async fn tier_order(
     let r = refusals::form(e, form.values(), WORDS)?;
     let v = view(&req, &state, Forms { tier_order: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
     let tiers = v.ladder(*id).map(views::LadderView::tier_order).unwrap_or_default();
-    Ok(refusals::answer(
-        &req,
-        r.status,
-        "Tier topology",
-        || views::tier_order_form(&v.csrf, *id, &tiers, &r.form),
-        || views::topology(&v),
-    ))
+    Ok(refused(&req, r.status, &v, || views::tier_order_form(&v.csrf, *id, &tiers, &r.form)))
 }

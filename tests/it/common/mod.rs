@@ -14,7 +14,7 @@ use member_console::db::{
     locks::{Lock, PgSignature},
     migrate,
 };
-use sqlx::{Connection, PgConnection, PgPool, postgres::PgPoolOptions};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, pool::PoolConnection, postgres::PgPoolOptions};
 
 /// The password tests give `console_runtime` (the role is cluster-wide).
 pub const TEST_RUNTIME_PASSWORD: &str = "console-runtime-test";
@@ -151,6 +151,17 @@ impl Drop for TestDb {
 
 pub async fn backend_pid(conn: &mut PgConnection) -> i32 {
     sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(conn).await.unwrap()
+}
+
+/// An administrator's connection that ran `sql` in a transaction it leaves open (a row taken FOR
+/// UPDATE, a table locked): the "A" a lock test pauses others on. Returns it and its backend; end
+/// it with COMMIT or ROLLBACK, or drop it.
+pub async fn hold_open(t: &TestDb, sql: &str) -> (PoolConnection<Postgres>, i32) {
+    let mut a = t.admin.acquire().await.unwrap();
+    let pid = backend_pid(&mut a).await;
+    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string())).execute(&mut *a).await.unwrap();
+    (a, pid)
 }
 
 /// Wait until some backend of `database` is blocked by `blocker_pid` and return its pid: the

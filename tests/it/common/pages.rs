@@ -3,12 +3,19 @@
 use member_console::demo;
 use reqwest::{Client, StatusCode, header::HeaderMap};
 
-use super::{TestApp, TestDb};
+use super::{TestApp, TestDb, acts::id_by_name};
 
 pub async fn demo_db() -> TestDb {
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
     t
+}
+
+/// The demo and a running console; nobody signed in yet.
+pub async fn app_with_demo() -> (TestDb, TestApp) {
+    let t = demo_db().await;
+    let app = TestApp::spawn(&t).await;
+    (t, app)
 }
 
 /// A client signed in as `email`, and its CSRF token.
@@ -22,8 +29,7 @@ pub async fn signed_in(app: &TestApp, email: &str, password: &str) -> (Client, S
 
 /// The demo, a running console and a signed-in operator.
 pub async fn operator_app() -> (TestDb, TestApp, Client, String) {
-    let t = demo_db().await;
-    let app = TestApp::spawn(&t).await;
+    let (t, app) = app_with_demo().await;
     let (c, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
     (t, app, c, token)
 }
@@ -59,4 +65,127 @@ pub async fn post(app: &TestApp, c: &Client, path: &str, token: &str, fields: &[
         rb = rb.header("HX-Request", "true").header("X-CSRF-Token", token);
     }
     answer(rb.send().await.unwrap()).await
+}
+
+/// A GET as htmx sends it when it swaps `target`.
+pub async fn get_htmx(app: &TestApp, c: &Client, path: &str, target: &str) -> Answer {
+    answer(c.get(app.url(path)).header("HX-Request", "true").header("HX-Target", target).send().await.unwrap()).await
+}
+
+/// Every page and form of the operator's area, tried as a member (refused: "This page is for
+/// operators.", plain and HTMX) and as a visitor (sent to sign in, a page's address kept as
+/// `next`).
+pub async fn assert_operators_only(app: &TestApp, pages: &[String], forms: &[(String, Vec<(&str, &str)>)]) {
+    let (member, token) = signed_in(app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    for path in pages {
+        let a = get(app, &member, path).await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "member GET {path}");
+        assert!(a.body.contains("This page is for operators."), "{path}: {}", a.body);
+    }
+    for (path, fields) in forms {
+        for htmx in [false, true] {
+            let a = post(app, &member, path, &token, fields, htmx).await;
+            assert_eq!(a.status, StatusCode::FORBIDDEN, "member POST {path} (htmx: {htmx})");
+            assert!(a.body.contains("This page is for operators."), "{path}: {}", a.body);
+        }
+    }
+
+    let anonymous = app.client();
+    for path in pages {
+        let a = get(app, &anonymous, path).await;
+        assert_eq!(a.status, StatusCode::SEE_OTHER, "anonymous GET {path}");
+        let next: String = url::form_urlencoded::byte_serialize(path.as_bytes()).collect();
+        assert_eq!(a.header("location"), Some(format!("/login?next={next}").as_str()), "{path}");
+    }
+    for (path, fields) in forms {
+        let a = post(app, &anonymous, path, "no-session", fields, false).await;
+        assert_eq!(a.status, StatusCode::SEE_OTHER, "anonymous POST {path}");
+        assert_eq!(a.header("location"), Some("/login"), "{path}");
+    }
+}
+
+// ---------- Names to the raw ids the forms post ----------
+
+pub async fn product_id(t: &TestDb, name: &str) -> i64 {
+    id_by_name(t, "products", "product_id", name).await
+}
+
+pub async fn organization_id(t: &TestDb, name: &str) -> i64 {
+    id_by_name(t, "organizations", "organization_id", name).await
+}
+
+pub async fn org_type_id(t: &TestDb, name: &str) -> i64 {
+    id_by_name(t, "org_types", "org_type_id", name).await
+}
+
+pub async fn set_id(t: &TestDb, name: &str) -> i64 {
+    id_by_name(t, "entitlement_sets", "entitlement_set_id", name).await
+}
+
+pub async fn account_id(t: &TestDb, email: &str) -> i64 {
+    sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE email = $1")
+        .bind(email)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap()
+}
+
+/// The grant of `kind` an organization holds now.
+pub async fn active_grant(t: &TestDb, organization: i64, kind: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = $2 AND status = 'active'",
+    )
+    .bind(organization)
+    .bind(kind)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+// ---------- Reading what a page says ----------
+
+/// The table row that contains `needle` (its markup from `<tr>` to `</tr>`).
+pub fn row_with<'a>(html: &'a str, needle: &str) -> &'a str {
+    let at = html.find(needle).unwrap_or_else(|| panic!("no row with {needle}: {html}"));
+    let start = html[..at].rfind("<tr>").unwrap_or_else(|| panic!("{needle} is in no row: {html}"));
+    let end = html[at..].find("</tr>").unwrap() + at;
+    &html[start..end]
+}
+
+/// The table row whose first cell is exactly `first_cell`.
+pub fn row<'a>(html: &'a str, first_cell: &str) -> &'a str {
+    row_with(html, &format!("<tr><td>{first_cell}</td>"))
+}
+
+/// A successful post sends the browser on to `to`: a plain form by a 303 to it, HTMX (which
+/// would follow a redirect itself) by `HX-Redirect` on a 200.
+pub fn assert_sent_to(a: &Answer, htmx: bool, to: &str) {
+    if htmx {
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+        assert_eq!(a.header("hx-redirect"), Some(to));
+        assert!(a.header("location").is_none());
+    } else {
+        assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+        assert_eq!(a.header("location"), Some(to));
+    }
+}
+
+/// A refusal: the status, the message, and the form again, as a partial for HTMX (no layout,
+/// the form's own container first) or within the whole page for a plain post.
+pub fn assert_refused(a: &Answer, status: StatusCode, htmx: bool, container: &str, message: &str, case: &str) {
+    assert_eq!(a.status, status, "{case}: {}", a.body);
+    assert!(a.body.contains(message), "{case}: the answer says {message:?}: {}", a.body);
+    assert!(a.body.contains(&format!("id=\"{container}\"")), "{case}: the form #{container} comes back: {}", a.body);
+    assert!(a.header("hx-redirect").is_none() && a.header("location").is_none(), "{case}: no redirect");
+    if htmx {
+        assert!(!a.body.contains("<html"), "{case}: HTMX gets the partial alone: {}", a.body);
+        let first_tag = &a.body[..a.body.find('>').unwrap_or(0)];
+        assert!(
+            first_tag.starts_with("<div") && first_tag.contains(&format!("id=\"{container}\"")),
+            "{case}: the partial is the form's container: {}",
+            a.body
+        );
+    } else {
+        assert!(a.body.contains("<html"), "{case}: a plain post gets the whole page: {}", a.body);
+    }
 }

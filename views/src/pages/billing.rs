@@ -199,36 +199,21 @@ fn price_form(v: &ProductPricesView) -> Markup {
             (form_banners(f))
             (hx_form(&action, "product-prices", &v.csrf, html! {
                 (select_field(&Select {
-                    id: "interval",
-                    name: "interval",
-                    label: "Interval",
-                    options: &intervals,
-                    selected: f.value("interval"),
-                    error: f.field_error("interval"),
                     required: true,
-                    hint: None,
+                    ..f.select("interval", "interval", "Interval", &intervals)
                 }))
                 (input_field(&Input {
-                    id: "amount",
-                    name: "amount",
-                    label: "Amount",
-                    kind: "text",
-                    value: f.value("amount"),
-                    error: f.field_error("amount"),
                     required: true,
                     placeholder: Some("12.50"),
                     hint: Some("In the currency's main unit, such as 12 or 12.50."),
+                    ..f.input("amount", "amount", "Amount")
                 }))
                 (input_field(&Input {
-                    id: "currency",
-                    name: "currency",
-                    label: "Currency",
-                    kind: "text",
                     value: currency,
-                    error: f.field_error("currency"),
                     required: true,
                     placeholder: Some("eur"),
                     hint: Some("A three-letter code such as eur or usd."),
+                    ..f.input("currency", "currency", "Currency")
                 }))
                 div.form-actions {
                     button.btn.btn-primary type="submit" { "Set price" }

@@ -59,6 +59,53 @@ pub struct FormState {
 }
 
 impl FormState {
+    /// A form as sent: these values, and these messages on their fields (the tests draw forms
+    /// with it).
+    #[cfg(test)]
+    pub(crate) fn sent(values: &[(&str, &str)], field_errors: &[(&str, &str)]) -> FormState {
+        FormState {
+            values: values.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            field_errors: field_errors.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..FormState::default()
+        }
+    }
+
+    /// The text input for field `name` with this form's value and message for it: optional, no
+    /// placeholder or hint (a caller sets those, and another kind, over it).
+    pub fn input<'a>(&'a self, id: &'a str, name: &'a str, label: &'a str) -> Input<'a> {
+        Input {
+            id,
+            name,
+            label,
+            kind: "text",
+            value: self.value(name),
+            error: self.field_error(name),
+            required: false,
+            placeholder: None,
+            hint: None,
+        }
+    }
+
+    /// The select for field `name` among `options`, with this form's choice and message for it.
+    pub fn select<'a>(
+        &'a self,
+        id: &'a str,
+        name: &'a str,
+        label: &'a str,
+        options: &'a [(&'a str, &'a str)],
+    ) -> Select<'a> {
+        Select {
+            id,
+            name,
+            label,
+            options,
+            selected: self.value(name),
+            error: self.field_error(name),
+            required: false,
+            hint: None,
+        }
+    }
+
     /// The value for `name`, or "" when there is none.
     pub fn value(&self, name: &str) -> &str {
         self.values.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
@@ -228,36 +275,15 @@ pub fn key_form(csrf: &str, f: &FormState) -> Markup {
             (form_banners(f))
             (hx_form(paths::CATALOG_KEYS, "key-form", csrf, html! {
                 (input_field(&Input {
-                    name: "key",
-                    id: "key",
-                    label: "Key name",
-                    kind: "text",
-                    value: f.value("key"),
-                    error: f.field_error("key"),
                     required: true,
                     placeholder: Some("fedwiki.active_sites"),
                     hint: Some("The name integrations look it up by: the integration, a dot, then what it counts or allows."),
+                    ..f.input("key", "key", "Key name")
                 }))
-                (select_field(&Select {
-                    name: "kind",
-                    id: "kind",
-                    required: false,
-                    label: "Kind",
-                    options: &kinds,
-                    selected: f.value("kind"),
-                    error: f.field_error("kind"),
-                    hint: None,
-                }))
+                (select_field(&f.select("kind", "kind", "Kind", &kinds)))
                 (input_field(&Input {
-                    name: "description",
-                    id: "description",
-                    label: "Description",
-                    kind: "text",
-                    value: f.value("description"),
-                    error: f.field_error("description"),
-                    required: false,
-                    placeholder: None,
                     hint: Some("What the key means, in an operator's words."),
+                    ..f.input("description", "description", "Description")
                 }))
                 div.form-actions {
                     button.btn.btn-primary type="submit" { "Add resource key" }
@@ -319,14 +345,8 @@ fn product_fields(set_options: &[(i64, String)], f: &FormState, submit: &str) ->
             autocomplete: Some("off"),
         }))
         (select_field(&Select {
-            name: "entitlement_set_id",
-            id: "entitlement_set_id",
-            required: false,
-            label: "Entitlement set",
-            options: &options,
-            selected: f.value("entitlement_set_id"),
-            error: f.field_error("entitlement_set_id"),
             hint: Some("What one unit of the product confers. A product that is a tier on a ladder needs one."),
+            ..f.select("entitlement_set_id", "entitlement_set_id", "Entitlement set", &options)
         }))
         (checkbox_field(
             "published",
@@ -539,14 +559,6 @@ pub(crate) fn count(n: i64, one: &str, many: &str) -> String {
 mod tests {
     use super::*;
 
-    fn state(values: &[(&str, &str)], field_errors: &[(&str, &str)]) -> FormState {
-        FormState {
-            values: values.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            field_errors: field_errors.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            ..FormState::default()
-        }
-    }
-
     fn sample() -> CatalogView {
         CatalogView {
             csrf: "tok".into(),
@@ -586,7 +598,7 @@ mod tests {
 
     #[test]
     fn form_state_looks_values_and_errors_up() {
-        let f = state(&[("name", "x")], &[("name", "Too short")]);
+        let f = FormState::sent(&[("name", "x")], &[("name", "Too short")]);
         assert_eq!(f.value("name"), "x");
         assert_eq!(f.value("other"), "");
         assert_eq!(f.field_error("name"), Some("Too short"));
@@ -641,7 +653,7 @@ mod tests {
 
     #[test]
     fn key_form_shows_errors_and_keeps_values() {
-        let mut f = state(&[("key", "<bad>"), ("kind", "flag")], &[("key", "Use lowercase <letters>")]);
+        let mut f = FormState::sent(&[("key", "<bad>"), ("kind", "flag")], &[("key", "Use lowercase <letters>")]);
         f.errors = vec!["That key exists.".into()];
         let out = key_form("tok", &f).into_string();
         assert!(out.contains(r#"value="&lt;bad&gt;""#));
@@ -653,7 +665,7 @@ mod tests {
 
     #[test]
     fn set_form_posts_name() {
-        let mut f = state(&[("name", "Basic")], &[]);
+        let mut f = FormState::sent(&[("name", "Basic")], &[]);
         f.notice = Some("Added Basic.".into());
         let out = set_form("tok", &f).into_string();
         assert!(out.starts_with(r#"<div class="form-panel" id="set-form">"#));
@@ -667,7 +679,7 @@ mod tests {
 
     #[test]
     fn product_form_has_set_select_with_none_and_published_checkbox() {
-        let f = state(&[("entitlement_set_id", "5"), ("published", "on")], &[]);
+        let f = FormState::sent(&[("entitlement_set_id", "5"), ("published", "on")], &[]);
         let out = product_form("tok", &[(4, "Basic".into()), (5, "<Pro>".into())], &f).into_string();
         assert!(out.starts_with(r#"<div class="form-panel" id="product-form">"#));
         assert!(out.contains(r##"action="/operator/catalog/products" hx-post="/operator/catalog/products" hx-target="#product-form" hx-swap="outerHTML""##));
@@ -751,7 +763,10 @@ mod tests {
             set_options: vec![(4, "Basic".into())],
             shape: vec![],
             carried_by_pools: Total::Exactly(1),
-            form: state(&[("name", "<script>x</script>"), ("entitlement_set_id", "4"), ("published", "")], &[]),
+            form: FormState::sent(
+                &[("name", "<script>x</script>"), ("entitlement_set_id", "4"), ("published", "")],
+                &[],
+            ),
         };
         let out = product_edit(&v).into_string();
         assert!(out.starts_with(r#"<div id="product-edit">"#));

@@ -236,69 +236,34 @@ pub fn issue_grant(v: &IssueGrantView) -> Markup {
             section.card {
                 (hx_form(paths::GRANTS, "issue-grant", &v.csrf, html! {
                     (input_field(&Input {
-                        id: "organization_id",
-                        name: "organization_id",
-                        label: "Organization id",
                         kind: "number",
-                        value: f.value("organization_id"),
-                        error: f.field_error("organization_id"),
-                        required: false,
-                        placeholder: None,
                         hint: Some("or leave empty and name an email domain below"),
+                        ..f.input("organization_id", "organization_id", "Organization id")
                     }))
                     (input_field(&Input {
-                        id: "provision_domain",
-                        name: "provision_domain",
-                        label: "Email domain",
-                        kind: "text",
-                        value: f.value("provision_domain"),
-                        error: f.field_error("provision_domain"),
-                        required: false,
                         placeholder: Some("example.org"),
                         hint: Some("the grant waits until an organization with this email domain is created"),
+                        ..f.input("provision_domain", "provision_domain", "Email domain")
                     }))
                     (select_field(&Select {
-                        id: "product_id",
-                        name: "product_id",
-                        label: "Product",
-                        options: &options,
-                        selected: f.value("product_id"),
-                        error: f.field_error("product_id"),
                         required: true,
-                        hint: None,
+                        ..f.select("product_id", "product_id", "Product", &options)
                     }))
                     (input_field(&Input {
-                        id: "quantity",
-                        name: "quantity",
-                        label: "Quantity",
                         kind: "number",
-                        value: f.value("quantity"),
-                        error: f.field_error("quantity"),
                         required: true,
-                        placeholder: None,
                         hint: Some("how many units of the product the grant confers"),
+                        ..f.input("quantity", "quantity", "Quantity")
                     }))
                     (input_field(&Input {
-                        id: "starts_at",
-                        name: "starts_at",
-                        label: "Starts",
                         kind: "datetime-local",
-                        value: f.value("starts_at"),
-                        error: f.field_error("starts_at"),
-                        required: false,
-                        placeholder: None,
                         hint: Some("empty: now · times are UTC"),
+                        ..f.input("starts_at", "starts_at", "Starts")
                     }))
                     (input_field(&Input {
-                        id: "ends_at",
-                        name: "ends_at",
-                        label: "Ends",
                         kind: "datetime-local",
-                        value: f.value("ends_at"),
-                        error: f.field_error("ends_at"),
-                        required: false,
-                        placeholder: None,
                         hint: Some("empty: open-ended · times are UTC"),
+                        ..f.input("ends_at", "ends_at", "Ends")
                     }))
                     (reason_input("reason", f, "why the organization gets this; kept in the grant's history"))
                     div.form-actions {
@@ -485,38 +450,20 @@ pub fn manage_form(csrf: &str, grant_id: i64, waiting: bool, f: &FormState) -> M
             (hx_form(&action, "manage-grant", csrf, html! {
                 @if waiting {
                     (input_field(&Input {
-                        id: "manage-starts_at",
-                        name: "starts_at",
-                        label: "Starts",
                         kind: "datetime-local",
-                        value: f.value("starts_at"),
-                        error: f.field_error("starts_at"),
-                        required: false,
-                        placeholder: None,
                         hint: Some(UTC_HINT),
+                        ..f.input("manage-starts_at", "starts_at", "Starts")
                     }))
                 }
                 (input_field(&Input {
-                    id: "manage-ends_at",
-                    name: "ends_at",
-                    label: "Ends",
                     kind: "datetime-local",
-                    value: f.value("ends_at"),
-                    error: f.field_error("ends_at"),
-                    required: false,
-                    placeholder: None,
                     hint: Some("empty: open-ended · times are UTC"),
+                    ..f.input("manage-ends_at", "ends_at", "Ends")
                 }))
                 (input_field(&Input {
-                    id: "manage-quantity",
-                    name: "quantity",
-                    label: "Quantity",
                     kind: "number",
-                    value: f.value("quantity"),
-                    error: f.field_error("quantity"),
                     required: true,
-                    placeholder: None,
-                    hint: None,
+                    ..f.input("manage-quantity", "quantity", "Quantity")
                 }))
                 (reason_input("manage-reason", f, "kept in the grant's history"))
                 div.form-actions {
@@ -529,30 +476,12 @@ pub fn manage_form(csrf: &str, grant_id: i64, waiting: bool, f: &FormState) -> M
 
 /// The required `reason` text input, with its own element id.
 fn reason_input(id: &str, f: &FormState, hint: &str) -> Markup {
-    input_field(&Input {
-        id,
-        name: "reason",
-        label: "Reason",
-        kind: "text",
-        value: f.value("reason"),
-        error: f.field_error("reason"),
-        required: true,
-        placeholder: None,
-        hint: Some(hint),
-    })
+    input_field(&Input { required: true, hint: Some(hint), ..f.input(id, "reason", "Reason") })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn state(values: &[(&str, &str)], field_errors: &[(&str, &str)]) -> FormState {
-        FormState {
-            values: values.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            field_errors: field_errors.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            ..FormState::default()
-        }
-    }
 
     fn row(id: i64, status: &str) -> GrantListRow {
         GrantListRow {
@@ -687,7 +616,7 @@ mod tests {
 
     #[test]
     fn issue_form_posts_with_htmx_and_has_its_fields() {
-        let out = issue_grant(&issue(state(&[("quantity", "1"), ("product_id", "4")], &[]))).into_string();
+        let out = issue_grant(&issue(FormState::sent(&[("quantity", "1"), ("product_id", "4")], &[]))).into_string();
         assert!(out.starts_with(r#"<div id="issue-grant">"#));
         assert!(out.contains(
             r##"<form method="post" action="/operator/grants" hx-post="/operator/grants" hx-target="#issue-grant" hx-swap="outerHTML"><input type="hidden" name="csrf_token" value="tok">"##
@@ -711,7 +640,7 @@ mod tests {
 
     #[test]
     fn issue_form_shows_errors_keeps_values_and_says_when_nothing_is_published() {
-        let mut f = state(
+        let mut f = FormState::sent(
             &[("reason", "<script>x</script>"), ("provision_domain", "example.org")],
             &[("organization_id", "No organization #99.")],
         );
@@ -774,7 +703,7 @@ mod tests {
             can_manage: true,
             waiting: false,
             revoke_form: FormState::default(),
-            manage_form: state(&[("quantity", "2")], &[]),
+            manage_form: FormState::sent(&[("quantity", "2")], &[]),
         }
     }
 
@@ -839,7 +768,7 @@ mod tests {
 
     #[test]
     fn revoke_form_is_its_container_with_a_danger_button() {
-        let mut f = state(&[("reason", "<script>x</script>")], &[("reason", "Say why.")]);
+        let mut f = FormState::sent(&[("reason", "<script>x</script>")], &[("reason", "Say why.")]);
         f.errors = vec!["The grant already ended.".into()];
         let out = revoke_form("tok", 9, &f).into_string();
         assert!(out.starts_with(r#"<div id="revoke-grant">"#));
@@ -860,7 +789,7 @@ mod tests {
 
     #[test]
     fn manage_form_extends_an_active_grant() {
-        let f = state(&[("quantity", "3"), ("ends_at", "2026-01-01T00:00")], &[]);
+        let f = FormState::sent(&[("quantity", "3"), ("ends_at", "2026-01-01T00:00")], &[]);
         let out = manage_form("tok", 9, false, &f).into_string();
         assert!(out.starts_with(r#"<div id="manage-grant">"#));
         assert!(out.contains(
@@ -876,7 +805,7 @@ mod tests {
 
     #[test]
     fn manage_form_reschedules_a_waiting_grant() {
-        let f = state(&[("starts_at", "2026-01-01T00:00")], &[("starts_at", "Must be before the end.")]);
+        let f = FormState::sent(&[("starts_at", "2026-01-01T00:00")], &[("starts_at", "Must be before the end.")]);
         let out = manage_form("tok", 9, true, &f).into_string();
         assert!(out.contains(
             r#"<input id="manage-starts_at" name="starts_at" type="datetime-local" value="2026-01-01T00:00""#

@@ -75,37 +75,15 @@ pub fn create_organization_form(csrf: &str, org_types: &[(i64, String)], f: &For
         div #create-organization {
             (form_banners(f))
             (hx_form(paths::ORGANIZATIONS, "create-organization", csrf, html! {
-                (input_field(&Input {
-                    id: "org-name",
-                    name: "name",
-                    label: "Name",
-                    kind: "text",
-                    value: f.value("name"),
-                    error: f.field_error("name"),
-                    required: true,
-                    placeholder: None,
-                    hint: None,
-                }))
+                (input_field(&Input { required: true, ..f.input("org-name", "name", "Name") }))
                 (select_field(&Select {
-                    id: "org-type",
-                    name: "org_type_id",
-                    label: "Organization type",
-                    options: &options,
-                    selected: f.value("org_type_id"),
-                    error: f.field_error("org_type_id"),
-                    required: false,
                     hint: Some("it holds the floor of its type's default ladder until it gets more"),
+                    ..f.select("org-type", "org_type_id", "Organization type", &options)
                 }))
                 (input_field(&Input {
-                    id: "org-email-domain",
-                    name: "email_domain",
-                    label: "Email domain",
-                    kind: "text",
-                    value: f.value("email_domain"),
-                    error: f.field_error("email_domain"),
-                    required: false,
                     placeholder: Some("example.org"),
                     hint: Some("optional; grants waiting for this domain are conferred when it is created"),
+                    ..f.input("org-email-domain", "email_domain", "Email domain")
                 }))
                 div.form-actions {
                     button.btn.btn-primary type="submit" { "Create organization" }

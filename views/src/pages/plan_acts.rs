@@ -9,7 +9,7 @@
 //! status 286: polling stops when the polling element leaves the page), so the server's answer
 //! to the poll is the container again, and the finished render carries no `hx-trigger`.
 
-use crate::forms::hx_form;
+use crate::forms::button_form;
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
@@ -112,13 +112,8 @@ fn state_badge(state: &str) -> Markup {
 }
 
 pub struct PlanActView {
-    pub id: i64,
-    pub kind: String,
-    pub what: String,
-    pub by: String,
-    pub at: String,
-    pub state: String,
-    pub disposition: Option<String>,
+    /// The act as the list shows it.
+    pub act: PlanActRow,
     /// "" when none was given.
     pub reason: String,
     /// Extra label/value pairs from the act's detail, in order.
@@ -168,11 +163,11 @@ pub struct FailedOrganization {
 /// (for a finished tier add or delete) that it moved no one.
 pub fn plan_act_page(v: &PlanActView) -> Markup {
     let mut items: Vec<(&str, Markup)> = vec![
-        ("Plan act", html! { "#" (v.id) }),
-        ("Kind", html! { (kind_label(&v.kind)) }),
-        ("What", html! { (v.what) }),
+        ("Plan act", html! { "#" (v.act.id) }),
+        ("Kind", html! { (kind_label(&v.act.kind)) }),
+        ("What", html! { (v.act.what) }),
     ];
-    if let Some(d) = &v.disposition {
+    if let Some(d) = &v.act.disposition {
         items.push(("Disposition", html! { (d) }));
     }
     items.push((
@@ -183,11 +178,11 @@ pub fn plan_act_page(v: &PlanActView) -> Markup {
             html! { (v.reason) }
         },
     ));
-    items.push(("By", html! { (v.by) }));
-    items.push(("When", html! { (v.at) }));
-    items.push(("State", state_badge(&v.state)));
+    items.push(("By", html! { (v.act.by) }));
+    items.push(("When", html! { (v.act.at) }));
+    items.push(("State", state_badge(&v.act.state)));
     items.extend(v.facts.iter().map(|(label, value)| (label.as_str(), html! { (value) })));
-    let moved_no_one = v.state == DONE && matches!(v.kind.as_str(), "tier_add" | "tier_delete");
+    let moved_no_one = v.act.state == DONE && matches!(v.act.kind.as_str(), "tier_add" | "tier_delete");
     html! {
         p { a href=(paths::PLAN_ACTS) { "← All plan acts" } }
         (facts(&items))
@@ -211,8 +206,8 @@ pub fn plan_act_progress(v: &PlanActView) -> Markup {
     let Some(counts) = &v.counts else {
         return html! {};
     };
-    let running = v.state == RUNNING;
-    let poll = running.then(|| fill(paths::PLAN_ACT_PROGRESS, &[&v.id]));
+    let running = v.act.state == RUNNING;
+    let poll = running.then(|| fill(paths::PLAN_ACT_PROGRESS, &[&v.act.id]));
     html! {
         div.plan-act-progress #(PROGRESS_ID)
             hx-get=[poll.as_deref()]
@@ -221,7 +216,7 @@ pub fn plan_act_progress(v: &PlanActView) -> Markup {
             section.card aria-labelledby="pa-progress-heading" {
                 div.section-head {
                     h2 #pa-progress-heading { "Progress" }
-                    (live_status(&v.state))
+                    (live_status(&v.act.state))
                 }
                 @if v.listed_all {
                     (progress(counts.settled(), counts.total(), "Organizations settled"))
@@ -242,7 +237,7 @@ pub fn plan_act_progress(v: &PlanActView) -> Markup {
                 h2 #pa-failures-heading { "Failed organizations" }
                 (failures_table(&v.failures))
                 @if v.can_retry {
-                    (retry_form(&v.csrf, v.id))
+                    (retry_form(&v.csrf, v.act.id))
                 }
             }
         }
@@ -311,14 +306,7 @@ fn failures_table(failures: &[FailedOrganization]) -> Markup {
 
 /// POST `/operator/plan-acts/{id}/retry`; htmx swaps `#plan-act-progress` with the answer.
 fn retry_form(csrf: &str, id: i64) -> Markup {
-    let action = fill(paths::PLAN_ACT_RETRY, &[&id]);
-    html! {
-        (hx_form(&action, PROGRESS_ID, csrf, html! {
-            div.form-actions {
-                button.btn.btn-primary type="submit" { "Retry failed organizations" }
-            }
-        }))
-    }
+    button_form(&fill(paths::PLAN_ACT_RETRY, &[&id]), PROGRESS_ID, csrf, "Retry failed organizations")
 }
 
 #[cfg(test)]
@@ -339,13 +327,10 @@ mod tests {
 
     fn view(kind: &str, state: &str) -> PlanActView {
         PlanActView {
-            id: 5,
-            kind: kind.into(),
-            what: "<script>Pro</script> added to Wiki hosting at rank 2".into(),
-            by: "op@example.org".into(),
-            at: "2025-06-01 12:00".into(),
-            state: state.into(),
-            disposition: None,
+            act: PlanActRow {
+                what: "<script>Pro</script> added to Wiki hosting at rank 2".into(),
+                ..row(5, kind, state, None)
+            },
             reason: "".into(),
             facts: vec![("Holders reached".into(), "3".into()), ("<k>".into(), "<v>".into())],
             csrf: "tok".into(),
@@ -363,7 +348,7 @@ mod tests {
     /// A tier removal that reaches 12 organizations, one of them failed.
     fn reaching(state: &str) -> PlanActView {
         let mut v = view("tier_removal", state);
-        v.disposition = Some("migrate".into());
+        v.act.disposition = Some("migrate".into());
         v.counts = Some(counts());
         v.failures = vec![FailedOrganization {
             organization_id: 7,
@@ -424,7 +409,7 @@ mod tests {
     #[test]
     fn page_has_back_link_facts_in_order_and_extra_facts() {
         let mut v = view("tier_removal", "running");
-        v.disposition = Some("migrate".into());
+        v.act.disposition = Some("migrate".into());
         v.reason = "retire Basic".into();
         let out = plan_act_page(&v).into_string();
         assert!(out.starts_with(r#"<p><a href="/operator/plan-acts">← All plan acts</a></p>"#));
@@ -580,7 +565,7 @@ mod tests {
         assert!(out.contains(r#"hx-get="/operator/plan-acts/5/progress""#));
         // A finished tier delete that reached organizations shows its progress, not the note.
         let mut v = reaching("done");
-        v.kind = "tier_delete".into();
+        v.act.kind = "tier_delete".into();
         let out = plan_act_page(&v).into_string();
         assert!(out.contains(r#"id="plan-act-progress""#));
         assert!(!out.contains("reached no organization"));

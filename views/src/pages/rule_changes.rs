@@ -8,7 +8,7 @@
 //! polling stops when the polling element leaves the page), so the server's answer to the poll
 //! is the container again, and the settled render carries no `hx-trigger`.
 
-use crate::forms::hx_form;
+use crate::forms::button_form;
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
@@ -316,14 +316,7 @@ fn failures_table(failures: &[FailedPool]) -> Markup {
 
 /// POST `/operator/rule-changes/{id}/retry`; htmx swaps `#rule-change-progress` with the answer.
 fn retry_form(csrf: &str, id: i64) -> Markup {
-    let action = fill(paths::RULE_CHANGE_RETRY, &[&id]);
-    html! {
-        (hx_form(&action, PROGRESS_ID, csrf, html! {
-            div.form-actions {
-                button.btn.btn-primary type="submit" { "Retry failed pools now" }
-            }
-        }))
-    }
+    button_form(&fill(paths::RULE_CHANGE_RETRY, &[&id]), PROGRESS_ID, csrf, "Retry failed pools now")
 }
 
 #[cfg(test)]

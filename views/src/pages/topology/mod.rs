@@ -296,17 +296,7 @@ fn go_ahead(refused: Option<&str>, title: &str, button: Option<&str>) -> Markup 
 
 /// A plan act's optional reason, kept in the act's record.
 fn reason_field(id: &str, f: &FormState) -> Markup {
-    input_field(&Input {
-        id,
-        name: "reason",
-        label: "Reason",
-        kind: "text",
-        value: f.value("reason"),
-        error: f.field_error("reason"),
-        required: false,
-        placeholder: Some("optional"),
-        hint: None,
-    })
+    input_field(&Input { placeholder: Some("optional"), ..f.input(id, "reason", "Reason") })
 }
 
 /// The rank, with rank 0 labelled as the floor.

@@ -37,24 +37,12 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[Choice], f: 
                     "act's progress page."
                 }
                 (select_field(&Select {
-                    id: &ladder_id,
-                    name: "plan_ladder_id",
-                    label: "New default ladder",
-                    options: &ladder_options,
-                    selected: f.value("plan_ladder_id"),
-                    error: f.field_error("plan_ladder_id"),
                     required: true,
-                    hint: None,
+                    ..f.select(&ladder_id, "plan_ladder_id", "New default ladder", &ladder_options)
                 }))
                 (select_field(&Select {
-                    id: &disposition_id,
-                    name: "disposition",
-                    label: "Their current floor",
-                    options: &disposition_options,
-                    selected: f.value("disposition"),
-                    error: f.field_error("disposition"),
                     required: true,
-                    hint: None,
+                    ..f.select(&disposition_id, "disposition", "Their current floor", &disposition_options)
                 }))
                 (reason_field(&reason_id, f))
                 div.form-actions {

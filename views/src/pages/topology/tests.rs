@@ -14,14 +14,6 @@ fn tier(rank: i32, id: i64, name: &str) -> TierRow {
     TierRow { rank, product_id: id, product_name: name.into(), set_name: format!("{name} set") }
 }
 
-fn state(values: &[(&str, &str)], field_errors: &[(&str, &str)]) -> FormState {
-    FormState {
-        values: values.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        field_errors: field_errors.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        ..FormState::default()
-    }
-}
-
 fn sample() -> TopologyView {
     TopologyView {
         csrf: "tok".into(),
@@ -121,7 +113,7 @@ fn page_has_notice_order_form_and_per_ladder_forms() {
 #[test]
 fn a_refused_add_form_keeps_its_values_for_its_ladder_only() {
     let mut v = sample();
-    let mut f = state(&[("product_id", "12"), ("rank", "7"), ("reason", "<r>")], &[("rank", "Too high.")]);
+    let mut f = FormState::sent(&[("product_id", "12"), ("rank", "7"), ("reason", "<r>")], &[("rank", "Too high.")]);
     f.errors = vec!["Acme already holds a plan on this ladder.".into()];
     v.add_forms = vec![(1, f)];
     let out = topology(&v).into_string();
@@ -236,7 +228,7 @@ fn delete_tier_form_shows_its_refusal_inline() {
 #[test]
 fn ladder_order_form_has_a_position_per_ladder() {
     let ladders = [placed(2, "Support", 2), placed(1, "<i>Wiki</i>", 1)];
-    let f = state(&[("position.2", "1")], &[("position.2", "Positions must differ.")]);
+    let f = FormState::sent(&[("position.2", "1")], &[("position.2", "Positions must differ.")]);
     let out = ladder_order_form("tok", &ladders, &f).into_string();
     assert!(out.starts_with(r#"<div class="card ladder-order" id="ladder-order">"#));
     assert!(out.contains(
@@ -291,7 +283,7 @@ fn default_change_form_posts_its_fields_with_the_token_first() {
 #[test]
 fn a_refused_default_change_keeps_its_values_and_shows_its_errors() {
     let ladders = [choice(1, "Wiki hosting"), choice(2, "Support")];
-    let mut f = state(
+    let mut f = FormState::sent(
         &[("plan_ladder_id", "2"), ("disposition", "grandfather"), ("reason", "<why>")],
         &[("disposition", "Choose <what> happens."), ("plan_ladder_id", "Already the default.")],
     );
@@ -316,7 +308,7 @@ fn a_refused_default_change_keeps_its_values_and_shows_its_errors() {
 #[test]
 fn org_types_table_has_a_default_change_form_per_type_with_its_own_state() {
     let mut v = sample();
-    v.default_forms = vec![(2, state(&[("reason", "moving internal")], &[]))];
+    v.default_forms = vec![(2, FormState::sent(&[("reason", "moving internal")], &[]))];
     let out = topology(&v).into_string();
     assert!(out.contains(r#"<th scope="col">Change default</th>"#));
     assert!(out.contains(r#"<td class="num">42</td><td><div class="default-change" id="default-change-1">"#));
@@ -334,8 +326,8 @@ fn org_types_table_has_a_default_change_form_per_type_with_its_own_state() {
 #[test]
 fn each_tier_row_has_delete_and_remove_forms_and_the_ladder_a_tier_order_form() {
     let mut v = sample();
-    v.remove_forms = vec![((1, 1), state(&[("disposition", "grandfather")], &[]))];
-    v.tier_order_forms = vec![(1, state(&[("rank.11", "0")], &[("rank.11", "Two tiers at rank 0.")]))];
+    v.remove_forms = vec![((1, 1), FormState::sent(&[("disposition", "grandfather")], &[]))];
+    v.tier_order_forms = vec![(1, FormState::sent(&[("rank.11", "0")], &[("rank.11", "Two tiers at rank 0.")]))];
     let out = topology(&v).into_string();
     // Both forms share the tier row's last cell, the delete form first.
     let cell = &out[out.find(r#"<td><div class="tier-actions">"#).unwrap()..];
@@ -397,8 +389,10 @@ fn remove_tier_form_posts_a_disposition_and_starts_folded() {
 
 #[test]
 fn a_refused_remove_form_opens_with_its_values_and_errors() {
-    let mut f =
-        state(&[("disposition", "migrate"), ("reason", "<why>")], &[("disposition", "Choose what <happens> to them.")]);
+    let mut f = FormState::sent(
+        &[("disposition", "migrate"), ("reason", "<why>")],
+        &[("disposition", "Choose what <happens> to them.")],
+    );
     f.errors = vec!["A change is <running> on this ladder.".into()];
     let out = remove_tier_form("tok", 3, 2, "Pro", &f).into_string();
     assert!(out.contains(r#"<details class="tier-disclosure" open>"#));
@@ -412,7 +406,7 @@ fn a_refused_remove_form_opens_with_its_values_and_errors() {
         r#"<p class="field-error" id="remove-tier-3-2-disposition-error">Choose what &lt;happens&gt; to them.</p>"#
     ));
     // Values alone (a refusal with no message) open it too.
-    let out = remove_tier_form("tok", 3, 2, "Pro", &state(&[("reason", "x")], &[])).into_string();
+    let out = remove_tier_form("tok", 3, 2, "Pro", &FormState::sent(&[("reason", "x")], &[])).into_string();
     assert!(out.contains(r#"<details class="tier-disclosure" open>"#));
 }
 
@@ -456,7 +450,7 @@ fn tier_order_form_has_a_rank_from_zero_per_tier_and_a_preview() {
 #[test]
 fn a_refused_tier_order_form_opens_with_its_values_and_errors() {
     let tiers = [placed(10, "Free", 0), placed(11, "Basic", 1)];
-    let mut f = state(
+    let mut f = FormState::sent(
         &[("rank.10", "1"), ("rank.11", "0"), ("disposition", "grandfather")],
         &[("rank.11", "Ranks must <differ>."), ("disposition", "Choose one.")],
     );

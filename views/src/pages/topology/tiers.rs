@@ -43,36 +43,19 @@ pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[Choice], next_rank:
             }
             (hx_form(&action, &container, csrf, html! {
                 (select_field(&Select {
-                    id: &product_id,
-                    name: "product_id",
-                    label: "Product",
-                    options: &options,
-                    selected: f.value("product_id"),
-                    error: f.field_error("product_id"),
                     required: true,
-                    hint: None,
+                    ..f.select(&product_id, "product_id", "Product", &options)
                 }))
                 (input_field(&Input {
-                    id: &rank_id,
-                    name: "rank",
-                    label: "Rank",
                     kind: "number",
                     value: rank,
-                    error: f.field_error("rank"),
                     required: true,
-                    placeholder: None,
                     hint: Some(&rank_hint),
+                    ..f.input(&rank_id, "rank", "Rank")
                 }))
                 (input_field(&Input {
-                    id: &reason_id,
-                    name: "reason",
-                    label: "Reason",
-                    kind: "text",
-                    value: f.value("reason"),
-                    error: f.field_error("reason"),
-                    required: false,
-                    placeholder: None,
                     hint: Some("optional; kept in the plan act's record"),
+                    ..f.input(&reason_id, "reason", "Reason")
                 }))
                 div.form-actions {
                     button.btn.btn-secondary type="button"
@@ -193,14 +176,8 @@ pub fn remove_tier_form(csrf: &str, ladder_id: i64, rank: i32, product_name: &st
                 (form_banners(f))
                 (hx_form(&action, &container, csrf, html! {
                     (select_field(&Select {
-                        id: &disposition_id,
-                        name: "disposition",
-                        label: "The organizations holding it",
-                        options: &REMOVAL_DISPOSITIONS,
-                        selected: f.value("disposition"),
-                        error: f.field_error("disposition"),
                         required: true,
-                        hint: None,
+                        ..f.select(&disposition_id, "disposition", "The organizations holding it", &REMOVAL_DISPOSITIONS)
                     }))
                     (reason_field(&reason_id, f))
                     div.form-actions {
@@ -314,14 +291,8 @@ pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[Placed], f: &FormSta
                         }
                     }
                     (select_field(&Select {
-                        id: &disposition_id,
-                        name: "disposition",
-                        label: "Organizations on the current floor",
-                        options: &REORDER_DISPOSITIONS,
-                        selected: f.value("disposition"),
-                        error: f.field_error("disposition"),
-                        required: false,
                         hint: Some("needed only when rank 0 changes and organizations hold the current floor"),
+                        ..f.select(&disposition_id, "disposition", "Organizations on the current floor", &REORDER_DISPOSITIONS)
                     }))
                     (reason_field(&reason_id, f))
                     div.form-actions {
