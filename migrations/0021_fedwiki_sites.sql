@@ -200,7 +200,7 @@ $$;
 -- runs outside the registry lock. Snapshot isolation would let it miss a placement a creator
 -- committed after the snapshot, so it refuses it.
 CREATE FUNCTION fedwiki.set_site_placement_servability() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, fedwiki, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     v_site text;
     v_servable boolean;

@@ -238,6 +238,9 @@ async fn over_http(addr: SocketAddr, o: &Options, seeded: &Seeded) -> anyhow::Re
             // Checkout's return is where Stripe sends a browser back, with a session to read: not
             // a page a member loads.
             .filter(|r| r.path != views::paths::BILLING_RETURN)
+            // The sites' live section is the sites page's own part, polled while a request is in
+            // flight: loading the page loads what it reads.
+            .filter(|r| r.path != views::paths::SITES_LIVE)
             .map(|r| r.path.to_string())
             .collect(),
     };

@@ -89,6 +89,7 @@ async fn run_billed(
             .map_err(|e| anyhow::anyhow!("{e}"))?,
     );
     let site_member = site_member(&db, &fixture).await?;
+    seed_site_pairs(&db, &farm, &fixture, site_member).await?;
 
     // The workers run the grant jobs (expiry, start), the rule changes' and the plan acts' drains
     // and the schedules (the sweep, the drains' pollers) for the whole run, on a pool of their
@@ -722,4 +723,38 @@ async fn site_member(db: &Db, fixture: &Fixture) -> anyhow::Result<crate::ids::A
         crate::store::accounts::ensure_membership(&mut conn, *org, member, "member").await?;
     }
     Ok(member)
+}
+
+/// An active and a parked site in each shared organization, so a swap has something to swap
+/// from the run's first second.
+async fn seed_site_pairs(
+    db: &Db,
+    farm: &crate::integrations::farm::Farm,
+    fixture: &Fixture,
+    member: crate::ids::AccountId,
+) -> anyhow::Result<()> {
+    use crate::services::fedwiki::{self, names::SiteName};
+    let settings = crate::config::FarmSettings::default();
+    let err = |e: ServiceError| anyhow::anyhow!("seeding the sites: {e}");
+    for (org, _) in &fixture.hot {
+        let mut made = vec![];
+        for name in [format!("home-{org}"), format!("spare-{org}")] {
+            let name = SiteName::parse(&name).map_err(|e| anyhow::anyhow!(e))?;
+            let id = fedwiki::create_site(db, &settings, member, *org, &name).await.map_err(err)?;
+            fedwiki::run_site_request(db, farm, id, true).await.map_err(err)?;
+            made.push(name.domain(&settings.domain));
+        }
+        // With room for both, the spare is parked.
+        let spare: (String, String) = sqlx::query_as("SELECT site_id, status FROM fedwiki.sites WHERE domain = $1")
+            .bind(&made[1])
+            .fetch_one(&db.pool)
+            .await?;
+        if spare.1 == "active" {
+            let id = fedwiki::change_status(db, &settings, member, &spare.0, crate::states::RequestKind::Park)
+                .await
+                .map_err(err)?;
+            fedwiki::run_site_request(db, farm, id, true).await.map_err(err)?;
+        }
+    }
+    Ok(())
 }

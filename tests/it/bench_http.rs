@@ -34,7 +34,11 @@ async fn the_bench_loads_member_pages_and_readyz_and_times_every_operator_page()
     }
     assert_eq!(r.orgs, 300);
     assert_eq!(r.connections, 4);
-    assert_eq!(r.member_pages, vec!["/".to_string(), "/billing".to_string()], "the member pages are the route table's");
+    assert_eq!(
+        r.member_pages,
+        vec!["/".to_string(), "/sites".to_string(), "/billing".to_string()],
+        "the member pages are the route table's"
+    );
     assert!(r.page_requests > 0 && r.page_rps > 0.0 && r.page_p99_ms > 0.0, "{json}");
     assert!(r.readyz_requests > 0 && r.readyz_rps > 0.0 && r.readyz_p99_ms > 0.0, "{json}");
     assert!((r.ratio - r.page_rps / r.readyz_rps).abs() < 1e-9);
