@@ -128,9 +128,10 @@ $$;
 -- order: the request's instance lock, for an activation the site row, the pool's limit read
 -- without a lock, the usage row, the count (a statement of its own: in a volatile function at
 -- READ COMMITTED each statement takes a new snapshot, so it reads every commit before the lock's
--- grant), the hold, the recount. Answers '<outcome> <used> <limit>', the outcome one of held,
+-- grant), the hold, the recount. `p_instance` is the request's instance (the caller read it with
+-- the request; it never changes). Answers '<outcome> <used> <limit>', the outcome one of held,
 -- full, already_active, gone.
-CREATE FUNCTION fedwiki.hold_site_slot(p_request bigint) RETURNS text
+CREATE FUNCTION fedwiki.hold_site_slot(p_request bigint, p_instance text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     r fedwiki.lifecycle_requests%ROWTYPE;
@@ -140,14 +141,10 @@ DECLARE
     v_used bigint := 0;
     v_outcome text;
 BEGIN
-    SELECT * INTO r FROM fedwiki.lifecycle_requests WHERE request_id = p_request;
-    IF NOT FOUND THEN
-        RETURN 'gone 0 0';
-    END IF;
-    PERFORM pg_advisory_xact_lock(core.lifecycle_instance_key(r.instance_id));
-    -- Again under the lock: an outcome recorded before it was granted is seen.
-    SELECT * INTO r FROM fedwiki.lifecycle_requests WHERE request_id = p_request;
-    IF r.state <> 'accepted' THEN
+    PERFORM pg_advisory_xact_lock(core.lifecycle_instance_key(p_instance));
+    -- Under the lock: an outcome recorded before it was granted is seen.
+    SELECT * INTO r FROM fedwiki.lifecycle_requests WHERE request_id = p_request AND instance_id = p_instance;
+    IF NOT FOUND OR r.state <> 'accepted' THEN
         RETURN 'gone 0 0';
     END IF;
     IF EXISTS (SELECT 1 FROM fedwiki.slot_holds h WHERE h.request_id = p_request) THEN
@@ -237,6 +234,6 @@ GRANT SELECT, INSERT, DELETE ON fedwiki.lifecycle_requests TO console_runtime;
 GRANT UPDATE (state, outcome, starts_as, updated_at) ON fedwiki.lifecycle_requests TO console_runtime;
 GRANT SELECT, INSERT, UPDATE ON fedwiki.swap_policies TO console_runtime;
 GRANT SELECT, INSERT ON fedwiki.farm_callbacks TO console_runtime;
-GRANT EXECUTE ON FUNCTION fedwiki.count_slots(bigint), fedwiki.hold_site_slot(bigint) TO console_runtime;
+GRANT EXECUTE ON FUNCTION fedwiki.count_slots(bigint), fedwiki.hold_site_slot(bigint, text) TO console_runtime;
 
 RESET ROLE;

@@ -131,7 +131,7 @@ enum BenchWhich {
     /// Concurrent site activations over N pools of limit 3 against the local farm's API: the
     /// slot gate's rate against the TPC-B yardstick.
     Slots {
-        #[arg(long, default_value_t = 1_000)]
+        #[arg(long, default_value_t = 3_000)]
         pools: i64,
         #[arg(long, default_value_t = 10.0)]
         yardstick_seconds: f64,

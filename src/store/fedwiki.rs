@@ -324,9 +324,12 @@ pub async fn open_requests_on_domain(conn: &mut PgConnection, domain: &str) -> s
 // The slot gate ---------------------------------------------------------------------------------------
 
 /// HoldSiteSlotActivity as one call to `fedwiki.hold_site_slot` (migration 0021).
-pub fn hold_site_slot_statement(request: RequestId) -> String {
-    // Runtime SQL: a `tx::once` statement (simple protocol, one round trip) takes no parameters.
-    format!("SELECT fedwiki.hold_site_slot({request})")
+pub fn hold_site_slot_statement(request: RequestId, instance: &str) -> Option<String> {
+    // Runtime SQL: a `tx::once` statement (simple protocol, one round trip) takes no parameters,
+    // so the instance is written in as a literal, and only an id the console mints (letters,
+    // digits and hyphens) is.
+    let minted = !instance.is_empty() && instance.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    minted.then(|| format!("SELECT fedwiki.hold_site_slot({request}, '{instance}')"))
 }
 
 /// The gate's answer: (outcome, used, limit), the outcome one of held, full, already_active, gone.

@@ -43,7 +43,10 @@ pub enum Gate {
 #[tracing::instrument(name = "Hold a site slot", skip(db, req), fields(request_id = %req.request_id, domain = %req.domain))]
 pub async fn hold_site_slot(db: &Db, req: &RequestRow) -> Result<Gate, ServiceError> {
     debug_assert!(matches!(req.kind, RequestKind::Create | RequestKind::Activate));
-    let rows = crate::db::tx::once(db, TxKind::Plain, store::hold_site_slot_statement(req.request_id)).await?;
+    let Some(statement) = store::hold_site_slot_statement(req.request_id, &req.instance_id) else {
+        return Err(ServiceError::invalid_form(format!("{} is not a site id the console made.", req.instance_id)));
+    };
+    let rows = crate::db::tx::once(db, TxKind::Plain, statement).await?;
     let (outcome, used, limit) = store::gate_answer(&rows)?;
     Ok(match outcome.as_str() {
         "held" => Gate::Held,
