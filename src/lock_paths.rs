@@ -63,6 +63,8 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::fedwiki::record::FINISH_LIFECYCLE_REQUESTS_LOCKS,
         &crate::services::fedwiki::record::DELETE_FEDWIKI_SITE_LOCKS,
         &crate::services::fedwiki::callbacks::RECEIVE_FARM_CALLBACK_LOCKS,
+        &crate::services::fedwiki::domains::CLAIM_DOMAIN_LOCKS,
+        &crate::services::fedwiki::domains::PLACE_SITE_UNDER_DOMAIN_LOCKS,
     ]
 }
 

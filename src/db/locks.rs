@@ -78,6 +78,8 @@ pub enum Lock {
     LifecycleInstance,
     /// A FedWiki site row (`fedwiki.sites`), FOR UPDATE (LockSiteStatusByID) or by its write.
     SiteRow,
+    /// A FedWiki site row, FOR SHARE (GetSiteForPlacement): a placement creator's one site.
+    SiteRowShare,
     /// Placement rows (`domains.placements`) of a site, by the site trigger's flag-only UPDATE.
     PlacementRows,
     /// The usage row of (pool, `fedwiki.active_sites`), FOR UPDATE (LockNumericUsage).
@@ -131,6 +133,7 @@ impl Lock {
             Lock::WorkspaceAdvisory => "FedWiki workspace",
             Lock::LifecycleInstance => "Lifecycle instance",
             Lock::SiteRow => "FedWiki site row",
+            Lock::SiteRowShare => "FedWiki site row (FOR SHARE, GetSiteForPlacement)",
             Lock::PlacementRows => "FedWiki placement rows (through the site trigger)",
             Lock::UsageRow => "Usage row",
             Lock::LifecycleRequestRows => "Lifecycle request rows",
@@ -167,7 +170,7 @@ impl Lock {
             Lock::OutboxRows => "core.outbox",
             Lock::WorkspaceAdvisory => "workspace",
             Lock::LifecycleInstance => "lifecycle-instance",
-            Lock::SiteRow => "fedwiki.sites",
+            Lock::SiteRow | Lock::SiteRowShare => "fedwiki.sites",
             Lock::PlacementRows => "domains.placements",
             Lock::UsageRow => "core.numeric_entitlement_usage",
             Lock::LifecycleRequestRows => "fedwiki.lifecycle_requests",
@@ -226,7 +229,9 @@ impl Lock {
             Lock::WorkspaceAdvisory | Lock::LifecycleInstance => {
                 PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" }
             }
-            Lock::SiteRow => PgSignature::Relation { table: "fedwiki.sites", mode: "RowShareLock" },
+            Lock::SiteRow | Lock::SiteRowShare => {
+                PgSignature::Relation { table: "fedwiki.sites", mode: "RowShareLock" }
+            }
             Lock::PlacementRows => PgSignature::Relation { table: "domains.placements", mode: "RowExclusiveLock" },
             Lock::UsageRow => PgSignature::Relation { table: "core.numeric_entitlement_usage", mode: "RowShareLock" },
             Lock::LifecycleRequestRows => {
@@ -351,6 +356,7 @@ const ALL: &[Lock] = &[
     Lock::WorkspaceAdvisory,
     Lock::LifecycleInstance,
     Lock::SiteRow,
+    Lock::SiteRowShare,
     Lock::PlacementRows,
     Lock::UsageRow,
     Lock::LifecycleRequestRows,
@@ -423,6 +429,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 35, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 36, "add a new lock to ALL too");
     }
 }

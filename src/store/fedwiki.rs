@@ -94,6 +94,30 @@ pub async fn lock_site_status_by_id(conn: &mut PgConnection, site_id: &str) -> s
     .await
 }
 
+/// GetSiteForPlacement: the site's status, its row FOR SHARE (a placement creator's one site).
+pub async fn get_site_for_placement(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Option<SiteStatus>> {
+    sqlx::query_scalar!(
+        r#"SELECT status AS "status: SiteStatus" FROM fedwiki.sites WHERE site_id = $1 FOR SHARE"#,
+        site_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// A workspace's placements, as (host name, site id), for the page.
+pub async fn placements_of_workspace(
+    conn: &mut PgConnection,
+    workspace_id: &str,
+) -> sqlx::Result<Vec<(String, String)>> {
+    let rows = sqlx::query!(
+        "SELECT hostname, object_id FROM domains.placements WHERE owner = 'workspace:' || $1 ORDER BY hostname",
+        workspace_id
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.hostname, r.object_id)).collect())
+}
+
 /// A workspace's sites, by domain.
 pub async fn sites_of_workspace(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Vec<SiteRow>> {
     sqlx::query_as!(

@@ -93,6 +93,7 @@ route_table! {
     Member POST SITE_STATUS => pages::sites::change_status;
     Member POST SITE_DELETE => pages::sites::delete;
     Member POST SITE_KEEP_ACTIVE => pages::sites::keep_active;
+    Member POST SITES_DOMAINS => pages::sites::domains;
     Member GET BILLING => pages::billing::billing_page;
     Member POST BILLING_CHECKOUT => pages::billing::checkout;
     Member GET BILLING_RETURN => pages::billing::checkout_return;

@@ -596,3 +596,135 @@ async fn a_worker_killed_between_the_farm_call_and_the_record_step_resumes_after
     assert_eq!(s.used().await, 1);
     assert_usage_agrees(&s).await;
 }
+
+// Custom domains ----------------------------------------------------------------------------------------
+
+async fn servable(s: &Sites, hostname: &str) -> Option<bool> {
+    sqlx::query_scalar("SELECT servable FROM domains.placements WHERE hostname = $1")
+        .bind(hostname)
+        .fetch_optional(&s.t.admin)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_member_claims_a_domain_the_plan_allows_and_serves_a_site_under_it_which_follows_the_sites_status() {
+    use fedwiki::domains::{claim_domain, place_site_under_domain};
+    let free = setup("Free").await;
+    let e = claim_domain(&free.t.db, &free.settings, free.who, free.org, "wiki.example.org").await.unwrap_err();
+    assert!(e.to_string().contains("does not include custom domains"), "{e}");
+
+    let s = setup("Basic").await;
+    let site = s.created("docs").await;
+    for (bad, why) in
+        [("not a domain", "not a domain"), ("x.wiki.localhost", "farm's own zone"), ("localhost", "not a domain")]
+    {
+        let e = claim_domain(&s.t.db, &s.settings, s.who, s.org, bad).await.unwrap_err();
+        assert!(e.to_string().contains(why), "{bad}: {e}");
+    }
+    assert_eq!(
+        claim_domain(&s.t.db, &s.settings, s.who, s.org, " Wiki.Example.ORG. ").await.unwrap(),
+        "wiki.example.org"
+    );
+    // Another owner's claims above and below are refused to this one, and this one's to them.
+    sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('other.org', 'workspace:someone')")
+        .execute(&s.t.admin)
+        .await
+        .unwrap();
+    for taken in ["other.org", "a.other.org"] {
+        let e = claim_domain(&s.t.db, &s.settings, s.who, s.org, taken).await.unwrap_err();
+        assert!(e.to_string().contains("another owner holds"), "{taken}: {e}");
+    }
+    sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('deep.corp.net', 'workspace:someone')")
+        .execute(&s.t.admin)
+        .await
+        .unwrap();
+    let e = claim_domain(&s.t.db, &s.settings, s.who, s.org, "corp.net").await.unwrap_err();
+    assert!(e.to_string().contains("Another owner holds a name under corp.net"), "{e}");
+
+    place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "wiki.example.org").await.unwrap();
+    assert_eq!(servable(&s, "wiki.example.org").await, Some(true), "an active site's placement serves");
+    let e = place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "wiki.example.org").await.unwrap_err();
+    assert!(e.to_string().contains("already serves a site"), "{e}");
+    let e = place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "www.other.org").await.unwrap_err();
+    assert!(e.to_string().contains("no domain of yours"), "{e}");
+    // Parking the site stops the placement serving; deleting it releases the name.
+    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
+    s.run(park).await.unwrap();
+    assert_eq!(servable(&s, "wiki.example.org").await, Some(false));
+    let delete = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Delete).await.unwrap();
+    s.run(delete).await.unwrap();
+    assert_eq!(servable(&s, "wiki.example.org").await, None);
+    assert_eq!(
+        s.count("SELECT count(*) FROM domains.claims WHERE name = 'wiki.example.org'").await,
+        1,
+        "the claim stays"
+    );
+}
+
+#[tokio::test]
+async fn a_placement_creator_waits_on_the_site_row_a_record_step_holds_and_sees_its_status() {
+    let s = setup("Basic").await;
+    let site = s.created("moving").await;
+    fedwiki::domains::claim_domain(&s.t.db, &s.settings, s.who, s.org, "moving.example.org").await.unwrap();
+    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
+    let req = s.request(park).await;
+    // The park's record step, paused at its recount: it holds the site row it wrote.
+    let (mut pause, pause_pid) = pause_on(&s.t, "core.numeric_entitlement_usage").await;
+    let db = s.t.db.clone();
+    let record = tokio::spawn(async move {
+        record::finish_all_with(
+            &db,
+            &[req],
+            record::Activity::Status { status: member_console::states::SiteStatus::Parked },
+        )
+        .await
+    });
+    let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    let (db, settings, who, id) = (s.t.db.clone(), s.settings.clone(), s.who, site.clone());
+    let place = tokio::spawn(async move {
+        fedwiki::domains::place_site_under_domain(&db, &settings, who, &id, "moving.example.org").await
+    });
+    let placer = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
+    // The creator holds the registry lock and waits for the one site, FOR SHARE.
+    common::assert_holds(&s.t.admin, placer, &fedwiki::domains::PLACE_SITE_UNDER_DOMAIN_LOCKS.locks[..1]).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert!(matches!(record.await.unwrap().unwrap(), Recorded::Done { state: RequestState::Done, .. }));
+    place.await.unwrap().unwrap();
+    assert_eq!(servable(&s, "moving.example.org").await, Some(false), "placed after the park committed: not servable");
+    assert_eq!(s.status("moving").await, "parked");
+}
+
+#[tokio::test]
+async fn a_member_adds_a_domain_and_serves_a_site_at_it_from_the_page_and_a_bad_domain_is_told_beside_its_field() {
+    use common::pages::{get, post, signed_in};
+    let s = setup("Basic").await;
+    let site = s.created("front").await;
+    let app = app(&s).await;
+    let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let org = s.org.to_string();
+    assert!(get(&app, &c, "/sites").await.body.contains("Your domains"));
+    let bad = post(&app, &c, "/sites/domains", &token, &[("organization_id", &org), ("domain", "nope")], false).await;
+    assert_eq!(bad.status, 422, "{}", bad.body);
+    assert!(bad.body.contains("is not a domain name"), "{}", bad.body);
+    let added =
+        post(&app, &c, "/sites/domains", &token, &[("organization_id", &org), ("domain", "acme.example")], false).await;
+    assert_eq!(added.header("location"), Some("/sites?asked=domain"), "{}", added.body);
+    let served = post(
+        &app,
+        &c,
+        "/sites/domains",
+        &token,
+        &[("organization_id", &org), ("site", &site), ("hostname", "wiki.acme.example")],
+        false,
+    )
+    .await;
+    assert_eq!(served.header("location"), Some("/sites?asked=hostname"), "{}", served.body);
+    let page = get(&app, &c, "/sites").await;
+    assert!(
+        page.body.contains("also wiki.acme.example") && page.body.contains("<code>acme.example</code>"),
+        "{}",
+        page.body
+    );
+    assert_eq!(servable(&s, "wiki.acme.example").await, Some(true));
+}

@@ -62,6 +62,7 @@ pub const SITES_SWAP: &str = "/sites/swap";
 pub const SITE_STATUS: &str = "/sites/{id}/status";
 pub const SITE_DELETE: &str = "/sites/{id}/delete";
 pub const SITE_KEEP_ACTIVE: &str = "/sites/{id}/keep-active";
+pub const SITES_DOMAINS: &str = "/sites/domains";
 pub const FARM_CALLBACKS: &str = "/farm/callbacks";
 
 pub const BILLING: &str = "/billing";
@@ -121,6 +122,7 @@ pub const ALL: &[&str] = &[
     SITE_STATUS,
     SITE_DELETE,
     SITE_KEEP_ACTIVE,
+    SITES_DOMAINS,
     FARM_CALLBACKS,
     BILLING,
     BILLING_CHECKOUT,

@@ -5,6 +5,7 @@
 //! slot gate"), `record` ("When recording an outcome"), `registry` ("Registry").
 
 pub mod callbacks;
+pub mod domains;
 pub mod gate;
 pub mod handlers;
 pub mod intake;

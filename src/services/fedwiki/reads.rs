@@ -17,6 +17,9 @@ pub struct OrganizationSites {
     pub used: i64,
     pub limit: i64,
     pub custom_domain: bool,
+    /// The workspace's domains, and its placements as (host name, site id).
+    pub domains: Vec<String>,
+    pub placements: Vec<(String, String)>,
     /// The workspace's last swap (its cooldown runs from it).
     pub last_swap_at: Option<chrono::DateTime<chrono::Utc>>,
 }
@@ -50,6 +53,8 @@ pub async fn member_sites(db: &Db, who: AccountId) -> Result<Vec<OrganizationSit
             None => ((0, 0), false),
         };
         let last_swap_at = store::last_swap_at(read.conn(), &ws).await?;
+        let domains = crate::store::domains::claims_of(read.conn(), &super::registry::workspace_owner(&ws)).await?;
+        let placements = store::placements_of_workspace(read.conn(), &ws).await?;
         out.push(OrganizationSites {
             organization_id: m.organization_id,
             name: m.name,
@@ -58,6 +63,8 @@ pub async fn member_sites(db: &Db, who: AccountId) -> Result<Vec<OrganizationSit
             used,
             limit,
             custom_domain,
+            domains,
+            placements,
             last_swap_at,
         });
     }

@@ -71,6 +71,12 @@ async fn view(
                     storage_bytes: s.storage_bytes,
                     modified: s.modified_at.map(when),
                     in_flight: o.in_flight(&s.site_id).map(|r| doing(r.kind).to_string()),
+                    hostnames: o
+                        .placements
+                        .iter()
+                        .filter(|(h, id)| *id == s.site_id && *h != s.domain)
+                        .map(|(h, _)| h.clone())
+                        .collect(),
                 })
                 .collect();
             // A create in flight has no site row yet: it shows as a request.
@@ -103,6 +109,8 @@ async fn view(
                 zone: zone.clone(),
                 swap_in_minutes,
                 form,
+                custom_domain: o.custom_domain,
+                domains: o.domains,
             }
         })
         .collect();
@@ -121,6 +129,8 @@ fn notice(req: &HttpRequest) -> Option<String> {
         "create" => Some("The site is being created; this page shows when it is ready.".into()),
         "swap" => Some("The swap is under way; this page shows when it is done.".into()),
         "keep" => Some("Saved.".into()),
+        "domain" => Some("The domain is yours: serve a site at it below.".into()),
+        "hostname" => Some("The site is served there too.".into()),
         _ => Some("Asked; this page shows when it is done.".into()),
     }
 }
@@ -300,4 +310,42 @@ pub async fn keep_active(
     };
     fedwiki::set_keep_active(&state.db, who.account_id, &id, keep).await?;
     Ok(after_post(&req, &format!("{}?asked=keep", paths::SITES)))
+}
+
+/// The domains form: add a domain, or serve a site at a host name under one.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct DomainForm {
+    organization_id: String,
+    /// To add a domain.
+    domain: String,
+    /// To serve a site at a host name.
+    site: String,
+    hostname: String,
+}
+
+#[tracing::instrument(name = "Page: a custom domain", skip_all, fields(account_id = %who.account_id))]
+pub async fn domains(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    form: Form<DomainForm>,
+) -> Result<HttpResponse, AppError> {
+    let org = form
+        .organization_id
+        .trim()
+        .parse::<i64>()
+        .map(OrganizationId)
+        .map_err(|_| AppError::BadRequest("Choose the organization from the page.".into()))?;
+    let farm = &state.config.farm;
+    let (asked, done) = if form.site.is_empty() && form.hostname.is_empty() {
+        ("domain", fedwiki::domains::claim_domain(&state.db, farm, who.account_id, org, &form.domain).await.map(|_| ()))
+    } else if form.domain.is_empty() {
+        let placed =
+            fedwiki::domains::place_site_under_domain(&state.db, farm, who.account_id, &form.site, &form.hostname);
+        ("hostname", placed.await)
+    } else {
+        return Err(AppError::BadRequest("Give a domain, or a site and a host name.".into()));
+    };
+    answer(&req, &state, who.account_id, Some(org), asked, done, form.values()).await
 }

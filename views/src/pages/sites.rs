@@ -22,6 +22,8 @@ pub struct SiteLine {
     pub modified: Option<String>,
     /// What is being done to it now ("activating", ...), when a request is in flight.
     pub in_flight: Option<String>,
+    /// Host names under the organization's own domains that serve it.
+    pub hostnames: Vec<String>,
 }
 
 pub struct RequestLine {
@@ -47,6 +49,9 @@ pub struct OrgSites {
     pub swap_in_minutes: Option<i64>,
     /// The create and swap forms as sent, when one was refused.
     pub form: FormState,
+    /// Whether the plan allows domains of the organization's own, and the ones it holds.
+    pub custom_domain: bool,
+    pub domains: Vec<String>,
 }
 
 impl OrgSites {
@@ -163,7 +168,12 @@ fn org_sites(v: &SitesView, o: &OrgSites) -> Markup {
         .iter()
         .map(|s| {
             vec![
-                html! { a href=(s.url) target="_blank" rel="noopener" { (s.domain) } },
+                html! {
+                    a href=(s.url) target="_blank" rel="noopener" { (s.domain) }
+                    @for h in &s.hostnames {
+                        br; span.muted { "also " (h) }
+                    }
+                },
                 html! {
                     (status_badge(&s.status))
                     @if s.keep_active { " " (badge("kept active", Tone::Muted)) }
@@ -198,6 +208,7 @@ fn org_sites(v: &SitesView, o: &OrgSites) -> Markup {
             (table_cols(&columns, rows, "No sites yet: create the first below."))
             (swap_form(v, o))
             (create_form(v, o))
+            (domains_panel(v, o))
             (requests(o))
         }
     }
@@ -260,6 +271,44 @@ fn create_form(v: &SitesView, o: &OrgSites) -> Markup {
     }
 }
 
+fn domains_panel(v: &SitesView, o: &OrgSites) -> Markup {
+    if !o.custom_domain {
+        return html! {};
+    }
+    let f = &o.form;
+    let sites: Vec<(&str, &str)> = o.sites.iter().map(|s| (s.site_id.as_str(), s.domain.as_str())).collect();
+    html! {
+        div.form-panel {
+            h3 { "Your domains" }
+            @if o.domains.is_empty() {
+                p.muted { "Add a domain of your own, then serve a site at it or at a name under it." }
+            } @else {
+                ul.domains { @for d in &o.domains { li { code { (d) } } } }
+            }
+            form method="post" action=(paths::SITES_DOMAINS) {
+                (csrf_field(&v.csrf))
+                input type="hidden" name="organization_id" value=(o.organization_id);
+                (input_field(&Input { id: &format!("domain-{}", o.organization_id), name: "domain", label: "Domain",
+                    kind: "text", value: f.value("domain"), error: f.field_error("domain"), required: true,
+                    placeholder: Some("wiki.example.org"), hint: None }))
+                div.form-actions { button.btn.btn-secondary type="submit" { "Add domain" } }
+            }
+            @if !o.domains.is_empty() && !sites.is_empty() {
+                form method="post" action=(paths::SITES_DOMAINS) {
+                    (csrf_field(&v.csrf))
+                    input type="hidden" name="organization_id" value=(o.organization_id);
+                    (select_field(&Select { id: &format!("serve-site-{}", o.organization_id), name: "site",
+                        label: "Site", options: &sites, selected: f.value("site"), error: None, required: true, hint: None }))
+                    (input_field(&Input { id: &format!("hostname-{}", o.organization_id), name: "hostname",
+                        label: "Serve it at", kind: "text", value: f.value("hostname"), error: f.field_error("hostname"),
+                        required: true, placeholder: o.domains.first().map(String::as_str), hint: None }))
+                    div.form-actions { button.btn.btn-secondary type="submit" { "Serve site" } }
+                }
+            }
+        }
+    }
+}
+
 fn requests(o: &OrgSites) -> Markup {
     if o.requests.is_empty() {
         return html! {};
@@ -313,6 +362,7 @@ mod tests {
                     storage_bytes: Some(2048),
                     modified: None,
                     in_flight: None,
+                    hostnames: vec![],
                 }],
                 requests: vec![RequestLine {
                     domain: "acme.wiki.localhost".into(),
@@ -326,6 +376,8 @@ mod tests {
                 zone: "wiki.localhost".into(),
                 swap_in_minutes: None,
                 form: FormState::default(),
+                custom_domain: false,
+                domains: vec![],
             }],
         }
     }

@@ -1,0 +1,162 @@
+//! Custom domains: a member claims a domain of the organization's own (when its plan's
+//! `fedwiki.custom_domain` allows) and places a site under it. Both run in Registry.WithLock.
+//! The placement is a creator in the spec's sense: its skip checks first, then exactly one site
+//! FOR SHARE (GetSiteForPlacement) immediately before the placement's write, so a status write
+//! or a deletion of that site and the placement come one after the other, and the site's trigger
+//! sees the placement (or the placement sees the site's status).
+
+use crate::{
+    config::FarmSettings,
+    db::{
+        Db, Tx,
+        locks::{Lock, PathLocks},
+    },
+    hostname,
+    ids::{AccountId, OrganizationId},
+    services::ServiceError,
+    states::SiteStatus,
+    store::{accounts, domains as registry_store, fedwiki as store},
+};
+
+use super::registry::{self, workspace_owner};
+
+pub static CLAIM_DOMAIN_LOCKS: PathLocks = PathLocks {
+    path: "Registry: claim a member's domain",
+    function: "services::fedwiki::domains::claim_domain",
+    kind: "Registry",
+    locks: &[Lock::Registry],
+    why: "The registry lock, then the checks that no other owner's claim covers the name or lies under it, then the \
+          claim: rules that span rows no constraint compares.",
+};
+
+pub static PLACE_SITE_UNDER_DOMAIN_LOCKS: PathLocks = PathLocks {
+    path: "Registry: place a site under a member's domain",
+    function: "services::fedwiki::domains::place_site_under_domain",
+    kind: "Registry",
+    locks: &[Lock::Registry, Lock::SiteRowShare],
+    why: "The registry lock and every skip check first; then exactly one site FOR SHARE (GetSiteForPlacement) \
+          immediately before the placement's write. A missing site places nothing. One site only: a creator \
+          holding two could deadlock with a swap.",
+};
+
+/// A domain as a member types it: lower case, at least two labels, not the farm's zone or under it.
+pub fn parse_domain(input: &str, farm: &FarmSettings) -> Result<String, ServiceError> {
+    let d = input.trim().trim_end_matches('.').to_ascii_lowercase();
+    if !hostname::is_hostname(&d) {
+        return Err(ServiceError::invalid(
+            "domain",
+            format!("“{}” is not a domain name such as wiki.example.org.", input.trim()),
+        ));
+    }
+    if hostname::is_at_or_under(&d, &farm.domain) || hostname::is_at_or_under(&farm.domain, &d) {
+        return Err(ServiceError::invalid("domain", format!("{d} is the farm's own zone: choose a domain of yours.")));
+    }
+    Ok(d)
+}
+
+async fn member_org_pool(db: &Db, who: AccountId, organization_id: OrganizationId) -> Result<(), ServiceError> {
+    let mut read = db.read().await?;
+    let memberships = accounts::memberships(read.conn(), who).await?;
+    if !memberships.iter().any(|m| m.organization_id == organization_id) {
+        return Err(ServiceError::NotFound("organization"));
+    }
+    let pool =
+        store::pool_of_default(read.conn(), organization_id).await?.ok_or(ServiceError::NotFound("organization"))?;
+    if !store::custom_domain_allowed(read.conn(), pool).await? {
+        return Err(ServiceError::Refused(
+            "The plan does not include custom domains: upgrade it to serve a site at a domain of your own.".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Claim `domain` for the organization's workspace.
+#[tracing::instrument(name = "Claim a domain", skip(db, farm), fields(organization_id = %organization_id))]
+pub async fn claim_domain(
+    db: &Db,
+    farm: &FarmSettings,
+    who: AccountId,
+    organization_id: OrganizationId,
+    domain: &str,
+) -> Result<String, ServiceError> {
+    let domain = parse_domain(domain, farm)?;
+    member_org_pool(db, who, organization_id).await?;
+    let workspace = {
+        let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
+        let id = store::ensure_workspace(tx.conn(), organization_id).await?;
+        tx.commit().await?;
+        id
+    };
+    let owner = workspace_owner(&workspace);
+    registry::with_lock(db, async |tx: &mut Tx| {
+        match registry_store::covering_claim(tx.conn(), &domain).await? {
+            Some((name, o)) if o == owner && name == domain => {
+                return Err(ServiceError::invalid("domain", format!("{domain} is already yours.")));
+            }
+            Some((name, o)) if o != owner => {
+                return Err(ServiceError::invalid(
+                    "domain",
+                    format!("{domain} lies under {name}, which another owner holds."),
+                ));
+            }
+            _ => {}
+        }
+        if registry_store::other_claim_under(tx.conn(), &domain, &owner).await? {
+            return Err(ServiceError::invalid("domain", format!("Another owner holds a name under {domain}.")));
+        }
+        registry_store::insert_claim(tx.conn(), &domain, &owner).await?;
+        Ok(())
+    })
+    .await?;
+    Ok(domain)
+}
+
+/// Serve site `site_id` at `hostname`, at or under a domain the workspace claimed.
+#[tracing::instrument(name = "Place a site under a domain", skip(db, farm), fields(site_id))]
+pub async fn place_site_under_domain(
+    db: &Db,
+    farm: &FarmSettings,
+    who: AccountId,
+    site_id: &str,
+    hostname: &str,
+) -> Result<(), ServiceError> {
+    let hostname = parse_domain(hostname, farm).map_err(|_| {
+        ServiceError::invalid(
+            "hostname",
+            format!("“{}” is not a host name under one of your domains.", hostname.trim()),
+        )
+    })?;
+    let (workspace, organization) = {
+        let mut read = db.read().await?;
+        let site = store::site(read.conn(), site_id).await?.ok_or(ServiceError::NotFound("site"))?;
+        let org = store::member_workspace_org(read.conn(), who, &site.workspace_id)
+            .await?
+            .ok_or(ServiceError::NotFound("site"))?;
+        (site.workspace_id, org)
+    };
+    member_org_pool(db, who, organization).await?;
+    let owner = workspace_owner(&workspace);
+    registry::with_lock(db, async |tx: &mut Tx| {
+        // Every skip check first.
+        match registry_store::covering_claim(tx.conn(), &hostname).await? {
+            Some((_, o)) if o == owner => {}
+            _ => {
+                return Err(ServiceError::invalid(
+                    "hostname",
+                    format!("{hostname} lies under no domain of yours: add the domain first."),
+                ));
+            }
+        }
+        if registry_store::placement(tx.conn(), &hostname).await?.is_some() {
+            return Err(ServiceError::invalid("hostname", format!("{hostname} already serves a site.")));
+        }
+        // GetSiteForPlacement: the one site, FOR SHARE, right before the write.
+        let Some(status) = store::get_site_for_placement(tx.conn(), site_id).await? else {
+            return Err(ServiceError::NotFound("site"));
+        };
+        registry_store::insert_site_placement(tx.conn(), &hostname, &owner, site_id, status == SiteStatus::Active)
+            .await?;
+        Ok(())
+    })
+    .await
+}
