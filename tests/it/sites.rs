@@ -728,3 +728,34 @@ async fn a_member_adds_a_domain_and_serves_a_site_at_it_from_the_page_and_a_bad_
     );
     assert_eq!(servable(&s, "wiki.acme.example").await, Some(true));
 }
+
+#[tokio::test]
+async fn a_deletion_racing_an_activation_of_one_site_records_one_of_them_and_refuses_the_other() {
+    let s = Arc::new(setup("Basic").await);
+    s.created("contested").await;
+    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &s.site_id("contested").await, RequestKind::Park)
+        .await
+        .unwrap();
+    s.run(park).await.unwrap();
+    let site = s.site_id("contested").await;
+    let (a, b) = (s.clone(), s.clone());
+    let (s1, s2) = (site.clone(), site.clone());
+    let (activate, delete) = tokio::join!(
+        async move { fedwiki::change_status(&a.t.db, &a.settings, a.who, &s1, RequestKind::Activate).await },
+        async move { fedwiki::change_status(&b.t.db, &b.settings, b.who, &s2, RequestKind::Delete).await },
+    );
+    let (won, lost) = match (activate, delete) {
+        (Ok(id), Err(e)) | (Err(e), Ok(id)) => (id, e),
+        other => panic!("exactly one of them is recorded: {other:?}"),
+    };
+    assert!(lost.to_string().contains("already in progress"), "{lost}");
+    s.run(won).await.unwrap();
+    assert_eq!(s.request(won).await.state, RequestState::Done);
+    let left = s.count("SELECT count(*) FROM fedwiki.sites").await;
+    let on_farm = s.f.site("contested.wiki.localhost").await;
+    match s.request(won).await.kind {
+        RequestKind::Delete => assert!(left == 0 && on_farm.is_none()),
+        _ => assert!(left == 1 && on_farm.unwrap()["status"] == "active"),
+    }
+    assert_usage_agrees(&s).await;
+}
