@@ -190,6 +190,53 @@ BEGIN
 END
 $$;
 
+-- The member's /sites in one statement, as the home and billing pages are (0015, 0020): for each
+-- organization of the account, its sites, its latest requests, its usage and limit of active
+-- sites, whether it may use domains of its own, its domains and placements, and its last swap.
+CREATE FUNCTION fedwiki.member_sites(p_account bigint, p_requests integer) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce((
+        SELECT json_agg(json_build_object(
+            'organization_id', o.organization_id,
+            'name', o.name,
+            'sites', coalesce((
+                SELECT json_agg(json_build_object(
+                    'site_id', s.site_id, 'workspace_id', s.workspace_id, 'domain', s.domain, 'status', s.status,
+                    'keep_active', s.keep_active, 'storage_bytes', s.storage_bytes, 'modified_at', s.modified_at,
+                    'created_at', s.created_at) ORDER BY s.domain)
+                FROM fedwiki.sites s WHERE s.workspace_id = 'org-' || o.organization_id), '[]'),
+            'requests', coalesce((
+                SELECT json_agg(json_build_object(
+                    'request_id', r.request_id, 'instance_id', r.instance_id, 'generation', r.generation,
+                    'workspace_id', r.workspace_id, 'domain', r.domain, 'kind', r.kind, 'swap_of', r.swap_of,
+                    'state', r.state, 'outcome', r.outcome, 'starts_as', r.starts_as, 'created_at', r.created_at,
+                    'updated_at', r.updated_at) ORDER BY r.request_id DESC)
+                FROM (SELECT * FROM fedwiki.lifecycle_requests
+                       WHERE workspace_id = 'org-' || o.organization_id
+                       ORDER BY request_id DESC LIMIT p_requests) r), '[]'),
+            'used', coalesce(u.used, 0),
+            'limit', coalesce(e.numeric_value, 0),
+            'custom_domain', coalesce(d.flag_value, false),
+            'domains', coalesce((
+                SELECT json_agg(c.name ORDER BY c.name) FROM domains.claims c
+                 WHERE c.owner = 'workspace:org-' || o.organization_id), '[]'),
+            'placements', coalesce((
+                SELECT json_agg(json_build_array(pl.hostname, pl.object_id) ORDER BY pl.hostname) FROM domains.placements pl
+                 WHERE pl.owner = 'workspace:org-' || o.organization_id), '[]'),
+            'last_swap_at', (SELECT sp.last_swap_at FROM fedwiki.swap_policies sp
+                              WHERE sp.workspace_id = 'org-' || o.organization_id))
+            ORDER BY o.name, o.organization_id)
+        FROM core.organization_members m
+        JOIN core.organizations o USING (organization_id)
+        LEFT JOIN core.resource_pools p ON p.organization_id = o.organization_id AND p.is_default
+        LEFT JOIN core.numeric_entitlement_usage u ON u.pool_id = p.pool_id AND u.resource_key = 'fedwiki.active_sites'
+        LEFT JOIN core.pool_entitlements e ON e.pool_id = p.pool_id AND e.resource_key = 'fedwiki.active_sites'
+        LEFT JOIN core.pool_entitlements d ON d.pool_id = p.pool_id AND d.resource_key = 'fedwiki.custom_domain'
+        WHERE m.account_id = p_account), '[]')::text;
+END
+$$;
+
 -- The site trigger ---------------------------------------------------------------------------------
 
 -- After a site row's write: its placements' servable flag follows its status, locking only the
@@ -234,6 +281,9 @@ GRANT SELECT, INSERT, DELETE ON fedwiki.lifecycle_requests TO console_runtime;
 GRANT UPDATE (state, outcome, starts_as, updated_at) ON fedwiki.lifecycle_requests TO console_runtime;
 GRANT SELECT, INSERT, UPDATE ON fedwiki.swap_policies TO console_runtime;
 GRANT SELECT, INSERT ON fedwiki.farm_callbacks TO console_runtime;
-GRANT EXECUTE ON FUNCTION fedwiki.count_slots(bigint), fedwiki.hold_site_slot(bigint, text) TO console_runtime;
+REVOKE EXECUTE ON FUNCTION fedwiki.count_slots(bigint), fedwiki.hold_site_slot(bigint, text),
+    fedwiki.member_sites(bigint, integer), fedwiki.set_site_placement_servability() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fedwiki.count_slots(bigint), fedwiki.hold_site_slot(bigint, text),
+    fedwiki.member_sites(bigint, integer) TO console_runtime;
 
 RESET ROLE;

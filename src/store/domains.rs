@@ -37,10 +37,6 @@ pub async fn insert_claim(conn: &mut PgConnection, name: &str, owner: &str) -> s
     Ok(r.rows_affected() == 1)
 }
 
-pub async fn claims_of(conn: &mut PgConnection, owner: &str) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar!("SELECT name FROM domains.claims WHERE owner = $1 ORDER BY name", owner).fetch_all(conn).await
-}
-
 pub async fn delete_claim(conn: &mut PgConnection, name: &str, owner: &str) -> sqlx::Result<bool> {
     let r =
         sqlx::query!("DELETE FROM domains.claims WHERE name = $1 AND owner = $2", name, owner).execute(conn).await?;

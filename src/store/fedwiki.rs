@@ -56,7 +56,7 @@ pub async fn pool_of_default(conn: &mut PgConnection, organization_id: Organizat
 
 // Sites ---------------------------------------------------------------------------------------------
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct SiteRow {
     pub site_id: String,
     pub workspace_id: String,
@@ -101,33 +101,6 @@ pub async fn get_site_for_placement(conn: &mut PgConnection, site_id: &str) -> s
         site_id
     )
     .fetch_optional(conn)
-    .await
-}
-
-/// A workspace's placements, as (host name, site id), for the page.
-pub async fn placements_of_workspace(
-    conn: &mut PgConnection,
-    workspace_id: &str,
-) -> sqlx::Result<Vec<(String, String)>> {
-    let rows = sqlx::query!(
-        "SELECT hostname, object_id FROM domains.placements WHERE owner = 'workspace:' || $1 ORDER BY hostname",
-        workspace_id
-    )
-    .fetch_all(conn)
-    .await?;
-    Ok(rows.into_iter().map(|r| (r.hostname, r.object_id)).collect())
-}
-
-/// A workspace's sites, by domain.
-pub async fn sites_of_workspace(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Vec<SiteRow>> {
-    sqlx::query_as!(
-        SiteRow,
-        r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus", keep_active, storage_bytes,
-                  modified_at, created_at
-           FROM fedwiki.sites WHERE workspace_id = $1 ORDER BY domain"#,
-        workspace_id
-    )
-    .fetch_all(conn)
     .await
 }
 
@@ -198,7 +171,7 @@ pub async fn set_site_observed_by_domain(
 
 // Lifecycle requests ----------------------------------------------------------------------------------
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct RequestRow {
     pub request_id: RequestId,
     pub instance_id: String,
@@ -315,25 +288,6 @@ pub async fn delete_unstarted_request(conn: &mut PgConnection, id: RequestId) ->
     Ok(r.rows_affected() == 1)
 }
 
-/// A workspace's requests, the latest first (the page's "in flight" and recent outcomes).
-pub async fn requests_of_workspace(
-    conn: &mut PgConnection,
-    workspace_id: &str,
-    limit: i64,
-) -> sqlx::Result<Vec<RequestRow>> {
-    sqlx::query_as!(
-        RequestRow,
-        r#"SELECT request_id AS "request_id: RequestId", instance_id, generation, workspace_id, domain,
-                  kind AS "kind: RequestKind", swap_of AS "swap_of: RequestId", state AS "state: RequestState",
-                  outcome, starts_as AS "starts_as: SiteStatus", created_at, updated_at
-           FROM fedwiki.lifecycle_requests WHERE workspace_id = $1 ORDER BY request_id DESC LIMIT $2"#,
-        workspace_id,
-        limit
-    )
-    .fetch_all(conn)
-    .await
-}
-
 /// The accepted requests on a domain (a callback nudges their jobs).
 pub async fn open_requests_on_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Vec<RequestId>> {
     sqlx::query_scalar!(
@@ -424,19 +378,6 @@ pub async fn active_sites_limit(conn: &mut PgConnection, pool: PoolId) -> sqlx::
     Ok(v.flatten().unwrap_or(0))
 }
 
-/// The page's figures: the usage row as last counted, and the limit.
-pub async fn usage_and_limit(conn: &mut PgConnection, pool: PoolId) -> sqlx::Result<(i64, i64)> {
-    let r = sqlx::query!(
-        r#"SELECT (SELECT used FROM core.numeric_entitlement_usage WHERE pool_id = $1 AND resource_key = $2) AS used,
-                  (SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = $2) AS lim"#,
-        pool as PoolId,
-        ACTIVE_SITES
-    )
-    .fetch_one(conn)
-    .await?;
-    Ok((r.used.unwrap_or(0), r.lim.unwrap_or(0)))
-}
-
 /// Whether the pool's organization may put a site under a domain of its own.
 pub async fn custom_domain_allowed(conn: &mut PgConnection, pool: PoolId) -> sqlx::Result<bool> {
     let v = sqlx::query_scalar!(
@@ -494,6 +435,15 @@ pub async fn record_callback(conn: &mut PgConnection, event_id: &str, kind: &str
     .execute(conn)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+// The member's page -----------------------------------------------------------------------------------------
+
+/// `/sites` as `fedwiki.member_sites` gives it in one statement: one JSON document.
+pub async fn member_sites(conn: &mut PgConnection, account: AccountId, requests: i32) -> sqlx::Result<String> {
+    sqlx::query_scalar!(r#"SELECT fedwiki.member_sites($1, $2) AS "doc!""#, account as AccountId, requests)
+        .fetch_one(conn)
+        .await
 }
 
 // Membership -------------------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ use crate::{
     db::Db,
     ids::{AccountId, OrganizationId},
     services::ServiceError,
-    store::{accounts, fedwiki as store},
+    store::fedwiki as store,
 };
 
+#[derive(Debug, serde::Deserialize)]
 pub struct OrganizationSites {
     pub organization_id: OrganizationId,
     pub name: String,
@@ -35,38 +36,14 @@ impl OrganizationSites {
     }
 }
 
-/// The member's organizations and their sites.
+/// The member's organizations and their sites, in one statement (`fedwiki.member_sites`).
 #[tracing::instrument(name = "Read a member's sites", skip(db))]
 pub async fn member_sites(db: &Db, who: AccountId) -> Result<Vec<OrganizationSites>, ServiceError> {
-    let mut read = db.read().await?;
-    let memberships = accounts::memberships(read.conn(), who).await?;
-    let mut out = Vec::with_capacity(memberships.len());
-    for m in memberships {
-        let ws = store::workspace_of(m.organization_id);
-        let sites = store::sites_of_workspace(read.conn(), &ws).await?;
-        let requests = store::requests_of_workspace(read.conn(), &ws, 20).await?;
-        let pool = store::pool_of_default(read.conn(), m.organization_id).await?;
-        let ((used, limit), custom_domain) = match pool {
-            Some(p) => {
-                (store::usage_and_limit(read.conn(), p).await?, store::custom_domain_allowed(read.conn(), p).await?)
-            }
-            None => ((0, 0), false),
-        };
-        let last_swap_at = store::last_swap_at(read.conn(), &ws).await?;
-        let domains = crate::store::domains::claims_of(read.conn(), &super::registry::workspace_owner(&ws)).await?;
-        let placements = store::placements_of_workspace(read.conn(), &ws).await?;
-        out.push(OrganizationSites {
-            organization_id: m.organization_id,
-            name: m.name,
-            sites,
-            requests,
-            used,
-            limit,
-            custom_domain,
-            domains,
-            placements,
-            last_swap_at,
-        });
-    }
-    Ok(out)
+    let doc = {
+        let mut read = db.read().await?;
+        store::member_sites(read.conn(), who, 20).await?
+    };
+    serde_json::from_str(&doc).map_err(|e| {
+        ServiceError::Db(crate::db::DbError::from(sqlx::Error::Decode(format!("fedwiki.member_sites: {e}").into())))
+    })
 }
