@@ -185,6 +185,23 @@ pub async fn resume_session_with_billing(
     .await
 }
 
+/// `resume_session`, and the member's sites page read in the same statement (as the home's): its
+/// document, parsed by `services::fedwiki::reads::sites_from_doc`.
+#[tracing::instrument(name = "Resume a session with the member's sites", skip_all)]
+pub async fn resume_session_with_sites(db: &Db, token: &str) -> Result<Option<(SessionAccount, String)>, DbError> {
+    resume_with(db, token, async |c| {
+        accounts::resume_session_with_sites(
+            c,
+            token,
+            SESSION_IDLE,
+            SESSION_TOUCH_EVERY,
+            crate::services::fedwiki::reads::REQUESTS_SHOWN,
+        )
+        .await
+    })
+    .await
+}
+
 /// What the resumes share: a token that cannot be one resumes nothing (no round trip); else
 /// `read` resumes it on a connection of the prepared pool, bounded by the request's deadline.
 async fn resume_with<T>(

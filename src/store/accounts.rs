@@ -219,6 +219,31 @@ pub async fn resume_session_with_billing(
     .transpose()
 }
 
+/// `resume_session`, and the member's sites page (`fedwiki.member_sites`, its JSON document) in
+/// the same statement, as the home's. Nothing is read for a session that has ended.
+pub async fn resume_session_with_sites(
+    conn: &mut PgConnection,
+    token: &str,
+    idle: Duration,
+    touch_every: Duration,
+    requests: i32,
+) -> sqlx::Result<Option<(SessionAccount, String)>> {
+    let row = sqlx::query!(
+        r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
+                  fedwiki.member_sites(s.account_id, $4) AS "sites!"
+           FROM core.resume_session($1, $2::bigint * interval '1 millisecond', $3::bigint * interval '1 millisecond') s"#,
+        token,
+        millis(idle),
+        millis(touch_every),
+        requests
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| {
+        (SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator }, r.sites)
+    }))
+}
+
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -90,6 +90,12 @@ async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
                 a
             })
         }
+        Some(views::paths::SITES | views::paths::SITES_LIVE) => {
+            crate::services::auth::resume_session_with_sites(&state.db, &token).await?.map(|(a, sites)| {
+                req.extensions_mut().insert(super::pages::sites::SitesRead(sites));
+                a
+            })
+        }
         _ => crate::services::auth::resume_session(&state.db, &token).await?,
     };
     match resumed {

@@ -36,14 +36,23 @@ impl OrganizationSites {
     }
 }
 
+/// How many of an organization's latest requests the page shows.
+pub const REQUESTS_SHOWN: i32 = 20;
+
 /// The member's organizations and their sites, in one statement (`fedwiki.member_sites`).
 #[tracing::instrument(name = "Read a member's sites", skip(db))]
 pub async fn member_sites(db: &Db, who: AccountId) -> Result<Vec<OrganizationSites>, ServiceError> {
     let doc = {
         let mut read = db.read().await?;
-        store::member_sites(read.conn(), who, 20).await?
+        store::member_sites(read.conn(), who, REQUESTS_SHOWN).await?
     };
-    serde_json::from_str(&doc).map_err(|e| {
+    sites_from_doc(&doc)
+}
+
+/// The page's document as `fedwiki.member_sites` writes it (read on its own, or in the session's
+/// statement by the member guard).
+pub fn sites_from_doc(doc: &str) -> Result<Vec<OrganizationSites>, ServiceError> {
+    serde_json::from_str(doc).map_err(|e| {
         ServiceError::Db(crate::db::DbError::from(sqlx::Error::Decode(format!("fedwiki.member_sites: {e}").into())))
     })
 }

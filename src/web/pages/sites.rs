@@ -41,14 +41,22 @@ fn doing(kind: RequestKind) -> &'static str {
     }
 }
 
-/// The page's view: `refused` puts a refused form's state beside its organization's sites.
+/// The sites page's read, made by the member guard in the session's own statement.
+pub struct SitesRead(pub String);
+
+/// The page's view: `refused` puts a refused form's state beside its organization's sites. The
+/// guard's read when it made one (a GET of the page), else a read of its own.
 async fn view(
     req: &HttpRequest,
     state: &AppState,
     who: AccountId,
     refused: Option<(OrganizationId, FormState)>,
 ) -> Result<views::SitesView, AppError> {
-    let orgs = reads::member_sites(&state.db, who).await?;
+    let read = actix_web::HttpMessage::extensions_mut(req).remove::<SitesRead>();
+    let orgs = match read {
+        Some(SitesRead(doc)) => reads::sites_from_doc(&doc)?,
+        None => reads::member_sites(&state.db, who).await?,
+    };
     let zone = state.config.farm.domain.clone();
     let site_url = |d: &str| match &state.farm {
         Some(f) => f.site_url(d),
