@@ -30,10 +30,6 @@ impl OrganizationSites {
     pub fn in_flight(&self, site_id: &str) -> Option<&store::RequestRow> {
         self.requests.iter().find(|r| r.instance_id == site_id && r.state == crate::states::RequestState::Accepted)
     }
-
-    pub fn any_in_flight(&self) -> bool {
-        self.requests.iter().any(|r| r.state == crate::states::RequestState::Accepted)
-    }
 }
 
 /// How many of an organization's latest requests the page shows.

@@ -56,8 +56,7 @@ pub async fn run_site_request(db: &Db, farm: &Farm, id: RequestId, last_attempt:
         }
         Err(Step::Farm(e)) => {
             let requests: Vec<RequestRow> = std::iter::once(req.clone()).chain(partner.clone()).collect();
-            let reason =
-                format!("{} The request was not carried out.", e.to_string().trim_end_matches('.').to_string() + ".");
+            let reason = format!("{}. The request was not carried out.", e.to_string().trim_end_matches('.'));
             let r = finish_all_with(db, &requests, Activity::Finish { state: RequestState::Failed, outcome: reason })
                 .await?;
             if req.kind == RequestKind::Create {

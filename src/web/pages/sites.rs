@@ -50,7 +50,7 @@ async fn view(
     req: &HttpRequest,
     state: &AppState,
     who: AccountId,
-    refused: Option<(OrganizationId, FormState)>,
+    refused: Option<(Option<OrganizationId>, FormState)>,
 ) -> Result<views::SitesView, AppError> {
     let read = actix_web::HttpMessage::extensions_mut(req).remove::<SitesRead>();
     let orgs = match read {
@@ -63,7 +63,8 @@ async fn view(
         None => format!("https://{d}/"),
     };
     let cooldown = state.config.farm.swap_cooldown;
-    let mut refused = refused;
+    // A site's act names no organization: its refusal shows beside the first (the usual one).
+    let mut refused = refused.map(|(org, form)| (org.or_else(|| orgs.first().map(|o| o.organization_id)), form));
     let organizations = orgs
         .into_iter()
         .map(|o| {
@@ -104,7 +105,7 @@ async fn view(
                 (since < cooldown).then(|| (cooldown - since).as_secs().div_ceil(60).max(1) as i64)
             });
             let form = match &refused {
-                Some((org, _)) if *org == o.organization_id => refused.take().map(|(_, f)| f).unwrap_or_default(),
+                Some((Some(org), _)) if *org == o.organization_id => refused.take().map(|(_, f)| f).unwrap_or_default(),
                 _ => FormState::default(),
             };
             views::OrgSites {
@@ -174,10 +175,7 @@ async fn refused(
     values: Vec<(String, String)>,
 ) -> Result<HttpResponse, AppError> {
     let r = refusals::form(e, values, WORDS)?;
-    let orgs = reads::member_sites(&state.db, who).await?;
-    // A site's act names no organization: its refusal shows beside the first (the usual one).
-    let org = org.or_else(|| orgs.first().map(|o| o.organization_id));
-    let v = view(req, state, who, org.map(|o| (o, r.form))).await?;
+    let v = view(req, state, who, Some((org, r.form))).await?;
     Ok(refusals::answer(req, r.status, "Sites", || views::sites_section(&v), || views::member_sites(&v)))
 }
 
@@ -196,6 +194,15 @@ async fn answer<T>(
         Err(ServiceError::NotFound(w)) => Err(ServiceError::NotFound(w).into()),
         Err(e) => refused(req, state, who, org, e, values).await,
     }
+}
+
+/// A form's organization, as the page wrote it.
+fn organization(field: &str) -> Result<OrganizationId, AppError> {
+    field
+        .trim()
+        .parse::<i64>()
+        .map(OrganizationId)
+        .map_err(|_| AppError::BadRequest("Choose the organization from the page.".into()))
 }
 
 fn connected(state: &AppState) -> Result<(), AppError> {
@@ -224,12 +231,7 @@ pub async fn create(
     form: Form<CreateForm>,
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
-    let org = form
-        .organization_id
-        .trim()
-        .parse::<i64>()
-        .map(OrganizationId)
-        .map_err(|_| AppError::BadRequest("Choose the organization from the page.".into()))?;
+    let org = organization(&form.organization_id)?;
     let made = match SiteName::parse(&form.name) {
         Ok(name) => fedwiki::create_site(&state.db, &state.config.farm, who.account_id, org, &name).await,
         Err(m) => Err(ServiceError::invalid("name", m)),
@@ -339,12 +341,7 @@ pub async fn domains(
     Member(who): Member,
     form: Form<DomainForm>,
 ) -> Result<HttpResponse, AppError> {
-    let org = form
-        .organization_id
-        .trim()
-        .parse::<i64>()
-        .map(OrganizationId)
-        .map_err(|_| AppError::BadRequest("Choose the organization from the page.".into()))?;
+    let org = organization(&form.organization_id)?;
     let farm = &state.config.farm;
     let (asked, done) = if form.site.is_empty() && form.hostname.is_empty() {
         ("domain", fedwiki::domains::claim_domain(&state.db, farm, who.account_id, org, &form.domain).await.map(|_| ()))
