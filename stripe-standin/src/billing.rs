@@ -216,7 +216,7 @@ pub fn create_subscription(st: &mut Inner, new: NewSubscription) -> ApiResult<St
     Ok(id)
 }
 
-fn set_field(st: &mut Inner, sub_id: &str, field: &str, value: Value) {
+pub fn set_field(st: &mut Inner, sub_id: &str, field: &str, value: Value) {
     if let Some(sub) = st.subscriptions.get_mut(sub_id) {
         sub[field] = value;
     }
@@ -224,7 +224,18 @@ fn set_field(st: &mut Inner, sub_id: &str, field: &str, value: Value) {
 
 /// Add an item to a subscription for the period `start..end`.
 pub fn add_item(st: &mut Inner, sub_id: &str, item: &NewItem, start: i64, end: i64, now: i64) -> String {
-    let id = new_id("si");
+    insert_item(st, new_id("si"), sub_id, item, (start, end), now)
+}
+
+/// Add an item whose id was chosen beforehand (an update's plan names its new items).
+pub fn insert_item(
+    st: &mut Inner,
+    id: String,
+    sub_id: &str,
+    item: &NewItem,
+    (start, end): (i64, i64),
+    now: i64,
+) -> String {
     st.items.insert(json!({
         "id": id,
         "object": "subscription_item",
@@ -242,6 +253,13 @@ pub fn add_item(st: &mut Inner, sub_id: &str, item: &NewItem, start: i64, end: i
     id
 }
 
+/// A recurring price's billing interval and interval count.
+pub fn price_interval(st: &Inner, price: &str) -> Option<(Interval, i64)> {
+    let price = st.prices.get(price)?;
+    let interval = price["recurring"]["interval"].as_str().and_then(Interval::parse)?;
+    Some((interval, price["recurring"]["interval_count"].as_i64().unwrap_or(1)))
+}
+
 /// The current period of a subscription, from its items (they share one period).
 pub fn current_period(st: &Inner, sub_id: &str) -> Option<(i64, i64)> {
     let first = item_ids(st, sub_id).into_iter().next()?;
@@ -249,61 +267,198 @@ pub fn current_period(st: &Inner, sub_id: &str) -> Option<(i64, i64)> {
     Some((item["current_period_start"].as_i64()?, item["current_period_end"].as_i64()?))
 }
 
-/// Create a draft invoice billing every item of the subscription for `start..end`.
-pub fn create_invoice(st: &mut Inner, sub_id: &str, reason: &str, start: i64, end: i64, now: i64) -> String {
-    let id = new_id("in");
+/// One line of an invoice before it is shaped as Stripe's `line_item`: a subscription item's
+/// price for a period, or a proration of it.
+#[derive(Debug, Clone)]
+pub struct Charge {
+    pub subscription_item: String,
+    pub price: String,
+    pub quantity: u64,
+    pub amount: i64,
+    pub period: (i64, i64),
+    pub proration: bool,
+    pub description: String,
+    /// The pending invoice item this line bills (prorations are invoice items first).
+    pub invoice_item: Option<String>,
+}
+
+/// A subscription item as billing sees it: (subscription item id, price id, quantity).
+pub type Billed = (String, String, u64);
+
+/// The subscription's items as they stand, oldest first.
+pub fn current_items(st: &Inner, sub_id: &str) -> Vec<Billed> {
+    item_ids(st, sub_id)
+        .into_iter()
+        .filter_map(|id| {
+            let item = st.items.get(&id)?;
+            let price = item["price"].as_str()?.to_string();
+            Some((id, price, item["quantity"].as_u64().unwrap_or(1)))
+        })
+        .collect()
+}
+
+/// The product's name for a price, as line descriptions show it.
+pub fn product_name(st: &Inner, price: &str) -> String {
+    let product = st.prices.get(price).and_then(|p| p["product"].as_str()).unwrap_or_default();
+    st.products.get(product).and_then(|p| p["name"].as_str()).unwrap_or(product).to_string()
+}
+
+pub fn unit_amount(st: &Inner, price: &str) -> i64 {
+    st.prices.get(price).and_then(|p| p["unit_amount"].as_i64()).unwrap_or(0)
+}
+
+/// What each of `items` costs for the whole period `start..end`.
+pub fn period_charges(st: &Inner, items: &[Billed], start: i64, end: i64) -> Vec<Charge> {
+    items
+        .iter()
+        .map(|(si, price, quantity)| Charge {
+            subscription_item: si.clone(),
+            price: price.clone(),
+            quantity: *quantity,
+            amount: unit_amount(st, price) * *quantity as i64,
+            period: (start, end),
+            proration: false,
+            description: format!("{quantity} × {}", product_name(st, price)),
+            invoice_item: None,
+        })
+        .collect()
+}
+
+/// The subscription's pending invoice items (prorations not invoiced yet), oldest first: the
+/// next invoice of the subscription bills them.
+pub fn pending_charges(st: &Inner, sub_id: &str) -> Vec<Charge> {
+    st.invoice_items
+        .oldest_first()
+        .filter(|ii| ii["invoice"].is_null() && ii["parent"]["subscription_details"]["subscription"] == sub_id)
+        .map(|ii| Charge {
+            subscription_item: ii["parent"]["subscription_details"]["subscription_item"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            price: ii["pricing"]["price_details"]["price"].as_str().unwrap_or_default().to_string(),
+            quantity: ii["quantity"].as_u64().unwrap_or(1),
+            amount: ii["amount"].as_i64().unwrap_or(0),
+            period: (ii["period"]["start"].as_i64().unwrap_or(0), ii["period"]["end"].as_i64().unwrap_or(0)),
+            proration: ii["proration"] == true,
+            description: ii["description"].as_str().unwrap_or_default().to_string(),
+            invoice_item: ii["id"].as_str().map(str::to_string),
+        })
+        .collect()
+}
+
+/// `num / den` as a decimal string (at most 12 places), for `unit_amount_decimal`.
+fn decimal(num: i64, den: u64) -> String {
+    if den == 0 || num % den as i64 == 0 {
+        return (if den == 0 { num } else { num / den as i64 }).to_string();
+    }
+    let scaled = (i128::from(num) * 1_000_000_000_000) / i128::from(den);
+    let sign = if scaled < 0 { "-" } else { "" };
+    let (whole, frac) = (scaled.abs() / 1_000_000_000_000, scaled.abs() % 1_000_000_000_000);
+    format!("{sign}{whole}.{}", format!("{frac:012}").trim_end_matches('0'))
+}
+
+fn pricing(st: &Inner, c: &Charge) -> Value {
+    let product = st.prices.get(&c.price).map(|p| p["product"].clone()).unwrap_or(Value::Null);
+    let unit = if c.proration { decimal(c.amount, c.quantity) } else { unit_amount(st, &c.price).to_string() };
+    json!({
+        "type": "price_details",
+        "price_details": { "price": c.price, "product": product },
+        "unit_amount_decimal": unit,
+    })
+}
+
+fn line_json(st: &Inner, invoice: &str, line_id: String, sub_id: &str, currency: &Value, c: &Charge) -> Value {
+    json!({
+        "id": line_id,
+        "object": "line_item",
+        "amount": c.amount,
+        "currency": currency,
+        "description": c.description,
+        "discount_amounts": [],
+        // Stripe makes prorations non-discountable: a discount is already in their amount.
+        "discountable": !c.proration,
+        "discounts": [],
+        "invoice": invoice,
+        "livemode": false,
+        "metadata": {},
+        "parent": {
+            "type": "subscription_item_details",
+            "invoice_item_details": null,
+            "subscription_item_details": {
+                "invoice_item": c.invoice_item,
+                "proration": c.proration,
+                "proration_details": { "credited_items": null },
+                "subscription": sub_id,
+                "subscription_item": c.subscription_item,
+            }
+        },
+        "period": { "end": c.period.1, "start": c.period.0 },
+        "pretax_credit_amounts": [],
+        "pricing": pricing(st, c),
+        "quantity": c.quantity,
+        "subtotal": c.amount,
+        "taxes": [],
+    })
+}
+
+/// A pending invoice item for a proration, as Stripe shows `invoiceitem` objects.
+pub fn create_invoice_item(st: &mut Inner, sub_id: &str, c: &Charge, now: i64) -> String {
+    let id = new_id("ii");
+    let sub = st.subscriptions.get(sub_id).cloned().unwrap_or(Value::Null);
+    let item = json!({
+        "id": id,
+        "object": "invoiceitem",
+        "amount": c.amount,
+        "currency": sub["currency"],
+        "customer": sub["customer"],
+        "customer_account": null,
+        "date": now,
+        "description": c.description,
+        "discountable": !c.proration,
+        "discounts": [],
+        "invoice": null,
+        "livemode": false,
+        "metadata": {},
+        "net_amount": c.amount,
+        "parent": {
+            "type": "subscription_details",
+            "subscription_details": { "subscription": sub_id, "subscription_item": c.subscription_item },
+        },
+        "period": { "end": c.period.1, "start": c.period.0 },
+        "pricing": pricing(st, c),
+        "proration": c.proration,
+        "proration_details": { "credited_items": null, "discount_amounts": [] },
+        "quantity": c.quantity,
+        "quantity_decimal": c.quantity.to_string(),
+        "tax_rates": [],
+        "test_clock": sub["test_clock"],
+    });
+    st.invoice_items.insert(item.clone());
+    st.emit("invoiceitem.created", &item, None);
+    id
+}
+
+/// An invoice object of the subscription billing `charges`, as a draft. The invoice id and the
+/// line id prefix differ between stored invoices (`in_…`, `il`) and previews (`upcoming_in_…`,
+/// `il_tmp`).
+pub fn invoice_json(
+    st: &Inner,
+    (id, line_prefix): (&str, &str),
+    sub_id: &str,
+    reason: &str,
+    charges: &[Charge],
+    (start, end): (i64, i64),
+    now: i64,
+) -> Value {
     let sub = st.subscriptions.get(sub_id).cloned().unwrap_or(Value::Null);
     let currency = sub["currency"].clone();
-    let mut lines = vec![];
-    let mut total = 0i64;
-    for item_id in item_ids(st, sub_id) {
-        let Some(item) = st.items.get(&item_id) else { continue };
-        let Some(price) = item["price"].as_str().and_then(|p| st.prices.get(p)) else { continue };
-        let quantity = item["quantity"].as_i64().unwrap_or(1);
-        let unit = price["unit_amount"].as_i64().unwrap_or(0);
-        let amount = unit * quantity;
-        total += amount;
-        let product = price["product"].as_str().unwrap_or_default();
-        let product_name = st.products.get(product).and_then(|p| p["name"].as_str()).unwrap_or(product);
-        lines.push(json!({
-            "id": new_id("il"),
-            "object": "line_item",
-            "amount": amount,
-            "currency": currency,
-            "description": format!("{quantity} × {product_name}"),
-            "discount_amounts": [],
-            "discountable": true,
-            "discounts": [],
-            "invoice": id,
-            "livemode": false,
-            "metadata": {},
-            "parent": {
-                "type": "subscription_item_details",
-                "invoice_item_details": null,
-                "subscription_item_details": {
-                    "invoice_item": null,
-                    "proration": false,
-                    "proration_details": { "credited_items": null },
-                    "subscription": sub_id,
-                    "subscription_item": item_id,
-                }
-            },
-            "period": { "end": end, "start": start },
-            "pretax_credit_amounts": [],
-            "pricing": {
-                "type": "price_details",
-                "price_details": { "price": price["id"], "product": product },
-                "unit_amount_decimal": unit.to_string(),
-            },
-            "quantity": quantity,
-            "subtotal": amount,
-            "taxes": [],
-        }));
-    }
+    let lines: Vec<Value> =
+        charges.iter().map(|c| line_json(st, id, new_id(line_prefix), sub_id, &currency, c)).collect();
+    let total: i64 = charges.iter().map(|c| c.amount).sum();
     let customer_id = sub["customer"].as_str().unwrap_or_default().to_string();
     let customer = st.customers.get(&customer_id).cloned().unwrap_or(Value::Null);
     let line_count = lines.len();
-    let invoice = json!({
+    let mut invoice = json!({
         "id": id,
         "object": "invoice",
         "account_country": "US",
@@ -388,26 +543,94 @@ pub fn create_invoice(st: &mut Inner, sub_id: &str, reason: &str, start: i64, en
         "total_taxes": [],
         "webhooks_delivered_at": null,
     });
+    apply_balance(&mut invoice, 0);
+    invoice
+}
+
+/// Apply the customer's balance (negative is credit) to an invoice as Stripe does when it
+/// finalizes one: credit lowers what is due, and a negative total becomes credit rather than a
+/// negative amount due. Returns the customer's balance afterwards.
+pub fn apply_balance(invoice: &mut Value, balance: i64) -> i64 {
+    let total = invoice["total"].as_i64().unwrap_or(0);
+    invoice["starting_balance"] = json!(balance);
+    invoice["amount_due"] = json!(due_after_balance(total, balance));
+    invoice["amount_remaining"] = json!(due_after_balance(total, balance));
+    (total + balance).min(0)
+}
+
+/// What an invoice of `total` asks for once the customer's balance is applied.
+pub fn due_after_balance(total: i64, balance: i64) -> i64 {
+    (total + balance).max(0)
+}
+
+/// The customer's balance (negative is credit owed to the customer).
+pub fn customer_balance(st: &Inner, customer: &str) -> i64 {
+    st.customers.get(customer).and_then(|c| c["balance"].as_i64()).unwrap_or(0)
+}
+
+/// Store a draft invoice of the subscription billing `charges`; the pending invoice items among
+/// them now belong to it.
+pub fn store_invoice(
+    st: &mut Inner,
+    sub_id: &str,
+    reason: &str,
+    charges: &[Charge],
+    period: (i64, i64),
+    now: i64,
+) -> String {
+    let id = new_id("in");
+    let invoice = invoice_json(st, (&id, "il"), sub_id, reason, charges, period, now);
     st.invoices.insert(invoice);
+    for ii in charges.iter().filter_map(|c| c.invoice_item.as_deref()) {
+        if let Some(item) = st.invoice_items.get_mut(ii) {
+            item["invoice"] = json!(id);
+        }
+    }
     id
 }
 
-fn emit_invoice(st: &mut Inner, id: &str, kind: &str) {
+/// Create a draft invoice billing every item of the subscription for `start..end`, after the
+/// subscription's pending invoice items (the prorations of changes since the last invoice).
+pub fn create_invoice(st: &mut Inner, sub_id: &str, reason: &str, start: i64, end: i64, now: i64) -> String {
+    let mut charges = pending_charges(st, sub_id);
+    charges.extend(period_charges(st, &current_items(st, sub_id), start, end));
+    store_invoice(st, sub_id, reason, &charges, (start, end), now)
+}
+
+pub fn emit_invoice(st: &mut Inner, id: &str, kind: &str) {
     if let Some(inv) = st.invoices.get(id).cloned() {
         st.emit(kind, &inv, None);
     }
 }
 
-/// Draft → open, with a number.
+/// Draft → open, with a number; the customer's balance is applied (and updated) now.
 pub fn finalize_invoice(st: &mut Inner, id: &str, now: i64) {
     st.invoice_seq += 1;
     let seq = st.invoice_seq;
+    let customer = st.invoices.get(id).and_then(|i| i["customer"].as_str()).unwrap_or_default().to_string();
+    let balance = customer_balance(st, &customer);
     let Some(inv) = st.invoices.get_mut(id) else { return };
+    let ending = apply_balance(inv, balance);
+    inv["ending_balance"] = json!(ending);
     inv["status"] = json!("open");
     inv["number"] = json!(format!("STANDIN-{seq:04}"));
     inv["effective_at"] = json!(now);
     inv["status_transitions"]["finalized_at"] = json!(now);
+    set_customer_balance(st, &customer, ending);
     emit_invoice(st, id, "invoice.finalized");
+}
+
+/// Record a customer's new balance, with `customer.updated` when it changed.
+fn set_customer_balance(st: &mut Inner, customer: &str, balance: i64) {
+    let Some(before) = st.customers.get(customer).cloned() else { return };
+    if before["balance"].as_i64() == Some(balance) {
+        return;
+    }
+    let mut after = before.clone();
+    after["balance"] = json!(balance);
+    st.customers.insert(after.clone());
+    let (before, after) = (crate::api::public_customer(before), crate::api::public_customer(after));
+    st.emit("customer.updated", &after, Some(&before));
 }
 
 /// Charge an open invoice with `card`. Paid → `invoice.paid` (and an invoice payment);
@@ -539,16 +762,8 @@ fn advance_subscription(st: &mut Inner, id: &str, now: i64) {
 
 /// Start the next period at `start`: move the items' periods, invoice and charge.
 fn renew(st: &mut Inner, id: &str, sub: &Value, start: i64) {
-    let shape = item_ids(st, id)
-        .first()
-        .and_then(|i| st.items.get(i))
-        .and_then(|i| i["price"].as_str())
-        .and_then(|p| st.prices.get(p))
-        .and_then(|p| {
-            let interval = p["recurring"]["interval"].as_str().and_then(Interval::parse)?;
-            Some((interval, p["recurring"]["interval_count"].as_i64().unwrap_or(1)))
-        });
-    let Some((interval, count)) = shape else { return };
+    let first = current_items(st, id).into_iter().next();
+    let Some((interval, count)) = first.and_then(|(_, price, _)| price_interval(st, &price)) else { return };
     let end = add_interval(start, interval, count);
     let pause = sub["pause_collection"]["behavior"].as_str().map(str::to_string);
     let card = payment_method_for(st, sub).and_then(|pm| st.card_of(&pm));
@@ -568,32 +783,54 @@ fn renew(st: &mut Inner, id: &str, sub: &Value, start: i64) {
         return;
     }
     emit_invoice(st, &invoice, "invoice.created");
-    match pause.as_deref() {
-        // Paused collection: the invoice is left as a draft, voided or written off, unpaid.
-        Some("keep_as_draft") => {}
+    if let Some(paid) = collect(st, &invoice, pause.as_deref(), Collection::Charge(card), start) {
+        let next = if paid { "active" } else { "past_due" };
+        if sub["status"] != next {
+            let _ = update_subscription(st, id, |st| {
+                set_field(st, id, "status", json!(next));
+                Ok(())
+            });
+        }
+    }
+}
+
+/// How a new invoice is collected once finalized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collection {
+    /// Charge it with this card (`None`: no usable payment method, so the charge fails).
+    Charge(Option<Card>),
+    /// Leave it open for the customer to pay, as `payment_behavior=default_incomplete` does.
+    LeaveOpen,
+}
+
+/// Finalize a new subscription invoice and collect it. Paused collection leaves it a draft,
+/// voids it or writes it off instead. Whether it was paid; `None` when no charge was made.
+pub fn collect(st: &mut Inner, invoice: &str, pause: Option<&str>, how: Collection, now: i64) -> Option<bool> {
+    match pause {
+        Some("keep_as_draft") => None,
         Some(behavior) => {
-            finalize_invoice(st, &invoice, start);
+            finalize_invoice(st, invoice, now);
             let (status, stamp) =
                 if behavior == "void" { ("void", "voided_at") } else { ("uncollectible", "marked_uncollectible_at") };
-            if let Some(inv) = st.invoices.get_mut(&invoice) {
+            if let Some(inv) = st.invoices.get_mut(invoice) {
                 inv["status"] = json!(status);
-                inv["status_transitions"][stamp] = json!(start);
+                inv["status_transitions"][stamp] = json!(now);
                 if status == "void" {
                     inv["amount_remaining"] = json!(0);
                 }
             }
             let kind = if status == "void" { "invoice.voided" } else { "invoice.marked_uncollectible" };
-            emit_invoice(st, &invoice, kind);
+            emit_invoice(st, invoice, kind);
+            None
         }
         None => {
-            finalize_invoice(st, &invoice, start);
-            let paid = charge_invoice(st, &invoice, card, start);
-            let next = if paid { "active" } else { "past_due" };
-            if sub["status"] != next {
-                let _ = update_subscription(st, id, |st| {
-                    set_field(st, id, "status", json!(next));
-                    Ok(())
-                });
+            finalize_invoice(st, invoice, now);
+            let due = st.invoices.get(invoice).and_then(|i| i["amount_due"].as_i64()).unwrap_or(0);
+            match how {
+                Collection::Charge(card) => Some(charge_invoice(st, invoice, card, now)),
+                // Nothing to pay is paid, as Stripe marks a zero invoice paid at finalization.
+                Collection::LeaveOpen if due == 0 => Some(charge_invoice(st, invoice, None, now)),
+                Collection::LeaveOpen => Some(false),
             }
         }
     }

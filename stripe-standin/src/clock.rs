@@ -89,6 +89,13 @@ pub fn format_date(ts: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
+/// `15 Jan 2027`, as Stripe writes dates in proration descriptions.
+pub fn format_day(ts: i64) -> String {
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let (y, m, d) = civil_from_days(ts.div_euclid(86_400));
+    format!("{d} {} {y}", MONTHS[(m as usize).saturating_sub(1) % 12])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,8 +64,14 @@ impl ApiError {
 
     /// 402, as Stripe answers a declined card.
     pub fn card_declined(param: &str) -> Self {
-        let mut e = Self::new(StatusCode::PAYMENT_REQUIRED, "card_error", "Your card was declined.");
+        let mut e = Self::payment_declined();
         e.param = Some(param.into());
+        e
+    }
+
+    /// 402 for a charge that failed on a card already on file (no parameter to blame).
+    pub fn payment_declined() -> Self {
+        let mut e = Self::new(StatusCode::PAYMENT_REQUIRED, "card_error", "Your card was declined.");
         e.code = Some("card_declined");
         e.decline_code = Some("generic_decline");
         e

@@ -1,7 +1,8 @@
 //! The Stripe stand-in: a stateful, local server speaking the parts of Stripe's API (version
 //! 2026-09-30.endive) the console uses — customers, products, prices, checkout sessions with a
-//! hosted payment page, subscriptions, invoices, events, signed webhooks and test clocks — plus
-//! a small control API (`/_standin/…`) for tests to inject faults and reorder deliveries.
+//! hosted payment page, subscriptions (with prorations), invoices and invoice previews, events,
+//! signed webhooks and test clocks — plus a small control API (`/_standin/…`) for tests to inject
+//! faults and reorder deliveries.
 //!
 //! Start it in-process with [`StandIn::start`] or run the `stripe-standin` binary.
 
@@ -16,6 +17,7 @@ pub mod form;
 mod ids;
 mod page;
 mod params;
+mod proration;
 mod server;
 mod state;
 pub mod webhooks;

@@ -182,12 +182,14 @@ fn layout(title: &str, body: &str) -> String {
 
 /// Amount in minor units as the customer reads it.
 pub fn money(amount: i64, currency: &str) -> String {
-    let major = format!("{}.{:02}", amount / 100, (amount % 100).abs());
+    // Credits (proration lines) are negative: the sign goes before the whole amount, `-$5.00`.
+    let sign = if amount < 0 { "-" } else { "" };
+    let major = format!("{}.{:02}", amount.abs() / 100, amount.abs() % 100);
     match currency {
-        "usd" => format!("${major}"),
-        "eur" => format!("€{major}"),
-        "gbp" => format!("£{major}"),
-        other => format!("{major} {}", other.to_uppercase()),
+        "usd" => format!("{sign}${major}"),
+        "eur" => format!("{sign}€{major}"),
+        "gbp" => format!("{sign}£{major}"),
+        other => format!("{sign}{major} {}", other.to_uppercase()),
     }
 }
 

@@ -105,6 +105,8 @@ pub struct Inner {
     pub subscriptions: Table,
     pub items: Table,
     pub invoices: Table,
+    /// Invoice items (`ii_…`): the prorations of subscription updates, pending until invoiced.
+    pub invoice_items: Table,
     pub invoice_payments: Table,
     pub events: Table,
     pub clocks: Table,
@@ -170,6 +172,7 @@ impl Inner {
             "sub" => return crate::billing::render_subscription(self, id),
             "si" => return crate::billing::render_item(self, id),
             "in" => &self.invoices,
+            "ii" => &self.invoice_items,
             "clock" => &self.clocks,
             "evt" => &self.events,
             _ => return None,

@@ -12,6 +12,7 @@ use common::{eventually, get, post, start_with};
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
+use stripe_billing::invoice_item::RetrieveInvoiceItem;
 use stripe_standin::{Config, StandIn};
 use stripe_webhook::{EventObject, Webhook};
 
@@ -288,6 +289,20 @@ async fn every_event_of_a_checkout_and_a_renewal_parses_with_async_stripe_webhoo
     )
     .await;
     common::pay(session["url"].as_str().expect("url"), "4242424242424242").await;
+    // Seat changes: prorations left pending for the renewal, then ones invoiced at once.
+    let (_, session) = get(&standin, &format!("/v1/checkout/sessions/{}", session["id"].as_str().expect("id"))).await;
+    let sub_id = session["subscription"].as_str().expect("subscription");
+    let (_, sub) = get(&standin, &format!("/v1/subscriptions/{sub_id}")).await;
+    let item = sub["items"]["data"][0]["id"].as_str().expect("item");
+    for (quantity, behavior) in [("2", "create_prorations"), ("3", "always_invoice")] {
+        let (status, _, body) = post(
+            &standin,
+            &format!("/v1/subscriptions/{sub_id}"),
+            &[("items[0][id]", item), ("items[0][quantity]", quantity), ("proration_behavior", behavior)],
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
     post(
         &standin,
         "/v1/test_helpers/test_clocks/{id}/advance".replace("{id}", clock_id).as_str(),
@@ -306,8 +321,17 @@ async fn every_event_of_a_checkout_and_a_renewal_parses_with_async_stripe_webhoo
     for (sig, body) in &seen {
         let event = Webhook::construct_event(body, sig, &secret)
             .unwrap_or_else(|e| panic!("async-stripe-webhook rejected {body}: {e:?}"));
-        assert!(!matches!(event.data.object, EventObject::Unknown(_)), "unparsed object in {body}");
-        kinds.push(event.type_.as_str().to_string());
+        let kind = event.type_.as_str().to_string();
+        if kind.starts_with("invoiceitem.") {
+            // async-stripe-webhook types invoice items only with its billing feature, which the
+            // workspace does not enable: parse the object through the client's own type instead.
+            let object: Value = serde_json::from_str(body).expect("json");
+            let id = object["data"]["object"]["id"].as_str().expect("invoice item id");
+            RetrieveInvoiceItem::new(id).send(&common::client(&standin)).await.expect("invoice item parses");
+        } else {
+            assert!(!matches!(event.data.object, EventObject::Unknown(_)), "unparsed object in {body}");
+        }
+        kinds.push(kind);
     }
     for kind in [
         "product.updated",
@@ -320,6 +344,7 @@ async fn every_event_of_a_checkout_and_a_renewal_parses_with_async_stripe_webhoo
         "invoice.finalized",
         "invoice.paid",
         "invoice.payment_succeeded",
+        "invoiceitem.created",
         "test_helpers.test_clock.ready",
     ] {
         assert!(kinds.iter().any(|k| k == kind), "{kind} not delivered: {kinds:?}");

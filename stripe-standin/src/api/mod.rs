@@ -53,9 +53,12 @@ pub fn route(st: &mut Inner, hooks: &Dispatcher, method: &Method, segs: &[&str],
         ("POST", ["v1", "subscription_items", id]) => subscriptions::update_item(st, id, p),
 
         ("GET", ["v1", "invoices"]) => invoices::list(st, p),
+        ("POST", ["v1", "invoices", "create_preview"]) => invoices::create_preview(st, p),
         ("GET", ["v1", "invoices", id]) => invoices::retrieve(st, id),
         ("GET", ["v1", "invoices", id, "lines"]) => invoices::lines(st, id, p),
         ("POST", ["v1", "invoices", id, "pay"]) => invoices::pay(st, id, p),
+        ("GET", ["v1", "invoiceitems"]) => invoices::list_items(st, p),
+        ("GET", ["v1", "invoiceitems", id]) => invoices::retrieve_item(st, id),
         ("GET", ["v1", "invoice_payments"]) => invoices::list_payments(st, p),
         ("GET", ["v1", "invoice_payments", id]) => invoices::retrieve_payment(st, id),
 

@@ -2,10 +2,11 @@
 
 use serde_json::{Value, json};
 
-use crate::billing::{self, NewItem, NewSubscription, render_item, render_subscription};
+use crate::billing::{self, Collection, NewItem, NewSubscription, render_item, render_subscription};
 use crate::error::{ApiError, ApiResult};
 use crate::params;
-use crate::state::Inner;
+use crate::proration::{self, Behavior, Plan};
+use crate::state::{Card, Inner};
 
 fn get(st: &Inner, id: &str) -> ApiResult {
     render_subscription(st, id).ok_or_else(|| ApiError::missing("subscription", id, "id"))
@@ -79,19 +80,52 @@ pub fn update(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
             "A canceled subscription can only update its cancellation_details and metadata.",
         ));
     }
-    if let Some(proration) = params::string(p, "proration_behavior")?
-        && !matches!(proration.as_str(), "create_prorations" | "none" | "always_invoice")
-    {
-        return Err(ApiError::invalid("proration_behavior", format!("Invalid proration_behavior: {proration}")));
+    let behavior = Behavior::parse(params::string(p, "proration_behavior")?, "proration_behavior")?;
+    let payment = PaymentBehavior::parse(params::string(p, "payment_behavior")?)?;
+    let proration_date = params::integer(p, "proration_date")?;
+    let changes = proration::parse_changes(st, id, &params::array(p, "items")?, "items")?;
+    let plan = if changes.is_empty() {
+        None
+    } else {
+        let at = proration::moment(st, id, proration_date, "proration_date")?;
+        Some(proration::plan(st, id, &changes, behavior, at, "items")?)
+    };
+    update_fields(st, id, p, plan, payment)
+}
+
+/// `payment_behavior` of an update: what happens when the invoice the update creates at once
+/// cannot be paid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // named after Stripe's values, which all end so
+enum PaymentBehavior {
+    /// Stripe's default: the update applies, the invoice stays open, the subscription is past_due.
+    AllowIncomplete,
+    /// Nothing applies and the answer is the payment error (402).
+    ErrorIfIncomplete,
+    /// The invoice is finalized but not charged; the subscription is past_due until it is paid.
+    DefaultIncomplete,
+}
+
+impl PaymentBehavior {
+    fn parse(value: Option<String>) -> ApiResult<Self> {
+        match value.as_deref() {
+            None | Some("allow_incomplete") => Ok(Self::AllowIncomplete),
+            Some("error_if_incomplete") => Ok(Self::ErrorIfIncomplete),
+            Some("default_incomplete") => Ok(Self::DefaultIncomplete),
+            Some("pending_if_incomplete") => Err(ApiError::invalid(
+                "payment_behavior",
+                "The stand-in does not implement payment_behavior=pending_if_incomplete (pending updates).",
+            )),
+            Some(other) => Err(ApiError::invalid("payment_behavior", format!("Invalid payment_behavior: {other}"))),
+        }
     }
-    update_fields(st, id, p)
 }
 
 fn only_metadata(p: &Value) -> bool {
     p.as_object().is_some_and(|m| m.keys().all(|k| k == "metadata" || k == "expand" || k == "cancellation_details"))
 }
 
-fn update_fields(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
+fn update_fields(st: &mut Inner, id: &str, p: &Value, plan: Option<Plan>, payment: PaymentBehavior) -> ApiResult {
     let cancel_at_period_end = params::boolean(p, "cancel_at_period_end")?;
     let cancel_at = params::nullable(p, "cancel_at")?;
     let default_pm = params::nullable(p, "default_payment_method")?;
@@ -116,69 +150,26 @@ fn update_fields(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
             Some(json!({ "behavior": behavior, "resumes_at": resumes_at }))
         }
     };
-    let items = params::array(p, "items")?;
-    // Validate item changes before touching anything.
-    let mut changes = vec![];
-    for (i, item) in items.into_iter().enumerate() {
-        let item_id =
-            params::string(item, "id").map_err(|_| ApiError::invalid(&format!("items[{i}][id]"), "Invalid id"))?;
-        if let Some(si) = &item_id
-            && st.items.get(si).is_none_or(|x| x["subscription"] != id)
-        {
-            return Err(ApiError::missing("subscription_item", si, &format!("items[{i}][id]")));
+    let cancel_at = match cancel_at {
+        None => None,
+        Some(Value::String(s)) => {
+            Some(json!(s.parse::<i64>().map_err(|_| ApiError::invalid("cancel_at", "Invalid timestamp"))?))
         }
-        let price =
-            params::string(item, "price").map_err(|_| ApiError::invalid(&format!("items[{i}][price]"), "Invalid"))?;
-        if let Some(pr) = &price {
-            billing::validate_items(st, &[NewItem { price: pr.clone(), quantity: 1, metadata: json!({}) }], "items")
-                .map_err(|mut e| {
-                    e.param = Some(format!("items[{i}][price]"));
-                    e
-                })?;
-        }
-        if item_id.is_none() && price.is_none() {
-            return Err(ApiError::required(&format!("items[{i}][price]")));
-        }
-        let deleted = params::boolean(item, "deleted")
-            .map_err(|_| ApiError::invalid(&format!("items[{i}][deleted]"), "Invalid boolean"))?;
-        let metadata = item.get("metadata").cloned();
-        changes.push((item_id, price, quantity(item, i)?, deleted == Some(true), metadata));
+        Some(_) => Some(Value::Null),
+    };
+    // Checked now: once prorations are written, nothing may fail half-way.
+    params::metadata(p, "metadata")?;
+    if let Some(plan) = plan.as_ref().filter(|plan| plan.invoices_now())
+        && payment == PaymentBehavior::ErrorIfIncomplete
+    {
+        refuse_unpayable(st, id, plan, default_pm.as_ref(), pause.as_ref())?;
     }
+    let now = st.now_for_customer(st.subscriptions.get(id).and_then(|s| s["customer"].as_str()));
     let metadata_param = p.clone();
+    let mut invoice = None;
     billing::update_subscription(st, id, |st| {
-        let period = billing::current_period(st, id);
-        for (item_id, price, qty, deleted, metadata) in changes {
-            match item_id {
-                Some(si) if deleted => {
-                    st.items.remove(&si);
-                }
-                Some(si) => {
-                    if let Some(item) = st.items.get_mut(&si) {
-                        if let Some(pr) = price {
-                            item["price"] = json!(pr);
-                        }
-                        if let Some(q) = qty {
-                            item["quantity"] = json!(q);
-                        }
-                        if let Some(m) = metadata {
-                            params::apply_metadata(&json!({ "metadata": m }), "metadata", &mut item["metadata"])?;
-                        }
-                    }
-                }
-                None => {
-                    let now = st.now_for_customer(st.subscriptions.get(id).and_then(|s| s["customer"].as_str()));
-                    let (start, end) = period.unwrap_or((now, now));
-                    let new = NewItem {
-                        price: price.unwrap_or_default(),
-                        quantity: qty.unwrap_or(1),
-                        metadata: params::metadata(&json!({ "metadata": metadata.unwrap_or(json!({})) }), "metadata")?,
-                    };
-                    billing::add_item(st, id, &new, start, end, now);
-                }
-            }
-        }
-        if billing::item_ids(st, id).is_empty() {
-            return Err(ApiError::invalid("items", "A subscription must have at least one item."));
+        if let Some(plan) = &plan {
+            invoice = proration::apply(st, id, plan, now)?;
         }
         let Some(sub) = st.subscriptions.get_mut(id) else { return Ok(()) };
         if let Some(c) = cancel_at_period_end {
@@ -191,10 +182,7 @@ fn update_fields(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
             }
         }
         if let Some(at) = cancel_at {
-            sub["cancel_at"] = match at.as_str() {
-                None => Value::Null,
-                Some(s) => json!(s.parse::<i64>().map_err(|_| ApiError::invalid("cancel_at", "Invalid timestamp"))?),
-            };
+            sub["cancel_at"] = at;
         }
         if let Some(pm) = default_pm {
             sub["default_payment_method"] = pm;
@@ -204,7 +192,56 @@ fn update_fields(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
         }
         params::apply_metadata(&metadata_param, "metadata", &mut sub["metadata"])?;
         Ok(())
-    })
+    })?;
+    if let Some(invoice) = invoice {
+        collect_update_invoice(st, id, &invoice, payment, now);
+    }
+    get(st, id)
+}
+
+/// With `error_if_incomplete`, an update whose immediate invoice could not be paid is refused
+/// before anything is written, as Stripe leaves the subscription untouched then.
+fn refuse_unpayable(st: &Inner, id: &str, plan: &Plan, new_pm: Option<&Value>, pause: Option<&Value>) -> ApiResult<()> {
+    let sub = st.subscriptions.get(id).cloned().unwrap_or(Value::Null);
+    let paused = match pause {
+        Some(p) => !p.is_null(),
+        None => !sub["pause_collection"].is_null(),
+    };
+    let total: i64 = plan.immediate_lines(st, id).iter().map(|l| l.amount).sum();
+    let balance = billing::customer_balance(st, sub["customer"].as_str().unwrap_or_default());
+    if paused || billing::due_after_balance(total, balance) == 0 {
+        return Ok(());
+    }
+    let pm = match new_pm {
+        Some(pm) => pm.as_str().map(str::to_string),
+        None => billing::payment_method_for(st, &sub),
+    };
+    match pm.as_deref().and_then(|pm| st.card_of(pm)) {
+        Some(Card::Pays) => Ok(()),
+        Some(_) => Err(ApiError::payment_declined()),
+        None => Err(ApiError::bad_request(
+            "This customer has no attached payment source or default payment method. \
+             Please consider adding a default payment method.",
+        )),
+    }
+}
+
+/// Announce, finalize and collect the invoice an update created at once. A failed charge leaves
+/// the subscription past_due (`allow_incomplete`); `default_incomplete` leaves the invoice open.
+fn collect_update_invoice(st: &mut Inner, id: &str, invoice: &str, payment: PaymentBehavior, now: i64) {
+    billing::emit_invoice(st, invoice, "invoice.created");
+    let sub = st.subscriptions.get(id).cloned().unwrap_or(Value::Null);
+    let how = match payment {
+        PaymentBehavior::DefaultIncomplete => Collection::LeaveOpen,
+        _ => Collection::Charge(billing::payment_method_for(st, &sub).and_then(|pm| st.card_of(&pm))),
+    };
+    let pause = sub["pause_collection"]["behavior"].as_str().map(str::to_string);
+    if billing::collect(st, invoice, pause.as_deref(), how, now) == Some(false) && sub["status"] != "past_due" {
+        let _ = billing::update_subscription(st, id, |st| {
+            billing::set_field(st, id, "status", json!("past_due"));
+            Ok(())
+        });
+    }
 }
 
 pub fn cancel(st: &mut Inner, id: &str) -> ApiResult {
@@ -278,8 +315,10 @@ pub fn update_item(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
         }
     }
     let mut sub_params = json!({ "items": [change] });
-    if let Some(pb) = p.get("proration_behavior") {
-        sub_params["proration_behavior"] = pb.clone();
+    for field in ["proration_behavior", "proration_date", "payment_behavior"] {
+        if let Some(v) = p.get(field) {
+            sub_params[field] = v.clone();
+        }
     }
     update(st, &sub, &sub_params)?;
     render_item(st, id).ok_or_else(|| ApiError::missing("subscription_item", id, "id"))
