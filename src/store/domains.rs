@@ -100,3 +100,20 @@ pub async fn delete_site_placements(conn: &mut PgConnection, site_id: &str) -> s
         .await?;
     Ok(r.rows_affected())
 }
+
+/// Remove one placement of `owner`'s that no farm-zone name is (a site's own address goes only
+/// with the site); false when there is none.
+pub async fn delete_placement(conn: &mut PgConnection, hostname: &str, owner: &str) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "DELETE FROM domains.placements p
+          WHERE p.hostname = $1 AND p.owner = $2
+            AND NOT EXISTS (SELECT 1 FROM domains.claims c
+                             WHERE c.owner = 'farm'
+                               AND (p.hostname = c.name OR right(p.hostname, length(c.name) + 1) = '.' || c.name))",
+        hostname,
+        owner
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}

@@ -696,6 +696,75 @@ async fn a_placement_creator_waits_on_the_site_row_a_record_step_holds_and_sees_
 }
 
 #[tokio::test]
+async fn a_domain_is_released_only_once_nothing_is_served_under_it_and_a_sites_own_address_cannot_be_stopped() {
+    use fedwiki::domains::{claim_domain, place_site_under_domain, release_domain, stop_serving};
+    let s = setup("Basic").await;
+    let site = s.created("docs").await;
+    claim_domain(&s.t.db, &s.settings, s.who, s.org, "example.org").await.unwrap();
+    place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "wiki.example.org").await.unwrap();
+    let e = release_domain(&s.t.db, s.who, s.org, "example.org").await.unwrap_err();
+    assert!(e.to_string().contains("still serves a site"), "{e}");
+    // Not this organization's: another owner's claim, a name it never claimed, the farm's zone.
+    sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('other.org', 'workspace:someone')")
+        .execute(&s.t.admin)
+        .await
+        .unwrap();
+    for foreign in ["other.org", "never.example", "wiki.localhost", "wiki.example.org"] {
+        let e = release_domain(&s.t.db, s.who, s.org, foreign).await.unwrap_err();
+        assert!(e.to_string().contains("not one of your domains"), "{foreign}: {e}");
+    }
+    for foreign in ["docs.wiki.localhost", "www.example.org"] {
+        let e = stop_serving(&s.t.db, s.who, s.org, foreign).await.unwrap_err();
+        assert!(e.to_string().contains("serves no site of yours"), "{foreign}: {e}");
+    }
+    // An organization the member does not belong to is not found.
+    let other = common::acts::org_of_type(&s.t, "Others", common::acts::type_id(&s.t, "Community").await).await;
+    let e = stop_serving(&s.t.db, s.who, other.organization_id, "wiki.example.org").await.unwrap_err();
+    assert!(matches!(e, ServiceError::NotFound(_)), "{e}");
+    assert_eq!(servable(&s, "wiki.example.org").await, Some(true), "nothing was removed");
+    assert_eq!(stop_serving(&s.t.db, s.who, s.org, "WIKI.example.org.").await.unwrap(), "wiki.example.org");
+    assert_eq!(servable(&s, "wiki.example.org").await, None);
+    assert_eq!(servable(&s, "docs.wiki.localhost").await, Some(true), "the site's own address stays");
+    release_domain(&s.t.db, s.who, s.org, "example.org").await.unwrap();
+    assert_eq!(s.count("SELECT count(*) FROM domains.claims WHERE owner <> 'farm' AND name = 'example.org'").await, 0);
+    let e = release_domain(&s.t.db, s.who, s.org, "example.org").await.unwrap_err();
+    assert!(e.to_string().contains("not one of your domains"), "a second release: {e}");
+}
+
+#[tokio::test]
+async fn stopping_serving_waits_on_the_placement_row_a_sites_status_write_holds() {
+    let s = setup("Basic").await;
+    let site = s.created("moving").await;
+    fedwiki::domains::claim_domain(&s.t.db, &s.settings, s.who, s.org, "moving.example.org").await.unwrap();
+    fedwiki::domains::place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "moving.example.org").await.unwrap();
+    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
+    let req = s.request(park).await;
+    // The park's record step, paused at its recount: it holds the site row and, through the
+    // site's trigger, the placement rows whose flag it changed.
+    let (mut pause, pause_pid) = pause_on(&s.t, "core.numeric_entitlement_usage").await;
+    let db = s.t.db.clone();
+    let record = tokio::spawn(async move {
+        record::finish_all_with(
+            &db,
+            &[req],
+            record::Activity::Status { status: member_console::states::SiteStatus::Parked },
+        )
+        .await
+    });
+    let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    let (db, who, org) = (s.t.db.clone(), s.who, s.org);
+    let stop = tokio::spawn(async move { fedwiki::domains::stop_serving(&db, who, org, "moving.example.org").await });
+    let stopper = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
+    // The registry lock is held; the placement row is what it waits for.
+    common::assert_holds(&s.t.admin, stopper, &fedwiki::domains::STOP_SERVING_LOCKS.locks[..1]).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert!(matches!(record.await.unwrap().unwrap(), Recorded::Done { state: RequestState::Done, .. }));
+    stop.await.unwrap().unwrap();
+    assert_eq!(servable(&s, "moving.example.org").await, None);
+    assert_eq!(s.status("moving").await, "parked");
+}
+
+#[tokio::test]
 async fn a_member_adds_a_domain_and_serves_a_site_at_it_from_the_page_and_a_bad_domain_is_told_beside_its_field() {
     use common::pages::{get, post, signed_in};
     let s = setup("Basic").await;
@@ -727,6 +796,29 @@ async fn a_member_adds_a_domain_and_serves_a_site_at_it_from_the_page_and_a_bad_
         page.body
     );
     assert_eq!(servable(&s, "wiki.acme.example").await, Some(true));
+    // Releasing the domain while it serves is refused beside the list; stopping, then releasing, works.
+    let org_field = ("organization_id", org.as_str());
+    let early = post(&app, &c, "/sites/domains/remove", &token, &[org_field, ("domain", "acme.example")], false).await;
+    assert_eq!(early.status, 422, "{}", early.body);
+    assert!(early.body.contains("still serves a site: stop serving it there first"), "{}", early.body);
+    let stop =
+        post(&app, &c, "/sites/domains/remove", &token, &[org_field, ("hostname", "wiki.acme.example")], false).await;
+    assert_eq!(stop.header("location"), Some("/sites?asked=stop"), "{}", stop.body);
+    let release =
+        post(&app, &c, "/sites/domains/remove", &token, &[org_field, ("domain", "acme.example")], false).await;
+    assert_eq!(release.header("location"), Some("/sites?asked=release"), "{}", release.body);
+    let page = get(&app, &c, "/sites?asked=release").await;
+    assert!(page.body.contains("The domain is released.") && !page.body.contains("acme.example"), "{}", page.body);
+    let both = post(
+        &app,
+        &c,
+        "/sites/domains/remove",
+        &token,
+        &[org_field, ("domain", "a.example"), ("hostname", "b.example")],
+        false,
+    )
+    .await;
+    assert_eq!(both.status, 400, "{}", both.body);
 }
 
 #[tokio::test]

@@ -160,3 +160,88 @@ pub async fn place_site_under_domain(
     })
     .await
 }
+
+pub static RELEASE_DOMAIN_LOCKS: PathLocks = PathLocks {
+    path: "Registry: release a member's domain",
+    function: "services::fedwiki::domains::release_domain",
+    kind: "Registry",
+    locks: &[Lock::Registry],
+    why: "The registry lock, then the check that no placement lies at or under the claim, then the claim's deletion: \
+          a placement must always lie under a claim of its owner, a rule that spans rows.",
+};
+
+pub static STOP_SERVING_LOCKS: PathLocks = PathLocks {
+    path: "Registry: stop serving a site at a member's host name",
+    function: "services::fedwiki::domains::stop_serving",
+    kind: "Registry",
+    locks: &[Lock::Registry, Lock::PlacementRows],
+    why: "The registry lock, then the one placement row deleted. No site row is taken: no path holds a placement \
+          lock and then takes a site lock, and a site trigger holding the placement (a status write) is waited for.",
+};
+
+/// The organization's workspace owner, when the member belongs to it (a member whose plan no
+/// longer allows custom domains may still let go of the ones it holds).
+async fn member_workspace_owner(
+    db: &Db,
+    who: AccountId,
+    organization_id: OrganizationId,
+) -> Result<String, ServiceError> {
+    let mut read = db.read().await?;
+    let memberships = accounts::memberships(read.conn(), who).await?;
+    if !memberships.iter().any(|m| m.organization_id == organization_id) {
+        return Err(ServiceError::NotFound("organization"));
+    }
+    Ok(workspace_owner(&store::workspace_of(organization_id)))
+}
+
+/// Release a domain the organization claimed. Refused while a host name at or under it still
+/// serves a site: the member stops serving it there first.
+#[tracing::instrument(name = "Release a domain", skip(db), fields(organization_id = %organization_id))]
+pub async fn release_domain(
+    db: &Db,
+    who: AccountId,
+    organization_id: OrganizationId,
+    domain: &str,
+) -> Result<String, ServiceError> {
+    let domain = domain.trim().trim_end_matches('.').to_ascii_lowercase();
+    let not_yours = || ServiceError::invalid("release", format!("{domain} is not one of your domains."));
+    let owner = member_workspace_owner(db, who, organization_id).await?;
+    registry::with_lock(db, async |tx: &mut Tx| {
+        match registry_store::covering_claim(tx.conn(), &domain).await? {
+            Some((name, o)) if name == domain && o == owner => {}
+            _ => return Err(not_yours()),
+        }
+        if registry_store::placements_under(tx.conn(), &domain).await? {
+            return Err(ServiceError::invalid(
+                "release",
+                format!("{domain} still serves a site: stop serving it there first."),
+            ));
+        }
+        registry_store::delete_claim(tx.conn(), &domain, &owner).await?;
+        Ok(())
+    })
+    .await?;
+    Ok(domain)
+}
+
+/// Stop serving a site at a host name under one of the organization's domains. A site's own
+/// address under the farm's zone goes only with the site.
+#[tracing::instrument(name = "Stop serving a host name", skip(db), fields(organization_id = %organization_id))]
+pub async fn stop_serving(
+    db: &Db,
+    who: AccountId,
+    organization_id: OrganizationId,
+    hostname: &str,
+) -> Result<String, ServiceError> {
+    let hostname = hostname.trim().trim_end_matches('.').to_ascii_lowercase();
+    let not_yours = || ServiceError::invalid("stop", format!("{hostname} serves no site of yours."));
+    let owner = member_workspace_owner(db, who, organization_id).await?;
+    registry::with_lock(db, async |tx: &mut Tx| {
+        if !registry_store::delete_placement(tx.conn(), &hostname, &owner).await? {
+            return Err(not_yours());
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(hostname)
+}

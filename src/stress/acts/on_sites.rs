@@ -118,3 +118,81 @@ pub(in crate::stress) async fn delete_site(ctx: &Ctx, rng: &mut Rng, note: &mut 
         Err(e) => site_outcome(Err::<(), _>(e), note),
     }
 }
+
+/// A shared organization's own domain, or (one time in four) a domain every one of them wants.
+fn some_domain(org: crate::ids::OrganizationId, rng: &mut Rng) -> String {
+    if rng.below(4) == 0 { "contested.example".into() } else { format!("o{org}.example") }
+}
+
+/// A host name at or under `domain`.
+fn some_hostname(domain: &str, rng: &mut Rng) -> String {
+    match rng.below(3) {
+        0 => domain.to_string(),
+        1 => format!("wiki.{domain}"),
+        _ => format!("docs.{domain}"),
+    }
+}
+
+/// Claim a domain for a shared organization (refused when another holds it or the plan does not
+/// allow it).
+pub(in crate::stress) async fn claim_domain(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let (org, pool) = ctx.fx.hot[rng.below(ctx.fx.hot.len())];
+    let domain = some_domain(org, rng);
+    note.pool = Some(pool.0);
+    note.detail = format!("claim {domain} for organization {org}");
+    site_outcome(fedwiki::domains::claim_domain(&ctx.db, &ctx.farm_settings, ctx.site_member, org, &domain).await, note)
+}
+
+/// Serve a shared organization's site at a host name under one of its domains.
+pub(in crate::stress) async fn place_site_under_domain(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    note: &mut Note,
+) -> Result<Outcome, Failure> {
+    let Some((site, status)) = some_site(ctx, rng).await? else { return Ok(Outcome::Skipped) };
+    let org: i64 = sqlx::query_scalar("SELECT w.organization_id FROM fedwiki.sites s JOIN fedwiki.workspaces w USING (workspace_id) WHERE s.site_id = $1")
+        .bind(&site)
+        .fetch_optional(&ctx.db.pool)
+        .await
+        .map_err(|e| Failure::Error(format!("reading the site: {e}")))?
+        .unwrap_or_default();
+    let hostname = some_hostname(&some_domain(crate::ids::OrganizationId(org), rng), rng);
+    note.detail = format!("serve {site} ({status}) at {hostname}");
+    match fedwiki::domains::place_site_under_domain(&ctx.db, &ctx.farm_settings, ctx.site_member, &site, &hostname)
+        .await
+    {
+        // The site was deleted since it was picked.
+        Err(ServiceError::NotFound(_)) => Ok(Outcome::Skipped),
+        r => site_outcome(r, note),
+    }
+}
+
+/// Stop serving a host name of a shared organization's.
+pub(in crate::stress) async fn stop_serving(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let (org, pool) = ctx.fx.hot[rng.below(ctx.fx.hot.len())];
+    // Mostly a name the organization serves a site at now; else one it may not.
+    let served: Option<String> = sqlx::query_scalar(
+        "SELECT hostname FROM domains.placements WHERE owner = 'workspace:org-' || $1::bigint
+            AND hostname NOT LIKE '%.wiki.localhost' ORDER BY random() LIMIT 1",
+    )
+    .bind(org)
+    .fetch_optional(&ctx.db.pool)
+    .await
+    .map_err(|e| Failure::Error(format!("reading the placements: {e}")))?;
+    let hostname = match served {
+        Some(h) if rng.below(4) > 0 => h,
+        _ => some_hostname(&some_domain(org, rng), rng),
+    };
+    note.pool = Some(pool.0);
+    note.detail = format!("stop serving {hostname} for organization {org}");
+    site_outcome(fedwiki::domains::stop_serving(&ctx.db, ctx.site_member, org, &hostname).await, note)
+}
+
+/// Release a shared organization's domain.
+pub(in crate::stress) async fn release_domain(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let (org, pool) = ctx.fx.hot[rng.below(ctx.fx.hot.len())];
+    let domain = some_domain(org, rng);
+    note.pool = Some(pool.0);
+    note.detail = format!("release {domain} for organization {org}");
+    site_outcome(fedwiki::domains::release_domain(&ctx.db, ctx.site_member, org, &domain).await, note)
+}

@@ -140,6 +140,8 @@ fn notice(req: &HttpRequest) -> Option<String> {
         "keep" => Some("Saved.".into()),
         "domain" => Some("The domain is yours: serve a site at it below.".into()),
         "hostname" => Some("The site is served there too.".into()),
+        "release" => Some("The domain is released.".into()),
+        "stop" => Some("The site is no longer served there.".into()),
         _ => Some("Asked; this page shows when it is done.".into()),
     }
 }
@@ -351,6 +353,35 @@ pub async fn domains(
         ("hostname", placed.await)
     } else {
         return Err(AppError::BadRequest("Give a domain, or a site and a host name.".into()));
+    };
+    answer(&req, &state, who.account_id, Some(org), asked, done, form.values()).await
+}
+
+/// Let go of a domain, or stop serving a site at a host name under one.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct RemoveDomainForm {
+    organization_id: String,
+    /// The domain to release.
+    domain: String,
+    /// The host name to stop serving.
+    hostname: String,
+}
+
+#[tracing::instrument(name = "Page: remove a custom domain", skip_all, fields(account_id = %who.account_id))]
+pub async fn remove_domain(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    form: Form<RemoveDomainForm>,
+) -> Result<HttpResponse, AppError> {
+    let org = organization(&form.organization_id)?;
+    let (asked, done) = match (form.domain.is_empty(), form.hostname.is_empty()) {
+        (false, true) => {
+            ("release", fedwiki::domains::release_domain(&state.db, who.account_id, org, &form.domain).await)
+        }
+        (true, false) => ("stop", fedwiki::domains::stop_serving(&state.db, who.account_id, org, &form.hostname).await),
+        _ => return Err(AppError::BadRequest("Give a domain to release, or a host name to stop serving.".into())),
     };
     answer(&req, &state, who.account_id, Some(org), asked, done, form.values()).await
 }

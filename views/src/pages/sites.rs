@@ -272,39 +272,74 @@ fn create_form(v: &SitesView, o: &OrgSites) -> Markup {
 }
 
 fn domains_panel(v: &SitesView, o: &OrgSites) -> Markup {
-    if !o.custom_domain {
+    // A plan that no longer allows custom domains still shows the ones held, to let them go.
+    if !o.custom_domain && o.domains.is_empty() {
         return html! {};
     }
     let f = &o.form;
     let sites: Vec<(&str, &str)> = o.sites.iter().map(|s| (s.site_id.as_str(), s.domain.as_str())).collect();
+    let served: Vec<(&str, &str)> =
+        o.sites.iter().flat_map(|s| s.hostnames.iter().map(|h| (h.as_str(), s.domain.as_str()))).collect();
     html! {
         div.form-panel {
             h3 { "Your domains" }
             @if o.domains.is_empty() {
                 p.muted { "Add a domain of your own, then serve a site at it or at a name under it." }
             } @else {
-                ul.domains { @for d in &o.domains { li { code { (d) } } } }
+                ul.domains {
+                    @for d in &o.domains {
+                        li { code { (d) } " " (remove_button(v, o, "domain", d, &format!("Release {d}"), "Release")) }
+                    }
+                }
+                @if let Some(e) = f.field_error("release") { p.field-error role="alert" { (e) } }
             }
-            form method="post" action=(paths::SITES_DOMAINS) {
-                (csrf_field(&v.csrf))
-                input type="hidden" name="organization_id" value=(o.organization_id);
-                (input_field(&Input { id: &format!("domain-{}", o.organization_id), name: "domain", label: "Domain",
-                    kind: "text", value: f.value("domain"), error: f.field_error("domain"), required: true,
-                    placeholder: Some("wiki.example.org"), hint: None }))
-                div.form-actions { button.btn.btn-secondary type="submit" { "Add domain" } }
+            @if !served.is_empty() {
+                ul.placements {
+                    @for (h, site) in &served {
+                        li {
+                            code { (h) } " serves " (site) " "
+                            (remove_button(v, o, "hostname", h, &format!("Stop serving {site} at {h}"), "Stop serving"))
+                        }
+                    }
+                }
+                @if let Some(e) = f.field_error("stop") { p.field-error role="alert" { (e) } }
             }
-            @if !o.domains.is_empty() && !sites.is_empty() {
+            @if !o.custom_domain {
+                p.muted { "The plan no longer includes custom domains: you can release these, but not add more." }
+            } @else {
                 form method="post" action=(paths::SITES_DOMAINS) {
                     (csrf_field(&v.csrf))
                     input type="hidden" name="organization_id" value=(o.organization_id);
-                    (select_field(&Select { id: &format!("serve-site-{}", o.organization_id), name: "site",
-                        label: "Site", options: &sites, selected: f.value("site"), error: None, required: true, hint: None }))
-                    (input_field(&Input { id: &format!("hostname-{}", o.organization_id), name: "hostname",
-                        label: "Serve it at", kind: "text", value: f.value("hostname"), error: f.field_error("hostname"),
-                        required: true, placeholder: o.domains.first().map(String::as_str), hint: None }))
-                    div.form-actions { button.btn.btn-secondary type="submit" { "Serve site" } }
+                    (input_field(&Input { id: &format!("domain-{}", o.organization_id), name: "domain", label: "Domain",
+                        kind: "text", value: f.value("domain"), error: f.field_error("domain"), required: true,
+                        placeholder: Some("wiki.example.org"), hint: None }))
+                    div.form-actions { button.btn.btn-secondary type="submit" { "Add domain" } }
+                }
+                @if !o.domains.is_empty() && !sites.is_empty() {
+                    form method="post" action=(paths::SITES_DOMAINS) {
+                        (csrf_field(&v.csrf))
+                        input type="hidden" name="organization_id" value=(o.organization_id);
+                        (select_field(&Select { id: &format!("serve-site-{}", o.organization_id), name: "site",
+                            label: "Site", options: &sites, selected: f.value("site"), error: None, required: true, hint: None }))
+                        (input_field(&Input { id: &format!("hostname-{}", o.organization_id), name: "hostname",
+                            label: "Serve it at", kind: "text", value: f.value("hostname"), error: f.field_error("hostname"),
+                            required: true, placeholder: o.domains.first().map(String::as_str), hint: None }))
+                        div.form-actions { button.btn.btn-secondary type="submit" { "Serve site" } }
+                    }
                 }
             }
+        }
+    }
+}
+
+/// A one-button form that releases a domain or stops serving a host name.
+fn remove_button(v: &SitesView, o: &OrgSites, field: &str, value: &str, label: &str, text: &str) -> Markup {
+    html! {
+        form.inline method="post" action=(paths::SITES_DOMAINS_REMOVE) {
+            (csrf_field(&v.csrf))
+            input type="hidden" name="organization_id" value=(o.organization_id);
+            input type="hidden" name=(field) value=(value);
+            button.btn.btn-secondary.btn-small type="submit" aria-label=(label) { (text) }
         }
     }
 }
