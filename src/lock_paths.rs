@@ -65,6 +65,9 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::fedwiki::callbacks::RECEIVE_FARM_CALLBACK_LOCKS,
         &crate::services::fedwiki::domains::CLAIM_DOMAIN_LOCKS,
         &crate::services::fedwiki::domains::PLACE_SITE_UNDER_DOMAIN_LOCKS,
+        &crate::services::fedwiki::domains::RELEASE_DOMAIN_LOCKS,
+        &crate::services::fedwiki::domains::STOP_SERVING_LOCKS,
+        &crate::services::billing::reconcile::SUPERSEDE_RELEASED_DOWNGRADES_LOCKS,
     ]
 }
 

@@ -34,8 +34,35 @@ pub struct OrgSubscription {
     /// The products of its items Stripe still lists, by name.
     pub products: Vec<String>,
     /// The ladders those products are tiers of: a live subscription holds them (a checkout on one
-    /// of them is refused until plans can be changed in place).
+    /// of them is refused: the plan is switched in place instead).
     pub ladders: Vec<String>,
+    /// Its items by ladder, with the interval and currency a switch keeps.
+    #[serde(default)]
+    pub items: Vec<HeldItem>,
+    /// The changes scheduled ahead (a downgrade at the period's end).
+    #[serde(default)]
+    pub scheduled: Vec<ChangeAhead>,
+}
+
+/// A subscription's item on a ladder.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct HeldItem {
+    pub ladder_id: crate::ids::LadderId,
+    pub ladder: String,
+    pub product: String,
+    pub rank: i32,
+    /// None for an item whose price the catalog does not know.
+    pub interval: Option<BillingInterval>,
+    pub currency: Option<String>,
+}
+
+/// A change a subscription's schedule will make.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct ChangeAhead {
+    pub ladder_id: crate::ids::LadderId,
+    pub from: String,
+    pub to: String,
+    pub effective_at: DateTime<Utc>,
 }
 
 /// The subscriptions of these organizations, live ones first, newest first.

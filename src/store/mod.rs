@@ -12,5 +12,6 @@ pub mod job_overview;
 pub mod jobs;
 pub mod paging;
 pub mod plan_acts;
+pub mod plan_changes;
 pub mod rule_changes;
 pub mod topology;

@@ -209,6 +209,7 @@ mod tests {
                         | StressPath::DrainPlanAct
                         | StressPath::CreateSite
                         | StressPath::DeleteSite
+                        | StressPath::ChangePlan
                 );
             assert_eq!(declared.contains(&p.name()), !undeclared, "{}", p.name());
         }

@@ -63,6 +63,9 @@ pub enum StressPath {
     SyncProduct,
     /// The outbox processor's pass: the reconcile requests the other paths wrote, and the syncs.
     ClaimOutbox,
+    /// An owner switches a billed organization's plan (up now, down at the period's end), undoes
+    /// a scheduled switch, cancels at the period's end or keeps the plan; each converges at once.
+    ChangePlan,
     /// A member creates a site on a shared organization (a name from a few), then its request
     /// is carried through the slot gate, the farm and the record step.
     CreateSite,
@@ -74,10 +77,18 @@ pub enum StressPath {
     DeleteSite,
     /// `fedwiki_request` jobs done by the workers (beside the acts' own runs of them).
     RunSiteRequestActivity,
+    /// A member claims a domain of a shared organization's own (or a contested one).
+    ClaimDomain,
+    /// A member serves one of the organization's sites at a host name under its domain.
+    PlaceSiteUnderDomain,
+    /// A member stops serving a host name.
+    StopServing,
+    /// A member releases a domain (refused while a name under it serves).
+    ReleaseDomain,
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 43] = [
+    pub const ALL: [StressPath; 48] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -116,28 +127,38 @@ impl StressPath {
         StressPath::ConvergeInvoice,
         StressPath::SyncProduct,
         StressPath::ClaimOutbox,
+        StressPath::ChangePlan,
         StressPath::CreateSite,
         StressPath::ChangeSiteStatus,
         StressPath::SwapSites,
         StressPath::DeleteSite,
         StressPath::RunSiteRequestActivity,
+        StressPath::ClaimDomain,
+        StressPath::PlaceSiteUnderDomain,
+        StressPath::StopServing,
+        StressPath::ReleaseDomain,
     ];
 
-    /// The FedWiki paths (the tasks' and the workers').
-    pub const SITE_PATHS: [StressPath; 5] = [
+    /// The FedWiki paths (the tasks' and the workers') and the registry's.
+    pub const SITE_PATHS: [StressPath; 9] = [
         StressPath::CreateSite,
         StressPath::ChangeSiteStatus,
         StressPath::SwapSites,
         StressPath::DeleteSite,
         StressPath::RunSiteRequestActivity,
+        StressPath::ClaimDomain,
+        StressPath::PlaceSiteUnderDomain,
+        StressPath::StopServing,
+        StressPath::ReleaseDomain,
     ];
 
     /// The billing paths (Stripe's stand-in, read or changed, and the console's side).
-    pub const BILLING_PATHS: [StressPath; 4] = [
+    pub const BILLING_PATHS: [StressPath; 5] = [
         StressPath::ReconcileSubscription,
         StressPath::ConvergeInvoice,
         StressPath::SyncProduct,
         StressPath::ClaimOutbox,
+        StressPath::ChangePlan,
     ];
 
     /// The grant paths (the tasks' and the workers').
@@ -233,6 +254,8 @@ impl StressPath {
             StressPath::ConvergeInvoice => billing::invoices::CONVERGE_INVOICE_LOCKS.path,
             StressPath::SyncProduct => billing::catalog_sync::SYNC_PRODUCT_LOCKS.path,
             StressPath::ClaimOutbox => billing::outbox::CLAIM_OUTBOX_LOCKS.path,
+            // Only Stripe calls, then ReconcileSubscription (declared).
+            StressPath::ChangePlan => "Change a plan",
             // The handlers' spans: each records its request (declared) and carries it through
             // the gate and the record step (declared).
             StressPath::CreateSite => "Create a site",
@@ -240,6 +263,10 @@ impl StressPath {
             StressPath::SwapSites => crate::services::fedwiki::handlers::SWAP_ACTIVE_SITE_LOCKS.path,
             StressPath::DeleteSite => "Delete a site",
             StressPath::RunSiteRequestActivity => "RunSiteRequest",
+            StressPath::ClaimDomain => crate::services::fedwiki::domains::CLAIM_DOMAIN_LOCKS.path,
+            StressPath::PlaceSiteUnderDomain => crate::services::fedwiki::domains::PLACE_SITE_UNDER_DOMAIN_LOCKS.path,
+            StressPath::StopServing => crate::services::fedwiki::domains::STOP_SERVING_LOCKS.path,
+            StressPath::ReleaseDomain => crate::services::fedwiki::domains::RELEASE_DOMAIN_LOCKS.path,
         }
     }
 
@@ -285,8 +312,14 @@ impl StressPath {
             // The outbox's claims meet the workers' own pass (every 5 s) and run the reconciles
             // the grant and conferral paths asked for.
             StressPath::ClaimOutbox => 2 * X,
+            // A member's change, then its reconcile: as often as a reconcile of an outside change.
+            StressPath::ChangePlan => 2 * X,
             StressPath::CreateSite | StressPath::ChangeSiteStatus => 2 * X,
             StressPath::SwapSites | StressPath::DeleteSite => X,
+            // The registry's lock meets the creates' and deletions' name placements; a placement
+            // meets the record steps on its site's row.
+            StressPath::ClaimDomain | StressPath::PlaceSiteUnderDomain => X,
+            StressPath::StopServing | StressPath::ReleaseDomain => 2,
             // Their own rows (an invoice's, a product's sync lock): seldom.
             StressPath::ConvergeInvoice | StressPath::SyncProduct => X,
             StressPath::ExpireGrantActivity

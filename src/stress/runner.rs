@@ -90,6 +90,7 @@ async fn run_billed(
     );
     let site_member = site_member(&db, &fixture).await?;
     seed_site_pairs(&db, &farm, &fixture, site_member).await?;
+    let plan_owner = plan_owner(&db, &fixture).await?;
 
     // The workers run the grant jobs (expiry, start), the rule changes' and the plan acts' drains
     // and the schedules (the sweep, the drains' pollers) for the whole run, on a pool of their
@@ -126,6 +127,7 @@ async fn run_billed(
             ..crate::config::FarmSettings::default()
         },
         site_member,
+        plan_owner,
         sync_cap: config.rule_change_sync_cap,
         holder_cap: config.plan_act_holder_cap,
         quiet: warnings_on_stderr(),
@@ -723,6 +725,20 @@ async fn site_member(db: &Db, fixture: &Fixture) -> anyhow::Result<crate::ids::A
         crate::store::accounts::ensure_membership(&mut conn, *org, member, "member").await?;
     }
     Ok(member)
+}
+
+/// The owner who changes the billed organizations' plans: the demo's operator, made an owner of
+/// each (the demo member is a plain member of the shared ones, for the sites).
+async fn plan_owner(db: &Db, fixture: &Fixture) -> anyhow::Result<crate::ids::AccountId> {
+    let mut conn = db.pool.acquire().await?;
+    let owner = crate::store::accounts::account_by_email(&mut conn, demo::OPERATOR_EMAIL)
+        .await?
+        .context("the demo operator")?
+        .account_id;
+    for s in &fixture.subscribers {
+        crate::store::accounts::ensure_membership(&mut conn, s.org, owner, "owner").await?;
+    }
+    Ok(owner)
 }
 
 /// An active and a parked site in each shared organization, so a swap has something to swap

@@ -15,6 +15,8 @@ pub(super) struct Ctx {
     pub(super) farm: Arc<crate::integrations::farm::Farm>,
     pub(super) farm_settings: crate::config::FarmSettings,
     pub(super) site_member: crate::ids::AccountId,
+    /// The owner who switches and cancels the billed organizations' plans.
+    pub(super) plan_owner: crate::ids::AccountId,
     /// The console's sync cap (`CONSOLE_RULE_CHANGE_SYNC_CAP`), for the commits settled inline.
     pub(super) sync_cap: i64,
     /// The console's holder cap (`CONSOLE_PLAN_ACT_HOLDER_CAP`), for the tier add and removal.
@@ -244,10 +246,15 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::ConvergeInvoice => converge_invoice(ctx, rng, note).await,
         StressPath::SyncProduct => sync_product(ctx, rng, note).await,
         StressPath::ClaimOutbox => claim_outbox(ctx, note).await,
+        StressPath::ChangePlan => change_plan(ctx, rng, note).await,
         StressPath::CreateSite => create_site(ctx, rng, note).await,
         StressPath::ChangeSiteStatus => change_site_status(ctx, rng, note).await,
         StressPath::SwapSites => swap_sites(ctx, rng, note).await,
         StressPath::DeleteSite => delete_site(ctx, rng, note).await,
+        StressPath::ClaimDomain => claim_domain(ctx, rng, note).await,
+        StressPath::PlaceSiteUnderDomain => place_site_under_domain(ctx, rng, note).await,
+        StressPath::StopServing => stop_serving(ctx, rng, note).await,
+        StressPath::ReleaseDomain => release_domain(ctx, rng, note).await,
         StressPath::ExpireGrantActivity
         | StressPath::StartGrantActivity
         | StressPath::RunSiteRequestActivity

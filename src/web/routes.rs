@@ -94,9 +94,13 @@ route_table! {
     Member POST SITE_DELETE => pages::sites::delete;
     Member POST SITE_KEEP_ACTIVE => pages::sites::keep_active;
     Member POST SITES_DOMAINS => pages::sites::domains;
+    Member POST SITES_DOMAINS_REMOVE => pages::sites::remove_domain;
     Member GET BILLING => pages::billing::billing_page;
     Member POST BILLING_CHECKOUT => pages::billing::checkout;
     Member GET BILLING_RETURN => pages::billing::checkout_return;
+    Member POST BILLING_SWITCH => pages::billing::switch;
+    Member POST BILLING_SWITCH_UNDO => pages::billing::undo_switch;
+    Member POST BILLING_CANCEL => pages::billing::cancel;
 
     Operator GET OPERATOR => pages::operator::overview;
     Operator GET CATALOG => pages::catalog::catalog;

@@ -232,6 +232,55 @@ async fn a_member_buys_pro_on_the_stripe_stand_ins_page_and_sees_it_on_billing_a
         .await;
 }
 
+#[tokio::test]
+async fn a_member_upgrades_seeing_the_amount_first_then_schedules_a_downgrade_and_undoes_it() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let s = common::stripe::StripeFixture::start().await;
+    let basic = s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
+    s.price(&t.db, common::acts::product_id(&t, "Pro").await, "30").await;
+    // The demo organization pays for Basic.
+    let org = member_console::ids::OrganizationId(
+        common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await,
+    );
+    let customer = s.customer(&t.db, org, "pm_card_visa", None).await;
+    let sub = s.subscribe(&customer, &s.stripe_price(&t.admin, basic).await, org).await;
+    member_console::services::billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
+    Browser::start()
+        .await
+        .run(async |b| {
+            b.goto(&app.url("/billing")).await;
+            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+            b.wait_for(Until::Path("/billing"), WAIT).await;
+
+            // Upgrade: the amount first, then the plan in force at once.
+            b.click("button[aria-label^='Switch to Pro at']").await;
+            b.wait_for(Until::Text("You will be charged"), WAIT).await;
+            let quote = b.text_of("main").await;
+            assert!(quote.contains("from Basic to Pro"), "{quote}");
+            b.click_button("Switch now and pay").await;
+            b.wait_for(Until::Text("Switched: the new plan is in force now"), WAIT).await;
+            b.goto(&app.url("/")).await;
+            let home = b.text_of("main").await;
+            assert!(home.contains("Pro") && home.contains("10"), "home shows Pro, ten active sites: {home}");
+
+            // Downgrade at the period's end, shown, then undone.
+            b.goto(&app.url("/billing")).await;
+            b.click("button[aria-label^='Switch to Basic at']").await;
+            b.wait_for(Until::Text("You keep Pro until"), WAIT).await;
+            b.click_button("Schedule the switch").await;
+            b.wait_for(Until::Text("Scheduled: you keep the current plan"), WAIT).await;
+            let page = b.text_of("main").await;
+            assert!(page.contains("Pro until") && page.contains(", then Basic"), "{page}");
+            b.click("button[aria-label^='Undo: Pro until']").await;
+            b.wait_for(Until::Text("The scheduled change is undone"), WAIT).await;
+            let page = b.text_of("main").await;
+            assert!(!page.contains(", then Basic"), "nothing is scheduled any more: {page}");
+        })
+        .await;
+}
+
 async fn site_id(t: &TestDb, name: &str) -> String {
     sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
         .bind(format!("{name}.wiki.localhost"))

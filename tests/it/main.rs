@@ -15,6 +15,7 @@ mod jobs;
 mod offline_data;
 mod operator_pages;
 mod plan_acts;
+mod plan_changes;
 mod private_cluster;
 mod rule_changes;
 mod sites;

@@ -24,9 +24,10 @@ pub use layout::{NavLink, Page, SignedIn, bare_page, page, page_or_partial};
 pub use pages::{
     auth::{LoginView, login},
     billing::{
-        BillingView, CheckoutNote, InvoiceLine, LadderOffers, Offer, OpEventRow, OpOutboxRow, OpSubscriptionRow,
-        OperatorBillingView, OrgBilling, PriceRow, ProductPricesView, StripeState, SubscriptionLine, member_billing,
-        money, operator_billing, price_words, product_prices, product_with_prices,
+        BillingView, ChangeNote, CheckoutNote, InvoiceLine, LadderOffers, Offer, OpEventRow, OpOutboxRow,
+        OpSubscriptionRow, OperatorBillingView, OrgBilling, PriceRow, ProductPricesView, ScheduledLine, StripeState,
+        SubscriptionLine, SwitchConfirmView, member_billing, money, operator_billing, price_words, product_prices,
+        product_with_prices, subscription_status_words, switch_confirm,
     },
     catalog::{
         CatalogView, FormState, ProductEditView, ProductRow, ResourceKeyRow, RuleEditRow, RuleRow, SetEditView, SetRow,

@@ -63,11 +63,15 @@ pub const SITE_STATUS: &str = "/sites/{id}/status";
 pub const SITE_DELETE: &str = "/sites/{id}/delete";
 pub const SITE_KEEP_ACTIVE: &str = "/sites/{id}/keep-active";
 pub const SITES_DOMAINS: &str = "/sites/domains";
+pub const SITES_DOMAINS_REMOVE: &str = "/sites/domains/remove";
 pub const FARM_CALLBACKS: &str = "/farm/callbacks";
 
 pub const BILLING: &str = "/billing";
 pub const BILLING_CHECKOUT: &str = "/billing/checkout";
 pub const BILLING_RETURN: &str = "/billing/return";
+pub const BILLING_SWITCH: &str = "/billing/switch";
+pub const BILLING_SWITCH_UNDO: &str = "/billing/switch/undo";
+pub const BILLING_CANCEL: &str = "/billing/cancel";
 pub const OPERATOR_BILLING: &str = "/operator/billing";
 pub const CATALOG_PRODUCT_PRICES: &str = "/operator/catalog/products/{id}/prices";
 pub const CATALOG_PRODUCT_SYNC: &str = "/operator/catalog/products/{id}/sync";
@@ -123,10 +127,14 @@ pub const ALL: &[&str] = &[
     SITE_DELETE,
     SITE_KEEP_ACTIVE,
     SITES_DOMAINS,
+    SITES_DOMAINS_REMOVE,
     FARM_CALLBACKS,
     BILLING,
     BILLING_CHECKOUT,
     BILLING_RETURN,
+    BILLING_SWITCH,
+    BILLING_SWITCH_UNDO,
+    BILLING_CANCEL,
     OPERATOR_BILLING,
     CATALOG_PRODUCT_PRICES,
     CATALOG_PRODUCT_SYNC,

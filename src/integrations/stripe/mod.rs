@@ -4,7 +4,10 @@
 //! operation id, so a retry after a timeout never makes a second object; every call has a
 //! timeout; a failure is a sentence for people and a log line with Stripe's request log.
 
+mod changes;
 pub mod signature;
+
+pub use changes::{PhaseItems, Preview};
 
 use std::{collections::HashMap, time::Duration};
 
@@ -216,6 +219,12 @@ pub struct PhaseSnapshot {
 }
 
 impl ScheduleSnapshot {
+    /// Still attached, in its last phase: nothing is left for it to change, and while attached it
+    /// would stand in the way of the subscription's next change (releaseSpentSchedule lets it go).
+    pub fn is_spent(&self) -> bool {
+        self.status == "active" && self.current_phase_start.is_some() && self.next_phase().is_none()
+    }
+
     /// The phase that comes next: the first after the one in force (the first of all when none
     /// is), while the schedule still runs.
     pub fn next_phase(&self) -> Option<&PhaseSnapshot> {

@@ -8,6 +8,7 @@ pub mod checkout;
 pub mod events;
 pub mod invoices;
 pub mod outbox;
+pub mod plan_changes;
 pub mod reads;
 pub mod reconcile;
 pub mod sweep;

@@ -135,8 +135,66 @@ pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -
         // `incomplete`: the first payment has not gone through; nothing is conferred yet.
         SubscriptionBranch::NotYet => false,
     };
+    // A spent schedule, and whether it still holds a change marked ahead, read before the commit.
+    let spent = match schedule.as_ref().filter(|s| s.is_spent()) {
+        Some(s) => {
+            let ahead = store::open_scheduled_changes(tx.conn(), subscription_id).await?;
+            Some((s.id.clone(), ahead.iter().any(|r| r.stripe_schedule_id == s.id)))
+        }
+        None => None,
+    };
     tx.commit().await?;
+    if let Some((schedule_id, held_changes)) = spent {
+        release_spent_schedule(db, stripe, subscription_id, stripe_id, &schedule_id, held_changes).await;
+    }
     Ok(Reconciled::Converged { subscription_id, status, changed })
+}
+
+pub static SUPERSEDE_RELEASED_DOWNGRADES_LOCKS: PathLocks = PathLocks {
+    path: "supersedeReleasedDowngrades",
+    function: "services::billing::reconcile::supersede_released_downgrades",
+    kind: "Plain",
+    locks: &[Lock::SubscriptionAdvisory],
+    why: "After a spent schedule's release succeeded, in a transaction of its own: the subscription's advisory lock \
+          (the ledger is the subscription's own rows, which a reconcile writes under it), then the released \
+          schedule's changes still marked ahead are superseded. No rendezvous and no pool row: it writes only \
+          scheduled-change rows.",
+};
+
+/// releaseSpentSchedule, after the reconcile's commit with no lock held; when the release
+/// succeeded and the schedule held a change still ahead, supersedeReleasedDowngrades. A failed
+/// release is left for the next reconcile, which finds the schedule spent again.
+async fn release_spent_schedule(
+    db: &Db,
+    stripe: &Stripe,
+    subscription_id: SubscriptionId,
+    stripe_id: &str,
+    schedule_id: &str,
+    held_changes: bool,
+) {
+    if let Err(e) = stripe.release_schedule(schedule_id).await {
+        tracing::warn!(schedule = schedule_id, error = %e, "a spent subscription schedule could not be released; the next reconcile tries again");
+        return;
+    }
+    if held_changes && let Err(e) = supersede_released_downgrades(db, subscription_id, stripe_id, schedule_id).await {
+        tracing::warn!(schedule = schedule_id, error = %e, "a released schedule's changes were not superseded; the next reconcile settles them");
+    }
+}
+
+/// supersedeReleasedDowngrades: the subscription's advisory lock, then the released schedule's
+/// changes still marked ahead become superseded. How many.
+#[tracing::instrument(name = "Supersede a released schedule's changes", skip(db))]
+pub async fn supersede_released_downgrades(
+    db: &Db,
+    subscription_id: SubscriptionId,
+    stripe_id: &str,
+    schedule_id: &str,
+) -> Result<u64, ServiceError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    tx.lock(&AdvisoryKey::Subscription(stripe_id.to_string())).await?;
+    let n = crate::store::plan_changes::supersede_changes_of_schedule(tx.conn(), subscription_id, schedule_id).await?;
+    tx.commit().await?;
+    Ok(n)
 }
 
 /// Whose subscription this is: the organization the checkout named in its metadata, else the

@@ -289,3 +289,68 @@ pub(in crate::stress) async fn note_outbox_failures(ctx: &Ctx) -> Result<(), sql
     }
     Ok(())
 }
+
+/// A member's plan change on a billed organization's current subscription: a switch to its other
+/// product (an upgrade now, a downgrade at the period's end), the undo of a scheduled switch,
+/// cancel at the period's end, or keep. Held like a change in Stripe, one act at a time per
+/// subscriber. The services' refusals (ending, paused, scheduled already, nothing to undo) count
+/// as refused.
+pub(in crate::stress) async fn change_plan(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    use crate::services::billing::plan_changes;
+    if ctx.fx.subscribers.is_empty() {
+        return Ok(Outcome::Skipped);
+    }
+    let s = rng.pick(&ctx.fx.subscribers);
+    note.pool = Some(s.pool.0);
+    let current = s.current.lock().await;
+    let found: Option<(i64, Option<i64>, Option<ProductId>)> = sqlx::query_as(
+        "SELECT s.subscription_id,
+                (SELECT c.plan_ladder_id FROM core.scheduled_changes c
+                  WHERE c.subscription_id = s.subscription_id AND c.state = 'scheduled' LIMIT 1),
+                (SELECT i.product_id FROM core.subscription_items i
+                  WHERE i.subscription_id = s.subscription_id AND i.removed_at IS NULL
+                  ORDER BY i.subscription_item_id LIMIT 1)
+         FROM core.subscriptions s WHERE s.stripe_subscription_id = $1",
+    )
+    .bind(current.as_str())
+    .fetch_optional(&ctx.db.pool)
+    .await?;
+    // Not reconciled yet: nothing the console could show a member.
+    let Some((id, ahead, on)) = found else { return Ok(Outcome::Skipped) };
+    let (db, stripe, who, org, id) = (&ctx.db, &*ctx.stripe, ctx.plan_owner, s.org, crate::ids::SubscriptionId(id));
+    let r = match rng.below(4) {
+        0 => {
+            let to = if on == Some(s.products[0]) { s.products[1] } else { s.products[0] };
+            let price: Option<i64> = sqlx::query_scalar(
+                "SELECT price_id FROM billing.prices WHERE product_id = $1 AND active AND stripe_price_id IS NOT NULL
+                 ORDER BY price_id DESC LIMIT 1",
+            )
+            .bind(to)
+            .fetch_optional(&ctx.db.pool)
+            .await?;
+            let Some(price) = price else { return Ok(Outcome::Skipped) };
+            note.detail = format!("organization {org}: switch {current} to {}", product_name(ctx, to));
+            let price = crate::ids::PriceId(price);
+            // As a member does it: the quote (an upgrade's preview), then its confirmation.
+            match plan_changes::quote_switch(db, stripe, who, org, id, price).await {
+                Ok(q) => plan_changes::switch_plan(db, stripe, who, org, id, price, &q.operation)
+                    .with_subscriber(ctx.quiet.clone())
+                    .await
+                    .map(|q| note.detail.push_str(&format!(" ({:?})", q.kind))),
+                Err(e) => Err(e),
+            }
+        }
+        1 => {
+            let Some(ladder) = ahead else { return Ok(Outcome::Skipped) };
+            note.detail = format!("organization {org}: undo the switch scheduled on {current}");
+            plan_changes::undo_switch(db, stripe, who, org, id, crate::ids::LadderId(ladder)).await.map(|_| ())
+        }
+        n => {
+            let cancel = n == 2;
+            note.detail = format!("organization {org}: {} {current}", if cancel { "cancel" } else { "keep" });
+            plan_changes::cancel_at_period_end(db, stripe, who, org, id, cancel).await.map(|_| ())
+        }
+    };
+    drop(current);
+    billing_outcome(r, note)
+}

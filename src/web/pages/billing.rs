@@ -16,18 +16,22 @@ use views::{
 };
 
 use crate::{
-    ids::{OrganizationId, PriceId, ProductId},
+    ids::{OrganizationId, PriceId, ProductId, SubscriptionId},
     services::{
         ServiceError,
         billing::{
             self as billing,
             catalog_sync::{NewPrice, SyncAnswer},
             checkout::{CheckoutOutcome, ReturnTo},
+            plan_changes::{self, SwitchKind},
             reads,
         },
     },
-    states::{SubscriptionStatus, SyncState},
-    store::billing::{Price, ProductMapping},
+    states::{SubscriptionBranch, SubscriptionStatus, SyncState},
+    store::{
+        billing::{Price, ProductMapping},
+        billing_reads::OrgSubscription,
+    },
     web::{
         AppState,
         errors::AppError,
@@ -244,10 +248,29 @@ pub async fn sync_product(
 #[serde(default)]
 struct BillingQuery {
     checkout: Option<String>,
+    changed: Option<String>,
 }
 
 fn day(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d").to_string()
+}
+
+/// "31 Dec 2026", as a member reads a date a change happens.
+fn long_day(t: DateTime<Utc>) -> String {
+    t.format("%-d %b %Y").to_string()
+}
+
+/// Why a subscription holding a ladder cannot be switched now, in the member's words.
+fn switch_blocked(s: &OrgSubscription, ladder: crate::ids::LadderId) -> Option<String> {
+    if s.cancel_at_period_end {
+        return Some("The subscription ends at the period's end: keep it to switch its plan.".into());
+    }
+    if s.collection_paused {
+        return Some("The subscription's payments are paused while an operator grant covers the plan.".into());
+    }
+    s.scheduled.iter().find(|c| c.ladder_id == ladder).map(|c| {
+        format!("A change to {} is scheduled for {}: undo it to choose another.", c.to, long_day(c.effective_at))
+    })
 }
 
 fn when(t: DateTime<Utc>) -> String {
@@ -263,15 +286,21 @@ pub async fn billing_page(
     state: web::Data<AppState>,
     Member(who): Member,
 ) -> Result<HttpResponse, AppError> {
-    let checkout = web::Query::<BillingQuery>::from_query(req.query_string())
-        .ok()
-        .and_then(|q| q.into_inner().checkout)
-        .and_then(|c| match c.as_str() {
-            "paid" => Some(views::CheckoutNote::Paid),
-            "pending" => Some(views::CheckoutNote::Pending),
-            "canceled" => Some(views::CheckoutNote::Canceled),
-            _ => None,
-        });
+    let q = web::Query::<BillingQuery>::from_query(req.query_string()).map(|q| q.into_inner()).unwrap_or_default();
+    let checkout = q.checkout.and_then(|c| match c.as_str() {
+        "paid" => Some(views::CheckoutNote::Paid),
+        "pending" => Some(views::CheckoutNote::Pending),
+        "canceled" => Some(views::CheckoutNote::Canceled),
+        _ => None,
+    });
+    let change = q.changed.and_then(|c| match c.as_str() {
+        "upgraded" => Some(views::ChangeNote::Upgraded),
+        "scheduled" => Some(views::ChangeNote::DowngradeScheduled),
+        "undone" => Some(views::ChangeNote::Undone),
+        "canceling" => Some(views::ChangeNote::Canceling),
+        "kept" => Some(views::ChangeNote::Kept),
+        _ => None,
+    });
     let read = actix_web::HttpMessage::extensions_mut(&req).remove::<BillingRead>();
     let b = match read {
         Some(BillingRead(doc)) => reads::MemberBilling::from(doc),
@@ -295,8 +324,17 @@ pub async fn billing_page(
                     ) && s.ladders.iter().any(|l| l == ladder)
                 })
             };
+            // The live subscription holding a ladder, and its item there when the console knows it.
+            let holder = |ladder: &str| {
+                subscriptions
+                    .iter()
+                    .find(|s| s.status.branch() != SubscriptionBranch::Ended && s.ladders.iter().any(|l| l == ladder))
+                    .map(|s| (*s, s.items.iter().find(|i| i.ladder == ladder)))
+            };
             let mut ladders: Vec<views::LadderOffers> = vec![];
             for t in &b.on_sale {
+                let held = holder(&t.ladder);
+                let active = held.is_some_and(|(s, _)| s.status.branch() == SubscriptionBranch::Active);
                 let offer = views::Offer {
                     price_id: t.price_id.0,
                     tier: t.product.clone(),
@@ -305,14 +343,34 @@ pub async fn billing_page(
                     amount_minor: t.amount_minor,
                     currency: t.currency.clone(),
                     current: plan.iter().any(|p| p.ladder == t.ladder && p.rank == t.rank && p.tier == t.product),
+                    switchable: active
+                        && held.and_then(|(_, i)| i).is_some_and(|i| {
+                            i.product != t.product
+                                && i.interval == Some(t.billing_interval)
+                                && i.currency.as_deref() == Some(t.currency.as_str())
+                        }),
                 };
                 match ladders.last_mut() {
                     Some(l) if l.ladder == t.ladder => l.offers.push(offer),
-                    _ => ladders.push(views::LadderOffers {
-                        ladder: t.ladder.clone(),
-                        offers: vec![offer],
-                        subscribed: subscribed(&t.ladder),
-                    }),
+                    _ => {
+                        let blocked = match held {
+                            Some((s, _)) if !active => Some(format!(
+                                "{} pays for a plan on this ladder with a subscription that is {}: settle it before \
+                                 switching.",
+                                o.membership.name,
+                                views::subscription_status_words(s.status.as_str())
+                            )),
+                            Some((s, Some(i))) => switch_blocked(s, i.ladder_id),
+                            _ => None,
+                        };
+                        ladders.push(views::LadderOffers {
+                            ladder: t.ladder.clone(),
+                            offers: vec![offer],
+                            subscribed: subscribed(&t.ladder),
+                            switch_from: held.filter(|_| active && blocked.is_none()).map(|(s, _)| s.subscription_id.0),
+                            switch_blocked: blocked,
+                        })
+                    }
                 }
             }
             views::OrgBilling {
@@ -323,6 +381,15 @@ pub async fn billing_page(
                 subscriptions: subscriptions
                     .iter()
                     .map(|s| views::SubscriptionLine {
+                        subscription_id: s.subscription_id.0,
+                        scheduled: s
+                            .scheduled
+                            .iter()
+                            .map(|c| views::ScheduledLine {
+                                ladder_id: c.ladder_id.0,
+                                words: format!("{} until {}, then {}", c.from, long_day(c.effective_at), c.to),
+                            })
+                            .collect(),
                         stripe_id: s.stripe_subscription_id.clone(),
                         status: s.status.to_string(),
                         products: s.products.clone(),
@@ -349,7 +416,13 @@ pub async fn billing_page(
             }
         })
         .collect();
-    let v = views::BillingView { csrf: csrf_token(&req), checkout, connected: state.stripe.is_some(), organizations };
+    let v = views::BillingView {
+        csrf: csrf_token(&req),
+        checkout,
+        change,
+        connected: state.stripe.is_some(),
+        organizations,
+    };
     let mut page = render::ok(&req, "Billing", views::member_billing(&v));
     // Buy answers with a redirect to Stripe's checkout page: the page's form-action allows it.
     if let Some(stripe) = &state.stripe
@@ -458,6 +531,111 @@ pub async fn checkout_return(
         CheckoutOutcome::NotPaid { .. } => "checkout=pending",
     };
     Ok(HttpResponse::SeeOther().insert_header(("Location", format!("{}?{to}", paths::BILLING))).finish())
+}
+
+// ---------- A member's plan changes ----------
+
+/// The Switch button's form, and its confirmation's.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct SwitchForm {
+    organization_id: String,
+    subscription_id: String,
+    price_id: String,
+    /// "1" once the member saw what the switch does.
+    confirm: String,
+    /// The quote's id: what the member was shown is kept under it.
+    operation: String,
+    /// Undo: the ladder of the scheduled change.
+    ladder_id: String,
+    /// Cancel: "1" to keep the subscription going instead.
+    keep: String,
+}
+
+fn form_id(field: &str, v: &str, what: &str) -> Result<i64, AppError> {
+    v.trim().parse::<i64>().map_err(|_| AppError::BadRequest(format!("Choose {what} from the page ({field}).")))
+}
+
+impl SwitchForm {
+    fn subscription(&self) -> Result<(OrganizationId, SubscriptionId), AppError> {
+        Ok((
+            OrganizationId(form_id("organization_id", &self.organization_id, "an organization")?),
+            SubscriptionId(form_id("subscription_id", &self.subscription_id, "a subscription")?),
+        ))
+    }
+}
+
+/// A plan change's answer: back to `/billing` with what happened.
+fn changed(req: &HttpRequest, what: &str) -> HttpResponse {
+    after_post(req, &format!("{}?changed={what}", paths::BILLING))
+}
+
+#[tracing::instrument(name = "Page: switch a plan", skip_all, fields(account_id = %who.account_id))]
+pub async fn switch(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    form: Form<SwitchForm>,
+) -> Result<HttpResponse, AppError> {
+    let (org, sub) = form.subscription()?;
+    let price = PriceId(form_id("price_id", &form.price_id, "a plan")?);
+    let Some(stripe) = state.stripe.as_deref() else {
+        return Err(not_connected("the plan cannot be switched here"));
+    };
+    if form.confirm == "1" {
+        let done = plan_changes::switch_plan(&state.db, stripe, who.account_id, org, sub, price, form.operation.trim())
+            .await?;
+        return Ok(changed(&req, if done.kind == SwitchKind::Upgrade { "upgraded" } else { "scheduled" }));
+    }
+    let q = plan_changes::quote_switch(&state.db, stripe, who.account_id, org, sub, price).await?;
+    let organization = reads::buyer_standing(&state.db, who.account_id, org).await?.name;
+    let v = views::SwitchConfirmView {
+        csrf: csrf_token(&req),
+        organization_id: org.0,
+        organization,
+        subscription_id: sub.0,
+        price_id: price.0,
+        ladder: q.ladder,
+        from: q.from,
+        to: q.to,
+        upgrade: q.kind == SwitchKind::Upgrade,
+        charge: q.charge.map(|c| views::money(c.amount_due, &c.currency)),
+        effective: long_day(q.effective_at),
+        operation: q.operation,
+    };
+    Ok(render::ok(&req, "Switch plan", views::switch_confirm(&v)))
+}
+
+#[tracing::instrument(name = "Page: undo a scheduled switch", skip_all, fields(account_id = %who.account_id))]
+pub async fn undo_switch(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    form: Form<SwitchForm>,
+) -> Result<HttpResponse, AppError> {
+    let (org, sub) = form.subscription()?;
+    let ladder = crate::ids::LadderId(form_id("ladder_id", &form.ladder_id, "a plan")?);
+    let Some(stripe) = state.stripe.as_deref() else {
+        return Err(not_connected("the change cannot be undone here"));
+    };
+    plan_changes::undo_switch(&state.db, stripe, who.account_id, org, sub, ladder).await?;
+    Ok(changed(&req, "undone"))
+}
+
+#[tracing::instrument(name = "Page: cancel a plan at period end", skip_all, fields(account_id = %who.account_id))]
+pub async fn cancel(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    form: Form<SwitchForm>,
+) -> Result<HttpResponse, AppError> {
+    let (org, sub) = form.subscription()?;
+    let keep = form.keep == "1";
+    let Some(stripe) = state.stripe.as_deref() else {
+        return Err(not_connected("the subscription cannot be changed here"));
+    };
+    plan_changes::cancel_at_period_end(&state.db, stripe, who.account_id, org, sub, !keep).await?;
+    Ok(changed(&req, if keep { "kept" } else { "canceling" }))
 }
 
 // ---------- The operator's billing overview ----------

@@ -233,7 +233,25 @@ pub enum CheckoutNote {
     Canceled,
 }
 
+/// What a plan change did, shown once above the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeNote {
+    Upgraded,
+    DowngradeScheduled,
+    Undone,
+    Canceling,
+    Kept,
+}
+
+/// A change a subscription will make at its period's end.
+pub struct ScheduledLine {
+    pub ladder_id: i64,
+    /// "Pro until 31 Dec 2026, then Basic".
+    pub words: String,
+}
+
 pub struct SubscriptionLine {
+    pub subscription_id: i64,
     pub stripe_id: String,
     /// Stripe's status: "active", "past_due", ...
     pub status: String,
@@ -242,6 +260,7 @@ pub struct SubscriptionLine {
     pub period_end: Option<String>,
     pub cancel_at_period_end: bool,
     pub collection_paused: bool,
+    pub scheduled: Vec<ScheduledLine>,
 }
 
 /// A tier on sale at one price.
@@ -254,14 +273,20 @@ pub struct Offer {
     pub currency: String,
     /// The organization holds this tier now.
     pub current: bool,
+    /// The subscription holding the ladder can switch to this price (same interval and currency).
+    pub switchable: bool,
 }
 
 pub struct LadderOffers {
     pub ladder: String,
     pub offers: Vec<Offer>,
-    /// A live subscription of the organization holds this ladder: it is changed by an operator,
-    /// not bought again.
+    /// A live subscription of the organization holds this ladder: its tier is switched, not
+    /// bought again.
     pub subscribed: bool,
+    /// That subscription, when it can be switched now (active, not ending, nothing scheduled here).
+    pub switch_from: Option<i64>,
+    /// Why it cannot, when it holds the ladder but cannot be switched now.
+    pub switch_blocked: Option<String>,
 }
 
 pub struct InvoiceLine {
@@ -289,6 +314,7 @@ pub struct OrgBilling {
 pub struct BillingView {
     pub csrf: String,
     pub checkout: Option<CheckoutNote>,
+    pub change: Option<ChangeNote>,
     /// Whether billing (Stripe) is connected: without it nothing can be bought.
     pub connected: bool,
     pub organizations: Vec<OrgBilling>,
@@ -305,6 +331,14 @@ pub fn member_billing(v: &BillingView) -> Markup {
             Some(CheckoutNote::Canceled) => div.notice.info role="status" {
                 p { "Checkout canceled; nothing was charged." }
             },
+            None => {}
+        }
+        @match v.change {
+            Some(ChangeNote::Upgraded) => (notice("Switched: the new plan is in force now, and the difference was charged.")),
+            Some(ChangeNote::DowngradeScheduled) => (notice("Scheduled: you keep the current plan until the period ends.")),
+            Some(ChangeNote::Undone) => (notice("The scheduled change is undone: the plan stays as it is.")),
+            Some(ChangeNote::Canceling) => (notice("The subscription will end at the period's end; until then nothing changes.")),
+            Some(ChangeNote::Kept) => (notice("The subscription goes on: it renews as before.")),
             None => {}
         }
         @if !v.connected {
@@ -366,11 +400,63 @@ fn org_billing(v: &BillingView, o: &OrgBilling) -> Markup {
                 }
             }
             h3 { "Subscriptions" }
-            (subscriptions_table(&o.subscriptions))
+            (subscriptions_table(v, o))
             h3 { "Plans you can buy" }
             (offers(v, o))
             h3 { "Invoices" }
             (invoices_table(&o.invoices))
+        }
+    }
+}
+
+/// A plan switch to confirm.
+pub struct SwitchConfirmView {
+    pub csrf: String,
+    pub organization_id: i64,
+    pub organization: String,
+    pub subscription_id: i64,
+    pub price_id: i64,
+    pub ladder: String,
+    pub from: String,
+    pub to: String,
+    pub upgrade: bool,
+    /// An upgrade's charge today, formatted.
+    pub charge: Option<String>,
+    /// The period's end (a downgrade's date), formatted.
+    pub effective: String,
+    /// The quote's id, which the confirmation carries back.
+    pub operation: String,
+}
+
+/// "Switch Pro to Team?": what happens, the amount, Confirm and Back.
+pub fn switch_confirm(v: &SwitchConfirmView) -> Markup {
+    html! {
+        section.card aria-labelledby="switch-heading" {
+            h2 id="switch-heading" { "Switch " (v.organization) " from " (v.from) " to " (v.to) "?" }
+            @if v.upgrade {
+                p { (v.to) " applies now, on " (v.ladder) "." }
+                @if let Some(charge) = &v.charge {
+                    p.amount { "You will be charged " strong { (charge) } " today: the difference for the rest of the current period." }
+                }
+                p.muted { "From the next period on, " (v.to) "'s price is charged." }
+            } @else {
+                p { "You keep " (v.from) " until " (v.effective) ", then " (v.to) " applies, at its price." }
+                p.muted { "Nothing is charged now. You can undo this until " (v.effective) "." }
+            }
+            form method="post" action=(paths::BILLING_SWITCH) {
+                (csrf_field(&v.csrf))
+                input type="hidden" name="organization_id" value=(v.organization_id);
+                input type="hidden" name="subscription_id" value=(v.subscription_id);
+                input type="hidden" name="price_id" value=(v.price_id);
+                input type="hidden" name="confirm" value="1";
+                input type="hidden" name="operation" value=(v.operation);
+                div.form-actions {
+                    button.btn.btn-primary type="submit" {
+                        @if v.upgrade { "Switch now and pay" } @else { "Schedule the switch" }
+                    }
+                    " " a.btn.btn-secondary href=(paths::BILLING) { "Back" }
+                }
+            }
         }
     }
 }
@@ -399,13 +485,23 @@ fn status_tone(status: &str) -> Tone {
     }
 }
 
-fn subscriptions_table(subs: &[SubscriptionLine]) -> Markup {
-    let rows = subs
+fn subscriptions_table(v: &BillingView, o: &OrgBilling) -> Markup {
+    let acts = o.is_owner && v.connected;
+    let rows = o
+        .subscriptions
         .iter()
         .map(|s| {
+            let live = matches!(s.status.as_str(), "active" | "trialing" | "past_due");
             vec![
                 html! {
                     @if s.products.is_empty() { span.muted { "no items" } } @else { (s.products.join(", ")) }
+                    @for c in &s.scheduled {
+                        br; span.scheduled { (c.words) }
+                        @if acts {
+                            " " (hidden_post(v, paths::BILLING_SWITCH_UNDO, o.organization_id, s.subscription_id,
+                                &[("ladder_id", c.ladder_id.to_string())], "Undo", &format!("Undo: {}", c.words)))
+                        }
+                    }
                 },
                 badge(subscription_status_words(&s.status), status_tone(&s.status)),
                 html! {
@@ -418,11 +514,51 @@ fn subscriptions_table(subs: &[SubscriptionLine]) -> Markup {
                         " " (badge("payments paused", Tone::Muted))
                     }
                 },
+                html! {
+                    @if acts && live && s.cancel_at_period_end {
+                        (hidden_post(v, paths::BILLING_CANCEL, o.organization_id, s.subscription_id,
+                            &[("keep", "1".into())], "Keep the plan", &format!("Keep {}", s.products.join(", "))))
+                    } @else if acts && live {
+                        details.inline.confirm {
+                            summary.btn.btn-secondary.btn-small { "Cancel…" }
+                            form method="post" action=(paths::BILLING_CANCEL) {
+                                (csrf_field(&v.csrf))
+                                input type="hidden" name="organization_id" value=(o.organization_id);
+                                input type="hidden" name="subscription_id" value=(s.subscription_id);
+                                p { "End " (s.products.join(", ")) " at the period's end"
+                                    @if let Some(end) = &s.period_end { " (" (end) ")" }
+                                    "? You keep it until then and are not charged again; you can undo this until then." }
+                                button.btn.btn-danger.btn-small type="submit" { "Cancel at period end" }
+                            }
+                        }
+                    }
+                },
             ]
         })
         .collect();
-    let columns = [Column::text("Plan"), Column::text("Status"), Column::text("Current period")];
+    let columns = [Column::text("Plan"), Column::text("Status"), Column::text("Current period"), Column::text("")];
     table_cols(&columns, rows, "No subscriptions.")
+}
+
+/// A one-button form about one subscription.
+fn hidden_post(
+    v: &BillingView,
+    action: &str,
+    organization_id: i64,
+    subscription_id: i64,
+    fields: &[(&str, String)],
+    text: &str,
+    label: &str,
+) -> Markup {
+    html! {
+        form.inline method="post" action=(action) {
+            (csrf_field(&v.csrf))
+            input type="hidden" name="organization_id" value=(organization_id);
+            input type="hidden" name="subscription_id" value=(subscription_id);
+            @for (name, value) in fields { input type="hidden" name=(name) value=(value); }
+            button.btn.btn-secondary.btn-small type="submit" aria-label=(label) { (text) }
+        }
+    }
 }
 
 fn offers(v: &BillingView, o: &OrgBilling) -> Markup {
@@ -435,10 +571,12 @@ fn offers(v: &BillingView, o: &OrgBilling) -> Markup {
             }
             @for l in &o.ladders {
                 h4 { (l.ladder) }
-                @if l.subscribed {
+                @if let Some(why) = &l.switch_blocked {
+                    p.muted { (why) }
+                } @else if l.subscribed && o.is_owner {
                     p.muted {
-                        (o.name) " already pays for a plan on this ladder. Changing a paid plan here is not "
-                        "available yet; ask an operator to change it."
+                        "Switch to another tier: a higher one applies now (you see the amount first), a lower one "
+                        "at the end of the period you paid for."
                     }
                 }
                 (table_cols(
@@ -459,6 +597,15 @@ fn offer_row(v: &BillingView, o: &OrgBilling, l: &LadderOffers, offer: &Offer) -
         html! {
             @if offer.current {
                 (badge("current plan", Tone::Ok))
+            } @else if let (true, true, true, Some(sub)) = (o.is_owner, v.connected, offer.switchable, l.switch_from) {
+                form.buy method="post" action=(paths::BILLING_SWITCH) {
+                    (csrf_field(&v.csrf))
+                    input type="hidden" name="organization_id" value=(o.organization_id);
+                    input type="hidden" name="subscription_id" value=(sub);
+                    input type="hidden" name="price_id" value=(offer.price_id);
+                    button.btn.btn-secondary.btn-small type="submit"
+                        aria-label=(format!("Switch to {} at {words} for {}", offer.tier, o.name)) { "Switch…" }
+                }
             } @else if o.is_owner && v.connected && !l.subscribed {
                 form.buy method="post" action=(paths::BILLING_CHECKOUT) {
                     (csrf_field(&v.csrf))
@@ -756,12 +903,14 @@ mod tests {
                 suspended: true,
             }],
             subscriptions: vec![SubscriptionLine {
+                subscription_id: 3,
                 stripe_id: "sub_1".into(),
                 status: "past_due".into(),
                 products: vec!["Basic".into()],
                 period_end: Some("2026-12-31".into()),
                 cancel_at_period_end: true,
                 collection_paused: false,
+                scheduled: vec![],
             }],
             ladders: vec![LadderOffers {
                 ladder: "Wiki hosting".into(),
@@ -774,6 +923,7 @@ mod tests {
                         amount_minor: 500,
                         currency: "eur".into(),
                         current: true,
+                        switchable: false,
                     },
                     Offer {
                         price_id: 8,
@@ -783,9 +933,12 @@ mod tests {
                         amount_minor: 1500,
                         currency: "eur".into(),
                         current: false,
+                        switchable: true,
                     },
                 ],
                 subscribed: false,
+                switch_from: None,
+                switch_blocked: None,
             }],
             invoices: vec![InvoiceLine {
                 date: "2026-11-30".into(),
@@ -804,6 +957,7 @@ mod tests {
         let v = BillingView {
             csrf: "tok".into(),
             checkout: Some(CheckoutNote::Paid),
+            change: None,
             connected: true,
             organizations: vec![org(true)],
         };
@@ -823,24 +977,47 @@ mod tests {
     }
 
     #[test]
-    fn a_ladder_a_subscription_holds_offers_no_buy_button() {
+    fn a_ladder_a_subscription_holds_offers_a_switch_instead_of_a_buy_button_or_says_why_not() {
         let mut o = org(true);
         o.ladders[0].subscribed = true;
-        let v = BillingView { csrf: "tok".into(), checkout: None, connected: true, organizations: vec![o] };
+        o.ladders[0].switch_from = Some(3);
+        o.subscriptions[0].scheduled =
+            vec![ScheduledLine { ladder_id: 4, words: "Pro until 31 Dec 2026, then Basic".into() }];
+        let v =
+            BillingView { csrf: "tok".into(), checkout: None, change: None, connected: true, organizations: vec![o] };
         let out = member_billing(&v).into_string();
         assert!(!out.contains("/billing/checkout"));
-        assert!(out.contains("already pays for a plan on this ladder"));
+        assert_eq!(out.matches(r#"action="/billing/switch""#).count(), 1, "Pro only: Basic is held");
+        assert!(out.contains(r#"name="subscription_id" value="3""#));
+        assert!(out.contains("Pro until 31 Dec 2026, then Basic"));
+        assert!(out.contains(r#"action="/billing/switch/undo""#) && out.contains(r#"name="ladder_id" value="4""#));
+        assert!(out.contains("Keep the plan"), "a subscription ending at period end can be kept");
+        let mut o = org(true);
+        o.ladders[0].subscribed = true;
+        o.ladders[0].switch_blocked = Some("The subscription ends at the period's end: keep it to switch.".into());
+        let v =
+            BillingView { csrf: "tok".into(), checkout: None, change: None, connected: true, organizations: vec![o] };
+        let out = member_billing(&v).into_string();
+        assert!(!out.contains(r#"action="/billing/switch""#));
+        assert!(out.contains("keep it to switch"));
     }
 
     #[test]
     fn a_member_who_is_not_an_owner_or_a_console_without_stripe_shows_no_buy_button() {
-        let v = BillingView { csrf: "tok".into(), checkout: None, connected: true, organizations: vec![org(false)] };
+        let v = BillingView {
+            csrf: "tok".into(),
+            checkout: None,
+            change: None,
+            connected: true,
+            organizations: vec![org(false)],
+        };
         let out = member_billing(&v).into_string();
         assert!(!out.contains("/billing/checkout"));
         assert!(out.contains("Ask an owner of Acme &lt;Wikis&gt; to change the plan."));
         let v = BillingView {
             csrf: "tok".into(),
             checkout: Some(CheckoutNote::Canceled),
+            change: None,
             connected: false,
             organizations: vec![org(true)],
         };

@@ -1,0 +1,189 @@
+//! The calls that change a subscription a member holds: a plan switch now (with its preview),
+//! one at period end through a subscription schedule, the schedule's release, and cancelling at
+//! period end. Each POST carries an idempotency key named by the console's operation, so a
+//! double click or a retry after a timeout changes (and charges) once.
+
+use chrono::{DateTime, Utc};
+use stripe::StripeRequest;
+
+use super::{Stripe, StripeFailure, idempotent};
+
+/// What an immediate switch costs today, as Stripe previews it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preview {
+    /// In the currency's minor unit; negative would be a credit.
+    pub amount_due: i64,
+    pub currency: String,
+    /// The moment Stripe prorated for (its lines' start): the switch sends it back, so the charge
+    /// is what was shown. Stripe's clock decides it, a test clock's included.
+    pub proration_date: Option<i64>,
+}
+
+/// A schedule phase's items: (Stripe price id, quantity).
+pub type PhaseItems = Vec<(String, u64)>;
+
+impl Stripe {
+    /// The invoice Stripe would make now if `item` moved to `price` with prorations charged at once.
+    pub async fn preview_switch(
+        &self,
+        customer: &str,
+        subscription: &str,
+        item: &str,
+        price: &str,
+        quantity: u64,
+    ) -> Result<Preview, StripeFailure> {
+        use stripe_billing::invoice::{
+            CreatePreviewInvoice, CreatePreviewInvoiceSubscriptionDetails,
+            CreatePreviewInvoiceSubscriptionDetailsItems, CreatePreviewInvoiceSubscriptionDetailsProrationBehavior,
+        };
+        let details = CreatePreviewInvoiceSubscriptionDetails {
+            // The quantity is sent: a new price without one would reset it to 1.
+            items: Some(vec![CreatePreviewInvoiceSubscriptionDetailsItems {
+                id: Some(item.to_string()),
+                price: Some(price.to_string()),
+                quantity: Some(quantity),
+                ..Default::default()
+            }]),
+            proration_behavior: Some(CreatePreviewInvoiceSubscriptionDetailsProrationBehavior::AlwaysInvoice),
+            ..Default::default()
+        };
+        let invoice = CreatePreviewInvoice::new()
+            .customer(customer)
+            .subscription(subscription)
+            .subscription_details(details)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        let proration_date = invoice.lines.data.iter().map(|l| l.period.start).min();
+        Ok(Preview { amount_due: invoice.amount_due, currency: invoice.currency.to_string(), proration_date })
+    }
+
+    /// Move `item` to `price` now, the proration invoiced and charged at once; when the charge
+    /// fails, Stripe changes nothing (`error_if_incomplete`) and says why.
+    pub async fn switch_now(
+        &self,
+        operation: &str,
+        subscription: &str,
+        item: &str,
+        price: &str,
+        quantity: u64,
+        proration_date: Option<i64>,
+    ) -> Result<(), StripeFailure> {
+        use stripe_billing::subscription::{
+            UpdateSubscription, UpdateSubscriptionItems, UpdateSubscriptionPaymentBehavior,
+            UpdateSubscriptionProrationBehavior,
+        };
+        let mut req = UpdateSubscription::new(subscription)
+            .items(vec![UpdateSubscriptionItems {
+                id: Some(item.to_string()),
+                price: Some(price.to_string()),
+                quantity: Some(quantity),
+                ..Default::default()
+            }])
+            .proration_behavior(UpdateSubscriptionProrationBehavior::AlwaysInvoice)
+            .payment_behavior(UpdateSubscriptionPaymentBehavior::ErrorIfIncomplete);
+        if let Some(d) = proration_date {
+            req = req.proration_date(d);
+        }
+        req.customize()
+            .request_strategy(idempotent(&format!("switch:{operation}"))?)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(())
+    }
+
+    /// The subscription's schedule, made from the subscription when it has none; its id.
+    pub async fn schedule_of(
+        &self,
+        operation: &str,
+        subscription: &str,
+        existing: Option<&str>,
+    ) -> Result<String, StripeFailure> {
+        use stripe_billing::subscription_schedule::CreateSubscriptionSchedule;
+        if let Some(id) = existing {
+            return Ok(id.to_string());
+        }
+        let s = CreateSubscriptionSchedule::new()
+            .from_subscription(subscription)
+            .customize()
+            .request_strategy(idempotent(&format!("schedule:{operation}"))?)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(s.id.to_string())
+    }
+
+    /// Two phases on `schedule`: the current items until `at` (the period's end), then `next`
+    /// for one period, after which the schedule lets the subscription go on as it is.
+    pub async fn set_next_phase(
+        &self,
+        operation: &str,
+        schedule: &str,
+        current_start: DateTime<Utc>,
+        current: &PhaseItems,
+        at: DateTime<Utc>,
+        next: &PhaseItems,
+    ) -> Result<(), StripeFailure> {
+        use stripe_billing::subscription_schedule::{
+            UpdateSubscriptionSchedule, UpdateSubscriptionSchedulePhases, UpdateSubscriptionSchedulePhasesEndDate,
+            UpdateSubscriptionSchedulePhasesItems, UpdateSubscriptionSchedulePhasesStartDate,
+        };
+        let items = |list: &PhaseItems| -> Vec<UpdateSubscriptionSchedulePhasesItems> {
+            list.iter()
+                .map(|(price, quantity)| UpdateSubscriptionSchedulePhasesItems {
+                    price: Some(price.clone()),
+                    quantity: Some(*quantity),
+                    ..Default::default()
+                })
+                .collect()
+        };
+        let mut first = UpdateSubscriptionSchedulePhases::new(items(current));
+        first.start_date = Some(UpdateSubscriptionSchedulePhasesStartDate::Timestamp(current_start.timestamp()));
+        first.end_date = Some(UpdateSubscriptionSchedulePhasesEndDate::Timestamp(at.timestamp()));
+        let mut second = UpdateSubscriptionSchedulePhases::new(items(next));
+        second.start_date = Some(UpdateSubscriptionSchedulePhasesStartDate::Timestamp(at.timestamp()));
+        UpdateSubscriptionSchedule::new(schedule)
+            .phases(vec![first, second])
+            .end_behavior(stripe_shared::SubscriptionScheduleEndBehavior::Release)
+            .customize()
+            .request_strategy(idempotent(&format!("phases:{operation}"))?)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(())
+    }
+
+    /// Let the subscription go on as it is now, without its schedule. A schedule already
+    /// released or completed counts as released.
+    pub async fn release_schedule(&self, schedule: &str) -> Result<(), StripeFailure> {
+        use stripe_billing::subscription_schedule::ReleaseSubscriptionSchedule;
+        match ReleaseSubscriptionSchedule::new(schedule)
+            .customize()
+            .request_strategy(idempotent(&format!("release:{schedule}"))?)
+            .send(&self.client)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let f = StripeFailure::from_error(e);
+                match self.subscription_schedule(schedule).await? {
+                    Some(s) if matches!(s.status.as_str(), "released" | "completed" | "canceled") => Ok(()),
+                    _ => Err(f),
+                }
+            }
+        }
+    }
+
+    /// End the subscription at its period's end (`true`), or keep it going (`false`).
+    pub async fn cancel_at_period_end(&self, subscription: &str, cancel: bool) -> Result<(), StripeFailure> {
+        use stripe_billing::subscription::UpdateSubscription;
+        // Setting the same value twice is harmless, so no key is needed to make it once.
+        UpdateSubscription::new(subscription)
+            .cancel_at_period_end(cancel)
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,429 @@
+//! A member's changes to a paid plan (design: billing.md "Plan switch"; spec: "Subscription
+//! reconcile"): switch a ladder's tier (an upgrade now, prorated and charged at once, after the
+//! member saw the amount; a downgrade at the period's end through a subscription schedule), undo
+//! a scheduled downgrade, cancel at the period's end and undo that. Each checks the request
+//! against the console's rows and Stripe's subscription, then only calls Stripe, with no
+//! transaction open, and converges through ReconcileSubscription: the ledger rows are written by
+//! convergeScheduledChanges alone, the positions by the reconcile's branches.
+
+use chrono::{DateTime, Duration, Utc};
+
+use crate::{
+    db::Db,
+    ids::{AccountId, LadderId, OrganizationId, PriceId, SubscriptionId},
+    integrations::stripe::{PhaseItems, Preview, Stripe, SubscriptionSnapshot},
+    services::ServiceError,
+    states::{SubscriptionBranch, SubscriptionStatus},
+    store::{billing as billing_store, plan_changes as store},
+};
+
+use super::{reconcile::reconcile_subscription, remote};
+
+/// How long an upgrade's quoted amount holds: the confirmation prorates for the quoted moment
+/// only within this window, so a stale (or edited) form cannot buy the rest of a period cheap.
+pub const QUOTE_HOLDS: Duration = Duration::minutes(15);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwitchKind {
+    /// A higher tier: now, the difference for the rest of the period charged at once.
+    Upgrade,
+    /// A lower tier: at the end of the period already paid for.
+    Downgrade,
+}
+
+/// What a switch will do, shown before the member confirms it.
+#[derive(Debug, Clone)]
+pub struct SwitchQuote {
+    pub kind: SwitchKind,
+    pub organization_id: OrganizationId,
+    pub subscription_id: SubscriptionId,
+    pub price_id: PriceId,
+    pub ladder: String,
+    pub from: String,
+    pub to: String,
+    /// An upgrade's charge today, as Stripe previews it.
+    pub charge: Option<Preview>,
+    /// The moment the upgrade prorates for (the confirmation carries it back).
+    pub proration_date: Option<i64>,
+    /// This quote's own id: the confirmation carries it back, and Stripe's idempotency keys are
+    /// made from it, so confirming twice changes (and charges) once, and a later quote is new.
+    pub operation: String,
+    /// When the switch applies: now for an upgrade, the period's end for a downgrade.
+    pub effective_at: DateTime<Utc>,
+}
+
+/// A switch request that passed every check, with what Stripe holds now.
+struct Checked {
+    quote: SwitchQuote,
+    snapshot: SubscriptionSnapshot,
+    item: String,
+    from_price: String,
+    to_price: String,
+    quantity: u64,
+    period_start: DateTime<Utc>,
+}
+
+/// The organization's subscription, when the member may change it: not a member is "no such
+/// subscription", a member who is not an owner is refused.
+async fn owned_subscription(
+    db: &Db,
+    who: AccountId,
+    organization_id: OrganizationId,
+    subscription_id: SubscriptionId,
+) -> Result<(String, store::HeldSubscription, Vec<store::AheadChange>), ServiceError> {
+    let mut read = db.read().await?;
+    let membership =
+        super::checkout::owner_membership(read.conn(), who, organization_id).await.map_err(|e| match e {
+            ServiceError::Refused(_) => ServiceError::Refused(
+                "Only an owner of the organization can change its plan. Ask an owner to do it.".into(),
+            ),
+            e => e,
+        })?;
+    let held = store::held_subscription(read.conn(), organization_id, subscription_id)
+        .await?
+        .ok_or(ServiceError::NotFound("subscription"))?;
+    let ahead = store::changes_ahead(read.conn(), subscription_id).await?;
+    Ok((membership.name, held, ahead))
+}
+
+fn day(t: DateTime<Utc>) -> String {
+    t.format("%-d %b %Y").to_string()
+}
+
+/// Every check of a switch, in the order a member would want to hear them.
+async fn check_switch(
+    db: &Db,
+    stripe: &Stripe,
+    who: AccountId,
+    organization_id: OrganizationId,
+    subscription_id: SubscriptionId,
+    price_id: PriceId,
+) -> Result<Checked, ServiceError> {
+    let (org, held, ahead) = owned_subscription(db, who, organization_id, subscription_id).await?;
+    if held.status.branch() != SubscriptionBranch::Active {
+        return Err(ServiceError::Refused(format!(
+            "The subscription is {}: only an active subscription's plan can be changed.",
+            held.status
+        )));
+    }
+    if held.cancel_at_period_end {
+        return Err(ServiceError::Refused(
+            "The subscription is set to end at the period's end: keep it first, then switch.".into(),
+        ));
+    }
+    if held.collection_paused {
+        return Err(ServiceError::Refused(
+            "The subscription's payments are paused while an operator grant covers the plan; it cannot be switched now."
+                .into(),
+        ));
+    }
+    let target = {
+        let mut read = db.read().await?;
+        store::switch_target(read.conn(), subscription_id, price_id).await?.ok_or(ServiceError::NotFound("price"))?
+    };
+    let Some(to_price) = target.to_stripe_price.clone().filter(|_| target.on_sale) else {
+        return Err(ServiceError::Refused(format!(
+            "{} at this price is not on sale any more. Reload the page to see the current plans.",
+            target.to_product
+        )));
+    };
+    let Some(item) = target.item else {
+        return Err(ServiceError::Refused(format!(
+            "{org} pays for no plan on {}'s ladder with this subscription: buy it instead.",
+            target.to_product
+        )));
+    };
+    if item.from_product_id == target.to_product_id {
+        return Err(ServiceError::Refused(format!("{} is already the plan on {}.", target.to_product, item.ladder)));
+    }
+    if item.from_interval != Some(target.to_interval) || item.from_currency.as_deref() != Some(&target.to_currency) {
+        return Err(ServiceError::Refused(format!(
+            "{} is billed {} in another currency or at another interval than this plan: a switch keeps the billing \
+             interval and currency. Cancel at the period's end and buy the other one instead.",
+            target.to_product, target.to_interval
+        )));
+    }
+    if let Some(c) = ahead.iter().find(|c| c.plan_ladder_id == item.plan_ladder_id) {
+        return Err(ServiceError::Refused(format!(
+            "A change to {} on {} is already scheduled for {}: undo it first.",
+            c.to_product,
+            item.ladder,
+            day(c.effective_at)
+        )));
+    }
+    let kind = if item.to_rank > item.from_rank { SwitchKind::Upgrade } else { SwitchKind::Downgrade };
+    if kind == SwitchKind::Upgrade
+        && let Some(c) = ahead.first()
+    {
+        return Err(ServiceError::Refused(format!(
+            "A change to {} is scheduled for {}: undo it first, then upgrade.",
+            c.to_product,
+            day(c.effective_at)
+        )));
+    }
+    // What Stripe holds now: the item must still be there, on the price the console knows.
+    let snapshot = stripe
+        .subscription(&held.stripe_subscription_id)
+        .await
+        .map_err(remote)?
+        .ok_or(ServiceError::NotFound("subscription"))?;
+    let Some(now_item) = snapshot.items.iter().find(|i| i.id == item.stripe_item_id).cloned() else {
+        return Err(ServiceError::Refused(
+            "Stripe's subscription changed since this page was drawn. Reload the page and try again.".into(),
+        ));
+    };
+    if now_item.price == to_price {
+        return Err(ServiceError::Refused(format!("{} is already the plan on {}.", target.to_product, item.ladder)));
+    }
+    let quote = SwitchQuote {
+        kind,
+        organization_id,
+        subscription_id,
+        price_id,
+        ladder: item.ladder,
+        from: item.from_product,
+        to: target.to_product,
+        charge: None,
+        proration_date: None,
+        operation: crate::config::random_hex(16),
+        effective_at: now_item.period_end,
+    };
+    Ok(Checked {
+        quote,
+        snapshot,
+        item: now_item.id,
+        from_price: now_item.price,
+        to_price,
+        quantity: now_item.quantity.max(1) as u64,
+        period_start: now_item.period_start,
+    })
+}
+
+/// What switching to `price_id` would do, with an upgrade's charge as Stripe previews it. The
+/// quote is kept (its operation id is what the confirmation carries), so the switch charges for
+/// the moment the member was shown, whatever the form sends.
+#[tracing::instrument(name = "Quote a plan switch", skip(db, stripe), fields(organization_id = %organization_id))]
+pub async fn quote_switch(
+    db: &Db,
+    stripe: &Stripe,
+    who: AccountId,
+    organization_id: OrganizationId,
+    subscription_id: SubscriptionId,
+    price_id: PriceId,
+) -> Result<SwitchQuote, ServiceError> {
+    let mut c = check_switch(db, stripe, who, organization_id, subscription_id, price_id).await?;
+    if c.quote.kind == SwitchKind::Upgrade {
+        let preview = stripe
+            .preview_switch(&c.snapshot.customer, &c.snapshot.id, &c.item, &c.to_price, c.quantity)
+            .await
+            .map_err(remote)?;
+        c.quote.proration_date = preview.proration_date;
+        c.quote.effective_at = match preview.proration_date.and_then(|d| DateTime::from_timestamp(d, 0)) {
+            Some(at) => at,
+            None => super::reconcile::now(db).await?,
+        };
+        c.quote.charge = Some(preview);
+    }
+    let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
+    store::insert_quote(
+        tx.conn(),
+        &c.quote.operation,
+        subscription_id,
+        price_id,
+        who,
+        c.quote.proration_date.and_then(|d| DateTime::from_timestamp(d, 0)),
+        c.quote.charge.as_ref().map(|p| (p.amount_due, p.currency.as_str())),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(c.quote)
+}
+
+/// Make the switch the member confirmed (`operation`: its quote's id). An upgrade prorates for the
+/// quoted moment (refused when the quote is older than `QUOTE_HOLDS`); its charge failing
+/// changes nothing. A downgrade puts the lower tier in the schedule's next phase. Either then
+/// converges at once. Confirming one quote twice changes (and charges) once: Stripe's
+/// idempotency keys are the quote's.
+#[tracing::instrument(name = "Switch a plan", skip(db, stripe), fields(organization_id = %organization_id))]
+pub async fn switch_plan(
+    db: &Db,
+    stripe: &Stripe,
+    who: AccountId,
+    organization_id: OrganizationId,
+    subscription_id: SubscriptionId,
+    price_id: PriceId,
+    operation: &str,
+) -> Result<SwitchQuote, ServiceError> {
+    let unknown = || {
+        ServiceError::Refused(
+            "This confirmation is not one the billing page made for this plan: switch again from the billing page."
+                .into(),
+        )
+    };
+    if operation.len() != 32 || !operation.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()) {
+        return Err(unknown());
+    }
+    let quoted = {
+        let mut read = db.read().await?;
+        store::quote(read.conn(), operation).await?.ok_or_else(unknown)?
+    };
+    if quoted.subscription_id != subscription_id || quoted.price_id != price_id || quoted.account_id != who {
+        return Err(unknown());
+    }
+    if quoted.age_s > QUOTE_HOLDS.num_seconds() as f64 {
+        return Err(ServiceError::Refused(
+            "The amount shown is more than 15 minutes old: switch again to see today's amount.".into(),
+        ));
+    }
+    let mut c = check_switch(db, stripe, who, organization_id, subscription_id, price_id).await?;
+    c.quote.operation = operation.to_string();
+    let sub = c.snapshot.id.clone();
+    match c.quote.kind {
+        SwitchKind::Upgrade => {
+            let moment = quoted.proration_date.map(|d| d.timestamp());
+            c.quote.proration_date = moment;
+            stripe.switch_now(operation, &sub, &c.item, &c.to_price, c.quantity, moment).await.map_err(remote)?;
+        }
+        SwitchKind::Downgrade => {
+            let existing = match c.snapshot.schedule.as_deref() {
+                Some(id) => stripe.subscription_schedule(id).await.map_err(remote)?,
+                None => None,
+            };
+            let current: PhaseItems =
+                c.snapshot.items.iter().map(|i| (i.price.clone(), i.quantity.max(1) as u64)).collect();
+            // The next phase keeps whatever else a schedule already changes there.
+            let base: PhaseItems = match existing.as_ref().and_then(|s| s.next_phase()) {
+                Some(p) => p.items.iter().map(|(price, q)| (price.clone(), (*q).max(1) as u64)).collect(),
+                None => current.clone(),
+            };
+            let next: PhaseItems = base
+                .into_iter()
+                .map(|(price, q)| if price == c.from_price { (c.to_price.clone(), q) } else { (price, q) })
+                .collect();
+            let start = existing.as_ref().and_then(|s| s.current_phase_start).unwrap_or(c.period_start);
+            let schedule =
+                stripe.schedule_of(operation, &sub, existing.as_ref().map(|s| s.id.as_str())).await.map_err(remote)?;
+            stripe
+                .set_next_phase(operation, &schedule, start, &current, c.quote.effective_at, &next)
+                .await
+                .map_err(remote)?;
+        }
+    }
+    converge(db, stripe, &sub).await;
+    Ok(c.quote)
+}
+
+/// Undo the downgrade scheduled on `ladder`: the schedule is released when nothing else is
+/// ahead in it, else its next phase keeps the current tier on that ladder.
+#[tracing::instrument(name = "Undo a scheduled switch", skip(db, stripe), fields(organization_id = %organization_id))]
+pub async fn undo_switch(
+    db: &Db,
+    stripe: &Stripe,
+    who: AccountId,
+    organization_id: OrganizationId,
+    subscription_id: SubscriptionId,
+    ladder: LadderId,
+) -> Result<String, ServiceError> {
+    let (_, held, ahead) = owned_subscription(db, who, organization_id, subscription_id).await?;
+    let Some(change) = ahead.into_iter().find(|c| c.plan_ladder_id == ladder) else {
+        return Err(ServiceError::Refused("No change is scheduled on that plan any more.".into()));
+    };
+    let sub = held.stripe_subscription_id;
+    let snapshot = stripe.subscription(&sub).await.map_err(remote)?.ok_or(ServiceError::NotFound("subscription"))?;
+    let schedule = match snapshot.schedule.as_deref() {
+        Some(id) => stripe.subscription_schedule(id).await.map_err(remote)?,
+        None => None,
+    };
+    if let Some(s) = schedule.filter(|s| s.id == change.stripe_schedule_id)
+        && let Some(next) = s.next_phase()
+    {
+        let current: PhaseItems = snapshot.items.iter().map(|i| (i.price.clone(), i.quantity.max(1) as u64)).collect();
+        // Put back, in the next phase, the current price of the ladder the change moves.
+        let (from_prices, to_prices) = {
+            let mut read = db.read().await?;
+            let mut from = vec![];
+            let mut to = vec![];
+            for (price, _) in &current {
+                if let Some((_, product)) = billing_store::price_by_stripe_id(read.conn(), price).await?
+                    && product == change.from_product_id
+                {
+                    from.push(price.clone());
+                }
+            }
+            for (price, _) in &next.items {
+                if let Some((_, product)) = billing_store::price_by_stripe_id(read.conn(), price).await?
+                    && product == change.to_product_id
+                {
+                    to.push(price.clone());
+                }
+            }
+            (from, to)
+        };
+        let restored: PhaseItems = next
+            .items
+            .iter()
+            .map(|(price, q)| match (to_prices.contains(price), from_prices.first()) {
+                (true, Some(from)) => (from.clone(), (*q).max(1) as u64),
+                _ => (price.clone(), (*q).max(1) as u64),
+            })
+            .collect();
+        let mut a = restored.clone();
+        let mut b = current.clone();
+        a.sort();
+        b.sort();
+        if a == b {
+            stripe.release_schedule(&s.id).await.map_err(remote)?;
+        } else {
+            let start = s.current_phase_start.unwrap_or(change.effective_at);
+            let operation = format!("undo{}", change.scheduled_change_id);
+            stripe.set_next_phase(&operation, &s.id, start, &current, next.start, &restored).await.map_err(remote)?;
+        }
+    }
+    converge(db, stripe, &sub).await;
+    Ok(change.from_product)
+}
+
+/// Cancel the subscription at the period's end (`cancel`), or keep it going.
+#[tracing::instrument(name = "Cancel a plan at period end", skip(db, stripe), fields(organization_id = %organization_id))]
+pub async fn cancel_at_period_end(
+    db: &Db,
+    stripe: &Stripe,
+    who: AccountId,
+    organization_id: OrganizationId,
+    subscription_id: SubscriptionId,
+    cancel: bool,
+) -> Result<Option<DateTime<Utc>>, ServiceError> {
+    let (_, held, ahead) = owned_subscription(db, who, organization_id, subscription_id).await?;
+    if matches!(held.status, SubscriptionStatus::Canceled | SubscriptionStatus::IncompleteExpired) {
+        return Err(ServiceError::Refused("The subscription has already ended.".into()));
+    }
+    if held.cancel_at_period_end == cancel {
+        return Err(ServiceError::Refused(
+            if cancel {
+                "The subscription already ends at the period's end."
+            } else {
+                "The subscription is not set to end."
+            }
+            .into(),
+        ));
+    }
+    if cancel && let Some(c) = ahead.first() {
+        return Err(ServiceError::Refused(format!(
+            "A change to {} is scheduled for {}: undo it first, then cancel.",
+            c.to_product,
+            day(c.effective_at)
+        )));
+    }
+    let sub = held.stripe_subscription_id;
+    stripe.cancel_at_period_end(&sub, cancel).await.map_err(remote)?;
+    converge(db, stripe, &sub).await;
+    Ok(held.current_period_end)
+}
+
+/// ReconcileSubscription right after a change, so the member sees it at once. Stripe holds the
+/// change whatever happens here: a failure is logged, and the webhook's job and the sweep converge.
+async fn converge(db: &Db, stripe: &Stripe, stripe_id: &str) {
+    if let Err(e) = reconcile_subscription(db, stripe, stripe_id).await {
+        tracing::warn!(subscription = stripe_id, error = %e, "a plan change is in Stripe; its reconcile failed and is left to the webhook");
+    }
+}

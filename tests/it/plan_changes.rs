@@ -1,0 +1,398 @@
+//! Billing II's plan changes against the Stripe stand-in: an upgrade quoted, then applied and
+//! charged at once; a downgrade scheduled to the period's end, undone, scheduled again and
+//! applied when a test clock crosses the period; cancel at period end and its undo; the requests
+//! a member must not be able to make; supersedeReleasedDowngrades' lock; and the pages.
+
+use crate::common;
+
+use chrono::{DateTime, Utc};
+use common::{
+    TestApp, TestDb,
+    pages::{get, post, signed_in},
+    stripe::StripeFixture,
+};
+use member_console::{
+    demo,
+    ids::{AccountId, LadderId, OrganizationId, PoolId, PriceId, SubscriptionId},
+    services::{
+        ServiceError,
+        billing::{
+            self,
+            plan_changes::{self, SwitchKind},
+        },
+    },
+};
+
+/// The demo member's organization, paying for `product` monthly on a test clock frozen at `now`.
+struct Paying {
+    t: TestDb,
+    s: StripeFixture,
+    who: AccountId,
+    org: OrganizationId,
+    pool: PoolId,
+    clock: String,
+    now: i64,
+    sub: String,
+    subscription_id: SubscriptionId,
+    basic: PriceId,
+    pro: PriceId,
+}
+
+async fn paying(product: &str) -> Paying {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let s = StripeFixture::start().await;
+    let who = AccountId(common::pages::account_id(&t, demo::MEMBER_EMAIL).await);
+    let org = OrganizationId(common::pages::organization_id(&t, demo::DEMO_ORGANIZATION).await);
+    let pool = PoolId(
+        common::acts::scalar(
+            &t,
+            &format!("SELECT pool_id FROM core.resource_pools WHERE organization_id = {org} AND is_default"),
+        )
+        .await,
+    );
+    let basic = s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
+    let pro = s.price(&t.db, common::acts::product_id(&t, "Pro").await, "30").await;
+    let now = Utc::now().timestamp();
+    let clock = s.clock(now).await;
+    let customer = s.customer(&t.db, org, "pm_card_visa", Some(&clock)).await;
+    let price = s.stripe_price(&t.admin, if product == "Pro" { pro } else { basic }).await;
+    let sub = s.subscribe(&customer, &price, org).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    let subscription_id = SubscriptionId(
+        common::acts::scalar(
+            &t,
+            &format!("SELECT subscription_id FROM core.subscriptions WHERE stripe_subscription_id = '{sub}'"),
+        )
+        .await,
+    );
+    Paying { t, s, who, org, pool, clock, now, sub, subscription_id, basic, pro }
+}
+
+impl Paying {
+    async fn hosting(&self) -> String {
+        sqlx::query_scalar(
+            "SELECT pr.name FROM core.positions p JOIN core.plan_ladders l USING (plan_ladder_id)
+             JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
+             WHERE p.pool_id = $1 AND l.name = 'Wiki hosting'",
+        )
+        .bind(self.pool)
+        .fetch_one(&self.t.admin)
+        .await
+        .unwrap()
+    }
+
+    /// The ledger's rows: (from, to, state).
+    async fn ledger(&self) -> Vec<(String, String, String)> {
+        sqlx::query_as(
+            "SELECT f.name, p.name, c.state FROM core.scheduled_changes c
+             JOIN core.products f ON f.product_id = c.from_product_id JOIN core.products p ON p.product_id = c.to_product_id
+             WHERE c.subscription_id = $1 ORDER BY c.scheduled_change_id",
+        )
+        .bind(self.subscription_id)
+        .fetch_all(&self.t.admin)
+        .await
+        .unwrap()
+    }
+
+    async fn quote(&self, price: PriceId) -> Result<plan_changes::SwitchQuote, ServiceError> {
+        plan_changes::quote_switch(&self.t.db, &self.s.stripe, self.who, self.org, self.subscription_id, price).await
+    }
+
+    /// Quote a switch and confirm it, as a member does.
+    async fn switch(&self, price: PriceId) -> Result<plan_changes::SwitchQuote, ServiceError> {
+        let q = self.quote(price).await?;
+        self.confirm(price, &q.operation).await
+    }
+
+    async fn confirm(&self, price: PriceId, operation: &str) -> Result<plan_changes::SwitchQuote, ServiceError> {
+        let (db, stripe) = (&self.t.db, &self.s.stripe);
+        plan_changes::switch_plan(db, stripe, self.who, self.org, self.subscription_id, price, operation).await
+    }
+
+    async fn ladder(&self) -> LadderId {
+        LadderId(common::acts::id_by_name(&self.t, "plan_ladders", "plan_ladder_id", "Wiki hosting").await)
+    }
+
+    async fn undo(&self) -> Result<String, ServiceError> {
+        let ladder = self.ladder().await;
+        plan_changes::undo_switch(&self.t.db, &self.s.stripe, self.who, self.org, self.subscription_id, ladder).await
+    }
+
+    async fn cancel(&self, cancel: bool) -> Result<Option<DateTime<Utc>>, ServiceError> {
+        let (db, stripe) = (&self.t.db, &self.s.stripe);
+        plan_changes::cancel_at_period_end(db, stripe, self.who, self.org, self.subscription_id, cancel).await
+    }
+
+    /// The stand-in's invoices of the subscription made by a change (not a renewal or the first).
+    async fn update_invoices(&self) -> Vec<serde_json::Value> {
+        let list = self.s.get(&format!("/invoices?subscription={}&limit=100", self.sub)).await;
+        list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["billing_reason"] == "subscription_update")
+            .cloned()
+            .collect()
+    }
+}
+
+fn refused(r: Result<impl std::fmt::Debug, ServiceError>, words: &str) {
+    match r {
+        Err(ServiceError::Refused(m)) => assert!(m.contains(words), "expected “{words}” in: {m}"),
+        other => panic!("expected a refusal saying “{words}”, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_upgrade_is_quoted_then_applied_at_once_and_a_second_confirmation_charges_nothing_more() {
+    let p = paying("Basic").await;
+    assert_eq!(p.hosting().await, "Basic");
+    // Halfway through the month: the difference for half a period.
+    p.s.advance(&p.clock, p.now + 15 * 86_400).await;
+    let q = p.quote(p.pro).await.unwrap();
+    assert_eq!((q.kind, q.from.as_str(), q.to.as_str()), (SwitchKind::Upgrade, "Basic", "Pro"));
+    let charge = q.charge.clone().expect("an upgrade's charge is previewed");
+    assert_eq!(charge.currency, "eur");
+    assert!(charge.amount_due > 0 && charge.amount_due < 1800, "about half of 18.00: {charge:?}");
+    assert!(p.update_invoices().await.is_empty(), "a preview charges nothing");
+    p.confirm(p.pro, &q.operation).await.unwrap();
+    assert_eq!(p.hosting().await, "Pro", "the new tier is in force at once");
+    assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(10));
+    let invoices = p.update_invoices().await;
+    assert_eq!(invoices.len(), 1, "{invoices:?}");
+    assert_eq!(invoices[0]["amount_paid"].as_i64(), Some(charge.amount_due), "charged what was shown");
+    // The same confirmation again (a second tab, a double click): the plan is Pro already.
+    refused(p.confirm(p.pro, &q.operation).await, "already the plan");
+    assert_eq!(p.update_invoices().await.len(), 1, "charged once");
+}
+
+#[tokio::test]
+async fn a_confirmation_needs_its_own_fresh_quote_and_otherwise_changes_nothing() {
+    let p = paying("Basic").await;
+    let q = p.quote(p.pro).await.unwrap();
+    // Another price, made up ids, and no id at all: not a quote of this switch.
+    for (price, operation) in
+        [(p.basic, q.operation.as_str()), (p.pro, "0123456789abcdef0123456789abcdef"), (p.pro, "")]
+    {
+        refused(p.confirm(price, operation).await, "not one the billing page made");
+    }
+    // Another member's quote of this subscription is not this member's.
+    let operator = AccountId(common::pages::account_id(&p.t, demo::OPERATOR_EMAIL).await);
+    let e = plan_changes::switch_plan(&p.t.db, &p.s.stripe, operator, p.org, p.subscription_id, p.pro, &q.operation)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ServiceError::Refused(_) | ServiceError::NotFound(_)), "{e:?}");
+    // A quote older than its window.
+    sqlx::query("UPDATE billing.switch_quotes SET quoted_at = now() - interval '16 minutes' WHERE operation = $1")
+        .bind(&q.operation)
+        .execute(&p.t.admin)
+        .await
+        .unwrap();
+    refused(p.confirm(p.pro, &q.operation).await, "more than 15 minutes old");
+    assert_eq!(p.hosting().await, "Basic");
+    assert!(p.update_invoices().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_downgrade_waits_for_the_period_end_can_be_undone_and_once_scheduled_again_applies_then() {
+    let p = paying("Pro").await;
+    let q = p.quote(p.basic).await.unwrap();
+    assert_eq!(q.kind, SwitchKind::Downgrade);
+    assert!(q.charge.is_none(), "nothing is charged for a downgrade");
+    let period_end = q.effective_at.timestamp();
+    assert!(period_end > p.now + 27 * 86_400, "at the period's end: {}", q.effective_at);
+    p.switch(p.basic).await.unwrap();
+    assert_eq!(p.ledger().await, [("Pro".into(), "Basic".into(), "scheduled".into())]);
+    assert_eq!(p.hosting().await, "Pro", "Pro until the period ends");
+    refused(p.switch(p.basic).await, "already scheduled");
+    refused(p.cancel(true).await, "undo it first");
+
+    assert_eq!(p.undo().await.unwrap(), "Pro");
+    assert_eq!(p.ledger().await, [("Pro".into(), "Basic".into(), "superseded".into())]);
+    let sub = p.s.get(&format!("/subscriptions/{}", p.sub)).await;
+    assert!(sub["schedule"].is_null(), "nothing else was ahead: the schedule is released");
+    refused(p.undo().await, "No change is scheduled");
+
+    p.switch(p.basic).await.unwrap();
+    assert_eq!(p.ledger().await.last().unwrap().2, "scheduled");
+    p.s.advance(&p.clock, period_end + 3600).await;
+    billing::reconcile_subscription(&p.t.db, &p.s.stripe, &p.sub).await.unwrap();
+    assert_eq!(p.ledger().await.last().unwrap().2, "applied");
+    assert_eq!(p.hosting().await, "Basic");
+    assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(3));
+    // The schedule, spent, was released after the reconcile: the subscription is free to change.
+    let sub = p.s.get(&format!("/subscriptions/{}", p.sub)).await;
+    assert!(sub["schedule"].is_null(), "{sub}");
+    assert_eq!(p.quote(p.pro).await.unwrap().kind, SwitchKind::Upgrade);
+}
+
+#[tokio::test]
+async fn cancel_at_period_end_is_undoable_and_blocks_a_switch_until_then() {
+    let p = paying("Basic").await;
+    let end = p.cancel(true).await.unwrap();
+    assert!(end.is_some());
+    let flag = |p: &Paying| {
+        let admin = p.t.admin.clone();
+        let id = p.subscription_id;
+        async move {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT cancel_at_period_end FROM core.subscriptions WHERE subscription_id = $1",
+            )
+            .bind(id)
+            .fetch_one(&admin)
+            .await
+            .unwrap()
+        }
+    };
+    assert!(flag(&p).await, "the console knows at once");
+    refused(p.cancel(true).await, "already ends");
+    refused(p.quote(p.pro).await, "keep it first");
+    assert_eq!(p.hosting().await, "Basic", "nothing changes before the period ends");
+    p.cancel(false).await.unwrap();
+    assert!(!flag(&p).await);
+    refused(p.cancel(false).await, "is not set to end");
+    assert_eq!(p.quote(p.pro).await.unwrap().kind, SwitchKind::Upgrade);
+}
+
+#[tokio::test]
+async fn a_switch_a_member_must_not_make_is_refused_before_stripe_is_asked() {
+    let p = paying("Basic").await;
+    refused(p.quote(p.basic).await, "already the plan");
+    refused(p.confirm(p.pro, "").await, "not one the billing page made");
+    // A yearly price of Pro: a switch keeps the interval.
+    let yearly = billing::set_price(
+        &p.t.db,
+        common::acts::product_id(&p.t, "Pro").await,
+        &billing::catalog_sync::NewPrice::parse("year", "300", "eur").unwrap(),
+    )
+    .await
+    .unwrap();
+    billing::sync_product(&p.t.db, common::acts::product_id(&p.t, "Pro").await).await.unwrap();
+    billing::apply_product_sync(&p.t.db, &p.s.stripe, common::acts::product_id(&p.t, "Pro").await, "yearly")
+        .await
+        .unwrap();
+    refused(p.quote(yearly).await, "keeps the billing interval");
+    // A product that is no tier at all, with a price of its own.
+    let extra = common::acts::new_product(&p.t, "Storage add-on", 0).await;
+    let extra_price = p.s.price(&p.t.db, extra, "5").await;
+    refused(p.quote(extra_price).await, "not on sale");
+    // Another organization's subscription, and a price that does not exist: nothing to see.
+    let (db, stripe) = (&p.t.db, &p.s.stripe);
+    let other = common::acts::org_of_type(&p.t, "Others", common::acts::type_id(&p.t, "Community").await).await;
+    let e = plan_changes::quote_switch(db, stripe, p.who, other.organization_id, p.subscription_id, p.pro).await;
+    assert!(matches!(e, Err(ServiceError::NotFound(_))), "{e:?}");
+    assert!(matches!(p.quote(PriceId(999_999)).await, Err(ServiceError::NotFound(_))));
+    // Stripe failing: the member is told, nothing changes.
+    p.s.control("/faults", &[("path_prefix", "/v1/subscriptions"), ("status", "500"), ("times", "1")]).await;
+    let e = p.switch(p.pro).await.unwrap_err();
+    assert!(matches!(e, ServiceError::Remote { .. }), "{e:?}");
+    assert_eq!(p.hosting().await, "Basic");
+    assert!(p.update_invoices().await.is_empty());
+}
+
+#[tokio::test]
+async fn an_upgrade_whose_charge_fails_changes_nothing_and_says_why() {
+    let p = paying("Basic").await;
+    // The card on file now fails every charge.
+    let customer = p.s.get(&format!("/subscriptions/{}", p.sub)).await["customer"].as_str().unwrap().to_string();
+    p.s.post(
+        &format!("/customers/{customer}"),
+        &[
+            ("payment_method", "pm_card_chargeCustomerFail"),
+            ("invoice_settings[default_payment_method]", "pm_card_chargeCustomerFail"),
+        ],
+    )
+    .await;
+    let e = p.switch(p.pro).await.unwrap_err();
+    assert!(matches!(e, ServiceError::Remote { transient: false, .. }), "{e:?}");
+    assert_eq!(p.hosting().await, "Basic");
+    let sub = p.s.get(&format!("/subscriptions/{}", p.sub)).await;
+    assert_eq!(sub["status"], "active", "{sub}");
+}
+
+#[tokio::test]
+async fn superseding_a_released_schedules_changes_waits_on_a_reconcile_holding_the_subscription_lock() {
+    let p = paying("Pro").await;
+    p.switch(p.basic).await.unwrap();
+    let schedule: String = sqlx::query_scalar(
+        "SELECT stripe_schedule_id FROM core.scheduled_changes WHERE subscription_id = $1 AND state = 'scheduled'",
+    )
+    .bind(p.subscription_id)
+    .fetch_one(&p.t.admin)
+    .await
+    .unwrap();
+    // A reconcile paused on the periods: it holds the rendezvous and the subscription's lock.
+    let (mut pause, pause_pid) =
+        common::hold_open(&p.t, "LOCK TABLE core.subscription_periods IN ACCESS EXCLUSIVE MODE").await;
+    let (db, stripe, id) = (p.t.db.clone(), p.s.stripe.clone(), p.sub.clone());
+    let reconcile = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &id).await });
+    let reconcile_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, pause_pid).await;
+    let (db, id, sub, sched) = (p.t.db.clone(), p.subscription_id, p.sub.clone(), schedule.clone());
+    let supersede =
+        tokio::spawn(async move { billing::reconcile::supersede_released_downgrades(&db, id, &sub, &sched).await });
+    let waiter = common::wait_for_waiter(&p.t.admin, &p.t.name, reconcile_pid).await;
+    assert!(waiter > 0, "supersedeReleasedDowngrades waits on the reconcile's subscription lock");
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    reconcile.await.unwrap().unwrap();
+    assert_eq!(supersede.await.unwrap().unwrap(), 1, "it finds the row the reconcile left scheduled");
+    assert_eq!(p.ledger().await, [("Pro".into(), "Basic".into(), "superseded".into())]);
+}
+
+#[tokio::test]
+async fn a_member_switches_and_cancels_from_the_billing_page() {
+    let p = paying("Basic").await;
+    let app = TestApp::spawn_with_stripe(&p.t, p.s.stripe.clone()).await;
+    let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let page = get(&app, &c, "/billing").await;
+    assert!(page.body.contains("Switch to Pro"), "{}", page.body);
+    let (org, sub, pro) = (p.org.to_string(), p.subscription_id.to_string(), p.pro.to_string());
+    let fields = [("organization_id", org.as_str()), ("subscription_id", sub.as_str()), ("price_id", pro.as_str())];
+    let quote = post(&app, &c, "/billing/switch", &token, &fields, false).await;
+    assert_eq!(quote.status, 200, "{}", quote.body);
+    assert!(quote.body.contains("You will be charged") && quote.body.contains("Switch now and pay"), "{}", quote.body);
+    assert_eq!(p.hosting().await, "Basic", "a quote changes nothing");
+    let hidden = |name: &str| {
+        let marker = format!("name=\"{name}\" value=\"");
+        quote.body.split(marker.as_str()).nth(1).map(|r| r.split('"').next().unwrap().to_string())
+    };
+    let operation = hidden("operation").expect("the quote's operation");
+    let mut confirm = fields.to_vec();
+    confirm.push(("confirm", "1"));
+    confirm.push(("operation", &operation));
+    let done = post(&app, &c, "/billing/switch", &token, &confirm, false).await;
+    assert_eq!(done.header("location"), Some("/billing?changed=upgraded"), "{}", done.body);
+    assert_eq!(p.hosting().await, "Pro");
+
+    let basic = p.basic.to_string();
+    let down = [("organization_id", org.as_str()), ("subscription_id", sub.as_str()), ("price_id", basic.as_str())];
+    let quote = post(&app, &c, "/billing/switch", &token, &down, false).await;
+    assert!(quote.body.contains("You keep Pro until") && quote.body.contains("Schedule the switch"), "{}", quote.body);
+    let operation = quote.body.split("name=\"operation\" value=\"").nth(1).unwrap().split('"').next().unwrap();
+    let mut confirm = down.to_vec();
+    confirm.push(("confirm", "1"));
+    confirm.push(("operation", operation));
+    let done = post(&app, &c, "/billing/switch", &token, &confirm, false).await;
+    assert_eq!(done.header("location"), Some("/billing?changed=scheduled"), "{}", done.body);
+    let page = get(&app, &c, "/billing?changed=scheduled").await;
+    assert!(page.body.contains("Pro until ") && page.body.contains(", then Basic"), "{}", page.body);
+    let ladder = p.ladder().await.to_string();
+    let undo = [("organization_id", org.as_str()), ("subscription_id", sub.as_str()), ("ladder_id", ladder.as_str())];
+    let done = post(&app, &c, "/billing/switch/undo", &token, &undo, false).await;
+    assert_eq!(done.header("location"), Some("/billing?changed=undone"), "{}", done.body);
+
+    let cancel = [("organization_id", org.as_str()), ("subscription_id", sub.as_str())];
+    let done = post(&app, &c, "/billing/cancel", &token, &cancel, false).await;
+    assert_eq!(done.header("location"), Some("/billing?changed=canceling"), "{}", done.body);
+    let page = get(&app, &c, "/billing").await;
+    assert!(page.body.contains("ends at period end") && page.body.contains("Keep the plan"), "{}", page.body);
+    // Switching now is refused with the reason, and nothing changes.
+    let again = post(&app, &c, "/billing/switch", &token, &fields, false).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains("keep it first"), "{}", again.body);
+    // Someone else's subscription id is nothing at all.
+    let foreign = [("organization_id", org.as_str()), ("subscription_id", "999999"), ("price_id", pro.as_str())];
+    assert_eq!(post(&app, &c, "/billing/switch", &token, &foreign, false).await.status, 404);
+    let bad = [("organization_id", org.as_str()), ("subscription_id", "x"), ("price_id", pro.as_str())];
+    assert_eq!(post(&app, &c, "/billing/switch", &token, &bad, false).await.status, 400);
+}
