@@ -1,9 +1,15 @@
 -- Billing II's member page: each subscription's items (ladder, tier, the price's interval and
 -- currency, which a switch keeps) and the changes scheduled ahead ("Pro until 31 Dec, then
--- Basic"), in the same one statement as before (0020). And the switch quotes: what a member was
+-- Basic"), in the same one statement as before (0020); each organization's displaced subscriptions
+-- in the home's document; ResumeSubscription's function. And the switch quotes: what a member was
 -- shown before confirming a switch (the moment an upgrade prorates for, the amount), kept by the
 -- console so the confirmation carries only the quote's id and cannot name another moment.
 SET LOCAL ROLE core_owner;
+
+-- Whether the subscription's collection pause is the console's own (displaced on every ladder),
+-- as its last reconcile read it; a pause made in Stripe's dashboard is not.
+ALTER TABLE core.subscriptions ADD COLUMN console_paused boolean NOT NULL DEFAULT false;
+GRANT UPDATE (console_paused) ON core.subscriptions TO console_runtime;
 
 CREATE TABLE billing.switch_quotes (
     operation text PRIMARY KEY CHECK (operation ~ '^[0-9a-f]{32}$'),
@@ -80,5 +86,87 @@ BEGIN
     )::text;
 END
 $$;
+
+-- The home (0015) also lists each organization's displaced subscriptions, for Resume plan on `/`
+-- and `/billing` (which reads the home's document).
+CREATE OR REPLACE FUNCTION core.member_home(p_account bigint) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        SELECT coalesce(json_agg(json_build_object(
+            'membership', json_build_object('organization_id', o.organization_id, 'name', o.name, 'role', m.role),
+            'held', coalesce((
+                SELECT json_agg(h ORDER BY h.sort_order NULLS LAST, h.plan_ladder_id, h.conferral_id)
+                FROM (SELECT c.conferral_id, l.name AS ladder, ps.rank, p.name AS product, c.grant_id,
+                             g.kind AS grant_kind, s.stripe_subscription_id, i.stripe_item_id, c.suspended,
+                             c.quantity, l.sort_order, l.plan_ladder_id
+                      FROM core.conferrals c
+                      JOIN core.products p ON p.product_id = c.product_id
+                      LEFT JOIN core.positions ps ON ps.conferral_id = c.conferral_id
+                      LEFT JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
+                      LEFT JOIN core.grants g ON g.grant_id = c.grant_id
+                      LEFT JOIN core.subscription_items i ON i.subscription_item_id = c.subscription_item_id
+                      LEFT JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
+                      WHERE c.pool_id = rp.pool_id AND c.state = 'holding') h), '[]'),
+            'entitlements', coalesce((
+                SELECT json_agg(e ORDER BY e.resource_key COLLATE "C")
+                FROM (SELECT resource_key, numeric_value, flag_value FROM core.pool_entitlements
+                      WHERE pool_id = rp.pool_id) e), '[]'),
+            'usage', coalesce((
+                SELECT json_agg(u ORDER BY u.resource_key COLLATE "C")
+                FROM (SELECT resource_key, used, limit_value FROM core.pool_usage WHERE pool_id = rp.pool_id) u), '[]'),
+            -- Live subscriptions another plan displaced (Resume plan brings them back), with what
+            -- displaced them: one probe of the organization's subscriptions, empty for most.
+            'displaced', coalesce((
+                SELECT json_agg(json_build_object(
+                    'subscription_id', s.subscription_id, 'product', ip.name, 'by', bp.name,
+                    'granted', by_c.grant_id IS NOT NULL, 'until', coalesce(g.ends_at, by_c.ends_at)) ORDER BY s.subscription_id, i.subscription_item_id)
+                FROM core.subscriptions s
+                JOIN core.subscription_items i ON i.subscription_id = s.subscription_id AND i.removed_at IS NULL
+                JOIN core.subscription_displacements sd
+                  ON sd.subscription_item_id = i.subscription_item_id AND sd.delivered_at IS NULL
+                JOIN core.conferrals by_c ON by_c.conferral_id = sd.displaced_by AND by_c.state = 'holding'
+                JOIN core.products ip ON ip.product_id = i.product_id
+                JOIN core.products bp ON bp.product_id = by_c.product_id
+                LEFT JOIN core.grants g ON g.grant_id = by_c.grant_id
+                WHERE s.organization_id = o.organization_id AND s.status IN ('active', 'trialing')), '[]')
+          ) ORDER BY o.name, o.organization_id), '[]')::text
+        FROM core.organization_members m
+        JOIN core.organizations o ON o.organization_id = m.organization_id
+        LEFT JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
+        WHERE m.account_id = p_account);
+END
+$$;
+
+-- ResumeSubscription's writes under the pool row the caller holds: each item of the subscription
+-- that another plan displaced (and still holds) is delivered back, conferred over that plan (which
+-- is displaced in turn: a grant becomes replaced and resumes when the subscription ends). The
+-- caller refuses a subscription that is not active. How many items came back.
+CREATE FUNCTION core.resume_subscription(p_pool bigint, p_subscription bigint) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
+DECLARE
+    d record;
+    n integer := 0;
+BEGIN
+    PERFORM core.assert_rendezvous();
+    PERFORM core.lock_pool(p_pool);
+    FOR d IN
+        SELECT sd.conferral_id, i.subscription_item_id, i.product_id, i.quantity
+        FROM core.subscription_displacements sd
+        JOIN core.conferrals old ON old.conferral_id = sd.conferral_id AND old.pool_id = p_pool
+        JOIN core.conferrals by_c ON by_c.conferral_id = sd.displaced_by AND by_c.state = 'holding'
+        JOIN core.subscription_items i ON i.subscription_item_id = sd.subscription_item_id
+        WHERE i.subscription_id = p_subscription AND sd.delivered_at IS NULL AND i.removed_at IS NULL
+        ORDER BY sd.conferral_id
+    LOOP
+        UPDATE core.subscription_displacements SET delivered_at = now() WHERE conferral_id = d.conferral_id;
+        PERFORM core.confer(p_pool, d.product_id, NULL, d.subscription_item_id, d.quantity);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION core.resume_subscription(bigint, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION core.resume_subscription(bigint, bigint) TO console_runtime;
 
 RESET ROLE;

@@ -169,8 +169,8 @@ pub fn describe() -> String {
 /// The demo's billing, against Stripe's test mode or the stand-in (never a live account): prices
 /// for the paid tiers, synced; "Stark Wikis" paying for Pro; "Wayne Wikis" past due on Basic (its
 /// card failed at the renewal, on a test clock a month ahead); and "Umbrella Wikis", whose Basic
-/// subscription an operator grant of Pro displaces. Idempotent: an organization that already has
-/// a subscription is left as it is.
+/// subscription an operator grant of Pro displaces; the demo member owns all three. Idempotent: an
+/// organization that already has a subscription is left as it is.
 pub async fn load_billing(db: &Db, stripe: &crate::integrations::stripe::Stripe) -> anyhow::Result<()> {
     use crate::services::billing::{self, catalog_sync::NewPrice};
     let err = |e: crate::services::ServiceError| anyhow::anyhow!("{e}");
@@ -226,6 +226,11 @@ pub async fn load_billing(db: &Db, stripe: &crate::integrations::stripe::Stripe)
                     .organization_id
                 }
             };
+            // The demo member owns each, to walk every billing flow: switch and cancel the paid
+            // plan, pay the past-due one, resume the displaced one.
+            if let Some(member) = accounts::account_by_email(tx.conn(), MEMBER_EMAIL).await? {
+                accounts::ensure_membership(tx.conn(), org, member.account_id, "owner").await?;
+            }
             tx.commit().await?;
             org
         };

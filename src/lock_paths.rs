@@ -68,6 +68,8 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::fedwiki::domains::RELEASE_DOMAIN_LOCKS,
         &crate::services::fedwiki::domains::STOP_SERVING_LOCKS,
         &crate::services::billing::reconcile::SUPERSEDE_RELEASED_DOWNGRADES_LOCKS,
+        &crate::services::billing::resume::RESUME_SUBSCRIPTION_LOCKS,
+        &crate::services::billing::plan_changes::PAUSED_SWITCH_BACKSTOP_LOCKS,
     ]
 }
 

@@ -338,6 +338,21 @@ pub struct MemberHome {
     pub held: Vec<super::catalog::HeldConferral>,
     pub entitlements: Vec<super::entitlements::EntitlementValue>,
     pub usage: Vec<super::catalog::Usage>,
+    /// Live subscriptions another plan displaced, one line per item.
+    #[serde(default)]
+    pub displaced: Vec<DisplacedSubscription>,
+}
+
+/// A subscription's item another plan displaced: what it pays for, what holds the ladder now,
+/// and until when (a grant's end, when it has one).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct DisplacedSubscription {
+    pub subscription_id: crate::ids::SubscriptionId,
+    pub product: String,
+    pub by: String,
+    /// Whether an operator's grant displaced it (else another subscription).
+    pub granted: bool,
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The member's home: each organization of the account with its default pool's held

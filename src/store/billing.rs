@@ -47,6 +47,8 @@ pub struct SubscriptionState<'a> {
     pub customer: &'a str,
     pub cancel_at_period_end: bool,
     pub collection_paused: bool,
+    /// The pause is the console's own (another plan displaced the subscription everywhere).
+    pub console_paused: bool,
     pub current_period: Option<(DateTime<Utc>, DateTime<Utc>)>,
     pub ended_at: Option<DateTime<Utc>>,
     pub observed_at: DateTime<Utc>,
@@ -60,8 +62,9 @@ pub async fn insert_subscription(
 ) -> sqlx::Result<SubscriptionId> {
     sqlx::query_scalar!(
         r#"INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status, stripe_customer_id,
-               cancel_at_period_end, collection_paused, current_period_start, current_period_end, ended_at, observed_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+               cancel_at_period_end, collection_paused, current_period_start, current_period_end, ended_at, observed_at,
+               console_paused)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
            RETURNING subscription_id AS "subscription_id: SubscriptionId""#,
         organization_id as OrganizationId,
         stripe_id,
@@ -72,7 +75,8 @@ pub async fn insert_subscription(
         s.current_period.map(|p| p.0),
         s.current_period.map(|p| p.1),
         s.ended_at,
-        s.observed_at
+        s.observed_at,
+        s.console_paused
     )
     .fetch_one(conn)
     .await
@@ -86,7 +90,8 @@ pub async fn update_subscription(
     sqlx::query!(
         r#"UPDATE core.subscriptions
               SET status = $2, stripe_customer_id = $3, cancel_at_period_end = $4, collection_paused = $5,
-                  current_period_start = $6, current_period_end = $7, ended_at = $8, observed_at = $9, updated_at = now()
+                  current_period_start = $6, current_period_end = $7, ended_at = $8, observed_at = $9,
+                  console_paused = $10, updated_at = now()
             WHERE subscription_id = $1"#,
         id as SubscriptionId,
         s.status as SubscriptionStatus,
@@ -96,7 +101,8 @@ pub async fn update_subscription(
         s.current_period.map(|p| p.0),
         s.current_period.map(|p| p.1),
         s.ended_at,
-        s.observed_at
+        s.observed_at,
+        s.console_paused
     )
     .execute(conn)
     .await?;

@@ -226,3 +226,71 @@ pub async fn quote(conn: &mut PgConnection, operation: &str) -> sqlx::Result<Opt
     .fetch_optional(conn)
     .await
 }
+
+// The collection pause and Resume plan -------------------------------------------------------------
+
+/// collectionInputs, under the pool row the reconcile holds: the subscription's live items, how
+/// many of them another plan displaced and still holds, and its live provisions. Displaced on
+/// every ladder: items > 0, all held off, no live provision.
+pub async fn displaced_on_every_ladder(conn: &mut PgConnection, subscription_id: SubscriptionId) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT (items > 0 AND held_off = items AND live = 0) AS "displaced!"
+           FROM (SELECT
+                   (SELECT count(*) FROM core.subscription_items i
+                     WHERE i.subscription_id = $1 AND i.removed_at IS NULL) AS items,
+                   (SELECT count(DISTINCT i.subscription_item_id) FROM core.subscription_items i
+                      JOIN core.subscription_displacements sd
+                        ON sd.subscription_item_id = i.subscription_item_id AND sd.delivered_at IS NULL
+                      JOIN core.conferrals d ON d.conferral_id = sd.displaced_by AND d.state = 'holding'
+                     WHERE i.subscription_id = $1 AND i.removed_at IS NULL) AS held_off,
+                   (SELECT count(*) FROM core.conferrals c JOIN core.subscription_items i USING (subscription_item_id)
+                     WHERE i.subscription_id = $1 AND c.state = 'holding') AS live) x"#,
+        subscription_id as SubscriptionId
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// A reconcile_subscription outbox row for one subscription, due after `delay_secs`. One due now
+/// is not written again while another due now is waiting (a later one, such as a backstop, does
+/// not count). True when written. An insert: no lock.
+pub async fn request_reconcile(
+    conn: &mut PgConnection,
+    subscription_id: SubscriptionId,
+    stripe_subscription_id: &str,
+    cause: &str,
+    delay_secs: f64,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        r#"INSERT INTO core.outbox (kind, subscription_id, payload, due_at)
+           SELECT 'reconcile_subscription', $1,
+                  jsonb_build_object('stripe_subscription_id', $2::text, 'cause', $3::text),
+                  now() + make_interval(secs => $4)
+            WHERE $4 > 0 OR NOT EXISTS (
+                  SELECT 1 FROM core.outbox o
+                   WHERE o.subscription_id = $1 AND o.kind = 'reconcile_subscription'
+                     AND o.processed_at IS NULL AND o.due_at <= now())"#,
+        subscription_id as SubscriptionId,
+        stripe_subscription_id,
+        cause,
+        delay_secs
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// ResumeSubscription's writes (`core.resume_subscription`): how many items came back.
+pub async fn resume_subscription(
+    conn: &mut PgConnection,
+    pool: crate::ids::PoolId,
+    subscription_id: SubscriptionId,
+) -> sqlx::Result<i32> {
+    sqlx::query_scalar!(
+        r#"SELECT core.resume_subscription($1, $2) AS "n!""#,
+        pool as crate::ids::PoolId,
+        subscription_id as SubscriptionId
+    )
+    .fetch_one(conn)
+    .await
+}

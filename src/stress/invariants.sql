@@ -292,6 +292,30 @@ WHERE c.state = 'holding'
   AND ((c.suspended AND s.status NOT IN ('past_due', 'unpaid', 'paused'))
        OR (NOT c.suspended AND s.status NOT IN ('active', 'trialing')));
 
+-- invariant: (13) a live subscription another plan displaced on every ladder does not collect, once the outbox drained
+SELECT NULL::bigint, format('subscription %s is displaced on every ladder but its collection is not paused',
+                            s.stripe_subscription_id)
+FROM core.subscriptions s
+WHERE s.status IN ('active', 'trialing', 'past_due', 'unpaid') AND NOT s.collection_paused
+  AND EXISTS (SELECT 1 FROM core.subscription_items i WHERE i.subscription_id = s.subscription_id AND i.removed_at IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM core.conferrals c JOIN core.subscription_items i USING (subscription_item_id)
+                  WHERE i.subscription_id = s.subscription_id AND c.state = 'holding')
+  AND NOT EXISTS (SELECT 1 FROM core.subscription_items i
+                  WHERE i.subscription_id = s.subscription_id AND i.removed_at IS NULL
+                    AND NOT EXISTS (SELECT 1 FROM core.subscription_displacements sd
+                                    JOIN core.conferrals d ON d.conferral_id = sd.displaced_by AND d.state = 'holding'
+                                    WHERE sd.subscription_item_id = i.subscription_item_id AND sd.delivered_at IS NULL));
+
+-- invariant: (13) the console's own collection pause lasts only while another plan displaces the subscription everywhere
+SELECT NULL::bigint, format('subscription %s carries the console''s pause but confers %s of its items',
+                            s.stripe_subscription_id,
+                            (SELECT count(*) FROM core.conferrals c JOIN core.subscription_items i USING (subscription_item_id)
+                              WHERE i.subscription_id = s.subscription_id AND c.state = 'holding'))
+FROM core.subscriptions s
+WHERE s.console_paused AND s.status IN ('active', 'trialing', 'past_due', 'unpaid')
+  AND EXISTS (SELECT 1 FROM core.conferrals c JOIN core.subscription_items i USING (subscription_item_id)
+              WHERE i.subscription_id = s.subscription_id AND c.state = 'holding');
+
 -- invariant: (14) the usage of active sites is the active sites plus the open slot holds
 SELECT u.pool_id, format('pool %s counts %s active sites in use, but has %s (active sites and open holds)',
                          u.pool_id, u.used, fedwiki.count_slots(u.pool_id))

@@ -66,6 +66,8 @@ pub enum StressPath {
     /// An owner switches a billed organization's plan (up now, down at the period's end), undoes
     /// a scheduled switch, cancels at the period's end or keeps the plan; each converges at once.
     ChangePlan,
+    /// An owner resumes a billed organization's subscription that a grant displaced.
+    ResumePlan,
     /// A member creates a site on a shared organization (a name from a few), then its request
     /// is carried through the slot gate, the farm and the record step.
     CreateSite,
@@ -88,7 +90,7 @@ pub enum StressPath {
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 48] = [
+    pub const ALL: [StressPath; 49] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -128,6 +130,7 @@ impl StressPath {
         StressPath::SyncProduct,
         StressPath::ClaimOutbox,
         StressPath::ChangePlan,
+        StressPath::ResumePlan,
         StressPath::CreateSite,
         StressPath::ChangeSiteStatus,
         StressPath::SwapSites,
@@ -153,12 +156,13 @@ impl StressPath {
     ];
 
     /// The billing paths (Stripe's stand-in, read or changed, and the console's side).
-    pub const BILLING_PATHS: [StressPath; 5] = [
+    pub const BILLING_PATHS: [StressPath; 6] = [
         StressPath::ReconcileSubscription,
         StressPath::ConvergeInvoice,
         StressPath::SyncProduct,
         StressPath::ClaimOutbox,
         StressPath::ChangePlan,
+        StressPath::ResumePlan,
     ];
 
     /// The grant paths (the tasks' and the workers').
@@ -256,6 +260,7 @@ impl StressPath {
             StressPath::ClaimOutbox => billing::outbox::CLAIM_OUTBOX_LOCKS.path,
             // Only Stripe calls, then ReconcileSubscription (declared).
             StressPath::ChangePlan => "Change a plan",
+            StressPath::ResumePlan => billing::resume::RESUME_SUBSCRIPTION_LOCKS.path,
             // The handlers' spans: each records its request (declared) and carries it through
             // the gate and the record step (declared).
             StressPath::CreateSite => "Create a site",
@@ -314,6 +319,8 @@ impl StressPath {
             StressPath::ClaimOutbox => 2 * X,
             // A member's change, then its reconcile: as often as a reconcile of an outside change.
             StressPath::ChangePlan => 2 * X,
+            // Refused unless a grant displaced the subscription: often enough to meet one.
+            StressPath::ResumePlan => X,
             StressPath::CreateSite | StressPath::ChangeSiteStatus => 2 * X,
             StressPath::SwapSites | StressPath::DeleteSite => X,
             // The registry's lock meets the creates' and deletions' name placements; a placement

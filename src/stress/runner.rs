@@ -376,7 +376,8 @@ pub(super) async fn sweep(ctx: &Ctx) {
 }
 
 /// After the run and the sweep, with nothing else running: every subscription reconciled with
-/// Stripe as it is now, pass after pass until one changes nothing (a reconcile that ends a
+/// Stripe as it is now, as the outbox reconciles (so the collection pause follows), pass after
+/// pass until one changes nothing (a reconcile that ends a
 /// provision asks for its organization's other subscriptions again, and may free a ladder for
 /// them), so the invariants compare converged state. A pass still changing things after
 /// `FINAL_RECONCILE_PASSES` is left to the invariants.
@@ -392,7 +393,9 @@ pub(super) async fn reconcile_every_subscription(ctx: &Ctx) {
     for pass in 1..=FINAL_RECONCILE_PASSES {
         let mut changed = 0;
         for id in &ids {
-            match billing::reconcile_subscription(&ctx.db, &ctx.stripe, id).with_subscriber(ctx.quiet.clone()).await {
+            // As the outbox's reconcile: a collection pause in disagreement is applied in Stripe.
+            let r = billing::reconcile::apply_subscription_collection(&ctx.db, &ctx.stripe, id);
+            match r.with_subscriber(ctx.quiet.clone()).await {
                 Ok(Reconciled::Converged { changed: true, .. }) => changed += 1,
                 Ok(Reconciled::Converged { .. } | Reconciled::Stale) => {}
                 Ok(Reconciled::Unknown) => ctx.tally_error(format!("Stripe does not know {id} after the run")),

@@ -247,6 +247,7 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::SyncProduct => sync_product(ctx, rng, note).await,
         StressPath::ClaimOutbox => claim_outbox(ctx, note).await,
         StressPath::ChangePlan => change_plan(ctx, rng, note).await,
+        StressPath::ResumePlan => resume_plan(ctx, rng, note).await,
         StressPath::CreateSite => create_site(ctx, rng, note).await,
         StressPath::ChangeSiteStatus => change_site_status(ctx, rng, note).await,
         StressPath::SwapSites => swap_sites(ctx, rng, note).await,

@@ -101,6 +101,7 @@ route_table! {
     Member POST BILLING_SWITCH => pages::billing::switch;
     Member POST BILLING_SWITCH_UNDO => pages::billing::undo_switch;
     Member POST BILLING_CANCEL => pages::billing::cancel;
+    Member POST BILLING_RESUME => pages::billing::resume;
 
     Operator GET OPERATOR => pages::operator::overview;
     Operator GET CATALOG => pages::catalog::catalog;

@@ -96,7 +96,7 @@ async fn serve(req: &HttpRequest, body: &[u8], app: &AppState, request_id: &str)
         return Answer::error(&e);
     }
     if !path.starts_with("/_standin/")
-        && let Some(e) = injected_fault(app, &path).await
+        && let Some(e) = injected_fault(app, method.as_str(), &path).await
     {
         return Answer::error(&e);
     }
@@ -215,11 +215,18 @@ fn redact(key: &str) -> String {
     format!("{}****{tail}", key.chars().take(8).collect::<String>())
 }
 
-/// Apply the first matching injected fault: wait, then fail if it says so.
-async fn injected_fault(app: &AppState, path: &str) -> Option<ApiError> {
+/// Apply the first matching injected fault: wait, then fail if it says so. A fault that names a
+/// method matches only it; one with `skip` lets that many matching requests through first.
+async fn injected_fault(app: &AppState, method: &str, path: &str) -> Option<ApiError> {
     let fault = {
         let mut st = app.store.lock();
-        let fault = st.faults.iter_mut().find(|f| f.times > 0 && path.starts_with(&f.path_prefix))?;
+        let fault = st.faults.iter_mut().find(|f| {
+            f.times > 0 && path.starts_with(&f.path_prefix) && f.method.as_deref().is_none_or(|m| m == method)
+        })?;
+        if fault.skip > 0 {
+            fault.skip -= 1;
+            return None;
+        }
         fault.times -= 1;
         fault.clone()
     };

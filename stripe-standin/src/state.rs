@@ -90,6 +90,10 @@ pub struct StoredAnswer {
 #[derive(Debug, Clone)]
 pub struct Fault {
     pub path_prefix: String,
+    /// Only requests of this method (any when None).
+    pub method: Option<String>,
+    /// Matching requests let through before the fault applies.
+    pub skip: u32,
     pub status: Option<u16>,
     pub delay_ms: Option<u64>,
     pub times: u32,

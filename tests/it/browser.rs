@@ -281,6 +281,44 @@ async fn a_member_upgrades_seeing_the_amount_first_then_schedules_a_downgrade_an
         .await;
 }
 
+#[tokio::test]
+async fn an_operator_grant_pauses_the_members_subscription_and_resume_plan_brings_it_back() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let s = common::stripe::StripeFixture::start().await;
+    let basic = s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
+    let org = member_console::ids::OrganizationId(
+        common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await,
+    );
+    let customer = s.customer(&t.db, org, "pm_card_visa", None).await;
+    let sub = s.subscribe(&customer, &s.stripe_price(&t.admin, basic).await, org).await;
+    member_console::services::billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    // An operator grants Pro; the outbox's reconcile pauses the subscription's collection.
+    common::acts::grant(&t, org, common::acts::product_id(&t, "Pro").await).await;
+    member_console::services::billing::process_outbox(&t.db, &s.stripe, 20).await.unwrap();
+    assert!(!s.get(&format!("/subscriptions/{sub}")).await["pause_collection"].is_null(), "paused in Stripe");
+    let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
+    Browser::start()
+        .await
+        .run(async |b| {
+            b.goto(&app.url("/")).await;
+            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+            b.wait_for(Until::Text("An operator grant gives you Pro"), WAIT).await;
+            let home = b.text_of("main").await;
+            assert!(home.contains("in place of your Basic subscription, which is paused"), "{home}");
+            b.click_button("Resume plan").await;
+            b.wait_for(Until::Text("Resumed: your subscription's plan is in force again"), WAIT).await;
+            assert_eq!(b.path().await, "/billing");
+            let page = b.text_of("main").await;
+            assert!(!page.contains("An operator grant gives you Pro"), "{page}");
+            assert!(page.contains("Basic") && page.contains("your subscription"), "{page}");
+        })
+        .await;
+    // The outbox's reconcile resumes collection in Stripe.
+    member_console::services::billing::process_outbox(&t.db, &s.stripe, 20).await.unwrap();
+    assert!(s.get(&format!("/subscriptions/{sub}")).await["pause_collection"].is_null(), "collection resumed");
+}
+
 async fn site_id(t: &TestDb, name: &str) -> String {
     sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
         .bind(format!("{name}.wiki.localhost"))

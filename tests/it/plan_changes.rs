@@ -396,3 +396,219 @@ async fn a_member_switches_and_cancels_from_the_billing_page() {
     let bad = [("organization_id", org.as_str()), ("subscription_id", "x"), ("price_id", pro.as_str())];
     assert_eq!(post(&app, &c, "/billing/switch", &token, &bad, false).await.status, 400);
 }
+
+// The collection pause, Resume plan and the paused switch ----------------------------------------------
+
+impl Paying {
+    /// The stand-in's subscription: (pause_collection set, the console's mark in its metadata).
+    async fn stripe_pause(&self) -> (bool, bool) {
+        let sub = self.s.get(&format!("/subscriptions/{}", self.sub)).await;
+        (!sub["pause_collection"].is_null(), sub["metadata"]["console_pause"] == "displaced")
+    }
+
+    /// Run the outbox until nothing is due, as the processor's schedule does.
+    async fn drain_outbox(&self) {
+        for _ in 0..5 {
+            if billing::process_outbox(&self.t.db, &self.s.stripe, 50).await.unwrap().done == 0 {
+                return;
+            }
+        }
+    }
+
+    async fn resume(&self) -> Result<i32, ServiceError> {
+        billing::resume::resume_subscription(&self.t.db, self.who, self.org, self.subscription_id).await
+    }
+
+    async fn grant_status(&self, grant: member_console::ids::GrantId) -> String {
+        sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
+            .bind(grant)
+            .fetch_one(&self.t.admin)
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_grant_displacing_the_subscription_pauses_its_collection_and_resume_plan_brings_the_plan_and_payments_back() {
+    let p = paying("Basic").await;
+    let grant = common::acts::grant(&p.t, p.org, common::acts::product_id(&p.t, "Pro").await).await;
+    assert_eq!(p.hosting().await, "Pro");
+    // The grant asked for the subscription's reconcile; the outbox's reconcile finds it displaced
+    // on every ladder and pauses its collection in Stripe, with the console's mark.
+    p.drain_outbox().await;
+    assert_eq!(p.stripe_pause().await, (true, true));
+    billing::reconcile_subscription(&p.t.db, &p.s.stripe, &p.sub).await.unwrap();
+    p.drain_outbox().await;
+    assert_eq!(p.stripe_pause().await, (true, true), "agreed: nothing more to do");
+    // The member reads why.
+    let home = member_console::services::reads::member_home(&p.t.db, p.who).await.unwrap();
+    let displaced = &home.iter().find(|o| o.membership.organization_id == p.org).unwrap().displaced;
+    assert_eq!(displaced.len(), 1);
+    assert!(displaced[0].granted && displaced[0].by == "Pro" && displaced[0].product == "Basic", "{displaced:?}");
+
+    // Resume plan: the subscription's tier over the grant, then the outbox resumes collection.
+    assert_eq!(p.resume().await.unwrap(), 1);
+    assert_eq!(p.hosting().await, "Basic");
+    assert_eq!(p.grant_status(grant).await, "replaced", "the grant waits behind the subscription");
+    p.drain_outbox().await;
+    assert_eq!(p.stripe_pause().await, (false, false));
+    let (_, changed) = match billing::reconcile_subscription(&p.t.db, &p.s.stripe, &p.sub).await.unwrap() {
+        billing::Reconciled::Converged { status, changed, .. } => (status, changed),
+        other => panic!("{other:?}"),
+    };
+    assert!(!changed, "the reconcile finds the resumed provision as Stripe has it");
+    refused(p.resume().await, "Nothing displaces this subscription");
+    // Another organization's subscription, through this organization or its own: nothing to see.
+    let other = common::acts::org_of_type(&p.t, "Others", common::acts::type_id(&p.t, "Community").await).await;
+    let e = billing::resume::resume_subscription(&p.t.db, p.who, other.organization_id, p.subscription_id).await;
+    assert!(matches!(e, Err(ServiceError::NotFound(_))), "{e:?}");
+    // The subscription ends: the grant comes back.
+    p.s.delete(&format!("/subscriptions/{}", p.sub)).await;
+    billing::reconcile_subscription(&p.t.db, &p.s.stripe, &p.sub).await.unwrap();
+    assert_eq!(p.hosting().await, "Pro");
+    assert_eq!(p.grant_status(grant).await, "active");
+}
+
+#[tokio::test]
+async fn a_grant_ending_delivers_the_subscription_back_and_its_collection_resumes() {
+    let p = paying("Basic").await;
+    let grant = common::acts::grant(&p.t, p.org, common::acts::product_id(&p.t, "Pro").await).await;
+    p.drain_outbox().await;
+    assert_eq!(p.stripe_pause().await, (true, true));
+    member_console::services::grants::revoke_grant(&p.t.db, grant, None, "over").await.unwrap();
+    assert_eq!(p.hosting().await, "Basic");
+    p.drain_outbox().await;
+    assert_eq!(p.stripe_pause().await, (false, false));
+    // A pause the console did not make is not the console's to lift, nor to refuse a switch for
+    // without saying so.
+    p.s.post(&format!("/subscriptions/{}", p.sub), &[("pause_collection[behavior]", "void")]).await;
+    billing::reconcile_subscription(&p.t.db, &p.s.stripe, &p.sub).await.unwrap();
+    p.drain_outbox().await;
+    assert_eq!(p.stripe_pause().await, (true, false));
+    refused(p.quote(p.pro).await, "paused in Stripe");
+}
+
+#[tokio::test]
+async fn a_resume_waits_for_nothing_a_reconcile_holds_but_the_reconcile_waits_on_its_pool_row_and_writes_nothing() {
+    let p = paying("Basic").await;
+    common::acts::grant(&p.t, p.org, common::acts::product_id(&p.t, "Pro").await).await;
+    p.drain_outbox().await;
+    // The resume, paused at its materialization: it holds the rendezvous (shared) and the pool row.
+    let (mut pause, pause_pid) =
+        common::hold_open(&p.t, "LOCK TABLE core.pool_entitlements IN ACCESS EXCLUSIVE MODE").await;
+    let (db, who, org, id) = (p.t.db.clone(), p.who, p.org, p.subscription_id);
+    let resume = tokio::spawn(async move { billing::resume::resume_subscription(&db, who, org, id).await });
+    let resume_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, pause_pid).await;
+    common::assert_holds(&p.t.admin, resume_pid, billing::resume::RESUME_SUBSCRIPTION_LOCKS.locks).await;
+    // A reconcile of the subscription takes the rendezvous (shared) and the subscription's lock,
+    // which the resume does not hold, and waits on the pool row.
+    let (db, stripe, sub) = (p.t.db.clone(), p.s.stripe.clone(), p.sub.clone());
+    let reconcile = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &sub).await });
+    let reconcile_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, resume_pid).await;
+    let declared = billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.locks;
+    common::assert_holds(&p.t.admin, reconcile_pid, &declared[..2]).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert_eq!(resume.await.unwrap().unwrap(), 1);
+    match reconcile.await.unwrap().unwrap() {
+        billing::Reconciled::Converged { changed, .. } => {
+            assert!(!changed, "it finds the conferred provision live and writes nothing")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(p.hosting().await, "Basic");
+}
+
+#[tokio::test]
+async fn a_paused_switch_writes_its_backstop_first_which_restores_the_pause_when_the_switch_did_not_apply() {
+    let p = paying("Basic").await;
+    common::acts::grant(&p.t, p.org, common::acts::product_id(&p.t, "Pro").await).await;
+    p.drain_outbox().await;
+    assert_eq!(p.stripe_pause().await, (true, true));
+    let q = p.quote(p.pro).await.unwrap();
+    assert_eq!(q.kind, SwitchKind::Upgrade);
+    // A reconcile holding the subscription's lock does not hold the backstop up: it takes none.
+    let (mut pause, pause_pid) =
+        common::hold_open(&p.t, "LOCK TABLE core.subscription_periods IN ACCESS EXCLUSIVE MODE").await;
+    let (db, stripe, sub) = (p.t.db.clone(), p.s.stripe.clone(), p.sub.clone());
+    let reconcile = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &sub).await });
+    common::wait_for_waiter(&p.t.admin, &p.t.name, pause_pid).await;
+    // Stripe refuses the switch itself: collection was resumed for it, and stays so for now.
+    p.s.control(
+        "/faults",
+        &[
+            ("path_prefix", &format!("/v1/subscriptions/{}", p.sub)),
+            ("method", "POST"),
+            ("status", "500"),
+            ("skip", "1"),
+            ("times", "1"),
+        ],
+    )
+    .await;
+    let e = p.confirm(p.pro, &q.operation).await;
+    let backstops = common::acts::scalar(
+        &p.t,
+        &format!(
+            "SELECT count(*) FROM core.outbox WHERE subscription_id = {} AND payload->>'cause' = 'paused_switch_backstop'
+               AND processed_at IS NULL AND due_at > now() + interval '3 minutes'",
+            p.subscription_id
+        ),
+    )
+    .await;
+    assert_eq!(backstops, 1, "the backstop committed before any Stripe write ({e:?})");
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    reconcile.await.unwrap().unwrap();
+    assert!(e.is_err(), "{e:?}");
+    assert_eq!(p.hosting().await, "Pro", "the grant still holds the ladder");
+    // Four minutes on, the backstop's reconcile puts the pause back.
+    sqlx::query("UPDATE core.outbox SET due_at = now() WHERE payload->>'cause' = 'paused_switch_backstop'")
+        .execute(&p.t.admin)
+        .await
+        .unwrap();
+    p.drain_outbox().await;
+    assert_eq!(p.stripe_pause().await, (true, true));
+}
+
+#[tokio::test]
+async fn a_paused_switch_that_applied_is_charged_paused_again_and_its_backstop_changes_nothing() {
+    let p = paying("Basic").await;
+    common::acts::grant(&p.t, p.org, common::acts::product_id(&p.t, "Pro").await).await;
+    p.drain_outbox().await;
+    p.switch(p.pro).await.unwrap();
+    assert_eq!(p.update_invoices().await.len(), 1, "the switch was charged");
+    assert_eq!(p.hosting().await, "Pro", "the grant still holds the ladder");
+    // The switch's reconcile asked for the pause again; the outbox applies it.
+    p.drain_outbox().await;
+    assert_eq!(p.stripe_pause().await, (true, true));
+    let before = p.s.get(&format!("/subscriptions/{}", p.sub)).await;
+    sqlx::query("UPDATE core.outbox SET due_at = now() WHERE payload->>'cause' = 'paused_switch_backstop'")
+        .execute(&p.t.admin)
+        .await
+        .unwrap();
+    p.drain_outbox().await;
+    let after = p.s.get(&format!("/subscriptions/{}", p.sub)).await;
+    assert_eq!(before, after, "the backstop found nothing to restore");
+}
+
+#[tokio::test]
+async fn a_failed_renewal_suspends_the_plan_with_a_banner_and_a_paid_retry_reinstates_it() {
+    let p = paying("Pro").await;
+    let customer = p.s.get(&format!("/subscriptions/{}", p.sub)).await["customer"].as_str().unwrap().to_string();
+    let card = |pm: &'static str| [("payment_method", pm), ("invoice_settings[default_payment_method]", pm)];
+    p.s.post(&format!("/customers/{customer}"), &card("pm_card_chargeCustomerFail")).await;
+    p.s.advance(&p.clock, p.now + 32 * 86_400).await;
+    billing::reconcile_subscription(&p.t.db, &p.s.stripe, &p.sub).await.unwrap();
+    assert_eq!(common::acts::sites(&p.t, p.pool).await, None, "suspended: it confers nothing");
+    let app = TestApp::spawn_with_stripe(&p.t, p.s.stripe.clone()).await;
+    let (c, _) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let page = get(&app, &c, "/billing").await;
+    assert!(page.body.contains("A payment failed"), "{}", page.body);
+    // The member pays the open invoice with a card that works; the invoice's reconcile reinstates.
+    let open = p.s.get(&format!("/invoices?subscription={}&status=open", p.sub)).await;
+    let invoice = open["data"][0]["id"].as_str().expect("an open invoice").to_string();
+    p.s.post(&format!("/customers/{customer}"), &card("pm_card_visa")).await;
+    p.s.post(&format!("/invoices/{invoice}/pay"), &[("payment_method", "pm_card_visa")]).await;
+    billing::reconcile_subscription(&p.t.db, &p.s.stripe, &p.sub).await.unwrap();
+    assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(10), "reinstated");
+    let page = get(&app, &c, "/billing").await;
+    assert!(!page.body.contains("A payment failed"), "{}", page.body);
+}

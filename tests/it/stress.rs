@@ -76,6 +76,9 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
             "Registry: place a site under a member's domain",
             "Registry: stop serving a site at a member's host name",
             "Registry: release a member's domain",
+            // Refused unless a grant displaced the subscription, or while a change is ahead.
+            "ResumeSubscription",
+            "Change a plan",
         ];
         if timing_dependent.contains(&p.name()) {
             assert!(count.done + count.refused >= 1, "{} was never tried; {summary}", p.name());
@@ -135,13 +138,18 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
             "invoiceReconcile.converge",
             "catalogsync.Sync",
             "Claim outbox rows",
-            "Change a plan"
+            "Change a plan",
+            "ResumeSubscription"
         ]
     );
     for p in StressPath::BILLING_PATHS {
         let count = report.paths.get(p.name()).copied().unwrap_or_default();
         // A member's plan change is often refused (ending, paused, a switch already ahead).
-        let tried = if p == StressPath::ChangePlan { count.done + count.refused } else { count.done };
+        let tried = if matches!(p, StressPath::ChangePlan | StressPath::ResumePlan) {
+            count.done + count.refused
+        } else {
+            count.done
+        };
         assert!(tried >= 1, "{} was never done; {summary}", p.name());
     }
     // The FedWiki paths against the run's local farm: a create, a status change and the
@@ -551,4 +559,36 @@ async fn the_invariant_check_sees_billing_state_that_did_not_converge() {
         "(13) periods: {found:#?}"
     );
     assert_eq!(found.len(), 5, "one message per violating row: {found:#?}");
+}
+
+/// The collection pause's invariants: a subscription displaced on every ladder that still
+/// collects, and a console's pause on one that confers again, are each reported; the outbox's
+/// reconcile makes them agree.
+#[tokio::test]
+async fn the_invariant_check_sees_a_collection_pause_out_of_step_with_the_displacement() {
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let s = common::stripe::StripeFixture::start().await;
+    let o = common::acts::org_of_type(&t, "Paused", common::acts::type_id(&t, "Community").await).await;
+    let price = s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
+    let customer = s.customer(&t.db, o.organization_id, "pm_card_visa", None).await;
+    let sub = s.subscribe(&customer, &s.stripe_price(&t.admin, price).await, o.organization_id).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    let grant = common::acts::grant(&t, o.organization_id, common::acts::product_id(&t, "Pro").await).await;
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    assert!(
+        found.len() == 1 && found[0].contains("displaced on every ladder but its collection is not paused"),
+        "{found:#?}"
+    );
+    billing::process_outbox(&t.db, &s.stripe, 20).await.unwrap();
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    assert!(found.is_empty(), "paused in Stripe and read back: {found:#?}");
+    // The grant ends: the subscription confers again while the console's pause is still read.
+    member_console::services::grants::revoke_grant(&t.db, grant, None, "over").await.unwrap();
+    let found = stress::check_invariants(&t.admin).await.unwrap();
+    assert!(found.len() == 1 && found[0].contains("carries the console's pause but confers 1"), "{found:#?}");
+    billing::process_outbox(&t.db, &s.stripe, 20).await.unwrap();
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    assert!(stress::check_invariants(&t.admin).await.unwrap().is_empty());
 }

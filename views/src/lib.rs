@@ -38,7 +38,7 @@ pub use pages::{
         GrantDetailView, GrantEventRow, GrantListRow, GrantListView, IssueGrantView, LineageRow, grant_detail,
         grant_list, grant_rows_table, issue_grant, manage_form, revoke_form,
     },
-    home::{HomeView, OrgHome, PlanLine, member_home},
+    home::{DisplacedLine, HomeView, OrgHome, PlanLine, displaced_notes, member_home},
     operator::{AccountRow, FailedJob, JobCounts, OperatorHomeView, operator_home},
     organizations::{
         DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, UsageRow,

@@ -72,6 +72,7 @@ pub const BILLING_RETURN: &str = "/billing/return";
 pub const BILLING_SWITCH: &str = "/billing/switch";
 pub const BILLING_SWITCH_UNDO: &str = "/billing/switch/undo";
 pub const BILLING_CANCEL: &str = "/billing/cancel";
+pub const BILLING_RESUME: &str = "/billing/resume";
 pub const OPERATOR_BILLING: &str = "/operator/billing";
 pub const CATALOG_PRODUCT_PRICES: &str = "/operator/catalog/products/{id}/prices";
 pub const CATALOG_PRODUCT_SYNC: &str = "/operator/catalog/products/{id}/sync";
@@ -135,6 +136,7 @@ pub const ALL: &[&str] = &[
     BILLING_SWITCH,
     BILLING_SWITCH_UNDO,
     BILLING_CANCEL,
+    BILLING_RESUME,
     OPERATOR_BILLING,
     CATALOG_PRODUCT_PRICES,
     CATALOG_PRODUCT_SYNC,

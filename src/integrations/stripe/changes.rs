@@ -19,6 +19,10 @@ pub struct Preview {
     pub proration_date: Option<i64>,
 }
 
+/// The metadata key (as a form field) and value that mark a collection pause as the console's own.
+const CONSOLE_PAUSE_KEY: &str = "metadata[console_pause]";
+pub const CONSOLE_PAUSE_VALUE: &str = "displaced";
+
 /// A schedule phase's items: (Stripe price id, quantity).
 pub type PhaseItems = Vec<(String, u64)>;
 
@@ -173,6 +177,27 @@ impl Stripe {
                 }
             }
         }
+    }
+
+    /// Pause the subscription's collection because another plan displaced it everywhere
+    /// (`true`: its invoices are voided, and the console's mark is in its metadata), or resume a
+    /// pause the console made (`false`). Setting the state it has is harmless: no key needed.
+    pub async fn set_console_pause(&self, subscription: &str, pause: bool) -> Result<(), StripeFailure> {
+        use std::collections::BTreeMap;
+        use stripe_client_core::{RequestBuilder, StripeMethod};
+        // An empty value clears a field, as Stripe reads forms.
+        let form: BTreeMap<&str, &str> = if pause {
+            BTreeMap::from([("pause_collection[behavior]", "void"), (CONSOLE_PAUSE_KEY, CONSOLE_PAUSE_VALUE)])
+        } else {
+            BTreeMap::from([("pause_collection", ""), (CONSOLE_PAUSE_KEY, "")])
+        };
+        RequestBuilder::new(StripeMethod::Post, format!("/subscriptions/{subscription}"))
+            .form(&form)
+            .customize::<stripe_shared::Subscription>()
+            .send(&self.client)
+            .await
+            .map_err(StripeFailure::from_error)?;
+        Ok(())
     }
 
     /// End the subscription at its period's end (`true`), or keep it going (`false`).

@@ -7,7 +7,7 @@
 mod changes;
 pub mod signature;
 
-pub use changes::{PhaseItems, Preview};
+pub use changes::{CONSOLE_PAUSE_VALUE, PhaseItems, Preview};
 
 use std::{collections::HashMap, time::Duration};
 
@@ -115,6 +115,9 @@ pub struct SubscriptionSnapshot {
     pub status: String,
     pub cancel_at_period_end: bool,
     pub collection_paused: bool,
+    /// Paused by the console because another plan displaced it on every ladder (its mark is in
+    /// the metadata); a pause made in Stripe's dashboard is not the console's to lift.
+    pub console_paused: bool,
     pub ended_at: Option<DateTime<Utc>>,
     pub metadata: HashMap<String, String>,
     /// The schedule that will change it, if any (Billing II's ledger reads its phases).
@@ -304,6 +307,8 @@ impl Stripe {
             status: s.status.to_string(),
             cancel_at_period_end: s.cancel_at_period_end,
             collection_paused: s.pause_collection.is_some(),
+            console_paused: s.pause_collection.is_some()
+                && s.metadata.get("console_pause").map(String::as_str) == Some(CONSOLE_PAUSE_VALUE),
             ended_at: s.ended_at.map(at),
             metadata: s.metadata.clone(),
             schedule: s.schedule.as_ref().map(|x| x.id().to_string()),

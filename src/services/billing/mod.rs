@@ -11,6 +11,7 @@ pub mod outbox;
 pub mod plan_changes;
 pub mod reads;
 pub mod reconcile;
+pub mod resume;
 pub mod sweep;
 
 pub use catalog_sync::{apply_product_sync, archive_price, set_price, sync_product};

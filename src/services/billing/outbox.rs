@@ -1,6 +1,7 @@
 //! The outbox processor: claims due `core.outbox` rows (one statement, SKIP LOCKED, leased) and
 //! does each one's work after the commit that wrote it: a `reconcile_subscription` row runs
-//! ReconcileSubscription, a `sync_product` row SyncProductToStripe. Done rows are marked, not
+//! ReconcileSubscription and then ApplySubscriptionCollection, a `sync_product` row
+//! SyncProductToStripe. Done rows are marked, not
 //! deleted; a failure is tried again with backoff and its reason kept for operators.
 
 use std::time::Duration;
@@ -16,7 +17,7 @@ use crate::{
     store::billing as store,
 };
 
-use super::{catalog_sync::apply_product_sync, reconcile::reconcile_subscription};
+use super::{catalog_sync::apply_product_sync, reconcile::apply_subscription_collection};
 
 pub static CLAIM_OUTBOX_LOCKS: PathLocks = PathLocks {
     path: "Claim outbox rows",
@@ -51,7 +52,7 @@ pub async fn process_outbox(db: &Db, stripe: &Stripe, limit: i64) -> Result<Proc
     let mut out = Processed::default();
     for row in rows {
         let result = match (row.kind.as_str(), &row.stripe_subscription_id, row.product_id) {
-            ("reconcile_subscription", Some(s), _) => reconcile_subscription(db, stripe, s).await.map(|_| ()),
+            ("reconcile_subscription", Some(s), _) => apply_subscription_collection(db, stripe, s).await.map(|_| ()),
             ("sync_product", _, Some(p)) => {
                 apply_product_sync(db, stripe, p, &format!("outbox-{}", row.outbox_id)).await
             }

@@ -9,7 +9,7 @@
 use chrono::{DateTime, Duration, Utc};
 
 use crate::{
-    db::Db,
+    db::{Db, locks::PathLocks},
     ids::{AccountId, LadderId, OrganizationId, PriceId, SubscriptionId},
     integrations::stripe::{PhaseItems, Preview, Stripe, SubscriptionSnapshot},
     services::ServiceError,
@@ -65,7 +65,7 @@ struct Checked {
 
 /// The organization's subscription, when the member may change it: not a member is "no such
 /// subscription", a member who is not an owner is refused.
-async fn owned_subscription(
+pub(super) async fn owned_subscription(
     db: &Db,
     who: AccountId,
     organization_id: OrganizationId,
@@ -109,12 +109,6 @@ async fn check_switch(
     if held.cancel_at_period_end {
         return Err(ServiceError::Refused(
             "The subscription is set to end at the period's end: keep it first, then switch.".into(),
-        ));
-    }
-    if held.collection_paused {
-        return Err(ServiceError::Refused(
-            "The subscription's payments are paused while an operator grant covers the plan; it cannot be switched now."
-                .into(),
         ));
     }
     let target = {
@@ -167,6 +161,11 @@ async fn check_switch(
         .await
         .map_err(remote)?
         .ok_or(ServiceError::NotFound("subscription"))?;
+    if snapshot.collection_paused && !snapshot.console_paused {
+        return Err(ServiceError::Refused(
+            "The subscription's payments are paused in Stripe: resume them there before switching.".into(),
+        ));
+    }
     let Some(now_item) = snapshot.items.iter().find(|i| i.id == item.stripe_item_id).cloned() else {
         return Err(ServiceError::Refused(
             "Stripe's subscription changed since this page was drawn. Reload the page and try again.".into(),
@@ -282,6 +281,14 @@ pub async fn switch_plan(
         SwitchKind::Upgrade => {
             let moment = quoted.proration_date.map(|d| d.timestamp());
             c.quote.proration_date = moment;
+            if c.snapshot.console_paused {
+                // The paused switch: the backstop first, committed on its own before any Stripe
+                // write; then collection resumes so the switch is charged. The switch's reconcile
+                // pauses it again while the subscription stays displaced; a switch that did not
+                // apply is restored by the backstop's reconcile.
+                write_backstop(db, subscription_id, &sub).await?;
+                stripe.set_console_pause(&sub, false).await.map_err(remote)?;
+            }
             stripe.switch_now(operation, &sub, &c.item, &c.to_price, c.quantity, moment).await.map_err(remote)?;
         }
         SwitchKind::Downgrade => {
@@ -311,6 +318,27 @@ pub async fn switch_plan(
     }
     converge(db, stripe, &sub).await;
     Ok(c.quote)
+}
+
+pub static PAUSED_SWITCH_BACKSTOP_LOCKS: PathLocks = PathLocks {
+    path: "upgradeNow: the paused switch's backstop",
+    function: "services::billing::plan_changes::write_backstop",
+    kind: "single-statement, autocommit",
+    locks: &[],
+    why: "One insert on the database handle, committed on its own before any Stripe write: a reconcile_subscription \
+          outbox row due four minutes later. It holds no lock, so a reconcile holding the subscription's lock or \
+          the pool row never delays it.",
+};
+
+/// How long after a paused switch its backstop reconcile comes.
+pub const BACKSTOP_AFTER: Duration = Duration::minutes(4);
+
+/// The paused switch's backstop: one insert, on the handle, that commits on its own.
+async fn write_backstop(db: &Db, subscription_id: SubscriptionId, stripe_id: &str) -> Result<(), ServiceError> {
+    let mut conn = db.pool.acquire().await.map_err(crate::db::DbError::from)?;
+    let delay = BACKSTOP_AFTER.num_seconds() as f64;
+    store::request_reconcile(&mut conn, subscription_id, stripe_id, "paused_switch_backstop", delay).await?;
+    Ok(())
 }
 
 /// Undo the downgrade scheduled on `ladder`: the schedule is released when nothing else is

@@ -54,9 +54,37 @@ pub(super) async fn now(db: &Db) -> Result<DateTime<Utc>, ServiceError> {
     Ok(store::clock(&mut conn).await?)
 }
 
-/// ReconcileSubscription for one Stripe subscription id.
-#[tracing::instrument(name = "Reconcile a subscription", skip(db, stripe), fields(subscription_id))]
+/// Whether a reconcile makes the collection pause's Stripe update itself after its commit
+/// (ApplySubscriptionCollection: the outbox's own reconcile) or only asks the outbox for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collection {
+    Request,
+    Apply,
+}
+
+/// ReconcileSubscription for one Stripe subscription id (a disagreement about the collection
+/// pause is left to the outbox).
 pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -> Result<Reconciled, ServiceError> {
+    reconcile(db, stripe, stripe_id, Collection::Request).await
+}
+
+/// The outbox's reconcile: ReconcileSubscription, then ApplySubscriptionCollection, the Stripe
+/// update a disagreement about the collection pause needs, after the commit with no lock held.
+pub async fn apply_subscription_collection(
+    db: &Db,
+    stripe: &Stripe,
+    stripe_id: &str,
+) -> Result<Reconciled, ServiceError> {
+    reconcile(db, stripe, stripe_id, Collection::Apply).await
+}
+
+#[tracing::instrument(name = "Reconcile a subscription", skip(db, stripe), fields(subscription_id))]
+async fn reconcile(
+    db: &Db,
+    stripe: &Stripe,
+    stripe_id: &str,
+    collection: Collection,
+) -> Result<Reconciled, ServiceError> {
     let observed_at = now(db).await?;
     // The read comes first, with no transaction open (a slow Stripe holds no lock).
     let snapshot = stripe.subscription(stripe_id).await.map_err(remote)?;
@@ -85,6 +113,7 @@ pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -
                 status: "canceled".into(),
                 cancel_at_period_end: false,
                 collection_paused: false,
+                console_paused: false,
                 ended_at: Some(observed_at),
                 metadata: Default::default(),
                 schedule: None,
@@ -106,6 +135,7 @@ pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -
         customer: &snapshot.customer,
         cancel_at_period_end: snapshot.cancel_at_period_end,
         collection_paused: snapshot.collection_paused,
+        console_paused: snapshot.console_paused,
         current_period: snapshot.current_period(),
         ended_at: snapshot.ended_at,
         observed_at,
@@ -135,6 +165,28 @@ pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -
         // `incomplete`: the first payment has not gone through; nothing is conferred yet.
         SubscriptionBranch::NotYet => false,
     };
+    // The collection pause: paused exactly while another plan displaces the subscription on every
+    // ladder. The decision's reads (collectionInputs) are made under the pool row the branch took;
+    // a disagreement writes one reconcile_subscription outbox row (an insert, no lock).
+    let displaced = match status {
+        SubscriptionStatus::Active
+        | SubscriptionStatus::Trialing
+        | SubscriptionStatus::PastDue
+        | SubscriptionStatus::Unpaid => {
+            Some(crate::store::plan_changes::displaced_on_every_ladder(tx.conn(), subscription_id).await?)
+        }
+        _ => None,
+    };
+    let pause = match displaced {
+        Some(true) if !snapshot.collection_paused => Some(true),
+        Some(false) if snapshot.console_paused => Some(false),
+        _ => None,
+    };
+    if pause.is_some() {
+        changed |=
+            crate::store::plan_changes::request_reconcile(tx.conn(), subscription_id, stripe_id, "collection", 0.0)
+                .await?;
+    }
     // A spent schedule, and whether it still holds a change marked ahead, read before the commit.
     let spent = match schedule.as_ref().filter(|s| s.is_spent()) {
         Some(s) => {
@@ -146,6 +198,13 @@ pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -
     tx.commit().await?;
     if let Some((schedule_id, held_changes)) = spent {
         release_spent_schedule(db, stripe, subscription_id, stripe_id, &schedule_id, held_changes).await;
+    }
+    if let (Collection::Apply, Some(pause)) = (collection, pause) {
+        // ApplySubscriptionCollection. It failing fails the outbox row, which tries again. A
+        // change made in Stripe is a change: the next read records it.
+        stripe.set_console_pause(stripe_id, pause).await.map_err(remote)?;
+        tracing::info!(subscription = stripe_id, pause, "the subscription's collection follows its displacement");
+        changed = true;
     }
     Ok(Reconciled::Converged { subscription_id, status, changed })
 }

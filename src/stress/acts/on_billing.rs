@@ -352,5 +352,39 @@ pub(in crate::stress) async fn change_plan(ctx: &Ctx, rng: &mut Rng, note: &mut 
         }
     };
     drop(current);
+    match r {
+        // A price a sync archived in Stripe between the console's read of it and the switch: the
+        // member is told Stripe's reason; refused.
+        Err(ServiceError::Remote { sentence, transient: false }) if sentence.contains("is inactive") => {
+            note.detail.push_str(&format!("; refused: {sentence}"));
+            Ok(Outcome::Refused)
+        }
+        r => billing_outcome(r, note),
+    }
+}
+
+/// ResumeSubscription: an owner resumes a billed organization's current subscription (refused
+/// unless another plan displaced it).
+pub(in crate::stress) async fn resume_plan(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    if ctx.fx.subscribers.is_empty() {
+        return Ok(Outcome::Skipped);
+    }
+    let s = rng.pick(&ctx.fx.subscribers);
+    note.pool = Some(s.pool.0);
+    let current = s.current.lock().await.clone();
+    let id: Option<i64> =
+        sqlx::query_scalar("SELECT subscription_id FROM core.subscriptions WHERE stripe_subscription_id = $1")
+            .bind(&current)
+            .fetch_optional(&ctx.db.pool)
+            .await?;
+    let Some(id) = id else { return Ok(Outcome::Skipped) };
+    note.detail = format!("organization {}: resume {current}", s.org);
+    let r = crate::services::billing::resume::resume_subscription(
+        &ctx.db,
+        ctx.plan_owner,
+        s.org,
+        crate::ids::SubscriptionId(id),
+    )
+    .await;
     billing_outcome(r, note)
 }

@@ -265,9 +265,6 @@ fn switch_blocked(s: &OrgSubscription, ladder: crate::ids::LadderId) -> Option<S
     if s.cancel_at_period_end {
         return Some("The subscription ends at the period's end: keep it to switch its plan.".into());
     }
-    if s.collection_paused {
-        return Some("The subscription's payments are paused while an operator grant covers the plan.".into());
-    }
     s.scheduled.iter().find(|c| c.ladder_id == ladder).map(|c| {
         format!("A change to {} is scheduled for {}: undo it to choose another.", c.to, long_day(c.effective_at))
     })
@@ -299,6 +296,7 @@ pub async fn billing_page(
         "undone" => Some(views::ChangeNote::Undone),
         "canceling" => Some(views::ChangeNote::Canceling),
         "kept" => Some(views::ChangeNote::Kept),
+        "resumed" => Some(views::ChangeNote::Resumed),
         _ => None,
     });
     let read = actix_web::HttpMessage::extensions_mut(&req).remove::<BillingRead>();
@@ -376,6 +374,7 @@ pub async fn billing_page(
             views::OrgBilling {
                 organization_id: org.0,
                 is_owner: o.membership.role == "owner",
+                displaced: super::home::displaced_lines(&o.displaced),
                 name: o.membership.name,
                 plan,
                 subscriptions: subscriptions
@@ -636,6 +635,18 @@ pub async fn cancel(
     };
     plan_changes::cancel_at_period_end(&state.db, stripe, who.account_id, org, sub, !keep).await?;
     Ok(changed(&req, if keep { "kept" } else { "canceling" }))
+}
+
+#[tracing::instrument(name = "Page: resume a plan", skip_all, fields(account_id = %who.account_id))]
+pub async fn resume(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Member(who): Member,
+    form: Form<SwitchForm>,
+) -> Result<HttpResponse, AppError> {
+    let (org, sub) = form.subscription()?;
+    billing::resume::resume_subscription(&state.db, who.account_id, org, sub).await?;
+    Ok(changed(&req, "resumed"))
 }
 
 // ---------- The operator's billing overview ----------

@@ -6,6 +6,7 @@ use crate::{
     services,
     states::GrantKind,
     store::{
+        accounts::DisplacedSubscription,
         catalog::{HeldConferral, Usage},
         entitlements::EntitlementValue,
     },
@@ -22,7 +23,11 @@ pub async fn home(req: HttpRequest, state: web::Data<AppState>, Member(who): Mem
         Some(HomeRead(organizations)) => organizations,
         None => services::reads::member_home(&state.db, who.account_id).await?,
     };
-    let view = views::HomeView { email: who.email, organizations: organizations.into_iter().map(org_home).collect() };
+    let view = views::HomeView {
+        email: who.email,
+        csrf: crate::web::identity::csrf_token(&req),
+        organizations: organizations.into_iter().map(org_home).collect(),
+    };
     Ok(render::ok(&req, "Home", views::member_home(&view)))
 }
 
@@ -50,7 +55,27 @@ fn org_home(o: crate::store::accounts::MemberHome) -> views::OrgHome {
         plan: plan_lines(&o.held),
         entitlements: entitlement_rows(&o.entitlements),
         usage: usage_rows(&o.usage),
+        displaced: displaced_lines(&o.displaced),
     }
+}
+
+/// Each displaced subscription in a member's words (the home and the billing page say the same).
+pub(crate) fn displaced_lines(displaced: &[DisplacedSubscription]) -> Vec<views::DisplacedLine> {
+    displaced
+        .iter()
+        .map(|d| {
+            let until = d.until.map(|t| format!(" until {}", t.format("%-d %b %Y"))).unwrap_or_default();
+            let who = if d.granted { "An operator grant" } else { "Another subscription" };
+            views::DisplacedLine {
+                subscription_id: d.subscription_id.0,
+                words: format!(
+                    "{who} gives you {}{until} in place of your {} subscription, which is paused and not charged \
+                     meanwhile.",
+                    d.by, d.product
+                ),
+            }
+        })
+        .collect()
 }
 
 fn member_source(c: &HeldConferral) -> &'static str {

@@ -17,7 +17,8 @@ pub fn set_delivery(st: &mut Inner, p: &Value) -> ApiResult {
     Ok(json!({ "object": "standin.delivery", "mode": mode }))
 }
 
-/// `POST /_standin/faults` `path_prefix=…&status=500&times=2` or `…&delay_ms=3000&times=1`.
+/// `POST /_standin/faults` `path_prefix=…&status=500&times=2` or `…&delay_ms=3000&times=1`;
+/// optionally `method=POST` (only that method) and `skip=1` (let the first matching request by).
 pub fn add_fault(st: &mut Inner, p: &Value) -> ApiResult {
     let path_prefix = params::required(p, "path_prefix")?;
     let status = params::integer(p, "status")?;
@@ -31,9 +32,13 @@ pub fn add_fault(st: &mut Inner, p: &Value) -> ApiResult {
         return Err(ApiError::required("status"));
     }
     let times = params::integer(p, "times")?.unwrap_or(1).clamp(0, i64::from(u32::MAX));
+    let method = params::string(p, "method")?.map(|m| m.to_ascii_uppercase());
+    let skip = params::integer(p, "skip")?.unwrap_or(0).clamp(0, i64::from(u32::MAX));
     st.faults.retain(|f| f.times > 0);
     st.faults.push(Fault {
         path_prefix: path_prefix.clone(),
+        method,
+        skip: skip as u32,
         status: status.map(|s| s as u16),
         delay_ms: delay_ms.map(|d| d.max(0) as u64),
         times: times as u32,

@@ -241,6 +241,7 @@ pub enum ChangeNote {
     Undone,
     Canceling,
     Kept,
+    Resumed,
 }
 
 /// A change a subscription will make at its period's end.
@@ -305,6 +306,8 @@ pub struct OrgBilling {
     pub organization_id: i64,
     pub name: String,
     pub is_owner: bool,
+    /// Its subscriptions another plan displaced (Resume plan).
+    pub displaced: Vec<crate::pages::home::DisplacedLine>,
     pub plan: Vec<PlanLine>,
     pub subscriptions: Vec<SubscriptionLine>,
     pub ladders: Vec<LadderOffers>,
@@ -339,6 +342,7 @@ pub fn member_billing(v: &BillingView) -> Markup {
             Some(ChangeNote::Undone) => (notice("The scheduled change is undone: the plan stays as it is.")),
             Some(ChangeNote::Canceling) => (notice("The subscription will end at the period's end; until then nothing changes.")),
             Some(ChangeNote::Kept) => (notice("The subscription goes on: it renews as before.")),
+            Some(ChangeNote::Resumed) => (notice("Resumed: your subscription's plan is in force again, and its payments start again.")),
             None => {}
         }
         @if !v.connected {
@@ -364,6 +368,7 @@ fn org_billing(v: &BillingView, o: &OrgBilling) -> Markup {
     html! {
         section.card.org-billing aria-labelledby=(heading) {
             h2 id=(heading) { (o.name) }
+            (crate::pages::home::displaced_notes(&v.csrf, o.organization_id, o.is_owner, &o.displaced))
             @if failing {
                 div.refusal role="alert" {
                     strong { "A payment failed" }
@@ -895,6 +900,7 @@ mod tests {
             organization_id: 4,
             name: "Acme <Wikis>".into(),
             is_owner,
+            displaced: vec![],
             plan: vec![PlanLine {
                 ladder: "Wiki hosting".into(),
                 tier: "Basic".into(),

@@ -24,10 +24,20 @@ pub struct OrgHome {
     pub plan: Vec<PlanLine>,
     pub entitlements: Vec<EntitlementRow>,
     pub usage: Vec<UsageRow>,
+    /// Its subscriptions another plan displaced, which an owner may resume.
+    pub displaced: Vec<DisplacedLine>,
+}
+
+/// A paid subscription another plan displaced, worded ("An operator grant gives you Pro until
+/// 1 Mar 2027; your Basic subscription is paused and not charged.").
+pub struct DisplacedLine {
+    pub subscription_id: i64,
+    pub words: String,
 }
 
 pub struct HomeView {
     pub email: String,
+    pub csrf: String,
     pub organizations: Vec<OrgHome>,
 }
 
@@ -42,7 +52,7 @@ pub fn member_home(v: &HomeView) -> Markup {
             }
         } @else {
             @for org in &v.organizations {
-                (org_card(org))
+                (org_card(v, org))
             }
         }
     }
@@ -58,12 +68,13 @@ fn no_organization() -> Markup {
     }
 }
 
-fn org_card(o: &OrgHome) -> Markup {
+fn org_card(v: &HomeView, o: &OrgHome) -> Markup {
     let heading_id = format!("org-{}-heading", o.organization_id);
     html! {
         section.card.org-home aria-labelledby=(heading_id) {
             h2 id=(heading_id) { (o.name) }
             p.muted { "Your role: " (o.role) }
+            (displaced_notes(&v.csrf, o.organization_id, o.role == "owner", &o.displaced))
             h3 { "Plan" }
             @if o.plan.is_empty() {
                 p.empty { "No plan yet." }
@@ -85,6 +96,29 @@ fn org_card(o: &OrgHome) -> Markup {
                 p.empty { "Nothing counted yet." }
             } @else {
                 (facts(&o.usage.iter().map(|u| (u.key.as_str(), usage_text(u))).collect::<Vec<_>>()))
+            }
+        }
+    }
+}
+
+/// Why a paid subscription confers nothing now, and (for an owner) Resume plan, which brings its
+/// tier back over what displaced it. The billing page shows the same.
+pub fn displaced_notes(csrf: &str, organization_id: i64, owner: bool, lines: &[DisplacedLine]) -> Markup {
+    html! {
+        @for d in lines {
+            div.notice.info role="note" {
+                p { (d.words) }
+                @if owner {
+                    form.inline method="post" action=(crate::paths::BILLING_RESUME) {
+                        (crate::forms::csrf_field(csrf))
+                        input type="hidden" name="organization_id" value=(organization_id);
+                        input type="hidden" name="subscription_id" value=(d.subscription_id);
+                        button.btn.btn-secondary.btn-small type="submit" { "Resume plan" }
+                    }
+                    " " span.muted { "Resume plan puts your subscription's tier back in place of the grant, and its payments start again." }
+                } @else {
+                    span.muted { "An owner can resume the plan." }
+                }
             }
         }
     }
@@ -157,6 +191,7 @@ mod tests {
                 EntitlementRow { key: "support.priority".into(), value: "no".into() },
             ],
             usage: vec![UsageRow { key: "fedwiki.active_sites".into(), used: 1, limit: 3 }],
+            displaced: vec![],
         }
     }
 
@@ -164,6 +199,7 @@ mod tests {
     fn member_home_shows_each_organization_with_plan_entitlements_and_usage() {
         let v = HomeView {
             email: "ann@example.org".into(),
+            csrf: "tok".into(),
             organizations: vec![
                 org(),
                 OrgHome {
@@ -173,6 +209,7 @@ mod tests {
                     plan: vec![],
                     entitlements: vec![],
                     usage: vec![],
+                    displaced: vec![],
                 },
             ],
         };
@@ -197,13 +234,33 @@ mod tests {
     fn usage_at_the_limit_is_flagged() {
         let mut o = org();
         o.usage = vec![UsageRow { key: "fedwiki.active_sites".into(), used: 3, limit: 3 }];
-        let out = member_home(&HomeView { email: "a@b".into(), organizations: vec![o] }).into_string();
+        let out =
+            member_home(&HomeView { email: "a@b".into(), csrf: "tok".into(), organizations: vec![o] }).into_string();
         assert!(out.contains(r#"<dd>3 of 3 <span class="badge badge-warn">at limit</span></dd>"#));
     }
 
     #[test]
+    fn a_displaced_subscription_says_why_and_an_owner_may_resume_it() {
+        let mut o = org();
+        o.displaced = vec![DisplacedLine {
+            subscription_id: 9,
+            words: "An operator grant gives you Pro until 1 Mar 2027; your Basic subscription is paused.".into(),
+        }];
+        let out =
+            member_home(&HomeView { email: "a@b".into(), csrf: "tok".into(), organizations: vec![o] }).into_string();
+        assert!(out.contains("An operator grant gives you Pro until 1 Mar 2027"));
+        assert!(out.contains(r#"action="/billing/resume""#) && out.contains(r#"name="subscription_id" value="9""#));
+        let mut o = org();
+        o.role = "member".into();
+        o.displaced = vec![DisplacedLine { subscription_id: 9, words: "Paused.".into() }];
+        let out =
+            member_home(&HomeView { email: "a@b".into(), csrf: "tok".into(), organizations: vec![o] }).into_string();
+        assert!(!out.contains("/billing/resume") && out.contains("An owner can resume the plan."));
+    }
+
+    #[test]
     fn member_home_without_organizations_explains_what_to_do() {
-        let v = HomeView { email: "<script>@x".into(), organizations: vec![] };
+        let v = HomeView { email: "<script>@x".into(), csrf: "tok".into(), organizations: vec![] };
         let out = member_home(&v).into_string();
         assert!(out.contains("You are not a member of any organization yet."));
         assert!(out.contains("An operator must add you to an organization"));
