@@ -53,7 +53,8 @@ pub struct Config {
 }
 
 /// `FARM_URL`, `FARM_TOKEN`, `FARM_CALLBACK_SECRET`, `FARM_DOMAIN`, `FEDWIKI_SWAP_COOLDOWN_S`,
-/// `FEDWIKI_ACTIVATION_COOLDOWN_S`. With no `FARM_URL`, `serve` starts the local farm the project
+/// `FEDWIKI_ACTIVATION_COOLDOWN_S`, `FEDWIKI_RETENTION_DAYS`, `FEDWIKI_MAINTENANCE_EVERY_S`. With no
+/// `FARM_URL`, `serve` starts the local farm the project
 /// ships and points the console at it.
 #[derive(Clone, Debug)]
 pub struct FarmSettings {
@@ -73,6 +74,10 @@ pub struct FarmSettings {
     pub site_url: String,
     /// Where the local farm listens when `serve` starts it.
     pub local_listen: SocketAddr,
+    /// How long an archived site is kept before the maintenance run deletes it.
+    pub retention: Duration,
+    /// How often the maintenance run (sync, retention, quota) comes.
+    pub maintenance_every: Duration,
 }
 
 impl Default for FarmSettings {
@@ -87,6 +92,8 @@ impl Default for FarmSettings {
             activation_cooldown: Duration::ZERO,
             site_url: "https://{domain}/".into(),
             local_listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
+            retention: Duration::from_secs(30 * 86_400),
+            maintenance_every: Duration::from_secs(300),
         }
     }
 }
@@ -225,6 +232,8 @@ impl Config {
             call_timeout: Duration::from_millis(number(&get, "FARM_CALL_TIMEOUT_MS", 30_000, 100..=120_000)?),
             swap_cooldown: Duration::from_secs(number(&get, "FEDWIKI_SWAP_COOLDOWN_S", 600, 0..=86_400)?),
             activation_cooldown: Duration::from_secs(number(&get, "FEDWIKI_ACTIVATION_COOLDOWN_S", 0, 0..=86_400)?),
+            retention: Duration::from_secs(86_400 * number(&get, "FEDWIKI_RETENTION_DAYS", 30, 1..=3650)?),
+            maintenance_every: Duration::from_secs(number(&get, "FEDWIKI_MAINTENANCE_EVERY_S", 300, 10..=86_400)?),
             site_url: match get("FARM_SITE_URL") {
                 None => "https://{domain}/".into(),
                 Some(t) if t.contains("{domain}") => t.trim().to_string(),
@@ -338,7 +347,9 @@ impl fmt::Display for Config {
         writeln!(f, "FARM_LOCAL_BIND={}", self.farm.local_listen)?;
         writeln!(f, "FARM_CALL_TIMEOUT_MS={}", self.farm.call_timeout.as_millis())?;
         writeln!(f, "FEDWIKI_SWAP_COOLDOWN_S={}", self.farm.swap_cooldown.as_secs())?;
-        write!(f, "FEDWIKI_ACTIVATION_COOLDOWN_S={}", self.farm.activation_cooldown.as_secs())
+        writeln!(f, "FEDWIKI_ACTIVATION_COOLDOWN_S={}", self.farm.activation_cooldown.as_secs())?;
+        writeln!(f, "FEDWIKI_RETENTION_DAYS={}", self.farm.retention.as_secs() / 86_400)?;
+        write!(f, "FEDWIKI_MAINTENANCE_EVERY_S={}", self.farm.maintenance_every.as_secs())
     }
 }
 

@@ -58,7 +58,7 @@ pub fn handlers_with(stripe: Option<Arc<Stripe>>) -> Handlers {
 
 /// The handlers of every job, with billing's and the sites' when Stripe and the farm are
 /// connected (a job whose system is not connected has no handler and waits).
-pub fn handlers_connected(stripe: Option<Arc<Stripe>>, farm: Option<Arc<Farm>>) -> Handlers {
+pub fn handlers_connected(stripe: Option<Arc<Stripe>>, farm: Option<FarmJobs>) -> Handlers {
     let mut h = standard_handlers();
     if let Some(stripe) = stripe {
         h.merge(billing_handlers(stripe));
@@ -69,9 +69,23 @@ pub fn handlers_connected(stripe: Option<Arc<Stripe>>, farm: Option<Arc<Farm>>) 
     h
 }
 
-/// The sites' jobs: each request's workflow, safe to run again at any step.
-pub fn farm_handlers(farm: Arc<Farm>) -> Handlers {
+/// What the sites' jobs need: the farm, and how long an archived site is kept.
+#[derive(Clone)]
+pub struct FarmJobs {
+    pub farm: Arc<Farm>,
+    pub retention: Duration,
+}
+
+impl FarmJobs {
+    pub fn new(farm: Arc<Farm>, settings: &crate::config::FarmSettings) -> FarmJobs {
+        FarmJobs { farm, retention: settings.retention }
+    }
+}
+
+/// The sites' jobs: each request's workflow, safe to run again at any step; the maintenance run.
+pub fn farm_handlers(jobs: FarmJobs) -> Handlers {
     let mut h = Handlers::new();
+    let farm = jobs.farm.clone();
     h.job(move |ctx, j: RunSiteRequest| {
         let f = farm.clone();
         async move {
@@ -80,7 +94,22 @@ pub fn farm_handlers(farm: Arc<Farm>) -> Handlers {
             Ok(())
         }
     });
+    h.job(move |ctx, _: fedwiki::FedwikiMaintenance| {
+        let j = jobs.clone();
+        async move {
+            // A run that fails is recorded as failed; the next one, on schedule, repairs.
+            fedwiki::maintenance::run_maintenance(&ctx.db, &j.farm, j.retention).await.map_err(remote_failure)?;
+            Ok(())
+        }
+    });
     h
+}
+
+/// The sites' schedule: the maintenance run every `every` (runs never overlap: the queue keeps
+/// one pending or running).
+pub async fn register_farm_schedules(db: &Db, every: Duration) -> Result<(), DbError> {
+    use jobs::Job;
+    ensure_schedule(db, fedwiki::FedwikiMaintenance::KIND, every).await
 }
 
 /// The billing jobs: each reads Stripe before its transaction, so any may run again safely.

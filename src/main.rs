@@ -441,6 +441,8 @@ fn start_worker(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + use<> {
     let db = b.db.clone();
+    let farm_settings = b.config.farm.clone();
+    let maintenance_every = farm_settings.maintenance_every;
     let options = jobs::WorkerOptions {
         concurrency: b.config.worker_concurrency,
         lease: b.config.job_lease,
@@ -455,6 +457,12 @@ fn start_worker(
         {
             tracing::error!(error = %e, "could not register the billing schedules");
         }
+        if farm.is_some()
+            && let Err(e) = member_console::job_registry::register_farm_schedules(&db, maintenance_every).await
+        {
+            tracing::error!(error = %e, "could not register the sites' maintenance schedule");
+        }
+        let farm = farm.map(|f| member_console::job_registry::FarmJobs::new(f, &farm_settings));
         jobs::Worker::new(db, member_console::job_registry::handlers_connected(stripe, farm), options.concurrency)
             .with_options(options)
             .run(stop)

@@ -66,6 +66,9 @@ pub struct SiteRow {
     pub storage_bytes: Option<i64>,
     pub modified_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    /// Parked by the quota reconciliation (not by a member): it comes back when there is room.
+    pub parked_by_sweep: bool,
+    pub status_changed_at: DateTime<Utc>,
 }
 
 /// A site by id, without a lock.
@@ -73,7 +76,7 @@ pub async fn site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Option
     sqlx::query_as!(
         SiteRow,
         r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus", keep_active, storage_bytes,
-                  modified_at, created_at
+                  modified_at, created_at, parked_by_sweep, status_changed_at
            FROM fedwiki.sites WHERE site_id = $1"#,
         site_id
     )
@@ -86,7 +89,7 @@ pub async fn lock_site_status_by_id(conn: &mut PgConnection, site_id: &str) -> s
     sqlx::query_as!(
         SiteRow,
         r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus", keep_active, storage_bytes,
-                  modified_at, created_at
+                  modified_at, created_at, parked_by_sweep, status_changed_at
            FROM fedwiki.sites WHERE site_id = $1 FOR UPDATE"#,
         site_id
     )

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod domains;
 pub mod entitlements;
 pub mod fedwiki;
+pub mod fedwiki_maintenance;
 pub mod grants;
 pub mod job_overview;
 pub mod jobs;

@@ -210,6 +210,8 @@ mod tests {
                         | StressPath::CreateSite
                         | StressPath::DeleteSite
                         | StressPath::ChangePlan
+                        | StressPath::SyncSites
+                        | StressPath::ReconcileQuota
                 );
             assert_eq!(declared.contains(&p.name()), !undeclared, "{}", p.name());
         }

@@ -344,6 +344,25 @@ SELECT NULL::bigint, format('placement %s is servable but its site %s is not act
 FROM domains.placements p
 WHERE p.servable AND NOT EXISTS (SELECT 1 FROM fedwiki.sites s WHERE s.site_id = p.object_id AND s.status = 'active');
 
+-- invariant: (15) after the last maintenance run, no pool has more active sites than its plan allows (a pool with a request in flight is the request's to settle)
+SELECT p.pool_id, format('pool %s has %s active sites; its plan allows %s', p.pool_id, count(*), coalesce(max(e.numeric_value), 0))
+FROM fedwiki.sites s
+JOIN fedwiki.workspaces w USING (workspace_id)
+JOIN core.resource_pools p ON p.organization_id = w.organization_id AND p.is_default
+LEFT JOIN core.pool_entitlements e ON e.pool_id = p.pool_id AND e.resource_key = 'fedwiki.active_sites'
+WHERE s.status = 'active'
+  AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r WHERE r.workspace_id = w.workspace_id AND r.state = 'accepted')
+  AND EXISTS (SELECT 1 FROM fedwiki.maintenance_runs m WHERE m.outcome = 'ok')
+GROUP BY p.pool_id
+HAVING count(*) > coalesce(max(e.numeric_value), 0);
+
+-- invariant: (15) no archived site outlives the retention (the stress run's: 2 seconds) at the last maintenance run
+SELECT NULL::bigint, format('site %s (%s) was archived at %s, past retention at the last run', s.site_id, s.domain, s.status_changed_at)
+FROM fedwiki.sites s
+WHERE s.status = 'archived'
+  AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r WHERE r.instance_id = s.site_id AND r.state = 'accepted')
+  AND s.status_changed_at < (SELECT max(m.started_at) FROM fedwiki.maintenance_runs m WHERE m.outcome = 'ok') - interval '2 seconds';
+
 -- invariant: (14) a slot hold belongs to an accepted create or activation
 SELECT h.pool_id, format('hold of request %s (%s, %s) in pool %s', h.request_id, r.kind, r.state, h.pool_id)
 FROM fedwiki.slot_holds h JOIN fedwiki.lifecycle_requests r USING (request_id)

@@ -59,6 +59,9 @@ const SUBSCRIPTIONS: usize = 4;
 /// The run's local farm's token, and the farm client's bound on a call.
 const FARM_TOKEN: &str = "stress-farm-token";
 const FARM_TIMEOUT: Duration = Duration::from_secs(10);
+/// The retention the run's purges use: an archived site is deleted a couple of seconds on (the
+/// invariants' "no archived site past retention" reads the same figure).
+const SITE_RETENTION: Duration = Duration::from_secs(2);
 /// The stand-in's secret key (it takes any sk_test_ key), and the Stripe client's timeout.
 const STRIPE_KEY: &str = "sk_test_stress";
 const STRIPE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -87,10 +87,16 @@ pub enum StressPath {
     StopServing,
     /// A member releases a domain (refused while a name under it serves).
     ReleaseDomain,
+    /// The maintenance's farm sync, beside the members' requests.
+    SyncSites,
+    /// The retention purge (a short retention), beside activations of archived sites.
+    PurgeArchived,
+    /// Quota reconciliation: parks above a pool's limit, reactivations when room returns.
+    ReconcileQuota,
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 49] = [
+    pub const ALL: [StressPath; 52] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -140,10 +146,13 @@ impl StressPath {
         StressPath::PlaceSiteUnderDomain,
         StressPath::StopServing,
         StressPath::ReleaseDomain,
+        StressPath::SyncSites,
+        StressPath::PurgeArchived,
+        StressPath::ReconcileQuota,
     ];
 
     /// The FedWiki paths (the tasks' and the workers') and the registry's.
-    pub const SITE_PATHS: [StressPath; 9] = [
+    pub const SITE_PATHS: [StressPath; 12] = [
         StressPath::CreateSite,
         StressPath::ChangeSiteStatus,
         StressPath::SwapSites,
@@ -153,6 +162,9 @@ impl StressPath {
         StressPath::PlaceSiteUnderDomain,
         StressPath::StopServing,
         StressPath::ReleaseDomain,
+        StressPath::SyncSites,
+        StressPath::PurgeArchived,
+        StressPath::ReconcileQuota,
     ];
 
     /// The billing paths (Stripe's stand-in, read or changed, and the console's side).
@@ -272,6 +284,10 @@ impl StressPath {
             StressPath::PlaceSiteUnderDomain => crate::services::fedwiki::domains::PLACE_SITE_UNDER_DOMAIN_LOCKS.path,
             StressPath::StopServing => crate::services::fedwiki::domains::STOP_SERVING_LOCKS.path,
             StressPath::ReleaseDomain => crate::services::fedwiki::domains::RELEASE_DOMAIN_LOCKS.path,
+            // A pass of many one-site transactions (each declared): counted under the run's name.
+            StressPath::SyncSites => "SyncSitesToDBActivity",
+            StressPath::PurgeArchived => crate::services::fedwiki::maintenance::PURGE_ARCHIVED_SITE_LOCKS.path,
+            StressPath::ReconcileQuota => "Quota reconciliation",
         }
     }
 
@@ -327,6 +343,8 @@ impl StressPath {
             // meets the record steps on its site's row.
             StressPath::ClaimDomain | StressPath::PlaceSiteUnderDomain => X,
             StressPath::StopServing | StressPath::ReleaseDomain => 2,
+            // Each touches every site (a pass) or a few: seldom, as the schedule runs them.
+            StressPath::SyncSites | StressPath::PurgeArchived | StressPath::ReconcileQuota => 2,
             // Their own rows (an invoice's, a product's sync lock): seldom.
             StressPath::ConvergeInvoice | StressPath::SyncProduct => X,
             StressPath::ExpireGrantActivity

@@ -148,6 +148,7 @@ async fn run_billed(
     stop_workers(&ctx, workers).await;
     sweep(&ctx).await;
     reconcile_every_subscription(&ctx).await;
+    final_maintenance(&ctx).await;
     if let Err(e) = note_outbox_failures(&ctx).await {
         ctx.tally_error(format!("reading the outbox's failures: {e}"));
     }
@@ -281,7 +282,8 @@ pub(super) fn start_workers(
     let (stop, rx) = tokio::sync::watch::channel(false);
     let handles = (0..JOB_WORKERS)
         .map(|_| {
-            let handlers = crate::job_registry::handlers_connected(Some(stripe.clone()), Some(farm.clone()));
+            let farm_jobs = crate::job_registry::FarmJobs::new(farm.clone(), &crate::config::FarmSettings::default());
+            let handlers = crate::job_registry::handlers_connected(Some(stripe.clone()), Some(farm_jobs));
             let w = Worker::new(db.clone(), quietly(handlers, &quiet), JOB_CONCURRENCY).with_options(options.clone());
             tokio::spawn(w.run(rx.clone()).with_subscriber(quiet.clone()))
         })
@@ -411,6 +413,20 @@ pub(super) async fn reconcile_every_subscription(ctx: &Ctx) {
             return;
         }
         eprintln!("stress: the final reconcile's pass {pass} changed {changed} of {} subscriptions", ids.len());
+    }
+}
+
+/// After the run, with nothing else running and every plan settled: one maintenance run, as the
+/// schedule would make next, so the invariants see its outcome (no active site above a pool's
+/// limit, no archived site past retention).
+pub(super) async fn final_maintenance(ctx: &Ctx) {
+    let r = crate::services::fedwiki::maintenance::run_maintenance(&ctx.db, &ctx.farm, SITE_RETENTION)
+        .with_subscriber(ctx.quiet.clone())
+        .await;
+    match r {
+        Ok(c) => eprintln!("stress: the final maintenance run: {c:?}"),
+        Err(ServiceError::Db(DbError::Deadlock(m))) => ctx.tally_deadlock(format!("the final maintenance run: {m}")),
+        Err(e) => ctx.tally_error(format!("the final maintenance run: {e}")),
     }
 }
 

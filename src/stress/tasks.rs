@@ -256,6 +256,9 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::PlaceSiteUnderDomain => place_site_under_domain(ctx, rng, note).await,
         StressPath::StopServing => stop_serving(ctx, rng, note).await,
         StressPath::ReleaseDomain => release_domain(ctx, rng, note).await,
+        StressPath::SyncSites => sync_sites(ctx, note).await,
+        StressPath::PurgeArchived => purge_archived(ctx, note).await,
+        StressPath::ReconcileQuota => reconcile_quota(ctx, note).await,
         StressPath::ExpireGrantActivity
         | StressPath::StartGrantActivity
         | StressPath::RunSiteRequestActivity

@@ -116,6 +116,8 @@ route_table! {
     Operator POST CATALOG_PRODUCT_SYNC => pages::billing::sync_product;
     Operator POST CATALOG_PRICE_ARCHIVE => pages::billing::archive_price;
     Operator GET OPERATOR_BILLING => pages::billing::operator_billing;
+    Operator GET OPERATOR_FARM => pages::farm::operator_farm;
+    Operator POST OPERATOR_FARM_RUN => pages::farm::run_now;
     Operator GET TOPOLOGY => pages::topology::topology;
     Operator GET TIERS_PREVIEW => pages::topology::preview;
     Operator POST TIERS => pages::topology::add_tier;

@@ -334,6 +334,7 @@ fn site_worker(
 ) -> tokio::sync::watch::Sender<bool> {
     use member_console::jobs::{Worker, WorkerOptions};
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let farm = member_console::job_registry::FarmJobs::new(farm, &member_console::config::FarmSettings::default());
     let handlers = member_console::job_registry::handlers_connected(None, Some(farm));
     let options = WorkerOptions { poll_interval: std::time::Duration::from_millis(200), ..WorkerOptions::default() };
     tokio::spawn(Worker::new(t.db.clone(), handlers, 4).with_options(options).run(stopped));

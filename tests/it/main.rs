@@ -18,6 +18,7 @@ mod plan_acts;
 mod plan_changes;
 mod private_cluster;
 mod rule_changes;
+mod site_maintenance;
 mod sites;
 mod states;
 mod stress;

@@ -26,17 +26,17 @@ use member_console::{
     store::fedwiki as store,
 };
 
-struct Sites {
-    t: TestDb,
-    f: FarmFixture,
-    settings: FarmSettings,
-    who: AccountId,
-    org: OrganizationId,
-    pool: PoolId,
+pub(crate) struct Sites {
+    pub(crate) t: TestDb,
+    pub(crate) f: FarmFixture,
+    pub(crate) settings: FarmSettings,
+    pub(crate) who: AccountId,
+    pub(crate) org: OrganizationId,
+    pub(crate) pool: PoolId,
 }
 
 /// The demo, its member's organization granted `product` (Free: 1 active site, Basic: 3).
-async fn setup(product: &str) -> Sites {
+pub(crate) async fn setup(product: &str) -> Sites {
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
     let f = FarmFixture::start().await;
@@ -64,22 +64,22 @@ async fn setup(product: &str) -> Sites {
 }
 
 impl Sites {
-    async fn create(&self, name: &str) -> Result<RequestId, ServiceError> {
+    pub(crate) async fn create(&self, name: &str) -> Result<RequestId, ServiceError> {
         fedwiki::create_site(&self.t.db, &self.settings, self.who, self.org, &SiteName::parse(name).unwrap()).await
     }
 
     /// Run a request's workflow as its job would (not its last attempt).
-    async fn run(&self, id: RequestId) -> Result<Ran, ServiceError> {
+    pub(crate) async fn run(&self, id: RequestId) -> Result<Ran, ServiceError> {
         fedwiki::run_site_request(&self.t.db, &self.f.farm, id, false).await
     }
 
-    async fn created(&self, name: &str) -> String {
+    pub(crate) async fn created(&self, name: &str) -> String {
         let id = self.create(name).await.unwrap();
         assert!(matches!(self.run(id).await.unwrap(), Ran::Recorded(Recorded::Done { .. })));
         self.site_id(name).await
     }
 
-    async fn site_id(&self, name: &str) -> String {
+    pub(crate) async fn site_id(&self, name: &str) -> String {
         sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
             .bind(format!("{name}.wiki.localhost"))
             .fetch_one(&self.t.admin)
@@ -87,7 +87,7 @@ impl Sites {
             .unwrap()
     }
 
-    async fn status(&self, name: &str) -> String {
+    pub(crate) async fn status(&self, name: &str) -> String {
         sqlx::query_scalar("SELECT status FROM fedwiki.sites WHERE domain = $1")
             .bind(format!("{name}.wiki.localhost"))
             .fetch_one(&self.t.admin)
@@ -95,13 +95,13 @@ impl Sites {
             .unwrap()
     }
 
-    async fn request(&self, id: RequestId) -> store::RequestRow {
+    pub(crate) async fn request(&self, id: RequestId) -> store::RequestRow {
         let mut c = self.t.db.read().await.unwrap();
         store::request(c.conn(), id).await.unwrap().unwrap()
     }
 
     /// The usage row of `fedwiki.active_sites`, as last counted.
-    async fn used(&self) -> i64 {
+    pub(crate) async fn used(&self) -> i64 {
         self.count(&format!(
             "SELECT used FROM core.numeric_entitlement_usage WHERE pool_id = {} AND resource_key = 'fedwiki.active_sites'",
             self.pool
@@ -109,13 +109,13 @@ impl Sites {
         .await
     }
 
-    async fn count(&self, sql: &str) -> i64 {
+    pub(crate) async fn count(&self, sql: &str) -> i64 {
         common::acts::scalar(&self.t, sql).await
     }
 }
 
 /// usage = active sites + open holds, for the test's pool (the stress invariant, here).
-async fn assert_usage_agrees(s: &Sites) {
+pub(crate) async fn assert_usage_agrees(s: &Sites) {
     let counted = s.count(&format!("SELECT fedwiki.count_slots({})", s.pool)).await;
     assert_eq!(s.used().await, counted, "the usage row agrees with the sites and holds");
 }
@@ -302,7 +302,7 @@ async fn an_unstarted_request_is_deleted_with_its_job_and_a_started_one_is_kept(
 
 // The farm's callbacks over HTTP ---------------------------------------------------------------------
 
-async fn app(s: &Sites) -> common::TestApp {
+pub(crate) async fn app(s: &Sites) -> common::TestApp {
     common::TestApp::spawn_connected(&s.t, None, Some(s.f.farm.clone())).await
 }
 
@@ -356,12 +356,12 @@ async fn a_signed_callback_records_what_the_farm_observed_once_and_a_bad_signatu
 // Lock order: one path paused mid-transaction, the other shown waiting on it --------------------------
 
 /// Hold `table`'s lock in an open transaction: whatever reads or writes it next waits.
-async fn pause_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
+pub(crate) async fn pause_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
     pause_in_mode(t, table, "ACCESS EXCLUSIVE").await
 }
 
 /// The same in SHARE mode: reads pass, the next write waits.
-async fn pause_writes_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
+pub(crate) async fn pause_writes_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
     pause_in_mode(t, table, "SHARE").await
 }
 
@@ -599,7 +599,7 @@ async fn a_worker_killed_between_the_farm_call_and_the_record_step_resumes_after
 
 // Custom domains ----------------------------------------------------------------------------------------
 
-async fn servable(s: &Sites, hostname: &str) -> Option<bool> {
+pub(crate) async fn servable(s: &Sites, hostname: &str) -> Option<bool> {
     sqlx::query_scalar("SELECT servable FROM domains.placements WHERE hostname = $1")
         .bind(hostname)
         .fetch_optional(&s.t.admin)

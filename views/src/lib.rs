@@ -34,6 +34,7 @@ pub use pages::{
         Total, catalog, key_form, product_edit, product_form, set_edit, set_form,
     },
     errors::error_body,
+    farm::{DriftRow, FarmDriftView, FarmRunRow, FarmView, operator_farm},
     grants::{
         GrantDetailView, GrantEventRow, GrantListRow, GrantListView, IssueGrantView, LineageRow, grant_detail,
         grant_list, grant_rows_table, issue_grant, manage_form, revoke_form,

@@ -74,6 +74,8 @@ pub const BILLING_SWITCH_UNDO: &str = "/billing/switch/undo";
 pub const BILLING_CANCEL: &str = "/billing/cancel";
 pub const BILLING_RESUME: &str = "/billing/resume";
 pub const OPERATOR_BILLING: &str = "/operator/billing";
+pub const OPERATOR_FARM: &str = "/operator/farm";
+pub const OPERATOR_FARM_RUN: &str = "/operator/farm/run";
 pub const CATALOG_PRODUCT_PRICES: &str = "/operator/catalog/products/{id}/prices";
 pub const CATALOG_PRODUCT_SYNC: &str = "/operator/catalog/products/{id}/sync";
 pub const CATALOG_PRICE_ARCHIVE: &str = "/operator/catalog/prices/{id}/archive";
@@ -138,6 +140,8 @@ pub const ALL: &[&str] = &[
     BILLING_CANCEL,
     BILLING_RESUME,
     OPERATOR_BILLING,
+    OPERATOR_FARM,
+    OPERATOR_FARM_RUN,
     CATALOG_PRODUCT_PRICES,
     CATALOG_PRODUCT_SYNC,
     CATALOG_PRICE_ARCHIVE,

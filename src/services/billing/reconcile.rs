@@ -202,7 +202,20 @@ async fn reconcile(
     if let (Collection::Apply, Some(pause)) = (collection, pause) {
         // ApplySubscriptionCollection. It failing fails the outbox row, which tries again. A
         // change made in Stripe is a change: the next read records it.
-        stripe.set_console_pause(stripe_id, pause).await.map_err(remote)?;
+        if let Err(e) = stripe.set_console_pause(stripe_id, pause).await {
+            // Ended since the read (cancelled meanwhile): nothing is collected any more, so there
+            // is nothing to pause or resume. Anything else fails the outbox row, to try again.
+            let ended = match stripe.subscription(stripe_id).await {
+                Ok(Some(now)) => matches!(now.status.as_str(), "canceled" | "incomplete_expired"),
+                Ok(None) => true,
+                Err(_) => false,
+            };
+            if !ended {
+                return Err(remote(e));
+            }
+            tracing::info!(subscription = stripe_id, "the subscription ended before its collection pause was applied");
+            return Ok(Reconciled::Converged { subscription_id, status, changed });
+        }
         tracing::info!(subscription = stripe_id, pause, "the subscription's collection follows its displacement");
         changed = true;
     }

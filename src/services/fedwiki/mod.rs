@@ -2,13 +2,15 @@
 //! recorded as lifecycle requests and carried by durable jobs through the slot gate, the farm
 //! and the record step, with the domains registry naming them. Each module is one part of the
 //! spec: `handlers` ("FedWiki at the handler"), `intake` ("Lifecycle intake"), `gate` ("At the
-//! slot gate"), `record` ("When recording an outcome"), `registry` ("Registry").
+//! slot gate"), `record` ("When recording an outcome"), `registry` ("Registry"), `maintenance`
+//! ("In the farm sync", "In the retention purge", "In the downgrade sweep and at boot").
 
 pub mod callbacks;
 pub mod domains;
 pub mod gate;
 pub mod handlers;
 pub mod intake;
+pub mod maintenance;
 pub mod names;
 pub mod reads;
 pub mod record;
@@ -33,4 +35,15 @@ pub struct RunSiteRequest {
 
 impl Job for RunSiteRequest {
     const KIND: &'static str = "fedwiki_request";
+}
+
+/// The workspace of the farm's sites no organization owns (adopted by the sync).
+pub const SYSTEM_WORKSPACE: &str = "system";
+
+/// The maintenance run (a schedule: the queue keeps one pending or running, so runs never overlap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FedwikiMaintenance {}
+
+impl Job for FedwikiMaintenance {
+    const KIND: &'static str = "fedwiki_maintenance";
 }

@@ -196,3 +196,25 @@ pub(in crate::stress) async fn release_domain(ctx: &Ctx, rng: &mut Rng, note: &m
     note.detail = format!("release {domain} for organization {org}");
     site_outcome(fedwiki::domains::release_domain(&ctx.db, ctx.site_member, org, &domain).await, note)
 }
+
+/// The maintenance's parts, as the schedule runs them, beside the members' requests: a sync pass
+/// (one-site writes, then the recounts), the purge of archived sites past the run's short
+/// retention, and the quota's parks and reactivations. Refused only on a lock wait past its bound.
+pub(in crate::stress) async fn sync_sites(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
+    let mut counts = crate::store::fedwiki_maintenance::RunCounts::default();
+    let r = fedwiki::maintenance::sync_sites(&ctx.db, &ctx.farm, &mut counts).await;
+    note.detail = format!("sync: {counts:?}");
+    site_outcome(r, note)
+}
+
+pub(in crate::stress) async fn purge_archived(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
+    let r = fedwiki::maintenance::purge_archived(&ctx.db, &ctx.farm, SITE_RETENTION).await;
+    note.detail = format!("purge: {r:?}");
+    site_outcome(r, note)
+}
+
+pub(in crate::stress) async fn reconcile_quota(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
+    let r = fedwiki::maintenance::reconcile_quota_now(&ctx.db, &ctx.farm).await;
+    note.detail = format!("quota: {r:?}");
+    site_outcome(r, note)
+}

@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod billing;
 pub mod catalog;
+pub mod farm;
 pub mod grants;
 pub mod health;
 pub mod home;

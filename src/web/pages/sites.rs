@@ -14,7 +14,7 @@ use crate::{
         ServiceError,
         fedwiki::{self, names::SiteName, reads},
     },
-    states::RequestKind,
+    states::{RequestKind, SiteStatus},
     web::{
         AppState,
         errors::AppError,
@@ -63,6 +63,7 @@ async fn view(
         None => format!("https://{d}/"),
     };
     let cooldown = state.config.farm.swap_cooldown;
+    let retention = state.config.farm.retention;
     // A site's act names no organization: its refusal shows beside the first (the usual one).
     let mut refused = refused.map(|(org, form)| (org.or_else(|| orgs.first().map(|o| o.organization_id)), form));
     let organizations = orgs
@@ -86,6 +87,7 @@ async fn view(
                         .filter(|(h, id)| *id == s.site_id && *h != s.domain)
                         .map(|(h, _)| h.clone())
                         .collect(),
+                    note: site_note(s, o.limit, retention),
                 })
                 .collect();
             // A create in flight has no site row yet: it shows as a request.
@@ -195,6 +197,22 @@ async fn answer<T>(
         Ok(_) => Ok(after_post(req, &format!("{}?asked={asked}", paths::SITES))),
         Err(ServiceError::NotFound(w)) => Err(ServiceError::NotFound(w).into()),
         Err(e) => refused(req, state, who, org, e, values).await,
+    }
+}
+
+/// What the console did to a site on its own: parked by the plan's limit (it comes back when
+/// there is room), or an archived site's deletion date.
+fn site_note(s: &crate::store::fedwiki::SiteRow, limit: i64, retention: std::time::Duration) -> Option<String> {
+    match s.status {
+        SiteStatus::Parked if s.parked_by_sweep => Some(format!(
+            "Parked because the plan allows {limit} active site{}: it comes back by itself when there is room.",
+            if limit == 1 { "" } else { "s" }
+        )),
+        SiteStatus::Archived => {
+            let at = s.status_changed_at + chrono::Duration::from_std(retention).unwrap_or_default();
+            Some(format!("Deleted for good on {} unless activated before.", at.format("%-d %b %Y")))
+        }
+        _ => None,
     }
 }
 

@@ -4,6 +4,7 @@ pub mod auth;
 pub mod billing;
 pub mod catalog;
 pub mod errors;
+pub mod farm;
 pub mod grants;
 pub mod home;
 pub mod operator;

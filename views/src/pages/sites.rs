@@ -24,6 +24,9 @@ pub struct SiteLine {
     pub in_flight: Option<String>,
     /// Host names under the organization's own domains that serve it.
     pub hostnames: Vec<String>,
+    /// What the console did to it on its own, worded: parked by the plan's limit, or when an
+    /// archived site is deleted.
+    pub note: Option<String>,
 }
 
 pub struct RequestLine {
@@ -177,6 +180,7 @@ fn org_sites(v: &SitesView, o: &OrgSites) -> Markup {
                 html! {
                     (status_badge(&s.status))
                     @if s.keep_active { " " (badge("kept active", Tone::Muted)) }
+                    @if let Some(n) = &s.note { br; span.muted.site-note { (n) } }
                 },
                 html! { (s.storage_bytes.map(bytes).unwrap_or_else(|| "—".into())) },
                 html! { (s.modified.clone().unwrap_or_else(|| "—".into())) },
@@ -398,6 +402,7 @@ mod tests {
                     modified: None,
                     in_flight: None,
                     hostnames: vec![],
+                    note: None,
                 }],
                 requests: vec![RequestLine {
                     domain: "acme.wiki.localhost".into(),

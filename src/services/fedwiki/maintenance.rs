@@ -1,0 +1,618 @@
+//! FedWiki maintenance (design: fedwiki.md "Maintenance"; spec: "In the farm sync", "In the
+//! retention purge", "In the downgrade sweep and at boot"): one scheduled run, never two at once
+//! (the job queue keeps one pending or running), that projects the farm into the console (the
+//! sync), deletes archived sites past retention (the purge), then parks the active sites above a
+//! plan's limit and brings back the ones it parked when room returns (quota reconciliation).
+//! Every write is a transaction of one site (or one pool), at READ COMMITTED; the reads that
+//! choose what to write hold no lock.
+
+use std::collections::{BTreeMap, HashSet};
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    db::{
+        Db, Tx, TxKind, begin,
+        keys::AdvisoryKey,
+        locks::{Lock, PathLocks},
+    },
+    ids::PoolId,
+    integrations::farm::{Farm, FarmError, FarmSite},
+    services::ServiceError,
+    states::SiteStatus,
+    store::{domains as registry_store, fedwiki as sites_store, fedwiki_maintenance as store},
+};
+
+use super::{record::recount, registry};
+
+pub static SYNC_INSERT_SITE_LOCKS: PathLocks = PathLocks {
+    path: "SyncSitesToDB: a farm site with no row",
+    function: "services::fedwiki::maintenance::insert_from_farm",
+    kind: "Plain",
+    locks: &[Lock::UsageRow],
+    why: "InsertSiteFromFarm (ON CONFLICT DO NOTHING: a row a create recorded after the pass read its rows is left \
+          alone), then the pool's recount: its usage row, the count in a statement of its own.",
+};
+
+pub static SYNC_OBSERVE_SITE_LOCKS: PathLocks = PathLocks {
+    path: "SyncSitesToDB: the listed status equals the row's",
+    function: "services::fedwiki::maintenance::observe",
+    kind: "Plain",
+    locks: &[Lock::SiteRow, Lock::PlacementRows],
+    why: "SetSiteObservedByDomain: the row's storage and modification, never its status, the row lock held through \
+          commit; the status written as it is lets the site trigger correct a wrong placement flag. No usage row.",
+};
+
+pub static SYNC_WRITE_STATUS_LOCKS: PathLocks = PathLocks {
+    path: "SyncSitesToDB: writeStatus",
+    function: "services::fedwiki::maintenance::write_status",
+    kind: "Plain",
+    locks: &[Lock::SiteRow, Lock::PlacementRows, Lock::UsageRow],
+    why: "LockSiteStatusByDomain, then whether a request on the site is still accepted or changed since the list was \
+          taken (then it commits with no write: the request's own record step writes the status last); otherwise \
+          the status (the trigger moves the placements), then the pool's recount. A record step takes the same \
+          site row, so one of the two waits for the other.",
+};
+
+pub static SYNC_REMOVE_SYSTEM_SITE_LOCKS: PathLocks = PathLocks {
+    path: "SyncSitesToDB: a farm-absent System row",
+    function: "services::fedwiki::maintenance::remove_system_site",
+    kind: "Plain",
+    locks: &[Lock::SiteRow, Lock::PlacementRows],
+    why: "The System workspace's row the farm no longer lists is deleted (its placements leave the servable set \
+          through the trigger); the System workspace has no usage row, so nothing is recounted. The name is \
+          released after the commit, in a registry transaction.",
+};
+
+pub static RECOUNT_ALL_LOCKS: PathLocks = PathLocks {
+    path: "usage.RecountAll",
+    function: "services::fedwiki::maintenance::recount_all",
+    kind: "Plain",
+    locks: &[Lock::UsageRow],
+    why: "One transaction per pool: LockNumericUsage, then the count in a statement of its own, then the figure. No \
+          other lock.",
+};
+
+pub static SYNC_PLACEMENT_LOCKS: PathLocks = PathLocks {
+    path: "Registry: syncPlacement",
+    function: "services::fedwiki::maintenance::sync_placement",
+    kind: "Registry",
+    locks: &[Lock::Registry, Lock::SiteRowShare],
+    why: "A creator: the registry lock and every skip check first (the name under the farm's zone, not placed), then \
+          exactly one site FOR SHARE (GetSiteForPlacement) immediately before the placement's write; a missing \
+          site places nothing.",
+};
+
+pub static PURGE_ARCHIVED_SITE_LOCKS: PathLocks = PathLocks {
+    path: "purgeArchivedSite",
+    function: "services::fedwiki::maintenance::purge_archived_site",
+    kind: "Plain",
+    locks: &[Lock::LifecycleInstance, Lock::SiteRow, Lock::PlacementRows],
+    why: "The site's instance lock, then LockArchivedSiteForPurge (only a row still archived past retention: one \
+          whose eligibility changed during the wait is skipped), then the check for an accepted request; the \
+          farm's DELETE and the row's deletion under both locks, through commit. No usage lock: the row is \
+          archived. Its names are released after the commit.",
+};
+
+pub static PARK_SITE_LOCKS: PathLocks = PathLocks {
+    path: "parkSite (sweepLocally)",
+    function: "services::fedwiki::maintenance::park_site",
+    kind: "Plain",
+    locks: &[Lock::SiteRow, Lock::PlacementRows, Lock::UsageRow],
+    why: "The farm call first, with no lock held; then the site row, the status and the quota's mark (the trigger \
+          moves the placements), then the pool's recount.",
+};
+
+pub static REACTIVATE_SITE_LOCKS: PathLocks = PathLocks {
+    path: "reactivateSite",
+    function: "services::fedwiki::maintenance::reactivate_site",
+    kind: "Plain",
+    locks: &[Lock::SiteRow, Lock::PlacementRows, Lock::UsageRow],
+    why: "The farm call first, with no slot taken; then the site row, the status, the recount and the pool's limit \
+          read in the same transaction: a figure above the limit rolls it back (and the farm's site is parked \
+          again).",
+};
+
+/// The console's sites read per page: the sync stays flat in memory on its side.
+const PAGE: i64 = 1000;
+
+/// The console's sites by domain, a page at a time, each read on its own with no lock: the
+/// caller's memory stays flat in the number of sites.
+#[derive(Default)]
+struct SitePages {
+    after: String,
+    done: bool,
+}
+
+impl SitePages {
+    async fn next(&mut self, db: &Db) -> Result<Option<Vec<store::KnownSite>>, ServiceError> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = {
+            let mut read = db.read().await?;
+            store::sites_after(read.conn(), &self.after, PAGE).await?
+        };
+        match page.last() {
+            Some(last) => self.after = last.domain.clone(),
+            None => return Ok(None),
+        }
+        self.done = (page.len() as i64) < PAGE;
+        Ok(Some(page))
+    }
+}
+
+fn farm_failure(e: FarmError) -> ServiceError {
+    ServiceError::Remote { transient: e.is_transient(), sentence: e.to_string() }
+}
+
+/// Run the maintenance once: sync, purge, quota. Recorded in `fedwiki.maintenance_runs`; a farm
+/// that fails ends the run failed (nothing half-written; the next run repairs).
+#[tracing::instrument(name = "FedWiki maintenance", skip_all)]
+pub async fn run_maintenance(
+    db: &Db,
+    farm: &Farm,
+    retention: std::time::Duration,
+) -> Result<store::RunCounts, ServiceError> {
+    let run_id = {
+        let mut tx = begin(db, TxKind::Plain).await?;
+        let id = store::start_run(tx.conn()).await?;
+        tx.commit().await?;
+        id
+    };
+    let mut counts = store::RunCounts::default();
+    let outcome = async {
+        sync_sites(db, farm, &mut counts).await?;
+        counts.purged = purge_archived(db, farm, retention).await?;
+        reconcile_quota(db, farm, &mut counts).await
+    }
+    .await;
+    let mut tx = begin(db, TxKind::Plain).await?;
+    store::finish_run(tx.conn(), run_id, &counts, outcome.as_ref().err().map(|e| e.to_string()).as_deref()).await?;
+    tx.commit().await?;
+    outcome.map(|()| counts)
+}
+
+// The sync -----------------------------------------------------------------------------------------
+
+/// SyncSitesToDBActivity: the farm's list and the console's sets, read with no lock held; then
+/// one site per transaction; then RecountAll.
+pub async fn sync_sites(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> Result<(), ServiceError> {
+    let list = farm.list_sites().await.map_err(farm_failure)?;
+    counts.farm_sites = list.sites.len() as i32;
+    let (open, recent) = {
+        let mut read = db.read().await?;
+        let open: HashSet<String> = store::domains_with_open_requests(read.conn()).await?.into_iter().collect();
+        let recent: HashSet<String> =
+            store::domains_with_requests_updated_since(read.conn(), list.listed_at).await?.into_iter().collect();
+        (open, recent)
+    };
+    let farm_sites: BTreeMap<&str, &FarmSite> = list.sites.iter().map(|s| (s.domain.as_str(), s)).collect();
+    // The console's rows, a page at a time, walked beside the farm's (both by domain).
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut pages = SitePages::default();
+    while let Some(page) = pages.next(db).await? {
+        for row in &page {
+            let Some(site) = farm_sites.get(row.domain.as_str()) else {
+                if row.workspace_id == super::SYSTEM_WORKSPACE {
+                    if remove_system_site(db, &row.site_id).await? {
+                        registry::release_site_names(db, &row.site_id).await?;
+                        counts.removed += 1;
+                    }
+                } else {
+                    // An organization's site the farm lost: the operators see it as drift; the
+                    // member's row stays (the farm may list it again, or a member deletes it).
+                    counts.missing_on_farm += 1;
+                }
+                continue;
+            };
+            seen.insert(site.domain.as_str());
+            let Some(listed) = SiteStatus::from_text(&site.status) else { continue };
+            if listed == row.status {
+                if observe(db, site).await? {
+                    counts.observed += 1;
+                }
+            } else if open.contains(&row.domain) || recent.contains(&row.domain) {
+                // A request is on it: its record step writes the status.
+                counts.statuses_left += 1;
+            } else if write_status(db, site, listed, list.listed_at).await? {
+                counts.statuses_written += 1;
+            } else {
+                counts.statuses_left += 1;
+            }
+        }
+    }
+    // The farm's sites the console has no row for: adopted into their owner's workspace when it
+    // exists, else the System workspace.
+    let unknown: Vec<&FarmSite> = list.sites.iter().filter(|s| !seen.contains(s.domain.as_str())).collect();
+    if !unknown.is_empty() {
+        let owners: Vec<String> = unknown.iter().map(|s| s.owner.clone()).collect();
+        let known: HashSet<String> = {
+            let mut read = db.read().await?;
+            store::existing_workspaces(read.conn(), &owners).await?.into_iter().collect()
+        };
+        for site in unknown {
+            let workspace = if known.contains(&site.owner) { site.owner.as_str() } else { super::SYSTEM_WORKSPACE };
+            let Some(status) = SiteStatus::from_text(&site.status) else { continue };
+            if let Some(site_id) = insert_from_farm(db, site, workspace, status).await? {
+                sync_placement(db, &site_id, &site.domain, workspace).await?;
+                counts.adopted += 1;
+            }
+        }
+    }
+    recount_all(db).await
+}
+
+/// A farm site with no row: inserted, then its pool recounted. The new row's id, when inserted.
+async fn insert_from_farm(
+    db: &Db,
+    site: &FarmSite,
+    workspace_id: &str,
+    status: SiteStatus,
+) -> Result<Option<String>, ServiceError> {
+    let site_id = format!("s-{}", crate::config::random_hex(10));
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let row = store::FarmOnly {
+        site_id: &site_id,
+        workspace_id,
+        domain: &site.domain,
+        status,
+        storage_bytes: site.storage_bytes,
+        modified_at: site.modified_at,
+        created_at: site.created_at,
+    };
+    if !store::insert_site_from_farm(tx.conn(), &row).await? {
+        return Ok(None);
+    }
+    let pool = sites_store::pool_of_workspace(tx.conn(), workspace_id).await?;
+    recount(&mut tx, pool).await?;
+    tx.commit().await?;
+    Ok(Some(site_id))
+}
+
+/// The listed status equals the row's: what the farm measured.
+async fn observe(db: &Db, site: &FarmSite) -> Result<bool, ServiceError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let done = store::observe_site_by_domain(tx.conn(), &site.domain, site.storage_bytes, site.modified_at).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// writeStatus: the farm's status where no request is on the site. True when written.
+pub async fn write_status(
+    db: &Db,
+    site: &FarmSite,
+    listed: SiteStatus,
+    listed_at: DateTime<Utc>,
+) -> Result<bool, ServiceError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let Some(row) = store::lock_site_status_by_domain(tx.conn(), &site.domain).await? else { return Ok(false) };
+    if row.status == listed
+        || store::site_has_open_request(tx.conn(), &row.site_id).await?
+        || store::site_has_request_updated_since(tx.conn(), &row.site_id, listed_at).await?
+    {
+        tx.commit().await?;
+        return Ok(false);
+    }
+    sites_store::set_site_status(tx.conn(), &row.site_id, listed).await?;
+    store::observe_site_by_domain(tx.conn(), &site.domain, site.storage_bytes, site.modified_at).await?;
+    let pool = sites_store::pool_of_workspace(tx.conn(), &row.workspace_id).await?;
+    recount(&mut tx, pool).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// A farm-absent System row: deleted (System has no usage row). True when deleted.
+async fn remove_system_site(db: &Db, site_id: &str) -> Result<bool, ServiceError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let gone = sites_store::delete_site(tx.conn(), site_id).await?;
+    tx.commit().await?;
+    Ok(gone)
+}
+
+/// usage.RecountAll: every pool with a usage row of active sites, one transaction each.
+pub async fn recount_all(db: &Db) -> Result<(), ServiceError> {
+    let pools: Vec<PoolId> = {
+        let mut read = db.read().await?;
+        store::pools_with_site_usage(read.conn()).await?
+    };
+    for pool in pools {
+        let mut tx = begin(db, TxKind::Plain).await?;
+        recount(&mut tx, Some(pool)).await?;
+        tx.commit().await?;
+    }
+    Ok(())
+}
+
+/// syncPlacement: an adopted site's own name placed (under the farm's zone, not placed yet),
+/// reading that one site FOR SHARE right before the write.
+pub async fn sync_placement(db: &Db, site_id: &str, domain: &str, workspace_id: &str) -> Result<bool, ServiceError> {
+    let owner = registry::workspace_owner(workspace_id);
+    registry::with_lock(db, async |tx: &mut Tx| {
+        // Every skip check first.
+        match registry_store::covering_claim(tx.conn(), domain).await? {
+            Some((_, o)) if o == "farm" || o == owner => {}
+            _ => return Ok(false),
+        }
+        if registry_store::placement(tx.conn(), domain).await?.is_some() {
+            return Ok(false);
+        }
+        let Some(status) = sites_store::get_site_for_placement(tx.conn(), site_id).await? else { return Ok(false) };
+        Ok(registry_store::insert_site_placement(tx.conn(), domain, &owner, site_id, status == SiteStatus::Active)
+            .await?)
+    })
+    .await
+}
+
+// The retention purge ------------------------------------------------------------------------------
+
+/// Every archived site past retention, one transaction each. How many were deleted.
+pub async fn purge_archived(db: &Db, farm: &Farm, retention: std::time::Duration) -> Result<i32, ServiceError> {
+    let secs = retention.as_secs_f64();
+    let mut purged = 0;
+    loop {
+        let candidates = {
+            let mut read = db.read().await?;
+            store::expired_archived_sites(read.conn(), secs, 100).await?
+        };
+        let mut any = false;
+        for (site_id, _) in &candidates {
+            if purge_archived_site(db, farm, site_id, secs).await? {
+                purged += 1;
+                any = true;
+            }
+        }
+        if candidates.len() < 100 || !any {
+            return Ok(purged);
+        }
+    }
+}
+
+/// purgeArchivedSite: instance lock, the still-expired archived row, no accepted request; the
+/// farm's delete and the row's under both locks; the names released after the commit.
+pub async fn purge_archived_site(
+    db: &Db,
+    farm: &Farm,
+    site_id: &str,
+    retention_secs: f64,
+) -> Result<bool, ServiceError> {
+    let mut tx = begin(db, TxKind::Plain).await?;
+    tx.lock(&AdvisoryKey::LifecycleInstance(site_id.to_string())).await?;
+    let Some(domain) = store::lock_archived_site_for_purge(tx.conn(), site_id, retention_secs).await? else {
+        return Ok(false);
+    };
+    if store::site_has_open_request(tx.conn(), site_id).await? {
+        return Ok(false);
+    }
+    farm.delete_site(&domain).await.map_err(farm_failure)?;
+    sites_store::delete_site(tx.conn(), site_id).await?;
+    tx.commit().await?;
+    registry::release_site_names(db, site_id).await?;
+    Ok(true)
+}
+
+// Quota reconciliation -------------------------------------------------------------------------------
+
+/// Park what a pool has above its limit; bring back what the quota parked while there is room.
+pub async fn reconcile_quota(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> Result<(), ServiceError> {
+    let pools = {
+        let mut read = db.read().await?;
+        store::pools_out_of_quota(read.conn()).await?
+    };
+    for p in pools {
+        if p.active > p.limit {
+            let park = {
+                let mut read = db.read().await?;
+                store::sites_to_park(read.conn(), &p.workspace_id, p.active - p.limit).await?
+            };
+            for (site_id, domain) in park {
+                if park_site(db, farm, &site_id, &domain).await? {
+                    counts.parked += 1;
+                }
+            }
+        } else {
+            let back = {
+                let mut read = db.read().await?;
+                store::sites_to_reactivate(read.conn(), &p.workspace_id, p.limit - p.active).await?
+            };
+            for (site_id, domain) in back {
+                if reactivate_site(db, farm, &site_id, &domain, p.pool_id).await? {
+                    counts.reactivated += 1;
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Quota reconciliation alone (what a run does after the sync and the purge), for an operator's
+/// "run now" of it and for tests: what it parked and brought back.
+pub async fn reconcile_quota_now(db: &Db, farm: &Farm) -> Result<store::RunCounts, ServiceError> {
+    let mut counts = store::RunCounts::default();
+    reconcile_quota(db, farm, &mut counts).await?;
+    Ok(counts)
+}
+
+/// parkSite: the farm first, no lock held; then sweepLocally. False when a member's request
+/// changed the site meanwhile (its own status stands).
+pub async fn park_site(db: &Db, farm: &Farm, site_id: &str, domain: &str) -> Result<bool, ServiceError> {
+    farm.set_status(domain, SiteStatus::Parked.as_str()).await.map_err(farm_failure)?;
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let Some(row) = sites_store::lock_site_status_by_id(tx.conn(), site_id).await? else { return Ok(false) };
+    if !store::sweep_status(tx.conn(), site_id, SiteStatus::Active, SiteStatus::Parked, true).await? {
+        return Ok(false);
+    }
+    let pool = sites_store::pool_of_workspace(tx.conn(), &row.workspace_id).await?;
+    recount(&mut tx, pool).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// reactivateSite: the farm first, no slot taken; then the row, the status, the recount and the
+/// limit in one transaction, rolled back (and the farm's site parked again) above the limit.
+/// False when it did not come back.
+pub async fn reactivate_site(
+    db: &Db,
+    farm: &Farm,
+    site_id: &str,
+    domain: &str,
+    pool: PoolId,
+) -> Result<bool, ServiceError> {
+    farm.set_status(domain, SiteStatus::Active.as_str()).await.map_err(farm_failure)?;
+    let mut tx = begin(db, TxKind::Plain).await?;
+    // A row gone, or no longer parked: a member's request decided it; its status stands.
+    if sites_store::lock_site_status_by_id(tx.conn(), site_id).await?.is_none()
+        || !store::sweep_status(tx.conn(), site_id, SiteStatus::Parked, SiteStatus::Active, false).await?
+    {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    let used = recount(&mut tx, Some(pool)).await?.unwrap_or(i64::MAX);
+    let limit = sites_store::active_sites_limit(tx.conn(), pool).await?;
+    if used <= limit {
+        tx.commit().await?;
+        return Ok(true);
+    }
+    tx.rollback().await?;
+    farm.set_status(domain, SiteStatus::Parked.as_str()).await.map_err(farm_failure)?;
+    Ok(false)
+}
+
+// The operators' view ---------------------------------------------------------------------------------
+
+/// A site the farm and the console disagree about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    pub domain: String,
+    pub farm_status: Option<String>,
+    pub console_status: Option<SiteStatus>,
+    pub workspace_id: Option<String>,
+}
+
+/// `/operator/farm`: the recent runs, the schedule, and (when asked) the drift between the farm's
+/// list and the console's rows, at most `DRIFT_SHOWN` of it.
+#[derive(Debug, Clone)]
+pub struct FarmOverview {
+    pub runs: Vec<store::RunRow>,
+    pub next_run_at: Option<DateTime<Utc>>,
+    /// "pending" or "running" while a run is queued or going.
+    pub run_state: Option<String>,
+    pub drift: Option<DriftReport>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DriftReport {
+    pub farm_sites: usize,
+    pub console_sites: usize,
+    pub rows: Vec<Drift>,
+    pub total: usize,
+    /// The farm did not answer: its sentence.
+    pub farm_error: Option<String>,
+}
+
+pub const DRIFT_SHOWN: usize = 100;
+pub const RUNS_SHOWN: i64 = 20;
+
+#[tracing::instrument(name = "Read the farm's overview", skip_all)]
+pub async fn farm_overview(db: &Db, farm: Option<&Farm>, with_drift: bool) -> Result<FarmOverview, ServiceError> {
+    use crate::jobs::Job;
+    let (runs, (next_run_at, run_state)) = {
+        let mut read = db.read().await?;
+        let runs = store::recent_runs(read.conn(), RUNS_SHOWN).await?;
+        let state = store::schedule_state(read.conn(), super::FedwikiMaintenance::KIND).await?;
+        (runs, state)
+    };
+    let drift = match (with_drift, farm) {
+        (true, Some(farm)) => Some(drift(db, farm).await?),
+        _ => None,
+    };
+    Ok(FarmOverview { runs, next_run_at, run_state, drift })
+}
+
+/// The farm's list beside the console's rows, a page at a time on the console's side.
+async fn drift(db: &Db, farm: &Farm) -> Result<DriftReport, ServiceError> {
+    let list = match farm.list_sites().await {
+        Ok(l) => l,
+        Err(e) => {
+            return Ok(DriftReport {
+                farm_sites: 0,
+                console_sites: 0,
+                rows: vec![],
+                total: 0,
+                farm_error: Some(e.to_string()),
+            });
+        }
+    };
+    let farm_sites: BTreeMap<&str, &FarmSite> = list.sites.iter().map(|s| (s.domain.as_str(), s)).collect();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let (mut rows, mut total, mut console_sites) = (vec![], 0, 0);
+    let mut note = |d: Drift, rows: &mut Vec<Drift>| {
+        total += 1;
+        if rows.len() < DRIFT_SHOWN {
+            rows.push(d);
+        }
+    };
+    let mut pages = SitePages::default();
+    while let Some(page) = pages.next(db).await? {
+        console_sites += page.len();
+        for row in page {
+            match farm_sites.get(row.domain.as_str()) {
+                Some(f) => {
+                    seen.insert(f.domain.as_str());
+                    if f.status != row.status.as_str() {
+                        let d = Drift {
+                            domain: row.domain,
+                            farm_status: Some(f.status.clone()),
+                            console_status: Some(row.status),
+                            workspace_id: Some(row.workspace_id),
+                        };
+                        note(d, &mut rows);
+                    }
+                }
+                None => {
+                    let d = Drift {
+                        domain: row.domain,
+                        farm_status: None,
+                        console_status: Some(row.status),
+                        workspace_id: Some(row.workspace_id),
+                    };
+                    note(d, &mut rows);
+                }
+            }
+        }
+    }
+    for f in list.sites.iter().filter(|f| !seen.contains(f.domain.as_str())) {
+        let d = Drift {
+            domain: f.domain.clone(),
+            farm_status: Some(f.status.clone()),
+            console_status: None,
+            workspace_id: None,
+        };
+        note(d, &mut rows);
+    }
+    Ok(DriftReport { farm_sites: list.sites.len(), console_sites, rows, total, farm_error: None })
+}
+
+/// "Run now": a maintenance run enqueued at once, refused while one is queued or running (the
+/// schedule's key keeps one open run).
+#[tracing::instrument(name = "Run the maintenance now", skip(db))]
+pub async fn run_now(db: &Db) -> Result<(), ServiceError> {
+    use crate::jobs::{Job, NewJob, enqueue, schedule::dedupe_key};
+    let mut tx = begin(db, TxKind::Plain).await?;
+    let job = NewJob {
+        kind: super::FedwikiMaintenance::KIND,
+        payload: serde_json::json!({ "schedule": super::FedwikiMaintenance::KIND, "asked": "operator" }),
+        run_at: None,
+        dedupe_key: Some(dedupe_key(super::FedwikiMaintenance::KIND)),
+        max_attempts: None,
+    };
+    if enqueue(tx.conn(), job).await?.is_none() {
+        return Err(ServiceError::Refused(
+            "A maintenance run is already queued or running: its result shows below when it ends.".into(),
+        ));
+    }
+    tx.commit().await?;
+    Ok(())
+}

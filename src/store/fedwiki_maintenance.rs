@@ -1,0 +1,395 @@
+//! FedWiki maintenance (spec: "In the farm sync", "In the retention purge", "In the downgrade
+//! sweep and at boot"): the sync's reads and its one-site writes, the purge's, the quota's, and
+//! the runs' record. Named as the spec names the queries where it names them.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use crate::{ids::PoolId, states::SiteStatus};
+
+// The sync ---------------------------------------------------------------------------------------
+
+/// A site as the console holds it, for the sync's comparison.
+#[derive(Debug, Clone)]
+pub struct KnownSite {
+    pub site_id: String,
+    pub workspace_id: String,
+    pub domain: String,
+    pub status: SiteStatus,
+}
+
+/// ListAllSites: one keyset page of the console's sites by domain, read with no lock.
+pub async fn sites_after(conn: &mut PgConnection, after: &str, limit: i64) -> sqlx::Result<Vec<KnownSite>> {
+    sqlx::query_as!(
+        KnownSite,
+        r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus"
+           FROM fedwiki.sites WHERE domain > $1 ORDER BY domain LIMIT $2"#,
+        after,
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// ListDomainsWithOpenRequests: the domains a request is still accepted on.
+pub async fn domains_with_open_requests(conn: &mut PgConnection) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar!("SELECT DISTINCT domain FROM fedwiki.lifecycle_requests WHERE state = 'accepted' ORDER BY 1")
+        .fetch_all(conn)
+        .await
+}
+
+/// ListDomainsWithRequestsUpdatedSince: the domains a request changed on at or after `since`.
+pub async fn domains_with_requests_updated_since(
+    conn: &mut PgConnection,
+    since: DateTime<Utc>,
+) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar!(
+        "SELECT DISTINCT domain FROM fedwiki.lifecycle_requests WHERE updated_at >= $1 ORDER BY 1",
+        since
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The workspaces that exist, of those the farm names as owners.
+pub async fn existing_workspaces(conn: &mut PgConnection, ids: &[String]) -> sqlx::Result<Vec<String>> {
+    sqlx::query_scalar!("SELECT workspace_id FROM fedwiki.workspaces WHERE workspace_id = ANY ($1)", ids)
+        .fetch_all(conn)
+        .await
+}
+
+/// A site the farm has and the console does not.
+pub struct FarmOnly<'a> {
+    pub site_id: &'a str,
+    pub workspace_id: &'a str,
+    pub domain: &'a str,
+    pub status: SiteStatus,
+    pub storage_bytes: i64,
+    pub modified_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// InsertSiteFromFarm: ON CONFLICT DO NOTHING, so a row a create recorded after the pass read
+/// its rows is left alone. True when inserted.
+pub async fn insert_site_from_farm(conn: &mut PgConnection, s: &FarmOnly<'_>) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status, storage_bytes, modified_at, observed_at,
+                                    created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, now(), $7) ON CONFLICT DO NOTHING",
+        s.site_id,
+        s.workspace_id,
+        s.domain,
+        s.status as SiteStatus,
+        s.storage_bytes,
+        s.modified_at,
+        s.created_at
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// SetSiteObservedByDomain for the sync: storage and modification, never a status; the status
+/// is written as it is, so the site's trigger also corrects a wrong placement flag. The row's
+/// lock is held through commit. False when the row is gone.
+pub async fn observe_site_by_domain(
+    conn: &mut PgConnection,
+    domain: &str,
+    storage_bytes: i64,
+    modified_at: Option<DateTime<Utc>>,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "UPDATE fedwiki.sites SET storage_bytes = $2, modified_at = coalesce($3, modified_at), observed_at = now(),
+                                  status = status
+         WHERE domain = $1",
+        domain,
+        storage_bytes,
+        modified_at
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// LockSiteStatusByDomain: the row FOR UPDATE, with what writeStatus needs.
+pub async fn lock_site_status_by_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Option<KnownSite>> {
+    sqlx::query_as!(
+        KnownSite,
+        r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus"
+           FROM fedwiki.sites WHERE domain = $1 FOR UPDATE"#,
+        domain
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// SiteHasOpenRequest: a request on the site still accepted.
+pub async fn site_has_open_request(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests WHERE instance_id = $1 AND state = 'accepted') AS "e!""#,
+        site_id
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// SiteHasRequestUpdatedSince: a request on the site changed at or after `since`.
+pub async fn site_has_request_updated_since(
+    conn: &mut PgConnection,
+    site_id: &str,
+    since: DateTime<Utc>,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests WHERE instance_id = $1 AND updated_at >= $2) AS "e!""#,
+        site_id,
+        since
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Every pool with a usage row of active sites (usage.RecountAll's list), read with no lock.
+pub async fn pools_with_site_usage(conn: &mut PgConnection) -> sqlx::Result<Vec<PoolId>> {
+    sqlx::query_scalar!(
+        r#"SELECT pool_id AS "pool_id: PoolId" FROM core.numeric_entitlement_usage
+           WHERE resource_key = 'fedwiki.active_sites' ORDER BY pool_id"#
+    )
+    .fetch_all(conn)
+    .await
+}
+
+// The retention purge ----------------------------------------------------------------------------
+
+/// The archived sites past retention, read with no lock: (site id, domain).
+pub async fn expired_archived_sites(
+    conn: &mut PgConnection,
+    retention_secs: f64,
+    limit: i64,
+) -> sqlx::Result<Vec<(String, String)>> {
+    let rows = sqlx::query!(
+        "SELECT site_id, domain FROM fedwiki.sites
+          WHERE status = 'archived' AND status_changed_at < now() - make_interval(secs => $1)
+          ORDER BY status_changed_at, site_id LIMIT $2",
+        retention_secs,
+        limit
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.site_id, r.domain)).collect())
+}
+
+/// LockArchivedSiteForPurge: the row, only while it is still archived past retention, FOR
+/// UPDATE; its domain.
+pub async fn lock_archived_site_for_purge(
+    conn: &mut PgConnection,
+    site_id: &str,
+    retention_secs: f64,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!(
+        "SELECT domain FROM fedwiki.sites
+          WHERE site_id = $1 AND status = 'archived' AND status_changed_at < now() - make_interval(secs => $2)
+          FOR UPDATE",
+        site_id,
+        retention_secs
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+// Quota reconciliation ---------------------------------------------------------------------------
+
+/// An organization's pool whose active sites and limit differ: more active than allowed, or room
+/// with sites the quota parked earlier.
+#[derive(Debug, Clone)]
+pub struct PoolQuota {
+    pub pool_id: PoolId,
+    pub workspace_id: String,
+    pub active: i64,
+    pub limit: i64,
+    pub parked_by_sweep: i64,
+}
+
+/// The pools above their limit or with room for a site the quota parked, read with no lock.
+pub async fn pools_out_of_quota(conn: &mut PgConnection) -> sqlx::Result<Vec<PoolQuota>> {
+    sqlx::query_as!(
+        PoolQuota,
+        r#"SELECT p.pool_id AS "pool_id: PoolId", w.workspace_id,
+                  count(*) FILTER (WHERE s.status = 'active') AS "active!",
+                  coalesce(max(e.numeric_value), 0) AS "limit!",
+                  count(*) FILTER (WHERE s.status = 'parked' AND s.parked_by_sweep) AS "parked_by_sweep!"
+           FROM fedwiki.workspaces w
+           JOIN core.resource_pools p ON p.organization_id = w.organization_id AND p.is_default
+           JOIN fedwiki.sites s ON s.workspace_id = w.workspace_id
+           LEFT JOIN core.pool_entitlements e ON e.pool_id = p.pool_id AND e.resource_key = 'fedwiki.active_sites'
+           GROUP BY p.pool_id, w.workspace_id
+           HAVING count(*) FILTER (WHERE s.status = 'active') > coalesce(max(e.numeric_value), 0)
+               OR (count(*) FILTER (WHERE s.status = 'active') < coalesce(max(e.numeric_value), 0)
+                   AND count(*) FILTER (WHERE s.status = 'parked' AND s.parked_by_sweep) > 0)
+           ORDER BY p.pool_id"#
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The workspace's active sites to park first: not "Keep active" before kept ones, least recently
+/// modified (or created, for a site never observed) first; none with a request in flight.
+pub async fn sites_to_park(conn: &mut PgConnection, workspace_id: &str, n: i64) -> sqlx::Result<Vec<(String, String)>> {
+    let rows = sqlx::query!(
+        "SELECT s.site_id, s.domain FROM fedwiki.sites s
+          WHERE s.workspace_id = $1 AND s.status = 'active'
+            AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
+                             WHERE r.instance_id = s.site_id AND r.state = 'accepted')
+          ORDER BY s.keep_active, coalesce(s.modified_at, s.created_at), s.site_id
+          LIMIT $2",
+        workspace_id,
+        n
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.site_id, r.domain)).collect())
+}
+
+/// The sites the quota parked, to reactivate first: most recently modified first.
+pub async fn sites_to_reactivate(
+    conn: &mut PgConnection,
+    workspace_id: &str,
+    n: i64,
+) -> sqlx::Result<Vec<(String, String)>> {
+    let rows = sqlx::query!(
+        "SELECT s.site_id, s.domain FROM fedwiki.sites s
+          WHERE s.workspace_id = $1 AND s.status = 'parked' AND s.parked_by_sweep
+            AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
+                             WHERE r.instance_id = s.site_id AND r.state = 'accepted')
+          ORDER BY coalesce(s.modified_at, s.created_at) DESC, s.site_id
+          LIMIT $2",
+        workspace_id,
+        n
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.site_id, r.domain)).collect())
+}
+
+/// sweepLocally's write for a park: the status and the quota's mark, on the row the transaction
+/// locked. False when the row is no longer `from` (a member's request wrote it meanwhile).
+pub async fn sweep_status(
+    conn: &mut PgConnection,
+    site_id: &str,
+    from: SiteStatus,
+    to: SiteStatus,
+    parked_by_sweep: bool,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "UPDATE fedwiki.sites SET status = $3, parked_by_sweep = $4, status_changed_at = now()
+          WHERE site_id = $1 AND status = $2",
+        site_id,
+        from as SiteStatus,
+        to as SiteStatus,
+        parked_by_sweep
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+// The runs ---------------------------------------------------------------------------------------
+
+/// What one maintenance run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RunCounts {
+    pub farm_sites: i32,
+    pub adopted: i32,
+    pub observed: i32,
+    pub statuses_written: i32,
+    pub statuses_left: i32,
+    pub removed: i32,
+    pub missing_on_farm: i32,
+    pub purged: i32,
+    pub parked: i32,
+    pub reactivated: i32,
+}
+
+pub async fn start_run(conn: &mut PgConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar!("INSERT INTO fedwiki.maintenance_runs DEFAULT VALUES RETURNING run_id").fetch_one(conn).await
+}
+
+pub async fn finish_run(conn: &mut PgConnection, run_id: i64, c: &RunCounts, error: Option<&str>) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE fedwiki.maintenance_runs
+            SET finished_at = clock_timestamp(), outcome = CASE WHEN $3::text IS NULL THEN 'ok' ELSE 'failed' END,
+                error = $3, farm_sites = $2, adopted = $4, observed = $5, statuses_written = $6, statuses_left = $7,
+                removed = $8, missing_on_farm = $9, purged = $10, parked = $11, reactivated = $12
+          WHERE run_id = $1",
+        run_id,
+        c.farm_sites,
+        error,
+        c.adopted,
+        c.observed,
+        c.statuses_written,
+        c.statuses_left,
+        c.removed,
+        c.missing_on_farm,
+        c.purged,
+        c.parked,
+        c.reactivated
+    )
+    .execute(&mut *conn)
+    .await?;
+    // Keep the last thousand runs.
+    sqlx::query!(
+        "DELETE FROM fedwiki.maintenance_runs WHERE run_id < (SELECT min(run_id) FROM
+           (SELECT run_id FROM fedwiki.maintenance_runs ORDER BY run_id DESC LIMIT 1000) k)"
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// One recorded run, as operators read it.
+#[derive(Debug, Clone)]
+pub struct RunRow {
+    pub run_id: i64,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub outcome: Option<String>,
+    pub error: Option<String>,
+    pub farm_sites: Option<i32>,
+    pub adopted: i32,
+    pub observed: i32,
+    pub statuses_written: i32,
+    pub statuses_left: i32,
+    pub removed: i32,
+    pub missing_on_farm: i32,
+    pub purged: i32,
+    pub parked: i32,
+    pub reactivated: i32,
+}
+
+pub async fn recent_runs(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<RunRow>> {
+    sqlx::query_as!(
+        RunRow,
+        "SELECT run_id, started_at, finished_at, outcome, error, farm_sites, adopted, observed, statuses_written,
+                statuses_left, removed, missing_on_farm, purged, parked, reactivated
+         FROM fedwiki.maintenance_runs ORDER BY run_id DESC LIMIT $1",
+        limit
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// The maintenance schedule: when it fires next, and its run's state when one is queued or
+/// running ("pending", "running").
+pub async fn schedule_state(
+    conn: &mut PgConnection,
+    name: &str,
+) -> sqlx::Result<(Option<DateTime<Utc>>, Option<String>)> {
+    let r = sqlx::query!(
+        r#"SELECT (SELECT next_run_at FROM integration.job_schedules WHERE name = $1) AS next_run_at,
+                  (SELECT state FROM integration.jobs WHERE dedupe_key = 'schedule:' || $1
+                     AND state IN ('pending', 'running') LIMIT 1) AS state"#,
+        name
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok((r.next_run_at, r.state))
+}

@@ -1,0 +1,293 @@
+//! FedWiki maintenance against the local farm: the sync's branches (a farm-only site adopted, a
+//! status the farm changed behind the console, storage observed, a System row the farm lost
+//! removed, an organization's the farm lost kept as drift, a request's site left to its record
+//! step), the farm down for a run, the retention purge, the quota's parks after a downgrade and
+//! its reactivations after an upgrade, and the lock order of each new path.
+
+use crate::common;
+use crate::sites::{Sites, app, assert_usage_agrees, pause_on, pause_writes_on, servable, setup};
+
+use std::time::Duration;
+
+use member_console::{
+    services::fedwiki::{
+        self,
+        maintenance::{self, run_maintenance},
+        record::{self, Recorded},
+    },
+    states::{RequestKind, RequestState, SiteStatus},
+    store::fedwiki_maintenance::RunCounts,
+};
+
+const RETENTION: Duration = Duration::from_secs(30 * 86_400);
+
+impl Sites {
+    async fn maintain(&self) -> RunCounts {
+        run_maintenance(&self.t.db, &self.f.farm, RETENTION).await.unwrap()
+    }
+
+    async fn set(&self, sql: &str) {
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_string())).execute(&self.t.admin).await.unwrap();
+    }
+
+    async fn rows(&self, domain: &str) -> i64 {
+        self.count(&format!("SELECT count(*) FROM fedwiki.sites WHERE domain = '{domain}'")).await
+    }
+}
+
+#[tokio::test]
+async fn the_sync_adopts_what_only_the_farm_has_follows_its_statuses_and_keeps_what_it_lost_as_drift() {
+    let s = setup("Basic").await;
+    s.created("docs").await;
+    s.created("notes").await;
+    // The farm gets a site no organization asked for, and parks one behind the console's back.
+    s.f.farm.create_site("stray.wiki.localhost", "someone-else", "active").await.unwrap();
+    s.f.farm.set_status("docs.wiki.localhost", "parked").await.unwrap();
+    let c = s.maintain().await;
+    assert_eq!((c.farm_sites, c.adopted, c.statuses_written), (3, 1, 1), "{c:?}");
+    assert!(c.observed >= 1, "{c:?}");
+    let stray: (String, String) =
+        sqlx::query_as("SELECT workspace_id, status FROM fedwiki.sites WHERE domain = 'stray.wiki.localhost'")
+            .fetch_one(&s.t.admin)
+            .await
+            .unwrap();
+    assert_eq!(stray, ("system".to_string(), "active".to_string()), "adopted into the System workspace");
+    assert_eq!(servable(&s, "stray.wiki.localhost").await, Some(true), "its name is placed");
+    assert_eq!(s.status("docs").await, "parked");
+    assert_eq!(s.used().await, 1, "recounted");
+    assert_usage_agrees(&s).await;
+    assert!(
+        s.count("SELECT count(*) FROM fedwiki.sites WHERE observed_at IS NULL AND workspace_id <> 'system'").await == 0,
+        "every listed site was observed"
+    );
+    // Run again: nothing to write.
+    let again = s.maintain().await;
+    assert_eq!((again.adopted, again.statuses_written, again.removed), (0, 0, 0), "{again:?}");
+
+    // The farm loses the System site and an organization's one.
+    s.f.farm.delete_site("stray.wiki.localhost").await.unwrap();
+    s.f.farm.delete_site("notes.wiki.localhost").await.unwrap();
+    let c = s.maintain().await;
+    assert_eq!((c.removed, c.missing_on_farm), (1, 1), "{c:?}");
+    assert_eq!(s.rows("stray.wiki.localhost").await, 0);
+    assert_eq!(servable(&s, "stray.wiki.localhost").await, None, "its name is released");
+    assert_eq!(s.rows("notes.wiki.localhost").await, 1, "a member's site the farm lost stays, as drift");
+}
+
+#[tokio::test]
+async fn a_site_with_a_request_in_flight_keeps_its_status_for_the_request_to_write() {
+    let s = setup("Basic").await;
+    let site = s.created("busy").await;
+    // A park accepted, not carried yet; the farm (an operator's hand) parks it already.
+    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
+    s.f.farm.set_status("busy.wiki.localhost", "parked").await.unwrap();
+    let c = s.maintain().await;
+    assert_eq!((c.statuses_written, c.statuses_left), (0, 1), "{c:?}");
+    assert_eq!(s.status("busy").await, "active", "the request's record step writes it");
+    s.run(park).await.unwrap();
+    assert_eq!(s.status("busy").await, "parked");
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn a_farm_down_for_a_run_fails_it_writes_nothing_and_the_next_run_repairs() {
+    let s = setup("Basic").await;
+    s.created("docs").await;
+    s.f.farm.set_status("docs.wiki.localhost", "parked").await.unwrap();
+    s.f.faults(serde_json::json!({"fail_next": 1, "status": 503})).await;
+    let e = run_maintenance(&s.t.db, &s.f.farm, RETENTION).await.unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("farm"), "{e}");
+    assert_eq!(s.status("docs").await, "active", "nothing written");
+    let failed: (String, Option<String>) =
+        sqlx::query_as("SELECT outcome, error FROM fedwiki.maintenance_runs ORDER BY run_id DESC LIMIT 1")
+            .fetch_one(&s.t.admin)
+            .await
+            .unwrap();
+    assert_eq!(failed.0, "failed");
+    s.maintain().await;
+    assert_eq!(s.status("docs").await, "parked", "the next run repairs");
+}
+
+#[tokio::test]
+async fn retention_deletes_archived_sites_past_it_on_the_farm_and_here_and_keeps_the_rest() {
+    let s = setup("Basic").await;
+    for name in ["old", "young", "wanted"] {
+        let site = s.created(name).await;
+        let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Archive).await.unwrap();
+        s.run(archive).await.unwrap();
+    }
+    s.set("UPDATE fedwiki.sites SET status_changed_at = now() - interval '31 days' WHERE domain <> 'young.wiki.localhost'")
+        .await;
+    // A request is still open on `wanted`: it is not purged.
+    let wanted = s.site_id("wanted").await;
+    let activation = fedwiki::change_status(&s.t.db, &s.settings, s.who, &wanted, RequestKind::Activate).await.unwrap();
+    let c = s.maintain().await;
+    assert_eq!(c.purged, 1, "{c:?}");
+    assert_eq!(s.rows("old.wiki.localhost").await, 0);
+    assert!(s.f.site("old.wiki.localhost").await.is_none(), "deleted on the farm");
+    assert_eq!(servable(&s, "old.wiki.localhost").await, None, "its name is released");
+    assert_eq!(s.rows("young.wiki.localhost").await, 1);
+    assert_eq!(s.rows("wanted.wiki.localhost").await, 1);
+    s.run(activation).await.unwrap();
+    assert_eq!(s.status("wanted").await, "active");
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn a_downgrade_parks_the_least_recently_modified_sites_keep_active_last_and_an_upgrade_brings_them_back() {
+    let s = setup("Free").await;
+    let grant = common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
+    for name in ["alpha", "beta", "gamma"] {
+        s.created(name).await;
+    }
+    // alpha is the oldest and kept active; gamma the most recently modified.
+    s.set("UPDATE fedwiki.sites SET modified_at = now() - interval '3 days', keep_active = true WHERE domain LIKE 'alpha.%'")
+        .await;
+    s.set("UPDATE fedwiki.sites SET modified_at = now() - interval '2 days' WHERE domain LIKE 'beta.%'").await;
+    s.set("UPDATE fedwiki.sites SET modified_at = now() - interval '1 day' WHERE domain LIKE 'gamma.%'").await;
+    // The sync would read the farm's own times: keep the test's by leaving the farm unmeasured.
+    member_console::services::grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
+    let c = maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
+    assert_eq!(c.parked, 2, "{c:?}");
+    assert_eq!(
+        (s.status("alpha").await, s.status("beta").await, s.status("gamma").await),
+        ("active".into(), "parked".into(), "parked".into()),
+        "the kept one stays"
+    );
+    assert_eq!(s.f.site("beta.wiki.localhost").await.unwrap()["status"], "parked", "on the farm too");
+    assert_eq!(s.used().await, 1);
+    // The member reads which and why.
+    let app = app(&s).await;
+    let (c, _) =
+        common::pages::signed_in(&app, member_console::demo::MEMBER_EMAIL, member_console::demo::MEMBER_PASSWORD).await;
+    let page = common::pages::get(&app, &c, "/sites").await;
+    assert!(page.body.contains("Parked because the plan allows 1 active site"), "{}", page.body);
+
+    // An upgrade: both come back, the most recently modified first; then nothing more to do.
+    common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
+    let c = maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
+    assert_eq!(c.reactivated, 2, "{c:?}");
+    assert_eq!((s.status("beta").await, s.status("gamma").await), ("active".into(), "active".into()));
+    assert_usage_agrees(&s).await;
+    assert_eq!(maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap(), RunCounts::default());
+}
+
+// Lock order ------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_sync_status_write_waits_on_the_site_row_a_record_step_holds_and_leaves_the_status_to_it() {
+    let s = setup("Basic").await;
+    let site = s.created("contested").await;
+    let listed_at = chrono::Utc::now() - chrono::Duration::seconds(5);
+    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
+    let req = s.request(park).await;
+    // The park's record step, paused at its recount: it holds the site row it wrote.
+    let (mut pause, pause_pid) = pause_on(&s.t, "core.numeric_entitlement_usage").await;
+    let db = s.t.db.clone();
+    let recording = tokio::spawn(async move {
+        record::finish_all_with(&db, &[req], record::Activity::Status { status: SiteStatus::Parked }).await
+    });
+    let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    // The sync read the farm before the park: it saw the site active.
+    let mut seen = s.f.farm.get_site("contested.wiki.localhost").await.unwrap().unwrap();
+    seen.status = "active".into();
+    let db = s.t.db.clone();
+    let write = tokio::spawn(async move { maintenance::write_status(&db, &seen, SiteStatus::Active, listed_at).await });
+    let writer = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
+    assert!(writer > 0, "writeStatus waits on the site row");
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert!(matches!(recording.await.unwrap().unwrap(), Recorded::Done { state: RequestState::Done, .. }));
+    assert!(!write.await.unwrap().unwrap(), "the request changed since the list: no write");
+    assert_eq!(s.status("contested").await, "parked", "the request's status stands");
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn a_purge_waits_on_an_activations_instance_lock_and_then_skips_the_site_it_revived() {
+    let s = setup("Basic").await;
+    let site = s.created("revived").await;
+    let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Archive).await.unwrap();
+    s.run(archive).await.unwrap();
+    s.set("UPDATE fedwiki.sites SET status_changed_at = now() - interval '31 days'").await;
+    let activate = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Activate).await.unwrap();
+    let req = s.request(activate).await;
+    // The activation's record step, paused at its recount, holds the instance lock and the row.
+    let (mut pause, pause_pid) = pause_on(&s.t, "core.numeric_entitlement_usage").await;
+    let db = s.t.db.clone();
+    let recording = tokio::spawn(async move {
+        record::finish_all_with(&db, &[req], record::Activity::Status { status: SiteStatus::Active }).await
+    });
+    let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    let (db, farm, id) = (s.t.db.clone(), s.f.farm.clone(), site.clone());
+    let purge =
+        tokio::spawn(async move { maintenance::purge_archived_site(&db, &farm, &id, RETENTION.as_secs_f64()).await });
+    let purger = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
+    assert!(purger > 0, "the purge waits on the instance lock");
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    recording.await.unwrap().unwrap();
+    assert!(!purge.await.unwrap().unwrap(), "no longer archived: skipped");
+    assert_eq!(s.status("revived").await, "active");
+    assert!(s.f.site("revived.wiki.localhost").await.is_some(), "the farm keeps it");
+}
+
+#[tokio::test]
+async fn a_reactivation_waits_on_the_usage_row_a_slot_gate_holds_and_stays_within_the_limit() {
+    let s = setup("Free").await;
+    let grant = common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
+    s.created("first").await;
+    s.created("second").await;
+    member_console::services::grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
+    maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
+    let parked = if s.status("first").await == "parked" { "first" } else { "second" };
+    // Room for one again, and a member's create racing the quota for it.
+    common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
+    s.set("UPDATE core.pool_entitlements SET numeric_value = 2 WHERE resource_key = 'fedwiki.active_sites'").await;
+    let create = s.create("third").await.unwrap();
+    // The gate paused at its hold: it holds the usage row.
+    let (mut pause, pause_pid) = pause_writes_on(&s.t, "fedwiki.slot_holds").await;
+    let (db, farm) = (s.t.db.clone(), s.f.farm.clone());
+    let gate = tokio::spawn(async move { fedwiki::run_site_request(&db, &farm, create, false).await });
+    let gate_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    let (db, farm, id, pool) = (s.t.db.clone(), s.f.farm.clone(), s.site_id(parked).await, s.pool);
+    let domain = format!("{parked}.wiki.localhost");
+    let reactivate = tokio::spawn(async move { maintenance::reactivate_site(&db, &farm, &id, &domain, pool).await });
+    let waiter = common::wait_for_waiter(&s.t.admin, &s.t.name, gate_pid).await;
+    assert!(waiter > 0, "the reactivation waits on the usage row");
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    gate.await.unwrap().unwrap();
+    let back = reactivate.await.unwrap().unwrap();
+    assert!(!back, "the gate took the last slot first: the reactivation rolls back");
+    assert_eq!(s.status(parked).await, "parked");
+    assert_eq!(s.f.site(&format!("{parked}.wiki.localhost")).await.unwrap()["status"], "parked", "on the farm too");
+    assert!(s.used().await <= 2);
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn an_operator_sees_the_runs_and_the_drift_and_runs_the_maintenance_now_once() {
+    use common::pages::{get, post, signed_in};
+    use member_console::demo;
+    let s = setup("Basic").await;
+    s.created("docs").await;
+    s.maintain().await;
+    s.f.farm.set_status("docs.wiki.localhost", "parked").await.unwrap();
+    s.f.farm.create_site("stray.wiki.localhost", "nobody", "active").await.unwrap();
+    let app = app(&s).await;
+    let (c, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let page = get(&app, &c, "/operator/farm").await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("Maintenance") && page.body.contains("Run now"), "{}", page.body);
+    assert!(page.body.contains("observed"), "the last run's counts: {}", page.body);
+    let drift = get(&app, &c, "/operator/farm?drift=1").await;
+    assert!(drift.body.contains("2 differ"), "{}", drift.body);
+    assert!(drift.body.contains("stray.wiki.localhost") && drift.body.contains("no row"), "{}", drift.body);
+    let run = post(&app, &c, "/operator/farm/run", &token, &[], false).await;
+    assert_eq!(run.header("location"), Some("/operator/farm?ran=1"), "{}", run.body);
+    let again = post(&app, &c, "/operator/farm/run", &token, &[], false).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains("already queued or running"), "{}", again.body);
+    // A member reaches none of it.
+    let (m, member_token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    assert_ne!(get(&app, &m, "/operator/farm").await.status, 200);
+    assert_ne!(post(&app, &m, "/operator/farm/run", &member_token, &[], false).await.status, 303);
+}
