@@ -94,6 +94,14 @@ pub fn farm_handlers(jobs: FarmJobs) -> Handlers {
             Ok(())
         }
     });
+    let farm = jobs.farm.clone();
+    h.job(move |ctx, j: fedwiki::repair::ReconcileSiteStatus| {
+        let f = farm.clone();
+        async move {
+            fedwiki::repair::reconcile_site_status(&ctx.db, &f, j.request_id).await.map_err(remote_failure)?;
+            Ok(())
+        }
+    });
     h.job(move |ctx, _: fedwiki::FedwikiMaintenance| {
         let j = jobs.clone();
         async move {

@@ -76,6 +76,7 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::fedwiki::maintenance::PURGE_ARCHIVED_SITE_LOCKS,
         &crate::services::fedwiki::maintenance::PARK_SITE_LOCKS,
         &crate::services::fedwiki::maintenance::REACTIVATE_SITE_LOCKS,
+        &crate::services::fedwiki::repair::RECONCILE_DOMAINS_LOCKS,
         &crate::services::billing::reconcile::SUPERSEDE_RELEASED_DOWNGRADES_LOCKS,
         &crate::services::billing::resume::RESUME_SUBSCRIPTION_LOCKS,
         &crate::services::billing::plan_changes::PAUSED_SWITCH_BACKSTOP_LOCKS,

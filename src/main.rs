@@ -138,6 +138,16 @@ enum BenchWhich {
         #[arg(long)]
         keep: bool,
     },
+    /// One farm sync pass over N sites that all changed (parked here, active on the local
+    /// farm's API): its rate against the TPC-B yardstick on one connection.
+    FarmSync {
+        #[arg(long, default_value_t = 100_000)]
+        sites: i64,
+        #[arg(long, default_value_t = 10.0)]
+        yardstick_seconds: f64,
+        #[arg(long)]
+        keep: bool,
+    },
     Webhooks {
         #[arg(long, default_value_t = 5_000)]
         events: usize,
@@ -309,6 +319,15 @@ async fn bench(which: BenchWhich, config: &Config) -> anyhow::Result<()> {
             );
             println!("{}", serde_json::to_string(&r)?);
         }
+        BenchWhich::FarmSync { sites, yardstick_seconds, keep } => {
+            let o = member_console::bench::farm_sync::Options { sites, yardstick_seconds, keep };
+            let r = member_console::bench::farm_sync::run(config, &o).await?;
+            println!(
+                "farm-sync: {} sites in {} pools: {} statuses written in {:.1} s, {:.0} sites/s; yardstick {:.0} tps (one connection); ratio {:.2}",
+                r.sites, r.pools, r.statuses_written, r.pass_s, r.sites_per_s, r.yardstick_tps, r.ratio
+            );
+            println!("{}", serde_json::to_string(&r)?);
+        }
         BenchWhich::Webhooks { events, subscriptions, yardstick_seconds, keep } => {
             let o = member_console::bench::webhooks::Options { events, subscriptions, yardstick_seconds, keep };
             let r = member_console::bench::webhooks::run(config, &o).await?;
@@ -457,10 +476,15 @@ fn start_worker(
         {
             tracing::error!(error = %e, "could not register the billing schedules");
         }
-        if farm.is_some()
-            && let Err(e) = member_console::job_registry::register_farm_schedules(&db, maintenance_every).await
-        {
-            tracing::error!(error = %e, "could not register the sites' maintenance schedule");
+        if farm.is_some() {
+            if let Err(e) = member_console::job_registry::register_farm_schedules(&db, maintenance_every).await {
+                tracing::error!(error = %e, "could not register the sites' maintenance schedule");
+            }
+            // Settle the requests no job carries, recount, reconcile the domains.
+            match member_console::services::fedwiki::repair::repair_at_start(&db).await {
+                Ok(r) => tracing::info!(?r, "the sites were repaired at start"),
+                Err(e) => tracing::error!(error = %e, "could not repair the sites at start; the maintenance runs will"),
+            }
         }
         let farm = farm.map(|f| member_console::job_registry::FarmJobs::new(f, &farm_settings));
         jobs::Worker::new(db, member_console::job_registry::handlers_connected(stripe, farm), options.concurrency)

@@ -393,3 +393,67 @@ pub async fn schedule_state(
     .await?;
     Ok((r.next_run_at, r.state))
 }
+
+// Settle and the domains at boot -------------------------------------------------------------------
+
+/// An accepted request no job carries any more (its job failed for good, or was lost), with
+/// whether it holds a slot (SlotHoldExists), read with no lock.
+#[derive(Debug, Clone)]
+pub struct Stranded {
+    pub request_id: crate::ids::RequestId,
+    pub holds_slot: bool,
+}
+
+pub async fn stranded_requests(conn: &mut PgConnection) -> sqlx::Result<Vec<Stranded>> {
+    sqlx::query_as!(
+        Stranded,
+        r#"SELECT r.request_id AS "request_id: crate::ids::RequestId",
+                  EXISTS (SELECT 1 FROM fedwiki.slot_holds h WHERE h.request_id = r.request_id) AS "holds_slot!"
+           FROM fedwiki.lifecycle_requests r
+           WHERE r.state = 'accepted'
+             AND NOT EXISTS (SELECT 1 FROM integration.jobs j
+                              WHERE j.state IN ('pending', 'running')
+                                AND j.dedupe_key IN ('fedwiki_request:' || r.request_id,
+                                                     'fedwiki_status_reconcile:' || r.request_id))
+           ORDER BY r.request_id"#
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Placements of FedWiki sites that no longer exist, read with no lock: (host name, site id).
+pub async fn orphaned_placements(conn: &mut PgConnection) -> sqlx::Result<Vec<(String, String)>> {
+    let rows = sqlx::query!(
+        "SELECT p.hostname, p.object_id FROM domains.placements p
+          WHERE p.provider = 'fedwiki' AND NOT EXISTS (SELECT 1 FROM fedwiki.sites s WHERE s.site_id = p.object_id)
+          ORDER BY p.hostname"
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.hostname, r.object_id)).collect())
+}
+
+/// Sites whose own name has no placement (adopted, or a crash between two steps), read with no
+/// lock: (site id, domain, workspace).
+pub async fn unplaced_sites(conn: &mut PgConnection) -> sqlx::Result<Vec<(String, String, String)>> {
+    let rows = sqlx::query!(
+        "SELECT s.site_id, s.domain, s.workspace_id FROM fedwiki.sites s
+          WHERE NOT EXISTS (SELECT 1 FROM domains.placements p WHERE p.hostname = s.domain)
+          ORDER BY s.domain"
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.site_id, r.domain, r.workspace_id)).collect())
+}
+
+/// Delete one placement, only while its site is still missing.
+pub async fn delete_orphaned_placement(conn: &mut PgConnection, hostname: &str) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "DELETE FROM domains.placements p WHERE p.hostname = $1 AND p.provider = 'fedwiki'
+            AND NOT EXISTS (SELECT 1 FROM fedwiki.sites s WHERE s.site_id = p.object_id)",
+        hostname
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}

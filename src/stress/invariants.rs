@@ -212,6 +212,7 @@ mod tests {
                         | StressPath::ChangePlan
                         | StressPath::SyncSites
                         | StressPath::ReconcileQuota
+                        | StressPath::RepairAtStart
                 );
             assert_eq!(declared.contains(&p.name()), !undeclared, "{}", p.name());
         }

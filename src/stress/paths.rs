@@ -93,10 +93,13 @@ pub enum StressPath {
     PurgeArchived,
     /// Quota reconciliation: parks above a pool's limit, reactivations when room returns.
     ReconcileQuota,
+    /// A worker's start with a farm: settle the requests no job carries, recount, reconcile the
+    /// domains, beside everything else.
+    RepairAtStart,
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 52] = [
+    pub const ALL: [StressPath; 53] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -149,10 +152,11 @@ impl StressPath {
         StressPath::SyncSites,
         StressPath::PurgeArchived,
         StressPath::ReconcileQuota,
+        StressPath::RepairAtStart,
     ];
 
     /// The FedWiki paths (the tasks' and the workers') and the registry's.
-    pub const SITE_PATHS: [StressPath; 12] = [
+    pub const SITE_PATHS: [StressPath; 13] = [
         StressPath::CreateSite,
         StressPath::ChangeSiteStatus,
         StressPath::SwapSites,
@@ -165,6 +169,7 @@ impl StressPath {
         StressPath::SyncSites,
         StressPath::PurgeArchived,
         StressPath::ReconcileQuota,
+        StressPath::RepairAtStart,
     ];
 
     /// The billing paths (Stripe's stand-in, read or changed, and the console's side).
@@ -288,6 +293,7 @@ impl StressPath {
             StressPath::SyncSites => "SyncSitesToDBActivity",
             StressPath::PurgeArchived => crate::services::fedwiki::maintenance::PURGE_ARCHIVED_SITE_LOCKS.path,
             StressPath::ReconcileQuota => "Quota reconciliation",
+            StressPath::RepairAtStart => "Repair the sites at start",
         }
     }
 
@@ -345,6 +351,7 @@ impl StressPath {
             StressPath::StopServing | StressPath::ReleaseDomain => 2,
             // Each touches every site (a pass) or a few: seldom, as the schedule runs them.
             StressPath::SyncSites | StressPath::PurgeArchived | StressPath::ReconcileQuota => 2,
+            StressPath::RepairAtStart => 1,
             // Their own rows (an invoice's, a product's sync lock): seldom.
             StressPath::ConvergeInvoice | StressPath::SyncProduct => X,
             StressPath::ExpireGrantActivity

@@ -259,6 +259,7 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::SyncSites => sync_sites(ctx, note).await,
         StressPath::PurgeArchived => purge_archived(ctx, note).await,
         StressPath::ReconcileQuota => reconcile_quota(ctx, note).await,
+        StressPath::RepairAtStart => repair_at_start(ctx, note).await,
         StressPath::ExpireGrantActivity
         | StressPath::StartGrantActivity
         | StressPath::RunSiteRequestActivity

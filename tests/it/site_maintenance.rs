@@ -291,3 +291,95 @@ async fn an_operator_sees_the_runs_and_the_drift_and_runs_the_maintenance_now_on
     assert_ne!(get(&app, &m, "/operator/farm").await.status, 200);
     assert_ne!(post(&app, &m, "/operator/farm/run", &member_token, &[], false).await.status, 303);
 }
+
+// Settle, the status reconcile and the domains at start ---------------------------------------------------
+
+impl Sites {
+    /// Lose a request's job, as a crash that outlived its attempts would.
+    async fn lose_job(&self, id: member_console::ids::RequestId) {
+        self.set(&format!("DELETE FROM integration.jobs WHERE dedupe_key = 'fedwiki_request:{id}'")).await;
+    }
+
+    async fn request_state(&self, id: member_console::ids::RequestId) -> (RequestState, Option<String>) {
+        let r = self.request(id).await;
+        (r.state, r.outcome)
+    }
+}
+
+#[tokio::test]
+async fn settle_finishes_a_request_no_job_carries_and_hands_one_holding_a_slot_to_the_status_reconcile() {
+    use fedwiki::repair;
+    let s = setup("Basic").await;
+    let docs = s.created("docs").await;
+    s.created("notes").await;
+    let notes = s.site_id("notes").await;
+    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &notes, RequestKind::Park).await.unwrap();
+    s.run(park).await.unwrap();
+    // A park whose job was lost, and an activation that took its slot and reached the farm.
+    let lost = fedwiki::change_status(&s.t.db, &s.settings, s.who, &docs, RequestKind::Park).await.unwrap();
+    s.lose_job(lost).await;
+    let activation = fedwiki::change_status(&s.t.db, &s.settings, s.who, &notes, RequestKind::Activate).await.unwrap();
+    let req = s.request(activation).await;
+    assert!(matches!(fedwiki::gate::hold_site_slot(&s.t.db, &req).await.unwrap(), fedwiki::gate::Gate::Held));
+    s.f.farm.set_status("notes.wiki.localhost", "active").await.unwrap();
+    s.lose_job(activation).await;
+
+    let done = repair::repair_at_start(&s.t.db).await.unwrap();
+    assert_eq!((done.finished, done.handed_to_status_reconcile), (1, 1), "{done:?}");
+    let (state, outcome) = s.request_state(lost).await;
+    assert_eq!(state, RequestState::Failed);
+    assert!(outcome.unwrap().contains("stopped before"));
+    assert_eq!(s.request(activation).await.state, RequestState::Accepted, "handed over, not finished");
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.slot_holds").await, 1, "its hold stays");
+    let queued = s
+        .count(&format!(
+            "SELECT count(*) FROM integration.jobs WHERE dedupe_key = 'fedwiki_status_reconcile:{activation}'"
+        ))
+        .await;
+    assert_eq!(queued, 1);
+    // The status reconcile: the farm holds it active, so the activation is recorded.
+    let r = repair::reconcile_site_status(&s.t.db, &s.f.farm, activation).await.unwrap();
+    assert!(matches!(r, Recorded::Done { state: RequestState::Done, .. }), "{r:?}");
+    assert_eq!(s.status("notes").await, "active");
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.slot_holds").await, 0);
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn the_status_reconcile_fails_a_request_the_farm_did_not_carry_out_and_one_whose_site_is_gone() {
+    use fedwiki::repair;
+    let s = setup("Basic").await;
+    let docs = s.created("docs").await;
+    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &docs, RequestKind::Park).await.unwrap();
+    let r = repair::reconcile_site_status(&s.t.db, &s.f.farm, park).await.unwrap();
+    assert!(
+        matches!(&r, Recorded::Done { state: RequestState::Failed, outcome } if outcome.contains("did not park")),
+        "{r:?}"
+    );
+    assert_eq!(s.status("docs").await, "active", "nothing changed");
+    // A request on a site whose row went (an operator's hand): ended without asking the farm.
+    let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &docs, RequestKind::Archive).await.unwrap();
+    s.set(&format!("DELETE FROM fedwiki.sites WHERE site_id = '{docs}'")).await;
+    s.f.faults(serde_json::json!({"fail_next": 5, "status": 503})).await;
+    let r = repair::reconcile_site_status(&s.t.db, &s.f.farm, archive).await.unwrap();
+    assert!(matches!(r, Recorded::Done { state: RequestState::Failed, .. }), "{r:?}");
+    // Run again: already finished.
+    assert_eq!(repair::reconcile_site_status(&s.t.db, &s.f.farm, archive).await.unwrap(), Recorded::AlreadyFinished);
+}
+
+#[tokio::test]
+async fn the_domains_reconciliation_removes_placements_of_missing_sites_and_places_sites_without_one() {
+    let s = setup("Basic").await;
+    let docs = s.created("docs").await;
+    s.set(&format!("DELETE FROM domains.placements WHERE object_id = '{docs}'")).await;
+    s.set(
+        "INSERT INTO domains.placements (hostname, owner, provider, object_id, servable)
+           VALUES ('ghost.wiki.localhost', 'workspace:system', 'fedwiki', 's-ghost', true)",
+    )
+    .await;
+    let (removed, placed) = fedwiki::repair::reconcile_domains(&s.t.db).await.unwrap();
+    assert_eq!((removed, placed), (1, 1));
+    assert_eq!(servable(&s, "ghost.wiki.localhost").await, None);
+    assert_eq!(servable(&s, "docs.wiki.localhost").await, Some(true));
+    assert_eq!(fedwiki::repair::reconcile_domains(&s.t.db).await.unwrap(), (0, 0), "nothing more");
+}

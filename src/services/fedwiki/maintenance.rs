@@ -142,7 +142,7 @@ impl SitePages {
     }
 }
 
-fn farm_failure(e: FarmError) -> ServiceError {
+pub(super) fn farm_failure(e: FarmError) -> ServiceError {
     ServiceError::Remote { transient: e.is_transient(), sentence: e.to_string() }
 }
 

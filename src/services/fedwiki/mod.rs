@@ -15,6 +15,7 @@ pub mod names;
 pub mod reads;
 pub mod record;
 pub mod registry;
+pub mod repair;
 pub mod workflow;
 
 use crate::{ids::RequestId, jobs::Job};

@@ -218,3 +218,9 @@ pub(in crate::stress) async fn reconcile_quota(ctx: &Ctx, note: &mut Note) -> Re
     note.detail = format!("quota: {r:?}");
     site_outcome(r, note)
 }
+
+pub(in crate::stress) async fn repair_at_start(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
+    let r = fedwiki::repair::repair_at_start(&ctx.db).await;
+    note.detail = format!("repair: {r:?}");
+    site_outcome(r, note)
+}

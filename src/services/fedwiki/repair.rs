@@ -1,0 +1,188 @@
+//! What keeps a request's outcome and the registry right across crashes (spec: "In the downgrade
+//! sweep and at boot"): the status reconcile of a request whose outcome is unknown
+//! (ReconcileFedWikiSiteStatusWorkflow), and, when a worker with a farm starts, settling the
+//! requests no job carries any more (SettleOpenRequests), the recount of every pool, and the
+//! domains reconciliation (one registry transaction per orphaned placement or unplaced site).
+
+use crate::{
+    db::{
+        Db, Tx, begin,
+        locks::{Lock, PathLocks},
+    },
+    ids::RequestId,
+    integrations::farm::Farm,
+    jobs::{self, Job, NewJob},
+    services::ServiceError,
+    states::{RequestKind, RequestState, SiteStatus},
+    store::{fedwiki as sites_store, fedwiki_maintenance as store},
+};
+
+use super::{
+    maintenance,
+    record::{Activity, Recorded, finish_all_with},
+    registry,
+};
+
+/// The status reconcile of one request: the farm says what became of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReconcileSiteStatus {
+    pub request_id: RequestId,
+}
+
+impl Job for ReconcileSiteStatus {
+    const KIND: &'static str = "fedwiki_status_reconcile";
+}
+
+pub static RECONCILE_DOMAINS_LOCKS: PathLocks = PathLocks {
+    path: "Domains reconciliation at boot",
+    function: "services::fedwiki::repair::reconcile_domains",
+    kind: "Registry",
+    locks: &[Lock::Registry, Lock::SiteRowShare],
+    why: "One Registry.WithLock transaction per orphaned placement (deleted while its site is still missing) or \
+          unplaced site (syncPlacement: the skip checks, then that one site FOR SHARE before the placement).",
+};
+
+/// ReconcileFedWikiSiteStatusWorkflow: the request, its site row and the farm read with no lock;
+/// the outcome through finishAllWith: the requested status recorded when the farm holds it, the
+/// request ended failed otherwise; a site row gone ends it without reading the farm. Each
+/// removes the request's hold and recounts.
+#[tracing::instrument(name = "Reconcile a site's status", skip(db, farm))]
+pub async fn reconcile_site_status(db: &Db, farm: &Farm, id: RequestId) -> Result<Recorded, ServiceError> {
+    let (req, site) = {
+        let mut read = db.read().await?;
+        let Some(req) = sites_store::request(read.conn(), id).await? else { return Ok(Recorded::AlreadyFinished) };
+        let site = sites_store::site(read.conn(), &req.instance_id).await?;
+        (req, site)
+    };
+    if req.state != RequestState::Accepted {
+        return Ok(Recorded::AlreadyFinished);
+    }
+    let one = std::slice::from_ref(&req);
+    let not_made = |what: &str| Activity::Finish {
+        state: RequestState::Failed,
+        outcome: format!("The farm did not {what} {}; nothing was changed. Try again.", req.domain),
+    };
+    let wanted = match req.kind {
+        RequestKind::Activate => SiteStatus::Active,
+        RequestKind::Park => SiteStatus::Parked,
+        RequestKind::Archive => SiteStatus::Archived,
+        RequestKind::Create | RequestKind::Delete => {
+            // Their outcome is the site's existence, which the request's own job reads again.
+            let remote = farm.get_site(&req.domain).await.map_err(maintenance::farm_failure)?;
+            let activity = match (req.kind, remote, site) {
+                (RequestKind::Create, Some(f), _) => match SiteStatus::from_text(&f.status) {
+                    Some(status) => Activity::Created { status },
+                    None => not_made("create"),
+                },
+                (RequestKind::Create, None, _) => not_made("create"),
+                (_, None, _) => Activity::Deleted,
+                (_, Some(_), _) => not_made("delete"),
+            };
+            if matches!(activity, Activity::Deleted) {
+                super::record::delete_fedwiki_site(db, &req.instance_id, &req.workspace_id).await?;
+            }
+            return finish_all_with(db, one, activity).await;
+        }
+    };
+    if site.is_none() {
+        return finish_all_with(db, one, not_made("keep")).await;
+    }
+    let remote = farm.get_site(&req.domain).await.map_err(maintenance::farm_failure)?;
+    let activity = match remote.and_then(|f| SiteStatus::from_text(&f.status)) {
+        Some(status) if status == wanted => Activity::Status { status },
+        _ => not_made(match wanted {
+            SiteStatus::Active => "activate",
+            SiteStatus::Parked => "park",
+            SiteStatus::Archived => "archive",
+        }),
+    };
+    finish_all_with(db, one, activity).await
+}
+
+/// Enqueue the status reconcile of a request (deduplicated while one is open).
+pub async fn enqueue_status_reconcile(tx: &mut Tx, id: RequestId) -> Result<(), ServiceError> {
+    let mut job = NewJob::of(&ReconcileSiteStatus { request_id: id });
+    job.dedupe_key = Some(format!("{}:{id}", ReconcileSiteStatus::KIND));
+    jobs::enqueue(tx.conn(), job).await?;
+    Ok(())
+}
+
+/// What a repair at start did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Repaired {
+    pub handed_to_status_reconcile: usize,
+    pub finished: usize,
+    pub placements_removed: usize,
+    pub sites_placed: usize,
+}
+
+/// At a worker's start, with a farm: settle, recount, reconcile the domains.
+#[tracing::instrument(name = "Repair the sites at start", skip(db))]
+pub async fn repair_at_start(db: &Db) -> Result<Repaired, ServiceError> {
+    let mut done = settle_open_requests(db).await?;
+    maintenance::recount_all(db).await?;
+    let (removed, placed) = reconcile_domains(db).await?;
+    done.placements_removed = removed;
+    done.sites_placed = placed;
+    Ok(done)
+}
+
+/// SettleOpenRequests: each accepted request no job carries. One that holds a slot is handed to
+/// the status reconcile (not finished here, its hold left in place); any other is finished
+/// failed (the next sync writes whatever status the farm holds).
+pub async fn settle_open_requests(db: &Db) -> Result<Repaired, ServiceError> {
+    let stranded = {
+        let mut read = db.read().await?;
+        store::stranded_requests(read.conn()).await?
+    };
+    let mut done = Repaired::default();
+    for s in stranded {
+        if s.holds_slot {
+            let mut tx = begin(db, crate::db::TxKind::Plain).await?;
+            enqueue_status_reconcile(&mut tx, s.request_id).await?;
+            tx.commit().await?;
+            done.handed_to_status_reconcile += 1;
+            continue;
+        }
+        let req = {
+            let mut read = db.read().await?;
+            sites_store::request(read.conn(), s.request_id).await?
+        };
+        let Some(req) = req else { continue };
+        let finished = finish_all_with(
+            db,
+            std::slice::from_ref(&req),
+            Activity::Finish {
+                state: RequestState::Failed,
+                outcome: "The console stopped before this request was carried out. Try again.".into(),
+            },
+        )
+        .await?;
+        if matches!(finished, Recorded::Done { .. }) {
+            done.finished += 1;
+        }
+    }
+    Ok(done)
+}
+
+/// The domains reconciliation: orphaned placements removed, unplaced sites placed, one registry
+/// transaction each. (removed, placed).
+pub async fn reconcile_domains(db: &Db) -> Result<(usize, usize), ServiceError> {
+    let (orphans, unplaced) = {
+        let mut read = db.read().await?;
+        (store::orphaned_placements(read.conn()).await?, store::unplaced_sites(read.conn()).await?)
+    };
+    let mut removed = 0;
+    for (hostname, _) in orphans {
+        let gone = registry::with_lock(db, async |tx: &mut Tx| {
+            Ok(store::delete_orphaned_placement(tx.conn(), &hostname).await?)
+        })
+        .await?;
+        removed += usize::from(gone);
+    }
+    let mut placed = 0;
+    for (site_id, domain, workspace) in unplaced {
+        placed += usize::from(maintenance::sync_placement(db, &site_id, &domain, &workspace).await?);
+    }
+    Ok((removed, placed))
+}
