@@ -8,12 +8,8 @@
 //! yardstick_tps (the goal is at least 0.5). The run checks the outcome: every site active in the
 //! console, every usage row its count.
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::time::Instant;
 
-use anyhow::Context;
 use serde::Serialize;
 
 use super::yardstick;
@@ -23,7 +19,6 @@ use crate::{
 };
 
 const SITES_PER_POOL: i64 = 4;
-const TOKEN: &str = "bench-farm-token";
 
 pub struct Options {
     pub sites: i64,
@@ -51,20 +46,8 @@ pub async fn run(config: &Config, o: &Options) -> anyhow::Result<Report> {
 
 async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     crate::demo::load(&s.db).await?;
-    let dir = std::env::temp_dir().join(format!("mc-bench-sync-{}", crate::config::random_hex(6)));
-    let local = local_farm::LocalFarm::start(local_farm::Config {
-        data_dir: dir.clone(),
-        token: TOKEN.into(),
-        wiki: local_farm::WikiMode::Off,
-        persist: false,
-        ..local_farm::Config::default()
-    })
-    .await
-    .context("starting the local farm")?;
-    let farm = Arc::new(
-        Farm::new(&local.base_url(), TOKEN, "wiki.localhost", Duration::from_secs(60))
-            .map_err(|e| anyhow::anyhow!("{e}"))?,
-    );
+    let api = super::ApiFarm::start().await?;
+    let farm = api.farm.clone();
     let pools = o.sites / SITES_PER_POOL;
     seed(s, &farm, pools).await?;
     eprintln!("bench: {} sites in {pools} pools, parked here and active on the farm", pools * SITES_PER_POOL);
@@ -75,8 +58,7 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     let started = Instant::now();
     maintenance::sync_sites(&s.db, &farm, &mut counts).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let pass_s = started.elapsed().as_secs_f64();
-    local.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    api.stop().await;
 
     let (active, usage_ok): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM fedwiki.sites WHERE status = 'active'),

@@ -105,3 +105,41 @@ async fn organizations_holding(
 pub async fn id_of(admin: &PgPool, sql: &'static str, name: &str) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar(sql).bind(name).fetch_one(admin).await?)
 }
+
+/// The local farm's API alone (no `wiki`, sites in memory, so it answers at once and a figure is
+/// the console's), and the console's client of it. `stop` it, then remove its folder.
+pub struct ApiFarm {
+    pub local: local_farm::LocalFarm,
+    pub farm: std::sync::Arc<crate::integrations::farm::Farm>,
+    dir: std::path::PathBuf,
+}
+
+impl ApiFarm {
+    pub async fn start() -> anyhow::Result<ApiFarm> {
+        use anyhow::Context;
+        const TOKEN: &str = "bench-farm-token";
+        let dir = std::env::temp_dir().join(format!("mc-bench-farm-{}", crate::config::random_hex(6)));
+        let local = local_farm::LocalFarm::start(local_farm::Config {
+            data_dir: dir.clone(),
+            token: TOKEN.into(),
+            wiki: local_farm::WikiMode::Off,
+            persist: false,
+            ..local_farm::Config::default()
+        })
+        .await
+        .context("starting the local farm")?;
+        let farm = crate::integrations::farm::Farm::new(
+            &local.base_url(),
+            TOKEN,
+            "wiki.localhost",
+            std::time::Duration::from_secs(60),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(ApiFarm { local, farm: std::sync::Arc::new(farm), dir })
+    }
+
+    pub async fn stop(self) {
+        self.local.stop().await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

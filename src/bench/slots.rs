@@ -10,10 +10,7 @@
 //! (`records_per_s`), and the run checks the outcome: every pool 3 of 3 active, its usage row 3,
 //! no hold left.
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Instant};
 
 use anyhow::Context;
 use serde::Serialize;
@@ -36,7 +33,6 @@ use crate::{
 pub const CONCURRENCY: usize = 32;
 const SITES_PER_POOL: i64 = 4;
 const LIMIT: i64 = 3;
-const TOKEN: &str = "bench-farm-token";
 
 pub struct Options {
     pub pools: i64,
@@ -68,20 +64,8 @@ pub async fn run(config: &Config, o: &Options) -> anyhow::Result<Report> {
 
 async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     demo::load(&s.db).await?;
-    let dir = std::env::temp_dir().join(format!("mc-bench-farm-{}", crate::config::random_hex(6)));
-    let local = local_farm::LocalFarm::start(local_farm::Config {
-        data_dir: dir.clone(),
-        token: TOKEN.into(),
-        wiki: local_farm::WikiMode::Off,
-        persist: false,
-        ..local_farm::Config::default()
-    })
-    .await
-    .context("starting the local farm")?;
-    let farm = Arc::new(
-        Farm::new(&local.base_url(), TOKEN, "wiki.localhost", Duration::from_secs(30))
-            .map_err(|e| anyhow::anyhow!("{e}"))?,
-    );
+    let api = super::ApiFarm::start().await?;
+    let farm = api.farm.clone();
     let member = seed(s, &farm, o.pools).await?;
     let requests = record_activations(s, member).await?;
     eprintln!("bench: {} pools, {} activations recorded", o.pools, requests.len());
@@ -114,8 +98,7 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     })
     .await?;
     let record_s = started.elapsed().as_secs_f64();
-    local.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
+    api.stop().await;
     check_outcome(s, o.pools).await?;
     let gates_per_s = requests.len() as f64 / gate_s;
     Ok(Report {
