@@ -33,12 +33,41 @@ fn parse_body<T: DeserializeOwned>(body: &[u8], example: &str) -> ApiResult<T> {
 struct SiteList {
     listed_at: String,
     sites: Vec<Site>,
+    /// With `limit`: the domain to ask `after` for the next page, or null at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<Option<String>>,
 }
 
-/// `GET /api/sites`: every site by domain, with the farm's time taken before reading them.
-pub async fn list(app: web::Data<AppState>) -> HttpResponse {
-    let (listed_at, sites) = app.farm.list();
-    HttpResponse::Ok().json(SiteList { listed_at: format_time(&listed_at), sites })
+/// `GET /api/sites[?after=<domain>&limit=<n>]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// The most a page may hold.
+const MAX_PAGE: usize = 10_000;
+
+/// `GET /api/sites`: the sites by domain (all of them, or a page of `limit` after `after`), with
+/// the farm's time taken before reading them.
+pub async fn list(app: web::Data<AppState>, q: web::Query<ListQuery>) -> ApiResult<HttpResponse> {
+    let after = q.after.as_deref().unwrap_or("");
+    let Some(limit) = q.limit else {
+        if !after.is_empty() {
+            return Err(ApiError::bad_request("`after` goes with `limit`."));
+        }
+        let (listed_at, sites) = app.farm.list();
+        return Ok(HttpResponse::Ok().json(SiteList { listed_at: format_time(&listed_at), sites, next: None }));
+    };
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!("`limit` must be 1 to {MAX_PAGE}.")));
+    }
+    let (listed_at, sites, more) = app.farm.page(after, limit);
+    let next = more.then(|| sites.last().map(|s| s.domain.clone())).flatten();
+    Ok(HttpResponse::Ok().json(SiteList { listed_at: format_time(&listed_at), sites, next: Some(next) }))
 }
 
 /// `GET /api/sites/{domain}`.

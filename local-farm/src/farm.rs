@@ -38,6 +38,18 @@ impl Farm {
         (listed_at, sites)
     }
 
+    /// Up to `limit` sites after `after`, by domain, and whether more follow.
+    pub fn page(&self, after: &str, limit: usize) -> (DateTime<Utc>, Vec<Site>, bool) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let listed_at = now();
+        let st = self.store.lock();
+        let lower = if after.is_empty() { Unbounded } else { Excluded(after.to_string()) };
+        let mut range = st.sites.range((lower, Unbounded)).map(|(_, s)| s.clone());
+        let sites: Vec<Site> = range.by_ref().take(limit).collect();
+        let more = range.next().is_some();
+        (listed_at, sites, more)
+    }
+
     pub fn get(&self, domain: &str) -> ApiResult<Site> {
         self.store.get(domain).ok_or_else(|| ApiError::not_found(domain))
     }

@@ -123,26 +123,47 @@ pub async fn lock_site_status_by_domain(conn: &mut PgConnection, domain: &str) -
     .await
 }
 
-/// SiteHasOpenRequest: a request on the site still accepted.
-pub async fn site_has_open_request(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
+/// SiteHasOpenRequest and SiteHasRequestUpdatedSince in one statement (a statement of its own
+/// after the row lock, so its snapshot sees every request committed before the lock was granted):
+/// a request on the site still accepted, or changed at or after `since`.
+pub async fn site_is_busy(conn: &mut PgConnection, site_id: &str, since: DateTime<Utc>) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests WHERE instance_id = $1 AND state = 'accepted') AS "e!""#,
-        site_id
+        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests
+                           WHERE instance_id = $1 AND (state = 'accepted' OR updated_at >= $2)) AS "e!""#,
+        site_id,
+        since
     )
     .fetch_one(conn)
     .await
 }
 
-/// SiteHasRequestUpdatedSince: a request on the site changed at or after `since`.
-pub async fn site_has_request_updated_since(
+/// writeStatus's write: the farm's status and what it measured, on the locked row.
+pub async fn write_status_from_farm(
     conn: &mut PgConnection,
     site_id: &str,
-    since: DateTime<Utc>,
-) -> sqlx::Result<bool> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests WHERE instance_id = $1 AND updated_at >= $2) AS "e!""#,
+    status: SiteStatus,
+    storage_bytes: i64,
+    modified_at: Option<DateTime<Utc>>,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE fedwiki.sites SET status = $2, status_changed_at = now(), parked_by_sweep = false,
+                                  storage_bytes = $3, modified_at = coalesce($4, modified_at), observed_at = now()
+          WHERE site_id = $1",
         site_id,
-        since
+        status as SiteStatus,
+        storage_bytes,
+        modified_at
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// SiteHasOpenRequest: a request on the site still accepted.
+pub async fn site_has_open_request(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests WHERE instance_id = $1 AND state = 'accepted') AS "e!""#,
+        site_id
     )
     .fetch_one(conn)
     .await

@@ -174,6 +174,36 @@ async fn deleting_answers_204_whether_or_not_the_site_existed_and_removes_its_da
 }
 
 #[tokio::test]
+async fn the_list_reads_in_pages_after_a_domain_and_says_where_the_next_one_starts() {
+    let (farm, _data) = start().await;
+    for name in ["e", "a", "d", "b", "c"] {
+        let (status, _) = put_site(&farm, &format!("{name}.wiki.localhost"), "org-1", "active").await;
+        assert_eq!(status, 201);
+    }
+    let mut after = String::new();
+    let mut seen = vec![];
+    loop {
+        let (status, page) = api(&farm, Method::GET, &format!("/api/sites?after={after}&limit=2"), None).await;
+        assert_eq!(status, 200, "{page}");
+        assert!(page["sites"].as_array().expect("sites").len() <= 2);
+        seen.extend(page["sites"].as_array().unwrap().iter().map(|s| s["domain"].as_str().unwrap().to_string()));
+        match page["next"].as_str() {
+            Some(next) => after = next.to_string(),
+            None => {
+                assert!(page["next"].is_null(), "the last page says so: {page}");
+                break;
+            }
+        }
+    }
+    let expected: Vec<String> = ["a", "b", "c", "d", "e"].iter().map(|n| format!("{n}.wiki.localhost")).collect();
+    assert_eq!(seen, expected);
+    for bad in ["/api/sites?after=b.wiki.localhost", "/api/sites?limit=0", "/api/sites?limit=10001"] {
+        let (status, body) = api(&farm, Method::GET, bad, None).await;
+        assert_error(status, &body, 400);
+    }
+}
+
+#[tokio::test]
 async fn the_list_is_sorted_by_domain_with_the_farms_time_taken_before_reading() {
     let (farm, _data) = start().await;
     for name in ["carol", "alice", "bob"] {

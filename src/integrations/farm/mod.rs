@@ -26,6 +26,15 @@ pub struct FarmList {
     pub sites: Vec<FarmSite>,
 }
 
+/// One page of the farm's list: the moment it was taken, its sites, and the domain to read the
+/// next page after (None after the last).
+#[derive(Debug, Clone, Deserialize)]
+pub struct FarmPage {
+    pub listed_at: chrono::DateTime<chrono::Utc>,
+    pub sites: Vec<FarmSite>,
+    pub next: Option<String>,
+}
+
 /// What went wrong with a farm call, with a sentence for a person.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FarmError {
@@ -112,6 +121,14 @@ impl Farm {
     pub async fn list_sites(&self) -> Result<FarmList, FarmError> {
         let r = self.send(self.http.get(format!("{}/api/sites", self.base)), "list the farm's sites").await?;
         json(r, "the farm's list").await
+    }
+
+    /// One page of the list: at most `limit` sites after `after`, by domain.
+    pub async fn list_page(&self, after: &str, limit: usize) -> Result<FarmPage, FarmError> {
+        let req =
+            self.http.get(format!("{}/api/sites", self.base)).query(&[("after", after), ("limit", &limit.to_string())]);
+        let r = self.send(req, "list the farm's sites").await?;
+        json(r, "a page of the farm's list").await
     }
 
     #[tracing::instrument(name = "Farm: read a site", skip(self))]

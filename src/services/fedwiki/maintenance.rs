@@ -6,7 +6,7 @@
 //! Every write is a transaction of one site (or one pool), at READ COMMITTED; the reads that
 //! choose what to write hold no lock.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 
@@ -113,32 +113,106 @@ pub static REACTIVATE_SITE_LOCKS: PathLocks = PathLocks {
           again).",
 };
 
-/// The console's sites read per page: the sync stays flat in memory on its side.
+/// The console's sites and the farm's, read per page: a pass stays flat in memory.
 const PAGE: i64 = 1000;
+const FARM_PAGE: usize = 1000;
 
-/// The console's sites by domain, a page at a time, each read on its own with no lock: the
-/// caller's memory stays flat in the number of sites.
-#[derive(Default)]
-struct SitePages {
-    after: String,
-    done: bool,
+/// The farm's list and the console's rows walked side by side by domain, a page of each at a
+/// time (each console page read on its own with no lock), so a pass's memory does not grow with
+/// the number of sites.
+struct SiteMerge<'a> {
+    farm: &'a Farm,
+    /// The first page's time: every change the list does not show happened after it.
+    listed_at: Option<DateTime<Utc>>,
+    farm_page: std::collections::VecDeque<FarmSite>,
+    farm_next: Option<String>,
+    farm_done: bool,
+    farm_seen: usize,
+    console_page: std::collections::VecDeque<store::KnownSite>,
+    console_after: String,
+    console_done: bool,
+    console_seen: usize,
 }
 
-impl SitePages {
-    async fn next(&mut self, db: &Db) -> Result<Option<Vec<store::KnownSite>>, ServiceError> {
-        if self.done {
-            return Ok(None);
+/// One domain, as the two sides hold it.
+enum Pair {
+    FarmOnly(FarmSite),
+    ConsoleOnly(store::KnownSite),
+    Both(FarmSite, store::KnownSite),
+}
+
+impl<'a> SiteMerge<'a> {
+    /// The first farm page is read at once (its time is the pass's `listed_at`).
+    async fn start(farm: &'a Farm) -> Result<SiteMerge<'a>, ServiceError> {
+        let mut m = SiteMerge {
+            farm,
+            listed_at: None,
+            farm_page: Default::default(),
+            farm_next: Some(String::new()),
+            farm_done: false,
+            farm_seen: 0,
+            console_page: Default::default(),
+            console_after: String::new(),
+            console_done: false,
+            console_seen: 0,
+        };
+        m.fill_farm().await?;
+        Ok(m)
+    }
+
+    async fn fill_farm(&mut self) -> Result<(), ServiceError> {
+        if !self.farm_page.is_empty() || self.farm_done {
+            return Ok(());
+        }
+        let Some(after) = self.farm_next.take() else {
+            self.farm_done = true;
+            return Ok(());
+        };
+        let page = self.farm.list_page(&after, FARM_PAGE).await.map_err(farm_failure)?;
+        self.listed_at.get_or_insert(page.listed_at);
+        self.farm_seen += page.sites.len();
+        self.farm_next = page.next;
+        self.farm_done = page.sites.is_empty();
+        self.farm_page = page.sites.into();
+        Ok(())
+    }
+
+    async fn fill_console(&mut self, db: &Db) -> Result<(), ServiceError> {
+        if !self.console_page.is_empty() || self.console_done {
+            return Ok(());
         }
         let page = {
             let mut read = db.read().await?;
-            store::sites_after(read.conn(), &self.after, PAGE).await?
+            store::sites_after(read.conn(), &self.console_after, PAGE).await?
         };
         match page.last() {
-            Some(last) => self.after = last.domain.clone(),
-            None => return Ok(None),
+            Some(last) => self.console_after = last.domain.clone(),
+            None => self.console_done = true,
         }
-        self.done = (page.len() as i64) < PAGE;
-        Ok(Some(page))
+        self.console_seen += page.len();
+        self.console_page = page.into();
+        Ok(())
+    }
+
+    async fn next(&mut self, db: &Db) -> Result<Option<Pair>, ServiceError> {
+        self.fill_farm().await?;
+        self.fill_console(db).await?;
+        let pair = match (self.farm_page.front(), self.console_page.front()) {
+            (None, None) => return Ok(None),
+            (Some(_), None) => Pair::FarmOnly(self.farm_page.pop_front().expect("a farm site")),
+            (None, Some(_)) => Pair::ConsoleOnly(self.console_page.pop_front().expect("a console site")),
+            (Some(f), Some(c)) => match f.domain.cmp(&c.domain) {
+                std::cmp::Ordering::Less => Pair::FarmOnly(self.farm_page.pop_front().expect("a farm site")),
+                std::cmp::Ordering::Greater => {
+                    Pair::ConsoleOnly(self.console_page.pop_front().expect("a console site"))
+                }
+                std::cmp::Ordering::Equal => Pair::Both(
+                    self.farm_page.pop_front().expect("a farm site"),
+                    self.console_page.pop_front().expect("a console site"),
+                ),
+            },
+        };
+        Ok(Some(pair))
     }
 }
 
@@ -175,71 +249,60 @@ pub async fn run_maintenance(
 
 // The sync -----------------------------------------------------------------------------------------
 
-/// SyncSitesToDBActivity: the farm's list and the console's sets, read with no lock held; then
-/// one site per transaction; then RecountAll.
+/// SyncSitesToDBActivity: the farm's list (a page at a time) and the console's sets, read with no
+/// lock held; then one site per transaction; then RecountAll.
 pub async fn sync_sites(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> Result<(), ServiceError> {
-    let list = farm.list_sites().await.map_err(farm_failure)?;
-    counts.farm_sites = list.sites.len() as i32;
+    let mut merge = SiteMerge::start(farm).await?;
+    let listed_at = merge.listed_at.unwrap_or_else(Utc::now);
     let (open, recent) = {
         let mut read = db.read().await?;
         let open: HashSet<String> = store::domains_with_open_requests(read.conn()).await?.into_iter().collect();
         let recent: HashSet<String> =
-            store::domains_with_requests_updated_since(read.conn(), list.listed_at).await?.into_iter().collect();
+            store::domains_with_requests_updated_since(read.conn(), listed_at).await?.into_iter().collect();
         (open, recent)
     };
-    let farm_sites: BTreeMap<&str, &FarmSite> = list.sites.iter().map(|s| (s.domain.as_str(), s)).collect();
-    // The console's rows, a page at a time, walked beside the farm's (both by domain).
-    let mut seen: HashSet<&str> = HashSet::new();
-    let mut pages = SitePages::default();
-    while let Some(page) = pages.next(db).await? {
-        for row in &page {
-            let Some(site) = farm_sites.get(row.domain.as_str()) else {
-                if row.workspace_id == super::SYSTEM_WORKSPACE {
-                    if remove_system_site(db, &row.site_id).await? {
-                        registry::release_site_names(db, &row.site_id).await?;
-                        counts.removed += 1;
+    while let Some(pair) = merge.next(db).await? {
+        match pair {
+            Pair::ConsoleOnly(row) if row.workspace_id == super::SYSTEM_WORKSPACE => {
+                if remove_system_site(db, &row.site_id).await? {
+                    registry::release_site_names(db, &row.site_id).await?;
+                    counts.removed += 1;
+                }
+            }
+            // An organization's site the farm lost: the operators see it as drift; the member's
+            // row stays (the farm may list it again, or a member deletes it).
+            Pair::ConsoleOnly(_) => counts.missing_on_farm += 1,
+            Pair::FarmOnly(site) => {
+                // Adopted into its owner's workspace when the console knows it, else System's.
+                let known = {
+                    let mut read = db.read().await?;
+                    !store::existing_workspaces(read.conn(), std::slice::from_ref(&site.owner)).await?.is_empty()
+                };
+                let workspace = if known { site.owner.as_str() } else { super::SYSTEM_WORKSPACE };
+                let Some(status) = SiteStatus::from_text(&site.status) else { continue };
+                if let Some(site_id) = insert_from_farm(db, &site, workspace, status).await? {
+                    sync_placement(db, &site_id, &site.domain, workspace).await?;
+                    counts.adopted += 1;
+                }
+            }
+            Pair::Both(site, row) => {
+                let Some(listed) = SiteStatus::from_text(&site.status) else { continue };
+                if listed == row.status {
+                    if observe(db, &site).await? {
+                        counts.observed += 1;
                     }
+                } else if open.contains(&row.domain) || recent.contains(&row.domain) {
+                    // A request is on it: its record step writes the status.
+                    counts.statuses_left += 1;
+                } else if write_status(db, &site, listed, listed_at).await? {
+                    counts.statuses_written += 1;
                 } else {
-                    // An organization's site the farm lost: the operators see it as drift; the
-                    // member's row stays (the farm may list it again, or a member deletes it).
-                    counts.missing_on_farm += 1;
+                    counts.statuses_left += 1;
                 }
-                continue;
-            };
-            seen.insert(site.domain.as_str());
-            let Some(listed) = SiteStatus::from_text(&site.status) else { continue };
-            if listed == row.status {
-                if observe(db, site).await? {
-                    counts.observed += 1;
-                }
-            } else if open.contains(&row.domain) || recent.contains(&row.domain) {
-                // A request is on it: its record step writes the status.
-                counts.statuses_left += 1;
-            } else if write_status(db, site, listed, list.listed_at).await? {
-                counts.statuses_written += 1;
-            } else {
-                counts.statuses_left += 1;
             }
         }
     }
-    // The farm's sites the console has no row for: adopted into their owner's workspace when it
-    // exists, else the System workspace.
-    let unknown: Vec<&FarmSite> = list.sites.iter().filter(|s| !seen.contains(s.domain.as_str())).collect();
-    if !unknown.is_empty() {
-        let owners: Vec<String> = unknown.iter().map(|s| s.owner.clone()).collect();
-        let known: HashSet<String> = {
-            let mut read = db.read().await?;
-            store::existing_workspaces(read.conn(), &owners).await?.into_iter().collect()
-        };
-        for site in unknown {
-            let workspace = if known.contains(&site.owner) { site.owner.as_str() } else { super::SYSTEM_WORKSPACE };
-            let Some(status) = SiteStatus::from_text(&site.status) else { continue };
-            if let Some(site_id) = insert_from_farm(db, site, workspace, status).await? {
-                sync_placement(db, &site_id, &site.domain, workspace).await?;
-                counts.adopted += 1;
-            }
-        }
-    }
+    counts.farm_sites = merge.farm_seen as i32;
     recount_all(db).await
 }
 
@@ -287,15 +350,12 @@ pub async fn write_status(
 ) -> Result<bool, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
     let Some(row) = store::lock_site_status_by_domain(tx.conn(), &site.domain).await? else { return Ok(false) };
-    if row.status == listed
-        || store::site_has_open_request(tx.conn(), &row.site_id).await?
-        || store::site_has_request_updated_since(tx.conn(), &row.site_id, listed_at).await?
-    {
+    // After the lock, in a statement of its own: a request committed before the lock is seen.
+    if row.status == listed || store::site_is_busy(tx.conn(), &row.site_id, listed_at).await? {
         tx.commit().await?;
         return Ok(false);
     }
-    sites_store::set_site_status(tx.conn(), &row.site_id, listed).await?;
-    store::observe_site_by_domain(tx.conn(), &site.domain, site.storage_bytes, site.modified_at).await?;
+    store::write_status_from_farm(tx.conn(), &row.site_id, listed, site.storage_bytes, site.modified_at).await?;
     let pool = sites_store::pool_of_workspace(tx.conn(), &row.workspace_id).await?;
     recount(&mut tx, pool).await?;
     tx.commit().await?;
@@ -531,68 +591,50 @@ pub async fn farm_overview(db: &Db, farm: Option<&Farm>, with_drift: bool) -> Re
     Ok(FarmOverview { runs, next_run_at, run_state, drift })
 }
 
-/// The farm's list beside the console's rows, a page at a time on the console's side.
+/// The farm's list beside the console's rows, a page of each at a time.
 async fn drift(db: &Db, farm: &Farm) -> Result<DriftReport, ServiceError> {
-    let list = match farm.list_sites().await {
-        Ok(l) => l,
+    let mut merge = match SiteMerge::start(farm).await {
+        Ok(m) => m,
         Err(e) => {
-            return Ok(DriftReport {
-                farm_sites: 0,
-                console_sites: 0,
-                rows: vec![],
-                total: 0,
-                farm_error: Some(e.to_string()),
-            });
+            let farm_error = Some(e.to_string());
+            return Ok(DriftReport { farm_sites: 0, console_sites: 0, rows: vec![], total: 0, farm_error });
         }
     };
-    let farm_sites: BTreeMap<&str, &FarmSite> = list.sites.iter().map(|s| (s.domain.as_str(), s)).collect();
-    let mut seen: HashSet<&str> = HashSet::new();
-    let (mut rows, mut total, mut console_sites) = (vec![], 0, 0);
-    let mut note = |d: Drift, rows: &mut Vec<Drift>| {
+    let (mut rows, mut total) = (vec![], 0);
+    loop {
+        let pair = match merge.next(db).await {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            Err(ServiceError::Remote { sentence, .. }) => {
+                let farm_error = Some(sentence);
+                return Ok(DriftReport { farm_sites: 0, console_sites: 0, rows: vec![], total: 0, farm_error });
+            }
+            Err(e) => return Err(e),
+        };
+        let d = match pair {
+            Pair::Both(f, c) if f.status == c.status.as_str() => continue,
+            Pair::Both(f, c) => Drift {
+                domain: c.domain,
+                farm_status: Some(f.status),
+                console_status: Some(c.status),
+                workspace_id: Some(c.workspace_id),
+            },
+            Pair::ConsoleOnly(c) => Drift {
+                domain: c.domain,
+                farm_status: None,
+                console_status: Some(c.status),
+                workspace_id: Some(c.workspace_id),
+            },
+            Pair::FarmOnly(f) => {
+                Drift { domain: f.domain, farm_status: Some(f.status), console_status: None, workspace_id: None }
+            }
+        };
         total += 1;
         if rows.len() < DRIFT_SHOWN {
             rows.push(d);
         }
-    };
-    let mut pages = SitePages::default();
-    while let Some(page) = pages.next(db).await? {
-        console_sites += page.len();
-        for row in page {
-            match farm_sites.get(row.domain.as_str()) {
-                Some(f) => {
-                    seen.insert(f.domain.as_str());
-                    if f.status != row.status.as_str() {
-                        let d = Drift {
-                            domain: row.domain,
-                            farm_status: Some(f.status.clone()),
-                            console_status: Some(row.status),
-                            workspace_id: Some(row.workspace_id),
-                        };
-                        note(d, &mut rows);
-                    }
-                }
-                None => {
-                    let d = Drift {
-                        domain: row.domain,
-                        farm_status: None,
-                        console_status: Some(row.status),
-                        workspace_id: Some(row.workspace_id),
-                    };
-                    note(d, &mut rows);
-                }
-            }
-        }
     }
-    for f in list.sites.iter().filter(|f| !seen.contains(f.domain.as_str())) {
-        let d = Drift {
-            domain: f.domain.clone(),
-            farm_status: Some(f.status.clone()),
-            console_status: None,
-            workspace_id: None,
-        };
-        note(d, &mut rows);
-    }
-    Ok(DriftReport { farm_sites: list.sites.len(), console_sites, rows, total, farm_error: None })
+    Ok(DriftReport { farm_sites: merge.farm_seen, console_sites: merge.console_seen, rows, total, farm_error: None })
 }
 
 /// "Run now": a maintenance run enqueued at once, refused while one is queued or running (the
