@@ -79,6 +79,7 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::fedwiki::repair::RECONCILE_DOMAINS_LOCKS,
         &crate::services::billing::reconcile::SUPERSEDE_RELEASED_DOWNGRADES_LOCKS,
         &crate::services::billing::resume::RESUME_SUBSCRIPTION_LOCKS,
+        &crate::services::catalog::SET_PRODUCT_SEATS_LOCKS,
         &crate::services::billing::plan_changes::PAUSED_SWITCH_BACKSTOP_LOCKS,
     ]
 }

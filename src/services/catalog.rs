@@ -192,6 +192,30 @@ pub static CHANGE_PRODUCT_SET_LOCKS: PathLocks = PathLocks {
           after; the tier trigger's FOR SHARE on the same row refuses clearing the set of a tier.",
 };
 
+pub static SET_PRODUCT_SEATS_LOCKS: PathLocks = PathLocks {
+    path: "Set a product's seats",
+    function: "services::catalog::set_product_seats",
+    kind: "Plain",
+    locks: &[Lock::ProductRow],
+    why: "The most seats a member may buy is a column of the product row, which its UPDATE takes alone (FOR NO \
+          KEY UPDATE), as a name change does; nothing a pool holds changes.",
+};
+
+/// The most seats a member may buy of a product: 1 (not sold in seats) to 1,000. Subscriptions
+/// holding more keep them; a member can only lower them to it.
+#[tracing::instrument(name = "Set a product's seats", skip(db), fields(id = id.0))]
+pub async fn set_product_seats(db: &Db, id: ProductId, raw: &str) -> Result<i32, ServiceError> {
+    let n: i32 = raw.trim().parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| {
+        ServiceError::invalid("max_quantity", "Give a whole number of seats from 1 (not sold in seats) to 1000.")
+    })?;
+    let mut tx = begin(db, TxKind::Plain).await?;
+    if !store::set_max_quantity(tx.conn(), id, n).await? {
+        return Err(ServiceError::NotFound("product"));
+    }
+    tx.commit().await?;
+    Ok(n)
+}
+
 /// UpdateProduct: name and publication in a plain transaction; a change of entitlement set
 /// under the exclusive rendezvous, refused while any pool carries the product.
 #[tracing::instrument(name = "UpdateProduct", skip_all, fields(id = id.0))]

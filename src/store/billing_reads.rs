@@ -54,6 +54,20 @@ pub struct HeldItem {
     /// None for an item whose price the catalog does not know.
     pub interval: Option<BillingInterval>,
     pub currency: Option<String>,
+    #[serde(default)]
+    pub price_id: Option<PriceId>,
+    #[serde(default = "one")]
+    pub quantity: i64,
+    #[serde(default = "one_i32")]
+    pub max_quantity: i32,
+}
+
+fn one() -> i64 {
+    1
+}
+
+fn one_i32() -> i32 {
+    1
 }
 
 /// A change a subscription's schedule will make.
@@ -86,6 +100,8 @@ pub struct OrgInvoice {
 pub struct BuyableTier {
     pub ladder: String,
     pub rank: i32,
+    #[serde(default = "one_i32")]
+    pub max_quantity: i32,
     pub product_id: ProductId,
     pub product: String,
     pub price_id: PriceId,

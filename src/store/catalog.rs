@@ -174,6 +174,8 @@ pub struct Product {
     pub set_name: Option<String>,
     pub published: bool,
     pub carried_by_pools: i64,
+    /// The most seats a member may buy of it (1: not sold in seats).
+    pub max_quantity: i32,
 }
 
 pub async fn products(conn: &mut PgConnection) -> sqlx::Result<Vec<Product>> {
@@ -181,7 +183,7 @@ pub async fn products(conn: &mut PgConnection) -> sqlx::Result<Vec<Product>> {
         Product,
         r#"SELECT p.product_id, p.name, p.entitlement_set_id AS "entitlement_set_id: EntitlementSetId", s.name AS "set_name?",
                   p.published,
-                  core.pools_carrying(ARRAY[p.product_id], $1) AS "carried_by_pools!"
+                  core.pools_carrying(ARRAY[p.product_id], $1) AS "carried_by_pools!", p.max_quantity
            FROM core.products p LEFT JOIN core.entitlement_sets s USING (entitlement_set_id)
            ORDER BY lower(p.name), p.product_id"#,
         CARRIED_COUNT_CAP
@@ -208,7 +210,7 @@ pub async fn product(conn: &mut PgConnection, id: ProductId) -> sqlx::Result<Opt
         Product,
         r#"SELECT p.product_id, p.name, p.entitlement_set_id AS "entitlement_set_id: EntitlementSetId", s.name AS "set_name?",
                   p.published,
-                  core.pools_carrying(ARRAY[p.product_id], $1) AS "carried_by_pools!"
+                  core.pools_carrying(ARRAY[p.product_id], $1) AS "carried_by_pools!", p.max_quantity
            FROM core.products p LEFT JOIN core.entitlement_sets s USING (entitlement_set_id)
            WHERE p.product_id = $2"#,
         CARRIED_COUNT_CAP,
@@ -651,4 +653,20 @@ pub async fn members(conn: &mut PgConnection, organization_id: OrganizationId) -
     )
     .fetch_all(conn)
     .await
+}
+
+/// The most seats a member may buy of the product: its row's UPDATE takes the row alone.
+pub async fn set_max_quantity(conn: &mut PgConnection, id: ProductId, max_quantity: i32) -> sqlx::Result<bool> {
+    Ok(sqlx::query!("UPDATE core.products SET max_quantity = $2 WHERE product_id = $1", id as ProductId, max_quantity)
+        .execute(conn)
+        .await?
+        .rows_affected()
+        == 1)
+}
+
+/// The most seats of a product (None: no such product).
+pub async fn max_quantity(conn: &mut PgConnection, id: ProductId) -> sqlx::Result<Option<i32>> {
+    sqlx::query_scalar!("SELECT max_quantity FROM core.products WHERE product_id = $1", id as ProductId)
+        .fetch_optional(conn)
+        .await
 }

@@ -42,6 +42,8 @@ pub async fn held_subscription(
 pub struct SwitchTarget {
     pub to_product_id: ProductId,
     pub to_product: String,
+    /// The most seats of the price's product.
+    pub to_max_quantity: i32,
     /// The price's Stripe id, when it is on sale there.
     pub to_stripe_price: Option<String>,
     pub to_interval: BillingInterval,
@@ -71,7 +73,8 @@ pub async fn switch_target(
     price_id: PriceId,
 ) -> sqlx::Result<Option<SwitchTarget>> {
     let row = sqlx::query!(
-        r#"SELECT pr.product_id AS "to_product_id: ProductId", p.name AS to_product, pr.stripe_price_id AS to_stripe_price,
+        r#"SELECT pr.product_id AS "to_product_id: ProductId", p.name AS to_product, p.max_quantity AS to_max_quantity,
+                  pr.stripe_price_id AS to_stripe_price,
                   pr.billing_interval AS "to_interval: BillingInterval", pr.currency AS to_currency,
                   (pr.active AND p.published AND pr.sync_state = 'synced' AND pr.stripe_price_id IS NOT NULL
                    AND pr.stripe_active IS NOT false
@@ -104,6 +107,7 @@ pub async fn switch_target(
     Ok(row.map(|r| SwitchTarget {
         to_product_id: r.to_product_id,
         to_product: r.to_product,
+        to_max_quantity: r.to_max_quantity,
         to_stripe_price: r.to_stripe_price,
         to_interval: r.to_interval,
         to_currency: r.to_currency,
@@ -182,6 +186,8 @@ pub struct Quote {
     pub price_id: PriceId,
     pub account_id: crate::ids::AccountId,
     pub proration_date: Option<DateTime<Utc>>,
+    /// The seats quoted.
+    pub quantity: i32,
     /// How long ago it was made (by the database's clock).
     pub age_s: f64,
 }
@@ -196,18 +202,21 @@ pub async fn insert_quote(
     account_id: crate::ids::AccountId,
     proration_date: Option<DateTime<Utc>>,
     amount: Option<(i64, &str)>,
+    quantity: i32,
 ) -> sqlx::Result<()> {
     sqlx::query!(
         "WITH old AS (DELETE FROM billing.switch_quotes WHERE subscription_id = $2 AND quoted_at < now() - interval '1 day')
-         INSERT INTO billing.switch_quotes (operation, subscription_id, price_id, account_id, proration_date, amount_due, currency)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+         INSERT INTO billing.switch_quotes (operation, subscription_id, price_id, account_id, proration_date, amount_due,
+                                            currency, quantity)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         operation,
         subscription_id as SubscriptionId,
         price_id as PriceId,
         account_id as crate::ids::AccountId,
         proration_date,
         amount.map(|a| a.0),
-        amount.map(|a| a.1)
+        amount.map(|a| a.1),
+        quantity
     )
     .execute(conn)
     .await?;
@@ -218,7 +227,7 @@ pub async fn quote(conn: &mut PgConnection, operation: &str) -> sqlx::Result<Opt
     sqlx::query_as!(
         Quote,
         r#"SELECT subscription_id AS "subscription_id: SubscriptionId", price_id AS "price_id: PriceId",
-                  account_id AS "account_id: crate::ids::AccountId", proration_date,
+                  account_id AS "account_id: crate::ids::AccountId", proration_date, quantity,
                   extract(epoch FROM now() - quoted_at)::float8 AS "age_s!"
            FROM billing.switch_quotes WHERE operation = $1"#,
         operation

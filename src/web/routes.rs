@@ -112,6 +112,7 @@ route_table! {
     Operator POST CATALOG_SET_RULES => pages::catalog::save_rules;
     Operator GET CATALOG_PRODUCT => pages::catalog::product_page;
     Operator POST CATALOG_PRODUCT => pages::catalog::save_product;
+    Operator POST CATALOG_PRODUCT_SEATS => pages::catalog::save_seats;
     Operator POST CATALOG_PRODUCT_PRICES => pages::billing::set_price;
     Operator POST CATALOG_PRODUCT_SYNC => pages::billing::sync_product;
     Operator POST CATALOG_PRICE_ARCHIVE => pages::billing::archive_price;

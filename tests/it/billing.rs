@@ -611,7 +611,7 @@ async fn a_price_of_a_product_that_is_not_a_paid_tier_cannot_be_bought_even_by_h
         .await,
     );
     let back = billing::checkout::ReturnTo { base_url: "http://127.0.0.1:1" };
-    let e = billing::start_checkout(&t.db, &s.stripe, member, acme, free, back).await.unwrap_err();
+    let e = billing::start_checkout(&t.db, &s.stripe, member, acme, free, 1, back).await.unwrap_err();
     assert!(matches!(&e, ServiceError::Refused(m) if m.contains("not a plan")), "{e:?}");
     assert_eq!(count(&t, "SELECT count(*) FROM billing.customers").await, 0, "refused before Stripe was asked");
 }

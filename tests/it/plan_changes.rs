@@ -96,7 +96,8 @@ impl Paying {
     }
 
     async fn quote(&self, price: PriceId) -> Result<plan_changes::SwitchQuote, ServiceError> {
-        plan_changes::quote_switch(&self.t.db, &self.s.stripe, self.who, self.org, self.subscription_id, price).await
+        plan_changes::quote_switch(&self.t.db, &self.s.stripe, self.who, self.org, self.subscription_id, price, None)
+            .await
     }
 
     /// Quote a switch and confirm it, as a member does.
@@ -280,7 +281,7 @@ async fn a_switch_a_member_must_not_make_is_refused_before_stripe_is_asked() {
     // Another organization's subscription, and a price that does not exist: nothing to see.
     let (db, stripe) = (&p.t.db, &p.s.stripe);
     let other = common::acts::org_of_type(&p.t, "Others", common::acts::type_id(&p.t, "Community").await).await;
-    let e = plan_changes::quote_switch(db, stripe, p.who, other.organization_id, p.subscription_id, p.pro).await;
+    let e = plan_changes::quote_switch(db, stripe, p.who, other.organization_id, p.subscription_id, p.pro, None).await;
     assert!(matches!(e, Err(ServiceError::NotFound(_))), "{e:?}");
     assert!(matches!(p.quote(PriceId(999_999)).await, Err(ServiceError::NotFound(_))));
     // Stripe failing: the member is told, nothing changes.
@@ -611,4 +612,82 @@ async fn a_failed_renewal_suspends_the_plan_with_a_banner_and_a_paid_retry_reins
     assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(10), "reinstated");
     let page = get(&app, &c, "/billing").await;
     assert!(!page.body.contains("A payment failed"), "{}", page.body);
+}
+
+// Seats ----------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn seats_change_within_the_tiers_limit_more_charged_now_and_fewer_credited_later() {
+    let p = paying("Pro").await;
+    let pro = common::acts::product_id(&p.t, "Pro").await;
+    let quote = |price: PriceId, seats: Option<u64>| {
+        let (db, stripe, who, org, id) = (p.t.db.clone(), p.s.stripe.clone(), p.who, p.org, p.subscription_id);
+        async move { plan_changes::quote_switch(&db, &stripe, who, org, id, price, seats).await }
+    };
+    // Pro is sold one at a time until an operator says otherwise.
+    let e = quote(p.pro, Some(3)).await.unwrap_err();
+    assert!(e.to_string().contains("sold one at a time"), "{e}");
+    assert!(member_console::services::catalog::set_product_seats(&p.t.db, pro, "0").await.is_err());
+    assert_eq!(member_console::services::catalog::set_product_seats(&p.t.db, pro, "10").await.unwrap(), 10);
+
+    // More seats: now, charged, and the entitlements follow (10 sites a seat).
+    let q = quote(p.pro, Some(3)).await.unwrap();
+    assert_eq!((q.kind, q.from_quantity, q.to_quantity), (SwitchKind::MoreSeats, 1, 3));
+    assert!(q.charge.as_ref().is_some_and(|c| c.amount_due > 0), "{q:?}");
+    p.confirm(p.pro, &q.operation).await.unwrap();
+    assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(30));
+    assert_eq!(p.update_invoices().await.len(), 1, "charged at once");
+    let item = &p.s.get(&format!("/subscriptions/{}", p.sub)).await["items"]["data"][0];
+    assert_eq!(item["quantity"], 3);
+
+    // Fewer seats: now, credited on the next invoice (nothing charged now).
+    let q = quote(p.pro, Some(2)).await.unwrap();
+    assert_eq!(q.kind, SwitchKind::FewerSeats);
+    assert!(q.charge.is_none());
+    p.confirm(p.pro, &q.operation).await.unwrap();
+    assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(20));
+    assert_eq!(p.update_invoices().await.len(), 1, "nothing charged for fewer seats");
+
+    // Out of range, the same number, and a tier sold one at a time.
+    for (seats, words) in [(Some(11), "from 1 to 10 seats"), (Some(0), "from 1 to 10 seats")] {
+        let e = quote(p.pro, seats).await.unwrap_err();
+        assert!(matches!(&e, ServiceError::Invalid(_)) && e.to_string().contains(words), "{seats:?}: {e}");
+    }
+    refused(quote(p.pro, Some(2)).await, "already the plan");
+    let e = quote(p.basic, None).await.unwrap_err();
+    assert!(e.to_string().contains("Basic is sold one at a time"), "keeping 2 seats on Basic: {e}");
+    let q = quote(p.basic, Some(1)).await.unwrap();
+    assert_eq!((q.kind, q.to_quantity), (SwitchKind::Downgrade, 1));
+}
+
+#[tokio::test]
+async fn a_member_changes_the_seats_from_the_billing_page() {
+    let p = paying("Pro").await;
+    let pro = common::acts::product_id(&p.t, "Pro").await;
+    member_console::services::catalog::set_product_seats(&p.t.db, pro, "10").await.unwrap();
+    let app = TestApp::spawn_with_stripe(&p.t, p.s.stripe.clone()).await;
+    let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let page = get(&app, &c, "/billing").await;
+    assert!(page.body.contains("Change the seats of Pro") && page.body.contains(r#"max="10""#), "{}", page.body);
+    let (org, sub, pro_price) = (p.org.to_string(), p.subscription_id.to_string(), p.pro.to_string());
+    let fields = [
+        ("organization_id", org.as_str()),
+        ("subscription_id", sub.as_str()),
+        ("price_id", pro_price.as_str()),
+        ("quantity", "2"),
+    ];
+    let quote = post(&app, &c, "/billing/switch", &token, &fields, false).await;
+    assert_eq!(quote.status, 200, "{}", quote.body);
+    assert!(quote.body.contains("from 1 to 2 seats?") && quote.body.contains("You will be charged"), "{}", quote.body);
+    let operation = quote.body.split("name=\"operation\" value=\"").nth(1).unwrap().split('"').next().unwrap();
+    let mut confirm = fields.to_vec();
+    confirm.push(("confirm", "1"));
+    confirm.push(("operation", operation));
+    let done = post(&app, &c, "/billing/switch", &token, &confirm, false).await;
+    assert_eq!(done.header("location"), Some("/billing?changed=seats"), "{}", done.body);
+    assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(20));
+    let bad = [fields[0], fields[1], fields[2], ("quantity", "11")];
+    let refused = post(&app, &c, "/billing/switch", &token, &bad, false).await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.body.contains("from 1 to 10 seats"), "{}", refused.body);
 }

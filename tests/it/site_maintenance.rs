@@ -383,3 +383,17 @@ async fn the_domains_reconciliation_removes_placements_of_missing_sites_and_plac
     assert_eq!(servable(&s, "docs.wiki.localhost").await, Some(true));
     assert_eq!(fedwiki::repair::reconcile_domains(&s.t.db).await.unwrap(), (0, 0), "nothing more");
 }
+
+#[tokio::test]
+async fn the_sync_leaves_a_site_a_create_in_flight_made_on_the_farm_to_that_creates_record_step() {
+    let s = setup("Basic").await;
+    let id = s.create("fresh").await.unwrap();
+    // The create reached the farm; its record step has not run (a worker died in between).
+    s.f.farm.create_site("fresh.wiki.localhost", &format!("org-{}", s.org), "active").await.unwrap();
+    let c = s.maintain().await;
+    assert_eq!((c.adopted, c.statuses_left), (0, 1), "{c:?}");
+    assert_eq!(s.rows("fresh.wiki.localhost").await, 0, "not adopted");
+    s.run(id).await.unwrap();
+    assert_eq!(s.status("fresh").await, "active", "the create records it");
+    assert_usage_agrees(&s).await;
+}

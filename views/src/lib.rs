@@ -25,9 +25,9 @@ pub use pages::{
     auth::{LoginView, login},
     billing::{
         BillingView, ChangeNote, CheckoutNote, InvoiceLine, LadderOffers, Offer, OpEventRow, OpOutboxRow,
-        OpSubscriptionRow, OperatorBillingView, OrgBilling, PriceRow, ProductPricesView, ScheduledLine, StripeState,
-        SubscriptionLine, SwitchConfirmView, member_billing, money, operator_billing, price_words, product_prices,
-        product_with_prices, subscription_status_words, switch_confirm,
+        OpSubscriptionRow, OperatorBillingView, OrgBilling, PriceRow, ProductPricesView, ScheduledLine, SeatsLine,
+        StripeState, SubscriptionLine, SwitchConfirmView, member_billing, money, operator_billing, price_words,
+        product_prices, product_with_prices, subscription_status_words, switch_confirm,
     },
     catalog::{
         CatalogView, FormState, ProductEditView, ProductRow, ResourceKeyRow, RuleEditRow, RuleRow, SetEditView, SetRow,

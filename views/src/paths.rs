@@ -24,6 +24,7 @@ pub const CATALOG_SET: &str = "/operator/catalog/sets/{id}";
 pub const CATALOG_SET_RULES: &str = "/operator/catalog/sets/{id}/rules";
 pub const CATALOG_PRODUCTS: &str = "/operator/catalog/products";
 pub const CATALOG_PRODUCT: &str = "/operator/catalog/products/{id}";
+pub const CATALOG_PRODUCT_SEATS: &str = "/operator/catalog/products/{id}/seats";
 
 pub const TOPOLOGY: &str = "/operator/topology";
 pub const LADDER_ORDER: &str = "/operator/topology/ladder-order";
@@ -97,6 +98,7 @@ pub const ALL: &[&str] = &[
     CATALOG_SET_RULES,
     CATALOG_PRODUCTS,
     CATALOG_PRODUCT,
+    CATALOG_PRODUCT_SEATS,
     TOPOLOGY,
     LADDER_ORDER,
     TIERS,

@@ -62,8 +62,9 @@ impl Stripe {
         Ok(Preview { amount_due: invoice.amount_due, currency: invoice.currency.to_string(), proration_date })
     }
 
-    /// Move `item` to `price` now, the proration invoiced and charged at once; when the charge
-    /// fails, Stripe changes nothing (`error_if_incomplete`) and says why.
+    /// Move `item` to `price` and `quantity` now. `charge_now`: the proration invoiced and charged at
+    /// once, and when the charge fails Stripe changes nothing (`error_if_incomplete`) and says why;
+    /// otherwise the proration (a credit, for fewer seats) waits for the next invoice.
     pub async fn switch_now(
         &self,
         operation: &str,
@@ -72,6 +73,7 @@ impl Stripe {
         price: &str,
         quantity: u64,
         proration_date: Option<i64>,
+        charge_now: bool,
     ) -> Result<(), StripeFailure> {
         use stripe_billing::subscription::{
             UpdateSubscription, UpdateSubscriptionItems, UpdateSubscriptionPaymentBehavior,
@@ -84,8 +86,14 @@ impl Stripe {
                 quantity: Some(quantity),
                 ..Default::default()
             }])
-            .proration_behavior(UpdateSubscriptionProrationBehavior::AlwaysInvoice)
-            .payment_behavior(UpdateSubscriptionPaymentBehavior::ErrorIfIncomplete);
+            .proration_behavior(if charge_now {
+                UpdateSubscriptionProrationBehavior::AlwaysInvoice
+            } else {
+                UpdateSubscriptionProrationBehavior::CreateProrations
+            });
+        if charge_now {
+            req = req.payment_behavior(UpdateSubscriptionPaymentBehavior::ErrorIfIncomplete);
+        }
         if let Some(d) = proration_date {
             req = req.proration_date(d);
         }

@@ -29,6 +29,7 @@ pub async fn start_checkout(
     who: AccountId,
     organization_id: OrganizationId,
     price_id: PriceId,
+    quantity: u64,
     back: ReturnTo<'_>,
 ) -> Result<String, ServiceError> {
     let (org_name, price, customer, live) = {
@@ -37,6 +38,17 @@ pub async fn start_checkout(
         let price = store::price(read.conn(), price_id).await?.ok_or(ServiceError::NotFound("price"))?;
         if !store::is_paid_tier(read.conn(), price.product_id).await? {
             return Err(ServiceError::Refused("This product is not a plan that can be bought.".into()));
+        }
+        let max = crate::store::catalog::max_quantity(read.conn(), price.product_id).await?.unwrap_or(1).max(1) as u64;
+        if !(1..=max).contains(&quantity) {
+            return Err(ServiceError::invalid(
+                "quantity",
+                if max == 1 {
+                    "This plan is sold one at a time: choose 1 seat.".to_string()
+                } else {
+                    format!("Choose from 1 to {max} seats.")
+                },
+            ));
         }
         let customer = store::customer_of(read.conn(), organization_id).await?;
         let live = store::live_subscription_on_ladders_of(read.conn(), organization_id, price.product_id).await?;
@@ -72,7 +84,7 @@ pub async fn start_checkout(
             operation: &operation,
             customer: &customer,
             price: stripe_price,
-            quantity: 1,
+            quantity,
             organization_id: organization_id.0,
             success_url: &success,
             cancel_url: &cancel,

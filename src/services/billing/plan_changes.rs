@@ -29,6 +29,18 @@ pub enum SwitchKind {
     Upgrade,
     /// A lower tier: at the end of the period already paid for.
     Downgrade,
+    /// More seats of the same tier: now, charged at once like an upgrade.
+    MoreSeats,
+    /// Fewer seats of the same tier: now, the unused time of the seats removed credited on the
+    /// next invoice.
+    FewerSeats,
+}
+
+impl SwitchKind {
+    /// Applies now with the difference charged at once (a preview shows it first).
+    pub fn charged_now(self) -> bool {
+        matches!(self, SwitchKind::Upgrade | SwitchKind::MoreSeats)
+    }
 }
 
 /// What a switch will do, shown before the member confirms it.
@@ -41,6 +53,9 @@ pub struct SwitchQuote {
     pub ladder: String,
     pub from: String,
     pub to: String,
+    /// Seats now, and after the switch.
+    pub from_quantity: u64,
+    pub to_quantity: u64,
     /// An upgrade's charge today, as Stripe previews it.
     pub charge: Option<Preview>,
     /// The moment the upgrade prorates for (the confirmation carries it back).
@@ -59,6 +74,7 @@ struct Checked {
     item: String,
     from_price: String,
     to_price: String,
+    /// The seats after the switch.
     quantity: u64,
     period_start: DateTime<Utc>,
 }
@@ -98,6 +114,7 @@ async fn check_switch(
     organization_id: OrganizationId,
     subscription_id: SubscriptionId,
     price_id: PriceId,
+    quantity: Option<u64>,
 ) -> Result<Checked, ServiceError> {
     let (org, held, ahead) = owned_subscription(db, who, organization_id, subscription_id).await?;
     if held.status.branch() != SubscriptionBranch::Active {
@@ -127,7 +144,8 @@ async fn check_switch(
             target.to_product
         )));
     };
-    if item.from_product_id == target.to_product_id {
+    let same_tier = item.from_product_id == target.to_product_id;
+    if same_tier && quantity.is_none() {
         return Err(ServiceError::Refused(format!("{} is already the plan on {}.", target.to_product, item.ladder)));
     }
     if item.from_interval != Some(target.to_interval) || item.from_currency.as_deref() != Some(&target.to_currency) {
@@ -145,7 +163,7 @@ async fn check_switch(
             day(c.effective_at)
         )));
     }
-    let kind = if item.to_rank > item.from_rank { SwitchKind::Upgrade } else { SwitchKind::Downgrade };
+    let mut kind = if item.to_rank > item.from_rank { SwitchKind::Upgrade } else { SwitchKind::Downgrade };
     if kind == SwitchKind::Upgrade
         && let Some(c) = ahead.first()
     {
@@ -171,8 +189,29 @@ async fn check_switch(
             "Stripe's subscription changed since this page was drawn. Reload the page and try again.".into(),
         ));
     };
-    if now_item.price == to_price {
-        return Err(ServiceError::Refused(format!("{} is already the plan on {}.", target.to_product, item.ladder)));
+    let from_quantity = now_item.quantity.max(1) as u64;
+    let to_quantity = quantity.unwrap_or(from_quantity);
+    let max = target.to_max_quantity.max(1) as u64;
+    if !(1..=max).contains(&to_quantity) {
+        return Err(ServiceError::invalid(
+            "quantity",
+            if max == 1 {
+                format!("{} is sold one at a time: choose 1 seat.", target.to_product)
+            } else {
+                format!("Choose from 1 to {max} seats of {}.", target.to_product)
+            },
+        ));
+    }
+    if now_item.price == to_price || same_tier {
+        if to_quantity == from_quantity {
+            return Err(ServiceError::Refused(format!(
+                "{} with {to_quantity} seat{} is already the plan on {}.",
+                target.to_product,
+                if to_quantity == 1 { "" } else { "s" },
+                item.ladder
+            )));
+        }
+        kind = if to_quantity > from_quantity { SwitchKind::MoreSeats } else { SwitchKind::FewerSeats };
     }
     let quote = SwitchQuote {
         kind,
@@ -182,6 +221,8 @@ async fn check_switch(
         ladder: item.ladder,
         from: item.from_product,
         to: target.to_product,
+        from_quantity,
+        to_quantity,
         charge: None,
         proration_date: None,
         operation: crate::config::random_hex(16),
@@ -193,7 +234,7 @@ async fn check_switch(
         item: now_item.id,
         from_price: now_item.price,
         to_price,
-        quantity: now_item.quantity.max(1) as u64,
+        quantity: to_quantity,
         period_start: now_item.period_start,
     })
 }
@@ -209,9 +250,13 @@ pub async fn quote_switch(
     organization_id: OrganizationId,
     subscription_id: SubscriptionId,
     price_id: PriceId,
+    quantity: Option<u64>,
 ) -> Result<SwitchQuote, ServiceError> {
-    let mut c = check_switch(db, stripe, who, organization_id, subscription_id, price_id).await?;
-    if c.quote.kind == SwitchKind::Upgrade {
+    let mut c = check_switch(db, stripe, who, organization_id, subscription_id, price_id, quantity).await?;
+    if c.quote.kind == SwitchKind::FewerSeats {
+        c.quote.effective_at = super::reconcile::now(db).await?;
+    }
+    if c.quote.kind.charged_now() {
         let preview = stripe
             .preview_switch(&c.snapshot.customer, &c.snapshot.id, &c.item, &c.to_price, c.quantity)
             .await
@@ -232,6 +277,7 @@ pub async fn quote_switch(
         who,
         c.quote.proration_date.and_then(|d| DateTime::from_timestamp(d, 0)),
         c.quote.charge.as_ref().map(|p| (p.amount_due, p.currency.as_str())),
+        c.quantity as i32,
     )
     .await?;
     tx.commit().await?;
@@ -274,11 +320,15 @@ pub async fn switch_plan(
             "The amount shown is more than 15 minutes old: switch again to see today's amount.".into(),
         ));
     }
-    let mut c = check_switch(db, stripe, who, organization_id, subscription_id, price_id).await?;
+    let quantity = Some(quoted.quantity.max(1) as u64);
+    let mut c = check_switch(db, stripe, who, organization_id, subscription_id, price_id, quantity).await?;
     c.quote.operation = operation.to_string();
     let sub = c.snapshot.id.clone();
     match c.quote.kind {
-        SwitchKind::Upgrade => {
+        SwitchKind::FewerSeats => {
+            stripe.switch_now(operation, &sub, &c.item, &c.to_price, c.quantity, None, false).await.map_err(remote)?;
+        }
+        SwitchKind::Upgrade | SwitchKind::MoreSeats => {
             let moment = quoted.proration_date.map(|d| d.timestamp());
             c.quote.proration_date = moment;
             if c.snapshot.console_paused {
@@ -289,7 +339,7 @@ pub async fn switch_plan(
                 write_backstop(db, subscription_id, &sub).await?;
                 stripe.set_console_pause(&sub, false).await.map_err(remote)?;
             }
-            stripe.switch_now(operation, &sub, &c.item, &c.to_price, c.quantity, moment).await.map_err(remote)?;
+            stripe.switch_now(operation, &sub, &c.item, &c.to_price, c.quantity, moment, true).await.map_err(remote)?;
         }
         SwitchKind::Downgrade => {
             let existing = match c.snapshot.schedule.as_deref() {
@@ -305,7 +355,7 @@ pub async fn switch_plan(
             };
             let next: PhaseItems = base
                 .into_iter()
-                .map(|(price, q)| if price == c.from_price { (c.to_price.clone(), q) } else { (price, q) })
+                .map(|(price, q)| if price == c.from_price { (c.to_price.clone(), c.quantity) } else { (price, q) })
                 .collect();
             let start = existing.as_ref().and_then(|s| s.current_phase_start).unwrap_or(c.period_start);
             let schedule =

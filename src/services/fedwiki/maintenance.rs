@@ -272,6 +272,10 @@ pub async fn sync_sites(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> 
             // An organization's site the farm lost: the operators see it as drift; the member's
             // row stays (the farm may list it again, or a member deletes it).
             Pair::ConsoleOnly(_) => counts.missing_on_farm += 1,
+            // A create in flight records this site itself (its record step inserts the row).
+            Pair::FarmOnly(site) if open.contains(&site.domain) || recent.contains(&site.domain) => {
+                counts.statuses_left += 1;
+            }
             Pair::FarmOnly(site) => {
                 // Adopted into its owner's workspace when the console knows it, else System's.
                 let known = {

@@ -332,7 +332,7 @@ pub(in crate::stress) async fn change_plan(ctx: &Ctx, rng: &mut Rng, note: &mut 
             note.detail = format!("organization {org}: switch {current} to {}", product_name(ctx, to));
             let price = crate::ids::PriceId(price);
             // As a member does it: the quote (an upgrade's preview), then its confirmation.
-            match plan_changes::quote_switch(db, stripe, who, org, id, price).await {
+            match plan_changes::quote_switch(db, stripe, who, org, id, price, None).await {
                 Ok(q) => plan_changes::switch_plan(db, stripe, who, org, id, price, &q.operation)
                     .with_subscriber(ctx.quiet.clone())
                     .await

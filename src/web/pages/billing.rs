@@ -297,6 +297,7 @@ pub async fn billing_page(
         "canceling" => Some(views::ChangeNote::Canceling),
         "kept" => Some(views::ChangeNote::Kept),
         "resumed" => Some(views::ChangeNote::Resumed),
+        "seats" => Some(views::ChangeNote::Seats),
         _ => None,
     });
     let read = actix_web::HttpMessage::extensions_mut(&req).remove::<BillingRead>();
@@ -347,6 +348,7 @@ pub async fn billing_page(
                                 && i.interval == Some(t.billing_interval)
                                 && i.currency.as_deref() == Some(t.currency.as_str())
                         }),
+                    max_quantity: t.max_quantity,
                 };
                 match ladders.last_mut() {
                     Some(l) if l.ladder == t.ladder => l.offers.push(offer),
@@ -381,6 +383,19 @@ pub async fn billing_page(
                     .iter()
                     .map(|s| views::SubscriptionLine {
                         subscription_id: s.subscription_id.0,
+                        seats: s
+                            .items
+                            .iter()
+                            .filter(|i| i.max_quantity > 1 || i.quantity > 1)
+                            .filter_map(|i| {
+                                Some(views::SeatsLine {
+                                    tier: i.product.clone(),
+                                    price_id: i.price_id?.0,
+                                    quantity: i.quantity,
+                                    max_quantity: i.max_quantity.max(i.quantity as i32),
+                                })
+                            })
+                            .collect(),
                         scheduled: s
                             .scheduled
                             .iter()
@@ -440,16 +455,25 @@ pub async fn billing_page(
 pub struct CheckoutForm {
     organization_id: String,
     price_id: String,
+    /// Seats, for a plan sold in seats (empty: one).
+    quantity: String,
 }
 
 impl CheckoutForm {
-    fn parse(&self) -> Result<(OrganizationId, PriceId), ServiceError> {
+    fn parse(&self) -> Result<(OrganizationId, PriceId, u64), ServiceError> {
         let id = |field: &str, v: &str, what: &str| {
             v.trim().parse::<i64>().map_err(|_| ServiceError::invalid(field, format!("Choose {what} from the page.")))
+        };
+        let quantity = match self.quantity.trim() {
+            "" => 1,
+            q => {
+                q.parse::<u64>().map_err(|_| ServiceError::invalid("quantity", "Give the seats as a whole number."))?
+            }
         };
         Ok((
             OrganizationId(id("organization_id", &self.organization_id, "an organization")?),
             PriceId(id("price_id", &self.price_id, "a plan")?),
+            quantity,
         ))
     }
 }
@@ -479,7 +503,7 @@ pub async fn checkout(
     Member(who): Member,
     form: Form<CheckoutForm>,
 ) -> Result<HttpResponse, AppError> {
-    let (organization_id, price_id) = form.parse()?;
+    let (organization_id, price_id, quantity) = form.parse()?;
     let span = tracing::Span::current();
     span.record("organization_id", organization_id.0);
     span.record("price_id", price_id.0);
@@ -496,6 +520,7 @@ pub async fn checkout(
         who.account_id,
         organization_id,
         price_id,
+        quantity,
         ReturnTo { base_url: &base },
     )
     .await?;
@@ -549,6 +574,8 @@ pub struct SwitchForm {
     ladder_id: String,
     /// Cancel: "1" to keep the subscription going instead.
     keep: String,
+    /// The seats (a switch keeps the current number when empty).
+    quantity: String,
 }
 
 fn form_id(field: &str, v: &str, what: &str) -> Result<i64, AppError> {
@@ -584,9 +611,18 @@ pub async fn switch(
     if form.confirm == "1" {
         let done = plan_changes::switch_plan(&state.db, stripe, who.account_id, org, sub, price, form.operation.trim())
             .await?;
-        return Ok(changed(&req, if done.kind == SwitchKind::Upgrade { "upgraded" } else { "scheduled" }));
+        let what = match done.kind {
+            SwitchKind::Upgrade => "upgraded",
+            SwitchKind::Downgrade => "scheduled",
+            SwitchKind::MoreSeats | SwitchKind::FewerSeats => "seats",
+        };
+        return Ok(changed(&req, what));
     }
-    let q = plan_changes::quote_switch(&state.db, stripe, who.account_id, org, sub, price).await?;
+    let quantity = match form.quantity.trim() {
+        "" => None,
+        q => Some(q.parse::<u64>().map_err(|_| AppError::BadRequest("Give the seats as a whole number.".into()))?),
+    };
+    let q = plan_changes::quote_switch(&state.db, stripe, who.account_id, org, sub, price, quantity).await?;
     let organization = reads::buyer_standing(&state.db, who.account_id, org).await?.name;
     let v = views::SwitchConfirmView {
         csrf: csrf_token(&req),
@@ -598,6 +634,10 @@ pub async fn switch(
         from: q.from,
         to: q.to,
         upgrade: q.kind == SwitchKind::Upgrade,
+        seats: match q.kind {
+            SwitchKind::MoreSeats | SwitchKind::FewerSeats => Some((q.from_quantity, q.to_quantity)),
+            _ => None,
+        },
         charge: q.charge.map(|c| views::money(c.amount_due, &c.currency)),
         effective: long_day(q.effective_at),
         operation: q.operation,

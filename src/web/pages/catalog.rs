@@ -345,6 +345,7 @@ pub(crate) async fn product_edit_view(
             shape: d.tiers.iter().map(|t| format!("{} · rank {}", t.ladder_name, t.rank)).collect(),
             carried_by_pools: Total::capped(d.product.carried_by_pools, CARRIED_COUNT_CAP),
             form,
+            max_quantity: d.product.max_quantity,
         },
     )))
 }
@@ -362,6 +363,44 @@ pub async fn product_page(
     Ok(render::ok(&req, &format!("Product: {name}"), body))
 }
 
+/// The seats form.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct SeatsForm {
+    max_quantity: String,
+}
+
+#[tracing::instrument(name = "Page: save a product's seats", skip_all, fields(product_id = *id))]
+pub async fn save_seats(
+    _op: Operator,
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: web::Path<i64>,
+    form: Form<SeatsForm>,
+) -> Result<HttpResponse, AppError> {
+    let saved = services::catalog::set_product_seats(&state.db, ProductId(*id), &form.max_quantity).await;
+    product_saved(&req, &state, *id, saved.map(|_| ()), form.values()).await
+}
+
+/// A product form's answer: back to its page, or the page again with the refusal in place.
+async fn product_saved(
+    req: &HttpRequest,
+    state: &AppState,
+    id: i64,
+    saved: Result<(), services::ServiceError>,
+    values: Vec<(String, String)>,
+) -> Result<HttpResponse, AppError> {
+    let e = match saved {
+        Ok(()) => return Ok(after_post(req, &format!("{}?saved=1", fill(paths::CATALOG_PRODUCT, &[&id])))),
+        Err(e) => e,
+    };
+    let r = refusals::form(e, values, WORDS)?;
+    let (name, v) = product_edit_view(req, state, id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
+    let prices = super::billing::prices_view(req, state, id, None, vec![]).await?;
+    let title = format!("Product: {name}");
+    Ok(refusals::answer(req, r.status, &title, || views::product_edit(&v), || views::product_with_prices(&v, &prices)))
+}
+
 #[tracing::instrument(name = "Page: save a product", skip_all, fields(product_id = *id))]
 pub async fn save_product(
     _op: Operator,
@@ -374,13 +413,5 @@ pub async fn save_product(
         Ok(p) => services::catalog::update_product(&state.db, ProductId(*id), p.name, p.set_id, p.published).await,
         Err(e) => Err(e),
     };
-    let e = match saved {
-        Ok(()) => return Ok(after_post(&req, &format!("{}?saved=1", fill(paths::CATALOG_PRODUCT, &[&id])))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    let (name, v) = product_edit_view(&req, &state, *id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
-    let prices = super::billing::prices_view(&req, &state, *id, None, vec![]).await?;
-    let title = format!("Product: {name}");
-    Ok(refusals::answer(&req, r.status, &title, || views::product_edit(&v), || views::product_with_prices(&v, &prices)))
+    product_saved(&req, &state, *id, saved, form.values()).await
 }

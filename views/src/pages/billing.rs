@@ -242,6 +242,7 @@ pub enum ChangeNote {
     Canceling,
     Kept,
     Resumed,
+    Seats,
 }
 
 /// A change a subscription will make at its period's end.
@@ -262,6 +263,16 @@ pub struct SubscriptionLine {
     pub cancel_at_period_end: bool,
     pub collection_paused: bool,
     pub scheduled: Vec<ScheduledLine>,
+    /// Items sold in seats: their seats now, and a form to change them.
+    pub seats: Vec<SeatsLine>,
+}
+
+/// An item whose tier is sold in seats.
+pub struct SeatsLine {
+    pub tier: String,
+    pub price_id: i64,
+    pub quantity: i64,
+    pub max_quantity: i32,
 }
 
 /// A tier on sale at one price.
@@ -276,6 +287,8 @@ pub struct Offer {
     pub current: bool,
     /// The subscription holding the ladder can switch to this price (same interval and currency).
     pub switchable: bool,
+    /// The most seats a member may buy (1: not sold in seats).
+    pub max_quantity: i32,
 }
 
 pub struct LadderOffers {
@@ -342,6 +355,7 @@ pub fn member_billing(v: &BillingView) -> Markup {
             Some(ChangeNote::Undone) => (notice("The scheduled change is undone: the plan stays as it is.")),
             Some(ChangeNote::Canceling) => (notice("The subscription will end at the period's end; until then nothing changes.")),
             Some(ChangeNote::Kept) => (notice("The subscription goes on: it renews as before.")),
+            Some(ChangeNote::Seats) => (notice("The seats are changed.")),
             Some(ChangeNote::Resumed) => (notice("Resumed: your subscription's plan is in force again, and its payments start again.")),
             None => {}
         }
@@ -425,6 +439,8 @@ pub struct SwitchConfirmView {
     pub from: String,
     pub to: String,
     pub upgrade: bool,
+    /// A change of seats on the same tier: (now, after).
+    pub seats: Option<(u64, u64)>,
     /// An upgrade's charge today, formatted.
     pub charge: Option<String>,
     /// The period's end (a downgrade's date), formatted.
@@ -437,16 +453,28 @@ pub struct SwitchConfirmView {
 pub fn switch_confirm(v: &SwitchConfirmView) -> Markup {
     html! {
         section.card aria-labelledby="switch-heading" {
-            h2 id="switch-heading" { "Switch " (v.organization) " from " (v.from) " to " (v.to) "?" }
-            @if v.upgrade {
-                p { (v.to) " applies now, on " (v.ladder) "." }
-                @if let Some(charge) = &v.charge {
-                    p.amount { "You will be charged " strong { (charge) } " today: the difference for the rest of the current period." }
+            @if let Some((from, to)) = v.seats {
+                h2 id="switch-heading" { "Change " (v.organization) "'s " (v.to) " from " (from) " to " (to) " seats?" }
+                @if to > from {
+                    p { "The seats apply now." }
+                    @if let Some(charge) = &v.charge {
+                        p.amount { "You will be charged " strong { (charge) } " today: the added seats for the rest of the current period." }
+                    }
+                } @else {
+                    p { "The seats apply now; the unused time of the seats removed is credited on your next invoice." }
                 }
-                p.muted { "From the next period on, " (v.to) "'s price is charged." }
             } @else {
-                p { "You keep " (v.from) " until " (v.effective) ", then " (v.to) " applies, at its price." }
-                p.muted { "Nothing is charged now. You can undo this until " (v.effective) "." }
+                h2 id="switch-heading" { "Switch " (v.organization) " from " (v.from) " to " (v.to) "?" }
+                @if v.upgrade {
+                    p { (v.to) " applies now, on " (v.ladder) "." }
+                    @if let Some(charge) = &v.charge {
+                        p.amount { "You will be charged " strong { (charge) } " today: the difference for the rest of the current period." }
+                    }
+                    p.muted { "From the next period on, " (v.to) "'s price is charged." }
+                } @else {
+                    p { "You keep " (v.from) " until " (v.effective) ", then " (v.to) " applies, at its price." }
+                    p.muted { "Nothing is charged now. You can undo this until " (v.effective) "." }
+                }
             }
             form method="post" action=(paths::BILLING_SWITCH) {
                 (csrf_field(&v.csrf))
@@ -457,7 +485,8 @@ pub fn switch_confirm(v: &SwitchConfirmView) -> Markup {
                 input type="hidden" name="operation" value=(v.operation);
                 div.form-actions {
                     button.btn.btn-primary type="submit" {
-                        @if v.upgrade { "Switch now and pay" } @else { "Schedule the switch" }
+                        @if v.seats.is_some() { "Change the seats" }
+                        @else if v.upgrade { "Switch now and pay" } @else { "Schedule the switch" }
                     }
                     " " a.btn.btn-secondary href=(paths::BILLING) { "Back" }
                 }
@@ -500,6 +529,22 @@ fn subscriptions_table(v: &BillingView, o: &OrgBilling) -> Markup {
             vec![
                 html! {
                     @if s.products.is_empty() { span.muted { "no items" } } @else { (s.products.join(", ")) }
+                    @for seat in &s.seats {
+                        br;
+                        @if acts && live {
+                            form.inline.seats method="post" action=(paths::BILLING_SWITCH) {
+                                (csrf_field(&v.csrf))
+                                input type="hidden" name="organization_id" value=(o.organization_id);
+                                input type="hidden" name="subscription_id" value=(s.subscription_id);
+                                input type="hidden" name="price_id" value=(seat.price_id);
+                                label { (seat.tier) " seats "
+                                    input type="number" name="quantity" min="1" max=(seat.max_quantity) value=(seat.quantity) required; }
+                                " " button.btn.btn-secondary.btn-small type="submit" aria-label=(format!("Change the seats of {}", seat.tier)) { "Change…" }
+                            }
+                        } @else {
+                            span.muted { (seat.quantity) " seats of " (seat.tier) }
+                        }
+                    }
                     @for c in &s.scheduled {
                         br; span.scheduled { (c.words) }
                         @if acts {
@@ -616,6 +661,10 @@ fn offer_row(v: &BillingView, o: &OrgBilling, l: &LadderOffers, offer: &Offer) -
                     (csrf_field(&v.csrf))
                     input type="hidden" name="organization_id" value=(o.organization_id);
                     input type="hidden" name="price_id" value=(offer.price_id);
+                    @if offer.max_quantity > 1 {
+                        label { "Seats " input.seats type="number" name="quantity" min="1" max=(offer.max_quantity) value="1" required; }
+                        " "
+                    }
                     button.btn.btn-primary.btn-small type="submit"
                         aria-label=(format!("Buy {} at {words} for {}", offer.tier, o.name)) { "Buy" }
                 }
@@ -917,6 +966,7 @@ mod tests {
                 cancel_at_period_end: true,
                 collection_paused: false,
                 scheduled: vec![],
+                seats: vec![],
             }],
             ladders: vec![LadderOffers {
                 ladder: "Wiki hosting".into(),
@@ -930,6 +980,7 @@ mod tests {
                         currency: "eur".into(),
                         current: true,
                         switchable: false,
+                        max_quantity: 1,
                     },
                     Offer {
                         price_id: 8,
@@ -940,6 +991,7 @@ mod tests {
                         currency: "eur".into(),
                         current: false,
                         switchable: true,
+                        max_quantity: 5,
                     },
                 ],
                 subscribed: false,

@@ -464,11 +464,17 @@ pub struct ProductEditView {
     pub carried_by_pools: Total,
     /// Values: name, entitlement_set_id, published.
     pub form: FormState,
+    /// The most seats a member may buy (1: not sold in seats).
+    pub max_quantity: i32,
 }
 
 /// One product's edit form, in its container `#product-edit`.
 pub fn product_edit(v: &ProductEditView) -> Markup {
     let action = fill(paths::CATALOG_PRODUCT, &[&v.product_id]);
+    let seats = match v.form.value("max_quantity") {
+        "" => v.max_quantity.to_string(),
+        given => given.to_string(),
+    };
     html! {
         div #product-edit {
             p { a href=(paths::CATALOG) { "← Back to the catalog" } }
@@ -478,6 +484,15 @@ pub fn product_edit(v: &ProductEditView) -> Markup {
             ]))
             (form_banners(&v.form))
             (hx_form(&action, "product-edit", &v.csrf, product_fields(&v.set_options, &v.form, "Save product")))
+            form.seats method="post" action=(fill(paths::CATALOG_PRODUCT_SEATS, &[&v.product_id])) {
+                (crate::forms::csrf_field(&v.csrf))
+                (crate::forms::input_field(&crate::forms::Input { id: "max_quantity", name: "max_quantity",
+                    label: "Seats a member may buy", kind: "number",
+                    value: &seats,
+                    error: v.form.field_error("max_quantity"), required: true, placeholder: None,
+                    hint: Some("1: sold one at a time. More: members choose how many seats when they buy, and change them later.") }))
+                div.form-actions { button.btn.btn-secondary type="submit" { "Save seats" } }
+            }
         }
     }
 }
@@ -767,6 +782,7 @@ mod tests {
                 &[("name", "<script>x</script>"), ("entitlement_set_id", "4"), ("published", "")],
                 &[],
             ),
+            max_quantity: 1,
         };
         let out = product_edit(&v).into_string();
         assert!(out.starts_with(r#"<div id="product-edit">"#));
