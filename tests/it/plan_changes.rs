@@ -691,3 +691,26 @@ async fn a_member_changes_the_seats_from_the_billing_page() {
     assert_eq!(refused.status, 422, "{}", refused.body);
     assert!(refused.body.contains("from 1 to 10 seats"), "{}", refused.body);
 }
+
+#[tokio::test]
+async fn a_change_to_a_subscription_stripe_ended_meanwhile_is_refused_and_the_console_catches_up() {
+    let p = paying("Basic").await;
+    // Cancelled in Stripe; the console has not heard yet.
+    p.s.delete(&format!("/subscriptions/{}", p.sub)).await;
+    refused(p.cancel(true).await, "already ended");
+    let status: String = sqlx::query_scalar("SELECT status FROM core.subscriptions WHERE subscription_id = $1")
+        .bind(p.subscription_id)
+        .fetch_one(&p.t.admin)
+        .await
+        .unwrap();
+    assert_eq!(status, "canceled", "the refusal reconciled it");
+    assert_eq!(p.hosting().await, "Free");
+}
+
+#[tokio::test]
+async fn a_switch_of_a_subscription_stripe_ended_meanwhile_is_refused() {
+    let p = paying("Basic").await;
+    p.s.delete(&format!("/subscriptions/{}", p.sub)).await;
+    refused(p.quote(p.pro).await, "has ended");
+    assert_eq!(p.hosting().await, "Free", "the console caught up");
+}

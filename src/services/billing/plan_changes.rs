@@ -179,6 +179,11 @@ async fn check_switch(
         .await
         .map_err(remote)?
         .ok_or(ServiceError::NotFound("subscription"))?;
+    if matches!(snapshot.status.as_str(), "canceled" | "incomplete_expired") {
+        // Ended in Stripe since the console last read it: the console catches up, the member is told.
+        converge(db, stripe, &snapshot.id).await;
+        return Err(ServiceError::Refused("The subscription has ended: there is no plan to change.".into()));
+    }
     if snapshot.collection_paused && !snapshot.console_paused {
         return Err(ServiceError::Refused(
             "The subscription's payments are paused in Stripe: resume them there before switching.".into(),
@@ -408,6 +413,10 @@ pub async fn undo_switch(
     };
     let sub = held.stripe_subscription_id;
     let snapshot = stripe.subscription(&sub).await.map_err(remote)?.ok_or(ServiceError::NotFound("subscription"))?;
+    if matches!(snapshot.status.as_str(), "canceled" | "incomplete_expired") {
+        converge(db, stripe, &sub).await;
+        return Err(ServiceError::Refused("The subscription has ended: there is nothing to undo.".into()));
+    }
     let schedule = match snapshot.schedule.as_deref() {
         Some(id) => stripe.subscription_schedule(id).await.map_err(remote)?,
         None => None,
@@ -493,7 +502,18 @@ pub async fn cancel_at_period_end(
         )));
     }
     let sub = held.stripe_subscription_id;
-    stripe.cancel_at_period_end(&sub, cancel).await.map_err(remote)?;
+    if let Err(e) = stripe.cancel_at_period_end(&sub, cancel).await {
+        // Ended in Stripe since the console last read it: the console catches up, the member is told.
+        let ended = matches!(
+            stripe.subscription(&sub).await,
+            Ok(Some(ref now)) if matches!(now.status.as_str(), "canceled" | "incomplete_expired")
+        );
+        if ended {
+            converge(db, stripe, &sub).await;
+            return Err(ServiceError::Refused("The subscription has already ended.".into()));
+        }
+        return Err(remote(e));
+    }
     converge(db, stripe, &sub).await;
     Ok(held.current_period_end)
 }

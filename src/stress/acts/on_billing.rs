@@ -359,6 +359,12 @@ pub(in crate::stress) async fn change_plan(ctx: &Ctx, rng: &mut Rng, note: &mut 
             note.detail.push_str(&format!("; refused: {sentence}"));
             Ok(Outcome::Refused)
         }
+        // The seats the subscription holds (an outside change set them) are more than the other
+        // tier sells: the member is asked to choose a number it allows.
+        Err(e @ ServiceError::Invalid(_)) => {
+            note.detail.push_str(&format!("; refused: {e}"));
+            Ok(Outcome::Refused)
+        }
         r => billing_outcome(r, note),
     }
 }
