@@ -133,6 +133,16 @@ impl SubscriptionSnapshot {
         let end = self.items.iter().map(|i| i.period_end).max()?;
         Some((start, end))
     }
+
+    /// Ended for good (canceled, or never started): nothing is collected or changed any more.
+    pub fn has_ended(&self) -> bool {
+        matches!(self.status.as_str(), "canceled" | "incomplete_expired")
+    }
+
+    /// Its items as a schedule phase holds them: (price, quantity).
+    pub fn phase_items(&self) -> PhaseItems {
+        self.items.iter().map(|i| (i.price.clone(), i.quantity.max(1) as u64)).collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -219,6 +229,13 @@ pub struct PhaseSnapshot {
     pub end: DateTime<Utc>,
     /// (price id, quantity)
     pub items: Vec<(String, i32)>,
+}
+
+impl PhaseSnapshot {
+    /// Its items as a phase is written back: (price, quantity).
+    pub fn phase_items(&self) -> PhaseItems {
+        self.items.iter().map(|(price, q)| (price.clone(), (*q).max(1) as u64)).collect()
+    }
 }
 
 impl ScheduleSnapshot {

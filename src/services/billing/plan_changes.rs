@@ -81,25 +81,34 @@ struct Checked {
 
 /// The organization's subscription, when the member may change it: not a member is "no such
 /// subscription", a member who is not an owner is refused.
-pub(super) async fn owned_subscription(
+async fn owned_subscription(
     db: &Db,
     who: AccountId,
     organization_id: OrganizationId,
     subscription_id: SubscriptionId,
 ) -> Result<(String, store::HeldSubscription, Vec<store::AheadChange>), ServiceError> {
     let mut read = db.read().await?;
-    let membership =
-        super::checkout::owner_membership(read.conn(), who, organization_id).await.map_err(|e| match e {
-            ServiceError::Refused(_) => ServiceError::Refused(
-                "Only an owner of the organization can change its plan. Ask an owner to do it.".into(),
-            ),
-            e => e,
-        })?;
+    let membership = plan_owner(read.conn(), who, organization_id).await?;
     let held = store::held_subscription(read.conn(), organization_id, subscription_id)
         .await?
         .ok_or(ServiceError::NotFound("subscription"))?;
     let ahead = store::changes_ahead(read.conn(), subscription_id).await?;
     Ok((membership.name, held, ahead))
+}
+
+/// The member's membership when they may change the organization's plan: not a member is "no
+/// such organization", a member who is not an owner is refused.
+pub(super) async fn plan_owner(
+    conn: &mut sqlx::PgConnection,
+    who: AccountId,
+    organization_id: OrganizationId,
+) -> Result<crate::store::accounts::Membership, ServiceError> {
+    super::checkout::owner_membership(conn, who, organization_id).await.map_err(|e| match e {
+        ServiceError::Refused(_) => ServiceError::Refused(
+            "Only an owner of the organization can change its plan. Ask an owner to do it.".into(),
+        ),
+        e => e,
+    })
 }
 
 fn day(t: DateTime<Utc>) -> String {
@@ -179,7 +188,7 @@ async fn check_switch(
         .await
         .map_err(remote)?
         .ok_or(ServiceError::NotFound("subscription"))?;
-    if matches!(snapshot.status.as_str(), "canceled" | "incomplete_expired") {
+    if snapshot.has_ended() {
         // Ended in Stripe since the console last read it: the console catches up, the member is told.
         converge(db, stripe, &snapshot.id).await;
         return Err(ServiceError::Refused("The subscription has ended: there is no plan to change.".into()));
@@ -351,11 +360,10 @@ pub async fn switch_plan(
                 Some(id) => stripe.subscription_schedule(id).await.map_err(remote)?,
                 None => None,
             };
-            let current: PhaseItems =
-                c.snapshot.items.iter().map(|i| (i.price.clone(), i.quantity.max(1) as u64)).collect();
+            let current = c.snapshot.phase_items();
             // The next phase keeps whatever else a schedule already changes there.
-            let base: PhaseItems = match existing.as_ref().and_then(|s| s.next_phase()) {
-                Some(p) => p.items.iter().map(|(price, q)| (price.clone(), (*q).max(1) as u64)).collect(),
+            let base = match existing.as_ref().and_then(|s| s.next_phase()) {
+                Some(p) => p.phase_items(),
                 None => current.clone(),
             };
             let next: PhaseItems = base
@@ -413,7 +421,7 @@ pub async fn undo_switch(
     };
     let sub = held.stripe_subscription_id;
     let snapshot = stripe.subscription(&sub).await.map_err(remote)?.ok_or(ServiceError::NotFound("subscription"))?;
-    if matches!(snapshot.status.as_str(), "canceled" | "incomplete_expired") {
+    if snapshot.has_ended() {
         converge(db, stripe, &sub).await;
         return Err(ServiceError::Refused("The subscription has ended: there is nothing to undo.".into()));
     }
@@ -424,34 +432,20 @@ pub async fn undo_switch(
     if let Some(s) = schedule.filter(|s| s.id == change.stripe_schedule_id)
         && let Some(next) = s.next_phase()
     {
-        let current: PhaseItems = snapshot.items.iter().map(|i| (i.price.clone(), i.quantity.max(1) as u64)).collect();
+        let current = snapshot.phase_items();
         // Put back, in the next phase, the current price of the ladder the change moves.
         let (from_prices, to_prices) = {
             let mut read = db.read().await?;
-            let mut from = vec![];
-            let mut to = vec![];
-            for (price, _) in &current {
-                if let Some((_, product)) = billing_store::price_by_stripe_id(read.conn(), price).await?
-                    && product == change.from_product_id
-                {
-                    from.push(price.clone());
-                }
-            }
-            for (price, _) in &next.items {
-                if let Some((_, product)) = billing_store::price_by_stripe_id(read.conn(), price).await?
-                    && product == change.to_product_id
-                {
-                    to.push(price.clone());
-                }
-            }
+            let from = prices_of(read.conn(), current.iter().map(|(p, _)| p), change.from_product_id).await?;
+            let to = prices_of(read.conn(), next.items.iter().map(|(p, _)| p), change.to_product_id).await?;
             (from, to)
         };
         let restored: PhaseItems = next
-            .items
-            .iter()
-            .map(|(price, q)| match (to_prices.contains(price), from_prices.first()) {
-                (true, Some(from)) => (from.clone(), (*q).max(1) as u64),
-                _ => (price.clone(), (*q).max(1) as u64),
+            .phase_items()
+            .into_iter()
+            .map(|(price, q)| match (to_prices.contains(&price), from_prices.first()) {
+                (true, Some(from)) => (from.clone(), q),
+                _ => (price, q),
             })
             .collect();
         let mut a = restored.clone();
@@ -468,6 +462,23 @@ pub async fn undo_switch(
     }
     converge(db, stripe, &sub).await;
     Ok(change.from_product)
+}
+
+/// Of `prices` (Stripe's ids), the ones of `product`.
+async fn prices_of<'p>(
+    conn: &mut sqlx::PgConnection,
+    prices: impl Iterator<Item = &'p String>,
+    product: crate::ids::ProductId,
+) -> Result<Vec<String>, ServiceError> {
+    let mut out = vec![];
+    for price in prices {
+        if let Some((_, p)) = billing_store::price_by_stripe_id(conn, price).await?
+            && p == product
+        {
+            out.push(price.clone());
+        }
+    }
+    Ok(out)
 }
 
 /// Cancel the subscription at the period's end (`cancel`), or keep it going.
@@ -504,10 +515,7 @@ pub async fn cancel_at_period_end(
     let sub = held.stripe_subscription_id;
     if let Err(e) = stripe.cancel_at_period_end(&sub, cancel).await {
         // Ended in Stripe since the console last read it: the console catches up, the member is told.
-        let ended = matches!(
-            stripe.subscription(&sub).await,
-            Ok(Some(ref now)) if matches!(now.status.as_str(), "canceled" | "incomplete_expired")
-        );
+        let ended = matches!(stripe.subscription(&sub).await, Ok(Some(ref now)) if now.has_ended());
         if ended {
             converge(db, stripe, &sub).await;
             return Err(ServiceError::Refused("The subscription has already ended.".into()));

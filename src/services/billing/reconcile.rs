@@ -206,7 +206,7 @@ async fn reconcile(
             // Ended since the read (cancelled meanwhile): nothing is collected any more, so there
             // is nothing to pause or resume. Anything else fails the outbox row, to try again.
             let ended = match stripe.subscription(stripe_id).await {
-                Ok(Some(now)) => matches!(now.status.as_str(), "canceled" | "incomplete_expired"),
+                Ok(Some(now)) => now.has_ended(),
                 Ok(None) => true,
                 Err(_) => false,
             };

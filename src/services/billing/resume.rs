@@ -36,8 +36,12 @@ pub async fn resume_subscription(
     organization_id: OrganizationId,
     subscription_id: SubscriptionId,
 ) -> Result<i32, ServiceError> {
-    // Who may: an owner of the organization (no state of the pool is read here).
-    super::plan_changes::owned_subscription(db, who, organization_id, subscription_id).await?;
+    // Who may: an owner of the organization (no state of the pool is read here; the
+    // subscription is read under the pool row).
+    {
+        let mut read = db.read().await?;
+        super::plan_changes::plan_owner(read.conn(), who, organization_id).await?;
+    }
     let mut tx = begin(db, TxKind::Materializing).await?;
     let pool = ent::default_pool_of(tx.conn(), organization_id).await?.ok_or(ServiceError::NotFound("organization"))?;
     ent::lock_pools(tx.conn(), &[pool]).await?;

@@ -119,7 +119,7 @@ async fn change_in_stripe(
         .with_subscriber(ctx.quiet.clone())
         .await
         .map_err(|e| Failure::Error(format!("reading {current} from the stand-in: {e}")))?;
-    let live = snapshot.as_ref().filter(|x| !matches!(x.status.as_str(), "canceled" | "incomplete_expired"));
+    let live = snapshot.as_ref().filter(|x| !x.has_ended());
     let Some(sub) = live else {
         let product = s.products[rng.below(2)];
         let price = price_for(ctx, product).await?;
