@@ -312,3 +312,29 @@ pub async fn load_sites(
     }
     Ok(())
 }
+
+/// The demo connection's name.
+pub const DEMO_CONNECTION: &str = "Demo receiver";
+
+/// The demo's one connection, to the receiver the project ships (started by `serve --demo` on a
+/// free port): created the first time, pointed at this start's receiver after. Returns the
+/// secrets the receiver must accept (the current one, and the previous one while it signs).
+pub async fn load_connection(db: &Db, push_url: &str) -> anyhow::Result<Vec<String>> {
+    use crate::services::desired_state::connections::{self, ConnectionForm};
+    let existing =
+        crate::store::desired_state::live_connections(&db.pool).await?.into_iter().find(|c| c.name == DEMO_CONNECTION);
+    let keys = ["fedwiki.active_sites", "fedwiki.custom_domain"].join(", ");
+    let form = ConnectionForm { name: DEMO_CONNECTION.into(), url: push_url.into(), keys, read_back: "on".into() };
+    let id = match existing {
+        Some(c) => {
+            connections::update_connection(db, c.connection_id, &form).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            c.connection_id
+        }
+        None => connections::create_connection(db, &form).await.map_err(|e| anyhow::anyhow!("{e}"))?,
+    };
+    let c = crate::store::desired_state::connection(&db.pool, id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the demo connection vanished"))?;
+    let secrets = crate::services::desired_state::dispatch::signing_secrets(&c);
+    Ok(secrets.into_iter().map(str::to_string).collect())
+}

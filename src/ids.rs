@@ -72,4 +72,10 @@ id! {
     OutboxId,
     /// `fedwiki.lifecycle_requests`
     RequestId,
+    /// `core.desired_state_connections`
+    ConnectionId,
+    /// `core.desired_state_records`
+    RecordId,
+    /// `core.desired_state_outbox`
+    NoticeId,
 }

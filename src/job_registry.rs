@@ -5,11 +5,15 @@ use std::{sync::Arc, time::Duration};
 
 use crate::{
     db::{Db, DbError},
+    integrations::desired_state::Relay,
     integrations::{farm::Farm, stripe::Stripe},
     jobs::{self, Handlers, JobError, PurgeExpired, ensure_schedule},
     services::{
         ServiceError,
         billing::{self, ConvergeInvoice, ProcessOutbox, ReconcileSubscription, SweepBilling},
+        desired_state::{
+            self as ds, DispatchDesiredState, ProcessDesiredStateOutbox, ReadBackDesiredState, ScheduleReadBacks,
+        },
         fedwiki::{self, RunSiteRequest},
         grants::{self, ExpireGrant, StartGrant, SweepGrants},
         organizations::{self, CompactCounts},
@@ -165,9 +169,55 @@ pub async fn register_billing_schedules(db: &Db) -> Result<(), DbError> {
     ensure_schedule(db, SweepBilling::KIND, SWEEP_BILLING_EVERY).await
 }
 
-/// The handlers of the console's own jobs.
+/// How often the relay looks for notices (a pass goes on while there are any).
+pub const RELAY_EVERY: Duration = Duration::from_secs(2);
+/// How often connections with read-back on are asked what they hold.
+pub const READ_BACK_EVERY: Duration = Duration::from_secs(600);
+/// The bound on one push, test or read-back.
+pub const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The relay's jobs: the pass, each connection's dispatch, read-back. Connections live in the
+/// database, so these need nothing configured beyond the client.
+pub fn desired_state_handlers(relay: Arc<Relay>) -> Handlers {
+    let mut h = Handlers::new();
+    h.job(|ctx, _: ProcessDesiredStateOutbox| async move {
+        ds::process_desired_state_outbox(&ctx.db, ds::relay::PASS_BUDGET).await.map_err(remote_failure)?;
+        Ok(())
+    });
+    let r = relay.clone();
+    h.job(move |ctx, j: DispatchDesiredState| {
+        let r = r.clone();
+        async move {
+            ds::dispatch_connection(&ctx.db, &r, j.connection_id, ds::dispatch::DISPATCH_BUDGET)
+                .await
+                .map_err(remote_failure)?;
+            Ok(())
+        }
+    });
+    h.job(move |ctx, j: ReadBackDesiredState| {
+        let r = relay.clone();
+        async move {
+            ds::read_back_connection(&ctx.db, &r, j.connection_id).await.map_err(remote_failure)?;
+            Ok(())
+        }
+    });
+    h.job(|ctx, _: ScheduleReadBacks| async move {
+        ds::connections::schedule_read_backs(&ctx.db).await.map_err(remote_failure)?;
+        Ok(())
+    });
+    h
+}
+
+/// The handlers of the console's own jobs, the relay's included.
 pub fn standard_handlers() -> Handlers {
     let mut h = Handlers::new();
+    match Relay::new(PUSH_TIMEOUT) {
+        Ok(relay) => {
+            h.merge(desired_state_handlers(Arc::new(relay)));
+        }
+        // Without a client no push can go out; the relay's jobs wait for a start that has one.
+        Err(e) => tracing::error!(error = %e, "the desired-state relay is not running"),
+    }
     h.job(|ctx, _: PurgeExpired| async move {
         jobs::purge_expired(&ctx.db).await?;
         Ok(())
@@ -224,5 +274,7 @@ pub async fn register_standard_schedules(db: &Db) -> Result<(), DbError> {
     ensure_schedule(db, CompactCounts::KIND, COMPACT_COUNTS_EVERY).await?;
     ensure_schedule(db, SweepGrants::KIND, SWEEP_GRANTS_EVERY).await?;
     ensure_schedule(db, ResumeRuleChangeDrains::KIND, RESUME_DRAINS_EVERY).await?;
-    ensure_schedule(db, ResumePlanActDrains::KIND, RESUME_DRAINS_EVERY).await
+    ensure_schedule(db, ResumePlanActDrains::KIND, RESUME_DRAINS_EVERY).await?;
+    ensure_schedule(db, ProcessDesiredStateOutbox::KIND, RELAY_EVERY).await?;
+    ensure_schedule(db, ScheduleReadBacks::KIND, READ_BACK_EVERY).await
 }

@@ -81,6 +81,12 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::billing::resume::RESUME_SUBSCRIPTION_LOCKS,
         &crate::services::catalog::SET_PRODUCT_SEATS_LOCKS,
         &crate::services::billing::plan_changes::PAUSED_SWITCH_BACKSTOP_LOCKS,
+        &crate::services::desired_state::relay::CLAIM_NOTICES_LOCKS,
+        &crate::services::desired_state::relay::RECOMPUTE_ADDRESS_LOCKS,
+        &crate::services::desired_state::dispatch::DISPATCH_LOCKS,
+        &crate::services::desired_state::dispatch::WRITE_PUSH_ANSWER_LOCKS,
+        &crate::services::desired_state::read_back::READ_BACK_ITEM_LOCKS,
+        &crate::services::desired_state::connections::EDIT_CONNECTION_LOCKS,
     ]
 }
 

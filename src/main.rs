@@ -86,6 +86,16 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchWhich {
+    /// A rule change that changes N organizations' entitlements, relayed to the receiver the
+    /// project ships until it confirmed every record: the relay's rate against the yardstick.
+    Relay {
+        #[arg(long, default_value_t = 10_000)]
+        orgs: i64,
+        #[arg(long, default_value_t = 10.0)]
+        yardstick_seconds: f64,
+        #[arg(long)]
+        keep: bool,
+    },
     /// A rule change above the sync cap over N carrying pools: commit hold and drain rate.
     RuleChange {
         #[arg(long, default_value_t = 10_000)]
@@ -126,8 +136,6 @@ enum BenchWhich {
         #[arg(long)]
         keep: bool,
     },
-    /// Signed Stripe events posted to /webhooks/stripe at concurrency 32 until every reconcile
-    /// they ask for is done, against the Stripe stand-in.
     /// Concurrent site activations over N pools of limit 3 against the local farm's API: the
     /// slot gate's rate against the TPC-B yardstick.
     Slots {
@@ -148,6 +156,8 @@ enum BenchWhich {
         #[arg(long)]
         keep: bool,
     },
+    /// Signed Stripe events posted to /webhooks/stripe at concurrency 32 until every reconcile
+    /// they ask for is done, against the Stripe stand-in.
     Webhooks {
         #[arg(long, default_value_t = 5_000)]
         events: usize,
@@ -328,6 +338,15 @@ async fn bench(which: BenchWhich, config: &Config) -> anyhow::Result<()> {
             );
             println!("{}", serde_json::to_string(&r)?);
         }
+        BenchWhich::Relay { orgs, yardstick_seconds, keep } => {
+            let o = member_console::bench::relay::Options { orgs, yardstick_seconds, keep };
+            let r = member_console::bench::relay::run(config, &o).await?;
+            println!(
+                "relay: {} organizations changed by a rule change: relayed and confirmed in {:.2} s, {:.0} records/s ({} passes, {} dispatch runs); yardstick {:.0} tps; ratio {:.2}",
+                r.orgs, r.relay_s, r.records_per_s, r.relay_passes, r.dispatch_runs, r.yardstick_tps, r.ratio
+            );
+            println!("{}", serde_json::to_string(&r)?);
+        }
         BenchWhich::Webhooks { events, subscriptions, yardstick_seconds, keep } => {
             let o = member_console::bench::webhooks::Options { events, subscriptions, yardstick_seconds, keep };
             let r = member_console::bench::webhooks::run(config, &o).await?;
@@ -389,6 +408,32 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     result
 }
 
+/// Start the demo's receiver and point the demo connection at it; a failure is said and skipped.
+async fn demo_receiver(db: &member_console::db::Db) -> Option<desired_state_receiver::Receiver> {
+    let started = desired_state_receiver::Receiver::start(desired_state_receiver::Config {
+        secrets: vec![],
+        ..desired_state_receiver::Config::default()
+    })
+    .await;
+    let receiver = match started {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "the demo's receiver could not start");
+            return None;
+        }
+    };
+    match demo::load_connection(db, &receiver.push_url()).await {
+        Ok(secrets) => {
+            if let Err(e) = receiver.set_secrets(&secrets) {
+                tracing::warn!(error = %e, "the demo's receiver refused the connection's secret");
+            }
+            eprintln!("Desired state: the demo connection pushes to the receiver at {}", receiver.url());
+        }
+        Err(e) => tracing::warn!(error = %e, "the demo's connection could not be loaded"),
+    }
+    Some(receiver)
+}
+
 async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result<()> {
     if with_demo {
         demo::load_with_community(&b.db).await?;
@@ -423,6 +468,8 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     {
         tracing::warn!(error = %e, "the demo's sites could not be loaded");
     }
+    // The demo's connected system: the receiver the project ships, on a free port.
+    let receiver = if with_demo { demo_receiver(&b.db).await } else { None };
     shutdown_signal().await;
     eprintln!("shutting down: finishing requests and jobs in flight");
     let _ = stop_tx.send(true);
@@ -436,6 +483,9 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     }
     if let Some(local) = sites.local {
         local.stop().await;
+    }
+    if let Some(r) = receiver {
+        r.stop().await;
     }
     Ok(())
 }

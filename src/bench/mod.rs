@@ -5,6 +5,7 @@
 pub mod farm_sync;
 pub mod http;
 pub mod plan_act;
+pub mod relay;
 pub mod rule_change;
 pub mod slots;
 pub mod webhooks;

@@ -86,6 +86,17 @@ pub enum Lock {
     UsageRow,
     /// Lifecycle request rows (`fedwiki.lifecycle_requests`), by their outcome's UPDATE.
     LifecycleRequestRows,
+    /// A desired-state address's advisory lock (family 2): every write to one (connection,
+    /// recipient) address's record, an address with no record yet included.
+    DesiredStateAddress,
+    /// A desired-state record row (`core.desired_state_records`), FOR UPDATE: after the address
+    /// lock in a recompute; several in id order by the dispatch stamp.
+    DesiredStateRecord,
+    /// Desired-state notices (`core.desired_state_outbox`), FOR UPDATE SKIP LOCKED.
+    DesiredStateNotices,
+    /// A connection's row (`core.desired_state_connections`), by an operator's edit or the
+    /// relay's test request and answer.
+    ConnectionRow,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -137,6 +148,10 @@ impl Lock {
             Lock::PlacementRows => "FedWiki placement rows (through the site trigger)",
             Lock::UsageRow => "Usage row",
             Lock::LifecycleRequestRows => "Lifecycle request rows",
+            Lock::DesiredStateAddress => "Desired-state address",
+            Lock::DesiredStateRecord => "Desired-state record",
+            Lock::DesiredStateNotices => "Desired-state notices (SKIP LOCKED)",
+            Lock::ConnectionRow => "Connection row",
         }
     }
 
@@ -174,12 +189,16 @@ impl Lock {
             Lock::PlacementRows => "domains.placements",
             Lock::UsageRow => "core.numeric_entitlement_usage",
             Lock::LifecycleRequestRows => "fedwiki.lifecycle_requests",
+            Lock::DesiredStateAddress => "desired-state-address",
+            Lock::DesiredStateRecord => "core.desired_state_records",
+            Lock::DesiredStateNotices => "core.desired_state_outbox",
+            Lock::ConnectionRow => "core.desired_state_connections",
         }
     }
 
     /// A lock taken with SKIP LOCKED never waits, so it adds no edge into the graph.
     pub fn never_waits(self) -> bool {
-        matches!(self, Lock::JobRows | Lock::ScheduleRows | Lock::OutboxRows)
+        matches!(self, Lock::JobRows | Lock::ScheduleRows | Lock::OutboxRows | Lock::DesiredStateNotices)
     }
 
     pub fn pg_signature(self) -> PgSignature {
@@ -236,6 +255,17 @@ impl Lock {
             Lock::UsageRow => PgSignature::Relation { table: "core.numeric_entitlement_usage", mode: "RowShareLock" },
             Lock::LifecycleRequestRows => {
                 PgSignature::Relation { table: "fedwiki.lifecycle_requests", mode: "RowExclusiveLock" }
+            }
+            // Its key depends on the address: the test names it.
+            Lock::DesiredStateAddress => PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" },
+            Lock::DesiredStateRecord => {
+                PgSignature::Relation { table: "core.desired_state_records", mode: "RowShareLock" }
+            }
+            Lock::DesiredStateNotices => {
+                PgSignature::Relation { table: "core.desired_state_outbox", mode: "RowShareLock" }
+            }
+            Lock::ConnectionRow => {
+                PgSignature::Relation { table: "core.desired_state_connections", mode: "RowExclusiveLock" }
             }
         }
     }
@@ -360,6 +390,10 @@ const ALL: &[Lock] = &[
     Lock::PlacementRows,
     Lock::UsageRow,
     Lock::LifecycleRequestRows,
+    Lock::DesiredStateAddress,
+    Lock::DesiredStateRecord,
+    Lock::DesiredStateNotices,
+    Lock::ConnectionRow,
 ];
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
@@ -429,6 +463,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 36, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 40, "add a new lock to ALL too");
     }
 }

@@ -1,5 +1,6 @@
 //! Clients of the systems outside the console (DESIGN.md §2): Stripe and the farm today; the
-//! desired-state pushes later. Services call them; nothing here touches the database.
+//! connected systems' desired-state pushes. Services call them; nothing here touches the database.
 
+pub mod desired_state;
 pub mod farm;
 pub mod stripe;

@@ -4,6 +4,7 @@ pub mod accounts;
 pub mod billing;
 pub mod billing_reads;
 pub mod catalog;
+pub mod desired_state;
 pub mod domains;
 pub mod entitlements;
 pub mod fedwiki;

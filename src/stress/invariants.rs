@@ -216,7 +216,12 @@ mod tests {
                 );
             assert_eq!(declared.contains(&p.name()), !undeclared, "{}", p.name());
         }
-        for p in StressPath::GRANT_PATHS.into_iter().chain(StressPath::PLAN_ACT_PATHS).chain(StressPath::SITE_PATHS) {
+        for p in StressPath::GRANT_PATHS
+            .into_iter()
+            .chain(StressPath::PLAN_ACT_PATHS)
+            .chain(StressPath::SITE_PATHS)
+            .chain(StressPath::RELAY_PATHS)
+        {
             assert!(StressPath::ALL.contains(&p));
         }
         // Every path is counted under a name of its own.

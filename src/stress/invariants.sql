@@ -367,3 +367,29 @@ WHERE s.status = 'archived'
 SELECT h.pool_id, format('hold of request %s (%s, %s) in pool %s', h.request_id, r.kind, r.state, h.pool_id)
 FROM fedwiki.slot_holds h JOIN fedwiki.lifecycle_requests r USING (request_id)
 WHERE r.state <> 'accepted' OR r.kind NOT IN ('create', 'activate');
+
+-- invariant: (16) the desired-state outbox is empty once the relay settled
+SELECT NULL::bigint, format('notice %s (%s, connection %s, recipient %s) is still pending: %s', notice_id, reason, connection_id, recipient_id, coalesce(last_error, 'no error'))
+FROM core.desired_state_outbox;
+
+-- invariant: (16) every record's content equals a fresh computation once the relay settled
+SELECT NULL::bigint, format('connection %s recipient %s: the record (generation %s) holds %s, a fresh computation gives %s', r.connection_id, r.recipient_id, r.generation, r.content, core.desired_state_content(r.connection_id, r.recipient_kind, r.recipient_id))
+FROM core.desired_state_records r
+WHERE r.content IS DISTINCT FROM core.desired_state_content(r.connection_id, r.recipient_kind, r.recipient_id);
+
+-- invariant: (16) every organization has a record at every live connection once the relay settled
+SELECT NULL::bigint, format('organization %s has no record at connection %s', o.organization_id, c.connection_id)
+FROM core.organizations o CROSS JOIN core.desired_state_connections c
+WHERE c.deleted_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM core.desired_state_records r
+                  WHERE r.connection_id = c.connection_id AND r.recipient_kind = 'organization' AND r.recipient_id = o.organization_id);
+
+-- invariant: (16) every record is confirmed at its generation once the relay settled
+SELECT NULL::bigint, format('connection %s recipient %s: generation %s, confirmed %s, %s failures, last answer %s', connection_id, recipient_id, generation, confirmed_generation, failures, coalesce(last_answer, 'none'))
+FROM core.desired_state_records
+WHERE confirmed_generation < generation;
+
+-- invariant: (16) a deleted connection keeps no record
+SELECT NULL::bigint, format('connection %s was deleted but keeps the record of recipient %s', r.connection_id, r.recipient_id)
+FROM core.desired_state_records r JOIN core.desired_state_connections c USING (connection_id)
+WHERE c.deleted_at IS NOT NULL;

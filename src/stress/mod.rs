@@ -175,6 +175,7 @@ mod acts;
 mod fixture;
 mod invariants;
 mod paths;
+mod relay;
 mod runner;
 mod tasks;
 

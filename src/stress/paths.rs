@@ -77,6 +77,16 @@ pub enum StressPath {
     SwapSites,
     /// A member deletes a site, carried likewise.
     DeleteSite,
+    /// The relay's pass (ClaimDesiredStateOutbox and the recomputes), beside the workers'.
+    RelayPass,
+    /// One shared organization's address recomputed.
+    RecomputeAddress,
+    /// A connection's dispatch (the stamp, the pushes, the answers), beside the workers'.
+    DispatchConnection,
+    /// A connection's read-back.
+    ReadBack,
+    /// An operator's act on a connection: its keys, Retry, Send a test.
+    EditConnection,
     /// `fedwiki_request` jobs done by the workers (beside the acts' own runs of them).
     RunSiteRequestActivity,
     /// A member claims a domain of a shared organization's own (or a contested one).
@@ -99,7 +109,7 @@ pub enum StressPath {
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 53] = [
+    pub const ALL: [StressPath; 58] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -153,6 +163,20 @@ impl StressPath {
         StressPath::PurgeArchived,
         StressPath::ReconcileQuota,
         StressPath::RepairAtStart,
+        StressPath::RelayPass,
+        StressPath::RecomputeAddress,
+        StressPath::DispatchConnection,
+        StressPath::ReadBack,
+        StressPath::EditConnection,
+    ];
+
+    /// The desired-state relay's paths.
+    pub const RELAY_PATHS: [StressPath; 5] = [
+        StressPath::RelayPass,
+        StressPath::RecomputeAddress,
+        StressPath::DispatchConnection,
+        StressPath::ReadBack,
+        StressPath::EditConnection,
     ];
 
     /// The FedWiki paths (the tasks' and the workers') and the registry's.
@@ -294,6 +318,11 @@ impl StressPath {
             StressPath::PurgeArchived => crate::services::fedwiki::maintenance::PURGE_ARCHIVED_SITE_LOCKS.path,
             StressPath::ReconcileQuota => "Quota reconciliation",
             StressPath::RepairAtStart => "Repair the sites at start",
+            StressPath::RelayPass => crate::services::desired_state::relay::CLAIM_NOTICES_LOCKS.path,
+            StressPath::RecomputeAddress => crate::services::desired_state::relay::RECOMPUTE_ADDRESS_LOCKS.path,
+            StressPath::DispatchConnection => crate::services::desired_state::dispatch::DISPATCH_LOCKS.path,
+            StressPath::ReadBack => crate::services::desired_state::read_back::READ_BACK_ITEM_LOCKS.path,
+            StressPath::EditConnection => crate::services::desired_state::connections::EDIT_CONNECTION_LOCKS.path,
         }
     }
 
@@ -352,6 +381,11 @@ impl StressPath {
             // Each touches every site (a pass) or a few: seldom, as the schedule runs them.
             StressPath::SyncSites | StressPath::PurgeArchived | StressPath::ReconcileQuota => 2,
             StressPath::RepairAtStart => 1,
+            // The recomputes meet the grant paths' notices and each other on the hot addresses;
+            // the dispatches meet the workers' on the records; a pass and an edit are seldom.
+            StressPath::RecomputeAddress | StressPath::DispatchConnection => 2 * X,
+            StressPath::RelayPass | StressPath::ReadBack => X,
+            StressPath::EditConnection => 2,
             // Their own rows (an invoice's, a product's sync lock): seldom.
             StressPath::ConvergeInvoice | StressPath::SyncProduct => X,
             StressPath::ExpireGrantActivity

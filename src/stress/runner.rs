@@ -91,6 +91,7 @@ async fn run_billed(
     let site_member = site_member(&db, &fixture).await?;
     seed_site_pairs(&db, &farm, &fixture, site_member).await?;
     let plan_owner = plan_owner(&db, &fixture).await?;
+    let connected = super::relay::connect(&db).await?;
 
     // The workers run the grant jobs (expiry, start), the rule changes' and the plan acts' drains
     // and the schedules (the sweep, the drains' pollers) for the whole run, on a pool of their
@@ -128,6 +129,8 @@ async fn run_billed(
         },
         site_member,
         plan_owner,
+        connections: connected.connections.clone(),
+        relay: connected.relay.clone(),
         sync_cap: config.rule_change_sync_cap,
         holder_cap: config.plan_act_holder_cap,
         quiet: warnings_on_stderr(),
@@ -149,6 +152,7 @@ async fn run_billed(
     sweep(&ctx).await;
     reconcile_every_subscription(&ctx).await;
     final_maintenance(&ctx).await;
+    super::relay::settle_relay(&ctx).await;
     if let Err(e) = note_outbox_failures(&ctx).await {
         ctx.tally_error(format!("reading the outbox's failures: {e}"));
     }
@@ -172,7 +176,11 @@ async fn run_billed(
     }
     print_deadlock_sequences(&events);
 
-    let violations = find_violations(&admin).await?;
+    let mut violations = find_violations(&admin).await?;
+    violations.extend(super::relay::receiver_violations(&ctx, &connected).await);
+    for r in connected.receivers {
+        r.stop().await;
+    }
     print_violations(&violations, &events);
 
     let report = StressReport {

@@ -17,6 +17,9 @@ pub(super) struct Ctx {
     pub(super) site_member: crate::ids::AccountId,
     /// The owner who switches and cancels the billed organizations' plans.
     pub(super) plan_owner: crate::ids::AccountId,
+    /// The run's two connections (to receivers of its own) and the client that pushes to them.
+    pub(super) connections: Vec<crate::ids::ConnectionId>,
+    pub(super) relay: crate::integrations::desired_state::Relay,
     /// The console's sync cap (`CONSOLE_RULE_CHANGE_SYNC_CAP`), for the commits settled inline.
     pub(super) sync_cap: i64,
     /// The console's holder cap (`CONSOLE_PLAN_ACT_HOLDER_CAP`), for the tier add and removal.
@@ -260,6 +263,11 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::PurgeArchived => purge_archived(ctx, note).await,
         StressPath::ReconcileQuota => reconcile_quota(ctx, note).await,
         StressPath::RepairAtStart => repair_at_start(ctx, note).await,
+        StressPath::RelayPass => relay_pass(ctx, note).await,
+        StressPath::RecomputeAddress => recompute_address(ctx, rng, note).await,
+        StressPath::DispatchConnection => dispatch(ctx, rng, note).await,
+        StressPath::ReadBack => read_back(ctx, rng, note).await,
+        StressPath::EditConnection => edit_connection(ctx, rng, note).await,
         StressPath::ExpireGrantActivity
         | StressPath::StartGrantActivity
         | StressPath::RunSiteRequestActivity

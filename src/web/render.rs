@@ -19,6 +19,7 @@ const OPERATOR_NAV: &[NavLink] = &[
     NavLink { href: paths::CATALOG, label: "Catalog" },
     NavLink { href: paths::OPERATOR_BILLING, label: "Billing" },
     NavLink { href: paths::OPERATOR_FARM, label: "Farm" },
+    NavLink { href: paths::CONNECTIONS, label: "Connections" },
     NavLink { href: paths::RULE_CHANGES, label: "Rule changes" },
     NavLink { href: paths::TOPOLOGY, label: "Topology" },
     NavLink { href: paths::PLAN_ACTS, label: "Plan acts" },

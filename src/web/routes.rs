@@ -119,6 +119,15 @@ route_table! {
     Operator GET OPERATOR_BILLING => pages::billing::operator_billing;
     Operator GET OPERATOR_FARM => pages::farm::operator_farm;
     Operator POST OPERATOR_FARM_RUN => pages::farm::run_now;
+    Operator GET CONNECTIONS => pages::connections::list;
+    Operator POST CONNECTIONS => pages::connections::create;
+    Operator GET CONNECTION => pages::connections::detail;
+    Operator POST CONNECTION => pages::connections::edit;
+    Operator POST CONNECTION_ROTATE => pages::connections::rotate;
+    Operator POST CONNECTION_RETRY => pages::connections::retry;
+    Operator POST CONNECTION_TEST => pages::connections::test;
+    Operator POST CONNECTION_CHECK => pages::connections::check;
+    Operator POST CONNECTION_DELETE => pages::connections::delete;
     Operator GET TOPOLOGY => pages::topology::topology;
     Operator GET TIERS_PREVIEW => pages::topology::preview;
     Operator POST TIERS => pages::topology::add_tier;

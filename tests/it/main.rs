@@ -8,6 +8,8 @@ mod billing;
 mod billing_pages;
 mod browser;
 mod browser_topology;
+mod connection_pages;
+mod desired_state;
 mod entitlements;
 mod grant_pages;
 mod grants;

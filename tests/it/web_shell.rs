@@ -526,6 +526,24 @@ async fn sample_site(t: &TestDb) -> String {
     "s-sample".to_string()
 }
 
+/// A live connection's id, one made here when none exists (the demo's own is added by `serve`).
+async fn sample_connection(t: &TestDb) -> String {
+    sqlx::query(
+        "INSERT INTO core.desired_state_connections (name, url, secret)
+         SELECT 'Sample', 'https://sample.example.org/hooks', 'whsec_c2FtcGxlLXNlY3JldC1zYW1wbGUtc2VjcmV0'
+          WHERE NOT EXISTS (SELECT 1 FROM core.desired_state_connections WHERE deleted_at IS NULL)",
+    )
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let id: i64 =
+        sqlx::query_scalar("SELECT min(connection_id) FROM core.desired_state_connections WHERE deleted_at IS NULL")
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+    id.to_string()
+}
+
 /// A route's path with real ids in it, so a request that got through would find something.
 async fn sample_path(t: &TestDb, pattern: &str) -> String {
     let mut out = String::new();
@@ -539,6 +557,7 @@ async fn sample_path(t: &TestDb, pattern: &str) -> String {
             "{rank}" => "0".to_string(),
             // A site's id is text: a site of the first organization's, made here when none exists.
             "{id}" if previous == "sites" => sample_site(t).await,
+            "{id}" if previous == "connections" => sample_connection(t).await,
             "{id}" => {
                 let (table, column) = match previous {
                     "grants" => ("core.grants", "grant_id"),
@@ -648,6 +667,8 @@ async fn no_operator_route_answers_a_visitor_or_a_member_however_the_path_is_spe
     // A price, behind the price pages.
     let price = member_console::services::billing::catalog_sync::NewPrice::parse("month", "12", "eur").unwrap();
     member_console::services::billing::set_price(&t.db, pro, &price).await.unwrap();
+    // A connection, behind the connection pages.
+    sample_connection(&t).await;
     let app = TestApp::spawn(&t).await;
     let (member, member_csrf) = raw_session(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     let (operator, _) = raw_session(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;

@@ -33,6 +33,12 @@ pub use pages::{
         CatalogView, FormState, ProductEditView, ProductRow, ResourceKeyRow, RuleEditRow, RuleRow, SetEditView, SetRow,
         Total, catalog, key_form, product_edit, product_form, set_edit, set_form,
     },
+    connections::{
+        ConnectionFiguresView, ConnectionListRow, ConnectionView, ConnectionsView, PreviousSecret, RecipientRow,
+        TestResultView, add_form as connection_add_form, connection_href, connection_list, connection_page,
+        delete_form as connection_delete_form, edit_form as connection_edit_form,
+        rotate_form as connection_rotate_form,
+    },
     errors::error_body,
     farm::{DriftRow, FarmDriftView, FarmRunRow, FarmView, operator_farm},
     grants::{

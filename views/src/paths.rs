@@ -81,6 +81,14 @@ pub const CATALOG_PRODUCT_PRICES: &str = "/operator/catalog/products/{id}/prices
 pub const CATALOG_PRODUCT_SYNC: &str = "/operator/catalog/products/{id}/sync";
 pub const CATALOG_PRICE_ARCHIVE: &str = "/operator/catalog/prices/{id}/archive";
 
+pub const CONNECTIONS: &str = "/operator/connections";
+pub const CONNECTION: &str = "/operator/connections/{id}";
+pub const CONNECTION_ROTATE: &str = "/operator/connections/{id}/rotate";
+pub const CONNECTION_RETRY: &str = "/operator/connections/{id}/retry";
+pub const CONNECTION_TEST: &str = "/operator/connections/{id}/test";
+pub const CONNECTION_CHECK: &str = "/operator/connections/{id}/check";
+pub const CONNECTION_DELETE: &str = "/operator/connections/{id}/delete";
+
 /// Every pattern above, for the test that checks each is routed.
 pub const ALL: &[&str] = &[
     HEALTHZ,
@@ -147,6 +155,13 @@ pub const ALL: &[&str] = &[
     CATALOG_PRODUCT_PRICES,
     CATALOG_PRODUCT_SYNC,
     CATALOG_PRICE_ARCHIVE,
+    CONNECTIONS,
+    CONNECTION,
+    CONNECTION_ROTATE,
+    CONNECTION_RETRY,
+    CONNECTION_TEST,
+    CONNECTION_CHECK,
+    CONNECTION_DELETE,
 ];
 
 /// The pattern with each `{…}` segment replaced, in order, by the next value. The values are

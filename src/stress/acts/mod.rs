@@ -4,6 +4,7 @@
 use super::*;
 
 mod on_billing;
+mod on_desired_state;
 mod on_entitlements;
 mod on_grants;
 mod on_plan_acts;
@@ -12,6 +13,7 @@ mod on_sign_in;
 mod on_sites;
 
 pub(super) use on_billing::*;
+pub(super) use on_desired_state::*;
 pub(super) use on_entitlements::*;
 pub(super) use on_grants::*;
 pub(super) use on_plan_acts::*;

@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod billing;
 pub mod catalog;
+pub mod connections;
 pub mod farm;
 pub mod grants;
 pub mod health;

@@ -1,0 +1,306 @@
+//! The operators' connections: add, edit, rotate the secret, delete, Retry, Send a test, check
+//! now; and the reads of `/operator/connections`. Retry, a test and a deletion only write notices
+//! (or mark the connection); records change only in the relay, under their address locks.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    db::{
+        Db, TxKind,
+        locks::{Lock, PathLocks},
+        tx,
+    },
+    ids::ConnectionId,
+    integrations::desired_state::new_secret,
+    jobs::{self, NewJob},
+    services::{ServiceError, refusal::Problems},
+    store::desired_state::{self as store, ConnectionFigures, ConnectionRow, RecordLine},
+};
+
+use super::ReadBackDesiredState;
+
+pub static EDIT_CONNECTION_LOCKS: PathLocks = PathLocks {
+    path: "Edit a connection",
+    function: "services::desired_state::connections::{update_connection, rotate_secret, delete_connection}",
+    kind: "Plain",
+    locks: &[Lock::ConnectionRow],
+    why: "One UPDATE of the connection's row; its trigger writes a notice (an insert, no lock) when the keys \
+          change or the connection is deleted. Nothing else is held.",
+};
+
+/// A connection as an operator typed it, before it is parsed.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionForm {
+    pub name: String,
+    pub url: String,
+    /// Resource keys separated by commas, spaces or new lines.
+    pub keys: String,
+    /// "on" when read-back is ticked.
+    pub read_back: String,
+}
+
+/// A parsed connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    pub name: String,
+    pub url: String,
+    pub keys: Vec<String>,
+    pub read_back: bool,
+}
+
+fn parse_url(raw: &str) -> Result<String, String> {
+    let raw = raw.trim();
+    let u = url::Url::parse(raw)
+        .map_err(|_| "Give the address as a full URL, like https://chat.example.org/hooks.".to_string())?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err("The address must start with https:// (or http://).".into());
+    }
+    if u.host_str().is_none_or(|h| h.is_empty()) {
+        return Err("The address needs a host name.".into());
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err("Leave credentials out of the address: pushes are signed with the connection's secret.".into());
+    }
+    if u.fragment().is_some() {
+        return Err("The address cannot have a #fragment.".into());
+    }
+    if raw.len() > 2000 {
+        return Err("The address is longer than 2000 characters.".into());
+    }
+    Ok(u.to_string())
+}
+
+/// Parse a connection form: every field checked, every problem told; the keys must exist.
+pub async fn parse_connection(db: &Db, f: &ConnectionForm) -> Result<Connection, ServiceError> {
+    let mut p = Problems::default();
+    let name = f.name.trim().to_string();
+    let name = p.field(
+        "name",
+        if name.is_empty() {
+            Err("Give the connection a name.".to_string())
+        } else if name.chars().count() > 100 {
+            Err("The name is longer than 100 characters.".to_string())
+        } else {
+            Ok(name)
+        },
+    );
+    let url = p.field("url", parse_url(&f.url));
+    let mut keys: Vec<String> =
+        f.keys.split(|c: char| c == ',' || c.is_whitespace()).filter(|k| !k.is_empty()).map(str::to_string).collect();
+    keys.sort();
+    keys.dedup();
+    let keys = if keys.is_empty() {
+        p.push("keys", "Name at least one resource key the connected system receives.");
+        None
+    } else {
+        let known = store::existing_keys(&db.pool, &keys).await?;
+        let unknown: Vec<&str> = keys.iter().filter(|k| !known.contains(k)).map(String::as_str).collect();
+        if unknown.is_empty() {
+            Some(keys)
+        } else {
+            p.push("keys", format!("No resource key is called {}.", unknown.join(", ")));
+            None
+        }
+    };
+    let read_back = match f.read_back.as_str() {
+        "" | "off" => Some(false),
+        "on" | "true" => Some(true),
+        _ => {
+            p.push("read_back", "Read-back is on or off.");
+            None
+        }
+    };
+    let parsed = match (name, url, keys, read_back) {
+        (Some(name), Some(url), Some(keys), Some(read_back)) => Some(Connection { name, url, keys, read_back }),
+        _ => None,
+    };
+    p.or(parsed)
+}
+
+fn name_taken(e: sqlx::Error) -> ServiceError {
+    ServiceError::from_constraint(e, |c| {
+        (c == "desired_state_connections_name")
+            .then(|| ("name", "Another connection has this name; choose another.".to_string()))
+    })
+}
+
+/// Add a connection, with a new secret; its trigger asks the relay for every recipient.
+#[tracing::instrument(name = "Add a connection", skip(db, f))]
+pub async fn create_connection(db: &Db, f: &ConnectionForm) -> Result<ConnectionId, ServiceError> {
+    let c = parse_connection(db, f).await?;
+    let secret = new_secret().map_err(|e| ServiceError::Remote { sentence: e, transient: true })?;
+    let mut t = tx::begin(db, TxKind::Plain).await?;
+    let id =
+        store::insert_connection(t.conn(), &c.name, &c.url, &secret, &c.keys, c.read_back).await.map_err(name_taken)?;
+    t.commit().await?;
+    Ok(id)
+}
+
+/// Edit a live connection. A change of its keys asks the relay for every recipient.
+#[tracing::instrument(name = "Edit a connection", skip(db, f), fields(connection_id = %id))]
+pub async fn update_connection(db: &Db, id: ConnectionId, f: &ConnectionForm) -> Result<(), ServiceError> {
+    let c = parse_connection(db, f).await?;
+    let mut t = tx::begin(db, TxKind::Plain).await?;
+    if !store::update_connection(t.conn(), id, &c.name, &c.url, &c.keys, c.read_back).await.map_err(name_taken)? {
+        return Err(ServiceError::NotFound("connection"));
+    }
+    t.commit().await?;
+    Ok(())
+}
+
+/// The longest overlap a rotation may keep the previous secret signing.
+pub const MAX_OVERLAP: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Parse an overlap in hours (0 to a week).
+pub fn parse_overlap_hours(raw: &str) -> Result<Duration, ServiceError> {
+    let raw = raw.trim();
+    let hours: f64 = if raw.is_empty() { 24.0 } else { raw.parse().unwrap_or(-1.0) };
+    if !(0.0..=MAX_OVERLAP.as_secs_f64() / 3600.0).contains(&hours) {
+        return Err(ServiceError::invalid("overlap_hours", "The overlap is a number of hours from 0 to 168."));
+    }
+    Ok(Duration::from_secs_f64(hours * 3600.0))
+}
+
+/// Rotate the signing secret: a new one signs from now on, the previous one too for `overlap`.
+#[tracing::instrument(name = "Rotate a connection's secret", skip(db), fields(connection_id = %id))]
+pub async fn rotate_secret(db: &Db, id: ConnectionId, overlap: Duration) -> Result<(), ServiceError> {
+    let secret = new_secret().map_err(|e| ServiceError::Remote { sentence: e, transient: true })?;
+    let mut t = tx::begin(db, TxKind::Plain).await?;
+    if !store::rotate_secret(t.conn(), id, &secret, overlap.as_secs_f64()).await? {
+        return Err(ServiceError::NotFound("connection"));
+    }
+    t.commit().await?;
+    Ok(())
+}
+
+/// Delete a connection: pushes stop at once; its trigger's notice has the relay delete its
+/// records, each under its address lock.
+#[tracing::instrument(name = "Delete a connection", skip(db), fields(connection_id = %id))]
+pub async fn delete_connection(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
+    let mut t = tx::begin(db, TxKind::Plain).await?;
+    if !store::mark_deleted(t.conn(), id).await? {
+        return Err(ServiceError::NotFound("connection"));
+    }
+    t.commit().await?;
+    Ok(())
+}
+
+async fn live(db: &Db, id: ConnectionId) -> Result<ConnectionRow, ServiceError> {
+    match store::connection(&db.pool, id).await? {
+        Some(c) if c.deleted_at.is_none() => Ok(c),
+        _ => Err(ServiceError::NotFound("connection")),
+    }
+}
+
+/// Retry: a notice that makes every failing record of the connection due now.
+#[tracing::instrument(name = "Retry a connection", skip(db), fields(connection_id = %id))]
+pub async fn retry_connection(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
+    live(db, id).await?;
+    store::insert_notice(&db.pool, Some(id), None, "retry").await?;
+    Ok(())
+}
+
+/// Send a test: a notice the relay turns into a signed test push.
+#[tracing::instrument(name = "Send a test", skip(db), fields(connection_id = %id))]
+pub async fn send_test(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
+    live(db, id).await?;
+    store::insert_notice(&db.pool, Some(id), None, "test").await?;
+    Ok(())
+}
+
+/// Check now: a read-back run of the connection (refused when it has read-back off).
+#[tracing::instrument(name = "Read back now", skip(db), fields(connection_id = %id))]
+pub async fn check_now(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
+    let c = live(db, id).await?;
+    if !c.read_back {
+        return Err(ServiceError::Refused(
+            "This connection does not support read-back; turn it on in its settings first.".into(),
+        ));
+    }
+    let mut conn = db.pool.acquire().await?;
+    let job = ReadBackDesiredState { connection_id: id };
+    jobs::enqueue(&mut conn, NewJob { dedupe_key: Some(ReadBackDesiredState::dedupe_key(id)), ..NewJob::of(&job) })
+        .await?;
+    Ok(())
+}
+
+/// Ask every connection with read-back on for a run (the schedule's job).
+pub async fn schedule_read_backs(db: &Db) -> Result<usize, ServiceError> {
+    let mut n = 0;
+    for c in store::live_connections(&db.pool).await?.into_iter().filter(|c| c.read_back) {
+        check_now(db, c.connection_id).await?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// One connection on the list.
+#[derive(Debug, Clone)]
+pub struct ConnectionSummary {
+    pub connection: ConnectionRow,
+    pub figures: ConnectionFigures,
+}
+
+/// The live connections with their figures, and the notices still pending.
+pub async fn connections_overview(db: &Db) -> Result<(Vec<ConnectionSummary>, i64), ServiceError> {
+    let connections = store::live_connections(&db.pool).await?;
+    let ids: Vec<i64> = connections.iter().map(|c| c.connection_id.0).collect();
+    let figures = store::connection_figures(&db.pool, &ids).await?;
+    let pending = store::pending_notices(&db.pool).await?;
+    let list = connections
+        .into_iter()
+        .zip(figures)
+        .map(|(connection, figures)| ConnectionSummary { connection, figures })
+        .collect();
+    Ok((list, pending))
+}
+
+/// How many recipients one page of a connection lists.
+pub const RECORDS_PER_PAGE: i64 = 50;
+
+/// One connection's page: the connection, its figures, and a page of its records.
+#[derive(Debug, Clone)]
+pub struct ConnectionPage {
+    pub summary: ConnectionSummary,
+    pub records: Vec<RecordLine>,
+    /// The recipient id the next page starts after, when there is one.
+    pub next_after: Option<i64>,
+    pub keys: Vec<String>,
+}
+
+/// A connection's page, its records filtered ("", "behind", "failing", "drift") from `after`.
+pub async fn connection_page(
+    db: &Db,
+    id: ConnectionId,
+    filter: &str,
+    after: i64,
+) -> Result<ConnectionPage, ServiceError> {
+    let c = live(db, id).await?;
+    let filter = match filter {
+        "behind" | "failing" | "drift" => filter,
+        _ => "",
+    };
+    let figures =
+        store::connection_figures(&db.pool, &[id.0]).await?.pop().ok_or(ServiceError::NotFound("connection"))?;
+    let mut records = store::record_lines(&db.pool, id, filter, after, RECORDS_PER_PAGE + 1).await?;
+    let next_after = if records.len() as i64 > RECORDS_PER_PAGE {
+        records.truncate(RECORDS_PER_PAGE as usize);
+        records.last().map(|r| r.recipient_id)
+    } else {
+        None
+    };
+    let keys = store::all_keys(&db.pool).await?;
+    Ok(ConnectionPage { summary: ConnectionSummary { connection: c, figures }, records, next_after, keys })
+}
+
+/// The lag of a connection: how long its oldest unconfirmed change has waited.
+pub fn lag(oldest_behind: Option<DateTime<Utc>>) -> Option<Duration> {
+    oldest_behind.map(|t| (Utc::now() - t).to_std().unwrap_or_default())
+}
+
+/// The resource keys an operator may pick from.
+pub async fn resource_keys(db: &Db) -> Result<Vec<String>, ServiceError> {
+    Ok(store::all_keys(&db.pool).await?)
+}
