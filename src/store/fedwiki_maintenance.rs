@@ -3,7 +3,7 @@
 //! the runs' record. Named as the spec names the queries where it names them.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgExecutor};
 
 use crate::{ids::PoolId, states::SiteStatus};
 
@@ -111,52 +111,32 @@ pub async fn observe_site_by_domain(
     Ok(r.rows_affected() == 1)
 }
 
-/// LockSiteStatusByDomain: the row FOR UPDATE, with what writeStatus needs.
-pub async fn lock_site_status_by_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Option<KnownSite>> {
-    sqlx::query_as!(
-        KnownSite,
-        r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus"
-           FROM fedwiki.sites WHERE domain = $1 FOR UPDATE"#,
-        domain
-    )
-    .fetch_optional(conn)
-    .await
-}
-
-/// SiteHasOpenRequest and SiteHasRequestUpdatedSince in one statement (a statement of its own
-/// after the row lock, so its snapshot sees every request committed before the lock was granted):
-/// a request on the site still accepted, or changed at or after `since`.
-pub async fn site_is_busy(conn: &mut PgConnection, site_id: &str, since: DateTime<Utc>) -> sqlx::Result<bool> {
-    sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests
-                           WHERE instance_id = $1 AND (state = 'accepted' OR updated_at >= $2)) AS "e!""#,
-        site_id,
-        since
-    )
-    .fetch_one(conn)
-    .await
-}
-
-/// writeStatus's write: the farm's status and what it measured, on the locked row.
-pub async fn write_status_from_farm(
-    conn: &mut PgConnection,
-    site_id: &str,
+/// writeStatus in one call (`fedwiki.write_farm_status`, an implicit transaction of its own):
+/// the site row, whether a request is on it, the status, the pool's recount. True when written.
+pub async fn write_farm_status(
+    e: impl PgExecutor<'_>,
+    domain: &str,
     status: SiteStatus,
     storage_bytes: i64,
     modified_at: Option<DateTime<Utc>>,
-) -> sqlx::Result<()> {
-    sqlx::query!(
-        "UPDATE fedwiki.sites SET status = $2, status_changed_at = now(), parked_by_sweep = false,
-                                  storage_bytes = $3, modified_at = coalesce($4, modified_at), observed_at = now()
-          WHERE site_id = $1",
-        site_id,
+    listed_at: DateTime<Utc>,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT fedwiki.write_farm_status($1, $2, $3, $4, $5) AS "written!""#,
+        domain,
         status as SiteStatus,
         storage_bytes,
-        modified_at
+        modified_at,
+        listed_at
     )
-    .execute(conn)
-    .await?;
-    Ok(())
+    .fetch_one(e)
+    .await
+}
+
+/// usage.Recount in one call (`fedwiki.recount_site_usage`, an implicit transaction of its own):
+/// the usage row, the count, the write; none when the pool has no usage row.
+pub async fn recount_site_usage(e: impl PgExecutor<'_>, pool: PoolId) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!("SELECT fedwiki.recount_site_usage($1)", pool as PoolId).fetch_one(e).await
 }
 
 /// SiteHasOpenRequest: a request on the site still accepted.

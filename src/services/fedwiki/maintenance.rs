@@ -345,25 +345,18 @@ async fn observe(db: &Db, site: &FarmSite) -> Result<bool, ServiceError> {
     Ok(done)
 }
 
-/// writeStatus: the farm's status where no request is on the site. True when written.
+/// writeStatus: the farm's status where no request is on the site. True when written. One round
+/// trip (`fedwiki.write_farm_status`): LockSiteStatusByDomain, then whether a request is on the
+/// site in a statement of its own (a request committed before the lock is seen), then the status
+/// and the pool's recount.
 pub async fn write_status(
     db: &Db,
     site: &FarmSite,
     listed: SiteStatus,
     listed_at: DateTime<Utc>,
 ) -> Result<bool, ServiceError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
-    let Some(row) = store::lock_site_status_by_domain(tx.conn(), &site.domain).await? else { return Ok(false) };
-    // After the lock, in a statement of its own: a request committed before the lock is seen.
-    if row.status == listed || store::site_is_busy(tx.conn(), &row.site_id, listed_at).await? {
-        tx.commit().await?;
-        return Ok(false);
-    }
-    store::write_status_from_farm(tx.conn(), &row.site_id, listed, site.storage_bytes, site.modified_at).await?;
-    let pool = sites_store::pool_of_workspace(tx.conn(), &row.workspace_id).await?;
-    recount(&mut tx, pool).await?;
-    tx.commit().await?;
-    Ok(true)
+    Ok(store::write_farm_status(&db.pool, &site.domain, listed, site.storage_bytes, site.modified_at, listed_at)
+        .await?)
 }
 
 /// A farm-absent System row: deleted (System has no usage row). True when deleted.
@@ -381,9 +374,8 @@ pub async fn recount_all(db: &Db) -> Result<(), ServiceError> {
         store::pools_with_site_usage(read.conn()).await?
     };
     for pool in pools {
-        let mut tx = begin(db, TxKind::Plain).await?;
-        recount(&mut tx, Some(pool)).await?;
-        tx.commit().await?;
+        // usage.Recount, one round trip: its usage row, the count, the write.
+        store::recount_site_usage(&db.pool, pool).await?;
     }
     Ok(())
 }
