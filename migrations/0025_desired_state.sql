@@ -37,7 +37,7 @@ CREATE TABLE core.desired_state_outbox (
     connection_id bigint,
     recipient_kind text CHECK (recipient_kind IN ('organization')),
     recipient_id bigint,
-    reason text NOT NULL CHECK (reason IN ('source', 'connection', 'retry', 'deleted', 'test')),
+    reason text NOT NULL CHECK (reason IN ('source', 'connection', 'retry', 'resend', 'deleted', 'test')),
     after_recipient_id bigint NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL DEFAULT now(),
     claimed_until timestamptz,
@@ -120,10 +120,13 @@ $$;
 -- recomputeAddress: the address lock, then the record row (LockDesiredStateRecord), then the
 -- content in a statement of its own (this function is VOLATILE, so at READ COMMITTED it sees
 -- every commit that preceded the lock's grant), then the record written: a new generation only
--- when the content changed; deleted when the connection is deleted. p_due_now (Retry) makes a
--- record still behind due at once. Returns what it did.
+-- when the content changed; deleted when the connection is deleted. p_ask says who asked: a
+-- notice about a source or the connection's keys ('notice'); Retry ('retry'), which makes a record
+-- still behind due at once; the connection's URL changed ('resend'), which makes every record
+-- due at once and unconfirmed, since the new endpoint confirmed nothing yet (the same generation
+-- goes again: an endpoint that holds it takes it as a replay). Returns what it did.
 CREATE FUNCTION core.recompute_desired_state_address(p_connection bigint, p_kind text, p_recipient bigint,
-                                                     p_due_now boolean) RETURNS text
+                                                     p_ask text) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     r core.desired_state_records;
@@ -149,8 +152,16 @@ BEGIN
         VALUES (p_connection, p_kind, p_recipient, fresh, 1);
         RETURN 'created';
     END IF;
+    IF p_ask = 'resend' THEN
+        UPDATE core.desired_state_records
+           SET content = fresh, generation = r.generation + (r.content IS DISTINCT FROM fresh)::int,
+               changed_at = CASE WHEN r.content IS DISTINCT FROM fresh THEN now() ELSE r.changed_at END,
+               confirmed_generation = 0, dispatched_generation = 0, failures = 0, due_at = now()
+         WHERE record_id = r.record_id;
+        RETURN CASE WHEN r.content IS DISTINCT FROM fresh THEN 'generation' ELSE 'due' END;
+    END IF;
     IF r.content = fresh THEN
-        IF p_due_now AND r.confirmed_generation < r.generation THEN
+        IF p_ask = 'retry' AND r.confirmed_generation < r.generation THEN
             UPDATE core.desired_state_records SET due_at = now() WHERE record_id = r.record_id;
             RETURN 'due';
         END IF;
@@ -161,7 +172,7 @@ BEGIN
            -- Due when it was (an idle record's due_at is past): a push in flight keeps the new
            -- generation waiting for its answer, so two pushes of one record never overlap and
            -- cannot arrive out of order; a failing endpoint's backoff keeps running.
-           due_at = CASE WHEN p_due_now THEN least(r.due_at, now()) ELSE r.due_at END
+           due_at = CASE WHEN p_ask = 'retry' THEN least(r.due_at, now()) ELSE r.due_at END
      WHERE record_id = r.record_id;
     RETURN 'generation';
 END
@@ -331,24 +342,30 @@ BEGIN
         PERFORM core.insert_desired_state_notice(NEW.connection_id, NULL, NULL, 'connection');
     ELSIF NEW.deleted_at IS NOT NULL AND OLD.deleted_at IS NULL THEN
         PERFORM core.insert_desired_state_notice(NEW.connection_id, NULL, NULL, 'deleted');
-    ELSIF NEW.deleted_at IS NULL AND NEW.resource_keys IS DISTINCT FROM OLD.resource_keys THEN
-        PERFORM core.insert_desired_state_notice(NEW.connection_id, NULL, NULL, 'connection');
+    ELSIF NEW.deleted_at IS NULL THEN
+        IF NEW.resource_keys IS DISTINCT FROM OLD.resource_keys THEN
+            PERFORM core.insert_desired_state_notice(NEW.connection_id, NULL, NULL, 'connection');
+        END IF;
+        -- Another endpoint: it confirmed nothing yet, so every record goes to it again.
+        IF NEW.url IS DISTINCT FROM OLD.url THEN
+            PERFORM core.insert_desired_state_notice(NEW.connection_id, NULL, NULL, 'resend');
+        END IF;
     END IF;
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER desired_state_connections_changed AFTER INSERT OR UPDATE OF resource_keys, deleted_at
+CREATE TRIGGER desired_state_connections_changed AFTER INSERT OR UPDATE OF resource_keys, deleted_at, url
     ON core.desired_state_connections FOR EACH ROW EXECUTE FUNCTION core.notice_connection_changed();
 
 REVOKE EXECUTE ON FUNCTION core.lock_desired_state_address(bigint, text, bigint),
-    core.desired_state_content(bigint, text, bigint), core.recompute_desired_state_address(bigint, text, bigint, boolean),
+    core.desired_state_content(bigint, text, bigint), core.recompute_desired_state_address(bigint, text, bigint, text),
     core.write_desired_state_push_answer(bigint, bigint, boolean, text, double precision, double precision),
     core.write_desired_state_read_back(bigint, boolean, bigint, jsonb),
     core.insert_desired_state_notice(bigint, text, bigint, text), core.desired_state_live(),
     core.notice_pool_entitlements(), core.notice_organizations_inserted(), core.notice_organizations_updated(),
     core.notice_org_type_renamed(), core.notice_connection_changed() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION core.lock_desired_state_address(bigint, text, bigint),
-    core.desired_state_content(bigint, text, bigint), core.recompute_desired_state_address(bigint, text, bigint, boolean),
+    core.desired_state_content(bigint, text, bigint), core.recompute_desired_state_address(bigint, text, bigint, text),
     core.write_desired_state_push_answer(bigint, bigint, boolean, text, double precision, double precision),
     core.write_desired_state_read_back(bigint, boolean, bigint, jsonb),
     core.insert_desired_state_notice(bigint, text, bigint, text), core.desired_state_live() TO console_runtime;

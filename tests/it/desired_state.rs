@@ -161,7 +161,7 @@ async fn notices_are_written_only_while_a_connection_is_live_and_the_same_conten
     s.pass().await;
     assert_eq!(s.record(c).await.generation, 1);
     for _ in 0..3 {
-        assert_eq!(ds::recompute_address(&s.t.db, c, s.org.0, false).await.unwrap(), Recomputed::Unchanged);
+        assert_eq!(ds::recompute_address(&s.t.db, c, s.org.0, ds::Ask::Notice).await.unwrap(), Recomputed::Unchanged);
     }
     assert_eq!(s.record(c).await.generation, 1, "the same content is no new generation");
     s.sql(&format!("UPDATE core.organizations SET name = 'Acme Ltd' WHERE organization_id = {}", s.org)).await;
@@ -384,6 +384,43 @@ async fn read_back_finds_drift_and_the_record_is_pushed_again() {
 }
 
 #[tokio::test]
+async fn a_new_url_receives_every_record_again_and_the_old_endpoint_nothing_more() {
+    let s = setup().await;
+    let c = s.connect("Moved", &s.receiver).await;
+    acts::grant(&s.t, s.org, s.product).await;
+    s.relay_and_push(c).await;
+    let before = s.record(c).await;
+    assert_eq!(before.confirmed_generation, before.generation);
+    let old_pushes = counter(&s.receiver, "pushes");
+
+    // The system moved: a fresh endpoint that holds nothing, with the same secret.
+    let moved = Receiver::start(ReceiverConfig { secrets: vec![], ..ReceiverConfig::default() }).await.unwrap();
+    let row = store::connection(&s.t.db.pool, c).await.unwrap().unwrap();
+    moved.set_secrets(&[row.secret]).unwrap();
+    let form = ConnectionForm {
+        name: "Moved".into(),
+        url: moved.push_url(),
+        keys: "chat.seats, chat.video".into(),
+        read_back: "on".into(),
+    };
+    connections::update_connection(&s.t.db, c, &form).await.unwrap();
+    let pass = s.pass().await;
+    assert_eq!(pass.new_generations, 0, "the same content: no new generation");
+    let r = s.record(c).await;
+    assert_eq!((r.generation, r.confirmed_generation), (before.generation, 0), "unconfirmed at the new endpoint");
+    let d = s.dispatch(c).await;
+    assert_eq!(d.confirmed, 1);
+    assert_eq!(held(&moved, s.org), Some((before.generation, before.content.clone())), "the new endpoint holds it");
+    assert_eq!(s.record(c).await.confirmed_generation, before.generation);
+    assert_eq!(counter(&s.receiver, "pushes"), old_pushes, "the old endpoint gets nothing more");
+
+    // Editing the name alone sends nothing again.
+    let form = ConnectionForm { name: "Moved again".into(), ..form };
+    connections::update_connection(&s.t.db, c, &form).await.unwrap();
+    assert_eq!(s.notices().await, 0);
+}
+
+#[tokio::test]
 async fn a_test_asked_on_the_page_is_sent_signed_and_its_answer_kept() {
     let s = setup().await;
     let c = s.connect("Tested", &s.receiver).await;
@@ -411,13 +448,13 @@ async fn a_second_recompute_of_one_address_waits_and_computes_after_the_first_co
     common::assert_holds(&s.t.admin, a_pid, &[Lock::DesiredStateAddress]).await;
     let db = s.t.db.clone();
     let org = s.org;
-    let b = tokio::spawn(async move { ds::recompute_address(&db, c, org.0, false).await });
+    let b = tokio::spawn(async move { ds::recompute_address(&db, c, org.0, ds::Ask::Notice).await });
     let b_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, a_pid).await;
     assert!(b_pid > 0, "the second recompute waits on the address lock");
     // The source changes while B waits (a grant takes no address lock), and A finishes its recompute.
     acts::grant(&s.t, s.org, s.product).await;
     let did: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT core.recompute_desired_state_address({}, 'organization', {}, false)",
+        "SELECT core.recompute_desired_state_address({}, 'organization', {}, 'notice')",
         c.0, s.org.0
     )))
     .fetch_one(&mut *a)
@@ -446,7 +483,7 @@ async fn a_recompute_waits_on_the_record_a_dispatch_stamp_holds_and_the_stamp_ta
     acts::grant(&s.t, s.org, s.product).await;
     let db = s.t.db.clone();
     let org = s.org;
-    let b = tokio::spawn(async move { ds::recompute_address(&db, c, org.0, false).await });
+    let b = tokio::spawn(async move { ds::recompute_address(&db, c, org.0, ds::Ask::Notice).await });
     common::wait_for_waiter(&s.t.admin, &s.t.name, a_pid).await;
     sqlx::query("COMMIT").execute(&mut *a).await.unwrap();
     assert_eq!(b.await.unwrap().unwrap(), Recomputed::Generation);

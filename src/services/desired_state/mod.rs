@@ -14,7 +14,7 @@ pub use connections::{ConnectionForm, ConnectionPage, ConnectionSummary};
 pub use dispatch::{DISPATCH_LOCKS, Dispatched, WRITE_PUSH_ANSWER_LOCKS, dispatch_connection};
 pub use read_back::{READ_BACK_ITEM_LOCKS, ReadBackRun, read_back_connection};
 pub use relay::{
-    CLAIM_NOTICES_LOCKS, RECOMPUTE_ADDRESS_LOCKS, RelayPass, process_desired_state_outbox, recompute_address,
+    Ask, CLAIM_NOTICES_LOCKS, RECOMPUTE_ADDRESS_LOCKS, RelayPass, process_desired_state_outbox, recompute_address,
 };
 
 /// The relay's pass: a schedule (the queue keeps one pending or running, so passes never overlap

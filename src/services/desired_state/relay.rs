@@ -90,20 +90,52 @@ impl Recomputed {
     }
 }
 
+/// Who asked for a recompute. When one pass holds several notices about an address, the
+/// strongest ask wins (the order here).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Ask {
+    /// A source or the connection's keys changed: a new generation only when the content did.
+    #[default]
+    Notice,
+    /// Retry: a record still behind is due at once.
+    Retry,
+    /// The connection's URL changed: every record is due at once and unconfirmed.
+    Resend,
+}
+
+impl Ask {
+    fn of_reason(reason: &str) -> Ask {
+        match reason {
+            "retry" => Ask::Retry,
+            "resend" => Ask::Resend,
+            _ => Ask::Notice,
+        }
+    }
+
+    fn sql(self) -> &'static str {
+        match self {
+            Ask::Notice => "notice",
+            Ask::Retry => "retry",
+            Ask::Resend => "resend",
+        }
+    }
+}
+
 /// recomputeAddress for (connection, organization): one READ COMMITTED transaction, one round
 /// trip (`core.recompute_desired_state_address` takes the address lock, then the record row, then
-/// computes the content in a statement of its own). `due_now` is Retry's: a record still behind
-/// is due at once.
+/// computes the content in a statement of its own).
 #[tracing::instrument(name = "recomputeAddress", skip(db), fields(connection_id = %connection, recipient_id))]
 pub async fn recompute_address(
     db: &Db,
     connection: ConnectionId,
     recipient_id: i64,
-    due_now: bool,
+    ask: Ask,
 ) -> Result<Recomputed, DbError> {
+    // Numbers and a constant of this module's: the simple protocol carries no parameters.
     let sql = format!(
-        "SELECT core.recompute_desired_state_address({}, 'organization', {recipient_id}, {due_now})",
-        connection.0
+        "SELECT core.recompute_desired_state_address({}, 'organization', {recipient_id}, '{}')",
+        connection.0,
+        ask.sql()
     );
     let rows = tx::once(db, TxKind::Plain, sql).await?;
     use sqlx::Row;
@@ -148,6 +180,8 @@ async fn addresses_of(
             let page = match reason {
                 "deleted" => store::recipients_after(&db.pool, conn, false, n.after_recipient_id, WALK_PAGE).await?,
                 "retry" => store::recipients_after(&db.pool, conn, true, n.after_recipient_id, WALK_PAGE).await?,
+                // Only the addresses that have a record: the others are created by their notices.
+                "resend" => store::recipients_after(&db.pool, conn, false, n.after_recipient_id, WALK_PAGE).await?,
                 _ => store::organizations_after(&db.pool, n.after_recipient_id, WALK_PAGE).await?,
             };
             if page.len() as i64 == WALK_PAGE {
@@ -189,15 +223,17 @@ pub async fn process_desired_state_outbox(db: &Db, budget: Duration) -> Result<R
             store::request_test(&db.pool, *conn).await?;
             owed.insert(*conn);
         }
-        // Each address once, Retry's asking wins; in address order, so two passes meet in one order.
-        let mut addresses: BTreeMap<(ConnectionId, i64), bool> = BTreeMap::new();
+        // Each address once, the strongest ask winning; in address order, so two passes meet in
+        // one order.
+        let mut addresses: BTreeMap<(ConnectionId, i64), Ask> = BTreeMap::new();
         for (c, n) in claimed.iter().zip(&notices) {
             for a in &c.addresses {
-                *addresses.entry(*a).or_default() |= n.reason == "retry";
+                let ask = addresses.entry(*a).or_default();
+                *ask = (*ask).max(Ask::of_reason(&n.reason));
             }
         }
         let results: Vec<((ConnectionId, i64), Result<Recomputed, DbError>)> = stream::iter(addresses.into_iter())
-            .map(|((conn, r), due_now)| async move { ((conn, r), recompute_address(db, conn, r, due_now).await) })
+            .map(|((conn, r), ask)| async move { ((conn, r), recompute_address(db, conn, r, ask).await) })
             .buffer_unordered(RECOMPUTE_PARALLELISM)
             .collect()
             .await;

@@ -34,7 +34,8 @@ pub(in crate::stress) async fn relay_pass(ctx: &Ctx, note: &mut Note) -> Result<
     relay_outcome(r, note)
 }
 
-/// recomputeAddress of a shared organization at one connection (sometimes as Retry asks).
+/// recomputeAddress of a shared organization at one connection (sometimes as Retry or a new URL
+/// asks).
 pub(in crate::stress) async fn recompute_address(
     ctx: &Ctx,
     rng: &mut Rng,
@@ -42,10 +43,14 @@ pub(in crate::stress) async fn recompute_address(
 ) -> Result<Outcome, Failure> {
     let (org, pool) = ctx.fx.hot[rng.below(ctx.fx.hot.len())];
     let c = some_connection(ctx, rng);
-    let due_now = rng.below(4) == 0;
+    let ask = match rng.below(8) {
+        0 | 1 => ds::Ask::Retry,
+        2 => ds::Ask::Resend,
+        _ => ds::Ask::Notice,
+    };
     note.pool = Some(pool.0);
-    note.detail = format!("recompute organization {org} at connection {c} (due now: {due_now})");
-    let r = ds::recompute_address(&ctx.db, c, org.0, due_now).await.map_err(ServiceError::from);
+    note.detail = format!("recompute organization {org} at connection {c} (asked as {ask:?})");
+    let r = ds::recompute_address(&ctx.db, c, org.0, ask).await.map_err(ServiceError::from);
     relay_outcome(r, note)
 }
 

@@ -266,7 +266,11 @@ fn done_notice(done: &str, c: &ConnectionRow, now: DateTime<Utc>) -> Option<Stri
         "added" => "The connection was added: the console computes what each organization should hold and pushes it \
                     within a few seconds."
             .into(),
-        "saved" => "The connection was saved. A change of its keys pushes every organization again.".into(),
+        "saved" => {
+            "The connection was saved. New keys are computed for every organization and pushed where they change \
+                    what it holds; a new URL receives every organization again."
+                .into()
+        }
         "retry" => "Retry asked: failing recipients are pushed again within a few seconds.".into(),
         "test" => "A test is on its way; its answer shows below when it comes.".into(),
         "check" => "Read-back asked: the system is asked what it holds for each confirmed recipient; any drift shows \
