@@ -184,7 +184,7 @@ $$;
 -- jitter, so many records failing together spread out). Returns false when the record is gone.
 CREATE FUNCTION core.write_desired_state_push_answer(p_record bigint, p_generation bigint, p_ok boolean,
                                                      p_answer text, p_base_secs double precision,
-                                                     p_cap_secs double precision) RETURNS boolean
+                                                     p_cap_secs double precision, p_url text) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     a record;
@@ -199,6 +199,16 @@ BEGIN
     SELECT * INTO r FROM core.desired_state_records WHERE record_id = p_record FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
+    END IF;
+    -- p_url is where the push went. An answer from a URL the connection no longer has confirms
+    -- nothing for the new one: the record is due again. (A URL changed after this check is
+    -- followed by its resend notice, whose recompute unconfirms the record under this lock.)
+    IF p_url IS DISTINCT FROM (SELECT url FROM core.desired_state_connections WHERE connection_id = a.connection_id) THEN
+        UPDATE core.desired_state_records
+           SET last_answer = 'answered by the connection''s previous URL; sent again to the new one',
+               last_answer_at = now(), due_at = now()
+         WHERE record_id = p_record;
+        RETURN true;
     END IF;
     IF p_ok THEN
         UPDATE core.desired_state_records
@@ -218,8 +228,8 @@ END
 $$;
 
 -- readBackItem: the address lock, then the record row, then the projection. A remote that holds
--- another content, or not this generation, is drift: the record is pushed again (its confirmed
--- generation goes back below its generation, and it is due now).
+-- another content, or not this generation, is drift: the record is pushed again, under a new
+-- generation of the same content, due now.
 CREATE FUNCTION core.write_desired_state_read_back(p_record bigint, p_found boolean, p_generation bigint,
                                                    p_content jsonb) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
@@ -359,14 +369,14 @@ CREATE TRIGGER desired_state_connections_changed AFTER INSERT OR UPDATE OF resou
 
 REVOKE EXECUTE ON FUNCTION core.lock_desired_state_address(bigint, text, bigint),
     core.desired_state_content(bigint, text, bigint), core.recompute_desired_state_address(bigint, text, bigint, text),
-    core.write_desired_state_push_answer(bigint, bigint, boolean, text, double precision, double precision),
+    core.write_desired_state_push_answer(bigint, bigint, boolean, text, double precision, double precision, text),
     core.write_desired_state_read_back(bigint, boolean, bigint, jsonb),
     core.insert_desired_state_notice(bigint, text, bigint, text), core.desired_state_live(),
     core.notice_pool_entitlements(), core.notice_organizations_inserted(), core.notice_organizations_updated(),
     core.notice_org_type_renamed(), core.notice_connection_changed() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION core.lock_desired_state_address(bigint, text, bigint),
     core.desired_state_content(bigint, text, bigint), core.recompute_desired_state_address(bigint, text, bigint, text),
-    core.write_desired_state_push_answer(bigint, bigint, boolean, text, double precision, double precision),
+    core.write_desired_state_push_answer(bigint, bigint, boolean, text, double precision, double precision, text),
     core.write_desired_state_read_back(bigint, boolean, bigint, jsonb),
     core.insert_desired_state_notice(bigint, text, bigint, text), core.desired_state_live() TO console_runtime;
 

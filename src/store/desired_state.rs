@@ -373,8 +373,10 @@ pub async fn stamp_dispatched(
     .await
 }
 
-/// writePushAnswer (the SQL function takes the address lock, then the record). False when the
+/// writePushAnswer (the SQL function takes the address lock, then the record). `url` is where the
+/// push went: an answer from a URL the connection no longer has confirms nothing. False when the
 /// record is gone.
+#[allow(clippy::too_many_arguments)]
 pub async fn write_push_answer(
     e: impl PgExecutor<'_>,
     record: RecordId,
@@ -383,15 +385,17 @@ pub async fn write_push_answer(
     answer: &str,
     backoff_base_secs: f64,
     backoff_cap_secs: f64,
+    url: &str,
 ) -> sqlx::Result<bool> {
     let r = sqlx::query_scalar!(
-        r#"SELECT core.write_desired_state_push_answer($1, $2, $3, $4, $5, $6) AS "written!""#,
+        r#"SELECT core.write_desired_state_push_answer($1, $2, $3, $4, $5, $6, $7) AS "written!""#,
         record as RecordId,
         generation,
         ok,
         answer,
         backoff_base_secs,
-        backoff_cap_secs
+        backoff_cap_secs,
+        url
     )
     .fetch_one(e)
     .await?;

@@ -179,6 +179,8 @@ mod tests {
         assert_eq!(round.iter().copied().collect::<BTreeSet<_>>(), picked.into_iter().collect::<BTreeSet<_>>());
         let last: BTreeSet<StressPath> = round[round.len() - 2..].iter().copied().collect();
         assert_eq!(last, [StressPath::DrainPlanAct, StressPath::RetryPlanAct].into_iter().collect());
+        let commit = round.iter().position(|p| *p == StressPath::RuleChangeBatchCommit).unwrap();
+        assert_eq!(round[commit + 1], StressPath::DrainChange, "the drain right after the rule change");
         assert_ne!(round, opening_round(&mut Rng::new(12)), "each task's round has an order of its own");
     }
 

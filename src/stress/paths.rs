@@ -431,7 +431,8 @@ impl Rng {
 
 /// Every picked path once, in a random order, so that a short run tries the rare ones too (a
 /// tier act is picked about once in 200): the ones that act on what a plan act left (a running
-/// act to drain, a failed move to retry) last, after the round's default change and reorder.
+/// act to drain, a failed move to retry) last, after the round's default change and reorder, and
+/// DrainChange right after the round's rule change.
 pub fn opening_round(rng: &mut Rng) -> Vec<StressPath> {
     let mut paths: Vec<StressPath> = StressPath::ALL.into_iter().filter(|p| p.is_picked()).collect();
     for i in (1..paths.len()).rev() {
@@ -439,6 +440,14 @@ pub fn opening_round(rng: &mut Rng) -> Vec<StressPath> {
     }
     let after = |p: &StressPath| matches!(p, StressPath::DrainPlanAct | StressPath::RetryPlanAct);
     paths.sort_by_key(after);
+    // DrainChange right after the round's rule change, while that change may still be draining
+    // (the workers' drain of a short run's few pools is quick, and with nothing draining the act
+    // is skipped).
+    if let Some(i) = paths.iter().position(|p| *p == StressPath::DrainChange) {
+        paths.remove(i);
+        let commit = paths.iter().position(|p| *p == StressPath::RuleChangeBatchCommit).map_or(0, |j| j + 1);
+        paths.insert(commit, StressPath::DrainChange);
+    }
     paths
 }
 

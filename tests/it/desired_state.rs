@@ -408,6 +408,11 @@ async fn a_new_url_receives_every_record_again_and_the_old_endpoint_nothing_more
     assert_eq!(pass.new_generations, 0, "the same content: no new generation");
     let r = s.record(c).await;
     assert_eq!((r.generation, r.confirmed_generation), (before.generation, 0), "unconfirmed at the new endpoint");
+    // A push to the old URL that was still in flight, answered now, confirms nothing for the new one.
+    let old_url = s.receiver.push_url();
+    let late = ds::dispatch::write_answer(&s.t.db, r.record_id, r.generation, true, "200", &old_url).await;
+    assert!(late.unwrap());
+    assert_eq!(s.record(c).await.confirmed_generation, 0, "an answer from the previous URL is no confirmation");
     let d = s.dispatch(c).await;
     assert_eq!(d.confirmed, 1);
     assert_eq!(held(&moved, s.org), Some((before.generation, before.content.clone())), "the new endpoint holds it");
@@ -495,7 +500,7 @@ async fn a_recompute_waits_on_the_record_a_dispatch_stamp_holds_and_the_stamp_ta
     assert_eq!((generation, dispatched), (2, 1), "the stamp's write stands beside the new generation");
     assert!(!due_now, "the new generation waits for the push in flight: two pushes of one record never overlap");
     let r = s.record(c).await;
-    ds::dispatch::write_answer(&s.t.db, r.record_id, 1, true, "200").await.unwrap();
+    ds::dispatch::write_answer(&s.t.db, r.record_id, 1, true, "200", &s.receiver.push_url()).await.unwrap();
     let d = s.dispatch(c).await;
     assert_eq!(d.confirmed, 1, "the first push's answer makes the new generation due at once");
     assert_eq!(s.record(c).await.confirmed_generation, 2);
@@ -513,7 +518,11 @@ async fn a_read_back_waits_on_the_address_a_push_answer_holds_and_judges_what_it
     // A: the push answer confirming generation 2, paused before its commit.
     let (mut a, a_pid) = common::hold_open(
         &s.t,
-        &format!("SELECT core.write_desired_state_push_answer({}, 2, true, '200', 5, 3600)", r.record_id.0),
+        &format!(
+            "SELECT core.write_desired_state_push_answer({}, 2, true, '200', 5, 3600, '{}')",
+            r.record_id.0,
+            s.receiver.push_url()
+        ),
     )
     .await;
     common::assert_holds(&s.t.admin, a_pid, &[Lock::DesiredStateAddress, Lock::DesiredStateRecord]).await;

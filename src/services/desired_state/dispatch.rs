@@ -100,9 +100,10 @@ pub async fn write_answer(
     generation: i64,
     ok: bool,
     answer: &str,
+    url: &str,
 ) -> Result<bool, ServiceError> {
     let (base, cap) = (PUSH_BACKOFF.base.as_secs_f64(), PUSH_BACKOFF.cap.as_secs_f64());
-    Ok(store::write_push_answer(&db.pool, record, generation, ok, answer, base, cap).await?)
+    Ok(store::write_push_answer(&db.pool, record, generation, ok, answer, base, cap, url).await?)
 }
 
 /// Send the test a connection's page asked for, and keep its answer on the connection.
@@ -162,7 +163,7 @@ pub async fn dispatch_connection(
                 async move {
                     let a = relay.post(&c.url, secrets, &id, body).await;
                     let (ok, words) = judge(&a, r.generation);
-                    write_answer(db, r.record_id, r.generation, ok, &words).await?;
+                    write_answer(db, r.record_id, r.generation, ok, &words, &c.url).await?;
                     Ok(ok)
                 }
             })

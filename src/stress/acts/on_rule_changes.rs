@@ -55,18 +55,32 @@ pub(in crate::stress) async fn commit_rule_change(
     rule_change_outcome(r, note)
 }
 
-/// DrainChange on a draining change, beside the drain job doing the same (and the other tasks):
-/// 1-4 pools at a time. A pass that found nothing due (the job settled it first, or its failed
-/// pools wait for their next attempt) is refused; no draining change, skipped.
+/// DrainChange on a draining change (one committed here when none is), beside the drain job doing
+/// the same (and the other tasks): 1-4 pools at a time. A pass that found nothing due (the job
+/// settled it first, or its failed pools wait for their next attempt) is refused; with no change
+/// to drain and none committed (nothing changed, a refusal), skipped.
 pub(in crate::stress) async fn drain_change(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
     let ids: Vec<RuleChangeId> = sqlx::query_scalar(
         "SELECT change_id FROM core.entitlement_set_changes WHERE state = 'draining' ORDER BY change_id",
     )
     .fetch_all(&ctx.db.pool)
     .await?;
-    if ids.is_empty() {
-        return Ok(Outcome::Skipped);
-    }
+    // With none draining (the workers' drain of a few pools is quick), commit one above the cap
+    // first, as the commit act does half the time, so the pass has a change to meet the job on.
+    let ids = if ids.is_empty() {
+        let set = rng.pick(&ctx.fx.carried_sets);
+        let (sites, flag) = (*rng.pick(set.sites), *rng.pick(&["yes", "no"]));
+        let submitted = rules(&[("fedwiki.active_sites", sites), (set.flag, flag)]);
+        match rc::commit_rule_change_batch(&ctx.db, set.id, &submitted, None, "stress", 0).await {
+            Ok(c) if !c.settled_inline => vec![c.change_id],
+            Ok(_) => return Ok(Outcome::Skipped),
+            Err(ServiceError::Db(e)) if !matches!(e, DbError::LockNotAvailable) => return Err(e.into()),
+            // Nothing changed, another change in progress, a lock wait past its bound.
+            Err(_) => return Ok(Outcome::Skipped),
+        }
+    } else {
+        ids
+    };
     let change = *rng.pick(&ids);
     let parallelism = 1 + rng.below(4) as i64;
     note.detail = format!("change {change}, {parallelism} pools at a time");
