@@ -16,7 +16,10 @@ use crate::{
     integrations::desired_state::new_secret,
     jobs::{self, NewJob},
     services::{ServiceError, refusal::Problems},
-    store::desired_state::{self as store, ConnectionFigures, ConnectionRow, RecordLine},
+    store::{
+        desired_state::{self as store, ConnectionFigures, ConnectionRow, RecordLine},
+        paging::{Seek, page_of},
+    },
 };
 
 use super::ReadBackDesiredState;
@@ -219,6 +222,11 @@ pub async fn check_now(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
             "This connection does not support read-back; turn it on in its settings first.".into(),
         ));
     }
+    ask_read_back(db, id).await
+}
+
+/// Enqueue a connection's read-back run, a no-op while one is open for it.
+async fn ask_read_back(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
     let mut conn = db.pool.acquire().await?;
     let job = ReadBackDesiredState { connection_id: id };
     jobs::enqueue(&mut conn, NewJob { dedupe_key: Some(ReadBackDesiredState::dedupe_key(id)), ..NewJob::of(&job) })
@@ -230,7 +238,7 @@ pub async fn check_now(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
 pub async fn schedule_read_backs(db: &Db) -> Result<usize, ServiceError> {
     let mut n = 0;
     for c in store::live_connections(&db.pool).await?.into_iter().filter(|c| c.read_back) {
-        check_now(db, c.connection_id).await?;
+        ask_read_back(db, c.connection_id).await?;
         n += 1;
     }
     Ok(n)
@@ -284,15 +292,12 @@ pub async fn connection_page(
     };
     let figures =
         store::connection_figures(&db.pool, &[id.0]).await?.pop().ok_or(ServiceError::NotFound("connection"))?;
-    let mut records = store::record_lines(&db.pool, id, filter, after, RECORDS_PER_PAGE + 1).await?;
-    let next_after = if records.len() as i64 > RECORDS_PER_PAGE {
-        records.truncate(RECORDS_PER_PAGE as usize);
-        records.last().map(|r| r.recipient_id)
-    } else {
-        None
-    };
+    let fetched = store::record_lines(&db.pool, id, filter, after, RECORDS_PER_PAGE + 1).await?;
+    let seek = if after == 0 { Seek::First } else { Seek::After(after) };
+    let page = page_of(fetched, RECORDS_PER_PAGE, seek);
+    let next_after = if page.has_after { page.rows.last().map(|r| r.recipient_id) } else { None };
     let keys = store::all_keys(&db.pool).await?;
-    Ok(ConnectionPage { summary: ConnectionSummary { connection: c, figures }, records, next_after, keys })
+    Ok(ConnectionPage { summary: ConnectionSummary { connection: c, figures }, records: page.rows, next_after, keys })
 }
 
 /// The lag of a connection: how long its oldest unconfirmed change has waited.

@@ -13,7 +13,7 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     ids::{ConnectionId, RecordId},
-    integrations::desired_state::{Answer, Relay, new_secret},
+    integrations::desired_state::{Answer, Relay},
     jobs::Backoff,
     services::ServiceError,
     store::desired_state::{self as store, ConnectionRow, StampedRecord},
@@ -114,8 +114,7 @@ async fn send_test(db: &Db, relay: &Relay, c: &ConnectionRow) -> Result<(), Serv
         "sent_at": chrono::Utc::now().to_rfc3339(),
     });
     // A random part keeps two tests apart at the remote.
-    let nonce = new_secret().map_err(|e| ServiceError::Remote { sentence: e, transient: true })?;
-    let id = format!("dt_{}_{}", c.connection_id, nonce.trim_start_matches("whsec_").replace(['+', '/', '='], ""));
+    let id = format!("dt_{}_{}", c.connection_id, crate::config::random_hex(8));
     let answer = relay.post(&c.url, &signing_secrets(c), &id, serde_json::to_vec(&body).unwrap_or_default()).await;
     let (ok, words) = match &answer {
         Answer::Accepted { status, .. } => (true, format!("answered {status}")),

@@ -64,7 +64,7 @@ pub async fn read_back_connection(
                 let secrets = &secrets;
                 let url = &c.url;
                 async move {
-                    let id = format!("rb_{}_{}", r.record_id, chrono::Utc::now().timestamp_micros());
+                    let id = format!("rb_{}_{}", r.record_id, crate::config::random_hex(8));
                     let h = relay.read_back(url, secrets, &id, &r.recipient_kind, r.recipient_id).await;
                     (r, h)
                 }
