@@ -46,6 +46,9 @@ pub struct Config {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// How log lines are written: for a person, or one JSON object a line for a log collector.
     pub log_format: LogFormat,
+    /// `GET /metrics` answers a request bearing this token; with none, only loopback peers that
+    /// came through no proxy.
+    pub metrics_token: Option<String>,
     /// Stripe: the account's secret key, the API base, and the webhook signing secrets.
     pub stripe: StripeSettings,
     /// The FedWiki farm: its API, token, callback secret, zone and the sites' rules.
@@ -196,6 +199,10 @@ impl Config {
             .map(|s| s.parse().map_err(|_| invalid("CONSOLE_TRUSTED_PROXIES", format!("{s:?} is not an IP address"))))
             .collect::<Result<Vec<std::net::IpAddr>, _>>()?;
         let log_format = LogFormat::parse(get("CONSOLE_LOG_FORMAT").as_deref())?;
+        let metrics_token = get("CONSOLE_METRICS_TOKEN").map(|t| t.trim().to_string()).filter(|t| !t.is_empty());
+        if metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err(invalid("CONSOLE_METRICS_TOKEN", "must be at least 16 characters".into()));
+        }
         let stripe = StripeSettings {
             secret_key: get("STRIPE_SECRET_KEY").map(|k| k.trim().to_string()),
             api_base: get("STRIPE_API_BASE")
@@ -289,6 +296,7 @@ impl Config {
             plan_act_holder_cap,
             trusted_proxies,
             log_format,
+            metrics_token,
             stripe,
             farm,
         })
@@ -318,6 +326,11 @@ impl fmt::Display for Config {
         writeln!(f, "CONSOLE_JOB_LEASE_MS={}", self.job_lease.as_millis())?;
         writeln!(f, "CONSOLE_RULE_CHANGE_SYNC_CAP={}", self.rule_change_sync_cap)?;
         writeln!(f, "CONSOLE_PLAN_ACT_HOLDER_CAP={}", self.plan_act_holder_cap)?;
+        writeln!(
+            f,
+            "CONSOLE_METRICS_TOKEN={}",
+            if self.metrics_token.is_some() { "****" } else { "(unset: /metrics answers loopback only)" }
+        )?;
         let proxies: Vec<String> = self.trusted_proxies.iter().map(|p| p.to_string()).collect();
         writeln!(
             f,

@@ -12,6 +12,7 @@ pub mod integrations;
 pub mod job_registry;
 pub mod jobs;
 pub mod lock_paths;
+pub mod metrics;
 pub mod scratch;
 pub mod services;
 pub mod states;

@@ -87,6 +87,7 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::desired_state::dispatch::WRITE_PUSH_ANSWER_LOCKS,
         &crate::services::desired_state::read_back::READ_BACK_ITEM_LOCKS,
         &crate::services::desired_state::connections::EDIT_CONNECTION_LOCKS,
+        &crate::services::observability::SAMPLE_LOCKS,
     ]
 }
 

@@ -450,6 +450,11 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     let server = web::serve_connected(listener, b.db.clone(), Arc::clone(&b.config), connected)?;
     let handle = server.handle();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sampler = tokio::spawn(member_console::services::observability::run_sampler(
+        b.db.clone(),
+        jobs::worker::new_worker_id(),
+        stop_rx.clone(),
+    ));
     let worker = with_worker.then(|| tokio::spawn(start_worker(b, stripe.clone(), farm.clone(), stop_rx)));
     eprintln!("Member Console is listening on http://{address}");
     let server_task = tokio::spawn(server);
@@ -478,6 +483,7 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     if let Some(w) = worker {
         let _ = w.await;
     }
+    let _ = sampler.await;
     if let Some(standin) = billing.standin {
         standin.stop().await;
     }

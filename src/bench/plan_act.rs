@@ -52,6 +52,9 @@ pub struct Report {
     pub moves_per_s: f64,
     pub yardstick_tps: f64,
     pub ratio: f64,
+    /// The yardstick with `synchronous_commit = off`, as a move commits.
+    pub yardstick_async_tps: f64,
+    pub ratio_async: f64,
 }
 
 pub async fn run(config: &Config, o: &Options) -> anyhow::Result<Report> {
@@ -147,6 +150,8 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     yardstick::prepare(&s.admin, o.concurrency).await?;
     let tps = yardstick::run(&s.db.pool, o.concurrency, o.yardstick_seconds).await?;
     eprintln!("bench: yardstick (TPC-B through sqlx, {} clients): {tps:.0} tps", o.concurrency);
+    let async_tps = yardstick::run_async_commit(&s.db.pool, o.concurrency, o.yardstick_seconds).await?;
+    eprintln!("bench: yardstick with synchronous_commit = off: {async_tps:.0} tps");
     Ok(Report {
         orgs: o.orgs,
         concurrency: o.concurrency,
@@ -160,6 +165,8 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
         moves_per_s,
         yardstick_tps: tps,
         ratio: moves_per_s / tps,
+        yardstick_async_tps: async_tps,
+        ratio_async: moves_per_s / async_tps,
     })
 }
 

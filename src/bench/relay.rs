@@ -59,6 +59,9 @@ pub struct Report {
     pub yardstick_tps: f64,
     /// records_per_s / yardstick_tps.
     pub ratio: f64,
+    /// The yardstick with `synchronous_commit = off`, as a recompute commits.
+    pub yardstick_async_tps: f64,
+    pub ratio_async: f64,
 }
 
 pub async fn run(config: &Config, o: &Options) -> anyhow::Result<Report> {
@@ -132,6 +135,8 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     yardstick::prepare(&s.admin, clients).await?;
     let tps = yardstick::run(&s.db.pool, clients, o.yardstick_seconds).await?;
     eprintln!("bench: yardstick (TPC-B through sqlx, {clients} clients): {tps:.0} tps");
+    let async_tps = yardstick::run_async_commit(&s.db.pool, clients, o.yardstick_seconds).await?;
+    eprintln!("bench: yardstick with synchronous_commit = off: {async_tps:.0} tps");
     Ok(Report {
         orgs: o.orgs,
         initial_s,
@@ -142,6 +147,8 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
         records_per_s,
         yardstick_tps: tps,
         ratio: records_per_s / tps,
+        yardstick_async_tps: async_tps,
+        ratio_async: records_per_s / async_tps,
     })
 }
 

@@ -32,6 +32,18 @@ pub async fn prepare(admin: &PgPool, clients: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The same loop with `synchronous_commit = off` (its own pool of `clients` connections like
+/// `pool`'s): the yardstick of a bench whose own work commits without waiting for the disk, so
+/// the two compare like for like.
+pub async fn run_async_commit(pool: &PgPool, clients: i64, seconds: f64) -> anyhow::Result<f64> {
+    let options = (*pool.connect_options()).clone().options([("synchronous_commit", "off")]);
+    let async_pool =
+        sqlx::postgres::PgPoolOptions::new().max_connections(clients.max(1) as u32).connect_with(options).await?;
+    let tps = run(&async_pool, clients, seconds).await;
+    async_pool.close().await;
+    tps
+}
+
 /// Run the TPC-B loop from `clients` connections for `seconds`; transactions per second.
 pub async fn run(pool: &PgPool, clients: i64, seconds: f64) -> anyhow::Result<f64> {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);

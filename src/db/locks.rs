@@ -97,6 +97,9 @@ pub enum Lock {
     /// A connection's row (`core.desired_state_connections`), by an operator's edit or the
     /// relay's test request and answer.
     ConnectionRow,
+    /// A minute's shared sample rows (`integration.metric_samples`, source 'db'), by the upsert
+    /// of a server's sample: the first server's figures are kept.
+    MetricSampleRows,
 }
 
 /// How a lock appears in `pg_locks` while it is held.
@@ -151,6 +154,7 @@ impl Lock {
             Lock::DesiredStateAddress => "Desired-state address",
             Lock::DesiredStateRecord => "Desired-state record",
             Lock::DesiredStateNotices => "Desired-state notices (SKIP LOCKED)",
+            Lock::MetricSampleRows => "Metric sample rows (the minute's shared ones)",
             Lock::ConnectionRow => "Connection row",
         }
     }
@@ -192,6 +196,7 @@ impl Lock {
             Lock::DesiredStateAddress => "desired-state-address",
             Lock::DesiredStateRecord => "core.desired_state_records",
             Lock::DesiredStateNotices => "core.desired_state_outbox",
+            Lock::MetricSampleRows => "integration.metric_samples",
             Lock::ConnectionRow => "core.desired_state_connections",
         }
     }
@@ -266,6 +271,9 @@ impl Lock {
             }
             Lock::ConnectionRow => {
                 PgSignature::Relation { table: "core.desired_state_connections", mode: "RowExclusiveLock" }
+            }
+            Lock::MetricSampleRows => {
+                PgSignature::Relation { table: "integration.metric_samples", mode: "RowExclusiveLock" }
             }
         }
     }
@@ -394,6 +402,7 @@ const ALL: &[Lock] = &[
     Lock::DesiredStateRecord,
     Lock::DesiredStateNotices,
     Lock::ConnectionRow,
+    Lock::MetricSampleRows,
 ];
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
@@ -463,6 +472,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 40, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 41, "add a new lock to ALL too");
     }
 }

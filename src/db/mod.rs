@@ -87,7 +87,10 @@ pub enum DbError {
 impl From<sqlx::Error> for DbError {
     fn from(e: sqlx::Error) -> Self {
         match sqlstate(&e).as_deref() {
-            Some(LOCK_NOT_AVAILABLE) => DbError::LockNotAvailable,
+            Some(LOCK_NOT_AVAILABLE) => {
+                crate::metrics::note_lock_wait_refused();
+                DbError::LockNotAvailable
+            }
             Some(QUERY_CANCELED) => DbError::DeadlinePassed,
             Some(DEADLOCK_DETECTED) => {
                 let detail = e

@@ -116,6 +116,12 @@ impl Relay {
 
     /// POST `body` to `url`, signed under `secrets` with the id `id`.
     pub async fn post(&self, url: &str, secrets: &[&str], id: &str, body: Vec<u8>) -> Answer {
+        let call = self.post_unmeasured(url, secrets, id, body);
+        crate::metrics::timed(crate::metrics::System::Connection, "push", call, |a| matches!(a, Answer::Failed(_)))
+            .await
+    }
+
+    async fn post_unmeasured(&self, url: &str, secrets: &[&str], id: &str, body: Vec<u8>) -> Answer {
         let hs = match headers(secrets, id, &body) {
             Ok(h) => h,
             Err(e) => return Answer::Failed(e),
@@ -149,6 +155,12 @@ impl Relay {
 
     /// GET what the remote at `url` holds for one recipient, signed over an empty body.
     pub async fn read_back(&self, url: &str, secrets: &[&str], id: &str, kind: &str, recipient: i64) -> Held {
+        let call = self.read_back_unmeasured(url, secrets, id, kind, recipient);
+        crate::metrics::timed(crate::metrics::System::Connection, "read back", call, |h| matches!(h, Held::Unknown(_)))
+            .await
+    }
+
+    async fn read_back_unmeasured(&self, url: &str, secrets: &[&str], id: &str, kind: &str, recipient: i64) -> Held {
         let hs = match headers(secrets, id, b"") {
             Ok(h) => h,
             Err(e) => return Held::Unknown(e),

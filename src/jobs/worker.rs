@@ -396,9 +396,16 @@ impl Worker {
         // The handler is called inside the task, so even a panic while building its future is
         // the task's panic, caught as its JoinError.
         let fut = async move {
+            let kind = ctx.kind.clone();
             let run = async move {
                 match handler {
-                    Some(h) => h(ctx, payload).await,
+                    Some(h) => {
+                        let (r, lock_refused) = crate::metrics::watching_lock_waits(h(ctx, payload)).await;
+                        if lock_refused && r.is_err() {
+                            crate::metrics::global().lock_refusal(&format!("job {kind}"));
+                        }
+                        r
+                    }
                     None => Err(JobError::Retry(unknown)),
                 }
             };
@@ -584,8 +591,9 @@ fn panic_message(e: JoinError) -> String {
     }
 }
 
-/// hostname-pid-random: unique across processes and restarts, and says where a job ran.
-fn new_worker_id() -> String {
+/// hostname-pid-random: unique across processes and restarts, and says where a job ran (and
+/// which server a sample of requests came from).
+pub fn new_worker_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .ok()

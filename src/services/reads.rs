@@ -6,7 +6,7 @@ use crate::{
     ids::{
         AccountId, EntitlementSetId, GrantId, LadderId, OrgTypeId, OrganizationId, PlanActId, ProductId, RuleChangeId,
     },
-    states::GrantStatus,
+    states::{GrantStatus, RuleChangeState},
     store::{
         accounts,
         catalog::{self as store, HeldConferral},
@@ -74,6 +74,8 @@ pub struct Topology {
     pub ladders: Vec<store::Ladder>,
     pub tiers: Vec<store::Tier>,
     pub org_types: Vec<store::OrgType>,
+    /// Organizations on each tier, each count stopping past [`CARRIED_COUNT_CAP`].
+    pub tier_counts: Vec<topology::TierCount>,
 }
 
 #[tracing::instrument(name = "Read topology", skip_all)]
@@ -83,6 +85,7 @@ pub async fn topology(db: &Db) -> Result<Topology, DbError> {
         ladders: store::ladders(&mut c).await?,
         tiers: store::tiers(&mut c).await?,
         org_types: store::org_types(&mut c).await?,
+        tier_counts: topology::tier_organization_counts(&mut c, CARRIED_COUNT_CAP).await?,
     })
 }
 
@@ -233,16 +236,23 @@ pub struct RuleChangeDetail {
     pub change: rule_changes::ChangeRow,
     pub acts: Vec<rule_changes::ActRow>,
     pub failures: Vec<rule_changes::FailureRow>,
+    /// The pools settled in about the last minute; read only while the change drains.
+    pub recent: Option<plan_acts::Recent>,
 }
 
 #[tracing::instrument(name = "Read rule change", skip_all, fields(id = id.0))]
 pub async fn rule_change(db: &Db, id: RuleChangeId) -> Result<Option<RuleChangeDetail>, DbError> {
     let mut c = db.read().await?;
     let Some(change) = rule_changes::change(&mut c, id).await? else { return Ok(None) };
+    let recent = match change.state {
+        RuleChangeState::Draining => rule_changes::recent_pools(&mut c, id).await?,
+        RuleChangeState::Settled => None,
+    };
     Ok(Some(RuleChangeDetail {
         acts: rule_changes::acts(&mut c, &[id]).await?,
         failures: rule_changes::failures(&mut c, id, 200).await?,
         change,
+        recent,
     }))
 }
 
@@ -280,16 +290,15 @@ pub struct PlanActProgress {
     pub listed_all: bool,
     pub counts: plan_acts::Counts,
     pub failures: Vec<plan_acts::Failure>,
+    /// The moves of about the last minute; read only while organizations are pending.
+    pub recent: Option<plan_acts::Recent>,
 }
 
 #[tracing::instrument(name = "Read plan act progress", skip_all, fields(id = id.0))]
 pub async fn plan_act_progress(db: &Db, id: PlanActId) -> Result<PlanActProgress, DbError> {
     let mut c = db.read().await?;
     let (reaches, listed_all) = plan_acts::listing_state(&mut c, id).await?;
-    Ok(PlanActProgress {
-        reaches,
-        listed_all,
-        counts: plan_acts::counts(&mut c, id).await?,
-        failures: plan_acts::failures(&mut c, id, 200).await?,
-    })
+    let counts = plan_acts::counts(&mut c, id).await?;
+    let recent = if counts.pending > 0 { plan_acts::recent_moves(&mut c, id).await? } else { None };
+    Ok(PlanActProgress { reaches, listed_all, counts, failures: plan_acts::failures(&mut c, id, 200).await?, recent })
 }

@@ -12,6 +12,7 @@ pub mod fedwiki_maintenance;
 pub mod grants;
 pub mod job_overview;
 pub mod jobs;
+pub mod metrics;
 pub mod paging;
 pub mod plan_acts;
 pub mod plan_changes;

@@ -304,6 +304,41 @@ pub async fn counts(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<Cou
     .await
 }
 
+/// What settled in about the last minute of long work: how many, over how many seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Recent {
+    pub settled: i64,
+    /// A minute, or less while the work is younger; or, when `settled` reached the cap, the span
+    /// of those settlements.
+    pub seconds: f64,
+}
+
+/// A recent window counts at most this many settlements, so a fast act's poll reads no more than
+/// this many index entries; past it the rate is the cap over the span the cap took.
+pub const RECENT_CAP: i64 = 5000;
+
+/// The act's moves in about the last minute (see [`Recent`]); `None` for no such act. Bounded by
+/// [`RECENT_CAP`]: an index range on (plan_act_id, settled_at), newest first, when that index
+/// exists; without it, a walk of the act's obligations like [`counts`].
+pub async fn recent_moves(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<Option<Recent>> {
+    sqlx::query_as!(
+        Recent,
+        r#"WITH recent AS (
+               SELECT o.settled_at FROM core.plan_act_obligations o
+                WHERE o.plan_act_id = $1 AND o.settled_at > now() - interval '60 seconds'
+                ORDER BY o.settled_at DESC LIMIT $2)
+           SELECT (SELECT count(*) FROM recent) AS "settled!",
+                  extract(epoch FROM CASE WHEN (SELECT count(*) FROM recent) >= $2
+                                          THEN now() - (SELECT min(settled_at) FROM recent)
+                                          ELSE least(interval '60 seconds', now() - a.created_at) END)::float8 AS "seconds!"
+             FROM core.plan_acts a WHERE a.plan_act_id = $1"#,
+        act as PlanActId,
+        RECENT_CAP
+    )
+    .fetch_optional(conn)
+    .await
+}
+
 #[derive(Debug, Clone)]
 pub struct Failure {
     pub organization_id: OrganizationId,

@@ -6,6 +6,7 @@ use sqlx::PgConnection;
 use crate::{
     ids::{AccountId, EntitlementSetId, OrganizationId, PoolId, RuleChangeActId, RuleChangeId},
     states::RuleChangeState,
+    store::plan_acts::{RECENT_CAP, Recent},
 };
 
 pub async fn insert_change(
@@ -237,6 +238,8 @@ pub struct ChangeRow {
     pub hold_ms: Option<f64>,
     pub settled_at: Option<DateTime<Utc>>,
     pub reason: String,
+    /// Every carrying pool owes the change (listing done).
+    pub listed: bool,
     pub owed: i64,
     pub settled: i64,
     pub failed: i64,
@@ -248,7 +251,7 @@ pub async fn changes(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<Ch
     sqlx::query_as!(
         ChangeRow,
         r#"SELECT ch.change_id, ch.entitlement_set_id, s.name AS set_name, a.email AS "by?", ch.committed_at,
-                  ch.state AS "state: RuleChangeState", ch.settled_inline, ch.hold_ms, ch.settled_at, ch.reason,
+                  ch.state AS "state: RuleChangeState", ch.settled_inline, ch.hold_ms, ch.settled_at, ch.reason, ch.listed,
                   (SELECT count(DISTINCT o.pool_id) FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
                    WHERE x.change_id = ch.change_id) AS "owed!",
                   (SELECT count(*) FROM (SELECT o.pool_id FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
@@ -268,7 +271,7 @@ pub async fn change(conn: &mut PgConnection, id: RuleChangeId) -> sqlx::Result<O
     sqlx::query_as!(
         ChangeRow,
         r#"SELECT ch.change_id, ch.entitlement_set_id, s.name AS set_name, a.email AS "by?", ch.committed_at,
-                  ch.state AS "state: RuleChangeState", ch.settled_inline, ch.hold_ms, ch.settled_at, ch.reason,
+                  ch.state AS "state: RuleChangeState", ch.settled_inline, ch.hold_ms, ch.settled_at, ch.reason, ch.listed,
                   (SELECT count(DISTINCT o.pool_id) FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
                    WHERE x.change_id = ch.change_id) AS "owed!",
                   (SELECT count(*) FROM (SELECT o.pool_id FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts x USING (act_id)
@@ -309,6 +312,31 @@ pub async fn acts(conn: &mut PgConnection, change_ids: &[RuleChangeId]) -> sqlx:
         change_ids as &[RuleChangeId]
     )
     .fetch_all(conn)
+    .await
+}
+
+/// The change's pools settled in about the last minute (see [`Recent`]); `None` for no such
+/// change. A pool's acts settle together, so the first act's obligations stand for the pools, as
+/// in [`next_due_pools`]. Bounded by [`RECENT_CAP`]: an index range on (act_id, settled_at),
+/// newest first, when that index exists; without it, a walk of the first act's obligations.
+pub async fn recent_pools(conn: &mut PgConnection, change_id: RuleChangeId) -> sqlx::Result<Option<Recent>> {
+    sqlx::query_as!(
+        Recent,
+        r#"WITH recent AS (
+               SELECT o.settled_at FROM core.entitlement_set_change_obligations o
+                WHERE o.act_id = (SELECT act_id FROM core.entitlement_set_change_acts
+                                   WHERE change_id = $1 ORDER BY position LIMIT 1)
+                  AND o.settled_at > now() - interval '60 seconds'
+                ORDER BY o.settled_at DESC LIMIT $2)
+           SELECT (SELECT count(*) FROM recent) AS "settled!",
+                  extract(epoch FROM CASE WHEN (SELECT count(*) FROM recent) >= $2
+                                          THEN now() - (SELECT min(settled_at) FROM recent)
+                                          ELSE least(interval '60 seconds', now() - ch.committed_at) END)::float8 AS "seconds!"
+             FROM core.entitlement_set_changes ch WHERE ch.change_id = $1"#,
+        change_id as RuleChangeId,
+        RECENT_CAP
+    )
+    .fetch_optional(conn)
     .await
 }
 

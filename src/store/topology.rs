@@ -119,6 +119,34 @@ pub async fn tier_holders(conn: &mut PgConnection, ladder_id: LadderId, product_
     .await
 }
 
+/// Organizations on one tier, as the topology's picture labels its rung.
+#[derive(Debug, Clone)]
+pub struct TierCount {
+    pub plan_ladder_id: LadderId,
+    pub rank: i32,
+    /// Counted no further than the cap given: a number past it means "more than the cap".
+    pub organizations: i64,
+}
+
+/// How many organizations hold each tier's place, every tier's count stopping at `cap + 1`: a
+/// range of `positions_ladder_rank` per tier, read no further than that, so the page costs the
+/// same at any number of organizations. A pool is an organization's (each has one), and a
+/// position carries its tier's rank (`core.sync_position_ranks` keeps them in step).
+pub async fn tier_organization_counts(conn: &mut PgConnection, cap: i64) -> sqlx::Result<Vec<TierCount>> {
+    sqlx::query_as!(
+        TierCount,
+        r#"SELECT t.plan_ladder_id AS "plan_ladder_id: LadderId", t.rank, n.organizations AS "organizations!"
+           FROM core.plan_ladder_tiers t
+           CROSS JOIN LATERAL (SELECT count(*) AS organizations FROM (
+               SELECT 1 FROM core.positions p WHERE p.plan_ladder_id = t.plan_ladder_id AND p.rank = t.rank
+               LIMIT $1::bigint + 1) x) n
+           ORDER BY t.plan_ladder_id, t.rank"#,
+        cap
+    )
+    .fetch_all(conn)
+    .await
+}
+
 /// Open room at `rank` (ranks from it move up one) or close the gap a delete left (ranks above
 /// it move down one); the rank key is deferred to the commit so the shift needs no order.
 pub async fn shift_ranks(conn: &mut PgConnection, ladder_id: LadderId, from_rank: i32, by: i32) -> sqlx::Result<()> {

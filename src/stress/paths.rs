@@ -54,6 +54,9 @@ pub enum StressPath {
     SignIn,
     /// The organization counts' compaction, beside the inserts' appends.
     CompactCounts,
+    /// A server's sample of the overview's minute, as one of a few servers, at a minute of the
+    /// last few: the minute's shared rows meet the other "servers'" samples.
+    SampleMinute,
     /// A billed organization's subscription changed in the stand-in at random (cancelled, its
     /// quantity or plan changed, its collection paused or resumed, or nothing), then reconciled.
     ReconcileSubscription,
@@ -109,7 +112,7 @@ pub enum StressPath {
 }
 
 impl StressPath {
-    pub const ALL: [StressPath; 58] = [
+    pub const ALL: [StressPath; 59] = [
         StressPath::CreateOrganization,
         StressPath::ConferGrant,
         StressPath::EndConferral,
@@ -144,6 +147,7 @@ impl StressPath {
         StressPath::LastProbe,
         StressPath::SignIn,
         StressPath::CompactCounts,
+        StressPath::SampleMinute,
         StressPath::ReconcileSubscription,
         StressPath::ConvergeInvoice,
         StressPath::SyncProduct,
@@ -295,6 +299,7 @@ impl StressPath {
             StressPath::LastProbe => pa::LAST_PROBE_LOCKS.path,
             StressPath::SignIn => auth::SIGN_IN_LOCKS.path,
             StressPath::CompactCounts => org_svc::COMPACT_COUNTS_LOCKS.path,
+            StressPath::SampleMinute => crate::services::observability::SAMPLE_LOCKS.path,
             StressPath::ReconcileSubscription => billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.path,
             StressPath::ConvergeInvoice => billing::invoices::CONVERGE_INVOICE_LOCKS.path,
             StressPath::SyncProduct => billing::catalog_sync::SYNC_PRODUCT_LOCKS.path,
@@ -360,7 +365,7 @@ impl StressPath {
             // do while no act runs (then skipped or refused), so they come more often.
             StressPath::ReorderPlanLadders | StressPath::DrainPlanAct | StressPath::RetryPlanAct => 2,
             // Disjoint from the rest (their own rows), and a sign-in's hashing costs CPU: seldom.
-            StressPath::SignIn | StressPath::CompactCounts => 2,
+            StressPath::SignIn | StressPath::CompactCounts | StressPath::SampleMinute => 2,
             // A reconcile takes the rendezvous and a billed organization's pool row (the shared
             // ones' are the grant paths' and the conferral changes'), after one or two calls to
             // the stand-in: about as often as a conferral change's bounds.

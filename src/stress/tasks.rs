@@ -245,6 +245,7 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::ReorderPlanLadders => reorder_plan_ladders(ctx, rng, note).await,
         StressPath::SignIn => sign_in(ctx, rng, note).await,
         StressPath::CompactCounts => compact_counts(ctx, note).await,
+        StressPath::SampleMinute => sample_minute(ctx, rng, note).await,
         StressPath::ReconcileSubscription => reconcile_subscription(ctx, rng, note).await,
         StressPath::ConvergeInvoice => converge_invoice(ctx, rng, note).await,
         StressPath::SyncProduct => sync_product(ctx, rng, note).await,

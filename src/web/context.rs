@@ -16,13 +16,38 @@ use actix_web::{
 use tracing::Instrument;
 
 use super::{AppState, errors::AppError, render};
-use crate::db::tx::{REQUEST_DEADLINE, REQUEST_WRITES, WriteLedger};
+use crate::{
+    db::tx::{REQUEST_DEADLINE, REQUEST_WRITES, WriteLedger},
+    metrics,
+};
 
 /// The id of this request, in logs, in the `x-request-id` header and on error pages.
 #[derive(Clone, Debug)]
 pub struct RequestId(pub String);
 
 pub async fn request_context(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, Error> {
+    // The route's pattern from the route table (the resource map matches the path before the
+    // router does), so even a request that times out is counted under its route.
+    let route = req.match_pattern().unwrap_or_else(|| metrics::UNMATCHED.to_string());
+    let method = req.method().to_string();
+    let started = Instant::now();
+    let (out, lock_refused) = metrics::watching_lock_waits(answer(req, next)).await;
+    let status = match &out {
+        Ok(res) => res.status(),
+        Err(e) => e.as_response_error().status_code(),
+    };
+    let registry = metrics::global();
+    registry.request(&route, &method, status.as_u16(), started.elapsed());
+    if lock_refused && status == StatusCode::CONFLICT {
+        registry.lock_refusal(&format!("{method} {route}"));
+    }
+    out
+}
+
+async fn answer(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, Error> {

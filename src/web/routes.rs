@@ -75,6 +75,8 @@ fn operator_relative(path: &'static str) -> &'static str {
 route_table! {
     Open GET HEALTHZ => pages::health::healthz;
     Open GET READYZ => pages::health::readyz;
+    // Behind a token or loopback only: the handler checks before it reads anything.
+    Open GET METRICS => pages::metrics::metrics;
     Open GET STATIC_FILE => super::static_file;
     // Stripe's events: no session and no CSRF; the handler checks the signature before anything.
     Open POST WEBHOOKS_STRIPE => pages::webhooks::stripe;

@@ -710,6 +710,55 @@ async fn topology_shows_ladders_in_order_with_tiers_by_rank_and_org_types_with_t
         "{types}"
     );
     assert!(types.contains(r#"<td>Community</td><td>Wiki hosting</td><td>Free</td><td class="num">3</td>"#), "{types}");
+
+    // The picture, above the forms: each ladder's rungs from the floor up, with the
+    // organizations on each (counted here by product, not by the rank the page reads), and the
+    // org types that default to it.
+    let picture = html.find(r#"<figure class="ladder-picture""#).expect("the picture");
+    assert!(picture < html.find(r#"id="ladder-order""#).unwrap(), "drawn above the forms");
+    let on_tier = |ladder: &'static str| {
+        sqlx::query_as::<_, (i32, String, i64)>(
+            "SELECT t.rank, p.name, (SELECT count(*) FROM core.positions ps JOIN core.conferrals c USING (conferral_id)
+                                     WHERE ps.plan_ladder_id = t.plan_ladder_id AND c.product_id = t.product_id)
+             FROM core.plan_ladder_tiers t JOIN core.plan_ladders l USING (plan_ladder_id) JOIN core.products p USING (product_id)
+             WHERE l.name = $1 ORDER BY t.rank",
+        )
+        .bind(ladder)
+        .fetch_all(&t.admin)
+    };
+    let rungs_said = |figure: &str| -> Vec<String> {
+        figure.split(r#"<li class="rung-text">"#).skip(1).map(|s| s[..s.find("</li>").unwrap()].to_string()).collect()
+    };
+    let words = |rank: i32, name: &str, n: i64| {
+        let floor = if rank == 0 { ", the floor" } else { "" };
+        let organizations = if n == 1 { "organization" } else { "organizations" };
+        format!("Rank {rank}{floor}: {name}, {n} {organizations}")
+    };
+    let figures: Vec<usize> = html.match_indices(r#"<figure class="ladder-picture""#).map(|(i, _)| i).collect();
+    assert_eq!(figures.len(), 2, "a picture per ladder");
+    let end = figures[1] + html[figures[1]..].find("</figure>").unwrap();
+    let (wiki_fig, support_fig) = (&html[figures[0]..figures[1]], &html[figures[1]..end]);
+    assert!(wiki_fig.contains("<figcaption>Wiki hosting</figcaption>"), "{wiki_fig}");
+    assert!(support_fig.contains("<figcaption>Support</figcaption>"), "{support_fig}");
+    let wiki_tiers = on_tier("Wiki hosting").await.unwrap();
+    assert_eq!(wiki_tiers.iter().map(|(_, name, _)| name.as_str()).collect::<Vec<_>>(), ["Free", "Basic", "Pro"]);
+    assert!(wiki_tiers.iter().filter(|(_, _, n)| *n > 0).count() >= 2, "a seeded topology: {wiki_tiers:?}");
+    assert_eq!(rungs_said(wiki_fig), wiki_tiers.iter().map(|(r, p, n)| words(*r, p, *n)).collect::<Vec<_>>());
+    let support_tiers = on_tier("Support").await.unwrap();
+    assert_eq!(rungs_said(support_fig), support_tiers.iter().map(|(r, p, n)| words(*r, p, *n)).collect::<Vec<_>>());
+    // Drawn too: the floor's label with its count.
+    let (_, free, on_free) = &wiki_tiers[0];
+    let on_free_words = format!("{on_free} organization{}", if *on_free == 1 { "" } else { "s" });
+    assert!(wiki_fig.contains(&format!(">{free}</text>")), "{wiki_fig}");
+    assert!(wiki_fig.contains(&format!(">floor · {on_free_words}</text>")), "{wiki_fig}");
+    // The org types point at their default ladder's floor, each on its own ladder.
+    assert!(wiki_fig.contains(
+        "Community (3 organizations) defaults to this ladder: its organizations hold the floor, Free, when nothing else holds it."
+    ), "{wiki_fig}");
+    assert!(support_fig.contains(
+        "Business (1 organization) defaults to this ladder: its organizations hold the floor, Community support, when nothing else holds it."
+    ), "{support_fig}");
+    assert!(!wiki_fig.contains("Business") && !support_fig.contains(">Community</text>"));
 }
 
 // ---------- 7. The organizations list ----------

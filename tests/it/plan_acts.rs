@@ -912,3 +912,63 @@ async fn a_running_act_page_polls_its_progress() {
     assert!(partial.contains(&stat(2, "Grandfathered")), "{partial}");
     app.handle.stop(false).await;
 }
+
+#[tokio::test]
+async fn a_running_acts_progress_says_its_rate_over_the_last_minute_and_the_time_left() {
+    let (t, app) = app_with_demo().await;
+    let community = type_id(&t, "Community").await;
+    let support = ladder_id(&t, "Support").await;
+    orgs_of_type(&t, community, "Pace", 17).await;
+    let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
+    pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    assert_eq!(
+        scalar(&t, &format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {act}")).await,
+        20
+    );
+    // Stand the act where a poll would find it mid-way, older than the window: of its 20
+    // organizations 5 are pending again, 5 settled five minutes ago, 10 in the last minute.
+    sqlx::query(
+        "UPDATE core.plan_acts SET state = 'running', finished_at = NULL, created_at = now() - interval '10 minutes'
+         WHERE plan_act_id = $1",
+    )
+    .bind(act)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let stand = |recent: &'static str| {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "WITH o AS (SELECT pool_id, row_number() OVER (ORDER BY pool_id) AS n
+                          FROM core.plan_act_obligations WHERE plan_act_id = $1)
+             UPDATE core.plan_act_obligations p
+                SET state = CASE WHEN o.n <= 5 THEN 'pending' ELSE 'migrated' END,
+                    settled_at = CASE WHEN o.n <= 5 THEN NULL WHEN o.n <= 10 THEN now() - interval '5 minutes'
+                                      ELSE now() - interval '{recent}' END
+               FROM o WHERE p.plan_act_id = $1 AND p.pool_id = o.pool_id"
+        )))
+        .bind(act)
+        .execute(&t.admin)
+    };
+    stand("20 seconds").await.unwrap();
+    let (op, _) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let progress = format!("/operator/plan-acts/{act}/progress");
+    let partial = op.get(app.url(&progress)).send().await.unwrap().text().await.unwrap();
+    assert!(partial.contains(r#"hx-trigger="every 2s""#), "{partial}");
+    assert!(partial.contains(&stat(15, "Done")), "{partial}");
+    assert!(partial.contains(&stat(5, "Left")), "{partial}");
+    assert!(partial.contains(&stat(0, "Failed")), "{partial}");
+    // 10 in the last minute, not the 15 settled in all; 5 left at that pace take 30 seconds.
+    let said = |value: &str, label: &str| {
+        format!(
+            r#"<span class="stat-value"><span class="stat-words">{value}</span></span><span class="stat-label">{label}</span>"#
+        )
+    };
+    assert!(partial.contains(&said("10 a minute", "Rate")), "{partial}");
+    assert!(partial.contains(&said("under a minute left", "Time left")), "{partial}");
+
+    // Nothing settled in the last minute: waiting, and no time promised.
+    stand("5 minutes").await.unwrap();
+    let partial = op.get(app.url(&progress)).send().await.unwrap().text().await.unwrap();
+    assert!(partial.contains(&said("waiting", "Rate")), "{partial}");
+    assert!(partial.contains(&said("not known yet", "Time left")), "{partial}");
+    app.handle.stop(false).await;
+}

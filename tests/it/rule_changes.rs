@@ -18,6 +18,7 @@ use member_console::{
     ids::{EntitlementSetId, PoolId},
     services::{
         entitlements::{self as ent},
+        reads,
         refusal::ServiceError,
         rule_changes as rc,
     },
@@ -282,4 +283,44 @@ async fn removing_a_rule_and_adding_one_is_one_change() {
     .await
     .unwrap();
     assert_eq!(flags, vec![("support.priority".to_string(), Some(false))]);
+}
+
+#[tokio::test]
+async fn a_draining_changes_rate_counts_only_the_pools_settled_in_the_last_minute() {
+    let (t, pools) = setup(12).await;
+    let basic = set_id(&t, "Basic").await;
+    let d = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, "", 5).await.unwrap();
+    assert!(!d.settled_inline);
+    rc::drain_change(&t.db, d.change_id, 2).await.unwrap();
+    let settled = reads::rule_change(&t.db, d.change_id).await.unwrap().unwrap();
+    assert_eq!(settled.recent, None, "a settled change reads no rate");
+    // Stand the change mid-drain, older than the window: of its 12 pools (every act of a pool
+    // alike) 4 are owed again, 3 settled five minutes ago, 5 in the last minute.
+    sqlx::query(
+        "UPDATE core.entitlement_set_changes SET state = 'draining', settled_at = NULL,
+                committed_at = now() - interval '10 minutes' WHERE change_id = $1",
+    )
+    .bind(d.change_id)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    sqlx::query(
+        "WITH p AS (SELECT pool_id, row_number() OVER (ORDER BY pool_id) AS n FROM unnest($2::bigint[]) AS pool_id)
+         UPDATE core.entitlement_set_change_obligations o
+            SET state = CASE WHEN p.n <= 4 THEN 'owed' ELSE 'settled' END,
+                settled_at = CASE WHEN p.n <= 4 THEN NULL WHEN p.n <= 7 THEN now() - interval '5 minutes'
+                                  ELSE now() - interval '20 seconds' END
+           FROM p, core.entitlement_set_change_acts a
+          WHERE a.change_id = $1 AND o.act_id = a.act_id AND o.pool_id = p.pool_id",
+    )
+    .bind(d.change_id)
+    .bind(pools.iter().map(|p| p.0).collect::<Vec<i64>>())
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let draining = reads::rule_change(&t.db, d.change_id).await.unwrap().unwrap();
+    assert_eq!((draining.change.owed, draining.change.settled), (12, 8));
+    let recent = draining.recent.expect("a draining change reads its rate");
+    assert_eq!(recent.settled, 5, "pools, not obligations, and only the last minute's");
+    assert!((recent.seconds - 60.0).abs() < 1.0, "a minute: the change is older than that ({})", recent.seconds);
 }

@@ -39,7 +39,7 @@ fn config_for(root: &str) -> Config {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
     let config = config_for(&common::root_admin_url());
-    let opts = StressOptions { seconds: 5, orgs: 40, connections: 6, seed: None, keep: false };
+    let opts = StressOptions { seconds: 8, orgs: 40, connections: 6, seed: None, keep: false };
     let report = stress::run(&config, opts).await.unwrap();
     let summary = format!(
         "seed {}: {}\nerrors: {:#?}\nviolations: {:#?}",

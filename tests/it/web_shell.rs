@@ -1078,6 +1078,9 @@ async fn a_change_path_past_the_request_deadline_is_a_503_and_past_its_lock_boun
     let r = common::pages::post(&quick, &c, &path, &token, &fields, true).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
     assert!(r.body.contains("Another change is in progress"), "{}", r.body);
+    // Counted as a lock-wait refusal on its route (the 503 before it was not one).
+    let route = format!("POST {}", views::paths::ORG_TYPE_DEFAULT);
+    assert_eq!(member_console::metrics::global().lock_refusals(&route), 1, "{route}");
     held.rollback().await.unwrap();
     assert_eq!(common::acts::scalar(&t, "SELECT count(*) FROM core.plan_acts").await, 0);
 }

@@ -1,9 +1,11 @@
-//! Building blocks the pages share: banners, form fields, tables, progress, badges, facts,
-//! pagination.
+//! Building blocks the pages share: banners, form fields, tables, progress (and its [`pace`]),
+//! badges, facts, pagination.
 
 use maud::{Markup, html};
 
 use crate::text::query_component;
+
+pub mod pace;
 
 /// A refusal shown in place: what was refused and why, in the person's words.
 pub fn refusal(title: &str, message: &str) -> Markup {

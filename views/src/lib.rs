@@ -6,6 +6,7 @@
 
 pub use maud::{DOCTYPE, Markup, PreEscaped, html};
 
+pub mod charts;
 pub mod components;
 pub mod forms;
 pub mod layout;
@@ -46,7 +47,7 @@ pub use pages::{
         grant_list, grant_rows_table, issue_grant, manage_form, revoke_form,
     },
     home::{DisplacedLine, HomeView, OrgHome, PlanLine, displaced_notes, member_home},
-    operator::{AccountRow, FailedJob, JobCounts, OperatorHomeView, operator_home},
+    operator::{AccountRow, FailedJob, JobCounts, OperatorHomeView, Subsystem, operator_home},
     organizations::{
         DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, UsageRow,
         create_organization_form, organization_detail, organization_list, organization_results,

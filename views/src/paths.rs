@@ -7,6 +7,7 @@ use std::fmt::Display;
 
 pub const HEALTHZ: &str = "/healthz";
 pub const READYZ: &str = "/readyz";
+pub const METRICS: &str = "/metrics";
 pub const STATIC_FILE: &str = "/static/{name}";
 
 pub const HOME: &str = "/";
@@ -93,6 +94,7 @@ pub const CONNECTION_DELETE: &str = "/operator/connections/{id}/delete";
 pub const ALL: &[&str] = &[
     HEALTHZ,
     READYZ,
+    METRICS,
     STATIC_FILE,
     HOME,
     LOGIN,

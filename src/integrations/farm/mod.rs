@@ -168,7 +168,15 @@ impl Farm {
         }
     }
 
-    async fn send(&self, req: reqwest::RequestBuilder, what: &str) -> Result<reqwest::Response, FarmError> {
+    /// One call, measured under `what` (a 404 is an answer, not a failure).
+    async fn send(&self, req: reqwest::RequestBuilder, what: &'static str) -> Result<reqwest::Response, FarmError> {
+        crate::metrics::timed(crate::metrics::System::Farm, what, self.send_unmeasured(req, what), |r| {
+            matches!(r, Err(FarmError::Unavailable(_) | FarmError::Refused(_)))
+        })
+        .await
+    }
+
+    async fn send_unmeasured(&self, req: reqwest::RequestBuilder, what: &str) -> Result<reqwest::Response, FarmError> {
         let started = std::time::Instant::now();
         let r = req.bearer_auth(&self.token).send().await.map_err(|e| {
             tracing::warn!(error = %e, elapsed_ms = started.elapsed().as_millis() as u64, "the farm did not answer");

@@ -55,7 +55,7 @@ impl Stripe {
             .customer(customer)
             .subscription(subscription)
             .subscription_details(details)
-            .send(&self.client)
+            .send(&self.metered("preview switch"))
             .await
             .map_err(StripeFailure::from_error)?;
         let proration_date = invoice.lines.data.iter().map(|l| l.period.start).min();
@@ -99,7 +99,7 @@ impl Stripe {
         }
         req.customize()
             .request_strategy(idempotent(&format!("switch:{operation}"))?)
-            .send(&self.client)
+            .send(&self.metered("switch now"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(())
@@ -120,7 +120,7 @@ impl Stripe {
             .from_subscription(subscription)
             .customize()
             .request_strategy(idempotent(&format!("schedule:{operation}"))?)
-            .send(&self.client)
+            .send(&self.metered("schedule of"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(s.id.to_string())
@@ -160,7 +160,7 @@ impl Stripe {
             .end_behavior(stripe_shared::SubscriptionScheduleEndBehavior::Release)
             .customize()
             .request_strategy(idempotent(&format!("phases:{operation}"))?)
-            .send(&self.client)
+            .send(&self.metered("set next phase"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(())
@@ -173,7 +173,7 @@ impl Stripe {
         match ReleaseSubscriptionSchedule::new(schedule)
             .customize()
             .request_strategy(idempotent(&format!("release:{schedule}"))?)
-            .send(&self.client)
+            .send(&self.metered("release schedule"))
             .await
         {
             Ok(_) => Ok(()),
@@ -202,7 +202,7 @@ impl Stripe {
         RequestBuilder::new(StripeMethod::Post, format!("/subscriptions/{subscription}"))
             .form(&form)
             .customize::<stripe_shared::Subscription>()
-            .send(&self.client)
+            .send(&self.metered("set console pause"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(())
@@ -214,7 +214,7 @@ impl Stripe {
         // Setting the same value twice is harmless, so no key is needed to make it once.
         UpdateSubscription::new(subscription)
             .cancel_at_period_end(cancel)
-            .send(&self.client)
+            .send(&self.metered("cancel at period end"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(())

@@ -270,7 +270,35 @@ pub struct CheckoutRequest<'a> {
     pub cancel_url: &'a str,
 }
 
+/// The client, measured: each call's latency and failure under the operation it is for.
+pub(crate) struct Metered<'a> {
+    client: &'a Client,
+    operation: &'static str,
+}
+
+impl stripe_client_core::StripeClient for Metered<'_> {
+    type Err = StripeError;
+
+    fn execute(
+        &self,
+        req: stripe::CustomizedStripeRequest,
+    ) -> impl Future<Output = Result<actix_web::web::Bytes, StripeError>> + Send {
+        // A 404 is Stripe's answer that the object is not there, not a failed call.
+        crate::metrics::timed(
+            crate::metrics::System::Stripe,
+            self.operation,
+            self.client.execute(req),
+            |r| matches!(r, Err(e) if !matches!(e, StripeError::Stripe(_, 404))),
+        )
+    }
+}
+
 impl Stripe {
+    /// The client, measured as `operation`.
+    pub(crate) fn metered(&self, operation: &'static str) -> Metered<'_> {
+        Metered { client: &self.client, operation }
+    }
+
     /// A client for `secret_key` at `api_base` (Stripe's own when None).
     pub fn connect(
         secret_key: &str,
@@ -311,7 +339,7 @@ impl Stripe {
     /// The subscription as Stripe has it now, or None when Stripe has no such subscription.
     pub async fn subscription(&self, id: &str) -> Result<Option<SubscriptionSnapshot>, StripeFailure> {
         use stripe_billing::subscription::RetrieveSubscription;
-        let s = match RetrieveSubscription::new(id).send(&self.client).await {
+        let s = match RetrieveSubscription::new(id).send(&self.metered("read subscription")).await {
             Ok(s) => s,
             Err(e) => {
                 let f = StripeFailure::from_error(e);
@@ -347,7 +375,7 @@ impl Stripe {
     /// The subscription schedule as Stripe has it now, or None when Stripe has no such schedule.
     pub async fn subscription_schedule(&self, id: &str) -> Result<Option<ScheduleSnapshot>, StripeFailure> {
         use stripe_billing::subscription_schedule::RetrieveSubscriptionSchedule;
-        let s = match RetrieveSubscriptionSchedule::new(id).send(&self.client).await {
+        let s = match RetrieveSubscriptionSchedule::new(id).send(&self.metered("read subscription schedule")).await {
             Ok(s) => s,
             Err(e) => {
                 let f = StripeFailure::from_error(e);
@@ -377,7 +405,11 @@ impl Stripe {
     /// The invoice as Stripe has it now, with its lines and payments.
     pub async fn invoice(&self, id: &str) -> Result<Option<InvoiceSnapshot>, StripeFailure> {
         use stripe_billing::invoice::RetrieveInvoice;
-        let inv = match RetrieveInvoice::new(id).expand(vec!["payments".to_string()]).send(&self.client).await {
+        let inv = match RetrieveInvoice::new(id)
+            .expand(vec!["payments".to_string()])
+            .send(&self.metered("read invoice"))
+            .await
+        {
             Ok(i) => i,
             Err(e) => {
                 let f = StripeFailure::from_error(e);
@@ -450,7 +482,7 @@ impl Stripe {
         let c = req
             .customize()
             .request_strategy(idempotent(&format!("customer:organization:{organization_id}"))?)
-            .send(&self.client)
+            .send(&self.metered("create customer"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(c.id.to_string())
@@ -480,7 +512,7 @@ impl Stripe {
             .cancel_url(r.cancel_url)
             .customize()
             .request_strategy(idempotent(&format!("checkout:{}", r.operation))?)
-            .send(&self.client)
+            .send(&self.metered("create checkout"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(checkout_snapshot(&s))
@@ -488,7 +520,7 @@ impl Stripe {
 
     pub async fn checkout(&self, id: &str) -> Result<Option<CheckoutSnapshot>, StripeFailure> {
         use stripe_checkout::checkout_session::RetrieveCheckoutSession;
-        match RetrieveCheckoutSession::new(id).send(&self.client).await {
+        match RetrieveCheckoutSession::new(id).send(&self.metered("read checkout")).await {
             Ok(s) => Ok(Some(checkout_snapshot(&s))),
             Err(e) => {
                 let f = StripeFailure::from_error(e);
@@ -514,7 +546,7 @@ impl Stripe {
                 .metadata(metadata)
                 .customize()
                 .request_strategy(idempotent(&format!("product:{product_id}:create"))?)
-                .send(&self.client)
+                .send(&self.metered("put product"))
                 .await
                 .map_err(StripeFailure::from_error)?,
             Some(id) => UpdateProduct::new(id)
@@ -522,7 +554,7 @@ impl Stripe {
                 .metadata(metadata)
                 .customize()
                 .request_strategy(idempotent(&format!("product:{product_id}:update:{version}"))?)
-                .send(&self.client)
+                .send(&self.metered("put product"))
                 .await
                 .map_err(StripeFailure::from_error)?,
         };
@@ -554,7 +586,7 @@ impl Stripe {
             .metadata(metadata)
             .customize()
             .request_strategy(idempotent(&format!("price:{price_id}:create"))?)
-            .send(&self.client)
+            .send(&self.metered("create price"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(p.id.to_string())
@@ -567,7 +599,7 @@ impl Stripe {
             .active(false)
             .customize()
             .request_strategy(idempotent(&format!("price:{price_id}:archive"))?)
-            .send(&self.client)
+            .send(&self.metered("archive price"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(())
@@ -579,7 +611,7 @@ impl Stripe {
         let list = ListEvent::new()
             .created(stripe_types::RangeQueryTs::gt(after.timestamp()))
             .limit(limit)
-            .send(&self.client)
+            .send(&self.metered("events since"))
             .await
             .map_err(StripeFailure::from_error)?;
         let mut out: Vec<EventSummary> = list
@@ -629,7 +661,7 @@ impl Stripe {
         if let Some(c) = test_clock {
             req = req.test_clock(c);
         }
-        let c = req.send(&self.client).await.map_err(StripeFailure::from_error)?;
+        let c = req.send(&self.metered("create test customer")).await.map_err(StripeFailure::from_error)?;
         Ok(c.id.to_string())
     }
 
@@ -641,7 +673,7 @@ impl Stripe {
                 default_payment_method: Some(payment_method.to_string()),
                 ..Default::default()
             })
-            .send(&self.client)
+            .send(&self.metered("set default payment method"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(())
@@ -665,7 +697,7 @@ impl Stripe {
                 ..Default::default()
             }])
             .metadata(metadata)
-            .send(&self.client)
+            .send(&self.metered("create subscription"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(s.id.to_string())
@@ -676,7 +708,7 @@ impl Stripe {
         use stripe_billing::test_helpers_test_clock::CreateTestHelpersTestClock;
         let c = CreateTestHelpersTestClock::new(at.timestamp())
             .name(name)
-            .send(&self.client)
+            .send(&self.metered("create test clock"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(c.id.to_string())
@@ -686,7 +718,7 @@ impl Stripe {
     pub async fn advance_test_clock(&self, clock: &str, to: DateTime<Utc>) -> Result<(), StripeFailure> {
         use stripe_billing::test_helpers_test_clock::AdvanceTestHelpersTestClock;
         AdvanceTestHelpersTestClock::new(clock, to.timestamp())
-            .send(&self.client)
+            .send(&self.metered("advance test clock"))
             .await
             .map_err(StripeFailure::from_error)?;
         Ok(())

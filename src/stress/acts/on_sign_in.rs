@@ -1,4 +1,5 @@
-//! Sign-in and the organization counts' compaction, as acts.
+//! Sign-in, the organization counts' compaction and the overview's samples: paths on rows of
+//! their own, as acts.
 
 use super::*;
 
@@ -20,5 +21,15 @@ pub(in crate::stress) async fn sign_in(ctx: &Ctx, rng: &mut Rng, note: &mut Note
 pub(in crate::stress) async fn compact_counts(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
     let folded = org_svc::compact_counts(&ctx.db).await?;
     note.detail = format!("{folded} rows folded");
+    Ok(Outcome::Done)
+}
+
+/// One of three servers samples one of the last three minutes (their shared rows meet).
+pub(in crate::stress) async fn sample_minute(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    let source = format!("stress-server-{}", rng.below(3));
+    let at = chrono::Utc::now() - chrono::TimeDelta::minutes(rng.below(3) as i64);
+    let requests = rng.below(100);
+    note.detail = format!("{source}, {requests} requests at {}", at.format("%H:%M"));
+    crate::services::observability::sample_minute(&ctx.db, &source, requests as u64, at).await?;
     Ok(Outcome::Done)
 }

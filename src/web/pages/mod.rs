@@ -8,6 +8,7 @@ pub mod farm;
 pub mod grants;
 pub mod health;
 pub mod home;
+pub mod metrics;
 pub mod operator;
 pub mod organizations;
 pub mod plan_acts;

@@ -1,6 +1,7 @@
 //! Plan acts: every change to the tier topology that reaches organizations, newest first.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use views::components::pace::Pace;
 use views::paths::{self, fill};
 
 use crate::{
@@ -72,6 +73,7 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
         }),
         listed_all: p.listed_all,
         can_retry: p.counts.failed > 0,
+        pace: p.recent.map(|r| Pace { settled: r.settled.max(0) as u64, seconds: r.seconds }),
         failures: p
             .failures
             .into_iter()

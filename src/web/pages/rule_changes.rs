@@ -1,6 +1,7 @@
 //! Rule changes: the list, one change's live progress, and Retry.
 
 use actix_web::{HttpRequest, HttpResponse, web};
+use views::components::pace::Pace;
 use views::paths::{self, fill};
 
 use crate::{
@@ -104,6 +105,8 @@ fn view(req: &HttpRequest, d: &RuleChangeDetail) -> views::RuleChangeView {
             })
             .collect(),
         settled_at: c.settled_at.map(when),
+        listed_all: c.listed,
+        pace: d.recent.map(|r| Pace { settled: as_u64(r.settled), seconds: r.seconds }),
     }
 }
 

@@ -6,7 +6,7 @@ use views::paths::{self, fill};
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
-use views::FormState;
+use views::{FormState, Total};
 
 use crate::{
     db::retry::once_more_after_deadlock,
@@ -14,6 +14,7 @@ use crate::{
     services::{
         self, ServiceError,
         plan_acts::{ActReach, Disposition, ReorderTiers},
+        reads::CARRIED_COUNT_CAP,
         refusal::Problems,
         topology::{AddTier, RemoveTier},
     },
@@ -226,6 +227,13 @@ async fn view(
                         product_id: x.product_id.0,
                         product_name: x.product_name.clone(),
                         set_name: x.set_name.clone().unwrap_or_default(),
+                        organizations: Total::capped(
+                            t.tier_counts
+                                .iter()
+                                .find(|c| c.plan_ladder_id == x.plan_ladder_id && c.rank == x.rank)
+                                .map_or(0, |c| c.organizations),
+                            CARRIED_COUNT_CAP,
+                        ),
                     })
                     .collect(),
             })
@@ -236,6 +244,7 @@ async fn view(
             .map(|o| views::OrgTypeRow {
                 id: o.org_type_id.0,
                 name: o.name,
+                default_ladder_id: o.default_plan_ladder_id.map(|l| l.0),
                 default_ladder: o.default_ladder,
                 floor_product: o.floor_product,
                 organizations: o.organizations,

@@ -1,4 +1,5 @@
-//! A worker process of the real binary, for the crash tests (kill -9 mid-job, then a restart).
+//! Worker and server processes of the real binary, for the crash tests (kill -9 mid-job, then a
+//! restart) and the replicas' test.
 
 use std::time::Duration;
 
@@ -24,21 +25,10 @@ impl WorkerProcess {
         name: &str,
         env: &[(&str, &str)],
     ) -> WorkerProcess {
-        std::fs::create_dir_all(data_dir).unwrap();
-        let log = data_dir.join(format!("{name}.log"));
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_member-console"))
-            .arg("worker")
-            .env("DATABASE_URL", &t.admin_url)
-            .env("CONSOLE_RUNTIME_DB_PASSWORD", super::TEST_RUNTIME_PASSWORD)
-            .env("CONSOLE_DATA_DIR", data_dir)
-            .env("CONSOLE_JOB_LEASE_MS", lease.as_millis().to_string())
-            .env("RUST_LOG", "info,sqlx=warn")
-            .envs(env.iter().copied())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("the member-console binary starts");
+        let lease = lease.as_millis().to_string();
+        let mut all = vec![("CONSOLE_JOB_LEASE_MS", lease.as_str()), ("RUST_LOG", "info,sqlx=warn")];
+        all.extend_from_slice(env);
+        let (child, log) = spawn(t, &["worker"], data_dir, data_dir, name, &all);
         WorkerProcess { child, log }
     }
 
@@ -66,4 +56,89 @@ impl Drop for WorkerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A server process of the real binary (`member-console serve --no-worker`) on a port of its own
+/// against the test's database, killed when dropped; its log goes to `log`.
+pub struct ServerProcess {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    /// Known once `ready` read it from the log.
+    pub base: String,
+}
+
+impl ServerProcess {
+    pub fn start(t: &TestDb, data_dir: &std::path::Path, name: &str, env: &[(&str, &str)]) -> ServerProcess {
+        // Port 0: the server takes a free port itself and says which (no race with other tests).
+        let mut all = vec![("CONSOLE_BIND", "127.0.0.1:0"), ("RUST_LOG", "warn")];
+        all.extend_from_slice(env);
+        let (child, log) = spawn(t, &["serve", "--no-worker"], data_dir, &data_dir.join(name), name, &all);
+        ServerProcess { child, log, base: String::new() }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Wait until the log says where the server listens and `/readyz` answers 200 there (90 s at
+    /// most: a server migrating beside many tests is slow to start).
+    pub async fn ready(&mut self) {
+        const LISTENING: &str = "Member Console is listening on ";
+        let c = reqwest::Client::new();
+        let started = std::time::Instant::now();
+        loop {
+            if self.base.is_empty()
+                && let Some(line) = self.log().lines().find(|l| l.starts_with(LISTENING))
+            {
+                self.base = line[LISTENING.len()..].trim().to_string();
+            }
+            if !self.base.is_empty()
+                && let Ok(r) = c.get(self.url("/readyz")).send().await
+                && r.status() == reqwest::StatusCode::OK
+            {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the server exited ({status}):\n{}", self.log());
+            }
+            assert!(started.elapsed() < Duration::from_secs(90), "the server did not get ready:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start the real binary with `args` against the test's database, its log in `logs/<name>.log`.
+fn spawn(
+    t: &TestDb,
+    args: &[&str],
+    logs: &std::path::Path,
+    data_dir: &std::path::Path,
+    name: &str,
+    env: &[(&str, &str)],
+) -> (std::process::Child, std::path::PathBuf) {
+    std::fs::create_dir_all(logs).unwrap();
+    let log = logs.join(format!("{name}.log"));
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_member-console"))
+        .args(args)
+        .env("DATABASE_URL", &t.admin_url)
+        .env("CONSOLE_RUNTIME_DB_PASSWORD", super::TEST_RUNTIME_PASSWORD)
+        .env("CONSOLE_DATA_DIR", data_dir)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("the member-console binary starts");
+    (child, log)
 }

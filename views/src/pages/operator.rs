@@ -1,8 +1,22 @@
-//! The operator's overview.
+//! The operator's overview: each subsystem's health at a glance, the last hour in small charts,
+//! then the job queue, accounts and failed jobs.
 
 use maud::{Markup, html};
 
+use crate::charts::{Series, sparkline};
 use crate::components::{Column, Tone, badge, table_cols};
+
+/// One subsystem's health: jobs, drains, outbox, Stripe, the farm, the relay.
+pub struct Subsystem {
+    pub name: String,
+    pub tone: Tone,
+    /// The state in a word or two: "Healthy", "Draining", "Failing", "Not connected".
+    pub state: String,
+    /// What stands behind the state, a sentence each.
+    pub lines: Vec<String>,
+    /// The page that says more, if any.
+    pub href: Option<String>,
+}
 
 /// How many jobs are in each state.
 pub struct JobCounts {
@@ -30,6 +44,9 @@ pub struct AccountRow {
 }
 
 pub struct OperatorHomeView {
+    pub subsystems: Vec<Subsystem>,
+    /// The last hour: requests per minute, the job queue's depth, the drains' owed moves.
+    pub charts: Vec<Series>,
     pub accounts: Vec<AccountRow>,
     pub organizations: i64,
     pub jobs: JobCounts,
@@ -40,6 +57,8 @@ pub struct OperatorHomeView {
 pub fn operator_home(v: &OperatorHomeView) -> Markup {
     html! {
         (summary(v))
+        (health(&v.subsystems))
+        (last_hour(&v.charts))
         (job_queue(&v.jobs))
         (accounts(&v.accounts))
         (failed_jobs(&v.failed_jobs))
@@ -53,6 +72,42 @@ fn summary(v: &OperatorHomeView) -> Markup {
             (stat("Organizations", v.organizations))
             (stat("Jobs waiting", v.jobs.pending))
             (stat("Jobs failed", v.jobs.failed))
+        }
+    }
+}
+
+fn health(subsystems: &[Subsystem]) -> Markup {
+    html! {
+        section.card aria-labelledby="health-heading" {
+            h2 #health-heading { "Health" }
+            ul.health {
+                @for s in subsystems {
+                    li.subsystem {
+                        div.subsystem-head {
+                            @match &s.href {
+                                Some(href) => a.subsystem-name href=(href) { (s.name) },
+                                None => span.subsystem-name { (s.name) },
+                            }
+                            " "
+                            (badge(&s.state, s.tone))
+                        }
+                        @for line in &s.lines {
+                            p.subsystem-line { (line) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn last_hour(charts: &[Series]) -> Markup {
+    html! {
+        section.card aria-labelledby="hour-heading" {
+            h2 #hour-heading { "The last hour" }
+            div.charts {
+                @for c in charts { (sparkline(c)) }
+            }
         }
     }
 }
@@ -136,6 +191,28 @@ mod tests {
 
     fn sample() -> OperatorHomeView {
         OperatorHomeView {
+            subsystems: vec![
+                Subsystem {
+                    name: "Jobs".into(),
+                    tone: Tone::Bad,
+                    state: "Failing".into(),
+                    lines: vec!["1 job failed for good <b>".into()],
+                    href: None,
+                },
+                Subsystem {
+                    name: "Farm".into(),
+                    tone: Tone::Ok,
+                    state: "Healthy".into(),
+                    lines: vec![],
+                    href: Some("/operator/farm".into()),
+                },
+            ],
+            charts: vec![Series {
+                title: "Requests per minute".into(),
+                points: vec![(0.0, 1.0), (60.0, 3.0)],
+                span: 60.0,
+                empty: "No samples yet.".into(),
+            }],
             accounts: vec![
                 AccountRow {
                     email: "op@example.org".into(),
@@ -194,6 +271,25 @@ mod tests {
         assert!(out.contains(r#"<td class="num">11</td><td><code>stripe.reconcile</code></td><td class="num">5</td>"#));
         assert!(out.contains(r#"<pre class="error-text">timeout &lt;script&gt;alert(1)&lt;/script&gt;</pre>"#));
         assert!(!out.contains("<script>"));
+    }
+
+    #[test]
+    fn each_subsystem_shows_its_state_as_a_badge_and_links_to_its_page() {
+        let out = operator_home(&sample()).into_string();
+        assert!(
+            out.contains(r#"<span class="subsystem-name">Jobs</span> <span class="badge badge-bad">Failing</span>"#),
+            "{out}"
+        );
+        assert!(out.contains("1 job failed for good &lt;b&gt;"), "{out}");
+        assert!(out.contains(r#"<a class="subsystem-name" href="/operator/farm">Farm</a> <span class="badge badge-ok">Healthy</span>"#), "{out}");
+    }
+
+    #[test]
+    fn the_last_hour_is_drawn_as_charts() {
+        let out = operator_home(&sample()).into_string();
+        assert!(out.contains("The last hour"), "{out}");
+        assert!(out.contains("Requests per minute"), "{out}");
+        assert!(out.contains("<svg"), "{out}");
     }
 
     #[test]

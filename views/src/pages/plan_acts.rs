@@ -13,6 +13,7 @@ use crate::forms::button_form;
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
+use crate::components::pace::{Pace, Standing, pace_stats};
 use crate::components::{Column, Tone, badge, facts, progress, table_cols};
 
 /// The list's path; each plan act lives under it.
@@ -126,6 +127,8 @@ pub struct PlanActView {
     pub failures: Vec<FailedOrganization>,
     /// Whether the retry form is offered.
     pub can_retry: bool,
+    /// The moves of about the last minute, read while organizations are pending.
+    pub pace: Option<Pace>,
 }
 
 /// How many of an act's organizations are in each state.
@@ -197,8 +200,9 @@ pub fn plan_act_page(v: &PlanActView) -> Markup {
     }
 }
 
-/// The container `#plan-act-progress`: bar, counts, failed organizations and the retry form;
-/// nothing for an act that reaches no organization.
+/// The container `#plan-act-progress`: bar, where it stands (done, left, failed, rate, time
+/// left), the counts by state, failed organizations and the retry form; nothing for an act that
+/// reaches no organization.
 ///
 /// While running it GETs `/operator/plan-acts/{id}/progress` every 2 seconds and replaces itself
 /// with the answer (this partial); done, it carries no trigger, so polling stops.
@@ -224,6 +228,13 @@ pub fn plan_act_progress(v: &PlanActView) -> Markup {
                     (listing_progress(counts.settled(), counts.total()))
                     p.listing-status { "Still listing organizations…" }
                 }
+                (pace_stats(&Standing {
+                    done: counts.settled(),
+                    left: counts.pending,
+                    failed: counts.failed,
+                    pace: v.pace,
+                    listed_all: v.listed_all,
+                }))
                 div.stats.plan-act-counts aria-live="polite" {
                     (count_stat("Pending", counts.pending, false))
                     (count_stat("Migrated", counts.migrated, false))
@@ -338,6 +349,7 @@ mod tests {
             listed_all: true,
             failures: vec![],
             can_retry: false,
+            pace: None,
         }
     }
 
@@ -461,7 +473,7 @@ mod tests {
         ));
         assert!(out.contains(r#"<span class="badge badge-warn">running</span>"#));
         assert!(out.contains("Updating live"));
-        assert!(!out.contains("Done"));
+        assert!(!out.contains("Done: this act has finished"));
         assert!(out.ends_with("</div>"));
     }
 
@@ -508,6 +520,43 @@ mod tests {
         assert!(!out.contains("Still listing"));
         let c = counts();
         assert_eq!((c.settled(), c.total()), (7, 12));
+    }
+
+    #[test]
+    fn progress_says_how_fast_the_moves_go_and_how_long_is_left() {
+        let mut v = reaching("running");
+        // 4 pending, at 120 moves over the last minute.
+        v.pace = Some(Pace { settled: 120, seconds: 60.0 });
+        let out = plan_act_progress(&v).into_string();
+        let parts = [
+            r#"<div class="stats pace-stats" aria-live="polite">"#,
+            r#"<span class="stat-value">7</span><span class="stat-label">Done</span>"#,
+            r#"<span class="stat-value">4</span><span class="stat-label">Left</span>"#,
+            r#"<span class="stat-value">1</span><span class="stat-label">Failed</span>"#,
+            r#"<span class="stat-words">2 a second</span></span><span class="stat-label">Rate</span>"#,
+            r#"<span class="stat-words">under a minute left</span></span><span class="stat-label">Time left</span>"#,
+            r#"<div class="stats plan-act-counts" aria-live="polite">"#,
+        ];
+        let mut at = 0;
+        for part in parts {
+            let found = out[at..].find(part).unwrap_or_else(|| panic!("{part} after {at}"));
+            at += found + part.len();
+        }
+        // Nothing moved in the last minute: waiting, and no time is promised.
+        v.pace = Some(Pace { settled: 0, seconds: 60.0 });
+        let out = plan_act_progress(&v).into_string();
+        assert!(out.contains(r#"<span class="stat-words">waiting</span>"#));
+        assert!(out.contains(r#"<span class="stat-words">not known yet</span>"#));
+    }
+
+    #[test]
+    fn a_finished_act_shows_no_rate_or_time_left() {
+        let mut v = reaching("done");
+        v.counts = Some(ObligationCounts { pending: 0, ..counts() });
+        let out = plan_act_progress(&v).into_string();
+        assert!(out.contains(r#"<span class="stat-value">7</span><span class="stat-label">Done</span>"#));
+        assert!(out.contains(r#"<span class="stat-value">0</span><span class="stat-label">Left</span>"#));
+        assert!(!out.contains("Rate") && !out.contains("Time left"));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::forms::button_form;
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
+use crate::components::pace::{Pace, Standing, pace_stats};
 use crate::components::{Column, Tone, badge, facts, progress, table_cols};
 
 /// The list's path; each rule change lives under it.
@@ -148,6 +149,10 @@ pub struct RuleChangeView {
     pub failures: Vec<FailedPool>,
     /// Already formatted; set once settled.
     pub settled_at: Option<String>,
+    /// Every carrying pool has been listed (owes the change); while listing, more can come.
+    pub listed_all: bool,
+    /// The pools settled in about the last minute, read while the change drains.
+    pub pace: Option<Pace>,
 }
 
 /// Back link, the facts, then [`rule_change_progress`].
@@ -181,7 +186,8 @@ fn format_ms(ms: f64) -> String {
     }
 }
 
-/// The container `#rule-change-progress`: bar, counts, acts and failed pools.
+/// The container `#rule-change-progress`: bar, where it stands (done, left, failed, rate, time
+/// left), acts and failed pools.
 ///
 /// While draining it GETs `/operator/rule-changes/{id}/progress` every 2 seconds and replaces
 /// itself with the answer (this partial); settled, it carries no trigger, so polling stops.
@@ -199,11 +205,13 @@ pub fn rule_change_progress(v: &RuleChangeView) -> Markup {
                     (live_status(v, draining))
                 }
                 (progress(v.total_settled, v.total_owed, "Pools settled"))
-                div.stats.rc-counts aria-live="polite" {
-                    (count_stat("Pools owed", v.total_owed, false))
-                    (count_stat("Settled", v.total_settled, false))
-                    (count_stat("Failed", v.total_failed, v.total_failed > 0))
-                }
+                (pace_stats(&Standing {
+                    done: v.total_settled,
+                    left: v.total_owed.saturating_sub(v.total_settled).saturating_sub(v.total_failed),
+                    failed: v.total_failed,
+                    pace: v.pace,
+                    listed_all: v.listed_all,
+                }))
             }
             section.card aria-labelledby="rc-acts-heading" {
                 h2 #rc-acts-heading { "What changed" }
@@ -237,15 +245,6 @@ fn live_status(v: &RuleChangeView, draining: bool) -> Markup {
             } @else {
                 (badge(&v.state, Tone::Muted))
             }
-        }
-    }
-}
-
-fn count_stat(label: &str, value: u64, bad: bool) -> Markup {
-    html! {
-        div.stat.stat-bad[bad] {
-            span.stat-value { (value) }
-            span.stat-label { (label) }
         }
     }
 }
@@ -379,6 +378,8 @@ mod tests {
                 next_attempt: Some("2025-06-01 12:05".into()),
             }],
             settled_at: None,
+            listed_all: true,
+            pace: None,
         }
     }
 
@@ -457,7 +458,10 @@ mod tests {
     fn progress_shows_bar_live_counts_and_acts() {
         let out = rule_change_progress(&view("draining")).into_string();
         assert!(out.contains(r#"<progress value="9" max="12" aria-label="Pools settled">75%</progress>"#));
-        assert!(out.contains(r#"<div class="stats rc-counts" aria-live="polite">"#));
+        assert!(out.contains(r#"<div class="stats pace-stats" aria-live="polite">"#));
+        // 12 owed: 9 settled, 1 failed (retried by the drain, not counted as left), 2 left.
+        assert!(out.contains(r#"<span class="stat-value">9</span><span class="stat-label">Done</span>"#));
+        assert!(out.contains(r#"<span class="stat-value">2</span><span class="stat-label">Left</span>"#));
         assert!(out.contains(
             r#"<div class="stat stat-bad"><span class="stat-value">1</span><span class="stat-label">Failed</span></div>"#
         ));
@@ -465,6 +469,29 @@ mod tests {
             r#"<td><code>fedwiki.active_sites</code></td><td><span class="rule-delta">3 → 5</span></td><td class="num">9 of 12</td><td class="num"><strong class="text-bad">1</strong></td>"#
         ));
         assert!(out.contains(r#"yes → <span class="muted">no rule</span>"#));
+    }
+
+    #[test]
+    fn progress_says_how_fast_pools_settle_and_how_long_is_left_in_the_plan_acts_words() {
+        let mut v = view("draining");
+        // 2 left, at 0.5 a second: under a minute.
+        v.pace = Some(Pace { settled: 30, seconds: 60.0 });
+        let out = rule_change_progress(&v).into_string();
+        let labels: Vec<&str> =
+            out.split(r#"<span class="stat-label">"#).skip(1).map(|s| &s[..s.find('<').unwrap()]).collect();
+        assert_eq!(labels, ["Done", "Left", "Failed", "Rate", "Time left"]);
+        assert!(out.contains(r#"<span class="stat-words">30 a minute</span>"#));
+        assert!(out.contains(r#"<span class="stat-words">under a minute left</span>"#));
+        // Still listing: the pools owed can still grow, so no time is promised.
+        v.listed_all = false;
+        let out = rule_change_progress(&v).into_string();
+        assert!(out.contains(r#"<span class="stat-words">not known yet</span>"#));
+        // Settled: nothing left, so neither rate nor time left.
+        let mut v = view("settled");
+        v.total_settled = 12;
+        v.total_failed = 0;
+        let out = rule_change_progress(&v).into_string();
+        assert!(!out.contains("Rate") && !out.contains("Time left"));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 mod ladders;
 mod org_types;
+mod picture;
 mod reach;
 #[cfg(test)]
 mod tests;
@@ -21,6 +22,7 @@ use crate::paths::{self, fill};
 pub use ladders::ladder_order_form;
 pub use org_types::default_change_form;
 use org_types::org_types_table;
+pub use picture::{ladder_picture, topology_picture};
 pub use reach::{ActReachPreview, act_reach_preview};
 pub use tiers::{
     TierAddPreview, TierRemovalPreview, add_tier_form, delete_tier_form, remove_tier_form, tier_add_preview,
@@ -31,7 +33,7 @@ use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_fie
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, notice, refusal, table_cols};
-use crate::pages::catalog::{FormState, count};
+use crate::pages::catalog::{FormState, Total, count};
 
 /// How many colliding organizations a preview names at most.
 const PREVIEW_COLLISIONS_MAX: usize = 10;
@@ -43,6 +45,8 @@ pub struct TierRow {
     pub product_id: i64,
     pub product_name: String,
     pub set_name: String,
+    /// Organizations on this tier (holding its place on the ladder), counted up to a cap.
+    pub organizations: Total,
 }
 
 pub struct LadderView {
@@ -55,6 +59,8 @@ pub struct LadderView {
 pub struct OrgTypeRow {
     pub id: i64,
     pub name: String,
+    /// The default ladder's id: the picture points the type at that ladder's floor.
+    pub default_ladder_id: Option<i64>,
     pub default_ladder: Option<String>,
     /// The default ladder's rank-0 product.
     pub floor_product: Option<String>,
@@ -149,9 +155,10 @@ impl LadderView {
     }
 }
 
-/// The notice, the ladder-order form, ladders in their order (each with its tiers by rank, a
-/// delete form and a removal form per tier, the tier-order form when it has two tiers or more,
-/// and the add-tier form), then the org types (each with its default-change form).
+/// The notice, the picture of the ladders ([`topology_picture`]), the ladder-order form, ladders
+/// in their order (each with its tiers by rank, a delete form and a removal form per tier, the
+/// tier-order form when it has two tiers or more, and the add-tier form), then the org types
+/// (each with its default-change form).
 pub fn topology(v: &TopologyView) -> Markup {
     let ladders = v.ladders_in_order();
     let order = v.ladder_order();
@@ -172,6 +179,7 @@ pub fn topology(v: &TopologyView) -> Markup {
             @if ladders.is_empty() {
                 p.empty { "No plan ladders yet." }
             } @else {
+                (topology_picture(&ladders, &v.org_types))
                 (ladder_order_form(&v.csrf, &order, &v.order_form))
                 @for ladder in ladders {
                     @let forms = LadderForms {

@@ -11,7 +11,13 @@ fn placed(id: i64, name: &str, position: i32) -> Placed {
 }
 
 fn tier(rank: i32, id: i64, name: &str) -> TierRow {
-    TierRow { rank, product_id: id, product_name: name.into(), set_name: format!("{name} set") }
+    TierRow {
+        rank,
+        product_id: id,
+        product_name: name.into(),
+        set_name: format!("{name} set"),
+        organizations: Total::Exactly(0),
+    }
 }
 
 fn sample() -> TopologyView {
@@ -37,11 +43,19 @@ fn sample() -> TopologyView {
             OrgTypeRow {
                 id: 1,
                 name: "Community".into(),
+                default_ladder_id: Some(1),
                 default_ladder: Some("Wiki hosting".into()),
                 floor_product: Some("Wiki Free".into()),
                 organizations: 42,
             },
-            OrgTypeRow { id: 2, name: "Internal".into(), default_ladder: None, floor_product: None, organizations: 0 },
+            OrgTypeRow {
+                id: 2,
+                name: "Internal".into(),
+                default_ladder_id: None,
+                default_ladder: None,
+                floor_product: None,
+                organizations: 0,
+            },
         ],
     }
 }
@@ -658,4 +672,20 @@ fn the_page_and_a_refused_forms_answer_read_the_same_order_and_next_rank() {
     assert_eq!(gap.next_rank(), 5);
     assert_eq!(v.ladder(2).unwrap().next_rank(), 1);
     assert!(v.ladder(9).is_none());
+}
+
+#[test]
+fn the_ladders_are_drawn_above_the_forms() {
+    let out = topology(&sample()).into_string();
+    let wiki = out.find(r#"<figure class="ladder-picture" id="ladder-1-picture">"#).expect("wiki's picture");
+    let support = out.find(r#"<figure class="ladder-picture" id="ladder-2-picture">"#).expect("support's picture");
+    assert!(wiki < support, "in the ladders' order");
+    assert!(support < out.find(r#"id="ladder-order""#).unwrap());
+    assert!(support < out.find("<form").unwrap());
+    // Community defaults to Wiki hosting; Internal has no default and is drawn nowhere.
+    assert!(out[wiki..support].contains(r#"text-anchor="end">Community</text>"#));
+    assert!(!out.contains(r#"text-anchor="end">Internal</text>"#));
+    // An empty topology draws nothing.
+    let v = TopologyView { ladders: vec![], ..sample() };
+    assert!(!topology(&v).into_string().contains("ladder-picture"));
 }
