@@ -87,3 +87,88 @@ async fn a_rule_change_drain_killed_midway_is_finished_by_the_next_worker_and_se
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_relay_leaves_the_rest_to_the_next_and_every_record_reaches_the_receiver_once() {
+    use desired_state_receiver::{Config as ReceiverConfig, Receiver};
+    use member_console::{
+        services::desired_state::connections::{self, ConnectionForm},
+        store::desired_state as store,
+    };
+    const ORGS: i64 = 400;
+    let lease = Duration::from_secs(2);
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("mc-crash-relay-{}", t.name));
+    let (ty, basic) = (type_id(&t, "Community").await, product_id(&t, "Basic").await);
+    member_console::bench::carrying_organizations(&t.admin, ORGS, ty.0, basic.0).await.unwrap();
+    // Each push answered after 20 ms, so the first worker dies with pushes in flight.
+    let receiver = Receiver::start(ReceiverConfig { secrets: vec![], ..ReceiverConfig::default() }).await.unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{}/_receiver/faults", receiver.url()))
+        .json(&serde_json::json!({ "delay_ms": 20 }))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let form = ConnectionForm {
+        name: "Crash receiver".into(),
+        url: receiver.push_url(),
+        keys: "fedwiki.active_sites, fedwiki.custom_domain".into(),
+        read_back: String::new(),
+    };
+    let c = connections::create_connection(&t.db, &form).await.unwrap();
+    receiver.set_secrets(&[store::connection(&t.db.pool, c).await.unwrap().unwrap().secret]).unwrap();
+    let all = scalar(&t, "SELECT count(*) FROM core.organizations").await;
+    let held = |r: &Receiver| r.snapshot()["recipients"].as_array().map_or(0, |a| a.len()) as i64;
+
+    let mut first = WorkerProcess::start(&t, &dir, lease, "first");
+    wait_until(
+        "a tenth reached the receiver",
+        Duration::from_secs(120),
+        || first.log(),
+        async || held(&receiver) >= all / 10,
+    )
+    .await;
+    first.kill();
+    let at_kill = held(&receiver);
+    assert!(at_kill < all, "the relay ended before the kill; give it more organizations");
+
+    let second = WorkerProcess::start(&t, &dir, lease, "second");
+    let confirmed = format!(
+        "SELECT count(*) FROM core.desired_state_records WHERE connection_id = {} AND confirmed_generation = generation",
+        c.0
+    );
+    wait_until(
+        "every record confirmed",
+        Duration::from_secs(120),
+        || second.log(),
+        async || scalar(&t, &confirmed).await == all,
+    )
+    .await;
+    // One record per organization, at generation 1 (nothing changed, so no generation was made
+    // twice), and the receiver holds each at that generation with the record's content.
+    assert_eq!(
+        scalar(&t, &format!("SELECT count(*) FROM core.desired_state_records WHERE connection_id = {}", c.0)).await,
+        all
+    );
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.desired_state_records WHERE generation <> 1").await, 0);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.desired_state_outbox").await, 0, "every notice handled");
+    let snapshot = receiver.snapshot();
+    let recipients = snapshot["recipients"].as_array().unwrap();
+    assert_eq!(recipients.len() as i64, all);
+    let contents: Vec<(String, serde_json::Value)> =
+        sqlx::query_as("SELECT recipient_id::text, content FROM core.desired_state_records WHERE connection_id = $1")
+            .bind(c.0)
+            .fetch_all(&t.admin)
+            .await
+            .unwrap();
+    for (id, content) in contents {
+        let r = recipients.iter().find(|r| r["id"] == serde_json::json!(id)).unwrap_or_else(|| panic!("{id} missing"));
+        assert_eq!(r["generation"], 1, "{r}");
+        assert_eq!(r["content"], content, "{id}");
+    }
+    drop(second);
+    receiver.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,6 +7,7 @@ mod bench_http;
 mod billing;
 mod billing_pages;
 mod browser;
+mod browser_journeys;
 mod browser_topology;
 mod connection_pages;
 mod crashes;

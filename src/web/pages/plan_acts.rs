@@ -44,6 +44,14 @@ pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -
     Ok(render::ok(&req, "Plan acts", views::plan_act_list(&acts.iter().map(row).collect::<Vec<_>>())))
 }
 
+/// A detail's key as a fact's label, in the page's other labels' style: "from_ladder" is
+/// "From ladder".
+fn fact_label(key: &str) -> String {
+    let words = key.replace('_', " ");
+    let mut chars = words.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
 async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::PlanActView, AppError> {
     let a = services::reads::plan_act(&state.db, PlanActId(id)).await?.ok_or(AppError::NotFound)?;
     let p = services::reads::plan_act_progress(&state.db, PlanActId(id)).await?;
@@ -54,7 +62,7 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
             // Ids are for machines; the page shows the names recorded next to them.
             o.iter()
                 .filter(|(k, _)| !k.ends_with("_id"))
-                .map(|(k, v)| (k.replace('_', " "), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+                .map(|(k, v)| (fact_label(k), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
                 .collect()
         })
         .unwrap_or_default();

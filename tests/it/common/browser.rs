@@ -202,10 +202,21 @@ impl Browser {
 
     /// Screenshot the page to `target/browser-screenshots/<test>.png`.
     pub async fn save_screenshot(&self) -> Result<PathBuf, String> {
+        self.screenshot_named(&format!("{}.png", self.name)).await
+    }
+
+    /// A journey's step kept as an artifact: `target/browser-screenshots/<test>/<nn>-<step>.png`.
+    pub async fn keep_step(&self, n: u32, step: &str) -> PathBuf {
+        let name = format!("{}/{n:02}-{step}.png", self.name);
+        self.screenshot_named(&name).await.unwrap_or_else(|e| panic!("the screenshot of {step}: {e}"))
+    }
+
+    async fn screenshot_named(&self, name: &str) -> Result<PathBuf, String> {
         let png = self.client.screenshot().await.map_err(|e| e.to_string())?;
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/browser-screenshots");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let path = dir.join(format!("{}.png", self.name));
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/browser-screenshots").join(name);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        }
         std::fs::write(&path, png).map_err(|e| e.to_string())?;
         Ok(path)
     }

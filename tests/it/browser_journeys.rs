@@ -1,0 +1,103 @@
+//! Whole journeys in Chromium, each step's page kept as a screenshot in
+//! `target/browser-screenshots/<test>/`: what an operator sees from the overview to a plan act
+//! that reaches its organizations.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{
+    acts::scalar,
+    browser::{Browser, Until},
+    pages::app_with_demo,
+};
+use member_console::demo;
+
+/// How long one step may take: a page load, an htmx swap, a plan act finishing.
+const STEP: Duration = Duration::from_secs(15);
+
+#[tokio::test]
+async fn an_operator_reads_the_overview_and_the_ladders_then_changes_a_default_and_follows_its_act_to_done() {
+    let (t, app) = app_with_demo().await;
+    let community = scalar(&t, "SELECT org_type_id FROM core.org_types WHERE name = 'Community'").await;
+    let support = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Support'").await;
+    let wiki = scalar(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'").await;
+    Browser::start()
+        .await
+        .run(async |b| {
+            b.goto(&app.url("/login")).await;
+            b.fill("#email", demo::OPERATOR_EMAIL).await;
+            b.fill("#password", demo::OPERATOR_PASSWORD).await;
+            b.click_button("Sign in").await;
+            b.wait_for(Until::Css("header.topbar .user-email"), STEP).await;
+
+            // The overview: every subsystem's health, and the last hour's charts.
+            b.goto(&app.url("/operator")).await;
+            b.wait_for(Until::Css("#health-heading"), STEP).await;
+            let names = b.texts_of("ul.health .subsystem-name").await;
+            assert_eq!(names, ["Jobs", "Drains", "Outbox", "Stripe", "Farm", "Relay"]);
+            let states = b.texts_of("ul.health .subsystem-head .badge").await;
+            assert_eq!(states.len(), 6, "{states:?}");
+            assert_eq!(states[3], "Not connected", "the test's console has no Stripe: {states:?}");
+            let charts = b.texts_of("figure.chart .chart-title").await;
+            assert_eq!(charts, ["Requests per minute", "Jobs queued", "Drain moves owed"]);
+            b.keep_step(1, "overview").await;
+
+            // The topology as a picture: Wiki hosting's rungs from the floor up, and Community
+            // pointing at its floor.
+            b.goto(&app.url("/operator/topology")).await;
+            b.wait_for(Until::Css(".topology-picture svg"), STEP).await;
+            let rungs = b.execute(
+                "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.replace(/\\s+/g, ' ').trim());",
+                vec![serde_json::json!(format!("#ladder-{wiki}-picture .rung-text"))],
+            )
+            .await;
+            let rungs: Vec<String> = serde_json::from_value(rungs).unwrap();
+            assert_eq!(rungs.len(), 3, "{rungs:?}");
+            assert!(rungs[0].starts_with("Rank 0, the floor: Free"), "{rungs:?}");
+            let defaults = b.execute(
+                "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.replace(/\\s+/g, ' ').trim());",
+                vec![serde_json::json!(format!("#ladder-{wiki}-picture .default-text"))],
+            )
+            .await;
+            let defaults: Vec<String> = serde_json::from_value(defaults).unwrap();
+            assert!(defaults.iter().any(|d| d.starts_with("Community")), "{defaults:?}");
+            b.keep_step(2, "topology").await;
+
+            // Community's default moves to Support, its holders migrating; the browser lands on
+            // the act, which runs to done and then says so.
+            let form = format!("#default-change-{community}");
+            b.find(&format!("{form} select[name='plan_ladder_id']"))
+                .await
+                .select_by_value(&support.to_string())
+                .await
+                .unwrap();
+            b.find(&format!("{form} select[name='disposition']")).await.select_by_value("migrate").await.unwrap();
+            for button in b.find_all(&format!("{form} button")).await {
+                if button.text().await.unwrap_or_default().trim() == "Change default" {
+                    button.click().await.unwrap();
+                    break;
+                }
+            }
+            b.wait_for(Until::Css("#plan-act-progress"), STEP).await;
+            assert!(b.path().await.starts_with("/operator/plan-acts/"), "{}", b.path().await);
+            b.wait_for(Until::Text("Done: this act has finished"), STEP).await;
+            let labels = b.texts_of("#plan-act-progress .pace-stats .stat-label").await;
+            assert_eq!(labels, ["Done", "Left", "Failed"], "a finished act shows no rate or time left");
+            b.keep_step(3, "plan-act-done").await;
+
+            // Back on the topology, Community's floor is now Support's.
+            b.goto(&app.url("/operator/topology")).await;
+            b.wait_for(Until::Css(".topology-picture svg"), STEP).await;
+            let defaults = b.execute(
+                "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.replace(/\\s+/g, ' ').trim());",
+                vec![serde_json::json!(format!("#ladder-{support}-picture .default-text"))],
+            )
+            .await;
+            let defaults: Vec<String> = serde_json::from_value(defaults).unwrap();
+            assert!(defaults.iter().any(|d| d.starts_with("Community")), "{defaults:?}");
+            b.keep_step(4, "topology-after").await;
+        })
+        .await;
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts WHERE state = 'done'").await, 1);
+}
