@@ -11,7 +11,7 @@ use std::{
 use member_console::{demo, ids::EntitlementSetId, services::rule_changes as rc};
 
 use crate::common::{
-    TestDb,
+    self, TestDb,
     acts::{id_by_name, product_id, scalar, stale_pools, type_id},
     worker::WorkerProcess,
 };
@@ -170,5 +170,77 @@ async fn a_worker_killed_mid_relay_leaves_the_rest_to_the_next_and_every_record_
     }
     drop(second);
     receiver.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_maintenance_writes_nothing_half_and_the_next_run_adopts_and_purges_once() {
+    use crate::sites::{assert_usage_agrees, pause_writes_on, servable, setup};
+    use member_console::{services::fedwiki, states::RequestKind};
+    const STRAYS: usize = 12;
+    let lease = Duration::from_secs(2);
+    let s = setup("Basic").await;
+    let dir = std::env::temp_dir().join(format!("mc-crash-farm-{}", s.t.name));
+    // Sites only the farm has (to adopt), and an archived site past retention (to purge).
+    for i in 0..STRAYS {
+        s.f.farm.create_site(&format!("stray{i}.wiki.localhost"), "someone-else", "active").await.unwrap();
+    }
+    let old = s.created("old").await;
+    let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &old, RequestKind::Archive).await.unwrap();
+    s.run(archive).await.unwrap();
+    sqlx::query(
+        "UPDATE fedwiki.sites SET status_changed_at = now() - interval '31 days' WHERE domain = 'old.wiki.localhost'",
+    )
+    .execute(&s.t.admin)
+    .await
+    .unwrap();
+    let base = s.f.local.base_url();
+    let env = [
+        ("FARM_URL", base.as_str()),
+        ("FARM_TOKEN", common::farm::TOKEN),
+        ("FARM_CALLBACK_SECRET", common::farm::CALLBACK_SECRET),
+        ("FEDWIKI_MAINTENANCE_EVERY_S", "10"),
+    ];
+
+    // The first run's first write to the sites waits here; the worker dies there.
+    let (mut pause, pause_pid) = pause_writes_on(&s.t, "fedwiki.sites").await;
+    let mut first = WorkerProcess::start_with(&s.t, &dir, lease, "first", &env);
+    let waiter = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    assert!(waiter > 0, "the maintenance run reached its writes: {}", first.log());
+    first.kill();
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    let adopted_sql = "SELECT count(*) FROM fedwiki.sites WHERE domain LIKE 'stray%'";
+    assert!(s.count(adopted_sql).await < STRAYS as i64, "the killed run did not finish its adoptions");
+
+    // The next worker runs the maintenance again (the dead one's job, once its lease is over).
+    let second = WorkerProcess::start_with(&s.t, &dir, lease, "second", &env);
+    wait_until(
+        "a run ended well and purged",
+        Duration::from_secs(90),
+        || second.log(),
+        async || {
+            s.count("SELECT count(*) FROM fedwiki.maintenance_runs WHERE outcome = 'ok' AND purged = 1").await == 1
+        },
+    )
+    .await;
+    // Every stray adopted once, into the System workspace, its name placed; the old site gone
+    // on both sides and its name released; the usage counts agree.
+    assert_eq!(s.count(adopted_sql).await, STRAYS as i64);
+    assert_eq!(
+        s.count("SELECT count(*) FROM (SELECT domain FROM fedwiki.sites GROUP BY domain HAVING count(*) > 1) d").await,
+        0
+    );
+    assert_eq!(
+        s.count("SELECT count(*) FROM fedwiki.sites WHERE domain LIKE 'stray%' AND workspace_id <> 'system'").await,
+        0
+    );
+    for i in 0..STRAYS {
+        assert_eq!(servable(&s, &format!("stray{i}.wiki.localhost")).await, Some(true));
+    }
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites WHERE domain = 'old.wiki.localhost'").await, 0);
+    assert!(s.f.site("old.wiki.localhost").await.is_none(), "deleted on the farm");
+    assert_eq!(servable(&s, "old.wiki.localhost").await, None);
+    assert_usage_agrees(&s).await;
+    drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }
