@@ -217,6 +217,7 @@ async fn a_member_buys_pro_on_the_stripe_stand_ins_page_and_sees_it_on_billing_a
 
             // Back on the console with the plan in force.
             b.wait_for(Until::Text("Payment received"), WAIT).await;
+            b.keep_step(1, "payment-received").await;
             assert_eq!(b.path().await, "/billing");
             let after = b.text_of("main").await;
             assert!(after.contains("Pro"), "billing shows Pro: {after}");
@@ -261,6 +262,7 @@ async fn a_member_upgrades_seeing_the_amount_first_then_schedules_a_downgrade_an
             assert!(quote.contains("from Basic to Pro"), "{quote}");
             b.click_button("Switch now and pay").await;
             b.wait_for(Until::Text("Switched: the new plan is in force now"), WAIT).await;
+            b.keep_step(1, "switched-now").await;
             b.goto(&app.url("/")).await;
             let home = b.text_of("main").await;
             assert!(home.contains("Pro") && home.contains("10"), "home shows Pro, ten active sites: {home}");
@@ -271,6 +273,7 @@ async fn a_member_upgrades_seeing_the_amount_first_then_schedules_a_downgrade_an
             b.wait_for(Until::Text("You keep Pro until"), WAIT).await;
             b.click_button("Schedule the switch").await;
             b.wait_for(Until::Text("Scheduled: you keep the current plan"), WAIT).await;
+            b.keep_step(2, "switch-scheduled").await;
             let page = b.text_of("main").await;
             assert!(page.contains("Pro until") && page.contains(", then Basic"), "{page}");
             b.click("button[aria-label^='Undo: Pro until']").await;
@@ -304,10 +307,12 @@ async fn an_operator_grant_pauses_the_members_subscription_and_resume_plan_bring
             b.goto(&app.url("/")).await;
             sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
             b.wait_for(Until::Text("An operator grant gives you Pro"), WAIT).await;
+            b.keep_step(1, "paused-by-a-grant").await;
             let home = b.text_of("main").await;
             assert!(home.contains("in place of your Basic subscription, which is paused"), "{home}");
             b.click_button("Resume plan").await;
             b.wait_for(Until::Text("Resumed: your subscription's plan is in force again"), WAIT).await;
+            b.keep_step(2, "resumed").await;
             assert_eq!(b.path().await, "/billing");
             let page = b.text_of("main").await;
             assert!(!page.contains("An operator grant gives you Pro"), "{page}");
@@ -368,11 +373,13 @@ async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_
                 b.wait_for(Until::Text(&format!("{name}.wiki.localhost was created and is active.")), WAIT).await;
             }
             b.wait_for(Until::Text("3 of 3 active"), WAIT).await;
+            b.keep_step(1, "three-sites").await;
 
             // The site's address answers with the real wiki.
             let url = b.find(&format!("{} a", site("alpha"))).await.attr("href").await.unwrap().unwrap();
             b.goto(&url).await;
             b.wait_for(Until::Text("Welcome Visitors"), WAIT).await;
+            b.keep_step(2, "the-wiki-on-the-farm").await;
             b.goto(&app.url("/sites")).await;
 
             // A fourth is created parked, and activating it is refused with the reason.
@@ -393,6 +400,7 @@ async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_
             .await;
             b.click_button("Swap").await;
             b.wait_for(Until::Text("alpha.wiki.localhost is active and gamma.wiki.localhost is parked."), WAIT).await;
+            b.keep_step(3, "swapped").await;
             assert!(b.text_of("main").await.contains("You can swap again in 10 minutes"));
             // The parked site's address says so.
             b.goto(&f.farm.site_url("gamma.wiki.localhost")).await;

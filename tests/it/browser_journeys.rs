@@ -101,3 +101,63 @@ async fn an_operator_reads_the_overview_and_the_ladders_then_changes_a_default_a
         .await;
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts WHERE state = 'done'").await, 1);
 }
+
+#[tokio::test]
+async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an_upgrade_bring_them_back() {
+    use crate::sites::{app, setup};
+    use member_console::services::{fedwiki::maintenance, grants};
+    let s = setup("Free").await;
+    let basic = common::acts::product_id(&s.t, "Basic").await;
+    let grant = common::acts::grant(&s.t, s.org, basic).await;
+    for name in ["alpha", "beta", "gamma"] {
+        s.created(name).await;
+    }
+    // alpha was modified longest ago but is kept active; gamma most recently.
+    for (name, days, keep) in [("alpha", 3, true), ("beta", 2, false), ("gamma", 1, false)] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE fedwiki.sites SET modified_at = now() - interval '{days} days', keep_active = {keep}
+              WHERE domain = '{name}.wiki.localhost'"
+        )))
+        .execute(&s.t.admin)
+        .await
+        .unwrap();
+    }
+    let app = app(&s).await;
+    let row = |name: &str| format!("tr:has(a[href*='//{name}.wiki.localhost'])");
+    Browser::start()
+        .await
+        .run(async |b| {
+            b.goto(&app.url("/login")).await;
+            b.fill("#email", demo::MEMBER_EMAIL).await;
+            b.fill("#password", demo::MEMBER_PASSWORD).await;
+            b.click_button("Sign in").await;
+            b.wait_for(Until::Css("header.topbar .user-email"), STEP).await;
+            b.goto(&app.url("/sites")).await;
+            b.wait_for(Until::Text("3 of 3 active"), STEP).await;
+            b.keep_step(1, "three-active").await;
+
+            // The grant that gave Basic ends: Free allows one active site. The next maintenance
+            // run parks the two least recently modified that are not kept active.
+            grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
+            let c = maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
+            assert_eq!(c.parked, 2, "{c:?}");
+            b.goto(&app.url("/sites")).await;
+            b.wait_for(Until::Text("Parked because the plan allows 1 active site"), STEP).await;
+            assert!(b.text_of(&row("alpha")).await.contains("active"), "{}", b.text_of(&row("alpha")).await);
+            for name in ["beta", "gamma"] {
+                let text = b.text_of(&row(name)).await;
+                assert!(text.contains("parked"), "{name}: {text}");
+            }
+            b.keep_step(2, "parked-after-the-downgrade").await;
+
+            // Basic again: the next run brings both back.
+            common::acts::grant(&s.t, s.org, basic).await;
+            let c = maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
+            assert_eq!(c.reactivated, 2, "{c:?}");
+            b.goto(&app.url("/sites")).await;
+            b.wait_for(Until::Text("3 of 3 active"), STEP).await;
+            assert!(!b.text_of("main").await.contains("Parked because"), "{}", b.text_of("main").await);
+            b.keep_step(3, "back-after-the-upgrade").await;
+        })
+        .await;
+}

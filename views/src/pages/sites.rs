@@ -73,8 +73,8 @@ pub struct SitesView {
 
 /// The whole page.
 pub fn member_sites(v: &SitesView) -> Markup {
+    // The layout gives the page its one h1 ("Sites", the title).
     html! {
-        h1 { "Sites" }
         p.muted { "Your organizations' Federated Wiki sites. Open one to read and edit it." }
         @if !v.connected {
             (crate::components::refusal(
