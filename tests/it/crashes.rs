@@ -244,3 +244,48 @@ async fn a_worker_killed_mid_maintenance_writes_nothing_half_and_the_next_run_ad
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_expiry_rolls_it_back_and_the_next_expires_each_grant_once() {
+    use common::acts::{grant_with, orgs_of_type};
+    const GRANTS: usize = 20;
+    let lease = Duration::from_secs(2);
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("mc-crash-expiry-{}", t.name));
+    let (ty, pro) = (type_id(&t, "Community").await, product_id(&t, "Pro").await);
+    let ends = chrono::Utc::now() + chrono::TimeDelta::seconds(1);
+    let mut ids = vec![];
+    for org in orgs_of_type(&t, ty, "Expiring", GRANTS).await {
+        ids.push(grant_with(&t, org.organization_id, pro, 1, Some(ends)).await.0);
+    }
+    let ids = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let expired = format!("SELECT count(*) FROM core.grants WHERE grant_id IN ({ids}) AND status = 'expired'");
+
+    // The first expiry's write to its grant waits here; the worker dies there.
+    let (mut pause, pause_pid) = crate::sites::pause_writes_on(&t, "core.grants").await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut first = WorkerProcess::start(&t, &dir, lease, "first");
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
+    assert!(waiter > 0, "an expiry reached its write: {}", first.log());
+    first.kill();
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert_eq!(scalar(&t, &expired).await, 0, "the killed expiry left nothing");
+
+    let second = WorkerProcess::start(&t, &dir, lease, "second");
+    wait_until(
+        "every grant expired",
+        Duration::from_secs(60),
+        || second.log(),
+        async || scalar(&t, &expired).await == GRANTS as i64,
+    )
+    .await;
+    // One expiry event each, and every pool back on what it holds without the grant.
+    let events =
+        scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id IN ({ids}) AND act = 'expired'"))
+            .await;
+    assert_eq!(events, GRANTS as i64);
+    assert!(stale_pools(&t).await.is_empty());
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
+}
