@@ -217,7 +217,7 @@ async fn an_operator_previews_and_removes_the_held_floor_grandfathering_its_hold
             assert_eq!(fact(&f, "Disposition"), "grandfather");
             assert_eq!(fact(&f, "State"), "done");
             assert_eq!(fact(&f, "By"), demo::OPERATOR_EMAIL);
-            assert_eq!(fact(&f, "holders"), "2");
+            assert_eq!(fact(&f, "Holders"), "2");
 
             // Back on the topology: Free is gone, the ranks closed up, Basic is the floor.
             b.goto(&app.url("/operator/topology")).await;
