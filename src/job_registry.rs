@@ -147,7 +147,7 @@ pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
     h.job(move |ctx, _: ProcessOutbox| {
         let s = s.clone();
         async move {
-            billing::process_outbox(&ctx.db, &s, 100).await.map_err(remote_failure)?;
+            billing::process_outbox(&ctx.db, &s, 100, ctx.lease).await.map_err(remote_failure)?;
             Ok(())
         }
     });

@@ -19,25 +19,43 @@ pub struct Faults {
     pub status: u16,
     /// How long every `/api` call waits before it is answered.
     pub delay_ms: u64,
+    /// How long every `/api` call's answer is held after the call was done: a caller that dies
+    /// meanwhile never hears that the farm did it.
+    pub hold_answer_ms: u64,
+    /// The one HTTP method the faults apply to (`DELETE`, say); every method when none.
+    pub method: Option<String>,
 }
 
 impl Default for Faults {
     fn default() -> Self {
-        Faults { fail_next: 0, status: 503, delay_ms: 0 }
+        Faults { fail_next: 0, status: 503, delay_ms: 0, hold_answer_ms: 0, method: None }
     }
 }
 
+/// What the faults do to one `/api` call.
+pub struct ForCall {
+    /// Waited before the call is done.
+    pub delay: Duration,
+    /// Answered instead of doing the call.
+    pub failure: Option<ApiError>,
+    /// Waited after the call is done, before its answer.
+    pub hold_answer: Duration,
+}
+
 impl Faults {
-    /// The delay and, while failures remain, the failure for one `/api` call.
-    pub fn take_for_call(&mut self) -> (Duration, Option<ApiError>) {
-        let delay = Duration::from_millis(self.delay_ms);
+    /// The delays and, while failures remain, the failure for one `/api` call of `method`.
+    pub fn take_for_call(&mut self, method: &str) -> ForCall {
+        if self.method.as_deref().is_some_and(|m| !m.eq_ignore_ascii_case(method)) {
+            return ForCall { delay: Duration::ZERO, failure: None, hold_answer: Duration::ZERO };
+        }
+        let (delay, hold_answer) = (Duration::from_millis(self.delay_ms), Duration::from_millis(self.hold_answer_ms));
         if self.fail_next == 0 {
-            return (delay, None);
+            return ForCall { delay, failure: None, hold_answer };
         }
         self.fail_next -= 1;
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
         let failure = ApiError::new(status, "The farm failed this call on purpose (a fault injected for a test).");
-        (delay, Some(failure))
+        ForCall { delay, failure: Some(failure), hold_answer: Duration::ZERO }
     }
 }
 
@@ -47,10 +65,14 @@ pub struct SetFaults {
     fail_next: Option<u32>,
     status: Option<u16>,
     delay_ms: Option<u64>,
+    hold_answer_ms: Option<u64>,
+    /// An HTTP method, or "" for every method.
+    method: Option<String>,
 }
 
-/// `POST /_farm/faults` `{"fail_next": N, "status": 503, "delay_ms": D}`: each field given
-/// replaces that part (`delay_ms: 0` clears the delay); answers the faults now in force.
+/// `POST /_farm/faults` `{"fail_next": N, "status": 503, "delay_ms": D, "hold_answer_ms": H,
+/// "method": "DELETE"}`: each field given replaces that part (`0` clears a delay, `""` the
+/// method); answers the faults now in force.
 pub async fn set_faults(app: web::Data<AppState>, body: web::Bytes) -> ApiResult<HttpResponse> {
     let asked: SetFaults = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
@@ -71,6 +93,12 @@ pub async fn set_faults(app: web::Data<AppState>, body: web::Bytes) -> ApiResult
     }
     if let Some(ms) = asked.delay_ms {
         faults.delay_ms = ms;
+    }
+    if let Some(ms) = asked.hold_answer_ms {
+        faults.hold_answer_ms = ms;
+    }
+    if let Some(method) = asked.method {
+        faults.method = (!method.is_empty()).then(|| method.to_ascii_uppercase());
     }
     Ok(HttpResponse::Ok().json(&*faults))
 }

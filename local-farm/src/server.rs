@@ -77,7 +77,8 @@ pub fn build(listener: TcpListener, state: AppState) -> std::io::Result<actix_we
     Ok(server)
 }
 
-/// Every `/api` call: the bearer token first, then any injected delay and failure.
+/// Every `/api` call: the bearer token first, then any injected delay and failure, and after the
+/// call any held answer.
 async fn api_gate(
     req: ServiceRequest,
     next: Next<impl actix_web::body::MessageBody + 'static>,
@@ -90,14 +91,18 @@ async fn api_gate(
     if !given.is_some_and(|t| constant_time_eq(t.trim().as_bytes(), app.token.as_bytes())) {
         return Ok(req.into_response(ApiError::unauthorized().error_response()));
     }
-    let (delay, failure) = app.faults().take_for_call();
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
+    let faults = app.faults().take_for_call(req.method().as_str());
+    if !faults.delay.is_zero() {
+        tokio::time::sleep(faults.delay).await;
     }
-    if let Some(failure) = failure {
+    if let Some(failure) = faults.failure {
         return Ok(req.into_response(failure.error_response()));
     }
-    Ok(next.call(req).await?.map_into_boxed_body())
+    let answer = next.call(req).await?.map_into_boxed_body();
+    if !faults.hold_answer.is_zero() {
+        tokio::time::sleep(faults.hold_answer).await;
+    }
+    Ok(answer)
 }
 
 /// The test controls answer loopback callers only.

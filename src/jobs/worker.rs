@@ -34,6 +34,9 @@ pub struct JobContext {
     pub max_attempts: i32,
     /// The worker running it (the job's `locked_by`).
     pub worker_id: Arc<str>,
+    /// The lease this worker's claims and renewals give: what a handler that claims rows of its
+    /// own leases them for, so they come back as soon as the job would.
+    pub lease: Duration,
 }
 
 impl JobContext {
@@ -377,6 +380,7 @@ impl Worker {
             attempt: job.attempts,
             max_attempts: job.max_attempts,
             worker_id: self.id.clone(),
+            lease: self.options.lease,
         };
         let handler = self.handlers.get(&job.kind);
         let payload = job.payload.clone();

@@ -165,7 +165,7 @@ async fn a_grant_displacing_a_subscription_keeps_it_off_until_the_grant_ends_and
     assert_eq!(hosting(&t, pool).await, "Pro");
     // The grant asked for the subscription's reconcile; the outbox runs it, and it confers
     // nothing back over the grant.
-    let done = billing::process_outbox(&t.db, &s.stripe, 10).await.unwrap();
+    let done = billing::process_outbox(&t.db, &s.stripe, 10, member_console::jobs::DEFAULT_LEASE).await.unwrap();
     assert!(done.done >= 1, "{done:?}");
     assert_eq!(hosting(&t, pool).await, "Pro");
     assert_eq!(count(&t, "SELECT count(*) FROM core.subscription_displacements WHERE delivered_at IS NULL").await, 1);
@@ -243,7 +243,7 @@ async fn two_sync_clicks_write_once_and_a_product_stripe_has_whole_writes_nothin
     assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::Enqueued { product: true, prices: 1 });
     assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::AlreadyPending);
     assert_eq!(count(&t, "SELECT count(*) FROM core.outbox WHERE kind = 'sync_product'").await, 1);
-    let done = billing::process_outbox(&t.db, &s.stripe, 10).await.unwrap();
+    let done = billing::process_outbox(&t.db, &s.stripe, 10, member_console::jobs::DEFAULT_LEASE).await.unwrap();
     assert_eq!(done.done, 1);
     assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::UpToDate);
     assert_eq!(count(&t, "SELECT count(*) FROM core.outbox WHERE kind = 'sync_product'").await, 1);
@@ -455,7 +455,7 @@ async fn the_outbox_processor_retries_a_row_stripe_refused_and_keeps_the_reason(
         .unwrap();
     billing::sync_product(&t.db, pro).await.unwrap();
     s.control("/faults", &[("path_prefix", "/v1/products"), ("status", "500"), ("times", "1")]).await;
-    let first = billing::process_outbox(&t.db, &s.stripe, 10).await.unwrap();
+    let first = billing::process_outbox(&t.db, &s.stripe, 10, member_console::jobs::DEFAULT_LEASE).await.unwrap();
     assert_eq!((first.done, first.failed), (0, 1));
     let (attempts, error): (i32, Option<String>) =
         sqlx::query_as("SELECT attempts, last_error FROM core.outbox").fetch_one(&t.admin).await.unwrap();
@@ -464,7 +464,7 @@ async fn the_outbox_processor_retries_a_row_stripe_refused_and_keeps_the_reason(
     // Due again after its backoff; made due now, it succeeds.
     sqlx::query("UPDATE core.outbox SET due_at = now()").execute(&t.admin).await.unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let second = billing::process_outbox(&t.db, &s.stripe, 10).await.unwrap();
+    let second = billing::process_outbox(&t.db, &s.stripe, 10, member_console::jobs::DEFAULT_LEASE).await.unwrap();
     assert_eq!((second.done, second.failed), (1, 0));
     let state: String =
         sqlx::query_scalar("SELECT sync_state FROM billing.product_mappings").fetch_one(&t.admin).await.unwrap();

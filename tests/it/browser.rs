@@ -298,7 +298,9 @@ async fn an_operator_grant_pauses_the_members_subscription_and_resume_plan_bring
     member_console::services::billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
     // An operator grants Pro; the outbox's reconcile pauses the subscription's collection.
     common::acts::grant(&t, org, common::acts::product_id(&t, "Pro").await).await;
-    member_console::services::billing::process_outbox(&t.db, &s.stripe, 20).await.unwrap();
+    member_console::services::billing::process_outbox(&t.db, &s.stripe, 20, member_console::jobs::DEFAULT_LEASE)
+        .await
+        .unwrap();
     assert!(!s.get(&format!("/subscriptions/{sub}")).await["pause_collection"].is_null(), "paused in Stripe");
     let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
     Browser::start()
@@ -320,11 +322,13 @@ async fn an_operator_grant_pauses_the_members_subscription_and_resume_plan_bring
         })
         .await;
     // The outbox's reconcile resumes collection in Stripe.
-    member_console::services::billing::process_outbox(&t.db, &s.stripe, 20).await.unwrap();
+    member_console::services::billing::process_outbox(&t.db, &s.stripe, 20, member_console::jobs::DEFAULT_LEASE)
+        .await
+        .unwrap();
     assert!(s.get(&format!("/subscriptions/{sub}")).await["pause_collection"].is_null(), "collection resumed");
 }
 
-async fn site_id(t: &TestDb, name: &str) -> String {
+pub(crate) async fn site_id(t: &TestDb, name: &str) -> String {
     sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
         .bind(format!("{name}.wiki.localhost"))
         .fetch_one(&t.admin)
@@ -333,7 +337,7 @@ async fn site_id(t: &TestDb, name: &str) -> String {
 }
 
 /// A worker of the test's own running the sites' jobs against `farm`.
-fn site_worker(
+pub(crate) fn site_worker(
     t: &TestDb,
     farm: std::sync::Arc<member_console::integrations::farm::Farm>,
 ) -> tokio::sync::watch::Sender<bool> {

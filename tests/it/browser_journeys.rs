@@ -102,6 +102,15 @@ async fn an_operator_reads_the_overview_and_the_ladders_then_changes_a_default_a
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts WHERE state = 'done'").await, 1);
 }
 
+/// The demo member signs in through the form.
+async fn member_signs_in(b: &Browser, app: &common::TestApp) {
+    b.goto(&app.url("/login")).await;
+    b.fill("#email", demo::MEMBER_EMAIL).await;
+    b.fill("#password", demo::MEMBER_PASSWORD).await;
+    b.click_button("Sign in").await;
+    b.wait_for(Until::Css("header.topbar .user-email"), STEP).await;
+}
+
 #[tokio::test]
 async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an_upgrade_bring_them_back() {
     use crate::sites::{app, setup};
@@ -127,11 +136,7 @@ async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an
     Browser::start()
         .await
         .run(async |b| {
-            b.goto(&app.url("/login")).await;
-            b.fill("#email", demo::MEMBER_EMAIL).await;
-            b.fill("#password", demo::MEMBER_PASSWORD).await;
-            b.click_button("Sign in").await;
-            b.wait_for(Until::Css("header.topbar .user-email"), STEP).await;
+            member_signs_in(b, &app).await;
             b.goto(&app.url("/sites")).await;
             b.wait_for(Until::Text("3 of 3 active"), STEP).await;
             b.keep_step(1, "three-active").await;
@@ -160,4 +165,82 @@ async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an
             b.keep_step(3, "back-after-the-upgrade").await;
         })
         .await;
+}
+
+#[tokio::test]
+async fn a_new_member_buys_basic_creates_sites_opens_one_on_the_farm_and_swaps() {
+    use crate::browser::{site_id, site_worker};
+    use serde_json::Value;
+    let t = common::TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let s = common::stripe::StripeFixture::start().await;
+    s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
+    let f = common::farm::FarmFixture::start_with(local_farm::WikiMode::Auto, Duration::from_secs(30)).await;
+    assert!(f.local.wiki_running(), "the real FedWiki server must run for this test: {}", local_farm::install_hint());
+    let app = common::TestApp::spawn_connected(&t, Some(s.stripe.clone()), Some(f.farm.clone())).await;
+    let _worker = site_worker(&t, f.farm.clone());
+    let row = |name: &str| format!("tr:has(a[href*='//{name}.wiki.localhost'])");
+    Browser::start()
+        .await
+        .run(async |b| {
+            member_signs_in(b, &app).await;
+
+            // On Free, one active site; Basic is on sale.
+            b.goto(&app.url("/billing")).await;
+            let billing = b.text_of("main").await;
+            assert!(billing.contains("€12.00 / month"), "Basic on sale: {billing}");
+            b.keep_step(1, "billing-on-free").await;
+
+            // Buy Basic on Stripe's page, and come back with it in force.
+            b.click("button[aria-label^='Buy Basic at']").await;
+            b.wait_for(Until::Css("#card-number"), STEP).await;
+            b.fill("#card-number", "4242 4242 4242 4242").await;
+            b.keep_step(2, "paying-on-stripe").await;
+            b.click_button("Pay").await;
+            b.wait_for(Until::Text("Payment received"), STEP).await;
+            assert!(b.text_of("main").await.contains("current plan"), "{}", b.text_of("main").await);
+            b.keep_step(3, "basic-bought").await;
+
+            // Basic's three active sites: create them, each followed until it is done.
+            b.goto(&app.url("/sites")).await;
+            b.wait_for(Until::Text("0 of 3 active"), STEP).await;
+            for name in ["alpha", "beta", "gamma"] {
+                b.fill("input[name='name']", name).await;
+                b.click_button("Create site").await;
+                b.wait_for(Until::Text(&format!("{name}.wiki.localhost was created and is active.")), STEP).await;
+            }
+            b.wait_for(Until::Text("3 of 3 active"), STEP).await;
+            b.keep_step(4, "three-sites").await;
+
+            // One opens on the farm as the real wiki.
+            let url = b.find(&format!("{} a", row("beta"))).await.attr("href").await.unwrap().unwrap();
+            b.goto(&url).await;
+            b.wait_for(Until::Text("Welcome Visitors"), STEP).await;
+            b.keep_step(5, "beta-on-the-farm").await;
+
+            // A fourth is made parked; the swap brings it in and parks gamma.
+            b.goto(&app.url("/sites")).await;
+            b.fill("input[name='name']", "delta").await;
+            b.click_button("Create site").await;
+            b.wait_for(Until::Text("delta.wiki.localhost was created parked"), STEP).await;
+            b.execute(
+                "document.querySelector('select[name=activate]').value = arguments[0];
+                 document.querySelector('select[name=park]').value = arguments[1];",
+                vec![Value::String(site_id(&t, "delta").await), Value::String(site_id(&t, "gamma").await)],
+            )
+            .await;
+            b.click_button("Swap").await;
+            b.wait_for(Until::Text("delta.wiki.localhost is active and gamma.wiki.localhost is parked."), STEP).await;
+            b.keep_step(6, "swapped").await;
+            assert!(b.text_of(&row("gamma")).await.contains("parked"), "{}", b.text_of(&row("gamma")).await);
+            let delta = b.find(&format!("{} a", row("delta"))).await.attr("href").await.unwrap().unwrap();
+            b.goto(&delta).await;
+            b.wait_for(Until::Text("Welcome Visitors"), STEP).await;
+            b.keep_step(7, "delta-on-the-farm").await;
+        })
+        .await;
+    // Paid once: one subscription, in force; four sites, three active.
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.subscriptions WHERE status = 'active'").await, 1);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM fedwiki.sites WHERE status = 'active'").await, 3);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM fedwiki.sites WHERE status = 'parked'").await, 1);
 }

@@ -24,6 +24,45 @@ async fn wait_until<F: AsyncFn() -> bool>(what: &str, within: Duration, log: imp
     }
 }
 
+/// A worker process on the sites fixture's local farm, its maintenance due every 10 s.
+fn farm_worker(s: &crate::sites::Sites, dir: &std::path::Path, lease: Duration, name: &str) -> WorkerProcess {
+    let base = s.f.local.base_url();
+    let env = [
+        ("FARM_URL", base.as_str()),
+        ("FARM_TOKEN", common::farm::TOKEN),
+        ("FARM_CALLBACK_SECRET", common::farm::CALLBACK_SECRET),
+        ("FEDWIKI_MAINTENANCE_EVERY_S", "10"),
+    ];
+    WorkerProcess::start_with(&s.t, dir, lease, name, &env)
+}
+
+/// Wait until a maintenance run ended well having purged one site.
+async fn until_a_run_purged_one(s: &crate::sites::Sites, worker: &WorkerProcess) {
+    let purged = "SELECT count(*) FROM fedwiki.maintenance_runs WHERE outcome = 'ok' AND purged = 1";
+    wait_until(
+        "a run ended well and purged",
+        Duration::from_secs(90),
+        || worker.log(),
+        async || s.count(purged).await == 1,
+    )
+    .await;
+}
+
+/// A site `name` created and archived; `expired`: archived 31 days ago, past the retention.
+async fn archived(s: &crate::sites::Sites, name: &str, expired: bool) {
+    use member_console::{services::fedwiki, states::RequestKind};
+    let site = s.created(name).await;
+    let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Archive).await.unwrap();
+    s.run(archive).await.unwrap();
+    if expired {
+        sqlx::query("UPDATE fedwiki.sites SET status_changed_at = now() - interval '31 days' WHERE site_id = $1")
+            .bind(&site)
+            .execute(&s.t.admin)
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_change_drain_killed_midway_is_finished_by_the_next_worker_and_settles_every_pool_once() {
     const POOLS: i64 = 3000;
@@ -176,7 +215,6 @@ async fn a_worker_killed_mid_relay_leaves_the_rest_to_the_next_and_every_record_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_maintenance_writes_nothing_half_and_the_next_run_adopts_and_purges_once() {
     use crate::sites::{assert_usage_agrees, pause_writes_on, servable, setup};
-    use member_console::{services::fedwiki, states::RequestKind};
     const STRAYS: usize = 12;
     let lease = Duration::from_secs(2);
     let s = setup("Basic").await;
@@ -185,26 +223,11 @@ async fn a_worker_killed_mid_maintenance_writes_nothing_half_and_the_next_run_ad
     for i in 0..STRAYS {
         s.f.farm.create_site(&format!("stray{i}.wiki.localhost"), "someone-else", "active").await.unwrap();
     }
-    let old = s.created("old").await;
-    let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &old, RequestKind::Archive).await.unwrap();
-    s.run(archive).await.unwrap();
-    sqlx::query(
-        "UPDATE fedwiki.sites SET status_changed_at = now() - interval '31 days' WHERE domain = 'old.wiki.localhost'",
-    )
-    .execute(&s.t.admin)
-    .await
-    .unwrap();
-    let base = s.f.local.base_url();
-    let env = [
-        ("FARM_URL", base.as_str()),
-        ("FARM_TOKEN", common::farm::TOKEN),
-        ("FARM_CALLBACK_SECRET", common::farm::CALLBACK_SECRET),
-        ("FEDWIKI_MAINTENANCE_EVERY_S", "10"),
-    ];
+    archived(&s, "old", true).await;
 
     // The first run's first write to the sites waits here; the worker dies there.
     let (mut pause, pause_pid) = pause_writes_on(&s.t, "fedwiki.sites").await;
-    let mut first = WorkerProcess::start_with(&s.t, &dir, lease, "first", &env);
+    let mut first = farm_worker(&s, &dir, lease, "first");
     let waiter = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
     assert!(waiter > 0, "the maintenance run reached its writes: {}", first.log());
     first.kill();
@@ -213,16 +236,8 @@ async fn a_worker_killed_mid_maintenance_writes_nothing_half_and_the_next_run_ad
     assert!(s.count(adopted_sql).await < STRAYS as i64, "the killed run did not finish its adoptions");
 
     // The next worker runs the maintenance again (the dead one's job, once its lease is over).
-    let second = WorkerProcess::start_with(&s.t, &dir, lease, "second", &env);
-    wait_until(
-        "a run ended well and purged",
-        Duration::from_secs(90),
-        || second.log(),
-        async || {
-            s.count("SELECT count(*) FROM fedwiki.maintenance_runs WHERE outcome = 'ok' AND purged = 1").await == 1
-        },
-    )
-    .await;
+    let second = farm_worker(&s, &dir, lease, "second");
+    until_a_run_purged_one(&s, &second).await;
     // Every stray adopted once, into the System workspace, its name placed; the old site gone
     // on both sides and its name released; the usage counts agree.
     assert_eq!(s.count(adopted_sql).await, STRAYS as i64);
@@ -286,6 +301,120 @@ async fn a_worker_killed_mid_expiry_rolls_it_back_and_the_next_expires_each_gran
             .await;
     assert_eq!(events, GRANTS as i64);
     assert!(stale_pools(&t).await.is_empty());
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_outbox_row_leaves_it_due_after_the_lease_and_stripe_gets_each_product_once() {
+    use common::stripe::StripeFixture;
+    use member_console::services::billing::{self, catalog_sync::NewPrice};
+    let lease = Duration::from_millis(1500);
+    let t = TestDb::new().await;
+    demo::load(&t.db).await.unwrap();
+    let s = StripeFixture::start().await;
+    let dir = std::env::temp_dir().join(format!("mc-crash-outbox-{}", t.name));
+    // Two products priced and sent to the outbox: two sync rows.
+    for (name, amount) in [("Basic", "12"), ("Pro", "30")] {
+        let product = product_id(&t, name).await;
+        billing::set_price(&t.db, product, &NewPrice::parse("month", amount, "eur").unwrap()).await.unwrap();
+        billing::sync_product(&t.db, product).await.unwrap();
+    }
+    assert_eq!(scalar(&t, "SELECT count(*) FROM core.outbox WHERE processed_at IS NULL").await, 2);
+    let env = [
+        ("STRIPE_SECRET_KEY", common::stripe::SECRET_KEY),
+        ("STRIPE_API_BASE", s.base.as_str()),
+        ("STRIPE_WEBHOOK_SECRET", "whsec_unused"),
+    ];
+
+    // The first row's write of what Stripe answered waits here, after Stripe made the product;
+    // the worker dies there, the row claimed.
+    let (mut pause, pause_pid) = crate::sites::pause_writes_on(&t, "billing.product_mappings").await;
+    let mut first = WorkerProcess::start_with(&t, &dir, lease, "first", &env);
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
+    assert!(waiter > 0, "the outbox reached its record step: {}", first.log());
+    assert_eq!(s.get("/products?limit=100").await["data"].as_array().unwrap().len(), 1, "Stripe made it");
+    first.kill();
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    let claimed = "SELECT count(*) FROM core.outbox WHERE processed_at IS NULL AND claimed_until > now()";
+    assert_eq!(scalar(&t, claimed).await, 1, "one row claimed, by the dead worker: the other was never taken");
+    assert_eq!(
+        scalar(&t, "SELECT count(*) FROM billing.product_mappings WHERE stripe_product_id IS NOT NULL").await,
+        0
+    );
+
+    // The next worker takes the dead one's row once its (job-length) lease is over.
+    let killed = Instant::now();
+    let second = WorkerProcess::start_with(&t, &dir, lease, "second", &env);
+    wait_until(
+        "every outbox row done",
+        Duration::from_secs(30),
+        || second.log(),
+        async || scalar(&t, "SELECT count(*) FROM core.outbox WHERE processed_at IS NULL").await == 0,
+    )
+    .await;
+    // Well within a minute: the lease, then the next pass of the schedule.
+    assert!(killed.elapsed() < Duration::from_secs(20), "resumed after {:?}", killed.elapsed());
+    let attempts: Vec<i32> =
+        sqlx::query_scalar("SELECT attempts FROM core.outbox ORDER BY attempts").fetch_all(&t.admin).await.unwrap();
+    assert_eq!(attempts, [1, 2], "the killed row twice, the other once");
+    // Stripe holds each product and price once (the killed row's create was answered again by
+    // its idempotency key), and the console recorded what it holds.
+    let products = s.get("/products?limit=100").await;
+    assert_eq!(products["data"].as_array().unwrap().len(), 2, "{products}");
+    let prices = s.get("/prices?limit=100").await;
+    assert_eq!(prices["data"].as_array().unwrap().len(), 2, "{prices}");
+    let unsynced = "SELECT count(*) FROM billing.product_mappings WHERE sync_state <> 'synced'";
+    assert_eq!(scalar(&t, unsynced).await, 0);
+    for p in products["data"].as_array().unwrap() {
+        let recorded = format!(
+            "SELECT count(*) FROM billing.product_mappings WHERE stripe_product_id = '{}'",
+            p["id"].as_str().unwrap()
+        );
+        assert_eq!(scalar(&t, &recorded).await, 1, "{p}");
+    }
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_the_farms_delete_and_the_purges_commit_leaves_the_row_and_the_next_run_purges_once() {
+    use crate::sites::{assert_usage_agrees, servable, setup};
+    let lease = Duration::from_secs(2);
+    let s = setup("Basic").await;
+    let dir = std::env::temp_dir().join(format!("mc-crash-purge-{}", s.t.name));
+    archived(&s, "old", true).await;
+    archived(&s, "kept", false).await;
+
+    // The farm does a DELETE at once and holds its answer: the purge's transaction is open, the
+    // site gone from the farm, when the worker dies.
+    s.f.faults(serde_json::json!({ "method": "DELETE", "hold_answer_ms": 25_000 })).await;
+    let mut first = farm_worker(&s, &dir, lease, "first");
+    wait_until(
+        "the farm deleted the site",
+        Duration::from_secs(30),
+        || first.log(),
+        async || s.f.site("old.wiki.localhost").await.is_none(),
+    )
+    .await;
+    let unlocked = "SELECT count(*) FROM (SELECT 1 FROM fedwiki.sites WHERE domain = 'old.wiki.localhost'
+                                          FOR UPDATE SKIP LOCKED) r";
+    assert_eq!(s.count(unlocked).await, 0, "the purge's transaction holds the row, waiting for the farm's answer");
+    first.kill();
+    s.f.faults(serde_json::json!({ "method": "", "hold_answer_ms": 0 })).await;
+    let row = "SELECT count(*) FROM fedwiki.sites WHERE domain = 'old.wiki.localhost'";
+    assert_eq!(s.count(row).await, 1, "the killed purge's delete rolled back: the row stays, archived");
+
+    // The next run finds it gone from the farm already (a 404 is done) and deletes the row once.
+    let second = farm_worker(&s, &dir, lease, "second");
+    until_a_run_purged_one(&s, &second).await;
+    assert_eq!(s.count(row).await, 0);
+    assert_eq!(servable(&s, "old.wiki.localhost").await, None, "its name released");
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.maintenance_runs WHERE purged > 1").await, 0);
+    // The archived site within retention is untouched on both sides.
+    assert_eq!(s.status("kept").await, "archived");
+    assert!(s.f.site("kept.wiki.localhost").await.is_some());
+    assert_usage_agrees(&s).await;
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }

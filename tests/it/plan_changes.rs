@@ -410,7 +410,12 @@ impl Paying {
     /// Run the outbox until nothing is due, as the processor's schedule does.
     async fn drain_outbox(&self) {
         for _ in 0..5 {
-            if billing::process_outbox(&self.t.db, &self.s.stripe, 50).await.unwrap().done == 0 {
+            if billing::process_outbox(&self.t.db, &self.s.stripe, 50, member_console::jobs::DEFAULT_LEASE)
+                .await
+                .unwrap()
+                .done
+                == 0
+            {
                 return;
             }
         }

@@ -33,7 +33,7 @@ async fn wait_until<F: AsyncFn() -> bool>(what: &str, within: Duration, check: F
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_hand_a_killed_drain_over() {
-    const ORGS: i64 = 4000;
+    const ORGS: i64 = 8000;
     let lease = Duration::from_secs(2);
     let t: TestDb = common::pages::demo_db().await;
     let dir = std::env::temp_dir().join(format!("mc-replicas-{}", t.name));
@@ -110,16 +110,25 @@ async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_
         format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {} AND state = 'migrated'", act.0);
 
     // Whichever worker took the drain is killed midway; the other finishes it.
-    wait_until("the drain is running and has moved a tenth", Duration::from_secs(120), async || {
-        scalar(&t, &moved_sql).await >= ORGS / 10
-    })
-    .await;
-    let holder: String =
+    // The holder is read with the count, so a drain quick to finish is seen still running.
+    let running = async || -> Option<String> {
         sqlx::query_scalar("SELECT locked_by FROM integration.jobs WHERE kind = $1 AND state = 'running'")
             .bind(DRAIN_PLAN_ACT)
-            .fetch_one(&t.admin)
+            .fetch_optional(&t.admin)
             .await
-            .unwrap();
+            .unwrap()
+    };
+    let started = std::time::Instant::now();
+    let holder = loop {
+        let holder = running().await;
+        let moved = scalar(&t, &moved_sql).await;
+        assert!(moved < ORGS, "the drain ended before the kill; give it more organizations");
+        if let Some(holder) = holder.filter(|_| moved >= ORGS / 20) {
+            break holder;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "the drain did not get going ({moved} moved)");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let (mut dying, surviving) = if holder.starts_with(&w1.worker_id_prefix()) { (w1, w2) } else { (w2, w1) };
     assert!(holder.starts_with(&dying.worker_id_prefix()), "{holder}");
     let moved_at_kill = scalar(&t, &moved_sql).await;

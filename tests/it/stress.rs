@@ -580,7 +580,7 @@ async fn the_invariant_check_sees_a_collection_pause_out_of_step_with_the_displa
         found.len() == 1 && found[0].contains("displaced on every ladder but its collection is not paused"),
         "{found:#?}"
     );
-    billing::process_outbox(&t.db, &s.stripe, 20).await.unwrap();
+    billing::process_outbox(&t.db, &s.stripe, 20, member_console::jobs::DEFAULT_LEASE).await.unwrap();
     billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
     let found = stress::check_invariants(&t.admin).await.unwrap();
     assert!(found.is_empty(), "paused in Stripe and read back: {found:#?}");
@@ -588,7 +588,7 @@ async fn the_invariant_check_sees_a_collection_pause_out_of_step_with_the_displa
     member_console::services::grants::revoke_grant(&t.db, grant, None, "over").await.unwrap();
     let found = stress::check_invariants(&t.admin).await.unwrap();
     assert!(found.len() == 1 && found[0].contains("carries the console's pause but confers 1"), "{found:#?}");
-    billing::process_outbox(&t.db, &s.stripe, 20).await.unwrap();
+    billing::process_outbox(&t.db, &s.stripe, 20, member_console::jobs::DEFAULT_LEASE).await.unwrap();
     billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
     assert!(stress::check_invariants(&t.admin).await.unwrap().is_empty());
 }

@@ -5,14 +5,14 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::json;
 
-use crate::common::{control, get_site, http, json_of, list, put_site, start};
+use crate::common::{TOKEN, control, delete_site, get_site, http, json_of, list, put_site, start};
 
 #[tokio::test]
 async fn fail_next_fails_that_many_api_calls_with_an_error_body_then_calls_work_again() {
     let (farm, _data) = start().await;
     let (status, faults) = control(&farm, Method::POST, "/_farm/faults", Some(json!({ "fail_next": 2 }))).await;
     assert_eq!(status, 200, "{faults}");
-    assert_eq!(faults, json!({ "fail_next": 2, "status": 503, "delay_ms": 0 }));
+    assert_eq!(faults, json!({ "fail_next": 2, "status": 503, "delay_ms": 0, "hold_answer_ms": 0, "method": null }));
 
     let (status, body) = put_site(&farm, "acme.wiki.localhost", "org-1", "active").await;
     assert_eq!(status, 503, "{body}");
@@ -75,6 +75,43 @@ async fn a_delay_holds_every_api_call_until_it_is_cleared() {
     let (status, _) = list(&farm).await;
     assert_eq!(status, 200);
     assert!(started.elapsed() < Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn a_held_answer_comes_after_the_call_was_done_and_a_method_scopes_the_faults() {
+    let (farm, _data) = start().await;
+    put_site(&farm, "acme.wiki.localhost", "org-1", "active").await;
+    let (status, faults) = control(
+        &farm,
+        Method::POST,
+        "/_farm/faults",
+        Some(json!({ "hold_answer_ms": 1500, "method": "delete", "fail_next": 1, "status": 500 })),
+    )
+    .await;
+    assert_eq!(status, 200, "{faults}");
+    assert_eq!(faults["method"], "DELETE");
+    // Other methods meet none of it: no hold, and the failure is not used up.
+    let started = Instant::now();
+    assert_eq!(list(&farm).await.0, 200);
+    assert_eq!(get_site(&farm, "acme.wiki.localhost").await.0, 200);
+    assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
+    // The DELETE fails first (a failure holds nothing), then is done at once and answered late.
+    assert_eq!(delete_site(&farm, "acme.wiki.localhost").await.0, 500);
+    let delete = http().delete(format!("{}/api/sites/acme.wiki.localhost", farm.base_url())).bearer_auth(TOKEN);
+    let deleting = tokio::spawn(async move { delete.send().await.expect("the farm answers").status().as_u16() });
+    let started = Instant::now();
+    loop {
+        if get_site(&farm, "acme.wiki.localhost").await.0 == 404 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "the delete was not done before its answer");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!deleting.is_finished(), "its answer is held");
+    assert!(matches!(deleting.await.unwrap(), 200 | 204));
+    assert!(started.elapsed() >= Duration::from_millis(1000), "{:?}", started.elapsed());
+    let (_, faults) = control(&farm, Method::POST, "/_farm/faults", Some(json!({ "method": "" }))).await;
+    assert_eq!(faults["method"], serde_json::Value::Null);
 }
 
 #[tokio::test]

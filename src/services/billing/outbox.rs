@@ -3,6 +3,13 @@
 //! ReconcileSubscription and then ApplySubscriptionCollection, a `sync_product` row
 //! SyncProductToStripe. Done rows are marked, not
 //! deleted; a failure is tried again with backoff and its reason kept for operators.
+//!
+//! A row is claimed just before its work, one at a time, for the running job's lease: a
+//! processor killed mid-row leaves that row due again once the lease is over (well under a
+//! minute), and no row waits claimed behind another's slow work. A row's work may outlast its
+//! lease (Stripe slow to answer) and then run twice at once; both are idempotent (the reconcile
+//! re-reads Stripe under its locks, the sync's calls carry the row's idempotency key), so its
+//! effect is once.
 
 use std::time::Duration;
 
@@ -28,8 +35,6 @@ pub static CLAIM_OUTBOX_LOCKS: PathLocks = PathLocks {
           processors claim disjoint rows and never wait; each row's work runs after that commit.",
 };
 
-/// How long a claimed row is this processor's before another may take it back.
-pub const OUTBOX_LEASE: Duration = Duration::from_secs(120);
 /// After this many failed attempts a row stays failed (an operator sees it on /operator/billing).
 pub const OUTBOX_MAX_ATTEMPTS: i32 = 12;
 
@@ -40,17 +45,18 @@ pub struct Processed {
     pub failed: usize,
 }
 
-/// Claim and process up to `limit` due rows.
+/// Claim and process up to `limit` due rows, each claimed for `lease` (the job's own).
 #[tracing::instrument(name = "Process the outbox", skip(db, stripe))]
-pub async fn process_outbox(db: &Db, stripe: &Stripe, limit: i64) -> Result<Processed, ServiceError> {
-    let rows = {
-        let mut tx = begin(db, TxKind::Plain).await?;
-        let rows = store::claim_outbox(tx.conn(), limit, OUTBOX_LEASE.as_secs_f64()).await?;
-        tx.commit().await?;
-        rows
-    };
+pub async fn process_outbox(db: &Db, stripe: &Stripe, limit: i64, lease: Duration) -> Result<Processed, ServiceError> {
     let mut out = Processed::default();
-    for row in rows {
+    for _ in 0..limit.max(0) {
+        let claimed = {
+            let mut tx = begin(db, TxKind::Plain).await?;
+            let rows = store::claim_outbox(tx.conn(), 1, lease.as_secs_f64()).await?;
+            tx.commit().await?;
+            rows
+        };
+        let Some(row) = claimed.into_iter().next() else { break };
         let result = match (row.kind.as_str(), &row.stripe_subscription_id, row.product_id) {
             ("reconcile_subscription", Some(s), _) => apply_subscription_collection(db, stripe, s).await.map(|_| ()),
             ("sync_product", _, Some(p)) => {

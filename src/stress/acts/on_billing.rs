@@ -246,7 +246,9 @@ pub(in crate::stress) async fn sync_product(ctx: &Ctx, rng: &mut Rng, note: &mut
 /// after the claim commits. A pass that found nothing due is refused, as a drain with nothing to
 /// do is. The rows' failures (kept on the rows) are counted as they are seen.
 pub(in crate::stress) async fn claim_outbox(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
-    let r = billing::process_outbox(&ctx.db, &ctx.stripe, OUTBOX_CLAIM).with_subscriber(ctx.quiet.clone()).await;
+    let r = billing::process_outbox(&ctx.db, &ctx.stripe, OUTBOX_CLAIM, crate::jobs::DEFAULT_LEASE)
+        .with_subscriber(ctx.quiet.clone())
+        .await;
     note_outbox_failures(ctx).await?;
     match r {
         Ok(p) if p.done + p.failed == 0 => {
