@@ -103,6 +103,33 @@ async fn organizations_holding(
     Ok(())
 }
 
+/// The `Bench` organizations' workspaces and `per_pool` sites each, parked in the console and
+/// made on the farm as `farm_status`: the FedWiki benchmarks' shared starting point.
+pub async fn bench_sites(
+    admin: &PgPool,
+    farm: &crate::integrations::farm::Farm,
+    per_pool: i64,
+    farm_status: &str,
+) -> anyhow::Result<()> {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO fedwiki.workspaces (workspace_id, organization_id)
+         SELECT 'org-' || organization_id, organization_id FROM core.organizations WHERE name LIKE 'Bench %';
+         INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status)
+         SELECT 's-' || o.organization_id || '-' || n, 'org-' || o.organization_id,
+                'b' || o.organization_id || '-' || n || '.wiki.localhost', 'parked'
+         FROM core.organizations o, generate_series(1, {per_pool}) n WHERE o.name LIKE 'Bench %';
+         ANALYZE;"
+    )))
+    .execute(admin)
+    .await?;
+    let sites: Vec<(String, String)> =
+        sqlx::query_as("SELECT domain, workspace_id FROM fedwiki.sites ORDER BY site_id").fetch_all(admin).await?;
+    for (domain, owner) in sites {
+        farm.create_site(&domain, &owner, farm_status).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(())
+}
+
 pub async fn id_of(admin: &PgPool, sql: &'static str, name: &str) -> anyhow::Result<i64> {
     Ok(sqlx::query_scalar(sql).bind(name).fetch_one(admin).await?)
 }

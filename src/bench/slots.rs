@@ -194,21 +194,10 @@ async fn seed(s: &ScratchDb, farm: &Farm, pools: i64) -> anyhow::Result<AccountI
         .await?;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "INSERT INTO core.organization_members (organization_id, account_id, role)
-         SELECT organization_id, {member}, 'member' FROM core.organizations WHERE name LIKE 'Bench %';
-         INSERT INTO fedwiki.workspaces (workspace_id, organization_id)
-         SELECT 'org-' || organization_id, organization_id FROM core.organizations WHERE name LIKE 'Bench %';
-         INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status)
-         SELECT 's-' || o.organization_id || '-' || n, 'org-' || o.organization_id,
-                'b' || o.organization_id || '-' || n || '.wiki.localhost', 'parked'
-         FROM core.organizations o, generate_series(1, {SITES_PER_POOL}) n WHERE o.name LIKE 'Bench %';
-         ANALYZE;"
+         SELECT organization_id, {member}, 'member' FROM core.organizations WHERE name LIKE 'Bench %';"
     )))
     .execute(&s.admin)
     .await?;
-    let sites: Vec<(String, String)> =
-        sqlx::query_as("SELECT domain, workspace_id FROM fedwiki.sites ORDER BY site_id").fetch_all(&s.admin).await?;
-    for (domain, owner) in sites {
-        farm.create_site(&domain, &owner, "parked").await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
+    super::bench_sites(&s.admin, farm, SITES_PER_POOL, "parked").await?;
     Ok(AccountId(member))
 }

@@ -111,68 +111,50 @@ pub enum StressPath {
     RepairAtStart,
 }
 
+/// The groups one after another, at compile time, so a path's group is the one place it is
+/// listed; a count that does not add up to `N` fails the build.
+const fn joined<const N: usize>(groups: &[&[StressPath]]) -> [StressPath; N] {
+    let mut all = [StressPath::CreateOrganization; N];
+    let mut n = 0;
+    let mut g = 0;
+    while g < groups.len() {
+        let mut i = 0;
+        while i < groups[g].len() {
+            all[n] = groups[g][i];
+            n += 1;
+            i += 1;
+        }
+        g += 1;
+    }
+    assert!(n == N, "the groups do not add up to the paths' count");
+    all
+}
+
 impl StressPath {
-    pub const ALL: [StressPath; 59] = [
-        StressPath::CreateOrganization,
-        StressPath::ConferGrant,
-        StressPath::EndConferral,
-        StressPath::MaterializePool,
-        StressPath::RegisterProviders,
-        StressPath::UpdateProduct,
-        StressPath::ChangeProductSet,
-        StressPath::RuleChangeBatchCommit,
-        StressPath::DrainChange,
-        StressPath::RetryRuleChange,
-        StressPath::SyncSourceStatus,
-        StressPath::UpdateConferralBounds,
-        StressPath::IssueGrant,
-        StressPath::RevokeGrant,
-        StressPath::ExpireGrant,
-        StressPath::StartWaitingGrant,
-        StressPath::ManageGrant,
-        StressPath::ExtendWaitingGrant,
-        StressPath::ExpireGrantActivity,
-        StressPath::StartGrantActivity,
-        StressPath::AddTier,
-        StressPath::DeleteTier,
-        StressPath::RemoveTier,
-        StressPath::ChangeOrgTypeDefault,
-        StressPath::ReorderTiers,
-        StressPath::DrainPlanAct,
-        StressPath::RetryPlanAct,
-        StressPath::ReorderPlanLadders,
-        StressPath::ListPlanActBatch,
-        StressPath::EnactObligation,
-        StressPath::RecordMoveFailure,
-        StressPath::LastProbe,
-        StressPath::SignIn,
-        StressPath::CompactCounts,
-        StressPath::SampleMinute,
-        StressPath::ReconcileSubscription,
-        StressPath::ConvergeInvoice,
-        StressPath::SyncProduct,
-        StressPath::ClaimOutbox,
-        StressPath::ChangePlan,
-        StressPath::ResumePlan,
-        StressPath::CreateSite,
-        StressPath::ChangeSiteStatus,
-        StressPath::SwapSites,
-        StressPath::DeleteSite,
-        StressPath::RunSiteRequestActivity,
-        StressPath::ClaimDomain,
-        StressPath::PlaceSiteUnderDomain,
-        StressPath::StopServing,
-        StressPath::ReleaseDomain,
-        StressPath::SyncSites,
-        StressPath::PurgeArchived,
-        StressPath::ReconcileQuota,
-        StressPath::RepairAtStart,
-        StressPath::RelayPass,
-        StressPath::RecomputeAddress,
-        StressPath::DispatchConnection,
-        StressPath::ReadBack,
-        StressPath::EditConnection,
-    ];
+    /// Every path, each group listed once below and joined here in the order the tasks' weights
+    /// and the report go through them.
+    pub const ALL: [StressPath; 59] = joined(&[
+        &[
+            StressPath::CreateOrganization,
+            StressPath::ConferGrant,
+            StressPath::EndConferral,
+            StressPath::MaterializePool,
+            StressPath::RegisterProviders,
+            StressPath::UpdateProduct,
+            StressPath::ChangeProductSet,
+            StressPath::RuleChangeBatchCommit,
+            StressPath::DrainChange,
+            StressPath::RetryRuleChange,
+            StressPath::SyncSourceStatus,
+            StressPath::UpdateConferralBounds,
+        ],
+        &StressPath::GRANT_PATHS,
+        &StressPath::PLAN_ACT_PATHS,
+        &[StressPath::SignIn, StressPath::CompactCounts, StressPath::SampleMinute],
+        &StressPath::BILLING_PATHS,
+        &StressPath::SITE_PATHS,
+        &StressPath::RELAY_PATHS,
+    ]);
 
     /// The desired-state relay's paths.
     pub const RELAY_PATHS: [StressPath; 5] = [

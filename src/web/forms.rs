@@ -118,6 +118,12 @@ impl serde::de::Error for Unreadable {
     }
 }
 
+/// A page's optional query as `T`: what the address asks for, or the defaults when it carries
+/// nothing readable, since a page shows itself rather than refuse an optional filter or note.
+pub fn query_or_default<T: DeserializeOwned + Default>(req: &HttpRequest) -> T {
+    web::Query::<T>::from_query(req.query_string()).map(|q| q.into_inner()).unwrap_or_default()
+}
+
 /// A form's path: the command its parse made, run once more after a deadlock. A parse refusal
 /// is the path's refusal, so the handler answers both the same way.
 pub async fn run_parsed<C, T>(

@@ -20,3 +20,25 @@ pub(super) use on_plan_acts::*;
 pub(super) use on_rule_changes::*;
 pub(super) use on_sign_in::*;
 pub(super) use on_sites::*;
+
+/// A drain's answer: what it did (said on the note) and whether that was anything. Done when it
+/// was; refused when there was nothing to do (`idle` says so) or a lock wait passed its bound;
+/// any other database error fails the path.
+fn drain_outcome(r: Result<(String, bool), DbError>, idle: &str, note: &mut Note) -> Result<Outcome, Failure> {
+    match r {
+        Ok((did, any)) => {
+            note.detail.push_str(&did);
+            if any {
+                Ok(Outcome::Done)
+            } else {
+                note.detail.push_str(idle);
+                Ok(Outcome::Refused)
+            }
+        }
+        Err(DbError::LockNotAvailable) => {
+            note.detail.push_str("; refused: a lock wait timed out");
+            Ok(Outcome::Refused)
+        }
+        Err(e) => Err(e.into()),
+    }
+}

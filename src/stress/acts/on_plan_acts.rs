@@ -222,25 +222,11 @@ pub(in crate::stress) async fn drain_plan_act(ctx: &Ctx, rng: &mut Rng, note: &m
         note.detail = format!("plan act {act}");
         act
     };
-    match pa::drain_plan_act(&ctx.db, act, None).with_subscriber(ctx.quiet.clone()).await {
-        Ok(d) => {
-            note.detail.push_str(&format!(
-                ": {} listed, {} moved, {} failed, finished {}",
-                d.listed, d.moved, d.failed, d.finished
-            ));
-            if d.listed + d.moved + d.failed > 0 || d.finished {
-                Ok(Outcome::Done)
-            } else {
-                note.detail.push_str("; nothing to do");
-                Ok(Outcome::Refused)
-            }
-        }
-        Err(DbError::LockNotAvailable) => {
-            note.detail.push_str("; refused: a lock wait timed out");
-            Ok(Outcome::Refused)
-        }
-        Err(e) => Err(e.into()),
-    }
+    let r = pa::drain_plan_act(&ctx.db, act, None).with_subscriber(ctx.quiet.clone()).await.map(|d| {
+        let did = format!(": {} listed, {} moved, {} failed, finished {}", d.listed, d.moved, d.failed, d.finished);
+        (did, d.listed + d.moved + d.failed > 0 || d.finished)
+    });
+    super::drain_outcome(r, "; nothing to do", note)
 }
 
 /// RetryPlanAct on an act with failed moves (the fragile pools' first attempts) that still owns

@@ -84,22 +84,10 @@ pub(in crate::stress) async fn drain_change(ctx: &Ctx, rng: &mut Rng, note: &mut
     let change = *rng.pick(&ids);
     let parallelism = 1 + rng.below(4) as i64;
     note.detail = format!("change {change}, {parallelism} pools at a time");
-    match rc::drain_change(&ctx.db, change, parallelism).await {
-        Ok(d) => {
-            note.detail.push_str(&format!(": {} settled, {} failed, finished {}", d.settled, d.failed, d.finished));
-            if d.settled + d.failed > 0 {
-                Ok(Outcome::Done)
-            } else {
-                note.detail.push_str("; nothing due");
-                Ok(Outcome::Refused)
-            }
-        }
-        Err(DbError::LockNotAvailable) => {
-            note.detail.push_str("; refused: a lock wait timed out");
-            Ok(Outcome::Refused)
-        }
-        Err(e) => Err(e.into()),
-    }
+    let r = rc::drain_change(&ctx.db, change, parallelism).await.map(|d| {
+        (format!(": {} settled, {} failed, finished {}", d.settled, d.failed, d.finished), d.settled + d.failed > 0)
+    });
+    super::drain_outcome(r, "; nothing due", note)
 }
 
 /// "Retry a rule change's failed pools" on a change with failed pools. Nothing fails on its own

@@ -35,7 +35,7 @@ use crate::{
     web::{
         AppState,
         errors::AppError,
-        forms::{Form, after_post},
+        forms::{Form, after_post, query_or_default},
         identity::{Member, Operator, csrf_token},
         refusals::{self, Words},
         render,
@@ -70,7 +70,7 @@ struct PriceFlags {
 
 impl PriceFlags {
     fn read(req: &HttpRequest) -> PriceFlags {
-        web::Query::<PriceFlags>::from_query(req.query_string()).map(|q| q.into_inner()).unwrap_or_default()
+        query_or_default::<PriceFlags>(req)
     }
 
     fn notice(&self) -> Option<String> {
@@ -283,7 +283,7 @@ pub async fn billing_page(
     state: web::Data<AppState>,
     Member(who): Member,
 ) -> Result<HttpResponse, AppError> {
-    let q = web::Query::<BillingQuery>::from_query(req.query_string()).map(|q| q.into_inner()).unwrap_or_default();
+    let q = query_or_default::<BillingQuery>(&req);
     let checkout = q.checkout.and_then(|c| match c.as_str() {
         "paid" => Some(views::CheckoutNote::Paid),
         "pending" => Some(views::CheckoutNote::Pending),
@@ -543,7 +543,7 @@ pub async fn checkout_return(
     state: web::Data<AppState>,
     Member(who): Member,
 ) -> Result<HttpResponse, AppError> {
-    let q = web::Query::<ReturnQuery>::from_query(req.query_string()).map(|q| q.into_inner()).unwrap_or_default();
+    let q = query_or_default::<ReturnQuery>(&req);
     // A session the console did not start, or one of an organization the member is not in, is
     // nothing at this address, whether or not Stripe is connected.
     reads::members_checkout(&state.db, who.account_id, &q.session_id).await?.ok_or(AppError::NotFound)?;

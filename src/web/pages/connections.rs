@@ -25,7 +25,7 @@ use crate::{
     web::{
         AppState,
         errors::AppError,
-        forms::{Form, after_post},
+        forms::{Form, after_post, query_or_default},
         identity::{Operator, csrf_token},
         refusals::{self, Refused, Words},
         render,
@@ -175,7 +175,7 @@ fn current_values(c: &ConnectionRow) -> FormState {
 async fn list_view(req: &HttpRequest, state: &AppState, form: FormState) -> Result<views::ConnectionsView, AppError> {
     let (list, pending) = connections::connections_overview(&state.db).await?;
     let keys = connections::resource_keys(&state.db).await?;
-    let q = web::Query::<ListQuery>::from_query(req.query_string()).map(|q| q.into_inner()).unwrap_or_default();
+    let q = query_or_default::<ListQuery>(req);
     Ok(views::ConnectionsView {
         csrf: csrf_token(req),
         connections: list.iter().map(list_row).collect(),

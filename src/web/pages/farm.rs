@@ -12,7 +12,7 @@ use crate::{
     web::{
         AppState,
         errors::AppError,
-        forms::after_post,
+        forms::{after_post, query_or_default},
         identity::{Operator, csrf_token},
         render,
     },
@@ -64,7 +64,7 @@ fn run_row(r: &RunRow) -> views::FarmRunRow {
 }
 
 async fn page(req: &HttpRequest, state: &AppState, refusal: Option<String>) -> Result<HttpResponse, AppError> {
-    let q = web::Query::<FarmQuery>::from_query(req.query_string()).map(|q| q.into_inner()).unwrap_or_default();
+    let q = query_or_default::<FarmQuery>(req);
     let o = maintenance::farm_overview(&state.db, state.farm.as_deref(), q.drift.is_some()).await?;
     let v = views::FarmView {
         csrf: csrf_token(req),

@@ -84,6 +84,11 @@ fn subsystem(name: &str, tone: Tone, state: &str, lines: Vec<String>, href: Opti
     views::Subsystem { name: name.into(), tone, state: state.into(), lines, href: href.map(str::to_string) }
 }
 
+/// A remote this server has no settings for: muted, with the setting that would connect it.
+fn not_connected(name: &str, how: &str) -> views::Subsystem {
+    subsystem(name, Tone::Muted, "Not connected", vec![how.into()], None)
+}
+
 fn jobs(h: &Health) -> views::Subsystem {
     let oldest = h.oldest_due_seconds();
     let mut lines = vec![format!("{} queued, {} running.", h.queued(), h.jobs.iter().map(|j| j.running).sum::<i64>())];
@@ -142,13 +147,7 @@ fn outbox(h: &Health) -> views::Subsystem {
 
 fn stripe(h: &Health, c: &Connected, now: DateTime<Utc>) -> views::Subsystem {
     if !c.stripe {
-        return subsystem(
-            "Stripe",
-            Tone::Muted,
-            "Not connected",
-            vec!["Billing is off: set STRIPE_SECRET_KEY to connect.".into()],
-            None,
-        );
+        return not_connected("Stripe", "Billing is off: set STRIPE_SECRET_KEY to connect.");
     }
     let (calls, failed) = c.stripe_calls;
     let mut lines = vec![format!("{calls} calls from this server since it started, {failed} failed.")];
@@ -166,13 +165,7 @@ fn stripe(h: &Health, c: &Connected, now: DateTime<Utc>) -> views::Subsystem {
 
 fn farm(h: &Health, c: &Connected, now: DateTime<Utc>) -> views::Subsystem {
     if !c.farm {
-        return subsystem(
-            "Farm",
-            Tone::Muted,
-            "Not connected",
-            vec!["Sites are off: set FARM_URL to connect.".into()],
-            None,
-        );
+        return not_connected("Farm", "Sites are off: set FARM_URL to connect.");
     }
     let (calls, failed) = c.farm_calls;
     let mut lines = vec![format!("{calls} calls from this server since it started, {failed} failed.")];

@@ -65,6 +65,12 @@ pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -
     Ok(render::ok(&req, "Rule changes", views::rule_change_list(&rows)))
 }
 
+/// The change read and shown, or not found: what the page and its progress both start from.
+async fn read_view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::RuleChangeView, AppError> {
+    let d = services::reads::rule_change(&state.db, RuleChangeId(id)).await?.ok_or(AppError::NotFound)?;
+    Ok(view(req, &d))
+}
+
 fn view(req: &HttpRequest, d: &RuleChangeDetail) -> views::RuleChangeView {
     let c: &ChangeRow = &d.change;
     views::RuleChangeView {
@@ -117,8 +123,8 @@ pub async fn detail(
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    let d = services::reads::rule_change(&state.db, RuleChangeId(*id)).await?.ok_or(AppError::NotFound)?;
-    Ok(render::ok(&req, &format!("Rule change #{}", d.change.change_id), views::rule_change_page(&view(&req, &d))))
+    let v = read_view(&req, &state, *id).await?;
+    Ok(render::ok(&req, &format!("Rule change #{}", v.id), views::rule_change_page(&v)))
 }
 
 /// What the page's progress polls: the progress container alone.
@@ -129,8 +135,7 @@ pub async fn progress(
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    let d = services::reads::rule_change(&state.db, RuleChangeId(*id)).await?.ok_or(AppError::NotFound)?;
-    Ok(render::polled(views::rule_change_progress(&view(&req, &d))))
+    Ok(render::polled(views::rule_change_progress(&read_view(&req, &state, *id).await?)))
 }
 
 /// Retry: a button, no fields; a refusal is the error page or partial.
