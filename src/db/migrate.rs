@@ -43,7 +43,9 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
             other => break other?,
         }
     }
-    sqlx::query("GRANT SELECT ON public._sqlx_migrations TO console_runtime").execute(admin).await?;
+    // Replicas starting together on one database grant and revoke on the same catalog rows (the
+    // ledger's, the database's): the one that loses such a race runs its statement again.
+    again_on_collision(admin, "GRANT SELECT ON public._sqlx_migrations TO console_runtime").await?;
     harden_database(admin).await?;
     // The role is cluster-wide: set its password only when it does not already let us in, so
     // replicas starting together do not race on the role row.
@@ -66,6 +68,23 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
 /// Whether a migration failed on a shared catalog row another session changed at the same time.
 fn concurrently_updated(e: &sqlx::migrate::MigrateError) -> bool {
     e.to_string().contains("tuple concurrently updated")
+}
+
+/// An idempotent statement run again (up to five times, a little later each time) while it fails
+/// on a catalog row another session updated at the same time ("tuple concurrently updated",
+/// XX000): the statement rolled back whole.
+async fn again_on_collision(admin: &PgPool, sql: &'static str) -> Result<(), sqlx::Error> {
+    let mut collisions = 0;
+    loop {
+        match sqlx::raw_sql(sql).execute(admin).await.map(drop) {
+            Err(e) if collisions < 5 && e.to_string().contains("tuple concurrently updated") => {
+                collisions += 1;
+                tracing::warn!(error = %e, "a statement collided with another session's on a catalog row; again");
+                tokio::time::sleep(std::time::Duration::from_millis(50 * collisions)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Create a cluster-wide role (NOLOGIN) unless it exists. Roles belong to the server, not to a
@@ -91,12 +110,11 @@ pub async fn ensure_role(admin: &PgPool, name: &str) -> Result<(), sqlx::Error> 
 /// no temporary objects for PUBLIC, so no role can create a table or function in `pg_temp`
 /// that could shadow a name a function resolves.
 pub async fn harden_database(admin: &PgPool) -> Result<(), sqlx::Error> {
-    sqlx::raw_sql(
+    again_on_collision(
+        admin,
         "DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database()); END $$",
     )
-    .execute(admin)
-    .await?;
-    Ok(())
+    .await
 }
 
 /// The run-time connection: the administrative URL's host, port and database, as

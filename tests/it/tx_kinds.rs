@@ -477,3 +477,36 @@ async fn databases_of_one_server_migrating_at_once_all_succeed() {
         o.expect("every database migrates");
     }
 }
+
+#[tokio::test]
+async fn replicas_of_one_database_starting_at_once_all_succeed() {
+    use sqlx::{Connection, postgres::PgPoolOptions};
+    // Every start grants the ledger to the run-time role and revokes TEMP on the database: two
+    // starts on one database update the same catalog rows, and the loser saw "tuple concurrently
+    // updated" and did not start (often, not always). Migrated first, as a running replica's
+    // database is; then eight start together, twice.
+    let root = common::root_admin_url();
+    let name = format!("mc_test_{}", member_console::config::random_hex(6));
+    let mut conn = sqlx::PgConnection::connect(&root).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await.unwrap();
+    let url = common::with_database(&root, &name);
+    let start = |url: String| async move {
+        let admin = PgPoolOptions::new().max_connections(2).connect(&url).await.unwrap();
+        let r = member_console::db::migrate::run(&admin, &url, common::TEST_RUNTIME_PASSWORD).await;
+        admin.close().await;
+        r
+    };
+    let first = start(url.clone()).await;
+    let mut outcomes = vec![first];
+    for _ in 0..2 {
+        let runs: Vec<_> = (0..8).map(|_| tokio::spawn(start(url.clone()))).collect();
+        for r in runs {
+            outcomes.push(r.await.unwrap());
+        }
+    }
+    let drop = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(drop)).execute(&mut conn).await.unwrap();
+    for o in outcomes {
+        o.expect("every replica starts");
+    }
+}

@@ -40,6 +40,19 @@ impl WorkerProcess {
         assert_eq!(status.signal(), Some(9), "the worker died of SIGKILL: {status:?}");
     }
 
+    /// Wait until its job worker has started (it booted: migrations, the run-time role); panics
+    /// with its log if it exited instead.
+    pub async fn running(&mut self) {
+        let started = std::time::Instant::now();
+        while !self.log().contains("worker started") {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the worker exited ({status}):\n{}", self.log());
+            }
+            assert!(started.elapsed() < Duration::from_secs(90), "the worker did not start:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// `hostname-pid-`: how its worker id, and so the jobs' locked_by, begins.
     pub fn worker_id_prefix(&self) -> String {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
