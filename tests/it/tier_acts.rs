@@ -25,6 +25,26 @@ use reqwest::StatusCode;
 
 // ---------- Harness (the shared part is tests/common/acts.rs) ----------
 
+/// The demo's database and the ids most tests here start from.
+struct Demo {
+    t: TestDb,
+    community: OrgTypeId,
+    business: OrgTypeId,
+    wiki: LadderId,
+    support: LadderId,
+    free: ProductId,
+    basic: ProductId,
+    pro: ProductId,
+}
+
+async fn demo() -> Demo {
+    let t = demo_db().await;
+    let (community, business) = (type_id(&t, "Community").await, type_id(&t, "Business").await);
+    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    Demo { t, community, business, wiki, support, free, basic, pro }
+}
+
 /// The default pool of the organization named `name`.
 async fn pool_named(t: &TestDb, name: &str) -> PoolId {
     sqlx::query_scalar(
@@ -500,10 +520,7 @@ async fn every_removal_refusal_writes_nothing_and_a_tier_nobody_holds_goes_witho
 
 #[tokio::test]
 async fn a_tier_removal_waits_for_a_materializing_transaction_and_a_conferral_waits_for_the_removal() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let wiki = ladder_id(&t, "Wiki hosting").await;
-    let (basic, pro) = (product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community, wiki, basic, pro, .. } = demo().await;
     let holder = org_of_type(&t, "Holder", community).await;
     grant(&t, holder.organization_id, basic).await;
     let waiter_org = org_of_type(&t, "Waiter", community).await;
@@ -559,10 +576,7 @@ async fn a_tier_removal_waits_for_a_materializing_transaction_and_a_conferral_wa
 
 #[tokio::test]
 async fn a_reorder_that_keeps_rank_0_renumbers_the_positions_and_reaches_no_one() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let wiki = ladder_id(&t, "Wiki hosting").await;
-    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community, wiki, free, basic, pro, .. } = demo().await;
     let holder = org_of_type(&t, "Basic holder", community).await;
     grant(&t, holder.organization_id, basic).await;
     let (acme, initech) = (pool_named(&t, demo::DEMO_ORGANIZATION).await, pool_named(&t, "Initech").await);
@@ -620,10 +634,7 @@ async fn reorder_setup(t: &TestDb) -> (Vec<PoolId>, Vec<PoolId>, PoolId) {
 
 #[tokio::test]
 async fn a_reorder_changing_rank_0_with_migrate_moves_every_floor_to_the_new_rank_0() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let wiki = ladder_id(&t, "Wiki hosting").await;
-    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community, wiki, free, basic, pro, .. } = demo().await;
     let (floors, others, outsider) = reorder_setup(&t).await;
     let old_floors: Vec<GrantId> = floor_grants_on(&t, &floors, wiki).await.into_iter().map(|f| f.0).collect();
     let outsider_before = held(&t, outsider).await;
@@ -670,10 +681,7 @@ async fn a_reorder_changing_rank_0_with_migrate_moves_every_floor_to_the_new_ran
 
 #[tokio::test]
 async fn a_reorder_changing_rank_0_with_grandfather_keeps_the_old_floor_as_a_legacy_grant_at_its_new_rank() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let wiki = ladder_id(&t, "Wiki hosting").await;
-    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community, wiki, free, basic, pro, .. } = demo().await;
     let (floors, others, outsider) = reorder_setup(&t).await;
     let old_floors: Vec<GrantId> = floor_grants_on(&t, &floors, wiki).await.into_iter().map(|f| f.0).collect();
     let outsider_before = held(&t, outsider).await;
@@ -721,10 +729,7 @@ async fn a_reorder_changing_rank_0_with_grandfather_keeps_the_old_floor_as_a_leg
 
 #[tokio::test]
 async fn a_reorder_is_refused_at_the_gate_and_on_bad_orders_and_writes_nothing() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
-    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community, wiki, support, free, basic, pro, .. } = demo().await;
     let priority = product_id(&t, "Priority support").await;
     let team = new_product(&t, "Team", 5).await;
     let lone = new_ladder(&t, "Lone", &[team]).await;
@@ -781,10 +786,7 @@ async fn a_reorder_is_refused_at_the_gate_and_on_bad_orders_and_writes_nothing()
 
 #[tokio::test]
 async fn reorder_t0_waits_on_an_open_materializing_transaction_and_takes_no_pool_or_obligation_row() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let wiki = ladder_id(&t, "Wiki hosting").await;
-    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community, wiki, free, basic, pro, .. } = demo().await;
     orgs_of_type(&t, community, "Rendezvous", 3).await;
     // A: an open materializing transaction; T0 waits for the exclusive rendezvous first.
     let mut a = begin(&t.db, TxKind::Materializing).await.unwrap();
@@ -827,10 +829,7 @@ async fn reorder_t0_waits_on_an_open_materializing_transaction_and_takes_no_pool
 
 #[tokio::test]
 async fn a_reorder_changing_rank_0_supersedes_an_earlier_default_change_and_moves_each_organization_once() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
-    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community, wiki, support, free, basic, pro, .. } = demo().await;
     orgs_of_type(&t, community, "Earlier", 8).await;
     let members = members_of(&t, community).await;
     assert_eq!(members.len(), 11);
@@ -992,10 +991,7 @@ async fn a_listing_batch_broken_by_a_deadlock_is_listed_again_by_the_next_pass()
 
 #[tokio::test]
 async fn two_drains_of_one_act_at_once_settle_every_obligation_exactly_once() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let wiki = ladder_id(&t, "Wiki hosting").await;
-    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community, wiki, free, basic, pro, .. } = demo().await;
     orgs_of_type(&t, community, "Twin", 40).await;
     let act =
         pa::reorder_tiers(&t.db, &reorder(wiki, &[basic, free, pro], Some(Disposition::Migrate)), None).await.unwrap();
@@ -1019,10 +1015,7 @@ async fn two_drains_of_one_act_at_once_settle_every_obligation_exactly_once() {
 
 #[tokio::test]
 async fn the_previews_count_whom_each_act_reaches_name_its_refusal_and_write_nothing() {
-    let t = demo_db().await;
-    let (community, business) = (type_id(&t, "Community").await, type_id(&t, "Business").await);
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
-    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community, business, wiki, support, free, basic, pro } = demo().await;
     let team = new_product(&t, "Team", 5).await;
     let lone = new_ladder(&t, "Lone", &[team]).await;
     new_type(&t, "Solo", lone).await;
@@ -1296,11 +1289,7 @@ async fn a_grandfathered_incumbent_whose_end_has_come_keeps_its_window() {
 /// exclusive rendezvous answer "another change is in progress", and write nothing.
 #[tokio::test]
 async fn removal_reorder_and_default_change_behind_another_change_are_refused_as_in_progress() {
-    let t = demo_db().await;
-    let wiki = ladder_id(&t, "Wiki hosting").await;
-    let support = ladder_id(&t, "Support").await;
-    let community = type_id(&t, "Community").await;
-    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community, wiki, support, free, basic, pro, .. } = demo().await;
     let held = begin(&t.db, TxKind::RuleChange).await.unwrap();
     let mut short = t.db.clone();
     short.lock_timeout = Duration::from_millis(200);
