@@ -25,27 +25,22 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
     ensure_role(admin, "core_owner").await?;
     ensure_role(admin, "console_runtime").await?;
     // Some migrations change cluster-wide rows (a role's settings); two databases of one server
-    // migrating at once can collide on such a row, "tuple concurrently updated" (XX000). The
-    // losing migration rolled back whole, so it is run again.
-    // On a connection of its own, closed after each run: the migrator holds its (session)
-    // advisory lock across the run and does not release it when a migration fails.
-    let mut collisions = 0;
-    loop {
+    // migrating at once can collide on such a row. On a connection of its own, closed after each
+    // run: the migrator holds its (session) advisory lock across the run and does not release it
+    // when a migration fails.
+    again_on_collision("a migration", || async {
         let own = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(admin_url).await?;
         let outcome = MIGRATOR.run(&own).await;
         own.close().await;
-        match outcome {
-            Err(e) if collisions < 5 && concurrently_updated(&e) => {
-                collisions += 1;
-                tracing::warn!(error = %e, "a migration collided with another database's on a shared row; again");
-                tokio::time::sleep(std::time::Duration::from_millis(50 * collisions)).await;
-            }
-            other => break other?,
-        }
-    }
+        Ok::<_, MigrateError>(outcome?)
+    })
+    .await?;
     // Replicas starting together on one database grant and revoke on the same catalog rows (the
-    // ledger's, the database's): the one that loses such a race runs its statement again.
-    again_on_collision(admin, "GRANT SELECT ON public._sqlx_migrations TO console_runtime").await?;
+    // ledger's, the database's).
+    again_on_collision("the ledger's grant", || {
+        sqlx::raw_sql("GRANT SELECT ON public._sqlx_migrations TO console_runtime").execute(admin)
+    })
+    .await?;
     harden_database(admin).await?;
     // The role is cluster-wide: set its password only when it does not already let us in, so
     // replicas starting together do not race on the role row.
@@ -65,21 +60,19 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
     Ok(())
 }
 
-/// Whether a migration failed on a shared catalog row another session changed at the same time.
-fn concurrently_updated(e: &sqlx::migrate::MigrateError) -> bool {
-    e.to_string().contains("tuple concurrently updated")
-}
-
-/// An idempotent statement run again (up to five times, a little later each time) while it fails
-/// on a catalog row another session updated at the same time ("tuple concurrently updated",
-/// XX000): the statement rolled back whole.
-async fn again_on_collision(admin: &PgPool, sql: &'static str) -> Result<(), sqlx::Error> {
+/// `op` run again (up to five times, a little later each time) while it fails on a catalog row
+/// another session updated at the same time ("tuple concurrently updated", XX000): what failed
+/// rolled back whole, and `op` is idempotent.
+async fn again_on_collision<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
+    what: &str,
+    mut op: impl FnMut() -> F,
+) -> Result<T, E> {
     let mut collisions = 0;
     loop {
-        match sqlx::raw_sql(sql).execute(admin).await.map(drop) {
+        match op().await {
             Err(e) if collisions < 5 && e.to_string().contains("tuple concurrently updated") => {
                 collisions += 1;
-                tracing::warn!(error = %e, "a statement collided with another session's on a catalog row; again");
+                tracing::warn!(error = %e, "{what} collided with another session's on a catalog row; again");
                 tokio::time::sleep(std::time::Duration::from_millis(50 * collisions)).await;
             }
             other => return other,
@@ -110,11 +103,14 @@ pub async fn ensure_role(admin: &PgPool, name: &str) -> Result<(), sqlx::Error> 
 /// no temporary objects for PUBLIC, so no role can create a table or function in `pg_temp`
 /// that could shadow a name a function resolves.
 pub async fn harden_database(admin: &PgPool) -> Result<(), sqlx::Error> {
-    again_on_collision(
-        admin,
-        "DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database()); END $$",
-    )
-    .await
+    again_on_collision("the TEMP revoke", || {
+        sqlx::raw_sql(
+            "DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', current_database()); END $$",
+        )
+        .execute(admin)
+    })
+    .await?;
+    Ok(())
 }
 
 /// The run-time connection: the administrative URL's host, port and database, as

@@ -13,16 +13,9 @@ use member_console::{demo, ids::EntitlementSetId, services::rule_changes as rc};
 use crate::common::{
     self, TestDb,
     acts::{id_by_name, product_id, scalar, stale_pools, type_id},
+    wait_until,
     worker::WorkerProcess,
 };
-
-async fn wait_until<F: AsyncFn() -> bool>(what: &str, within: Duration, log: impl Fn() -> String, check: F) {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}\n{}", log());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// A worker process on the sites fixture's local farm, its maintenance due every 10 s.
 fn farm_worker(s: &crate::sites::Sites, dir: &std::path::Path, lease: Duration, name: &str) -> WorkerProcess {

@@ -117,7 +117,7 @@ async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_
             .await
             .unwrap()
     };
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let holder = loop {
         let holder = running().await;
         let moved = scalar(&t, &moved_sql).await;
@@ -133,37 +133,13 @@ async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_
     let moved_at_kill = scalar(&t, &moved_sql).await;
     assert!(moved_at_kill < ORGS, "the drain ended before the kill; give it more organizations");
     dying.kill();
-    let started = Instant::now();
-    while act_state(&t, act).await != "done" {
-        if started.elapsed() > Duration::from_secs(180) {
-            let jobs: Vec<(String, i32, Option<String>, Option<f64>)> = sqlx::query_as(
-                "SELECT state, attempts, locked_by, extract(epoch FROM locked_until - now())::float8
-                   FROM integration.jobs WHERE kind = $1",
-            )
-            .bind(DRAIN_PLAN_ACT)
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
-            let activity: Vec<(Option<String>, Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
-                "SELECT application_name, state, wait_event_type || ':' || wait_event, left(query, 120)
-                   FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
-            )
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
-            panic!(
-                "the act is not done after 180 s: obligations {:?}, drain jobs {jobs:?}, dying {}, surviving {}\n\
-                 activity {activity:#?}\nsurviving log:\n{}\ndying log:\n{}\nserver a:\n{}",
-                counts(&t, act).await,
-                dying.worker_id_prefix(),
-                surviving.worker_id_prefix(),
-                surviving.log(),
-                dying.log(),
-                a.log()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::wait_until(
+        "the act is done",
+        Duration::from_secs(180),
+        || surviving.log(),
+        async || act_state(&t, act).await == "done",
+    )
+    .await;
     let (state, attempts, by): (String, i32, String) =
         sqlx::query_as("SELECT state, attempts, locked_by FROM integration.jobs WHERE kind = $1")
             .bind(DRAIN_PLAN_ACT)

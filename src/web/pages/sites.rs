@@ -18,7 +18,7 @@ use crate::{
     web::{
         AppState,
         errors::AppError,
-        forms::{Form, after_post},
+        forms::{Form, after_post, query_or_default},
         identity::{Member, csrf_token},
         refusals::{self, Words},
         render,
@@ -135,7 +135,7 @@ struct Flags {
 }
 
 fn notice(req: &HttpRequest) -> Option<String> {
-    let q = web::Query::<Flags>::from_query(req.query_string()).ok()?.into_inner();
+    let q = query_or_default::<Flags>(req);
     match q.asked.as_deref()? {
         "create" => Some("The site is being created; this page shows when it is ready.".into()),
         "swap" => Some("The swap is under way; this page shows when it is done.".into()),

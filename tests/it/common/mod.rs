@@ -164,6 +164,16 @@ pub async fn hold_open(t: &TestDb, sql: &str) -> (PoolConnection<Postgres>, i32)
     (a, pid)
 }
 
+/// Wait until `check` holds, polling every 20 ms; panics after `within` with `what` and `log`
+/// (a process's log, say).
+pub async fn wait_until<F: AsyncFn() -> bool>(what: &str, within: Duration, log: impl Fn() -> String, check: F) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}\n{}", log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Wait until some backend of `database` is blocked by `blocker_pid` and return its pid: the
 /// proof that "B waits on A". Panics after 10 s.
 pub async fn wait_for_waiter(admin: &PgPool, database: &str, blocker_pid: i32) -> i32 {
