@@ -22,7 +22,7 @@ pub const QUERY_CANCELED: &str = "57014";
 pub const DEADLOCK_DETECTED: &str = "40P01";
 
 /// The run-time handle every service takes: the pool (connected as `console_runtime`), the
-/// pool for prepared one-statement reads (`tx::prepared`), and the bound the lock-bounded kinds
+/// pool for prepared one-statement reads (`tx::on_prepared`), and the bound the lock-bounded kinds
 /// put on lock waits (5 s in production; tests shorten it).
 #[derive(Clone, Debug)]
 pub struct Db {
@@ -52,9 +52,13 @@ impl Db {
         let bound = bound.max(Duration::from_millis(1));
         let options =
             (*pool.connect_options()).clone().options([("statement_timeout", format!("{}", bound.as_millis()))]);
+        // Lent without a ping: the ping is a round trip of its own before each page view's one
+        // statement. A connection the server closed meanwhile is found by the statement itself,
+        // which `tx::on_prepared` then runs once more on a new connection.
         let prepared = sqlx::postgres::PgPoolOptions::new()
             .max_connections(Self::PREPARED_CONNECTIONS)
             .acquire_timeout(Duration::from_secs(10))
+            .test_before_acquire(false)
             .connect_lazy_with(options);
         Db { pool, prepared, prepared_bound: bound, lock_timeout: Self::DEFAULT_LOCK_TIMEOUT }
     }

@@ -257,6 +257,34 @@ impl Db {
     }
 }
 
+/// `op`, one prepared statement that commits on its own (a read, or a write that is the same
+/// done twice), on a connection of the prepared pool (`prepared`). That pool lends connections
+/// without a ping, so a connection the server has closed since its last use (a restart, an
+/// administrator's terminate) fails `op` without a statement run: `op` then runs once more on
+/// a new connection.
+pub async fn on_prepared<T>(db: &Db, op: impl AsyncFn(&mut PgConnection) -> sqlx::Result<T>) -> Result<T, DbError> {
+    let mut conn = prepared(db).await?;
+    match op(&mut conn).await {
+        Err(e) if connection_lost(&e) => {
+            tracing::info!(error = %e, "a pooled connection was found closed; the statement runs on a new one");
+            conn.close_on_drop();
+            drop(conn);
+            let mut conn = prepared(db).await?;
+            Ok(op(&mut conn).await?)
+        }
+        answer => Ok(answer?),
+    }
+}
+
+/// Whether an error says the connection itself is gone (its socket, or the server ending the
+/// session: SQLSTATE class 57P, "operator intervention"), rather than the statement failing.
+fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => true,
+        _ => super::sqlstate(e).is_some_and(|c| c.starts_with("57P")),
+    }
+}
+
 /// A connection for one prepared statement that commits on its own: the reads every page view
 /// opens with (its session, the member's home). Sent as text after a `SET LOCAL`, such a
 /// statement is parsed and planned on every request, which costs PostgreSQL more than running
@@ -265,7 +293,7 @@ impl Db {
 /// and under a request that bound is within the deadline: a request whose deadline is nearer
 /// gets the time left set on the connection first (one more round trip), and the connection is
 /// then closed rather than reused with a bound that is not the pool's.
-pub async fn prepared(db: &Db) -> Result<PoolConnection<Postgres>, DbError> {
+async fn prepared(db: &Db) -> Result<PoolConnection<Postgres>, DbError> {
     let mut conn = db.prepared.acquire().await?;
     if let Ok(deadline) = REQUEST_DEADLINE.try_with(|d| *d) {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -203,17 +203,17 @@ pub async fn resume_session_with_sites(db: &Db, token: &str) -> Result<Option<(S
 }
 
 /// What the resumes share: a token that cannot be one resumes nothing (no round trip); else
-/// `read` resumes it on a connection of the prepared pool, bounded by the request's deadline.
+/// `read` resumes it on a connection of the prepared pool, bounded by the request's deadline
+/// (a resume is a read, and its touch the same written twice).
 async fn resume_with<T>(
     db: &Db,
     token: &str,
-    read: impl AsyncFnOnce(&mut sqlx::PgConnection) -> sqlx::Result<Option<T>>,
+    read: impl AsyncFn(&mut sqlx::PgConnection) -> sqlx::Result<Option<T>>,
 ) -> Result<Option<T>, DbError> {
     if !accounts::is_session_token(token) {
         return Ok(None);
     }
-    let mut conn = crate::db::tx::prepared(db).await?;
-    Ok(read(&mut conn).await?)
+    crate::db::tx::on_prepared(db, read).await
 }
 
 #[tracing::instrument(name = "Sign out", skip_all)]

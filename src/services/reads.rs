@@ -163,8 +163,7 @@ pub async fn organization(db: &Db, id: OrganizationId) -> Result<Option<Organiza
 /// the request's deadline.
 #[tracing::instrument(name = "Read member home", skip_all, fields(account_id = account_id.0))]
 pub async fn member_home(db: &Db, account_id: AccountId) -> Result<Vec<accounts::MemberHome>, DbError> {
-    let mut conn = crate::db::tx::prepared(db).await?;
-    Ok(accounts::member_home(&mut conn, account_id).await?)
+    crate::db::tx::on_prepared(db, async |c| accounts::member_home(c, account_id).await).await
 }
 
 pub const GRANTS_PER_PAGE: i64 = 50;

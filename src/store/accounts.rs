@@ -148,7 +148,7 @@ pub fn is_session_token(token: &str) -> bool {
 
 /// The account of a live session (`core.resume_session`: idle and absolute bounds), whose
 /// last-seen time moves only when older than `touch_every`, so most page views write nothing.
-/// One prepared statement (`db::tx::prepared`); None for a session that has ended.
+/// One prepared statement (`db::tx::on_prepared`); None for a session that has ended.
 pub async fn resume_session(
     conn: &mut PgConnection,
     token: &str,

@@ -402,43 +402,70 @@ async fn consoles_creating_the_same_role_at_once_all_succeed() {
 async fn a_prepared_statement_is_bounded_by_its_pool_or_by_a_nearer_request_deadline() {
     use member_console::db::{
         Db,
-        tx::{REQUEST_DEADLINE, prepared},
+        tx::{REQUEST_DEADLINE, on_prepared},
     };
     let t = TestDb::new().await;
     let db = Db::with_prepared_bound(t.db.pool.clone(), Duration::from_secs(2));
-    async fn timeout_of(c: &mut sqlx::PgConnection) -> String {
-        sqlx::query_scalar("SHOW statement_timeout").fetch_one(c).await.unwrap()
+    async fn timeout_of(db: &Db) -> String {
+        on_prepared(db, async |c| sqlx::query_scalar("SHOW statement_timeout").fetch_one(c).await).await.unwrap()
     }
     // Outside a request, and under one with more time left than the bound: the pool's own bound,
     // with no statement of its own before the query.
-    assert_eq!(timeout_of(&mut prepared(&db).await.unwrap()).await, "2s");
+    assert_eq!(timeout_of(&db).await, "2s");
     let roomy = Instant::now() + Duration::from_secs(30);
-    let mut c = REQUEST_DEADLINE.scope(roomy, prepared(&db)).await.unwrap();
-    assert_eq!(timeout_of(&mut c).await, "2s");
-    drop(c);
+    assert_eq!(REQUEST_DEADLINE.scope(roomy, timeout_of(&db)).await, "2s");
 
     // A request with less left than the bound: the time left, and the statement stops there.
     let near = Instant::now() + Duration::from_millis(400);
     let started = Instant::now();
-    let e = REQUEST_DEADLINE
-        .scope(near, async {
-            let mut c = prepared(&db).await?;
-            sqlx::query("SELECT pg_sleep(5)").execute(&mut *c).await.map_err(DbError::from)
-        })
-        .await
-        .unwrap_err();
+    let sleep = on_prepared(&db, async |c| sqlx::query("SELECT pg_sleep(5)").execute(c).await.map(|_| ()));
+    let e = REQUEST_DEADLINE.scope(near, sleep).await.unwrap_err();
     assert!(matches!(e, DbError::DeadlinePassed), "{e:?}");
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
     // That connection was closed, not handed back with a bound that is not the pool's.
     tokio::time::sleep(Duration::from_millis(100)).await;
     for _ in 0..3 {
-        assert_eq!(timeout_of(&mut prepared(&db).await.unwrap()).await, "2s");
+        assert_eq!(timeout_of(&db).await, "2s");
     }
 
     // A deadline already passed: nothing is sent.
     let past = Instant::now();
-    let e = REQUEST_DEADLINE.scope(past, prepared(&db)).await.unwrap_err();
+    let e = REQUEST_DEADLINE.scope(past, on_prepared(&db, async |_| Ok(()))).await.unwrap_err();
     assert!(matches!(e, DbError::DeadlinePassed), "{e:?}");
+    db.close().await;
+}
+
+/// The prepared pool lends connections without a ping (a round trip before every page view's
+/// statement): a connection the server ended meanwhile fails the statement, which runs once more
+/// on a new connection, so the member's page answers.
+#[tokio::test]
+async fn a_prepared_statement_on_a_connection_the_server_ended_runs_again_on_a_new_one() {
+    use member_console::db::{Db, tx::on_prepared};
+    let t = TestDb::new().await;
+    let db = Db::new(t.db.pool.clone());
+    let pid = async |db: &Db| {
+        on_prepared(db, async |c| sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()").fetch_one(c).await).await
+    };
+    let first = pid(&db).await.unwrap();
+    // The pool keeps that one connection; the server ends its session, as a restart or an
+    // administrator's pg_terminate_backend would.
+    let ended: bool =
+        sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)").bind(first).fetch_one(&t.admin).await.unwrap();
+    assert!(ended);
+    let second = pid(&db).await.expect("the statement ran again on a new connection");
+    assert_ne!(second, first);
+    // Run once more by the same path, a member's home read answers too.
+    member_console::demo::load(&t.db).await.unwrap();
+    let again: bool =
+        sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)").bind(second).fetch_one(&t.admin).await.unwrap();
+    assert!(again);
+    let member: i64 = sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE email = $1")
+        .bind(member_console::demo::MEMBER_EMAIL)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap();
+    let home = member_console::services::reads::member_home(&db, member_console::ids::AccountId(member)).await.unwrap();
+    assert!(!home.is_empty());
     db.close().await;
 }
 

@@ -85,15 +85,18 @@ pub async fn receive_event(db: &Db, body: &[u8]) -> Result<Received, ServiceErro
         payloads.push(jobs::object_payload(&ConvergeInvoice { stripe_invoice_id: i }, &key));
     }
     // One statement on a connection of the prepared pool: the event and its jobs commit together
-    // in one round trip, the statement bounded by the request's deadline like every other.
-    let mut conn = crate::db::tx::prepared(db).await?;
-    let (recorded, n) = store::record_event_with_jobs(
-        &mut conn,
-        (&e.id, &e.event_type, object_id, created),
-        &kinds,
-        &payloads,
-        jobs::DEFAULT_MAX_ATTEMPTS,
-    )
+    // in one round trip, the statement bounded by the request's deadline like every other. Run
+    // again on a lost connection, it finds the event recorded and answers as for a duplicate.
+    let (recorded, n) = crate::db::tx::on_prepared(db, async |c| {
+        store::record_event_with_jobs(
+            c,
+            (&e.id, &e.event_type, object_id, created),
+            &kinds,
+            &payloads,
+            jobs::DEFAULT_MAX_ATTEMPTS,
+        )
+        .await
+    })
     .await?;
     if !recorded {
         return Ok(Received::Duplicate);

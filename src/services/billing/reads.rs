@@ -53,8 +53,7 @@ pub struct MemberBilling {
 pub async fn member_billing(db: &Db, account_id: AccountId) -> Result<MemberBilling, DbError> {
     // One prepared statement (`core.member_billing`) on the prepared pool: every member page view
     // of /billing is one round trip after its session's.
-    let mut c = crate::db::tx::prepared(db).await?;
-    Ok(reads::member_billing(&mut c, account_id).await?.into())
+    Ok(crate::db::tx::on_prepared(db, async |c| reads::member_billing(c, account_id).await).await?.into())
 }
 
 impl From<reads::MemberBillingDoc> for MemberBilling {

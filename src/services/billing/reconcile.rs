@@ -50,8 +50,7 @@ pub enum Reconciled {
 /// The console's own clock for "when was this read": the database's, so every replica agrees.
 pub(super) async fn now(db: &Db) -> Result<DateTime<Utc>, ServiceError> {
     // One prepared statement of one round trip: a read transaction would add BEGIN and its end.
-    let mut conn = crate::db::tx::prepared(db).await?;
-    Ok(store::clock(&mut conn).await?)
+    Ok(crate::db::tx::on_prepared(db, async |c| store::clock(c).await).await?)
 }
 
 /// Whether a reconcile makes the collection pause's Stripe update itself after its commit
