@@ -269,11 +269,29 @@ pub async fn on_prepared<T>(db: &Db, op: impl AsyncFn(&mut PgConnection) -> sqlx
             tracing::info!(error = %e, "a pooled connection was found closed; the statement runs on a new one");
             conn.close_on_drop();
             drop(conn);
-            let mut conn = prepared(db).await?;
+            let mut conn = live_prepared(db).await?;
             Ok(op(&mut conn).await?)
         }
         answer => Ok(answer?),
     }
+}
+
+/// A connection of the prepared pool that answers a ping: when one was found closed, the others
+/// the pool keeps may be too (a restart ends them all), so this path, and only this one, pings
+/// before it lends, closing each that does not answer.
+async fn live_prepared(db: &Db) -> Result<PoolConnection<Postgres>, DbError> {
+    let mut last = None;
+    for _ in 0..=Db::PREPARED_CONNECTIONS {
+        let mut conn = db.prepared.acquire().await?;
+        match sqlx::Connection::ping(&mut *conn).await {
+            Ok(()) => return bounded(db, conn).await,
+            Err(e) => {
+                conn.close_on_drop();
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.map(DbError::from).unwrap_or(DbError::Sql(sqlx::Error::PoolTimedOut)))
 }
 
 /// Whether an error says the connection itself is gone (its socket, or the server ending the
@@ -294,7 +312,11 @@ fn connection_lost(e: &sqlx::Error) -> bool {
 /// gets the time left set on the connection first (one more round trip), and the connection is
 /// then closed rather than reused with a bound that is not the pool's.
 async fn prepared(db: &Db) -> Result<PoolConnection<Postgres>, DbError> {
-    let mut conn = db.prepared.acquire().await?;
+    bounded(db, db.prepared.acquire().await?).await
+}
+
+/// A lent connection of the prepared pool, bounded by the request's deadline (`prepared`).
+async fn bounded(db: &Db, mut conn: PoolConnection<Postgres>) -> Result<PoolConnection<Postgres>, DbError> {
     if let Ok(deadline) = REQUEST_DEADLINE.try_with(|d| *d) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left < Duration::from_millis(1) {
