@@ -257,11 +257,11 @@ impl Db {
     }
 }
 
-/// `op`, one prepared statement that commits on its own (a read, or a write that is the same
-/// done twice), on a connection of the prepared pool (`prepared`). That pool lends connections
-/// without a ping, so a connection the server has closed since its last use (a restart, an
-/// administrator's terminate) fails `op` without a statement run: `op` then runs once more on
-/// a new connection.
+/// `op`, one prepared statement that commits on its own, on a connection of the prepared pool
+/// (`prepared`). That pool lends connections without a ping, so a connection the server has
+/// closed since its last use (a restart, an administrator's terminate) fails `op`, which then
+/// runs once more on a new connection. A connection lost mid-statement may have run it, so `op`
+/// must be a read or a write that is the same done twice.
 pub async fn on_prepared<T>(db: &Db, op: impl AsyncFn(&mut PgConnection) -> sqlx::Result<T>) -> Result<T, DbError> {
     let mut conn = prepared(db).await?;
     match op(&mut conn).await {
