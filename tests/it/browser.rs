@@ -328,6 +328,20 @@ async fn an_operator_grant_pauses_the_members_subscription_and_resume_plan_bring
     assert!(s.get(&format!("/subscriptions/{sub}")).await["pause_collection"].is_null(), "collection resumed");
 }
 
+/// A site's row on `/sites`, by the name its domain starts with.
+pub(crate) fn site_row(name: &str) -> String {
+    format!("tr:has(a[href*='//{name}.wiki.localhost'])")
+}
+
+/// Each site created through `/sites`'s form, the page followed until it says the site is active.
+pub(crate) async fn create_active_sites(b: &Browser, names: &[&str], within: std::time::Duration) {
+    for name in names {
+        b.fill("input[name='name']", name).await;
+        b.click_button("Create site").await;
+        b.wait_for(Until::Text(&format!("{name}.wiki.localhost was created and is active.")), within).await;
+    }
+}
+
 pub(crate) async fn site_id(t: &TestDb, name: &str) -> String {
     sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
         .bind(format!("{name}.wiki.localhost"))
@@ -361,7 +375,6 @@ async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_
     assert!(f.local.wiki_running(), "the real FedWiki server must run for this test: {}", local_farm::install_hint());
     let app = TestApp::spawn_connected(&t, None, Some(f.farm.clone())).await;
     let _worker = site_worker(&t, f.farm.clone());
-    let site = |name: &str| format!("tr:has(a[href*='//{name}.wiki.localhost'])");
     Browser::start()
         .await
         .run(async |b| {
@@ -371,16 +384,12 @@ async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_
             assert!(b.text_of("main").await.contains("0 of 3 active"));
 
             // Create three sites; the page follows each request until it is done.
-            for name in ["alpha", "beta", "gamma"] {
-                b.fill("input[name='name']", name).await;
-                b.click_button("Create site").await;
-                b.wait_for(Until::Text(&format!("{name}.wiki.localhost was created and is active.")), WAIT).await;
-            }
+            create_active_sites(b, &["alpha", "beta", "gamma"], WAIT).await;
             b.wait_for(Until::Text("3 of 3 active"), WAIT).await;
             b.keep_step(1, "three-sites").await;
 
             // The site's address answers with the real wiki.
-            let url = b.find(&format!("{} a", site("alpha"))).await.attr("href").await.unwrap().unwrap();
+            let url = b.find(&format!("{} a", site_row("alpha"))).await.attr("href").await.unwrap().unwrap();
             b.goto(&url).await;
             b.wait_for(Until::Text("Welcome Visitors"), WAIT).await;
             b.keep_step(2, "the-wiki-on-the-farm").await;
@@ -390,11 +399,11 @@ async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_
             b.fill("input[name='name']", "delta").await;
             b.click_button("Create site").await;
             b.wait_for(Until::Text("delta.wiki.localhost was created parked"), WAIT).await;
-            b.click(&format!("{} button[aria-label='Activate delta.wiki.localhost']", site("delta"))).await;
+            b.click(&format!("{} button[aria-label='Activate delta.wiki.localhost']", site_row("delta"))).await;
             b.wait_for(Until::Text("3 of 3 active sites are in use: park one or upgrade your plan"), WAIT).await;
 
             // Park alpha, then swap: gamma out, alpha back in.
-            b.click(&format!("{} button[aria-label='Park alpha.wiki.localhost']", site("alpha"))).await;
+            b.click(&format!("{} button[aria-label='Park alpha.wiki.localhost']", site_row("alpha"))).await;
             b.wait_for(Until::Text("alpha.wiki.localhost is parked."), WAIT).await;
             b.execute(
                 "document.querySelector('select[name=activate]').value = arguments[0];

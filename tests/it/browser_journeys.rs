@@ -113,7 +113,10 @@ async fn member_signs_in(b: &Browser, app: &common::TestApp) {
 
 #[tokio::test]
 async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an_upgrade_bring_them_back() {
-    use crate::sites::{app, setup};
+    use crate::{
+        browser::site_row,
+        sites::{app, setup},
+    };
     use member_console::services::{fedwiki::maintenance, grants};
     let s = setup("Free").await;
     let basic = common::acts::product_id(&s.t, "Basic").await;
@@ -132,7 +135,6 @@ async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an
         .unwrap();
     }
     let app = app(&s).await;
-    let row = |name: &str| format!("tr:has(a[href*='//{name}.wiki.localhost'])");
     Browser::start()
         .await
         .run(async |b| {
@@ -148,9 +150,9 @@ async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an
             assert_eq!(c.parked, 2, "{c:?}");
             b.goto(&app.url("/sites")).await;
             b.wait_for(Until::Text("Parked because the plan allows 1 active site"), STEP).await;
-            assert!(b.text_of(&row("alpha")).await.contains("active"), "{}", b.text_of(&row("alpha")).await);
+            assert!(b.text_of(&site_row("alpha")).await.contains("active"), "{}", b.text_of(&site_row("alpha")).await);
             for name in ["beta", "gamma"] {
-                let text = b.text_of(&row(name)).await;
+                let text = b.text_of(&site_row(name)).await;
                 assert!(text.contains("parked"), "{name}: {text}");
             }
             b.keep_step(2, "parked-after-the-downgrade").await;
@@ -169,7 +171,7 @@ async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an
 
 #[tokio::test]
 async fn a_new_member_buys_basic_creates_sites_opens_one_on_the_farm_and_swaps() {
-    use crate::browser::{site_id, site_worker};
+    use crate::browser::{create_active_sites, site_id, site_row, site_worker};
     use serde_json::Value;
     let t = common::TestDb::new().await;
     demo::load(&t.db).await.unwrap();
@@ -179,7 +181,6 @@ async fn a_new_member_buys_basic_creates_sites_opens_one_on_the_farm_and_swaps()
     assert!(f.local.wiki_running(), "the real FedWiki server must run for this test: {}", local_farm::install_hint());
     let app = common::TestApp::spawn_connected(&t, Some(s.stripe.clone()), Some(f.farm.clone())).await;
     let _worker = site_worker(&t, f.farm.clone());
-    let row = |name: &str| format!("tr:has(a[href*='//{name}.wiki.localhost'])");
     Browser::start()
         .await
         .run(async |b| {
@@ -204,16 +205,12 @@ async fn a_new_member_buys_basic_creates_sites_opens_one_on_the_farm_and_swaps()
             // Basic's three active sites: create them, each followed until it is done.
             b.goto(&app.url("/sites")).await;
             b.wait_for(Until::Text("0 of 3 active"), STEP).await;
-            for name in ["alpha", "beta", "gamma"] {
-                b.fill("input[name='name']", name).await;
-                b.click_button("Create site").await;
-                b.wait_for(Until::Text(&format!("{name}.wiki.localhost was created and is active.")), STEP).await;
-            }
+            create_active_sites(b, &["alpha", "beta", "gamma"], STEP).await;
             b.wait_for(Until::Text("3 of 3 active"), STEP).await;
             b.keep_step(4, "three-sites").await;
 
             // One opens on the farm as the real wiki.
-            let url = b.find(&format!("{} a", row("beta"))).await.attr("href").await.unwrap().unwrap();
+            let url = b.find(&format!("{} a", site_row("beta"))).await.attr("href").await.unwrap().unwrap();
             b.goto(&url).await;
             b.wait_for(Until::Text("Welcome Visitors"), STEP).await;
             b.keep_step(5, "beta-on-the-farm").await;
@@ -232,8 +229,8 @@ async fn a_new_member_buys_basic_creates_sites_opens_one_on_the_farm_and_swaps()
             b.click_button("Swap").await;
             b.wait_for(Until::Text("delta.wiki.localhost is active and gamma.wiki.localhost is parked."), STEP).await;
             b.keep_step(6, "swapped").await;
-            assert!(b.text_of(&row("gamma")).await.contains("parked"), "{}", b.text_of(&row("gamma")).await);
-            let delta = b.find(&format!("{} a", row("delta"))).await.attr("href").await.unwrap().unwrap();
+            assert!(b.text_of(&site_row("gamma")).await.contains("parked"), "{}", b.text_of(&site_row("gamma")).await);
+            let delta = b.find(&format!("{} a", site_row("delta"))).await.attr("href").await.unwrap().unwrap();
             b.goto(&delta).await;
             b.wait_for(Until::Text("Welcome Visitors"), STEP).await;
             b.keep_step(7, "delta-on-the-farm").await;

@@ -69,10 +69,6 @@ struct PriceFlags {
 }
 
 impl PriceFlags {
-    fn read(req: &HttpRequest) -> PriceFlags {
-        query_or_default::<PriceFlags>(req)
-    }
-
     fn notice(&self) -> Option<String> {
         match self.sync.as_deref() {
             Some("queued") => return Some(queued_words(self.product == Some(1), self.prices.unwrap_or(0))),
@@ -150,7 +146,7 @@ pub(crate) async fn prices_view(
         product_id,
         product_stripe: product_stripe(r.mapping.as_ref()),
         prices: r.prices.iter().map(price_row).collect(),
-        notice: if refused { None } else { PriceFlags::read(req).notice() },
+        notice: if refused { None } else { query_or_default::<PriceFlags>(req).notice() },
         errors,
         form: form.unwrap_or_default(),
     })
