@@ -153,11 +153,13 @@ pub async fn sign_in(
 }
 
 /// The account behind a session token if the session is live (idle and absolute bounds); its
-/// last-seen time moves at most once a `SESSION_TOUCH_EVERY`. One prepared statement, bounded
-/// by the request's deadline.
+/// last-seen time moves at most once a `SESSION_TOUCH_EVERY`. One prepared statement (two when
+/// the touch is due), bounded by the request's deadline.
 #[tracing::instrument(name = "Resume a session", skip_all)]
 pub async fn resume_session(db: &Db, token: &str) -> Result<Option<SessionAccount>, DbError> {
-    resume_with(db, token, async |c| accounts::resume_session(c, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await).await
+    let resumed =
+        resume_with(db, token, async |c| accounts::resume_session(c, token, SESSION_TOUCH_EVERY).await).await?;
+    Ok(resumed.map(|(account, ())| account))
 }
 
 /// `resume_session`, and the member's home read in the same statement: the home page's one
@@ -167,10 +169,7 @@ pub async fn resume_session_with_home(
     db: &Db,
     token: &str,
 ) -> Result<Option<(SessionAccount, Vec<accounts::MemberHome>)>, DbError> {
-    resume_with(db, token, async |c| {
-        accounts::resume_session_with_home(c, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await
-    })
-    .await
+    resume_with(db, token, async |c| accounts::resume_session_with_home(c, token, SESSION_TOUCH_EVERY).await).await
 }
 
 /// `resume_session`, and the member's billing page read in the same statement (as the home's).
@@ -179,10 +178,7 @@ pub async fn resume_session_with_billing(
     db: &Db,
     token: &str,
 ) -> Result<Option<(SessionAccount, crate::store::billing_reads::MemberBillingDoc)>, DbError> {
-    resume_with(db, token, async |c| {
-        accounts::resume_session_with_billing(c, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await
-    })
-    .await
+    resume_with(db, token, async |c| accounts::resume_session_with_billing(c, token, SESSION_TOUCH_EVERY).await).await
 }
 
 /// `resume_session`, and the member's sites page read in the same statement (as the home's): its
@@ -193,7 +189,6 @@ pub async fn resume_session_with_sites(db: &Db, token: &str) -> Result<Option<(S
         accounts::resume_session_with_sites(
             c,
             token,
-            SESSION_IDLE,
             SESSION_TOUCH_EVERY,
             crate::services::fedwiki::reads::REQUESTS_SHOWN,
         )
@@ -203,17 +198,27 @@ pub async fn resume_session_with_sites(db: &Db, token: &str) -> Result<Option<(S
 }
 
 /// What the resumes share: a token that cannot be one resumes nothing (no round trip); else
-/// `read` resumes it on a connection of the prepared pool, bounded by the request's deadline
-/// (a resume is a read, and its touch the same written twice).
+/// `read` resumes it on a connection of the prepared pool, bounded by the request's deadline,
+/// and when its last-seen time is due the touch follows on the same connection. The page's
+/// statement only reads (a plpgsql function that may write cannot be inlined, and cost a
+/// fifth of the page); both are safe to run again (`on_prepared`): a read, and a touch that
+/// changes nothing the second time.
 async fn resume_with<T>(
     db: &Db,
     token: &str,
-    read: impl AsyncFn(&mut sqlx::PgConnection) -> sqlx::Result<Option<T>>,
-) -> Result<Option<T>, DbError> {
+    read: impl AsyncFn(&mut sqlx::PgConnection) -> sqlx::Result<Option<accounts::Resumed<T>>>,
+) -> Result<Option<(SessionAccount, T)>, DbError> {
     if !accounts::is_session_token(token) {
         return Ok(None);
     }
-    crate::db::tx::on_prepared(db, read).await
+    crate::db::tx::on_prepared(db, async |c| {
+        let Some(r) = read(c).await? else { return Ok(None) };
+        if r.touch_due {
+            accounts::touch_session(c, token, SESSION_IDLE, SESSION_TOUCH_EVERY).await?;
+        }
+        Ok(Some((r.account, r.page)))
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Sign out", skip_all)]

@@ -146,25 +146,35 @@ pub fn is_session_token(token: &str) -> bool {
     token.len() == 64 && token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// The account of a live session (`core.resume_session`: idle and absolute bounds), whose
-/// last-seen time moves only when older than `touch_every`, so most page views write nothing.
-/// One prepared statement (`db::tx::on_prepared`); None for a session that has ended.
+/// A live session as a page's statement reads it: the account, whether its last-seen time is
+/// due to move (older than `touch_every`; `touch_session` moves it), and the page's document.
+pub struct Resumed<T> {
+    pub account: SessionAccount,
+    pub touch_due: bool,
+    pub page: T,
+}
+
+/// The account of a live session (`core.live_session`: idle and absolute bounds). A read: the
+/// caller moves its last-seen time with `touch_session` when `touch_due` says so, so most page
+/// views write nothing. None for a session that has ended.
 pub async fn resume_session(
     conn: &mut PgConnection,
     token: &str,
-    idle: Duration,
     touch_every: Duration,
-) -> sqlx::Result<Option<SessionAccount>> {
-    sqlx::query_as!(
-        SessionAccount,
-        r#"SELECT account_id AS "account_id!", email AS "email!", is_operator AS "is_operator!"
-           FROM core.resume_session($1, $2::bigint * interval '1 millisecond', $3::bigint * interval '1 millisecond')"#,
+) -> sqlx::Result<Option<Resumed<()>>> {
+    let row = sqlx::query!(
+        r#"SELECT account_id AS "account_id!", email AS "email!", is_operator AS "is_operator!", touch_due AS "touch_due!"
+           FROM core.live_session($1, $2::bigint * interval '1 millisecond')"#,
         token,
-        millis(idle),
         millis(touch_every)
     )
     .fetch_optional(conn)
-    .await
+    .await?;
+    Ok(row.map(|r| Resumed {
+        account: SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator },
+        touch_due: r.touch_due,
+        page: (),
+    }))
 }
 
 /// `resume_session`, and the member's home (`core.member_home`) in the same statement: the
@@ -172,22 +182,23 @@ pub async fn resume_session(
 pub async fn resume_session_with_home(
     conn: &mut PgConnection,
     token: &str,
-    idle: Duration,
     touch_every: Duration,
-) -> sqlx::Result<Option<(SessionAccount, Vec<MemberHome>)>> {
+) -> sqlx::Result<Option<Resumed<Vec<MemberHome>>>> {
     let row = sqlx::query!(
         r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
-                  core.member_home(s.account_id) AS "home!"
-           FROM core.resume_session($1, $2::bigint * interval '1 millisecond', $3::bigint * interval '1 millisecond') s"#,
+                  s.touch_due AS "touch_due!", core.member_home(s.account_id) AS "home!"
+           FROM core.live_session($1, $2::bigint * interval '1 millisecond') s"#,
         token,
-        millis(idle),
         millis(touch_every)
     )
     .fetch_optional(conn)
     .await?;
     row.map(|r| {
-        let account = SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator };
-        Ok((account, home_from_json(&r.home)?))
+        Ok(Resumed {
+            account: SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator },
+            touch_due: r.touch_due,
+            page: home_from_json(&r.home)?,
+        })
     })
     .transpose()
 }
@@ -197,24 +208,24 @@ pub async fn resume_session_with_home(
 pub async fn resume_session_with_billing(
     conn: &mut PgConnection,
     token: &str,
-    idle: Duration,
     touch_every: Duration,
-) -> sqlx::Result<Option<(SessionAccount, super::billing_reads::MemberBillingDoc)>> {
+) -> sqlx::Result<Option<Resumed<super::billing_reads::MemberBillingDoc>>> {
     let row = sqlx::query!(
         r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
-                  core.member_billing(s.account_id, $4) AS "billing!"
-           FROM core.resume_session($1, $2::bigint * interval '1 millisecond', $3::bigint * interval '1 millisecond') s"#,
+                  s.touch_due AS "touch_due!", core.member_billing(s.account_id, $3) AS "billing!"
+           FROM core.live_session($1, $2::bigint * interval '1 millisecond') s"#,
         token,
-        millis(idle),
         millis(touch_every),
         super::billing_reads::INVOICES_SHOWN as i32
     )
     .fetch_optional(conn)
     .await?;
     row.map(|r| {
-        let account = SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator };
-        let doc = serde_json::from_str(&r.billing).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-        Ok((account, doc))
+        Ok(Resumed {
+            account: SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator },
+            touch_due: r.touch_due,
+            page: serde_json::from_str(&r.billing).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        })
     })
     .transpose()
 }
@@ -224,24 +235,46 @@ pub async fn resume_session_with_billing(
 pub async fn resume_session_with_sites(
     conn: &mut PgConnection,
     token: &str,
-    idle: Duration,
     touch_every: Duration,
     requests: i32,
-) -> sqlx::Result<Option<(SessionAccount, String)>> {
+) -> sqlx::Result<Option<Resumed<String>>> {
     let row = sqlx::query!(
         r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
-                  fedwiki.member_sites(s.account_id, $4) AS "sites!"
-           FROM core.resume_session($1, $2::bigint * interval '1 millisecond', $3::bigint * interval '1 millisecond') s"#,
+                  s.touch_due AS "touch_due!", fedwiki.member_sites(s.account_id, $3) AS "sites!"
+           FROM core.live_session($1, $2::bigint * interval '1 millisecond') s"#,
         token,
-        millis(idle),
         millis(touch_every),
         requests
     )
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(|r| {
-        (SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator }, r.sites)
+    Ok(row.map(|r| Resumed {
+        account: SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator },
+        touch_due: r.touch_due,
+        page: r.sites,
     }))
+}
+
+/// Moves a live session's last-seen time and idle end, unless another view moved it within
+/// `touch_every` meanwhile: the same write done twice changes nothing.
+pub async fn touch_session(
+    conn: &mut PgConnection,
+    token: &str,
+    idle: Duration,
+    touch_every: Duration,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.web_sessions
+         SET last_seen_at = now(), expires_at = least(now() + $2::bigint * interval '1 millisecond', ends_at)
+         WHERE token_hash = sha256(convert_to($1, 'UTF8')) AND expires_at > now() AND ends_at > now()
+           AND last_seen_at < now() - $3::bigint * interval '1 millisecond'",
+        token,
+        millis(idle),
+        millis(touch_every)
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 fn millis(d: Duration) -> i64 {
