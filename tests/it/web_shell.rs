@@ -825,6 +825,24 @@ async fn page_views_write_the_session_at_most_once_a_minute() {
     assert!(touched.0 > stale.0 + chrono::Duration::seconds(60), "a minute on, the view moved last_seen_at");
 }
 
+/// The page's statement reads the session through `core.live_session` inlined into it (as the
+/// run-time role: inlining needs its EXECUTE grant): a function call of its own cost a fifth of
+/// a member page (docs/operations.md). A change that makes it volatile, strict, plpgsql or
+/// SECURITY DEFINER would run it as a call again; this says so.
+#[tokio::test]
+async fn the_session_read_is_inlined_into_the_pages_statement() {
+    let t = TestDb::new().await;
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT s.account_id, core.member_home(s.account_id)
+         FROM core.live_session('0', interval '1 minute') s",
+    )
+    .fetch_all(&t.db.pool)
+    .await
+    .unwrap();
+    assert!(plan.iter().any(|l| l.contains("web_sessions")), "the plan reads the sessions itself: {plan:#?}");
+    assert!(!plan.iter().any(|l| l.contains("Function Scan")), "no call of its own: {plan:#?}");
+}
+
 #[tokio::test]
 async fn a_new_password_ends_every_session_of_the_account_and_the_same_one_ends_none() {
     use member_console::services::auth::{Email, NewPassword, ensure_account};
