@@ -154,6 +154,12 @@ pub struct Resumed<T> {
     pub page: T,
 }
 
+impl<T> Resumed<T> {
+    fn new(account_id: i64, email: String, is_operator: bool, touch_due: bool, page: T) -> Resumed<T> {
+        Resumed { account: SessionAccount { account_id: account_id.into(), email, is_operator }, touch_due, page }
+    }
+}
+
 /// The account of a live session (`core.live_session`: idle and absolute bounds). A read: the
 /// caller moves its last-seen time with `touch_session` when `touch_due` says so, so most page
 /// views write nothing. None for a session that has ended.
@@ -170,11 +176,7 @@ pub async fn resume_session(
     )
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(|r| Resumed {
-        account: SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator },
-        touch_due: r.touch_due,
-        page: (),
-    }))
+    Ok(row.map(|r| Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, ())))
 }
 
 /// `resume_session`, and the member's home (`core.member_home`) in the same statement: the
@@ -193,14 +195,8 @@ pub async fn resume_session_with_home(
     )
     .fetch_optional(conn)
     .await?;
-    row.map(|r| {
-        Ok(Resumed {
-            account: SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator },
-            touch_due: r.touch_due,
-            page: home_from_json(&r.home)?,
-        })
-    })
-    .transpose()
+    row.map(|r| Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, home_from_json(&r.home)?)))
+        .transpose()
 }
 
 /// `resume_session`, and the member's billing page (`core.member_billing`) in the same statement:
@@ -221,11 +217,8 @@ pub async fn resume_session_with_billing(
     .fetch_optional(conn)
     .await?;
     row.map(|r| {
-        Ok(Resumed {
-            account: SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator },
-            touch_due: r.touch_due,
-            page: serde_json::from_str(&r.billing).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-        })
+        let doc = serde_json::from_str(&r.billing).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+        Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, doc))
     })
     .transpose()
 }
@@ -248,11 +241,7 @@ pub async fn resume_session_with_sites(
     )
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(|r| Resumed {
-        account: SessionAccount { account_id: r.account_id.into(), email: r.email, is_operator: r.is_operator },
-        touch_due: r.touch_due,
-        page: r.sites,
-    }))
+    Ok(row.map(|r| Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, r.sites)))
 }
 
 /// Moves a live session's last-seen time and idle end, unless another view moved it within
