@@ -62,16 +62,20 @@ BEGIN
             'membership', json_build_object('organization_id', o.organization_id, 'name', o.name, 'role', m.role),
             'held', array_to_json(ARRAY(
                 SELECT h
+                -- The grant's kind and the Stripe ids by primary key, as scalar sub-selects: a
+                -- nested loop apiece less to start than the LEFT JOINs they replace.
                 FROM (SELECT c.conferral_id, l.name AS ladder, ps.rank, p.name AS product, c.grant_id,
-                             g.kind AS grant_kind, s.stripe_subscription_id, i.stripe_item_id, c.suspended,
-                             c.quantity, l.sort_order, l.plan_ladder_id
+                             (SELECT g.kind FROM core.grants g WHERE g.grant_id = c.grant_id) AS grant_kind,
+                             (SELECT s.stripe_subscription_id FROM core.subscription_items i
+                                JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
+                               WHERE i.subscription_item_id = c.subscription_item_id) AS stripe_subscription_id,
+                             (SELECT i.stripe_item_id FROM core.subscription_items i
+                               WHERE i.subscription_item_id = c.subscription_item_id) AS stripe_item_id,
+                             c.suspended, c.quantity, l.sort_order, l.plan_ladder_id
                       FROM core.conferrals c
                       JOIN core.products p ON p.product_id = c.product_id
                       LEFT JOIN core.positions ps ON ps.conferral_id = c.conferral_id
                       LEFT JOIN core.plan_ladders l ON l.plan_ladder_id = ps.plan_ladder_id
-                      LEFT JOIN core.grants g ON g.grant_id = c.grant_id
-                      LEFT JOIN core.subscription_items i ON i.subscription_item_id = c.subscription_item_id
-                      LEFT JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
                       WHERE c.pool_id = rp.pool_id AND c.state = 'holding') h
                 ORDER BY h.sort_order NULLS LAST, h.plan_ladder_id, h.conferral_id)),
             'entitlements', array_to_json(ARRAY(
