@@ -177,8 +177,12 @@ pub async fn resume_session_with_home(
 pub async fn resume_session_with_billing(
     db: &Db,
     token: &str,
+    on_sale: &crate::store::billing_reads::OnSaleMemo,
 ) -> Result<Option<(SessionAccount, crate::store::billing_reads::MemberBillingDoc)>, DbError> {
-    resume_with(db, token, async |c| accounts::resume_session_with_billing(c, token, SESSION_TOUCH_EVERY).await).await
+    resume_with(db, token, async |c| {
+        accounts::resume_session_with_billing(c, token, SESSION_TOUCH_EVERY, on_sale).await
+    })
+    .await
 }
 
 /// `resume_session`, and the member's sites page read in the same statement (as the home's): its

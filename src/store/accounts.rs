@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, postgres::types::PgInterval};
 
 use crate::ids::{AccountId, OrganizationId};
@@ -120,10 +121,10 @@ pub async fn insert_session(
     sqlx::query!(
         "WITH s AS (
              INSERT INTO core.web_sessions (token_hash, account_id, expires_at, ends_at, address)
-             VALUES (sha256(convert_to($1, 'UTF8')), $2, now() + least($3::interval, $4::interval), now() + $4::interval, $5)
+             VALUES ($1, $2, now() + least($3::interval, $4::interval), now() + $4::interval, $5)
          )
          UPDATE core.accounts SET last_signed_in_at = now() WHERE account_id = $2",
-        token,
+        &token_hash(token)[..],
         account_id as AccountId,
         interval(idle)?,
         interval(lifetime)?,
@@ -138,6 +139,13 @@ pub async fn insert_session(
 /// `chrono::Duration`).
 fn interval(d: Duration) -> sqlx::Result<PgInterval> {
     PgInterval::try_from(chrono::Duration::from_std(d).unwrap_or_default()).map_err(sqlx::Error::Encode)
+}
+
+/// What the sessions table keeps of a token: its SHA-256 (of the token's UTF-8 bytes), so a read
+/// of the table does not yield a usable token. Computed here rather than in SQL, where the
+/// expression is evaluated for each row a scan compares (migration 0033).
+fn token_hash(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
 }
 
 /// Whether a session token is one the console makes (64 hex digits): anything else is no
@@ -170,8 +178,8 @@ pub async fn resume_session(
 ) -> sqlx::Result<Option<Resumed<()>>> {
     let row = sqlx::query!(
         r#"SELECT account_id AS "account_id!", email AS "email!", is_operator AS "is_operator!", touch_due AS "touch_due!"
-           FROM core.live_session($1, $2::bigint * interval '1 millisecond')"#,
-        token,
+           FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond')"#,
+        &token_hash(token)[..],
         millis(touch_every)
     )
     .fetch_optional(conn)
@@ -189,8 +197,8 @@ pub async fn resume_session_with_home(
     let row = sqlx::query!(
         r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
                   s.touch_due AS "touch_due!", core.member_home(s.account_id) AS "home!"
-           FROM core.live_session($1, $2::bigint * interval '1 millisecond') s"#,
-        token,
+           FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond') s"#,
+        &token_hash(token)[..],
         millis(touch_every)
     )
     .fetch_optional(conn)
@@ -205,19 +213,22 @@ pub async fn resume_session_with_billing(
     conn: &mut PgConnection,
     token: &str,
     touch_every: Duration,
+    on_sale: &super::billing_reads::OnSaleMemo,
 ) -> sqlx::Result<Option<Resumed<super::billing_reads::MemberBillingDoc>>> {
+    let seen = on_sale.seen();
     let row = sqlx::query!(
         r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
-                  s.touch_due AS "touch_due!", core.member_billing(s.account_id, $3) AS "billing!"
-           FROM core.live_session($1, $2::bigint * interval '1 millisecond') s"#,
-        token,
+                  s.touch_due AS "touch_due!", core.member_billing(s.account_id, $3, $4::text::pg_snapshot) AS "billing!"
+           FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond') s"#,
+        &token_hash(token)[..],
         millis(touch_every),
-        super::billing_reads::INVOICES_SHOWN as i32
+        super::billing_reads::INVOICES_SHOWN as i32,
+        seen.as_deref().map(super::billing_reads::OnSale::as_of)
     )
     .fetch_optional(conn)
     .await?;
     row.map(|r| {
-        let doc = serde_json::from_str(&r.billing).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+        let doc = super::billing_reads::billing_doc(&r.billing, seen, on_sale)?;
         Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, doc))
     })
     .transpose()
@@ -234,8 +245,8 @@ pub async fn resume_session_with_sites(
     let row = sqlx::query!(
         r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
                   s.touch_due AS "touch_due!", fedwiki.member_sites(s.account_id, $3) AS "sites!"
-           FROM core.live_session($1, $2::bigint * interval '1 millisecond') s"#,
-        token,
+           FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond') s"#,
+        &token_hash(token)[..],
         millis(touch_every),
         requests
     )
@@ -255,9 +266,9 @@ pub async fn touch_session(
     sqlx::query!(
         "UPDATE core.web_sessions
          SET last_seen_at = now(), expires_at = least(now() + $2::bigint * interval '1 millisecond', ends_at)
-         WHERE token_hash = sha256(convert_to($1, 'UTF8')) AND expires_at > now() AND ends_at > now()
+         WHERE token_hash = $1 AND expires_at > now() AND ends_at > now()
            AND last_seen_at < now() - $3::bigint * interval '1 millisecond'",
-        token,
+        &token_hash(token)[..],
         millis(idle),
         millis(touch_every)
     )
@@ -271,9 +282,7 @@ fn millis(d: Duration) -> i64 {
 }
 
 pub async fn delete_session(conn: &mut PgConnection, token: &str) -> sqlx::Result<()> {
-    sqlx::query!("DELETE FROM core.web_sessions WHERE token_hash = sha256(convert_to($1, 'UTF8'))", token)
-        .execute(conn)
-        .await?;
+    sqlx::query!("DELETE FROM core.web_sessions WHERE token_hash = $1", &token_hash(token)[..]).execute(conn).await?;
     Ok(())
 }
 

@@ -1,6 +1,8 @@
 //! The billing pages' reads: a member's subscriptions, invoices and the tiers they can buy; the
 //! operator's view of subscriptions, the outbox and Stripe's events. Nothing here writes.
 
+use std::sync::{Arc, Mutex};
+
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
@@ -113,23 +115,92 @@ pub struct BuyableTier {
 /// The member's billing page, as `core.member_billing` gives it in one statement: the home's
 /// document, each organization's subscriptions (live first, newest first), its newest
 /// [`INVOICES_SHOWN`] invoices, and every tier on sale (by ladder, then rank, monthly first).
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone)]
 pub struct MemberBillingDoc {
     pub home: Vec<super::accounts::MemberHome>,
     pub subscriptions: Vec<OrgSubscription>,
     pub invoices: Vec<OrgInvoice>,
-    pub on_sale: Vec<BuyableTier>,
+    pub on_sale: Arc<Vec<BuyableTier>>,
 }
 
-pub async fn member_billing(conn: &mut PgConnection, account_id: AccountId) -> sqlx::Result<MemberBillingDoc> {
+/// The tiers on sale as a billing view last read them, with the snapshot it read them in. The
+/// list is the same for every member, so `core.member_billing` is given that snapshot and reads
+/// the list again only when a transaction that wrote the catalog committed since (migration
+/// 0034). One per server, because a snapshot means something only in its own database.
+#[derive(Default)]
+pub struct OnSaleMemo(Mutex<Option<Arc<OnSale>>>);
+
+/// A list on sale and the snapshot (`pg_snapshot` as text) it was read in.
+#[derive(Debug)]
+pub struct OnSale {
+    as_of: String,
+    tiers: Arc<Vec<BuyableTier>>,
+}
+
+impl OnSaleMemo {
+    /// What the memo holds now: its snapshot goes with the statement, and the answer is read
+    /// against it (`billing_doc`), whatever another view puts in the memo meanwhile.
+    pub fn seen(&self) -> Option<Arc<OnSale>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn keep(&self, read: Arc<OnSale>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(read);
+    }
+}
+
+impl OnSale {
+    pub fn as_of(&self) -> &str {
+        &self.as_of
+    }
+}
+
+/// The document as the statement writes it: `on_sale` is null when the catalog is unchanged
+/// since the snapshot it was given, and `on_sale_as_of` is the snapshot a list read anew was
+/// read in (null for a member of no organization, who is shown none).
+#[derive(serde::Deserialize)]
+struct BillingJson {
+    home: Vec<super::accounts::MemberHome>,
+    subscriptions: Vec<OrgSubscription>,
+    invoices: Vec<OrgInvoice>,
+    on_sale: Option<Vec<BuyableTier>>,
+    on_sale_as_of: Option<String>,
+}
+
+/// Reads `core.member_billing`'s document, given what the memo held when the statement was sent
+/// (`seen`); a list read anew replaces the memo's.
+pub(crate) fn billing_doc(json: &str, seen: Option<Arc<OnSale>>, memo: &OnSaleMemo) -> sqlx::Result<MemberBillingDoc> {
+    let doc: BillingJson = serde_json::from_str(json).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    let on_sale = match (doc.on_sale, doc.on_sale_as_of, seen) {
+        (Some(tiers), Some(as_of), _) => {
+            let tiers = Arc::new(tiers);
+            memo.keep(Arc::new(OnSale { as_of, tiers: tiers.clone() }));
+            tiers
+        }
+        (Some(tiers), None, _) => Arc::new(tiers),
+        (None, _, Some(seen)) => seen.tiers.clone(),
+        (None, _, None) => {
+            return Err(sqlx::Error::Decode("the billing document kept a list on sale it was not given".into()));
+        }
+    };
+    Ok(MemberBillingDoc { home: doc.home, subscriptions: doc.subscriptions, invoices: doc.invoices, on_sale })
+}
+
+pub async fn member_billing(
+    conn: &mut PgConnection,
+    account_id: AccountId,
+    memo: &OnSaleMemo,
+) -> sqlx::Result<MemberBillingDoc> {
+    let seen = memo.seen();
     let json = sqlx::query_scalar!(
-        r#"SELECT core.member_billing($1, $2) AS "billing!""#,
+        r#"SELECT core.member_billing($1, $2, $3::text::pg_snapshot) AS "billing!""#,
         account_id as AccountId,
-        INVOICES_SHOWN as i32
+        INVOICES_SHOWN as i32,
+        seen.as_deref().map(OnSale::as_of)
     )
     .fetch_one(conn)
     .await?;
-    serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+    billing_doc(&json, seen, memo)
 }
 
 // The operator's billing page ------------------------------------------------------------------------

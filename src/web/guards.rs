@@ -85,10 +85,12 @@ async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
             })
         }
         Some(views::paths::BILLING) => {
-            crate::services::auth::resume_session_with_billing(&state.db, &token).await?.map(|(a, billing)| {
-                req.extensions_mut().insert(super::pages::billing::BillingRead(billing));
-                a
-            })
+            crate::services::auth::resume_session_with_billing(&state.db, &token, &state.on_sale).await?.map(
+                |(a, billing)| {
+                    req.extensions_mut().insert(super::pages::billing::BillingRead(billing));
+                    a
+                },
+            )
         }
         Some(views::paths::SITES | views::paths::SITES_LIVE) => {
             crate::services::auth::resume_session_with_sites(&state.db, &token).await?.map(|(a, sites)| {

@@ -32,6 +32,7 @@ use crate::{
     config::Config,
     db::Db,
     integrations::{farm::Farm, stripe::Stripe},
+    store::billing_reads::OnSaleMemo,
 };
 
 /// What every handler can reach.
@@ -42,6 +43,8 @@ pub struct AppState {
     pub stripe: Option<Arc<Stripe>>,
     /// The FedWiki farm (or the local one), when sites are connected.
     pub farm: Option<Arc<Farm>>,
+    /// What is on sale, as the billing page last read it (`core.member_billing`).
+    pub on_sale: OnSaleMemo,
 }
 
 /// The systems outside the console a server is connected to.
@@ -81,7 +84,13 @@ pub fn serve_connected(
 ) -> std::io::Result<Server> {
     let key = Key::from(&config.session_key);
     let secure = config.secure_cookies();
-    let state = web::Data::new(AppState { db, config, stripe: connected.stripe, farm: connected.farm });
+    let state = web::Data::new(AppState {
+        db,
+        config,
+        stripe: connected.stripe,
+        farm: connected.farm,
+        on_sale: OnSaleMemo::default(),
+    });
     let server =
         HttpServer::new(move || {
             let session = SessionMiddleware::builder(CookieSessionStore::default(), key.clone())

@@ -448,6 +448,59 @@ async fn a_members_billing_page_shows_the_plan_subscriptions_tiers_on_sale_and_i
     assert!(table.find("ACME-030").unwrap() < table.find("ACME-029").unwrap(), "newest first");
 }
 
+/// What is on sale is read again only when the catalog changed since the console last read it
+/// (migration 0034), and every change shows on the next view: also one whose transaction had
+/// begun, and written, before that read and committed after it. Two transactions: the writer
+/// holds its change uncommitted while a view reads the list.
+#[tokio::test]
+async fn a_change_to_the_catalog_shows_on_the_next_billing_view_even_one_that_committed_after_the_list_was_read() {
+    let t = demo_db().await;
+    let (_, basic_price, _) = billing_fixture(&t).await;
+    let app = app_with_unreachable_stripe(&t).await;
+    let (c, _) = member(&app).await;
+    let billing = async || {
+        let a = get(&app, &c, "/billing").await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.body);
+        a.body
+    };
+    assert!(billing().await.contains("€5.00 / month"));
+
+    // The writer changes Basic's price and holds it; a committed change meanwhile makes the next
+    // view read the list again, in a snapshot where the writer is still running.
+    let mut writer = t.admin.begin().await.unwrap();
+    sqlx::query("UPDATE billing.prices SET amount_minor = 700 WHERE price_id = $1")
+        .bind(basic_price)
+        .execute(&mut *writer)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE core.products SET max_quantity = max_quantity WHERE name = 'Pro'")
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    let during = billing().await;
+    assert!(during.contains("€5.00 / month") && !during.contains("€7.00"), "{during}");
+    writer.commit().await.unwrap();
+    let after = billing().await;
+    assert!(after.contains("€7.00 / month") && !after.contains("€5.00 / month"), "{after}");
+
+    // Unchanged since a snapshot, the statement leaves the list out; changed, it reads it.
+    let account: i64 =
+        scalar(&t, &format!("SELECT account_id FROM core.accounts WHERE email = '{}'", demo::MEMBER_EMAIL)).await;
+    let on_sale = async |snapshot: &str| -> serde_json::Value {
+        let doc: String = sqlx::query_scalar("SELECT core.member_billing($1, 1, $2::text::pg_snapshot)")
+            .bind(account)
+            .bind(snapshot)
+            .fetch_one(&t.admin)
+            .await
+            .unwrap();
+        serde_json::from_str::<serde_json::Value>(&doc).unwrap()["on_sale"].clone()
+    };
+    let now: String = sqlx::query_scalar("SELECT pg_current_snapshot()::text").fetch_one(&t.admin).await.unwrap();
+    assert_eq!(on_sale(&now).await, serde_json::Value::Null, "nothing changed since");
+    sqlx::query("UPDATE core.plan_ladders SET name = name").execute(&t.admin).await.unwrap();
+    assert!(on_sale(&now).await.as_array().is_some_and(|l| !l.is_empty()), "a ladder changed since");
+}
+
 #[tokio::test]
 async fn the_billing_page_says_how_a_checkout_ended_and_that_billing_is_not_connected() {
     let t = demo_db().await;

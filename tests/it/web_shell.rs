@@ -834,13 +834,35 @@ async fn the_session_read_is_inlined_into_the_pages_statement() {
     let t = TestDb::new().await;
     let plan: Vec<String> = sqlx::query_scalar(
         "EXPLAIN SELECT s.account_id, core.member_home(s.account_id)
-         FROM core.live_session('0', interval '1 minute') s",
+         FROM core.live_session('\\x00'::bytea, interval '1 minute') s",
     )
     .fetch_all(&t.db.pool)
     .await
     .unwrap();
     assert!(plan.iter().any(|l| l.contains("web_sessions")), "the plan reads the sessions itself: {plan:#?}");
     assert!(!plan.iter().any(|l| l.contains("Function Scan")), "no call of its own: {plan:#?}");
+}
+
+/// A session written by an earlier build, which hashed the token in SQL, is read by this one,
+/// which hashes it itself (migration 0033): the two hashes are one, so an upgrade signs nobody
+/// out.
+#[tokio::test]
+async fn a_session_hashed_by_the_database_is_resumed_with_the_consoles_hash() {
+    let (t, _app) = app_with_demo().await;
+    let token = "5e".repeat(32);
+    sqlx::query(
+        "INSERT INTO core.web_sessions (token_hash, account_id, expires_at, ends_at, address)
+         SELECT sha256(convert_to($1, 'UTF8')), account_id, now() + interval '1 hour', now() + interval '1 day', 'test'
+         FROM core.accounts WHERE email = $2",
+    )
+    .bind(&token)
+    .bind(demo::MEMBER_EMAIL)
+    .execute(&t.admin)
+    .await
+    .unwrap();
+    let account = member_console::services::auth::resume_session(&t.db, &token).await.unwrap();
+    assert_eq!(account.map(|a| a.email).as_deref(), Some(demo::MEMBER_EMAIL));
+    assert!(member_console::services::auth::resume_session(&t.db, &"5f".repeat(32)).await.unwrap().is_none());
 }
 
 #[tokio::test]

@@ -2,6 +2,8 @@
 //! (plan, subscriptions, tiers on sale, invoices), whose a checkout is, and the operator's
 //! billing overview. Nothing here writes or calls Stripe.
 
+use std::sync::Arc;
+
 use crate::{
     db::{Db, DbError},
     ids::{AccountId, OrganizationId, PriceId, ProductId},
@@ -9,7 +11,7 @@ use crate::{
     store::{
         accounts::{self, MemberHome, Membership},
         billing::{self as store, Price, ProductMapping},
-        billing_reads::{self as reads, BuyableTier, OrgInvoice, OrgSubscription},
+        billing_reads::{self as reads, BuyableTier, OnSaleMemo, OrgInvoice, OrgSubscription},
     },
 };
 
@@ -46,14 +48,14 @@ pub struct MemberBilling {
     pub organizations: Vec<MemberHome>,
     pub subscriptions: Vec<OrgSubscription>,
     pub invoices: Vec<OrgInvoice>,
-    pub on_sale: Vec<BuyableTier>,
+    pub on_sale: Arc<Vec<BuyableTier>>,
 }
 
 #[tracing::instrument(name = "Read a member's billing", skip_all, fields(account_id = %account_id))]
-pub async fn member_billing(db: &Db, account_id: AccountId) -> Result<MemberBilling, DbError> {
+pub async fn member_billing(db: &Db, account_id: AccountId, on_sale: &OnSaleMemo) -> Result<MemberBilling, DbError> {
     // One prepared statement (`core.member_billing`) on the prepared pool: every member page view
     // of /billing is one round trip after its session's.
-    Ok(crate::db::tx::on_prepared(db, async |c| reads::member_billing(c, account_id).await).await?.into())
+    Ok(crate::db::tx::on_prepared(db, async |c| reads::member_billing(c, account_id, on_sale).await).await?.into())
 }
 
 impl From<reads::MemberBillingDoc> for MemberBilling {

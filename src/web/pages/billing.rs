@@ -299,7 +299,7 @@ pub async fn billing_page(
     let read = actix_web::HttpMessage::extensions_mut(&req).remove::<BillingRead>();
     let b = match read {
         Some(BillingRead(doc)) => reads::MemberBilling::from(doc),
-        None => reads::member_billing(&state.db, who.account_id).await?,
+        None => reads::member_billing(&state.db, who.account_id, &state.on_sale).await?,
     };
     let organizations = b
         .organizations
@@ -327,7 +327,7 @@ pub async fn billing_page(
                     .map(|s| (*s, s.items.iter().find(|i| i.ladder == ladder)))
             };
             let mut ladders: Vec<views::LadderOffers> = vec![];
-            for t in &b.on_sale {
+            for t in b.on_sale.iter() {
                 let held = holder(&t.ladder);
                 let active = held.is_some_and(|(s, _)| s.status.branch() == SubscriptionBranch::Active);
                 let offer = views::Offer {
