@@ -6,25 +6,11 @@ use crate::common;
 
 use common::{
     TestApp, TestDb,
-    browser::{Browser, Until, WAIT},
+    browser::{Browser, SIGNED_IN, Until, WAIT},
+    pages::app_with_demo,
 };
 use member_console::demo;
 use serde_json::Value;
-
-async fn app_with_demo() -> (TestDb, TestApp) {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let app = TestApp::spawn(&t).await;
-    (t, app)
-}
-
-/// Type the credentials into the sign-in form and press its button, as a person does.
-async fn sign_in_through_the_form(b: &Browser, email: &str, password: &str) {
-    assert_eq!(b.text_of("main h1").await, "Sign in");
-    b.fill("#email", email).await;
-    b.fill("#password", password).await;
-    b.click_button("Sign in").await;
-}
 
 #[tokio::test]
 async fn a_member_signs_in_sees_home_is_refused_operations_and_signs_out() {
@@ -35,9 +21,9 @@ async fn a_member_signs_in_sees_home_is_refused_operations_and_signs_out() {
             // Anonymous: the start page sends the person to sign in.
             b.goto(&app.url("/")).await;
             assert_eq!(b.path().await, "/login");
-            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+            b.submit_sign_in(demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
 
-            b.wait_for(Until::Css("header.topbar .user-email"), WAIT).await;
+            b.wait_for(SIGNED_IN, WAIT).await;
             assert_eq!(b.path().await, "/");
             assert_eq!(b.text_of("main h1").await, "Home");
             assert_eq!(b.text_of("header.topbar .user-email").await, demo::MEMBER_EMAIL);
@@ -80,9 +66,7 @@ async fn an_operator_signs_in_and_sees_operations() {
     Browser::start()
         .await
         .run(async |b| {
-            b.goto(&app.url("/login")).await;
-            sign_in_through_the_form(b, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-            b.wait_for(Until::Css("header.topbar .user-email"), WAIT).await;
+            b.sign_in_at(&app.url("/login"), demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD, SIGNED_IN).await;
             assert_eq!(b.text_of("header.topbar .user-email").await, demo::OPERATOR_EMAIL);
             assert_eq!(b.text_of("header.topbar .badge").await, "Operator");
 
@@ -105,7 +89,7 @@ async fn a_wrong_password_is_refused_on_the_sign_in_page_keeping_the_email() {
         .await
         .run(async |b| {
             b.goto(&app.url("/login")).await;
-            sign_in_through_the_form(b, demo::MEMBER_EMAIL, "not-the-password").await;
+            b.submit_sign_in(demo::MEMBER_EMAIL, "not-the-password").await;
 
             // The refusal appears in the sign-in card itself, not on a page of its own.
             let alert = b.wait_for(Until::Css(".signin-card .refusal[role='alert']"), WAIT).await;
@@ -127,9 +111,7 @@ async fn htmx_requests_carry_the_csrf_header_from_the_body() {
     Browser::start()
         .await
         .run(async |b| {
-            b.goto(&app.url("/login")).await;
-            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-            b.wait_for(Until::Css("header.topbar .user-email"), WAIT).await;
+            b.sign_in_at(&app.url("/login"), demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD, SIGNED_IN).await;
             assert_eq!(b.execute("return typeof htmx.process", vec![]).await, "function", "htmx is loaded");
 
             // Control: the same POST without the token is refused and the session lives on, so
@@ -171,9 +153,13 @@ async fn an_organization_search_keeps_its_query_in_the_address_bar() {
     Browser::start()
         .await
         .run(async |b| {
-            b.goto(&app.url("/login?next=/operator/organizations")).await;
-            sign_in_through_the_form(b, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-            b.wait_for(Until::Path("/operator/organizations"), WAIT).await;
+            b.sign_in_at(
+                &app.url("/login?next=/operator/organizations"),
+                demo::OPERATOR_EMAIL,
+                demo::OPERATOR_PASSWORD,
+                Until::Path("/operator/organizations"),
+            )
+            .await;
             b.fill("#org-search", "glob").await;
             b.wait_for(Until::Text("matching “glob”"), WAIT).await;
             // The results came by htmx, and the address says what they are.
@@ -201,9 +187,8 @@ async fn a_member_buys_pro_on_the_stripe_stand_ins_page_and_sees_it_on_billing_a
     Browser::start()
         .await
         .run(async |b| {
-            b.goto(&app.url("/billing")).await;
-            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-            b.wait_for(Until::Path("/billing"), WAIT).await;
+            b.sign_in_at(&app.url("/billing"), demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD, Until::Path("/billing"))
+                .await;
             let before = b.text_of("main").await;
             assert!(before.contains("Free"), "the floor before buying: {before}");
             assert!(before.contains("€30.00 / month"), "Pro on sale: {before}");
@@ -251,9 +236,8 @@ async fn a_member_upgrades_seeing_the_amount_first_then_schedules_a_downgrade_an
     Browser::start()
         .await
         .run(async |b| {
-            b.goto(&app.url("/billing")).await;
-            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-            b.wait_for(Until::Path("/billing"), WAIT).await;
+            b.sign_in_at(&app.url("/billing"), demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD, Until::Path("/billing"))
+                .await;
 
             // Upgrade: the amount first, then the plan in force at once.
             b.click("button[aria-label^='Switch to Pro at']").await;
@@ -306,9 +290,13 @@ async fn an_operator_grant_pauses_the_members_subscription_and_resume_plan_bring
     Browser::start()
         .await
         .run(async |b| {
-            b.goto(&app.url("/")).await;
-            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-            b.wait_for(Until::Text("An operator grant gives you Pro"), WAIT).await;
+            b.sign_in_at(
+                &app.url("/"),
+                demo::MEMBER_EMAIL,
+                demo::MEMBER_PASSWORD,
+                Until::Text("An operator grant gives you Pro"),
+            )
+            .await;
             b.keep_step(1, "paused-by-a-grant").await;
             let home = b.text_of("main").await;
             assert!(home.contains("in place of your Basic subscription, which is paused"), "{home}");
@@ -378,9 +366,7 @@ async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_
     Browser::start()
         .await
         .run(async |b| {
-            b.goto(&app.url("/sites")).await;
-            sign_in_through_the_form(b, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-            b.wait_for(Until::Path("/sites"), WAIT).await;
+            b.sign_in_at(&app.url("/sites"), demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD, Until::Path("/sites")).await;
             assert!(b.text_of("main").await.contains("0 of 3 active"));
 
             // Create three sites; the page follows each request until it is done.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{
     acts::scalar,
-    browser::{Browser, Until},
+    browser::{Browser, SIGNED_IN, Until},
     pages::app_with_demo,
 };
 use member_console::demo;
@@ -25,11 +25,7 @@ async fn an_operator_reads_the_overview_and_the_ladders_then_changes_a_default_a
     Browser::start()
         .await
         .run(async |b| {
-            b.goto(&app.url("/login")).await;
-            b.fill("#email", demo::OPERATOR_EMAIL).await;
-            b.fill("#password", demo::OPERATOR_PASSWORD).await;
-            b.click_button("Sign in").await;
-            b.wait_for(Until::Css("header.topbar .user-email"), STEP).await;
+            b.sign_in_at(&app.url("/login"), demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD, SIGNED_IN).await;
 
             // The overview: every subsystem's health, and the last hour's charts.
             b.goto(&app.url("/operator")).await;
@@ -104,11 +100,7 @@ async fn an_operator_reads_the_overview_and_the_ladders_then_changes_a_default_a
 
 /// The demo member signs in through the form.
 async fn member_signs_in(b: &Browser, app: &common::TestApp) {
-    b.goto(&app.url("/login")).await;
-    b.fill("#email", demo::MEMBER_EMAIL).await;
-    b.fill("#password", demo::MEMBER_PASSWORD).await;
-    b.click_button("Sign in").await;
-    b.wait_for(Until::Css("header.topbar .user-email"), STEP).await;
+    b.sign_in_at(&app.url("/login"), demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD, SIGNED_IN).await;
 }
 
 #[tokio::test]

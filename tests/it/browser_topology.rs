@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{
     TestApp, TestDb,
     acts::scalar,
-    browser::{Browser, Until},
+    browser::{Browser, SIGNED_IN, Until},
     pages::app_with_demo,
 };
 use member_console::demo;
@@ -39,12 +39,7 @@ async fn plan_acts(t: &TestDb) -> i64 {
 
 /// Sign in as the demo operator through the form, then open the topology page.
 async fn operator_on_topology(b: &Browser, app: &TestApp) {
-    b.goto(&app.url("/login")).await;
-    assert_eq!(b.text_of("main h1").await, "Sign in");
-    b.fill("#email", demo::OPERATOR_EMAIL).await;
-    b.fill("#password", demo::OPERATOR_PASSWORD).await;
-    b.click_button("Sign in").await;
-    b.wait_for(Until::Css("header.topbar .user-email"), STEP).await;
+    b.sign_in_at(&app.url("/login"), demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD, SIGNED_IN).await;
     b.goto(&app.url("/operator/topology")).await;
     b.wait_for(Until::Css("#ladders-heading"), STEP).await;
     assert_eq!(b.path().await, "/operator/topology");

@@ -5,19 +5,12 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestApp, TestDb, csrf_from};
+use common::{TestApp, TestDb, csrf_from, pages::app_with_demo};
 use member_console::{
     demo,
     ids::{EntitlementSetId, OrganizationId},
 };
 use reqwest::StatusCode;
-
-async fn app_with_demo() -> (TestDb, TestApp) {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let app = TestApp::spawn(&t).await;
-    (t, app)
-}
 
 #[tokio::test]
 async fn probes_answer() {

@@ -32,6 +32,8 @@ pub const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// How long a step may take before the test fails: generous, for a 2-core machine under load.
 pub const WAIT: Duration = Duration::from_secs(15);
+/// Signed in: the top bar names the account.
+pub const SIGNED_IN: Until<'static> = Until::Css("header.topbar .user-email");
 
 const INSTALL_HINT: &str = "run scripts/test, which installs Debian's chromium and chromium-driver \
      (or: apt-get install -y chromium chromium-driver)";
@@ -241,6 +243,21 @@ impl Browser {
         self.client.find_all(Locator::Css(css)).await.unwrap_or_else(|e| panic!("finding `{css}`: {e}"))
     }
 
+    /// Type the credentials into the sign-in form on the page and press its button, as a person
+    /// does.
+    pub async fn submit_sign_in(&self, email: &str, password: &str) {
+        assert_eq!(self.text_of("main h1").await, "Sign in");
+        self.fill("#email", email).await;
+        self.fill("#password", password).await;
+        self.click_button("Sign in").await;
+    }
+
+    /// Open `url` signed out (the sign-in form shows), sign in there, and wait until `then`.
+    pub async fn sign_in_at(&self, url: &str, email: &str, password: &str, then: Until<'_>) {
+        self.goto(url).await;
+        self.submit_sign_in(email, password).await;
+        self.wait_for(then, WAIT).await;
+    }
     /// Type `text` into the field matching `css`, replacing what it held.
     pub async fn fill(&self, css: &str, text: &str) {
         let field = self.find(css).await;
