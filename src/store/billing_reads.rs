@@ -98,7 +98,7 @@ pub struct OrgInvoice {
 
 /// A tier someone can buy: a published product of rank above 0 on a ladder, at a price that is
 /// active and that Stripe has (synced, and not archived there).
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 pub struct BuyableTier {
     pub ladder: String,
     pub rank: i32,

@@ -212,6 +212,7 @@ mod tests {
                         | StressPath::CreateSite
                         | StressPath::DeleteSite
                         | StressPath::ChangePlan
+                        | StressPath::ReadBilling
                         | StressPath::SyncSites
                         | StressPath::ReconcileQuota
                         | StressPath::RepairAtStart

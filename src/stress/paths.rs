@@ -71,6 +71,10 @@ pub enum StressPath {
     ChangePlan,
     /// An owner resumes a billed organization's subscription that a grant displaced.
     ResumePlan,
+    /// The owner's billing page read as a server reads it, against the run's list on sale, and
+    /// the same list read afresh in the same snapshot: the two must be equal, whatever the
+    /// catalog's writers are doing.
+    ReadBilling,
     /// A member creates a site on a shared organization (a name from a few), then its request
     /// is carried through the slot gate, the farm and the record step.
     CreateSite,
@@ -133,7 +137,7 @@ const fn joined<const N: usize>(groups: &[&[StressPath]]) -> [StressPath; N] {
 impl StressPath {
     /// Every path, each group listed once below and joined here in the order the tasks' weights
     /// and the report go through them.
-    pub const ALL: [StressPath; 59] = joined(&[
+    pub const ALL: [StressPath; 60] = joined(&[
         &[
             StressPath::CreateOrganization,
             StressPath::ConferGrant,
@@ -183,13 +187,14 @@ impl StressPath {
     ];
 
     /// The billing paths (Stripe's stand-in, read or changed, and the console's side).
-    pub const BILLING_PATHS: [StressPath; 6] = [
+    pub const BILLING_PATHS: [StressPath; 7] = [
         StressPath::ReconcileSubscription,
         StressPath::ConvergeInvoice,
         StressPath::SyncProduct,
         StressPath::ClaimOutbox,
         StressPath::ChangePlan,
         StressPath::ResumePlan,
+        StressPath::ReadBilling,
     ];
 
     /// The grant paths (the tasks' and the workers').
@@ -289,6 +294,8 @@ impl StressPath {
             // Only Stripe calls, then ReconcileSubscription (declared).
             StressPath::ChangePlan => "Change a plan",
             StressPath::ResumePlan => billing::resume::RESUME_SUBSCRIPTION_LOCKS.path,
+            // A read: no lock.
+            StressPath::ReadBilling => "Read a member's billing",
             // The handlers' spans: each records its request (declared) and carries it through
             // the gate and the record step (declared).
             StressPath::CreateSite => "Create a site",
@@ -359,6 +366,8 @@ impl StressPath {
             StressPath::ChangePlan => 2 * X,
             // Refused unless a grant displaced the subscription: often enough to meet one.
             StressPath::ResumePlan => X,
+            // As often as the catalog's writers it meets (a product's edit, a sync click).
+            StressPath::ReadBilling => X,
             StressPath::CreateSite | StressPath::ChangeSiteStatus => 2 * X,
             StressPath::SwapSites | StressPath::DeleteSite => X,
             // The registry's lock meets the creates' and deletions' name placements; a placement

@@ -129,6 +129,7 @@ async fn run_billed(
         },
         site_member,
         plan_owner,
+        on_sale: Default::default(),
         connections: connected.connections.clone(),
         relay: connected.relay.clone(),
         sync_cap: config.rule_change_sync_cap,

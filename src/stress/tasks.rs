@@ -17,6 +17,8 @@ pub(super) struct Ctx {
     pub(super) site_member: crate::ids::AccountId,
     /// The owner who switches and cancels the billed organizations' plans.
     pub(super) plan_owner: crate::ids::AccountId,
+    /// What is on sale as the run's billing views last read it, as a server keeps it.
+    pub(super) on_sale: crate::store::billing_reads::OnSaleMemo,
     /// The run's two connections (to receivers of its own) and the client that pushes to them.
     pub(super) connections: Vec<crate::ids::ConnectionId>,
     pub(super) relay: crate::integrations::desired_state::Relay,
@@ -252,6 +254,7 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::ClaimOutbox => claim_outbox(ctx, note).await,
         StressPath::ChangePlan => change_plan(ctx, rng, note).await,
         StressPath::ResumePlan => resume_plan(ctx, rng, note).await,
+        StressPath::ReadBilling => read_billing(ctx, note).await,
         StressPath::CreateSite => create_site(ctx, rng, note).await,
         StressPath::ChangeSiteStatus => change_site_status(ctx, rng, note).await,
         StressPath::SwapSites => swap_sites(ctx, rng, note).await,

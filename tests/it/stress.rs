@@ -130,7 +130,8 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
     // The billing paths by their declarations' names, against the run's Stripe stand-in: a
     // subscription changed and reconciled, an invoice converged, a sync click, and an outbox pass
     // that claimed rows (the grant acts on the shared organizations ask for their subscriptions'
-    // reconciles, and the sync clicks for syncs).
+    // reconciles, and the sync clicks for syncs), and the billing page's read against its kept
+    // list on sale.
     assert_eq!(
         StressPath::BILLING_PATHS.map(|p| p.name()),
         [
@@ -139,7 +140,8 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
             "catalogsync.Sync",
             "Claim outbox rows",
             "Change a plan",
-            "ResumeSubscription"
+            "ResumeSubscription",
+            "Read a member's billing"
         ]
     );
     for p in StressPath::BILLING_PATHS {

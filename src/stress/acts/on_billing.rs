@@ -396,3 +396,30 @@ pub(in crate::stress) async fn resume_plan(ctx: &Ctx, rng: &mut Rng, note: &mut 
     .await;
     billing_outcome(r, note)
 }
+
+/// The owner's billing page as a server reads it (`core.member_billing` given the run's list on
+/// sale and its snapshot), and the same document read afresh in the same statement, so in the
+/// same snapshot: the lists must be equal. A list kept past a catalog change its snapshot did not
+/// see is an error.
+pub(in crate::stress) async fn read_billing(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
+    use crate::store::billing_reads::{self as reads, OnSale, OnSaleMemo};
+    let seen = ctx.on_sale.seen();
+    let (kept, fresh): (String, String) =
+        sqlx::query_as("SELECT core.member_billing($1, $2, $3::text::pg_snapshot), core.member_billing($1, $2, NULL)")
+            .bind(ctx.plan_owner)
+            .bind(reads::INVOICES_SHOWN as i32)
+            .bind(seen.as_deref().map(OnSale::as_of))
+            .fetch_one(&ctx.db.pool)
+            .await?;
+    note.detail = if seen.is_some() { "against the kept list".into() } else { "nothing kept yet".into() };
+    let kept = reads::billing_doc(&kept, seen, &ctx.on_sale)?;
+    let fresh = reads::billing_doc(&fresh, None, &OnSaleMemo::default())?;
+    if kept.on_sale != fresh.on_sale {
+        return Err(Failure::Error(format!(
+            "the billing page kept a list on sale its snapshot no longer shows: kept {:?}, read {:?}",
+            kept.on_sale, fresh.on_sale
+        )));
+    }
+    note.detail.push_str(&format!(", {} tiers on sale", fresh.on_sale.len()));
+    Ok(Outcome::Done)
+}
