@@ -327,3 +327,38 @@ pub async fn latest_events(conn: &mut PgConnection, limit: i64) -> sqlx::Result<
     .fetch_all(conn)
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(on_sale: &str, as_of: &str) -> String {
+        format!(
+            r#"{{"home": [], "subscriptions": [], "invoices": [], "on_sale": {on_sale}, "on_sale_as_of": {as_of}}}"#
+        )
+    }
+
+    const BASIC: &str = r#"[{"ladder": "Wiki hosting", "rank": 1, "max_quantity": 1, "product_id": 2, "product": "Basic",
+        "price_id": 7, "billing_interval": "month", "amount_minor": 500, "currency": "eur"}]"#;
+
+    /// A list read anew is kept with its snapshot; a list left out is the kept one; a member of no
+    /// organization's empty list keeps nothing; a list left out with nothing kept is an error,
+    /// never an empty list.
+    #[test]
+    fn the_document_is_read_against_the_kept_list() {
+        let memo = OnSaleMemo::default();
+        let read = billing_doc(&doc(BASIC, r#""10:12:""#), None, &memo).unwrap();
+        assert_eq!(read.on_sale.len(), 1);
+        let kept = memo.seen().expect("kept");
+        assert_eq!(kept.as_of(), "10:12:");
+
+        let unchanged = billing_doc(&doc("null", "null"), Some(kept.clone()), &memo).unwrap();
+        assert_eq!(unchanged.on_sale, read.on_sale);
+
+        let nobody = billing_doc(&doc("[]", "null"), Some(kept), &memo).unwrap();
+        assert!(nobody.on_sale.is_empty());
+        assert_eq!(memo.seen().unwrap().as_of(), "10:12:", "an empty list for no organization is not kept");
+
+        assert!(billing_doc(&doc("null", "null"), None, &OnSaleMemo::default()).is_err());
+    }
+}
