@@ -61,7 +61,9 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
 }
 
 /// `op` run again (up to five times, a little later each time) while it fails on a catalog row
-/// another session updated at the same time ("tuple concurrently updated", XX000): what failed
+/// another session updated at the same time ("tuple concurrently updated", XX000) or inserted at
+/// the same time (a duplicate in a catalog's own unique index, `pg_...`: two first
+/// `ALTER ROLE ... SET`s of one role on a new server both insert its settings row): what failed
 /// rolled back whole, and `op` is idempotent.
 async fn again_on_collision<T, E: std::fmt::Display, F: Future<Output = Result<T, E>>>(
     what: &str,
@@ -70,7 +72,7 @@ async fn again_on_collision<T, E: std::fmt::Display, F: Future<Output = Result<T
     let mut collisions = 0;
     loop {
         match op().await {
-            Err(e) if collisions < 5 && e.to_string().contains("tuple concurrently updated") => {
+            Err(e) if collisions < 5 && collided(&e.to_string()) => {
                 collisions += 1;
                 tracing::warn!(error = %e, "{what} collided with another session's on a catalog row; again");
                 tokio::time::sleep(std::time::Duration::from_millis(50 * collisions)).await;
@@ -78,6 +80,11 @@ async fn again_on_collision<T, E: std::fmt::Display, F: Future<Output = Result<T
             other => return other,
         }
     }
+}
+
+fn collided(error: &str) -> bool {
+    error.contains("tuple concurrently updated")
+        || error.contains("duplicate key value violates unique constraint \"pg_")
 }
 
 /// Create a cluster-wide role (NOLOGIN) unless it exists. Roles belong to the server, not to a
@@ -127,4 +134,20 @@ pub async fn is_current(conn: &mut sqlx::PgConnection) -> Result<bool, sqlx::Err
     let expected: Vec<i64> =
         MIGRATOR.iter().filter(|m| m.migration_type.is_up_migration()).map(|m| m.version).collect();
     Ok(applied.iter().all(|(_, ok)| *ok) && applied.iter().map(|(v, _)| *v).collect::<Vec<_>>() == expected)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The two ways two databases of one server migrating at once collide on a catalog row, as
+    /// PostgreSQL words them (the second seen in CI: two benches' scratch databases on a new
+    /// cluster), and a duplicate in one of the console's own tables, which is no collision.
+    #[test]
+    fn catalog_collisions_are_told_from_other_errors() {
+        assert!(super::collided("error returned from database: tuple concurrently updated"));
+        assert!(super::collided(
+            "while executing migration 13: error returned from database: duplicate key value violates unique \
+             constraint \"pg_db_role_setting_databaseid_rol_index\" at line 664"
+        ));
+        assert!(!super::collided("duplicate key value violates unique constraint \"organizations_name_key\""));
+    }
 }
