@@ -281,7 +281,7 @@ pub async fn on_prepared<T>(db: &Db, op: impl AsyncFn(&mut PgConnection) -> sqlx
 /// before it lends, closing each that does not answer.
 async fn live_prepared(db: &Db) -> Result<PoolConnection<Postgres>, DbError> {
     let mut last = None;
-    for _ in 0..=Db::prepared_connections() {
+    for _ in 0..=db.prepared.options().get_max_connections() {
         let mut conn = db.prepared.acquire().await?;
         match sqlx::Connection::ping(&mut *conn).await {
             Ok(()) => return bounded(db, conn).await,
