@@ -3,16 +3,14 @@
 
 use std::time::Duration;
 
-use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult};
 use crate::protocol::recipient_id;
 use crate::server::AppState;
 use crate::signature::Secret;
+use standin_http::{ApiError, ApiResult, Failures, json_body};
 
 /// The status an injected failure answers with unless told otherwise.
 const DEFAULT_FAILURE: u16 = 500;
@@ -20,12 +18,10 @@ const DEFAULT_FAILURE: u16 = 500;
 /// The faults pushes meet, as `POST /_receiver/faults` set them.
 #[derive(Debug, Clone, Serialize)]
 pub struct Faults {
-    /// How many of the next signed pushes are answered `status` without being applied.
-    pub fail_next: u32,
-    /// The status they are answered with.
-    pub status: u16,
-    /// How long every push waits before it is handled.
-    pub delay_ms: u64,
+    /// How many of the next signed pushes are answered `status` without being applied, and how
+    /// long every push waits before it is handled.
+    #[serde(flatten)]
+    pub failures: Failures,
     /// How many of the next applied updates are answered with the pushed generation minus one
     /// (a remote that lies about what it holds).
     pub stale_next: u32,
@@ -33,23 +29,18 @@ pub struct Faults {
 
 impl Default for Faults {
     fn default() -> Self {
-        Faults { fail_next: 0, status: DEFAULT_FAILURE, delay_ms: 0, stale_next: 0 }
+        Faults { failures: Failures::none(DEFAULT_FAILURE), stale_next: 0 }
     }
 }
 
 impl Faults {
     pub fn delay(&self) -> Duration {
-        Duration::from_millis(self.delay_ms)
+        self.failures.delay()
     }
 
     /// The failure for one push while failures remain.
     pub fn take_failure(&mut self) -> Option<ApiError> {
-        if self.fail_next == 0 {
-            return None;
-        }
-        self.fail_next -= 1;
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        Some(ApiError::new(status, "The receiver failed this push on purpose (a fault injected for a test)."))
+        self.failures.take("The receiver failed this push on purpose (a fault injected for a test).")
     }
 
     /// Whether this applied update is answered with a stale generation.
@@ -58,11 +49,6 @@ impl Faults {
         self.stale_next = self.stale_next.saturating_sub(1);
         lie
     }
-}
-
-fn json_body<T: DeserializeOwned>(body: &[u8], example: &str) -> ApiResult<T> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("The body must be JSON like {example}; this one is not: {e}.")))
 }
 
 /// `GET /_receiver/state`: every recipient held with its history, and the counters.
@@ -84,21 +70,8 @@ struct SetFaults {
 /// `status` fails with 500); answers the faults now in force.
 pub async fn set_faults(app: web::Data<AppState>, body: web::Bytes) -> ApiResult<HttpResponse> {
     let asked: SetFaults = json_body(&body, r#"{"fail_next": 1, "status": 500, "delay_ms": 0, "stale_next": 0}"#)?;
-    if let Some(status) = asked.status
-        && !(400..=599).contains(&status)
-    {
-        return Err(ApiError::bad_request("The status of an injected failure must be between 400 and 599."));
-    }
     let mut faults = app.faults();
-    if let Some(n) = asked.fail_next {
-        faults.fail_next = n;
-        faults.status = asked.status.unwrap_or(DEFAULT_FAILURE);
-    } else if let Some(status) = asked.status {
-        faults.status = status;
-    }
-    if let Some(ms) = asked.delay_ms {
-        faults.delay_ms = ms;
-    }
+    faults.failures.set(asked.fail_next, asked.status, asked.delay_ms)?;
     if let Some(n) = asked.stale_next {
         faults.stale_next = n;
     }

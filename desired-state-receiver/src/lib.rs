@@ -7,7 +7,6 @@
 //! Start it in-process with [`Receiver::start`] or run the `desired-state-receiver` binary.
 
 mod control;
-mod error;
 mod page;
 mod protocol;
 mod server;

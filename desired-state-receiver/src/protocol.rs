@@ -5,9 +5,9 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
 use crate::state::Push;
+use standin_http::{ApiError, ApiResult};
 
 pub const UPDATED: &str = "desired_state.updated";
 pub const TEST: &str = "desired_state.test";

@@ -6,17 +6,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use actix_web::body::BoxBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::middleware::{Next, from_fn};
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
+use actix_web::middleware::from_fn;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde_json::Value;
 
 use crate::control::{self, Faults};
-use crate::error::{ApiError, ApiResult};
 use crate::signature::{self, Secret, Signed};
 use crate::state::Held;
 use crate::{page, protocol};
+use standin_http::{ApiError, ApiResult, loopback_only, method_not_allowed};
 
 /// Everything a request handler needs.
 pub struct AppState {
@@ -120,7 +118,7 @@ pub fn build(listener: TcpListener, data: web::Data<AppState>) -> std::io::Resul
             )
             .service(
                 web::scope("/_receiver")
-                    .wrap(from_fn(loopback_only))
+                    .wrap(from_fn(|req, next| loopback_only("The receiver's", req, next)))
                     .service(web::resource("/state").get(control::state).default_service(web::to(method_not_allowed)))
                     .service(
                         web::resource("/faults")
@@ -148,27 +146,6 @@ pub fn build(listener: TcpListener, data: web::Data<AppState>) -> std::io::Resul
     Ok(server)
 }
 
-/// The test controls answer loopback callers only.
-async fn loopback_only(
-    req: ServiceRequest,
-    next: Next<impl actix_web::body::MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    if !req.peer_addr().is_some_and(|a| a.ip().is_loopback()) {
-        let refusal = ApiError::new(
-            actix_web::http::StatusCode::FORBIDDEN,
-            "The receiver's test controls answer only on the loopback interface.",
-        );
-        return Ok(req.into_response(refusal.error_response()));
-    }
-    Ok(next.call(req).await?.map_into_boxed_body())
-}
-
 async fn not_found(req: HttpRequest) -> HttpResponse {
-    let message = format!("The receiver has no {} {}.", req.method(), req.path());
-    ApiError::not_found(message).error_response()
-}
-
-async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
-    let message = format!("{} is not allowed on {}.", req.method(), req.path());
-    ApiError::new(actix_web::http::StatusCode::METHOD_NOT_ALLOWED, message).error_response()
+    standin_http::no_route("The receiver", &req)
 }

@@ -1,13 +1,12 @@
 //! The farm API (`/api/...`, bearer token checked by the gate in `server`). See docs/farm-api.md.
 
 use actix_web::{HttpResponse, web};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ApiError, ApiResult};
 use crate::farm::Created;
 use crate::server::AppState;
 use crate::state::{Site, Status, format_time};
+use standin_http::{ApiError, ApiResult, json_body};
 
 /// `PUT /api/sites/{domain}`.
 #[derive(Deserialize)]
@@ -22,11 +21,6 @@ struct CreateSite {
 #[serde(deny_unknown_fields)]
 struct SetStatus {
     status: String,
-}
-
-fn parse_body<T: DeserializeOwned>(body: &[u8], example: &str) -> ApiResult<T> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("The body must be JSON like {example}; this one is not: {e}.")))
 }
 
 #[derive(Serialize)]
@@ -78,7 +72,7 @@ pub async fn show(app: web::Data<AppState>, domain: web::Path<String>) -> ApiRes
 /// `PUT /api/sites/{domain}`: 201 when created, 200 when the same owner already holds it.
 pub async fn create(app: web::Data<AppState>, domain: web::Path<String>, body: web::Bytes) -> ApiResult<HttpResponse> {
     let domain = app.farm.parse_domain(&domain)?;
-    let asked: CreateSite = parse_body(&body, r#"{"owner": "...", "status": "active"}"#)?;
+    let asked: CreateSite = json_body(&body, r#"{"owner": "...", "status": "active"}"#)?;
     if asked.owner.trim().is_empty() {
         return Err(ApiError::bad_request("The owner must not be empty."));
     }
@@ -99,7 +93,7 @@ pub async fn set_status(
     domain: web::Path<String>,
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
-    let asked: SetStatus = parse_body(&body, r#"{"status": "parked"}"#)?;
+    let asked: SetStatus = json_body(&body, r#"{"status": "parked"}"#)?;
     let Some(status) = Status::parse(&asked.status) else {
         return Err(ApiError::bad_request("The status must be \"active\", \"parked\" or \"archived\"."));
     };

@@ -3,22 +3,19 @@
 
 use std::time::Duration;
 
-use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ApiError, ApiResult};
 use crate::server::AppState;
+use standin_http::{ApiError, ApiResult, Failures, json_body};
 
 /// The faults `/api` calls meet, as `POST /_farm/faults` set them.
 #[derive(Debug, Clone, Serialize)]
 pub struct Faults {
-    /// How many of the next `/api` calls fail.
-    pub fail_next: u32,
-    /// The status they fail with.
-    pub status: u16,
-    /// How long every `/api` call waits before it is answered.
-    pub delay_ms: u64,
+    /// How many of the next `/api` calls fail, with which status, and how long every `/api` call
+    /// waits before it is answered.
+    #[serde(flatten)]
+    pub failures: Failures,
     /// How long every `/api` call's answer is held after the call was done: a caller that dies
     /// meanwhile never hears that the farm did it.
     pub hold_answer_ms: u64,
@@ -28,7 +25,7 @@ pub struct Faults {
 
 impl Default for Faults {
     fn default() -> Self {
-        Faults { fail_next: 0, status: 503, delay_ms: 0, hold_answer_ms: 0, method: None }
+        Faults { failures: Failures::none(503), hold_answer_ms: 0, method: None }
     }
 }
 
@@ -48,14 +45,12 @@ impl Faults {
         if self.method.as_deref().is_some_and(|m| !m.eq_ignore_ascii_case(method)) {
             return ForCall { delay: Duration::ZERO, failure: None, hold_answer: Duration::ZERO };
         }
-        let (delay, hold_answer) = (Duration::from_millis(self.delay_ms), Duration::from_millis(self.hold_answer_ms));
-        if self.fail_next == 0 {
-            return ForCall { delay, failure: None, hold_answer };
+        let (delay, hold_answer) = (self.failures.delay(), Duration::from_millis(self.hold_answer_ms));
+        match self.failures.take("The farm failed this call on purpose (a fault injected for a test).") {
+            // A failed call is answered at once: it was not done, so there is nothing to hold.
+            Some(failure) => ForCall { delay, failure: Some(failure), hold_answer: Duration::ZERO },
+            None => ForCall { delay, failure: None, hold_answer },
         }
-        self.fail_next -= 1;
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        let failure = ApiError::new(status, "The farm failed this call on purpose (a fault injected for a test).");
-        ForCall { delay, failure: Some(failure), hold_answer: Duration::ZERO }
     }
 }
 
@@ -74,26 +69,9 @@ pub struct SetFaults {
 /// "method": "DELETE"}`: each field given replaces that part (`0` clears a delay, `""` the
 /// method); answers the faults now in force.
 pub async fn set_faults(app: web::Data<AppState>, body: web::Bytes) -> ApiResult<HttpResponse> {
-    let asked: SetFaults = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "The body must be JSON like {{\"fail_next\": 1, \"status\": 503, \"delay_ms\": 0}}; this one is not: {e}."
-        ))
-    })?;
-    if let Some(status) = asked.status
-        && !(400..=599).contains(&status)
-    {
-        return Err(ApiError::bad_request("The status of an injected failure must be between 400 and 599."));
-    }
+    let asked: SetFaults = json_body(&body, r#"{"fail_next": 1, "status": 503, "delay_ms": 0}"#)?;
     let mut faults = app.faults();
-    if let Some(n) = asked.fail_next {
-        faults.fail_next = n;
-        faults.status = asked.status.unwrap_or(503);
-    } else if let Some(status) = asked.status {
-        faults.status = status;
-    }
-    if let Some(ms) = asked.delay_ms {
-        faults.delay_ms = ms;
-    }
+    faults.failures.set(asked.fail_next, asked.status, asked.delay_ms)?;
     if let Some(ms) = asked.hold_answer_ms {
         faults.hold_answer_ms = ms;
     }

@@ -1,57 +1,23 @@
-//! The farm API's one error shape: `{"error": "<a sentence for a person>"}` with a 4xx/5xx status.
+//! The farm API's refusals, in the stand-ins' one error shape (`standin_http::ApiError`:
+//! `{"error": "<a sentence for a person>"}` with a 4xx/5xx status).
 
 use actix_web::http::StatusCode;
-use actix_web::{HttpResponse, ResponseError};
-use serde_json::json;
+use standin_http::ApiError;
 
-#[derive(Debug, Clone)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub message: String,
+pub fn no_token() -> ApiError {
+    ApiError::unauthorized("This call needs the farm's token as `Authorization: Bearer <token>`.")
 }
 
-impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, message: message.into() }
-    }
-
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, message)
-    }
-
-    pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "This call needs the farm's token as `Authorization: Bearer <token>`.")
-    }
-
-    pub fn not_found(domain: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, format!("There is no site {domain} on this farm."))
-    }
-
-    pub fn conflict(domain: &str) -> Self {
-        Self::new(StatusCode::CONFLICT, format!("The site {domain} already exists and belongs to another owner."))
-    }
-
-    /// The farm could not write its state or a site's folder.
-    pub fn storage(what: &str, e: &std::io::Error) -> Self {
-        tracing::error!(error = %e, "{what}");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, format!("The farm could not {what}: {e}."))
-    }
+pub fn no_site(domain: &str) -> ApiError {
+    ApiError::not_found(format!("There is no site {domain} on this farm."))
 }
 
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
+pub fn taken(domain: &str) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, format!("The site {domain} already exists and belongs to another owner."))
 }
 
-impl ResponseError for ApiError {
-    fn status_code(&self) -> StatusCode {
-        self.status
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(json!({ "error": self.message }))
-    }
+/// The farm could not write its state or a site's folder.
+pub fn storage(what: &str, e: &std::io::Error) -> ApiError {
+    tracing::error!(error = %e, "{what}");
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("The farm could not {what}: {e}."))
 }
-
-pub type ApiResult<T> = Result<T, ApiError>;

@@ -9,8 +9,9 @@ use chrono::{DateTime, SubsecRound, Utc};
 
 use crate::callbacks::{Callbacks, EventType};
 use crate::domain::SiteDomain;
-use crate::error::{ApiError, ApiResult};
+use crate::error;
 use crate::state::{Site, Status, Store, now};
+use standin_http::{ApiError, ApiResult};
 
 pub struct Farm {
     pub store: Store,
@@ -51,7 +52,7 @@ impl Farm {
     }
 
     pub fn get(&self, domain: &str) -> ApiResult<Site> {
-        self.store.get(domain).ok_or_else(|| ApiError::not_found(domain))
+        self.store.get(domain).ok_or_else(|| error::no_site(domain))
     }
 
     /// Create a site with an empty data folder (a leftover folder of a deleted site is cleared
@@ -63,11 +64,11 @@ impl Farm {
             return if site.owner == owner {
                 Ok(Created::Existing(site.clone()))
             } else {
-                Err(ApiError::conflict(domain.as_str()))
+                Err(error::taken(domain.as_str()))
             };
         }
         let folder = domain.folder(&self.wiki_data);
-        seed(&folder).map_err(|e| ApiError::storage("create the site's data folder", &e))?;
+        seed(&folder).map_err(|e| error::storage("create the site's data folder", &e))?;
         let usage = measure(&folder);
         let site = Site {
             domain: domain.to_string(),
@@ -80,7 +81,7 @@ impl Farm {
         st.sites.insert(site.domain.clone(), site.clone());
         if let Err(e) = st.save() {
             st.sites.remove(domain.as_str());
-            return Err(ApiError::storage("save its state", &e));
+            return Err(error::storage("save its state", &e));
         }
         self.callbacks.emit(EventType::Created, &site);
         Ok(Created::New(site))
@@ -90,7 +91,7 @@ impl Farm {
     #[tracing::instrument(name = "Set a site's status", skip(self), fields(domain = %domain))]
     pub fn set_status(&self, domain: &str, status: Status) -> ApiResult<Site> {
         let mut st = self.store.lock();
-        let Some(before) = st.sites.get(domain).cloned() else { return Err(ApiError::not_found(domain)) };
+        let Some(before) = st.sites.get(domain).cloned() else { return Err(error::no_site(domain)) };
         if before.status == status {
             return Ok(before);
         }
@@ -102,7 +103,7 @@ impl Farm {
         st.sites.insert(domain.to_string(), site.clone());
         if let Err(e) = st.save() {
             st.sites.insert(domain.to_string(), before);
-            return Err(ApiError::storage("save its state", &e));
+            return Err(error::storage("save its state", &e));
         }
         self.callbacks.emit(EventType::StatusChanged, &site);
         Ok(site)
@@ -116,14 +117,14 @@ impl Farm {
         if let Some(site) = &removed {
             if let Err(e) = st.save() {
                 st.sites.insert(domain.to_string(), site.clone());
-                return Err(ApiError::storage("save its state", &e));
+                return Err(error::storage("save its state", &e));
             }
             self.callbacks.emit(EventType::Deleted, site);
         }
         // Also after a crash between the state write and the folder's removal: a retry cleans up.
         if let Ok(domain) = SiteDomain::parse(domain, &self.farm_domain) {
             remove_folder(&domain.folder(&self.wiki_data))
-                .map_err(|e| ApiError::storage("remove the site's data folder", &e))?;
+                .map_err(|e| error::storage("remove the site's data folder", &e))?;
         }
         Ok(())
     }

@@ -10,9 +10,10 @@ use actix_web::{App, HttpResponse, HttpServer, ResponseError, guard, web};
 
 use crate::control::{self, Faults};
 use crate::domain::site_host;
-use crate::error::ApiError;
+use crate::error;
 use crate::farm::Farm;
 use crate::{api, proxy};
+use standin_http::{loopback_only, method_not_allowed};
 
 /// Everything a request handler needs.
 pub struct AppState {
@@ -63,7 +64,7 @@ pub fn build(listener: TcpListener, state: AppState) -> std::io::Result<actix_we
             )
             .service(
                 web::scope("/_farm")
-                    .wrap(from_fn(loopback_only))
+                    .wrap(from_fn(|req, next| loopback_only("The farm's", req, next)))
                     .service(web::resource("/faults").post(control::set_faults).delete(control::clear_faults))
                     .service(web::resource("/callbacks").get(control::callbacks))
                     .default_service(web::to(not_found)),
@@ -89,7 +90,7 @@ async fn api_gate(
     let given =
         req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     if !given.is_some_and(|t| constant_time_eq(t.trim().as_bytes(), app.token.as_bytes())) {
-        return Ok(req.into_response(ApiError::unauthorized().error_response()));
+        return Ok(req.into_response(error::no_token().error_response()));
     }
     let faults = app.faults().take_for_call(req.method().as_str());
     if !faults.delay.is_zero() {
@@ -105,31 +106,10 @@ async fn api_gate(
     Ok(answer)
 }
 
-/// The test controls answer loopback callers only.
-async fn loopback_only(
-    req: ServiceRequest,
-    next: Next<impl actix_web::body::MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    if !req.peer_addr().is_some_and(|a| a.ip().is_loopback()) {
-        let refusal = ApiError::new(
-            actix_web::http::StatusCode::FORBIDDEN,
-            "The farm's test controls answer only on the loopback interface.",
-        );
-        return Ok(req.into_response(refusal.error_response()));
-    }
-    Ok(next.call(req).await?.map_into_boxed_body())
-}
-
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
-    let message = format!("The farm has no {} {}.", req.method(), req.path());
-    ApiError::new(actix_web::http::StatusCode::NOT_FOUND, message).error_response()
-}
-
-async fn method_not_allowed(req: actix_web::HttpRequest) -> HttpResponse {
-    let message = format!("{} is not allowed on {}.", req.method(), req.path());
-    ApiError::new(actix_web::http::StatusCode::METHOD_NOT_ALLOWED, message).error_response()
+    standin_http::no_route("The farm", &req)
 }
