@@ -89,30 +89,19 @@ impl FarmJobs {
 /// The sites' jobs: each request's workflow, safe to run again at any step; the maintenance run.
 pub fn farm_handlers(jobs: FarmJobs) -> Handlers {
     let mut h = Handlers::new();
-    let farm = jobs.farm.clone();
-    h.job(move |ctx, j: RunSiteRequest| {
-        let f = farm.clone();
-        async move {
-            let last = ctx.is_last_attempt();
-            fedwiki::run_site_request(&ctx.db, &f, j.request_id, last).await.map_err(remote_failure)?;
-            Ok(())
-        }
+    h.job_with(jobs.farm.clone(), |ctx, f, j: RunSiteRequest| async move {
+        let last = ctx.is_last_attempt();
+        fedwiki::run_site_request(&ctx.db, &f, j.request_id, last).await.map_err(remote_failure)?;
+        Ok(())
     });
-    let farm = jobs.farm.clone();
-    h.job(move |ctx, j: fedwiki::repair::ReconcileSiteStatus| {
-        let f = farm.clone();
-        async move {
-            fedwiki::repair::reconcile_site_status(&ctx.db, &f, j.request_id).await.map_err(remote_failure)?;
-            Ok(())
-        }
+    h.job_with(jobs.farm.clone(), |ctx, f, j: fedwiki::repair::ReconcileSiteStatus| async move {
+        fedwiki::repair::reconcile_site_status(&ctx.db, &f, j.request_id).await.map_err(remote_failure)?;
+        Ok(())
     });
-    h.job(move |ctx, _: fedwiki::FedwikiMaintenance| {
-        let j = jobs.clone();
-        async move {
-            // A run that fails is recorded as failed; the next one, on schedule, repairs.
-            fedwiki::maintenance::run_maintenance(&ctx.db, &j.farm, j.retention).await.map_err(remote_failure)?;
-            Ok(())
-        }
+    h.job_with(Arc::new(jobs), |ctx, j, _: fedwiki::FedwikiMaintenance| async move {
+        // A run that fails is recorded as failed; the next one, on schedule, repairs.
+        fedwiki::maintenance::run_maintenance(&ctx.db, &j.farm, j.retention).await.map_err(remote_failure)?;
+        Ok(())
     });
     h
 }
@@ -127,37 +116,21 @@ pub async fn register_farm_schedules(db: &Db, every: Duration) -> Result<(), DbE
 /// The billing jobs: each reads Stripe before its transaction, so any may run again safely.
 pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
     let mut h = Handlers::new();
-    let s = stripe.clone();
-    h.job(move |ctx, j: ReconcileSubscription| {
-        let s = s.clone();
-        async move {
-            billing::reconcile_subscription(&ctx.db, &s, &j.stripe_subscription_id).await.map_err(remote_failure)?;
-            Ok(())
-        }
+    h.job_with(stripe.clone(), |ctx, s, j: ReconcileSubscription| async move {
+        billing::reconcile_subscription(&ctx.db, &s, &j.stripe_subscription_id).await.map_err(remote_failure)?;
+        Ok(())
     });
-    let s = stripe.clone();
-    h.job(move |ctx, j: ConvergeInvoice| {
-        let s = s.clone();
-        async move {
-            billing::converge_invoice(&ctx.db, &s, &j.stripe_invoice_id).await.map_err(remote_failure)?;
-            Ok(())
-        }
+    h.job_with(stripe.clone(), |ctx, s, j: ConvergeInvoice| async move {
+        billing::converge_invoice(&ctx.db, &s, &j.stripe_invoice_id).await.map_err(remote_failure)?;
+        Ok(())
     });
-    let s = stripe.clone();
-    h.job(move |ctx, _: ProcessOutbox| {
-        let s = s.clone();
-        async move {
-            billing::process_outbox(&ctx.db, &s, 100, ctx.lease).await.map_err(remote_failure)?;
-            Ok(())
-        }
+    h.job_with(stripe.clone(), |ctx, s, _: ProcessOutbox| async move {
+        billing::process_outbox(&ctx.db, &s, 100, ctx.lease).await.map_err(remote_failure)?;
+        Ok(())
     });
-    let s = stripe;
-    h.job(move |ctx, _: SweepBilling| {
-        let s = s.clone();
-        async move {
-            billing::sweep_billing(&ctx.db, &s).await.map_err(remote_failure)?;
-            Ok(())
-        }
+    h.job_with(stripe, |ctx, s, _: SweepBilling| async move {
+        billing::sweep_billing(&ctx.db, &s).await.map_err(remote_failure)?;
+        Ok(())
     });
     h
 }
@@ -184,22 +157,15 @@ pub fn desired_state_handlers(relay: Arc<Relay>) -> Handlers {
         ds::process_desired_state_outbox(&ctx.db, ds::relay::PASS_BUDGET).await.map_err(remote_failure)?;
         Ok(())
     });
-    let r = relay.clone();
-    h.job(move |ctx, j: DispatchDesiredState| {
-        let r = r.clone();
-        async move {
-            ds::dispatch_connection(&ctx.db, &r, j.connection_id, ds::dispatch::DISPATCH_BUDGET)
-                .await
-                .map_err(remote_failure)?;
-            Ok(())
-        }
+    h.job_with(relay.clone(), |ctx, r, j: DispatchDesiredState| async move {
+        ds::dispatch_connection(&ctx.db, &r, j.connection_id, ds::dispatch::DISPATCH_BUDGET)
+            .await
+            .map_err(remote_failure)?;
+        Ok(())
     });
-    h.job(move |ctx, j: ReadBackDesiredState| {
-        let r = relay.clone();
-        async move {
-            ds::read_back_connection(&ctx.db, &r, j.connection_id).await.map_err(remote_failure)?;
-            Ok(())
-        }
+    h.job_with(relay, |ctx, r, j: ReadBackDesiredState| async move {
+        ds::read_back_connection(&ctx.db, &r, j.connection_id).await.map_err(remote_failure)?;
+        Ok(())
     });
     h.job(|ctx, _: ScheduleReadBacks| async move {
         ds::connections::schedule_read_backs(&ctx.db).await.map_err(remote_failure)?;

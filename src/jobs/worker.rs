@@ -132,6 +132,18 @@ impl Handlers {
         })
     }
 
+    /// Register a typed job whose handler needs a client shared by every run (Stripe, the
+    /// farm, the relay): each run gets its own handle to it.
+    pub fn job_with<J, S, F, Fut>(&mut self, shared: Arc<S>, f: F) -> &mut Self
+    where
+        J: super::queue::Job,
+        S: Send + Sync + 'static,
+        F: Fn(JobContext, Arc<S>, J) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), JobError>> + Send + 'static,
+    {
+        self.job(move |ctx, j: J| f(ctx, shared.clone(), j))
+    }
+
     /// Add every handler of `other` (its own win on a clash).
     pub fn merge(&mut self, other: Handlers) -> &mut Self {
         self.map.extend(other.map);
