@@ -161,13 +161,21 @@ pub async fn pools_with_site_usage(conn: &mut PgConnection) -> sqlx::Result<Vec<
 
 // The retention purge ----------------------------------------------------------------------------
 
-/// The archived sites past retention, read with no lock: (site id, domain).
+/// A site the purge or the quota acts on: its id, and the domain the farm knows it by.
+#[derive(Debug, Clone)]
+pub struct SiteDomain {
+    pub site_id: String,
+    pub domain: String,
+}
+
+/// The archived sites past retention, read with no lock.
 pub async fn expired_archived_sites(
     conn: &mut PgConnection,
     retention_secs: f64,
     limit: i64,
-) -> sqlx::Result<Vec<(String, String)>> {
-    let rows = sqlx::query!(
+) -> sqlx::Result<Vec<SiteDomain>> {
+    sqlx::query_as!(
+        SiteDomain,
         "SELECT site_id, domain FROM fedwiki.sites
           WHERE status = 'archived' AND status_changed_at < now() - make_interval(secs => $1)
           ORDER BY status_changed_at, site_id LIMIT $2",
@@ -175,8 +183,7 @@ pub async fn expired_archived_sites(
         limit
     )
     .fetch_all(conn)
-    .await?;
-    Ok(rows.into_iter().map(|r| (r.site_id, r.domain)).collect())
+    .await
 }
 
 /// LockArchivedSiteForPurge: the row, only while it is still archived past retention, FOR
@@ -234,8 +241,9 @@ pub async fn pools_out_of_quota(conn: &mut PgConnection) -> sqlx::Result<Vec<Poo
 
 /// The workspace's active sites to park first: not "Keep active" before kept ones, least recently
 /// modified (or created, for a site never observed) first; none with a request in flight.
-pub async fn sites_to_park(conn: &mut PgConnection, workspace_id: &str, n: i64) -> sqlx::Result<Vec<(String, String)>> {
-    let rows = sqlx::query!(
+pub async fn sites_to_park(conn: &mut PgConnection, workspace_id: &str, n: i64) -> sqlx::Result<Vec<SiteDomain>> {
+    sqlx::query_as!(
+        SiteDomain,
         "SELECT s.site_id, s.domain FROM fedwiki.sites s
           WHERE s.workspace_id = $1 AND s.status = 'active'
             AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
@@ -246,17 +254,13 @@ pub async fn sites_to_park(conn: &mut PgConnection, workspace_id: &str, n: i64) 
         n
     )
     .fetch_all(conn)
-    .await?;
-    Ok(rows.into_iter().map(|r| (r.site_id, r.domain)).collect())
+    .await
 }
 
 /// The sites the quota parked, to reactivate first: most recently modified first.
-pub async fn sites_to_reactivate(
-    conn: &mut PgConnection,
-    workspace_id: &str,
-    n: i64,
-) -> sqlx::Result<Vec<(String, String)>> {
-    let rows = sqlx::query!(
+pub async fn sites_to_reactivate(conn: &mut PgConnection, workspace_id: &str, n: i64) -> sqlx::Result<Vec<SiteDomain>> {
+    sqlx::query_as!(
+        SiteDomain,
         "SELECT s.site_id, s.domain FROM fedwiki.sites s
           WHERE s.workspace_id = $1 AND s.status = 'parked' AND s.parked_by_sweep
             AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
@@ -267,8 +271,7 @@ pub async fn sites_to_reactivate(
         n
     )
     .fetch_all(conn)
-    .await?;
-    Ok(rows.into_iter().map(|r| (r.site_id, r.domain)).collect())
+    .await
 }
 
 /// sweepLocally's write for a park: the status and the quota's mark, on the row the transaction

@@ -412,8 +412,8 @@ pub async fn purge_archived(db: &Db, farm: &Farm, retention: std::time::Duration
             store::expired_archived_sites(read.conn(), secs, 100).await?
         };
         let mut any = false;
-        for (site_id, _) in &candidates {
-            if purge_archived_site(db, farm, site_id, secs).await? {
+        for site in &candidates {
+            if purge_archived_site(db, farm, &site.site_id, secs).await? {
                 purged += 1;
                 any = true;
             }
@@ -461,8 +461,8 @@ pub async fn reconcile_quota(db: &Db, farm: &Farm, counts: &mut store::RunCounts
                 let mut read = db.read().await?;
                 store::sites_to_park(read.conn(), &p.workspace_id, p.active - p.limit).await?
             };
-            for (site_id, domain) in park {
-                if park_site(db, farm, &site_id, &domain).await? {
+            for site in park {
+                if park_site(db, farm, &site.site_id, &site.domain).await? {
                     counts.parked += 1;
                 }
             }
@@ -471,8 +471,8 @@ pub async fn reconcile_quota(db: &Db, farm: &Farm, counts: &mut store::RunCounts
                 let mut read = db.read().await?;
                 store::sites_to_reactivate(read.conn(), &p.workspace_id, p.limit - p.active).await?
             };
-            for (site_id, domain) in back {
-                if reactivate_site(db, farm, &site_id, &domain, p.pool_id).await? {
+            for site in back {
+                if reactivate_site(db, farm, &site.site_id, &site.domain, p.pool_id).await? {
                     counts.reactivated += 1;
                 } else {
                     break;
