@@ -15,10 +15,13 @@ use crate::{
     ids::{AccountId, OrganizationId},
     services::ServiceError,
     states::SiteStatus,
-    store::{accounts, domains as registry_store, fedwiki as store},
+    store::{domains as registry_store, fedwiki as store},
 };
 
-use super::registry::{self, workspace_owner};
+use super::{
+    handlers::ensure_member,
+    registry::{self, workspace_owner},
+};
 
 pub static CLAIM_DOMAIN_LOCKS: PathLocks = PathLocks {
     path: "Registry: claim a member's domain",
@@ -39,9 +42,15 @@ pub static PLACE_SITE_UNDER_DOMAIN_LOCKS: PathLocks = PathLocks {
           holding two could deadlock with a swap.",
 };
 
+/// A name as the registry keeps it, whatever the member typed around it: trimmed, no final
+/// dot, lower case.
+fn registry_form(input: &str) -> String {
+    input.trim().trim_end_matches('.').to_ascii_lowercase()
+}
+
 /// A domain as a member types it: lower case, at least two labels, not the farm's zone or under it.
 pub fn parse_domain(input: &str, farm: &FarmSettings) -> Result<String, ServiceError> {
-    let d = input.trim().trim_end_matches('.').to_ascii_lowercase();
+    let d = registry_form(input);
     if !hostname::is_hostname(&d) {
         return Err(ServiceError::invalid(
             "domain",
@@ -56,10 +65,7 @@ pub fn parse_domain(input: &str, farm: &FarmSettings) -> Result<String, ServiceE
 
 async fn member_org_pool(db: &Db, who: AccountId, organization_id: OrganizationId) -> Result<(), ServiceError> {
     let mut read = db.read().await?;
-    let memberships = accounts::memberships(read.conn(), who).await?;
-    if !memberships.iter().any(|m| m.organization_id == organization_id) {
-        return Err(ServiceError::NotFound("organization"));
-    }
+    ensure_member(read.conn(), who, organization_id).await?;
     let pool =
         store::pool_of_default(read.conn(), organization_id).await?.ok_or(ServiceError::NotFound("organization"))?;
     if !store::custom_domain_allowed(read.conn(), pool).await? {
@@ -187,10 +193,7 @@ async fn member_workspace_owner(
     organization_id: OrganizationId,
 ) -> Result<String, ServiceError> {
     let mut read = db.read().await?;
-    let memberships = accounts::memberships(read.conn(), who).await?;
-    if !memberships.iter().any(|m| m.organization_id == organization_id) {
-        return Err(ServiceError::NotFound("organization"));
-    }
+    ensure_member(read.conn(), who, organization_id).await?;
     Ok(workspace_owner(&store::workspace_of(organization_id)))
 }
 
@@ -203,7 +206,7 @@ pub async fn release_domain(
     organization_id: OrganizationId,
     domain: &str,
 ) -> Result<String, ServiceError> {
-    let domain = domain.trim().trim_end_matches('.').to_ascii_lowercase();
+    let domain = registry_form(domain);
     let not_yours = || ServiceError::invalid("release", format!("{domain} is not one of your domains."));
     let owner = member_workspace_owner(db, who, organization_id).await?;
     registry::with_lock(db, async |tx: &mut Tx| {
@@ -233,7 +236,7 @@ pub async fn stop_serving(
     organization_id: OrganizationId,
     hostname: &str,
 ) -> Result<String, ServiceError> {
-    let hostname = hostname.trim().trim_end_matches('.').to_ascii_lowercase();
+    let hostname = registry_form(hostname);
     let not_yours = || ServiceError::invalid("stop", format!("{hostname} serves no site of yours."));
     let owner = member_workspace_owner(db, who, organization_id).await?;
     registry::with_lock(db, async |tx: &mut Tx| {

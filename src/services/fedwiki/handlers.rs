@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
+use sqlx::PgConnection;
 
 use crate::{
     config::FarmSettings,
@@ -73,6 +74,19 @@ async fn members_site(db: &Db, who: AccountId, site_id: &str) -> Result<store::S
     Ok(site)
 }
 
+/// Refused as not found unless `who` is a member of the organization.
+pub(super) async fn ensure_member(
+    conn: &mut PgConnection,
+    who: AccountId,
+    organization_id: OrganizationId,
+) -> Result<(), ServiceError> {
+    let memberships = accounts::memberships(conn, who).await?;
+    if !memberships.iter().any(|m| m.organization_id == organization_id) {
+        return Err(ServiceError::NotFound("organization"));
+    }
+    Ok(())
+}
+
 /// Create a site named `name` for `organization_id`: place its name, then record its request.
 #[tracing::instrument(name = "Create a site", skip(db, farm), fields(organization_id = %organization_id, name = name.as_str()))]
 pub async fn create_site(
@@ -82,13 +96,7 @@ pub async fn create_site(
     organization_id: OrganizationId,
     name: &SiteName,
 ) -> Result<RequestId, ServiceError> {
-    {
-        let mut read = db.read().await?;
-        let memberships = accounts::memberships(read.conn(), who).await?;
-        if !memberships.iter().any(|m| m.organization_id == organization_id) {
-            return Err(ServiceError::NotFound("organization"));
-        }
-    }
+    ensure_member(db.read().await?.conn(), who, organization_id).await?;
     let workspace_id = {
         let mut tx = crate::db::begin(db, TxKind::Plain).await?;
         let id = store::ensure_workspace(tx.conn(), organization_id).await?;
