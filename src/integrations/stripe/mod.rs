@@ -93,6 +93,17 @@ impl StripeFailure {
     }
 }
 
+/// A read's answer, or None when Stripe says there is no such object.
+fn found<T>(r: Result<T, StripeError>) -> Result<Option<T>, StripeFailure> {
+    match r {
+        Ok(x) => Ok(Some(x)),
+        Err(e) => {
+            let f = StripeFailure::from_error(e);
+            if f.is_missing() { Ok(None) } else { Err(f) }
+        }
+    }
+}
+
 /// The idempotency key of one console operation: the same operation always sends the same key.
 fn idempotent(operation: &str) -> Result<RequestStrategy, StripeFailure> {
     // Stripe keeps keys for at least 24 hours; a key names the console's operation, not a try.
@@ -339,12 +350,8 @@ impl Stripe {
     /// The subscription as Stripe has it now, or None when Stripe has no such subscription.
     pub async fn subscription(&self, id: &str) -> Result<Option<SubscriptionSnapshot>, StripeFailure> {
         use stripe_billing::subscription::RetrieveSubscription;
-        let s = match RetrieveSubscription::new(id).send(&self.metered("read subscription")).await {
-            Ok(s) => s,
-            Err(e) => {
-                let f = StripeFailure::from_error(e);
-                return if f.is_missing() { Ok(None) } else { Err(f) };
-            }
+        let Some(s) = found(RetrieveSubscription::new(id).send(&self.metered("read subscription")).await)? else {
+            return Ok(None);
         };
         Ok(Some(SubscriptionSnapshot {
             id: s.id.to_string(),
@@ -375,12 +382,10 @@ impl Stripe {
     /// The subscription schedule as Stripe has it now, or None when Stripe has no such schedule.
     pub async fn subscription_schedule(&self, id: &str) -> Result<Option<ScheduleSnapshot>, StripeFailure> {
         use stripe_billing::subscription_schedule::RetrieveSubscriptionSchedule;
-        let s = match RetrieveSubscriptionSchedule::new(id).send(&self.metered("read subscription schedule")).await {
-            Ok(s) => s,
-            Err(e) => {
-                let f = StripeFailure::from_error(e);
-                return if f.is_missing() { Ok(None) } else { Err(f) };
-            }
+        let Some(s) =
+            found(RetrieveSubscriptionSchedule::new(id).send(&self.metered("read subscription schedule")).await)?
+        else {
+            return Ok(None);
         };
         Ok(Some(ScheduleSnapshot {
             id: s.id.to_string(),
@@ -405,16 +410,11 @@ impl Stripe {
     /// The invoice as Stripe has it now, with its lines and payments.
     pub async fn invoice(&self, id: &str) -> Result<Option<InvoiceSnapshot>, StripeFailure> {
         use stripe_billing::invoice::RetrieveInvoice;
-        let inv = match RetrieveInvoice::new(id)
-            .expand(vec!["payments".to_string()])
-            .send(&self.metered("read invoice"))
-            .await
-        {
-            Ok(i) => i,
-            Err(e) => {
-                let f = StripeFailure::from_error(e);
-                return if f.is_missing() { Ok(None) } else { Err(f) };
-            }
+        let Some(inv) = found(
+            RetrieveInvoice::new(id).expand(vec!["payments".to_string()]).send(&self.metered("read invoice")).await,
+        )?
+        else {
+            return Ok(None);
         };
         let subscription =
             inv.parent.as_ref().and_then(|p| p.subscription_details.as_ref()).map(|d| d.subscription.id().to_string());
@@ -520,13 +520,8 @@ impl Stripe {
 
     pub async fn checkout(&self, id: &str) -> Result<Option<CheckoutSnapshot>, StripeFailure> {
         use stripe_checkout::checkout_session::RetrieveCheckoutSession;
-        match RetrieveCheckoutSession::new(id).send(&self.metered("read checkout")).await {
-            Ok(s) => Ok(Some(checkout_snapshot(&s))),
-            Err(e) => {
-                let f = StripeFailure::from_error(e);
-                if f.is_missing() { Ok(None) } else { Err(f) }
-            }
-        }
+        Ok(found(RetrieveCheckoutSession::new(id).send(&self.metered("read checkout")).await)?
+            .map(|s| checkout_snapshot(&s)))
     }
 
     /// Create the product's Stripe product, or bring its name up to date. `version` names this
