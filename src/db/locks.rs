@@ -206,75 +206,56 @@ impl Lock {
         matches!(self, Lock::JobRows | Lock::ScheduleRows | Lock::OutboxRows | Lock::DesiredStateNotices)
     }
 
+    /// How the lock shows in `pg_locks`; a row lock, on the table its resource names.
     pub fn pg_signature(self) -> PgSignature {
+        let relation = |mode| PgSignature::Relation { table: self.resource(), mode };
         match self {
             Lock::RendezvousShared => PgSignature::Advisory { key_sql: "core.rendezvous_key()", mode: "ShareLock" },
             Lock::RendezvousExclusive => {
                 PgSignature::Advisory { key_sql: "core.rendezvous_key()", mode: "ExclusiveLock" }
             }
             Lock::Registry => PgSignature::Advisory { key_sql: "core.registry_key()", mode: "ExclusiveLock" },
-            // Its key depends on the domain: the test names it.
-            Lock::ProvisionDomain => PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" },
-            Lock::SignInAddressRow => PgSignature::Relation { table: "core.sign_in_addresses", mode: "RowShareLock" },
-            Lock::SignInThrottleRow => PgSignature::Relation { table: "core.sign_in_throttle", mode: "RowShareLock" },
-            Lock::JobRows => PgSignature::Relation { table: "integration.jobs", mode: "RowShareLock" },
-            Lock::ScheduleRows => PgSignature::Relation { table: "integration.job_schedules", mode: "RowShareLock" },
-            Lock::PoolRow => PgSignature::Relation { table: "core.resource_pools", mode: "RowShareLock" },
-            Lock::OrgTypeRowKeyShare => PgSignature::Relation { table: "core.org_types", mode: "RowShareLock" },
-            Lock::ProductRow => PgSignature::Relation { table: "core.products", mode: "RowExclusiveLock" },
-            Lock::EntitlementSetRow => PgSignature::Relation { table: "core.entitlement_sets", mode: "RowShareLock" },
-            Lock::ResourceKeyRows => PgSignature::Relation { table: "core.resource_keys", mode: "RowShareLock" },
-            Lock::GrantLineageHead => PgSignature::Relation { table: "core.grants", mode: "RowShareLock" },
-            Lock::GrantRow => PgSignature::Relation { table: "core.grants", mode: "RowExclusiveLock" },
-            Lock::RuleRow => PgSignature::Relation { table: "core.entitlement_set_rules", mode: "RowShareLock" },
-            Lock::ProductRowShare => PgSignature::Relation { table: "core.products", mode: "RowShareLock" },
-            Lock::PlanLadderRows => PgSignature::Relation { table: "core.plan_ladders", mode: "RowShareLock" },
-            Lock::OrgTypeRow => PgSignature::Relation { table: "core.org_types", mode: "RowShareLock" },
-            Lock::PoolRowKeyShare => PgSignature::Relation { table: "core.resource_pools", mode: "RowShareLock" },
-            Lock::PlanActObligationRow => {
-                PgSignature::Relation { table: "core.plan_act_obligations", mode: "RowShareLock" }
-            }
-            Lock::PlanActRow => PgSignature::Relation { table: "core.plan_acts", mode: "RowShareLock" },
-            Lock::OrganizationCountRows => {
-                PgSignature::Relation { table: "core.organization_counts", mode: "RowExclusiveLock" }
-            }
-            Lock::RuleChangeRow => {
-                PgSignature::Relation { table: "core.entitlement_set_changes", mode: "RowShareLock" }
-            }
-            Lock::ChangeObligationRow => {
-                PgSignature::Relation { table: "core.entitlement_set_change_obligations", mode: "RowShareLock" }
-            }
-            // Their keys depend on the object: the test names it.
-            Lock::SubscriptionAdvisory | Lock::InvoiceAdvisory | Lock::ProductSyncAdvisory => {
-                PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" }
-            }
-            Lock::OutboxRows => PgSignature::Relation { table: "core.outbox", mode: "RowShareLock" },
-            // Their keys depend on the workspace or the instance: the test names it.
-            Lock::WorkspaceAdvisory | Lock::LifecycleInstance => {
-                PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" }
-            }
-            Lock::SiteRow | Lock::SiteRowShare => {
-                PgSignature::Relation { table: "fedwiki.sites", mode: "RowShareLock" }
-            }
-            Lock::PlacementRows => PgSignature::Relation { table: "domains.placements", mode: "RowExclusiveLock" },
-            Lock::UsageRow => PgSignature::Relation { table: "core.numeric_entitlement_usage", mode: "RowShareLock" },
-            Lock::LifecycleRequestRows => {
-                PgSignature::Relation { table: "fedwiki.lifecycle_requests", mode: "RowExclusiveLock" }
-            }
-            // Its key depends on the address: the test names it.
-            Lock::DesiredStateAddress => PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" },
-            Lock::DesiredStateRecord => {
-                PgSignature::Relation { table: "core.desired_state_records", mode: "RowShareLock" }
-            }
-            Lock::DesiredStateNotices => {
-                PgSignature::Relation { table: "core.desired_state_outbox", mode: "RowShareLock" }
-            }
-            Lock::ConnectionRow => {
-                PgSignature::Relation { table: "core.desired_state_connections", mode: "RowExclusiveLock" }
-            }
-            Lock::MetricSampleRows => {
-                PgSignature::Relation { table: "integration.metric_samples", mode: "RowExclusiveLock" }
-            }
+            // Their keys depend on the domain, the object, the workspace, the instance or the
+            // address: the test names it.
+            Lock::ProvisionDomain
+            | Lock::SubscriptionAdvisory
+            | Lock::InvoiceAdvisory
+            | Lock::ProductSyncAdvisory
+            | Lock::WorkspaceAdvisory
+            | Lock::LifecycleInstance
+            | Lock::DesiredStateAddress => PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" },
+            // Rows the path writes: the write's table lock.
+            Lock::ProductRow
+            | Lock::GrantRow
+            | Lock::OrganizationCountRows
+            | Lock::PlacementRows
+            | Lock::LifecycleRequestRows
+            | Lock::ConnectionRow
+            | Lock::MetricSampleRows => relation("RowExclusiveLock"),
+            Lock::SignInAddressRow
+            | Lock::SignInThrottleRow
+            | Lock::JobRows
+            | Lock::ScheduleRows
+            | Lock::PoolRow
+            | Lock::OrgTypeRowKeyShare
+            | Lock::EntitlementSetRow
+            | Lock::ResourceKeyRows
+            | Lock::GrantLineageHead
+            | Lock::RuleRow
+            | Lock::ProductRowShare
+            | Lock::PlanLadderRows
+            | Lock::OrgTypeRow
+            | Lock::PoolRowKeyShare
+            | Lock::PlanActObligationRow
+            | Lock::PlanActRow
+            | Lock::RuleChangeRow
+            | Lock::ChangeObligationRow
+            | Lock::OutboxRows
+            | Lock::SiteRow
+            | Lock::SiteRowShare
+            | Lock::UsageRow
+            | Lock::DesiredStateRecord
+            | Lock::DesiredStateNotices => relation("RowShareLock"),
         }
     }
 }
@@ -430,22 +411,15 @@ pub const ORDERS_END: &str = "<!-- lock-orders:end -->";
 mod tests {
     use super::*;
 
+    /// A path that takes `locks` in order, for the graph's tests.
+    const fn path(name: &'static str, locks: &'static [Lock]) -> PathLocks {
+        PathLocks { path: name, function: name, kind: "Plain", locks, why: "" }
+    }
+
     #[test]
     fn a_reversed_pair_is_a_cycle() {
-        static A: PathLocks = PathLocks {
-            path: "A",
-            function: "a",
-            kind: "Plain",
-            locks: &[Lock::RendezvousShared, Lock::SignInAddressRow],
-            why: "",
-        };
-        static B: PathLocks = PathLocks {
-            path: "B",
-            function: "b",
-            kind: "Plain",
-            locks: &[Lock::SignInAddressRow, Lock::RendezvousExclusive],
-            why: "",
-        };
+        static A: PathLocks = path("A", &[Lock::RendezvousShared, Lock::SignInAddressRow]);
+        static B: PathLocks = path("B", &[Lock::SignInAddressRow, Lock::RendezvousExclusive]);
         let c = find_cycle(&[&A, &B]).expect("a cycle");
         assert!(c.contains(&"rendezvous") && c.contains(&"core.sign_in_addresses"), "{c:?}");
         assert!(find_cycle(&[&A]).is_none());
@@ -453,20 +427,8 @@ mod tests {
 
     #[test]
     fn skip_locked_adds_no_wait() {
-        static A: PathLocks = PathLocks {
-            path: "A",
-            function: "a",
-            kind: "Plain",
-            locks: &[Lock::SignInAddressRow, Lock::JobRows],
-            why: "",
-        };
-        static B: PathLocks = PathLocks {
-            path: "B",
-            function: "b",
-            kind: "Plain",
-            locks: &[Lock::JobRows, Lock::SignInAddressRow],
-            why: "",
-        };
+        static A: PathLocks = path("A", &[Lock::SignInAddressRow, Lock::JobRows]);
+        static B: PathLocks = path("B", &[Lock::JobRows, Lock::SignInAddressRow]);
         assert!(find_cycle(&[&A, &B]).is_none());
     }
 
