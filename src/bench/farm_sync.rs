@@ -46,7 +46,7 @@ pub async fn run(config: &Config, o: &Options) -> anyhow::Result<Report> {
 
 async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     crate::demo::load(&s.db).await?;
-    let api = super::ApiFarm::start().await?;
+    let api = super::ApiFarm::start("bench", super::FARM_TIMEOUT).await?;
     let farm = api.farm.clone();
     let pools = o.sites / SITES_PER_POOL;
     seed(s, &farm, pools).await?;

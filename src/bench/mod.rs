@@ -130,12 +130,18 @@ pub async fn bench_sites(
     Ok(())
 }
 
+/// The id of the demo's row that `sql` selects by `name` (its `$1`).
 pub async fn id_of(admin: &PgPool, sql: &'static str, name: &str) -> anyhow::Result<i64> {
-    Ok(sqlx::query_scalar(sql).bind(name).fetch_one(admin).await?)
+    use anyhow::Context;
+    sqlx::query_scalar(sql).bind(name).fetch_optional(admin).await?.with_context(|| format!("the demo has no {name}"))
 }
 
+/// The bound on a bench's farm call: generous, as a bench's pass may queue many.
+pub const FARM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The local farm's API alone (no `wiki`, sites in memory, so it answers at once and a figure is
-/// the console's), and the console's client of it. `stop` it, then remove its folder.
+/// the console's), and the console's client of it. `stop` it, then remove its folder. The
+/// benches and the stress run each start their own.
 pub struct ApiFarm {
     pub local: local_farm::LocalFarm,
     pub farm: std::sync::Arc<crate::integrations::farm::Farm>,
@@ -143,26 +149,22 @@ pub struct ApiFarm {
 }
 
 impl ApiFarm {
-    pub async fn start() -> anyhow::Result<ApiFarm> {
+    /// `who` names its folder and token (`bench`, `stress`); `timeout` bounds each farm call.
+    pub async fn start(who: &str, timeout: std::time::Duration) -> anyhow::Result<ApiFarm> {
         use anyhow::Context;
-        const TOKEN: &str = "bench-farm-token";
-        let dir = std::env::temp_dir().join(format!("mc-bench-farm-{}", crate::config::random_hex(6)));
+        let token = format!("{who}-farm-token");
+        let dir = std::env::temp_dir().join(format!("mc-{who}-farm-{}", crate::config::random_hex(6)));
         let local = local_farm::LocalFarm::start(local_farm::Config {
             data_dir: dir.clone(),
-            token: TOKEN.into(),
+            token: token.clone(),
             wiki: local_farm::WikiMode::Off,
             persist: false,
             ..local_farm::Config::default()
         })
         .await
         .context("starting the local farm")?;
-        let farm = crate::integrations::farm::Farm::new(
-            &local.base_url(),
-            TOKEN,
-            "wiki.localhost",
-            std::time::Duration::from_secs(60),
-        )
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let farm = crate::integrations::farm::Farm::new(&local.base_url(), &token, "wiki.localhost", timeout)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(ApiFarm { local, farm: std::sync::Arc::new(farm), dir })
     }
 

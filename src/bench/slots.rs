@@ -64,7 +64,7 @@ pub async fn run(config: &Config, o: &Options) -> anyhow::Result<Report> {
 
 async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     demo::load(&s.db).await?;
-    let api = super::ApiFarm::start().await?;
+    let api = super::ApiFarm::start("bench", super::FARM_TIMEOUT).await?;
     let farm = api.farm.clone();
     let member = seed(s, &farm, o.pools).await?;
     let requests = record_activations(s, member).await?;

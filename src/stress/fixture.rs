@@ -1,6 +1,7 @@
 //! The fixture: the demo, the products, sets, ladders and organizations the paths act on.
 
 use super::*;
+use crate::bench::id_of;
 
 pub(super) struct Fixture {
     /// (organization, default pool) the tasks share.
@@ -142,11 +143,13 @@ pub(super) async fn build_fixture(
         tx.commit().await?;
         (ladder, ty)
     };
-    let wiki_ladder = ladder_id(admin, "Wiki hosting").await?;
+    let wiki_ladder =
+        LadderId(id_of(admin, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1", "Wiki hosting").await?);
     grantable.push((tier_products[2].0, tier_products[2].1.to_string()));
 
-    let community = org_type_id(admin, "Community").await?;
-    let business = org_type_id(admin, "Business").await?;
+    let org_type = "SELECT org_type_id FROM core.org_types WHERE name = $1";
+    let community = OrgTypeId(id_of(admin, org_type, "Community").await?);
+    let business = OrgTypeId(id_of(admin, org_type, "Business").await?);
     // Two of the shared organizations (the 5th and 6th) are of the stress type.
     let org_types = vec![Some(community), Some(business), Some(community), None, Some(stress_type), Some(stress_type)];
     eprintln!("stress: creating {orgs} organizations");
@@ -247,14 +250,6 @@ pub(super) async fn make_moves_fragile(admin: &PgPool, pools: &[PoolId]) -> anyh
     Ok(())
 }
 
-pub(super) async fn ladder_id(admin: &PgPool, name: &str) -> anyhow::Result<LadderId> {
-    sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1")
-        .bind(name)
-        .fetch_optional(admin)
-        .await?
-        .with_context(|| format!("the demo has no ladder {name}"))
-}
-
 pub(super) fn rules(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
@@ -287,14 +282,6 @@ pub(super) async fn set_of(db: &Db, product: ProductId) -> anyhow::Result<Entitl
     let mut c = db.pool.acquire().await?;
     let p = catalog_store::product(&mut c, product).await?.context("the product just made")?;
     p.entitlement_set_id.context("the product just made has a set")
-}
-
-pub(super) async fn org_type_id(admin: &PgPool, name: &str) -> anyhow::Result<OrgTypeId> {
-    sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = $1")
-        .bind(name)
-        .fetch_optional(admin)
-        .await?
-        .with_context(|| format!("the demo has no org type {name}"))
 }
 
 /// Make `product` the new top tier of `ladder` (setup, before any conferral of it).

@@ -56,8 +56,7 @@ pub const DEFAULT_CONNECTIONS: usize = 8;
 const HOT_ORGS: usize = 6;
 /// Subscriptions (one item each) among the shared organizations, for suspension to act on.
 const SUBSCRIPTIONS: usize = 4;
-/// The run's local farm's token, and the farm client's bound on a call.
-const FARM_TOKEN: &str = "stress-farm-token";
+/// The farm client's bound on a call.
 const FARM_TIMEOUT: Duration = Duration::from_secs(10);
 /// The retention the run's purges use: an archived site is deleted a couple of seconds on (the
 /// invariants' "no archived site past retention" reads the same figure).

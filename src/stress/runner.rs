@@ -50,19 +50,9 @@ pub(super) async fn run_in(config: &Config, opts: &StressOptions, scratch: &Scra
         .await
         .context("starting the Stripe stand-in")?;
     // And its own farm: the local one, its API only (no `wiki`: the paths never open a site).
-    let farm_dir = std::env::temp_dir().join(format!("mc-stress-farm-{}", random_hex(6)));
-    let farm = local_farm::LocalFarm::start(local_farm::Config {
-        data_dir: farm_dir.clone(),
-        token: FARM_TOKEN.into(),
-        wiki: local_farm::WikiMode::Off,
-        persist: false,
-        ..local_farm::Config::default()
-    })
-    .await
-    .context("starting the local farm")?;
-    let result = run_billed(config, opts, scratch, seed, &mut rng, &standin, &farm).await;
-    farm.stop().await;
-    let _ = std::fs::remove_dir_all(&farm_dir);
+    let api = crate::bench::ApiFarm::start("stress", FARM_TIMEOUT).await?;
+    let result = run_billed(config, opts, scratch, seed, &mut rng, &standin, api.farm.clone()).await;
+    api.stop().await;
     standin.stop().await;
     result
 }
@@ -74,7 +64,7 @@ async fn run_billed(
     seed: u64,
     rng: &mut Rng,
     standin: &stripe_standin::StandIn,
-    local_farm: &local_farm::LocalFarm,
+    farm: Arc<crate::integrations::farm::Farm>,
 ) -> anyhow::Result<StressReport> {
     let (admin, admin_url, name) = (scratch.admin.clone(), scratch.admin_url.as_str(), scratch.name.as_str());
     let db = scratch.db.clone();
@@ -84,13 +74,13 @@ async fn run_billed(
     let stripe =
         Arc::new(Stripe::connect(STRIPE_KEY, Some(&base), vec![], STRIPE_TIMEOUT).map_err(|e| anyhow::anyhow!("{e}"))?);
     let fixture = build_fixture(&db, &admin, &stripe, opts.orgs, rng).await?;
-    let farm = Arc::new(
-        crate::integrations::farm::Farm::new(&local_farm.base_url(), FARM_TOKEN, "wiki.localhost", FARM_TIMEOUT)
-            .map_err(|e| anyhow::anyhow!("{e}"))?,
-    );
-    let site_member = site_member(&db, &fixture).await?;
+    // The member who acts on the shared organizations' sites: the demo's.
+    let site_member = demo_account_in(&db, demo::MEMBER_EMAIL, fixture.hot.iter().map(|(o, _)| *o), "member").await?;
     seed_site_pairs(&db, &farm, &fixture, site_member).await?;
-    let plan_owner = plan_owner(&db, &fixture).await?;
+    // The owner who changes the billed organizations' plans: the demo's operator (the demo
+    // member is a plain member of the shared ones, for the sites).
+    let plan_owner =
+        demo_account_in(&db, demo::OPERATOR_EMAIL, fixture.subscribers.iter().map(|s| s.org), "owner").await?;
     let connected = super::relay::connect(&db).await?;
 
     // The workers run the grant jobs (expiry, start), the rule changes' and the plan acts' drains
@@ -742,31 +732,22 @@ pub(super) async fn server_deadlock_count(admin: &PgPool, name: &str) -> anyhow:
     Ok(n.unwrap_or(0).max(0) as u64)
 }
 
-/// The member who acts on the shared organizations' sites: the demo's, made a member of each.
-async fn site_member(db: &Db, fixture: &Fixture) -> anyhow::Result<crate::ids::AccountId> {
+/// A demo account, made a member of each of `orgs` as `role`.
+async fn demo_account_in(
+    db: &Db,
+    email: &str,
+    orgs: impl IntoIterator<Item = OrganizationId>,
+    role: &str,
+) -> anyhow::Result<crate::ids::AccountId> {
     let mut conn = db.pool.acquire().await?;
-    let member = crate::store::accounts::account_by_email(&mut conn, demo::MEMBER_EMAIL)
+    let account = crate::store::accounts::account_by_email(&mut conn, email)
         .await?
-        .context("the demo member")?
+        .with_context(|| format!("the demo account {email}"))?
         .account_id;
-    for (org, _) in &fixture.hot {
-        crate::store::accounts::ensure_membership(&mut conn, *org, member, "member").await?;
+    for org in orgs {
+        crate::store::accounts::ensure_membership(&mut conn, org, account, role).await?;
     }
-    Ok(member)
-}
-
-/// The owner who changes the billed organizations' plans: the demo's operator, made an owner of
-/// each (the demo member is a plain member of the shared ones, for the sites).
-async fn plan_owner(db: &Db, fixture: &Fixture) -> anyhow::Result<crate::ids::AccountId> {
-    let mut conn = db.pool.acquire().await?;
-    let owner = crate::store::accounts::account_by_email(&mut conn, demo::OPERATOR_EMAIL)
-        .await?
-        .context("the demo operator")?
-        .account_id;
-    for s in &fixture.subscribers {
-        crate::store::accounts::ensure_membership(&mut conn, s.org, owner, "owner").await?;
-    }
-    Ok(owner)
+    Ok(account)
 }
 
 /// An active and a parked site in each shared organization, so a swap has something to swap

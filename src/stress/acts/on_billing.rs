@@ -5,6 +5,16 @@
 
 use super::*;
 
+/// A billed organization at random, its pool noted; none when the run has no subscriptions.
+fn pick_subscriber<'a>(ctx: &'a Ctx, rng: &mut Rng, note: &mut Note) -> Option<&'a Subscriber> {
+    if ctx.fx.subscribers.is_empty() {
+        return None;
+    }
+    let s = rng.pick(&ctx.fx.subscribers);
+    note.pool = Some(s.pool.0);
+    Some(s)
+}
+
 /// The billing services' refusals: a lock wait past its bound, another change in progress, and
 /// the services' own refusals (a price the product has already) count as refused. A remote
 /// failure, a missing row and any other database error are failures.
@@ -75,11 +85,7 @@ pub(in crate::stress) async fn reconcile_subscription(
     rng: &mut Rng,
     note: &mut Note,
 ) -> Result<Outcome, Failure> {
-    if ctx.fx.subscribers.is_empty() {
-        return Ok(Outcome::Skipped);
-    }
-    let s = rng.pick(&ctx.fx.subscribers);
-    note.pool = Some(s.pool.0);
+    let Some(s) = pick_subscriber(ctx, rng, note) else { return Ok(Outcome::Skipped) };
     let id = {
         let mut current = s.current.lock().await;
         if !change_in_stripe(ctx, rng, s, &mut current, note).await? {
@@ -190,11 +196,7 @@ async fn change_in_stripe(
 /// invoiceReconcile.converge: an invoice of a billed organization's current subscription, as the
 /// stand-in lists them (its first, and its renewals' when there are any).
 pub(in crate::stress) async fn converge_invoice(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
-    if ctx.fx.subscribers.is_empty() {
-        return Ok(Outcome::Skipped);
-    }
-    let s = rng.pick(&ctx.fx.subscribers);
-    note.pool = Some(s.pool.0);
+    let Some(s) = pick_subscriber(ctx, rng, note) else { return Ok(Outcome::Skipped) };
     let sub = s.current.lock().await.clone();
     let (status, answer) = standin(ctx, "GET", &format!("/v1/invoices?subscription={sub}&limit=10"), "").await?;
     if status != 200 {
@@ -299,11 +301,7 @@ pub(in crate::stress) async fn note_outbox_failures(ctx: &Ctx) -> Result<(), sql
 /// as refused.
 pub(in crate::stress) async fn change_plan(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
     use crate::services::billing::plan_changes;
-    if ctx.fx.subscribers.is_empty() {
-        return Ok(Outcome::Skipped);
-    }
-    let s = rng.pick(&ctx.fx.subscribers);
-    note.pool = Some(s.pool.0);
+    let Some(s) = pick_subscriber(ctx, rng, note) else { return Ok(Outcome::Skipped) };
     let current = s.current.lock().await;
     let found: Option<(i64, Option<i64>, Option<ProductId>)> = sqlx::query_as(
         "SELECT s.subscription_id,
@@ -374,11 +372,7 @@ pub(in crate::stress) async fn change_plan(ctx: &Ctx, rng: &mut Rng, note: &mut 
 /// ResumeSubscription: an owner resumes a billed organization's current subscription (refused
 /// unless another plan displaced it).
 pub(in crate::stress) async fn resume_plan(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
-    if ctx.fx.subscribers.is_empty() {
-        return Ok(Outcome::Skipped);
-    }
-    let s = rng.pick(&ctx.fx.subscribers);
-    note.pool = Some(s.pool.0);
+    let Some(s) = pick_subscriber(ctx, rng, note) else { return Ok(Outcome::Skipped) };
     let current = s.current.lock().await.clone();
     let id: Option<i64> =
         sqlx::query_scalar("SELECT subscription_id FROM core.subscriptions WHERE stripe_subscription_id = $1")
