@@ -97,11 +97,7 @@ impl Stripe {
         if let Some(d) = proration_date {
             req = req.proration_date(d);
         }
-        req.customize()
-            .request_strategy(idempotent(&format!("switch:{operation}"))?)
-            .send(&self.metered("switch now"))
-            .await
-            .map_err(StripeFailure::from_error)?;
+        self.send_once("switch now", &format!("switch:{operation}"), req.customize()).await?;
         Ok(())
     }
 
@@ -116,13 +112,13 @@ impl Stripe {
         if let Some(id) = existing {
             return Ok(id.to_string());
         }
-        let s = CreateSubscriptionSchedule::new()
-            .from_subscription(subscription)
-            .customize()
-            .request_strategy(idempotent(&format!("schedule:{operation}"))?)
-            .send(&self.metered("schedule of"))
-            .await
-            .map_err(StripeFailure::from_error)?;
+        let s = self
+            .send_once(
+                "schedule of",
+                &format!("schedule:{operation}"),
+                CreateSubscriptionSchedule::new().from_subscription(subscription).customize(),
+            )
+            .await?;
         Ok(s.id.to_string())
     }
 
@@ -155,14 +151,15 @@ impl Stripe {
         first.end_date = Some(UpdateSubscriptionSchedulePhasesEndDate::Timestamp(at.timestamp()));
         let mut second = UpdateSubscriptionSchedulePhases::new(items(next));
         second.start_date = Some(UpdateSubscriptionSchedulePhasesStartDate::Timestamp(at.timestamp()));
-        UpdateSubscriptionSchedule::new(schedule)
-            .phases(vec![first, second])
-            .end_behavior(stripe_shared::SubscriptionScheduleEndBehavior::Release)
-            .customize()
-            .request_strategy(idempotent(&format!("phases:{operation}"))?)
-            .send(&self.metered("set next phase"))
-            .await
-            .map_err(StripeFailure::from_error)?;
+        self.send_once(
+            "set next phase",
+            &format!("phases:{operation}"),
+            UpdateSubscriptionSchedule::new(schedule)
+                .phases(vec![first, second])
+                .end_behavior(stripe_shared::SubscriptionScheduleEndBehavior::Release)
+                .customize(),
+        )
+        .await?;
         Ok(())
     }
 

@@ -14,6 +14,7 @@ use std::{collections::HashMap, time::Duration};
 use chrono::{DateTime, Utc};
 use stripe::{Client, ClientBuilder, StripeError, StripeRequest};
 use stripe::{IdempotencyKey, RequestStrategy};
+use stripe_client_core::CustomizableStripeRequest;
 
 /// A connected Stripe account (or the stand-in) and the secrets its webhooks are signed with.
 pub struct Stripe {
@@ -310,6 +311,18 @@ impl Stripe {
         Metered { client: &self.client, operation }
     }
 
+    /// Send a request that makes or changes something under the idempotency key of the
+    /// console's operation `key`, so a retry of that operation does it once; measured as
+    /// `operation`.
+    pub(crate) async fn send_once<T: miniserde::Deserialize>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        req: CustomizableStripeRequest<T>,
+    ) -> Result<T, StripeFailure> {
+        req.request_strategy(idempotent(key)?).send(&self.metered(operation)).await.map_err(StripeFailure::from_error)
+    }
+
     /// A client for `secret_key` at `api_base` (Stripe's own when None).
     pub fn connect(
         secret_key: &str,
@@ -479,12 +492,9 @@ impl Stripe {
         if let Some(e) = email {
             req = req.email(e);
         }
-        let c = req
-            .customize()
-            .request_strategy(idempotent(&format!("customer:organization:{organization_id}"))?)
-            .send(&self.metered("create customer"))
-            .await
-            .map_err(StripeFailure::from_error)?;
+        let c = self
+            .send_once("create customer", &format!("customer:organization:{organization_id}"), req.customize())
+            .await?;
         Ok(c.id.to_string())
     }
 
@@ -501,20 +511,22 @@ impl Stripe {
             ..Default::default()
         };
         let data = CreateCheckoutSessionSubscriptionData { metadata: Some(metadata.clone()), ..Default::default() };
-        let s = CreateCheckoutSession::new()
-            .mode(stripe_shared::CheckoutSessionMode::Subscription)
-            .customer(r.customer)
-            .client_reference_id(r.organization_id.to_string())
-            .line_items(vec![line])
-            .metadata(metadata)
-            .subscription_data(data)
-            .success_url(r.success_url)
-            .cancel_url(r.cancel_url)
-            .customize()
-            .request_strategy(idempotent(&format!("checkout:{}", r.operation))?)
-            .send(&self.metered("create checkout"))
-            .await
-            .map_err(StripeFailure::from_error)?;
+        let s = self
+            .send_once(
+                "create checkout",
+                &format!("checkout:{}", r.operation),
+                CreateCheckoutSession::new()
+                    .mode(stripe_shared::CheckoutSessionMode::Subscription)
+                    .customer(r.customer)
+                    .client_reference_id(r.organization_id.to_string())
+                    .line_items(vec![line])
+                    .metadata(metadata)
+                    .subscription_data(data)
+                    .success_url(r.success_url)
+                    .cancel_url(r.cancel_url)
+                    .customize(),
+            )
+            .await?;
         Ok(checkout_snapshot(&s))
     }
 
@@ -537,21 +549,22 @@ impl Stripe {
         let mut metadata = HashMap::new();
         metadata.insert("product_id".to_string(), product_id.to_string());
         let p = match stripe_id {
-            None => CreateProduct::new(name)
-                .metadata(metadata)
-                .customize()
-                .request_strategy(idempotent(&format!("product:{product_id}:create"))?)
-                .send(&self.metered("put product"))
-                .await
-                .map_err(StripeFailure::from_error)?,
-            Some(id) => UpdateProduct::new(id)
-                .name(name)
-                .metadata(metadata)
-                .customize()
-                .request_strategy(idempotent(&format!("product:{product_id}:update:{version}"))?)
-                .send(&self.metered("put product"))
-                .await
-                .map_err(StripeFailure::from_error)?,
+            None => {
+                self.send_once(
+                    "put product",
+                    &format!("product:{product_id}:create"),
+                    CreateProduct::new(name).metadata(metadata).customize(),
+                )
+                .await?
+            }
+            Some(id) => {
+                self.send_once(
+                    "put product",
+                    &format!("product:{product_id}:update:{version}"),
+                    UpdateProduct::new(id).name(name).metadata(metadata).customize(),
+                )
+                .await?
+            }
         };
         Ok(p.id.to_string())
     }
@@ -574,29 +587,30 @@ impl Stripe {
         metadata.insert("price_id".to_string(), price_id.to_string());
         let currency: stripe_types::Currency =
             currency.parse().map_err(|_| StripeFailure::Config(format!("currency {currency}")))?;
-        let p = CreatePrice::new(currency)
-            .product(stripe_product)
-            .unit_amount(amount_minor)
-            .recurring(CreatePriceRecurring::new(interval))
-            .metadata(metadata)
-            .customize()
-            .request_strategy(idempotent(&format!("price:{price_id}:create"))?)
-            .send(&self.metered("create price"))
-            .await
-            .map_err(StripeFailure::from_error)?;
+        let p = self
+            .send_once(
+                "create price",
+                &format!("price:{price_id}:create"),
+                CreatePrice::new(currency)
+                    .product(stripe_product)
+                    .unit_amount(amount_minor)
+                    .recurring(CreatePriceRecurring::new(interval))
+                    .metadata(metadata)
+                    .customize(),
+            )
+            .await?;
         Ok(p.id.to_string())
     }
 
     /// Archive a price in Stripe: existing subscriptions keep it, no new checkout can use it.
     pub async fn archive_price(&self, price_id: i64, stripe_price: &str) -> Result<(), StripeFailure> {
         use stripe_product::price::UpdatePrice;
-        UpdatePrice::new(stripe_price)
-            .active(false)
-            .customize()
-            .request_strategy(idempotent(&format!("price:{price_id}:archive"))?)
-            .send(&self.metered("archive price"))
-            .await
-            .map_err(StripeFailure::from_error)?;
+        self.send_once(
+            "archive price",
+            &format!("price:{price_id}:archive"),
+            UpdatePrice::new(stripe_price).active(false).customize(),
+        )
+        .await?;
         Ok(())
     }
 
