@@ -14,6 +14,26 @@ pub fn string(p: &Value, name: &str) -> ApiResult<Option<String>> {
     }
 }
 
+/// A list call's string filters (`customer`, `status`, ...): an object is listed when each one
+/// given equals the object's field of the same name.
+pub struct FieldsEqual(Vec<(&'static str, String)>);
+
+pub fn fields_equal(p: &Value, names: &[&'static str]) -> ApiResult<FieldsEqual> {
+    let mut given = Vec::new();
+    for &name in names {
+        if let Some(v) = string(p, name)? {
+            given.push((name, v));
+        }
+    }
+    Ok(FieldsEqual(given))
+}
+
+impl FieldsEqual {
+    pub fn keeps(&self, object: &Value) -> bool {
+        self.0.iter().all(|(name, v)| object[*name] == v.as_str())
+    }
+}
+
 pub fn required(p: &Value, name: &str) -> ApiResult<String> {
     match string(p, name)? {
         Some(s) if !s.is_empty() => Ok(s),

@@ -41,15 +41,8 @@ pub fn lines(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
 }
 
 pub fn list_payments(st: &mut Inner, p: &Value) -> ApiResult {
-    let invoice = params::string(p, "invoice")?;
-    let status = params::string(p, "status")?;
-    let items = st
-        .invoice_payments
-        .newest_first()
-        .filter(|ip| invoice.as_ref().is_none_or(|i| ip["invoice"] == i.as_str()))
-        .filter(|ip| status.as_ref().is_none_or(|s| ip["status"] == s.as_str()))
-        .cloned()
-        .collect();
+    let given = params::fields_equal(p, &["invoice", "status"])?;
+    let items = st.invoice_payments.newest_first().filter(|ip| given.keeps(ip)).cloned().collect();
     params::list_page(p, "/v1/invoice_payments", items)
 }
 

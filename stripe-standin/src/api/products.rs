@@ -201,17 +201,15 @@ pub fn update_price(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
 }
 
 pub fn list_prices(st: &mut Inner, p: &Value) -> ApiResult {
-    let product = params::string(p, "product")?;
+    let given = params::fields_equal(p, &["product", "type"])?;
     let active = params::boolean(p, "active")?;
-    let kind = params::string(p, "type")?;
     let lookup_keys: Vec<String> =
         params::array(p, "lookup_keys")?.into_iter().filter_map(|v| v.as_str().map(str::to_string)).collect();
     let items = st
         .prices
         .newest_first()
-        .filter(|pr| product.as_ref().is_none_or(|x| pr["product"] == x.as_str()))
+        .filter(|pr| given.keeps(pr))
         .filter(|pr| active.is_none_or(|a| pr["active"] == a))
-        .filter(|pr| kind.as_ref().is_none_or(|k| pr["type"] == k.as_str()))
         .filter(|pr| lookup_keys.is_empty() || lookup_keys.iter().any(|k| pr["lookup_key"] == k.as_str()))
         .cloned()
         .collect();

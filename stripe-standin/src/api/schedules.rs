@@ -128,13 +128,8 @@ pub fn retrieve(st: &mut Inner, id: &str) -> ApiResult {
 }
 
 pub fn list(st: &mut Inner, p: &Value) -> ApiResult {
-    let customer = params::string(p, "customer")?;
-    let items = st
-        .schedules
-        .newest_first()
-        .filter(|s| customer.as_ref().is_none_or(|c| s["customer"] == c.as_str()))
-        .cloned()
-        .collect();
+    let given = params::fields_equal(p, &["customer"])?;
+    let items = st.schedules.newest_first().filter(|s| given.keeps(s)).cloned().collect();
     params::list_page(p, "/v1/subscription_schedules", items)
 }
 
