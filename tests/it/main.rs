@@ -17,6 +17,7 @@ mod grant_pages;
 mod grants;
 mod jobs;
 mod metrics;
+mod migrations;
 mod offline_data;
 mod operator_pages;
 mod plan_acts;
