@@ -24,11 +24,9 @@ fn plain(status: actix_web::http::StatusCode, body: &str) -> HttpResponse {
 #[tracing::instrument(name = "Webhook: Stripe", skip_all)]
 pub async fn stripe(req: HttpRequest, state: web::Data<AppState>, mut payload: web::Payload) -> HttpResponse {
     use actix_web::http::StatusCode;
-    let Some(stripe) = state.stripe.as_ref() else {
-        return plain(StatusCode::SERVICE_UNAVAILABLE, "Stripe is not configured on this console");
-    };
-    let body = match raw_body(&mut payload, "a Stripe event").await {
-        Ok(b) => b,
+    let unconfigured = "Stripe is not configured on this console";
+    let (stripe, body) = match delivery(state.stripe.as_deref(), unconfigured, &mut payload, "a Stripe event").await {
+        Ok(d) => d,
         Err(answer) => return answer,
     };
     let header = req.headers().get("Stripe-Signature").and_then(|v| v.to_str().ok());
@@ -36,17 +34,38 @@ pub async fn stripe(req: HttpRequest, state: web::Data<AppState>, mut payload: w
         tracing::warn!(error = %e, "a webhook's signature was refused");
         return plain(StatusCode::BAD_REQUEST, &format!("signature refused: {e}"));
     }
-    match billing::receive_event(&state.db, &body).await {
-        Ok(billing::events::Received::Recorded { jobs }) => {
-            plain(StatusCode::OK, &format!("recorded; {jobs} job(s) enqueued"))
-        }
-        Ok(billing::events::Received::Duplicate) => plain(StatusCode::OK, "already recorded"),
+    let received = billing::receive_event(&state.db, &body).await;
+    recorded("webhook", received, |r| match r {
+        billing::events::Received::Recorded { jobs } => format!("recorded; {jobs} job(s) enqueued"),
+        billing::events::Received::Duplicate => "already recorded".into(),
+    })
+}
+
+/// A delivery's body, when the system that signs it is connected: the system and the raw body, or
+/// the answer to send (503 when it is not connected, else `raw_body`'s).
+async fn delivery<'a, S>(
+    system: Option<&'a S>,
+    unconfigured: &str,
+    payload: &mut web::Payload,
+    what: &str,
+) -> Result<(&'a S, web::BytesMut), HttpResponse> {
+    let Some(system) = system else {
+        return Err(plain(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, unconfigured));
+    };
+    Ok((system, raw_body(payload, what).await?))
+}
+
+/// A verified delivery's answer: what was recorded (`said`), its content refused (400), or a
+/// database that failed (503: the sender tries again later on any non-2xx).
+fn recorded<T>(what: &str, outcome: Result<T, ServiceError>, said: impl FnOnce(T) -> String) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    match outcome {
+        Ok(t) => plain(StatusCode::OK, &said(t)),
         Err(ServiceError::Invalid(problems)) => {
             plain(StatusCode::BAD_REQUEST, &problems.into_iter().map(|(_, m)| m).collect::<Vec<_>>().join(" "))
         }
-        // Stripe tries again later on any non-2xx: the right answer to a database that failed.
         Err(e) => {
-            tracing::error!(error = %e, "a verified webhook could not be recorded");
+            tracing::error!(error = %e, "a verified {what} could not be recorded");
             plain(StatusCode::SERVICE_UNAVAILABLE, "not recorded; try again")
         }
     }
@@ -69,11 +88,9 @@ async fn raw_body(payload: &mut web::Payload, what: &str) -> Result<web::BytesMu
 #[tracing::instrument(name = "Callback: the farm", skip_all)]
 pub async fn farm(req: HttpRequest, state: web::Data<AppState>, mut payload: web::Payload) -> HttpResponse {
     use actix_web::http::StatusCode;
-    let Some(farm) = state.farm.as_ref() else {
-        return plain(StatusCode::SERVICE_UNAVAILABLE, "the farm is not configured on this console");
-    };
-    let body = match raw_body(&mut payload, "a farm callback").await {
-        Ok(b) => b,
+    let unconfigured = "the farm is not configured on this console";
+    let (farm, body) = match delivery(state.farm.as_deref(), unconfigured, &mut payload, "a farm callback").await {
+        Ok(d) => d,
         Err(answer) => return answer,
     };
     let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
@@ -92,18 +109,11 @@ pub async fn farm(req: HttpRequest, state: web::Data<AppState>, mut payload: web
         Ok(c) => c,
         Err(e) => return plain(StatusCode::BAD_REQUEST, &format!("the callback could not be read: {e}")),
     };
-    match fedwiki::receive_farm_callback(&state.db, &callback).await {
-        Ok(fedwiki::Received::Recorded { observed, nudged }) => plain(
-            StatusCode::OK,
-            &format!("recorded; {} observed; {nudged} request(s) nudged", if observed { "site" } else { "nothing" }),
-        ),
-        Ok(fedwiki::Received::Duplicate) => plain(StatusCode::OK, "already recorded"),
-        Err(ServiceError::Invalid(problems)) => {
-            plain(StatusCode::BAD_REQUEST, &problems.into_iter().map(|(_, m)| m).collect::<Vec<_>>().join(" "))
+    let received = fedwiki::receive_farm_callback(&state.db, &callback).await;
+    recorded("farm callback", received, |r| match r {
+        fedwiki::Received::Recorded { observed, nudged } => {
+            format!("recorded; {} observed; {nudged} request(s) nudged", if observed { "site" } else { "nothing" })
         }
-        Err(e) => {
-            tracing::error!(error = %e, "a verified farm callback could not be recorded");
-            plain(StatusCode::SERVICE_UNAVAILABLE, "not recorded; try again")
-        }
-    }
+        fedwiki::Received::Duplicate => "already recorded".into(),
+    })
 }
