@@ -141,8 +141,26 @@ pub fn after_post(req: &HttpRequest, to: &str) -> HttpResponse {
     if render::is_htmx(req) {
         HttpResponse::Ok().insert_header(("HX-Redirect", to.to_string())).finish()
     } else {
-        HttpResponse::SeeOther().insert_header(("Location", to.to_string())).finish()
+        see_other(to)
     }
+}
+
+/// After a Retry on a page that shows its progress: a plain form back to the page (a 303); HTMX
+/// gets the progress, read after the act, to swap in place.
+pub async fn after_retry(
+    req: &HttpRequest,
+    page: &str,
+    progress: impl AsyncFnOnce() -> Result<views::Markup, AppError>,
+) -> Result<HttpResponse, AppError> {
+    if !render::is_htmx(req) {
+        return Ok(see_other(page));
+    }
+    Ok(partial(StatusCode::OK, progress().await?))
+}
+
+/// To `to`, for a plain request (a 303).
+pub fn see_other(to: &str) -> HttpResponse {
+    HttpResponse::SeeOther().insert_header(("Location", to.to_string())).finish()
 }
 
 /// A piece of a page, as an HTMX request swaps it in.

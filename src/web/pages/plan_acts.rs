@@ -10,6 +10,7 @@ use crate::{
     services,
     states::PlanActKind,
     store::topology::PlanActRow,
+    web::forms::after_retry,
     web::identity::Operator,
     web::{AppState, errors::AppError, render},
 };
@@ -133,9 +134,6 @@ pub async fn retry(
         services::plan_acts::retry_plan_act(&state.db, PlanActId(*id), actor).await
     })
     .await?;
-    if !render::is_htmx(&req) {
-        return Ok(HttpResponse::SeeOther().insert_header(("Location", fill(paths::PLAN_ACT, &[&id]))).finish());
-    }
-    let v = view(&req, &state, *id).await?;
-    Ok(HttpResponse::Ok().content_type("text/html; charset=utf-8").body(views::plan_act_progress(&v).into_string()))
+    let progress = async || Ok(views::plan_act_progress(&view(&req, &state, *id).await?));
+    after_retry(&req, &fill(paths::PLAN_ACT, &[&id]), progress).await
 }

@@ -9,6 +9,7 @@ use crate::{
     ids::RuleChangeId,
     services::{self, reads::RuleChangeDetail},
     store::rule_changes::{ActRow, ChangeRow},
+    web::forms::after_retry,
     web::identity::Operator,
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
@@ -150,11 +151,6 @@ pub async fn retry(
         services::rule_changes::retry_failed(&state.db, RuleChangeId(*id)).await
     })
     .await?;
-    if !render::is_htmx(&req) {
-        return Ok(HttpResponse::SeeOther().insert_header(("Location", fill(paths::RULE_CHANGE, &[&id]))).finish());
-    }
-    let d = services::reads::rule_change(&state.db, RuleChangeId(*id)).await?.ok_or(AppError::NotFound)?;
-    Ok(HttpResponse::Ok()
-        .content_type("text/html; charset=utf-8")
-        .body(views::rule_change_progress(&view(&req, &d)).into_string()))
+    let progress = async || Ok(views::rule_change_progress(&read_view(&req, &state, *id).await?));
+    after_retry(&req, &fill(paths::RULE_CHANGE, &[&id]), progress).await
 }
