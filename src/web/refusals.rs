@@ -1,7 +1,7 @@
 //! A service's refusal as HTTP, in one place. Every handler sends what its service path returned
 //! through here: a refused form comes back drawn again with the messages beside their fields
-//! (`form`, then `answer`), a refusal outside a form is an error page or HTMX partial (`From`),
-//! and a preview shows the refusal it would meet (`preview`).
+//! (`posted`, or `form` then `answer`), a refusal outside a form is an error page or HTMX
+//! partial (`From`), and a preview shows the refusal it would meet (`preview`).
 //!
 //! | the service said                                   | the answer                              |
 //! |----------------------------------------------------|-----------------------------------------|
@@ -17,7 +17,11 @@
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode};
 use views::{FormState, Markup};
 
-use super::{errors::AppError, forms::partial, render};
+use super::{
+    errors::AppError,
+    forms::{after_post, partial},
+    render,
+};
 use crate::{db::DbError, services::ServiceError};
 
 /// How a form's refusals are worded, per form family.
@@ -64,6 +68,21 @@ pub fn form(e: ServiceError, values: Vec<(String, String)>, words: Words) -> Res
     Ok(Refused { status, form })
 }
 
+/// A posted form's answer: on success to the address it gave (`after_post`); refused, the form's
+/// state (`form`) for `draw` to answer with.
+pub async fn posted(
+    req: &HttpRequest,
+    done: Result<String, ServiceError>,
+    sent: Vec<(String, String)>,
+    words: Words,
+    draw: impl AsyncFnOnce(Refused) -> Result<HttpResponse, AppError>,
+) -> Result<HttpResponse, AppError> {
+    match done {
+        Ok(to) => Ok(after_post(req, &to)),
+        Err(e) => draw(form(e, sent, words)?).await,
+    }
+}
+
 /// A refused form's answer: the form alone for HTMX (it swaps in place), else the whole page
 /// with the form filled in. Only the one asked for is drawn.
 pub fn answer(
@@ -74,6 +93,18 @@ pub fn answer(
     page: impl FnOnce() -> Markup,
 ) -> HttpResponse {
     if render::is_htmx(req) { partial(status, form()) } else { render::page(req, status, title, page()) }
+}
+
+/// `answer` where the form is drawn without the page (a button's form): the page is read only when
+/// it is the answer.
+pub async fn answer_reading(
+    req: &HttpRequest,
+    status: StatusCode,
+    title: &str,
+    form: impl FnOnce() -> Markup,
+    page: impl AsyncFnOnce() -> Result<Markup, AppError>,
+) -> Result<HttpResponse, AppError> {
+    if render::is_htmx(req) { Ok(partial(status, form())) } else { Ok(render::page(req, status, title, page().await?)) }
 }
 
 /// A preview's answer, in place (200): what the act would reach, or the refusal it would meet

@@ -17,6 +17,7 @@ use views::{
 
 use crate::{
     ids::{OrganizationId, PriceId, ProductId, SubscriptionId},
+    integrations::stripe::Stripe,
     services::{
         ServiceError,
         billing::{
@@ -35,9 +36,9 @@ use crate::{
     web::{
         AppState,
         errors::AppError,
-        forms::{Form, after_post, query_or_default},
+        forms::{Form, after_post, query_or_default, see_other},
         identity::{Member, Operator, csrf_token},
-        refusals::{self, Words},
+        refusals::{self, Refused, Words},
         render,
     },
 };
@@ -189,12 +190,9 @@ pub async fn set_price(
         Ok(p) => billing::set_price(&state.db, ProductId(*id), &p).await,
         Err(e) => Err(e),
     };
-    let e = match set {
-        Ok(_) => return Ok(after_post(&req, &product_page_with(*id, "price=set"))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), PRICE_WORDS)?;
-    prices_refused(&req, &state, *id, r.status, Some(r.form), vec![]).await
+    let to = set.map(|_| product_page_with(*id, "price=set"));
+    let draw = async |r: Refused| prices_refused(&req, &state, *id, r.status, Some(r.form), vec![]).await;
+    refusals::posted(&req, to, form.values(), PRICE_WORDS, draw).await
 }
 
 #[tracing::instrument(name = "Page: archive a price", skip_all, fields(price_id = *id))]
@@ -206,12 +204,9 @@ pub async fn archive_price(
 ) -> Result<HttpResponse, AppError> {
     let price = reads::price(&state.db, PriceId(*id)).await?.ok_or(AppError::NotFound)?;
     let product = price.product_id.0;
-    let e = match billing::archive_price(&state.db, PriceId(*id)).await {
-        Ok(()) => return Ok(after_post(&req, &product_page_with(product, "archived=1"))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, vec![], PRICE_WORDS)?;
-    prices_refused(&req, &state, product, r.status, None, r.form.errors).await
+    let to = billing::archive_price(&state.db, PriceId(*id)).await.map(|()| product_page_with(product, "archived=1"));
+    let draw = async |r: Refused| prices_refused(&req, &state, product, r.status, None, r.form.errors).await;
+    refusals::posted(&req, to, vec![], PRICE_WORDS, draw).await
 }
 
 #[tracing::instrument(name = "Page: sync a product to Stripe", skip_all, fields(product_id = *id))]
@@ -221,21 +216,18 @@ pub async fn sync_product(
     state: web::Data<AppState>,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
-    let e = match billing::sync_product(&state.db, ProductId(*id)).await {
-        Ok(answer) => {
-            let flag = match answer {
-                SyncAnswer::Enqueued { product, prices } => {
-                    format!("sync=queued&product={}&prices={prices}", u8::from(product))
-                }
-                SyncAnswer::AlreadyPending => "sync=waiting".into(),
-                SyncAnswer::UpToDate => "sync=current".into(),
-            };
-            return Ok(after_post(&req, &product_page_with(*id, &flag)));
-        }
-        Err(e) => e,
-    };
-    let r = refusals::form(e, vec![], PRICE_WORDS)?;
-    prices_refused(&req, &state, *id, r.status, None, r.form.errors).await
+    let to = billing::sync_product(&state.db, ProductId(*id)).await.map(|answer| {
+        let flag = match answer {
+            SyncAnswer::Enqueued { product, prices } => {
+                format!("sync=queued&product={}&prices={prices}", u8::from(product))
+            }
+            SyncAnswer::AlreadyPending => "sync=waiting".into(),
+            SyncAnswer::UpToDate => "sync=current".into(),
+        };
+        product_page_with(*id, &flag)
+    });
+    let draw = async |r: Refused| prices_refused(&req, &state, *id, r.status, None, r.form.errors).await;
+    refusals::posted(&req, to, vec![], PRICE_WORDS, draw).await
 }
 
 // ---------- The member's billing page ----------
@@ -474,11 +466,14 @@ impl CheckoutForm {
     }
 }
 
-fn not_connected(what: &str) -> AppError {
-    AppError::Refused(format!(
-        "Billing is not connected to a payment provider right now, so {what}. Nothing was charged. Try again later, \
-         or ask an operator."
-    ))
+/// Stripe, or the refusal that says billing is not connected, so `what`.
+fn connected<'a>(state: &'a AppState, what: &str) -> Result<&'a Stripe, AppError> {
+    state.stripe.as_deref().ok_or_else(|| {
+        AppError::Refused(format!(
+            "Billing is not connected to a payment provider right now, so {what}. Nothing was charged. Try again \
+             later, or ask an operator."
+        ))
+    })
 }
 
 /// Where Stripe sends the browser back: the configured public address, else this request's own.
@@ -506,9 +501,7 @@ pub async fn checkout(
     // Who may buy is read first: another organization is a 404 and a member who is not an owner
     // is refused, neither reaching Stripe.
     reads::buyer_standing(&state.db, who.account_id, organization_id).await?;
-    let Some(stripe) = state.stripe.as_deref() else {
-        return Err(not_connected("a plan cannot be bought here"));
-    };
+    let stripe = connected(&state, "a plan cannot be bought here")?;
     let base = base_url(&req, &state);
     let url = billing::start_checkout(
         &state.db,
@@ -543,14 +536,12 @@ pub async fn checkout_return(
     // A session the console did not start, or one of an organization the member is not in, is
     // nothing at this address, whether or not Stripe is connected.
     reads::members_checkout(&state.db, who.account_id, &q.session_id).await?.ok_or(AppError::NotFound)?;
-    let Some(stripe) = state.stripe.as_deref() else {
-        return Err(not_connected("the payment cannot be confirmed here yet"));
-    };
+    let stripe = connected(&state, "the payment cannot be confirmed here yet")?;
     let to = match billing::finish_checkout(&state.db, stripe, who.account_id, &q.session_id).await? {
         CheckoutOutcome::Paid { .. } => "checkout=paid",
         CheckoutOutcome::NotPaid { .. } => "checkout=pending",
     };
-    Ok(HttpResponse::SeeOther().insert_header(("Location", format!("{}?{to}", paths::BILLING))).finish())
+    Ok(see_other(&format!("{}?{to}", paths::BILLING)))
 }
 
 // ---------- A member's plan changes ----------
@@ -601,9 +592,7 @@ pub async fn switch(
 ) -> Result<HttpResponse, AppError> {
     let (org, sub) = form.subscription()?;
     let price = PriceId(form_id("price_id", &form.price_id, "a plan")?);
-    let Some(stripe) = state.stripe.as_deref() else {
-        return Err(not_connected("the plan cannot be switched here"));
-    };
+    let stripe = connected(&state, "the plan cannot be switched here")?;
     if form.confirm == "1" {
         let done = plan_changes::switch_plan(&state.db, stripe, who.account_id, org, sub, price, form.operation.trim())
             .await?;
@@ -650,9 +639,7 @@ pub async fn undo_switch(
 ) -> Result<HttpResponse, AppError> {
     let (org, sub) = form.subscription()?;
     let ladder = crate::ids::LadderId(form_id("ladder_id", &form.ladder_id, "a plan")?);
-    let Some(stripe) = state.stripe.as_deref() else {
-        return Err(not_connected("the change cannot be undone here"));
-    };
+    let stripe = connected(&state, "the change cannot be undone here")?;
     plan_changes::undo_switch(&state.db, stripe, who.account_id, org, sub, ladder).await?;
     Ok(changed(&req, "undone"))
 }
@@ -666,9 +653,7 @@ pub async fn cancel(
 ) -> Result<HttpResponse, AppError> {
     let (org, sub) = form.subscription()?;
     let keep = form.keep == "1";
-    let Some(stripe) = state.stripe.as_deref() else {
-        return Err(not_connected("the subscription cannot be changed here"));
-    };
+    let stripe = connected(&state, "the subscription cannot be changed here")?;
     plan_changes::cancel_at_period_end(&state.db, stripe, who.account_id, org, sub, !keep).await?;
     Ok(changed(&req, if keep { "kept" } else { "canceling" }))
 }

@@ -16,7 +16,7 @@ use crate::{
         self, ServiceError,
         reads::{CARRIED_COUNT_CAP, CatalogOverview},
     },
-    web::forms::{Form, after_post, run_parsed, unknown_field},
+    web::forms::{Form, run_parsed, unknown_field},
     web::identity::Operator,
     web::refusals::{self, Refused, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
@@ -196,12 +196,9 @@ pub async fn create_key(
 ) -> Result<HttpResponse, AppError> {
     let create =
         async || services::catalog::create_resource_key(&state.db, &form.key, &form.kind, &form.description).await;
-    let e = match once_more_after_deadlock(&state.db, "Create a resource key", create).await {
-        Ok(_) => return Ok(after_post(&req, paths::CATALOG)),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    catalog_refused(&req, &state, CatalogForm::Key, r).await
+    let created = once_more_after_deadlock(&state.db, "Create a resource key", create).await;
+    let draw = async |r| catalog_refused(&req, &state, CatalogForm::Key, r).await;
+    refusals::posted(&req, created.map(|_| paths::CATALOG.to_string()), form.values(), WORDS, draw).await
 }
 
 #[tracing::instrument(name = "Page: add an entitlement set", skip_all)]
@@ -212,12 +209,9 @@ pub async fn create_set(
     form: Form<SetForm>,
 ) -> Result<HttpResponse, AppError> {
     let create = async || services::catalog::create_entitlement_set(&state.db, &form.name).await;
-    let e = match once_more_after_deadlock(&state.db, "Create an entitlement set", create).await {
-        Ok(id) => return Ok(after_post(&req, &fill(paths::CATALOG_SET, &[&id]))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    catalog_refused(&req, &state, CatalogForm::Set, r).await
+    let created = once_more_after_deadlock(&state.db, "Create an entitlement set", create).await;
+    let draw = async |r| catalog_refused(&req, &state, CatalogForm::Set, r).await;
+    refusals::posted(&req, created.map(|id| fill(paths::CATALOG_SET, &[&id])), form.values(), WORDS, draw).await
 }
 
 #[tracing::instrument(name = "Page: add a product", skip_all)]
@@ -230,12 +224,8 @@ pub async fn create_product(
     let create =
         async |p: &ProductInput<'_>| services::catalog::create_product(&state.db, p.name, p.set_id, p.published).await;
     let created = run_parsed(&state.db, "Create a product", form.parse(), create).await;
-    let e = match created {
-        Ok(id) => return Ok(after_post(&req, &fill(paths::CATALOG_PRODUCT, &[&id]))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    catalog_refused(&req, &state, CatalogForm::Product, r).await
+    let draw = async |r| catalog_refused(&req, &state, CatalogForm::Product, r).await;
+    refusals::posted(&req, created.map(|id| fill(paths::CATALOG_PRODUCT, &[&id])), form.values(), WORDS, draw).await
 }
 
 async fn set_edit_view(
@@ -299,20 +289,19 @@ pub async fn save_rules(
         commit_rule_change_batch(&state.db, EntitlementSetId(*id), submitted, actor, &form.reason, cap).await
     };
     let committed = run_parsed(&state.db, "Rule change", form.parse(), commit).await;
-    let e = match committed {
-        // The change's page shows it settled, or draining live.
-        Ok(c) => return Ok(after_post(&req, &fill(paths::RULE_CHANGE, &[&c.change_id]))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    let mut v = set_edit_view(&req, &state, *id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
-    // A problem with no row of its own (an unknown key) is said above the form.
-    let rows: Vec<String> = v.rows.iter().map(|r| format!("rule.{}", r.key)).collect();
-    let orphans: Vec<String> =
-        v.form.field_errors.iter().filter(|(k, _)| !rows.contains(k)).map(|(_, m)| m.clone()).collect();
-    v.form.errors.extend(orphans);
-    let title = format!("Entitlement set: {}", v.name);
-    Ok(refusals::answer(&req, r.status, &title, || views::set_edit(&v), || views::set_edit(&v)))
+    // The change's page shows it settled, or draining live.
+    let to = committed.map(|c| fill(paths::RULE_CHANGE, &[&c.change_id]));
+    refusals::posted(&req, to, form.values(), WORDS, async |r| {
+        let mut v = set_edit_view(&req, &state, *id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
+        // A problem with no row of its own (an unknown key) is said above the form.
+        let rows: Vec<String> = v.rows.iter().map(|r| format!("rule.{}", r.key)).collect();
+        let orphans: Vec<String> =
+            v.form.field_errors.iter().filter(|(k, _)| !rows.contains(k)).map(|(_, m)| m.clone()).collect();
+        v.form.errors.extend(orphans);
+        let title = format!("Entitlement set: {}", v.name);
+        Ok(refusals::answer(&req, r.status, &title, || views::set_edit(&v), || views::set_edit(&v)))
+    })
+    .await
 }
 
 pub(crate) async fn product_edit_view(
@@ -390,15 +379,15 @@ async fn product_saved(
     saved: Result<(), services::ServiceError>,
     values: Vec<(String, String)>,
 ) -> Result<HttpResponse, AppError> {
-    let e = match saved {
-        Ok(()) => return Ok(after_post(req, &format!("{}?saved=1", fill(paths::CATALOG_PRODUCT, &[&id])))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, values, WORDS)?;
-    let (name, v) = product_edit_view(req, state, id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
-    let prices = super::billing::prices_view(req, state, id, None, vec![]).await?;
-    let title = format!("Product: {name}");
-    Ok(refusals::answer(req, r.status, &title, || views::product_edit(&v), || views::product_with_prices(&v, &prices)))
+    let to = saved.map(|()| format!("{}?saved=1", fill(paths::CATALOG_PRODUCT, &[&id])));
+    refusals::posted(req, to, values, WORDS, async |r| {
+        let (name, v) = product_edit_view(req, state, id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
+        let prices = super::billing::prices_view(req, state, id, None, vec![]).await?;
+        let title = format!("Product: {name}");
+        let form = || views::product_edit(&v);
+        Ok(refusals::answer(req, r.status, &title, form, || views::product_with_prices(&v, &prices)))
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Page: save a product", skip_all, fields(product_id = *id))]

@@ -6,8 +6,9 @@
 
 use std::time::Duration;
 
-use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload, http::StatusCode, web};
 use chrono::{DateTime, Utc};
+use futures_util::future::LocalBoxFuture;
 use serde::Deserialize;
 use views::{
     FormState,
@@ -25,9 +26,9 @@ use crate::{
     web::{
         AppState,
         errors::AppError,
-        forms::{Form, after_post, query_or_default},
+        forms::{Form, after_post, query_or_default, run_parsed},
         identity::{Operator, csrf_token},
-        refusals::{self, Refused, Words},
+        refusals::{self, Words},
         render,
     },
 };
@@ -200,23 +201,16 @@ pub async fn create(
     form: Form<ConnectionFields>,
 ) -> Result<HttpResponse, AppError> {
     let f = form.form();
-    let e = match once_more_after_deadlock(&state.db, "Add a connection", async || {
+    let created = once_more_after_deadlock(&state.db, "Add a connection", async || {
         connections::create_connection(&state.db, &f).await
     })
+    .await;
+    refusals::posted(&req, created.map(|id| page_saying(id.0, "added")), form.values(), WORDS, async |r| {
+        let v = list_view(&req, &state, r.form).await?;
+        let form = || views::connection_add_form(&v.csrf, &v.keys, &v.form);
+        Ok(refusals::answer(&req, r.status, "Connections", form, || views::connection_list(&v)))
+    })
     .await
-    {
-        Ok(id) => return Ok(after_post(&req, &format!("{}?done=added", fill(paths::CONNECTION, &[&id])))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    let v = list_view(&req, &state, r.form).await?;
-    Ok(refusals::answer(
-        &req,
-        r.status,
-        "Connections",
-        || views::connection_add_form(&v.csrf, &v.keys, &v.form),
-        || views::connection_list(&v),
-    ))
 }
 
 // A connection's page ------------------------------------------------------------------------------
@@ -347,11 +341,11 @@ pub async fn detail(
 }
 
 /// The connection's page after a successful act, saying what was done.
-fn back_to(req: &HttpRequest, id: i64, done: &str) -> HttpResponse {
-    after_post(req, &format!("{}?done={done}", fill(paths::CONNECTION, &[&id])))
+fn page_saying(id: i64, done: &str) -> String {
+    format!("{}?done={done}", fill(paths::CONNECTION, &[&id]))
 }
 
-/// Which of the page's forms was refused.
+/// Which of the page's forms was sent.
 #[derive(Clone, Copy)]
 enum PageForm {
     Edit,
@@ -359,27 +353,37 @@ enum PageForm {
     Delete,
 }
 
-/// A refused form of the page: in place for HTMX, else the page with that form filled in.
-async fn page_refused(
+/// A form of the page's answer: where its success goes (the page saying what was done, or the
+/// list after a deletion); a refusal in place for HTMX, else the page with that form filled in.
+async fn page_answer(
     req: &HttpRequest,
     state: &AppState,
     id: i64,
     which: PageForm,
-    r: Refused,
+    result: Result<(), ServiceError>,
+    sent: Vec<(String, String)>,
 ) -> Result<HttpResponse, AppError> {
-    let mut shown = Shown::default();
-    match which {
-        PageForm::Edit => shown.edit = Some(r.form),
-        PageForm::Rotate => shown.rotate = r.form,
-        PageForm::Delete => shown.delete = r.form,
-    }
-    let v = page_view(req, state, ConnectionId(id), shown).await?;
-    let form = || match which {
-        PageForm::Edit => views::connection_edit_form(&v.csrf, v.id, &v.all_keys, &v.edit_form),
-        PageForm::Rotate => views::connection_rotate_form(&v.csrf, v.id, &v.rotate_form),
-        PageForm::Delete => views::connection_delete_form(&v.csrf, v.id, &v.delete_form),
+    let (to, words) = match which {
+        PageForm::Edit => (page_saying(id, "saved"), WORDS),
+        PageForm::Rotate => (page_saying(id, "rotate"), WORDS),
+        PageForm::Delete => (format!("{}?deleted=1", paths::CONNECTIONS), DELETE_WORDS),
     };
-    Ok(refusals::answer(req, r.status, &title(&v), form, || views::connection_page(&v)))
+    refusals::posted(req, result.map(|()| to), sent, words, async |r| {
+        let mut shown = Shown::default();
+        match which {
+            PageForm::Edit => shown.edit = Some(r.form),
+            PageForm::Rotate => shown.rotate = r.form,
+            PageForm::Delete => shown.delete = r.form,
+        }
+        let v = page_view(req, state, ConnectionId(id), shown).await?;
+        let form = || match which {
+            PageForm::Edit => views::connection_edit_form(&v.csrf, v.id, &v.all_keys, &v.edit_form),
+            PageForm::Rotate => views::connection_rotate_form(&v.csrf, v.id, &v.rotate_form),
+            PageForm::Delete => views::connection_delete_form(&v.csrf, v.id, &v.delete_form),
+        };
+        Ok(refusals::answer(req, r.status, &title(&v), form, || views::connection_page(&v)))
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Page: edit a connection", skip_all, fields(connection_id = *id))]
@@ -395,12 +399,7 @@ pub async fn edit(
         connections::update_connection(&state.db, ConnectionId(*id), &f).await
     })
     .await;
-    let e = match saved {
-        Ok(()) => return Ok(back_to(&req, *id, "saved")),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    page_refused(&req, &state, *id, PageForm::Edit, r).await
+    page_answer(&req, &state, *id, PageForm::Edit, saved, form.values()).await
 }
 
 #[tracing::instrument(name = "Page: rotate a connection's secret", skip_all, fields(connection_id = *id))]
@@ -411,21 +410,10 @@ pub async fn rotate(
     id: web::Path<i64>,
     form: Form<RotateForm>,
 ) -> Result<HttpResponse, AppError> {
-    let rotated = match connections::parse_overlap_hours(&form.overlap_hours) {
-        Ok(overlap) => {
-            once_more_after_deadlock(&state.db, "Rotate a connection's secret", async || {
-                connections::rotate_secret(&state.db, ConnectionId(*id), overlap).await
-            })
-            .await
-        }
-        Err(e) => Err(e),
-    };
-    let e = match rotated {
-        Ok(()) => return Ok(back_to(&req, *id, "rotate")),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    page_refused(&req, &state, *id, PageForm::Rotate, r).await
+    let rotate = async |overlap: &Duration| connections::rotate_secret(&state.db, ConnectionId(*id), *overlap).await;
+    let parsed = connections::parse_overlap_hours(&form.overlap_hours);
+    let rotated = run_parsed(&state.db, "Rotate a connection's secret", parsed, rotate).await;
+    page_answer(&req, &state, *id, PageForm::Rotate, rotated, form.values()).await
 }
 
 #[tracing::instrument(name = "Page: delete a connection", skip_all, fields(connection_id = *id))]
@@ -444,68 +432,63 @@ pub async fn delete(
     } else {
         Err(ServiceError::invalid("confirm", "Tick the box to confirm: deleting stops every push to this system."))
     };
-    let e = match deleted {
-        Ok(()) => return Ok(after_post(&req, &format!("{}?deleted=1", paths::CONNECTIONS))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), DELETE_WORDS)?;
-    page_refused(&req, &state, *id, PageForm::Delete, r).await
+    page_answer(&req, &state, *id, PageForm::Delete, deleted, form.values()).await
 }
 
-/// A button's answer: back to the page saying what was done; a conflict (Check now without
-/// read-back) is the page again with the refusal above it (409); anything else the error page.
-async fn button_done(
-    req: &HttpRequest,
-    state: &AppState,
-    id: i64,
-    done: &str,
-    result: Result<(), ServiceError>,
-) -> Result<HttpResponse, AppError> {
-    match result {
-        Ok(()) => Ok(back_to(req, id, done)),
-        Err(ServiceError::Refused(why)) => {
-            let shown = Shown { refusal: Some(why), ..Shown::default() };
-            let v = page_view(req, state, ConnectionId(id), shown).await?;
-            Ok(render::page(req, StatusCode::CONFLICT, &title(&v), views::connection_page(&v)))
-        }
-        Err(e) => Err(e.into()),
+/// A button on a connection's page (Retry, Send a test, Check now): the operator's request for one
+/// connection, with a form that carries nothing but the CSRF token.
+pub struct Button {
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    id: ConnectionId,
+}
+
+impl FromRequest for Button {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let parts =
+            <(Operator, HttpRequest, web::Data<AppState>, web::Path<i64>, Form<NoFields>)>::from_request(req, payload);
+        Box::pin(async move {
+            let (_op, req, state, id, _form) = parts.await?;
+            Ok(Button { req, state, id: ConnectionId(*id) })
+        })
     }
 }
 
-#[tracing::instrument(name = "Page: retry a connection", skip_all, fields(connection_id = *id))]
-pub async fn retry(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-    _form: Form<NoFields>,
-) -> Result<HttpResponse, AppError> {
-    let result = connections::retry_connection(&state.db, ConnectionId(*id)).await;
-    button_done(&req, &state, *id, "retry", result).await
+impl Button {
+    /// Back to the page saying what was done; a conflict (Check now without read-back) is the page
+    /// again with the refusal above it (409); anything else the error page.
+    async fn answer(self, done: &str, result: Result<(), ServiceError>) -> Result<HttpResponse, AppError> {
+        match result {
+            Ok(()) => Ok(after_post(&self.req, &page_saying(self.id.0, done))),
+            Err(ServiceError::Refused(why)) => {
+                let shown = Shown { refusal: Some(why), ..Shown::default() };
+                let v = page_view(&self.req, &self.state, self.id, shown).await?;
+                Ok(render::page(&self.req, StatusCode::CONFLICT, &title(&v), views::connection_page(&v)))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
-#[tracing::instrument(name = "Page: send a test", skip_all, fields(connection_id = *id))]
-pub async fn test(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-    _form: Form<NoFields>,
-) -> Result<HttpResponse, AppError> {
-    let result = connections::send_test(&state.db, ConnectionId(*id)).await;
-    button_done(&req, &state, *id, "test", result).await
+#[tracing::instrument(name = "Page: retry a connection", skip_all, fields(connection_id = b.id.0))]
+pub async fn retry(b: Button) -> Result<HttpResponse, AppError> {
+    let result = connections::retry_connection(&b.state.db, b.id).await;
+    b.answer("retry", result).await
 }
 
-#[tracing::instrument(name = "Page: read back now", skip_all, fields(connection_id = *id))]
-pub async fn check(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-    _form: Form<NoFields>,
-) -> Result<HttpResponse, AppError> {
-    let result = connections::check_now(&state.db, ConnectionId(*id)).await;
-    button_done(&req, &state, *id, "check", result).await
+#[tracing::instrument(name = "Page: send a test", skip_all, fields(connection_id = b.id.0))]
+pub async fn test(b: Button) -> Result<HttpResponse, AppError> {
+    let result = connections::send_test(&b.state.db, b.id).await;
+    b.answer("test", result).await
+}
+
+#[tracing::instrument(name = "Page: read back now", skip_all, fields(connection_id = b.id.0))]
+pub async fn check(b: Button) -> Result<HttpResponse, AppError> {
+    let result = connections::check_now(&b.state.db, b.id).await;
+    b.answer("check", result).await
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use crate::{
     },
     states::{GrantKind, GrantStatus},
     store::grants::{EventRow, GrantRow},
-    web::forms::{Form, after_post, partial, run_parsed},
+    web::forms::{Form, run_parsed},
     web::identity::Operator,
     web::paging::SeekQuery,
     web::refusals::{self, Words},
@@ -200,13 +200,11 @@ pub async fn issue(
 ) -> Result<HttpResponse, AppError> {
     let issue = async |g: &IssueGrant| services::grants::issue_grant(&state.db, g).await;
     let issued = run_parsed(&state.db, "Issue a grant", form.parse(Some(op.account_id())), issue).await;
-    let e = match issued {
-        Ok(id) => return Ok(after_post(&req, &fill(paths::GRANT, &[&id]))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    let v = issue_view(&req, &state, r.form).await?;
-    Ok(refusals::answer(&req, r.status, "Issue a grant", || views::issue_grant(&v), || views::issue_grant(&v)))
+    refusals::posted(&req, issued.map(|id| fill(paths::GRANT, &[&id])), form.values(), WORDS, async |r| {
+        let v = issue_view(&req, &state, r.form).await?;
+        Ok(refusals::answer(&req, r.status, "Issue a grant", || views::issue_grant(&v), || views::issue_grant(&v)))
+    })
+    .await
 }
 
 async fn detail_view(
@@ -302,16 +300,16 @@ pub async fn revoke(
 ) -> Result<HttpResponse, AppError> {
     let actor = Some(op.account_id());
     let revoke = async || services::grants::revoke_grant(&state.db, GrantId(*id), actor, &form.reason).await;
-    let e = match once_more_after_deadlock(&state.db, "Revoke a grant", revoke).await {
-        Ok(head) => return Ok(after_post(&req, &fill(paths::GRANT, &[&head]))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    if render::is_htmx(&req) {
-        return Ok(partial(r.status, views::revoke_form(&csrf_token(&req), *id, &r.form)));
-    }
-    let v = detail_view(&req, &state, *id, r.form.clone(), FormState::default()).await?;
-    Ok(render::page(&req, r.status, &format!("Grant #{}", v.grant.id), with_banner(&v, &r.form, v.can_revoke)))
+    let revoked = once_more_after_deadlock(&state.db, "Revoke a grant", revoke).await;
+    refusals::posted(&req, revoked.map(|head| fill(paths::GRANT, &[&head])), form.values(), WORDS, async |r| {
+        let page = async || {
+            let v = detail_view(&req, &state, *id, r.form.clone(), FormState::default()).await?;
+            Ok(with_banner(&v, &r.form, v.can_revoke))
+        };
+        let form = || views::revoke_form(&csrf_token(&req), *id, &r.form);
+        refusals::answer_reading(&req, r.status, &format!("Grant #{}", *id), form, page).await
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Page: manage a grant", skip_all, fields(grant_id = *id))]
@@ -324,18 +322,16 @@ pub async fn manage(
 ) -> Result<HttpResponse, AppError> {
     let manage = async |m: &ManageGrant| services::grants::manage_grant(&state.db, GrantId(*id), m).await;
     let managed = run_parsed(&state.db, "Manage a grant", form.parse(Some(op.account_id())), manage).await;
-    let e = match managed {
-        Ok(head) => return Ok(after_post(&req, &fill(paths::GRANT, &[&head]))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    let v = detail_view(&req, &state, *id, FormState::default(), r.form).await?;
-    let title = format!("Grant #{}", v.grant.id);
-    Ok(refusals::answer(
-        &req,
-        r.status,
-        &title,
-        || views::manage_form(&v.csrf, *id, v.waiting, &v.manage_form),
-        || with_banner(&v, &v.manage_form, v.can_manage),
-    ))
+    refusals::posted(&req, managed.map(|head| fill(paths::GRANT, &[&head])), form.values(), WORDS, async |r| {
+        let v = detail_view(&req, &state, *id, FormState::default(), r.form).await?;
+        let title = format!("Grant #{}", v.grant.id);
+        Ok(refusals::answer(
+            &req,
+            r.status,
+            &title,
+            || views::manage_form(&v.csrf, *id, v.waiting, &v.manage_form),
+            || with_banner(&v, &v.manage_form, v.can_manage),
+        ))
+    })
+    .await
 }

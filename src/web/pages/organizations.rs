@@ -9,7 +9,7 @@ use crate::{
     services::{self, ServiceError, grants::EmailDomain, organizations::OrgName, refusal::Problems},
     states::GrantKind,
     store::{catalog::HeldConferral, paging::Seek},
-    web::forms::{Form, after_post, run_parsed},
+    web::forms::{Form, run_parsed},
     web::identity::{Operator, csrf_token},
     web::paging::SeekQuery,
     web::refusals::{self, Words},
@@ -213,18 +213,15 @@ pub async fn create(
         services::organizations::create_organization_with_domain(&state.db, &o.name, o.org_type_id, domain).await
     };
     let created = run_parsed(&state.db, "Create an organization", form.parse(&org_types), create).await;
-    let e = match created {
-        Ok((created, _)) => {
-            return Ok(after_post(&req, &fill(paths::ORGANIZATION, &[&created.organization_id])));
-        }
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    if render::is_htmx(&req) {
-        let form = views::create_organization_form(&csrf_token(&req), &org_types, &r.form);
-        return Ok(crate::web::forms::partial(r.status, form));
-    }
-    let mut view = list_view(&req, &state, String::new(), Seek::First).await?;
-    view.create_form = r.form;
-    Ok(render::page(&req, r.status, "Organizations", views::organization_list(&view)))
+    let to = created.map(|(created, _)| fill(paths::ORGANIZATION, &[&created.organization_id]));
+    refusals::posted(&req, to, form.values(), WORDS, async |r| {
+        let page = async || {
+            let mut view = list_view(&req, &state, String::new(), Seek::First).await?;
+            view.create_form = r.form.clone();
+            Ok(views::organization_list(&view))
+        };
+        let form = || views::create_organization_form(&csrf_token(&req), &org_types, &r.form);
+        refusals::answer_reading(&req, r.status, "Organizations", form, page).await
+    })
+    .await
 }

@@ -169,21 +169,8 @@ pub async fn sites_live(
     Ok(crate::web::forms::partial(StatusCode::OK, views::sites_section(&v)))
 }
 
-/// A refused act: the page again with the reason beside the organization's sites.
-async fn refused(
-    req: &HttpRequest,
-    state: &AppState,
-    who: AccountId,
-    org: Option<OrganizationId>,
-    e: ServiceError,
-    values: Vec<(String, String)>,
-) -> Result<HttpResponse, AppError> {
-    let r = refusals::form(e, values, WORDS)?;
-    let v = view(req, state, who, Some((org, r.form))).await?;
-    Ok(refusals::answer(req, r.status, "Sites", || views::sites_section(&v), || views::member_sites(&v)))
-}
-
-/// An act's answer: back to the page saying what was asked, or the page with the refusal.
+/// An act's answer: back to the page saying what was asked, or the page again with the reason
+/// beside the organization's sites.
 async fn answer<T>(
     req: &HttpRequest,
     state: &AppState,
@@ -193,11 +180,12 @@ async fn answer<T>(
     done: Result<T, ServiceError>,
     values: Vec<(String, String)>,
 ) -> Result<HttpResponse, AppError> {
-    match done {
-        Ok(_) => Ok(after_post(req, &format!("{}?asked={asked}", paths::SITES))),
-        Err(ServiceError::NotFound(w)) => Err(ServiceError::NotFound(w).into()),
-        Err(e) => refused(req, state, who, org, e, values).await,
-    }
+    let to = done.map(|_| format!("{}?asked={asked}", paths::SITES));
+    refusals::posted(req, to, values, WORDS, async |r| {
+        let v = view(req, state, who, Some((org, r.form))).await?;
+        Ok(refusals::answer(req, r.status, "Sites", || views::sites_section(&v), || views::member_sites(&v)))
+    })
+    .await
 }
 
 /// What the console did to a site on its own: parked by the plan's limit (it comes back when

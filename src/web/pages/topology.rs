@@ -18,7 +18,7 @@ use crate::{
         refusal::Problems,
         topology::{AddTier, RemoveTier},
     },
-    web::forms::{self, Form, after_post, partial, run_parsed, unknown_field},
+    web::forms::{self, Form, run_parsed, unknown_field},
     web::identity::Operator,
     web::refusals::{self, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
@@ -317,14 +317,13 @@ pub async fn add_tier(
 ) -> Result<HttpResponse, AppError> {
     let add = async |a: &AddTier| services::topology::add_tier(&state.db, a, state.config.plan_act_holder_cap).await;
     let added = run_parsed(&state.db, "AddTier", form.parse(*id, Some(op.account_id())), add).await;
-    let e = match added {
-        Ok(_) => return Ok(after_post(&req, &format!("{}?done=tier-added", paths::TOPOLOGY))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    let v = view(&req, &state, Forms { add: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
-    let next_rank = v.ladder(*id).map_or(1, views::LadderView::next_rank);
-    Ok(refused(&req, r.status, &v, || views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &r.form)))
+    let to = added.map(|_| format!("{}?done=tier-added", paths::TOPOLOGY));
+    refusals::posted(&req, to, form.values(), WORDS, async |r| {
+        let v = view(&req, &state, Forms { add: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
+        let next_rank = v.ladder(*id).map_or(1, views::LadderView::next_rank);
+        Ok(refused(&req, r.status, &v, || views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &r.form)))
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Page: delete a tier", skip_all, fields(ladder_id = path.0, rank = path.1))]
@@ -338,19 +337,19 @@ pub async fn delete_tier(
     let (ladder, rank) = path.into_inner();
     let actor = Some(op.account_id());
     let delete = async || services::topology::delete_tier(&state.db, LadderId(ladder), rank, actor, &form.reason).await;
-    let e = match once_more_after_deadlock(&state.db, "DeleteTier", delete).await {
-        Ok(_) => return Ok(after_post(&req, &format!("{}?done=tier-deleted", paths::TOPOLOGY))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    if render::is_htmx(&req) {
-        return Ok(partial(r.status, views::delete_tier_form(&csrf_token(&req), ladder, rank, &r.form)));
-    }
-    // The delete button's form has no room for a message: the page says it in a banner.
-    let v = view(&req, &state, Forms::default(), None).await?;
-    let banner = views::refusal("The tier was not deleted", &r.form.errors.join(" "));
-    let body = views::PreEscaped(banner.into_string() + &views::topology(&v).into_string());
-    Ok(render::page(&req, r.status, "Tier topology", body))
+    let deleted = once_more_after_deadlock(&state.db, "DeleteTier", delete).await;
+    let to = deleted.map(|_| format!("{}?done=tier-deleted", paths::TOPOLOGY));
+    refusals::posted(&req, to, form.values(), WORDS, async |r| {
+        // The delete button's form has no room for a message: the page says it in a banner.
+        let page = async || {
+            let v = view(&req, &state, Forms::default(), None).await?;
+            let banner = views::refusal("The tier was not deleted", &r.form.errors.join(" "));
+            Ok(views::PreEscaped(banner.into_string() + &views::topology(&v).into_string()))
+        };
+        let form = || views::delete_tier_form(&csrf_token(&req), ladder, rank, &r.form);
+        refusals::answer_reading(&req, r.status, "Tier topology", form, page).await
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Page: order the ladders", skip_all)]
@@ -364,14 +363,13 @@ pub async fn ladder_order(
         services::topology::reorder_plan_ladders(&state.db, positions).await
     };
     let ordered = run_parsed(&state.db, "ReorderPlanLadders", form.parse(), reorder).await;
-    let e = match ordered {
-        Ok(_) => return Ok(after_post(&req, &format!("{}?done=order", paths::TOPOLOGY))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    let v = view(&req, &state, Forms { order: r.form.clone(), ..Forms::default() }, None).await?;
-    let ladders = v.ladder_order();
-    Ok(refused(&req, r.status, &v, || views::ladder_order_form(&v.csrf, &ladders, &r.form)))
+    let to = ordered.map(|_| format!("{}?done=order", paths::TOPOLOGY));
+    refusals::posted(&req, to, form.values(), WORDS, async |r| {
+        let v = view(&req, &state, Forms { order: r.form.clone(), ..Forms::default() }, None).await?;
+        let ladders = v.ladder_order();
+        Ok(refused(&req, r.status, &v, || views::ladder_order_form(&v.csrf, &ladders, &r.form)))
+    })
+    .await
 }
 
 /// ChangeOrgTypeDefault: T0, then the listing and moves for up to a few seconds of this request;
@@ -391,14 +389,12 @@ pub async fn change_default(
         change_org_type_default(&state.db, OrgTypeId(*id), c.ladder_id, c.disposition, actor, &c.reason, within).await
     };
     let changed = run_parsed(&state.db, "ChangeOrgTypeDefault", form.parse("Choose a ladder."), change).await;
-    let e = match changed {
-        Ok(act) => return Ok(after_post(&req, &fill(paths::PLAN_ACT, &[&act]))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    let v = view(&req, &state, Forms { default: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
-    let ladders = v.ladder_choices();
-    Ok(refused(&req, r.status, &v, || views::default_change_form(&v.csrf, *id, &ladders, &r.form)))
+    refusals::posted(&req, changed.map(|act| fill(paths::PLAN_ACT, &[&act])), form.values(), WORDS, async |r| {
+        let v = view(&req, &state, Forms { default: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
+        let ladders = v.ladder_choices();
+        Ok(refused(&req, r.status, &v, || views::default_change_form(&v.csrf, *id, &ladders, &r.form)))
+    })
+    .await
 }
 
 /// A refused topology form: the form again alone for htmx, else within the whole page.
@@ -485,21 +481,20 @@ pub async fn remove_tier(
     let remove =
         async |r: &RemoveTier| services::topology::remove_tier(&state.db, r, state.config.plan_act_holder_cap).await;
     let removed = run_parsed(&state.db, "RemoveTier", form.parse(ladder, rank, Some(op.account_id())), remove).await;
-    let e = match removed {
-        Ok((act, _)) => return Ok(after_post(&req, &fill(paths::PLAN_ACT, &[&act]))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    let forms = Forms { remove: vec![((ladder, rank), r.form.clone())], ..Forms::default() };
-    let v = view(&req, &state, forms, None).await?;
-    let product = v
-        .ladders
-        .iter()
-        .find(|l| l.id == ladder)
-        .and_then(|l| l.tiers.iter().find(|t| t.rank == rank))
-        .map(|t| t.product_name.clone())
-        .unwrap_or_default();
-    Ok(refused(&req, r.status, &v, || views::remove_tier_form(&v.csrf, ladder, rank, &product, &r.form)))
+    let to = removed.map(|(act, _)| fill(paths::PLAN_ACT, &[&act]));
+    refusals::posted(&req, to, form.values(), WORDS, async |r| {
+        let forms = Forms { remove: vec![((ladder, rank), r.form.clone())], ..Forms::default() };
+        let v = view(&req, &state, forms, None).await?;
+        let product = v
+            .ladders
+            .iter()
+            .find(|l| l.id == ladder)
+            .and_then(|l| l.tiers.iter().find(|t| t.rank == rank))
+            .map(|t| t.product_name.clone())
+            .unwrap_or_default();
+        Ok(refused(&req, r.status, &v, || views::remove_tier_form(&v.csrf, ladder, rank, &product, &r.form)))
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Page: preview a tier order", skip_all, fields(ladder_id = *id))]
@@ -534,12 +529,11 @@ pub async fn tier_order(
 ) -> Result<HttpResponse, AppError> {
     let reorder = async |r: &ReorderTiers| services::plan_acts::reorder_tiers(&state.db, r, Some(within(&state))).await;
     let reordered = run_parsed(&state.db, "ReorderTiers", form.parse(*id, Some(op.account_id())), reorder).await;
-    let e = match reordered {
-        Ok(act) => return Ok(after_post(&req, &fill(paths::PLAN_ACT, &[&act]))),
-        Err(e) => e,
-    };
-    let r = refusals::form(e, form.values(), WORDS)?;
-    let v = view(&req, &state, Forms { tier_order: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
-    let tiers = v.ladder(*id).map(views::LadderView::tier_order).unwrap_or_default();
-    Ok(refused(&req, r.status, &v, || views::tier_order_form(&v.csrf, *id, &tiers, &r.form)))
+    refusals::posted(&req, reordered.map(|act| fill(paths::PLAN_ACT, &[&act])), form.values(), WORDS, async |r| {
+        let forms = Forms { tier_order: vec![(*id, r.form.clone())], ..Forms::default() };
+        let v = view(&req, &state, forms, None).await?;
+        let tiers = v.ladder(*id).map(views::LadderView::tier_order).unwrap_or_default();
+        Ok(refused(&req, r.status, &v, || views::tier_order_form(&v.csrf, *id, &tiers, &r.form)))
+    })
+    .await
 }
