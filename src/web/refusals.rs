@@ -179,6 +179,39 @@ mod tests {
         assert!(matches!(form(ServiceError::Db(DbError::DeadlinePassed), sent(), WORDS), Err(AppError::Timeout)));
     }
 
+    fn request(htmx: bool) -> HttpRequest {
+        let r = actix_web::test::TestRequest::post();
+        if htmx { r.insert_header(("hx-request", "true")) } else { r }.to_http_request()
+    }
+
+    /// What was sent, as the drawn answer's body.
+    async fn drawn(r: Refused) -> Result<HttpResponse, AppError> {
+        Ok(HttpResponse::build(r.status).body(r.form.value("name").to_string()))
+    }
+
+    #[tokio::test]
+    async fn a_posted_form_goes_on_after_success_and_is_drawn_again_with_what_was_sent_when_refused() {
+        let done = posted(&request(false), Ok("/next".into()), sent(), WORDS, drawn).await.unwrap();
+        assert_eq!(done.status(), StatusCode::SEE_OTHER);
+        assert_eq!(done.headers().get("location").unwrap(), "/next");
+        let htmx = request(true);
+        let refused = posted(&htmx, Err(ServiceError::Refused("Taken.".into())), sent(), WORDS, drawn).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::CONFLICT);
+        assert_eq!(actix_web::body::to_bytes(refused.into_body()).await.unwrap(), "Gold");
+        let gone = posted(&request(false), Err(ServiceError::NotFound("tier")), sent(), WORDS, drawn).await;
+        assert!(matches!(gone, Err(AppError::NotFound)));
+    }
+
+    #[tokio::test]
+    async fn a_form_drawn_without_its_page_answers_htmx_alone_and_the_page_is_not_read() {
+        let form = || views::refusal("Not deleted", "Still held.");
+        let page = async || -> Result<Markup, AppError> { panic!("the page was read") };
+        let answer = answer_reading(&request(true), StatusCode::CONFLICT, "Tiers", form, page).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::CONFLICT);
+        let body = actix_web::body::to_bytes(answer.into_body()).await.unwrap();
+        assert!(String::from_utf8_lossy(&body).contains("Still held."));
+    }
+
     #[test]
     fn outside_a_form_each_refusal_keeps_its_status() {
         let status = |e: ServiceError| actix_web::ResponseError::status_code(&AppError::from(e));
