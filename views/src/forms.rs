@@ -1,6 +1,6 @@
-//! Form building blocks, one of each: the CSRF field, labelled inputs and selects with their
-//! hints and errors (linked by `aria-describedby`), the form-level banners, and the POST form
-//! htmx swaps in place. Every page's forms are made of these.
+//! Form building blocks, one of each: the CSRF field, labelled inputs, selects and checkboxes
+//! with their hints and errors (linked by `aria-describedby`), the form-level banners, and the
+//! POST form htmx swaps in place. Every page's forms are made of these.
 
 use maud::{Markup, html};
 
@@ -11,39 +11,6 @@ use crate::pages::catalog::FormState;
 pub fn csrf_field(token: &str) -> Markup {
     html! {
         input type="hidden" name="csrf_token" value=(token);
-    }
-}
-
-/// One labelled input.
-pub struct Field<'a> {
-    pub name: &'a str,
-    pub label: &'a str,
-    /// "text", "email", "password", "number" or "date".
-    pub kind: &'a str,
-    pub value: &'a str,
-    pub error: Option<&'a str>,
-    pub required: bool,
-    pub autocomplete: Option<&'a str>,
-}
-
-/// Label above the input, the error (if any) below it, linked by `aria-describedby`.
-///
-/// A password's value is never written back into the page, whatever the caller passes.
-pub fn field(f: &Field) -> Markup {
-    let error_id = format!("{}-error", f.name);
-    let value = if f.kind == "password" { "" } else { f.value };
-    html! {
-        div.field.has-error[f.error.is_some()] {
-            label for=(f.name) { (f.label) }
-            input id=(f.name) name=(f.name) type=(f.kind) value=(value)
-                required[f.required]
-                autocomplete=[f.autocomplete]
-                aria-invalid=[f.error.map(|_| "true")]
-                aria-describedby=[f.error.map(|_| error_id.as_str())];
-            @if let Some(error) = f.error {
-                p.field-error id=(error_id) { (error) }
-            }
-        }
     }
 }
 
@@ -105,39 +72,58 @@ pub struct Input<'a> {
     pub id: &'a str,
     pub name: &'a str,
     pub label: &'a str,
-    /// "text", "number", "datetime-local", ...
+    /// "text", "email", "password", "number", "datetime-local", ...
     pub kind: &'a str,
     pub value: &'a str,
     pub error: Option<&'a str>,
     pub required: bool,
     pub placeholder: Option<&'a str>,
     pub hint: Option<&'a str>,
+    pub autocomplete: Option<&'a str>,
 }
 
+impl<'a> Input<'a> {
+    /// An optional text input holding `value`, with no error, placeholder, hint or autocomplete
+    /// (a caller sets those, and another kind, over it).
+    pub fn text(id: &'a str, name: &'a str, label: &'a str, value: &'a str) -> Self {
+        Input {
+            id,
+            name,
+            label,
+            kind: "text",
+            value,
+            error: None,
+            required: false,
+            placeholder: None,
+            hint: None,
+            autocomplete: None,
+        }
+    }
+}
+
+/// Label above the input, the hint and error (if any) below it, linked by `aria-describedby`.
+///
+/// A password's value is never written back into the page, whatever the caller passes.
 pub fn input_field(f: &Input) -> Markup {
-    let error_id = format!("{}-error", f.id);
-    let hint_id = format!("{}-hint", f.id);
-    let described = described_by(f.hint.map(|_| hint_id.as_str()), f.error.map(|_| error_id.as_str()));
+    let notes = Notes::new(f.id, f.hint, f.error);
     let number = f.kind == "number";
-    html! {
-        div.field.has-error[f.error.is_some()] {
-            label for=(f.id) { (f.label) }
-            input id=(f.id) name=(f.name) type=(f.kind) value=(f.value)
+    let value = if f.kind == "password" { "" } else { f.value };
+    labelled(
+        f.id,
+        f.label,
+        &notes,
+        html! {
+            input id=(f.id) name=(f.name) type=(f.kind) value=(value)
                 min=[number.then_some("1")]
                 step=[number.then_some("1")]
                 inputmode=[number.then_some("numeric")]
                 required[f.required]
                 placeholder=[f.placeholder]
-                aria-invalid=[f.error.map(|_| "true")]
-                aria-describedby=[described];
-            @if let Some(hint) = f.hint {
-                p.field-hint id=(hint_id) { (hint) }
-            }
-            @if let Some(error) = f.error {
-                p.field-error id=(error_id) { (error) }
-            }
-        }
-    }
+                autocomplete=[f.autocomplete]
+                aria-invalid=[notes.invalid()]
+                aria-describedby=[notes.described_by()];
+        },
+    )
 }
 
 pub struct Select<'a> {
@@ -153,35 +139,90 @@ pub struct Select<'a> {
 }
 
 pub fn select_field(f: &Select) -> Markup {
-    let error_id = format!("{}-error", f.id);
-    let hint_id = format!("{}-hint", f.id);
-    let described = described_by(f.hint.map(|_| hint_id.as_str()), f.error.map(|_| error_id.as_str()));
-    html! {
-        div.field.has-error[f.error.is_some()] {
-            label for=(f.id) { (f.label) }
+    let notes = Notes::new(f.id, f.hint, f.error);
+    labelled(
+        f.id,
+        f.label,
+        &notes,
+        html! {
             select id=(f.id) name=(f.name)
                 required[f.required]
-                aria-invalid=[f.error.map(|_| "true")]
-                aria-describedby=[described] {
+                aria-invalid=[notes.invalid()]
+                aria-describedby=[notes.described_by()] {
                 @for (value, label) in f.options {
                     option value=(value) selected[*value == f.selected] { (label) }
                 }
             }
-            @if let Some(hint) = f.hint {
-                p.field-hint id=(hint_id) { (hint) }
+        },
+    )
+}
+
+/// A checkbox that submits `name=on` when ticked, its label beside it and its hint below.
+pub fn checkbox(id: &str, name: &str, label: &str, checked: bool, error: Option<&str>, hint: &str) -> Markup {
+    let notes = Notes::new(id, Some(hint), error);
+    html! {
+        div.field.field-check.has-error[error.is_some()] {
+            div.check-row {
+                input id=(id) name=(name) type="checkbox" value="on" checked[checked]
+                    aria-invalid=[notes.invalid()]
+                    aria-describedby=[notes.described_by()];
+                label for=(id) { (label) }
             }
-            @if let Some(error) = f.error {
-                p.field-error id=(error_id) { (error) }
+            (notes.render())
+        }
+    }
+}
+
+/// A field's hint and error, each under the id `{field id}-hint` / `-error` that the control
+/// names in its `aria-describedby`.
+pub(crate) struct Notes<'a> {
+    hint: Option<&'a str>,
+    error: Option<&'a str>,
+    hint_id: String,
+    error_id: String,
+}
+
+impl<'a> Notes<'a> {
+    pub(crate) fn new(id: &str, hint: Option<&'a str>, error: Option<&'a str>) -> Self {
+        Notes { hint, error, hint_id: format!("{id}-hint"), error_id: format!("{id}-error") }
+    }
+
+    /// The control's `aria-invalid`: set only when it has an error.
+    pub(crate) fn invalid(&self) -> Option<&'static str> {
+        self.error.map(|_| "true")
+    }
+
+    /// The control's `aria-describedby`: the hint's id, then the error's, of those shown.
+    pub(crate) fn described_by(&self) -> Option<String> {
+        match (self.hint, self.error) {
+            (Some(_), Some(_)) => Some(format!("{} {}", self.hint_id, self.error_id)),
+            (Some(_), None) => Some(self.hint_id.clone()),
+            (None, Some(_)) => Some(self.error_id.clone()),
+            (None, None) => None,
+        }
+    }
+
+    /// The hint, then the error, under the control.
+    pub(crate) fn render(&self) -> Markup {
+        html! {
+            @if let Some(hint) = self.hint {
+                p.field-hint id=(self.hint_id) { (hint) }
+            }
+            @if let Some(error) = self.error {
+                p.field-error id=(self.error_id) { (error) }
             }
         }
     }
 }
 
-pub(crate) fn described_by(hint: Option<&str>, error: Option<&str>) -> Option<String> {
-    match (hint, error) {
-        (Some(h), Some(e)) => Some(format!("{h} {e}")),
-        (Some(one), None) | (None, Some(one)) => Some(one.to_owned()),
-        (None, None) => None,
+/// The label above the control, its hint and error below it; marked when it has an error.
+pub(crate) fn labelled(id: &str, label: &str, notes: &Notes, control: Markup) -> Markup {
+    html! {
+        div.field.has-error[notes.error.is_some()] {
+            label for=(id) { (label) }
+            (control)
+            (notes.render())
+        }
     }
 }
 
@@ -194,20 +235,18 @@ mod tests {
         assert_eq!(csrf_field(r#"x"y"#).into_string(), r#"<input type="hidden" name="csrf_token" value="x&quot;y">"#);
     }
 
-    fn email_field<'a>(error: Option<&'a str>) -> Field<'a> {
-        Field {
-            name: "email",
-            label: "Email",
+    fn email_field(error: Option<&str>) -> Input<'_> {
+        Input {
             kind: "email",
-            value: "a@b.c",
             error,
             required: true,
             autocomplete: Some("username"),
+            ..Input::text("email", "email", "Email", "a@b.c")
         }
     }
     #[test]
     fn field_without_error_has_label_and_input() {
-        let out = field(&email_field(None)).into_string();
+        let out = input_field(&email_field(None)).into_string();
         assert_eq!(
             out,
             r#"<div class="field"><label for="email">Email</label><input id="email" name="email" type="email" value="a@b.c" required autocomplete="username"></div>"#
@@ -215,23 +254,15 @@ mod tests {
     }
     #[test]
     fn field_with_error_is_marked_invalid_and_described() {
-        let out = field(&email_field(Some("Not an <email>"))).into_string();
+        let out = input_field(&email_field(Some("Not an <email>"))).into_string();
         assert!(out.contains(r#"<div class="field has-error">"#));
         assert!(out.contains(r#"aria-invalid="true" aria-describedby="email-error""#));
         assert!(out.contains(r#"<p class="field-error" id="email-error">Not an &lt;email&gt;</p>"#));
     }
     #[test]
     fn password_value_is_never_echoed() {
-        let f = Field {
-            name: "password",
-            label: "Password",
-            kind: "password",
-            value: "hunter2",
-            error: None,
-            required: false,
-            autocomplete: None,
-        };
-        let out = field(&f).into_string();
+        let f = Input { kind: "password", ..Input::text("password", "password", "Password", "hunter2") };
+        let out = input_field(&f).into_string();
         assert!(!out.contains("hunter2"));
         assert!(out.contains(r#"type="password" value="""#));
         assert!(!out.contains("required"));

@@ -20,7 +20,7 @@ mod text;
 pub use components::{
     Column, Keyset, Tone, badge, facts, keyset_pagination, notice, progress, refusal, table, table_cols,
 };
-pub use forms::{Field, csrf_field, field, form_errors};
+pub use forms::{Input, csrf_field, form_errors, input_field};
 pub use layout::{NavLink, Page, SignedIn, bare_page, page, page_or_partial};
 pub use pages::{
     auth::{LoginView, login},

@@ -1,6 +1,6 @@
 //! The sign-in card.
 
-use crate::forms::{Field, csrf_field, field};
+use crate::forms::{Input, csrf_field, input_field};
 use crate::paths;
 use maud::{Markup, html};
 
@@ -30,36 +30,30 @@ pub fn login(v: &LoginView) -> Markup {
                 @if let Some(next) = v.next {
                     input type="hidden" name="next" value=(next);
                 }
-                (field(&email_field(v.email)))
-                (field(&password_field()))
+                (input_field(&email_field(v.email)))
+                (input_field(&password_field()))
                 button.btn.btn-primary.btn-block type="submit" { "Sign in" }
             }
         }
     }
 }
 
-fn email_field(value: &str) -> Field<'_> {
-    Field {
-        name: "email",
-        label: "Email",
+fn email_field(value: &str) -> Input<'_> {
+    Input {
         kind: "email",
-        value,
-        error: None,
         required: true,
         // Password managers pair "username" with "current-password".
         autocomplete: Some("username"),
+        ..Input::text("email", "email", "Email", value)
     }
 }
 
-fn password_field() -> Field<'static> {
-    Field {
-        name: "password",
-        label: "Password",
+fn password_field() -> Input<'static> {
+    Input {
         kind: "password",
-        value: "",
-        error: None,
         required: true,
         autocomplete: Some("current-password"),
+        ..Input::text("password", "password", "Password", "")
     }
 }
 

@@ -8,7 +8,7 @@
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
-use crate::forms::{Field, Input, Select, described_by, field, form_banners, hx_form, input_field, select_field};
+use crate::forms::{Input, Notes, Select, checkbox, form_banners, hx_form, input_field, select_field};
 
 use crate::components::{Column, Tone, badge, facts, table_cols};
 
@@ -73,17 +73,7 @@ impl FormState {
     /// The text input for field `name` with this form's value and message for it: optional, no
     /// placeholder or hint (a caller sets those, and another kind, over it).
     pub fn input<'a>(&'a self, id: &'a str, name: &'a str, label: &'a str) -> Input<'a> {
-        Input {
-            id,
-            name,
-            label,
-            kind: "text",
-            value: self.value(name),
-            error: self.field_error(name),
-            required: false,
-            placeholder: None,
-            hint: None,
-        }
+        Input { error: self.field_error(name), ..Input::text(id, name, label, self.value(name)) }
     }
 
     /// The select for field `name` among `options`, with this form's choice and message for it.
@@ -300,15 +290,7 @@ pub fn set_form(csrf: &str, f: &FormState) -> Markup {
             h3 { "Add an entitlement set" }
             (form_banners(f))
             (hx_form(paths::CATALOG_SETS, "set-form", csrf, html! {
-                (field(&Field {
-                    name: "name",
-                    label: "Set name",
-                    kind: "text",
-                    value: f.value("name"),
-                    error: f.field_error("name"),
-                    required: true,
-                    autocomplete: Some("off"),
-                }))
+                (name_field(f, "Set name"))
                 p.field-hint { "You add its rules after creating it." }
                 div.form-actions {
                     button.btn.btn-primary type="submit" { "Add entitlement set" }
@@ -335,20 +317,13 @@ fn product_fields(set_options: &[(i64, String)], f: &FormState, submit: &str) ->
     options.extend(set_options.iter().map(|(id, name)| (id.to_string(), name.clone())));
     let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
     html! {
-        (field(&Field {
-            name: "name",
-            label: "Product name",
-            kind: "text",
-            value: f.value("name"),
-            error: f.field_error("name"),
-            required: true,
-            autocomplete: Some("off"),
-        }))
+        (name_field(f, "Product name"))
         (select_field(&Select {
             hint: Some("What one unit of the product confers. A product that is a tier on a ladder needs one."),
             ..f.select("entitlement_set_id", "entitlement_set_id", "Entitlement set", &options)
         }))
-        (checkbox_field(
+        (checkbox(
+            "published",
             "published",
             "Published",
             is_checked(f.value("published")),
@@ -431,25 +406,22 @@ fn rules_table(rows: &[RuleEditRow], f: &FormState) -> Markup {
 fn rule_row(r: &RuleEditRow, f: &FormState) -> Vec<Markup> {
     let name = format!("rule.{}", r.key);
     let error = f.field_error(&name);
-    let error_id = format!("{name}-error");
-    let described = error.map(|_| error_id.as_str());
+    let notes = Notes::new(&name, None, error);
     let input = html! {
         div.has-error[error.is_some()] {
             label.visually-hidden for=(name) { "Value per unit for " (r.key) }
             @if r.kind == "flag" {
                 select id=(name) name=(name)
-                    aria-invalid=[error.map(|_| "true")] aria-describedby=[described] {
+                    aria-invalid=[notes.invalid()] aria-describedby=[notes.described_by()] {
                     @for (value, label) in [("", "— no rule —"), ("yes", "yes (included)"), ("no", "no (not included)")] {
                         option value=(value) selected[r.value == value] { (label) }
                     }
                 }
             } @else {
                 input id=(name) name=(name) type="number" step="1" inputmode="numeric" value=(r.value)
-                    aria-invalid=[error.map(|_| "true")] aria-describedby=[described];
+                    aria-invalid=[notes.invalid()] aria-describedby=[notes.described_by()];
             }
-            @if let Some(e) = error {
-                p.field-error id=(error_id) { (e) }
-            }
+            (notes.render())
         }
     };
     vec![html! { code { (r.key) } }, html! { (kind_label(&r.kind)) }, input]
@@ -486,11 +458,13 @@ pub fn product_edit(v: &ProductEditView) -> Markup {
             (hx_form(&action, "product-edit", &v.csrf, product_fields(&v.set_options, &v.form, "Save product")))
             form.seats method="post" action=(fill(paths::CATALOG_PRODUCT_SEATS, &[&v.product_id])) {
                 (crate::forms::csrf_field(&v.csrf))
-                (crate::forms::input_field(&crate::forms::Input { id: "max_quantity", name: "max_quantity",
-                    label: "Seats a member may buy", kind: "number",
+                (input_field(&Input {
+                    kind: "number",
                     value: &seats,
-                    error: v.form.field_error("max_quantity"), required: true, placeholder: None,
-                    hint: Some("1: sold one at a time. More: members choose how many seats when they buy, and change them later.") }))
+                    required: true,
+                    hint: Some("1: sold one at a time. More: members choose how many seats when they buy, and change them later."),
+                    ..v.form.input("max_quantity", "max_quantity", "Seats a member may buy")
+                }))
                 div.form-actions { button.btn.btn-secondary type="submit" { "Save seats" } }
             }
         }
@@ -499,25 +473,9 @@ pub fn product_edit(v: &ProductEditView) -> Markup {
 
 // ---------- Form building blocks local to the operator pages ----------
 
-/// A checkbox that submits `name=on` when ticked.
-fn checkbox_field(name: &str, label: &str, checked: bool, error: Option<&str>, hint: &str) -> Markup {
-    let error_id = format!("{name}-error");
-    let hint_id = format!("{name}-hint");
-    let described = described_by(Some(hint_id.as_str()), error.map(|_| error_id.as_str()));
-    html! {
-        div.field.field-check.has-error[error.is_some()] {
-            div.check-row {
-                input id=(name) name=(name) type="checkbox" value="on" checked[checked]
-                    aria-invalid=[error.map(|_| "true")]
-                    aria-describedby=[described];
-                label for=(name) { (label) }
-            }
-            p.field-hint id=(hint_id) { (hint) }
-            @if let Some(error) = error {
-                p.field-error id=(error_id) { (error) }
-            }
-        }
-    }
+/// A set's or product's name: required, and not one a browser should fill in.
+fn name_field(f: &FormState, label: &str) -> Markup {
+    input_field(&Input { required: true, autocomplete: Some("off"), ..f.input("name", "name", label) })
 }
 
 /// A checkbox's submitted or stored value: "on" (what the browser sends), or "true"/"yes".

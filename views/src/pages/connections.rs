@@ -12,7 +12,7 @@
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, facts, notice, refusal, table_cols};
-use crate::forms::{Input, described_by, form_banners, hx_form, input_field};
+use crate::forms::{Input, checkbox, form_banners, hx_form, input_field};
 use crate::pages::catalog::{FormState, count};
 use crate::paths::{self, fill};
 use crate::text::query_component;
@@ -280,26 +280,6 @@ fn connection_fields(prefix: &str, keys: &[String], f: &FormState, submit: &str)
         ))
         div.form-actions {
             button.btn.btn-primary type="submit" { (submit) }
-        }
-    }
-}
-
-fn checkbox(id: &str, name: &str, label: &str, checked: bool, error: Option<&str>, hint: &str) -> Markup {
-    let error_id = format!("{id}-error");
-    let hint_id = format!("{id}-hint");
-    let described = described_by(Some(hint_id.as_str()), error.map(|_| error_id.as_str()));
-    html! {
-        div.field.field-check.has-error[error.is_some()] {
-            div.check-row {
-                input id=(id) name=(name) type="checkbox" value="on" checked[checked]
-                    aria-invalid=[error.map(|_| "true")]
-                    aria-describedby=[described];
-                label for=(id) { (label) }
-            }
-            p.field-hint id=(hint_id) { (hint) }
-            @if let Some(error) = error {
-                p.field-error id=(error_id) { (error) }
-            }
         }
     }
 }

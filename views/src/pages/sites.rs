@@ -244,12 +244,14 @@ fn swap_form(v: &SitesView, o: &OrgSites) -> Markup {
             } @else {
                 form method="post" action=(paths::SITES_SWAP) {
                     (csrf_field(&v.csrf))
-                    (select_field(&Select { id: &format!("swap-activate-{}", o.organization_id), name: "activate",
-                        label: "Activate", options: &parked, selected: f.value("activate"), error: f.field_error("activate"),
-                        required: true, hint: None }))
-                    (select_field(&Select { id: &format!("swap-park-{}", o.organization_id), name: "park",
-                        label: "Park", options: &active, selected: f.value("park"), error: f.field_error("park"),
-                        required: true, hint: None }))
+                    (select_field(&Select {
+                        required: true,
+                        ..f.select(&format!("swap-activate-{}", o.organization_id), "activate", "Activate", &parked)
+                    }))
+                    (select_field(&Select {
+                        required: true,
+                        ..f.select(&format!("swap-park-{}", o.organization_id), "park", "Park", &active)
+                    }))
                     div.form-actions { button.btn.btn-secondary type="submit" { "Swap" } }
                 }
             }
@@ -266,9 +268,12 @@ fn create_form(v: &SitesView, o: &OrgSites) -> Markup {
             form method="post" action=(paths::SITES) {
                 (csrf_field(&v.csrf))
                 input type="hidden" name="organization_id" value=(o.organization_id);
-                (input_field(&Input { id: &format!("site-name-{}", o.organization_id), name: "name", label: "Name",
-                    kind: "text", value: f.value("name"), error: f.field_error("name"), required: true,
-                    placeholder: Some("handbook"), hint: Some(&hint) }))
+                (input_field(&Input {
+                    required: true,
+                    placeholder: Some("handbook"),
+                    hint: Some(&hint),
+                    ..f.input(&format!("site-name-{}", o.organization_id), "name", "Name")
+                }))
                 div.form-actions { button.btn type="submit" { "Create site" } }
             }
         }
@@ -314,20 +319,27 @@ fn domains_panel(v: &SitesView, o: &OrgSites) -> Markup {
                 form method="post" action=(paths::SITES_DOMAINS) {
                     (csrf_field(&v.csrf))
                     input type="hidden" name="organization_id" value=(o.organization_id);
-                    (input_field(&Input { id: &format!("domain-{}", o.organization_id), name: "domain", label: "Domain",
-                        kind: "text", value: f.value("domain"), error: f.field_error("domain"), required: true,
-                        placeholder: Some("wiki.example.org"), hint: None }))
+                    (input_field(&Input {
+                        required: true,
+                        placeholder: Some("wiki.example.org"),
+                        ..f.input(&format!("domain-{}", o.organization_id), "domain", "Domain")
+                    }))
                     div.form-actions { button.btn.btn-secondary type="submit" { "Add domain" } }
                 }
                 @if !o.domains.is_empty() && !sites.is_empty() {
                     form method="post" action=(paths::SITES_DOMAINS) {
                         (csrf_field(&v.csrf))
                         input type="hidden" name="organization_id" value=(o.organization_id);
-                        (select_field(&Select { id: &format!("serve-site-{}", o.organization_id), name: "site",
-                            label: "Site", options: &sites, selected: f.value("site"), error: None, required: true, hint: None }))
-                        (input_field(&Input { id: &format!("hostname-{}", o.organization_id), name: "hostname",
-                            label: "Serve it at", kind: "text", value: f.value("hostname"), error: f.field_error("hostname"),
-                            required: true, placeholder: o.domains.first().map(String::as_str), hint: None }))
+                        (select_field(&Select {
+                            error: None,
+                            required: true,
+                            ..f.select(&format!("serve-site-{}", o.organization_id), "site", "Site", &sites)
+                        }))
+                        (input_field(&Input {
+                            required: true,
+                            placeholder: o.domains.first().map(String::as_str),
+                            ..f.input(&format!("hostname-{}", o.organization_id), "hostname", "Serve it at")
+                        }))
                         div.form-actions { button.btn.btn-secondary type="submit" { "Serve site" } }
                     }
                 }

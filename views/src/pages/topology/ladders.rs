@@ -41,15 +41,5 @@ fn position_field(f: &FormState, id: i64, name: &str, position: i32) -> Markup {
     let field_id = format!("ladder-order-{id}");
     let current = position.to_string();
     let value = if f.value(&field_name).is_empty() { current.as_str() } else { f.value(&field_name) };
-    input_field(&Input {
-        id: &field_id,
-        name: &field_name,
-        label: name,
-        kind: "number",
-        value,
-        error: f.field_error(&field_name),
-        required: true,
-        placeholder: None,
-        hint: None,
-    })
+    input_field(&Input { kind: "number", value, required: true, ..f.input(&field_id, &field_name, name) })
 }

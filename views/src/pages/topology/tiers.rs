@@ -2,6 +2,8 @@
 
 use maud::{Markup, html};
 
+use crate::forms::{Notes, labelled};
+
 use super::*;
 
 /// The add-tier form of one ladder, in its container `#add-tier-{ladder_id}`; it posts to
@@ -311,20 +313,18 @@ pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[Placed], f: &FormSta
 fn tier_rank_field(f: &FormState, container: &str, product_id: i64, name: &str, rank: i32) -> Markup {
     let field_name = format!("rank.{product_id}");
     let field_id = format!("{container}-rank-{product_id}");
-    let error_id = format!("{field_id}-error");
     let current = rank.to_string();
     let value = if f.value(&field_name).is_empty() { current.as_str() } else { f.value(&field_name) };
-    let error = f.field_error(&field_name);
-    html! {
-        div.field.has-error[error.is_some()] {
-            label for=(field_id) { (name) }
+    let notes = Notes::new(&field_id, None, f.field_error(&field_name));
+    labelled(
+        &field_id,
+        name,
+        &notes,
+        html! {
             input id=(field_id) name=(field_name) type="number" value=(value) min="0" step="1" inputmode="numeric"
                 required
-                aria-invalid=[error.map(|_| "true")]
-                aria-describedby=[error.map(|_| error_id.as_str())];
-            @if let Some(error) = error {
-                p.field-error id=(error_id) { (error) }
-            }
-        }
-    }
+                aria-invalid=[notes.invalid()]
+                aria-describedby=[notes.described_by()];
+        },
+    )
 }
