@@ -1,8 +1,9 @@
-//! Building blocks the pages share: banners, form fields, tables, progress (and its [`pace`]),
-//! badges, facts, pagination.
+//! Building blocks the pages share: banners, tables, progress (and its [`pace`]), the container
+//! that polls, badges, stats, facts, links, pagination.
 
-use maud::{Markup, html};
+use maud::{Markup, Render, html};
 
+use crate::paths::{self, fill};
 use crate::text::query_component;
 
 pub mod pace;
@@ -100,6 +101,19 @@ pub fn progress(done: u64, total: u64, label: &str) -> Markup {
     }
 }
 
+/// A container that, while `poll` names a URL, GETs it every 2 seconds and replaces itself with
+/// the answer (the container again); without one it carries no trigger, so polling stops.
+pub fn polling(id: &str, class: Option<&str>, poll: Option<&str>, body: Markup) -> Markup {
+    html! {
+        div class=[class] id=(id)
+            hx-get=[poll]
+            hx-trigger=[poll.map(|_| "every 2s")]
+            hx-swap=[poll.map(|_| "outerHTML")] {
+            (body)
+        }
+    }
+}
+
 /// The colour a badge speaks in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tone {
@@ -125,6 +139,21 @@ pub fn badge(text: &str, tone: Tone) -> Markup {
     html! {
         span class=(tone.class()) { (text) }
     }
+}
+
+/// One figure of a stats row: the value above its label; `bad` marks one that needs attention.
+pub fn stat(label: &str, value: impl Render, bad: bool) -> Markup {
+    html! {
+        div.stat.stat-bad[bad] {
+            span.stat-value { (value) }
+            span.stat-label { (label) }
+        }
+    }
+}
+
+/// An organization's name, linked to its page.
+pub fn org_link(id: i64, name: &str) -> Markup {
+    html! { a href=(fill(paths::ORGANIZATION, &[&id])) { (name) } }
 }
 
 /// Key/value facts as a definition list.

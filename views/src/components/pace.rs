@@ -6,6 +6,8 @@
 
 use maud::{Markup, html};
 
+use super::{Tone, badge, stat};
+
 /// What settled in the recent window of long work (about the last minute).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pace {
@@ -85,22 +87,50 @@ pub fn time_left_words(left: u64, pace: Option<Pace>, listed_all: bool) -> Optio
 pub fn pace_stats(s: &Standing) -> Markup {
     html! {
         div.stats.pace-stats aria-live="polite" {
-            (stat(html! { (s.done) }, "Done", false))
-            (stat(html! { (s.left) }, "Left", false))
-            (stat(html! { (s.failed) }, "Failed", s.failed > 0))
+            (stat("Done", s.done, false))
+            (stat("Left", s.left, false))
+            (stat("Failed", s.failed, s.failed > 0))
             @if let Some(time_left) = time_left_words(s.left, s.pace, s.listed_all) {
-                (stat(html! { span.stat-words { (rate_words(s.pace)) } }, "Rate", false))
-                (stat(html! { span.stat-words { (time_left) } }, "Time left", false))
+                (stat("Rate", html! { span.stat-words { (rate_words(s.pace)) } }, false))
+                (stat("Time left", html! { span.stat-words { (time_left) } }, false))
             }
         }
     }
 }
 
-fn stat(value: Markup, label: &str, bad: bool) -> Markup {
-    html! {
-        div.stat.stat-bad[bad] {
-            span.stat-value { (value) }
-            span.stat-label { (label) }
+/// The words a kind of long work's state takes while it runs and once it is done.
+pub struct States {
+    pub running: &'static str,
+    pub done: &'static str,
+}
+
+impl States {
+    /// The state as a badge: a warning while running, good news once done, anything else muted.
+    pub fn badge(&self, state: &str) -> Markup {
+        let tone = if state == self.running {
+            Tone::Warn
+        } else if state == self.done {
+            Tone::Ok
+        } else {
+            Tone::Muted
+        };
+        badge(state, tone)
+    }
+
+    /// The state beside the progress heading: "Updating live" while running, `done_words` once
+    /// done.
+    pub fn live_status(&self, state: &str, done_words: Markup) -> Markup {
+        html! {
+            p.live-status {
+                (self.badge(state))
+                @if state == self.running {
+                    " "
+                    span.live-dot aria-hidden="true" {}
+                    "Updating live"
+                } @else if state == self.done {
+                    " " (done_words)
+                }
+            }
         }
     }
 }

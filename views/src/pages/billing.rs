@@ -6,7 +6,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, facts, notice, table_cols};
+use crate::components::{Column, Tone, badge, facts, notice, org_link, stat, table_cols};
 use crate::forms::{Input, Select, csrf_field, form_banners, hx_form, input_field, select_field};
 use crate::pages::catalog::FormState;
 use crate::pages::home::PlanLine;
@@ -762,10 +762,10 @@ pub fn operator_billing(v: &OperatorBillingView) -> Markup {
     let live: i64 = v.live_by_status.iter().map(|(_, n)| n).sum();
     html! {
         section.stats aria-label="Summary" {
-            (stat("Live subscriptions", live))
-            (stat("Outbox rows waiting", v.outbox_pending))
-            (stat("Outbox rows stuck", v.outbox_stuck))
-            (stat("Stripe events, last 24 h", v.events_last_day))
+            (stat("Live subscriptions", live, false))
+            (stat("Outbox rows waiting", v.outbox_pending, false))
+            (stat("Outbox rows stuck", v.outbox_stuck, false))
+            (stat("Stripe events, last 24 h", v.events_last_day, false))
         }
         section.card aria-labelledby="live-heading" {
             h2 #live-heading { "Live subscriptions by status" }
@@ -812,15 +812,6 @@ pub fn operator_billing(v: &OperatorBillingView) -> Markup {
     }
 }
 
-fn stat(label: &str, value: i64) -> Markup {
-    html! {
-        div.stat {
-            span.stat-value { (value) }
-            span.stat-label { (label) }
-        }
-    }
-}
-
 fn yes_no(b: bool) -> Markup {
     if b {
         badge("yes", Tone::Warn)
@@ -834,7 +825,7 @@ fn op_subscriptions(rows: &[OpSubscriptionRow]) -> Markup {
         .iter()
         .map(|s| {
             vec![
-                html! { a href=(fill(paths::ORGANIZATION, &[&s.organization_id])) { (s.organization) } },
+                org_link(s.organization_id, &s.organization),
                 html! { code { (s.stripe_id) } },
                 badge(&s.status, status_tone(&s.status)),
                 html! { (s.period_end.as_deref().unwrap_or("—")) },

@@ -11,7 +11,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, facts, notice, refusal, table_cols};
+use crate::components::{Column, Tone, badge, facts, notice, org_link, refusal, table_cols};
 use crate::forms::{Input, checkbox, form_banners, hx_form, input_field};
 use crate::pages::catalog::{FormState, count};
 use crate::paths::{self, fill};
@@ -409,7 +409,7 @@ fn recipients_table(rows: &[RecipientRow]) -> Markup {
             vec![
                 html! {
                     @match &r.organization {
-                        Some(name) => { a href=(fill(paths::ORGANIZATION, &[&r.organization_id])) { (name) } }
+                        Some(name) => { (org_link(r.organization_id, name)) }
                         None => { span.muted { "#" (r.organization_id) " (gone)" } }
                     }
                 },

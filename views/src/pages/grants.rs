@@ -11,7 +11,7 @@ use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_fie
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
-use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, table_cols};
+use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, org_link, table_cols};
 use crate::pages::catalog::{FormState, Total, capitalized};
 use crate::text::query_component;
 
@@ -106,7 +106,7 @@ pub fn grant_list(v: &GrantListView) -> Markup {
             h2.list-subject {
                 "Grants of "
                 @match v.organization_id.trim().parse::<i64>() {
-                    Ok(id) => a href=(fill(paths::ORGANIZATION, &[&id])) { (name) },
+                    Ok(id) => (org_link(id, name)),
                     Err(_) => (name),
                 }
             }
@@ -177,7 +177,7 @@ fn grant_link(id: i64) -> Markup {
 /// The organization, linked; or the email domain a waiting grant names.
 fn recipient(organization: Option<&(i64, String)>, provision_domain: Option<&str>) -> Markup {
     match (organization, provision_domain) {
-        (Some((id, name)), _) => html! { a href=(fill(paths::ORGANIZATION, &[&id])) { (name) } },
+        (Some((id, name)), _) => org_link(*id, name),
         (None, Some(domain)) => html! { span.muted { "waits for an organization of " } code { (domain) } },
         (None, None) => html! { span.muted { "no organization" } },
     }

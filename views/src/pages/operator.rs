@@ -4,7 +4,7 @@
 use maud::{Markup, html};
 
 use crate::charts::{Series, sparkline};
-use crate::components::{Column, Tone, badge, table_cols};
+use crate::components::{Column, Tone, badge, stat, table_cols};
 
 /// One subsystem's health: jobs, drains, outbox, Stripe, the farm, the relay.
 pub struct Subsystem {
@@ -68,10 +68,10 @@ pub fn operator_home(v: &OperatorHomeView) -> Markup {
 fn summary(v: &OperatorHomeView) -> Markup {
     html! {
         section.stats aria-label="Summary" {
-            (stat("Accounts", v.accounts.len() as i64))
-            (stat("Organizations", v.organizations))
-            (stat("Jobs waiting", v.jobs.pending))
-            (stat("Jobs failed", v.jobs.failed))
+            (stat("Accounts", v.accounts.len(), false))
+            (stat("Organizations", v.organizations, false))
+            (stat("Jobs waiting", v.jobs.pending, false))
+            (stat("Jobs failed", v.jobs.failed, false))
         }
     }
 }
@@ -108,15 +108,6 @@ fn last_hour(charts: &[Series]) -> Markup {
             div.charts {
                 @for c in charts { (sparkline(c)) }
             }
-        }
-    }
-}
-
-fn stat(label: &str, value: i64) -> Markup {
-    html! {
-        div.stat {
-            span.stat-value { (value) }
-            span.stat-label { (label) }
         }
     }
 }

@@ -2,10 +2,10 @@
 //! organization's plan, entitlements, usage, members, grants and their audit trail.
 
 use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
-use crate::paths::{self, fill};
+use crate::paths;
 use maud::{Markup, html};
 
-use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, table, table_cols};
+use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, org_link, table, table_cols};
 use crate::pages::catalog::{FormState, Total, capitalized, count};
 use crate::pages::grants::{GrantEventRow, GrantListRow, events_table, grants_table};
 use crate::pages::topology::rank_cell;
@@ -100,7 +100,7 @@ pub fn organization_results(v: &OrgListView) -> Markup {
         .iter()
         .map(|o| {
             vec![
-                html! { a href=(fill(paths::ORGANIZATION, &[&o.id])) { (o.name) } },
+                org_link(o.id, &o.name),
                 match &o.org_type {
                     Some(t) => html! { (t) },
                     None => html! { span.muted { "no type" } },

@@ -13,14 +13,13 @@ use crate::forms::button_form;
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
-use crate::components::pace::{Pace, Standing, pace_stats};
-use crate::components::{Column, Tone, badge, facts, progress, table_cols};
+use crate::components::pace::{Pace, Standing, States, pace_stats};
+use crate::components::{Column, facts, org_link, polling, progress, stat, table_cols};
 
 /// The list's path; each plan act lives under it.
 /// The element the progress partial replaces, polled while running and the retry form's target.
 const PROGRESS_ID: &str = "plan-act-progress";
-const RUNNING: &str = "running";
-const DONE: &str = "done";
+const STATES: States = States { running: "running", done: "done" };
 
 /// One plan act as the list shows it.
 pub struct PlanActRow {
@@ -51,7 +50,7 @@ pub fn plan_act_list(rows: &[PlanActRow]) -> Markup {
                 disposition(r.disposition.as_deref()),
                 html! { (r.by) },
                 html! { (r.at) },
-                state_badge(&r.state),
+                STATES.badge(&r.state),
             ]
         })
         .collect();
@@ -100,16 +99,6 @@ fn disposition(d: Option<&str>) -> Markup {
         Some(d) => html! { (d) },
         None => html! { span.muted { "—" } },
     }
-}
-
-/// running Warn, done Ok, anything else Muted.
-fn state_badge(state: &str) -> Markup {
-    let tone = match state {
-        RUNNING => Tone::Warn,
-        DONE => Tone::Ok,
-        _ => Tone::Muted,
-    };
-    badge(state, tone)
 }
 
 pub struct PlanActView {
@@ -183,9 +172,9 @@ pub fn plan_act_page(v: &PlanActView) -> Markup {
     ));
     items.push(("By", html! { (v.act.by) }));
     items.push(("When", html! { (v.act.at) }));
-    items.push(("State", state_badge(&v.act.state)));
+    items.push(("State", STATES.badge(&v.act.state)));
     items.extend(v.facts.iter().map(|(label, value)| (label.as_str(), html! { (value) })));
-    let moved_no_one = v.act.state == DONE && matches!(v.act.kind.as_str(), "tier_add" | "tier_delete");
+    let moved_no_one = v.act.state == STATES.done && matches!(v.act.kind.as_str(), "tier_add" | "tier_delete");
     html! {
         p { a href=(paths::PLAN_ACTS) { "← All plan acts" } }
         (facts(&items))
@@ -210,67 +199,44 @@ pub fn plan_act_progress(v: &PlanActView) -> Markup {
     let Some(counts) = &v.counts else {
         return html! {};
     };
-    let running = v.act.state == RUNNING;
-    let poll = running.then(|| fill(paths::PLAN_ACT_PROGRESS, &[&v.act.id]));
-    html! {
-        div.plan-act-progress #(PROGRESS_ID)
-            hx-get=[poll.as_deref()]
-            hx-trigger=[running.then_some("every 2s")]
-            hx-swap=[running.then_some("outerHTML")] {
-            section.card aria-labelledby="pa-progress-heading" {
-                div.section-head {
-                    h2 #pa-progress-heading { "Progress" }
-                    (live_status(&v.act.state))
-                }
-                @if v.listed_all {
-                    (progress(counts.settled(), counts.total(), "Organizations settled"))
-                } @else {
-                    (listing_progress(counts.settled(), counts.total()))
-                    p.listing-status { "Still listing organizations…" }
-                }
-                (pace_stats(&Standing {
-                    done: counts.settled(),
-                    left: counts.pending,
-                    failed: counts.failed,
-                    pace: v.pace,
-                    listed_all: v.listed_all,
-                }))
-                div.stats.plan-act-counts aria-live="polite" {
-                    (count_stat("Pending", counts.pending, false))
-                    (count_stat("Migrated", counts.migrated, false))
-                    (count_stat("Grandfathered", counts.grandfathered, false))
-                    (count_stat("Vacant", counts.vacant, false))
-                    (count_stat("Failed", counts.failed, counts.failed > 0))
-                    (count_stat("Superseded", counts.superseded, false))
-                }
+    let poll = (v.act.state == STATES.running).then(|| fill(paths::PLAN_ACT_PROGRESS, &[&v.act.id]));
+    let body = html! {
+        section.card aria-labelledby="pa-progress-heading" {
+            div.section-head {
+                h2 #pa-progress-heading { "Progress" }
+                (STATES.live_status(&v.act.state, html! { "Done: this act has finished" }))
             }
-            section.card aria-labelledby="pa-failures-heading" {
-                h2 #pa-failures-heading { "Failed organizations" }
-                (failures_table(&v.failures))
-                @if v.can_retry {
-                    (retry_form(&v.csrf, v.act.id))
-                }
-            }
-        }
-    }
-}
-
-/// "Updating live" while running; "Done" once done; any other state as a muted badge.
-fn live_status(state: &str) -> Markup {
-    html! {
-        p.live-status {
-            @if state == RUNNING {
-                (badge(RUNNING, Tone::Warn)) " "
-                span.live-dot aria-hidden="true" {}
-                "Updating live"
-            } @else if state == DONE {
-                (badge(DONE, Tone::Ok)) " "
-                "Done: this act has finished"
+            @if v.listed_all {
+                (progress(counts.settled(), counts.total(), "Organizations settled"))
             } @else {
-                (badge(state, Tone::Muted))
+                (listing_progress(counts.settled(), counts.total()))
+                p.listing-status { "Still listing organizations…" }
+            }
+            (pace_stats(&Standing {
+                done: counts.settled(),
+                left: counts.pending,
+                failed: counts.failed,
+                pace: v.pace,
+                listed_all: v.listed_all,
+            }))
+            div.stats.plan-act-counts aria-live="polite" {
+                (stat("Pending", counts.pending, false))
+                (stat("Migrated", counts.migrated, false))
+                (stat("Grandfathered", counts.grandfathered, false))
+                (stat("Vacant", counts.vacant, false))
+                (stat("Failed", counts.failed, counts.failed > 0))
+                (stat("Superseded", counts.superseded, false))
             }
         }
-    }
+        section.card aria-labelledby="pa-failures-heading" {
+            h2 #pa-failures-heading { "Failed organizations" }
+            (failures_table(&v.failures))
+            @if v.can_retry {
+                (retry_form(&v.csrf, v.act.id))
+            }
+        }
+    };
+    polling(PROGRESS_ID, Some("plan-act-progress"), poll.as_deref(), body)
 }
 
 /// The bar while organizations are still being listed: the total is not known yet, so it
@@ -291,21 +257,12 @@ fn listing_progress(settled: u64, listed: u64) -> Markup {
     }
 }
 
-fn count_stat(label: &str, value: u64, bad: bool) -> Markup {
-    html! {
-        div.stat.stat-bad[bad] {
-            span.stat-value { (value) }
-            span.stat-label { (label) }
-        }
-    }
-}
-
 fn failures_table(failures: &[FailedOrganization]) -> Markup {
     let rows = failures
         .iter()
         .map(|f| {
             vec![
-                html! { a href=(fill(paths::ORGANIZATION, &[&f.organization_id])) { (f.organization) } },
+                org_link(f.organization_id, &f.organization),
                 html! { (f.attempts) },
                 html! { pre.error-text { (f.error) } },
             ]

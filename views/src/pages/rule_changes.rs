@@ -12,14 +12,13 @@ use crate::forms::button_form;
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
-use crate::components::pace::{Pace, Standing, pace_stats};
-use crate::components::{Column, Tone, badge, facts, progress, table_cols};
+use crate::components::pace::{Pace, Standing, States, pace_stats};
+use crate::components::{Column, Tone, badge, facts, org_link, polling, progress, table_cols};
 
 /// The list's path; each rule change lives under it.
 /// The element the progress partial replaces, polled while draining and the retry form's target.
 const PROGRESS_ID: &str = "rule-change-progress";
-const DRAINING: &str = "draining";
-const SETTLED: &str = "settled";
+const STATES: States = States { running: "draining", done: "settled" };
 
 /// One rule change as the list shows it.
 pub struct RuleChangeListRow {
@@ -88,16 +87,11 @@ fn set_link(set_id: i64, name: &str) -> Markup {
     html! { a href=(fill(paths::CATALOG_SET, &[&set_id])) { (name) } }
 }
 
-/// draining Warn, settled Ok (anything else Muted); plus "N failed" Bad when any pool failed.
+/// The state's badge; plus "N failed" Bad when any pool failed.
 fn state_badges(state: &str, failed: u64) -> Markup {
-    let tone = match state {
-        DRAINING => Tone::Warn,
-        SETTLED => Tone::Ok,
-        _ => Tone::Muted,
-    };
     html! {
         span.badges {
-            (badge(state, tone))
+            (STATES.badge(state))
             @if failed > 0 {
                 " " (badge(&format!("{failed} failed"), Tone::Bad))
             }
@@ -192,61 +186,41 @@ fn format_ms(ms: f64) -> String {
 /// While draining it GETs `/operator/rule-changes/{id}/progress` every 2 seconds and replaces
 /// itself with the answer (this partial); settled, it carries no trigger, so polling stops.
 pub fn rule_change_progress(v: &RuleChangeView) -> Markup {
-    let draining = v.state == DRAINING;
-    let poll = draining.then(|| fill(paths::RULE_CHANGE_PROGRESS, &[&v.id]));
-    html! {
-        div.rule-change-progress #(PROGRESS_ID)
-            hx-get=[poll.as_deref()]
-            hx-trigger=[draining.then_some("every 2s")]
-            hx-swap=[draining.then_some("outerHTML")] {
-            section.card aria-labelledby="rc-progress-heading" {
-                div.section-head {
-                    h2 #rc-progress-heading { "Progress" }
-                    (live_status(v, draining))
-                }
-                (progress(v.total_settled, v.total_owed, "Pools settled"))
-                (pace_stats(&Standing {
-                    done: v.total_settled,
-                    left: v.total_owed.saturating_sub(v.total_settled).saturating_sub(v.total_failed),
-                    failed: v.total_failed,
-                    pace: v.pace,
-                    listed_all: v.listed_all,
-                }))
+    let poll = (v.state == STATES.running).then(|| fill(paths::RULE_CHANGE_PROGRESS, &[&v.id]));
+    let settled = html! {
+        @match &v.settled_at {
+            Some(at) => { "Settled at " (at) },
+            None => "Settled",
+        }
+    };
+    let body = html! {
+        section.card aria-labelledby="rc-progress-heading" {
+            div.section-head {
+                h2 #rc-progress-heading { "Progress" }
+                (STATES.live_status(&v.state, settled))
             }
-            section.card aria-labelledby="rc-acts-heading" {
-                h2 #rc-acts-heading { "What changed" }
-                (acts_table(&v.acts))
-            }
-            section.card aria-labelledby="rc-failures-heading" {
-                h2 #rc-failures-heading { "Failed pools" }
-                (failures_table(&v.failures))
-                @if !v.failures.is_empty() {
-                    (retry_form(&v.csrf, v.id))
-                }
+            (progress(v.total_settled, v.total_owed, "Pools settled"))
+            (pace_stats(&Standing {
+                done: v.total_settled,
+                left: v.total_owed.saturating_sub(v.total_settled).saturating_sub(v.total_failed),
+                failed: v.total_failed,
+                pace: v.pace,
+                listed_all: v.listed_all,
+            }))
+        }
+        section.card aria-labelledby="rc-acts-heading" {
+            h2 #rc-acts-heading { "What changed" }
+            (acts_table(&v.acts))
+        }
+        section.card aria-labelledby="rc-failures-heading" {
+            h2 #rc-failures-heading { "Failed pools" }
+            (failures_table(&v.failures))
+            @if !v.failures.is_empty() {
+                (retry_form(&v.csrf, v.id))
             }
         }
-    }
-}
-
-/// "Updating live" while draining; when settled, when it settled.
-fn live_status(v: &RuleChangeView, draining: bool) -> Markup {
-    html! {
-        p.live-status {
-            @if draining {
-                (badge(DRAINING, Tone::Warn)) " "
-                span.live-dot aria-hidden="true" {}
-                "Updating live"
-            } @else if v.state == SETTLED {
-                (badge(SETTLED, Tone::Ok)) " "
-                @match &v.settled_at {
-                    Some(at) => { "Settled at " (at) },
-                    None => "Settled",
-                }
-            } @else {
-                (badge(&v.state, Tone::Muted))
-            }
-        }
-    }
+    };
+    polling(PROGRESS_ID, Some("rule-change-progress"), poll.as_deref(), body)
 }
 
 fn acts_table(acts: &[ActProgress]) -> Markup {
@@ -292,7 +266,7 @@ fn failures_table(failures: &[FailedPool]) -> Markup {
         .iter()
         .map(|f| {
             vec![
-                html! { a href=(fill(paths::ORGANIZATION, &[&f.organization_id])) { (f.organization) } },
+                org_link(f.organization_id, &f.organization),
                 html! { "#" (f.pool_id) },
                 html! { (f.attempts) },
                 html! { pre.error-text { (f.error) } },

@@ -5,7 +5,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, notice, table_cols};
+use crate::components::{Column, Tone, badge, notice, polling, table_cols};
 use crate::forms::{Input, Select, csrf_field, form_banners, input_field, select_field};
 use crate::pages::catalog::FormState;
 use crate::paths::{self, fill};
@@ -91,20 +91,16 @@ pub fn member_sites(v: &SitesView) -> Markup {
 
 /// The part that polls while a request is in flight, in its container `#member-sites`.
 pub fn sites_section(v: &SitesView) -> Markup {
-    let polling = v.organizations.iter().any(OrgSites::in_flight);
-    html! {
-        div #member-sites
-            hx-get=[polling.then_some(paths::SITES_LIVE)]
-            hx-trigger=[polling.then_some("every 2s")]
-            hx-swap=[polling.then_some("outerHTML")] {
-            @if v.organizations.is_empty() {
-                p { "You are not a member of any organization yet, so there are no sites to show." }
-            }
-            @for o in &v.organizations {
-                (org_sites(v, o))
-            }
+    let in_flight = v.organizations.iter().any(OrgSites::in_flight);
+    let body = html! {
+        @if v.organizations.is_empty() {
+            p { "You are not a member of any organization yet, so there are no sites to show." }
         }
-    }
+        @for o in &v.organizations {
+            (org_sites(v, o))
+        }
+    };
+    polling("member-sites", None, in_flight.then_some(paths::SITES_LIVE), body)
 }
 
 fn bytes(n: i64) -> String {
