@@ -1,5 +1,5 @@
-//! Building blocks the pages share: banners, tables, progress (and its [`pace`]), the container
-//! that polls, badges, stats, facts, links, pagination.
+//! Building blocks the pages share: section cards, banners, tables, progress (and its
+//! [`pace`]), the container that polls, badges, stats, facts, links, pagination.
 
 use maud::{Markup, Render, html};
 
@@ -7,6 +7,16 @@ use crate::paths::{self, fill};
 use crate::text::query_component;
 
 pub mod pace;
+
+/// A section card titled by its `h2`, `#{heading_id}`, which labels it.
+pub fn card(heading_id: &str, title: &str, body: Markup) -> Markup {
+    html! {
+        section.card aria-labelledby=(heading_id) {
+            h2 id=(heading_id) { (title) }
+            (body)
+        }
+    }
+}
 
 /// A refusal shown in place: what was refused and why, in the person's words.
 pub fn refusal(title: &str, message: &str) -> Markup {

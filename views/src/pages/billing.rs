@@ -6,7 +6,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, facts, notice, org_link, stat, table_cols};
+use crate::components::{Column, Tone, badge, card, facts, notice, org_link, stat, table_cols};
 use crate::forms::{Input, Select, csrf_field, form_banners, hx_form, input_field, select_field};
 use crate::pages::catalog::FormState;
 use crate::pages::home::PlanLine;
@@ -767,23 +767,20 @@ pub fn operator_billing(v: &OperatorBillingView) -> Markup {
             (stat("Outbox rows stuck", v.outbox_stuck, false))
             (stat("Stripe events, last 24 h", v.events_last_day, false))
         }
-        section.card aria-labelledby="live-heading" {
-            h2 #live-heading { "Live subscriptions by status" }
+        (card("live-heading", "Live subscriptions by status", html! {
             (table_cols(
                 &[Column::text("Status"), Column::num("Subscriptions")],
                 v.live_by_status.iter().map(|(s, n)| vec![badge(s, status_tone(s)), html! { (n) }]).collect(),
                 "No live subscriptions.",
             ))
-        }
-        section.card aria-labelledby="subs-heading" {
-            h2 #subs-heading { "Subscriptions" }
+        }))
+        (card("subs-heading", "Subscriptions", html! {
             @if v.subscriptions_total > v.subscriptions_cap {
                 p.muted { "The newest " (v.subscriptions_cap) " of " (v.subscriptions_total) " subscriptions." }
             }
             (op_subscriptions(&v.subscriptions))
-        }
-        section.card aria-labelledby="outbox-heading" {
-            h2 #outbox-heading { "Outbox: work not done yet" }
+        }))
+        (card("outbox-heading", "Outbox: work not done yet", html! {
             p.muted {
                 "Stripe updates the console owes, stuck ones first (tried more than once, or failed). "
                 "The processor retries them with backoff."
@@ -792,9 +789,8 @@ pub fn operator_billing(v: &OperatorBillingView) -> Markup {
                 p.muted { "The first " (v.outbox_cap) " of " (v.outbox_pending) " rows." }
             }
             (op_outbox(&v.outbox))
-        }
-        section.card aria-labelledby="events-heading" {
-            h2 #events-heading { "Latest Stripe events" }
+        }))
+        (card("events-heading", "Latest Stripe events", html! {
             (table_cols(
                 &[Column::text("Type"), Column::text("Object"), Column::text("Received"), Column::text("Event")],
                 v.events
@@ -808,7 +804,7 @@ pub fn operator_billing(v: &OperatorBillingView) -> Markup {
                     .collect(),
                 "No events received yet.",
             ))
-        }
+        }))
     }
 }
 

@@ -10,7 +10,7 @@ use maud::{Markup, html};
 
 use crate::forms::{Input, Notes, Select, checkbox, form_banners, hx_form, input_field, select_field};
 
-use crate::components::{Column, Tone, badge, facts, table_cols};
+use crate::components::{Column, Tone, badge, card, facts, table_cols};
 
 /// One resource key as the catalog lists it.
 pub struct ResourceKeyRow {
@@ -122,8 +122,7 @@ pub struct CatalogView {
 /// The catalog page: resource keys, entitlement sets, products, each with its "add" form.
 pub fn catalog(v: &CatalogView) -> Markup {
     html! {
-        section.card aria-labelledby="keys-heading" {
-            h2 #keys-heading { "Resource keys" }
+        (card("keys-heading", "Resource keys", html! {
             p.muted {
                 "A resource key names one thing a plan can limit (a number, such as active sites) "
                 "or allow (a flag). The integration that enforces a key registers itself when the "
@@ -131,25 +130,23 @@ pub fn catalog(v: &CatalogView) -> Markup {
             }
             (keys_table(&v.keys))
             (key_form(&v.csrf, &v.key_form))
-        }
-        section.card aria-labelledby="sets-heading" {
-            h2 #sets-heading { "Entitlement sets" }
+        }))
+        (card("sets-heading", "Entitlement sets", html! {
             p.muted {
                 "An entitlement set is the list of rules a product confers: for each resource key, "
                 "the value one unit of the product gives."
             }
             (sets_table(&v.sets))
             (set_form(&v.csrf, &v.set_form))
-        }
-        section.card aria-labelledby="products-heading" {
-            h2 #products-heading { "Products" }
+        }))
+        (card("products-heading", "Products", html! {
             p.muted {
                 "A product is what an organization is sold or granted. Its shape is the ladders "
                 "where it is a tier; a product that is a tier must have an entitlement set."
             }
             (products_table(&v.products))
             (product_form(&v.csrf, &v.set_options, &v.product_form))
-        }
+        }))
     }
 }
 

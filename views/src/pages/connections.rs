@@ -11,7 +11,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, facts, notice, org_link, refusal, table_cols};
+use crate::components::{Column, Tone, badge, card, facts, notice, org_link, refusal, table_cols};
 use crate::forms::{Input, checkbox, form_banners, hx_form, input_field};
 use crate::pages::catalog::{FormState, count};
 use crate::paths::{self, fill};
@@ -142,8 +142,7 @@ pub fn connection_href(id: i64, filter: &str, after: Option<i64>) -> String {
 pub fn connection_list(v: &ConnectionsView) -> Markup {
     html! {
         @if let Some(n) = &v.notice { (notice(n)) }
-        section.card aria-labelledby="connections-heading" {
-            h2 #connections-heading { "Connected systems" }
+        (card("connections-heading", "Connected systems", html! {
             p.muted {
                 "Each connection receives, for every organization, the values of its resource keys, "
                 "signed, in order, until the system confirms them."
@@ -156,11 +155,8 @@ pub fn connection_list(v: &ConnectionsView) -> Markup {
                 }
             }
             (connections_table(&v.connections))
-        }
-        section.card aria-labelledby="add-connection-heading" {
-            h2 #add-connection-heading { "Add a connection" }
-            (add_form(&v.csrf, &v.keys, &v.form))
-        }
+        }))
+        (card("add-connection-heading", "Add a connection", add_form(&v.csrf, &v.keys, &v.form)))
     }
 }
 
@@ -297,8 +293,7 @@ pub fn connection_page(v: &ConnectionView) -> Markup {
             ("Created", html! { (v.created) }),
             ("Signing secret", secret(v)),
         ]))
-        section.card aria-labelledby="figures-heading" {
-            h2 #figures-heading { "Figures" }
+        (card("figures-heading", "Figures", html! {
             (facts(&[
                 ("Recipients", html! { (v.figures.recipients) }),
                 ("Behind", html! { (v.figures.behind) }),
@@ -306,14 +301,12 @@ pub fn connection_page(v: &ConnectionView) -> Markup {
                 ("Drift", html! { (v.figures.drift) }),
                 ("Lag", html! { (lag_text(v.figures.lag.as_deref())) }),
             ]))
-        }
-        section.card aria-labelledby="test-heading" {
-            h2 #test-heading { "Last test" }
+        }))
+        (card("test-heading", "Last test", html! {
             p #last-test { (last_test_cell(v.last_test.as_ref(), v.test_pending)) }
             (button(&fill(paths::CONNECTION_TEST, &[&v.id]), &v.csrf, "Send a test", "btn-secondary"))
-        }
-        section.card aria-labelledby="read-back-heading" {
-            h2 #read-back-heading { "Read-back" }
+        }))
+        (card("read-back-heading", "Read-back", html! {
             @if v.read_back {
                 p #last-read-back {
                     @match &v.last_read_back {
@@ -325,9 +318,8 @@ pub fn connection_page(v: &ConnectionView) -> Markup {
             } @else {
                 p.muted { "Read-back is off: the console does not ask this system what it holds. Turn it on below." }
             }
-        }
-        section.card aria-labelledby="recipients-heading" {
-            h2 #recipients-heading { "Recipients" }
+        }))
+        (card("recipients-heading", "Recipients", html! {
             (filter_links(v))
             (recipients_table(&v.recipients))
             @if v.after > 0 || v.next_after.is_some() {
@@ -342,19 +334,10 @@ pub fn connection_page(v: &ConnectionView) -> Markup {
             }
             p.muted { "Retry makes every failing recipient due now." }
             (button(&fill(paths::CONNECTION_RETRY, &[&v.id]), &v.csrf, "Retry", "btn-secondary"))
-        }
-        section.card aria-labelledby="edit-heading" {
-            h2 #edit-heading { "Edit" }
-            (edit_form(&v.csrf, v.id, &v.all_keys, &v.edit_form))
-        }
-        section.card aria-labelledby="rotate-heading" {
-            h2 #rotate-heading { "Rotate the secret" }
-            (rotate_form(&v.csrf, v.id, &v.rotate_form))
-        }
-        section.card aria-labelledby="delete-heading" {
-            h2 #delete-heading { "Delete" }
-            (delete_form(&v.csrf, v.id, &v.delete_form))
-        }
+        }))
+        (card("edit-heading", "Edit", edit_form(&v.csrf, v.id, &v.all_keys, &v.edit_form)))
+        (card("rotate-heading", "Rotate the secret", rotate_form(&v.csrf, v.id, &v.rotate_form)))
+        (card("delete-heading", "Delete", delete_form(&v.csrf, v.id, &v.delete_form)))
     }
 }
 

@@ -4,7 +4,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, table_cols};
+use crate::components::{Column, Tone, badge, card, table_cols};
 use crate::forms::csrf_field;
 use crate::paths;
 
@@ -55,8 +55,7 @@ pub fn operator_farm(v: &FarmView) -> Markup {
         @if !v.connected {
             div.notice.info role="note" { p { "No farm is connected: sites cannot be synced or maintained now." } }
         }
-        section.card aria-labelledby="maintenance-heading" {
-            h2 #maintenance-heading { "Maintenance" }
+        (card("maintenance-heading", "Maintenance", html! {
             p.muted {
                 "Each run syncs the console with the farm, deletes archived sites past retention, then parks "
                 "active sites above a plan's limit and brings back the ones it parked when there is room."
@@ -88,9 +87,8 @@ pub fn operator_farm(v: &FarmView) -> Markup {
                 ]).collect(),
                 "No run yet.",
             ))
-        }
-        section.card aria-labelledby="drift-heading" {
-            h2 #drift-heading { "Drift between the farm and the console" }
+        }))
+        (card("drift-heading", "Drift between the farm and the console", html! {
             @match &v.drift {
                 None => {
                     p.muted { "Comparing reads the farm's whole list." }
@@ -115,6 +113,6 @@ pub fn operator_farm(v: &FarmView) -> Markup {
                     }
                 }
             }
-        }
+        }))
     }
 }

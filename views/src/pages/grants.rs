@@ -11,7 +11,7 @@ use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_fie
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
-use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, org_link, table_cols};
+use crate::components::{Column, Keyset, Tone, badge, card, facts, keyset_pagination, org_link, table_cols};
 use crate::pages::catalog::{FormState, Total, capitalized};
 use crate::text::query_component;
 
@@ -340,30 +340,24 @@ pub fn grant_detail(v: &GrantDetailView) -> Markup {
             ("Ends", ends(g.ends_at.as_deref())),
             ("Reason", html! { (g.reason) }),
         ]))
-        section.card aria-labelledby="lineage-heading" {
-            h2 #lineage-heading { "Lineage" }
+        (card("lineage-heading", "Lineage", html! {
             p.muted {
                 "An extension is a new grant that takes over from the one it extends. The newest "
                 "grant of a lineage is its head; revoking and managing act on the head."
             }
             (lineage_table(&v.lineage))
-        }
+        }))
         @if v.can_revoke {
-            section.card aria-labelledby="revoke-heading" {
-                h2 #revoke-heading { "Revoke" }
-                (revoke_form(&v.csrf, v.head_id, &v.revoke_form))
-            }
+            (card("revoke-heading", "Revoke", revoke_form(&v.csrf, v.head_id, &v.revoke_form)))
         }
         @if v.can_manage {
-            section.card aria-labelledby="manage-heading" {
-                h2 #manage-heading { "Change dates or quantity" }
-                (manage_form(&v.csrf, v.head_id, v.waiting, &v.manage_form))
-            }
+            (card(
+                "manage-heading",
+                "Change dates or quantity",
+                manage_form(&v.csrf, v.head_id, v.waiting, &v.manage_form),
+            ))
         }
-        section.card aria-labelledby="history-heading" {
-            h2 #history-heading { "History" }
-            (events_table(&v.events, "Nothing has happened to this grant yet."))
-        }
+        (card("history-heading", "History", events_table(&v.events, "Nothing has happened to this grant yet.")))
     }
 }
 

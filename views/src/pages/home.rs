@@ -2,7 +2,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Tone, badge, facts};
+use crate::components::{Tone, badge, card, facts};
 use crate::pages::organizations::{EntitlementRow, UsageRow, usage_badge};
 
 /// One ladder of an organization's plan, as the member reads it.
@@ -46,10 +46,7 @@ pub fn member_home(v: &HomeView) -> Markup {
     html! {
         p.lead { "Welcome, " (v.email) "." }
         @if v.organizations.is_empty() {
-            section.card aria-labelledby="orgs-heading" {
-                h2 #orgs-heading { "Your organizations" }
-                (no_organization())
-            }
+            (card("orgs-heading", "Your organizations", no_organization()))
         } @else {
             @for org in &v.organizations {
                 (org_card(v, org))

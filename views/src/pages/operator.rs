@@ -4,7 +4,7 @@
 use maud::{Markup, html};
 
 use crate::charts::{Series, sparkline};
-use crate::components::{Column, Tone, badge, stat, table_cols};
+use crate::components::{Column, Tone, badge, card, stat, table_cols};
 
 /// One subsystem's health: jobs, drains, outbox, Stripe, the farm, the relay.
 pub struct Subsystem {
@@ -77,9 +77,10 @@ fn summary(v: &OperatorHomeView) -> Markup {
 }
 
 fn health(subsystems: &[Subsystem]) -> Markup {
-    html! {
-        section.card aria-labelledby="health-heading" {
-            h2 #health-heading { "Health" }
+    card(
+        "health-heading",
+        "Health",
+        html! {
             ul.health {
                 @for s in subsystems {
                     li.subsystem {
@@ -97,19 +98,20 @@ fn health(subsystems: &[Subsystem]) -> Markup {
                     }
                 }
             }
-        }
-    }
+        },
+    )
 }
 
 fn last_hour(charts: &[Series]) -> Markup {
-    html! {
-        section.card aria-labelledby="hour-heading" {
-            h2 #hour-heading { "The last hour" }
+    card(
+        "hour-heading",
+        "The last hour",
+        html! {
             div.charts {
                 @for c in charts { (sparkline(c)) }
             }
-        }
-    }
+        },
+    )
 }
 
 fn job_queue(jobs: &JobCounts) -> Markup {
@@ -120,12 +122,7 @@ fn job_queue(jobs: &JobCounts) -> Markup {
         job_row("Failed", jobs.failed, Tone::Bad),
         job_row("Done", jobs.done, Tone::Ok),
     ];
-    html! {
-        section.card aria-labelledby="jobs-heading" {
-            h2 #jobs-heading { "Job queue" }
-            (table_cols(&[Column::text("State"), Column::num("Jobs")], rows, ""))
-        }
-    }
+    card("jobs-heading", "Job queue", table_cols(&[Column::text("State"), Column::num("Jobs")], rows, ""))
 }
 
 fn job_row(state: &str, count: i64, tone_when_nonzero: Tone) -> Vec<Markup> {
@@ -136,12 +133,7 @@ fn job_row(state: &str, count: i64, tone_when_nonzero: Tone) -> Vec<Markup> {
 fn accounts(accounts: &[AccountRow]) -> Markup {
     let rows = accounts.iter().map(account_row).collect();
     let columns = [Column::text("Email"), Column::text("Role"), Column::num("Organizations"), Column::text("Created")];
-    html! {
-        section.card aria-labelledby="accounts-heading" {
-            h2 #accounts-heading { "Accounts" }
-            (table_cols(&columns, rows, "No accounts yet."))
-        }
-    }
+    card("accounts-heading", "Accounts", table_cols(&columns, rows, "No accounts yet."))
 }
 
 fn account_row(a: &AccountRow) -> Vec<Markup> {
@@ -158,12 +150,7 @@ fn failed_jobs(jobs: &[FailedJob]) -> Markup {
         Column::text("Failed at"),
         Column::text("Last error"),
     ];
-    html! {
-        section.card aria-labelledby="failed-heading" {
-            h2 #failed-heading { "Failed jobs" }
-            (table_cols(&columns, rows, "No failed jobs."))
-        }
-    }
+    card("failed-heading", "Failed jobs", table_cols(&columns, rows, "No failed jobs."))
 }
 
 fn failed_job_row(j: &FailedJob) -> Vec<Markup> {

@@ -5,7 +5,7 @@ use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_fie
 use crate::paths;
 use maud::{Markup, html};
 
-use crate::components::{Column, Keyset, Tone, badge, facts, keyset_pagination, org_link, table, table_cols};
+use crate::components::{Column, Keyset, Tone, badge, card, facts, keyset_pagination, org_link, table, table_cols};
 use crate::pages::catalog::{FormState, Total, capitalized, count};
 use crate::pages::grants::{GrantEventRow, GrantListRow, events_table, grants_table};
 use crate::pages::topology::rank_cell;
@@ -215,26 +215,21 @@ pub fn organization_detail(v: &OrgDetailView) -> Markup {
             ("Resource pool", html! { "#" (v.pool_id) }),
             ("Created", html! { (v.created_at) }),
         ]))
-        section.card aria-labelledby="plan-heading" {
-            h2 #plan-heading { "Plan" }
-            (positions_table(&v.positions))
-        }
+        (card("plan-heading", "Plan", positions_table(&v.positions)))
         @if !v.other_conferrals.is_empty() {
-            section.card aria-labelledby="addons-heading" {
-                h2 #addons-heading { "Add-ons" }
+            (card("addons-heading", "Add-ons", html! {
                 p.muted { "Products on no ladder that the organization holds alongside its plan." }
                 (addons_table(&v.other_conferrals))
-            }
+            }))
         }
         @if !v.displaced.is_empty() {
-            section.card aria-labelledby="displaced-heading" {
-                h2 #displaced-heading { "Displaced" }
+            (card("displaced-heading", "Displaced", html! {
                 p.muted {
                     "These held a ladder until something else took it. They confer nothing now and "
                     "come back when what displaced them ends."
                 }
                 (displaced_table(&v.displaced))
-            }
+            }))
         }
         section.card aria-labelledby="grants-heading" {
             div.section-head {
@@ -245,23 +240,13 @@ pub fn organization_detail(v: &OrgDetailView) -> Markup {
             }
             (grants_table(&v.grants, "This organization has no grants."))
         }
-        section.card aria-labelledby="entitlements-heading" {
-            h2 #entitlements-heading { "Entitlements" }
-            (entitlements_table(&v.entitlements))
-        }
-        section.card aria-labelledby="usage-heading" {
-            h2 #usage-heading { "Usage" }
-            (usage_table(&v.usage))
-        }
-        section.card aria-labelledby="members-heading" {
-            h2 #members-heading { "Members" }
-            (members_table(&v.members))
-        }
-        section.card aria-labelledby="audit-heading" {
-            h2 #audit-heading { "Audit trail" }
+        (card("entitlements-heading", "Entitlements", entitlements_table(&v.entitlements)))
+        (card("usage-heading", "Usage", usage_table(&v.usage)))
+        (card("members-heading", "Members", members_table(&v.members)))
+        (card("audit-heading", "Audit trail", html! {
             p.muted { "Every act on the organization's grants, newest first." }
             (events_table(&v.events, "Nothing has happened to this organization's grants yet."))
-        }
+        }))
     }
 }
 

@@ -14,7 +14,7 @@ use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::pace::{Pace, Standing, States, pace_stats};
-use crate::components::{Column, facts, org_link, polling, progress, stat, table_cols};
+use crate::components::{Column, card, facts, org_link, polling, progress, stat, table_cols};
 
 /// The list's path; each plan act lives under it.
 /// The element the progress partial replaces, polled while running and the retry form's target.
@@ -228,13 +228,12 @@ pub fn plan_act_progress(v: &PlanActView) -> Markup {
                 (stat("Superseded", counts.superseded, false))
             }
         }
-        section.card aria-labelledby="pa-failures-heading" {
-            h2 #pa-failures-heading { "Failed organizations" }
+        (card("pa-failures-heading", "Failed organizations", html! {
             (failures_table(&v.failures))
             @if v.can_retry {
                 (retry_form(&v.csrf, v.act.id))
             }
-        }
+        }))
     };
     polling(PROGRESS_ID, Some("plan-act-progress"), poll.as_deref(), body)
 }

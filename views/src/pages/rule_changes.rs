@@ -13,7 +13,7 @@ use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::pace::{Pace, Standing, States, pace_stats};
-use crate::components::{Column, Tone, badge, facts, org_link, polling, progress, table_cols};
+use crate::components::{Column, Tone, badge, card, facts, org_link, polling, progress, table_cols};
 
 /// The list's path; each rule change lives under it.
 /// The element the progress partial replaces, polled while draining and the retry form's target.
@@ -208,17 +208,13 @@ pub fn rule_change_progress(v: &RuleChangeView) -> Markup {
                 listed_all: v.listed_all,
             }))
         }
-        section.card aria-labelledby="rc-acts-heading" {
-            h2 #rc-acts-heading { "What changed" }
-            (acts_table(&v.acts))
-        }
-        section.card aria-labelledby="rc-failures-heading" {
-            h2 #rc-failures-heading { "Failed pools" }
+        (card("rc-acts-heading", "What changed", acts_table(&v.acts)))
+        (card("rc-failures-heading", "Failed pools", html! {
             (failures_table(&v.failures))
             @if !v.failures.is_empty() {
                 (retry_form(&v.csrf, v.id))
             }
-        }
+        }))
     };
     polling(PROGRESS_ID, Some("rule-change-progress"), poll.as_deref(), body)
 }

@@ -32,7 +32,7 @@ pub use tiers::{
 use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, notice, refusal, table_cols};
+use crate::components::{Column, Tone, badge, card, notice, refusal, table_cols};
 use crate::pages::catalog::{FormState, Total, count};
 
 /// How many colliding organizations a preview names at most.
@@ -195,11 +195,10 @@ pub fn topology(v: &TopologyView) -> Markup {
                 }
             }
         }
-        section.card aria-labelledby="org-types-heading" {
-            h2 #org-types-heading { "Organization types" }
+        (card("org-types-heading", "Organization types", html! {
             p.muted { "Every organization of a type holds the floor of the type's default ladder until it gets more." }
             (org_types_table(&v.csrf, &v.org_types, &ladder_options, &v.default_forms))
-        }
+        }))
     }
 }
 
