@@ -61,6 +61,16 @@ impl OrgSites {
     fn in_flight(&self) -> bool {
         self.requests.iter().any(|r| r.state == "accepted")
     }
+
+    /// (site id, domain) of its sites in `status` that no request is acting on: what a swap can
+    /// take.
+    fn idle_sites(&self, status: &str) -> Vec<(&str, &str)> {
+        self.sites
+            .iter()
+            .filter(|s| s.status == status && s.in_flight.is_none())
+            .map(|s| (s.site_id.as_str(), s.domain.as_str()))
+            .collect()
+    }
 }
 
 pub struct SitesView {
@@ -215,18 +225,8 @@ fn org_sites(v: &SitesView, o: &OrgSites) -> Markup {
 }
 
 fn swap_form(v: &SitesView, o: &OrgSites) -> Markup {
-    let parked: Vec<(&str, &str)> = o
-        .sites
-        .iter()
-        .filter(|s| s.status == "parked" && s.in_flight.is_none())
-        .map(|s| (s.site_id.as_str(), s.domain.as_str()))
-        .collect();
-    let active: Vec<(&str, &str)> = o
-        .sites
-        .iter()
-        .filter(|s| s.status == "active" && s.in_flight.is_none())
-        .map(|s| (s.site_id.as_str(), s.domain.as_str()))
-        .collect();
+    let parked = o.idle_sites("parked");
+    let active = o.idle_sites("active");
     if parked.is_empty() || active.is_empty() {
         return html! {};
     }
@@ -261,9 +261,7 @@ fn create_form(v: &SitesView, o: &OrgSites) -> Markup {
     html! {
         div.form-panel {
             h3 { "Create a site" }
-            form method="post" action=(paths::SITES) {
-                (csrf_field(&v.csrf))
-                input type="hidden" name="organization_id" value=(o.organization_id);
+            (org_form(v, o, None, paths::SITES, html! {
                 (input_field(&Input {
                     required: true,
                     placeholder: Some("handbook"),
@@ -271,7 +269,7 @@ fn create_form(v: &SitesView, o: &OrgSites) -> Markup {
                     ..f.input(&format!("site-name-{}", o.organization_id), "name", "Name")
                 }))
                 div.form-actions { button.btn type="submit" { "Create site" } }
-            }
+            }))
         }
     }
 }
@@ -312,20 +310,16 @@ fn domains_panel(v: &SitesView, o: &OrgSites) -> Markup {
             @if !o.custom_domain {
                 p.muted { "The plan no longer includes custom domains: you can release these, but not add more." }
             } @else {
-                form method="post" action=(paths::SITES_DOMAINS) {
-                    (csrf_field(&v.csrf))
-                    input type="hidden" name="organization_id" value=(o.organization_id);
+                (org_form(v, o, None, paths::SITES_DOMAINS, html! {
                     (input_field(&Input {
                         required: true,
                         placeholder: Some("wiki.example.org"),
                         ..f.input(&format!("domain-{}", o.organization_id), "domain", "Domain")
                     }))
                     div.form-actions { button.btn.btn-secondary type="submit" { "Add domain" } }
-                }
+                }))
                 @if !o.domains.is_empty() && !sites.is_empty() {
-                    form method="post" action=(paths::SITES_DOMAINS) {
-                        (csrf_field(&v.csrf))
-                        input type="hidden" name="organization_id" value=(o.organization_id);
+                    (org_form(v, o, None, paths::SITES_DOMAINS, html! {
                         (select_field(&Select {
                             error: None,
                             required: true,
@@ -337,7 +331,7 @@ fn domains_panel(v: &SitesView, o: &OrgSites) -> Markup {
                             ..f.input(&format!("hostname-{}", o.organization_id), "hostname", "Serve it at")
                         }))
                         div.form-actions { button.btn.btn-secondary type="submit" { "Serve site" } }
-                    }
+                    }))
                 }
             }
         }
@@ -346,12 +340,25 @@ fn domains_panel(v: &SitesView, o: &OrgSites) -> Markup {
 
 /// A one-button form that releases a domain or stops serving a host name.
 fn remove_button(v: &SitesView, o: &OrgSites, field: &str, value: &str, label: &str, text: &str) -> Markup {
-    html! {
-        form.inline method="post" action=(paths::SITES_DOMAINS_REMOVE) {
-            (csrf_field(&v.csrf))
-            input type="hidden" name="organization_id" value=(o.organization_id);
+    org_form(
+        v,
+        o,
+        Some("inline"),
+        paths::SITES_DOMAINS_REMOVE,
+        html! {
             input type="hidden" name=(field) value=(value);
             button.btn.btn-secondary.btn-small type="submit" aria-label=(label) { (text) }
+        },
+    )
+}
+
+/// A plain POST form that acts for one organization: the CSRF token and its id, then `body`.
+fn org_form(v: &SitesView, o: &OrgSites, class: Option<&str>, action: &str, body: Markup) -> Markup {
+    html! {
+        form class=[class] method="post" action=(action) {
+            (csrf_field(&v.csrf))
+            input type="hidden" name="organization_id" value=(o.organization_id);
+            (body)
         }
     }
 }

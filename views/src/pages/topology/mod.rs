@@ -268,6 +268,35 @@ fn preview_button(preview: &str, container: &str, target: &str) -> Markup {
     }
 }
 
+/// Where the form of a plan act posts and where its preview goes.
+struct ActForm<'a> {
+    csrf: &'a str,
+    action: &'a str,
+    /// The form's container, which htmx swaps with the answer.
+    container: &'a str,
+    /// The act's preview route, and the element under the form its answer lands in.
+    preview: &'a str,
+    preview_id: &'a str,
+}
+
+impl ActForm<'_> {
+    /// The form: `fields`, the act's reason, then Preview and `submit`; the preview's empty home
+    /// under it.
+    fn render(&self, f: &FormState, fields: Markup, submit: Markup) -> Markup {
+        html! {
+            (hx_form(self.action, self.container, self.csrf, html! {
+                (fields)
+                (reason_field(&format!("{}-reason", self.container), f))
+                div.form-actions {
+                    (preview_button(self.preview, self.container, self.preview_id))
+                    (submit)
+                }
+            }))
+            div #(self.preview_id) aria-live="polite" {}
+        }
+    }
+}
+
 /// The named fields of the form in `#{container}`, but its CSRF token.
 fn preview_fields(container: &str) -> String {
     format!("#{container} [name]:not([name=csrf_token])")

@@ -18,7 +18,7 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[Choice], f: 
     let preview_id = format!("default-change-preview-{org_type_id}");
     let ladder_id = format!("{container}-plan_ladder_id");
     let disposition_id = format!("{container}-disposition");
-    let reason_id = format!("{container}-reason");
+    let preview = fill(paths::ORG_TYPE_DEFAULT_PREVIEW, &[&org_type_id]);
     let note_id = format!("{container}-note");
     let mut ladder_options: Vec<(String, String)> = vec![(String::new(), "— choose a ladder —".to_owned())];
     ladder_options.extend(ladders.iter().map(|l| (l.id.to_string(), l.name.clone())));
@@ -28,29 +28,28 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[Choice], f: 
         ("migrate", "Migrate: their floor moves to the new default"),
         ("grandfather", "Grandfather: they keep their old floor as a legacy grant"),
     ];
+    let form = ActForm { csrf, action: &action, container: &container, preview: &preview, preview_id: &preview_id };
     html! {
         div.default-change #(container) {
             (form_banners(f))
-            (hx_form(&action, &container, csrf, html! {
-                p.field-hint #(note_id) {
-                    "Every organization of this type is moved, live; you then land on the plan "
-                    "act's progress page."
-                }
-                (select_field(&Select {
-                    required: true,
-                    ..f.select(&ladder_id, "plan_ladder_id", "New default ladder", &ladder_options)
-                }))
-                (select_field(&Select {
-                    required: true,
-                    ..f.select(&disposition_id, "disposition", "Their current floor", &disposition_options)
-                }))
-                (reason_field(&reason_id, f))
-                div.form-actions {
-                    (preview_button(&fill(paths::ORG_TYPE_DEFAULT_PREVIEW, &[&org_type_id]), &container, &preview_id))
-                    button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Change default" }
-                }
-            }))
-            div #(preview_id) aria-live="polite" {}
+            (form.render(
+                f,
+                html! {
+                    p.field-hint #(note_id) {
+                        "Every organization of this type is moved, live; you then land on the plan "
+                        "act's progress page."
+                    }
+                    (select_field(&Select {
+                        required: true,
+                        ..f.select(&ladder_id, "plan_ladder_id", "New default ladder", &ladder_options)
+                    }))
+                    (select_field(&Select {
+                        required: true,
+                        ..f.select(&disposition_id, "disposition", "Their current floor", &disposition_options)
+                    }))
+                },
+                html! { button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Change default" } },
+            ))
         }
     }
 }

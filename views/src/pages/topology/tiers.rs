@@ -60,11 +60,7 @@ pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[Choice], next_rank:
                     ..f.input(&reason_id, "reason", "Reason")
                 }))
                 div.form-actions {
-                    button.btn.btn-secondary type="button"
-                        hx-get=(preview_url)
-                        hx-include=(preview_fields(&container))
-                        hx-target=(format!("#{preview_id}"))
-                        hx-swap="innerHTML" { "Preview" }
+                    (preview_button(&preview_url, &container, &preview_id))
                     button.btn.btn-primary type="submit" { "Add tier" }
                 }
             }))
@@ -163,9 +159,10 @@ const REMOVAL_DISPOSITIONS: [(&str, &str); 3] = [
 pub fn remove_tier_form(csrf: &str, ladder_id: i64, rank: i32, product_name: &str, f: &FormState) -> Markup {
     let container = format!("remove-tier-{ladder_id}-{rank}");
     let action = fill(paths::TIER_REMOVE, &[&ladder_id, &rank]);
+    let preview = fill(paths::TIER_REMOVE_PREVIEW, &[&ladder_id, &rank]);
     let preview_id = format!("remove-tier-preview-{ladder_id}-{rank}");
     let disposition_id = format!("{container}-disposition");
-    let reason_id = format!("{container}-reason");
+    let form = ActForm { csrf, action: &action, container: &container, preview: &preview, preview_id: &preview_id };
     html! {
         div.tier-remove #(container) {
             details.tier-disclosure open[has_state(f)] {
@@ -176,20 +173,25 @@ pub fn remove_tier_form(csrf: &str, ladder_id: i64, rank: i32, product_name: &st
                     "holds can simply be deleted."
                 }
                 (form_banners(f))
-                (hx_form(&action, &container, csrf, html! {
-                    (select_field(&Select {
-                        required: true,
-                        ..f.select(&disposition_id, "disposition", "The organizations holding it", &REMOVAL_DISPOSITIONS)
-                    }))
-                    (reason_field(&reason_id, f))
-                    div.form-actions {
-                        (preview_button(&fill(paths::TIER_REMOVE_PREVIEW, &[&ladder_id, &rank]), &container, &preview_id))
+                (form.render(
+                    f,
+                    html! {
+                        (select_field(&Select {
+                            required: true,
+                            ..f.select(
+                                &disposition_id,
+                                "disposition",
+                                "The organizations holding it",
+                                &REMOVAL_DISPOSITIONS,
+                            )
+                        }))
+                    },
+                    html! {
                         button.btn.btn-danger type="submit" aria-label=(format!("Remove tier at rank {rank}")) {
                             "Remove tier"
                         }
-                    }
-                }))
-                div #(preview_id) aria-live="polite" {}
+                    },
+                ))
             }
         }
     }
@@ -270,10 +272,11 @@ const REORDER_DISPOSITIONS: [(&str, &str); 3] = [
 pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[Placed], f: &FormState) -> Markup {
     let container = format!("tier-order-{ladder_id}");
     let action = fill(paths::TIER_ORDER, &[&ladder_id]);
+    let preview = fill(paths::TIER_ORDER_PREVIEW, &[&ladder_id]);
     let preview_id = format!("tier-order-preview-{ladder_id}");
     let disposition_id = format!("{container}-disposition");
-    let reason_id = format!("{container}-reason");
     let note_id = format!("{container}-note");
+    let form = ActForm { csrf, action: &action, container: &container, preview: &preview, preview_id: &preview_id };
     let mut tiers: Vec<&Placed> = tiers.iter().collect();
     tiers.sort_by_key(|t| t.position);
     html! {
@@ -286,23 +289,26 @@ pub fn tier_order_form(csrf: &str, ladder_id: i64, tiers: &[Placed], f: &FormSta
                     "on the plan act's progress page."
                 }
                 (form_banners(f))
-                (hx_form(&action, &container, csrf, html! {
-                    div.tier-order-fields {
-                        @for t in &tiers {
-                            (tier_rank_field(f, &container, t.id, &t.name, t.position))
+                (form.render(
+                    f,
+                    html! {
+                        div.tier-order-fields {
+                            @for t in &tiers {
+                                (tier_rank_field(f, &container, t.id, &t.name, t.position))
+                            }
                         }
-                    }
-                    (select_field(&Select {
-                        hint: Some("needed only when rank 0 changes and organizations hold the current floor"),
-                        ..f.select(&disposition_id, "disposition", "Organizations on the current floor", &REORDER_DISPOSITIONS)
-                    }))
-                    (reason_field(&reason_id, f))
-                    div.form-actions {
-                        (preview_button(&fill(paths::TIER_ORDER_PREVIEW, &[&ladder_id]), &container, &preview_id))
-                        button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Save tier order" }
-                    }
-                }))
-                div #(preview_id) aria-live="polite" {}
+                        (select_field(&Select {
+                            hint: Some("needed only when rank 0 changes and organizations hold the current floor"),
+                            ..f.select(
+                                &disposition_id,
+                                "disposition",
+                                "Organizations on the current floor",
+                                &REORDER_DISPOSITIONS,
+                            )
+                        }))
+                    },
+                    html! { button.btn.btn-primary type="submit" aria-describedby=(note_id) { "Save tier order" } },
+                ))
             }
         }
     }
