@@ -18,6 +18,19 @@ pub fn card(heading_id: &str, title: &str, body: Markup) -> Markup {
     }
 }
 
+/// A [`card`] whose heading shares its row with `aside` (a status, a button).
+pub fn card_with_aside(heading_id: &str, title: &str, aside: Markup, body: Markup) -> Markup {
+    html! {
+        section.card aria-labelledby=(heading_id) {
+            div.section-head {
+                h2 id=(heading_id) { (title) }
+                (aside)
+            }
+            (body)
+        }
+    }
+}
+
 /// A refusal shown in place: what was refused and why, in the person's words.
 pub fn refusal(title: &str, message: &str) -> Markup {
     html! {

@@ -5,7 +5,9 @@ use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_fie
 use crate::paths;
 use maud::{Markup, html};
 
-use crate::components::{Column, Keyset, Tone, badge, card, facts, keyset_pagination, org_link, table, table_cols};
+use crate::components::{
+    Column, Keyset, Tone, badge, card, card_with_aside, facts, keyset_pagination, org_link, table, table_cols,
+};
 use crate::pages::catalog::{FormState, Total, capitalized, count};
 use crate::pages::grants::{GrantEventRow, GrantListRow, events_table, grants_table};
 use crate::pages::topology::rank_cell;
@@ -231,15 +233,16 @@ pub fn organization_detail(v: &OrgDetailView) -> Markup {
                 (displaced_table(&v.displaced))
             }))
         }
-        section.card aria-labelledby="grants-heading" {
-            div.section-head {
-                h2 #grants-heading { "Grants" }
+        (card_with_aside(
+            "grants-heading",
+            "Grants",
+            html! {
                 a.btn.btn-secondary.btn-small href=(format!("{}?organization_id={}", paths::GRANTS_NEW, v.id)) {
                     "Grant a product"
                 }
-            }
-            (grants_table(&v.grants, "This organization has no grants."))
-        }
+            },
+            grants_table(&v.grants, "This organization has no grants."),
+        ))
         (card("entitlements-heading", "Entitlements", entitlements_table(&v.entitlements)))
         (card("usage-heading", "Usage", usage_table(&v.usage)))
         (card("members-heading", "Members", members_table(&v.members)))

@@ -14,7 +14,7 @@ use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::pace::{Pace, Standing, States, pace_stats};
-use crate::components::{Column, card, facts, org_link, polling, progress, stat, table_cols};
+use crate::components::{Column, card, card_with_aside, facts, org_link, polling, progress, stat, table_cols};
 
 /// The list's path; each plan act lives under it.
 /// The element the progress partial replaces, polled while running and the retry form's target.
@@ -201,33 +201,34 @@ pub fn plan_act_progress(v: &PlanActView) -> Markup {
     };
     let poll = (v.act.state == STATES.running).then(|| fill(paths::PLAN_ACT_PROGRESS, &[&v.act.id]));
     let body = html! {
-        section.card aria-labelledby="pa-progress-heading" {
-            div.section-head {
-                h2 #pa-progress-heading { "Progress" }
-                (STATES.live_status(&v.act.state, html! { "Done: this act has finished" }))
-            }
-            @if v.listed_all {
-                (progress(counts.settled(), counts.total(), "Organizations settled"))
-            } @else {
-                (listing_progress(counts.settled(), counts.total()))
-                p.listing-status { "Still listing organizations…" }
-            }
-            (pace_stats(&Standing {
-                done: counts.settled(),
-                left: counts.pending,
-                failed: counts.failed,
-                pace: v.pace,
-                listed_all: v.listed_all,
-            }))
-            div.stats.plan-act-counts aria-live="polite" {
-                (stat("Pending", counts.pending, false))
-                (stat("Migrated", counts.migrated, false))
-                (stat("Grandfathered", counts.grandfathered, false))
-                (stat("Vacant", counts.vacant, false))
-                (stat("Failed", counts.failed, counts.failed > 0))
-                (stat("Superseded", counts.superseded, false))
-            }
-        }
+        (card_with_aside(
+            "pa-progress-heading",
+            "Progress",
+            STATES.live_status(&v.act.state, html! { "Done: this act has finished" }),
+            html! {
+                @if v.listed_all {
+                    (progress(counts.settled(), counts.total(), "Organizations settled"))
+                } @else {
+                    (listing_progress(counts.settled(), counts.total()))
+                    p.listing-status { "Still listing organizations…" }
+                }
+                (pace_stats(&Standing {
+                    done: counts.settled(),
+                    left: counts.pending,
+                    failed: counts.failed,
+                    pace: v.pace,
+                    listed_all: v.listed_all,
+                }))
+                div.stats.plan-act-counts aria-live="polite" {
+                    (stat("Pending", counts.pending, false))
+                    (stat("Migrated", counts.migrated, false))
+                    (stat("Grandfathered", counts.grandfathered, false))
+                    (stat("Vacant", counts.vacant, false))
+                    (stat("Failed", counts.failed, counts.failed > 0))
+                    (stat("Superseded", counts.superseded, false))
+                }
+            },
+        ))
         (card("pa-failures-heading", "Failed organizations", html! {
             (failures_table(&v.failures))
             @if v.can_retry {

@@ -13,7 +13,7 @@ use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::pace::{Pace, Standing, States, pace_stats};
-use crate::components::{Column, Tone, badge, card, facts, org_link, polling, progress, table_cols};
+use crate::components::{Column, Tone, badge, card, card_with_aside, facts, org_link, polling, progress, table_cols};
 
 /// The list's path; each rule change lives under it.
 /// The element the progress partial replaces, polled while draining and the retry form's target.
@@ -194,11 +194,7 @@ pub fn rule_change_progress(v: &RuleChangeView) -> Markup {
         }
     };
     let body = html! {
-        section.card aria-labelledby="rc-progress-heading" {
-            div.section-head {
-                h2 #rc-progress-heading { "Progress" }
-                (STATES.live_status(&v.state, settled))
-            }
+        (card_with_aside("rc-progress-heading", "Progress", STATES.live_status(&v.state, settled), html! {
             (progress(v.total_settled, v.total_owed, "Pools settled"))
             (pace_stats(&Standing {
                 done: v.total_settled,
@@ -207,7 +203,7 @@ pub fn rule_change_progress(v: &RuleChangeView) -> Markup {
                 pace: v.pace,
                 listed_all: v.listed_all,
             }))
-        }
+        }))
         (card("rc-acts-heading", "What changed", acts_table(&v.acts)))
         (card("rc-failures-heading", "Failed pools", html! {
             (failures_table(&v.failures))
