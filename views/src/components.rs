@@ -50,6 +50,13 @@ pub fn notice(message: &str) -> Markup {
     }
 }
 
+/// A note that informs and asks nothing (e.g. "No farm is connected").
+pub fn info_note(body: Markup) -> Markup {
+    html! {
+        div.notice.info role="note" { (body) }
+    }
+}
+
 /// A table column: its header and whether its cells are numbers (right-aligned, class `num`).
 pub struct Column<'a> {
     pub label: &'a str,

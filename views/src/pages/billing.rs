@@ -6,7 +6,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, card, facts, notice, org_link, stat, table_cols};
+use crate::components::{Column, Tone, badge, card, facts, info_note, notice, org_link, stat, table_cols};
 use crate::forms::{Input, Select, csrf_field, form_banners, hx_form, input_field, select_field};
 use crate::pages::catalog::FormState;
 use crate::pages::home::PlanLine;
@@ -360,9 +360,9 @@ pub fn member_billing(v: &BillingView) -> Markup {
             None => {}
         }
         @if !v.connected {
-            div.notice.info role="note" {
+            (info_note(html! {
                 p { "Billing is not available right now: this console is not connected to a payment provider, so plans cannot be bought here." }
-            }
+            }))
         }
         @if v.organizations.is_empty() {
             section.card {

@@ -10,7 +10,7 @@ use maud::{Markup, html};
 
 use crate::forms::{Input, Notes, Select, checkbox, form_banners, hx_form, input_field, select_field};
 
-use crate::components::{Column, Tone, badge, card, facts, table_cols};
+use crate::components::{Column, Tone, badge, card, facts, info_note, table_cols};
 
 /// One resource key as the catalog lists it.
 pub struct ResourceKeyRow {
@@ -365,13 +365,13 @@ pub fn set_edit(v: &SetEditView) -> Markup {
                 ("In use", html! { "carried by " (v.carried_by_pools.words("pool", "pools")) }),
             ]))
             @if !v.carried_by_pools.is_zero() {
-                div.notice.info role="note" {
+                (info_note(html! {
                     p {
                         "This set is carried by " (v.carried_by_pools.words("pool", "pools")) ". "
                         "Saving different rules makes a rule change: it is applied to every pool "
                         "that carries the set, and its progress page shows how far it has got."
                     }
-                }
+                }))
             }
             (form_banners(&v.form))
             @if v.rows.is_empty() {
@@ -473,6 +473,16 @@ pub fn product_edit(v: &ProductEditView) -> Markup {
 /// A set's or product's name: required, and not one a browser should fill in.
 fn name_field(f: &FormState, label: &str) -> Markup {
     input_field(&Input { required: true, autocomplete: Some("off"), ..f.input("name", "name", label) })
+}
+
+/// `lead` (there is nothing published to offer), and where to publish something.
+pub(crate) fn publish_first(lead: &str) -> Markup {
+    info_note(html! {
+        p {
+            (lead) " Publish one in the "
+            a href=(paths::CATALOG) { "catalog" } " first."
+        }
+    })
 }
 
 /// A checkbox's submitted or stored value: "on" (what the browser sends), or "true"/"yes".

@@ -4,7 +4,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, card, table_cols};
+use crate::components::{Column, Tone, badge, card, info_note, notice, table_cols};
 use crate::forms::csrf_field;
 use crate::paths;
 
@@ -50,10 +50,10 @@ pub struct FarmView {
 
 pub fn operator_farm(v: &FarmView) -> Markup {
     html! {
-        @if let Some(n) = &v.notice { div.notice role="status" { p { (n) } } }
+        @if let Some(n) = &v.notice { (notice(n)) }
         @if let Some(r) = &v.refusal { div.refusal role="alert" { p { (r) } } }
         @if !v.connected {
-            div.notice.info role="note" { p { "No farm is connected: sites cannot be synced or maintained now." } }
+            (info_note(html! { p { "No farm is connected: sites cannot be synced or maintained now." } }))
         }
         (card("maintenance-heading", "Maintenance", html! {
             p.muted {

@@ -11,8 +11,8 @@ use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_fie
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
-use crate::components::{Column, Keyset, Tone, badge, card, facts, keyset_pagination, org_link, table_cols};
-use crate::pages::catalog::{FormState, Total, capitalized};
+use crate::components::{Column, Keyset, Tone, badge, card, facts, info_note, keyset_pagination, org_link, table_cols};
+use crate::pages::catalog::{FormState, Total, capitalized, publish_first};
 use crate::text::query_component;
 
 /// The list's path; the filter form and pagination links come back to it.
@@ -226,12 +226,7 @@ pub fn issue_grant(v: &IssueGrantView) -> Markup {
             }
             (form_banners(f))
             @if v.products.is_empty() {
-                div.notice.info role="note" {
-                    p {
-                        "There are no published products to grant. Publish one in the "
-                        a href=(paths::CATALOG) { "catalog" } " first."
-                    }
-                }
+                (publish_first("There are no published products to grant."))
             }
             section.card {
                 (hx_form(paths::GRANTS, "issue-grant", &v.csrf, html! {
@@ -322,12 +317,12 @@ pub fn grant_detail(v: &GrantDetailView) -> Markup {
     html! {
         p { a href=(paths::GRANTS) { "← All grants" } }
         @if v.head_id != g.id {
-            div.notice.info role="note" {
+            (info_note(html! {
                 p {
                     "This grant was extended: acts apply to grant "
                     a href=(grant_href(v.head_id)) { "#" (v.head_id) } "."
                 }
-            }
+            }))
         }
         (facts(&[
             ("Grant", html! { "#" (g.id) }),

@@ -2,7 +2,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Tone, badge, card, facts};
+use crate::components::{Tone, badge, card, facts, info_note};
 use crate::pages::organizations::{EntitlementRow, UsageRow, usage_badge};
 
 /// One ladder of an organization's plan, as the member reads it.
@@ -103,7 +103,7 @@ fn org_card(v: &HomeView, o: &OrgHome) -> Markup {
 pub fn displaced_notes(csrf: &str, organization_id: i64, owner: bool, lines: &[DisplacedLine]) -> Markup {
     html! {
         @for d in lines {
-            div.notice.info role="note" {
+            (info_note(html! {
                 p { (d.words) }
                 @if owner {
                     form.inline method="post" action=(crate::paths::BILLING_RESUME) {
@@ -116,7 +116,7 @@ pub fn displaced_notes(csrf: &str, organization_id: i64, owner: bool, lines: &[D
                 } @else {
                     span.muted { "An owner can resume the plan." }
                 }
-            }
+            }))
         }
     }
 }

@@ -3,6 +3,7 @@
 use maud::{Markup, html};
 
 use crate::forms::{Notes, labelled};
+use crate::pages::catalog::publish_first;
 
 use super::*;
 
@@ -36,12 +37,7 @@ pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[Choice], next_rank:
             }
             (form_banners(f))
             @if products.is_empty() {
-                div.notice.info role="note" {
-                    p {
-                        "There are no published products with an entitlement set to add. Publish one in the "
-                        a href=(paths::CATALOG) { "catalog" } " first."
-                    }
-                }
+                (publish_first("There are no published products with an entitlement set to add."))
             }
             (hx_form(&action, &container, csrf, html! {
                 (select_field(&Select {
