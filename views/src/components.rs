@@ -271,6 +271,30 @@ mod tests {
     }
 
     #[test]
+    fn cards_are_labelled_by_their_heading() {
+        let out = card("keys-heading", "Keys <all>", html! { p { "x" } }).into_string();
+        assert_eq!(
+            out,
+            r#"<section class="card" aria-labelledby="keys-heading"><h2 id="keys-heading">Keys &lt;all&gt;</h2><p>x</p></section>"#
+        );
+        let out = card_with_aside("p-heading", "Progress", html! { "live" }, html! { "bar" }).into_string();
+        assert_eq!(
+            out,
+            r#"<section class="card" aria-labelledby="p-heading"><div class="section-head"><h2 id="p-heading">Progress</h2>live</div>bar</section>"#
+        );
+    }
+
+    #[test]
+    fn polling_carries_its_trigger_only_while_it_has_a_url() {
+        let out = polling("work", Some("work"), Some("/work/live"), html! { "x" }).into_string();
+        assert_eq!(
+            out,
+            r#"<div class="work" id="work" hx-get="/work/live" hx-trigger="every 2s" hx-swap="outerHTML">x</div>"#
+        );
+        assert_eq!(polling("work", None, None, html! { "x" }).into_string(), r#"<div id="work">x</div>"#);
+    }
+
+    #[test]
     fn table_renders_headers_rows_and_empty_text() {
         let rows = vec![vec![html! { "a" }, html! { "<b>" }]];
         let out = table(&["Name", "Role"], rows, "None").into_string();
