@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{client, get, post, start};
+use common::{client, get, monthly_product, post, start};
 use stripe_billing::invoice::ListInvoice;
 use stripe_billing::subscription::RetrieveSubscription;
 use stripe_billing::subscription_schedule::{CreateSubscriptionSchedule, RetrieveSubscriptionSchedule};
@@ -17,18 +17,7 @@ const START: i64 = 1_800_000_000; // 2027-01-15
 async fn subscribed(standin: &StandIn, pm: &str) -> (String, String) {
     let c = client(standin);
     let clock = CreateTestHelpersTestClock::new(START).name("renewals").send(&c).await.expect("clock created");
-    let (_, _, product) = post(standin, "/v1/products", &[("name", "Clocked")]).await;
-    let (_, _, price) = post(
-        standin,
-        "/v1/prices",
-        &[
-            ("product", product["id"].as_str().expect("id")),
-            ("unit_amount", "2000"),
-            ("currency", "usd"),
-            ("recurring[interval]", "month"),
-        ],
-    )
-    .await;
+    let price = monthly_product(standin, "Clocked", "2000").await;
     let (status, _, customer) = post(
         standin,
         "/v1/customers",
@@ -128,18 +117,7 @@ async fn checkout_with_card_0341_pays_the_first_invoice_but_the_renewal_fails() 
     let standin = start().await;
     let c = client(&standin);
     let clock = CreateTestHelpersTestClock::new(START).send(&c).await.expect("clock");
-    let (_, _, product) = post(&standin, "/v1/products", &[("name", "Clocked")]).await;
-    let (_, _, price) = post(
-        &standin,
-        "/v1/prices",
-        &[
-            ("product", product["id"].as_str().expect("id")),
-            ("unit_amount", "2000"),
-            ("currency", "usd"),
-            ("recurring[interval]", "month"),
-        ],
-    )
-    .await;
+    let price = monthly_product(&standin, "Clocked", "2000").await;
     let (_, _, customer) = post(&standin, "/v1/customers", &[("test_clock", clock.id.as_str())]).await;
     let (status, _, session) = post(
         &standin,

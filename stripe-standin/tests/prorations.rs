@@ -82,6 +82,13 @@ async fn member(standin: &StandIn) -> Member {
     }
 }
 
+/// The member with the clock moved on to April 16, halfway through its first period.
+async fn member_at_april_16(standin: &StandIn) -> Member {
+    let m = member(standin).await;
+    advance(standin, &m.clock, APRIL_16).await;
+    m
+}
+
 async fn advance(standin: &StandIn, clock: &str, to: i64) {
     AdvanceTestHelpersTestClock::new(clock, to).send(&client(standin)).await.expect("clock advanced");
 }
@@ -132,8 +139,7 @@ async fn subscription_invoices(standin: &StandIn, m: &Member) -> Vec<Invoice> {
 async fn a_preview_of_an_upgrade_halfway_through_the_period_credits_500_and_charges_1500_and_writes_nothing() {
     let standin = start().await;
     let c = client(&standin);
-    let m = member(&standin).await;
-    advance(&standin, &m.clock, APRIL_16).await;
+    let m = member_at_april_16(&standin).await;
     let before = snapshot(&standin, &m).await;
 
     // Invoiced at once: only the prorations, dated at the clock's time (no proration_date given).
@@ -176,8 +182,7 @@ async fn a_preview_of_an_upgrade_halfway_through_the_period_credits_500_and_char
 async fn always_invoice_creates_and_pays_an_invoice_of_the_difference_at_once() {
     let standin = start().await;
     let c = client(&standin);
-    let m = member(&standin).await;
-    advance(&standin, &m.clock, APRIL_16).await;
+    let m = member_at_april_16(&standin).await;
     let sub = upgrade(&m, UpdateSubscriptionProrationBehavior::AlwaysInvoice).send(&c).await.expect("updated");
     assert_eq!(sub.status, SubscriptionStatus::Active);
     assert_eq!(sub.items.data[0].price.id.as_str(), m.pro);
@@ -224,8 +229,7 @@ async fn always_invoice_creates_and_pays_an_invoice_of_the_difference_at_once() 
 async fn create_prorations_puts_both_lines_on_the_next_renewal_invoice() {
     let standin = start().await;
     let c = client(&standin);
-    let m = member(&standin).await;
-    advance(&standin, &m.clock, APRIL_16).await;
+    let m = member_at_april_16(&standin).await;
     upgrade(&m, UpdateSubscriptionProrationBehavior::CreateProrations).send(&c).await.expect("updated");
     assert_eq!(subscription_invoices(&standin, &m).await.len(), 1, "nothing invoiced yet");
     let pending = ListInvoiceItem::new().pending(true).send(&c).await.expect("pending items");
@@ -254,8 +258,7 @@ async fn create_prorations_puts_both_lines_on_the_next_renewal_invoice() {
 async fn proration_behavior_none_bills_nothing_extra() {
     let standin = start().await;
     let c = client(&standin);
-    let m = member(&standin).await;
-    advance(&standin, &m.clock, APRIL_16).await;
+    let m = member_at_april_16(&standin).await;
     upgrade(&m, UpdateSubscriptionProrationBehavior::None).send(&c).await.expect("updated");
     assert!(ListInvoiceItem::new().send(&c).await.expect("items").data.is_empty());
     assert!(common::event_ids(&standin, "invoiceitem.created").await.is_empty());
@@ -269,8 +272,7 @@ async fn proration_behavior_none_bills_nothing_extra() {
 #[tokio::test]
 async fn a_quantity_change_prorates_old_and_new_seats() {
     let standin = start().await;
-    let m = member(&standin).await;
-    advance(&standin, &m.clock, APRIL_16).await;
+    let m = member_at_april_16(&standin).await;
     let (status, _, preview) = post(
         &standin,
         "/v1/invoices/create_preview",
@@ -297,8 +299,7 @@ async fn a_quantity_change_prorates_old_and_new_seats() {
 async fn a_failing_card_with_error_if_incomplete_is_a_402_and_changes_nothing() {
     let standin = start().await;
     let c = client(&standin);
-    let m = member(&standin).await;
-    advance(&standin, &m.clock, APRIL_16).await;
+    let m = member_at_april_16(&standin).await;
     let (status, _, _) = post(
         &standin,
         &format!("/v1/customers/{}", m.customer),
@@ -352,8 +353,7 @@ async fn a_failing_card_with_error_if_incomplete_is_a_402_and_changes_nothing() 
 #[tokio::test]
 async fn an_upgrade_replayed_with_its_idempotency_key_invoices_once() {
     let standin = start().await;
-    let m = member(&standin).await;
-    advance(&standin, &m.clock, APRIL_16).await;
+    let m = member_at_april_16(&standin).await;
     let send = || {
         common::http()
             .post(format!("{}/v1/subscriptions/{}", standin.base_url(), m.sub))

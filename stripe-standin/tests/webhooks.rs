@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use common::{eventually, get, post, start_with};
+use common::{eventually, get, monthly_product, post, start_with};
 use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
@@ -98,18 +98,7 @@ async fn events_are_delivered_signed_as_stripe_signs_and_parse_with_async_stripe
     let secret = register(&standin, &url, &["*"]).await;
 
     let (_, _, customer) = post(&standin, "/v1/customers", &[("email", "hook@example.com")]).await;
-    let (_, _, product) = post(&standin, "/v1/products", &[("name", "Hooked")]).await;
-    post(
-        &standin,
-        "/v1/prices",
-        &[
-            ("product", product["id"].as_str().expect("id")),
-            ("unit_amount", "900"),
-            ("currency", "usd"),
-            ("recurring[interval]", "month"),
-        ],
-    )
-    .await;
+    monthly_product(&standin, "Hooked", "900").await;
 
     let seen = eventually("three deliveries", async || {
         let seen = rx.seen();
@@ -196,18 +185,7 @@ async fn reverse_mode_delivers_the_events_of_one_act_newest_first() {
     let (url, rx, handle) = receiver(&[]).await;
     register(&standin, &url, &["*"]).await;
     post(&standin, "/_standin/delivery", &[("mode", "reverse")]).await;
-    let (_, _, product) = post(&standin, "/v1/products", &[("name", "Flip")]).await;
-    let (_, _, price) = post(
-        &standin,
-        "/v1/prices",
-        &[
-            ("product", product["id"].as_str().expect("id")),
-            ("unit_amount", "500"),
-            ("currency", "usd"),
-            ("recurring[interval]", "month"),
-        ],
-    )
-    .await;
+    let price = monthly_product(&standin, "Flip", "500").await;
     let (_, _, customer) = post(&standin, "/v1/customers", &[("payment_method", "pm_card_visa")]).await;
     // One act that records several events: creating a subscription.
     post(

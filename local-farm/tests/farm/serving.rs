@@ -45,6 +45,17 @@ async fn archived_and_unknown_sites_answer_404_and_no_folder_is_made() {
     assert_eq!(folders, ["old.wiki.localhost"], "only the archived site's own folder");
 }
 
+/// GET `path` from the farm's address with the token, naming `host` (and the port) as the Host.
+async fn api_as_host(farm: &local_farm::LocalFarm, path: &str, host: &str) -> reqwest::Response {
+    crate::common::http()
+        .get(format!("{}{path}", farm.base_url()))
+        .header("Host", format!("{host}:{}", farm.port()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("answer")
+}
+
 #[tokio::test]
 async fn the_api_answers_on_the_farms_own_host_and_never_on_a_site_host() {
     let (farm, _data) = start().await;
@@ -59,23 +70,11 @@ async fn the_api_answers_on_the_farms_own_host_and_never_on_a_site_host() {
     assert_eq!(resp.status().as_u16(), 503);
     assert!(resp.text().await.expect("body").contains("This wiki is parked"));
     // Upper case and a port make no difference to which site it is.
-    let resp = crate::common::http()
-        .get(format!("{}/api/sites", farm.base_url()))
-        .header("Host", format!("ACME.Wiki.Localhost:{}", farm.port()))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .expect("answer");
+    let resp = api_as_host(&farm, "/api/sites", "ACME.Wiki.Localhost").await;
     assert_eq!(resp.status().as_u16(), 503);
     // The farm domain itself, localhost and the loopback address are the API.
     for host in ["wiki.localhost", "localhost", "127.0.0.1"] {
-        let resp = crate::common::http()
-            .get(format!("{}/api/sites/acme.wiki.localhost", farm.base_url()))
-            .header("Host", format!("{host}:{}", farm.port()))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .expect("answer");
+        let resp = api_as_host(&farm, "/api/sites/acme.wiki.localhost", host).await;
         assert_eq!(resp.status().as_u16(), 200, "{host}");
         let site: serde_json::Value = serde_json::from_str(&resp.text().await.expect("body")).expect("JSON");
         assert_eq!(site["status"], "parked");

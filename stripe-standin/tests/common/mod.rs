@@ -58,6 +58,23 @@ impl JsonValue for reqwest::Response {
     }
 }
 
+/// A product named `name` and a monthly price for it of `amount` cents in usd: the price's JSON.
+pub async fn monthly_product(standin: &StandIn, name: &str, amount: &str) -> Value {
+    let (_, _, product) = post(standin, "/v1/products", &[("name", name)]).await;
+    let (_, _, price) = post(
+        standin,
+        "/v1/prices",
+        &[
+            ("product", product["id"].as_str().expect("id")),
+            ("unit_amount", amount),
+            ("currency", "usd"),
+            ("recurring[interval]", "month"),
+        ],
+    )
+    .await;
+    price
+}
+
 /// Submit the hosted payment page's form for a checkout session.
 pub async fn pay(session_url: &str, card: &str) -> reqwest::Response {
     http().post(session_url).form(&[("card_number", card)]).send().await.expect("page answers")
