@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{TestApp, TestDb, stripe::StripeFixture, worker::WorkerProcess};
+use common::{TestApp, TestDb, pause_on, stripe::StripeFixture, worker::WorkerProcess};
 use member_console::{
     demo,
     ids::{OrganizationId, PoolId, ProductId},
@@ -21,14 +21,10 @@ use member_console::{
     states::SubscriptionStatus,
 };
 
-async fn setup() -> (TestDb, StripeFixture) {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    (t, StripeFixture::start().await)
-}
+use common::stripe::demo_with_stripe as setup;
 
 async fn org(t: &TestDb, name: &str) -> (OrganizationId, PoolId) {
-    let o = common::acts::org_of_type(t, name, common::acts::type_id(t, "Community").await).await;
+    let o = common::acts::community_org(t, name).await;
     (o.organization_id, o.pool_id)
 }
 
@@ -38,18 +34,7 @@ async fn count(t: &TestDb, sql: &str) -> i64 {
     common::acts::scalar(t, sql).await
 }
 
-/// The tier the pool holds on "Wiki hosting", by product name.
-async fn hosting(t: &TestDb, pool: PoolId) -> String {
-    sqlx::query_scalar(
-        "SELECT pr.name FROM core.positions p JOIN core.plan_ladders l USING (plan_ladder_id)
-         JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
-         WHERE p.pool_id = $1 AND l.name = 'Wiki hosting'",
-    )
-    .bind(pool)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
-}
+use common::acts::hosting;
 
 /// A paying organization: a Basic or Pro subscription made in the stand-in; (org, pool, sub id).
 async fn subscribed(t: &TestDb, s: &StripeFixture, name: &str, product: &str) -> (OrganizationId, PoolId, String) {
@@ -354,10 +339,6 @@ async fn events_out_of_order_converge_on_stripes_state_now() {
 // Lock order: one path paused mid-transaction, the other shown waiting on it ------------------------
 
 /// Pause whatever writes `table` next: the test holds the table's lock in an open transaction.
-async fn pause_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
-    common::hold_open(t, &format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")).await
-}
-
 #[tokio::test]
 async fn a_second_reconcile_of_a_subscription_waits_on_the_first_ones_subscription_lock() {
     let (t, s) = setup().await;

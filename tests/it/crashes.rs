@@ -207,7 +207,8 @@ async fn a_worker_killed_mid_relay_leaves_the_rest_to_the_next_and_every_record_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_maintenance_writes_nothing_half_and_the_next_run_adopts_and_purges_once() {
-    use crate::sites::{assert_usage_agrees, pause_writes_on, servable, setup};
+    use crate::sites::{assert_usage_agrees, servable, setup};
+    use common::pause_writes_on;
     const STRAYS: usize = 12;
     let lease = Duration::from_secs(2);
     let s = setup("Basic").await;
@@ -271,7 +272,7 @@ async fn a_worker_killed_mid_expiry_rolls_it_back_and_the_next_expires_each_gran
     let expired = format!("SELECT count(*) FROM core.grants WHERE grant_id IN ({ids}) AND status = 'expired'");
 
     // The first expiry's write to its grant waits here; the worker dies there.
-    let (mut pause, pause_pid) = crate::sites::pause_writes_on(&t, "core.grants").await;
+    let (mut pause, pause_pid) = common::pause_writes_on(&t, "core.grants").await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let mut first = WorkerProcess::start(&t, &dir, lease, "first");
     let waiter = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
@@ -300,12 +301,9 @@ async fn a_worker_killed_mid_expiry_rolls_it_back_and_the_next_expires_each_gran
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_outbox_row_leaves_it_due_after_the_lease_and_stripe_gets_each_product_once() {
-    use common::stripe::StripeFixture;
     use member_console::services::billing::{self, catalog_sync::NewPrice};
     let lease = Duration::from_millis(1500);
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let s = StripeFixture::start().await;
+    let (t, s) = common::stripe::demo_with_stripe().await;
     let dir = std::env::temp_dir().join(format!("mc-crash-outbox-{}", t.name));
     // Two products priced and sent to the outbox: two sync rows.
     for (name, amount) in [("Basic", "12"), ("Pro", "30")] {
@@ -322,7 +320,7 @@ async fn a_worker_killed_mid_outbox_row_leaves_it_due_after_the_lease_and_stripe
 
     // The first row's write of what Stripe answered waits here, after Stripe made the product;
     // the worker dies there, the row claimed.
-    let (mut pause, pause_pid) = crate::sites::pause_writes_on(&t, "billing.product_mappings").await;
+    let (mut pause, pause_pid) = common::pause_writes_on(&t, "billing.product_mappings").await;
     let mut first = WorkerProcess::start_with(&t, &dir, lease, "first", &env);
     let waiter = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
     assert!(waiter > 0, "the outbox reached its record step: {}", first.log());

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::TestDb;
+use common::{TestDb, acts::grant_status};
 use member_console::{
     db::{Db, TxKind, begin},
     demo,
@@ -109,14 +109,6 @@ async fn positions(t: &TestDb, pool: PoolId) -> Vec<(String, String, String)> {
     .fetch_all(&t.admin)
     .await
     .unwrap()
-}
-
-async fn grant_status(t: &TestDb, grant: GrantId) -> String {
-    sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
-        .bind(grant)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
 }
 
 async fn conferral_of_grant(t: &TestDb, grant: GrantId) -> ConferralId {

@@ -6,11 +6,14 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use common::{TestDb, acts::scalar};
+use common::{
+    TestDb,
+    acts::{community_org, grant_status, operator_grant, product_id, scalar, type_id},
+    pages::demo_db,
+};
 use member_console::{
     db::{TxKind, begin},
-    demo,
-    ids::{GrantId, OrgTypeId, OrganizationId, ProductId, SubscriptionId},
+    ids::{GrantId, OrganizationId, ProductId, SubscriptionId},
     jobs::{self, Worker},
     services::{
         grants::{self, EmailDomain, IssueGrant, ManageGrant, Recipient},
@@ -19,49 +22,7 @@ use member_console::{
     },
 };
 
-async fn product(t: &TestDb, name: &str) -> ProductId {
-    sqlx::query_scalar("SELECT product_id FROM core.products WHERE name = $1")
-        .bind(name)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
-}
-
-async fn new_org(t: &TestDb, name: &str) -> orgs::CreatedOrganization {
-    let ty: OrgTypeId = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
-    orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
-}
-
-fn issue(org: OrganizationId, product_id: ProductId) -> IssueGrant {
-    IssueGrant {
-        recipient: Recipient::Organization(org),
-        product_id,
-        quantity: 1,
-        starts_at: None,
-        ends_at: None,
-        reason: "a test".into(),
-        actor: None,
-    }
-}
-
-async fn status(t: &TestDb, grant: GrantId) -> String {
-    sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
-        .bind(grant)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
-}
-
 use common::acts::sites;
-
-async fn setup() -> TestDb {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    t
-}
 
 /// A live subscription of the organization, so reconcile requests have something to name.
 async fn subscription(t: &TestDb, org: OrganizationId) -> SubscriptionId {
@@ -77,13 +38,13 @@ async fn subscription(t: &TestDb, org: OrganizationId) -> SubscriptionId {
 
 #[tokio::test]
 async fn an_issued_grant_confers_now_requests_reconciles_and_schedules_its_expiry() {
-    let t = setup().await;
-    let org = new_org(&t, "Issued").await;
+    let t = demo_db().await;
+    let org = community_org(&t, "Issued").await;
     let sub = subscription(&t, org.organization_id).await;
-    let mut g = issue(org.organization_id, product(&t, "Basic").await);
+    let mut g = operator_grant(org.organization_id, product_id(&t, "Basic").await);
     g.ends_at = Some(Utc::now() + chrono::Duration::days(30));
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
-    assert_eq!(status(&t, id).await, "active");
+    assert_eq!(grant_status(&t, id).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(3));
     let outbox: Vec<SubscriptionId> =
         sqlx::query_scalar("SELECT subscription_id FROM core.outbox WHERE kind = 'reconcile_subscription'")
@@ -108,12 +69,12 @@ async fn an_issued_grant_confers_now_requests_reconciles_and_schedules_its_expir
 
 #[tokio::test]
 async fn a_grant_from_a_later_date_waits_then_starts() {
-    let t = setup().await;
-    let org = new_org(&t, "Later").await;
-    let mut g = issue(org.organization_id, product(&t, "Pro").await);
+    let t = demo_db().await;
+    let org = community_org(&t, "Later").await;
+    let mut g = operator_grant(org.organization_id, product_id(&t, "Pro").await);
     g.starts_at = Some(Utc::now() + chrono::Duration::hours(1));
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
-    assert_eq!(status(&t, id).await, "waiting");
+    assert_eq!(grant_status(&t, id).await, "waiting");
     assert_eq!(sites(&t, org.pool_id).await, Some(1), "the floor still holds");
     assert!(!grants::start_waiting_grant(&t.db, id).await.unwrap(), "not before its start");
     sqlx::query("UPDATE core.grants SET starts_at = now() - interval '1 minute' WHERE grant_id = $1")
@@ -122,31 +83,28 @@ async fn a_grant_from_a_later_date_waits_then_starts() {
         .await
         .unwrap();
     assert!(grants::start_waiting_grant(&t.db, id).await.unwrap());
-    assert_eq!(status(&t, id).await, "active");
+    assert_eq!(grant_status(&t, id).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(10));
     assert!(!grants::start_waiting_grant(&t.db, id).await.unwrap(), "starting twice changes nothing");
 }
 
 #[tokio::test]
 async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_created() {
-    let t = setup().await;
+    let t = demo_db().await;
     let g = IssueGrant {
         recipient: Recipient::Domain(EmailDomain::parse("uni.example.edu").unwrap()),
-        ..issue(OrganizationId(0), product(&t, "Basic").await)
+        ..operator_grant(OrganizationId(0), product_id(&t, "Basic").await)
     };
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
-    assert_eq!(status(&t, id).await, "waiting");
-    let ty: OrgTypeId = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    assert_eq!(grant_status(&t, id).await, "waiting");
+    let ty = type_id(&t, "Community").await;
     let domain = EmailDomain::parse("uni.example.edu").unwrap();
     let (org, received) =
         orgs::create_organization_with_domain(&t.db, &OrgName::parse("University").unwrap(), Some(ty), Some(&domain))
             .await
             .unwrap();
     assert_eq!(received, 1);
-    assert_eq!(status(&t, id).await, "active");
+    assert_eq!(grant_status(&t, id).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(3));
     // A second organization cannot claim the same domain.
     let again =
@@ -158,14 +116,16 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
 
 #[tokio::test]
 async fn revoking_brings_back_what_the_grant_displaced_and_cannot_be_done_twice() {
-    let t = setup().await;
-    let org = new_org(&t, "Revoked").await;
-    let basic = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap();
-    let pro = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Pro").await)).await.unwrap();
-    assert_eq!(status(&t, basic).await, "replaced");
+    let t = demo_db().await;
+    let org = community_org(&t, "Revoked").await;
+    let basic =
+        grants::issue_grant(&t.db, &operator_grant(org.organization_id, product_id(&t, "Basic").await)).await.unwrap();
+    let pro =
+        grants::issue_grant(&t.db, &operator_grant(org.organization_id, product_id(&t, "Pro").await)).await.unwrap();
+    assert_eq!(grant_status(&t, basic).await, "replaced");
     assert_eq!(grants::revoke_grant(&t.db, pro, None, "no longer a partner").await.unwrap(), pro);
-    assert_eq!(status(&t, pro).await, "revoked");
-    assert_eq!(status(&t, basic).await, "active");
+    assert_eq!(grant_status(&t, pro).await, "revoked");
+    assert_eq!(grant_status(&t, basic).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(3));
     let e = grants::revoke_grant(&t.db, pro, None, "again").await.unwrap_err();
     assert!(matches!(e, ServiceError::Refused(ref m) if m.contains("revoked already")), "{e:?}");
@@ -196,16 +156,16 @@ async fn make_due(t: &TestDb, grant: GrantId) {
 
 #[tokio::test]
 async fn an_expired_grant_ends_once_and_the_floor_returns() {
-    let t = setup().await;
-    let org = new_org(&t, "Expiring").await;
-    let mut g = issue(org.organization_id, product(&t, "Pro").await);
+    let t = demo_db().await;
+    let org = community_org(&t, "Expiring").await;
+    let mut g = operator_grant(org.organization_id, product_id(&t, "Pro").await);
     g.ends_at = Some(Utc::now() + chrono::Duration::days(1));
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
     assert!(!grants::expire_grant(&t.db, id).await.unwrap(), "not before its end");
     make_due(&t, id).await;
     assert!(grants::expire_grant(&t.db, id).await.unwrap());
     assert!(!grants::expire_grant(&t.db, id).await.unwrap(), "a second expiry changes nothing");
-    assert_eq!(status(&t, id).await, "expired");
+    assert_eq!(grant_status(&t, id).await, "expired");
     assert_eq!(sites(&t, org.pool_id).await, Some(1));
     assert_eq!(
         scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
@@ -215,16 +175,16 @@ async fn an_expired_grant_ends_once_and_the_floor_returns() {
 
 #[tokio::test]
 async fn managing_an_active_grant_extends_its_lineage_and_a_waiting_one_is_rescheduled() {
-    let t = setup().await;
-    let org = new_org(&t, "Managed").await;
-    let mut g = issue(org.organization_id, product(&t, "Basic").await);
+    let t = demo_db().await;
+    let org = community_org(&t, "Managed").await;
+    let mut g = operator_grant(org.organization_id, product_id(&t, "Basic").await);
     g.ends_at = Some(Utc::now() + chrono::Duration::days(10));
     let first = grants::issue_grant(&t.db, &g).await.unwrap();
     let m = ManageGrant::parse("", "2999-01-01T00:00", "2", "renewed", None).unwrap();
     let second = grants::manage_grant(&t.db, first, &m).await.unwrap();
     assert_ne!(second, first);
-    assert_eq!(status(&t, first).await, "ended");
-    assert_eq!(status(&t, second).await, "active");
+    assert_eq!(grant_status(&t, first).await, "ended");
+    assert_eq!(grant_status(&t, second).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(6), "the extension's quantity");
     let lineage: Vec<GrantId> =
         sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE lineage_id = $1 ORDER BY grant_id")
@@ -237,10 +197,10 @@ async fn managing_an_active_grant_extends_its_lineage_and_a_waiting_one_is_resch
     let third = grants::manage_grant(&t.db, first, &ManageGrant::parse("", "", "1", "open-ended", None).unwrap())
         .await
         .unwrap();
-    assert_eq!(status(&t, second).await, "ended");
-    assert_eq!(status(&t, third).await, "active");
+    assert_eq!(grant_status(&t, second).await, "ended");
+    assert_eq!(grant_status(&t, third).await, "active");
 
-    let mut w = issue(org.organization_id, product(&t, "Priority support").await);
+    let mut w = operator_grant(org.organization_id, product_id(&t, "Priority support").await);
     w.starts_at = Some(Utc::now() + chrono::Duration::days(1));
     let waiting = grants::issue_grant(&t.db, &w).await.unwrap();
     let r = ManageGrant::parse("2999-01-01T00:00", "2999-02-01T00:00", "3", "moved", None).unwrap();
@@ -252,13 +212,13 @@ async fn managing_an_active_grant_extends_its_lineage_and_a_waiting_one_is_resch
             .await
             .unwrap();
     assert_eq!((starts.format("%Y").to_string(), qty), ("2999".into(), 3));
-    assert_eq!(status(&t, waiting).await, "waiting");
+    assert_eq!(grant_status(&t, waiting).await, "waiting");
 }
 
 #[tokio::test]
 async fn bad_input_is_refused_and_nothing_is_written() {
-    let t = setup().await;
-    let org = new_org(&t, "Careful").await;
+    let t = demo_db().await;
+    let org = community_org(&t, "Careful").await;
     let before = scalar(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await;
     let events = scalar(&t, "SELECT count(*) FROM core.grant_events").await;
     let unpublished: ProductId =
@@ -270,25 +230,28 @@ async fn bad_input_is_refused_and_nothing_is_written() {
         ServiceError::Invalid(p) => p[0].0.clone(),
         other => panic!("{other:?}"),
     };
-    let basic = product(&t, "Basic").await.to_string();
+    let basic = product_id(&t, "Basic").await.to_string();
     let o = org.organization_id.to_string();
     assert_eq!(
         field(IssueGrant::parse(&o, "", &basic, "1", "2999-02-01T00:00", "2999-01-01T00:00", "r", None).unwrap_err()),
         "ends_at"
     );
     assert_eq!(
-        field(grants::issue_grant(&t.db, &issue(org.organization_id, ProductId(999_999))).await.unwrap_err()),
+        field(grants::issue_grant(&t.db, &operator_grant(org.organization_id, ProductId(999_999))).await.unwrap_err()),
         "product_id"
     );
-    let e = grants::issue_grant(&t.db, &issue(org.organization_id, unpublished)).await.unwrap_err();
+    let e = grants::issue_grant(&t.db, &operator_grant(org.organization_id, unpublished)).await.unwrap_err();
     assert!(e.to_string().contains("not published"), "{e}");
     assert_eq!(
         field(
-            grants::issue_grant(&t.db, &issue(OrganizationId(999_999), product(&t, "Basic").await)).await.unwrap_err()
+            grants::issue_grant(&t.db, &operator_grant(OrganizationId(999_999), product_id(&t, "Basic").await))
+                .await
+                .unwrap_err()
         ),
         "organization_id"
     );
-    let g = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap();
+    let g =
+        grants::issue_grant(&t.db, &operator_grant(org.organization_id, product_id(&t, "Basic").await)).await.unwrap();
     grants::revoke_grant(&t.db, g, None, "once").await.unwrap();
     let after_valid = scalar(&t, "SELECT count(*) FROM core.grant_events").await;
     assert!(matches!(grants::revoke_grant(&t.db, g, None, "twice").await, Err(ServiceError::Refused(_))));
@@ -305,14 +268,14 @@ async fn bad_input_is_refused_and_nothing_is_written() {
 
 /// Pause a grant act after its locks: its audit insert waits on a table lock the test holds.
 async fn pause_audit(t: &TestDb) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
-    common::hold_open(t, "LOCK TABLE core.grant_events IN ACCESS EXCLUSIVE MODE").await
+    common::pause_on(t, "core.grant_events").await
 }
 
 #[tokio::test]
 async fn an_expiry_waits_for_a_revocation_of_the_same_grant_and_then_finds_it_revoked() {
-    let t = setup().await;
-    let org = new_org(&t, "Raced").await;
-    let mut g = issue(org.organization_id, product(&t, "Pro").await);
+    let t = demo_db().await;
+    let org = community_org(&t, "Raced").await;
+    let mut g = operator_grant(org.organization_id, product_id(&t, "Pro").await);
     g.ends_at = Some(Utc::now() + chrono::Duration::days(1));
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
     make_due(&t, id).await;
@@ -328,7 +291,7 @@ async fn an_expiry_waits_for_a_revocation_of_the_same_grant_and_then_finds_it_re
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     revoke.await.unwrap().unwrap();
     assert!(!expire.await.unwrap().unwrap(), "the expiry sees the revocation and does nothing");
-    assert_eq!(status(&t, id).await, "revoked");
+    assert_eq!(grant_status(&t, id).await, "revoked");
     assert_eq!(
         scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
         0
@@ -337,9 +300,10 @@ async fn an_expiry_waits_for_a_revocation_of_the_same_grant_and_then_finds_it_re
 
 #[tokio::test]
 async fn a_revocation_waiting_on_a_manage_sees_the_extension_it_committed() {
-    let t = setup().await;
-    let org = new_org(&t, "Extended").await;
-    let first = grants::issue_grant(&t.db, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap();
+    let t = demo_db().await;
+    let org = community_org(&t, "Extended").await;
+    let first =
+        grants::issue_grant(&t.db, &operator_grant(org.organization_id, product_id(&t, "Basic").await)).await.unwrap();
     let (mut pause, pause_pid) = pause_audit(&t).await;
     let db = t.db.clone();
     let manage = tokio::spawn(async move {
@@ -354,16 +318,16 @@ async fn a_revocation_waiting_on_a_manage_sees_the_extension_it_committed() {
     let extension = manage.await.unwrap().unwrap();
     let revoked = revoke.await.unwrap().unwrap();
     assert_eq!(revoked, extension, "the revocation acted on the head the extension made");
-    assert_eq!(status(&t, extension).await, "revoked");
-    assert_eq!(status(&t, first).await, "ended");
+    assert_eq!(grant_status(&t, extension).await, "revoked");
+    assert_eq!(grant_status(&t, first).await, "ended");
     assert_eq!(sites(&t, org.pool_id).await, Some(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grants_expiry_job_runs_once_with_two_workers_and_after_a_crashed_worker() {
-    let t = setup().await;
-    let org = new_org(&t, "Jobbed").await;
-    let mut g = issue(org.organization_id, product(&t, "Pro").await);
+    let t = demo_db().await;
+    let org = community_org(&t, "Jobbed").await;
+    let mut g = operator_grant(org.organization_id, product_id(&t, "Pro").await);
     g.ends_at = Some(Utc::now() + chrono::Duration::seconds(2));
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
     // A worker claims the job when due and dies: its lease must run out before another takes it.
@@ -377,7 +341,7 @@ async fn a_grants_expiry_job_runs_once_with_two_workers_and_after_a_crashed_work
         workers.push(tokio::spawn(w.run(stop_rx.clone())));
     }
     let deadline = Instant::now() + Duration::from_secs(20);
-    while status(&t, id).await != "expired" {
+    while grant_status(&t, id).await != "expired" {
         assert!(Instant::now() < deadline, "the grant did not expire");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -394,31 +358,28 @@ async fn a_grants_expiry_job_runs_once_with_two_workers_and_after_a_crashed_work
 
 #[tokio::test]
 async fn the_sweep_expires_a_grant_whose_job_was_lost() {
-    let t = setup().await;
-    let org = new_org(&t, "Swept").await;
-    let mut g = issue(org.organization_id, product(&t, "Basic").await);
+    let t = demo_db().await;
+    let org = community_org(&t, "Swept").await;
+    let mut g = operator_grant(org.organization_id, product_id(&t, "Basic").await);
     g.ends_at = Some(Utc::now() + chrono::Duration::days(1));
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
     sqlx::query("DELETE FROM integration.jobs").execute(&t.admin).await.unwrap();
     make_due(&t, id).await;
     let (expired, _) = grants::sweep_grants(&t.db).await.unwrap();
     assert_eq!(expired, 1);
-    assert_eq!(status(&t, id).await, "expired");
+    assert_eq!(grant_status(&t, id).await, "expired");
 }
 
 #[tokio::test]
 async fn an_organization_created_while_a_grant_of_its_domain_is_issued_gets_it_once() {
-    let t = setup().await;
-    let ty: OrgTypeId = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let t = demo_db().await;
+    let ty = type_id(&t, "Community").await;
     // Race the two many times; the grant must end conferred exactly once.
     for i in 0..5 {
         let domain = format!("race{i}.example.org");
         let g = IssueGrant {
             recipient: Recipient::Domain(EmailDomain::parse(&domain).unwrap()),
-            ..issue(OrganizationId(0), product(&t, "Basic").await)
+            ..operator_grant(OrganizationId(0), product_id(&t, "Basic").await)
         };
         let db = t.db.clone();
         let d = EmailDomain::parse(&domain).unwrap();
@@ -448,11 +409,13 @@ async fn an_organization_created_while_a_grant_of_its_domain_is_issued_gets_it_o
 #[tokio::test]
 async fn materializing_transactions_see_grants_in_one_rendezvous() {
     // The grant paths open Materializing transactions: a held exclusive rendezvous refuses them.
-    let t = setup().await;
-    let org = new_org(&t, "Refused").await;
+    let t = demo_db().await;
+    let org = community_org(&t, "Refused").await;
     let mut short = t.db.clone();
     short.lock_timeout = Duration::from_millis(200);
     let _hold = begin(&t.db, TxKind::RuleChange).await.unwrap();
-    let e = grants::issue_grant(&short, &issue(org.organization_id, product(&t, "Basic").await)).await.unwrap_err();
+    let e = grants::issue_grant(&short, &operator_grant(org.organization_id, product_id(&t, "Basic").await))
+        .await
+        .unwrap_err();
     assert!(matches!(e, ServiceError::Db(member_console::db::DbError::LockNotAvailable)), "{e:?}");
 }

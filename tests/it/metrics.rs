@@ -106,9 +106,7 @@ async fn a_second_server_sampling_the_same_minute_waits_on_the_first_and_keeps_i
         .unwrap();
 
     // A: the first server's sample, its statement not yet committed.
-    let mut a = t.runtime_conn().await;
-    let a_pid = common::backend_pid(&mut a).await;
-    sqlx::query("BEGIN").execute(&mut a).await.unwrap();
+    let (mut a, a_pid) = t.runtime_begin().await;
     member_console::store::metrics::write_samples(&mut a, minute, "server-a", 5.0, 7.0, 0.0).await.unwrap();
 
     // B: the second server's, for the same minute, waits on A's shared rows.

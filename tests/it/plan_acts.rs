@@ -7,11 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{
-    TestApp, TestDb,
-    acts::*,
-    pages::{app_with_demo, demo_db},
-};
+use common::{TestApp, TestDb, acts::*, pages::app_with_demo};
 use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
@@ -28,18 +24,7 @@ use reqwest::StatusCode;
 
 /// What a pool holds, ladder by ladder: (ladder, product, grant kind, grant status, the grant's act).
 async fn holdings(t: &TestDb, pool: PoolId) -> Vec<(String, String, String, String, Option<PlanActId>)> {
-    sqlx::query_as(
-        "SELECT l.name, pr.name, g.kind, g.status, g.plan_act_id FROM core.positions p
-         JOIN core.plan_ladders l USING (plan_ladder_id)
-         JOIN core.conferrals c USING (conferral_id)
-         JOIN core.products pr ON pr.product_id = c.product_id
-         JOIN core.grants g ON g.grant_id = c.grant_id
-         WHERE p.pool_id = $1 ORDER BY l.name",
-    )
-    .bind(pool)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap()
+    positions_of(t, pool).await.into_iter().map(|p| (p.ladder, p.product, p.kind, p.status, p.act)).collect()
 }
 
 /// The same without the act, for comparisons.
@@ -62,11 +47,6 @@ async fn floor_holders(t: &TestDb, ladder: LadderId) -> Vec<PoolId> {
     .fetch_all(&t.admin)
     .await
     .unwrap()
-}
-
-/// The demo's Community type and its two ladders: (Community, Wiki hosting, Support).
-async fn community_ladders(t: &TestDb) -> (OrgTypeId, LadderId, LadderId) {
-    (type_id(t, "Community").await, ladder_id(t, "Wiki hosting").await, ladder_id(t, "Support").await)
 }
 
 /// `n` new organizations of the type, every `every`-th given Pro; then the type's pools split into
@@ -110,8 +90,7 @@ async fn wait_until(t: &TestDb, sql: &str, what: &str, within: Duration) {
 
 #[tokio::test]
 async fn a_default_change_with_migrate_moves_every_floor_and_gives_the_pro_holders_the_new_floor_too() {
-    let t = demo_db().await;
-    let (community, wiki, support) = community_ladders(&t).await;
+    let Demo { t, community, wiki, support, .. } = demo().await;
     let (floor_pools, pro_pools) = floors_and_pro_holders(&t, community, wiki, "Migrant", 30, 5).await;
     // The demo's Acme and Umbrella hold Free, Initech holds Pro; ours: 24 floors and 6 Pro.
     assert_eq!((floor_pools.len(), pro_pools.len()), (26, 7));
@@ -208,9 +187,7 @@ async fn a_default_change_with_migrate_moves_every_floor_and_gives_the_pro_holde
 /// with no act.
 #[tokio::test]
 async fn the_floors_a_migration_gives_name_the_act() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let support = ladder_id(&t, "Support").await;
+    let Demo { t, community, support, .. } = demo().await;
     let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
     pa::drain_plan_act(&t.db, act, None).await.unwrap();
     let acme = members_of(&t, community).await.into_iter().find(|m| m.1 == demo::DEMO_ORGANIZATION).unwrap();
@@ -223,8 +200,7 @@ async fn the_floors_a_migration_gives_name_the_act() {
 
 #[tokio::test]
 async fn a_default_change_with_grandfather_keeps_the_old_floor_as_a_legacy_grant() {
-    let t = demo_db().await;
-    let (community, wiki, support) = community_ladders(&t).await;
+    let Demo { t, community, wiki, support, .. } = demo().await;
     let (floor_pools, pro_pools) = floors_and_pro_holders(&t, community, wiki, "Elder", 12, 4).await;
     assert_eq!((floor_pools.len(), pro_pools.len()), (11, 4));
     let old_floors: Vec<GrantId> = floor_grants_on(&t, &floor_pools, wiki).await.into_iter().map(|f| f.0).collect();
@@ -258,12 +234,11 @@ async fn a_default_change_with_grandfather_keeps_the_old_floor_as_a_legacy_grant
             ],
             "pool {p}: Free kept as a legacy grant of the act, and the new floor"
         );
-        let old: String = sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
-            .bind(old_floors[i])
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
-        assert_eq!(old, "ended", "the old floor grant itself ended; the legacy grant replaces it");
+        assert_eq!(
+            grant_status(&t, old_floors[i]).await,
+            "ended",
+            "the old floor grant itself ended; the legacy grant replaces it"
+        );
         let sites: i64 = sqlx::query_scalar(
             "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
         )
@@ -293,8 +268,7 @@ async fn a_default_change_with_grandfather_keeps_the_old_floor_as_a_legacy_grant
 
 #[tokio::test]
 async fn without_a_disposition_the_change_is_refused_while_organizations_hold_the_old_floor() {
-    let t = demo_db().await;
-    let (community, wiki, support) = community_ladders(&t).await;
+    let Demo { t, community, wiki, support, .. } = demo().await;
     let before = written(&t).await;
     assert_eq!(before, (0, 0, 0, 0, 0));
 
@@ -389,9 +363,7 @@ async fn without_a_disposition_the_change_is_refused_while_organizations_hold_th
 
 #[tokio::test]
 async fn a_listing_batch_and_a_move_on_one_pool_wait_for_each_other() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let support = ladder_id(&t, "Support").await;
+    let Demo { t, community, support, .. } = demo().await;
     let created = orgs_of_type(&t, community, "Locked", 3).await;
     let pool = created[1].pool_id;
     let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
@@ -427,8 +399,7 @@ async fn a_listing_batch_and_a_move_on_one_pool_wait_for_each_other() {
 
 #[tokio::test]
 async fn t0_waits_on_an_open_materializing_transaction_and_takes_no_pool_or_obligation_row() {
-    let t = demo_db().await;
-    let (community, wiki, support) = community_ladders(&t).await;
+    let Demo { t, community, wiki, support, .. } = demo().await;
     orgs_of_type(&t, community, "Rendezvous", 3).await;
 
     // A: an open materializing transaction; T0 waits for its shared rendezvous.
@@ -482,9 +453,7 @@ async fn t0_waits_on_an_open_materializing_transaction_and_takes_no_pool_or_obli
 
 #[tokio::test]
 async fn the_failure_recorder_never_waits_on_a_pool_row() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let support = ladder_id(&t, "Support").await;
+    let Demo { t, community, support, .. } = demo().await;
     let created = orgs_of_type(&t, community, "Recorder", 2).await;
     let pool = created[0].pool_id;
     let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
@@ -517,8 +486,7 @@ async fn the_failure_recorder_never_waits_on_a_pool_row() {
 
 #[tokio::test]
 async fn a_second_default_change_while_the_first_drains_supersedes_it_and_moves_no_one_twice() {
-    let t = demo_db().await;
-    let (community, wiki, support) = community_ladders(&t).await;
+    let Demo { t, community, wiki, support, .. } = demo().await;
     orgs_of_type(&t, community, "Twice", 20).await;
     let members = members_of(&t, community).await;
     assert_eq!(members.len(), 23);
@@ -605,8 +573,7 @@ async fn a_second_default_change_while_the_first_drains_supersedes_it_and_moves_
 
 #[tokio::test]
 async fn moves_of_an_act_that_no_longer_owns_the_type_supersede_its_obligations() {
-    let t = demo_db().await;
-    let (community, wiki, support) = community_ladders(&t).await;
+    let Demo { t, community, wiki, support, .. } = demo().await;
     orgs_of_type(&t, community, "Owner", 4).await;
     let members = members_of(&t, community).await;
     let first = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
@@ -642,9 +609,7 @@ async fn moves_of_an_act_that_no_longer_owns_the_type_supersede_its_obligations(
 
 #[tokio::test]
 async fn a_drain_killed_midway_is_resumed_and_settles_every_obligation_once() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let support = ladder_id(&t, "Support").await;
+    let Demo { t, community, support, .. } = demo().await;
     orgs_of_type(&t, community, "Crash", 120).await;
     let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
     // Slow every entitlement write a little, so the drain is surely stopped midway.
@@ -712,9 +677,7 @@ async fn a_drain_killed_midway_is_resumed_and_settles_every_obligation_once() {
 
 #[tokio::test]
 async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let support = ladder_id(&t, "Support").await;
+    let Demo { t, community, support, .. } = demo().await;
     let created = orgs_of_type(&t, community, "Retry", 6).await;
     let bad = created[2].pool_id;
     break_pool(&t, bad).await;

@@ -39,9 +39,7 @@ struct Paying {
 }
 
 async fn paying(product: &str) -> Paying {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let s = StripeFixture::start().await;
+    let (t, s) = common::stripe::demo_with_stripe().await;
     let who = AccountId(common::pages::account_id(&t, demo::MEMBER_EMAIL).await);
     let org = OrganizationId(common::pages::organization_id(&t, demo::DEMO_ORGANIZATION).await);
     let pool = PoolId(
@@ -51,8 +49,7 @@ async fn paying(product: &str) -> Paying {
         )
         .await,
     );
-    let basic = s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
-    let pro = s.price(&t.db, common::acts::product_id(&t, "Pro").await, "30").await;
+    let (basic, pro) = s.demo_prices(&t).await;
     let now = Utc::now().timestamp();
     let clock = s.clock(now).await;
     let customer = s.customer(&t.db, org, "pm_card_visa", Some(&clock)).await;
@@ -71,15 +68,7 @@ async fn paying(product: &str) -> Paying {
 
 impl Paying {
     async fn hosting(&self) -> String {
-        sqlx::query_scalar(
-            "SELECT pr.name FROM core.positions p JOIN core.plan_ladders l USING (plan_ladder_id)
-             JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
-             WHERE p.pool_id = $1 AND l.name = 'Wiki hosting'",
-        )
-        .bind(self.pool)
-        .fetch_one(&self.t.admin)
-        .await
-        .unwrap()
+        common::acts::hosting(&self.t, self.pool).await
     }
 
     /// The ledger's rows: (from, to, state).
@@ -280,7 +269,7 @@ async fn a_switch_a_member_must_not_make_is_refused_before_stripe_is_asked() {
     refused(p.quote(extra_price).await, "not on sale");
     // Another organization's subscription, and a price that does not exist: nothing to see.
     let (db, stripe) = (&p.t.db, &p.s.stripe);
-    let other = common::acts::org_of_type(&p.t, "Others", common::acts::type_id(&p.t, "Community").await).await;
+    let other = common::acts::community_org(&p.t, "Others").await;
     let e = plan_changes::quote_switch(db, stripe, p.who, other.organization_id, p.subscription_id, p.pro, None).await;
     assert!(matches!(e, Err(ServiceError::NotFound(_))), "{e:?}");
     assert!(matches!(p.quote(PriceId(999_999)).await, Err(ServiceError::NotFound(_))));
@@ -426,11 +415,7 @@ impl Paying {
     }
 
     async fn grant_status(&self, grant: member_console::ids::GrantId) -> String {
-        sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
-            .bind(grant)
-            .fetch_one(&self.t.admin)
-            .await
-            .unwrap()
+        common::acts::grant_status(&self.t, grant).await
     }
 }
 
@@ -465,7 +450,7 @@ async fn a_grant_displacing_the_subscription_pauses_its_collection_and_resume_pl
     assert!(!changed, "the reconcile finds the resumed provision as Stripe has it");
     refused(p.resume().await, "Nothing displaces this subscription");
     // Another organization's subscription, through this organization or its own: nothing to see.
-    let other = common::acts::org_of_type(&p.t, "Others", common::acts::type_id(&p.t, "Community").await).await;
+    let other = common::acts::community_org(&p.t, "Others").await;
     let e = billing::resume::resume_subscription(&p.t.db, p.who, other.organization_id, p.subscription_id).await;
     assert!(matches!(e, Err(ServiceError::NotFound(_))), "{e:?}");
     // The subscription ends: the grant comes back.

@@ -5,7 +5,10 @@
 //! its reactivations after an upgrade, and the lock order of each new path.
 
 use crate::common;
-use crate::sites::{Sites, app, assert_usage_agrees, pause_on, pause_writes_on, servable, setup};
+use crate::{
+    common::{pause_on, pause_writes_on},
+    sites::{Sites, app, assert_usage_agrees, servable, setup},
+};
 
 use std::time::Duration;
 

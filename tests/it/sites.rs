@@ -7,7 +7,7 @@ use crate::common;
 
 use std::{sync::Arc, time::Duration};
 
-use common::{TestDb, farm::FarmFixture};
+use common::{TestDb, farm::FarmFixture, pause_on, pause_writes_on};
 use member_console::{
     config::FarmSettings,
     demo,
@@ -80,11 +80,7 @@ impl Sites {
     }
 
     pub(crate) async fn site_id(&self, name: &str) -> String {
-        sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
-            .bind(format!("{name}.wiki.localhost"))
-            .fetch_one(&self.t.admin)
-            .await
-            .unwrap()
+        common::farm::site_id(&self.t, name).await
     }
 
     pub(crate) async fn status(&self, name: &str) -> String {
@@ -156,7 +152,7 @@ async fn bad_and_taken_names_are_refused_and_nothing_is_written() {
     let e = s.create("taken").await.unwrap_err();
     assert!(matches!(&e, ServiceError::Invalid(p) if p[0].0 == "name" && p[0].1.contains("taken")), "{e:?}");
     // Another organization's member cannot create under this organization.
-    let stranger = common::acts::org_of_type(&s.t, "Strangers", common::acts::type_id(&s.t, "Community").await).await;
+    let stranger = common::acts::community_org(&s.t, "Strangers").await;
     let e =
         fedwiki::create_site(&s.t.db, &s.settings, s.who, stranger.organization_id, &SiteName::parse("mine").unwrap())
             .await
@@ -355,22 +351,29 @@ async fn a_signed_callback_records_what_the_farm_observed_once_and_a_bad_signatu
 
 // Lock order: one path paused mid-transaction, the other shown waiting on it --------------------------
 
-/// Hold `table`'s lock in an open transaction: whatever reads or writes it next waits.
-pub(crate) async fn pause_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
-    pause_in_mode(t, table, "ACCESS EXCLUSIVE").await
-}
-
-/// The same in SHARE mode: reads pass, the next write waits.
-pub(crate) async fn pause_writes_on(t: &TestDb, table: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
-    pause_in_mode(t, table, "SHARE").await
-}
-
-async fn pause_in_mode(t: &TestDb, table: &str, mode: &str) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, i32) {
-    let mut a = t.admin.acquire().await.unwrap();
-    let pid = common::backend_pid(&mut a).await;
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("LOCK TABLE {table} IN {mode} MODE"))).execute(&mut *a).await.unwrap();
-    (a, pid)
+impl Sites {
+    /// Park `site`, and run the park's record step on a task of its own, paused at its recount
+    /// (the usage table held): the pause, the task, and the record step's backend.
+    async fn paused_park_record(
+        &self,
+        site: &str,
+    ) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, tokio::task::JoinHandle<Result<Recorded, ServiceError>>, i32)
+    {
+        let park = fedwiki::change_status(&self.t.db, &self.settings, self.who, site, RequestKind::Park).await.unwrap();
+        let req = self.request(park).await;
+        let (pause, pause_pid) = pause_on(&self.t, "core.numeric_entitlement_usage").await;
+        let db = self.t.db.clone();
+        let record = tokio::spawn(async move {
+            record::finish_all_with(
+                &db,
+                &[req],
+                record::Activity::Status { status: member_console::states::SiteStatus::Parked },
+            )
+            .await
+        });
+        let record_pid = common::wait_for_waiter(&self.t.admin, &self.t.name, pause_pid).await;
+        (pause, record, record_pid)
+    }
 }
 
 #[tokio::test]
@@ -526,7 +529,7 @@ async fn a_member_cannot_touch_another_organizations_site_and_a_refused_act_says
     let s = setup("Free").await;
     s.created("mine").await;
     // Another organization's site, on the farm too.
-    let other = common::acts::org_of_type(&s.t, "Others", common::acts::type_id(&s.t, "Community").await).await;
+    let other = common::acts::community_org(&s.t, "Others").await;
     sqlx::query("INSERT INTO fedwiki.workspaces (workspace_id, organization_id) VALUES ($1, $2)")
         .bind(format!("org-{}", other.organization_id))
         .bind(other.organization_id)
@@ -667,20 +670,8 @@ async fn a_placement_creator_waits_on_the_site_row_a_record_step_holds_and_sees_
     let s = setup("Basic").await;
     let site = s.created("moving").await;
     fedwiki::domains::claim_domain(&s.t.db, &s.settings, s.who, s.org, "moving.example.org").await.unwrap();
-    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
-    let req = s.request(park).await;
     // The park's record step, paused at its recount: it holds the site row it wrote.
-    let (mut pause, pause_pid) = pause_on(&s.t, "core.numeric_entitlement_usage").await;
-    let db = s.t.db.clone();
-    let record = tokio::spawn(async move {
-        record::finish_all_with(
-            &db,
-            &[req],
-            record::Activity::Status { status: member_console::states::SiteStatus::Parked },
-        )
-        .await
-    });
-    let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    let (mut pause, record, record_pid) = s.paused_park_record(&site).await;
     let (db, settings, who, id) = (s.t.db.clone(), s.settings.clone(), s.who, site.clone());
     let place = tokio::spawn(async move {
         fedwiki::domains::place_site_under_domain(&db, &settings, who, &id, "moving.example.org").await
@@ -718,7 +709,7 @@ async fn a_domain_is_released_only_once_nothing_is_served_under_it_and_a_sites_o
         assert!(e.to_string().contains("serves no site of yours"), "{foreign}: {e}");
     }
     // An organization the member does not belong to is not found.
-    let other = common::acts::org_of_type(&s.t, "Others", common::acts::type_id(&s.t, "Community").await).await;
+    let other = common::acts::community_org(&s.t, "Others").await;
     let e = stop_serving(&s.t.db, s.who, other.organization_id, "wiki.example.org").await.unwrap_err();
     assert!(matches!(e, ServiceError::NotFound(_)), "{e}");
     assert_eq!(servable(&s, "wiki.example.org").await, Some(true), "nothing was removed");
@@ -737,21 +728,9 @@ async fn stopping_serving_waits_on_the_placement_row_a_sites_status_write_holds(
     let site = s.created("moving").await;
     fedwiki::domains::claim_domain(&s.t.db, &s.settings, s.who, s.org, "moving.example.org").await.unwrap();
     fedwiki::domains::place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "moving.example.org").await.unwrap();
-    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
-    let req = s.request(park).await;
     // The park's record step, paused at its recount: it holds the site row and, through the
     // site's trigger, the placement rows whose flag it changed.
-    let (mut pause, pause_pid) = pause_on(&s.t, "core.numeric_entitlement_usage").await;
-    let db = s.t.db.clone();
-    let record = tokio::spawn(async move {
-        record::finish_all_with(
-            &db,
-            &[req],
-            record::Activity::Status { status: member_console::states::SiteStatus::Parked },
-        )
-        .await
-    });
-    let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    let (mut pause, record, record_pid) = s.paused_park_record(&site).await;
     let (db, who, org) = (s.t.db.clone(), s.who, s.org);
     let stop = tokio::spawn(async move { fedwiki::domains::stop_serving(&db, who, org, "moving.example.org").await });
     let stopper = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;

@@ -487,9 +487,7 @@ async fn the_invariant_check_sees_plan_acts_that_did_not_settle() {
 /// periods are each reported.
 #[tokio::test]
 async fn the_invariant_check_sees_billing_state_that_did_not_converge() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let s = common::stripe::StripeFixture::start().await;
+    let (t, s) = common::stripe::demo_with_stripe().await;
     let community = common::acts::type_id(&t, "Community").await;
     let mut orgs = vec![];
     for name in ["Billed cancelled", "Billed suspended", "Billed twice", "Not billed"] {
@@ -568,10 +566,8 @@ async fn the_invariant_check_sees_billing_state_that_did_not_converge() {
 /// reconcile makes them agree.
 #[tokio::test]
 async fn the_invariant_check_sees_a_collection_pause_out_of_step_with_the_displacement() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let s = common::stripe::StripeFixture::start().await;
-    let o = common::acts::org_of_type(&t, "Paused", common::acts::type_id(&t, "Community").await).await;
+    let (t, s) = common::stripe::demo_with_stripe().await;
+    let o = common::acts::community_org(&t, "Paused").await;
     let price = s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
     let customer = s.customer(&t.db, o.organization_id, "pm_card_visa", None).await;
     let sub = s.subscribe(&customer, &s.stripe_price(&t.admin, price).await, o.organization_id).await;

@@ -25,26 +25,6 @@ use reqwest::StatusCode;
 
 // ---------- Harness (the shared part is tests/common/acts.rs) ----------
 
-/// The demo's database and the ids most tests here start from.
-struct Demo {
-    t: TestDb,
-    community: OrgTypeId,
-    business: OrgTypeId,
-    wiki: LadderId,
-    support: LadderId,
-    free: ProductId,
-    basic: ProductId,
-    pro: ProductId,
-}
-
-async fn demo() -> Demo {
-    let t = demo_db().await;
-    let (community, business) = (type_id(&t, "Community").await, type_id(&t, "Business").await);
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
-    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
-    Demo { t, community, business, wiki, support, free, basic, pro }
-}
-
 /// The default pool of the organization named `name`.
 async fn pool_named(t: &TestDb, name: &str) -> PoolId {
     sqlx::query_scalar(
@@ -67,18 +47,7 @@ fn reorder(ladder: LadderId, order: &[ProductId], d: Option<Disposition>) -> Reo
 
 /// The pool's positions: (ladder, rank, product, grant kind), by ladder name.
 async fn positions(t: &TestDb, pool: PoolId) -> Vec<(String, i32, String, String)> {
-    sqlx::query_as(
-        "SELECT l.name, p.rank, pr.name, g.kind FROM core.positions p
-         JOIN core.plan_ladders l USING (plan_ladder_id)
-         JOIN core.conferrals c USING (conferral_id)
-         JOIN core.products pr ON pr.product_id = c.product_id
-         JOIN core.grants g ON g.grant_id = c.grant_id
-         WHERE p.pool_id = $1 ORDER BY l.name",
-    )
-    .bind(pool)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap()
+    positions_of(t, pool).await.into_iter().map(|p| (p.ladder, p.rank, p.product, p.kind)).collect()
 }
 
 fn pos(ladder: &str, rank: i32, product: &str, kind: &str) -> (String, i32, String, String) {
@@ -283,10 +252,7 @@ struct BasicHolders {
 }
 
 async fn basic_holders(quantity: i32, ends_at: Option<DateTime<Utc>>) -> BasicHolders {
-    let t = demo_db().await;
-    let (community_t, business_t) = (type_id(&t, "Community").await, type_id(&t, "Business").await);
-    let wiki = ladder_id(&t, "Wiki hosting").await;
-    let (basic, pro) = (product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    let Demo { t, community: community_t, business: business_t, wiki, basic, pro, .. } = demo().await;
     let community = org_of_type(&t, "Basic community", community_t).await;
     let business = org_of_type(&t, "Basic business", business_t).await;
     let both = org_of_type(&t, "Pro then Basic", community_t).await;
@@ -427,9 +393,7 @@ async fn a_tier_removal_with_grandfather_keeps_each_incumbent_as_a_legacy_grant_
 
 #[tokio::test]
 async fn removing_the_floor_of_a_default_ladder_with_migrate_gives_the_next_tier_as_the_floor() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let wiki = ladder_id(&t, "Wiki hosting").await;
+    let Demo { t, community, wiki, .. } = demo().await;
     let ours = org_of_type(&t, "Floored", community).await;
     let (acme, umbrella, initech, globex) = (
         pool_named(&t, demo::DEMO_ORGANIZATION).await,
@@ -885,9 +849,7 @@ async fn a_reorder_changing_rank_0_supersedes_an_earlier_default_change_and_move
 
 #[tokio::test]
 async fn a_retry_and_a_listing_batch_on_other_pools_do_not_wait_on_each_other() {
-    let t = demo_db().await;
-    let (community, business) = (type_id(&t, "Community").await, type_id(&t, "Business").await);
-    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let Demo { t, community, business, wiki, support, .. } = demo().await;
     let created = orgs_of_type(&t, community, "Retry", 4).await;
     let bad = created[1].pool_id;
     break_pool(&t, bad).await;
@@ -944,24 +906,20 @@ async fn a_retry_and_a_listing_batch_on_other_pools_do_not_wait_on_each_other() 
 
 #[tokio::test]
 async fn a_listing_batch_broken_by_a_deadlock_is_listed_again_by_the_next_pass() {
-    let t = demo_db().await;
-    let community = type_id(&t, "Community").await;
-    let support = ladder_id(&t, "Support").await;
+    let Demo { t, community, support, .. } = demo().await;
     let created = orgs_of_type(&t, community, "Deadlock", 3).await;
     let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
 
     // T holds the act's listing row (the batch updates it last), with a long deadlock timeout so
     // that the batch, not T, is the transaction PostgreSQL breaks.
-    let mut tconn = t.admin.acquire().await.unwrap();
-    let t_pid = common::backend_pid(&mut tconn).await;
-    sqlx::query("BEGIN").execute(&mut *tconn).await.unwrap();
-    sqlx::query("SET LOCAL deadlock_timeout = '10s'").execute(&mut *tconn).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.plan_act_reached_types WHERE plan_act_id = $1 AND org_type_id = $2 FOR UPDATE")
-        .bind(act)
-        .bind(community)
-        .execute(&mut *tconn)
-        .await
-        .unwrap();
+    let (mut tconn, t_pid) = common::hold_open(
+        &t,
+        &format!(
+            "SET LOCAL deadlock_timeout = '10s';
+             SELECT 1 FROM core.plan_act_reached_types WHERE plan_act_id = {act} AND org_type_id = {community} FOR UPDATE"
+        ),
+    )
+    .await;
     let db = t.db.clone();
     let drain = tokio::spawn(async move { pa::drain_plan_act(&db, act, None).await });
     common::wait_for_waiter(&t.admin, &t.name, t_pid).await;

@@ -261,9 +261,7 @@ async fn sign_in_takes_the_address_row_then_the_pair_row_as_it_declares() {
     assert_eq!(SIGN_IN_LOCKS.locks, &[Lock::SignInAddressRow, Lock::SignInThrottleRow]);
 
     // Transaction A holds the (email, address) row, as an attempt on the same pair would.
-    let mut a = t.runtime_conn().await;
-    let a_pid = common::backend_pid(&mut a).await;
-    sqlx::query("BEGIN").execute(&mut a).await.unwrap();
+    let (mut a, a_pid) = t.runtime_begin().await;
     sqlx::query("INSERT INTO core.sign_in_throttle (email_key, address, failures) VALUES (lower($1), '127.0.0.1', 1)")
         .bind(email.as_str())
         .execute(&mut a)
@@ -306,9 +304,7 @@ async fn a_compaction_waits_on_another_and_folds_each_row_once_while_inserts_nev
     }
 
     // A compacts and holds its transaction open.
-    let mut a = t.runtime_conn().await;
-    let a_pid = common::backend_pid(&mut a).await;
-    sqlx::query("BEGIN").execute(&mut a).await.unwrap();
+    let (mut a, a_pid) = t.runtime_begin().await;
     let folded: i64 = sqlx::query_scalar("SELECT core.compact_organization_counts()").fetch_one(&mut a).await.unwrap();
     assert_eq!(folded, 2, "three rows became one");
     // An organization created meanwhile appends without waiting.

@@ -86,34 +86,27 @@ async fn an_operator_signs_in_and_sees_operations() {
 #[tokio::test]
 async fn sign_in_returns_to_the_page_asked_for_and_never_off_site() {
     let (_t, app) = app_with_demo().await;
-    let c = app.client();
-    let token = app.csrf(&c, "/login?next=%2Foperator").await;
-    let r = c
-        .post(app.url("/login"))
-        .form(&[
-            ("email", demo::OPERATOR_EMAIL),
-            ("password", demo::OPERATOR_PASSWORD),
-            ("csrf_token", &token),
-            ("next", "/operator"),
-        ])
-        .send()
-        .await
-        .unwrap();
+    let operator = (demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD);
+    let r = sign_in_with_next(&app, "/login?next=%2Foperator", operator, "/operator").await;
     assert_eq!(r.headers()["location"], "/operator");
-    let c2 = app.client();
-    let token = app.csrf(&c2, "/login").await;
-    let r = c2
-        .post(app.url("/login"))
-        .form(&[
-            ("email", demo::OPERATOR_EMAIL),
-            ("password", demo::OPERATOR_PASSWORD),
-            ("csrf_token", &token),
-            ("next", "//evil.example/"),
-        ])
+    let r = sign_in_with_next(&app, "/login", operator, "//evil.example/").await;
+    assert_eq!(r.headers()["location"], "/");
+}
+
+/// Sign in through the form in a fresh client, the form read at `page`, posting `next` with it.
+async fn sign_in_with_next(
+    app: &TestApp,
+    page: &str,
+    (email, password): (&str, &str),
+    next: &str,
+) -> reqwest::Response {
+    let c = app.client();
+    let token = app.csrf(&c, page).await;
+    c.post(app.url("/login"))
+        .form(&[("email", email), ("password", password), ("csrf_token", &token), ("next", next)])
         .send()
         .await
-        .unwrap();
-    assert_eq!(r.headers()["location"], "/");
+        .unwrap()
 }
 
 #[tokio::test]
@@ -368,9 +361,7 @@ async fn a_request_past_its_deadline_is_answered_503_and_its_transaction_rolls_b
     let token = app.csrf(&c, "/login").await;
 
     // Transaction A holds this address's sign-in row, so the sign-in (B) waits on it.
-    let mut a = t.runtime_conn().await;
-    let a_pid = common::backend_pid(&mut a).await;
-    sqlx::query("BEGIN").execute(&mut a).await.unwrap();
+    let (mut a, a_pid) = t.runtime_begin().await;
     sqlx::query(
         "INSERT INTO core.sign_in_addresses (address, window_started_at, failures) VALUES ('127.0.0.1', now(), 0)",
     )
@@ -984,20 +975,9 @@ async fn sign_in_never_sends_a_person_to_another_site() {
         assert_eq!(r.status(), StatusCode::SEE_OTHER, "{trick}");
         assert_eq!(r.headers()["location"], "/", "GET /login?next={trick}");
         // Signing in with it in the form.
-        let c = app.client();
-        let token = app.csrf(&c, "/login").await;
         let next = url::form_urlencoded::parse(format!("n={trick}").as_bytes()).next().unwrap().1.into_owned();
-        let r = c
-            .post(app.url("/login"))
-            .form(&[
-                ("email", demo::MEMBER_EMAIL),
-                ("password", demo::MEMBER_PASSWORD),
-                ("csrf_token", &token),
-                ("next", &next),
-            ])
-            .send()
-            .await
-            .unwrap();
+        let member = (demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD);
+        let r = sign_in_with_next(&app, "/login", member, &next).await;
         assert_eq!(r.headers()["location"], "/", "POST next={next:?}");
     }
 }
@@ -1010,10 +990,7 @@ async fn a_read_past_the_request_deadline_is_answered_503_and_stops_in_the_serve
     demo::load(&t.db).await.unwrap();
     let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
     let (c, _) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-    let mut a = t.admin.acquire().await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *a).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query("LOCK TABLE core.organizations IN ACCESS EXCLUSIVE MODE").execute(&mut *a).await.unwrap();
+    let (mut a, a_pid) = common::hold_open(&t, "LOCK TABLE core.organizations IN ACCESS EXCLUSIVE MODE").await;
     let started = Instant::now();
     let (r, _) = tokio::join!(
         c.get(app.url("/operator/organizations")).send(),
@@ -1043,10 +1020,7 @@ async fn a_session_read_held_up_past_the_request_deadline_is_answered_503_and_st
         .execute(&t.admin)
         .await
         .unwrap();
-    let mut a = t.admin.acquire().await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *a).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.web_sessions FOR UPDATE").execute(&mut *a).await.unwrap();
+    let (mut a, a_pid) = common::hold_open(&t, "SELECT 1 FROM core.web_sessions FOR UPDATE").await;
     let started = Instant::now();
     let (r, _) = tokio::join!(c.get(app.url("/")).send(), common::wait_for_waiter(&t.admin, &t.name, a_pid));
     let r = r.unwrap();
@@ -1137,15 +1111,13 @@ async fn a_deadlock_is_tried_once_more_and_the_grant_is_revoked() {
     // A takes the pool row; the revoke (B) takes the shared rendezvous and waits on the row; A
     // then asks for the exclusive rendezvous, which B holds shared: a cycle, and B (whose
     // deadlock check comes first) is the victim.
-    let mut a = t.admin.acquire().await.unwrap();
-    let a_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *a).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
-    sqlx::query("SET LOCAL deadlock_timeout = '20s'").execute(&mut *a).await.unwrap();
-    sqlx::query("SELECT 1 FROM core.resource_pools WHERE pool_id = $1 FOR UPDATE")
-        .bind(pool)
-        .execute(&mut *a)
-        .await
-        .unwrap();
+    let (mut a, a_pid) = common::hold_open(
+        &t,
+        &format!(
+            "SET LOCAL deadlock_timeout = '20s'; SELECT 1 FROM core.resource_pools WHERE pool_id = {pool} FOR UPDATE"
+        ),
+    )
+    .await;
     let revoke = {
         let (app_url, c, token) = (app.url(&format!("/operator/grants/{grant}/revoke")), c.clone(), token.clone());
         tokio::spawn(async move {
@@ -1157,12 +1129,7 @@ async fn a_deadlock_is_tried_once_more_and_the_grant_is_revoked() {
     sqlx::query("COMMIT").execute(&mut *a).await.unwrap();
     let r = revoke.await.unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER, "{}", r.text().await.unwrap());
-    let status: String = sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
-        .bind(grant)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
-    assert_eq!(status, "revoked");
+    assert_eq!(common::acts::grant_status(&t, grant).await, "revoked");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use member_console::{
     store::plan_acts as store,
 };
 
-use super::TestDb;
+use super::{TestDb, pages::demo_db};
 
 pub async fn scalar(t: &TestDb, sql: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
@@ -42,8 +42,33 @@ pub async fn product_id(t: &TestDb, name: &str) -> ProductId {
     ProductId(id_by_name(t, "products", "product_id", name).await)
 }
 
+/// The demo's database and the ids the plan-act tests start from.
+pub struct Demo {
+    pub t: TestDb,
+    pub community: OrgTypeId,
+    pub business: OrgTypeId,
+    pub wiki: LadderId,
+    pub support: LadderId,
+    pub free: ProductId,
+    pub basic: ProductId,
+    pub pro: ProductId,
+}
+
+pub async fn demo() -> Demo {
+    let t = demo_db().await;
+    let (community, business) = (type_id(&t, "Community").await, type_id(&t, "Business").await);
+    let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
+    let (free, basic, pro) = (product_id(&t, "Free").await, product_id(&t, "Basic").await, product_id(&t, "Pro").await);
+    Demo { t, community, business, wiki, support, free, basic, pro }
+}
+
 pub async fn org_of_type(t: &TestDb, name: &str, ty: OrgTypeId) -> orgs::CreatedOrganization {
     orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(ty)).await.unwrap()
+}
+
+/// An organization of the demo's Community type.
+pub async fn community_org(t: &TestDb, name: &str) -> orgs::CreatedOrganization {
+    org_of_type(t, name, type_id(t, "Community").await).await
 }
 
 /// `n` organizations of the type, named `{prefix} {i:03}`.
@@ -88,6 +113,14 @@ pub fn spawn_grant(
 ) -> tokio::task::JoinHandle<Result<GrantId, ServiceError>> {
     let db = t.db.clone();
     tokio::spawn(async move { grants::issue_grant(&db, &operator_grant(org, product)).await })
+}
+
+pub async fn grant_status(t: &TestDb, grant: GrantId) -> String {
+    sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
+        .bind(grant)
+        .fetch_one(&t.admin)
+        .await
+        .unwrap()
 }
 
 /// An operator grant of `product` to the organization.
@@ -169,6 +202,47 @@ pub async fn tiers(t: &TestDb, ladder: LadderId) -> Vec<(i32, String)> {
 
 pub fn tier_list(names: &[&str]) -> Vec<(i32, String)> {
     names.iter().enumerate().map(|(i, n)| (i as i32, n.to_string())).collect()
+}
+
+/// The tier the pool holds on "Wiki hosting", by product name.
+pub async fn hosting(t: &TestDb, pool: PoolId) -> String {
+    sqlx::query_scalar(
+        "SELECT pr.name FROM core.positions p JOIN core.plan_ladders l USING (plan_ladder_id)
+         JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
+         WHERE p.pool_id = $1 AND l.name = 'Wiki hosting'",
+    )
+    .bind(pool)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
+/// A pool's position on one ladder and the grant behind it.
+#[derive(sqlx::FromRow)]
+pub struct Position {
+    pub ladder: String,
+    pub rank: i32,
+    pub product: String,
+    pub kind: String,
+    pub status: String,
+    pub act: Option<PlanActId>,
+}
+
+/// The pool's positions, by ladder name.
+pub async fn positions_of(t: &TestDb, pool: PoolId) -> Vec<Position> {
+    sqlx::query_as(
+        "SELECT l.name AS ladder, p.rank, pr.name AS product, g.kind, g.status, g.plan_act_id AS act
+         FROM core.positions p
+         JOIN core.plan_ladders l USING (plan_ladder_id)
+         JOIN core.conferrals c USING (conferral_id)
+         JOIN core.products pr ON pr.product_id = c.product_id
+         JOIN core.grants g ON g.grant_id = c.grant_id
+         WHERE p.pool_id = $1 ORDER BY l.name",
+    )
+    .bind(pool)
+    .fetch_all(&t.admin)
+    .await
+    .unwrap()
 }
 
 /// The floor grant holding `ladder` in the pool (its grant id and conferral id).

@@ -130,6 +130,14 @@ impl TestDb {
         let opts = migrate::runtime_options(&self.admin_url, TEST_RUNTIME_PASSWORD).unwrap();
         PgConnection::connect_with(&opts).await.unwrap()
     }
+
+    /// The same with a transaction begun, and its backend: the "A" a lock test leaves open.
+    pub async fn runtime_begin(&self) -> (PgConnection, i32) {
+        let mut a = self.runtime_conn().await;
+        let pid = backend_pid(&mut a).await;
+        sqlx::query("BEGIN").execute(&mut a).await.unwrap();
+        (a, pid)
+    }
 }
 
 impl Drop for TestDb {
@@ -162,6 +170,16 @@ pub async fn hold_open(t: &TestDb, sql: &str) -> (PoolConnection<Postgres>, i32)
     sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string())).execute(&mut *a).await.unwrap();
     (a, pid)
+}
+
+/// Hold `table`'s lock in an open transaction: whatever reads or writes it next waits.
+pub async fn pause_on(t: &TestDb, table: &str) -> (PoolConnection<Postgres>, i32) {
+    hold_open(t, &format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")).await
+}
+
+/// The same in SHARE mode: reads pass, the next write waits.
+pub async fn pause_writes_on(t: &TestDb, table: &str) -> (PoolConnection<Postgres>, i32) {
+    hold_open(t, &format!("LOCK TABLE {table} IN SHARE MODE")).await
 }
 
 /// Wait until `check` holds, polling every 20 ms; panics after `within` with `what` and `log`

@@ -15,6 +15,12 @@ use stripe_standin::{Config, StandIn};
 
 pub const SECRET_KEY: &str = "sk_test_console_tests";
 
+/// The demo, and a stand-in of the test's own.
+pub async fn demo_with_stripe() -> (super::TestDb, StripeFixture) {
+    let t = super::pages::demo_db().await;
+    (t, StripeFixture::start().await)
+}
+
 pub struct StripeFixture {
     /// Held so it keeps serving for the test's life.
     _standin: StandIn,
@@ -87,6 +93,13 @@ impl StripeFixture {
         billing::sync_product(db, product).await.unwrap();
         billing::apply_product_sync(db, &self.stripe, product, &format!("test-{}", price.0)).await.unwrap();
         price
+    }
+
+    /// The demo's paid wiki tiers priced, as the billing tests sell them: (Basic at 12, Pro at 30).
+    pub async fn demo_prices(&self, t: &super::TestDb) -> (PriceId, PriceId) {
+        let basic = self.price(&t.db, super::acts::product_id(t, "Basic").await, "12").await;
+        let pro = self.price(&t.db, super::acts::product_id(t, "Pro").await, "30").await;
+        (basic, pro)
     }
 
     /// The Stripe price id the console recorded for `price`.
