@@ -178,11 +178,8 @@ async fn an_organization_search_keeps_its_query_in_the_address_bar() {
 
 #[tokio::test]
 async fn a_member_buys_pro_on_the_stripe_stand_ins_page_and_sees_it_on_billing_and_home() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let s = common::stripe::StripeFixture::start().await;
-    s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
-    s.price(&t.db, common::acts::product_id(&t, "Pro").await, "30").await;
+    let (t, s) = common::stripe::demo_with_stripe().await;
+    s.demo_prices(&t).await;
     let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
     Browser::start()
         .await
@@ -220,11 +217,8 @@ async fn a_member_buys_pro_on_the_stripe_stand_ins_page_and_sees_it_on_billing_a
 
 #[tokio::test]
 async fn a_member_upgrades_seeing_the_amount_first_then_schedules_a_downgrade_and_undoes_it() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let s = common::stripe::StripeFixture::start().await;
-    let basic = s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
-    s.price(&t.db, common::acts::product_id(&t, "Pro").await, "30").await;
+    let (t, s) = common::stripe::demo_with_stripe().await;
+    let (basic, _) = s.demo_prices(&t).await;
     // The demo organization pays for Basic.
     let org = member_console::ids::OrganizationId(
         common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await,
@@ -270,9 +264,7 @@ async fn a_member_upgrades_seeing_the_amount_first_then_schedules_a_downgrade_an
 
 #[tokio::test]
 async fn an_operator_grant_pauses_the_members_subscription_and_resume_plan_brings_it_back() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let s = common::stripe::StripeFixture::start().await;
+    let (t, s) = common::stripe::demo_with_stripe().await;
     let basic = s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
     let org = member_console::ids::OrganizationId(
         common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await,
@@ -330,12 +322,18 @@ pub(crate) async fn create_active_sites(b: &Browser, names: &[&str], within: std
     }
 }
 
-pub(crate) async fn site_id(t: &TestDb, name: &str) -> String {
-    sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
-        .bind(format!("{name}.wiki.localhost"))
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+/// Create one site more than the plan allows active: it is made parked.
+pub(crate) async fn create_parked_site(b: &Browser, name: &str, within: std::time::Duration) {
+    b.fill("input[name='name']", name).await;
+    b.click_button("Create site").await;
+    b.wait_for(Until::Text(&format!("{name}.wiki.localhost was created parked")), within).await;
+}
+
+/// Follow the site's address from the sites page: the farm serves the real wiki there.
+pub(crate) async fn open_on_the_farm(b: &Browser, name: &str, within: std::time::Duration) {
+    let url = b.find(&format!("{} a", site_row(name))).await.attr("href").await.unwrap().unwrap();
+    b.goto(&url).await;
+    b.wait_for(Until::Text("Welcome Visitors"), within).await;
 }
 
 /// A worker of the test's own running the sites' jobs against `farm`.
@@ -375,16 +373,12 @@ async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_
             b.keep_step(1, "three-sites").await;
 
             // The site's address answers with the real wiki.
-            let url = b.find(&format!("{} a", site_row("alpha"))).await.attr("href").await.unwrap().unwrap();
-            b.goto(&url).await;
-            b.wait_for(Until::Text("Welcome Visitors"), WAIT).await;
+            open_on_the_farm(b, "alpha", WAIT).await;
             b.keep_step(2, "the-wiki-on-the-farm").await;
             b.goto(&app.url("/sites")).await;
 
             // A fourth is created parked, and activating it is refused with the reason.
-            b.fill("input[name='name']", "delta").await;
-            b.click_button("Create site").await;
-            b.wait_for(Until::Text("delta.wiki.localhost was created parked"), WAIT).await;
+            create_parked_site(b, "delta", WAIT).await;
             b.click(&format!("{} button[aria-label='Activate delta.wiki.localhost']", site_row("delta"))).await;
             b.wait_for(Until::Text("3 of 3 active sites are in use: park one or upgrade your plan"), WAIT).await;
 
@@ -394,7 +388,10 @@ async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_
             b.execute(
                 "document.querySelector('select[name=activate]').value = arguments[0];
                  document.querySelector('select[name=park]').value = arguments[1];",
-                vec![Value::String(site_id(&t, "alpha").await), Value::String(site_id(&t, "gamma").await)],
+                vec![
+                    Value::String(common::farm::site_id(&t, "alpha").await),
+                    Value::String(common::farm::site_id(&t, "gamma").await),
+                ],
             )
             .await;
             b.click_button("Swap").await;

@@ -163,11 +163,10 @@ async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an
 
 #[tokio::test]
 async fn a_new_member_buys_basic_creates_sites_opens_one_on_the_farm_and_swaps() {
-    use crate::browser::{create_active_sites, site_id, site_row, site_worker};
+    use crate::browser::{create_active_sites, create_parked_site, open_on_the_farm, site_row, site_worker};
+    use common::farm::site_id;
     use serde_json::Value;
-    let t = common::TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
-    let s = common::stripe::StripeFixture::start().await;
+    let (t, s) = common::stripe::demo_with_stripe().await;
     s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
     let f = common::farm::FarmFixture::start_with(local_farm::WikiMode::Auto, Duration::from_secs(30)).await;
     assert!(f.local.wiki_running(), "the real FedWiki server must run for this test: {}", local_farm::install_hint());
@@ -202,16 +201,12 @@ async fn a_new_member_buys_basic_creates_sites_opens_one_on_the_farm_and_swaps()
             b.keep_step(4, "three-sites").await;
 
             // One opens on the farm as the real wiki.
-            let url = b.find(&format!("{} a", site_row("beta"))).await.attr("href").await.unwrap().unwrap();
-            b.goto(&url).await;
-            b.wait_for(Until::Text("Welcome Visitors"), STEP).await;
+            open_on_the_farm(b, "beta", STEP).await;
             b.keep_step(5, "beta-on-the-farm").await;
 
             // A fourth is made parked; the swap brings it in and parks gamma.
             b.goto(&app.url("/sites")).await;
-            b.fill("input[name='name']", "delta").await;
-            b.click_button("Create site").await;
-            b.wait_for(Until::Text("delta.wiki.localhost was created parked"), STEP).await;
+            create_parked_site(b, "delta", STEP).await;
             b.execute(
                 "document.querySelector('select[name=activate]').value = arguments[0];
                  document.querySelector('select[name=park]').value = arguments[1];",
@@ -222,9 +217,7 @@ async fn a_new_member_buys_basic_creates_sites_opens_one_on_the_farm_and_swaps()
             b.wait_for(Until::Text("delta.wiki.localhost is active and gamma.wiki.localhost is parked."), STEP).await;
             b.keep_step(6, "swapped").await;
             assert!(b.text_of(&site_row("gamma")).await.contains("parked"), "{}", b.text_of(&site_row("gamma")).await);
-            let delta = b.find(&format!("{} a", site_row("delta"))).await.attr("href").await.unwrap().unwrap();
-            b.goto(&delta).await;
-            b.wait_for(Until::Text("Welcome Visitors"), STEP).await;
+            open_on_the_farm(b, "delta", STEP).await;
             b.keep_step(7, "delta-on-the-farm").await;
         })
         .await;

@@ -109,6 +109,15 @@ async fn org_type_shown(b: &Browser, org_type: i64) -> (String, String, String) 
     )
 }
 
+/// Open the topology again: the wiki ladder shows `tiers` (rank cell, product), and Community
+/// still defaults to it with Basic as its floor.
+async fn assert_topology_floor_is_basic(b: &Browser, app: &TestApp, wiki: i64, community: i64, tiers: &[(&str, &str)]) {
+    b.goto(&app.url("/operator/topology")).await;
+    let tiers: Vec<(String, String)> = tiers.iter().map(|(r, p)| (r.to_string(), p.to_string())).collect();
+    assert_eq!(tiers_shown(b, wiki).await, tiers);
+    assert_eq!(org_type_shown(b, community).await, ("Community".into(), "Wiki hosting".into(), "Basic".into()));
+}
+
 /// The plan act page's facts, (label, value) in order.
 async fn facts(b: &Browser) -> Vec<(String, String)> {
     b.find("dl.facts").await;
@@ -215,12 +224,7 @@ async fn an_operator_previews_and_removes_the_held_floor_grandfathering_its_hold
             assert_eq!(fact(&f, "Holders"), "2");
 
             // Back on the topology: Free is gone, the ranks closed up, Basic is the floor.
-            b.goto(&app.url("/operator/topology")).await;
-            assert_eq!(tiers_shown(b, wiki).await, [("0 floor".into(), "Basic".into()), ("1".into(), "Pro".into())]);
-            assert_eq!(
-                org_type_shown(b, community).await,
-                ("Community".into(), "Wiki hosting".into(), "Basic".into())
-            );
+            assert_topology_floor_is_basic(b, &app, wiki, community, &[("0 floor", "Basic"), ("1", "Pro")]).await;
         })
         .await;
 }
@@ -368,15 +372,8 @@ async fn an_operator_swaps_the_floor_previews_the_refusal_then_migrates_and_foll
             assert_eq!(fact(&facts(b).await, "State"), "done");
 
             // The topology shows the new order, and Community's floor is Basic.
-            b.goto(&app.url("/operator/topology")).await;
-            assert_eq!(
-                tiers_shown(b, wiki).await,
-                [("0 floor".into(), "Basic".into()), ("1".into(), "Free".into()), ("2".into(), "Pro".into())]
-            );
-            assert_eq!(
-                org_type_shown(b, community).await,
-                ("Community".into(), "Wiki hosting".into(), "Basic".into())
-            );
+            let tiers = [("0 floor", "Basic"), ("1", "Free"), ("2", "Pro")];
+            assert_topology_floor_is_basic(b, &app, wiki, community, &tiers).await;
         })
         .await;
 }
