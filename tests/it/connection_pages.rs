@@ -50,6 +50,18 @@ async fn read_backs(t: &TestDb, id: i64) -> i64 {
     .unwrap()
 }
 
+/// What a connection route can write: (live connections, outbox rows, jobs).
+async fn written(t: &TestDb) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM core.desired_state_connections WHERE deleted_at IS NULL),
+                (SELECT count(*) FROM core.desired_state_outbox),
+                (SELECT count(*) FROM integration.jobs)",
+    )
+    .fetch_one(&t.admin)
+    .await
+    .unwrap()
+}
+
 /// Add a connection through the list's form; its id.
 async fn add(t: &TestDb, app: &TestApp, c: &Client, token: &str, name: &str, read_back: bool) -> i64 {
     let mut fields = vec![("name", name), ("url", URL), ("keys", KEYS)];
@@ -452,14 +464,7 @@ async fn the_page_lists_every_organization_as_a_recipient_behind_until_confirmed
 async fn a_member_gets_no_200_on_any_connection_route() {
     let (t, app, c, token) = operator_app().await;
     let id = add(&t, &app, &c, &token, "Chat", true).await;
-    let before: (i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM core.desired_state_connections WHERE deleted_at IS NULL),
-                (SELECT count(*) FROM core.desired_state_outbox),
-                (SELECT count(*) FROM integration.jobs)",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let before = written(&t).await;
     let page = format!("/operator/connections/{id}");
     let fields = vec![("name", "Mine"), ("url", URL), ("keys", KEYS), ("read_back", "on")];
     let forms: Vec<(String, Vec<(&str, &str)>)> = vec![
@@ -480,13 +485,6 @@ async fn a_member_gets_no_200_on_any_connection_route() {
         assert_ne!(a.status, StatusCode::OK, "member POST {path}");
         assert!(a.header("location").is_none_or(|l| !l.starts_with("/operator")), "member POST {path} went through");
     }
-    let after: (i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM core.desired_state_connections WHERE deleted_at IS NULL),
-                (SELECT count(*) FROM core.desired_state_outbox),
-                (SELECT count(*) FROM integration.jobs)",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let after = written(&t).await;
     assert_eq!(after, before, "a member's requests wrote nothing");
 }

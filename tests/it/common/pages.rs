@@ -157,6 +157,28 @@ pub fn row<'a>(html: &'a str, first_cell: &str) -> &'a str {
     row_with(html, &format!("<tr><td>{first_cell}</td>"))
 }
 
+/// Post each case to `path` plainly and with HTMX: each must be refused (`assert_refused`) and
+/// leave `written` (what the area's tables hold) as it was.
+pub async fn refuse_all<W: PartialEq + std::fmt::Debug>(
+    app: &TestApp,
+    c: &Client,
+    token: &str,
+    path: &str,
+    container: &str,
+    cases: &[(&str, Vec<(&str, &str)>, StatusCode, &str)],
+    written: impl AsyncFn() -> W,
+) {
+    for (case, fields, status, message) in cases {
+        for htmx in [false, true] {
+            let before = written().await;
+            let a = post(app, c, path, token, fields, htmx).await;
+            let label = format!("{path} {case} (htmx: {htmx})");
+            assert_refused(&a, *status, htmx, container, message, &label);
+            assert_eq!(written().await, before, "{label}: nothing was written");
+        }
+    }
+}
+
 /// A successful post sends the browser on to `to`: a plain form by a 303 to it, HTMX (which
 /// would follow a redirect itself) by `HX-Redirect` on a 200.
 pub fn assert_sent_to(a: &Answer, htmx: bool, to: &str) {
