@@ -6,7 +6,7 @@
 
 use crate::common;
 use crate::{
-    common::{pause_on, pause_writes_on},
+    common::pause_writes_on,
     sites::{Sites, app, assert_usage_agrees, servable, setup},
 };
 
@@ -16,7 +16,7 @@ use member_console::{
     services::fedwiki::{
         self,
         maintenance::{self, run_maintenance},
-        record::{self, Recorded},
+        record::Recorded,
     },
     states::{RequestKind, RequestState, SiteStatus},
     store::fedwiki_maintenance::RunCounts,
@@ -182,15 +182,8 @@ async fn a_sync_status_write_waits_on_the_site_row_a_record_step_holds_and_leave
     let s = setup("Basic").await;
     let site = s.created("contested").await;
     let listed_at = chrono::Utc::now() - chrono::Duration::seconds(5);
-    let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
-    let req = s.request(park).await;
     // The park's record step, paused at its recount: it holds the site row it wrote.
-    let (mut pause, pause_pid) = pause_on(&s.t, "core.numeric_entitlement_usage").await;
-    let db = s.t.db.clone();
-    let recording = tokio::spawn(async move {
-        record::finish_all_with(&db, &[req], record::Activity::Status { status: SiteStatus::Parked }).await
-    });
-    let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    let (mut pause, recording, record_pid) = s.paused_status_record(&site, RequestKind::Park, SiteStatus::Parked).await;
     // The sync read the farm before the park: it saw the site active.
     let mut seen = s.f.farm.get_site("contested.wiki.localhost").await.unwrap().unwrap();
     seen.status = "active".into();
@@ -212,15 +205,9 @@ async fn a_purge_waits_on_an_activations_instance_lock_and_then_skips_the_site_i
     let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Archive).await.unwrap();
     s.run(archive).await.unwrap();
     s.set("UPDATE fedwiki.sites SET status_changed_at = now() - interval '31 days'").await;
-    let activate = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Activate).await.unwrap();
-    let req = s.request(activate).await;
     // The activation's record step, paused at its recount, holds the instance lock and the row.
-    let (mut pause, pause_pid) = pause_on(&s.t, "core.numeric_entitlement_usage").await;
-    let db = s.t.db.clone();
-    let recording = tokio::spawn(async move {
-        record::finish_all_with(&db, &[req], record::Activity::Status { status: SiteStatus::Active }).await
-    });
-    let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    let (mut pause, recording, record_pid) =
+        s.paused_status_record(&site, RequestKind::Activate, SiteStatus::Active).await;
     let (db, farm, id) = (s.t.db.clone(), s.f.farm.clone(), site.clone());
     let purge =
         tokio::spawn(async move { maintenance::purge_archived_site(&db, &farm, &id, RETENTION.as_secs_f64()).await });

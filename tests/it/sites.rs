@@ -22,7 +22,7 @@ use member_console::{
             record::{self, Recorded},
         },
     },
-    states::{RequestKind, RequestState},
+    states::{RequestKind, RequestState, SiteStatus},
     store::fedwiki as store,
 };
 
@@ -352,25 +352,24 @@ async fn a_signed_callback_records_what_the_farm_observed_once_and_a_bad_signatu
 // Lock order: one path paused mid-transaction, the other shown waiting on it --------------------------
 
 impl Sites {
-    /// Park `site`, and run the park's record step on a task of its own, paused at its recount
-    /// (the usage table held): the pause, the task, and the record step's backend.
-    async fn paused_park_record(
+    /// Ask for `kind` on `site`, and run the request's record step (to `status`) on a task of its
+    /// own, paused at its recount (the usage table held): the pause, the task, and the record
+    /// step's backend.
+    pub(crate) async fn paused_status_record(
         &self,
         site: &str,
+        kind: RequestKind,
+        status: SiteStatus,
     ) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, tokio::task::JoinHandle<Result<Recorded, ServiceError>>, i32)
     {
-        let park = fedwiki::change_status(&self.t.db, &self.settings, self.who, site, RequestKind::Park).await.unwrap();
-        let req = self.request(park).await;
+        let id = fedwiki::change_status(&self.t.db, &self.settings, self.who, site, kind).await.unwrap();
+        let req = self.request(id).await;
         let (pause, pause_pid) = pause_on(&self.t, "core.numeric_entitlement_usage").await;
         let db = self.t.db.clone();
-        let record = tokio::spawn(async move {
-            record::finish_all_with(
-                &db,
-                &[req],
-                record::Activity::Status { status: member_console::states::SiteStatus::Parked },
-            )
-            .await
-        });
+        let record =
+            tokio::spawn(
+                async move { record::finish_all_with(&db, &[req], record::Activity::Status { status }).await },
+            );
         let record_pid = common::wait_for_waiter(&self.t.admin, &self.t.name, pause_pid).await;
         (pause, record, record_pid)
     }
@@ -452,12 +451,7 @@ async fn a_swaps_record_step_takes_the_activated_sites_instance_lock_first_and_a
     // A status record on the parked site (its request is the swap's) waits on its instance lock.
     let db = s.t.db.clone();
     let other = tokio::spawn(async move {
-        record::finish_all_with(
-            &db,
-            &[parked],
-            record::Activity::Status { status: member_console::states::SiteStatus::Active },
-        )
-        .await
+        record::finish_all_with(&db, &[parked], record::Activity::Status { status: SiteStatus::Active }).await
     });
     common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
@@ -671,7 +665,7 @@ async fn a_placement_creator_waits_on_the_site_row_a_record_step_holds_and_sees_
     let site = s.created("moving").await;
     fedwiki::domains::claim_domain(&s.t.db, &s.settings, s.who, s.org, "moving.example.org").await.unwrap();
     // The park's record step, paused at its recount: it holds the site row it wrote.
-    let (mut pause, record, record_pid) = s.paused_park_record(&site).await;
+    let (mut pause, record, record_pid) = s.paused_status_record(&site, RequestKind::Park, SiteStatus::Parked).await;
     let (db, settings, who, id) = (s.t.db.clone(), s.settings.clone(), s.who, site.clone());
     let place = tokio::spawn(async move {
         fedwiki::domains::place_site_under_domain(&db, &settings, who, &id, "moving.example.org").await
@@ -730,7 +724,7 @@ async fn stopping_serving_waits_on_the_placement_row_a_sites_status_write_holds(
     fedwiki::domains::place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "moving.example.org").await.unwrap();
     // The park's record step, paused at its recount: it holds the site row and, through the
     // site's trigger, the placement rows whose flag it changed.
-    let (mut pause, record, record_pid) = s.paused_park_record(&site).await;
+    let (mut pause, record, record_pid) = s.paused_status_record(&site, RequestKind::Park, SiteStatus::Parked).await;
     let (db, who, org) = (s.t.db.clone(), s.who, s.org);
     let stop = tokio::spawn(async move { fedwiki::domains::stop_serving(&db, who, org, "moving.example.org").await });
     let stopper = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
