@@ -10,15 +10,7 @@ use member_console::{
 };
 
 fn config() -> Config {
-    let dir = std::env::temp_dir().join(format!("mc-bench-http-{}", member_console::config::random_hex(6)));
-    let root = common::root_admin_url();
-    Config::from_lookup(|k| match k {
-        "DATABASE_URL" => Some(root.clone()),
-        "CONSOLE_DATA_DIR" => Some(dir.display().to_string()),
-        "CONSOLE_RUNTIME_DB_PASSWORD" => Some(common::TEST_RUNTIME_PASSWORD.into()),
-        _ => None,
-    })
-    .unwrap()
+    common::command_config(&common::root_admin_url(), "bench-http")
 }
 
 fn small(member_pages: Option<Vec<String>>) -> Options {

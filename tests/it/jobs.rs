@@ -809,7 +809,7 @@ async fn purge_expired_deletes_exactly_the_expired_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_lease_and_moves_everyone_once() {
-    use common::acts::{act_state, active_floors, change, counts, ladder_id, scalar, stale_pools};
+    use common::acts::{act_state, active_floors, change, counts, floored_type, ladder_id, scalar, stale_pools};
     use member_console::services::plan_acts::{DRAIN_PLAN_ACT, Disposition};
 
     // As many organizations as the default change had.
@@ -818,14 +818,7 @@ async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_leas
     let t = common::pages::demo_db().await;
     let data_dir = std::env::temp_dir().join(format!("mc-jobs-kill-{}", t.name));
     let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
-    let ty: i64 = sqlx::query_scalar(
-        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Kill test', $1) RETURNING org_type_id",
-    )
-    .bind(wiki)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
-    member_console::bench::floored_organizations(&t.admin, ORGS, ty, wiki.0).await.unwrap();
+    let ty = floored_type(&t, "Kill test", wiki, ORGS).await;
     // T0 only: the listing and the moves are left to the drain job.
     let act = change(&t, OrgTypeId(ty), support, Some(Disposition::Migrate)).await.unwrap();
     assert_eq!(act_state(&t, act).await, "running");

@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 
 use crate::common::{
     self, TestDb,
-    acts::{act_state, counts, ladder_id, scalar},
+    acts::{act_state, counts, floored_type, ladder_id, scalar},
     worker::{ServerProcess, WorkerProcess},
 };
 
@@ -71,14 +71,7 @@ async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_
 
     // Two workers; a default change over ORGS organizations, asked of server A.
     let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
-    let ty: i64 = sqlx::query_scalar(
-        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Replicas', $1) RETURNING org_type_id",
-    )
-    .bind(wiki)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
-    member_console::bench::floored_organizations(&t.admin, ORGS, ty, wiki.0).await.unwrap();
+    let ty = floored_type(&t, "Replicas", wiki, ORGS).await;
     let mut w1 = WorkerProcess::start(&t, &dir, lease, "worker-1");
     let mut w2 = WorkerProcess::start(&t, &dir, lease, "worker-2");
     // Both up before the act (replicas booting together once collided on a catalog row, and a

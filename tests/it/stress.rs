@@ -7,7 +7,6 @@ use crate::common;
 
 use common::TestDb;
 use member_console::{
-    config::Config,
     db, demo,
     ids::{EntitlementSetId, LadderId, OrgTypeId, OrganizationId, PoolId, SubscriptionItemId},
     services::{
@@ -23,22 +22,9 @@ use member_console::{
     stress::{self, StressOptions, StressPath},
 };
 
-/// The configuration the command would read, on the test server. The harness's runtime password:
-/// the role is cluster-wide, and another password would be set on it under the other tests' feet.
-fn config_for(root: &str) -> Config {
-    let dir = std::env::temp_dir().join(format!("mc-stress-test-{}", member_console::config::random_hex(6)));
-    Config::from_lookup(|k| match k {
-        "DATABASE_URL" => Some(root.to_string()),
-        "CONSOLE_DATA_DIR" => Some(dir.display().to_string()),
-        "CONSOLE_RUNTIME_DB_PASSWORD" => Some(common::TEST_RUNTIME_PASSWORD.into()),
-        _ => None,
-    })
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
-    let config = config_for(&common::root_admin_url());
+    let config = common::command_config(&common::root_admin_url(), "stress-test");
     let opts = StressOptions { seconds: 8, orgs: 40, connections: 6, seed: None, keep: false };
     let report = stress::run(&config, opts).await.unwrap();
     let summary = format!(

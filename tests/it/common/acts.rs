@@ -155,6 +155,21 @@ pub async fn new_product(t: &TestDb, name: &str, sites: i64) -> ProductId {
     .unwrap()
 }
 
+/// A new organization type defaulting to `ladder`, with `n` organizations on its floor (made as
+/// the bench makes them); its id.
+pub async fn floored_type(t: &TestDb, name: &str, ladder: LadderId, n: i64) -> i64 {
+    let ty: i64 = sqlx::query_scalar(
+        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id",
+    )
+    .bind(name)
+    .bind(ladder)
+    .fetch_one(&t.admin)
+    .await
+    .unwrap();
+    member_console::bench::floored_organizations(&t.admin, n, ty, ladder.0).await.unwrap();
+    ty
+}
+
 /// A ladder with the products as its tiers, rank 0 first (set up by the administrator).
 pub async fn new_ladder(t: &TestDb, name: &str, products: &[ProductId]) -> LadderId {
     let ladder: LadderId = sqlx::query_scalar(

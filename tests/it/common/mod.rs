@@ -33,6 +33,20 @@ pub fn root_admin_url() -> String {
     cluster.admin_url("postgres")
 }
 
+/// The configuration a command of the binary would read, on the server at `root`, its data in a
+/// scratch folder named after `what`. The harness's runtime password: the role is cluster-wide,
+/// and another password would be set on it under the other tests' feet.
+pub fn command_config(root: &str, what: &str) -> member_console::config::Config {
+    let dir = std::env::temp_dir().join(format!("mc-{what}-{}", member_console::config::random_hex(6)));
+    member_console::config::Config::from_lookup(|k| match k {
+        "DATABASE_URL" => Some(root.to_string()),
+        "CONSOLE_DATA_DIR" => Some(dir.display().to_string()),
+        "CONSOLE_RUNTIME_DB_PASSWORD" => Some(TEST_RUNTIME_PASSWORD.into()),
+        _ => None,
+    })
+    .unwrap()
+}
+
 /// `url` with its database replaced.
 pub fn with_database(url: &str, database: &str) -> String {
     let mut u = url::Url::parse(url).expect("a database URL");

@@ -50,14 +50,7 @@ impl StripeFixture {
 
     /// POST to Stripe's API (form-encoded, as Stripe takes it); the answer's JSON.
     pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> Value {
-        let r = self
-            .http
-            .post(format!("{}/v1{path}", self.base))
-            .bearer_auth(SECRET_KEY)
-            .form(form)
-            .send()
-            .await
-            .expect("the stand-in answers");
+        let r = self.post_form(&format!("/v1{path}"), form).await;
         let status = r.status();
         let body: Value = serde_json::from_str(&r.text().await.unwrap()).expect("JSON");
         assert!(status.is_success(), "POST {path} answered {status}: {body}");
@@ -76,15 +69,14 @@ impl StripeFixture {
 
     /// The stand-in's control API (not Stripe's).
     pub async fn control(&self, path: &str, form: &[(&str, &str)]) {
-        let r = self
-            .http
-            .post(format!("{}/_standin{path}", self.base))
-            .bearer_auth(SECRET_KEY)
-            .form(form)
-            .send()
-            .await
-            .unwrap();
+        let r = self.post_form(&format!("/_standin{path}"), form).await;
         assert!(r.status().is_success(), "control {path}: {}", r.status());
+    }
+
+    /// POST a form to the stand-in at `path` (below its base), with the key.
+    async fn post_form(&self, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        let url = format!("{}{path}", self.base);
+        self.http.post(url).bearer_auth(SECRET_KEY).form(form).send().await.expect("the stand-in answers")
     }
 
     /// A monthly price for `product`, synced to the stand-in as the outbox would.

@@ -8,8 +8,7 @@ use super::TestDb;
 /// A worker process of the real binary (`member-console worker`) against the test's database,
 /// killed with SIGKILL when dropped; its log goes to `log`.
 pub struct WorkerProcess {
-    child: std::process::Child,
-    log: std::path::PathBuf,
+    process: Process,
 }
 
 impl WorkerProcess {
@@ -28,14 +27,13 @@ impl WorkerProcess {
         let lease = lease.as_millis().to_string();
         let mut all = vec![("CONSOLE_JOB_LEASE_MS", lease.as_str()), ("RUST_LOG", "info,sqlx=warn")];
         all.extend_from_slice(env);
-        let (child, log) = spawn(t, &["worker"], data_dir, data_dir, name, &all);
-        WorkerProcess { child, log }
+        WorkerProcess { process: spawn(t, &["worker"], data_dir, data_dir, name, &all) }
     }
 
     /// kill -9: no shutdown, no give-back; the database sees its connections drop.
     pub fn kill(&mut self) {
-        self.child.kill().expect("SIGKILL is delivered");
-        let status = self.child.wait().unwrap();
+        self.process.child.kill().expect("SIGKILL is delivered");
+        let status = self.process.child.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(9), "the worker died of SIGKILL: {status:?}");
     }
@@ -45,7 +43,7 @@ impl WorkerProcess {
     pub async fn running(&mut self) {
         let started = std::time::Instant::now();
         while !self.log().contains("worker started") {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.process.child.try_wait() {
                 panic!("the worker exited ({status}):\n{}", self.log());
             }
             assert!(started.elapsed() < Duration::from_secs(90), "the worker did not start:\n{}", self.log());
@@ -56,26 +54,18 @@ impl WorkerProcess {
     /// `hostname-pid-`: how its worker id, and so the jobs' locked_by, begins.
     pub fn worker_id_prefix(&self) -> String {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        format!("{}-{}-", host.trim(), self.child.id())
+        format!("{}-{}-", host.trim(), self.process.child.id())
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.log()
     }
 }
 
 /// A server process of the real binary (`member-console serve --no-worker`) on a port of its own
 /// against the test's database, killed when dropped; its log goes to `log`.
 pub struct ServerProcess {
-    child: std::process::Child,
-    log: std::path::PathBuf,
+    process: Process,
     /// Known once `ready` read it from the log.
     pub base: String,
 }
@@ -85,8 +75,8 @@ impl ServerProcess {
         // Port 0: the server takes a free port itself and says which (no race with other tests).
         let mut all = vec![("CONSOLE_BIND", "127.0.0.1:0"), ("RUST_LOG", "warn")];
         all.extend_from_slice(env);
-        let (child, log) = spawn(t, &["serve", "--no-worker"], data_dir, &data_dir.join(name), name, &all);
-        ServerProcess { child, log, base: String::new() }
+        let process = spawn(t, &["serve", "--no-worker"], data_dir, &data_dir.join(name), name, &all);
+        ServerProcess { process, base: String::new() }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -111,7 +101,7 @@ impl ServerProcess {
             {
                 return;
             }
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.process.child.try_wait() {
                 panic!("the server exited ({status}):\n{}", self.log());
             }
             assert!(started.elapsed() < Duration::from_secs(90), "the server did not get ready:\n{}", self.log());
@@ -120,11 +110,23 @@ impl ServerProcess {
     }
 
     pub fn log(&self) -> String {
+        self.process.log()
+    }
+}
+
+/// A process of the real binary, killed when dropped, and the file its log goes to.
+struct Process {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl Process {
+    fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 
-impl Drop for ServerProcess {
+impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -139,7 +141,7 @@ fn spawn(
     data_dir: &std::path::Path,
     name: &str,
     env: &[(&str, &str)],
-) -> (std::process::Child, std::path::PathBuf) {
+) -> Process {
     std::fs::create_dir_all(logs).unwrap();
     let log = logs.join(format!("{name}.log"));
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_member-console"))
@@ -153,5 +155,5 @@ fn spawn(
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("the member-console binary starts");
-    (child, log)
+    Process { child, log }
 }
