@@ -69,14 +69,7 @@ async fn a_tier_add_places_its_holders_on_the_ladder_and_renumbers_above_it() {
     let (rank, product) = position_on(&t, business.pool_id, wiki).await;
     assert_eq!((rank, product.as_str()), (2, "Team"));
     // Pro's holder now sits at rank 3.
-    let pro_rank: i32 =
-        sqlx::query_scalar("SELECT rank FROM core.positions WHERE pool_id = $1 AND plan_ladder_id = $2")
-            .bind(pro_org.pool_id)
-            .bind(wiki)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
-    assert_eq!(pro_rank, 3);
+    assert_eq!(position_on(&t, pro_org.pool_id, wiki).await.0, 3);
     let kind: String = sqlx::query_scalar("SELECT kind FROM core.plan_acts WHERE plan_act_id = $1")
         .bind(act)
         .fetch_one(&t.admin)
@@ -164,13 +157,7 @@ async fn a_tier_nobody_holds_is_deleted_and_the_ranks_close_up() {
     // Basic (rank 1) has no holder: delete it; Pro's holder moves to rank 1.
     let act = topo::delete_tier(&t.db, wiki, 1, None, "unused").await.unwrap();
     assert_eq!(tiers(&t, wiki).await, vec![(0, "Free".into()), (1, "Pro".into())]);
-    let rank: i32 = sqlx::query_scalar("SELECT rank FROM core.positions WHERE pool_id = $1 AND plan_ladder_id = $2")
-        .bind(business.pool_id)
-        .bind(wiki)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
-    assert_eq!(rank, 1);
+    assert_eq!(position_on(&t, business.pool_id, wiki).await.0, 1);
     assert_eq!(
         scalar(&t, &format!("SELECT count(*) FROM core.plan_acts WHERE plan_act_id = {act} AND kind = 'tier_delete'"))
             .await,
