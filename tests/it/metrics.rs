@@ -115,16 +115,8 @@ async fn a_second_server_sampling_the_same_minute_waits_on_the_first_and_keeps_i
     let b = tokio::spawn(async move { sample_minute(&db, "server-b", 3, at).await });
     let waiter = common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
     assert_eq!(SAMPLE_LOCKS.locks, &[Lock::MetricSampleRows]);
-    let on_samples: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-                        WHERE l.pid = $1 AND d.datname = current_database()
-                          AND l.relation = 'integration.metric_samples'::regclass)",
-    )
-    .bind(waiter)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
-    assert!(on_samples, "B waits on the samples' rows");
+    let on_samples = common::lock_types_on(&t.admin, waiter, "integration.metric_samples").await;
+    assert!(!on_samples.is_empty(), "B waits on the samples' rows");
     sqlx::query("COMMIT").execute(&mut a).await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), b).await.unwrap().unwrap().unwrap();
 

@@ -318,16 +318,8 @@ async fn a_compaction_waits_on_another_and_folds_each_row_once_while_inserts_nev
     let waiter = common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
     // What B waits for is a row of the counts (it holds the row's tuple lock while it waits).
     assert_eq!(COMPACT_COUNTS_LOCKS.locks, &[Lock::OrganizationCountRows]);
-    let on_counts: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
-                        WHERE l.pid = $1 AND l.locktype = 'tuple' AND d.datname = current_database()
-                          AND l.relation = 'core.organization_counts'::regclass)",
-    )
-    .bind(waiter)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
-    assert!(on_counts, "B waits on a count row");
+    let on_counts = common::lock_types_on(&t.admin, waiter, "core.organization_counts").await;
+    assert!(on_counts.iter().any(|k| k == "tuple"), "B waits on a count row: {on_counts:?}");
     sqlx::query("COMMIT").execute(&mut a).await.unwrap();
     // B skips what A folded; nothing is counted twice or lost.
     b.await.unwrap().unwrap();

@@ -255,6 +255,20 @@ pub async fn granted_locks(admin: &PgPool, pid: i32) -> Vec<(String, String, Str
     .unwrap()
 }
 
+/// The kinds (`locktype`) of the locks backend `pid` holds or waits for on `relation` in this
+/// database.
+pub async fn lock_types_on(admin: &PgPool, pid: i32, relation: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT l.locktype FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+         WHERE l.pid = $1 AND d.datname = current_database() AND l.relation = $2::text::regclass",
+    )
+    .bind(pid)
+    .bind(relation)
+    .fetch_all(admin)
+    .await
+    .unwrap()
+}
+
 /// Assert that backend `pid` holds every lock of `declared` (the ones a path declares it has
 /// taken by now), as `pg_locks` shows them.
 pub async fn assert_holds(admin: &PgPool, pid: i32, declared: &[Lock]) {
