@@ -1894,11 +1894,9 @@ $$;
 
 RESET ROLE;
 
--- Backstops for every session of the run-time role, above every legitimate hold (the retention
--- purge holds its locks through a 30 s farm call): a statement or an idle transaction past a
--- minute is ended. The transaction kinds set their own, shorter bounds on top.
-ALTER ROLE console_runtime SET statement_timeout = '60s';
-ALTER ROLE console_runtime SET idle_in_transaction_session_timeout = '60s';
+-- (The run-time role's backstop bounds, `ALTER ROLE console_runtime SET ...`, were set here; a
+-- role's settings are the server's, not a database's, so `db::migrate::role_backstops` sets them
+-- at every start instead, outside any database's migration.)
 -- ==============================================================================================
 -- counts and pages (was migration 0014)
 -- ==============================================================================================

@@ -26,6 +26,7 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
     // Before the first migration looks for them: see `ensure_role`.
     ensure_role(admin, "core_owner").await?;
     ensure_role(admin, "console_runtime").await?;
+    role_backstops(admin).await?;
     // Some migrations change cluster-wide rows (a role's settings); two databases of one server
     // migrating at once can collide on such a row. On a connection of its own, closed after each
     // run: the migrator holds its (session) advisory lock across the run and does not release it
@@ -195,6 +196,32 @@ pub async fn ensure_role(admin: &PgPool, name: &str) -> Result<(), sqlx::Error> 
          END $$"
     );
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
+    Ok(())
+}
+
+/// Backstops for every session of the run-time role, above every legitimate hold (the retention
+/// purge holds its locks through a 30 s farm call): a statement or an idle transaction past a
+/// minute is ended; the transaction kinds set their own, shorter bounds on top. A role's settings
+/// are the server's, so they are set here, at every start and only when not already so, and not
+/// in a database's migration: databases of one server migrating at once would each write the
+/// same row inside a long transaction and collide on it.
+pub async fn role_backstops(admin: &PgPool) -> Result<(), sqlx::Error> {
+    again_on_collision("the run-time role's backstops", || {
+        sqlx::raw_sql(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (
+                     SELECT 1 FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole
+                     WHERE r.rolname = 'console_runtime' AND s.setdatabase = 0
+                       AND s.setconfig @> ARRAY['statement_timeout=60s', 'idle_in_transaction_session_timeout=60s']
+                 ) THEN
+                     ALTER ROLE console_runtime SET statement_timeout = '60s';
+                     ALTER ROLE console_runtime SET idle_in_transaction_session_timeout = '60s';
+                 END IF;
+             END $$",
+        )
+        .execute(admin)
+    })
+    .await?;
     Ok(())
 }
 

@@ -479,8 +479,9 @@ async fn a_prepared_statement_on_a_connection_the_server_ended_runs_again_on_a_n
 #[tokio::test]
 async fn databases_of_one_server_migrating_at_once_all_succeed() {
     use sqlx::{Connection, postgres::PgPoolOptions};
-    // Migration 0013 sets the run-time role's own bounds: a row of the server's, which every
-    // database's migration writes. Eight fresh databases migrating together collide on it (often, not always).
+    // Every start sets the run-time role's own bounds where missing (`role_backstops`): a row of
+    // the server's, not of any database. Eight fresh databases migrating together on one server
+    // each check and may write it; they must not fail on one another.
     let root = common::root_admin_url();
     let names: Vec<String> = (0..8).map(|_| format!("mc_test_{}", member_console::config::random_hex(6))).collect();
     let mut conn = sqlx::PgConnection::connect(&root).await.unwrap();
