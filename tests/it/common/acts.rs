@@ -19,7 +19,7 @@ use member_console::{
 use super::{TestDb, pages::demo_db};
 
 pub async fn scalar(t: &TestDb, sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).fetch_one(&t.admin).await.unwrap()
+    t.one(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()))).await
 }
 
 pub async fn id_by_name(t: &TestDb, table: &str, id: &str, name: &str) -> i64 {
@@ -116,11 +116,7 @@ pub fn spawn_grant(
 }
 
 pub async fn grant_status(t: &TestDb, grant: GrantId) -> String {
-    sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1")
-        .bind(grant)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+    t.one(sqlx::query_scalar("SELECT status FROM core.grants WHERE grant_id = $1").bind(grant)).await
 }
 
 /// An operator grant of `product` to the organization.
@@ -130,89 +126,88 @@ pub async fn grant(t: &TestDb, org: OrganizationId, product: ProductId) -> Grant
 
 /// A published product with a set of its own (`sites` wikis), no tier yet.
 pub async fn new_product(t: &TestDb, name: &str, sites: i64) -> ProductId {
-    let set: i64 =
-        sqlx::query_scalar("INSERT INTO core.entitlement_sets (name) VALUES ($1) RETURNING entitlement_set_id")
-            .bind(name)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
-    sqlx::query(
-        "INSERT INTO core.entitlement_set_rules (entitlement_set_id, resource_key, numeric_value)
+    let set: i64 = t
+        .one(
+            sqlx::query_scalar("INSERT INTO core.entitlement_sets (name) VALUES ($1) RETURNING entitlement_set_id")
+                .bind(name),
+        )
+        .await;
+    t.run(
+        sqlx::query(
+            "INSERT INTO core.entitlement_set_rules (entitlement_set_id, resource_key, numeric_value)
          VALUES ($1, 'fedwiki.active_sites', $2)",
+        )
+        .bind(set)
+        .bind(sites),
     )
-    .bind(set)
-    .bind(sites)
-    .execute(&t.admin)
-    .await
-    .unwrap();
-    sqlx::query_scalar(
+    .await;
+    t.one(sqlx::query_scalar(
         "INSERT INTO core.products (name, entitlement_set_id, published) VALUES ($1, $2, true) RETURNING product_id",
     )
     .bind(name)
-    .bind(set)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
+    .bind(set)).await
 }
 
 /// A new organization type defaulting to `ladder`, with `n` organizations on its floor (made as
 /// the bench makes them); its id.
 pub async fn floored_type(t: &TestDb, name: &str, ladder: LadderId, n: i64) -> i64 {
-    let ty: i64 = sqlx::query_scalar(
-        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id",
-    )
-    .bind(name)
-    .bind(ladder)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let ty: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id",
+            )
+            .bind(name)
+            .bind(ladder),
+        )
+        .await;
     member_console::bench::floored_organizations(&t.admin, n, ty, ladder.0).await.unwrap();
     ty
 }
 
 /// A ladder with the products as its tiers, rank 0 first (set up by the administrator).
 pub async fn new_ladder(t: &TestDb, name: &str, products: &[ProductId]) -> LadderId {
-    let ladder: LadderId = sqlx::query_scalar(
-        "INSERT INTO core.plan_ladders (name, sort_order)
+    let ladder: LadderId = t
+        .one(
+            sqlx::query_scalar(
+                "INSERT INTO core.plan_ladders (name, sort_order)
          SELECT $1, coalesce(max(sort_order), 0) + 1 FROM core.plan_ladders RETURNING plan_ladder_id",
-    )
-    .bind(name)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+            )
+            .bind(name),
+        )
+        .await;
     for (rank, p) in products.iter().enumerate() {
-        sqlx::query("INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, $2, $3)")
-            .bind(ladder)
-            .bind(rank as i32)
-            .bind(p)
-            .execute(&t.admin)
-            .await
-            .unwrap();
+        t.run(
+            sqlx::query("INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, $2, $3)")
+                .bind(ladder)
+                .bind(rank as i32)
+                .bind(p),
+        )
+        .await;
     }
     ladder
 }
 
 pub async fn new_type(t: &TestDb, name: &str, ladder: LadderId) -> OrgTypeId {
-    sqlx::query_scalar(
-        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id",
+    t.one(
+        sqlx::query_scalar(
+            "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ($1, $2) RETURNING org_type_id",
+        )
+        .bind(name)
+        .bind(ladder),
     )
-    .bind(name)
-    .bind(ladder)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 /// A ladder's tiers as (rank, product), by rank.
 pub async fn tiers(t: &TestDb, ladder: LadderId) -> Vec<(i32, String)> {
-    sqlx::query_as(
-        "SELECT t.rank, p.name FROM core.plan_ladder_tiers t JOIN core.products p USING (product_id)
+    t.all(
+        sqlx::query_as(
+            "SELECT t.rank, p.name FROM core.plan_ladder_tiers t JOIN core.products p USING (product_id)
          WHERE plan_ladder_id = $1 ORDER BY rank",
+        )
+        .bind(ladder),
     )
-    .bind(ladder)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 pub fn tier_list(names: &[&str]) -> Vec<(i32, String)> {
@@ -221,15 +216,15 @@ pub fn tier_list(names: &[&str]) -> Vec<(i32, String)> {
 
 /// The tier the pool holds on "Wiki hosting", by product name.
 pub async fn hosting(t: &TestDb, pool: PoolId) -> String {
-    sqlx::query_scalar(
-        "SELECT pr.name FROM core.positions p JOIN core.plan_ladders l USING (plan_ladder_id)
+    t.one(
+        sqlx::query_scalar(
+            "SELECT pr.name FROM core.positions p JOIN core.plan_ladders l USING (plan_ladder_id)
          JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
          WHERE p.pool_id = $1 AND l.name = 'Wiki hosting'",
+        )
+        .bind(pool),
     )
-    .bind(pool)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 /// A pool's position on one ladder and the grant behind it.
@@ -245,33 +240,33 @@ pub struct Position {
 
 /// The pool's positions, by ladder name.
 pub async fn positions_of(t: &TestDb, pool: PoolId) -> Vec<Position> {
-    sqlx::query_as(
-        "SELECT l.name AS ladder, p.rank, pr.name AS product, g.kind, g.status, g.plan_act_id AS act
+    t.all(
+        sqlx::query_as(
+            "SELECT l.name AS ladder, p.rank, pr.name AS product, g.kind, g.status, g.plan_act_id AS act
          FROM core.positions p
          JOIN core.plan_ladders l USING (plan_ladder_id)
          JOIN core.conferrals c USING (conferral_id)
          JOIN core.products pr ON pr.product_id = c.product_id
          JOIN core.grants g ON g.grant_id = c.grant_id
          WHERE p.pool_id = $1 ORDER BY l.name",
+        )
+        .bind(pool),
     )
-    .bind(pool)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 /// The floor grant holding `ladder` in the pool (its grant id and conferral id).
 pub async fn floor_grant_on(t: &TestDb, pool: PoolId, ladder: LadderId) -> (GrantId, ConferralId) {
-    sqlx::query_as(
-        "SELECT g.grant_id, c.conferral_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+    t.one(
+        sqlx::query_as(
+            "SELECT g.grant_id, c.conferral_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
          JOIN core.grants g ON g.grant_id = c.grant_id
          WHERE p.pool_id = $1 AND p.plan_ladder_id = $2 AND g.kind = 'floor'",
+        )
+        .bind(pool)
+        .bind(ladder),
     )
-    .bind(pool)
-    .bind(ladder)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 /// The floor grant holding `ladder` in each pool, in order.
@@ -285,27 +280,24 @@ pub async fn floor_grants_on(t: &TestDb, pools: &[PoolId], ladder: LadderId) -> 
 
 /// The `fedwiki.active_sites` entitlement of the organization named `name` (its default pool).
 pub async fn org_sites(t: &TestDb, name: &str) -> i64 {
-    sqlx::query_scalar(
+    t.one(sqlx::query_scalar(
         "SELECT e.numeric_value FROM core.pool_entitlements e JOIN core.resource_pools p USING (pool_id)
          JOIN core.organizations o USING (organization_id) WHERE o.name = $1 AND e.resource_key = 'fedwiki.active_sites'",
     )
-    .bind(name)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
+    .bind(name)).await
 }
 
 /// Every organization of a type, as (organization, name, pool), by organization id.
 pub async fn members_of(t: &TestDb, ty: OrgTypeId) -> Vec<(OrganizationId, String, PoolId)> {
-    sqlx::query_as(
-        "SELECT o.organization_id, o.name, rp.pool_id FROM core.organizations o
+    t.all(
+        sqlx::query_as(
+            "SELECT o.organization_id, o.name, rp.pool_id FROM core.organizations o
          JOIN core.resource_pools rp ON rp.organization_id = o.organization_id AND rp.is_default
          WHERE o.org_type_id = $1 ORDER BY o.organization_id",
+        )
+        .bind(ty),
     )
-    .bind(ty)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 /// An act's obligations by state, as (pending, migrated, grandfathered, vacant, failed, superseded).
@@ -381,30 +373,28 @@ pub async fn active_floors(t: &TestDb, ty: OrgTypeId, and: &str) -> i64 {
 
 /// An act's obligation for one pool: (state, attempts, last error).
 pub async fn obligation(t: &TestDb, act: PlanActId, pool: PoolId) -> (String, i32, Option<String>) {
-    sqlx::query_as(
-        "SELECT state, attempts, last_error FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2",
+    t.one(
+        sqlx::query_as(
+            "SELECT state, attempts, last_error FROM core.plan_act_obligations WHERE plan_act_id = $1 AND pool_id = $2",
+        )
+        .bind(act)
+        .bind(pool),
     )
-    .bind(act)
-    .bind(pool)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 pub async fn act_state(t: &TestDb, act: PlanActId) -> String {
-    sqlx::query_scalar("SELECT state FROM core.plan_acts WHERE plan_act_id = $1")
-        .bind(act)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+    t.one(sqlx::query_scalar("SELECT state FROM core.plan_acts WHERE plan_act_id = $1").bind(act)).await
 }
 
 pub async fn type_default(t: &TestDb, ty: OrgTypeId) -> (Option<LadderId>, Option<PlanActId>) {
-    sqlx::query_as("SELECT default_plan_ladder_id, default_owner_act_id FROM core.org_types WHERE org_type_id = $1")
-        .bind(ty)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+    t.one(
+        sqlx::query_as(
+            "SELECT default_plan_ladder_id, default_owner_act_id FROM core.org_types WHERE org_type_id = $1",
+        )
+        .bind(ty),
+    )
+    .await
 }
 
 pub async fn stale_pools(t: &TestDb) -> Vec<PoolId> {
@@ -448,12 +438,9 @@ pub fn field_errors(e: ServiceError) -> Vec<(String, String)> {
 
 /// The pool's `fedwiki.active_sites` entitlement, as materialized (None when it has none).
 pub async fn sites(t: &TestDb, pool: PoolId) -> Option<i64> {
-    sqlx::query_scalar(
+    t.optional(sqlx::query_scalar(
         "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
     )
-    .bind(pool)
-    .fetch_optional(&t.admin)
-    .await
-    .unwrap()
+    .bind(pool)).await
     .flatten()
 }

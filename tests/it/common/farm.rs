@@ -12,11 +12,11 @@ pub const CALLBACK_SECRET: &str = "farm-test-callback-secret";
 
 /// The id of the site named `name` (its domain under the farm's zone).
 pub async fn site_id(t: &super::TestDb, name: &str) -> String {
-    sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
-        .bind(format!("{name}.wiki.localhost"))
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+    t.one(
+        sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
+            .bind(format!("{name}.wiki.localhost")),
+    )
+    .await
 }
 
 pub struct FarmFixture {

@@ -14,7 +14,12 @@ use member_console::db::{
     locks::{Lock, PgSignature},
     migrate,
 };
-use sqlx::{Connection, PgConnection, PgPool, Postgres, pool::PoolConnection, postgres::PgPoolOptions};
+use sqlx::{
+    Connection, FromRow, PgConnection, PgPool, Postgres,
+    pool::PoolConnection,
+    postgres::{PgArguments, PgPoolOptions, PgQueryResult, PgRow},
+    query::{Query, QueryAs, QueryScalar},
+};
 
 /// The password tests give `console_runtime` (the role is cluster-wide).
 pub const TEST_RUNTIME_PASSWORD: &str = "console-runtime-test";
@@ -139,6 +144,26 @@ impl TestDb {
         TestDb { name, root_url: root, admin_url, db, admin }
     }
 
+    /// Run `q` as the administrator and return its one row.
+    pub async fn one<'q, O>(&self, q: impl Rows<'q, O>) -> O {
+        q.one(self.admin.clone()).await.unwrap_or_else(|e| panic!("admin query failed: {e}"))
+    }
+
+    /// Run `q` as the administrator and return its row, if any.
+    pub async fn optional<'q, O>(&self, q: impl Rows<'q, O>) -> Option<O> {
+        q.optional(self.admin.clone()).await.unwrap_or_else(|e| panic!("admin query failed: {e}"))
+    }
+
+    /// Run `q` as the administrator and return all its rows.
+    pub async fn all<'q, O>(&self, q: impl Rows<'q, O>) -> Vec<O> {
+        q.all(self.admin.clone()).await.unwrap_or_else(|e| panic!("admin query failed: {e}"))
+    }
+
+    /// Execute `q` as the administrator.
+    pub async fn run(&self, q: Query<'_, Postgres, PgArguments>) -> PgQueryResult {
+        q.execute(&self.admin).await.unwrap_or_else(|e| panic!("admin statement failed: {e}"))
+    }
+
     /// A connection of the run-time role of its own, outside the pool (a "transaction A").
     pub async fn runtime_conn(&self) -> PgConnection {
         let opts = migrate::runtime_options(&self.admin_url, TEST_RUNTIME_PASSWORD).unwrap();
@@ -151,6 +176,58 @@ impl TestDb {
         let pid = backend_pid(&mut a).await;
         sqlx::query("BEGIN").execute(&mut a).await.unwrap();
         (a, pid)
+    }
+}
+
+/// A query built with sqlx that yields rows of `O` (`query`, `query_as`, `query_scalar`), for
+/// `TestDb::one`, `optional` and `all`. The pool is passed owned so the future lives as long as
+/// the query's borrows.
+pub trait Rows<'q, O>: Sized {
+    fn one(self, pool: PgPool) -> impl Future<Output = sqlx::Result<O>> + Send + 'q;
+    fn optional(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'q;
+    fn all(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Vec<O>>> + Send + 'q;
+}
+
+impl<'q> Rows<'q, PgRow> for Query<'q, Postgres, PgArguments> {
+    fn one(self, pool: PgPool) -> impl Future<Output = sqlx::Result<PgRow>> + Send + 'q {
+        async move { self.fetch_one(&pool).await }
+    }
+    fn optional(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Option<PgRow>>> + Send + 'q {
+        async move { self.fetch_optional(&pool).await }
+    }
+    fn all(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Vec<PgRow>>> + Send + 'q {
+        async move { self.fetch_all(&pool).await }
+    }
+}
+
+impl<'q, O> Rows<'q, O> for QueryAs<'q, Postgres, O, PgArguments>
+where
+    O: Send + Unpin + for<'r> FromRow<'r, PgRow> + 'q,
+{
+    fn one(self, pool: PgPool) -> impl Future<Output = sqlx::Result<O>> + Send + 'q {
+        async move { self.fetch_one(&pool).await }
+    }
+    fn optional(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'q {
+        async move { self.fetch_optional(&pool).await }
+    }
+    fn all(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Vec<O>>> + Send + 'q {
+        async move { self.fetch_all(&pool).await }
+    }
+}
+
+impl<'q, O> Rows<'q, O> for QueryScalar<'q, Postgres, O, PgArguments>
+where
+    O: Send + Unpin + 'q,
+    (O,): Send + Unpin + for<'r> FromRow<'r, PgRow>,
+{
+    fn one(self, pool: PgPool) -> impl Future<Output = sqlx::Result<O>> + Send + 'q {
+        async move { self.fetch_one(&pool).await }
+    }
+    fn optional(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'q {
+        async move { self.fetch_optional(&pool).await }
+    }
+    fn all(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Vec<O>>> + Send + 'q {
+        async move { self.fetch_all(&pool).await }
     }
 }
 

@@ -123,23 +123,19 @@ pub async fn set_id(t: &TestDb, name: &str) -> i64 {
 }
 
 pub async fn account_id(t: &TestDb, email: &str) -> i64 {
-    sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE email = $1")
-        .bind(email)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+    t.one(sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE email = $1").bind(email)).await
 }
 
 /// The grant of `kind` an organization holds now.
 pub async fn active_grant(t: &TestDb, organization: i64, kind: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = $2 AND status = 'active'",
+    t.one(
+        sqlx::query_scalar(
+            "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = $2 AND status = 'active'",
+        )
+        .bind(organization)
+        .bind(kind),
     )
-    .bind(organization)
-    .bind(kind)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 // ---------- Reading what a page says ----------
