@@ -90,17 +90,17 @@ async fn a_subscription_stripe_no_longer_has_ends_like_a_canceled_one() {
     billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
     // The console believes in a second, live subscription Stripe has never heard of.
     let basic = common::acts::product_id(&t, "Basic").await;
-    sqlx::query(
-        "WITH s AS (INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status)
+    t.run(
+        sqlx::query(
+            "WITH s AS (INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status)
                     VALUES ($1, 'sub_gone', 'active') RETURNING subscription_id)
          INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity)
          SELECT subscription_id, 'si_gone', $2, 1 FROM s",
+        )
+        .bind(o)
+        .bind(basic),
     )
-    .bind(o)
-    .bind(basic)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .await;
     let (status, _) = converged(billing::reconcile_subscription(&t.db, &s.stripe, "sub_gone").await.unwrap());
     assert_eq!(status, SubscriptionStatus::Canceled);
     assert_eq!(hosting(&t, pool).await, "Basic", "the real subscription keeps its tier");
@@ -206,13 +206,14 @@ async fn an_invoice_is_converged_with_its_lines_and_payments_once() {
     let inv = list["data"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(billing::converge_invoice(&t.db, &s.stripe, &inv).await.unwrap(), Converged::Written);
     assert_eq!(billing::converge_invoice(&t.db, &s.stripe, &inv).await.unwrap(), Converged::Written);
-    let (org, status, paid): (OrganizationId, String, i64) = sqlx::query_as(
-        "SELECT organization_id, status, amount_paid FROM billing.invoices WHERE stripe_invoice_id = $1",
-    )
-    .bind(&inv)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let (org, status, paid): (OrganizationId, String, i64) = t
+        .one(
+            sqlx::query_as(
+                "SELECT organization_id, status, amount_paid FROM billing.invoices WHERE stripe_invoice_id = $1",
+            )
+            .bind(&inv),
+        )
+        .await;
     assert_eq!((org, status.as_str(), paid), (o, "paid", 1200));
     assert_eq!(count(&t, "SELECT count(*) FROM billing.invoice_lines").await, 1);
     assert_eq!(billing::converge_invoice(&t.db, &s.stripe, "in_nothing").await.unwrap(), Converged::Unknown);
@@ -315,18 +316,15 @@ async fn events_out_of_order_converge_on_stripes_state_now() {
     for (id, kind) in [("evt_d", "customer.subscription.deleted"), ("evt_c", "customer.subscription.created")] {
         let body = event(id, kind, serde_json::json!({"id": sub, "object": "subscription"}));
         assert_eq!(post_event(&app, &body, Some(signature::sign(SECRET, now, &body))).await.0, 200);
-        let job: serde_json::Value = sqlx::query_scalar(
-            "SELECT payload FROM integration.jobs WHERE kind = 'reconcile_subscription' AND state = 'pending'",
-        )
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+        let job: serde_json::Value = t
+            .one(sqlx::query_scalar(
+                "SELECT payload FROM integration.jobs WHERE kind = 'reconcile_subscription' AND state = 'pending'",
+            ))
+            .await;
         let id = job["stripe_subscription_id"].as_str().unwrap();
         billing::reconcile_subscription(&t.db, &s.stripe, id).await.unwrap();
-        sqlx::query("UPDATE integration.jobs SET state = 'done', finished_at = now() WHERE state = 'pending'")
-            .execute(&t.admin)
-            .await
-            .unwrap();
+        t.run(sqlx::query("UPDATE integration.jobs SET state = 'done', finished_at = now() WHERE state = 'pending'"))
+            .await;
     }
     assert_eq!(hosting(&t, pool).await, "Free");
     assert_eq!(
@@ -439,16 +437,15 @@ async fn the_outbox_processor_retries_a_row_stripe_refused_and_keeps_the_reason(
     let first = billing::process_outbox(&t.db, &s.stripe, 10, member_console::jobs::DEFAULT_LEASE).await.unwrap();
     assert_eq!((first.done, first.failed), (0, 1));
     let (attempts, error): (i32, Option<String>) =
-        sqlx::query_as("SELECT attempts, last_error FROM core.outbox").fetch_one(&t.admin).await.unwrap();
+        t.one(sqlx::query_as("SELECT attempts, last_error FROM core.outbox")).await;
     assert_eq!(attempts, 1);
     assert!(error.is_some_and(|e| e.contains("Stripe")));
     // Due again after its backoff; made due now, it succeeds.
-    sqlx::query("UPDATE core.outbox SET due_at = now()").execute(&t.admin).await.unwrap();
+    t.run(sqlx::query("UPDATE core.outbox SET due_at = now()")).await;
     tokio::time::sleep(Duration::from_millis(10)).await;
     let second = billing::process_outbox(&t.db, &s.stripe, 10, member_console::jobs::DEFAULT_LEASE).await.unwrap();
     assert_eq!((second.done, second.failed), (1, 0));
-    let state: String =
-        sqlx::query_scalar("SELECT sync_state FROM billing.product_mappings").fetch_one(&t.admin).await.unwrap();
+    let state: String = t.one(sqlx::query_scalar("SELECT sync_state FROM billing.product_mappings")).await;
     assert_eq!(state, "synced");
 }
 
@@ -484,11 +481,12 @@ async fn a_worker_killed_between_its_stripe_read_and_its_commit_leaves_nothing_a
     let started = std::time::Instant::now();
     // Every reconcile of it done: this job, and any the worker's sweep queued meanwhile.
     loop {
-        let open: i64 = sqlx::query_scalar("SELECT count(*) FROM integration.jobs WHERE kind = $1 AND state <> 'done'")
-            .bind(billing::ReconcileSubscription::KIND)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+        let open: i64 = t
+            .one(
+                sqlx::query_scalar("SELECT count(*) FROM integration.jobs WHERE kind = $1 AND state <> 'done'")
+                    .bind(billing::ReconcileSubscription::KIND),
+            )
+            .await;
         if open == 0 {
             break;
         }
@@ -497,26 +495,23 @@ async fn a_worker_killed_between_its_stripe_read_and_its_commit_leaves_nothing_a
     }
     assert_eq!(hosting(&t, pool).await, "Pro");
     assert_eq!(count(&t, "SELECT count(*) FROM core.conferrals WHERE subscription_item_id IS NOT NULL").await, 1);
-    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM integration.jobs WHERE job_id = $1")
-        .bind(job_id)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let attempts: i32 =
+        t.one(sqlx::query_scalar("SELECT attempts FROM integration.jobs WHERE job_id = $1").bind(job_id)).await;
     assert_eq!(attempts, 2, "the killed attempt, then the one that applied it");
 }
 
 /// The ledger's rows of one subscription: (from, to, state).
 async fn ledger(t: &TestDb, stripe_sub: &str) -> Vec<(String, String, String)> {
-    sqlx::query_as(
-        "SELECT f.name, p.name, c.state FROM core.scheduled_changes c
+    t.all(
+        sqlx::query_as(
+            "SELECT f.name, p.name, c.state FROM core.scheduled_changes c
          JOIN core.subscriptions s USING (subscription_id)
          JOIN core.products f ON f.product_id = c.from_product_id JOIN core.products p ON p.product_id = c.to_product_id
          WHERE s.stripe_subscription_id = $1 ORDER BY c.scheduled_change_id",
+        )
+        .bind(stripe_sub),
     )
-    .bind(stripe_sub)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 /// A schedule on `sub` keeping its current price to the period's end, then `next` for a month.

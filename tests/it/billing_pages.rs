@@ -26,36 +26,33 @@ use reqwest::{Client, StatusCode};
 
 /// Every price and the billing outbox, as text: what a refused act must leave as it was.
 async fn prices_snapshot(t: &TestDb) -> String {
-    sqlx::query_scalar(
+    t.one(sqlx::query_scalar(
         "SELECT concat_ws(E'\\n',
             (SELECT string_agg(format('%s|%s|%s|%s|%s|%s|%s', price_id, product_id, billing_interval, amount_minor,
                                       currency, active, sync_state), ';' ORDER BY price_id) FROM billing.prices),
             (SELECT string_agg(format('%s|%s', product_id, sync_state), ';' ORDER BY product_id)
                FROM billing.product_mappings),
             (SELECT string_agg(format('%s|%s|%s', outbox_id, kind, product_id), ';' ORDER BY outbox_id) FROM core.outbox))",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
+    )).await
 }
 
 /// A price as the sync would leave it once Stripe had it (or not, with `stripe_id` None).
 async fn price_row(t: &TestDb, product: i64, interval: &str, minor: i64, active: bool, stripe_id: Option<&str>) -> i64 {
-    sqlx::query_scalar(
-        "INSERT INTO billing.prices (product_id, billing_interval, amount_minor, currency, active, stripe_price_id,
+    t.one(
+        sqlx::query_scalar(
+            "INSERT INTO billing.prices (product_id, billing_interval, amount_minor, currency, active, stripe_price_id,
                                      stripe_active, sync_state)
          VALUES ($1, $2, $3, 'eur', $4, $5, CASE WHEN $5::text IS NULL THEN NULL ELSE $4 END,
                  CASE WHEN $5::text IS NULL THEN 'unsynced' ELSE 'synced' END)
          RETURNING price_id",
+        )
+        .bind(product)
+        .bind(interval)
+        .bind(minor)
+        .bind(active)
+        .bind(stripe_id),
     )
-    .bind(product)
-    .bind(interval)
-    .bind(minor)
-    .bind(active)
-    .bind(stripe_id)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 async fn pending_syncs(t: &TestDb, product: i64) -> i64 {
@@ -129,12 +126,12 @@ async fn an_operator_sets_a_price_and_sees_it_on_the_product_page() {
     assert!(shown.body.contains("The price was set."), "{}", shown.body);
     assert!(shown.body.contains("€12.00 / month"), "{}", shown.body);
     assert!(shown.body.contains("not synced"), "{}", shown.body);
-    let (minor, currency, active): (i64, String, bool) =
-        sqlx::query_as("SELECT amount_minor, currency, active FROM billing.prices WHERE product_id = $1")
-            .bind(basic)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let (minor, currency, active): (i64, String, bool) = t
+        .one(
+            sqlx::query_as("SELECT amount_minor, currency, active FROM billing.prices WHERE product_id = $1")
+                .bind(basic),
+        )
+        .await;
     assert_eq!((minor, currency.as_str(), active), (1200, "eur", true));
 
     // From HTMX: the same, with HX-Redirect; another currency is worded in its own.
@@ -200,12 +197,12 @@ async fn the_same_price_twice_is_409_and_a_new_amount_archives_the_old_one() {
 
     let new = [("interval", "month"), ("amount", "25"), ("currency", "eur")];
     assert_eq!(post(&app, &c, &action, &token, &new, false).await.status, StatusCode::SEE_OTHER);
-    let rows: Vec<(i64, bool)> =
-        sqlx::query_as("SELECT amount_minor, active FROM billing.prices WHERE product_id = $1 ORDER BY price_id")
-            .bind(pro)
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
+    let rows: Vec<(i64, bool)> = t
+        .all(
+            sqlx::query_as("SELECT amount_minor, active FROM billing.prices WHERE product_id = $1 ORDER BY price_id")
+                .bind(pro),
+        )
+        .await;
     assert_eq!(rows, vec![(2000, false), (2500, true)]);
     let page = get(&app, &c, &product_page(pro)).await;
     assert!(page.body.contains("€25.00 / month"), "{}", page.body);
@@ -227,11 +224,8 @@ async fn archiving_a_price_stops_it_and_archiving_it_again_is_refused() {
     let shown = follow(&app, &c, &a).await;
     assert!(shown.body.contains("The price was archived."), "{}", shown.body);
     assert!(!shown.body.contains(&format!("action=\"{archive}\"")), "no Archive button on an archived price");
-    let active: bool = sqlx::query_scalar("SELECT active FROM billing.prices WHERE price_id = $1")
-        .bind(price)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let active: bool =
+        t.one(sqlx::query_scalar("SELECT active FROM billing.prices WHERE price_id = $1").bind(price)).await;
     assert!(!active);
 
     let again = post(&app, &c, &archive, &token, &[], true).await;
@@ -273,14 +267,14 @@ async fn two_sync_clicks_leave_one_pending_sync_and_the_second_says_a_sync_is_al
 async fn a_product_stripe_has_whole_says_so_and_the_sync_writes_nothing() {
     let (t, app, c, token) = operator_app().await;
     let basic = product_id(&t, "Basic").await;
-    sqlx::query(
-        "INSERT INTO billing.product_mappings (product_id, stripe_product_id, synced_name, sync_state, synced_at)
+    t.run(
+        sqlx::query(
+            "INSERT INTO billing.product_mappings (product_id, stripe_product_id, synced_name, sync_state, synced_at)
          VALUES ($1, 'prod_basic', 'Basic', 'synced', now())",
+        )
+        .bind(basic),
     )
-    .bind(basic)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .await;
     price_row(&t, basic, "month", 500, true, Some("price_basic_m")).await;
     let before = prices_snapshot(&t).await;
 
@@ -301,14 +295,14 @@ async fn a_product_stripe_has_whole_says_so_and_the_sync_writes_nothing() {
 async fn a_failed_sync_shows_its_reason_on_the_product_page() {
     let (t, app, c, _) = operator_app().await;
     let basic = product_id(&t, "Basic").await;
-    sqlx::query(
-        "INSERT INTO billing.product_mappings (product_id, sync_state, last_error)
+    t.run(
+        sqlx::query(
+            "INSERT INTO billing.product_mappings (product_id, sync_state, last_error)
          VALUES ($1, 'failed', 'Stripe said: No such tax code')",
+        )
+        .bind(basic),
     )
-    .bind(basic)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .await;
     let page = get(&app, &c, &product_page(basic)).await;
     assert!(page.body.contains(">failed</span>"), "{}", page.body);
     assert!(page.body.contains("Stripe said: No such tax code"), "{}", page.body);
@@ -337,7 +331,7 @@ async fn billing_fixture(t: &TestDb) -> (i64, i64, i64) {
     let priority_price = price_row(t, priority, "month", 300, true, Some("price_priority_m")).await;
 
     for (org, stripe_id, status) in [(acme, "sub_acme", "past_due"), (globex, "sub_globex_secret", "active")] {
-        let sub: i64 = sqlx::query_scalar(
+        let sub: i64 = t.one(sqlx::query_scalar(
             "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status, current_period_end,
                                              cancel_at_period_end)
              VALUES ($1, $2, $3, '2027-01-31T00:00:00Z', $4) RETURNING subscription_id",
@@ -345,34 +339,25 @@ async fn billing_fixture(t: &TestDb) -> (i64, i64, i64) {
         .bind(org)
         .bind(stripe_id)
         .bind(status)
-        .bind(org == acme)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
-        sqlx::query(
+        .bind(org == acme)).await;
+        t.run(sqlx::query(
             "INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity, stripe_price_id)
              VALUES ($1, $2, $3, 1, 'price_priority_m')",
         )
         .bind(sub)
         .bind(format!("si_{stripe_id}"))
-        .bind(priority)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+        .bind(priority)).await;
     }
     // Thirty paid invoices a month apart (only the newest 24 show), an open one, and Globex's.
-    sqlx::query(
+    t.run(sqlx::query(
         "INSERT INTO billing.invoices (stripe_invoice_id, organization_id, stripe_customer_id, number, status, currency,
              amount_due, amount_paid, amount_remaining, hosted_invoice_url, stripe_created, observed_at)
          SELECT 'in_acme_' || n, $1, 'cus_acme', 'ACME-' || lpad(n::text, 3, '0'), 'paid', 'eur', 500, 500, 0,
                 'https://invoices.example/acme/' || n, timestamptz '2024-01-15' + make_interval(months => n), now()
            FROM generate_series(1, 30) n",
     )
-    .bind(acme)
-    .execute(&t.admin)
-    .await
-    .unwrap();
-    sqlx::query(
+    .bind(acme)).await;
+    t.run(sqlx::query(
         "INSERT INTO billing.invoices (stripe_invoice_id, organization_id, stripe_customer_id, number, status, currency,
              amount_due, amount_paid, amount_remaining, hosted_invoice_url, stripe_created, observed_at)
          VALUES ('in_acme_open', $1, 'cus_acme', 'ACME-OPEN', 'open', 'eur', 500, 0, 500,
@@ -381,10 +366,7 @@ async fn billing_fixture(t: &TestDb) -> (i64, i64, i64) {
                  'https://invoices.example/globex', '2026-11-01', now())",
     )
     .bind(acme)
-    .bind(globex)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .bind(globex)).await;
     (acme, basic_price, priority_price)
 }
 
@@ -473,10 +455,7 @@ async fn a_change_to_the_catalog_shows_on_the_next_billing_view_even_one_that_co
         .execute(&mut *writer)
         .await
         .unwrap();
-    sqlx::query("UPDATE core.products SET max_quantity = max_quantity WHERE name = 'Pro'")
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("UPDATE core.products SET max_quantity = max_quantity WHERE name = 'Pro'")).await;
     let during = billing().await;
     assert!(during.contains("€5.00 / month") && !during.contains("€7.00"), "{during}");
     writer.commit().await.unwrap();
@@ -487,17 +466,18 @@ async fn a_change_to_the_catalog_shows_on_the_next_billing_view_even_one_that_co
     let account: i64 =
         scalar(&t, &format!("SELECT account_id FROM core.accounts WHERE email = '{}'", demo::MEMBER_EMAIL)).await;
     let on_sale = async |snapshot: &str| -> serde_json::Value {
-        let doc: String = sqlx::query_scalar("SELECT core.member_billing($1, 1, $2::text::pg_snapshot)")
-            .bind(account)
-            .bind(snapshot)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+        let doc: String = t
+            .one(
+                sqlx::query_scalar("SELECT core.member_billing($1, 1, $2::text::pg_snapshot)")
+                    .bind(account)
+                    .bind(snapshot),
+            )
+            .await;
         serde_json::from_str::<serde_json::Value>(&doc).unwrap()["on_sale"].clone()
     };
-    let now: String = sqlx::query_scalar("SELECT pg_current_snapshot()::text").fetch_one(&t.admin).await.unwrap();
+    let now: String = t.one(sqlx::query_scalar("SELECT pg_current_snapshot()::text")).await;
     assert_eq!(on_sale(&now).await, serde_json::Value::Null, "nothing changed since");
-    sqlx::query("UPDATE core.plan_ladders SET name = name").execute(&t.admin).await.unwrap();
+    t.run(sqlx::query("UPDATE core.plan_ladders SET name = name")).await;
     assert!(on_sale(&now).await.as_array().is_some_and(|l| !l.is_empty()), "a ladder changed since");
 }
 
@@ -528,11 +508,8 @@ async fn the_billing_page_says_how_a_checkout_ended_and_that_billing_is_not_conn
 async fn a_member_who_is_not_an_owner_sees_no_buy_button_and_checkout_is_refused_without_calling_stripe() {
     let t = demo_db().await;
     let (acme, basic_price, _) = billing_fixture(&t).await;
-    sqlx::query("UPDATE core.organization_members SET role = 'member' WHERE organization_id = $1")
-        .bind(acme)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("UPDATE core.organization_members SET role = 'member' WHERE organization_id = $1").bind(acme))
+        .await;
     let app = app_with_unreachable_stripe(&t).await;
     let (c, token) = member(&app).await;
     let page = get(&app, &c, "/billing").await;
@@ -603,13 +580,10 @@ async fn an_owner_buys_basic_on_stripes_page_and_comes_back_to_it_in_force() {
     assert_eq!(cs["client_reference_id"], acme.to_string());
     let items = s.get(&format!("/checkout/sessions/{session}/line_items")).await;
     assert_eq!(items["data"][0]["price"]["id"], stripe_price.as_str(), "{items}");
-    let (org, price, started_by): (i64, i64, Option<i64>) = sqlx::query_as(
+    let (org, price, started_by): (i64, i64, Option<i64>) = t.one(sqlx::query_as(
         "SELECT organization_id, price_id, started_by FROM billing.checkout_sessions WHERE stripe_session_id = $1",
     )
-    .bind(&session)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(&session)).await;
     let member_id =
         scalar(&t, &format!("SELECT account_id FROM core.accounts WHERE email = '{}'", demo::MEMBER_EMAIL)).await;
     assert_eq!((org, price, started_by), (acme, basic_price.0, Some(member_id)));
@@ -636,16 +610,17 @@ async fn an_owner_buys_basic_on_stripes_page_and_comes_back_to_it_in_force() {
     assert_eq!(back.header("location"), Some("/billing?checkout=paid"), "{}", back.body);
     let shown = follow(&app, &c, &back).await;
     assert!(shown.body.contains("Payment received"), "{}", shown.body);
-    let tier: String = sqlx::query_scalar(
-        "SELECT pr.name FROM core.positions p JOIN core.plan_ladders l USING (plan_ladder_id)
+    let tier: String = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT pr.name FROM core.positions p JOIN core.plan_ladders l USING (plan_ladder_id)
          JOIN core.conferrals c USING (conferral_id) JOIN core.products pr ON pr.product_id = c.product_id
          JOIN core.resource_pools rp ON rp.pool_id = p.pool_id
          WHERE rp.organization_id = $1 AND l.name = 'Wiki hosting'",
-    )
-    .bind(acme)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+            )
+            .bind(acme),
+        )
+        .await;
     assert_eq!(tier, "Basic", "in force when the member lands back");
     // Buying on that ladder again is refused before Stripe is asked.
     let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
@@ -682,15 +657,12 @@ async fn the_return_from_an_unknown_or_another_organizations_checkout_is_404() {
     let (acme, basic_price, _) = billing_fixture(&t).await;
     let globex = organization_id(&t, "Globex").await;
     for (session, org) in [("cs_globex_1", globex), ("cs_acme_1", acme)] {
-        sqlx::query(
+        t.run(sqlx::query(
             "INSERT INTO billing.checkout_sessions (stripe_session_id, organization_id, price_id) VALUES ($1, $2, $3)",
         )
         .bind(session)
         .bind(org)
-        .bind(basic_price)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+        .bind(basic_price)).await;
     }
     let app = app_with_unreachable_stripe(&t).await;
     let (c, _) = member(&app).await;
@@ -727,31 +699,26 @@ async fn the_operator_billing_page_shows_subscriptions_stuck_outbox_rows_first_a
     let basic = product_id(&t, "Basic").await;
     let acme_sub =
         scalar(&t, "SELECT subscription_id FROM core.subscriptions WHERE stripe_subscription_id = 'sub_acme'").await;
-    sqlx::query(
-        "INSERT INTO core.outbox (kind, subscription_id, attempts, last_error, due_at)
+    t.run(
+        sqlx::query(
+            "INSERT INTO core.outbox (kind, subscription_id, attempts, last_error, due_at)
          VALUES ('reconcile_subscription', $1, 0, NULL, now() - interval '1 minute'),
                 ('reconcile_subscription', $1, 4, 'Stripe answered 500: try later', now() + interval '5 minutes'),
                 ('reconcile_subscription', $1, 1, NULL, now())",
+        )
+        .bind(acme_sub),
     )
-    .bind(acme_sub)
-    .execute(&t.admin)
-    .await
-    .unwrap();
-    sqlx::query("UPDATE core.outbox SET processed_at = now() WHERE attempts = 1").execute(&t.admin).await.unwrap();
-    sqlx::query("INSERT INTO core.outbox (kind, product_id, attempts, last_error) VALUES ('sync_product', $1, 1, 'No such price')")
-        .bind(basic)
-        .execute(&t.admin)
-        .await
-        .unwrap();
-    sqlx::query(
+    .await;
+    t.run(sqlx::query("UPDATE core.outbox SET processed_at = now() WHERE attempts = 1")).await;
+    t.run(sqlx::query("INSERT INTO core.outbox (kind, product_id, attempts, last_error) VALUES ('sync_product', $1, 1, 'No such price')")
+        .bind(basic)).await;
+    t.run(sqlx::query(
         "INSERT INTO billing.stripe_events (event_id, event_type, object_id, stripe_created, received_at)
          VALUES ('evt_new', 'invoice.payment_failed', 'in_acme_open', now(), now()),
                 ('evt_old', 'customer.subscription.updated', 'sub_acme', now() - interval '3 days',
                  now() - interval '3 days')",
-    )
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    ))
+    .await;
 
     let a = get(&app, &c, "/operator/billing").await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);

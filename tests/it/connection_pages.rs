@@ -31,35 +31,33 @@ async fn connection_id(t: &TestDb, name: &str) -> i64 {
 }
 
 async fn notices(t: &TestDb, id: i64, reason: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM core.desired_state_outbox WHERE connection_id = $1 AND reason = $2")
-        .bind(id)
-        .bind(reason)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+    t.one(
+        sqlx::query_scalar("SELECT count(*) FROM core.desired_state_outbox WHERE connection_id = $1 AND reason = $2")
+            .bind(id)
+            .bind(reason),
+    )
+    .await
 }
 
 async fn read_backs(t: &TestDb, id: i64) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM integration.jobs
+    t.one(
+        sqlx::query_scalar(
+            "SELECT count(*) FROM integration.jobs
           WHERE kind = 'read_back_desired_state' AND (payload->>'connection_id')::bigint = $1",
+        )
+        .bind(id),
     )
-    .bind(id)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 /// What a connection route can write: (live connections, outbox rows, jobs).
 async fn written(t: &TestDb) -> (i64, i64, i64) {
-    sqlx::query_as(
+    t.one(sqlx::query_as(
         "SELECT (SELECT count(*) FROM core.desired_state_connections WHERE deleted_at IS NULL),
                 (SELECT count(*) FROM core.desired_state_outbox),
                 (SELECT count(*) FROM integration.jobs)",
-    )
-    .fetch_one(&t.admin)
+    ))
     .await
-    .unwrap()
 }
 
 /// Add a connection through the list's form; its id.
@@ -90,12 +88,9 @@ async fn an_operator_adds_a_connection_and_lands_on_its_page_which_the_list_show
     assert!(page.body.contains("The connection was added"), "{}", page.body);
     assert!(page.body.contains(&format!("<code>{URL}</code>")), "{}", page.body);
     assert!(page.body.contains("<code>fedwiki.active_sites</code>, <code>support.priority</code>"), "{}", page.body);
-    let secret: String =
-        sqlx::query_scalar("SELECT secret FROM core.desired_state_connections WHERE connection_id = $1")
-            .bind(id)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let secret: String = t
+        .one(sqlx::query_scalar("SELECT secret FROM core.desired_state_connections WHERE connection_id = $1").bind(id))
+        .await;
     assert!(secret.starts_with("whsec_"));
     let details = &page.body[page.body.find("<details").expect("the secret is folded")..];
     assert!(details.starts_with(r#"<details id="signing-secret"><summary>Show the signing secret</summary>"#));
@@ -193,13 +188,13 @@ async fn editing_a_connection_changes_its_keys_and_a_bad_edit_changes_nothing() 
     let id = add(&t, &app, &c, &token, "Chat", false).await;
     let path = format!("/operator/connections/{id}");
     let keys = || async {
-        sqlx::query_scalar::<_, Vec<String>>(
-            "SELECT resource_keys FROM core.desired_state_connections WHERE connection_id = $1",
+        t.one(
+            sqlx::query_scalar::<_, Vec<String>>(
+                "SELECT resource_keys FROM core.desired_state_connections WHERE connection_id = $1",
+            )
+            .bind(id),
         )
-        .bind(id)
-        .fetch_one(&t.admin)
         .await
-        .unwrap()
     };
 
     let edit = [("name", "Chat"), ("url", URL), ("keys", "fedwiki.custom_domain"), ("read_back", "on")];
@@ -235,15 +230,15 @@ async fn rotating_the_secret_shows_the_previous_one_with_its_end() {
     let id = add(&t, &app, &c, &token, "Chat", false).await;
     let path = format!("/operator/connections/{id}");
     let secrets = || async {
-        sqlx::query_as::<_, (String, Option<String>, Option<String>)>(
-            "SELECT secret, previous_secret,
+        t.one(
+            sqlx::query_as::<_, (String, Option<String>, Option<String>)>(
+                "SELECT secret, previous_secret,
                     to_char(previous_secret_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'
                FROM core.desired_state_connections WHERE connection_id = $1",
+            )
+            .bind(id),
         )
-        .bind(id)
-        .fetch_one(&t.admin)
         .await
-        .unwrap()
     };
     let (first, none, _) = secrets().await;
     assert!(none.is_none());
@@ -263,14 +258,15 @@ async fn rotating_the_secret_shows_the_previous_one_with_its_end() {
     assert_ne!(current, first);
     assert_eq!(previous.as_deref(), Some(first.as_str()));
     let until = until.unwrap();
-    let hours: f64 = sqlx::query_scalar(
-        "SELECT extract(epoch FROM previous_secret_until - now())::float8 / 3600
+    let hours: f64 = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT extract(epoch FROM previous_secret_until - now())::float8 / 3600
            FROM core.desired_state_connections WHERE connection_id = $1",
-    )
-    .bind(id)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+            )
+            .bind(id),
+        )
+        .await;
     assert!((23.9..=24.0).contains(&hours), "the previous secret signs for a day: {hours}");
 
     let page = get(&app, &c, &format!("{path}?done=rotate")).await;
@@ -341,13 +337,13 @@ async fn deleting_needs_the_confirmation_and_then_the_connection_leaves_the_list
     let id = add(&t, &app, &c, &token, "Chat", false).await;
     let path = format!("/operator/connections/{id}");
     let deleted = || async {
-        sqlx::query_scalar::<_, bool>(
-            "SELECT deleted_at IS NOT NULL FROM core.desired_state_connections WHERE connection_id = $1",
+        t.one(
+            sqlx::query_scalar::<_, bool>(
+                "SELECT deleted_at IS NOT NULL FROM core.desired_state_connections WHERE connection_id = $1",
+            )
+            .bind(id),
         )
-        .bind(id)
-        .fetch_one(&t.admin)
         .await
-        .unwrap()
     };
     for htmx in [false, true] {
         let a = post(&app, &c, &format!("{path}/delete"), &token, &[], htmx).await;
@@ -403,12 +399,10 @@ async fn an_unknown_or_non_numeric_id_is_not_found() {
 async fn the_page_lists_every_organization_as_a_recipient_behind_until_confirmed_with_filters_and_pages() {
     let (t, app, c, token) = operator_app().await;
     // More organizations than a page holds.
-    sqlx::query(
+    t.run(sqlx::query(
         "INSERT INTO core.organizations (name) SELECT 'Many ' || lpad(g::text, 3, '0') FROM generate_series(1, 60) g",
-    )
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    ))
+    .await;
     let id = add(&t, &app, &c, &token, "Chat", false).await;
     ds::process_desired_state_outbox(&t.db, Duration::from_secs(30)).await.unwrap();
     let orgs = scalar(&t, "SELECT count(*) FROM core.organizations").await;
@@ -426,10 +420,7 @@ async fn the_page_lists_every_organization_as_a_recipient_behind_until_confirmed
 
     // The first page: the first 50 organizations by id, each linked, generation 1 and unconfirmed.
     let ids: Vec<(i64, String)> =
-        sqlx::query_as("SELECT organization_id, name FROM core.organizations ORDER BY organization_id")
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
+        t.all(sqlx::query_as("SELECT organization_id, name FROM core.organizations ORDER BY organization_id")).await;
     let (first, first_name) = &ids[0];
     let r = row_with(&page.body, &format!(r#"<a href="/operator/organizations/{first}">{first_name}</a>"#));
     assert!(r.contains(r#"<td class="num">1</td><td class="num">0</td><td class="num">0</td>"#), "{r}");

@@ -48,11 +48,11 @@ async fn archived(s: &crate::sites::Sites, name: &str, expired: bool) {
     let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Archive).await.unwrap();
     s.run(archive).await.unwrap();
     if expired {
-        sqlx::query("UPDATE fedwiki.sites SET status_changed_at = now() - interval '31 days' WHERE site_id = $1")
-            .bind(&site)
-            .execute(&s.t.admin)
-            .await
-            .unwrap();
+        s.t.run(
+            sqlx::query("UPDATE fedwiki.sites SET status_changed_at = now() - interval '31 days' WHERE site_id = $1")
+                .bind(&site),
+        )
+        .await;
     }
 }
 
@@ -189,12 +189,14 @@ async fn a_worker_killed_mid_relay_leaves_the_rest_to_the_next_and_every_record_
     let snapshot = receiver.snapshot();
     let recipients = snapshot["recipients"].as_array().unwrap();
     assert_eq!(recipients.len() as i64, all);
-    let contents: Vec<(String, serde_json::Value)> =
-        sqlx::query_as("SELECT recipient_id::text, content FROM core.desired_state_records WHERE connection_id = $1")
-            .bind(c.0)
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
+    let contents: Vec<(String, serde_json::Value)> = t
+        .all(
+            sqlx::query_as(
+                "SELECT recipient_id::text, content FROM core.desired_state_records WHERE connection_id = $1",
+            )
+            .bind(c.0),
+        )
+        .await;
     for (id, content) in contents {
         let r = recipients.iter().find(|r| r["id"] == serde_json::json!(id)).unwrap_or_else(|| panic!("{id} missing"));
         assert_eq!(r["generation"], 1, "{r}");
@@ -346,8 +348,7 @@ async fn a_worker_killed_mid_outbox_row_leaves_it_due_after_the_lease_and_stripe
     .await;
     // Well within a minute: the lease, then the next pass of the schedule.
     assert!(killed.elapsed() < Duration::from_secs(20), "resumed after {:?}", killed.elapsed());
-    let attempts: Vec<i32> =
-        sqlx::query_scalar("SELECT attempts FROM core.outbox ORDER BY attempts").fetch_all(&t.admin).await.unwrap();
+    let attempts: Vec<i32> = t.all(sqlx::query_scalar("SELECT attempts FROM core.outbox ORDER BY attempts")).await;
     assert_eq!(attempts, [1, 2], "the killed row twice, the other once");
     // Stripe holds each product and price once (the killed row's create was answered again by
     // its idempotency key), and the console recorded what it holds.

@@ -193,12 +193,10 @@ async fn a_storm_of_changes_to_one_organization_ends_with_the_last_content_and_r
     s.relay_and_push(c).await;
     s.relay_and_push(c).await;
     let r = s.record(c).await;
-    let fresh: Value = sqlx::query_scalar("SELECT core.desired_state_content($1, 'organization', $2)")
-        .bind(c.0)
-        .bind(s.org.0)
-        .fetch_one(&s.t.admin)
-        .await
-        .unwrap();
+    let fresh: Value = s
+        .t
+        .one(sqlx::query_scalar("SELECT core.desired_state_content($1, 'organization', $2)").bind(c.0).bind(s.org.0))
+        .await;
     assert_eq!(r.content, fresh, "the record is the last content");
     assert_eq!(r.confirmed_generation, r.generation);
     let (g, content) = held(&s.receiver, s.org).unwrap();
@@ -223,13 +221,14 @@ async fn an_endpoint_answering_500_is_retried_later_and_delays_only_its_own_conn
     assert_eq!((a.failed, b.confirmed), (1, 1));
     assert_eq!(held(&other, s.org).map(|h| h.0), Some(1), "the healthy connection got its push");
     assert!(held(&s.receiver, s.org).is_none(), "the failing one holds nothing");
-    let (failures, answer, later): (i32, String, bool) = sqlx::query_as(
-        "SELECT failures, last_answer, due_at > now() FROM core.desired_state_records WHERE connection_id = $1",
-    )
-    .bind(failing.0)
-    .fetch_one(&s.t.admin)
-    .await
-    .unwrap();
+    let (failures, answer, later): (i32, String, bool) =
+        s.t.one(
+            sqlx::query_as(
+                "SELECT failures, last_answer, due_at > now() FROM core.desired_state_records WHERE connection_id = $1",
+            )
+            .bind(failing.0),
+        )
+        .await;
     assert_eq!(failures, 1);
     assert!(answer.contains("500"), "the answer is kept: {answer}");
     assert!(later, "due again only after the backoff");
@@ -251,8 +250,7 @@ async fn an_endpoint_slower_than_the_bound_is_a_failure_and_a_slow_one_within_it
     faults(&s.receiver, json!({ "delay_ms": 1500 })).await;
     let d = ds::dispatch_connection(&s.t.db, &relay, c, Duration::from_secs(5)).await.unwrap();
     assert_eq!(d.failed, 1);
-    let answer: String =
-        sqlx::query_scalar("SELECT last_answer FROM core.desired_state_records").fetch_one(&s.t.admin).await.unwrap();
+    let answer: String = s.t.one(sqlx::query_scalar("SELECT last_answer FROM core.desired_state_records")).await;
     assert!(answer.contains("no answer within"), "{answer}");
     faults(&s.receiver, json!({ "delay_ms": 150 })).await;
     s.sql("UPDATE core.desired_state_records SET due_at = now()").await;
@@ -269,8 +267,7 @@ async fn an_answer_with_a_stale_generation_is_not_a_confirmation() {
     assert_eq!(d.failed, 1);
     let r = s.record(c).await;
     assert_eq!(r.confirmed_generation, 0, "not confirmed");
-    let answer: String =
-        sqlx::query_scalar("SELECT last_answer FROM core.desired_state_records").fetch_one(&s.t.admin).await.unwrap();
+    let answer: String = s.t.one(sqlx::query_scalar("SELECT last_answer FROM core.desired_state_records")).await;
     assert!(answer.contains("holds generation 0, not 1"), "{answer}");
 }
 
@@ -493,10 +490,10 @@ async fn a_recompute_waits_on_the_record_a_dispatch_stamp_holds_and_the_stamp_ta
     sqlx::query("COMMIT").execute(&mut *a).await.unwrap();
     assert_eq!(b.await.unwrap().unwrap(), Recomputed::Generation);
     let (generation, dispatched, due_now): (i64, i64, bool) =
-        sqlx::query_as("SELECT generation, dispatched_generation, due_at <= now() FROM core.desired_state_records")
-            .fetch_one(&s.t.admin)
-            .await
-            .unwrap();
+        s.t.one(sqlx::query_as(
+            "SELECT generation, dispatched_generation, due_at <= now() FROM core.desired_state_records",
+        ))
+        .await;
     assert_eq!((generation, dispatched), (2, 1), "the stamp's write stands beside the new generation");
     assert!(!due_now, "the new generation waits for the push in flight: two pushes of one record never overlap");
     let r = s.record(c).await;

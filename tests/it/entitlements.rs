@@ -51,11 +51,7 @@ async fn product(db: &Db, name: &str) -> ProductId {
 }
 
 async fn org_type(t: &TestDb, name: &str) -> OrgTypeId {
-    sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = $1")
-        .bind(name)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+    t.one(sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = $1").bind(name)).await
 }
 
 async fn new_org(t: &TestDb, name: &str, type_name: &str) -> orgs::CreatedOrganization {
@@ -98,25 +94,25 @@ async fn flag(db: &Db, pool: PoolId, key: &str) -> Option<bool> {
 
 /// (ladder, product, grant kind or "subscription") of each live position, by ladder name.
 async fn positions(t: &TestDb, pool: PoolId) -> Vec<(String, String, String)> {
-    sqlx::query_as(
-        "SELECT l.name, p.name, coalesce(g.kind, 'subscription')
+    t.all(
+        sqlx::query_as(
+            "SELECT l.name, p.name, coalesce(g.kind, 'subscription')
          FROM core.positions ps JOIN core.plan_ladders l USING (plan_ladder_id)
          JOIN core.conferrals c ON c.conferral_id = ps.conferral_id JOIN core.products p ON p.product_id = c.product_id
          LEFT JOIN core.grants g ON g.grant_id = c.grant_id
          WHERE ps.pool_id = $1 ORDER BY l.name",
+        )
+        .bind(pool),
     )
-    .bind(pool)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 async fn conferral_of_grant(t: &TestDb, grant: GrantId) -> ConferralId {
-    sqlx::query_scalar("SELECT conferral_id FROM core.conferrals WHERE grant_id = $1 AND state = 'holding'")
-        .bind(grant)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+    t.one(
+        sqlx::query_scalar("SELECT conferral_id FROM core.conferrals WHERE grant_id = $1 AND state = 'holding'")
+            .bind(grant),
+    )
+    .await
 }
 
 fn p(l: &str, prod: &str, k: &str) -> (String, String, String) {
@@ -132,13 +128,10 @@ async fn a_new_organization_holds_its_floor() {
     assert_eq!(positions(&t, org.pool_id).await, vec![p("Wiki hosting", "Free", "floor")]);
     assert_eq!(sites(&t.db, org.pool_id).await, Some(1));
     // A usage row exists for the numeric key, with the limit beside it.
-    let (used, limit): (i64, i64) = sqlx::query_as(
+    let (used, limit): (i64, i64) = t.one(sqlx::query_as(
         "SELECT used, limit_value FROM core.pool_usage WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
     )
-    .bind(org.pool_id)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(org.pool_id)).await;
     assert_eq!((used, limit), (0, 1));
     // An organization without a type has a pool and no floor.
     let bare = orgs::create_organization(&t.db, &OrgName::parse("Untyped").unwrap(), None).await.unwrap();
@@ -187,13 +180,14 @@ async fn floors_apply_only_when_their_ladder_is_vacant() {
     let mut tx = begin(&t.db, TxKind::Materializing).await.unwrap();
     assert_eq!(svc::reapply_defaults_if_vacant(&mut tx, org.pool_id, None).await.unwrap(), None);
     tx.commit().await.unwrap();
-    let floors: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM core.grants WHERE kind = 'floor' AND status = 'active' AND organization_id = $1",
-    )
-    .bind(org.organization_id)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let floors: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT count(*) FROM core.grants WHERE kind = 'floor' AND status = 'active' AND organization_id = $1",
+            )
+            .bind(org.organization_id),
+        )
+        .await;
     assert_eq!(floors, 0);
 }
 
@@ -234,24 +228,18 @@ async fn subscription_with_item(
     quantity: i32,
 ) -> (SubscriptionId, SubscriptionItemId) {
     let n = member_console::config::random_hex(4);
-    let sub: SubscriptionId = sqlx::query_scalar(
+    let sub: SubscriptionId = t.one(sqlx::query_scalar(
         "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status) VALUES ($1, $2, 'active') RETURNING subscription_id",
     )
     .bind(org)
-    .bind(format!("sub_{n}"))
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
-    let item: SubscriptionItemId = sqlx::query_scalar(
+    .bind(format!("sub_{n}"))).await;
+    let item: SubscriptionItemId = t.one(sqlx::query_scalar(
         "INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity) VALUES ($1, $2, $3, $4) RETURNING subscription_item_id",
     )
     .bind(sub)
     .bind(format!("si_{n}"))
     .bind(product_id)
-    .bind(quantity)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(quantity)).await;
     (sub, item)
 }
 
@@ -296,11 +284,9 @@ async fn a_displaced_subscription_is_delivered_when_the_grant_over_it_ends() {
     provision(&t.db, org.pool_id, basic, item, 1).await;
     let pro =
         svc::confer_grant(&t.db, &operator_grant(org.organization_id, product(&t.db, "Pro").await, 1)).await.unwrap();
-    let open: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM core.subscription_displacements WHERE delivered_at IS NULL")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let open: i64 = t
+        .one(sqlx::query_scalar("SELECT count(*) FROM core.subscription_displacements WHERE delivered_at IS NULL"))
+        .await;
     assert_eq!(open, 1, "the provision got a displacement record");
     let r = svc::end_conferral(&t.db, conferral_of_grant(&t, pro).await, "test").await.unwrap();
     assert_eq!(r.delivered_subscriptions, 1);
@@ -364,13 +350,14 @@ async fn materialization_equals_a_fresh_computation_after_any_sequence_of_acts()
         let (sub, item) = subscription_with_item(&t, org.organization_id, products[1], 1).await;
         let mut log = vec![];
         for step in 0..60 {
-            let holding: Vec<ConferralId> = sqlx::query_scalar(
-                "SELECT conferral_id FROM core.conferrals WHERE pool_id = $1 AND state = 'holding' ORDER BY 1",
-            )
-            .bind(org.pool_id)
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
+            let holding: Vec<ConferralId> = t
+                .all(
+                    sqlx::query_scalar(
+                        "SELECT conferral_id FROM core.conferrals WHERE pool_id = $1 AND state = 'holding' ORDER BY 1",
+                    )
+                    .bind(org.pool_id),
+                )
+                .await;
             match rng.below(6) {
                 0 | 1 => {
                     let prod = products[rng.below(products.len())];
@@ -397,14 +384,11 @@ async fn materialization_equals_a_fresh_computation_after_any_sequence_of_acts()
                 _ => {
                     // As the reconcile does: no new provision while one holds or another plan
                     // displaced it.
-                    let live: bool = sqlx::query_scalar(
+                    let live: bool = t.one(sqlx::query_scalar(
                         "SELECT EXISTS (SELECT 1 FROM core.conferrals WHERE subscription_item_id = $1 AND state = 'holding')
                              OR EXISTS (SELECT 1 FROM core.subscription_displacements WHERE subscription_item_id = $1 AND delivered_at IS NULL)",
                     )
-                    .bind(item)
-                    .fetch_one(&t.admin)
-                    .await
-                    .unwrap();
+                    .bind(item)).await;
                     if !live {
                         log.push("provision".into());
                         provision(&t.db, org.pool_id, products[1], item, 1).await;
@@ -515,10 +499,8 @@ async fn the_tier_trigger_and_a_set_clear_cannot_both_commit() {
     let t = TestDb::new().await;
     catalog_fixture(&t).await;
     let extra = product(&t.db, "Extra sites").await;
-    let wiki: LadderId = sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'")
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let wiki: LadderId =
+        t.one(sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders WHERE name = 'Wiki hosting'")).await;
 
     // A inserts a tier of the product (its trigger holds the product row FOR SHARE); B, clearing
     // the product's set, waits, then is refused because the product is now a tier.
@@ -539,10 +521,7 @@ async fn the_tier_trigger_and_a_set_clear_cannot_both_commit() {
 
     // The other way: A clears a product's set (uncommitted); B's tier insert waits in its trigger,
     // then is refused because the product has no set.
-    let addon: ProductId = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) SELECT 'Other', entitlement_set_id, true FROM core.entitlement_sets WHERE name = 'Free' RETURNING product_id")
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let addon: ProductId = t.one(sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) SELECT 'Other', entitlement_set_id, true FROM core.entitlement_sets WHERE name = 'Free' RETURNING product_id")).await;
     let (mut a, a_pid) = common::hold_open(
         &t,
         &format!("UPDATE core.products SET entitlement_set_id = NULL WHERE product_id = {addon}"),
@@ -608,10 +587,8 @@ async fn register_providers_and_an_entitlement_insert_of_the_same_key_wait_in_on
     common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
     a.commit().await.unwrap();
     b.await.unwrap().unwrap();
-    let provider: String =
-        sqlx::query_scalar("SELECT provider FROM core.resource_keys WHERE resource_key = 'fedwiki.active_sites'")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let provider: String = t
+        .one(sqlx::query_scalar("SELECT provider FROM core.resource_keys WHERE resource_key = 'fedwiki.active_sites'"))
+        .await;
     assert_eq!(provider, "fedwiki");
 }

@@ -22,7 +22,7 @@ use reqwest::StatusCode;
 // ---------- Harness ----------
 
 async fn newest_grant(t: &TestDb) -> i64 {
-    sqlx::query_scalar("SELECT max(grant_id) FROM core.grants").fetch_one(&t.admin).await.unwrap()
+    t.one(sqlx::query_scalar("SELECT max(grant_id) FROM core.grants")).await
 }
 
 async fn grant_status(t: &TestDb, grant: i64) -> String {
@@ -32,10 +32,7 @@ async fn grant_status(t: &TestDb, grant: i64) -> String {
 /// Row counts: grants, grant events, conferrals, organizations, pools, jobs.
 async fn counts(t: &TestDb) -> [i64; 6] {
     let n = |table: &'static str| async move {
-        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-            .fetch_one(&t.admin)
-            .await
-            .unwrap()
+        t.one(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))).await
     };
     [
         n("core.grants").await,
@@ -49,7 +46,7 @@ async fn counts(t: &TestDb) -> [i64; 6] {
 
 /// Every grant's and conferral's state, to prove a refusal changed nothing in place either.
 async fn grants_snapshot(t: &TestDb) -> String {
-    sqlx::query_scalar(
+    t.one(sqlx::query_scalar(
         "SELECT concat_ws(E'\\n',
             (SELECT string_agg(format('%s|%s|%s|%s|%s|%s|%s|%s|%s', grant_id, organization_id, provision_domain,
                                       product_id, quantity, status, starts_at, ends_at, extends_grant_id), ';'
@@ -58,10 +55,8 @@ async fn grants_snapshot(t: &TestDb) -> String {
                FROM core.conferrals),
             (SELECT string_agg(format('%s|%s|%s', organization_id, name, email_domain), ';' ORDER BY organization_id)
                FROM core.organizations))",
-    )
-    .fetch_one(&t.admin)
+    ))
     .await
-    .unwrap()
 }
 
 /// Counts and snapshot together: what "nothing was written" compares.
@@ -81,15 +76,15 @@ fn shown(local: &str) -> String {
 
 /// A grant's dates as the form would write them, minute precision, UTC.
 async fn grant_dates(t: &TestDb, grant: i64) -> (String, Option<String>, i32) {
-    sqlx::query_as(
-        "SELECT to_char(starts_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI'),
+    t.one(
+        sqlx::query_as(
+            "SELECT to_char(starts_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI'),
                 to_char(ends_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI'), quantity
          FROM core.grants WHERE grant_id = $1",
+        )
+        .bind(grant),
     )
-    .bind(grant)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 fn grant_link(id: i64) -> String {
@@ -111,10 +106,7 @@ async fn the_list_shows_the_demo_grants_newest_first_and_filters_by_status_and_o
     let (t, app, c, _) = operator_app().await;
     let initech = organization_id(&t, "Initech").await;
     let pro = active_grant(&t, initech, "operator").await;
-    let all: Vec<i64> = sqlx::query_scalar("SELECT grant_id FROM core.grants ORDER BY grant_id DESC")
-        .fetch_all(&t.admin)
-        .await
-        .unwrap();
+    let all: Vec<i64> = t.all(sqlx::query_scalar("SELECT grant_id FROM core.grants ORDER BY grant_id DESC")).await;
     assert_eq!(all.len(), 5, "the demo's four floors and Initech's Pro");
 
     let a = get(&app, &c, "/operator/grants").await;
@@ -140,12 +132,12 @@ async fn the_list_shows_the_demo_grants_newest_first_and_filters_by_status_and_o
         ("Initech", "Free", "ended"),
     ] {
         let id = organization_id(&t, org).await;
-        let floor: i64 =
-            sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = 'floor'")
-                .bind(id)
-                .fetch_one(&t.admin)
-                .await
-                .unwrap();
+        let floor: i64 = t
+            .one(
+                sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = 'floor'")
+                    .bind(id),
+            )
+            .await;
         let r = row(html, &grant_link(floor));
         assert!(r.contains(&format!(">{org}</a></td><td>{product}</td>")), "{org}: {r}");
         assert!(r.contains(&"<td>floor</td><td><span class=\"badge badge-".to_string()), "{org}: {r}");
@@ -156,12 +148,12 @@ async fn the_list_shows_the_demo_grants_newest_first_and_filters_by_status_and_o
     // By status.
     let a = get(&app, &c, "/operator/grants?status=ended").await;
     assert_eq!(a.status, StatusCode::OK);
-    let initech_floor: i64 =
-        sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = 'floor'")
-            .bind(initech)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let initech_floor: i64 = t
+        .one(
+            sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = 'floor'")
+                .bind(initech),
+        )
+        .await;
     assert_eq!(listed_grants(&a.body), vec![initech_floor]);
     assert!(a.body.contains(r#"<option value="ended" selected>Ended</option>"#), "{}", a.body);
     let a = get(&app, &c, "/operator/grants?status=active").await;
@@ -194,16 +186,16 @@ async fn the_list_shows_the_demo_grants_newest_first_and_filters_by_status_and_o
 /// a seed: the list is what is under test).
 async fn seed_waiting_grants(t: &TestDb, organization: i64, n: i32) {
     let priority = product_id(t, "Priority support").await;
-    sqlx::query(
-        "INSERT INTO core.grants (organization_id, product_id, kind, status, starts_at, reason)
+    t.run(
+        sqlx::query(
+            "INSERT INTO core.grants (organization_id, product_id, kind, status, starts_at, reason)
          SELECT $1, $2, 'operator', 'waiting', now() + interval '1 day', 'bulk ' || g FROM generate_series(1, $3) g",
+        )
+        .bind(organization)
+        .bind(priority)
+        .bind(n),
     )
-    .bind(organization)
-    .bind(priority)
-    .bind(n)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .await;
 }
 
 #[tokio::test]
@@ -211,13 +203,10 @@ async fn the_list_paginates_fifty_to_a_page_and_keeps_its_filters() {
     let (t, app, c, _) = operator_app().await;
     let globex = organization_id(&t, "Globex").await;
     seed_waiting_grants(&t, globex, 51).await;
-    let waiting: Vec<i64> = sqlx::query_scalar(
+    let waiting: Vec<i64> = t.all(sqlx::query_scalar(
         "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND status = 'waiting' ORDER BY grant_id DESC",
     )
-    .bind(globex)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+    .bind(globex)).await;
     assert_eq!(waiting.len(), 51);
 
     let filter = format!("status=waiting&organization_id={globex}");
@@ -249,10 +238,7 @@ async fn the_list_paginates_fifty_to_a_page_and_keeps_its_filters() {
 
     // Unfiltered, the 56 grants newest first: the last page holds the oldest fifty; past the
     // oldest there is nothing.
-    let all_ids: Vec<i64> = sqlx::query_scalar("SELECT grant_id FROM core.grants ORDER BY grant_id DESC")
-        .fetch_all(&t.admin)
-        .await
-        .unwrap();
+    let all_ids: Vec<i64> = t.all(sqlx::query_scalar("SELECT grant_id FROM core.grants ORDER BY grant_id DESC")).await;
     let all = get(&app, &c, "/operator/grants?at=last").await;
     assert!(all.body.contains("56 grants"), "{}", all.body);
     assert_eq!(listed_grants(&all.body), all_ids[6..].to_vec());
@@ -344,22 +330,20 @@ async fn issuing_now_lands_on_the_active_grant_and_the_organization_shows_it() {
     let after = counts(&t).await;
     assert_eq!(after[0], before[0] + 1, "one grant");
     assert_eq!(after[1], before[1] + 1, "one event");
-    let (org, kind, status, reason, by): (i64, String, String, String, i64) =
-        sqlx::query_as("SELECT organization_id, kind, status, reason, created_by FROM core.grants WHERE grant_id = $1")
-            .bind(g)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let (org, kind, status, reason, by): (i64, String, String, String, i64) = t
+        .one(
+            sqlx::query_as(
+                "SELECT organization_id, kind, status, reason, created_by FROM core.grants WHERE grant_id = $1",
+            )
+            .bind(g),
+        )
+        .await;
     assert_eq!(
         (org, kind.as_str(), status.as_str(), reason.as_str(), by),
         (acme, "operator", "active", "Pilot partner", operator)
     );
     let (act, actor): (String, Option<i64>) =
-        sqlx::query_as("SELECT act, actor_account_id FROM core.grant_events WHERE grant_id = $1")
-            .bind(g)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+        t.one(sqlx::query_as("SELECT act, actor_account_id FROM core.grant_events WHERE grant_id = $1").bind(g)).await;
     assert_eq!((act.as_str(), actor), ("issued", Some(operator)));
 
     // The grant's page.
@@ -432,13 +416,10 @@ async fn bad_issue_input_is_refused_with_its_message_and_writes_nothing() {
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await.to_string();
     let basic = product_id(&t, "Basic").await.to_string();
     let pro_set = set_id(&t, "Pro").await;
-    let hidden: i64 = sqlx::query_scalar(
+    let hidden: i64 = t.one(sqlx::query_scalar(
         "INSERT INTO core.products (name, entitlement_set_id, published) VALUES ('Hidden', $1, false) RETURNING product_id",
     )
-    .bind(pro_set)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(pro_set)).await;
     let hidden = hidden.to_string();
     let tomorrow = local_in(1);
     let in_two_days = local_in(2);
@@ -600,11 +581,8 @@ async fn a_waiting_grant_is_rescheduled_in_place() {
     let g = newest_grant(&t).await;
     assert_sent_to(&a, false, &format!("/operator/grants/{g}"));
     assert_eq!(grant_status(&t, g).await, "waiting");
-    let conferrals: i64 = sqlx::query_scalar("SELECT count(*) FROM core.conferrals WHERE grant_id = $1")
-        .bind(g)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let conferrals: i64 =
+        t.one(sqlx::query_scalar("SELECT count(*) FROM core.conferrals WHERE grant_id = $1").bind(g)).await;
     assert_eq!(conferrals, 0, "a waiting grant confers nothing yet");
 
     let html = get(&app, &c, &format!("/operator/grants/{g}")).await.body;
@@ -729,15 +707,16 @@ async fn managing_an_active_grant_extends_it_as_a_new_grant_in_its_lineage() {
     let after = counts(&t).await;
     assert_eq!(after[0], before[0] + 1, "one new grant");
     assert_eq!(after[1], before[1] + 2, "extended and issued");
-    let (extends, same_lineage, status): (Option<i64>, bool, String) = sqlx::query_as(
-        "SELECT n.extends_grant_id, n.lineage_id = o.lineage_id, n.status
+    let (extends, same_lineage, status): (Option<i64>, bool, String) = t
+        .one(
+            sqlx::query_as(
+                "SELECT n.extends_grant_id, n.lineage_id = o.lineage_id, n.status
          FROM core.grants n, core.grants o WHERE n.grant_id = $1 AND o.grant_id = $2",
-    )
-    .bind(new)
-    .bind(pro)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+            )
+            .bind(new)
+            .bind(pro),
+        )
+        .await;
     assert_eq!((extends, same_lineage, status.as_str()), (Some(pro), true, "active"));
     assert_eq!(grant_status(&t, pro).await, "ended");
     assert_eq!(grant_dates(&t, new).await.1, Some(end.clone()));
@@ -905,14 +884,11 @@ async fn revoking_from_the_grant_page_falls_back_to_the_floor() {
     assert_eq!(grant_status(&t, pro).await, "revoked");
     let after = counts(&t).await;
     assert_eq!(after[1], before[1] + 1, "one event");
-    let revoked: (String, Option<String>) = sqlx::query_as(
+    let revoked: (String, Option<String>) = t.one(sqlx::query_as(
         "SELECT e.act, a.email FROM core.grant_events e LEFT JOIN core.accounts a ON a.account_id = e.actor_account_id
          WHERE e.grant_id = $1 ORDER BY e.event_id DESC LIMIT 1",
     )
-    .bind(pro)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(pro)).await;
     assert_eq!(revoked, ("revoked".into(), Some(demo::OPERATOR_EMAIL.into())));
 
     let html = get(&app, &c, &format!("/operator/grants/{pro}")).await.body;
@@ -1076,12 +1052,14 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
     .await;
     let g = newest_grant(&t).await;
     assert_sent_to(&a, false, &format!("/operator/grants/{g}"));
-    let (org, domain, kind, status): (Option<i64>, Option<String>, String, String) =
-        sqlx::query_as("SELECT organization_id, provision_domain, kind, status FROM core.grants WHERE grant_id = $1")
-            .bind(g)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let (org, domain, kind, status): (Option<i64>, Option<String>, String, String) = t
+        .one(
+            sqlx::query_as(
+                "SELECT organization_id, provision_domain, kind, status FROM core.grants WHERE grant_id = $1",
+            )
+            .bind(g),
+        )
+        .await;
     assert_eq!(
         (org, domain.as_deref(), kind.as_str(), status.as_str()),
         (None, Some("newco.example.org"), "provisioning", "waiting")

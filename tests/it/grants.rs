@@ -26,14 +26,11 @@ use common::acts::sites;
 
 /// A live subscription of the organization, so reconcile requests have something to name.
 async fn subscription(t: &TestDb, org: OrganizationId) -> SubscriptionId {
-    sqlx::query_scalar(
+    t.one(sqlx::query_scalar(
         "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status) VALUES ($1, $2, 'active') RETURNING subscription_id",
     )
     .bind(org)
-    .bind(format!("sub_{}", member_console::config::random_hex(4)))
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
+    .bind(format!("sub_{}", member_console::config::random_hex(4)))).await
 }
 
 #[tokio::test]
@@ -46,20 +43,15 @@ async fn an_issued_grant_confers_now_requests_reconciles_and_schedules_its_expir
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
     assert_eq!(grant_status(&t, id).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(3));
-    let outbox: Vec<SubscriptionId> =
-        sqlx::query_scalar("SELECT subscription_id FROM core.outbox WHERE kind = 'reconcile_subscription'")
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
+    let outbox: Vec<SubscriptionId> = t
+        .all(sqlx::query_scalar("SELECT subscription_id FROM core.outbox WHERE kind = 'reconcile_subscription'"))
+        .await;
     assert_eq!(outbox, vec![sub]);
-    let job: (String, bool) = sqlx::query_as(
+    let job: (String, bool) = t.one(sqlx::query_as(
         "SELECT kind, abs(extract(epoch FROM run_at - $1)) < 1 FROM integration.jobs WHERE payload->>'grant_id' = $2::text",
     )
     .bind(g.ends_at.unwrap())
-    .bind(id.to_string())
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(id.to_string())).await;
     assert_eq!(job, ("expire_grant".to_string(), true));
     assert_eq!(
         scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'issued'")).await,
@@ -77,11 +69,8 @@ async fn a_grant_from_a_later_date_waits_then_starts() {
     assert_eq!(grant_status(&t, id).await, "waiting");
     assert_eq!(sites(&t, org.pool_id).await, Some(1), "the floor still holds");
     assert!(!grants::start_waiting_grant(&t.db, id).await.unwrap(), "not before its start");
-    sqlx::query("UPDATE core.grants SET starts_at = now() - interval '1 minute' WHERE grant_id = $1")
-        .bind(id)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("UPDATE core.grants SET starts_at = now() - interval '1 minute' WHERE grant_id = $1").bind(id))
+        .await;
     assert!(grants::start_waiting_grant(&t.db, id).await.unwrap());
     assert_eq!(grant_status(&t, id).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(10));
@@ -133,25 +122,23 @@ async fn revoking_brings_back_what_the_grant_displaced_and_cannot_be_done_twice(
     grants::revoke_grant(&t.db, basic, None, "done").await.unwrap();
     assert_eq!(sites(&t, org.pool_id).await, Some(1));
     // A floor is not revoked by hand.
-    let floor: GrantId = sqlx::query_scalar(
-        "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = 'floor' AND status = 'active'",
-    )
-    .bind(org.organization_id)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let floor: GrantId = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT grant_id FROM core.grants WHERE organization_id = $1 AND kind = 'floor' AND status = 'active'",
+            )
+            .bind(org.organization_id),
+        )
+        .await;
     assert!(matches!(grants::revoke_grant(&t.db, floor, None, "x").await, Err(ServiceError::Refused(_))));
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.grant_events WHERE act = 'revoked'").await, 2);
 }
 
 async fn make_due(t: &TestDb, grant: GrantId) {
-    sqlx::query(
+    t.run(sqlx::query(
         "UPDATE core.grants SET starts_at = now() - interval '2 hours', ends_at = now() - interval '1 second' WHERE grant_id = $1",
     )
-    .bind(grant)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .bind(grant)).await;
 }
 
 #[tokio::test]
@@ -186,12 +173,9 @@ async fn managing_an_active_grant_extends_its_lineage_and_a_waiting_one_is_resch
     assert_eq!(grant_status(&t, first).await, "ended");
     assert_eq!(grant_status(&t, second).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(6), "the extension's quantity");
-    let lineage: Vec<GrantId> =
-        sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE lineage_id = $1 ORDER BY grant_id")
-            .bind(first)
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
+    let lineage: Vec<GrantId> = t
+        .all(sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE lineage_id = $1 ORDER BY grant_id").bind(first))
+        .await;
     assert_eq!(lineage, vec![first, second]);
     // Acting on the old grant acts on the lineage's head.
     let third = grants::manage_grant(&t.db, first, &ManageGrant::parse("", "", "1", "open-ended", None).unwrap())
@@ -206,11 +190,7 @@ async fn managing_an_active_grant_extends_its_lineage_and_a_waiting_one_is_resch
     let r = ManageGrant::parse("2999-01-01T00:00", "2999-02-01T00:00", "3", "moved", None).unwrap();
     assert_eq!(grants::manage_grant(&t.db, waiting, &r).await.unwrap(), waiting, "in place");
     let (starts, qty): (chrono::DateTime<Utc>, i32) =
-        sqlx::query_as("SELECT starts_at, quantity FROM core.grants WHERE grant_id = $1")
-            .bind(waiting)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+        t.one(sqlx::query_as("SELECT starts_at, quantity FROM core.grants WHERE grant_id = $1").bind(waiting)).await;
     assert_eq!((starts.format("%Y").to_string(), qty), ("2999".into(), 3));
     assert_eq!(grant_status(&t, waiting).await, "waiting");
 }
@@ -221,11 +201,11 @@ async fn bad_input_is_refused_and_nothing_is_written() {
     let org = community_org(&t, "Careful").await;
     let before = scalar(&t, "SELECT count(*) FROM core.grants WHERE kind <> 'floor'").await;
     let events = scalar(&t, "SELECT count(*) FROM core.grant_events").await;
-    let unpublished: ProductId =
-        sqlx::query_scalar("INSERT INTO core.products (name, published) VALUES ('Hidden', false) RETURNING product_id")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let unpublished: ProductId = t
+        .one(sqlx::query_scalar(
+            "INSERT INTO core.products (name, published) VALUES ('Hidden', false) RETURNING product_id",
+        ))
+        .await;
     let field = |e: ServiceError| match e {
         ServiceError::Invalid(p) => p[0].0.clone(),
         other => panic!("{other:?}"),
@@ -363,7 +343,7 @@ async fn the_sweep_expires_a_grant_whose_job_was_lost() {
     let mut g = operator_grant(org.organization_id, product_id(&t, "Basic").await);
     g.ends_at = Some(Utc::now() + chrono::Duration::days(1));
     let id = grants::issue_grant(&t.db, &g).await.unwrap();
-    sqlx::query("DELETE FROM integration.jobs").execute(&t.admin).await.unwrap();
+    t.run(sqlx::query("DELETE FROM integration.jobs")).await;
     make_due(&t, id).await;
     let (expired, _) = grants::sweep_grants(&t.db).await.unwrap();
     assert_eq!(expired, 1);
@@ -390,18 +370,14 @@ async fn an_organization_created_while_a_grant_of_its_domain_is_issued_gets_it_o
         let id = a.unwrap();
         let (org, _) = b.unwrap();
         // Whichever took the domain first, the other saw it: the grant is conferred exactly once.
-        let holding: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM core.conferrals WHERE grant_id = $1 AND state = 'holding'")
-                .bind(id)
-                .fetch_one(&t.admin)
-                .await
-                .unwrap();
+        let holding: i64 = t
+            .one(
+                sqlx::query_scalar("SELECT count(*) FROM core.conferrals WHERE grant_id = $1 AND state = 'holding'")
+                    .bind(id),
+            )
+            .await;
         let (st, owner): (String, Option<OrganizationId>) =
-            sqlx::query_as("SELECT status, organization_id FROM core.grants WHERE grant_id = $1")
-                .bind(id)
-                .fetch_one(&t.admin)
-                .await
-                .unwrap();
+            t.one(sqlx::query_as("SELECT status, organization_id FROM core.grants WHERE grant_id = $1").bind(id)).await;
         assert_eq!((st.as_str(), owner, holding), ("active", Some(org.organization_id), 1), "round {i}");
     }
 }

@@ -24,16 +24,13 @@ async fn scrape(app: &TestApp, bearer: Option<&str>) -> pages::Answer {
 async fn a_loopback_scraper_reads_requests_by_route_the_queue_the_drains_and_the_pool() {
     let (t, app) = pages::app_with_demo().await;
     // A job waiting, and a failed one, of kinds of their own.
-    sqlx::query("INSERT INTO integration.jobs (kind, run_at) VALUES ('metrics.waiting', now() - interval '2 minutes')")
-        .execute(&t.admin)
-        .await
-        .unwrap();
-    sqlx::query(
+    t.run(sqlx::query(
+        "INSERT INTO integration.jobs (kind, run_at) VALUES ('metrics.waiting', now() - interval '2 minutes')",
+    ))
+    .await;
+    t.run(sqlx::query(
         "INSERT INTO integration.jobs (kind, state, finished_at, last_error) VALUES ('metrics.broken', 'failed', now(), 'no')",
-    )
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    )).await;
     let c = app.client();
     assert_eq!(pages::get(&app, &c, "/login").await.status, StatusCode::OK);
     assert_eq!(pages::get(&app, &c, "/no/such/page/%6F").await.status, StatusCode::NOT_FOUND);
@@ -100,10 +97,7 @@ async fn a_proxied_request_from_loopback_does_not_read_the_metrics_without_the_t
 async fn a_second_server_sampling_the_same_minute_waits_on_the_first_and_keeps_its_figures() {
     let t = TestDb::new().await;
     let minute = Utc::now().duration_trunc(TimeDelta::minutes(1)).unwrap();
-    sqlx::query("INSERT INTO integration.jobs (kind) VALUES ('metrics.waiting'), ('metrics.waiting')")
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("INSERT INTO integration.jobs (kind) VALUES ('metrics.waiting'), ('metrics.waiting')")).await;
 
     // A: the first server's sample, its statement not yet committed.
     let (mut a, a_pid) = t.runtime_begin().await;
@@ -122,10 +116,7 @@ async fn a_second_server_sampling_the_same_minute_waits_on_the_first_and_keeps_i
 
     // The requests add up across servers; the shared figures are the first server's.
     let rows: Vec<(String, String, f64)> =
-        sqlx::query_as("SELECT name, source, value FROM integration.metric_samples ORDER BY name, source")
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
+        t.all(sqlx::query_as("SELECT name, source, value FROM integration.metric_samples ORDER BY name, source")).await;
     assert_eq!(
         rows,
         vec![
@@ -144,12 +135,11 @@ async fn a_second_server_sampling_the_same_minute_waits_on_the_first_and_keeps_i
     // A later sample of the same server in the same minute adds to its own row; old minutes go.
     sample_minute(&t.db, "server-b", 2, at + TimeDelta::seconds(10)).await.unwrap();
     sample_minute(&t.db, "server-b", 1, at + TimeDelta::hours(3)).await.unwrap();
-    let left: Vec<(String, f64)> = sqlx::query_as(
-        "SELECT name, value FROM integration.metric_samples WHERE source = 'server-b' ORDER BY minute, name",
-    )
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+    let left: Vec<(String, f64)> = t
+        .all(sqlx::query_as(
+            "SELECT name, value FROM integration.metric_samples WHERE source = 'server-b' ORDER BY minute, name",
+        ))
+        .await;
     assert_eq!(
         left,
         vec![("requests".into(), 1.0)],
