@@ -118,13 +118,11 @@ async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an
     }
     // alpha was modified longest ago but is kept active; gamma most recently.
     for (name, days, keep) in [("alpha", 3, true), ("beta", 2, false), ("gamma", 1, false)] {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
+        s.t.run(sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE fedwiki.sites SET modified_at = now() - interval '{days} days', keep_active = {keep}
               WHERE domain = '{name}.wiki.localhost'"
-        )))
-        .execute(&s.t.admin)
-        .await
-        .unwrap();
+        ))))
+        .await;
     }
     let app = app(&s).await;
     Browser::start()

@@ -113,7 +113,7 @@ async fn a_typed_job_gets_its_payload_back_and_a_payload_that_is_not_one_fails_o
     })
     .await;
     w.stop().await;
-    let seen: Vec<i64> = sqlx::query_scalar("SELECT job_id FROM public.job_effects").fetch_all(&t.admin).await.unwrap();
+    let seen: Vec<i64> = t.all(sqlx::query_scalar("SELECT job_id FROM public.job_effects")).await;
     assert_eq!(seen, vec![42]);
     let b = job(&t.admin, bad).await.unwrap();
     assert_eq!(b.attempts, 1, "a payload that is not one is not retried");
@@ -222,11 +222,8 @@ async fn enqueue_belongs_to_the_callers_transaction() {
     assert_eq!(count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE dedupe_key = 'test:one'").await, 1);
 
     // Once the job is done, its key is free again.
-    sqlx::query("UPDATE integration.jobs SET state = 'done', finished_at = now() WHERE job_id = $1")
-        .bind(id)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("UPDATE integration.jobs SET state = 'done', finished_at = now() WHERE job_id = $1").bind(id))
+        .await;
     let mut tx = begin(&t.db, TxKind::Plain).await.unwrap();
     let third = NewJob { dedupe_key: Some("test:one".into()), ..NewJob::new("test_kind", json!({})) };
     assert!(enqueue(tx.conn(), third).await.unwrap().is_some());
@@ -260,10 +257,7 @@ async fn each_job_runs_exactly_once_across_two_workers() {
     b.stop().await;
 
     let per_job: Vec<(JobId, i64)> =
-        sqlx::query_as("SELECT job_id, count(*) FROM public.job_effects GROUP BY job_id ORDER BY job_id")
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
+        t.all(sqlx::query_as("SELECT job_id, count(*) FROM public.job_effects GROUP BY job_id ORDER BY job_id")).await;
     assert_eq!(per_job.iter().map(|(id, _)| *id).collect::<Vec<_>>(), ids, "every job ran");
     assert!(per_job.iter().all(|(_, n)| *n == 1), "a job ran more than once: {per_job:?}");
     let not_once: i64 =
@@ -276,10 +270,8 @@ async fn each_job_runs_exactly_once_across_two_workers() {
     )
     .await;
     assert_eq!(mismatched, 0);
-    let workers: Vec<String> = sqlx::query_scalar("SELECT DISTINCT worker FROM public.job_effects ORDER BY 1")
-        .fetch_all(&t.admin)
-        .await
-        .unwrap();
+    let workers: Vec<String> =
+        t.all(sqlx::query_scalar("SELECT DISTINCT worker FROM public.job_effects ORDER BY 1")).await;
     let mut expected = vec![a_id, b_id];
     expected.sort();
     assert_eq!(workers, expected, "both workers took part");
@@ -324,13 +316,14 @@ async fn a_failing_job_is_retried_with_backoff_then_fails() {
     let delay = Backoff::default().delay(claimed[0].attempts);
     let outcome = queue::fail(&t.db, id, "test-worker", 1, "first failure", Some(delay)).await.unwrap();
     assert_eq!(outcome, FailOutcome::WillRetry);
-    let (state, wait): (String, f64) = sqlx::query_as(
-        "SELECT state, extract(epoch FROM run_at - now())::float8 FROM integration.jobs WHERE job_id = $1",
-    )
-    .bind(id)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let (state, wait): (String, f64) = t
+        .one(
+            sqlx::query_as(
+                "SELECT state, extract(epoch FROM run_at - now())::float8 FROM integration.jobs WHERE job_id = $1",
+            )
+            .bind(id),
+        )
+        .await;
     assert_eq!(state, "pending");
     assert!((0.8..=2.0).contains(&wait), "due again in {wait} s");
     assert!(queue::claim(&t.db, "test-worker", 10, Duration::from_secs(60)).await.unwrap().is_empty(), "not due yet");
@@ -428,7 +421,7 @@ async fn a_crashed_workers_expired_lease_is_claimed_again() {
     assert_eq!(a.attempts, 2, "the crashed attempt counts");
     assert_eq!(a.locked_by.as_deref(), Some(w_id.as_str()));
     let effects: Vec<(JobId, String, DateTime<Utc>)> =
-        sqlx::query_as("SELECT job_id, worker, at FROM public.job_effects").fetch_all(&t.admin).await.unwrap();
+        t.all(sqlx::query_as("SELECT job_id, worker, at FROM public.job_effects")).await;
     assert_eq!(effects.len(), 1, "{effects:?}");
     assert_eq!((effects[0].0, effects[0].1.as_str()), (job_a, w_id.as_str()));
     assert!(effects[0].2 >= lease_end, "re-run at {} before the lease ended at {lease_end}", effects[0].2);
@@ -452,16 +445,10 @@ async fn a_schedule_fires_once_per_slot_and_never_overlaps() {
     let hour = Duration::from_secs(3600);
     ensure_schedule(&t.db, "test_tick", hour).await.unwrap();
     let first: DateTime<Utc> =
-        sqlx::query_scalar("SELECT next_run_at FROM integration.job_schedules WHERE name = 'test_tick'")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+        t.one(sqlx::query_scalar("SELECT next_run_at FROM integration.job_schedules WHERE name = 'test_tick'")).await;
     ensure_schedule(&t.db, "test_tick", hour).await.unwrap();
     let again: DateTime<Utc> =
-        sqlx::query_scalar("SELECT next_run_at FROM integration.job_schedules WHERE name = 'test_tick'")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+        t.one(sqlx::query_scalar("SELECT next_run_at FROM integration.job_schedules WHERE name = 'test_tick'")).await;
     assert_eq!(first, again, "ensure_schedule is idempotent");
 
     // A worker in the middle of firing holds the row: another skips it instead of waiting.
@@ -489,50 +476,34 @@ async fn a_schedule_fires_once_per_slot_and_never_overlaps() {
     let runs = || count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE kind = 'test_tick'");
     assert_eq!(runs().await, 1);
     let (dedupe, payload): (Option<String>, serde_json::Value) =
-        sqlx::query_as("SELECT dedupe_key, payload FROM integration.jobs WHERE kind = 'test_tick'")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+        t.one(sqlx::query_as("SELECT dedupe_key, payload FROM integration.jobs WHERE kind = 'test_tick'")).await;
     assert_eq!(dedupe.as_deref(), Some("schedule:test_tick"));
     assert_eq!(payload["schedule"], "test_tick");
-    let advanced: bool = sqlx::query_scalar(
-        "SELECT next_run_at > now() AND next_run_at <= now() + interval '1 hour' AND last_enqueued_at IS NOT NULL
+    let advanced: bool = t
+        .one(sqlx::query_scalar(
+            "SELECT next_run_at > now() AND next_run_at <= now() + interval '1 hour' AND last_enqueued_at IS NOT NULL
          FROM integration.job_schedules WHERE name = 'test_tick'",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+        ))
+        .await;
     assert!(advanced);
 
     // Due again while the first run is still pending: no second run, and the slot passes.
-    sqlx::query("UPDATE integration.job_schedules SET next_run_at = now() - interval '1 second'")
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("UPDATE integration.job_schedules SET next_run_at = now() - interval '1 second'")).await;
     assert_eq!(fire_due_schedules(&t.db).await.unwrap(), 0);
     assert_eq!(runs().await, 1);
-    let passed: bool = sqlx::query_scalar("SELECT next_run_at > now() FROM integration.job_schedules")
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let passed: bool = t.one(sqlx::query_scalar("SELECT next_run_at > now() FROM integration.job_schedules")).await;
     assert!(passed);
 
     // After ten and a half hours down, with the run done: one run, not ten, and the next slot
     // stays on the schedule's grid.
-    sqlx::query("UPDATE integration.jobs SET state = 'done', finished_at = now() WHERE kind = 'test_tick'")
-        .execute(&t.admin)
-        .await
-        .unwrap();
-    let anchor: DateTime<Utc> = sqlx::query_scalar(
+    t.run(sqlx::query("UPDATE integration.jobs SET state = 'done', finished_at = now() WHERE kind = 'test_tick'"))
+        .await;
+    let anchor: DateTime<Utc> = t.one(sqlx::query_scalar(
         "UPDATE integration.job_schedules SET next_run_at = now() - interval '10 hours 30 minutes' RETURNING next_run_at",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    )).await;
     assert_eq!(fire_due_schedules(&t.db).await.unwrap(), 1);
     assert_eq!(runs().await, 2);
-    let next: DateTime<Utc> =
-        sqlx::query_scalar("SELECT next_run_at FROM integration.job_schedules").fetch_one(&t.admin).await.unwrap();
+    let next: DateTime<Utc> = t.one(sqlx::query_scalar("SELECT next_run_at FROM integration.job_schedules")).await;
     assert_eq!(next - anchor, chrono::Duration::hours(11));
 }
 
@@ -587,11 +558,8 @@ async fn past_the_grace_period_a_job_is_given_back_without_spending_an_attempt_a
     assert_eq!((row.state.as_str(), row.attempts), ("pending", 0), "given back, its attempt not spent");
     assert!(row.locked_until.is_none() && row.finished_at.is_none());
     assert_eq!(row.locked_by.as_deref(), Some(a_id.as_str()), "the last holder is kept for operators");
-    let due: bool = sqlx::query_scalar("SELECT run_at <= now() FROM integration.jobs WHERE job_id = $1")
-        .bind(slow)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let due: bool =
+        t.one(sqlx::query_scalar("SELECT run_at <= now() FROM integration.jobs WHERE job_id = $1").bind(slow)).await;
     assert!(due, "given back due now");
     // The give-back woke the workers, as an enqueue does.
     tokio::time::timeout(Duration::from_secs(1), listener.recv()).await.expect("the give-back notifies").unwrap();
@@ -611,8 +579,7 @@ async fn past_the_grace_period_a_job_is_given_back_without_spending_an_attempt_a
 
     wait_until("the job is done", Duration::from_secs(10), || async { state_of(&t.admin, slow).await == "done" }).await;
     b.stop().await;
-    let effects: Vec<String> =
-        sqlx::query_scalar("SELECT worker FROM public.job_effects").fetch_all(&t.admin).await.unwrap();
+    let effects: Vec<String> = t.all(sqlx::query_scalar("SELECT worker FROM public.job_effects")).await;
     assert_eq!(effects, vec![b_id], "the stopped handler did nothing; the other worker ran the job once");
     assert_eq!(job(&t.admin, slow).await.unwrap().attempts, 1);
 }
@@ -658,10 +625,8 @@ async fn renewal_keeps_a_job_that_runs_longer_than_its_lease_from_being_claimed_
     assert!(ran_for >= lease * 2, "the job ran {ran_for:?}, more than its lease");
     let row = job(&t.admin, slow).await.unwrap();
     assert_eq!((row.attempts, row.locked_by.as_deref()), (1, Some(a_id.as_str())), "one attempt, the first worker's");
-    let ran: Vec<(JobId, String)> = sqlx::query_as("SELECT job_id, worker FROM public.job_effects ORDER BY job_id")
-        .fetch_all(&t.admin)
-        .await
-        .unwrap();
+    let ran: Vec<(JobId, String)> =
+        t.all(sqlx::query_as("SELECT job_id, worker FROM public.job_effects ORDER BY job_id")).await;
     assert_eq!(ran, vec![(slow, a_id), (quick, b_id)], "the slow job ran once, on the first worker");
 }
 
@@ -704,8 +669,7 @@ async fn a_renewal_that_fails_is_tried_again_at_the_next_tick_and_the_job_runs_o
     w.stop().await;
     let row = job(&t.admin, slow).await.unwrap();
     assert_eq!((row.attempts, row.locked_by.as_deref()), (1, Some(w_id.as_str())));
-    let effects: Vec<String> =
-        sqlx::query_scalar("SELECT worker FROM public.job_effects").fetch_all(&t.admin).await.unwrap();
+    let effects: Vec<String> = t.all(sqlx::query_scalar("SELECT worker FROM public.job_effects")).await;
     assert_eq!(effects, vec![w_id], "the job ran to its end once");
 }
 
@@ -721,15 +685,15 @@ async fn a_job_whose_lease_passed_to_another_worker_is_stopped_and_not_recorded(
     wait_until("the job is running", Duration::from_secs(10), || async { state_of(&t.admin, slow).await == "running" })
         .await;
     // Another worker takes the job over, as its claim would after a lease ran out.
-    sqlx::query(
-        "UPDATE integration.jobs SET locked_by = 'other-worker', attempts = attempts + 1,
+    t.run(
+        sqlx::query(
+            "UPDATE integration.jobs SET locked_by = 'other-worker', attempts = attempts + 1,
                 locked_until = now() + interval '1 hour'
          WHERE job_id = $1",
+        )
+        .bind(slow),
     )
-    .bind(slow)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .await;
 
     // The first worker's next renewal finds the lease gone and stops its handler, which would
     // have recorded its effect at 3 s.
@@ -785,22 +749,16 @@ async fn purge_expired_deletes_exactly_the_expired_rows() {
     .await;
     w.stop().await;
 
-    let sessions: Vec<Vec<u8>> =
-        sqlx::query_scalar("SELECT token_hash FROM core.web_sessions").fetch_all(&t.admin).await.unwrap();
+    let sessions: Vec<Vec<u8>> = t.all(sqlx::query_scalar("SELECT token_hash FROM core.web_sessions")).await;
     assert_eq!(sessions, vec![vec![2u8]]);
-    let failures: Vec<String> =
-        sqlx::query_scalar("SELECT email_key FROM core.sign_in_throttle").fetch_all(&t.admin).await.unwrap();
+    let failures: Vec<String> = t.all(sqlx::query_scalar("SELECT email_key FROM core.sign_in_throttle")).await;
     assert_eq!(failures, vec!["recent@example.org".to_string()]);
-    let windows: Vec<String> =
-        sqlx::query_scalar("SELECT address FROM core.sign_in_addresses").fetch_all(&t.admin).await.unwrap();
+    let windows: Vec<String> = t.all(sqlx::query_scalar("SELECT address FROM core.sign_in_addresses")).await;
     assert_eq!(windows, vec!["10.0.0.2".to_string()]);
     // Other standard schedules (the grant sweep) fire too; they are not the purge's business.
-    let kinds: Vec<String> = sqlx::query_scalar(
+    let kinds: Vec<String> = t.all(sqlx::query_scalar(
         "SELECT kind FROM integration.jobs WHERE kind NOT IN (SELECT name FROM integration.job_schedules WHERE name <> 'purge_expired') ORDER BY kind",
-    )
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+    )).await;
     assert_eq!(kinds, vec!["later", "old_failed", "purge_expired", "recent_done"]);
 
     // Nothing left to purge.
@@ -822,11 +780,8 @@ async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_leas
     // T0 only: the listing and the moves are left to the drain job.
     let act = change(&t, OrgTypeId(ty), support, Some(Disposition::Migrate)).await.unwrap();
     assert_eq!(act_state(&t, act).await, "running");
-    let drain_job: JobId = sqlx::query_scalar("SELECT job_id FROM integration.jobs WHERE kind = $1")
-        .bind(DRAIN_PLAN_ACT)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let drain_job: JobId =
+        t.one(sqlx::query_scalar("SELECT job_id FROM integration.jobs WHERE kind = $1").bind(DRAIN_PLAN_ACT)).await;
     let moved_sql =
         format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {act} AND state = 'migrated'");
 
@@ -855,7 +810,7 @@ async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_leas
     let (first_end, renewed_end) = (first_lease_end.expect("a lease"), row.locked_until.expect("a lease"));
     assert!(renewed_end > first_end, "a drain longer than its lease keeps a renewed lease");
 
-    let killed_at: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&t.admin).await.unwrap();
+    let killed_at: DateTime<Utc> = t.one(sqlx::query_scalar("SELECT clock_timestamp()")).await;
     let killed = Instant::now();
     first.kill();
     // The dead worker's statements in flight end; then nothing moves until someone resumes.
@@ -869,7 +824,7 @@ async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_leas
             == 0
     })
     .await;
-    let quiet_at: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&t.admin).await.unwrap();
+    let quiet_at: DateTime<Utc> = t.one(sqlx::query_scalar("SELECT clock_timestamp()")).await;
     let moved_at_kill = scalar(&t, &moved_sql).await;
     assert!(0 < moved_at_kill && moved_at_kill < ORGS, "killed midway: {moved_at_kill} of {ORGS} moved");
     assert_eq!(job(&t.admin, drain_job).await.unwrap().state, "running", "the dead worker's job keeps its lease");
@@ -889,14 +844,15 @@ async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_leas
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     wait_until("the act is done", Duration::from_secs(180), || async { act_state(&t, act).await == "done" }).await;
-    let first_resumed: DateTime<Utc> = sqlx::query_scalar(
-        "SELECT min(settled_at) FROM core.plan_act_obligations WHERE plan_act_id = $1 AND settled_at > $2",
-    )
-    .bind(act)
-    .bind(quiet_at)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let first_resumed: DateTime<Utc> = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT min(settled_at) FROM core.plan_act_obligations WHERE plan_act_id = $1 AND settled_at > $2",
+            )
+            .bind(act)
+            .bind(quiet_at),
+        )
+        .await;
     let resumed_after = (first_resumed - killed_at).to_std().unwrap();
     println!(
         "killed at {moved_at_kill} of {ORGS} moves; the remaining {} resumed {:.2} s after the kill (lease {:.1} s)",

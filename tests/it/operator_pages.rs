@@ -28,17 +28,14 @@ use reqwest::StatusCode;
 /// Row counts of the catalog tables: keys, sets, rules, products.
 async fn catalog_counts(t: &TestDb) -> [i64; 4] {
     let n = |table: &'static str| async move {
-        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM core.{table}")))
-            .fetch_one(&t.admin)
-            .await
-            .unwrap()
+        t.one(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM core.{table}")))).await
     };
     [n("resource_keys").await, n("entitlement_sets").await, n("entitlement_set_rules").await, n("products").await]
 }
 
 /// Every catalog row's content, to prove a refusal changed nothing (not even in place).
 async fn catalog_snapshot(t: &TestDb) -> String {
-    sqlx::query_scalar(
+    t.one(sqlx::query_scalar(
         "SELECT concat_ws(E'\\n',
             (SELECT string_agg(format('%s|%s|%s|%s', resource_key, kind, provider, description), ';' ORDER BY resource_key)
                FROM core.resource_keys),
@@ -49,10 +46,7 @@ async fn catalog_snapshot(t: &TestDb) -> String {
                FROM core.entitlement_set_rules),
             (SELECT string_agg(format('%s|%s|%s|%s', product_id, name, entitlement_set_id, published), ';' ORDER BY product_id)
                FROM core.products))",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap()
+    )).await
 }
 
 /// Counts and snapshot together: what "nothing was written" compares.
@@ -62,26 +56,26 @@ async fn catalog(t: &TestDb) -> ([i64; 4], String) {
 
 /// A set's rules as (key, numeric, flag), by key.
 async fn rules_of(t: &TestDb, set: i64) -> Vec<(String, Option<i64>, Option<bool>)> {
-    sqlx::query_as(
-        "SELECT resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
+    t.all(
+        sqlx::query_as(
+            "SELECT resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
          WHERE entitlement_set_id = $1 ORDER BY resource_key",
+        )
+        .bind(set),
     )
-    .bind(set)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 /// How many pools hold a conferral of a product of this set, counted here independently.
 async fn pools_carrying(t: &TestDb, set: i64) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(DISTINCT c.pool_id) FROM core.conferrals c JOIN core.products p USING (product_id)
+    t.one(
+        sqlx::query_scalar(
+            "SELECT count(DISTINCT c.pool_id) FROM core.conferrals c JOIN core.products p USING (product_id)
          WHERE p.entitlement_set_id = $1 AND c.state = 'holding'",
+        )
+        .bind(set),
     )
-    .bind(set)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 // ---------- 1. The catalog page ----------
@@ -168,12 +162,9 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
     )
     .await;
     assert_sent_to(&a, true, "/operator/catalog");
-    let keys: Vec<(String, String, String)> = sqlx::query_as(
+    let keys: Vec<(String, String, String)> = t.all(sqlx::query_as(
         "SELECT resource_key, kind, description FROM core.resource_keys WHERE resource_key LIKE 'wiki.%' ORDER BY 1",
-    )
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+    )).await;
     assert_eq!(
         keys,
         vec![
@@ -218,14 +209,11 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
     .await;
     let extra = product_id(&t, "Extra sites").await;
     assert_sent_to(&a, true, &format!("/operator/catalog/products/{extra}"));
-    let rows: Vec<(String, Option<i64>, bool)> = sqlx::query_as(
+    let rows: Vec<(String, Option<i64>, bool)> = t.all(sqlx::query_as(
         "SELECT name, entitlement_set_id, published FROM core.products WHERE product_id IN ($1, $2) ORDER BY product_id",
     )
     .bind(p)
-    .bind(extra)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+    .bind(extra)).await;
     assert_eq!(rows, vec![("Enterprise".into(), Some(enterprise), true), ("Extra sites".into(), None, false)]);
 
     let after = catalog_counts(&t).await;
@@ -256,12 +244,12 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
     let page = get(&app, &c, &format!("/operator/catalog/products/{extra}?saved=1")).await;
     assert!(page.body.contains("The product was saved."), "{}", page.body);
     assert!(page.body.contains("value=\"More sites\""), "{}", page.body);
-    let row_now: (String, Option<i64>, bool) =
-        sqlx::query_as("SELECT name, entitlement_set_id, published FROM core.products WHERE product_id = $1")
-            .bind(extra)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let row_now: (String, Option<i64>, bool) = t
+        .one(
+            sqlx::query_as("SELECT name, entitlement_set_id, published FROM core.products WHERE product_id = $1")
+                .bind(extra),
+        )
+        .await;
     assert_eq!(row_now, ("More sites".into(), Some(enterprise), true));
 }
 
@@ -871,12 +859,10 @@ async fn organizations_are_paged_by_name_fifty_at_a_time_from_first_to_last_and_
 #[tokio::test]
 async fn a_search_matching_very_many_organizations_counts_to_a_cap() {
     let (t, app, c, _) = operator_app().await;
-    sqlx::query(
+    t.run(sqlx::query(
         "INSERT INTO core.organizations (name) SELECT 'Many ' || lpad(g::text, 5, '0') FROM generate_series(1, 1005) g",
-    )
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    ))
+    .await;
     let a = get(&app, &c, "/operator/organizations?q=many").await;
     assert!(a.body.contains("More than 1,000 organizations matching “many”"), "{}", a.body);
     let all = get(&app, &c, "/operator/organizations").await;
@@ -939,17 +925,14 @@ async fn a_set_and_a_product_carried_by_very_many_pools_count_to_a_cap() {
 async fn the_organization_counts_stay_exact_through_inserts_retypes_deletes_and_compaction() {
     let t = demo_db().await;
     let exact = || async {
-        let kept: Vec<(Option<i64>, i64)> = sqlx::query_as(
+        let kept: Vec<(Option<i64>, i64)> = t.all(sqlx::query_as(
             "SELECT org_type_id, sum(delta)::bigint FROM core.organization_counts GROUP BY 1 HAVING sum(delta) <> 0 ORDER BY 1 NULLS FIRST",
-        )
-        .fetch_all(&t.admin)
-        .await
-        .unwrap();
-        let counted: Vec<(Option<i64>, i64)> =
-            sqlx::query_as("SELECT org_type_id, count(*) FROM core.organizations GROUP BY 1 ORDER BY 1 NULLS FIRST")
-                .fetch_all(&t.admin)
-                .await
-                .unwrap();
+        )).await;
+        let counted: Vec<(Option<i64>, i64)> = t
+            .all(sqlx::query_as(
+                "SELECT org_type_id, count(*) FROM core.organizations GROUP BY 1 ORDER BY 1 NULLS FIRST",
+            ))
+            .await;
         assert_eq!(kept, counted);
     };
     exact().await;
@@ -978,8 +961,7 @@ async fn the_organization_counts_stay_exact_through_inserts_retypes_deletes_and_
     let folded = member_console::services::organizations::compact_counts(&t.db).await.unwrap();
     assert!(folded > 0);
     exact().await;
-    let rows: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM core.organization_counts").fetch_one(&t.admin).await.unwrap();
+    let rows: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.organization_counts")).await;
     assert_eq!(rows, 3, "one row per type after the compaction (Community, Business, none)");
 }
 
@@ -1049,12 +1031,12 @@ async fn initech_holds_pro_by_an_operator_grant_with_ten_sites() {
     assert!(html.contains(r#"<td class="num">0 of 10</td>"#), "{html}");
     // Pro displaced the floor: the floor grant ended (it is not "replaced", so nothing waits to
     // come back and no Displaced section shows).
-    let floor: String =
-        sqlx::query_scalar("SELECT status FROM core.grants WHERE organization_id = $1 AND kind = 'floor'")
-            .bind(initech)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let floor: String = t
+        .one(
+            sqlx::query_scalar("SELECT status FROM core.grants WHERE organization_id = $1 AND kind = 'floor'")
+                .bind(initech),
+        )
+        .await;
     assert_eq!(floor, "ended");
     assert!(!html.contains("displaced-heading"), "{html}");
     let plan_section = &html[html.find("plan-heading").unwrap()..html.find("grants-heading").unwrap()];
@@ -1111,17 +1093,15 @@ async fn members_are_refused_and_anonymous_visitors_sent_to_sign_in_on_every_ope
 
 /// The ladders, their tiers and the plan acts, to prove a refused topology form wrote nothing.
 async fn topology_snapshot(t: &TestDb) -> String {
-    sqlx::query_scalar(
+    t.one(sqlx::query_scalar(
         "SELECT concat_ws(E'\\n',
             (SELECT string_agg(format('%s|%s', plan_ladder_id, sort_order), ';' ORDER BY plan_ladder_id)
                FROM core.plan_ladders),
             (SELECT string_agg(format('%s|%s|%s', plan_ladder_id, rank, product_id), ';' ORDER BY plan_ladder_id, rank)
                FROM core.plan_ladder_tiers),
             (SELECT count(*)::text FROM core.plan_acts))",
-    )
-    .fetch_one(&t.admin)
+    ))
     .await
-    .unwrap()
 }
 
 /// A field the form does not have (a misspelling, a page older than the console) is refused

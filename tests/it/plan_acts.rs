@@ -38,15 +38,15 @@ fn h(ladder: &str, product: &str, kind: &str) -> (String, String, String, String
 
 /// The pools whose floor grant holds `ladder` right now.
 async fn floor_holders(t: &TestDb, ladder: LadderId) -> Vec<PoolId> {
-    sqlx::query_scalar(
-        "SELECT p.pool_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+    t.all(
+        sqlx::query_scalar(
+            "SELECT p.pool_id FROM core.positions p JOIN core.conferrals c USING (conferral_id)
          JOIN core.grants g ON g.grant_id = c.grant_id
          WHERE p.plan_ladder_id = $1 AND g.kind = 'floor' ORDER BY p.pool_id",
+        )
+        .bind(ladder),
     )
-    .bind(ladder)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 /// `n` new organizations of the type, every `every`-th given Pro; then the type's pools split into
@@ -95,12 +95,9 @@ async fn a_default_change_with_migrate_moves_every_floor_and_gives_the_pro_holde
     // The demo's Acme and Umbrella hold Free, Initech holds Pro; ours: 24 floors and 6 Pro.
     assert_eq!((floor_pools.len(), pro_pools.len()), (26, 7));
     let old_floors = floor_grants_on(&t, &floor_pools, wiki).await;
-    let globex = sqlx::query_scalar::<_, PoolId>(
+    let globex = t.one(sqlx::query_scalar::<_, PoolId>(
         "SELECT rp.pool_id FROM core.resource_pools rp JOIN core.organizations o USING (organization_id) WHERE o.name = 'Globex'",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    )).await;
     let globex_before = holdings(&t, globex).await;
 
     let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
@@ -111,15 +108,12 @@ async fn a_default_change_with_migrate_moves_every_floor_and_gives_the_pro_holde
 
     for (p, (grant_id, conferral)) in floor_pools.iter().zip(&old_floors) {
         assert_eq!(shape(&t, *p).await, vec![h("Support", "Community support", "floor")], "pool {p}");
-        let (status, reason): (String, Option<String>) = sqlx::query_as(
+        let (status, reason): (String, Option<String>) = t.one(sqlx::query_as(
             "SELECT g.status, c.ended_reason FROM core.grants g JOIN core.conferrals c ON c.grant_id = g.grant_id
              WHERE g.grant_id = $1 AND c.conferral_id = $2",
         )
         .bind(grant_id)
-        .bind(conferral)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+        .bind(conferral)).await;
         assert_eq!((status.as_str(), reason.as_deref()), ("ended", Some("migrated")), "pool {p}'s Free floor");
     }
     for p in &pro_pools {
@@ -165,14 +159,11 @@ async fn a_default_change_with_migrate_moves_every_floor_and_gives_the_pro_holde
     assert_eq!(act_state(&t, act).await, "done");
     assert!(stale_pools(&t).await.is_empty(), "every pool's entitlements equal a fresh computation");
     assert_eq!(type_default(&t, community).await, (Some(support), Some(act)));
-    let (kind, disposition, detail): (String, Option<String>, serde_json::Value) = sqlx::query_as(
+    let (kind, disposition, detail): (String, Option<String>, serde_json::Value) = t.one(sqlx::query_as(
         "SELECT a.kind, a.disposition, d.detail FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
          WHERE a.plan_act_id = $1",
     )
-    .bind(act)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(act)).await;
     assert_eq!((kind.as_str(), disposition.as_deref()), ("default_change", Some("migrate")));
     assert_eq!(detail["from_ladder_id"], serde_json::json!(wiki));
     assert_eq!(detail["to_ladder_id"], serde_json::json!(support));
@@ -208,13 +199,10 @@ async fn a_default_change_with_grandfather_keeps_the_old_floor_as_a_legacy_grant
         let mut out = vec![];
         for p in &floor_pools {
             out.push(
-                sqlx::query_scalar::<_, i64>(
+                t.one(sqlx::query_scalar::<_, i64>(
                     "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
                 )
-                .bind(p)
-                .fetch_one(&t.admin)
-                .await
-                .unwrap(),
+                .bind(p)).await,
             );
         }
         out
@@ -239,13 +227,10 @@ async fn a_default_change_with_grandfather_keeps_the_old_floor_as_a_legacy_grant
             "ended",
             "the old floor grant itself ended; the legacy grant replaces it"
         );
-        let sites: i64 = sqlx::query_scalar(
+        let sites: i64 = t.one(sqlx::query_scalar(
             "SELECT numeric_value FROM core.pool_entitlements WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
         )
-        .bind(p)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+        .bind(p)).await;
         assert_eq!(sites, before[i], "the grandfathered organization keeps its wiki");
     }
     for p in &pro_pools {
@@ -283,12 +268,11 @@ async fn without_a_disposition_the_change_is_refused_while_organizations_hold_th
 
     // Other refusals: the ladder it has already, an unknown ladder, a ladder with no tiers, an
     // unknown type. Each writes nothing, with or without a disposition.
-    let bare: LadderId = sqlx::query_scalar(
-        "INSERT INTO core.plan_ladders (name, sort_order) VALUES ('Bare', 9) RETURNING plan_ladder_id",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let bare: LadderId = t
+        .one(sqlx::query_scalar(
+            "INSERT INTO core.plan_ladders (name, sort_order) VALUES ('Bare', 9) RETURNING plan_ladder_id",
+        ))
+        .await;
     let cases: &[(LadderId, &str)] =
         &[(wiki, "default already"), (LadderId(999_999), "Choose a ladder from the list"), (bare, "no tiers")];
     for d in [None, Some(Disposition::Migrate), Some(Disposition::Grandfather)] {
@@ -308,33 +292,27 @@ async fn without_a_disposition_the_change_is_refused_while_organizations_hold_th
     assert_eq!(type_default(&t, community).await, (Some(wiki), None));
 
     // A fresh type with no organization: allowed without a disposition, and done at once.
-    let empty: OrgTypeId = sqlx::query_scalar(
-        "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Empty', $1) RETURNING org_type_id",
-    )
-    .bind(wiki)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let empty: OrgTypeId = t
+        .one(
+            sqlx::query_scalar(
+                "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Empty', $1) RETURNING org_type_id",
+            )
+            .bind(wiki),
+        )
+        .await;
     let act = change(&t, empty, support, None).await.unwrap();
     assert_eq!(act_state(&t, act).await, "done", "an act that reaches no organization is done at once");
     assert_eq!(type_default(&t, empty).await, (Some(support), Some(act)));
     let disposition: Option<String> =
-        sqlx::query_scalar("SELECT disposition FROM core.plan_acts WHERE plan_act_id = $1")
-            .bind(act)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+        t.one(sqlx::query_scalar("SELECT disposition FROM core.plan_acts WHERE plan_act_id = $1").bind(act)).await;
     assert_eq!(disposition, None);
 
     // A type whose organizations all left the floor (all hold Pro): allowed, and they are
     // given the new floor (the vacant bucket).
-    let partners: OrgTypeId = sqlx::query_scalar(
+    let partners: OrgTypeId = t.one(sqlx::query_scalar(
         "INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Partners', $1) RETURNING org_type_id",
     )
-    .bind(wiki)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(wiki)).await;
     let pro = product_id(&t, "Pro").await;
     let created = orgs_of_type(&t, partners, "Partner", 3).await;
     // While one still holds the floor, refused.
@@ -696,14 +674,11 @@ async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
 
     mend_pools(&t).await;
     let retry = pa::retry_plan_act(&t.db, act, None).await.unwrap();
-    let (kind, retry_of): (String, Option<PlanActId>) = sqlx::query_as(
+    let (kind, retry_of): (String, Option<PlanActId>) = t.one(sqlx::query_as(
         "SELECT a.kind, (d.detail->>'retry_of')::bigint FROM core.plan_acts a JOIN core.plan_act_details d USING (plan_act_id)
          WHERE a.plan_act_id = $1",
     )
-    .bind(retry)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(retry)).await;
     assert_eq!((kind.as_str(), retry_of), ("retry", Some(act)));
     let (state, _, error) = obligation(&t, act, bad).await;
     assert_eq!((state.as_str(), error), ("pending", None), "requeued");
@@ -807,11 +782,8 @@ async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act(
     let act = PlanActId(scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts").await);
     let to = format!("/operator/plan-acts/{act}");
     assert_eq!(headers.get("location").and_then(|v| v.to_str().ok()), Some(to.as_str()));
-    let actor: Option<i64> = sqlx::query_scalar("SELECT created_by FROM core.plan_acts WHERE plan_act_id = $1")
-        .bind(act)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let actor: Option<i64> =
+        t.one(sqlx::query_scalar("SELECT created_by FROM core.plan_acts WHERE plan_act_id = $1").bind(act)).await;
     assert!(actor.is_some(), "the act names the operator");
     // The request drained the three demo organizations itself (or the job will); wait for done.
     if act_state(&t, act).await != "done" {
@@ -890,14 +862,11 @@ async fn a_running_acts_progress_says_its_rate_over_the_last_minute_and_the_time
     );
     // Stand the act where a poll would find it mid-way, older than the window: of its 20
     // organizations 5 are pending again, 5 settled five minutes ago, 10 in the last minute.
-    sqlx::query(
+    t.run(sqlx::query(
         "UPDATE core.plan_acts SET state = 'running', finished_at = NULL, created_at = now() - interval '10 minutes'
          WHERE plan_act_id = $1",
     )
-    .bind(act)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .bind(act)).await;
     let stand = |recent: &'static str| {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "WITH o AS (SELECT pool_id, row_number() OVER (ORDER BY pool_id) AS n

@@ -73,15 +73,12 @@ impl Paying {
 
     /// The ledger's rows: (from, to, state).
     async fn ledger(&self) -> Vec<(String, String, String)> {
-        sqlx::query_as(
+        self.t.all(sqlx::query_as(
             "SELECT f.name, p.name, c.state FROM core.scheduled_changes c
              JOIN core.products f ON f.product_id = c.from_product_id JOIN core.products p ON p.product_id = c.to_product_id
              WHERE c.subscription_id = $1 ORDER BY c.scheduled_change_id",
         )
-        .bind(self.subscription_id)
-        .fetch_all(&self.t.admin)
-        .await
-        .unwrap()
+        .bind(self.subscription_id)).await
     }
 
     async fn quote(&self, price: PriceId) -> Result<plan_changes::SwitchQuote, ServiceError> {
@@ -174,11 +171,11 @@ async fn a_confirmation_needs_its_own_fresh_quote_and_otherwise_changes_nothing(
         .unwrap_err();
     assert!(matches!(e, ServiceError::Refused(_) | ServiceError::NotFound(_)), "{e:?}");
     // A quote older than its window.
-    sqlx::query("UPDATE billing.switch_quotes SET quoted_at = now() - interval '16 minutes' WHERE operation = $1")
-        .bind(&q.operation)
-        .execute(&p.t.admin)
-        .await
-        .unwrap();
+    p.t.run(
+        sqlx::query("UPDATE billing.switch_quotes SET quoted_at = now() - interval '16 minutes' WHERE operation = $1")
+            .bind(&q.operation),
+    )
+    .await;
     refused(p.confirm(p.pro, &q.operation).await, "more than 15 minutes old");
     assert_eq!(p.hosting().await, "Basic");
     assert!(p.update_invoices().await.is_empty());
@@ -305,13 +302,10 @@ async fn an_upgrade_whose_charge_fails_changes_nothing_and_says_why() {
 async fn superseding_a_released_schedules_changes_waits_on_a_reconcile_holding_the_subscription_lock() {
     let p = paying("Pro").await;
     p.switch(p.basic).await.unwrap();
-    let schedule: String = sqlx::query_scalar(
+    let schedule: String = p.t.one(sqlx::query_scalar(
         "SELECT stripe_schedule_id FROM core.scheduled_changes WHERE subscription_id = $1 AND state = 'scheduled'",
     )
-    .bind(p.subscription_id)
-    .fetch_one(&p.t.admin)
-    .await
-    .unwrap();
+    .bind(p.subscription_id)).await;
     // A reconcile paused on the periods: it holds the rendezvous and the subscription's lock.
     let (mut pause, pause_pid) =
         common::hold_open(&p.t, "LOCK TABLE core.subscription_periods IN ACCESS EXCLUSIVE MODE").await;
@@ -551,10 +545,8 @@ async fn a_paused_switch_writes_its_backstop_first_which_restores_the_pause_when
     assert!(e.is_err(), "{e:?}");
     assert_eq!(p.hosting().await, "Pro", "the grant still holds the ladder");
     // Four minutes on, the backstop's reconcile puts the pause back.
-    sqlx::query("UPDATE core.outbox SET due_at = now() WHERE payload->>'cause' = 'paused_switch_backstop'")
-        .execute(&p.t.admin)
-        .await
-        .unwrap();
+    p.t.run(sqlx::query("UPDATE core.outbox SET due_at = now() WHERE payload->>'cause' = 'paused_switch_backstop'"))
+        .await;
     p.drain_outbox().await;
     assert_eq!(p.stripe_pause().await, (true, true));
 }
@@ -571,10 +563,8 @@ async fn a_paused_switch_that_applied_is_charged_paused_again_and_its_backstop_c
     p.drain_outbox().await;
     assert_eq!(p.stripe_pause().await, (true, true));
     let before = p.s.get(&format!("/subscriptions/{}", p.sub)).await;
-    sqlx::query("UPDATE core.outbox SET due_at = now() WHERE payload->>'cause' = 'paused_switch_backstop'")
-        .execute(&p.t.admin)
-        .await
-        .unwrap();
+    p.t.run(sqlx::query("UPDATE core.outbox SET due_at = now() WHERE payload->>'cause' = 'paused_switch_backstop'"))
+        .await;
     p.drain_outbox().await;
     let after = p.s.get(&format!("/subscriptions/{}", p.sub)).await;
     assert_eq!(before, after, "the backstop found nothing to restore");
@@ -688,11 +678,12 @@ async fn a_change_to_a_subscription_stripe_ended_meanwhile_is_refused_and_the_co
     // Cancelled in Stripe; the console has not heard yet.
     p.s.delete(&format!("/subscriptions/{}", p.sub)).await;
     refused(p.cancel(true).await, "already ended");
-    let status: String = sqlx::query_scalar("SELECT status FROM core.subscriptions WHERE subscription_id = $1")
-        .bind(p.subscription_id)
-        .fetch_one(&p.t.admin)
-        .await
-        .unwrap();
+    let status: String =
+        p.t.one(
+            sqlx::query_scalar("SELECT status FROM core.subscriptions WHERE subscription_id = $1")
+                .bind(p.subscription_id),
+        )
+        .await;
     assert_eq!(status, "canceled", "the refusal reconciled it");
     assert_eq!(p.hosting().await, "Free");
 }

@@ -93,10 +93,7 @@ async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_
         .unwrap();
     assert!(r.status().is_success() || r.status().is_redirection(), "{}: {}", r.status(), r.text().await.unwrap());
     let act = PlanActId(
-        sqlx::query_scalar("SELECT max(plan_act_id) FROM core.plan_acts WHERE kind = 'default_change'")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap(),
+        t.one(sqlx::query_scalar("SELECT max(plan_act_id) FROM core.plan_acts WHERE kind = 'default_change'")).await,
     );
     let moved_sql =
         format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {} AND state = 'migrated'", act.0);
@@ -104,11 +101,11 @@ async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_
     // Whichever worker took the drain is killed midway; the other finishes it.
     // The holder is read with the count, so a drain quick to finish is seen still running.
     let running = async || -> Option<String> {
-        sqlx::query_scalar("SELECT locked_by FROM integration.jobs WHERE kind = $1 AND state = 'running'")
-            .bind(DRAIN_PLAN_ACT)
-            .fetch_optional(&t.admin)
-            .await
-            .unwrap()
+        t.optional(
+            sqlx::query_scalar("SELECT locked_by FROM integration.jobs WHERE kind = $1 AND state = 'running'")
+                .bind(DRAIN_PLAN_ACT),
+        )
+        .await
     };
     let started = Instant::now();
     let holder = loop {
@@ -133,12 +130,12 @@ async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_
         async || act_state(&t, act).await == "done",
     )
     .await;
-    let (state, attempts, by): (String, i32, String) =
-        sqlx::query_as("SELECT state, attempts, locked_by FROM integration.jobs WHERE kind = $1")
-            .bind(DRAIN_PLAN_ACT)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let (state, attempts, by): (String, i32, String) = t
+        .one(
+            sqlx::query_as("SELECT state, attempts, locked_by FROM integration.jobs WHERE kind = $1")
+                .bind(DRAIN_PLAN_ACT),
+        )
+        .await;
     assert_eq!((state.as_str(), attempts), ("done", 2), "the killed attempt and the other worker's");
     assert!(by.starts_with(&surviving.worker_id_prefix()), "{by}\n{}", surviving.log());
     // Every organization moved, each once.

@@ -46,14 +46,12 @@ fn rules(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 async fn entitlements_by_org(t: &TestDb) -> Vec<(String, String, Option<i64>, Option<bool>)> {
-    sqlx::query_as(
+    t.all(sqlx::query_as(
         "SELECT o.name, e.resource_key, e.numeric_value, e.flag_value FROM core.pool_entitlements e
          JOIN core.resource_pools p USING (pool_id) JOIN core.organizations o USING (organization_id)
          ORDER BY o.name, e.resource_key",
-    )
-    .fetch_all(&t.admin)
+    ))
     .await
-    .unwrap()
 }
 
 async fn setup(n: usize) -> (TestDb, Vec<PoolId>) {
@@ -170,13 +168,10 @@ async fn a_failing_pool_is_recorded_the_others_settle_and_retry_finishes_it() {
     let c = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, "", 0).await.unwrap();
     let d = rc::drain_change(&t.db, c.change_id, 2).await.unwrap();
     assert_eq!((d.settled, d.failed, d.finished), (5, 1, false));
-    let (state, attempts, error): (String, i32, String) = sqlx::query_as(
+    let (state, attempts, error): (String, i32, String) = t.one(sqlx::query_as(
         "SELECT state, attempts, last_error FROM core.entitlement_set_change_obligations WHERE pool_id = $1 LIMIT 1",
     )
-    .bind(bad)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(bad)).await;
     assert_eq!((state.as_str(), attempts), ("failed", 1));
     assert!(error.contains("is broken"), "{error}");
     // Not due again yet: a second pass leaves it alone.
@@ -275,13 +270,10 @@ async fn removing_a_rule_and_adding_one_is_one_change() {
     .await
     .unwrap();
     assert_eq!(c.acts, 2);
-    let flags: Vec<(String, Option<bool>)> = sqlx::query_as(
+    let flags: Vec<(String, Option<bool>)> = t.all(sqlx::query_as(
         "SELECT resource_key, flag_value FROM core.pool_entitlements WHERE pool_id = $1 AND flag_value IS NOT NULL ORDER BY 1",
     )
-    .bind(pools[0])
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+    .bind(pools[0])).await;
     assert_eq!(flags, vec![("support.priority".to_string(), Some(false))]);
 }
 
@@ -296,28 +288,28 @@ async fn a_draining_changes_rate_counts_only_the_pools_settled_in_the_last_minut
     assert_eq!(settled.recent, None, "a settled change reads no rate");
     // Stand the change mid-drain, older than the window: of its 12 pools (every act of a pool
     // alike) 4 are owed again, 3 settled five minutes ago, 5 in the last minute.
-    sqlx::query(
-        "UPDATE core.entitlement_set_changes SET state = 'draining', settled_at = NULL,
+    t.run(
+        sqlx::query(
+            "UPDATE core.entitlement_set_changes SET state = 'draining', settled_at = NULL,
                 committed_at = now() - interval '10 minutes' WHERE change_id = $1",
+        )
+        .bind(d.change_id),
     )
-    .bind(d.change_id)
-    .execute(&t.admin)
-    .await
-    .unwrap();
-    sqlx::query(
-        "WITH p AS (SELECT pool_id, row_number() OVER (ORDER BY pool_id) AS n FROM unnest($2::bigint[]) AS pool_id)
+    .await;
+    t.run(
+        sqlx::query(
+            "WITH p AS (SELECT pool_id, row_number() OVER (ORDER BY pool_id) AS n FROM unnest($2::bigint[]) AS pool_id)
          UPDATE core.entitlement_set_change_obligations o
             SET state = CASE WHEN p.n <= 4 THEN 'owed' ELSE 'settled' END,
                 settled_at = CASE WHEN p.n <= 4 THEN NULL WHEN p.n <= 7 THEN now() - interval '5 minutes'
                                   ELSE now() - interval '20 seconds' END
            FROM p, core.entitlement_set_change_acts a
           WHERE a.change_id = $1 AND o.act_id = a.act_id AND o.pool_id = p.pool_id",
+        )
+        .bind(d.change_id)
+        .bind(pools.iter().map(|p| p.0).collect::<Vec<i64>>()),
     )
-    .bind(d.change_id)
-    .bind(pools.iter().map(|p| p.0).collect::<Vec<i64>>())
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .await;
     let draining = reads::rule_change(&t.db, d.change_id).await.unwrap().unwrap();
     assert_eq!((draining.change.owed, draining.change.settled), (12, 8));
     let recent = draining.recent.expect("a draining change reads its rate");

@@ -30,7 +30,7 @@ impl Sites {
     }
 
     async fn set(&self, sql: &str) {
-        sqlx::query(sqlx::AssertSqlSafe(sql.to_string())).execute(&self.t.admin).await.unwrap();
+        self.t.run(sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))).await;
     }
 
     async fn rows(&self, domain: &str) -> i64 {
@@ -50,10 +50,8 @@ async fn the_sync_adopts_what_only_the_farm_has_follows_its_statuses_and_keeps_w
     assert_eq!((c.farm_sites, c.adopted, c.statuses_written), (3, 1, 1), "{c:?}");
     assert!(c.observed >= 1, "{c:?}");
     let stray: (String, String) =
-        sqlx::query_as("SELECT workspace_id, status FROM fedwiki.sites WHERE domain = 'stray.wiki.localhost'")
-            .fetch_one(&s.t.admin)
-            .await
-            .unwrap();
+        s.t.one(sqlx::query_as("SELECT workspace_id, status FROM fedwiki.sites WHERE domain = 'stray.wiki.localhost'"))
+            .await;
     assert_eq!(stray, ("system".to_string(), "active".to_string()), "adopted into the System workspace");
     assert_eq!(servable(&s, "stray.wiki.localhost").await, Some(true), "its name is placed");
     assert_eq!(s.status("docs").await, "parked");
@@ -102,10 +100,8 @@ async fn a_farm_down_for_a_run_fails_it_writes_nothing_and_the_next_run_repairs(
     assert!(e.to_string().to_lowercase().contains("farm"), "{e}");
     assert_eq!(s.status("docs").await, "active", "nothing written");
     let failed: (String, Option<String>) =
-        sqlx::query_as("SELECT outcome, error FROM fedwiki.maintenance_runs ORDER BY run_id DESC LIMIT 1")
-            .fetch_one(&s.t.admin)
-            .await
-            .unwrap();
+        s.t.one(sqlx::query_as("SELECT outcome, error FROM fedwiki.maintenance_runs ORDER BY run_id DESC LIMIT 1"))
+            .await;
     assert_eq!(failed.0, "failed");
     s.maintain().await;
     assert_eq!(s.status("docs").await, "parked", "the next run repairs");

@@ -41,11 +41,8 @@ pub(crate) async fn setup(product: &str) -> Sites {
     demo::load(&t.db).await.unwrap();
     let f = FarmFixture::start().await;
     let who = AccountId(
-        sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE email = $1")
-            .bind(demo::MEMBER_EMAIL)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap(),
+        t.one(sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE email = $1").bind(demo::MEMBER_EMAIL))
+            .await,
     );
     let org =
         OrganizationId(common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await);
@@ -84,11 +81,12 @@ impl Sites {
     }
 
     pub(crate) async fn status(&self, name: &str) -> String {
-        sqlx::query_scalar("SELECT status FROM fedwiki.sites WHERE domain = $1")
-            .bind(format!("{name}.wiki.localhost"))
-            .fetch_one(&self.t.admin)
+        self.t
+            .one(
+                sqlx::query_scalar("SELECT status FROM fedwiki.sites WHERE domain = $1")
+                    .bind(format!("{name}.wiki.localhost")),
+            )
             .await
-            .unwrap()
     }
 
     pub(crate) async fn request(&self, id: RequestId) -> store::RequestRow {
@@ -129,11 +127,10 @@ async fn a_member_creates_a_site_that_the_farm_holds_active_and_the_registry_ser
     let on_farm = s.f.site("handbook.wiki.localhost").await.expect("the farm has it");
     assert_eq!(on_farm["status"], "active");
     assert_eq!(on_farm["owner"], format!("org-{}", s.org));
-    let servable: bool =
-        sqlx::query_scalar("SELECT servable FROM domains.placements WHERE hostname = 'handbook.wiki.localhost'")
-            .fetch_one(&s.t.admin)
-            .await
-            .unwrap();
+    let servable: bool = s
+        .t
+        .one(sqlx::query_scalar("SELECT servable FROM domains.placements WHERE hostname = 'handbook.wiki.localhost'"))
+        .await;
     assert!(servable, "the site trigger marked its placement servable");
     // A crash after the record step: the job runs again and records nothing twice.
     assert_eq!(s.run(id).await.unwrap(), Ran::Nothing);
@@ -159,10 +156,8 @@ async fn bad_and_taken_names_are_refused_and_nothing_is_written() {
             .unwrap_err();
     assert!(matches!(e, ServiceError::NotFound(_)), "{e:?}");
     // A name under another owner's claim.
-    sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('corp.wiki.localhost', 'workspace:other')")
-        .execute(&s.t.admin)
-        .await
-        .unwrap();
+    s.t.run(sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('corp.wiki.localhost', 'workspace:other')"))
+        .await;
     let e = s.create("corp").await.unwrap_err();
     assert!(e.to_string().contains("another owner holds"), "{e}");
     assert_eq!(s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await, before, "no request was written");
@@ -289,10 +284,7 @@ async fn an_unstarted_request_is_deleted_with_its_job_and_a_started_one_is_kept(
     assert_eq!(s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await, 0);
     assert_eq!(s.count("SELECT count(*) FROM integration.jobs WHERE kind = 'fedwiki_request'").await, 0);
     let started = s.create("now").await.unwrap();
-    sqlx::query("UPDATE integration.jobs SET attempts = 1 WHERE kind = 'fedwiki_request'")
-        .execute(&s.t.admin)
-        .await
-        .unwrap();
+    s.t.run(sqlx::query("UPDATE integration.jobs SET attempts = 1 WHERE kind = 'fedwiki_request'")).await;
     assert!(!fedwiki::intake::delete_unstarted_lifecycle_request(&s.t.db, started).await.unwrap());
 }
 
@@ -524,17 +516,14 @@ async fn a_member_cannot_touch_another_organizations_site_and_a_refused_act_says
     s.created("mine").await;
     // Another organization's site, on the farm too.
     let other = common::acts::community_org(&s.t, "Others").await;
-    sqlx::query("INSERT INTO fedwiki.workspaces (workspace_id, organization_id) VALUES ($1, $2)")
-        .bind(format!("org-{}", other.organization_id))
-        .bind(other.organization_id)
-        .execute(&s.t.admin)
-        .await
-        .unwrap();
-    sqlx::query("INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status) VALUES ('s-theirs', $1, 'theirs.wiki.localhost', 'active')")
-        .bind(format!("org-{}", other.organization_id))
-        .execute(&s.t.admin)
-        .await
-        .unwrap();
+    s.t.run(
+        sqlx::query("INSERT INTO fedwiki.workspaces (workspace_id, organization_id) VALUES ($1, $2)")
+            .bind(format!("org-{}", other.organization_id))
+            .bind(other.organization_id),
+    )
+    .await;
+    s.t.run(sqlx::query("INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status) VALUES ('s-theirs', $1, 'theirs.wiki.localhost', 'active')")
+        .bind(format!("org-{}", other.organization_id))).await;
     let app = app(&s).await;
     let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     for (path, fields) in [
@@ -597,11 +586,7 @@ async fn a_worker_killed_between_the_farm_call_and_the_record_step_resumes_after
 // Custom domains ----------------------------------------------------------------------------------------
 
 pub(crate) async fn servable(s: &Sites, hostname: &str) -> Option<bool> {
-    sqlx::query_scalar("SELECT servable FROM domains.placements WHERE hostname = $1")
-        .bind(hostname)
-        .fetch_optional(&s.t.admin)
-        .await
-        .unwrap()
+    s.t.optional(sqlx::query_scalar("SELECT servable FROM domains.placements WHERE hostname = $1").bind(hostname)).await
 }
 
 #[tokio::test]
@@ -624,18 +609,13 @@ async fn a_member_claims_a_domain_the_plan_allows_and_serves_a_site_under_it_whi
         "wiki.example.org"
     );
     // Another owner's claims above and below are refused to this one, and this one's to them.
-    sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('other.org', 'workspace:someone')")
-        .execute(&s.t.admin)
-        .await
-        .unwrap();
+    s.t.run(sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('other.org', 'workspace:someone')")).await;
     for taken in ["other.org", "a.other.org"] {
         let e = claim_domain(&s.t.db, &s.settings, s.who, s.org, taken).await.unwrap_err();
         assert!(e.to_string().contains("another owner holds"), "{taken}: {e}");
     }
-    sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('deep.corp.net', 'workspace:someone')")
-        .execute(&s.t.admin)
-        .await
-        .unwrap();
+    s.t.run(sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('deep.corp.net', 'workspace:someone')"))
+        .await;
     let e = claim_domain(&s.t.db, &s.settings, s.who, s.org, "corp.net").await.unwrap_err();
     assert!(e.to_string().contains("Another owner holds a name under corp.net"), "{e}");
 
@@ -690,10 +670,7 @@ async fn a_domain_is_released_only_once_nothing_is_served_under_it_and_a_sites_o
     let e = release_domain(&s.t.db, s.who, s.org, "example.org").await.unwrap_err();
     assert!(e.to_string().contains("still serves a site"), "{e}");
     // Not this organization's: another owner's claim, a name it never claimed, the farm's zone.
-    sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('other.org', 'workspace:someone')")
-        .execute(&s.t.admin)
-        .await
-        .unwrap();
+    s.t.run(sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('other.org', 'workspace:someone')")).await;
     for foreign in ["other.org", "never.example", "wiki.localhost", "wiki.example.org"] {
         let e = release_domain(&s.t.db, s.who, s.org, foreign).await.unwrap_err();
         assert!(e.to_string().contains("not one of your domains"), "{foreign}: {e}");

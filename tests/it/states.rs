@@ -12,16 +12,17 @@ use member_console::states::{
 
 /// The values of the column's `CHECK (column = ANY (ARRAY[...]))` constraint, sorted.
 async fn allowed(t: &TestDb, table: &str, column: &str) -> Vec<String> {
-    let defs: Vec<String> = sqlx::query_scalar(
-        "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+    let defs: Vec<String> = t
+        .all(
+            sqlx::query_scalar(
+                "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
          JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
          WHERE c.contype = 'c' AND c.conrelid = $1::regclass AND a.attname = $2",
-    )
-    .bind(table)
-    .bind(column)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+            )
+            .bind(table)
+            .bind(column),
+        )
+        .await;
     let prefix = format!("CHECK (({column} = ANY (ARRAY[");
     let def = defs
         .iter()

@@ -174,10 +174,8 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
 async fn the_invariant_check_reports_each_broken_invariant() {
     let t = TestDb::new().await;
     demo::load(&t.db).await.unwrap();
-    let community: OrgTypeId = sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let community: OrgTypeId =
+        t.one(sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")).await;
     let mut orgs = vec![];
     for name in ["Broken entitlements", "Broken floor", "Broken usage"] {
         orgs.push(orgs::create_organization(&t.db, &OrgName::parse(name).unwrap(), Some(community)).await.unwrap());
@@ -192,11 +190,11 @@ async fn the_invariant_check_reports_each_broken_invariant() {
     .await
     .unwrap();
     // A rule change to a carried set, settled in its commit.
-    let support: EntitlementSetId =
-        sqlx::query_scalar("SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = 'Community support'")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let support: EntitlementSetId = t
+        .one(sqlx::query_scalar(
+            "SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = 'Community support'",
+        ))
+        .await;
     let submitted = [("support.priority".to_string(), "yes".to_string())].into_iter().collect();
     let change =
         rc::commit_rule_change_batch(&t.db, support, &submitted, None, "broken", rc::DEFAULT_SYNC_CAP).await.unwrap();
@@ -205,29 +203,25 @@ async fn the_invariant_check_reports_each_broken_invariant() {
     assert!(found.is_empty(), "a consistent database has no violation: {found:#?}");
 
     // (1) A materialized value that a fresh computation does not give.
-    sqlx::query(
-        "UPDATE core.pool_entitlements SET numeric_value = numeric_value + 1
+    t.run(
+        sqlx::query(
+            "UPDATE core.pool_entitlements SET numeric_value = numeric_value + 1
          WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'",
+        )
+        .bind(orgs[0].pool_id),
     )
-    .bind(orgs[0].pool_id)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .await;
     // (2) and (3): a floor's position goes, so its holding conferral lacks a position of its
     // shape and its organization's default ladder is vacant. (4) Another floor grant is marked
     // replaced while its conferral still holds.
-    sqlx::query("DELETE FROM core.positions WHERE pool_id = $1").bind(orgs[1].pool_id).execute(&t.admin).await.unwrap();
-    sqlx::query("UPDATE core.grants SET status = 'replaced' WHERE grant_id = $1")
-        .bind(orgs[2].floor_grant_id.unwrap())
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("DELETE FROM core.positions WHERE pool_id = $1").bind(orgs[1].pool_id)).await;
+    t.run(
+        sqlx::query("UPDATE core.grants SET status = 'replaced' WHERE grant_id = $1")
+            .bind(orgs[2].floor_grant_id.unwrap()),
+    )
+    .await;
     // (5) A numeric entitlement without its usage row.
-    sqlx::query("DELETE FROM core.numeric_entitlement_usage WHERE pool_id = $1")
-        .bind(orgs[2].pool_id)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("DELETE FROM core.numeric_entitlement_usage WHERE pool_id = $1").bind(orgs[2].pool_id)).await;
     // (6) and (4): a grant active past its end, with no conferral (its expiry never ran).
     let grant = |status: &str, org: Option<OrganizationId>, domain: Option<&str>| {
         sqlx::query_scalar::<_, i64>(
@@ -248,31 +242,25 @@ async fn the_invariant_check_reports_each_broken_invariant() {
     let silent = grant("expired", Some(with_domain.organization_id), None).await.unwrap();
     // (8) A grant still waiting for a domain whose organization exists: its provisioning was lost.
     let lost = grant("waiting", None, Some("broken.example.org")).await.unwrap();
-    sqlx::query("UPDATE core.grants SET ends_at = NULL WHERE grant_id = $1")
-        .bind(lost)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("UPDATE core.grants SET ends_at = NULL WHERE grant_id = $1").bind(lost)).await;
 
     // (10) An obligation of the change settled twice: two attempts and no failure recorded.
-    let twice: PoolId = sqlx::query_scalar(
-        "UPDATE core.entitlement_set_change_obligations o SET attempts = 2
+    let twice: PoolId = t
+        .one(
+            sqlx::query_scalar(
+                "UPDATE core.entitlement_set_change_obligations o SET attempts = 2
          WHERE o.act_id IN (SELECT act_id FROM core.entitlement_set_change_acts WHERE change_id = $1)
            AND o.pool_id = (SELECT min(x.pool_id) FROM core.entitlement_set_change_obligations x
                             JOIN core.entitlement_set_change_acts a USING (act_id) WHERE a.change_id = $1)
          RETURNING o.pool_id",
-    )
-    .bind(change.change_id)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+            )
+            .bind(change.change_id),
+        )
+        .await;
 
     // (counts) A kept count that lost an organization.
-    sqlx::query("INSERT INTO core.organization_counts (org_type_id, delta) VALUES ($1, -1)")
-        .bind(community)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("INSERT INTO core.organization_counts (org_type_id, delta) VALUES ($1, -1)").bind(community))
+        .await;
 
     let found = stress::check_invariants(&t.admin).await.unwrap();
     let has =
@@ -307,7 +295,7 @@ async fn the_invariant_check_reports_each_broken_invariant() {
 }
 
 async fn id_of(t: &TestDb, sql: &str, name: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).bind(name).fetch_one(&t.admin).await.unwrap()
+    t.one(sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).bind(name)).await
 }
 
 /// The plan-act invariants: an act still draining, a move left failed, and the vacancy a
@@ -389,47 +377,41 @@ async fn the_invariant_check_sees_plan_acts_that_did_not_settle() {
 
     // Broken: one of those legacy grants ends without its pool being restored, so the vacancy is
     // no longer the removal's (3) (and the grant still holds (4)).
-    let legacy: i64 = sqlx::query_scalar(
+    let legacy: i64 = t.one(sqlx::query_scalar(
         "UPDATE core.grants SET status = 'ended' WHERE organization_id = $1 AND kind = 'legacy' AND status = 'active'
          RETURNING grant_id",
     )
-    .bind(orgs[1].organization_id)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(orgs[1].organization_id)).await;
     // A second active floor for a newcomer (its floor is Wiki hosting's new rank 0); the grant is
     // never conferred (4).
     let newcomer =
         orgs::create_organization(&t.db, &OrgName::parse("Two floors").unwrap(), Some(business)).await.unwrap();
-    let second: i64 = sqlx::query_scalar(
-        "INSERT INTO core.grants (organization_id, product_id, quantity, kind, status, reason)
+    let second: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "INSERT INTO core.grants (organization_id, product_id, quantity, kind, status, reason)
          SELECT $1, product_id, 1, 'floor', 'active', 'broken' FROM core.grants WHERE grant_id = $2
          RETURNING grant_id",
-    )
-    .bind(newcomer.organization_id)
-    .bind(newcomer.floor_grant_id.unwrap())
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+            )
+            .bind(newcomer.organization_id)
+            .bind(newcomer.floor_grant_id.unwrap()),
+        )
+        .await;
     // The fragile organization's move counted a third attempt (one Retry allows two) (12); the
     // next organization's move pending again on an act left running (11, twice).
-    sqlx::query("UPDATE core.plan_act_obligations SET attempts = 3 WHERE plan_act_id = $1 AND pool_id = $2")
-        .bind(act)
-        .bind(fragile)
-        .execute(&t.admin)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE core.plan_act_obligations SET state = 'pending' WHERE plan_act_id = $1 AND pool_id = $2")
-        .bind(act)
-        .bind(orgs[2].pool_id)
-        .execute(&t.admin)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE core.plan_acts SET state = 'running' WHERE plan_act_id = $1")
-        .bind(act)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(
+        sqlx::query("UPDATE core.plan_act_obligations SET attempts = 3 WHERE plan_act_id = $1 AND pool_id = $2")
+            .bind(act)
+            .bind(fragile),
+    )
+    .await;
+    t.run(
+        sqlx::query("UPDATE core.plan_act_obligations SET state = 'pending' WHERE plan_act_id = $1 AND pool_id = $2")
+            .bind(act)
+            .bind(orgs[2].pool_id),
+    )
+    .await;
+    t.run(sqlx::query("UPDATE core.plan_acts SET state = 'running' WHERE plan_act_id = $1").bind(act)).await;
 
     let found = stress::check_invariants(&t.admin).await.unwrap();
     let (p1, p2) = (orgs[1].pool_id, orgs[2].pool_id);
@@ -498,20 +480,17 @@ async fn the_invariant_check_sees_billing_state_that_did_not_converge() {
 
     // The first subscription cancelled in the console's rows while its provision still holds
     // (a reconcile that never ran its ended branch): not live, and not suspended though not active.
-    sqlx::query("UPDATE core.subscriptions SET status = 'canceled' WHERE subscription_id = $1")
-        .bind(subs[0])
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("UPDATE core.subscriptions SET status = 'canceled' WHERE subscription_id = $1").bind(subs[0]))
+        .await;
     // The second one's provision suspended while Stripe has it active (no reconcile since).
     assert_eq!(ent::sync_source_status(&t.db, subs[1], "suspended").await.unwrap(), 1);
     // The third one's item conferred a second time, in another organization's pool.
-    let item: SubscriptionItemId =
-        sqlx::query_scalar("SELECT subscription_item_id FROM core.subscription_items WHERE subscription_id = $1")
-            .bind(subs[2])
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let item: SubscriptionItemId = t
+        .one(
+            sqlx::query_scalar("SELECT subscription_item_id FROM core.subscription_items WHERE subscription_id = $1")
+                .bind(subs[2]),
+        )
+        .await;
     let basic = common::acts::product_id(&t, "Basic").await;
     let mut tx = db::begin(&t.db, db::TxKind::Materializing).await.unwrap();
     ent_store::confer(tx.conn(), orgs[3].pool_id, basic, None, Some(item), 1).await.unwrap();

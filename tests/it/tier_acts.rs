@@ -27,14 +27,14 @@ use reqwest::StatusCode;
 
 /// The default pool of the organization named `name`.
 async fn pool_named(t: &TestDb, name: &str) -> PoolId {
-    sqlx::query_scalar(
-        "SELECT rp.pool_id FROM core.resource_pools rp JOIN core.organizations o USING (organization_id)
+    t.one(
+        sqlx::query_scalar(
+            "SELECT rp.pool_id FROM core.resource_pools rp JOIN core.organizations o USING (organization_id)
          WHERE o.name = $1 AND rp.is_default",
+        )
+        .bind(name),
     )
-    .bind(name)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 fn removal(ladder: LadderId, rank: i32, d: Option<Disposition>) -> RemoveTier {
@@ -57,17 +57,17 @@ fn pos(ladder: &str, rank: i32, product: &str, kind: &str) -> (String, i32, Stri
 /// Every holding conferral of the pool: (product, grant kind, grant status, the grant's act, how
 /// many ladders it holds), by product name.
 async fn held(t: &TestDb, pool: PoolId) -> Vec<(String, String, String, Option<PlanActId>, i64)> {
-    sqlx::query_as(
-        "SELECT pr.name, g.kind, g.status, g.plan_act_id,
+    t.all(
+        sqlx::query_as(
+            "SELECT pr.name, g.kind, g.status, g.plan_act_id,
                 (SELECT count(*) FROM core.positions p WHERE p.conferral_id = c.conferral_id)
          FROM core.conferrals c JOIN core.products pr ON pr.product_id = c.product_id
          JOIN core.grants g ON g.grant_id = c.grant_id
          WHERE c.pool_id = $1 AND c.state = 'holding' ORDER BY pr.name",
+        )
+        .bind(pool),
     )
-    .bind(pool)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 fn hd(
@@ -81,46 +81,42 @@ fn hd(
 
 /// A grant's (status, kind, act).
 async fn grant_row(t: &TestDb, grant_id: GrantId) -> (String, String, Option<PlanActId>) {
-    sqlx::query_as("SELECT status, kind, plan_act_id FROM core.grants WHERE grant_id = $1")
-        .bind(grant_id)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+    t.one(sqlx::query_as("SELECT status, kind, plan_act_id FROM core.grants WHERE grant_id = $1").bind(grant_id)).await
 }
 
 /// The grant's latest conferral: (state, ended_reason).
 async fn latest_conferral(t: &TestDb, grant_id: GrantId) -> (String, Option<String>) {
-    sqlx::query_as(
-        "SELECT state, ended_reason FROM core.conferrals WHERE grant_id = $1 ORDER BY conferral_id DESC LIMIT 1",
+    t.one(
+        sqlx::query_as(
+            "SELECT state, ended_reason FROM core.conferrals WHERE grant_id = $1 ORDER BY conferral_id DESC LIMIT 1",
+        )
+        .bind(grant_id),
     )
-    .bind(grant_id)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 /// The grant's events other than its issue: (act, the plan act its detail names).
 async fn events(t: &TestDb, grant_id: GrantId) -> Vec<(String, Option<PlanActId>)> {
-    sqlx::query_as(
-        "SELECT act, (detail->>'plan_act_id')::bigint FROM core.grant_events
+    t.all(
+        sqlx::query_as(
+            "SELECT act, (detail->>'plan_act_id')::bigint FROM core.grant_events
          WHERE grant_id = $1 AND act <> 'issued' ORDER BY event_id",
+        )
+        .bind(grant_id),
     )
-    .bind(grant_id)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 /// The pool's materialized entitlements: (key, number, flag), by key.
 async fn ents(t: &TestDb, pool: PoolId) -> Vec<(String, Option<i64>, Option<bool>)> {
-    sqlx::query_as(
-        "SELECT resource_key, numeric_value, flag_value FROM core.pool_entitlements WHERE pool_id = $1
+    t.all(
+        sqlx::query_as(
+            "SELECT resource_key, numeric_value, flag_value FROM core.pool_entitlements WHERE pool_id = $1
          ORDER BY resource_key COLLATE \"C\"",
+        )
+        .bind(pool),
     )
-    .bind(pool)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 fn sites(n: i64) -> (String, Option<i64>, Option<bool>) {
@@ -149,31 +145,24 @@ async fn not_once(t: &TestDb, act: PlanActId) -> i64 {
 
 /// (kind, disposition, state) of an act.
 async fn act_row(t: &TestDb, act: PlanActId) -> (String, Option<String>, String) {
-    sqlx::query_as("SELECT kind, disposition, state FROM core.plan_acts WHERE plan_act_id = $1")
-        .bind(act)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap()
+    t.one(sqlx::query_as("SELECT kind, disposition, state FROM core.plan_acts WHERE plan_act_id = $1").bind(act)).await
 }
 
 /// (product, rank, detail) of an act's detail row.
 async fn act_detail(t: &TestDb, act: PlanActId) -> (Option<ProductId>, Option<i32>, serde_json::Value) {
-    sqlx::query_as("SELECT product_id, rank, detail FROM core.plan_act_details WHERE plan_act_id = $1")
-        .bind(act)
-        .fetch_one(&t.admin)
+    t.one(sqlx::query_as("SELECT product_id, rank, detail FROM core.plan_act_details WHERE plan_act_id = $1").bind(act))
         .await
-        .unwrap()
 }
 
 async fn reached(t: &TestDb, act: PlanActId) -> Vec<(OrgTypeId, Option<LadderId>, Option<ProductId>)> {
-    sqlx::query_as(
-        "SELECT org_type_id, from_ladder_id, from_product_id FROM core.plan_act_reached_types
+    t.all(
+        sqlx::query_as(
+            "SELECT org_type_id, from_ladder_id, from_product_id FROM core.plan_act_reached_types
          WHERE plan_act_id = $1 ORDER BY org_type_id",
+        )
+        .bind(act),
     )
-    .bind(act)
-    .fetch_all(&t.admin)
     .await
-    .unwrap()
 }
 
 fn refused(e: ServiceError) -> String {
@@ -202,8 +191,7 @@ async fn world(t: &TestDb) -> Vec<String> {
     ];
     let mut out = vec![];
     for q in queries {
-        let rows: Vec<String> =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(q.to_string())).fetch_all(&t.admin).await.unwrap();
+        let rows: Vec<String> = t.all(sqlx::query_scalar(sqlx::AssertSqlSafe(q.to_string()))).await;
         out.extend(rows);
     }
     out.sort();
@@ -212,27 +200,25 @@ async fn world(t: &TestDb) -> Vec<String> {
 
 /// A live and a canceled subscription of the organization (billing rows, set up directly).
 async fn subscriptions(t: &TestDb, org: OrganizationId, prefix: &str) {
-    sqlx::query(
-        "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status)
+    t.run(
+        sqlx::query(
+            "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status)
          VALUES ($1, $2 || '_live', 'active'), ($1, $2 || '_gone', 'canceled')",
+        )
+        .bind(org)
+        .bind(prefix),
     )
-    .bind(org)
-    .bind(prefix)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .await;
 }
 
 /// The reconcile requests in the outbox: (stripe subscription, cause), by subscription.
 async fn reconciles(t: &TestDb) -> Vec<(String, Option<String>)> {
-    sqlx::query_as(
+    t.all(sqlx::query_as(
         "SELECT s.stripe_subscription_id, o.payload->>'cause' FROM core.outbox o
          JOIN core.subscriptions s USING (subscription_id)
          WHERE o.kind = 'reconcile_subscription' ORDER BY s.stripe_subscription_id",
-    )
-    .fetch_all(&t.admin)
+    ))
     .await
-    .unwrap()
 }
 
 /// The demo, and three organizations holding Basic (rank 1 of Wiki hosting): a Community one
@@ -332,12 +318,9 @@ async fn a_tier_removal_with_grandfather_keeps_each_incumbent_as_a_legacy_grant_
     let s = basic_holders(2, Some(ends)).await;
     let t = &s.t;
     let initech = pool_named(t, "Initech").await;
-    let (old_ends, old_quantity): (Option<DateTime<Utc>>, i32) =
-        sqlx::query_as("SELECT ends_at, quantity FROM core.grants WHERE grant_id = $1")
-            .bind(s.community_basic)
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let (old_ends, old_quantity): (Option<DateTime<Utc>>, i32) = t
+        .one(sqlx::query_as("SELECT ends_at, quantity FROM core.grants WHERE grant_id = $1").bind(s.community_basic))
+        .await;
     assert_eq!(old_quantity, 2);
     assert!(old_ends.is_some());
 
@@ -352,14 +335,15 @@ async fn a_tier_removal_with_grandfather_keeps_each_incumbent_as_a_legacy_grant_
         assert_eq!(events(t, g).await, vec![("ended".into(), Some(act))], "grant {g}");
     }
     // Each holder has a legacy grant of Basic, of the act, holding no ladder.
-    let legacy: Vec<LegacyRow> = sqlx::query_as(
-        "SELECT g.grant_id, g.organization_id, p.name, g.quantity, g.ends_at, g.status FROM core.grants g
+    let legacy: Vec<LegacyRow> = t
+        .all(
+            sqlx::query_as(
+                "SELECT g.grant_id, g.organization_id, p.name, g.quantity, g.ends_at, g.status FROM core.grants g
          JOIN core.products p USING (product_id) WHERE g.kind = 'legacy' AND g.plan_act_id = $1 ORDER BY g.grant_id",
-    )
-    .bind(act)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+            )
+            .bind(act),
+        )
+        .await;
     assert_eq!(legacy.len(), 3, "{legacy:?}");
     let mine = legacy.iter().find(|l| l.1 == s.community.organization_id).unwrap();
     assert_eq!((mine.2.as_str(), mine.3, mine.4, mine.5.as_str()), ("Basic", 2, old_ends, "active"));
@@ -665,12 +649,11 @@ async fn a_reorder_changing_rank_0_with_grandfather_keeps_the_old_floor_as_a_leg
         assert_eq!(latest_conferral(&t, *g).await, ("ended".into(), Some("grandfathered".into())));
         assert_eq!(ents(&t, *p).await, vec![sites(1)], "pool {p} keeps its wiki");
     }
-    let legacy: Vec<GrantId> =
-        sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE kind = 'legacy' AND plan_act_id = $1")
-            .bind(act)
-            .fetch_all(&t.admin)
-            .await
-            .unwrap();
+    let legacy: Vec<GrantId> = t
+        .all(
+            sqlx::query_scalar("SELECT grant_id FROM core.grants WHERE kind = 'legacy' AND plan_act_id = $1").bind(act),
+        )
+        .await;
     assert_eq!(legacy.len(), 6);
     for g in legacy {
         assert_eq!(events(&t, g).await, vec![("grandfathered".into(), Some(act))]);
@@ -1096,11 +1079,8 @@ async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page()
     let to = format!("/operator/plan-acts/{act}");
     assert_eq!(a.header("location"), Some(to.as_str()));
     assert_eq!(act_row(&t, act).await, ("tier_removal".into(), Some("migrate".into()), "done".into()));
-    let actor: Option<i64> = sqlx::query_scalar("SELECT created_by FROM core.plan_acts WHERE plan_act_id = $1")
-        .bind(act)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let actor: Option<i64> =
+        t.one(sqlx::query_scalar("SELECT created_by FROM core.plan_acts WHERE plan_act_id = $1").bind(act)).await;
     assert!(actor.is_some(), "the act names the operator");
     assert_eq!(tiers(&t, wiki).await, tier_list(&["Free", "Basic"]));
     assert_eq!(held(&t, pool_named(&t, "Initech").await).await, vec![hd("Free", "floor", Some(act), 1)]);
@@ -1212,30 +1192,29 @@ async fn a_grandfathered_incumbent_whose_end_has_come_keeps_its_window() {
     // Its end comes while the grant is still active (the sweep has not run).
     let past = Utc::now() - chrono::Duration::minutes(1);
     let started = Utc::now() - chrono::Duration::days(1);
-    sqlx::query("UPDATE core.grants SET starts_at = $2, ends_at = $3 WHERE grant_id = $1")
+    t.run(
+        sqlx::query("UPDATE core.grants SET starts_at = $2, ends_at = $3 WHERE grant_id = $1")
+            .bind(s.community_basic)
+            .bind(started)
+            .bind(past),
+    )
+    .await;
+    t.run(
+        sqlx::query(
+            "UPDATE core.conferrals SET starts_at = $2, ends_at = $3 WHERE grant_id = $1 AND state = 'holding'",
+        )
         .bind(s.community_basic)
         .bind(started)
-        .bind(past)
-        .execute(&t.admin)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE core.conferrals SET starts_at = $2, ends_at = $3 WHERE grant_id = $1 AND state = 'holding'")
-        .bind(s.community_basic)
-        .bind(started)
-        .bind(past)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+        .bind(past),
+    )
+    .await;
 
     let (act, _) = topo::remove_tier(&t.db, &removal(s.wiki, 1, Some(Disposition::Grandfather)), 100).await.unwrap();
-    let (starts, ends_at): (DateTime<Utc>, Option<DateTime<Utc>>) = sqlx::query_as(
+    let (starts, ends_at): (DateTime<Utc>, Option<DateTime<Utc>>) = t.one(sqlx::query_as(
         "SELECT starts_at, ends_at FROM core.grants WHERE kind = 'legacy' AND plan_act_id = $1 AND organization_id = $2",
     )
     .bind(act)
-    .bind(s.community.organization_id)
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    .bind(s.community.organization_id)).await;
     assert_eq!(
         (starts.timestamp_micros(), ends_at.map(|e| e.timestamp_micros())),
         (started.timestamp_micros(), Some(past.timestamp_micros()))

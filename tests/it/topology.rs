@@ -33,16 +33,16 @@ async fn org_named(t: &TestDb, name: &str, ty: &str) -> orgs::CreatedOrganizatio
 
 /// The pool's position on a ladder: (rank, product).
 async fn position_on(t: &TestDb, pool: PoolId, ladder: LadderId) -> (i32, String) {
-    sqlx::query_as(
-        "SELECT p.rank, pr.name FROM core.positions p JOIN core.conferrals c USING (conferral_id)
+    t.one(
+        sqlx::query_as(
+            "SELECT p.rank, pr.name FROM core.positions p JOIN core.conferrals c USING (conferral_id)
          JOIN core.products pr ON pr.product_id = c.product_id
          WHERE p.pool_id = $1 AND p.plan_ladder_id = $2",
+        )
+        .bind(pool)
+        .bind(ladder),
     )
-    .bind(pool)
-    .bind(ladder)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 fn add(ladder: LadderId, product: ProductId, rank: Option<i32>) -> AddTier {
@@ -70,11 +70,8 @@ async fn a_tier_add_places_its_holders_on_the_ladder_and_renumbers_above_it() {
     assert_eq!((rank, product.as_str()), (2, "Team"));
     // Pro's holder now sits at rank 3.
     assert_eq!(position_on(&t, pro_org.pool_id, wiki).await.0, 3);
-    let kind: String = sqlx::query_scalar("SELECT kind FROM core.plan_acts WHERE plan_act_id = $1")
-        .bind(act)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let kind: String =
+        t.one(sqlx::query_scalar("SELECT kind FROM core.plan_acts WHERE plan_act_id = $1").bind(act)).await;
     assert_eq!(kind, "tier_add");
     let mut c = t.admin.acquire().await.unwrap();
     assert!(member_console::store::entitlements::pools_out_of_date(&mut c).await.unwrap().is_empty());
@@ -129,10 +126,7 @@ async fn a_tier_add_waits_for_a_materializing_transaction_and_a_conferral_waits_
 
     // The other way: pause a second add inside its exclusive hold (the tier trigger waits on the
     // product row the admin holds); a conferral waits on the add, then sees the new shape.
-    let team2: ProductId = sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) SELECT 'Team 2', entitlement_set_id, true FROM core.products WHERE name = 'Team' RETURNING product_id")
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let team2: ProductId = t.one(sqlx::query_scalar("INSERT INTO core.products (name, entitlement_set_id, published) SELECT 'Team 2', entitlement_set_id, true FROM core.products WHERE name = 'Team' RETURNING product_id")).await;
     let supp = ladder_id(&t, "Support").await;
     let (mut hold, hold_pid) =
         common::hold_open(&t, &format!("SELECT 1 FROM core.products WHERE product_id = {team2} FOR UPDATE")).await;
@@ -173,23 +167,19 @@ async fn a_tier_nobody_holds_is_deleted_and_the_ranks_close_up() {
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, acts);
     let _ = team;
     // A ladder with one tier that a type defaults to keeps it.
-    let lone: LadderId = sqlx::query_scalar(
-        "INSERT INTO core.plan_ladders (name, sort_order) VALUES ('Lone', 5) RETURNING plan_ladder_id",
+    let lone: LadderId = t
+        .one(sqlx::query_scalar(
+            "INSERT INTO core.plan_ladders (name, sort_order) VALUES ('Lone', 5) RETURNING plan_ladder_id",
+        ))
+        .await;
+    t.run(
+        sqlx::query("INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, 0, $2)")
+            .bind(lone)
+            .bind(team),
     )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
-    sqlx::query("INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, 0, $2)")
-        .bind(lone)
-        .bind(team)
-        .execute(&t.admin)
-        .await
-        .unwrap();
-    sqlx::query("INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Solo', $1)")
-        .bind(lone)
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    .await;
+    t.run(sqlx::query("INSERT INTO core.org_types (name, default_plan_ladder_id) VALUES ('Solo', $1)").bind(lone))
+        .await;
     let e = topo::delete_tier(&t.db, lone, 0, None, "x").await.unwrap_err();
     assert!(matches!(&e, ServiceError::Refused(m) if m.contains("only tier")), "{e:?}");
 }
@@ -200,8 +190,7 @@ async fn ladders_are_reordered_and_a_second_reorder_waits_for_the_first() {
     let support = ladder_id(&t, "Support").await;
     let order = move |w: i32, s: i32| BTreeMap::from([(wiki, w), (support, s)]);
     assert_eq!(topo::reorder_plan_ladders(&t.db, &order(2, 1)).await.unwrap(), 2);
-    let names: Vec<String> =
-        sqlx::query_scalar("SELECT name FROM core.plan_ladders ORDER BY sort_order").fetch_all(&t.admin).await.unwrap();
+    let names: Vec<String> = t.all(sqlx::query_scalar("SELECT name FROM core.plan_ladders ORDER BY sort_order")).await;
     assert_eq!(names, vec!["Support", "Wiki hosting"]);
     for bad in [order(1, 1), BTreeMap::from([(wiki, 1)]), order(1, 3)] {
         assert!(matches!(topo::reorder_plan_ladders(&t.db, &bad).await, Err(ServiceError::Invalid(_))), "{bad:?}");
@@ -240,11 +229,11 @@ async fn a_tier_add_while_another_change_holds_the_rendezvous_is_refused() {
 #[tokio::test]
 async fn the_tier_triggers_refuse_under_their_constraint_names() {
     let (t, _, wiki) = setup().await;
-    let loose: i64 =
-        sqlx::query_scalar("INSERT INTO core.products (name, published) VALUES ('Loose', true) RETURNING product_id")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    let loose: i64 = t
+        .one(sqlx::query_scalar(
+            "INSERT INTO core.products (name, published) VALUES ('Loose', true) RETURNING product_id",
+        ))
+        .await;
     let constraint = |e: sqlx::Error| e.as_database_error().and_then(|d| d.constraint().map(str::to_string));
     let e = sqlx::query("INSERT INTO core.plan_ladder_tiers (plan_ladder_id, rank, product_id) VALUES ($1, 99, $2)")
         .bind(wiki)

@@ -208,14 +208,13 @@ async fn a_forged_or_copied_rendezvous_mark_is_refused() {
 #[tokio::test]
 async fn security_definer_functions_pin_their_search_path_and_nobody_makes_temporary_objects() {
     let t = TestDb::new().await;
-    let loose: Vec<String> = sqlx::query_scalar(
-        "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    let loose: Vec<String> = t
+        .all(sqlx::query_scalar(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE p.prosecdef AND n.nspname IN ('core', 'fedwiki', 'domains', 'integration')
            AND NOT coalesce('search_path=pg_catalog, core, pg_temp' = ANY (p.proconfig), false)",
-    )
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+        ))
+        .await;
     assert!(loose.is_empty(), "SECURITY DEFINER without the pinned search_path: {loose:?}");
     let mut c = t.runtime_conn().await;
     let e = sqlx::query("CREATE TEMPORARY TABLE shadow (x int)").execute(&mut c).await.unwrap_err();
@@ -244,11 +243,9 @@ async fn a_rollback_releases_every_advisory_lock() {
     assert_eq!(common::granted_locks(&t.admin, pid).await.iter().filter(|(k, _, _)| k == "advisory").count(), 2);
     a.rollback().await.unwrap();
     // The connection went back to the pool; nothing advisory is held by it any more.
-    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'")
-        .bind(pid)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let held: i64 = t
+        .one(sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'").bind(pid))
+        .await;
     assert_eq!(held, 0);
 }
 
@@ -276,10 +273,8 @@ async fn sign_in_takes_the_address_row_then_the_pair_row_as_it_declares() {
     // A's attempt counts, so B's reads it: two failures.
     sqlx::query("COMMIT").execute(&mut a).await.unwrap();
     assert!(matches!(b.await.unwrap(), Err(AuthError::InvalidCredentials)));
-    let failures: i32 = sqlx::query_scalar("SELECT failures FROM core.sign_in_throttle WHERE address = '127.0.0.1'")
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let failures: i32 =
+        t.one(sqlx::query_scalar("SELECT failures FROM core.sign_in_throttle WHERE address = '127.0.0.1'")).await;
     assert_eq!(failures, 2);
 }
 
@@ -288,19 +283,17 @@ async fn a_compaction_waits_on_another_and_folds_each_row_once_while_inserts_nev
     use member_console::services::organizations::{COMPACT_COUNTS_LOCKS, compact_counts};
     let t = TestDb::new().await;
     let count = async || -> (i64, i64) {
-        sqlx::query_as(
+        t.one(sqlx::query_as(
             "SELECT (SELECT coalesce(sum(delta), 0)::bigint FROM core.organization_counts),
                     (SELECT count(*) FROM core.organizations)",
-        )
-        .fetch_one(&t.admin)
+        ))
         .await
-        .unwrap()
     };
     for i in 0..3 {
-        sqlx::query(sqlx::AssertSqlSafe(format!("INSERT INTO core.organizations (name) VALUES ('Counted {i}')")))
-            .execute(&t.admin)
-            .await
-            .unwrap();
+        t.run(sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO core.organizations (name) VALUES ('Counted {i}')"
+        ))))
+        .await;
     }
 
     // A compacts and holds its transaction open.
@@ -309,7 +302,7 @@ async fn a_compaction_waits_on_another_and_folds_each_row_once_while_inserts_nev
     assert_eq!(folded, 2, "three rows became one");
     // An organization created meanwhile appends without waiting.
     let started = Instant::now();
-    sqlx::query("INSERT INTO core.organizations (name) VALUES ('Counted meanwhile')").execute(&t.admin).await.unwrap();
+    t.run(sqlx::query("INSERT INTO core.organizations (name) VALUES ('Counted meanwhile')")).await;
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(!common::anyone_waits_on(&t.admin, &t.name, a_pid).await);
     // B, the path, waits on the rows A deleted.
@@ -327,8 +320,7 @@ async fn a_compaction_waits_on_another_and_folds_each_row_once_while_inserts_nev
     assert_eq!((kept, real), (4, 4));
     compact_counts(&t.db).await.unwrap();
     assert_eq!(count().await, (4, 4));
-    let rows: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM core.organization_counts").fetch_one(&t.admin).await.unwrap();
+    let rows: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.organization_counts")).await;
     assert_eq!(rows, 1, "one row for the one type (none)");
 }
 
@@ -377,11 +369,8 @@ async fn consoles_creating_the_same_role_at_once_all_succeed() {
     for t in tries {
         t.await.unwrap().expect("a create that loses the race is no error");
     }
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)")
-        .bind(&role)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let exists: bool =
+        t.one(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)").bind(&role)).await;
     assert!(exists);
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP ROLE \"{role}\""))).execute(&t.admin).await.unwrap();
 }
@@ -437,21 +426,20 @@ async fn a_prepared_statement_on_a_connection_the_server_ended_runs_again_on_a_n
     let first = pid(&db).await.unwrap();
     // The pool keeps that one connection; the server ends its session, as a restart or an
     // administrator's pg_terminate_backend would.
-    let ended: bool =
-        sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)").bind(first).fetch_one(&t.admin).await.unwrap();
+    let ended: bool = t.one(sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)").bind(first)).await;
     assert!(ended);
     let second = pid(&db).await.expect("the statement ran again on a new connection");
     assert_ne!(second, first);
     // Run once more by the same path, a member's home read answers too.
     member_console::demo::load(&t.db).await.unwrap();
-    let again: bool =
-        sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)").bind(second).fetch_one(&t.admin).await.unwrap();
+    let again: bool = t.one(sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)").bind(second)).await;
     assert!(again);
-    let member: i64 = sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE email = $1")
-        .bind(member_console::demo::MEMBER_EMAIL)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let member: i64 = t
+        .one(
+            sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE email = $1")
+                .bind(member_console::demo::MEMBER_EMAIL),
+        )
+        .await;
     let home = member_console::services::reads::member_home(&db, member_console::ids::AccountId(member)).await.unwrap();
     assert!(!home.is_empty());
 
@@ -463,13 +451,12 @@ async fn a_prepared_statement_on_a_connection_the_server_ended_runs_again_on_a_n
     for done in futures_util::future::join_all((0..kept).map(|_| sleep())).await {
         done.unwrap();
     }
-    let ended: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+    let ended: i64 = t
+        .one(sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
           WHERE datname = current_database() AND usename = 'console_runtime' AND pid <> pg_backend_pid()) t",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+        ))
+        .await;
     assert!(ended >= kept, "{ended} connections ended");
     let home = member_console::services::reads::member_home(&db, member_console::ids::AccountId(member)).await.unwrap();
     assert!(!home.is_empty());

@@ -28,12 +28,10 @@ async fn probes_answer() {
 #[tokio::test]
 async fn readyz_fails_when_migrations_are_not_current() {
     let (t, app) = app_with_demo().await;
-    sqlx::query(
+    t.run(sqlx::query(
         "DELETE FROM public._sqlx_migrations WHERE version = (SELECT max(version) FROM public._sqlx_migrations)",
-    )
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    ))
+    .await;
     let r = app.client().get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
@@ -128,9 +126,7 @@ async fn a_post_without_a_csrf_token_is_refused_and_changes_nothing() {
     let (t, app) = app_with_demo().await;
     let c = app.client();
     app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-    let sessions = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM core.web_sessions").fetch_one(&t.admin).await.unwrap()
-    };
+    let sessions = || async { t.one(sqlx::query_scalar::<_, i64>("SELECT count(*) FROM core.web_sessions")).await };
     assert_eq!(sessions().await, 1);
     let r = c.post(app.url("/logout")).form(&[("x", "y")]).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
@@ -160,7 +156,7 @@ async fn sign_out_with_the_htmx_header_ends_the_session_everywhere() {
     let r = c.post(app.url("/logout")).header("HX-Request", "true").header("X-CSRF-Token", token).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.headers()["hx-redirect"], "/login");
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.web_sessions").fetch_one(&t.admin).await.unwrap();
+    let n: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.web_sessions")).await;
     assert_eq!(n, 0);
     assert_eq!(c.get(app.url("/")).send().await.unwrap().status(), StatusCode::SEE_OTHER);
 }
@@ -208,15 +204,12 @@ async fn wrong_passwords_are_refused_then_delayed_more_each_time_up_to_a_cap() {
     let wait: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((55..=60).contains(&wait), "Retry-After {wait}");
     assert!(r.text().await.unwrap().contains("Try again in 1 minute."));
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.web_sessions").fetch_one(&t.admin).await.unwrap();
+    let n: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.web_sessions")).await;
     assert_eq!(n, 0);
 
     // The minute passes; one more failure doubles the wait.
     let pass_the_wait = || async {
-        sqlx::query("UPDATE core.sign_in_throttle SET not_before = now() - interval '1 second'")
-            .execute(&t.admin)
-            .await
-            .unwrap();
+        t.run(sqlx::query("UPDATE core.sign_in_throttle SET not_before = now() - interval '1 second'")).await;
     };
     pass_the_wait().await;
     assert_eq!(
@@ -227,7 +220,7 @@ async fn wrong_passwords_are_refused_then_delayed_more_each_time_up_to_a_cap() {
     assert!(r.text().await.unwrap().contains("Try again in 2 minutes."));
 
     // However many failures, the wait never passes fifteen minutes, and then the person is in.
-    sqlx::query("UPDATE core.sign_in_throttle SET failures = 40").execute(&t.admin).await.unwrap();
+    t.run(sqlx::query("UPDATE core.sign_in_throttle SET failures = 40")).await;
     pass_the_wait().await;
     sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, "not-the-password").await;
     let r = sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
@@ -235,7 +228,7 @@ async fn wrong_passwords_are_refused_then_delayed_more_each_time_up_to_a_cap() {
     pass_the_wait().await;
     let r = sign_in_from(&app, &c, here, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER, "the right password after the wait signs in");
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle").fetch_one(&t.admin).await.unwrap();
+    let left: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle")).await;
     assert_eq!(left, 0, "a success clears the count");
 }
 
@@ -282,12 +275,11 @@ async fn parallel_guesses_are_counted_exactly() {
     }
     // Exactly the free five were verified; the rest were refused before any verification.
     assert_eq!((verified, refused), (5, 15));
-    let (failures, window): (i32, i32) = sqlx::query_as(
-        "SELECT (SELECT failures FROM core.sign_in_throttle), (SELECT failures FROM core.sign_in_addresses)",
-    )
-    .fetch_one(&t.admin)
-    .await
-    .unwrap();
+    let (failures, window): (i32, i32) = t
+        .one(sqlx::query_as(
+            "SELECT (SELECT failures FROM core.sign_in_throttle), (SELECT failures FROM core.sign_in_addresses)",
+        ))
+        .await;
     assert_eq!((failures, window), (5, 5));
 }
 
@@ -321,9 +313,9 @@ async fn a_misspelt_or_missing_sign_in_field_is_refused_by_name() {
     let r = post(vec![("email", demo::MEMBER_EMAIL)]).await.unwrap();
     assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(r.text().await.unwrap().contains("Enter your password."));
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle").fetch_one(&t.admin).await.unwrap();
+    let n: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle")).await;
     assert_eq!(n, 0);
-    let sessions: i64 = sqlx::query_scalar("SELECT count(*) FROM core.web_sessions").fetch_one(&t.admin).await.unwrap();
+    let sessions: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.web_sessions")).await;
     assert_eq!(sessions, 0);
 }
 
@@ -336,7 +328,7 @@ async fn bad_sign_in_input_gets_a_clear_message_and_writes_nothing() {
     assert!(r.text().await.unwrap().contains("is not an email address"));
     let r = app.sign_in(&c, "", "").await;
     assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle").fetch_one(&t.admin).await.unwrap();
+    let n: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle")).await;
     assert_eq!(n, 0);
 }
 
@@ -389,7 +381,7 @@ async fn a_request_past_its_deadline_is_answered_503_and_its_transaction_rolls_b
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     sqlx::query("COMMIT").execute(&mut a).await.unwrap();
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle").fetch_one(&t.admin).await.unwrap();
+    let n: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.sign_in_throttle")).await;
     assert_eq!(n, 0, "the timed-out sign-in recorded nothing");
 }
 
@@ -398,13 +390,10 @@ async fn run_time_connections_are_made_as_console_runtime() {
     let (t, app) = app_with_demo().await;
     let c = app.client();
     app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-    let users: Vec<String> = sqlx::query_scalar(
+    let users: Vec<String> = t.all(sqlx::query_scalar(
         "SELECT DISTINCT usename::text FROM pg_stat_activity WHERE datname = $1 AND application_name = 'member-console'",
     )
-    .bind(&t.name)
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+    .bind(&t.name)).await;
     assert_eq!(users, vec!["console_runtime".to_string()]);
     // And that role cannot write what it was not granted.
     let mut conn = t.runtime_conn().await;
@@ -492,39 +481,33 @@ async fn raw_session(app: &TestApp, email: &str, password: &str) -> (String, Str
 
 /// A site of the first organization (its workspace made on the way), for the sites' routes.
 async fn sample_site(t: &TestDb) -> String {
-    sqlx::query(
+    t.run(sqlx::query(
         "INSERT INTO fedwiki.workspaces (workspace_id, organization_id)
          SELECT 'org-' || min(organization_id), min(organization_id) FROM core.organizations ON CONFLICT DO NOTHING",
-    )
-    .execute(&t.admin)
-    .await
-    .unwrap();
-    sqlx::query(
+    ))
+    .await;
+    t.run(sqlx::query(
         "INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status)
          SELECT 's-sample', 'org-' || min(organization_id), 'sample.wiki.localhost', 'parked' FROM core.organizations
          ON CONFLICT DO NOTHING",
-    )
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    ))
+    .await;
     "s-sample".to_string()
 }
 
 /// A live connection's id, one made here when none exists (the demo's own is added by `serve`).
 async fn sample_connection(t: &TestDb) -> String {
-    sqlx::query(
+    t.run(sqlx::query(
         "INSERT INTO core.desired_state_connections (name, url, secret)
          SELECT 'Sample', 'https://sample.example.org/hooks', 'whsec_c2FtcGxlLXNlY3JldC1zYW1wbGUtc2VjcmV0'
           WHERE NOT EXISTS (SELECT 1 FROM core.desired_state_connections WHERE deleted_at IS NULL)",
-    )
-    .execute(&t.admin)
-    .await
-    .unwrap();
-    let id: i64 =
-        sqlx::query_scalar("SELECT min(connection_id) FROM core.desired_state_connections WHERE deleted_at IS NULL")
-            .fetch_one(&t.admin)
-            .await
-            .unwrap();
+    ))
+    .await;
+    let id: i64 = t
+        .one(sqlx::query_scalar(
+            "SELECT min(connection_id) FROM core.desired_state_connections WHERE deleted_at IS NULL",
+        ))
+        .await;
     id.to_string()
 }
 
@@ -555,10 +538,8 @@ async fn sample_path(t: &TestDb, pattern: &str) -> String {
                     "prices" => ("billing.prices", "price_id"),
                     other => panic!("no sample id for a segment after {other:?} in {pattern}: add one here"),
                 };
-                let id: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT min({column}) FROM {table}")))
-                    .fetch_one(&t.admin)
-                    .await
-                    .unwrap();
+                let id: i64 =
+                    t.one(sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT min({column}) FROM {table}")))).await;
                 id.to_string()
             }
             s => s.to_string(),
@@ -609,20 +590,19 @@ fn spellings(path: &str) -> Vec<String> {
 
 /// Every row of the console's own tables but the sessions and sign-in counters, as a digest.
 async fn fingerprint(t: &TestDb) -> Vec<(String, String)> {
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT schemaname || '.' || relname FROM pg_stat_user_tables
+    let tables: Vec<String> = t
+        .all(sqlx::query_scalar(
+            "SELECT schemaname || '.' || relname FROM pg_stat_user_tables
          WHERE schemaname IN ('core', 'billing', 'fedwiki', 'domains', 'integration')
            AND relname NOT IN ('web_sessions', 'sign_in_throttle', 'sign_in_addresses')
          ORDER BY 1",
-    )
-    .fetch_all(&t.admin)
-    .await
-    .unwrap();
+        ))
+        .await;
     let mut out = vec![];
     for table in tables {
         let sql =
             format!("SELECT count(*)::text || ':' || coalesce(sum(hashtext(x::text)::bigint), 0)::text FROM {table} x");
-        let digest: String = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&t.admin).await.unwrap();
+        let digest: String = t.one(sqlx::query_scalar(sqlx::AssertSqlSafe(sql))).await;
         out.push((table, digest));
     }
     out
@@ -752,13 +732,13 @@ async fn no_member_route_answers_a_visitor_however_the_path_is_spelled_and_none_
 // ---- Sessions --------------------------------------------------------------------------------
 
 async fn member_sessions(t: &TestDb) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM core.web_sessions s JOIN core.accounts a USING (account_id) WHERE a.email = $1",
+    t.one(
+        sqlx::query_scalar(
+            "SELECT count(*) FROM core.web_sessions s JOIN core.accounts a USING (account_id) WHERE a.email = $1",
+        )
+        .bind(demo::MEMBER_EMAIL),
     )
-    .bind(demo::MEMBER_EMAIL)
-    .fetch_one(&t.admin)
     .await
-    .unwrap()
 }
 
 #[tokio::test]
@@ -767,15 +747,13 @@ async fn a_session_ends_at_its_absolute_lifetime_however_active() {
     let c = app.client();
     app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     let (ends, expires): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) =
-        sqlx::query_as("SELECT ends_at, expires_at FROM core.web_sessions").fetch_one(&t.admin).await.unwrap();
+        t.one(sqlx::query_as("SELECT ends_at, expires_at FROM core.web_sessions")).await;
     let lifetime = ends - chrono::Utc::now();
     assert!(lifetime > chrono::Duration::days(6) && lifetime <= chrono::Duration::days(7), "{lifetime}");
     assert!(expires < ends, "the idle bound comes first");
     // Busy a minute ago, but past its lifetime now: signed out.
-    sqlx::query("UPDATE core.web_sessions SET ends_at = now() - interval '1 second', last_seen_at = now()")
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("UPDATE core.web_sessions SET ends_at = now() - interval '1 second', last_seen_at = now()"))
+        .await;
     let r = c.get(app.url("/")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(r.headers()["location"], "/login");
@@ -787,22 +765,17 @@ async fn page_views_write_the_session_at_most_once_a_minute() {
     let c = app.client();
     app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     let seen = || async {
-        sqlx::query_as::<_, (chrono::DateTime<chrono::Utc>, String)>(
+        t.one(sqlx::query_as::<_, (chrono::DateTime<chrono::Utc>, String)>(
             "SELECT last_seen_at, xmin::text FROM core.web_sessions",
-        )
-        .fetch_one(&t.admin)
+        ))
         .await
-        .unwrap()
     };
     let first = seen().await;
     for _ in 0..5 {
         assert_eq!(c.get(app.url("/")).send().await.unwrap().status(), StatusCode::OK);
     }
     assert_eq!(seen().await, first, "five page views in a minute wrote nothing");
-    sqlx::query("UPDATE core.web_sessions SET last_seen_at = now() - interval '61 seconds'")
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("UPDATE core.web_sessions SET last_seen_at = now() - interval '61 seconds'")).await;
     let stale = seen().await;
     c.get(app.url("/")).send().await.unwrap();
     let touched = seen().await;
@@ -834,16 +807,16 @@ async fn the_session_read_is_inlined_into_the_pages_statement() {
 async fn a_session_hashed_by_the_database_is_resumed_with_the_consoles_hash() {
     let (t, _app) = app_with_demo().await;
     let token = "5e".repeat(32);
-    sqlx::query(
-        "INSERT INTO core.web_sessions (token_hash, account_id, expires_at, ends_at, address)
+    t.run(
+        sqlx::query(
+            "INSERT INTO core.web_sessions (token_hash, account_id, expires_at, ends_at, address)
          SELECT sha256(convert_to($1, 'UTF8')), account_id, now() + interval '1 hour', now() + interval '1 day', 'test'
          FROM core.accounts WHERE email = $2",
+        )
+        .bind(&token)
+        .bind(demo::MEMBER_EMAIL),
     )
-    .bind(&token)
-    .bind(demo::MEMBER_EMAIL)
-    .execute(&t.admin)
-    .await
-    .unwrap();
+    .await;
     let account = member_console::services::auth::resume_session(&t.db, &token).await.unwrap();
     assert_eq!(account.map(|a| a.email).as_deref(), Some(demo::MEMBER_EMAIL));
     assert!(member_console::services::auth::resume_session(&t.db, &"5f".repeat(32)).await.unwrap().is_none());
@@ -1016,10 +989,7 @@ async fn a_session_read_held_up_past_the_request_deadline_is_answered_503_and_st
     let (c, _) = common::pages::signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     // The session was last seen long enough ago that this view moves it, and another
     // transaction holds its row: the session's one prepared statement waits on it.
-    sqlx::query("UPDATE core.web_sessions SET last_seen_at = now() - interval '10 minutes'")
-        .execute(&t.admin)
-        .await
-        .unwrap();
+    t.run(sqlx::query("UPDATE core.web_sessions SET last_seen_at = now() - interval '10 minutes'")).await;
     let (mut a, a_pid) = common::hold_open(&t, "SELECT 1 FROM core.web_sessions FOR UPDATE").await;
     let started = Instant::now();
     let (r, _) = tokio::join!(c.get(app.url("/")).send(), common::wait_for_waiter(&t.admin, &t.name, a_pid));
@@ -1100,11 +1070,8 @@ async fn a_deadlock_is_tried_once_more_and_the_grant_is_revoked() {
         OrganizationId(common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await);
     let pro = common::acts::product_id(&t, "Pro").await;
     let grant = common::acts::grant(&t, org, pro).await;
-    let pool: i64 = sqlx::query_scalar("SELECT pool_id FROM core.resource_pools WHERE organization_id = $1")
-        .bind(org)
-        .fetch_one(&t.admin)
-        .await
-        .unwrap();
+    let pool: i64 =
+        t.one(sqlx::query_scalar("SELECT pool_id FROM core.resource_pools WHERE organization_id = $1").bind(org)).await;
     let app = TestApp::spawn(&t).await;
     let (c, token) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
 
