@@ -15,7 +15,7 @@ use member_console::db::{
     migrate,
 };
 use sqlx::{
-    Connection, FromRow, PgConnection, PgPool, Postgres,
+    Connection, Execute, Executor, FromRow, PgConnection, PgPool, Postgres,
     pool::PoolConnection,
     postgres::{PgArguments, PgPoolOptions, PgQueryResult, PgRow},
     query::{Query, QueryAs, QueryScalar},
@@ -145,18 +145,20 @@ impl TestDb {
     }
 
     /// Run `q` as the administrator and return its one row.
-    pub async fn one<'q, O>(&self, q: impl Rows<'q, O>) -> O {
-        q.one(self.admin.clone()).await.unwrap_or_else(|e| panic!("admin query failed: {e}"))
+    pub async fn one<'q, O, Q: Rows<'q, O>>(&self, q: Q) -> O {
+        self.admin.fetch_one(q).await.and_then(Q::decode).unwrap_or_else(|e| panic!("admin query failed: {e}"))
     }
 
     /// Run `q` as the administrator and return its row, if any.
-    pub async fn optional<'q, O>(&self, q: impl Rows<'q, O>) -> Option<O> {
-        q.optional(self.admin.clone()).await.unwrap_or_else(|e| panic!("admin query failed: {e}"))
+    pub async fn optional<'q, O, Q: Rows<'q, O>>(&self, q: Q) -> Option<O> {
+        let row = self.admin.fetch_optional(q).await;
+        row.and_then(|r| r.map(Q::decode).transpose()).unwrap_or_else(|e| panic!("admin query failed: {e}"))
     }
 
     /// Run `q` as the administrator and return all its rows.
-    pub async fn all<'q, O>(&self, q: impl Rows<'q, O>) -> Vec<O> {
-        q.all(self.admin.clone()).await.unwrap_or_else(|e| panic!("admin query failed: {e}"))
+    pub async fn all<'q, O, Q: Rows<'q, O>>(&self, q: Q) -> Vec<O> {
+        let rows = self.admin.fetch_all(q).await;
+        rows.and_then(|r| r.into_iter().map(Q::decode).collect()).unwrap_or_else(|e| panic!("admin query failed: {e}"))
     }
 
     /// Execute `q` as the administrator.
@@ -179,55 +181,28 @@ impl TestDb {
     }
 }
 
-/// A query built with sqlx that yields rows of `O` (`query`, `query_as`, `query_scalar`), for
-/// `TestDb::one`, `optional` and `all`. The pool is passed owned so the future lives as long as
-/// the query's borrows.
-pub trait Rows<'q, O>: Sized {
-    fn one(self, pool: PgPool) -> impl Future<Output = sqlx::Result<O>> + Send + 'q;
-    fn optional(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'q;
-    fn all(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Vec<O>>> + Send + 'q;
-}
-
-impl<'q> Rows<'q, PgRow> for Query<'q, Postgres, PgArguments> {
-    fn one(self, pool: PgPool) -> impl Future<Output = sqlx::Result<PgRow>> + Send + 'q {
-        async move { self.fetch_one(&pool).await }
-    }
-    fn optional(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Option<PgRow>>> + Send + 'q {
-        async move { self.fetch_optional(&pool).await }
-    }
-    fn all(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Vec<PgRow>>> + Send + 'q {
-        async move { self.fetch_all(&pool).await }
-    }
+/// A query built with sqlx whose rows are `O` (`query_as`, `query_scalar`), for `TestDb::one`,
+/// `optional` and `all`.
+pub trait Rows<'q, O>: Execute<'q, Postgres> + 'q {
+    fn decode(row: PgRow) -> sqlx::Result<O>;
 }
 
 impl<'q, O> Rows<'q, O> for QueryAs<'q, Postgres, O, PgArguments>
 where
-    O: Send + Unpin + for<'r> FromRow<'r, PgRow> + 'q,
+    O: Send + 'q + for<'r> FromRow<'r, PgRow>,
 {
-    fn one(self, pool: PgPool) -> impl Future<Output = sqlx::Result<O>> + Send + 'q {
-        async move { self.fetch_one(&pool).await }
-    }
-    fn optional(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'q {
-        async move { self.fetch_optional(&pool).await }
-    }
-    fn all(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Vec<O>>> + Send + 'q {
-        async move { self.fetch_all(&pool).await }
+    fn decode(row: PgRow) -> sqlx::Result<O> {
+        O::from_row(&row)
     }
 }
 
 impl<'q, O> Rows<'q, O> for QueryScalar<'q, Postgres, O, PgArguments>
 where
-    O: Send + Unpin + 'q,
-    (O,): Send + Unpin + for<'r> FromRow<'r, PgRow>,
+    O: Send + 'q,
+    (O,): for<'r> FromRow<'r, PgRow>,
 {
-    fn one(self, pool: PgPool) -> impl Future<Output = sqlx::Result<O>> + Send + 'q {
-        async move { self.fetch_one(&pool).await }
-    }
-    fn optional(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Option<O>>> + Send + 'q {
-        async move { self.fetch_optional(&pool).await }
-    }
-    fn all(self, pool: PgPool) -> impl Future<Output = sqlx::Result<Vec<O>>> + Send + 'q {
-        async move { self.fetch_all(&pool).await }
+    fn decode(row: PgRow) -> sqlx::Result<O> {
+        <(O,)>::from_row(&row).map(|(o,)| o)
     }
 }
 
