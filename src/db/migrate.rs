@@ -123,7 +123,10 @@ async fn adopt_replaced_history(admin: &PgPool) -> Result<(), MigrateError> {
             .fetch_all(&mut *tx)
             .await?;
     let replaced = |(version, checksum, _): &(i64, Vec<u8>, bool)| {
-        usize::try_from(*version - 1).ok().and_then(|i| REPLACED.get(i)).is_some_and(|c| hex(checksum) == *c)
+        usize::try_from(*version - 1)
+            .ok()
+            .and_then(|i| REPLACED.get(i))
+            .is_some_and(|c| crate::config::encode_hex(checksum) == *c)
     };
     let count = applied.iter().filter(|row| replaced(row)).count();
     if count == 0 {
@@ -148,10 +151,6 @@ async fn adopt_replaced_history(admin: &PgPool) -> Result<(), MigrateError> {
     tx.commit().await?;
     tracing::info!("the database's 34 migrations are adopted as migrations/0001_schema.sql, which replaced them");
     Ok(())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `op` run again (up to five times, a little later each time) while it fails on a catalog row
