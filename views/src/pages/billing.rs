@@ -9,7 +9,7 @@ use maud::{Markup, html};
 use crate::components::{Column, Tone, badge, card, facts, info_note, notice, org_link, stat, table_cols};
 use crate::forms::{Input, Select, csrf_field, form_banners, hx_form, input_field, select_field};
 use crate::pages::catalog::FormState;
-use crate::pages::home::PlanLine;
+use crate::pages::home::{PlanLine, plan_section};
 use crate::paths::{self, fill};
 
 // ---------- Money ----------
@@ -401,23 +401,7 @@ fn org_billing(v: &BillingView, o: &OrgBilling) -> Markup {
                     }
                 }
             }
-            h3 { "Plan" }
-            @if o.plan.is_empty() {
-                p.empty { "No plan yet." }
-            } @else {
-                ul.plan-lines {
-                    @for line in &o.plan {
-                        li {
-                            span.plan-ladder { (line.ladder) ": " }
-                            strong { (line.tier) }
-                            " " span.muted { "— " (line.source) }
-                            @if line.suspended {
-                                " " (badge("suspended: payment needed", Tone::Warn))
-                            }
-                        }
-                    }
-                }
-            }
+            (plan_section(&o.plan))
             h3 { "Subscriptions" }
             (subscriptions_table(v, o))
             h3 { "Plans you can buy" }

@@ -72,16 +72,7 @@ fn org_card(v: &HomeView, o: &OrgHome) -> Markup {
             h2 id=(heading_id) { (o.name) }
             p.muted { "Your role: " (o.role) }
             (displaced_notes(&v.csrf, o.organization_id, o.role == "owner", &o.displaced))
-            h3 { "Plan" }
-            @if o.plan.is_empty() {
-                p.empty { "No plan yet." }
-            } @else {
-                ul.plan-lines {
-                    @for line in &o.plan {
-                        (plan_line(line))
-                    }
-                }
-            }
+            (plan_section(&o.plan))
             h3 { "What your plan includes" }
             @if o.entitlements.is_empty() {
                 p.empty { "Nothing yet." }
@@ -117,6 +108,23 @@ pub fn displaced_notes(csrf: &str, organization_id: i64, owner: bool, lines: &[D
                     span.muted { "An owner can resume the plan." }
                 }
             }))
+        }
+    }
+}
+
+/// "Plan" and the organization's tier on each ladder, or that it has none. The billing page
+/// shows the same.
+pub(crate) fn plan_section(plan: &[PlanLine]) -> Markup {
+    html! {
+        h3 { "Plan" }
+        @if plan.is_empty() {
+            p.empty { "No plan yet." }
+        } @else {
+            ul.plan-lines {
+                @for line in plan {
+                    (plan_line(line))
+                }
+            }
         }
     }
 }
