@@ -157,6 +157,24 @@ pub fn select_field(f: &Select) -> Markup {
     )
 }
 
+/// A select's options over records: first `blank` with no value ("— none —", "— choose … —"),
+/// then each record as its id and name. It owns the strings; [`IdOptions::pairs`] lends them to
+/// a [`Select`].
+pub(crate) struct IdOptions(Vec<(String, String)>);
+
+impl IdOptions {
+    pub(crate) fn new<'a>(blank: &str, records: impl IntoIterator<Item = (i64, &'a str)>) -> Self {
+        let mut options = vec![(String::new(), blank.to_owned())];
+        options.extend(records.into_iter().map(|(id, name)| (id.to_string(), name.to_owned())));
+        IdOptions(options)
+    }
+
+    /// (value, label) pairs, as [`Select::options`] takes them.
+    pub(crate) fn pairs(&self) -> Vec<(&str, &str)> {
+        self.0.iter().map(|(value, label)| (value.as_str(), label.as_str())).collect()
+    }
+}
+
 /// A checkbox that submits `name=on` when ticked, its label beside it and its hint below.
 pub fn checkbox(id: &str, name: &str, label: &str, checked: bool, error: Option<&str>, hint: &str) -> Markup {
     let notes = Notes::new(id, Some(hint), error);

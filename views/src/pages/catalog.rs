@@ -8,7 +8,7 @@
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
-use crate::forms::{Input, Notes, Select, checkbox, form_banners, hx_form, input_field, select_field};
+use crate::forms::{IdOptions, Input, Notes, Select, checkbox, form_banners, hx_form, input_field, select_field};
 
 use crate::components::{Column, Tone, badge, card, facts, info_note, table_cols};
 
@@ -310,14 +310,12 @@ pub fn product_form(csrf: &str, set_options: &[(i64, String)], f: &FormState) ->
 
 /// Name, entitlement set and published, shared by the add and edit forms.
 fn product_fields(set_options: &[(i64, String)], f: &FormState, submit: &str) -> Markup {
-    let mut options: Vec<(String, String)> = vec![(String::new(), "— none —".to_owned())];
-    options.extend(set_options.iter().map(|(id, name)| (id.to_string(), name.clone())));
-    let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
+    let options = IdOptions::new("— none —", set_options.iter().map(|(id, name)| (*id, name.as_str())));
     html! {
         (name_field(f, "Product name"))
         (select_field(&Select {
             hint: Some("What one unit of the product confers. A product that is a tier on a ladder needs one."),
-            ..f.select("entitlement_set_id", "entitlement_set_id", "Entitlement set", &options)
+            ..f.select("entitlement_set_id", "entitlement_set_id", "Entitlement set", &options.pairs())
         }))
         (checkbox(
             "published",

@@ -7,7 +7,7 @@
 //! Dates arrive already formatted; date inputs are `datetime-local` and the handler reads them
 //! as UTC, which the hints say.
 
-use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
+use crate::forms::{IdOptions, Input, Select, form_banners, hx_form, input_field, select_field};
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
@@ -213,9 +213,7 @@ pub struct IssueGrantView {
 /// The issue form, in its container `#issue-grant`; it posts to `/operator/grants`.
 pub fn issue_grant(v: &IssueGrantView) -> Markup {
     let f = &v.form;
-    let mut options: Vec<(String, String)> = vec![(String::new(), "— choose a product —".to_owned())];
-    options.extend(v.products.iter().map(|(id, name)| (id.to_string(), name.clone())));
-    let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
+    let options = IdOptions::new("— choose a product —", v.products.iter().map(|(id, name)| (*id, name.as_str())));
     html! {
         div #issue-grant {
             p { a href=(paths::GRANTS) { "← All grants" } }
@@ -242,7 +240,7 @@ pub fn issue_grant(v: &IssueGrantView) -> Markup {
                     }))
                     (select_field(&Select {
                         required: true,
-                        ..f.select("product_id", "product_id", "Product", &options)
+                        ..f.select("product_id", "product_id", "Product", &options.pairs())
                     }))
                     (input_field(&Input {
                         kind: "number",

@@ -1,7 +1,7 @@
 //! The operator's organizations: a searchable list with the form that creates one, and one
 //! organization's plan, entitlements, usage, members, grants and their audit trail.
 
-use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
+use crate::forms::{IdOptions, Input, Select, form_banners, hx_form, input_field, select_field};
 use crate::paths;
 use maud::{Markup, html};
 
@@ -70,9 +70,7 @@ pub fn organization_list(v: &OrgListView) -> Markup {
 
 /// The create form in its container `#create-organization`; posts to `/operator/organizations`.
 pub fn create_organization_form(csrf: &str, org_types: &[(i64, String)], f: &FormState) -> Markup {
-    let mut options: Vec<(String, String)> = vec![(String::new(), "— none —".to_owned())];
-    options.extend(org_types.iter().map(|(id, name)| (id.to_string(), name.clone())));
-    let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
+    let options = IdOptions::new("— none —", org_types.iter().map(|(id, name)| (*id, name.as_str())));
     html! {
         div #create-organization {
             (form_banners(f))
@@ -80,7 +78,7 @@ pub fn create_organization_form(csrf: &str, org_types: &[(i64, String)], f: &For
                 (input_field(&Input { required: true, ..f.input("org-name", "name", "Name") }))
                 (select_field(&Select {
                     hint: Some("it holds the floor of its type's default ladder until it gets more"),
-                    ..f.select("org-type", "org_type_id", "Organization type", &options)
+                    ..f.select("org-type", "org_type_id", "Organization type", &options.pairs())
                 }))
                 (input_field(&Input {
                     placeholder: Some("example.org"),

@@ -2,6 +2,8 @@
 
 use maud::{Markup, html};
 
+use crate::forms::IdOptions;
+
 use super::*;
 
 /// The default-change form of one org type, in its container `#default-change-{org_type_id}`;
@@ -20,9 +22,7 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[Choice], f: 
     let disposition_id = format!("{container}-disposition");
     let preview = fill(paths::ORG_TYPE_DEFAULT_PREVIEW, &[&org_type_id]);
     let note_id = format!("{container}-note");
-    let mut ladder_options: Vec<(String, String)> = vec![(String::new(), "— choose a ladder —".to_owned())];
-    ladder_options.extend(ladders.iter().map(|l| (l.id.to_string(), l.name.clone())));
-    let ladder_options: Vec<(&str, &str)> = ladder_options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
+    let ladder_options = IdOptions::new("— choose a ladder —", ladders.iter().map(|l| (l.id, l.name.as_str())));
     let disposition_options = [
         ("", "— choose —"),
         ("migrate", "Migrate: their floor moves to the new default"),
@@ -41,7 +41,7 @@ pub fn default_change_form(csrf: &str, org_type_id: i64, ladders: &[Choice], f: 
                     }
                     (select_field(&Select {
                         required: true,
-                        ..f.select(&ladder_id, "plan_ladder_id", "New default ladder", &ladder_options)
+                        ..f.select(&ladder_id, "plan_ladder_id", "New default ladder", &ladder_options.pairs())
                     }))
                     (select_field(&Select {
                         required: true,

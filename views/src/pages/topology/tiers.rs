@@ -2,7 +2,7 @@
 
 use maud::{Markup, html};
 
-use crate::forms::{Notes, labelled};
+use crate::forms::{IdOptions, Notes, labelled};
 use crate::pages::catalog::publish_first;
 
 use super::*;
@@ -24,9 +24,7 @@ pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[Choice], next_rank:
     let next_rank_text = next_rank.to_string();
     let rank = if f.value("rank").is_empty() { next_rank_text.as_str() } else { f.value("rank") };
     let rank_hint = format!("1 is just above the floor; the top is {next_rank}");
-    let mut options: Vec<(String, String)> = vec![(String::new(), "— choose a product —".to_owned())];
-    options.extend(products.iter().map(|p| (p.id.to_string(), p.name.clone())));
-    let options: Vec<(&str, &str)> = options.iter().map(|(v, l)| (v.as_str(), l.as_str())).collect();
+    let options = IdOptions::new("— choose a product —", products.iter().map(|p| (p.id, p.name.as_str())));
     html! {
         div.form-panel.add-tier #(container) {
             h4 { "Add a tier" }
@@ -42,7 +40,7 @@ pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[Choice], next_rank:
             (hx_form(&action, &container, csrf, html! {
                 (select_field(&Select {
                     required: true,
-                    ..f.select(&product_id, "product_id", "Product", &options)
+                    ..f.select(&product_id, "product_id", "Product", &options.pairs())
                 }))
                 (input_field(&Input {
                     kind: "number",
