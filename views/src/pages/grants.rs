@@ -15,9 +15,6 @@ use crate::components::{Column, Keyset, Tone, badge, card, facts, info_note, key
 use crate::pages::catalog::{FormState, Total, capitalized, publish_first};
 use crate::text::query_component;
 
-/// The list's path; the filter form and pagination links come back to it.
-/// Where the issue form lives (GET) and posts ([`LIST_PATH`], POST).
-
 /// The status filter's choices: (value, label); "" is all.
 const STATUS_FILTERS: [(&str, &str); 7] = [
     ("", "All"),

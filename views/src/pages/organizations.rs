@@ -12,8 +12,6 @@ use crate::pages::catalog::{FormState, Total, capitalized, count};
 use crate::pages::grants::{GrantEventRow, GrantListRow, events_table, grants_table};
 use crate::pages::topology::rank_cell;
 
-/// The list's path; the search form and pagination links come back to it.
-
 pub struct OrgListRow {
     pub id: i64,
     pub name: String,

@@ -16,7 +16,6 @@ use maud::{Markup, html};
 use crate::components::pace::{Pace, Standing, States, pace_stats};
 use crate::components::{Column, card, card_with_aside, facts, org_link, polling, progress, stat, table_cols};
 
-/// The list's path; each plan act lives under it.
 /// The element the progress partial replaces, polled while running and the retry form's target.
 const PROGRESS_ID: &str = "plan-act-progress";
 const STATES: States = States { running: "running", done: "done" };

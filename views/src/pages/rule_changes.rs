@@ -15,7 +15,6 @@ use maud::{Markup, html};
 use crate::components::pace::{Pace, Standing, States, pace_stats};
 use crate::components::{Column, Tone, badge, card, card_with_aside, facts, org_link, polling, progress, table_cols};
 
-/// The list's path; each rule change lives under it.
 /// The element the progress partial replaces, polled while draining and the retry form's target.
 const PROGRESS_ID: &str = "rule-change-progress";
 const STATES: States = States { running: "draining", done: "settled" };
