@@ -41,19 +41,31 @@ pub fn hx_form(action: &str, container: &str, csrf: &str, body: Markup) -> Marku
     }
 }
 
+/// A form answered in place: its container `#{id}` holds `lead` (a heading, or what the form
+/// does), the form's banners, then an [`hx_form`] that posts `action` and swaps the container.
+pub fn form_panel(id: &str, action: &str, csrf: &str, f: &FormState, lead: Markup, fields: Markup) -> Markup {
+    html! {
+        div.form-panel id=(id) {
+            (lead)
+            (form_banners(f))
+            (hx_form(action, id, csrf, fields))
+        }
+    }
+}
+
+/// A form's actions row holding its one button, the primary submit.
+pub fn submit(label: &str) -> Markup {
+    html! {
+        div.form-actions {
+            button.btn.btn-primary type="submit" { (label) }
+        }
+    }
+}
+
 /// A form that is one primary button and no fields but the CSRF token (a retry, say): it posts
 /// `action` and htmx swaps `#{target}` with the answer.
 pub fn button_form(action: &str, target: &str, csrf: &str, label: &str) -> Markup {
-    hx_form(
-        action,
-        target,
-        csrf,
-        html! {
-            div.form-actions {
-                button.btn.btn-primary type="submit" { (label) }
-            }
-        },
-    )
+    hx_form(action, target, csrf, submit(label))
 }
 
 /// The form's notice (good news) and its errors that belong to no one field.

@@ -7,7 +7,7 @@
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, card, facts, info_note, notice, org_link, stat, table_cols};
-use crate::forms::{Input, Select, csrf_field, form_banners, hx_form, input_field, select_field};
+use crate::forms::{Input, Select, csrf_field, form_banners, hx_form, input_field, select_field, submit};
 use crate::pages::catalog::FormState;
 use crate::pages::home::{PlanLine, plan_section};
 use crate::paths::{self, fill};
@@ -215,9 +215,7 @@ fn price_form(v: &ProductPricesView) -> Markup {
                     hint: Some("A three-letter code such as eur or usd."),
                     ..f.input("currency", "currency", "Currency")
                 }))
-                div.form-actions {
-                    button.btn.btn-primary type="submit" { "Set price" }
-                }
+                (submit("Set price"))
             }))
         }
     }

@@ -8,7 +8,9 @@
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
-use crate::forms::{IdOptions, Input, Notes, Select, checkbox, form_banners, hx_form, input_field, select_field};
+use crate::forms::{
+    IdOptions, Input, Notes, Select, checkbox, form_banners, form_panel, hx_form, input_field, select_field, submit,
+};
 
 use crate::components::{Column, Tone, badge, card, facts, info_note, table_cols};
 
@@ -256,60 +258,41 @@ fn shape_list(shape: &[String]) -> Markup {
 /// The "Add a resource key" form, in its container `#key-form`.
 pub fn key_form(csrf: &str, f: &FormState) -> Markup {
     let kinds = [("numeric", "Numeric — a number, such as how many sites"), ("flag", "Flag — included or not")];
-    html! {
-        div.form-panel #key-form {
-            h3 { "Add a resource key" }
-            (form_banners(f))
-            (hx_form(paths::CATALOG_KEYS, "key-form", csrf, html! {
-                (input_field(&Input {
-                    required: true,
-                    placeholder: Some("fedwiki.active_sites"),
-                    hint: Some("The name integrations look it up by: the integration, a dot, then what it counts or allows."),
-                    ..f.input("key", "key", "Key name")
-                }))
-                (select_field(&f.select("kind", "kind", "Kind", &kinds)))
-                (input_field(&Input {
-                    hint: Some("What the key means, in an operator's words."),
-                    ..f.input("description", "description", "Description")
-                }))
-                div.form-actions {
-                    button.btn.btn-primary type="submit" { "Add resource key" }
-                }
-            }))
-        }
-    }
+    let fields = html! {
+        (input_field(&Input {
+            required: true,
+            placeholder: Some("fedwiki.active_sites"),
+            hint: Some("The name integrations look it up by: the integration, a dot, then what it counts or allows."),
+            ..f.input("key", "key", "Key name")
+        }))
+        (select_field(&f.select("kind", "kind", "Kind", &kinds)))
+        (input_field(&Input {
+            hint: Some("What the key means, in an operator's words."),
+            ..f.input("description", "description", "Description")
+        }))
+        (submit("Add resource key"))
+    };
+    form_panel("key-form", paths::CATALOG_KEYS, csrf, f, html! { h3 { "Add a resource key" } }, fields)
 }
 
 /// The "Add an entitlement set" form, in its container `#set-form`.
 pub fn set_form(csrf: &str, f: &FormState) -> Markup {
-    html! {
-        div.form-panel #set-form {
-            h3 { "Add an entitlement set" }
-            (form_banners(f))
-            (hx_form(paths::CATALOG_SETS, "set-form", csrf, html! {
-                (name_field(f, "Set name"))
-                p.field-hint { "You add its rules after creating it." }
-                div.form-actions {
-                    button.btn.btn-primary type="submit" { "Add entitlement set" }
-                }
-            }))
-        }
-    }
+    let fields = html! {
+        (name_field(f, "Set name"))
+        p.field-hint { "You add its rules after creating it." }
+        (submit("Add entitlement set"))
+    };
+    form_panel("set-form", paths::CATALOG_SETS, csrf, f, html! { h3 { "Add an entitlement set" } }, fields)
 }
 
 /// The "Add a product" form, in its container `#product-form`.
 pub fn product_form(csrf: &str, set_options: &[(i64, String)], f: &FormState) -> Markup {
-    html! {
-        div.form-panel #product-form {
-            h3 { "Add a product" }
-            (form_banners(f))
-            (hx_form(paths::CATALOG_PRODUCTS, "product-form", csrf, product_fields(set_options, f, "Add product")))
-        }
-    }
+    let fields = product_fields(set_options, f, "Add product");
+    form_panel("product-form", paths::CATALOG_PRODUCTS, csrf, f, html! { h3 { "Add a product" } }, fields)
 }
 
 /// Name, entitlement set and published, shared by the add and edit forms.
-fn product_fields(set_options: &[(i64, String)], f: &FormState, submit: &str) -> Markup {
+fn product_fields(set_options: &[(i64, String)], f: &FormState, submit_label: &str) -> Markup {
     let options = IdOptions::new("— none —", set_options.iter().map(|(id, name)| (*id, name.as_str())));
     html! {
         (name_field(f, "Product name"))
@@ -325,9 +308,7 @@ fn product_fields(set_options: &[(i64, String)], f: &FormState, submit: &str) ->
             f.field_error("published"),
             "Published products can be offered to members.",
         ))
-        div.form-actions {
-            button.btn.btn-primary type="submit" { (submit) }
-        }
+        (submit(submit_label))
     }
 }
 
@@ -383,9 +364,7 @@ pub fn set_edit(v: &SetEditView) -> Markup {
                 }
                 (hx_form(&action, "set-edit", &v.csrf, html! {
                     (rules_table(&v.rows, &v.form))
-                    div.form-actions {
-                        button.btn.btn-primary type="submit" { "Save rules" }
-                    }
+                    (submit("Save rules"))
                 }))
             }
         }

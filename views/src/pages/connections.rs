@@ -12,7 +12,7 @@
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, card, facts, notice, org_link, refusal, table_cols};
-use crate::forms::{Input, checkbox, form_banners, hx_form, input_field};
+use crate::forms::{Input, checkbox, form_panel, input_field, submit};
 use crate::pages::catalog::{FormState, count};
 use crate::paths::{self, fill};
 use crate::text::query_component;
@@ -226,29 +226,20 @@ fn last_test_cell(t: Option<&TestResultView>, pending: bool) -> Markup {
 
 /// The "Add a connection" form, in its container `#add-connection`.
 pub fn add_form(csrf: &str, keys: &[String], f: &FormState) -> Markup {
-    html! {
-        div.form-panel #add-connection {
-            (form_banners(f))
-            (hx_form(paths::CONNECTIONS, "add-connection", csrf, connection_fields("add", keys, f, "Add connection")))
-        }
-    }
+    let fields = connection_fields("add", keys, f, "Add connection");
+    form_panel("add-connection", paths::CONNECTIONS, csrf, f, html! {}, fields)
 }
 
 /// The edit form of connection `id`, in its container `#edit-connection`.
 pub fn edit_form(csrf: &str, id: i64, keys: &[String], f: &FormState) -> Markup {
     let action = fill(paths::CONNECTION, &[&id]);
-    html! {
-        div.form-panel #edit-connection {
-            p.muted { "A change of its keys pushes every organization's record again." }
-            (form_banners(f))
-            (hx_form(&action, "edit-connection", csrf, connection_fields("edit", keys, f, "Save connection")))
-        }
-    }
+    let lead = html! { p.muted { "A change of its keys pushes every organization's record again." } };
+    form_panel("edit-connection", &action, csrf, f, lead, connection_fields("edit", keys, f, "Save connection"))
 }
 
 /// Name, URL, keys and read-back, shared by the add and edit forms; `prefix` keeps the ids of
 /// the two apart.
-fn connection_fields(prefix: &str, keys: &[String], f: &FormState, submit: &str) -> Markup {
+fn connection_fields(prefix: &str, keys: &[String], f: &FormState, submit_label: &str) -> Markup {
     let hint = if keys.is_empty() {
         "No resource key exists yet: add them in the catalog first.".to_string()
     } else {
@@ -274,9 +265,7 @@ fn connection_fields(prefix: &str, keys: &[String], f: &FormState, submit: &str)
             f.field_error("read_back"),
             "Every 10 minutes, ask the system what it holds and push again where it differs.",
         ))
-        div.form-actions {
-            button.btn.btn-primary type="submit" { (submit) }
-        }
+        (submit(submit_label))
     }
 }
 
@@ -442,56 +431,50 @@ fn recipients_table(rows: &[RecipientRow]) -> Markup {
 pub fn rotate_form(csrf: &str, id: i64, f: &FormState) -> Markup {
     let action = fill(paths::CONNECTION_ROTATE, &[&id]);
     let value = if f.values.is_empty() { "24" } else { f.value("overlap_hours") };
-    html! {
-        div.form-panel #rotate-secret {
-            p.muted {
-                "A new secret signs every push from now on; the previous one signs too for the overlap, "
-                "so the system can switch at its own pace."
-            }
-            (form_banners(f))
-            (hx_form(&action, "rotate-secret", csrf, html! {
-                (input_field(&Input {
-                    kind: "text",
-                    value,
-                    hint: Some("From 0 to 168 hours."),
-                    ..f.input("rotate-overlap_hours", "overlap_hours", "Overlap (hours)")
-                }))
-                div.form-actions {
-                    button.btn.btn-primary type="submit" { "Rotate the secret" }
-                }
-            }))
+    let lead = html! {
+        p.muted {
+            "A new secret signs every push from now on; the previous one signs too for the overlap, "
+            "so the system can switch at its own pace."
         }
-    }
+    };
+    let fields = html! {
+        (input_field(&Input {
+            kind: "text",
+            value,
+            hint: Some("From 0 to 168 hours."),
+            ..f.input("rotate-overlap_hours", "overlap_hours", "Overlap (hours)")
+        }))
+        (submit("Rotate the secret"))
+    };
+    form_panel("rotate-secret", &action, csrf, f, lead, fields)
 }
 
 /// The delete form of connection `id`, in its container `#delete-connection`.
 pub fn delete_form(csrf: &str, id: i64, f: &FormState) -> Markup {
     let action = fill(paths::CONNECTION_DELETE, &[&id]);
-    html! {
-        div.form-panel #delete-connection {
-            p {
-                "Deleting stops every push to this system at once; the console forgets what it sent. "
-                "Nothing is sent to the system about the deletion."
-            }
-            (form_banners(f))
-            (hx_form(&action, "delete-connection", csrf, html! {
-                div.field.field-check.has-error[f.field_error("confirm").is_some()] {
-                    div.check-row {
-                        input #delete-confirm name="confirm" type="checkbox" value="yes"
-                            aria-invalid=[f.field_error("confirm").map(|_| "true")]
-                            aria-describedby=[f.field_error("confirm").map(|_| "delete-confirm-error")];
-                        label for="delete-confirm" { "Yes, delete this connection" }
-                    }
-                    @if let Some(e) = f.field_error("confirm") {
-                        p.field-error #delete-confirm-error { (e) }
-                    }
-                }
-                div.form-actions {
-                    button.btn.btn-danger type="submit" { "Delete connection" }
-                }
-            }))
+    let lead = html! {
+        p {
+            "Deleting stops every push to this system at once; the console forgets what it sent. "
+            "Nothing is sent to the system about the deletion."
         }
-    }
+    };
+    let fields = html! {
+        div.field.field-check.has-error[f.field_error("confirm").is_some()] {
+            div.check-row {
+                input #delete-confirm name="confirm" type="checkbox" value="yes"
+                    aria-invalid=[f.field_error("confirm").map(|_| "true")]
+                    aria-describedby=[f.field_error("confirm").map(|_| "delete-confirm-error")];
+                label for="delete-confirm" { "Yes, delete this connection" }
+            }
+            @if let Some(e) = f.field_error("confirm") {
+                p.field-error #delete-confirm-error { (e) }
+            }
+        }
+        div.form-actions {
+            button.btn.btn-danger type="submit" { "Delete connection" }
+        }
+    };
+    form_panel("delete-connection", &action, csrf, f, lead, fields)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! Dates arrive already formatted; date inputs are `datetime-local` and the handler reads them
 //! as UTC, which the hints say.
 
-use crate::forms::{IdOptions, Input, Select, form_banners, hx_form, input_field, select_field};
+use crate::forms::{IdOptions, Input, Select, form_banners, hx_form, input_field, select_field, submit};
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
@@ -256,9 +256,7 @@ pub fn issue_grant(v: &IssueGrantView) -> Markup {
                         ..f.input("ends_at", "ends_at", "Ends")
                     }))
                     (reason_input("reason", f, "why the organization gets this; kept in the grant's history"))
-                    div.form-actions {
-                        button.btn.btn-primary type="submit" { "Issue grant" }
-                    }
+                    (submit("Issue grant"))
                 }))
             }
         }
@@ -450,9 +448,7 @@ pub fn manage_form(csrf: &str, grant_id: i64, waiting: bool, f: &FormState) -> M
                     ..f.input("manage-quantity", "quantity", "Quantity")
                 }))
                 (reason_input("manage-reason", f, "kept in the grant's history"))
-                div.form-actions {
-                    button.btn.btn-primary type="submit" { "Save" }
-                }
+                (submit("Save"))
             }))
         }
     }

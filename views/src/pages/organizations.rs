@@ -1,7 +1,7 @@
 //! The operator's organizations: a searchable list with the form that creates one, and one
 //! organization's plan, entitlements, usage, members, grants and their audit trail.
 
-use crate::forms::{IdOptions, Input, Select, form_banners, hx_form, input_field, select_field};
+use crate::forms::{IdOptions, Input, Select, form_banners, hx_form, input_field, select_field, submit};
 use crate::paths;
 use maud::{Markup, html};
 
@@ -83,9 +83,7 @@ pub fn create_organization_form(csrf: &str, org_types: &[(i64, String)], f: &For
                     hint: Some("optional; grants waiting for this domain are conferred when it is created"),
                     ..f.input("org-email-domain", "email_domain", "Email domain")
                 }))
-                div.form-actions {
-                    button.btn.btn-primary type="submit" { "Create organization" }
-                }
+                (submit("Create organization"))
             }))
         }
     }

@@ -2,6 +2,8 @@
 
 use maud::{Markup, html};
 
+use crate::forms::submit;
+
 use super::*;
 
 /// The ladder-order form, in its container `#ladder-order`; it posts to
@@ -27,9 +29,7 @@ pub fn ladder_order_form(csrf: &str, ladders: &[Placed], f: &FormState) -> Marku
                             (position_field(f, l.id, &l.name, l.position))
                         }
                     }
-                    div.form-actions {
-                        button.btn.btn-primary type="submit" { "Save ladder order" }
-                    }
+                    (submit("Save ladder order"))
                 }))
             }
         }
