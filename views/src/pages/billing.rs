@@ -458,10 +458,7 @@ pub fn switch_confirm(v: &SwitchConfirmView) -> Markup {
                     p.muted { "Nothing is charged now. You can undo this until " (v.effective) "." }
                 }
             }
-            form method="post" action=(paths::BILLING_SWITCH) {
-                (csrf_field(&v.csrf))
-                input type="hidden" name="organization_id" value=(v.organization_id);
-                input type="hidden" name="subscription_id" value=(v.subscription_id);
+            (subscription_form(&v.csrf, None, paths::BILLING_SWITCH, v.organization_id, v.subscription_id, html! {
                 input type="hidden" name="price_id" value=(v.price_id);
                 input type="hidden" name="confirm" value="1";
                 input type="hidden" name="operation" value=(v.operation);
@@ -472,7 +469,7 @@ pub fn switch_confirm(v: &SwitchConfirmView) -> Markup {
                     }
                     " " a.btn.btn-secondary href=(paths::BILLING) { "Back" }
                 }
-            }
+            }))
         }
     }
 }
@@ -514,15 +511,13 @@ fn subscriptions_table(v: &BillingView, o: &OrgBilling) -> Markup {
                     @for seat in &s.seats {
                         br;
                         @if acts && live {
-                            form.inline.seats method="post" action=(paths::BILLING_SWITCH) {
-                                (csrf_field(&v.csrf))
-                                input type="hidden" name="organization_id" value=(o.organization_id);
-                                input type="hidden" name="subscription_id" value=(s.subscription_id);
+                            (subscription_form(&v.csrf, Some("inline seats"), paths::BILLING_SWITCH,
+                                o.organization_id, s.subscription_id, html! {
                                 input type="hidden" name="price_id" value=(seat.price_id);
                                 label { (seat.tier) " seats "
                                     input type="number" name="quantity" min="1" max=(seat.max_quantity) value=(seat.quantity) required; }
                                 " " button.btn.btn-secondary.btn-small type="submit" aria-label=(format!("Change the seats of {}", seat.tier)) { "Change…" }
-                            }
+                            }))
                         } @else {
                             span.muted { (seat.quantity) " seats of " (seat.tier) }
                         }
@@ -553,15 +548,13 @@ fn subscriptions_table(v: &BillingView, o: &OrgBilling) -> Markup {
                     } @else if acts && live {
                         details.inline.confirm {
                             summary.btn.btn-secondary.btn-small { "Cancel…" }
-                            form method="post" action=(paths::BILLING_CANCEL) {
-                                (csrf_field(&v.csrf))
-                                input type="hidden" name="organization_id" value=(o.organization_id);
-                                input type="hidden" name="subscription_id" value=(s.subscription_id);
+                            (subscription_form(&v.csrf, None, paths::BILLING_CANCEL,
+                                o.organization_id, s.subscription_id, html! {
                                 p { "End " (s.products.join(", ")) " at the period's end"
                                     @if let Some(end) = &s.period_end { " (" (end) ")" }
                                     "? You keep it until then and are not charged again; you can undo this until then." }
                                 button.btn.btn-danger.btn-small type="submit" { "Cancel at period end" }
-                            }
+                            }))
                         }
                     }
                 },
@@ -570,6 +563,26 @@ fn subscriptions_table(v: &BillingView, o: &OrgBilling) -> Markup {
         .collect();
     let columns = [Column::text("Plan"), Column::text("Status"), Column::text("Current period"), Column::text("")];
     table_cols(&columns, rows, "No subscriptions.")
+}
+
+/// A plain POST about one subscription: the CSRF token, the organization's and the
+/// subscription's ids, then `body`.
+pub(crate) fn subscription_form(
+    csrf: &str,
+    class: Option<&str>,
+    action: &str,
+    organization_id: i64,
+    subscription_id: i64,
+    body: Markup,
+) -> Markup {
+    html! {
+        form class=[class] method="post" action=(action) {
+            (csrf_field(csrf))
+            input type="hidden" name="organization_id" value=(organization_id);
+            input type="hidden" name="subscription_id" value=(subscription_id);
+            (body)
+        }
+    }
 }
 
 /// A one-button form about one subscription.
@@ -582,15 +595,17 @@ fn hidden_post(
     text: &str,
     label: &str,
 ) -> Markup {
-    html! {
-        form.inline method="post" action=(action) {
-            (csrf_field(&v.csrf))
-            input type="hidden" name="organization_id" value=(organization_id);
-            input type="hidden" name="subscription_id" value=(subscription_id);
+    subscription_form(
+        &v.csrf,
+        Some("inline"),
+        action,
+        organization_id,
+        subscription_id,
+        html! {
             @for (name, value) in fields { input type="hidden" name=(name) value=(value); }
             button.btn.btn-secondary.btn-small type="submit" aria-label=(label) { (text) }
-        }
-    }
+        },
+    )
 }
 
 fn offers(v: &BillingView, o: &OrgBilling) -> Markup {
@@ -630,14 +645,11 @@ fn offer_row(v: &BillingView, o: &OrgBilling, l: &LadderOffers, offer: &Offer) -
             @if offer.current {
                 (badge("current plan", Tone::Ok))
             } @else if let (true, true, true, Some(sub)) = (o.is_owner, v.connected, offer.switchable, l.switch_from) {
-                form.buy method="post" action=(paths::BILLING_SWITCH) {
-                    (csrf_field(&v.csrf))
-                    input type="hidden" name="organization_id" value=(o.organization_id);
-                    input type="hidden" name="subscription_id" value=(sub);
+                (subscription_form(&v.csrf, Some("buy"), paths::BILLING_SWITCH, o.organization_id, sub, html! {
                     input type="hidden" name="price_id" value=(offer.price_id);
                     button.btn.btn-secondary.btn-small type="submit"
                         aria-label=(format!("Switch to {} at {words} for {}", offer.tier, o.name)) { "Switch…" }
-                }
+                }))
             } @else if o.is_owner && v.connected && !l.subscribed {
                 form.buy method="post" action=(paths::BILLING_CHECKOUT) {
                     (csrf_field(&v.csrf))

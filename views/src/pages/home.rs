@@ -3,6 +3,7 @@
 use maud::{Markup, html};
 
 use crate::components::{Tone, badge, card, facts, info_note};
+use crate::pages::billing::subscription_form;
 use crate::pages::organizations::{EntitlementRow, UsageRow, usage_badge};
 
 /// One ladder of an organization's plan, as the member reads it.
@@ -97,12 +98,10 @@ pub fn displaced_notes(csrf: &str, organization_id: i64, owner: bool, lines: &[D
             (info_note(html! {
                 p { (d.words) }
                 @if owner {
-                    form.inline method="post" action=(crate::paths::BILLING_RESUME) {
-                        (crate::forms::csrf_field(csrf))
-                        input type="hidden" name="organization_id" value=(organization_id);
-                        input type="hidden" name="subscription_id" value=(d.subscription_id);
+                    (subscription_form(csrf, Some("inline"), crate::paths::BILLING_RESUME,
+                        organization_id, d.subscription_id, html! {
                         button.btn.btn-secondary.btn-small type="submit" { "Resume plan" }
-                    }
+                    }))
                     " " span.muted { "Resume plan puts your subscription's tier back in place of the grant, and its payments start again." }
                 } @else {
                     span.muted { "An owner can resume the plan." }
