@@ -186,6 +186,13 @@ pub fn org_link(id: i64, name: &str) -> Markup {
     html! { a href=(fill(paths::ORGANIZATION, &[&id])) { (name) } }
 }
 
+/// The link above a detail page back to where it is listed, e.g. "← All grants".
+pub fn back_link(href: &str, text: &str) -> Markup {
+    html! {
+        p { a href=(href) { "← " (text) } }
+    }
+}
+
 /// Key/value facts as a definition list.
 pub fn facts(items: &[(&str, Markup)]) -> Markup {
     html! {
@@ -330,6 +337,14 @@ mod tests {
         assert!(badge("w", Tone::Warn).into_string().contains("badge-warn"));
         assert!(badge("b", Tone::Bad).into_string().contains("badge-bad"));
         assert!(badge("<m>", Tone::Muted).into_string().contains(r#"badge-muted">&lt;m&gt;"#));
+    }
+
+    #[test]
+    fn back_link_is_a_paragraph_with_the_arrow_and_escaped_text() {
+        assert_eq!(
+            back_link("/operator/grants", "All <grants>").into_string(),
+            r#"<p><a href="/operator/grants">← All &lt;grants&gt;</a></p>"#
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::forms::{
     IdOptions, Input, Notes, Select, checkbox, form_banners, form_panel, hx_form, input_field, select_field, submit,
 };
 
-use crate::components::{Column, Tone, badge, card, facts, info_note, table_cols};
+use crate::components::{Column, Tone, back_link, badge, card, facts, info_note, table_cols};
 
 /// One resource key as the catalog lists it.
 pub struct ResourceKeyRow {
@@ -186,7 +186,7 @@ fn sets_table(sets: &[SetRow]) -> Markup {
             vec![
                 html! { (s.name) },
                 rules_list(&s.rules),
-                html! { "carried by " (s.carried_by_pools.words("pool", "pools")) },
+                carried_by(s.carried_by_pools),
                 html! {
                     a href=(fill(paths::CATALOG_SET, &[&s.id]))
                         aria-label=(format!("Edit rules of {}", s.name)) { "Edit rules" }
@@ -198,18 +198,13 @@ fn sets_table(sets: &[SetRow]) -> Markup {
     table_cols(&columns, rows, "No entitlement sets yet.")
 }
 
+/// "carried by 3 pools": how many pools carry a set (a product's, for a product).
+fn carried_by(pools: Total) -> Markup {
+    html! { "carried by " (pools.words("pool", "pools")) }
+}
+
 fn rules_list(rules: &[RuleRow]) -> Markup {
-    html! {
-        @if rules.is_empty() {
-            span.muted { "No rules" }
-        } @else {
-            ul.rule-list {
-                @for r in rules {
-                    li { code { (r.key) } " = " (r.value) }
-                }
-            }
-        }
-    }
+    short_list("No rules", rules.iter().map(|r| html! { code { (r.key) } " = " (r.value) }).collect())
 }
 
 fn products_table(products: &[ProductRow]) -> Markup {
@@ -242,13 +237,19 @@ fn products_table(products: &[ProductRow]) -> Markup {
 }
 
 fn shape_list(shape: &[String]) -> Markup {
+    short_list("not a tier on any ladder", shape.iter().map(|place| html! { (place) }).collect())
+}
+
+/// A table cell's list (a set's rules, a product's places): the items, or `none`, muted, when
+/// there are none.
+fn short_list(none: &str, items: Vec<Markup>) -> Markup {
     html! {
-        @if shape.is_empty() {
-            span.muted { "not a tier on any ladder" }
+        @if items.is_empty() {
+            span.muted { (none) }
         } @else {
             ul.rule-list {
-                @for place in shape {
-                    li { (place) }
+                @for item in items {
+                    li { (item) }
                 }
             }
         }
@@ -338,10 +339,10 @@ pub fn set_edit(v: &SetEditView) -> Markup {
     let action = fill(paths::CATALOG_SET_RULES, &[&v.set_id]);
     html! {
         div #set-edit {
-            p { a href=(paths::CATALOG) { "← Back to the catalog" } }
+            (back_link(paths::CATALOG, "Back to the catalog"))
             (facts(&[
                 ("Entitlement set", html! { (v.name) }),
-                ("In use", html! { "carried by " (v.carried_by_pools.words("pool", "pools")) }),
+                ("In use", carried_by(v.carried_by_pools)),
             ]))
             @if !v.carried_by_pools.is_zero() {
                 (info_note(html! {
@@ -423,10 +424,10 @@ pub fn product_edit(v: &ProductEditView) -> Markup {
     };
     html! {
         div #product-edit {
-            p { a href=(paths::CATALOG) { "← Back to the catalog" } }
+            (back_link(paths::CATALOG, "Back to the catalog"))
             (facts(&[
                 ("Shape", shape_list(&v.shape)),
-                ("In use", html! { "carried by " (v.carried_by_pools.words("pool", "pools")) }),
+                ("In use", carried_by(v.carried_by_pools)),
             ]))
             (form_banners(&v.form))
             (hx_form(&action, "product-edit", &v.csrf, product_fields(&v.set_options, &v.form, "Save product")))

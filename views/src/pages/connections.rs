@@ -11,7 +11,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, card, facts, notice, org_link, refusal, table_cols};
+use crate::components::{Column, Tone, back_link, badge, card, facts, notice, org_link, refusal, table_cols};
 use crate::forms::{Input, checkbox, form_panel, input_field, submit};
 use crate::pages::catalog::{FormState, count};
 use crate::paths::{self, fill};
@@ -272,7 +272,7 @@ fn connection_fields(prefix: &str, keys: &[String], f: &FormState, submit_label:
 /// One connection's page.
 pub fn connection_page(v: &ConnectionView) -> Markup {
     html! {
-        p { a href=(paths::CONNECTIONS) { "← All connections" } }
+        (back_link(paths::CONNECTIONS, "All connections"))
         @if let Some(n) = &v.notice { (notice(n)) }
         @if let Some(r) = &v.refusal { (refusal("Nothing was done", r)) }
         (facts(&[

@@ -11,7 +11,9 @@ use crate::forms::{IdOptions, Input, Select, form_banners, hx_form, input_field,
 use crate::paths::{self, fill};
 use maud::{Markup, html};
 
-use crate::components::{Column, Keyset, Tone, badge, card, facts, info_note, keyset_pagination, org_link, table_cols};
+use crate::components::{
+    Column, Keyset, Tone, back_link, badge, card, facts, info_note, keyset_pagination, org_link, table_cols,
+};
 use crate::pages::catalog::{FormState, Total, capitalized, publish_first};
 use crate::text::query_component;
 
@@ -213,7 +215,7 @@ pub fn issue_grant(v: &IssueGrantView) -> Markup {
     let options = IdOptions::new("— choose a product —", v.products.iter().map(|(id, name)| (*id, name.as_str())));
     html! {
         div #issue-grant {
-            p { a href=(paths::GRANTS) { "← All grants" } }
+            (back_link(paths::GRANTS, "All grants"))
             p.muted {
                 "A grant confers a product on an organization, from when it starts until it ends or "
                 "is revoked. On a ladder it takes the organization's place: what held it is displaced "
@@ -308,7 +310,7 @@ pub struct GrantDetailView {
 pub fn grant_detail(v: &GrantDetailView) -> Markup {
     let g = &v.grant;
     html! {
-        p { a href=(paths::GRANTS) { "← All grants" } }
+        (back_link(paths::GRANTS, "All grants"))
         @if v.head_id != g.id {
             (info_note(html! {
                 p {

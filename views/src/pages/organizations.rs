@@ -6,7 +6,8 @@ use crate::paths;
 use maud::{Markup, html};
 
 use crate::components::{
-    Column, Keyset, Tone, badge, card, card_with_aside, facts, keyset_pagination, org_link, table, table_cols,
+    Column, Keyset, Tone, back_link, badge, card, card_with_aside, facts, keyset_pagination, org_link, table,
+    table_cols,
 };
 use crate::pages::catalog::{FormState, Total, capitalized, count};
 use crate::pages::grants::{GrantEventRow, GrantListRow, events_table, grants_table};
@@ -201,7 +202,7 @@ pub struct OrgDetailView {
 /// the grants' Audit trail.
 pub fn organization_detail(v: &OrgDetailView) -> Markup {
     html! {
-        p { a href=(paths::ORGANIZATIONS) { "← All organizations" } }
+        (back_link(paths::ORGANIZATIONS, "All organizations"))
         (facts(&[
             ("Organization", html! { (v.name) " " span.muted { "#" (v.id) } }),
             ("Type", match &v.org_type {

@@ -14,7 +14,9 @@ use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::pace::{Pace, Standing, States, pace_stats};
-use crate::components::{Column, card, card_with_aside, facts, org_link, polling, progress, stat, table_cols};
+use crate::components::{
+    Column, back_link, card, card_with_aside, facts, org_link, polling, progress, stat, table_cols,
+};
 
 /// The element the progress partial replaces, polled while running and the retry form's target.
 const PROGRESS_ID: &str = "plan-act-progress";
@@ -175,7 +177,7 @@ pub fn plan_act_page(v: &PlanActView) -> Markup {
     items.extend(v.facts.iter().map(|(label, value)| (label.as_str(), html! { (value) })));
     let moved_no_one = v.act.state == STATES.done && matches!(v.act.kind.as_str(), "tier_add" | "tier_delete");
     html! {
-        p { a href=(paths::PLAN_ACTS) { "← All plan acts" } }
+        (back_link(paths::PLAN_ACTS, "All plan acts"))
         (facts(&items))
         @if v.counts.is_some() {
             (plan_act_progress(v))

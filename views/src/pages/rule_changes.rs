@@ -13,7 +13,9 @@ use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::pace::{Pace, Standing, States, pace_stats};
-use crate::components::{Column, Tone, badge, card, card_with_aside, facts, org_link, polling, progress, table_cols};
+use crate::components::{
+    Column, Tone, back_link, badge, card, card_with_aside, facts, org_link, polling, progress, table_cols,
+};
 
 /// The element the progress partial replaces, polled while draining and the retry form's target.
 const PROGRESS_ID: &str = "rule-change-progress";
@@ -162,7 +164,7 @@ pub fn rule_change_page(v: &RuleChangeView) -> Markup {
         items.push(("Exclusive hold", html! { (format_ms(ms)) }));
     }
     html! {
-        p { a href=(paths::RULE_CHANGES) { "← All rule changes" } }
+        (back_link(paths::RULE_CHANGES, "All rule changes"))
         (facts(&items))
         (rule_change_progress(v))
     }
