@@ -124,32 +124,45 @@ pub struct CatalogView {
 /// The catalog page: resource keys, entitlement sets, products, each with its "add" form.
 pub fn catalog(v: &CatalogView) -> Markup {
     html! {
-        (card("keys-heading", "Resource keys", html! {
-            p.muted {
-                "A resource key names one thing a plan can limit (a number, such as active sites) "
-                "or allow (a flag). The integration that enforces a key registers itself when the "
-                "console starts."
-            }
-            (keys_table(&v.keys))
-            (key_form(&v.csrf, &v.key_form))
-        }))
-        (card("sets-heading", "Entitlement sets", html! {
-            p.muted {
-                "An entitlement set is the list of rules a product confers: for each resource key, "
-                "the value one unit of the product gives."
-            }
-            (sets_table(&v.sets))
-            (set_form(&v.csrf, &v.set_form))
-        }))
-        (card("products-heading", "Products", html! {
-            p.muted {
-                "A product is what an organization is sold or granted. Its shape is the ladders "
-                "where it is a tier; a product that is a tier must have an entitlement set."
-            }
-            (products_table(&v.products))
-            (product_form(&v.csrf, &v.set_options, &v.product_form))
-        }))
+        (section(
+            "keys-heading",
+            "Resource keys",
+            "A resource key names one thing a plan can limit (a number, such as active sites) \
+             or allow (a flag). The integration that enforces a key registers itself when the \
+             console starts.",
+            keys_table(&v.keys),
+            key_form(&v.csrf, &v.key_form),
+        ))
+        (section(
+            "sets-heading",
+            "Entitlement sets",
+            "An entitlement set is the list of rules a product confers: for each resource key, \
+             the value one unit of the product gives.",
+            sets_table(&v.sets),
+            set_form(&v.csrf, &v.set_form),
+        ))
+        (section(
+            "products-heading",
+            "Products",
+            "A product is what an organization is sold or granted. Its shape is the ladders \
+             where it is a tier; a product that is a tier must have an entitlement set.",
+            products_table(&v.products),
+            product_form(&v.csrf, &v.set_options, &v.product_form),
+        ))
     }
+}
+
+/// One section of the catalog: what its items are, their table, and the form that adds one.
+fn section(heading_id: &str, title: &str, what: &str, table: Markup, add_form: Markup) -> Markup {
+    card(
+        heading_id,
+        title,
+        html! {
+            p.muted { (what) }
+            (table)
+            (add_form)
+        },
+    )
 }
 
 fn keys_table(keys: &[ResourceKeyRow]) -> Markup {
