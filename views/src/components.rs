@@ -181,6 +181,14 @@ pub fn stat(label: &str, value: impl Render, bad: bool) -> Markup {
     }
 }
 
+/// A value, or in its absence a muted word that says so ("none", "open-ended").
+pub fn or_none(value: Option<&str>, none: &str) -> Markup {
+    match value {
+        Some(v) => html! { (v) },
+        None => html! { span.muted { (none) } },
+    }
+}
+
 /// An organization's name, linked to its page.
 pub fn org_link(id: i64, name: &str) -> Markup {
     html! { a href=(fill(paths::ORGANIZATION, &[&id])) { (name) } }
@@ -345,6 +353,12 @@ mod tests {
             back_link("/operator/grants", "All <grants>").into_string(),
             r#"<p><a href="/operator/grants">← All &lt;grants&gt;</a></p>"#
         );
+    }
+
+    #[test]
+    fn or_none_says_the_value_or_mutes_its_absence() {
+        assert_eq!(or_none(Some("<b>"), "none").into_string(), "&lt;b&gt;");
+        assert_eq!(or_none(None, "no <type>").into_string(), r#"<span class="muted">no &lt;type&gt;</span>"#);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, card, facts, info_note, notice, org_link, stat, table_cols};
+use crate::components::{Column, Tone, badge, card, facts, info_note, notice, or_none, org_link, stat, table_cols};
 use crate::forms::{Input, Select, csrf_field, form_banners, hx_form, input_field, select_field, submit};
 use crate::pages::catalog::FormState;
 use crate::pages::home::{PlanLine, plan_section};
@@ -847,7 +847,7 @@ fn op_outbox(rows: &[OpOutboxRow]) -> Markup {
                 html! { (o.object) },
                 html! { (o.attempts) },
                 html! { (o.due_at) },
-                html! { @if let Some(e) = &o.last_error { (e) } @else { span.muted { "—" } } },
+                or_none(o.last_error.as_deref(), "—"),
             ]
         })
         .collect();

@@ -12,7 +12,7 @@ use crate::forms::{
     IdOptions, Input, Notes, Select, checkbox, form_banners, form_panel, hx_form, input_field, select_field, submit,
 };
 
-use crate::components::{Column, Tone, back_link, badge, card, facts, info_note, table_cols};
+use crate::components::{Column, Tone, back_link, badge, card, facts, info_note, or_none, table_cols};
 
 /// One resource key as the catalog lists it.
 pub struct ResourceKeyRow {
@@ -172,10 +172,7 @@ fn keys_table(keys: &[ResourceKeyRow]) -> Markup {
             vec![
                 html! { code { (k.key) } },
                 html! { (kind_label(&k.kind)) },
-                match &k.provider {
-                    Some(p) => html! { (p) },
-                    None => html! { span.muted { "not registered" } },
-                },
+                or_none(k.provider.as_deref(), "not registered"),
                 html! { (k.description) },
             ]
         })
@@ -226,10 +223,7 @@ fn products_table(products: &[ProductRow]) -> Markup {
         .map(|p| {
             vec![
                 html! { (p.name) },
-                match &p.set_name {
-                    Some(s) => html! { (s) },
-                    None => html! { span.muted { "none" } },
-                },
+                or_none(p.set_name.as_deref(), "none"),
                 if p.published { badge("published", Tone::Ok) } else { badge("not published", Tone::Muted) },
                 shape_list(&p.shape),
                 html! {

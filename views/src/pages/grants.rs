@@ -12,7 +12,7 @@ use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::{
-    Column, Keyset, Tone, back_link, badge, card, facts, info_note, keyset_pagination, org_link, table_cols,
+    Column, Keyset, Tone, back_link, badge, card, facts, info_note, keyset_pagination, or_none, org_link, table_cols,
 };
 use crate::pages::catalog::{FormState, Total, capitalized, publish_first};
 use crate::text::query_component;
@@ -183,10 +183,7 @@ fn recipient(organization: Option<&(i64, String)>, provision_domain: Option<&str
 }
 
 fn ends(ends_at: Option<&str>) -> Markup {
-    match ends_at {
-        Some(at) => html! { (at) },
-        None => html! { span.muted { (OPEN_ENDED) } },
-    }
+    or_none(ends_at, OPEN_ENDED)
 }
 
 /// active Ok, waiting Muted, replaced Warn, expired/revoked/ended Bad.

@@ -6,7 +6,7 @@ use crate::paths;
 use maud::{Markup, html};
 
 use crate::components::{
-    Column, Keyset, Tone, back_link, badge, card, card_with_aside, facts, keyset_pagination, org_link, table,
+    Column, Keyset, Tone, back_link, badge, card, card_with_aside, facts, keyset_pagination, or_none, org_link, table,
     table_cols,
 };
 use crate::pages::catalog::{FormState, Total, capitalized, count};
@@ -95,16 +95,7 @@ pub fn organization_results(v: &OrgListView) -> Markup {
     let rows = v
         .rows
         .iter()
-        .map(|o| {
-            vec![
-                org_link(o.id, &o.name),
-                match &o.org_type {
-                    Some(t) => html! { (t) },
-                    None => html! { span.muted { "no type" } },
-                },
-                html! { (o.plan) },
-            ]
-        })
+        .map(|o| vec![org_link(o.id, &o.name), or_none(o.org_type.as_deref(), "no type"), html! { (o.plan) }])
         .collect();
     let empty = if v.query.is_empty() {
         "No organizations yet.".to_owned()
@@ -205,10 +196,7 @@ pub fn organization_detail(v: &OrgDetailView) -> Markup {
         (back_link(paths::ORGANIZATIONS, "All organizations"))
         (facts(&[
             ("Organization", html! { (v.name) " " span.muted { "#" (v.id) } }),
-            ("Type", match &v.org_type {
-                Some(t) => html! { (t) },
-                None => html! { span.muted { "no type" } },
-            }),
+            ("Type", or_none(v.org_type.as_deref(), "no type")),
             ("Resource pool", html! { "#" (v.pool_id) }),
             ("Created", html! { (v.created_at) }),
         ]))

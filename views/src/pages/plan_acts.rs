@@ -15,7 +15,7 @@ use maud::{Markup, html};
 
 use crate::components::pace::{Pace, Standing, States, pace_stats};
 use crate::components::{
-    Column, back_link, card, card_with_aside, facts, org_link, polling, progress, stat, table_cols,
+    Column, back_link, card, card_with_aside, facts, or_none, org_link, polling, progress, stat, table_cols,
 };
 
 /// The element the progress partial replaces, polled while running and the retry form's target.
@@ -96,10 +96,7 @@ fn act_link(id: i64) -> Markup {
 }
 
 fn disposition(d: Option<&str>) -> Markup {
-    match d {
-        Some(d) => html! { (d) },
-        None => html! { span.muted { "—" } },
-    }
+    or_none(d, "—")
 }
 
 pub struct PlanActView {

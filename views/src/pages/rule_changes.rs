@@ -14,7 +14,7 @@ use maud::{Markup, html};
 
 use crate::components::pace::{Pace, Standing, States, pace_stats};
 use crate::components::{
-    Column, Tone, back_link, badge, card, card_with_aside, facts, org_link, polling, progress, table_cols,
+    Column, Tone, back_link, badge, card, card_with_aside, facts, or_none, org_link, polling, progress, table_cols,
 };
 
 /// The element the progress partial replaces, polled while draining and the retry form's target.
@@ -263,10 +263,7 @@ fn failures_table(failures: &[FailedPool]) -> Markup {
                 html! { "#" (f.pool_id) },
                 html! { (f.attempts) },
                 html! { pre.error-text { (f.error) } },
-                match &f.next_attempt {
-                    Some(at) => html! { (at) },
-                    None => html! { span.muted { "none scheduled" } },
-                },
+                or_none(f.next_attempt.as_deref(), "none scheduled"),
             ]
         })
         .collect();

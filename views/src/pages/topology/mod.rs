@@ -32,7 +32,7 @@ pub use tiers::{
 use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_field};
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, card, notice, refusal, table_cols};
+use crate::components::{Column, Tone, badge, card, notice, or_none, refusal, table_cols};
 use crate::pages::catalog::{FormState, Total, count};
 
 /// How many colliding organizations a preview names at most.
@@ -344,12 +344,5 @@ pub(crate) fn rank_cell(rank: i32) -> Markup {
                 " " (badge("floor", Tone::Muted))
             }
         }
-    }
-}
-
-fn or_none(value: Option<&str>, none: &str) -> Markup {
-    match value {
-        Some(v) => html! { (v) },
-        None => html! { span.muted { (none) } },
     }
 }
