@@ -189,6 +189,11 @@ pub fn or_none(value: Option<&str>, none: &str) -> Markup {
     }
 }
 
+/// A record's number, "#12", linked to its page.
+pub fn number_link(href: &str, id: i64) -> Markup {
+    html! { a href=(href) { "#" (id) } }
+}
+
 /// An organization's name, linked to its page.
 pub fn org_link(id: i64, name: &str) -> Markup {
     html! { a href=(fill(paths::ORGANIZATION, &[&id])) { (name) } }
@@ -359,6 +364,11 @@ mod tests {
     fn or_none_says_the_value_or_mutes_its_absence() {
         assert_eq!(or_none(Some("<b>"), "none").into_string(), "&lt;b&gt;");
         assert_eq!(or_none(None, "no <type>").into_string(), r#"<span class="muted">no &lt;type&gt;</span>"#);
+    }
+
+    #[test]
+    fn number_link_links_the_hash_number() {
+        assert_eq!(number_link("/operator/grants/12", 12).into_string(), r#"<a href="/operator/grants/12">#12</a>"#);
     }
 
     #[test]

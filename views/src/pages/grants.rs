@@ -12,7 +12,8 @@ use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::components::{
-    Column, Keyset, Tone, back_link, badge, card, facts, info_note, keyset_pagination, or_none, org_link, table_cols,
+    Column, Keyset, Tone, back_link, badge, card, facts, info_note, keyset_pagination, number_link, or_none, org_link,
+    table_cols,
 };
 use crate::pages::catalog::{FormState, Total, capitalized, publish_first};
 use crate::text::query_component;
@@ -165,12 +166,8 @@ pub(crate) fn grants_table(rows: &[GrantListRow], empty: &str) -> Markup {
     table_cols(&columns, cells, empty)
 }
 
-fn grant_href(id: i64) -> String {
-    fill(paths::GRANT, &[&id])
-}
-
 fn grant_link(id: i64) -> Markup {
-    html! { a href=(grant_href(id)) { "#" (id) } }
+    number_link(&fill(paths::GRANT, &[&id]), id)
 }
 
 /// The organization, linked; or the email domain a waiting grant names.
@@ -312,7 +309,7 @@ pub fn grant_detail(v: &GrantDetailView) -> Markup {
             (info_note(html! {
                 p {
                     "This grant was extended: acts apply to grant "
-                    a href=(grant_href(v.head_id)) { "#" (v.head_id) } "."
+                    (grant_link(v.head_id)) "."
                 }
             }))
         }

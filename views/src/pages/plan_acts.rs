@@ -15,7 +15,8 @@ use maud::{Markup, html};
 
 use crate::components::pace::{Pace, Standing, States, pace_stats};
 use crate::components::{
-    Column, back_link, card, card_with_aside, facts, or_none, org_link, polling, progress, stat, table_cols,
+    Column, back_link, card, card_with_aside, facts, number_link, or_none, org_link, polling, progress, stat,
+    table_cols,
 };
 
 /// The element the progress partial replaces, polled while running and the retry form's target.
@@ -87,12 +88,8 @@ fn kind_label(kind: &str) -> &str {
     }
 }
 
-fn act_href(id: i64) -> String {
-    fill(paths::PLAN_ACT, &[&id])
-}
-
 fn act_link(id: i64) -> Markup {
-    html! { a href=(act_href(id)) { "#" (id) } }
+    number_link(&fill(paths::PLAN_ACT, &[&id]), id)
 }
 
 fn disposition(d: Option<&str>) -> Markup {

@@ -14,7 +14,8 @@ use maud::{Markup, html};
 
 use crate::components::pace::{Pace, Standing, States, pace_stats};
 use crate::components::{
-    Column, Tone, back_link, badge, card, card_with_aside, facts, or_none, org_link, polling, progress, table_cols,
+    Column, Tone, back_link, badge, card, card_with_aside, facts, number_link, or_none, org_link, polling, progress,
+    table_cols,
 };
 
 /// The element the progress partial replaces, polled while draining and the retry form's target.
@@ -76,12 +77,8 @@ pub fn rule_change_list(rows: &[RuleChangeListRow]) -> Markup {
     }
 }
 
-fn change_href(id: i64) -> String {
-    fill(paths::RULE_CHANGE, &[&id])
-}
-
 fn change_link(id: i64) -> Markup {
-    html! { a href=(change_href(id)) { "#" (id) } }
+    number_link(&fill(paths::RULE_CHANGE, &[&id]), id)
 }
 
 fn set_link(set_id: i64, name: &str) -> Markup {
