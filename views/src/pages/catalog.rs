@@ -103,6 +103,14 @@ impl FormState {
         self.values.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
     }
 
+    /// The value sent for `name`, or `current` when none was (a field that starts filled in).
+    pub fn value_or<'a>(&'a self, name: &str, current: &'a str) -> &'a str {
+        match self.value(name) {
+            "" => current,
+            sent => sent,
+        }
+    }
+
     /// The error for `name`, if any.
     pub fn field_error(&self, name: &str) -> Option<&str> {
         self.field_errors.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
@@ -425,10 +433,7 @@ pub struct ProductEditView {
 /// One product's edit form, in its container `#product-edit`.
 pub fn product_edit(v: &ProductEditView) -> Markup {
     let action = fill(paths::CATALOG_PRODUCT, &[&v.product_id]);
-    let seats = match v.form.value("max_quantity") {
-        "" => v.max_quantity.to_string(),
-        given => given.to_string(),
-    };
+    let max_quantity = v.max_quantity.to_string();
     html! {
         div #product-edit {
             (back_link(paths::CATALOG, "Back to the catalog"))
@@ -442,7 +447,7 @@ pub fn product_edit(v: &ProductEditView) -> Markup {
                 (crate::forms::csrf_field(&v.csrf))
                 (input_field(&Input {
                     kind: "number",
-                    value: &seats,
+                    value: v.form.value_or("max_quantity", &max_quantity),
                     required: true,
                     hint: Some("1: sold one at a time. More: members choose how many seats when they buy, and change them later."),
                     ..v.form.input("max_quantity", "max_quantity", "Seats a member may buy")
@@ -566,6 +571,8 @@ mod tests {
         let f = FormState::sent(&[("name", "x")], &[("name", "Too short")]);
         assert_eq!(f.value("name"), "x");
         assert_eq!(f.value("other"), "");
+        assert_eq!(f.value_or("name", "y"), "x");
+        assert_eq!(f.value_or("other", "y"), "y");
         assert_eq!(f.field_error("name"), Some("Too short"));
         assert_eq!(f.field_error("other"), None);
     }

@@ -40,6 +40,10 @@ fn position_field(f: &FormState, id: i64, name: &str, position: i32) -> Markup {
     let field_name = format!("position.{id}");
     let field_id = format!("ladder-order-{id}");
     let current = position.to_string();
-    let value = if f.value(&field_name).is_empty() { current.as_str() } else { f.value(&field_name) };
-    input_field(&Input { kind: "number", value, required: true, ..f.input(&field_id, &field_name, name) })
+    input_field(&Input {
+        kind: "number",
+        value: f.value_or(&field_name, &current),
+        required: true,
+        ..f.input(&field_id, &field_name, name)
+    })
 }

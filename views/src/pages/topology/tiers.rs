@@ -22,7 +22,7 @@ pub fn add_tier_form(csrf: &str, ladder_id: i64, products: &[Choice], next_rank:
     let rank_id = format!("{container}-rank");
     let reason_id = format!("{container}-reason");
     let next_rank_text = next_rank.to_string();
-    let rank = if f.value("rank").is_empty() { next_rank_text.as_str() } else { f.value("rank") };
+    let rank = f.value_or("rank", &next_rank_text);
     let rank_hint = format!("1 is just above the floor; the top is {next_rank}");
     let options = IdOptions::new("— choose a product —", products.iter().map(|p| (p.id, p.name.as_str())));
     html! {
@@ -314,7 +314,7 @@ fn tier_rank_field(f: &FormState, container: &str, product_id: i64, name: &str, 
     let field_name = format!("rank.{product_id}");
     let field_id = format!("{container}-rank-{product_id}");
     let current = rank.to_string();
-    let value = if f.value(&field_name).is_empty() { current.as_str() } else { f.value(&field_name) };
+    let value = f.value_or(&field_name, &current);
     let notes = Notes::new(&field_id, None, f.field_error(&field_name));
     labelled(
         &field_id,
