@@ -183,13 +183,9 @@ pub fn topology(v: &TopologyView) -> Markup {
                 (ladder_order_form(&v.csrf, &order, &v.order_form))
                 @for ladder in ladders {
                     @let forms = LadderForms {
-                        add: v.add_forms.iter().find(|(id, _)| *id == ladder.id).map_or(&empty_form, |(_, f)| f),
+                        add: state_for(&v.add_forms, ladder.id, &empty_form),
                         remove: &v.remove_forms,
-                        tier_order: v
-                            .tier_order_forms
-                            .iter()
-                            .find(|(id, _)| *id == ladder.id)
-                            .map_or(&empty_form, |(_, f)| f),
+                        tier_order: state_for(&v.tier_order_forms, ladder.id, &empty_form),
                     };
                     (ladder_card(&v.csrf, ladder, &v.products, &forms))
                 }
@@ -218,11 +214,7 @@ fn ladder_card(csrf: &str, l: &LadderView, products: &[Choice], forms: &LadderFo
     let rows = tiers
         .iter()
         .map(|t| {
-            let remove = forms
-                .remove
-                .iter()
-                .find(|((ladder_id, rank), _)| *ladder_id == l.id && *rank == t.rank)
-                .map_or(&empty_form, |(_, f)| f);
+            let remove = state_for(forms.remove, (l.id, t.rank), &empty_form);
             vec![
                 rank_cell(t.rank),
                 html! { a href=(fill(paths::CATALOG_PRODUCT, &[&t.product_id])) { (t.product_name) } },
@@ -248,6 +240,11 @@ fn ladder_card(csrf: &str, l: &LadderView, products: &[Choice], forms: &LadderFo
             (add_tier_form(csrf, l.id, products, next_rank, forms.add))
         }
     }
+}
+
+/// The state kept for the form of `key` (sent and refused just now), else `empty`.
+fn state_for<'a, K: PartialEq>(forms: &'a [(K, FormState)], key: K, empty: &'a FormState) -> &'a FormState {
+    forms.iter().find(|(k, _)| *k == key).map_or(empty, |(_, f)| f)
 }
 
 /// Whether a folded form has something to show: a notice, errors or submitted values.

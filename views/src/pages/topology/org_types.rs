@@ -64,7 +64,7 @@ pub(super) fn org_types_table(
     let rows = types
         .iter()
         .map(|t| {
-            let form = forms.iter().find(|(id, _)| *id == t.id).map_or(&empty_form, |(_, f)| f);
+            let form = state_for(forms, t.id, &empty_form);
             vec![
                 html! { (t.name) },
                 or_none(t.default_ladder.as_deref(), "no default"),
