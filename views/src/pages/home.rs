@@ -74,18 +74,8 @@ fn org_card(v: &HomeView, o: &OrgHome) -> Markup {
             p.muted { "Your role: " (o.role) }
             (displaced_notes(&v.csrf, o.organization_id, o.role == "owner", &o.displaced))
             (plan_section(&o.plan))
-            h3 { "What your plan includes" }
-            @if o.entitlements.is_empty() {
-                p.empty { "Nothing yet." }
-            } @else {
-                (facts(&entitlement_facts(&o.entitlements)))
-            }
-            h3 { "Usage" }
-            @if o.usage.is_empty() {
-                p.empty { "Nothing counted yet." }
-            } @else {
-                (facts(&o.usage.iter().map(|u| (u.key.as_str(), usage_text(u))).collect::<Vec<_>>()))
-            }
+            (facts_section("What your plan includes", "Nothing yet.", &entitlement_facts(&o.entitlements)))
+            (facts_section("Usage", "Nothing counted yet.", &usage_facts(&o.usage)))
         }
     }
 }
@@ -142,6 +132,18 @@ fn plan_line(line: &PlanLine) -> Markup {
     }
 }
 
+/// `title`, then its facts, or `none` when there are none.
+fn facts_section(title: &str, none: &str, items: &[(&str, Markup)]) -> Markup {
+    html! {
+        h3 { (title) }
+        @if items.is_empty() {
+            p.empty { (none) }
+        } @else {
+            (facts(items))
+        }
+    }
+}
+
 fn entitlement_facts(entitlements: &[EntitlementRow]) -> Vec<(&str, Markup)> {
     entitlements.iter().map(|e| (e.key.as_str(), html! { (plain_value(&e.value)) })).collect()
 }
@@ -153,6 +155,10 @@ fn plain_value(value: &str) -> &str {
         "no" | "false" => "not included",
         other => other,
     }
+}
+
+fn usage_facts(usage: &[UsageRow]) -> Vec<(&str, Markup)> {
+    usage.iter().map(|u| (u.key.as_str(), usage_text(u))).collect()
 }
 
 fn usage_text(u: &UsageRow) -> Markup {
