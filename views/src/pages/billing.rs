@@ -6,7 +6,9 @@
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, card, facts, info_note, notice, or_none, org_link, stat, table_cols};
+use crate::components::{
+    Column, Tone, badge, card, facts, info_note, notice, or_none, org_link, refusal, stat, table_cols,
+};
 use crate::forms::{Input, Select, csrf_field, form_banners, hx_form, input_field, select_field, submit};
 use crate::pages::catalog::FormState;
 use crate::pages::home::{PlanLine, plan_section};
@@ -382,10 +384,11 @@ fn org_billing(v: &BillingView, o: &OrgBilling) -> Markup {
             h2 id=(heading) { (o.name) }
             (crate::pages::home::displaced_notes(&v.csrf, o.organization_id, o.is_owner, &o.displaced))
             @if failing {
-                div.refusal role="alert" {
-                    strong { "A payment failed" }
-                    p { "Stripe could not take the last payment, so the plan is suspended until it is paid. Update the card in Stripe: open the invoice below and pay it." }
-                }
+                (refusal(
+                    "A payment failed",
+                    "Stripe could not take the last payment, so the plan is suspended until it is paid. \
+                     Update the card in Stripe: open the invoice below and pay it.",
+                ))
             }
             @for i in &open {
                 div.refusal role="alert" {
