@@ -19,8 +19,11 @@ pub const MEMBER_EMAIL: &str = "member@example.com";
 pub const MEMBER_PASSWORD: &str = "demo-member";
 pub const DEMO_ORGANIZATION: &str = "Acme Wikis";
 
-/// (set and product name, rules as (key, numeric, flag)).
-const PLANS: &[(&str, &[(&str, Option<i64>, Option<bool>)])] = &[
+/// A rule: (key, numeric, flag).
+type Rule = (&'static str, Option<i64>, Option<bool>);
+
+/// (set and product name, its rules).
+const PLANS: &[(&str, &[Rule])] = &[
     ("Free", &[("fedwiki.active_sites", Some(1), None)]),
     ("Basic", &[("fedwiki.active_sites", Some(3), None), ("fedwiki.custom_domain", None, Some(true))]),
     ("Pro", &[("fedwiki.active_sites", Some(10), None), ("fedwiki.custom_domain", None, Some(true))]),

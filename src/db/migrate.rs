@@ -54,11 +54,11 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
         let sql = format!("ALTER ROLE console_runtime WITH LOGIN PASSWORD '{literal}'");
         // Two consoles setting it at once may collide on the role's row ("tuple concurrently
         // updated"): the one that lost finds the password set, or sets it again.
-        if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone())).execute(admin).await {
-            if runtime.connect().await.is_err() {
-                tracing::warn!(error = %e, "setting console_runtime's password collided; setting it again");
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
-            }
+        if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone())).execute(admin).await
+            && runtime.connect().await.is_err()
+        {
+            tracing::warn!(error = %e, "setting console_runtime's password collided; setting it again");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(admin).await?;
         }
     }
     Ok(())

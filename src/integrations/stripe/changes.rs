@@ -65,6 +65,7 @@ impl Stripe {
     /// Move `item` to `price` and `quantity` now. `charge_now`: the proration invoiced and charged at
     /// once, and when the charge fails Stripe changes nothing (`error_if_incomplete`) and says why;
     /// otherwise the proration (a credit, for fewer seats) waits for the next invoice.
+    #[allow(clippy::too_many_arguments)]
     pub async fn switch_now(
         &self,
         operation: &str,
