@@ -44,15 +44,9 @@ pub async fn pool_of_workspace(conn: &mut PgConnection, workspace_id: &str) -> s
     .await
 }
 
-/// An organization's default pool.
-pub async fn pool_of_default(conn: &mut PgConnection, organization_id: OrganizationId) -> sqlx::Result<Option<PoolId>> {
-    sqlx::query_scalar!(
-        r#"SELECT pool_id AS "pool_id: PoolId" FROM core.resource_pools WHERE organization_id = $1 AND is_default"#,
-        organization_id as OrganizationId
-    )
-    .fetch_optional(conn)
-    .await
-}
+/// An organization's default pool: the entitlements' own read of it, under the name the sites'
+/// paths know it by.
+pub use super::entitlements::default_pool_of as pool_of_default;
 
 // Sites ---------------------------------------------------------------------------------------------
 
