@@ -330,12 +330,9 @@ pub async fn put_customer(
     )
     .execute(&mut *conn)
     .await?;
-    sqlx::query_scalar!(
-        "SELECT stripe_customer_id FROM billing.customers WHERE organization_id = $1",
-        organization_id as OrganizationId
-    )
-    .fetch_one(conn)
-    .await
+    // The organization's row: this insert's, or the one already there (none only when another
+    // organization has this customer id).
+    customer_of(conn, organization_id).await?.ok_or(sqlx::Error::RowNotFound)
 }
 
 pub async fn insert_checkout_session(
