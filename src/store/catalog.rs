@@ -431,6 +431,12 @@ pub struct OrgListRow {
     pub plan: Option<String>,
 }
 
+/// The LIKE pattern of names whose lowered form starts with `prefix` (any case): the prefix
+/// lowered, its wildcards and escape character taken literally.
+fn lowered_prefix_pattern(prefix: &str) -> String {
+    format!("{}%", prefix.to_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"))
+}
+
 /// One page of organizations, by name (byte order of the lowered name, then id), whose name
 /// starts with `prefix` (any case). An index range scan whichever page it is.
 pub async fn organizations_page(
@@ -439,7 +445,7 @@ pub async fn organizations_page(
     limit: i64,
     seek: Seek,
 ) -> sqlx::Result<Page<OrgListRow>> {
-    let pattern = format!("{}%", prefix.to_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+    let pattern = lowered_prefix_pattern(prefix);
     let (cursor, direction) = match seek {
         Seek::First => (None, "forward"),
         Seek::After(id) => (Some(id), "forward"),
@@ -480,7 +486,7 @@ pub async fn organizations_page(
 /// How many organizations' names start with `prefix`, counting no further than `cap` (a search
 /// that matches most of a large list says "more than", rather than counting them all).
 pub async fn organizations_matching(conn: &mut PgConnection, prefix: &str, cap: i64) -> sqlx::Result<i64> {
-    let pattern = format!("{}%", prefix.to_lowercase().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+    let pattern = lowered_prefix_pattern(prefix);
     sqlx::query_scalar!(
         r#"SELECT count(*) AS "count!" FROM (SELECT 1 FROM core.organizations WHERE lower(name) COLLATE "C" LIKE $1 LIMIT $2) m"#,
         pattern,
@@ -669,4 +675,15 @@ pub async fn max_quantity(conn: &mut PgConnection, id: ProductId) -> sqlx::Resul
     sqlx::query_scalar!("SELECT max_quantity FROM core.products WHERE product_id = $1", id as ProductId)
         .fetch_optional(conn)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_prefix_matches_its_wildcards_and_escape_literally_in_any_case() {
+        assert_eq!(lowered_prefix_pattern("Acme"), "acme%");
+        assert_eq!(lowered_prefix_pattern(r"50%_Off\"), r"50\%\_off\\%");
+    }
 }
