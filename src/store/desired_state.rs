@@ -311,7 +311,7 @@ pub async fn recipients_after(
 }
 
 pub async fn pending_notices(e: impl PgExecutor<'_>) -> sqlx::Result<i64> {
-    Ok(sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM core.desired_state_outbox"#).fetch_one(e).await?)
+    sqlx::query_scalar!(r#"SELECT count(*) AS "n!" FROM core.desired_state_outbox"#).fetch_one(e).await
 }
 
 // Records -----------------------------------------------------------------------------------------
@@ -387,7 +387,7 @@ pub async fn write_push_answer(
     backoff_cap_secs: f64,
     url: &str,
 ) -> sqlx::Result<bool> {
-    let r = sqlx::query_scalar!(
+    sqlx::query_scalar!(
         r#"SELECT core.write_desired_state_push_answer($1, $2, $3, $4, $5, $6, $7) AS "written!""#,
         record as RecordId,
         generation,
@@ -398,8 +398,7 @@ pub async fn write_push_answer(
         url
     )
     .fetch_one(e)
-    .await?;
-    Ok(r)
+    .await
 }
 
 /// readBackItem (the SQL function takes the address lock, then the record). True when it drifted.
@@ -410,7 +409,7 @@ pub async fn write_read_back(
     generation: Option<i64>,
     content: Option<&serde_json::Value>,
 ) -> sqlx::Result<bool> {
-    let r = sqlx::query_scalar!(
+    sqlx::query_scalar!(
         r#"SELECT core.write_desired_state_read_back($1, $2, $3, $4) AS "drifted!""#,
         record as RecordId,
         found,
@@ -418,8 +417,7 @@ pub async fn write_read_back(
         content
     )
     .fetch_one(e)
-    .await?;
-    Ok(r)
+    .await
 }
 
 /// The next page (by id) of a connection's records the remote confirmed at their generation.
