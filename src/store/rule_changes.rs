@@ -27,6 +27,7 @@ pub async fn insert_change(
 }
 
 /// `core.commit_rule_change`: the act, the rule, the obligations. Returns (act, pools owed).
+#[allow(clippy::too_many_arguments)]
 pub async fn commit_rule_change(
     conn: &mut PgConnection,
     change_id: RuleChangeId,
