@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, postgres::types::PgInterval};
 
+use super::millis;
 use crate::ids::{AccountId, OrganizationId};
 
 #[derive(Debug, Clone)]
@@ -275,10 +276,6 @@ pub async fn touch_session(
     .execute(conn)
     .await?;
     Ok(())
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 pub async fn delete_session(conn: &mut PgConnection, token: &str) -> sqlx::Result<()> {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
+use super::millis;
 use crate::{ids::JobId, states::JobState};
 
 /// A job a worker has just claimed: it holds the lease on it for this attempt.
@@ -281,11 +282,6 @@ pub async fn delete_old_done_jobs<'e>(db: impl PgExecutor<'e>) -> Result<u64, sq
             .execute(db)
             .await?;
     Ok(r.rows_affected())
-}
-
-/// Milliseconds as the bigint the queries multiply `interval '1 millisecond'` by.
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Insert a job about one outside object (its payload's `object_key`) unless one about the same

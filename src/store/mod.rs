@@ -18,3 +18,9 @@ pub mod plan_acts;
 pub mod plan_changes;
 pub mod rule_changes;
 pub mod topology;
+
+/// A duration as the bigint of milliseconds the queries multiply `interval '1 millisecond'` by
+/// (the largest when it does not fit).
+fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
