@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, postgres::types::PgInterval};
 
-use super::millis;
+use super::{json_document, millis};
 use crate::ids::{AccountId, OrganizationId};
 
 #[derive(Debug, Clone)]
@@ -204,7 +204,7 @@ pub async fn resume_session_with_home(
     )
     .fetch_optional(conn)
     .await?;
-    row.map(|r| Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, home_from_json(&r.home)?)))
+    row.map(|r| Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, json_document(&r.home)?)))
         .transpose()
 }
 
@@ -389,10 +389,5 @@ pub async fn member_home(conn: &mut PgConnection, account_id: AccountId) -> sqlx
     let json = sqlx::query_scalar!(r#"SELECT core.member_home($1) AS "home!""#, account_id as AccountId)
         .fetch_one(conn)
         .await?;
-    home_from_json(&json)
-}
-
-/// `core.member_home`'s JSON, read.
-fn home_from_json(json: &str) -> sqlx::Result<Vec<MemberHome>> {
-    serde_json::from_str(json).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+    json_document(&json)
 }

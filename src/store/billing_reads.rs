@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use super::json_document;
 use crate::{
     ids::{AccountId, OrganizationId, OutboxId, PriceId, ProductId, SubscriptionId},
     states::{BillingInterval, InvoiceStatus, SubscriptionStatus},
@@ -170,7 +171,7 @@ struct BillingJson {
 /// Reads `core.member_billing`'s document, given what the memo held when the statement was sent
 /// (`seen`); a list read anew replaces the memo's.
 pub(crate) fn billing_doc(json: &str, seen: Option<Arc<OnSale>>, memo: &OnSaleMemo) -> sqlx::Result<MemberBillingDoc> {
-    let doc: BillingJson = serde_json::from_str(json).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    let doc: BillingJson = json_document(json)?;
     let on_sale = match (doc.on_sale, doc.on_sale_as_of, seen) {
         (Some(tiers), Some(as_of), _) => {
             let tiers = Arc::new(tiers);

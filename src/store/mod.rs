@@ -24,3 +24,9 @@ pub mod topology;
 fn millis(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
+
+/// A SQL function's JSON document (a page read in one statement), decoded; one that does not
+/// decode is sqlx's decode error, as a column's would be.
+fn json_document<T: serde::de::DeserializeOwned>(json: &str) -> sqlx::Result<T> {
+    serde_json::from_str(json).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+}
