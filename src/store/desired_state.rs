@@ -555,19 +555,3 @@ pub async fn record_at(
     .fetch_optional(e)
     .await
 }
-
-/// Records whose content differs from a fresh computation (the relay's invariant once the outbox
-/// has drained), at most `limit`.
-pub async fn records_off_fresh(e: impl PgExecutor<'_>, limit: i64) -> sqlx::Result<Vec<RecordState>> {
-    sqlx::query_as!(
-        RecordState,
-        r#"SELECT r.record_id AS "record_id: RecordId", r.connection_id AS "connection_id: ConnectionId",
-                  r.recipient_id, r.generation, r.confirmed_generation, r.content
-             FROM core.desired_state_records r
-            WHERE r.content IS DISTINCT FROM core.desired_state_content(r.connection_id, r.recipient_kind, r.recipient_id)
-            ORDER BY r.record_id LIMIT $1"#,
-        limit
-    )
-    .fetch_all(e)
-    .await
-}

@@ -83,16 +83,6 @@ pub async fn insert_site_placement(
     Ok(r.rows_affected() == 1)
 }
 
-/// A site's placements, as host names.
-pub async fn placements_of_site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar!(
-        "SELECT hostname FROM domains.placements WHERE provider = 'fedwiki' AND object_id = $1 ORDER BY hostname",
-        site_id
-    )
-    .fetch_all(conn)
-    .await
-}
-
 /// Release a site's names.
 pub async fn delete_site_placements(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<u64> {
     let r = sqlx::query!("DELETE FROM domains.placements WHERE provider = 'fedwiki' AND object_id = $1", site_id)
