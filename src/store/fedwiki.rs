@@ -44,10 +44,6 @@ pub async fn pool_of_workspace(conn: &mut PgConnection, workspace_id: &str) -> s
     .await
 }
 
-/// An organization's default pool: the entitlements' own read of it, under the name the sites'
-/// paths know it by.
-pub use super::entitlements::default_pool_of as pool_of_default;
-
 // Sites ---------------------------------------------------------------------------------------------
 
 #[derive(Debug, Clone, serde::Deserialize)]

@@ -15,7 +15,7 @@ use crate::{
     ids::{AccountId, OrganizationId},
     services::ServiceError,
     states::SiteStatus,
-    store::{domains as registry_store, fedwiki as store},
+    store::{domains as registry_store, entitlements as ent, fedwiki as store},
 };
 
 use super::{
@@ -67,7 +67,7 @@ async fn member_org_pool(db: &Db, who: AccountId, organization_id: OrganizationI
     let mut read = db.read().await?;
     ensure_member(read.conn(), who, organization_id).await?;
     let pool =
-        store::pool_of_default(read.conn(), organization_id).await?.ok_or(ServiceError::NotFound("organization"))?;
+        ent::default_pool_of(read.conn(), organization_id).await?.ok_or(ServiceError::NotFound("organization"))?;
     if !store::custom_domain_allowed(read.conn(), pool).await? {
         return Err(ServiceError::Refused(
             "The plan does not include custom domains: upgrade it to serve a site at a domain of your own.".into(),
