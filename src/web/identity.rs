@@ -46,7 +46,8 @@ pub fn identity(req: &HttpRequest) -> Option<Identity> {
 }
 
 /// A signed-in account acting as a member (operators are members too). A handler that acts for
-/// a person takes this (or `Operator`) rather than reading the session itself.
+/// a person takes this (or `Operator`), inside its `call::Call`, rather than reading the session
+/// itself.
 #[derive(Clone, Debug)]
 pub struct Member(pub Identity);
 

@@ -1,6 +1,7 @@
 //! The web layer: actix handlers parse input, check who asks, call one service function and
 //! render a view. No SQL here.
 
+pub mod call;
 pub mod context;
 pub mod errors;
 pub mod forms;

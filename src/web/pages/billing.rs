@@ -35,9 +35,10 @@ use crate::{
     },
     web::{
         AppState,
+        call::{Call, MemberCall, OperatorCall},
         errors::AppError,
         forms::{Form, after_post, query_or_default, see_other},
-        identity::{Member, Operator, csrf_token},
+        identity::{Member, csrf_token},
         refusals::{self, Refused, Words},
         render,
     },
@@ -180,9 +181,7 @@ fn product_page_with(id: i64, query: &str) -> String {
 
 #[tracing::instrument(name = "Page: set a price", skip_all, fields(product_id = *id))]
 pub async fn set_price(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     id: web::Path<i64>,
     form: Form<PriceForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -197,9 +196,7 @@ pub async fn set_price(
 
 #[tracing::instrument(name = "Page: archive a price", skip_all, fields(price_id = *id))]
 pub async fn archive_price(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     id: web::Path<i64>,
 ) -> Result<HttpResponse, AppError> {
     let price = reads::price(&state.db, PriceId(*id)).await?.ok_or(AppError::NotFound)?;
@@ -210,12 +207,7 @@ pub async fn archive_price(
 }
 
 #[tracing::instrument(name = "Page: sync a product to Stripe", skip_all, fields(product_id = *id))]
-pub async fn sync_product(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn sync_product(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let to = billing::sync_product(&state.db, ProductId(*id)).await.map(|answer| {
         let flag = match answer {
             SyncAnswer::Enqueued { product, prices } => {
@@ -266,11 +258,7 @@ fn when(t: DateTime<Utc>) -> String {
 pub struct BillingRead(pub crate::store::billing_reads::MemberBillingDoc);
 
 #[tracing::instrument(name = "Page: billing", skip_all, fields(account_id = %who.account_id))]
-pub async fn billing_page(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
-) -> Result<HttpResponse, AppError> {
+pub async fn billing_page(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
     let q = query_or_default::<BillingQuery>(&req);
     let checkout = q.checkout.and_then(|c| match c.as_str() {
         "paid" => Some(views::CheckoutNote::Paid),
@@ -489,9 +477,7 @@ fn base_url(req: &HttpRequest, state: &AppState) -> String {
 
 #[tracing::instrument(name = "Page: start a checkout", skip_all, fields(account_id = %who.account_id, organization_id, price_id))]
 pub async fn checkout(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     form: Form<CheckoutForm>,
 ) -> Result<HttpResponse, AppError> {
     let (organization_id, price_id, quantity) = form.parse()?;
@@ -527,11 +513,7 @@ struct ReturnQuery {
 }
 
 #[tracing::instrument(name = "Page: a checkout's return", skip_all, fields(account_id = %who.account_id))]
-pub async fn checkout_return(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
-) -> Result<HttpResponse, AppError> {
+pub async fn checkout_return(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
     let q = query_or_default::<ReturnQuery>(&req);
     // A session the console did not start, or one of an organization the member is not in, is
     // nothing at this address, whether or not Stripe is connected.
@@ -585,9 +567,7 @@ fn changed(req: &HttpRequest, what: &str) -> HttpResponse {
 
 #[tracing::instrument(name = "Page: switch a plan", skip_all, fields(account_id = %who.account_id))]
 pub async fn switch(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     form: Form<SwitchForm>,
 ) -> Result<HttpResponse, AppError> {
     let (org, sub) = form.subscription()?;
@@ -632,9 +612,7 @@ pub async fn switch(
 
 #[tracing::instrument(name = "Page: undo a scheduled switch", skip_all, fields(account_id = %who.account_id))]
 pub async fn undo_switch(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     form: Form<SwitchForm>,
 ) -> Result<HttpResponse, AppError> {
     let (org, sub) = form.subscription()?;
@@ -646,9 +624,7 @@ pub async fn undo_switch(
 
 #[tracing::instrument(name = "Page: cancel a plan at period end", skip_all, fields(account_id = %who.account_id))]
 pub async fn cancel(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     form: Form<SwitchForm>,
 ) -> Result<HttpResponse, AppError> {
     let (org, sub) = form.subscription()?;
@@ -660,9 +636,7 @@ pub async fn cancel(
 
 #[tracing::instrument(name = "Page: resume a plan", skip_all, fields(account_id = %who.account_id))]
 pub async fn resume(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     form: Form<SwitchForm>,
 ) -> Result<HttpResponse, AppError> {
     let (org, sub) = form.subscription()?;
@@ -673,11 +647,7 @@ pub async fn resume(
 // ---------- The operator's billing overview ----------
 
 #[tracing::instrument(name = "Page: billing overview", skip_all)]
-pub async fn operator_billing(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, AppError> {
+pub async fn operator_billing(Call { req, state, .. }: OperatorCall) -> Result<HttpResponse, AppError> {
     let b = reads::operator_billing(&state.db).await?;
     let v = views::OperatorBillingView {
         live_by_status: b.live_by_status.iter().map(|(s, n)| (s.to_string(), *n)).collect(),

@@ -16,8 +16,8 @@ use crate::{
         self, ServiceError,
         reads::{CARRIED_COUNT_CAP, CatalogOverview},
     },
+    web::call::{Call, OperatorCall},
     web::forms::{Form, run_parsed, unknown_field},
-    web::identity::Operator,
     web::refusals::{self, Refused, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
@@ -153,7 +153,7 @@ fn rule_text(n: Option<i64>, f: Option<bool>) -> String {
 }
 
 #[tracing::instrument(name = "Page: the catalog", skip_all)]
-pub async fn catalog(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+pub async fn catalog(Call { req, state, .. }: OperatorCall) -> Result<HttpResponse, AppError> {
     let v = catalog_view(&state, &req).await?;
     Ok(render::ok(&req, "Catalog", views::catalog(&v)))
 }
@@ -188,12 +188,7 @@ async fn catalog_refused(
 }
 
 #[tracing::instrument(name = "Page: add a resource key", skip_all)]
-pub async fn create_key(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    form: Form<KeyForm>,
-) -> Result<HttpResponse, AppError> {
+pub async fn create_key(Call { req, state, .. }: OperatorCall, form: Form<KeyForm>) -> Result<HttpResponse, AppError> {
     let create =
         async || services::catalog::create_resource_key(&state.db, &form.key, &form.kind, &form.description).await;
     let created = once_more_after_deadlock(&state.db, "Create a resource key", create).await;
@@ -202,12 +197,7 @@ pub async fn create_key(
 }
 
 #[tracing::instrument(name = "Page: add an entitlement set", skip_all)]
-pub async fn create_set(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    form: Form<SetForm>,
-) -> Result<HttpResponse, AppError> {
+pub async fn create_set(Call { req, state, .. }: OperatorCall, form: Form<SetForm>) -> Result<HttpResponse, AppError> {
     let create = async || services::catalog::create_entitlement_set(&state.db, &form.name).await;
     let created = once_more_after_deadlock(&state.db, "Create an entitlement set", create).await;
     let draw = async |r| catalog_refused(&req, &state, CatalogForm::Set, r).await;
@@ -216,9 +206,7 @@ pub async fn create_set(
 
 #[tracing::instrument(name = "Page: add a product", skip_all)]
 pub async fn create_product(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {
     let create =
@@ -264,21 +252,14 @@ async fn set_edit_view(
 }
 
 #[tracing::instrument(name = "Page: an entitlement set", skip_all, fields(entitlement_set_id = *id))]
-pub async fn set_page(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn set_page(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let v = set_edit_view(&req, &state, *id, None).await?.ok_or(AppError::NotFound)?;
     Ok(render::ok(&req, &format!("Entitlement set: {}", v.name), views::set_edit(&v)))
 }
 
 #[tracing::instrument(name = "Page: save a set's rules", skip_all, fields(entitlement_set_id = *id))]
 pub async fn save_rules(
-    op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { who: op, req, state }: OperatorCall,
     id: web::Path<i64>,
     form: Form<RulesForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -340,12 +321,7 @@ pub(crate) async fn product_edit_view(
 }
 
 #[tracing::instrument(name = "Page: a product", skip_all, fields(product_id = *id))]
-pub async fn product_page(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn product_page(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let (name, v) = product_edit_view(&req, &state, *id, None).await?.ok_or(AppError::NotFound)?;
     let prices = super::billing::prices_view(&req, &state, *id, None, vec![]).await?;
     let body = views::product_with_prices(&v, &prices);
@@ -361,9 +337,7 @@ pub struct SeatsForm {
 
 #[tracing::instrument(name = "Page: save a product's seats", skip_all, fields(product_id = *id))]
 pub async fn save_seats(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     id: web::Path<i64>,
     form: Form<SeatsForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -392,9 +366,7 @@ async fn product_saved(
 
 #[tracing::instrument(name = "Page: save a product", skip_all, fields(product_id = *id))]
 pub async fn save_product(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     id: web::Path<i64>,
     form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {

@@ -25,9 +25,10 @@ use crate::{
     store::desired_state::{ConnectionFigures, ConnectionRow, RecordLine},
     web::{
         AppState,
+        call::{Call, OperatorCall},
         errors::AppError,
         forms::{Form, after_post, query_or_default, run_parsed},
-        identity::{Operator, csrf_token},
+        identity::csrf_token,
         refusals::{self, Words},
         render,
     },
@@ -188,16 +189,14 @@ async fn list_view(req: &HttpRequest, state: &AppState, form: FormState) -> Resu
 }
 
 #[tracing::instrument(name = "Page: the connections", skip_all)]
-pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+pub async fn list(Call { req, state, .. }: OperatorCall) -> Result<HttpResponse, AppError> {
     let v = list_view(&req, &state, FormState::default()).await?;
     Ok(render::ok(&req, "Connections", views::connection_list(&v)))
 }
 
 #[tracing::instrument(name = "Page: add a connection", skip_all)]
 pub async fn create(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     form: Form<ConnectionFields>,
 ) -> Result<HttpResponse, AppError> {
     let f = form.form();
@@ -329,12 +328,7 @@ fn title(v: &views::ConnectionView) -> String {
 }
 
 #[tracing::instrument(name = "Page: a connection", skip_all, fields(connection_id = *id))]
-pub async fn detail(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let shown = Shown::from_query(&req)?;
     let v = page_view(&req, &state, ConnectionId(*id), shown).await?;
     Ok(render::ok(&req, &title(&v), views::connection_page(&v)))
@@ -388,9 +382,7 @@ async fn page_answer(
 
 #[tracing::instrument(name = "Page: edit a connection", skip_all, fields(connection_id = *id))]
 pub async fn edit(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     id: web::Path<i64>,
     form: Form<ConnectionFields>,
 ) -> Result<HttpResponse, AppError> {
@@ -404,9 +396,7 @@ pub async fn edit(
 
 #[tracing::instrument(name = "Page: rotate a connection's secret", skip_all, fields(connection_id = *id))]
 pub async fn rotate(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     id: web::Path<i64>,
     form: Form<RotateForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -418,9 +408,7 @@ pub async fn rotate(
 
 #[tracing::instrument(name = "Page: delete a connection", skip_all, fields(connection_id = *id))]
 pub async fn delete(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     id: web::Path<i64>,
     form: Form<DeleteForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -448,10 +436,9 @@ impl FromRequest for Button {
     type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let parts =
-            <(Operator, HttpRequest, web::Data<AppState>, web::Path<i64>, Form<NoFields>)>::from_request(req, payload);
+        let parts = <(OperatorCall, web::Path<i64>, Form<NoFields>)>::from_request(req, payload);
         Box::pin(async move {
-            let (_op, req, state, id, _form) = parts.await?;
+            let (Call { req, state, .. }, id, _form) = parts.await?;
             Ok(Button { req, state, id: ConnectionId(*id) })
         })
     }

@@ -1,7 +1,7 @@
 //! The operators' farm page: the maintenance runs, the schedule, "Run now", and the drift between
 //! the farm and the console on request.
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use views::paths;
@@ -11,9 +11,10 @@ use crate::{
     store::fedwiki_maintenance::RunRow,
     web::{
         AppState,
+        call::{Call, OperatorCall},
         errors::AppError,
         forms::{after_post, query_or_default},
-        identity::{Operator, csrf_token},
+        identity::csrf_token,
         render,
     },
 };
@@ -95,16 +96,12 @@ async fn page(req: &HttpRequest, state: &AppState, refusal: Option<String>) -> R
 }
 
 #[tracing::instrument(name = "Page: the farm", skip_all)]
-pub async fn operator_farm(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, AppError> {
+pub async fn operator_farm(Call { req, state, .. }: OperatorCall) -> Result<HttpResponse, AppError> {
     page(&req, &state, None).await
 }
 
 #[tracing::instrument(name = "Page: run the maintenance now", skip_all)]
-pub async fn run_now(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+pub async fn run_now(Call { req, state, .. }: OperatorCall) -> Result<HttpResponse, AppError> {
     if state.farm.is_none() {
         return Err(AppError::Refused("No farm is connected: there is nothing to maintain.".into()));
     }

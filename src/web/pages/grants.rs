@@ -15,8 +15,8 @@ use crate::{
     },
     states::{GrantKind, GrantStatus},
     store::grants::{EventRow, GrantRow},
+    web::call::{Call, OperatorCall},
     web::forms::{Form, run_parsed},
-    web::identity::Operator,
     web::paging::SeekQuery,
     web::refusals::{self, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
@@ -121,12 +121,7 @@ pub struct ListQuery {
 }
 
 #[tracing::instrument(name = "Page: the grants", skip_all, fields(status = ?q.status, organization_id = ?q.organization_id))]
-pub async fn list(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    q: web::Query<ListQuery>,
-) -> Result<HttpResponse, AppError> {
+pub async fn list(Call { req, state, .. }: OperatorCall, q: web::Query<ListQuery>) -> Result<HttpResponse, AppError> {
     let status = q.status.clone().unwrap_or_default();
     let status_filter = match status.as_str() {
         "" => None,
@@ -175,9 +170,7 @@ async fn issue_view(req: &HttpRequest, state: &AppState, form: FormState) -> Res
 
 #[tracing::instrument(name = "Page: issue a grant", skip_all, fields(organization_id = ?q.organization_id))]
 pub async fn new_form(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     q: web::Query<NewQuery>,
 ) -> Result<HttpResponse, AppError> {
     let form = FormState {
@@ -193,9 +186,7 @@ pub async fn new_form(
 
 #[tracing::instrument(name = "Page: post a grant", skip_all)]
 pub async fn issue(
-    op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { who: op, req, state }: OperatorCall,
     form: Form<IssueForm>,
 ) -> Result<HttpResponse, AppError> {
     let issue = async |g: &IssueGrant| services::grants::issue_grant(&state.db, g).await;
@@ -266,12 +257,7 @@ async fn detail_view(
 }
 
 #[tracing::instrument(name = "Page: a grant", skip_all, fields(grant_id = *id))]
-pub async fn detail(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let v = detail_view(&req, &state, *id, FormState::default(), FormState::default()).await?;
     Ok(render::ok(&req, &format!("Grant #{}", v.grant.id), views::grant_detail(&v)))
 }
@@ -292,9 +278,7 @@ fn with_banner(v: &views::GrantDetailView, f: &FormState, form_shown: bool) -> v
 
 #[tracing::instrument(name = "Page: revoke a grant", skip_all, fields(grant_id = *id))]
 pub async fn revoke(
-    op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { who: op, req, state }: OperatorCall,
     id: web::Path<i64>,
     form: Form<RevokeForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -314,9 +298,7 @@ pub async fn revoke(
 
 #[tracing::instrument(name = "Page: manage a grant", skip_all, fields(grant_id = *id))]
 pub async fn manage(
-    op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { who: op, req, state }: OperatorCall,
     id: web::Path<i64>,
     form: Form<ManageForm>,
 ) -> Result<HttpResponse, AppError> {

@@ -1,6 +1,6 @@
 //! The member's home: each of their organizations' plan per ladder, entitlements and usage.
 
-use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use actix_web::{HttpMessage, HttpResponse};
 
 use crate::{
     services,
@@ -10,14 +10,19 @@ use crate::{
         catalog::{HeldConferral, Usage},
         entitlements::EntitlementValue,
     },
-    web::{AppState, errors::AppError, identity::Member, render},
+    web::{
+        call::{Call, MemberCall},
+        errors::AppError,
+        identity::Member,
+        render,
+    },
 };
 
 /// The home's read, made by the member guard in the session's own statement.
 pub struct HomeRead(pub Vec<crate::store::accounts::MemberHome>);
 
 #[tracing::instrument(name = "Page: home", skip_all)]
-pub async fn home(req: HttpRequest, state: web::Data<AppState>, Member(who): Member) -> Result<HttpResponse, AppError> {
+pub async fn home(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
     let read = req.extensions_mut().remove::<HomeRead>();
     let organizations = match read {
         Some(HomeRead(organizations)) => organizations,

@@ -1,7 +1,7 @@
 //! The operator's overview: each subsystem's health, the last hour in charts, accounts,
 //! organizations and the job queue.
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::HttpResponse;
 use chrono::{DateTime, Utc};
 use views::{Tone, paths};
 
@@ -12,12 +12,12 @@ use crate::{
         observability::{self, CHART_SPAN, Charts, Health},
     },
     store::metrics::Sample,
-    web::identity::Operator,
-    web::{AppState, errors::AppError, render},
+    web::call::{Call, OperatorCall},
+    web::{errors::AppError, render},
 };
 
 #[tracing::instrument(name = "Page: operations", skip_all)]
-pub async fn overview(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+pub async fn overview(Call { req, state, .. }: OperatorCall) -> Result<HttpResponse, AppError> {
     let o = services::accounts::operator_overview(&state.db).await?;
     let health = observability::health(&state.db).await?;
     let charts = observability::charts(&state.db).await?;

@@ -9,8 +9,9 @@ use crate::{
     services::{self, ServiceError, grants::EmailDomain, organizations::OrgName, refusal::Problems},
     states::GrantKind,
     store::{catalog::HeldConferral, paging::Seek},
+    web::call::{Call, OperatorCall},
     web::forms::{Form, run_parsed},
-    web::identity::{Operator, csrf_token},
+    web::identity::csrf_token,
     web::paging::SeekQuery,
     web::refusals::{self, Words},
     web::{
@@ -81,12 +82,7 @@ pub struct ListQuery {
 }
 
 #[tracing::instrument(name = "Page: the organizations", skip_all)]
-pub async fn list(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    q: web::Query<ListQuery>,
-) -> Result<HttpResponse, AppError> {
+pub async fn list(Call { req, state, .. }: OperatorCall, q: web::Query<ListQuery>) -> Result<HttpResponse, AppError> {
     let query = q.q.clone().unwrap_or_default();
     if query.chars().count() > 200 {
         return Err(AppError::BadRequest("A search may have at most 200 characters.".into()));
@@ -164,12 +160,7 @@ fn position_row(c: &HeldConferral) -> views::PositionRow {
 }
 
 #[tracing::instrument(name = "Page: an organization", skip_all, fields(organization_id = *id))]
-pub async fn detail(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let d = services::reads::organization(&state.db, OrganizationId(*id)).await?.ok_or(AppError::NotFound)?;
     let view = views::OrgDetailView {
         id: d.facts.organization_id.0,
@@ -201,12 +192,7 @@ pub async fn detail(
 /// Create an organization (with its pool and floor; with an email domain, the grants waiting
 /// for it).
 #[tracing::instrument(name = "Page: create an organization", skip_all)]
-pub async fn create(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    form: Form<CreateForm>,
-) -> Result<HttpResponse, AppError> {
+pub async fn create(Call { req, state, .. }: OperatorCall, form: Form<CreateForm>) -> Result<HttpResponse, AppError> {
     let org_types = org_type_options(&state).await?;
     let create = async |o: &NewOrganization| {
         let domain = o.email_domain.as_ref();

@@ -10,8 +10,8 @@ use crate::{
     services,
     states::PlanActKind,
     store::topology::PlanActRow,
+    web::call::{Call, OperatorCall},
     web::forms::after_retry,
-    web::identity::Operator,
     web::{AppState, errors::AppError, render},
 };
 
@@ -40,7 +40,7 @@ fn row(a: &PlanActRow) -> views::PlanActRow {
 }
 
 #[tracing::instrument(name = "Page: the plan acts", skip_all)]
-pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+pub async fn list(Call { req, state, .. }: OperatorCall) -> Result<HttpResponse, AppError> {
     let acts = services::reads::plan_acts(&state.db).await?;
     Ok(render::ok(&req, "Plan acts", views::plan_act_list(&acts.iter().map(row).collect::<Vec<_>>())))
 }
@@ -98,24 +98,14 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
 }
 
 #[tracing::instrument(name = "Page: a plan act", skip_all, fields(plan_act_id = *id))]
-pub async fn detail(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let v = view(&req, &state, *id).await?;
     Ok(render::ok(&req, &format!("Plan act #{}", v.act.id), views::plan_act_page(&v)))
 }
 
 /// What the page's progress polls: the progress container alone.
 #[tracing::instrument(name = "Page: a plan act's progress", skip_all, fields(plan_act_id = *id))]
-pub async fn progress(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn progress(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let v = view(&req, &state, *id).await?;
     Ok(render::polled(views::plan_act_progress(&v)))
 }
@@ -123,12 +113,7 @@ pub async fn progress(
 /// RetryPlanAct: a button, no fields; a refusal (nothing to retry, another change) is the error
 /// page or partial.
 #[tracing::instrument(name = "Page: retry a plan act", skip_all, fields(plan_act_id = *id))]
-pub async fn retry(
-    op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn retry(Call { who: op, req, state }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let actor = Some(op.account_id());
     once_more_after_deadlock(&state.db, "RetryPlanAct", async || {
         services::plan_acts::retry_plan_act(&state.db, PlanActId(*id), actor).await

@@ -9,8 +9,8 @@ use crate::{
     ids::RuleChangeId,
     services::{self, reads::RuleChangeDetail},
     store::rule_changes::{ActRow, ChangeRow},
+    web::call::{Call, OperatorCall},
     web::forms::after_retry,
-    web::identity::Operator,
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
 
@@ -46,7 +46,7 @@ fn as_u64(n: i64) -> u64 {
 }
 
 #[tracing::instrument(name = "Page: the rule changes", skip_all)]
-pub async fn list(_op: Operator, req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+pub async fn list(Call { req, state, .. }: OperatorCall) -> Result<HttpResponse, AppError> {
     let (changes, acts) = services::reads::rule_changes(&state.db).await?;
     let rows: Vec<views::RuleChangeListRow> = changes
         .iter()
@@ -118,35 +118,20 @@ fn view(req: &HttpRequest, d: &RuleChangeDetail) -> views::RuleChangeView {
 }
 
 #[tracing::instrument(name = "Page: a rule change", skip_all, fields(change_id = *id))]
-pub async fn detail(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let v = read_view(&req, &state, *id).await?;
     Ok(render::ok(&req, &format!("Rule change #{}", v.id), views::rule_change_page(&v)))
 }
 
 /// What the page's progress polls: the progress container alone.
 #[tracing::instrument(name = "Page: a rule change's progress", skip_all, fields(change_id = *id))]
-pub async fn progress(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn progress(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     Ok(render::polled(views::rule_change_progress(&read_view(&req, &state, *id).await?)))
 }
 
 /// Retry: a button, no fields; a refusal is the error page or partial.
 #[tracing::instrument(name = "Page: retry a rule change", skip_all, fields(change_id = *id))]
-pub async fn retry(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    id: web::Path<i64>,
-) -> Result<HttpResponse, AppError> {
+pub async fn retry(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     once_more_after_deadlock(&state.db, "Retry a rule change", async || {
         services::rule_changes::retry_failed(&state.db, RuleChangeId(*id)).await
     })

@@ -17,6 +17,7 @@ use crate::{
     states::{RequestKind, SiteStatus},
     web::{
         AppState,
+        call::{Call, MemberCall},
         errors::AppError,
         forms::{Form, after_post, query_or_default},
         identity::{Member, csrf_token},
@@ -149,22 +150,14 @@ fn notice(req: &HttpRequest) -> Option<String> {
 }
 
 #[tracing::instrument(name = "Page: sites", skip_all, fields(account_id = %who.account_id))]
-pub async fn sites_page(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
-) -> Result<HttpResponse, AppError> {
+pub async fn sites_page(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
     let v = view(&req, &state, who.account_id, None).await?;
     Ok(render::ok(&req, "Sites", views::member_sites(&v)))
 }
 
 /// The polled section alone.
 #[tracing::instrument(name = "Page: sites (live)", skip_all, fields(account_id = %who.account_id))]
-pub async fn sites_live(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
-) -> Result<HttpResponse, AppError> {
+pub async fn sites_live(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
     let v = view(&req, &state, who.account_id, None).await?;
     Ok(crate::web::forms::partial(StatusCode::OK, views::sites_section(&v)))
 }
@@ -233,9 +226,7 @@ pub struct CreateForm {
 
 #[tracing::instrument(name = "Page: create a site", skip_all, fields(account_id = %who.account_id))]
 pub async fn create(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     form: Form<CreateForm>,
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
@@ -256,9 +247,7 @@ pub struct StatusForm {
 
 #[tracing::instrument(name = "Page: change a site's status", skip_all, fields(account_id = %who.account_id, site_id = %id))]
 pub async fn change_status(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     id: web::Path<String>,
     form: Form<StatusForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -275,9 +264,7 @@ pub async fn change_status(
 
 #[tracing::instrument(name = "Page: delete a site", skip_all, fields(account_id = %who.account_id, site_id = %id))]
 pub async fn delete(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     id: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
@@ -295,9 +282,7 @@ pub struct SwapForm {
 
 #[tracing::instrument(name = "Page: swap sites", skip_all, fields(account_id = %who.account_id))]
 pub async fn swap(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     form: Form<SwapForm>,
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
@@ -315,9 +300,7 @@ pub struct KeepForm {
 
 #[tracing::instrument(name = "Page: keep a site active", skip_all, fields(account_id = %who.account_id, site_id = %id))]
 pub async fn keep_active(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     id: web::Path<String>,
     form: Form<KeepForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -344,9 +327,7 @@ pub struct DomainForm {
 
 #[tracing::instrument(name = "Page: a custom domain", skip_all, fields(account_id = %who.account_id))]
 pub async fn domains(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     form: Form<DomainForm>,
 ) -> Result<HttpResponse, AppError> {
     let org = organization(&form.organization_id)?;
@@ -376,9 +357,7 @@ pub struct RemoveDomainForm {
 
 #[tracing::instrument(name = "Page: remove a custom domain", skip_all, fields(account_id = %who.account_id))]
 pub async fn remove_domain(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    Member(who): Member,
+    Call { who: Member(who), req, state }: MemberCall,
     form: Form<RemoveDomainForm>,
 ) -> Result<HttpResponse, AppError> {
     let org = organization(&form.organization_id)?;

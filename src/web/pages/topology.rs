@@ -18,8 +18,8 @@ use crate::{
         refusal::Problems,
         topology::{AddTier, RemoveTier},
     },
+    web::call::{Call, OperatorCall},
     web::forms::{self, Form, run_parsed, unknown_field},
-    web::identity::Operator,
     web::refusals::{self, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
@@ -259,12 +259,7 @@ pub struct Notice {
 }
 
 #[tracing::instrument(name = "Page: the tier topology", skip_all)]
-pub async fn topology(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    q: web::Query<Notice>,
-) -> Result<HttpResponse, AppError> {
+pub async fn topology(Call { req, state, .. }: OperatorCall, q: web::Query<Notice>) -> Result<HttpResponse, AppError> {
     let notice = match q.done.as_deref() {
         Some("tier-added") => Some("The tier was added.".to_string()),
         Some("tier-deleted") => Some("The tier was deleted.".to_string()),
@@ -286,8 +281,7 @@ fn preview_form<T: serde::de::DeserializeOwned>(
 
 #[tracing::instrument(name = "Page: preview a tier add", skip_all, fields(ladder_id = *id))]
 pub async fn preview(
-    _op: Operator,
-    state: web::Data<AppState>,
+    Call { state, .. }: OperatorCall,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
@@ -309,9 +303,7 @@ pub async fn preview(
 
 #[tracing::instrument(name = "Page: add a tier", skip_all, fields(ladder_id = *id))]
 pub async fn add_tier(
-    op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { who: op, req, state }: OperatorCall,
     id: web::Path<i64>,
     form: Form<AddTierForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -328,9 +320,7 @@ pub async fn add_tier(
 
 #[tracing::instrument(name = "Page: delete a tier", skip_all, fields(ladder_id = path.0, rank = path.1))]
 pub async fn delete_tier(
-    op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { who: op, req, state }: OperatorCall,
     path: web::Path<(i64, i32)>,
     form: Form<DeleteTierForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -354,9 +344,7 @@ pub async fn delete_tier(
 
 #[tracing::instrument(name = "Page: order the ladders", skip_all)]
 pub async fn ladder_order(
-    _op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { req, state, .. }: OperatorCall,
     form: Form<LadderOrderForm>,
 ) -> Result<HttpResponse, AppError> {
     let reorder = async |positions: &BTreeMap<LadderId, i32>| {
@@ -376,9 +364,7 @@ pub async fn ladder_order(
 /// the operator lands on the act's live progress.
 #[tracing::instrument(name = "Page: change a type's default", skip_all, fields(org_type_id = *id))]
 pub async fn change_default(
-    op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { who: op, req, state }: OperatorCall,
     id: web::Path<i64>,
     form: Form<DefaultChangeForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -429,8 +415,7 @@ fn reach_preview(action: String, r: ActReach, d: Option<Disposition>) -> views::
 /// The preview of a default change: how many organizations it reaches, per disposition.
 #[tracing::instrument(name = "Page: preview a default change", skip_all, fields(org_type_id = *id))]
 pub async fn default_preview(
-    _op: Operator,
-    state: web::Data<AppState>,
+    Call { state, .. }: OperatorCall,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
@@ -446,8 +431,7 @@ pub async fn default_preview(
 
 #[tracing::instrument(name = "Page: preview a tier removal", skip_all, fields(ladder_id = path.0, rank = path.1))]
 pub async fn remove_preview(
-    _op: Operator,
-    state: web::Data<AppState>,
+    Call { state, .. }: OperatorCall,
     path: web::Path<(i64, i32)>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
@@ -471,9 +455,7 @@ pub async fn remove_preview(
 /// RemoveTier: one transaction moves every holder; the operator lands on the act's record.
 #[tracing::instrument(name = "Page: remove a tier", skip_all, fields(ladder_id = path.0, rank = path.1))]
 pub async fn remove_tier(
-    op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { who: op, req, state }: OperatorCall,
     path: web::Path<(i64, i32)>,
     form: Form<RemoveTierForm>,
 ) -> Result<HttpResponse, AppError> {
@@ -499,8 +481,7 @@ pub async fn remove_tier(
 
 #[tracing::instrument(name = "Page: preview a tier order", skip_all, fields(ladder_id = *id))]
 pub async fn tier_order_preview(
-    _op: Operator,
-    state: web::Data<AppState>,
+    Call { state, .. }: OperatorCall,
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
@@ -521,9 +502,7 @@ pub async fn tier_order_preview(
 /// ReorderTiers: T0, then the moves for part of this request; the operator lands on the act.
 #[tracing::instrument(name = "Page: reorder a ladder's tiers", skip_all, fields(ladder_id = *id))]
 pub async fn tier_order(
-    op: Operator,
-    req: HttpRequest,
-    state: web::Data<AppState>,
+    Call { who: op, req, state }: OperatorCall,
     id: web::Path<i64>,
     form: Form<TierOrderForm>,
 ) -> Result<HttpResponse, AppError> {
