@@ -271,12 +271,16 @@ pub async fn topology(Call { req, state, .. }: OperatorCall, q: web::Query<Notic
     Ok(render::ok(&req, "Tier topology", views::topology(&v)))
 }
 
-/// A preview's form, read from its query like a posted form (an unknown field is refused in the
-/// preview's words).
-fn preview_form<T: serde::de::DeserializeOwned>(
+/// A preview's answer: its form, read from its query like a posted form (an unknown field is
+/// refused in the preview's words), and what `reach` makes of it, or the refusal it would meet
+/// under `refused`.
+async fn previewed<T: serde::de::DeserializeOwned>(
     q: web::Query<Vec<(String, String)>>,
-) -> Result<forms::Form<T>, ServiceError> {
-    forms::read(q.into_inner())
+    refused: &str,
+    reach: impl AsyncFnOnce(Form<T>) -> Result<views::Markup, ServiceError>,
+) -> Result<HttpResponse, AppError> {
+    let answer = async { reach(forms::read(q.into_inner())?).await };
+    refusals::preview(refused, answer.await)
 }
 
 #[tracing::instrument(name = "Page: preview a tier add", skip_all, fields(ladder_id = *id))]
@@ -285,8 +289,8 @@ pub async fn preview(
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
-    let answer = async {
-        let a = preview_form::<AddTierForm>(q)?.parse(*id, None)?;
+    previewed(q, "This tier cannot be added", async |f: Form<AddTierForm>| {
+        let a = f.parse(*id, None)?;
         let r = services::topology::preview_add_tier(&state.db, &a, state.config.plan_act_holder_cap).await?;
         let names = services::reads::tier_names(&state.db, a.ladder_id, a.product_id).await?;
         Ok(views::tier_add_preview(&views::TierAddPreview {
@@ -297,8 +301,8 @@ pub async fn preview(
             collisions: r.colliding,
             refusal: r.refusal,
         }))
-    };
-    refusals::preview("This tier cannot be added", answer.await)
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Page: add a tier", skip_all, fields(ladder_id = *id))]
@@ -310,10 +314,10 @@ pub async fn add_tier(
     let add = async |a: &AddTier| services::topology::add_tier(&state.db, a, state.config.plan_act_holder_cap).await;
     let added = run_parsed(&state.db, "AddTier", form.parse(*id, Some(op.account_id())), add).await;
     let to = added.map(|_| format!("{}?done=tier-added", paths::TOPOLOGY));
-    refusals::posted(&req, to, form.values(), WORDS, async |r| {
-        let v = view(&req, &state, Forms { add: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
+    let placed = |f| Forms { add: vec![(*id, f)], ..Forms::default() };
+    form_answer(&req, &state, to, form.values(), placed, |v, f| {
         let next_rank = v.ladder(*id).map_or(1, views::LadderView::next_rank);
-        Ok(refused(&req, r.status, &v, || views::add_tier_form(&v.csrf, *id, &v.products, next_rank, &r.form)))
+        views::add_tier_form(&v.csrf, *id, &v.products, next_rank, f)
     })
     .await
 }
@@ -352,12 +356,9 @@ pub async fn ladder_order(
     };
     let ordered = run_parsed(&state.db, "ReorderPlanLadders", form.parse(), reorder).await;
     let to = ordered.map(|_| format!("{}?done=order", paths::TOPOLOGY));
-    refusals::posted(&req, to, form.values(), WORDS, async |r| {
-        let v = view(&req, &state, Forms { order: r.form.clone(), ..Forms::default() }, None).await?;
-        let ladders = v.ladder_order();
-        Ok(refused(&req, r.status, &v, || views::ladder_order_form(&v.csrf, &ladders, &r.form)))
-    })
-    .await
+    let placed = |f| Forms { order: f, ..Forms::default() };
+    form_answer(&req, &state, to, form.values(), placed, |v, f| views::ladder_order_form(&v.csrf, &v.ladder_order(), f))
+        .await
 }
 
 /// ChangeOrgTypeDefault: T0, then the listing and moves for up to a few seconds of this request;
@@ -375,22 +376,30 @@ pub async fn change_default(
         change_org_type_default(&state.db, OrgTypeId(*id), c.ladder_id, c.disposition, actor, &c.reason, within).await
     };
     let changed = run_parsed(&state.db, "ChangeOrgTypeDefault", form.parse("Choose a ladder."), change).await;
-    refusals::posted(&req, changed.map(|act| fill(paths::PLAN_ACT, &[&act])), form.values(), WORDS, async |r| {
-        let v = view(&req, &state, Forms { default: vec![(*id, r.form.clone())], ..Forms::default() }, None).await?;
-        let ladders = v.ladder_choices();
-        Ok(refused(&req, r.status, &v, || views::default_change_form(&v.csrf, *id, &ladders, &r.form)))
+    let to = changed.map(|act| fill(paths::PLAN_ACT, &[&act]));
+    let placed = |f| Forms { default: vec![(*id, f)], ..Forms::default() };
+    form_answer(&req, &state, to, form.values(), placed, |v, f| {
+        views::default_change_form(&v.csrf, *id, &v.ladder_choices(), f)
     })
     .await
 }
 
-/// A refused topology form: the form again alone for htmx, else within the whole page.
-fn refused(
+/// A topology form's answer: on success to `to`; refused, the page read again with the form's
+/// state where `placed` puts it, and the form drawn again (`form`) alone for htmx, else within
+/// the whole page.
+async fn form_answer(
     req: &HttpRequest,
-    status: actix_web::http::StatusCode,
-    v: &views::TopologyView,
-    form: impl FnOnce() -> views::Markup,
-) -> HttpResponse {
-    refusals::answer(req, status, "Tier topology", form, || views::topology(v))
+    state: &AppState,
+    to: Result<String, ServiceError>,
+    sent: Vec<(String, String)>,
+    placed: impl FnOnce(FormState) -> Forms,
+    form: impl FnOnce(&views::TopologyView, &FormState) -> views::Markup,
+) -> Result<HttpResponse, AppError> {
+    refusals::posted(req, to, sent, WORDS, async |r| {
+        let v = view(req, state, placed(r.form.clone()), None).await?;
+        Ok(refusals::answer(req, r.status, "Tier topology", || form(&v, &r.form), || views::topology(&v)))
+    })
+    .await
 }
 
 /// What the request has left to move organizations in, less a margin to answer in.
@@ -419,14 +428,14 @@ pub async fn default_preview(
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
-    let answer = async {
-        let c = preview_form::<DefaultChangeForm>(q)?.parse("Choose a ladder to preview.")?;
+    previewed(q, "This default cannot be changed", async |f: Form<DefaultChangeForm>| {
+        let c = f.parse("Choose a ladder to preview.")?;
         let r =
             services::plan_acts::preview_default_change(&state.db, OrgTypeId(*id), c.ladder_id, c.disposition).await?;
         let action = format!("Changing {}'s default to {}", r.types.first().cloned().unwrap_or_default(), r.ladder);
         Ok(views::act_reach_preview(&reach_preview(action, r, c.disposition)))
-    };
-    refusals::preview("This default cannot be changed", answer.await)
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Page: preview a tier removal", skip_all, fields(ladder_id = path.0, rank = path.1))]
@@ -436,8 +445,8 @@ pub async fn remove_preview(
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
-    let answer = async {
-        let r = preview_form::<RemoveTierForm>(q)?.parse(ladder, rank, None)?;
+    previewed(q, "This tier cannot be removed", async |f: Form<RemoveTierForm>| {
+        let r = f.parse(ladder, rank, None)?;
         let p = services::topology::preview_remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await?;
         Ok(views::tier_removal_preview(&views::TierRemovalPreview {
             ladder: p.ladder,
@@ -448,8 +457,8 @@ pub async fn remove_preview(
             floor_after: p.floor_after,
             refusal: p.refusal,
         }))
-    };
-    refusals::preview("This tier cannot be removed", answer.await)
+    })
+    .await
 }
 
 /// RemoveTier: one transaction moves every holder; the operator lands on the act's record.
@@ -464,9 +473,8 @@ pub async fn remove_tier(
         async |r: &RemoveTier| services::topology::remove_tier(&state.db, r, state.config.plan_act_holder_cap).await;
     let removed = run_parsed(&state.db, "RemoveTier", form.parse(ladder, rank, Some(op.account_id())), remove).await;
     let to = removed.map(|(act, _)| fill(paths::PLAN_ACT, &[&act]));
-    refusals::posted(&req, to, form.values(), WORDS, async |r| {
-        let forms = Forms { remove: vec![((ladder, rank), r.form.clone())], ..Forms::default() };
-        let v = view(&req, &state, forms, None).await?;
+    let placed = |f| Forms { remove: vec![((ladder, rank), f)], ..Forms::default() };
+    form_answer(&req, &state, to, form.values(), placed, |v, f| {
         let product = v
             .ladders
             .iter()
@@ -474,7 +482,7 @@ pub async fn remove_tier(
             .and_then(|l| l.tiers.iter().find(|t| t.rank == rank))
             .map(|t| t.product_name.clone())
             .unwrap_or_default();
-        Ok(refused(&req, r.status, &v, || views::remove_tier_form(&v.csrf, ladder, rank, &product, &r.form)))
+        views::remove_tier_form(&v.csrf, ladder, rank, &product, f)
     })
     .await
 }
@@ -485,8 +493,8 @@ pub async fn tier_order_preview(
     id: web::Path<i64>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
-    let answer = async {
-        let r = preview_form::<TierOrderForm>(q)?.parse(*id, None)?;
+    previewed(q, "These tiers cannot be reordered", async |f: Form<TierOrderForm>| {
+        let r = f.parse(*id, None)?;
         let p = services::plan_acts::preview_reorder_tiers(&state.db, &r).await?;
         let action = match (&p.from_floor, &p.to_floor) {
             (Some(from), Some(to)) if from != to => {
@@ -495,8 +503,8 @@ pub async fn tier_order_preview(
             _ => format!("Reordering {} (its floor stays)", p.ladder),
         };
         Ok(views::act_reach_preview(&reach_preview(action, p, r.disposition)))
-    };
-    refusals::preview("These tiers cannot be reordered", answer.await)
+    })
+    .await
 }
 
 /// ReorderTiers: T0, then the moves for part of this request; the operator lands on the act.
@@ -508,11 +516,11 @@ pub async fn tier_order(
 ) -> Result<HttpResponse, AppError> {
     let reorder = async |r: &ReorderTiers| services::plan_acts::reorder_tiers(&state.db, r, Some(within(&state))).await;
     let reordered = run_parsed(&state.db, "ReorderTiers", form.parse(*id, Some(op.account_id())), reorder).await;
-    refusals::posted(&req, reordered.map(|act| fill(paths::PLAN_ACT, &[&act])), form.values(), WORDS, async |r| {
-        let forms = Forms { tier_order: vec![(*id, r.form.clone())], ..Forms::default() };
-        let v = view(&req, &state, forms, None).await?;
+    let to = reordered.map(|act| fill(paths::PLAN_ACT, &[&act]));
+    let placed = |f| Forms { tier_order: vec![(*id, f)], ..Forms::default() };
+    form_answer(&req, &state, to, form.values(), placed, |v, f| {
         let tiers = v.ladder(*id).map(views::LadderView::tier_order).unwrap_or_default();
-        Ok(refused(&req, r.status, &v, || views::tier_order_form(&v.csrf, *id, &tiers, &r.form)))
+        views::tier_order_form(&v.csrf, *id, &tiers, f)
     })
     .await
 }
