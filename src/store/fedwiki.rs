@@ -281,6 +281,20 @@ pub async fn delete_unstarted_request(conn: &mut PgConnection, id: RequestId) ->
     Ok(r.rows_affected() == 1)
 }
 
+/// Whether a site row holds `domain`, and if so whether a deletion of it is under way (an
+/// accepted delete request: its name is released before its row is deleted). None: no row.
+pub async fn site_on_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
+                           WHERE r.instance_id = s.site_id AND r.kind = 'delete' AND r.state = 'accepted')
+                  AS "deleting!"
+             FROM fedwiki.sites s WHERE s.domain = $1"#,
+        domain
+    )
+    .fetch_optional(conn)
+    .await
+}
+
 /// The accepted requests on a domain (a callback nudges their jobs).
 pub async fn open_requests_on_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Vec<RequestId>> {
     sqlx::query_scalar!(

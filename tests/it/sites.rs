@@ -277,6 +277,33 @@ async fn a_deletion_releases_the_name_removes_the_site_everywhere_and_recounts()
 }
 
 #[tokio::test]
+async fn a_name_whose_deletion_is_still_under_way_is_refused_until_the_deletion_is_done() {
+    let s = setup("Basic").await;
+    s.created("again").await;
+    let old = s.site_id("again").await;
+    let delete = fedwiki::change_status(&s.t.db, &s.settings, s.who, &old, RequestKind::Delete).await.unwrap();
+    // The deletion releases the name, then the farm fails: the row and the farm's site stay until
+    // the retry.
+    s.f.faults(serde_json::json!({ "fail_next": 1 })).await;
+    assert!(matches!(s.run(delete).await.unwrap_err(), ServiceError::Remote { transient: true, .. }));
+    assert_eq!(s.count("SELECT count(*) FROM domains.placements").await, 0, "the name was released first");
+    let requests = s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await;
+    let e = s.create("again").await.unwrap_err();
+    assert!(
+        matches!(&e, ServiceError::Invalid(p) if p[0].0 == "name" && p[0].1.contains("is still being deleted")),
+        "{e:?}"
+    );
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await, requests, "no request was written");
+    assert_eq!(s.count("SELECT count(*) FROM domains.placements").await, 0, "no name was placed");
+    // Once the deletion is done, the name makes a new site, recorded once.
+    assert!(matches!(s.run(delete).await.unwrap(), Ran::Recorded(Recorded::Done { state: RequestState::Done, .. })));
+    s.created("again").await;
+    assert_ne!(s.site_id("again").await, old);
+    assert_eq!(s.f.site("again.wiki.localhost").await.expect("the farm has the new site")["status"], "active");
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
 async fn an_unstarted_request_is_deleted_with_its_job_and_a_started_one_is_kept() {
     let s = setup("Basic").await;
     let id = s.create("later").await.unwrap();

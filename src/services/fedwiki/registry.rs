@@ -11,7 +11,7 @@ use crate::{
     },
     hostname,
     services::ServiceError,
-    store::domains as store,
+    store::{domains as store, fedwiki as sites_store},
 };
 
 pub static PLACE_SITE_NAME_LOCKS: PathLocks = PathLocks {
@@ -20,8 +20,9 @@ pub static PLACE_SITE_NAME_LOCKS: PathLocks = PathLocks {
     kind: "Registry",
     locks: &[Lock::Registry],
     why: "The registry lock first: the checks that the name lies under the farm's zone or the workspace's own \
-          claim and that no placement holds it span rows no constraint compares. The site does not exist yet, \
-          so no site row is read.",
+          claim and that no placement holds it span rows no constraint compares. The new site has no row yet, so \
+          no site row is locked; a row that still holds the name (a deletion under way releases the name before \
+          it deletes the row) is read without a lock and refuses the name.",
 };
 
 pub static RELEASE_SITE_NAME_LOCKS: PathLocks = PathLocks {
@@ -89,6 +90,21 @@ pub async fn place_site_name(
     }
     if store::placement(tx.conn(), hostname).await?.is_some() {
         return Err(ServiceError::invalid("name", format!("{hostname} is taken: choose another name.")));
+    }
+    // A member's deletion releases the name before the farm and the row let the site go: until
+    // the row is gone, a new site under the name would meet the old one on the farm and in the
+    // table (its record step would fail on the domain's uniqueness and never finish).
+    match sites_store::site_on_domain(tx.conn(), hostname).await? {
+        Some(true) => {
+            return Err(ServiceError::invalid(
+                "name",
+                format!("{hostname} is still being deleted: try again once its deletion is done."),
+            ));
+        }
+        Some(false) => {
+            return Err(ServiceError::invalid("name", format!("{hostname} is taken: choose another name.")));
+        }
+        None => {}
     }
     if !store::insert_site_placement(tx.conn(), hostname, &owner, site_id, false).await? {
         return Err(ServiceError::invalid("name", format!("{hostname} is taken: choose another name.")));
