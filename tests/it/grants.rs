@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use common::{
     TestDb,
-    acts::{community_org, grant_status, operator_grant, product_id, scalar, type_id},
+    acts::{community_org, grant, grant_status, grant_with, operator_grant, product_id, scalar, type_id},
     pages::demo_db,
 };
 use member_console::{
@@ -33,14 +33,23 @@ async fn subscription(t: &TestDb, org: OrganizationId) -> SubscriptionId {
     .bind(format!("sub_{}", member_console::config::random_hex(4)))).await
 }
 
+/// How many `act` events the grant has.
+async fn events_of(t: &TestDb, grant: GrantId, act: &str) -> i64 {
+    scalar(t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {grant} AND act = '{act}'")).await
+}
+
+/// An operator grant of the named product to `org`, ending `after` from now.
+async fn grant_ending(t: &TestDb, org: OrganizationId, product: &str, after: chrono::Duration) -> GrantId {
+    grant_with(t, org, product_id(t, product).await, 1, Some(Utc::now() + after)).await
+}
+
 #[tokio::test]
 async fn an_issued_grant_confers_now_requests_reconciles_and_schedules_its_expiry() {
     let t = demo_db().await;
     let org = community_org(&t, "Issued").await;
     let sub = subscription(&t, org.organization_id).await;
-    let mut g = operator_grant(org.organization_id, product_id(&t, "Basic").await);
-    g.ends_at = Some(Utc::now() + chrono::Duration::days(30));
-    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    let ends_at = Utc::now() + chrono::Duration::days(30);
+    let id = grant_with(&t, org.organization_id, product_id(&t, "Basic").await, 1, Some(ends_at)).await;
     assert_eq!(grant_status(&t, id).await, "active");
     assert_eq!(sites(&t, org.pool_id).await, Some(3));
     let outbox: Vec<SubscriptionId> = t
@@ -50,13 +59,10 @@ async fn an_issued_grant_confers_now_requests_reconciles_and_schedules_its_expir
     let job: (String, bool) = t.one(sqlx::query_as(
         "SELECT kind, abs(extract(epoch FROM run_at - $1)) < 1 FROM integration.jobs WHERE payload->>'grant_id' = $2::text",
     )
-    .bind(g.ends_at.unwrap())
+    .bind(ends_at)
     .bind(id.to_string())).await;
     assert_eq!(job, ("expire_grant".to_string(), true));
-    assert_eq!(
-        scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'issued'")).await,
-        1
-    );
+    assert_eq!(events_of(&t, id, "issued").await, 1);
 }
 
 #[tokio::test]
@@ -107,10 +113,8 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
 async fn revoking_brings_back_what_the_grant_displaced_and_cannot_be_done_twice() {
     let t = demo_db().await;
     let org = community_org(&t, "Revoked").await;
-    let basic =
-        grants::issue_grant(&t.db, &operator_grant(org.organization_id, product_id(&t, "Basic").await)).await.unwrap();
-    let pro =
-        grants::issue_grant(&t.db, &operator_grant(org.organization_id, product_id(&t, "Pro").await)).await.unwrap();
+    let basic = grant(&t, org.organization_id, product_id(&t, "Basic").await).await;
+    let pro = grant(&t, org.organization_id, product_id(&t, "Pro").await).await;
     assert_eq!(grant_status(&t, basic).await, "replaced");
     assert_eq!(grants::revoke_grant(&t.db, pro, None, "no longer a partner").await.unwrap(), pro);
     assert_eq!(grant_status(&t, pro).await, "revoked");
@@ -145,28 +149,21 @@ async fn make_due(t: &TestDb, grant: GrantId) {
 async fn an_expired_grant_ends_once_and_the_floor_returns() {
     let t = demo_db().await;
     let org = community_org(&t, "Expiring").await;
-    let mut g = operator_grant(org.organization_id, product_id(&t, "Pro").await);
-    g.ends_at = Some(Utc::now() + chrono::Duration::days(1));
-    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    let id = grant_ending(&t, org.organization_id, "Pro", chrono::Duration::days(1)).await;
     assert!(!grants::expire_grant(&t.db, id).await.unwrap(), "not before its end");
     make_due(&t, id).await;
     assert!(grants::expire_grant(&t.db, id).await.unwrap());
     assert!(!grants::expire_grant(&t.db, id).await.unwrap(), "a second expiry changes nothing");
     assert_eq!(grant_status(&t, id).await, "expired");
     assert_eq!(sites(&t, org.pool_id).await, Some(1));
-    assert_eq!(
-        scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
-        1
-    );
+    assert_eq!(events_of(&t, id, "expired").await, 1);
 }
 
 #[tokio::test]
 async fn managing_an_active_grant_extends_its_lineage_and_a_waiting_one_is_rescheduled() {
     let t = demo_db().await;
     let org = community_org(&t, "Managed").await;
-    let mut g = operator_grant(org.organization_id, product_id(&t, "Basic").await);
-    g.ends_at = Some(Utc::now() + chrono::Duration::days(10));
-    let first = grants::issue_grant(&t.db, &g).await.unwrap();
+    let first = grant_ending(&t, org.organization_id, "Basic", chrono::Duration::days(10)).await;
     let m = ManageGrant::parse("", "2999-01-01T00:00", "2", "renewed", None).unwrap();
     let second = grants::manage_grant(&t.db, first, &m).await.unwrap();
     assert_ne!(second, first);
@@ -230,8 +227,7 @@ async fn bad_input_is_refused_and_nothing_is_written() {
         ),
         "organization_id"
     );
-    let g =
-        grants::issue_grant(&t.db, &operator_grant(org.organization_id, product_id(&t, "Basic").await)).await.unwrap();
+    let g = grant(&t, org.organization_id, product_id(&t, "Basic").await).await;
     grants::revoke_grant(&t.db, g, None, "once").await.unwrap();
     let after_valid = scalar(&t, "SELECT count(*) FROM core.grant_events").await;
     assert!(matches!(grants::revoke_grant(&t.db, g, None, "twice").await, Err(ServiceError::Refused(_))));
@@ -255,9 +251,7 @@ async fn pause_audit(t: &TestDb) -> (sqlx::pool::PoolConnection<sqlx::Postgres>,
 async fn an_expiry_waits_for_a_revocation_of_the_same_grant_and_then_finds_it_revoked() {
     let t = demo_db().await;
     let org = community_org(&t, "Raced").await;
-    let mut g = operator_grant(org.organization_id, product_id(&t, "Pro").await);
-    g.ends_at = Some(Utc::now() + chrono::Duration::days(1));
-    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    let id = grant_ending(&t, org.organization_id, "Pro", chrono::Duration::days(1)).await;
     make_due(&t, id).await;
     let (mut pause, pause_pid) = pause_audit(&t).await;
     let db = t.db.clone();
@@ -272,18 +266,14 @@ async fn an_expiry_waits_for_a_revocation_of_the_same_grant_and_then_finds_it_re
     revoke.await.unwrap().unwrap();
     assert!(!expire.await.unwrap().unwrap(), "the expiry sees the revocation and does nothing");
     assert_eq!(grant_status(&t, id).await, "revoked");
-    assert_eq!(
-        scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
-        0
-    );
+    assert_eq!(events_of(&t, id, "expired").await, 0);
 }
 
 #[tokio::test]
 async fn a_revocation_waiting_on_a_manage_sees_the_extension_it_committed() {
     let t = demo_db().await;
     let org = community_org(&t, "Extended").await;
-    let first =
-        grants::issue_grant(&t.db, &operator_grant(org.organization_id, product_id(&t, "Basic").await)).await.unwrap();
+    let first = grant(&t, org.organization_id, product_id(&t, "Basic").await).await;
     let (mut pause, pause_pid) = pause_audit(&t).await;
     let db = t.db.clone();
     let manage = tokio::spawn(async move {
@@ -307,9 +297,7 @@ async fn a_revocation_waiting_on_a_manage_sees_the_extension_it_committed() {
 async fn a_grants_expiry_job_runs_once_with_two_workers_and_after_a_crashed_worker() {
     let t = demo_db().await;
     let org = community_org(&t, "Jobbed").await;
-    let mut g = operator_grant(org.organization_id, product_id(&t, "Pro").await);
-    g.ends_at = Some(Utc::now() + chrono::Duration::seconds(2));
-    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    let id = grant_ending(&t, org.organization_id, "Pro", chrono::Duration::seconds(2)).await;
     // A worker claims the job when due and dies: its lease must run out before another takes it.
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let claimed = jobs::queue::claim(&t.db, "crashed-worker", 10, Duration::from_secs(2)).await.unwrap();
@@ -329,10 +317,7 @@ async fn a_grants_expiry_job_runs_once_with_two_workers_and_after_a_crashed_work
     for w in workers {
         w.await.unwrap();
     }
-    assert_eq!(
-        scalar(&t, &format!("SELECT count(*) FROM core.grant_events WHERE grant_id = {id} AND act = 'expired'")).await,
-        1
-    );
+    assert_eq!(events_of(&t, id, "expired").await, 1);
     assert_eq!(sites(&t, org.pool_id).await, Some(1));
 }
 
@@ -340,9 +325,7 @@ async fn a_grants_expiry_job_runs_once_with_two_workers_and_after_a_crashed_work
 async fn the_sweep_expires_a_grant_whose_job_was_lost() {
     let t = demo_db().await;
     let org = community_org(&t, "Swept").await;
-    let mut g = operator_grant(org.organization_id, product_id(&t, "Basic").await);
-    g.ends_at = Some(Utc::now() + chrono::Duration::days(1));
-    let id = grants::issue_grant(&t.db, &g).await.unwrap();
+    let id = grant_ending(&t, org.organization_id, "Basic", chrono::Duration::days(1)).await;
     t.run(sqlx::query("DELETE FROM integration.jobs")).await;
     make_due(&t, id).await;
     let (expired, _) = grants::sweep_grants(&t.db).await.unwrap();
