@@ -7,7 +7,11 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestApp, TestDb, acts::*, pages::app_with_demo};
+use common::{
+    TestDb,
+    acts::*,
+    pages::{Answer, app_with_demo, post, signed_in},
+};
 use member_console::{
     db::{TxKind, begin, locks::Lock},
     demo,
@@ -703,33 +707,6 @@ async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
 
 // ---------- 8. HTTP ----------
 
-async fn signed_in(app: &TestApp, email: &str, password: &str) -> (reqwest::Client, String) {
-    let c = app.client();
-    let r = app.sign_in(&c, email, password).await;
-    assert_eq!(r.status(), StatusCode::SEE_OTHER, "sign-in as {email}");
-    let token = app.csrf(&c, "/").await;
-    (c, token)
-}
-
-async fn post_form(
-    app: &TestApp,
-    c: &reqwest::Client,
-    path: &str,
-    token: &str,
-    fields: &[(&str, &str)],
-    htmx: bool,
-) -> (StatusCode, reqwest::header::HeaderMap, String) {
-    let mut form: Vec<(&str, &str)> = fields.to_vec();
-    form.push(("csrf_token", token));
-    let mut rb = c.post(app.url(path)).form(&form);
-    if htmx {
-        rb = rb.header("HX-Request", "true").header("X-CSRF-Token", token);
-    }
-    let r = rb.send().await.unwrap();
-    let (status, headers) = (r.status(), r.headers().clone());
-    (status, headers, r.text().await.unwrap())
-}
-
 fn stat(value: i64, label: &str) -> String {
     format!(r#"<span class="stat-value">{value}</span><span class="stat-label">{label}</span>"#)
 }
@@ -750,19 +727,19 @@ async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act(
 
     // No disposition while floors exist: refused, the message, nothing written.
     let refused = [("plan_ladder_id", support_s.as_str()), ("disposition", ""), ("reason", "try")];
-    let (status, _, body) = post_form(&app, &op, &path, &token, &refused, false).await;
+    let Answer { status, body, .. } = post(&app, &op, &path, &token, &refused, false).await;
     assert!(status.is_client_error(), "{status}");
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(body.contains("hold the current default"), "{body}");
     assert!(body.contains("<html") || body.contains("<!DOCTYPE") || body.contains("<!doctype"), "the whole page");
-    let (status, _, body) = post_form(&app, &op, &path, &token, &refused, true).await;
+    let Answer { status, body, .. } = post(&app, &op, &path, &token, &refused, true).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(body.starts_with(&format!(r#"<div class="default-change" id="default-change-{community}">"#)), "{body}");
     assert!(body.contains("hold the current default"), "{body}");
     assert!(!body.contains("<html"), "the partial alone");
     // An unknown disposition and no ladder are refused by field as well.
-    let (status, _, body) =
-        post_form(&app, &op, &path, &token, &[("plan_ladder_id", ""), ("disposition", "sideways")], true).await;
+    let Answer { status, body, .. } =
+        post(&app, &op, &path, &token, &[("plan_ladder_id", ""), ("disposition", "sideways")], true).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(body.contains("Choose a ladder.") && body.contains("is not a disposition"), "{body}");
     assert_eq!(written(&t).await, (0, 0, 0, 0, 0));
@@ -771,13 +748,13 @@ async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act(
     let (member, mtoken) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     let fields = [("plan_ladder_id", support_s.as_str()), ("disposition", "migrate"), ("reason", "move them")];
     for htmx in [false, true] {
-        let (status, _, _) = post_form(&app, &member, &path, &mtoken, &fields, htmx).await;
+        let Answer { status, .. } = post(&app, &member, &path, &mtoken, &fields, htmx).await;
         assert_eq!(status, StatusCode::FORBIDDEN);
     }
     assert_eq!(written(&t).await, (0, 0, 0, 0, 0));
 
     // Migrate: 303 to the act's page.
-    let (status, headers, _) = post_form(&app, &op, &path, &token, &fields, false).await;
+    let Answer { status, headers, .. } = post(&app, &op, &path, &token, &fields, false).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let act = PlanActId(scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts").await);
     let to = format!("/operator/plan-acts/{act}");
@@ -818,7 +795,7 @@ async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act(
         let r = member.get(app.url(&p)).send().await.unwrap();
         assert_eq!(r.status(), StatusCode::FORBIDDEN, "{p}");
     }
-    let (status, _, _) = post_form(&app, &member, &format!("{to}/retry"), &mtoken, &[], false).await;
+    let Answer { status, .. } = post(&app, &member, &format!("{to}/retry"), &mtoken, &[], false).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     // An unknown act is a 404.
     let r = op.get(app.url("/operator/plan-acts/999999/progress")).send().await.unwrap();
