@@ -177,6 +177,21 @@ fn effect_handlers(kind: &'static str) -> Handlers {
     h
 }
 
+/// A worker of the recording handler (`effect_handlers`) with these options.
+fn effect_worker(t: &TestDb, options: WorkerOptions) -> Running {
+    spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), options.concurrency).with_options(options))
+}
+
+/// A recorded job that sleeps `sleep_ms`, committed; returns once a worker is running it.
+async fn slow_job_running(t: &TestDb, sleep_ms: u64) -> JobId {
+    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": sleep_ms }))).await;
+    wait_until("the slow job is running", Duration::from_secs(10), || async {
+        state_of(&t.admin, slow).await == "running"
+    })
+    .await;
+    slow
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_belongs_to_the_callers_transaction() {
     let t = TestDb::new().await;
@@ -234,8 +249,8 @@ async fn enqueue_belongs_to_the_callers_transaction() {
 async fn each_job_runs_exactly_once_across_two_workers() {
     let t = TestDb::new().await;
     create_effects_table(&t).await;
-    let a = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 4).with_options(fast()));
-    let b = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 4).with_options(fast()));
+    let a = effect_worker(&t, fast());
+    let b = effect_worker(&t, fast());
     // Let both reach their first wait, so the NOTIFY wakes both.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -405,7 +420,7 @@ async fn a_crashed_workers_expired_lease_is_claimed_again() {
     // While the lease holds, nobody else gets them.
     assert!(queue::claim(&t.db, "someone-else", 10, lease).await.unwrap().is_empty());
 
-    let w = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(fast()));
+    let w = effect_worker(&t, fast());
     wait_until("the job is done by the new worker", Duration::from_secs(15), || async {
         state_of(&t.admin, job_a).await == "done"
     })
@@ -511,12 +526,8 @@ async fn a_schedule_fires_once_per_slot_and_never_overlaps() {
 async fn shutdown_waits_for_the_job_in_flight() {
     let t = TestDb::new().await;
     create_effects_table(&t).await;
-    let w = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(fast()));
-    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 1500 }))).await;
-    wait_until("the slow job is running", Duration::from_secs(10), || async {
-        state_of(&t.admin, slow).await == "running"
-    })
-    .await;
+    let w = effect_worker(&t, fast());
+    let slow = slow_job_running(&t, 1500).await;
 
     let asked = Instant::now();
     let _ = w.stop.send(true);
@@ -537,12 +548,8 @@ async fn past_the_grace_period_a_job_is_given_back_without_spending_an_attempt_a
     let t = TestDb::new().await;
     create_effects_table(&t).await;
     let opts = WorkerOptions { shutdown_grace: Duration::from_millis(300), ..fast() };
-    let a = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(opts));
-    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 3000 }))).await;
-    wait_until("the slow job is running", Duration::from_secs(10), || async {
-        state_of(&t.admin, slow).await == "running"
-    })
-    .await;
+    let a = effect_worker(&t, opts);
+    let slow = slow_job_running(&t, 3000).await;
     let mut listener = PgListener::connect_with(&t.db.pool).await.unwrap();
     listener.listen(queue::NOTIFY_CHANNEL).await.unwrap();
 
@@ -566,7 +573,7 @@ async fn past_the_grace_period_a_job_is_given_back_without_spending_an_attempt_a
 
     // Another worker, which otherwise looks for jobs only every 30 s, claims it at once.
     let b_opts = WorkerOptions { poll_interval: Duration::from_secs(30), ..fast() };
-    let b = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(b_opts));
+    let b = effect_worker(&t, b_opts);
     let b_id = b.id.clone();
     let b_started = Instant::now();
     wait_until("the other worker has claimed the job", Duration::from_secs(2), || async {
@@ -591,15 +598,11 @@ async fn renewal_keeps_a_job_that_runs_longer_than_its_lease_from_being_claimed_
     let lease = Duration::from_secs(2);
     // One job at a time each, so the quick job below must go to the second worker.
     let opts = WorkerOptions { concurrency: 1, lease, ..fast() };
-    let a = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 1).with_options(opts.clone()));
-    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 6000 }))).await;
-    wait_until("the slow job is running", Duration::from_secs(10), || async {
-        state_of(&t.admin, slow).await == "running"
-    })
-    .await;
+    let a = effect_worker(&t, opts.clone());
+    let slow = slow_job_running(&t, 6000).await;
     let started = Instant::now();
     let first_lease_end = job(&t.admin, slow).await.unwrap().locked_until.expect("a lease");
-    let b = spawn(Worker::new(t.db.clone(), effect_handlers("test_effect"), 1).with_options(opts));
+    let b = effect_worker(&t, opts);
 
     // Well past the first lease, the job is still the first worker's, on a renewed lease...
     tokio::time::sleep((lease + lease / 2).saturating_sub(started.elapsed())).await;
@@ -636,12 +639,8 @@ async fn a_renewal_that_fails_is_tried_again_at_the_next_tick_and_the_job_runs_o
     create_effects_table(&t).await;
     // Renewed every second; the job runs past two leases.
     let lease = Duration::from_secs(3);
-    let w = spawn(
-        Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(WorkerOptions { lease, ..fast() }),
-    );
-    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 6500 }))).await;
-    wait_until("the job is running", Duration::from_secs(10), || async { state_of(&t.admin, slow).await == "running" })
-        .await;
+    let w = effect_worker(&t, WorkerOptions { lease, ..fast() });
+    let slow = slow_job_running(&t, 6500).await;
     let lease_end = || async { job(&t.admin, slow).await.unwrap().locked_until.expect("a lease") };
     let claimed_until = lease_end().await;
     wait_until("the first renewal", Duration::from_secs(3), || async { lease_end().await > claimed_until }).await;
@@ -678,12 +677,8 @@ async fn a_job_whose_lease_passed_to_another_worker_is_stopped_and_not_recorded(
     let t = TestDb::new().await;
     create_effects_table(&t).await;
     let lease = Duration::from_millis(1500);
-    let w = spawn(
-        Worker::new(t.db.clone(), effect_handlers("test_effect"), 2).with_options(WorkerOptions { lease, ..fast() }),
-    );
-    let slow = enqueue_committed(&t.db, NewJob::new("test_effect", json!({ "sleep_ms": 3000 }))).await;
-    wait_until("the job is running", Duration::from_secs(10), || async { state_of(&t.admin, slow).await == "running" })
-        .await;
+    let w = effect_worker(&t, WorkerOptions { lease, ..fast() });
+    let slow = slow_job_running(&t, 3000).await;
     // Another worker takes the job over, as its claim would after a lease ran out.
     t.run(
         sqlx::query(
