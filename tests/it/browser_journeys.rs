@@ -43,20 +43,10 @@ async fn an_operator_reads_the_overview_and_the_ladders_then_changes_a_default_a
             // pointing at its floor.
             b.goto(&app.url("/operator/topology")).await;
             b.wait_for(Until::Css(".topology-picture svg"), STEP).await;
-            let rungs = b.execute(
-                "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.replace(/\\s+/g, ' ').trim());",
-                vec![serde_json::json!(format!("#ladder-{wiki}-picture .rung-text"))],
-            )
-            .await;
-            let rungs: Vec<String> = serde_json::from_value(rungs).unwrap();
+            let rungs = b.text_contents_of(&format!("#ladder-{wiki}-picture .rung-text")).await;
             assert_eq!(rungs.len(), 3, "{rungs:?}");
             assert!(rungs[0].starts_with("Rank 0, the floor: Free"), "{rungs:?}");
-            let defaults = b.execute(
-                "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.replace(/\\s+/g, ' ').trim());",
-                vec![serde_json::json!(format!("#ladder-{wiki}-picture .default-text"))],
-            )
-            .await;
-            let defaults: Vec<String> = serde_json::from_value(defaults).unwrap();
+            let defaults = b.text_contents_of(&format!("#ladder-{wiki}-picture .default-text")).await;
             assert!(defaults.iter().any(|d| d.starts_with("Community")), "{defaults:?}");
             b.keep_step(2, "topology").await;
 
@@ -85,12 +75,7 @@ async fn an_operator_reads_the_overview_and_the_ladders_then_changes_a_default_a
             // Back on the topology, Community's floor is now Support's.
             b.goto(&app.url("/operator/topology")).await;
             b.wait_for(Until::Css(".topology-picture svg"), STEP).await;
-            let defaults = b.execute(
-                "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.replace(/\\s+/g, ' ').trim());",
-                vec![serde_json::json!(format!("#ladder-{support}-picture .default-text"))],
-            )
-            .await;
-            let defaults: Vec<String> = serde_json::from_value(defaults).unwrap();
+            let defaults = b.text_contents_of(&format!("#ladder-{support}-picture .default-text")).await;
             assert!(defaults.iter().any(|d| d.starts_with("Community")), "{defaults:?}");
             b.keep_step(4, "topology-after").await;
         })

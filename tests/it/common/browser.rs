@@ -293,6 +293,18 @@ impl Browser {
         texts
     }
 
+    /// The text content of every element matching `css` right now, white space folded: for
+    /// what WebDriver does not count as visible text, such as an SVG's labels.
+    pub async fn text_contents_of(&self, css: &str) -> Vec<String> {
+        let texts = self
+            .execute(
+                "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent.replace(/\\s+/g, ' ').trim());",
+                vec![json!(css)],
+            )
+            .await;
+        serde_json::from_value(texts).unwrap_or_else(|e| panic!("the text contents of `{css}`: {e}"))
+    }
+
     /// The current value of the form field matching `css` (what is typed in it now).
     pub async fn value_of(&self, css: &str) -> String {
         let field = self.find(css).await;
