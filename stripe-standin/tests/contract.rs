@@ -71,6 +71,14 @@ async fn checkout(c: &stripe::Client, customer: &str, price: &str) -> stripe_sha
         .expect("checkout session created")
 }
 
+/// A new customer's checkout session for the catalogue's monthly price.
+async fn new_customer_checkout(c: &stripe::Client) -> (stripe_shared::Customer, stripe_shared::CheckoutSession) {
+    let (_, monthly, _) = catalogue(c).await;
+    let customer = CreateCustomer::new().send(c).await.expect("customer");
+    let session = checkout(c, customer.id.as_str(), monthly.id.as_str()).await;
+    (customer, session)
+}
+
 #[tokio::test]
 async fn customers_are_created_retrieved_and_updated_through_async_stripe() {
     let standin = start().await;
@@ -202,9 +210,7 @@ async fn paying_the_hosted_page_with_4242_completes_the_session_and_creates_a_pa
 async fn a_declined_card_shows_the_page_again_and_creates_nothing() {
     let standin = start().await;
     let c = client(&standin);
-    let (_, monthly, _) = catalogue(&c).await;
-    let customer = CreateCustomer::new().send(&c).await.expect("customer");
-    let session = checkout(&c, customer.id.as_str(), monthly.id.as_str()).await;
+    let (_, session) = new_customer_checkout(&c).await;
     let url = session.url.expect("url");
 
     let declined = pay(&url, "4000000000009995").await;
@@ -399,9 +405,7 @@ async fn injected_faults_fail_or_stall_matching_requests_a_given_number_of_times
 async fn expand_replaces_ids_with_objects_that_async_stripe_parses() {
     let standin = start().await;
     let c = client(&standin);
-    let (_, monthly, _) = catalogue(&c).await;
-    let customer = CreateCustomer::new().send(&c).await.expect("customer");
-    let session = checkout(&c, customer.id.as_str(), monthly.id.as_str()).await;
+    let (customer, session) = new_customer_checkout(&c).await;
     pay(session.url.as_deref().expect("url"), "4242424242424242").await;
     let expanded = RetrieveCheckoutSession::new(session.id.clone())
         .expand(["subscription".to_string(), "customer".to_string()])

@@ -300,12 +300,7 @@ async fn a_failing_card_with_error_if_incomplete_is_a_402_and_changes_nothing() 
     let standin = start().await;
     let c = client(&standin);
     let m = member_at_april_16(&standin).await;
-    let (status, _, _) = post(
-        &standin,
-        &format!("/v1/customers/{}", m.customer),
-        &[("invoice_settings[default_payment_method]", "pm_card_chargeCustomerFail")],
-    )
-    .await;
+    let status = common::set_default_payment_method(&standin, &m.customer, "pm_card_chargeCustomerFail").await;
     assert_eq!(status, 200);
     let before = snapshot(&standin, &m).await;
 
@@ -335,12 +330,7 @@ async fn a_failing_card_with_error_if_incomplete_is_a_402_and_changes_nothing() 
     assert_eq!(common::event_ids(&standin, "invoice.payment_failed").await.len(), 1);
 
     // Paying it with a working card brings the subscription back.
-    post(
-        &standin,
-        &format!("/v1/customers/{}", m.customer),
-        &[("invoice_settings[default_payment_method]", "pm_card_visa")],
-    )
-    .await;
+    common::set_default_payment_method(&standin, &m.customer, "pm_card_visa").await;
     let (status, _, paid) = post(&standin, &format!("/v1/invoices/{}/pay", open.id.as_ref().expect("id")), &[]).await;
     assert_eq!((status, &paid["status"]), (200, &Value::from("paid")));
     assert_eq!(

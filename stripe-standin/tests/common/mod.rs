@@ -41,6 +41,12 @@ pub async fn post(standin: &StandIn, path: &str, form: &[(&str, &str)]) -> (u16,
     (status, headers, body)
 }
 
+/// Make `payment_method` the customer's default, as a card change does; returns the status.
+pub async fn set_default_payment_method(standin: &StandIn, customer: &str, payment_method: &str) -> u16 {
+    let form = [("invoice_settings[default_payment_method]", payment_method)];
+    post(standin, &format!("/v1/customers/{customer}"), &form).await.0
+}
+
 pub async fn get(standin: &StandIn, path: &str) -> (u16, Value) {
     let resp = http().get(format!("{}{path}", standin.base_url())).bearer_auth(KEY).send().await.expect("request sent");
     let status = resp.status().as_u16();
