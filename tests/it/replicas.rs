@@ -49,12 +49,7 @@ async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_
     // A session made on one server works on the other, its CSRF token included.
     let c = browser();
     let token = csrf(&c, &a.url("/login")).await;
-    let r = c
-        .post(a.url("/login"))
-        .form(&[("email", demo::OPERATOR_EMAIL), ("password", demo::OPERATOR_PASSWORD), ("csrf_token", &token)])
-        .send()
-        .await
-        .unwrap();
+    let r = common::post_sign_in(&c, &a.url("/login"), demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD, &token).await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER, "{}", a.log());
     let r = c.get(b.url("/operator")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK, "signed in on A, at home on B");

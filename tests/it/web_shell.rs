@@ -846,12 +846,7 @@ async fn signing_in_again_ends_the_earlier_session() {
     app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     // The sign-in page answers a signed-in browser with a redirect, so sign in again by posting.
     let token = app.csrf(&c, "/").await;
-    let r = c
-        .post(app.url("/login"))
-        .form(&[("email", demo::MEMBER_EMAIL), ("password", demo::MEMBER_PASSWORD), ("csrf_token", &token)])
-        .send()
-        .await
-        .unwrap();
+    let r = common::post_sign_in(&c, &app.url("/login"), demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD, &token).await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(member_sessions(&t).await, 1);
     assert_eq!(c.get(app.url("/")).send().await.unwrap().status(), StatusCode::OK);

@@ -424,13 +424,19 @@ impl TestApp {
     /// Sign in through the form, as a person would; returns the response.
     pub async fn sign_in(&self, client: &reqwest::Client, email: &str, password: &str) -> reqwest::Response {
         let token = self.csrf(client, "/login").await;
-        client
-            .post(self.url("/login"))
-            .form(&[("email", email), ("password", password), ("csrf_token", token.as_str())])
-            .send()
-            .await
-            .unwrap()
+        post_sign_in(client, &self.url("/login"), email, password, &token).await
     }
+}
+
+/// Post the sign-in form to `login` (a full URL) with the CSRF token the client was given.
+pub async fn post_sign_in(
+    client: &reqwest::Client,
+    login: &str,
+    email: &str,
+    password: &str,
+    token: &str,
+) -> reqwest::Response {
+    client.post(login).form(&[("email", email), ("password", password), ("csrf_token", token)]).send().await.unwrap()
 }
 
 pub fn csrf_from(html: &str) -> Option<String> {
