@@ -59,19 +59,17 @@ async fn each_kind_holds_what_it_declares_in_the_server() {
     // A new pool, so its connections pick up the database's new default.
     let db = reconnect(&t).await;
 
-    let mut m = begin(&db, TxKind::Materializing).await.unwrap();
-    assert_eq!(show(&mut m, "transaction_isolation").await, "read committed");
-    assert_eq!(show(&mut m, "lock_timeout").await, "5s");
-    let pid = my_pid(&mut m).await;
-    common::assert_holds(&t.admin, pid, &[Lock::RendezvousShared]).await;
-    m.rollback().await.unwrap();
-
-    let mut r = begin(&db, TxKind::RuleChange).await.unwrap();
-    assert_eq!(show(&mut r, "transaction_isolation").await, "read committed");
-    assert_eq!(show(&mut r, "lock_timeout").await, "5s");
-    let pid = my_pid(&mut r).await;
-    common::assert_holds(&t.admin, pid, &[Lock::RendezvousExclusive]).await;
-    r.rollback().await.unwrap();
+    // The two sides of the rendezvous: the same bounds, each holding its own side.
+    for (kind, side) in
+        [(TxKind::Materializing, Lock::RendezvousShared), (TxKind::RuleChange, Lock::RendezvousExclusive)]
+    {
+        let mut tx = begin(&db, kind).await.unwrap();
+        assert_eq!(show(&mut tx, "transaction_isolation").await, "read committed", "{kind:?}");
+        assert_eq!(show(&mut tx, "lock_timeout").await, "5s", "{kind:?}");
+        let pid = my_pid(&mut tx).await;
+        common::assert_holds(&t.admin, pid, &[side]).await;
+        tx.rollback().await.unwrap();
+    }
 
     let mut g = begin(&db, TxKind::Registry).await.unwrap();
     assert_eq!(show(&mut g, "lock_timeout").await, "0");
