@@ -257,6 +257,19 @@ async fn basic_holders(quantity: i32, ends_at: Option<DateTime<Utc>>) -> BasicHo
     BasicHolders { t, wiki, community, business, both, community_basic, business_basic, both_basic, both_pro }
 }
 
+impl BasicHolders {
+    /// Each of the three Basic grants ended by `act`: the grant, its conferral (ended for `why`)
+    /// and its event.
+    async fn assert_basic_grants_ended(&self, act: PlanActId, why: &str) {
+        let t = &self.t;
+        for g in [self.community_basic, self.business_basic, self.both_basic] {
+            assert_eq!(grant_row(t, g).await, ("ended".into(), "operator".into(), None), "grant {g}");
+            assert_eq!(latest_conferral(t, g).await, ("ended".into(), Some(why.into())), "grant {g}");
+            assert_eq!(events(t, g).await, vec![("ended".into(), Some(act))], "grant {g}");
+        }
+    }
+}
+
 // ---------- 1. Tier removal with migrate ----------
 
 #[tokio::test]
@@ -279,11 +292,7 @@ async fn a_tier_removal_with_migrate_ends_the_incumbents_closes_the_ranks_and_gi
     assert_eq!(positions(t, initech).await, vec![pos("Wiki hosting", 1, "Pro", "operator")]);
 
     // Every incumbent ended: conferral, grant and its event.
-    for g in [s.community_basic, s.business_basic, s.both_basic] {
-        assert_eq!(grant_row(t, g).await, ("ended".into(), "operator".into(), None), "grant {g}");
-        assert_eq!(latest_conferral(t, g).await, ("ended".into(), Some("tier_removed".into())), "grant {g}");
-        assert_eq!(events(t, g).await, vec![("ended".into(), Some(act))], "grant {g}");
-    }
+    s.assert_basic_grants_ended(act, "tier_removed").await;
     // The Community holder gets its type's floor back, naming the act.
     assert_eq!(held(t, s.community.pool_id).await, vec![hd("Free", "floor", Some(act), 1)]);
     assert_eq!(positions(t, s.community.pool_id).await, vec![pos("Wiki hosting", 0, "Free", "floor")]);
@@ -329,11 +338,7 @@ async fn a_tier_removal_with_grandfather_keeps_each_incumbent_as_a_legacy_grant_
     assert_eq!(tiers(t, s.wiki).await, tier_list(&["Free", "Pro"]));
     assert_eq!(positions(t, initech).await, vec![pos("Wiki hosting", 1, "Pro", "operator")]);
 
-    for g in [s.community_basic, s.business_basic, s.both_basic] {
-        assert_eq!(grant_row(t, g).await, ("ended".into(), "operator".into(), None), "grant {g}");
-        assert_eq!(latest_conferral(t, g).await, ("ended".into(), Some("grandfathered".into())), "grant {g}");
-        assert_eq!(events(t, g).await, vec![("ended".into(), Some(act))], "grant {g}");
-    }
+    s.assert_basic_grants_ended(act, "grandfathered").await;
     // Each holder has a legacy grant of Basic, of the act, holding no ladder.
     let legacy: Vec<LegacyRow> = t
         .all(
