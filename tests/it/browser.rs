@@ -7,7 +7,7 @@ use crate::common;
 use common::{
     TestApp, TestDb,
     browser::{Browser, SIGNED_IN, Until, WAIT},
-    pages::app_with_demo,
+    pages::{app_with_demo, demo_db},
 };
 use member_console::demo;
 use serde_json::Value;
@@ -352,8 +352,7 @@ pub(crate) fn site_worker(
 
 #[tokio::test]
 async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_a_fourth_active_site() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let org = common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await;
     common::acts::grant(&t, member_console::ids::OrganizationId(org), common::acts::product_id(&t, "Basic").await)
         .await;

@@ -8,11 +8,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use member_console::{demo, ids::EntitlementSetId, services::rule_changes as rc};
+use member_console::{ids::EntitlementSetId, services::rule_changes as rc};
 
 use crate::common::{
-    self, TestDb,
+    self,
     acts::{id_by_name, product_id, scalar, stale_pools, type_id},
+    pages::demo_db,
     wait_until,
     worker::WorkerProcess,
 };
@@ -60,8 +61,7 @@ async fn archived(s: &crate::sites::Sites, name: &str, expired: bool) {
 async fn a_rule_change_drain_killed_midway_is_finished_by_the_next_worker_and_settles_every_pool_once() {
     const POOLS: i64 = 3000;
     let lease = Duration::from_secs(2);
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let dir = std::env::temp_dir().join(format!("mc-crash-rc-{}", t.name));
     let (ty, basic) = (type_id(&t, "Community").await, product_id(&t, "Basic").await);
     member_console::bench::carrying_organizations(&t.admin, POOLS, ty.0, basic.0).await.unwrap();
@@ -129,8 +129,7 @@ async fn a_worker_killed_mid_relay_leaves_the_rest_to_the_next_and_every_record_
     };
     const ORGS: i64 = 400;
     let lease = Duration::from_secs(2);
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let dir = std::env::temp_dir().join(format!("mc-crash-relay-{}", t.name));
     let (ty, basic) = (type_id(&t, "Community").await, product_id(&t, "Basic").await);
     member_console::bench::carrying_organizations(&t.admin, ORGS, ty.0, basic.0).await.unwrap();
@@ -261,8 +260,7 @@ async fn a_worker_killed_mid_expiry_rolls_it_back_and_the_next_expires_each_gran
     use common::acts::{grant_with, orgs_of_type};
     const GRANTS: usize = 20;
     let lease = Duration::from_secs(2);
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let dir = std::env::temp_dir().join(format!("mc-crash-expiry-{}", t.name));
     let (ty, pro) = (type_id(&t, "Community").await, product_id(&t, "Pro").await);
     let ends = chrono::Utc::now() + chrono::TimeDelta::seconds(1);

@@ -11,10 +11,10 @@ use common::{
         break_pool, grant_with, id_by_name, mend_pools, org_of_type, org_sites, product_id, scalar, stale_pools,
         type_id,
     },
+    pages::demo_db,
 };
 use member_console::{
     db::{TxKind, begin, locks::Lock},
-    demo,
     ids::{EntitlementSetId, PoolId},
     services::{
         entitlements::{self as ent},
@@ -55,8 +55,7 @@ async fn entitlements_by_org(t: &TestDb) -> Vec<(String, String, Option<i64>, Op
 }
 
 async fn setup(n: usize) -> (TestDb, Vec<PoolId>) {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let pools = basic_pools(&t, n).await;
     (t, pools)
 }

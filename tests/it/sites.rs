@@ -7,7 +7,7 @@ use crate::common;
 
 use std::{sync::Arc, time::Duration};
 
-use common::{TestDb, farm::FarmFixture, pause_on, pause_writes_on};
+use common::{TestDb, farm::FarmFixture, pages::demo_db, pause_on, pause_writes_on};
 use member_console::{
     config::FarmSettings,
     demo,
@@ -37,8 +37,7 @@ pub(crate) struct Sites {
 
 /// The demo, its member's organization granted `product` (Free: 1 active site, Basic: 3).
 pub(crate) async fn setup(product: &str) -> Sites {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let f = FarmFixture::start().await;
     let who = AccountId(
         t.one(sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE email = $1").bind(demo::MEMBER_EMAIL))

@@ -5,9 +5,9 @@
 
 use crate::common;
 
-use common::TestDb;
+use common::{TestDb, pages::demo_db};
 use member_console::{
-    db, demo,
+    db,
     ids::{EntitlementSetId, LadderId, OrgTypeId, OrganizationId, PoolId, SubscriptionItemId},
     services::{
         billing::{self, Reconciled},
@@ -172,8 +172,7 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
 
 #[tokio::test]
 async fn the_invariant_check_reports_each_broken_invariant() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let community: OrgTypeId =
         t.one(sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")).await;
     let mut orgs = vec![];
@@ -303,8 +302,7 @@ async fn id_of(t: &TestDb, sql: &str, name: &str) -> i64 {
 /// reported.
 #[tokio::test]
 async fn the_invariant_check_sees_plan_acts_that_did_not_settle() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let business = OrgTypeId(id_of(&t, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Business").await);
     let wiki =
         LadderId(id_of(&t, "SELECT plan_ladder_id FROM core.plan_ladders WHERE name = $1", "Wiki hosting").await);

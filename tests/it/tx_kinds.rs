@@ -5,7 +5,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::TestDb;
+use common::{TestDb, pages::demo_db};
 use member_console::db::{
     DbError, TxKind, begin,
     locks::Lock,
@@ -250,8 +250,7 @@ async fn a_rollback_releases_every_advisory_lock() {
 #[tokio::test]
 async fn sign_in_takes_the_address_row_then_the_pair_row_as_it_declares() {
     use member_console::services::auth::{AuthError, Email, SIGN_IN_LOCKS, sign_in};
-    let t = TestDb::new().await;
-    member_console::demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let email = Email::parse(member_console::demo::MEMBER_EMAIL).unwrap();
     assert_eq!(SIGN_IN_LOCKS.locks, &[Lock::SignInAddressRow, Lock::SignInThrottleRow]);
 

@@ -5,7 +5,10 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestApp, TestDb, csrf_from, pages::app_with_demo};
+use common::{
+    TestApp, TestDb, csrf_from,
+    pages::{app_with_demo, demo_db},
+};
 use member_console::{
     demo,
     ids::{EntitlementSetId, OrganizationId},
@@ -163,8 +166,7 @@ async fn sign_out_with_the_htmx_header_ends_the_session_everywhere() {
 
 /// A console behind a trusted proxy on 127.0.0.1, so a test can sign in "from" any address.
 async fn app_behind_proxy() -> (TestDb, TestApp) {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let app = TestApp::spawn_with(&t, |c| c.trusted_proxies = vec!["127.0.0.1".parse().unwrap()]).await;
     (t, app)
 }
@@ -346,8 +348,7 @@ async fn unknown_pages_get_a_404_naming_the_request_id() {
 
 #[tokio::test]
 async fn a_request_past_its_deadline_is_answered_503_and_its_transaction_rolls_back() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
     let c = app.client();
     let token = app.csrf(&c, "/login").await;
@@ -611,8 +612,7 @@ async fn fingerprint(t: &TestDb) -> Vec<(String, String)> {
 #[tokio::test]
 async fn no_operator_route_answers_a_visitor_or_a_member_however_the_path_is_spelled() {
     use member_console::web::routes::{Access, ROUTES};
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     // Something behind every id-taking page: a grant, a rule change, a plan act.
     let org =
         OrganizationId(common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await);
@@ -695,8 +695,7 @@ fn member_spellings(path: &str) -> Vec<String> {
 #[tokio::test]
 async fn no_member_route_answers_a_visitor_however_the_path_is_spelled_and_none_writes() {
     use member_console::web::routes::{Access, ROUTES};
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let pro = common::acts::product_id(&t, "Pro").await;
     let price = member_console::services::billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap();
     let price = member_console::services::billing::set_price(&t.db, pro, &price).await.unwrap();
@@ -854,8 +853,7 @@ async fn signing_in_again_ends_the_earlier_session() {
 
 #[tokio::test]
 async fn over_https_the_session_cookie_is_secure_and_host_only_and_hsts_is_sent() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let app =
         TestApp::spawn_with(&t, |c| c.public_url = Some(url::Url::parse("https://console.example").unwrap())).await;
     let r = app.client().get(app.url("/login")).send().await.unwrap();
@@ -954,8 +952,7 @@ async fn sign_in_never_sends_a_person_to_another_site() {
 
 #[tokio::test]
 async fn a_read_past_the_request_deadline_is_answered_503_and_stops_in_the_server() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
     let (c, _) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
     let (mut a, a_pid) = common::hold_open(&t, "LOCK TABLE core.organizations IN ACCESS EXCLUSIVE MODE").await;
@@ -978,8 +975,7 @@ async fn a_read_past_the_request_deadline_is_answered_503_and_stops_in_the_serve
 
 #[tokio::test]
 async fn a_session_read_held_up_past_the_request_deadline_is_answered_503_and_stops_in_the_server() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
     let (c, _) = common::pages::signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     // The session was last seen long enough ago that this view moves it, and another
@@ -1003,8 +999,7 @@ async fn a_session_read_held_up_past_the_request_deadline_is_answered_503_and_st
 
 #[tokio::test]
 async fn a_deadline_during_the_commit_says_the_outcome_is_not_known() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     // A deferred trigger makes the COMMIT itself slow: the deadline comes while it runs.
     sqlx::raw_sql(
         "CREATE FUNCTION public.slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -1027,8 +1022,7 @@ async fn a_deadline_during_the_commit_says_the_outcome_is_not_known() {
 #[tokio::test]
 async fn a_change_path_past_the_request_deadline_is_a_503_and_past_its_lock_bound_the_refusal() {
     use member_console::db::{TxKind, begin};
-    let mut t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let mut t = demo_db().await;
     let community = common::acts::type_id(&t, "Community").await;
     let support = common::acts::ladder_id(&t, "Support").await;
     let path = format!("/operator/topology/org-types/{community}/default");
@@ -1059,8 +1053,7 @@ async fn a_change_path_past_the_request_deadline_is_a_503_and_past_its_lock_boun
 
 #[tokio::test]
 async fn a_deadlock_is_tried_once_more_and_the_grant_is_revoked() {
-    let t = TestDb::new().await;
-    demo::load(&t.db).await.unwrap();
+    let t = demo_db().await;
     let org =
         OrganizationId(common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await);
     let pro = common::acts::product_id(&t, "Pro").await;
