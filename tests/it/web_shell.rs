@@ -346,10 +346,16 @@ async fn unknown_pages_get_a_404_naming_the_request_id() {
     assert!(body.contains(&id), "the page names request {id}: {body}");
 }
 
+/// A console whose requests have a 1.5 s deadline, shorter than the 5 s lock bound: what a test
+/// holds up outlives the deadline first.
+async fn app_with_a_short_deadline(t: &TestDb) -> TestApp {
+    TestApp::spawn_with(t, |c| c.request_timeout = Duration::from_millis(1500)).await
+}
+
 #[tokio::test]
 async fn a_request_past_its_deadline_is_answered_503_and_its_transaction_rolls_back() {
     let t = demo_db().await;
-    let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
+    let app = app_with_a_short_deadline(&t).await;
     let c = app.client();
     let token = app.csrf(&c, "/login").await;
 
@@ -953,7 +959,7 @@ async fn sign_in_never_sends_a_person_to_another_site() {
 #[tokio::test]
 async fn a_read_past_the_request_deadline_is_answered_503_and_stops_in_the_server() {
     let t = demo_db().await;
-    let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
+    let app = app_with_a_short_deadline(&t).await;
     let (c, _) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
     let (mut a, a_pid) = common::hold_open(&t, "LOCK TABLE core.organizations IN ACCESS EXCLUSIVE MODE").await;
     let started = Instant::now();
@@ -976,7 +982,7 @@ async fn a_read_past_the_request_deadline_is_answered_503_and_stops_in_the_serve
 #[tokio::test]
 async fn a_session_read_held_up_past_the_request_deadline_is_answered_503_and_stops_in_the_server() {
     let t = demo_db().await;
-    let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
+    let app = app_with_a_short_deadline(&t).await;
     let (c, _) = common::pages::signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     // The session was last seen long enough ago that this view moves it, and another
     // transaction holds its row: the session's one prepared statement waits on it.
@@ -1010,7 +1016,7 @@ async fn a_deadline_during_the_commit_says_the_outcome_is_not_known() {
     .execute(&t.admin)
     .await
     .unwrap();
-    let app = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
+    let app = app_with_a_short_deadline(&t).await;
     let (c, token) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
     let r =
         common::pages::post(&app, &c, "/operator/organizations", &token, &[("name", "Slow Commit Ltd")], false).await;
@@ -1032,7 +1038,7 @@ async fn a_change_path_past_the_request_deadline_is_a_503_and_past_its_lock_boun
     // Another change holds the exclusive rendezvous throughout.
     let held = begin(&t.db, TxKind::RuleChange).await.unwrap();
     // The request's deadline (1.5 s) comes before the lock bound (5 s): a 503.
-    let slow = TestApp::spawn_with(&t, |c| c.request_timeout = Duration::from_millis(1500)).await;
+    let slow = app_with_a_short_deadline(&t).await;
     let (c, token) = common::pages::signed_in(&slow, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
     let r = common::pages::post(&slow, &c, &path, &token, &fields, true).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
