@@ -336,6 +336,17 @@ pub(crate) async fn open_on_the_farm(b: &Browser, name: &str, within: std::time:
     b.wait_for(Until::Text("Welcome Visitors"), within).await;
 }
 
+/// Swap on `/sites`: the site to activate and the one to park, by id, then the Swap button.
+pub(crate) async fn swap_sites(b: &Browser, activate: String, park: String) {
+    b.execute(
+        "document.querySelector('select[name=activate]').value = arguments[0];
+         document.querySelector('select[name=park]').value = arguments[1];",
+        vec![Value::String(activate), Value::String(park)],
+    )
+    .await;
+    b.click_button("Swap").await;
+}
+
 /// A worker of the test's own running the sites' jobs against `farm`.
 pub(crate) fn site_worker(
     t: &TestDb,
@@ -384,16 +395,7 @@ async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_
             // Park alpha, then swap: gamma out, alpha back in.
             b.click(&format!("{} button[aria-label='Park alpha.wiki.localhost']", site_row("alpha"))).await;
             b.wait_for(Until::Text("alpha.wiki.localhost is parked."), WAIT).await;
-            b.execute(
-                "document.querySelector('select[name=activate]').value = arguments[0];
-                 document.querySelector('select[name=park]').value = arguments[1];",
-                vec![
-                    Value::String(common::farm::site_id(&t, "alpha").await),
-                    Value::String(common::farm::site_id(&t, "gamma").await),
-                ],
-            )
-            .await;
-            b.click_button("Swap").await;
+            swap_sites(b, common::farm::site_id(&t, "alpha").await, common::farm::site_id(&t, "gamma").await).await;
             b.wait_for(Until::Text("alpha.wiki.localhost is active and gamma.wiki.localhost is parked."), WAIT).await;
             b.keep_step(3, "swapped").await;
             assert!(b.text_of("main").await.contains("You can swap again in 10 minutes"));

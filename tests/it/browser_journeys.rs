@@ -146,9 +146,10 @@ async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an
 
 #[tokio::test]
 async fn a_new_member_buys_basic_creates_sites_opens_one_on_the_farm_and_swaps() {
-    use crate::browser::{create_active_sites, create_parked_site, open_on_the_farm, site_row, site_worker};
+    use crate::browser::{
+        create_active_sites, create_parked_site, open_on_the_farm, site_row, site_worker, swap_sites,
+    };
     use common::farm::site_id;
-    use serde_json::Value;
     let (t, s) = common::stripe::demo_with_stripe().await;
     s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
     let f = common::farm::FarmFixture::start_with(local_farm::WikiMode::Auto, Duration::from_secs(30)).await;
@@ -190,13 +191,7 @@ async fn a_new_member_buys_basic_creates_sites_opens_one_on_the_farm_and_swaps()
             // A fourth is made parked; the swap brings it in and parks gamma.
             b.goto(&app.url("/sites")).await;
             create_parked_site(b, "delta", STEP).await;
-            b.execute(
-                "document.querySelector('select[name=activate]').value = arguments[0];
-                 document.querySelector('select[name=park]').value = arguments[1];",
-                vec![Value::String(site_id(&t, "delta").await), Value::String(site_id(&t, "gamma").await)],
-            )
-            .await;
-            b.click_button("Swap").await;
+            swap_sites(b, site_id(&t, "delta").await, site_id(&t, "gamma").await).await;
             b.wait_for(Until::Text("delta.wiki.localhost is active and gamma.wiki.localhost is parked."), STEP).await;
             b.keep_step(6, "swapped").await;
             assert!(b.text_of(&site_row("gamma")).await.contains("parked"), "{}", b.text_of(&site_row("gamma")).await);
