@@ -10,7 +10,10 @@ use reqwest::{Client, StatusCode};
 use crate::common::{
     TestApp, TestDb,
     acts::scalar,
-    pages::{assert_operators_only, assert_refused, assert_sent_to, get, operator_app, post, row_with, signed_in},
+    pages::{
+        assert_operators_only, assert_refused, assert_sent_to, get, many_organizations, operator_app, post, row_with,
+        signed_in,
+    },
 };
 
 const URL: &str = "https://chat.example.org/hooks";
@@ -399,10 +402,7 @@ async fn an_unknown_or_non_numeric_id_is_not_found() {
 async fn the_page_lists_every_organization_as_a_recipient_behind_until_confirmed_with_filters_and_pages() {
     let (t, app, c, token) = operator_app().await;
     // More organizations than a page holds.
-    t.run(sqlx::query(
-        "INSERT INTO core.organizations (name) SELECT 'Many ' || lpad(g::text, 3, '0') FROM generate_series(1, 60) g",
-    ))
-    .await;
+    many_organizations(&t, 60, 3).await;
     let id = add(&t, &app, &c, &token, "Chat", false).await;
     ds::process_desired_state_outbox(&t.db, Duration::from_secs(30)).await.unwrap();
     let orgs = scalar(&t, "SELECT count(*) FROM core.organizations").await;

@@ -13,7 +13,7 @@ use common::{
     TestApp, TestDb,
     pages::{
         active_grant, app_with_demo, assert_operators_only, assert_refused, assert_sent_to, demo_db, get, get_htmx,
-        operator_app, organization_id, post, product_id, refuse_all, row, set_id, signed_in,
+        many_organizations, operator_app, organization_id, post, product_id, refuse_all, row, set_id, signed_in,
     },
 };
 use member_console::{
@@ -859,10 +859,7 @@ async fn organizations_are_paged_by_name_fifty_at_a_time_from_first_to_last_and_
 #[tokio::test]
 async fn a_search_matching_very_many_organizations_counts_to_a_cap() {
     let (t, app, c, _) = operator_app().await;
-    t.run(sqlx::query(
-        "INSERT INTO core.organizations (name) SELECT 'Many ' || lpad(g::text, 5, '0') FROM generate_series(1, 1005) g",
-    ))
-    .await;
+    many_organizations(&t, 1005, 5).await;
     let a = get(&app, &c, "/operator/organizations?q=many").await;
     assert!(a.body.contains("More than 1,000 organizations matching “many”"), "{}", a.body);
     let all = get(&app, &c, "/operator/organizations").await;

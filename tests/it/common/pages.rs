@@ -138,6 +138,19 @@ pub async fn active_grant(t: &TestDb, organization: i64, kind: &str) -> i64 {
     .await
 }
 
+/// `n` organizations more, "Many 001" and on (the number padded to `digits`), for lists longer
+/// than a page.
+pub async fn many_organizations(t: &TestDb, n: i32, digits: i32) {
+    t.run(
+        sqlx::query(
+            "INSERT INTO core.organizations (name) SELECT 'Many ' || lpad(g::text, $2, '0') FROM generate_series(1, $1) g",
+        )
+        .bind(n)
+        .bind(digits),
+    )
+    .await;
+}
+
 // ---------- Reading what a page says ----------
 
 /// The table row that contains `needle` (its markup from `<tr>` to `</tr>`).
