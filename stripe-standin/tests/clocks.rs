@@ -86,12 +86,12 @@ async fn a_renewal_charged_to_pm_card_charge_customer_fail_leaves_the_subscripti
     let (clock, sub_id) = subscribed(&standin, "pm_card_visa").await;
     let sub = get(&standin, &format!("/v1/subscriptions/{sub_id}")).await.1;
     let customer = sub["customer"].as_str().expect("customer");
-    let status = common::set_default_payment_method(&standin, &customer, "pm_card_chargeCustomerFail").await;
+    let status = common::set_default_payment_method(&standin, customer, "pm_card_chargeCustomerFail").await;
     assert_eq!(status, 200);
     assert_renewal_fails(&standin, &clock, &sub_id).await;
 
     // Paying the open invoice with a working card brings the subscription back.
-    common::set_default_payment_method(&standin, &customer, "pm_card_visa").await;
+    common::set_default_payment_method(&standin, customer, "pm_card_visa").await;
     let (_, open) = get(&standin, &format!("/v1/invoices?subscription={sub_id}&status=open")).await;
     let invoice = open["data"][0]["id"].as_str().expect("open invoice");
     let (status, _, paid) = post(&standin, &format!("/v1/invoices/{invoice}/pay"), &[]).await;
