@@ -8,7 +8,7 @@ use crate::common;
 use chrono::{DateTime, Utc};
 use common::{
     TestApp, TestDb,
-    pages::{get, post, signed_in},
+    pages::{Answer, get, post, signed_in},
     stripe::StripeFixture,
 };
 use member_console::{
@@ -323,6 +323,24 @@ async fn superseding_a_released_schedules_changes_waits_on_a_reconcile_holding_t
     assert_eq!(p.ledger().await, [("Pro".into(), "Basic".into(), "superseded".into())]);
 }
 
+/// Confirm a quote from the billing page as its form does: the same fields, with `confirm` and
+/// the quote's `operation`.
+async fn confirm_quote(
+    app: &TestApp,
+    c: &reqwest::Client,
+    token: &str,
+    fields: &[(&str, &str)],
+    quote: &Answer,
+) -> Answer {
+    let marker = "name=\"operation\" value=\"";
+    let operation =
+        quote.body.split(marker).nth(1).map(|r| r.split('"').next().unwrap()).expect("the quote's operation");
+    let mut confirm = fields.to_vec();
+    confirm.push(("confirm", "1"));
+    confirm.push(("operation", operation));
+    post(app, c, "/billing/switch", token, &confirm, false).await
+}
+
 #[tokio::test]
 async fn a_member_switches_and_cancels_from_the_billing_page() {
     let p = paying("Basic").await;
@@ -336,15 +354,7 @@ async fn a_member_switches_and_cancels_from_the_billing_page() {
     assert_eq!(quote.status, 200, "{}", quote.body);
     assert!(quote.body.contains("You will be charged") && quote.body.contains("Switch now and pay"), "{}", quote.body);
     assert_eq!(p.hosting().await, "Basic", "a quote changes nothing");
-    let hidden = |name: &str| {
-        let marker = format!("name=\"{name}\" value=\"");
-        quote.body.split(marker.as_str()).nth(1).map(|r| r.split('"').next().unwrap().to_string())
-    };
-    let operation = hidden("operation").expect("the quote's operation");
-    let mut confirm = fields.to_vec();
-    confirm.push(("confirm", "1"));
-    confirm.push(("operation", &operation));
-    let done = post(&app, &c, "/billing/switch", &token, &confirm, false).await;
+    let done = confirm_quote(&app, &c, &token, &fields, &quote).await;
     assert_eq!(done.header("location"), Some("/billing?changed=upgraded"), "{}", done.body);
     assert_eq!(p.hosting().await, "Pro");
 
@@ -352,11 +362,7 @@ async fn a_member_switches_and_cancels_from_the_billing_page() {
     let down = [("organization_id", org.as_str()), ("subscription_id", sub.as_str()), ("price_id", basic.as_str())];
     let quote = post(&app, &c, "/billing/switch", &token, &down, false).await;
     assert!(quote.body.contains("You keep Pro until") && quote.body.contains("Schedule the switch"), "{}", quote.body);
-    let operation = quote.body.split("name=\"operation\" value=\"").nth(1).unwrap().split('"').next().unwrap();
-    let mut confirm = down.to_vec();
-    confirm.push(("confirm", "1"));
-    confirm.push(("operation", operation));
-    let done = post(&app, &c, "/billing/switch", &token, &confirm, false).await;
+    let done = confirm_quote(&app, &c, &token, &down, &quote).await;
     assert_eq!(done.header("location"), Some("/billing?changed=scheduled"), "{}", done.body);
     let page = get(&app, &c, "/billing?changed=scheduled").await;
     assert!(page.body.contains("Pro until ") && page.body.contains(", then Basic"), "{}", page.body);
@@ -659,11 +665,7 @@ async fn a_member_changes_the_seats_from_the_billing_page() {
     let quote = post(&app, &c, "/billing/switch", &token, &fields, false).await;
     assert_eq!(quote.status, 200, "{}", quote.body);
     assert!(quote.body.contains("from 1 to 2 seats?") && quote.body.contains("You will be charged"), "{}", quote.body);
-    let operation = quote.body.split("name=\"operation\" value=\"").nth(1).unwrap().split('"').next().unwrap();
-    let mut confirm = fields.to_vec();
-    confirm.push(("confirm", "1"));
-    confirm.push(("operation", operation));
-    let done = post(&app, &c, "/billing/switch", &token, &confirm, false).await;
+    let done = confirm_quote(&app, &c, &token, &fields, &quote).await;
     assert_eq!(done.header("location"), Some("/billing?changed=seats"), "{}", done.body);
     assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(20));
     let bad = [fields[0], fields[1], fields[2], ("quantity", "11")];
