@@ -46,6 +46,13 @@ async fn subscribed(t: &TestDb, s: &StripeFixture, name: &str, product: &str) ->
     (o, pool, sub)
 }
 
+/// A subscription the console has heard of: `subscribed`, then reconciled once.
+async fn reconciled(t: &TestDb, s: &StripeFixture, name: &str, product: &str) -> (OrganizationId, PoolId, String) {
+    let (o, pool, sub) = subscribed(t, s, name, product).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    (o, pool, sub)
+}
+
 fn converged(r: Reconciled) -> (SubscriptionStatus, bool) {
     match r {
         Reconciled::Converged { status, changed, .. } => (status, changed),
@@ -73,8 +80,7 @@ async fn a_paid_subscription_confers_its_tier_and_reconciling_it_again_writes_no
 #[tokio::test]
 async fn a_canceled_subscription_ends_its_provision_and_the_floor_returns() {
     let (t, s) = setup().await;
-    let (_, pool, sub) = subscribed(&t, &s, "Leaving", "Basic").await;
-    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    let (_, pool, sub) = reconciled(&t, &s, "Leaving", "Basic").await;
     assert_eq!(hosting(&t, pool).await, "Basic");
     s.delete(&format!("/subscriptions/{sub}")).await;
     let (status, changed) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
@@ -86,8 +92,7 @@ async fn a_canceled_subscription_ends_its_provision_and_the_floor_returns() {
 #[tokio::test]
 async fn a_subscription_stripe_no_longer_has_ends_like_a_canceled_one() {
     let (t, s) = setup().await;
-    let (o, pool, sub) = subscribed(&t, &s, "Vanished", "Basic").await;
-    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    let (o, pool, _) = reconciled(&t, &s, "Vanished", "Basic").await;
     // The console believes in a second, live subscription Stripe has never heard of.
     let basic = common::acts::product_id(&t, "Basic").await;
     t.run(
@@ -143,8 +148,7 @@ async fn a_renewal_that_fails_suspends_the_provision_and_a_paid_one_keeps_it() {
 #[tokio::test]
 async fn a_grant_displacing_a_subscription_keeps_it_off_until_the_grant_ends_and_then_delivers_it() {
     let (t, s) = setup().await;
-    let (o, pool, sub) = subscribed(&t, &s, "Granted", "Basic").await;
-    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    let (o, pool, sub) = reconciled(&t, &s, "Granted", "Basic").await;
     let pro = common::acts::product_id(&t, "Pro").await;
     let grant = common::acts::grant(&t, o, pro).await;
     assert_eq!(hosting(&t, pool).await, "Pro");
@@ -200,8 +204,7 @@ async fn the_checkout_return_and_the_webhook_racing_leave_one_outcome() {
 #[tokio::test]
 async fn an_invoice_is_converged_with_its_lines_and_payments_once() {
     let (t, s) = setup().await;
-    let (o, _, sub) = subscribed(&t, &s, "Invoiced", "Basic").await;
-    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    let (o, _, sub) = reconciled(&t, &s, "Invoiced", "Basic").await;
     let list = s.get(&format!("/invoices?subscription={sub}")).await;
     let inv = list["data"][0]["id"].as_str().unwrap().to_string();
     assert_eq!(billing::converge_invoice(&t.db, &s.stripe, &inv).await.unwrap(), Converged::Written);
