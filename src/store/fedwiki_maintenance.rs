@@ -31,6 +31,24 @@ pub async fn sites_after(conn: &mut PgConnection, after: &str, limit: i64) -> sq
     .await
 }
 
+/// Whether a request is still accepted on `domain`, or one changed at or after `since`: the
+/// sync's insert checks it again in its own transaction, since the pass's sets were read once,
+/// before its later pages were listed.
+pub async fn domain_has_request_since(
+    conn: &mut PgConnection,
+    domain: &str,
+    since: DateTime<Utc>,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests
+                           WHERE domain = $1 AND (state = 'accepted' OR updated_at >= $2)) AS "any!""#,
+        domain,
+        since
+    )
+    .fetch_one(conn)
+    .await
+}
+
 /// ListDomainsWithOpenRequests: the domains a request is still accepted on.
 pub async fn domains_with_open_requests(conn: &mut PgConnection) -> sqlx::Result<Vec<String>> {
     sqlx::query_scalar!("SELECT DISTINCT domain FROM fedwiki.lifecycle_requests WHERE state = 'accepted' ORDER BY 1")

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use member_console::{
     services::fedwiki::{
-        self,
+        self, Ran,
         maintenance::{self, run_maintenance},
         record::Recorded,
     },
@@ -381,5 +381,34 @@ async fn the_sync_leaves_a_site_a_create_in_flight_made_on_the_farm_to_that_crea
     assert_eq!(s.rows("fresh.wiki.localhost").await, 0, "not adopted");
     s.run(id).await.unwrap();
     assert_eq!(s.status("fresh").await, "active", "the create records it");
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn the_syncs_insert_checks_again_for_a_request_its_sets_predate_and_leaves_the_site_alone() {
+    let s = setup("Basic").await;
+    let owner = format!("org-{}", s.org);
+    // A create accepted and made on the farm after the pass read its sets (here: never read),
+    // then listed on a later page.
+    let id = s.create("late").await.unwrap();
+    s.f.farm.create_site("late.wiki.localhost", &owner, "active").await.unwrap();
+    // A site deleted here and on the farm after the list was taken, still on that list.
+    s.created("gone").await;
+    let page = s.f.farm.list_page("", 100).await.unwrap();
+    let listed = |domain: &str| page.sites.iter().find(|f| f.domain == domain).cloned().expect("listed");
+    let delete = fedwiki::change_status(&s.t.db, &s.settings, s.who, &s.site_id("gone").await, RequestKind::Delete)
+        .await
+        .unwrap();
+    s.run(delete).await.unwrap();
+    for site in [listed("late.wiki.localhost"), listed("gone.wiki.localhost")] {
+        let adopted =
+            maintenance::insert_from_farm(&s.t.db, &site, &owner, SiteStatus::Active, page.listed_at).await.unwrap();
+        assert_eq!(adopted, None, "{} was left alone", site.domain);
+        assert_eq!(s.rows(&site.domain).await, 0, "{}", site.domain);
+    }
+    // The create's record step records its site once; the deleted one stays deleted.
+    assert!(matches!(s.run(id).await.unwrap(), Ran::Recorded(Recorded::Done { state: RequestState::Done, .. })));
+    assert_eq!(s.rows("late.wiki.localhost").await, 1);
+    assert_eq!(s.rows("gone.wiki.localhost").await, 0);
     assert_usage_agrees(&s).await;
 }

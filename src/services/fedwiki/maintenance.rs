@@ -30,8 +30,10 @@ pub static SYNC_INSERT_SITE_LOCKS: PathLocks = PathLocks {
     function: "services::fedwiki::maintenance::insert_from_farm",
     kind: "Plain",
     locks: &[Lock::UsageRow],
-    why: "InsertSiteFromFarm (ON CONFLICT DO NOTHING: a row a create recorded after the pass read its rows is left \
-          alone), then the pool's recount: its usage row, the count in a statement of its own.",
+    why: "The skip check again, without a lock (a request accepted on the domain, or one changed since the list \
+          was taken: the pass's sets were read before its later pages were listed), then InsertSiteFromFarm (ON \
+          CONFLICT DO NOTHING: a row a create recorded after the pass read its rows is left alone), then the \
+          pool's recount: its usage row, the count in a statement of its own.",
 };
 
 pub static SYNC_OBSERVE_SITE_LOCKS: PathLocks = PathLocks {
@@ -284,7 +286,7 @@ pub async fn sync_sites(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> 
                 };
                 let workspace = if known { site.owner.as_str() } else { super::SYSTEM_WORKSPACE };
                 let Some(status) = SiteStatus::from_text(&site.status) else { continue };
-                if let Some(site_id) = insert_from_farm(db, &site, workspace, status).await? {
+                if let Some(site_id) = insert_from_farm(db, &site, workspace, status, listed_at).await? {
                     sync_placement(db, &site_id, &site.domain, workspace).await?;
                     counts.adopted += 1;
                 }
@@ -310,15 +312,22 @@ pub async fn sync_sites(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> 
     recount_all(db).await
 }
 
-/// A farm site with no row: inserted, then its pool recounted. The new row's id, when inserted.
-async fn insert_from_farm(
+/// A farm site with no row: inserted, then its pool recounted, unless a request is on its domain
+/// now or changed it since `listed_at`. The new row's id, when inserted.
+pub async fn insert_from_farm(
     db: &Db,
     site: &FarmSite,
     workspace_id: &str,
     status: SiteStatus,
+    listed_at: DateTime<Utc>,
 ) -> Result<Option<String>, ServiceError> {
     let site_id = format!("s-{}", crate::config::random_hex(10));
     let mut tx = begin(db, TxKind::Plain).await?;
+    // A create in flight records its site itself, and a deletion that finished after the list was
+    // taken must not bring its site back: the sets the pass read may predate this page.
+    if store::domain_has_request_since(tx.conn(), &site.domain, listed_at).await? {
+        return Ok(None);
+    }
     let row = store::FarmOnly {
         site_id: &site_id,
         workspace_id,
