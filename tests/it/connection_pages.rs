@@ -130,7 +130,8 @@ async fn an_operator_adds_a_connection_and_lands_on_its_page_which_the_list_show
 #[tokio::test]
 async fn bad_input_is_refused_with_422_and_its_messages_and_writes_nothing() {
     let (t, app, c, token) = operator_app().await;
-    let cases: [(&str, [(&str, &str); 3], &str); 3] = [
+    type Case<'a> = (&'a str, [(&'a str, &'a str); 3], &'a str);
+    let cases: [Case; 3] = [
         ("an empty name", [("name", "  "), ("url", URL), ("keys", KEYS)], "Give the connection a name."),
         (
             "a URL that is not http(s)",

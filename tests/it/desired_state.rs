@@ -284,7 +284,7 @@ async fn a_secret_rotated_mid_flight_is_accepted_through_the_overlap_and_refused
     acts::grant(&s.t, s.org, s.product).await;
     assert_eq!(s.relay_and_push(c).await.confirmed, 1);
     // The remote switches to the new one.
-    s.receiver.set_secrets(&[new.clone()]).unwrap();
+    s.receiver.set_secrets(std::slice::from_ref(&new)).unwrap();
     s.sql(&format!("UPDATE core.organizations SET name = 'Acme 2' WHERE organization_id = {}", s.org)).await;
     assert_eq!(s.relay_and_push(c).await.confirmed, 1);
     // The overlap ends; a remote still on the old secret refuses.

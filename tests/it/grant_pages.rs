@@ -440,7 +440,8 @@ async fn bad_issue_input_is_refused_with_its_message_and_writes_nothing() {
         f
     };
     let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
-    let cases: Vec<(&str, Vec<(&'static str, String)>, &str)> = vec![
+    type Case<'a> = (&'a str, Vec<(&'static str, String)>, &'a str);
+    let cases: Vec<Case> = vec![
         ("no recipient", ok(&[("organization_id", "")]), "Name an organization, or an email domain to wait for."),
         (
             "both recipients",
@@ -1128,7 +1129,8 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
 async fn bad_organization_input_is_refused_and_writes_nothing() {
     let (t, app, c, token) = operator_app().await;
     let community = org_type_id(&t, "Community").await.to_string();
-    let cases: Vec<(&str, Vec<(&str, &str)>, &str)> = vec![
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "empty name",
             vec![("name", "  "), ("org_type_id", &community), ("email_domain", "")],

@@ -521,9 +521,8 @@ async fn sample_connection(t: &TestDb) -> String {
 /// A route's path with real ids in it, so a request that got through would find something.
 async fn sample_path(t: &TestDb, pattern: &str) -> String {
     let mut out = String::new();
-    let mut segments = pattern.split('/').peekable();
     let mut previous = "";
-    while let Some(seg) = segments.next() {
+    for seg in pattern.split('/') {
         if !out.is_empty() || seg.is_empty() {
             out.push('/');
         }

@@ -166,6 +166,9 @@ pub fn row<'a>(html: &'a str, first_cell: &str) -> &'a str {
     row_with(html, &format!("<tr><td>{first_cell}</td>"))
 }
 
+/// A refusal case: what it is, the fields posted, the status and the message expected.
+pub type RefusalCase<'a> = (&'a str, Vec<(&'a str, &'a str)>, StatusCode, &'a str);
+
 /// Post each case to `path` plainly and with HTMX: each must be refused (`assert_refused`) and
 /// leave `written` (what the area's tables hold) as it was.
 pub async fn refuse_all<W: PartialEq + std::fmt::Debug>(
@@ -174,7 +177,7 @@ pub async fn refuse_all<W: PartialEq + std::fmt::Debug>(
     token: &str,
     path: &str,
     container: &str,
-    cases: &[(&str, Vec<(&str, &str)>, StatusCode, &str)],
+    cases: &[RefusalCase<'_>],
     written: impl AsyncFn() -> W,
 ) {
     for (case, fields, status, message) in cases {
