@@ -26,11 +26,11 @@ impl ApiError {
         e
     }
 
-    /// 400 for a bad or missing parameter.
+    /// 400 for a bad parameter. Stripe names the parameter but, for most such refusals, gives no
+    /// code (its codes name particular faults, such as `parameter_invalid_integer`).
     pub fn invalid(param: &str, message: impl Into<String>) -> Self {
         let mut e = Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message);
         e.param = Some(param.into());
-        e.code = Some("parameter_invalid");
         e
     }
 

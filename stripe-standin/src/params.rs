@@ -49,7 +49,11 @@ pub fn nullable(p: &Value, name: &str) -> ApiResult<Option<Value>> {
 pub fn integer(p: &Value, name: &str) -> ApiResult<Option<i64>> {
     match string(p, name)? {
         None => Ok(None),
-        Some(s) => s.parse::<i64>().map(Some).map_err(|_| ApiError::invalid(name, format!("Invalid integer: {s}"))),
+        Some(s) => s.parse::<i64>().map(Some).map_err(|_| {
+            let mut e = ApiError::invalid(name, format!("Invalid integer: {s}"));
+            e.code = Some("parameter_invalid_integer");
+            e
+        }),
     }
 }
 
