@@ -12,8 +12,8 @@ use std::time::Duration;
 use common::{
     TestApp, TestDb,
     pages::{
-        active_grant, app_with_demo, assert_operators_only, assert_refused, assert_sent_to, demo_db, get, get_htmx,
-        many_organizations, operator_app, organization_id, post, product_id, refuse_all, row, set_id, signed_in,
+        Session, active_grant, app_with_demo, assert_operators_only, assert_refused, assert_sent_to, demo_db,
+        many_organizations, operator_session, organization_id, product_id, row, set_id,
     },
 };
 use member_console::{
@@ -82,8 +82,8 @@ async fn pools_carrying(t: &TestDb, set: i64) -> i64 {
 
 #[tokio::test]
 async fn catalog_lists_the_demo_keys_sets_with_rules_and_products_with_their_shape() {
-    let (t, app, c, _) = operator_app().await;
-    let a = get(&app, &c, "/operator/catalog").await;
+    let (t, op) = operator_session().await;
+    let a = op.get("/operator/catalog").await;
     assert_eq!(a.status, StatusCode::OK);
     let html = &a.body;
 
@@ -138,29 +138,21 @@ async fn catalog_lists_the_demo_keys_sets_with_rules_and_products_with_their_sha
 
 #[tokio::test]
 async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right_page() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let before = catalog_counts(&t).await;
 
     // Resource keys: a plain post is sent back with 303, an HTMX one with HX-Redirect.
-    let a = post(
-        &app,
-        &c,
-        "/operator/catalog/keys",
-        &token,
-        &[("key", "wiki.pages"), ("kind", "numeric"), ("description", "Pages per wiki")],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            "/operator/catalog/keys",
+            &[("key", "wiki.pages"), ("kind", "numeric"), ("description", "Pages per wiki")],
+            false,
+        )
+        .await;
     assert_sent_to(&a, false, "/operator/catalog");
-    let a = post(
-        &app,
-        &c,
-        "/operator/catalog/keys",
-        &token,
-        &[("key", " wiki.comments "), ("kind", "flag"), ("description", "")],
-        true,
-    )
-    .await;
+    let a = op
+        .post("/operator/catalog/keys", &[("key", " wiki.comments "), ("kind", "flag"), ("description", "")], true)
+        .await;
     assert_sent_to(&a, true, "/operator/catalog");
     let keys: Vec<(String, String, String)> = t.all(sqlx::query_as(
         "SELECT resource_key, kind, description FROM core.resource_keys WHERE resource_key LIKE 'wiki.%' ORDER BY 1",
@@ -174,39 +166,29 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
     );
 
     // Sets: to the new set's rules page.
-    let a = post(&app, &c, "/operator/catalog/sets", &token, &[("name", "Enterprise")], false).await;
+    let a = op.post("/operator/catalog/sets", &[("name", "Enterprise")], false).await;
     let enterprise = set_id(&t, "Enterprise").await;
     assert_sent_to(&a, false, &format!("/operator/catalog/sets/{enterprise}"));
-    let a = post(&app, &c, "/operator/catalog/sets", &token, &[("name", "  Team  ")], true).await;
+    let a = op.post("/operator/catalog/sets", &[("name", "  Team  ")], true).await;
     let team = set_id(&t, "Team").await;
     assert_sent_to(&a, true, &format!("/operator/catalog/sets/{team}"));
-    let page = get(&app, &c, &format!("/operator/catalog/sets/{enterprise}")).await;
+    let page = op.get(&format!("/operator/catalog/sets/{enterprise}")).await;
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.body.contains("Entitlement set: Enterprise"), "{}", page.body);
     assert!(page.body.contains("name=\"rule.wiki.pages\""), "the new key has a row: {}", page.body);
 
     // Products: to the new product's page.
     let e = enterprise.to_string();
-    let a = post(
-        &app,
-        &c,
-        "/operator/catalog/products",
-        &token,
-        &[("name", "Enterprise"), ("entitlement_set_id", &e), ("published", "on")],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            "/operator/catalog/products",
+            &[("name", "Enterprise"), ("entitlement_set_id", &e), ("published", "on")],
+            false,
+        )
+        .await;
     let p = product_id(&t, "Enterprise").await;
     assert_sent_to(&a, false, &format!("/operator/catalog/products/{p}"));
-    let a = post(
-        &app,
-        &c,
-        "/operator/catalog/products",
-        &token,
-        &[("name", "Extra sites"), ("entitlement_set_id", "")],
-        true,
-    )
-    .await;
+    let a = op.post("/operator/catalog/products", &[("name", "Extra sites"), ("entitlement_set_id", "")], true).await;
     let extra = product_id(&t, "Extra sites").await;
     assert_sent_to(&a, true, &format!("/operator/catalog/products/{extra}"));
     let rows: Vec<(String, Option<i64>, bool)> = t.all(sqlx::query_as(
@@ -220,7 +202,7 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
     assert_eq!(after, [before[0] + 2, before[1] + 2, before[2], before[3] + 2]);
 
     // The catalog shows them all.
-    let html = get(&app, &c, "/operator/catalog").await.body;
+    let html = op.get("/operator/catalog").await.body;
     assert!(row(&html, "<code>wiki.pages</code>").contains("<td>Numeric</td>"));
     assert!(row(&html, "<code>wiki.pages</code>").contains("not registered"));
     assert!(row(&html, "Team").contains("No rules"));
@@ -231,17 +213,15 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
     assert!(ext.contains(r#"<span class="muted">none</span>"#) && ext.contains("not published"), "{ext}");
 
     // Editing a product: saved, back to its page with a notice.
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/catalog/products/{extra}"),
-        &token,
-        &[("name", "More sites"), ("entitlement_set_id", &e), ("published", "on")],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            &format!("/operator/catalog/products/{extra}"),
+            &[("name", "More sites"), ("entitlement_set_id", &e), ("published", "on")],
+            false,
+        )
+        .await;
     assert_sent_to(&a, false, &format!("/operator/catalog/products/{extra}?saved=1"));
-    let page = get(&app, &c, &format!("/operator/catalog/products/{extra}?saved=1")).await;
+    let page = op.get(&format!("/operator/catalog/products/{extra}?saved=1")).await;
     assert!(page.body.contains("The product was saved."), "{}", page.body);
     assert!(page.body.contains("value=\"More sites\""), "{}", page.body);
     let row_now: (String, Option<i64>, bool) = t
@@ -257,13 +237,10 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
 
 #[tokio::test]
 async fn bad_input_on_the_add_forms_is_refused_with_a_message_and_writes_nothing() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
     let long = "x".repeat(501);
-    refuse_all(
-        &app,
-        &c,
-        &token,
+    op.refuse_all(
         "/operator/catalog/keys",
         "key-form",
         &[
@@ -293,16 +270,13 @@ async fn bad_input_on_the_add_forms_is_refused_with_a_message_and_writes_nothing
     )
     .await;
     // The refused form keeps what was typed, with the error by its field.
-    let a = post(&app, &c, "/operator/catalog/keys", &token, &[("key", "Bad"), ("kind", "flag")], true).await;
+    let a = op.post("/operator/catalog/keys", &[("key", "Bad"), ("kind", "flag")], true).await;
     assert!(a.body.contains("value=\"Bad\""), "{}", a.body);
     assert!(a.body.contains(r#"<option value="flag" selected>"#), "{}", a.body);
     assert!(a.body.contains(r#"<p class="field-error" id="key-error">"#), "{}", a.body);
     assert!(a.body.contains("Nothing was saved"), "{}", a.body);
 
-    refuse_all(
-        &app,
-        &c,
-        &token,
+    op.refuse_all(
         "/operator/catalog/sets",
         "set-form",
         &[
@@ -326,10 +300,7 @@ async fn bad_input_on_the_add_forms_is_refused_with_a_message_and_writes_nothing
     .await;
 
     let basic = set_id(&t, "Basic").await.to_string();
-    refuse_all(
-        &app,
-        &c,
-        &token,
+    op.refuse_all(
         "/operator/catalog/products",
         "product-form",
         &[
@@ -365,15 +336,12 @@ async fn bad_input_on_the_add_forms_is_refused_with_a_message_and_writes_nothing
 
 #[tokio::test]
 async fn bad_rule_values_are_refused_with_a_message_and_write_nothing() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic = set_id(&t, "Basic").await;
     assert_eq!(pools_carrying(&t, basic).await, 0, "no pool carries Basic: only the input can be refused");
     let path = format!("/operator/catalog/sets/{basic}/rules");
     let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
-    refuse_all(
-        &app,
-        &c,
-        &token,
+    op.refuse_all(
         &path,
         "set-edit",
         &[
@@ -418,7 +386,7 @@ async fn bad_rule_values_are_refused_with_a_message_and_write_nothing() {
     )
     .await;
     // The field in error is marked and keeps what was typed.
-    let a = post(&app, &c, &path, &token, &[("rule.fedwiki.active_sites", "-1")], true).await;
+    let a = op.post(&path, &[("rule.fedwiki.active_sites", "-1")], true).await;
     assert!(a.body.contains(r#"id="rule.fedwiki.active_sites-error""#), "{}", a.body);
     assert!(a.body.contains(r#"value="-1""#), "{}", a.body);
     assert_eq!(
@@ -431,13 +399,10 @@ async fn bad_rule_values_are_refused_with_a_message_and_write_nothing() {
 /// told which key is wrong.
 #[tokio::test]
 async fn a_rule_for_an_unknown_key_is_refused_naming_the_key() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic = set_id(&t, "Basic").await;
     let path = format!("/operator/catalog/sets/{basic}/rules");
-    refuse_all(
-        &app,
-        &c,
-        &token,
+    op.refuse_all(
         &path,
         "set-edit",
         &[(
@@ -453,15 +418,12 @@ async fn a_rule_for_an_unknown_key_is_refused_naming_the_key() {
 
 #[tokio::test]
 async fn bad_product_edits_are_refused_with_a_message_and_write_nothing() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic_product = product_id(&t, "Basic").await;
     let basic_set = set_id(&t, "Basic").await.to_string();
     let path = format!("/operator/catalog/products/{basic_product}");
     let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
-    refuse_all(
-        &app,
-        &c,
-        &token,
+    op.refuse_all(
         &path,
         "product-edit",
         &[
@@ -501,42 +463,38 @@ async fn bad_product_edits_are_refused_with_a_message_and_write_nothing() {
     .await;
     // Changing the set of a product pools carry is a rule change: refused, naming the pools.
     let pro = product_id(&t, "Pro").await;
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/catalog/products/{pro}"),
-        &token,
-        &[("name", "Pro"), ("entitlement_set_id", &basic_set), ("published", "on")],
-        true,
-    )
-    .await;
+    let a = op
+        .post(
+            &format!("/operator/catalog/products/{pro}"),
+            &[("name", "Pro"), ("entitlement_set_id", &basic_set), ("published", "on")],
+            true,
+        )
+        .await;
     assert_refused(&a, StatusCode::CONFLICT, true, "product-edit", "rule change", "set change of a carried product");
     assert!(a.body.contains("1 organization pool carries this now"), "{}", a.body);
     // An unknown product is a 404.
-    let a = post(&app, &c, "/operator/catalog/products/987654", &token, &[("name", "X")], false).await;
+    let a = op.post("/operator/catalog/products/987654", &[("name", "X")], false).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
-    assert_eq!(get(&app, &c, "/operator/catalog/products/987654").await.status, StatusCode::NOT_FOUND);
-    assert_eq!(get(&app, &c, "/operator/catalog/sets/987654").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(op.get("/operator/catalog/products/987654").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(op.get("/operator/catalog/sets/987654").await.status, StatusCode::NOT_FOUND);
 }
 
 // ---------- 4. Editing the rules of a set ----------
 
 #[tokio::test]
 async fn rules_of_an_uncarried_set_and_of_a_carried_set_are_rule_changes() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic = set_id(&t, "Basic").await;
     assert_eq!(pools_carrying(&t, basic).await, 0);
 
     // Uncarried: a rule change that owes nothing, settled at once; the set shows the new rules.
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/catalog/sets/{basic}/rules"),
-        &token,
-        &[("rule.fedwiki.active_sites", "4"), ("rule.fedwiki.custom_domain", ""), ("rule.support.priority", "yes")],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            &format!("/operator/catalog/sets/{basic}/rules"),
+            &[("rule.fedwiki.active_sites", "4"), ("rule.fedwiki.custom_domain", ""), ("rule.support.priority", "yes")],
+            false,
+        )
+        .await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let location = a.header("location").unwrap().to_string();
     assert!(location.starts_with("/operator/rule-changes/"), "{location}");
@@ -544,26 +502,19 @@ async fn rules_of_an_uncarried_set_and_of_a_carried_set_are_rule_changes() {
         rules_of(&t, basic).await,
         vec![("fedwiki.active_sites".into(), Some(4), None), ("support.priority".into(), None, Some(true))]
     );
-    let change = get(&app, &c, &location).await.body;
+    let change = op.get(&location).await.body;
     assert!(change.contains("applied at once"), "{change}");
     assert!(change.contains("fedwiki.custom_domain"), "{change}");
     assert!(!change.contains("every 2s"), "a settled change does not poll: {change}");
-    let catalog = get(&app, &c, "/operator/catalog").await.body;
+    let catalog = op.get("/operator/catalog").await.body;
     let basic_row = row(&catalog, "Basic");
     assert!(basic_row.contains("<li><code>fedwiki.active_sites</code> = 4</li>"), "{basic_row}");
     assert!(basic_row.contains("<li><code>support.priority</code> = yes</li>"), "{basic_row}");
     assert!(!basic_row.contains("custom_domain"), "the emptied rule is gone: {basic_row}");
 
     // With HTMX: 200 and HX-Redirect to the change.
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/catalog/sets/{basic}/rules"),
-        &token,
-        &[("rule.fedwiki.active_sites", "5")],
-        true,
-    )
-    .await;
+    let a =
+        op.post(&format!("/operator/catalog/sets/{basic}/rules"), &[("rule.fedwiki.active_sites", "5")], true).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert!(a.header("hx-redirect").unwrap().starts_with("/operator/rule-changes/"));
     assert_eq!(rules_of(&t, basic).await[0], ("fedwiki.active_sites".into(), Some(5), None));
@@ -573,34 +524,19 @@ async fn rules_of_an_uncarried_set_and_of_a_carried_set_are_rule_changes() {
     let free = set_id(&t, "Free").await;
     let pools = pools_carrying(&t, free).await;
     assert!(pools >= 2);
-    let set_page = get(&app, &c, &format!("/operator/catalog/sets/{free}")).await.body;
+    let set_page = op.get(&format!("/operator/catalog/sets/{free}")).await.body;
     assert!(set_page.contains(&format!("This set is carried by {pools} pools")), "{set_page}");
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/catalog/sets/{free}/rules"),
-        &token,
-        &[("rule.fedwiki.active_sites", "2")],
-        false,
-    )
-    .await;
+    let a =
+        op.post(&format!("/operator/catalog/sets/{free}/rules"), &[("rule.fedwiki.active_sites", "2")], false).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-    let change = get(&app, &c, a.header("location").unwrap()).await.body;
+    let change = op.get(a.header("location").unwrap()).await.body;
     assert!(change.contains(&format!("{pools} of {pools}")), "every carrying pool settled: {change}");
     assert_eq!(rules_of(&t, free).await, vec![("fedwiki.active_sites".into(), Some(2), None)]);
     assert_eq!(common::acts::org_sites(&t, "Acme Wikis").await, 2);
 
     // Submitting the rules as they are changes nothing: refused in place, nothing written.
     let counts = catalog_counts(&t).await;
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/catalog/sets/{free}/rules"),
-        &token,
-        &[("rule.fedwiki.active_sites", "2")],
-        true,
-    )
-    .await;
+    let a = op.post(&format!("/operator/catalog/sets/{free}/rules"), &[("rule.fedwiki.active_sites", "2")], true).await;
     assert_refused(&a, StatusCode::UNPROCESSABLE_ENTITY, true, "set-edit", "Nothing changed", "an unchanged set");
     assert_eq!(catalog_counts(&t).await, counts);
 }
@@ -613,7 +549,7 @@ async fn a_rule_edit_while_another_change_holds_the_rendezvous_is_refused_then_s
     // The console's lock waits end after 300 ms (the run-time handle the server gets).
     t.db.lock_timeout = Duration::from_millis(300);
     let app = TestApp::spawn(&t).await;
-    let (c, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let op = Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
     let basic = set_id(&t, "Basic").await;
     let path = format!("/operator/catalog/sets/{basic}/rules");
     let before = rules_of(&t, basic).await;
@@ -621,7 +557,7 @@ async fn a_rule_edit_while_another_change_holds_the_rendezvous_is_refused_then_s
     // Another rule change holds the exclusive rendezvous.
     let holder = begin(&t.db, TxKind::RuleChange).await.unwrap();
     let started = std::time::Instant::now();
-    let a = post(&app, &c, &path, &token, &[("rule.fedwiki.active_sites", "7")], true).await;
+    let a = op.post(&path, &[("rule.fedwiki.active_sites", "7")], true).await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
     assert!(started.elapsed() < Duration::from_secs(5), "refused at the lock timeout, not the request deadline");
     assert!(a.body.contains("Another change is in progress"), "{}", a.body);
@@ -633,7 +569,7 @@ async fn a_rule_edit_while_another_change_holds_the_rendezvous_is_refused_then_s
 
     // Once the other change commits, the same post goes through.
     holder.commit().await.unwrap();
-    let a = post(&app, &c, &path, &token, &[("rule.fedwiki.active_sites", "7")], true).await;
+    let a = op.post(&path, &[("rule.fedwiki.active_sites", "7")], true).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert!(a.header("hx-redirect").unwrap().starts_with("/operator/rule-changes/"));
     assert_eq!(rules_of(&t, basic).await[0], ("fedwiki.active_sites".into(), Some(7), None));
@@ -643,8 +579,8 @@ async fn a_rule_edit_while_another_change_holds_the_rendezvous_is_refused_then_s
 
 #[tokio::test]
 async fn topology_shows_ladders_in_order_with_tiers_by_rank_and_org_types_with_their_defaults() {
-    let (t, app, c, _) = operator_app().await;
-    let a = get(&app, &c, "/operator/topology").await;
+    let (t, op) = operator_session().await;
+    let a = op.get("/operator/topology").await;
     assert_eq!(a.status, StatusCode::OK);
     let html = &a.body;
     let wiki = html.find(">Wiki hosting</h3>").expect("the Wiki hosting ladder");
@@ -735,9 +671,9 @@ async fn topology_shows_ladders_in_order_with_tiers_by_rank_and_org_types_with_t
 
 #[tokio::test]
 async fn organizations_are_searched_by_name_prefix_in_any_case() {
-    let (t, app, c, _) = operator_app().await;
+    let (t, op) = operator_session().await;
     for q in ["acme", "ACME", "Acme%20W", "%20acme%20"] {
-        let a = get(&app, &c, &format!("/operator/organizations?q={q}")).await;
+        let a = op.get(&format!("/operator/organizations?q={q}")).await;
         assert_eq!(a.status, StatusCode::OK, "{q}");
         assert!(a.body.contains("Acme Wikis</a>"), "{q}: {}", a.body);
         assert!(!a.body.contains("Globex"), "{q}: {}", a.body);
@@ -746,13 +682,13 @@ async fn organizations_are_searched_by_name_prefix_in_any_case() {
         assert!(a.body.contains("<html"), "a plain search gets the page");
     }
     // A substring that is no prefix finds nothing, and says so.
-    let a = get(&app, &c, "/operator/organizations?q=wikis").await;
+    let a = op.get("/operator/organizations?q=wikis").await;
     assert!(a.body.contains("No organizations match “wikis”."), "{}", a.body);
     // LIKE's wildcards are plain characters.
-    let a = get(&app, &c, "/operator/organizations?q=%25").await;
+    let a = op.get("/operator/organizations?q=%25").await;
     assert!(a.body.contains("No organizations match “%”."), "{}", a.body);
     // No search lists them all.
-    let a = get(&app, &c, "/operator/organizations").await;
+    let a = op.get("/operator/organizations").await;
     for name in ["Acme Wikis", "Globex", "Initech", "Umbrella Wikis"] {
         assert!(a.body.contains(&format!("{name}</a>")), "{name}");
     }
@@ -764,8 +700,8 @@ async fn organizations_are_searched_by_name_prefix_in_any_case() {
 
 #[tokio::test]
 async fn an_htmx_search_from_the_box_gets_only_the_results() {
-    let (_t, app, c, _) = operator_app().await;
-    let a = get_htmx(&app, &c, "/operator/organizations?q=acme", "org-results").await;
+    let (_t, op) = operator_session().await;
+    let a = op.get_htmx("/operator/organizations?q=acme", "org-results").await;
     assert_eq!(a.status, StatusCode::OK);
     assert!(a.body.starts_with(r#"<div id="org-results">"#), "{}", a.body);
     assert!(!a.body.contains("<html") && !a.body.contains("<form"), "{}", a.body);
@@ -776,8 +712,8 @@ async fn an_htmx_search_from_the_box_gets_only_the_results() {
 /// search box really sends must get the results alone, not a whole page inside `#org-results`.
 #[tokio::test]
 async fn an_htmx_search_with_the_target_header_htmx_4_sends_gets_only_the_results() {
-    let (_t, app, c, _) = operator_app().await;
-    let a = get_htmx(&app, &c, "/operator/organizations?q=acme", "div#org-results").await;
+    let (_t, op) = operator_session().await;
+    let a = op.get_htmx("/operator/organizations?q=acme", "div#org-results").await;
     assert_eq!(a.status, StatusCode::OK);
     assert!(a.body.starts_with(r#"<div id="org-results">"#), "{}", a.body);
     assert!(!a.body.contains("<form"), "the search form would be nested in the results: {}", a.body);
@@ -801,7 +737,7 @@ fn names_listed(html: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn organizations_are_paged_by_name_fifty_at_a_time_from_first_to_last_and_back() {
-    let (t, app, c, _) = operator_app().await;
+    let (t, op) = operator_session().await;
     let community = common::acts::type_id(&t, "Community").await;
     for i in 0..60 {
         create_organization(&t.db, &OrgName::parse(&format!("Org {i:03}")).unwrap(), Some(community)).await.unwrap();
@@ -811,7 +747,7 @@ async fn organizations_are_paged_by_name_fifty_at_a_time_from_first_to_last_and_
     all.extend((0..60).map(|i| format!("Org {i:03}")));
     all.push("Umbrella Wikis".into());
 
-    let one = get(&app, &c, "/operator/organizations").await;
+    let one = op.get("/operator/organizations").await;
     assert_eq!(one.status, StatusCode::OK);
     assert!(one.body.contains("64 organizations"), "{}", one.body);
     assert_eq!(names_listed(&one.body), all[..50]);
@@ -822,7 +758,7 @@ async fn organizations_are_paged_by_name_fifty_at_a_time_from_first_to_last_and_
     let mut seen = names_listed(&one.body);
     let mut page = one;
     while let Some(next) = pager_link(&page.body, "next") {
-        page = get(&app, &c, &next).await;
+        page = op.get(&next).await;
         assert_eq!(page.status, StatusCode::OK);
         seen.extend(names_listed(&page.body));
     }
@@ -830,45 +766,45 @@ async fn organizations_are_paged_by_name_fifty_at_a_time_from_first_to_last_and_
     assert_eq!(names_listed(&page.body), all[50..]);
     let mut back = names_listed(&page.body);
     while let Some(prev) = pager_link(&page.body, "prev") {
-        page = get(&app, &c, &prev).await;
+        page = op.get(&prev).await;
         back.splice(0..0, names_listed(&page.body));
     }
     assert_eq!(back, all);
 
     // The last page is the last fifty.
-    let last = get(&app, &c, "/operator/organizations?at=last").await;
+    let last = op.get("/operator/organizations?at=last").await;
     assert_eq!(names_listed(&last.body), all[14..]);
     assert_eq!(pager_link(&last.body, "next"), None);
     assert!(pager_link(&last.body, "prev").is_some());
 
     // Paging keeps the search.
-    let searched = get_htmx(&app, &c, "/operator/organizations?q=org", "org-results").await;
+    let searched = op.get_htmx("/operator/organizations?q=org", "org-results").await;
     assert!(searched.body.starts_with(r#"<div id="org-results">"#), "{}", searched.body);
     assert!(searched.body.contains("60 organizations matching “org”"), "{}", searched.body);
     let next = pager_link(&searched.body, "next").unwrap();
     assert!(next.starts_with("/operator/organizations?q=org&after="), "{next}");
-    let two = get_htmx(&app, &c, &next, "org-results").await;
+    let two = op.get_htmx(&next, "org-results").await;
     assert_eq!(names_listed(&two.body), all[53..63]);
 
     // A search for an id shows that organization first.
     let globex = organization_id(&t, "Globex").await;
-    let by_id = get(&app, &c, &format!("/operator/organizations?q={globex}")).await;
+    let by_id = op.get(&format!("/operator/organizations?q={globex}")).await;
     assert_eq!(names_listed(&by_id.body).first().map(String::as_str), Some("Globex"));
 }
 
 #[tokio::test]
 async fn a_search_matching_very_many_organizations_counts_to_a_cap() {
-    let (t, app, c, _) = operator_app().await;
+    let (t, op) = operator_session().await;
     many_organizations(&t, 1005, 5).await;
-    let a = get(&app, &c, "/operator/organizations?q=many").await;
+    let a = op.get("/operator/organizations?q=many").await;
     assert!(a.body.contains("More than 1,000 organizations matching “many”"), "{}", a.body);
-    let all = get(&app, &c, "/operator/organizations").await;
+    let all = op.get("/operator/organizations").await;
     assert!(all.body.contains("1,009 organizations"), "{}", all.body);
 }
 
 #[tokio::test]
 async fn a_set_and_a_product_carried_by_very_many_pools_count_to_a_cap() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let community = common::acts::type_id(&t, "Community").await;
     // Community organizations (each holding the Free floor) up to the cap of 1,000: exact...
     let free = set_id(&t, "Free").await;
@@ -890,30 +826,28 @@ async fn a_set_and_a_product_carried_by_very_many_pools_count_to_a_cap() {
     };
     carriers(0, 1000 - pools_carrying(&t, free).await).await;
     assert_eq!(pools_carrying(&t, free).await, 1000);
-    let catalog = get(&app, &c, "/operator/catalog").await.body;
+    let catalog = op.get("/operator/catalog").await.body;
     assert!(row(&catalog, "Free").contains("carried by 1,000 pools"), "{catalog}");
     // ...and one more is "more than".
     carriers(5000, 5001).await;
     assert_eq!(pools_carrying(&t, free).await, 1001);
 
-    let catalog = get(&app, &c, "/operator/catalog").await.body;
+    let catalog = op.get("/operator/catalog").await.body;
     assert!(row(&catalog, "Free").contains("carried by more than 1,000 pools"), "{catalog}");
-    let set_page = get(&app, &c, &format!("/operator/catalog/sets/{free}")).await.body;
+    let set_page = op.get(&format!("/operator/catalog/sets/{free}")).await.body;
     assert!(set_page.contains("This set is carried by more than 1,000 pools"), "{set_page}");
     let product = product_id(&t, "Free").await;
-    let product_page = get(&app, &c, &format!("/operator/catalog/products/{product}")).await.body;
+    let product_page = op.get(&format!("/operator/catalog/products/{product}")).await.body;
     assert!(product_page.contains("carried by more than 1,000 pools"), "{product_page}");
     // Refusing a set change says so too, and writes nothing.
     let basic = set_id(&t, "Basic").await.to_string();
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/catalog/products/{product}"),
-        &token,
-        &[("name", "Free"), ("entitlement_set_id", &basic), ("published", "on")],
-        true,
-    )
-    .await;
+    let a = op
+        .post(
+            &format!("/operator/catalog/products/{product}"),
+            &[("name", "Free"), ("entitlement_set_id", &basic), ("published", "on")],
+            true,
+        )
+        .await;
     assert_refused(&a, StatusCode::CONFLICT, true, "product-edit", "more than 1,000 organization pools carry", "cap");
     assert_eq!(pools_carrying(&t, free).await, 1001);
 }
@@ -964,18 +898,18 @@ async fn the_organization_counts_stay_exact_through_inserts_retypes_deletes_and_
 
 #[tokio::test]
 async fn a_bad_page_asked_for_is_a_400_with_a_message() {
-    let (_t, app, c, _) = operator_app().await;
+    let (_t, op) = operator_session().await;
     for (query, shown) in [
         ("after=abc", "“abc” is not an organization id."),
         ("before=1.5", "“1.5” is not an organization id."),
         ("after=1&before=2", "Ask for one page"),
         ("at=somewhere", "Ask for one page"),
     ] {
-        let a = get(&app, &c, &format!("/operator/organizations?{query}")).await;
+        let a = op.get(&format!("/operator/organizations?{query}")).await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST, "{query}: {}", a.body);
         assert!(a.body.contains(shown), "{query}: {}", a.body);
     }
-    let a = get(&app, &c, &format!("/operator/organizations?q={}", "a".repeat(201))).await;
+    let a = op.get(&format!("/operator/organizations?q={}", "a".repeat(201))).await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST);
     assert!(a.body.contains("A search may have at most 200 characters."), "{}", a.body);
 }
@@ -984,10 +918,10 @@ async fn a_bad_page_asked_for_is_a_400_with_a_message() {
 
 #[tokio::test]
 async fn organization_detail_shows_plan_with_source_entitlements_usage_and_members() {
-    let (t, app, c, _) = operator_app().await;
+    let (t, op) = operator_session().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
     let floor_grant = active_grant(&t, acme, "floor").await;
-    let a = get(&app, &c, &format!("/operator/organizations/{acme}")).await;
+    let a = op.get(&format!("/operator/organizations/{acme}")).await;
     assert_eq!(a.status, StatusCode::OK);
     let html = &a.body;
     assert!(html.contains("<h1>Acme Wikis</h1>"), "{html}");
@@ -1003,22 +937,22 @@ async fn organization_detail_shows_plan_with_source_entitlements_usage_and_membe
     assert!(!html.contains("displaced-heading"), "nothing displaced at Acme");
 
     // An unknown id is a 404 page.
-    let a = get(&app, &c, "/operator/organizations/987654").await;
+    let a = op.get("/operator/organizations/987654").await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     assert!(a.body.contains("<html"), "a page");
     assert!(a.body.contains("There is nothing at this address"), "{}", a.body);
     // So is an id that is no number (its wording is actix's, see the report).
-    let a = get(&app, &c, "/operator/organizations/not-a-number").await;
+    let a = op.get("/operator/organizations/not-a-number").await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     assert!(a.body.contains("<html"), "a page");
 }
 
 #[tokio::test]
 async fn initech_holds_pro_by_an_operator_grant_with_ten_sites() {
-    let (t, app, c, _) = operator_app().await;
+    let (t, op) = operator_session().await;
     let initech = organization_id(&t, "Initech").await;
     let grant = active_grant(&t, initech, "operator").await;
-    let html = get(&app, &c, &format!("/operator/organizations/{initech}")).await.body;
+    let html = op.get(&format!("/operator/organizations/{initech}")).await.body;
     let plan = row(&html, "Wiki hosting");
     assert!(plan.contains(r#"<span class="rank">2</span>"#), "{plan}");
     assert!(plan.contains("<td>Pro</td>"), "{plan}");
@@ -1045,8 +979,8 @@ async fn initech_holds_pro_by_an_operator_grant_with_ten_sites() {
 #[tokio::test]
 async fn a_member_sees_their_organizations_plan_entitlements_and_usage_on_home() {
     let (_t, app) = app_with_demo().await;
-    let (c, _) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-    let a = get(&app, &c, "/").await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let a = member.get("/").await;
     assert_eq!(a.status, StatusCode::OK);
     let html = &a.body;
     assert!(html.contains(">Acme Wikis</h2>"), "{html}");
@@ -1106,7 +1040,7 @@ async fn topology_snapshot(t: &TestDb) -> String {
 /// each a 4xx, and nothing written.
 #[tokio::test]
 async fn a_misspelt_or_missing_field_on_a_catalog_or_topology_form_is_refused_by_name() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let set = set_id(&t, "Basic").await;
     let product = product_id(&t, "Basic").await;
     let wiki = common::acts::ladder_id(&t, "Wiki hosting").await.0;
@@ -1133,14 +1067,14 @@ async fn a_misspelt_or_missing_field_on_a_catalog_or_topology_form_is_refused_by
     let written = || async { (catalog_counts(&t).await, catalog_snapshot(&t).await, topology_snapshot(&t).await) };
     for htmx in [false, true] {
         for (path, fields, name) in misspelt {
-            let a = post(&app, &c, path, &token, fields, htmx).await;
+            let a = op.post(path, fields, htmx).await;
             let case = format!("{path} with {name} (htmx: {htmx})");
             assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
             assert!(a.body.contains(&format!("This form has no field “{name}”")), "{case}: {}", a.body);
             assert_eq!(written().await, before, "{case}: nothing was written");
         }
         for (path, fields, message) in missing {
-            let a = post(&app, &c, path, &token, fields, htmx).await;
+            let a = op.post(path, fields, htmx).await;
             let case = format!("{path} without a field (htmx: {htmx})");
             assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
             assert!(a.body.contains(message), "{case}: {}", a.body);

@@ -343,7 +343,9 @@ pub async fn assert_holds(admin: &PgPool, pid: i32, declared: &[Lock]) {
     }
 }
 
-/// A running console (web server, no worker) on a free port, against a test database.
+/// A running console (web server, no worker) on a free port, against a test database. A clone is
+/// another handle to the same server.
+#[derive(Clone)]
 pub struct TestApp {
     pub base: String,
     pub handle: actix_web::dev::ServerHandle,

@@ -34,6 +34,55 @@ pub async fn operator_app() -> (TestDb, TestApp, Client, String) {
     (t, app, c, token)
 }
 
+/// The demo, a running console and a signed-in operator's session.
+pub async fn operator_session() -> (TestDb, Session) {
+    let (t, app) = app_with_demo().await;
+    let op = Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    (t, op)
+}
+
+/// One signed-in person on a running console: the client that holds their cookie and the CSRF
+/// token that goes with it, which every request of theirs carries.
+pub struct Session {
+    pub app: TestApp,
+    pub client: Client,
+    pub token: String,
+}
+
+impl Session {
+    /// Signs `email` in on `app` (a handle to the same running console).
+    pub async fn sign_in(app: &TestApp, email: &str, password: &str) -> Session {
+        let (client, token) = signed_in(app, email, password).await;
+        Session { app: app.clone(), client, token }
+    }
+
+    pub async fn get(&self, path: &str) -> Answer {
+        get(&self.app, &self.client, path).await
+    }
+
+    /// A form post with this session's CSRF token, as htmx sends it if `htmx`.
+    pub async fn post(&self, path: &str, fields: &[(&str, &str)], htmx: bool) -> Answer {
+        post(&self.app, &self.client, path, &self.token, fields, htmx).await
+    }
+
+    /// A GET as htmx sends it when it swaps `target`.
+    pub async fn get_htmx(&self, path: &str, target: &str) -> Answer {
+        get_htmx(&self.app, &self.client, path, target).await
+    }
+
+    /// Post each case to `path` plainly and with HTMX: each must be refused (`assert_refused`)
+    /// and leave `written` (what the area's tables hold) as it was.
+    pub async fn refuse_all<W: PartialEq + std::fmt::Debug>(
+        &self,
+        path: &str,
+        container: &str,
+        cases: &[RefusalCase<'_>],
+        written: impl AsyncFn() -> W,
+    ) {
+        refuse_all(&self.app, &self.client, &self.token, path, container, cases, written).await
+    }
+}
+
 pub struct Answer {
     pub status: StatusCode,
     pub headers: HeaderMap,
