@@ -12,8 +12,8 @@ use chrono::{TimeDelta, Utc};
 use common::{
     TestDb,
     pages::{
-        account_id, active_grant, app_with_demo, assert_operators_only, assert_refused, assert_sent_to, get,
-        operator_app, org_type_id, organization_id, post, product_id, refuse_all, row, row_with, set_id,
+        account_id, active_grant, app_with_demo, assert_operators_only, assert_refused, assert_sent_to,
+        operator_session, org_type_id, organization_id, product_id, row, row_with, set_id,
     },
 };
 use member_console::demo;
@@ -103,13 +103,13 @@ fn listed_grants(html: &str) -> Vec<i64> {
 
 #[tokio::test]
 async fn the_list_shows_the_demo_grants_newest_first_and_filters_by_status_and_organization() {
-    let (t, app, c, _) = operator_app().await;
+    let (t, op) = operator_session().await;
     let initech = organization_id(&t, "Initech").await;
     let pro = active_grant(&t, initech, "operator").await;
     let all: Vec<i64> = t.all(sqlx::query_scalar("SELECT grant_id FROM core.grants ORDER BY grant_id DESC")).await;
     assert_eq!(all.len(), 5, "the demo's four floors and Initech's Pro");
 
-    let a = get(&app, &c, "/operator/grants").await;
+    let a = op.get("/operator/grants").await;
     assert_eq!(a.status, StatusCode::OK);
     let html = &a.body;
     assert!(html.contains("<html"), "a page");
@@ -146,7 +146,7 @@ async fn the_list_shows_the_demo_grants_newest_first_and_filters_by_status_and_o
     assert!(html.contains(r#"href="/operator/grants/new">Issue a grant</a>"#), "{html}");
 
     // By status.
-    let a = get(&app, &c, "/operator/grants?status=ended").await;
+    let a = op.get("/operator/grants?status=ended").await;
     assert_eq!(a.status, StatusCode::OK);
     let initech_floor: i64 = t
         .one(
@@ -156,14 +156,14 @@ async fn the_list_shows_the_demo_grants_newest_first_and_filters_by_status_and_o
         .await;
     assert_eq!(listed_grants(&a.body), vec![initech_floor]);
     assert!(a.body.contains(r#"<option value="ended" selected>Ended</option>"#), "{}", a.body);
-    let a = get(&app, &c, "/operator/grants?status=active").await;
+    let a = op.get("/operator/grants?status=active").await;
     assert_eq!(listed_grants(&a.body), all.iter().copied().filter(|g| *g != initech_floor).collect::<Vec<_>>());
-    let a = get(&app, &c, "/operator/grants?status=revoked").await;
+    let a = op.get("/operator/grants?status=revoked").await;
     assert_eq!(a.status, StatusCode::OK);
     assert!(a.body.contains("No grants match these filters."), "{}", a.body);
 
     // By organization, named above the table, with "Issue a grant" for it.
-    let a = get(&app, &c, &format!("/operator/grants?organization_id={initech}")).await;
+    let a = op.get(&format!("/operator/grants?organization_id={initech}")).await;
     assert_eq!(a.status, StatusCode::OK);
     assert_eq!(listed_grants(&a.body), vec![pro, initech_floor]);
     assert!(
@@ -173,11 +173,11 @@ async fn the_list_shows_the_demo_grants_newest_first_and_filters_by_status_and_o
     );
     assert!(a.body.contains(&format!("href=\"/operator/grants/new?organization_id={initech}\"")), "{}", a.body);
     // Both.
-    let a = get(&app, &c, &format!("/operator/grants?status=active&organization_id={initech}")).await;
+    let a = op.get(&format!("/operator/grants?status=active&organization_id={initech}")).await;
     assert_eq!(listed_grants(&a.body), vec![pro]);
     assert!(a.body.contains(&format!("name=\"organization_id\" value=\"{initech}\"")), "{}", a.body);
     // An organization that does not exist matches nothing.
-    let a = get(&app, &c, "/operator/grants?organization_id=987654").await;
+    let a = op.get("/operator/grants?organization_id=987654").await;
     assert_eq!(a.status, StatusCode::OK);
     assert!(listed_grants(&a.body).is_empty() && a.body.contains("No grants match these filters."));
 }
@@ -200,7 +200,7 @@ async fn seed_waiting_grants(t: &TestDb, organization: i64, n: i32) {
 
 #[tokio::test]
 async fn the_list_paginates_fifty_to_a_page_and_keeps_its_filters() {
-    let (t, app, c, _) = operator_app().await;
+    let (t, op) = operator_session().await;
     let globex = organization_id(&t, "Globex").await;
     seed_waiting_grants(&t, globex, 51).await;
     let waiting: Vec<i64> = t.all(sqlx::query_scalar(
@@ -210,7 +210,7 @@ async fn the_list_paginates_fifty_to_a_page_and_keeps_its_filters() {
     assert_eq!(waiting.len(), 51);
 
     let filter = format!("status=waiting&organization_id={globex}");
-    let one = get(&app, &c, &format!("/operator/grants?{filter}")).await;
+    let one = op.get(&format!("/operator/grants?{filter}")).await;
     assert_eq!(one.status, StatusCode::OK);
     assert!(one.body.contains("51 grants"), "{}", one.body);
     assert_eq!(listed_grants(&one.body), waiting[..50].to_vec());
@@ -220,7 +220,7 @@ async fn the_list_paginates_fifty_to_a_page_and_keeps_its_filters() {
     let last = format!("href=\"/operator/grants?status=waiting&amp;organization_id={globex}&amp;at=last\"");
     assert!(one.body.contains(&last), "{}", one.body);
 
-    let two = get(&app, &c, &format!("/operator/grants?{filter}&after={}", waiting[49])).await;
+    let two = op.get(&format!("/operator/grants?{filter}&after={}", waiting[49])).await;
     assert_eq!(two.status, StatusCode::OK);
     assert_eq!(listed_grants(&two.body), waiting[50..].to_vec());
     let prev =
@@ -230,37 +230,37 @@ async fn the_list_paginates_fifty_to_a_page_and_keeps_its_filters() {
     assert!(two.body.contains(&format!("name=\"organization_id\" value=\"{globex}\"")), "{}", two.body);
     assert!(two.body.contains("Grants of"), "{}", two.body);
     // Back from the second page is the first; the last page is the oldest fifty, a full page.
-    let back = get(&app, &c, &format!("/operator/grants?{filter}&before={}", waiting[50])).await;
+    let back = op.get(&format!("/operator/grants?{filter}&before={}", waiting[50])).await;
     assert_eq!(listed_grants(&back.body), waiting[..50].to_vec());
-    let at_last = get(&app, &c, &format!("/operator/grants?{filter}&at=last")).await;
+    let at_last = op.get(&format!("/operator/grants?{filter}&at=last")).await;
     assert_eq!(listed_grants(&at_last.body), waiting[1..].to_vec());
     assert!(at_last.body.contains(&format!("before={}", waiting[1])), "{}", at_last.body);
 
     // Unfiltered, the 56 grants newest first: the last page holds the oldest fifty; past the
     // oldest there is nothing.
     let all_ids: Vec<i64> = t.all(sqlx::query_scalar("SELECT grant_id FROM core.grants ORDER BY grant_id DESC")).await;
-    let all = get(&app, &c, "/operator/grants?at=last").await;
+    let all = op.get("/operator/grants?at=last").await;
     assert!(all.body.contains("56 grants"), "{}", all.body);
     assert_eq!(listed_grants(&all.body), all_ids[6..].to_vec());
-    let past = get(&app, &c, &format!("/operator/grants?after={}", all_ids[55])).await;
+    let past = op.get(&format!("/operator/grants?after={}", all_ids[55])).await;
     assert_eq!(past.status, StatusCode::OK);
     assert!(listed_grants(&past.body).is_empty());
 }
 
 #[tokio::test]
 async fn a_list_of_very_many_grants_counts_to_a_cap() {
-    let (t, app, c, _) = operator_app().await;
+    let (t, op) = operator_session().await;
     let globex = organization_id(&t, "Globex").await;
     seed_waiting_grants(&t, globex, 1001).await;
-    let a = get(&app, &c, "/operator/grants").await;
+    let a = op.get("/operator/grants").await;
     assert!(a.body.contains("More than 1,000 grants"), "{}", a.body);
-    let a = get(&app, &c, "/operator/grants?status=active").await;
+    let a = op.get("/operator/grants?status=active").await;
     assert!(!a.body.contains("More than"), "the active ones are few: {}", a.body);
 }
 
 #[tokio::test]
 async fn bad_list_filters_are_a_400_with_a_message() {
-    let (_t, app, c, _) = operator_app().await;
+    let (_t, op) = operator_session().await;
     for (query, message) in [
         ("status=bogus", "“bogus” is not a grant status."),
         ("status=ACTIVE", "“ACTIVE” is not a grant status."),
@@ -272,7 +272,7 @@ async fn bad_list_filters_are_a_400_with_a_message() {
         ("status=active&after=1&before=2", "Ask for one page"),
         ("at=middle", "Ask for one page"),
     ] {
-        let a = get(&app, &c, &format!("/operator/grants?{query}")).await;
+        let a = op.get(&format!("/operator/grants?{query}")).await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST, "{query}: {}", a.body);
         assert!(a.body.contains(message), "{query}: {}", a.body);
         assert!(a.body.contains("<html"), "{query}: a page");
@@ -283,13 +283,13 @@ async fn bad_list_filters_are_a_400_with_a_message() {
 
 #[tokio::test]
 async fn issuing_now_lands_on_the_active_grant_and_the_organization_shows_it() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
     let basic = product_id(&t, "Basic").await;
     let operator = account_id(&t, demo::OPERATOR_EMAIL).await;
 
     // The form, pre-filled from the organization.
-    let a = get(&app, &c, &format!("/operator/grants/new?organization_id={acme}")).await;
+    let a = op.get(&format!("/operator/grants/new?organization_id={acme}")).await;
     assert_eq!(a.status, StatusCode::OK);
     assert!(a.body.contains("<html") && a.body.contains("id=\"issue-grant\""), "{}", a.body);
     assert!(
@@ -302,29 +302,27 @@ async fn issuing_now_lands_on_the_active_grant_and_the_organization_shows_it() {
     assert!(a.body.contains(r#"name="quantity" type="number" value="1""#), "{}", a.body);
     assert!(a.body.contains(&format!("<option value=\"{basic}\">Basic</option>")), "{}", a.body);
     assert!(a.body.contains(r#"action="/operator/grants""#), "{}", a.body);
-    let empty = get(&app, &c, "/operator/grants/new").await;
+    let empty = op.get("/operator/grants/new").await;
     assert!(empty.body.contains(r#"name="organization_id" type="number" value="""#), "{}", empty.body);
 
     let (before, _) = state(&t).await;
     let b = basic.to_string();
     let o = acme.to_string();
-    let a = post(
-        &app,
-        &c,
-        "/operator/grants",
-        &token,
-        &[
-            ("organization_id", &o),
-            ("provision_domain", ""),
-            ("product_id", &b),
-            ("quantity", "1"),
-            ("starts_at", ""),
-            ("ends_at", ""),
-            ("reason", "Pilot partner"),
-        ],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            "/operator/grants",
+            &[
+                ("organization_id", &o),
+                ("provision_domain", ""),
+                ("product_id", &b),
+                ("quantity", "1"),
+                ("starts_at", ""),
+                ("ends_at", ""),
+                ("reason", "Pilot partner"),
+            ],
+            false,
+        )
+        .await;
     let g = newest_grant(&t).await;
     assert_sent_to(&a, false, &format!("/operator/grants/{g}"));
     let after = counts(&t).await;
@@ -347,7 +345,7 @@ async fn issuing_now_lands_on_the_active_grant_and_the_organization_shows_it() {
     assert_eq!((act.as_str(), actor), ("issued", Some(operator)));
 
     // The grant's page.
-    let page = get(&app, &c, &format!("/operator/grants/{g}")).await;
+    let page = op.get(&format!("/operator/grants/{g}")).await;
     assert_eq!(page.status, StatusCode::OK);
     let html = &page.body;
     assert!(html.contains(&format!("<dt>Grant</dt><dd>#{g}</dd>")), "{html}");
@@ -371,7 +369,7 @@ async fn issuing_now_lands_on_the_active_grant_and_the_organization_shows_it() {
     );
 
     // The organization's page: the new plan, its grant, and the audit trail.
-    let html = get(&app, &c, &format!("/operator/organizations/{acme}")).await.body;
+    let html = op.get(&format!("/operator/organizations/{acme}")).await.body;
     let plan = row(&html, "Wiki hosting");
     assert!(plan.contains("<td>Basic</td>") && plan.contains(&format!("<td>operator grant #{g}</td>")), "{plan}");
     assert!(html.contains("<tr><td><code>fedwiki.active_sites</code></td><td>3</td></tr>"), "{html}");
@@ -389,22 +387,20 @@ async fn issuing_now_lands_on_the_active_grant_and_the_organization_shows_it() {
     // With HTMX: 200 and HX-Redirect.
     let globex = organization_id(&t, "Globex").await.to_string();
     let priority = product_id(&t, "Priority support").await.to_string();
-    let a = post(
-        &app,
-        &c,
-        "/operator/grants",
-        &token,
-        &[("organization_id", &globex), ("product_id", &priority), ("quantity", "2"), ("reason", "Support trial")],
-        true,
-    )
-    .await;
+    let a = op
+        .post(
+            "/operator/grants",
+            &[("organization_id", &globex), ("product_id", &priority), ("quantity", "2"), ("reason", "Support trial")],
+            true,
+        )
+        .await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     let g2 = newest_grant(&t).await;
     assert!(g2 > g);
     assert_eq!(a.header("hx-redirect"), Some(format!("/operator/grants/{g2}").as_str()));
     assert!(a.header("location").is_none());
     assert_eq!(grant_status(&t, g2).await, "active");
-    let html = get(&app, &c, &format!("/operator/grants/{g2}")).await.body;
+    let html = op.get(&format!("/operator/grants/{g2}")).await.body;
     assert!(html.contains("<dt>Quantity</dt><dd>2</dd>"), "{html}");
 }
 
@@ -412,7 +408,7 @@ async fn issuing_now_lands_on_the_active_grant_and_the_organization_shows_it() {
 
 #[tokio::test]
 async fn bad_issue_input_is_refused_with_its_message_and_writes_nothing() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await.to_string();
     let basic = product_id(&t, "Basic").await.to_string();
     let pro_set = set_id(&t, "Pro").await;
@@ -496,7 +492,7 @@ async fn bad_issue_input_is_refused_with_its_message_and_writes_nothing() {
     for (case, fields, message) in &cases {
         let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
         for htmx in [false, true] {
-            let a = post(&app, &c, "/operator/grants", &token, &fields, htmx).await;
+            let a = op.post("/operator/grants", &fields, htmx).await;
             let case = format!("{case} (htmx: {htmx})");
             assert_refused(&a, unprocessable, htmx, "issue-grant", message, &case);
             assert!(
@@ -512,15 +508,13 @@ async fn bad_issue_input_is_refused_with_its_message_and_writes_nothing() {
         }
     }
     // Several problems at once are all told.
-    let a = post(
-        &app,
-        &c,
-        "/operator/grants",
-        &token,
-        &[("organization_id", ""), ("product_id", ""), ("quantity", "0"), ("reason", "")],
-        true,
-    )
-    .await;
+    let a = op
+        .post(
+            "/operator/grants",
+            &[("organization_id", ""), ("product_id", ""), ("quantity", "0"), ("reason", "")],
+            true,
+        )
+        .await;
     assert_eq!(a.status, unprocessable);
     for m in [
         "Name an organization, or an email domain to wait for.",
@@ -537,20 +531,18 @@ async fn bad_issue_input_is_refused_with_its_message_and_writes_nothing() {
 /// say the end is in the past, as it does when a past start is given.
 #[tokio::test]
 async fn an_end_in_the_past_with_no_start_is_refused_as_in_the_past() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await.to_string();
     let basic = product_id(&t, "Basic").await.to_string();
     let before = state(&t).await;
     for htmx in [false, true] {
-        let a = post(
-            &app,
-            &c,
-            "/operator/grants",
-            &token,
-            &[("organization_id", &acme), ("product_id", &basic), ("ends_at", "2001-01-01T00:00"), ("reason", "r")],
-            htmx,
-        )
-        .await;
+        let a = op
+            .post(
+                "/operator/grants",
+                &[("organization_id", &acme), ("product_id", &basic), ("ends_at", "2001-01-01T00:00"), ("reason", "r")],
+                htmx,
+            )
+            .await;
         assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", a.body);
         assert_eq!(state(&t).await, before, "nothing was written");
         assert!(a.body.contains("The end is in the past."), "htmx {htmx}: {}", a.body);
@@ -561,24 +553,22 @@ async fn an_end_in_the_past_with_no_start_is_refused_as_in_the_past() {
 
 #[tokio::test]
 async fn a_waiting_grant_is_rescheduled_in_place() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
     let basic = product_id(&t, "Basic").await.to_string();
     let tomorrow = local_in(1);
-    let a = post(
-        &app,
-        &c,
-        "/operator/grants",
-        &token,
-        &[
-            ("organization_id", &acme.to_string()),
-            ("product_id", &basic),
-            ("starts_at", &tomorrow),
-            ("reason", "From tomorrow"),
-        ],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            "/operator/grants",
+            &[
+                ("organization_id", &acme.to_string()),
+                ("product_id", &basic),
+                ("starts_at", &tomorrow),
+                ("reason", "From tomorrow"),
+            ],
+            false,
+        )
+        .await;
     let g = newest_grant(&t).await;
     assert_sent_to(&a, false, &format!("/operator/grants/{g}"));
     assert_eq!(grant_status(&t, g).await, "waiting");
@@ -586,29 +576,27 @@ async fn a_waiting_grant_is_rescheduled_in_place() {
         t.one(sqlx::query_scalar("SELECT count(*) FROM core.conferrals WHERE grant_id = $1").bind(g)).await;
     assert_eq!(conferrals, 0, "a waiting grant confers nothing yet");
 
-    let html = get(&app, &c, &format!("/operator/grants/{g}")).await.body;
+    let html = op.get(&format!("/operator/grants/{g}")).await.body;
     assert!(html.contains(r#"<dt>Status</dt><dd><span class="badge badge-muted">waiting</span></dd>"#), "{html}");
     assert!(html.contains(&format!("<dt>Starts</dt><dd>{}</dd>", shown(&tomorrow))), "{html}");
     assert!(html.contains("This grant has not started: saving reschedules it in place."), "{html}");
     assert!(html.contains(r#"<input id="manage-starts_at" name="starts_at" type="datetime-local""#), "{html}");
     assert!(html.contains(&format!("action=\"/operator/grants/{g}/revoke\"")), "a waiting grant can be revoked");
     // The organization keeps its floor meanwhile.
-    let org = get(&app, &c, &format!("/operator/organizations/{acme}")).await.body;
+    let org = op.get(&format!("/operator/organizations/{acme}")).await.body;
     assert!(row(&org, "Wiki hosting").contains("<td>Free</td>"), "{org}");
     assert!(row(&org, &grant_link(g)).contains("badge-muted\">waiting</span>"), "{org}");
 
     // Reschedule: new start, an end, quantity 2; the same grant.
     let (before, _) = state(&t).await;
     let (start, end) = (local_in(2), local_in(30));
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/grants/{g}/manage"),
-        &token,
-        &[("starts_at", &start), ("ends_at", &end), ("quantity", "2"), ("reason", "Moved a day")],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            &format!("/operator/grants/{g}/manage"),
+            &[("starts_at", &start), ("ends_at", &end), ("quantity", "2"), ("reason", "Moved a day")],
+            false,
+        )
+        .await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     assert_eq!(a.header("location"), Some(format!("/operator/grants/{g}").as_str()), "the same grant");
     let after = counts(&t).await;
@@ -616,7 +604,7 @@ async fn a_waiting_grant_is_rescheduled_in_place() {
     assert_eq!(after[1], before[1] + 1, "one event");
     assert_eq!(grant_dates(&t, g).await, (start.clone(), Some(end.clone()), 2));
     assert_eq!(grant_status(&t, g).await, "waiting");
-    let html = get(&app, &c, &format!("/operator/grants/{g}")).await.body;
+    let html = op.get(&format!("/operator/grants/{g}")).await.body;
     assert!(html.contains(&format!("<dt>Starts</dt><dd>{}</dd>", shown(&start))), "{html}");
     assert!(html.contains(&format!("<dt>Ends</dt><dd>{}</dd>", shown(&end))), "{html}");
     assert!(html.contains("<dt>Quantity</dt><dd>2</dd>"), "{html}");
@@ -631,15 +619,13 @@ async fn a_waiting_grant_is_rescheduled_in_place() {
 
     // With HTMX, and only the end (the start stays).
     let end2 = local_in(40);
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/grants/{g}/manage"),
-        &token,
-        &[("ends_at", &end2), ("quantity", "2"), ("reason", "Longer")],
-        true,
-    )
-    .await;
+    let a = op
+        .post(
+            &format!("/operator/grants/{g}/manage"),
+            &[("ends_at", &end2), ("quantity", "2"), ("reason", "Longer")],
+            true,
+        )
+        .await;
     assert_sent_to(&a, true, &format!("/operator/grants/{g}"));
     assert_eq!(grant_dates(&t, g).await, (start, Some(end2), 2));
 }
@@ -648,26 +634,21 @@ async fn a_waiting_grant_is_rescheduled_in_place() {
 /// bad input, not reach the database's CHECK.
 #[tokio::test]
 async fn rescheduling_a_waiting_grant_to_end_before_its_start_is_refused() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await.to_string();
     let basic = product_id(&t, "Basic").await.to_string();
     let start = local_in(5);
-    let a = post(
-        &app,
-        &c,
-        "/operator/grants",
-        &token,
-        &[("organization_id", &acme), ("product_id", &basic), ("starts_at", &start), ("reason", "Later")],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            "/operator/grants",
+            &[("organization_id", &acme), ("product_id", &basic), ("starts_at", &start), ("reason", "Later")],
+            false,
+        )
+        .await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let g = newest_grant(&t).await;
     let end = local_in(1);
-    refuse_all(
-        &app,
-        &c,
-        &token,
+    op.refuse_all(
         &format!("/operator/grants/{g}/manage"),
         "manage-grant",
         &[(
@@ -683,24 +664,22 @@ async fn rescheduling_a_waiting_grant_to_end_before_its_start_is_refused() {
 
 #[tokio::test]
 async fn managing_an_active_grant_extends_it_as_a_new_grant_in_its_lineage() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let initech = organization_id(&t, "Initech").await;
     let pro = active_grant(&t, initech, "operator").await;
-    let html = get(&app, &c, &format!("/operator/grants/{pro}")).await.body;
+    let html = op.get(&format!("/operator/grants/{pro}")).await.body;
     assert!(html.contains("An active grant is extended as a new grant in its lineage"), "{html}");
     assert!(!html.contains(r#"name="starts_at""#), "an active grant keeps its start: {html}");
 
     let (before, _) = state(&t).await;
     let end = local_in(60);
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/grants/{pro}/manage"),
-        &token,
-        &[("ends_at", &end), ("quantity", "2"), ("reason", "Renewed for two months")],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            &format!("/operator/grants/{pro}/manage"),
+            &[("ends_at", &end), ("quantity", "2"), ("reason", "Renewed for two months")],
+            false,
+        )
+        .await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let new = newest_grant(&t).await;
     assert_ne!(new, pro);
@@ -724,7 +703,7 @@ async fn managing_an_active_grant_extends_it_as_a_new_grant_in_its_lineage() {
     assert_eq!(grant_dates(&t, new).await.2, 2);
 
     // The new grant's page: active, its lineage with the old one linked.
-    let html = get(&app, &c, &format!("/operator/grants/{new}")).await.body;
+    let html = op.get(&format!("/operator/grants/{new}")).await.body;
     assert!(html.contains(r#"<dt>Status</dt><dd><span class="badge badge-ok">active</span></dd>"#), "{html}");
     assert!(html.contains(&format!("<dt>Ends</dt><dd>{}</dd>", shown(&end))), "{html}");
     assert!(!html.contains("was extended"), "{html}");
@@ -739,7 +718,7 @@ async fn managing_an_active_grant_extends_it_as_a_new_grant_in_its_lineage() {
     assert!(history.contains("<td>extended</td>") && history.contains("<td>issued</td>"), "{history}");
 
     // The old page says it was extended and links the head; its acts go to the head.
-    let html = get(&app, &c, &format!("/operator/grants/{pro}")).await.body;
+    let html = op.get(&format!("/operator/grants/{pro}")).await.body;
     assert!(
         html.contains(&format!(
             "This grant was extended: acts apply to grant <a href=\"/operator/grants/{new}\">#{new}</a>."
@@ -751,7 +730,7 @@ async fn managing_an_active_grant_extends_it_as_a_new_grant_in_its_lineage() {
     assert!(!html.contains(&format!("/operator/grants/{pro}/revoke")), "{html}");
 
     // The organization still holds Pro, now by the new grant.
-    let html = get(&app, &c, &format!("/operator/organizations/{initech}")).await.body;
+    let html = op.get(&format!("/operator/organizations/{initech}")).await.body;
     let plan = row(&html, "Wiki hosting");
     assert!(plan.contains("<td>Pro × 2</td>") || plan.contains("<td>Pro</td>"), "{plan}");
     assert!(plan.contains(&format!("<td>operator grant #{new}</td>")), "{plan}");
@@ -759,17 +738,14 @@ async fn managing_an_active_grant_extends_it_as_a_new_grant_in_its_lineage() {
 
 #[tokio::test]
 async fn bad_manage_input_is_refused_and_writes_nothing() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let initech = organization_id(&t, "Initech").await;
     let pro = active_grant(&t, initech, "operator").await;
     let path = format!("/operator/grants/{pro}/manage");
     let future = local_in(10);
     let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
     let before = state(&t).await;
-    refuse_all(
-        &app,
-        &c,
-        &token,
+    op.refuse_all(
         &path,
         "manage-grant",
         &[
@@ -813,14 +789,13 @@ async fn bad_manage_input_is_refused_and_writes_nothing() {
     )
     .await;
     // An unknown grant is a 404.
-    let a =
-        post(&app, &c, "/operator/grants/987654/manage", &token, &[("quantity", "1"), ("reason", "r")], false).await;
+    let a = op.post("/operator/grants/987654/manage", &[("quantity", "1"), ("reason", "r")], false).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     // A start for a grant that has started: refused, nothing written (its message: see
     // `a_start_for_an_active_grant_is_refused_with_its_message`).
     for htmx in [false, true] {
         let fields = [("starts_at", future.as_str()), ("quantity", "1"), ("reason", "r")];
-        let a = post(&app, &c, &path, &token, &fields, htmx).await;
+        let a = op.post(&path, &fields, htmx).await;
         assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "a start (htmx: {htmx}): {}", a.body);
         assert!(a.body.contains("id=\"manage-grant\""), "{}", a.body);
         assert_eq!(state(&t).await, before, "a start (htmx: {htmx}): nothing was written");
@@ -828,15 +803,7 @@ async fn bad_manage_input_is_refused_and_writes_nothing() {
     // A floor is not managed by hand.
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
     let floor = active_grant(&t, acme, "floor").await;
-    let a = post(
-        &app,
-        &c,
-        &format!("/operator/grants/{floor}/manage"),
-        &token,
-        &[("quantity", "2"), ("reason", "r")],
-        true,
-    )
-    .await;
+    let a = op.post(&format!("/operator/grants/{floor}/manage"), &[("quantity", "2"), ("reason", "r")], true).await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
     assert!(a.body.contains("is not managed by hand"), "{}", a.body);
     assert_eq!(state(&t).await, before, "nothing was written");
@@ -846,14 +813,11 @@ async fn bad_manage_input_is_refused_and_writes_nothing() {
 /// shown where the operator sees it, not as the error of a field the form does not have.
 #[tokio::test]
 async fn a_start_for_an_active_grant_is_refused_with_its_message() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let initech = organization_id(&t, "Initech").await;
     let pro = active_grant(&t, initech, "operator").await;
     let start = local_in(3);
-    refuse_all(
-        &app,
-        &c,
-        &token,
+    op.refuse_all(
         &format!("/operator/grants/{pro}/manage"),
         "manage-grant",
         &[(
@@ -871,15 +835,15 @@ async fn a_start_for_an_active_grant_is_refused_with_its_message() {
 
 #[tokio::test]
 async fn revoking_from_the_grant_page_falls_back_to_the_floor() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let initech = organization_id(&t, "Initech").await;
     let pro = active_grant(&t, initech, "operator").await;
     let path = format!("/operator/grants/{pro}/revoke");
-    let html = get(&app, &c, &format!("/operator/grants/{pro}")).await.body;
+    let html = op.get(&format!("/operator/grants/{pro}")).await.body;
     assert!(html.contains(&format!("action=\"{path}\"")) && html.contains("id=\"revoke-grant\""), "{html}");
 
     let (before, _) = state(&t).await;
-    let a = post(&app, &c, &path, &token, &[("reason", "Partnership ended")], false).await;
+    let a = op.post(&path, &[("reason", "Partnership ended")], false).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     assert_eq!(a.header("location"), Some(format!("/operator/grants/{pro}").as_str()), "back to the grant");
     assert_eq!(grant_status(&t, pro).await, "revoked");
@@ -892,7 +856,7 @@ async fn revoking_from_the_grant_page_falls_back_to_the_floor() {
     .bind(pro)).await;
     assert_eq!(revoked, ("revoked".into(), Some(demo::OPERATOR_EMAIL.into())));
 
-    let html = get(&app, &c, &format!("/operator/grants/{pro}")).await.body;
+    let html = op.get(&format!("/operator/grants/{pro}")).await.body;
     assert!(html.contains(r#"<dt>Status</dt><dd><span class="badge badge-bad">revoked</span></dd>"#), "{html}");
     assert!(!html.contains("id=\"revoke-grant\"") && !html.contains("id=\"manage-grant\""), "no acts left: {html}");
     assert!(
@@ -902,7 +866,7 @@ async fn revoking_from_the_grant_page_falls_back_to_the_floor() {
 
     // Initech holds its floor again.
     let floor = active_grant(&t, initech, "floor").await;
-    let html = get(&app, &c, &format!("/operator/organizations/{initech}")).await.body;
+    let html = op.get(&format!("/operator/organizations/{initech}")).await.body;
     let plan = row(&html, "Wiki hosting");
     assert!(plan.contains("<td>Free</td>") && plan.contains(&format!("<td>floor grant #{floor}</td>")), "{plan}");
     assert!(html.contains("<tr><td><code>fedwiki.active_sites</code></td><td>1</td></tr>"), "{html}");
@@ -918,13 +882,13 @@ async fn revoking_from_the_grant_page_falls_back_to_the_floor() {
 
     // Revoking again: 409, nothing written. HTMX gets the form with the message.
     let before = state(&t).await;
-    let a = post(&app, &c, &path, &token, &[("reason", "Again")], true).await;
+    let a = op.post(&path, &[("reason", "Again")], true).await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
     assert!(a.body.contains(&format!("Grant #{pro} is revoked already; there is nothing to revoke.")), "{}", a.body);
     assert!(!a.body.contains("<html"), "{}", a.body);
     assert_eq!(state(&t).await, before, "nothing was written");
     // A plain post: the page, with the message.
-    let a = post(&app, &c, &path, &token, &[("reason", "Again")], false).await;
+    let a = op.post(&path, &[("reason", "Again")], false).await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
     assert!(a.body.contains("<html"), "{}", a.body);
     assert_eq!(state(&t).await, before, "nothing was written");
@@ -933,21 +897,21 @@ async fn revoking_from_the_grant_page_falls_back_to_the_floor() {
 
 #[tokio::test]
 async fn a_floor_cannot_be_revoked_and_a_reason_is_required() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
     let floor = active_grant(&t, acme, "floor").await;
-    let html = get(&app, &c, &format!("/operator/grants/{floor}")).await.body;
+    let html = op.get(&format!("/operator/grants/{floor}")).await.body;
     assert!(html.contains("<dt>Kind</dt><dd>floor</dd>"), "{html}");
     assert!(!html.contains("id=\"revoke-grant\"") && !html.contains("/revoke\""), "no revoke form on a floor: {html}");
     assert!(!html.contains("id=\"manage-grant\""), "no manage form on a floor: {html}");
 
     let before = state(&t).await;
     let path = format!("/operator/grants/{floor}/revoke");
-    let a = post(&app, &c, &path, &token, &[("reason", "Sneaky")], true).await;
+    let a = op.post(&path, &[("reason", "Sneaky")], true).await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
     assert!(a.body.contains("cannot be revoked"), "{}", a.body);
     assert_eq!(state(&t).await, before, "nothing was written");
-    let a = post(&app, &c, &path, &token, &[("reason", "Sneaky")], false).await;
+    let a = op.post(&path, &[("reason", "Sneaky")], false).await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
     assert_eq!(state(&t).await, before, "nothing was written");
 
@@ -957,7 +921,7 @@ async fn a_floor_cannot_be_revoked_and_a_reason_is_required() {
     let path = format!("/operator/grants/{pro}/revoke");
     for htmx in [false, true] {
         for reason in ["", "   "] {
-            let a = post(&app, &c, &path, &token, &[("reason", reason)], htmx).await;
+            let a = op.post(&path, &[("reason", reason)], htmx).await;
             let case = format!("reason {reason:?} (htmx: {htmx})");
             assert_refused(
                 &a,
@@ -972,9 +936,9 @@ async fn a_floor_cannot_be_revoked_and_a_reason_is_required() {
     }
     assert_eq!(grant_status(&t, pro).await, "active");
     // An unknown grant is a 404.
-    let a = post(&app, &c, "/operator/grants/987654/revoke", &token, &[("reason", "r")], false).await;
+    let a = op.post("/operator/grants/987654/revoke", &[("reason", "r")], false).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
-    let a = get(&app, &c, "/operator/grants/987654").await;
+    let a = op.get("/operator/grants/987654").await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
     assert!(a.body.contains("There is nothing at this address"), "{}", a.body);
 }
@@ -983,10 +947,10 @@ async fn a_floor_cannot_be_revoked_and_a_reason_is_required() {
 /// why nothing happened, even though the grant no longer offers the form the message belongs to.
 #[tokio::test]
 async fn a_refused_act_from_a_plain_form_says_why_on_the_page() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let initech = organization_id(&t, "Initech").await;
     let pro = active_grant(&t, initech, "operator").await;
-    let a = post(&app, &c, &format!("/operator/grants/{pro}/revoke"), &token, &[("reason", "Ended")], false).await;
+    let a = op.post(&format!("/operator/grants/{pro}/revoke"), &[("reason", "Ended")], false).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
     let floor = active_grant(&t, acme, "floor").await;
@@ -1018,7 +982,7 @@ async fn a_refused_act_from_a_plain_form_says_why_on_the_page() {
             "A floor follows the organization".to_string(),
         ),
     ] {
-        let a = post(&app, &c, &path, &token, &fields, false).await;
+        let a = op.post(&path, &fields, false).await;
         assert_eq!(a.status, StatusCode::CONFLICT, "{case}: {}", a.body);
         assert!(a.body.contains("<html"), "{case}: a page");
         assert_eq!(state(&t).await, before, "{case}: nothing was written");
@@ -1033,24 +997,22 @@ async fn a_refused_act_from_a_plain_form_says_why_on_the_page() {
 
 #[tokio::test]
 async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_created() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic = product_id(&t, "Basic").await.to_string();
     let community = org_type_id(&t, "Community").await.to_string();
 
-    let a = post(
-        &app,
-        &c,
-        "/operator/grants",
-        &token,
-        &[
-            ("organization_id", ""),
-            ("provision_domain", "NewCo.Example.org"),
-            ("product_id", &basic),
-            ("reason", "Launch offer"),
-        ],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            "/operator/grants",
+            &[
+                ("organization_id", ""),
+                ("provision_domain", "NewCo.Example.org"),
+                ("product_id", &basic),
+                ("reason", "Launch offer"),
+            ],
+            false,
+        )
+        .await;
     let g = newest_grant(&t).await;
     assert_sent_to(&a, false, &format!("/operator/grants/{g}"));
     let (org, domain, kind, status): (Option<i64>, Option<String>, String, String) = t
@@ -1065,30 +1027,28 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
         (org, domain.as_deref(), kind.as_str(), status.as_str()),
         (None, Some("newco.example.org"), "provisioning", "waiting")
     );
-    let html = get(&app, &c, &format!("/operator/grants/{g}")).await.body;
+    let html = op.get(&format!("/operator/grants/{g}")).await.body;
     assert!(html.contains("waits for an organization of </span><code>newco.example.org</code>"), "{html}");
     assert!(html.contains(r#"<dt>Status</dt><dd><span class="badge badge-muted">waiting</span></dd>"#), "{html}");
     assert!(html.contains("<dt>Kind</dt><dd>provisioning</dd>"), "{html}");
-    let list = get(&app, &c, "/operator/grants?status=waiting").await.body;
+    let list = op.get("/operator/grants?status=waiting").await.body;
     assert!(row(&list, &grant_link(g)).contains("<code>newco.example.org</code>"), "{list}");
 
     // Creating the organization with that domain confers it.
     let (before, _) = state(&t).await;
-    let a = post(
-        &app,
-        &c,
-        "/operator/organizations",
-        &token,
-        &[("name", "NewCo"), ("org_type_id", &community), ("email_domain", "newco.example.org")],
-        false,
-    )
-    .await;
+    let a = op
+        .post(
+            "/operator/organizations",
+            &[("name", "NewCo"), ("org_type_id", &community), ("email_domain", "newco.example.org")],
+            false,
+        )
+        .await;
     let newco = organization_id(&t, "NewCo").await;
     assert_sent_to(&a, false, &format!("/operator/organizations/{newco}"));
     let after = counts(&t).await;
     assert_eq!(after[3], before[3] + 1, "one organization");
     assert_eq!(grant_status(&t, g).await, "active");
-    let html = get(&app, &c, &format!("/operator/organizations/{newco}")).await.body;
+    let html = op.get(&format!("/operator/organizations/{newco}")).await.body;
     assert!(html.contains("<dd>Community</dd>"), "{html}");
     let plan = row(&html, "Wiki hosting");
     assert!(plan.contains("<td>Basic</td>") && plan.contains(&format!("<td>provisioning grant #{g}</td>")), "{plan}");
@@ -1097,22 +1057,20 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
     assert!(row(&html, &grant_link(g)).contains(r#"<span class="badge badge-ok">active</span>"#), "{html}");
     let audit = &html[html.find("audit-heading").unwrap()..];
     assert!(audit.contains(&format!("<td>provisioned</td><td>the console</td><td>{}</td>", grant_link(g))), "{audit}");
-    let html = get(&app, &c, &format!("/operator/grants/{g}")).await.body;
+    let html = op.get(&format!("/operator/grants/{g}")).await.body;
     assert!(html.contains(&format!("<a href=\"/operator/organizations/{newco}\">NewCo</a>")), "{html}");
     assert!(html.contains(r#"<dt>Status</dt><dd><span class="badge badge-ok">active</span></dd>"#), "{html}");
 
     // A second organization with the same domain: 422 and nothing written, plain and HTMX.
     let before = state(&t).await;
     for (htmx, domain) in [(false, "newco.example.org"), (true, "NEWCO.example.org")] {
-        let a = post(
-            &app,
-            &c,
-            "/operator/organizations",
-            &token,
-            &[("name", "NewCo Two"), ("org_type_id", &community), ("email_domain", domain)],
-            htmx,
-        )
-        .await;
+        let a = op
+            .post(
+                "/operator/organizations",
+                &[("name", "NewCo Two"), ("org_type_id", &community), ("email_domain", domain)],
+                htmx,
+            )
+            .await;
         assert_refused(
             &a,
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -1127,7 +1085,7 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
 
 #[tokio::test]
 async fn bad_organization_input_is_refused_and_writes_nothing() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let community = org_type_id(&t, "Community").await.to_string();
     type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
     let cases: Vec<Case> = vec![
@@ -1156,7 +1114,7 @@ async fn bad_organization_input_is_refused_and_writes_nothing() {
     let before = state(&t).await;
     for (case, fields, message) in &cases {
         for htmx in [false, true] {
-            let a = post(&app, &c, "/operator/organizations", &token, fields, htmx).await;
+            let a = op.post("/operator/organizations", fields, htmx).await;
             let case = format!("{case} (htmx: {htmx})");
             assert_refused(&a, StatusCode::UNPROCESSABLE_ENTITY, htmx, "create-organization", message, &case);
             assert!(a.body.contains("Nothing was created: correct the fields marked below."), "{case}: {}", a.body);
@@ -1201,7 +1159,7 @@ async fn members_are_refused_and_anonymous_visitors_sent_to_sign_in_on_every_gra
 /// each a 4xx, and nothing written.
 #[tokio::test]
 async fn a_misspelt_or_missing_field_on_a_grant_or_organization_form_is_refused_by_name() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let initech = organization_id(&t, "Initech").await;
     let pro = active_grant(&t, initech, "operator").await;
     let basic = product_id(&t, "Basic").await.to_string();
@@ -1230,14 +1188,14 @@ async fn a_misspelt_or_missing_field_on_a_grant_or_organization_form_is_refused_
     ];
     for htmx in [false, true] {
         for (path, fields, name) in misspelt {
-            let a = post(&app, &c, path, &token, fields, htmx).await;
+            let a = op.post(path, fields, htmx).await;
             let case = format!("{path} with {name} (htmx: {htmx})");
             assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
             assert!(a.body.contains(&format!("This form has no field “{name}”")), "{case}: {}", a.body);
             assert_eq!(state(&t).await, before, "{case}: nothing was written");
         }
         for (path, fields, message) in missing {
-            let a = post(&app, &c, path, &token, fields, htmx).await;
+            let a = op.post(path, fields, htmx).await;
             let case = format!("{path} without a field (htmx: {htmx})");
             assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
             assert!(a.body.contains(message), "{case}: {}", a.body);
