@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{
     TestDb,
     acts::*,
-    pages::{Answer, app_with_demo, post, signed_in},
+    pages::{Answer, Session, app_with_demo},
 };
 use member_console::{
     db::{TxKind, begin, locks::Lock},
@@ -716,45 +716,45 @@ async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act(
     let (t, app) = app_with_demo().await;
     let community = type_id(&t, "Community").await;
     let support = ladder_id(&t, "Support").await;
-    let (op, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let op = Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
     let path = format!("/operator/topology/org-types/{community}/default");
     let support_s = support.to_string();
 
     // The form is on the page.
-    let page = op.get(app.url("/operator/topology")).send().await.unwrap().text().await.unwrap();
+    let page = op.get("/operator/topology").await.body;
     assert!(page.contains(&format!(r#"id="default-change-{community}""#)), "the default-change form");
     assert!(page.contains(&format!(r#"action="{path}""#)));
 
     // No disposition while floors exist: refused, the message, nothing written.
     let refused = [("plan_ladder_id", support_s.as_str()), ("disposition", ""), ("reason", "try")];
-    let Answer { status, body, .. } = post(&app, &op, &path, &token, &refused, false).await;
+    let Answer { status, body, .. } = op.post(&path, &refused, false).await;
     assert!(status.is_client_error(), "{status}");
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(body.contains("hold the current default"), "{body}");
     assert!(body.contains("<html") || body.contains("<!DOCTYPE") || body.contains("<!doctype"), "the whole page");
-    let Answer { status, body, .. } = post(&app, &op, &path, &token, &refused, true).await;
+    let Answer { status, body, .. } = op.post(&path, &refused, true).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(body.starts_with(&format!(r#"<div class="default-change" id="default-change-{community}">"#)), "{body}");
     assert!(body.contains("hold the current default"), "{body}");
     assert!(!body.contains("<html"), "the partial alone");
     // An unknown disposition and no ladder are refused by field as well.
     let Answer { status, body, .. } =
-        post(&app, &op, &path, &token, &[("plan_ladder_id", ""), ("disposition", "sideways")], true).await;
+        op.post(&path, &[("plan_ladder_id", ""), ("disposition", "sideways")], true).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(body.contains("Choose a ladder.") && body.contains("is not a disposition"), "{body}");
     assert_eq!(written(&t).await, (0, 0, 0, 0, 0));
 
     // A member is refused, and writes nothing.
-    let (member, mtoken) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     let fields = [("plan_ladder_id", support_s.as_str()), ("disposition", "migrate"), ("reason", "move them")];
     for htmx in [false, true] {
-        let Answer { status, .. } = post(&app, &member, &path, &mtoken, &fields, htmx).await;
+        let Answer { status, .. } = member.post(&path, &fields, htmx).await;
         assert_eq!(status, StatusCode::FORBIDDEN);
     }
     assert_eq!(written(&t).await, (0, 0, 0, 0, 0));
 
     // Migrate: 303 to the act's page.
-    let Answer { status, headers, .. } = post(&app, &op, &path, &token, &fields, false).await;
+    let Answer { status, headers, .. } = op.post(&path, &fields, false).await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let act = PlanActId(scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts").await);
     let to = format!("/operator/plan-acts/{act}");
@@ -769,9 +769,8 @@ async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act(
     assert_eq!(act_state(&t, act).await, "done");
     assert_eq!(counts(&t, act).await, (0, 2, 0, 1, 0, 0));
 
-    let r = op.get(app.url(&to)).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let body = r.text().await.unwrap();
+    let Answer { status, body, .. } = op.get(&to).await;
+    assert_eq!(status, StatusCode::OK);
     assert!(body.contains(r#"id="plan-act-progress""#), "{body}");
     assert!(body.contains(&stat(2, "Migrated")), "{body}");
     assert!(body.contains(&stat(1, "Vacant")), "{body}");
@@ -780,26 +779,24 @@ async fn an_operator_changes_a_default_on_the_topology_page_and_follows_the_act(
     assert!(!body.contains("every 2s"), "a finished act's page does not poll");
     assert!(body.contains("Done: this act has finished"));
 
-    let r = op.get(app.url(&format!("{to}/progress"))).header("HX-Request", "true").send().await.unwrap();
+    let r = op.client.get(app.url(&format!("{to}/progress"))).header("HX-Request", "true").send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let partial = r.text().await.unwrap();
     assert!(partial.starts_with(r#"<div class="plan-act-progress" id="plan-act-progress">"#), "{partial}");
     assert!(partial.contains(&stat(2, "Migrated")));
     assert!(!partial.contains("every 2s") && !partial.contains("<html"));
     // The list names it.
-    let list = op.get(app.url("/operator/plan-acts")).send().await.unwrap().text().await.unwrap();
+    let list = op.get("/operator/plan-acts").await.body;
     assert!(list.contains(&format!(r#"href="/operator/plan-acts/{act}""#)));
 
     // Members may see neither.
     for p in [to.clone(), format!("{to}/progress"), "/operator/plan-acts".to_string()] {
-        let r = member.get(app.url(&p)).send().await.unwrap();
-        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{p}");
+        assert_eq!(member.get(&p).await.status, StatusCode::FORBIDDEN, "{p}");
     }
-    let Answer { status, .. } = post(&app, &member, &format!("{to}/retry"), &mtoken, &[], false).await;
+    let Answer { status, .. } = member.post(&format!("{to}/retry"), &[], false).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     // An unknown act is a 404.
-    let r = op.get(app.url("/operator/plan-acts/999999/progress")).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(op.get("/operator/plan-acts/999999/progress").await.status, StatusCode::NOT_FOUND);
     app.handle.stop(false).await;
 }
 
@@ -810,16 +807,14 @@ async fn a_running_act_page_polls_its_progress() {
     let support = ladder_id(&t, "Support").await;
     // T0 only: the act is running with nothing listed yet.
     let act = change(&t, community, support, Some(Disposition::Grandfather)).await.unwrap();
-    let (op, _) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-    let body = op.get(app.url(&format!("/operator/plan-acts/{act}"))).send().await.unwrap().text().await.unwrap();
+    let op = Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let body = op.get(&format!("/operator/plan-acts/{act}")).await.body;
     assert!(body.contains("every 2s"), "{body}");
     assert!(body.contains("Still listing organizations"), "{body}");
-    let partial =
-        op.get(app.url(&format!("/operator/plan-acts/{act}/progress"))).send().await.unwrap().text().await.unwrap();
+    let partial = op.get(&format!("/operator/plan-acts/{act}/progress")).await.body;
     assert!(partial.contains(r#"hx-trigger="every 2s""#), "{partial}");
     pa::drain_plan_act(&t.db, act, None).await.unwrap();
-    let partial =
-        op.get(app.url(&format!("/operator/plan-acts/{act}/progress"))).send().await.unwrap().text().await.unwrap();
+    let partial = op.get(&format!("/operator/plan-acts/{act}/progress")).await.body;
     assert!(!partial.contains("every 2s"), "{partial}");
     assert!(partial.contains(&stat(2, "Grandfathered")), "{partial}");
     app.handle.stop(false).await;
@@ -858,9 +853,9 @@ async fn a_running_acts_progress_says_its_rate_over_the_last_minute_and_the_time
         .execute(&t.admin)
     };
     stand("20 seconds").await.unwrap();
-    let (op, _) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let op = Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
     let progress = format!("/operator/plan-acts/{act}/progress");
-    let partial = op.get(app.url(&progress)).send().await.unwrap().text().await.unwrap();
+    let partial = op.get(&progress).await.body;
     assert!(partial.contains(r#"hx-trigger="every 2s""#), "{partial}");
     assert!(partial.contains(&stat(15, "Done")), "{partial}");
     assert!(partial.contains(&stat(5, "Left")), "{partial}");
@@ -876,7 +871,7 @@ async fn a_running_acts_progress_says_its_rate_over_the_last_minute_and_the_time
 
     // Nothing settled in the last minute: waiting, and no time promised.
     stand("5 minutes").await.unwrap();
-    let partial = op.get(app.url(&progress)).send().await.unwrap().text().await.unwrap();
+    let partial = op.get(&progress).await.body;
     assert!(partial.contains(&said("waiting", "Rate")), "{partial}");
     assert!(partial.contains(&said("not known yet", "Time left")), "{partial}");
     app.handle.stop(false).await;
