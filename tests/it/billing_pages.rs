@@ -16,11 +16,11 @@ use common::{
     TEST_RUNTIME_PASSWORD, TestApp, TestDb,
     acts::scalar,
     pages::{
-        Answer, app_with_demo, assert_sent_to, demo_db, get, operator_app, organization_id, post, product_id, signed_in,
+        Answer, Session, app_with_demo, assert_sent_to, demo_db, get, operator_session, organization_id, product_id,
     },
 };
 use member_console::{demo, integrations::stripe::Stripe};
-use reqwest::{Client, StatusCode};
+use reqwest::StatusCode;
 
 // ---------- Harness ----------
 
@@ -70,14 +70,14 @@ fn product_page(id: i64) -> String {
 }
 
 /// Follow a plain post's 303 (or an HTMX post's HX-Redirect) to the page it names.
-async fn follow(app: &TestApp, c: &Client, a: &Answer) -> Answer {
+async fn follow(s: &Session, a: &Answer) -> Answer {
     let to = a.header("location").or(a.header("hx-redirect")).unwrap_or_else(|| panic!("no redirect: {}", a.body));
-    get(app, c, to).await
+    s.get(to).await
 }
 
-/// The member's client and token, with the demo member as an owner of Acme Wikis.
-async fn member(app: &TestApp) -> (Client, String) {
-    signed_in(app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await
+/// The member's session, with the demo member as an owner of Acme Wikis.
+async fn signed_in_member(app: &TestApp) -> Session {
+    Session::sign_in(app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await
 }
 
 /// A console whose Stripe client points at an address nothing answers: any Stripe call fails
@@ -110,19 +110,19 @@ async fn app_with_stripe_at(t: &TestDb, api_base: &str) -> TestApp {
 
 #[tokio::test]
 async fn an_operator_sets_a_price_and_sees_it_on_the_product_page() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic = product_id(&t, "Basic").await;
     let page = product_page(basic);
 
-    let empty = get(&app, &c, &page).await;
+    let empty = op.get(&page).await;
     assert_eq!(empty.status, StatusCode::OK);
     assert!(empty.body.contains("No prices yet."), "{}", empty.body);
     assert!(empty.body.contains(r#"name="currency" type="text" value="eur""#), "eur by default: {}", empty.body);
 
     let fields = [("interval", "month"), ("amount", "12"), ("currency", "EUR")];
-    let a = post(&app, &c, &format!("{page}/prices"), &token, &fields, false).await;
+    let a = op.post(&format!("{page}/prices"), &fields, false).await;
     assert_sent_to(&a, false, &format!("{page}?price=set"));
-    let shown = follow(&app, &c, &a).await;
+    let shown = follow(&op, &a).await;
     assert!(shown.body.contains("The price was set."), "{}", shown.body);
     assert!(shown.body.contains("€12.00 / month"), "{}", shown.body);
     assert!(shown.body.contains("not synced"), "{}", shown.body);
@@ -136,15 +136,15 @@ async fn an_operator_sets_a_price_and_sees_it_on_the_product_page() {
 
     // From HTMX: the same, with HX-Redirect; another currency is worded in its own.
     let fields = [("interval", "year"), ("amount", "99.5"), ("currency", "usd")];
-    let a = post(&app, &c, &format!("{page}/prices"), &token, &fields, true).await;
+    let a = op.post(&format!("{page}/prices"), &fields, true).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
-    let shown = follow(&app, &c, &a).await;
+    let shown = follow(&op, &a).await;
     assert!(shown.body.contains("$99.50 / year"), "{}", shown.body);
 }
 
 #[tokio::test]
 async fn a_bad_amount_currency_or_interval_is_422_with_its_message_and_writes_nothing() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic = product_id(&t, "Basic").await;
     let action = format!("{}/prices", product_page(basic));
     let before = prices_snapshot(&t).await;
@@ -158,7 +158,7 @@ async fn a_bad_amount_currency_or_interval_is_422_with_its_message_and_writes_no
     ];
     for (fields, message) in cases {
         for htmx in [false, true] {
-            let a = post(&app, &c, &action, &token, fields, htmx).await;
+            let a = op.post(&action, fields, htmx).await;
             let case = format!("{fields:?} (htmx: {htmx})");
             assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
             assert!(a.body.contains(message), "{case} says {message:?}: {}", a.body);
@@ -179,16 +179,16 @@ async fn a_bad_amount_currency_or_interval_is_422_with_its_message_and_writes_no
 
 #[tokio::test]
 async fn the_same_price_twice_is_409_and_a_new_amount_archives_the_old_one() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let pro = product_id(&t, "Pro").await;
     let action = format!("{}/prices", product_page(pro));
     let fields = [("interval", "month"), ("amount", "20.00"), ("currency", "eur")];
-    assert_eq!(post(&app, &c, &action, &token, &fields, false).await.status, StatusCode::SEE_OTHER);
+    assert_eq!(op.post(&action, &fields, false).await.status, StatusCode::SEE_OTHER);
     let before = prices_snapshot(&t).await;
 
     let same = [("interval", "month"), ("amount", "20"), ("currency", "EUR")];
     for htmx in [false, true] {
-        let a = post(&app, &c, &action, &token, &same, htmx).await;
+        let a = op.post(&action, &same, htmx).await;
         assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
         assert!(a.body.contains("The product already has this price."), "{}", a.body);
         assert!(a.body.contains("id=\"product-prices\""));
@@ -196,7 +196,7 @@ async fn the_same_price_twice_is_409_and_a_new_amount_archives_the_old_one() {
     assert_eq!(prices_snapshot(&t).await, before, "nothing was written");
 
     let new = [("interval", "month"), ("amount", "25"), ("currency", "eur")];
-    assert_eq!(post(&app, &c, &action, &token, &new, false).await.status, StatusCode::SEE_OTHER);
+    assert_eq!(op.post(&action, &new, false).await.status, StatusCode::SEE_OTHER);
     let rows: Vec<(i64, bool)> = t
         .all(
             sqlx::query_as("SELECT amount_minor, active FROM billing.prices WHERE product_id = $1 ORDER BY price_id")
@@ -204,7 +204,7 @@ async fn the_same_price_twice_is_409_and_a_new_amount_archives_the_old_one() {
         )
         .await;
     assert_eq!(rows, vec![(2000, false), (2500, true)]);
-    let page = get(&app, &c, &product_page(pro)).await;
+    let page = op.get(&product_page(pro)).await;
     assert!(page.body.contains("€25.00 / month"), "{}", page.body);
     assert!(page.body.contains("€20.00 / month"), "{}", page.body);
     assert!(page.body.contains(">archived</span>"), "{}", page.body);
@@ -212,52 +212,49 @@ async fn the_same_price_twice_is_409_and_a_new_amount_archives_the_old_one() {
 
 #[tokio::test]
 async fn archiving_a_price_stops_it_and_archiving_it_again_is_refused() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic = product_id(&t, "Basic").await;
     let price = price_row(&t, basic, "month", 500, true, None).await;
-    let page = get(&app, &c, &product_page(basic)).await;
+    let page = op.get(&product_page(basic)).await;
     let archive = format!("/operator/catalog/prices/{price}/archive");
     assert!(page.body.contains(&format!("action=\"{archive}\"")), "an Archive button: {}", page.body);
 
-    let a = post(&app, &c, &archive, &token, &[], false).await;
+    let a = op.post(&archive, &[], false).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-    let shown = follow(&app, &c, &a).await;
+    let shown = follow(&op, &a).await;
     assert!(shown.body.contains("The price was archived."), "{}", shown.body);
     assert!(!shown.body.contains(&format!("action=\"{archive}\"")), "no Archive button on an archived price");
     let active: bool =
         t.one(sqlx::query_scalar("SELECT active FROM billing.prices WHERE price_id = $1").bind(price)).await;
     assert!(!active);
 
-    let again = post(&app, &c, &archive, &token, &[], true).await;
+    let again = op.post(&archive, &[], true).await;
     assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
     assert!(again.body.contains("This price is archived already."), "{}", again.body);
-    let unknown = post(&app, &c, "/operator/catalog/prices/999999/archive", &token, &[], false).await;
+    let unknown = op.post("/operator/catalog/prices/999999/archive", &[], false).await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
 async fn two_sync_clicks_leave_one_pending_sync_and_the_second_says_a_sync_is_already_waiting() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic = product_id(&t, "Basic").await;
     let page = product_page(basic);
     for (amount, interval) in [("5", "month"), ("50", "year")] {
         let fields = [("interval", interval), ("amount", amount), ("currency", "eur")];
-        assert_eq!(
-            post(&app, &c, &format!("{page}/prices"), &token, &fields, false).await.status,
-            StatusCode::SEE_OTHER
-        );
+        assert_eq!(op.post(&format!("{page}/prices"), &fields, false).await.status, StatusCode::SEE_OTHER);
     }
 
-    let first = post(&app, &c, &format!("{page}/sync"), &token, &[], false).await;
+    let first = op.post(&format!("{page}/sync"), &[], false).await;
     assert_eq!(first.status, StatusCode::SEE_OTHER, "{}", first.body);
-    let shown = follow(&app, &c, &first).await;
+    let shown = follow(&op, &first).await;
     assert!(shown.body.contains("Sync queued: the product and 2 prices."), "{}", shown.body);
     assert!(shown.body.contains(">pending</span>"), "the prices show pending: {}", shown.body);
     assert_eq!(pending_syncs(&t, basic).await, 1);
 
-    let second = post(&app, &c, &format!("{page}/sync"), &token, &[], true).await;
+    let second = op.post(&format!("{page}/sync"), &[], true).await;
     assert_eq!(second.status, StatusCode::OK, "{}", second.body);
-    let shown = follow(&app, &c, &second).await;
+    let shown = follow(&op, &second).await;
     assert!(shown.body.contains("A sync is already waiting"), "{}", shown.body);
     assert_eq!(pending_syncs(&t, basic).await, 1, "still exactly one pending sync");
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.outbox").await, 1);
@@ -265,7 +262,7 @@ async fn two_sync_clicks_leave_one_pending_sync_and_the_second_says_a_sync_is_al
 
 #[tokio::test]
 async fn a_product_stripe_has_whole_says_so_and_the_sync_writes_nothing() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic = product_id(&t, "Basic").await;
     t.run(
         sqlx::query(
@@ -278,22 +275,22 @@ async fn a_product_stripe_has_whole_says_so_and_the_sync_writes_nothing() {
     price_row(&t, basic, "month", 500, true, Some("price_basic_m")).await;
     let before = prices_snapshot(&t).await;
 
-    let a = post(&app, &c, &format!("{}/sync", product_page(basic)), &token, &[], false).await;
+    let a = op.post(&format!("{}/sync", product_page(basic)), &[], false).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-    let shown = follow(&app, &c, &a).await;
+    let shown = follow(&op, &a).await;
     assert!(shown.body.contains("Stripe already has everything"), "{}", shown.body);
     assert!(shown.body.contains("<code>prod_basic</code>"), "the product's Stripe id: {}", shown.body);
     assert!(shown.body.contains("<code>price_basic_m</code>"), "the price's Stripe id: {}", shown.body);
     assert_eq!(prices_snapshot(&t).await, before, "nothing was written");
     assert_eq!(pending_syncs(&t, basic).await, 0);
 
-    let missing = post(&app, &c, "/operator/catalog/products/999999/sync", &token, &[], false).await;
+    let missing = op.post("/operator/catalog/products/999999/sync", &[], false).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
 async fn a_failed_sync_shows_its_reason_on_the_product_page() {
-    let (t, app, c, _) = operator_app().await;
+    let (t, op) = operator_session().await;
     let basic = product_id(&t, "Basic").await;
     t.run(
         sqlx::query(
@@ -303,7 +300,7 @@ async fn a_failed_sync_shows_its_reason_on_the_product_page() {
         .bind(basic),
     )
     .await;
-    let page = get(&app, &c, &product_page(basic)).await;
+    let page = op.get(&product_page(basic)).await;
     assert!(page.body.contains(">failed</span>"), "{}", page.body);
     assert!(page.body.contains("Stripe said: No such tax code"), "{}", page.body);
 }
@@ -375,8 +372,8 @@ async fn a_members_billing_page_shows_the_plan_subscriptions_tiers_on_sale_and_i
     let t = demo_db().await;
     let (_, basic_price, priority_price) = billing_fixture(&t).await;
     let app = app_with_unreachable_stripe(&t).await;
-    let (c, _) = member(&app).await;
-    let a = get(&app, &c, "/billing").await;
+    let member = signed_in_member(&app).await;
+    let a = member.get("/billing").await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     let html = &a.body;
     assert!(html.contains(r#"href="/billing" aria-current="page">Billing</a>"#), "the nav links to Billing");
@@ -439,9 +436,9 @@ async fn a_change_to_the_catalog_shows_on_the_next_billing_view_even_one_that_co
     let t = demo_db().await;
     let (_, basic_price, _) = billing_fixture(&t).await;
     let app = app_with_unreachable_stripe(&t).await;
-    let (c, _) = member(&app).await;
+    let member = signed_in_member(&app).await;
     let billing = async || {
-        let a = get(&app, &c, "/billing").await;
+        let a = member.get("/billing").await;
         assert_eq!(a.status, StatusCode::OK, "{}", a.body);
         a.body
     };
@@ -486,17 +483,17 @@ async fn the_billing_page_says_how_a_checkout_ended_and_that_billing_is_not_conn
     let t = demo_db().await;
     billing_fixture(&t).await;
     let app = TestApp::spawn(&t).await;
-    let (c, _) = member(&app).await;
+    let member = signed_in_member(&app).await;
     for (query, words) in [
         ("paid", "Payment received: your plan is active."),
         ("pending", "Your payment is being confirmed; this page updates when Stripe tells us."),
         ("canceled", "Checkout canceled; nothing was charged."),
     ] {
-        let a = get(&app, &c, &format!("/billing?checkout={query}")).await;
+        let a = member.get(&format!("/billing?checkout={query}")).await;
         assert_eq!(a.status, StatusCode::OK);
         assert!(a.body.contains(words), "{query}: {}", a.body);
     }
-    let a = get(&app, &c, "/billing?checkout=<script>").await;
+    let a = member.get("/billing?checkout=<script>").await;
     assert_eq!(a.status, StatusCode::OK);
     // No Stripe: the page says billing is not available and offers no Buy button.
     assert!(a.body.contains("Billing is not available right now"), "{}", a.body);
@@ -511,15 +508,15 @@ async fn a_member_who_is_not_an_owner_sees_no_buy_button_and_checkout_is_refused
     t.run(sqlx::query("UPDATE core.organization_members SET role = 'member' WHERE organization_id = $1").bind(acme))
         .await;
     let app = app_with_unreachable_stripe(&t).await;
-    let (c, token) = member(&app).await;
-    let page = get(&app, &c, "/billing").await;
+    let member = signed_in_member(&app).await;
+    let page = member.get("/billing").await;
     assert!(!page.body.contains("/billing/checkout"), "{}", page.body);
     assert!(page.body.contains("Ask an owner of Acme Wikis to change the plan."), "{}", page.body);
 
     let fields = [("organization_id", acme.to_string()), ("price_id", basic_price.to_string())];
     let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
     for htmx in [false, true] {
-        let a = post(&app, &c, "/billing/checkout", &token, &fields, htmx).await;
+        let a = member.post("/billing/checkout", &fields, htmx).await;
         assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
         assert!(a.body.contains("Only an owner of Acme Wikis can buy a plan for it."), "{}", a.body);
         assert!(a.header("location").is_none() && a.header("hx-redirect").is_none());
@@ -536,16 +533,16 @@ async fn checkout_without_stripe_connected_is_a_clear_refusal_and_a_failing_stri
     let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
 
     let app = TestApp::spawn(&t).await;
-    let (c, token) = member(&app).await;
-    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    let member = signed_in_member(&app).await;
+    let a = member.post("/billing/checkout", &fields, false).await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
     assert!(a.body.contains("Billing is not connected to a payment provider right now"), "{}", a.body);
     assert!(a.body.contains("Nothing was charged."), "{}", a.body);
 
     // With Stripe connected but not answering, the owner's checkout fails in Stripe's words.
     let app = app_with_unreachable_stripe(&t).await;
-    let (c, token) = member(&app).await;
-    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    let member = signed_in_member(&app).await;
+    let a = member.post("/billing/checkout", &fields, false).await;
     assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{}", a.body);
     assert!(a.header("location").is_none());
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
@@ -560,15 +557,15 @@ async fn an_owner_buys_basic_on_stripes_page_and_comes_back_to_it_in_force() {
     let stripe_price = s.stripe_price(&t.admin, basic_price).await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
     let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
-    let (c, token) = member(&app).await;
-    let page = get(&app, &c, "/billing").await;
+    let member = signed_in_member(&app).await;
+    let page = member.get("/billing").await;
     // The page lets its Buy form leave for the stand-in's checkout page, and nowhere else.
     let csp = page.header("content-security-policy").unwrap_or_default().to_string();
     assert!(csp.contains(&format!("form-action 'self' {}", s.base)), "{csp}");
     let fields = [("organization_id", acme.to_string()), ("price_id", basic_price.0.to_string())];
     let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
 
-    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    let a = member.post("/billing/checkout", &fields, false).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let pay = a.header("location").unwrap().to_string();
     assert!(pay.starts_with(&format!("{}/c/pay/cs_", s.base)), "{pay}");
@@ -589,15 +586,15 @@ async fn an_owner_buys_basic_on_stripes_page_and_comes_back_to_it_in_force() {
     assert_eq!((org, price, started_by), (acme, basic_price.0, Some(member_id)));
 
     // From HTMX, the browser is sent there by HX-Redirect (a second session, same customer).
-    let a = post(&app, &c, "/billing/checkout", &token, &fields, true).await;
+    let a = member.post("/billing/checkout", &fields, true).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     assert!(a.header("hx-redirect").is_some_and(|u| u.starts_with(&format!("{}/c/pay/", s.base))));
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.customers").await, 1, "one customer for the organization");
 
     // Back before paying: the payment is being confirmed.
-    let back = get(&app, &c, &format!("/billing/return?session_id={session}")).await;
+    let back = member.get(&format!("/billing/return?session_id={session}")).await;
     assert_sent_to(&back, false, "/billing?checkout=pending");
-    let shown = follow(&app, &c, &back).await;
+    let shown = follow(&member, &back).await;
     assert!(shown.body.contains("Your payment is being confirmed"), "{}", shown.body);
 
     // Pay on the stand-in's page as a browser would; it sends the browser back to the console.
@@ -606,9 +603,9 @@ async fn an_owner_buys_basic_on_stripes_page_and_comes_back_to_it_in_force() {
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     let to = r.headers()["location"].to_str().unwrap().to_string();
     let to = to.strip_prefix(&app.base).unwrap_or_else(|| panic!("back to the console: {to}")).to_string();
-    let back = get(&app, &c, &to).await;
+    let back = member.get(&to).await;
     assert_eq!(back.header("location"), Some("/billing?checkout=paid"), "{}", back.body);
-    let shown = follow(&app, &c, &back).await;
+    let shown = follow(&member, &back).await;
     assert!(shown.body.contains("Payment received"), "{}", shown.body);
     let tier: String = t
         .one(
@@ -623,7 +620,7 @@ async fn an_owner_buys_basic_on_stripes_page_and_comes_back_to_it_in_force() {
         .await;
     assert_eq!(tier, "Basic", "in force when the member lands back");
     // Buying on that ladder again is refused before Stripe is asked.
-    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    let a = member.post("/billing/checkout", &fields, false).await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
 }
 
@@ -633,10 +630,10 @@ async fn checkout_for_an_organization_the_member_is_not_in_is_404_and_a_bad_form
     let (_, basic_price, _) = billing_fixture(&t).await;
     let globex = organization_id(&t, "Globex").await;
     let app = app_with_unreachable_stripe(&t).await;
-    let (c, token) = member(&app).await;
+    let member = signed_in_member(&app).await;
     let fields = [("organization_id", globex.to_string()), ("price_id", basic_price.to_string())];
     let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let a = post(&app, &c, "/billing/checkout", &token, &fields, false).await;
+    let a = member.post("/billing/checkout", &fields, false).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
     assert!(!a.body.contains("Globex"), "{}", a.body);
 
@@ -645,7 +642,7 @@ async fn checkout_for_an_organization_the_member_is_not_in_is_404_and_a_bad_form
         vec![("organization_id", "1")],
         vec![("organization_id", "1"), ("price_id", "1"), ("quantity", "9")],
     ] {
-        let a = post(&app, &c, "/billing/checkout", &token, &bad, false).await;
+        let a = member.post("/billing/checkout", &bad, false).await;
         assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{bad:?}: {}", a.body);
     }
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
@@ -665,27 +662,27 @@ async fn the_return_from_an_unknown_or_another_organizations_checkout_is_404() {
         .bind(basic_price)).await;
     }
     let app = app_with_unreachable_stripe(&t).await;
-    let (c, _) = member(&app).await;
+    let member = signed_in_member(&app).await;
     for path in [
         "/billing/return?session_id=cs_unknown",
         "/billing/return?session_id=cs_globex_1",
         "/billing/return",
         "/billing/return?session_id=cs_%27%3B--",
     ] {
-        let a = get(&app, &c, path).await;
+        let a = member.get(path).await;
         assert_eq!(a.status, StatusCode::NOT_FOUND, "{path}: {}", a.body);
     }
     // The member's own session reaches Stripe (which fails here: 502, in words).
-    let own = get(&app, &c, "/billing/return?session_id=cs_acme_1").await;
+    let own = member.get("/billing/return?session_id=cs_acme_1").await;
     assert_eq!(own.status, StatusCode::BAD_GATEWAY, "{}", own.body);
 
     // Without Stripe, the member's own session is a clear refusal, not a 500.
     let app = TestApp::spawn(&t).await;
-    let (c, _) = member(&app).await;
-    let a = get(&app, &c, "/billing/return?session_id=cs_acme_1").await;
+    let member = signed_in_member(&app).await;
+    let a = member.get("/billing/return?session_id=cs_acme_1").await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
     assert!(a.body.contains("Billing is not connected"), "{}", a.body);
-    let a = get(&app, &c, "/billing/return?session_id=cs_globex_1").await;
+    let a = member.get("/billing/return?session_id=cs_globex_1").await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
 }
 
@@ -693,7 +690,7 @@ async fn the_return_from_an_unknown_or_another_organizations_checkout_is_404() {
 
 #[tokio::test]
 async fn the_operator_billing_page_shows_subscriptions_stuck_outbox_rows_first_and_events() {
-    let (t, app, c, _) = operator_app().await;
+    let (t, op) = operator_session().await;
     billing_fixture(&t).await;
     let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
     let basic = product_id(&t, "Basic").await;
@@ -720,7 +717,7 @@ async fn the_operator_billing_page_shows_subscriptions_stuck_outbox_rows_first_a
     ))
     .await;
 
-    let a = get(&app, &c, "/operator/billing").await;
+    let a = op.get("/operator/billing").await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     let html = &a.body;
     assert!(html.contains(r#"href="/operator/billing" aria-current="page">Billing</a>"#), "the nav links to Billing");
@@ -765,8 +762,8 @@ async fn a_member_cannot_reach_the_operator_billing_page_or_the_price_forms() {
     let basic = product_id(&t, "Basic").await;
     let price = price_row(&t, basic, "month", 500, true, None).await;
     let before = prices_snapshot(&t).await;
-    let (c, token) = member(&app).await;
-    let a = get(&app, &c, "/operator/billing").await;
+    let member = signed_in_member(&app).await;
+    let a = member.get("/operator/billing").await;
     assert_eq!(a.status, StatusCode::FORBIDDEN);
     assert!(a.body.contains("This page is for operators."), "{}", a.body);
     let fields = [("interval", "month"), ("amount", "1"), ("currency", "eur")];
@@ -775,12 +772,12 @@ async fn a_member_cannot_reach_the_operator_billing_page_or_the_price_forms() {
         (format!("{}/sync", product_page(basic)), &[][..]),
         (format!("/operator/catalog/prices/{price}/archive"), &[][..]),
     ] {
-        let a = post(&app, &c, &path, &token, fields, false).await;
+        let a = member.post(&path, fields, false).await;
         assert_eq!(a.status, StatusCode::FORBIDDEN, "{path}");
     }
     assert_eq!(prices_snapshot(&t).await, before);
     // The member's own page is there for them, and for nobody signed out.
-    assert_eq!(get(&app, &c, "/billing").await.status, StatusCode::OK);
+    assert_eq!(member.get("/billing").await.status, StatusCode::OK);
     let anonymous = app.client();
     let a = get(&app, &anonymous, "/billing").await;
     assert!(a.status == StatusCode::SEE_OTHER || a.status == StatusCode::UNAUTHORIZED, "{}", a.status);
