@@ -5,14 +5,13 @@
 use std::time::Duration;
 
 use member_console::{demo, services::desired_state as ds};
-use reqwest::{Client, StatusCode};
+use reqwest::StatusCode;
 
 use crate::common::{
-    TestApp, TestDb,
+    TestDb,
     acts::scalar,
     pages::{
-        assert_operators_only, assert_refused, assert_sent_to, get, many_organizations, operator_app, post, row_with,
-        signed_in,
+        Session, assert_operators_only, assert_refused, assert_sent_to, many_organizations, operator_session, row_with,
     },
 };
 
@@ -64,12 +63,12 @@ async fn written(t: &TestDb) -> (i64, i64, i64) {
 }
 
 /// Add a connection through the list's form; its id.
-async fn add(t: &TestDb, app: &TestApp, c: &Client, token: &str, name: &str, read_back: bool) -> i64 {
+async fn add(t: &TestDb, op: &Session, name: &str, read_back: bool) -> i64 {
     let mut fields = vec![("name", name), ("url", URL), ("keys", KEYS)];
     if read_back {
         fields.push(("read_back", "on"));
     }
-    let a = post(app, c, "/operator/connections", token, &fields, false).await;
+    let a = op.post("/operator/connections", &fields, false).await;
     let id = connection_id(t, name).await;
     assert_sent_to(&a, false, &format!("/operator/connections/{id}?done=added"));
     id
@@ -77,15 +76,15 @@ async fn add(t: &TestDb, app: &TestApp, c: &Client, token: &str, name: &str, rea
 
 #[tokio::test]
 async fn an_operator_adds_a_connection_and_lands_on_its_page_which_the_list_shows_with_its_keys() {
-    let (t, app, c, token) = operator_app().await;
-    let list = get(&app, &c, "/operator/connections").await;
+    let (t, op) = operator_session().await;
+    let list = op.get("/operator/connections").await;
     assert_eq!(list.status, StatusCode::OK);
     assert!(list.body.contains(r#"aria-current="page">Connections</a>"#), "the nav links the page: {}", list.body);
     assert!(list.body.contains("No connection yet"), "{}", list.body);
     assert!(list.body.contains("Available: fedwiki.active_sites, fedwiki.custom_domain"), "the keys are hinted");
 
-    let id = add(&t, &app, &c, &token, "Chat seats", true).await;
-    let page = get(&app, &c, &format!("/operator/connections/{id}?done=added")).await;
+    let id = add(&t, &op, "Chat seats", true).await;
+    let page = op.get(&format!("/operator/connections/{id}?done=added")).await;
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.body.contains("Connection: Chat seats"), "{}", page.body);
     assert!(page.body.contains("The connection was added"), "{}", page.body);
@@ -102,7 +101,7 @@ async fn an_operator_adds_a_connection_and_lands_on_its_page_which_the_list_show
     // The edit form opens with the connection as it is.
     assert!(page.body.contains(r#"name="keys" type="text" value="fedwiki.active_sites, support.priority""#));
 
-    let list = get(&app, &c, "/operator/connections").await;
+    let list = op.get("/operator/connections").await;
     let r = row_with(&list.body, &format!(r#"href="/operator/connections/{id}">Chat seats</a>"#));
     assert!(r.contains("<code>fedwiki.active_sites</code>, <code>support.priority</code>"), "{r}");
     assert!(r.contains(&format!("<code>{URL}</code>")), "{r}");
@@ -113,15 +112,8 @@ async fn an_operator_adds_a_connection_and_lands_on_its_page_which_the_list_show
     assert!(list.body.contains("1 notice pending"), "{}", list.body);
 
     // Through htmx, the same form sends the browser on with HX-Redirect.
-    let a = post(
-        &app,
-        &c,
-        "/operator/connections",
-        &token,
-        &[("name", "SSO"), ("url", URL), ("keys", "support.priority")],
-        true,
-    )
-    .await;
+    let a =
+        op.post("/operator/connections", &[("name", "SSO"), ("url", URL), ("keys", "support.priority")], true).await;
     let sso = connection_id(&t, "SSO").await;
     assert_sent_to(&a, true, &format!("/operator/connections/{sso}?done=added"));
     assert_eq!(connections(&t).await, 2);
@@ -129,7 +121,7 @@ async fn an_operator_adds_a_connection_and_lands_on_its_page_which_the_list_show
 
 #[tokio::test]
 async fn bad_input_is_refused_with_422_and_its_messages_and_writes_nothing() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     type Case<'a> = (&'a str, [(&'a str, &'a str); 3], &'a str);
     let cases: [Case; 3] = [
         ("an empty name", [("name", "  "), ("url", URL), ("keys", KEYS)], "Give the connection a name."),
@@ -146,7 +138,7 @@ async fn bad_input_is_refused_with_422_and_its_messages_and_writes_nothing() {
     ];
     for (case, fields, message) in cases {
         for htmx in [false, true] {
-            let a = post(&app, &c, "/operator/connections", &token, &fields, htmx).await;
+            let a = op.post("/operator/connections", &fields, htmx).await;
             let case = format!("{case} (htmx: {htmx})");
             assert_refused(&a, StatusCode::UNPROCESSABLE_ENTITY, htmx, "add-connection", message, &case);
             assert!(a.body.contains("Nothing was saved: correct the fields marked below."), "{case}: {}", a.body);
@@ -158,8 +150,7 @@ async fn bad_input_is_refused_with_422_and_its_messages_and_writes_nothing() {
         }
     }
     // A misspelt field is refused by name.
-    let a =
-        post(&app, &c, "/operator/connections", &token, &[("nmae", "Chat"), ("url", URL), ("keys", KEYS)], false).await;
+    let a = op.post("/operator/connections", &[("nmae", "Chat"), ("url", URL), ("keys", KEYS)], false).await;
     assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", a.body);
     assert!(a.body.contains("This form has no field “nmae”"), "{}", a.body);
     assert_eq!(connections(&t).await, 0, "a refused form wrote nothing");
@@ -167,12 +158,10 @@ async fn bad_input_is_refused_with_422_and_its_messages_and_writes_nothing() {
 
 #[tokio::test]
 async fn a_second_connection_with_the_same_name_is_refused() {
-    let (t, app, c, token) = operator_app().await;
-    add(&t, &app, &c, &token, "Chat", false).await;
+    let (t, op) = operator_session().await;
+    add(&t, &op, "Chat", false).await;
     for htmx in [false, true] {
-        let a =
-            post(&app, &c, "/operator/connections", &token, &[("name", "chat"), ("url", URL), ("keys", KEYS)], htmx)
-                .await;
+        let a = op.post("/operator/connections", &[("name", "chat"), ("url", URL), ("keys", KEYS)], htmx).await;
         let case = format!("the same name in other letters (htmx: {htmx})");
         assert_refused(
             &a,
@@ -188,8 +177,8 @@ async fn a_second_connection_with_the_same_name_is_refused() {
 
 #[tokio::test]
 async fn editing_a_connection_changes_its_keys_and_a_bad_edit_changes_nothing() {
-    let (t, app, c, token) = operator_app().await;
-    let id = add(&t, &app, &c, &token, "Chat", false).await;
+    let (t, op) = operator_session().await;
+    let id = add(&t, &op, "Chat", false).await;
     let path = format!("/operator/connections/{id}");
     let keys = || async {
         t.one(
@@ -202,10 +191,10 @@ async fn editing_a_connection_changes_its_keys_and_a_bad_edit_changes_nothing() 
     };
 
     let edit = [("name", "Chat"), ("url", URL), ("keys", "fedwiki.custom_domain"), ("read_back", "on")];
-    let a = post(&app, &c, &path, &token, &edit, false).await;
+    let a = op.post(&path, &edit, false).await;
     assert_sent_to(&a, false, &format!("{path}?done=saved"));
     assert_eq!(keys().await, ["fedwiki.custom_domain"]);
-    let page = get(&app, &c, &format!("{path}?done=saved")).await;
+    let page = op.get(&format!("{path}?done=saved")).await;
     assert!(page.body.contains("The connection was saved."), "{}", page.body);
     assert!(page.body.contains("<dd><code>fedwiki.custom_domain</code></dd>"), "{}", page.body);
     assert!(page.body.contains(r#"<span class="badge badge-ok">on</span>"#), "read-back turned on");
@@ -213,7 +202,7 @@ async fn editing_a_connection_changes_its_keys_and_a_bad_edit_changes_nothing() 
 
     for htmx in [false, true] {
         let bad = [("name", "Chat"), ("url", URL), ("keys", "chat.nothing")];
-        let a = post(&app, &c, &path, &token, &bad, htmx).await;
+        let a = op.post(&path, &bad, htmx).await;
         let case = format!("an unknown key (htmx: {htmx})");
         assert_refused(
             &a,
@@ -230,8 +219,8 @@ async fn editing_a_connection_changes_its_keys_and_a_bad_edit_changes_nothing() 
 
 #[tokio::test]
 async fn rotating_the_secret_shows_the_previous_one_with_its_end() {
-    let (t, app, c, token) = operator_app().await;
-    let id = add(&t, &app, &c, &token, "Chat", false).await;
+    let (t, op) = operator_session().await;
+    let id = add(&t, &op, "Chat", false).await;
     let path = format!("/operator/connections/{id}");
     let secrets = || async {
         t.one(
@@ -249,14 +238,14 @@ async fn rotating_the_secret_shows_the_previous_one_with_its_end() {
 
     // A bad overlap is refused in place; nothing rotates.
     for htmx in [false, true] {
-        let a = post(&app, &c, &format!("{path}/rotate"), &token, &[("overlap_hours", "500")], htmx).await;
+        let a = op.post(&format!("{path}/rotate"), &[("overlap_hours", "500")], htmx).await;
         let case = format!("500 hours (htmx: {htmx})");
         let m = "The overlap is a number of hours from 0 to 168.";
         assert_refused(&a, StatusCode::UNPROCESSABLE_ENTITY, htmx, "rotate-secret", m, &case);
     }
     assert_eq!(secrets().await.0, first);
 
-    let a = post(&app, &c, &format!("{path}/rotate"), &token, &[("overlap_hours", "24")], false).await;
+    let a = op.post(&format!("{path}/rotate"), &[("overlap_hours", "24")], false).await;
     assert_sent_to(&a, false, &format!("{path}?done=rotate"));
     let (current, previous, until) = secrets().await;
     assert_ne!(current, first);
@@ -273,7 +262,7 @@ async fn rotating_the_secret_shows_the_previous_one_with_its_end() {
         .await;
     assert!((23.9..=24.0).contains(&hours), "the previous secret signs for a day: {hours}");
 
-    let page = get(&app, &c, &format!("{path}?done=rotate")).await;
+    let page = op.get(&format!("{path}?done=rotate")).await;
     assert!(
         page.body.contains(&format!("The secret was rotated; the previous one signs too until {until}.")),
         "{}",
@@ -283,9 +272,9 @@ async fn rotating_the_secret_shows_the_previous_one_with_its_end() {
     assert!(page.body.contains(&format!("Previous, signing too until {until}: <code>{first}</code>")), "{}", page.body);
 
     // With no overlap the previous one stops at once, and the page no longer shows it.
-    let a = post(&app, &c, &format!("{path}/rotate"), &token, &[("overlap_hours", "0")], false).await;
+    let a = op.post(&format!("{path}/rotate"), &[("overlap_hours", "0")], false).await;
     assert_sent_to(&a, false, &format!("{path}?done=rotate"));
-    let page = get(&app, &c, &format!("{path}?done=rotate")).await;
+    let page = op.get(&format!("{path}?done=rotate")).await;
     assert!(page.body.contains("The secret was rotated; the previous one no longer signs."), "{}", page.body);
     assert!(!page.body.contains("Previous, signing too"), "{}", page.body);
     assert!(!page.body.contains(&current), "the secret before no longer shows");
@@ -293,31 +282,31 @@ async fn rotating_the_secret_shows_the_previous_one_with_its_end() {
 
 #[tokio::test]
 async fn retry_and_send_a_test_each_write_one_notice_with_their_reason() {
-    let (t, app, c, token) = operator_app().await;
-    let id = add(&t, &app, &c, &token, "Chat", false).await;
+    let (t, op) = operator_session().await;
+    let id = add(&t, &op, "Chat", false).await;
     let path = format!("/operator/connections/{id}");
     for (act, reason, sentence) in [
         ("retry", "retry", "Retry asked: failing recipients are pushed again within a few seconds."),
         ("test", "test", "A test is on its way; its answer shows below when it comes."),
     ] {
         assert_eq!(notices(&t, id, reason).await, 0);
-        let a = post(&app, &c, &format!("{path}/{act}"), &token, &[], false).await;
+        let a = op.post(&format!("{path}/{act}"), &[], false).await;
         assert_sent_to(&a, false, &format!("{path}?done={act}"));
         assert_eq!(notices(&t, id, reason).await, 1, "{act} wrote one notice");
-        let page = get(&app, &c, &format!("{path}?done={act}")).await;
+        let page = op.get(&format!("{path}?done={act}")).await;
         assert!(page.body.contains(sentence), "{act}: {}", page.body);
     }
     // A button takes no field.
-    let a = post(&app, &c, &format!("{path}/retry"), &token, &[("reason", "x")], false).await;
+    let a = op.post(&format!("{path}/retry"), &[("reason", "x")], false).await;
     assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", a.body);
     assert_eq!(notices(&t, id, "retry").await, 1);
 }
 
 #[tokio::test]
 async fn check_now_is_refused_without_read_back_and_asks_for_a_read_back_run_with_it() {
-    let (t, app, c, token) = operator_app().await;
-    let off = add(&t, &app, &c, &token, "No read-back", false).await;
-    let a = post(&app, &c, &format!("/operator/connections/{off}/check"), &token, &[], false).await;
+    let (t, op) = operator_session().await;
+    let off = add(&t, &op, "No read-back", false).await;
+    let a = op.post(&format!("/operator/connections/{off}/check"), &[], false).await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
     assert!(a.body.contains("This connection does not support read-back"), "{}", a.body);
     assert!(a.body.contains("Connection: No read-back"), "the page comes back with the refusal");
@@ -327,18 +316,18 @@ async fn check_now_is_refused_without_read_back_and_asks_for_a_read_back_run_wit
     );
     assert_eq!(read_backs(&t, off).await, 0);
 
-    let on = add(&t, &app, &c, &token, "With read-back", true).await;
-    let a = post(&app, &c, &format!("/operator/connections/{on}/check"), &token, &[], false).await;
+    let on = add(&t, &op, "With read-back", true).await;
+    let a = op.post(&format!("/operator/connections/{on}/check"), &[], false).await;
     assert_sent_to(&a, false, &format!("/operator/connections/{on}?done=check"));
     assert_eq!(read_backs(&t, on).await, 1);
-    let page = get(&app, &c, &format!("/operator/connections/{on}?done=check")).await;
+    let page = op.get(&format!("/operator/connections/{on}?done=check")).await;
     assert!(page.body.contains("Read-back asked:"), "{}", page.body);
 }
 
 #[tokio::test]
 async fn deleting_needs_the_confirmation_and_then_the_connection_leaves_the_list_and_its_page_is_not_found() {
-    let (t, app, c, token) = operator_app().await;
-    let id = add(&t, &app, &c, &token, "Chat", false).await;
+    let (t, op) = operator_session().await;
+    let id = add(&t, &op, "Chat", false).await;
     let path = format!("/operator/connections/{id}");
     let deleted = || async {
         t.one(
@@ -350,7 +339,7 @@ async fn deleting_needs_the_confirmation_and_then_the_connection_leaves_the_list
         .await
     };
     for htmx in [false, true] {
-        let a = post(&app, &c, &format!("{path}/delete"), &token, &[], htmx).await;
+        let a = op.post(&format!("{path}/delete"), &[], htmx).await;
         let case = format!("no confirmation (htmx: {htmx})");
         let m = "Tick the box to confirm: deleting stops every push to this system.";
         assert_refused(&a, StatusCode::UNPROCESSABLE_ENTITY, htmx, "delete-connection", m, &case);
@@ -358,59 +347,51 @@ async fn deleting_needs_the_confirmation_and_then_the_connection_leaves_the_list
     }
     assert!(!deleted().await);
 
-    let a = post(&app, &c, &format!("{path}/delete"), &token, &[("confirm", "yes")], false).await;
+    let a = op.post(&format!("{path}/delete"), &[("confirm", "yes")], false).await;
     assert_sent_to(&a, false, "/operator/connections?deleted=1");
     assert!(deleted().await);
-    let list = get(&app, &c, "/operator/connections?deleted=1").await;
+    let list = op.get("/operator/connections?deleted=1").await;
     assert!(list.body.contains("The connection was deleted: nothing more is sent to it."), "{}", list.body);
     assert!(!list.body.contains(&format!(r#"href="{path}""#)), "{}", list.body);
-    assert_eq!(get(&app, &c, &path).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(op.get(&path).await.status, StatusCode::NOT_FOUND);
     for act in ["retry", "test", "delete"] {
-        let a = post(
-            &app,
-            &c,
-            &format!("{path}/{act}"),
-            &token,
-            &[("confirm", "yes")][..(act == "delete") as usize],
-            false,
-        )
-        .await;
+        let a = op.post(&format!("{path}/{act}"), &[("confirm", "yes")][..(act == "delete") as usize], false).await;
         assert_eq!(a.status, StatusCode::NOT_FOUND, "{act} on a deleted connection");
     }
-    let a = post(&app, &c, &path, &token, &[("name", "Chat"), ("url", URL), ("keys", KEYS)], false).await;
+    let a = op.post(&path, &[("name", "Chat"), ("url", URL), ("keys", KEYS)], false).await;
     assert_eq!(a.status, StatusCode::NOT_FOUND, "editing a deleted connection");
     // Its name is free again.
-    add(&t, &app, &c, &token, "Chat", false).await;
+    add(&t, &op, "Chat", false).await;
 }
 
 #[tokio::test]
 async fn an_unknown_or_non_numeric_id_is_not_found() {
-    let (_t, app, c, token) = operator_app().await;
+    let (_t, op) = operator_session().await;
     for path in ["/operator/connections/987654", "/operator/connections/chat"] {
-        let a = get(&app, &c, path).await;
+        let a = op.get(path).await;
         assert_eq!(a.status, StatusCode::NOT_FOUND, "GET {path}");
         assert!(a.body.contains("There is nothing at this address."), "{path}: {}", a.body);
         for act in ["retry", "test", "check"] {
-            let a = post(&app, &c, &format!("{path}/{act}"), &token, &[], false).await;
+            let a = op.post(&format!("{path}/{act}"), &[], false).await;
             assert_eq!(a.status, StatusCode::NOT_FOUND, "POST {path}/{act}");
         }
     }
-    let a = get(&app, &c, "/operator/connections/1?after=x").await;
+    let a = op.get("/operator/connections/1?after=x").await;
     assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.body);
 }
 
 #[tokio::test]
 async fn the_page_lists_every_organization_as_a_recipient_behind_until_confirmed_with_filters_and_pages() {
-    let (t, app, c, token) = operator_app().await;
+    let (t, op) = operator_session().await;
     // More organizations than a page holds.
     many_organizations(&t, 60, 3).await;
-    let id = add(&t, &app, &c, &token, "Chat", false).await;
+    let id = add(&t, &op, "Chat", false).await;
     ds::process_desired_state_outbox(&t.db, Duration::from_secs(30)).await.unwrap();
     let orgs = scalar(&t, "SELECT count(*) FROM core.organizations").await;
     assert!(orgs > 50, "more organizations than a page");
     let path = format!("/operator/connections/{id}");
 
-    let page = get(&app, &c, &path).await;
+    let page = op.get(&path).await;
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.body.contains(&format!("<dt>Recipients</dt><dd>{orgs}</dd>")), "{}", page.body);
     assert!(page.body.contains(&format!("<dt>Behind</dt><dd>{orgs}</dd>")), "nothing is pushed yet");
@@ -430,21 +411,21 @@ async fn the_page_lists_every_organization_as_a_recipient_behind_until_confirmed
     let next = format!("{path}?after={}", ids[49].0);
     assert!(page.body.contains(&format!(r#"<a rel="next" href="{next}">Next page →</a>"#)), "{}", page.body);
 
-    let second = get(&app, &c, &next).await;
+    let second = op.get(&next).await;
     assert_eq!(second.status, StatusCode::OK);
     assert!(second.body.contains(&format!(r#"href="/operator/organizations/{}""#, ids[50].0)));
     assert!(!second.body.contains(&format!(r#"href="/operator/organizations/{first}""#)));
 
     // The behind filter keeps to its pages; the failing one has nobody yet.
-    let behind = get(&app, &c, &format!("{path}?filter=behind")).await;
+    let behind = op.get(&format!("{path}?filter=behind")).await;
     assert!(
         behind.body.contains(&format!(r#"href="{path}?filter=behind&amp;after={}""#, ids[49].0)),
         "{}",
         behind.body
     );
-    let failing = get(&app, &c, &format!("{path}?filter=failing")).await;
+    let failing = op.get(&format!("{path}?filter=failing")).await;
     assert!(failing.body.contains("No recipient here."), "{}", failing.body);
-    let list = get(&app, &c, "/operator/connections").await;
+    let list = op.get("/operator/connections").await;
     let r = row_with(&list.body, &format!(r#"href="{path}">Chat</a>"#));
     assert!(
         r.contains(&format!(r#"<td class="num">{orgs}</td><td class="num">{orgs}</td><td class="num">0</td>"#)),
@@ -454,8 +435,8 @@ async fn the_page_lists_every_organization_as_a_recipient_behind_until_confirmed
 
 #[tokio::test]
 async fn a_member_gets_no_200_on_any_connection_route() {
-    let (t, app, c, token) = operator_app().await;
-    let id = add(&t, &app, &c, &token, "Chat", true).await;
+    let (t, op) = operator_session().await;
+    let id = add(&t, &op, "Chat", true).await;
     let before = written(&t).await;
     let page = format!("/operator/connections/{id}");
     let fields = vec![("name", "Mine"), ("url", URL), ("keys", KEYS), ("read_back", "on")];
@@ -468,12 +449,12 @@ async fn a_member_gets_no_200_on_any_connection_route() {
         (format!("{page}/check"), vec![]),
         (format!("{page}/delete"), vec![("confirm", "yes")]),
     ];
-    assert_operators_only(&app, &["/operator/connections".into(), page.clone()], &forms).await;
+    assert_operators_only(&op.app, &["/operator/connections".into(), page.clone()], &forms).await;
     // Every route, either method, as a member: never a 200.
-    let (member, member_token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let member = Session::sign_in(&op.app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     for (path, fields) in &forms {
-        assert_ne!(get(&app, &member, path).await.status, StatusCode::OK, "member GET {path}");
-        let a = post(&app, &member, path, &member_token, fields, false).await;
+        assert_ne!(member.get(path).await.status, StatusCode::OK, "member GET {path}");
+        let a = member.post(path, fields, false).await;
         assert_ne!(a.status, StatusCode::OK, "member POST {path}");
         assert!(a.header("location").is_none_or(|l| !l.starts_with("/operator")), "member POST {path} went through");
     }

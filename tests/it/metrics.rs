@@ -149,7 +149,7 @@ async fn a_second_server_sampling_the_same_minute_waits_on_the_first_and_keeps_i
 
 #[tokio::test]
 async fn the_overview_shows_each_subsystem_and_charts_the_samples_of_the_last_hour() {
-    let (t, app, c, _token) = pages::operator_app().await;
+    let (t, op) = pages::operator_session().await;
     let now = Utc::now();
     for (ago, requests, queued) in [(30, 120.0, 4.0), (20, 300.0, 9.0), (2, 60.0, 1.0)] {
         let at = now - TimeDelta::minutes(ago);
@@ -165,7 +165,7 @@ async fn the_overview_shows_each_subsystem_and_charts_the_samples_of_the_last_ho
         .await
         .unwrap();
     }
-    let r = pages::get(&app, &c, "/operator").await;
+    let r = op.get("/operator").await;
     assert_eq!(r.status, StatusCode::OK);
     let b = &r.body;
     for name in ["Jobs", "Drains", "Outbox", "Stripe", "Farm", "Relay"] {

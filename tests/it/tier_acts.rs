@@ -1035,7 +1035,7 @@ async fn the_previews_count_whom_each_act_reaches_name_its_refusal_and_write_not
 
 #[tokio::test]
 async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page() {
-    let (t, app, op, token) = pages::operator_app().await;
+    let (t, op) = pages::operator_session().await;
     let community = type_id(&t, "Community").await;
     let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
     let (free, basic) = (product_id(&t, "Free").await, product_id(&t, "Basic").await);
@@ -1043,42 +1043,41 @@ async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page()
 
     // The default change's preview: its counts and the gate.
     let preview = format!("/operator/topology/org-types/{community}/default/preview?plan_ladder_id={support}");
-    let a = pages::get(&app, &op, &format!("{preview}&disposition=")).await;
+    let a = op.get(&format!("{preview}&disposition=")).await;
     assert_eq!(a.status, StatusCode::OK);
     assert!(a.body.contains("reaches 3 organizations of Community."), "{}", a.body);
     assert!(a.body.contains("2 organizations hold <strong>Free</strong>"), "{}", a.body);
     assert!(a.body.contains("1 organization holds no floor to move"), "{}", a.body);
     assert!(a.body.contains("This act would be refused"), "{}", a.body);
     assert!(a.body.contains("Organizations hold the current default"), "{}", a.body);
-    let a = pages::get(&app, &op, &format!("{preview}&disposition=migrate")).await;
+    let a = op.get(&format!("{preview}&disposition=migrate")).await;
     assert!(a.body.contains("reaches 3 organizations of Community.") && !a.body.contains("would be refused"));
 
     // The removal's preview: holders, and the gate without a disposition.
     let remove = |rank: i32| format!("/operator/topology/ladders/{wiki}/tiers/{rank}/remove");
-    let a = pages::get(&app, &op, &format!("{}/preview?disposition=migrate", remove(2))).await;
+    let a = op.get(&format!("{}/preview?disposition=migrate", remove(2))).await;
     assert_eq!(a.status, StatusCode::OK);
     assert!(a.body.contains("reaches 1 organization that holds it."), "{}", a.body);
     assert!(a.body.contains("Nothing stands in the way"), "{}", a.body);
-    let a = pages::get(&app, &op, &format!("{}/preview?disposition=", remove(0))).await;
+    let a = op.get(&format!("{}/preview?disposition=", remove(0))).await;
     assert!(a.body.contains("reaches 2 organizations that hold it."), "{}", a.body);
     assert!(a.body.contains("This tier cannot be removed"), "{}", a.body);
     assert!(a.body.contains("2 organizations hold this tier: choose whether they migrate"), "{}", a.body);
 
     // A removal without a disposition: 422, the message, nothing written.
     let fields = [("disposition", ""), ("reason", "tidy up")];
-    let a = pages::post(&app, &op, &remove(0), &token, &fields, false).await;
+    let a = op.post(&remove(0), &fields, false).await;
     assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(a.body.contains("2 organizations hold this tier: choose whether they migrate"), "{}", a.body);
     assert!(a.body.contains("<html") || a.body.to_lowercase().contains("<!doctype"), "the whole page");
-    let a = pages::post(&app, &op, &remove(0), &token, &fields, true).await;
+    let a = op.post(&remove(0), &fields, true).await;
     assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(a.body.starts_with(&format!(r#"<div class="tier-remove" id="remove-tier-{wiki}-0">"#)), "{}", a.body);
     assert!(a.body.contains("2 organizations hold this tier: choose whether they migrate"), "{}", a.body);
     assert_eq!(world(&t).await, before, "no preview or refusal wrote anything");
 
     // Remove Pro with migrate: 303 to the act; Initech is back on the floor.
-    let a = pages::post(&app, &op, &remove(2), &token, &[("disposition", "migrate"), ("reason", "retire Pro")], false)
-        .await;
+    let a = op.post(&remove(2), &[("disposition", "migrate"), ("reason", "retire Pro")], false).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER);
     let act = PlanActId(scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts").await);
     let to = format!("/operator/plan-acts/{act}");
@@ -1089,14 +1088,14 @@ async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page()
     assert!(actor.is_some(), "the act names the operator");
     assert_eq!(tiers(&t, wiki).await, tier_list(&["Free", "Basic"]));
     assert_eq!(held(&t, pool_named(&t, "Initech").await).await, vec![hd("Free", "floor", Some(act), 1)]);
-    assert_eq!(pages::get(&app, &op, &to).await.status, StatusCode::OK);
+    assert_eq!(op.get(&to).await.status, StatusCode::OK);
 
     // Reorder Wiki hosting (Basic becomes the floor) without a disposition: refused at the gate.
     let order = format!("/operator/topology/ladders/{wiki}/tier-order");
     let (rank_basic, rank_free) = (format!("rank.{basic}"), format!("rank.{free}"));
     let refused_fields = [(rank_basic.as_str(), "0"), (rank_free.as_str(), "1"), ("disposition", "")];
     let acts = scalar(&t, "SELECT count(*) FROM core.plan_acts").await;
-    let a = pages::post(&app, &op, &order, &token, &refused_fields, false).await;
+    let a = op.post(&order, &refused_fields, false).await;
     assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(a.body.contains("choose whether they migrate to the new floor"), "{}", a.body);
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, acts);
@@ -1109,7 +1108,7 @@ async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page()
         ("disposition", "migrate"),
         ("reason", "Basic for everyone"),
     ];
-    let a = pages::post(&app, &op, &order, &token, &fields, false).await;
+    let a = op.post(&order, &fields, false).await;
     assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
     let reorder_act =
         PlanActId(scalar(&t, "SELECT max(plan_act_id) FROM core.plan_acts WHERE kind = 'tier_reorder'").await);
@@ -1125,7 +1124,7 @@ async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page()
         vec![hd("Basic", "floor", Some(reorder_act), 1)]
     );
     assert!(stale_pools(&t).await.is_empty());
-    app.handle.stop(false).await;
+    op.app.handle.stop(false).await;
 }
 
 /// A field a plan act's form does not have is refused naming it (in place for a preview), a
@@ -1133,7 +1132,7 @@ async fn an_operator_removes_a_tier_and_reorders_a_ladder_on_the_topology_page()
 /// every refusal of an act is): none of them writes anything.
 #[tokio::test]
 async fn a_misspelt_or_missing_field_on_a_plan_act_form_is_refused_by_name_and_an_empty_retry_is_a_conflict() {
-    let (t, app, op, token) = pages::operator_app().await;
+    let (t, op) = pages::operator_session().await;
     let (community, business) = (type_id(&t, "Community").await, type_id(&t, "Business").await);
     let (wiki, support) = (ladder_id(&t, "Wiki hosting").await, ladder_id(&t, "Support").await);
     let basic = product_id(&t, "Basic").await;
@@ -1153,14 +1152,14 @@ async fn a_misspelt_or_missing_field_on_a_plan_act_form_is_refused_by_name_and_a
     let before = world(&t).await;
     for htmx in [false, true] {
         for (path, fields, name) in misspelt {
-            let a = pages::post(&app, &op, path, &token, fields, htmx).await;
+            let a = op.post(path, fields, htmx).await;
             let case = format!("{path} with {name} (htmx: {htmx})");
             assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
             assert!(a.body.contains(&format!("This form has no field “{name}”")), "{case}: {}", a.body);
             assert_eq!(world(&t).await, before, "{case}: nothing was written");
         }
         for (path, fields, message) in missing {
-            let a = pages::post(&app, &op, path, &token, fields, htmx).await;
+            let a = op.post(path, fields, htmx).await;
             let case = format!("{path} without a field (htmx: {htmx})");
             assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
             assert!(a.body.contains(message), "{case}: {}", a.body);
@@ -1168,7 +1167,7 @@ async fn a_misspelt_or_missing_field_on_a_plan_act_form_is_refused_by_name_and_a
         }
     }
     // A preview reads its form the same way, and says so in place.
-    let a = pages::get(&app, &op, &format!("{default}/preview?plan_ladder_id={support}&dispositon=migrate")).await;
+    let a = op.get(&format!("{default}/preview?plan_ladder_id={support}&dispositon=migrate")).await;
     assert_eq!(a.status, StatusCode::OK);
     assert!(a.body.contains("This default cannot be changed"), "{}", a.body);
     assert!(a.body.contains("This form has no field “dispositon”"), "{}", a.body);
@@ -1178,12 +1177,12 @@ async fn a_misspelt_or_missing_field_on_a_plan_act_form_is_refused_by_name_and_a
     pa::drain_plan_act(&t.db, act, None).await.unwrap();
     let acts = scalar(&t, "SELECT count(*) FROM core.plan_acts").await;
     for htmx in [false, true] {
-        let a = pages::post(&app, &op, &format!("/operator/plan-acts/{act}/retry"), &token, &[], htmx).await;
+        let a = op.post(&format!("/operator/plan-acts/{act}/retry"), &[], htmx).await;
         assert_eq!(a.status, StatusCode::CONFLICT, "htmx {htmx}: {}", a.body);
         assert!(a.body.contains("Nothing to retry"), "htmx {htmx}: {}", a.body);
     }
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.plan_acts").await, acts);
-    app.handle.stop(false).await;
+    op.app.handle.stop(false).await;
 }
 
 /// An incumbent whose end came before the expiry sweep got to it: its legacy grant keeps the

@@ -27,13 +27,6 @@ pub async fn signed_in(app: &TestApp, email: &str, password: &str) -> (Client, S
     (c, token)
 }
 
-/// The demo, a running console and a signed-in operator.
-pub async fn operator_app() -> (TestDb, TestApp, Client, String) {
-    let (t, app) = app_with_demo().await;
-    let (c, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-    (t, app, c, token)
-}
-
 /// The demo, a running console and a signed-in operator's session.
 pub async fn operator_session() -> (TestDb, Session) {
     let (t, app) = app_with_demo().await;
