@@ -74,7 +74,39 @@ impl Session {
     ) {
         refuse_all(&self.app, &self.client, &self.token, path, container, cases, written).await
     }
+
+    /// Post each form, plainly and then with HTMX, with a field it does not have (`misspelt`:
+    /// refused naming that field) and without one it needs (`missing`: refused with that field's
+    /// message): each a 422, and `written` (what the area's tables hold) as it was before.
+    pub async fn refuse_misspelt_and_missing<W: PartialEq + std::fmt::Debug>(
+        &self,
+        misspelt: &[FieldCase<'_>],
+        missing: &[FieldCase<'_>],
+        written: impl AsyncFn() -> W,
+    ) {
+        let before = written().await;
+        for htmx in [false, true] {
+            for (path, fields, name) in misspelt {
+                let a = self.post(path, fields, htmx).await;
+                let case = format!("{path} with {name} (htmx: {htmx})");
+                assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
+                assert!(a.body.contains(&format!("This form has no field “{name}”")), "{case}: {}", a.body);
+                assert_eq!(written().await, before, "{case}: nothing was written");
+            }
+            for (path, fields, message) in missing {
+                let a = self.post(path, fields, htmx).await;
+                let case = format!("{path} without a field (htmx: {htmx})");
+                assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {}", a.body);
+                assert!(a.body.contains(message), "{case}: {}", a.body);
+                assert_eq!(written().await, before, "{case}: nothing was written");
+            }
+        }
+    }
 }
+
+/// A form posted with a field misspelt or left out: its path, the fields sent, and the field's
+/// name (misspelt) or the message its refusal carries (missing).
+pub type FieldCase<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
 
 pub struct Answer {
     pub status: StatusCode,
