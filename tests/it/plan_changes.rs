@@ -8,7 +8,7 @@ use crate::common;
 use chrono::{DateTime, Utc};
 use common::{
     TestApp, TestDb,
-    pages::{Answer, get, post, signed_in},
+    pages::{Answer, Session},
     stripe::StripeFixture,
 };
 use member_console::{
@@ -325,66 +325,60 @@ async fn superseding_a_released_schedules_changes_waits_on_a_reconcile_holding_t
 
 /// Confirm a quote from the billing page as its form does: the same fields, with `confirm` and
 /// the quote's `operation`.
-async fn confirm_quote(
-    app: &TestApp,
-    c: &reqwest::Client,
-    token: &str,
-    fields: &[(&str, &str)],
-    quote: &Answer,
-) -> Answer {
+async fn confirm_quote(member: &Session, fields: &[(&str, &str)], quote: &Answer) -> Answer {
     let marker = "name=\"operation\" value=\"";
     let operation =
         quote.body.split(marker).nth(1).map(|r| r.split('"').next().unwrap()).expect("the quote's operation");
     let mut confirm = fields.to_vec();
     confirm.push(("confirm", "1"));
     confirm.push(("operation", operation));
-    post(app, c, "/billing/switch", token, &confirm, false).await
+    member.post("/billing/switch", &confirm, false).await
 }
 
 #[tokio::test]
 async fn a_member_switches_and_cancels_from_the_billing_page() {
     let p = paying("Basic").await;
     let app = TestApp::spawn_with_stripe(&p.t, p.s.stripe.clone()).await;
-    let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-    let page = get(&app, &c, "/billing").await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let page = member.get("/billing").await;
     assert!(page.body.contains("Switch to Pro"), "{}", page.body);
     let (org, sub, pro) = (p.org.to_string(), p.subscription_id.to_string(), p.pro.to_string());
     let fields = [("organization_id", org.as_str()), ("subscription_id", sub.as_str()), ("price_id", pro.as_str())];
-    let quote = post(&app, &c, "/billing/switch", &token, &fields, false).await;
+    let quote = member.post("/billing/switch", &fields, false).await;
     assert_eq!(quote.status, 200, "{}", quote.body);
     assert!(quote.body.contains("You will be charged") && quote.body.contains("Switch now and pay"), "{}", quote.body);
     assert_eq!(p.hosting().await, "Basic", "a quote changes nothing");
-    let done = confirm_quote(&app, &c, &token, &fields, &quote).await;
+    let done = confirm_quote(&member, &fields, &quote).await;
     assert_eq!(done.header("location"), Some("/billing?changed=upgraded"), "{}", done.body);
     assert_eq!(p.hosting().await, "Pro");
 
     let basic = p.basic.to_string();
     let down = [("organization_id", org.as_str()), ("subscription_id", sub.as_str()), ("price_id", basic.as_str())];
-    let quote = post(&app, &c, "/billing/switch", &token, &down, false).await;
+    let quote = member.post("/billing/switch", &down, false).await;
     assert!(quote.body.contains("You keep Pro until") && quote.body.contains("Schedule the switch"), "{}", quote.body);
-    let done = confirm_quote(&app, &c, &token, &down, &quote).await;
+    let done = confirm_quote(&member, &down, &quote).await;
     assert_eq!(done.header("location"), Some("/billing?changed=scheduled"), "{}", done.body);
-    let page = get(&app, &c, "/billing?changed=scheduled").await;
+    let page = member.get("/billing?changed=scheduled").await;
     assert!(page.body.contains("Pro until ") && page.body.contains(", then Basic"), "{}", page.body);
     let ladder = p.ladder().await.to_string();
     let undo = [("organization_id", org.as_str()), ("subscription_id", sub.as_str()), ("ladder_id", ladder.as_str())];
-    let done = post(&app, &c, "/billing/switch/undo", &token, &undo, false).await;
+    let done = member.post("/billing/switch/undo", &undo, false).await;
     assert_eq!(done.header("location"), Some("/billing?changed=undone"), "{}", done.body);
 
     let cancel = [("organization_id", org.as_str()), ("subscription_id", sub.as_str())];
-    let done = post(&app, &c, "/billing/cancel", &token, &cancel, false).await;
+    let done = member.post("/billing/cancel", &cancel, false).await;
     assert_eq!(done.header("location"), Some("/billing?changed=canceling"), "{}", done.body);
-    let page = get(&app, &c, "/billing").await;
+    let page = member.get("/billing").await;
     assert!(page.body.contains("ends at period end") && page.body.contains("Keep the plan"), "{}", page.body);
     // Switching now is refused with the reason, and nothing changes.
-    let again = post(&app, &c, "/billing/switch", &token, &fields, false).await;
+    let again = member.post("/billing/switch", &fields, false).await;
     assert_eq!(again.status, 409, "{}", again.body);
     assert!(again.body.contains("keep it first"), "{}", again.body);
     // Someone else's subscription id is nothing at all.
     let foreign = [("organization_id", org.as_str()), ("subscription_id", "999999"), ("price_id", pro.as_str())];
-    assert_eq!(post(&app, &c, "/billing/switch", &token, &foreign, false).await.status, 404);
+    assert_eq!(member.post("/billing/switch", &foreign, false).await.status, 404);
     let bad = [("organization_id", org.as_str()), ("subscription_id", "x"), ("price_id", pro.as_str())];
-    assert_eq!(post(&app, &c, "/billing/switch", &token, &bad, false).await.status, 400);
+    assert_eq!(member.post("/billing/switch", &bad, false).await.status, 400);
 }
 
 // The collection pause, Resume plan and the paused switch ----------------------------------------------
@@ -586,8 +580,8 @@ async fn a_failed_renewal_suspends_the_plan_with_a_banner_and_a_paid_retry_reins
     billing::reconcile_subscription(&p.t.db, &p.s.stripe, &p.sub).await.unwrap();
     assert_eq!(common::acts::sites(&p.t, p.pool).await, None, "suspended: it confers nothing");
     let app = TestApp::spawn_with_stripe(&p.t, p.s.stripe.clone()).await;
-    let (c, _) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-    let page = get(&app, &c, "/billing").await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let page = member.get("/billing").await;
     assert!(page.body.contains("A payment failed"), "{}", page.body);
     // The member pays the open invoice with a card that works; the invoice's reconcile reinstates.
     let open = p.s.get(&format!("/invoices?subscription={}&status=open", p.sub)).await;
@@ -596,7 +590,7 @@ async fn a_failed_renewal_suspends_the_plan_with_a_banner_and_a_paid_retry_reins
     p.s.post(&format!("/invoices/{invoice}/pay"), &[("payment_method", "pm_card_visa")]).await;
     billing::reconcile_subscription(&p.t.db, &p.s.stripe, &p.sub).await.unwrap();
     assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(10), "reinstated");
-    let page = get(&app, &c, "/billing").await;
+    let page = member.get("/billing").await;
     assert!(!page.body.contains("A payment failed"), "{}", page.body);
 }
 
@@ -652,8 +646,8 @@ async fn a_member_changes_the_seats_from_the_billing_page() {
     let pro = common::acts::product_id(&p.t, "Pro").await;
     member_console::services::catalog::set_product_seats(&p.t.db, pro, "10").await.unwrap();
     let app = TestApp::spawn_with_stripe(&p.t, p.s.stripe.clone()).await;
-    let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-    let page = get(&app, &c, "/billing").await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let page = member.get("/billing").await;
     assert!(page.body.contains("Change the seats of Pro") && page.body.contains(r#"max="10""#), "{}", page.body);
     let (org, sub, pro_price) = (p.org.to_string(), p.subscription_id.to_string(), p.pro.to_string());
     let fields = [
@@ -662,14 +656,14 @@ async fn a_member_changes_the_seats_from_the_billing_page() {
         ("price_id", pro_price.as_str()),
         ("quantity", "2"),
     ];
-    let quote = post(&app, &c, "/billing/switch", &token, &fields, false).await;
+    let quote = member.post("/billing/switch", &fields, false).await;
     assert_eq!(quote.status, 200, "{}", quote.body);
     assert!(quote.body.contains("from 1 to 2 seats?") && quote.body.contains("You will be charged"), "{}", quote.body);
-    let done = confirm_quote(&app, &c, &token, &fields, &quote).await;
+    let done = confirm_quote(&member, &fields, &quote).await;
     assert_eq!(done.header("location"), Some("/billing?changed=seats"), "{}", done.body);
     assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(20));
     let bad = [fields[0], fields[1], fields[2], ("quantity", "11")];
-    let refused = post(&app, &c, "/billing/switch", &token, &bad, false).await;
+    let refused = member.post("/billing/switch", &bad, false).await;
     assert_eq!(refused.status, 422, "{}", refused.body);
     assert!(refused.body.contains("from 1 to 10 seats"), "{}", refused.body);
 }

@@ -6,13 +6,14 @@
 
 use crate::common;
 use crate::{
-    common::pause_writes_on,
+    common::{pages::Session, pause_writes_on},
     sites::{Sites, app, assert_usage_agrees, servable, setup},
 };
 
 use std::time::Duration;
 
 use member_console::{
+    demo,
     services::fedwiki::{
         self, Ran,
         maintenance::{self, run_maintenance},
@@ -157,9 +158,8 @@ async fn a_downgrade_parks_the_least_recently_modified_sites_keep_active_last_an
     assert_eq!(s.used().await, 1);
     // The member reads which and why.
     let app = app(&s).await;
-    let (c, _) =
-        common::pages::signed_in(&app, member_console::demo::MEMBER_EMAIL, member_console::demo::MEMBER_PASSWORD).await;
-    let page = common::pages::get(&app, &c, "/sites").await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let page = member.get("/sites").await;
     assert!(page.body.contains("Parked because the plan allows 1 active site"), "{}", page.body);
 
     // An upgrade: both come back, the most recently modified first; then nothing more to do.
@@ -251,31 +251,29 @@ async fn a_reactivation_waits_on_the_usage_row_a_slot_gate_holds_and_stays_withi
 
 #[tokio::test]
 async fn an_operator_sees_the_runs_and_the_drift_and_runs_the_maintenance_now_once() {
-    use common::pages::{get, post, signed_in};
-    use member_console::demo;
     let s = setup("Basic").await;
     s.created("docs").await;
     s.maintain().await;
     s.f.farm.set_status("docs.wiki.localhost", "parked").await.unwrap();
     s.f.farm.create_site("stray.wiki.localhost", "nobody", "active").await.unwrap();
     let app = app(&s).await;
-    let (c, token) = signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-    let page = get(&app, &c, "/operator/farm").await;
+    let op = Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let page = op.get("/operator/farm").await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains("Maintenance") && page.body.contains("Run now"), "{}", page.body);
     assert!(page.body.contains("observed"), "the last run's counts: {}", page.body);
-    let drift = get(&app, &c, "/operator/farm?drift=1").await;
+    let drift = op.get("/operator/farm?drift=1").await;
     assert!(drift.body.contains("2 differ"), "{}", drift.body);
     assert!(drift.body.contains("stray.wiki.localhost") && drift.body.contains("no row"), "{}", drift.body);
-    let run = post(&app, &c, "/operator/farm/run", &token, &[], false).await;
+    let run = op.post("/operator/farm/run", &[], false).await;
     assert_eq!(run.header("location"), Some("/operator/farm?ran=1"), "{}", run.body);
-    let again = post(&app, &c, "/operator/farm/run", &token, &[], false).await;
+    let again = op.post("/operator/farm/run", &[], false).await;
     assert_eq!(again.status, 409, "{}", again.body);
     assert!(again.body.contains("already queued or running"), "{}", again.body);
     // A member reaches none of it.
-    let (m, member_token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-    assert_ne!(get(&app, &m, "/operator/farm").await.status, 200);
-    assert_ne!(post(&app, &m, "/operator/farm/run", &member_token, &[], false).await.status, 303);
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    assert_ne!(member.get("/operator/farm").await.status, 200);
+    assert_ne!(member.post("/operator/farm/run", &[], false).await.status, 303);
 }
 
 // Settle, the status reconcile and the domains at start ---------------------------------------------------

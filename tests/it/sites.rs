@@ -506,38 +506,38 @@ async fn a_swap_intake_takes_the_workspace_lock_before_the_instance_locks_and_a_
 
 #[tokio::test]
 async fn a_member_creates_a_site_from_the_page_and_a_bad_name_is_told_beside_its_field_with_nothing_written() {
-    use common::pages::{get, post, signed_in};
+    use common::pages::Session;
     let s = setup("Basic").await;
     let app = app(&s).await;
-    let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
-    let page = get(&app, &c, "/sites").await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let page = member.get("/sites").await;
     assert_eq!(page.status, 200);
     assert!(page.body.contains("0 of 3 active") && page.body.contains("Create site"), "{}", page.body);
     let org = s.org.to_string();
-    let bad = post(&app, &c, "/sites", &token, &[("organization_id", &org), ("name", "-bad-")], false).await;
+    let bad = member.post("/sites", &[("organization_id", &org), ("name", "-bad-")], false).await;
     assert_eq!(bad.status, 422, "{}", bad.body);
     assert!(bad.body.contains("cannot be a site") && bad.body.contains("value=\"-bad-\""), "{}", bad.body);
     assert_eq!(s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await, 0);
-    let made = post(&app, &c, "/sites", &token, &[("organization_id", &org), ("name", "pages")], false).await;
+    let made = member.post("/sites", &[("organization_id", &org), ("name", "pages")], false).await;
     assert_eq!((made.status.as_u16(), made.header("location")), (303, Some("/sites?asked=create")));
     let id = RequestId(s.count("SELECT max(request_id) FROM fedwiki.lifecycle_requests").await);
-    let live = get(&app, &c, "/sites/live").await;
+    let live = member.get("/sites/live").await;
     assert!(live.body.contains("every 2s") && live.body.contains("in flight"), "polls while in flight: {}", live.body);
     s.run(id).await.unwrap();
-    let after = get(&app, &c, "/sites").await;
+    let after = member.get("/sites").await;
     assert!(
         after.body.contains("pages.wiki.localhost was created and is active.") && after.body.contains("1 of 3 active")
     );
     assert!(!after.body.contains("every 2s"), "no polling once settled");
     // Taken: told beside the name, 422.
-    let taken = post(&app, &c, "/sites", &token, &[("organization_id", &org), ("name", "pages")], true).await;
+    let taken = member.post("/sites", &[("organization_id", &org), ("name", "pages")], true).await;
     assert_eq!(taken.status, 422);
     assert!(taken.body.contains("is taken"), "{}", taken.body);
 }
 
 #[tokio::test]
 async fn a_member_cannot_touch_another_organizations_site_and_a_refused_act_says_why_in_place() {
-    use common::pages::{post, signed_in};
+    use common::pages::Session;
     let s = setup("Free").await;
     s.created("mine").await;
     // Another organization's site, on the farm too.
@@ -551,25 +551,23 @@ async fn a_member_cannot_touch_another_organizations_site_and_a_refused_act_says
     s.t.run(sqlx::query("INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status) VALUES ('s-theirs', $1, 'theirs.wiki.localhost', 'active')")
         .bind(format!("org-{}", other.organization_id))).await;
     let app = app(&s).await;
-    let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     for (path, fields) in [
         ("/sites/s-theirs/status", vec![("to", "park")]),
         ("/sites/s-theirs/delete", vec![]),
         ("/sites/s-theirs/keep-active", vec![("keep", "1")]),
     ] {
-        let a = post(&app, &c, path, &token, &fields, false).await;
+        let a = member.post(path, &fields, false).await;
         assert_eq!(a.status, 404, "{path}: {}", a.body);
     }
-    let swap =
-        post(&app, &c, "/sites/swap", &token, &[("activate", "s-theirs"), ("park", &s.site_id("mine").await)], false)
-            .await;
+    let swap = member.post("/sites/swap", &[("activate", "s-theirs"), ("park", &s.site_id("mine").await)], false).await;
     assert_eq!(swap.status, 404);
     assert_eq!(s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await, 1, "only the create of mine");
     // Parking an already parked site is refused where it was asked, with the reason.
     let mine = s.site_id("mine").await;
-    let park = post(&app, &c, &format!("/sites/{mine}/status"), &token, &[("to", "park")], false).await;
+    let park = member.post(&format!("/sites/{mine}/status"), &[("to", "park")], false).await;
     assert_eq!(park.status, 303);
-    let again = post(&app, &c, &format!("/sites/{mine}/status"), &token, &[("to", "archive")], true).await;
+    let again = member.post(&format!("/sites/{mine}/status"), &[("to", "archive")], true).await;
     assert_eq!(again.status, 409, "{}", again.body);
     assert!(again.body.contains("already in progress"), "{}", again.body);
 }
@@ -742,30 +740,23 @@ async fn stopping_serving_waits_on_the_placement_row_a_sites_status_write_holds(
 
 #[tokio::test]
 async fn a_member_adds_a_domain_and_serves_a_site_at_it_from_the_page_and_a_bad_domain_is_told_beside_its_field() {
-    use common::pages::{get, post, signed_in};
+    use common::pages::Session;
     let s = setup("Basic").await;
     let site = s.created("front").await;
     let app = app(&s).await;
-    let (c, token) = signed_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     let org = s.org.to_string();
-    assert!(get(&app, &c, "/sites").await.body.contains("Your domains"));
-    let bad = post(&app, &c, "/sites/domains", &token, &[("organization_id", &org), ("domain", "nope")], false).await;
+    assert!(member.get("/sites").await.body.contains("Your domains"));
+    let bad = member.post("/sites/domains", &[("organization_id", &org), ("domain", "nope")], false).await;
     assert_eq!(bad.status, 422, "{}", bad.body);
     assert!(bad.body.contains("is not a domain name"), "{}", bad.body);
-    let added =
-        post(&app, &c, "/sites/domains", &token, &[("organization_id", &org), ("domain", "acme.example")], false).await;
+    let added = member.post("/sites/domains", &[("organization_id", &org), ("domain", "acme.example")], false).await;
     assert_eq!(added.header("location"), Some("/sites?asked=domain"), "{}", added.body);
-    let served = post(
-        &app,
-        &c,
-        "/sites/domains",
-        &token,
-        &[("organization_id", &org), ("site", &site), ("hostname", "wiki.acme.example")],
-        false,
-    )
-    .await;
+    let served = member
+        .post("/sites/domains", &[("organization_id", &org), ("site", &site), ("hostname", "wiki.acme.example")], false)
+        .await;
     assert_eq!(served.header("location"), Some("/sites?asked=hostname"), "{}", served.body);
-    let page = get(&app, &c, "/sites").await;
+    let page = member.get("/sites").await;
     assert!(
         page.body.contains("also wiki.acme.example") && page.body.contains("<code>acme.example</code>"),
         "{}",
@@ -774,26 +765,18 @@ async fn a_member_adds_a_domain_and_serves_a_site_at_it_from_the_page_and_a_bad_
     assert_eq!(servable(&s, "wiki.acme.example").await, Some(true));
     // Releasing the domain while it serves is refused beside the list; stopping, then releasing, works.
     let org_field = ("organization_id", org.as_str());
-    let early = post(&app, &c, "/sites/domains/remove", &token, &[org_field, ("domain", "acme.example")], false).await;
+    let early = member.post("/sites/domains/remove", &[org_field, ("domain", "acme.example")], false).await;
     assert_eq!(early.status, 422, "{}", early.body);
     assert!(early.body.contains("still serves a site: stop serving it there first"), "{}", early.body);
-    let stop =
-        post(&app, &c, "/sites/domains/remove", &token, &[org_field, ("hostname", "wiki.acme.example")], false).await;
+    let stop = member.post("/sites/domains/remove", &[org_field, ("hostname", "wiki.acme.example")], false).await;
     assert_eq!(stop.header("location"), Some("/sites?asked=stop"), "{}", stop.body);
-    let release =
-        post(&app, &c, "/sites/domains/remove", &token, &[org_field, ("domain", "acme.example")], false).await;
+    let release = member.post("/sites/domains/remove", &[org_field, ("domain", "acme.example")], false).await;
     assert_eq!(release.header("location"), Some("/sites?asked=release"), "{}", release.body);
-    let page = get(&app, &c, "/sites?asked=release").await;
+    let page = member.get("/sites?asked=release").await;
     assert!(page.body.contains("The domain is released.") && !page.body.contains("acme.example"), "{}", page.body);
-    let both = post(
-        &app,
-        &c,
-        "/sites/domains/remove",
-        &token,
-        &[org_field, ("domain", "a.example"), ("hostname", "b.example")],
-        false,
-    )
-    .await;
+    let both = member
+        .post("/sites/domains/remove", &[org_field, ("domain", "a.example"), ("hostname", "b.example")], false)
+        .await;
     assert_eq!(both.status, 400, "{}", both.body);
 }
 
