@@ -1016,9 +1016,8 @@ async fn a_deadline_during_the_commit_says_the_outcome_is_not_known() {
     .await
     .unwrap();
     let app = app_with_a_short_deadline(&t).await;
-    let (c, token) = common::pages::signed_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-    let r =
-        common::pages::post(&app, &c, "/operator/organizations", &token, &[("name", "Slow Commit Ltd")], false).await;
+    let op = common::pages::Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let r = op.post("/operator/organizations", &[("name", "Slow Commit Ltd")], false).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
     assert!(r.body.contains("could not confirm"), "{}", r.body);
     assert!(!r.body.contains("nothing was changed"), "{}", r.body);
@@ -1038,15 +1037,15 @@ async fn a_change_path_past_the_request_deadline_is_a_503_and_past_its_lock_boun
     let held = begin(&t.db, TxKind::RuleChange).await.unwrap();
     // The request's deadline (1.5 s) comes before the lock bound (5 s): a 503.
     let slow = app_with_a_short_deadline(&t).await;
-    let (c, token) = common::pages::signed_in(&slow, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-    let r = common::pages::post(&slow, &c, &path, &token, &fields, true).await;
+    let op = common::pages::Session::sign_in(&slow, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let r = op.post(&path, &fields, true).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
     assert!(!r.body.contains("Another change is in progress"), "{}", r.body);
     // The lock bound (200 ms) comes first: the refusal.
     t.db.lock_timeout = Duration::from_millis(200);
     let quick = TestApp::spawn(&t).await;
-    let (c, token) = common::pages::signed_in(&quick, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
-    let r = common::pages::post(&quick, &c, &path, &token, &fields, true).await;
+    let op = common::pages::Session::sign_in(&quick, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let r = op.post(&path, &fields, true).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
     assert!(r.body.contains("Another change is in progress"), "{}", r.body);
     // Counted as a lock-wait refusal on its route (the 503 before it was not one).
