@@ -60,7 +60,8 @@ impl Session {
 
     /// A GET as htmx sends it when it swaps `target`.
     pub async fn get_htmx(&self, path: &str, target: &str) -> Answer {
-        get_htmx(&self.app, &self.client, path, target).await
+        let rb = self.client.get(self.app.url(path)).header("HX-Request", "true").header("HX-Target", target);
+        answer(rb.send().await.unwrap()).await
     }
 
     /// Post each case to `path` plainly and with HTMX: each must be refused (`assert_refused`)
@@ -72,7 +73,15 @@ impl Session {
         cases: &[RefusalCase<'_>],
         written: impl AsyncFn() -> W,
     ) {
-        refuse_all(&self.app, &self.client, &self.token, path, container, cases, written).await
+        for (case, fields, status, message) in cases {
+            for htmx in [false, true] {
+                let before = written().await;
+                let a = self.post(path, fields, htmx).await;
+                let label = format!("{path} {case} (htmx: {htmx})");
+                assert_refused(&a, *status, htmx, container, message, &label);
+                assert_eq!(written().await, before, "{label}: nothing was written");
+            }
+        }
     }
 
     /// Post each form, plainly and then with HTMX, with a field it does not have (`misspelt`:
@@ -139,11 +148,6 @@ pub async fn post(app: &TestApp, c: &Client, path: &str, token: &str, fields: &[
         rb = rb.header("HX-Request", "true").header("X-CSRF-Token", token);
     }
     answer(rb.send().await.unwrap()).await
-}
-
-/// A GET as htmx sends it when it swaps `target`.
-pub async fn get_htmx(app: &TestApp, c: &Client, path: &str, target: &str) -> Answer {
-    answer(c.get(app.url(path)).header("HX-Request", "true").header("HX-Target", target).send().await.unwrap()).await
 }
 
 /// Every page and form of the operator's area, tried as a member (refused: "This page is for
@@ -242,28 +246,6 @@ pub fn row<'a>(html: &'a str, first_cell: &str) -> &'a str {
 
 /// A refusal case: what it is, the fields posted, the status and the message expected.
 pub type RefusalCase<'a> = (&'a str, Vec<(&'a str, &'a str)>, StatusCode, &'a str);
-
-/// Post each case to `path` plainly and with HTMX: each must be refused (`assert_refused`) and
-/// leave `written` (what the area's tables hold) as it was.
-pub async fn refuse_all<W: PartialEq + std::fmt::Debug>(
-    app: &TestApp,
-    c: &Client,
-    token: &str,
-    path: &str,
-    container: &str,
-    cases: &[RefusalCase<'_>],
-    written: impl AsyncFn() -> W,
-) {
-    for (case, fields, status, message) in cases {
-        for htmx in [false, true] {
-            let before = written().await;
-            let a = post(app, c, path, token, fields, htmx).await;
-            let label = format!("{path} {case} (htmx: {htmx})");
-            assert_refused(&a, *status, htmx, container, message, &label);
-            assert_eq!(written().await, before, "{label}: nothing was written");
-        }
-    }
-}
 
 /// A successful post sends the browser on to `to`: a plain form by a 303 to it, HTMX (which
 /// would follow a redirect itself) by `HX-Redirect` on a 200.
