@@ -154,15 +154,15 @@ pub async fn post(app: &TestApp, c: &Client, path: &str, token: &str, fields: &[
 /// operators.", plain and HTMX) and as a visitor (sent to sign in, a page's address kept as
 /// `next`).
 pub async fn assert_operators_only(app: &TestApp, pages: &[String], forms: &[(String, Vec<(&str, &str)>)]) {
-    let (member, token) = signed_in(app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let member = Session::sign_in(app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     for path in pages {
-        let a = get(app, &member, path).await;
+        let a = member.get(path).await;
         assert_eq!(a.status, StatusCode::FORBIDDEN, "member GET {path}");
         assert!(a.body.contains("This page is for operators."), "{path}: {}", a.body);
     }
     for (path, fields) in forms {
         for htmx in [false, true] {
-            let a = post(app, &member, path, &token, fields, htmx).await;
+            let a = member.post(path, fields, htmx).await;
             assert_eq!(a.status, StatusCode::FORBIDDEN, "member POST {path} (htmx: {htmx})");
             assert!(a.body.contains("This page is for operators."), "{path}: {}", a.body);
         }
