@@ -303,6 +303,23 @@ async fn a_name_whose_deletion_is_still_under_way_is_refused_until_the_deletion_
 }
 
 #[tokio::test]
+async fn a_deletion_the_farm_fails_for_good_keeps_the_site_and_gives_it_its_name_back() {
+    let s = setup("Basic").await;
+    s.created("kept").await;
+    let site = s.site_id("kept").await;
+    let delete = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Delete).await.unwrap();
+    s.f.faults(serde_json::json!({ "fail_next": 1 })).await;
+    let ran = fedwiki::run_site_request(&s.t.db, &s.f.farm, delete, true).await.unwrap();
+    assert!(matches!(ran, Ran::Recorded(Recorded::Done { state: RequestState::Failed, .. })), "{ran:?}");
+    assert_eq!(s.site_id("kept").await, site, "the site stays");
+    assert!(s.f.site("kept.wiki.localhost").await.is_some(), "and stays on the farm");
+    assert_eq!(servable(&s, "kept.wiki.localhost").await, Some(true), "its name is placed again and served");
+    let e = s.create("kept").await.unwrap_err();
+    assert!(e.to_string().contains("taken"), "{e}");
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
 async fn an_unstarted_request_is_deleted_with_its_job_and_a_started_one_is_kept() {
     let s = setup("Basic").await;
     let id = s.create("later").await.unwrap();

@@ -82,7 +82,8 @@ pub static SYNC_PLACEMENT_LOCKS: PathLocks = PathLocks {
     locks: &[Lock::Registry, Lock::SiteRowShare],
     why: "A creator: the registry lock and every skip check first (the name under the farm's zone, not placed), then \
           exactly one site FOR SHARE (GetSiteForPlacement) immediately before the placement's write; a missing \
-          site places nothing.",
+          site places nothing. The sync runs it for a site it adopts, and a member's deletion that failed for \
+          good runs it to give the site back the name it released.",
 };
 
 pub static PURGE_ARCHIVED_SITE_LOCKS: PathLocks = PathLocks {

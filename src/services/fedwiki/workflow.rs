@@ -59,9 +59,17 @@ pub async fn run_site_request(db: &Db, farm: &Farm, id: RequestId, last_attempt:
             let reason = format!("{}. The request was not carried out.", e.to_string().trim_end_matches('.'));
             let r = finish_all_with(db, &requests, Activity::Finish { state: RequestState::Failed, outcome: reason })
                 .await?;
-            if req.kind == RequestKind::Create {
+            match req.kind {
                 // The site was never recorded: its name goes back to the pool of free names.
-                registry::release_site_names(db, &req.instance_id).await?;
+                RequestKind::Create => {
+                    registry::release_site_names(db, &req.instance_id).await?;
+                }
+                // The deletion released the name first, and the site stays: it takes its name
+                // back (no create can have taken it while the row held it).
+                RequestKind::Delete => {
+                    super::maintenance::sync_placement(db, &req.instance_id, &req.domain, &req.workspace_id).await?;
+                }
+                _ => {}
             }
             Ok(Ran::Recorded(r))
         }
