@@ -394,9 +394,7 @@ async fn the_syncs_insert_checks_again_for_a_request_its_sets_predate_and_leaves
     s.created("gone").await;
     let page = s.f.farm.list_page("", 100).await.unwrap();
     let listed = |domain: &str| page.sites.iter().find(|f| f.domain == domain).cloned().expect("listed");
-    let delete = fedwiki::change_status(&s.t.db, &s.settings, s.who, &s.site_id("gone").await, RequestKind::Delete)
-        .await
-        .unwrap();
+    let delete = s.ask_delete(&s.site_id("gone").await).await;
     s.run(delete).await.unwrap();
     for site in [listed("late.wiki.localhost"), listed("gone.wiki.localhost")] {
         let adopted =

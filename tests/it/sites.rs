@@ -69,6 +69,11 @@ impl Sites {
         fedwiki::run_site_request(&self.t.db, &self.f.farm, id, false).await
     }
 
+    /// A member's deletion of `site_id`, accepted (its workflow not run).
+    pub(crate) async fn ask_delete(&self, site_id: &str) -> RequestId {
+        fedwiki::change_status(&self.t.db, &self.settings, self.who, site_id, RequestKind::Delete).await.unwrap()
+    }
+
     pub(crate) async fn created(&self, name: &str) -> String {
         let id = self.create(name).await.unwrap();
         assert!(matches!(self.run(id).await.unwrap(), Ran::Recorded(Recorded::Done { .. })));
@@ -263,9 +268,7 @@ async fn a_slow_farm_past_the_call_bound_is_a_retry_and_nothing_is_half_written(
 async fn a_deletion_releases_the_name_removes_the_site_everywhere_and_recounts() {
     let s = setup("Basic").await;
     s.created("gone").await;
-    let id = fedwiki::change_status(&s.t.db, &s.settings, s.who, &s.site_id("gone").await, RequestKind::Delete)
-        .await
-        .unwrap();
+    let id = s.ask_delete(&s.site_id("gone").await).await;
     s.run(id).await.unwrap();
     assert_eq!(s.request(id).await.state, RequestState::Done);
     assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites").await, 0);
@@ -280,7 +283,7 @@ async fn a_name_whose_deletion_is_still_under_way_is_refused_until_the_deletion_
     let s = setup("Basic").await;
     s.created("again").await;
     let old = s.site_id("again").await;
-    let delete = fedwiki::change_status(&s.t.db, &s.settings, s.who, &old, RequestKind::Delete).await.unwrap();
+    let delete = s.ask_delete(&old).await;
     // The deletion releases the name, then the farm fails: the row and the farm's site stay until
     // the retry.
     s.f.faults(serde_json::json!({ "fail_next": 1 })).await;
@@ -307,7 +310,7 @@ async fn a_deletion_the_farm_fails_for_good_keeps_the_site_and_gives_it_its_name
     let s = setup("Basic").await;
     s.created("kept").await;
     let site = s.site_id("kept").await;
-    let delete = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Delete).await.unwrap();
+    let delete = s.ask_delete(&site).await;
     s.f.faults(serde_json::json!({ "fail_next": 1 })).await;
     let ran = fedwiki::run_site_request(&s.t.db, &s.f.farm, delete, true).await.unwrap();
     assert!(matches!(ran, Ran::Recorded(Recorded::Done { state: RequestState::Failed, .. })), "{ran:?}");
@@ -670,7 +673,7 @@ async fn a_member_claims_a_domain_the_plan_allows_and_serves_a_site_under_it_whi
     let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
     s.run(park).await.unwrap();
     assert_eq!(servable(&s, "wiki.example.org").await, Some(false));
-    let delete = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Delete).await.unwrap();
+    let delete = s.ask_delete(&site).await;
     s.run(delete).await.unwrap();
     assert_eq!(servable(&s, "wiki.example.org").await, None);
     assert_eq!(

@@ -88,8 +88,9 @@ pub async fn place_site_name(
             ));
         }
     }
+    let taken = || ServiceError::invalid("name", format!("{hostname} is taken: choose another name."));
     if store::placement(tx.conn(), hostname).await?.is_some() {
-        return Err(ServiceError::invalid("name", format!("{hostname} is taken: choose another name.")));
+        return Err(taken());
     }
     // A member's deletion releases the name before the farm and the row let the site go: until
     // the row is gone, a new site under the name would meet the old one on the farm and in the
@@ -101,13 +102,11 @@ pub async fn place_site_name(
                 format!("{hostname} is still being deleted: try again once its deletion is done."),
             ));
         }
-        Some(false) => {
-            return Err(ServiceError::invalid("name", format!("{hostname} is taken: choose another name.")));
-        }
+        Some(false) => return Err(taken()),
         None => {}
     }
     if !store::insert_site_placement(tx.conn(), hostname, &owner, site_id, false).await? {
-        return Err(ServiceError::invalid("name", format!("{hostname} is taken: choose another name.")));
+        return Err(taken());
     }
     Ok(())
 }
