@@ -229,8 +229,18 @@ impl Config {
                     Err(e) => Err(invalid("FARM_URL", e.to_string())),
                 })
                 .transpose()?,
-            token: get("FARM_TOKEN").map(|t| t.trim().to_string()),
-            callback_secret: get("FARM_CALLBACK_SECRET").map(|t| t.trim().to_string()),
+            // Blank counts as unset: an empty token or signing key would be no secret at all.
+            token: get("FARM_TOKEN").map(|t| t.trim().to_string()).filter(|t| !t.is_empty()),
+            callback_secret: match get("FARM_CALLBACK_SECRET").map(|t| t.trim().to_string()) {
+                Some(s) if s.is_empty() => None,
+                Some(s) if s.chars().count() < 16 => {
+                    return Err(invalid(
+                        "FARM_CALLBACK_SECRET",
+                        "is shorter than 16 characters: the farm's callbacks signed with it could be forged".into(),
+                    ));
+                }
+                s => s,
+            },
             domain: match get("FARM_DOMAIN").map(|d| d.trim().to_ascii_lowercase()) {
                 None => "wiki.localhost".into(),
                 Some(d) if crate::hostname::is_hostname(&d) => d,
@@ -504,6 +514,21 @@ mod tests {
         assert!(!LogFormat::Text.ansi(false, None), "piped or redirected: no escape codes");
         assert!(!LogFormat::Text.ansi(true, Some("1")));
         assert!(!LogFormat::Json.ansi(true, None), "JSON lines never carry escape codes");
+    }
+
+    #[test]
+    fn a_blank_farm_token_or_callback_secret_is_unset_and_a_short_secret_is_refused() {
+        let farm = [("FARM_URL", "http://farm.example:9000/")];
+        let with = |token: &str, secret: &str| {
+            cfg(&[farm[0], ("FARM_TOKEN", token), ("FARM_CALLBACK_SECRET", secret)]).err().map(|e| e.to_string())
+        };
+        let e = with("token", "   ").unwrap();
+        assert!(e.contains("FARM_URL") && e.contains("FARM_CALLBACK_SECRET"), "a blank secret is no secret: {e}");
+        let e = with(" ", "a-callback-secret-long-enough").unwrap();
+        assert!(e.contains("FARM_TOKEN"), "{e}");
+        let e = with("token", "short").unwrap();
+        assert!(e.contains("FARM_CALLBACK_SECRET") && e.contains("16"), "{e}");
+        assert_eq!(with("token", "a-callback-secret-long-enough"), None);
     }
 
     #[test]

@@ -88,6 +88,24 @@ pub fn global() -> &'static Registry {
 /// The route label of a request the router matched nothing for.
 pub const UNMATCHED: &str = "unmatched";
 
+/// A request's method as a label: the methods HTTP defines by name, anything else "other", so a
+/// client sending made-up methods cannot add series without end.
+pub fn method_label(method: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
+}
+
 impl Registry {
     fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         // A panic while holding the lock leaves plain counters: still worth reading.

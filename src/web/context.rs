@@ -32,7 +32,7 @@ pub async fn request_context(
     // The route's pattern from the route table (the resource map matches the path before the
     // router does), so even a request that times out is counted under its route.
     let route = req.match_pattern().unwrap_or_else(|| metrics::UNMATCHED.to_string());
-    let method = req.method().to_string();
+    let method = metrics::method_label(req.method());
     let started = Instant::now();
     let (out, lock_refused) = metrics::watching_lock_waits(answer(req, next)).await;
     let status = match &out {
@@ -40,7 +40,7 @@ pub async fn request_context(
         Err(e) => e.as_response_error().status_code(),
     };
     let registry = metrics::global();
-    registry.request(&route, &method, status.as_u16(), started.elapsed());
+    registry.request(&route, method, status.as_u16(), started.elapsed());
     if lock_refused && status == StatusCode::CONFLICT {
         registry.lock_refusal(&format!("{method} {route}"));
     }
@@ -78,6 +78,14 @@ async fn answer(
     let started = Instant::now();
     let deadline = started + timeout;
 
+    // An address carrying a control character (a NUL, say, which PostgreSQL refuses in text)
+    // names nothing the console holds: refused here, before any handler reads or looks it up.
+    if control_character_in(req.path()) || control_character_in(req.query_string()) {
+        let message = "This address holds a control character, which no address of the console has, so nothing \
+                       was read or changed. Check the link.";
+        let e = AppError::BadRequest(message.into());
+        return Err(detached_with(hx, https, e.status_code(), "This address cannot be read", message, &id, e));
+    }
     let outcome = tokio::time::timeout(
         timeout,
         REQUEST_DEADLINE.scope(deadline, REQUEST_WRITES.scope(ledger.clone(), next.call(req))),
@@ -149,6 +157,19 @@ fn set_request_id(headers: &mut header::HeaderMap, id: &str) {
 
 /// An error answered without the request at hand (it went into the service chain): the page
 /// without navigation, or the partial.
+/// Whether `raw` (a path or query as sent, percent-encoded) decodes to a control character:
+/// one sent as it is, or as a percent escape of a byte below 0x20 or of 0x7f.
+fn control_character_in(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    let hex = |c: u8| char::from(c).to_digit(16);
+    b.iter().enumerate().any(|(i, &c)| {
+        c.is_ascii_control()
+            || (c == b'%'
+                && matches!((b.get(i + 1).and_then(|&h| hex(h)), b.get(i + 2).and_then(|&l| hex(l))),
+                    (Some(h), Some(l)) if (h * 16 + l) < 0x20 || h * 16 + l == 0x7f))
+    })
+}
+
 fn detached(hx: bool, https: bool, status: StatusCode, message: &str, id: &str) -> Error {
     let title = status.canonical_reason().unwrap_or("Error").to_string();
     detached_with(hx, https, status, &title, message, id, AppError::BadRequest(message.to_string()))
@@ -169,4 +190,19 @@ fn detached_with(
     // Past the middleware that would add them: this answer leaves as an error.
     super::headers::apply(response.headers_mut(), https);
     InternalError::from_response(cause, response).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::control_character_in;
+
+    #[test]
+    fn an_escaped_or_raw_control_character_is_found_and_nothing_else() {
+        for bad in ["/sites/a%00b/status", "q=a%00", "/x%1F", "/x%7f", "/x%0A", "/a\tb"] {
+            assert!(control_character_in(bad), "{bad}");
+        }
+        for good in ["/sites/a-b/status", "q=caf%C3%A9", "/x%20y", "/x%7E", "/%", "/x%0", "/x%+1", "/x%G0", ""] {
+            assert!(!control_character_in(good), "{good}");
+        }
+    }
 }

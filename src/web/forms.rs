@@ -49,6 +49,16 @@ impl<T> Deref for Form<T> {
 /// Read `T` from a form's (name, value) pairs: a body's, or a preview's query.
 pub fn read<T: DeserializeOwned>(sent: Vec<(String, String)>) -> Result<Form<T>, ServiceError> {
     let sent: Vec<(String, String)> = sent.into_iter().filter(|(k, _)| k != CSRF_FIELD).collect();
+    // No field of the console holds a control character other than a line break or a tab, and
+    // PostgreSQL refuses a NUL in text: such a form is refused whole, before it is read.
+    let control = |t: &str| t.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'));
+    if let Some((name, _)) = sent.iter().find(|(k, v)| control(k) || control(v)) {
+        let name = if control(name) { "a field".to_string() } else { format!("the field “{name}”") };
+        return Err(ServiceError::invalid_form(format!(
+            "The form was not read: {name} holds a control character, so nothing was changed. Remove it and send \
+             the form again."
+        )));
+    }
     let pairs = sent.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     match T::deserialize(MapDeserializer::<_, Unreadable>::new(pairs)) {
         Ok(fields) => Ok(Form { fields, sent }),
@@ -208,6 +218,13 @@ mod tests {
         assert_eq!(f.reason, "done");
         assert_eq!(f.values(), pairs(&[("reason", "done")]));
         assert_eq!(read::<Revoke>(pairs(&[("csrf_token", "t")])).unwrap().reason, "");
+    }
+
+    #[test]
+    fn a_control_character_in_a_name_or_value_refuses_the_form_but_line_breaks_and_tabs_do_not() {
+        assert!(refusal::<Revoke>(&[("name", "a\0b")]).contains("the field “name” holds a control character"));
+        assert!(refusal::<Revoke>(&[("na\u{1}me", "x")]).contains("a field holds a control character"));
+        assert!(read::<Revoke>(pairs(&[("reason", "two\r\nlines\tand a tab")])).is_ok());
     }
 
     #[test]

@@ -76,7 +76,7 @@ async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
     let session = req.get_session();
     let Ok(Some(token)) = session.get::<String>(SESSION_TOKEN) else { return Ok(None) };
     let state = req.app_data::<web::Data<AppState>>().cloned().expect("the app state is registered");
-    let page = (req.method() == Method::GET).then(|| req.match_pattern()).flatten();
+    let page = matches!(*req.method(), Method::GET | Method::HEAD).then(|| req.match_pattern()).flatten();
     let resumed = match page.as_deref() {
         Some(views::paths::HOME) => {
             crate::services::auth::resume_session_with_home(&state.db, &token).await?.map(|(a, home)| {

@@ -96,7 +96,7 @@ pub fn redirect_to_login(req: &HttpRequest) -> HttpResponse {
         "" => req.path().to_string(),
         q => format!("{}?{q}", req.path()),
     };
-    let location = if req.method() == Method::GET && back != views::paths::HOME {
+    let location = if matches!(*req.method(), Method::GET | Method::HEAD) && back != views::paths::HOME {
         format!(
             "{}?next={}",
             views::paths::LOGIN,

@@ -51,17 +51,26 @@ macro_rules! route_table {
         }
     };
     (@one Open $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
-        $cfg.service(web::resource(paths::$path).guard(guard::Method(Method::$method)).to($handler));
+        $cfg.service(web::resource(paths::$path).guard(answers(Method::$method)).to($handler));
     };
     (@one Public $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
-        $cfg.service(web::resource(paths::$path).guard(guard::Method(Method::$method)).wrap(from_fn(guards::public)).to($handler));
+        $cfg.service(web::resource(paths::$path).guard(answers(Method::$method)).wrap(from_fn(guards::public)).to($handler));
     };
     (@one Member $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
-        $cfg.service(web::resource(paths::$path).guard(guard::Method(Method::$method)).wrap(from_fn(guards::member)).to($handler));
+        $cfg.service(web::resource(paths::$path).guard(answers(Method::$method)).wrap(from_fn(guards::member)).to($handler));
     };
     (@one Operator $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
-        $op = $op.service(web::resource(operator_relative(paths::$path)).guard(guard::Method(Method::$method)).to($handler));
+        $op = $op.service(web::resource(operator_relative(paths::$path)).guard(answers(Method::$method)).to($handler));
     };
+}
+
+/// The methods a route answers: its own, and HEAD beside GET (HTTP asks every server to answer
+/// HEAD wherever it answers GET; monitors and load balancers probe with it). actix sends a HEAD's
+/// answer without its body.
+fn answers(method: Method) -> guard::AnyGuard {
+    let head = method == Method::GET;
+    let any = guard::Any(guard::Method(method));
+    if head { any.or(guard::Method(Method::HEAD)) } else { any }
 }
 
 /// An operator route's path inside the scope ("" for the scope's own page).

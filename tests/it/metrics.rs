@@ -34,6 +34,8 @@ async fn a_loopback_scraper_reads_requests_by_route_the_queue_the_drains_and_the
     let c = app.client();
     assert_eq!(pages::get(&app, &c, "/login").await.status, StatusCode::OK);
     assert_eq!(pages::get(&app, &c, "/no/such/page/%6F").await.status, StatusCode::NOT_FOUND);
+    let made_up = reqwest::Method::from_bytes(b"MADEUPMETHOD").unwrap();
+    assert_eq!(c.request(made_up, app.url("/login")).send().await.unwrap().status(), StatusCode::NOT_FOUND);
 
     let r = scrape(&app, None).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
@@ -43,6 +45,9 @@ async fn a_loopback_scraper_reads_requests_by_route_the_queue_the_drains_and_the
     // An unknown path is counted under one label, whatever was asked: no label per attacker's path.
     assert!(b.contains(r#"console_http_requests_total{route="unmatched",method="GET",status="404"} 1"#), "{b}");
     assert!(!b.contains("/no/such/page"), "{b}");
+    // Nor a label per made-up method: any method HTTP does not name is "other".
+    assert!(b.contains(r#"console_http_requests_total{route="/login",method="other",status="404"} 1"#), "{b}");
+    assert!(!b.contains("MADEUPMETHOD"), "{b}");
     assert!(b.contains(r#"console_http_request_duration_seconds_count{route="/login",method="GET"} 1"#), "{b}");
     assert!(b.contains(r#"console_jobs_queued{kind="metrics.waiting"} 1"#), "{b}");
     let waited = b

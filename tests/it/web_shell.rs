@@ -29,6 +29,56 @@ async fn probes_answer() {
 }
 
 #[tokio::test]
+async fn head_is_answered_wherever_get_is_with_the_same_status_and_no_body() {
+    let (_t, app) = app_with_demo().await;
+    let c = app.client();
+    for path in ["/healthz", "/readyz", "/login"] {
+        let r = c.head(app.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        assert!(r.bytes().await.unwrap().is_empty(), "{path}: a HEAD's answer has no body");
+    }
+    let r = c.head(app.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "not signed in: to the sign-in page, as a GET is");
+    app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    for path in ["/", "/sites", "/billing"] {
+        let r = c.head(app.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/html"), "{path}");
+        assert!(r.bytes().await.unwrap().is_empty(), "{path}");
+    }
+    assert_eq!(c.head(app.url("/operator")).send().await.unwrap().status(), StatusCode::FORBIDDEN);
+    // HEAD stands beside GET only: a POST route does not answer it.
+    assert_eq!(c.head(app.url("/logout")).send().await.unwrap().status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_control_character_in_an_address_or_a_form_is_refused_with_a_4xx_and_changes_nothing() {
+    let (t, app) = app_with_demo().await;
+    let member = common::pages::Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let operator = common::pages::Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let before = fingerprint(&t).await;
+    for path in ["/sites/a%00b/status", "/sites/a%1Fb/delete"] {
+        let r = member.post(path, &[("to", "park")], false).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}: {}", r.body);
+        assert!(r.body.contains("control character"), "{path}: {}", r.body);
+    }
+    for (who, path) in [(&member, "/billing/return?session_id=a%00"), (&operator, "/operator/organizations?q=a%00b")] {
+        let r = who.get(path).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}: {}", r.body);
+    }
+    for (path, fields) in [
+        ("/sites", vec![("organization_id", "1"), ("name", "a\0b")]),
+        ("/sites/domains/remove", vec![("organization_id", "1"), ("domain", "a\0b.com"), ("hostname", "")]),
+        ("/sites/swap", vec![("activate", "a\0"), ("park", "b")]),
+    ] {
+        let r = member.post(path, &fields, false).await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {}", r.body);
+        assert!(r.body.contains("holds a control character"), "{path}: {}", r.body);
+    }
+    assert_eq!(fingerprint(&t).await, before, "nothing was written");
+}
+
+#[tokio::test]
 async fn readyz_fails_when_migrations_are_not_current() {
     let (t, app) = app_with_demo().await;
     t.run(sqlx::query(
@@ -943,8 +993,14 @@ async fn sign_in_never_sends_a_person_to_another_site() {
         let c = app.client();
         app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
         let r = c.get(app.url(&format!("/login?next={trick}"))).send().await.unwrap();
-        assert_eq!(r.status(), StatusCode::SEE_OTHER, "{trick}");
-        assert_eq!(r.headers()["location"], "/", "GET /login?next={trick}");
+        if ["%09", "%0a", "%0d"].iter().any(|c| trick.contains(c)) {
+            // An address carrying a control character is refused before it is read: sent nowhere.
+            assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{trick}");
+            assert!(r.headers().get("location").is_none(), "GET /login?next={trick}");
+        } else {
+            assert_eq!(r.status(), StatusCode::SEE_OTHER, "{trick}");
+            assert_eq!(r.headers()["location"], "/", "GET /login?next={trick}");
+        }
         // Signing in with it in the form.
         let next = url::form_urlencoded::parse(format!("n={trick}").as_bytes()).next().unwrap().1.into_owned();
         let member = (demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD);
