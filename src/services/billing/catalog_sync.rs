@@ -44,6 +44,20 @@ pub static RECORD_PRODUCT_SYNC_LOCKS: PathLocks = PathLocks {
     why: "After each Stripe call, with no lock held during it, the product's sync lock and the ids Stripe gave.",
 };
 
+/// The currencies Stripe charges in (its list of presentment currencies, lower case as its API
+/// takes them): a price in any other would be saved here and then refused by Stripe at its sync.
+const STRIPE_CURRENCIES: &[&str] = &[
+    "aed", "afn", "all", "amd", "ang", "aoa", "ars", "aud", "awg", "azn", "bam", "bbd", "bdt", "bgn", "bhd", "bif",
+    "bmd", "bnd", "bob", "brl", "bsd", "bwp", "byn", "bzd", "cad", "cdf", "chf", "clp", "cny", "cop", "crc", "cve",
+    "czk", "djf", "dkk", "dop", "dzd", "egp", "etb", "eur", "fjd", "fkp", "gbp", "gel", "gip", "gmd", "gnf", "gtq",
+    "gyd", "hkd", "hnl", "htg", "huf", "idr", "ils", "inr", "isk", "jmd", "jod", "jpy", "kes", "kgs", "khr", "kmf",
+    "krw", "kwd", "kyd", "kzt", "lak", "lbp", "lkr", "lrd", "lsl", "mad", "mdl", "mga", "mkd", "mmk", "mnt", "mop",
+    "mur", "mvr", "mwk", "mxn", "myr", "mzn", "nad", "ngn", "nio", "nok", "npr", "nzd", "omr", "pab", "pen", "pgk",
+    "php", "pkr", "pln", "pyg", "qar", "ron", "rsd", "rub", "rwf", "sar", "sbd", "scr", "sek", "sgd", "shp", "sle",
+    "sos", "srd", "std", "szl", "thb", "tjs", "tnd", "top", "try", "ttd", "twd", "tzs", "uah", "ugx", "usd", "uyu",
+    "uzs", "vnd", "vuv", "wst", "xaf", "xcd", "xcg", "xof", "xpf", "yer", "zar", "zmw",
+];
+
 /// A price as an operator types it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewPrice {
@@ -66,8 +80,13 @@ impl NewPrice {
             p.field("amount", parse_amount(amount, views::ZERO_DECIMAL_CURRENCIES.contains(&c.as_str())));
         let currency = p.field(
             "currency",
-            if c.len() == 3 && c.chars().all(|x| x.is_ascii_lowercase()) {
+            if STRIPE_CURRENCIES.contains(&c.as_str()) {
                 Ok(c)
+            } else if c.len() == 3 && c.chars().all(|x| x.is_ascii_lowercase()) {
+                Err(format!(
+                    "“{}” is not a currency Stripe charges in: use a code such as EUR or USD.",
+                    currency.trim()
+                ))
             } else {
                 Err(format!("“{}” is not a currency code such as EUR or USD.", currency.trim()))
             },
@@ -305,6 +324,9 @@ mod tests {
     fn a_price_form_tells_every_problem_at_once() {
         let e = NewPrice::parse("week", "x", "euro").unwrap_err();
         assert!(matches!(&e, ServiceError::Invalid(v) if v.len() == 3), "{e:?}");
+        let e = NewPrice::parse("month", "12", "abc").unwrap_err().to_string();
+        assert!(e.contains("not a currency Stripe charges in"), "{e}");
+        assert_eq!(NewPrice::parse("month", "12", " usd ").unwrap().currency, "usd");
         let ok = NewPrice::parse("year", "120", "EUR").unwrap();
         assert_eq!(ok, NewPrice { interval: BillingInterval::Year, amount_minor: 12000, currency: "eur".into() });
     }
