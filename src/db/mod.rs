@@ -83,7 +83,9 @@ pub enum DbError {
     /// refusal "another change is in progress".
     #[error("a lock was not available within its bound")]
     LockNotAvailable,
-    /// The request's deadline ran out before or during the transaction.
+    /// The request's deadline ran out before or during the transaction, or no pooled connection
+    /// came free within the pool's bound (the console is overloaded: to the person the same
+    /// "could not finish this in time", a 503, never a 500).
     #[error("the request's deadline passed")]
     DeadlinePassed,
     /// The server broke a deadlock (40P01), which the lock order should make impossible; the
@@ -96,6 +98,10 @@ pub enum DbError {
 
 impl From<sqlx::Error> for DbError {
     fn from(e: sqlx::Error) -> Self {
+        if matches!(e, sqlx::Error::PoolTimedOut) {
+            tracing::warn!("no pooled database connection came free within its bound: the console is overloaded");
+            return DbError::DeadlinePassed;
+        }
         match sqlstate(&e).as_deref() {
             Some(LOCK_NOT_AVAILABLE) => {
                 crate::metrics::note_lock_wait_refused();
@@ -119,4 +125,15 @@ impl From<sqlx::Error> for DbError {
 /// The SQLSTATE of a database error, if it is one.
 pub fn sqlstate(e: &sqlx::Error) -> Option<String> {
     e.as_database_error().and_then(|d| d.code()).map(|c| c.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DbError;
+
+    #[test]
+    fn waiting_past_the_pools_bound_is_a_deadline_not_an_unexpected_failure() {
+        assert!(matches!(DbError::from(sqlx::Error::PoolTimedOut), DbError::DeadlinePassed));
+        assert!(matches!(DbError::from(sqlx::Error::RowNotFound), DbError::Sql(_)));
+    }
 }
