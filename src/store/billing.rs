@@ -815,19 +815,20 @@ pub async fn enqueue_product_sync(conn: &mut PgConnection, product_id: ProductId
     Ok(r.rows_affected() == 1)
 }
 
-/// The product an organization already pays for on a ladder `product` is a tier of, if any: a
-/// live subscription's item (conferred, displaced or suspended alike).
-pub async fn live_subscription_on_ladders_of(
+/// The product and status of a subscription holding a ladder `product` is a tier of, if any: a
+/// live subscription's item (conferred, displaced or suspended alike), or one waiting for its
+/// first payment (`incomplete`), which will confer once paid.
+pub async fn subscription_on_ladders_of(
     conn: &mut PgConnection,
     organization_id: OrganizationId,
     product_id: ProductId,
-) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar!(
-        r#"SELECT p.name FROM core.subscription_items i
+) -> sqlx::Result<Option<(String, SubscriptionStatus)>> {
+    let row = sqlx::query!(
+        r#"SELECT p.name, s.status AS "status: SubscriptionStatus" FROM core.subscription_items i
              JOIN core.subscriptions s USING (subscription_id)
              JOIN core.products p ON p.product_id = i.product_id
             WHERE s.organization_id = $1 AND i.removed_at IS NULL
-              AND s.status NOT IN ('canceled', 'incomplete_expired', 'incomplete')
+              AND s.status NOT IN ('canceled', 'incomplete_expired')
               AND EXISTS (SELECT 1 FROM core.plan_ladder_tiers a JOIN core.plan_ladder_tiers b USING (plan_ladder_id)
                            WHERE a.product_id = i.product_id AND b.product_id = $2)
             ORDER BY i.subscription_item_id LIMIT 1"#,
@@ -835,7 +836,86 @@ pub async fn live_subscription_on_ladders_of(
         product_id as ProductId
     )
     .fetch_optional(conn)
+    .await?;
+    Ok(row.map(|r| (r.name, r.status)))
+}
+
+/// The organization's checkout sessions no return or event completed, for a price of a product
+/// on a ladder `product` is a tier of (the product itself included), newest first: (Stripe
+/// session id, price). Only those Stripe may still hold open: a session expires after 24 hours.
+pub async fn open_checkouts_on_ladders_of(
+    conn: &mut PgConnection,
+    organization_id: OrganizationId,
+    product_id: ProductId,
+) -> sqlx::Result<Vec<(String, PriceId)>> {
+    let rows = sqlx::query!(
+        r#"SELECT cs.stripe_session_id, cs.price_id AS "price_id: PriceId" FROM billing.checkout_sessions cs
+             JOIN billing.prices pr ON pr.price_id = cs.price_id
+            WHERE cs.organization_id = $1 AND cs.completed_at IS NULL AND cs.created_at > now() - interval '24 hours'
+              AND (pr.product_id = $2
+                   OR EXISTS (SELECT 1 FROM core.plan_ladder_tiers a JOIN core.plan_ladder_tiers b USING (plan_ladder_id)
+                               WHERE a.product_id = pr.product_id AND b.product_id = $2))
+            ORDER BY cs.created_at DESC, cs.stripe_session_id DESC"#,
+        organization_id as OrganizationId,
+        product_id as ProductId
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.stripe_session_id, r.price_id)).collect())
+}
+
+/// The organization's newest recorded checkout session, if any (a new checkout's idempotency key
+/// names it, so a second click made before another session is a replay of the first).
+pub async fn latest_checkout_session(
+    conn: &mut PgConnection,
+    organization_id: OrganizationId,
+) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar!(
+        "SELECT stripe_session_id FROM billing.checkout_sessions WHERE organization_id = $1
+          ORDER BY created_at DESC, stripe_session_id DESC LIMIT 1",
+        organization_id as OrganizationId
+    )
+    .fetch_optional(conn)
     .await
+}
+
+/// Whether the price is on sale: active, synced and not archived in Stripe, of a published paid
+/// tier (the list `/billing` offers, and a switch's target, read the same).
+pub async fn price_on_sale(conn: &mut PgConnection, price_id: PriceId) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (
+               SELECT 1 FROM billing.prices pr JOIN core.products p ON p.product_id = pr.product_id
+                WHERE pr.price_id = $1 AND pr.active AND p.published AND pr.sync_state = 'synced'
+                  AND pr.stripe_price_id IS NOT NULL AND pr.stripe_active IS NOT false
+                  AND EXISTS (SELECT 1 FROM core.plan_ladder_tiers t WHERE t.product_id = pr.product_id AND t.rank > 0))
+           AS "on_sale!""#,
+        price_id as PriceId
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// A reconcile request for each subscription an item of which `by` (a conferral just made) has
+/// displaced, so its collection pause is decided now and not at the next sweep. One due now is
+/// not written again while another due now waits. Inserts, no lock. How many were written.
+pub async fn request_displaced_reconciles(conn: &mut PgConnection, by: ConferralId, cause: &str) -> sqlx::Result<u64> {
+    let r = sqlx::query!(
+        r#"INSERT INTO core.outbox (kind, subscription_id, payload)
+           SELECT DISTINCT 'reconcile_subscription', s.subscription_id,
+                  jsonb_build_object('stripe_subscription_id', s.stripe_subscription_id, 'cause', $2::text)
+             FROM core.subscription_displacements sd
+             JOIN core.subscription_items i ON i.subscription_item_id = sd.subscription_item_id
+             JOIN core.subscriptions s ON s.subscription_id = i.subscription_id
+            WHERE sd.displaced_by = $1 AND sd.delivered_at IS NULL
+              AND NOT EXISTS (SELECT 1 FROM core.outbox o
+                               WHERE o.subscription_id = s.subscription_id AND o.kind = 'reconcile_subscription'
+                                 AND o.processed_at IS NULL AND o.due_at <= now())"#,
+        by as ConferralId,
+        cause
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected())
 }
 
 /// Live subscriptions the console knows, a page at a time by id (the sweep's second pass).

@@ -594,3 +594,55 @@ async fn a_price_of_a_product_that_is_not_a_paid_tier_cannot_be_bought_even_by_h
     assert!(matches!(&e, ServiceError::Refused(m) if m.contains("not a plan")), "{e:?}");
     assert_eq!(count(&t, "SELECT count(*) FROM billing.customers").await, 0, "refused before Stripe was asked");
 }
+
+/// The demo's owner of the demo organization: (organization, account).
+async fn demo_owner(t: &TestDb) -> (OrganizationId, member_console::ids::AccountId) {
+    let acme =
+        OrganizationId(common::acts::id_by_name(t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await);
+    let member = member_console::ids::AccountId(
+        common::acts::scalar(
+            t,
+            &format!("SELECT account_id FROM core.accounts WHERE email = '{}'", demo::MEMBER_EMAIL),
+        )
+        .await,
+    );
+    (acme, member)
+}
+
+#[tokio::test]
+async fn a_subscription_waiting_for_its_first_payment_holds_its_ladder_against_a_checkout() {
+    let (t, s) = setup().await;
+    let (basic, pro) = s.demo_prices(&t).await;
+    let (acme, member) = demo_owner(&t).await;
+    let customer = s.customer(&t.db, acme, "pm_card_chargeCustomerFail", None).await;
+    let sub = s.subscribe(&customer, &s.stripe_price(&t.admin, basic).await, acme).await;
+    let (status, _) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
+    assert_eq!(status, SubscriptionStatus::Incomplete);
+    let back = billing::checkout::ReturnTo { base_url: "http://127.0.0.1:1" };
+    let e = billing::start_checkout(&t.db, &s.stripe, member, acme, pro, 1, back).await.unwrap_err();
+    assert!(matches!(&e, ServiceError::Refused(m) if m.contains("Basic") && m.contains("first payment")), "{e:?}");
+    assert_eq!(count(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
+}
+
+#[tokio::test]
+async fn a_subscription_taking_a_ladder_from_another_asks_for_that_ones_reconcile_in_the_same_transaction() {
+    let (t, s) = setup().await;
+    let (basic, pro) = s.demo_prices(&t).await;
+    let (o, pool) = org(&t, "Paid twice").await;
+    let customer = s.customer(&t.db, o, "pm_card_visa", None).await;
+    let first = s.subscribe(&customer, &s.stripe_price(&t.admin, basic).await, o).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &first).await.unwrap();
+    let second = s.subscribe(&customer, &s.stripe_price(&t.admin, pro).await, o).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &second).await.unwrap();
+    assert_eq!(hosting(&t, pool).await, "Pro");
+    let asked: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT count(*) FROM core.outbox o JOIN core.subscriptions s USING (subscription_id)
+                  WHERE s.stripe_subscription_id = $1 AND o.processed_at IS NULL AND o.payload->>'cause' = 'displaced'",
+            )
+            .bind(&first),
+        )
+        .await;
+    assert_eq!(asked, 1, "the displaced Basic is asked to look again (its collection pause) without the sweep");
+}

@@ -585,10 +585,10 @@ async fn an_owner_buys_basic_on_stripes_page_and_comes_back_to_it_in_force() {
         scalar(&t, &format!("SELECT account_id FROM core.accounts WHERE email = '{}'", demo::MEMBER_EMAIL)).await;
     assert_eq!((org, price, started_by), (acme, basic_price.0, Some(member_id)));
 
-    // From HTMX, the browser is sent there by HX-Redirect (a second session, same customer).
+    // From HTMX, the browser is sent there by HX-Redirect (the same open session, same customer).
     let a = member.post("/billing/checkout", &fields, true).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
-    assert!(a.header("hx-redirect").is_some_and(|u| u.starts_with(&format!("{}/c/pay/", s.base))));
+    assert_eq!(a.header("hx-redirect"), Some(pay.as_str()));
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.customers").await, 1, "one customer for the organization");
 
     // Back before paying: the payment is being confirmed.
@@ -622,6 +622,86 @@ async fn an_owner_buys_basic_on_stripes_page_and_comes_back_to_it_in_force() {
     // Buying on that ladder again is refused before Stripe is asked.
     let a = member.post("/billing/checkout", &fields, false).await;
     assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+}
+
+/// The owner's Buy of `price` for `org`, as the form posts it.
+async fn buy(member: &Session, org: i64, price: i64) -> Answer {
+    let fields = [("organization_id", org.to_string()), ("price_id", price.to_string())];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    member.post("/billing/checkout", &fields, false).await
+}
+
+/// Pay a stand-in checkout page with Stripe's test card that pays; the page's answer.
+async fn pay_on_page(pay: &str) -> reqwest::Response {
+    let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    browser.post(pay).form(&[("card_number", "4242 4242 4242 4242")]).send().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_second_checkout_on_a_ladder_expires_the_first_so_the_member_pays_for_one_plan_only() {
+    let t = demo_db().await;
+    let s = common::stripe::StripeFixture::start().await;
+    let (basic, pro) = s.demo_prices(&t).await;
+    let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
+    let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
+    let member = signed_in_member(&app).await;
+
+    let a = buy(&member, acme, basic.0).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let pay_basic = a.header("location").unwrap().to_string();
+    // The same click again is sent to the same page: no second session.
+    let a = buy(&member, acme, basic.0).await;
+    assert_eq!(a.header("location"), Some(pay_basic.as_str()), "{}", a.body);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 1);
+
+    // Pro on the same ladder: Basic's session is expired at Stripe before Pro's is made.
+    let a = buy(&member, acme, pro.0).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let pay_pro = a.header("location").unwrap().to_string();
+    assert_ne!(pay_pro, pay_basic);
+    let basic_session = pay_basic.rsplit('/').next().unwrap();
+    assert_eq!(s.get(&format!("/checkout/sessions/{basic_session}")).await["status"], "expired");
+    let r = pay_on_page(&pay_basic).await;
+    assert_eq!(r.status(), StatusCode::CONFLICT, "Stripe's page no longer takes a payment for Basic");
+
+    // Pro is paid; before its return, another Buy on the ladder is refused: that one was paid.
+    let r = pay_on_page(&pay_pro).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let a = buy(&member, acme, basic.0).await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+    assert!(a.body.contains("has just been paid"), "{}", a.body);
+    let subscriptions = s.get("/subscriptions?status=all").await;
+    assert_eq!(subscriptions["data"].as_array().map(Vec::len), Some(1), "one plan paid for: {subscriptions}");
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 2);
+
+    // Back on the console: Pro is in force, and Buy on its ladder points to the switch.
+    let to = r.headers()["location"].to_str().unwrap().to_string();
+    let back = member.get(to.strip_prefix(&app.base).unwrap()).await;
+    assert_eq!(back.header("location"), Some("/billing?checkout=paid"), "{}", back.body);
+    let a = buy(&member, acme, basic.0).await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+    assert!(a.body.contains("already pays for Pro") && a.body.contains("Switch"), "{}", a.body);
+    assert!(!a.body.contains("not available yet"), "{}", a.body);
+}
+
+#[tokio::test]
+async fn an_unpublished_product_cannot_be_bought_with_a_hand_made_form() {
+    let t = demo_db().await;
+    let s = common::stripe::StripeFixture::start().await;
+    let (basic, _) = s.demo_prices(&t).await;
+    t.run(sqlx::query(
+        "UPDATE core.products SET published = false WHERE product_id = (SELECT product_id FROM billing.prices WHERE price_id = $1)",
+    )
+    .bind(basic.0))
+    .await;
+    let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
+    let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
+    let member = signed_in_member(&app).await;
+    let a = buy(&member, acme, basic.0).await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+    assert!(a.body.contains("not on sale"), "{}", a.body);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.customers").await, 0, "refused before Stripe was asked");
 }
 
 #[tokio::test]

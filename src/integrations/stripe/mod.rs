@@ -212,6 +212,9 @@ pub struct CheckoutSnapshot {
     pub client_reference_id: Option<String>,
     pub subscription: Option<String>,
     pub url: Option<String>,
+    /// The console's price and seat count the session sells (its metadata), when it set them.
+    pub price_id: Option<i64>,
+    pub quantity: Option<u64>,
 }
 
 /// An event as the sweep lists it.
@@ -277,6 +280,8 @@ pub struct CheckoutRequest<'a> {
     pub customer: &'a str,
     pub price: &'a str,
     pub quantity: u64,
+    /// The console's price (recorded in the session's metadata).
+    pub price_id: i64,
     pub organization_id: i64,
     pub success_url: &'a str,
     pub cancel_url: &'a str,
@@ -505,12 +510,16 @@ impl Stripe {
         };
         let mut metadata = HashMap::new();
         metadata.insert("organization_id".to_string(), r.organization_id.to_string());
+        let data = CreateCheckoutSessionSubscriptionData { metadata: Some(metadata.clone()), ..Default::default() };
+        // The session's own metadata also names what it sells, so a later click can tell whether
+        // an open session is the one it would make.
+        metadata.insert("price_id".to_string(), r.price_id.to_string());
+        metadata.insert("quantity".to_string(), r.quantity.to_string());
         let line = CreateCheckoutSessionLineItems {
             price: Some(r.price.to_string()),
             quantity: Some(r.quantity),
             ..Default::default()
         };
-        let data = CreateCheckoutSessionSubscriptionData { metadata: Some(metadata.clone()), ..Default::default() };
         let s = self
             .send_once(
                 "create checkout",
@@ -534,6 +543,27 @@ impl Stripe {
         use stripe_checkout::checkout_session::RetrieveCheckoutSession;
         Ok(found(RetrieveCheckoutSession::new(id).send(&self.metered("read checkout")).await)?
             .map(|s| checkout_snapshot(&s)))
+    }
+
+    /// Expire an open Checkout Session, so nobody can pay it any more; the session as it is
+    /// after. A session that is no longer open is not expired: Stripe refuses, and the answer is
+    /// the session as it is (complete or expired), so the caller decides what that means.
+    pub async fn expire_checkout(&self, id: &str) -> Result<Option<CheckoutSnapshot>, StripeFailure> {
+        use stripe_checkout::checkout_session::ExpireCheckoutSession;
+        // Expiring twice is harmless (the second is refused, and then read): no key needed.
+        match ExpireCheckoutSession::new(id).send(&self.metered("expire checkout")).await {
+            Ok(s) => Ok(Some(checkout_snapshot(&s))),
+            Err(e) => {
+                let f = StripeFailure::from_error(e);
+                if f.is_missing() {
+                    return Ok(None);
+                }
+                match self.checkout(id).await? {
+                    Some(s) if s.status != "open" => Ok(Some(s)),
+                    _ => Err(f),
+                }
+            }
+        }
     }
 
     /// Create the product's Stripe product, or bring its name up to date. `version` names this
@@ -741,5 +771,7 @@ fn checkout_snapshot(s: &stripe_shared::CheckoutSession) -> CheckoutSnapshot {
         client_reference_id: s.client_reference_id.clone(),
         subscription: s.subscription.as_ref().map(|x| x.id().to_string()),
         url: s.url.clone(),
+        price_id: s.metadata.as_ref().and_then(|m| m.get("price_id")).and_then(|v| v.parse().ok()),
+        quantity: s.metadata.as_ref().and_then(|m| m.get("quantity")).and_then(|v| v.parse().ok()),
     }
 }

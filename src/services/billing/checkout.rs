@@ -8,6 +8,7 @@ use crate::{
     ids::{AccountId, OrganizationId, PriceId},
     integrations::stripe::{CheckoutRequest, Stripe},
     services::ServiceError,
+    states::SubscriptionStatus,
     store::{accounts, billing as store},
 };
 
@@ -21,7 +22,9 @@ pub struct ReturnTo<'a> {
     pub base_url: &'a str,
 }
 
-/// Start a checkout; the Stripe page's address.
+/// Start a checkout; the Stripe page's address. One checkout at a time per ladder: a session
+/// still open for the same price and seats is given back, one for another tier of the ladder is
+/// expired at Stripe first, so a member never pays two sessions for one ladder.
 #[tracing::instrument(name = "Start a checkout", skip(db, stripe, back), fields(organization_id = %organization_id, price_id = %price_id))]
 pub async fn start_checkout(
     db: &Db,
@@ -32,12 +35,19 @@ pub async fn start_checkout(
     quantity: u64,
     back: ReturnTo<'_>,
 ) -> Result<String, ServiceError> {
-    let (org_name, price, customer, live) = {
+    let (org_name, price, customer, held, open, latest) = {
         let mut read = db.read().await?;
         let membership = owner_membership(read.conn(), who, organization_id).await?;
         let price = store::price(read.conn(), price_id).await?.ok_or(ServiceError::NotFound("price"))?;
         if !store::is_paid_tier(read.conn(), price.product_id).await? {
             return Err(ServiceError::Refused("This product is not a plan that can be bought.".into()));
+        }
+        // The same on-sale rule as the tiers /billing offers and a switch's target: a hand-made
+        // form names no unpublished product, archived price or price Stripe lacks.
+        if !store::price_on_sale(read.conn(), price_id).await? {
+            return Err(ServiceError::Refused(
+                "This price is not on sale any more. Reload the page to see the current ones.".into(),
+            ));
         }
         let max = crate::store::catalog::max_quantity(read.conn(), price.product_id).await?.unwrap_or(1).max(1) as u64;
         if !(1..=max).contains(&quantity) {
@@ -51,19 +61,34 @@ pub async fn start_checkout(
             ));
         }
         let customer = store::customer_of(read.conn(), organization_id).await?;
-        let live = store::live_subscription_on_ladders_of(read.conn(), organization_id, price.product_id).await?;
-        (membership.name, price, customer, live)
+        let held = store::subscription_on_ladders_of(read.conn(), organization_id, price.product_id).await?;
+        let open = store::open_checkouts_on_ladders_of(read.conn(), organization_id, price.product_id).await?;
+        let latest = store::latest_checkout_session(read.conn(), organization_id).await?;
+        (membership.name, price, customer, held, open, latest)
     };
-    let Some(stripe_price) = price.stripe_price_id.as_deref().filter(|_| price.active) else {
+    let Some(stripe_price) = price.stripe_price_id.as_deref() else {
         return Err(ServiceError::Refused(
             "This price is not on sale any more. Reload the page to see the current ones.".into(),
         ));
     };
-    if let Some(held) = live {
-        return Err(ServiceError::Refused(format!(
-            "{org_name} already pays for {held} on this plan's ladder. Changing a paid plan in place is not available yet; \
-             ask an operator to change it."
-        )));
+    match held {
+        Some((held, SubscriptionStatus::Incomplete)) => {
+            return Err(ServiceError::Refused(format!(
+                "{org_name} has a {held} subscription on this plan's ladder waiting for its first payment. Pay its \
+                 open invoice (under Invoices on the billing page), or wait a day for Stripe to drop it, before buying \
+                 another plan there."
+            )));
+        }
+        Some((held, _)) => {
+            return Err(ServiceError::Refused(format!(
+                "{org_name} already pays for {held} on this plan's ladder. To change the tier, use Switch… beside \
+                 {held} under Subscriptions on the billing page."
+            )));
+        }
+        None => {}
+    }
+    if let Some(url) = settle_open_checkouts(stripe, &org_name, &open, price_id, quantity).await? {
+        return Ok(url);
     }
     let customer = match customer {
         Some(c) => c,
@@ -75,7 +100,15 @@ pub async fn start_checkout(
             kept
         }
     };
-    let operation = crate::config::random_hex(12);
+    // The operation is this purchase after the organization's newest recorded session: a double
+    // click (or a retry after a lost answer) sends the same key and gets the same session, and
+    // any later click, after that session was recorded, is a new operation.
+    let operation = format!(
+        "organization:{}:price:{}:quantity:{quantity}:after:{}",
+        organization_id.0,
+        price_id.0,
+        latest.as_deref().unwrap_or("none")
+    );
     let base = back.base_url.trim_end_matches('/');
     let success = format!("{base}/billing/return?session_id={{CHECKOUT_SESSION_ID}}");
     let cancel = format!("{base}/billing?checkout=canceled");
@@ -85,6 +118,7 @@ pub async fn start_checkout(
             customer: &customer,
             price: stripe_price,
             quantity,
+            price_id: price_id.0,
             organization_id: organization_id.0,
             success_url: &success,
             cancel_url: &cancel,
@@ -98,6 +132,49 @@ pub async fn start_checkout(
         sentence: "Stripe made the checkout but gave no page to pay on. Nothing was charged; try again.".into(),
         transient: true,
     })
+}
+
+/// The organization's checkouts still open on the ladder, asked of Stripe (no transaction open):
+/// the newest open one for this very price and seat count is given back (its page's address);
+/// every other open one is expired, so it can no longer be paid. One paid meanwhile refuses: the
+/// organization now pays for a plan on the ladder.
+async fn settle_open_checkouts(
+    stripe: &Stripe,
+    org_name: &str,
+    open: &[(String, PriceId)],
+    price_id: PriceId,
+    quantity: u64,
+) -> Result<Option<String>, ServiceError> {
+    let paid = || {
+        ServiceError::Refused(format!(
+            "A checkout for {org_name} on this plan's ladder has just been paid. Reload the billing page to see the \
+             plan; to change its tier afterwards, use Switch… beside it."
+        ))
+    };
+    let mut reuse = None;
+    for (id, session_price) in open {
+        let Some(session) = stripe.checkout(id).await.map_err(remote)? else { continue };
+        match session.status.as_str() {
+            "complete" => return Err(paid()),
+            "open" => {
+                let same = *session_price == price_id
+                    && session.price_id == Some(price_id.0)
+                    && session.quantity == Some(quantity)
+                    && session.url.is_some();
+                if same && reuse.is_none() {
+                    reuse = session.url;
+                    continue;
+                }
+                match stripe.expire_checkout(id).await.map_err(remote)? {
+                    Some(after) if after.status == "complete" => return Err(paid()),
+                    _ => tracing::info!(session = %id, "an open checkout on the same ladder was expired"),
+                }
+            }
+            // Expired (by time or by an earlier click): nothing to do.
+            _ => {}
+        }
+    }
+    Ok(reuse)
 }
 
 /// The member's membership of an organization they would buy for: not a member is "no such

@@ -161,8 +161,9 @@ async fn reconcile(
         }
         SubscriptionBranch::Suspended => reconcile_suspended(&mut tx, subscription_id, pool).await?,
         SubscriptionBranch::Ended => reconcile_ended(&mut tx, subscription_id, organization_id, pool).await?,
-        // `incomplete`: the first payment has not gone through; nothing is conferred yet.
-        SubscriptionBranch::NotYet => false,
+        // `incomplete`: the first payment has not gone through; nothing is conferred yet. Its
+        // items are recorded, so a checkout on their ladders knows the ladder is spoken for.
+        SubscriptionBranch::NotYet => mirror_items(&mut tx, subscription_id, &snapshot).await?.0,
     };
     // The collection pause: paused exactly while another plan displaces the subscription on every
     // ladder. The decision's reads (collectionInputs) are made under the pool row the branch took;
@@ -307,8 +308,60 @@ async fn reconcile_items(
 ) -> Result<(bool, Vec<crate::ids::ProductId>), ServiceError> {
     ent::lock_pools(tx.conn(), &[pool]).await?;
     let mut changed = ent::sync_source_status(tx.conn(), subscription_id, "active").await? > 0;
+    let (mirrored, wanted) = mirror_items(tx, subscription_id, s).await?;
+    changed |= mirrored;
+    // convergeConferrals, under the pool row.
+    let provisions = store::live_provisions(tx.conn(), subscription_id).await?;
+    let held_off = store::items_held_off(tx.conn(), subscription_id).await?;
+    let mut ended_any = false;
+    for p in &provisions {
+        let keep = wanted.iter().any(|w| w.0 == p.subscription_item_id && w.1 == p.product_id);
+        if !keep {
+            ended_any |= ent::end_conferral(tx.conn(), p.conferral_id, "subscription_item_removed").await?;
+        }
+    }
+    for (item, product, quantity) in &wanted {
+        match provisions.iter().find(|p| p.subscription_item_id == *item && p.product_id == *product) {
+            Some(p) if p.quantity != *quantity => {
+                ent::update_conferral_bounds(tx.conn(), p.conferral_id, *quantity, None).await?;
+                changed = true;
+            }
+            Some(_) => {}
+            None if held_off.contains(item) => {}
+            None => {
+                let conferred = ent::confer(tx.conn(), pool, *product, None, Some(*item), *quantity).await?;
+                // A subscription this one displaced is asked to look again now (an insert, no
+                // lock), so its collection pause does not wait for the sweep.
+                store::request_displaced_reconciles(tx.conn(), conferred, "displaced").await?;
+                changed = true;
+            }
+        }
+    }
+    if ended_any {
+        changed = true;
+        // What the ended provision displaced comes back, else the floor; then the other
+        // subscriptions of the organization are asked to look again (inserts, no lock).
+        ent::resume_replaced_grants(tx.conn(), pool).await?;
+        ent::deliver_displaced_subscriptions(tx.conn(), pool).await?;
+        ent::reapply_defaults_if_vacant(tx.conn(), pool, None).await?;
+        store::request_organization_reconciles(tx.conn(), organization_id, subscription_id, "provision_ended").await?;
+    }
+    if changed {
+        ent::materialize_pool(tx.conn(), pool).await?;
+    }
+    Ok((changed, wanted.iter().map(|w| w.1).collect()))
+}
+
+/// Mirror Stripe's items onto the subscription's own rows (under its advisory lock): each priced
+/// item the catalog knows, by Stripe's item id; one Stripe no longer lists is marked removed.
+/// Whether it wrote anything, and (item, product, quantity) of each item listed now.
+async fn mirror_items(
+    tx: &mut Tx,
+    subscription_id: SubscriptionId,
+    s: &SubscriptionSnapshot,
+) -> Result<(bool, Vec<(SubscriptionItemId, crate::ids::ProductId, i32)>), ServiceError> {
+    let mut changed = false;
     let known = store::items_of(tx.conn(), subscription_id).await?;
-    // Mirror Stripe's items: each priced item the catalog knows, by Stripe's item id.
     let mut wanted: Vec<(SubscriptionItemId, crate::ids::ProductId, i32)> = vec![];
     for item in &s.items {
         let Some((_, product)) = store::price_by_stripe_id(tx.conn(), &item.price).await? else {
@@ -336,43 +389,7 @@ async fn reconcile_items(
             changed = true;
         }
     }
-    // convergeConferrals, under the pool row.
-    let provisions = store::live_provisions(tx.conn(), subscription_id).await?;
-    let held_off = store::items_held_off(tx.conn(), subscription_id).await?;
-    let mut ended_any = false;
-    for p in &provisions {
-        let keep = wanted.iter().any(|w| w.0 == p.subscription_item_id && w.1 == p.product_id);
-        if !keep {
-            ended_any |= ent::end_conferral(tx.conn(), p.conferral_id, "subscription_item_removed").await?;
-        }
-    }
-    for (item, product, quantity) in &wanted {
-        match provisions.iter().find(|p| p.subscription_item_id == *item && p.product_id == *product) {
-            Some(p) if p.quantity != *quantity => {
-                ent::update_conferral_bounds(tx.conn(), p.conferral_id, *quantity, None).await?;
-                changed = true;
-            }
-            Some(_) => {}
-            None if held_off.contains(item) => {}
-            None => {
-                ent::confer(tx.conn(), pool, *product, None, Some(*item), *quantity).await?;
-                changed = true;
-            }
-        }
-    }
-    if ended_any {
-        changed = true;
-        // What the ended provision displaced comes back, else the floor; then the other
-        // subscriptions of the organization are asked to look again (inserts, no lock).
-        ent::resume_replaced_grants(tx.conn(), pool).await?;
-        ent::deliver_displaced_subscriptions(tx.conn(), pool).await?;
-        ent::reapply_defaults_if_vacant(tx.conn(), pool, None).await?;
-        store::request_organization_reconciles(tx.conn(), organization_id, subscription_id, "provision_ended").await?;
-    }
-    if changed {
-        ent::materialize_pool(tx.conn(), pool).await?;
-    }
-    Ok((changed, wanted.iter().map(|w| w.1).collect()))
+    Ok((changed, wanted))
 }
 
 /// The suspended branch (reconcileSuspended): the pool row, then core.sync_source_status
