@@ -646,3 +646,28 @@ async fn a_subscription_taking_a_ladder_from_another_asks_for_that_ones_reconcil
         .await;
     assert_eq!(asked, 1, "the displaced Basic is asked to look again (its collection pause) without the sweep");
 }
+
+#[tokio::test]
+async fn a_subscription_cancelled_in_stripe_with_a_downgrade_scheduled_supersedes_it_and_offers_no_undo() {
+    let (t, s) = setup().await;
+    let (basic, pro) = s.demo_prices(&t).await;
+    let (pro, basic) = (s.stripe_price(&t.admin, pro).await, s.stripe_price(&t.admin, basic).await);
+    let (acme, _) = demo_owner(&t).await;
+    let customer = s.customer(&t.db, acme, "pm_card_visa", None).await;
+    let sub = s.subscribe(&customer, &pro, acme).await;
+    schedule_change(&s, &sub, &pro, &basic).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
+    assert_eq!(ledger(&t, &sub).await, [("Pro".into(), "Basic".into(), "scheduled".into())]);
+    // Cancelled at once in Stripe's dashboard: the downgrade will never happen.
+    s.delete(&format!("/subscriptions/{sub}")).await;
+    let (status, changed) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
+    assert_eq!((status, changed), (SubscriptionStatus::Canceled, true));
+    assert_eq!(ledger(&t, &sub).await, [("Pro".into(), "Basic".into(), "superseded".into())]);
+
+    let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
+    let member = common::pages::Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let page = member.get("/billing").await;
+    assert!(page.body.contains("canceled"), "the ended subscription is listed: {}", page.body);
+    assert!(!page.body.contains("/billing/switch/undo") && !page.body.contains("then Basic"), "{}", page.body);
+    assert!(!page.body.contains("renews"), "{}", page.body);
+}

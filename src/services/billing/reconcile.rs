@@ -160,7 +160,10 @@ async fn reconcile(
             converge_scheduled_changes(&mut tx, subscription_id, &products, schedule.as_ref()).await? || changed
         }
         SubscriptionBranch::Suspended => reconcile_suspended(&mut tx, subscription_id, pool).await?,
-        SubscriptionBranch::Ended => reconcile_ended(&mut tx, subscription_id, organization_id, pool).await?,
+        SubscriptionBranch::Ended => {
+            let ended = reconcile_ended(&mut tx, subscription_id, organization_id, pool).await?;
+            supersede_changes_of_ended(&mut tx, subscription_id).await? || ended
+        }
         // `incomplete`: the first payment has not gone through; nothing is conferred yet. Its
         // items are recorded, so a checkout on their ladders knows the ladder is spoken for.
         SubscriptionBranch::NotYet => mirror_items(&mut tx, subscription_id, &snapshot).await?.0,
@@ -431,6 +434,16 @@ async fn reconcile_ended(
             .await?;
     }
     Ok(ended_any || floor.is_some())
+}
+
+/// An ended subscription changes no plan any more: every change of its ledger still marked ahead
+/// is superseded (under the subscription's lock, like every ledger write). True when one was.
+async fn supersede_changes_of_ended(tx: &mut Tx, subscription_id: SubscriptionId) -> Result<bool, ServiceError> {
+    let open = store::open_scheduled_changes(tx.conn(), subscription_id).await?;
+    for row in &open {
+        store::settle_scheduled_change(tx.conn(), row.scheduled_change_id, "superseded").await?;
+    }
+    Ok(!open.is_empty())
 }
 
 /// convergeScheduledChanges: the ledger of the plan changes the subscription's schedule will make

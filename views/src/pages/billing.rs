@@ -508,6 +508,8 @@ fn subscriptions_table(v: &BillingView, o: &OrgBilling) -> Markup {
         .iter()
         .map(|s| {
             let live = matches!(s.status.as_str(), "active" | "trialing" | "past_due");
+            // An ended subscription renews nothing and makes no scheduled change.
+            let ended = matches!(s.status.as_str(), "canceled" | "incomplete_expired");
             vec![
                 html! {
                     @if s.products.is_empty() { span.muted { "no items" } } @else { (s.products.join(", ")) }
@@ -525,7 +527,7 @@ fn subscriptions_table(v: &BillingView, o: &OrgBilling) -> Markup {
                             span.muted { (seat.quantity) " seats of " (seat.tier) }
                         }
                     }
-                    @for c in &s.scheduled {
+                    @for c in s.scheduled.iter().filter(|_| !ended) {
                         br; span.scheduled { (c.words) }
                         @if acts {
                             " " (hidden_post(v, paths::BILLING_SWITCH_UNDO, o.organization_id, s.subscription_id,
@@ -536,6 +538,7 @@ fn subscriptions_table(v: &BillingView, o: &OrgBilling) -> Markup {
                 badge(subscription_status_words(&s.status), status_tone(&s.status)),
                 html! {
                     @match &s.period_end {
+                        _ if ended => span.muted { "ended" },
                         Some(end) if s.cancel_at_period_end => { "ends at period end, " (end) }
                         Some(end) => { "renews " (end) }
                         None => span.muted { "—" },
@@ -1042,6 +1045,22 @@ mod tests {
         let out = member_billing(&v).into_string();
         assert!(!out.contains(r#"action="/billing/switch""#));
         assert!(out.contains("keep it to switch"));
+    }
+
+    #[test]
+    fn an_ended_subscription_shows_neither_a_renewal_nor_a_scheduled_change_to_undo() {
+        let mut o = org(true);
+        o.subscriptions[0].status = "canceled".into();
+        o.subscriptions[0].cancel_at_period_end = false;
+        o.subscriptions[0].scheduled =
+            vec![ScheduledLine { ladder_id: 4, words: "Pro until 31 Dec 2026, then Basic".into() }];
+        let v =
+            BillingView { csrf: "tok".into(), checkout: None, change: None, connected: true, organizations: vec![o] };
+        let out = member_billing(&v).into_string();
+        assert!(!out.contains("renews"), "{out}");
+        assert!(!out.contains("/billing/switch/undo"), "{out}");
+        assert!(!out.contains("then Basic"), "{out}");
+        assert!(out.contains("ended"), "{out}");
     }
 
     #[test]
