@@ -671,3 +671,47 @@ async fn a_subscription_cancelled_in_stripe_with_a_downgrade_scheduled_supersede
     assert!(!page.body.contains("/billing/switch/undo") && !page.body.contains("then Basic"), "{}", page.body);
     assert!(!page.body.contains("renews"), "{}", page.body);
 }
+
+#[tokio::test]
+async fn the_sweep_reads_every_page_of_events_since_its_cursor_so_older_events_are_not_skipped() {
+    let (t, s) = setup().await;
+    let (basic, _) = s.demo_prices(&t).await;
+    // The oldest events: a subscription and its first invoice, which the console never heard of.
+    let (o, _) = org(&t, "Missed webhooks").await;
+    let customer = s.customer(&t.db, o, "pm_card_visa", None).await;
+    let sub = s.subscribe(&customer, &s.stripe_price(&t.admin, basic).await, o).await;
+    // Then more than one page of newer events (Stripe lists newest first, 100 at most a page).
+    for n in 0..150 {
+        s.post(&format!("/customers/{customer}"), &[("metadata[n]", &n.to_string())]).await;
+    }
+    let total = {
+        let mut n = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let path = match &after {
+                Some(a) => format!("/events?limit=100&starting_after={a}"),
+                None => "/events?limit=100".to_string(),
+            };
+            let page = s.get(&path).await;
+            let data = page["data"].as_array().unwrap().clone();
+            n += data.len();
+            after = data.last().and_then(|e| e["id"].as_str()).map(String::from);
+            if page["has_more"] != true {
+                break n;
+            }
+        }
+    };
+    assert!(total > 150, "{total} events");
+    let swept = billing::sweep_billing(&t.db, &s.stripe).await.unwrap();
+    assert_eq!((swept.events_read, swept.events_complete), (total, true));
+    let jobs: i64 = t
+        .one(
+            sqlx::query_scalar("SELECT count(*) FROM integration.jobs WHERE payload->>'object_key' = $1")
+                .bind(format!("stripe-subscription:{sub}")),
+        )
+        .await;
+    assert_eq!(jobs, 1, "the subscription's events, the oldest, were read and its reconcile queued");
+    let cursor: Option<chrono::DateTime<Utc>> =
+        t.one(sqlx::query_scalar("SELECT events_seen_until FROM billing.sweep_state")).await;
+    assert!(cursor.is_some(), "every event was read: the cursor moved to the newest");
+}

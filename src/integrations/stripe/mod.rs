@@ -227,6 +227,13 @@ pub struct EventSummary {
     pub created: DateTime<Utc>,
 }
 
+/// The events a sweep read: oldest first, and whether they are all there were.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventsRead {
+    pub events: Vec<EventSummary>,
+    pub complete: bool,
+}
+
 /// A subscription schedule: its phases, each with the prices it will charge.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScheduleSnapshot {
@@ -644,19 +651,27 @@ impl Stripe {
         Ok(())
     }
 
-    /// Events created after `after`, oldest first, up to `limit` (the sweep's read).
-    pub async fn events_since(&self, after: DateTime<Utc>, limit: i64) -> Result<Vec<EventSummary>, StripeFailure> {
+    /// Events created after `after`, oldest first: Stripe lists them newest first, so every page
+    /// is read (`starting_after` the last one read) until Stripe has no more, or `max_pages` pages
+    /// of `page_size`. `complete` is false when pages were left: what was read is then the newest
+    /// part only, and events between `after` and the oldest one read were not seen.
+    pub async fn events_since(
+        &self,
+        after: DateTime<Utc>,
+        page_size: i64,
+        max_pages: usize,
+    ) -> Result<EventsRead, StripeFailure> {
         use stripe_core::event::ListEvent;
-        let list = ListEvent::new()
-            .created(stripe_types::RangeQueryTs::gt(after.timestamp()))
-            .limit(limit)
-            .send(&self.metered("events since"))
-            .await
-            .map_err(StripeFailure::from_error)?;
-        let mut out: Vec<EventSummary> = list
-            .data
-            .iter()
-            .map(|e| EventSummary {
+        let mut events = vec![];
+        let mut starting_after: Option<String> = None;
+        for _ in 0..max_pages {
+            let mut req = ListEvent::new().created(stripe_types::RangeQueryTs::gt(after.timestamp())).limit(page_size);
+            if let Some(last) = &starting_after {
+                req = req.starting_after(last.clone());
+            }
+            let list = req.send(&self.metered("events since")).await.map_err(StripeFailure::from_error)?;
+            starting_after = list.data.last().map(|e| e.id.to_string());
+            events.extend(list.data.iter().map(|e| EventSummary {
                 id: e.id.to_string(),
                 event_type: e.type_.to_string(),
                 object_id: match &e.data.object {
@@ -667,10 +682,14 @@ impl Stripe {
                     _ => None,
                 },
                 created: at(e.created),
-            })
-            .collect();
-        out.sort_by_key(|e| e.created);
-        Ok(out)
+            }));
+            if !list.has_more || starting_after.is_none() {
+                events.sort_by_key(|e| e.created);
+                return Ok(EventsRead { events, complete: true });
+            }
+        }
+        events.sort_by_key(|e| e.created);
+        Ok(EventsRead { events, complete: false })
     }
 }
 

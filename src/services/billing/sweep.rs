@@ -20,8 +20,15 @@ use super::{ConvergeInvoice, ReconcileSubscription, remote};
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Swept {
     pub events_read: usize,
+    /// Every event since the cursor was read (false: a pass's pages ran out first).
+    pub events_complete: bool,
     pub enqueued: usize,
 }
+
+/// Events asked of Stripe per page (Stripe's most), and pages per pass: a pass reads at most
+/// 2,000 events, so one pass's Stripe calls stay bounded.
+const EVENT_PAGE: i64 = 100;
+const EVENT_PAGES_PER_PASS: usize = 20;
 
 #[tracing::instrument(name = "Sweep billing", skip(db, stripe))]
 pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceError> {
@@ -34,12 +41,13 @@ pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceErr
     // events Stripe stamps out of order.
     .map(|t| t - Span::minutes(1))
     .unwrap_or_else(|| Utc::now() - Span::days(1));
-    let events = stripe.events_since(since, 100).await.map_err(remote)?;
-    swept.events_read = events.len();
+    let read = stripe.events_since(since, EVENT_PAGE, EVENT_PAGES_PER_PASS).await.map_err(remote)?;
+    swept.events_read = read.events.len();
+    swept.events_complete = read.complete;
     let mut newest = None;
     {
         let mut tx = begin(db, TxKind::Plain).await?;
-        for e in &events {
+        for e in &read.events {
             newest = Some(e.created);
             let Some(object) = &e.object_id else { continue };
             let queued = if e.event_type.starts_with("customer.subscription.") {
@@ -57,7 +65,17 @@ pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceErr
             };
             swept.enqueued += queued as usize;
         }
-        store::set_sweep_cursor(tx.conn(), newest).await?;
+        // The cursor moves only over what was read. Stripe lists newest first, so a read cut short
+        // holds the newest events, and those between the cursor and the oldest read are unseen:
+        // the cursor stays, and the next pass reads from it again (the jobs are deduplicated).
+        if !read.complete {
+            tracing::warn!(
+                events = read.events.len(),
+                since = %since,
+                "more Stripe events since the last sweep than one pass reads; the sweep cursor stays where it was"
+            );
+        }
+        store::set_sweep_cursor(tx.conn(), newest.filter(|_| read.complete)).await?;
         tx.commit().await?;
     }
     // Checkouts paid whose return and webhook were both lost.
