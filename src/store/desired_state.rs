@@ -330,7 +330,8 @@ pub async fn connections_with_due_records(e: impl PgExecutor<'_>) -> sqlx::Resul
     .await
 }
 
-/// A record handed to a push.
+/// A record handed to a push: stamped dispatched at `stamped_at`, with the dispatch columns as
+/// they were before the stamp, so a run that ends before pushing it can give it back unchanged.
 #[derive(Debug, Clone)]
 pub struct StampedRecord {
     pub record_id: RecordId,
@@ -338,6 +339,10 @@ pub struct StampedRecord {
     pub recipient_id: i64,
     pub generation: i64,
     pub content: serde_json::Value,
+    pub stamped_at: DateTime<Utc>,
+    pub before_dispatched_generation: i64,
+    pub before_dispatched_at: Option<DateTime<Utc>>,
+    pub before_due_at: DateTime<Utc>,
 }
 
 /// StampDesiredStateRecordsDispatched: up to `limit` due records of a live connection, locked in
@@ -352,7 +357,7 @@ pub async fn stamp_dispatched(
     sqlx::query_as!(
         StampedRecord,
         r#"WITH due AS (
-               SELECT record_id FROM core.desired_state_records
+               SELECT record_id, dispatched_generation, dispatched_at, due_at FROM core.desired_state_records
                 WHERE connection_id = $1 AND confirmed_generation < generation AND due_at <= now()
                   AND EXISTS (SELECT 1 FROM core.desired_state_connections
                                WHERE connection_id = $1 AND deleted_at IS NULL)
@@ -364,13 +369,51 @@ pub async fn stamp_dispatched(
                   due_at = now() + make_interval(secs => $3)
              FROM due
             WHERE r.record_id = due.record_id AND r.confirmed_generation < r.generation AND r.due_at <= now()
-           RETURNING r.record_id AS "record_id: RecordId", r.recipient_kind, r.recipient_id, r.generation, r.content"#,
+           RETURNING r.record_id AS "record_id: RecordId", r.recipient_kind, r.recipient_id, r.generation, r.content,
+                     r.dispatched_at AS "stamped_at!", due.dispatched_generation AS "before_dispatched_generation!",
+                     due.dispatched_at AS "before_dispatched_at?", due.due_at AS "before_due_at!""#,
         connection as ConnectionId,
         limit,
         bound_secs
     )
     .fetch_all(e)
     .await
+}
+
+/// The dispatch stamp undone for records a run stamped and never pushed: each gets back the
+/// dispatch columns it had, so it is due as it was and no attempt is counted against it. One
+/// statement that locks the records in id order, as the stamp does; no address lock. A record
+/// stamped again since, or made due by Retry or a new URL, is left as it is.
+pub async fn unstamp_unsent(e: impl PgExecutor<'_>, unsent: &[StampedRecord]) -> sqlx::Result<u64> {
+    let ids: Vec<i64> = unsent.iter().map(|r| r.record_id.0).collect();
+    let stamped_at: Vec<DateTime<Utc>> = unsent.iter().map(|r| r.stamped_at).collect();
+    let generations: Vec<i64> = unsent.iter().map(|r| r.before_dispatched_generation).collect();
+    let dispatched_at: Vec<Option<DateTime<Utc>>> = unsent.iter().map(|r| r.before_dispatched_at).collect();
+    let due_at: Vec<DateTime<Utc>> = unsent.iter().map(|r| r.before_due_at).collect();
+    let done = sqlx::query!(
+        r#"WITH unsent AS (
+               SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::bigint[], $4::timestamptz[],
+                                    $5::timestamptz[])
+                      AS u(record_id, stamped_at, dispatched_generation, dispatched_at, due_at)),
+           locked AS (
+               SELECT record_id FROM core.desired_state_records
+                WHERE record_id IN (SELECT record_id FROM unsent)
+                ORDER BY record_id
+                FOR UPDATE)
+           UPDATE core.desired_state_records r
+              SET dispatched_generation = u.dispatched_generation, dispatched_at = u.dispatched_at,
+                  due_at = u.due_at
+             FROM locked JOIN unsent u USING (record_id)
+            WHERE r.record_id = locked.record_id AND r.dispatched_at = u.stamped_at AND r.due_at > now()"#,
+        &ids,
+        &stamped_at,
+        &generations,
+        &dispatched_at as &[Option<DateTime<Utc>>],
+        &due_at
+    )
+    .execute(e)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 /// writePushAnswer (the SQL function takes the address lock, then the record). `url` is where the
@@ -420,15 +463,25 @@ pub async fn write_read_back(
     .await
 }
 
+/// A record the remote confirmed, for read-back.
+#[derive(Debug, Clone)]
+pub struct ConfirmedRecord {
+    pub record_id: RecordId,
+    pub recipient_kind: String,
+    pub recipient_id: i64,
+    pub generation: i64,
+    pub content: serde_json::Value,
+}
+
 /// The next page (by id) of a connection's records the remote confirmed at their generation.
 pub async fn confirmed_records_after(
     e: impl PgExecutor<'_>,
     connection: ConnectionId,
     after: RecordId,
     limit: i64,
-) -> sqlx::Result<Vec<StampedRecord>> {
+) -> sqlx::Result<Vec<ConfirmedRecord>> {
     sqlx::query_as!(
-        StampedRecord,
+        ConfirmedRecord,
         r#"SELECT record_id AS "record_id: RecordId", recipient_kind, recipient_id, generation, content
              FROM core.desired_state_records
             WHERE connection_id = $1 AND record_id > $2 AND confirmed_generation = generation

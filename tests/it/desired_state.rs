@@ -259,6 +259,44 @@ async fn an_endpoint_slower_than_the_bound_is_a_failure_and_a_slow_one_within_it
 }
 
 #[tokio::test]
+async fn the_first_failure_ends_the_run_and_the_records_it_did_not_push_stay_due_with_no_attempt_counted() {
+    let s = setup().await;
+    for n in 1..20 {
+        let name = member_console::services::organizations::OrgName::parse(&format!("Org {n}")).unwrap();
+        member_console::services::organizations::create_organization(&s.t.db, &name, None).await.unwrap();
+    }
+    let c = s.connect("Silent", &s.receiver).await;
+    s.pass().await;
+    // An endpoint that never answers within the bound: 20 records, one batch.
+    faults(&s.receiver, json!({ "delay_ms": 3000 })).await;
+    let relay = Relay::new(Duration::from_millis(300)).unwrap();
+    let d = ds::dispatch_connection(&s.t.db, &relay, c, Duration::from_secs(20)).await.unwrap();
+    let in_flight = ds::dispatch::PUSHES_IN_FLIGHT;
+    assert_eq!((d.pushed, d.failed), (in_flight, in_flight), "only the pushes already in flight: {d:?}");
+    let (failing, untouched): (i64, i64) =
+        s.t.one(
+            sqlx::query_as(
+                "SELECT count(*) FILTER (WHERE failures = 1 AND due_at > now()),
+                    count(*) FILTER (WHERE failures = 0 AND last_answer IS NULL AND due_at <= now()
+                                       AND dispatched_generation = 0 AND dispatched_at IS NULL)
+               FROM core.desired_state_records WHERE connection_id = $1",
+            )
+            .bind(c.0),
+        )
+        .await;
+    assert_eq!(
+        (failing, untouched),
+        (in_flight as i64, 20 - in_flight as i64),
+        "the unpushed are given back as they were"
+    );
+
+    // The endpoint recovers: the next run sends the records given back at once; the failed wait.
+    faults(&s.receiver, json!({ "delay_ms": 0 })).await;
+    let d = ds::dispatch_connection(&s.t.db, &relay, c, Duration::from_secs(20)).await.unwrap();
+    assert_eq!((d.pushed, d.confirmed), (20 - in_flight, 20 - in_flight));
+}
+
+#[tokio::test]
 async fn an_answer_with_a_stale_generation_is_not_a_confirmation() {
     let s = setup().await;
     let c = s.connect("Liar", &s.receiver).await;
@@ -501,6 +539,41 @@ async fn a_recompute_waits_on_the_record_a_dispatch_stamp_holds_and_the_stamp_ta
     let d = s.dispatch(c).await;
     assert_eq!(d.confirmed, 1, "the first push's answer makes the new generation due at once");
     assert_eq!(s.record(c).await.confirmed_generation, 2);
+}
+
+#[tokio::test]
+async fn giving_back_unpushed_records_waits_on_the_record_row_not_the_address_and_spares_a_retried_record() {
+    let s = setup().await;
+    let c = s.connect("Given back", &s.receiver).await;
+    s.pass().await;
+    let stamped = store::stamp_dispatched(&s.t.db.pool, c, 10, 60.0).await.unwrap();
+    assert_eq!(stamped.len(), 1);
+    // A recompute holding the address lock alone does not hold the give-back up: it takes none.
+    let (mut addr, _) = common::hold_open(&s.t, &address_key(&s, c).await).await;
+    let undone = tokio::time::timeout(Duration::from_secs(5), store::unstamp_unsent(&s.t.db.pool, &stamped))
+        .await
+        .expect("the give-back takes no address lock")
+        .unwrap();
+    assert_eq!(undone, 1);
+    sqlx::query("ROLLBACK").execute(&mut *addr).await.unwrap();
+    let (dispatched, due_now): (i64, bool) =
+        s.t.one(sqlx::query_as("SELECT dispatched_generation, due_at <= now() FROM core.desired_state_records")).await;
+    assert_eq!((dispatched, due_now), (0, true), "given back as it was before the stamp");
+
+    // A: Retry's recompute, paused after it locked the record (and made it due). B: the give-back
+    // of a stamp taken before; it waits on the record row, then leaves Retry's write standing.
+    let stamped = store::stamp_dispatched(&s.t.db.pool, c, 10, 60.0).await.unwrap();
+    let retry = format!("SELECT core.recompute_desired_state_address({}, 'organization', {}, 'retry')", c.0, s.org.0);
+    let (mut a, a_pid) = common::hold_open(&s.t, &retry).await;
+    common::assert_holds(&s.t.admin, a_pid, &[Lock::DesiredStateAddress, Lock::DesiredStateRecord]).await;
+    let pool = s.t.db.pool.clone();
+    let b = tokio::spawn(async move { store::unstamp_unsent(&pool, &stamped).await });
+    common::wait_for_waiter(&s.t.admin, &s.t.name, a_pid).await;
+    sqlx::query("COMMIT").execute(&mut *a).await.unwrap();
+    assert_eq!(b.await.unwrap().unwrap(), 0, "a record Retry made due is not the run's to give back");
+    let (dispatched, due_now): (i64, bool) =
+        s.t.one(sqlx::query_as("SELECT dispatched_generation, due_at <= now() FROM core.desired_state_records")).await;
+    assert_eq!((dispatched, due_now), (1, true), "Retry's write stands");
 }
 
 #[tokio::test]

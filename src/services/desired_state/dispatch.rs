@@ -1,8 +1,11 @@
 //! One connection's dispatch: a test when one was asked, then batches of due records, each
 //! stamped dispatched in one statement (StampDesiredStateRecordsDispatched), pushed, and its
-//! answer written under the address lock (writePushAnswer). The first failure ends the run, so a
-//! dead endpoint costs one bound per attempt; its records wait out their backoff.
+//! answer written under the address lock (writePushAnswer). The first failure ends the run: no
+//! further push of the batch starts, and the records it stamped but did not push are given back
+//! as they were (due, no attempt counted), so a dead endpoint costs one bound per attempt; the
+//! records that failed wait out their backoff.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::{StreamExt, stream};
@@ -25,7 +28,9 @@ pub static DISPATCH_LOCKS: PathLocks = PathLocks {
     kind: "Plain",
     locks: &[Lock::DesiredStateRecord],
     why: "One statement locks the due records in identifier order before it stamps them, so two stamps \
-          wait in one direction and the second skips what the first took; it takes no address lock.",
+          wait in one direction and the second skips what the first took; it takes no address lock. A run \
+          that ends at a failure gives back the records it stamped and did not push in one statement that \
+          locks them in the same order.",
 };
 
 pub static WRITE_PUSH_ANSWER_LOCKS: PathLocks = PathLocks {
@@ -124,6 +129,14 @@ async fn send_test(db: &Db, relay: &Relay, c: &ConnectionRow) -> Result<(), Serv
     Ok(())
 }
 
+/// What became of one stamped record in a run.
+enum Pushed {
+    /// Pushed, and its answer written: whether it confirmed.
+    Sent(Result<bool, ServiceError>),
+    /// Not pushed: an earlier push of the run failed.
+    Unsent(StampedRecord),
+}
+
 /// Dispatch one connection: its test when asked, then its due records until none is due, a push
 /// fails, or the run's budget is spent.
 #[tracing::instrument(name = "Dispatch a connection", skip(db, relay), fields(connection_id = %connection))]
@@ -153,24 +166,47 @@ pub async fn dispatch_connection(
             break;
         }
         // Each answer is written as its push returns (writePushAnswer, one address each), so the
-        // writes overlap the other pushes rather than queue behind the batch.
-        let outcomes: Vec<Result<bool, ServiceError>> = stream::iter(batch)
+        // writes overlap the other pushes rather than queue behind the batch. The first failure
+        // stops further pushes from starting: those already in flight finish and are written,
+        // the rest are given back unstamped.
+        let stop = AtomicBool::new(false);
+        let outcomes: Vec<Pushed> = stream::iter(batch)
             .map(|r| {
-                let body = push_body(c, &r);
-                let id = format!("ds_{}_{}", r.record_id, r.generation);
                 let secrets = &secrets;
+                let stop = &stop;
                 async move {
-                    let a = relay.post(&c.url, secrets, &id, body).await;
+                    if stop.load(Ordering::SeqCst) {
+                        return Pushed::Unsent(r);
+                    }
+                    let id = format!("ds_{}_{}", r.record_id, r.generation);
+                    let a = relay.post(&c.url, secrets, &id, push_body(c, &r)).await;
                     let (ok, words) = judge(&a, r.generation);
-                    write_answer(db, r.record_id, r.generation, ok, &words, &c.url).await?;
-                    Ok(ok)
+                    if !ok {
+                        stop.store(true, Ordering::SeqCst);
+                    }
+                    let written = write_answer(db, r.record_id, r.generation, ok, &words, &c.url).await;
+                    if written.is_err() {
+                        stop.store(true, Ordering::SeqCst);
+                    }
+                    Pushed::Sent(written.map(|_| ok))
                 }
             })
             .buffer_unordered(PUSHES_IN_FLIGHT)
             .collect()
             .await;
+        let mut unsent = vec![];
+        let mut sent = vec![];
+        for o in outcomes {
+            match o {
+                Pushed::Unsent(r) => unsent.push(r),
+                Pushed::Sent(ok) => sent.push(ok),
+            }
+        }
+        if !unsent.is_empty() {
+            store::unstamp_unsent(&db.pool, &unsent).await?;
+        }
         let mut any_failed = false;
-        for ok in outcomes {
+        for ok in sent {
             out.pushed += 1;
             if ok? {
                 out.confirmed += 1;

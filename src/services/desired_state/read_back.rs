@@ -59,7 +59,7 @@ pub async fn read_back_connection(
         let page = store::confirmed_records_after(&db.pool, connection, after, PAGE).await?;
         let Some(last) = page.last() else { break };
         after = last.record_id;
-        let held: Vec<(store::StampedRecord, Held)> = stream::iter(page)
+        let held: Vec<(store::ConfirmedRecord, Held)> = stream::iter(page)
             .map(|r| {
                 let secrets = &secrets;
                 let url = &c.url;
