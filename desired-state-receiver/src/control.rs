@@ -25,11 +25,15 @@ pub struct Faults {
     /// How many of the next applied updates are answered with the pushed generation minus one
     /// (a remote that lies about what it holds).
     pub stale_next: u32,
+    /// Where every request to the protocol's address is redirected (302), unverified and
+    /// unapplied, while set: an endpoint that moved, or a login page in front of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redirect_to: Option<String>,
 }
 
 impl Default for Faults {
     fn default() -> Self {
-        Faults { failures: Failures::none(DEFAULT_FAILURE), stale_next: 0 }
+        Faults { failures: Failures::none(DEFAULT_FAILURE), stale_next: 0, redirect_to: None }
     }
 }
 
@@ -63,17 +67,23 @@ struct SetFaults {
     status: Option<u16>,
     delay_ms: Option<u64>,
     stale_next: Option<u32>,
+    redirect_to: Option<String>,
 }
 
-/// `POST /_receiver/faults` `{"fail_next": N, "status": 500, "delay_ms": D, "stale_next": N}`:
-/// each field given replaces that part (`delay_ms: 0` clears the delay; `fail_next` without
-/// `status` fails with 500); answers the faults now in force.
+/// `POST /_receiver/faults` `{"fail_next": N, "status": 500, "delay_ms": D, "stale_next": N,
+/// "redirect_to": "/"}`: each field given replaces that part (`delay_ms: 0` clears the delay,
+/// `redirect_to: ""` the redirect; `fail_next` without `status` fails with 500); answers the
+/// faults now in force.
 pub async fn set_faults(app: web::Data<AppState>, body: web::Bytes) -> ApiResult<HttpResponse> {
-    let asked: SetFaults = json_body(&body, r#"{"fail_next": 1, "status": 500, "delay_ms": 0, "stale_next": 0}"#)?;
+    let asked: SetFaults =
+        json_body(&body, r#"{"fail_next": 1, "status": 500, "delay_ms": 0, "stale_next": 0, "redirect_to": "/"}"#)?;
     let mut faults = app.faults();
     faults.failures.set(asked.fail_next, asked.status, asked.delay_ms)?;
     if let Some(n) = asked.stale_next {
         faults.stale_next = n;
+    }
+    if let Some(to) = asked.redirect_to {
+        faults.redirect_to = Some(to).filter(|t| !t.trim().is_empty());
     }
     Ok(HttpResponse::Ok().json(&*faults))
 }

@@ -1,5 +1,6 @@
 //! The wire protocol of docs/desired-state.md: `POST /desired-state` (a push or a test) and
-//! `GET /desired-state?recipient_kind=…&recipient_id=…` (read-back), both signed.
+//! `GET /desired-state?recipient_kind=…&recipient_id=…` (read-back), both signed: a push over its
+//! body, a read-back over its request target.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
@@ -69,6 +70,9 @@ pub async fn push(req: HttpRequest, body: web::Bytes, app: web::Data<AppState>) 
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+    if let Some(moved) = redirect(&app) {
+        return Ok(moved);
+    }
     let webhook_id = app.authenticate(&req, &body)?;
     app.held().counters.pushes += 1;
     let failure = app.faults().take_failure();
@@ -103,16 +107,27 @@ pub async fn push(req: HttpRequest, body: web::Bytes, app: web::Data<AppState>) 
     }
 }
 
+/// The 302 an injected redirect answers with, before anything is verified or applied.
+fn redirect(app: &AppState) -> Option<HttpResponse> {
+    let to = app.faults().redirect_to.clone()?;
+    Some(HttpResponse::Found().insert_header(("location", to)).finish())
+}
+
 #[derive(Deserialize)]
 struct ReadBack {
     recipient_kind: String,
     recipient_id: String,
 }
 
-/// `GET /desired-state?recipient_kind=organization&recipient_id=42`, signed over an empty body:
-/// what the receiver holds for that recipient, or 404.
+/// `GET /desired-state?recipient_kind=organization&recipient_id=42`, signed over its request
+/// target (the path and the query as the request line carries them) in the body's place: what the
+/// receiver holds for that recipient, or 404. A query changed under the signature is refused.
 pub async fn read_back(req: HttpRequest, app: web::Data<AppState>) -> ApiResult<HttpResponse> {
-    app.authenticate(&req, b"")?;
+    if let Some(moved) = redirect(&app) {
+        return Ok(moved);
+    }
+    let target = req.uri().path_and_query().map_or_else(|| req.uri().path(), |p| p.as_str());
+    app.authenticate(&req, target.as_bytes())?;
     let query = web::Query::<ReadBack>::from_query(req.query_string()).map_err(|e| {
         ApiError::bad_request(format!(
             "Read-back needs ?recipient_kind=…&recipient_id=… in its query; this one does not: {e}."

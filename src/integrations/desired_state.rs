@@ -1,7 +1,8 @@
 //! The connected systems' side of the relay (docs/desired-state.md, "The wire protocol"): a
 //! signed push of one record, a signed test, and a signed read-back, each bounded. Signatures
 //! follow Standard Webhooks: HMAC-SHA256 over "<id>.<timestamp>.<body>", one `v1,` entry per
-//! live secret.
+//! live secret; a read-back, which has no body, signs its request target (path and query) in the
+//! body's place. No redirect is followed.
 
 use std::time::Duration;
 
@@ -94,6 +95,42 @@ fn transport_failure(e: &reqwest::Error, timeout: Duration) -> String {
     }
 }
 
+/// The read-back address of one recipient: the connection's URL with the recipient's query
+/// appended.
+pub fn read_back_url(url: &str, kind: &str, recipient: i64) -> Result<reqwest::Url, String> {
+    let mut u = reqwest::Url::parse(url).map_err(|e| format!("the connection's URL does not parse: {e}"))?;
+    u.query_pairs_mut().append_pair("recipient_kind", kind).append_pair("recipient_id", &recipient.to_string());
+    Ok(u)
+}
+
+/// What a read-back's signature covers: the request target as the request line carries it, the
+/// path and the query (`/desired-state?recipient_kind=organization&recipient_id=42`).
+pub fn request_target(url: &reqwest::Url) -> String {
+    match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_string(),
+    }
+}
+
+/// A 3xx in words: the console follows no redirect, so the operator learns where the endpoint
+/// points and can set the connection's URL there.
+fn redirected(what: &str, resp: &reqwest::Response) -> Option<String> {
+    let status = resp.status();
+    if !status.is_redirection() {
+        return None;
+    }
+    let to = match resp.headers().get(reqwest::header::LOCATION).map(|l| l.to_str()) {
+        Some(Ok(l)) => format!("to {}", clipped(l)),
+        Some(Err(_)) => "to a Location that is not text".to_string(),
+        None => "without a Location".to_string(),
+    };
+    Some(format!(
+        "{what} answered {} (a redirect) {to}; the console does not follow redirects, so nothing was \
+         delivered: point the connection's URL at the endpoint itself",
+        status.as_u16()
+    ))
+}
+
 fn clipped(text: &str) -> String {
     let t: String = text.chars().take(ANSWER_CHARS).collect();
     if t.len() < text.len() { format!("{t}…") } else { t }
@@ -104,6 +141,9 @@ impl Relay {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
+            // A redirect is not an answer from the endpoint: followed, a POST becomes a body-less
+            // GET whose 200 would count as a confirmation of a push nobody received.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("the desired-state client could not start: {e}"))?;
         Ok(Relay { http, timeout })
@@ -134,6 +174,9 @@ impl Relay {
             Ok(r) => r,
             Err(e) => return Answer::Failed(transport_failure(&e, self.timeout)),
         };
+        if let Some(why) = redirected("the endpoint", &resp) {
+            return Answer::Failed(why);
+        }
         let status = resp.status().as_u16();
         let text = match resp.text().await {
             Ok(t) => t,
@@ -153,7 +196,9 @@ impl Relay {
         Answer::Accepted { status, generation }
     }
 
-    /// GET what the remote at `url` holds for one recipient, signed over an empty body.
+    /// GET what the remote at `url` holds for one recipient, signed over the request target (the
+    /// path and the query), so neither the recipient nor the address can be changed under the
+    /// signature.
     pub async fn read_back(&self, url: &str, secrets: &[&str], id: &str, kind: &str, recipient: i64) -> Held {
         let call = self.read_back_unmeasured(url, secrets, id, kind, recipient);
         crate::metrics::timed(crate::metrics::System::Connection, "read back", call, |h| matches!(h, Held::Unknown(_)))
@@ -161,11 +206,15 @@ impl Relay {
     }
 
     async fn read_back_unmeasured(&self, url: &str, secrets: &[&str], id: &str, kind: &str, recipient: i64) -> Held {
-        let hs = match headers(secrets, id, b"") {
+        let url = match read_back_url(url, kind, recipient) {
+            Ok(u) => u,
+            Err(e) => return Held::Unknown(e),
+        };
+        let hs = match headers(secrets, id, request_target(&url).as_bytes()) {
             Ok(h) => h,
             Err(e) => return Held::Unknown(e),
         };
-        let mut rq = self.http.get(url).query(&[("recipient_kind", kind), ("recipient_id", &recipient.to_string())]);
+        let mut rq = self.http.get(url);
         for (k, v) in hs {
             rq = rq.header(k, v);
         }
@@ -173,6 +222,9 @@ impl Relay {
             Ok(r) => r,
             Err(e) => return Held::Unknown(transport_failure(&e, self.timeout)),
         };
+        if let Some(why) = redirected("read-back", &resp) {
+            return Held::Unknown(why);
+        }
         let status = resp.status().as_u16();
         if status == 404 {
             return Held::Nothing;
@@ -210,5 +262,12 @@ mod tests {
         assert_eq!(two.split(' ').count(), 2);
         assert!(signature_header(&["nope"], "x", 1, b"").is_err());
         assert!(new_secret().unwrap().starts_with(SECRET_PREFIX));
+    }
+
+    #[test]
+    fn a_read_back_signs_the_path_and_the_query_it_sends() {
+        let u = read_back_url("http://127.0.0.1:9/hooks/ds?token=a b#top", "organization", 42).unwrap();
+        assert_eq!(request_target(&u), "/hooks/ds?token=a%20b&recipient_kind=organization&recipient_id=42");
+        assert!(read_back_url("not a url", "organization", 1).is_err());
     }
 }

@@ -472,6 +472,38 @@ async fn a_test_asked_on_the_page_is_sent_signed_and_its_answer_kept() {
     assert_eq!(row.last_test_ok, Some(true), "{:?}", row.last_test_answer);
 }
 
+#[tokio::test]
+async fn an_endpoint_that_redirects_confirms_nothing_and_the_answer_says_where_it_points() {
+    let s = setup().await;
+    let c = s.connect("Moved away", &s.receiver).await;
+    // Every POST and GET at the push address answers 302 to the receiver's page, which answers
+    // 200 HTML: followed, the push would become a GET of that page and count as confirmed.
+    faults(&s.receiver, json!({ "redirect_to": "/" })).await;
+    let d = s.relay_and_push(c).await;
+    assert_eq!((d.confirmed, d.failed), (0, 1));
+    let r = s.record(c).await;
+    assert_eq!(r.confirmed_generation, 0, "a redirect is no confirmation");
+    let answer: String = s.t.one(sqlx::query_scalar("SELECT last_answer FROM core.desired_state_records")).await;
+    assert!(answer.contains("answered 302 (a redirect) to /"), "{answer}");
+    assert!(held(&s.receiver, s.org).is_none(), "the receiver applied nothing");
+
+    // "Send a test" takes the same client.
+    connections::send_test(&s.t.db, c).await.unwrap();
+    assert!(s.relay_and_push(c).await.tested);
+    let row = store::connection(&s.t.db.pool, c).await.unwrap().unwrap();
+    assert_eq!(row.last_test_ok, Some(false));
+    assert!(row.last_test_answer.as_deref().is_some_and(|a| a.contains("redirect")), "{:?}", row.last_test_answer);
+    assert_eq!(counter(&s.receiver, "tests"), 0);
+
+    // Read-back of a confirmed record: the redirect stops the run with the same words.
+    faults(&s.receiver, json!({ "redirect_to": "" })).await;
+    connections::retry_connection(&s.t.db, c).await.unwrap();
+    assert_eq!(s.relay_and_push(c).await.confirmed, 1);
+    faults(&s.receiver, json!({ "redirect_to": "/" })).await;
+    let run = ds::read_back_connection(&s.t.db, &s.relay, c).await.unwrap();
+    assert!(run.stopped.as_deref().is_some_and(|w| w.contains("answered 302 (a redirect) to /")), "{run:?}");
+}
+
 // Lock tests ---------------------------------------------------------------------------------------
 
 async fn address_key(s: &Setup, c: ConnectionId) -> String {

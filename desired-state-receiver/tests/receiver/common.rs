@@ -90,17 +90,29 @@ pub async fn push(rx: &Receiver, generation: u64, content: Value) -> (u16, Value
     post_signed(rx, SECRET, &format!("ds_7_{generation}"), &update(generation, content)).await
 }
 
-/// A signed read-back of one recipient (signature over the empty body).
-pub async fn read_back(rx: &Receiver, secret: &str, kind: &str, id: &str) -> (u16, Value) {
+/// The read-back query of one recipient.
+pub fn read_back_query(kind: &str, id: &str) -> String {
+    format!("recipient_kind={kind}&recipient_id={id}")
+}
+
+/// GET the push URL with `query`, signed over the request target `signed_query` names (the path,
+/// `?`, that query): the two differ when a test alters the query under the signature.
+pub async fn read_back_signed_over(rx: &Receiver, secret: &str, signed_query: &str, query: &str) -> (u16, Value) {
     let webhook_id = format!("rb_7_{}", now());
     let ts = now();
+    let target = format!("/desired-state?{signed_query}");
     let req = http()
-        .get(rx.push_url())
-        .query(&[("recipient_kind", kind), ("recipient_id", id)])
+        .get(format!("{}?{query}", rx.push_url()))
         .header("webhook-id", &webhook_id)
         .header("webhook-timestamp", ts.to_string())
-        .header("webhook-signature", sign(secret, &webhook_id, ts, ""));
+        .header("webhook-signature", sign(secret, &webhook_id, ts, &target));
     json_of(req.send().await.expect("the receiver answers")).await
+}
+
+/// A signed read-back of one recipient (signature over the request target).
+pub async fn read_back(rx: &Receiver, secret: &str, kind: &str, id: &str) -> (u16, Value) {
+    let query = read_back_query(kind, id);
+    read_back_signed_over(rx, secret, &query, &query).await
 }
 
 /// A test control under `/_receiver/`.
