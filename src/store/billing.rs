@@ -1077,3 +1077,23 @@ pub async fn record_event_with_jobs(
     .await?;
     Ok((row.recorded, row.jobs))
 }
+
+/// Whether Stripe no longer sells the price with this Stripe id, as the console last synced it
+/// (None: the console has no such price). A price archived in the console but not yet synced is
+/// still sold in Stripe.
+pub async fn archived_in_stripe(conn: &mut PgConnection, stripe_price_id: &str) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar!(
+        r#"SELECT (stripe_active IS NOT DISTINCT FROM false) AS "archived!" FROM billing.prices
+            WHERE stripe_price_id = $1"#,
+        stripe_price_id
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Use up a switch's quote: Stripe refused its change for good (a declined card, a price no
+/// longer sold), and confirming it again would only replay that answer under its idempotency key.
+pub async fn use_up_switch_quote(conn: &mut PgConnection, operation: &str) -> sqlx::Result<()> {
+    sqlx::query!("DELETE FROM billing.switch_quotes WHERE operation = $1", operation).execute(conn).await?;
+    Ok(())
+}

@@ -37,6 +37,10 @@ pub enum AppError {
     /// A system outside the console (Stripe) did not do its part; the sentence says what now.
     #[error("A connected service did not answer")]
     Upstream(String),
+    /// A system outside the console (Stripe) gave no answer in time, or asked to be called less
+    /// (429, 5xx, a timeout): worth trying again later; the sentence says what is known.
+    #[error("A connected service is not answering right now")]
+    Unavailable(String),
     #[error("Something went wrong on our side")]
     Unexpected(#[source] anyhow::Error),
 }
@@ -69,7 +73,7 @@ impl AppError {
                  {retry_after_minutes} minutes."
             ),
             AppError::Timeout => Self::timeout_message(Saved::Nothing),
-            AppError::Upstream(m) => m.clone(),
+            AppError::Upstream(m) | AppError::Unavailable(m) => m.clone(),
             AppError::Unexpected(_) => {
                 "The console hit an unexpected problem and changed nothing. Try again; if it keeps happening, \
                  report it with the request id below."
@@ -107,7 +111,7 @@ impl ResponseError for AppError {
             AppError::SignInRequired => StatusCode::UNAUTHORIZED,
             AppError::Refused(_) | AppError::ChangeInProgress | AppError::Busy(_) => StatusCode::CONFLICT,
             AppError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
-            AppError::Timeout => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Timeout | AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Upstream(_) => StatusCode::BAD_GATEWAY,
             AppError::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -11,7 +11,15 @@
 //! | `NotFound`                                         | 404, the error page                     |
 //! | `Db(LockNotAvailable)` (55P03 on any other path)   | 409, in the path's own words (`Words`)  |
 //! | `Db(DeadlinePassed)`                               | 503, saying what was saved              |
-//! | `Remote` (Stripe failed)                           | 502, in the failure's own sentence      |
+//! | `Remote`, transient (no answer, 429, 5xx)          | 503, in the failure's own sentence      |
+//! | `Remote` otherwise (Stripe failed)                 | 502, in the failure's own sentence      |
+//!
+//! Stripe's refusals of a member's plan change are `Refused` (409) in the member's words, never
+//! Stripe's raw English: a declined card ("The payment was declined … nothing was charged"), a
+//! price Stripe no longer sells, a subscription that ended meanwhile, a confirmation already
+//! used. A 409 rather than a 402, as every other "not with things as they are" answer is. A
+//! write Stripe did not answer is the 503, saying the console cannot know yet whether Stripe
+//! made the change (`services::billing::remote_write`).
 //! | `Db(_)` otherwise                                  | 500 with the request id                 |
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode};
@@ -131,7 +139,8 @@ fn app_error(e: ServiceError, busy: Option<&str>) -> AppError {
         ServiceError::NotFound(_) => AppError::NotFound,
         ServiceError::Refused(m) => AppError::Refused(m),
         ServiceError::ChangeInProgress => AppError::ChangeInProgress,
-        ServiceError::Remote { sentence, .. } => AppError::Upstream(sentence),
+        ServiceError::Remote { sentence, transient: true } => AppError::Unavailable(sentence),
+        ServiceError::Remote { sentence, transient: false } => AppError::Upstream(sentence),
         ServiceError::Db(DbError::LockNotAvailable) => match busy {
             Some(words) => AppError::Busy(words.to_string()),
             None => DbError::LockNotAvailable.into(),

@@ -3,7 +3,7 @@
 //! and the operator's billing overview.
 //!
 //! No Stripe is connected unless a test says so: then either an address nothing answers (any
-//! call is a 502, so an answer that is not one proves no call was made) or the project's Stripe
+//! call is a 503, so an answer that is not one proves no call was made) or the project's Stripe
 //! stand-in, whose payment page the test pays on as a browser would.
 //! The subscriptions, invoices, outbox rows and events a page shows are fixture rows written with
 //! the administrator's pool.
@@ -81,7 +81,7 @@ async fn signed_in_member(app: &TestApp) -> Session {
 }
 
 /// A console whose Stripe client points at an address nothing answers: any Stripe call fails
-/// (a 502 with its sentence), so an answer that is not a 502 proves no call was made.
+/// (a 503 with its sentence), so an answer that is not a 503 proves no call was made.
 async fn app_with_unreachable_stripe(t: &TestDb) -> TestApp {
     app_with_stripe_at(t, "http://127.0.0.1:9/").await
 }
@@ -526,7 +526,7 @@ async fn a_member_who_is_not_an_owner_sees_no_buy_button_and_checkout_is_refused
 }
 
 #[tokio::test]
-async fn checkout_without_stripe_connected_is_a_clear_refusal_and_a_failing_stripe_is_a_502_not_a_500() {
+async fn checkout_without_stripe_connected_is_a_clear_refusal_and_a_stripe_not_answering_is_a_503_not_a_500() {
     let t = demo_db().await;
     let (acme, basic_price, _) = billing_fixture(&t).await;
     let fields = [("organization_id", acme.to_string()), ("price_id", basic_price.to_string())];
@@ -543,7 +543,7 @@ async fn checkout_without_stripe_connected_is_a_clear_refusal_and_a_failing_stri
     let app = app_with_unreachable_stripe(&t).await;
     let member = signed_in_member(&app).await;
     let a = member.post("/billing/checkout", &fields, false).await;
-    assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{}", a.body);
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.body);
     assert!(a.header("location").is_none());
     assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, 0);
 }
@@ -752,9 +752,9 @@ async fn the_return_from_an_unknown_or_another_organizations_checkout_is_404() {
         let a = member.get(path).await;
         assert_eq!(a.status, StatusCode::NOT_FOUND, "{path}: {}", a.body);
     }
-    // The member's own session reaches Stripe (which fails here: 502, in words).
+    // The member's own session reaches Stripe (which does not answer here: 503, in words).
     let own = member.get("/billing/return?session_id=cs_acme_1").await;
-    assert_eq!(own.status, StatusCode::BAD_GATEWAY, "{}", own.body);
+    assert_eq!(own.status, StatusCode::SERVICE_UNAVAILABLE, "{}", own.body);
 
     // Without Stripe, the member's own session is a clear refusal, not a 500.
     let app = TestApp::spawn(&t).await;

@@ -291,11 +291,157 @@ async fn an_upgrade_whose_charge_fails_changes_nothing_and_says_why() {
         ],
     )
     .await;
-    let e = p.switch(p.pro).await.unwrap_err();
-    assert!(matches!(e, ServiceError::Remote { transient: false, .. }), "{e:?}");
+    refused(p.switch(p.pro).await, "The plan is unchanged and nothing was charged");
     assert_eq!(p.hosting().await, "Basic");
     let sub = p.s.get(&format!("/subscriptions/{}", p.sub)).await;
     assert_eq!(sub["status"], "active", "{sub}");
+}
+
+impl Paying {
+    /// The member on the billing page, in a console of its own pointed at the test's stand-in.
+    async fn member(&self) -> Session {
+        let app = TestApp::spawn_with_stripe(&self.t, self.s.stripe.clone()).await;
+        Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await
+    }
+
+    /// Make the subscription charge `pm` from now on, as a member's card change in Stripe does.
+    async fn pay_with(&self, pm: &str) {
+        self.s.post(&format!("/subscriptions/{}", self.sub), &[("default_payment_method", pm)]).await;
+    }
+
+    /// The subscription's reconciles waiting in the job queue (a webhook's, the sweep's, a change's).
+    async fn queued_reconciles(&self) -> i64 {
+        common::acts::scalar(
+            &self.t,
+            &format!(
+                "SELECT count(*) FROM integration.jobs WHERE kind = 'reconcile_subscription' AND state = 'pending'
+                   AND payload->>'object_key' = 'stripe-subscription:{}'",
+                self.sub
+            ),
+        )
+        .await
+    }
+}
+
+#[tokio::test]
+async fn a_declined_card_is_a_refusal_saying_nothing_changed_and_its_confirmation_is_used_up() {
+    let p = paying("Basic").await;
+    p.pay_with("pm_card_chargeCustomerFail").await;
+    let member = p.member().await;
+    let (org, sub, pro) = (p.org.to_string(), p.subscription_id.to_string(), p.pro.to_string());
+    let fields = [("organization_id", org.as_str()), ("subscription_id", sub.as_str()), ("price_id", pro.as_str())];
+    let quote = member.post("/billing/switch", &fields, false).await;
+    assert_eq!(quote.status, 200, "{}", quote.body);
+    let declined = confirm_quote(&member, &fields, &quote).await;
+    assert_eq!(declined.status, 409, "{}", declined.body);
+    assert!(declined.body.contains("The plan is unchanged and nothing was charged"), "{}", declined.body);
+    assert!(declined.body.contains("pay with another card, then choose Switch again"), "{}", declined.body);
+    assert!(!declined.body.contains("did not answer"), "a refusal, not an outage: {}", declined.body);
+    assert_eq!(p.hosting().await, "Basic");
+    assert!(p.update_invoices().await.iter().all(|i| i["status"] != "paid"), "nothing was charged");
+    // The card works again; the same confirmation does not replay Stripe's stored decline.
+    p.pay_with("pm_card_visa").await;
+    let again = confirm_quote(&member, &fields, &quote).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(again.body.contains("switch again from the billing page"), "{}", again.body);
+    assert!(!again.body.contains("declined"), "{}", again.body);
+    // A new quote is a new operation, and goes through.
+    let quote = member.post("/billing/switch", &fields, false).await;
+    let done = confirm_quote(&member, &fields, &quote).await;
+    assert_eq!(done.header("location"), Some("/billing?changed=upgraded"), "{}", done.body);
+    assert_eq!(p.hosting().await, "Pro");
+}
+
+#[tokio::test]
+async fn a_switch_stripe_did_not_answer_says_the_outcome_is_unknown_and_queues_the_reconcile() {
+    let p = paying("Basic").await;
+    let q = p.quote(p.pro).await.unwrap();
+    // The write fails on Stripe's side (the read before it goes through).
+    p.s.control(
+        "/faults",
+        &[
+            ("path_prefix", &format!("/v1/subscriptions/{}", p.sub)),
+            ("method", "POST"),
+            ("status", "500"),
+            ("times", "1"),
+        ],
+    )
+    .await;
+    let before = p.queued_reconciles().await;
+    let member = p.member().await;
+    let (org, sub, pro) = (p.org.to_string(), p.subscription_id.to_string(), p.pro.to_string());
+    let fields = [
+        ("organization_id", org.as_str()),
+        ("subscription_id", sub.as_str()),
+        ("price_id", pro.as_str()),
+        ("confirm", "1"),
+        ("operation", q.operation.as_str()),
+    ];
+    let a = member.post("/billing/switch", &fields, false).await;
+    assert_eq!(a.status, 503, "{}", a.body);
+    assert!(a.body.contains("could not confirm whether Stripe made this change"), "{}", a.body);
+    assert!(!a.body.contains("Nothing was charged"), "it cannot know: {}", a.body);
+    assert_eq!(p.queued_reconciles().await, before + 1, "the console converges on what Stripe holds");
+}
+
+#[tokio::test]
+async fn a_price_stripe_stopped_selling_is_a_refusal_naming_the_tier() {
+    let p = paying("Basic").await;
+    let q = p.quote(p.pro).await.unwrap();
+    // Archived in Stripe's dashboard after the page was drawn.
+    let price = p.s.stripe_price(&p.t.admin, p.pro).await;
+    p.s.post(&format!("/prices/{price}"), &[("active", "false")]).await;
+    refused(p.confirm(p.pro, &q.operation).await, "Pro at this price is no longer sold. Reload the billing page");
+    assert_eq!(p.hosting().await, "Basic");
+    refused(p.confirm(p.pro, &q.operation).await, "switch again from the billing page");
+}
+
+#[tokio::test]
+async fn after_a_price_change_the_old_prices_seats_still_change_and_its_downgrade_is_refused_before_stripe() {
+    let p = paying("Pro").await;
+    let pro = common::acts::product_id(&p.t, "Pro").await;
+    member_console::services::catalog::set_product_seats(&p.t.db, pro, "5").await.unwrap();
+    // The operator raises Pro to 35 a month: a new price, the old one archived in Stripe.
+    let new_pro = p.s.price(&p.t.db, pro, "35").await;
+    assert_ne!(new_pro, p.pro);
+    let old = p.s.stripe_price(&p.t.admin, p.pro).await;
+    assert_eq!(p.s.get(&format!("/prices/{old}")).await["active"], false);
+    // The seat form names the subscription's own (old) price: more seats go through on it.
+    let q = plan_changes::quote_switch(&p.t.db, &p.s.stripe, p.who, p.org, p.subscription_id, p.pro, Some(3))
+        .await
+        .unwrap();
+    assert_eq!(q.kind, SwitchKind::MoreSeats);
+    p.confirm(p.pro, &q.operation).await.unwrap();
+    let item = &p.s.get(&format!("/subscriptions/{}", p.sub)).await["items"]["data"][0];
+    assert_eq!((item["quantity"].as_i64(), item["price"]["id"].as_str()), (Some(3), Some(old.as_str())));
+    assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(30));
+    // A downgrade would need the old price in a schedule: refused before Stripe, nothing written.
+    let down = plan_changes::quote_switch(&p.t.db, &p.s.stripe, p.who, p.org, p.subscription_id, p.basic, Some(1));
+    refused(down.await, "no longer sold, so Stripe cannot schedule the switch to Basic");
+    assert!(p.s.get(&format!("/subscriptions/{}", p.sub)).await["schedule"].is_null());
+    assert!(p.ledger().await.is_empty());
+}
+
+#[tokio::test]
+async fn confirming_a_scheduled_downgrade_twice_answers_as_the_first_did() {
+    let p = paying("Pro").await;
+    let q = p.quote(p.basic).await.unwrap();
+    assert_eq!(p.confirm(p.basic, &q.operation).await.unwrap().kind, SwitchKind::Downgrade);
+    let again = p.confirm(p.basic, &q.operation).await.unwrap();
+    assert_eq!((again.kind, again.to.as_str()), (SwitchKind::Downgrade, "Basic"));
+    assert_eq!(p.ledger().await, [("Pro".into(), "Basic".into(), "scheduled".into())]);
+    // Over HTTP, the double click lands where the first did.
+    let member = p.member().await;
+    let (org, sub, basic) = (p.org.to_string(), p.subscription_id.to_string(), p.basic.to_string());
+    let fields = [
+        ("organization_id", org.as_str()),
+        ("subscription_id", sub.as_str()),
+        ("price_id", basic.as_str()),
+        ("confirm", "1"),
+        ("operation", q.operation.as_str()),
+    ];
+    let a = member.post("/billing/switch", &fields, false).await;
+    assert_eq!(a.header("location"), Some("/billing?changed=scheduled"), "{}", a.body);
 }
 
 #[tokio::test]

@@ -27,13 +27,14 @@ pub const CONSOLE_PAUSE_VALUE: &str = "displaced";
 pub type PhaseItems = Vec<(String, u64)>;
 
 impl Stripe {
-    /// The invoice Stripe would make now if `item` moved to `price` with prorations charged at once.
+    /// The invoice Stripe would make now if `item` moved to `price` (None: it keeps its own) with
+    /// prorations charged at once.
     pub async fn preview_switch(
         &self,
         customer: &str,
         subscription: &str,
         item: &str,
-        price: &str,
+        price: Option<&str>,
         quantity: u64,
     ) -> Result<Preview, StripeFailure> {
         use stripe_billing::invoice::{
@@ -44,7 +45,7 @@ impl Stripe {
             // The quantity is sent: a new price without one would reset it to 1.
             items: Some(vec![CreatePreviewInvoiceSubscriptionDetailsItems {
                 id: Some(item.to_string()),
-                price: Some(price.to_string()),
+                price: price.map(str::to_string),
                 quantity: Some(quantity),
                 ..Default::default()
             }]),
@@ -62,16 +63,17 @@ impl Stripe {
         Ok(Preview { amount_due: invoice.amount_due, currency: invoice.currency.to_string(), proration_date })
     }
 
-    /// Move `item` to `price` and `quantity` now. `charge_now`: the proration invoiced and charged at
-    /// once, and when the charge fails Stripe changes nothing (`error_if_incomplete`) and says why;
-    /// otherwise the proration (a credit, for fewer seats) waits for the next invoice.
+    /// Move `item` to `price` (None: it keeps its own, which may be archived) and `quantity` now.
+    /// `charge_now`: the proration invoiced and charged at once, and when the charge fails Stripe
+    /// changes nothing (`error_if_incomplete`) and says why; otherwise the proration (a credit, for
+    /// fewer seats) waits for the next invoice.
     #[allow(clippy::too_many_arguments)]
     pub async fn switch_now(
         &self,
         operation: &str,
         subscription: &str,
         item: &str,
-        price: &str,
+        price: Option<&str>,
         quantity: u64,
         proration_date: Option<i64>,
         charge_now: bool,
@@ -83,7 +85,7 @@ impl Stripe {
         let mut req = UpdateSubscription::new(subscription)
             .items(vec![UpdateSubscriptionItems {
                 id: Some(item.to_string()),
-                price: Some(price.to_string()),
+                price: price.map(str::to_string),
                 quantity: Some(quantity),
                 ..Default::default()
             }])

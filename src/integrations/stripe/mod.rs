@@ -29,7 +29,15 @@ pub struct Stripe {
 pub enum StripeFailure {
     /// Stripe answered with an error: its status, type and message.
     #[error("Stripe refused the request ({status} {kind}): {message}")]
-    Api { status: u16, kind: String, code: Option<String>, message: String, request_log: Option<String> },
+    Api {
+        status: u16,
+        kind: String,
+        code: Option<String>,
+        /// The request's parameter Stripe names (`items[0][price]`), if any.
+        param: Option<String>,
+        message: String,
+        request_log: Option<String>,
+    },
     /// No answer: the network, a timeout, or Stripe's answer could not be read.
     #[error("Stripe could not be reached: {0}")]
     Unreachable(String),
@@ -54,7 +62,44 @@ impl StripeFailure {
         matches!(self, StripeFailure::Api { status: 404, .. })
     }
 
-    /// The failure as a person reads it.
+    /// What Stripe's refusal of a change means for the change (see `Refusal`).
+    pub fn refusal(&self) -> Refusal {
+        match self {
+            StripeFailure::Api { status: 402, .. } => Refusal::CardDeclined,
+            StripeFailure::Api { kind, .. } if kind == "card_error" => Refusal::CardDeclined,
+            StripeFailure::Api { kind, code, .. }
+                if kind == "idempotency_error" || code.as_deref() == Some("idempotency_key_in_use") =>
+            {
+                Refusal::KeyReused
+            }
+            StripeFailure::Api { status: 404, .. } => Refusal::Missing,
+            // Stripe words it "The price specified is inactive. This field only accepts active
+            // prices." on the price parameter it names.
+            StripeFailure::Api { status, param, message, .. }
+                if *status < 500
+                    && message.contains("inactive")
+                    && param.as_deref().is_some_and(|p| p == "price" || p.ends_with("[price]")) =>
+            {
+                Refusal::PriceInactive { param: param.clone().unwrap_or_default() }
+            }
+            // An answer that could not be read may be Stripe's success: unknown as much as no answer.
+            f if f.is_transient() || matches!(f, StripeFailure::Unreadable(_)) => Refusal::Unconfirmed,
+            _ => Refusal::Other,
+        }
+    }
+
+    /// The failure of a call that changes something, as a person reads it: without an answer
+    /// the console cannot know whether Stripe made the change (or charged for it).
+    pub fn write_sentence(&self) -> String {
+        match self.refusal() {
+            Refusal::Unconfirmed => "The console could not confirm whether Stripe made this change: reload the \
+                                     billing page in a minute to see where it stands."
+                .into(),
+            _ => self.sentence(),
+        }
+    }
+
+    /// The failure of a read (or of a call Stripe never acted on), as a person reads it.
     pub fn sentence(&self) -> String {
         match self {
             StripeFailure::Api { status, message, .. } if *status < 500 && *status != 429 => {
@@ -76,6 +121,7 @@ impl StripeFailure {
                 status,
                 kind: api.type_.to_string(),
                 code: api.code.as_ref().map(|c| c.to_string()),
+                param: api.param.clone(),
                 message: api.message.clone().unwrap_or_else(|| "no message".into()),
                 request_log: api.request_log_url.clone(),
             },
@@ -92,6 +138,26 @@ impl StripeFailure {
         }
         failure
     }
+}
+
+/// What a refusal of a change means for that change, so a member reads what happened and what
+/// to do rather than Stripe's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The card was declined (402 `card_error`): with `error_if_incomplete` nothing changed and
+    /// nothing was charged.
+    CardDeclined,
+    /// A price sent is archived in Stripe; `param` names which (`items[0][price]`,
+    /// `phases[1][items][0][price]`).
+    PriceInactive { param: String },
+    /// The object is gone (404): a subscription canceled meanwhile, a schedule released.
+    Missing,
+    /// The idempotency key was used before with other parameters, or is in use right now.
+    KeyReused,
+    /// No answer, a rate limit or Stripe's own failure: the change may or may not have been made.
+    Unconfirmed,
+    /// Anything else Stripe refused.
+    Other,
 }
 
 /// A read's answer, or None when Stripe says there is no such object.

@@ -29,6 +29,26 @@ pub(crate) fn remote(f: StripeFailure) -> ServiceError {
     ServiceError::Remote { transient: f.is_transient(), sentence: f.sentence() }
 }
 
+/// A failed Stripe call that changes something, in the refusal model: when Stripe gave no answer
+/// (or one the console could not read) the change may have been made, and the sentence says so
+/// instead of promising nothing was charged.
+pub(crate) fn remote_write(f: StripeFailure) -> ServiceError {
+    let unconfirmed = f.refusal() == crate::integrations::stripe::Refusal::Unconfirmed;
+    ServiceError::Remote { transient: f.is_transient() || unconfirmed, sentence: f.write_sentence() }
+}
+
+/// Queue a reconcile of the Stripe subscription, keyed as the webhooks' and the sweep's own so
+/// that one already waiting is not queued twice: one insert on the handle, no lock. Used where a
+/// change's outcome in Stripe is unknown or the reconcile at once failed, so the console still
+/// converges on what Stripe holds.
+pub(crate) async fn enqueue_reconcile(db: &crate::db::Db, stripe_subscription_id: &str) -> Result<(), ServiceError> {
+    let mut conn = db.pool.acquire().await.map_err(crate::db::DbError::from)?;
+    let job = ReconcileSubscription { stripe_subscription_id: stripe_subscription_id.to_string() };
+    let key = format!("stripe-subscription:{stripe_subscription_id}");
+    crate::jobs::enqueue_for_object(&mut conn, &job, &key).await?;
+    Ok(())
+}
+
 /// Reconcile one Stripe subscription (enqueued by the webhook's intake and the sweep).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReconcileSubscription {

@@ -11,13 +11,13 @@ use chrono::{DateTime, Duration, Utc};
 use crate::{
     db::{Db, locks::PathLocks},
     ids::{AccountId, LadderId, OrganizationId, PriceId, SubscriptionId},
-    integrations::stripe::{PhaseItems, Preview, Stripe, SubscriptionSnapshot},
+    integrations::stripe::{PhaseItems, Preview, Refusal, Stripe, StripeFailure, SubscriptionSnapshot},
     services::ServiceError,
     states::{SubscriptionBranch, SubscriptionStatus},
     store::{billing as billing_store, plan_changes as store},
 };
 
-use super::{reconcile::reconcile_subscription, remote};
+use super::{enqueue_reconcile, reconcile::reconcile_subscription, remote, remote_write};
 
 /// How long an upgrade's quoted amount holds: the confirmation prorates for the quoted moment
 /// only within this window, so a stale (or edited) form cannot buy the rest of a period cheap.
@@ -115,6 +115,14 @@ fn day(t: DateTime<Utc>) -> String {
     t.format("%-d %b %Y").to_string()
 }
 
+impl Checked {
+    /// The price the item moves to, None when it keeps its own (a change of seats; its price may
+    /// be one Stripe no longer sells, which Stripe keeps but takes in no request).
+    fn new_price(&self) -> Option<&str> {
+        (self.to_price != self.from_price).then_some(self.to_price.as_str())
+    }
+}
+
 /// Every check of a switch, in the order a member would want to hear them.
 async fn check_switch(
     db: &Db,
@@ -141,7 +149,11 @@ async fn check_switch(
         let mut read = db.read().await?;
         store::switch_target(read.conn(), subscription_id, price_id).await?.ok_or(ServiceError::NotFound("price"))?
     };
-    let Some(to_price) = target.to_stripe_price.clone().filter(|_| target.on_sale) else {
+    // The subscription's own price stays its price after an operator replaced it (Stripe keeps an
+    // archived price for the subscriptions on it), so its seats can still change: checked against
+    // Stripe's item below.
+    let own_tier = target.item.as_ref().is_some_and(|i| i.from_product_id == target.to_product_id);
+    let Some(to_price) = target.to_stripe_price.clone().filter(|_| target.on_sale || own_tier) else {
         return Err(ServiceError::Refused(format!(
             "{} at this price is not on sale any more. Reload the page to see the current plans.",
             target.to_product
@@ -203,6 +215,12 @@ async fn check_switch(
             "Stripe's subscription changed since this page was drawn. Reload the page and try again.".into(),
         ));
     };
+    if !target.on_sale && now_item.price != to_price {
+        return Err(ServiceError::Refused(format!(
+            "{} at this price is not on sale any more. Reload the page to see the current plans.",
+            target.to_product
+        )));
+    }
     let from_quantity = now_item.quantity.max(1) as u64;
     let to_quantity = quantity.unwrap_or(from_quantity);
     let max = target.to_max_quantity.max(1) as u64;
@@ -226,6 +244,18 @@ async fn check_switch(
             )));
         }
         kind = if to_quantity > from_quantity { SwitchKind::MoreSeats } else { SwitchKind::FewerSeats };
+    }
+    if kind == SwitchKind::Downgrade {
+        // A schedule's current phase names the price paid now, and Stripe takes no price it no
+        // longer sells there: the change cannot wait for the period's end.
+        let mut read = db.read().await?;
+        if billing_store::archived_in_stripe(read.conn(), &now_item.price).await? == Some(true) {
+            return Err(ServiceError::Refused(format!(
+                "{} at the price {org} pays is no longer sold, so Stripe cannot schedule the switch to {} for the \
+                 period's end. Cancel at the period's end and buy {} then, or ask an operator.",
+                item.from_product, target.to_product, target.to_product
+            )));
+        }
     }
     let quote = SwitchQuote {
         kind,
@@ -272,7 +302,7 @@ pub async fn quote_switch(
     }
     if c.quote.kind.charged_now() {
         let preview = stripe
-            .preview_switch(&c.snapshot.customer, &c.snapshot.id, &c.item, &c.to_price, c.quantity)
+            .preview_switch(&c.snapshot.customer, &c.snapshot.id, &c.item, c.new_price(), c.quantity)
             .await
             .map_err(remote)?;
         c.quote.proration_date = preview.proration_date;
@@ -315,7 +345,8 @@ pub async fn switch_plan(
 ) -> Result<SwitchQuote, ServiceError> {
     let unknown = || {
         ServiceError::Refused(
-            "This confirmation is not one the billing page made for this plan: switch again from the billing page."
+            "This confirmation is not one the billing page made for this plan, or it was used up: switch again from \
+             the billing page."
                 .into(),
         )
     };
@@ -335,29 +366,61 @@ pub async fn switch_plan(
         ));
     }
     let quantity = Some(quoted.quantity.max(1) as u64);
+    if let Some(done) = scheduled_already(db, who, organization_id, subscription_id, price_id, operation).await? {
+        return Ok(done);
+    }
     let mut c = check_switch(db, stripe, who, organization_id, subscription_id, price_id, quantity).await?;
     c.quote.operation = operation.to_string();
     let sub = c.snapshot.id.clone();
+    let write = Write {
+        stripe_id: &sub,
+        quote: Some(operation),
+        from: &c.quote.from,
+        to: &c.quote.to,
+        ended: "The subscription has ended: there is no plan to change.",
+    };
+    if c.quote.kind.charged_now() && c.snapshot.console_paused {
+        // The paused switch: the backstop first, committed on its own before any Stripe write;
+        // then collection resumes so the switch is charged. The switch's reconcile pauses it
+        // again while the subscription stays displaced; a switch that did not apply is restored
+        // by the backstop's reconcile.
+        write_backstop(db, subscription_id, &sub).await?;
+    }
+    let written = switch_in_stripe(stripe, &c, operation, quoted.proration_date).await;
+    if let Err(f) = written {
+        return Err(refused_write(db, stripe, &write, f).await);
+    }
+    if c.quote.kind.charged_now() {
+        c.quote.proration_date = quoted.proration_date.map(|d| d.timestamp());
+    }
+    converge(db, stripe, &sub).await;
+    Ok(c.quote)
+}
+
+/// The Stripe writes of a checked switch.
+async fn switch_in_stripe(
+    stripe: &Stripe,
+    c: &Checked,
+    operation: &str,
+    quoted_moment: Option<DateTime<Utc>>,
+) -> Result<(), StripeFailure> {
+    let sub = c.snapshot.id.as_str();
     match c.quote.kind {
         SwitchKind::FewerSeats => {
-            stripe.switch_now(operation, &sub, &c.item, &c.to_price, c.quantity, None, false).await.map_err(remote)?;
+            stripe.switch_now(operation, sub, &c.item, c.new_price(), c.quantity, None, false).await?;
         }
         SwitchKind::Upgrade | SwitchKind::MoreSeats => {
-            let moment = quoted.proration_date.map(|d| d.timestamp());
-            c.quote.proration_date = moment;
+            let moment = quoted_moment.map(|d| d.timestamp());
             if c.snapshot.console_paused {
-                // The paused switch: the backstop first, committed on its own before any Stripe
-                // write; then collection resumes so the switch is charged. The switch's reconcile
-                // pauses it again while the subscription stays displaced; a switch that did not
-                // apply is restored by the backstop's reconcile.
-                write_backstop(db, subscription_id, &sub).await?;
-                stripe.set_console_pause(&sub, false).await.map_err(remote)?;
+                // The paused switch (its backstop already written): collection resumes so the
+                // switch is charged.
+                stripe.set_console_pause(sub, false).await?;
             }
-            stripe.switch_now(operation, &sub, &c.item, &c.to_price, c.quantity, moment, true).await.map_err(remote)?;
+            stripe.switch_now(operation, sub, &c.item, c.new_price(), c.quantity, moment, true).await?;
         }
         SwitchKind::Downgrade => {
             let existing = match c.snapshot.schedule.as_deref() {
-                Some(id) => stripe.subscription_schedule(id).await.map_err(remote)?,
+                Some(id) => stripe.subscription_schedule(id).await?,
                 None => None,
             };
             let current = c.snapshot.phase_items();
@@ -371,16 +434,126 @@ pub async fn switch_plan(
                 .map(|(price, q)| if price == c.from_price { (c.to_price.clone(), c.quantity) } else { (price, q) })
                 .collect();
             let start = existing.as_ref().and_then(|s| s.current_phase_start).unwrap_or(c.period_start);
-            let schedule =
-                stripe.schedule_of(operation, &sub, existing.as_ref().map(|s| s.id.as_str())).await.map_err(remote)?;
-            stripe
-                .set_next_phase(operation, &schedule, start, &current, c.quote.effective_at, &next)
-                .await
-                .map_err(remote)?;
+            let schedule = stripe.schedule_of(operation, sub, existing.as_ref().map(|s| s.id.as_str())).await?;
+            stripe.set_next_phase(operation, &schedule, start, &current, c.quote.effective_at, &next).await?;
         }
     }
-    converge(db, stripe, &sub).await;
-    Ok(c.quote)
+    Ok(())
+}
+
+/// A confirmation of a downgrade that is already scheduled (a double click, a second tab): the
+/// switch it asks for is the one Stripe holds, so it is answered as the first was.
+async fn scheduled_already(
+    db: &Db,
+    who: AccountId,
+    organization_id: OrganizationId,
+    subscription_id: SubscriptionId,
+    price_id: PriceId,
+    operation: &str,
+) -> Result<Option<SwitchQuote>, ServiceError> {
+    let (_, _, ahead) = owned_subscription(db, who, organization_id, subscription_id).await?;
+    if ahead.is_empty() {
+        return Ok(None);
+    }
+    let target = {
+        let mut read = db.read().await?;
+        store::switch_target(read.conn(), subscription_id, price_id).await?
+    };
+    let Some((target, item)) = target.and_then(|t| t.item.clone().map(|i| (t, i))) else { return Ok(None) };
+    let Some(c) =
+        ahead.iter().find(|c| c.plan_ladder_id == item.plan_ladder_id && c.to_product_id == target.to_product_id)
+    else {
+        return Ok(None);
+    };
+    Ok(Some(SwitchQuote {
+        kind: SwitchKind::Downgrade,
+        organization_id,
+        subscription_id,
+        price_id,
+        ladder: item.ladder,
+        from: c.from_product.clone(),
+        to: c.to_product.clone(),
+        from_quantity: 1,
+        to_quantity: 1,
+        charge: None,
+        proration_date: None,
+        operation: operation.to_string(),
+        effective_at: c.effective_at,
+    }))
+}
+
+/// A member's change Stripe was asked to make, for telling its failure.
+struct Write<'a> {
+    stripe_id: &'a str,
+    /// The quote the change confirms: used up when Stripe refused it for good, so confirming it
+    /// again does not replay that answer under its idempotency key.
+    quote: Option<&'a str>,
+    /// The tiers the change moves from and to.
+    from: &'a str,
+    to: &'a str,
+    /// What the member reads when the subscription ended meanwhile.
+    ended: &'a str,
+}
+
+/// A Stripe write of a member's change that failed: what the member reads (the plan unchanged
+/// and what to do, or that the console cannot know yet), and what the console does to agree
+/// with Stripe again.
+async fn refused_write(db: &Db, stripe: &Stripe, w: &Write<'_>, f: StripeFailure) -> ServiceError {
+    let use_up = async || {
+        if let Some(operation) = w.quote {
+            let done = match db.pool.acquire().await {
+                Ok(mut conn) => billing_store::use_up_switch_quote(&mut conn, operation).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "a refused switch's quote was not used up");
+            }
+        }
+    };
+    match f.refusal() {
+        Refusal::CardDeclined => {
+            use_up().await;
+            let why = match &f {
+                StripeFailure::Api { message, .. } => format!(" ({})", message.trim().trim_end_matches('.')),
+                _ => String::new(),
+            };
+            ServiceError::Refused(format!(
+                "The payment was declined{why}. The plan is unchanged and nothing was charged: pay with another \
+                 card, then choose Switch again on the billing page."
+            ))
+        }
+        Refusal::PriceInactive { param } => {
+            use_up().await;
+            // The phase in force names the price paid now; any other price sent is the new one.
+            let tier = if param.starts_with("phases[0]") { w.from } else { w.to };
+            ServiceError::Refused(format!(
+                "{tier} at this price is no longer sold. Reload the billing page for the current plans."
+            ))
+        }
+        Refusal::KeyReused => {
+            use_up().await;
+            ServiceError::Refused("This confirmation was already used; switch again from the billing page.".into())
+        }
+        Refusal::Unconfirmed => {
+            // Stripe may hold the change: its reconcile (queued like a webhook's) finds out.
+            if let Err(e) = enqueue_reconcile(db, w.stripe_id).await {
+                tracing::warn!(subscription = w.stripe_id, error = %e, "an unconfirmed change's reconcile was not queued");
+            }
+            remote_write(f)
+        }
+        Refusal::Missing | Refusal::Other => match stripe.subscription(w.stripe_id).await {
+            // Ended in Stripe since the console read it: the console catches up.
+            Ok(None) => {
+                settle(db, stripe, w.stripe_id).await;
+                ServiceError::Refused(w.ended.to_string())
+            }
+            Ok(Some(now)) if now.has_ended() => {
+                settle(db, stripe, w.stripe_id).await;
+                ServiceError::Refused(w.ended.to_string())
+            }
+            _ => remote_write(f),
+        },
+    }
 }
 
 pub static PAUSED_SWITCH_BACKSTOP_LOCKS: PathLocks = PathLocks {
@@ -452,12 +625,22 @@ pub async fn undo_switch(
         let mut b = current.clone();
         a.sort();
         b.sort();
-        if a == b {
-            stripe.release_schedule(&s.id).await.map_err(remote)?;
+        let written = if a == b {
+            stripe.release_schedule(&s.id).await
         } else {
             let start = s.current_phase_start.unwrap_or(change.effective_at);
             let operation = format!("undo{}", change.scheduled_change_id);
-            stripe.set_next_phase(&operation, &s.id, start, &current, next.start, &restored).await.map_err(remote)?;
+            stripe.set_next_phase(&operation, &s.id, start, &current, next.start, &restored).await
+        };
+        if let Err(f) = written {
+            let w = Write {
+                stripe_id: &sub,
+                quote: None,
+                from: &change.from_product,
+                to: &change.to_product,
+                ended: "The subscription has ended: there is nothing to undo.",
+            };
+            return Err(refused_write(db, stripe, &w, f).await);
         }
     }
     converge(db, stripe, &sub).await;
@@ -513,14 +696,9 @@ pub async fn cancel_at_period_end(
         )));
     }
     let sub = held.stripe_subscription_id;
-    if let Err(e) = stripe.cancel_at_period_end(&sub, cancel).await {
-        // Ended in Stripe since the console last read it: the console catches up, the member is told.
-        let ended = matches!(stripe.subscription(&sub).await, Ok(Some(ref now)) if now.has_ended());
-        if ended {
-            converge(db, stripe, &sub).await;
-            return Err(ServiceError::Refused("The subscription has already ended.".into()));
-        }
-        return Err(remote(e));
+    if let Err(f) = stripe.cancel_at_period_end(&sub, cancel).await {
+        let w = Write { stripe_id: &sub, quote: None, from: "", to: "", ended: "The subscription has already ended." };
+        return Err(refused_write(db, stripe, &w, f).await);
     }
     converge(db, stripe, &sub).await;
     Ok(held.current_period_end)
@@ -528,8 +706,22 @@ pub async fn cancel_at_period_end(
 
 /// ReconcileSubscription right after a change, so the member sees it at once. Stripe holds the
 /// change whatever happens here: a failure is logged, and the webhook's job and the sweep converge.
-async fn converge(db: &Db, stripe: &Stripe, stripe_id: &str) {
-    if let Err(e) = reconcile_subscription(db, stripe, stripe_id).await {
-        tracing::warn!(subscription = stripe_id, error = %e, "a plan change is in Stripe; its reconcile failed and is left to the webhook");
+async fn converge(db: &Db, stripe: &Stripe, stripe_id: &str) -> bool {
+    match reconcile_subscription(db, stripe, stripe_id).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(subscription = stripe_id, error = %e, "a plan change is in Stripe; its reconcile failed and is left to the webhook");
+            false
+        }
+    }
+}
+
+/// ReconcileSubscription now, and queued when that failed: no webhook may come for what Stripe
+/// changed without the console (a subscription ended in Stripe's dashboard).
+async fn settle(db: &Db, stripe: &Stripe, stripe_id: &str) {
+    if !converge(db, stripe, stripe_id).await
+        && let Err(e) = enqueue_reconcile(db, stripe_id).await
+    {
+        tracing::warn!(subscription = stripe_id, error = %e, "a subscription's reconcile was not queued");
     }
 }
