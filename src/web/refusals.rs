@@ -13,6 +13,7 @@
 //! | `Db(DeadlinePassed)`                               | 503, saying what was saved              |
 //! | `Remote`, transient (no answer, 429, 5xx)          | 503, in the failure's own sentence      |
 //! | `Remote` otherwise (Stripe failed)                 | 502, in the failure's own sentence      |
+//! | `Db(_)` otherwise                                  | 500 with the request id                 |
 //!
 //! Stripe's refusals of a member's plan change are `Refused` (409) in the member's words, never
 //! Stripe's raw English: a declined card ("The payment was declined … nothing was charged"), a
@@ -20,7 +21,6 @@
 //! used. A 409 rather than a 402, as every other "not with things as they are" answer is. A
 //! write Stripe did not answer is the 503, saying the console cannot know yet whether Stripe
 //! made the change (`services::billing::remote_write`).
-//! | `Db(_)` otherwise                                  | 500 with the request id                 |
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode};
 use views::{FormState, Markup};

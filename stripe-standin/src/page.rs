@@ -1,5 +1,7 @@
 //! The hosted pages: the checkout payment page (`/c/pay/{session}`, plain HTML, no JavaScript)
-//! and the invoice receipt (`/i/{invoice}`, the invoice's `hosted_invoice_url`).
+//! and the hosted invoice page (`/i/{invoice}`, the invoice's `hosted_invoice_url`): a receipt,
+//! and for an open invoice a form that pays it with a test card, as Stripe's page lets a customer
+//! whose card failed pay with another.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, web};
@@ -39,12 +41,7 @@ pub async fn submit_checkout(path: web::Path<String>, body: web::Bytes, app: web
         .unwrap_or_default();
     let mut st = app.store.lock();
     let Some(card) = card_for(&number) else {
-        let message = if number.trim().is_empty() {
-            "Please enter a card number."
-        } else {
-            "That card number is not a stand-in test card. Use 4242 4242 4242 4242 (pays), \
-             4000 0000 0000 0341 (pays now, later charges fail) or 4000 0000 0000 9995 (declined)."
-        };
+        let message = if number.trim().is_empty() { "Please enter a card number." } else { NOT_A_TEST_CARD };
         return checkout_page(&st, &id, Some(message), StatusCode::BAD_REQUEST);
     };
     let result = checkout_complete(&mut st, &id, card);
@@ -138,7 +135,60 @@ fn checkout_page(st: &Inner, id: &str, error: Option<&str>, status: StatusCode) 
 pub async fn show_invoice(path: web::Path<String>, app: web::Data<AppState>) -> HttpResponse {
     let id = path.into_inner();
     let st = app.store.lock();
-    let Some(inv) = st.invoices.get(&id) else {
+    invoice_page(&st, &id, None, StatusCode::OK)
+}
+
+/// Pay an open invoice with the card typed on its page. The card becomes the subscription's
+/// default payment method, so its next renewals charge it (Stripe's hosted invoice page saves it
+/// for the subscription); a paid invoice reinstates a past-due subscription, as `/pay` does.
+pub async fn submit_invoice(path: web::Path<String>, body: web::Bytes, app: web::Data<AppState>) -> HttpResponse {
+    let id = path.into_inner();
+    let number = std::str::from_utf8(&body)
+        .ok()
+        .and_then(|b| form::parse(b).ok())
+        .and_then(|f| f.get("card_number").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default();
+    let mut st = app.store.lock();
+    let Some(card) = card_for(&number) else {
+        let message = if number.trim().is_empty() { "Please enter a card number." } else { NOT_A_TEST_CARD };
+        return invoice_page(&st, &id, Some(message), StatusCode::BAD_REQUEST);
+    };
+    let pm = crate::ids::new_id("pm");
+    st.payment_methods.insert(pm.clone(), card);
+    let result = crate::api::invoice_pay(&mut st, &id, &serde_json::json!({ "payment_method": pm }));
+    let outcome = match result {
+        Ok(paid) => {
+            if let Some(sub) = paid["parent"]["subscription_details"]["subscription"].as_str() {
+                let sub = sub.to_string();
+                let saved = crate::billing::update_subscription(&mut st, &sub, |st| {
+                    if let Some(s) = st.subscriptions.get_mut(&sub) {
+                        s["default_payment_method"] = serde_json::json!(pm);
+                    }
+                    Ok(())
+                });
+                if let Err(e) = saved {
+                    tracing::warn!(subscription = %sub, error = %e.message, "the paying card was not saved");
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    };
+    app.hooks.flush(&mut st);
+    match outcome {
+        Ok(()) => HttpResponse::SeeOther().insert_header(("Location", format!("/i/{id}"))).finish(),
+        Err(e) => {
+            let status = if e.status == StatusCode::PAYMENT_REQUIRED { e.status } else { StatusCode::CONFLICT };
+            invoice_page(&st, &id, Some(&e.message), status)
+        }
+    }
+}
+
+const NOT_A_TEST_CARD: &str = "That card number is not a stand-in test card. Use 4242 4242 4242 4242 (pays), \
+     4000 0000 0000 0341 (pays now, later charges fail) or 4000 0000 0000 9995 (declined).";
+
+fn invoice_page(st: &Inner, id: &str, error: Option<&str>, status: StatusCode) -> HttpResponse {
+    let Some(inv) = st.invoices.get(id) else {
         return html(StatusCode::NOT_FOUND, layout("Invoice not found", "<h1>Invoice not found</h1>"));
     };
     let currency = inv["currency"].as_str().unwrap_or("usd");
@@ -165,7 +215,23 @@ pub async fn show_invoice(path: web::Path<String>, app: web::Data<AppState>) -> 
         money(inv["amount_paid"].as_i64().unwrap_or(0), currency),
         money(inv["amount_remaining"].as_i64().unwrap_or(0), currency),
     );
-    html(StatusCode::OK, layout(&title, &body))
+    let pay = if inv["status"] == "open" {
+        let error = error
+            .map(|e| format!("<p class=\"error\" id=\"card-errors\" role=\"alert\">{}</p>", esc(e)))
+            .unwrap_or_default();
+        format!(
+            "{error}<form method=\"post\" action=\"/i/{id}\">\
+             <label for=\"card-number\">Card number</label>\
+             <input id=\"card-number\" name=\"card_number\" type=\"text\" inputmode=\"numeric\" \
+              autocomplete=\"cc-number\" placeholder=\"4242 4242 4242 4242\" required>\
+             <button type=\"submit\" id=\"submit\">Pay {}</button></form>",
+            money(inv["amount_remaining"].as_i64().unwrap_or(0), currency),
+            id = esc(id),
+        )
+    } else {
+        error.map(|e| format!("<p class=\"error\" role=\"alert\">{}</p>", esc(e))).unwrap_or_default()
+    };
+    html(status, layout(&title, &format!("{body}{pay}")))
 }
 
 fn layout(title: &str, body: &str) -> String {

@@ -50,6 +50,7 @@ pub fn build(
             .route("/c/pay/{id}", web::get().to(page::show_checkout))
             .route("/c/pay/{id}", web::post().to(page::submit_checkout))
             .route("/i/{id}", web::get().to(page::show_invoice))
+            .route("/i/{id}", web::post().to(page::submit_invoice))
             .default_service(web::to(api_entry))
     })
     .workers(1)

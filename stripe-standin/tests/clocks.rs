@@ -103,6 +103,54 @@ async fn a_renewal_charged_to_pm_card_charge_customer_fail_leaves_the_subscripti
 }
 
 #[tokio::test]
+async fn the_hosted_page_of_a_failed_renewal_pays_it_with_another_card_and_keeps_that_card() {
+    let standin = start().await;
+    let (clock, sub_id) = subscribed(&standin, "pm_card_visa").await;
+    let sub = get(&standin, &format!("/v1/subscriptions/{sub_id}")).await.1;
+    let customer = sub["customer"].as_str().expect("customer");
+    assert_eq!(common::set_default_payment_method(&standin, customer, "pm_card_chargeCustomerFail").await, 200);
+    assert_renewal_fails(&standin, &clock, &sub_id).await;
+    let (_, open) = get(&standin, &format!("/v1/invoices?subscription={sub_id}&status=open")).await;
+    let page = open["data"][0]["hosted_invoice_url"].as_str().expect("hosted page").to_string();
+    let html = common::http().get(&page).send().await.expect("page").text().await.expect("html");
+    assert!(html.contains("name=\"card_number\"") && html.contains("Pay"), "an open invoice offers to pay: {html}");
+
+    // Not a test card, then a declined one: the page again with the reason, the invoice still open.
+    for (card, status, says) in [("1234", 400, "not a stand-in test card"), ("4000 0000 0000 9995", 402, "declined")] {
+        let r = common::http().post(&page).form(&[("card_number", card)]).send().await.expect("post");
+        assert_eq!(r.status().as_u16(), status, "{card}");
+        assert!(r.text().await.expect("html").contains(says), "{card}");
+    }
+    let sub = get(&standin, &format!("/v1/subscriptions/{sub_id}")).await.1;
+    assert_eq!(sub["status"], "past_due");
+
+    let r = common::http().post(&page).form(&[("card_number", "4242 4242 4242 4242")]).send().await.expect("post");
+    assert!(r.status().is_success() || r.status().as_u16() == 303, "{}", r.status());
+    let invoice = open["data"][0]["id"].as_str().expect("id");
+    assert_eq!(get(&standin, &format!("/v1/invoices/{invoice}")).await.1["status"], "paid");
+    let sub = get(&standin, &format!("/v1/subscriptions/{sub_id}")).await.1;
+    assert_eq!(sub["status"], "active", "paying the invoice reinstates the subscription");
+    let html = common::http().get(&page).send().await.expect("page").text().await.expect("html");
+    assert!(!html.contains("name=\"card_number\""), "a paid invoice is a receipt: {html}");
+
+    // The card typed there is the subscription's from now on: the next renewal pays.
+    let failures =
+        async || get(&standin, "/v1/events?type=invoice.payment_failed").await.1["data"].as_array().map(Vec::len);
+    // The renewal's failure and the declined card's on the page.
+    assert_eq!(failures().await, Some(2));
+    let end = sub["items"]["data"][0]["current_period_end"].as_i64().expect("end");
+    let c = client(&standin);
+    AdvanceTestHelpersTestClock::new(clock.as_str(), end + 60).send(&c).await.expect("advanced");
+    let sub = get(&standin, &format!("/v1/subscriptions/{sub_id}")).await.1;
+    assert_eq!(sub["status"], "active");
+    assert_eq!(failures().await, Some(2), "the next renewal charged the card typed on the page");
+    let (_, latest) = get(&standin, &format!("/v1/invoices?subscription={sub_id}")).await;
+    assert_eq!(latest["data"][0]["status"], "paid");
+    assert_eq!(latest["data"].as_array().map(Vec::len), Some(3));
+    standin.stop().await;
+}
+
+#[tokio::test]
 async fn checkout_with_card_0341_pays_the_first_invoice_but_the_renewal_fails() {
     let standin = start().await;
     let c = client(&standin);

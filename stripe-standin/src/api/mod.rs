@@ -99,5 +99,6 @@ pub fn found<'a>(table: &'a crate::state::Table, id: &str, what: &str) -> ApiRes
 
 pub use checkout::{complete as checkout_complete, expire_if_due as checkout_expire_if_due};
 pub use customers::public as public_customer;
+pub use invoices::pay as invoice_pay;
 pub use schedules::{Boundary, at_boundary as schedule_boundary};
 pub use webhook_endpoints::create as create_webhook_endpoint;
