@@ -295,11 +295,13 @@ pub async fn site_on_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Resu
     .await
 }
 
-/// The accepted requests on a domain (a callback nudges their jobs).
+/// The requests whose jobs carry the accepted requests on a domain (a callback nudges those
+/// jobs). A swap's park half has no job of its own: it rides on its activation's, so the
+/// activation is named in its place, and the park is never run as a park of its own.
 pub async fn open_requests_on_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Vec<RequestId>> {
     sqlx::query_scalar!(
-        r#"SELECT request_id AS "id: RequestId" FROM fedwiki.lifecycle_requests
-           WHERE domain = $1 AND state = 'accepted' ORDER BY request_id"#,
+        r#"SELECT DISTINCT coalesce(swap_of, request_id) AS "id!: RequestId" FROM fedwiki.lifecycle_requests
+           WHERE domain = $1 AND state = 'accepted' ORDER BY 1"#,
         domain
     )
     .fetch_all(conn)
@@ -470,4 +472,35 @@ pub async fn member_workspace_org(
     )
     .fetch_optional(conn)
     .await
+}
+
+// A swap that did not happen -----------------------------------------------------------------------------
+
+/// A swap that ended failed or declined gives its cooldown back: the stamp its intake wrote goes
+/// back to the latest swap that still counts (done or in flight, other than the `ended` requests),
+/// or to none. The row is locked first, in a statement of its own, so the update (READ COMMITTED:
+/// a snapshot of its own) sees a swap whose intake committed while it waited.
+pub async fn restore_swap_stamp(conn: &mut PgConnection, workspace_id: &str, ended: &[RequestId]) -> sqlx::Result<()> {
+    let ids: Vec<i64> = ended.iter().map(|r| r.0).collect();
+    let locked = sqlx::query_scalar!(
+        r#"SELECT 1 AS "one!" FROM fedwiki.swap_policies WHERE workspace_id = $1 FOR UPDATE"#,
+        workspace_id
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if locked.is_none() {
+        return Ok(());
+    }
+    sqlx::query!(
+        "UPDATE fedwiki.swap_policies SET last_swap_at =
+            (SELECT max(a.created_at) FROM fedwiki.lifecycle_requests a
+              WHERE a.workspace_id = $1 AND a.state IN ('accepted', 'done') AND a.request_id <> ALL ($2)
+                AND EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests p WHERE p.swap_of = a.request_id))
+          WHERE workspace_id = $1",
+        workspace_id,
+        &ids
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }

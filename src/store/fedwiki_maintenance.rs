@@ -419,7 +419,8 @@ pub async fn schedule_state(
 // Settle and the domains at boot -------------------------------------------------------------------
 
 /// An accepted request no job carries any more (its job failed for good, or was lost), with
-/// whether it holds a slot (SlotHoldExists), read with no lock.
+/// whether it holds a slot (SlotHoldExists), read with no lock. A swap's park half is carried by
+/// its activation's job (`swap_of`), never by one of its own.
 #[derive(Debug, Clone)]
 pub struct Stranded {
     pub request_id: crate::ids::RequestId,
@@ -435,7 +436,7 @@ pub async fn stranded_requests(conn: &mut PgConnection) -> sqlx::Result<Vec<Stra
            WHERE r.state = 'accepted'
              AND NOT EXISTS (SELECT 1 FROM integration.jobs j
                               WHERE j.state IN ('pending', 'running')
-                                AND j.dedupe_key IN ('fedwiki_request:' || r.request_id,
+                                AND j.dedupe_key IN ('fedwiki_request:' || coalesce(r.swap_of, r.request_id),
                                                      'fedwiki_status_reconcile:' || r.request_id))
            ORDER BY r.request_id"#
     )
@@ -443,11 +444,15 @@ pub async fn stranded_requests(conn: &mut PgConnection) -> sqlx::Result<Vec<Stra
     .await
 }
 
-/// Placements of FedWiki sites that no longer exist, read with no lock: (host name, site id).
+/// Placements of FedWiki sites that no longer exist, read with no lock: (host name, site id). A
+/// create in flight has no site row until its record step: its placement (an accepted request
+/// on the object) is not an orphan.
 pub async fn orphaned_placements(conn: &mut PgConnection) -> sqlx::Result<Vec<(String, String)>> {
     let rows = sqlx::query!(
         "SELECT p.hostname, p.object_id FROM domains.placements p
           WHERE p.provider = 'fedwiki' AND NOT EXISTS (SELECT 1 FROM fedwiki.sites s WHERE s.site_id = p.object_id)
+            AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
+                             WHERE r.instance_id = p.object_id AND r.state = 'accepted')
           ORDER BY p.hostname"
     )
     .fetch_all(conn)
@@ -468,11 +473,14 @@ pub async fn unplaced_sites(conn: &mut PgConnection) -> sqlx::Result<Vec<(String
     Ok(rows.into_iter().map(|r| (r.site_id, r.domain, r.workspace_id)).collect())
 }
 
-/// Delete one placement, only while its site is still missing.
+/// Delete one placement, only while its site is still missing and no request is accepted on it
+/// (checked again here: a create may have been recorded since the list was read).
 pub async fn delete_orphaned_placement(conn: &mut PgConnection, hostname: &str) -> sqlx::Result<bool> {
     let r = sqlx::query!(
         "DELETE FROM domains.placements p WHERE p.hostname = $1 AND p.provider = 'fedwiki'
-            AND NOT EXISTS (SELECT 1 FROM fedwiki.sites s WHERE s.site_id = p.object_id)",
+            AND NOT EXISTS (SELECT 1 FROM fedwiki.sites s WHERE s.site_id = p.object_id)
+            AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
+                             WHERE r.instance_id = p.object_id AND r.state = 'accepted')",
         hostname
     )
     .execute(conn)

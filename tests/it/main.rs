@@ -26,6 +26,7 @@ mod private_cluster;
 mod replicas;
 mod rule_changes;
 mod site_maintenance;
+mod site_swaps;
 mod sites;
 mod states;
 mod stress;

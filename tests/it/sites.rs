@@ -340,7 +340,7 @@ pub(crate) async fn app(s: &Sites) -> common::TestApp {
     common::TestApp::spawn_connected(&s.t, None, Some(s.f.farm.clone())).await
 }
 
-fn callback(id: &str, domain: &str, storage: i64) -> String {
+pub(crate) fn callback(id: &str, domain: &str, storage: i64) -> String {
     serde_json::json!({
         "id": id, "type": "site.modified", "occurred_at": "2026-12-03T10:00:00Z",
         "site": { "domain": domain, "owner": "x", "status": "active", "storage_bytes": storage,
@@ -349,7 +349,7 @@ fn callback(id: &str, domain: &str, storage: i64) -> String {
     .to_string()
 }
 
-async fn post_callback(app: &common::TestApp, body: &str, secret: &str, t: i64) -> (u16, String) {
+pub(crate) async fn post_callback(app: &common::TestApp, body: &str, secret: &str, t: i64) -> (u16, String) {
     let r = reqwest::Client::new()
         .post(app.url("/farm/callbacks"))
         .header("Farm-Timestamp", t.to_string())

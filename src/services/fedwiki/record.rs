@@ -1,7 +1,7 @@
 //! The record step (spec "When recording an outcome"): finishAllWith, one READ COMMITTED
 //! transaction: the requests' instance locks in the order they were recorded; the activity's
 //! site-row writes; the requests' holds deleted; the usage row recounted; a swap's guard; the
-//! request rows last. A request already finished (an earlier attempt recorded it) is left
+//! request rows; a swap that did not happen gives its cooldown stamp back, on its policy row last. A request already finished (an earlier attempt recorded it) is left
 //! alone, so a job that runs again records once.
 
 use crate::{
@@ -50,7 +50,8 @@ pub static RECORD_SWAP_LOCKS: PathLocks = PathLocks {
     ],
     why: "Both instance locks in the order the handler recorded them (the activated site's, then the parked \
           one's); the parked site's row, then the activated one's, both before either write; the usage row and \
-          its recount; the guard reads the limit after the recount; both request rows last.",
+          its recount; the guard reads the limit after the recount; both request rows; a swap that fails gives \
+          its cooldown stamp back on the swap policy row last, as the handlers take it.",
 };
 
 pub static FINISH_LIFECYCLE_REQUESTS_LOCKS: PathLocks = PathLocks {
@@ -59,7 +60,8 @@ pub static FINISH_LIFECYCLE_REQUESTS_LOCKS: PathLocks = PathLocks {
     kind: "Plain",
     locks: &[Lock::LifecycleInstance, Lock::UsageRow, Lock::LifecycleRequestRows],
     why: "A declined or failed outcome: the instance locks, no site row, the holds deleted, the usage row and \
-          its recount, the request rows last.",
+          its recount, the request rows; a swap's gives its cooldown stamp back on the swap policy row last, as \
+          the handlers take it.",
 };
 
 pub static DELETE_FEDWIKI_SITE_LOCKS: PathLocks = PathLocks {
@@ -158,6 +160,11 @@ pub async fn finish_all_with(db: &Db, requests: &[RequestRow], activity: Activit
     }
     for id in &ids {
         store::finish_request(tx.conn(), *id, state, &outcome).await?;
+    }
+    // A swap that did not happen does not start the swap cooldown its intake stamped: the policy
+    // row last, as the handlers take it.
+    if state != RequestState::Done && requests.iter().any(|r| r.swap_of.is_some()) {
+        store::restore_swap_stamp(tx.conn(), &first.workspace_id, &ids).await?;
     }
     tx.commit().await?;
     Ok(Recorded::Done { state, outcome })

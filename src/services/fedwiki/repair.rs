@@ -14,7 +14,10 @@ use crate::{
     jobs::{self, Job, NewJob},
     services::ServiceError,
     states::{RequestKind, RequestState, SiteStatus},
-    store::{fedwiki as sites_store, fedwiki_maintenance as store},
+    store::{
+        fedwiki::{self as sites_store, RequestRow},
+        fedwiki_maintenance as store,
+    },
 };
 
 use super::{
@@ -144,14 +147,16 @@ pub async fn settle_open_requests(db: &Db) -> Result<Repaired, ServiceError> {
             done.handed_to_status_reconcile += 1;
             continue;
         }
-        let req = {
+        let requests = {
             let mut read = db.read().await?;
-            sites_store::request(read.conn(), s.request_id).await?
+            swap_halves(read.conn(), s.request_id).await?
         };
-        let Some(req) = req else { continue };
+        if requests.is_empty() {
+            continue;
+        }
         let finished = finish_all_with(
             db,
-            std::slice::from_ref(&req),
+            &requests,
             Activity::Finish {
                 state: RequestState::Failed,
                 outcome: "The console stopped before this request was carried out. Try again.".into(),
@@ -163,6 +168,26 @@ pub async fn settle_open_requests(db: &Db) -> Result<Repaired, ServiceError> {
         }
     }
     Ok(done)
+}
+
+/// The request and, for a swap, its other half, in the order they were recorded (the activation,
+/// then the park): a swap has one outcome for both halves. Only those still accepted.
+async fn swap_halves(conn: &mut sqlx::PgConnection, id: RequestId) -> Result<Vec<RequestRow>, ServiceError> {
+    let Some(req) = sites_store::request(conn, id).await? else { return Ok(vec![]) };
+    let activation = match req.swap_of {
+        Some(a) => sites_store::request(conn, a).await?,
+        None => Some(req.clone()),
+    };
+    let partner = match &activation {
+        Some(a) => sites_store::swap_partner(conn, a.request_id).await?,
+        None => None,
+    };
+    let mut halves: Vec<RequestRow> = activation.into_iter().chain(partner).collect();
+    if halves.is_empty() {
+        halves.push(req);
+    }
+    halves.retain(|r| r.state == RequestState::Accepted);
+    Ok(halves)
 }
 
 /// The domains reconciliation: orphaned placements removed, unplaced sites placed, one registry

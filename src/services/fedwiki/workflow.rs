@@ -38,7 +38,9 @@ pub async fn run_site_request(db: &Db, farm: &Farm, id: RequestId, last_attempt:
         let partner = store::swap_partner(read.conn(), id).await?;
         (req, partner)
     };
-    if req.state != RequestState::Accepted {
+    // A swap's park half is carried by its activation's job, with one outcome for both halves:
+    // run on its own it would park the site while the activation still waits for its job.
+    if req.state != RequestState::Accepted || req.swap_of.is_some() {
         return Ok(Ran::Nothing);
     }
     let outcome = match (&req.kind, &partner) {
@@ -112,7 +114,13 @@ async fn create(db: &Db, farm: &Farm, req: &RequestRow) -> Result<Recorded, Step
             Gate::Gone => return Ok(Recorded::AlreadyFinished),
         },
     };
-    farm.create_site(&req.domain, &req.workspace_id, starts.as_str()).await?;
+    let made = farm.create_site(&req.domain, &req.workspace_id, starts.as_str()).await?;
+    // A site the farm already had for this owner (a retry, or one made by hand) is answered as it
+    // is, not in the status asked for: the farm is brought to what the gate granted before it is
+    // recorded, so it never holds more active sites than the plan's slots.
+    if made.status != starts.as_str() {
+        farm.set_status(&req.domain, starts.as_str()).await?;
+    }
     Ok(finish_all_with(db, std::slice::from_ref(req), Activity::Created { status: starts }).await?)
 }
 
