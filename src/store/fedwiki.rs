@@ -142,24 +142,50 @@ pub async fn delete_site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result
     Ok(r.rows_affected() == 1)
 }
 
-/// SetSiteObservedByDomain: what the farm reported of a site's storage and modification (never
-/// its status). The row's lock is held through commit.
+/// What SetSiteObservedByDomain did with a callback's observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observed {
+    Written,
+    /// The row holds a later observation (`observed_as_of`, the farm's clock): nothing written.
+    Older {
+        known: DateTime<Utc>,
+    },
+    NoSite,
+}
+
+/// SetSiteObservedByDomain: what the farm reported of a site's storage and modification at
+/// `occurred_at` (never its status), unless the row already holds a later observation. The row's
+/// lock is held through commit; the condition is checked on the row as locked.
 pub async fn set_site_observed_by_domain(
     conn: &mut PgConnection,
     domain: &str,
     storage_bytes: i64,
     modified_at: Option<DateTime<Utc>>,
-) -> sqlx::Result<bool> {
+    occurred_at: DateTime<Utc>,
+) -> sqlx::Result<Observed> {
     let r = sqlx::query!(
-        "UPDATE fedwiki.sites SET storage_bytes = $2, modified_at = coalesce($3, modified_at), observed_at = now()
-         WHERE domain = $1",
+        "UPDATE fedwiki.sites SET storage_bytes = $2, modified_at = coalesce($3, modified_at), observed_at = now(),
+                                  observed_as_of = $4
+         WHERE domain = $1 AND (observed_as_of IS NULL OR observed_as_of <= $4)",
         domain,
         storage_bytes,
-        modified_at
+        modified_at,
+        occurred_at
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
-    Ok(r.rows_affected() == 1)
+    if r.rows_affected() == 1 {
+        return Ok(Observed::Written);
+    }
+    // Only to say why nothing was written; the update above decided.
+    let known = sqlx::query_scalar!("SELECT observed_as_of FROM fedwiki.sites WHERE domain = $1", domain)
+        .fetch_optional(conn)
+        .await?;
+    Ok(match known {
+        Some(Some(known)) => Observed::Older { known },
+        // A row with no observation would have been written: gone between the two statements.
+        Some(None) | None => Observed::NoSite,
+    })
 }
 
 // Lifecycle requests ----------------------------------------------------------------------------------

@@ -487,3 +487,63 @@ pub async fn delete_orphaned_placement(conn: &mut PgConnection, hostname: &str) 
     .await?;
     Ok(r.rows_affected() == 1)
 }
+
+// The sync's observations, ordered by the farm's clock ----------------------------------------------
+
+/// InsertSiteFromFarm with the list's moment as the row's first observation (`observed_as_of`), so
+/// a callback that occurred before the list was taken and arrives later writes nothing. ON CONFLICT
+/// DO NOTHING, as InsertSiteFromFarm. True when inserted.
+pub async fn insert_listed_site(
+    conn: &mut PgConnection,
+    s: &FarmOnly<'_>,
+    listed_at: DateTime<Utc>,
+) -> sqlx::Result<bool> {
+    let r = sqlx::query!(
+        "INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status, storage_bytes, modified_at, observed_at,
+                                    observed_as_of, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, now(), $7, $8) ON CONFLICT DO NOTHING",
+        s.site_id,
+        s.workspace_id,
+        s.domain,
+        s.status as SiteStatus,
+        s.storage_bytes,
+        s.modified_at,
+        listed_at,
+        s.created_at
+    )
+    .execute(conn)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// SetSiteObservedByDomain for the sync, as a list taken at `listed_at` saw the site: storage and
+/// modification unless the row holds a later observation (a callback that occurred after the list
+/// was taken), never a status; the status is written as it is either way, so the site's trigger
+/// also corrects a wrong placement flag. The row's lock is held through commit. True when the
+/// list's values were written; false when the row is gone or holds a later observation.
+pub async fn observe_listed_site(
+    conn: &mut PgConnection,
+    domain: &str,
+    storage_bytes: i64,
+    modified_at: Option<DateTime<Utc>>,
+    listed_at: DateTime<Utc>,
+) -> sqlx::Result<bool> {
+    let written = sqlx::query_scalar!(
+        // The condition reads the row as locked (a callback committed meanwhile is seen).
+        r#"UPDATE fedwiki.sites SET status = status,
+                  storage_bytes = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4 THEN $2 ELSE storage_bytes END,
+                  modified_at = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4
+                                     THEN coalesce($3, modified_at) ELSE modified_at END,
+                  observed_at = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4 THEN now() ELSE observed_at END,
+                  observed_as_of = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4 THEN $4 ELSE observed_as_of END
+            WHERE domain = $1
+        RETURNING observed_as_of = $4 AS "written!""#,
+        domain,
+        storage_bytes,
+        modified_at,
+        listed_at
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(written == Some(true))
+}

@@ -7,7 +7,7 @@
 use crate::common;
 use crate::{
     common::{pages::Session, pause_writes_on},
-    sites::{Sites, app, assert_usage_agrees, servable, setup},
+    sites::{Sites, app, assert_usage_agrees, callback_at, post_callback, servable, setup},
 };
 
 use std::time::Duration;
@@ -32,6 +32,10 @@ impl Sites {
 
     async fn set(&self, sql: &str) {
         self.t.run(sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))).await;
+    }
+
+    async fn storage(&self, name: &str) -> i64 {
+        self.count(&format!("SELECT storage_bytes FROM fedwiki.sites WHERE domain = '{name}.wiki.localhost'")).await
     }
 
     async fn rows(&self, domain: &str) -> i64 {
@@ -89,6 +93,49 @@ async fn a_site_with_a_request_in_flight_keeps_its_status_for_the_request_to_wri
     s.run(park).await.unwrap();
     assert_eq!(s.status("busy").await, "parked");
     assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
+async fn the_sync_and_the_callbacks_order_what_they_write_by_the_farms_clock() {
+    let s = setup("Basic").await;
+    for name in ["docs", "notes", "plain"] {
+        s.created(name).await;
+    }
+    let app = app(&s).await;
+    let secret = common::farm::CALLBACK_SECRET;
+    let now = chrono::Utc::now();
+    let at = |d: chrono::Duration| (now + d).to_rfc3339();
+    // Two callbacks that occur after the list below is taken, recorded before the sync writes.
+    for (id, name) in [("cb-docs", "docs"), ("cb-notes", "notes")] {
+        let body = callback_at(
+            id,
+            &format!("{name}.wiki.localhost"),
+            999_999,
+            &at(chrono::Duration::hours(1)),
+            &at(chrono::Duration::hours(1)),
+        );
+        assert_eq!(post_callback(&app, &body, secret, now.timestamp()).await.0, 200);
+    }
+    // The farm parks docs behind the console: the sync writes its status, not its older storage.
+    s.f.farm.set_status("docs.wiki.localhost", "parked").await.unwrap();
+    let c = s.maintain().await;
+    assert_eq!(c.statuses_written, 1, "{c:?}");
+    assert_eq!(s.status("docs").await, "parked");
+    assert_eq!(s.storage("docs").await, 999_999, "the later callback's storage stands through a status write");
+    assert_eq!(s.storage("notes").await, 999_999, "and through an observation");
+    let listed = s.storage("plain").await;
+    assert!(listed < 999_999, "plain was observed from the list: {listed}");
+    // A callback that occurred before the list was taken, delivered after it, writes nothing.
+    let late = callback_at(
+        "cb-late",
+        "plain.wiki.localhost",
+        7,
+        &at(-chrono::Duration::hours(1)),
+        &at(-chrono::Duration::hours(1)),
+    );
+    let (status, said) = post_callback(&app, &late, secret, now.timestamp()).await;
+    assert_eq!(status, 200, "{said}");
+    assert_eq!(s.storage("plain").await, listed, "the list's observation stands");
 }
 
 #[tokio::test]

@@ -341,10 +341,16 @@ pub(crate) async fn app(s: &Sites) -> common::TestApp {
 }
 
 pub(crate) fn callback(id: &str, domain: &str, storage: i64) -> String {
+    callback_at(id, domain, storage, "2026-12-03T10:00:00Z", "2026-12-03T09:59:00Z")
+}
+
+/// A `site.modified` that occurred at `occurred_at` (the farm's clock), the site modified at
+/// `modified_at`.
+pub(crate) fn callback_at(id: &str, domain: &str, storage: i64, occurred_at: &str, modified_at: &str) -> String {
     serde_json::json!({
-        "id": id, "type": "site.modified", "occurred_at": "2026-12-03T10:00:00Z",
+        "id": id, "type": "site.modified", "occurred_at": occurred_at,
         "site": { "domain": domain, "owner": "x", "status": "active", "storage_bytes": storage,
-                  "modified_at": "2026-12-03T09:59:00Z", "created_at": "2026-12-03T09:00:00Z" }
+                  "modified_at": modified_at, "created_at": "2026-12-03T09:00:00Z" }
     })
     .to_string()
 }
@@ -385,6 +391,31 @@ async fn a_signed_callback_records_what_the_farm_observed_once_and_a_bad_signatu
     assert_eq!(status, 200);
     assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites").await, 1);
     assert_eq!(s.status("watched").await, "active", "a callback never writes a status");
+}
+
+#[tokio::test]
+async fn a_callback_delivered_after_a_later_one_is_answered_and_writes_nothing() {
+    let s = setup("Basic").await;
+    s.created("watched").await;
+    let app = app(&s).await;
+    let now = chrono::Utc::now().timestamp();
+    let secret = common::farm::CALLBACK_SECRET;
+    let domain = "watched.wiki.localhost";
+    let later = callback_at("cb-later", domain, 999_999, "2026-12-03T21:40:00Z", "2026-12-03T21:39:00Z");
+    assert_eq!(post_callback(&app, &later, secret, now).await.0, 200);
+    // Sent first, delivered second (a retry held it back), under its own id.
+    let earlier = callback_at("cb-earlier", domain, 10, "2026-12-03T21:30:00Z", "2026-12-03T21:29:00Z");
+    let (status, said) = post_callback(&app, &earlier, secret, now).await;
+    assert_eq!((status, said.trim()), (200, "recorded; nothing observed; 0 request(s) nudged"));
+    let (storage, modified): (Option<i64>, Option<chrono::DateTime<chrono::Utc>>) =
+        s.t.one(sqlx::query_as("SELECT storage_bytes, modified_at FROM fedwiki.sites")).await;
+    assert_eq!(storage, Some(999_999), "the later observation stands");
+    assert_eq!(modified, Some("2026-12-03T21:39:00Z".parse().unwrap()), "the modification time does not go back");
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.farm_callbacks").await, 2, "both recorded by their ids");
+    // One at the same moment as the latest, or after it, is written.
+    let next = callback_at("cb-next", domain, 20, "2026-12-03T21:40:00Z", "2026-12-03T21:40:00Z");
+    assert_eq!(post_callback(&app, &next, secret, now).await.0, 200);
+    assert_eq!(s.count("SELECT storage_bytes FROM fedwiki.sites").await, 20);
 }
 
 // Lock order: one path paused mid-transaction, the other shown waiting on it --------------------------

@@ -1,8 +1,11 @@
 //! The farm's callbacks (`POST /farm/callbacks`), after the web layer checked the signature on
 //! the raw body: a duplicate does nothing; a callback writes only what it observed (storage and
 //! modification time, SetSiteObservedByDomain) and nudges the job of a request waiting on the
-//! site, never a status: the request's own workflow reads the farm and records.
+//! site, never a status: the request's own workflow reads the farm and records. An observation that
+//! occurred before what the console already holds of the site (a late delivery, or a sync that
+//! listed the site after it) is not written.
 
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use crate::{
@@ -13,7 +16,7 @@ use crate::{
     integrations::farm::FarmSite,
     jobs::{self, NewJob},
     services::ServiceError,
-    store::fedwiki as store,
+    store::fedwiki::{self as store, Observed},
 };
 
 use super::{RunSiteRequest, intake::job_key};
@@ -24,7 +27,7 @@ pub static RECEIVE_FARM_CALLBACK_LOCKS: PathLocks = PathLocks {
     kind: "Plain",
     locks: &[Lock::SiteRow],
     why: "The callback's id, then the site row by domain for the observed storage and modification time, held \
-          through commit; no status, no usage row, no instance lock.",
+          through commit (none when the row holds a later observation); no status, no usage row, no instance lock.",
 };
 
 /// A callback's body.
@@ -33,6 +36,8 @@ pub struct FarmCallback {
     pub id: String,
     #[serde(rename = "type")]
     pub kind: String,
+    /// The farm's clock at the change: what orders the callbacks and the sync's lists.
+    pub occurred_at: DateTime<Utc>,
     pub site: FarmSite,
 }
 
@@ -55,11 +60,23 @@ pub async fn receive_farm_callback(db: &Db, cb: &FarmCallback) -> Result<Receive
     }
     let observed = match cb.kind.as_str() {
         "site.created" | "site.status_changed" | "site.modified" => {
-            store::set_site_observed_by_domain(tx.conn(), &cb.site.domain, cb.site.storage_bytes, cb.site.modified_at)
-                .await?
+            store::set_site_observed_by_domain(
+                tx.conn(),
+                &cb.site.domain,
+                cb.site.storage_bytes,
+                cb.site.modified_at,
+                cb.occurred_at,
+            )
+            .await?
         }
-        _ => false,
+        _ => Observed::NoSite,
     };
+    if let Observed::Older { known } = observed {
+        // A late delivery: its values would put older ones back. A waiting request is still
+        // nudged: its job reads the farm as it is now, not this callback.
+        tracing::info!(occurred_at = %cb.occurred_at, known = %known, "an older callback than the site's latest observation: nothing written");
+    }
+    let observed = observed == Observed::Written;
     let waiting = store::open_requests_on_domain(tx.conn(), &cb.site.domain).await?;
     for id in &waiting {
         let mut job = NewJob::of(&RunSiteRequest { request_id: *id });

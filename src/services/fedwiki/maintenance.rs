@@ -295,7 +295,7 @@ pub async fn sync_sites(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> 
             Pair::Both(site, row) => {
                 let Some(listed) = SiteStatus::from_text(&site.status) else { continue };
                 if listed == row.status {
-                    if observe(db, &site).await? {
+                    if observe(db, &site, listed_at).await? {
                         counts.observed += 1;
                     }
                 } else if open.contains(&row.domain) || recent.contains(&row.domain) {
@@ -338,7 +338,7 @@ pub async fn insert_from_farm(
         modified_at: site.modified_at,
         created_at: site.created_at,
     };
-    if !store::insert_site_from_farm(tx.conn(), &row).await? {
+    if !store::insert_listed_site(tx.conn(), &row, listed_at).await? {
         return Ok(None);
     }
     let pool = sites_store::pool_of_workspace(tx.conn(), workspace_id).await?;
@@ -347,10 +347,12 @@ pub async fn insert_from_farm(
     Ok(Some(site_id))
 }
 
-/// The listed status equals the row's: what the farm measured.
-async fn observe(db: &Db, site: &FarmSite) -> Result<bool, ServiceError> {
+/// The listed status equals the row's: what the farm measured, unless a callback that occurred
+/// after the list was taken is already recorded.
+async fn observe(db: &Db, site: &FarmSite, listed_at: DateTime<Utc>) -> Result<bool, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
-    let done = store::observe_site_by_domain(tx.conn(), &site.domain, site.storage_bytes, site.modified_at).await?;
+    let done =
+        store::observe_listed_site(tx.conn(), &site.domain, site.storage_bytes, site.modified_at, listed_at).await?;
     tx.commit().await?;
     Ok(done)
 }
