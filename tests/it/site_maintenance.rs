@@ -218,6 +218,32 @@ async fn a_downgrade_parks_the_least_recently_modified_sites_keep_active_last_an
     assert_eq!(maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap(), RunCounts::default());
 }
 
+#[tokio::test]
+async fn a_reactivation_that_finds_the_site_archived_meanwhile_sets_the_farm_back_to_archived() {
+    let s = setup("Free").await;
+    let grant = common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
+    s.created("first").await;
+    s.created("second").await;
+    member_console::services::grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
+    maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
+    let parked = if s.status("first").await == "parked" { "first" } else { "second" };
+    let domain = format!("{parked}.wiki.localhost");
+    // Room again; the quota reads its candidates, then the member archives the parked site before
+    // the quota's reactivation runs its steps.
+    common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
+    let id = s.site_id(parked).await;
+    let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &id, RequestKind::Archive).await.unwrap();
+    s.run(archive).await.unwrap();
+    assert_eq!(s.status(parked).await, "archived");
+    let back = maintenance::reactivate_site(&s.t.db, &s.f.farm, &id, &domain, s.pool).await.unwrap();
+    assert!(!back, "the member's archive stands");
+    assert_eq!(s.f.site(&domain).await.unwrap()["status"], "archived", "the farm is set back to it");
+    // The next sync finds nothing to write: the member's archive is still what the console holds.
+    s.maintain().await;
+    assert_eq!(s.status(parked).await, "archived");
+    assert_usage_agrees(&s).await;
+}
+
 // Lock order ------------------------------------------------------------------------------------------
 
 #[tokio::test]

@@ -113,7 +113,8 @@ pub static REACTIVATE_SITE_LOCKS: PathLocks = PathLocks {
     locks: &[Lock::SiteRow, Lock::PlacementRows, Lock::UsageRow],
     why: "The farm call first, with no slot taken; then the site row, the status, the recount and the pool's limit \
           read in the same transaction: a figure above the limit rolls it back (and the farm's site is parked \
-          again).",
+          again); so does a row a member's request changed meanwhile (and the farm's site is set back to its \
+          status, with no lock held).",
 };
 
 /// The console's sites and the farm's, read per page: a pass stays flat in memory.
@@ -520,7 +521,8 @@ pub async fn park_site(db: &Db, farm: &Farm, site_id: &str, domain: &str) -> Res
 
 /// reactivateSite: the farm first, no slot taken; then the row, the status, the recount and the
 /// limit in one transaction, rolled back (and the farm's site parked again) above the limit.
-/// False when it did not come back.
+/// A row a member's request changed meanwhile keeps its status, and the farm's site is set back
+/// to it. False when it did not come back.
 pub async fn reactivate_site(
     db: &Db,
     farm: &Farm,
@@ -530,11 +532,18 @@ pub async fn reactivate_site(
 ) -> Result<bool, ServiceError> {
     farm.set_status(domain, SiteStatus::Active.as_str()).await.map_err(farm_failure)?;
     let mut tx = begin(db, TxKind::Plain).await?;
-    // A row gone, or no longer parked: a member's request decided it; its status stands.
-    if sites_store::lock_site_status_by_id(tx.conn(), site_id).await?.is_none()
-        || !store::sweep_status(tx.conn(), site_id, SiteStatus::Parked, SiteStatus::Active, false).await?
-    {
+    // A row gone: a member deleted it; the deletion removes the farm's site as well.
+    let Some(row) = sites_store::lock_site_status_by_id(tx.conn(), site_id).await? else {
         tx.rollback().await?;
+        return Ok(false);
+    };
+    // No longer parked: a member's request decided it and its status stands. The farm goes back
+    // to that status (the row as locked), or the next sync would write "active" over an archive.
+    if !store::sweep_status(tx.conn(), site_id, SiteStatus::Parked, SiteStatus::Active, false).await? {
+        tx.rollback().await?;
+        if row.status != SiteStatus::Active {
+            farm.set_status(domain, row.status.as_str()).await.map_err(farm_failure)?;
+        }
         return Ok(false);
     }
     let used = recount(&mut tx, Some(pool)).await?.unwrap_or(i64::MAX);
