@@ -624,6 +624,50 @@ async fn a_member_cannot_touch_another_organizations_site_and_a_refused_act_says
 }
 
 #[tokio::test]
+async fn a_refused_act_on_a_site_shows_in_its_own_organizations_section() {
+    use common::pages::Session;
+    let s = setup("Basic").await;
+    s.created("alpha").await;
+    // The member belongs to a second organization (after Acme Wikis on the page), with an active site.
+    let stark = common::acts::community_org(&s.t, "Stark Wikis").await.organization_id;
+    s.t.run(
+        sqlx::query(
+            "INSERT INTO core.organization_members (organization_id, account_id, role) VALUES ($1, $2, 'owner')",
+        )
+        .bind(stark)
+        .bind(s.who),
+    )
+    .await;
+    let made =
+        fedwiki::create_site(&s.t.db, &s.settings, s.who, stark, &SiteName::parse("beta").unwrap()).await.unwrap();
+    s.run(made).await.unwrap();
+    let beta = s.site_id("beta").await;
+    let app = app(&s).await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    // Each refused act on Stark's site: its reason in Stark's section, none in Acme's.
+    for (path, fields) in [
+        (format!("/sites/{beta}/status"), vec![("to", "activate")]),
+        ("/sites/swap".to_string(), vec![("activate", beta.as_str()), ("park", beta.as_str())]),
+    ] {
+        for htmx in [true, false] {
+            let a = member.post(&path, &fields, htmx).await;
+            assert!(a.status == 409 || a.status == 422, "{path}: {} {}", a.status, a.body);
+            let (acme_at, stark_at) = (
+                a.body.find(&format!(r#"id="sites-{}""#, s.org)).expect("Acme's section"),
+                a.body.find(&format!(r#"id="sites-{stark}""#)).expect("Stark's section"),
+            );
+            assert!(acme_at < stark_at, "Acme Wikis comes first");
+            let (acme, stark_section) = (&a.body[acme_at..stark_at], &a.body[stark_at..]);
+            assert!(!acme.contains(r#"role="alert""#), "{path}: no refusal under Acme Wikis: {acme}");
+            assert!(
+                stark_section.contains(r#"role="alert""#),
+                "{path}: the refusal under Stark Wikis: {stark_section}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_worker_killed_between_the_farm_call_and_the_record_step_resumes_after_a_restart_and_records_once() {
     use common::worker::WorkerProcess;
     let s = setup("Basic").await;

@@ -45,13 +45,21 @@ fn doing(kind: RequestKind) -> &'static str {
 /// The sites page's read, made by the member guard in the session's own statement.
 pub struct SitesRead(pub String);
 
+/// Whose section a refused form's state goes in.
+enum Beside {
+    /// A form that names its organization.
+    Organization(OrganizationId),
+    /// An act on a site: the organization whose sites (or requests) hold it.
+    Site(String),
+}
+
 /// The page's view: `refused` puts a refused form's state beside its organization's sites. The
 /// guard's read when it made one (a GET of the page), else a read of its own.
 async fn view(
     req: &HttpRequest,
     state: &AppState,
     who: AccountId,
-    refused: Option<(Option<OrganizationId>, FormState)>,
+    refused: Option<(Beside, FormState)>,
 ) -> Result<views::SitesView, AppError> {
     let read = actix_web::HttpMessage::extensions_mut(req).remove::<SitesRead>();
     let orgs = match read {
@@ -65,8 +73,18 @@ async fn view(
     };
     let cooldown = state.config.farm.swap_cooldown;
     let retention = state.config.farm.retention;
-    // A site's act names no organization: its refusal shows beside the first (the usual one).
-    let mut refused = refused.map(|(org, form)| (org.or_else(|| orgs.first().map(|o| o.organization_id)), form));
+    // A site's act names no organization: the member's read says whose site it is. One the read
+    // does not hold (gone meanwhile, or never the member's) shows beside the first.
+    let mut refused = refused.map(|(beside, form)| {
+        let org = match beside {
+            Beside::Organization(org) => Some(org),
+            Beside::Site(id) => orgs
+                .iter()
+                .find(|o| o.sites.iter().any(|s| s.site_id == id) || o.requests.iter().any(|r| r.instance_id == id))
+                .map(|o| o.organization_id),
+        };
+        (org.or_else(|| orgs.first().map(|o| o.organization_id)), form)
+    });
     let organizations = orgs
         .into_iter()
         .map(|o| {
@@ -168,14 +186,14 @@ async fn answer<T>(
     req: &HttpRequest,
     state: &AppState,
     who: AccountId,
-    org: Option<OrganizationId>,
+    beside: Beside,
     asked: &str,
     done: Result<T, ServiceError>,
     values: Vec<(String, String)>,
 ) -> Result<HttpResponse, AppError> {
     let to = done.map(|_| format!("{}?asked={asked}", paths::SITES));
     refusals::posted(req, to, values, WORDS, async |r| {
-        let v = view(req, state, who, Some((org, r.form))).await?;
+        let v = view(req, state, who, Some((beside, r.form))).await?;
         Ok(refusals::answer(req, r.status, "Sites", || views::sites_section(&v), || views::member_sites(&v)))
     })
     .await
@@ -235,7 +253,7 @@ pub async fn create(
         Ok(name) => fedwiki::create_site(&state.db, &state.config.farm, who.account_id, org, &name).await,
         Err(m) => Err(ServiceError::invalid("name", m)),
     };
-    answer(&req, &state, who.account_id, Some(org), "create", made, form.values()).await
+    answer(&req, &state, who.account_id, Beside::Organization(org), "create", made, form.values()).await
 }
 
 /// A status act's form.
@@ -259,7 +277,7 @@ pub async fn change_status(
         _ => return Err(AppError::BadRequest("Choose park, activate or archive.".into())),
     };
     let done = fedwiki::change_status(&state.db, &state.config.farm, who.account_id, &id, kind).await;
-    answer(&req, &state, who.account_id, None, kind.as_str(), done, vec![]).await
+    answer(&req, &state, who.account_id, Beside::Site(id.into_inner()), kind.as_str(), done, vec![]).await
 }
 
 #[tracing::instrument(name = "Page: delete a site", skip_all, fields(account_id = %who.account_id, site_id = %id))]
@@ -269,7 +287,7 @@ pub async fn delete(
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
     let done = fedwiki::change_status(&state.db, &state.config.farm, who.account_id, &id, RequestKind::Delete).await;
-    answer(&req, &state, who.account_id, None, "delete", done, vec![]).await
+    answer(&req, &state, who.account_id, Beside::Site(id.into_inner()), "delete", done, vec![]).await
 }
 
 /// The swap form.
@@ -288,7 +306,8 @@ pub async fn swap(
     connected(&state)?;
     let done =
         fedwiki::swap_active_site(&state.db, &state.config.farm, who.account_id, &form.activate, &form.park).await;
-    answer(&req, &state, who.account_id, None, "swap", done, form.values()).await
+    let beside = Beside::Site(form.activate.clone());
+    answer(&req, &state, who.account_id, beside, "swap", done, form.values()).await
 }
 
 /// The Keep active toggle.
@@ -341,7 +360,7 @@ pub async fn domains(
     } else {
         return Err(AppError::BadRequest("Give a domain, or a site and a host name.".into()));
     };
-    answer(&req, &state, who.account_id, Some(org), asked, done, form.values()).await
+    answer(&req, &state, who.account_id, Beside::Organization(org), asked, done, form.values()).await
 }
 
 /// Let go of a domain, or stop serving a site at a host name under one.
@@ -368,5 +387,5 @@ pub async fn remove_domain(
         (true, false) => ("stop", fedwiki::domains::stop_serving(&state.db, who.account_id, org, &form.hostname).await),
         _ => return Err(AppError::BadRequest("Give a domain to release, or a host name to stop serving.".into())),
     };
-    answer(&req, &state, who.account_id, Some(org), asked, done, form.values()).await
+    answer(&req, &state, who.account_id, Beside::Organization(org), asked, done, form.values()).await
 }
