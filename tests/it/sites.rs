@@ -668,6 +668,34 @@ async fn a_refused_act_on_a_site_shows_in_its_own_organizations_section() {
 }
 
 #[tokio::test]
+async fn a_request_in_flight_behind_a_long_history_still_marks_its_site_and_keeps_the_page_polling() {
+    use common::pages::Session;
+    let s = setup("Basic").await;
+    let kept = s.created("kept").await;
+    // A park accepted (its job still retrying), then more finished requests than the page's history shows.
+    fedwiki::change_status(&s.t.db, &s.settings, s.who, &kept, RequestKind::Park).await.unwrap();
+    let newer = fedwiki::reads::REQUESTS_SHOWN + 5;
+    s.t.run(
+        sqlx::query(
+            "INSERT INTO fedwiki.lifecycle_requests (instance_id, generation, workspace_id, domain, kind, state, outcome)
+             SELECT 'old-' || i, 1, $1, 'old-' || i || '.wiki.localhost', 'create', 'failed', 'refused by the farm'
+               FROM generate_series(1, $2) i",
+        )
+        .bind(store::workspace_of(s.org))
+        .bind(newer),
+    )
+    .await;
+    let app = app(&s).await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    for page in [member.get("/sites").await, member.get_htmx("/sites/live", "member-sites").await] {
+        assert_eq!(page.status, 200);
+        assert!(page.body.contains(r#"hx-get="/sites/live""#), "still polling: {}", page.body);
+        assert!(page.body.contains("parking…"), "the site is marked in flight: {}", page.body);
+        assert!(!page.body.contains("aria-label=\"Park kept"), "no acts on it meanwhile: {}", page.body);
+    }
+}
+
+#[tokio::test]
 async fn a_worker_killed_between_the_farm_call_and_the_record_step_resumes_after_a_restart_and_records_once() {
     use common::worker::WorkerProcess;
     let s = setup("Basic").await;

@@ -1,5 +1,5 @@
 //! What `/sites` shows: per organization of the member, its sites, its count against the plan,
-//! and its requests in flight and recent outcomes.
+//! and its requests in flight (all of them) and recent outcomes.
 
 use crate::{
     db::Db,
@@ -32,7 +32,9 @@ impl OrganizationSites {
     }
 }
 
-/// How many of an organization's latest requests the page shows.
+/// How many of an organization's latest requests the page shows; every request still in flight
+/// is read besides them (`fedwiki.member_sites`), so an old one still marks its site and keeps the
+/// page polling.
 pub const REQUESTS_SHOWN: i32 = 20;
 
 /// The member's organizations and their sites, in one statement (`fedwiki.member_sites`).
