@@ -933,3 +933,63 @@ async fn a_deletion_racing_an_activation_of_one_site_records_one_of_them_and_ref
     }
     assert_usage_agrees(&s).await;
 }
+
+// Names and domains a member may not take ------------------------------------------------------------
+
+/// What a refused create or claim must leave as it was: the organization's workspace, the
+/// registry's claims and placements, and the requests.
+async fn written(s: &Sites) -> (i64, i64, i64, i64) {
+    (
+        s.count(&format!("SELECT count(*) FROM fedwiki.workspaces WHERE organization_id = {}", s.org)).await,
+        s.count("SELECT count(*) FROM domains.claims").await,
+        s.count("SELECT count(*) FROM domains.placements").await,
+        s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await,
+    )
+}
+
+/// The message shown under the form field whose id is `field` (its error paragraph).
+fn beside(body: &str, field: &str, message: &str) -> bool {
+    let opening = format!("<p class=\"field-error\" id=\"{field}-error\">");
+    body.split(&opening).nth(1).and_then(|rest| rest.split("</p>").next()).is_some_and(|told| told.contains(message))
+}
+
+#[tokio::test]
+async fn a_long_site_name_outside_ascii_is_refused_beside_its_field_by_its_character_count_and_nothing_is_written() {
+    use common::pages::Session;
+    let s = setup("Basic").await;
+    let app = app(&s).await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let org = s.org.to_string();
+    let field = format!("site-name-{org}");
+    // 71 characters (141 bytes), and 41 characters (81 bytes, over a label's 63): a cut by bytes
+    // at 20 fell inside an "é" and the request panicked.
+    let long = format!("a{}", "é".repeat(70));
+    let shorter = format!("a{}", "é".repeat(40));
+    let unprocessable = reqwest::StatusCode::UNPROCESSABLE_ENTITY;
+    member
+        .refuse_all(
+            "/sites",
+            "member-sites",
+            &[
+                (
+                    "71 characters",
+                    vec![("organization_id", &org), ("name", &long)],
+                    unprocessable,
+                    "is at most 63 characters, and this one has 71.",
+                ),
+                (
+                    "41 characters",
+                    vec![("organization_id", &org), ("name", &shorter)],
+                    unprocessable,
+                    "cannot be a site",
+                ),
+            ],
+            async || written(&s).await,
+        )
+        .await;
+    let a = member.post("/sites", &[("organization_id", &org), ("name", &long)], false).await;
+    let head = format!("“a{}…” is too long", "é".repeat(19));
+    assert!(beside(&a.body, &field, &head), "the first 20 characters, beside the name: {}", a.body);
+    let (workspaces, _, placements, requests) = written(&s).await;
+    assert_eq!((workspaces, placements, requests), (0, 0, 0), "no workspace, no placement, no request");
+}

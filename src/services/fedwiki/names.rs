@@ -10,8 +10,14 @@ impl SiteName {
         if s.is_empty() {
             return Err("Give the site a name, e.g. “handbook”.".into());
         }
-        if s.len() > 63 {
-            return Err(format!("“{}…” is too long: a site's name is at most 63 characters.", &s[..20]));
+        // Counted and cut by characters, not bytes: a name may hold letters outside ASCII (refused
+        // below, with their own reason), and a byte cut inside one would panic.
+        let length = s.chars().count();
+        if length > 63 {
+            let head: String = s.chars().take(20).collect();
+            return Err(format!(
+                "“{head}…” is too long: a site's name is at most 63 characters, and this one has {length}."
+            ));
         }
         if !crate::hostname::is_label(&s) {
             return Err(format!(
@@ -43,5 +49,18 @@ mod tests {
             assert!(SiteName::parse(bad).is_err(), "{bad:?} is refused");
         }
         assert!(SiteName::parse(&"x".repeat(63)).is_ok());
+    }
+
+    #[test]
+    fn a_long_name_outside_ascii_is_refused_by_its_character_count_not_cut_inside_a_letter() {
+        let long = format!("a{}", "é".repeat(70));
+        let e = SiteName::parse(&long).unwrap_err();
+        assert!(
+            e.starts_with(&format!("“a{}…” is too long", "é".repeat(19))) && e.ends_with("this one has 71."),
+            "{e}"
+        );
+        // 41 characters (81 bytes): not too long, but not a DNS label either.
+        let e = SiteName::parse(&format!("a{}", "é".repeat(40))).unwrap_err();
+        assert!(e.contains("cannot be a site's name"), "{e}");
     }
 }
