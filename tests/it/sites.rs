@@ -993,3 +993,47 @@ async fn a_long_site_name_outside_ascii_is_refused_beside_its_field_by_its_chara
     let (workspaces, _, placements, requests) = written(&s).await;
     assert_eq!((workspaces, placements, requests), (0, 0, 0), "no workspace, no placement, no request");
 }
+
+#[tokio::test]
+async fn a_refused_first_site_or_first_domain_writes_no_workspace_and_an_accepted_one_does() {
+    use common::pages::Session;
+    let s = setup("Basic").await;
+    let app = app(&s).await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let org = s.org.to_string();
+    // Another workspace holds a site's name and a domain; this organization has no site yet.
+    s.t.run(sqlx::query(
+        "INSERT INTO domains.placements (hostname, owner, provider, object_id, servable)
+         VALUES ('handbook.wiki.localhost', 'workspace:other', 'fedwiki', 's-other', false)",
+    ))
+    .await;
+    s.t.run(sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('other.org', 'workspace:other')")).await;
+    assert_eq!(written(&s).await.0, 0, "no workspace before");
+    let unprocessable = reqwest::StatusCode::UNPROCESSABLE_ENTITY;
+    member
+        .refuse_all(
+            "/sites",
+            "member-sites",
+            &[("taken", vec![("organization_id", &org), ("name", "handbook")], unprocessable, "is taken")],
+            async || written(&s).await,
+        )
+        .await;
+    member
+        .refuse_all(
+            "/sites/domains",
+            "member-sites",
+            &[(
+                "another owner's",
+                vec![("organization_id", &org), ("domain", "wiki.other.org")],
+                unprocessable,
+                "another owner holds",
+            )],
+            async || written(&s).await,
+        )
+        .await;
+    assert_eq!(written(&s).await.0, 0, "the refusals made no workspace");
+    // A claim that is accepted makes it, with the claim.
+    let added = member.post("/sites/domains", &[("organization_id", &org), ("domain", "acme.example")], false).await;
+    assert_eq!(added.header("location"), Some("/sites?asked=domain"), "{}", added.body);
+    assert_eq!(written(&s).await.0, 1, "the accepted claim made the workspace");
+}

@@ -29,7 +29,8 @@ pub static CLAIM_DOMAIN_LOCKS: PathLocks = PathLocks {
     kind: "Registry",
     locks: &[Lock::Registry],
     why: "The registry lock, then the checks that no other owner's claim covers the name or lies under it, then the \
-          claim: rules that span rows no constraint compares.",
+          claim (and, on a first claim, the organization's workspace row, so a refusal writes neither): rules that \
+          span rows no constraint compares.",
 };
 
 pub static PLACE_SITE_UNDER_DOMAIN_LOCKS: PathLocks = PathLocks {
@@ -87,13 +88,7 @@ pub async fn claim_domain(
 ) -> Result<String, ServiceError> {
     let domain = parse_domain(domain, farm)?;
     member_org_pool(db, who, organization_id).await?;
-    let workspace = {
-        let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
-        let id = store::ensure_workspace(tx.conn(), organization_id).await?;
-        tx.commit().await?;
-        id
-    };
-    let owner = workspace_owner(&workspace);
+    let owner = workspace_owner(&store::workspace_of(organization_id));
     registry::with_lock(db, async |tx: &mut Tx| {
         match registry_store::covering_claim(tx.conn(), &domain).await? {
             Some((name, o)) if o == owner && name == domain => {
@@ -111,6 +106,9 @@ pub async fn claim_domain(
             return Err(ServiceError::invalid("domain", format!("Another owner holds a name under {domain}.")));
         }
         registry_store::insert_claim(tx.conn(), &domain, &owner).await?;
+        // A first claim makes the organization's workspace here, after every check: a refused
+        // claim writes nothing.
+        store::ensure_workspace(tx.conn(), organization_id).await?;
         Ok(())
     })
     .await?;

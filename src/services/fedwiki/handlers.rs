@@ -1,5 +1,6 @@
 //! FedWiki at the handler (spec "FedWiki at the handler"): what a member's click records. A
-//! create places its name in its own registry transaction, then records its first request in a
+//! create places its name (and, for the organization's first site, makes its workspace) in its
+//! own registry transaction, then records its first request in a
 //! transaction of its own. A status change without a cooldown records its request in a
 //! transaction of its own under the instance lock only; a swap (and an activation when
 //! activations have a cooldown) runs in withWorkspaceTx: the workspace lock, the cooldown check,
@@ -97,16 +98,17 @@ pub async fn create_site(
     name: &SiteName,
 ) -> Result<RequestId, ServiceError> {
     ensure_member(db.read().await?.conn(), who, organization_id).await?;
-    let workspace_id = {
-        let mut tx = crate::db::begin(db, TxKind::Plain).await?;
-        let id = store::ensure_workspace(tx.conn(), organization_id).await?;
-        tx.commit().await?;
-        id
-    };
+    let workspace_id = store::workspace_of(organization_id);
     let site_id = format!("s-{}", crate::config::random_hex(10));
     let domain = name.domain(&farm.domain);
-    registry::with_lock(db, async |tx: &mut Tx| registry::place_site_name(tx, &domain, &workspace_id, &site_id).await)
-        .await?;
+    // The organization's first site makes its workspace, in the registry transaction and after
+    // the name is placed: a refused name writes no workspace either.
+    registry::with_lock(db, async |tx: &mut Tx| {
+        registry::place_site_name(tx, &domain, &workspace_id, &site_id).await?;
+        store::ensure_workspace(tx.conn(), organization_id).await?;
+        Ok(())
+    })
+    .await?;
     let recorded = async {
         let mut tx = crate::db::begin(db, TxKind::Plain).await?;
         let intake = Intake {

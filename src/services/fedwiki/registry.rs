@@ -22,7 +22,8 @@ pub static PLACE_SITE_NAME_LOCKS: PathLocks = PathLocks {
     why: "The registry lock first: the checks that the name lies under the farm's zone or the workspace's own \
           claim and that no placement holds it span rows no constraint compares. The new site has no row yet, so \
           no site row is locked; a row that still holds the name (a deletion under way releases the name before \
-          it deletes the row) is read without a lock and refuses the name.",
+          it deletes the row) is read without a lock and refuses the name. A create makes the organization's \
+          workspace row after the placement, in this transaction, so a refused name writes neither.",
 };
 
 pub static RELEASE_SITE_NAME_LOCKS: PathLocks = PathLocks {
