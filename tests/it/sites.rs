@@ -1037,3 +1037,57 @@ async fn a_refused_first_site_or_first_domain_writes_no_workspace_and_an_accepte
     assert_eq!(added.header("location"), Some("/sites?asked=domain"), "{}", added.body);
     assert_eq!(written(&s).await.0, 1, "the accepted claim made the workspace");
 }
+
+#[tokio::test]
+async fn reserved_and_encoded_site_names_and_public_suffixes_are_refused_beside_their_fields_with_nothing_written() {
+    use common::pages::Session;
+    let s = setup("Basic").await;
+    let app = app(&s).await;
+    let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
+    let org = s.org.to_string();
+    let o = ("organization_id", org.as_str());
+    let unprocessable = reqwest::StatusCode::UNPROCESSABLE_ENTITY;
+    let hyphens = "two hyphens in the third and fourth places";
+    member
+        .refuse_all(
+            "/sites",
+            "member-sites",
+            &[
+                ("www", vec![o, ("name", "www")], unprocessable, "is kept for the farm"),
+                ("admin", vec![o, ("name", "Admin")], unprocessable, "is kept for the farm"),
+                ("hyphens in 3-4", vec![o, ("name", "ab--cd")], unprocessable, hyphens),
+                ("punycode", vec![o, ("name", "xn--abc")], unprocessable, hyphens),
+            ],
+            async || written(&s).await,
+        )
+        .await;
+    let a = member.post("/sites", &[o, ("name", "www")], false).await;
+    assert!(beside(&a.body, &format!("site-name-{org}"), "is kept for the farm"), "{}", a.body);
+    member
+        .refuse_all(
+            "/sites/domains",
+            "member-sites",
+            &[
+                ("co.uk", vec![o, ("domain", "co.uk")], unprocessable, "co.uk is a public suffix: claim a domain you"),
+                ("github.io", vec![o, ("domain", "GitHub.io")], unprocessable, "github.io is a public suffix"),
+                ("hyphens in 3-4", vec![o, ("domain", "ab--cd.example.org")], unprocessable, hyphens),
+                (
+                    "bad punycode",
+                    vec![o, ("domain", "xn--abc.example")],
+                    unprocessable,
+                    "not a valid internationalized",
+                ),
+            ],
+            async || written(&s).await,
+        )
+        .await;
+    let a = member.post("/sites/domains", &[o, ("domain", "co.uk")], false).await;
+    assert!(beside(&a.body, &format!("domain-{org}"), "such as example.co.uk"), "{}", a.body);
+    // A name registered under a public suffix is the member's to claim, and an encoded one too.
+    for mine in ["bbc.co.uk", "xn--bcher-kva.example"] {
+        let added = member.post("/sites/domains", &[o, ("domain", mine)], false).await;
+        assert_eq!(added.header("location"), Some("/sites?asked=domain"), "{mine}: {}", added.body);
+    }
+    let claims = "SELECT count(*) FROM domains.claims WHERE name IN ('bbc.co.uk', 'xn--bcher-kva.example')";
+    assert_eq!(s.count(claims).await, 2);
+}

@@ -20,6 +20,7 @@ use crate::{
 
 use super::{
     handlers::ensure_member,
+    names,
     registry::{self, workspace_owner},
 };
 
@@ -51,17 +52,56 @@ fn registry_form(input: &str) -> String {
 
 /// A domain as a member types it: lower case, at least two labels, not the farm's zone or under it.
 pub fn parse_domain(input: &str, farm: &FarmSettings) -> Result<String, ServiceError> {
+    parse_name(input, farm, "domain")
+}
+
+/// A domain or a host name under one, refused beside `field`. A label's rules are a site name's
+/// (names.rs), less the reserved names (www.example.org is the member's own) and with IDNA's
+/// `xn--` allowed where it decodes: a member's domain may be internationalized.
+fn parse_name(input: &str, farm: &FarmSettings, field: &str) -> Result<String, ServiceError> {
     let d = registry_form(input);
     if !hostname::is_hostname(&d) {
+        let idn = if d.is_ascii() { "" } else { " Write an internationalized name in its xn-- form." };
         return Err(ServiceError::invalid(
-            "domain",
-            format!("“{}” is not a domain name such as wiki.example.org.", input.trim()),
+            field,
+            format!("“{}” is not a domain name such as wiki.example.org.{idn}", input.trim()),
         ));
     }
+    for label in d.split('.').filter(|l| names::has_reserved_hyphens(l)) {
+        if !label.starts_with("xn--") {
+            return Err(ServiceError::invalid(
+                field,
+                format!(
+                    "{d} cannot be used: two hyphens in the third and fourth places of “{label}” mark an encoded \
+                     name (such as xn--) in DNS."
+                ),
+            ));
+        }
+        // The strict form decodes the label and encodes it again: a valid one comes back as it is.
+        if idna::domain_to_ascii_strict(label).ok().as_deref() != Some(label) {
+            return Err(ServiceError::invalid(
+                field,
+                format!("{d} cannot be used: “{label}” is not a valid internationalized (xn--) name."),
+            ));
+        }
+    }
     if hostname::is_at_or_under(&d, &farm.domain) || hostname::is_at_or_under(&farm.domain, &d) {
-        return Err(ServiceError::invalid("domain", format!("{d} is the farm's own zone: choose a domain of yours.")));
+        return Err(ServiceError::invalid(field, format!("{d} is the farm's own zone: choose a domain of yours.")));
     }
     Ok(d)
+}
+
+/// A domain a member may claim: not a public suffix (the Public Suffix List's, its ICANN and
+/// private sections both), under which anyone registers names. A claim of co.uk or github.io
+/// would refuse every other organization each name under it.
+fn refuse_public_suffix(domain: &str) -> Result<(), ServiceError> {
+    if psl::suffix_str(domain) == Some(domain) {
+        return Err(ServiceError::invalid(
+            "domain",
+            format!("{domain} is a public suffix: claim a domain you register under it, such as example.{domain}."),
+        ));
+    }
+    Ok(())
 }
 
 async fn member_org_pool(db: &Db, who: AccountId, organization_id: OrganizationId) -> Result<(), ServiceError> {
@@ -87,6 +127,7 @@ pub async fn claim_domain(
     domain: &str,
 ) -> Result<String, ServiceError> {
     let domain = parse_domain(domain, farm)?;
+    refuse_public_suffix(&domain)?;
     member_org_pool(db, who, organization_id).await?;
     let owner = workspace_owner(&store::workspace_of(organization_id));
     registry::with_lock(db, async |tx: &mut Tx| {
@@ -124,12 +165,7 @@ pub async fn place_site_under_domain(
     site_id: &str,
     hostname: &str,
 ) -> Result<(), ServiceError> {
-    let hostname = parse_domain(hostname, farm).map_err(|_| {
-        ServiceError::invalid(
-            "hostname",
-            format!("“{}” is not a host name under one of your domains.", hostname.trim()),
-        )
-    })?;
+    let hostname = parse_name(hostname, farm, "hostname")?;
     let (workspace, organization) = {
         let mut read = db.read().await?;
         let site = store::site(read.conn(), site_id).await?.ok_or(ServiceError::NotFound("site"))?;
@@ -245,4 +281,36 @@ pub async fn stop_serving(
     })
     .await?;
     Ok(hostname)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_domains_labels_follow_a_site_names_rules_and_an_xn_label_must_decode() {
+        let farm = FarmSettings::default();
+        for good in ["www.example.org", "xn--bcher-kva.example", "a--b.example.org", "acme.example"] {
+            assert_eq!(parse_domain(good, &farm).unwrap(), good);
+        }
+        for (bad, why) in [
+            ("ab--cd.example.org", "third and fourth places of “ab--cd”"),
+            ("xn--abc.example", "not a valid internationalized"),
+            ("bücher.example", "in its xn-- form"),
+        ] {
+            let e = parse_domain(bad, &farm).unwrap_err();
+            assert!(e.to_string().contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_public_suffix_is_refused_and_a_name_registered_under_one_is_not() {
+        for suffix in ["co.uk", "github.io", "com", "blogspot.com"] {
+            let e = refuse_public_suffix(suffix).unwrap_err();
+            assert!(e.to_string().contains(&format!("{suffix} is a public suffix")), "{suffix}: {e}");
+        }
+        for mine in ["bbc.co.uk", "me.github.io", "example.org", "acme.example", "wiki.example.org"] {
+            assert!(refuse_public_suffix(mine).is_ok(), "{mine}");
+        }
+    }
 }

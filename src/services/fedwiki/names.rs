@@ -1,6 +1,22 @@
 //! A site's name as a member types it: one DNS label, which becomes `<name>.<farm zone>`.
 
-/// A site's name: 1 to 63 of `a-z`, `0-9` and `-`, not starting or ending with `-`.
+/// Names a member may not take for a site: `<name>.<farm zone>` would pass for the farm's own
+/// address (its web front, API, mail, operators' console, status or help pages), where a
+/// visitor would trust it. docs/fedwiki.md lists them.
+pub const RESERVED_SITE_NAMES: &[&str] = &[
+    "admin", "api", "assets", "auth", "console", "farm", "ftp", "help", "login", "mail", "smtp", "static", "status",
+    "support", "www",
+];
+
+/// Two hyphens in a label's third and fourth places: DNS keeps that shape for encoded names
+/// (RFC 5891 §4.2.3.1), IDNA's `xn--` the one in use, others for prefixes yet to come.
+pub fn has_reserved_hyphens(label: &str) -> bool {
+    label.get(2..4) == Some("--")
+}
+
+/// A site's name: 1 to 63 of `a-z`, `0-9` and `-`, not starting or ending with `-`, without two
+/// hyphens in the third and fourth places (so no `xn--` name either: a site's name is typed in
+/// plain letters), and not one of [`RESERVED_SITE_NAMES`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SiteName(String);
 
@@ -23,6 +39,18 @@ impl SiteName {
             return Err(format!(
                 "“{}” cannot be a site's name: use letters, digits and hyphens, not starting or ending with a hyphen.",
                 input.trim()
+            ));
+        }
+        if has_reserved_hyphens(&s) {
+            return Err(format!(
+                "“{s}” cannot be a site's name: two hyphens in the third and fourth places mark an encoded name \
+                 (such as xn--) in DNS. Move or drop a hyphen."
+            ));
+        }
+        if RESERVED_SITE_NAMES.contains(&s.as_str()) {
+            return Err(format!(
+                "“{s}” is kept for the farm's own addresses, where visitors would take it for the farm: choose \
+                 another name."
             ));
         }
         Ok(SiteName(s))
@@ -49,6 +77,24 @@ mod tests {
             assert!(SiteName::parse(bad).is_err(), "{bad:?} is refused");
         }
         assert!(SiteName::parse(&"x".repeat(63)).is_ok());
+    }
+
+    #[test]
+    fn encoded_shapes_and_the_farms_own_names_are_refused_with_why() {
+        for (bad, why) in [
+            ("ab--cd", "two hyphens in the third and fourth places"),
+            ("xn--abc", "two hyphens in the third and fourth places"),
+            ("xn--bcher-kva", "two hyphens in the third and fourth places"),
+            ("www", "kept for the farm's own addresses"),
+            (" API ", "kept for the farm's own addresses"),
+        ] {
+            let e = SiteName::parse(bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        // Hyphens elsewhere, and names that only start like a reserved one, stay valid.
+        for good in ["a--b", "abc--d", "my-www", "wwww", "handbook", "notes", "home-1", "x-y-z"] {
+            assert!(SiteName::parse(good).is_ok(), "{good:?}");
+        }
     }
 
     #[test]
