@@ -87,48 +87,6 @@ pub struct FarmOnly<'a> {
     pub created_at: DateTime<Utc>,
 }
 
-/// InsertSiteFromFarm: ON CONFLICT DO NOTHING, so a row a create recorded after the pass read
-/// its rows is left alone. True when inserted.
-pub async fn insert_site_from_farm(conn: &mut PgConnection, s: &FarmOnly<'_>) -> sqlx::Result<bool> {
-    let r = sqlx::query!(
-        "INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status, storage_bytes, modified_at, observed_at,
-                                    created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, now(), $7) ON CONFLICT DO NOTHING",
-        s.site_id,
-        s.workspace_id,
-        s.domain,
-        s.status as SiteStatus,
-        s.storage_bytes,
-        s.modified_at,
-        s.created_at
-    )
-    .execute(conn)
-    .await?;
-    Ok(r.rows_affected() == 1)
-}
-
-/// SetSiteObservedByDomain for the sync: storage and modification, never a status; the status
-/// is written as it is, so the site's trigger also corrects a wrong placement flag. The row's
-/// lock is held through commit. False when the row is gone.
-pub async fn observe_site_by_domain(
-    conn: &mut PgConnection,
-    domain: &str,
-    storage_bytes: i64,
-    modified_at: Option<DateTime<Utc>>,
-) -> sqlx::Result<bool> {
-    let r = sqlx::query!(
-        "UPDATE fedwiki.sites SET storage_bytes = $2, modified_at = coalesce($3, modified_at), observed_at = now(),
-                                  status = status
-         WHERE domain = $1",
-        domain,
-        storage_bytes,
-        modified_at
-    )
-    .execute(conn)
-    .await?;
-    Ok(r.rows_affected() == 1)
-}
-
 /// writeStatus in one call (`fedwiki.write_farm_status`, an implicit transaction of its own):
 /// the site row, whether a request is on it, the status, the pool's recount. True when written.
 pub async fn write_farm_status(
