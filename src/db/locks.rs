@@ -86,6 +86,9 @@ pub enum Lock {
     UsageRow,
     /// Lifecycle request rows (`fedwiki.lifecycle_requests`), by their outcome's UPDATE.
     LifecycleRequestRows,
+    /// A FedWiki workspace's swap policy row (`fedwiki.swap_policies`), its cooldown stamps: the
+    /// intake's upsert, or a failed swap's record step giving its stamp back; always last.
+    SwapPolicyRow,
     /// A desired-state address's advisory lock (family 2): every write to one (connection,
     /// recipient) address's record, an address with no record yet included.
     DesiredStateAddress,
@@ -151,6 +154,7 @@ impl Lock {
             Lock::PlacementRows => "FedWiki placement rows (through the site trigger)",
             Lock::UsageRow => "Usage row",
             Lock::LifecycleRequestRows => "Lifecycle request rows",
+            Lock::SwapPolicyRow => "FedWiki swap policy row",
             Lock::DesiredStateAddress => "Desired-state address",
             Lock::DesiredStateRecord => "Desired-state record",
             Lock::DesiredStateNotices => "Desired-state notices (SKIP LOCKED)",
@@ -193,6 +197,7 @@ impl Lock {
             Lock::PlacementRows => "domains.placements",
             Lock::UsageRow => "core.numeric_entitlement_usage",
             Lock::LifecycleRequestRows => "fedwiki.lifecycle_requests",
+            Lock::SwapPolicyRow => "fedwiki.swap_policies",
             Lock::DesiredStateAddress => "desired-state-address",
             Lock::DesiredStateRecord => "core.desired_state_records",
             Lock::DesiredStateNotices => "core.desired_state_outbox",
@@ -230,6 +235,7 @@ impl Lock {
             | Lock::OrganizationCountRows
             | Lock::PlacementRows
             | Lock::LifecycleRequestRows
+            | Lock::SwapPolicyRow
             | Lock::ConnectionRow
             | Lock::MetricSampleRows => relation("RowExclusiveLock"),
             Lock::SignInAddressRow
@@ -379,6 +385,7 @@ const ALL: &[Lock] = &[
     Lock::PlacementRows,
     Lock::UsageRow,
     Lock::LifecycleRequestRows,
+    Lock::SwapPolicyRow,
     Lock::DesiredStateAddress,
     Lock::DesiredStateRecord,
     Lock::DesiredStateNotices,
@@ -434,6 +441,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 41, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 42, "add a new lock to ALL too");
     }
 }

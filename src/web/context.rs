@@ -80,7 +80,9 @@ async fn answer(
 
     // An address carrying a control character (a NUL, say, which PostgreSQL refuses in text)
     // names nothing the console holds: refused here, before any handler reads or looks it up.
-    if control_character_in(req.path()) || control_character_in(req.query_string()) {
+    // A query may carry a form sent by GET (a preview's fields): a tab or a line break there is the
+    // form's to judge, as in a posted one.
+    if control_character_in(req.path(), false) || control_character_in(req.query_string(), true) {
         let message = "This address holds a control character, which no address of the console has, so nothing \
                        was read or changed. Check the link.";
         let e = AppError::BadRequest(message.into());
@@ -158,15 +160,17 @@ fn set_request_id(headers: &mut header::HeaderMap, id: &str) {
 /// An error answered without the request at hand (it went into the service chain): the page
 /// without navigation, or the partial.
 /// Whether `raw` (a path or query as sent, percent-encoded) decodes to a control character:
-/// one sent as it is, or as a percent escape of a byte below 0x20 or of 0x7f.
-fn control_character_in(raw: &str) -> bool {
+/// one sent as it is, or as a percent escape of a byte below 0x20 or of 0x7f; a tab, CR or LF
+/// only when `spaces_allowed` is false.
+fn control_character_in(raw: &str, spaces_allowed: bool) -> bool {
     let b = raw.as_bytes();
     let hex = |c: u8| char::from(c).to_digit(16);
+    let control = |v: u32| (v < 0x20 || v == 0x7f) && !(spaces_allowed && matches!(v, 0x09 | 0x0a | 0x0d));
     b.iter().enumerate().any(|(i, &c)| {
-        c.is_ascii_control()
+        control(u32::from(c))
             || (c == b'%'
                 && matches!((b.get(i + 1).and_then(|&h| hex(h)), b.get(i + 2).and_then(|&l| hex(l))),
-                    (Some(h), Some(l)) if (h * 16 + l) < 0x20 || h * 16 + l == 0x7f))
+                    (Some(h), Some(l)) if control(h * 16 + l)))
     })
 }
 
@@ -199,10 +203,13 @@ mod tests {
     #[test]
     fn an_escaped_or_raw_control_character_is_found_and_nothing_else() {
         for bad in ["/sites/a%00b/status", "q=a%00", "/x%1F", "/x%7f", "/x%0A", "/a\tb"] {
-            assert!(control_character_in(bad), "{bad}");
+            assert!(control_character_in(bad, false), "{bad}");
         }
         for good in ["/sites/a-b/status", "q=caf%C3%A9", "/x%20y", "/x%7E", "/%", "/x%0", "/x%+1", "/x%G0", ""] {
-            assert!(!control_character_in(good), "{good}");
+            assert!(!control_character_in(good, false), "{good}");
         }
+        // In a query, a tab or a line break is left to the form that reads it; a NUL is not.
+        assert!(!control_character_in("reason=two%0D%0Alines%09tab", true));
+        assert!(control_character_in("reason=a%00b", true) && control_character_in("q=%1b", true));
     }
 }

@@ -202,7 +202,9 @@ async fn a_failed_swaps_record_step_takes_the_swap_policy_row_after_its_request_
     });
     let recorder = common::wait_for_waiter(&s.t.admin, &s.t.name, intake_pid).await;
     // Waiting on the policy row, the record step holds everything it takes before it.
-    common::assert_holds(&s.t.admin, recorder, record::FINISH_LIFECYCLE_REQUESTS_LOCKS.locks).await;
+    let declared = record::FINISH_LIFECYCLE_REQUESTS_LOCKS.locks;
+    assert_eq!(declared.last(), Some(&member_console::db::locks::Lock::SwapPolicyRow));
+    common::assert_holds(&s.t.admin, recorder, &declared[..declared.len() - 1]).await;
     sqlx::query("COMMIT").execute(&mut intake).await.unwrap();
     let r = recording.await.unwrap().unwrap();
     assert!(matches!(r, Recorded::Done { state: RequestState::Failed, .. }), "{r:?}");

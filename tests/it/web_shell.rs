@@ -993,14 +993,8 @@ async fn sign_in_never_sends_a_person_to_another_site() {
         let c = app.client();
         app.sign_in(&c, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
         let r = c.get(app.url(&format!("/login?next={trick}"))).send().await.unwrap();
-        if ["%09", "%0a", "%0d"].iter().any(|c| trick.contains(c)) {
-            // An address carrying a control character is refused before it is read: sent nowhere.
-            assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{trick}");
-            assert!(r.headers().get("location").is_none(), "GET /login?next={trick}");
-        } else {
-            assert_eq!(r.status(), StatusCode::SEE_OTHER, "{trick}");
-            assert_eq!(r.headers()["location"], "/", "GET /login?next={trick}");
-        }
+        assert_eq!(r.status(), StatusCode::SEE_OTHER, "{trick}");
+        assert_eq!(r.headers()["location"], "/", "GET /login?next={trick}");
         // Signing in with it in the form.
         let next = url::form_urlencoded::parse(format!("n={trick}").as_bytes()).next().unwrap().1.into_owned();
         let member = (demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD);

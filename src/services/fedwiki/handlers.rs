@@ -43,7 +43,7 @@ pub static CHANGE_STATUS_WITH_COOLDOWN_LOCKS: PathLocks = PathLocks {
     path: "changeStatus (with a cooldown)",
     function: "services::fedwiki::handlers::change_status",
     kind: "Plain",
-    locks: &[Lock::WorkspaceAdvisory, Lock::LifecycleInstance],
+    locks: &[Lock::WorkspaceAdvisory, Lock::LifecycleInstance, Lock::SwapPolicyRow],
     why: "withWorkspaceTx: the workspace lock, so two tabs cannot interleave the cooldown check and its stamp; \
           then the request under the instance lock; the policy row last.",
 };
@@ -52,7 +52,7 @@ pub static SWAP_ACTIVE_SITE_LOCKS: PathLocks = PathLocks {
     path: "swapActiveSite",
     function: "services::fedwiki::handlers::swap_active_site",
     kind: "Plain",
-    locks: &[Lock::WorkspaceAdvisory, Lock::LifecycleInstance, Lock::LifecycleInstance],
+    locks: &[Lock::WorkspaceAdvisory, Lock::LifecycleInstance, Lock::LifecycleInstance, Lock::SwapPolicyRow],
     why: "withWorkspaceTx: the workspace lock; both instance locks (the activated site's, then the parked one's) \
           before either site is validated; the park generation computed under its lock; the swap policy row \
           upserted last. No site row, no usage row.",

@@ -47,6 +47,7 @@ pub static RECORD_SWAP_LOCKS: PathLocks = PathLocks {
         Lock::PlacementRows,
         Lock::UsageRow,
         Lock::LifecycleRequestRows,
+        Lock::SwapPolicyRow,
     ],
     why: "Both instance locks in the order the handler recorded them (the activated site's, then the parked \
           one's); the parked site's row, then the activated one's, both before either write; the usage row and \
@@ -58,7 +59,7 @@ pub static FINISH_LIFECYCLE_REQUESTS_LOCKS: PathLocks = PathLocks {
     path: "finishAllWith: FinishLifecycleRequestsActivity",
     function: "services::fedwiki::record::finish_all_with",
     kind: "Plain",
-    locks: &[Lock::LifecycleInstance, Lock::UsageRow, Lock::LifecycleRequestRows],
+    locks: &[Lock::LifecycleInstance, Lock::UsageRow, Lock::LifecycleRequestRows, Lock::SwapPolicyRow],
     why: "A declined or failed outcome: the instance locks, no site row, the holds deleted, the usage row and \
           its recount, the request rows; a swap's gives its cooldown stamp back on the swap policy row last, as \
           the handlers take it.",
