@@ -190,6 +190,8 @@ pub struct Quote {
     pub quantity: i32,
     /// How long ago it was made (by the database's clock).
     pub age_s: f64,
+    /// Whether a confirmation of it already made its change.
+    pub confirmed: bool,
 }
 
 /// Keep a quote; the subscription's quotes older than a day go (they can no longer be confirmed).
@@ -228,12 +230,24 @@ pub async fn quote(conn: &mut PgConnection, operation: &str) -> sqlx::Result<Opt
         Quote,
         r#"SELECT subscription_id AS "subscription_id: SubscriptionId", price_id AS "price_id: PriceId",
                   account_id AS "account_id: crate::ids::AccountId", proration_date, quantity,
-                  extract(epoch FROM now() - quoted_at)::float8 AS "age_s!"
+                  extract(epoch FROM now() - quoted_at)::float8 AS "age_s!", confirmed_at IS NOT NULL AS "confirmed!"
            FROM billing.switch_quotes WHERE operation = $1"#,
         operation
     )
     .fetch_optional(conn)
     .await
+}
+
+/// The quote's confirmation made its change (marked once Stripe holds it): a later confirmation
+/// of the same quote is the same click again.
+pub async fn mark_quote_confirmed(conn: &mut PgConnection, operation: &str) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE billing.switch_quotes SET confirmed_at = now() WHERE operation = $1 AND confirmed_at IS NULL",
+        operation
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 // The collection pause and Resume plan -------------------------------------------------------------

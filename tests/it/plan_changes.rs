@@ -445,6 +445,19 @@ async fn confirming_a_scheduled_downgrade_twice_answers_as_the_first_did() {
 }
 
 #[tokio::test]
+async fn a_downgrade_confirmed_from_another_tab_is_refused_as_already_scheduled_not_answered_as_done() {
+    let p = paying("Pro").await;
+    let stale = p.quote(p.basic).await.unwrap();
+    let fresh = p.quote(p.basic).await.unwrap();
+    assert_eq!(p.confirm(p.basic, &fresh.operation).await.unwrap().kind, SwitchKind::Downgrade);
+    let e = p.confirm(p.basic, &stale.operation).await.unwrap_err().to_string();
+    assert!(e.contains("already scheduled"), "the other tab's quote did not make the change: {e}");
+    assert_eq!(p.ledger().await, [("Pro".into(), "Basic".into(), "scheduled".into())]);
+    // The quote that made it is still answered as done.
+    assert_eq!(p.confirm(p.basic, &fresh.operation).await.unwrap().kind, SwitchKind::Downgrade);
+}
+
+#[tokio::test]
 async fn superseding_a_released_schedules_changes_waits_on_a_reconcile_holding_the_subscription_lock() {
     let p = paying("Pro").await;
     p.switch(p.basic).await.unwrap();

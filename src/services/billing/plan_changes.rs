@@ -366,7 +366,11 @@ pub async fn switch_plan(
         ));
     }
     let quantity = Some(quoted.quantity.max(1) as u64);
-    if let Some(done) = scheduled_already(db, who, organization_id, subscription_id, price_id, operation).await? {
+    // Only this quote's own confirmation, made before, is answered as done: a quote from another
+    // tab meets check_switch's refusal of a change already scheduled.
+    if quoted.confirmed
+        && let Some(done) = scheduled_already(db, who, organization_id, subscription_id, price_id, operation).await?
+    {
         return Ok(done);
     }
     let mut c = check_switch(db, stripe, who, organization_id, subscription_id, price_id, quantity).await?;
@@ -392,6 +396,11 @@ pub async fn switch_plan(
     }
     if c.quote.kind.charged_now() {
         c.quote.proration_date = quoted.proration_date.map(|d| d.timestamp());
+    }
+    {
+        // One row of its own, no other lock held: Stripe already holds the change.
+        let mut conn = db.pool.acquire().await.map_err(crate::db::DbError::from)?;
+        store::mark_quote_confirmed(&mut conn, operation).await?;
     }
     converge(db, stripe, &sub).await;
     Ok(c.quote)
