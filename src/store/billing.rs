@@ -936,14 +936,38 @@ pub async fn live_subscriptions_after(
     Ok(rows.into_iter().map(|r| (r.id, r.stripe_subscription_id)).collect())
 }
 
-pub async fn sweep_cursor(conn: &mut PgConnection) -> sqlx::Result<Option<DateTime<Utc>>> {
-    sqlx::query_scalar!("SELECT events_seen_until FROM billing.sweep_state").fetch_one(conn).await
+/// The sweep's cursor and its unfinished walk through Stripe's events (migration 0004).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepState {
+    /// The newest event time a completed walk read (NULL before the first).
+    pub events_seen_until: Option<DateTime<Utc>>,
+    /// The oldest event the unfinished walk has read: the next pass continues after it.
+    pub resume_after: Option<String>,
+    /// The newest event time the unfinished walk read first.
+    pub walk_newest: Option<DateTime<Utc>>,
 }
 
-pub async fn set_sweep_cursor(conn: &mut PgConnection, seen_until: Option<DateTime<Utc>>) -> sqlx::Result<()> {
+pub async fn sweep_state(conn: &mut PgConnection) -> sqlx::Result<SweepState> {
+    sqlx::query_as!(SweepState, "SELECT events_seen_until, resume_after, walk_newest FROM billing.sweep_state")
+        .fetch_one(conn)
+        .await
+}
+
+/// Record a pass: the cursor moves to `seen_until` when given (else stays), and the walk's resume
+/// point is `resume` (None: no walk unfinished).
+pub async fn set_sweep_state(
+    conn: &mut PgConnection,
+    seen_until: Option<DateTime<Utc>>,
+    resume: Option<(&str, DateTime<Utc>)>,
+) -> sqlx::Result<()> {
+    let (resume_after, walk_newest) = resume.unzip();
     sqlx::query!(
-        "UPDATE billing.sweep_state SET events_seen_until = coalesce($1, events_seen_until), last_run_at = now()",
-        seen_until
+        "UPDATE billing.sweep_state
+            SET events_seen_until = coalesce($1, events_seen_until), resume_after = $2, walk_newest = $3,
+                last_run_at = now()",
+        seen_until,
+        resume_after,
+        walk_newest
     )
     .execute(conn)
     .await?;

@@ -684,23 +684,7 @@ async fn the_sweep_reads_every_page_of_events_since_its_cursor_so_older_events_a
     for n in 0..150 {
         s.post(&format!("/customers/{customer}"), &[("metadata[n]", &n.to_string())]).await;
     }
-    let total = {
-        let mut n = 0;
-        let mut after: Option<String> = None;
-        loop {
-            let path = match &after {
-                Some(a) => format!("/events?limit=100&starting_after={a}"),
-                None => "/events?limit=100".to_string(),
-            };
-            let page = s.get(&path).await;
-            let data = page["data"].as_array().unwrap().clone();
-            n += data.len();
-            after = data.last().and_then(|e| e["id"].as_str()).map(String::from);
-            if page["has_more"] != true {
-                break n;
-            }
-        }
-    };
+    let (total, _) = stripe_events(&s).await;
     assert!(total > 150, "{total} events");
     let swept = billing::sweep_billing(&t.db, &s.stripe).await.unwrap();
     assert_eq!((swept.events_read, swept.events_complete), (total, true));
@@ -714,4 +698,78 @@ async fn the_sweep_reads_every_page_of_events_since_its_cursor_so_older_events_a
     let cursor: Option<chrono::DateTime<Utc>> =
         t.one(sqlx::query_scalar("SELECT events_seen_until FROM billing.sweep_state")).await;
     assert!(cursor.is_some(), "every event was read: the cursor moved to the newest");
+}
+
+/// How many events the stand-in holds, and the newest one's time (read as the sweep does, newest
+/// first, a page of 100 at a time).
+async fn stripe_events(s: &StripeFixture) -> (usize, chrono::DateTime<Utc>) {
+    let (mut n, mut newest) = (0, None);
+    let mut after: Option<String> = None;
+    loop {
+        let path = match &after {
+            Some(a) => format!("/events?limit=100&starting_after={a}"),
+            None => "/events?limit=100".to_string(),
+        };
+        let page = s.get(&path).await;
+        let data = page["data"].as_array().unwrap().clone();
+        n += data.len();
+        newest = newest.or_else(|| data.first().and_then(|e| e["created"].as_i64()));
+        after = data.last().and_then(|e| e["id"].as_str()).map(String::from);
+        if page["has_more"] != true {
+            return (n, chrono::DateTime::from_timestamp(newest.unwrap(), 0).unwrap());
+        }
+    }
+}
+
+/// The sweep's cursor, and its unfinished walk's resume point and newest event time.
+async fn sweep_state(t: &TestDb) -> (Option<chrono::DateTime<Utc>>, Option<String>, Option<chrono::DateTime<Utc>>) {
+    t.one(sqlx::query_as("SELECT events_seen_until, resume_after, walk_newest FROM billing.sweep_state")).await
+}
+
+#[tokio::test]
+async fn a_sweep_cut_short_continues_its_walk_at_the_next_pass_so_events_older_than_one_pass_reads_are_not_lost() {
+    let (t, s) = setup().await;
+    let (basic, _) = s.demo_prices(&t).await;
+    // The oldest events: a subscription the console never heard of; then more than one page of
+    // newer ones, and a pass reads one page.
+    let (o, _) = org(&t, "Missed webhooks").await;
+    let customer = s.customer(&t.db, o, "pm_card_visa", None).await;
+    let sub = s.subscribe(&customer, &s.stripe_price(&t.admin, basic).await, o).await;
+    for n in 0..150 {
+        s.post(&format!("/customers/{customer}"), &[("metadata[n]", &n.to_string())]).await;
+    }
+    let (total, newest) = stripe_events(&s).await;
+    assert!(total > 150 && total < 200, "{total} events: two passes of one page read them all");
+    let queued = async || -> i64 {
+        t.one(
+            sqlx::query_scalar("SELECT count(*) FROM integration.jobs WHERE payload->>'object_key' = $1")
+                .bind(format!("stripe-subscription:{sub}")),
+        )
+        .await
+    };
+
+    // The first pass reads the newest page only: the cursor stays, the walk's resume point is kept.
+    let first = billing::sweep_billing_with(&t.db, &s.stripe, 1).await.unwrap();
+    assert_eq!((first.events_read, first.events_complete), (100, false));
+    assert_eq!(queued().await, 0, "the subscription's events, the oldest, are not read yet");
+    let (cursor, resume, walk_newest) = sweep_state(&t).await;
+    assert_eq!(cursor, None, "the walk is unfinished: the cursor stays");
+    assert!(resume.is_some(), "the walk's resume point is kept");
+    assert_eq!(walk_newest, Some(newest), "and the newest event it read");
+
+    // The second continues after the oldest event the first read, to the end: the subscription's
+    // reconcile is queued, and the cursor moves to the walk's newest event.
+    let second = billing::sweep_billing_with(&t.db, &s.stripe, 1).await.unwrap();
+    assert_eq!((second.events_read, second.events_complete), (total - 100, true));
+    assert_eq!(queued().await, 1, "the oldest events were read and the subscription's reconcile queued");
+    assert_eq!(sweep_state(&t).await, (Some(newest), None, None), "the walk is done: the cursor moved");
+
+    // The third starts a new walk from the newest again (every event here is within the cursor's
+    // minute of margin), not the finished walk's remainder, and reaches nothing older.
+    let third = billing::sweep_billing_with(&t.db, &s.stripe, 1).await.unwrap();
+    assert_eq!((third.events_read, third.events_complete), (100, false));
+    assert_eq!(queued().await, 1, "the subscription's events are not read again");
+    let (cursor, resume, walk_newest) = sweep_state(&t).await;
+    assert_eq!((cursor, walk_newest), (Some(newest), Some(newest)));
+    assert!(resume.is_some(), "the new walk keeps its own resume point");
 }

@@ -298,6 +298,9 @@ pub struct EventSummary {
 pub struct EventsRead {
     pub events: Vec<EventSummary>,
     pub complete: bool,
+    /// The id of the last event Stripe listed (the oldest read; the one given when none was),
+    /// where a read cut short continues.
+    pub last_id: Option<String>,
 }
 
 /// A subscription schedule: its phases, each with the prices it will charge.
@@ -717,26 +720,28 @@ impl Stripe {
         Ok(())
     }
 
-    /// Events created after `after`, oldest first: Stripe lists them newest first, so every page
-    /// is read (`starting_after` the last one read) until Stripe has no more, or `max_pages` pages
-    /// of `page_size`. `complete` is false when pages were left: what was read is then the newest
-    /// part only, and events between `after` and the oldest one read were not seen.
+    /// Events created after `after`, oldest first: Stripe lists them newest first, so pages are
+    /// read (`starting_after` the last one read, from `starting_after` when given: a walk a pass
+    /// left unfinished) until Stripe has no more, or `max_pages` pages of `page_size`. `complete`
+    /// is false when pages were left: events between `after` and the oldest one read
+    /// (`last_id`) were not seen, and a next call with `starting_after` that id reads them.
     pub async fn events_since(
         &self,
         after: DateTime<Utc>,
+        starting_after: Option<&str>,
         page_size: i64,
         max_pages: usize,
     ) -> Result<EventsRead, StripeFailure> {
         use stripe_core::event::ListEvent;
         let mut events = vec![];
-        let mut starting_after: Option<String> = None;
+        let mut last_id: Option<String> = starting_after.map(str::to_string);
+        let mut complete = false;
         for _ in 0..max_pages {
             let mut req = ListEvent::new().created(stripe_types::RangeQueryTs::gt(after.timestamp())).limit(page_size);
-            if let Some(last) = &starting_after {
+            if let Some(last) = &last_id {
                 req = req.starting_after(last.clone());
             }
             let list = req.send(&self.metered("events since")).await.map_err(StripeFailure::from_error)?;
-            starting_after = list.data.last().map(|e| e.id.to_string());
             events.extend(list.data.iter().map(|e| EventSummary {
                 id: e.id.to_string(),
                 event_type: e.type_.to_string(),
@@ -749,13 +754,18 @@ impl Stripe {
                 },
                 created: at(e.created),
             }));
-            if !list.has_more || starting_after.is_none() {
-                events.sort_by_key(|e| e.created);
-                return Ok(EventsRead { events, complete: true });
+            let Some(last) = list.data.last() else {
+                complete = true;
+                break;
+            };
+            last_id = Some(last.id.to_string());
+            if !list.has_more {
+                complete = true;
+                break;
             }
         }
         events.sort_by_key(|e| e.created);
-        Ok(EventsRead { events, complete: false })
+        Ok(EventsRead { events, complete, last_id })
     }
 }
 

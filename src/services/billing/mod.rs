@@ -20,7 +20,7 @@ pub use events::receive_event;
 pub use invoices::converge_invoice;
 pub use outbox::process_outbox;
 pub use reconcile::{Reconciled, reconcile_subscription};
-pub use sweep::sweep_billing;
+pub use sweep::{sweep_billing, sweep_billing_with};
 
 use crate::{integrations::stripe::StripeFailure, jobs::Job, services::ServiceError};
 

@@ -8,7 +8,7 @@ use chrono::{Duration as Span, Utc};
 use crate::{
     db::{Db, TxKind, begin},
     ids::SubscriptionId,
-    integrations::stripe::Stripe,
+    integrations::stripe::{Stripe, StripeFailure},
     jobs,
     services::ServiceError,
     store::billing as store,
@@ -26,29 +26,48 @@ pub struct Swept {
 }
 
 /// Events asked of Stripe per page (Stripe's most), and pages per pass: a pass reads at most
-/// 2,000 events, so one pass's Stripe calls stay bounded.
+/// 2,000 events, so one pass's Stripe calls stay bounded; a walk over more continues next pass.
 const EVENT_PAGE: i64 = 100;
 const EVENT_PAGES_PER_PASS: usize = 20;
 
 #[tracing::instrument(name = "Sweep billing", skip(db, stripe))]
 pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceError> {
+    sweep_billing_with(db, stripe, EVENT_PAGES_PER_PASS).await
+}
+
+/// The sweep, reading at most `event_pages` pages of events (a test reads one).
+pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) -> Result<Swept, ServiceError> {
     let mut swept = Swept::default();
-    let since = {
+    let state = {
         let mut read = db.read().await?;
-        store::sweep_cursor(read.conn()).await?
-    }
+        store::sweep_state(read.conn()).await?
+    };
     // The first pass looks back a day; later ones from the newest event seen, less a minute for
     // events Stripe stamps out of order.
-    .map(|t| t - Span::minutes(1))
-    .unwrap_or_else(|| Utc::now() - Span::days(1));
-    let read = stripe.events_since(since, EVENT_PAGE, EVENT_PAGES_PER_PASS).await.map_err(remote)?;
+    let since = state.events_seen_until.map(|t| t - Span::minutes(1)).unwrap_or_else(|| Utc::now() - Span::days(1));
+    // Stripe lists newest first, so a walk over more events than a pass reads takes several
+    // passes: one left unfinished continues after the oldest event it read (events that arrived
+    // since are newer than the walk's newest, and the next walk reads them).
+    let resume = state.resume_after.as_deref().zip(state.walk_newest);
+    let read = match stripe.events_since(since, resume.map(|r| r.0), EVENT_PAGE, event_pages).await {
+        // The walk's last event is gone from Stripe (it keeps events 30 days): a new walk.
+        Err(StripeFailure::Api { status: 404, .. }) if resume.is_some() => {
+            tracing::warn!(resume_after = ?state.resume_after, "the sweep's resume point is gone from Stripe; walking its events again from the newest");
+            stripe.events_since(since, None, EVENT_PAGE, event_pages).await
+        }
+        r => r,
+    }
+    .map_err(remote)?;
     swept.events_read = read.events.len();
     swept.events_complete = read.complete;
-    let mut newest = None;
+    // The walk's newest event: the one stored when it continues, this pass's when it starts.
+    let walk_newest = match (read.events.last().map(|e| e.created), resume.map(|r| r.1)) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
     {
         let mut tx = begin(db, TxKind::Plain).await?;
         for e in &read.events {
-            newest = Some(e.created);
             let Some(object) = &e.object_id else { continue };
             let queued = if e.event_type.starts_with("customer.subscription.") {
                 enqueue_reconcile(tx.conn(), object).await?
@@ -65,17 +84,20 @@ pub async fn sweep_billing(db: &Db, stripe: &Stripe) -> Result<Swept, ServiceErr
             };
             swept.enqueued += queued as usize;
         }
-        // The cursor moves only over what was read. Stripe lists newest first, so a read cut short
-        // holds the newest events, and those between the cursor and the oldest read are unseen:
-        // the cursor stays, and the next pass reads from it again (the jobs are deduplicated).
-        if !read.complete {
+        // The cursor moves only when the walk is complete, to its newest event: until then the
+        // events between the cursor and the oldest read are unseen, and the next pass continues
+        // after that oldest one.
+        if read.complete {
+            store::set_sweep_state(tx.conn(), walk_newest, None).await?;
+        } else {
             tracing::warn!(
                 events = read.events.len(),
                 since = %since,
-                "more Stripe events since the last sweep than one pass reads; the sweep cursor stays where it was"
+                resume_after = ?read.last_id,
+                "more Stripe events since the last sweep than one pass reads; the next pass continues the walk"
             );
+            store::set_sweep_state(tx.conn(), None, read.last_id.as_deref().zip(walk_newest)).await?;
         }
-        store::set_sweep_cursor(tx.conn(), newest.filter(|_| read.complete)).await?;
         tx.commit().await?;
     }
     // Checkouts paid whose return and webhook were both lost.
