@@ -24,6 +24,15 @@ fn card_for(number: &str) -> Option<Card> {
     }
 }
 
+/// The card number a hosted page's form sent ("" when none).
+fn card_number(body: &[u8]) -> String {
+    std::str::from_utf8(body)
+        .ok()
+        .and_then(|b| form::parse(b).ok())
+        .and_then(|f| f.get("card_number").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default()
+}
+
 pub async fn show_checkout(path: web::Path<String>, app: web::Data<AppState>) -> HttpResponse {
     let id = path.into_inner();
     let mut st = app.store.lock();
@@ -34,11 +43,7 @@ pub async fn show_checkout(path: web::Path<String>, app: web::Data<AppState>) ->
 
 pub async fn submit_checkout(path: web::Path<String>, body: web::Bytes, app: web::Data<AppState>) -> HttpResponse {
     let id = path.into_inner();
-    let number = std::str::from_utf8(&body)
-        .ok()
-        .and_then(|b| form::parse(b).ok())
-        .and_then(|f| f.get("card_number").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_default();
+    let number = card_number(&body);
     let mut st = app.store.lock();
     let Some(card) = card_for(&number) else {
         let message = if number.trim().is_empty() { "Please enter a card number." } else { NOT_A_TEST_CARD };
@@ -143,11 +148,7 @@ pub async fn show_invoice(path: web::Path<String>, app: web::Data<AppState>) -> 
 /// for the subscription); a paid invoice reinstates a past-due subscription, as `/pay` does.
 pub async fn submit_invoice(path: web::Path<String>, body: web::Bytes, app: web::Data<AppState>) -> HttpResponse {
     let id = path.into_inner();
-    let number = std::str::from_utf8(&body)
-        .ok()
-        .and_then(|b| form::parse(b).ok())
-        .and_then(|f| f.get("card_number").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_default();
+    let number = card_number(&body);
     let mut st = app.store.lock();
     let Some(card) = card_for(&number) else {
         let message = if number.trim().is_empty() { "Please enter a card number." } else { NOT_A_TEST_CARD };

@@ -675,15 +675,7 @@ async fn a_subscription_cancelled_in_stripe_with_a_downgrade_scheduled_supersede
 #[tokio::test]
 async fn the_sweep_reads_every_page_of_events_since_its_cursor_so_older_events_are_not_skipped() {
     let (t, s) = setup().await;
-    let (basic, _) = s.demo_prices(&t).await;
-    // The oldest events: a subscription and its first invoice, which the console never heard of.
-    let (o, _) = org(&t, "Missed webhooks").await;
-    let customer = s.customer(&t.db, o, "pm_card_visa", None).await;
-    let sub = s.subscribe(&customer, &s.stripe_price(&t.admin, basic).await, o).await;
-    // Then more than one page of newer events (Stripe lists newest first, 100 at most a page).
-    for n in 0..150 {
-        s.post(&format!("/customers/{customer}"), &[("metadata[n]", &n.to_string())]).await;
-    }
+    let sub = a_subscription_behind_150_newer_events(&t, &s).await;
     let (total, _) = stripe_events(&s).await;
     assert!(total > 150, "{total} events");
     let swept = billing::sweep_billing(&t.db, &s.stripe).await.unwrap();
@@ -698,6 +690,20 @@ async fn the_sweep_reads_every_page_of_events_since_its_cursor_so_older_events_a
     let cursor: Option<chrono::DateTime<Utc>> =
         t.one(sqlx::query_scalar("SELECT events_seen_until FROM billing.sweep_state")).await;
     assert!(cursor.is_some(), "every event was read: the cursor moved to the newest");
+}
+
+/// The oldest events: a subscription and its first invoice, which the console never heard of;
+/// then more than one page of newer events (Stripe lists newest first, 100 at most a page). The
+/// subscription's Stripe id.
+async fn a_subscription_behind_150_newer_events(t: &TestDb, s: &StripeFixture) -> String {
+    let (basic, _) = s.demo_prices(t).await;
+    let (o, _) = org(t, "Missed webhooks").await;
+    let customer = s.customer(&t.db, o, "pm_card_visa", None).await;
+    let sub = s.subscribe(&customer, &s.stripe_price(&t.admin, basic).await, o).await;
+    for n in 0..150 {
+        s.post(&format!("/customers/{customer}"), &[("metadata[n]", &n.to_string())]).await;
+    }
+    sub
 }
 
 /// How many events the stand-in holds, and the newest one's time (read as the sweep does, newest
@@ -729,15 +735,8 @@ async fn sweep_state(t: &TestDb) -> (Option<chrono::DateTime<Utc>>, Option<Strin
 #[tokio::test]
 async fn a_sweep_cut_short_continues_its_walk_at_the_next_pass_so_events_older_than_one_pass_reads_are_not_lost() {
     let (t, s) = setup().await;
-    let (basic, _) = s.demo_prices(&t).await;
-    // The oldest events: a subscription the console never heard of; then more than one page of
-    // newer ones, and a pass reads one page.
-    let (o, _) = org(&t, "Missed webhooks").await;
-    let customer = s.customer(&t.db, o, "pm_card_visa", None).await;
-    let sub = s.subscribe(&customer, &s.stripe_price(&t.admin, basic).await, o).await;
-    for n in 0..150 {
-        s.post(&format!("/customers/{customer}"), &[("metadata[n]", &n.to_string())]).await;
-    }
+    // A pass reads one page here.
+    let sub = a_subscription_behind_150_newer_events(&t, &s).await;
     let (total, newest) = stripe_events(&s).await;
     assert!(total > 150 && total < 200, "{total} events: two passes of one page read them all");
     let queued = async || -> i64 {

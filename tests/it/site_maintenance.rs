@@ -218,8 +218,9 @@ async fn a_downgrade_parks_the_least_recently_modified_sites_keep_active_last_an
     assert_eq!(maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap(), RunCounts::default());
 }
 
-#[tokio::test]
-async fn a_reactivation_that_finds_the_site_archived_meanwhile_sets_the_farm_back_to_archived() {
+/// A Free organization that had Basic's two active sites: the downgrade's quota run parked one
+/// of them (its name returned).
+async fn two_sites_one_parked_by_a_downgrade() -> (Sites, &'static str) {
     let s = setup("Free").await;
     let grant = common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
     s.created("first").await;
@@ -227,6 +228,12 @@ async fn a_reactivation_that_finds_the_site_archived_meanwhile_sets_the_farm_bac
     member_console::services::grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
     maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
     let parked = if s.status("first").await == "parked" { "first" } else { "second" };
+    (s, parked)
+}
+
+#[tokio::test]
+async fn a_reactivation_that_finds_the_site_archived_meanwhile_sets_the_farm_back_to_archived() {
+    let (s, parked) = two_sites_one_parked_by_a_downgrade().await;
     let domain = format!("{parked}.wiki.localhost");
     // Room again; the quota reads its candidates, then the member archives the parked site before
     // the quota's reactivation runs its steps.
@@ -291,13 +298,7 @@ async fn a_purge_waits_on_an_activations_instance_lock_and_then_skips_the_site_i
 
 #[tokio::test]
 async fn a_reactivation_waits_on_the_usage_row_a_slot_gate_holds_and_stays_within_the_limit() {
-    let s = setup("Free").await;
-    let grant = common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
-    s.created("first").await;
-    s.created("second").await;
-    member_console::services::grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
-    maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
-    let parked = if s.status("first").await == "parked" { "first" } else { "second" };
+    let (s, parked) = two_sites_one_parked_by_a_downgrade().await;
     // Room for one again, and a member's create racing the quota for it.
     common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
     s.set("UPDATE core.pool_entitlements SET numeric_value = 2 WHERE resource_key = 'fedwiki.active_sites'").await;
