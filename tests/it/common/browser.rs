@@ -86,8 +86,22 @@ fn port_in(line: &str) -> Option<u16> {
 
 impl Driver {
     /// Start chromedriver on a port the system picks (`--port=0`, read back from its output), so
-    /// parallel tests never race for one.
+    /// parallel tests never race for one. With port 0 chromedriver binds one address family on a
+    /// port the system chose and then asks the other for the same port, which another process may
+    /// hold ("IPv4 port not available. Exiting..."): such a start is tried again.
     async fn start() -> (Driver, u16) {
+        let mut tries = 0;
+        loop {
+            match Self::start_once().await {
+                Ok(started) => return started,
+                Err(output) if tries < 5 && output.iter().any(|l| l.contains("port not available")) => tries += 1,
+                Err(output) => panic!("chromedriver exited before listening: {output:?}; {INSTALL_HINT}"),
+            }
+        }
+    }
+
+    /// One start: the driver and its port, or what it printed before it exited.
+    async fn start_once() -> Result<(Driver, u16), Vec<String>> {
         // Missing browser is a failure, never a skip: a green run must mean the flows were seen.
         assert!(Path::new(CHROMIUM).is_file(), "the browser tests need {CHROMIUM}, which is missing: {INSTALL_HINT}");
         let driver = chromedriver_path()
@@ -120,13 +134,17 @@ impl Driver {
         loop {
             while let Ok(line) = rx.try_recv() {
                 if let Some(port) = port_in(&line) {
-                    return (d, port);
+                    return Ok((d, port));
                 }
                 output.push(line);
             }
             if let Ok(Some(status)) = d.child.try_wait() {
                 d.reaped = true;
-                panic!("chromedriver exited ({status}) before listening: {output:?}; {INSTALL_HINT}");
+                // Its last lines may still be in the channel.
+                std::thread::sleep(Duration::from_millis(50));
+                output.extend(rx.try_iter());
+                output.push(format!("(exited: {status})"));
+                return Err(output);
             }
             assert!(started.elapsed() < WAIT, "chromedriver did not start listening within {WAIT:?}: {output:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
