@@ -75,7 +75,7 @@ pub async fn receive_event(db: &Db, body: &[u8]) -> Result<Received, ServiceErro
     let object_id = str_at(&e.data.object, &["id"]);
     let (mut kinds, mut payloads) = (vec![], vec![]);
     if let Some(s) = work.subscription {
-        let key = format!("stripe-subscription:{s}");
+        let key = ReconcileSubscription::object_key(&s);
         kinds.push(ReconcileSubscription::KIND.to_string());
         payloads.push(jobs::object_payload(&ReconcileSubscription { stripe_subscription_id: s }, &key));
     }

@@ -43,16 +43,31 @@ pub(crate) fn remote_write(f: StripeFailure) -> ServiceError {
 /// converges on what Stripe holds.
 pub(crate) async fn enqueue_reconcile(db: &crate::db::Db, stripe_subscription_id: &str) -> Result<(), ServiceError> {
     let mut conn = db.pool.acquire().await.map_err(crate::db::DbError::from)?;
-    let job = ReconcileSubscription { stripe_subscription_id: stripe_subscription_id.to_string() };
-    let key = format!("stripe-subscription:{stripe_subscription_id}");
-    crate::jobs::enqueue_for_object(&mut conn, &job, &key).await?;
+    enqueue_reconcile_on(&mut conn, stripe_subscription_id).await?;
     Ok(())
+}
+
+/// The same on a connection (the sweep's transaction); whether one was queued.
+pub(crate) async fn enqueue_reconcile_on(
+    conn: &mut sqlx::PgConnection,
+    stripe_subscription_id: &str,
+) -> Result<bool, ServiceError> {
+    let job = ReconcileSubscription { stripe_subscription_id: stripe_subscription_id.to_string() };
+    let key = ReconcileSubscription::object_key(stripe_subscription_id);
+    Ok(crate::jobs::enqueue_for_object(conn, &job, &key).await?.is_some())
 }
 
 /// Reconcile one Stripe subscription (enqueued by the webhook's intake and the sweep).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReconcileSubscription {
     pub stripe_subscription_id: String,
+}
+
+impl ReconcileSubscription {
+    /// The key every enqueuer uses, so one reconcile waits per subscription.
+    pub fn object_key(stripe_subscription_id: &str) -> String {
+        format!("stripe-subscription:{stripe_subscription_id}")
+    }
 }
 
 impl Job for ReconcileSubscription {

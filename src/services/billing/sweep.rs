@@ -14,7 +14,7 @@ use crate::{
     store::billing as store,
 };
 
-use super::{ConvergeInvoice, ReconcileSubscription, remote};
+use super::{ConvergeInvoice, enqueue_reconcile_on, remote};
 
 /// What one sweep enqueued.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +70,7 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
         for e in &read.events {
             let Some(object) = &e.object_id else { continue };
             let queued = if e.event_type.starts_with("customer.subscription.") {
-                enqueue_reconcile(tx.conn(), object).await?
+                enqueue_reconcile_on(tx.conn(), object).await?
             } else if e.event_type.starts_with("invoice.") {
                 jobs::enqueue_for_object(
                     tx.conn(),
@@ -111,7 +111,7 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
             && let Some(sub) = s.subscription
         {
             let mut tx = begin(db, TxKind::Plain).await?;
-            swept.enqueued += enqueue_reconcile(tx.conn(), &sub).await? as usize;
+            swept.enqueued += enqueue_reconcile_on(tx.conn(), &sub).await? as usize;
             store::complete_checkout_session(tx.conn(), &id, &sub).await?;
             tx.commit().await?;
         }
@@ -124,18 +124,10 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
         let page = store::live_subscriptions_after(tx.conn(), after, 500).await?;
         let Some(last) = page.last().map(|p| p.0) else { break };
         for (_, stripe_id) in &page {
-            swept.enqueued += enqueue_reconcile(tx.conn(), stripe_id).await? as usize;
+            swept.enqueued += enqueue_reconcile_on(tx.conn(), stripe_id).await? as usize;
         }
         tx.commit().await?;
         after = last;
     }
     Ok(swept)
-}
-
-/// Queue a reconcile of the Stripe subscription, keyed by it so that one already waiting is not
-/// queued again; whether one was queued.
-async fn enqueue_reconcile(conn: &mut sqlx::PgConnection, stripe_subscription_id: &str) -> Result<bool, ServiceError> {
-    let job = ReconcileSubscription { stripe_subscription_id: stripe_subscription_id.to_string() };
-    let key = format!("stripe-subscription:{stripe_subscription_id}");
-    Ok(jobs::enqueue_for_object(conn, &job, &key).await?.is_some())
 }
