@@ -336,6 +336,8 @@ pub(crate) async fn open_on_the_farm(b: &Browser, name: &str, within: std::time:
     let edit = b.find(&format!("{} a[aria-label='Edit {name}.wiki.localhost']", site_row(name))).await;
     // The link opens a new tab for a person; the test follows it in this one.
     let url = edit.prop("href").await.unwrap().expect("the Edit link's address");
+    // What the console's own pages logged is not the wiki's.
+    b.page_problems().await;
     b.goto(&url).await;
     wiki_rendered(b, "Welcome to this", within).await;
 }

@@ -55,7 +55,8 @@ async fn a_member_opens_their_new_wiki_from_sites_edits_a_paragraph_and_sees_it_
 
             // Opened from /sites: the FedWiki client renders the story, with the owner's tools.
             open_on_the_farm(b, "notebook", STEP).await;
-            assert_eq!(b.path().await, "/welcome-visitors.html");
+            // The client took over the address, as FedWiki's lineup does.
+            assert_eq!(b.path().await, "/view/welcome-visitors");
             let owner = b.text_of("footer #site-owner").await;
             assert!(owner.contains(demo::DEMO_ORGANIZATION), "the wiki names its owner: {owner}");
             b.keep_step(2, "the-wiki-rendered").await;
@@ -95,6 +96,7 @@ async fn a_member_opens_their_new_wiki_from_sites_edits_a_paragraph_and_sees_it_
 
             // A reload shows the change, rendered by the client.
             let here = b.execute("return location.href;", vec![]).await;
+            b.page_problems().await;
             b.goto(here.as_str().expect("the address")).await;
             wiki_rendered(b, changed, STEP).await;
             b.keep_step(5, "after-a-reload").await;
