@@ -152,10 +152,10 @@ pub async fn farm_for_serve(config: &Config, console: std::net::SocketAddr) -> a
     .await
     .context("starting the local farm")?;
     let host = if console.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { console.ip() };
-    local.set_callback(
-        format!("http://{}/farm/callbacks", std::net::SocketAddr::new(host, console.port())),
-        secret.clone(),
-    );
+    let console_base = format!("http://{}", std::net::SocketAddr::new(host, console.port()));
+    local.set_callback(format!("{console_base}/farm/callbacks"), secret.clone());
+    // The farm asks the console, with the same secret, whether a member may still edit a site.
+    local.set_confirm_url(format!("{console_base}{}", views::paths::FARM_EDIT_SESSIONS_CONFIRM));
     let farm =
         crate::integrations::farm::Farm::new(&local.base_url(), &token, &config.farm.domain, config.farm.call_timeout)
             .map_err(|e| anyhow::anyhow!("{e}"))?

@@ -13,6 +13,9 @@ use standin_http::{ApiError, ApiResult, json_body};
 #[serde(deny_unknown_fields)]
 struct CreateSite {
     owner: String,
+    /// How the wiki names its owner; optional.
+    #[serde(default)]
+    owner_name: Option<String>,
     status: String,
 }
 
@@ -72,15 +75,21 @@ pub async fn show(app: web::Data<AppState>, domain: web::Path<String>) -> ApiRes
 /// `PUT /api/sites/{domain}`: 201 when created, 200 when the same owner already holds it.
 pub async fn create(app: web::Data<AppState>, domain: web::Path<String>, body: web::Bytes) -> ApiResult<HttpResponse> {
     let domain = app.farm.parse_domain(&domain)?;
-    let asked: CreateSite = json_body(&body, r#"{"owner": "...", "status": "active"}"#)?;
+    let asked: CreateSite = json_body(&body, r#"{"owner": "...", "owner_name": "Acme", "status": "active"}"#)?;
     if asked.owner.trim().is_empty() {
         return Err(ApiError::bad_request("The owner must not be empty."));
+    }
+    let owner_name = asked.owner_name.as_deref().map(str::trim);
+    if owner_name.is_some_and(|n| n.is_empty() || n.chars().count() > 200 || n.chars().any(char::is_control)) {
+        return Err(ApiError::bad_request(
+            "The owner's name must be 1 to 200 characters with no control characters (or left out).",
+        ));
     }
     let status = match Status::parse(&asked.status) {
         Some(s @ (Status::Active | Status::Parked)) => s,
         _ => return Err(ApiError::bad_request("A new site's status must be \"active\" or \"parked\".")),
     };
-    let answer = match app.farm.create(&domain, &asked.owner, status)? {
+    let answer = match app.farm.create(&domain, &asked.owner, owner_name, status)? {
         Created::New(site) => HttpResponse::Created().json(site),
         Created::Existing(site) => HttpResponse::Ok().json(site),
     };

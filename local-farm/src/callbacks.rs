@@ -96,6 +96,12 @@ impl Callbacks {
         *self.endpoint.write().unwrap_or_else(|p| p.into_inner()) = Some(Endpoint { url, secret });
     }
 
+    /// The secret callbacks are signed with, once one is set (the farm signs its calls to the
+    /// console with it too).
+    pub fn secret(&self) -> Option<String> {
+        self.endpoint.read().unwrap_or_else(|p| p.into_inner()).as_ref().map(|e| e.secret.clone())
+    }
+
     fn configured(&self) -> bool {
         self.endpoint.read().unwrap_or_else(|p| p.into_inner()).is_some()
     }

@@ -10,6 +10,7 @@ use chrono::{DateTime, SubsecRound, Utc};
 use crate::callbacks::{Callbacks, EventType};
 use crate::domain::SiteDomain;
 use crate::error;
+use crate::secrets::{SiteSecrets, write_owner_file};
 use crate::state::{Site, Status, Store, now};
 use standin_http::{ApiError, ApiResult};
 
@@ -19,6 +20,11 @@ pub struct Farm {
     /// The `wiki` server's data folder: one folder per site (see [`SiteDomain::folder`]).
     pub wiki_data: PathBuf,
     pub farm_domain: String,
+    /// Each domain's friend secret (the owner file's).
+    pub secrets: SiteSecrets,
+    /// Where the console confirms a member's edit session (docs/farm-api.md), signed with the
+    /// callbacks' secret; None: no session can be confirmed, so none outlives its first interval.
+    pub confirm_url: std::sync::RwLock<Option<String>>,
 }
 
 /// Whether a create made the site or found it already there for the same owner.
@@ -58,7 +64,13 @@ impl Farm {
     /// Create a site with an empty data folder (a leftover folder of a deleted site is cleared
     /// first); the same owner asking again gets the site as it is.
     #[tracing::instrument(name = "Create a site", skip(self), fields(domain = %domain))]
-    pub fn create(&self, domain: &SiteDomain, owner: &str, status: Status) -> ApiResult<Created> {
+    pub fn create(
+        &self,
+        domain: &SiteDomain,
+        owner: &str,
+        owner_name: Option<&str>,
+        status: Status,
+    ) -> ApiResult<Created> {
         let mut st = self.store.lock();
         if let Some(site) = st.sites.get(domain.as_str()) {
             return if site.owner == owner {
@@ -69,10 +81,14 @@ impl Farm {
         }
         let folder = domain.folder(&self.wiki_data);
         seed(&folder).map_err(|e| error::storage("create the site's data folder", &e))?;
+        let owner_name = owner_name.map(str::to_string);
+        self.write_owner(domain, owner_name.as_deref(), &folder)
+            .map_err(|e| error::storage("write the site's owner file", &e))?;
         let usage = measure(&folder);
         let site = Site {
             domain: domain.to_string(),
             owner: owner.to_string(),
+            owner_name,
             status,
             storage_bytes: usage.storage_bytes,
             modified_at: usage.modified_at,
@@ -85,6 +101,34 @@ impl Farm {
         }
         self.callbacks.emit(EventType::Created, &site);
         Ok(Created::New(site))
+    }
+
+    /// The name the wiki shows as its owner: the one the create call gave, else the site's name.
+    pub fn owner_display_name(site: &Site) -> String {
+        display_name(&site.domain, site.owner_name.as_deref())
+    }
+
+    /// Write the site's `status/owner.json` (its display name and the domain's secret), which
+    /// makes the wiki claimed: only a `wiki` session holding the secret is its owner.
+    fn write_owner(&self, domain: &SiteDomain, owner_name: Option<&str>, folder: &Path) -> std::io::Result<()> {
+        let name = display_name(domain.as_str(), owner_name);
+        write_owner_file(folder, &name, &self.secrets.secret_for(domain.as_str())?)
+    }
+
+    /// Give every site the farm holds its owner file (sites made before the farm wrote them, or
+    /// whose file was removed), before `wiki` starts and reads them.
+    pub fn write_owner_files(&self) -> std::io::Result<()> {
+        let sites: Vec<Site> = self.store.lock().sites.values().cloned().collect();
+        for site in sites {
+            let Ok(domain) = SiteDomain::parse(&site.domain, &self.farm_domain) else { continue };
+            self.write_owner(&domain, site.owner_name.as_deref(), &domain.folder(&self.wiki_data))?;
+        }
+        Ok(())
+    }
+
+    /// The secret that claims the site's wiki for its owner.
+    pub fn site_secret(&self, domain: &str) -> std::io::Result<String> {
+        self.secrets.secret_for(domain)
     }
 
     /// Set a site's status; the same status again changes nothing and reports nothing.
@@ -183,6 +227,10 @@ impl Farm {
     }
 }
 
+fn display_name(domain: &str, owner_name: Option<&str>) -> String {
+    owner_name.map(str::to_string).unwrap_or_else(|| domain.split('.').next().unwrap_or_default().to_string())
+}
+
 /// What the farm reports about a site's data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
@@ -190,7 +238,8 @@ pub struct Usage {
     pub modified_at: Option<DateTime<Utc>>,
 }
 
-/// The total size of the files under `folder`, and the latest modification time among the page
+/// The total size of the files under `folder` but the owner file the farm writes (the site's
+/// data is what its members and `wiki` wrote), and the latest modification time among the page
 /// files in `folder/pages` (where `wiki` keeps one file per page).
 pub fn measure(folder: &Path) -> Usage {
     let modified_at = std::fs::read_dir(folder.join("pages"))
@@ -202,7 +251,8 @@ pub fn measure(folder: &Path) -> Usage {
         .filter_map(|meta| meta.modified().ok())
         .max()
         .map(|t: SystemTime| DateTime::<Utc>::from(t).trunc_subsecs(3));
-    Usage { storage_bytes: size_of(folder), modified_at }
+    let owner_file = std::fs::metadata(folder.join("status").join("owner.json")).map(|m| m.len()).unwrap_or(0);
+    Usage { storage_bytes: size_of(folder).saturating_sub(owner_file), modified_at }
 }
 
 fn size_of(path: &Path) -> u64 {

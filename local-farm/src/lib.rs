@@ -11,11 +11,14 @@ mod api;
 mod callbacks;
 mod control;
 mod domain;
+pub mod entry;
 mod error;
 mod farm;
+mod gate;
 mod ids;
 mod pages;
 mod proxy;
+mod secrets;
 mod server;
 mod state;
 mod wiki;
@@ -26,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use callbacks::{signature_header, verify_signature};
-pub use wiki::{WikiMode, install_hint, install_prefix};
+pub use wiki::{WikiMode, install_hint, install_prefix, package_dir};
 
 /// How to run the farm.
 #[derive(Debug, Clone)]
@@ -47,6 +50,10 @@ pub struct Config {
     /// Keep the sites in `farm.json` (a restart finds them); false keeps them in memory only, for
     /// a benchmark whose farm must answer at once.
     pub persist: bool,
+    /// How long a member's edit session stands on the console's last word: a write after that
+    /// asks the console again first (so a member removed from the organization is refused within
+    /// this).
+    pub edit_confirm_every: Duration,
 }
 
 impl Default for Config {
@@ -60,6 +67,7 @@ impl Default for Config {
             callback_retry: [1, 2, 4, 8, 16].into_iter().map(Duration::from_secs).collect(),
             modified_poll: Duration::from_secs(2),
             persist: true,
+            edit_confirm_every: Duration::from_secs(30),
         }
     }
 }
@@ -100,20 +108,38 @@ impl LocalFarm {
         let wiki_data = data_dir.join("wiki");
         std::fs::create_dir_all(&wiki_data)?;
         let store = state::Store::open(&data_dir, config.persist)?;
+        let keys = secrets::Keys::load_or_create(&data_dir, config.persist)?;
+        let site_secrets = secrets::SiteSecrets::open(&data_dir, config.persist)?;
+        let callbacks = callbacks::Callbacks::start(config.callback_retry);
+        let farm = Arc::new(farm::Farm {
+            store,
+            callbacks,
+            wiki_data: wiki_data.clone(),
+            farm_domain: farm_domain.clone(),
+            secrets: site_secrets,
+            confirm_url: std::sync::RwLock::new(None),
+        });
+        // Before `wiki` starts: it reads a site's owner once, at the site's first request.
+        farm.write_owner_files()?;
 
-        let (wiki, wiki_url) = start_wiki(&config.wiki, &data_dir, &wiki_data).await;
+        let (wiki, wiki_url) = start_wiki(&config.wiki, &data_dir, &wiki_data, &keys).await;
         let listener = std::net::TcpListener::bind(config.listen)?;
         let port = listener.local_addr()?.port();
-        let callbacks = callbacks::Callbacks::start(config.callback_retry);
-        let farm =
-            Arc::new(farm::Farm { store, callbacks, wiki_data: wiki_data.clone(), farm_domain: farm_domain.clone() });
         let proxy = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(std::io::Error::other)?;
-        let app =
-            server::AppState { farm: farm.clone(), token: config.token, faults: Mutex::default(), wiki_url, proxy };
+        let app = server::AppState {
+            farm: farm.clone(),
+            token: config.token,
+            faults: Mutex::default(),
+            wiki_url,
+            proxy,
+            keys,
+            nonces: entry::Nonces::default(),
+            confirm_every: config.edit_confirm_every,
+        };
         let server = server::build(listener, app)?;
         let handle = server.handle();
         let task = tokio::spawn(server);
@@ -170,6 +196,12 @@ impl LocalFarm {
         self.farm.callbacks.set_endpoint(url, secret);
     }
 
+    /// Where the console confirms members' edit sessions (its `/farm/edit-sessions/confirm`),
+    /// signed with the callbacks' secret (set by [`LocalFarm::set_callback`]).
+    pub fn set_confirm_url(&self, url: String) {
+        *self.farm.confirm_url.write().unwrap_or_else(|p| p.into_inner()) = Some(url);
+    }
+
     /// Stop serving, stop the watcher and callbacks, and stop the `wiki` server.
     pub async fn stop(mut self) {
         self.stopped = true;
@@ -203,6 +235,7 @@ async fn start_wiki(
     mode: &WikiMode,
     data_dir: &Path,
     wiki_data: &Path,
+    keys: &secrets::Keys,
 ) -> (Option<wiki::WikiServer>, Result<String, String>) {
     if *mode == WikiMode::Off {
         return (None, Err("This farm runs without the FedWiki server (its API only), so it serves no wiki.".into()));
@@ -212,7 +245,7 @@ async fn start_wiki(
         tracing::warn!("{hint}");
         return (None, Err(hint));
     };
-    match wiki::WikiServer::start(&bin, data_dir, wiki_data).await {
+    match wiki::WikiServer::start(&bin, data_dir, wiki_data, keys).await {
         Ok(server) => {
             let url = server.url();
             tracing::info!(bin = %bin.display(), url, "the FedWiki server is running");

@@ -6,14 +6,17 @@ use std::path::PathBuf;
 use local_farm::{Config, LocalFarm, WikiMode};
 
 const USAGE: &str = "usage: local-farm [--data DIR] [--listen ADDR] [--domain DOMAIN] [--token TOKEN] \
-[--callback-url URL --callback-secret SECRET] [--wiki-bin PATH | --no-wiki]
+[--callback-url URL --callback-secret SECRET [--confirm-url URL]] [--wiki-bin PATH | --no-wiki]
 
   --data             FARM_DATA             the data folder (default .data/farm)
   --listen           FARM_LISTEN           where to listen (default 127.0.0.1:4400)
   --domain           FARM_DOMAIN           sites live at <name>.DOMAIN (default wiki.localhost)
   --token            FARM_TOKEN            the API's bearer token (default: a random one, printed)
   --callback-url     FARM_CALLBACK_URL     where to POST callbacks
-  --callback-secret  FARM_CALLBACK_SECRET  the secret that signs them
+  --callback-secret  FARM_CALLBACK_SECRET  the secret that signs them (and the farm's confirm calls)
+  --confirm-url      FARM_CONFIRM_URL      where the console confirms members' edit sessions
+                                           (default: the callback URL's /farm/callbacks replaced by
+                                           /farm/edit-sessions/confirm)
   --wiki-bin         FARM_WIKI_BIN         the `wiki` executable (default: wiki on PATH, else .tools/wiki)
   --no-wiki                                serve the API only";
 
@@ -34,6 +37,7 @@ async fn main() -> std::io::Result<()> {
     let mut token = env("FARM_TOKEN");
     let mut callback_url = env("FARM_CALLBACK_URL");
     let mut callback_secret = env("FARM_CALLBACK_SECRET");
+    let mut confirm_url = env("FARM_CONFIRM_URL");
     let mut wiki = env("FARM_WIKI_BIN").map(|b| WikiMode::Bin(PathBuf::from(b))).unwrap_or_default();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -45,6 +49,7 @@ async fn main() -> std::io::Result<()> {
             "--token" => token = Some(value()),
             "--callback-url" => callback_url = Some(value()),
             "--callback-secret" => callback_secret = Some(value()),
+            "--confirm-url" => confirm_url = Some(value()),
             "--wiki-bin" => wiki = WikiMode::Bin(PathBuf::from(value())),
             "--no-wiki" => wiki = WikiMode::Off,
             _ => usage(),
@@ -59,8 +64,21 @@ async fn main() -> std::io::Result<()> {
     }
     let farm = LocalFarm::start(config).await?;
     match (callback_url, callback_secret) {
-        (Some(url), Some(secret)) => farm.set_callback(url, secret),
-        (None, None) => eprintln!("No FARM_CALLBACK_URL: the farm sends no callbacks."),
+        (Some(url), Some(secret)) => {
+            let confirm = confirm_url.or_else(|| {
+                url.strip_suffix("/farm/callbacks").map(|base| format!("{base}/farm/edit-sessions/confirm"))
+            });
+            match confirm {
+                Some(confirm) => farm.set_confirm_url(confirm),
+                None => eprintln!("No FARM_CONFIRM_URL: members' edit sessions end after their first interval."),
+            }
+            farm.set_callback(url, secret)
+        }
+        (None, None) => {
+            eprintln!(
+                "No FARM_CALLBACK_URL: the farm sends no callbacks, and nobody can edit a site past the first 30 s."
+            )
+        }
         _ => usage(),
     }
     if !farm.wiki_running() && !no_wiki {

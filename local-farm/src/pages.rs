@@ -62,3 +62,9 @@ pub fn bad_gateway(domain: &str) -> HttpResponse {
         "The farm's FedWiki server did not answer this request. Try again in a moment; the farm's wiki.log says more.",
     )
 }
+
+/// 403: the request would change the wiki (or is its owner's alone), and the farm does not let
+/// this visitor do that; or a link to edit it was refused.
+pub fn forbidden(domain: &str, title: &str, message: &str) -> HttpResponse {
+    page(StatusCode::FORBIDDEN, title, domain, message)
+}

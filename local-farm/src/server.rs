@@ -23,6 +23,11 @@ pub struct AppState {
     /// Where active sites' requests go, or the sentence a visitor gets when there is no `wiki`.
     pub wiki_url: Result<String, String>,
     pub proxy: reqwest::Client,
+    pub keys: crate::secrets::Keys,
+    /// The entry credentials used so far.
+    pub nonces: crate::entry::Nonces,
+    /// How long an edit session stands on the console's last confirmation.
+    pub confirm_every: std::time::Duration,
 }
 
 impl AppState {

@@ -34,6 +34,10 @@ impl Status {
 pub struct Site {
     pub domain: String,
     pub owner: String,
+    /// How the wiki names its owner ("Wiki by …"), as the create call gave it; null when it gave
+    /// none (the wiki then shows the site's name).
+    #[serde(default)]
+    pub owner_name: Option<String>,
     pub status: Status,
     /// Total size of the files in the site's data folder, as last measured.
     pub storage_bytes: u64,

@@ -5,9 +5,13 @@
 //! farm in front is the gate: it forwards only requests for sites it holds as active, and `wiki`
 //! listens on loopback only. (`--allowed '*'`, which makes `wiki` serve only hosts whose folder
 //! exists, is not used: it learns of new folders through an asynchronous file watch that can miss
-//! a folder made while it starts, leaving that site unserved until `wiki` restarts.) With
-//! `--security_legacy` and no owner file, a site is "unclaimed" and anybody may edit it: no OAuth
-//! login, which is what a local demo needs.
+//! a folder made while it starts, leaving that site unserved until `wiki` restarts.)
+//!
+//! Security is `wiki-security-friends`: every site has an owner file naming a secret that only
+//! the farm holds (see `secrets`), and the farm claims a `wiki` session for a member it let in
+//! (see `entry`); the farm also refuses every write itself unless the request carries its edit
+//! session. `--packageDir` names the folder that really holds `wiki-client` and the plugins:
+//! `wiki` assumes `<its own package>/node_modules`, which a hoisted npm install does not have.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -15,6 +19,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::process::{Child, Command};
+
+use crate::secrets::Keys;
 
 /// Whether and how the farm runs the `wiki` server.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -29,17 +35,28 @@ pub enum WikiMode {
     Off,
 }
 
-/// Where `scripts/test` installs `wiki` with npm: `.tools/wiki` at the repository's root.
-pub fn install_prefix() -> PathBuf {
+fn repo_root() -> PathBuf {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    crate_dir.parent().unwrap_or(crate_dir).join(".tools").join("wiki")
+    crate_dir.parent().unwrap_or(crate_dir).to_path_buf()
+}
+
+/// Where `scripts/install-wiki` (which `scripts/test` runs) installs `wiki` with npm:
+/// `.tools/wiki` at the repository's root.
+pub fn install_prefix() -> PathBuf {
+    repo_root().join(".tools").join("wiki")
+}
+
+/// The command that installs the pinned `wiki` (local-farm/wiki/package-lock.json).
+fn install_command() -> String {
+    format!("`{}`", repo_root().join("scripts").join("install-wiki").display())
 }
 
 /// The sentence that says how to install `wiki`.
 pub fn install_hint() -> String {
     format!(
-        "The FedWiki server (`wiki`) is not installed on this machine. Install it with \
-         `npm install --prefix {} wiki@0.40` (or set FARM_WIKI_BIN to its path) and restart the farm.",
+        "The FedWiki server (`wiki`) is not installed on this machine. Install it with {} (the pinned \
+         wiki 0.40 from local-farm/wiki/, into {}; or set FARM_WIKI_BIN to its path) and restart the farm.",
+        install_command(),
         install_prefix().display()
     )
 }
@@ -63,6 +80,31 @@ pub fn find(mode: &WikiMode) -> Option<PathBuf> {
     }
 }
 
+/// The folder holding `wiki-client` (and the plugins and `wiki-security-friends`) for the `wiki`
+/// executable `bin`: `bin` is followed to the file it links to (npm's `.bin/wiki` is a link to
+/// `wiki/cli.js`), the nearest folder above it holding a `package.json` is the `wiki` package, and
+/// the packages are either nested in its `node_modules` or hoisted beside it. None when neither
+/// holds `wiki-client`.
+pub fn package_dir(bin: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(bin).ok()?;
+    let package = real.ancestors().skip(1).find(|dir| dir.join("package.json").is_file())?;
+    let nested = package.join("node_modules");
+    let hoisted = package.parent().filter(|p| p.file_name().is_some_and(|n| n == "node_modules"));
+    [Some(nested), hoisted.map(Path::to_path_buf)]
+        .into_iter()
+        .flatten()
+        .find(|dir| dir.join("wiki-client").join("package.json").is_file())
+}
+
+/// `wiki`'s config file: its cookie secret and admin secret.
+fn write_config(path: &Path, keys: &Keys) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let body = serde_json::json!({ "cookieSecret": keys.wiki_cookie_secret, "admin": keys.wiki_admin });
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.write_all(body.to_string().as_bytes())
+}
+
 /// A running `wiki --farm` child and its process group.
 pub struct WikiServer {
     child: Mutex<Option<Child>>,
@@ -73,7 +115,32 @@ pub struct WikiServer {
 impl WikiServer {
     /// Start `bin` in farm mode on a free loopback port with its sites under `wiki_data`, its log
     /// in `<data>/wiki.log`, and wait until it answers.
-    pub async fn start(bin: &Path, data_dir: &Path, wiki_data: &Path) -> std::io::Result<WikiServer> {
+    pub async fn start(bin: &Path, data_dir: &Path, wiki_data: &Path, keys: &Keys) -> std::io::Result<WikiServer> {
+        let packages = package_dir(bin).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "no wiki-client was found beside or under the wiki package that {} belongs to, so the wiki's \
+                     pages could not load their client; reinstall it with {}",
+                    bin.display(),
+                    install_command()
+                ),
+            )
+        })?;
+        if !packages.join("wiki-security-friends").is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "{} holds no wiki-security-friends, which the farm's sites are secured with; reinstall with {}",
+                    packages.display(),
+                    install_command()
+                ),
+            ));
+        }
+        // The secrets go in a file readable by the farm's user only, not on the command line,
+        // which every user of the machine can read.
+        let config = data_dir.join("wiki-config.json");
+        write_config(&config, keys)?;
         let port = std::net::TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(data_dir.join("wiki.log"))?;
         let mut command = Command::new(bin);
@@ -85,7 +152,11 @@ impl WikiServer {
             // Outside the sites' folder, so that it is never taken for a site.
             .arg("--commons")
             .arg(data_dir.join("wiki-commons"))
-            .arg("--security_legacy")
+            .arg("--packageDir")
+            .arg(&packages)
+            .args(["--security_type", "friends"])
+            .arg("--config")
+            .arg(&config)
             // No `config.json` of some other project is read from the working directory.
             .current_dir(data_dir)
             .stdin(Stdio::null())

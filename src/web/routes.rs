@@ -91,6 +91,8 @@ route_table! {
     Open POST WEBHOOKS_STRIPE => pages::webhooks::stripe;
     // The farm's callbacks: the same, with the farm's signature.
     Open POST FARM_CALLBACKS => pages::webhooks::farm;
+    // The farm's question about a member's edit session: the same signature, checked first.
+    Open POST FARM_EDIT_SESSIONS_CONFIRM => pages::webhooks::confirm_edit_session;
 
     Public GET LOGIN => pages::auth::login_form;
     Public POST LOGIN => pages::auth::login;
@@ -104,6 +106,7 @@ route_table! {
     Member POST SITE_STATUS => pages::sites::change_status;
     Member POST SITE_DELETE => pages::sites::delete;
     Member POST SITE_KEEP_ACTIVE => pages::sites::keep_active;
+    Member GET SITE_OPEN => pages::sites::open;
     Member POST SITES_DOMAINS => pages::sites::domains;
     Member POST SITES_DOMAINS_REMOVE => pages::sites::remove_domain;
     Member GET BILLING => pages::billing::billing_page;

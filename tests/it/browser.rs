@@ -329,11 +329,28 @@ pub(crate) async fn create_parked_site(b: &Browser, name: &str, within: std::tim
     b.wait_for(Until::Text(&format!("{name}.wiki.localhost was created parked")), within).await;
 }
 
-/// Follow the site's address from the sites page: the farm serves the real wiki there.
+/// Follow the site's Edit link from the sites page: the farm serves the real wiki there, and the
+/// FedWiki client renders the page's story (a paragraph of Welcome Visitors), its journal and the
+/// owner's edit tools, with no resource missing and no error in the console.
 pub(crate) async fn open_on_the_farm(b: &Browser, name: &str, within: std::time::Duration) {
-    let url = b.find(&format!("{} a", site_row(name))).await.attr("href").await.unwrap().unwrap();
+    let edit = b.find(&format!("{} a[aria-label='Edit {name}.wiki.localhost']", site_row(name))).await;
+    // The link opens a new tab for a person; the test follows it in this one.
+    let url = edit.prop("href").await.unwrap().expect("the Edit link's address");
+    // What the console's own pages logged is not the wiki's.
+    b.page_problems().await;
     b.goto(&url).await;
-    b.wait_for(Until::Text("Welcome Visitors"), within).await;
+    wiki_rendered(b, "Welcome to this", within).await;
+}
+
+/// The FedWiki client rendered the page: a paragraph holding `text` in the story, the journal
+/// (which only the client draws), the owner's edit toggle; no 404 and no console error.
+pub(crate) async fn wiki_rendered(b: &Browser, text: &str, within: std::time::Duration) {
+    b.wait_for(Until::Css(".page .journal .action"), within).await;
+    let paragraphs = b.texts_of(".page .story .item.paragraph").await;
+    assert!(paragraphs.iter().any(|p| p.contains(text)), "no paragraph with {text:?}: {paragraphs:?}");
+    assert!(b.find_all("footer .editEnable").await.len() == 1, "the client's edit toggle is in the footer");
+    let problems = b.page_problems().await;
+    assert!(problems.is_empty(), "the wiki page had problems: {problems:?}");
 }
 
 /// Swap on `/sites`: the site to activate and the one to park, by id, then the Swap button.

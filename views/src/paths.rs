@@ -64,9 +64,13 @@ pub const SITES_SWAP: &str = "/sites/swap";
 pub const SITE_STATUS: &str = "/sites/{id}/status";
 pub const SITE_DELETE: &str = "/sites/{id}/delete";
 pub const SITE_KEEP_ACTIVE: &str = "/sites/{id}/keep-active";
+/// Hands the member to the site's wiki to edit it (a redirect with the farm's entry credential).
+pub const SITE_OPEN: &str = "/sites/{id}/open";
 pub const SITES_DOMAINS: &str = "/sites/domains";
 pub const SITES_DOMAINS_REMOVE: &str = "/sites/domains/remove";
 pub const FARM_CALLBACKS: &str = "/farm/callbacks";
+/// The farm asks whether a member's edit session still stands.
+pub const FARM_EDIT_SESSIONS_CONFIRM: &str = "/farm/edit-sessions/confirm";
 
 pub const BILLING: &str = "/billing";
 pub const BILLING_CHECKOUT: &str = "/billing/checkout";
@@ -141,9 +145,11 @@ pub const ALL: &[&str] = &[
     SITE_STATUS,
     SITE_DELETE,
     SITE_KEEP_ACTIVE,
+    SITE_OPEN,
     SITES_DOMAINS,
     SITES_DOMAINS_REMOVE,
     FARM_CALLBACKS,
+    FARM_EDIT_SESSIONS_CONFIRM,
     BILLING,
     BILLING_CHECKOUT,
     BILLING_RETURN,

@@ -70,8 +70,17 @@ pub async fn start() -> (LocalFarm, TempDir) {
 
 /// A farm running the real `wiki`; fails (never skips) when `wiki` is missing.
 pub async fn start_with_wiki() -> (LocalFarm, TempDir) {
+    start_with_wiki_and(|_| {}).await
+}
+
+/// As [`start_with_wiki`], with the config adjusted.
+pub async fn start_with_wiki_and(adjust: impl FnOnce(&mut Config)) -> (LocalFarm, TempDir) {
     let data = TempDir::new();
-    let farm = start_in(data.path(), |c| c.wiki = WikiMode::Auto).await;
+    let farm = start_in(data.path(), |c| {
+        c.wiki = WikiMode::Auto;
+        adjust(c);
+    })
+    .await;
     assert!(
         farm.wiki_running(),
         "these tests need the real FedWiki server, and it is not running. {} (scripts/test installs it and \
@@ -229,4 +238,154 @@ pub async fn receiver(farm: &LocalFarm, answers: &[u16]) -> Receiver {
     tokio::spawn(server);
     farm.set_callback(rx.url.clone(), SECRET.to_string());
     rx
+}
+
+/// A credential as the console makes it: for `domain` of `owner`, for account 7, living `ttl` s.
+pub fn credential(domain: &str, owner: &str, ttl: i64) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let nonce = format!("nonce-{:08}-{:08}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    local_farm::entry::sign_entry(
+        TOKEN,
+        &local_farm::entry::EntryClaims {
+            domain: domain.to_string(),
+            account_id: 7,
+            name: "ann@example.org".to_string(),
+            owner: owner.to_string(),
+            exp: chrono::Utc::now().timestamp() + ttl,
+            nonce,
+        },
+    )
+}
+
+/// A client for `domain` that follows no redirects (to read the entry's own answer).
+pub fn site_client(farm: &LocalFarm, domain: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .resolve(domain, SocketAddr::from(([127, 0, 0, 1], farm.port())))
+        .build()
+        .expect("reqwest client")
+}
+
+/// The `name=value` of every `Set-Cookie` of an answer that sets a value (not one that clears).
+pub fn cookies_set(resp: &reqwest::Response) -> Vec<String> {
+    resp.headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| v.split(';').next())
+        .filter(|pair| pair.split_once('=').is_some_and(|(_, v)| !v.is_empty()))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The names of the cookies an answer clears (`Max-Age=0`).
+pub fn cookies_cleared(resp: &reqwest::Response) -> Vec<String> {
+    resp.headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter(|v| v.contains("Max-Age=0"))
+        .filter_map(|v| v.split('=').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Follow `/_farm/enter` with a fresh credential, as a member coming from the console does: the
+/// `Cookie` header the browser then sends to the site.
+pub async fn enter(farm: &LocalFarm, domain: &str, owner: &str) -> String {
+    let url = format!("{}_farm/enter?c={}", farm.site_url(domain), credential(domain, owner, 60));
+    let resp = site_client(farm, domain).get(url).send().await.expect("answer");
+    assert_eq!(resp.status().as_u16(), 303, "the entry: {:?}", resp.text().await);
+    assert_eq!(resp.headers().get("location").and_then(|v| v.to_str().ok()), Some("/"));
+    let cookies = cookies_set(&resp);
+    assert!(cookies.iter().any(|c| c.starts_with("farmEdit=")), "{cookies:?}");
+    assert!(cookies.iter().any(|c| c.starts_with("wikiSession=")), "{cookies:?}");
+    cookies.join("; ")
+}
+
+/// What the wiki client sends to make a page: `PUT /page/{slug}/action` with a `create` action.
+pub async fn create_page(
+    farm: &LocalFarm,
+    domain: &str,
+    slug: &str,
+    text: &str,
+    cookies: Option<&str>,
+) -> reqwest::Response {
+    let action = json!({
+        "type": "create",
+        "id": "a1b2c3d4e5f60718",
+        "item": { "title": slug, "story": [{ "type": "paragraph", "id": "p1", "text": text }] },
+        "date": 1_790_000_000_000u64,
+    });
+    let mut req = site_client(farm, domain)
+        .put(format!("{}page/{slug}/action", farm.site_url(domain)))
+        .form(&[("action", action.to_string())]);
+    if let Some(c) = cookies {
+        req = req.header("Cookie", c);
+    }
+    req.send().await.expect("answer")
+}
+
+/// Every file under `dir` with its bytes: what a test compares before and after.
+pub fn snapshot(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.insert(path, bytes);
+            }
+        }
+    }
+    out
+}
+
+/// A console stand-in that answers the farm's confirm calls (`allowed` as set), after checking
+/// their signature, and counts them.
+#[derive(Clone)]
+pub struct ConfirmingConsole {
+    pub allow: Arc<std::sync::atomic::AtomicBool>,
+    pub asked: Arc<Mutex<Vec<Value>>>,
+    pub url: String,
+}
+
+async fn confirm_call(req: HttpRequest, body: web::Bytes, c: web::Data<ConfirmingConsole>) -> HttpResponse {
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    if !local_farm::verify_signature(SECRET, &header("Farm-Timestamp"), &body, &header("Farm-Signature")) {
+        return HttpResponse::BadRequest().body("signature refused");
+    }
+    c.asked.lock().expect("lock").push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+    HttpResponse::Ok().json(json!({ "allowed": c.allow.load(Ordering::SeqCst) }))
+}
+
+/// Start a console stand-in and point the farm's callbacks (to nowhere useful) and confirm calls
+/// at it.
+pub async fn confirming_console(farm: &LocalFarm, allow: bool) -> ConfirmingConsole {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let c = ConfirmingConsole {
+        allow: Arc::new(std::sync::atomic::AtomicBool::new(allow)),
+        asked: Arc::default(),
+        url: format!("{base}/farm/edit-sessions/confirm"),
+    };
+    let data = web::Data::new(c.clone());
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .route("/farm/edit-sessions/confirm", web::post().to(confirm_call))
+            .route("/farm/callbacks", web::post().to(HttpResponse::Ok))
+    })
+    .workers(1)
+    .disable_signals()
+    .listen(listener)
+    .expect("listen")
+    .run();
+    tokio::spawn(server);
+    farm.set_callback(format!("{base}/farm/callbacks"), SECRET.to_string());
+    farm.set_confirm_url(c.url.clone());
+    c
 }

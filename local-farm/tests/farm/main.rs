@@ -5,6 +5,7 @@ mod common;
 
 mod callbacks;
 mod contract;
+mod editing;
 mod faults;
 mod serving;
 mod wiki;

@@ -2,6 +2,7 @@
 //! create, set the status of and delete sites, with a bearer token and a bound on every call.
 //! Every call is idempotent on the farm's side, so a request's job may repeat any of them.
 
+pub mod entry;
 pub mod signature;
 
 use std::time::Duration;
@@ -112,6 +113,13 @@ impl Farm {
         self.site_url.replace("{domain}", domain)
     }
 
+    /// Where a member follows `claims` into the site's wiki to edit it: the site's own
+    /// `/_farm/enter` with a credential signed under the farm's token.
+    pub fn entry_url(&self, claims: &entry::EntryClaims) -> String {
+        let site = self.site_url(&claims.domain);
+        format!("{}/_farm/enter?c={}", site.trim_end_matches('/'), entry::sign(&self.token, claims))
+    }
+
     /// The farm's zone: a site named `acme` answers at `acme.<zone>`.
     pub fn zone(&self) -> &str {
         &self.domain
@@ -142,10 +150,24 @@ impl Farm {
     }
 
     /// Create `domain` for `owner` in `status`; the farm answers the existing site on a repeat.
-    #[tracing::instrument(name = "Farm: create a site", skip(self))]
     pub async fn create_site(&self, domain: &str, owner: &str, status: &str) -> Result<FarmSite, FarmError> {
+        self.create_named_site(domain, owner, None, status).await
+    }
+
+    /// [`Farm::create_site`], the wiki naming its owner `owner_name` when given ("Wiki by …").
+    #[tracing::instrument(name = "Farm: create a site", skip(self))]
+    pub async fn create_named_site(
+        &self,
+        domain: &str,
+        owner: &str,
+        owner_name: Option<&str>,
+        status: &str,
+    ) -> Result<FarmSite, FarmError> {
         let url = format!("{}/api/sites/{}", self.base, domain);
-        let body = serde_json::json!({ "owner": owner, "status": status });
+        let mut body = serde_json::json!({ "owner": owner, "status": status });
+        if let Some(name) = owner_name {
+            body["owner_name"] = name.into();
+        }
         let r = self.send(self.http.put(url).json(&body), "create the site on the farm").await?;
         json(r, "the farm's new site").await
     }

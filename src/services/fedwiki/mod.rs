@@ -7,6 +7,7 @@
 
 pub mod callbacks;
 pub mod domains;
+pub mod entry;
 pub mod gate;
 pub mod handlers;
 pub mod intake;

@@ -114,7 +114,9 @@ async fn create(db: &Db, farm: &Farm, req: &RequestRow) -> Result<Recorded, Step
             Gate::Gone => return Ok(Recorded::AlreadyFinished),
         },
     };
-    let made = farm.create_site(&req.domain, &req.workspace_id, starts.as_str()).await?;
+    // The wiki names its owner by the organization's name ("Wiki by …").
+    let owner_name = super::entry::owner_name(db, &req.workspace_id).await?;
+    let made = farm.create_named_site(&req.domain, &req.workspace_id, owner_name.as_deref(), starts.as_str()).await?;
     // A site the farm already had for this owner (a retry, or one made by hand) is answered as it
     // is, not in the status asked for: the farm is brought to what the gate granted before it is
     // recorded, so it never holds more active sites than the plan's slots.

@@ -95,6 +95,8 @@ async fn view(
                     site_id: s.site_id.clone(),
                     domain: s.domain.clone(),
                     url: site_url(&s.domain),
+                    open_url: (s.status == SiteStatus::Active)
+                        .then(|| views::paths::fill(views::paths::SITE_OPEN, &[&s.site_id])),
                     status: s.status.to_string(),
                     keep_active: s.keep_active,
                     storage_bytes: s.storage_bytes,
@@ -330,6 +332,24 @@ pub async fn keep_active(
     };
     fedwiki::set_keep_active(&state.db, who.account_id, &id, keep).await?;
     Ok(after_post(&req, &format!("{}?asked=keep", paths::SITES)))
+}
+
+/// `GET /sites/{id}/open`: to the site's wiki, let in to edit it (the farm's entry credential in
+/// the address). A site of another organization is not found; one that is not active is refused.
+#[tracing::instrument(name = "Page: open a site", skip_all, fields(account_id = %who.account_id, site_id = %id))]
+pub async fn open(
+    Call { who: Member(who), req: _, state }: MemberCall,
+    id: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    connected(&state)?;
+    let Some(farm) = &state.farm else { return Err(AppError::NotFound) };
+    let to = fedwiki::entry::open_site_for_editing(&state.db, farm, who.account_id, &id).await?;
+    Ok(HttpResponse::SeeOther()
+        .insert_header((actix_web::http::header::LOCATION, to))
+        .insert_header(("Cache-Control", "no-store"))
+        // The credential is in the address it goes to: no page it leads to may name it.
+        .insert_header(("Referrer-Policy", "no-referrer"))
+        .finish())
 }
 
 /// The domains form: add a domain, or serve a site at a host name under one.

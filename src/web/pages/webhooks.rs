@@ -5,6 +5,9 @@
 //!
 //! `POST /farm/callbacks`: the farm's signed callbacks, the same way: the signature over the
 //! timestamp and the raw body first, then the observation recorded once by its id.
+//!
+//! `POST /farm/edit-sessions/confirm`: the farm's question whether a member may still edit a
+//! site, signed as the callbacks are and checked the same way first; answered `{"allowed": …}`.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use futures_util::StreamExt;
@@ -88,23 +91,10 @@ async fn raw_body(payload: &mut web::Payload, what: &str) -> Result<web::BytesMu
 #[tracing::instrument(name = "Callback: the farm", skip_all)]
 pub async fn farm(req: HttpRequest, state: web::Data<AppState>, mut payload: web::Payload) -> HttpResponse {
     use actix_web::http::StatusCode;
-    let unconfigured = "the farm is not configured on this console";
-    let (farm, body) = match delivery(state.farm.as_deref(), unconfigured, &mut payload, "a farm callback").await {
-        Ok(d) => d,
+    let body = match from_the_farm(&req, &state, &mut payload, "a farm callback").await {
+        Ok(body) => body,
         Err(answer) => return answer,
     };
-    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
-    let now = chrono::Utc::now().timestamp();
-    if let Err(e) = crate::integrations::farm::signature::verify(
-        header("Farm-Timestamp"),
-        header("Farm-Signature"),
-        &body,
-        farm.callback_secret(),
-        now,
-    ) {
-        tracing::warn!(error = %e, "a farm callback's signature was refused");
-        return plain(StatusCode::BAD_REQUEST, &format!("signature refused: {e}"));
-    }
     let callback: fedwiki::FarmCallback = match serde_json::from_slice(&body) {
         Ok(c) => c,
         Err(e) => return plain(StatusCode::BAD_REQUEST, &format!("the callback could not be read: {e}")),
@@ -116,4 +106,58 @@ pub async fn farm(req: HttpRequest, state: web::Data<AppState>, mut payload: web
         }
         fedwiki::Received::Duplicate => "already recorded".into(),
     })
+}
+
+/// The farm's request, once its signature over the raw body is checked: the body, or the answer.
+async fn from_the_farm(
+    req: &HttpRequest,
+    state: &AppState,
+    payload: &mut web::Payload,
+    what: &str,
+) -> Result<web::BytesMut, HttpResponse> {
+    use actix_web::http::StatusCode;
+    let unconfigured = "the farm is not configured on this console";
+    let (farm, body) = delivery(state.farm.as_deref(), unconfigured, payload, what).await?;
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let now = chrono::Utc::now().timestamp();
+    if let Err(e) = crate::integrations::farm::signature::verify(
+        header("Farm-Timestamp"),
+        header("Farm-Signature"),
+        &body,
+        farm.callback_secret(),
+        now,
+    ) {
+        tracing::warn!(error = %e, "{what}'s signature was refused");
+        return Err(plain(StatusCode::BAD_REQUEST, &format!("signature refused: {e}")));
+    }
+    Ok(body)
+}
+
+#[tracing::instrument(name = "Farm: confirm an edit session", skip_all)]
+pub async fn confirm_edit_session(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    mut payload: web::Payload,
+) -> HttpResponse {
+    use actix_web::http::StatusCode;
+    let body = match from_the_farm(&req, &state, &mut payload, "a farm edit-session question").await {
+        Ok(body) => body,
+        Err(answer) => return answer,
+    };
+    let question: fedwiki::entry::EditSessionQuestion = match serde_json::from_slice(&body) {
+        Ok(q) => q,
+        Err(e) => return plain(StatusCode::BAD_REQUEST, &format!("the question could not be read: {e}")),
+    };
+    match fedwiki::entry::confirm_edit_session(&state.db, &question).await {
+        Ok(allowed) => HttpResponse::Ok()
+            .insert_header(("Cache-Control", "no-store"))
+            .json(serde_json::json!({ "allowed": allowed })),
+        Err(ServiceError::Invalid(problems)) => {
+            plain(StatusCode::BAD_REQUEST, &problems.into_iter().map(|(_, m)| m).collect::<Vec<_>>().join(" "))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "an edit session could not be confirmed");
+            plain(StatusCode::SERVICE_UNAVAILABLE, "not answered; try again")
+        }
+    }
 }

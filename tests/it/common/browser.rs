@@ -152,6 +152,21 @@ impl Driver {
     }
 }
 
+/// chromedriver's own command for the browser's console log (`goog:loggingPrefs`), which
+/// fantoccini has no call for: the entries since the last read.
+#[derive(Debug)]
+struct BrowserLog;
+
+impl fantoccini::wd::WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(&self, base_url: &url::Url, session_id: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!("session/{}/se/log", session_id.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(r#"{"type": "browser"}"#.to_string()))
+    }
+}
+
 /// One headless Chromium session of one test.
 pub struct Browser {
     // Declared first so it drops before `_driver` kills the processes it talks to.
@@ -188,6 +203,8 @@ impl Browser {
             },
             // A hung page fails the test instead of hanging it.
             "timeouts": { "pageLoad": 30_000, "script": 15_000, "implicit": 0 },
+            // The page's console, for `page_problems`.
+            "goog:loggingPrefs": { "browser": "ALL" },
         });
         let Value::Object(caps) = caps else { unreachable!() };
         let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
@@ -332,6 +349,32 @@ impl Browser {
     /// Run `script` in the page (WebDriver "execute script": a returned promise is awaited).
     pub async fn execute(&self, script: &str, args: Vec<Value>) -> Value {
         self.client.execute(script, args).await.unwrap_or_else(|e| panic!("running a script in the page: {e}"))
+    }
+
+    /// Forget the current site's cookies, as a stranger's browser would not have them.
+    pub async fn forget_cookies(&self) {
+        self.client.delete_all_cookies().await.unwrap_or_else(|e| panic!("deleting the cookies: {e}"));
+    }
+
+    /// What went wrong loading the current page, as a person with the developer tools open would
+    /// see it: every resource (and the page itself) that answered 400 or more, and every error
+    /// the page's console printed since the last call.
+    pub async fn page_problems(&self) -> Vec<String> {
+        let failed = self
+            .execute(
+                "return [...performance.getEntriesByType('navigation'), ...performance.getEntriesByType('resource')]
+                   .filter(e => e.responseStatus >= 400).map(e => e.responseStatus + ' ' + e.name);",
+                vec![],
+            )
+            .await;
+        let mut problems: Vec<String> = serde_json::from_value(failed).unwrap_or_default();
+        let log = self.client.issue_cmd(BrowserLog).await.unwrap_or_else(|e| panic!("reading the browser's log: {e}"));
+        for entry in log.as_array().into_iter().flatten() {
+            if entry["level"] == "SEVERE" {
+                problems.push(format!("console: {}", entry["message"].as_str().unwrap_or_default()));
+            }
+        }
+        problems
     }
 
     /// Wait until `until` holds, up to `timeout`; returns the element for [`Until::Css`] (and the

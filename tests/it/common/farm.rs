@@ -33,22 +33,34 @@ impl FarmFixture {
     }
 
     pub async fn start_with(wiki: WikiMode, call_timeout: Duration) -> FarmFixture {
+        Self::start_tuned(wiki, call_timeout, |_| {}).await
+    }
+
+    /// As [`FarmFixture::start_with`], the farm's config adjusted.
+    pub async fn start_tuned(wiki: WikiMode, call_timeout: Duration, tune: impl FnOnce(&mut Config)) -> FarmFixture {
         let dir = std::env::temp_dir().join(format!("mc-farm-{}", member_console::config::random_hex(6)));
-        let local = LocalFarm::start(Config {
+        let mut config = Config {
             data_dir: dir.clone(),
             token: TOKEN.into(),
             wiki,
             callback_retry: vec![Duration::from_millis(100), Duration::from_millis(200)],
             modified_poll: Duration::from_millis(300),
             ..Config::default()
-        })
-        .await
-        .expect("the local farm starts");
+        };
+        tune(&mut config);
+        let local = LocalFarm::start(config).await.expect("the local farm starts");
         let farm = Farm::new(&local.base_url(), TOKEN, "wiki.localhost", call_timeout)
             .expect("a farm client")
             .with_site_url(&format!("http://{{domain}}:{}/", local.port()))
             .with_callback_secret(CALLBACK_SECRET);
         FarmFixture { local, farm: Arc::new(farm), http: reqwest::Client::new(), _dir: dir }
+    }
+
+    /// Send the farm's callbacks and edit-session questions to the console at `app`, as `serve`
+    /// does for its own local farm.
+    pub fn report_to(&self, app: &super::TestApp) {
+        self.local.set_callback(app.url(views::paths::FARM_CALLBACKS), CALLBACK_SECRET.into());
+        self.local.set_confirm_url(app.url(views::paths::FARM_EDIT_SESSIONS_CONFIRM));
     }
 
     /// `POST /_farm/faults` with `body`.

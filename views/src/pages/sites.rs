@@ -13,8 +13,10 @@ use crate::paths::{self, fill};
 pub struct SiteLine {
     pub site_id: String,
     pub domain: String,
-    /// Where the site answers (a link).
+    /// Where the site answers.
     pub url: String,
+    /// Where the member opens it to edit (an active site's); None for a site that is not active.
+    pub open_url: Option<String>,
     /// "active", "parked" or "archived".
     pub status: String,
     pub keep_active: bool,
@@ -148,6 +150,12 @@ fn site_actions(v: &SitesView, s: &SiteLine) -> Markup {
     let delete = fill(paths::SITE_DELETE, &[&s.site_id]);
     let keep = fill(paths::SITE_KEEP_ACTIVE, &[&s.site_id]);
     html! {
+        @if let Some(open) = &s.open_url {
+            // The console lets the member in: the wiki shows them as its owner, with its edit tools.
+            a.btn.btn-small href=(open) target="_blank" rel="noopener" aria-label=(format!("Edit {}", s.domain))
+                title="Open the wiki signed in as its owner, to edit it" { "Edit" }
+            " "
+        }
         @match s.status.as_str() {
             "active" => { (act(v, s, "park", "Park")) (act(v, s, "archive", "Archive")) }
             "parked" => { (act(v, s, "activate", "Activate")) (act(v, s, "archive", "Archive")) }
@@ -411,6 +419,7 @@ mod tests {
                     site_id: "s-1".into(),
                     domain: "acme.wiki.localhost".into(),
                     url: "http://acme.wiki.localhost:8090/".into(),
+                    open_url: Some("/sites/s1/open".into()),
                     status: "active".into(),
                     keep_active: false,
                     storage_bytes: Some(2048),
