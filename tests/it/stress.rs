@@ -25,7 +25,7 @@ use member_console::{
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
     let config = common::command_config(&common::root_admin_url(), "stress-test");
-    let opts = StressOptions { seconds: 8, orgs: 40, connections: 6, seed: None, keep: false };
+    let opts = StressOptions { seconds: 8, orgs: 40, connections: 6, seed: None, keep: false, default_isolation: None };
     let report = stress::run(&config, opts).await.unwrap();
     let summary = format!(
         "seed {}: {}\nerrors: {:#?}\nviolations: {:#?}",
