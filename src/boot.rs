@@ -42,7 +42,7 @@ pub async fn boot(config: Config) -> anyhow::Result<Booted> {
     };
     let admin = PgPoolOptions::new()
         .max_connections(2)
-        .connect(&admin_url)
+        .connect_with(migrate::admin_options(&admin_url)?)
         .await
         .with_context(|| format!("connecting to {}", crate::config::mask_url(&admin_url)))?;
     migrate::run(&admin, &admin_url, &config.runtime_password).await?;

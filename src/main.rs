@@ -76,6 +76,10 @@ enum Command {
         /// Keep the stress database instead of dropping it.
         #[arg(long)]
         keep: bool,
+        /// Set the stress database's default isolation (read-committed, repeatable-read,
+        /// serializable): every path must still run at READ COMMITTED.
+        #[arg(long, value_parser = stress::DefaultIsolation::parse)]
+        default_isolation: Option<stress::DefaultIsolation>,
     },
     /// The private PostgreSQL cluster in CONSOLE_DATA_DIR.
     Pg {
@@ -225,8 +229,8 @@ async fn on_the_database(command: Command) -> anyhow::Result<()> {
         Command::Bench { which } => until_interrupted(bench(which, &config)).await,
         Command::SqlFunctions => until_interrupted(print_sql_functions(&config)).await,
         // Its own database, not the booted one: it does not go through `run`.
-        Command::Stress { seconds, orgs, connections, seed, keep } => {
-            let opts = stress::StressOptions { seconds, orgs, connections, seed, keep };
+        Command::Stress { seconds, orgs, connections, seed, keep, default_isolation } => {
+            let opts = stress::StressOptions { seconds, orgs, connections, seed, keep, default_isolation };
             until_interrupted(async {
                 let clean = stress::command(opts).await?;
                 anyhow::ensure!(clean, "the stress run found deadlocks, errors or violations");

@@ -26,6 +26,18 @@ impl ScratchDb {
     /// Create `<prefix>_<random>`, migrate it, and connect to it as the console does, with room
     /// for `connections` concurrent transactions.
     pub async fn create(config: &Config, prefix: &str, connections: u32) -> anyhow::Result<ScratchDb> {
+        Self::create_with_default(config, prefix, connections, None).await
+    }
+
+    /// `create`, the database then defaulting to `isolation` (`ALTER DATABASE ... SET
+    /// default_transaction_isolation`, e.g. "repeatable read") when given: the console's own
+    /// sessions must run at READ COMMITTED whatever it says, which `stress` checks this way.
+    pub async fn create_with_default(
+        config: &Config,
+        prefix: &str,
+        connections: u32,
+        isolation: Option<&str>,
+    ) -> anyhow::Result<ScratchDb> {
         let root_url = server_url(config).await?;
         let name = format!("{prefix}_{}", random_hex(6));
         let mut conn = PgConnection::connect(&root_url)
@@ -34,8 +46,16 @@ impl ScratchDb {
         sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await?;
         let _ = conn.close().await;
         let admin_url = with_database(&root_url, &name)?;
-        let admin = PgPoolOptions::new().max_connections(4).connect(&admin_url).await?;
+        let admin = PgPoolOptions::new().max_connections(4).connect_with(migrate::admin_options(&admin_url)?).await?;
         migrate::run(&admin, &admin_url, &config.runtime_password).await?;
+        if let Some(level) = isolation {
+            anyhow::ensure!(
+                ["read committed", "repeatable read", "serializable"].contains(&level),
+                "not an isolation level: {level}"
+            );
+            let sql = format!("ALTER DATABASE \"{name}\" SET default_transaction_isolation = '{level}'");
+            sqlx::raw_sql(AssertSqlSafe(sql)).execute(&admin).await?;
+        }
         let runtime = migrate::runtime_options(&admin_url, &config.runtime_password)?;
         let pool = PgPoolOptions::new()
             .max_connections(connections.max(2))

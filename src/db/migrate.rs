@@ -33,7 +33,8 @@ pub async fn run(admin: &PgPool, admin_url: &str, runtime_password: &str) -> Res
     // when a migration fails.
     adopt_replaced_history(admin).await?;
     again_on_collision("a migration", || async {
-        let own = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(admin_url).await?;
+        let own =
+            sqlx::postgres::PgPoolOptions::new().max_connections(1).connect_with(admin_options(admin_url)?).await?;
         let outcome = MIGRATOR.run(&own).await;
         own.close().await;
         Ok::<_, MigrateError>(outcome?)
@@ -240,10 +241,27 @@ pub async fn harden_database(admin: &PgPool) -> Result<(), sqlx::Error> {
 }
 
 /// The run-time connection: the administrative URL's host, port and database, as
-/// `console_runtime`.
+/// `console_runtime`, at READ COMMITTED (`read_committed`).
 pub fn runtime_options(admin_url: &str, runtime_password: &str) -> Result<PgConnectOptions, MigrateError> {
-    let opts: PgConnectOptions = admin_url.parse().map_err(|e: sqlx::Error| MigrateError::Url(e.to_string()))?;
+    let opts = admin_options(admin_url)?;
     Ok(opts.username(RUNTIME_ROLE).password(runtime_password).application_name("member-console"))
+}
+
+/// The administrative connection of `admin_url`, at READ COMMITTED (`read_committed`).
+pub fn admin_options(admin_url: &str) -> Result<PgConnectOptions, MigrateError> {
+    let opts: PgConnectOptions = admin_url.parse().map_err(|e: sqlx::Error| MigrateError::Url(e.to_string()))?;
+    Ok(read_committed(opts))
+}
+
+/// Every session the program opens starts at READ COMMITTED, whatever the server's, the
+/// database's or the role's default (a startup option outranks them all): the paths count after
+/// a lock in a statement of their own (spec rules 5 and 7), which only READ COMMITTED lets read
+/// the commits that preceded the lock's grant; the site trigger refuses snapshot isolation; and
+/// a lock wait under REPEATABLE READ ends in "could not serialize". This covers every pool built
+/// from these options (the run-time pool, the prepared pool and the worker's listener derived
+/// from it, the job queue, sessions, benches and stress); `tx` sets it per transaction as well.
+pub fn read_committed(opts: PgConnectOptions) -> PgConnectOptions {
+    opts.options([("default_transaction_isolation", "read committed")])
 }
 
 /// Are the database's applied migrations exactly the ones this build carries?

@@ -362,6 +362,9 @@ pub async fn once(db: &Db, kind: TxKind, statement: String) -> Result<Vec<PgRow>
     // commit comes before the answer's end), so the batch is two statements fewer. A Plain one
     // takes no lock, so it sets no path name either.
     let mut statements = bounds_and_locks(kind, db.lock_timeout, !matches!(kind, TxKind::Plain))?;
+    // First, before any statement takes a snapshot: READ COMMITTED whatever the session's default
+    // (the sessions start so too: `migrate::read_committed`), as every kind runs.
+    statements.insert(0, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED".into());
     let opening = statements.len();
     statements.push(statement);
     let mut conn = db.pool.acquire().await?;

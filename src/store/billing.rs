@@ -803,11 +803,16 @@ pub async fn price_failed(conn: &mut PgConnection, price_id: PriceId, error: &st
     Ok(())
 }
 
-/// Enqueue the product's sync unless one is pending. True when a row was written.
+/// Enqueue the product's sync unless one is waiting unclaimed (a claimed one's work may have read
+/// the prices before this click's changes). The caller holds the product's sync lock, so two
+/// clicks see each other's row. True when a row was written.
 pub async fn enqueue_product_sync(conn: &mut PgConnection, product_id: ProductId) -> sqlx::Result<bool> {
     let r = sqlx::query!(
-        "INSERT INTO core.outbox (kind, product_id) VALUES ('sync_product', $1)
-         ON CONFLICT (product_id) WHERE kind = 'sync_product' AND processed_at IS NULL DO NOTHING",
+        "INSERT INTO core.outbox (kind, product_id)
+         SELECT 'sync_product', $1
+          WHERE NOT EXISTS (SELECT 1 FROM core.outbox o
+                             WHERE o.product_id = $1 AND o.kind = 'sync_product'
+                               AND o.processed_at IS NULL AND o.claimed_until IS NULL)",
         product_id as ProductId
     )
     .execute(conn)
@@ -897,7 +902,8 @@ pub async fn price_on_sale(conn: &mut PgConnection, price_id: PriceId) -> sqlx::
 
 /// A reconcile request for each subscription an item of which `by` (a conferral just made) has
 /// displaced, so its collection pause is decided now and not at the next sweep. One due now is
-/// not written again while another due now waits. Inserts, no lock. How many were written.
+/// not written again while another due now waits unclaimed (a claimed one's work may have read
+/// the state before this displacement). Inserts, no lock. How many were written.
 pub async fn request_displaced_reconciles(conn: &mut PgConnection, by: ConferralId, cause: &str) -> sqlx::Result<u64> {
     let r = sqlx::query!(
         r#"INSERT INTO core.outbox (kind, subscription_id, payload)
@@ -909,7 +915,7 @@ pub async fn request_displaced_reconciles(conn: &mut PgConnection, by: Conferral
             WHERE sd.displaced_by = $1 AND sd.delivered_at IS NULL
               AND NOT EXISTS (SELECT 1 FROM core.outbox o
                                WHERE o.subscription_id = s.subscription_id AND o.kind = 'reconcile_subscription'
-                                 AND o.processed_at IS NULL AND o.due_at <= now())"#,
+                                 AND o.processed_at IS NULL AND o.due_at <= now() AND o.claimed_until IS NULL)"#,
         by as ConferralId,
         cause
     )

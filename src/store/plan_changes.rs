@@ -275,8 +275,9 @@ pub async fn displaced_on_every_ladder(conn: &mut PgConnection, subscription_id:
 }
 
 /// A reconcile_subscription outbox row for one subscription, due after `delay_secs`. One due now
-/// is not written again while another due now is waiting (a later one, such as a backstop, does
-/// not count). True when written. An insert: no lock.
+/// is not written again while another due now is waiting unclaimed (a later one, such as a
+/// backstop, does not count, and neither does one a processor has claimed: its work may have read
+/// the state before this request, which would then be lost). True when written. An insert: no lock.
 pub async fn request_reconcile(
     conn: &mut PgConnection,
     subscription_id: SubscriptionId,
@@ -292,7 +293,7 @@ pub async fn request_reconcile(
             WHERE $4 > 0 OR NOT EXISTS (
                   SELECT 1 FROM core.outbox o
                    WHERE o.subscription_id = $1 AND o.kind = 'reconcile_subscription'
-                     AND o.processed_at IS NULL AND o.due_at <= now())"#,
+                     AND o.processed_at IS NULL AND o.due_at <= now() AND o.claimed_until IS NULL)"#,
         subscription_id as SubscriptionId,
         stripe_subscription_id,
         cause,

@@ -117,11 +117,50 @@ pub struct StressOptions {
     pub seed: Option<u64>,
     /// Leave the database in place for inspection.
     pub keep: bool,
+    /// What the scratch database's `default_transaction_isolation` is set to (the server's when
+    /// None): every path must run at READ COMMITTED whatever the database says.
+    pub default_isolation: Option<DefaultIsolation>,
 }
 
 impl StressOptions {
     pub fn new(seconds: u64) -> StressOptions {
-        StressOptions { seconds, orgs: DEFAULT_ORGS, connections: DEFAULT_CONNECTIONS, seed: None, keep: false }
+        StressOptions {
+            seconds,
+            orgs: DEFAULT_ORGS,
+            connections: DEFAULT_CONNECTIONS,
+            seed: None,
+            keep: false,
+            default_isolation: None,
+        }
+    }
+}
+
+/// An isolation level a database can default to (`stress --default-isolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultIsolation {
+    ReadCommitted,
+    RepeatableRead,
+    Serializable,
+}
+
+impl DefaultIsolation {
+    /// "read-committed", "repeatable-read" or "serializable" (spaces are taken for dashes).
+    pub fn parse(s: &str) -> Result<DefaultIsolation, String> {
+        match s.trim().to_ascii_lowercase().replace(' ', "-").as_str() {
+            "read-committed" => Ok(DefaultIsolation::ReadCommitted),
+            "repeatable-read" => Ok(DefaultIsolation::RepeatableRead),
+            "serializable" => Ok(DefaultIsolation::Serializable),
+            _ => Err(format!("{s} is not read-committed, repeatable-read or serializable")),
+        }
+    }
+
+    /// As PostgreSQL spells it.
+    pub fn sql(self) -> &'static str {
+        match self {
+            DefaultIsolation::ReadCommitted => "read committed",
+            DefaultIsolation::RepeatableRead => "repeatable read",
+            DefaultIsolation::Serializable => "serializable",
+        }
     }
 }
 

@@ -13,8 +13,13 @@ pub async fn run(config: &Config, opts: StressOptions) -> anyhow::Result<StressR
     // for the tasks of one drain (DrainChange runs up to that many pools at once) and of one
     // plan act's moves (a default change's or a reorder's in-request drain, or DrainPlanAct).
     let connections = opts.connections as u32 + 2 + rc::DEFAULT_DRAIN_PARALLELISM as u32 + pa::MOVE_PARALLELISM as u32;
-    let scratch = ScratchDb::create(config, "mc_stress", connections).await?;
-    eprintln!("stress: created database {}", scratch.name);
+    let isolation = opts.default_isolation.map(DefaultIsolation::sql);
+    let scratch = ScratchDb::create_with_default(config, "mc_stress", connections, isolation).await?;
+    eprintln!(
+        "stress: created database {} (default_transaction_isolation: {})",
+        scratch.name,
+        isolation.unwrap_or("the server's")
+    );
     let result = run_in(config, &opts, &scratch).await;
     if opts.keep {
         scratch.db.close().await;

@@ -772,3 +772,92 @@ async fn a_sweep_cut_short_continues_its_walk_at_the_next_pass_so_events_older_t
     assert_eq!((cursor, walk_newest), (Some(newest), Some(newest)));
     assert!(resume.is_some(), "the new walk keeps its own resume point");
 }
+
+// Outbox requests against a row already in flight ------------------------------------------------
+
+/// A processor's claim of every due outbox row (one statement, as `process_outbox` claims),
+/// committed: the rows are in flight until marked.
+async fn claim_all(t: &TestDb) -> Vec<member_console::ids::OutboxId> {
+    let mut tx = member_console::db::begin(&t.db, member_console::db::TxKind::Plain).await.unwrap();
+    let rows = member_console::store::billing::claim_outbox(tx.conn(), 100, 30.0).await.unwrap();
+    tx.commit().await.unwrap();
+    rows.into_iter().map(|r| r.outbox_id).collect()
+}
+
+async fn mark_done(t: &TestDb, rows: &[member_console::ids::OutboxId]) {
+    let mut tx = member_console::db::begin(&t.db, member_console::db::TxKind::Plain).await.unwrap();
+    for row in rows {
+        member_console::store::billing::outbox_done(tx.conn(), *row).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Issue 36, defect 2: a sync click deduplicated against the product's row that a processor had
+/// already claimed (and whose work had read the prices) was lost, and the new price never
+/// reached Stripe. The processor here is paused between its row's work and its done mark.
+#[tokio::test]
+async fn a_sync_click_while_a_processor_holds_the_products_claimed_row_is_a_row_of_its_own_and_the_new_price_is_synced()
+{
+    let (t, s) = setup().await;
+    let pro = common::acts::product_id(&t, "Pro").await;
+    billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap())
+        .await
+        .unwrap();
+    billing::sync_product(&t.db, pro).await.unwrap();
+    let claimed = claim_all(&t).await;
+    billing::apply_product_sync(&t.db, &s.stripe, pro, &format!("outbox-{}", claimed[0])).await.unwrap();
+    // An operator adds a yearly price and clicks Sync again while the row is still in flight.
+    let yearly = billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("year", "300", "eur").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::Enqueued { product: false, prices: 1 });
+    let waiting = "SELECT count(*) FROM core.outbox WHERE kind = 'sync_product' AND processed_at IS NULL AND claimed_until IS NULL";
+    assert_eq!(count(&t, waiting).await, 1, "the click's row is written beside the claimed one");
+    mark_done(&t, &claimed).await;
+    let done = billing::process_outbox(&t.db, &s.stripe, 10, member_console::jobs::DEFAULT_LEASE).await.unwrap();
+    assert_eq!(done.done, 1);
+    let state: String =
+        t.one(sqlx::query_scalar("SELECT sync_state FROM billing.prices WHERE price_id = $1").bind(yearly)).await;
+    assert_eq!(state, "synced", "the yearly price reached Stripe");
+    let prices = s.get("/prices?limit=100").await;
+    assert_eq!(prices["data"].as_array().unwrap().len(), 2, "{prices}");
+}
+
+/// Issue 36, defect 2: the displacement's reconcile request (`request_displaced_reconciles`) was
+/// deduplicated against the displaced subscription's claimed row, whose work had found nothing
+/// displacing it, so its collection was never paused.
+#[tokio::test]
+async fn a_displacement_while_a_processor_holds_the_displaced_ones_claimed_row_asks_again_and_its_collection_pauses() {
+    let (t, s) = setup().await;
+    let (basic, pro) = s.demo_prices(&t).await;
+    let (o, pool) = org(&t, "Paid twice").await;
+    let customer = s.customer(&t.db, o, "pm_card_visa", None).await;
+    let first = s.subscribe(&customer, &s.stripe_price(&t.admin, basic).await, o).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &first).await.unwrap();
+    let first_id = member_console::ids::SubscriptionId(
+        count(&t, &format!("SELECT subscription_id FROM core.subscriptions WHERE stripe_subscription_id = '{first}'"))
+            .await,
+    );
+    // A reconcile of the first is asked for, claimed and done (nothing displaces it yet); the
+    // processor has not marked the row done.
+    {
+        let mut tx = member_console::db::begin(&t.db, member_console::db::TxKind::Plain).await.unwrap();
+        member_console::store::plan_changes::request_reconcile(tx.conn(), first_id, &first, "test", 0.0).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let claimed = claim_all(&t).await;
+    billing::reconcile::apply_subscription_collection(&t.db, &s.stripe, &first).await.unwrap();
+    // A second subscription takes the ladder: the first is asked to look again.
+    let second = s.subscribe(&customer, &s.stripe_price(&t.admin, pro).await, o).await;
+    billing::reconcile_subscription(&t.db, &s.stripe, &second).await.unwrap();
+    assert_eq!(hosting(&t, pool).await, "Pro");
+    let asked = format!(
+        "SELECT count(*) FROM core.outbox WHERE subscription_id = {first_id} AND processed_at IS NULL
+            AND claimed_until IS NULL AND payload->>'cause' = 'displaced'"
+    );
+    assert_eq!(count(&t, &asked).await, 1, "the displaced Basic's request is written beside its claimed row");
+    mark_done(&t, &claimed).await;
+    billing::process_outbox(&t.db, &s.stripe, 10, member_console::jobs::DEFAULT_LEASE).await.unwrap();
+    let sub = s.get(&format!("/subscriptions/{first}")).await;
+    assert!(!sub["pause_collection"].is_null(), "the displaced subscription's collection is paused: {sub}");
+}

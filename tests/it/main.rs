@@ -16,6 +16,7 @@ mod desired_state;
 mod entitlements;
 mod grant_pages;
 mod grants;
+mod isolation;
 mod jobs;
 mod metrics;
 mod migrations;

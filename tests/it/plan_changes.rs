@@ -662,6 +662,117 @@ async fn a_resume_waits_for_nothing_a_reconcile_holds_but_the_reconcile_waits_on
     assert_eq!(p.hosting().await, "Basic");
 }
 
+impl Paying {
+    /// The subscription's provisions still holding their ladders.
+    async fn live_provisions(&self) -> i64 {
+        common::acts::scalar(
+            &self.t,
+            &format!(
+                "SELECT count(*) FROM core.conferrals c JOIN core.subscription_items i USING (subscription_item_id)
+                  WHERE i.subscription_id = {} AND c.state = 'holding'",
+                self.subscription_id
+            ),
+        )
+        .await
+    }
+
+    /// The subscription's unprocessed reconcile rows in the outbox: (claimed, unclaimed).
+    async fn reconcile_rows(&self) -> (i64, i64) {
+        self.t
+            .one(
+                sqlx::query_as(
+                    "SELECT count(*) FILTER (WHERE claimed_until IS NOT NULL), count(*) FILTER (WHERE claimed_until IS NULL)
+                       FROM core.outbox
+                      WHERE subscription_id = $1 AND kind = 'reconcile_subscription' AND processed_at IS NULL",
+                )
+                .bind(self.subscription_id),
+            )
+            .await
+    }
+
+    /// A processor's claim of every due outbox row (as `process_outbox` claims, one statement),
+    /// committed: the rows are in flight until marked. Their ids.
+    async fn claim_all(&self) -> Vec<member_console::ids::OutboxId> {
+        let mut tx = member_console::db::begin(&self.t.db, member_console::db::TxKind::Plain).await.unwrap();
+        let rows = member_console::store::billing::claim_outbox(tx.conn(), 100, 30.0).await.unwrap();
+        tx.commit().await.unwrap();
+        rows.into_iter().map(|r| r.outbox_id).collect()
+    }
+
+    async fn mark_done(&self, rows: &[member_console::ids::OutboxId]) {
+        let mut tx = member_console::db::begin(&self.t.db, member_console::db::TxKind::Plain).await.unwrap();
+        for row in rows {
+            member_console::store::billing::outbox_done(tx.conn(), *row).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+}
+
+/// Issue 36, defect 2: the ended branch read the live provisions before its first pool-row lock,
+/// so a Resume plan holding that row conferred the subscription's tier unseen and the reconcile
+/// committed "canceled" over a live provision. It now reads them under the row.
+#[tokio::test]
+async fn a_cancellation_reconciled_while_resume_plan_holds_the_pool_row_ends_what_the_resume_conferred() {
+    let p = paying("Basic").await;
+    let grant = common::acts::grant(&p.t, p.org, common::acts::product_id(&p.t, "Pro").await).await;
+    p.drain_outbox().await;
+    assert_eq!((p.hosting().await, p.live_provisions().await), ("Pro".to_string(), 0), "the grant displaces Basic");
+    // Stripe ends the subscription; its reconcile has not run yet.
+    p.s.delete(&format!("/subscriptions/{}", p.sub)).await;
+    // Resume plan, paused at its materialization: it holds the pool row and has conferred Basic
+    // over the grant (uncommitted).
+    let (mut pause, pause_pid) =
+        common::hold_open(&p.t, "LOCK TABLE core.pool_entitlements IN ACCESS EXCLUSIVE MODE").await;
+    let (db, who, org, id) = (p.t.db.clone(), p.who, p.org, p.subscription_id);
+    let resume = tokio::spawn(async move { billing::resume::resume_subscription(&db, who, org, id).await });
+    let resume_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, pause_pid).await;
+    common::assert_holds(&p.t.admin, resume_pid, billing::resume::RESUME_SUBSCRIPTION_LOCKS.locks).await;
+    // The cancellation's reconcile (the ended branch) waits on the pool row the resume holds.
+    let (db, stripe, sub) = (p.t.db.clone(), p.s.stripe.clone(), p.sub.clone());
+    let reconcile = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &sub).await });
+    let reconcile_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, resume_pid).await;
+    common::assert_holds(&p.t.admin, reconcile_pid, &billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.locks[..2]).await;
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert_eq!(resume.await.unwrap().unwrap(), 1, "the resume read the subscription active and conferred it");
+    match reconcile.await.unwrap().unwrap() {
+        billing::Reconciled::Converged { status, .. } => {
+            assert_eq!(status, member_console::states::SubscriptionStatus::Canceled)
+        }
+        other => panic!("{other:?}"),
+    }
+    // The provision the resume conferred is ended: a canceled subscription holds nothing, the grant
+    // it replaced comes back, and the pool's entitlements are what a fresh materialization gives.
+    assert_eq!(p.live_provisions().await, 0, "no live provision of a canceled subscription");
+    assert_eq!(p.grant_status(grant).await, "active");
+    assert_eq!(p.hosting().await, "Pro");
+    assert_eq!(common::acts::stale_pools(&p.t).await, vec![], "entitlements equal a fresh materialization");
+}
+
+/// Issue 36, defect 2: a reconcile request deduplicated against an outbox row a processor had
+/// already claimed was lost (that row's work had read the state before the request). The
+/// processor here is paused between its row's work and its done mark.
+#[tokio::test]
+async fn resume_plan_while_a_processor_holds_the_subscriptions_claimed_row_writes_its_own_request_and_it_is_processed()
+{
+    let p = paying("Basic").await;
+    common::acts::grant(&p.t, p.org, common::acts::product_id(&p.t, "Pro").await).await;
+    // The processor claims the grant's request and does its work: displaced on every ladder, so
+    // it pauses the collection in Stripe. It has not marked the row done yet.
+    let claimed = p.claim_all().await;
+    assert_eq!(p.reconcile_rows().await, (1, 0));
+    billing::reconcile::apply_subscription_collection(&p.t.db, &p.s.stripe, &p.sub).await.unwrap();
+    assert_eq!(p.stripe_pause().await, (true, true));
+    // Meanwhile the member resumes the plan: its request for the collection is a row of its own.
+    assert_eq!(p.resume().await.unwrap(), 1);
+    assert_eq!(p.reconcile_rows().await, (1, 1), "the resume's request is written beside the claimed row");
+    p.mark_done(&claimed).await;
+    // The processor's next pass takes it and lifts the pause on the plan the member pays for again.
+    p.drain_outbox().await;
+    assert_eq!(p.reconcile_rows().await, (0, 0));
+    assert_eq!(p.hosting().await, "Basic");
+    assert_eq!(p.stripe_pause().await, (false, false), "collection resumes");
+}
+
 #[tokio::test]
 async fn a_paused_switch_writes_its_backstop_first_which_restores_the_pause_when_the_switch_did_not_apply() {
     let p = paying("Basic").await;

@@ -25,7 +25,16 @@ use member_console::{
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
     let config = common::command_config(&common::root_admin_url(), "stress-test");
-    let opts = StressOptions { seconds: 8, orgs: 40, connections: 6, seed: None, keep: false };
+    // On a database that defaults to REPEATABLE READ: every path sets READ COMMITTED itself (a
+    // session or a statement left to the default would fail its lock waits with 40001).
+    let opts = StressOptions {
+        seconds: 8,
+        orgs: 40,
+        connections: 6,
+        seed: None,
+        keep: false,
+        default_isolation: Some(stress::DefaultIsolation::RepeatableRead),
+    };
     let report = stress::run(&config, opts).await.unwrap();
     let summary = format!(
         "seed {}: {}\nerrors: {:#?}\nviolations: {:#?}",

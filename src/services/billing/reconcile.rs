@@ -32,8 +32,10 @@ pub static RECONCILE_SUBSCRIPTION_LOCKS: PathLocks = PathLocks {
     why: "The Stripe read first, with no transaction open; then the rendezvous, the subscription's advisory \
           lock (two reconciles of one subscription converge on its rows and periods), then by branch the \
           organization's pool row (LockPools) before core.sync_source_status, the conferral functions, \
-          resumption, delivery, the floor and materialization, which take the row the transaction holds. \
-          No path takes a pool row and then a subscription's lock.",
+          resumption, delivery, the floor and materialization, which take the row the transaction holds. The \
+          ended branch takes the row first too and reads the live provisions under it, so a Resume plan \
+          holding the row either commits first and its provision is ended, or waits and finds the \
+          subscription canceled. No path takes a pool row and then a subscription's lock.",
 };
 
 /// What a reconcile did.
@@ -185,7 +187,9 @@ async fn reconcile(
         Some(false) if snapshot.console_paused => Some(false),
         _ => None,
     };
-    if pause.is_some() {
+    // The outbox's own reconcile (Apply) makes the update itself after the commit, and a failure
+    // there fails its row, which is tried again: it asks for no second row.
+    if pause.is_some() && collection == Collection::Request {
         changed |=
             crate::store::plan_changes::request_reconcile(tx.conn(), subscription_id, stripe_id, "collection", 0.0)
                 .await?;
@@ -407,15 +411,20 @@ async fn reconcile_suspended(tx: &mut Tx, subscription_id: SubscriptionId, pool:
     Ok(suspended > 0)
 }
 
-/// The ended branch: core.end_conferral for each live provision (each takes its pool row);
-/// when something ended, resumption and delivery; the pool row (LockPools: the first take when
-/// nothing ended); the floor; materialization; the reconcile requests when something ended.
+/// The ended branch: the pool row (LockPools), then the live provisions read under it and each
+/// ended (core.end_conferral, the row again); when something ended, resumption and delivery;
+/// the floor; materialization; the reconcile requests when something ended.
 async fn reconcile_ended(
     tx: &mut Tx,
     subscription_id: SubscriptionId,
     organization_id: OrganizationId,
     pool: PoolId,
 ) -> Result<bool, ServiceError> {
+    // The row first: a Resume plan holding it may be conferring this subscription's tier (it read
+    // the status before this transaction's "canceled" commits), and a read made before the row
+    // would miss that provision and leave it live (issue 36). The subscription's provisions are
+    // all in its organization's pool.
+    ent::lock_pools(tx.conn(), &[pool]).await?;
     let mut ended_any = false;
     for p in store::live_provisions(tx.conn(), subscription_id).await? {
         ended_any |= ent::end_conferral(tx.conn(), p.conferral_id, "subscription_ended").await?;
@@ -424,7 +433,6 @@ async fn reconcile_ended(
         ent::resume_replaced_grants(tx.conn(), pool).await?;
         ent::deliver_displaced_subscriptions(tx.conn(), pool).await?;
     }
-    ent::lock_pools(tx.conn(), &[pool]).await?;
     let floor = ent::reapply_defaults_if_vacant(tx.conn(), pool, None).await?;
     if ended_any || floor.is_some() {
         ent::materialize_pool(tx.conn(), pool).await?;
