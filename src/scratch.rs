@@ -26,6 +26,17 @@ impl ScratchDb {
     /// Create `<prefix>_<random>`, migrate it, and connect to it as the console does, with room
     /// for `connections` concurrent transactions.
     pub async fn create(config: &Config, prefix: &str, connections: u32) -> anyhow::Result<ScratchDb> {
+        Self::create_with(config, prefix, connections, &[]).await
+    }
+
+    /// `create`, with database-level settings (`ALTER DATABASE ... SET`) in force before the
+    /// console's first connection: every connection to it carries them (stress: the lock trace).
+    pub async fn create_with(
+        config: &Config,
+        prefix: &str,
+        connections: u32,
+        settings: &[(&str, &str)],
+    ) -> anyhow::Result<ScratchDb> {
         let root_url = server_url(config).await?;
         let name = format!("{prefix}_{}", random_hex(6));
         let mut conn = PgConnection::connect(&root_url)
@@ -36,6 +47,14 @@ impl ScratchDb {
         let admin_url = with_database(&root_url, &name)?;
         let admin = PgPoolOptions::new().max_connections(4).connect(&admin_url).await?;
         migrate::run(&admin, &admin_url, &config.runtime_password).await?;
+        for (name, value) in settings {
+            let sql = format!(
+                "ALTER DATABASE \"{name_db}\" SET {name} = '{}'",
+                value.replace('\'', "''"),
+                name_db = name_db(&admin_url)
+            );
+            sqlx::raw_sql(AssertSqlSafe(sql)).execute(&admin).await?;
+        }
         let runtime = migrate::runtime_options(&admin_url, &config.runtime_password)?;
         let pool = PgPoolOptions::new()
             .max_connections(connections.max(2))
@@ -71,6 +90,11 @@ pub async fn server_url(config: &Config) -> anyhow::Result<String> {
             Ok(cluster.admin_url("postgres"))
         }
     }
+}
+
+/// The database a URL names.
+fn name_db(url: &str) -> String {
+    url::Url::parse(url).map(|u| u.path().trim_start_matches('/').to_string()).unwrap_or_default()
 }
 
 pub fn with_database(url: &str, database: &str) -> anyhow::Result<String> {

@@ -288,6 +288,7 @@ pub async fn stamp_resource_key_provider(
             sqlx::query_scalar!("SELECT 1 AS locked FROM core.resource_keys WHERE resource_key = $1 FOR UPDATE", key)
                 .fetch_all(&mut *conn)
                 .await?;
+            crate::db::trace::note(&mut *conn, crate::db::locks::Lock::ResourceKeyRows, key, None).await?;
             sqlx::query!(
                 "UPDATE core.resource_keys SET provider = $2 WHERE resource_key = $1 AND provider IS DISTINCT FROM $2",
                 key,

@@ -16,6 +16,7 @@ mod entitlements;
 mod grant_pages;
 mod grants;
 mod jobs;
+mod lock_trace;
 mod metrics;
 mod migrations;
 mod offline_data;
