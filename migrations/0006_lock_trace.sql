@@ -112,7 +112,7 @@ GRANT EXECUTE ON FUNCTION core.note_lock(text, text, text, bigint), core.note_ma
 -- on the tuple), and `bench plan-act` measured no difference (docs/database-locks.md), so the
 -- shortcut goes rather than being sealed.
 CREATE OR REPLACE FUNCTION core.lock_pool(p_pool bigint) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 BEGIN
     PERFORM 1 FROM core.resource_pools WHERE pool_id = p_pool FOR UPDATE;
     IF NOT FOUND THEN
@@ -125,7 +125,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION core.lock_pools(p_pools bigint[]) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     v bigint;
 BEGIN
@@ -143,7 +143,7 @@ $$;
 -- (defect 6; the site trigger locks the rows it changes in the same order). SECURITY DEFINER:
 -- the run-time role holds no UPDATE on placements, which FOR UPDATE needs (spec rule 9).
 CREATE FUNCTION domains.delete_site_placements(p_site text) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, domains, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     v_host text;
     n bigint;
@@ -192,7 +192,7 @@ $$;
 CREATE OR REPLACE FUNCTION core.commit_rule_change(
     p_change bigint, p_position integer, p_set bigint, p_key text, p_numeric bigint, p_flag boolean, p_list boolean
 ) RETURNS TABLE (act_id bigint, pools bigint)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     old_n bigint;
     old_f boolean;
@@ -236,7 +236,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION core.settle_obligation(p_act bigint, p_pool bigint, p_error text DEFAULT NULL) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     st text;
     tries integer;
@@ -270,7 +270,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION core.list_rule_change_obligations(p_change bigint, p_limit integer) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     ch core.entitlement_set_changes%ROWTYPE;
     pools bigint[];
@@ -306,7 +306,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION core.settle_change_pool(p_change bigint, p_pool bigint) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     owed bigint[];
     v_act bigint;
@@ -347,7 +347,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION core.write_plan_act_obligations(p_act bigint, p_type bigint, p_limit integer) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     mark bigint;
     orgs bigint[];
@@ -409,7 +409,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION core.lock_plan_act_obligation(p_act bigint, p_pool bigint)
 RETURNS TABLE (state text, owns boolean, org_type_id bigint, from_ladder_id bigint)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
@@ -426,7 +426,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION core.record_plan_act_obligation_failure(p_act bigint, p_pool bigint, p_error text) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 BEGIN
     UPDATE core.plan_act_obligations SET state = 'failed', attempts = attempts + 1, last_error = left(p_error, 2000)
      WHERE plan_act_id = p_act AND pool_id = p_pool AND state = 'pending';
@@ -438,7 +438,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION core.requeue_plan_act_obligations(p_act bigint) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, core, pg_temp AS $$
 DECLARE
     n integer;
     v record;

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::{
     db::{
-        Db, DbError, Tx, TxKind, begin,
+        Db, DbError, Tx, TxKind,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
     },

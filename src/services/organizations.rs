@@ -3,7 +3,7 @@
 
 use crate::{
     db::{
-        Db, DbError, Tx, TxKind, begin,
+        Db, DbError, Tx, TxKind,
         locks::{Lock, PathLocks},
     },
     ids::{GrantId, OrgTypeId, OrganizationId, PoolId},

@@ -140,12 +140,14 @@ pub async fn materialize_pool(conn: &mut PgConnection, pool_id: PoolId) -> sqlx:
 }
 
 pub async fn resume_replaced_grants(conn: &mut PgConnection, pool_id: PoolId) -> sqlx::Result<i32> {
+    crate::db::trace::step(&mut *conn, crate::db::trace::steps::RESUME_REPLACED_GRANTS).await?;
     sqlx::query_scalar!(r#"SELECT core.resume_replaced_grants($1) AS "resumed!""#, pool_id as PoolId)
         .fetch_one(conn)
         .await
 }
 
 pub async fn deliver_displaced_subscriptions(conn: &mut PgConnection, pool_id: PoolId) -> sqlx::Result<i32> {
+    crate::db::trace::step(&mut *conn, crate::db::trace::steps::DELIVER_DISPLACED_SUBSCRIPTIONS).await?;
     sqlx::query_scalar!(r#"SELECT core.deliver_displaced_subscriptions($1) AS "delivered!""#, pool_id as PoolId)
         .fetch_one(conn)
         .await

@@ -253,6 +253,7 @@ pub async fn request_pool_subscription_reconciles(
     organization_id: OrganizationId,
     cause: &str,
 ) -> sqlx::Result<u64> {
+    crate::db::trace::step(&mut *conn, crate::db::trace::steps::REQUEST_POOL_SUBSCRIPTION_RECONCILES).await?;
     Ok(sqlx::query!(
         "INSERT INTO core.outbox (kind, subscription_id, payload)
          SELECT 'reconcile_subscription', s.subscription_id,

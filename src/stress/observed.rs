@@ -274,6 +274,11 @@ mod tests {
         t[10].key = Some("3,fedwiki.active_sites".into());
         t[11].lock = "SiteRow".into();
         t[11].key = Some("s1".into());
+        // And another transaction of B in its declared order: the two close a cycle.
+        t.extend(clean().into_iter().filter(|r| r.xact == "2").map(|mut r| {
+            r.xact = "3".into();
+            r
+        }));
         let o = check(&t, &[&A, &B], SPEC);
         assert_eq!(o.undeclared_edges.len(), 1, "{:?}", o.undeclared_edges);
         let e = &o.undeclared_edges[0];

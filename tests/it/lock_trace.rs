@@ -60,7 +60,14 @@ async fn the_trace_records_a_revocations_locks_in_order_under_its_path_and_nothi
         )
         .await;
     let locks: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
-    assert_eq!(locks, ["path", "RendezvousShared", "PoolRow", "GrantLineageHead"], "{rows:?}");
+    // The locks in order, then the markers of the sub-steps it ran under the pool row (the
+    // spec's paths 11, 10 and 9).
+    assert_eq!(locks, ["path", "RendezvousShared", "PoolRow", "GrantLineageHead", "step", "step", "step"], "{rows:?}");
+    let steps: Vec<&str> = rows[4..].iter().filter_map(|r| r.1.as_deref()).collect();
+    assert_eq!(
+        steps,
+        ["ResumeReplacedGrantsTx", "DeliverDisplacedSubscriptionsTx", "RequestPoolSubscriptionReconciles"]
+    );
     assert!(rows.iter().all(|r| r.3.as_deref() == Some("RevokeGrantTx")), "every row carries its path: {rows:?}");
     assert_eq!(rows[2].1.as_deref(), Some(org.pool_id.0.to_string().as_str()));
     assert_eq!(rows[2].2, Some(org.pool_id.0), "a pool row carries its pool_id as the order's ordinal");

@@ -26,6 +26,10 @@
 //! assert!(out.is_ok());
 //! ```
 //!
+//! Limits: a row the paused transaction inserted itself is invisible to the administrator, so it
+//! is not named (lock a row that exists before the path runs); a wait on another transaction's
+//! uncommitted insert (a unique key) is a wait on no row (`waits_on` answers None).
+//!
 //! For a real competing path instead of the probe, or for assertions between the steps, drive
 //! the walk by hand: [`LockWalk::start`], then `paused_at(k)`, `assert_holds_exactly`,
 //! `assert_waits(pid, &expect)` on any backend, `step()` to let the path take its next lock, and
