@@ -7,13 +7,7 @@ use crate::common;
 
 use std::{sync::Arc, time::Duration};
 
-use common::{
-    TestDb,
-    farm::FarmFixture,
-    locks::{Expect, RowMode},
-    pages::demo_db,
-    pause_on, pause_writes_on,
-};
+use common::{TestDb, farm::FarmFixture, locks::Expect, pages::demo_db, pause_on, pause_writes_on};
 use member_console::db::keys::AdvisoryKey;
 use member_console::{
     config::FarmSettings,
@@ -539,8 +533,8 @@ async fn a_swaps_record_step_takes_the_activated_sites_instance_lock_first_and_a
     let holding = [
         instance(&activated.instance_id),
         instance(&parked.instance_id),
-        Expect::row_in("fedwiki.sites", &parked.instance_id, RowMode::NoKeyUpdate),
-        Expect::row_in("fedwiki.sites", &activated.instance_id, RowMode::NoKeyUpdate),
+        Expect::row("fedwiki.sites", &parked.instance_id),
+        Expect::row("fedwiki.sites", &activated.instance_id),
     ];
     common::locks::assert_holds(&s.t.admin, record_pid, &holding).await;
     // A status record on the parked site (its request is the swap's) waits on its instance lock.
@@ -565,7 +559,11 @@ async fn a_swap_intake_takes_the_workspace_lock_before_the_instance_locks_and_a_
     s.created("tab-a").await;
     s.created("tab-b").await;
     let (a, b) = (s.site_id("tab-a").await, s.site_id("tab-b").await);
-    let (mut pause, pause_pid) = pause_on(&s.t, "fedwiki.swap_policies").await;
+    // Writes to the policy table wait (its cooldown read passes): the swap pauses at its upsert,
+    // its last step. (Held in ACCESS EXCLUSIVE mode, the table stopped the swap at its cooldown
+    // read, before its instance locks, and a check that took any advisory lock for each of them
+    // passed on the workspace's lock alone.)
+    let (mut pause, pause_pid) = pause_writes_on(&s.t, "fedwiki.swap_policies").await;
     let (db, settings, who, a1, b1) = (s.t.db.clone(), s.settings.clone(), s.who, b.clone(), a.clone());
     let first = tokio::spawn(async move { fedwiki::swap_active_site(&db, &settings, who, &a1, &b1).await });
     let first_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
