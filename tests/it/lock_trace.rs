@@ -166,6 +166,9 @@ async fn a_drains_settle_and_a_retry_take_one_pools_obligation_rows_in_act_order
     // The drain's settle, paused right after its pool row (its second lock, after the rendezvous).
     let mut walk = LockWalk::start(&t, &rc::DRAIN_CHANGE_LOCKS, 3, move |db| async move {
         let mut tx = member_console::db::begin_for(&db, TxKind::Materializing, &rc::DRAIN_CHANGE_LOCKS).await?;
+        // Whatever plan the settle's statements get (here a scan in storage order, as a large or
+        // bloated table may get), the rows must be taken in act order.
+        sqlx::raw_sql("SET LOCAL enable_indexscan = off; SET LOCAL enable_bitmapscan = off").execute(tx.conn()).await?;
         let settled: bool = sqlx::query_scalar("SELECT core.settle_change_pool($1, $2)")
             .bind(change)
             .bind(pool.0)
