@@ -229,7 +229,7 @@ pub struct Drained {
 pub async fn drain_change(db: &Db, change_id: RuleChangeId, parallelism: i64) -> Result<Drained, DbError> {
     // First the listing, when the commit left it to the drain: batch after batch.
     loop {
-        let mut tx = begin(db, TxKind::Materializing).await?;
+        let mut tx = crate::db::begin_for(db, TxKind::Materializing, &LIST_CHANGE_LOCKS).await?;
         let n = store::list_obligations(tx.conn(), change_id, LISTING_BATCH).await?;
         tx.commit().await?;
         if n < LISTING_BATCH {

@@ -36,6 +36,9 @@ async fn a_revocation_walked_lock_by_lock_takes_the_rendezvous_then_the_pool_row
     assert_eq!(grant_status(&t, g).await, "revoked", "the walk changed nothing of the path's outcome");
 }
 
+/// A trace row as the test reads it: the lock, its key, its ordinal, its path.
+type TracedLock = (String, Option<String>, Option<i64>, Option<String>);
+
 #[tokio::test]
 async fn the_trace_records_a_revocations_locks_in_order_under_its_path_and_nothing_when_off() {
     let t = demo_db().await;
@@ -49,7 +52,7 @@ async fn the_trace_records_a_revocations_locks_in_order_under_its_path_and_nothi
     let g = grant(&t, org.organization_id, product_id(&t, "Pro").await).await;
     let traced = t.traced_db().await;
     grants::revoke_grant(&traced, g, None, "traced").await.unwrap();
-    let rows: Vec<(String, Option<String>, Option<i64>, Option<String>)> = t
+    let rows: Vec<TracedLock> = t
         .all(
             sqlx::query_as(
                 "SELECT lock, key, ordinal, path FROM core.lock_trace
