@@ -89,6 +89,11 @@ pub fn check(rows: &[TraceRow], declared: &[&PathLocks], spec: &[SpecPath]) -> O
     let mut counted: BTreeMap<(String, String, String), u64> = BTreeMap::new();
     let mut seen_names: BTreeSet<String> = BTreeSet::new();
     let mut violations: BTreeSet<(String, String, String, String)> = BTreeSet::new();
+    // The edges of transactions under the exclusive rendezvous, under the shared one, and under
+    // neither: the first two never run at once (each kind takes its side first), so a cycle is
+    // looked for among the exclusive and the unrendezvoused edges, and among the shared and the
+    // unrendezvoused ones.
+    let mut by_side: [BTreeSet<(&'static str, &'static str)>; 3] = Default::default();
     let mut start = 0;
     while start < rows.len() {
         let mut end = start;
@@ -140,8 +145,16 @@ pub fn check(rows: &[TraceRow], declared: &[&PathLocks], spec: &[SpecPath]) -> O
                 }
             }
         }
+        let side = if acq.iter().any(|a| a.lock == Lock::RendezvousExclusive) {
+            0
+        } else if acq.iter().any(|a| a.lock == Lock::RendezvousShared) {
+            1
+        } else {
+            2
+        };
         for (from, to) in tx_edges {
             *counted.entry((from.to_string(), to.to_string(), path.clone())).or_default() += 1;
+            by_side[side].insert((from, to));
         }
         for (from, to) in acq_pairs_not_allowed(&acq, &allowed) {
             out.undeclared_edges.push(ObservedEdge { from, to, path: path.clone(), count: 1 });
@@ -156,7 +169,8 @@ pub fn check(rows: &[TraceRow], declared: &[&PathLocks], spec: &[SpecPath]) -> O
         undeclared.into_iter().map(|((from, to, path), count)| ObservedEdge { from, to, path, count }).collect();
     out.observed_edges =
         counted.into_iter().map(|((from, to, path), count)| ObservedEdge { from, to, path, count }).collect();
-    out.cycle = find_cycle_in(out.observed_edges.iter().map(|e| (e.from.as_str(), e.to.as_str())));
+    out.cycle = find_cycle_in(by_side[1].iter().chain(&by_side[2]).copied())
+        .or_else(|| cycle_through_unrendezvoused(&by_side[0], &by_side[2]));
     out.same_table_order_violations =
         violations.into_iter().map(|(path, lock, first, then)| OrderViolation { path, lock, first, then }).collect();
     for p in spec {
@@ -167,6 +181,41 @@ pub fn check(rows: &[TraceRow], declared: &[&PathLocks], spec: &[SpecPath]) -> O
         }
     }
     out
+}
+
+/// A cycle of exclusive-rendezvous and unrendezvoused edges that has at least one of the latter:
+/// exclusive-rendezvous transactions never run at once, so a cycle of their edges alone is none.
+fn cycle_through_unrendezvoused(
+    excl: &BTreeSet<(&'static str, &'static str)>,
+    none: &BTreeSet<(&'static str, &'static str)>,
+) -> Option<Vec<String>> {
+    let next = |n: &str| -> Vec<(&'static str, bool)> {
+        excl.iter()
+            .filter(|(f, _)| *f == n)
+            .map(|(_, t)| (*t, false))
+            .chain(none.iter().filter(|(f, _)| *f == n).map(|(_, t)| (*t, true)))
+            .collect()
+    };
+    for &(a, b) in excl.iter().chain(none) {
+        let start_none = none.contains(&(a, b));
+        // Breadth first over (node, whether an unrendezvoused edge was used), back to `a`.
+        let mut seen: BTreeSet<(&str, bool)> = BTreeSet::new();
+        let mut queue = std::collections::VecDeque::from([(b, start_none, vec![a, b])]);
+        while let Some((n, used, path)) = queue.pop_front() {
+            if n == a && used {
+                return Some(path.into_iter().map(str::to_string).collect());
+            }
+            if n == a || !seen.insert((n, used)) {
+                continue;
+            }
+            for (m, is_none) in next(n) {
+                let mut p = path.clone();
+                p.push(m);
+                queue.push_back((m, used || is_none, p));
+            }
+        }
+    }
+    None
 }
 
 /// The transaction's edges (resource pairs in the order taken) that none of its paths declares.
@@ -307,6 +356,40 @@ mod tests {
         let o = check(&t, &[&A, &B], SPEC);
         assert_eq!(o.same_table_order_violations.len(), 1, "{:?}", o.same_table_order_violations);
         assert!(!o.failures().is_empty());
+    }
+
+    #[test]
+    fn a_reversed_pair_under_the_exclusive_rendezvous_meets_no_shared_transaction() {
+        static C: PathLocks = PathLocks {
+            path: "C",
+            function: "c",
+            kind: "RuleChange",
+            locks: &[Lock::RendezvousExclusive, Lock::PoolRow, Lock::ChangeObligationRow, Lock::PoolRow],
+            why: "",
+        };
+        static D: PathLocks = PathLocks {
+            path: "D",
+            function: "d",
+            kind: "Materializing",
+            locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::ChangeObligationRow],
+            why: "",
+        };
+        let t = vec![
+            row("1", 1, "C", "RendezvousExclusive", "7", None),
+            row("1", 2, "C", "PoolRow", "1", Some(1)),
+            row("1", 3, "C", "ChangeObligationRow", "9,1", Some(1_000_000_009)),
+            row("1", 4, "C", "PoolRow", "2", Some(2)),
+            row("2", 1, "D", "RendezvousShared", "7", None),
+            row("2", 2, "D", "PoolRow", "2", Some(2)),
+            row("2", 3, "D", "ChangeObligationRow", "9,2", Some(2_000_000_009)),
+        ];
+        assert_eq!(check(&t, &[&C, &D], &[]).cycle, None, "the two never run at once");
+        // A transaction with no rendezvous that takes the pair the other way is a cycle.
+        let mut t = t;
+        t[4].lock = "RuleChangeRow".into();
+        t[5] = row("2", 2, "D", "ChangeObligationRow", "9,2", Some(2_000_000_009));
+        t[6] = row("2", 3, "D", "PoolRow", "2", Some(2));
+        assert!(check(&t, &[&C, &D], &[]).cycle.is_some());
     }
 
     #[test]
