@@ -48,7 +48,12 @@ enum Command {
         password_stdin: bool,
     },
     /// Print the per-path lock orders, as docs/database-locks.md shows them.
-    LockOrders,
+    LockOrders {
+        /// A `stress` run's JSON line (a file): each declared edge shows how many times it was
+        /// observed in that run.
+        #[arg(long)]
+        observed: Option<std::path::PathBuf>,
+    },
     /// Print the SQL functions in force, as docs/sql-functions.md shows them: read from a scratch
     /// database on the console's server, migrated, then dropped.
     SqlFunctions,
@@ -188,8 +193,20 @@ fn main() -> anyhow::Result<()> {
     // Before anything logs: a bad value stops the command at once, by name.
     init_logging(LogFormat::from_env()?);
     match cli.command {
-        Command::LockOrders => {
-            print!("{}", locks::render_orders(&member_console::lock_paths::declared()));
+        Command::LockOrders { observed } => {
+            let counts = match observed {
+                None => None,
+                Some(path) => {
+                    let text = std::fs::read_to_string(&path)?;
+                    // The JSON line is the file's last line (a run's stderr may precede it).
+                    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).unwrap_or_default();
+                    let report: serde_json::Value = serde_json::from_str(line)?;
+                    let edges: Vec<member_console::stress::observed::ObservedEdge> =
+                        serde_json::from_value(report["observed_edges"].clone())?;
+                    Some(member_console::stress::observed::counts(&edges))
+                }
+            };
+            print!("{}", locks::render_orders_observed(&member_console::lock_paths::declared(), counts.as_ref()));
             Ok(())
         }
         Command::Pg { action } => pg(action),
@@ -230,15 +247,26 @@ async fn on_the_database(command: Command) -> anyhow::Result<()> {
         Command::SqlFunctions => until_interrupted(print_sql_functions(&config)).await,
         // Its own database, not the booted one: it does not go through `run`.
         Command::Stress { seconds, orgs, connections, seed, keep, default_isolation } => {
-            let opts = stress::StressOptions { seconds, orgs, connections, seed, keep, default_isolation };
+            let opts = stress::StressOptions {
+                seconds,
+                orgs,
+                connections,
+                seed,
+                keep,
+                default_isolation,
+                require_every_spec_path: true,
+            };
             until_interrupted(async {
                 let clean = stress::command(opts).await?;
-                anyhow::ensure!(clean, "the stress run found deadlocks, errors or violations");
+                anyhow::ensure!(
+                    clean,
+                    "the stress run found deadlocks, errors, violations or lock-order failures (undeclared edges, a cycle, keys out of order, spec paths never observed)"
+                );
                 Ok(())
             })
             .await
         }
-        Command::LockOrders | Command::Pg { .. } => unreachable!("handled before the runtime starts"),
+        Command::LockOrders { .. } | Command::Pg { .. } => unreachable!("handled before the runtime starts"),
     };
     boot::release_private_cluster(cluster).await;
     result
@@ -400,7 +428,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
         Command::CreateOperator { email, password_stdin } => create_operator(&booted, &email, password_stdin).await,
-        Command::LockOrders
+        Command::LockOrders { .. }
         | Command::SqlFunctions
         | Command::Pg { .. }
         | Command::Bench { .. }

@@ -26,17 +26,16 @@ impl ScratchDb {
     /// Create `<prefix>_<random>`, migrate it, and connect to it as the console does, with room
     /// for `connections` concurrent transactions.
     pub async fn create(config: &Config, prefix: &str, connections: u32) -> anyhow::Result<ScratchDb> {
-        Self::create_with_default(config, prefix, connections, None).await
+        Self::create_with(config, prefix, connections, &[]).await
     }
 
-    /// `create`, the database then defaulting to `isolation` (`ALTER DATABASE ... SET
-    /// default_transaction_isolation`, e.g. "repeatable read") when given: the console's own
-    /// sessions must run at READ COMMITTED whatever it says, which `stress` checks this way.
-    pub async fn create_with_default(
+    /// `create`, with database-level settings (`ALTER DATABASE ... SET`) in force before the
+    /// console's first connection: every connection to it carries them (stress: the lock trace).
+    pub async fn create_with(
         config: &Config,
         prefix: &str,
         connections: u32,
-        isolation: Option<&str>,
+        settings: &[(&str, &str)],
     ) -> anyhow::Result<ScratchDb> {
         let root_url = server_url(config).await?;
         let name = format!("{prefix}_{}", random_hex(6));
@@ -48,12 +47,12 @@ impl ScratchDb {
         let admin_url = with_database(&root_url, &name)?;
         let admin = PgPoolOptions::new().max_connections(4).connect_with(migrate::admin_options(&admin_url)?).await?;
         migrate::run(&admin, &admin_url, &config.runtime_password).await?;
-        if let Some(level) = isolation {
-            anyhow::ensure!(
-                ["read committed", "repeatable read", "serializable"].contains(&level),
-                "not an isolation level: {level}"
+        for (name, value) in settings {
+            let sql = format!(
+                "ALTER DATABASE \"{name_db}\" SET {name} = '{}'",
+                value.replace('\'', "''"),
+                name_db = name_db(&admin_url)
             );
-            let sql = format!("ALTER DATABASE \"{name}\" SET default_transaction_isolation = '{level}'");
             sqlx::raw_sql(AssertSqlSafe(sql)).execute(&admin).await?;
         }
         let runtime = migrate::runtime_options(&admin_url, &config.runtime_password)?;
@@ -91,6 +90,11 @@ pub async fn server_url(config: &Config) -> anyhow::Result<String> {
             Ok(cluster.admin_url("postgres"))
         }
     }
+}
+
+/// The database a URL names.
+fn name_db(url: &str) -> String {
+    url::Url::parse(url).map(|u| u.path().trim_start_matches('/').to_string()).unwrap_or_default()
 }
 
 pub fn with_database(url: &str, database: &str) -> anyhow::Result<String> {

@@ -24,6 +24,10 @@ pub enum AdvisoryKey {
     Workspace(String),
     /// Family 4, a literal constant: the domains registry (the ASCII bytes of "domains").
     Registry,
+    /// Family 2: `lock-trace-pause:`, a test's tag and a lock's place in its transaction. Test
+    /// only: a traced transaction with `member_console.lock_pause` set waits on it (shared) after
+    /// that lock while a test holds it (exclusive). See `crate::db::trace`.
+    TracePause { tag: String, n: i32 },
 }
 
 impl AdvisoryKey {
@@ -40,10 +44,30 @@ impl AdvisoryKey {
                 format!("core.desired_state_address_key({}, {}, {})", p(0), p(1), p(2)),
                 vec![connection.clone(), recipient_kind.clone(), recipient_id.clone()],
             ),
+            AdvisoryKey::TracePause { tag, n } => {
+                (format!("core.trace_pause_key({}, {}::integer)", p(0), p(1)), vec![tag.clone(), n.to_string()])
+            }
             AdvisoryKey::Subscription(id)
             | AdvisoryKey::Invoice(id)
             | AdvisoryKey::ProductSync(id)
             | AdvisoryKey::Workspace(id) => (format!("core.bare_id_key({})", p(0)), vec![id.clone()]),
         }
+    }
+
+    /// The lock it is, as the declarations name it (None for the test-only pause key).
+    pub fn lock(&self) -> Option<super::locks::Lock> {
+        use super::locks::Lock;
+        Some(match self {
+            AdvisoryKey::Rendezvous => Lock::RendezvousExclusive,
+            AdvisoryKey::LifecycleInstance(_) => Lock::LifecycleInstance,
+            AdvisoryKey::DesiredStateAddress { .. } => Lock::DesiredStateAddress,
+            AdvisoryKey::ProvisionDomain(_) => Lock::ProvisionDomain,
+            AdvisoryKey::Subscription(_) => Lock::SubscriptionAdvisory,
+            AdvisoryKey::Invoice(_) => Lock::InvoiceAdvisory,
+            AdvisoryKey::ProductSync(_) => Lock::ProductSyncAdvisory,
+            AdvisoryKey::Workspace(_) => Lock::WorkspaceAdvisory,
+            AdvisoryKey::Registry => Lock::Registry,
+            AdvisoryKey::TracePause { .. } => return None,
+        })
     }
 }

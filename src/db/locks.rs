@@ -105,6 +105,18 @@ pub enum Lock {
     MetricSampleRows,
 }
 
+/// How the spec orders several locks of one kind (one table) taken by one transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyOrder {
+    /// No order the spec names.
+    Unordered,
+    /// Ascending by the trace's ordinal (pool_id, act, request, record, ladder); rows noted
+    /// without one are not compared.
+    AscendingOrdinal,
+    /// Ascending by the key's bytes (resource keys, host names).
+    AscendingKeyBytes,
+}
+
 /// How a lock appears in `pg_locks` while it is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PgSignature {
@@ -160,6 +172,134 @@ impl Lock {
             Lock::DesiredStateNotices => "Desired-state notices (SKIP LOCKED)",
             Lock::MetricSampleRows => "Metric sample rows (the minute's shared ones)",
             Lock::ConnectionRow => "Connection row",
+        }
+    }
+
+    /// The lock's name in the trace (`core.lock_trace.lock`): the variant's own name, which the
+    /// SQL functions write as a literal.
+    pub fn trace_name(self) -> &'static str {
+        match self {
+            Lock::RendezvousShared => "RendezvousShared",
+            Lock::RendezvousExclusive => "RendezvousExclusive",
+            Lock::Registry => "Registry",
+            Lock::ProvisionDomain => "ProvisionDomain",
+            Lock::SignInAddressRow => "SignInAddressRow",
+            Lock::SignInThrottleRow => "SignInThrottleRow",
+            Lock::JobRows => "JobRows",
+            Lock::ScheduleRows => "ScheduleRows",
+            Lock::PoolRow => "PoolRow",
+            Lock::OrgTypeRowKeyShare => "OrgTypeRowKeyShare",
+            Lock::ProductRow => "ProductRow",
+            Lock::EntitlementSetRow => "EntitlementSetRow",
+            Lock::ResourceKeyRows => "ResourceKeyRows",
+            Lock::GrantLineageHead => "GrantLineageHead",
+            Lock::GrantRow => "GrantRow",
+            Lock::RuleRow => "RuleRow",
+            Lock::ChangeObligationRow => "ChangeObligationRow",
+            Lock::ProductRowShare => "ProductRowShare",
+            Lock::PlanLadderRows => "PlanLadderRows",
+            Lock::OrgTypeRow => "OrgTypeRow",
+            Lock::PoolRowKeyShare => "PoolRowKeyShare",
+            Lock::PlanActObligationRow => "PlanActObligationRow",
+            Lock::RuleChangeRow => "RuleChangeRow",
+            Lock::PlanActRow => "PlanActRow",
+            Lock::OrganizationCountRows => "OrganizationCountRows",
+            Lock::SubscriptionAdvisory => "SubscriptionAdvisory",
+            Lock::InvoiceAdvisory => "InvoiceAdvisory",
+            Lock::ProductSyncAdvisory => "ProductSyncAdvisory",
+            Lock::OutboxRows => "OutboxRows",
+            Lock::WorkspaceAdvisory => "WorkspaceAdvisory",
+            Lock::LifecycleInstance => "LifecycleInstance",
+            Lock::SiteRow => "SiteRow",
+            Lock::SiteRowShare => "SiteRowShare",
+            Lock::PlacementRows => "PlacementRows",
+            Lock::UsageRow => "UsageRow",
+            Lock::LifecycleRequestRows => "LifecycleRequestRows",
+            Lock::SwapPolicyRow => "SwapPolicyRow",
+            Lock::DesiredStateAddress => "DesiredStateAddress",
+            Lock::DesiredStateRecord => "DesiredStateRecord",
+            Lock::DesiredStateNotices => "DesiredStateNotices",
+            Lock::ConnectionRow => "ConnectionRow",
+            Lock::MetricSampleRows => "MetricSampleRows",
+        }
+    }
+
+    /// The lock named `name` in the trace.
+    pub fn from_trace_name(name: &str) -> Option<Lock> {
+        ALL.iter().copied().find(|l| l.trace_name() == name)
+    }
+
+    /// The mode the lock is taken in, as the trace writes it.
+    pub fn mode(self) -> &'static str {
+        match self {
+            Lock::RendezvousShared => "shared",
+            Lock::RendezvousExclusive => "exclusive",
+            Lock::Registry => "exclusive",
+            Lock::ProvisionDomain => "exclusive",
+            Lock::SignInAddressRow => "FOR UPDATE",
+            Lock::SignInThrottleRow => "FOR UPDATE",
+            Lock::JobRows => "FOR UPDATE",
+            Lock::ScheduleRows => "FOR UPDATE",
+            Lock::PoolRow => "FOR UPDATE",
+            Lock::OrgTypeRowKeyShare => "FOR KEY SHARE",
+            Lock::ProductRow => "FOR NO KEY UPDATE",
+            Lock::EntitlementSetRow => "FOR UPDATE",
+            Lock::ResourceKeyRows => "FOR UPDATE",
+            Lock::GrantLineageHead => "FOR UPDATE",
+            Lock::GrantRow => "UPDATE",
+            Lock::RuleRow => "FOR UPDATE",
+            Lock::ChangeObligationRow => "FOR UPDATE",
+            Lock::ProductRowShare => "FOR SHARE",
+            Lock::PlanLadderRows => "FOR NO KEY UPDATE",
+            Lock::OrgTypeRow => "FOR NO KEY UPDATE",
+            Lock::PoolRowKeyShare => "FOR KEY SHARE",
+            Lock::PlanActObligationRow => "FOR UPDATE",
+            Lock::RuleChangeRow => "FOR UPDATE",
+            Lock::PlanActRow => "FOR UPDATE",
+            Lock::OrganizationCountRows => "UPDATE",
+            Lock::SubscriptionAdvisory => "exclusive",
+            Lock::InvoiceAdvisory => "exclusive",
+            Lock::ProductSyncAdvisory => "exclusive",
+            Lock::OutboxRows => "FOR UPDATE",
+            Lock::WorkspaceAdvisory => "exclusive",
+            Lock::LifecycleInstance => "exclusive",
+            Lock::SiteRow => "FOR UPDATE",
+            Lock::SiteRowShare => "FOR SHARE",
+            Lock::PlacementRows => "FOR UPDATE",
+            Lock::UsageRow => "FOR UPDATE",
+            Lock::LifecycleRequestRows => "UPDATE",
+            Lock::SwapPolicyRow => "UPDATE",
+            Lock::DesiredStateAddress => "exclusive",
+            Lock::DesiredStateRecord => "FOR UPDATE",
+            Lock::DesiredStateNotices => "FOR UPDATE",
+            Lock::ConnectionRow => "UPDATE",
+            Lock::MetricSampleRows => "UPDATE",
+        }
+    }
+
+    /// How the spec orders several of these in one transaction (checked on the trace).
+    pub fn key_order(self) -> KeyOrder {
+        match self {
+            // Rule 3, and a listing batch's key-share in the same order; a batch's and a Retry's
+            // obligation rows; the dispatch stamp's records; the reorder's ladder rows; the
+            // rule change's obligation rows in (pool_id, act_id) order, as Retry takes them (the
+            // trace's ordinal is pool_id * 10^9 + act_id).
+            Lock::PoolRow
+            | Lock::PoolRowKeyShare
+            | Lock::PlanActObligationRow
+            | Lock::DesiredStateRecord
+            | Lock::PlanLadderRows
+            | Lock::ChangeObligationRow => KeyOrder::AscendingOrdinal,
+            // Rule 6: in the order the requests were recorded (the ordinal is the request id).
+            Lock::LifecycleInstance => KeyOrder::AscendingOrdinal,
+            // RegisterProviders and the materializer: byte order; a swap's two site rows carry
+            // their place in the spec's order (parked 1, activated 2) as the ordinal.
+            // A site's placement rows are taken in hostname order by one statement (the site
+            // trigger, a release of its names): the row-level tests prove that; across a swap's
+            // two sites they follow the sites' order, so the trace does not compare them.
+            Lock::ResourceKeyRows | Lock::RuleRow => KeyOrder::AscendingKeyBytes,
+            Lock::SiteRow => KeyOrder::AscendingOrdinal,
+            _ => KeyOrder::Unordered,
         }
     }
 
@@ -304,9 +444,15 @@ pub fn edges(paths: &[&PathLocks]) -> Vec<Edge> {
 
 /// A cycle in the joined lock-order graph, as the resources around it, or None.
 pub fn find_cycle(paths: &[&PathLocks]) -> Option<Vec<&'static str>> {
+    let e = edges(paths);
+    find_cycle_in(e.iter().map(|e| (e.from, e.to))).map(|c| c.into_iter().map(|s| resource_static(&s)).collect())
+}
+
+/// A cycle in a graph given by its edges (the declared one, or the one a lock trace observed).
+pub fn find_cycle_in<'a>(edges: impl Iterator<Item = (&'a str, &'a str)>) -> Option<Vec<String>> {
     let mut graph: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for e in edges(paths) {
-        graph.entry(e.from).or_default().insert(e.to);
+    for (from, to) in edges {
+        graph.entry(from).or_default().insert(to);
     }
     // Depth-first search with colours: reaching a node still on the stack closes a cycle.
     fn visit<'a>(
@@ -338,7 +484,7 @@ pub fn find_cycle(paths: &[&PathLocks]) -> Option<Vec<&'static str>> {
     for n in nodes {
         let mut stack = vec![];
         if let Some(c) = visit(n, &graph, &mut stack, &mut done) {
-            return Some(c.into_iter().map(|s| resource_static(s)).collect());
+            return Some(c.into_iter().map(str::to_string).collect());
         }
     }
     None
@@ -395,6 +541,16 @@ const ALL: &[Lock] = &[
 
 /// The per-path orders as `docs/database-locks.md` shows them, between its markers.
 pub fn render_orders(paths: &[&PathLocks]) -> String {
+    render_orders_observed(paths, None)
+}
+
+/// The same, with each declared edge's count from a stress run's observed edges ((from, to,
+/// path) -> transactions): `member-console lock-orders --observed <stress-json>`. Without counts
+/// each shows `×–`; `strip_counts` makes the two comparable.
+pub fn render_orders_observed(
+    paths: &[&PathLocks],
+    counts: Option<&BTreeMap<(String, String, String), u64>>,
+) -> String {
     let mut s = String::new();
     for p in paths {
         s.push_str(&format!("### {}\n\n`{}`, a {} transaction. {}\n\n", p.path, p.function, p.kind, p.why));
@@ -407,8 +563,42 @@ pub fn render_orders(paths: &[&PathLocks]) -> String {
         if !p.locks.is_empty() {
             s.push('\n');
         }
+        let declared = edges(&[p]);
+        if !declared.is_empty() {
+            let shown: Vec<String> = declared
+                .iter()
+                .map(|e| {
+                    let n = counts.map(|c| {
+                        c.get(&(e.from.to_string(), e.to.to_string(), p.path.to_string())).copied().unwrap_or(0)
+                    });
+                    format!("{} → {} ×{}", e.from, e.to, n.map_or("–".to_string(), |n| n.to_string()))
+                })
+                .collect();
+            s.push_str(&format!("Observed in stress: {}.\n\n", shown.join("; ")));
+        }
     }
     s
+}
+
+/// The page's text with every observed count replaced by `–`, so a page holding a run's counts
+/// compares equal to the declarations rendered without them.
+pub fn strip_counts(page: &str) -> String {
+    let mut out = String::with_capacity(page.len());
+    let mut chars = page.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '×' {
+            let mut digits = false;
+            while chars.peek().is_some_and(|d| d.is_ascii_digit() || *d == '–') {
+                chars.next();
+                digits = true;
+            }
+            if digits {
+                out.push('–');
+            }
+        }
+    }
+    out
 }
 
 pub const ORDERS_BEGIN: &str = "<!-- lock-orders:begin (generated by `member-console lock-orders`) -->";

@@ -6,13 +6,14 @@ pub mod locks;
 pub mod migrate;
 pub mod retry;
 pub mod sql_functions;
+pub mod trace;
 pub mod tx;
 
 use std::time::Duration;
 
 use sqlx::PgPool;
 
-pub use tx::{Tx, TxKind, begin};
+pub use tx::{Tx, TxKind, begin, begin_for};
 
 /// SQLSTATE 55P03: a lock wait passed `lock_timeout` (or NOWAIT).
 pub const LOCK_NOT_AVAILABLE: &str = "55P03";

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::{AssertSqlSafe, PgConnection, Postgres, pool::PoolConnection, postgres::PgRow};
 
-use super::{Db, DbError, keys::AdvisoryKey};
+use super::{Db, DbError, keys::AdvisoryKey, locks::PathLocks};
 
 /// The kinds of transaction the spec names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,11 +73,31 @@ impl Tx {
 
     /// Take a further advisory lock, exclusive and transaction-scoped, inside this transaction.
     pub async fn lock(&mut self, key: &AdvisoryKey) -> Result<(), DbError> {
+        self.lock_ordered(key, None).await
+    }
+
+    /// The same, with the value the spec orders such locks by (rule 6: a lifecycle instance's
+    /// request id), which the lock trace records.
+    pub async fn lock_ordered(&mut self, key: &AdvisoryKey, ordinal: Option<i64>) -> Result<(), DbError> {
         let (expr, binds) = key.expression(1);
-        let sql = format!("SELECT pg_advisory_xact_lock({expr})");
+        let traced = super::trace::is_on().then(|| key.lock()).flatten();
+        // Traced, the note rides in the same statement, after the lock (a target list is
+        // evaluated left to right).
+        let sql = match traced {
+            None => format!("SELECT pg_advisory_xact_lock({expr})"),
+            Some(lock) => format!(
+                "SELECT pg_advisory_xact_lock(k), core.note_lock({}, k::text, {}, ${}::bigint) FROM (SELECT {expr} AS k) s",
+                super::trace::quote(lock.trace_name()),
+                super::trace::quote(lock.mode()),
+                binds.len() + 1
+            ),
+        };
         let mut q = sqlx::query(AssertSqlSafe(sql));
         for b in binds {
             q = q.bind(b);
+        }
+        if traced.is_some() {
+            q = q.bind(ordinal);
         }
         q.execute(self.conn()).await?;
         Ok(())
@@ -229,6 +249,11 @@ fn bounds_and_locks(kind: TxKind, lock_timeout: Duration, named: bool) -> Result
             s.push(format!("SET LOCAL lock_timeout = '{}ms'", lock_timeout.as_millis()));
             s.push(TAKE_RENDEZVOUS_EXCLUSIVE.into());
         }
+        TxKind::Registry if super::trace::is_on() => s.push(
+            "SELECT pg_advisory_xact_lock(core.registry_key()), \
+             core.note_lock('Registry', core.registry_key()::text, 'exclusive', NULL)"
+                .into(),
+        ),
         TxKind::Registry => s.push("SELECT pg_advisory_xact_lock(core.registry_key())".into()),
         TxKind::Plain => {}
     }
@@ -334,7 +359,21 @@ async fn bounded(db: &Db, mut conn: PoolConnection<Postgres>) -> Result<PoolConn
 /// Open a transaction of `kind`. A lock wait past the kind's bound surfaces as
 /// `DbError::LockNotAvailable` (SQLSTATE 55P03), with nothing held.
 pub async fn begin(db: &Db, kind: TxKind) -> Result<Tx, DbError> {
-    let statements = opening_statements(kind, db.lock_timeout)?;
+    begin_named(db, kind, None).await
+}
+
+/// `begin`, for the path `decl` declares: when the lock trace is on, the opening batch names the
+/// path first, so every lock the transaction takes (its kind's own included) is counted under it.
+/// Off, it is `begin`.
+pub async fn begin_for(db: &Db, kind: TxKind, decl: &'static PathLocks) -> Result<Tx, DbError> {
+    begin_named(db, kind, Some(decl)).await
+}
+
+async fn begin_named(db: &Db, kind: TxKind, decl: Option<&'static PathLocks>) -> Result<Tx, DbError> {
+    let mut statements = opening_statements(kind, db.lock_timeout)?;
+    if let Some(d) = decl.filter(|_| super::trace::is_on()) {
+        statements.insert(1, super::trace::path_statement(d));
+    }
     let mut conn = db.pool.acquire().await?;
     // BEGIN, the SETs and the advisory lock in one round trip: the statements carry no input,
     // only numbers this module formats. A lock wait past its bound fails the batch; the
@@ -356,12 +395,34 @@ pub async fn begin(db: &Db, kind: TxKind) -> Result<Tx, DbError> {
 /// transaction rolled back. The statement is SQL whose only values are numbers the caller
 /// formatted (the simple protocol carries no parameters).
 pub async fn once(db: &Db, kind: TxKind, statement: String) -> Result<Vec<PgRow>, DbError> {
+    once_named(db, kind, None, statement).await
+}
+
+/// `once`, for the path `decl` declares (named first when the lock trace is on, as `begin_for`).
+pub async fn once_for(
+    db: &Db,
+    kind: TxKind,
+    decl: &'static PathLocks,
+    statement: String,
+) -> Result<Vec<PgRow>, DbError> {
+    once_named(db, kind, Some(decl), statement).await
+}
+
+async fn once_named(
+    db: &Db,
+    kind: TxKind,
+    decl: Option<&'static PathLocks>,
+    statement: String,
+) -> Result<Vec<PgRow>, DbError> {
     use futures_util::TryStreamExt;
     // No BEGIN or COMMIT: PostgreSQL runs a query string of several statements as one implicit
     // transaction (SET LOCAL applies to it, an advisory xact lock is held to its end, and its
     // commit comes before the answer's end), so the batch is two statements fewer. A Plain one
     // takes no lock, so it sets no path name either.
     let mut statements = bounds_and_locks(kind, db.lock_timeout, !matches!(kind, TxKind::Plain))?;
+    if let Some(d) = decl.filter(|_| super::trace::is_on()) {
+        statements.insert(0, super::trace::path_statement(d));
+    }
     // First, before any statement takes a snapshot: READ COMMITTED whatever the session's default
     // (the sessions start so too: `migrate::read_committed`), as every kind runs.
     statements.insert(0, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED".into());

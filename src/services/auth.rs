@@ -117,7 +117,7 @@ pub async fn sign_in(
     address: &str,
     previous: Option<&str>,
 ) -> Result<NewSession, AuthError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Plain, &SIGN_IN_LOCKS).await?;
     let limits = accounts::ThrottleLimits {
         address_window: ADDRESS_WINDOW,
         address_max: MAX_ADDRESS_FAILURES,

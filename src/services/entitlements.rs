@@ -37,7 +37,7 @@ pub static CONFER_GRANT_LOCKS: PathLocks = PathLocks {
 /// ConferGrant: one grant conferred in a transaction of its own.
 #[tracing::instrument(name = "Confer a grant", skip(db, grant), fields(organization_id = ?grant.organization_id, product_id = grant.product_id.0))]
 pub async fn confer_grant(db: &Db, grant: &NewGrant) -> Result<GrantId, ServiceError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &CONFER_GRANT_LOCKS).await?;
     let id = confer_grant_tx(&mut tx, grant).await?;
     tx.commit().await?;
     Ok(id)
@@ -78,7 +78,7 @@ pub struct Restored {
 /// subscriptions are delivered), else the floor, and the pool materializes.
 #[tracing::instrument(name = "End a conferral", skip(db), fields(conferral_id))]
 pub async fn end_conferral(db: &Db, conferral_id: ConferralId, reason: &str) -> Result<Restored, ServiceError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &END_CONFERRAL_LOCKS).await?;
     let pool = store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(ServiceError::NotFound("conferral"))?;
     store::lock_pools(tx.conn(), &[pool]).await?;
     let ended = store::end_conferral(tx.conn(), conferral_id, reason).await?;
@@ -154,7 +154,7 @@ pub static MATERIALIZE_POOL_LOCKS: PathLocks = PathLocks {
 
 #[tracing::instrument(name = "Materialize a pool", skip(db), fields(pool_id = pool_id.0))]
 pub async fn materialize_pool(db: &Db, pool_id: PoolId) -> Result<(), ServiceError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &MATERIALIZE_POOL_LOCKS).await?;
     store::lock_pools(tx.conn(), &[pool_id]).await?;
     store::materialize_pool(tx.conn(), pool_id).await?;
     tx.commit().await?;
@@ -200,7 +200,7 @@ pub async fn register_providers(db: &Db) -> Result<usize, ServiceError> {
     let mut keys: Vec<(&str, ProvidedKey)> =
         PROVIDERS.iter().flat_map(|(provider, keys)| keys.iter().map(move |k| (*provider, *k))).collect();
     keys.sort_by(|a, b| a.1.key.as_bytes().cmp(b.1.key.as_bytes()));
-    let mut tx = begin(db, TxKind::Plain).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Plain, &REGISTER_PROVIDERS_LOCKS).await?;
     for (provider, k) in &keys {
         store::stamp_resource_key_provider(tx.conn(), k.key, k.kind, provider, k.description).await?;
     }

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use crate::{
     db::{
-        Db, DbError, Tx, TxKind, begin,
+        Db, DbError, Tx, TxKind,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
     },
@@ -236,7 +236,7 @@ pub static ISSUE_GRANT_LOCKS: PathLocks = PathLocks {
 /// IssueGrant: an operator's grant, conferred now, or waiting for its start or its organization.
 #[tracing::instrument(name = "Issue a grant", skip(db, g), fields(product_id = g.product_id.0))]
 pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<GrantId, ServiceError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &ISSUE_GRANT_LOCKS).await?;
     match store::product_is_published(tx.conn(), g.product_id).await? {
         None => return Err(ServiceError::invalid("product_id", "That product does not exist.")),
         Some(false) => {
@@ -299,12 +299,17 @@ async fn lock_pool_of(tx: &mut Tx, g: &Grant) -> Result<Option<PoolId>, DbError>
 /// head, or its own row): the order every grant act takes them in. A grant that named no
 /// organization when first read may have been provisioned before the second lock was granted;
 /// then its pool was not locked first, so the transaction starts over (at most three times).
-async fn pool_then<F>(db: &Db, grant_id: GrantId, lock: F) -> Result<(Tx, Option<PoolId>, Grant), ServiceError>
+async fn pool_then<F>(
+    db: &Db,
+    decl: &'static PathLocks,
+    grant_id: GrantId,
+    lock: F,
+) -> Result<(Tx, Option<PoolId>, Grant), ServiceError>
 where
     F: for<'a> Fn(&'a mut Tx, &'a Grant) -> futures_util::future::BoxFuture<'a, Result<Option<Grant>, DbError>>,
 {
     for _ in 0..3 {
-        let mut tx = begin(db, TxKind::Materializing).await?;
+        let mut tx = crate::db::begin_for(db, TxKind::Materializing, decl).await?;
         let g = store::grant(tx.conn(), grant_id).await?.ok_or(ServiceError::NotFound("grant"))?;
         let pool = lock_pool_of(&mut tx, &g).await?;
         let locked = lock(&mut tx, &g).await?.ok_or(ServiceError::NotFound("grant"))?;
@@ -343,7 +348,7 @@ pub async fn revoke_grant(
     reason: &str,
 ) -> Result<GrantId, ServiceError> {
     let reason = parse_reason(reason).map_err(|m| ServiceError::invalid("reason", m))?;
-    let (mut tx, pool, head) = pool_then(db, grant_id, head_of).await?;
+    let (mut tx, pool, head) = pool_then(db, &REVOKE_GRANT_LOCKS, grant_id, head_of).await?;
     if !head.status.is_live() {
         return Err(ServiceError::Refused(format!(
             "Grant #{} is {} already; there is nothing to revoke.",
@@ -384,7 +389,7 @@ pub static EXPIRE_GRANT_LOCKS: PathLocks = PathLocks {
 /// not live or not due (a second run, or a job for a time the grant no longer has).
 #[tracing::instrument(name = "Expire a grant", skip(db), fields(grant_id))]
 pub async fn expire_grant(db: &Db, grant_id: GrantId) -> Result<bool, ServiceError> {
-    let (mut tx, pool, g) = match pool_then(db, grant_id, row_of).await {
+    let (mut tx, pool, g) = match pool_then(db, &EXPIRE_GRANT_LOCKS, grant_id, row_of).await {
         Ok(t) => t,
         Err(ServiceError::NotFound(_)) => return Ok(false),
         Err(e) => return Err(e),
@@ -419,7 +424,7 @@ pub static START_GRANT_LOCKS: PathLocks = PathLocks {
 /// longer waits, or its start has not come.
 #[tracing::instrument(name = "Start a waiting grant", skip(db), fields(grant_id))]
 pub async fn start_waiting_grant(db: &Db, grant_id: GrantId) -> Result<bool, ServiceError> {
-    let (mut tx, pool, g) = match pool_then(db, grant_id, row_of).await {
+    let (mut tx, pool, g) = match pool_then(db, &START_GRANT_LOCKS, grant_id, row_of).await {
         Ok(t) => t,
         Err(ServiceError::NotFound(_)) => return Ok(false),
         Err(e) => return Err(e),
@@ -490,7 +495,7 @@ pub static EXTEND_WAITING_GRANT_LOCKS: PathLocks = PathLocks {
 /// waiting one is rescheduled in place (ExtendWaitingGrantTx). Returns the lineage's head after.
 #[tracing::instrument(name = "Manage a grant", skip(db, m), fields(grant_id))]
 pub async fn manage_grant(db: &Db, grant_id: GrantId, m: &ManageGrant) -> Result<GrantId, ServiceError> {
-    let (mut tx, pool, head) = pool_then(db, grant_id, head_of).await?;
+    let (mut tx, pool, head) = pool_then(db, &MANAGE_GRANT_LOCKS, grant_id, head_of).await?;
     if !head.status.is_live() {
         return Err(ServiceError::Refused(format!(
             "Grant #{} is {}; only a live grant can be changed.",

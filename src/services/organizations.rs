@@ -3,7 +3,7 @@
 
 use crate::{
     db::{
-        Db, DbError, Tx, TxKind, begin,
+        Db, DbError, Tx, TxKind,
         locks::{Lock, PathLocks},
     },
     ids::{GrantId, OrgTypeId, OrganizationId, PoolId},
@@ -88,7 +88,7 @@ pub async fn create_organization_with_domain(
     org_type_id: Option<OrgTypeId>,
     email_domain: Option<&EmailDomain>,
 ) -> Result<(CreatedOrganization, usize), ServiceError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &CREATE_ORGANIZATION_LOCKS).await?;
     if let Some(d) = email_domain {
         // Before anything else: a grant issued to this domain meanwhile is seen, or sees us.
         tx.lock(&crate::db::keys::AdvisoryKey::ProvisionDomain(d.as_str().to_string())).await?;
@@ -144,7 +144,7 @@ pub static COMPACT_COUNTS_LOCKS: PathLocks = PathLocks {
 /// Fold the organization counts' appended rows into one per type: how many rows went.
 #[tracing::instrument(name = "Compact the organization counts", skip(db))]
 pub async fn compact_counts(db: &Db) -> Result<i64, DbError> {
-    let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
+    let mut tx = crate::db::begin_for(db, crate::db::TxKind::Plain, &COMPACT_COUNTS_LOCKS).await?;
     let folded = catalog::compact_organization_counts(&mut tx).await?;
     tx.commit().await?;
     Ok(folded)

@@ -74,7 +74,7 @@ pub async fn change_org_type_default(
     within: Option<Instant>,
 ) -> Result<PlanActId, ServiceError> {
     change_path(async {
-        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &CHANGE_DEFAULT_T0_LOCKS).await?;
         let Some((current,)) = store::lock_org_type(tx.conn(), org_type_id).await? else {
             return Err(ServiceError::NotFound("organization type"));
         };
@@ -228,7 +228,7 @@ fn gate_message(kind: &str) -> String {
 #[tracing::instrument(name = "ReorderTiers", skip(db, r), fields(ladder_id = r.ladder_id.0))]
 pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -> Result<PlanActId, ServiceError> {
     change_path(async {
-        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &REORDER_TIERS_T0_LOCKS).await?;
         let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
         let mut order_names = vec![];
         for p in &r.order {
@@ -429,7 +429,7 @@ pub async fn drain_plan_act(db: &Db, act: PlanActId, within: Option<Instant>) ->
             break;
         }
         for t in types {
-            let mut tx = begin(db, kind(within)).await?;
+            let mut tx = crate::db::begin_for(db, kind(within), &LIST_BATCH_LOCKS).await?;
             match store::write_obligations(tx.conn(), act, t, LISTING_BATCH).await.map_err(DbError::from) {
                 Ok(n) => {
                     tx.commit().await?;
@@ -459,7 +459,7 @@ pub async fn drain_plan_act(db: &Db, act: PlanActId, within: Option<Instant>) ->
     if !unfinished {
         // The last probe, then the act is done: under the act's row, re-checked, so a Retry that
         // requeued meanwhile keeps it running.
-        let mut tx = begin(db, kind(within)).await?;
+        let mut tx = crate::db::begin_for(db, kind(within), &LAST_PROBE_LOCKS).await?;
         store::lock_act(tx.conn(), act).await?;
         if store::unfinished(tx.conn(), act).await? {
             return Ok(out);
@@ -511,7 +511,13 @@ async fn move_part(db: &Db, act: PlanActId, part: i64, within: Option<Instant>) 
 pub async fn enact_obligation(db: &Db, act: PlanActId, pool: PoolId, within: Option<Instant>) -> Result<bool, DbError> {
     // The transaction, the call and the commit in one round trip: a drain makes one per
     // organization.
-    let rows = crate::db::tx::once(db, kind(within), store::enact_obligation_statement(act, pool)).await?;
+    let rows = crate::db::tx::once_for(
+        db,
+        kind(within),
+        &ENACT_OBLIGATION_LOCKS,
+        store::enact_obligation_statement(act, pool),
+    )
+    .await?;
     Ok(store::enacted(&rows)?.is_some())
 }
 
@@ -529,7 +535,7 @@ pub static RETRY_PLAN_ACT_LOCKS: PathLocks = PathLocks {
 #[tracing::instrument(name = "RetryPlanAct", skip(db), fields(act = act.0, actor = ?actor))]
 pub async fn retry_plan_act(db: &Db, act: PlanActId, actor: Option<AccountId>) -> Result<PlanActId, ServiceError> {
     change_path(async {
-        let mut tx = begin(db, TxKind::Materializing).await?;
+        let mut tx = crate::db::begin_for(db, TxKind::Materializing, &RETRY_PLAN_ACT_LOCKS).await?;
         if topology::plan_act(tx.conn(), act).await?.is_none() {
             return Err(ServiceError::NotFound("plan act"));
         }

@@ -91,7 +91,7 @@ pub async fn commit_rule_change_batch(
     sync_cap: i64,
 ) -> Result<Committed, ServiceError> {
     change_path(async {
-        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &RULE_CHANGE_COMMIT_LOCKS).await?;
         let started = Instant::now();
         if !catalog::lock_entitlement_set(tx.conn(), set_id).await? {
             return Err(ServiceError::NotFound("entitlement set"));
@@ -201,7 +201,8 @@ pub static DRAIN_CHANGE_LOCKS: PathLocks = PathLocks {
     kind: "Materializing",
     locks: &[Lock::RendezvousShared, Lock::PoolRow, Lock::ChangeObligationRow],
     why: "One short transaction per owed pool: the rendezvous, the pool row (settlePool, core.settle_change_pool), \
-          then the obligation rows of the pool's owed acts, settled in one statement.",
+          then the obligation rows of the pool's owed acts FOR UPDATE in act order (the order a Retry takes them \
+          in), settled in one statement.",
 };
 
 pub static RECORD_FAILURE_LOCKS: PathLocks = PathLocks {
@@ -228,7 +229,7 @@ pub struct Drained {
 pub async fn drain_change(db: &Db, change_id: RuleChangeId, parallelism: i64) -> Result<Drained, DbError> {
     // First the listing, when the commit left it to the drain: batch after batch.
     loop {
-        let mut tx = begin(db, TxKind::Materializing).await?;
+        let mut tx = crate::db::begin_for(db, TxKind::Materializing, &LIST_CHANGE_LOCKS).await?;
         let n = store::list_obligations(tx.conn(), change_id, LISTING_BATCH).await?;
         tx.commit().await?;
         if n < LISTING_BATCH {
@@ -283,7 +284,7 @@ async fn drain_part(db: &Db, change_id: RuleChangeId, part: i64, parts: i64) -> 
 
 /// One pool in a transaction of its own; a failure rolls back this pool alone.
 async fn settle_one(db: &Db, change_id: RuleChangeId, pool_id: PoolId) -> Result<bool, DbError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &DRAIN_CHANGE_LOCKS).await?;
     let settled = settle_pool(&mut tx, change_id, pool_id).await?;
     tx.commit().await?;
     Ok(settled)
@@ -297,7 +298,7 @@ pub async fn record_obligation_failure(
     pool_id: PoolId,
     error: &str,
 ) -> Result<(), DbError> {
-    let mut tx = begin(db, TxKind::Materializing).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &RECORD_FAILURE_LOCKS).await?;
     ent::lock_pools(tx.conn(), &[pool_id]).await?;
     for act in store::owed_acts_of_pool(tx.conn(), change_id, pool_id).await? {
         store::settle_obligation(tx.conn(), act, pool_id, Some(error)).await?;
@@ -318,7 +319,7 @@ pub static RETRY_RULE_CHANGE_LOCKS: PathLocks = PathLocks {
 /// The operator's Retry: failed pools are due now, and a drain runs.
 #[tracing::instrument(name = "Retry a rule change", skip(db), fields(change_id = change_id.0))]
 pub async fn retry_failed(db: &Db, change_id: RuleChangeId) -> Result<u64, ServiceError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Plain, &RETRY_RULE_CHANGE_LOCKS).await?;
     if store::change(tx.conn(), change_id).await?.is_none() {
         return Err(ServiceError::NotFound("rule change"));
     }

@@ -152,7 +152,7 @@ pub async fn preview_add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<T
 #[tracing::instrument(name = "AddTier", skip(db, a), fields(ladder_id = a.ladder_id.0, product_id = a.product_id.0))]
 pub async fn add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<(PlanActId, TierAddReach), ServiceError> {
     change_path(async {
-        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &ADD_TIER_LOCKS).await?;
         let (reach, pools) = decide_add(&mut tx, a, holder_cap).await?;
         if let Some(r) = &reach.refusal {
             return Err(ServiceError::Refused(r.clone()));
@@ -212,7 +212,7 @@ pub async fn delete_tier(
     reason: &str,
 ) -> Result<PlanActId, ServiceError> {
     change_path(async {
-        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &DELETE_TIER_LOCKS).await?;
         if !store::ladder_exists(tx.conn(), ladder_id).await? {
             return Err(ServiceError::NotFound("ladder"));
         }
@@ -371,7 +371,7 @@ pub async fn remove_tier(
     holder_cap: i64,
 ) -> Result<(PlanActId, TierRemovalReach), ServiceError> {
     change_path(async {
-        let mut tx = begin(db, TxKind::RuleChange).await?;
+        let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &REMOVE_TIER_LOCKS).await?;
         let (reach, pools) = decide_removal(&mut tx, r, holder_cap).await?;
         if let Some(m) = &reach.refusal {
             return Err(if reach.needs_disposition {
@@ -490,7 +490,7 @@ pub static REORDER_PLAN_LADDERS_LOCKS: PathLocks = PathLocks {
 /// ReorderPlanLadders: `positions` (ladder id → 1-based position) must name every ladder once.
 #[tracing::instrument(name = "ReorderPlanLadders", skip(db, positions))]
 pub async fn reorder_plan_ladders(db: &Db, positions: &BTreeMap<LadderId, i32>) -> Result<usize, ServiceError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Plain, &REORDER_PLAN_LADDERS_LOCKS).await?;
     let current = store::lock_plan_ladder_order(tx.conn()).await?;
     let ids: Vec<LadderId> = current.iter().map(|(id, _)| *id).collect();
     let mut wanted: Vec<i32> = positions.values().copied().collect();

@@ -1,6 +1,7 @@
 //! The catalog (resource keys, entitlement sets and rules, products), the topology (ladders,
 //! tiers, org types), and the read models of organizations and pools.
 
+use crate::db::locks::Lock;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
@@ -85,13 +86,17 @@ pub async fn entitlement_set(conn: &mut PgConnection, id: EntitlementSetId) -> s
 
 /// The set row, FOR UPDATE.
 pub async fn lock_entitlement_set(conn: &mut PgConnection, id: EntitlementSetId) -> sqlx::Result<bool> {
-    Ok(sqlx::query_scalar!(
+    let locked = sqlx::query_scalar!(
         "SELECT 1 AS locked FROM core.entitlement_sets WHERE entitlement_set_id = $1 FOR UPDATE",
         id as EntitlementSetId
     )
-    .fetch_optional(conn)
+    .fetch_optional(&mut *conn)
     .await?
-    .is_some())
+    .is_some();
+    if locked {
+        crate::db::trace::note(conn, Lock::EntitlementSetRow, id, Some(id.0)).await?;
+    }
+    Ok(locked)
 }
 
 pub async fn insert_entitlement_set(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<EntitlementSetId>> {

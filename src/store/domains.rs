@@ -83,12 +83,12 @@ pub async fn insert_site_placement(
     Ok(r.rows_affected() == 1)
 }
 
-/// Release a site's names.
+/// Release a site's names: its placement rows locked in hostname order, then deleted
+/// (domains.delete_site_placements, migration 0006), the order the site trigger locks them in.
 pub async fn delete_site_placements(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<u64> {
-    let r = sqlx::query!("DELETE FROM domains.placements WHERE provider = 'fedwiki' AND object_id = $1", site_id)
-        .execute(conn)
-        .await?;
-    Ok(r.rows_affected())
+    let n =
+        sqlx::query_scalar!(r#"SELECT domains.delete_site_placements($1) AS "n!""#, site_id).fetch_one(conn).await?;
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 /// Remove one placement of `owner`'s that no farm-zone name is (a site's own address goes only

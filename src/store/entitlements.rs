@@ -140,12 +140,14 @@ pub async fn materialize_pool(conn: &mut PgConnection, pool_id: PoolId) -> sqlx:
 }
 
 pub async fn resume_replaced_grants(conn: &mut PgConnection, pool_id: PoolId) -> sqlx::Result<i32> {
+    crate::db::trace::step(&mut *conn, crate::db::trace::steps::RESUME_REPLACED_GRANTS).await?;
     sqlx::query_scalar!(r#"SELECT core.resume_replaced_grants($1) AS "resumed!""#, pool_id as PoolId)
         .fetch_one(conn)
         .await
 }
 
 pub async fn deliver_displaced_subscriptions(conn: &mut PgConnection, pool_id: PoolId) -> sqlx::Result<i32> {
+    crate::db::trace::step(&mut *conn, crate::db::trace::steps::DELIVER_DISPLACED_SUBSCRIPTIONS).await?;
     sqlx::query_scalar!(r#"SELECT core.deliver_displaced_subscriptions($1) AS "delivered!""#, pool_id as PoolId)
         .fetch_one(conn)
         .await
@@ -288,6 +290,7 @@ pub async fn stamp_resource_key_provider(
             sqlx::query_scalar!("SELECT 1 AS locked FROM core.resource_keys WHERE resource_key = $1 FOR UPDATE", key)
                 .fetch_all(&mut *conn)
                 .await?;
+            crate::db::trace::note(&mut *conn, crate::db::locks::Lock::ResourceKeyRows, key, None).await?;
             sqlx::query!(
                 "UPDATE core.resource_keys SET provider = $2 WHERE resource_key = $1 AND provider IS DISTINCT FROM $2",
                 key,

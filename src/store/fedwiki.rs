@@ -2,6 +2,7 @@
 //! `fedwiki.active_sites`, the swap policy and the farm's callbacks. Named as the spec names the
 //! queries where it names them (LockSiteStatusByID, LockNumericUsage, CountSlotsByPool, ...).
 
+use crate::db::locks::Lock;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
@@ -76,25 +77,33 @@ pub async fn site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Option
 
 /// LockSiteStatusByID: the site's row FOR UPDATE.
 pub async fn lock_site_status_by_id(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Option<SiteRow>> {
-    sqlx::query_as!(
+    let r = sqlx::query_as!(
         SiteRow,
         r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus", keep_active, storage_bytes,
                   modified_at, created_at, parked_by_sweep, status_changed_at
            FROM fedwiki.sites WHERE site_id = $1 FOR UPDATE"#,
         site_id
     )
-    .fetch_optional(conn)
-    .await
+    .fetch_optional(&mut *conn)
+    .await?;
+    if r.is_some() {
+        crate::db::trace::note(conn, Lock::SiteRow, site_id, None).await?;
+    }
+    Ok(r)
 }
 
 /// GetSiteForPlacement: the site's status, its row FOR SHARE (a placement creator's one site).
 pub async fn get_site_for_placement(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Option<SiteStatus>> {
-    sqlx::query_scalar!(
+    let r = sqlx::query_scalar!(
         r#"SELECT status AS "status: SiteStatus" FROM fedwiki.sites WHERE site_id = $1 FOR SHARE"#,
         site_id
     )
-    .fetch_optional(conn)
-    .await
+    .fetch_optional(&mut *conn)
+    .await?;
+    if r.is_some() {
+        crate::db::trace::note(conn, Lock::SiteRowShare, site_id, None).await?;
+    }
+    Ok(r)
 }
 
 /// RecordCreatedSiteActivity's insert; a repeat of it (the same site) writes nothing.
@@ -374,13 +383,17 @@ pub async fn delete_holds(conn: &mut PgConnection, requests: &[RequestId]) -> sq
 /// LockNumericUsage: the pool's usage row of `fedwiki.active_sites`, FOR UPDATE; None when the
 /// pool has none (no entitlement to sites, or the System workspace's).
 pub async fn lock_numeric_usage(conn: &mut PgConnection, pool: PoolId) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar!(
+    let r = sqlx::query_scalar!(
         "SELECT used FROM core.numeric_entitlement_usage WHERE pool_id = $1 AND resource_key = $2 FOR UPDATE",
         pool as PoolId,
         ACTIVE_SITES
     )
-    .fetch_optional(conn)
-    .await
+    .fetch_optional(&mut *conn)
+    .await?;
+    if r.is_some() {
+        crate::db::trace::note(conn, Lock::UsageRow, crate::db::trace::Key2(pool, ACTIVE_SITES), Some(pool.0)).await?;
+    }
+    Ok(r)
 }
 
 /// CountSlotsByPool: active sites plus open holds. A statement of its own, after the usage lock.
@@ -517,6 +530,7 @@ pub async fn restore_swap_stamp(conn: &mut PgConnection, workspace_id: &str, end
     if locked.is_none() {
         return Ok(());
     }
+    crate::db::trace::note(&mut *conn, Lock::SwapPolicyRow, workspace_id, None).await?;
     sqlx::query!(
         "UPDATE fedwiki.swap_policies SET last_swap_at =
             (SELECT max(a.created_at) FROM fedwiki.lifecycle_requests a

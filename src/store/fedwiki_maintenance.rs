@@ -2,6 +2,7 @@
 //! sweep and at boot"): the sync's reads and its one-site writes, the purge's, the quota's, and
 //! the runs' record. Named as the spec names the queries where it names them.
 
+use crate::db::locks::Lock;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
@@ -169,15 +170,19 @@ pub async fn lock_archived_site_for_purge(
     site_id: &str,
     retention_secs: f64,
 ) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar!(
+    let r = sqlx::query_scalar!(
         "SELECT domain FROM fedwiki.sites
           WHERE site_id = $1 AND status = 'archived' AND status_changed_at < now() - make_interval(secs => $2)
           FOR UPDATE",
         site_id,
         retention_secs
     )
-    .fetch_optional(conn)
-    .await
+    .fetch_optional(&mut *conn)
+    .await?;
+    if r.is_some() {
+        crate::db::trace::note(conn, Lock::SiteRow, site_id, None).await?;
+    }
+    Ok(r)
 }
 
 // Quota reconciliation ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 //! Grants: lineage, waiting grants, the audit trail, and the outbox of reconcile requests.
 
+use crate::db::locks::Lock;
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgConnection};
 
@@ -43,7 +44,7 @@ pub async fn grant(conn: &mut PgConnection, id: GrantId) -> sqlx::Result<Option<
 
 /// GetGrantLineageHeadForUpdate: the lineage's head (the grant no other extends), FOR UPDATE.
 pub async fn lineage_head_for_update(conn: &mut PgConnection, lineage_id: GrantId) -> sqlx::Result<Option<Grant>> {
-    sqlx::query_as!(
+    let r = sqlx::query_as!(
         Grant,
         r#"SELECT grant_id, organization_id AS "organization_id: OrganizationId", provision_domain, product_id, quantity,
                   kind AS "kind: GrantKind", status AS "status: GrantStatus", starts_at, ends_at, reason,
@@ -53,13 +54,17 @@ pub async fn lineage_head_for_update(conn: &mut PgConnection, lineage_id: GrantI
          FOR UPDATE OF g"#,
         lineage_id as GrantId
     )
-    .fetch_optional(conn)
-    .await
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(g) = &r {
+        crate::db::trace::note(conn, Lock::GrantLineageHead, g.grant_id, None).await?;
+    }
+    Ok(r)
 }
 
 /// A grant's own row, FOR UPDATE (a waiting grant being attached or started).
 pub async fn lock_grant(conn: &mut PgConnection, id: GrantId) -> sqlx::Result<Option<Grant>> {
-    sqlx::query_as!(
+    let r = sqlx::query_as!(
         Grant,
         r#"SELECT grant_id, organization_id AS "organization_id: OrganizationId", provision_domain, product_id, quantity,
                   kind AS "kind: GrantKind", status AS "status: GrantStatus", starts_at, ends_at, reason,
@@ -67,8 +72,12 @@ pub async fn lock_grant(conn: &mut PgConnection, id: GrantId) -> sqlx::Result<Op
          FROM core.grants WHERE grant_id = $1 FOR UPDATE"#,
         id as GrantId
     )
-    .fetch_optional(conn)
-    .await
+    .fetch_optional(&mut *conn)
+    .await?;
+    if r.is_some() {
+        crate::db::trace::note(conn, Lock::GrantRow, id, None).await?;
+    }
+    Ok(r)
 }
 
 pub async fn lineage(conn: &mut PgConnection, lineage_id: GrantId) -> sqlx::Result<Vec<Grant>> {
@@ -244,6 +253,7 @@ pub async fn request_pool_subscription_reconciles(
     organization_id: OrganizationId,
     cause: &str,
 ) -> sqlx::Result<u64> {
+    crate::db::trace::step(&mut *conn, crate::db::trace::steps::REQUEST_POOL_SUBSCRIPTION_RECONCILES).await?;
     Ok(sqlx::query!(
         "INSERT INTO core.outbox (kind, subscription_id, payload)
          SELECT 'reconcile_subscription', s.subscription_id,

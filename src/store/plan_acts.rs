@@ -1,5 +1,6 @@
 //! The default change's rows: reached types, obligations, and the moves' SQL functions.
 
+use crate::db::locks::Lock;
 use sqlx::PgConnection;
 
 use crate::ids::{LadderId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId};
@@ -9,13 +10,16 @@ pub async fn lock_org_type(
     conn: &mut PgConnection,
     org_type_id: OrgTypeId,
 ) -> sqlx::Result<Option<(Option<LadderId>,)>> {
-    Ok(sqlx::query_scalar!(
+    let r = sqlx::query_scalar!(
         r#"SELECT default_plan_ladder_id AS "ladder: LadderId" FROM core.org_types WHERE org_type_id = $1 FOR NO KEY UPDATE"#,
         org_type_id as OrgTypeId
     )
-    .fetch_optional(conn)
-    .await?
-    .map(|d| (d,)))
+    .fetch_optional(&mut *conn)
+    .await?;
+    if r.is_some() {
+        crate::db::trace::note(conn, Lock::OrgTypeRow, org_type_id, None).await?;
+    }
+    Ok(r.map(|d| (d,)))
 }
 
 pub async fn rank0_of(conn: &mut PgConnection, ladder_id: LadderId) -> sqlx::Result<Option<ProductId>> {
@@ -225,9 +229,15 @@ pub fn enacted(rows: &[sqlx::postgres::PgRow]) -> sqlx::Result<Option<String>> {
 
 /// The act's row, FOR UPDATE (the last probe against a Retry's requeue).
 pub async fn lock_act(conn: &mut PgConnection, act: PlanActId) -> sqlx::Result<()> {
-    sqlx::query_scalar!("SELECT 1 AS locked FROM core.plan_acts WHERE plan_act_id = $1 FOR UPDATE", act as PlanActId)
-        .fetch_all(conn)
-        .await?;
+    let r = sqlx::query_scalar!(
+        "SELECT 1 AS locked FROM core.plan_acts WHERE plan_act_id = $1 FOR UPDATE",
+        act as PlanActId
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    if !r.is_empty() {
+        crate::db::trace::note(conn, Lock::PlanActRow, act, Some(act.0)).await?;
+    }
     Ok(())
 }
 

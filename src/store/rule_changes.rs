@@ -198,17 +198,27 @@ pub async fn finish_if_settled(conn: &mut PgConnection, change_id: RuleChangeId)
 
 /// Failed obligations of a change become due now; their rows are taken in (pool, act) order.
 pub async fn bring_failed_forward(conn: &mut PgConnection, change_id: RuleChangeId) -> sqlx::Result<u64> {
-    Ok(sqlx::query!(
+    let mut rows = sqlx::query!(
         "UPDATE core.entitlement_set_change_obligations o SET next_attempt_at = now()
          WHERE (o.act_id, o.pool_id) IN (
              SELECT f.act_id, f.pool_id FROM core.entitlement_set_change_obligations f
              JOIN core.entitlement_set_change_acts a USING (act_id)
-             WHERE a.change_id = $1 AND f.state = 'failed' ORDER BY f.pool_id, f.act_id FOR UPDATE OF f)",
+             WHERE a.change_id = $1 AND f.state = 'failed' ORDER BY f.pool_id, f.act_id FOR UPDATE OF f)
+         RETURNING o.act_id, o.pool_id",
         change_id as RuleChangeId
     )
-    .execute(conn)
-    .await?
-    .rows_affected())
+    .fetch_all(&mut *conn)
+    .await?;
+    // The rows were locked in (pool_id, act_id) order; the trace notes them so.
+    rows.sort_by_key(|r| (r.pool_id, r.act_id));
+    let n = rows.len() as u64;
+    crate::db::trace::note_rows(
+        conn,
+        crate::db::locks::Lock::ChangeObligationRow,
+        rows.iter().map(|r| (format!("{},{}", r.act_id, r.pool_id), Some(r.pool_id * 1_000_000_000 + r.act_id))),
+    )
+    .await?;
+    Ok(n)
 }
 
 /// Changes still draining that have an obligation due (the poller's list).

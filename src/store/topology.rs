@@ -1,5 +1,6 @@
 //! The tier topology's writers (tier add and delete, the ladders' order) and plan acts.
 
+use crate::db::locks::Lock;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
@@ -227,14 +228,16 @@ pub async fn record_plan_act(
 
 /// LockPlanLadderOrder: every ladder row, FOR NO KEY UPDATE, ascending; their current order.
 pub async fn lock_plan_ladder_order(conn: &mut PgConnection) -> sqlx::Result<Vec<(LadderId, i32)>> {
-    Ok(sqlx::query!(
+    let rows: Vec<(LadderId, i32)> = sqlx::query!(
         "SELECT plan_ladder_id, sort_order FROM core.plan_ladders ORDER BY plan_ladder_id FOR NO KEY UPDATE"
     )
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
     .await?
     .into_iter()
     .map(|r| (LadderId(r.plan_ladder_id), r.sort_order))
-    .collect())
+    .collect();
+    crate::db::trace::note_rows(conn, Lock::PlanLadderRows, rows.iter().map(|(l, _)| (l.0, Some(l.0)))).await?;
+    Ok(rows)
 }
 
 pub async fn set_sort_order(conn: &mut PgConnection, ladder_id: LadderId, sort_order: i32) -> sqlx::Result<()> {

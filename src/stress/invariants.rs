@@ -248,10 +248,17 @@ mod tests {
             database: "x".into(),
             first_errors: vec![],
             first_violations: vec!["v".into()],
+            observed_edges: vec![],
+            undeclared_edges: vec![],
+            lock_cycle: None,
+            same_table_order_violations: vec![],
+            paths_observed: vec![1],
+            paths_unobserved: vec!["2 Drain (DrainChange)".into()],
+            require_every_spec_path: false,
         };
         assert_eq!(
             r.json_line(),
-            r#"{"seconds":5,"orgs":40,"connections":6,"paths":{"RegisterProviders":{"done":2,"refused":1}},"deadlocks":0,"errors":0,"violations":3}"#
+            r#"{"seconds":5,"orgs":40,"connections":6,"paths":{"RegisterProviders":{"done":2,"refused":1}},"deadlocks":0,"errors":0,"violations":3,"observed_edges":[],"undeclared_edges":[],"lock_cycle":null,"same_table_order_violations":[],"paths_observed":[1],"paths_unobserved":["2 Drain (DrainChange)"]}"#
         );
         assert!(!r.is_clean());
     }

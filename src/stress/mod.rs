@@ -120,6 +120,9 @@ pub struct StressOptions {
     /// What the scratch database's `default_transaction_isolation` is set to (the server's when
     /// None): every path must run at READ COMMITTED whatever the database says.
     pub default_isolation: Option<DefaultIsolation>,
+    /// Fail the run when one of the spec's 63 paths was never observed in the lock trace (the
+    /// command's runs; a short test run cannot be sure to meet every branch).
+    pub require_every_spec_path: bool,
 }
 
 impl StressOptions {
@@ -131,6 +134,7 @@ impl StressOptions {
             seed: None,
             keep: false,
             default_isolation: None,
+            require_every_spec_path: true,
         }
     }
 }
@@ -190,11 +194,33 @@ pub struct StressReport {
     /// The first violated invariants, as printed.
     #[serde(skip)]
     pub first_violations: Vec<String>,
+    /// The lock trace's graph (`observed`): every edge the transactions took, with its count.
+    pub observed_edges: Vec<observed::ObservedEdge>,
+    /// Edges no declaration of the transaction's paths has; must be empty.
+    pub undeclared_edges: Vec<observed::ObservedEdge>,
+    /// A cycle in the observed graph; must be none.
+    pub lock_cycle: Option<Vec<String>>,
+    /// Two locks of one table out of the spec's key order; must be empty.
+    pub same_table_order_violations: Vec<observed::OrderViolation>,
+    /// The spec's paths (numbers) the trace shows, and the ones it does not.
+    pub paths_observed: Vec<u8>,
+    pub paths_unobserved: Vec<String>,
+    #[serde(skip)]
+    pub require_every_spec_path: bool,
 }
 
 impl StressReport {
     pub fn is_clean(&self) -> bool {
-        self.deadlocks == 0 && self.errors == 0 && self.violations == 0
+        self.deadlocks == 0 && self.errors == 0 && self.violations == 0 && self.lock_order_is_clean()
+    }
+
+    /// The observed lock order: no undeclared edge, no cycle, no key out of order, and (when the
+    /// run requires it) every spec path observed.
+    pub fn lock_order_is_clean(&self) -> bool {
+        self.undeclared_edges.is_empty()
+            && self.lock_cycle.is_none()
+            && self.same_table_order_violations.is_empty()
+            && (!self.require_every_spec_path || self.paths_unobserved.is_empty())
     }
 
     pub fn json_line(&self) -> String {
@@ -214,6 +240,7 @@ pub async fn command(opts: StressOptions) -> anyhow::Result<bool> {
 mod acts;
 mod fixture;
 mod invariants;
+pub mod observed;
 mod paths;
 mod relay;
 mod runner;

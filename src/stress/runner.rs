@@ -13,8 +13,17 @@ pub async fn run(config: &Config, opts: StressOptions) -> anyhow::Result<StressR
     // for the tasks of one drain (DrainChange runs up to that many pools at once) and of one
     // plan act's moves (a default change's or a reorder's in-request drain, or DrainPlanAct).
     let connections = opts.connections as u32 + 2 + rc::DEFAULT_DRAIN_PARALLELISM as u32 + pa::MOVE_PARALLELISM as u32;
+    // Every run traces its locks (docs/database-locks.md, "The lock trace"): every connection to
+    // the run's database carries the setting, and this process notes the Rust statements' locks.
+    // With --default-isolation the database defaults to that level too: every path must run at
+    // READ COMMITTED whatever it says.
+    crate::db::trace::enable();
     let isolation = opts.default_isolation.map(DefaultIsolation::sql);
-    let scratch = ScratchDb::create_with_default(config, "mc_stress", connections, isolation).await?;
+    let mut settings = vec![(crate::db::trace::SETTING, "on")];
+    if let Some(level) = isolation {
+        settings.push(("default_transaction_isolation", level));
+    }
+    let scratch = ScratchDb::create_with(config, "mc_stress", connections, &settings).await?;
     eprintln!(
         "stress: created database {} (default_transaction_isolation: {})",
         scratch.name,
@@ -179,6 +188,19 @@ async fn run_billed(
     }
     print_violations(&violations, &events);
 
+    let observed = observed_order(&admin).await?;
+    for f in observed.failures().iter().take(PRINTED_VIOLATIONS) {
+        eprintln!("stress: {f}");
+    }
+    eprintln!(
+        "stress: the lock trace: {} transactions, {} locks, {} observed edges, {} of {} spec paths observed",
+        observed.transactions,
+        observed.locks,
+        observed.observed_edges.len(),
+        observed.paths_observed.len(),
+        crate::lock_paths::SPEC_PATHS.len()
+    );
+
     let report = StressReport {
         seconds: opts.seconds,
         orgs: opts.orgs,
@@ -194,6 +216,13 @@ async fn run_billed(
         database: name.to_string(),
         first_errors,
         first_violations: violations.iter().take(PRINTED_VIOLATIONS).map(|v| v.message.clone()).collect(),
+        observed_edges: observed.observed_edges,
+        undeclared_edges: observed.undeclared_edges,
+        lock_cycle: observed.cycle,
+        same_table_order_violations: observed.same_table_order_violations,
+        paths_observed: observed.paths_observed,
+        paths_unobserved: observed.paths_unobserved,
+        require_every_spec_path: opts.require_every_spec_path,
     };
     eprintln!(
         "stress: {} acts, {} refused, {} deadlocks, {} errors, {} violations",
@@ -787,4 +816,11 @@ async fn seed_site_pairs(
         }
     }
     Ok(())
+}
+
+/// The run's lock trace, read back and checked against the declarations and the spec's paths.
+pub(super) async fn observed_order(admin: &PgPool) -> anyhow::Result<super::observed::ObservedOrder> {
+    let mut conn = admin.acquire().await?;
+    let rows = crate::db::trace::read_all(&mut conn).await.context("reading the lock trace")?;
+    Ok(super::observed::check(&rows, &crate::lock_paths::declared(), crate::lock_paths::SPEC_PATHS))
 }

@@ -8,7 +8,14 @@ use crate::common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{TestApp, TestDb, pause_on, stripe::StripeFixture, worker::WorkerProcess};
+use common::{
+    TestApp, TestDb,
+    locks::{Expect, assert_holds},
+    pause_on,
+    stripe::StripeFixture,
+    worker::WorkerProcess,
+};
+use member_console::db::keys::AdvisoryKey;
 use member_console::{
     demo,
     ids::{OrganizationId, PoolId, ProductId},
@@ -349,8 +356,8 @@ async fn a_second_reconcile_of_a_subscription_waits_on_the_first_ones_subscripti
     let first = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &id).await });
     let first_pid = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
     // By the periods it holds the rendezvous and the subscription's lock, and no pool row yet.
-    let declared = billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.locks;
-    common::assert_holds(&t.admin, first_pid, &declared[..2]).await;
+    let subscription = Expect::advisory(AdvisoryKey::Subscription(sub.clone()));
+    assert_holds(&t.admin, first_pid, &[Expect::rendezvous_shared(), subscription]).await;
     let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), sub.clone());
     let second = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &id).await });
     let second_pid = common::wait_for_waiter(&t.admin, &t.name, first_pid).await;
@@ -370,14 +377,17 @@ async fn a_reconcile_waits_on_the_pool_row_a_grant_revocation_holds() {
     let db = t.db.clone();
     let revoke = tokio::spawn(async move { grants::revoke_grant(&db, g, None, "done").await });
     let revoker = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
-    common::assert_holds(&t.admin, revoker, grants::REVOKE_GRANT_LOCKS.locks).await;
+    let revoking =
+        [Expect::rendezvous_shared(), Expect::row("core.resource_pools", pool.0), Expect::row("core.grants", g.0)];
+    assert_holds(&t.admin, revoker, &revoking).await;
     let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), sub.clone());
     let reconcile = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &id).await });
     let reconciler = common::wait_for_waiter(&t.admin, &t.name, revoker).await;
     // It holds the rendezvous (shared with the revocation's) and the subscription's lock, and
     // waits for the pool row: the order the spec gives, never the other way round.
-    let declared = billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.locks;
-    common::assert_holds(&t.admin, reconciler, &declared[..2]).await;
+    let subscription = Expect::advisory(AdvisoryKey::Subscription(sub.clone()));
+    assert_holds(&t.admin, reconciler, &[Expect::rendezvous_shared(), subscription]).await;
+    common::locks::assert_waits(&t.admin, reconciler, revoker, &Expect::row("core.resource_pools", pool.0)).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     revoke.await.unwrap().unwrap();
     converged(reconcile.await.unwrap().unwrap());
@@ -393,7 +403,7 @@ async fn a_second_converge_of_an_invoice_waits_on_the_first_ones_invoice_lock() 
     let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), inv.clone());
     let first = tokio::spawn(async move { billing::converge_invoice(&db, &stripe, &id).await });
     let first_pid = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
-    common::assert_holds(&t.admin, first_pid, billing::invoices::CONVERGE_INVOICE_LOCKS.locks).await;
+    assert_holds(&t.admin, first_pid, &[Expect::advisory(AdvisoryKey::Invoice(inv.clone()))]).await;
     let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), inv.clone());
     let second = tokio::spawn(async move { billing::converge_invoice(&db, &stripe, &id).await });
     common::wait_for_waiter(&t.admin, &t.name, first_pid).await;
@@ -418,7 +428,7 @@ async fn a_second_sync_click_waits_on_the_first_and_then_writes_nothing() {
     let db = t.db.clone();
     let first = tokio::spawn(async move { billing::sync_product(&db, basic).await });
     let first_pid = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
-    common::assert_holds(&t.admin, first_pid, billing::catalog_sync::SYNC_PRODUCT_LOCKS.locks).await;
+    assert_holds(&t.admin, first_pid, &[Expect::advisory(AdvisoryKey::ProductSync(basic.to_string()))]).await;
     let db = t.db.clone();
     let second = tokio::spawn(async move { billing::sync_product(&db, basic).await });
     common::wait_for_waiter(&t.admin, &t.name, first_pid).await;

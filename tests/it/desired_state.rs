@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use desired_state_receiver::{Config as ReceiverConfig, Receiver};
 use member_console::{
-    db::locks::Lock,
+    db::keys::AdvisoryKey,
     ids::{ConnectionId, OrganizationId, ProductId},
     integrations::desired_state::Relay,
     services::{
@@ -21,7 +21,7 @@ use member_console::{
 };
 use serde_json::{Value, json};
 
-use crate::common::{self, TestDb, acts};
+use crate::common::{self, TestDb, acts, locks::Expect};
 
 /// A database with two keys of a chat system, a product granting them, an organization, and a
 /// receiver.
@@ -506,6 +506,15 @@ async fn an_endpoint_that_redirects_confirms_nothing_and_the_answer_says_where_i
 
 // Lock tests ---------------------------------------------------------------------------------------
 
+/// The address lock of the setup's organization at `c`, as the harness names it.
+fn address(s: &Setup, c: ConnectionId) -> Expect {
+    Expect::advisory(AdvisoryKey::DesiredStateAddress {
+        connection: c.0.to_string(),
+        recipient_kind: "organization".into(),
+        recipient_id: s.org.0.to_string(),
+    })
+}
+
 async fn address_key(s: &Setup, c: ConnectionId) -> String {
     format!("SELECT core.lock_desired_state_address({}, 'organization', {})", c.0, s.org.0)
 }
@@ -517,7 +526,7 @@ async fn a_second_recompute_of_one_address_waits_and_computes_after_the_first_co
     s.pass().await;
     // A: a recompute paused after its address lock.
     let (mut a, a_pid) = common::hold_open(&s.t, &address_key(&s, c).await).await;
-    common::assert_holds(&s.t.admin, a_pid, &[Lock::DesiredStateAddress]).await;
+    common::locks::assert_holds(&s.t.admin, a_pid, &[address(&s, c)]).await;
     let db = s.t.db.clone();
     let org = s.org;
     let b = tokio::spawn(async move { ds::recompute_address(&db, c, org.0, ds::Ask::Notice).await });
@@ -549,7 +558,8 @@ async fn a_recompute_waits_on_the_record_a_dispatch_stamp_holds_and_the_stamp_ta
     sqlx::query("BEGIN").execute(&mut *a).await.unwrap();
     let stamped = store::stamp_dispatched(&mut *a, c, 10, 60.0).await.unwrap();
     assert_eq!(stamped.len(), 1);
-    common::assert_holds(&s.t.admin, a_pid, &[Lock::DesiredStateRecord]).await;
+    let record = Expect::row("core.desired_state_records", stamped[0].record_id.0);
+    common::locks::assert_holds(&s.t.admin, a_pid, &[record]).await;
     let advisory = common::granted_locks(&s.t.admin, a_pid).await.into_iter().filter(|l| l.0 == "advisory").count();
     assert_eq!(advisory, 0, "the stamp takes no address lock");
     acts::grant(&s.t, s.org, s.product).await;
@@ -597,7 +607,8 @@ async fn giving_back_unpushed_records_waits_on_the_record_row_not_the_address_an
     let stamped = store::stamp_dispatched(&s.t.db.pool, c, 10, 60.0).await.unwrap();
     let retry = format!("SELECT core.recompute_desired_state_address({}, 'organization', {}, 'retry')", c.0, s.org.0);
     let (mut a, a_pid) = common::hold_open(&s.t, &retry).await;
-    common::assert_holds(&s.t.admin, a_pid, &[Lock::DesiredStateAddress, Lock::DesiredStateRecord]).await;
+    let record = Expect::row("core.desired_state_records", stamped[0].record_id.0);
+    common::locks::assert_holds(&s.t.admin, a_pid, &[address(&s, c), record]).await;
     let pool = s.t.db.pool.clone();
     let b = tokio::spawn(async move { store::unstamp_unsent(&pool, &stamped).await });
     common::wait_for_waiter(&s.t.admin, &s.t.name, a_pid).await;
@@ -627,7 +638,8 @@ async fn a_read_back_waits_on_the_address_a_push_answer_holds_and_judges_what_it
         ),
     )
     .await;
-    common::assert_holds(&s.t.admin, a_pid, &[Lock::DesiredStateAddress, Lock::DesiredStateRecord]).await;
+    let record = Expect::row("core.desired_state_records", r.record_id.0);
+    common::locks::assert_holds(&s.t.admin, a_pid, &[address(&s, c), record]).await;
     // B: a read-back that found the remote still at generation 1.
     let db = s.t.db.clone();
     let (id, old) = (r.record_id, json!({ "old": true }));

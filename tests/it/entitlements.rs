@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{TestDb, acts::grant_status};
+use common::{TestDb, acts::grant_status, locks::Expect};
 use member_console::{
     db::{Db, TxKind, begin},
     demo,
@@ -449,7 +449,8 @@ async fn every_conferral_function_takes_the_pool_row() {
         });
         eprintln!("{name} waits on the pool row");
         let waiter = common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
-        common::assert_holds(&t.admin, waiter, &[member_console::db::locks::Lock::RendezvousShared]).await;
+        common::locks::assert_holds(&t.admin, waiter, &[Expect::rendezvous_shared()]).await;
+        common::locks::assert_waits(&t.admin, waiter, a_pid, &Expect::row("core.resource_pools", org.pool_id.0)).await;
         sqlx::query("ROLLBACK").execute(&mut *a).await.unwrap();
         b.await.unwrap().unwrap_or_else(|e| panic!("{name}: {e}"));
     }

@@ -9,6 +9,7 @@ use chrono::Utc;
 use common::{
     TestDb,
     acts::{community_org, grant, grant_status, grant_with, operator_grant, product_id, scalar, type_id},
+    locks::Expect,
     pages::demo_db,
 };
 use member_console::{
@@ -257,11 +258,17 @@ async fn an_expiry_waits_for_a_revocation_of_the_same_grant_and_then_finds_it_re
     let db = t.db.clone();
     let revoke = tokio::spawn(async move { grants::revoke_grant(&db, id, None, "first").await });
     let revoker = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
-    common::assert_holds(&t.admin, revoker, grants::REVOKE_GRANT_LOCKS.locks).await;
+    let revoking = [
+        Expect::rendezvous_shared(),
+        Expect::row("core.resource_pools", org.pool_id.0),
+        Expect::row("core.grants", id.0),
+    ];
+    common::locks::assert_holds(&t.admin, revoker, &revoking).await;
     let db = t.db.clone();
     let expire = tokio::spawn(async move { grants::expire_grant(&db, id).await });
     let expirer = common::wait_for_waiter(&t.admin, &t.name, revoker).await;
-    assert!(expirer > 0, "the expiry waits on the revocation's pool row");
+    // The expiry waits on the revocation for that pool's row.
+    common::locks::assert_waits(&t.admin, expirer, revoker, &revoking[1]).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     revoke.await.unwrap().unwrap();
     assert!(!expire.await.unwrap().unwrap(), "the expiry sees the revocation and does nothing");
@@ -280,7 +287,12 @@ async fn a_revocation_waiting_on_a_manage_sees_the_extension_it_committed() {
         grants::manage_grant(&db, first, &ManageGrant::parse("", "2999-01-01T00:00", "1", "renew", None).unwrap()).await
     });
     let manager = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
-    common::assert_holds(&t.admin, manager, grants::MANAGE_GRANT_LOCKS.locks).await;
+    let managing = [
+        Expect::rendezvous_shared(),
+        Expect::row("core.resource_pools", org.pool_id.0),
+        Expect::row("core.grants", first.0),
+    ];
+    common::locks::assert_holds(&t.admin, manager, &managing).await;
     let db = t.db.clone();
     let revoke = tokio::spawn(async move { grants::revoke_grant(&db, first, None, "stop").await });
     common::wait_for_waiter(&t.admin, &t.name, manager).await;

@@ -9,9 +9,13 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{TestDb, pause_writes_on};
+use common::{
+    TestDb,
+    locks::{Expect, RowMode},
+    pause_writes_on,
+};
 use member_console::{
-    db::{Db, locks::Lock, migrate},
+    db::{Db, keys::AdvisoryKey, migrate},
     ids::PoolId,
     services::{
         fedwiki::{
@@ -112,7 +116,13 @@ async fn a_recount_waiting_on_a_record_steps_usage_row_counts_what_it_committed_
         record::finish_all_with(&db, &[req], record::Activity::Status { status: SiteStatus::Parked }).await
     });
     let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
-    common::assert_holds(&s.t.admin, record_pid, &[Lock::LifecycleInstance]).await;
+    let usage = format!("{},fedwiki.active_sites", s.pool.0);
+    let held = [
+        Expect::advisory(AdvisoryKey::LifecycleInstance(site.clone())),
+        Expect::row("fedwiki.sites", &site),
+        Expect::row_in("core.numeric_entitlement_usage", usage, RowMode::Update),
+    ];
+    common::locks::assert_holds(&s.t.admin, record_pid, &held).await;
     // usage.RecountAll (one autocommit call per pool) waits for that row.
     let db = s.t.db.clone();
     let recount = tokio::spawn(async move { maintenance::recount_all(&db).await });
@@ -147,7 +157,8 @@ async fn a_move_waiting_on_a_rule_change_reads_its_rules_and_settles_under_a_rep
     let set = member_console::ids::EntitlementSetId(free);
     let commit = tokio::spawn(async move { rc::commit_rule_change_batch(&db, set, &rules, None, "", 100).await });
     let committer = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
-    common::assert_holds(&t.admin, committer, &[Lock::RendezvousExclusive]).await;
+    common::locks::assert_holds(&t.admin, committer, &[Expect::rendezvous_exclusive()]).await;
+    common::locks::assert_waits(&t.admin, committer, hold_pid, &Expect::row("core.entitlement_sets", free)).await;
     // One organization's move (EnactObligation, one round trip) waits on the rendezvous.
     let db = t.db.clone();
     let mover = tokio::spawn(async move { pa::enact_obligation(&db, act, pool, None).await });

@@ -18,6 +18,7 @@ mod grant_pages;
 mod grants;
 mod isolation;
 mod jobs;
+mod lock_trace;
 mod metrics;
 mod migrations;
 mod offline_data;

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use common::{
     TestDb,
     acts::*,
+    locks::{Expect, RowMode},
     pages::{Answer, Session, app_with_demo},
 };
 use member_console::{
-    db::{TxKind, begin, locks::Lock},
+    db::{TxKind, begin},
     demo,
     ids::{GrantId, LadderId, OrgTypeId, PlanActId, PoolId},
     services::{
@@ -354,7 +355,10 @@ async fn a_listing_batch_and_a_move_on_one_pool_wait_for_each_other() {
     let (mut hold, hold_pid) = hold_pool(&t, pool).await;
     let listing = spawn_list_batch(&t, act, community, 500);
     let lister = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
-    common::assert_holds(&t.admin, lister, &[Lock::RendezvousShared]).await;
+    common::locks::assert_holds(&t.admin, lister, &[Expect::rendezvous_shared()]).await;
+    // It waits on the move for that pool's row.
+    let locked = Expect::row_in("core.resource_pools", pool.0, RowMode::KeyShare);
+    common::locks::assert_waits(&t.admin, lister, hold_pid, &locked).await;
     assert_eq!(written(&t).await.3, 0, "no obligation written while the batch waits");
     sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
     drop(hold);
@@ -366,7 +370,12 @@ async fn a_listing_batch_and_a_move_on_one_pool_wait_for_each_other() {
     let mut batch = begin(&t.db, TxKind::Materializing).await.unwrap();
     let batch_pid = common::backend_pid(batch.conn()).await;
     assert_eq!(store::write_obligations(batch.conn(), act2, community, 500).await.unwrap(), 6);
-    common::assert_holds(&t.admin, batch_pid, pa::LIST_BATCH_LOCKS.locks).await;
+    common::locks::assert_holds(
+        &t.admin,
+        batch_pid,
+        &[Expect::rendezvous_shared(), Expect::row_in("core.resource_pools", pool.0, RowMode::KeyShare)],
+    )
+    .await;
     let db = t.db.clone();
     let mover = tokio::spawn(async move { pa::enact_obligation(&db, act2, pool, None).await });
     let waiter = common::wait_for_waiter(&t.admin, &t.name, batch_pid).await;
@@ -408,7 +417,8 @@ async fn t0_waits_on_an_open_materializing_transaction_and_takes_no_pool_or_obli
         pa::change_org_type_default(&db, community, wiki, Some(Disposition::Migrate), None, "", None).await
     });
     let waiter = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
-    common::assert_holds(&t.admin, waiter, &[Lock::RendezvousExclusive]).await;
+    common::locks::assert_holds(&t.admin, waiter, &[Expect::rendezvous_exclusive()]).await;
+    common::locks::assert_waits(&t.admin, waiter, hold_pid, &Expect::row("core.org_types", community.0)).await;
     assert_no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
     // A move cannot run meanwhile: T0's exclusive rendezvous keeps it out.
     sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
@@ -425,7 +435,9 @@ async fn t0_waits_on_an_open_materializing_transaction_and_takes_no_pool_or_obli
         pa::change_org_type_default(&db, community, support, Some(Disposition::Grandfather), None, "", None).await
     });
     let waiter = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
-    common::assert_holds(&t.admin, waiter, pa::CHANGE_DEFAULT_T0_LOCKS.locks).await;
+    let t0_locks =
+        [Expect::rendezvous_exclusive(), Expect::row_in("core.org_types", community.0, RowMode::NoKeyUpdate)];
+    common::locks::assert_holds(&t.admin, waiter, &t0_locks).await;
     assert_no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
     sqlx::query("ROLLBACK").execute(&mut *hold).await.unwrap();
     let act3 = t0.await.unwrap().unwrap();

@@ -8,10 +8,12 @@ use crate::common;
 use chrono::{DateTime, Utc};
 use common::{
     TestApp, TestDb,
+    locks::Expect,
     pages::{Answer, Session},
     stripe::StripeFixture,
 };
 use member_console::{
+    db::keys::AdvisoryKey,
     demo,
     ids::{AccountId, LadderId, OrganizationId, PoolId, PriceId, SubscriptionId},
     services::{
@@ -643,14 +645,16 @@ async fn a_resume_waits_for_nothing_a_reconcile_holds_but_the_reconcile_waits_on
     let (db, who, org, id) = (p.t.db.clone(), p.who, p.org, p.subscription_id);
     let resume = tokio::spawn(async move { billing::resume::resume_subscription(&db, who, org, id).await });
     let resume_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, pause_pid).await;
-    common::assert_holds(&p.t.admin, resume_pid, billing::resume::RESUME_SUBSCRIPTION_LOCKS.locks).await;
+    let pool_row = Expect::row("core.resource_pools", p.pool.0);
+    common::locks::assert_holds(&p.t.admin, resume_pid, &[Expect::rendezvous_shared(), pool_row.clone()]).await;
     // A reconcile of the subscription takes the rendezvous (shared) and the subscription's lock,
     // which the resume does not hold, and waits on the pool row.
     let (db, stripe, sub) = (p.t.db.clone(), p.s.stripe.clone(), p.sub.clone());
     let reconcile = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &sub).await });
     let reconcile_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, resume_pid).await;
-    let declared = billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.locks;
-    common::assert_holds(&p.t.admin, reconcile_pid, &declared[..2]).await;
+    let subscription = Expect::advisory(AdvisoryKey::Subscription(p.sub.clone()));
+    common::locks::assert_holds(&p.t.admin, reconcile_pid, &[Expect::rendezvous_shared(), subscription]).await;
+    common::locks::assert_waits(&p.t.admin, reconcile_pid, resume_pid, &pool_row).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     assert_eq!(resume.await.unwrap().unwrap(), 1);
     match reconcile.await.unwrap().unwrap() {
@@ -726,12 +730,15 @@ async fn a_cancellation_reconciled_while_resume_plan_holds_the_pool_row_ends_wha
     let (db, who, org, id) = (p.t.db.clone(), p.who, p.org, p.subscription_id);
     let resume = tokio::spawn(async move { billing::resume::resume_subscription(&db, who, org, id).await });
     let resume_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, pause_pid).await;
-    common::assert_holds(&p.t.admin, resume_pid, billing::resume::RESUME_SUBSCRIPTION_LOCKS.locks).await;
+    let pool_row = Expect::row("core.resource_pools", p.pool.0);
+    common::locks::assert_holds(&p.t.admin, resume_pid, &[Expect::rendezvous_shared(), pool_row.clone()]).await;
     // The cancellation's reconcile (the ended branch) waits on the pool row the resume holds.
     let (db, stripe, sub) = (p.t.db.clone(), p.s.stripe.clone(), p.sub.clone());
     let reconcile = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &sub).await });
     let reconcile_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, resume_pid).await;
-    common::assert_holds(&p.t.admin, reconcile_pid, &billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.locks[..2]).await;
+    let subscription = Expect::advisory(AdvisoryKey::Subscription(p.sub.clone()));
+    common::locks::assert_holds(&p.t.admin, reconcile_pid, &[Expect::rendezvous_shared(), subscription]).await;
+    common::locks::assert_waits(&p.t.admin, reconcile_pid, resume_pid, &pool_row).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     assert_eq!(resume.await.unwrap().unwrap(), 1, "the resume read the subscription active and conferred it");
     match reconcile.await.unwrap().unwrap() {

@@ -14,7 +14,7 @@ use common::{
     pages::demo_db,
 };
 use member_console::{
-    db::{TxKind, begin, locks::Lock},
+    db::{TxKind, begin},
     ids::{EntitlementSetId, PoolId},
     services::{
         entitlements::{self as ent},
@@ -99,7 +99,9 @@ async fn a_materializing_transaction_waits_for_the_commit_and_sees_its_rules() {
     let commit =
         tokio::spawn(async move { rc::commit_rule_change_batch(&db, basic, &rules(CHANGE), None, "", 100).await });
     let committer = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
-    common::assert_holds(&t.admin, committer, &[Lock::RendezvousExclusive]).await;
+    common::locks::assert_holds(&t.admin, committer, &[common::locks::Expect::rendezvous_exclusive()]).await;
+    let set_row = common::locks::Expect::row("core.entitlement_sets", basic.0);
+    common::locks::assert_waits(&t.admin, committer, hold_pid, &set_row).await;
     // B: a materialization of a carrying pool waits on the commit.
     let db = t.db.clone();
     let pool = pools[0];

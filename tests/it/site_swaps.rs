@@ -192,9 +192,25 @@ async fn a_failed_swaps_record_step_takes_the_swap_policy_row_after_its_request_
     let s = setup("Free").await;
     let (activation, park) = s.swap_asked().await;
     let (req, half) = (s.request(activation).await, s.request(park).await);
+    let holding = [
+        crate::sites::instance(&req.instance_id),
+        crate::sites::instance(&half.instance_id),
+        s.usage_row(),
+        common::locks::Expect::row_in(
+            "fedwiki.lifecycle_requests",
+            req.request_id.0,
+            common::locks::RowMode::NoKeyUpdate,
+        ),
+        common::locks::Expect::row_in(
+            "fedwiki.lifecycle_requests",
+            half.request_id.0,
+            common::locks::RowMode::NoKeyUpdate,
+        ),
+    ];
     // A handler's intake at its last statement: the policy row upserted, not committed.
     let (mut intake, intake_pid) = s.t.runtime_begin().await;
     store::upsert_swap_policy(&mut intake, &req.workspace_id, true).await.unwrap();
+    let holding_workspace = req.workspace_id.clone();
     let db = s.t.db.clone();
     let recording = tokio::spawn(async move {
         let failed = record::Activity::Finish { state: RequestState::Failed, outcome: "The farm failed.".into() };
@@ -204,7 +220,9 @@ async fn a_failed_swaps_record_step_takes_the_swap_policy_row_after_its_request_
     // Waiting on the policy row, the record step holds everything it takes before it.
     let declared = record::FINISH_LIFECYCLE_REQUESTS_LOCKS.locks;
     assert_eq!(declared.last(), Some(&member_console::db::locks::Lock::SwapPolicyRow));
-    common::assert_holds(&s.t.admin, recorder, &declared[..declared.len() - 1]).await;
+    common::locks::assert_holds(&s.t.admin, recorder, &holding).await;
+    let policy = common::locks::Expect::row("fedwiki.swap_policies", &holding_workspace);
+    common::locks::assert_waits(&s.t.admin, recorder, intake_pid, &policy).await;
     sqlx::query("COMMIT").execute(&mut intake).await.unwrap();
     let r = recording.await.unwrap().unwrap();
     assert!(matches!(r, Recorded::Done { state: RequestState::Failed, .. }), "{r:?}");

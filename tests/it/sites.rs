@@ -7,7 +7,8 @@ use crate::common;
 
 use std::{sync::Arc, time::Duration};
 
-use common::{TestDb, farm::FarmFixture, pages::demo_db, pause_on, pause_writes_on};
+use common::{TestDb, farm::FarmFixture, locks::Expect, pages::demo_db, pause_on, pause_writes_on};
+use member_console::db::keys::AdvisoryKey;
 use member_console::{
     config::FarmSettings,
     demo,
@@ -33,6 +34,11 @@ pub(crate) struct Sites {
     pub(crate) who: AccountId,
     pub(crate) org: OrganizationId,
     pub(crate) pool: PoolId,
+}
+
+/// A site's lifecycle instance lock, as the harness names it.
+pub(crate) fn instance(site_id: &str) -> Expect {
+    Expect::advisory(AdvisoryKey::LifecycleInstance(site_id.to_string()))
 }
 
 /// The demo, its member's organization granted `product` (Free: 1 active site, Basic: 3).
@@ -96,6 +102,11 @@ impl Sites {
     pub(crate) async fn request(&self, id: RequestId) -> store::RequestRow {
         let mut c = self.t.db.read().await.unwrap();
         store::request(c.conn(), id).await.unwrap().unwrap()
+    }
+
+    /// The pool's usage row of `fedwiki.active_sites`, as a lock.
+    pub(crate) fn usage_row(&self) -> Expect {
+        Expect::row("core.numeric_entitlement_usage", format!("{},fedwiki.active_sites", self.pool.0))
     }
 
     /// The usage row of `fedwiki.active_sites`, as last counted.
@@ -449,18 +460,19 @@ async fn two_gates_for_one_pool_queue_on_the_usage_row_and_the_second_counts_the
     let s = setup("Free").await;
     let (a, b) = (s.create("gate-a").await.unwrap(), s.create("gate-b").await.unwrap());
     let (ra, rb) = (s.request(a).await, s.request(b).await);
+    let (instance_a, instance_b) = (instance(&ra.instance_id), instance(&rb.instance_id));
     // Pause the first gate at its hold's insert: it then holds the instance lock and the usage row.
     let (mut pause, pause_pid) = pause_writes_on(&s.t, "fedwiki.slot_holds").await;
     let db = s.t.db.clone();
     let first = tokio::spawn(async move { gate::hold_site_slot(&db, &ra).await });
     let first_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
-    let declared = gate::HOLD_SITE_SLOT_LOCKS.locks;
-    common::assert_holds(&s.t.admin, first_pid, &[declared[0], declared[2]]).await;
+    common::locks::assert_holds(&s.t.admin, first_pid, &[instance_a, s.usage_row()]).await;
     let db = s.t.db.clone();
     let second = tokio::spawn(async move { gate::hold_site_slot(&db, &rb).await });
     let second_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, first_pid).await;
     // The second holds its own instance lock and waits for the usage row the first holds.
-    common::assert_holds(&s.t.admin, second_pid, &declared[..1]).await;
+    common::locks::assert_holds(&s.t.admin, second_pid, &[instance_b]).await;
+    common::locks::assert_waits(&s.t.admin, second_pid, first_pid, &s.usage_row()).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     assert_eq!(first.await.unwrap().unwrap(), Gate::Held);
     assert_eq!(second.await.unwrap().unwrap(), Gate::Full { used: 1, limit: 1 });
@@ -482,10 +494,12 @@ async fn a_gate_waits_on_a_recount_that_holds_the_usage_row_and_counts_what_it_c
         .await
         .unwrap();
     let db = s.t.db.clone();
+    let gate_instance = instance(&req.instance_id);
     let gate = tokio::spawn(async move { gate::hold_site_slot(&db, &req).await });
     let gate_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, recount_pid).await;
     // The gate holds its instance lock and waits for the usage row, never the other way round.
-    common::assert_holds(&s.t.admin, gate_pid, &gate::HOLD_SITE_SLOT_LOCKS.locks[..1]).await;
+    common::locks::assert_holds(&s.t.admin, gate_pid, &[gate_instance]).await;
+    common::locks::assert_waits(&s.t.admin, gate_pid, recount_pid, &s.usage_row()).await;
     sqlx::query("UPDATE core.numeric_entitlement_usage SET used = fedwiki.count_slots($1) WHERE pool_id = $1 AND resource_key = 'fedwiki.active_sites'")
         .bind(s.pool)
         .execute(&mut recount)
@@ -516,7 +530,13 @@ async fn a_swaps_record_step_takes_the_activated_sites_instance_lock_first_and_a
     let both = [activated.clone(), parked.clone()];
     let record = tokio::spawn(async move { record::finish_all_with(&db, &both, record::Activity::Swap).await });
     let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
-    common::assert_holds(&s.t.admin, record_pid, &record::RECORD_SWAP_LOCKS.locks[..4]).await;
+    let holding = [
+        instance(&activated.instance_id),
+        instance(&parked.instance_id),
+        Expect::row("fedwiki.sites", &parked.instance_id),
+        Expect::row("fedwiki.sites", &activated.instance_id),
+    ];
+    common::locks::assert_holds(&s.t.admin, record_pid, &holding).await;
     // A status record on the parked site (its request is the swap's) waits on its instance lock.
     let db = s.t.db.clone();
     let other = tokio::spawn(async move {
@@ -539,17 +559,24 @@ async fn a_swap_intake_takes_the_workspace_lock_before_the_instance_locks_and_a_
     s.created("tab-a").await;
     s.created("tab-b").await;
     let (a, b) = (s.site_id("tab-a").await, s.site_id("tab-b").await);
-    let (mut pause, pause_pid) = pause_on(&s.t, "fedwiki.swap_policies").await;
+    // Writes to the policy table wait (its cooldown read passes): the swap pauses at its upsert,
+    // its last step. (Held in ACCESS EXCLUSIVE mode, the table stopped the swap at its cooldown
+    // read, before its instance locks, and a check that took any advisory lock for each of them
+    // passed on the workspace's lock alone.)
+    let (mut pause, pause_pid) = pause_writes_on(&s.t, "fedwiki.swap_policies").await;
     let (db, settings, who, a1, b1) = (s.t.db.clone(), s.settings.clone(), s.who, b.clone(), a.clone());
     let first = tokio::spawn(async move { fedwiki::swap_active_site(&db, &settings, who, &a1, &b1).await });
     let first_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
-    // Everything it takes before the policy row, on which it waits.
+    // Everything it takes before the policy row, on which it waits: the workspace's lock and BOTH
+    // sites' instance locks, each by its key (the workspace's lock does not stand in for them).
     let declared = fedwiki::handlers::SWAP_ACTIVE_SITE_LOCKS.locks;
     assert_eq!(declared.last(), Some(&member_console::db::locks::Lock::SwapPolicyRow));
-    common::assert_holds(&s.t.admin, first_pid, &declared[..declared.len() - 1]).await;
+    let workspace = Expect::advisory(AdvisoryKey::Workspace(format!("org-{}", s.org.0)));
+    common::locks::assert_holds(&s.t.admin, first_pid, &[workspace.clone(), instance(&a), instance(&b)]).await;
     let (db, settings, who) = (s.t.db.clone(), s.settings.clone(), s.who);
     let second = tokio::spawn(async move { fedwiki::swap_active_site(&db, &settings, who, &b, &a).await });
-    common::wait_for_waiter(&s.t.admin, &s.t.name, first_pid).await;
+    let second_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, first_pid).await;
+    common::locks::assert_waits(&s.t.admin, second_pid, first_pid, &workspace).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     first.await.unwrap().unwrap();
     let e = second.await.unwrap().unwrap_err();
@@ -802,7 +829,8 @@ async fn a_placement_creator_waits_on_the_site_row_a_record_step_holds_and_sees_
     });
     let placer = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
     // The creator holds the registry lock and waits for the one site, FOR SHARE.
-    common::assert_holds(&s.t.admin, placer, &fedwiki::domains::PLACE_SITE_UNDER_DOMAIN_LOCKS.locks[..1]).await;
+    common::locks::assert_holds(&s.t.admin, placer, &[Expect::advisory(AdvisoryKey::Registry)]).await;
+    common::locks::assert_waits(&s.t.admin, placer, record_pid, &Expect::row("fedwiki.sites", &site)).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     assert!(matches!(record.await.unwrap().unwrap(), Recorded::Done { state: RequestState::Done, .. }));
     place.await.unwrap().unwrap();
@@ -856,7 +884,14 @@ async fn stopping_serving_waits_on_the_placement_row_a_sites_status_write_holds(
     let stop = tokio::spawn(async move { fedwiki::domains::stop_serving(&db, who, org, "moving.example.org").await });
     let stopper = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
     // The registry lock is held; the placement row is what it waits for.
-    common::assert_holds(&s.t.admin, stopper, &fedwiki::domains::STOP_SERVING_LOCKS.locks[..1]).await;
+    common::locks::assert_holds(&s.t.admin, stopper, &[Expect::advisory(AdvisoryKey::Registry)]).await;
+    common::locks::assert_waits(
+        &s.t.admin,
+        stopper,
+        record_pid,
+        &Expect::row("domains.placements", "moving.example.org"),
+    )
+    .await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     assert!(matches!(record.await.unwrap().unwrap(), Recorded::Done { state: RequestState::Done, .. }));
     stop.await.unwrap().unwrap();

@@ -26,7 +26,8 @@ use member_console::{
 async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
     let config = common::command_config(&common::root_admin_url(), "stress-test");
     // On a database that defaults to REPEATABLE READ: every path sets READ COMMITTED itself (a
-    // session or a statement left to the default would fail its lock waits with 40001).
+    // session or a statement left to the default would fail its lock waits with 40001). A short
+    // run need not meet every spec path's branch; it must keep the declared order.
     let opts = StressOptions {
         seconds: 8,
         orgs: 40,
@@ -34,6 +35,7 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
         seed: None,
         keep: false,
         default_isolation: Some(stress::DefaultIsolation::RepeatableRead),
+        require_every_spec_path: false,
     };
     let report = stress::run(&config, opts).await.unwrap();
     let summary = format!(
@@ -43,6 +45,19 @@ async fn a_short_run_does_every_path_without_deadlock_error_or_violation() {
         report.first_errors,
         report.first_violations
     );
+    // The lock trace: no cycle and no key out of the spec's order. Undeclared edges are the full
+    // run's failure (`member-console stress`, and `lock_order_is_clean`); while paths are still
+    // being named (docs/database-locks.md, "The spec's 63 paths"), a short run shows them here.
+    assert!(
+        report.lock_cycle.is_none() && report.same_table_order_violations.is_empty(),
+        "lock order: cycle {:?}, out of order {:#?}",
+        report.lock_cycle,
+        report.same_table_order_violations
+    );
+    if !report.undeclared_edges.is_empty() {
+        eprintln!("undeclared lock edges (the full run fails on them): {:#?}", report.undeclared_edges);
+    }
+    assert!(!report.observed_edges.is_empty(), "the run traced its locks");
     // Every task starts with every path once, so each is tried however rare its weight.
     for p in StressPath::ALL {
         let count = report.paths.get(p.name()).copied().unwrap_or_default();

@@ -508,7 +508,8 @@ async fn a_tier_removal_waits_for_a_materializing_transaction_and_a_conferral_wa
     let remove =
         tokio::spawn(async move { topo::remove_tier(&db, &removal(wiki, 1, Some(Disposition::Migrate)), 100).await });
     let remover = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
-    common::assert_holds(&t.admin, remover, topo::REMOVE_TIER_LOCKS.locks).await;
+    // The exclusive rendezvous, by its key (its pool and grant rows are the per-path test's).
+    common::locks::assert_holds(&t.admin, remover, &[common::locks::Expect::rendezvous_exclusive()]).await;
     assert_eq!(tiers(&t, wiki).await, tier_list(&["Free", "Pro"]), "nothing committed yet");
     let conferral = spawn_grant(&t, waiter_org.organization_id, pro);
     common::wait_for_waiter(&t.admin, &t.name, remover).await;
@@ -766,7 +767,7 @@ async fn reorder_t0_waits_on_an_open_materializing_transaction_and_takes_no_pool
         pa::reorder_tiers(&db, &reorder(wiki, &[free, basic, pro], Some(Disposition::Grandfather)), None).await
     });
     let waiter = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
-    common::assert_holds(&t.admin, waiter, pa::REORDER_TIERS_T0_LOCKS.locks).await;
+    common::locks::assert_holds(&t.admin, waiter, &[common::locks::Expect::rendezvous_exclusive()]).await;
     assert_no_pool_nor_obligation(&common::granted_locks(&t.admin, waiter).await);
     sqlx::query("ROLLBACK").execute(&mut *hold).await.unwrap();
     drop(hold);
@@ -870,7 +871,22 @@ async fn a_retry_and_a_listing_batch_on_other_pools_do_not_wait_on_each_other() 
     let mut batch = begin(&t.db, TxKind::Materializing).await.unwrap();
     let batch_pid = common::backend_pid(batch.conn()).await;
     assert_eq!(store::write_obligations(batch.conn(), third, partners, 500).await.unwrap(), 2);
-    common::assert_holds(&t.admin, batch_pid, pa::LIST_BATCH_LOCKS.locks).await;
+    let partner_pools: Vec<i64> = t
+        .all(
+            sqlx::query_scalar(
+                "SELECT rp.pool_id FROM core.resource_pools rp JOIN core.organizations o USING (organization_id)
+              WHERE o.org_type_id = $1 AND rp.is_default ORDER BY 1",
+            )
+            .bind(partners.0),
+        )
+        .await;
+    let mut batch_locks = vec![common::locks::Expect::rendezvous_shared()];
+    batch_locks.extend(
+        partner_pools
+            .iter()
+            .map(|p| common::locks::Expect::row_in("core.resource_pools", p, common::locks::RowMode::KeyShare)),
+    );
+    common::locks::assert_holds(&t.admin, batch_pid, &batch_locks).await;
     let retry = tokio::time::timeout(Duration::from_secs(3), pa::retry_plan_act(&t.db, failing, None))
         .await
         .expect("the Retry completed while the listing batch was open")

@@ -10,7 +10,7 @@ use common::{
     pages::demo_db,
 };
 use member_console::{
-    db::{TxKind, begin, locks::Lock},
+    db::{TxKind, begin},
     ids::{LadderId, PoolId, ProductId},
     services::{
         organizations as orgs,
@@ -133,7 +133,9 @@ async fn a_tier_add_waits_for_a_materializing_transaction_and_a_conferral_waits_
     let db = t.db.clone();
     let add2 = tokio::spawn(async move { topo::add_tier(&db, &add(supp, team2, None), 100).await });
     let adder = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
-    common::assert_holds(&t.admin, adder, &[Lock::RendezvousExclusive]).await;
+    common::locks::assert_holds(&t.admin, adder, &[common::locks::Expect::rendezvous_exclusive()]).await;
+    // The tier trigger's FOR SHARE on the product's row is what it waits for.
+    common::locks::assert_waits(&t.admin, adder, hold_pid, &common::locks::Expect::row("core.products", team2.0)).await;
     let conferral = spawn_grant(&t, business.organization_id, team2);
     common::wait_for_waiter(&t.admin, &t.name, adder).await;
     sqlx::query("COMMIT").execute(&mut *hold).await.unwrap();
@@ -204,8 +206,14 @@ async fn ladders_are_reordered_and_a_second_reorder_waits_for_the_first() {
     let db = t.db.clone();
     let b = tokio::spawn(async move { topo::reorder_plan_ladders(&db, &order(1, 2)).await });
     let waiter = common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
-    common::assert_holds(&t.admin, a_pid, topo::REORDER_PLAN_LADDERS_LOCKS.locks).await;
-    assert!(waiter > 0);
+    let ladders: Vec<i64> = t.all(sqlx::query_scalar("SELECT plan_ladder_id FROM core.plan_ladders ORDER BY 1")).await;
+    let every_ladder: Vec<common::locks::Expect> = ladders
+        .iter()
+        .map(|l| common::locks::Expect::row_in("core.plan_ladders", l, common::locks::RowMode::NoKeyUpdate))
+        .collect();
+    common::locks::assert_holds(&t.admin, a_pid, &every_ladder).await;
+    // The second reorder waits on the first ladder row, the first it takes.
+    common::locks::assert_waits(&t.admin, waiter, a_pid, &every_ladder[0]).await;
     a.commit().await.unwrap();
     assert_eq!(b.await.unwrap().unwrap(), 0, "B saw A's order, which is already the one it asked for");
 }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     db::{
-        Db, Tx, TxKind, begin,
+        Db, Tx, TxKind,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
     },
@@ -94,7 +94,10 @@ async fn reconcile(
         Some(id) => stripe.subscription_schedule(id).await.map_err(remote)?,
         None => None,
     };
-    let mut tx = begin(db, TxKind::Materializing).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &RECONCILE_SUBSCRIPTION_LOCKS).await?;
+    if matches!(collection, Collection::Apply) {
+        crate::db::trace::step(tx.conn(), crate::db::trace::steps::APPLY_SUBSCRIPTION_COLLECTION).await?;
+    }
     tx.lock(&AdvisoryKey::Subscription(stripe_id.to_string())).await?;
     let existing = store::subscription_by_stripe_id(tx.conn(), stripe_id).await?;
     if let Some(e) = &existing {
@@ -269,7 +272,7 @@ pub async fn supersede_released_downgrades(
     stripe_id: &str,
     schedule_id: &str,
 ) -> Result<u64, ServiceError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
+    let mut tx = crate::db::begin_for(db, TxKind::Plain, &SUPERSEDE_RELEASED_DOWNGRADES_LOCKS).await?;
     tx.lock(&AdvisoryKey::Subscription(stripe_id.to_string())).await?;
     let n = crate::store::plan_changes::supersede_changes_of_schedule(tx.conn(), subscription_id, schedule_id).await?;
     tx.commit().await?;
@@ -313,6 +316,7 @@ async fn reconcile_items(
     pool: PoolId,
     s: &SubscriptionSnapshot,
 ) -> Result<(bool, Vec<crate::ids::ProductId>), ServiceError> {
+    crate::db::trace::step(tx.conn(), crate::db::trace::steps::RECONCILE_ACTIVE).await?;
     ent::lock_pools(tx.conn(), &[pool]).await?;
     let mut changed = ent::sync_source_status(tx.conn(), subscription_id, "active").await? > 0;
     let (mirrored, wanted) = mirror_items(tx, subscription_id, s).await?;
@@ -403,6 +407,7 @@ async fn mirror_items(
 /// ('suspended'); materialization when it suspended a provision. Billing II adds the pause
 /// decision's reads (collectionInputs) for past_due and unpaid.
 async fn reconcile_suspended(tx: &mut Tx, subscription_id: SubscriptionId, pool: PoolId) -> Result<bool, ServiceError> {
+    crate::db::trace::step(tx.conn(), crate::db::trace::steps::RECONCILE_SUSPENDED).await?;
     ent::lock_pools(tx.conn(), &[pool]).await?;
     let suspended = ent::sync_source_status(tx.conn(), subscription_id, "suspended").await?;
     if suspended > 0 {
@@ -420,6 +425,7 @@ async fn reconcile_ended(
     organization_id: OrganizationId,
     pool: PoolId,
 ) -> Result<bool, ServiceError> {
+    crate::db::trace::step(tx.conn(), crate::db::trace::steps::RECONCILE_ENDED).await?;
     // The row first: a Resume plan holding it may be conferring this subscription's tier (it read
     // the status before this transaction's "canceled" commits), and a read made before the row
     // would miss that provision and leave it live (issue 36). The subscription's provisions are

@@ -137,7 +137,7 @@ pub async fn recompute_address(
         connection.0,
         ask.sql()
     );
-    let rows = tx::once(db, TxKind::Plain, sql).await?;
+    let rows = tx::once_for(db, TxKind::Plain, &RECOMPUTE_ADDRESS_LOCKS, sql).await?;
     use sqlx::Row;
     let outcome: String = rows.first().map(|r| r.try_get(0)).transpose()?.unwrap_or_default();
     Ok(Recomputed::parse(&outcome))

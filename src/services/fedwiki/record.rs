@@ -103,9 +103,17 @@ pub enum Recorded {
 /// finishAllWith: `requests` in the order they were recorded.
 #[tracing::instrument(name = "Record a lifecycle outcome", skip(db, requests), fields(request_id = %requests[0].request_id, domain = %requests[0].domain))]
 pub async fn finish_all_with(db: &Db, requests: &[RequestRow], activity: Activity) -> Result<Recorded, ServiceError> {
-    let mut tx = crate::db::begin(db, TxKind::Plain).await?;
+    let decl = match &activity {
+        Activity::Created { .. } => &RECORD_CREATED_SITE_LOCKS,
+        Activity::Status { .. } => &RECORD_SITE_STATUS_LOCKS,
+        Activity::Swap => &RECORD_SWAP_LOCKS,
+        Activity::Deleted | Activity::Finish { .. } => &FINISH_LIFECYCLE_REQUESTS_LOCKS,
+    };
+    let mut tx = crate::db::begin_for(db, TxKind::Plain, decl).await?;
+    crate::db::trace::step(tx.conn(), crate::db::trace::steps::FINISH_ALL_WITH).await?;
     for r in requests {
-        tx.lock(&AdvisoryKey::LifecycleInstance(r.instance_id.clone())).await?;
+        // Rule 6: in the order the requests were recorded (the trace's ordinal).
+        tx.lock_ordered(&AdvisoryKey::LifecycleInstance(r.instance_id.clone()), Some(r.request_id.0)).await?;
     }
     for r in requests {
         let now = store::request(tx.conn(), r.request_id).await?;

@@ -4,16 +4,13 @@
 pub mod acts;
 pub mod browser;
 pub mod farm;
+pub mod locks;
 pub mod pages;
 pub mod stripe;
 pub mod worker;
 use std::time::{Duration, Instant};
 
-use member_console::db::{
-    Db,
-    locks::{Lock, PgSignature},
-    migrate,
-};
+use member_console::db::{Db, migrate};
 use sqlx::{
     Connection, Execute, Executor, FromRow, PgConnection, PgPool, Postgres,
     pool::PoolConnection,
@@ -68,6 +65,11 @@ fn template_name() -> String {
             h = h.wrapping_mul(0x100000001b3);
         }
     }
+    // And after what the harness adds to it (pgrowlocks).
+    for b in b"pgrowlocks" {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
     format!("mc_template_{h:016x}")
 }
 
@@ -91,6 +93,9 @@ async fn ensure_template(root: &str) -> String {
         let url = with_database(root, &building);
         let admin = PgPoolOptions::new().max_connections(2).connect(&url).await.unwrap();
         migrate::run(&admin, &url, TEST_RUNTIME_PASSWORD).await.expect("migrations apply to a fresh database");
+        // The row-level lock tests read held row locks with pgrowlocks (contrib): created here, in
+        // the test template only, as the administrator; never by a migration.
+        sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS pgrowlocks").execute(&admin).await.unwrap();
         admin.close().await;
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("ALTER DATABASE \"{building}\" RENAME TO \"{name}\"")))
             .execute(&mut conn)
@@ -142,6 +147,20 @@ impl TestDb {
         let mut db = Db::new(pool);
         db.lock_timeout = Duration::from_secs(5);
         TestDb { name, root_url: root, admin_url, db, admin }
+    }
+
+    /// A handle whose connections write the lock trace (`core.lock_trace`), with tracing turned on
+    /// in this process (nextest runs each test in a process of its own).
+    pub async fn traced_db(&self) -> Db {
+        member_console::db::trace::enable();
+        let runtime = member_console::db::trace::options(
+            migrate::runtime_options(&self.admin_url, TEST_RUNTIME_PASSWORD).unwrap(),
+            None,
+        );
+        let pool = PgPoolOptions::new().max_connections(4).connect_with(runtime).await.unwrap();
+        let mut db = Db::new(pool);
+        db.lock_timeout = Duration::from_secs(5);
+        db
     }
 
     /// Run `q` as the administrator and return its one row.
@@ -319,28 +338,6 @@ pub async fn lock_types_on(admin: &PgPool, pid: i32, relation: &str) -> Vec<Stri
     .fetch_all(admin)
     .await
     .unwrap()
-}
-
-/// Assert that backend `pid` holds every lock of `declared` (the ones a path declares it has
-/// taken by now), as `pg_locks` shows them.
-pub async fn assert_holds(admin: &PgPool, pid: i32, declared: &[Lock]) {
-    let held = granted_locks(admin, pid).await;
-    for lock in declared {
-        let found = match lock.pg_signature() {
-            PgSignature::Advisory { key_sql, mode } => {
-                // A key that depends on the object (NULL here) matches any advisory lock in the mode.
-                let key: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {key_sql}")))
-                    .fetch_one(admin)
-                    .await
-                    .unwrap();
-                held.iter().any(|(t, k, m)| t == "advisory" && m == mode && key.is_none_or(|key| *k == key.to_string()))
-            }
-            PgSignature::Relation { table, mode } => {
-                held.iter().any(|(t, r, m)| t == "relation" && r == table && m == mode)
-            }
-        };
-        assert!(found, "backend {pid} does not hold {} ({:?}); it holds {held:?}", lock.name(), lock.pg_signature());
-    }
 }
 
 /// A running console (web server, no worker) on a free port, against a test database. A clone is
