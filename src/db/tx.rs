@@ -71,6 +71,35 @@ impl Tx {
         Ok(())
     }
 
+    /// End the transaction by the work's answer: commit on Ok; on Err roll back, awaited, so a
+    /// refusal's locks are released before it is answered (a dropped `Tx` rolls back only when
+    /// its spawned task gets to run). A failed ROLLBACK closes the connection, which ends the
+    /// transaction on the server; the work's own error is what the caller gets.
+    pub async fn end<T, E: From<DbError>>(mut self, answer: Result<T, E>) -> Result<T, E> {
+        if answer.is_ok() {
+            self.commit().await?;
+            return answer;
+        }
+        let mut c = self.conn.take().expect("open");
+        if sqlx::raw_sql("ROLLBACK").execute(&mut *c).await.is_err() {
+            c.close_on_drop();
+        }
+        answer
+    }
+
+    /// `end` for work that may answer Ok and still give its writes back: `(answer, keep)`,
+    /// committed when `keep`, else rolled back (awaited) before the answer.
+    pub async fn end_keeping<T, E: From<DbError>>(self, answer: Result<(T, bool), E>) -> Result<T, E> {
+        match answer {
+            Ok((v, true)) => self.end(Ok(v)).await,
+            Ok((v, false)) => {
+                self.rollback().await?;
+                Ok(v)
+            }
+            Err(e) => self.end(Err(e)).await,
+        }
+    }
+
     /// Take a further advisory lock, exclusive and transaction-scoped, inside this transaction.
     pub async fn lock(&mut self, key: &AdvisoryKey) -> Result<(), DbError> {
         self.lock_ordered(key, None).await
@@ -388,6 +417,30 @@ async fn begin_named(db: &Db, kind: TxKind, decl: Option<&'static PathLocks>) ->
             Err(e.into())
         }
     }
+}
+
+/// Run `work` in a transaction of `kind`, ended by its answer (`Tx::end`): committed on Ok,
+/// rolled back before an Err is returned. `work` ends the transaction only through its answer.
+pub async fn within<T, E: From<DbError>>(
+    db: &Db,
+    kind: TxKind,
+    work: impl AsyncFnOnce(&mut Tx) -> Result<T, E>,
+) -> Result<T, E> {
+    let mut tx = begin(db, kind).await?;
+    let answer = work(&mut tx).await;
+    tx.end(answer).await
+}
+
+/// `within`, for the path `decl` declares (named first when the lock trace is on, as `begin_for`).
+pub async fn within_for<T, E: From<DbError>>(
+    db: &Db,
+    kind: TxKind,
+    decl: &'static PathLocks,
+    work: impl AsyncFnOnce(&mut Tx) -> Result<T, E>,
+) -> Result<T, E> {
+    let mut tx = begin_for(db, kind, decl).await?;
+    let answer = work(&mut tx).await;
+    tx.end(answer).await
 }
 
 /// A transaction of `kind` that runs one statement and commits, all in one round trip: the

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use crate::{
     db::{
-        Db, DbError, TxKind, begin,
+        Db, DbError, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     ids::AccountId,
     store::accounts::{self, SessionAccount},
@@ -117,7 +118,6 @@ pub async fn sign_in(
     address: &str,
     previous: Option<&str>,
 ) -> Result<NewSession, AuthError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Plain, &SIGN_IN_LOCKS).await?;
     let limits = accounts::ThrottleLimits {
         address_window: ADDRESS_WINDOW,
         address_max: MAX_ADDRESS_FAILURES,
@@ -126,26 +126,29 @@ pub async fn sign_in(
         cap: THROTTLE_CAP,
         forget: THROTTLE_FORGET,
     };
-    let reserved = accounts::reserve_sign_in(tx.conn(), email.as_str(), address, &limits).await?;
-    if let Err(retry_after) = reserved {
-        tx.rollback().await?;
-        return Err(AuthError::Throttled { retry_after });
-    }
-    let account = accounts::account_by_email(tx.conn(), email.as_str()).await?;
-    tx.commit().await?;
+    let account = crate::db::tx::within_for(db, TxKind::Plain, &SIGN_IN_LOCKS, async |tx: &mut Tx| {
+        let reserved = accounts::reserve_sign_in(tx.conn(), email.as_str(), address, &limits).await?;
+        if let Err(retry_after) = reserved {
+            return Err(AuthError::Throttled { retry_after });
+        }
+        Ok(accounts::account_by_email(tx.conn(), email.as_str()).await?)
+    })
+    .await?;
 
     // An unknown email still costs one verification, so timing does not reveal which exist.
     let ok = verify_password(account.as_ref().map(|a| a.password_hash.clone()), password.to_string()).await;
     let Some(a) = account.filter(|_| ok) else { return Err(AuthError::InvalidCredentials) };
 
     let token = crate::config::random_hex(32);
-    let mut tx = begin(db, TxKind::Plain).await?;
-    accounts::clear_sign_in(tx.conn(), email.as_str(), address).await?;
-    if let Some(previous) = previous {
-        accounts::delete_session(tx.conn(), previous).await?;
-    }
-    accounts::insert_session(tx.conn(), &token, a.account_id, address, SESSION_IDLE, SESSION_LIFETIME).await?;
-    tx.commit().await?;
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        accounts::clear_sign_in(tx.conn(), email.as_str(), address).await?;
+        if let Some(previous) = previous {
+            accounts::delete_session(tx.conn(), previous).await?;
+        }
+        accounts::insert_session(tx.conn(), &token, a.account_id, address, SESSION_IDLE, SESSION_LIFETIME).await?;
+        Ok::<_, AuthError>(())
+    })
+    .await?;
     Ok(NewSession {
         token,
         account: SessionAccount { account_id: a.account_id, email: a.email, is_operator: a.is_operator },
@@ -227,9 +230,7 @@ async fn resume_with<T>(
 
 #[tracing::instrument(name = "Sign out", skip_all)]
 pub async fn sign_out(db: &Db, token: &str) -> Result<(), DbError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
-    accounts::delete_session(tx.conn(), token).await?;
-    tx.commit().await
+    within(db, TxKind::Plain, async |tx: &mut Tx| Ok(accounts::delete_session(tx.conn(), token).await?)).await
 }
 
 /// Create the account, or set its password and role when it exists. A changed password (or
@@ -253,11 +254,12 @@ pub async fn ensure_account(
         return Ok(a.account_id);
     }
     let hash = hash_password(password.0.clone()).await;
-    let mut tx = begin(db, TxKind::Plain).await?;
-    let id = accounts::upsert_account(tx.conn(), email.as_str(), &hash, is_operator).await?;
-    accounts::delete_sessions_of(tx.conn(), id).await?;
-    tx.commit().await?;
-    Ok(id)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        let id = accounts::upsert_account(tx.conn(), email.as_str(), &hash, is_operator).await?;
+        accounts::delete_sessions_of(tx.conn(), id).await?;
+        Ok(id)
+    })
+    .await
 }
 
 /// At most as many password hashes are computed at once as there are cores: a burst of

@@ -3,11 +3,12 @@
 
 use crate::{
     db::{
-        Db, TxKind, begin,
+        Db, Tx, TxKind,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     ids::{EntitlementSetId, ProductId},
-    services::refusal::{Problems, ServiceError, change_path},
+    services::refusal::{Problems, ServiceError},
     store::catalog::{self as store, CARRIED_COUNT_CAP},
 };
 
@@ -132,24 +133,26 @@ pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &s
         problems.push("description", "A description may have at most 500 characters.");
     }
     let (key, kind) = problems.or(key.zip(kind))?;
-    let mut tx = begin(db, TxKind::Plain).await?;
-    let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind, description.trim()).await?;
-    if inserted.is_none() {
-        return Err(ServiceError::invalid("key", format!("The resource key {} exists already.", key.as_str())));
-    }
-    tx.commit().await?;
-    Ok(key.0)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind, description.trim()).await?;
+        if inserted.is_none() {
+            return Err(ServiceError::invalid("key", format!("The resource key {} exists already.", key.as_str())));
+        }
+        Ok(key.0)
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Create an entitlement set", skip_all)]
 pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<EntitlementSetId, ServiceError> {
     let name = parse_name("name", "An entitlement set", name)?;
-    let mut tx = begin(db, TxKind::Plain).await?;
-    let id = store::insert_entitlement_set(tx.conn(), &name)
-        .await?
-        .ok_or_else(|| ServiceError::invalid("name", format!("An entitlement set named “{name}” exists already.")))?;
-    tx.commit().await?;
-    Ok(id)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        let id = store::insert_entitlement_set(tx.conn(), &name).await?.ok_or_else(|| {
+            ServiceError::invalid("name", format!("An entitlement set named “{name}” exists already."))
+        })?;
+        Ok(id)
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Create a product", skip_all)]
@@ -160,17 +163,18 @@ pub async fn create_product(
     published: bool,
 ) -> Result<ProductId, ServiceError> {
     let name = parse_name("name", "A product", name)?;
-    let mut tx = begin(db, TxKind::Plain).await?;
-    if let Some(s) = set_id
-        && store::entitlement_set(tx.conn(), s).await?.is_none()
-    {
-        return Err(ServiceError::invalid("entitlement_set_id", "That entitlement set does not exist."));
-    }
-    let id = store::insert_product(tx.conn(), &name, set_id, published)
-        .await?
-        .ok_or_else(|| ServiceError::invalid("name", format!("A product named “{name}” exists already.")))?;
-    tx.commit().await?;
-    Ok(id)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        if let Some(s) = set_id
+            && store::entitlement_set(tx.conn(), s).await?.is_none()
+        {
+            return Err(ServiceError::invalid("entitlement_set_id", "That entitlement set does not exist."));
+        }
+        let id = store::insert_product(tx.conn(), &name, set_id, published)
+            .await?
+            .ok_or_else(|| ServiceError::invalid("name", format!("A product named “{name}” exists already.")))?;
+        Ok(id)
+    })
+    .await
 }
 
 pub static UPDATE_PRODUCT_LOCKS: PathLocks = PathLocks {
@@ -208,16 +212,19 @@ pub async fn set_product_seats(db: &Db, id: ProductId, raw: &str) -> Result<i32,
     let n: i32 = raw.trim().parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| {
         ServiceError::invalid("max_quantity", "Give a whole number of seats from 1 (not sold in seats) to 1000.")
     })?;
-    let mut tx = begin(db, TxKind::Plain).await?;
-    if !store::set_max_quantity(tx.conn(), id, n).await? {
-        return Err(ServiceError::NotFound("product"));
-    }
-    tx.commit().await?;
-    Ok(n)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        if !store::set_max_quantity(tx.conn(), id, n).await? {
+            return Err(ServiceError::NotFound("product"));
+        }
+        Ok(n)
+    })
+    .await
 }
 
 /// UpdateProduct: name and publication in a plain transaction; a change of entitlement set
-/// under the exclusive rendezvous, refused while any pool carries the product.
+/// under the exclusive rendezvous, refused while any pool carries the product. Not a change
+/// path: a set change's lock wait past its bound is said in the product page's own words, since
+/// what it waited for is any materialization, not only another change to plans or rules.
 #[tracing::instrument(name = "UpdateProduct", skip_all, fields(id = id.0))]
 pub async fn update_product(
     db: &Db,
@@ -232,9 +239,8 @@ pub async fn update_product(
         store::product(&mut conn, id).await?.ok_or(ServiceError::NotFound("product"))?
     };
     let set_changes = current.entitlement_set_id != set_id;
-    // A set change is a change path (under the exclusive rendezvous).
-    change_path(async {
-        let mut tx = begin(db, if set_changes { TxKind::RuleChange } else { TxKind::Plain }).await?;
+    let kind = if set_changes { TxKind::RuleChange } else { TxKind::Plain };
+    within(db, kind, async |tx: &mut Tx| {
         if set_changes {
             let carried = store::product(tx.conn(), id).await?.map(|p| p.carried_by_pools).unwrap_or(0);
             if carried > 0 {
@@ -257,12 +263,10 @@ pub async fn update_product(
             store::update_product_name(tx.conn(), id, &name, published).await
         };
         match written {
-            Ok(true) => {}
-            Ok(false) => return Err(ServiceError::NotFound("product")),
-            Err(e) => return Err(ServiceError::from_constraint(e, |c| violated(c, &name))),
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ServiceError::NotFound("product")),
+            Err(e) => Err(ServiceError::from_constraint(e, |c| violated(c, &name))),
         }
-        tx.commit().await?;
-        Ok(())
     })
     .await
 }

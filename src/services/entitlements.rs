@@ -5,8 +5,9 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     db::{
-        Db, Tx, TxKind, begin,
+        Db, Tx, TxKind,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     ids::{ConferralId, GrantId, PlanActId, PoolId, SubscriptionId},
     services::ServiceError,
@@ -37,10 +38,11 @@ pub static CONFER_GRANT_LOCKS: PathLocks = PathLocks {
 /// ConferGrant: one grant conferred in a transaction of its own.
 #[tracing::instrument(name = "Confer a grant", skip(db, grant), fields(organization_id = ?grant.organization_id, product_id = grant.product_id.0))]
 pub async fn confer_grant(db: &Db, grant: &NewGrant) -> Result<GrantId, ServiceError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &CONFER_GRANT_LOCKS).await?;
-    let id = confer_grant_tx(&mut tx, grant).await?;
-    tx.commit().await?;
-    Ok(id)
+    crate::db::tx::within_for(db, TxKind::Materializing, &CONFER_GRANT_LOCKS, async |tx: &mut Tx| {
+        let id = confer_grant_tx(tx, grant).await?;
+        Ok(id)
+    })
+    .await
 }
 
 /// ConferGrantTx: insert the grant, confer it to its organization's pool, materialize. A grant
@@ -78,13 +80,15 @@ pub struct Restored {
 /// subscriptions are delivered), else the floor, and the pool materializes.
 #[tracing::instrument(name = "End a conferral", skip(db), fields(conferral_id))]
 pub async fn end_conferral(db: &Db, conferral_id: ConferralId, reason: &str) -> Result<Restored, ServiceError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &END_CONFERRAL_LOCKS).await?;
-    let pool = store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(ServiceError::NotFound("conferral"))?;
-    store::lock_pools(tx.conn(), &[pool]).await?;
-    let ended = store::end_conferral(tx.conn(), conferral_id, reason).await?;
-    let restored = restore_pool_tx(&mut tx, pool, ended, None).await?;
-    tx.commit().await?;
-    Ok(restored)
+    crate::db::tx::within_for(db, TxKind::Materializing, &END_CONFERRAL_LOCKS, async |tx: &mut Tx| {
+        let pool =
+            store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(ServiceError::NotFound("conferral"))?;
+        store::lock_pools(tx.conn(), &[pool]).await?;
+        let ended = store::end_conferral(tx.conn(), conferral_id, reason).await?;
+        let restored = restore_pool_tx(tx, pool, ended, None).await?;
+        Ok(restored)
+    })
+    .await
 }
 
 /// After something ended in a pool whose row the caller holds: resumption, delivery, the
@@ -112,15 +116,16 @@ pub async fn sync_source_status(db: &Db, subscription_id: SubscriptionId, status
     if !matches!(status, "suspended" | "active") {
         return Err(ServiceError::invalid("status", format!("{status:?} is not a source status")));
     }
-    let mut tx = begin(db, TxKind::Materializing).await?;
-    let pools = store::pools_of_subscription(tx.conn(), subscription_id).await?;
-    store::lock_pools(tx.conn(), &pools).await?;
-    let changed = store::sync_source_status(tx.conn(), subscription_id, status).await?;
-    for p in pools {
-        store::materialize_pool(tx.conn(), p).await?;
-    }
-    tx.commit().await?;
-    Ok(changed)
+    within(db, TxKind::Materializing, async |tx: &mut Tx| {
+        let pools = store::pools_of_subscription(tx.conn(), subscription_id).await?;
+        store::lock_pools(tx.conn(), &pools).await?;
+        let changed = store::sync_source_status(tx.conn(), subscription_id, status).await?;
+        for p in pools {
+            store::materialize_pool(tx.conn(), p).await?;
+        }
+        Ok(changed)
+    })
+    .await
 }
 
 /// Change a conferral's quantity (and end bound), and materialize.
@@ -134,13 +139,15 @@ pub async fn update_conferral_bounds(
     if quantity < 1 {
         return Err(ServiceError::invalid("quantity", "A quantity is at least 1."));
     }
-    let mut tx = begin(db, TxKind::Materializing).await?;
-    let pool = store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(ServiceError::NotFound("conferral"))?;
-    store::lock_pools(tx.conn(), &[pool]).await?;
-    store::update_conferral_bounds(tx.conn(), conferral_id, quantity, ends_at).await?;
-    store::materialize_pool(tx.conn(), pool).await?;
-    tx.commit().await?;
-    Ok(())
+    within(db, TxKind::Materializing, async |tx: &mut Tx| {
+        let pool =
+            store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(ServiceError::NotFound("conferral"))?;
+        store::lock_pools(tx.conn(), &[pool]).await?;
+        store::update_conferral_bounds(tx.conn(), conferral_id, quantity, ends_at).await?;
+        store::materialize_pool(tx.conn(), pool).await?;
+        Ok(())
+    })
+    .await
 }
 
 pub static MATERIALIZE_POOL_LOCKS: PathLocks = PathLocks {
@@ -154,11 +161,12 @@ pub static MATERIALIZE_POOL_LOCKS: PathLocks = PathLocks {
 
 #[tracing::instrument(name = "Materialize a pool", skip(db), fields(pool_id = pool_id.0))]
 pub async fn materialize_pool(db: &Db, pool_id: PoolId) -> Result<(), ServiceError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &MATERIALIZE_POOL_LOCKS).await?;
-    store::lock_pools(tx.conn(), &[pool_id]).await?;
-    store::materialize_pool(tx.conn(), pool_id).await?;
-    tx.commit().await?;
-    Ok(())
+    crate::db::tx::within_for(db, TxKind::Materializing, &MATERIALIZE_POOL_LOCKS, async |tx: &mut Tx| {
+        store::lock_pools(tx.conn(), &[pool_id]).await?;
+        store::materialize_pool(tx.conn(), pool_id).await?;
+        Ok(())
+    })
+    .await
 }
 
 /// A resource key an integration enforces.
@@ -200,10 +208,11 @@ pub async fn register_providers(db: &Db) -> Result<usize, ServiceError> {
     let mut keys: Vec<(&str, ProvidedKey)> =
         PROVIDERS.iter().flat_map(|(provider, keys)| keys.iter().map(move |k| (*provider, *k))).collect();
     keys.sort_by(|a, b| a.1.key.as_bytes().cmp(b.1.key.as_bytes()));
-    let mut tx = crate::db::begin_for(db, TxKind::Plain, &REGISTER_PROVIDERS_LOCKS).await?;
-    for (provider, k) in &keys {
-        store::stamp_resource_key_provider(tx.conn(), k.key, k.kind, provider, k.description).await?;
-    }
-    tx.commit().await?;
-    Ok(keys.len())
+    crate::db::tx::within_for(db, TxKind::Plain, &REGISTER_PROVIDERS_LOCKS, async |tx: &mut Tx| {
+        for (provider, k) in &keys {
+            store::stamp_resource_key_provider(tx.conn(), k.key, k.kind, provider, k.description).await?;
+        }
+        Ok(keys.len())
+    })
+    .await
 }

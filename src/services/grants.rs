@@ -236,52 +236,56 @@ pub static ISSUE_GRANT_LOCKS: PathLocks = PathLocks {
 /// IssueGrant: an operator's grant, conferred now, or waiting for its start or its organization.
 #[tracing::instrument(name = "Issue a grant", skip(db, g), fields(product_id = g.product_id.0))]
 pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<GrantId, ServiceError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &ISSUE_GRANT_LOCKS).await?;
-    match store::product_is_published(tx.conn(), g.product_id).await? {
-        None => return Err(ServiceError::invalid("product_id", "That product does not exist.")),
-        Some(false) => {
-            return Err(ServiceError::invalid("product_id", "That product is not published, so it cannot be granted."));
-        }
-        Some(true) => {}
-    }
-    let (organization_id, domain) = match &g.recipient {
-        Recipient::Organization(id) => {
-            if !store::organization_exists(tx.conn(), *id).await? {
-                return Err(ServiceError::invalid("organization_id", format!("There is no organization #{id}.")));
+    crate::db::tx::within_for(db, TxKind::Materializing, &ISSUE_GRANT_LOCKS, async |tx: &mut Tx| {
+        match store::product_is_published(tx.conn(), g.product_id).await? {
+            None => return Err(ServiceError::invalid("product_id", "That product does not exist.")),
+            Some(false) => {
+                return Err(ServiceError::invalid(
+                    "product_id",
+                    "That product is not published, so it cannot be granted.",
+                ));
             }
-            (Some(*id), None)
+            Some(true) => {}
         }
-        // A domain whose organization exists already provisions it now. The domain's lock makes
-        // an organization being created with it either visible here or see this grant.
-        Recipient::Domain(d) => {
-            tx.lock(&AdvisoryKey::ProvisionDomain(d.as_str().to_string())).await?;
-            (store::organization_by_domain(tx.conn(), d.as_str()).await?, Some(d.as_str().to_string()))
+        let (organization_id, domain) = match &g.recipient {
+            Recipient::Organization(id) => {
+                if !store::organization_exists(tx.conn(), *id).await? {
+                    return Err(ServiceError::invalid("organization_id", format!("There is no organization #{id}.")));
+                }
+                (Some(*id), None)
+            }
+            // A domain whose organization exists already provisions it now. The domain's lock makes
+            // an organization being created with it either visible here or see this grant.
+            Recipient::Domain(d) => {
+                tx.lock(&AdvisoryKey::ProvisionDomain(d.as_str().to_string())).await?;
+                (store::organization_by_domain(tx.conn(), d.as_str()).await?, Some(d.as_str().to_string()))
+            }
+        };
+        let waits = organization_id.is_none() || g.starts_at.is_some_and(|s| s > Utc::now());
+        let new = NewGrant {
+            organization_id,
+            product_id: g.product_id,
+            quantity: g.quantity,
+            kind: if domain.is_some() { GrantKind::Provisioning } else { GrantKind::Operator },
+            status: if waits { GrantStatus::Waiting } else { GrantStatus::Active },
+            starts_at: g.starts_at,
+            ends_at: g.ends_at,
+            reason: g.reason.clone(),
+            created_by: g.actor,
+            plan_act_id: None,
+            provision_domain: domain.clone(),
+        };
+        let grant_id =
+            if waits { ent::insert_grant(tx.conn(), &new).await? } else { confer_grant_tx(tx, &new).await? };
+        if let (Some(org), false) = (organization_id, waits) {
+            store::request_pool_subscription_reconciles(tx.conn(), org, "grant issued").await?;
         }
-    };
-    let waits = organization_id.is_none() || g.starts_at.is_some_and(|s| s > Utc::now());
-    let new = NewGrant {
-        organization_id,
-        product_id: g.product_id,
-        quantity: g.quantity,
-        kind: if domain.is_some() { GrantKind::Provisioning } else { GrantKind::Operator },
-        status: if waits { GrantStatus::Waiting } else { GrantStatus::Active },
-        starts_at: g.starts_at,
-        ends_at: g.ends_at,
-        reason: g.reason.clone(),
-        created_by: g.actor,
-        plan_act_id: None,
-        provision_domain: domain.clone(),
-    };
-    let grant_id =
-        if waits { ent::insert_grant(tx.conn(), &new).await? } else { confer_grant_tx(&mut tx, &new).await? };
-    if let (Some(org), false) = (organization_id, waits) {
-        store::request_pool_subscription_reconciles(tx.conn(), org, "grant issued").await?;
-    }
-    store::record_event(tx.conn(), grant_id, organization_id, "issued", g.actor, &g.reason, json!({})).await?;
-    let created = store::grant(tx.conn(), grant_id).await?.ok_or(ServiceError::NotFound("grant"))?;
-    schedule_grant_jobs(&mut tx, &created).await?;
-    tx.commit().await?;
-    Ok(grant_id)
+        store::record_event(tx.conn(), grant_id, organization_id, "issued", g.actor, &g.reason, json!({})).await?;
+        let created = store::grant(tx.conn(), grant_id).await?.ok_or(ServiceError::NotFound("grant"))?;
+        schedule_grant_jobs(tx, &created).await?;
+        Ok(grant_id)
+    })
+    .await
 }
 
 /// The pool of the grant's organization, locked (LockPoolOfGrant / LockPools); None for a
@@ -310,13 +314,19 @@ where
 {
     for _ in 0..3 {
         let mut tx = crate::db::begin_for(db, TxKind::Materializing, decl).await?;
-        let g = store::grant(tx.conn(), grant_id).await?.ok_or(ServiceError::NotFound("grant"))?;
-        let pool = lock_pool_of(&mut tx, &g).await?;
-        let locked = lock(&mut tx, &g).await?.ok_or(ServiceError::NotFound("grant"))?;
-        if locked.organization_id == g.organization_id {
-            return Ok((tx, pool, locked));
+        let found = async {
+            let g = store::grant(tx.conn(), grant_id).await?.ok_or(ServiceError::NotFound("grant"))?;
+            let pool = lock_pool_of(&mut tx, &g).await?;
+            let locked = lock(&mut tx, &g).await?.ok_or(ServiceError::NotFound("grant"))?;
+            Ok::<_, ServiceError>((g.organization_id, pool, locked))
         }
-        tx.rollback().await?;
+        .await;
+        match found {
+            Ok((first_read, pool, locked)) if locked.organization_id == first_read => return Ok((tx, pool, locked)),
+            Ok(_) => tx.rollback().await?,
+            // Not found, or a lock that failed: rolled back before it is answered.
+            Err(e) => return tx.end(Err(e)).await,
+        }
     }
     Err(ServiceError::Refused("The grant changed while this was being done; try again.".into()))
 }
@@ -349,30 +359,34 @@ pub async fn revoke_grant(
 ) -> Result<GrantId, ServiceError> {
     let reason = parse_reason(reason).map_err(|m| ServiceError::invalid("reason", m))?;
     let (mut tx, pool, head) = pool_then(db, &REVOKE_GRANT_LOCKS, grant_id, head_of).await?;
-    if !head.status.is_live() {
-        return Err(ServiceError::Refused(format!(
-            "Grant #{} is {} already; there is nothing to revoke.",
-            head.grant_id, head.status
-        )));
+    let answer: Result<_, ServiceError> = async {
+        if !head.status.is_live() {
+            return Err(ServiceError::Refused(format!(
+                "Grant #{} is {} already; there is nothing to revoke.",
+                head.grant_id, head.status
+            )));
+        }
+        if head.kind == GrantKind::Floor {
+            return Err(ServiceError::Refused(
+                "A floor comes with the organization's type and cannot be revoked; grant another plan over it instead."
+                    .into(),
+            ));
+        }
+        store::set_status(tx.conn(), head.grant_id, GrantStatus::Revoked).await?;
+        let mut ended = false;
+        if let Some(c) = store::holding_conferral_of(tx.conn(), head.grant_id).await? {
+            ended = ent::end_conferral(tx.conn(), c, "revoked").await?;
+        }
+        if let (Some(p), Some(org)) = (pool, head.organization_id) {
+            restore_pool_tx(&mut tx, p, ended, None).await?;
+            store::request_pool_subscription_reconciles(tx.conn(), org, "grant revoked").await?;
+        }
+        store::record_event(tx.conn(), head.grant_id, head.organization_id, "revoked", actor, &reason, json!({}))
+            .await?;
+        Ok(head.grant_id)
     }
-    if head.kind == GrantKind::Floor {
-        return Err(ServiceError::Refused(
-            "A floor comes with the organization's type and cannot be revoked; grant another plan over it instead."
-                .into(),
-        ));
-    }
-    store::set_status(tx.conn(), head.grant_id, GrantStatus::Revoked).await?;
-    let mut ended = false;
-    if let Some(c) = store::holding_conferral_of(tx.conn(), head.grant_id).await? {
-        ended = ent::end_conferral(tx.conn(), c, "revoked").await?;
-    }
-    if let (Some(p), Some(org)) = (pool, head.organization_id) {
-        restore_pool_tx(&mut tx, p, ended, None).await?;
-        store::request_pool_subscription_reconciles(tx.conn(), org, "grant revoked").await?;
-    }
-    store::record_event(tx.conn(), head.grant_id, head.organization_id, "revoked", actor, &reason, json!({})).await?;
-    tx.commit().await?;
-    Ok(head.grant_id)
+    .await;
+    tx.end(answer).await
 }
 
 pub static EXPIRE_GRANT_LOCKS: PathLocks = PathLocks {
@@ -394,21 +408,23 @@ pub async fn expire_grant(db: &Db, grant_id: GrantId) -> Result<bool, ServiceErr
         Err(ServiceError::NotFound(_)) => return Ok(false),
         Err(e) => return Err(e),
     };
-    if !store::expire_if_due(tx.conn(), grant_id).await? {
-        tx.rollback().await?;
-        return Ok(false);
+    let answer: Result<_, ServiceError> = async {
+        if !store::expire_if_due(tx.conn(), grant_id).await? {
+            return Ok(false);
+        }
+        let mut ended = false;
+        if let Some(c) = store::holding_conferral_of(tx.conn(), grant_id).await? {
+            ended = ent::end_conferral(tx.conn(), c, "expired").await?;
+        }
+        if let (Some(p), Some(org)) = (pool, g.organization_id) {
+            restore_pool_tx(&mut tx, p, ended, None).await?;
+            store::request_pool_subscription_reconciles(tx.conn(), org, "grant expired").await?;
+        }
+        store::record_event(tx.conn(), grant_id, g.organization_id, "expired", None, "its end came", json!({})).await?;
+        Ok(true)
     }
-    let mut ended = false;
-    if let Some(c) = store::holding_conferral_of(tx.conn(), grant_id).await? {
-        ended = ent::end_conferral(tx.conn(), c, "expired").await?;
-    }
-    if let (Some(p), Some(org)) = (pool, g.organization_id) {
-        restore_pool_tx(&mut tx, p, ended, None).await?;
-        store::request_pool_subscription_reconciles(tx.conn(), org, "grant expired").await?;
-    }
-    store::record_event(tx.conn(), grant_id, g.organization_id, "expired", None, "its end came", json!({})).await?;
-    tx.commit().await?;
-    Ok(true)
+    .await;
+    tx.end(answer).await
 }
 
 pub static START_GRANT_LOCKS: PathLocks = PathLocks {
@@ -429,18 +445,21 @@ pub async fn start_waiting_grant(db: &Db, grant_id: GrantId) -> Result<bool, Ser
         Err(ServiceError::NotFound(_)) => return Ok(false),
         Err(e) => return Err(e),
     };
-    let (Some(pool), Some(org)) = (pool, g.organization_id) else { return Ok(false) };
-    let due = g.status == GrantStatus::Waiting && g.starts_at <= Utc::now() && g.ends_at.is_none_or(|e| e > Utc::now());
-    if !due {
-        tx.rollback().await?;
-        return Ok(false);
+    let answer: Result<_, ServiceError> = async {
+        let (Some(pool), Some(org)) = (pool, g.organization_id) else { return Ok(false) };
+        let due =
+            g.status == GrantStatus::Waiting && g.starts_at <= Utc::now() && g.ends_at.is_none_or(|e| e > Utc::now());
+        if !due {
+            return Ok(false);
+        }
+        ent::confer_grant(tx.conn(), grant_id).await?;
+        ent::materialize_pool(tx.conn(), pool).await?;
+        store::request_pool_subscription_reconciles(tx.conn(), org, "grant started").await?;
+        store::record_event(tx.conn(), grant_id, Some(org), "started", None, "its start came", json!({})).await?;
+        Ok(true)
     }
-    ent::confer_grant(tx.conn(), grant_id).await?;
-    ent::materialize_pool(tx.conn(), pool).await?;
-    store::request_pool_subscription_reconciles(tx.conn(), org, "grant started").await?;
-    store::record_event(tx.conn(), grant_id, Some(org), "started", None, "its start came", json!({})).await?;
-    tx.commit().await?;
-    Ok(true)
+    .await;
+    tx.end(answer).await
 }
 
 /// What an operator changes of a grant (ManageGrantTx).
@@ -496,79 +515,82 @@ pub static EXTEND_WAITING_GRANT_LOCKS: PathLocks = PathLocks {
 #[tracing::instrument(name = "Manage a grant", skip(db, m), fields(grant_id))]
 pub async fn manage_grant(db: &Db, grant_id: GrantId, m: &ManageGrant) -> Result<GrantId, ServiceError> {
     let (mut tx, pool, head) = pool_then(db, &MANAGE_GRANT_LOCKS, grant_id, head_of).await?;
-    if !head.status.is_live() {
-        return Err(ServiceError::Refused(format!(
-            "Grant #{} is {}; only a live grant can be changed.",
-            head.grant_id, head.status
-        )));
-    }
-    if head.kind == GrantKind::Floor {
-        return Err(ServiceError::Refused(
-            "A floor follows the organization's type and is not managed by hand.".into(),
-        ));
-    }
-    let result = if head.status == GrantStatus::Waiting {
-        // ExtendWaitingGrantTx: in place.
-        let starts = m.starts_at.unwrap_or(head.starts_at);
-        if m.ends_at.is_some_and(|e| e <= starts) {
-            return Err(ServiceError::invalid("ends_at", "The end must come after the start."));
+    let answer: Result<_, ServiceError> = async {
+        if !head.status.is_live() {
+            return Err(ServiceError::Refused(format!(
+                "Grant #{} is {}; only a live grant can be changed.",
+                head.grant_id, head.status
+            )));
         }
-        store::reschedule(tx.conn(), head.grant_id, starts, m.ends_at, m.quantity).await?;
-        store::record_event(
-            tx.conn(),
-            head.grant_id,
-            head.organization_id,
-            "rescheduled",
-            m.actor,
-            &m.reason,
-            json!({ "starts_at": starts, "ends_at": m.ends_at, "quantity": m.quantity }),
-        )
-        .await?;
-        let after = store::grant(tx.conn(), head.grant_id).await?.ok_or(ServiceError::NotFound("grant"))?;
-        schedule_grant_jobs(&mut tx, &after).await?;
-        head.grant_id
-    } else {
-        if m.starts_at.is_some() {
-            return Err(ServiceError::invalid(
-                "starts_at",
-                "A grant that has started keeps its start; change its end or quantity.",
+        if head.kind == GrantKind::Floor {
+            return Err(ServiceError::Refused(
+                "A floor follows the organization's type and is not managed by hand.".into(),
             ));
         }
-        // ExtendGrantTx: the new grant takes over from the head in one step under the pool row.
-        let holding = store::holding_conferral_of(tx.conn(), head.grant_id).await?;
-        let status = if holding.is_some() { GrantStatus::Active } else { GrantStatus::Replaced };
-        if let Some(c) = holding {
-            ent::end_conferral(tx.conn(), c, "extended").await?;
-        }
-        store::set_status(tx.conn(), head.grant_id, GrantStatus::Ended).await?;
-        let new_id =
-            store::insert_extension(tx.conn(), &head, status, m.quantity, m.ends_at, &m.reason, m.actor).await?;
-        if let (Some(p), true) = (pool, holding.is_some()) {
-            ent::confer_grant(tx.conn(), new_id).await?;
-            ent::materialize_pool(tx.conn(), p).await?;
-        }
-        if let Some(org) = head.organization_id {
-            store::request_pool_subscription_reconciles(tx.conn(), org, "grant extended").await?;
-        }
-        let detail = json!({ "extended_by": new_id, "ends_at": m.ends_at, "quantity": m.quantity });
-        store::record_event(tx.conn(), head.grant_id, head.organization_id, "extended", m.actor, &m.reason, detail)
+        let result = if head.status == GrantStatus::Waiting {
+            // ExtendWaitingGrantTx: in place.
+            let starts = m.starts_at.unwrap_or(head.starts_at);
+            if m.ends_at.is_some_and(|e| e <= starts) {
+                return Err(ServiceError::invalid("ends_at", "The end must come after the start."));
+            }
+            store::reschedule(tx.conn(), head.grant_id, starts, m.ends_at, m.quantity).await?;
+            store::record_event(
+                tx.conn(),
+                head.grant_id,
+                head.organization_id,
+                "rescheduled",
+                m.actor,
+                &m.reason,
+                json!({ "starts_at": starts, "ends_at": m.ends_at, "quantity": m.quantity }),
+            )
             .await?;
-        store::record_event(
-            tx.conn(),
-            new_id,
-            head.organization_id,
-            "issued",
-            m.actor,
-            &m.reason,
-            json!({ "extends": head.grant_id }),
-        )
-        .await?;
-        let after = store::grant(tx.conn(), new_id).await?.ok_or(ServiceError::NotFound("grant"))?;
-        schedule_grant_jobs(&mut tx, &after).await?;
-        new_id
-    };
-    tx.commit().await?;
-    Ok(result)
+            let after = store::grant(tx.conn(), head.grant_id).await?.ok_or(ServiceError::NotFound("grant"))?;
+            schedule_grant_jobs(&mut tx, &after).await?;
+            head.grant_id
+        } else {
+            if m.starts_at.is_some() {
+                return Err(ServiceError::invalid(
+                    "starts_at",
+                    "A grant that has started keeps its start; change its end or quantity.",
+                ));
+            }
+            // ExtendGrantTx: the new grant takes over from the head in one step under the pool row.
+            let holding = store::holding_conferral_of(tx.conn(), head.grant_id).await?;
+            let status = if holding.is_some() { GrantStatus::Active } else { GrantStatus::Replaced };
+            if let Some(c) = holding {
+                ent::end_conferral(tx.conn(), c, "extended").await?;
+            }
+            store::set_status(tx.conn(), head.grant_id, GrantStatus::Ended).await?;
+            let new_id =
+                store::insert_extension(tx.conn(), &head, status, m.quantity, m.ends_at, &m.reason, m.actor).await?;
+            if let (Some(p), true) = (pool, holding.is_some()) {
+                ent::confer_grant(tx.conn(), new_id).await?;
+                ent::materialize_pool(tx.conn(), p).await?;
+            }
+            if let Some(org) = head.organization_id {
+                store::request_pool_subscription_reconciles(tx.conn(), org, "grant extended").await?;
+            }
+            let detail = json!({ "extended_by": new_id, "ends_at": m.ends_at, "quantity": m.quantity });
+            store::record_event(tx.conn(), head.grant_id, head.organization_id, "extended", m.actor, &m.reason, detail)
+                .await?;
+            store::record_event(
+                tx.conn(),
+                new_id,
+                head.organization_id,
+                "issued",
+                m.actor,
+                &m.reason,
+                json!({ "extends": head.grant_id }),
+            )
+            .await?;
+            let after = store::grant(tx.conn(), new_id).await?.ok_or(ServiceError::NotFound("grant"))?;
+            schedule_grant_jobs(&mut tx, &after).await?;
+            new_id
+        };
+        Ok(result)
+    }
+    .await;
+    tx.end(answer).await
 }
 
 /// Provisioning: an organization created with an email domain receives the grants waiting for

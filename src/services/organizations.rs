@@ -88,21 +88,22 @@ pub async fn create_organization_with_domain(
     org_type_id: Option<OrgTypeId>,
     email_domain: Option<&EmailDomain>,
 ) -> Result<(CreatedOrganization, usize), ServiceError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &CREATE_ORGANIZATION_LOCKS).await?;
-    if let Some(d) = email_domain {
-        // Before anything else: a grant issued to this domain meanwhile is seen, or sees us.
-        tx.lock(&crate::db::keys::AdvisoryKey::ProvisionDomain(d.as_str().to_string())).await?;
-    }
-    let created = create_organization_tx(&mut tx, name, org_type_id).await?;
-    let mut provisioned = 0;
-    if let Some(d) = email_domain {
-        store::set_email_domain(tx.conn(), created.organization_id, d.as_str())
-            .await
-            .map_err(|e| ServiceError::from_constraint(e, |c| violated(c, d.as_str())))?;
-        provisioned = grants::provision_domain_grants_tx(&mut tx, created.organization_id, created.pool_id, d).await?;
-    }
-    tx.commit().await?;
-    Ok((created, provisioned))
+    crate::db::tx::within_for(db, TxKind::Materializing, &CREATE_ORGANIZATION_LOCKS, async |tx: &mut Tx| {
+        if let Some(d) = email_domain {
+            // Before anything else: a grant issued to this domain meanwhile is seen, or sees us.
+            tx.lock(&crate::db::keys::AdvisoryKey::ProvisionDomain(d.as_str().to_string())).await?;
+        }
+        let created = create_organization_tx(tx, name, org_type_id).await?;
+        let mut provisioned = 0;
+        if let Some(d) = email_domain {
+            store::set_email_domain(tx.conn(), created.organization_id, d.as_str())
+                .await
+                .map_err(|e| ServiceError::from_constraint(e, |c| violated(c, d.as_str())))?;
+            provisioned = grants::provision_domain_grants_tx(tx, created.organization_id, created.pool_id, d).await?;
+        }
+        Ok((created, provisioned))
+    })
+    .await
 }
 
 /// The same, inside a caller's Materializing transaction.
@@ -144,10 +145,11 @@ pub static COMPACT_COUNTS_LOCKS: PathLocks = PathLocks {
 /// Fold the organization counts' appended rows into one per type: how many rows went.
 #[tracing::instrument(name = "Compact the organization counts", skip(db))]
 pub async fn compact_counts(db: &Db) -> Result<i64, DbError> {
-    let mut tx = crate::db::begin_for(db, crate::db::TxKind::Plain, &COMPACT_COUNTS_LOCKS).await?;
-    let folded = catalog::compact_organization_counts(&mut tx).await?;
-    tx.commit().await?;
-    Ok(folded)
+    crate::db::tx::within_for(db, crate::db::TxKind::Plain, &COMPACT_COUNTS_LOCKS, async |tx: &mut Tx| {
+        let folded = catalog::compact_organization_counts(tx).await?;
+        Ok(folded)
+    })
+    .await
 }
 
 #[cfg(test)]

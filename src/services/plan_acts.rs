@@ -12,6 +12,7 @@ use crate::{
     db::{
         Db, DbError, Tx, TxKind, begin,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     ids::{AccountId, LadderId, OrgTypeId, PlanActId, PoolId, ProductId},
     jobs::{self, Job, NewJob},
@@ -75,42 +76,51 @@ pub async fn change_org_type_default(
 ) -> Result<PlanActId, ServiceError> {
     change_path(async {
         let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &CHANGE_DEFAULT_T0_LOCKS).await?;
-        let Some((current,)) = store::lock_org_type(tx.conn(), org_type_id).await? else {
-            return Err(ServiceError::NotFound("organization type"));
-        };
-        decide_default_target(&mut tx, current, ladder_id).await?;
-        // The gate: without a disposition, no organization may hold the outgoing default's floor.
-        if let (None, Some(from)) = (disposition, current)
-            && store::outgoing_default_exists(tx.conn(), org_type_id, from, None).await?
-        {
-            return Err(ServiceError::invalid("disposition", gate_message("the current default's")));
+        // T0's reads and writes; a refusal is rolled back before it is answered.
+        let t0: Result<_, ServiceError> = async {
+            let Some((current,)) = store::lock_org_type(tx.conn(), org_type_id).await? else {
+                return Err(ServiceError::NotFound("organization type"));
+            };
+            decide_default_target(&mut tx, current, ladder_id).await?;
+            // The gate: without a disposition, no organization may hold the outgoing default's floor.
+            if let (None, Some(from)) = (disposition, current)
+                && store::outgoing_default_exists(tx.conn(), org_type_id, from, None).await?
+            {
+                return Err(ServiceError::invalid("disposition", gate_message("the current default's")));
+            }
+            let type_name = store::org_type_name(tx.conn(), org_type_id).await?;
+            let from_name = match current {
+                Some(l) => topology::names(tx.conn(), l, None).await?.0,
+                None => String::new(),
+            };
+            let act = topology::record_plan_act(
+                tx.conn(),
+                PlanActKind::DefaultChange,
+                disposition.map(Disposition::as_str),
+                actor,
+                reason.trim(),
+                Some(ladder_id),
+                None,
+                None,
+                Some(org_type_id),
+                json!({
+                    "org_type_id": org_type_id,
+                    "from_ladder_id": current,
+                    "to_ladder_id": ladder_id,
+                    "organization_type": type_name,
+                    "from_ladder": from_name,
+                }),
+            )
+            .await?;
+            store::set_default(tx.conn(), org_type_id, ladder_id, act).await?;
+            store::insert_reached_type(tx.conn(), act, org_type_id, current, None).await?;
+            Ok(act)
         }
-        let type_name = store::org_type_name(tx.conn(), org_type_id).await?;
-        let from_name = match current {
-            Some(l) => topology::names(tx.conn(), l, None).await?.0,
-            None => String::new(),
+        .await;
+        let act = match t0 {
+            Ok(act) => act,
+            Err(e) => return tx.end(Err(e)).await,
         };
-        let act = topology::record_plan_act(
-            tx.conn(),
-            PlanActKind::DefaultChange,
-            disposition.map(Disposition::as_str),
-            actor,
-            reason.trim(),
-            Some(ladder_id),
-            None,
-            None,
-            Some(org_type_id),
-            json!({
-                "org_type_id": org_type_id,
-                "from_ladder_id": current,
-                "to_ladder_id": ladder_id,
-                "organization_type": type_name,
-                "from_ladder": from_name,
-            }),
-        )
-        .await?;
-        store::set_default(tx.conn(), org_type_id, ladder_id, act).await?;
-        store::insert_reached_type(tx.conn(), act, org_type_id, current, None).await?;
         start_moves(db, tx, act, &[org_type_id], within).await?;
         Ok(act)
     })
@@ -127,15 +137,20 @@ async fn start_moves(
     types: &[OrgTypeId],
     within: Option<Instant>,
 ) -> Result<(), DbError> {
-    let mut reaches = false;
-    for t in types {
-        reaches = reaches || store::type_has_organizations(tx.conn(), *t).await?;
+    let queued = async {
+        let mut reaches = false;
+        for t in types {
+            reaches = reaches || store::type_has_organizations(tx.conn(), *t).await?;
+        }
+        if reaches {
+            store::set_running(tx.conn(), act).await?;
+            enqueue_drain(&mut tx, act).await?;
+        }
+        Ok::<_, DbError>(reaches)
     }
-    if reaches {
-        store::set_running(tx.conn(), act).await?;
-        enqueue_drain(&mut tx, act).await?;
-    }
-    tx.commit().await?;
+    .await;
+    // T0 commits here, or a failure is rolled back before it is answered.
+    let reaches = tx.end(queued).await?;
     if let (true, Some(deadline)) = (reaches, within) {
         match drain_plan_act(db, act, Some(deadline)).await {
             Ok(_) | Err(DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock(_)) => {}
@@ -229,43 +244,52 @@ fn gate_message(kind: &str) -> String {
 pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -> Result<PlanActId, ServiceError> {
     change_path(async {
         let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &REORDER_TIERS_T0_LOCKS).await?;
-        let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
-        let mut order_names = vec![];
-        for p in &r.order {
-            order_names.push(topology::names(tx.conn(), r.ladder_id, Some(*p)).await?.1);
-        }
-        let floor_before = topology::names(tx.conn(), r.ladder_id, Some(old0)).await?.1;
-        topology::renumber_tiers(tx.conn(), r.ladder_id, &r.order).await?;
-        topology::sync_position_ranks(tx.conn(), r.ladder_id).await?;
-        let act = topology::record_plan_act(
-            tx.conn(),
-            PlanActKind::TierReorder,
-            r.disposition.map(Disposition::as_str),
-            r.actor,
-            r.reason.trim(),
-            Some(r.ladder_id),
-            Some(new0),
-            Some(0),
-            None,
-            json!({
-                "order": order_names.join(", "),
-                "floor_before": floor_before,
-                "types_reached": types.iter().map(|t| t.1.as_str()).collect::<Vec<_>>().join(", "),
-            }),
-        )
-        .await?;
-        for (ty, _) in &types {
-            store::take_default_ownership(tx.conn(), *ty, act).await?;
-            store::insert_reached_type(tx.conn(), act, *ty, Some(r.ladder_id), Some(old0)).await?;
-        }
-        if r.disposition.is_none() {
+        // T0's reads and writes; a refusal is rolled back before it is answered.
+        let t0: Result<_, ServiceError> = async {
+            let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
+            let mut order_names = vec![];
+            for p in &r.order {
+                order_names.push(topology::names(tx.conn(), r.ladder_id, Some(*p)).await?.1);
+            }
+            let floor_before = topology::names(tx.conn(), r.ladder_id, Some(old0)).await?.1;
+            topology::renumber_tiers(tx.conn(), r.ladder_id, &r.order).await?;
+            topology::sync_position_ranks(tx.conn(), r.ladder_id).await?;
+            let act = topology::record_plan_act(
+                tx.conn(),
+                PlanActKind::TierReorder,
+                r.disposition.map(Disposition::as_str),
+                r.actor,
+                r.reason.trim(),
+                Some(r.ladder_id),
+                Some(new0),
+                Some(0),
+                None,
+                json!({
+                    "order": order_names.join(", "),
+                    "floor_before": floor_before,
+                    "types_reached": types.iter().map(|t| t.1.as_str()).collect::<Vec<_>>().join(", "),
+                }),
+            )
+            .await?;
             for (ty, _) in &types {
-                if store::outgoing_default_exists(tx.conn(), *ty, r.ladder_id, Some(old0)).await? {
-                    return Err(ServiceError::invalid("disposition", gate_message("the ladder's current")));
+                store::take_default_ownership(tx.conn(), *ty, act).await?;
+                store::insert_reached_type(tx.conn(), act, *ty, Some(r.ladder_id), Some(old0)).await?;
+            }
+            if r.disposition.is_none() {
+                for (ty, _) in &types {
+                    if store::outgoing_default_exists(tx.conn(), *ty, r.ladder_id, Some(old0)).await? {
+                        return Err(ServiceError::invalid("disposition", gate_message("the ladder's current")));
+                    }
                 }
             }
+            let ids: Vec<OrgTypeId> = types.iter().map(|t| t.0).collect();
+            Ok((act, ids))
         }
-        let ids: Vec<OrgTypeId> = types.iter().map(|t| t.0).collect();
+        .await;
+        let (act, ids) = match t0 {
+            Ok(t0) => t0,
+            Err(e) => return tx.end(Err(e)).await,
+        };
         start_moves(db, tx, act, &ids, within).await?;
         Ok(act)
     })
@@ -276,23 +300,28 @@ pub async fn reorder_tiers(db: &Db, r: &ReorderTiers, within: Option<Instant>) -
 #[tracing::instrument(name = "Preview ReorderTiers", skip_all)]
 pub async fn preview_reorder_tiers(db: &Db, r: &ReorderTiers) -> Result<ActReach, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
-    let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
-    let mut reach = ActReach { types: types.iter().map(|t| t.1.clone()).collect(), ..ActReach::default() };
-    for (ty, _) in &types {
-        let (orgs, holding) = store::floor_reach(tx.conn(), *ty, Some(r.ladder_id), Some(old0)).await?;
-        reach.organizations += orgs;
-        reach.holding_floor += holding;
+    let read: Result<_, ServiceError> = async {
+        let (old0, new0, types) = decide_reorder(&mut tx, r).await?;
+        let mut reach = ActReach { types: types.iter().map(|t| t.1.clone()).collect(), ..ActReach::default() };
+        for (ty, _) in &types {
+            let (orgs, holding) = store::floor_reach(tx.conn(), *ty, Some(r.ladder_id), Some(old0)).await?;
+            reach.organizations += orgs;
+            reach.holding_floor += holding;
+        }
+        reach.vacant = reach.organizations - reach.holding_floor;
+        let (ladder, from_floor) = topology::names(tx.conn(), r.ladder_id, Some(old0)).await?;
+        reach.ladder = ladder;
+        reach.from_floor = Some(from_floor);
+        reach.to_floor = Some(topology::names(tx.conn(), r.ladder_id, Some(new0)).await?.1);
+        if r.disposition.is_none() && reach.holding_floor > 0 {
+            reach.refusal = Some(gate_message("the ladder's current"));
+        }
+        Ok(reach)
     }
-    reach.vacant = reach.organizations - reach.holding_floor;
-    let (ladder, from_floor) = topology::names(tx.conn(), r.ladder_id, Some(old0)).await?;
-    reach.ladder = ladder;
-    reach.from_floor = Some(from_floor);
-    reach.to_floor = Some(topology::names(tx.conn(), r.ladder_id, Some(new0)).await?.1);
-    if r.disposition.is_none() && reach.holding_floor > 0 {
-        reach.refusal = Some(gate_message("the ladder's current"));
-    }
+    .await;
+    // Reads only: rolled back however they ended, before the answer.
     tx.rollback().await?;
-    Ok(reach)
+    read
 }
 
 /// The preview of a default change: its reach and refusals, read in a plain transaction.
@@ -304,35 +333,40 @@ pub async fn preview_default_change(
     disposition: Option<Disposition>,
 ) -> Result<ActReach, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
-    let Some((current,)) = store::org_type_default(tx.conn(), org_type_id).await? else {
-        return Err(ServiceError::NotFound("organization type"));
-    };
-    let to = decide_default_target(&mut tx, current, ladder_id).await?;
-    let name = store::org_type_name(tx.conn(), org_type_id).await?;
-    let (organizations, holding_floor) = store::floor_reach(tx.conn(), org_type_id, current, None).await?;
-    let from_floor = match current {
-        Some(l) => match store::rank0_of(tx.conn(), l).await? {
-            Some(p) => Some(topology::names(tx.conn(), l, Some(p)).await?.1),
+    let read: Result<_, ServiceError> = async {
+        let Some((current,)) = store::org_type_default(tx.conn(), org_type_id).await? else {
+            return Err(ServiceError::NotFound("organization type"));
+        };
+        let to = decide_default_target(&mut tx, current, ladder_id).await?;
+        let name = store::org_type_name(tx.conn(), org_type_id).await?;
+        let (organizations, holding_floor) = store::floor_reach(tx.conn(), org_type_id, current, None).await?;
+        let from_floor = match current {
+            Some(l) => match store::rank0_of(tx.conn(), l).await? {
+                Some(p) => Some(topology::names(tx.conn(), l, Some(p)).await?.1),
+                None => None,
+            },
             None => None,
-        },
-        None => None,
-    };
-    let (ladder, to_floor) = topology::names(tx.conn(), ladder_id, Some(to)).await?;
-    let mut reach = ActReach {
-        ladder,
-        types: vec![name],
-        organizations,
-        holding_floor,
-        vacant: organizations - holding_floor,
-        from_floor,
-        to_floor: Some(to_floor),
-        refusal: None,
-    };
-    if disposition.is_none() && holding_floor > 0 {
-        reach.refusal = Some(gate_message("the current default's"));
+        };
+        let (ladder, to_floor) = topology::names(tx.conn(), ladder_id, Some(to)).await?;
+        let mut reach = ActReach {
+            ladder,
+            types: vec![name],
+            organizations,
+            holding_floor,
+            vacant: organizations - holding_floor,
+            from_floor,
+            to_floor: Some(to_floor),
+            refusal: None,
+        };
+        if disposition.is_none() && holding_floor > 0 {
+            reach.refusal = Some(gate_message("the current default's"));
+        }
+        Ok(reach)
     }
+    .await;
+    // Reads only: rolled back however they ended, before the answer.
     tx.rollback().await?;
-    Ok(reach)
+    read
 }
 
 /// The reads that decide a default change's target, for T0 and the preview: a ladder that exists,
@@ -429,13 +463,13 @@ pub async fn drain_plan_act(db: &Db, act: PlanActId, within: Option<Instant>) ->
             break;
         }
         for t in types {
-            let mut tx = crate::db::begin_for(db, kind(within), &LIST_BATCH_LOCKS).await?;
-            match store::write_obligations(tx.conn(), act, t, LISTING_BATCH).await.map_err(DbError::from) {
-                Ok(n) => {
-                    tx.commit().await?;
-                    out.listed += n as u64;
-                }
-                Err(DbError::Deadlock(_)) => drop(tx),
+            let listed = crate::db::tx::within_for(db, kind(within), &LIST_BATCH_LOCKS, async |tx: &mut Tx| {
+                Ok::<_, DbError>(store::write_obligations(tx.conn(), act, t, LISTING_BATCH).await?)
+            })
+            .await;
+            match listed {
+                Ok(n) => out.listed += n as u64,
+                Err(DbError::Deadlock(_)) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -459,19 +493,20 @@ pub async fn drain_plan_act(db: &Db, act: PlanActId, within: Option<Instant>) ->
     if !unfinished {
         // The last probe, then the act is done: under the act's row, re-checked, so a Retry that
         // requeued meanwhile keeps it running.
-        let mut tx = crate::db::begin_for(db, kind(within), &LAST_PROBE_LOCKS).await?;
-        store::lock_act(tx.conn(), act).await?;
-        if store::unfinished(tx.conn(), act).await? {
-            return Ok(out);
-        }
-        for (ty, from, product) in store::reached_types(tx.conn(), act).await? {
-            if let Some(from) = from {
-                let left = store::outgoing_default_exists(tx.conn(), ty, from, product).await?;
-                tracing::info!(plan_act_id = act.0, org_type_id = ty.0, outgoing_floors_left = left, "last probe");
+        out.finished = crate::db::tx::within_for(db, kind(within), &LAST_PROBE_LOCKS, async |tx: &mut Tx| {
+            store::lock_act(tx.conn(), act).await?;
+            if store::unfinished(tx.conn(), act).await? {
+                return Ok(false);
             }
-        }
-        out.finished = store::finish(tx.conn(), act).await?;
-        tx.commit().await?;
+            for (ty, from, product) in store::reached_types(tx.conn(), act).await? {
+                if let Some(from) = from {
+                    let left = store::outgoing_default_exists(tx.conn(), ty, from, product).await?;
+                    tracing::info!(plan_act_id = act.0, org_type_id = ty.0, outgoing_floors_left = left, "last probe");
+                }
+            }
+            Ok::<_, DbError>(store::finish(tx.conn(), act).await?)
+        })
+        .await?;
     }
     Ok(out)
 }
@@ -493,9 +528,10 @@ async fn move_part(db: &Db, act: PlanActId, part: i64, within: Option<Instant>) 
                 Err(e @ (DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock(_))) => return Err(e),
                 Err(e) => {
                     tracing::warn!(plan_act_id = act.0, pool_id = pool.0, error = %e, "a move failed");
-                    let mut tx = begin(db, TxKind::Plain).await?;
-                    store::record_failure(tx.conn(), act, pool, &e.to_string()).await?;
-                    tx.commit().await?;
+                    crate::db::tx::within(db, TxKind::Plain, async |tx: &mut Tx| {
+                        Ok::<_, DbError>(store::record_failure(tx.conn(), act, pool, &e.to_string()).await?)
+                    })
+                    .await?;
                     failed += 1;
                 }
             }
@@ -531,11 +567,12 @@ pub static RETRY_PLAN_ACT_LOCKS: PathLocks = PathLocks {
           requeues nothing rolls back.",
 };
 
-/// RetryPlanAct: the act's failed organizations are pending again, and the drain runs.
+/// RetryPlanAct: the act's failed organizations are pending again, and the drain runs. Not a
+/// change path: a lock wait past its bound is said in the Retry's own words (its page's), since
+/// what it waited for may be this act's own moves or finish, not another change.
 #[tracing::instrument(name = "RetryPlanAct", skip(db), fields(act = act.0, actor = ?actor))]
 pub async fn retry_plan_act(db: &Db, act: PlanActId, actor: Option<AccountId>) -> Result<PlanActId, ServiceError> {
-    change_path(async {
-        let mut tx = crate::db::begin_for(db, TxKind::Materializing, &RETRY_PLAN_ACT_LOCKS).await?;
+    crate::db::tx::within_for(db, TxKind::Materializing, &RETRY_PLAN_ACT_LOCKS, async |tx: &mut Tx| {
         if topology::plan_act(tx.conn(), act).await?.is_none() {
             return Err(ServiceError::NotFound("plan act"));
         }
@@ -552,15 +589,13 @@ pub async fn retry_plan_act(db: &Db, act: PlanActId, actor: Option<AccountId>) -
             json!({ "retry_of": act }),
         )
         .await?;
-        let n = store::requeue(tx.conn(), act).await?;
-        if n == 0 {
-            tx.rollback().await?;
+        // Requeuing nothing refuses, and the Retry act recorded above is rolled back with it.
+        if store::requeue(tx.conn(), act).await? == 0 {
             return Err(ServiceError::Refused(
                 "Nothing to retry: no organization of this act failed, or a later act owns its types.".into(),
             ));
         }
-        enqueue_drain(&mut tx, act).await?;
-        tx.commit().await?;
+        enqueue_drain(tx, act).await?;
         Ok(retry)
     })
     .await
@@ -569,11 +604,12 @@ pub async fn retry_plan_act(db: &Db, act: PlanActId, actor: Option<AccountId>) -
 /// The poller: a drain job for every act still running (after a crash or a restart).
 #[tracing::instrument(name = "Resume the plan acts' drains", skip_all)]
 pub async fn resume_drains(db: &Db) -> Result<usize, DbError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
-    let acts = store::running_acts(tx.conn()).await?;
-    for a in &acts {
-        enqueue_drain(&mut tx, *a).await?;
-    }
-    tx.commit().await?;
-    Ok(acts.len())
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        let acts = store::running_acts(tx.conn()).await?;
+        for a in &acts {
+            enqueue_drain(tx, *a).await?;
+        }
+        Ok(acts.len())
+    })
+    .await
 }

@@ -78,11 +78,12 @@ impl From<sqlx::Error> for ServiceError {
 
 crate::deadlock_through_db!(ServiceError);
 
-/// Run one of the spec's change paths (a rule change, a tier add, delete or removal, a reorder,
-/// a default change, a plan act's Retry): there a lock wait past its bound (55P03) means another
-/// change holds the rendezvous, the refusal "another change is in progress". Only the
-/// lock-bounded transaction kinds (Materializing, RuleChange) can meet 55P03, so a path in Plain
-/// transactions needs no wrapping.
+/// Run one of the spec's six change paths (a rule change, a tier add, delete or removal, a
+/// reorder, a default change): there a lock wait past its bound (55P03) means another change
+/// holds the rendezvous, the refusal "another change is in progress". Only the lock-bounded
+/// transaction kinds (Materializing, RuleChange) can meet 55P03, so a path in Plain transactions
+/// needs no wrapping. A plan act's Retry and a product's set change are not wrapped: what they
+/// wait for is not only another change, and their pages say it in their own words.
 pub async fn change_path<T>(work: impl Future<Output = Result<T, ServiceError>>) -> Result<T, ServiceError> {
     work.await.map_err(|e| match e {
         ServiceError::Db(DbError::LockNotAvailable) => ServiceError::ChangeInProgress,

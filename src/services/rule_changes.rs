@@ -10,8 +10,9 @@ use std::{
 
 use crate::{
     db::{
-        Db, DbError, Tx, TxKind, begin,
+        Db, DbError, Tx, TxKind,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     ids::{AccountId, EntitlementSetId, PoolId, RuleChangeId},
     jobs::{self, Job, NewJob},
@@ -90,13 +91,12 @@ pub async fn commit_rule_change_batch(
     reason: &str,
     sync_cap: i64,
 ) -> Result<Committed, ServiceError> {
-    change_path(async {
-        let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &RULE_CHANGE_COMMIT_LOCKS).await?;
+    change_path(crate::db::tx::within_for(db, TxKind::RuleChange, &RULE_CHANGE_COMMIT_LOCKS, async |tx: &mut Tx| {
         let started = Instant::now();
         if !catalog::lock_entitlement_set(tx.conn(), set_id).await? {
             return Err(ServiceError::NotFound("entitlement set"));
         }
-        let deltas = deltas(&mut tx, set_id, submitted).await?;
+        let deltas = deltas(tx, set_id, submitted).await?;
         if deltas.is_empty() {
             return Err(ServiceError::invalid_form("Nothing changed: every rule already has the value given."));
         }
@@ -116,20 +116,19 @@ pub async fn commit_rule_change_batch(
         let owed = if inline {
             let pools = store::owed_pools(tx.conn(), change_id).await?;
             for pool in &pools {
-                settle_pool(&mut tx, change_id, *pool).await?;
+                settle_pool(tx, change_id, *pool).await?;
             }
             store::finish_if_settled(tx.conn(), change_id).await?;
             pools.len() as i64
         } else {
             store::set_unlisted(tx.conn(), change_id).await?;
-            enqueue_drain(&mut tx, change_id).await?;
+            enqueue_drain(tx, change_id).await?;
             0
         };
         let hold = started.elapsed();
         store::set_outcome(tx.conn(), change_id, owed, inline, hold.as_secs_f64() * 1000.0).await?;
-        tx.commit().await?;
         Ok(Committed { change_id, acts: deltas.len(), pools_owed: carrying, settled_inline: inline, hold })
-    })
+    }))
     .await
 }
 
@@ -229,9 +228,10 @@ pub struct Drained {
 pub async fn drain_change(db: &Db, change_id: RuleChangeId, parallelism: i64) -> Result<Drained, DbError> {
     // First the listing, when the commit left it to the drain: batch after batch.
     loop {
-        let mut tx = crate::db::begin_for(db, TxKind::Materializing, &LIST_CHANGE_LOCKS).await?;
-        let n = store::list_obligations(tx.conn(), change_id, LISTING_BATCH).await?;
-        tx.commit().await?;
+        let n = crate::db::tx::within_for(db, TxKind::Materializing, &LIST_CHANGE_LOCKS, async |tx: &mut Tx| {
+            Ok::<_, DbError>(store::list_obligations(tx.conn(), change_id, LISTING_BATCH).await?)
+        })
+        .await?;
         if n < LISTING_BATCH {
             break;
         }
@@ -248,9 +248,10 @@ pub async fn drain_change(db: &Db, change_id: RuleChangeId, parallelism: i64) ->
         total.settled += d.settled;
         total.failed += d.failed;
     }
-    let mut tx = begin(db, TxKind::Plain).await?;
-    total.finished = store::finish_if_settled(&mut tx, change_id).await? || is_settled(&mut tx, change_id).await?;
-    tx.commit().await?;
+    total.finished = within(db, TxKind::Plain, async |tx: &mut Tx| {
+        Ok::<_, DbError>(store::finish_if_settled(tx, change_id).await? || is_settled(tx, change_id).await?)
+    })
+    .await?;
     Ok(total)
 }
 
@@ -284,10 +285,11 @@ async fn drain_part(db: &Db, change_id: RuleChangeId, part: i64, parts: i64) -> 
 
 /// One pool in a transaction of its own; a failure rolls back this pool alone.
 async fn settle_one(db: &Db, change_id: RuleChangeId, pool_id: PoolId) -> Result<bool, DbError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &DRAIN_CHANGE_LOCKS).await?;
-    let settled = settle_pool(&mut tx, change_id, pool_id).await?;
-    tx.commit().await?;
-    Ok(settled)
+    crate::db::tx::within_for(db, TxKind::Materializing, &DRAIN_CHANGE_LOCKS, async |tx: &mut Tx| {
+        let settled = settle_pool(tx, change_id, pool_id).await?;
+        Ok(settled)
+    })
+    .await
 }
 
 /// recordObligationFailure: the attempt, recorded against each still-owed act of the pool.
@@ -298,13 +300,14 @@ pub async fn record_obligation_failure(
     pool_id: PoolId,
     error: &str,
 ) -> Result<(), DbError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &RECORD_FAILURE_LOCKS).await?;
-    ent::lock_pools(tx.conn(), &[pool_id]).await?;
-    for act in store::owed_acts_of_pool(tx.conn(), change_id, pool_id).await? {
-        store::settle_obligation(tx.conn(), act, pool_id, Some(error)).await?;
-    }
-    tx.commit().await?;
-    Ok(())
+    crate::db::tx::within_for(db, TxKind::Materializing, &RECORD_FAILURE_LOCKS, async |tx: &mut Tx| {
+        ent::lock_pools(tx.conn(), &[pool_id]).await?;
+        for act in store::owed_acts_of_pool(tx.conn(), change_id, pool_id).await? {
+            store::settle_obligation(tx.conn(), act, pool_id, Some(error)).await?;
+        }
+        Ok(())
+    })
+    .await
 }
 
 pub static RETRY_RULE_CHANGE_LOCKS: PathLocks = PathLocks {
@@ -319,27 +322,29 @@ pub static RETRY_RULE_CHANGE_LOCKS: PathLocks = PathLocks {
 /// The operator's Retry: failed pools are due now, and a drain runs.
 #[tracing::instrument(name = "Retry a rule change", skip(db), fields(change_id = change_id.0))]
 pub async fn retry_failed(db: &Db, change_id: RuleChangeId) -> Result<u64, ServiceError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Plain, &RETRY_RULE_CHANGE_LOCKS).await?;
-    if store::change(tx.conn(), change_id).await?.is_none() {
-        return Err(ServiceError::NotFound("rule change"));
-    }
-    let n = store::bring_failed_forward(tx.conn(), change_id).await?;
-    if n > 0 {
-        enqueue_drain(&mut tx, change_id).await?;
-    }
-    tx.commit().await?;
-    Ok(n)
+    crate::db::tx::within_for(db, TxKind::Plain, &RETRY_RULE_CHANGE_LOCKS, async |tx: &mut Tx| {
+        if store::change(tx.conn(), change_id).await?.is_none() {
+            return Err(ServiceError::NotFound("rule change"));
+        }
+        let n = store::bring_failed_forward(tx.conn(), change_id).await?;
+        if n > 0 {
+            enqueue_drain(tx, change_id).await?;
+        }
+        Ok(n)
+    })
+    .await
 }
 
 /// The poller: a drain job for every change still draining with something due (after a crash,
 /// a restart, or a failed pool's backoff).
 #[tracing::instrument(name = "Resume the rule changes' drains", skip_all)]
 pub async fn resume_drains(db: &Db) -> Result<usize, DbError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
-    let due = store::draining_changes_due(tx.conn()).await?;
-    for id in &due {
-        enqueue_drain(&mut tx, *id).await?;
-    }
-    tx.commit().await?;
-    Ok(due.len())
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        let due = store::draining_changes_due(tx.conn()).await?;
+        for id in &due {
+            enqueue_drain(tx, *id).await?;
+        }
+        Ok(due.len())
+    })
+    .await
 }

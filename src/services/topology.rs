@@ -142,18 +142,17 @@ async fn decide_add(tx: &mut Tx, a: &AddTier, holder_cap: i64) -> Result<(TierAd
 #[tracing::instrument(name = "Preview AddTier", skip_all, fields(holder_cap = holder_cap))]
 pub async fn preview_add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<TierAddReach, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
-    let (reach, _) = decide_add(&mut tx, a, holder_cap).await?;
+    let decided = decide_add(&mut tx, a, holder_cap).await;
     tx.rollback().await?;
-    Ok(reach)
+    Ok(decided?.0)
 }
 
 /// AddTier: the product becomes a tier of the ladder at the rank; every organization holding it
 /// gains the ladder's position.
 #[tracing::instrument(name = "AddTier", skip(db, a), fields(ladder_id = a.ladder_id.0, product_id = a.product_id.0))]
 pub async fn add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<(PlanActId, TierAddReach), ServiceError> {
-    change_path(async {
-        let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &ADD_TIER_LOCKS).await?;
-        let (reach, pools) = decide_add(&mut tx, a, holder_cap).await?;
+    change_path(crate::db::tx::within_for(db, TxKind::RuleChange, &ADD_TIER_LOCKS, async |tx: &mut Tx| {
+        let (reach, pools) = decide_add(tx, a, holder_cap).await?;
         if let Some(r) = &reach.refusal {
             return Err(ServiceError::Refused(r.clone()));
         }
@@ -182,9 +181,8 @@ pub async fn add_tier(db: &Db, a: &AddTier, holder_cap: i64) -> Result<(PlanActI
             }
             ent::materialize_pool(tx.conn(), *pool).await?;
         }
-        tx.commit().await?;
         Ok((act, reach))
-    })
+    }))
     .await
 }
 
@@ -211,8 +209,7 @@ pub async fn delete_tier(
     actor: Option<AccountId>,
     reason: &str,
 ) -> Result<PlanActId, ServiceError> {
-    change_path(async {
-        let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &DELETE_TIER_LOCKS).await?;
+    change_path(crate::db::tx::within_for(db, TxKind::RuleChange, &DELETE_TIER_LOCKS, async |tx: &mut Tx| {
         if !store::ladder_exists(tx.conn(), ladder_id).await? {
             return Err(ServiceError::NotFound("ladder"));
         }
@@ -246,9 +243,8 @@ pub async fn delete_tier(
         store::delete_tier(tx.conn(), ladder_id, rank).await?;
         store::shift_ranks(tx.conn(), ladder_id, rank + 1, -1).await?;
         store::sync_position_ranks(tx.conn(), ladder_id).await?;
-        tx.commit().await?;
         Ok(act)
-    })
+    }))
     .await
 }
 
@@ -356,9 +352,9 @@ fn last_tier_refusal(defaulting: &[String]) -> String {
 #[tracing::instrument(name = "Preview RemoveTier", skip_all, fields(holder_cap = holder_cap))]
 pub async fn preview_remove_tier(db: &Db, r: &RemoveTier, holder_cap: i64) -> Result<TierRemovalReach, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
-    let (reach, _) = decide_removal(&mut tx, r, holder_cap).await?;
+    let decided = decide_removal(&mut tx, r, holder_cap).await;
     tx.rollback().await?;
-    Ok(reach)
+    Ok(decided?.0)
 }
 
 /// RemoveTier: the tier leaves its ladder and the ranks above close the gap; each incumbent ends
@@ -370,9 +366,8 @@ pub async fn remove_tier(
     r: &RemoveTier,
     holder_cap: i64,
 ) -> Result<(PlanActId, TierRemovalReach), ServiceError> {
-    change_path(async {
-        let mut tx = crate::db::begin_for(db, TxKind::RuleChange, &REMOVE_TIER_LOCKS).await?;
-        let (reach, pools) = decide_removal(&mut tx, r, holder_cap).await?;
+    change_path(crate::db::tx::within_for(db, TxKind::RuleChange, &REMOVE_TIER_LOCKS, async |tx: &mut Tx| {
+        let (reach, pools) = decide_removal(tx, r, holder_cap).await?;
         if let Some(m) = &reach.refusal {
             return Err(if reach.needs_disposition {
                 ServiceError::invalid("disposition", m.clone())
@@ -471,9 +466,8 @@ pub async fn remove_tier(
                 grants::request_pool_subscription_reconciles(tx.conn(), org, "tier_removed").await?;
             }
         }
-        tx.commit().await?;
         Ok((act, reach))
-    })
+    }))
     .await
 }
 
@@ -490,26 +484,27 @@ pub static REORDER_PLAN_LADDERS_LOCKS: PathLocks = PathLocks {
 /// ReorderPlanLadders: `positions` (ladder id → 1-based position) must name every ladder once.
 #[tracing::instrument(name = "ReorderPlanLadders", skip(db, positions))]
 pub async fn reorder_plan_ladders(db: &Db, positions: &BTreeMap<LadderId, i32>) -> Result<usize, ServiceError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Plain, &REORDER_PLAN_LADDERS_LOCKS).await?;
-    let current = store::lock_plan_ladder_order(tx.conn()).await?;
-    let ids: Vec<LadderId> = current.iter().map(|(id, _)| *id).collect();
-    let mut wanted: Vec<i32> = positions.values().copied().collect();
-    wanted.sort();
-    let one_each = (1..=ids.len() as i32).collect::<Vec<_>>() == wanted;
-    if positions.keys().copied().collect::<Vec<_>>() != ids || !one_each {
-        return Err(ServiceError::invalid_form(format!(
-            "Give every ladder a different position from 1 to {}, once each.",
-            ids.len()
-        )));
-    }
-    let mut changed = 0;
-    for (id, old) in current {
-        let new = positions[&id] - 1;
-        if new != old {
-            store::set_sort_order(tx.conn(), id, new).await?;
-            changed += 1;
+    crate::db::tx::within_for(db, TxKind::Plain, &REORDER_PLAN_LADDERS_LOCKS, async |tx: &mut Tx| {
+        let current = store::lock_plan_ladder_order(tx.conn()).await?;
+        let ids: Vec<LadderId> = current.iter().map(|(id, _)| *id).collect();
+        let mut wanted: Vec<i32> = positions.values().copied().collect();
+        wanted.sort();
+        let one_each = (1..=ids.len() as i32).collect::<Vec<_>>() == wanted;
+        if positions.keys().copied().collect::<Vec<_>>() != ids || !one_each {
+            return Err(ServiceError::invalid_form(format!(
+                "Give every ladder a different position from 1 to {}, once each.",
+                ids.len()
+            )));
         }
-    }
-    tx.commit().await?;
-    Ok(changed)
+        let mut changed = 0;
+        for (id, old) in current {
+            let new = positions[&id] - 1;
+            if new != old {
+                store::set_sort_order(tx.conn(), id, new).await?;
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    })
+    .await
 }

@@ -548,7 +548,7 @@ pub(super) async fn settle_plan_acts(ctx: &Ctx) {
                 return ctx.tally_error(format!("reading the failed moves of plan act {act}: {e}"));
             }
             match pa::retry_plan_act(&ctx.db, *act, None).with_subscriber(ctx.quiet.clone()).await {
-                Ok(_) | Err(ServiceError::Refused(_) | ServiceError::ChangeInProgress) => {}
+                Ok(_) | Err(ServiceError::Refused(_) | ServiceError::Db(DbError::LockNotAvailable)) => {}
                 Err(e) => ctx.tally_error(format!("retrying plan act {act} after the run: {e}")),
             }
         }

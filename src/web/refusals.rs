@@ -126,6 +126,12 @@ pub fn preview(refused: &str, answer: Result<Markup, ServiceError>) -> Result<Ht
     }
 }
 
+/// A refusal outside a form (a button), with a lock wait past its bound said in the path's own
+/// `words` (as a form's `Words::busy`).
+pub fn in_words(e: ServiceError, words: &'static str) -> AppError {
+    app_error(e, Some(words))
+}
+
 /// A refusal outside a form (a Retry button, a form that could not be read).
 impl From<ServiceError> for AppError {
     fn from(e: ServiceError) -> Self {

@@ -575,6 +575,68 @@ async fn a_rule_edit_while_another_change_holds_the_rendezvous_is_refused_then_s
     assert_eq!(rules_of(&t, basic).await[0], ("fedwiki.active_sites".into(), Some(7), None));
 }
 
+/// A plan act's Retry is not one of the spec's change paths: what it waits for may be its own
+/// act (the drain finishing it) or a move, so past its bound it says so in its own words.
+#[tokio::test]
+async fn a_retry_whose_act_row_is_held_past_the_bound_says_so_in_its_own_words_and_writes_nothing() {
+    let common::acts::Demo { mut t, business, wiki, .. } = common::acts::demo().await;
+    t.db.lock_timeout = Duration::from_millis(300);
+    let act = common::acts::change(&t, business, wiki, Some(member_console::services::plan_acts::Disposition::Migrate))
+        .await
+        .unwrap();
+    member_console::services::plan_acts::drain_plan_act(&t.db, act, None).await.unwrap();
+    let app = TestApp::spawn(&t).await;
+    let op = Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let acts = common::acts::scalar(&t, "SELECT count(*) FROM core.plan_acts").await;
+    // The act's row held, as its drain holds it while it finishes the act.
+    let (held, _) =
+        common::hold_open(&t, &format!("SELECT 1 FROM core.plan_acts WHERE plan_act_id = {act} FOR UPDATE")).await;
+    for htmx in [false, true] {
+        let a = op.post(&format!("/operator/plan-acts/{act}/retry"), &[], htmx).await;
+        assert_eq!(a.status, StatusCode::CONFLICT, "htmx {htmx}: {}", a.body);
+        assert!(a.body.contains("organizations are being moved"), "htmx {htmx}: {}", a.body);
+        assert!(a.body.contains("nothing was retried"), "htmx {htmx}: {}", a.body);
+        assert!(a.body.contains("press Retry again"), "htmx {htmx}: {}", a.body);
+        assert!(!a.body.contains("Another change is in progress"), "htmx {htmx}: {}", a.body);
+    }
+    assert_eq!(common::acts::scalar(&t, "SELECT count(*) FROM core.plan_acts").await, acts, "no Retry act kept");
+    drop(held);
+}
+
+/// A product's entitlement-set change is not one of the spec's change paths: its exclusive
+/// rendezvous waits for any materialization, so past its bound it says so in its own words.
+#[tokio::test]
+async fn a_product_set_change_behind_a_materialization_past_the_bound_says_so_in_its_own_words() {
+    let mut t = demo_db().await;
+    t.db.lock_timeout = Duration::from_millis(300);
+    let app = TestApp::spawn(&t).await;
+    let op = Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
+    let extra = common::acts::new_product(&t, "Extra sites", 1).await;
+    let before: Option<i64> = t
+        .one(sqlx::query_scalar("SELECT entitlement_set_id FROM core.products WHERE product_id = $1").bind(extra.0))
+        .await;
+    let other = set_id(&t, "Pro").await;
+    assert_ne!(before, Some(other));
+    // A materialization under way (a grant, a move, a reconcile) holds the shared rendezvous.
+    let held = begin(&t.db, TxKind::Materializing).await.unwrap();
+    let a = op
+        .post(
+            &format!("/operator/catalog/products/{extra}"),
+            &[("name", "Extra sites"), ("entitlement_set_id", &other.to_string()), ("published", "on")],
+            true,
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+    assert!(a.body.contains("entitlements are being recalculated"), "{}", a.body);
+    assert!(a.body.contains("the product was not changed"), "{}", a.body);
+    assert!(!a.body.contains("Another change is in progress"), "{}", a.body);
+    let after: Option<i64> = t
+        .one(sqlx::query_scalar("SELECT entitlement_set_id FROM core.products WHERE product_id = $1").bind(extra.0))
+        .await;
+    assert_eq!(after, before, "nothing written");
+    held.rollback().await.unwrap();
+}
+
 // ---------- 6. Topology ----------
 
 #[tokio::test]

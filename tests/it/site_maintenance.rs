@@ -13,10 +13,12 @@ use crate::{
 use std::time::Duration;
 
 use member_console::{
+    db::keys::AdvisoryKey,
     demo,
     services::fedwiki::{
         self, Ran,
         maintenance::{self, run_maintenance},
+        names::SiteName,
         record::Recorded,
     },
     states::{RequestKind, RequestState, SiteStatus},
@@ -251,6 +253,49 @@ async fn a_reactivation_that_finds_the_site_archived_meanwhile_sets_the_farm_bac
     assert_usage_agrees(&s).await;
 }
 
+#[tokio::test]
+async fn a_park_whose_transaction_finds_a_members_archive_sets_the_farm_back_to_archived_and_the_sync_keeps_it() {
+    let s = setup("Free").await;
+    let grant = common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
+    s.created("kept").await;
+    let id = s.created("archived").await;
+    let domain = "archived.wiki.localhost";
+    // Two active sites above the Free plan's one: the quota will park one of them.
+    member_console::services::grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
+    // The member's archive: its farm call done, its record step paused at its recount, holding the
+    // site row it wrote.
+    let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &id, RequestKind::Archive).await.unwrap();
+    let req = s.request(archive).await;
+    s.f.farm.set_status(domain, "archived").await.unwrap();
+    let (mut pause, pause_pid) = common::pause_on(&s.t, "core.numeric_entitlement_usage").await;
+    let db = s.t.db.clone();
+    let record = tokio::spawn(async move {
+        fedwiki::record::finish_all_with(
+            &db,
+            &[req],
+            fedwiki::record::Activity::Status { status: SiteStatus::Archived },
+        )
+        .await
+    });
+    let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    // The quota's park of the same site: its farm call lands after the member's, then its
+    // transaction waits on the site row the record step holds.
+    let (db, farm, site) = (s.t.db.clone(), s.f.farm.clone(), id.clone());
+    let park = tokio::spawn(async move { maintenance::park_site(&db, &farm, &site, domain).await });
+    let parker = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
+    assert!(parker > 0, "the park waits on the site row, its farm call made");
+    assert_eq!(s.f.site(domain).await.unwrap()["status"], "parked", "the park's farm call came last");
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    assert!(matches!(record.await.unwrap().unwrap(), Recorded::Done { state: RequestState::Done, .. }));
+    assert!(!park.await.unwrap().unwrap(), "the member's archive stands");
+    assert_eq!(s.f.site(domain).await.unwrap()["status"], "archived", "the farm is set back to the row's status");
+    // The next sync writes nothing over the archive, so retention can purge it.
+    let c = s.maintain().await;
+    assert_eq!(c.statuses_written, 0, "{c:?}");
+    assert_eq!(s.status("archived").await, "archived");
+    assert_usage_agrees(&s).await;
+}
+
 // Lock order ------------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -440,6 +485,52 @@ async fn the_domains_reconciliation_removes_placements_of_missing_sites_and_plac
     assert_eq!(servable(&s, "ghost.wiki.localhost").await, None);
     assert_eq!(servable(&s, "docs.wiki.localhost").await, Some(true));
     assert_eq!(fedwiki::repair::reconcile_domains(&s.t.db).await.unwrap(), (0, 0), "nothing more");
+}
+
+#[tokio::test]
+async fn the_domains_reconciliation_between_a_creates_placement_and_its_request_frees_no_name() {
+    let s = setup("Basic").await;
+    // Stark Wikis, a second organization of the member's, will want the same name.
+    let stark = common::acts::community_org(&s.t, "Stark Wikis").await.organization_id;
+    s.set(&format!(
+        "INSERT INTO core.organization_members (organization_id, account_id, role) VALUES ({stark}, {}, 'owner')",
+        s.who
+    ))
+    .await;
+    // The create pauses at its request's insert: its name is placed, its request not recorded.
+    let (mut pause, pause_pid) = pause_writes_on(&s.t, "fedwiki.lifecycle_requests").await;
+    let (db, settings, who, org) = (s.t.db.clone(), s.settings.clone(), s.who, s.org);
+    let create = tokio::spawn(async move {
+        fedwiki::create_site(&db, &settings, who, org, &SiteName::parse("contested").unwrap()).await
+    });
+    let creator = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
+    assert!(creator > 0, "the create waits at its request's insert");
+    // It holds the registry lock and one more key, the new site's instance lock (its id is not
+    // visible before the commit: it is checked against the request below): one transaction.
+    let registry = common::locks::Expect::advisory(AdvisoryKey::Registry);
+    common::locks::assert_holds(&s.t.admin, creator, &[registry.clone()]).await;
+    let registry = common::locks::resolve(&s.t.admin, &registry).await;
+    let held: Vec<_> = common::locks::advisory_held(&s.t.admin, creator, &Default::default())
+        .await
+        .into_iter()
+        .filter(|k| *k != registry)
+        .collect();
+    // The boot's domains reconciliation runs exactly there.
+    let (removed, _) = fedwiki::repair::reconcile_domains(&s.t.db).await.unwrap();
+    assert_eq!(removed, 0, "the create's name is not an orphan");
+    sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
+    let id = create.await.unwrap().unwrap();
+    let instance = AdvisoryKey::LifecycleInstance(s.request(id).await.instance_id);
+    let instance = common::locks::resolve(&s.t.admin, &common::locks::Expect::advisory(instance)).await;
+    assert_eq!(held, vec![instance], "beside the registry lock, the create held its site's instance lock");
+    assert_eq!(servable(&s, "contested.wiki.localhost").await, Some(false), "the name stays placed for the create");
+    // Another organization cannot take it.
+    let other = fedwiki::create_site(&s.t.db, &s.settings, s.who, stark, &SiteName::parse("contested").unwrap()).await;
+    assert!(common::acts::field_errors(other.unwrap_err()).iter().any(|(f, m)| f == "name" && m.contains("is taken")));
+    // The create carries on to its site under its name.
+    assert!(matches!(s.run(id).await.unwrap(), Ran::Recorded(Recorded::Done { state: RequestState::Done, .. })));
+    assert_eq!(servable(&s, "contested.wiki.localhost").await, Some(true));
+    assert_eq!(s.count("SELECT count(*) FROM fedwiki.sites WHERE domain = 'contested.wiki.localhost'").await, 1);
 }
 
 #[tokio::test]

@@ -540,3 +540,168 @@ async fn replicas_of_one_database_starting_at_once_all_succeed() {
         o.expect("every replica starts");
     }
 }
+
+// A refusal's locks are gone when it is answered ----------------------------------------------------
+
+/// Run `checks` (label, SQL answering one bool: true when the lock is free) from a thread of its
+/// own, with its own runtime and its own connection as the administrator, and return the labels
+/// answered false. The caller's thread blocks on the join, so a task its current-thread runtime
+/// spawned (a dropped transaction's ROLLBACK) cannot run meanwhile: what is free here was freed
+/// before the path answered. The caller awaits nothing between the answer and this call.
+fn still_held(admin_url: &str, checks: Vec<(&'static str, String)>) -> Vec<&'static str> {
+    let url = admin_url.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            use sqlx::Connection;
+            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+            let mut held = vec![];
+            for (label, sql) in checks {
+                // Each check in a transaction of its own; a row still locked fails its NOWAIT.
+                sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+                let free: Result<bool, _> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&mut c).await;
+                sqlx::query("ROLLBACK").execute(&mut c).await.unwrap();
+                match free {
+                    Ok(true) => {}
+                    Ok(false) => held.push(label),
+                    Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("55P03") => {
+                        held.push(label)
+                    }
+                    Err(e) => panic!("{label}: {e}"),
+                }
+            }
+            held
+        })
+    })
+    .join()
+    .unwrap()
+}
+
+/// No advisory lock of key `key_sql` is held in the test's database.
+fn advisory_free(label: &'static str, key_sql: &str) -> (&'static str, String) {
+    (
+        label,
+        format!(
+            "SELECT NOT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+              WHERE d.datname = current_database() AND l.locktype = 'advisory' AND l.granted
+                AND ((l.classid::bigint << 32) | l.objid::bigint) = {key_sql})"
+        ),
+    )
+}
+
+/// The row `select` names can be locked at once (its SELECT with FOR UPDATE NOWAIT).
+fn row_free(label: &'static str, select: &str) -> (&'static str, String) {
+    (label, format!("SELECT true FROM ({select} FOR UPDATE NOWAIT) r"))
+}
+
+/// No transaction of the test's database is left open (other than the checker's own).
+fn no_open_transaction() -> (&'static str, String) {
+    (
+        "an open transaction",
+        "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+          AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%')"
+            .into(),
+    )
+}
+
+#[tokio::test]
+async fn a_rule_changes_refusal_has_released_the_exclusive_rendezvous_and_the_set_row_when_it_is_answered() {
+    use member_console::services::{ServiceError, rule_changes};
+    let t = demo_db().await;
+    let basic = common::pages::set_id(&t, "Basic").await;
+    let now: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT numeric_value FROM core.entitlement_set_rules
+              WHERE entitlement_set_id = $1 AND resource_key = 'fedwiki.active_sites'",
+            )
+            .bind(basic),
+        )
+        .await;
+    // The rules as they are: refused ("Nothing changed") after the rendezvous and the set row.
+    let submitted = std::collections::BTreeMap::from([("fedwiki.active_sites".to_string(), now.to_string())]);
+    let e = rule_changes::commit_rule_change_batch(
+        &t.db,
+        member_console::ids::EntitlementSetId(basic),
+        &submitted,
+        None,
+        "t",
+        100,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(&e, ServiceError::Invalid(_)), "{e:?}");
+    let held = still_held(
+        &t.admin_url,
+        vec![
+            advisory_free("the rendezvous", "core.rendezvous_key()"),
+            row_free("the set row", &format!("SELECT 1 FROM core.entitlement_sets WHERE entitlement_set_id = {basic}")),
+            no_open_transaction(),
+        ],
+    );
+    assert!(held.is_empty(), "still held when the refusal was answered: {held:?}");
+}
+
+#[tokio::test]
+async fn a_grants_refusal_has_released_the_pool_row_and_the_lineage_head_when_it_is_answered() {
+    use member_console::services::{ServiceError, grants};
+    let t = demo_db().await;
+    let org = common::acts::community_org(&t, "Refused Grants Ltd").await;
+    let grant = common::acts::grant(&t, org.organization_id, common::acts::product_id(&t, "Basic").await).await;
+    grants::revoke_grant(&t.db, grant, None, "once").await.unwrap();
+    let pool: i64 = t
+        .one(
+            sqlx::query_scalar("SELECT pool_id FROM core.resource_pools WHERE organization_id = $1 AND is_default")
+                .bind(org.organization_id),
+        )
+        .await;
+    // Revoked already: refused after the rendezvous, the pool row and the lineage head. Nothing is
+    // awaited between the answer and the check.
+    let e = grants::revoke_grant(&t.db, grant, None, "twice").await.unwrap_err();
+    assert!(matches!(&e, ServiceError::Refused(m) if m.contains("already")), "{e:?}");
+    let held = still_held(
+        &t.admin_url,
+        vec![
+            advisory_free("the rendezvous", "core.rendezvous_key()"),
+            row_free("the pool row", &format!("SELECT 1 FROM core.resource_pools WHERE pool_id = {pool}")),
+            row_free("the lineage head", &format!("SELECT 1 FROM core.grants WHERE grant_id = {grant}")),
+            no_open_transaction(),
+        ],
+    );
+    assert!(held.is_empty(), "still held when the refusal was answered: {held:?}");
+}
+
+#[tokio::test]
+async fn a_fedwiki_intakes_refusal_has_released_the_instance_lock_when_it_is_answered() {
+    use member_console::{services::fedwiki, states::RequestKind};
+    let s = crate::sites::setup("Basic").await;
+    let site = s.created("busy").await;
+    fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
+    // A second act while the park is in flight: refused after the instance lock.
+    let e = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Archive).await.unwrap_err();
+    assert!(e.to_string().contains("already in progress"), "{e}");
+    let held = still_held(
+        &s.t.admin_url,
+        vec![
+            advisory_free("the instance lock", &format!("core.lifecycle_instance_key('{site}')")),
+            no_open_transaction(),
+        ],
+    );
+    assert!(held.is_empty(), "still held when the refusal was answered: {held:?}");
+}
+
+#[tokio::test]
+async fn a_registry_refusal_has_released_the_registry_lock_when_it_is_answered() {
+    use member_console::services::fedwiki::{self, names::SiteName};
+    let s = crate::sites::setup("Basic").await;
+    s.created("taken").await;
+    // The name is placed: refused after the registry lock.
+    let e =
+        fedwiki::create_site(&s.t.db, &s.settings, s.who, s.org, &SiteName::parse("taken").unwrap()).await.unwrap_err();
+    assert!(e.to_string().contains("is taken"), "{e}");
+    let held = still_held(
+        &s.t.admin_url,
+        vec![advisory_free("the registry lock", "core.registry_key()"), no_open_transaction()],
+    );
+    assert!(held.is_empty(), "still held when the refusal was answered: {held:?}");
+}

@@ -6,9 +6,10 @@
 
 use crate::{
     db::{
-        Db, TxKind, begin,
+        Db, Tx, TxKind, begin,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     ids::{PriceId, ProductId},
     integrations::stripe::Stripe,
@@ -132,24 +133,26 @@ fn parse_amount(s: &str, whole_units: bool) -> Result<i64, String> {
 /// prices never change amount) and the new one waits for the next sync.
 #[tracing::instrument(name = "Set a price", skip(db), fields(product_id = %product_id))]
 pub async fn set_price(db: &Db, product_id: ProductId, price: &NewPrice) -> Result<PriceId, ServiceError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
-    tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
-    if catalog::product(tx.conn(), product_id).await?.is_none() {
-        return Err(ServiceError::NotFound("product"));
-    }
-    let current = store::prices_of(tx.conn(), product_id).await?;
-    if current.iter().any(|p| {
-        p.active
-            && p.billing_interval == price.interval
-            && p.currency == price.currency
-            && p.amount_minor == price.amount_minor
-    }) {
-        return Err(ServiceError::Refused("The product already has this price.".into()));
-    }
-    store::archive_active_price(tx.conn(), product_id, price.interval, &price.currency).await?;
-    let id = store::insert_price(tx.conn(), product_id, price.interval, price.amount_minor, &price.currency).await?;
-    tx.commit().await?;
-    Ok(id)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
+        if catalog::product(tx.conn(), product_id).await?.is_none() {
+            return Err(ServiceError::NotFound("product"));
+        }
+        let current = store::prices_of(tx.conn(), product_id).await?;
+        if current.iter().any(|p| {
+            p.active
+                && p.billing_interval == price.interval
+                && p.currency == price.currency
+                && p.amount_minor == price.amount_minor
+        }) {
+            return Err(ServiceError::Refused("The product already has this price.".into()));
+        }
+        store::archive_active_price(tx.conn(), product_id, price.interval, &price.currency).await?;
+        let id =
+            store::insert_price(tx.conn(), product_id, price.interval, price.amount_minor, &price.currency).await?;
+        Ok(id)
+    })
+    .await
 }
 
 /// Stop selling a price: archived here, and in Stripe at the next sync. Subscriptions on it keep it.
@@ -159,13 +162,14 @@ pub async fn archive_price(db: &Db, price_id: PriceId) -> Result<(), ServiceErro
         let mut read = db.read().await?;
         store::price(read.conn(), price_id).await?.ok_or(ServiceError::NotFound("price"))?
     };
-    let mut tx = begin(db, TxKind::Plain).await?;
-    tx.lock(&AdvisoryKey::ProductSync(p.product_id.to_string())).await?;
-    if !store::archive_price(tx.conn(), price_id).await? {
-        return Err(ServiceError::Refused("This price is archived already.".into()));
-    }
-    tx.commit().await?;
-    Ok(())
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        tx.lock(&AdvisoryKey::ProductSync(p.product_id.to_string())).await?;
+        if !store::archive_price(tx.conn(), price_id).await? {
+            return Err(ServiceError::Refused("This price is archived already.".into()));
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// What a sync click did.
@@ -183,38 +187,42 @@ pub enum SyncAnswer {
 #[tracing::instrument(name = "Sync a product to Stripe", skip(db), fields(product_id = %product_id))]
 pub async fn sync_product(db: &Db, product_id: ProductId) -> Result<SyncAnswer, ServiceError> {
     let mut tx = begin(db, TxKind::Plain).await?;
-    tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
-    let Some(product) = catalog::product(tx.conn(), product_id).await? else {
-        return Err(ServiceError::NotFound("product"));
-    };
-    let mapping = store::product_mapping(tx.conn(), product_id).await?;
-    let prices = store::prices_of(tx.conn(), product_id).await?;
-    let product_work = match &mapping {
-        None => true,
-        Some(m) => m.stripe_product_id.is_none() || m.synced_name.as_deref() != Some(product.name.as_str()),
-    };
-    let price_work: Vec<PriceId> = prices
-        .iter()
-        .filter(|p| {
-            (p.active && p.stripe_price_id.is_none())
-                || (!p.active && p.stripe_price_id.is_some() && p.stripe_active == Some(true))
-        })
-        .map(|p| p.price_id)
-        .collect();
-    if !product_work && price_work.is_empty() {
-        // Nothing to commit: the transaction is rolled back as it drops, its lock with it.
-        return Ok(SyncAnswer::UpToDate);
+    // The answer, and whether it is to be kept.
+    let decided: Result<_, ServiceError> = async {
+        tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
+        let Some(product) = catalog::product(tx.conn(), product_id).await? else {
+            return Err(ServiceError::NotFound("product"));
+        };
+        let mapping = store::product_mapping(tx.conn(), product_id).await?;
+        let prices = store::prices_of(tx.conn(), product_id).await?;
+        let product_work = match &mapping {
+            None => true,
+            Some(m) => m.stripe_product_id.is_none() || m.synced_name.as_deref() != Some(product.name.as_str()),
+        };
+        let price_work: Vec<PriceId> = prices
+            .iter()
+            .filter(|p| {
+                (p.active && p.stripe_price_id.is_none())
+                    || (!p.active && p.stripe_price_id.is_some() && p.stripe_active == Some(true))
+            })
+            .map(|p| p.price_id)
+            .collect();
+        if !product_work && price_work.is_empty() {
+            return Ok((SyncAnswer::UpToDate, false));
+        }
+        let already = mapping.as_ref().is_some_and(|m| m.sync_state == SyncState::Pending)
+            && prices.iter().filter(|p| price_work.contains(&p.price_id)).all(|p| p.sync_state == SyncState::Pending);
+        store::mapping_pending(tx.conn(), product_id).await?;
+        store::prices_pending(tx.conn(), &price_work).await?;
+        let enqueued = store::enqueue_product_sync(tx.conn(), product_id).await?;
+        if already && !enqueued {
+            return Ok((SyncAnswer::AlreadyPending, false));
+        }
+        Ok((SyncAnswer::Enqueued { product: product_work, prices: price_work.len() }, true))
     }
-    let already = mapping.as_ref().is_some_and(|m| m.sync_state == SyncState::Pending)
-        && prices.iter().filter(|p| price_work.contains(&p.price_id)).all(|p| p.sync_state == SyncState::Pending);
-    store::mapping_pending(tx.conn(), product_id).await?;
-    store::prices_pending(tx.conn(), &price_work).await?;
-    let enqueued = store::enqueue_product_sync(tx.conn(), product_id).await?;
-    if already && !enqueued {
-        return Ok(SyncAnswer::AlreadyPending);
-    }
-    tx.commit().await?;
-    Ok(SyncAnswer::Enqueued { product: product_work, prices: price_work.len() })
+    .await;
+    // Nothing to keep: rolled back, its lock with it, before the answer is given.
+    tx.end_keeping(decided).await
 }
 
 /// SyncProductToStripe: make or update the Stripe product, create the new prices, archive the
@@ -285,20 +293,21 @@ enum Outcome<'a> {
 
 /// One recorded outcome, in its own short transaction under the product's sync lock.
 async fn record(db: &Db, product_id: ProductId, outcome: Outcome<'_>) -> Result<(), ServiceError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
-    tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
-    match outcome {
-        Outcome::ProductSynced { stripe_id, name } => {
-            store::mapping_synced(tx.conn(), product_id, stripe_id, name).await?
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
+        match outcome {
+            Outcome::ProductSynced { stripe_id, name } => {
+                store::mapping_synced(tx.conn(), product_id, stripe_id, name).await?
+            }
+            Outcome::ProductFailed(why) => store::mapping_failed(tx.conn(), product_id, why).await?,
+            Outcome::PriceSynced { price, stripe_id, active } => {
+                store::price_synced(tx.conn(), price, stripe_id, active).await?
+            }
+            Outcome::PriceFailed { price, why } => store::price_failed(tx.conn(), price, why).await?,
         }
-        Outcome::ProductFailed(why) => store::mapping_failed(tx.conn(), product_id, why).await?,
-        Outcome::PriceSynced { price, stripe_id, active } => {
-            store::price_synced(tx.conn(), price, stripe_id, active).await?
-        }
-        Outcome::PriceFailed { price, why } => store::price_failed(tx.conn(), price, why).await?,
-    }
-    tx.commit().await?;
-    Ok(())
+        Ok(())
+    })
+    .await
 }
 
 #[cfg(test)]

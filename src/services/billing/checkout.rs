@@ -4,7 +4,7 @@
 //! webhook's job: the subscription's advisory lock makes the two converge on one outcome.
 
 use crate::{
-    db::Db,
+    db::{Db, Tx, TxKind, tx::within},
     ids::{AccountId, OrganizationId, PriceId},
     integrations::stripe::{CheckoutRequest, Stripe},
     services::ServiceError,
@@ -94,10 +94,10 @@ pub async fn start_checkout(
         Some(c) => c,
         None => {
             let made = stripe.create_customer(organization_id.0, &org_name, None).await.map_err(remote)?;
-            let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
-            let kept = store::put_customer(tx.conn(), organization_id, &made).await?;
-            tx.commit().await?;
-            kept
+            within(db, TxKind::Plain, async |tx: &mut Tx| {
+                Ok::<_, ServiceError>(store::put_customer(tx.conn(), organization_id, &made).await?)
+            })
+            .await?
         }
     };
     // The operation is this purchase after the organization's newest recorded session: a double
@@ -125,9 +125,12 @@ pub async fn start_checkout(
         })
         .await
         .map_err(remote)?;
-    let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
-    store::insert_checkout_session(tx.conn(), &session.id, organization_id, price_id, who).await?;
-    tx.commit().await?;
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        Ok::<_, ServiceError>(
+            store::insert_checkout_session(tx.conn(), &session.id, organization_id, price_id, who).await?,
+        )
+    })
+    .await?;
     session.url.ok_or_else(|| ServiceError::Remote {
         sentence: "Stripe made the checkout but gave no page to pay on. Nothing was charged; try again.".into(),
         transient: true,
@@ -240,8 +243,9 @@ pub async fn finish_checkout(
         Reconciled::Converged { .. } | Reconciled::Stale => {}
         Reconciled::Unknown => return Err(ServiceError::NotFound("subscription")),
     }
-    let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
-    store::complete_checkout_session(tx.conn(), session_id, &subscription).await?;
-    tx.commit().await?;
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        Ok::<_, ServiceError>(store::complete_checkout_session(tx.conn(), session_id, &subscription).await?)
+    })
+    .await?;
     Ok(CheckoutOutcome::Paid { organization_id })
 }

@@ -4,9 +4,10 @@
 
 use crate::{
     db::{
-        Db, TxKind, begin,
+        Db, Tx, TxKind,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     integrations::stripe::Stripe,
     services::ServiceError,
@@ -45,56 +46,57 @@ pub async fn converge_invoice(db: &Db, stripe: &Stripe, stripe_invoice_id: &str)
         sentence: format!("Stripe reported an invoice status the console does not know: {}", inv.status),
         transient: false,
     })?;
-    let mut tx = begin(db, TxKind::Plain).await?;
-    tx.lock(&AdvisoryKey::Invoice(stripe_invoice_id.to_string())).await?;
-    if store::invoice_observed_at(tx.conn(), stripe_invoice_id).await?.is_some_and(|t| t > observed_at) {
-        return Ok(Converged::Stale);
-    }
-    let organization_id = match store::organization_of_customer(tx.conn(), &inv.customer).await? {
-        Some(o) => Some(o),
-        None => match &inv.subscription {
-            Some(s) => store::organization_of_subscription(tx.conn(), s).await?,
-            None => None,
-        },
-    };
-    store::put_invoice(
-        tx.conn(),
-        &InvoiceWrite {
-            stripe_invoice_id,
-            organization_id,
-            stripe_subscription_id: inv.subscription.as_deref(),
-            stripe_customer_id: &inv.customer,
-            number: inv.number.as_deref(),
-            status,
-            currency: &inv.currency,
-            amount_due: inv.amount_due,
-            amount_paid: inv.amount_paid,
-            amount_remaining: inv.amount_remaining,
-            hosted_invoice_url: inv.hosted_invoice_url.as_deref(),
-            period_start: inv.period_start,
-            period_end: inv.period_end,
-            stripe_created: inv.created,
-            observed_at,
-        },
-    )
-    .await?;
-    store::clear_invoice_details(tx.conn(), stripe_invoice_id).await?;
-    for l in &inv.lines {
-        store::insert_invoice_line(
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        tx.lock(&AdvisoryKey::Invoice(stripe_invoice_id.to_string())).await?;
+        if store::invoice_observed_at(tx.conn(), stripe_invoice_id).await?.is_some_and(|t| t > observed_at) {
+            return Ok(Converged::Stale);
+        }
+        let organization_id = match store::organization_of_customer(tx.conn(), &inv.customer).await? {
+            Some(o) => Some(o),
+            None => match &inv.subscription {
+                Some(s) => store::organization_of_subscription(tx.conn(), s).await?,
+                None => None,
+            },
+        };
+        store::put_invoice(
             tx.conn(),
-            stripe_invoice_id,
-            &l.id,
-            l.description.as_deref(),
-            l.amount,
-            l.quantity,
-            l.price.as_deref(),
-            (l.period_start, l.period_end),
+            &InvoiceWrite {
+                stripe_invoice_id,
+                organization_id,
+                stripe_subscription_id: inv.subscription.as_deref(),
+                stripe_customer_id: &inv.customer,
+                number: inv.number.as_deref(),
+                status,
+                currency: &inv.currency,
+                amount_due: inv.amount_due,
+                amount_paid: inv.amount_paid,
+                amount_remaining: inv.amount_remaining,
+                hosted_invoice_url: inv.hosted_invoice_url.as_deref(),
+                period_start: inv.period_start,
+                period_end: inv.period_end,
+                stripe_created: inv.created,
+                observed_at,
+            },
         )
         .await?;
-    }
-    for p in &inv.payments {
-        store::insert_invoice_payment(tx.conn(), stripe_invoice_id, &p.id, &p.status, p.amount, p.paid_at).await?;
-    }
-    tx.commit().await?;
-    Ok(Converged::Written)
+        store::clear_invoice_details(tx.conn(), stripe_invoice_id).await?;
+        for l in &inv.lines {
+            store::insert_invoice_line(
+                tx.conn(),
+                stripe_invoice_id,
+                &l.id,
+                l.description.as_deref(),
+                l.amount,
+                l.quantity,
+                l.price.as_deref(),
+                (l.period_start, l.period_end),
+            )
+            .await?;
+        }
+        for p in &inv.payments {
+            store::insert_invoice_payment(tx.conn(), stripe_invoice_id, &p.id, &p.status, p.amount, p.paid_at).await?;
+        }
+        Ok(Converged::Written)
+    })
+    .await
 }

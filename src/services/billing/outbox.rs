@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use crate::{
     db::{
-        Db, TxKind, begin,
+        Db, Tx, TxKind,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     integrations::stripe::Stripe,
     jobs::Backoff,
@@ -50,12 +51,10 @@ pub struct Processed {
 pub async fn process_outbox(db: &Db, stripe: &Stripe, limit: i64, lease: Duration) -> Result<Processed, ServiceError> {
     let mut out = Processed::default();
     for _ in 0..limit.max(0) {
-        let claimed = {
-            let mut tx = begin(db, TxKind::Plain).await?;
-            let rows = store::claim_outbox(tx.conn(), 1, lease.as_secs_f64()).await?;
-            tx.commit().await?;
-            rows
-        };
+        let claimed = within(db, TxKind::Plain, async |tx: &mut Tx| {
+            Ok::<_, ServiceError>(store::claim_outbox(tx.conn(), 1, lease.as_secs_f64()).await?)
+        })
+        .await?;
         let Some(row) = claimed.into_iter().next() else { break };
         let result = match (row.kind.as_str(), &row.stripe_subscription_id, row.product_id) {
             ("reconcile_subscription", Some(s), _) => apply_subscription_collection(db, stripe, s).await.map(|_| ()),
@@ -66,11 +65,10 @@ pub async fn process_outbox(db: &Db, stripe: &Stripe, limit: i64, lease: Duratio
                 Err(ServiceError::Remote { sentence: format!("outbox row of unknown kind {kind}"), transient: false })
             }
         };
-        let mut tx = begin(db, TxKind::Plain).await?;
-        match result {
+        let (done, failed) = within(db, TxKind::Plain, async |tx: &mut Tx| match result {
             Ok(()) => {
                 store::outbox_done(tx.conn(), row.outbox_id).await?;
-                out.done += 1;
+                Ok::<_, ServiceError>((1, 0))
             }
             Err(e) => {
                 let permanent =
@@ -80,10 +78,12 @@ pub async fn process_outbox(db: &Db, stripe: &Stripe, limit: i64, lease: Duratio
                     if permanent { Duration::from_secs(86_400 * 365) } else { Backoff::default().delay(row.attempts) };
                 tracing::warn!(outbox_id = %row.outbox_id, error = %e, attempts = row.attempts, "an outbox row failed");
                 store::outbox_failed(tx.conn(), row.outbox_id, &e.to_string(), retry.as_secs_f64()).await?;
-                out.failed += 1;
+                Ok((0, 1))
             }
-        }
-        tx.commit().await?;
+        })
+        .await?;
+        out.done += done;
+        out.failed += failed;
     }
     Ok(out)
 }

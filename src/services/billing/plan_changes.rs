@@ -312,19 +312,21 @@ pub async fn quote_switch(
         };
         c.quote.charge = Some(preview);
     }
-    let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
-    store::insert_quote(
-        tx.conn(),
-        &c.quote.operation,
-        subscription_id,
-        price_id,
-        who,
-        c.quote.proration_date.and_then(|d| DateTime::from_timestamp(d, 0)),
-        c.quote.charge.as_ref().map(|p| (p.amount_due, p.currency.as_str())),
-        c.quantity as i32,
-    )
+    crate::db::tx::within(db, crate::db::TxKind::Plain, async |tx: &mut crate::db::Tx| {
+        store::insert_quote(
+            tx.conn(),
+            &c.quote.operation,
+            subscription_id,
+            price_id,
+            who,
+            c.quote.proration_date.and_then(|d| DateTime::from_timestamp(d, 0)),
+            c.quote.charge.as_ref().map(|p| (p.amount_due, p.currency.as_str())),
+            c.quantity as i32,
+        )
+        .await?;
+        Ok::<_, ServiceError>(())
+    })
     .await?;
-    tx.commit().await?;
     Ok(c.quote)
 }
 

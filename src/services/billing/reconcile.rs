@@ -79,12 +79,30 @@ pub async fn apply_subscription_collection(
     reconcile(db, stripe, stripe_id, Collection::Apply).await
 }
 
-#[tracing::instrument(name = "Reconcile a subscription", skip(db, stripe), fields(subscription_id))]
 async fn reconcile(
     db: &Db,
     stripe: &Stripe,
     stripe_id: &str,
     collection: Collection,
+) -> Result<Reconciled, ServiceError> {
+    // The transaction `converge` opens stays here until it commits, so an answer it gives with the
+    // transaction still open (a refusal, a failed statement, a stale read) ends it first: rolled
+    // back, awaited, on an error.
+    let mut open = None;
+    let answer = converge(db, stripe, stripe_id, collection, &mut open).await;
+    match open {
+        Some(tx) => tx.end(answer).await,
+        None => answer,
+    }
+}
+
+#[tracing::instrument(name = "Reconcile a subscription", skip(db, stripe, open), fields(subscription_id))]
+async fn converge(
+    db: &Db,
+    stripe: &Stripe,
+    stripe_id: &str,
+    collection: Collection,
+    open: &mut Option<Tx>,
 ) -> Result<Reconciled, ServiceError> {
     let observed_at = now(db).await?;
     // The read comes first, with no transaction open (a slow Stripe holds no lock).
@@ -94,7 +112,7 @@ async fn reconcile(
         Some(id) => stripe.subscription_schedule(id).await.map_err(remote)?,
         None => None,
     };
-    let mut tx = crate::db::begin_for(db, TxKind::Materializing, &RECONCILE_SUBSCRIPTION_LOCKS).await?;
+    let tx = open.insert(crate::db::begin_for(db, TxKind::Materializing, &RECONCILE_SUBSCRIPTION_LOCKS).await?);
     if matches!(collection, Collection::Apply) {
         crate::db::trace::step(tx.conn(), crate::db::trace::steps::APPLY_SUBSCRIPTION_COLLECTION).await?;
     }
@@ -132,7 +150,7 @@ async fn reconcile(
     })?;
     let organization_id = match &existing {
         Some(e) => e.organization_id,
-        None => organization_for(&mut tx, &snapshot).await?,
+        None => organization_for(tx, &snapshot).await?,
     };
     let state = SubscriptionState {
         status,
@@ -160,18 +178,17 @@ async fn reconcile(
     let mut changed = was != Some(status);
     changed |= match status.branch() {
         SubscriptionBranch::Active => {
-            let (changed, products) =
-                reconcile_items(&mut tx, subscription_id, organization_id, pool, &snapshot).await?;
-            converge_scheduled_changes(&mut tx, subscription_id, &products, schedule.as_ref()).await? || changed
+            let (changed, products) = reconcile_items(tx, subscription_id, organization_id, pool, &snapshot).await?;
+            converge_scheduled_changes(tx, subscription_id, &products, schedule.as_ref()).await? || changed
         }
-        SubscriptionBranch::Suspended => reconcile_suspended(&mut tx, subscription_id, pool).await?,
+        SubscriptionBranch::Suspended => reconcile_suspended(tx, subscription_id, pool).await?,
         SubscriptionBranch::Ended => {
-            let ended = reconcile_ended(&mut tx, subscription_id, organization_id, pool).await?;
-            supersede_changes_of_ended(&mut tx, subscription_id).await? || ended
+            let ended = reconcile_ended(tx, subscription_id, organization_id, pool).await?;
+            supersede_changes_of_ended(tx, subscription_id).await? || ended
         }
         // `incomplete`: the first payment has not gone through; nothing is conferred yet. Its
         // items are recorded, so a checkout on their ladders knows the ladder is spoken for.
-        SubscriptionBranch::NotYet => mirror_items(&mut tx, subscription_id, &snapshot).await?.0,
+        SubscriptionBranch::NotYet => mirror_items(tx, subscription_id, &snapshot).await?.0,
     };
     // The collection pause: paused exactly while another plan displaces the subscription on every
     // ladder. The decision's reads (collectionInputs) are made under the pool row the branch took;
@@ -205,7 +222,7 @@ async fn reconcile(
         }
         None => None,
     };
-    tx.commit().await?;
+    open.take().expect("the transaction is open").commit().await?;
     if let Some((schedule_id, held_changes)) = spent {
         release_spent_schedule(db, stripe, subscription_id, stripe_id, &schedule_id, held_changes).await;
     }
@@ -272,11 +289,13 @@ pub async fn supersede_released_downgrades(
     stripe_id: &str,
     schedule_id: &str,
 ) -> Result<u64, ServiceError> {
-    let mut tx = crate::db::begin_for(db, TxKind::Plain, &SUPERSEDE_RELEASED_DOWNGRADES_LOCKS).await?;
-    tx.lock(&AdvisoryKey::Subscription(stripe_id.to_string())).await?;
-    let n = crate::store::plan_changes::supersede_changes_of_schedule(tx.conn(), subscription_id, schedule_id).await?;
-    tx.commit().await?;
-    Ok(n)
+    crate::db::tx::within_for(db, TxKind::Plain, &SUPERSEDE_RELEASED_DOWNGRADES_LOCKS, async |tx: &mut Tx| {
+        tx.lock(&AdvisoryKey::Subscription(stripe_id.to_string())).await?;
+        let n =
+            crate::store::plan_changes::supersede_changes_of_schedule(tx.conn(), subscription_id, schedule_id).await?;
+        Ok(n)
+    })
+    .await
 }
 
 /// Whose subscription this is: the organization the checkout named in its metadata, else the

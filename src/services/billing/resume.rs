@@ -8,8 +8,9 @@
 
 use crate::{
     db::{
-        Db, TxKind, begin,
+        Db, Tx, TxKind,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     ids::{AccountId, OrganizationId, SubscriptionId},
     services::ServiceError,
@@ -42,28 +43,30 @@ pub async fn resume_subscription(
         let mut read = db.read().await?;
         super::plan_changes::plan_owner(read.conn(), who, organization_id).await?;
     }
-    let mut tx = begin(db, TxKind::Materializing).await?;
-    let pool = ent::default_pool_of(tx.conn(), organization_id).await?.ok_or(ServiceError::NotFound("organization"))?;
-    ent::lock_pools(tx.conn(), &[pool]).await?;
-    // The refusals' reads, under the row.
-    let held = store::held_subscription(tx.conn(), organization_id, subscription_id)
-        .await?
-        .ok_or(ServiceError::NotFound("subscription"))?;
-    if held.status.branch() != SubscriptionBranch::Active {
-        return Err(ServiceError::Refused(format!(
-            "The subscription is {}: only an active subscription's plan can be resumed.",
-            held.status
-        )));
-    }
-    let back = store::resume_subscription(tx.conn(), pool, subscription_id).await?;
-    if back == 0 {
-        return Err(ServiceError::Refused("Nothing displaces this subscription: its plan is in force.".into()));
-    }
-    // Its own reconcile lifts the collection pause; the organization's other subscriptions look
-    // again at what this one took. Inserts, no lock.
-    store::request_reconcile(tx.conn(), subscription_id, &held.stripe_subscription_id, "resume", 0.0).await?;
-    billing_store::request_organization_reconciles(tx.conn(), organization_id, subscription_id, "resume").await?;
-    ent::materialize_pool(tx.conn(), pool).await?;
-    tx.commit().await?;
-    Ok(back)
+    within(db, TxKind::Materializing, async |tx: &mut Tx| {
+        let pool =
+            ent::default_pool_of(tx.conn(), organization_id).await?.ok_or(ServiceError::NotFound("organization"))?;
+        ent::lock_pools(tx.conn(), &[pool]).await?;
+        // The refusals' reads, under the row.
+        let held = store::held_subscription(tx.conn(), organization_id, subscription_id)
+            .await?
+            .ok_or(ServiceError::NotFound("subscription"))?;
+        if held.status.branch() != SubscriptionBranch::Active {
+            return Err(ServiceError::Refused(format!(
+                "The subscription is {}: only an active subscription's plan can be resumed.",
+                held.status
+            )));
+        }
+        let back = store::resume_subscription(tx.conn(), pool, subscription_id).await?;
+        if back == 0 {
+            return Err(ServiceError::Refused("Nothing displaces this subscription: its plan is in force.".into()));
+        }
+        // Its own reconcile lifts the collection pause; the organization's other subscriptions look
+        // again at what this one took. Inserts, no lock.
+        store::request_reconcile(tx.conn(), subscription_id, &held.stripe_subscription_id, "resume", 0.0).await?;
+        billing_store::request_organization_reconciles(tx.conn(), organization_id, subscription_id, "resume").await?;
+        ent::materialize_pool(tx.conn(), pool).await?;
+        Ok(back)
+    })
+    .await
 }

@@ -6,7 +6,7 @@
 use chrono::{Duration as Span, Utc};
 
 use crate::{
-    db::{Db, TxKind, begin},
+    db::{Db, Tx, TxKind, tx::within},
     ids::SubscriptionId,
     integrations::stripe::{Stripe, StripeFailure},
     jobs,
@@ -65,8 +65,7 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
     };
-    {
-        let mut tx = begin(db, TxKind::Plain).await?;
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
         for e in &read.events {
             let Some(object) = &e.object_id else { continue };
             let queued = if e.event_type.starts_with("customer.subscription.") {
@@ -98,8 +97,9 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
             );
             store::set_sweep_state(tx.conn(), None, read.last_id.as_deref().zip(walk_newest)).await?;
         }
-        tx.commit().await?;
-    }
+        Ok::<_, ServiceError>(())
+    })
+    .await?;
     // Checkouts paid whose return and webhook were both lost.
     let open = {
         let mut read = db.read().await?;
@@ -110,23 +110,27 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
             && s.status == "complete"
             && let Some(sub) = s.subscription
         {
-            let mut tx = begin(db, TxKind::Plain).await?;
-            swept.enqueued += enqueue_reconcile_on(tx.conn(), &sub).await? as usize;
-            store::complete_checkout_session(tx.conn(), &id, &sub).await?;
-            tx.commit().await?;
+            within(db, TxKind::Plain, async |tx: &mut Tx| {
+                swept.enqueued += enqueue_reconcile_on(tx.conn(), &sub).await? as usize;
+                store::complete_checkout_session(tx.conn(), &id, &sub).await?;
+                Ok::<_, ServiceError>(())
+            })
+            .await?;
         }
     }
     // Every subscription the console believes live, so a status Stripe changed without an event
     // the console saw is read again.
     let mut after = SubscriptionId(0);
     loop {
-        let mut tx = begin(db, TxKind::Plain).await?;
-        let page = store::live_subscriptions_after(tx.conn(), after, 500).await?;
-        let Some(last) = page.last().map(|p| p.0) else { break };
-        for (_, stripe_id) in &page {
-            swept.enqueued += enqueue_reconcile_on(tx.conn(), stripe_id).await? as usize;
-        }
-        tx.commit().await?;
+        let last = within(db, TxKind::Plain, async |tx: &mut Tx| {
+            let page = store::live_subscriptions_after(tx.conn(), after, 500).await?;
+            for (_, stripe_id) in &page {
+                swept.enqueued += enqueue_reconcile_on(tx.conn(), stripe_id).await? as usize;
+            }
+            Ok::<_, ServiceError>(page.last().map(|p| p.0))
+        })
+        .await?;
+        let Some(last) = last else { break };
         after = last;
     }
     Ok(swept)

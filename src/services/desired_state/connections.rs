@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     db::{
-        Db, TxKind,
+        Db, Tx, TxKind,
         locks::{Lock, PathLocks},
         tx,
     },
@@ -134,23 +134,26 @@ fn name_taken(e: sqlx::Error) -> ServiceError {
 pub async fn create_connection(db: &Db, f: &ConnectionForm) -> Result<ConnectionId, ServiceError> {
     let c = parse_connection(db, f).await?;
     let secret = new_secret().map_err(|e| ServiceError::Remote { sentence: e, transient: true })?;
-    let mut t = tx::begin(db, TxKind::Plain).await?;
-    let id =
-        store::insert_connection(t.conn(), &c.name, &c.url, &secret, &c.keys, c.read_back).await.map_err(name_taken)?;
-    t.commit().await?;
-    Ok(id)
+    tx::within(db, TxKind::Plain, async |t: &mut Tx| {
+        let id = store::insert_connection(t.conn(), &c.name, &c.url, &secret, &c.keys, c.read_back)
+            .await
+            .map_err(name_taken)?;
+        Ok(id)
+    })
+    .await
 }
 
 /// Edit a live connection. A change of its keys asks the relay for every recipient.
 #[tracing::instrument(name = "Edit a connection", skip(db, f), fields(connection_id = %id))]
 pub async fn update_connection(db: &Db, id: ConnectionId, f: &ConnectionForm) -> Result<(), ServiceError> {
     let c = parse_connection(db, f).await?;
-    let mut t = tx::begin(db, TxKind::Plain).await?;
-    if !store::update_connection(t.conn(), id, &c.name, &c.url, &c.keys, c.read_back).await.map_err(name_taken)? {
-        return Err(ServiceError::NotFound("connection"));
-    }
-    t.commit().await?;
-    Ok(())
+    tx::within(db, TxKind::Plain, async |t: &mut Tx| {
+        if !store::update_connection(t.conn(), id, &c.name, &c.url, &c.keys, c.read_back).await.map_err(name_taken)? {
+            return Err(ServiceError::NotFound("connection"));
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// The longest overlap a rotation may keep the previous secret signing.
@@ -170,24 +173,26 @@ pub fn parse_overlap_hours(raw: &str) -> Result<Duration, ServiceError> {
 #[tracing::instrument(name = "Rotate a connection's secret", skip(db), fields(connection_id = %id))]
 pub async fn rotate_secret(db: &Db, id: ConnectionId, overlap: Duration) -> Result<(), ServiceError> {
     let secret = new_secret().map_err(|e| ServiceError::Remote { sentence: e, transient: true })?;
-    let mut t = tx::begin(db, TxKind::Plain).await?;
-    if !store::rotate_secret(t.conn(), id, &secret, overlap.as_secs_f64()).await? {
-        return Err(ServiceError::NotFound("connection"));
-    }
-    t.commit().await?;
-    Ok(())
+    tx::within(db, TxKind::Plain, async |t: &mut Tx| {
+        if !store::rotate_secret(t.conn(), id, &secret, overlap.as_secs_f64()).await? {
+            return Err(ServiceError::NotFound("connection"));
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// Delete a connection: pushes stop at once; its trigger's notice has the relay delete its
 /// records, each under its address lock.
 #[tracing::instrument(name = "Delete a connection", skip(db), fields(connection_id = %id))]
 pub async fn delete_connection(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
-    let mut t = tx::begin(db, TxKind::Plain).await?;
-    if !store::mark_deleted(t.conn(), id).await? {
-        return Err(ServiceError::NotFound("connection"));
-    }
-    t.commit().await?;
-    Ok(())
+    tx::within(db, TxKind::Plain, async |t: &mut Tx| {
+        if !store::mark_deleted(t.conn(), id).await? {
+            return Err(ServiceError::NotFound("connection"));
+        }
+        Ok(())
+    })
+    .await
 }
 
 async fn live(db: &Db, id: ConnectionId) -> Result<ConnectionRow, ServiceError> {

@@ -203,12 +203,10 @@ pub async fn process_desired_state_outbox(db: &Db, budget: Duration) -> Result<R
     let mut pass = RelayPass::default();
     let mut owed: BTreeSet<ConnectionId> = BTreeSet::new();
     loop {
-        let notices = {
-            let mut t = tx::begin(db, TxKind::Plain).await?;
-            let rows = store::claim_notices(t.conn(), NOTICE_BATCH, NOTICE_LEASE.as_secs_f64()).await?;
-            t.commit().await?;
-            rows
-        };
+        let notices = tx::within(db, TxKind::Plain, async |t: &mut tx::Tx| {
+            Ok::<_, ServiceError>(store::claim_notices(t.conn(), NOTICE_BATCH, NOTICE_LEASE.as_secs_f64()).await?)
+        })
+        .await?;
         if notices.is_empty() {
             break;
         }

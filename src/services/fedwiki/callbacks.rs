@@ -10,8 +10,9 @@ use serde::Deserialize;
 
 use crate::{
     db::{
-        Db, TxKind,
+        Db, Tx, TxKind,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     integrations::farm::FarmSite,
     jobs::{self, NewJob},
@@ -54,7 +55,7 @@ pub async fn receive_farm_callback(db: &Db, cb: &FarmCallback) -> Result<Receive
     if cb.id.is_empty() || cb.id.len() > 200 || cb.site.domain.len() > 253 {
         return Err(ServiceError::invalid_form("The callback's id or domain is not in the farm's form."));
     }
-    let mut tx = crate::db::begin(db, TxKind::Plain).await?;
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
     if !store::record_callback(tx.conn(), &cb.id, &cb.kind, &cb.site.domain).await? {
         return Ok(Received::Duplicate);
     }
@@ -84,6 +85,7 @@ pub async fn receive_farm_callback(db: &Db, cb: &FarmCallback) -> Result<Receive
         job.max_attempts = Some(super::REQUEST_ATTEMPTS);
         jobs::enqueue(tx.conn(), job).await?;
     }
-    tx.commit().await?;
     Ok(Received::Recorded { observed, nudged: waiting.len() })
+    })
+    .await
 }

@@ -1,10 +1,10 @@
 //! FedWiki at the handler (spec "FedWiki at the handler"): what a member's click records. A
-//! create places its name (and, for the organization's first site, makes its workspace) in its
-//! own registry transaction, then records its first request in a
-//! transaction of its own. A status change without a cooldown records its request in a
-//! transaction of its own under the instance lock only; a swap (and an activation when
-//! activations have a cooldown) runs in withWorkspaceTx: the workspace lock, the cooldown check,
-//! the requests, the swap policy row last. No handler takes a usage row or a site row lock.
+//! create places its name (and, for the organization's first site, makes its workspace) and
+//! records its first request in one registry transaction. A status change without a cooldown
+//! records its request in a transaction of its own under the instance lock only; a swap (and an
+//! activation when activations have a cooldown) runs in withWorkspaceTx: the workspace lock, the
+//! cooldown check, the requests, the swap policy row last. No handler takes a usage row or a site
+//! row lock.
 
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use crate::{
         Db, Tx, TxKind,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     ids::{AccountId, OrganizationId, RequestId},
     services::ServiceError,
@@ -88,7 +89,8 @@ pub(super) async fn ensure_member(
     Ok(())
 }
 
-/// Create a site named `name` for `organization_id`: place its name, then record its request.
+/// Create a site named `name` for `organization_id`: place its name and record its first
+/// request in one registry transaction.
 #[tracing::instrument(name = "Create a site", skip(db, farm), fields(organization_id = %organization_id, name = name.as_str()))]
 pub async fn create_site(
     db: &Db,
@@ -101,16 +103,13 @@ pub async fn create_site(
     let workspace_id = store::workspace_of(organization_id);
     let site_id = format!("s-{}", crate::config::random_hex(10));
     let domain = name.domain(&farm.domain);
-    // The organization's first site makes its workspace, in the registry transaction and after
-    // the name is placed: a refused name writes no workspace either.
+    // The placement and the accepted request commit together: a placement with no site row is an
+    // orphan to the domains reconciliation unless a request on it is accepted, so committed apart
+    // the name could be freed in between. The organization's first site makes its workspace here
+    // too, after the name is placed: a refused name writes no workspace either.
     registry::with_lock(db, async |tx: &mut Tx| {
         registry::place_site_name(tx, &domain, &workspace_id, &site_id).await?;
         store::ensure_workspace(tx.conn(), organization_id).await?;
-        Ok(())
-    })
-    .await?;
-    let recorded = async {
-        let mut tx = crate::db::begin(db, TxKind::Plain).await?;
         let intake = Intake {
             instance_id: &site_id,
             workspace_id: &workspace_id,
@@ -119,16 +118,9 @@ pub async fn create_site(
             swap_of: None,
             requested_by: Some(who),
         };
-        let id = intake::record_first_lifecycle_request(&mut tx, &intake).await?;
-        tx.commit().await?;
-        Ok::<_, ServiceError>(id)
-    }
-    .await;
-    if recorded.is_err() {
-        // The name was placed for a request that was never recorded: give it back.
-        let _ = registry::release_site_names(db, &site_id).await;
-    }
-    recorded
+        intake::record_first_lifecycle_request(tx, &intake).await
+    })
+    .await
 }
 
 /// What a member may ask of a site's status.
@@ -155,31 +147,32 @@ pub async fn change_status(
     let site = members_site(db, who, site_id).await?;
     let cooldown =
         (kind == RequestKind::Activate && !farm.activation_cooldown.is_zero()).then_some(farm.activation_cooldown);
-    let mut tx = crate::db::begin(db, TxKind::Plain).await?;
-    if let Some(cooldown) = cooldown {
-        // withWorkspaceTx
-        tx.lock(&AdvisoryKey::Workspace(site.workspace_id.clone())).await?;
-        let last = store::last_activation_at(tx.conn(), &site.workspace_id).await?;
-        refuse_inside_cooldown(last, cooldown, "activate a site")?;
-    }
-    tx.lock(&AdvisoryKey::LifecycleInstance(site.site_id.clone())).await?;
-    // Read again by id under the instance lock: a purge or deletion that committed first is seen.
-    let now = store::site(tx.conn(), &site.site_id).await?.ok_or(ServiceError::NotFound("site"))?;
-    allowed(kind, now.status, &now.domain)?;
-    let intake = Intake {
-        instance_id: &now.site_id,
-        workspace_id: &now.workspace_id,
-        domain: &now.domain,
-        kind,
-        swap_of: None,
-        requested_by: Some(who),
-    };
-    let id = intake::record_lifecycle_request(&mut tx, &intake).await?;
-    if cooldown.is_some() {
-        store::upsert_swap_policy(tx.conn(), &now.workspace_id, true).await?;
-    }
-    tx.commit().await?;
-    Ok(id)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        if let Some(cooldown) = cooldown {
+            // withWorkspaceTx
+            tx.lock(&AdvisoryKey::Workspace(site.workspace_id.clone())).await?;
+            let last = store::last_activation_at(tx.conn(), &site.workspace_id).await?;
+            refuse_inside_cooldown(last, cooldown, "activate a site")?;
+        }
+        tx.lock(&AdvisoryKey::LifecycleInstance(site.site_id.clone())).await?;
+        // Read again by id under the instance lock: a purge or deletion that committed first is seen.
+        let now = store::site(tx.conn(), &site.site_id).await?.ok_or(ServiceError::NotFound("site"))?;
+        allowed(kind, now.status, &now.domain)?;
+        let intake = Intake {
+            instance_id: &now.site_id,
+            workspace_id: &now.workspace_id,
+            domain: &now.domain,
+            kind,
+            swap_of: None,
+            requested_by: Some(who),
+        };
+        let id = intake::record_lifecycle_request(tx, &intake).await?;
+        if cooldown.is_some() {
+            store::upsert_swap_policy(tx.conn(), &now.workspace_id, true).await?;
+        }
+        Ok(id)
+    })
+    .await
 }
 
 fn refuse_inside_cooldown(
@@ -216,63 +209,65 @@ pub async fn swap_active_site(
     if a.site_id == p.site_id {
         return Err(ServiceError::invalid("park", "Choose an active site to park other than the one to activate."));
     }
-    let mut tx = crate::db::begin(db, TxKind::Plain).await?;
-    tx.lock(&AdvisoryKey::Workspace(a.workspace_id.clone())).await?;
-    let last = store::last_swap_at(tx.conn(), &a.workspace_id).await?;
-    refuse_inside_cooldown(last, farm.swap_cooldown, "swap")?;
-    // Both instance locks before either site is validated.
-    tx.lock(&AdvisoryKey::LifecycleInstance(a.site_id.clone())).await?;
-    tx.lock(&AdvisoryKey::LifecycleInstance(p.site_id.clone())).await?;
-    let a_now = store::site(tx.conn(), &a.site_id).await?.ok_or(ServiceError::NotFound("site"))?;
-    let p_now = store::site(tx.conn(), &p.site_id).await?.ok_or(ServiceError::NotFound("site"))?;
-    if a_now.status != SiteStatus::Parked {
-        return Err(ServiceError::Refused(format!(
-            "{} is {}: only a parked site can be swapped in.",
-            a_now.domain, a_now.status
-        )));
-    }
-    if p_now.status != SiteStatus::Active {
-        return Err(ServiceError::Refused(format!(
-            "{} is {}: only an active site can be swapped out.",
-            p_now.domain, p_now.status
-        )));
-    }
-    let activation = intake::record_lifecycle_request(
-        &mut tx,
-        &Intake {
-            instance_id: &a_now.site_id,
-            workspace_id: &a_now.workspace_id,
-            domain: &a_now.domain,
-            kind: RequestKind::Activate,
-            swap_of: None,
-            requested_by: Some(who),
-        },
-    )
-    .await?;
-    // The park's generation is computed here, under its instance lock.
-    intake::record_lifecycle_request(
-        &mut tx,
-        &Intake {
-            instance_id: &p_now.site_id,
-            workspace_id: &p_now.workspace_id,
-            domain: &p_now.domain,
-            kind: RequestKind::Park,
-            swap_of: Some(activation),
-            requested_by: Some(who),
-        },
-    )
-    .await?;
-    store::upsert_swap_policy(tx.conn(), &a_now.workspace_id, false).await?;
-    tx.commit().await?;
-    Ok(activation)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        tx.lock(&AdvisoryKey::Workspace(a.workspace_id.clone())).await?;
+        let last = store::last_swap_at(tx.conn(), &a.workspace_id).await?;
+        refuse_inside_cooldown(last, farm.swap_cooldown, "swap")?;
+        // Both instance locks before either site is validated.
+        tx.lock(&AdvisoryKey::LifecycleInstance(a.site_id.clone())).await?;
+        tx.lock(&AdvisoryKey::LifecycleInstance(p.site_id.clone())).await?;
+        let a_now = store::site(tx.conn(), &a.site_id).await?.ok_or(ServiceError::NotFound("site"))?;
+        let p_now = store::site(tx.conn(), &p.site_id).await?.ok_or(ServiceError::NotFound("site"))?;
+        if a_now.status != SiteStatus::Parked {
+            return Err(ServiceError::Refused(format!(
+                "{} is {}: only a parked site can be swapped in.",
+                a_now.domain, a_now.status
+            )));
+        }
+        if p_now.status != SiteStatus::Active {
+            return Err(ServiceError::Refused(format!(
+                "{} is {}: only an active site can be swapped out.",
+                p_now.domain, p_now.status
+            )));
+        }
+        let activation = intake::record_lifecycle_request(
+            tx,
+            &Intake {
+                instance_id: &a_now.site_id,
+                workspace_id: &a_now.workspace_id,
+                domain: &a_now.domain,
+                kind: RequestKind::Activate,
+                swap_of: None,
+                requested_by: Some(who),
+            },
+        )
+        .await?;
+        // The park's generation is computed here, under its instance lock.
+        intake::record_lifecycle_request(
+            tx,
+            &Intake {
+                instance_id: &p_now.site_id,
+                workspace_id: &p_now.workspace_id,
+                domain: &p_now.domain,
+                kind: RequestKind::Park,
+                swap_of: Some(activation),
+                requested_by: Some(who),
+            },
+        )
+        .await?;
+        store::upsert_swap_policy(tx.conn(), &a_now.workspace_id, false).await?;
+        Ok(activation)
+    })
+    .await
 }
 
 /// Keep active: the downgrade sweep parks other sites first.
 #[tracing::instrument(name = "Keep a site active", skip(db))]
 pub async fn set_keep_active(db: &Db, who: AccountId, site_id: &str, keep: bool) -> Result<(), ServiceError> {
     let site = members_site(db, who, site_id).await?;
-    let mut tx = crate::db::begin(db, TxKind::Plain).await?;
-    store::set_keep_active(tx.conn(), &site.site_id, keep).await?;
-    tx.commit().await?;
-    Ok(())
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        store::set_keep_active(tx.conn(), &site.site_id, keep).await?;
+        Ok(())
+    })
+    .await
 }

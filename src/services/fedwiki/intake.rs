@@ -30,10 +30,11 @@ pub static RECORD_LIFECYCLE_REQUEST_LOCKS: PathLocks = PathLocks {
 pub static RECORD_FIRST_LIFECYCLE_REQUEST_LOCKS: PathLocks = PathLocks {
     path: "RecordFirstLifecycleRequest",
     function: "services::fedwiki::intake::record_first_lifecycle_request",
-    kind: "Plain",
+    kind: "Registry",
     locks: &[Lock::LifecycleInstance],
     why: "The instance lock once and the latest generation read once: an instance that already holds a request \
-          is refused, so a create is recorded once.",
+          is refused, so a create is recorded once. It runs on the create's registry transaction, after the \
+          placement (see \"Registry: place a member's site name\").",
 };
 
 pub static DELETE_UNSTARTED_LIFECYCLE_REQUEST_LOCKS: PathLocks = PathLocks {
@@ -114,8 +115,9 @@ pub fn job_key(id: RequestId) -> String {
 /// DeleteUnstartedLifecycleRequest: true when the request and its job were deleted.
 #[tracing::instrument(name = "Delete an unstarted lifecycle request", skip(db))]
 pub async fn delete_unstarted_lifecycle_request(db: &crate::db::Db, id: RequestId) -> Result<bool, ServiceError> {
-    let mut tx = crate::db::begin(db, crate::db::TxKind::Plain).await?;
-    let gone = store::delete_unstarted_request(tx.conn(), id).await?;
-    tx.commit().await?;
-    Ok(gone)
+    crate::db::tx::within(db, crate::db::TxKind::Plain, async |tx: &mut Tx| {
+        let gone = store::delete_unstarted_request(tx.conn(), id).await?;
+        Ok(gone)
+    })
+    .await
 }

@@ -15,6 +15,7 @@ use crate::{
         Db, Tx, TxKind, begin,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     ids::PoolId,
     integrations::farm::{Farm, FarmError, FarmSite},
@@ -103,7 +104,8 @@ pub static PARK_SITE_LOCKS: PathLocks = PathLocks {
     kind: "Plain",
     locks: &[Lock::SiteRow, Lock::PlacementRows, Lock::UsageRow],
     why: "The farm call first, with no lock held; then the site row, the status and the quota's mark (the trigger \
-          moves the placements), then the pool's recount.",
+          moves the placements), then the pool's recount. A row a member's request changed meanwhile rolls it \
+          back, and the farm's site is set back to the row's status, with no lock held.",
 };
 
 pub static REACTIVATE_SITE_LOCKS: PathLocks = PathLocks {
@@ -232,12 +234,9 @@ pub async fn run_maintenance(
     farm: &Farm,
     retention: std::time::Duration,
 ) -> Result<store::RunCounts, ServiceError> {
-    let run_id = {
-        let mut tx = begin(db, TxKind::Plain).await?;
-        let id = store::start_run(tx.conn()).await?;
-        tx.commit().await?;
-        id
-    };
+    let run_id =
+        within(db, TxKind::Plain, async |tx: &mut Tx| Ok::<_, ServiceError>(store::start_run(tx.conn()).await?))
+            .await?;
     let mut counts = store::RunCounts::default();
     let outcome = async {
         sync_sites(db, farm, &mut counts).await?;
@@ -245,9 +244,11 @@ pub async fn run_maintenance(
         reconcile_quota(db, farm, &mut counts).await
     }
     .await;
-    let mut tx = begin(db, TxKind::Plain).await?;
-    store::finish_run(tx.conn(), run_id, &counts, outcome.as_ref().err().map(|e| e.to_string()).as_deref()).await?;
-    tx.commit().await?;
+    let failure = outcome.as_ref().err().map(|e| e.to_string());
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        Ok::<_, ServiceError>(store::finish_run(tx.conn(), run_id, &counts, failure.as_deref()).await?)
+    })
+    .await?;
     outcome.map(|()| counts)
 }
 
@@ -324,38 +325,40 @@ pub async fn insert_from_farm(
     listed_at: DateTime<Utc>,
 ) -> Result<Option<String>, ServiceError> {
     let site_id = format!("s-{}", crate::config::random_hex(10));
-    let mut tx = begin(db, TxKind::Plain).await?;
-    // A create in flight records its site itself, and a deletion that finished after the list was
-    // taken must not bring its site back: the sets the pass read may predate this page.
-    if store::domain_has_request_since(tx.conn(), &site.domain, listed_at).await? {
-        return Ok(None);
-    }
-    let row = store::FarmOnly {
-        site_id: &site_id,
-        workspace_id,
-        domain: &site.domain,
-        status,
-        storage_bytes: site.storage_bytes,
-        modified_at: site.modified_at,
-        created_at: site.created_at,
-    };
-    if !store::insert_listed_site(tx.conn(), &row, listed_at).await? {
-        return Ok(None);
-    }
-    let pool = sites_store::pool_of_workspace(tx.conn(), workspace_id).await?;
-    recount(&mut tx, pool).await?;
-    tx.commit().await?;
-    Ok(Some(site_id))
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        // A create in flight records its site itself, and a deletion that finished after the list was
+        // taken must not bring its site back: the sets the pass read may predate this page.
+        if store::domain_has_request_since(tx.conn(), &site.domain, listed_at).await? {
+            return Ok(None);
+        }
+        let row = store::FarmOnly {
+            site_id: &site_id,
+            workspace_id,
+            domain: &site.domain,
+            status,
+            storage_bytes: site.storage_bytes,
+            modified_at: site.modified_at,
+            created_at: site.created_at,
+        };
+        if !store::insert_listed_site(tx.conn(), &row, listed_at).await? {
+            return Ok(None);
+        }
+        let pool = sites_store::pool_of_workspace(tx.conn(), workspace_id).await?;
+        recount(tx, pool).await?;
+        Ok(Some(site_id))
+    })
+    .await
 }
 
 /// The listed status equals the row's: what the farm measured, unless a callback that occurred
 /// after the list was taken is already recorded.
 async fn observe(db: &Db, site: &FarmSite, listed_at: DateTime<Utc>) -> Result<bool, ServiceError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
-    let done =
-        store::observe_listed_site(tx.conn(), &site.domain, site.storage_bytes, site.modified_at, listed_at).await?;
-    tx.commit().await?;
-    Ok(done)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        let done = store::observe_listed_site(tx.conn(), &site.domain, site.storage_bytes, site.modified_at, listed_at)
+            .await?;
+        Ok(done)
+    })
+    .await
 }
 
 /// writeStatus: the farm's status where no request is on the site. True when written. One round
@@ -374,10 +377,11 @@ pub async fn write_status(
 
 /// A farm-absent System row: deleted (System has no usage row). True when deleted.
 async fn remove_system_site(db: &Db, site_id: &str) -> Result<bool, ServiceError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
-    let gone = sites_store::delete_site(tx.conn(), site_id).await?;
-    tx.commit().await?;
-    Ok(gone)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        let gone = sites_store::delete_site(tx.conn(), site_id).await?;
+        Ok(gone)
+    })
+    .await
 }
 
 /// usage.RecountAll: every pool with a usage row of active sites, one transaction each.
@@ -445,19 +449,20 @@ pub async fn purge_archived_site(
     site_id: &str,
     retention_secs: f64,
 ) -> Result<bool, ServiceError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
-    tx.lock(&AdvisoryKey::LifecycleInstance(site_id.to_string())).await?;
-    let Some(domain) = store::lock_archived_site_for_purge(tx.conn(), site_id, retention_secs).await? else {
-        return Ok(false);
-    };
-    if store::site_has_open_request(tx.conn(), site_id).await? {
-        return Ok(false);
-    }
-    farm.delete_site(&domain).await.map_err(farm_failure)?;
-    sites_store::delete_site(tx.conn(), site_id).await?;
-    tx.commit().await?;
-    registry::release_site_names(db, site_id).await?;
-    Ok(true)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        tx.lock(&AdvisoryKey::LifecycleInstance(site_id.to_string())).await?;
+        let Some(domain) = store::lock_archived_site_for_purge(tx.conn(), site_id, retention_secs).await? else {
+            return Ok(false);
+        };
+        if store::site_has_open_request(tx.conn(), site_id).await? {
+            return Ok(false);
+        }
+        farm.delete_site(&domain).await.map_err(farm_failure)?;
+        sites_store::delete_site(tx.conn(), site_id).await?;
+        registry::release_site_names(db, site_id).await?;
+        Ok(true)
+    })
+    .await
 }
 
 // Quota reconciliation -------------------------------------------------------------------------------
@@ -504,19 +509,55 @@ pub async fn reconcile_quota_now(db: &Db, farm: &Farm) -> Result<store::RunCount
     Ok(counts)
 }
 
+/// What a quota move's transaction found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moved {
+    /// Written and recounted: kept.
+    Done,
+    /// The row is gone: a member deleted the site, and the deletion removes the farm's site too.
+    Gone,
+    /// The row stays in this status (a member's request decided it, or the limit has no room):
+    /// rolled back, and the farm's site is set back to it.
+    Stays(SiteStatus),
+}
+
+/// Commit a quota move's transaction only when it moved the site; then the farm follows the row.
+async fn end_quota_move(
+    tx: crate::db::Tx,
+    farm: &Farm,
+    domain: &str,
+    farm_now: SiteStatus,
+    moved: Result<Moved, ServiceError>,
+) -> Result<bool, ServiceError> {
+    match tx.end_keeping(moved.map(|m| (m, m == Moved::Done))).await? {
+        Moved::Done => Ok(true),
+        Moved::Stays(status) if status != farm_now => {
+            farm.set_status(domain, status.as_str()).await.map_err(farm_failure)?;
+            Ok(false)
+        }
+        Moved::Stays(_) | Moved::Gone => Ok(false),
+    }
+}
+
 /// parkSite: the farm first, no lock held; then sweepLocally. False when a member's request
-/// changed the site meanwhile (its own status stands).
+/// changed the site meanwhile: its own status stands, and the farm's site is set back to it.
 pub async fn park_site(db: &Db, farm: &Farm, site_id: &str, domain: &str) -> Result<bool, ServiceError> {
     farm.set_status(domain, SiteStatus::Parked.as_str()).await.map_err(farm_failure)?;
     let mut tx = begin(db, TxKind::Plain).await?;
-    let Some(row) = sites_store::lock_site_status_by_id(tx.conn(), site_id).await? else { return Ok(false) };
-    if !store::sweep_status(tx.conn(), site_id, SiteStatus::Active, SiteStatus::Parked, true).await? {
-        return Ok(false);
+    let moved = async {
+        let Some(row) = sites_store::lock_site_status_by_id(tx.conn(), site_id).await? else { return Ok(Moved::Gone) };
+        // No longer active: a member's request decided it and its status stands. The farm goes
+        // back to it (the row as locked), or the next sync, with no request open, would write
+        // "parked" over an archive, which retention then never purges.
+        if !store::sweep_status(tx.conn(), site_id, SiteStatus::Active, SiteStatus::Parked, true).await? {
+            return Ok(Moved::Stays(row.status));
+        }
+        let pool = sites_store::pool_of_workspace(tx.conn(), &row.workspace_id).await?;
+        recount(&mut tx, pool).await?;
+        Ok(Moved::Done)
     }
-    let pool = sites_store::pool_of_workspace(tx.conn(), &row.workspace_id).await?;
-    recount(&mut tx, pool).await?;
-    tx.commit().await?;
-    Ok(true)
+    .await;
+    end_quota_move(tx, farm, domain, SiteStatus::Parked, moved).await
 }
 
 /// reactivateSite: the farm first, no slot taken; then the row, the status, the recount and the
@@ -532,29 +573,19 @@ pub async fn reactivate_site(
 ) -> Result<bool, ServiceError> {
     farm.set_status(domain, SiteStatus::Active.as_str()).await.map_err(farm_failure)?;
     let mut tx = begin(db, TxKind::Plain).await?;
-    // A row gone: a member deleted it; the deletion removes the farm's site as well.
-    let Some(row) = sites_store::lock_site_status_by_id(tx.conn(), site_id).await? else {
-        tx.rollback().await?;
-        return Ok(false);
-    };
-    // No longer parked: a member's request decided it and its status stands. The farm goes back
-    // to that status (the row as locked), or the next sync would write "active" over an archive.
-    if !store::sweep_status(tx.conn(), site_id, SiteStatus::Parked, SiteStatus::Active, false).await? {
-        tx.rollback().await?;
-        if row.status != SiteStatus::Active {
-            farm.set_status(domain, row.status.as_str()).await.map_err(farm_failure)?;
+    let moved = async {
+        let Some(row) = sites_store::lock_site_status_by_id(tx.conn(), site_id).await? else { return Ok(Moved::Gone) };
+        // No longer parked: a member's request decided it and its status stands. The farm goes
+        // back to it (the row as locked), or the next sync would write "active" over an archive.
+        if !store::sweep_status(tx.conn(), site_id, SiteStatus::Parked, SiteStatus::Active, false).await? {
+            return Ok(Moved::Stays(row.status));
         }
-        return Ok(false);
+        let used = recount(&mut tx, Some(pool)).await?.unwrap_or(i64::MAX);
+        let limit = sites_store::active_sites_limit(tx.conn(), pool).await?;
+        Ok(if used <= limit { Moved::Done } else { Moved::Stays(SiteStatus::Parked) })
     }
-    let used = recount(&mut tx, Some(pool)).await?.unwrap_or(i64::MAX);
-    let limit = sites_store::active_sites_limit(tx.conn(), pool).await?;
-    if used <= limit {
-        tx.commit().await?;
-        return Ok(true);
-    }
-    tx.rollback().await?;
-    farm.set_status(domain, SiteStatus::Parked.as_str()).await.map_err(farm_failure)?;
-    Ok(false)
+    .await;
+    end_quota_move(tx, farm, domain, SiteStatus::Active, moved).await
 }
 
 // The operators' view ---------------------------------------------------------------------------------
@@ -659,19 +690,20 @@ async fn drift(db: &Db, farm: &Farm) -> Result<DriftReport, ServiceError> {
 #[tracing::instrument(name = "Run the maintenance now", skip(db))]
 pub async fn run_now(db: &Db) -> Result<(), ServiceError> {
     use crate::jobs::{Job, NewJob, enqueue, schedule::dedupe_key};
-    let mut tx = begin(db, TxKind::Plain).await?;
-    let job = NewJob {
-        kind: super::FedwikiMaintenance::KIND,
-        payload: serde_json::json!({ "schedule": super::FedwikiMaintenance::KIND, "asked": "operator" }),
-        run_at: None,
-        dedupe_key: Some(dedupe_key(super::FedwikiMaintenance::KIND)),
-        max_attempts: None,
-    };
-    if enqueue(tx.conn(), job).await?.is_none() {
-        return Err(ServiceError::Refused(
-            "A maintenance run is already queued or running: its result shows below when it ends.".into(),
-        ));
-    }
-    tx.commit().await?;
-    Ok(())
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        let job = NewJob {
+            kind: super::FedwikiMaintenance::KIND,
+            payload: serde_json::json!({ "schedule": super::FedwikiMaintenance::KIND, "asked": "operator" }),
+            run_at: None,
+            dedupe_key: Some(dedupe_key(super::FedwikiMaintenance::KIND)),
+            max_attempts: None,
+        };
+        if enqueue(tx.conn(), job).await?.is_none() {
+            return Err(ServiceError::Refused(
+                "A maintenance run is already queued or running: its result shows below when it ends.".into(),
+            ));
+        }
+        Ok(())
+    })
+    .await
 }

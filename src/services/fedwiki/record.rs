@@ -9,6 +9,7 @@ use crate::{
         Db, Tx, TxKind,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
+        tx::within,
     },
     ids::PoolId,
     services::ServiceError,
@@ -110,73 +111,76 @@ pub async fn finish_all_with(db: &Db, requests: &[RequestRow], activity: Activit
         Activity::Deleted | Activity::Finish { .. } => &FINISH_LIFECYCLE_REQUESTS_LOCKS,
     };
     let mut tx = crate::db::begin_for(db, TxKind::Plain, decl).await?;
-    crate::db::trace::step(tx.conn(), crate::db::trace::steps::FINISH_ALL_WITH).await?;
-    for r in requests {
-        // Rule 6: in the order the requests were recorded (the trace's ordinal).
-        tx.lock_ordered(&AdvisoryKey::LifecycleInstance(r.instance_id.clone()), Some(r.request_id.0)).await?;
-    }
-    for r in requests {
-        let now = store::request(tx.conn(), r.request_id).await?;
-        if now.is_none_or(|n| n.state != RequestState::Accepted) {
-            return Ok(Recorded::AlreadyFinished);
+    // What was recorded, and whether to keep it (a swap above the limit is given back).
+    let recorded: Result<_, ServiceError> = async {
+        crate::db::trace::step(tx.conn(), crate::db::trace::steps::FINISH_ALL_WITH).await?;
+        for r in requests {
+            // Rule 6: in the order the requests were recorded (the trace's ordinal).
+            tx.lock_ordered(&AdvisoryKey::LifecycleInstance(r.instance_id.clone()), Some(r.request_id.0)).await?;
         }
-    }
-    let first = &requests[0];
-    let (state, outcome) = match &activity {
-        Activity::Created { status } => {
-            store::insert_site(tx.conn(), &first.instance_id, &first.workspace_id, &first.domain, *status).await?;
-            let outcome = match status {
-                SiteStatus::Active => format!("{} was created and is active.", first.domain),
-                _ => format!("{} was created parked: every active slot of the plan was taken.", first.domain),
-            };
-            (RequestState::Done, outcome)
-        }
-        Activity::Status { status } => match checked_site(&mut tx, first).await? {
-            Ok(()) => {
-                store::set_site_status(tx.conn(), &first.instance_id, *status).await?;
-                (RequestState::Done, format!("{} is {status}.", first.domain))
+        for r in requests {
+            let now = store::request(tx.conn(), r.request_id).await?;
+            if now.is_none_or(|n| n.state != RequestState::Accepted) {
+                return Ok((Recorded::AlreadyFinished, true));
             }
-            Err(why) => (RequestState::Failed, why),
-        },
-        Activity::Swap => {
-            let (activated, parked) = (&requests[0], &requests[1]);
-            let checks = (checked_site(&mut tx, parked).await?, checked_site(&mut tx, activated).await?);
-            match checks {
-                (Ok(()), Ok(())) => {
-                    store::set_site_status(tx.conn(), &parked.instance_id, SiteStatus::Parked).await?;
-                    store::set_site_status(tx.conn(), &activated.instance_id, SiteStatus::Active).await?;
-                    (RequestState::Done, format!("{} is active and {} is parked.", activated.domain, parked.domain))
+        }
+        let first = &requests[0];
+        let (state, outcome) = match &activity {
+            Activity::Created { status } => {
+                store::insert_site(tx.conn(), &first.instance_id, &first.workspace_id, &first.domain, *status).await?;
+                let outcome = match status {
+                    SiteStatus::Active => format!("{} was created and is active.", first.domain),
+                    _ => format!("{} was created parked: every active slot of the plan was taken.", first.domain),
+                };
+                (RequestState::Done, outcome)
+            }
+            Activity::Status { status } => match checked_site(&mut tx, first).await? {
+                Ok(()) => {
+                    store::set_site_status(tx.conn(), &first.instance_id, *status).await?;
+                    (RequestState::Done, format!("{} is {status}.", first.domain))
                 }
-                (Err(why), _) | (_, Err(why)) => (RequestState::Failed, why),
+                Err(why) => (RequestState::Failed, why),
+            },
+            Activity::Swap => {
+                let (activated, parked) = (&requests[0], &requests[1]);
+                let checks = (checked_site(&mut tx, parked).await?, checked_site(&mut tx, activated).await?);
+                match checks {
+                    (Ok(()), Ok(())) => {
+                        store::set_site_status(tx.conn(), &parked.instance_id, SiteStatus::Parked).await?;
+                        store::set_site_status(tx.conn(), &activated.instance_id, SiteStatus::Active).await?;
+                        (RequestState::Done, format!("{} is active and {} is parked.", activated.domain, parked.domain))
+                    }
+                    (Err(why), _) | (_, Err(why)) => (RequestState::Failed, why),
+                }
+            }
+            Activity::Deleted => (RequestState::Done, format!("{} was deleted.", first.domain)),
+            Activity::Finish { state, outcome } => (*state, outcome.clone()),
+        };
+        let ids: Vec<_> = requests.iter().map(|r| r.request_id).collect();
+        store::delete_holds(tx.conn(), &ids).await?;
+        let pool = store::pool_of_workspace(tx.conn(), &first.workspace_id).await?;
+        let used = recount(&mut tx, pool).await?;
+        if matches!(activity, Activity::Swap)
+            && state == RequestState::Done
+            && let (Some(pool), Some(used)) = (pool, used)
+        {
+            let limit = store::active_sites_limit(tx.conn(), pool).await?;
+            if used > limit {
+                return Ok((Recorded::OverLimit { used, limit }, false));
             }
         }
-        Activity::Deleted => (RequestState::Done, format!("{} was deleted.", first.domain)),
-        Activity::Finish { state, outcome } => (*state, outcome.clone()),
-    };
-    let ids: Vec<_> = requests.iter().map(|r| r.request_id).collect();
-    store::delete_holds(tx.conn(), &ids).await?;
-    let pool = store::pool_of_workspace(tx.conn(), &first.workspace_id).await?;
-    let used = recount(&mut tx, pool).await?;
-    if matches!(activity, Activity::Swap)
-        && state == RequestState::Done
-        && let (Some(pool), Some(used)) = (pool, used)
-    {
-        let limit = store::active_sites_limit(tx.conn(), pool).await?;
-        if used > limit {
-            tx.rollback().await?;
-            return Ok(Recorded::OverLimit { used, limit });
+        for id in &ids {
+            store::finish_request(tx.conn(), *id, state, &outcome).await?;
         }
+        // A swap that did not happen does not start the swap cooldown its intake stamped: the policy
+        // row last, as the handlers take it.
+        if state != RequestState::Done && requests.iter().any(|r| r.swap_of.is_some()) {
+            store::restore_swap_stamp(tx.conn(), &first.workspace_id, &ids).await?;
+        }
+        Ok((Recorded::Done { state, outcome }, true))
     }
-    for id in &ids {
-        store::finish_request(tx.conn(), *id, state, &outcome).await?;
-    }
-    // A swap that did not happen does not start the swap cooldown its intake stamped: the policy
-    // row last, as the handlers take it.
-    if state != RequestState::Done && requests.iter().any(|r| r.swap_of.is_some()) {
-        store::restore_swap_stamp(tx.conn(), &first.workspace_id, &ids).await?;
-    }
-    tx.commit().await?;
-    Ok(Recorded::Done { state, outcome })
+    .await;
+    tx.end_keeping(recorded).await
 }
 
 /// LockSiteStatusByID, checked against what the request recorded: Err(why) when the site is
@@ -206,10 +210,11 @@ pub async fn recount(tx: &mut Tx, pool: Option<PoolId>) -> Result<Option<i64>, S
 /// DeleteFedWikiSiteActivity: the site row deleted and the pool recounted, on their own.
 #[tracing::instrument(name = "Delete a FedWiki site row", skip(db))]
 pub async fn delete_fedwiki_site(db: &Db, site_id: &str, workspace_id: &str) -> Result<bool, ServiceError> {
-    let mut tx = crate::db::begin(db, TxKind::Plain).await?;
-    let gone = store::delete_site(tx.conn(), site_id).await?;
-    let pool = store::pool_of_workspace(tx.conn(), workspace_id).await?;
-    recount(&mut tx, pool).await?;
-    tx.commit().await?;
-    Ok(gone)
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        let gone = store::delete_site(tx.conn(), site_id).await?;
+        let pool = store::pool_of_workspace(tx.conn(), workspace_id).await?;
+        recount(tx, pool).await?;
+        Ok(gone)
+    })
+    .await
 }

@@ -2,7 +2,9 @@
 //! transaction whose first statement is the registry's advisory lock; composite operations take
 //! the transaction it passes, so the lock is taken once. The rule for a transaction that would
 //! touch both the registry and a usage row is registry lock first; none does: the slot gate and
-//! the recounts run apart from the transactions that place or release a name.
+//! the recounts run apart from the transactions that place or release a name. A create takes the
+//! new site's lifecycle instance lock after the registry lock, to record its first request with
+//! the placement; no path holds an instance lock and then waits for the registry lock.
 
 use crate::{
     db::{
@@ -16,14 +18,16 @@ use crate::{
 
 pub static PLACE_SITE_NAME_LOCKS: PathLocks = PathLocks {
     path: "Registry: place a member's site name",
-    function: "services::fedwiki::registry::place_site_name",
+    function: "services::fedwiki::handlers::create_site (registry::place_site_name)",
     kind: "Registry",
-    locks: &[Lock::Registry],
+    locks: &[Lock::Registry, Lock::LifecycleInstance],
     why: "The registry lock first: the checks that the name lies under the farm's zone or the workspace's own \
           claim and that no placement holds it span rows no constraint compares. The new site has no row yet, so \
           no site row is locked; a row that still holds the name (a deletion under way releases the name before \
           it deletes the row) is read without a lock and refuses the name. A create makes the organization's \
-          workspace row after the placement, in this transaction, so a refused name writes neither.",
+          workspace row after the placement, then records its first request (RecordFirstLifecycleRequest: the new \
+          site's instance lock) in this transaction, so a refused name writes neither, and the domains \
+          reconciliation never sees the placement without its accepted request.",
 };
 
 pub static RELEASE_SITE_NAME_LOCKS: PathLocks = PathLocks {
@@ -48,15 +52,13 @@ pub fn workspace_owner(workspace_id: &str) -> String {
     format!("workspace:{workspace_id}")
 }
 
-/// Registry.WithLock: run `work` on a Registry transaction; commit when it succeeds.
+/// Registry.WithLock: run `work` on a Registry transaction; commit when it succeeds, roll back
+/// before a refusal is answered (`db::tx::within`).
 pub async fn with_lock<T>(
     db: &Db,
     work: impl AsyncFnOnce(&mut Tx) -> Result<T, ServiceError>,
 ) -> Result<T, ServiceError> {
-    let mut tx = crate::db::begin(db, TxKind::Registry).await?;
-    let out = work(&mut tx).await?;
-    tx.commit().await?;
-    Ok(out)
+    crate::db::tx::within(db, TxKind::Registry, work).await
 }
 
 fn registry_tx(tx: &Tx) {

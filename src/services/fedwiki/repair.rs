@@ -6,7 +6,7 @@
 
 use crate::{
     db::{
-        Db, Tx, begin,
+        Db, Tx,
         locks::{Lock, PathLocks},
     },
     ids::RequestId,
@@ -141,9 +141,10 @@ pub async fn settle_open_requests(db: &Db) -> Result<Repaired, ServiceError> {
     let mut done = Repaired::default();
     for s in stranded {
         if s.holds_slot {
-            let mut tx = begin(db, crate::db::TxKind::Plain).await?;
-            enqueue_status_reconcile(&mut tx, s.request_id).await?;
-            tx.commit().await?;
+            crate::db::tx::within(db, crate::db::TxKind::Plain, async |tx: &mut Tx| {
+                enqueue_status_reconcile(tx, s.request_id).await
+            })
+            .await?;
             done.handed_to_status_reconcile += 1;
             continue;
         }

@@ -3,15 +3,21 @@
 use super::*;
 
 /// The refusals the spec names count as refused: "another change is in progress" (a lock wait
-/// past its bound under the exclusive rendezvous, which `change_path` makes that refusal; the
-/// server's count of deadlocks still catches any deadlock), and the act's own reads (`Refused`: the
+/// past its bound under the exclusive rendezvous, which `change_path` makes that refusal; a
+/// Retry, not a change path, keeps it as the lock wait its page words itself; the server's count
+/// of deadlocks still catches any deadlock), and the act's own reads (`Refused`: the
 /// cap, collisions, holders, the last tier; `Invalid`: the form's checks against what the act
 /// found). A tier gone from the rank the task read (a reorder or a removal came between) is
 /// refused too. Any other missing row and any database error are failures.
 pub(in crate::stress) fn topology_outcome<T>(r: Result<T, ServiceError>, note: &mut Note) -> Result<Outcome, Failure> {
     match r {
         Ok(_) => Ok(Outcome::Done),
-        Err(e @ (ServiceError::Invalid(_) | ServiceError::Refused(_) | ServiceError::ChangeInProgress))
+        Err(
+            e @ (ServiceError::Invalid(_)
+            | ServiceError::Refused(_)
+            | ServiceError::ChangeInProgress
+            | ServiceError::Db(DbError::LockNotAvailable)),
+        )
         | Err(e @ ServiceError::NotFound("tier")) => {
             note.detail.push_str(&format!("; refused: {e}"));
             Ok(Outcome::Refused)

@@ -24,6 +24,17 @@ use crate::{
 
 const WORDS: Words = Words { done: "saved", busy: None };
 
+/// A product's save: a change of its entitlement set waits up to the lock bound for every
+/// materialization under way (a grant, a move, a reconcile of any organization) and for the
+/// product's row; past it, it says so in its own words, not as another change to plans or rules.
+pub const PRODUCT_WORDS: Words = Words {
+    done: "saved",
+    busy: Some(
+        "Organizations' entitlements are being recalculated right now, so the product was not changed. Wait a \
+         moment and save it again.",
+    ),
+};
+
 /// The resource key form.
 #[derive(Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -354,7 +365,7 @@ async fn product_saved(
     values: Vec<(String, String)>,
 ) -> Result<HttpResponse, AppError> {
     let to = saved.map(|()| format!("{}?saved=1", fill(paths::CATALOG_PRODUCT, &[&id])));
-    refusals::posted(req, to, values, WORDS, async |r| {
+    refusals::posted(req, to, values, PRODUCT_WORDS, async |r| {
         let (name, v) = product_edit_view(req, state, id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
         let prices = super::billing::prices_view(req, state, id, None, vec![]).await?;
         let title = format!("Product: {name}");

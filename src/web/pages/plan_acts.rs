@@ -12,8 +12,16 @@ use crate::{
     store::topology::PlanActRow,
     web::call::{Call, OperatorCall},
     web::forms::after_retry,
+    web::refusals,
     web::{AppState, errors::AppError, render},
 };
+
+/// A Retry waits up to the lock bound for the rendezvous (a change to plans or rules holding it),
+/// for the act's row (its drain finishing it) and for its failed organizations' rows (a move of
+/// one); past it, it says so in its own words, not as another change.
+pub const RETRY_BUSY: &str = "This plan act's organizations are being moved, or another change to plans or rules is \
+    being applied, right now, so nothing was retried. Wait a moment, then press Retry again: the progress below \
+    shows what has moved.";
 
 fn what(a: &PlanActRow) -> String {
     let rank = a.rank.map(|r| r.to_string()).unwrap_or_default();
@@ -118,7 +126,8 @@ pub async fn retry(Call { who: op, req, state }: OperatorCall, id: web::Path<i64
     once_more_after_deadlock(&state.db, "RetryPlanAct", async || {
         services::plan_acts::retry_plan_act(&state.db, PlanActId(*id), actor).await
     })
-    .await?;
+    .await
+    .map_err(|e| refusals::in_words(e, RETRY_BUSY))?;
     let progress = async || Ok(views::plan_act_progress(&view(&req, &state, *id).await?));
     after_retry(&req, &fill(paths::PLAN_ACT, &[&id]), progress).await
 }
