@@ -119,10 +119,21 @@ async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_
     assert!(moved_at_kill < ORGS, "the drain ended before the kill; give it more organizations");
     dying.kill();
     common::wait_until(
-        "the act is done",
+        "the act and its drain job are done",
         Duration::from_secs(180),
         || surviving.log(),
-        async || act_state(&t, act).await == "done",
+        // The act is done a moment before the worker marks its job done.
+        async || {
+            act_state(&t, act).await == "done"
+                && scalar(
+                    &t,
+                    &format!(
+                        "SELECT count(*) FROM integration.jobs WHERE kind = '{DRAIN_PLAN_ACT}' AND state = 'done'"
+                    ),
+                )
+                .await
+                    == 1
+        },
     )
     .await;
     let (state, attempts, by): (String, i32, String) = t
