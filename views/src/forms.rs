@@ -5,7 +5,6 @@
 use maud::{Markup, html};
 
 use crate::components::notice;
-use crate::pages::catalog::FormState;
 
 /// The hidden field plain form POSTs carry; HTMX requests send the header instead.
 pub fn csrf_field(token: &str) -> Markup {
@@ -252,6 +251,96 @@ pub(crate) fn labelled(id: &str, label: &str, notes: &Notes, control: Markup) ->
             label for=(id) { (label) }
             (control)
             (notes.render())
+        }
+    }
+}
+
+/// What a form shows: the submitted values, the errors that go with them, and a notice.
+#[derive(Debug, Clone, Default)]
+pub struct FormState {
+    /// Field name → submitted (or current) value.
+    pub values: Vec<(String, String)>,
+    /// Errors that belong to no one field.
+    pub errors: Vec<String>,
+    /// Field name → message.
+    pub field_errors: Vec<(String, String)>,
+    /// Good news shown above the form (e.g. "Saved").
+    pub notice: Option<String>,
+}
+
+impl FormState {
+    /// A form as sent: these values, and these messages on their fields (the tests draw forms
+    /// with it).
+    #[cfg(test)]
+    pub(crate) fn sent(values: &[(&str, &str)], field_errors: &[(&str, &str)]) -> FormState {
+        FormState {
+            values: values.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            field_errors: field_errors.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..FormState::default()
+        }
+    }
+
+    /// The text input for field `name` with this form's value and message for it: optional, no
+    /// placeholder or hint (a caller sets those, and another kind, over it).
+    pub fn input<'a>(&'a self, id: &'a str, name: &'a str, label: &'a str) -> Input<'a> {
+        Input { error: self.field_error(name), ..Input::text(id, name, label, self.value(name)) }
+    }
+
+    /// The select for field `name` among `options`, with this form's choice and message for it.
+    pub fn select<'a>(
+        &'a self,
+        id: &'a str,
+        name: &'a str,
+        label: &'a str,
+        options: &'a [(&'a str, &'a str)],
+    ) -> Select<'a> {
+        Select {
+            id,
+            name,
+            label,
+            options,
+            selected: self.value(name),
+            error: self.field_error(name),
+            required: false,
+            hint: None,
+        }
+    }
+
+    /// The value for `name`, or "" when there is none.
+    pub fn value(&self, name: &str) -> &str {
+        self.values.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
+    }
+
+    /// The value sent for `name`, or `current` when none was (a field that starts filled in).
+    pub fn value_or<'a>(&'a self, name: &str, current: &'a str) -> &'a str {
+        match self.value(name) {
+            "" => current,
+            sent => sent,
+        }
+    }
+
+    /// The error for `name`, if any.
+    pub fn field_error(&self, name: &str) -> Option<&str> {
+        self.field_errors.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// A plain POST about one subscription: the CSRF token, the organization's and the
+/// subscription's ids, then `body`.
+pub(crate) fn subscription_form(
+    csrf: &str,
+    class: Option<&str>,
+    action: &str,
+    organization_id: i64,
+    subscription_id: i64,
+    body: Markup,
+) -> Markup {
+    html! {
+        form class=[class] method="post" action=(action) {
+            (csrf_field(csrf))
+            input type="hidden" name="organization_id" value=(organization_id);
+            input type="hidden" name="subscription_id" value=(subscription_id);
+            (body)
         }
     }
 }

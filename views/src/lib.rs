@@ -20,7 +20,7 @@ mod text;
 pub use components::{
     Column, Keyset, Tone, badge, facts, keyset_pagination, notice, progress, refusal, table, table_cols,
 };
-pub use forms::{Input, csrf_field, form_errors, input_field};
+pub use forms::{FormState, Input, csrf_field, form_errors, input_field};
 pub use layout::{NavLink, Page, SignedIn, bare_page, page, page_or_partial};
 pub use pages::{
     auth::{LoginView, login},
@@ -31,8 +31,8 @@ pub use pages::{
         product_prices, product_with_prices, subscription_status_words, switch_confirm,
     },
     catalog::{
-        CatalogView, FormState, ProductEditView, ProductRow, ResourceKeyRow, RuleEditRow, RuleRow, SetEditView, SetRow,
-        Total, catalog, key_form, product_edit, product_form, set_edit, set_form,
+        CatalogView, ProductEditView, ProductRow, ResourceKeyRow, RuleEditRow, RuleRow, SetEditView, SetRow, Total,
+        catalog, key_form, product_edit, product_form, set_edit, set_form,
     },
     connections::{
         ConnectionFiguresView, ConnectionListRow, ConnectionView, ConnectionsView, PreviousSecret, RecipientRow,

@@ -9,8 +9,9 @@ use maud::{Markup, html};
 use crate::components::{
     Column, Tone, badge, card, facts, info_note, notice, or_none, org_link, refusal, stat, table_cols,
 };
-use crate::forms::{Input, Select, csrf_field, form_banners, hx_form, input_field, select_field, submit};
-use crate::pages::catalog::FormState;
+use crate::forms::{
+    FormState, Input, Select, csrf_field, form_banners, hx_form, input_field, select_field, submit, subscription_form,
+};
 use crate::pages::home::{PlanLine, plan_section};
 use crate::paths::{self, fill};
 
@@ -569,26 +570,6 @@ fn subscriptions_table(v: &BillingView, o: &OrgBilling) -> Markup {
         .collect();
     let columns = [Column::text("Plan"), Column::text("Status"), Column::text("Current period"), Column::text("")];
     table_cols(&columns, rows, "No subscriptions.")
-}
-
-/// A plain POST about one subscription: the CSRF token, the organization's and the
-/// subscription's ids, then `body`.
-pub(crate) fn subscription_form(
-    csrf: &str,
-    class: Option<&str>,
-    action: &str,
-    organization_id: i64,
-    subscription_id: i64,
-    body: Markup,
-) -> Markup {
-    html! {
-        form class=[class] method="post" action=(action) {
-            (csrf_field(csrf))
-            input type="hidden" name="organization_id" value=(organization_id);
-            input type="hidden" name="subscription_id" value=(subscription_id);
-            (body)
-        }
-    }
 }
 
 /// A one-button form about one subscription.

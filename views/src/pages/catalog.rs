@@ -9,7 +9,8 @@ use crate::paths::{self, fill};
 use maud::{Markup, html};
 
 use crate::forms::{
-    IdOptions, Input, Notes, Select, checkbox, form_banners, form_panel, hx_form, input_field, select_field, submit,
+    FormState, IdOptions, Input, Notes, Select, checkbox, form_banners, form_panel, hx_form, input_field, select_field,
+    submit,
 };
 
 use crate::components::{Column, Tone, back_link, badge, card, facts, info_note, or_none, table_cols};
@@ -45,76 +46,6 @@ pub struct ProductRow {
     pub published: bool,
     /// Where the product is a tier, already worded, e.g. "Wiki hosting · rank 1".
     pub shape: Vec<String>,
-}
-
-/// What a form shows: the submitted values, the errors that go with them, and a notice.
-#[derive(Debug, Clone, Default)]
-pub struct FormState {
-    /// Field name → submitted (or current) value.
-    pub values: Vec<(String, String)>,
-    /// Errors that belong to no one field.
-    pub errors: Vec<String>,
-    /// Field name → message.
-    pub field_errors: Vec<(String, String)>,
-    /// Good news shown above the form (e.g. "Saved").
-    pub notice: Option<String>,
-}
-
-impl FormState {
-    /// A form as sent: these values, and these messages on their fields (the tests draw forms
-    /// with it).
-    #[cfg(test)]
-    pub(crate) fn sent(values: &[(&str, &str)], field_errors: &[(&str, &str)]) -> FormState {
-        FormState {
-            values: values.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            field_errors: field_errors.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            ..FormState::default()
-        }
-    }
-
-    /// The text input for field `name` with this form's value and message for it: optional, no
-    /// placeholder or hint (a caller sets those, and another kind, over it).
-    pub fn input<'a>(&'a self, id: &'a str, name: &'a str, label: &'a str) -> Input<'a> {
-        Input { error: self.field_error(name), ..Input::text(id, name, label, self.value(name)) }
-    }
-
-    /// The select for field `name` among `options`, with this form's choice and message for it.
-    pub fn select<'a>(
-        &'a self,
-        id: &'a str,
-        name: &'a str,
-        label: &'a str,
-        options: &'a [(&'a str, &'a str)],
-    ) -> Select<'a> {
-        Select {
-            id,
-            name,
-            label,
-            options,
-            selected: self.value(name),
-            error: self.field_error(name),
-            required: false,
-            hint: None,
-        }
-    }
-
-    /// The value for `name`, or "" when there is none.
-    pub fn value(&self, name: &str) -> &str {
-        self.values.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
-    }
-
-    /// The value sent for `name`, or `current` when none was (a field that starts filled in).
-    pub fn value_or<'a>(&'a self, name: &str, current: &'a str) -> &'a str {
-        match self.value(name) {
-            "" => current,
-            sent => sent,
-        }
-    }
-
-    /// The error for `name`, if any.
-    pub fn field_error(&self, name: &str) -> Option<&str> {
-        self.field_errors.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
 }
 
 pub struct CatalogView {

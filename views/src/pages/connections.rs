@@ -12,8 +12,9 @@
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, back_link, badge, card, facts, notice, org_link, refusal, table_cols};
+use crate::forms::FormState;
 use crate::forms::{Input, checkbox, form_panel, input_field, submit};
-use crate::pages::catalog::{FormState, count};
+use crate::pages::catalog::count;
 use crate::paths::{self, fill};
 use crate::text::query_component;
 

@@ -15,7 +15,8 @@ use crate::components::{
     Column, Keyset, Tone, back_link, badge, card, facts, info_note, keyset_pagination, number_link, or_none, org_link,
     table_cols,
 };
-use crate::pages::catalog::{FormState, Total, capitalized, publish_first};
+use crate::forms::FormState;
+use crate::pages::catalog::{Total, capitalized, publish_first};
 use crate::text::query_component;
 
 /// The status filter's choices: (value, label); "" is all.

@@ -3,7 +3,7 @@
 use maud::{Markup, html};
 
 use crate::components::{Tone, badge, card, facts, info_note};
-use crate::pages::billing::subscription_form;
+use crate::forms::subscription_form;
 use crate::pages::organizations::{EntitlementRow, UsageRow, usage_badge};
 
 /// One ladder of an organization's plan, as the member reads it.

@@ -9,7 +9,8 @@ use crate::components::{
     Column, Keyset, Tone, back_link, badge, card, card_with_aside, facts, keyset_pagination, or_none, org_link, table,
     table_cols,
 };
-use crate::pages::catalog::{FormState, Total, capitalized, count};
+use crate::forms::FormState;
+use crate::pages::catalog::{Total, capitalized, count};
 use crate::pages::grants::{GrantEventRow, GrantListRow, events_table, grants_table};
 use crate::pages::topology::rank_cell;
 

@@ -6,8 +6,8 @@
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, notice, polling, table_cols};
+use crate::forms::FormState;
 use crate::forms::{Input, Select, csrf_field, form_banners, input_field, select_field};
-use crate::pages::catalog::FormState;
 use crate::paths::{self, fill};
 
 pub struct SiteLine {

@@ -33,7 +33,8 @@ use crate::forms::{Input, Select, form_banners, hx_form, input_field, select_fie
 use maud::{Markup, html};
 
 use crate::components::{Column, Tone, badge, card, notice, or_none, refusal, table_cols};
-use crate::pages::catalog::{FormState, Total, count};
+use crate::forms::FormState;
+use crate::pages::catalog::{Total, count};
 
 /// How many colliding organizations a preview names at most.
 const PREVIEW_COLLISIONS_MAX: usize = 10;
