@@ -508,7 +508,7 @@ async fn the_domains_reconciliation_between_a_creates_placement_and_its_request_
     // It holds the registry lock and one more key, the new site's instance lock (its id is not
     // visible before the commit: it is checked against the request below): one transaction.
     let registry = common::locks::Expect::advisory(AdvisoryKey::Registry);
-    common::locks::assert_holds(&s.t.admin, creator, &[registry.clone()]).await;
+    common::locks::assert_holds(&s.t.admin, creator, std::slice::from_ref(&registry)).await;
     let registry = common::locks::resolve(&s.t.admin, &registry).await;
     let held: Vec<_> = common::locks::advisory_held(&s.t.admin, creator, &Default::default())
         .await
