@@ -239,7 +239,7 @@ async fn over_http(addr: SocketAddr, o: &Options, seeded: &Seeded) -> anyhow::Re
         Some(p) => p.clone(),
         None => ROUTES
             .iter()
-            .filter(|r| r.access == Access::Member && r.method == "GET" && !r.path.contains('{'))
+            .filter(|r| r.access.is_member() && r.method == "GET" && !r.path.contains('{'))
             // Checkout's return is where Stripe sends a browser back, with a session to read: not
             // a page a member loads.
             .filter(|r| r.path != views::paths::BILLING_RETURN)

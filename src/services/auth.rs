@@ -183,17 +183,19 @@ pub async fn resume_session_with_billing(
     on_sale: &crate::store::billing_reads::OnSaleMemo,
 ) -> Result<Option<(SessionAccount, crate::store::billing_reads::MemberBillingDoc)>, DbError> {
     resume_with(db, token, async |c| {
-        accounts::resume_session_with_billing(c, token, SESSION_TOUCH_EVERY, on_sale).await
+        crate::store::billing_reads::resume_session_with_billing(c, token, SESSION_TOUCH_EVERY, on_sale).await
     })
     .await
 }
 
-/// `resume_session`, and the member's sites page read in the same statement (as the home's): its
-/// document, parsed by `services::fedwiki::reads::sites_from_doc`.
+/// `resume_session`, and the member's sites page read in the same statement (as the home's).
 #[tracing::instrument(name = "Resume a session with the member's sites", skip_all)]
-pub async fn resume_session_with_sites(db: &Db, token: &str) -> Result<Option<(SessionAccount, String)>, DbError> {
+pub async fn resume_session_with_sites(
+    db: &Db,
+    token: &str,
+) -> Result<Option<(SessionAccount, crate::store::site_pages::SitesDoc)>, DbError> {
     resume_with(db, token, async |c| {
-        accounts::resume_session_with_sites(
+        crate::store::site_pages::resume_session_with_sites(
             c,
             token,
             SESSION_TOUCH_EVERY,

@@ -145,7 +145,7 @@ fn interval(d: Duration) -> sqlx::Result<PgInterval> {
 /// What the sessions table keeps of a token: its SHA-256 (of the token's UTF-8 bytes), so a read
 /// of the table does not yield a usable token. Computed here rather than in SQL, where the
 /// expression is evaluated for each row a scan compares (migration 0033).
-fn token_hash(token: &str) -> [u8; 32] {
+pub(super) fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
@@ -164,7 +164,7 @@ pub struct Resumed<T> {
 }
 
 impl<T> Resumed<T> {
-    fn new(account_id: i64, email: String, is_operator: bool, touch_due: bool, page: T) -> Resumed<T> {
+    pub(super) fn new(account_id: i64, email: String, is_operator: bool, touch_due: bool, page: T) -> Resumed<T> {
         Resumed { account: SessionAccount { account_id: account_id.into(), email, is_operator }, touch_due, page }
     }
 }
@@ -206,54 +206,6 @@ pub async fn resume_session_with_home(
     .await?;
     row.map(|r| Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, json_document(&r.home)?)))
         .transpose()
-}
-
-/// `resume_session`, and the member's billing page (`core.member_billing`) in the same statement:
-/// the billing page in one round trip, as the home's. Nothing is read for a session that has ended.
-pub async fn resume_session_with_billing(
-    conn: &mut PgConnection,
-    token: &str,
-    touch_every: Duration,
-    on_sale: &super::billing_reads::OnSaleMemo,
-) -> sqlx::Result<Option<Resumed<super::billing_reads::MemberBillingDoc>>> {
-    let seen = on_sale.seen();
-    let row = sqlx::query!(
-        r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
-                  s.touch_due AS "touch_due!", core.member_billing(s.account_id, $3, $4::text::pg_snapshot) AS "billing!"
-           FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond') s"#,
-        &token_hash(token)[..],
-        millis(touch_every),
-        super::billing_reads::INVOICES_SHOWN as i32,
-        seen.as_deref().map(super::billing_reads::OnSale::as_of)
-    )
-    .fetch_optional(conn)
-    .await?;
-    row.map(|r| {
-        let doc = super::billing_reads::billing_doc(&r.billing, seen, on_sale)?;
-        Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, doc))
-    })
-    .transpose()
-}
-
-/// `resume_session`, and the member's sites page (`fedwiki.member_sites`, its JSON document) in
-/// the same statement, as the home's. Nothing is read for a session that has ended.
-pub async fn resume_session_with_sites(
-    conn: &mut PgConnection,
-    token: &str,
-    touch_every: Duration,
-    requests: i32,
-) -> sqlx::Result<Option<Resumed<String>>> {
-    let row = sqlx::query!(
-        r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
-                  s.touch_due AS "touch_due!", fedwiki.member_sites(s.account_id, $3) AS "sites!"
-           FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond') s"#,
-        &token_hash(token)[..],
-        millis(touch_every),
-        requests
-    )
-    .fetch_optional(conn)
-    .await?;
-    Ok(row.map(|r| Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, r.sites)))
 }
 
 /// Moves a live session's last-seen time and idle end, unless another view moved it within

@@ -1,12 +1,18 @@
 //! The billing pages' reads: a member's subscriptions, invoices and the tiers they can buy; the
 //! operator's view of subscriptions, the outbox and Stripe's events. Nothing here writes.
 
-use std::sync::{Arc, Mutex};
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::json_document;
+use super::{
+    accounts::{Resumed, token_hash},
+    json_document, millis,
+};
 use crate::{
     ids::{AccountId, OrganizationId, OutboxId, PriceId, ProductId, SubscriptionId},
     states::{BillingInterval, InvoiceStatus, SubscriptionStatus},
@@ -327,6 +333,35 @@ pub async fn latest_events(conn: &mut PgConnection, limit: i64) -> sqlx::Result<
     )
     .fetch_all(conn)
     .await
+}
+
+// The billing page with its session -----------------------------------------------------------------
+
+/// `resume_session`, and the member's billing page (`core.member_billing`) in the same statement:
+/// the billing page in one round trip, as the home's. Nothing is read for a session that has ended.
+pub async fn resume_session_with_billing(
+    conn: &mut PgConnection,
+    token: &str,
+    touch_every: Duration,
+    on_sale: &OnSaleMemo,
+) -> sqlx::Result<Option<Resumed<MemberBillingDoc>>> {
+    let seen = on_sale.seen();
+    let row = sqlx::query!(
+        r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
+                  s.touch_due AS "touch_due!", core.member_billing(s.account_id, $3, $4::text::pg_snapshot) AS "billing!"
+           FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond') s"#,
+        &token_hash(token)[..],
+        millis(touch_every),
+        INVOICES_SHOWN as i32,
+        seen.as_deref().map(OnSale::as_of)
+    )
+    .fetch_optional(conn)
+    .await?;
+    row.map(|r| {
+        let doc = billing_doc(&r.billing, seen, on_sale)?;
+        Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, doc))
+    })
+    .transpose()
 }
 
 #[cfg(test)]

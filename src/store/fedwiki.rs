@@ -485,15 +485,6 @@ pub async fn record_callback(conn: &mut PgConnection, event_id: &str, kind: &str
     Ok(r.rows_affected() == 1)
 }
 
-// The member's page -----------------------------------------------------------------------------------------
-
-/// `/sites` as `fedwiki.member_sites` gives it in one statement: one JSON document.
-pub async fn member_sites(conn: &mut PgConnection, account: AccountId, requests: i32) -> sqlx::Result<String> {
-    sqlx::query_scalar!(r#"SELECT fedwiki.member_sites($1, $2) AS "doc!""#, account as AccountId, requests)
-        .fetch_one(conn)
-        .await
-}
-
 // Membership -------------------------------------------------------------------------------------------------
 
 /// The organization of a workspace the account is a member of.

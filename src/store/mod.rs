@@ -18,6 +18,7 @@ pub mod plan_acts;
 pub mod plan_changes;
 pub mod rule_changes;
 pub mod site_entry;
+pub mod site_pages;
 pub mod topology;
 
 /// A duration as the bigint of milliseconds the queries multiply `interval '1 millisecond'` by

@@ -1,15 +1,19 @@
 //! A handler's call: who asks, the request and the app's state, taken together. A handler that
-//! acts for a person takes an `OperatorCall` or a `MemberCall` rather than the three apart.
+//! acts for a person takes an `OperatorCall` or a `MemberCall` rather than the three apart; a
+//! member page that reads its data with the session takes a `MemberPage<D>`.
 
 use std::future::{Ready, ready};
 
-use actix_web::{FromRequest, HttpRequest, dev::Payload, web};
+use actix_session::SessionExt;
+use actix_web::{FromRequest, HttpMessage, HttpRequest, dev::Payload, error::InternalError, web};
+use futures_util::future::LocalBoxFuture;
 
 use super::{
     AppState,
     errors::AppError,
-    identity::{Member, Operator},
+    identity::{Identity, Member, Operator, SESSION_TOKEN, redirect_to_login},
 };
+use crate::store::accounts::SessionAccount;
 
 /// Who asks (`Operator` or `Member`), the request, and the app's state.
 pub struct Call<Who> {
@@ -46,6 +50,53 @@ where
         let who = Who::from_request(req, payload).into_inner()?;
         let state = web::Data::<AppState>::from_request(req, payload).into_inner()?;
         Ok(Call { who, req: req.clone(), state })
+    }
+}
+
+/// A member page's document, read in the statement that resumes the session (the pages every
+/// member loads stay one round trip). Each page says how, beside its handler.
+pub trait PageRead: Sized + 'static {
+    /// The session's account and the page's document; None for a session that has ended.
+    fn resume(state: &AppState, token: &str) -> impl Future<Output = Result<Option<(SessionAccount, Self)>, AppError>>;
+}
+
+/// A member's GET of a page whose read rides in the session's statement: who asks, the request,
+/// the app's state, and the page's document. The route's guard (`guards::member_page`) leaves the
+/// session to this extractor, so it authenticates: a visitor, or a session that has ended, is
+/// sent to sign in as the member guard sends them.
+pub struct MemberPage<D> {
+    pub who: Identity,
+    pub req: HttpRequest,
+    pub state: web::Data<AppState>,
+    pub doc: D,
+}
+
+impl<D: PageRead> FromRequest for MemberPage<D> {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            let state = web::Data::<AppState>::extract(&req).await?;
+            let session = req.get_session();
+            let token = session.get::<String>(SESSION_TOKEN).ok().flatten();
+            let resumed = match &token {
+                Some(token) => D::resume(&state, token).await?,
+                None => None,
+            };
+            let Some((a, doc)) = resumed else {
+                if token.is_some() {
+                    session.remove(SESSION_TOKEN);
+                }
+                return Err(InternalError::from_response("sign in", redirect_to_login(&req)).into());
+            };
+            tracing::Span::current().record("account_id", a.account_id.0);
+            let who = Identity { account_id: a.account_id, email: a.email, is_operator: a.is_operator };
+            // The page's layout reads who is signed in from here, as on every other page.
+            req.extensions_mut().insert(who.clone());
+            Ok(MemberPage { who, req, state, doc })
+        })
     }
 }
 

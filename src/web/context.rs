@@ -122,7 +122,10 @@ async fn answer(
         span.record("route", route.as_str());
     }
     let status = res.status();
-    if let Some(err) = res.response().error() {
+    // An error answered with a redirect keeps it as it is (a member page's extractor sends a
+    // visitor to sign in that way).
+    let redirects = res.headers().contains_key(header::LOCATION) || res.headers().contains_key("hx-redirect");
+    if let Some(err) = res.response().error().filter(|_| !redirects) {
         let (title, message, unexpected) = match err.as_error::<AppError>() {
             Some(app) => {
                 let (t, mut m) = app.title_and_message();

@@ -32,6 +32,18 @@ pub async fn member(req: ServiceRequest, next: Next<impl MessageBody + 'static>)
     guard(req, next, Needs::Account).await
 }
 
+/// A member page that reads its data with the session (`call::MemberPage`): its extractor
+/// resumes the session and authenticates, so the page stays one statement. A request with no
+/// session cookie at all is sent to sign in here, before the handler; such routes are GETs, which
+/// carry no CSRF token.
+pub async fn member_page(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Guarded {
+    if identity(req.request()).is_none() && !matches!(req.get_session().get::<String>(SESSION_TOKEN), Ok(Some(_))) {
+        let response = redirect_to_login(req.request());
+        return Ok(req.into_response(response).map_into_boxed_body());
+    }
+    Ok(next.call(req).await?.map_into_boxed_body())
+}
+
 /// A signed-in operator: anyone not signed in is sent to sign in, a member is refused.
 pub async fn operator(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Guarded {
     guard(req, next, Needs::Operator).await
@@ -66,9 +78,7 @@ async fn guard(mut req: ServiceRequest, next: Next<impl MessageBody + 'static>, 
 }
 
 /// The account behind the session cookie, put in the request's extensions; a session that has
-/// ended is forgotten. The member's home and billing pages read their page in the session's
-/// statement (one round trip for the pages every member loads): their data goes in the
-/// extensions too, read only for the account the session resolved to.
+/// ended is forgotten. Only who asks: a page's own data is the page's to read (`call::MemberPage`).
 async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
     if let Some(i) = identity(req.request()) {
         return Ok(Some(i));
@@ -76,31 +86,7 @@ async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
     let session = req.get_session();
     let Ok(Some(token)) = session.get::<String>(SESSION_TOKEN) else { return Ok(None) };
     let state = req.app_data::<web::Data<AppState>>().cloned().expect("the app state is registered");
-    let page = matches!(*req.method(), Method::GET | Method::HEAD).then(|| req.match_pattern()).flatten();
-    let resumed = match page.as_deref() {
-        Some(views::paths::HOME) => {
-            crate::services::auth::resume_session_with_home(&state.db, &token).await?.map(|(a, home)| {
-                req.extensions_mut().insert(super::pages::home::HomeRead(home));
-                a
-            })
-        }
-        Some(views::paths::BILLING) => {
-            crate::services::auth::resume_session_with_billing(&state.db, &token, &state.on_sale).await?.map(
-                |(a, billing)| {
-                    req.extensions_mut().insert(super::pages::billing::BillingRead(billing));
-                    a
-                },
-            )
-        }
-        Some(views::paths::SITES | views::paths::SITES_LIVE) => {
-            crate::services::auth::resume_session_with_sites(&state.db, &token).await?.map(|(a, sites)| {
-                req.extensions_mut().insert(super::pages::sites::SitesRead(sites));
-                a
-            })
-        }
-        _ => crate::services::auth::resume_session(&state.db, &token).await?,
-    };
-    match resumed {
+    match crate::services::auth::resume_session(&state.db, &token).await? {
         Some(a) => {
             tracing::Span::current().record("account_id", a.account_id.0);
             let who = Identity { account_id: a.account_id, email: a.email, is_operator: a.is_operator };

@@ -72,7 +72,8 @@ impl FromRequest for Member {
     type Future = Ready<Result<Self, AppError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        // The member guard put the identity here; a route registered without it has none.
+        // The member guard (or a member page's extractor) put the identity here; a route
+        // registered without either has none.
         ready(identity(req).map(Member).ok_or(AppError::SignInRequired))
     }
 }

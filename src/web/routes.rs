@@ -20,8 +20,18 @@ pub enum Access {
     Public,
     /// A signed-in account (operators are members too); a POST needs the CSRF token.
     Member,
+    /// A member's page (a GET) whose handler reads the page with the session in one statement
+    /// (`call::MemberPage`): the extractor authenticates, as the member guard would.
+    MemberPage,
     /// A signed-in operator; a POST needs the CSRF token. Only under `/operator`.
     Operator,
+}
+
+impl Access {
+    /// Whether the route needs a signed-in account of any kind (a member route or page).
+    pub fn is_member(self) -> bool {
+        matches!(self, Access::Member | Access::MemberPage)
+    }
 }
 
 /// One row of the table.
@@ -58,6 +68,9 @@ macro_rules! route_table {
     };
     (@one Member $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
         $cfg.service(web::resource(paths::$path).guard(answers(Method::$method)).wrap(from_fn(guards::member)).to($handler));
+    };
+    (@one MemberPage $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
+        $cfg.service(web::resource(paths::$path).guard(answers(Method::$method)).wrap(from_fn(guards::member_page)).to($handler));
     };
     (@one Operator $method:ident $path:ident $handler:path, $cfg:ident, $op:ident) => {
         $op = $op.service(web::resource(operator_relative(paths::$path)).guard(answers(Method::$method)).to($handler));
@@ -98,9 +111,9 @@ route_table! {
     Public POST LOGIN => pages::auth::login;
     Public POST LOGOUT => pages::auth::logout;
 
-    Member GET HOME => pages::home::home;
-    Member GET SITES => pages::sites::sites_page;
-    Member GET SITES_LIVE => pages::sites::sites_live;
+    MemberPage GET HOME => pages::home::home;
+    MemberPage GET SITES => pages::sites::sites_page;
+    MemberPage GET SITES_LIVE => pages::sites::sites_live;
     Member POST SITES => pages::sites::create;
     Member POST SITES_SWAP => pages::sites::swap;
     Member POST SITE_STATUS => pages::sites::change_status;
@@ -109,7 +122,7 @@ route_table! {
     Member GET SITE_OPEN => pages::sites::open;
     Member POST SITES_DOMAINS => pages::sites::domains;
     Member POST SITES_DOMAINS_REMOVE => pages::sites::remove_domain;
-    Member GET BILLING => pages::billing::billing_page;
+    MemberPage GET BILLING => pages::billing::billing_page;
     Member POST BILLING_CHECKOUT => pages::billing::checkout;
     Member GET BILLING_RETURN => pages::billing::checkout_return;
     Member POST BILLING_SWITCH => pages::billing::switch;

@@ -19,7 +19,7 @@ use crate::{
     ids::{OrganizationId, PriceId, ProductId, SubscriptionId},
     integrations::stripe::Stripe,
     services::{
-        ServiceError,
+        self, ServiceError,
         billing::{
             self as billing,
             catalog_sync::{NewPrice, SyncAnswer},
@@ -30,12 +30,13 @@ use crate::{
     },
     states::{SubscriptionBranch, SubscriptionStatus, SyncState},
     store::{
+        accounts::SessionAccount,
         billing::{Price, ProductMapping},
         billing_reads::OrgSubscription,
     },
     web::{
         AppState,
-        call::{Call, MemberCall, OperatorCall},
+        call::{Call, MemberCall, MemberPage, OperatorCall, PageRead},
         errors::AppError,
         forms::{Form, after_post, query_or_default, see_other},
         identity::{Member, csrf_token},
@@ -254,11 +255,22 @@ fn when(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M UTC").to_string()
 }
 
-/// The billing page's read, made by the member guard in the session's own statement.
-pub struct BillingRead(pub crate::store::billing_reads::MemberBillingDoc);
+/// The billing page's read: the member's organizations, subscriptions and invoices, with the
+/// session.
+pub struct BillingRead(crate::store::billing_reads::MemberBillingDoc);
+
+impl PageRead for BillingRead {
+    async fn resume(state: &AppState, token: &str) -> Result<Option<(SessionAccount, Self)>, AppError> {
+        Ok(services::auth::resume_session_with_billing(&state.db, token, &state.on_sale)
+            .await?
+            .map(|(a, doc)| (a, BillingRead(doc))))
+    }
+}
 
 #[tracing::instrument(name = "Page: billing", skip_all, fields(account_id = %who.account_id))]
-pub async fn billing_page(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
+pub async fn billing_page(
+    MemberPage { who, req, state, doc: BillingRead(doc) }: MemberPage<BillingRead>,
+) -> Result<HttpResponse, AppError> {
     let q = query_or_default::<BillingQuery>(&req);
     let checkout = q.checkout.and_then(|c| match c.as_str() {
         "paid" => Some(views::CheckoutNote::Paid),
@@ -276,11 +288,7 @@ pub async fn billing_page(Call { who: Member(who), req, state }: MemberCall) -> 
         "seats" => Some(views::ChangeNote::Seats),
         _ => None,
     });
-    let read = actix_web::HttpMessage::extensions_mut(&req).remove::<BillingRead>();
-    let b = match read {
-        Some(BillingRead(doc)) => reads::MemberBilling::from(doc),
-        None => reads::member_billing(&state.db, who.account_id, &state.on_sale).await?,
-    };
+    let b = reads::MemberBilling::from(doc);
     let organizations = b
         .organizations
         .into_iter()

@@ -1,33 +1,36 @@
 //! The member's home: each of their organizations' plan per ladder, entitlements and usage.
 
-use actix_web::{HttpMessage, HttpResponse};
+use actix_web::HttpResponse;
 
 use crate::{
     services,
     states::GrantKind,
     store::{
-        accounts::DisplacedSubscription,
+        accounts::{DisplacedSubscription, SessionAccount},
         catalog::{HeldConferral, Usage},
         entitlements::EntitlementValue,
     },
     web::{
-        call::{Call, MemberCall},
+        AppState,
+        call::{MemberPage, PageRead},
         errors::AppError,
-        identity::Member,
         render,
     },
 };
 
-/// The home's read, made by the member guard in the session's own statement.
-pub struct HomeRead(pub Vec<crate::store::accounts::MemberHome>);
+/// The home's read: the member's organizations and what each holds, with the session.
+pub struct HomeRead(Vec<crate::store::accounts::MemberHome>);
+
+impl PageRead for HomeRead {
+    async fn resume(state: &AppState, token: &str) -> Result<Option<(SessionAccount, Self)>, AppError> {
+        Ok(services::auth::resume_session_with_home(&state.db, token).await?.map(|(a, home)| (a, HomeRead(home))))
+    }
+}
 
 #[tracing::instrument(name = "Page: home", skip_all)]
-pub async fn home(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
-    let read = req.extensions_mut().remove::<HomeRead>();
-    let organizations = match read {
-        Some(HomeRead(organizations)) => organizations,
-        None => services::reads::member_home(&state.db, who.account_id).await?,
-    };
+pub async fn home(
+    MemberPage { who, req, doc: HomeRead(organizations), .. }: MemberPage<HomeRead>,
+) -> Result<HttpResponse, AppError> {
     let view = views::HomeView {
         email: who.email,
         csrf: crate::web::identity::csrf_token(&req),

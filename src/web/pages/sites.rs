@@ -11,13 +11,14 @@ use views::{FormState, paths};
 use crate::{
     ids::{AccountId, OrganizationId},
     services::{
-        ServiceError,
+        self, ServiceError,
         fedwiki::{self, names::SiteName, reads},
     },
     states::{RequestKind, SiteStatus},
+    store::accounts::SessionAccount,
     web::{
         AppState,
-        call::{Call, MemberCall},
+        call::{Call, MemberCall, MemberPage, PageRead},
         errors::AppError,
         forms::{Form, after_post, query_or_default},
         identity::{Member, csrf_token},
@@ -42,8 +43,14 @@ fn doing(kind: RequestKind) -> &'static str {
     }
 }
 
-/// The sites page's read, made by the member guard in the session's own statement.
-pub struct SitesRead(pub String);
+/// The sites page's read: the member's organizations and their sites, with the session.
+pub struct SitesRead(reads::SitesDoc);
+
+impl PageRead for SitesRead {
+    async fn resume(state: &AppState, token: &str) -> Result<Option<(SessionAccount, Self)>, AppError> {
+        Ok(services::auth::resume_session_with_sites(&state.db, token).await?.map(|(a, doc)| (a, SitesRead(doc))))
+    }
+}
 
 /// Whose section a refused form's state goes in.
 enum Beside {
@@ -53,19 +60,14 @@ enum Beside {
     Site(String),
 }
 
-/// The page's view: `refused` puts a refused form's state beside its organization's sites. The
-/// guard's read when it made one (a GET of the page), else a read of its own.
-async fn view(
+/// The page's view of the member's organizations `orgs`: `refused` puts a refused form's state
+/// beside its organization's sites.
+fn view(
     req: &HttpRequest,
     state: &AppState,
-    who: AccountId,
+    orgs: reads::SitesDoc,
     refused: Option<(Beside, FormState)>,
-) -> Result<views::SitesView, AppError> {
-    let read = actix_web::HttpMessage::extensions_mut(req).remove::<SitesRead>();
-    let orgs = match read {
-        Some(SitesRead(doc)) => reads::sites_from_doc(&doc)?,
-        None => reads::member_sites(&state.db, who).await?,
-    };
+) -> views::SitesView {
     let zone = state.config.farm.domain.clone();
     let site_url = |d: &str| match &state.farm {
         Some(f) => f.site_url(d),
@@ -146,7 +148,7 @@ async fn view(
             }
         })
         .collect();
-    Ok(views::SitesView { csrf: csrf_token(req), connected: state.farm.is_some(), notice: notice(req), organizations })
+    views::SitesView { csrf: csrf_token(req), connected: state.farm.is_some(), notice: notice(req), organizations }
 }
 
 #[derive(Deserialize, Default)]
@@ -170,15 +172,19 @@ fn notice(req: &HttpRequest) -> Option<String> {
 }
 
 #[tracing::instrument(name = "Page: sites", skip_all, fields(account_id = %who.account_id))]
-pub async fn sites_page(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
-    let v = view(&req, &state, who.account_id, None).await?;
+pub async fn sites_page(
+    MemberPage { who, req, state, doc: SitesRead(orgs) }: MemberPage<SitesRead>,
+) -> Result<HttpResponse, AppError> {
+    let v = view(&req, &state, orgs, None);
     Ok(render::ok(&req, "Sites", views::member_sites(&v)))
 }
 
 /// The polled section alone.
 #[tracing::instrument(name = "Page: sites (live)", skip_all, fields(account_id = %who.account_id))]
-pub async fn sites_live(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
-    let v = view(&req, &state, who.account_id, None).await?;
+pub async fn sites_live(
+    MemberPage { who, req, state, doc: SitesRead(orgs) }: MemberPage<SitesRead>,
+) -> Result<HttpResponse, AppError> {
+    let v = view(&req, &state, orgs, None);
     Ok(crate::web::forms::partial(StatusCode::OK, views::sites_section(&v)))
 }
 
@@ -195,7 +201,8 @@ async fn answer<T>(
 ) -> Result<HttpResponse, AppError> {
     let to = done.map(|_| format!("{}?asked={asked}", paths::SITES));
     refusals::posted(req, to, values, WORDS, async |r| {
-        let v = view(req, state, who, Some((beside, r.form))).await?;
+        let orgs = reads::member_sites(&state.db, who).await?;
+        let v = view(req, state, orgs, Some((beside, r.form)));
         Ok(refusals::answer(req, r.status, "Sites", || views::sites_section(&v), || views::member_sites(&v)))
     })
     .await
