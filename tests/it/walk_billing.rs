@@ -314,11 +314,20 @@ async fn an_apply_subscription_collection_walked_lock_by_lock_takes_the_reconcil
     assert_eq!(outbox_rows(&p.t).await.len(), 1);
     let expected = p.reconcile_order();
     let stripe = p.s.stripe.clone();
-    let out = LockWalk::run(&p.t, &RECONCILE, &expected, |db| async move {
+    // The walk by hand (as `LockWalk::run` does it), to look at Stripe while the locks are held.
+    let mut w = LockWalk::start(&p.t, &RECONCILE, expected.len(), |db| async move {
         billing::process_outbox(&db, &stripe, 10, DEFAULT_LEASE).await
     })
     .await;
-    assert_eq!(out.unwrap(), outbox::Processed { done: 1, failed: 0 });
+    for k in 1..=expected.len() {
+        w.assert_holds_exactly(&expected[..k]).await;
+        w.assert_probe_waits(&p.t, &expected[k - 1]).await;
+        if k == expected.len() {
+            assert_eq!(p.stripe_pause().await, (false, false), "no Stripe update while the reconcile holds its locks");
+        }
+        assert_eq!(w.step().await, k < expected.len(), "the reconcile took exactly the three locks");
+    }
+    assert_eq!(w.finish().await.unwrap(), outbox::Processed { done: 1, failed: 0 });
     assert_eq!(p.stripe_pause().await, (true, true), "the collection is paused in Stripe, with the console's mark");
     assert_eq!(
         traced_steps(&p.t, RECONCILE.path).await,
