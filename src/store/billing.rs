@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use crate::{
+    db::locks::Lock,
     ids::{
         AccountId, ConferralId, LadderId, OrganizationId, OutboxId, PoolId, PriceId, ProductId, SubscriptionId,
         SubscriptionItemId,
@@ -572,7 +573,7 @@ pub struct OutboxRow {
 /// ClaimOutbox: up to `limit` due rows, FOR UPDATE SKIP LOCKED, leased until `lease` from now,
 /// so another processor skips them while this one works and takes them back if it dies.
 pub async fn claim_outbox(conn: &mut PgConnection, limit: i64, lease_secs: f64) -> sqlx::Result<Vec<OutboxRow>> {
-    sqlx::query_as!(
+    let rows = sqlx::query_as!(
         OutboxRow,
         r#"WITH due AS (
                SELECT outbox_id FROM core.outbox
@@ -589,8 +590,11 @@ pub async fn claim_outbox(conn: &mut PgConnection, limit: i64, lease_secs: f64) 
         limit,
         lease_secs
     )
-    .fetch_all(conn)
-    .await
+    .fetch_all(&mut *conn)
+    .await?;
+    // The rows the statement took (SKIP LOCKED: no order, no wait), noted for the lock trace.
+    crate::db::trace::note_rows(conn, Lock::OutboxRows, rows.iter().map(|r| (r.outbox_id, None))).await?;
+    Ok(rows)
 }
 
 pub async fn outbox_done(conn: &mut PgConnection, id: OutboxId) -> sqlx::Result<()> {

@@ -6,10 +6,10 @@
 
 use crate::{
     db::{
-        Db, Tx, TxKind, begin,
+        Db, Tx, TxKind, begin_for,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
-        tx::within,
+        tx::{within, within_for},
     },
     ids::{PriceId, ProductId},
     integrations::stripe::Stripe,
@@ -133,7 +133,7 @@ fn parse_amount(s: &str, whole_units: bool) -> Result<i64, String> {
 /// prices never change amount) and the new one waits for the next sync.
 #[tracing::instrument(name = "Set a price", skip(db), fields(product_id = %product_id))]
 pub async fn set_price(db: &Db, product_id: ProductId, price: &NewPrice) -> Result<PriceId, ServiceError> {
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    within_for(db, TxKind::Plain, &SET_PRICE_LOCKS, async |tx: &mut Tx| {
         tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
         if catalog::product(tx.conn(), product_id).await?.is_none() {
             return Err(ServiceError::NotFound("product"));
@@ -186,7 +186,7 @@ pub enum SyncAnswer {
 /// catalogsync.Sync.
 #[tracing::instrument(name = "Sync a product to Stripe", skip(db), fields(product_id = %product_id))]
 pub async fn sync_product(db: &Db, product_id: ProductId) -> Result<SyncAnswer, ServiceError> {
-    let mut tx = begin(db, TxKind::Plain).await?;
+    let mut tx = begin_for(db, TxKind::Plain, &SYNC_PRODUCT_LOCKS).await?;
     // The answer, and whether it is to be kept.
     let decided: Result<_, ServiceError> = async {
         tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
@@ -293,7 +293,7 @@ enum Outcome<'a> {
 
 /// One recorded outcome, in its own short transaction under the product's sync lock.
 async fn record(db: &Db, product_id: ProductId, outcome: Outcome<'_>) -> Result<(), ServiceError> {
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    within_for(db, TxKind::Plain, &RECORD_PRODUCT_SYNC_LOCKS, async |tx: &mut Tx| {
         tx.lock(&AdvisoryKey::ProductSync(product_id.to_string())).await?;
         match outcome {
             Outcome::ProductSynced { stripe_id, name } => {

@@ -7,7 +7,7 @@ use crate::{
         Db, Tx, TxKind,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
-        tx::within,
+        tx::within_for,
     },
     integrations::stripe::Stripe,
     services::ServiceError,
@@ -46,7 +46,7 @@ pub async fn converge_invoice(db: &Db, stripe: &Stripe, stripe_invoice_id: &str)
         sentence: format!("Stripe reported an invoice status the console does not know: {}", inv.status),
         transient: false,
     })?;
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    within_for(db, TxKind::Plain, &CONVERGE_INVOICE_LOCKS, async |tx: &mut Tx| {
         tx.lock(&AdvisoryKey::Invoice(stripe_invoice_id.to_string())).await?;
         if store::invoice_observed_at(tx.conn(), stripe_invoice_id).await?.is_some_and(|t| t > observed_at) {
             return Ok(Converged::Stale);

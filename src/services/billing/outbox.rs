@@ -17,7 +17,7 @@ use crate::{
     db::{
         Db, Tx, TxKind,
         locks::{Lock, PathLocks},
-        tx::within,
+        tx::{within, within_for},
     },
     integrations::stripe::Stripe,
     jobs::Backoff,
@@ -51,7 +51,7 @@ pub struct Processed {
 pub async fn process_outbox(db: &Db, stripe: &Stripe, limit: i64, lease: Duration) -> Result<Processed, ServiceError> {
     let mut out = Processed::default();
     for _ in 0..limit.max(0) {
-        let claimed = within(db, TxKind::Plain, async |tx: &mut Tx| {
+        let claimed = within_for(db, TxKind::Plain, &CLAIM_OUTBOX_LOCKS, async |tx: &mut Tx| {
             Ok::<_, ServiceError>(store::claim_outbox(tx.conn(), 1, lease.as_secs_f64()).await?)
         })
         .await?;

@@ -583,6 +583,9 @@ pub const BACKSTOP_AFTER: Duration = Duration::minutes(4);
 /// The paused switch's backstop: one insert, on the handle, that commits on its own.
 async fn write_backstop(db: &Db, subscription_id: SubscriptionId, stripe_id: &str) -> Result<(), ServiceError> {
     let mut conn = db.pool.acquire().await.map_err(crate::db::DbError::from)?;
+    // Named in the trace (when it is on) by a marker of its own just before: the insert is its own
+    // transaction and takes no lock, so nothing is counted under the name but its being observed.
+    crate::db::trace::path(&mut conn, &PAUSED_SWITCH_BACKSTOP_LOCKS).await.map_err(crate::db::DbError::from)?;
     let delay = BACKSTOP_AFTER.num_seconds() as f64;
     store::request_reconcile(&mut conn, subscription_id, stripe_id, "paused_switch_backstop", delay).await?;
     Ok(())

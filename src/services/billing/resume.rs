@@ -10,7 +10,7 @@ use crate::{
     db::{
         Db, Tx, TxKind,
         locks::{Lock, PathLocks},
-        tx::within,
+        tx::within_for,
     },
     ids::{AccountId, OrganizationId, SubscriptionId},
     services::ServiceError,
@@ -43,7 +43,7 @@ pub async fn resume_subscription(
         let mut read = db.read().await?;
         super::plan_changes::plan_owner(read.conn(), who, organization_id).await?;
     }
-    within(db, TxKind::Materializing, async |tx: &mut Tx| {
+    within_for(db, TxKind::Materializing, &RESUME_SUBSCRIPTION_LOCKS, async |tx: &mut Tx| {
         let pool =
             ent::default_pool_of(tx.conn(), organization_id).await?.ok_or(ServiceError::NotFound("organization"))?;
         ent::lock_pools(tx.conn(), &[pool]).await?;

@@ -150,7 +150,28 @@ async fn change_in_stripe(
     let Some(item) = sub.items.first() else {
         return Err(Failure::Error(format!("{} has no item in the stand-in", sub.id)));
     };
-    let (method, form, what) = match rng.below(5) {
+    let choice = rng.below(6);
+    // Past due (a charge left unpaid, below): one time in six its open invoices are paid, and
+    // the subscription is active again.
+    if choice == 5 && sub.status == "past_due" {
+        note.detail = format!("organization {}: {} past due, its open invoices paid", s.org, sub.id);
+        let (status, open) =
+            standin(ctx, "GET", &format!("/v1/invoices?subscription={}&status=open", sub.id), "").await?;
+        if status != 200 {
+            return Err(Failure::Error(format!(
+                "the stand-in did not list {}'s open invoices ({status}): {open}",
+                sub.id
+            )));
+        }
+        for inv in open["data"].as_array().into_iter().flatten().filter_map(|i| i["id"].as_str()) {
+            let (status, answer) = standin(ctx, "POST", &format!("/v1/invoices/{inv}/pay"), "").await?;
+            if status != 200 {
+                return Err(Failure::Error(format!("the stand-in did not take payment of {inv} ({status}): {answer}")));
+            }
+        }
+        return Ok(true);
+    }
+    let (method, form, what) = match choice {
         0 => ("DELETE", String::new(), "cancelled".to_string()),
         1 => {
             let q = 1 + (item.quantity as usize + rng.below(2)) % 3;
@@ -176,6 +197,20 @@ async fn change_in_stripe(
         }
         3 if sub.collection_paused => ("POST", "pause_collection=".to_string(), "collection resumed".to_string()),
         3 => ("POST", "pause_collection[behavior]=void".to_string(), "collection paused".to_string()),
+        // A seat change invoiced at once and left unpaid (`default_incomplete`): the subscription
+        // is past due, and its reconcile takes the suspended branch (reconcileSuspended).
+        5 => {
+            let q = 1 + item.quantity as usize % 3;
+            (
+                "POST",
+                format!(
+                    "items[0][id]={}&items[0][quantity]={q}&proration_behavior=always_invoice\
+                     &payment_behavior=default_incomplete",
+                    item.id
+                ),
+                format!("quantity {} → {q}, invoiced at once and left unpaid", item.quantity),
+            )
+        }
         _ => {
             note.detail = format!("organization {}: {} left as it is", s.org, sub.id);
             return Ok(true);
@@ -318,7 +353,41 @@ pub(in crate::stress) async fn change_plan(ctx: &Ctx, rng: &mut Rng, note: &mut 
     // Not reconciled yet: nothing the console could show a member.
     let Some((id, ahead, on)) = found else { return Ok(Outcome::Skipped) };
     let (db, stripe, who, org, id) = (&ctx.db, &*ctx.stripe, ctx.plan_owner, s.org, crate::ids::SubscriptionId(id));
-    let r = match rng.below(4) {
+    let r = match rng.below(5) {
+        // The paused switch (upgradeNow's backstop): a subscription carrying the console's pause
+        // switched up. The pause is set first as ApplySubscriptionCollection sets it, through the
+        // console's own client (the act's due work: its reconcile lifts it again when no other
+        // plan displaces the subscription); then the member's upgrade, whose backstop row is
+        // written before any Stripe write.
+        4 => {
+            if on != Some(s.products[0]) {
+                return Ok(Outcome::Skipped);
+            }
+            let to = s.products[1];
+            let price: Option<i64> = sqlx::query_scalar(
+                "SELECT price_id FROM billing.prices WHERE product_id = $1 AND active AND stripe_price_id IS NOT NULL
+                 ORDER BY price_id DESC LIMIT 1",
+            )
+            .bind(to)
+            .fetch_optional(&ctx.db.pool)
+            .await?;
+            let Some(price) = price else { return Ok(Outcome::Skipped) };
+            note.detail = format!(
+                "organization {org}: {current} paused by the console, then switched to {}",
+                product_name(ctx, to)
+            );
+            if let Err(e) = stripe.set_console_pause(current.as_str(), true).with_subscriber(ctx.quiet.clone()).await {
+                return Err(Failure::Error(format!("the stand-in did not pause {current}: {e}")));
+            }
+            let price = crate::ids::PriceId(price);
+            match plan_changes::quote_switch(db, stripe, who, org, id, price, None).await {
+                Ok(q) => plan_changes::switch_plan(db, stripe, who, org, id, price, &q.operation)
+                    .with_subscriber(ctx.quiet.clone())
+                    .await
+                    .map(|q| note.detail.push_str(&format!(" ({:?})", q.kind))),
+                Err(e) => Err(e),
+            }
+        }
         0 => {
             let to = if on == Some(s.products[0]) { s.products[1] } else { s.products[0] };
             let price: Option<i64> = sqlx::query_scalar(
