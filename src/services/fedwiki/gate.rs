@@ -46,7 +46,7 @@ pub async fn hold_site_slot(db: &Db, req: &RequestRow) -> Result<Gate, ServiceEr
     let Some(statement) = store::hold_site_slot_statement(req.request_id, &req.instance_id) else {
         return Err(ServiceError::invalid_form(format!("{} is not a site id the console made.", req.instance_id)));
     };
-    let rows = crate::db::tx::once(db, TxKind::Plain, statement).await?;
+    let rows = crate::db::tx::once_for(db, TxKind::Plain, &HOLD_SITE_SLOT_LOCKS, statement).await?;
     let (outcome, used, limit) = store::gate_answer(&rows)?;
     Ok(match outcome.as_str() {
         "held" => Gate::Held,
