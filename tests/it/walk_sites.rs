@@ -38,7 +38,13 @@ impl Sites {
         Expect::advisory(AdvisoryKey::Workspace(self.workspace()))
     }
 
+    /// The swap policy row as the intake's upsert holds it (its ON CONFLICT update, no key).
     fn policy_row(&self) -> Expect {
+        Expect::row_in("fedwiki.swap_policies", self.workspace(), RowMode::NoKeyUpdate)
+    }
+
+    /// The swap policy row as a failed swap's record holds it (FOR UPDATE, then its update).
+    fn policy_row_locked(&self) -> Expect {
         Expect::row("fedwiki.swap_policies", self.workspace())
     }
 
@@ -176,8 +182,9 @@ async fn a_park_without_a_cooldown_walked_lock_by_lock_takes_only_the_instance_l
     .await;
     let req = s.request(out.unwrap()).await;
     assert_eq!((req.kind, req.state), (RequestKind::Park, RequestState::Accepted));
-    // Its transaction is the path's, and RecordLifecycleRequest (path 55) runs in it, named
-    // before its instance lock.
+    // Its transaction is the path's, and RecordLifecycleRequest (path 55) runs in it: the handler
+    // takes the instance lock itself before it reads the site again, so the intake's own taking
+    // of it is a lock already held (not a new acquisition), after its name.
     let key = key_value(&s.t.admin, &AdvisoryKey::LifecycleInstance(site.clone())).await.to_string();
     let trace = trace_of(&s.t, "LifecycleInstance", &key).await;
     let seen: Vec<(&str, Option<&str>)> = trace.iter().map(|(l, k)| (l.as_str(), k.as_deref())).collect();
@@ -185,8 +192,8 @@ async fn a_park_without_a_cooldown_walked_lock_by_lock_takes_only_the_instance_l
         seen,
         [
             ("path", Some("changeStatus (without a cooldown)")),
-            ("path", Some("RecordLifecycleRequest")),
             ("LifecycleInstance", Some(key.as_str())),
+            ("path", Some("RecordLifecycleRequest")),
         ]
     );
 }
@@ -462,7 +469,7 @@ async fn a_failed_swaps_record_walked_lock_by_lock_takes_both_instance_locks_the
     // gives its cooldown stamp back, on the policy row (which its intake wrote) last.
     s.f.faults(serde_json::json!({ "fail_next": 1 })).await;
     let expected =
-        [instance(&asleep), instance(&live), s.usage_row(), request_row(activation), request_row(park), s.policy_row()];
+        [instance(&asleep), instance(&live), s.usage_row(), request_row(activation), request_row(park), s.policy_row_locked()];
     let farm = s.f.farm.clone();
     let out = LockWalk::run(&s.t, &record::FINISH_LIFECYCLE_REQUESTS_LOCKS, &expected, |db| async move {
         fedwiki::run_site_request(&db, &farm, activation, true).await
