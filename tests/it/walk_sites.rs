@@ -274,11 +274,13 @@ async fn a_create_walked_lock_by_lock_takes_the_registry_lock_then_the_new_sites
 // Path 35: the slot gate --------------------------------------------------------------------------------------
 
 #[tokio::test]
-async fn a_creates_slot_gate_walked_lock_by_lock_takes_the_instance_lock_then_the_usage_row() {
+async fn a_creates_slot_gate_walked_lock_by_lock_takes_the_instance_lock_then_the_usage_row_then_its_request_row() {
     let s = setup("Basic").await;
     let id = s.create("gated").await.unwrap();
     let site = s.request(id).await.instance_id;
-    let expected = [instance(&site), s.usage_row()];
+    // A create's gate writes the status it chose for the site (starts_as) on the request's row,
+    // last.
+    let expected = [instance(&site), s.usage_row(), request_row(id)];
     let farm = s.f.farm.clone();
     // The job as the worker runs it: only its gate's transaction is the walked path.
     let out = LockWalk::run(&s.t, &gate::HOLD_SITE_SLOT_LOCKS, &expected, |db| async move {
