@@ -126,7 +126,10 @@ async fn a_swap_walked_lock_by_lock_takes_the_workspace_lock_then_each_sites_ins
     .await;
     let activation = out.unwrap();
     let req = s.request(activation).await;
-    assert_eq!((req.kind, req.state, req.instance_id.as_str()), (RequestKind::Activate, RequestState::Accepted, &*back));
+    assert_eq!(
+        (req.kind, req.state, req.instance_id.as_str()),
+        (RequestKind::Activate, RequestState::Accepted, &*back)
+    );
     let half = {
         let mut c = s.t.db.read().await.unwrap();
         store::swap_partner(c.conn(), activation).await.unwrap().expect("the park half")
@@ -201,8 +204,7 @@ async fn a_park_without_a_cooldown_walked_lock_by_lock_takes_only_the_instance_l
 // Path 55: RecordLifecycleRequest ---------------------------------------------------------------------------
 
 #[tokio::test]
-async fn a_request_recorded_while_another_is_in_flight_walked_lock_by_lock_takes_the_instance_lock_then_is_refused()
-{
+async fn a_request_recorded_while_another_is_in_flight_walked_lock_by_lock_takes_the_instance_lock_then_is_refused() {
     let s = setup("Basic").await;
     s.created("inflight").await;
     let site = s.site_id("inflight").await;
@@ -216,7 +218,8 @@ async fn a_request_recorded_while_another_is_in_flight_walked_lock_by_lock_takes
     .await;
     let e = out.unwrap_err();
     assert!(matches!(e, ServiceError::Refused(_)) && e.to_string().contains("already in progress"), "{e}");
-    let asked = format!("SELECT count(*) FROM fedwiki.lifecycle_requests WHERE instance_id = '{site}' AND kind <> 'create'");
+    let asked =
+        format!("SELECT count(*) FROM fedwiki.lifecycle_requests WHERE instance_id = '{site}' AND kind <> 'create'");
     assert_eq!(s.count(&asked).await, 1, "nothing was recorded for the refused request");
     assert_eq!(s.request(first).await.state, RequestState::Accepted, "the first is untouched");
 }
@@ -264,7 +267,8 @@ async fn a_create_walked_lock_by_lock_takes_the_registry_lock_then_the_new_sites
     );
     // RecordFirstLifecycleRequest is named inside the create's transaction, before that lock.
     let trace = trace_of(&s.t, "LifecycleInstance", &others[0].to_string()).await;
-    let seen: Vec<&str> = trace.iter().map(|(l, k)| if l == "path" { k.as_deref().unwrap() } else { l.as_str() }).collect();
+    let seen: Vec<&str> =
+        trace.iter().map(|(l, k)| if l == "path" { k.as_deref().unwrap() } else { l.as_str() }).collect();
     assert_eq!(
         seen,
         ["Registry: place a member's site name", "Registry", "RecordFirstLifecycleRequest", "LifecycleInstance"]
@@ -470,8 +474,14 @@ async fn a_failed_swaps_record_walked_lock_by_lock_takes_both_instance_locks_the
     // The farm fails the swap's first call on the job's last attempt: the swap ends failed and
     // gives its cooldown stamp back, on the policy row (which its intake wrote) last.
     s.f.faults(serde_json::json!({ "fail_next": 1 })).await;
-    let expected =
-        [instance(&asleep), instance(&live), s.usage_row(), request_row(activation), request_row(park), s.policy_row_locked()];
+    let expected = [
+        instance(&asleep),
+        instance(&live),
+        s.usage_row(),
+        request_row(activation),
+        request_row(park),
+        s.policy_row_locked(),
+    ];
     let farm = s.f.farm.clone();
     let out = LockWalk::run(&s.t, &record::FINISH_LIFECYCLE_REQUESTS_LOCKS, &expected, |db| async move {
         fedwiki::run_site_request(&db, &farm, activation, true).await
@@ -479,9 +489,11 @@ async fn a_failed_swaps_record_walked_lock_by_lock_takes_both_instance_locks_the
     .await;
     assert!(matches!(out.unwrap(), Ran::Recorded(Recorded::Done { state: RequestState::Failed, .. })));
     assert_eq!((s.status("live").await.as_str(), s.status("asleep").await.as_str()), ("active", "parked"));
-    let stamp: Option<chrono::DateTime<chrono::Utc>> = s
-        .t
-        .one(sqlx::query_scalar("SELECT last_swap_at FROM fedwiki.swap_policies WHERE workspace_id = $1").bind(s.workspace()))
+    let stamp: Option<chrono::DateTime<chrono::Utc>> =
+        s.t.one(
+            sqlx::query_scalar("SELECT last_swap_at FROM fedwiki.swap_policies WHERE workspace_id = $1")
+                .bind(s.workspace()),
+        )
         .await;
     assert_eq!(stamp, None, "the failed swap gave its cooldown back");
     assert_usage_agrees(&s).await;
@@ -522,7 +534,10 @@ async fn an_unstarted_requests_withdrawal_walked_takes_no_lock_and_deletes_it_wi
     .await;
     assert!(out.unwrap());
     assert_eq!(s.count(&format!("SELECT count(*) FROM fedwiki.lifecycle_requests WHERE request_id = {id}")).await, 0);
-    assert_eq!(s.count(&format!("SELECT count(*) FROM integration.jobs WHERE dedupe_key = 'fedwiki_request:{id}'")).await, 0);
+    assert_eq!(
+        s.count(&format!("SELECT count(*) FROM integration.jobs WHERE dedupe_key = 'fedwiki_request:{id}'")).await,
+        0
+    );
     assert_eq!(s.status("idle").await, "active");
 }
 
@@ -538,7 +553,10 @@ async fn a_member_withdraws_a_request_before_its_job_starts_and_a_started_or_fin
     let gone = fedwiki::withdraw_request(&s.t.db, s.who, park).await.unwrap();
     assert_eq!((gone.request_id, gone.kind), (park, RequestKind::Park));
     assert_eq!(s.count(&format!("SELECT count(*) FROM fedwiki.lifecycle_requests WHERE request_id = {park}")).await, 0);
-    assert_eq!(s.count(&format!("SELECT count(*) FROM integration.jobs WHERE dedupe_key = 'fedwiki_request:{park}'")).await, 0);
+    assert_eq!(
+        s.count(&format!("SELECT count(*) FROM integration.jobs WHERE dedupe_key = 'fedwiki_request:{park}'")).await,
+        0
+    );
     assert_eq!(s.status("steady").await, "active");
     // A create not yet started: withdrawn, and its name is free again at once.
     let create = s.create("second-thoughts").await.unwrap();
@@ -560,7 +578,9 @@ async fn a_member_withdraws_a_request_before_its_job_starts_and_a_started_or_fin
     let e = fedwiki::withdraw_request(&s.t.db, s.who, done).await.unwrap_err();
     assert!(matches!(&e, ServiceError::Refused(m) if m.contains("already finished")), "{e}");
     // Another member's organization's request is not found.
-    let stranger: i64 = s.t.one(sqlx::query_scalar("SELECT min(account_id) FROM core.accounts WHERE account_id <> $1").bind(s.who)).await;
+    let stranger: i64 =
+        s.t.one(sqlx::query_scalar("SELECT min(account_id) FROM core.accounts WHERE account_id <> $1").bind(s.who))
+            .await;
     let other = s.ask(&site, RequestKind::Activate).await;
     let e = fedwiki::withdraw_request(&s.t.db, member_console::ids::AccountId(stranger), other).await.unwrap_err();
     assert!(matches!(e, ServiceError::NotFound(_)), "{e}");
@@ -586,7 +606,8 @@ async fn a_member_withdraws_a_waiting_request_from_the_sites_page_and_a_started_
     s.created("paged").await;
     let site = s.site_id("paged").await;
     let app = crate::sites::app(&s).await;
-    let member = Session::sign_in(&app, member_console::demo::MEMBER_EMAIL, member_console::demo::MEMBER_PASSWORD).await;
+    let member =
+        Session::sign_in(&app, member_console::demo::MEMBER_EMAIL, member_console::demo::MEMBER_PASSWORD).await;
     let park = s.ask(&site, RequestKind::Park).await;
     let page = member.get("/sites").await;
     let action = format!("/sites/requests/{park}/withdraw");

@@ -272,7 +272,11 @@ pub async fn swap_active_site(
 /// activation's job, both halves at once, and is not withdrawn. The cooldown an activation or a
 /// swap stamped at its intake stays stamped. Answers the withdrawn request.
 #[tracing::instrument(name = "Withdraw a site request", skip(db))]
-pub async fn withdraw_request(db: &Db, who: AccountId, request_id: RequestId) -> Result<store::RequestRow, ServiceError> {
+pub async fn withdraw_request(
+    db: &Db,
+    who: AccountId,
+    request_id: RequestId,
+) -> Result<store::RequestRow, ServiceError> {
     let (req, partner) = {
         let mut read = db.read().await?;
         let req = store::request(read.conn(), request_id).await?.ok_or(ServiceError::NotFound("request"))?;

@@ -43,7 +43,7 @@ pub static DELETE_UNSTARTED_LIFECYCLE_REQUEST_LOCKS: PathLocks = PathLocks {
     kind: "Plain",
     locks: &[],
     why: "No instance lock: it deletes a request whose job has not started, with the job, in one statement; a \
-          job claimed meanwhile keeps both.",
+          job claimed meanwhile keeps both. A member's Withdraw calls it (handlers::withdraw_request).",
 };
 
 /// A request to record.
@@ -119,9 +119,14 @@ pub fn job_key(id: RequestId) -> String {
 /// DeleteUnstartedLifecycleRequest: true when the request and its job were deleted.
 #[tracing::instrument(name = "Delete an unstarted lifecycle request", skip(db))]
 pub async fn delete_unstarted_lifecycle_request(db: &crate::db::Db, id: RequestId) -> Result<bool, ServiceError> {
-    crate::db::tx::within_for(db, crate::db::TxKind::Plain, &DELETE_UNSTARTED_LIFECYCLE_REQUEST_LOCKS, async |tx: &mut Tx| {
-        let gone = store::delete_unstarted_request(tx.conn(), id).await?;
-        Ok(gone)
-    })
+    crate::db::tx::within_for(
+        db,
+        crate::db::TxKind::Plain,
+        &DELETE_UNSTARTED_LIFECYCLE_REQUEST_LOCKS,
+        async |tx: &mut Tx| {
+            let gone = store::delete_unstarted_request(tx.conn(), id).await?;
+            Ok(gone)
+        },
+    )
     .await
 }
