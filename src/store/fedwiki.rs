@@ -147,8 +147,14 @@ pub async fn set_keep_active(conn: &mut PgConnection, site_id: &str, keep: bool)
 }
 
 pub async fn delete_site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
-    let r = sqlx::query!("DELETE FROM fedwiki.sites WHERE site_id = $1", site_id).execute(conn).await?;
-    Ok(r.rows_affected() == 1)
+    let r = sqlx::query!("DELETE FROM fedwiki.sites WHERE site_id = $1", site_id).execute(&mut *conn).await?;
+    let gone = r.rows_affected() == 1;
+    if gone {
+        // The row's lock, held by its delete through commit (the trace's; the trigger notes the
+        // placement rows after it).
+        crate::db::trace::note(conn, Lock::SiteRow, site_id, None).await?;
+    }
+    Ok(gone)
 }
 
 /// What SetSiteObservedByDomain did with a callback's observation.
@@ -294,9 +300,14 @@ pub async fn finish_request(
         state as RequestState,
         outcome
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
-    Ok(r.rows_affected() == 1)
+    let written = r.rows_affected() == 1;
+    if written {
+        // The request row's lock, held by its UPDATE through commit (rule 5: the request rows last).
+        crate::db::trace::note(conn, Lock::LifecycleRequestRows, id, Some(id.0)).await?;
+    }
+    Ok(written)
 }
 
 /// DeleteUnstartedLifecycleRequest: a request whose job has not started (still pending, no
@@ -465,8 +476,11 @@ pub async fn upsert_swap_policy(conn: &mut PgConnection, workspace_id: &str, act
         workspace_id,
         activation
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
+    // The policy row's lock (an existing row's by the upsert's update; a new row's by its insert),
+    // held through commit: last, as the handlers take it.
+    crate::db::trace::note(conn, Lock::SwapPolicyRow, workspace_id, None).await?;
     Ok(())
 }
 

@@ -119,6 +119,7 @@ route_table! {
     Member POST SITE_STATUS => pages::sites::change_status;
     Member POST SITE_DELETE => pages::sites::delete;
     Member POST SITE_KEEP_ACTIVE => pages::sites::keep_active;
+    Member POST SITE_REQUEST_WITHDRAW => pages::sites::withdraw;
     Member GET SITE_OPEN => pages::sites::open;
     Member POST SITES_DOMAINS => pages::sites::domains;
     Member POST SITES_DOMAINS_REMOVE => pages::sites::remove_domain;

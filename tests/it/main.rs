@@ -38,4 +38,5 @@ mod tier_acts;
 mod topology;
 mod tx_kinds;
 mod walk_billing;
+mod walk_sites;
 mod web_shell;

@@ -64,6 +64,8 @@ pub const SITES_SWAP: &str = "/sites/swap";
 pub const SITE_STATUS: &str = "/sites/{id}/status";
 pub const SITE_DELETE: &str = "/sites/{id}/delete";
 pub const SITE_KEEP_ACTIVE: &str = "/sites/{id}/keep-active";
+/// Withdraws a site request whose job has not started.
+pub const SITE_REQUEST_WITHDRAW: &str = "/sites/requests/{id}/withdraw";
 /// Hands the member to the site's wiki to edit it (a redirect with the farm's entry credential).
 pub const SITE_OPEN: &str = "/sites/{id}/open";
 pub const SITES_DOMAINS: &str = "/sites/domains";
@@ -145,6 +147,7 @@ pub const ALL: &[&str] = &[
     SITE_STATUS,
     SITE_DELETE,
     SITE_KEEP_ACTIVE,
+    SITE_REQUEST_WITHDRAW,
     SITE_OPEN,
     SITES_DOMAINS,
     SITES_DOMAINS_REMOVE,

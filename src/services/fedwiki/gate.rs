@@ -18,10 +18,11 @@ pub static HOLD_SITE_SLOT_LOCKS: PathLocks = PathLocks {
     path: "HoldSiteSlotActivity",
     function: "services::fedwiki::gate::hold_site_slot",
     kind: "Plain",
-    locks: &[Lock::LifecycleInstance, Lock::SiteRow, Lock::UsageRow],
+    locks: &[Lock::LifecycleInstance, Lock::SiteRow, Lock::UsageRow, Lock::LifecycleRequestRows],
     why: "The instance lock, the site row (an activation only), then the usage row and the count as a statement \
           of its own after it, so the count reads every hold and site committed before the lock was granted. \
-          The hold row is written under its request's instance lock, so no one waits on it.",
+          The hold row is written under its request's instance lock, so no one waits on it. A create's request \
+          row last, by the write of the status the gate chose for it (starts_as; rule 5: the request rows last).",
 };
 
 /// What the gate decided.
@@ -46,7 +47,7 @@ pub async fn hold_site_slot(db: &Db, req: &RequestRow) -> Result<Gate, ServiceEr
     let Some(statement) = store::hold_site_slot_statement(req.request_id, &req.instance_id) else {
         return Err(ServiceError::invalid_form(format!("{} is not a site id the console made.", req.instance_id)));
     };
-    let rows = crate::db::tx::once(db, TxKind::Plain, statement).await?;
+    let rows = crate::db::tx::once_for(db, TxKind::Plain, &HOLD_SITE_SLOT_LOCKS, statement).await?;
     let (outcome, used, limit) = store::gate_answer(&rows)?;
     Ok(match outcome.as_str() {
         "held" => Gate::Held,

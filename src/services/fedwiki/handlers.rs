@@ -17,7 +17,7 @@ use crate::{
         Db, Tx, TxKind,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
-        tx::within,
+        tx::within_for,
     },
     ids::{AccountId, OrganizationId, RequestId},
     services::ServiceError,
@@ -107,7 +107,9 @@ pub async fn create_site(
     // orphan to the domains reconciliation unless a request on it is accepted, so committed apart
     // the name could be freed in between. The organization's first site makes its workspace here
     // too, after the name is placed: a refused name writes no workspace either.
-    registry::with_lock(db, async |tx: &mut Tx| {
+    // Registry.WithLock, named for its path (the lock trace): the registry lock is the opening
+    // batch's, so the name comes first in that batch.
+    within_for(db, TxKind::Registry, &registry::PLACE_SITE_NAME_LOCKS, async |tx: &mut Tx| {
         registry::place_site_name(tx, &domain, &workspace_id, &site_id).await?;
         store::ensure_workspace(tx.conn(), organization_id).await?;
         let intake = Intake {
@@ -147,7 +149,8 @@ pub async fn change_status(
     let site = members_site(db, who, site_id).await?;
     let cooldown =
         (kind == RequestKind::Activate && !farm.activation_cooldown.is_zero()).then_some(farm.activation_cooldown);
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    let decl = if cooldown.is_some() { &CHANGE_STATUS_WITH_COOLDOWN_LOCKS } else { &CHANGE_STATUS_LOCKS };
+    within_for(db, TxKind::Plain, decl, async |tx: &mut Tx| {
         if let Some(cooldown) = cooldown {
             // withWorkspaceTx
             tx.lock(&AdvisoryKey::Workspace(site.workspace_id.clone())).await?;
@@ -209,7 +212,7 @@ pub async fn swap_active_site(
     if a.site_id == p.site_id {
         return Err(ServiceError::invalid("park", "Choose an active site to park other than the one to activate."));
     }
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    within_for(db, TxKind::Plain, &SWAP_ACTIVE_SITE_LOCKS, async |tx: &mut Tx| {
         tx.lock(&AdvisoryKey::Workspace(a.workspace_id.clone())).await?;
         let last = store::last_swap_at(tx.conn(), &a.workspace_id).await?;
         refuse_inside_cooldown(last, farm.swap_cooldown, "swap")?;
@@ -261,11 +264,58 @@ pub async fn swap_active_site(
     .await
 }
 
+/// Withdraw a request whose job has not started (a member's "Withdraw" on the sites page):
+/// DeleteUnstartedLifecycleRequest, which deletes the request with its job in one statement and
+/// takes no instance lock; a job a worker claimed meanwhile keeps both, and the withdrawal is
+/// refused. A withdrawn create gives its name back (placed with the request, in the create's
+/// registry transaction), as a create that failed does. A swap is carried out as one step by its
+/// activation's job, both halves at once, and is not withdrawn. The cooldown an activation or a
+/// swap stamped at its intake stays stamped. Answers the withdrawn request.
+#[tracing::instrument(name = "Withdraw a site request", skip(db))]
+pub async fn withdraw_request(
+    db: &Db,
+    who: AccountId,
+    request_id: RequestId,
+) -> Result<store::RequestRow, ServiceError> {
+    let (req, partner) = {
+        let mut read = db.read().await?;
+        let req = store::request(read.conn(), request_id).await?.ok_or(ServiceError::NotFound("request"))?;
+        // Another organization's request is not found, not forbidden.
+        store::member_workspace_org(read.conn(), who, &req.workspace_id)
+            .await?
+            .ok_or(ServiceError::NotFound("request"))?;
+        let partner = store::swap_partner(read.conn(), request_id).await?;
+        (req, partner)
+    };
+    if req.swap_of.is_some() || partner.is_some() {
+        return Err(ServiceError::Refused(format!(
+            "The swap of {} is carried out as one step and cannot be withdrawn.",
+            req.domain
+        )));
+    }
+    if req.state != crate::states::RequestState::Accepted {
+        return Err(ServiceError::Refused(format!(
+            "The request to {} {} has already finished: there is nothing to withdraw.",
+            req.kind, req.domain
+        )));
+    }
+    if !intake::delete_unstarted_lifecycle_request(db, request_id).await? {
+        return Err(ServiceError::Refused(format!(
+            "The request to {} {} has started: it can no longer be withdrawn.",
+            req.kind, req.domain
+        )));
+    }
+    if req.kind == RequestKind::Create {
+        registry::release_site_names(db, &req.instance_id).await?;
+    }
+    Ok(req)
+}
+
 /// Keep active: the downgrade sweep parks other sites first.
 #[tracing::instrument(name = "Keep a site active", skip(db))]
 pub async fn set_keep_active(db: &Db, who: AccountId, site_id: &str, keep: bool) -> Result<(), ServiceError> {
     let site = members_site(db, who, site_id).await?;
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    within_for(db, TxKind::Plain, &KEEP_ACTIVE_LOCKS, async |tx: &mut Tx| {
         store::set_keep_active(tx.conn(), &site.site_id, keep).await?;
         Ok(())
     })

@@ -43,7 +43,7 @@ pub static DELETE_UNSTARTED_LIFECYCLE_REQUEST_LOCKS: PathLocks = PathLocks {
     kind: "Plain",
     locks: &[],
     why: "No instance lock: it deletes a request whose job has not started, with the job, in one statement; a \
-          job claimed meanwhile keeps both.",
+          job claimed meanwhile keeps both. A member's Withdraw calls it (handlers::withdraw_request).",
 };
 
 /// A request to record.
@@ -60,6 +60,8 @@ pub struct Intake<'a> {
 /// RecordLifecycleRequest on the caller's transaction.
 #[tracing::instrument(name = "Record a lifecycle request", skip(tx, r), fields(instance = r.instance_id, kind = %r.kind))]
 pub async fn record_lifecycle_request(tx: &mut Tx, r: &Intake<'_>) -> Result<RequestId, ServiceError> {
+    // Run inside the caller's transaction (a handler's), so recorded as observed there.
+    crate::db::trace::path(tx.conn(), &RECORD_LIFECYCLE_REQUEST_LOCKS).await?;
     tx.lock(&AdvisoryKey::LifecycleInstance(r.instance_id.to_string())).await?;
     let latest = store::latest_request(tx.conn(), r.instance_id).await?;
     decide(tx, r, latest).await
@@ -69,6 +71,8 @@ pub async fn record_lifecycle_request(tx: &mut Tx, r: &Intake<'_>) -> Result<Req
 /// holds a request.
 #[tracing::instrument(name = "Record a first lifecycle request", skip(tx, r), fields(instance = r.instance_id))]
 pub async fn record_first_lifecycle_request(tx: &mut Tx, r: &Intake<'_>) -> Result<RequestId, ServiceError> {
+    // Run inside the create's registry transaction, so recorded as observed there.
+    crate::db::trace::path(tx.conn(), &RECORD_FIRST_LIFECYCLE_REQUEST_LOCKS).await?;
     tx.lock(&AdvisoryKey::LifecycleInstance(r.instance_id.to_string())).await?;
     let latest = store::latest_request(tx.conn(), r.instance_id).await?;
     if latest.is_some() {
@@ -115,9 +119,14 @@ pub fn job_key(id: RequestId) -> String {
 /// DeleteUnstartedLifecycleRequest: true when the request and its job were deleted.
 #[tracing::instrument(name = "Delete an unstarted lifecycle request", skip(db))]
 pub async fn delete_unstarted_lifecycle_request(db: &crate::db::Db, id: RequestId) -> Result<bool, ServiceError> {
-    crate::db::tx::within(db, crate::db::TxKind::Plain, async |tx: &mut Tx| {
-        let gone = store::delete_unstarted_request(tx.conn(), id).await?;
-        Ok(gone)
-    })
+    crate::db::tx::within_for(
+        db,
+        crate::db::TxKind::Plain,
+        &DELETE_UNSTARTED_LIFECYCLE_REQUEST_LOCKS,
+        async |tx: &mut Tx| {
+            let gone = store::delete_unstarted_request(tx.conn(), id).await?;
+            Ok(gone)
+        },
+    )
     .await
 }

@@ -9,7 +9,7 @@ use crate::{
         Db, Tx, TxKind,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
-        tx::within,
+        tx::within_for,
     },
     ids::PoolId,
     services::ServiceError,
@@ -210,7 +210,7 @@ pub async fn recount(tx: &mut Tx, pool: Option<PoolId>) -> Result<Option<i64>, S
 /// DeleteFedWikiSiteActivity: the site row deleted and the pool recounted, on their own.
 #[tracing::instrument(name = "Delete a FedWiki site row", skip(db))]
 pub async fn delete_fedwiki_site(db: &Db, site_id: &str, workspace_id: &str) -> Result<bool, ServiceError> {
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    within_for(db, TxKind::Plain, &DELETE_FEDWIKI_SITE_LOCKS, async |tx: &mut Tx| {
         let gone = store::delete_site(tx.conn(), site_id).await?;
         let pool = store::pool_of_workspace(tx.conn(), workspace_id).await?;
         recount(tx, pool).await?;

@@ -39,6 +39,22 @@ async fn carry(ctx: &Ctx, id: crate::ids::RequestId, note: &mut Note) -> Result<
     site_outcome(ran, note)
 }
 
+/// Withdraw a request before its job starts (DeleteUnstartedLifecycleRequest, as the member's
+/// Withdraw does); refused when a worker started its job first, and then carried as usual.
+async fn withdraw_or_carry(ctx: &Ctx, id: crate::ids::RequestId, note: &mut Note) -> Result<Outcome, Failure> {
+    match fedwiki::withdraw_request(&ctx.db, ctx.site_member, id).await {
+        Ok(_) => {
+            note.detail.push_str(&format!("; request {id} withdrawn"));
+            Ok(Outcome::Done)
+        }
+        Err(ServiceError::Refused(why)) => {
+            note.detail.push_str(&format!("; not withdrawn: {why}"));
+            carry(ctx, id, note).await
+        }
+        Err(e) => site_outcome(Err::<(), _>(e), note),
+    }
+}
+
 /// A shared organization's site at random: (site id, status).
 async fn some_site(ctx: &Ctx, rng: &mut Rng) -> Result<Option<(String, String)>, Failure> {
     let (org, _) = ctx.fx.hot[rng.below(ctx.fx.hot.len())];
@@ -60,6 +76,8 @@ pub(in crate::stress) async fn create_site(ctx: &Ctx, rng: &mut Rng, note: &mut 
     note.detail = format!("create {name} for organization {org}");
     let parsed = SiteName::parse(name).map_err(Failure::Error)?;
     match fedwiki::create_site(&ctx.db, &ctx.farm_settings, ctx.site_member, org, &parsed).await {
+        // Now and then withdrawn before its job starts: its name goes back.
+        Ok(id) if rng.below(6) == 0 => withdraw_or_carry(ctx, id, note).await,
         Ok(id) => carry(ctx, id, note).await,
         Err(e) => site_outcome(Err::<(), _>(e), note),
     }
@@ -75,6 +93,9 @@ pub(in crate::stress) async fn change_site_status(
     let kind = [RequestKind::Activate, RequestKind::Park, RequestKind::Archive][rng.below(3)];
     note.detail = format!("{kind} {site} ({status})");
     match fedwiki::change_status(&ctx.db, &ctx.farm_settings, ctx.site_member, &site, kind).await {
+        // One time in four the member withdraws the request before its job starts (the spec's
+        // path 57); a worker that took the job first keeps it, and the request is carried.
+        Ok(id) if rng.below(4) == 0 => withdraw_or_carry(ctx, id, note).await,
         Ok(id) => carry(ctx, id, note).await,
         // The site was deleted since it was picked.
         Err(ServiceError::NotFound(_)) => Ok(Outcome::Skipped),

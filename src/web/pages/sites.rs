@@ -123,6 +123,11 @@ fn view(
                     state: r.state.to_string(),
                     outcome: r.outcome.clone(),
                     when: when(r.created_at),
+                    // A swap's halves run as one step and are not withdrawn.
+                    withdraw: (r.state == crate::states::RequestState::Accepted
+                        && r.swap_of.is_none()
+                        && !o.requests.iter().any(|p| p.swap_of == Some(r.request_id)))
+                    .then(|| views::paths::fill(paths::SITE_REQUEST_WITHDRAW, &[&r.request_id])),
                 })
                 .collect();
             let swap_in_minutes = o.last_swap_at.and_then(|at| {
@@ -297,6 +302,25 @@ pub async fn delete(
     connected(&state)?;
     let done = fedwiki::change_status(&state.db, &state.config.farm, who.account_id, &id, RequestKind::Delete).await;
     answer(&req, &state, who.account_id, Beside::Site(id.into_inner()), "delete", done, vec![]).await
+}
+
+/// `POST /sites/requests/{id}/withdraw`: withdraw a request whose job has not started; refused
+/// (409, beside its organization's sites) once it started or finished.
+#[tracing::instrument(name = "Page: withdraw a site request", skip_all, fields(account_id = %who.account_id, request_id = %id))]
+pub async fn withdraw(
+    Call { who: Member(who), req, state }: MemberCall,
+    id: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let Ok(id) = id.trim().parse::<i64>().map(crate::ids::RequestId) else {
+        return Err(AppError::NotFound);
+    };
+    // The request's site, for where a refusal shows (read before: a withdrawn request is gone).
+    let site = {
+        let mut read = state.db.read().await?;
+        crate::store::fedwiki::request(read.conn(), id).await?.map(|r| r.instance_id).unwrap_or_default()
+    };
+    let done = fedwiki::withdraw_request(&state.db, who.account_id, id).await;
+    answer(&req, &state, who.account_id, Beside::Site(site), "withdraw", done, vec![]).await
 }
 
 /// The swap form.

@@ -520,3 +520,46 @@ impl<T: Send + 'static> LockWalk<T> {
         w.finish().await
     }
 }
+
+/// A probe of an advisory key known by its value alone (a key built from an id the path makes
+/// itself, named once the path has committed): an administrator's transaction that takes it
+/// exclusively, on a connection of its own.
+pub async fn probe_key(t: &TestDb, key: i64) -> (i32, tokio::task::JoinHandle<Result<(), sqlx::Error>>) {
+    let mut conn = PgConnection::connect(&t.admin_url).await.unwrap();
+    let pid = super::backend_pid(&mut conn).await;
+    let task = tokio::spawn(async move {
+        sqlx::raw_sql("BEGIN").execute(&mut conn).await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(key).execute(&mut conn).await?;
+        sqlx::raw_sql("ROLLBACK").execute(&mut conn).await?;
+        Ok(())
+    });
+    (pid, task)
+}
+
+/// Assert that backend `waiter` comes to wait on `holder` for the advisory key `key` (by value).
+pub async fn assert_waits_on_key(admin: &PgPool, waiter: i32, holder: i32, key: i64) {
+    let started = std::time::Instant::now();
+    loop {
+        let blockers: Vec<i32> =
+            sqlx::query_scalar("SELECT unnest(pg_blocking_pids($1))").bind(waiter).fetch_all(admin).await.unwrap();
+        if blockers.contains(&holder) {
+            let target = waits_on(admin, waiter).await;
+            assert!(
+                matches!(target, Some(Seen::Advisory { key: k, .. }) if k == key),
+                "backend {waiter} waits on {holder} for {target:?}, not for advisory {key}"
+            );
+            return;
+        }
+        assert!(started.elapsed() < WITHIN, "backend {waiter} did not come to wait on {holder} within {WITHIN:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[allow(dead_code)]
+impl<T: Send + 'static> LockWalk<T> {
+    /// What the paused path holds now: its advisory keys (the walk's pause keys left out) and its
+    /// rows in the tables the walk compares (for a lock whose identity the test learns later).
+    pub async fn held_now(&self) -> BTreeSet<Seen> {
+        held(&self.admin, self.paused_pid(), &self.tables, &self.pause_keys).await
+    }
+}

@@ -39,6 +39,8 @@ pub struct RequestLine {
     pub state: String,
     pub outcome: Option<String>,
     pub when: String,
+    /// Where to withdraw it, while it is in flight and may not have started (not a swap's).
+    pub withdraw: Option<String>,
 }
 
 pub struct OrgSites {
@@ -227,7 +229,7 @@ fn org_sites(v: &SitesView, o: &OrgSites) -> Markup {
             (swap_form(v, o))
             (create_form(v, o))
             (domains_panel(v, o))
-            (requests(o))
+            (requests(v, o))
         }
     }
 }
@@ -371,7 +373,7 @@ fn org_form(v: &SitesView, o: &OrgSites, class: Option<&str>, action: &str, body
     }
 }
 
-fn requests(o: &OrgSites) -> Markup {
+fn requests(v: &SitesView, o: &OrgSites) -> Markup {
     if o.requests.is_empty() {
         return html! {};
     }
@@ -389,7 +391,18 @@ fn requests(o: &OrgSites) -> Markup {
             vec![
                 html! { (r.when) },
                 html! { (r.kind) " " (r.domain) },
-                badge(state, tone),
+                html! {
+                    (badge(state, tone))
+                    @if let Some(to) = &r.withdraw {
+                        " "
+                        form.inline method="post" action=(to) {
+                            (csrf_field(&v.csrf))
+                            button.btn.btn-secondary.btn-small type="submit"
+                                aria-label=(format!("Withdraw the request to {} {}", r.kind, r.domain))
+                                title="Withdraw it before it starts" { "Withdraw" }
+                        }
+                    }
+                },
                 html! { (r.outcome.clone().unwrap_or_default()) },
             ]
         })
@@ -434,6 +447,7 @@ mod tests {
                     state: state.into(),
                     outcome: None,
                     when: "now".into(),
+                    withdraw: None,
                 }],
                 used: 1,
                 limit: 3,
