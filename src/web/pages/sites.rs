@@ -315,10 +315,7 @@ pub async fn withdraw(
         return Err(AppError::NotFound);
     };
     // The request's site, for where a refusal shows (read before: a withdrawn request is gone).
-    let site = {
-        let mut read = state.db.read().await?;
-        crate::store::fedwiki::request(read.conn(), id).await?.map(|r| r.instance_id).unwrap_or_default()
-    };
+    let site = reads::request_site(&state.db, id).await?.unwrap_or_default();
     let done = fedwiki::withdraw_request(&state.db, who.account_id, id).await;
     answer(&req, &state, who.account_id, Beside::Site(site), "withdraw", done, vec![]).await
 }
