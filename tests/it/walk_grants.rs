@@ -256,6 +256,62 @@ async fn a_failed_pools_record_walked_lock_by_lock_takes_the_rendezvous_then_the
     );
 }
 
+#[tokio::test]
+async fn a_drains_listing_walked_lock_by_lock_takes_the_rendezvous_then_the_changes_row() {
+    let t = demo_db().await;
+    let (change, _, pool) = drained_change(&t, "Listed rules").await;
+    // The obligation rows it writes are its own inserts; no pool row.
+    let steps =
+        [Step::Lock(Expect::rendezvous_shared()), Step::Lock(Expect::row("core.entitlement_set_changes", change))];
+    let change_id = member_console::ids::RuleChangeId(change);
+    let drained =
+        walk(&t, &rc::LIST_CHANGE_LOCKS, &steps, move |db| async move { rc::drain_change(&db, change_id, 1).await })
+            .await
+            .unwrap();
+    assert_eq!((drained.settled, drained.finished), (1, true));
+    let states = obligation_states(&t, change).await;
+    assert_eq!(
+        states.iter().map(|s| (s.0, s.2.as_str())).collect::<Vec<_>>(),
+        [(pool.0, "settled"), (pool.0, "settled")]
+    );
+}
+
+#[tokio::test]
+async fn a_retry_of_failed_pools_walked_lock_by_lock_takes_the_failed_obligation_rows_in_pool_and_act_order_and_nothing_else()
+ {
+    let t = demo_db().await;
+    let (change, acts, pool) = drained_change(&t, "Retried rules").await;
+    common::acts::break_pool(&t, pool).await;
+    let change_id = member_console::ids::RuleChangeId(change);
+    assert_eq!(rc::drain_change(&t.db, change_id, 1).await.unwrap().failed, 1);
+    common::acts::mend_pools(&t).await;
+    let obligation = |act: i64| Expect::row("core.entitlement_set_change_obligations", format!("{act},{}", pool.0));
+    // One statement takes them, in (pool_id, act_id) order.
+    let steps = [Step::Rows(vec![obligation(acts[0]), obligation(acts[1])])];
+    let n =
+        walk(&t, &rc::RETRY_RULE_CHANGE_LOCKS, &steps, move |db| async move { rc::retry_failed(&db, change_id).await })
+            .await
+            .unwrap();
+    assert_eq!(n, 2);
+    let due: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT count(*) FROM core.entitlement_set_change_obligations o JOIN core.entitlement_set_change_acts a USING (act_id)
+                  WHERE a.change_id = $1 AND o.state = 'failed' AND o.next_attempt_at <= now()",
+            )
+            .bind(change),
+        )
+        .await;
+    assert_eq!(due, 2, "both failed rows are due now");
+    let jobs: i64 = t
+        .one(
+            sqlx::query_scalar("SELECT count(*) FROM integration.jobs WHERE dedupe_key = $1")
+                .bind(format!("{}:{change}", rc::DRAIN_RULE_CHANGE)),
+        )
+        .await;
+    assert!(jobs >= 1, "a drain is enqueued");
+}
+
 // Path 4 --------------------------------------------------------------------------------------------
 
 #[tokio::test]
