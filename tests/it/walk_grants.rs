@@ -646,6 +646,102 @@ async fn a_revocations_sub_steps_run_under_its_pool_row_resumption_writing_the_r
     trace::disable();
 }
 
+#[tokio::test]
+async fn a_revocation_that_delivers_a_displaced_subscription_writes_its_displacement_row_then_takes_the_subscriptions_key_share_for_its_reconcile_request()
+ {
+    let t = demo_db().await;
+    let org = community_org(&t, "Delivered").await;
+    let basic = product_id(&t, "Basic").await;
+    // A live subscription of Basic, provisioned; then an operator's Pro grant displaces it.
+    let n = member_console::config::random_hex(4);
+    let sub: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status)
+                 VALUES ($1, $2, 'active') RETURNING subscription_id",
+            )
+            .bind(org.organization_id)
+            .bind(format!("sub_{n}")),
+        )
+        .await;
+    let item: member_console::ids::SubscriptionItemId = t
+        .one(
+            sqlx::query_scalar(
+                "INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity)
+                 VALUES ($1, $2, $3, 1) RETURNING subscription_item_id",
+            )
+            .bind(sub)
+            .bind(format!("si_{n}"))
+            .bind(basic),
+        )
+        .await;
+    {
+        let mut tx = member_console::db::begin(&t.db, member_console::db::TxKind::Materializing).await.unwrap();
+        member_console::store::entitlements::confer(tx.conn(), org.pool_id, basic, None, Some(item), 1).await.unwrap();
+        member_console::store::entitlements::materialize_pool(tx.conn(), org.pool_id).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let g = grant(&t, org.organization_id, product_id(&t, "Pro").await).await;
+    let displaced: i64 = t
+        .one(sqlx::query_scalar("SELECT conferral_id FROM core.subscription_displacements WHERE delivered_at IS NULL"))
+        .await;
+    // Two readers: one holds the displacement row FOR SHARE (delivery writes it), the other the
+    // subscription's row FOR UPDATE (the reconcile request's foreign key takes it FOR KEY SHARE).
+    let (mut a, a_pid) = common::hold_open(
+        &t,
+        &format!("SELECT 1 FROM core.subscription_displacements WHERE conferral_id = {displaced} FOR SHARE"),
+    )
+    .await;
+    let (mut b, b_pid) =
+        common::hold_open(&t, &format!("SELECT 1 FROM core.subscriptions WHERE subscription_id = {sub} FOR UPDATE"))
+            .await;
+    let expected = [Expect::rendezvous_shared(), pool_row(org.pool_id), grant_row(g)];
+    let mut w = LockWalk::start(&t, &grants::REVOKE_GRANT_LOCKS, expected.len(), move |db| async move {
+        grants::revoke_grant(&db, g, None, "walked").await
+    })
+    .await;
+    for k in 1..=expected.len() {
+        w.assert_holds_exactly(&expected[..k]).await;
+        w.assert_probe_waits(&t, &expected[k - 1]).await;
+        if k < expected.len() {
+            assert!(w.step().await, "paused after lock {}", k + 1);
+        }
+    }
+    w.release().await;
+    let revoker = w.paused_pid();
+    // Delivery (path 10), under the pool row: it confers the subscription's Basic again and marks
+    // the displacement delivered, waiting on the first reader for that row.
+    common::locks::assert_waits(&t.admin, revoker, a_pid, &Expect::row("core.subscription_displacements", displaced))
+        .await;
+    common::locks::assert_holds(&t.admin, revoker, &expected).await;
+    sqlx::query("ROLLBACK").execute(&mut *a).await.unwrap();
+    // The reconcile requests (path 9): the outbox insert's foreign key takes the subscription's
+    // row FOR KEY SHARE, which waits on the second reader's FOR UPDATE, after everything else.
+    common::locks::assert_waits(&t.admin, revoker, b_pid, &Expect::row("core.subscriptions", sub)).await;
+    common::locks::assert_holds(&t.admin, revoker, &expected).await;
+    sqlx::query("ROLLBACK").execute(&mut *b).await.unwrap();
+    assert_eq!(w.finish().await.unwrap(), g);
+    assert_eq!(grant_status(&t, g).await, "revoked");
+    assert!(hosting(&t, org.pool_id).await.contains("Basic"), "{}", hosting(&t, org.pool_id).await);
+    let delivered: bool = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT delivered_at IS NOT NULL FROM core.subscription_displacements WHERE conferral_id = $1",
+            )
+            .bind(displaced),
+        )
+        .await;
+    assert!(delivered);
+    let requests: i64 = t
+        .one(
+            sqlx::query_scalar("SELECT count(*) FROM core.outbox WHERE subscription_id = $1 AND processed_at IS NULL")
+                .bind(sub),
+        )
+        .await;
+    assert!(requests >= 1, "a reconcile of the subscription is requested");
+    trace::disable();
+}
+
 // Path 47 -------------------------------------------------------------------------------------------
 
 #[tokio::test]
