@@ -191,6 +191,43 @@ async fn a_rule_change_commit_walked_lock_by_lock_takes_the_exclusive_rendezvous
     assert_eq!(state, "settled");
 }
 
+#[tokio::test]
+async fn a_rule_change_commit_that_adds_a_rule_walked_lock_by_lock_notes_no_rule_row_for_the_key_the_set_has_no_rule_for()
+ {
+    let t = demo_db().await;
+    let (_, set, pools) = carried_set(&t, "Added rules", 1).await;
+    // The set has no support.priority rule: the delta adds one. core.commit_rule_change finds no
+    // row to lock for it, so it holds none, and the trace must note none (a note is a pause here).
+    t.run(
+        sqlx::query("DELETE FROM core.entitlement_set_rules WHERE entitlement_set_id = $1 AND resource_key = 'support.priority'")
+            .bind(set),
+    )
+    .await;
+    let steps = [
+        Step::Lock(Expect::rendezvous_exclusive()),
+        Step::Lock(Expect::row("core.entitlement_sets", set.0)),
+        Step::Lock(rule_row(set, "fedwiki.active_sites")),
+        Step::Lock(pool_row(pools[0])),
+        Step::Own("the pool's obligation row of the first act"),
+        Step::Own("the pool's obligation row of the second act"),
+    ];
+    let c = walk(&t, &rc::RULE_CHANGE_COMMIT_LOCKS, &steps, move |db| async move {
+        rc::commit_rule_change_batch(&db, set, &two_rule_changes(), None, "walked", rc::DEFAULT_SYNC_CAP).await
+    })
+    .await
+    .unwrap();
+    assert!(c.settled_inline);
+    let added: Option<bool> = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT flag_value FROM core.entitlement_set_rules WHERE entitlement_set_id = $1 AND resource_key = 'support.priority'",
+            )
+            .bind(set),
+        )
+        .await;
+    assert_eq!(added, Some(true));
+}
+
 // Paths 2 and 3 -------------------------------------------------------------------------------------
 
 /// A change of both rules of a set one organization carries, committed above the sync cap (so
