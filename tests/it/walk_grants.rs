@@ -192,6 +192,36 @@ async fn a_rule_change_commit_walked_lock_by_lock_takes_the_exclusive_rendezvous
 }
 
 #[tokio::test]
+async fn a_rule_change_commit_above_the_sync_cap_walked_lock_by_lock_takes_the_exclusive_rendezvous_the_set_row_and_the_rule_rows_and_no_pool_row()
+ {
+    let t = demo_db().await;
+    let (_, set, _) = carried_set(&t, "Deferred rules", 2).await;
+    // Above the cap the commit lists nothing and settles nothing: the drain does, after it.
+    let steps = [
+        Step::Lock(Expect::rendezvous_exclusive()),
+        Step::Lock(Expect::row("core.entitlement_sets", set.0)),
+        Step::Lock(rule_row(set, "fedwiki.active_sites")),
+        Step::Lock(rule_row(set, "support.priority")),
+    ];
+    let c = walk(&t, &rc::RULE_CHANGE_COMMIT_LOCKS, &steps, move |db| async move {
+        rc::commit_rule_change_batch(&db, set, &two_rule_changes(), None, "walked", 1).await
+    })
+    .await
+    .unwrap();
+    assert!(!c.settled_inline);
+    assert_eq!(c.pools_owed, 2);
+    assert!(obligation_states(&t, c.change_id.0).await.is_empty(), "nothing listed yet");
+    let drains: i64 = t
+        .one(sqlx::query_scalar("SELECT count(*) FROM integration.jobs WHERE dedupe_key = $1").bind(format!(
+            "{}:{}",
+            rc::DRAIN_RULE_CHANGE,
+            c.change_id.0
+        )))
+        .await;
+    assert_eq!(drains, 1, "the drain is enqueued");
+}
+
+#[tokio::test]
 async fn a_rule_change_commit_that_adds_a_rule_walked_lock_by_lock_notes_no_rule_row_for_the_key_the_set_has_no_rule_for()
  {
     let t = demo_db().await;
