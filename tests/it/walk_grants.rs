@@ -720,34 +720,7 @@ async fn a_revocation_that_delivers_a_displaced_subscription_writes_its_displace
     let org = community_org(&t, "Delivered").await;
     let basic = product_id(&t, "Basic").await;
     // A live subscription of Basic, provisioned; then an operator's Pro grant displaces it.
-    let n = member_console::config::random_hex(4);
-    let sub: i64 = t
-        .one(
-            sqlx::query_scalar(
-                "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status)
-                 VALUES ($1, $2, 'active') RETURNING subscription_id",
-            )
-            .bind(org.organization_id)
-            .bind(format!("sub_{n}")),
-        )
-        .await;
-    let item: member_console::ids::SubscriptionItemId = t
-        .one(
-            sqlx::query_scalar(
-                "INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity)
-                 VALUES ($1, $2, $3, 1) RETURNING subscription_item_id",
-            )
-            .bind(sub)
-            .bind(format!("si_{n}"))
-            .bind(basic),
-        )
-        .await;
-    {
-        let mut tx = member_console::db::begin(&t.db, member_console::db::TxKind::Materializing).await.unwrap();
-        member_console::store::entitlements::confer(tx.conn(), org.pool_id, basic, None, Some(item), 1).await.unwrap();
-        member_console::store::entitlements::materialize_pool(tx.conn(), org.pool_id).await.unwrap();
-        tx.commit().await.unwrap();
-    }
+    let (sub, _) = subscribed(&t, org.organization_id, org.pool_id, basic).await;
     let g = grant(&t, org.organization_id, product_id(&t, "Pro").await).await;
     let displaced: i64 = t
         .one(sqlx::query_scalar("SELECT conferral_id FROM core.subscription_displacements WHERE delivered_at IS NULL"))
@@ -807,6 +780,82 @@ async fn a_revocation_that_delivers_a_displaced_subscription_writes_its_displace
         .await;
     assert!(requests >= 1, "a reconcile of the subscription is requested");
     trace::disable();
+}
+
+/// A live subscription of `product` for the organization, its item provisioned in the pool (as
+/// a reconcile's active branch leaves it): the subscription and the item.
+async fn subscribed(
+    t: &TestDb,
+    org: OrganizationId,
+    pool: PoolId,
+    product: ProductId,
+) -> (i64, member_console::ids::SubscriptionItemId) {
+    let n = member_console::config::random_hex(4);
+    let sub: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "INSERT INTO core.subscriptions (organization_id, stripe_subscription_id, status)
+                 VALUES ($1, $2, 'active') RETURNING subscription_id",
+            )
+            .bind(org)
+            .bind(format!("sub_{n}")),
+        )
+        .await;
+    let item: member_console::ids::SubscriptionItemId = t
+        .one(
+            sqlx::query_scalar(
+                "INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, quantity)
+                 VALUES ($1, $2, $3, 1) RETURNING subscription_item_id",
+            )
+            .bind(sub)
+            .bind(format!("si_{n}"))
+            .bind(product),
+        )
+        .await;
+    let mut tx = member_console::db::begin(&t.db, member_console::db::TxKind::Materializing).await.unwrap();
+    member_console::store::entitlements::confer(tx.conn(), pool, product, None, Some(item), 1).await.unwrap();
+    member_console::store::entitlements::materialize_pool(tx.conn(), pool).await.unwrap();
+    tx.commit().await.unwrap();
+    (sub, item)
+}
+
+#[tokio::test]
+async fn a_subscriptions_suspension_walked_lock_by_lock_takes_the_rendezvous_then_its_pool_row() {
+    let t = demo_db().await;
+    let org = community_org(&t, "Suspended").await;
+    let (sub, _) = subscribed(&t, org.organization_id, org.pool_id, product_id(&t, "Basic").await).await;
+    let steps = [Step::Lock(Expect::rendezvous_shared()), Step::Lock(pool_row(org.pool_id))];
+    let sub_id = member_console::ids::SubscriptionId(sub);
+    let changed = walk(&t, &ent::SYNC_SOURCE_STATUS_LOCKS, &steps, move |db| async move {
+        ent::sync_source_status(&db, sub_id, "suspended").await
+    })
+    .await
+    .unwrap();
+    assert_eq!(changed, 1);
+    assert_eq!(common::acts::sites(&t, org.pool_id).await, None, "a suspended provision confers nothing");
+}
+
+#[tokio::test]
+async fn a_conferrals_quantity_change_walked_lock_by_lock_takes_the_rendezvous_then_its_pool_row() {
+    let t = demo_db().await;
+    let org = community_org(&t, "Bounded").await;
+    let g = grant(&t, org.organization_id, product_id(&t, "Basic").await).await;
+    let conferral: member_console::ids::ConferralId = t
+        .one(
+            sqlx::query_scalar("SELECT conferral_id FROM core.conferrals WHERE grant_id = $1 AND state = 'holding'")
+                .bind(g),
+        )
+        .await;
+    let steps = [Step::Lock(Expect::rendezvous_shared()), Step::Lock(pool_row(org.pool_id))];
+    walk(&t, &ent::UPDATE_CONFERRAL_BOUNDS_LOCKS, &steps, move |db| async move {
+        ent::update_conferral_bounds(&db, conferral, 2, None).await
+    })
+    .await
+    .unwrap();
+    let quantity: i32 =
+        t.one(sqlx::query_scalar("SELECT quantity FROM core.conferrals WHERE conferral_id = $1").bind(conferral)).await;
+    assert_eq!(quantity, 2);
+    assert_eq!(common::acts::sites(&t, org.pool_id).await, Some(6), "two of Basic's three sites");
 }
 
 // Path 47 -------------------------------------------------------------------------------------------
