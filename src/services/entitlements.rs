@@ -7,7 +7,6 @@ use crate::{
     db::{
         Db, Tx, TxKind,
         locks::{Lock, PathLocks},
-        tx::within,
     },
     ids::{ConferralId, GrantId, PlanActId, PoolId, SubscriptionId},
     services::ServiceError,
@@ -109,6 +108,15 @@ pub async fn restore_pool_tx(
     Ok(Restored { ended, resumed_grants, delivered_subscriptions, floor_grant_id })
 }
 
+pub static SYNC_SOURCE_STATUS_LOCKS: PathLocks = PathLocks {
+    path: "SyncSourceStatus",
+    function: "services::entitlements::sync_source_status",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRow],
+    why: "The pool rows of every pool holding a provision of the subscription (LockPools, ascending), then \
+          core.sync_source_status and each pool's materialization under them.",
+};
+
 /// Suspend or reinstate one subscription's provisions (they keep their ladders), and
 /// materialize. `status` is "suspended" or "active".
 #[tracing::instrument(name = "SyncSourceStatus", skip_all, fields(subscription_id = subscription_id.0))]
@@ -116,7 +124,7 @@ pub async fn sync_source_status(db: &Db, subscription_id: SubscriptionId, status
     if !matches!(status, "suspended" | "active") {
         return Err(ServiceError::invalid("status", format!("{status:?} is not a source status")));
     }
-    within(db, TxKind::Materializing, async |tx: &mut Tx| {
+    crate::db::tx::within_for(db, TxKind::Materializing, &SYNC_SOURCE_STATUS_LOCKS, async |tx: &mut Tx| {
         let pools = store::pools_of_subscription(tx.conn(), subscription_id).await?;
         store::lock_pools(tx.conn(), &pools).await?;
         let changed = store::sync_source_status(tx.conn(), subscription_id, status).await?;
@@ -127,6 +135,14 @@ pub async fn sync_source_status(db: &Db, subscription_id: SubscriptionId, status
     })
     .await
 }
+
+pub static UPDATE_CONFERRAL_BOUNDS_LOCKS: PathLocks = PathLocks {
+    path: "UpdateConferralBounds",
+    function: "services::entitlements::update_conferral_bounds",
+    kind: "Materializing",
+    locks: &[Lock::RendezvousShared, Lock::PoolRow],
+    why: "The conferral's pool row (LockPools), then core.update_conferral_bounds and materialization under it.",
+};
 
 /// Change a conferral's quantity (and end bound), and materialize.
 #[tracing::instrument(name = "UpdateConferralBounds", skip_all, fields(conferral_id = conferral_id.0))]
@@ -139,7 +155,7 @@ pub async fn update_conferral_bounds(
     if quantity < 1 {
         return Err(ServiceError::invalid("quantity", "A quantity is at least 1."));
     }
-    within(db, TxKind::Materializing, async |tx: &mut Tx| {
+    crate::db::tx::within_for(db, TxKind::Materializing, &UPDATE_CONFERRAL_BOUNDS_LOCKS, async |tx: &mut Tx| {
         let pool =
             store::pool_of_conferral(tx.conn(), conferral_id).await?.ok_or(ServiceError::NotFound("conferral"))?;
         store::lock_pools(tx.conn(), &[pool]).await?;

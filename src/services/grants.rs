@@ -510,11 +510,35 @@ pub static EXTEND_WAITING_GRANT_LOCKS: PathLocks = PathLocks {
           quantity change in place.",
 };
 
+/// The path a manage names in the lock trace: ExtendWaitingGrantTx when the grant's lineage head
+/// waits, ManageGrantTx otherwise. The pause hook and the checker know a transaction by the path
+/// named in its opening batch, before any lock, so the head is looked at first, without a lock,
+/// and only while tracing (the branch itself is decided under the lock, as before).
+async fn manage_path(db: &Db, grant_id: GrantId) -> Result<&'static PathLocks, ServiceError> {
+    if !crate::db::trace::is_on() {
+        return Ok(&MANAGE_GRANT_LOCKS);
+    }
+    let mut c = db.read().await?;
+    let waiting = match store::grant(&mut c, grant_id).await? {
+        Some(g) => {
+            let lineage = store::lineage(&mut c, g.lineage_id).await?;
+            // The head: the grant no other in the lineage extends.
+            lineage
+                .iter()
+                .find(|x| !lineage.iter().any(|y| y.extends_grant_id == Some(x.grant_id)))
+                .is_some_and(|h| h.status == GrantStatus::Waiting)
+        }
+        None => false,
+    };
+    Ok(if waiting { &EXTEND_WAITING_GRANT_LOCKS } else { &MANAGE_GRANT_LOCKS })
+}
+
 /// ManageGrantTx: a live grant is extended as a new grant in its lineage (ExtendGrantTx); a
 /// waiting one is rescheduled in place (ExtendWaitingGrantTx). Returns the lineage's head after.
 #[tracing::instrument(name = "Manage a grant", skip(db, m), fields(grant_id))]
 pub async fn manage_grant(db: &Db, grant_id: GrantId, m: &ManageGrant) -> Result<GrantId, ServiceError> {
-    let (mut tx, pool, head) = pool_then(db, &MANAGE_GRANT_LOCKS, grant_id, head_of).await?;
+    let named = manage_path(db, grant_id).await?;
+    let (mut tx, pool, head) = pool_then(db, named, grant_id, head_of).await?;
     let answer: Result<_, ServiceError> = async {
         if !head.status.is_live() {
             return Err(ServiceError::Refused(format!(
@@ -526,6 +550,13 @@ pub async fn manage_grant(db: &Db, grant_id: GrantId, m: &ManageGrant) -> Result
             return Err(ServiceError::Refused(
                 "A floor follows the organization's type and is not managed by hand.".into(),
             ));
+        }
+        let branch =
+            if head.status == GrantStatus::Waiting { &EXTEND_WAITING_GRANT_LOCKS } else { &MANAGE_GRANT_LOCKS };
+        if !std::ptr::eq(branch, named) {
+            // The head started (or was extended) between the trace's look and its lock: the branch
+            // it runs is recorded as observed inside the transaction named for the other.
+            crate::db::trace::path(tx.conn(), branch).await?;
         }
         let result = if head.status == GrantStatus::Waiting {
             // ExtendWaitingGrantTx: in place.

@@ -38,5 +38,6 @@ mod tier_acts;
 mod topology;
 mod tx_kinds;
 mod walk_billing;
+mod walk_grants;
 mod walk_sites;
 mod web_shell;
