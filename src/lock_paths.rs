@@ -15,6 +15,8 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::entitlements::END_CONFERRAL_LOCKS,
         &crate::services::entitlements::MATERIALIZE_POOL_LOCKS,
         &crate::services::entitlements::REGISTER_PROVIDERS_LOCKS,
+        &crate::services::entitlements::SYNC_SOURCE_STATUS_LOCKS,
+        &crate::services::entitlements::UPDATE_CONFERRAL_BOUNDS_LOCKS,
         &crate::services::catalog::UPDATE_PRODUCT_LOCKS,
         &crate::services::catalog::CHANGE_PRODUCT_SET_LOCKS,
         &crate::services::grants::ISSUE_GRANT_LOCKS,

@@ -442,10 +442,58 @@ pub fn edges(paths: &[&PathLocks]) -> Vec<Edge> {
     out.into_iter().collect()
 }
 
-/// A cycle in the joined lock-order graph, as the resources around it, or None.
+/// A cycle in the joined lock-order graph, as the resources around it, or None. Only paths that
+/// can run at once meet: those that take the exclusive rendezvous first never run beside each
+/// other or beside those that take the shared one first, so their edges are checked against the
+/// paths that take no rendezvous (as the stress checker counts an observed cycle).
 pub fn find_cycle(paths: &[&PathLocks]) -> Option<Vec<&'static str>> {
-    let e = edges(paths);
-    find_cycle_in(e.iter().map(|e| (e.from, e.to))).map(|c| c.into_iter().map(|s| resource_static(&s)).collect())
+    let mut sides: [BTreeSet<(&'static str, &'static str)>; 3] = Default::default();
+    for p in paths {
+        let side = match p.locks.first() {
+            Some(Lock::RendezvousExclusive) => 0,
+            Some(Lock::RendezvousShared) => 1,
+            _ => 2,
+        };
+        sides[side].extend(edges(&[p]).into_iter().map(|e| (e.from, e.to)));
+    }
+    find_cycle_in(sides[1].iter().chain(&sides[2]).copied())
+        .or_else(|| cycle_through_unrendezvoused(&sides[0], &sides[2]))
+        .map(|c| c.into_iter().map(|s| resource_static(&s)).collect())
+}
+
+/// A cycle of exclusive-rendezvous and unrendezvoused edges that has at least one of the latter:
+/// exclusive-rendezvous transactions never run at once, so a cycle of their edges alone is none.
+pub fn cycle_through_unrendezvoused(
+    excl: &BTreeSet<(&'static str, &'static str)>,
+    none: &BTreeSet<(&'static str, &'static str)>,
+) -> Option<Vec<String>> {
+    let next = |n: &str| -> Vec<(&'static str, bool)> {
+        excl.iter()
+            .filter(|(f, _)| *f == n)
+            .map(|(_, t)| (*t, false))
+            .chain(none.iter().filter(|(f, _)| *f == n).map(|(_, t)| (*t, true)))
+            .collect()
+    };
+    for &(a, b) in excl.iter().chain(none) {
+        let start_none = none.contains(&(a, b));
+        // Breadth first over (node, whether an unrendezvoused edge was used), back to `a`.
+        let mut seen: BTreeSet<(&str, bool)> = BTreeSet::new();
+        let mut queue = std::collections::VecDeque::from([(b, start_none, vec![a, b])]);
+        while let Some((n, used, path)) = queue.pop_front() {
+            if n == a && used {
+                return Some(path.into_iter().map(str::to_string).collect());
+            }
+            if n == a || !seen.insert((n, used)) {
+                continue;
+            }
+            for (m, is_none) in next(n) {
+                let mut p = path.clone();
+                p.push(m);
+                queue.push_back((m, used || is_none, p));
+            }
+        }
+    }
+    None
 }
 
 /// A cycle in a graph given by its edges (the declared one, or the one a lock trace observed).

@@ -72,11 +72,14 @@ pub static RULE_CHANGE_COMMIT_LOCKS: PathLocks = PathLocks {
         Lock::RuleRow,
         Lock::PoolRow,
         Lock::ChangeObligationRow,
+        // The next pool's row, after the previous pool's obligation rows: settled pool after pool.
+        Lock::PoolRow,
     ],
     why: "The exclusive rendezvous, the set row once for the batch (LockEntitlementSet), then for each delta in \
           resource-key order the set row again and the rule row inside core.commit_rule_change; at or below \
           the sync cap each carrying pool in ascending pool_id order (settlePool: the pool row, then the \
-          obligation rows of its owed acts).",
+          obligation rows of its owed acts; then the next pool's row, still holding those: no drain can meet \
+          it, as every drain waits on the exclusive rendezvous).",
 };
 
 /// RuleChangeBatchCommit: the submitted rules of one set (key → raw value, empty = no rule)

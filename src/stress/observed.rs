@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     db::{
-        locks::{KeyOrder, Lock, PathLocks, edges, find_cycle_in},
+        locks::{KeyOrder, Lock, PathLocks, cycle_through_unrendezvoused, edges, find_cycle_in},
         trace::TraceRow,
     },
     lock_paths::SpecPath,
@@ -181,41 +181,6 @@ pub fn check(rows: &[TraceRow], declared: &[&PathLocks], spec: &[SpecPath]) -> O
         }
     }
     out
-}
-
-/// A cycle of exclusive-rendezvous and unrendezvoused edges that has at least one of the latter:
-/// exclusive-rendezvous transactions never run at once, so a cycle of their edges alone is none.
-fn cycle_through_unrendezvoused(
-    excl: &BTreeSet<(&'static str, &'static str)>,
-    none: &BTreeSet<(&'static str, &'static str)>,
-) -> Option<Vec<String>> {
-    let next = |n: &str| -> Vec<(&'static str, bool)> {
-        excl.iter()
-            .filter(|(f, _)| *f == n)
-            .map(|(_, t)| (*t, false))
-            .chain(none.iter().filter(|(f, _)| *f == n).map(|(_, t)| (*t, true)))
-            .collect()
-    };
-    for &(a, b) in excl.iter().chain(none) {
-        let start_none = none.contains(&(a, b));
-        // Breadth first over (node, whether an unrendezvoused edge was used), back to `a`.
-        let mut seen: BTreeSet<(&str, bool)> = BTreeSet::new();
-        let mut queue = std::collections::VecDeque::from([(b, start_none, vec![a, b])]);
-        while let Some((n, used, path)) = queue.pop_front() {
-            if n == a && used {
-                return Some(path.into_iter().map(str::to_string).collect());
-            }
-            if n == a || !seen.insert((n, used)) {
-                continue;
-            }
-            for (m, is_none) in next(n) {
-                let mut p = path.clone();
-                p.push(m);
-                queue.push_back((m, used || is_none, p));
-            }
-        }
-    }
-    None
 }
 
 /// The transaction's edges (resource pairs in the order taken) that none of its paths declares.

@@ -58,8 +58,9 @@ pub enum RowMode {
 impl RowMode {
     fn parse(m: &str) -> RowMode {
         match m {
-            "For Key Share" => RowMode::KeyShare,
-            "For Share" => RowMode::Share,
+            // Shared by several lockers, pgrowlocks names the modes without "For".
+            "For Key Share" | "Key Share" => RowMode::KeyShare,
+            "For Share" | "Share" => RowMode::Share,
             "For No Key Update" | "No Key Update" => RowMode::NoKeyUpdate,
             _ => RowMode::Update,
         }
