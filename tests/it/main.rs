@@ -37,4 +37,6 @@ mod stress;
 mod tier_acts;
 mod topology;
 mod tx_kinds;
+mod walk_desired_state;
+mod walk_topology;
 mod web_shell;
