@@ -369,6 +369,52 @@ async fn a_move_walked_lock_by_lock_takes_the_shared_rendezvous_then_the_pool_ro
     assert_eq!(grant_status(&t, member_console::ids::GrantId(floor)).await, "ended");
 }
 
+#[tokio::test]
+async fn a_grandfathering_move_walked_lock_by_lock_takes_the_same_locks_and_ends_the_floor_grant_under_them() {
+    let t = demo_db().await;
+    let (ty, pools) = walked_type(&t, "Grandfathered", 1).await;
+    let pool = pools[0];
+    let (to, _) = ladder_of(&t, "Grandfathered to", 1).await;
+    let act = change(&t.db, ty, to, Some(Disposition::Grandfather)).await.unwrap();
+    assert_eq!(list_batch(&t, act, ty, 500).await, 1);
+    let floor = wiki_floor(&t, pool).await;
+    let expected = [
+        vec![Expect::rendezvous_shared()],
+        vec![Expect::row("core.resource_pools", pool.0)],
+        vec![obligation_row(act, pool)],
+    ];
+    let moved =
+        walk_statements(&t, &pa::ENACT_OBLIGATION_LOCKS, &expected, Some(("core.grants", floor)), |db| async move {
+            pa::enact_obligation(&db, act, pool, None).await
+        })
+        .await;
+    assert!(moved.unwrap());
+    assert_eq!(obligation(&t, act, pool).await.0, "grandfathered");
+    assert_eq!(grant_status(&t, member_console::ids::GrantId(floor)).await, "ended");
+}
+
+#[tokio::test]
+async fn a_vacant_move_walked_lock_by_lock_takes_the_shared_rendezvous_then_the_pool_row_then_the_obligation_row() {
+    let t = demo_db().await;
+    let (ty, pools) = walked_type(&t, "Vacant", 1).await;
+    let pool = pools[0];
+    // Pro displaces the Free floor: the organization holds no floor of the outgoing default.
+    let org: i64 = t
+        .one(sqlx::query_scalar("SELECT organization_id FROM core.resource_pools WHERE pool_id = $1").bind(pool))
+        .await;
+    grant(&t, member_console::ids::OrganizationId(org), common::acts::product_id(&t, "Pro").await).await;
+    let (to, _) = ladder_of(&t, "Vacant to", 1).await;
+    let act = change(&t.db, ty, to, Some(Disposition::Migrate)).await.unwrap();
+    assert_eq!(list_batch(&t, act, ty, 500).await, 1);
+    let expected = [Expect::rendezvous_shared(), Expect::row("core.resource_pools", pool.0), obligation_row(act, pool)];
+    let moved = LockWalk::run(&t, &pa::ENACT_OBLIGATION_LOCKS, &expected, |db| async move {
+        pa::enact_obligation(&db, act, pool, None).await
+    })
+    .await;
+    assert!(moved.unwrap());
+    assert_eq!(obligation(&t, act, pool).await.0, "vacant");
+}
+
 // ---------- 26. Recording a failed move ----------
 
 #[tokio::test]
