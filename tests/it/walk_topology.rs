@@ -35,12 +35,15 @@ use member_console::{
 /// holds exactly the locks of groups 0..=g, and a probe of the pause's own lock waits on the path
 /// for it. Then, with `then` (a row an administrator holds FOR SHARE from the start, a write's
 /// row lock the trace does not note), the path, let go past its last pause, comes to wait on the
-/// administrator for that row, still holding every expected lock. Returns the path's output.
+/// administrator for that row, still holding every expected lock. `compare` names tables whose
+/// rows the walk compares beyond those the expectations name (to show the path holds none there).
+/// Returns the path's output.
 pub async fn walk_statements<T, F, Fut>(
     t: &TestDb,
     decl: &'static PathLocks,
     groups: &[Vec<Expect>],
     then: Option<(&str, i64)>,
+    compare: &[&str],
     path: F,
 ) -> T
 where
@@ -60,6 +63,7 @@ where
     };
     let all: Vec<Expect> = groups.iter().flatten().cloned().collect();
     let mut w = LockWalk::start(t, decl, all.len(), path).await;
+    w.compare_tables(compare);
     let mut k = 0;
     for (g, group) in groups.iter().enumerate() {
         let held: Vec<Expect> = groups[..=g].iter().flatten().cloned().collect();
@@ -92,8 +96,11 @@ where
     F: FnOnce(Db) -> Fut,
     Fut: Future<Output = T> + Send + 'static,
 {
-    walk_statements(t, decl, &[rows.to_vec()], None, path).await
+    walk_statements(t, decl, &[rows.to_vec()], None, &[], path).await
 }
+
+/// The tables a T0 holds no row of.
+const NO_POOL_NOR_OBLIGATION: &[&str] = &["core.resource_pools", "core.plan_act_obligations"];
 
 fn pools_ascending(mut p: Vec<PoolId>) -> Vec<PoolId> {
     p.sort();
@@ -181,7 +188,7 @@ async fn a_tier_add_walked_lock_by_lock_takes_the_exclusive_rendezvous_then_each
         vec![Expect::row_in("core.products", team.0, RowMode::Share)],
     ];
     let add = AddTier { ladder_id: wiki, product_id: team, rank: Some(2), reason: "walked".into(), actor: None };
-    let out = walk_statements(&t, &topo::ADD_TIER_LOCKS, &expected, None, |db| async move {
+    let out = walk_statements(&t, &topo::ADD_TIER_LOCKS, &expected, None, &[], |db| async move {
         topo::add_tier(&db, &add, 100).await
     })
     .await;
@@ -224,11 +231,15 @@ async fn a_tier_removal_walked_lock_by_lock_takes_the_exclusive_rendezvous_then_
         reason: "walked".into(),
         actor: None,
     };
-    let out =
-        walk_statements(&t, &topo::REMOVE_TIER_LOCKS, &expected, Some(("core.grants", first.0)), |db| async move {
-            topo::remove_tier(&db, &r, 100).await
-        })
-        .await;
+    let out = walk_statements(
+        &t,
+        &topo::REMOVE_TIER_LOCKS,
+        &expected,
+        Some(("core.grants", first.0)),
+        &[],
+        |db| async move { topo::remove_tier(&db, &r, 100).await },
+    )
+    .await;
     let (_, reach) = out.unwrap();
     assert_eq!(reach.holders, 2);
     assert_eq!(tiers(&t, ladder).await.len(), 1);
@@ -258,19 +269,23 @@ async fn a_default_changes_t0_walked_lock_by_lock_takes_the_exclusive_rendezvous
     let t = demo_db().await;
     let (ty, pools) = walked_type(&t, "Defaulted", 2).await;
     let (to, _) = ladder_of(&t, "New default", 1).await;
-    let expected = [Expect::rendezvous_exclusive(), Expect::row_in("core.org_types", ty.0, RowMode::NoKeyUpdate)];
+    let expected =
+        [vec![Expect::rendezvous_exclusive()], vec![Expect::row_in("core.org_types", ty.0, RowMode::NoKeyUpdate)]];
     // With no disposition and organizations on the old floor: the gate refuses, and the walk is
     // the same.
     let refused =
-        LockWalk::run(&t, &pa::CHANGE_DEFAULT_T0_LOCKS, &expected, |db| async move { change(&db, ty, to, None).await })
-            .await;
+        walk_statements(&t, &pa::CHANGE_DEFAULT_T0_LOCKS, &expected, None, NO_POOL_NOR_OBLIGATION, |db| async move {
+            change(&db, ty, to, None).await
+        })
+        .await;
     assert!(matches!(refused, Err(ServiceError::Invalid(_))), "{refused:?}");
     assert_eq!(type_default(&t, ty).await.0, Some(ladder_id(&t, "Wiki hosting").await), "refused: nothing changed");
-    let act = LockWalk::run(&t, &pa::CHANGE_DEFAULT_T0_LOCKS, &expected, |db| async move {
-        change(&db, ty, to, Some(Disposition::Migrate)).await
-    })
-    .await
-    .unwrap();
+    let act =
+        walk_statements(&t, &pa::CHANGE_DEFAULT_T0_LOCKS, &expected, None, NO_POOL_NOR_OBLIGATION, |db| async move {
+            change(&db, ty, to, Some(Disposition::Migrate)).await
+        })
+        .await
+        .unwrap();
     assert_eq!(type_default(&t, ty).await, (Some(to), Some(act)));
     assert_eq!(act_state(&t, act).await, "running", "T0 leaves the moves to the drain");
     assert_eq!(counts(&t, act).await.0, 0, "T0 writes no obligation");
@@ -295,7 +310,8 @@ async fn a_reorders_t0_walked_lock_by_lock_takes_the_exclusive_rendezvous_then_t
     };
     // Rank 0 kept: the renumbering alone, under the exclusive rendezvous.
     let keep = reorder(vec![p[0], p[2], p[1]]);
-    let act = LockWalk::run(&t, &pa::REORDER_TIERS_T0_LOCKS, &[Expect::rendezvous_exclusive()], |db| async move {
+    let only = [vec![Expect::rendezvous_exclusive()]];
+    let act = walk_statements(&t, &pa::REORDER_TIERS_T0_LOCKS, &only, None, NO_POOL_NOR_OBLIGATION, |db| async move {
         pa::reorder_tiers(&db, &keep, None).await
     })
     .await
@@ -305,12 +321,14 @@ async fn a_reorders_t0_walked_lock_by_lock_takes_the_exclusive_rendezvous_then_t
     // Rank 0 changed: the type defaulting to the ladder is reached, its row taken by the UPDATE
     // that hands its default transition to the act.
     let change0 = reorder(vec![p[1], p[0], p[2]]);
-    let expected = [Expect::rendezvous_exclusive(), Expect::row_in("core.org_types", ty.0, RowMode::NoKeyUpdate)];
-    let act = LockWalk::run(&t, &pa::REORDER_TIERS_T0_LOCKS, &expected, |db| async move {
-        pa::reorder_tiers(&db, &change0, None).await
-    })
-    .await
-    .unwrap();
+    let expected =
+        [vec![Expect::rendezvous_exclusive()], vec![Expect::row_in("core.org_types", ty.0, RowMode::NoKeyUpdate)]];
+    let act =
+        walk_statements(&t, &pa::REORDER_TIERS_T0_LOCKS, &expected, None, NO_POOL_NOR_OBLIGATION, |db| async move {
+            pa::reorder_tiers(&db, &change0, None).await
+        })
+        .await
+        .unwrap();
     assert_eq!(type_default(&t, ty).await, (Some(ladder), Some(act)));
     let names: Vec<String> = tiers(&t, ladder).await.into_iter().map(|(_, n)| n).collect();
     assert_eq!(names, ["Reordered 1", "Reordered 0", "Reordered 2"]);
@@ -332,7 +350,7 @@ async fn a_listing_batch_walked_lock_by_lock_takes_the_shared_rendezvous_then_it
         pool_rows(&pools, RowMode::KeyShare),
         pools.iter().map(|p| obligation_row(first, *p)).collect(),
     ];
-    let drained = walk_statements(&t, &pa::LIST_BATCH_LOCKS, &expected, None, |db| async move {
+    let drained = walk_statements(&t, &pa::LIST_BATCH_LOCKS, &expected, None, &[], |db| async move {
         pa::drain_plan_act(&db, second, None).await
     })
     .await
@@ -359,11 +377,15 @@ async fn a_move_walked_lock_by_lock_takes_the_shared_rendezvous_then_the_pool_ro
         vec![Expect::row("core.resource_pools", pool.0)],
         vec![obligation_row(act, pool)],
     ];
-    let moved =
-        walk_statements(&t, &pa::ENACT_OBLIGATION_LOCKS, &expected, Some(("core.grants", floor)), |db| async move {
-            pa::enact_obligation(&db, act, pool, None).await
-        })
-        .await;
+    let moved = walk_statements(
+        &t,
+        &pa::ENACT_OBLIGATION_LOCKS,
+        &expected,
+        Some(("core.grants", floor)),
+        &[],
+        |db| async move { pa::enact_obligation(&db, act, pool, None).await },
+    )
+    .await;
     assert!(moved.unwrap(), "the move settled the obligation");
     assert_eq!(obligation(&t, act, pool).await.0, "migrated");
     assert_eq!(grant_status(&t, member_console::ids::GrantId(floor)).await, "ended");
@@ -383,11 +405,15 @@ async fn a_grandfathering_move_walked_lock_by_lock_takes_the_same_locks_and_ends
         vec![Expect::row("core.resource_pools", pool.0)],
         vec![obligation_row(act, pool)],
     ];
-    let moved =
-        walk_statements(&t, &pa::ENACT_OBLIGATION_LOCKS, &expected, Some(("core.grants", floor)), |db| async move {
-            pa::enact_obligation(&db, act, pool, None).await
-        })
-        .await;
+    let moved = walk_statements(
+        &t,
+        &pa::ENACT_OBLIGATION_LOCKS,
+        &expected,
+        Some(("core.grants", floor)),
+        &[],
+        |db| async move { pa::enact_obligation(&db, act, pool, None).await },
+    )
+    .await;
     assert!(moved.unwrap());
     assert_eq!(obligation(&t, act, pool).await.0, "grandfathered");
     assert_eq!(grant_status(&t, member_console::ids::GrantId(floor)).await, "ended");
@@ -426,10 +452,16 @@ async fn a_failed_moves_record_walked_lock_by_lock_updates_the_one_obligation_ro
     let (to, _) = ladder_of(&t, "Failing to", 1).await;
     let act = change(&t.db, ty, to, Some(Disposition::Migrate)).await.unwrap();
     break_pools(&t, &pools).await;
-    let expected = [Expect::row_in("core.plan_act_obligations", format!("{},{}", act.0, pool.0), RowMode::NoKeyUpdate)];
-    let drained = LockWalk::run(&t, &pa::RECORD_MOVE_FAILURE_LOCKS, &expected, |db| async move {
-        pa::drain_plan_act(&db, act, None).await
-    })
+    let expected =
+        [vec![Expect::row_in("core.plan_act_obligations", format!("{},{}", act.0, pool.0), RowMode::NoKeyUpdate)]];
+    let drained = walk_statements(
+        &t,
+        &pa::RECORD_MOVE_FAILURE_LOCKS,
+        &expected,
+        None,
+        &["core.resource_pools"],
+        |db| async move { pa::drain_plan_act(&db, act, None).await },
+    )
     .await
     .unwrap();
     assert_eq!((drained.moved, drained.failed), (0, 1));
@@ -482,7 +514,7 @@ async fn a_retry_walked_lock_by_lock_takes_the_shared_rendezvous_then_the_act_ro
         vec![Expect::row("core.plan_acts", act.0)],
         failed.iter().map(|p| obligation_row(act, *p)).collect(),
     ];
-    let retry = walk_statements(&t, &pa::RETRY_PLAN_ACT_LOCKS, &expected, None, |db| async move {
+    let retry = walk_statements(&t, &pa::RETRY_PLAN_ACT_LOCKS, &expected, None, &[], |db| async move {
         pa::retry_plan_act(&db, act, None).await
     })
     .await
