@@ -5,7 +5,7 @@ use crate::{
     db::{
         Db, Tx, TxKind,
         locks::{Lock, PathLocks},
-        tx::within,
+        tx::{within, within_for},
     },
     ids::{EntitlementSetId, ProductId},
     services::refusal::{Problems, ServiceError},
@@ -212,7 +212,7 @@ pub async fn set_product_seats(db: &Db, id: ProductId, raw: &str) -> Result<i32,
     let n: i32 = raw.trim().parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| {
         ServiceError::invalid("max_quantity", "Give a whole number of seats from 1 (not sold in seats) to 1000.")
     })?;
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    within_for(db, TxKind::Plain, &SET_PRODUCT_SEATS_LOCKS, async |tx: &mut Tx| {
         if !store::set_max_quantity(tx.conn(), id, n).await? {
             return Err(ServiceError::NotFound("product"));
         }
@@ -240,7 +240,8 @@ pub async fn update_product(
     };
     let set_changes = current.entitlement_set_id != set_id;
     let kind = if set_changes { TxKind::RuleChange } else { TxKind::Plain };
-    within(db, kind, async |tx: &mut Tx| {
+    let decl = if set_changes { &CHANGE_PRODUCT_SET_LOCKS } else { &UPDATE_PRODUCT_LOCKS };
+    within_for(db, kind, decl, async |tx: &mut Tx| {
         if set_changes {
             let carried = store::product(tx.conn(), id).await?.map(|p| p.carried_by_pools).unwrap_or(0);
             if carried > 0 {

@@ -528,7 +528,7 @@ async fn move_part(db: &Db, act: PlanActId, part: i64, within: Option<Instant>) 
                 Err(e @ (DbError::DeadlinePassed | DbError::LockNotAvailable | DbError::Deadlock(_))) => return Err(e),
                 Err(e) => {
                     tracing::warn!(plan_act_id = act.0, pool_id = pool.0, error = %e, "a move failed");
-                    crate::db::tx::within(db, TxKind::Plain, async |tx: &mut Tx| {
+                    crate::db::tx::within_for(db, TxKind::Plain, &RECORD_MOVE_FAILURE_LOCKS, async |tx: &mut Tx| {
                         Ok::<_, DbError>(store::record_failure(tx.conn(), act, pool, &e.to_string()).await?)
                     })
                     .await?;

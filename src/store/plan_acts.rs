@@ -75,13 +75,17 @@ pub async fn take_default_ownership(
     org_type_id: OrgTypeId,
     act: PlanActId,
 ) -> sqlx::Result<()> {
-    sqlx::query!(
+    let r = sqlx::query!(
         "UPDATE core.org_types SET default_owner_act_id = $2 WHERE org_type_id = $1",
         org_type_id as OrgTypeId,
         act as PlanActId
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
+    // The UPDATE's row lock on the type (FOR NO KEY UPDATE's strength), which the reorder's T0 takes.
+    if r.rows_affected() > 0 {
+        crate::db::trace::note(conn, Lock::OrgTypeRow, org_type_id, None).await?;
+    }
     Ok(())
 }
 

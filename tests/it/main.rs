@@ -38,6 +38,8 @@ mod tier_acts;
 mod topology;
 mod tx_kinds;
 mod walk_billing;
+mod walk_desired_state;
 mod walk_grants;
 mod walk_sites;
+mod walk_topology;
 mod web_shell;

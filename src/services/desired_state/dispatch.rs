@@ -12,8 +12,9 @@ use futures_util::{StreamExt, stream};
 
 use crate::{
     db::{
-        Db,
+        Db, DbError, TxKind,
         locks::{Lock, PathLocks},
+        trace, tx,
     },
     ids::{ConnectionId, RecordId},
     integrations::desired_state::{Answer, Relay},
@@ -108,7 +109,58 @@ pub async fn write_answer(
     url: &str,
 ) -> Result<bool, ServiceError> {
     let (base, cap) = (PUSH_BACKOFF.base.as_secs_f64(), PUSH_BACKOFF.cap.as_secs_f64());
-    Ok(store::write_push_answer(&db.pool, record, generation, ok, answer, base, cap, url).await?)
+    if !trace::is_on() {
+        return Ok(store::write_push_answer(&db.pool, record, generation, ok, answer, base, cap, url).await?);
+    }
+    // Traced: the one statement in a transaction that names its path first (the function's
+    // locks are noted inside it), so the trace and the pause hook count them under writePushAnswer.
+    tx::within_for(db, TxKind::Plain, &WRITE_PUSH_ANSWER_LOCKS, async |t: &mut tx::Tx| {
+        Ok(store::write_push_answer(t.conn(), record, generation, ok, answer, base, cap, url).await?)
+    })
+    .await
+}
+
+/// StampDesiredStateRecordsDispatched: one statement that commits on its own. Traced, it runs in a
+/// transaction that names its path first and notes the records the statement locked, in the
+/// order it locked them (record id), before the commit.
+pub async fn stamp_dispatched(
+    db: &Db,
+    connection: ConnectionId,
+    limit: i64,
+    bound_secs: f64,
+) -> Result<Vec<StampedRecord>, ServiceError> {
+    if !trace::is_on() {
+        return Ok(store::stamp_dispatched(&db.pool, connection, limit, bound_secs).await?);
+    }
+    tx::within_for(db, TxKind::Plain, &DISPATCH_LOCKS, async |t: &mut tx::Tx| {
+        let batch = store::stamp_dispatched(t.conn(), connection, limit, bound_secs).await?;
+        let ids: Vec<RecordId> = batch.iter().map(|r| r.record_id).collect();
+        note_records(t, ids).await?;
+        Ok(batch)
+    })
+    .await
+}
+
+/// The stamp given back for records a run did not push (one statement, the records locked in id
+/// order, as the stamp takes them); named and noted as the stamp is when traced.
+async fn unstamp_unsent(db: &Db, unsent: &[StampedRecord]) -> Result<u64, ServiceError> {
+    if !trace::is_on() {
+        return Ok(store::unstamp_unsent(&db.pool, unsent).await?);
+    }
+    tx::within_for(db, TxKind::Plain, &DISPATCH_LOCKS, async |t: &mut tx::Tx| {
+        let n = store::unstamp_unsent(t.conn(), unsent).await?;
+        let mut ids: Vec<RecordId> = unsent.iter().map(|r| r.record_id).collect();
+        ids.sort();
+        note_records(t, ids).await?;
+        Ok(n)
+    })
+    .await
+}
+
+async fn note_records(t: &mut tx::Tx, ids: Vec<RecordId>) -> Result<(), DbError> {
+    let rows: Vec<(i64, Option<i64>)> = ids.iter().map(|id| (id.0, Some(id.0))).collect();
+    trace::note_rows(t.conn(), Lock::DesiredStateRecord, rows).await?;
+    Ok(())
 }
 
 /// Send the test a connection's page asked for, and keep its answer on the connection.
@@ -161,7 +213,7 @@ pub async fn dispatch_connection(
     // The stamp's bound: past every push of the batch, so no second dispatcher sends one meanwhile.
     let bound = relay.timeout().as_secs_f64() * 3.0 + 5.0;
     loop {
-        let batch = store::stamp_dispatched(&db.pool, connection, DISPATCH_BATCH, bound).await?;
+        let batch = stamp_dispatched(db, connection, DISPATCH_BATCH, bound).await?;
         if batch.is_empty() {
             break;
         }
@@ -203,7 +255,7 @@ pub async fn dispatch_connection(
             }
         }
         if !unsent.is_empty() {
-            store::unstamp_unsent(&db.pool, &unsent).await?;
+            unstamp_unsent(db, &unsent).await?;
         }
         let mut any_failed = false;
         for ok in sent {

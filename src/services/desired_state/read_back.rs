@@ -6,8 +6,9 @@ use futures_util::{StreamExt, stream};
 
 use crate::{
     db::{
-        Db,
+        Db, TxKind,
         locks::{Lock, PathLocks},
+        trace, tx,
     },
     ids::{ConnectionId, RecordId},
     integrations::desired_state::{Held, Relay},
@@ -75,9 +76,9 @@ pub async fn read_back_connection(
         for (r, h) in held {
             let drifted = match h {
                 Held::Content { generation, content } => {
-                    store::write_read_back(&db.pool, r.record_id, true, Some(generation), Some(&content)).await?
+                    read_back_item(db, r.record_id, true, Some(generation), Some(&content)).await?
                 }
-                Held::Nothing => store::write_read_back(&db.pool, r.record_id, false, None, None).await?,
+                Held::Nothing => read_back_item(db, r.record_id, false, None, None).await?,
                 Held::Unknown(why) => {
                     run.stopped = Some(why);
                     break 'pages;
@@ -96,4 +97,25 @@ pub async fn read_back_connection(
         super::relay::ask_dispatch(db, connection).await?;
     }
     Ok(run)
+}
+
+/// readBackItem: what the remote said of one record, written through
+/// `core.write_desired_state_read_back` (the address lock, then the record row, then the
+/// projection), one statement that commits on its own; traced, in a transaction that names its
+/// path first. True when the record drifted.
+#[tracing::instrument(name = "readBackItem", skip(db, content), fields(record_id = %record))]
+pub async fn read_back_item(
+    db: &Db,
+    record: RecordId,
+    found: bool,
+    generation: Option<i64>,
+    content: Option<&serde_json::Value>,
+) -> Result<bool, ServiceError> {
+    if !trace::is_on() {
+        return Ok(store::write_read_back(&db.pool, record, found, generation, content).await?);
+    }
+    tx::within_for(db, TxKind::Plain, &READ_BACK_ITEM_LOCKS, async |t: &mut tx::Tx| {
+        Ok(store::write_read_back(t.conn(), record, found, generation, content).await?)
+    })
+    .await
 }

@@ -14,7 +14,7 @@ use crate::{
     db::{
         Db, DbError, TxKind,
         locks::{Lock, PathLocks},
-        tx,
+        trace, tx,
     },
     ids::{ConnectionId, NoticeId},
     jobs::{self, NewJob},
@@ -203,8 +203,12 @@ pub async fn process_desired_state_outbox(db: &Db, budget: Duration) -> Result<R
     let mut pass = RelayPass::default();
     let mut owed: BTreeSet<ConnectionId> = BTreeSet::new();
     loop {
-        let notices = tx::within(db, TxKind::Plain, async |t: &mut tx::Tx| {
-            Ok::<_, ServiceError>(store::claim_notices(t.conn(), NOTICE_BATCH, NOTICE_LEASE.as_secs_f64()).await?)
+        let notices = tx::within_for(db, TxKind::Plain, &CLAIM_NOTICES_LOCKS, async |t: &mut tx::Tx| {
+            let claimed = store::claim_notices(t.conn(), NOTICE_BATCH, NOTICE_LEASE.as_secs_f64()).await?;
+            // The rows the one statement locked (SKIP LOCKED), in notice order, as the trace shows them.
+            let rows: Vec<(i64, Option<i64>)> = claimed.iter().map(|n| (n.notice_id.0, Some(n.notice_id.0))).collect();
+            trace::note_rows(t.conn(), Lock::DesiredStateNotices, rows).await?;
+            Ok::<_, ServiceError>(claimed)
         })
         .await?;
         if notices.is_empty() {
