@@ -119,11 +119,12 @@ pub async fn write_farm_status(
 /// A farm-absent System row deleted: its row's lock noted as the DELETE takes it, before the
 /// site trigger takes the placement rows. True when deleted.
 pub async fn delete_system_site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
-    let gone: Option<(String, Option<String>)> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("DELETE FROM fedwiki.sites WHERE site_id = $1 RETURNING site_id, {NOTE_SITE_ROW}")))
-            .bind(site_id)
-            .fetch_optional(conn)
-            .await?;
+    let gone: Option<(String, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "DELETE FROM fedwiki.sites WHERE site_id = $1 RETURNING site_id, {NOTE_SITE_ROW}"
+    )))
+    .bind(site_id)
+    .fetch_optional(conn)
+    .await?;
     Ok(gone.is_some())
 }
 

@@ -37,4 +37,5 @@ mod stress;
 mod tier_acts;
 mod topology;
 mod tx_kinds;
+mod walk_upkeep;
 mod web_shell;

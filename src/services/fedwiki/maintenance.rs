@@ -427,13 +427,8 @@ async fn recount_pools(db: &Db, step: Option<&'static str>) -> Result<(), Servic
             Some(name) => format!("; SELECT core.note_marker('step', {})", trace::quote(name)),
             None => String::new(),
         };
-        once_for(
-            db,
-            TxKind::Plain,
-            &RECOUNT_ALL_LOCKS,
-            format!("SELECT fedwiki.recount_site_usage({}){mark}", pool.0),
-        )
-        .await?;
+        once_for(db, TxKind::Plain, &RECOUNT_ALL_LOCKS, format!("SELECT fedwiki.recount_site_usage({}){mark}", pool.0))
+            .await?;
     }
     Ok(())
 }

@@ -140,14 +140,16 @@ pub async fn ensure_farm_zone(db: &Db, zone: &str) -> Result<(), ServiceError> {
     if !hostname::is_hostname(zone) {
         return Err(ServiceError::invalid_form(format!("{zone} is not a host name.")));
     }
-    with_lock_for(db, &ENSURE_FARM_ZONE_LOCKS, async |tx: &mut Tx| match store::covering_claim(tx.conn(), zone).await? {
-        Some((name, owner)) if name == zone && owner == "farm" => Ok(()),
-        Some((name, owner)) if owner != "farm" => {
-            Err(ServiceError::Refused(format!("The farm's zone {zone} lies under {name}, which {owner} holds.")))
-        }
-        _ => {
-            store::insert_claim(tx.conn(), zone, "farm").await?;
-            Ok(())
+    with_lock_for(db, &ENSURE_FARM_ZONE_LOCKS, async |tx: &mut Tx| {
+        match store::covering_claim(tx.conn(), zone).await? {
+            Some((name, owner)) if name == zone && owner == "farm" => Ok(()),
+            Some((name, owner)) if owner != "farm" => {
+                Err(ServiceError::Refused(format!("The farm's zone {zone} lies under {name}, which {owner} holds.")))
+            }
+            _ => {
+                store::insert_claim(tx.conn(), zone, "farm").await?;
+                Ok(())
+            }
         }
     })
     .await
