@@ -105,6 +105,25 @@ async fn a_park_walked_lock_by_lock_takes_the_site_row_then_its_placement_then_t
 }
 
 #[tokio::test]
+async fn a_park_that_finds_a_members_archive_walked_lock_by_lock_takes_only_the_site_row_rolls_back_and_sets_the_farm_back()
+ {
+    let (s, spare) = above_the_limit().await;
+    // The quota read `spare` as active; the member archived it before the park's transaction.
+    let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &spare, RequestKind::Archive).await.unwrap();
+    s.run(archive).await.unwrap();
+    let (farm, id) = (s.f.farm.clone(), spare.clone());
+    let parked = LockWalk::run(&s.t, &maintenance::PARK_SITE_LOCKS, &[site_row(&spare)], |db| async move {
+        maintenance::park_site(&db, &farm, &id, "spare.wiki.localhost").await
+    })
+    .await
+    .unwrap();
+    assert!(!parked, "the member's archive stands");
+    assert_eq!(s.status("spare").await, "archived");
+    assert_eq!(s.f.site("spare.wiki.localhost").await.unwrap()["status"], "archived", "the farm is set back to it");
+    assert_usage_agrees(&s).await;
+}
+
+#[tokio::test]
 async fn a_reactivation_walked_lock_by_lock_takes_the_site_row_then_its_placement_then_the_usage_row() {
     let (s, spare) = above_the_limit().await;
     maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
@@ -228,7 +247,7 @@ async fn held_activation(s: &Sites, name: &str) -> (String, member_console::ids:
     let activation = fedwiki::change_status(&s.t.db, &s.settings, s.who, &id, RequestKind::Activate).await.unwrap();
     let req = s.request(activation).await;
     assert!(matches!(fedwiki::gate::hold_site_slot(&s.t.db, &req).await.unwrap(), fedwiki::gate::Gate::Held));
-    lose_job(&s, activation).await;
+    lose_job(s, activation).await;
     (id, activation)
 }
 
