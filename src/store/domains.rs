@@ -103,7 +103,13 @@ pub async fn delete_placement(conn: &mut PgConnection, hostname: &str, owner: &s
         hostname,
         owner
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
-    Ok(r.rows_affected() == 1)
+    let gone = r.rows_affected() == 1;
+    if gone {
+        // The row's lock, held by its delete through commit (the lock trace; no trigger runs on
+        // a placement's delete).
+        crate::db::trace::note(conn, crate::db::locks::Lock::PlacementRows, hostname, None).await?;
+    }
+    Ok(gone)
 }

@@ -10,6 +10,12 @@ use crate::{ids::PoolId, states::SiteStatus};
 
 // The sync ---------------------------------------------------------------------------------------
 
+/// A RETURNING column that notes the site row a write just took (the lock trace), in the statement
+/// itself: the site trigger (AFTER ROW) runs at the statement's end, so the placement rows it takes
+/// are noted after the site row, in the order they were taken. Off, one setting read.
+const NOTE_SITE_ROW: &str = "CASE WHEN current_setting('member_console.lock_trace', true) = 'on'
+        THEN core.note_lock('SiteRow', site_id, 'FOR UPDATE', NULL)::text END";
+
 /// A site as the console holds it, for the sync's comparison.
 #[derive(Debug, Clone)]
 pub struct KnownSite {
@@ -108,6 +114,18 @@ pub async fn write_farm_status(
     )
     .fetch_one(e)
     .await
+}
+
+/// A farm-absent System row deleted: its row's lock noted as the DELETE takes it, before the
+/// site trigger takes the placement rows. True when deleted.
+pub async fn delete_system_site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
+    let gone: Option<(String, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "DELETE FROM fedwiki.sites WHERE site_id = $1 RETURNING site_id, {NOTE_SITE_ROW}"
+    )))
+    .bind(site_id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(gone.is_some())
 }
 
 /// usage.Recount in one call (`fedwiki.recount_site_usage`, an implicit transaction of its own):
@@ -446,9 +464,15 @@ pub async fn delete_orphaned_placement(conn: &mut PgConnection, hostname: &str) 
                              WHERE r.instance_id = p.object_id AND r.state = 'accepted')",
         hostname
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
-    Ok(r.rows_affected() == 1)
+    let gone = r.rows_affected() == 1;
+    if gone {
+        // The row's lock, held by its delete through commit (the lock trace; no trigger runs on a
+        // placement's delete).
+        crate::db::trace::note(conn, Lock::PlacementRows, hostname, None).await?;
+    }
+    Ok(gone)
 }
 
 // The sync's observations, ordered by the farm's clock ----------------------------------------------
@@ -491,22 +515,25 @@ pub async fn observe_listed_site(
     modified_at: Option<DateTime<Utc>>,
     listed_at: DateTime<Utc>,
 ) -> sqlx::Result<bool> {
-    let written = sqlx::query_scalar!(
-        // The condition reads the row as locked (a callback committed meanwhile is seen).
-        r#"UPDATE fedwiki.sites SET status = status,
-                  storage_bytes = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4 THEN $2 ELSE storage_bytes END,
-                  modified_at = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4
-                                     THEN coalesce($3, modified_at) ELSE modified_at END,
-                  observed_at = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4 THEN now() ELSE observed_at END,
-                  observed_as_of = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4 THEN $4 ELSE observed_as_of END
-            WHERE domain = $1
-        RETURNING observed_as_of = $4 AS "written!""#,
-        domain,
-        storage_bytes,
-        modified_at,
-        listed_at
-    )
+    // The site row's lock is noted in RETURNING, as the UPDATE takes it: before the site trigger
+    // (AFTER ROW, fired at the statement's end) takes and notes the placement rows it corrects.
+    // The condition reads the row as locked (a callback committed meanwhile is seen).
+    let written: Option<(bool, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE fedwiki.sites SET status = status,
+                storage_bytes = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4 THEN $2 ELSE storage_bytes END,
+                modified_at = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4
+                                   THEN coalesce($3, modified_at) ELSE modified_at END,
+                observed_at = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4 THEN now() ELSE observed_at END,
+                observed_as_of = CASE WHEN observed_as_of IS NULL OR observed_as_of <= $4 THEN $4 ELSE observed_as_of END
+          WHERE domain = $1
+      RETURNING observed_as_of = $4, {NOTE_SITE_ROW}"
+    )))
+    .bind(domain)
+    .bind(storage_bytes)
+    .bind(modified_at)
+    .bind(listed_at)
     .fetch_optional(conn)
     .await?;
+    let written = written.map(|(w, _)| w);
     Ok(written == Some(true))
 }

@@ -263,7 +263,13 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::PlaceSiteUnderDomain => place_site_under_domain(ctx, rng, note).await,
         StressPath::StopServing => stop_serving(ctx, rng, note).await,
         StressPath::ReleaseDomain => release_domain(ctx, rng, note).await,
-        StressPath::SyncSites => sync_sites(ctx, note).await,
+        // Half the passes run over a farm that changed behind the console, and a quarter of the
+        // time a status reconcile arrives after its request finished (on_site_upkeep).
+        StressPath::SyncSites => match rng.below(4) {
+            0 | 1 => farm_drift_then_sync(ctx, rng, note).await,
+            2 => late_status_reconcile(ctx, rng, note).await,
+            _ => sync_sites(ctx, note).await,
+        },
         StressPath::PurgeArchived => purge_archived(ctx, note).await,
         StressPath::ReconcileQuota => reconcile_quota(ctx, note).await,
         StressPath::RepairAtStart => repair_at_start(ctx, note).await,

@@ -42,4 +42,5 @@ mod walk_desired_state;
 mod walk_grants;
 mod walk_sites;
 mod walk_topology;
+mod walk_upkeep;
 mod web_shell;

@@ -130,7 +130,7 @@ pub async fn claim_domain(
     refuse_public_suffix(&domain)?;
     member_org_pool(db, who, organization_id).await?;
     let owner = workspace_owner(&store::workspace_of(organization_id));
-    registry::with_lock(db, async |tx: &mut Tx| {
+    registry::with_lock_for(db, &CLAIM_DOMAIN_LOCKS, async |tx: &mut Tx| {
         match registry_store::covering_claim(tx.conn(), &domain).await? {
             Some((name, o)) if o == owner && name == domain => {
                 return Err(ServiceError::invalid("domain", format!("{domain} is already yours.")));
@@ -176,7 +176,7 @@ pub async fn place_site_under_domain(
     };
     member_org_pool(db, who, organization).await?;
     let owner = workspace_owner(&workspace);
-    registry::with_lock(db, async |tx: &mut Tx| {
+    registry::with_lock_for(db, &PLACE_SITE_UNDER_DOMAIN_LOCKS, async |tx: &mut Tx| {
         // Every skip check first.
         match registry_store::covering_claim(tx.conn(), &hostname).await? {
             Some((_, o)) if o == owner => {}
@@ -243,7 +243,7 @@ pub async fn release_domain(
     let domain = registry_form(domain);
     let not_yours = || ServiceError::invalid("release", format!("{domain} is not one of your domains."));
     let owner = member_workspace_owner(db, who, organization_id).await?;
-    registry::with_lock(db, async |tx: &mut Tx| {
+    registry::with_lock_for(db, &RELEASE_DOMAIN_LOCKS, async |tx: &mut Tx| {
         match registry_store::covering_claim(tx.conn(), &domain).await? {
             Some((name, o)) if name == domain && o == owner => {}
             _ => return Err(not_yours()),
@@ -273,7 +273,7 @@ pub async fn stop_serving(
     let hostname = registry_form(hostname);
     let not_yours = || ServiceError::invalid("stop", format!("{hostname} serves no site of yours."));
     let owner = member_workspace_owner(db, who, organization_id).await?;
-    registry::with_lock(db, async |tx: &mut Tx| {
+    registry::with_lock_for(db, &STOP_SERVING_LOCKS, async |tx: &mut Tx| {
         if !registry_store::delete_placement(tx.conn(), &hostname, &owner).await? {
             return Err(not_yours());
         }

@@ -12,10 +12,11 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     db::{
-        Db, Tx, TxKind, begin,
+        Db, Tx, TxKind, begin_for,
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
-        tx::within,
+        trace::{self, steps},
+        tx::{once_for, within, within_for},
     },
     ids::PoolId,
     integrations::farm::{Farm, FarmError, FarmSite},
@@ -312,7 +313,7 @@ pub async fn sync_sites(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> 
         }
     }
     counts.farm_sites = merge.farm_seen as i32;
-    recount_all(db).await
+    recount_pools(db, Some(steps::SYNC_END_OF_PASS)).await
 }
 
 /// A farm site with no row: inserted, then its pool recounted, unless a request is on its domain
@@ -325,7 +326,7 @@ pub async fn insert_from_farm(
     listed_at: DateTime<Utc>,
 ) -> Result<Option<String>, ServiceError> {
     let site_id = format!("s-{}", crate::config::random_hex(10));
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    within_for(db, TxKind::Plain, &SYNC_INSERT_SITE_LOCKS, async |tx: &mut Tx| {
         // A create in flight records its site itself, and a deletion that finished after the list was
         // taken must not bring its site back: the sets the pass read may predate this page.
         if store::domain_has_request_since(tx.conn(), &site.domain, listed_at).await? {
@@ -353,7 +354,7 @@ pub async fn insert_from_farm(
 /// The listed status equals the row's: what the farm measured, unless a callback that occurred
 /// after the list was taken is already recorded.
 async fn observe(db: &Db, site: &FarmSite, listed_at: DateTime<Utc>) -> Result<bool, ServiceError> {
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    within_for(db, TxKind::Plain, &SYNC_OBSERVE_SITE_LOCKS, async |tx: &mut Tx| {
         let done = store::observe_listed_site(tx.conn(), &site.domain, site.storage_bytes, site.modified_at, listed_at)
             .await?;
         Ok(done)
@@ -371,14 +372,32 @@ pub async fn write_status(
     listed: SiteStatus,
     listed_at: DateTime<Utc>,
 ) -> Result<bool, ServiceError> {
+    if trace::is_on() {
+        // Traced, the same call in a transaction that names its path first: an autocommit call
+        // has no statement before its lock to name it in. The locks and their order are the
+        // function's either way.
+        return within_for(db, TxKind::Plain, &SYNC_WRITE_STATUS_LOCKS, async |tx: &mut Tx| {
+            let written = store::write_farm_status(
+                tx.conn(),
+                &site.domain,
+                listed,
+                site.storage_bytes,
+                site.modified_at,
+                listed_at,
+            )
+            .await?;
+            Ok::<_, ServiceError>(written)
+        })
+        .await;
+    }
     Ok(store::write_farm_status(&db.pool, &site.domain, listed, site.storage_bytes, site.modified_at, listed_at)
         .await?)
 }
 
 /// A farm-absent System row: deleted (System has no usage row). True when deleted.
 async fn remove_system_site(db: &Db, site_id: &str) -> Result<bool, ServiceError> {
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
-        let gone = sites_store::delete_site(tx.conn(), site_id).await?;
+    within_for(db, TxKind::Plain, &SYNC_REMOVE_SYSTEM_SITE_LOCKS, async |tx: &mut Tx| {
+        let gone = store::delete_system_site(tx.conn(), site_id).await?;
         Ok(gone)
     })
     .await
@@ -386,13 +405,30 @@ async fn remove_system_site(db: &Db, site_id: &str) -> Result<bool, ServiceError
 
 /// usage.RecountAll: every pool with a usage row of active sites, one transaction each.
 pub async fn recount_all(db: &Db) -> Result<(), ServiceError> {
+    recount_pools(db, None).await
+}
+
+/// usage.RecountAll from the domains reconciliation at a worker's start (the spec's path 44).
+pub async fn recount_all_at_boot(db: &Db) -> Result<(), ServiceError> {
+    recount_pools(db, Some(steps::RECOUNT_AT_BOOT)).await
+}
+
+/// usage.RecountAll, each pool's transaction marked with `step` in the lock trace (the boot's, or
+/// the end of a sync pass).
+async fn recount_pools(db: &Db, step: Option<&'static str>) -> Result<(), ServiceError> {
     let pools: Vec<PoolId> = {
         let mut read = db.read().await?;
         store::pools_with_site_usage(read.conn()).await?
     };
     for pool in pools {
-        // usage.Recount, one round trip: its usage row, the count, the write.
-        store::recount_site_usage(&db.pool, pool).await?;
+        // usage.Recount, one round trip: its usage row, the count, the write; the path named
+        // first and the step marked after, when tracing (the statement carries only the pool id).
+        let mark = match step.filter(|_| trace::is_on()) {
+            Some(name) => format!("; SELECT core.note_marker('step', {})", trace::quote(name)),
+            None => String::new(),
+        };
+        once_for(db, TxKind::Plain, &RECOUNT_ALL_LOCKS, format!("SELECT fedwiki.recount_site_usage({}){mark}", pool.0))
+            .await?;
     }
     Ok(())
 }
@@ -400,8 +436,20 @@ pub async fn recount_all(db: &Db) -> Result<(), ServiceError> {
 /// syncPlacement: an adopted site's own name placed (under the farm's zone, not placed yet),
 /// reading that one site FOR SHARE right before the write.
 pub async fn sync_placement(db: &Db, site_id: &str, domain: &str, workspace_id: &str) -> Result<bool, ServiceError> {
+    place_listed_site(db, &SYNC_PLACEMENT_LOCKS, site_id, domain, workspace_id).await
+}
+
+/// syncPlacement's transaction, named for the path that runs it (the sync's adoption, a failed
+/// deletion's give-back, or the domains reconciliation at boot).
+pub(super) async fn place_listed_site(
+    db: &Db,
+    decl: &'static PathLocks,
+    site_id: &str,
+    domain: &str,
+    workspace_id: &str,
+) -> Result<bool, ServiceError> {
     let owner = registry::workspace_owner(workspace_id);
-    registry::with_lock(db, async |tx: &mut Tx| {
+    registry::with_lock_for(db, decl, async |tx: &mut Tx| {
         // Every skip check first.
         match registry_store::covering_claim(tx.conn(), domain).await? {
             Some((_, o)) if o == "farm" || o == owner => {}
@@ -449,7 +497,7 @@ pub async fn purge_archived_site(
     site_id: &str,
     retention_secs: f64,
 ) -> Result<bool, ServiceError> {
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    let purged = within_for(db, TxKind::Plain, &PURGE_ARCHIVED_SITE_LOCKS, async |tx: &mut Tx| {
         tx.lock(&AdvisoryKey::LifecycleInstance(site_id.to_string())).await?;
         let Some(domain) = store::lock_archived_site_for_purge(tx.conn(), site_id, retention_secs).await? else {
             return Ok(false);
@@ -459,10 +507,17 @@ pub async fn purge_archived_site(
         }
         farm.delete_site(&domain).await.map_err(farm_failure)?;
         sites_store::delete_site(tx.conn(), site_id).await?;
-        registry::release_site_names(db, site_id).await?;
-        Ok(true)
+        Ok::<_, ServiceError>(true)
     })
-    .await
+    .await?;
+    // After the commit, in a registry transaction of its own (spec: "Placement release uses a
+    // separate registry transaction after commit"): run inside, it waited for the registry lock
+    // while holding the instance lock and the site row, which a placement creator holding the
+    // registry lock waits for (GetSiteForPlacement).
+    if purged {
+        registry::release_site_names(db, site_id).await?;
+    }
+    Ok(purged)
 }
 
 // Quota reconciliation -------------------------------------------------------------------------------
@@ -543,7 +598,7 @@ async fn end_quota_move(
 /// changed the site meanwhile: its own status stands, and the farm's site is set back to it.
 pub async fn park_site(db: &Db, farm: &Farm, site_id: &str, domain: &str) -> Result<bool, ServiceError> {
     farm.set_status(domain, SiteStatus::Parked.as_str()).await.map_err(farm_failure)?;
-    let mut tx = begin(db, TxKind::Plain).await?;
+    let mut tx = begin_for(db, TxKind::Plain, &PARK_SITE_LOCKS).await?;
     let moved = async {
         let Some(row) = sites_store::lock_site_status_by_id(tx.conn(), site_id).await? else { return Ok(Moved::Gone) };
         // No longer active: a member's request decided it and its status stands. The farm goes
@@ -572,7 +627,7 @@ pub async fn reactivate_site(
     pool: PoolId,
 ) -> Result<bool, ServiceError> {
     farm.set_status(domain, SiteStatus::Active.as_str()).await.map_err(farm_failure)?;
-    let mut tx = begin(db, TxKind::Plain).await?;
+    let mut tx = begin_for(db, TxKind::Plain, &REACTIVATE_SITE_LOCKS).await?;
     let moved = async {
         let Some(row) = sites_store::lock_site_status_by_id(tx.conn(), site_id).await? else { return Ok(Moved::Gone) };
         // No longer parked: a member's request decided it and its status stands. The farm goes

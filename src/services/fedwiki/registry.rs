@@ -61,6 +61,16 @@ pub async fn with_lock<T>(
     crate::db::tx::within(db, TxKind::Registry, work).await
 }
 
+/// Registry.WithLock for the path `decl` declares: the path is named in the opening batch, before
+/// the registry lock (the lock trace), and nothing else changes.
+pub async fn with_lock_for<T>(
+    db: &Db,
+    decl: &'static PathLocks,
+    work: impl AsyncFnOnce(&mut Tx) -> Result<T, ServiceError>,
+) -> Result<T, ServiceError> {
+    crate::db::tx::within_for(db, TxKind::Registry, decl, work).await
+}
+
 fn registry_tx(tx: &Tx) {
     debug_assert_eq!(tx.kind(), TxKind::Registry, "a registry mutation runs on the transaction with_lock passes");
 }
@@ -117,7 +127,7 @@ pub async fn place_site_name(
 /// Release every name placed for a site.
 #[tracing::instrument(name = "Release a site's names", skip(db))]
 pub async fn release_site_names(db: &Db, site_id: &str) -> Result<u64, ServiceError> {
-    with_lock(db, async |tx: &mut Tx| {
+    with_lock_for(db, &RELEASE_SITE_NAME_LOCKS, async |tx: &mut Tx| {
         registry_tx(tx);
         Ok(store::delete_site_placements(tx.conn(), site_id).await?)
     })
@@ -130,14 +140,16 @@ pub async fn ensure_farm_zone(db: &Db, zone: &str) -> Result<(), ServiceError> {
     if !hostname::is_hostname(zone) {
         return Err(ServiceError::invalid_form(format!("{zone} is not a host name.")));
     }
-    with_lock(db, async |tx: &mut Tx| match store::covering_claim(tx.conn(), zone).await? {
-        Some((name, owner)) if name == zone && owner == "farm" => Ok(()),
-        Some((name, owner)) if owner != "farm" => {
-            Err(ServiceError::Refused(format!("The farm's zone {zone} lies under {name}, which {owner} holds.")))
-        }
-        _ => {
-            store::insert_claim(tx.conn(), zone, "farm").await?;
-            Ok(())
+    with_lock_for(db, &ENSURE_FARM_ZONE_LOCKS, async |tx: &mut Tx| {
+        match store::covering_claim(tx.conn(), zone).await? {
+            Some((name, owner)) if name == zone && owner == "farm" => Ok(()),
+            Some((name, owner)) if owner != "farm" => {
+                Err(ServiceError::Refused(format!("The farm's zone {zone} lies under {name}, which {owner} holds.")))
+            }
+            _ => {
+                store::insert_claim(tx.conn(), zone, "farm").await?;
+                Ok(())
+            }
         }
     })
     .await

@@ -6,8 +6,10 @@
 
 use crate::{
     db::{
-        Db, Tx,
+        Db, Tx, TxKind,
         locks::{Lock, PathLocks},
+        trace::{self, steps},
+        tx::within,
     },
     ids::RequestId,
     integrations::farm::Farm,
@@ -40,9 +42,10 @@ pub static RECONCILE_DOMAINS_LOCKS: PathLocks = PathLocks {
     path: "Domains reconciliation at boot",
     function: "services::fedwiki::repair::reconcile_domains",
     kind: "Registry",
-    locks: &[Lock::Registry, Lock::SiteRowShare],
-    why: "One Registry.WithLock transaction per orphaned placement (deleted while its site is still missing) or \
-          unplaced site (syncPlacement: the skip checks, then that one site FOR SHARE before the placement).",
+    locks: &[Lock::Registry, Lock::SiteRowShare, Lock::PlacementRows],
+    why: "One Registry.WithLock transaction per orphaned placement (the registry lock, then the placement row its \
+          delete takes, while its site is still missing: no site row) or unplaced site (syncPlacement: the skip \
+          checks, then that one site FOR SHARE before the placement).",
 };
 
 /// ReconcileFedWikiSiteStatusWorkflow: the request, its site row and the farm read with no lock;
@@ -51,12 +54,16 @@ pub static RECONCILE_DOMAINS_LOCKS: PathLocks = PathLocks {
 /// removes the request's hold and recounts.
 #[tracing::instrument(name = "Reconcile a site's status", skip(db, farm))]
 pub async fn reconcile_site_status(db: &Db, farm: &Farm, id: RequestId) -> Result<Recorded, ServiceError> {
-    let (req, site) = {
-        let mut read = db.read().await?;
-        let Some(req) = sites_store::request(read.conn(), id).await? else { return Ok(Recorded::AlreadyFinished) };
-        let site = sites_store::site(read.conn(), &req.instance_id).await?;
-        (req, site)
-    };
+    // The reads, with no lock; the transaction that reads is marked in the lock trace (a read's
+    // commit is its rollback, and keeps the mark).
+    let read = within(db, TxKind::Plain, async |tx: &mut Tx| {
+        trace::step(tx.conn(), steps::STATUS_RECONCILE).await?;
+        let Some(req) = sites_store::request(tx.conn(), id).await? else { return Ok(None) };
+        let site = sites_store::site(tx.conn(), &req.instance_id).await?;
+        Ok::<_, ServiceError>(Some((req, site)))
+    })
+    .await?;
+    let Some((req, site)) = read else { return Ok(Recorded::AlreadyFinished) };
     if req.state != RequestState::Accepted {
         return Ok(Recorded::AlreadyFinished);
     }
@@ -123,7 +130,7 @@ pub struct Repaired {
 #[tracing::instrument(name = "Repair the sites at start", skip(db))]
 pub async fn repair_at_start(db: &Db) -> Result<Repaired, ServiceError> {
     let mut done = settle_open_requests(db).await?;
-    maintenance::recount_all(db).await?;
+    maintenance::recount_all_at_boot(db).await?;
     let (removed, placed) = reconcile_domains(db).await?;
     done.placements_removed = removed;
     done.sites_placed = placed;
@@ -134,14 +141,18 @@ pub async fn repair_at_start(db: &Db) -> Result<Repaired, ServiceError> {
 /// the status reconcile (not finished here, its hold left in place); any other is finished
 /// failed (the next sync writes whatever status the farm holds).
 pub async fn settle_open_requests(db: &Db) -> Result<Repaired, ServiceError> {
-    let stranded = {
-        let mut read = db.read().await?;
-        store::stranded_requests(read.conn()).await?
-    };
+    // Read with no lock, in a transaction marked in the lock trace (a read's commit is its
+    // rollback, and keeps the mark).
+    let stranded = within(db, TxKind::Plain, async |tx: &mut Tx| {
+        trace::step(tx.conn(), steps::SETTLE_OPEN_REQUESTS).await?;
+        Ok::<_, ServiceError>(store::stranded_requests(tx.conn()).await?)
+    })
+    .await?;
     let mut done = Repaired::default();
     for s in stranded {
         if s.holds_slot {
-            crate::db::tx::within(db, crate::db::TxKind::Plain, async |tx: &mut Tx| {
+            within(db, TxKind::Plain, async |tx: &mut Tx| {
+                trace::step(tx.conn(), steps::SETTLE_OPEN_REQUESTS).await?;
                 enqueue_status_reconcile(tx, s.request_id).await
             })
             .await?;
@@ -200,7 +211,7 @@ pub async fn reconcile_domains(db: &Db) -> Result<(usize, usize), ServiceError> 
     };
     let mut removed = 0;
     for (hostname, _) in orphans {
-        let gone = registry::with_lock(db, async |tx: &mut Tx| {
+        let gone = registry::with_lock_for(db, &RECONCILE_DOMAINS_LOCKS, async |tx: &mut Tx| {
             Ok(store::delete_orphaned_placement(tx.conn(), &hostname).await?)
         })
         .await?;
@@ -208,7 +219,9 @@ pub async fn reconcile_domains(db: &Db) -> Result<(usize, usize), ServiceError> 
     }
     let mut placed = 0;
     for (site_id, domain, workspace) in unplaced {
-        placed += usize::from(maintenance::sync_placement(db, &site_id, &domain, &workspace).await?);
+        placed += usize::from(
+            maintenance::place_listed_site(db, &RECONCILE_DOMAINS_LOCKS, &site_id, &domain, &workspace).await?,
+        );
     }
     Ok((removed, placed))
 }
