@@ -2,7 +2,7 @@
 //! accounts, a small catalog and topology, and a few organizations.
 
 use crate::{
-    db::{Db, TxKind, begin},
+    db::{Db, TxKind, begin, begin_for},
     ids::{EntitlementSetId, OrgTypeId, ProductId},
     services::{
         auth::{Email, NewPassword, ensure_account},
@@ -91,7 +91,7 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
     tx.commit().await?;
 
     for (name, t) in ORGANIZATIONS {
-        let mut tx = begin(db, TxKind::Materializing).await?;
+        let mut tx = begin_for(db, TxKind::Materializing, &organizations::CREATE_ORGANIZATION_LOCKS).await?;
         let existing = accounts::organization_by_name(tx.conn(), name).await?;
         let org = match existing {
             Some(id) => id,
@@ -153,7 +153,7 @@ async fn community_wikis(db: &Db, community: Option<OrgTypeId>) -> anyhow::Resul
         accounts::organizations_named_like(&mut conn, "Community Wiki %").await?
     };
     for batch in (have as usize..COMMUNITY_WIKIS).collect::<Vec<_>>().chunks(40) {
-        let mut tx = begin(db, TxKind::Materializing).await?;
+        let mut tx = begin_for(db, TxKind::Materializing, &organizations::CREATE_ORGANIZATION_LOCKS).await?;
         for i in batch {
             let name = OrgName::parse(&format!("Community Wiki {:03}", i + 1)).map_err(anyhow::Error::msg)?;
             organizations::create_organization_tx(&mut tx, &name, community).await?;
@@ -216,7 +216,7 @@ pub async fn load_billing(db: &Db, stripe: &crate::integrations::stripe::Stripe)
     {
         let Some(price) = prices.get(product) else { continue };
         let org = {
-            let mut tx = begin(db, TxKind::Materializing).await?;
+            let mut tx = begin_for(db, TxKind::Materializing, &organizations::CREATE_ORGANIZATION_LOCKS).await?;
             let org = match accounts::organization_by_name(tx.conn(), name).await? {
                 Some(o) => o,
                 None => {

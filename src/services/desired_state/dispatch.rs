@@ -134,7 +134,10 @@ pub async fn stamp_dispatched(
     }
     tx::within_for(db, TxKind::Plain, &DISPATCH_LOCKS, async |t: &mut tx::Tx| {
         let batch = store::stamp_dispatched(t.conn(), connection, limit, bound_secs).await?;
-        let ids: Vec<RecordId> = batch.iter().map(|r| r.record_id).collect();
+        // The statement's CTE locks them in record id order; its RETURNING lists them in the
+        // update's join order.
+        let mut ids: Vec<RecordId> = batch.iter().map(|r| r.record_id).collect();
+        ids.sort();
         note_records(t, ids).await?;
         Ok(batch)
     })

@@ -105,7 +105,41 @@ pub(in crate::stress) async fn reconcile_subscription(
         Ok(Reconciled::Unknown) => return Err(Failure::Error(format!("Stripe does not know {id}"))),
         Err(_) => {}
     }
+    if r.is_ok() && rng.below(4) == 0 {
+        supersede_spent_schedule(ctx, note).await?;
+    }
     billing_outcome(r, note)
+}
+
+/// supersedeReleasedDowngrades as a second release of a spent schedule runs it (a retried job,
+/// or two reconciles that both released it): on a schedule none of whose changes is still ahead,
+/// under the subscription's lock beside the reconciles that take it; it must supersede nothing.
+/// The first release's supersede needs a period's end to pass while the subscription is past
+/// due, which a run without a test clock does not reach.
+async fn supersede_spent_schedule(ctx: &Ctx, note: &mut Note) -> Result<(), Failure> {
+    let spent: Option<(i64, String, String)> = sqlx::query_as(
+        "SELECT c.subscription_id, s.stripe_subscription_id, c.stripe_schedule_id
+           FROM core.scheduled_changes c JOIN core.subscriptions s USING (subscription_id)
+          WHERE NOT EXISTS (SELECT 1 FROM core.scheduled_changes o
+                             WHERE o.stripe_schedule_id = c.stripe_schedule_id AND o.state = 'scheduled')
+          ORDER BY random() LIMIT 1",
+    )
+    .fetch_optional(&ctx.db.pool)
+    .await?;
+    let Some((id, stripe_id, schedule)) = spent else { return Ok(()) };
+    let n = billing::reconcile::supersede_released_downgrades(
+        &ctx.db,
+        crate::ids::SubscriptionId(id),
+        &stripe_id,
+        &schedule,
+    )
+    .await
+    .map_err(|e| Failure::Error(format!("superseding the spent schedule {schedule}: {e}")))?;
+    if n != 0 {
+        return Err(Failure::Error(format!("a spent schedule {schedule} had {n} changes still ahead")));
+    }
+    note.detail.push_str(&format!("; the spent schedule {schedule} released again, nothing superseded"));
+    Ok(())
 }
 
 /// Change the subscriber's subscription in the stand-in at random: cancel it, change its quantity,
@@ -376,8 +410,17 @@ pub(in crate::stress) async fn change_plan(ctx: &Ctx, rng: &mut Rng, note: &mut 
                 "organization {org}: {current} paused by the console, then switched to {}",
                 product_name(ctx, to)
             );
-            if let Err(e) = stripe.set_console_pause(current.as_str(), true).with_subscriber(ctx.quiet.clone()).await {
-                return Err(Failure::Error(format!("the stand-in did not pause {current}: {e}")));
+            match stripe.set_console_pause(current.as_str(), true).with_subscriber(ctx.quiet.clone()).await {
+                Ok(()) => {}
+                // Canceled in Stripe meanwhile (another act's cancel came to its end) and not yet
+                // reconciled: Stripe refuses to pause it, as it would the console's own call.
+                Err(crate::integrations::stripe::StripeFailure::Api { status: 400, message, .. })
+                    if message.contains("canceled subscription") =>
+                {
+                    note.detail.push_str(&format!("; Stripe refused the pause: {message}"));
+                    return Ok(Outcome::Refused);
+                }
+                Err(e) => return Err(Failure::Error(format!("the stand-in did not pause {current}: {e}"))),
             }
             let price = crate::ids::PriceId(price);
             match plan_changes::quote_switch(db, stripe, who, org, id, price, None).await {

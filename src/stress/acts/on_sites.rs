@@ -234,13 +234,49 @@ pub(in crate::stress) async fn purge_archived(ctx: &Ctx, note: &mut Note) -> Res
     site_outcome(r, note)
 }
 
-pub(in crate::stress) async fn reconcile_quota(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
+/// The quota reconciliation. One time in three the sweep first parks an active site no request
+/// is on, as it does when the plan's limit has just fallen (parkSite: the farm first, then the
+/// row), and the reconciliation then brings it back while the limit has room (reactivateSite), so
+/// both race the members' requests on that site.
+pub(in crate::stress) async fn reconcile_quota(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    if rng.below(3) == 0 {
+        let site: Option<(String, String)> = sqlx::query_as(
+            "SELECT s.site_id, s.domain FROM fedwiki.sites s
+              WHERE s.workspace_id <> 'system' AND s.status = 'active'
+                AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
+                                 WHERE r.instance_id = s.site_id AND r.state = 'accepted')
+              ORDER BY random() LIMIT 1",
+        )
+        .fetch_optional(&ctx.db.pool)
+        .await?;
+        if let Some((site_id, domain)) = site {
+            let parked = fedwiki::maintenance::park_site(&ctx.db, &ctx.farm, &site_id, &domain).await;
+            note.detail = format!("the sweep parks {domain}: {parked:?}; ");
+            if let Err(e) = parked {
+                return site_outcome(Err::<(), _>(e), note);
+            }
+        }
+    }
     let r = fedwiki::maintenance::reconcile_quota_now(&ctx.db, &ctx.farm).await;
-    note.detail = format!("quota: {r:?}");
+    note.detail.push_str(&format!("quota: {r:?}"));
     site_outcome(r, note)
 }
 
-pub(in crate::stress) async fn repair_at_start(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
+/// The repair a worker runs at its start. One time in three a crash is left for it first: the
+/// names of a site purged by a worker that died between the purge's commit and the release of
+/// its names (an orphaned placement), which the domains reconciliation removes.
+pub(in crate::stress) async fn repair_at_start(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    if rng.below(3) == 0 {
+        let gone = format!("purged-{}", crate::config::random_hex(6));
+        sqlx::query(
+            "INSERT INTO domains.placements (hostname, owner, provider, object_id)
+             VALUES ($1 || '.wiki.localhost', 'workspace:system', 'fedwiki', $1)",
+        )
+        .bind(&gone)
+        .execute(&ctx.db.pool)
+        .await?;
+        note.detail = format!("{gone}'s name left placed by a crash; ");
+    }
     let r = fedwiki::repair::repair_at_start(&ctx.db).await;
     note.detail = format!("repair: {r:?}");
     site_outcome(r, note)
