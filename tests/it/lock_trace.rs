@@ -272,3 +272,45 @@ async fn a_site_write_and_a_release_of_its_names_take_its_placement_rows_in_host
         s.t.all(sqlx::query_scalar("SELECT servable FROM domains.placements WHERE object_id = $1").bind(&site)).await;
     assert_eq!(flags, [false, false], "both names stopped serving with the park");
 }
+
+// Every path walked -----------------------------------------------------------------------------------
+
+/// Paths walked only inside another path's transaction, under that path's declaration (the pause
+/// hook pauses the path a transaction names first): where.
+const WALKED_INSIDE: &[(&str, &str)] = &[
+    ("RECORD_LIFECYCLE_REQUEST_LOCKS", "inside changeStatus: walk_sites::a_park_without_a_cooldown_walked_..."),
+    ("RECORD_FIRST_LIFECYCLE_REQUEST_LOCKS", "inside a create's registry transaction: walk_sites::a_create_walked_..."),
+];
+
+/// The rule a path added later falls under: every declaration the lock-order registry lists is
+/// walked lock by lock by some test (its name in a walk file), or listed above with where.
+#[test]
+fn every_declared_path_has_a_row_level_walk() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let registry = std::fs::read_to_string(format!("{root}/src/lock_paths.rs")).unwrap();
+    let declared: Vec<&str> = registry
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.ends_with("_LOCKS") && w.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+        .collect();
+    assert!(declared.len() > 60, "the registry's declarations were not read: {declared:?}");
+    let mut walks = String::new();
+    for entry in std::fs::read_dir(format!("{root}/tests/it")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("walk_") || name == "lock_trace.rs" {
+            walks.push_str(&std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    let unwalked: Vec<&&str> = declared
+        .iter()
+        .filter(|d| !WALKED_INSIDE.iter().any(|(w, _)| w == *d))
+        .filter(|d| {
+            // Its name as a whole word in a walk file (not only as a part of a longer name).
+            !walks.match_indices(**d).any(|(i, _)| {
+                let before = walks[..i].chars().next_back();
+                !before.is_some_and(|c| c.is_ascii_uppercase() || c == '_')
+            })
+        })
+        .collect();
+    assert!(unwalked.is_empty(), "declared paths with no row-level walk: {unwalked:?}");
+}
