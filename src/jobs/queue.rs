@@ -104,8 +104,11 @@ pub async fn claim(db: &Db, worker: &str, limit: usize, lease: Duration) -> Resu
         return Ok(Vec::new());
     }
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut tx = tx::begin(db, TxKind::Plain).await?;
+    let mut tx = tx::begin_for(db, TxKind::Plain, &CLAIM_LOCKS).await?;
     let jobs = store::claim_due_jobs(tx.conn(), worker, limit, lease).await?;
+    // The statement locked them all; noted one by one after it (a row whose lease ran out on its
+    // last attempt, marked failed by the same statement, is locked too but not returned).
+    crate::db::trace::note_rows(tx.conn(), Lock::JobRows, jobs.iter().map(|j| (j.job_id.0, None))).await?;
     tx.commit().await?;
     Ok(jobs)
 }

@@ -34,8 +34,10 @@ pub static FIRE_SCHEDULES_LOCKS: PathLocks = PathLocks {
 /// enqueues nothing this time, but still advances. Returns how many runs were enqueued.
 #[tracing::instrument(name = "Fire due schedules", skip(db))]
 pub async fn fire_due_schedules(db: &Db) -> Result<usize, DbError> {
-    let mut tx = tx::begin(db, TxKind::Plain).await?;
+    let mut tx = tx::begin_for(db, TxKind::Plain, &FIRE_SCHEDULES_LOCKS).await?;
     let due = store::lock_due_schedules(tx.conn()).await?;
+    // The statement locked them all, in name order; noted one by one after it.
+    crate::db::trace::note_rows(tx.conn(), Lock::ScheduleRows, due.iter().map(|s| (s.name.as_str(), None))).await?;
     let mut enqueued = 0;
     for s in &due {
         let job = NewJob {

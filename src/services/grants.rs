@@ -634,6 +634,8 @@ pub async fn provision_domain_grants_tx(
     domain: &EmailDomain,
 ) -> Result<usize, ServiceError> {
     let attached = store::attach_domain_grants(tx.conn(), domain.as_str(), organization_id).await?;
+    // The UPDATE took them all, in grant order; noted one by one after it.
+    crate::db::trace::note_rows(tx.conn(), Lock::GrantRow, attached.iter().map(|g| (g.grant_id.0, None))).await?;
     let mut conferred = 0;
     for g in &attached {
         let due = g.starts_at <= Utc::now() && g.ends_at.is_none_or(|e| e > Utc::now());

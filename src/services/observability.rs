@@ -193,9 +193,19 @@ pub static SAMPLE_LOCKS: PathLocks = PathLocks {
 pub async fn sample_minute(db: &Db, source: &str, requests: u64, at: DateTime<Utc>) -> Result<(), DbError> {
     let h = health(db).await?;
     let minute = at.duration_trunc(TimeDelta::minutes(1)).unwrap_or(at);
+    // The write, alone in its transaction (named, so the trace counts its rows under the path).
+    crate::db::tx::within_for(db, crate::db::TxKind::Plain, &SAMPLE_LOCKS, async |tx: &mut crate::db::Tx| {
+        store::write_samples(tx.conn(), minute, source, requests as f64, h.queued() as f64, h.drain_remaining() as f64)
+            .await?;
+        // Its conflict took each of the minute's rows it met (an update, or a lock when it writes
+        // nothing) and inserted the others, in the order of its values; noted after it.
+        let key = |name: &str, source: &str| format!("{name},{},{source}", minute.format("%Y-%m-%d %H:%M:%S+00"));
+        let rows = [key("requests", source), key("queue_depth", "db"), key("drain_remaining", "db")];
+        crate::db::trace::note_rows(tx.conn(), Lock::MetricSampleRows, rows.into_iter().map(|k| (k, None))).await?;
+        Ok::<_, DbError>(())
+    })
+    .await?;
     let mut conn = db.pool.acquire().await.map_err(DbError::from)?;
-    store::write_samples(&mut conn, minute, source, requests as f64, h.queued() as f64, h.drain_remaining() as f64)
-        .await?;
     store::forget_samples(&mut conn, at - KEEP_SAMPLES).await?;
     Ok(())
 }

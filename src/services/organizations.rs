@@ -115,6 +115,10 @@ pub async fn create_organization_tx(
     let organization_id = store::insert_organization(tx.conn(), name.as_str(), org_type_id)
         .await
         .map_err(|e| ServiceError::from_constraint(e, |c| violated(c, "")))?;
+    if let Some(t) = org_type_id {
+        // The insert's foreign key took the type's row FOR KEY SHARE.
+        crate::db::trace::note(tx.conn(), Lock::OrgTypeRowKeyShare, t.0, None).await?;
+    }
     let pool_id = store::insert_default_pool(tx.conn(), organization_id).await?;
     let floor_grant_id = reapply_defaults_if_vacant(tx, pool_id, None).await?;
     store::materialize_pool(tx.conn(), pool_id).await?;

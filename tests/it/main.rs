@@ -40,6 +40,7 @@ mod tx_kinds;
 mod walk_billing;
 mod walk_desired_state;
 mod walk_grants;
+mod walk_platform;
 mod walk_sites;
 mod walk_topology;
 mod walk_upkeep;
