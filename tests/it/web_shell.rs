@@ -592,10 +592,11 @@ async fn sample_path(t: &TestDb, pattern: &str) -> String {
                     "ladders" => ("core.plan_ladders", "plan_ladder_id"),
                     "org-types" => ("core.org_types", "org_type_id"),
                     "prices" => ("billing.prices", "price_id"),
+                    "requests" => ("fedwiki.lifecycle_requests", "request_id"),
                     other => panic!("no sample id for a segment after {other:?} in {pattern}: add one here"),
                 };
                 let id: i64 =
-                    t.one(sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT min({column}) FROM {table}")))).await;
+                    t.one(sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT coalesce(min({column}), 1) FROM {table}")))).await;
                 id.to_string()
             }
             s => s.to_string(),
