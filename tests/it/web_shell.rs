@@ -595,8 +595,11 @@ async fn sample_path(t: &TestDb, pattern: &str) -> String {
                     "requests" => ("fedwiki.lifecycle_requests", "request_id"),
                     other => panic!("no sample id for a segment after {other:?} in {pattern}: add one here"),
                 };
-                let id: i64 =
-                    t.one(sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT coalesce(min({column}), 1) FROM {table}")))).await;
+                let id: i64 = t
+                    .one(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                        "SELECT coalesce(min({column}), 1) FROM {table}"
+                    ))))
+                    .await;
                 id.to_string()
             }
             s => s.to_string(),
