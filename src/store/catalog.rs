@@ -242,7 +242,13 @@ pub async fn insert_product(
     .await
 }
 
-/// UpdateProduct: the UPDATE takes the product row FOR NO KEY UPDATE.
+/// UpdateProduct with a change of set: the product row FOR NO KEY UPDATE, unless the name changes.
+///
+/// A statement whose SET list names `name` (a UNIQUE column, so a key of the row) takes the row
+/// FOR UPDATE even when the value stays: the BEFORE UPDATE row trigger on the table
+/// (products_keep_set_while_tier) fetches the row first in the lock mode the SET list implies.
+/// So an edit that keeps the name does not name it, and only a rename takes the row FOR UPDATE
+/// (a key changes: it waits on the FOR KEY SHARE a conferral holds through its foreign key).
 pub async fn update_product(
     conn: &mut PgConnection,
     id: ProductId,
@@ -250,36 +256,71 @@ pub async fn update_product(
     set_id: Option<EntitlementSetId>,
     published: bool,
 ) -> sqlx::Result<bool> {
-    Ok(sqlx::query!(
-        "UPDATE core.products SET name = $2, entitlement_set_id = $3, published = $4 WHERE product_id = $1",
+    // The name kept: no lock when it differs (the WHERE leaves the row alone).
+    let mut written = sqlx::query!(
+        "UPDATE core.products SET entitlement_set_id = $3, published = $4 WHERE product_id = $1 AND name = $2",
         id as ProductId,
         name,
         set_id as Option<EntitlementSetId>,
         published
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?
     .rows_affected()
-        == 1)
+        == 1;
+    if !written {
+        written = sqlx::query!(
+            "UPDATE core.products SET name = $2, entitlement_set_id = $3, published = $4 WHERE product_id = $1",
+            id as ProductId,
+            name,
+            set_id as Option<EntitlementSetId>,
+            published
+        )
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+            == 1;
+    }
+    if written {
+        crate::db::trace::note(conn, Lock::ProductRow, id.0, Some(id.0)).await?;
+    }
+    Ok(written)
 }
 
-/// UpdateProduct without a change of set: the name and publication only.
+/// UpdateProduct without a change of set: the name and publication only, the row FOR NO KEY
+/// UPDATE unless the name changes (see `update_product`).
 pub async fn update_product_name(
     conn: &mut PgConnection,
     id: ProductId,
     name: &str,
     published: bool,
 ) -> sqlx::Result<bool> {
-    Ok(sqlx::query!(
-        "UPDATE core.products SET name = $2, published = $3 WHERE product_id = $1",
+    let mut written = sqlx::query!(
+        "UPDATE core.products SET published = $3 WHERE product_id = $1 AND name = $2",
         id as ProductId,
         name,
         published
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?
     .rows_affected()
-        == 1)
+        == 1;
+    if !written {
+        written = sqlx::query!(
+            "UPDATE core.products SET name = $2, published = $3 WHERE product_id = $1",
+            id as ProductId,
+            name,
+            published
+        )
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+            == 1;
+    }
+    if written {
+        crate::db::trace::note(conn, Lock::ProductRow, id.0, Some(id.0)).await?;
+    }
+    Ok(written)
 }
 
 pub async fn name_taken_by_other_product(conn: &mut PgConnection, id: ProductId, name: &str) -> sqlx::Result<bool> {
@@ -668,11 +709,16 @@ pub async fn members(conn: &mut PgConnection, organization_id: OrganizationId) -
 
 /// The most seats a member may buy of the product: its row's UPDATE takes the row alone.
 pub async fn set_max_quantity(conn: &mut PgConnection, id: ProductId, max_quantity: i32) -> sqlx::Result<bool> {
-    Ok(sqlx::query!("UPDATE core.products SET max_quantity = $2 WHERE product_id = $1", id as ProductId, max_quantity)
-        .execute(conn)
-        .await?
-        .rows_affected()
-        == 1)
+    let written =
+        sqlx::query!("UPDATE core.products SET max_quantity = $2 WHERE product_id = $1", id as ProductId, max_quantity)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+            == 1;
+    if written {
+        crate::db::trace::note(conn, Lock::ProductRow, id.0, Some(id.0)).await?;
+    }
+    Ok(written)
 }
 
 /// The most seats of a product (None: no such product).

@@ -104,9 +104,13 @@ pub async fn update_connection(
         keys,
         read_back
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
-    Ok(n.rows_affected() == 1)
+    let written = n.rows_affected() == 1;
+    if written {
+        crate::db::trace::note(conn, crate::db::locks::Lock::ConnectionRow, id.0, None).await?;
+    }
+    Ok(written)
 }
 
 /// A new secret; the one it replaces signs too until `overlap_secs` from now.
@@ -125,9 +129,13 @@ pub async fn rotate_secret(
         secret,
         overlap_secs
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
-    Ok(n.rows_affected() == 1)
+    let written = n.rows_affected() == 1;
+    if written {
+        crate::db::trace::note(conn, crate::db::locks::Lock::ConnectionRow, id.0, None).await?;
+    }
+    Ok(written)
 }
 
 pub async fn mark_deleted(conn: &mut PgConnection, id: ConnectionId) -> sqlx::Result<bool> {
@@ -135,9 +143,13 @@ pub async fn mark_deleted(conn: &mut PgConnection, id: ConnectionId) -> sqlx::Re
         "UPDATE core.desired_state_connections SET deleted_at = now() WHERE connection_id = $1 AND deleted_at IS NULL",
         id as ConnectionId
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
-    Ok(n.rows_affected() == 1)
+    let written = n.rows_affected() == 1;
+    if written {
+        crate::db::trace::note(conn, crate::db::locks::Lock::ConnectionRow, id.0, None).await?;
+    }
+    Ok(written)
 }
 
 pub async fn request_test(e: impl PgExecutor<'_>, id: ConnectionId) -> sqlx::Result<()> {

@@ -141,9 +141,14 @@ pub async fn set_site_status(conn: &mut PgConnection, site_id: &str, status: Sit
 
 pub async fn set_keep_active(conn: &mut PgConnection, site_id: &str, keep: bool) -> sqlx::Result<bool> {
     let r = sqlx::query!("UPDATE fedwiki.sites SET keep_active = $2 WHERE site_id = $1", site_id, keep)
-        .execute(conn)
+        .execute(&mut *conn)
         .await?;
-    Ok(r.rows_affected() == 1)
+    let written = r.rows_affected() == 1;
+    if written {
+        // Keep active: the row's UPDATE, held through commit.
+        crate::db::trace::note(conn, Lock::SiteRow, site_id, None).await?;
+    }
+    Ok(written)
 }
 
 pub async fn delete_site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
@@ -190,6 +195,15 @@ pub async fn set_site_observed_by_domain(
     .execute(&mut *conn)
     .await?;
     if r.rows_affected() == 1 {
+        // The row's lock, held through commit (the callback's one lock), noted by the site's id:
+        // read only when tracing, under the lock the UPDATE holds.
+        if crate::db::trace::is_on() {
+            let site_id: String = sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
+                .bind(domain)
+                .fetch_one(&mut *conn)
+                .await?;
+            crate::db::trace::note(conn, Lock::SiteRow, site_id, None).await?;
+        }
         return Ok(Observed::Written);
     }
     // Only to say why nothing was written; the update above decided.

@@ -38,6 +38,7 @@ mod tier_acts;
 mod topology;
 mod tx_kinds;
 mod walk_billing;
+mod walk_catalog;
 mod walk_desired_state;
 mod walk_grants;
 mod walk_platform;

@@ -147,7 +147,7 @@ pub async fn create_connection(db: &Db, f: &ConnectionForm) -> Result<Connection
 #[tracing::instrument(name = "Edit a connection", skip(db, f), fields(connection_id = %id))]
 pub async fn update_connection(db: &Db, id: ConnectionId, f: &ConnectionForm) -> Result<(), ServiceError> {
     let c = parse_connection(db, f).await?;
-    tx::within(db, TxKind::Plain, async |t: &mut Tx| {
+    tx::within_for(db, TxKind::Plain, &EDIT_CONNECTION_LOCKS, async |t: &mut Tx| {
         if !store::update_connection(t.conn(), id, &c.name, &c.url, &c.keys, c.read_back).await.map_err(name_taken)? {
             return Err(ServiceError::NotFound("connection"));
         }
@@ -173,7 +173,7 @@ pub fn parse_overlap_hours(raw: &str) -> Result<Duration, ServiceError> {
 #[tracing::instrument(name = "Rotate a connection's secret", skip(db), fields(connection_id = %id))]
 pub async fn rotate_secret(db: &Db, id: ConnectionId, overlap: Duration) -> Result<(), ServiceError> {
     let secret = new_secret().map_err(|e| ServiceError::Remote { sentence: e, transient: true })?;
-    tx::within(db, TxKind::Plain, async |t: &mut Tx| {
+    tx::within_for(db, TxKind::Plain, &EDIT_CONNECTION_LOCKS, async |t: &mut Tx| {
         if !store::rotate_secret(t.conn(), id, &secret, overlap.as_secs_f64()).await? {
             return Err(ServiceError::NotFound("connection"));
         }
@@ -186,7 +186,7 @@ pub async fn rotate_secret(db: &Db, id: ConnectionId, overlap: Duration) -> Resu
 /// records, each under its address lock.
 #[tracing::instrument(name = "Delete a connection", skip(db), fields(connection_id = %id))]
 pub async fn delete_connection(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
-    tx::within(db, TxKind::Plain, async |t: &mut Tx| {
+    tx::within_for(db, TxKind::Plain, &EDIT_CONNECTION_LOCKS, async |t: &mut Tx| {
         if !store::mark_deleted(t.conn(), id).await? {
             return Err(ServiceError::NotFound("connection"));
         }

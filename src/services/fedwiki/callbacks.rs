@@ -12,7 +12,7 @@ use crate::{
     db::{
         Db, Tx, TxKind,
         locks::{Lock, PathLocks},
-        tx::within,
+        tx::within_for,
     },
     integrations::farm::FarmSite,
     jobs::{self, NewJob},
@@ -55,7 +55,7 @@ pub async fn receive_farm_callback(db: &Db, cb: &FarmCallback) -> Result<Receive
     if cb.id.is_empty() || cb.id.len() > 200 || cb.site.domain.len() > 253 {
         return Err(ServiceError::invalid_form("The callback's id or domain is not in the farm's form."));
     }
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    within_for(db, TxKind::Plain, &RECEIVE_FARM_CALLBACK_LOCKS, async |tx: &mut Tx| {
     if !store::record_callback(tx.conn(), &cb.id, &cb.kind, &cb.site.domain).await? {
         return Ok(Received::Duplicate);
     }
