@@ -242,13 +242,8 @@ pub async fn insert_product(
     .await
 }
 
-/// UpdateProduct with a change of set: the product row FOR NO KEY UPDATE, unless the name changes.
-///
-/// A statement whose SET list names `name` (a UNIQUE column, so a key of the row) takes the row
-/// FOR UPDATE even when the value stays: the BEFORE UPDATE row trigger on the table
-/// (products_keep_set_while_tier) fetches the row first in the lock mode the SET list implies.
-/// So an edit that keeps the name does not name it, and only a rename takes the row FOR UPDATE
-/// (a key changes: it waits on the FOR KEY SHARE a conferral holds through its foreign key).
+/// UpdateProduct with a change of set: the product row FOR NO KEY UPDATE (a rename too: the name's
+/// uniqueness is an expression index, no key of the row; migration 0015).
 pub async fn update_product(
     conn: &mut PgConnection,
     id: ProductId,
@@ -256,9 +251,8 @@ pub async fn update_product(
     set_id: Option<EntitlementSetId>,
     published: bool,
 ) -> sqlx::Result<bool> {
-    // The name kept: no lock when it differs (the WHERE leaves the row alone).
-    let mut written = sqlx::query!(
-        "UPDATE core.products SET entitlement_set_id = $3, published = $4 WHERE product_id = $1 AND name = $2",
+    let written = sqlx::query!(
+        "UPDATE core.products SET name = $2, entitlement_set_id = $3, published = $4 WHERE product_id = $1",
         id as ProductId,
         name,
         set_id as Option<EntitlementSetId>,
@@ -268,19 +262,6 @@ pub async fn update_product(
     .await?
     .rows_affected()
         == 1;
-    if !written {
-        written = sqlx::query!(
-            "UPDATE core.products SET name = $2, entitlement_set_id = $3, published = $4 WHERE product_id = $1",
-            id as ProductId,
-            name,
-            set_id as Option<EntitlementSetId>,
-            published
-        )
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-            == 1;
-    }
     if written {
         crate::db::trace::note(conn, Lock::ProductRow, id.0, Some(id.0)).await?;
     }
@@ -288,15 +269,15 @@ pub async fn update_product(
 }
 
 /// UpdateProduct without a change of set: the name and publication only, the row FOR NO KEY
-/// UPDATE unless the name changes (see `update_product`).
+/// UPDATE (see `update_product`).
 pub async fn update_product_name(
     conn: &mut PgConnection,
     id: ProductId,
     name: &str,
     published: bool,
 ) -> sqlx::Result<bool> {
-    let mut written = sqlx::query!(
-        "UPDATE core.products SET published = $3 WHERE product_id = $1 AND name = $2",
+    let written = sqlx::query!(
+        "UPDATE core.products SET name = $2, published = $3 WHERE product_id = $1",
         id as ProductId,
         name,
         published
@@ -305,18 +286,6 @@ pub async fn update_product_name(
     .await?
     .rows_affected()
         == 1;
-    if !written {
-        written = sqlx::query!(
-            "UPDATE core.products SET name = $2, published = $3 WHERE product_id = $1",
-            id as ProductId,
-            name,
-            published
-        )
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-            == 1;
-    }
     if written {
         crate::db::trace::note(conn, Lock::ProductRow, id.0, Some(id.0)).await?;
     }

@@ -64,26 +64,41 @@ async fn an_update_of_a_products_publication_walked_lock_by_lock_takes_only_the_
 }
 
 #[tokio::test]
-async fn a_rename_of_a_product_walked_lock_by_lock_takes_only_the_product_row_for_update_as_its_name_is_a_unique_key() {
+async fn a_rename_of_a_product_walked_lock_by_lock_takes_only_the_product_row_for_no_key_update() {
     let t = demo_db().await;
     let p = new_product(&t, "Walked name", 2).await;
     let set = product_facts(&t, p).await.1.map(member_console::ids::EntitlementSetId);
-    // The name is a UNIQUE column (core.products_name_key): an UPDATE that changes it changes a
-    // key, so PostgreSQL takes the row FOR UPDATE, not the FOR NO KEY UPDATE the declaration and
-    // the spec's lock table give (reported to the lead: a rename waits on, and holds up, the FOR
-    // KEY SHARE a conferral or a tier insert takes through its foreign key; only a change of the
-    // schema would avoid it). An edit that keeps the name takes FOR NO KEY UPDATE (the walk
-    // above): before the fix it named `name` in its SET list, which, with the table's BEFORE
-    // UPDATE row trigger, took the row FOR UPDATE even for an unchanged name.
-    let out = LockWalk::run(
-        &t,
-        &catalog::UPDATE_PRODUCT_LOCKS,
-        &[Expect::row_in("core.products", p.0, RowMode::Update)],
-        move |db| async move { catalog::update_product(&db, p, "Walked name, renamed", set, true).await },
-    )
+    // The name's uniqueness is an expression index (migration 0015), not a key of the row: a
+    // rename changes no key, so it takes the row FOR NO KEY UPDATE, as the spec's lock table says.
+    let out = LockWalk::run(&t, &catalog::UPDATE_PRODUCT_LOCKS, &[product_row(p)], move |db| async move {
+        catalog::update_product(&db, p, "Walked name, renamed", set, true).await
+    })
     .await;
     out.unwrap();
     assert_eq!(product_facts(&t, p).await, ("Walked name, renamed".into(), set.map(|s| s.0), true, 1));
+}
+
+/// A rename beside a conferral: the conferral's insert holds the product's row FOR KEY SHARE
+/// through its foreign key, and the rename goes through without waiting for it. Before migration
+/// 0015 the name was a UNIQUE column, a key: a rename took the row FOR UPDATE and waited.
+#[tokio::test]
+async fn a_rename_does_not_wait_for_a_conferral_holding_the_products_row_for_key_share() {
+    let t = demo_db().await;
+    let p = new_product(&t, "Renamed beside", 2).await;
+    let set = product_facts(&t, p).await.1.map(member_console::ids::EntitlementSetId);
+    let mut held = t.admin.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM core.products WHERE product_id = $1 FOR KEY SHARE")
+        .bind(p.0)
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    let db = t.db.clone();
+    let rename =
+        tokio::spawn(async move { catalog::update_product(&db, p, "Renamed beside, renamed", set, true).await });
+    let done = tokio::time::timeout(std::time::Duration::from_secs(10), rename).await;
+    held.rollback().await.unwrap();
+    done.expect("the rename waited on the conferral's FOR KEY SHARE").unwrap().unwrap();
+    assert_eq!(product_facts(&t, p).await.0, "Renamed beside, renamed");
 }
 
 // Change a product's entitlement set --------------------------------------------------------------------
