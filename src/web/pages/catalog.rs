@@ -334,7 +334,7 @@ pub(crate) async fn product_edit_view(
 #[tracing::instrument(name = "Page: a product", skip_all, fields(product_id = *id))]
 pub async fn product_page(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
     let (name, v) = product_edit_view(&req, &state, *id, None).await?.ok_or(AppError::NotFound)?;
-    let prices = super::billing::prices_view(&req, &state, *id, None, vec![]).await?;
+    let prices = super::product_prices::prices_view(&req, &state, *id, None, vec![]).await?;
     let body = views::product_with_prices(&v, &prices);
     Ok(render::ok(&req, &format!("Product: {name}"), body))
 }
@@ -367,7 +367,7 @@ async fn product_saved(
     let to = saved.map(|()| format!("{}?saved=1", fill(paths::CATALOG_PRODUCT, &[&id])));
     refusals::posted(req, to, values, PRODUCT_WORDS, async |r| {
         let (name, v) = product_edit_view(req, state, id, Some(r.form)).await?.ok_or(AppError::NotFound)?;
-        let prices = super::billing::prices_view(req, state, id, None, vec![]).await?;
+        let prices = super::product_prices::prices_view(req, state, id, None, vec![]).await?;
         let title = format!("Product: {name}");
         let form = || views::product_edit(&v);
         Ok(refusals::answer(req, r.status, &title, form, || views::product_with_prices(&v, &prices)))

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod operator;
 pub mod organizations;
 pub mod plan_acts;
+pub mod product_prices;
 pub mod rule_changes;
 pub mod sites;
 pub mod topology;
