@@ -564,3 +564,63 @@ impl<T: Send + 'static> LockWalk<T> {
         held(&self.admin, self.paused_pid(), &self.tables, &self.pause_keys).await
     }
 }
+
+/// One pause of a walk: a lock the administrator can see, or a lock the trace notes on a row the
+/// path inserted itself earlier in its transaction (invisible to the administrator: the harness's
+/// "Limits"), which the walk passes over after checking the visible ones are still exactly held.
+pub enum Step {
+    Lock(Expect),
+    /// Rows one statement locks in its order (`ORDER BY ... FOR UPDATE`): the trace notes them one
+    /// by one once the statement has them all, so at each of their pauses all of them are held.
+    Rows(Vec<Expect>),
+    Own(&'static str),
+}
+
+impl Step {
+    /// How many locks the trace notes for it (a pause each).
+    pub fn notes(&self) -> usize {
+        match self {
+            Step::Rows(rows) => rows.len(),
+            _ => 1,
+        }
+    }
+}
+
+/// `LockWalk::run`, for a path whose statements lock several rows at once or that notes locks on
+/// rows it inserted itself.
+pub async fn walk<T, F, Fut>(t: &TestDb, decl: &'static PathLocks, steps: &[Step], path: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce(Db) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+{
+    let total: usize = steps.iter().map(Step::notes).sum();
+    let mut w = LockWalk::start(t, decl, total, path).await;
+    assert!(w.pid.is_some(), "the path finished before its first lock");
+    let mut seen = vec![];
+    let mut k = 0;
+    for s in steps {
+        let (what, probes) = match s {
+            Step::Lock(e) => (format!("{e:?}"), vec![e.clone()]),
+            Step::Rows(rows) => (format!("{rows:?}"), rows.clone()),
+            Step::Own(what) => (what.to_string(), vec![]),
+        };
+        seen.extend(probes.iter().cloned());
+        for n in 0..s.notes() {
+            w.assert_holds_exactly(&seen).await;
+            if n == 0 {
+                for e in &probes {
+                    w.assert_probe_waits(t, e).await;
+                }
+            }
+            k += 1;
+            let paused = w.step().await;
+            if k < total {
+                assert!(paused, "the path finished after {k} locks (the last: {what}); expected {total}");
+            } else {
+                assert!(!paused, "the path took a lock after the {total} expected");
+            }
+        }
+    }
+    w.finish().await
+}
