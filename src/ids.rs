@@ -3,6 +3,12 @@
 //! and Debug, so the logs' fields read as before) as the number. Nothing here imports from the console: every layer may use it.
 //!
 //! A tier has no id of its own: it is a ladder's rank (`LadderId` and the rank).
+//!
+//! Beside them, the text keys: names of things the console does not number itself (a site, its
+//! domain, a workspace, a resource key, the objects Stripe keeps), one type each, so a domain
+//! cannot be passed where a site's id is meant. A key is made where the text comes from (a
+//! form's parse, a row, a remote answer) and read back as `&str` only where it leaves (a query's
+//! bind, a URL, a log).
 
 use std::fmt;
 
@@ -78,4 +84,110 @@ id! {
     RecordId,
     /// `core.desired_state_outbox`
     NoticeId,
+}
+
+macro_rules! text_key {
+    ($($(#[$doc:meta])* $name:ident,)+) => {$(
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, sqlx::Type, serde::Serialize, serde::Deserialize)]
+        #[sqlx(transparent)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// The key as the text it is (a query's bind, a URL, a log).
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        /// A query's non-null column of the key, or a remote answer's field, taken as it is: the
+        /// text was checked where it was first made (a form's parse), and the database or the
+        /// remote system is its source of truth afterwards.
+        impl From<String> for $name {
+            fn from(key: String) -> Self {
+                $name(key)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(key: &str) -> Self {
+                $name(key.to_string())
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+    )+};
+}
+
+text_key! {
+    /// `fedwiki.sites.site_id`: a site, and the lifecycle instance its requests act on (the spec's
+    /// `instance_id` is the same name).
+    SiteId,
+    /// A site's host name on the farm (`fedwiki.sites.domain`), or a custom domain a member adds.
+    SiteDomain,
+    /// `fedwiki.sites.workspace_id`: the organization's workspace on the farm.
+    WorkspaceId,
+    /// `core.resource_keys.key`: an entitlement's name (`sites.active`, `seats`).
+    ResourceKey,
+    /// Stripe's customer (`cus_…`).
+    StripeCustomerId,
+    /// Stripe's subscription (`sub_…`).
+    StripeSubscriptionId,
+    /// Stripe's subscription item (`si_…`).
+    StripeItemId,
+    /// Stripe's subscription schedule (`sub_sched_…`).
+    StripeScheduleId,
+    /// Stripe's price (`price_…`).
+    StripePriceId,
+    /// Stripe's product (`prod_…`).
+    StripeProductId,
+    /// Stripe's invoice (`in_…`).
+    StripeInvoiceId,
+    /// Stripe's invoice line (`il_…`).
+    StripeLineId,
+    /// Stripe's payment (`pi_…`, `ch_…`).
+    StripePaymentId,
+    /// Stripe's Checkout session (`cs_…`).
+    StripeSessionId,
+    /// Stripe's event (`evt_…`).
+    StripeEventId,
 }

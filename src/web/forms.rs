@@ -1,9 +1,10 @@
 //! What every form handler shares: the submitted form read as a typed struct, where a successful
 //! post goes, and the partial a refused HTMX post gets back.
 //!
-//! A form is a `#[derive(Deserialize)]` struct of its fields, each a `String` with
-//! `#[serde(default)]`: a field that was not sent reads "", so a missing field gets the same
-//! message from the form's parse as an empty one. Every form struct also has
+//! A form is a `#[derive(Deserialize, Validate)]` struct of its fields, each a `Field<T>` (or,
+//! for the few plain texts, a `String`) with `#[serde(default)]`: a field that was not sent reads
+//! "", so a missing field gets the same message as an empty one (`input` says how a field is
+//! read and checked). Every form struct also has
 //! `#[serde(deny_unknown_fields)]`, so a field it does not name (a misspelling, a page older than
 //! the console) is refused with a 422 that names it, before anything is read or written. Two
 //! fields never reach the struct: the CSRF token (`csrf_token`), which every POST carries and the
@@ -35,6 +36,11 @@ impl<T> Form<T> {
     /// The fields as sent (the CSRF token left out), for a refused form's re-render.
     pub fn values(&self) -> Vec<(String, String)> {
         self.sent.clone()
+    }
+
+    /// The fields, to be turned into the handler's command.
+    pub fn into_inner(self) -> T {
+        self.fields
     }
 }
 

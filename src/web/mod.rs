@@ -8,6 +8,7 @@ pub mod forms;
 pub mod guards;
 pub mod headers;
 pub mod identity;
+pub mod input;
 pub mod pages;
 pub mod paging;
 pub mod refusals;

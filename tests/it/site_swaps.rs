@@ -25,7 +25,14 @@ impl Sites {
         self.created("live").await;
         self.created("asleep").await;
         let (live, asleep) = (self.site_id("live").await, self.site_id("asleep").await);
-        let activation = fedwiki::swap_active_site(&self.t.db, &self.settings, self.who, &asleep, &live).await.unwrap();
+        let activation = fedwiki::swap_active_site(
+            &self.t.db,
+            &self.settings,
+            self.who,
+            &fedwiki::SwapSites { activate: asleep.as_str().into(), park: live.as_str().into() },
+        )
+        .await
+        .unwrap();
         let park = {
             let mut c = self.t.db.read().await.unwrap();
             store::swap_partner(c.conn(), activation).await.unwrap().expect("the park half").request_id
@@ -92,7 +99,14 @@ async fn a_restart_mid_swap_leaves_its_park_half_to_the_swaps_job_and_a_swap_no_
     // A swap back whose job was lost: both halves end failed, together.
     s.t.run(sqlx::query("UPDATE fedwiki.swap_policies SET last_swap_at = NULL")).await;
     let (live, asleep) = (s.site_id("live").await, s.site_id("asleep").await);
-    let back = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &live, &asleep).await.unwrap();
+    let back = fedwiki::swap_active_site(
+        &s.t.db,
+        &s.settings,
+        s.who,
+        &fedwiki::SwapSites { activate: live.as_str().into(), park: asleep.as_str().into() },
+    )
+    .await
+    .unwrap();
     s.t.run(sqlx::query(sqlx::AssertSqlSafe(format!(
         "DELETE FROM integration.jobs WHERE dedupe_key = 'fedwiki_request:{back}'"
     ))))
@@ -155,7 +169,14 @@ async fn a_swap_that_fails_gives_its_cooldown_back_to_the_last_swap_that_happene
     .await;
     let earlier = s.swap_stamp().await.expect("stamped");
     let (live, asleep) = (s.site_id("live").await, s.site_id("asleep").await);
-    let back = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &live, &asleep).await.unwrap();
+    let back = fedwiki::swap_active_site(
+        &s.t.db,
+        &s.settings,
+        s.who,
+        &fedwiki::SwapSites { activate: live.as_str().into(), park: asleep.as_str().into() },
+    )
+    .await
+    .unwrap();
     assert!(s.swap_stamp().await > Some(earlier), "the intake stamps the cooldown");
     // The farm fails the swap for good.
     s.f.faults(serde_json::json!({ "fail_next": 1 })).await;
@@ -163,11 +184,25 @@ async fn a_swap_that_fails_gives_its_cooldown_back_to_the_last_swap_that_happene
     assert!(matches!(ran, Ran::Recorded(Recorded::Done { state: RequestState::Failed, .. })), "{ran:?}");
     assert_eq!(s.swap_stamp().await, Some(earlier), "the stamp is the last swap that happened");
     // So the member may swap again at once.
-    let again = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &live, &asleep).await.unwrap();
+    let again = fedwiki::swap_active_site(
+        &s.t.db,
+        &s.settings,
+        s.who,
+        &fedwiki::SwapSites { activate: live.as_str().into(), park: asleep.as_str().into() },
+    )
+    .await
+    .unwrap();
     s.run(again).await.unwrap();
     assert_eq!((s.status("live").await.as_str(), s.status("asleep").await.as_str()), ("active", "parked"));
     // A swap that happened keeps its stamp: the next is refused inside the cooldown.
-    let e = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &asleep, &live).await.unwrap_err();
+    let e = fedwiki::swap_active_site(
+        &s.t.db,
+        &s.settings,
+        s.who,
+        &fedwiki::SwapSites { activate: asleep.as_str().into(), park: live.as_str().into() },
+    )
+    .await
+    .unwrap_err();
     assert!(e.to_string().contains("You can swap again in 10 minutes"), "{e}");
     assert_usage_agrees(&s).await;
 }

@@ -227,7 +227,14 @@ async fn a_swap_parks_one_and_activates_the_other_and_a_second_inside_the_cooldo
     s.created("live").await;
     s.created("asleep").await;
     let (live, asleep) = (s.site_id("live").await, s.site_id("asleep").await);
-    let id = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &asleep, &live).await.unwrap();
+    let id = fedwiki::swap_active_site(
+        &s.t.db,
+        &s.settings,
+        s.who,
+        &fedwiki::SwapSites { activate: asleep.as_str().into(), park: live.as_str().into() },
+    )
+    .await
+    .unwrap();
     // While the swap is in flight, another act on either site is refused.
     let e = fedwiki::change_status(&s.t.db, &s.settings, s.who, &live, RequestKind::Archive).await.unwrap_err();
     assert!(e.to_string().contains("already in progress"), "{e}");
@@ -235,7 +242,14 @@ async fn a_swap_parks_one_and_activates_the_other_and_a_second_inside_the_cooldo
     assert_eq!((s.status("live").await.as_str(), s.status("asleep").await.as_str()), ("parked", "active"));
     assert_eq!(s.f.site("asleep.wiki.localhost").await.unwrap()["status"], "active");
     assert_eq!(s.f.site("live.wiki.localhost").await.unwrap()["status"], "parked");
-    let e = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &live, &asleep).await.unwrap_err();
+    let e = fedwiki::swap_active_site(
+        &s.t.db,
+        &s.settings,
+        s.who,
+        &fedwiki::SwapSites { activate: live.as_str().into(), park: asleep.as_str().into() },
+    )
+    .await
+    .unwrap_err();
     assert!(e.to_string().contains("You can swap again in 10 minutes"), "{e}");
     assert_usage_agrees(&s).await;
 }
@@ -517,7 +531,14 @@ async fn a_swaps_record_step_takes_the_activated_sites_instance_lock_first_and_a
     s.created("front").await;
     s.created("back").await;
     let (front, back) = (s.site_id("front").await, s.site_id("back").await);
-    let swap = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &back, &front).await.unwrap();
+    let swap = fedwiki::swap_active_site(
+        &s.t.db,
+        &s.settings,
+        s.who,
+        &fedwiki::SwapSites { activate: back.as_str().into(), park: front.as_str().into() },
+    )
+    .await
+    .unwrap();
     let activated = s.request(swap).await;
     let parked = {
         let mut c = s.t.db.read().await.unwrap();
@@ -565,7 +586,15 @@ async fn a_swap_intake_takes_the_workspace_lock_before_the_instance_locks_and_a_
     // passed on the workspace's lock alone.)
     let (mut pause, pause_pid) = pause_writes_on(&s.t, "fedwiki.swap_policies").await;
     let (db, settings, who, a1, b1) = (s.t.db.clone(), s.settings.clone(), s.who, b.clone(), a.clone());
-    let first = tokio::spawn(async move { fedwiki::swap_active_site(&db, &settings, who, &a1, &b1).await });
+    let first = tokio::spawn(async move {
+        fedwiki::swap_active_site(
+            &db,
+            &settings,
+            who,
+            &fedwiki::SwapSites { activate: a1.as_str().into(), park: b1.as_str().into() },
+        )
+        .await
+    });
     let first_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
     // Everything it takes before the policy row, on which it waits: the workspace's lock and BOTH
     // sites' instance locks, each by its key (the workspace's lock does not stand in for them).
@@ -574,7 +603,15 @@ async fn a_swap_intake_takes_the_workspace_lock_before_the_instance_locks_and_a_
     let workspace = Expect::advisory(AdvisoryKey::Workspace(format!("org-{}", s.org.0)));
     common::locks::assert_holds(&s.t.admin, first_pid, &[workspace.clone(), instance(&a), instance(&b)]).await;
     let (db, settings, who) = (s.t.db.clone(), s.settings.clone(), s.who);
-    let second = tokio::spawn(async move { fedwiki::swap_active_site(&db, &settings, who, &b, &a).await });
+    let second = tokio::spawn(async move {
+        fedwiki::swap_active_site(
+            &db,
+            &settings,
+            who,
+            &fedwiki::SwapSites { activate: b.as_str().into(), park: a.as_str().into() },
+        )
+        .await
+    });
     let second_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, first_pid).await;
     common::locks::assert_waits(&s.t.admin, second_pid, first_pid, &workspace).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();

@@ -66,7 +66,14 @@ impl Sites {
     /// plan: (activation, park half).
     async fn swap_of(&self, live: &str, asleep: &str) -> (RequestId, RequestId) {
         let (l, a) = (self.site_id(live).await, self.site_id(asleep).await);
-        let activation = fedwiki::swap_active_site(&self.t.db, &self.settings, self.who, &a, &l).await.unwrap();
+        let activation = fedwiki::swap_active_site(
+            &self.t.db,
+            &self.settings,
+            self.who,
+            &fedwiki::SwapSites { activate: a.as_str().into(), park: l.as_str().into() },
+        )
+        .await
+        .unwrap();
         let park = {
             let mut c = self.t.db.read().await.unwrap();
             store::swap_partner(c.conn(), activation).await.unwrap().expect("the park half").request_id
@@ -121,7 +128,13 @@ async fn a_swap_walked_lock_by_lock_takes_the_workspace_lock_then_each_sites_ins
     let expected = [s.workspace_lock(), instance(&back), instance(&front), s.policy_row()];
     let (settings, who, a, p) = (s.settings.clone(), s.who, back.clone(), front.clone());
     let out = LockWalk::run(&s.t, &handlers::SWAP_ACTIVE_SITE_LOCKS, &expected, |db| async move {
-        fedwiki::swap_active_site(&db, &settings, who, &a, &p).await
+        fedwiki::swap_active_site(
+            &db,
+            &settings,
+            who,
+            &fedwiki::SwapSites { activate: a.as_str().into(), park: p.as_str().into() },
+        )
+        .await
     })
     .await;
     let activation = out.unwrap();
@@ -135,7 +148,14 @@ async fn a_swap_walked_lock_by_lock_takes_the_workspace_lock_then_each_sites_ins
         store::swap_partner(c.conn(), activation).await.unwrap().expect("the park half")
     };
     assert_eq!((half.kind, half.instance_id.as_str()), (RequestKind::Park, &*front));
-    let e = fedwiki::swap_active_site(&s.t.db, &s.settings, s.who, &front, &back).await.unwrap_err();
+    let e = fedwiki::swap_active_site(
+        &s.t.db,
+        &s.settings,
+        s.who,
+        &fedwiki::SwapSites { activate: front.as_str().into(), park: back.as_str().into() },
+    )
+    .await
+    .unwrap_err();
     assert!(e.to_string().contains("You can swap again"), "the walked swap stamped the cooldown: {e}");
 }
 

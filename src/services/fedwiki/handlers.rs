@@ -19,7 +19,7 @@ use crate::{
         locks::{Lock, PathLocks},
         tx::within_for,
     },
-    ids::{AccountId, OrganizationId, RequestId},
+    ids::{AccountId, OrganizationId, RequestId, SiteId},
     services::ServiceError,
     states::{RequestKind, SiteStatus},
     store::{accounts, fedwiki as store},
@@ -195,17 +195,23 @@ fn refuse_inside_cooldown(
     Ok(())
 }
 
+/// A swap: the parked site to activate and the active one to park, of one organization.
+#[derive(Debug, Clone)]
+pub struct SwapSites {
+    pub activate: SiteId,
+    pub park: SiteId,
+}
+
 /// swapActiveSite: activate the parked `activate` and park the active `park`, in one step.
-#[tracing::instrument(name = "Swap the active site", skip(db, farm), fields(activate, park))]
+#[tracing::instrument(name = "Swap the active site", skip(db, farm, swap), fields(activate = %swap.activate, park = %swap.park))]
 pub async fn swap_active_site(
     db: &Db,
     farm: &FarmSettings,
     who: AccountId,
-    activate: &str,
-    park: &str,
+    swap: &SwapSites,
 ) -> Result<RequestId, ServiceError> {
-    let a = members_site(db, who, activate).await?;
-    let p = members_site(db, who, park).await?;
+    let a = members_site(db, who, swap.activate.as_str()).await?;
+    let p = members_site(db, who, swap.park.as_str()).await?;
     if a.workspace_id != p.workspace_id {
         return Err(ServiceError::Refused("Both sites of a swap belong to one organization.".into()));
     }

@@ -22,7 +22,7 @@ pub mod workflow;
 use crate::{ids::RequestId, jobs::Job};
 
 pub use callbacks::{FarmCallback, Received, receive_farm_callback};
-pub use handlers::{change_status, create_site, set_keep_active, swap_active_site, withdraw_request};
+pub use handlers::{SwapSites, change_status, create_site, set_keep_active, swap_active_site, withdraw_request};
 pub use workflow::{Ran, run_site_request};
 
 /// Attempts a request's job gets: with the queue's backoff and 30 s per farm call, a few minutes of a farm that

@@ -122,7 +122,14 @@ pub(in crate::stress) async fn swap_sites(ctx: &Ctx, rng: &mut Rng, note: &mut N
         return Ok(Outcome::Skipped);
     };
     note.detail = format!("swap {parked} in for {active}");
-    match fedwiki::swap_active_site(&ctx.db, &ctx.farm_settings, ctx.site_member, &parked, &active).await {
+    match fedwiki::swap_active_site(
+        &ctx.db,
+        &ctx.farm_settings,
+        ctx.site_member,
+        &fedwiki::SwapSites { activate: parked.as_str().into(), park: active.as_str().into() },
+    )
+    .await
+    {
         Ok(id) => carry(ctx, id, note).await,
         Err(ServiceError::NotFound(_)) => Ok(Outcome::Skipped),
         Err(e) => site_outcome(Err::<(), _>(e), note),

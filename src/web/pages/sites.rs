@@ -6,13 +6,14 @@
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
+use validator::Validate;
 use views::{FormState, paths};
 
 use crate::{
-    ids::{AccountId, OrganizationId},
+    ids::{AccountId, OrganizationId, SiteId},
     services::{
         self, ServiceError,
-        fedwiki::{self, names::SiteName, reads},
+        fedwiki::{self, SwapSites, names::SiteName, reads},
     },
     states::{RequestKind, SiteStatus},
     store::accounts::SessionAccount,
@@ -22,6 +23,7 @@ use crate::{
         errors::AppError,
         forms::{Form, after_post, query_or_default},
         identity::{Member, csrf_token},
+        input::{self, Field, read},
         refusals::{self, Words},
         render,
     },
@@ -321,11 +323,23 @@ pub async fn withdraw(
 }
 
 /// The swap form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct SwapForm {
-    activate: String,
-    park: String,
+    #[validate(custom(function = read, message = "Choose the parked site to activate."))]
+    activate: Field<SiteId>,
+    #[validate(custom(function = read, message = "Choose the active site to park."))]
+    park: Field<SiteId>,
+}
+
+impl TryFrom<SwapForm> for SwapSites {
+    type Error = ServiceError;
+
+    fn try_from(f: SwapForm) -> Result<SwapSites, ServiceError> {
+        let problems = input::problems(&f);
+        let (activate, park) = problems.or(f.activate.into_ok().zip(f.park.into_ok()))?;
+        Ok(SwapSites { activate, park })
+    }
 }
 
 #[tracing::instrument(name = "Page: swap sites", skip_all, fields(account_id = %who.account_id))]
@@ -334,10 +348,13 @@ pub async fn swap(
     form: Form<SwapForm>,
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
-    let done =
-        fedwiki::swap_active_site(&state.db, &state.config.farm, who.account_id, &form.activate, &form.park).await;
-    let beside = Beside::Site(form.activate.clone());
-    answer(&req, &state, who.account_id, beside, "swap", done, form.values()).await
+    let values = form.values();
+    let beside = Beside::Site(form.activate.raw().to_string());
+    let done = match SwapSites::try_from(form.into_inner()) {
+        Ok(swap) => fedwiki::swap_active_site(&state.db, &state.config.farm, who.account_id, &swap).await,
+        Err(e) => Err(e),
+    };
+    answer(&req, &state, who.account_id, beside, "swap", done, values).await
 }
 
 /// The Keep active toggle.
