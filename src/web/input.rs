@@ -53,6 +53,38 @@ written_key! {
     crate::ids::SiteId,
 }
 
+/// A row's id the page wrote: a positive whole number. Forms say what to choose in their own
+/// words (the attribute's `message`), as a chooser's first option is blank.
+macro_rules! row_id {
+    ($($t:ty,)+) => {$(
+        impl FromField for $t {
+            fn from_field(raw: &str) -> Result<Self, String> {
+                match raw.trim().parse::<i64>() {
+                    Ok(id) if id > 0 => Ok(<$t>::from(id)),
+                    _ => Err("“{value}” is not one of the page's choices.".into()),
+                }
+            }
+        }
+    )+};
+}
+
+row_id! {
+    crate::ids::AccountId,
+    crate::ids::OrganizationId,
+    crate::ids::OrgTypeId,
+    crate::ids::PoolId,
+    crate::ids::ProductId,
+    crate::ids::EntitlementSetId,
+    crate::ids::LadderId,
+    crate::ids::GrantId,
+    crate::ids::SubscriptionId,
+    crate::ids::RuleChangeId,
+    crate::ids::PlanActId,
+    crate::ids::PriceId,
+    crate::ids::RequestId,
+    crate::ids::ConnectionId,
+}
+
 /// A field as sent, and its parse.
 pub struct Field<T> {
     raw: String,
