@@ -53,6 +53,30 @@ pub struct Config {
     pub stripe: StripeSettings,
     /// The FedWiki farm: its API, token, callback secret, zone and the sites' rules.
     pub farm: FarmSettings,
+    /// Mail to people: the SMTP server and the sender.
+    pub mail: MailSettings,
+}
+
+/// `SMTP_URL` (lettre's form: `smtp://host:port` plain for a local relay,
+/// `smtp://…?tls=required` or `smtps://…` otherwise, credentials in the URL) and `MAIL_FROM`.
+/// With no `SMTP_URL`, `serve --demo` starts the mail catcher the project ships; otherwise mail
+/// is off, and the pages that need it say so.
+#[derive(Clone, Debug)]
+pub struct MailSettings {
+    pub smtp_url: Option<String>,
+    pub from: String,
+    /// One SMTP conversation is answered within this, or the message is tried again later.
+    pub call_timeout: Duration,
+}
+
+impl Default for MailSettings {
+    fn default() -> Self {
+        MailSettings {
+            smtp_url: None,
+            from: "Member Console <console@localhost>".into(),
+            call_timeout: crate::integrations::mail::CALL_TIMEOUT,
+        }
+    }
 }
 
 /// `FARM_URL`, `FARM_TOKEN`, `FARM_CALLBACK_SECRET`, `FARM_DOMAIN`, `FEDWIKI_SWAP_COOLDOWN_S`,
@@ -277,6 +301,20 @@ impl Config {
             ));
         }
 
+        let mail = MailSettings {
+            smtp_url: get("SMTP_URL").map(|u| u.trim().to_string()),
+            from: get("MAIL_FROM").map(|f| f.trim().to_string()).unwrap_or_else(|| MailSettings::default().from),
+            ..MailSettings::default()
+        };
+        if let Some(url) = &mail.smtp_url {
+            crate::integrations::mail::check(url, &mail.from).map_err(|why| invalid("SMTP_URL", why))?;
+        } else if mail.from.parse::<lettre::message::Mailbox>().is_err() {
+            return Err(invalid(
+                "MAIL_FROM",
+                format!("{:?} is not a mailbox such as Console <console@example.org>", mail.from),
+            ));
+        }
+
         let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
         if needs_dir {
             std::fs::create_dir_all(&data_dir).map_err(|source| ConfigError::Io { path: data_dir.clone(), source })?;
@@ -309,6 +347,7 @@ impl Config {
             metrics_token,
             stripe,
             farm,
+            mail,
         })
     }
 
@@ -372,7 +411,12 @@ impl fmt::Display for Config {
         writeln!(f, "FEDWIKI_SWAP_COOLDOWN_S={}", self.farm.swap_cooldown.as_secs())?;
         writeln!(f, "FEDWIKI_ACTIVATION_COOLDOWN_S={}", self.farm.activation_cooldown.as_secs())?;
         writeln!(f, "FEDWIKI_RETENTION_DAYS={}", self.farm.retention.as_secs() / 86_400)?;
-        write!(f, "FEDWIKI_MAINTENANCE_EVERY_S={}", self.farm.maintenance_every.as_secs())
+        writeln!(f, "FEDWIKI_MAINTENANCE_EVERY_S={}", self.farm.maintenance_every.as_secs())?;
+        match &self.mail.smtp_url {
+            Some(u) => writeln!(f, "SMTP_URL={}", mask_url(u))?,
+            None => writeln!(f, "SMTP_URL=(unset: serve --demo starts the mail catcher; otherwise mail is off)")?,
+        }
+        write!(f, "MAIL_FROM={}", self.mail.from)
     }
 }
 
@@ -529,6 +573,22 @@ mod tests {
         let e = with("token", "short").unwrap();
         assert!(e.contains("FARM_CALLBACK_SECRET") && e.contains("16"), "{e}");
         assert_eq!(with("token", "a-callback-secret-long-enough"), None);
+    }
+
+    #[test]
+    fn mail_is_off_without_an_smtp_url_and_a_bad_url_or_sender_is_refused_by_name_and_a_password_is_masked() {
+        let c = cfg(&[]).unwrap();
+        assert!(c.mail.smtp_url.is_none());
+        assert!(c.to_string().contains("SMTP_URL=(unset"));
+        let c = cfg(&[("SMTP_URL", "smtps://me:hunter22@mail.example.test"), ("MAIL_FROM", "Wikis <w@example.test>")])
+            .unwrap();
+        assert_eq!(c.mail.from, "Wikis <w@example.test>");
+        let shown = c.to_string();
+        assert!(shown.contains("SMTP_URL=smtps://me:****@mail.example.test") && !shown.contains("hunter22"), "{shown}");
+        let e = cfg(&[("SMTP_URL", "http://mail.example.test")]).err().unwrap().to_string();
+        assert!(e.contains("SMTP_URL"), "{e}");
+        let e = cfg(&[("MAIL_FROM", "nobody")]).err().unwrap().to_string();
+        assert!(e.contains("MAIL_FROM"), "{e}");
     }
 
     #[test]

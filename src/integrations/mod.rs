@@ -3,4 +3,5 @@
 
 pub mod desired_state;
 pub mod farm;
+pub mod mail;
 pub mod stripe;
