@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use serde_json::json;
-
 use sqlx::PgConnection;
 
 use super::{

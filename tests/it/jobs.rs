@@ -863,7 +863,12 @@ async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_leas
     );
     assert!(resumed_after <= within, "resumed {resumed_after:?} after the kill");
 
-    // The second worker ran the drain's second attempt to the end.
+    // The second worker ran the drain's second attempt to the end. The act is done in the
+    // drain's last transaction; the job is recorded done after it, once the handler returns.
+    wait_until("the drain's job is recorded", Duration::from_secs(10), || async {
+        state_of(&t.admin, drain_job).await != "running"
+    })
+    .await;
     let row = job(&t.admin, drain_job).await.unwrap();
     assert_eq!((row.state.as_str(), row.attempts), ("done", 2), "the killed attempt and the one that finished");
     let second_prefix = second.worker_id_prefix();
