@@ -1,26 +1,28 @@
-//! The console's jobs and schedules, wired in one place above the services that define them and
-//! the queue that runs them (neither imports this module).
+//! The console's jobs and schedules: which job types each worker runs, grouped by the system
+//! they need, and how often each schedule fires. Each job's kind, keys, attempts and run live
+//! with its type (`impl Job`, beside the service it calls); this module sits above the services
+//! and the queue, and neither imports it.
 
 use std::{sync::Arc, time::Duration};
 
 use crate::{
     db::{Db, DbError},
     integrations::desired_state::Relay,
-    integrations::{farm::Farm, stripe::Stripe},
-    jobs::{self, Handlers, JobError, PurgeExpired, ensure_schedule},
+    integrations::stripe::Stripe,
+    jobs::{Handlers, PurgeExpired, ensure_schedule_of},
     services::{
-        ServiceError,
-        billing::{self, ConvergeInvoice, ProcessOutbox, ReconcileSubscription, SweepBilling},
-        desired_state::{
-            self as ds, DispatchDesiredState, ProcessDesiredStateOutbox, ReadBackDesiredState, ScheduleReadBacks,
-        },
-        fedwiki::{self, RunSiteRequest},
-        grants::{self, ExpireGrant, StartGrant, SweepGrants},
-        organizations::{self, CompactCounts},
-        plan_acts::{self as pa, DrainPlanAct, ResumePlanActDrains},
-        rule_changes::{self as rc, DrainRuleChange, ResumeRuleChangeDrains},
+        billing::{ConvergeInvoice, ProcessOutbox, ReconcileSubscription, SweepBilling},
+        desired_state::{DispatchDesiredState, ProcessDesiredStateOutbox, ReadBackDesiredState, ScheduleReadBacks},
+        fedwiki::{FedwikiMaintenance, RunSiteRequest, repair::ReconcileSiteStatus},
+        grants::{ExpireGrant, StartGrant, SweepGrants},
+        organizations::CompactCounts,
+        plan_acts::{DrainPlanAct, ResumePlanActDrains},
+        rule_changes::{DrainRuleChange, ResumeRuleChangeDrains},
     },
 };
+
+/// What the sites' jobs need (defined beside them).
+pub use crate::services::fedwiki::FarmJobs;
 
 pub const PURGE_EXPIRED_EVERY: Duration = Duration::from_secs(3600);
 pub const COMPACT_COUNTS_EVERY: Duration = Duration::from_secs(60);
@@ -28,31 +30,16 @@ pub const COMPACT_COUNTS_EVERY: Duration = Duration::from_secs(60);
 pub const SWEEP_GRANTS_EVERY: Duration = Duration::from_secs(60);
 /// How often the pollers look for rule changes and plan acts with work still owed.
 pub const RESUME_DRAINS_EVERY: Duration = Duration::from_secs(30);
-
-/// A grant job's failure: the database's is tried again (a lock wait past its bound, a deadline),
-/// as is another change in progress; a refusal is the grant's answer for good.
-fn grant_failure(e: ServiceError) -> JobError {
-    match e {
-        ServiceError::Db(d) => JobError::Db(d),
-        ServiceError::ChangeInProgress => JobError::retry(e.to_string()),
-        other => JobError::Permanent(other.to_string()),
-    }
-}
-
 /// How often the outbox processor looks for due rows (reconcile requests, product syncs).
 pub const PROCESS_OUTBOX_EVERY: Duration = Duration::from_secs(5);
 /// How often the billing sweep re-reads Stripe: a lost webhook is repaired within this.
 pub const SWEEP_BILLING_EVERY: Duration = Duration::from_secs(300);
-
-/// A job's failure in a system outside (Stripe, the farm): it not answering, the database, or another change in progress
-/// is tried again with backoff; anything else is the job's answer for good.
-fn remote_failure(e: ServiceError) -> JobError {
-    match e {
-        ServiceError::Db(d) => JobError::Db(d),
-        ServiceError::Remote { transient: true, .. } | ServiceError::ChangeInProgress => JobError::retry(e.to_string()),
-        other => JobError::Permanent(other.to_string()),
-    }
-}
+/// How often the relay looks for notices (a pass goes on while there are any).
+pub const RELAY_EVERY: Duration = Duration::from_secs(2);
+/// How often connections with read-back on are asked what they hold.
+pub const READ_BACK_EVERY: Duration = Duration::from_secs(600);
+/// The bound on one push, test or read-back.
+pub const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The handlers of every job, billing's included when Stripe is connected (without it no
 /// billing job can do its work, and none is registered, so they wait).
@@ -73,108 +60,7 @@ pub fn handlers_connected(stripe: Option<Arc<Stripe>>, farm: Option<FarmJobs>) -
     h
 }
 
-/// What the sites' jobs need: the farm, and how long an archived site is kept.
-#[derive(Clone)]
-pub struct FarmJobs {
-    pub farm: Arc<Farm>,
-    pub retention: Duration,
-}
-
-impl FarmJobs {
-    pub fn new(farm: Arc<Farm>, settings: &crate::config::FarmSettings) -> FarmJobs {
-        FarmJobs { farm, retention: settings.retention }
-    }
-}
-
-/// The sites' jobs: each request's workflow, safe to run again at any step; the maintenance run.
-pub fn farm_handlers(jobs: FarmJobs) -> Handlers {
-    let mut h = Handlers::new();
-    h.job_with(jobs.farm.clone(), |ctx, f, j: RunSiteRequest| async move {
-        let last = ctx.is_last_attempt();
-        fedwiki::run_site_request(&ctx.db, &f, j.request_id, last).await.map_err(remote_failure)?;
-        Ok(())
-    });
-    h.job_with(jobs.farm.clone(), |ctx, f, j: fedwiki::repair::ReconcileSiteStatus| async move {
-        fedwiki::repair::reconcile_site_status(&ctx.db, &f, j.request_id).await.map_err(remote_failure)?;
-        Ok(())
-    });
-    h.job_with(Arc::new(jobs), |ctx, j, _: fedwiki::FedwikiMaintenance| async move {
-        // A run that fails is recorded as failed; the next one, on schedule, repairs.
-        fedwiki::maintenance::run_maintenance(&ctx.db, &j.farm, j.retention).await.map_err(remote_failure)?;
-        Ok(())
-    });
-    h
-}
-
-/// The sites' schedule: the maintenance run every `every` (runs never overlap: the queue keeps
-/// one pending or running).
-pub async fn register_farm_schedules(db: &Db, every: Duration) -> Result<(), DbError> {
-    use jobs::Job;
-    ensure_schedule(db, fedwiki::FedwikiMaintenance::KIND, every).await
-}
-
-/// The billing jobs: each reads Stripe before its transaction, so any may run again safely.
-pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
-    let mut h = Handlers::new();
-    h.job_with(stripe.clone(), |ctx, s, j: ReconcileSubscription| async move {
-        billing::reconcile_subscription(&ctx.db, &s, &j.stripe_subscription_id).await.map_err(remote_failure)?;
-        Ok(())
-    });
-    h.job_with(stripe.clone(), |ctx, s, j: ConvergeInvoice| async move {
-        billing::converge_invoice(&ctx.db, &s, &j.stripe_invoice_id).await.map_err(remote_failure)?;
-        Ok(())
-    });
-    h.job_with(stripe.clone(), |ctx, s, _: ProcessOutbox| async move {
-        billing::process_outbox(&ctx.db, &s, 100, ctx.lease).await.map_err(remote_failure)?;
-        Ok(())
-    });
-    h.job_with(stripe, |ctx, s, _: SweepBilling| async move {
-        billing::sweep_billing(&ctx.db, &s).await.map_err(remote_failure)?;
-        Ok(())
-    });
-    h
-}
-
-/// The billing schedules (with Stripe connected).
-pub async fn register_billing_schedules(db: &Db) -> Result<(), DbError> {
-    use jobs::Job;
-    ensure_schedule(db, ProcessOutbox::KIND, PROCESS_OUTBOX_EVERY).await?;
-    ensure_schedule(db, SweepBilling::KIND, SWEEP_BILLING_EVERY).await
-}
-
-/// How often the relay looks for notices (a pass goes on while there are any).
-pub const RELAY_EVERY: Duration = Duration::from_secs(2);
-/// How often connections with read-back on are asked what they hold.
-pub const READ_BACK_EVERY: Duration = Duration::from_secs(600);
-/// The bound on one push, test or read-back.
-pub const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The relay's jobs: the pass, each connection's dispatch, read-back. Connections live in the
-/// database, so these need nothing configured beyond the client.
-pub fn desired_state_handlers(relay: Arc<Relay>) -> Handlers {
-    let mut h = Handlers::new();
-    h.job(|ctx, _: ProcessDesiredStateOutbox| async move {
-        ds::process_desired_state_outbox(&ctx.db, ds::relay::PASS_BUDGET).await.map_err(remote_failure)?;
-        Ok(())
-    });
-    h.job_with(relay.clone(), |ctx, r, j: DispatchDesiredState| async move {
-        ds::dispatch_connection(&ctx.db, &r, j.connection_id, ds::dispatch::DISPATCH_BUDGET)
-            .await
-            .map_err(remote_failure)?;
-        Ok(())
-    });
-    h.job_with(relay, |ctx, r, j: ReadBackDesiredState| async move {
-        ds::read_back_connection(&ctx.db, &r, j.connection_id).await.map_err(remote_failure)?;
-        Ok(())
-    });
-    h.job(|ctx, _: ScheduleReadBacks| async move {
-        ds::connections::schedule_read_backs(&ctx.db).await.map_err(remote_failure)?;
-        Ok(())
-    });
-    h
-}
-
-/// The handlers of the console's own jobs, the relay's included.
+/// The console's own jobs, which need only the database; the relay's with them.
 pub fn standard_handlers() -> Handlers {
     let mut h = Handlers::new();
     match Relay::new(PUSH_TIMEOUT) {
@@ -184,63 +70,211 @@ pub fn standard_handlers() -> Handlers {
         // Without a client no push can go out; the relay's jobs wait for a start that has one.
         Err(e) => tracing::error!(error = %e, "the desired-state relay is not running"),
     }
-    h.job(|ctx, _: PurgeExpired| async move {
-        jobs::purge_expired(&ctx.db).await?;
-        Ok(())
-    });
-    h.job(|ctx, _: CompactCounts| async move {
-        organizations::compact_counts(&ctx.db).await?;
-        Ok(())
-    });
-    // ExpireGrantActivity: idempotent, so a repeat (two workers, a restart) changes nothing.
-    h.job(|ctx, j: ExpireGrant| async move {
-        grants::expire_grant(&ctx.db, j.grant_id).await.map_err(grant_failure)?;
-        Ok(())
-    });
-    h.job(|ctx, j: StartGrant| async move {
-        grants::start_waiting_grant(&ctx.db, j.grant_id).await.map_err(grant_failure)?;
-        Ok(())
-    });
-    h.job(|ctx, _: SweepGrants| async move {
-        grants::sweep_grants(&ctx.db).await.map_err(grant_failure)?;
-        Ok(())
-    });
-    // The two drains run for as long as their work takes, far past a lease: the worker renews
-    // the lease while they run, and stops them (their move tasks with them, as their JoinSet is
-    // dropped) if it is ever lost, so one drain job never runs on two workers at once. Neither
-    // checks the lease itself; a move or settlement in flight when a drain stops is guarded by
-    // its own obligation row, so it is applied once either way.
-    //
-    // The drain of a rule change above the sync cap; the poller re-enqueues what is still due.
-    h.job(|ctx, j: DrainRuleChange| async move {
-        rc::drain_change(&ctx.db, j.change_id, rc::DEFAULT_DRAIN_PARALLELISM).await?;
-        Ok(())
-    });
-    h.job(|ctx, _: ResumeRuleChangeDrains| async move {
-        rc::resume_drains(&ctx.db).await?;
-        Ok(())
-    });
-    // A default change's listing and moves after the request that made it; the poller resumes it.
-    h.job(|ctx, j: DrainPlanAct| async move {
-        pa::drain_plan_act(&ctx.db, j.plan_act_id, None).await?;
-        Ok(())
-    });
-    h.job(|ctx, _: ResumePlanActDrains| async move {
-        pa::resume_drains(&ctx.db).await?;
-        Ok(())
-    });
+    h.register::<PurgeExpired>(())
+        .register::<CompactCounts>(())
+        .register::<ExpireGrant>(())
+        .register::<StartGrant>(())
+        .register::<SweepGrants>(())
+        .register::<DrainRuleChange>(())
+        .register::<ResumeRuleChangeDrains>(())
+        .register::<DrainPlanAct>(())
+        .register::<ResumePlanActDrains>(());
+    h
+}
+
+/// The relay's jobs: the pass, each connection's dispatch, read-back. Connections live in the
+/// database, so these need nothing configured beyond the client.
+pub fn desired_state_handlers(relay: Arc<Relay>) -> Handlers {
+    let mut h = Handlers::new();
+    h.register::<ProcessDesiredStateOutbox>(())
+        .register::<DispatchDesiredState>(relay.clone())
+        .register::<ReadBackDesiredState>(relay)
+        .register::<ScheduleReadBacks>(());
+    h
+}
+
+/// The billing jobs (with Stripe connected).
+pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
+    let mut h = Handlers::new();
+    h.register::<ReconcileSubscription>(stripe.clone())
+        .register::<ConvergeInvoice>(stripe.clone())
+        .register::<ProcessOutbox>(stripe.clone())
+        .register::<SweepBilling>(stripe);
+    h
+}
+
+/// The sites' jobs (with the farm connected).
+pub fn farm_handlers(jobs: FarmJobs) -> Handlers {
+    let mut h = Handlers::new();
+    h.register::<RunSiteRequest>(jobs.clone())
+        .register::<ReconcileSiteStatus>(jobs.clone())
+        .register::<FedwikiMaintenance>(jobs);
     h
 }
 
 /// Create the console's schedules, or bring their intervals up to date (idempotent; every
 /// replica calls it at start-up).
 pub async fn register_standard_schedules(db: &Db) -> Result<(), DbError> {
-    use jobs::Job;
-    ensure_schedule(db, PurgeExpired::KIND, PURGE_EXPIRED_EVERY).await?;
-    ensure_schedule(db, CompactCounts::KIND, COMPACT_COUNTS_EVERY).await?;
-    ensure_schedule(db, SweepGrants::KIND, SWEEP_GRANTS_EVERY).await?;
-    ensure_schedule(db, ResumeRuleChangeDrains::KIND, RESUME_DRAINS_EVERY).await?;
-    ensure_schedule(db, ResumePlanActDrains::KIND, RESUME_DRAINS_EVERY).await?;
-    ensure_schedule(db, ProcessDesiredStateOutbox::KIND, RELAY_EVERY).await?;
-    ensure_schedule(db, ScheduleReadBacks::KIND, READ_BACK_EVERY).await
+    ensure_schedule_of::<PurgeExpired>(db, PURGE_EXPIRED_EVERY).await?;
+    ensure_schedule_of::<CompactCounts>(db, COMPACT_COUNTS_EVERY).await?;
+    ensure_schedule_of::<SweepGrants>(db, SWEEP_GRANTS_EVERY).await?;
+    ensure_schedule_of::<ResumeRuleChangeDrains>(db, RESUME_DRAINS_EVERY).await?;
+    ensure_schedule_of::<ResumePlanActDrains>(db, RESUME_DRAINS_EVERY).await?;
+    ensure_schedule_of::<ProcessDesiredStateOutbox>(db, RELAY_EVERY).await?;
+    ensure_schedule_of::<ScheduleReadBacks>(db, READ_BACK_EVERY).await
+}
+
+/// The billing schedules (with Stripe connected).
+pub async fn register_billing_schedules(db: &Db) -> Result<(), DbError> {
+    ensure_schedule_of::<ProcessOutbox>(db, PROCESS_OUTBOX_EVERY).await?;
+    ensure_schedule_of::<SweepBilling>(db, SWEEP_BILLING_EVERY).await
+}
+
+/// The sites' schedule: the maintenance run every `every` (runs never overlap: the queue keeps
+/// one pending or running).
+pub async fn register_farm_schedules(db: &Db, every: Duration) -> Result<(), DbError> {
+    ensure_schedule_of::<FedwikiMaintenance>(db, every).await
+}
+
+#[cfg(test)]
+mod tests {
+    //! Kinds, payloads, keys and attempts are stored in job rows: these pin them as they were
+    //! written before each job had its one home, so rows already queued still run and dedupe.
+
+    use chrono::{TimeZone, Utc};
+    use serde_json::json;
+
+    use super::*;
+    use crate::{
+        ids::{ConnectionId, GrantId, PlanActId, RequestId, RuleChangeId},
+        jobs::{DEFAULT_MAX_ATTEMPTS, Job, NewJob},
+    };
+
+    /// (kind, payload, due, dedupe key, object key, attempts) as the queue would store them.
+    type Stored = (String, serde_json::Value, Option<chrono::DateTime<Utc>>, Option<String>, Option<String>, i32);
+
+    fn stored<J: Job>(job: &J) -> Stored {
+        let n = NewJob::of(job);
+        (n.kind.to_string(), n.payload, n.run_at, n.dedupe_key, n.object_key, n.max_attempts.unwrap_or(0))
+    }
+
+    fn plain(kind: &str, payload: serde_json::Value, dedupe: Option<&str>, attempts: i32) -> Stored {
+        (kind.into(), payload, None, dedupe.map(String::from), None, attempts)
+    }
+
+    #[test]
+    fn a_grants_jobs_are_due_at_its_dates_and_keyed_by_grant_and_time() {
+        let end = Utc.with_ymd_and_hms(2030, 1, 2, 3, 4, 5).unwrap();
+        let key = format!("expire_grant:7:{}", end.timestamp_micros());
+        assert_eq!(
+            stored(&ExpireGrant { grant_id: GrantId(7), at: Some(end) }),
+            ("expire_grant".into(), json!({ "grant_id": 7 }), Some(end), Some(key), None, DEFAULT_MAX_ATTEMPTS)
+        );
+        let key = format!("start_grant:7:{}", end.timestamp_micros());
+        assert_eq!(
+            stored(&StartGrant { grant_id: GrantId(7), at: Some(end) }),
+            ("start_grant".into(), json!({ "grant_id": 7 }), Some(end), Some(key), None, DEFAULT_MAX_ATTEMPTS)
+        );
+        // A stored payload reads back (the time it was queued for is not part of it).
+        let read: ExpireGrant = serde_json::from_value(json!({ "grant_id": 7 })).unwrap();
+        assert_eq!(read, ExpireGrant { grant_id: GrantId(7), at: None });
+    }
+
+    #[test]
+    fn the_keyed_jobs_keep_their_kinds_payloads_keys_and_attempts() {
+        let cases = [
+            (
+                stored(&RunSiteRequest { request_id: RequestId(3) }),
+                plain("fedwiki_request", json!({ "request_id": 3 }), Some("fedwiki_request:3"), 6),
+            ),
+            (
+                stored(&ReconcileSiteStatus { request_id: RequestId(3) }),
+                plain(
+                    "fedwiki_status_reconcile",
+                    json!({ "request_id": 3 }),
+                    Some("fedwiki_status_reconcile:3"),
+                    DEFAULT_MAX_ATTEMPTS,
+                ),
+            ),
+            (
+                stored(&DrainRuleChange { change_id: RuleChangeId(5) }),
+                plain(
+                    "drain_rule_change",
+                    json!({ "change_id": 5 }),
+                    Some("drain_rule_change:5"),
+                    DEFAULT_MAX_ATTEMPTS,
+                ),
+            ),
+            (
+                stored(&DrainPlanAct { plan_act_id: PlanActId(5) }),
+                plain("drain_plan_act", json!({ "plan_act_id": 5 }), Some("drain_plan_act:5"), DEFAULT_MAX_ATTEMPTS),
+            ),
+            (
+                stored(&DispatchDesiredState { connection_id: ConnectionId(2) }),
+                plain(
+                    "dispatch_desired_state",
+                    json!({ "connection_id": 2 }),
+                    Some("desired-state-dispatch:2"),
+                    DEFAULT_MAX_ATTEMPTS,
+                ),
+            ),
+            (
+                stored(&ReadBackDesiredState { connection_id: ConnectionId(2) }),
+                plain(
+                    "read_back_desired_state",
+                    json!({ "connection_id": 2 }),
+                    Some("desired-state-read-back:2"),
+                    DEFAULT_MAX_ATTEMPTS,
+                ),
+            ),
+        ];
+        for (got, want) in cases {
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn a_stripe_objects_job_carries_its_object_key_in_its_payload() {
+        let sub = ReconcileSubscription { stripe_subscription_id: "sub_1".into() };
+        let key = "stripe-subscription:sub_1";
+        assert_eq!(
+            stored(&sub),
+            (
+                "reconcile_subscription".into(),
+                json!({ "stripe_subscription_id": "sub_1", "object_key": key }),
+                None,
+                None,
+                Some(key.into()),
+                DEFAULT_MAX_ATTEMPTS
+            )
+        );
+        let inv = ConvergeInvoice { stripe_invoice_id: "in_1".into() };
+        assert_eq!(inv.payload(), json!({ "stripe_invoice_id": "in_1", "object_key": "stripe-invoice:in_1" }));
+        assert_eq!(inv.object_key().as_deref(), Some("stripe-invoice:in_1"));
+        // The stored payload, key and all, reads back as the job.
+        let read: ReconcileSubscription = serde_json::from_value(sub.payload()).unwrap();
+        assert_eq!(read, sub);
+    }
+
+    #[test]
+    fn the_standard_handlers_run_the_consoles_own_kinds_and_the_relays() {
+        assert_eq!(
+            standard_handlers().kinds(),
+            vec![
+                "compact_organization_counts",
+                "dispatch_desired_state",
+                "drain_plan_act",
+                "drain_rule_change",
+                "expire_grant",
+                "process_desired_state_outbox",
+                "purge_expired",
+                "read_back_desired_state",
+                "resume_plan_act_drains",
+                "resume_rule_change_drains",
+                "schedule_desired_state_read_backs",
+                "start_grant",
+                "sweep_grants",
+            ]
+        );
+    }
 }

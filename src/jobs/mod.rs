@@ -1,24 +1,28 @@
 //! Background work (DESIGN.md §2): a durable job queue in PostgreSQL (`integration.jobs`),
 //! recurring schedules (`integration.job_schedules`), and the worker that runs both.
 //!
-//! A job is enqueued with `enqueue` on the caller's own transaction, so it exists only if that
+//! A job is enqueued with `Job::enqueue` on the caller's own transaction, so it exists only if that
 //! transaction commits. Workers claim due jobs with FOR UPDATE SKIP LOCKED and a short lease
 //! (30 s), renewed while the job runs, so any number of them run against one database and each
 //! job runs once per attempt however long it takes; a crashed worker's jobs are re-claimed when
 //! their lease expires, and a worker shutting down gives back what it could not finish.
 //! Delivery is at least once: handlers must be safe to run again.
 //!
-//! The queue knows no service: each service defines its jobs (a [`Job`]: a kind and a typed
-//! payload), and `crate::job_registry` wires their handlers and schedules.
+//! The queue knows no service: each service defines its jobs, each in one place (a [`Job`]: its
+//! type is its payload; its impl says its kind, attempts, keys and how it runs), every caller
+//! enqueues one with `job.enqueue(conn)`, and `crate::job_registry` lists the types each worker
+//! runs, with the schedules.
 
+pub mod failure;
+pub mod job;
 pub mod queue;
 pub mod schedule;
 pub mod worker;
 
-pub use queue::{
-    Backoff, ClaimedJob, DEFAULT_MAX_ATTEMPTS, FailOutcome, Job, NewJob, enqueue, enqueue_for_object, object_payload,
-};
-pub use schedule::{ensure_schedule, fire_due_schedules};
+pub use failure::{grant_failure, remote_failure};
+pub use job::Job;
+pub use queue::{Backoff, ClaimedJob, DEFAULT_MAX_ATTEMPTS, FailOutcome, NewJob, enqueue};
+pub use schedule::{ensure_schedule, ensure_schedule_of, fire_due_schedules};
 pub use worker::{DEFAULT_LEASE, Handler, Handlers, JobContext, JobError, Worker, WorkerOptions};
 
 use crate::db::{Db, DbError};
@@ -32,6 +36,12 @@ pub struct PurgeExpired {}
 
 impl Job for PurgeExpired {
     const KIND: &'static str = PURGE_EXPIRED;
+    type Context = ();
+
+    async fn run(&self, _: &(), job: &JobContext) -> Result<(), JobError> {
+        purge_expired(&job.db).await?;
+        Ok(())
+    }
 }
 
 /// How many rows one purge deleted.

@@ -6,6 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use super::job::Job;
 use crate::db::{
     Db, DbError, TxKind,
     locks::{Lock, PathLocks},
@@ -17,17 +18,11 @@ use crate::{ids::JobId, states::JobState, store::jobs as store};
 /// The channel the enqueue trigger notifies (migrations/0003_jobs.sql).
 pub const NOTIFY_CHANNEL: &str = "member_console_jobs";
 
-/// Attempts a job gets when its `NewJob` does not say; the column default repeats it.
+/// Attempts a job gets when its type does not say; the column default repeats it.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 10;
 
-/// A job a service defines: the kind its handler is registered under, and its payload as a type
-/// (a struct with named fields; one with none for a job that needs none). The queue stores the
-/// payload as JSON; a handler gets it back typed, or the job fails permanently naming the payload.
-pub trait Job: serde::Serialize + serde::de::DeserializeOwned + Send + 'static {
-    const KIND: &'static str;
-}
-
-/// A job to enqueue.
+/// A job to enqueue: what `Job::enqueue` builds from a job's type, and what a schedule's firing
+/// builds from its name (a kind no type names here).
 #[derive(Clone, Debug)]
 pub struct NewJob<'a> {
     /// Which handler runs it.
@@ -37,6 +32,9 @@ pub struct NewJob<'a> {
     pub run_at: Option<DateTime<Utc>>,
     /// While a job with this key is pending or running, enqueueing another is a no-op.
     pub dedupe_key: Option<String>,
+    /// While a job with this key in its payload is pending, enqueueing another is a no-op (see
+    /// `Job::object_key`). Such a job is due now and has no dedupe key.
+    pub object_key: Option<String>,
     /// None: `DEFAULT_MAX_ATTEMPTS`.
     pub max_attempts: Option<i32>,
 }
@@ -44,46 +42,47 @@ pub struct NewJob<'a> {
 impl<'a> NewJob<'a> {
     /// A job of `kind`, due now, no dedupe key, the default attempts.
     pub fn new(kind: &'a str, payload: serde_json::Value) -> Self {
-        NewJob { kind, payload, run_at: None, dedupe_key: None, max_attempts: None }
+        NewJob { kind, payload, run_at: None, dedupe_key: None, object_key: None, max_attempts: None }
     }
 
-    /// A typed job, due now, no dedupe key, the default attempts.
+    /// A typed job as its `impl Job` describes it: kind, payload, when due, keys and attempts.
     pub fn of<J: Job>(job: &J) -> NewJob<'static> {
-        // A struct of plain fields always serializes.
-        let payload = serde_json::to_value(job).unwrap_or_default();
-        NewJob { kind: J::KIND, payload, run_at: None, dedupe_key: None, max_attempts: None }
+        NewJob {
+            kind: J::KIND,
+            payload: job.payload(),
+            run_at: job.run_at(),
+            dedupe_key: job.dedupe_key(),
+            object_key: job.object_key(),
+            max_attempts: Some(J::MAX_ATTEMPTS),
+        }
     }
 }
 
-/// Enqueue a job on the caller's connection, normally inside the transaction whose write needs
-/// the job: it exists, and wakes the workers, only if that transaction commits. Returns the new
-/// job's id, or None when `dedupe_key` already has an open job.
-#[tracing::instrument(name = "Enqueue a job", skip(conn, job), fields(kind = job.kind, dedupe_key = job.dedupe_key.as_deref()))]
+/// The queue's one insert, on the caller's connection, normally inside the transaction whose
+/// write needs the job: it exists, and wakes the workers, only if that transaction commits.
+/// Returns the new job's id, or None when its dedupe or object key already has an open job.
+/// Services call `Job::enqueue`, which comes here.
+#[tracing::instrument(name = "Enqueue a job", skip(conn, job), fields(kind = job.kind, dedupe_key = job.dedupe_key.as_deref(), object_key = job.object_key.as_deref()))]
 pub async fn enqueue(conn: &mut PgConnection, job: NewJob<'_>) -> Result<Option<JobId>, DbError> {
     let max_attempts = job.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
-    let id =
-        store::insert_job(conn, job.kind, &job.payload, job.run_at, job.dedupe_key.as_deref(), max_attempts).await?;
+    let id = match job.object_key {
+        Some(key) => {
+            // The unique index reads the key from the payload (see `store::jobs::insert_object_job`).
+            debug_assert!(
+                job.run_at.is_none() && job.dedupe_key.is_none(),
+                "an object job is due now, keyed by its object"
+            );
+            let mut payload = job.payload;
+            if let Some(map) = payload.as_object_mut() {
+                map.insert("object_key".into(), serde_json::Value::String(key));
+            }
+            store::insert_object_job(conn, job.kind, &payload, max_attempts).await?
+        }
+        None => {
+            store::insert_job(conn, job.kind, &job.payload, job.run_at, job.dedupe_key.as_deref(), max_attempts).await?
+        }
+    };
     Ok(id)
-}
-
-/// Enqueue a typed job about one outside object (a Stripe subscription, an invoice), keyed by
-/// `object_key`: a no-op while a job about that object is still pending (see
-/// `store::jobs::insert_object_job`). A webhook and a sweep asking at once queue one job.
-pub async fn enqueue_for_object<J: Job>(
-    conn: &mut PgConnection,
-    job: &J,
-    object_key: &str,
-) -> Result<Option<JobId>, DbError> {
-    Ok(store::insert_object_job(conn, J::KIND, &object_payload(job, object_key), DEFAULT_MAX_ATTEMPTS).await?)
-}
-
-/// A typed job's payload with the `object_key` that keeps one such job pending per object.
-pub fn object_payload<J: Job>(job: &J, object_key: &str) -> serde_json::Value {
-    let mut payload = serde_json::to_value(job).unwrap_or_default();
-    if let Some(map) = payload.as_object_mut() {
-        map.insert("object_key".into(), serde_json::Value::String(object_key.to_string()));
-    }
-    payload
 }
 
 /// The claim's lock declaration (DESIGN.md §2; rendered into docs/database-locks.md).

@@ -5,14 +5,18 @@
 use std::time::Duration;
 
 use serde_json::json;
+use sqlx::PgConnection;
 
-use super::queue::{self, NewJob};
+use super::{
+    job::Job,
+    queue::{self, NewJob},
+};
 use crate::db::{
     Db, DbError, TxKind,
     locks::{Lock, PathLocks},
     tx,
 };
-use crate::store::jobs as store;
+use crate::{ids::JobId, store::jobs as store};
 
 /// The dedupe key of a schedule's runs.
 pub fn dedupe_key(name: &str) -> String {
@@ -40,14 +44,7 @@ pub async fn fire_due_schedules(db: &Db) -> Result<usize, DbError> {
     crate::db::trace::note_rows(tx.conn(), Lock::ScheduleRows, due.iter().map(|s| (s.name.as_str(), None))).await?;
     let mut enqueued = 0;
     for s in &due {
-        let job = NewJob {
-            kind: &s.name,
-            payload: json!({ "schedule": s.name, "due_at": s.next_run_at }),
-            run_at: None,
-            dedupe_key: Some(dedupe_key(&s.name)),
-            max_attempts: None,
-        };
-        let id = queue::enqueue(tx.conn(), job).await?;
+        let id = enqueue_run(tx.conn(), &s.name, json!({ "schedule": s.name, "due_at": s.next_run_at })).await?;
         match id {
             Some(job_id) => {
                 tracing::info!(schedule = %s.name, job_id = job_id.0, "schedule fired");
@@ -59,6 +56,26 @@ pub async fn fire_due_schedules(db: &Db) -> Result<usize, DbError> {
     }
     tx.commit().await?;
     Ok(enqueued)
+}
+
+/// A run of schedule `name` (its job's kind), keyed as every run of it, so none overlaps.
+async fn enqueue_run(
+    conn: &mut PgConnection,
+    name: &str,
+    payload: serde_json::Value,
+) -> Result<Option<JobId>, DbError> {
+    queue::enqueue(conn, NewJob { dedupe_key: Some(dedupe_key(name)), ..NewJob::new(name, payload) }).await
+}
+
+/// A run of `J`'s schedule now, off its slot, asked for by `asked` ("operator"): None, and
+/// nothing enqueued, while a run is queued or running.
+pub async fn run_now<J: Job>(conn: &mut PgConnection, asked: &str) -> Result<Option<JobId>, DbError> {
+    enqueue_run(conn, J::KIND, json!({ "schedule": J::KIND, "asked": asked })).await
+}
+
+/// `ensure_schedule` for a job type: its runs every `every`.
+pub async fn ensure_schedule_of<J: Job>(db: &Db, every: Duration) -> Result<(), DbError> {
+    ensure_schedule(db, J::KIND, every).await
 }
 
 /// Create the schedule `name` (first run due at once) or change its interval; a no-op when it

@@ -15,6 +15,7 @@ use tokio::{
 use tracing::Instrument;
 
 use super::{
+    job::Job,
     queue::{self, Backoff, ClaimedJob, FailOutcome, NOTIFY_CHANNEL},
     schedule,
 };
@@ -23,7 +24,8 @@ use crate::{
     ids::JobId,
 };
 
-/// What a handler gets besides the payload.
+/// What a run gets besides its job and the job type's context: the database, and which attempt
+/// this is.
 #[derive(Clone, Debug)]
 pub struct JobContext {
     pub db: Db,
@@ -101,47 +103,31 @@ impl Handlers {
         Self::default()
     }
 
-    /// Register the handler of `kind`, replacing any earlier one:
-    /// `handlers.register("kind", |ctx, payload| async move { ... Ok(()) })`.
-    pub fn register<F, Fut>(&mut self, kind: &'static str, f: F) -> &mut Self
+    /// Register the job type `J`, run with `ctx` (replacing any earlier handler of its kind):
+    /// `handlers.register::<ExpireGrant>(())`. Its payload is read back as `J` first, and a
+    /// payload that is not one fails the job permanently, naming it.
+    pub fn register<J: Job>(&mut self, ctx: J::Context) -> &mut Self {
+        self.register_kind(J::KIND, move |run, payload| {
+            let ctx = ctx.clone();
+            async move {
+                let job = serde_json::from_value::<J>(payload.clone()).map_err(|e| {
+                    JobError::Permanent(format!("the payload of a {} job is not one ({e}): {payload}", J::KIND))
+                })?;
+                job.run(&ctx, &run).await
+            }
+        })
+    }
+
+    /// Register a handler of raw payloads under `kind`, replacing any earlier one (tests, and
+    /// wrappers around registered handlers): `handlers.register_kind("kind", |ctx, payload|
+    /// async move { ... Ok(()) })`.
+    pub fn register_kind<F, Fut>(&mut self, kind: &'static str, f: F) -> &mut Self
     where
         F: Fn(JobContext, serde_json::Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), JobError>> + Send + 'static,
     {
         self.map.insert(kind, Arc::new(move |ctx, payload| Box::pin(f(ctx, payload))));
         self
-    }
-
-    /// Register the handler of a typed job: the payload is read back as `J` first, and a payload
-    /// that is not one fails the job permanently, naming it.
-    pub fn job<J, F, Fut>(&mut self, f: F) -> &mut Self
-    where
-        J: super::queue::Job,
-        F: Fn(JobContext, J) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), JobError>> + Send + 'static,
-    {
-        let f = Arc::new(f);
-        self.register(J::KIND, move |ctx, payload| {
-            let f = f.clone();
-            async move {
-                let job = serde_json::from_value::<J>(payload.clone()).map_err(|e| {
-                    JobError::Permanent(format!("the payload of a {} job is not one ({e}): {payload}", J::KIND))
-                })?;
-                f(ctx, job).await
-            }
-        })
-    }
-
-    /// Register a typed job whose handler needs a client shared by every run (Stripe, the
-    /// farm, the relay): each run gets its own handle to it.
-    pub fn job_with<J, S, F, Fut>(&mut self, shared: Arc<S>, f: F) -> &mut Self
-    where
-        J: super::queue::Job,
-        S: Send + Sync + 'static,
-        F: Fn(JobContext, Arc<S>, J) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), JobError>> + Send + 'static,
-    {
-        self.job(move |ctx, j: J| f(ctx, shared.clone(), j))
     }
 
     /// Add every handler of `other` (its own win on a clash).

@@ -12,7 +12,7 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     ids::{AccountId, GrantId, OrganizationId, PoolId, ProductId},
-    jobs::{self, Job, NewJob},
+    jobs::{self, Job, JobContext, JobError},
     services::{
         entitlements::{confer_grant_tx, restore_pool_tx},
         refusal::{Problems, ServiceError},
@@ -177,16 +177,10 @@ impl IssueGrant {
 /// the grant's finds nothing to do.
 async fn schedule_grant_jobs(tx: &mut Tx, g: &Grant) -> Result<(), DbError> {
     if let Some(end) = g.ends_at {
-        let mut job = NewJob::of(&ExpireGrant { grant_id: g.grant_id });
-        job.run_at = Some(end);
-        job.dedupe_key = Some(format!("{EXPIRE_GRANT}:{}:{}", g.grant_id, end.timestamp_micros()));
-        jobs::enqueue(tx.conn(), job).await?;
+        ExpireGrant { grant_id: g.grant_id, at: Some(end) }.enqueue(tx.conn()).await?;
     }
     if g.status == GrantStatus::Waiting && g.organization_id.is_some() && g.starts_at > Utc::now() {
-        let mut job = NewJob::of(&StartGrant { grant_id: g.grant_id });
-        job.run_at = Some(g.starts_at);
-        job.dedupe_key = Some(format!("{START_GRANT}:{}:{}", g.grant_id, g.starts_at.timestamp_micros()));
-        jobs::enqueue(tx.conn(), job).await?;
+        StartGrant { grant_id: g.grant_id, at: Some(g.starts_at) }.enqueue(tx.conn()).await?;
     }
     Ok(())
 }
@@ -199,20 +193,57 @@ pub const SWEEP_GRANTS: &str = "sweep_grants";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ExpireGrant {
     pub grant_id: GrantId,
+    /// The end it is queued for: when it runs, and part of its key. Not stored: the run reads
+    /// the grant's end as it is by then.
+    #[serde(skip)]
+    pub at: Option<DateTime<Utc>>,
 }
 
 impl Job for ExpireGrant {
     const KIND: &'static str = EXPIRE_GRANT;
+    type Context = ();
+
+    fn dedupe_key(&self) -> Option<String> {
+        self.at.map(|t| format!("{EXPIRE_GRANT}:{}:{}", self.grant_id, t.timestamp_micros()))
+    }
+
+    fn run_at(&self) -> Option<DateTime<Utc>> {
+        self.at
+    }
+
+    /// Idempotent, so a repeat (two workers, a restart) changes nothing.
+    async fn run(&self, _: &(), job: &JobContext) -> Result<(), JobError> {
+        expire_grant(&job.db, self.grant_id).await.map_err(jobs::grant_failure)?;
+        Ok(())
+    }
 }
 
 /// StartGrantActivity: a waiting grant's start has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StartGrant {
     pub grant_id: GrantId,
+    /// The start it is queued for: when it runs, and part of its key. Not stored: the run reads
+    /// the grant as it is by then.
+    #[serde(skip)]
+    pub at: Option<DateTime<Utc>>,
 }
 
 impl Job for StartGrant {
     const KIND: &'static str = START_GRANT;
+    type Context = ();
+
+    fn dedupe_key(&self) -> Option<String> {
+        self.at.map(|t| format!("{START_GRANT}:{}:{}", self.grant_id, t.timestamp_micros()))
+    }
+
+    fn run_at(&self) -> Option<DateTime<Utc>> {
+        self.at
+    }
+
+    async fn run(&self, _: &(), job: &JobContext) -> Result<(), JobError> {
+        start_waiting_grant(&job.db, self.grant_id).await.map_err(jobs::grant_failure)?;
+        Ok(())
+    }
 }
 
 /// The schedule that catches an expiry or a start whose job was missed.
@@ -221,6 +252,12 @@ pub struct SweepGrants {}
 
 impl Job for SweepGrants {
     const KIND: &'static str = SWEEP_GRANTS;
+    type Context = ();
+
+    async fn run(&self, _: &(), job: &JobContext) -> Result<(), JobError> {
+        sweep_grants(&job.db).await.map_err(jobs::grant_failure)?;
+        Ok(())
+    }
 }
 
 pub static ISSUE_GRANT_LOCKS: PathLocks = PathLocks {

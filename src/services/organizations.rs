@@ -133,6 +133,12 @@ pub struct CompactCounts {}
 
 impl crate::jobs::Job for CompactCounts {
     const KIND: &'static str = COMPACT_COUNTS;
+    type Context = ();
+
+    async fn run(&self, _: &(), job: &crate::jobs::JobContext) -> Result<(), crate::jobs::JobError> {
+        compact_counts(&job.db).await?;
+        Ok(())
+    }
 }
 
 pub static COMPACT_COUNTS_LOCKS: PathLocks = PathLocks {

@@ -15,7 +15,7 @@ use crate::{
         tx::within,
     },
     ids::{AccountId, LadderId, OrgTypeId, PlanActId, PoolId, ProductId},
-    jobs::{self, Job, NewJob},
+    jobs::{Job, JobContext, JobError},
     services::refusal::{ServiceError, change_path},
     states::PlanActKind,
     store::{plan_acts as store, topology},
@@ -32,6 +32,21 @@ pub struct DrainPlanAct {
 
 impl Job for DrainPlanAct {
     const KIND: &'static str = DRAIN_PLAN_ACT;
+    type Context = ();
+
+    fn dedupe_key(&self) -> Option<String> {
+        Some(format!("{DRAIN_PLAN_ACT}:{}", self.plan_act_id))
+    }
+
+    // The drain runs for as long as its work takes, far past a lease: the worker renews the
+    // lease while it runs, and stops it (its move tasks with it, as their JoinSet is dropped) if
+    // it is ever lost, so one drain never runs on two workers at once. It does not check the
+    // lease itself; a move or settlement in flight when it stops is guarded by its own
+    // obligation row, so it is applied once either way.
+    async fn run(&self, _: &(), job: &JobContext) -> Result<(), JobError> {
+        drain_plan_act(&job.db, self.plan_act_id, None).await?;
+        Ok(())
+    }
 }
 
 /// The schedule that enqueues the drains of acts still running.
@@ -40,6 +55,12 @@ pub struct ResumePlanActDrains {}
 
 impl Job for ResumePlanActDrains {
     const KIND: &'static str = RESUME_PLAN_ACT_DRAINS;
+    type Context = ();
+
+    async fn run(&self, _: &(), job: &JobContext) -> Result<(), JobError> {
+        resume_drains(&job.db).await?;
+        Ok(())
+    }
 }
 /// Organizations one listing batch writes.
 pub const LISTING_BATCH: i32 = 500;
@@ -388,9 +409,7 @@ async fn decide_default_target(
 }
 
 async fn enqueue_drain(tx: &mut Tx, act: PlanActId) -> Result<(), DbError> {
-    let mut job = NewJob::of(&DrainPlanAct { plan_act_id: act });
-    job.dedupe_key = Some(format!("{DRAIN_PLAN_ACT}:{act}"));
-    jobs::enqueue(tx.conn(), job).await?;
+    DrainPlanAct { plan_act_id: act }.enqueue(tx.conn()).await?;
     Ok(())
 }
 

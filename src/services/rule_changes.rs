@@ -15,7 +15,7 @@ use crate::{
         tx::within,
     },
     ids::{AccountId, EntitlementSetId, PoolId, RuleChangeId},
-    jobs::{self, Job, NewJob},
+    jobs::{Job, JobContext, JobError},
     services::{
         catalog::RuleValue,
         refusal::{ServiceError, change_path},
@@ -41,6 +41,21 @@ pub struct DrainRuleChange {
 
 impl Job for DrainRuleChange {
     const KIND: &'static str = DRAIN_RULE_CHANGE;
+    type Context = ();
+
+    fn dedupe_key(&self) -> Option<String> {
+        Some(format!("{DRAIN_RULE_CHANGE}:{}", self.change_id))
+    }
+
+    // The drain runs for as long as its work takes, far past a lease: the worker renews the
+    // lease while it runs, and stops it (its move tasks with it, as their JoinSet is dropped) if
+    // it is ever lost, so one drain never runs on two workers at once. It does not check the
+    // lease itself; a move or settlement in flight when it stops is guarded by its own
+    // obligation row, so it is applied once either way.
+    async fn run(&self, _: &(), job: &JobContext) -> Result<(), JobError> {
+        drain_change(&job.db, self.change_id, DEFAULT_DRAIN_PARALLELISM).await?;
+        Ok(())
+    }
 }
 
 /// The schedule that enqueues the drains of changes still owing pools.
@@ -49,6 +64,12 @@ pub struct ResumeRuleChangeDrains {}
 
 impl Job for ResumeRuleChangeDrains {
     const KIND: &'static str = RESUME_RULE_CHANGE_DRAINS;
+    type Context = ();
+
+    async fn run(&self, _: &(), job: &JobContext) -> Result<(), JobError> {
+        resume_drains(&job.db).await?;
+        Ok(())
+    }
 }
 
 /// What a commit did.
@@ -173,9 +194,7 @@ async fn deltas(
 }
 
 async fn enqueue_drain(tx: &mut Tx, change_id: RuleChangeId) -> Result<(), DbError> {
-    let mut job = NewJob::of(&DrainRuleChange { change_id });
-    job.dedupe_key = Some(format!("{DRAIN_RULE_CHANGE}:{change_id}"));
-    jobs::enqueue(tx.conn(), job).await?;
+    DrainRuleChange { change_id }.enqueue(tx.conn()).await?;
     Ok(())
 }
 

@@ -347,7 +347,7 @@ pub(super) fn quietly(standard: jobs::Handlers, quiet: &tracing::Dispatch) -> jo
     for kind in standard.kinds() {
         let Some(handler) = standard.get(kind) else { continue };
         let quiet = quiet.clone();
-        h.register(kind, move |ctx, payload| handler(ctx, payload).with_subscriber(quiet.clone()));
+        h.register_kind(kind, move |ctx, payload| handler(ctx, payload).with_subscriber(quiet.clone()));
     }
     h
 }

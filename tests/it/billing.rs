@@ -464,13 +464,13 @@ async fn the_outbox_processor_retries_a_row_stripe_refused_and_keeps_the_reason(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_between_its_stripe_read_and_its_commit_leaves_nothing_and_the_next_applies_it_once() {
-    use member_console::jobs::{self, Job};
+    use member_console::jobs::Job;
     let (t, s) = setup().await;
     let (_, pool, sub) = subscribed(&t, &s, "Crashed", "Pro").await;
     let job_id = {
         let mut tx = member_console::db::begin(&t.db, member_console::db::TxKind::Plain).await.unwrap();
         let job = billing::ReconcileSubscription { stripe_subscription_id: sub.clone() };
-        let id = jobs::enqueue_for_object(tx.conn(), &job, &format!("stripe-subscription:{sub}")).await.unwrap();
+        let id = job.enqueue(tx.conn()).await.unwrap();
         tx.commit().await.unwrap();
         id.unwrap()
     };

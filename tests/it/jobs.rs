@@ -90,19 +90,22 @@ async fn a_typed_job_gets_its_payload_back_and_a_payload_that_is_not_one_fails_o
     }
     impl member_console::jobs::Job for Echo {
         const KIND: &'static str = "test_echo";
+        type Context = ();
+
+        async fn run(&self, _: &(), ctx: &member_console::jobs::JobContext) -> Result<(), JobError> {
+            // The payload's number, recorded where the job's id would be.
+            sqlx::query("INSERT INTO public.job_effects (job_id, worker) VALUES ($1, $2)")
+                .bind(self.n)
+                .bind(&*ctx.worker_id)
+                .execute(&ctx.db.pool)
+                .await?;
+            Ok(())
+        }
     }
     let t = TestDb::new().await;
     create_effects_table(&t).await;
     let mut h = Handlers::new();
-    h.job(|ctx, e: Echo| async move {
-        // The payload's number, recorded where the job's id would be.
-        sqlx::query("INSERT INTO public.job_effects (job_id, worker) VALUES ($1, $2)")
-            .bind(e.n)
-            .bind(&*ctx.worker_id)
-            .execute(&ctx.db.pool)
-            .await?;
-        Ok(())
-    });
+    h.register::<Echo>(());
     let w = spawn(Worker::new(t.db.clone(), h, 1).with_options(WorkerOptions { concurrency: 1, ..fast() }));
     let good = enqueue_committed(&t.db, NewJob::of(&Echo { n: 42 })).await;
     let bad =
@@ -164,7 +167,7 @@ async fn create_effects_table(t: &TestDb) {
 /// A handler that records its job in `job_effects`, after sleeping `payload.sleep_ms`.
 fn effect_handlers(kind: &'static str) -> Handlers {
     let mut h = Handlers::new();
-    h.register(kind, |ctx, payload| async move {
+    h.register_kind(kind, |ctx, payload| async move {
         let ms = payload.get("sleep_ms").and_then(|v| v.as_u64()).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(ms)).await;
         sqlx::query("INSERT INTO public.job_effects (job_id, worker) VALUES ($1, $2)")
@@ -298,7 +301,7 @@ async fn a_failing_job_is_retried_with_backoff_then_fails() {
     let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let mut h = Handlers::new();
     let seen = calls.clone();
-    h.register("test_fail", move |ctx, _payload| {
+    h.register_kind("test_fail", move |ctx, _payload| {
         let seen = seen.clone();
         async move {
             seen.lock().unwrap().push(Instant::now());
@@ -366,14 +369,17 @@ fn backoff_doubles_from_two_seconds_and_caps_at_ten_minutes() {
 async fn panics_unknown_kinds_and_permanent_errors_fail_without_stopping_the_worker() {
     let t = TestDb::new().await;
     let mut h = Handlers::new();
-    h.register("test_panic", |_ctx, _payload| async move {
+    h.register_kind("test_panic", |_ctx, _payload| async move {
         if true {
             panic!("handler exploded");
         }
         Ok(())
     });
-    h.register("test_permanent", |_ctx, _payload| async move { Err(JobError::permanent("the payload is unusable")) });
-    h.register("test_ok", |_ctx, _payload| async move { Ok(()) });
+    h.register_kind(
+        "test_permanent",
+        |_ctx, _payload| async move { Err(JobError::permanent("the payload is unusable")) },
+    );
+    h.register_kind("test_ok", |_ctx, _payload| async move { Ok(()) });
     let w = spawn(Worker::new(t.db.clone(), h, 1).with_options(WorkerOptions { concurrency: 1, ..fast() }));
 
     let once = |kind| NewJob { max_attempts: Some(1), ..NewJob::new(kind, json!({})) };
@@ -857,7 +863,12 @@ async fn a_worker_process_killed_mid_drain_has_its_drain_resumed_within_the_leas
     );
     assert!(resumed_after <= within, "resumed {resumed_after:?} after the kill");
 
-    // The second worker ran the drain's second attempt to the end.
+    // The second worker ran the drain's second attempt to the end. The act is done in the
+    // drain's last transaction; the job is recorded done after it, once the handler returns.
+    wait_until("the drain's job is recorded", Duration::from_secs(10), || async {
+        state_of(&t.admin, drain_job).await != "running"
+    })
+    .await;
     let row = job(&t.admin, drain_job).await.unwrap();
     assert_eq!((row.state.as_str(), row.attempts), ("done", 2), "the killed attempt and the one that finished");
     let second_prefix = second.worker_id_prefix();

@@ -75,14 +75,12 @@ pub async fn receive_event(db: &Db, body: &[u8]) -> Result<Received, ServiceErro
     let object_id = str_at(&e.data.object, &["id"]);
     let (mut kinds, mut payloads) = (vec![], vec![]);
     if let Some(s) = work.subscription {
-        let key = ReconcileSubscription::object_key(&s);
         kinds.push(ReconcileSubscription::KIND.to_string());
-        payloads.push(jobs::object_payload(&ReconcileSubscription { stripe_subscription_id: s }, &key));
+        payloads.push(ReconcileSubscription { stripe_subscription_id: s }.payload());
     }
     if let Some(i) = work.invoice {
-        let key = format!("stripe-invoice:{i}");
         kinds.push(ConvergeInvoice::KIND.to_string());
-        payloads.push(jobs::object_payload(&ConvergeInvoice { stripe_invoice_id: i }, &key));
+        payloads.push(ConvergeInvoice { stripe_invoice_id: i }.payload());
     }
     // One statement on a connection of the prepared pool: the event and its jobs commit together
     // in one round trip, the statement bounded by the request's deadline like every other. Run

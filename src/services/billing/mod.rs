@@ -22,7 +22,13 @@ pub use outbox::process_outbox;
 pub use reconcile::{Reconciled, reconcile_subscription};
 pub use sweep::{sweep_billing, sweep_billing_with};
 
-use crate::{integrations::stripe::StripeFailure, jobs::Job, services::ServiceError};
+use std::sync::Arc;
+
+use crate::{
+    integrations::stripe::{Stripe, StripeFailure},
+    jobs::{Job, JobContext, JobError, remote_failure},
+    services::ServiceError,
+};
 
 /// A Stripe failure in the refusal model: its sentence for people, and whether to try again.
 pub(crate) fn remote(f: StripeFailure) -> ServiceError {
@@ -53,8 +59,7 @@ pub(crate) async fn enqueue_reconcile_on(
     stripe_subscription_id: &str,
 ) -> Result<bool, ServiceError> {
     let job = ReconcileSubscription { stripe_subscription_id: stripe_subscription_id.to_string() };
-    let key = ReconcileSubscription::object_key(stripe_subscription_id);
-    Ok(crate::jobs::enqueue_for_object(conn, &job, &key).await?.is_some())
+    Ok(job.enqueue(conn).await?.is_some())
 }
 
 /// Reconcile one Stripe subscription (enqueued by the webhook's intake and the sweep).
@@ -63,15 +68,20 @@ pub struct ReconcileSubscription {
     pub stripe_subscription_id: String,
 }
 
-impl ReconcileSubscription {
-    /// The key every enqueuer uses, so one reconcile waits per subscription.
-    pub fn object_key(stripe_subscription_id: &str) -> String {
-        format!("stripe-subscription:{stripe_subscription_id}")
-    }
-}
-
 impl Job for ReconcileSubscription {
     const KIND: &'static str = "reconcile_subscription";
+    type Context = Arc<Stripe>;
+
+    /// The key every enqueuer uses, so one reconcile waits per subscription.
+    fn object_key(&self) -> Option<String> {
+        Some(format!("stripe-subscription:{}", self.stripe_subscription_id))
+    }
+
+    /// It reads Stripe before its transaction, so it may run again safely.
+    async fn run(&self, stripe: &Arc<Stripe>, job: &JobContext) -> Result<(), JobError> {
+        reconcile_subscription(&job.db, stripe, &self.stripe_subscription_id).await.map_err(remote_failure)?;
+        Ok(())
+    }
 }
 
 /// Converge one Stripe invoice.
@@ -82,6 +92,17 @@ pub struct ConvergeInvoice {
 
 impl Job for ConvergeInvoice {
     const KIND: &'static str = "converge_invoice";
+    type Context = Arc<Stripe>;
+
+    /// The key every enqueuer uses, so one converge waits per invoice.
+    fn object_key(&self) -> Option<String> {
+        Some(format!("stripe-invoice:{}", self.stripe_invoice_id))
+    }
+
+    async fn run(&self, stripe: &Arc<Stripe>, job: &JobContext) -> Result<(), JobError> {
+        converge_invoice(&job.db, stripe, &self.stripe_invoice_id).await.map_err(remote_failure)?;
+        Ok(())
+    }
 }
 
 /// The outbox processor's pass (a schedule).
@@ -90,6 +111,14 @@ pub struct ProcessOutbox {}
 
 impl Job for ProcessOutbox {
     const KIND: &'static str = "process_outbox";
+    type Context = Arc<Stripe>;
+
+    /// Up to 100 rows a pass, each claimed for the worker's lease, so a row comes back when the
+    /// job would.
+    async fn run(&self, stripe: &Arc<Stripe>, job: &JobContext) -> Result<(), JobError> {
+        process_outbox(&job.db, stripe, 100, job.lease).await.map_err(remote_failure)?;
+        Ok(())
+    }
 }
 
 /// The billing sweep (a schedule).
@@ -98,4 +127,10 @@ pub struct SweepBilling {}
 
 impl Job for SweepBilling {
     const KIND: &'static str = "sweep_billing";
+    type Context = Arc<Stripe>;
+
+    async fn run(&self, stripe: &Arc<Stripe>, job: &JobContext) -> Result<(), JobError> {
+        sweep_billing(&job.db, stripe).await.map_err(remote_failure)?;
+        Ok(())
+    }
 }

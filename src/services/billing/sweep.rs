@@ -9,7 +9,7 @@ use crate::{
     db::{Db, Tx, TxKind, tx::within},
     ids::SubscriptionId,
     integrations::stripe::{Stripe, StripeFailure},
-    jobs,
+    jobs::Job,
     services::ServiceError,
     store::billing as store,
 };
@@ -71,13 +71,7 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
             let queued = if e.event_type.starts_with("customer.subscription.") {
                 enqueue_reconcile_on(tx.conn(), object).await?
             } else if e.event_type.starts_with("invoice.") {
-                jobs::enqueue_for_object(
-                    tx.conn(),
-                    &ConvergeInvoice { stripe_invoice_id: object.clone() },
-                    &format!("stripe-invoice:{object}"),
-                )
-                .await?
-                .is_some()
+                ConvergeInvoice { stripe_invoice_id: object.clone() }.enqueue(tx.conn()).await?.is_some()
             } else {
                 false
             };

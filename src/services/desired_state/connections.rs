@@ -14,7 +14,7 @@ use crate::{
     },
     ids::ConnectionId,
     integrations::desired_state::new_secret,
-    jobs::{self, NewJob},
+    jobs::Job,
     services::{ServiceError, refusal::Problems},
     store::{
         desired_state::{self as store, ConnectionFigures, ConnectionRow, RecordLine},
@@ -233,9 +233,7 @@ pub async fn check_now(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
 /// Enqueue a connection's read-back run, a no-op while one is open for it.
 async fn ask_read_back(db: &Db, id: ConnectionId) -> Result<(), ServiceError> {
     let mut conn = db.pool.acquire().await?;
-    let job = ReadBackDesiredState { connection_id: id };
-    jobs::enqueue(&mut conn, NewJob { dedupe_key: Some(ReadBackDesiredState::dedupe_key(id)), ..NewJob::of(&job) })
-        .await?;
+    ReadBackDesiredState { connection_id: id }.enqueue(&mut conn).await?;
     Ok(())
 }
 

@@ -8,7 +8,13 @@ pub mod dispatch;
 pub mod read_back;
 pub mod relay;
 
-use crate::{ids::ConnectionId, jobs::Job};
+use std::sync::Arc;
+
+use crate::{
+    ids::ConnectionId,
+    integrations::desired_state::Relay,
+    jobs::{Job, JobContext, JobError, remote_failure},
+};
 
 pub use connections::{ConnectionForm, ConnectionPage, ConnectionSummary};
 pub use dispatch::{DISPATCH_LOCKS, Dispatched, WRITE_PUSH_ANSWER_LOCKS, dispatch_connection};
@@ -24,6 +30,12 @@ pub struct ProcessDesiredStateOutbox {}
 
 impl Job for ProcessDesiredStateOutbox {
     const KIND: &'static str = "process_desired_state_outbox";
+    type Context = ();
+
+    async fn run(&self, _: &(), job: &JobContext) -> Result<(), JobError> {
+        process_desired_state_outbox(&job.db, relay::PASS_BUDGET).await.map_err(remote_failure)?;
+        Ok(())
+    }
 }
 
 /// One connection's dispatch: one open per connection (its dedupe key), so a slow or dead
@@ -35,11 +47,17 @@ pub struct DispatchDesiredState {
 
 impl Job for DispatchDesiredState {
     const KIND: &'static str = "dispatch_desired_state";
-}
+    type Context = Arc<Relay>;
 
-impl DispatchDesiredState {
-    pub fn dedupe_key(connection: ConnectionId) -> String {
-        format!("desired-state-dispatch:{connection}")
+    fn dedupe_key(&self) -> Option<String> {
+        Some(format!("desired-state-dispatch:{}", self.connection_id))
+    }
+
+    async fn run(&self, relay: &Arc<Relay>, job: &JobContext) -> Result<(), JobError> {
+        dispatch_connection(&job.db, relay, self.connection_id, dispatch::DISPATCH_BUDGET)
+            .await
+            .map_err(remote_failure)?;
+        Ok(())
     }
 }
 
@@ -51,11 +69,15 @@ pub struct ReadBackDesiredState {
 
 impl Job for ReadBackDesiredState {
     const KIND: &'static str = "read_back_desired_state";
-}
+    type Context = Arc<Relay>;
 
-impl ReadBackDesiredState {
-    pub fn dedupe_key(connection: ConnectionId) -> String {
-        format!("desired-state-read-back:{connection}")
+    fn dedupe_key(&self) -> Option<String> {
+        Some(format!("desired-state-read-back:{}", self.connection_id))
+    }
+
+    async fn run(&self, relay: &Arc<Relay>, job: &JobContext) -> Result<(), JobError> {
+        read_back_connection(&job.db, relay, self.connection_id).await.map_err(remote_failure)?;
+        Ok(())
     }
 }
 
@@ -65,4 +87,10 @@ pub struct ScheduleReadBacks {}
 
 impl Job for ScheduleReadBacks {
     const KIND: &'static str = "schedule_desired_state_read_backs";
+    type Context = ();
+
+    async fn run(&self, _: &(), job: &JobContext) -> Result<(), JobError> {
+        connections::schedule_read_backs(&job.db).await.map_err(remote_failure)?;
+        Ok(())
+    }
 }

@@ -17,7 +17,7 @@ use crate::{
         trace, tx,
     },
     ids::{ConnectionId, NoticeId},
-    jobs::{self, NewJob},
+    jobs::Job,
     services::ServiceError,
     store::desired_state as store,
 };
@@ -291,11 +291,6 @@ pub async fn process_desired_state_outbox(db: &Db, budget: Duration) -> Result<R
 /// Enqueue a connection's dispatch, a no-op while one is open for it.
 pub async fn ask_dispatch(db: &Db, connection: ConnectionId) -> Result<(), DbError> {
     let mut conn = db.pool.acquire().await?;
-    let job = DispatchDesiredState { connection_id: connection };
-    jobs::enqueue(
-        &mut conn,
-        NewJob { dedupe_key: Some(DispatchDesiredState::dedupe_key(connection)), ..NewJob::of(&job) },
-    )
-    .await?;
+    DispatchDesiredState { connection_id: connection }.enqueue(&mut conn).await?;
     Ok(())
 }

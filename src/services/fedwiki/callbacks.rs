@@ -15,12 +15,12 @@ use crate::{
         tx::within_for,
     },
     integrations::farm::FarmSite,
-    jobs::{self, NewJob},
+    jobs::Job,
     services::ServiceError,
     store::fedwiki::{self as store, Observed},
 };
 
-use super::{RunSiteRequest, intake::job_key};
+use super::RunSiteRequest;
 
 pub static RECEIVE_FARM_CALLBACK_LOCKS: PathLocks = PathLocks {
     path: "Farm callback: record an observation",
@@ -80,10 +80,7 @@ pub async fn receive_farm_callback(db: &Db, cb: &FarmCallback) -> Result<Receive
     let observed = observed == Observed::Written;
     let waiting = store::open_requests_on_domain(tx.conn(), &cb.site.domain).await?;
     for id in &waiting {
-        let mut job = NewJob::of(&RunSiteRequest { request_id: *id });
-        job.dedupe_key = Some(job_key(*id));
-        job.max_attempts = Some(super::REQUEST_ATTEMPTS);
-        jobs::enqueue(tx.conn(), job).await?;
+        RunSiteRequest { request_id: *id }.enqueue(tx.conn()).await?;
     }
     Ok(Received::Recorded { observed, nudged: waiting.len() })
     })

@@ -10,7 +10,7 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     ids::{AccountId, RequestId},
-    jobs::{self, NewJob},
+    jobs::Job,
     services::ServiceError,
     states::{RequestKind, RequestState},
     store::fedwiki as store,
@@ -103,10 +103,7 @@ async fn decide(tx: &mut Tx, r: &Intake<'_>, latest: Option<(i32, RequestState)>
     )
     .await?;
     if r.swap_of.is_none() {
-        let mut job = NewJob::of(&RunSiteRequest { request_id: id });
-        job.dedupe_key = Some(job_key(id));
-        job.max_attempts = Some(super::REQUEST_ATTEMPTS);
-        jobs::enqueue(tx.conn(), job).await?;
+        RunSiteRequest { request_id: id }.enqueue(tx.conn()).await?;
     }
     Ok(id)
 }

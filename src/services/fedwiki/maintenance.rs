@@ -744,16 +744,8 @@ async fn drift(db: &Db, farm: &Farm) -> Result<DriftReport, ServiceError> {
 /// schedule's key keeps one open run).
 #[tracing::instrument(name = "Run the maintenance now", skip(db))]
 pub async fn run_now(db: &Db) -> Result<(), ServiceError> {
-    use crate::jobs::{Job, NewJob, enqueue, schedule::dedupe_key};
     within(db, TxKind::Plain, async |tx: &mut Tx| {
-        let job = NewJob {
-            kind: super::FedwikiMaintenance::KIND,
-            payload: serde_json::json!({ "schedule": super::FedwikiMaintenance::KIND, "asked": "operator" }),
-            run_at: None,
-            dedupe_key: Some(dedupe_key(super::FedwikiMaintenance::KIND)),
-            max_attempts: None,
-        };
-        if enqueue(tx.conn(), job).await?.is_none() {
+        if crate::jobs::schedule::run_now::<super::FedwikiMaintenance>(tx.conn(), "operator").await?.is_none() {
             return Err(ServiceError::Refused(
                 "A maintenance run is already queued or running: its result shows below when it ends.".into(),
             ));

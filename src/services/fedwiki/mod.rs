@@ -19,7 +19,13 @@ pub mod registry;
 pub mod repair;
 pub mod workflow;
 
-use crate::{ids::RequestId, jobs::Job};
+use std::{sync::Arc, time::Duration};
+
+use crate::{
+    ids::RequestId,
+    integrations::farm::Farm,
+    jobs::{Job, JobContext, JobError, remote_failure},
+};
 
 pub use callbacks::{FarmCallback, Received, receive_farm_callback};
 pub use handlers::{SwapSites, change_status, create_site, set_keep_active, swap_active_site, withdraw_request};
@@ -37,6 +43,31 @@ pub struct RunSiteRequest {
 
 impl Job for RunSiteRequest {
     const KIND: &'static str = "fedwiki_request";
+    const MAX_ATTEMPTS: i32 = REQUEST_ATTEMPTS;
+    type Context = FarmJobs;
+
+    fn dedupe_key(&self) -> Option<String> {
+        Some(intake::job_key(self.request_id))
+    }
+
+    /// The workflow, safe to run again at any step; its last attempt records the failure.
+    async fn run(&self, farm: &FarmJobs, job: &JobContext) -> Result<(), JobError> {
+        run_site_request(&job.db, &farm.farm, self.request_id, job.is_last_attempt()).await.map_err(remote_failure)?;
+        Ok(())
+    }
+}
+
+/// What the sites' jobs need: the farm, and how long an archived site is kept.
+#[derive(Clone)]
+pub struct FarmJobs {
+    pub farm: Arc<Farm>,
+    pub retention: Duration,
+}
+
+impl FarmJobs {
+    pub fn new(farm: Arc<Farm>, settings: &crate::config::FarmSettings) -> FarmJobs {
+        FarmJobs { farm, retention: settings.retention }
+    }
 }
 
 /// The workspace of the farm's sites no organization owns (adopted by the sync).
@@ -48,4 +79,11 @@ pub struct FedwikiMaintenance {}
 
 impl Job for FedwikiMaintenance {
     const KIND: &'static str = "fedwiki_maintenance";
+    type Context = FarmJobs;
+
+    /// A run that fails is recorded as failed; the next one, on schedule, repairs.
+    async fn run(&self, farm: &FarmJobs, job: &JobContext) -> Result<(), JobError> {
+        maintenance::run_maintenance(&job.db, &farm.farm, farm.retention).await.map_err(remote_failure)?;
+        Ok(())
+    }
 }

@@ -13,7 +13,7 @@ use crate::{
     },
     ids::RequestId,
     integrations::farm::Farm,
-    jobs::{self, Job, NewJob},
+    jobs::{Job, JobContext, JobError, remote_failure},
     services::ServiceError,
     states::{RequestKind, RequestState, SiteStatus},
     store::{
@@ -36,6 +36,16 @@ pub struct ReconcileSiteStatus {
 
 impl Job for ReconcileSiteStatus {
     const KIND: &'static str = "fedwiki_status_reconcile";
+    type Context = super::FarmJobs;
+
+    fn dedupe_key(&self) -> Option<String> {
+        Some(format!("{}:{}", Self::KIND, self.request_id))
+    }
+
+    async fn run(&self, farm: &super::FarmJobs, job: &JobContext) -> Result<(), JobError> {
+        reconcile_site_status(&job.db, &farm.farm, self.request_id).await.map_err(remote_failure)?;
+        Ok(())
+    }
 }
 
 pub static RECONCILE_DOMAINS_LOCKS: PathLocks = PathLocks {
@@ -111,9 +121,7 @@ pub async fn reconcile_site_status(db: &Db, farm: &Farm, id: RequestId) -> Resul
 
 /// Enqueue the status reconcile of a request (deduplicated while one is open).
 pub async fn enqueue_status_reconcile(tx: &mut Tx, id: RequestId) -> Result<(), ServiceError> {
-    let mut job = NewJob::of(&ReconcileSiteStatus { request_id: id });
-    job.dedupe_key = Some(format!("{}:{id}", ReconcileSiteStatus::KIND));
-    jobs::enqueue(tx.conn(), job).await?;
+    ReconcileSiteStatus { request_id: id }.enqueue(tx.conn()).await?;
     Ok(())
 }
 
