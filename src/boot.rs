@@ -225,3 +225,27 @@ pub async fn release_private_cluster(cluster: Option<PrivateCluster>) {
         Err(e) => tracing::warn!(%pgdata, error = %e, "stopping the private PostgreSQL cluster failed"),
     }
 }
+
+/// What `serve` sends mail with: the configured server, or in the demo with none configured the
+/// mail catcher the project ships (its page is logged); otherwise mail is off, and said so.
+pub struct ServeMail {
+    pub mailer: Option<Arc<crate::integrations::mail::Mailer>>,
+    pub catcher: Option<mail_catcher::MailCatcher>,
+}
+
+pub async fn mail_for_serve(config: &Config, demo: bool) -> anyhow::Result<ServeMail> {
+    use crate::integrations::mail::Mailer;
+    if config.mail.smtp_url.is_some() {
+        let mailer = Mailer::from_settings(&config.mail)?.map(Arc::new);
+        return Ok(ServeMail { mailer, catcher: None });
+    }
+    if !demo {
+        eprintln!("Mail is off: no SMTP_URL is set, so no mail is sent (see docs/operations.md, \"Mail\").");
+        return Ok(ServeMail { mailer: None, catcher: None });
+    }
+    let catcher = mail_catcher::MailCatcher::start(mail_catcher::Config::default()).await?;
+    let settings = crate::config::MailSettings { smtp_url: Some(catcher.smtp_url()), ..config.mail.clone() };
+    let mailer = Mailer::from_settings(&settings)?.map(Arc::new);
+    eprintln!("Mail: the demo's mail is caught, not sent; read it at {}", catcher.http_url());
+    Ok(ServeMail { mailer, catcher: Some(catcher) })
+}

@@ -104,6 +104,14 @@ pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
 }
 
 /// The sites' jobs (with the farm connected).
+/// The mail's job, when mail is on (`SMTP_URL`, or the demo's catcher); without it the mail
+/// waits, as a job whose system is not connected does.
+pub fn mail_handlers(mailer: Arc<crate::integrations::mail::Mailer>) -> Handlers {
+    let mut h = Handlers::new();
+    h.register::<crate::services::mail::SendMail>(mailer);
+    h
+}
+
 pub fn farm_handlers(jobs: FarmJobs) -> Handlers {
     let mut h = Handlers::new();
     h.register::<RunSiteRequest>(jobs.clone())

@@ -477,6 +477,7 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     let stripe = billing.stripe.clone();
     let sites = member_console::boot::farm_for_serve(&b.config, address).await?;
     let farm = sites.farm.clone();
+    let mail = member_console::boot::mail_for_serve(&b.config, with_demo).await?;
     member_console::services::fedwiki::registry::ensure_farm_zone(&b.db, &b.config.farm.domain).await?;
     let connected = web::Connected { stripe: stripe.clone(), farm: farm.clone() };
     let server = web::serve_connected(listener, b.db.clone(), Arc::clone(&b.config), connected)?;
@@ -487,7 +488,8 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
         jobs::worker::new_worker_id(),
         stop_rx.clone(),
     ));
-    let worker = with_worker.then(|| tokio::spawn(start_worker(b, stripe.clone(), farm.clone(), stop_rx)));
+    let worker =
+        with_worker.then(|| tokio::spawn(start_worker(b, stripe.clone(), farm.clone(), mail.mailer.clone(), stop_rx)));
     eprintln!("Member Console is listening on http://{address}");
     let server_task = tokio::spawn(server);
     // The demo's subscriptions go through Stripe (or the stand-in) and its webhooks, so they
@@ -525,6 +527,9 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     if let Some(r) = receiver {
         r.stop().await;
     }
+    if let Some(catcher) = mail.catcher {
+        catcher.stop().await;
+    }
     Ok(())
 }
 
@@ -533,7 +538,9 @@ async fn worker_only(b: &Booted) -> anyhow::Result<()> {
     let stripe = member_console::boot::connect_stripe(&b.config)?;
     // A worker of its own reaches only a configured farm (a local farm lives in `serve`).
     let farm = member_console::boot::connect_farm(&b.config)?;
-    let worker = tokio::spawn(start_worker(b, stripe, farm, stop_rx));
+    // And only a configured mail server (the demo's catcher lives in `serve`).
+    let mail = member_console::integrations::mail::Mailer::from_settings(&b.config.mail)?.map(Arc::new);
+    let worker = tokio::spawn(start_worker(b, stripe, farm, mail, stop_rx));
     eprintln!("Member Console worker is running");
     shutdown_signal().await;
     let _ = stop_tx.send(true);
@@ -545,6 +552,7 @@ fn start_worker(
     b: &Booted,
     stripe: Option<Arc<member_console::integrations::stripe::Stripe>>,
     farm: Option<Arc<member_console::integrations::farm::Farm>>,
+    mail: Option<Arc<member_console::integrations::mail::Mailer>>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + use<> {
     let db = b.db.clone();
@@ -575,10 +583,11 @@ fn start_worker(
             }
         }
         let farm = farm.map(|f| member_console::job_registry::FarmJobs::new(f, &farm_settings));
-        jobs::Worker::new(db, member_console::job_registry::handlers_connected(stripe, farm), options.concurrency)
-            .with_options(options)
-            .run(stop)
-            .await;
+        let mut handlers = member_console::job_registry::handlers_connected(stripe, farm);
+        if let Some(mailer) = mail {
+            handlers.merge(member_console::job_registry::mail_handlers(mailer));
+        }
+        jobs::Worker::new(db, handlers, options.concurrency).with_options(options).run(stop).await;
     }
 }
 

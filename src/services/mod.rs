@@ -10,6 +10,7 @@ pub mod desired_state;
 pub mod entitlements;
 pub mod fedwiki;
 pub mod grants;
+pub mod mail;
 pub mod observability;
 pub mod organizations;
 pub mod plan_acts;

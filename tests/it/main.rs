@@ -19,6 +19,7 @@ mod grants;
 mod isolation;
 mod jobs;
 mod lock_trace;
+mod mail;
 mod metrics;
 mod migrations;
 mod offline_data;
