@@ -244,6 +244,33 @@ fn field_names<F: DeserializeOwned>() -> &'static [&'static str] {
     names.0.unwrap_or(&[])
 }
 
+/// A page's query checked as a form is (its struct derives `Validate`), but refused whole: a
+/// filter the page cannot read is a 400 whose message says every problem, as pages answer a bad
+/// address.
+pub fn refuse_bad_query<F: Validate + DeserializeOwned>(query: &F) -> Result<(), crate::web::errors::AppError> {
+    problems(query).or(Some(())).map_err(|e| crate::web::errors::AppError::BadRequest(e.to_string()))
+}
+
+/// The domain types several pages' forms share: each reads as its own `parse` says, in the
+/// words the type keeps beside its rule (a form gives its own with the attribute's `message`).
+macro_rules! parsed {
+    ($($t:ty,)+) => {$(
+        impl FromField for $t {
+            fn from_field(raw: &str) -> Result<Self, String> {
+                <$t>::parse(raw)
+            }
+        }
+    )+};
+}
+
+parsed! {
+    crate::services::grants::Reason,
+    crate::services::grants::EmailDomain,
+    crate::services::organizations::OrgName,
+    crate::services::auth::Email,
+    crate::services::auth::Password,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
