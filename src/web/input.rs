@@ -271,6 +271,14 @@ parsed! {
     crate::services::auth::Password,
 }
 
+/// A whole number a form writes (a position, a rank): what it means, and so what to say of a
+/// bad one, is the form's (`message`, or its conversion's words).
+impl FromField for i32 {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        raw.trim().parse().map_err(|_| "“{value}” is not a whole number.".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
