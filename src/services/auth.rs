@@ -66,6 +66,31 @@ impl Email {
     }
 }
 
+/// A password as a sign-in sends it: any text, but not none, and not more than a password can
+/// be (a new one's rules are `NewPassword`'s).
+#[derive(Clone)]
+pub struct Password(String);
+
+impl Password {
+    pub fn parse(s: &str) -> Result<Password, String> {
+        if s.is_empty() || s.chars().count() > 1024 {
+            return Err("Enter your password.".into());
+        }
+        Ok(Password(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Never printed: a password is not for the logs.
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(..)")
+    }
+}
+
 /// A new password, parsed once: long enough to be worth hashing.
 #[derive(Debug, Clone)]
 pub struct NewPassword(String);

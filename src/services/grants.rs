@@ -71,51 +71,83 @@ pub struct IssueGrant {
 
 pub const MAX_QUANTITY: i32 = 1000;
 
-/// A reason, required for every operator act.
-pub fn parse_reason(s: &str) -> Result<String, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Err("Say why: a reason is kept with the grant.".into());
+/// Why an operator acts: kept with the act's record, so it is required, and bounded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reason(String);
+
+impl Reason {
+    /// The text trimmed: not empty, at most 500 characters.
+    pub fn parse(s: &str) -> Result<Reason, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err("Say why: a reason is kept with the grant.".into());
+        }
+        if s.chars().count() > 500 {
+            return Err("A reason may have at most 500 characters.".into());
+        }
+        Ok(Reason(s.to_string()))
     }
-    if s.chars().count() > 500 {
-        return Err("A reason may have at most 500 characters.".into());
+
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
-    Ok(s.to_string())
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
 }
 
-pub fn parse_quantity(s: &str) -> Result<i32, String> {
-    match s.trim() {
-        "" => Ok(1),
-        t => t
-            .parse::<i32>()
-            .ok()
-            .filter(|q| (1..=MAX_QUANTITY).contains(q))
-            .ok_or_else(|| format!("A quantity is a whole number from 1 to {MAX_QUANTITY}.")),
-    }
-}
+/// How many of a product a grant gives: a whole number from 1 to `MAX_QUANTITY`; blank is 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quantity(i32);
 
-/// A date and time as a `datetime-local` field sends it (or RFC 3339), read as UTC.
-pub fn parse_time(s: &str) -> Result<Option<DateTime<Utc>>, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Ok(None);
-    }
-    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
-        return Ok(Some(t.with_timezone(&Utc)));
-    }
-    for f in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
-        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, f) {
-            return Ok(Some(t.and_utc()));
+impl Quantity {
+    pub fn parse(s: &str) -> Result<Quantity, String> {
+        match s.trim() {
+            "" => Ok(Quantity(1)),
+            t => t
+                .parse::<i32>()
+                .ok()
+                .filter(|q| (1..=MAX_QUANTITY).contains(q))
+                .map(Quantity)
+                .ok_or_else(|| format!("A quantity is a whole number from 1 to {MAX_QUANTITY}.")),
         }
     }
-    if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
-        return Ok(d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()));
+
+    pub fn get(self) -> i32 {
+        self.0
     }
-    Err(format!("“{s}” is not a date and time (for example 2027-01-31T12:00)."))
+}
+
+/// A grant's start or end: a date and time as a `datetime-local` field sends it (or RFC 3339, or
+/// a day, at its midnight), read as UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantTime(DateTime<Utc>);
+
+impl GrantTime {
+    pub fn parse(s: &str) -> Result<GrantTime, String> {
+        let s = s.trim();
+        if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+            return Ok(GrantTime(t.with_timezone(&Utc)));
+        }
+        for f in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"] {
+            if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s, f) {
+                return Ok(GrantTime(t.and_utc()));
+            }
+        }
+        if let Some(t) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").ok().and_then(|d| d.and_hms_opt(0, 0, 0)) {
+            return Ok(GrantTime(t.and_utc()));
+        }
+        Err(format!("“{s}” is not a date and time (for example 2027-01-31T12:00)."))
+    }
+
+    pub fn get(self) -> DateTime<Utc> {
+        self.0
+    }
 }
 
 /// Check the bounds of a grant: the end after the start, and not in the past.
-fn check_bounds(starts_at: Option<DateTime<Utc>>, ends_at: Option<DateTime<Utc>>, problems: &mut Problems) {
+pub fn check_bounds(starts_at: Option<DateTime<Utc>>, ends_at: Option<DateTime<Utc>>, problems: &mut Problems) {
     let now = Utc::now();
     if let Some(end) = ends_at {
         if end <= now {
@@ -123,53 +155,6 @@ fn check_bounds(starts_at: Option<DateTime<Utc>>, ends_at: Option<DateTime<Utc>>
         } else if starts_at.is_some_and(|s| end <= s) {
             problems.push("ends_at", "The end must come after the start.");
         }
-    }
-}
-
-impl IssueGrant {
-    /// Parse the issue form's fields, every problem by its field.
-    #[allow(clippy::too_many_arguments)]
-    pub fn parse(
-        organization_id: &str,
-        provision_domain: &str,
-        product_id: &str,
-        quantity: &str,
-        starts_at: &str,
-        ends_at: &str,
-        reason: &str,
-        actor: Option<AccountId>,
-    ) -> Result<IssueGrant, ServiceError> {
-        let mut problems = Problems::default();
-        let recipient = match (organization_id.trim(), provision_domain.trim()) {
-            ("", "") => {
-                problems.push("organization_id", "Name an organization, or an email domain to wait for.");
-                None
-            }
-            (o, "") => match o.parse::<i64>() {
-                Ok(id) if id > 0 => Some(Recipient::Organization(OrganizationId(id))),
-                _ => {
-                    problems.push("organization_id", format!("“{o}” is not an organization number."));
-                    None
-                }
-            },
-            ("", d) => problems.field("provision_domain", EmailDomain::parse(d)).map(Recipient::Domain),
-            _ => {
-                problems.push("provision_domain", "Name an organization or an email domain, not both.");
-                None
-            }
-        };
-        let product = product_id.trim().parse::<i64>().ok().filter(|p| *p > 0).map(ProductId);
-        if product.is_none() {
-            problems.push("product_id", "Choose a product.");
-        }
-        let quantity = problems.field("quantity", parse_quantity(quantity));
-        let starts = problems.field("starts_at", parse_time(starts_at)).flatten();
-        let ends = problems.field("ends_at", parse_time(ends_at)).flatten();
-        check_bounds(starts, ends, &mut problems);
-        let reason = problems.field("reason", parse_reason(reason));
-        let (((recipient, product_id), quantity), reason) =
-            problems.or(recipient.zip(product).zip(quantity).zip(reason))?;
-        Ok(IssueGrant { recipient, product_id, quantity, starts_at: starts, ends_at: ends, reason, actor })
     }
 }
 
@@ -392,9 +377,8 @@ pub async fn revoke_grant(
     db: &Db,
     grant_id: GrantId,
     actor: Option<AccountId>,
-    reason: &str,
+    reason: &Reason,
 ) -> Result<GrantId, ServiceError> {
-    let reason = parse_reason(reason).map_err(|m| ServiceError::invalid("reason", m))?;
     let (mut tx, pool, head) = pool_then(db, &REVOKE_GRANT_LOCKS, grant_id, head_of).await?;
     let answer: Result<_, ServiceError> = async {
         if !head.status.is_live() {
@@ -418,8 +402,16 @@ pub async fn revoke_grant(
             restore_pool_tx(&mut tx, p, ended, None).await?;
             store::request_pool_subscription_reconciles(tx.conn(), org, "grant revoked").await?;
         }
-        store::record_event(tx.conn(), head.grant_id, head.organization_id, "revoked", actor, &reason, json!({}))
-            .await?;
+        store::record_event(
+            tx.conn(),
+            head.grant_id,
+            head.organization_id,
+            "revoked",
+            actor,
+            reason.as_str(),
+            json!({}),
+        )
+        .await?;
         Ok(head.grant_id)
     }
     .await;
@@ -508,25 +500,6 @@ pub struct ManageGrant {
     pub quantity: i32,
     pub reason: String,
     pub actor: Option<AccountId>,
-}
-
-impl ManageGrant {
-    pub fn parse(
-        starts_at: &str,
-        ends_at: &str,
-        quantity: &str,
-        reason: &str,
-        actor: Option<AccountId>,
-    ) -> Result<Self, ServiceError> {
-        let mut problems = Problems::default();
-        let starts = problems.field("starts_at", parse_time(starts_at)).flatten();
-        let ends = problems.field("ends_at", parse_time(ends_at)).flatten();
-        let quantity = problems.field("quantity", parse_quantity(quantity));
-        let reason = problems.field("reason", parse_reason(reason));
-        check_bounds(starts, ends, &mut problems);
-        let (quantity, reason) = problems.or(quantity.zip(reason))?;
-        Ok(ManageGrant { starts_at: starts, ends_at: ends, quantity, reason, actor })
-    }
 }
 
 pub static MANAGE_GRANT_LOCKS: PathLocks = PathLocks {
@@ -735,32 +708,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn issue_input_is_parsed_or_refused_by_field() {
-        let ok = IssueGrant::parse("3", "", "2", "2", "", "2999-01-01T00:00", "a partner", None).unwrap();
-        assert_eq!(ok.recipient, Recipient::Organization(OrganizationId(3)));
-        assert_eq!(ok.quantity, 2);
-        let fields = |e: ServiceError| match e {
-            ServiceError::Invalid(p) => p.into_iter().map(|(f, _)| f).collect::<Vec<_>>(),
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(fields(IssueGrant::parse("", "", "2", "1", "", "", "r", None).unwrap_err()), ["organization_id"]);
-        assert_eq!(
-            fields(IssueGrant::parse("1", "x.org", "2", "1", "", "", "r", None).unwrap_err()),
-            ["provision_domain"]
-        );
-        assert_eq!(fields(IssueGrant::parse("1", "", "", "1", "", "", "r", None).unwrap_err()), ["product_id"]);
-        assert_eq!(fields(IssueGrant::parse("1", "", "2", "0", "", "", "r", None).unwrap_err()), ["quantity"]);
-        assert_eq!(fields(IssueGrant::parse("1", "", "2", "1", "", "", " ", None).unwrap_err()), ["reason"]);
-        assert_eq!(
-            fields(
-                IssueGrant::parse("1", "", "2", "1", "2999-02-01T00:00", "2999-01-01T00:00", "r", None).unwrap_err()
-            ),
-            ["ends_at"]
-        );
-        assert_eq!(fields(IssueGrant::parse("1", "", "2", "1", "", "2001-01-01", "r", None).unwrap_err()), ["ends_at"]);
-        assert_eq!(fields(IssueGrant::parse("1", "", "2", "1", "soon", "", "r", None).unwrap_err()), ["starts_at"]);
-        let d = IssueGrant::parse("", "@Example.ORG", "2", "", "", "", "r", None).unwrap();
-        assert_eq!(d.recipient, Recipient::Domain(EmailDomain("example.org".into())));
+    fn a_grants_fields_are_parsed_in_the_words_of_its_form() {
+        assert_eq!(Quantity::parse("").map(Quantity::get), Ok(1));
+        assert_eq!(Quantity::parse(" 7 ").map(Quantity::get), Ok(7));
+        for bad in ["0", "1001", "abc"] {
+            assert_eq!(Quantity::parse(bad), Err("A quantity is a whole number from 1 to 1000.".into()));
+        }
+        assert_eq!(Reason::parse("  why ").map(Reason::into_string), Ok("why".into()));
+        assert!(Reason::parse("   ").is_err() && Reason::parse(&"r".repeat(501)).is_err());
+        assert!(GrantTime::parse("2027-01-31T12:00").is_ok() && GrantTime::parse("2027-01-31").is_ok());
+        assert!(GrantTime::parse("2027-02-30").is_err() && GrantTime::parse("soon").is_err());
     }
 
     #[test]

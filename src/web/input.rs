@@ -244,6 +244,41 @@ fn field_names<F: DeserializeOwned>() -> &'static [&'static str] {
     names.0.unwrap_or(&[])
 }
 
+/// A page's query checked as a form is (its struct derives `Validate`), but refused whole: a
+/// filter the page cannot read is a 400 whose message says every problem, as pages answer a bad
+/// address.
+pub fn refuse_bad_query<F: Validate + DeserializeOwned>(query: &F) -> Result<(), crate::web::errors::AppError> {
+    problems(query).or(Some(())).map_err(|e| crate::web::errors::AppError::BadRequest(e.to_string()))
+}
+
+/// The domain types several pages' forms share: each reads as its own `parse` says, in the
+/// words the type keeps beside its rule (a form gives its own with the attribute's `message`).
+macro_rules! parsed {
+    ($($t:ty,)+) => {$(
+        impl FromField for $t {
+            fn from_field(raw: &str) -> Result<Self, String> {
+                <$t>::parse(raw)
+            }
+        }
+    )+};
+}
+
+parsed! {
+    crate::services::grants::Reason,
+    crate::services::grants::EmailDomain,
+    crate::services::organizations::OrgName,
+    crate::services::auth::Email,
+    crate::services::auth::Password,
+}
+
+/// A whole number a form writes (a position, a rank): what it means, and so what to say of a
+/// bad one, is the form's (`message`, or its conversion's words).
+impl FromField for i32 {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        raw.trim().parse().map_err(|_| "“{value}” is not a whole number.".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -165,7 +165,9 @@ async fn a_grant_displacing_a_subscription_keeps_it_off_until_the_grant_ends_and
     assert!(done.done >= 1, "{done:?}");
     assert_eq!(hosting(&t, pool).await, "Pro");
     assert_eq!(count(&t, "SELECT count(*) FROM core.subscription_displacements WHERE delivered_at IS NULL").await, 1);
-    grants::revoke_grant(&t.db, grant, None, "over").await.unwrap();
+    grants::revoke_grant(&t.db, grant, None, &member_console::services::grants::Reason::parse("over").unwrap())
+        .await
+        .unwrap();
     assert_eq!(hosting(&t, pool).await, "Basic", "the subscription is delivered back");
     let (_, changed) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap());
     assert!(!changed, "the reconcile finds the delivered provision as Stripe has it");
@@ -375,7 +377,9 @@ async fn a_reconcile_waits_on_the_pool_row_a_grant_revocation_holds() {
     let g = common::acts::grant(&t, o, common::acts::product_id(&t, "Pro").await).await;
     let (mut pause, pause_pid) = pause_on(&t, "core.grant_events").await;
     let db = t.db.clone();
-    let revoke = tokio::spawn(async move { grants::revoke_grant(&db, g, None, "done").await });
+    let revoke = tokio::spawn(async move {
+        grants::revoke_grant(&db, g, None, &member_console::services::grants::Reason::parse("done").unwrap()).await
+    });
     let revoker = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
     let revoking =
         [Expect::rendezvous_shared(), Expect::row("core.resource_pools", pool.0), Expect::row("core.grants", g.0)];

@@ -120,7 +120,14 @@ async fn a_member_sees_a_downgrade_park_the_least_recently_modified_sites_and_an
 
             // The grant that gave Basic ends: Free allows one active site. The next maintenance
             // run parks the two least recently modified that are not kept active.
-            grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
+            grants::revoke_grant(
+                &s.t.db,
+                grant,
+                None,
+                &member_console::services::grants::Reason::parse("downgrade").unwrap(),
+            )
+            .await
+            .unwrap();
             let c = maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
             assert_eq!(c.parked, 2, "{c:?}");
             b.goto(&app.url("/sites")).await;

@@ -182,7 +182,9 @@ async fn a_storm_of_changes_to_one_organization_ends_with_the_last_content_and_r
         for i in 0..12 {
             let g = grants::issue_grant(&db, &acts::operator_grant(org, product)).await.unwrap();
             if i % 3 != 2 {
-                grants::revoke_grant(&db, g, None, "storm").await.unwrap();
+                grants::revoke_grant(&db, g, None, &member_console::services::grants::Reason::parse("storm").unwrap())
+                    .await
+                    .unwrap();
             }
         }
     });

@@ -29,7 +29,7 @@ async fn a_revocation_walked_lock_by_lock_takes_the_rendezvous_then_the_pool_row
         Expect::row("core.grants", g.0),
     ];
     let out = LockWalk::run(&t, &grants::REVOKE_GRANT_LOCKS, &expected, |db| async move {
-        grants::revoke_grant(&db, g, None, "walked").await
+        grants::revoke_grant(&db, g, None, &member_console::services::grants::Reason::parse("walked").unwrap()).await
     })
     .await;
     assert_eq!(out.unwrap(), g);
@@ -45,13 +45,17 @@ async fn the_trace_records_a_revocations_locks_in_order_under_its_path_and_nothi
     let org = community_org(&t, "Traced").await;
     let g = grant(&t, org.organization_id, product_id(&t, "Pro").await).await;
     // Off (the default): nothing is written, though the SQL functions run their guards.
-    grants::revoke_grant(&t.db, g, None, "untraced").await.unwrap();
+    grants::revoke_grant(&t.db, g, None, &member_console::services::grants::Reason::parse("untraced").unwrap())
+        .await
+        .unwrap();
     let none: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.lock_trace")).await;
     assert_eq!(none, 0);
 
     let g = grant(&t, org.organization_id, product_id(&t, "Pro").await).await;
     let traced = t.traced_db().await;
-    grants::revoke_grant(&traced, g, None, "traced").await.unwrap();
+    grants::revoke_grant(&traced, g, None, &member_console::services::grants::Reason::parse("traced").unwrap())
+        .await
+        .unwrap();
     let rows: Vec<TracedLock> = t
         .all(
             sqlx::query_as(

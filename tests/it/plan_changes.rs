@@ -621,7 +621,14 @@ async fn a_grant_ending_delivers_the_subscription_back_and_its_collection_resume
     let grant = common::acts::grant(&p.t, p.org, common::acts::product_id(&p.t, "Pro").await).await;
     p.drain_outbox().await;
     assert_eq!(p.stripe_pause().await, (true, true));
-    member_console::services::grants::revoke_grant(&p.t.db, grant, None, "over").await.unwrap();
+    member_console::services::grants::revoke_grant(
+        &p.t.db,
+        grant,
+        None,
+        &member_console::services::grants::Reason::parse("over").unwrap(),
+    )
+    .await
+    .unwrap();
     assert_eq!(p.hosting().await, "Basic");
     p.drain_outbox().await;
     assert_eq!(p.stripe_pause().await, (false, false));

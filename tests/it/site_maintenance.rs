@@ -195,7 +195,14 @@ async fn a_downgrade_parks_the_least_recently_modified_sites_keep_active_last_an
     s.set("UPDATE fedwiki.sites SET modified_at = now() - interval '2 days' WHERE domain LIKE 'beta.%'").await;
     s.set("UPDATE fedwiki.sites SET modified_at = now() - interval '1 day' WHERE domain LIKE 'gamma.%'").await;
     // The sync would read the farm's own times: keep the test's by leaving the farm unmeasured.
-    member_console::services::grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
+    member_console::services::grants::revoke_grant(
+        &s.t.db,
+        grant,
+        None,
+        &member_console::services::grants::Reason::parse("downgrade").unwrap(),
+    )
+    .await
+    .unwrap();
     let c = maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
     assert_eq!(c.parked, 2, "{c:?}");
     assert_eq!(
@@ -227,7 +234,14 @@ async fn two_sites_one_parked_by_a_downgrade() -> (Sites, &'static str) {
     let grant = common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
     s.created("first").await;
     s.created("second").await;
-    member_console::services::grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
+    member_console::services::grants::revoke_grant(
+        &s.t.db,
+        grant,
+        None,
+        &member_console::services::grants::Reason::parse("downgrade").unwrap(),
+    )
+    .await
+    .unwrap();
     maintenance::reconcile_quota_now(&s.t.db, &s.f.farm).await.unwrap();
     let parked = if s.status("first").await == "parked" { "first" } else { "second" };
     (s, parked)
@@ -261,7 +275,14 @@ async fn a_park_whose_transaction_finds_a_members_archive_sets_the_farm_back_to_
     let id = s.created("archived").await;
     let domain = "archived.wiki.localhost";
     // Two active sites above the Free plan's one: the quota will park one of them.
-    member_console::services::grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
+    member_console::services::grants::revoke_grant(
+        &s.t.db,
+        grant,
+        None,
+        &member_console::services::grants::Reason::parse("downgrade").unwrap(),
+    )
+    .await
+    .unwrap();
     // The member's archive: its farm call done, its record step paused at its recount, holding the
     // site row it wrote.
     let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &id, RequestKind::Archive).await.unwrap();

@@ -570,7 +570,14 @@ async fn the_invariant_check_sees_a_collection_pause_out_of_step_with_the_displa
     let found = stress::check_invariants(&t.admin).await.unwrap();
     assert!(found.is_empty(), "paused in Stripe and read back: {found:#?}");
     // The grant ends: the subscription confers again while the console's pause is still read.
-    member_console::services::grants::revoke_grant(&t.db, grant, None, "over").await.unwrap();
+    member_console::services::grants::revoke_grant(
+        &t.db,
+        grant,
+        None,
+        &member_console::services::grants::Reason::parse("over").unwrap(),
+    )
+    .await
+    .unwrap();
     let found = stress::check_invariants(&t.admin).await.unwrap();
     assert!(found.len() == 1 && found[0].contains("carries the console's pause but confers 1"), "{found:#?}");
     billing::process_outbox(&t.db, &s.stripe, 20, member_console::jobs::DEFAULT_LEASE).await.unwrap();

@@ -648,7 +648,9 @@ async fn a_grants_refusal_has_released_the_pool_row_and_the_lineage_head_when_it
     let t = demo_db().await;
     let org = common::acts::community_org(&t, "Refused Grants Ltd").await;
     let grant = common::acts::grant(&t, org.organization_id, common::acts::product_id(&t, "Basic").await).await;
-    grants::revoke_grant(&t.db, grant, None, "once").await.unwrap();
+    grants::revoke_grant(&t.db, grant, None, &member_console::services::grants::Reason::parse("once").unwrap())
+        .await
+        .unwrap();
     let pool: i64 = t
         .one(
             sqlx::query_scalar("SELECT pool_id FROM core.resource_pools WHERE organization_id = $1 AND is_default")
@@ -657,7 +659,10 @@ async fn a_grants_refusal_has_released_the_pool_row_and_the_lineage_head_when_it
         .await;
     // Revoked already: refused after the rendezvous, the pool row and the lineage head. Nothing is
     // awaited between the answer and the check.
-    let e = grants::revoke_grant(&t.db, grant, None, "twice").await.unwrap_err();
+    let e =
+        grants::revoke_grant(&t.db, grant, None, &member_console::services::grants::Reason::parse("twice").unwrap())
+            .await
+            .unwrap_err();
     assert!(matches!(&e, ServiceError::Refused(m) if m.contains("already")), "{e:?}");
     let held = still_held(
         &t.admin_url,

@@ -572,7 +572,7 @@ async fn a_revocations_sub_steps_run_under_its_pool_row_resumption_writing_the_r
         common::hold_open(&t, &format!("SELECT 1 FROM core.grants WHERE grant_id = {replaced} FOR SHARE")).await;
     let expected = [Expect::rendezvous_shared(), pool_row(org.pool_id), grant_row(g)];
     let mut w = LockWalk::start(&t, &grants::REVOKE_GRANT_LOCKS, expected.len(), move |db| async move {
-        grants::revoke_grant(&db, g, None, "walked").await
+        grants::revoke_grant(&db, g, None, &member_console::services::grants::Reason::parse("walked").unwrap()).await
     })
     .await;
     for k in 1..=expected.len() {
@@ -678,7 +678,7 @@ async fn a_revocation_that_delivers_a_displaced_subscription_writes_its_displace
             .await;
     let expected = [Expect::rendezvous_shared(), pool_row(org.pool_id), grant_row(g)];
     let mut w = LockWalk::start(&t, &grants::REVOKE_GRANT_LOCKS, expected.len(), move |db| async move {
-        grants::revoke_grant(&db, g, None, "walked").await
+        grants::revoke_grant(&db, g, None, &member_console::services::grants::Reason::parse("walked").unwrap()).await
     })
     .await;
     for k in 1..=expected.len() {

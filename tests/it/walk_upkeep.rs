@@ -83,7 +83,14 @@ async fn above_the_limit() -> (Sites, String) {
     s.created("kept").await;
     let spare = s.created("spare").await;
     s.t.run(sqlx::query("UPDATE fedwiki.sites SET keep_active = true WHERE domain = 'kept.wiki.localhost'")).await;
-    member_console::services::grants::revoke_grant(&s.t.db, grant, None, "downgrade").await.unwrap();
+    member_console::services::grants::revoke_grant(
+        &s.t.db,
+        grant,
+        None,
+        &member_console::services::grants::Reason::parse("downgrade").unwrap(),
+    )
+    .await
+    .unwrap();
     (s, spare)
 }
 

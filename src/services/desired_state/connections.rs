@@ -159,14 +159,23 @@ pub async fn update_connection(db: &Db, id: ConnectionId, f: &ConnectionForm) ->
 /// The longest overlap a rotation may keep the previous secret signing.
 pub const MAX_OVERLAP: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// Parse an overlap in hours (0 to a week).
-pub fn parse_overlap_hours(raw: &str) -> Result<Duration, ServiceError> {
-    let raw = raw.trim();
-    let hours: f64 = if raw.is_empty() { 24.0 } else { raw.parse().unwrap_or(-1.0) };
-    if !(0.0..=MAX_OVERLAP.as_secs_f64() / 3600.0).contains(&hours) {
-        return Err(ServiceError::invalid("overlap_hours", "The overlap is a number of hours from 0 to 168."));
+/// How long a rotated-out secret keeps signing: a number of hours from 0 to a week (blank: a day).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Overlap(Duration);
+
+impl Overlap {
+    pub fn parse(raw: &str) -> Result<Overlap, String> {
+        let raw = raw.trim();
+        let hours: f64 = if raw.is_empty() { 24.0 } else { raw.parse().unwrap_or(-1.0) };
+        if !(0.0..=MAX_OVERLAP.as_secs_f64() / 3600.0).contains(&hours) {
+            return Err("The overlap is a number of hours from 0 to 168.".into());
+        }
+        Ok(Overlap(Duration::from_secs_f64(hours * 3600.0)))
     }
-    Ok(Duration::from_secs_f64(hours * 3600.0))
+
+    pub fn get(self) -> Duration {
+        self.0
+    }
 }
 
 /// Rotate the signing secret: a new one signs from now on, the previous one too for `overlap`.

@@ -178,7 +178,8 @@ pub(in crate::stress) async fn revoke_grant(ctx: &Ctx, rng: &mut Rng, note: &mut
     let Some((g, _)) = pick_grant(ctx, rng, note, &["active", "replaced", "waiting"]).await? else {
         return Ok(Outcome::Skipped);
     };
-    let r = grants::revoke_grant(&ctx.db, g, None, "stress").await;
+    let reason = grants::Reason::parse("stress").map_err(Failure::Error)?;
+    let r = grants::revoke_grant(&ctx.db, g, None, &reason).await;
     note.detail = match &r {
         Ok(head) if *head == g => format!("grant {g} revoked"),
         Ok(head) => format!("grant {g}: its lineage's head grant {head} revoked"),

@@ -6,8 +6,9 @@ use serde::Deserialize;
 use views::paths;
 
 use crate::{
-    services::auth::{self, AuthError, Email},
+    services::auth::{self, AuthError, Email, Password},
     web::forms::{Form, after_post},
+    web::input::{Field, FromField},
     web::{
         AppState,
         errors::AppError,
@@ -16,35 +17,69 @@ use crate::{
     },
 };
 
+/// Where to go after signing in: a path on this console (`safe_next`); anything else is
+/// not followed, and the start page is.
+#[derive(Debug, Clone)]
+pub struct NextPath(String);
+
+impl NextPath {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromField for NextPath {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        safe_next(Some(raw)).map(|n| NextPath(n.to_string())).ok_or_else(|| "Not a path on this console.".into())
+    }
+}
+
+/// The sign-in page's query: where to go after (an unsafe one is not followed).
 #[derive(Deserialize)]
 pub struct NextQuery {
-    next: Option<String>,
+    #[serde(default)]
+    next: Field<Option<NextPath>>,
+}
+
+impl NextQuery {
+    fn next(&self) -> Option<&str> {
+        self.next.ok().and_then(Option::as_ref).map(NextPath::as_str)
+    }
 }
 
 /// The sign-in form.
 #[derive(Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoginForm {
-    email: String,
-    password: String,
-    /// Where to go after: "" for the start page.
-    next: String,
+    email: Field<Email>,
+    password: Field<Password>,
+    /// Where to go after: "" for the start page; one that is not a path here is not followed.
+    next: Field<Option<NextPath>>,
 }
 
 impl LoginForm {
-    /// The email, or what to say about the form: every empty or overlong field, email first.
-    fn parse(&self) -> Result<Email, String> {
+    /// The email and password, or what to say about the form: every empty or overlong field,
+    /// email first, and only then an address that is not one.
+    fn command(&self) -> Result<(Email, Password), String> {
         let mut problems = vec![];
-        if self.email.is_empty() || self.email.chars().count() > 254 {
-            problems.push("Enter your email address.");
+        let email = self.email.raw();
+        if email.is_empty() || email.chars().count() > 254 {
+            problems.push("Enter your email address.".to_string());
         }
-        if self.password.is_empty() || self.password.chars().count() > 1024 {
-            problems.push("Enter your password.");
+        if let Err(m) = Password::parse(self.password.raw()) {
+            problems.push(m);
         }
         if !problems.is_empty() {
             return Err(problems.join(" "));
         }
-        Email::parse(&self.email)
+        match (self.email.ok(), self.password.ok()) {
+            (Some(e), Some(p)) => Ok((e.clone(), p.clone())),
+            _ => Err(Email::parse(email).err().unwrap_or_default()),
+        }
+    }
+
+    fn next(&self) -> Option<&str> {
+        self.next.ok().and_then(Option::as_ref).map(NextPath::as_str)
     }
 }
 
@@ -82,9 +117,9 @@ fn login_page(
 #[tracing::instrument(name = "Page: sign in", skip_all)]
 pub async fn login_form(req: HttpRequest, q: web::Query<NextQuery>) -> HttpResponse {
     if identity(&req).is_some() {
-        return after_post(&req, safe_next(q.next.as_deref()).unwrap_or(paths::HOME));
+        return after_post(&req, q.next().unwrap_or(paths::HOME));
     }
-    login_page(&req, StatusCode::OK, "", None, q.next.as_deref())
+    login_page(&req, StatusCode::OK, "", None, q.next())
 }
 
 #[tracing::instrument(name = "Page: post sign-in", skip_all)]
@@ -94,15 +129,15 @@ pub async fn login(
     session: Session,
     form: Form<LoginForm>,
 ) -> Result<HttpResponse, AppError> {
-    let next = Some(form.next.as_str()).filter(|n| !n.is_empty());
-    let email = match form.parse() {
-        Ok(e) => e,
-        Err(m) => return Ok(login_page(&req, StatusCode::UNPROCESSABLE_ENTITY, &form.email, Some(&m), next)),
+    let next = form.next();
+    let (email, password) = match form.command() {
+        Ok(c) => c,
+        Err(m) => return Ok(login_page(&req, StatusCode::UNPROCESSABLE_ENTITY, form.email.raw(), Some(&m), next)),
     };
     let address = client_address(&req, &state.config.trusted_proxies);
     // The session this browser had: signing in again ends it.
     let previous = session.get::<String>(SESSION_TOKEN).ok().flatten();
-    match auth::sign_in(&state.db, &email, &form.password, &address, previous.as_deref()).await {
+    match auth::sign_in(&state.db, &email, password.as_str(), &address, previous.as_deref()).await {
         Ok(s) => {
             // A new session id at sign-in, and a new CSRF token with it (no fixation).
             session.renew();
@@ -110,7 +145,7 @@ pub async fn login(
             session
                 .insert(CSRF_TOKEN, crate::config::random_hex(24))
                 .map_err(|e| AppError::Unexpected(anyhow::anyhow!("{e}")))?;
-            Ok(after_post(&req, safe_next(next).unwrap_or(paths::HOME)))
+            Ok(after_post(&req, next.unwrap_or(paths::HOME)))
         }
         Err(AuthError::InvalidCredentials) => Ok(login_page(
             &req,

@@ -7,6 +7,7 @@ use views::paths::{self, fill};
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
+use validator::Validate;
 use views::{FormState, Total};
 
 use crate::{
@@ -18,6 +19,7 @@ use crate::{
     },
     web::call::{Call, OperatorCall},
     web::forms::{Form, run_parsed, unknown_field},
+    web::input::{self, Field, FromField, read},
     web::refusals::{self, Refused, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
@@ -52,13 +54,25 @@ pub struct SetForm {
 }
 
 /// The product form, to create one or edit one.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProductForm {
+    /// Read by the catalog's paths, in their words for a product's name.
     name: String,
-    entitlement_set_id: String,
-    /// A ticked checkbox sends "on"; an unticked one nothing.
-    published: String,
+    /// Empty: no set.
+    #[validate(custom(function = read, message = "Choose an entitlement set from the list."))]
+    entitlement_set_id: Field<Option<EntitlementSetId>>,
+    published: Field<Ticked>,
+}
+
+/// A checkbox: ticked ("on", or a true word), or not (anything else, or not sent).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ticked(bool);
+
+impl FromField for Ticked {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Ok(Ticked(matches!(raw, "on" | "true" | "yes" | "1")))
+    }
 }
 
 /// A product as the form asks for it.
@@ -69,15 +83,10 @@ struct ProductInput<'a> {
 }
 
 impl ProductForm {
-    /// The set field: empty is "no set", anything else must be an id.
-    fn parse(&self) -> Result<ProductInput<'_>, ServiceError> {
-        let set_id = match self.entitlement_set_id.trim() {
-            "" => None,
-            s => Some(EntitlementSetId(s.parse().map_err(|_| {
-                ServiceError::invalid("entitlement_set_id", "Choose an entitlement set from the list.")
-            })?)),
-        };
-        let published = matches!(self.published.as_str(), "on" | "true" | "yes" | "1");
+    fn command(&self) -> Result<ProductInput<'_>, ServiceError> {
+        let problems = input::problems(self);
+        let set_id = problems.or(self.entitlement_set_id.ok().copied())?;
+        let published = self.published.ok().is_some_and(|t| t.0);
         Ok(ProductInput { name: &self.name, set_id, published })
     }
 }
@@ -222,7 +231,7 @@ pub async fn create_product(
 ) -> Result<HttpResponse, AppError> {
     let create =
         async |p: &ProductInput<'_>| services::catalog::create_product(&state.db, p.name, p.set_id, p.published).await;
-    let created = run_parsed(&state.db, "Create a product", form.parse(), create).await;
+    let created = run_parsed(&state.db, "Create a product", form.command(), create).await;
     let draw = async |r| catalog_refused(&req, &state, CatalogForm::Product, r).await;
     refusals::posted(&req, created.map(|id| fill(paths::CATALOG_PRODUCT, &[&id])), form.values(), WORDS, draw).await
 }
@@ -230,10 +239,10 @@ pub async fn create_product(
 async fn set_edit_view(
     req: &HttpRequest,
     state: &AppState,
-    id: i64,
+    id: EntitlementSetId,
     form: Option<FormState>,
 ) -> Result<Option<views::SetEditView>, AppError> {
-    let Some(d) = services::reads::entitlement_set(&state.db, EntitlementSetId(id)).await? else { return Ok(None) };
+    let Some(d) = services::reads::entitlement_set(&state.db, id).await? else { return Ok(None) };
     let rows = d
         .keys
         .iter()
@@ -254,7 +263,7 @@ async fn set_edit_view(
     }
     Ok(Some(views::SetEditView {
         csrf: csrf_token(req),
-        set_id: id,
+        set_id: id.0,
         name: d.set.name,
         carried_by_pools: Total::capped(d.set.carried_by_pools, CARRIED_COUNT_CAP),
         rows,
@@ -262,23 +271,26 @@ async fn set_edit_view(
     }))
 }
 
-#[tracing::instrument(name = "Page: an entitlement set", skip_all, fields(entitlement_set_id = *id))]
-pub async fn set_page(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+#[tracing::instrument(name = "Page: an entitlement set", skip_all, fields(entitlement_set_id = %*id))]
+pub async fn set_page(
+    Call { req, state, .. }: OperatorCall,
+    id: web::Path<EntitlementSetId>,
+) -> Result<HttpResponse, AppError> {
     let v = set_edit_view(&req, &state, *id, None).await?.ok_or(AppError::NotFound)?;
     Ok(render::ok(&req, &format!("Entitlement set: {}", v.name), views::set_edit(&v)))
 }
 
-#[tracing::instrument(name = "Page: save a set's rules", skip_all, fields(entitlement_set_id = *id))]
+#[tracing::instrument(name = "Page: save a set's rules", skip_all, fields(entitlement_set_id = %*id))]
 pub async fn save_rules(
     Call { who: op, req, state }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<EntitlementSetId>,
     form: Form<RulesForm>,
 ) -> Result<HttpResponse, AppError> {
     use crate::services::rule_changes::commit_rule_change_batch;
     let actor = Some(op.account_id());
     let cap = state.config.rule_change_sync_cap;
     let commit = async |submitted: &BTreeMap<String, String>| {
-        commit_rule_change_batch(&state.db, EntitlementSetId(*id), submitted, actor, &form.reason, cap).await
+        commit_rule_change_batch(&state.db, *id, submitted, actor, &form.reason, cap).await
     };
     let committed = run_parsed(&state.db, "Rule change", form.parse(), commit).await;
     // The change's page shows it settled, or draining live.
@@ -331,10 +343,13 @@ pub(crate) async fn product_edit_view(
     )))
 }
 
-#[tracing::instrument(name = "Page: a product", skip_all, fields(product_id = *id))]
-pub async fn product_page(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
-    let (name, v) = product_edit_view(&req, &state, *id, None).await?.ok_or(AppError::NotFound)?;
-    let prices = super::product_prices::prices_view(&req, &state, *id, None, vec![]).await?;
+#[tracing::instrument(name = "Page: a product", skip_all, fields(product_id = %*id))]
+pub async fn product_page(
+    Call { req, state, .. }: OperatorCall,
+    id: web::Path<ProductId>,
+) -> Result<HttpResponse, AppError> {
+    let (name, v) = product_edit_view(&req, &state, id.0, None).await?.ok_or(AppError::NotFound)?;
+    let prices = super::product_prices::prices_view(&req, &state, id.0, None, vec![]).await?;
     let body = views::product_with_prices(&v, &prices);
     Ok(render::ok(&req, &format!("Product: {name}"), body))
 }
@@ -346,14 +361,14 @@ pub struct SeatsForm {
     max_quantity: String,
 }
 
-#[tracing::instrument(name = "Page: save a product's seats", skip_all, fields(product_id = *id))]
+#[tracing::instrument(name = "Page: save a product's seats", skip_all, fields(product_id = %*id))]
 pub async fn save_seats(
     Call { req, state, .. }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<ProductId>,
     form: Form<SeatsForm>,
 ) -> Result<HttpResponse, AppError> {
-    let saved = services::catalog::set_product_seats(&state.db, ProductId(*id), &form.max_quantity).await;
-    product_saved(&req, &state, *id, saved.map(|_| ()), form.values()).await
+    let saved = services::catalog::set_product_seats(&state.db, *id, &form.max_quantity).await;
+    product_saved(&req, &state, id.0, saved.map(|_| ()), form.values()).await
 }
 
 /// A product form's answer: back to its page, or the page again with the refusal in place.
@@ -375,15 +390,15 @@ async fn product_saved(
     .await
 }
 
-#[tracing::instrument(name = "Page: save a product", skip_all, fields(product_id = *id))]
+#[tracing::instrument(name = "Page: save a product", skip_all, fields(product_id = %*id))]
 pub async fn save_product(
     Call { req, state, .. }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<ProductId>,
     form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {
-    let saved = match form.parse() {
-        Ok(p) => services::catalog::update_product(&state.db, ProductId(*id), p.name, p.set_id, p.published).await,
+    let saved = match form.command() {
+        Ok(p) => services::catalog::update_product(&state.db, *id, p.name, p.set_id, p.published).await,
         Err(e) => Err(e),
     };
-    product_saved(&req, &state, *id, saved, form.values()).await
+    product_saved(&req, &state, id.0, saved, form.values()).await
 }

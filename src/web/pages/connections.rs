@@ -10,6 +10,7 @@ use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload, http::Stat
 use chrono::{DateTime, Utc};
 use futures_util::future::LocalBoxFuture;
 use serde::Deserialize;
+use validator::Validate;
 use views::{
     FormState,
     paths::{self, fill},
@@ -20,7 +21,7 @@ use crate::{
     ids::ConnectionId,
     services::{
         ServiceError,
-        desired_state::connections::{self, ConnectionForm, ConnectionPage, ConnectionSummary},
+        desired_state::connections::{self, ConnectionForm, ConnectionPage, ConnectionSummary, Overlap},
     },
     store::desired_state::{ConnectionFigures, ConnectionRow, RecordLine},
     web::{
@@ -29,6 +30,7 @@ use crate::{
         errors::AppError,
         forms::{Form, after_post, query_or_default, run_parsed},
         identity::csrf_token,
+        input::{self, Field, FromField, read},
         refusals::{self, Words},
         render,
     },
@@ -61,17 +63,47 @@ impl ConnectionFields {
 }
 
 /// The rotate form: how long the previous secret keeps signing.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct RotateForm {
-    overlap_hours: String,
+    #[validate(custom(function = read))]
+    overlap_hours: Field<Overlap>,
+}
+
+impl TryFrom<RotateForm> for Overlap {
+    type Error = ServiceError;
+
+    fn try_from(f: RotateForm) -> Result<Overlap, ServiceError> {
+        input::problems(&f).or(f.overlap_hours.into_ok())
+    }
+}
+
+/// A rotation's overlap, as its form's field reads it.
+impl FromField for Overlap {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Overlap::parse(raw)
+    }
+}
+
+/// The confirmation checkbox's one value.
+#[derive(Debug, Clone, Copy)]
+pub struct Confirmed;
+
+impl FromField for Confirmed {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        match raw {
+            "yes" => Ok(Confirmed),
+            _ => Err("Tick the box to confirm: deleting stops every push to this system.".into()),
+        }
+    }
 }
 
 /// The delete form: the confirmation checkbox (`confirm=yes`).
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct DeleteForm {
-    confirm: String,
+    #[validate(custom(function = read))]
+    confirm: Field<Confirmed>,
 }
 
 /// A button's form: the CSRF token alone.
@@ -83,16 +115,95 @@ pub struct NoFields {}
 #[derive(Deserialize, Default)]
 #[serde(default)]
 pub struct ListQuery {
-    deleted: Option<String>,
+    deleted: Option<Deleted>,
 }
 
-/// A connection page's query: the recipients' filter and place, and what was just done.
-#[derive(Deserialize, Default)]
+/// The note a deletion leaves in the list's address.
+#[derive(Deserialize, Clone, Copy)]
+pub enum Deleted {
+    #[serde(rename = "1")]
+    Yes,
+}
+
+/// Which recipients a connection's page lists (blank: all).
+#[derive(Debug, Clone, Copy)]
+pub enum RecipientFilter {
+    Behind,
+    Failing,
+    Drift,
+}
+
+impl RecipientFilter {
+    fn as_str(self) -> &'static str {
+        match self {
+            RecipientFilter::Behind => "behind",
+            RecipientFilter::Failing => "failing",
+            RecipientFilter::Drift => "drift",
+        }
+    }
+}
+
+impl FromField for RecipientFilter {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        match raw {
+            "behind" => Ok(RecipientFilter::Behind),
+            "failing" => Ok(RecipientFilter::Failing),
+            "drift" => Ok(RecipientFilter::Drift),
+            _ => Err("“{value}” is not a filter: ask for behind, failing or drift.".into()),
+        }
+    }
+}
+
+/// The recipient a page of them starts after: a record's id, 0 or more.
+#[derive(Debug, Clone, Copy)]
+pub struct RecipientCursor(i64);
+
+impl FromField for RecipientCursor {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        raw.trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|a| *a >= 0)
+            .map(RecipientCursor)
+            .ok_or_else(|| "“{value}” is not a recipient id.".into())
+    }
+}
+
+/// What an act that just succeeded did (`?done=`), for the page to say; see `done_notice`.
+#[derive(Debug, Clone, Copy)]
+pub enum Done {
+    Added,
+    Saved,
+    Retry,
+    Test,
+    Check,
+    Rotate,
+}
+
+impl FromField for Done {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Ok(match raw {
+            "added" => Done::Added,
+            "saved" => Done::Saved,
+            "retry" => Done::Retry,
+            "test" => Done::Test,
+            "check" => Done::Check,
+            "rotate" => Done::Rotate,
+            _ => return Err("not a note of this page".into()),
+        })
+    }
+}
+
+/// A connection page's query: the recipients' filter and place, and what was just done (a note
+/// the page does not know is left out; a bad filter or place is a 400).
+#[derive(Deserialize, Default, Validate)]
 #[serde(default)]
 pub struct PageQuery {
-    filter: Option<String>,
-    after: Option<String>,
-    done: Option<String>,
+    #[validate(custom(function = read))]
+    filter: Field<Option<RecipientFilter>>,
+    #[validate(custom(function = read))]
+    after: Field<Option<RecipientCursor>>,
+    done: Field<Option<Done>>,
 }
 
 fn when(t: DateTime<Utc>) -> String {
@@ -224,7 +335,7 @@ struct Shown {
     refusal: Option<String>,
     filter: String,
     after: i64,
-    done: Option<String>,
+    done: Option<Done>,
 }
 
 impl Shown {
@@ -233,50 +344,41 @@ impl Shown {
         let q = web::Query::<PageQuery>::from_query(req.query_string())
             .map_err(|e| AppError::BadRequest(format!("The address is not valid: {e}.")))?
             .into_inner();
-        let filter = match q.filter.as_deref().unwrap_or("") {
-            f @ ("" | "behind" | "failing" | "drift") => f.to_string(),
-            other => {
-                return Err(AppError::BadRequest(format!(
-                    "“{other}” is not a filter: ask for behind, failing or drift."
-                )));
-            }
-        };
-        let after = match q.after.as_deref().map(str::trim) {
-            None | Some("") => 0,
-            Some(a) => a
-                .parse::<i64>()
-                .ok()
-                .filter(|a| *a >= 0)
-                .ok_or_else(|| AppError::BadRequest(format!("“{a}” is not a recipient id.")))?,
-        };
-        Ok(Shown { filter, after, done: q.done, ..Shown::default() })
+        input::refuse_bad_query(&q)?;
+        let filter = q.filter.ok().copied().flatten().map_or("", RecipientFilter::as_str).to_string();
+        let after = q.after.ok().copied().flatten().map_or(0, |a| a.0);
+        let done = q.done.ok().copied().flatten();
+        Ok(Shown { filter, after, done, ..Shown::default() })
     }
 }
 
 /// The notice for what was just done (`?done=…`), in words.
-fn done_notice(done: &str, c: &ConnectionRow, now: DateTime<Utc>) -> Option<String> {
-    Some(match done {
-        "added" => "The connection was added: the console computes what each organization should hold and pushes it \
+fn done_notice(done: Done, c: &ConnectionRow, now: DateTime<Utc>) -> String {
+    match done {
+        Done::Added => {
+            "The connection was added: the console computes what each organization should hold and pushes it \
                     within a few seconds."
-            .into(),
-        "saved" => {
+                .into()
+        }
+        Done::Saved => {
             "The connection was saved. New keys are computed for every organization and pushed where they change \
                     what it holds; a new URL receives every organization again."
                 .into()
         }
-        "retry" => "Retry asked: failing recipients are pushed again within a few seconds.".into(),
-        "test" => "A test is on its way; its answer shows below when it comes.".into(),
-        "check" => "Read-back asked: the system is asked what it holds for each confirmed recipient; any drift shows \
+        Done::Retry => "Retry asked: failing recipients are pushed again within a few seconds.".into(),
+        Done::Test => "A test is on its way; its answer shows below when it comes.".into(),
+        Done::Check => {
+            "Read-back asked: the system is asked what it holds for each confirmed recipient; any drift shows \
                     below when the run ends."
-            .into(),
-        "rotate" => match c.previous_secret_until {
+                .into()
+        }
+        Done::Rotate => match c.previous_secret_until {
             Some(until) if until > now => {
                 format!("The secret was rotated; the previous one signs too until {}.", when(until))
             }
             _ => "The secret was rotated; the previous one no longer signs.".into(),
         },
-        _ => return None,
-    })
+    }
 }
 
 async fn page_view(
@@ -315,7 +417,7 @@ async fn page_view(
         recipients: records.iter().map(|r| recipient_row(r, now)).collect(),
         next_after,
         all_keys: keys,
-        notice: shown.done.as_deref().and_then(|d| done_notice(d, c, now)),
+        notice: shown.done.map(|d| done_notice(d, c, now)),
         refusal: shown.refusal,
         edit_form: shown.edit.unwrap_or_else(|| current_values(c)),
         rotate_form: shown.rotate,
@@ -327,10 +429,13 @@ fn title(v: &views::ConnectionView) -> String {
     format!("Connection: {}", v.name)
 }
 
-#[tracing::instrument(name = "Page: a connection", skip_all, fields(connection_id = *id))]
-pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+#[tracing::instrument(name = "Page: a connection", skip_all, fields(connection_id = %*id))]
+pub async fn detail(
+    Call { req, state, .. }: OperatorCall,
+    id: web::Path<ConnectionId>,
+) -> Result<HttpResponse, AppError> {
     let shown = Shown::from_query(&req)?;
-    let v = page_view(&req, &state, ConnectionId(*id), shown).await?;
+    let v = page_view(&req, &state, *id, shown).await?;
     Ok(render::ok(&req, &title(&v), views::connection_page(&v)))
 }
 
@@ -380,47 +485,43 @@ async fn page_answer(
     .await
 }
 
-#[tracing::instrument(name = "Page: edit a connection", skip_all, fields(connection_id = *id))]
+#[tracing::instrument(name = "Page: edit a connection", skip_all, fields(connection_id = %*id))]
 pub async fn edit(
     Call { req, state, .. }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<ConnectionId>,
     form: Form<ConnectionFields>,
 ) -> Result<HttpResponse, AppError> {
     let f = form.form();
     let saved = once_more_after_deadlock(&state.db, "Edit a connection", async || {
-        connections::update_connection(&state.db, ConnectionId(*id), &f).await
+        connections::update_connection(&state.db, *id, &f).await
     })
     .await;
-    page_answer(&req, &state, *id, PageForm::Edit, saved, form.values()).await
+    page_answer(&req, &state, id.0, PageForm::Edit, saved, form.values()).await
 }
 
-#[tracing::instrument(name = "Page: rotate a connection's secret", skip_all, fields(connection_id = *id))]
+#[tracing::instrument(name = "Page: rotate a connection's secret", skip_all, fields(connection_id = %*id))]
 pub async fn rotate(
     Call { req, state, .. }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<ConnectionId>,
     form: Form<RotateForm>,
 ) -> Result<HttpResponse, AppError> {
-    let rotate = async |overlap: &Duration| connections::rotate_secret(&state.db, ConnectionId(*id), *overlap).await;
-    let parsed = connections::parse_overlap_hours(&form.overlap_hours);
+    let values = form.values();
+    let rotate = async |overlap: &Overlap| connections::rotate_secret(&state.db, *id, overlap.get()).await;
+    let parsed = Overlap::try_from(form.into_inner());
     let rotated = run_parsed(&state.db, "Rotate a connection's secret", parsed, rotate).await;
-    page_answer(&req, &state, *id, PageForm::Rotate, rotated, form.values()).await
+    page_answer(&req, &state, id.0, PageForm::Rotate, rotated, values).await
 }
 
-#[tracing::instrument(name = "Page: delete a connection", skip_all, fields(connection_id = *id))]
+#[tracing::instrument(name = "Page: delete a connection", skip_all, fields(connection_id = %*id))]
 pub async fn delete(
     Call { req, state, .. }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<ConnectionId>,
     form: Form<DeleteForm>,
 ) -> Result<HttpResponse, AppError> {
-    let deleted = if form.confirm == "yes" {
-        once_more_after_deadlock(&state.db, "Delete a connection", async || {
-            connections::delete_connection(&state.db, ConnectionId(*id)).await
-        })
-        .await
-    } else {
-        Err(ServiceError::invalid("confirm", "Tick the box to confirm: deleting stops every push to this system."))
-    };
-    page_answer(&req, &state, *id, PageForm::Delete, deleted, form.values()).await
+    let confirmed = input::problems(&*form).or(form.confirm.ok().copied());
+    let delete = async |_: &Confirmed| connections::delete_connection(&state.db, *id).await;
+    let deleted = run_parsed(&state.db, "Delete a connection", confirmed, delete).await;
+    page_answer(&req, &state, id.0, PageForm::Delete, deleted, form.values()).await
 }
 
 /// A button on a connection's page (Retry, Send a test, Check now): the operator's request for one
@@ -436,10 +537,10 @@ impl FromRequest for Button {
     type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let parts = <(OperatorCall, web::Path<i64>, Form<NoFields>)>::from_request(req, payload);
+        let parts = <(OperatorCall, web::Path<ConnectionId>, Form<NoFields>)>::from_request(req, payload);
         Box::pin(async move {
             let (Call { req, state, .. }, id, _form) = parts.await?;
-            Ok(Button { req, state, id: ConnectionId(*id) })
+            Ok(Button { req, state, id: *id })
         })
     }
 }

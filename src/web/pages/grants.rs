@@ -3,20 +3,21 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
+use validator::Validate;
 use views::paths::{self, fill};
 use views::{FormState, Keyset, Total};
 
 use crate::{
-    db::retry::once_more_after_deadlock,
-    ids::{AccountId, GrantId, OrganizationId},
+    ids::{AccountId, GrantId, OrganizationId, ProductId},
     services::{
         self, ServiceError,
-        grants::{IssueGrant, ManageGrant},
+        grants::{EmailDomain, GrantTime, IssueGrant, ManageGrant, Quantity, Reason, Recipient, check_bounds},
     },
     states::{GrantKind, GrantStatus},
     store::grants::{EventRow, GrantRow},
     web::call::{Call, OperatorCall},
     web::forms::{Form, run_parsed},
+    web::input::{self, Field, FromField, read},
     web::paging::SeekQuery,
     web::refusals::{self, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
@@ -33,53 +34,120 @@ const WORDS: Words = Words {
 };
 
 /// The issue form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct IssueForm {
-    organization_id: String,
-    provision_domain: String,
-    product_id: String,
-    quantity: String,
-    starts_at: String,
-    ends_at: String,
-    reason: String,
+    #[validate(custom(function = read, message = "“{value}” is not an organization number."))]
+    organization_id: Field<Option<OrganizationId>>,
+    #[validate(custom(function = read))]
+    provision_domain: Field<Option<EmailDomain>>,
+    #[validate(custom(function = read, message = "Choose a product."))]
+    product_id: Field<ProductId>,
+    #[validate(custom(function = read))]
+    quantity: Field<Quantity>,
+    #[validate(custom(function = read))]
+    starts_at: Field<Option<GrantTime>>,
+    #[validate(custom(function = read))]
+    ends_at: Field<Option<GrantTime>>,
+    #[validate(custom(function = read))]
+    reason: Field<Reason>,
 }
 
 impl IssueForm {
-    fn parse(&self, actor: Option<AccountId>) -> Result<IssueGrant, ServiceError> {
-        IssueGrant::parse(
-            &self.organization_id,
-            &self.provision_domain,
-            &self.product_id,
-            &self.quantity,
-            &self.starts_at,
-            &self.ends_at,
-            &self.reason,
+    /// The grant asked for, every problem by its field; `actor` issues it.
+    fn command(self, actor: Option<AccountId>) -> Result<IssueGrant, ServiceError> {
+        let mut problems = input::problems(&self);
+        let recipient = match (self.organization_id.ok(), self.provision_domain.ok()) {
+            (Some(None), Some(None)) => {
+                problems.push("organization_id", "Name an organization, or an email domain to wait for.");
+                None
+            }
+            (Some(Some(o)), Some(None)) => Some(Recipient::Organization(*o)),
+            (Some(None), Some(Some(d))) => Some(Recipient::Domain(d.clone())),
+            (Some(Some(_)), Some(Some(_))) => {
+                problems.push("provision_domain", "Name an organization or an email domain, not both.");
+                None
+            }
+            // One of them was told already.
+            _ => None,
+        };
+        let starts = self.starts_at.ok().copied().flatten().map(GrantTime::get);
+        let ends = self.ends_at.ok().copied().flatten().map(GrantTime::get);
+        check_bounds(starts, ends, &mut problems);
+        let (((recipient, product_id), quantity), reason) = problems
+            .or(recipient.zip(self.product_id.into_ok()).zip(self.quantity.into_ok()).zip(self.reason.into_ok()))?;
+        Ok(IssueGrant {
+            recipient,
+            product_id,
+            quantity: quantity.get(),
+            starts_at: starts,
+            ends_at: ends,
+            reason: reason.into_string(),
             actor,
-        )
+        })
     }
 }
 
 /// The revoke form: the reason alone (the service requires it).
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct RevokeForm {
-    reason: String,
+    #[validate(custom(function = read))]
+    reason: Field<Reason>,
+}
+
+impl TryFrom<RevokeForm> for Reason {
+    type Error = ServiceError;
+
+    fn try_from(f: RevokeForm) -> Result<Reason, ServiceError> {
+        let problems = input::problems(&f);
+        problems.or(f.reason.into_ok())
+    }
 }
 
 /// The manage form (an active grant's has no start).
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct ManageForm {
-    starts_at: String,
-    ends_at: String,
-    quantity: String,
-    reason: String,
+    #[validate(custom(function = read))]
+    starts_at: Field<Option<GrantTime>>,
+    #[validate(custom(function = read))]
+    ends_at: Field<Option<GrantTime>>,
+    #[validate(custom(function = read))]
+    quantity: Field<Quantity>,
+    #[validate(custom(function = read))]
+    reason: Field<Reason>,
 }
 
 impl ManageForm {
-    fn parse(&self, actor: Option<AccountId>) -> Result<ManageGrant, ServiceError> {
-        ManageGrant::parse(&self.starts_at, &self.ends_at, &self.quantity, &self.reason, actor)
+    /// The change asked for, every problem by its field; `actor` makes it.
+    fn command(self, actor: Option<AccountId>) -> Result<ManageGrant, ServiceError> {
+        let mut problems = input::problems(&self);
+        let starts = self.starts_at.ok().copied().flatten().map(GrantTime::get);
+        let ends = self.ends_at.ok().copied().flatten().map(GrantTime::get);
+        check_bounds(starts, ends, &mut problems);
+        let (quantity, reason) = problems.or(self.quantity.into_ok().zip(self.reason.into_ok()))?;
+        Ok(ManageGrant {
+            starts_at: starts,
+            ends_at: ends,
+            quantity: quantity.get(),
+            reason: reason.into_string(),
+            actor,
+        })
+    }
+}
+
+/// A grant's start or end, as its form's field reads it.
+impl FromField for GrantTime {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        GrantTime::parse(raw)
+    }
+}
+
+/// A grant's quantity, as its form's field reads it.
+impl FromField for Quantity {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Quantity::parse(raw)
     }
 }
 
@@ -112,31 +180,33 @@ pub fn event_row(e: &EventRow) -> views::GrantEventRow {
     }
 }
 
-#[derive(Deserialize)]
+/// The list's filters and page: a bad filter is a 400 that says what was wrong.
+#[derive(Deserialize, Validate)]
 pub struct ListQuery {
-    status: Option<String>,
-    organization_id: Option<String>,
+    #[serde(default)]
+    #[validate(custom(function = read))]
+    status: Field<Option<GrantStatus>>,
+    #[serde(default)]
+    #[validate(custom(function = read, message = "“{value}” is not an organization number."))]
+    organization_id: Field<Option<OrganizationId>>,
     #[serde(flatten)]
     page: SeekQuery,
 }
 
+/// A status filter names one of the grants' statuses exactly as the list writes them.
+impl FromField for GrantStatus {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        GrantStatus::from_text(raw).ok_or_else(|| "“{value}” is not a grant status.".into())
+    }
+}
+
 #[tracing::instrument(name = "Page: the grants", skip_all, fields(status = ?q.status, organization_id = ?q.organization_id))]
 pub async fn list(Call { req, state, .. }: OperatorCall, q: web::Query<ListQuery>) -> Result<HttpResponse, AppError> {
-    let status = q.status.clone().unwrap_or_default();
-    let status_filter = match status.as_str() {
-        "" => None,
-        s => Some(
-            GrantStatus::from_text(s)
-                .ok_or_else(|| AppError::BadRequest(format!("“{status}” is not a grant status.")))?,
-        ),
-    };
-    let org_text = q.organization_id.clone().unwrap_or_default();
-    let org = match org_text.trim() {
-        "" => None,
-        t => Some(OrganizationId(
-            t.parse::<i64>().map_err(|_| AppError::BadRequest(format!("“{t}” is not an organization number.")))?,
-        )),
-    };
+    input::refuse_bad_query(&*q)?;
+    let status_filter = q.status.ok().copied().flatten();
+    let org = q.organization_id.ok().copied().flatten();
+    let status = status_filter.map(|s| s.to_string()).unwrap_or_default();
+    let org_text = q.organization_id.raw().to_string();
     let seek = q.page.seek("a grant")?;
     let list = services::reads::grants(&state.db, status_filter, org, seek).await?;
     let view = views::GrantListView {
@@ -155,9 +225,11 @@ pub async fn list(Call { req, state, .. }: OperatorCall, q: web::Query<ListQuery
     Ok(render::ok(&req, "Grants", views::grant_list(&view)))
 }
 
+/// The issue page's query: an organization to issue to, filled in (a bad one is the form's to tell).
 #[derive(Deserialize)]
 pub struct NewQuery {
-    organization_id: Option<String>,
+    #[serde(default)]
+    organization_id: Field<Option<OrganizationId>>,
 }
 
 async fn issue_view(req: &HttpRequest, state: &AppState, form: FormState) -> Result<views::IssueGrantView, AppError> {
@@ -174,10 +246,7 @@ pub async fn new_form(
     q: web::Query<NewQuery>,
 ) -> Result<HttpResponse, AppError> {
     let form = FormState {
-        values: vec![
-            ("organization_id".into(), q.organization_id.clone().unwrap_or_default()),
-            ("quantity".into(), "1".into()),
-        ],
+        values: vec![("organization_id".into(), q.organization_id.raw().to_string()), ("quantity".into(), "1".into())],
         ..FormState::default()
     };
     let v = issue_view(&req, &state, form).await?;
@@ -189,9 +258,10 @@ pub async fn issue(
     Call { who: op, req, state }: OperatorCall,
     form: Form<IssueForm>,
 ) -> Result<HttpResponse, AppError> {
+    let values = form.values();
     let issue = async |g: &IssueGrant| services::grants::issue_grant(&state.db, g).await;
-    let issued = run_parsed(&state.db, "Issue a grant", form.parse(Some(op.account_id())), issue).await;
-    refusals::posted(&req, issued.map(|id| fill(paths::GRANT, &[&id])), form.values(), WORDS, async |r| {
+    let issued = run_parsed(&state.db, "Issue a grant", form.into_inner().command(Some(op.account_id())), issue).await;
+    refusals::posted(&req, issued.map(|id| fill(paths::GRANT, &[&id])), values, WORDS, async |r| {
         let v = issue_view(&req, &state, r.form).await?;
         Ok(refusals::answer(&req, r.status, "Issue a grant", || views::issue_grant(&v), || views::issue_grant(&v)))
     })
@@ -201,13 +271,13 @@ pub async fn issue(
 async fn detail_view(
     req: &HttpRequest,
     state: &AppState,
-    id: i64,
+    id: GrantId,
     revoke_form: FormState,
     manage_form: FormState,
 ) -> Result<views::GrantDetailView, AppError> {
-    let d = services::reads::grant(&state.db, GrantId(id)).await?.ok_or(AppError::NotFound)?;
+    let d = services::reads::grant(&state.db, id).await?.ok_or(AppError::NotFound)?;
     let head = d.lineage.iter().find(|g| !d.lineage.iter().any(|n| n.extends_grant_id == Some(g.grant_id)));
-    let head_id = head.map_or(id, |h| h.grant_id.0);
+    let head_id = head.map_or(id.0, |h| h.grant_id.0);
     let head_status = head.map_or(d.grant.status, |h| h.status);
     let live = head_status.is_live();
     let is_floor = d.grant.kind == GrantKind::Floor;
@@ -244,7 +314,7 @@ async fn detail_view(
                 starts_at: when(l.starts_at),
                 ends_at: l.ends_at.map(when),
                 quantity: l.quantity,
-                current: l.grant_id.0 == id,
+                current: l.grant_id == id,
             })
             .collect(),
         events: d.events.iter().map(event_row).collect(),
@@ -256,8 +326,8 @@ async fn detail_view(
     })
 }
 
-#[tracing::instrument(name = "Page: a grant", skip_all, fields(grant_id = *id))]
-pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+#[tracing::instrument(name = "Page: a grant", skip_all, fields(grant_id = %*id))]
+pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<GrantId>) -> Result<HttpResponse, AppError> {
     let v = detail_view(&req, &state, *id, FormState::default(), FormState::default()).await?;
     Ok(render::ok(&req, &format!("Grant #{}", v.grant.id), views::grant_detail(&v)))
 }
@@ -276,44 +346,84 @@ fn with_banner(v: &views::GrantDetailView, f: &FormState, form_shown: bool) -> v
     views::PreEscaped(out)
 }
 
-#[tracing::instrument(name = "Page: revoke a grant", skip_all, fields(grant_id = *id))]
+#[tracing::instrument(name = "Page: revoke a grant", skip_all, fields(grant_id = %*id))]
 pub async fn revoke(
     Call { who: op, req, state }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<GrantId>,
     form: Form<RevokeForm>,
 ) -> Result<HttpResponse, AppError> {
     let actor = Some(op.account_id());
-    let revoke = async || services::grants::revoke_grant(&state.db, GrantId(*id), actor, &form.reason).await;
-    let revoked = once_more_after_deadlock(&state.db, "Revoke a grant", revoke).await;
-    refusals::posted(&req, revoked.map(|head| fill(paths::GRANT, &[&head])), form.values(), WORDS, async |r| {
+    let values = form.values();
+    let revoke = async |reason: &Reason| services::grants::revoke_grant(&state.db, *id, actor, reason).await;
+    let revoked = run_parsed(&state.db, "Revoke a grant", Reason::try_from(form.into_inner()), revoke).await;
+    refusals::posted(&req, revoked.map(|head| fill(paths::GRANT, &[&head])), values, WORDS, async |r| {
         let page = async || {
             let v = detail_view(&req, &state, *id, r.form.clone(), FormState::default()).await?;
             Ok(with_banner(&v, &r.form, v.can_revoke))
         };
-        let form = || views::revoke_form(&csrf_token(&req), *id, &r.form);
+        let form = || views::revoke_form(&csrf_token(&req), id.0, &r.form);
         refusals::answer_reading(&req, r.status, &format!("Grant #{}", *id), form, page).await
     })
     .await
 }
 
-#[tracing::instrument(name = "Page: manage a grant", skip_all, fields(grant_id = *id))]
+#[tracing::instrument(name = "Page: manage a grant", skip_all, fields(grant_id = %*id))]
 pub async fn manage(
     Call { who: op, req, state }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<GrantId>,
     form: Form<ManageForm>,
 ) -> Result<HttpResponse, AppError> {
-    let manage = async |m: &ManageGrant| services::grants::manage_grant(&state.db, GrantId(*id), m).await;
-    let managed = run_parsed(&state.db, "Manage a grant", form.parse(Some(op.account_id())), manage).await;
-    refusals::posted(&req, managed.map(|head| fill(paths::GRANT, &[&head])), form.values(), WORDS, async |r| {
+    let values = form.values();
+    let manage = async |m: &ManageGrant| services::grants::manage_grant(&state.db, *id, m).await;
+    let managed =
+        run_parsed(&state.db, "Manage a grant", form.into_inner().command(Some(op.account_id())), manage).await;
+    refusals::posted(&req, managed.map(|head| fill(paths::GRANT, &[&head])), values, WORDS, async |r| {
         let v = detail_view(&req, &state, *id, FormState::default(), r.form).await?;
         let title = format!("Grant #{}", v.grant.id);
         Ok(refusals::answer(
             &req,
             r.status,
             &title,
-            || views::manage_form(&v.csrf, *id, v.waiting, &v.manage_form),
+            || views::manage_form(&v.csrf, id.0, v.waiting, &v.manage_form),
             || with_banner(&v, &v.manage_form, v.can_manage),
         ))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The issue form sent with these fields, as its command.
+    #[allow(clippy::too_many_arguments)]
+    fn issue(o: &str, d: &str, p: &str, q: &str, s: &str, e: &str, r: &str) -> Result<IssueGrant, ServiceError> {
+        let names = ["organization_id", "provision_domain", "product_id", "quantity", "starts_at", "ends_at", "reason"];
+        let sent = names.iter().zip([o, d, p, q, s, e, r]).map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        crate::web::forms::read::<IssueForm>(sent)?.into_inner().command(None)
+    }
+
+    #[test]
+    fn issue_input_is_parsed_or_refused_by_field() {
+        let ok = issue("3", "", "2", "2", "", "2999-01-01T00:00", "a partner").unwrap();
+        assert_eq!(ok.recipient, Recipient::Organization(OrganizationId(3)));
+        assert_eq!(ok.quantity, 2);
+        let fields = |e: ServiceError| match e {
+            ServiceError::Invalid(p) => p.into_iter().map(|(f, _)| f).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(fields(issue("", "", "2", "1", "", "", "r").unwrap_err()), ["organization_id"]);
+        assert_eq!(fields(issue("1", "x.org", "2", "1", "", "", "r").unwrap_err()), ["provision_domain"]);
+        assert_eq!(fields(issue("1", "", "", "1", "", "", "r").unwrap_err()), ["product_id"]);
+        assert_eq!(fields(issue("1", "", "2", "0", "", "", "r").unwrap_err()), ["quantity"]);
+        assert_eq!(fields(issue("1", "", "2", "1", "", "", " ").unwrap_err()), ["reason"]);
+        assert_eq!(
+            fields(issue("1", "", "2", "1", "2999-02-01T00:00", "2999-01-01T00:00", "r").unwrap_err()),
+            ["ends_at"]
+        );
+        assert_eq!(fields(issue("1", "", "2", "1", "", "2001-01-01", "r").unwrap_err()), ["ends_at"]);
+        assert_eq!(fields(issue("1", "", "2", "1", "soon", "", "r").unwrap_err()), ["starts_at"]);
+        let d = issue("", "@Example.ORG", "2", "", "", "", "r").unwrap();
+        assert_eq!(d.recipient, Recipient::Domain(EmailDomain::parse("example.org").unwrap()));
+    }
 }

@@ -2,16 +2,18 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
+use validator::Validate;
 use views::paths::{self, fill};
 
 use crate::{
     ids::{OrgTypeId, OrganizationId},
-    services::{self, ServiceError, grants::EmailDomain, organizations::OrgName, refusal::Problems},
+    services::{self, ServiceError, grants::EmailDomain, organizations::OrgName},
     states::GrantKind,
     store::{catalog::HeldConferral, paging::Seek},
     web::call::{Call, OperatorCall},
     web::forms::{Form, run_parsed},
     web::identity::csrf_token,
+    web::input::{self, Field, FromField, read},
     web::paging::SeekQuery,
     web::refusals::{self, Words},
     web::{
@@ -33,14 +35,17 @@ const WORDS: Words = Words {
 };
 
 /// The create form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct CreateForm {
-    name: String,
+    #[validate(custom(function = read))]
+    name: Field<OrgName>,
     /// Empty: no type.
-    org_type_id: String,
+    #[validate(custom(function = read, message = "Choose an organization type from the list."))]
+    org_type_id: Field<Option<OrgTypeId>>,
     /// Empty: none.
-    email_domain: String,
+    #[validate(custom(function = read))]
+    email_domain: Field<Option<EmailDomain>>,
 }
 
 /// An organization as the form asks for it.
@@ -52,41 +57,48 @@ struct NewOrganization {
 
 impl CreateForm {
     /// `org_types` are the types the form offers: another id is refused by field.
-    fn parse(&self, org_types: &[(i64, String)]) -> Result<NewOrganization, ServiceError> {
-        let mut problems = Problems::default();
-        let name = problems.field("name", OrgName::parse(&self.name));
-        let org_type_id = match self.org_type_id.trim() {
-            "" => Some(None),
-            t => match t.parse::<i64>().ok().filter(|id| org_types.iter().any(|(o, _)| o == id)) {
-                Some(id) => Some(Some(OrgTypeId(id))),
-                None => {
-                    problems.push("org_type_id", "Choose an organization type from the list.");
-                    None
-                }
-            },
+    fn command(self, org_types: &[(i64, String)]) -> Result<NewOrganization, ServiceError> {
+        let mut problems = input::problems(&self);
+        let org_type_id = match self.org_type_id.into_ok() {
+            Some(Some(id)) if !org_types.iter().any(|(o, _)| *o == id.0) => {
+                problems.push("org_type_id", "Choose an organization type from the list.");
+                None
+            }
+            read => read,
         };
-        let email_domain = match self.email_domain.trim() {
-            "" => Some(None),
-            d => problems.field("email_domain", EmailDomain::parse(d)).map(Some),
-        };
-        let ((name, org_type_id), email_domain) = problems.or(name.zip(org_type_id).zip(email_domain))?;
+        let ((name, org_type_id), email_domain) =
+            problems.or(self.name.into_ok().zip(org_type_id).zip(self.email_domain.into_ok()))?;
         Ok(NewOrganization { name, org_type_id, email_domain })
     }
 }
 
-#[derive(Deserialize)]
+/// A search of the organizations' names: at most 200 characters.
+#[derive(Debug, Clone, Default)]
+pub struct Search(String);
+
+impl FromField for Search {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        if raw.chars().count() > 200 {
+            return Err("A search may have at most 200 characters.".into());
+        }
+        Ok(Search(raw.to_string()))
+    }
+}
+
+/// The list's search and page: a search it cannot run is a 400 that says why.
+#[derive(Deserialize, Validate)]
 pub struct ListQuery {
-    q: Option<String>,
+    #[serde(default)]
+    #[validate(custom(function = read))]
+    q: Field<Search>,
     #[serde(flatten)]
     page: SeekQuery,
 }
 
 #[tracing::instrument(name = "Page: the organizations", skip_all)]
 pub async fn list(Call { req, state, .. }: OperatorCall, q: web::Query<ListQuery>) -> Result<HttpResponse, AppError> {
-    let query = q.q.clone().unwrap_or_default();
-    if query.chars().count() > 200 {
-        return Err(AppError::BadRequest("A search may have at most 200 characters.".into()));
-    }
+    input::refuse_bad_query(&*q)?;
+    let query = q.q.ok().map(|s| s.0.clone()).unwrap_or_default();
     let view = list_view(&req, &state, query, q.page.seek("an organization")?).await?;
     // A search from the box swaps only the results.
     // htmx 4 names the target as `tag#id` (`div#org-results`); older ones as the bare id.
@@ -159,9 +171,12 @@ fn position_row(c: &HeldConferral) -> views::PositionRow {
     }
 }
 
-#[tracing::instrument(name = "Page: an organization", skip_all, fields(organization_id = *id))]
-pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
-    let d = services::reads::organization(&state.db, OrganizationId(*id)).await?.ok_or(AppError::NotFound)?;
+#[tracing::instrument(name = "Page: an organization", skip_all, fields(organization_id = %*id))]
+pub async fn detail(
+    Call { req, state, .. }: OperatorCall,
+    id: web::Path<OrganizationId>,
+) -> Result<HttpResponse, AppError> {
+    let d = services::reads::organization(&state.db, *id).await?.ok_or(AppError::NotFound)?;
     let view = views::OrgDetailView {
         id: d.facts.organization_id.0,
         name: d.facts.name.clone(),
@@ -198,9 +213,10 @@ pub async fn create(Call { req, state, .. }: OperatorCall, form: Form<CreateForm
         let domain = o.email_domain.as_ref();
         services::organizations::create_organization_with_domain(&state.db, &o.name, o.org_type_id, domain).await
     };
-    let created = run_parsed(&state.db, "Create an organization", form.parse(&org_types), create).await;
+    let values = form.values();
+    let created = run_parsed(&state.db, "Create an organization", form.into_inner().command(&org_types), create).await;
     let to = created.map(|(created, _)| fill(paths::ORGANIZATION, &[&created.organization_id]));
-    refusals::posted(&req, to, form.values(), WORDS, async |r| {
+    refusals::posted(&req, to, values, WORDS, async |r| {
         let page = async || {
             let mut view = list_view(&req, &state, String::new(), Seek::First).await?;
             view.create_form = r.form.clone();

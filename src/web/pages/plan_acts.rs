@@ -105,29 +105,35 @@ async fn view(req: &HttpRequest, state: &AppState, id: i64) -> Result<views::Pla
     Ok(v)
 }
 
-#[tracing::instrument(name = "Page: a plan act", skip_all, fields(plan_act_id = *id))]
-pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
-    let v = view(&req, &state, *id).await?;
+#[tracing::instrument(name = "Page: a plan act", skip_all, fields(plan_act_id = %*id))]
+pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<PlanActId>) -> Result<HttpResponse, AppError> {
+    let v = view(&req, &state, id.0).await?;
     Ok(render::ok(&req, &format!("Plan act #{}", v.act.id), views::plan_act_page(&v)))
 }
 
 /// What the page's progress polls: the progress container alone.
-#[tracing::instrument(name = "Page: a plan act's progress", skip_all, fields(plan_act_id = *id))]
-pub async fn progress(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
-    let v = view(&req, &state, *id).await?;
+#[tracing::instrument(name = "Page: a plan act's progress", skip_all, fields(plan_act_id = %*id))]
+pub async fn progress(
+    Call { req, state, .. }: OperatorCall,
+    id: web::Path<PlanActId>,
+) -> Result<HttpResponse, AppError> {
+    let v = view(&req, &state, id.0).await?;
     Ok(render::polled(views::plan_act_progress(&v)))
 }
 
 /// RetryPlanAct: a button, no fields; a refusal (nothing to retry, another change) is the error
 /// page or partial.
-#[tracing::instrument(name = "Page: retry a plan act", skip_all, fields(plan_act_id = *id))]
-pub async fn retry(Call { who: op, req, state }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+#[tracing::instrument(name = "Page: retry a plan act", skip_all, fields(plan_act_id = %*id))]
+pub async fn retry(
+    Call { who: op, req, state }: OperatorCall,
+    id: web::Path<PlanActId>,
+) -> Result<HttpResponse, AppError> {
     let actor = Some(op.account_id());
     once_more_after_deadlock(&state.db, "RetryPlanAct", async || {
-        services::plan_acts::retry_plan_act(&state.db, PlanActId(*id), actor).await
+        services::plan_acts::retry_plan_act(&state.db, *id, actor).await
     })
     .await
     .map_err(|e| refusals::in_words(e, RETRY_BUSY))?;
-    let progress = async || Ok(views::plan_act_progress(&view(&req, &state, *id).await?));
+    let progress = async || Ok(views::plan_act_progress(&view(&req, &state, id.0).await?));
     after_retry(&req, &fill(paths::PLAN_ACT, &[&id]), progress).await
 }

@@ -117,25 +117,34 @@ fn view(req: &HttpRequest, d: &RuleChangeDetail) -> views::RuleChangeView {
     }
 }
 
-#[tracing::instrument(name = "Page: a rule change", skip_all, fields(change_id = *id))]
-pub async fn detail(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
-    let v = read_view(&req, &state, *id).await?;
+#[tracing::instrument(name = "Page: a rule change", skip_all, fields(change_id = %*id))]
+pub async fn detail(
+    Call { req, state, .. }: OperatorCall,
+    id: web::Path<RuleChangeId>,
+) -> Result<HttpResponse, AppError> {
+    let v = read_view(&req, &state, id.0).await?;
     Ok(render::ok(&req, &format!("Rule change #{}", v.id), views::rule_change_page(&v)))
 }
 
 /// What the page's progress polls: the progress container alone.
-#[tracing::instrument(name = "Page: a rule change's progress", skip_all, fields(change_id = *id))]
-pub async fn progress(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
-    Ok(render::polled(views::rule_change_progress(&read_view(&req, &state, *id).await?)))
+#[tracing::instrument(name = "Page: a rule change's progress", skip_all, fields(change_id = %*id))]
+pub async fn progress(
+    Call { req, state, .. }: OperatorCall,
+    id: web::Path<RuleChangeId>,
+) -> Result<HttpResponse, AppError> {
+    Ok(render::polled(views::rule_change_progress(&read_view(&req, &state, id.0).await?)))
 }
 
 /// Retry: a button, no fields; a refusal is the error page or partial.
-#[tracing::instrument(name = "Page: retry a rule change", skip_all, fields(change_id = *id))]
-pub async fn retry(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
+#[tracing::instrument(name = "Page: retry a rule change", skip_all, fields(change_id = %*id))]
+pub async fn retry(
+    Call { req, state, .. }: OperatorCall,
+    id: web::Path<RuleChangeId>,
+) -> Result<HttpResponse, AppError> {
     once_more_after_deadlock(&state.db, "Retry a rule change", async || {
-        services::rule_changes::retry_failed(&state.db, RuleChangeId(*id)).await
+        services::rule_changes::retry_failed(&state.db, *id).await
     })
     .await?;
-    let progress = async || Ok(views::rule_change_progress(&read_view(&req, &state, *id).await?));
+    let progress = async || Ok(views::rule_change_progress(&read_view(&req, &state, id.0).await?));
     after_retry(&req, &fill(paths::RULE_CHANGE, &[&id]), progress).await
 }

@@ -6,13 +6,14 @@ use views::paths::{self, fill};
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
+use validator::Validate;
 use views::{FormState, Total};
 
 use crate::{
-    db::retry::once_more_after_deadlock,
     ids::{AccountId, LadderId, OrgTypeId, ProductId},
     services::{
         self, ServiceError,
+        grants::Reason,
         plan_acts::{ActReach, Disposition, ReorderTiers},
         reads::CARRIED_COUNT_CAP,
         refusal::Problems,
@@ -20,6 +21,7 @@ use crate::{
     },
     web::call::{Call, OperatorCall},
     web::forms::{self, Form, run_parsed, unknown_field},
+    web::input::{self, Field, FromField, read},
     web::refusals::{self, Words},
     web::{AppState, errors::AppError, identity::csrf_token, render},
 };
@@ -27,47 +29,53 @@ use crate::{
 /// Every act here is a change path: a lock wait past its bound is "another change is in progress".
 const WORDS: Words = Words { done: "changed", busy: None };
 
-/// A reason, as every act's form has it: optional, bounded.
-fn parse_reason(s: &str) -> Result<String, String> {
-    let r = s.trim().to_string();
-    if r.chars().count() > 500 {
-        return Err("A reason may have at most 500 characters.".into());
+/// A reason, as every act's form has it: optional (blank is none), bounded.
+fn reason_text(r: Option<Reason>) -> String {
+    r.map(Reason::into_string).unwrap_or_default()
+}
+
+/// A disposition, as the acts' forms choose it (blank: none chosen).
+impl FromField for Disposition {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Disposition::parse(raw)?.ok_or_else(|| "Choose migrate or grandfather.".into())
     }
-    Ok(r)
 }
 
 /// The tier-add form (and its preview's query).
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct AddTierForm {
-    product_id: String,
+    #[validate(custom(function = read, message = "Choose a product."))]
+    product_id: Field<ProductId>,
     /// Empty: the top.
-    rank: String,
-    reason: String,
+    #[validate(custom(function = read, message = "“{value}” is not a rank."))]
+    rank: Field<Option<i32>>,
+    #[validate(custom(function = read))]
+    reason: Field<Option<Reason>>,
 }
 
 impl AddTierForm {
-    fn parse(&self, ladder_id: i64, actor: Option<AccountId>) -> Result<AddTier, ServiceError> {
-        let mut problems = Problems::default();
-        let product = self.product_id.trim().parse::<i64>().ok().map(ProductId);
-        if product.is_none() {
-            problems.push("product_id", "Choose a product.");
-        }
-        let rank = match self.rank.trim() {
-            "" => None,
-            r => problems.field("rank", r.parse::<i32>().map_err(|_| format!("“{r}” is not a rank."))),
-        };
-        let reason = problems.field("reason", parse_reason(&self.reason));
-        let (product_id, reason) = problems.or(product.zip(reason))?;
-        Ok(AddTier { ladder_id: LadderId(ladder_id), product_id, rank, reason, actor })
+    fn command(self, ladder_id: LadderId, actor: Option<AccountId>) -> Result<AddTier, ServiceError> {
+        let problems = input::problems(&self);
+        let ((product_id, rank), reason) =
+            problems.or(self.product_id.into_ok().zip(self.rank.into_ok()).zip(self.reason.into_ok()))?;
+        Ok(AddTier { ladder_id, product_id, rank, reason: reason_text(reason), actor })
     }
 }
 
 /// The tier-delete form: a button (a reason may come with it).
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct DeleteTierForm {
-    reason: String,
+    #[validate(custom(function = read))]
+    reason: Field<Option<Reason>>,
+}
+
+impl DeleteTierForm {
+    fn command(self) -> Result<String, ServiceError> {
+        let problems = input::problems(&self);
+        problems.or(self.reason.into_ok()).map(reason_text)
+    }
 }
 
 /// The ladders' order: a field `position.<ladder id>` per ladder.
@@ -75,20 +83,20 @@ pub struct DeleteTierForm {
 #[serde(default)]
 pub struct LadderOrderForm {
     #[serde(flatten)]
-    positions: BTreeMap<String, String>,
+    positions: BTreeMap<String, Field<i32>>,
 }
 
 impl LadderOrderForm {
-    fn parse(&self) -> Result<BTreeMap<LadderId, i32>, ServiceError> {
+    fn command(&self) -> Result<BTreeMap<LadderId, i32>, ServiceError> {
         let mut problems = Problems::default();
         let mut positions = BTreeMap::new();
         for (k, v) in &self.positions {
             let Some(id) = k.strip_prefix("position.") else { return Err(unknown_field(k)) };
-            match (id.parse::<i64>(), v.trim().parse::<i32>()) {
-                (Ok(id), Ok(p)) => {
-                    positions.insert(LadderId(id), p);
+            match (id.parse::<i64>(), v.ok()) {
+                (Ok(id), Some(p)) => {
+                    positions.insert(LadderId(id), *p);
                 }
-                _ => problems.push(k, format!("“{}” is not a position.", v.trim())),
+                _ => problems.push(k, format!("“{}” is not a position.", v.raw().trim())),
             }
         }
         problems.or(Some(positions))
@@ -96,13 +104,15 @@ impl LadderOrderForm {
 }
 
 /// The default-change form (and its preview's query).
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct DefaultChangeForm {
-    plan_ladder_id: String,
-    /// "", "migrate" or "grandfather".
-    disposition: String,
-    reason: String,
+    /// Its problem is said in the act's or the preview's words (`command`).
+    plan_ladder_id: Field<LadderId>,
+    #[validate(custom(function = read))]
+    disposition: Field<Option<Disposition>>,
+    #[validate(custom(function = read))]
+    reason: Field<Option<Reason>>,
 }
 
 /// A default change as the form asks for it: (ladder, disposition, reason).
@@ -114,72 +124,75 @@ struct DefaultChange {
 
 impl DefaultChangeForm {
     /// `no_ladder` is what to say when no ladder was chosen (the act and its preview differ).
-    fn parse(&self, no_ladder: &str) -> Result<DefaultChange, ServiceError> {
-        let mut problems = Problems::default();
-        let ladder = self.plan_ladder_id.trim().parse::<i64>().ok().map(LadderId);
+    fn command(self, no_ladder: &str) -> Result<DefaultChange, ServiceError> {
+        let mut problems = input::problems(&self);
+        let ladder = self.plan_ladder_id.ok().copied();
         if ladder.is_none() {
             problems.push("plan_ladder_id", no_ladder);
         }
-        let disposition = problems.field("disposition", Disposition::parse(&self.disposition));
-        let reason = problems.field("reason", parse_reason(&self.reason));
-        let ((ladder_id, disposition), reason) = problems.or(ladder.zip(disposition).zip(reason))?;
-        Ok(DefaultChange { ladder_id, disposition, reason })
+        let ((ladder_id, disposition), reason) =
+            problems.or(ladder.zip(self.disposition.into_ok()).zip(self.reason.into_ok()))?;
+        Ok(DefaultChange { ladder_id, disposition, reason: reason_text(reason) })
     }
 }
 
 /// The tier-removal form (and its preview's query).
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct RemoveTierForm {
-    disposition: String,
-    reason: String,
+    #[validate(custom(function = read))]
+    disposition: Field<Option<Disposition>>,
+    #[validate(custom(function = read))]
+    reason: Field<Option<Reason>>,
 }
 
 impl RemoveTierForm {
-    fn parse(&self, ladder_id: i64, rank: i32, actor: Option<AccountId>) -> Result<RemoveTier, ServiceError> {
-        let mut problems = Problems::default();
-        let disposition = problems.field("disposition", Disposition::parse(&self.disposition));
-        let reason = problems.field("reason", parse_reason(&self.reason));
-        let (disposition, reason) = problems.or(disposition.zip(reason))?;
-        Ok(RemoveTier { ladder_id: LadderId(ladder_id), rank, disposition, reason, actor })
+    fn command(self, ladder_id: LadderId, rank: i32, actor: Option<AccountId>) -> Result<RemoveTier, ServiceError> {
+        let problems = input::problems(&self);
+        let (disposition, reason) = problems.or(self.disposition.into_ok().zip(self.reason.into_ok()))?;
+        Ok(RemoveTier { ladder_id, rank, disposition, reason: reason_text(reason), actor })
     }
 }
 
 /// A ladder's tier order (and its preview's query): a field `rank.<product id>` per tier, each a
 /// distinct rank from 0, with a disposition and a reason.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default)]
 pub struct TierOrderForm {
-    disposition: String,
-    reason: String,
+    #[validate(custom(function = read))]
+    disposition: Field<Option<Disposition>>,
+    #[validate(custom(function = read))]
+    reason: Field<Option<Reason>>,
     #[serde(flatten)]
-    ranks: BTreeMap<String, String>,
+    ranks: BTreeMap<String, Field<i32>>,
 }
 
 impl TierOrderForm {
-    fn parse(&self, ladder_id: i64, actor: Option<AccountId>) -> Result<ReorderTiers, ServiceError> {
-        let mut problems = Problems::default();
+    fn command(self, ladder_id: LadderId, actor: Option<AccountId>) -> Result<ReorderTiers, ServiceError> {
+        let mut problems = input::problems(&self);
         let mut ranked: Vec<(i32, i64)> = vec![];
+        let mut unread = false;
         for (k, v) in &self.ranks {
             let Some(id) = k.strip_prefix("rank.") else { return Err(unknown_field(k)) };
-            match (id.parse::<i64>(), v.trim().parse::<i32>()) {
-                (Ok(id), Ok(r)) if r >= 0 => ranked.push((r, id)),
-                _ => problems.push(k, format!("“{}” is not a rank.", v.trim())),
+            match (id.parse::<i64>(), v.ok()) {
+                (Ok(id), Some(r)) if *r >= 0 => ranked.push((*r, id)),
+                _ => {
+                    unread = true;
+                    problems.push(k, format!("“{}” is not a rank.", v.raw().trim()));
+                }
             }
         }
         ranked.sort();
         let distinct = ranked.iter().enumerate().all(|(i, (r, _))| *r == i as i32);
-        if problems.is_empty() && !distinct {
+        if !unread && !distinct {
             problems.push(
                 "",
                 format!("Give every tier a different rank from 0 to {}, once each.", ranked.len().max(1) - 1),
             );
         }
-        let disposition = problems.field("disposition", Disposition::parse(&self.disposition));
-        let reason = problems.field("reason", parse_reason(&self.reason));
-        let (disposition, reason) = problems.or(disposition.zip(reason))?;
+        let (disposition, reason) = problems.or(self.disposition.into_ok().zip(self.reason.into_ok()))?;
         let order = ranked.into_iter().map(|(_, p)| ProductId(p)).collect();
-        Ok(ReorderTiers { ladder_id: LadderId(ladder_id), order, disposition, reason, actor })
+        Ok(ReorderTiers { ladder_id, order, disposition, reason: reason_text(reason), actor })
     }
 }
 
@@ -253,20 +266,34 @@ async fn view(
     })
 }
 
-#[derive(Deserialize)]
+/// What an act that just succeeded did, for the page to say (`?done=`).
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "kebab-case")]
+enum Done {
+    TierAdded,
+    TierDeleted,
+    TierRemoved,
+    Order,
+}
+
+/// The page's query: a note of what was done (anything else, and the page shows no note).
+#[derive(Deserialize, Default)]
 pub struct Notice {
-    done: Option<String>,
+    done: Option<Done>,
 }
 
 #[tracing::instrument(name = "Page: the tier topology", skip_all)]
-pub async fn topology(Call { req, state, .. }: OperatorCall, q: web::Query<Notice>) -> Result<HttpResponse, AppError> {
-    let notice = match q.done.as_deref() {
-        Some("tier-added") => Some("The tier was added.".to_string()),
-        Some("tier-deleted") => Some("The tier was deleted.".to_string()),
-        Some("tier-removed") => Some("The tier was removed and its holders moved.".to_string()),
-        Some("order") => Some("The ladders' order was saved.".to_string()),
-        _ => None,
-    };
+pub async fn topology(Call { req, state, .. }: OperatorCall) -> Result<HttpResponse, AppError> {
+    let q: Notice = forms::query_or_default(&req);
+    let notice = q.done.map(|d| {
+        match d {
+            Done::TierAdded => "The tier was added.",
+            Done::TierDeleted => "The tier was deleted.",
+            Done::TierRemoved => "The tier was removed and its holders moved.",
+            Done::Order => "The ladders' order was saved.",
+        }
+        .to_string()
+    });
     let v = view(&req, &state, Forms::default(), notice).await?;
     Ok(render::ok(&req, "Tier topology", views::topology(&v)))
 }
@@ -283,14 +310,14 @@ async fn previewed<T: serde::de::DeserializeOwned>(
     refusals::preview(refused, answer.await)
 }
 
-#[tracing::instrument(name = "Page: preview a tier add", skip_all, fields(ladder_id = *id))]
+#[tracing::instrument(name = "Page: preview a tier add", skip_all, fields(ladder_id = %*id))]
 pub async fn preview(
     Call { state, .. }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<LadderId>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
     previewed(q, "This tier cannot be added", async |f: Form<AddTierForm>| {
-        let a = f.parse(*id, None)?;
+        let a = f.into_inner().command(*id, None)?;
         let r = services::topology::preview_add_tier(&state.db, &a, state.config.plan_act_holder_cap).await?;
         let names = services::reads::tier_names(&state.db, a.ladder_id, a.product_id).await?;
         Ok(views::tier_add_preview(&views::TierAddPreview {
@@ -305,42 +332,45 @@ pub async fn preview(
     .await
 }
 
-#[tracing::instrument(name = "Page: add a tier", skip_all, fields(ladder_id = *id))]
+#[tracing::instrument(name = "Page: add a tier", skip_all, fields(ladder_id = %*id))]
 pub async fn add_tier(
     Call { who: op, req, state }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<LadderId>,
     form: Form<AddTierForm>,
 ) -> Result<HttpResponse, AppError> {
     let add = async |a: &AddTier| services::topology::add_tier(&state.db, a, state.config.plan_act_holder_cap).await;
-    let added = run_parsed(&state.db, "AddTier", form.parse(*id, Some(op.account_id())), add).await;
+    let values = form.values();
+    let added = run_parsed(&state.db, "AddTier", form.into_inner().command(*id, Some(op.account_id())), add).await;
     let to = added.map(|_| format!("{}?done=tier-added", paths::TOPOLOGY));
-    let placed = |f| Forms { add: vec![(*id, f)], ..Forms::default() };
-    form_answer(&req, &state, to, form.values(), placed, |v, f| {
-        let next_rank = v.ladder(*id).map_or(1, views::LadderView::next_rank);
-        views::add_tier_form(&v.csrf, *id, &v.products, next_rank, f)
+    let id = id.0;
+    let placed = |f| Forms { add: vec![(id, f)], ..Forms::default() };
+    form_answer(&req, &state, to, values, placed, |v, f| {
+        let next_rank = v.ladder(id).map_or(1, views::LadderView::next_rank);
+        views::add_tier_form(&v.csrf, id, &v.products, next_rank, f)
     })
     .await
 }
 
-#[tracing::instrument(name = "Page: delete a tier", skip_all, fields(ladder_id = path.0, rank = path.1))]
+#[tracing::instrument(name = "Page: delete a tier", skip_all, fields(ladder_id = %path.0, rank = path.1))]
 pub async fn delete_tier(
     Call { who: op, req, state }: OperatorCall,
-    path: web::Path<(i64, i32)>,
+    path: web::Path<(LadderId, i32)>,
     form: Form<DeleteTierForm>,
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
     let actor = Some(op.account_id());
-    let delete = async || services::topology::delete_tier(&state.db, LadderId(ladder), rank, actor, &form.reason).await;
-    let deleted = once_more_after_deadlock(&state.db, "DeleteTier", delete).await;
+    let values = form.values();
+    let delete = async |reason: &String| services::topology::delete_tier(&state.db, ladder, rank, actor, reason).await;
+    let deleted = run_parsed(&state.db, "DeleteTier", form.into_inner().command(), delete).await;
     let to = deleted.map(|_| format!("{}?done=tier-deleted", paths::TOPOLOGY));
-    refusals::posted(&req, to, form.values(), WORDS, async |r| {
+    refusals::posted(&req, to, values, WORDS, async |r| {
         // The delete button's form has no room for a message: the page says it in a banner.
         let page = async || {
             let v = view(&req, &state, Forms::default(), None).await?;
             let banner = views::refusal("The tier was not deleted", &r.form.errors.join(" "));
             Ok(views::PreEscaped(banner.into_string() + &views::topology(&v).into_string()))
         };
-        let form = || views::delete_tier_form(&csrf_token(&req), ladder, rank, &r.form);
+        let form = || views::delete_tier_form(&csrf_token(&req), ladder.0, rank, &r.form);
         refusals::answer_reading(&req, r.status, "Tier topology", form, page).await
     })
     .await
@@ -354,7 +384,7 @@ pub async fn ladder_order(
     let reorder = async |positions: &BTreeMap<LadderId, i32>| {
         services::topology::reorder_plan_ladders(&state.db, positions).await
     };
-    let ordered = run_parsed(&state.db, "ReorderPlanLadders", form.parse(), reorder).await;
+    let ordered = run_parsed(&state.db, "ReorderPlanLadders", form.command(), reorder).await;
     let to = ordered.map(|_| format!("{}?done=order", paths::TOPOLOGY));
     let placed = |f| Forms { order: f, ..Forms::default() };
     form_answer(&req, &state, to, form.values(), placed, |v, f| views::ladder_order_form(&v.csrf, &v.ladder_order(), f))
@@ -363,23 +393,26 @@ pub async fn ladder_order(
 
 /// ChangeOrgTypeDefault: T0, then the listing and moves for up to a few seconds of this request;
 /// the operator lands on the act's live progress.
-#[tracing::instrument(name = "Page: change a type's default", skip_all, fields(org_type_id = *id))]
+#[tracing::instrument(name = "Page: change a type's default", skip_all, fields(org_type_id = %*id))]
 pub async fn change_default(
     Call { who: op, req, state }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<OrgTypeId>,
     form: Form<DefaultChangeForm>,
 ) -> Result<HttpResponse, AppError> {
     use crate::services::plan_acts::change_org_type_default;
     let actor = Some(op.account_id());
     let change = async |c: &DefaultChange| {
         let within = Some(within(&state));
-        change_org_type_default(&state.db, OrgTypeId(*id), c.ladder_id, c.disposition, actor, &c.reason, within).await
+        change_org_type_default(&state.db, *id, c.ladder_id, c.disposition, actor, &c.reason, within).await
     };
-    let changed = run_parsed(&state.db, "ChangeOrgTypeDefault", form.parse("Choose a ladder."), change).await;
+    let values = form.values();
+    let changed =
+        run_parsed(&state.db, "ChangeOrgTypeDefault", form.into_inner().command("Choose a ladder."), change).await;
     let to = changed.map(|act| fill(paths::PLAN_ACT, &[&act]));
-    let placed = |f| Forms { default: vec![(*id, f)], ..Forms::default() };
-    form_answer(&req, &state, to, form.values(), placed, |v, f| {
-        views::default_change_form(&v.csrf, *id, &v.ladder_choices(), f)
+    let id = id.0;
+    let placed = |f| Forms { default: vec![(id, f)], ..Forms::default() };
+    form_answer(&req, &state, to, values, placed, |v, f| {
+        views::default_change_form(&v.csrf, id, &v.ladder_choices(), f)
     })
     .await
 }
@@ -422,31 +455,30 @@ fn reach_preview(action: String, r: ActReach, d: Option<Disposition>) -> views::
 }
 
 /// The preview of a default change: how many organizations it reaches, per disposition.
-#[tracing::instrument(name = "Page: preview a default change", skip_all, fields(org_type_id = *id))]
+#[tracing::instrument(name = "Page: preview a default change", skip_all, fields(org_type_id = %*id))]
 pub async fn default_preview(
     Call { state, .. }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<OrgTypeId>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
     previewed(q, "This default cannot be changed", async |f: Form<DefaultChangeForm>| {
-        let c = f.parse("Choose a ladder to preview.")?;
-        let r =
-            services::plan_acts::preview_default_change(&state.db, OrgTypeId(*id), c.ladder_id, c.disposition).await?;
+        let c = f.into_inner().command("Choose a ladder to preview.")?;
+        let r = services::plan_acts::preview_default_change(&state.db, *id, c.ladder_id, c.disposition).await?;
         let action = format!("Changing {}'s default to {}", r.types.first().cloned().unwrap_or_default(), r.ladder);
         Ok(views::act_reach_preview(&reach_preview(action, r, c.disposition)))
     })
     .await
 }
 
-#[tracing::instrument(name = "Page: preview a tier removal", skip_all, fields(ladder_id = path.0, rank = path.1))]
+#[tracing::instrument(name = "Page: preview a tier removal", skip_all, fields(ladder_id = %path.0, rank = path.1))]
 pub async fn remove_preview(
     Call { state, .. }: OperatorCall,
-    path: web::Path<(i64, i32)>,
+    path: web::Path<(LadderId, i32)>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
     previewed(q, "This tier cannot be removed", async |f: Form<RemoveTierForm>| {
-        let r = f.parse(ladder, rank, None)?;
+        let r = f.into_inner().command(ladder, rank, None)?;
         let p = services::topology::preview_remove_tier(&state.db, &r, state.config.plan_act_holder_cap).await?;
         Ok(views::tier_removal_preview(&views::TierRemovalPreview {
             ladder: p.ladder,
@@ -462,19 +494,23 @@ pub async fn remove_preview(
 }
 
 /// RemoveTier: one transaction moves every holder; the operator lands on the act's record.
-#[tracing::instrument(name = "Page: remove a tier", skip_all, fields(ladder_id = path.0, rank = path.1))]
+#[tracing::instrument(name = "Page: remove a tier", skip_all, fields(ladder_id = %path.0, rank = path.1))]
 pub async fn remove_tier(
     Call { who: op, req, state }: OperatorCall,
-    path: web::Path<(i64, i32)>,
+    path: web::Path<(LadderId, i32)>,
     form: Form<RemoveTierForm>,
 ) -> Result<HttpResponse, AppError> {
     let (ladder, rank) = path.into_inner();
     let remove =
         async |r: &RemoveTier| services::topology::remove_tier(&state.db, r, state.config.plan_act_holder_cap).await;
-    let removed = run_parsed(&state.db, "RemoveTier", form.parse(ladder, rank, Some(op.account_id())), remove).await;
+    let values = form.values();
+    let removed =
+        run_parsed(&state.db, "RemoveTier", form.into_inner().command(ladder, rank, Some(op.account_id())), remove)
+            .await;
     let to = removed.map(|(act, _)| fill(paths::PLAN_ACT, &[&act]));
+    let ladder = ladder.0;
     let placed = |f| Forms { remove: vec![((ladder, rank), f)], ..Forms::default() };
-    form_answer(&req, &state, to, form.values(), placed, |v, f| {
+    form_answer(&req, &state, to, values, placed, |v, f| {
         let product = v
             .ladders
             .iter()
@@ -487,14 +523,14 @@ pub async fn remove_tier(
     .await
 }
 
-#[tracing::instrument(name = "Page: preview a tier order", skip_all, fields(ladder_id = *id))]
+#[tracing::instrument(name = "Page: preview a tier order", skip_all, fields(ladder_id = %*id))]
 pub async fn tier_order_preview(
     Call { state, .. }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<LadderId>,
     q: web::Query<Vec<(String, String)>>,
 ) -> Result<HttpResponse, AppError> {
     previewed(q, "These tiers cannot be reordered", async |f: Form<TierOrderForm>| {
-        let r = f.parse(*id, None)?;
+        let r = f.into_inner().command(*id, None)?;
         let p = services::plan_acts::preview_reorder_tiers(&state.db, &r).await?;
         let action = match (&p.from_floor, &p.to_floor) {
             (Some(from), Some(to)) if from != to => {
@@ -508,19 +544,22 @@ pub async fn tier_order_preview(
 }
 
 /// ReorderTiers: T0, then the moves for part of this request; the operator lands on the act.
-#[tracing::instrument(name = "Page: reorder a ladder's tiers", skip_all, fields(ladder_id = *id))]
+#[tracing::instrument(name = "Page: reorder a ladder's tiers", skip_all, fields(ladder_id = %*id))]
 pub async fn tier_order(
     Call { who: op, req, state }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<LadderId>,
     form: Form<TierOrderForm>,
 ) -> Result<HttpResponse, AppError> {
     let reorder = async |r: &ReorderTiers| services::plan_acts::reorder_tiers(&state.db, r, Some(within(&state))).await;
-    let reordered = run_parsed(&state.db, "ReorderTiers", form.parse(*id, Some(op.account_id())), reorder).await;
+    let values = form.values();
+    let reordered =
+        run_parsed(&state.db, "ReorderTiers", form.into_inner().command(*id, Some(op.account_id())), reorder).await;
     let to = reordered.map(|act| fill(paths::PLAN_ACT, &[&act]));
-    let placed = |f| Forms { tier_order: vec![(*id, f)], ..Forms::default() };
-    form_answer(&req, &state, to, form.values(), placed, |v, f| {
-        let tiers = v.ladder(*id).map(views::LadderView::tier_order).unwrap_or_default();
-        views::tier_order_form(&v.csrf, *id, &tiers, f)
+    let id = id.0;
+    let placed = |f| Forms { tier_order: vec![(id, f)], ..Forms::default() };
+    form_answer(&req, &state, to, values, placed, |v, f| {
+        let tiers = v.ladder(id).map(views::LadderView::tier_order).unwrap_or_default();
+        views::tier_order_form(&v.csrf, id, &tiers, f)
     })
     .await
 }
