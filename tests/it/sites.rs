@@ -76,17 +76,17 @@ impl Sites {
     }
 
     /// A member's deletion of `site_id`, accepted (its workflow not run).
-    pub(crate) async fn ask_delete(&self, site_id: &str) -> RequestId {
+    pub(crate) async fn ask_delete(&self, site_id: &member_console::ids::SiteId) -> RequestId {
         fedwiki::change_status(&self.t.db, &self.settings, self.who, site_id, RequestKind::Delete).await.unwrap()
     }
 
-    pub(crate) async fn created(&self, name: &str) -> String {
+    pub(crate) async fn created(&self, name: &str) -> member_console::ids::SiteId {
         let id = self.create(name).await.unwrap();
         assert!(matches!(self.run(id).await.unwrap(), Ran::Recorded(Recorded::Done { .. })));
         self.site_id(name).await
     }
 
-    pub(crate) async fn site_id(&self, name: &str) -> String {
+    pub(crate) async fn site_id(&self, name: &str) -> member_console::ids::SiteId {
         common::farm::site_id(&self.t, name).await
     }
 
