@@ -149,7 +149,7 @@ pub async fn claim_domain(
     member_org_pool(db, who, organization_id).await?;
     let owner = workspace_owner(&store::workspace_of(organization_id));
     registry::with_lock_for(db, &CLAIM_DOMAIN_LOCKS, async |tx: &mut Tx| {
-        match registry_store::covering_claim(tx.conn(), &domain).await? {
+        match registry_store::covering_claim(tx.conn(), domain).await? {
             Some((name, o)) if o == owner && name == *domain => {
                 return Err(ServiceError::invalid("domain", format!("{domain} is already yours.")));
             }
@@ -161,10 +161,10 @@ pub async fn claim_domain(
             }
             _ => {}
         }
-        if registry_store::other_claim_under(tx.conn(), &domain, &owner).await? {
+        if registry_store::other_claim_under(tx.conn(), domain, &owner).await? {
             return Err(ServiceError::invalid("domain", format!("Another owner holds a name under {domain}.")));
         }
-        registry_store::insert_claim(tx.conn(), &domain, &owner).await?;
+        registry_store::insert_claim(tx.conn(), domain, &owner).await?;
         // A first claim makes the organization's workspace here, after every check: a refused
         // claim writes nothing.
         store::ensure_workspace(tx.conn(), organization_id).await?;
@@ -195,7 +195,7 @@ pub async fn place_site_under_domain(
     let owner = workspace_owner(&workspace);
     registry::with_lock_for(db, &PLACE_SITE_UNDER_DOMAIN_LOCKS, async |tx: &mut Tx| {
         // Every skip check first.
-        match registry_store::covering_claim(tx.conn(), &hostname).await? {
+        match registry_store::covering_claim(tx.conn(), hostname).await? {
             Some((_, o)) if o == owner => {}
             _ => {
                 return Err(ServiceError::invalid(
@@ -204,14 +204,14 @@ pub async fn place_site_under_domain(
                 ));
             }
         }
-        if registry_store::placement(tx.conn(), &hostname).await?.is_some() {
+        if registry_store::placement(tx.conn(), hostname).await?.is_some() {
             return Err(ServiceError::invalid("hostname", format!("{hostname} already serves a site.")));
         }
         // GetSiteForPlacement: the one site, FOR SHARE, right before the write.
         let Some(status) = store::get_site_for_placement(tx.conn(), site_id).await? else {
             return Err(ServiceError::NotFound("site"));
         };
-        registry_store::insert_site_placement(tx.conn(), &hostname, &owner, site_id, status == SiteStatus::Active)
+        registry_store::insert_site_placement(tx.conn(), hostname, &owner, site_id, status == SiteStatus::Active)
             .await?;
         Ok(())
     })
@@ -260,17 +260,17 @@ pub async fn release_domain(
     let not_yours = || ServiceError::invalid("release", format!("{domain} is not one of your domains."));
     let owner = member_workspace_owner(db, who, organization_id).await?;
     registry::with_lock_for(db, &RELEASE_DOMAIN_LOCKS, async |tx: &mut Tx| {
-        match registry_store::covering_claim(tx.conn(), &domain).await? {
+        match registry_store::covering_claim(tx.conn(), domain).await? {
             Some((name, o)) if name == *domain && o == owner => {}
             _ => return Err(not_yours()),
         }
-        if registry_store::placements_under(tx.conn(), &domain).await? {
+        if registry_store::placements_under(tx.conn(), domain).await? {
             return Err(ServiceError::invalid(
                 "release",
                 format!("{domain} still serves a site: stop serving it there first."),
             ));
         }
-        registry_store::delete_claim(tx.conn(), &domain, &owner).await?;
+        registry_store::delete_claim(tx.conn(), domain, &owner).await?;
         Ok(())
     })
     .await?;
@@ -290,7 +290,7 @@ pub async fn stop_serving(
     let not_yours = || ServiceError::invalid("stop", format!("{hostname} serves no site of yours."));
     let owner = member_workspace_owner(db, who, organization_id).await?;
     registry::with_lock_for(db, &STOP_SERVING_LOCKS, async |tx: &mut Tx| {
-        if !registry_store::delete_placement(tx.conn(), &hostname, &owner).await? {
+        if !registry_store::delete_placement(tx.conn(), hostname, &owner).await? {
             return Err(not_yours());
         }
         Ok(())

@@ -559,7 +559,8 @@ enum DomainAct {
 impl DomainForm {
     /// Whether the form gives both a domain and a site's host name (the page's two forms never do).
     fn both(&self) -> bool {
-        !self.domain.raw().is_empty() && !(self.site.raw().is_empty() && self.hostname.raw().is_empty())
+        let placing = !self.site.raw().is_empty() || !self.hostname.raw().is_empty();
+        !self.domain.raw().is_empty() && placing
     }
 
     /// The act: a domain (or host name) must lie outside the farm's zone, which its settings say.
