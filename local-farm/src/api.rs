@@ -16,14 +16,22 @@ struct CreateSite {
     /// How the wiki names its owner; optional.
     #[serde(default)]
     owner_name: Option<String>,
-    status: String,
+    #[serde(deserialize_with = "known_status")]
+    status: Option<Status>,
 }
 
 /// `PUT /api/sites/{domain}/status`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SetStatus {
-    status: String,
+    #[serde(deserialize_with = "known_status")]
+    status: Option<Status>,
+}
+
+/// A status as a body names it: None for a text that is no status, which the route refuses in
+/// its own words (a missing or non-text status is the body's JSON error, as any other field's).
+fn known_status<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Status>, D::Error> {
+    Ok(Status::parse(&String::deserialize(d)?))
 }
 
 #[derive(Serialize)]
@@ -85,7 +93,7 @@ pub async fn create(app: web::Data<AppState>, domain: web::Path<String>, body: w
             "The owner's name must be 1 to 200 characters with no control characters (or left out).",
         ));
     }
-    let status = match Status::parse(&asked.status) {
+    let status = match asked.status {
         Some(s @ (Status::Active | Status::Parked)) => s,
         _ => return Err(ApiError::bad_request("A new site's status must be \"active\" or \"parked\".")),
     };
@@ -103,7 +111,7 @@ pub async fn set_status(
     body: web::Bytes,
 ) -> ApiResult<HttpResponse> {
     let asked: SetStatus = json_body(&body, r#"{"status": "parked"}"#)?;
-    let Some(status) = Status::parse(&asked.status) else {
+    let Some(status) = asked.status else {
         return Err(ApiError::bad_request("The status must be \"active\", \"parked\" or \"archived\"."));
     };
     Ok(HttpResponse::Ok().json(app.farm.set_status(&domain, status)?))

@@ -89,5 +89,5 @@ async fn seed(s: &ScratchDb, farm: &Farm, pools: i64) -> anyhow::Result<()> {
         super::id_of(&s.admin, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await?;
     let basic = super::id_of(&s.admin, "SELECT product_id FROM core.products WHERE name = $1", "Basic").await?;
     super::carrying_organizations(&s.admin, pools, community, basic).await?;
-    super::bench_sites(&s.admin, farm, SITES_PER_POOL, "active").await
+    super::bench_sites(&s.admin, farm, SITES_PER_POOL, crate::states::SiteStatus::Active).await
 }

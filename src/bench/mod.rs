@@ -109,7 +109,7 @@ pub async fn bench_sites(
     admin: &PgPool,
     farm: &crate::integrations::farm::Farm,
     per_pool: i64,
-    farm_status: &str,
+    farm_status: crate::states::SiteStatus,
 ) -> anyhow::Result<()> {
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "INSERT INTO fedwiki.workspaces (workspace_id, organization_id)
@@ -122,7 +122,7 @@ pub async fn bench_sites(
     )))
     .execute(admin)
     .await?;
-    let sites: Vec<(String, String)> =
+    let sites: Vec<(crate::ids::SiteDomain, crate::ids::WorkspaceId)> =
         sqlx::query_as("SELECT domain, workspace_id FROM fedwiki.sites ORDER BY site_id").fetch_all(admin).await?;
     for (domain, owner) in sites {
         farm.create_site(&domain, &owner, farm_status).await.map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -150,7 +150,7 @@ where
 /// that the gates of one pool meet.
 async fn record_activations(s: &ScratchDb, member: AccountId) -> anyhow::Result<Vec<store::RequestRow>> {
     let settings = FarmSettings::default();
-    let sites: Vec<String> =
+    let sites: Vec<crate::ids::SiteId> =
         sqlx::query_scalar("SELECT site_id FROM fedwiki.sites ORDER BY random()").fetch_all(&s.admin).await?;
     let mut out = Vec::with_capacity(sites.len());
     for site in sites {
@@ -198,6 +198,6 @@ async fn seed(s: &ScratchDb, farm: &Farm, pools: i64) -> anyhow::Result<AccountI
     )))
     .execute(&s.admin)
     .await?;
-    super::bench_sites(&s.admin, farm, SITES_PER_POOL, "parked").await?;
+    super::bench_sites(&s.admin, farm, SITES_PER_POOL, crate::states::SiteStatus::Parked).await?;
     Ok(AccountId(member))
 }

@@ -3,13 +3,15 @@
 //! `migrations/0001_foundation.sql`, the one place in SQL. Rust never hashes: it names the SQL
 //! function, so both sides always agree.
 
+use crate::ids::{SiteId, WorkspaceId};
+
 /// One advisory lock's identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AdvisoryKey {
     /// Family 1, `hashtextextended` of a fixed name: the materialization rendezvous.
     Rendezvous,
     /// Family 2, `hashtextextended` of a prefixed string: `lifecycle:` and the instance id.
-    LifecycleInstance(String),
+    LifecycleInstance(SiteId),
     /// Family 2: `desired-state:`, the connection, the recipient kind and the recipient id.
     DesiredStateAddress { connection: String, recipient_kind: String, recipient_id: String },
     /// Family 2: `provision-domain:` and an email domain whose grants wait for its organization.
@@ -21,7 +23,7 @@ pub enum AdvisoryKey {
     /// Family 3: a product's Stripe sync.
     ProductSync(String),
     /// Family 3: a FedWiki workspace.
-    Workspace(String),
+    Workspace(WorkspaceId),
     /// Family 4, a literal constant: the domains registry (the ASCII bytes of "domains").
     Registry,
     /// Family 2: `lock-trace-pause:`, a test's tag and a lock's place in its transaction. Test
@@ -38,7 +40,9 @@ impl AdvisoryKey {
         match self {
             AdvisoryKey::Rendezvous => ("core.rendezvous_key()".into(), vec![]),
             AdvisoryKey::Registry => ("core.registry_key()".into(), vec![]),
-            AdvisoryKey::LifecycleInstance(id) => (format!("core.lifecycle_instance_key({})", p(0)), vec![id.clone()]),
+            AdvisoryKey::LifecycleInstance(id) => {
+                (format!("core.lifecycle_instance_key({})", p(0)), vec![id.as_str().to_string()])
+            }
             AdvisoryKey::ProvisionDomain(d) => (format!("core.provision_domain_key({})", p(0)), vec![d.clone()]),
             AdvisoryKey::DesiredStateAddress { connection, recipient_kind, recipient_id } => (
                 format!("core.desired_state_address_key({}, {}, {})", p(0), p(1), p(2)),
@@ -47,10 +51,11 @@ impl AdvisoryKey {
             AdvisoryKey::TracePause { tag, n } => {
                 (format!("core.trace_pause_key({}, {}::integer)", p(0), p(1)), vec![tag.clone(), n.to_string()])
             }
-            AdvisoryKey::Subscription(id)
-            | AdvisoryKey::Invoice(id)
-            | AdvisoryKey::ProductSync(id)
-            | AdvisoryKey::Workspace(id) => (format!("core.bare_id_key({})", p(0)), vec![id.clone()]),
+            AdvisoryKey::Subscription(id) | AdvisoryKey::Invoice(id) | AdvisoryKey::ProductSync(id) => {
+                (format!("core.bare_id_key({})", p(0)), vec![id.clone()])
+            }
+            // The same family and function as the Stripe ids': only the Rust type differs.
+            AdvisoryKey::Workspace(id) => (format!("core.bare_id_key({})", p(0)), vec![id.as_str().to_string()]),
         }
     }
 

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use crate::{
-    ids::{AccountId, OrganizationId, PoolId, RequestId},
+    ids::{AccountId, OrganizationId, PoolId, RequestId, SiteDomain, SiteId, WorkspaceId},
     states::{RequestKind, RequestState, SiteStatus},
 };
 
@@ -17,15 +17,15 @@ pub const ACTIVE_SITES: &str = "fedwiki.active_sites";
 // Workspaces ----------------------------------------------------------------------------------------
 
 /// An organization's workspace id (made on its first site).
-pub fn workspace_of(organization_id: OrganizationId) -> String {
-    format!("org-{organization_id}")
+pub fn workspace_of(organization_id: OrganizationId) -> WorkspaceId {
+    WorkspaceId::from(format!("org-{organization_id}"))
 }
 
-pub async fn ensure_workspace(conn: &mut PgConnection, organization_id: OrganizationId) -> sqlx::Result<String> {
+pub async fn ensure_workspace(conn: &mut PgConnection, organization_id: OrganizationId) -> sqlx::Result<WorkspaceId> {
     let id = workspace_of(organization_id);
     sqlx::query!(
         "INSERT INTO fedwiki.workspaces (workspace_id, organization_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        id,
+        id.as_str(),
         organization_id as OrganizationId
     )
     .execute(conn)
@@ -34,12 +34,12 @@ pub async fn ensure_workspace(conn: &mut PgConnection, organization_id: Organiza
 }
 
 /// The default pool of the workspace's organization (None for the System workspace).
-pub async fn pool_of_workspace(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Option<PoolId>> {
+pub async fn pool_of_workspace(conn: &mut PgConnection, workspace_id: &WorkspaceId) -> sqlx::Result<Option<PoolId>> {
     sqlx::query_scalar!(
         r#"SELECT p.pool_id AS "pool_id: PoolId" FROM fedwiki.workspaces w
            JOIN core.resource_pools p ON p.organization_id = w.organization_id AND p.is_default
            WHERE w.workspace_id = $1"#,
-        workspace_id
+        workspace_id.as_str()
     )
     .fetch_optional(conn)
     .await
@@ -49,9 +49,9 @@ pub async fn pool_of_workspace(conn: &mut PgConnection, workspace_id: &str) -> s
 
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct SiteRow {
-    pub site_id: String,
-    pub workspace_id: String,
-    pub domain: String,
+    pub site_id: SiteId,
+    pub workspace_id: WorkspaceId,
+    pub domain: SiteDomain,
     pub status: SiteStatus,
     pub keep_active: bool,
     pub storage_bytes: Option<i64>,
@@ -63,45 +63,45 @@ pub struct SiteRow {
 }
 
 /// A site by id, without a lock.
-pub async fn site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Option<SiteRow>> {
+pub async fn site(conn: &mut PgConnection, site_id: &SiteId) -> sqlx::Result<Option<SiteRow>> {
     sqlx::query_as!(
         SiteRow,
         r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus", keep_active, storage_bytes,
                   modified_at, created_at, parked_by_sweep, status_changed_at
            FROM fedwiki.sites WHERE site_id = $1"#,
-        site_id
+        site_id.as_str()
     )
     .fetch_optional(conn)
     .await
 }
 
 /// LockSiteStatusByID: the site's row FOR UPDATE.
-pub async fn lock_site_status_by_id(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Option<SiteRow>> {
+pub async fn lock_site_status_by_id(conn: &mut PgConnection, site_id: &SiteId) -> sqlx::Result<Option<SiteRow>> {
     let r = sqlx::query_as!(
         SiteRow,
         r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus", keep_active, storage_bytes,
                   modified_at, created_at, parked_by_sweep, status_changed_at
            FROM fedwiki.sites WHERE site_id = $1 FOR UPDATE"#,
-        site_id
+        site_id.as_str()
     )
     .fetch_optional(&mut *conn)
     .await?;
     if r.is_some() {
-        crate::db::trace::note(conn, Lock::SiteRow, site_id, None).await?;
+        crate::db::trace::note(conn, Lock::SiteRow, site_id.as_str(), None).await?;
     }
     Ok(r)
 }
 
 /// GetSiteForPlacement: the site's status, its row FOR SHARE (a placement creator's one site).
-pub async fn get_site_for_placement(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<Option<SiteStatus>> {
+pub async fn get_site_for_placement(conn: &mut PgConnection, site_id: &SiteId) -> sqlx::Result<Option<SiteStatus>> {
     let r = sqlx::query_scalar!(
         r#"SELECT status AS "status: SiteStatus" FROM fedwiki.sites WHERE site_id = $1 FOR SHARE"#,
-        site_id
+        site_id.as_str()
     )
     .fetch_optional(&mut *conn)
     .await?;
     if r.is_some() {
-        crate::db::trace::note(conn, Lock::SiteRowShare, site_id, None).await?;
+        crate::db::trace::note(conn, Lock::SiteRowShare, site_id.as_str(), None).await?;
     }
     Ok(r)
 }
@@ -109,17 +109,17 @@ pub async fn get_site_for_placement(conn: &mut PgConnection, site_id: &str) -> s
 /// RecordCreatedSiteActivity's insert; a repeat of it (the same site) writes nothing.
 pub async fn insert_site(
     conn: &mut PgConnection,
-    site_id: &str,
-    workspace_id: &str,
-    domain: &str,
+    site_id: &SiteId,
+    workspace_id: &WorkspaceId,
+    domain: &SiteDomain,
     status: SiteStatus,
 ) -> sqlx::Result<bool> {
     let r = sqlx::query!(
         "INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status) VALUES ($1, $2, $3, $4)
          ON CONFLICT (site_id) DO NOTHING",
-        site_id,
-        workspace_id,
-        domain,
+        site_id.as_str(),
+        workspace_id.as_str(),
+        domain.as_str(),
         status as SiteStatus
     )
     .execute(conn)
@@ -127,11 +127,11 @@ pub async fn insert_site(
     Ok(r.rows_affected() == 1)
 }
 
-pub async fn set_site_status(conn: &mut PgConnection, site_id: &str, status: SiteStatus) -> sqlx::Result<()> {
+pub async fn set_site_status(conn: &mut PgConnection, site_id: &SiteId, status: SiteStatus) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE fedwiki.sites SET status = $2, status_changed_at = now(), parked_by_sweep = false
          WHERE site_id = $1 AND status IS DISTINCT FROM $2",
-        site_id,
+        site_id.as_str(),
         status as SiteStatus
     )
     .execute(conn)
@@ -139,25 +139,25 @@ pub async fn set_site_status(conn: &mut PgConnection, site_id: &str, status: Sit
     Ok(())
 }
 
-pub async fn set_keep_active(conn: &mut PgConnection, site_id: &str, keep: bool) -> sqlx::Result<bool> {
-    let r = sqlx::query!("UPDATE fedwiki.sites SET keep_active = $2 WHERE site_id = $1", site_id, keep)
+pub async fn set_keep_active(conn: &mut PgConnection, site_id: &SiteId, keep: bool) -> sqlx::Result<bool> {
+    let r = sqlx::query!("UPDATE fedwiki.sites SET keep_active = $2 WHERE site_id = $1", site_id.as_str(), keep)
         .execute(&mut *conn)
         .await?;
     let written = r.rows_affected() == 1;
     if written {
         // Keep active: the row's UPDATE, held through commit.
-        crate::db::trace::note(conn, Lock::SiteRow, site_id, None).await?;
+        crate::db::trace::note(conn, Lock::SiteRow, site_id.as_str(), None).await?;
     }
     Ok(written)
 }
 
-pub async fn delete_site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
-    let r = sqlx::query!("DELETE FROM fedwiki.sites WHERE site_id = $1", site_id).execute(&mut *conn).await?;
+pub async fn delete_site(conn: &mut PgConnection, site_id: &SiteId) -> sqlx::Result<bool> {
+    let r = sqlx::query!("DELETE FROM fedwiki.sites WHERE site_id = $1", site_id.as_str()).execute(&mut *conn).await?;
     let gone = r.rows_affected() == 1;
     if gone {
         // The row's lock, held by its delete through commit (the trace's; the trigger notes the
         // placement rows after it).
-        crate::db::trace::note(conn, Lock::SiteRow, site_id, None).await?;
+        crate::db::trace::note(conn, Lock::SiteRow, site_id.as_str(), None).await?;
     }
     Ok(gone)
 }
@@ -178,7 +178,7 @@ pub enum Observed {
 /// lock is held through commit; the condition is checked on the row as locked.
 pub async fn set_site_observed_by_domain(
     conn: &mut PgConnection,
-    domain: &str,
+    domain: &SiteDomain,
     storage_bytes: i64,
     modified_at: Option<DateTime<Utc>>,
     occurred_at: DateTime<Utc>,
@@ -187,7 +187,7 @@ pub async fn set_site_observed_by_domain(
         "UPDATE fedwiki.sites SET storage_bytes = $2, modified_at = coalesce($3, modified_at), observed_at = now(),
                                   observed_as_of = $4
          WHERE domain = $1 AND (observed_as_of IS NULL OR observed_as_of <= $4)",
-        domain,
+        domain.as_str(),
         storage_bytes,
         modified_at,
         occurred_at
@@ -199,15 +199,15 @@ pub async fn set_site_observed_by_domain(
         // read only when tracing, under the lock the UPDATE holds.
         if crate::db::trace::is_on() {
             let site_id: String = sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
-                .bind(domain)
+                .bind(domain.as_str())
                 .fetch_one(&mut *conn)
                 .await?;
-            crate::db::trace::note(conn, Lock::SiteRow, site_id, None).await?;
+            crate::db::trace::note(conn, Lock::SiteRow, site_id.as_str(), None).await?;
         }
         return Ok(Observed::Written);
     }
     // Only to say why nothing was written; the update above decided.
-    let known = sqlx::query_scalar!("SELECT observed_as_of FROM fedwiki.sites WHERE domain = $1", domain)
+    let known = sqlx::query_scalar!("SELECT observed_as_of FROM fedwiki.sites WHERE domain = $1", domain.as_str())
         .fetch_optional(conn)
         .await?;
     Ok(match known {
@@ -222,10 +222,10 @@ pub async fn set_site_observed_by_domain(
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct RequestRow {
     pub request_id: RequestId,
-    pub instance_id: String,
+    pub instance_id: SiteId,
     pub generation: i32,
-    pub workspace_id: String,
-    pub domain: String,
+    pub workspace_id: WorkspaceId,
+    pub domain: SiteDomain,
     pub kind: RequestKind,
     pub swap_of: Option<RequestId>,
     pub state: RequestState,
@@ -263,11 +263,14 @@ pub async fn swap_partner(conn: &mut PgConnection, activation: RequestId) -> sql
 }
 
 /// An instance's latest request: its generation and state.
-pub async fn latest_request(conn: &mut PgConnection, instance_id: &str) -> sqlx::Result<Option<(i32, RequestState)>> {
+pub async fn latest_request(
+    conn: &mut PgConnection,
+    instance_id: &SiteId,
+) -> sqlx::Result<Option<(i32, RequestState)>> {
     let r = sqlx::query!(
         r#"SELECT generation, state AS "state: RequestState" FROM fedwiki.lifecycle_requests
            WHERE instance_id = $1 ORDER BY generation DESC LIMIT 1"#,
-        instance_id
+        instance_id.as_str()
     )
     .fetch_optional(conn)
     .await?;
@@ -275,10 +278,10 @@ pub async fn latest_request(conn: &mut PgConnection, instance_id: &str) -> sqlx:
 }
 
 pub struct NewRequest<'a> {
-    pub instance_id: &'a str,
+    pub instance_id: &'a SiteId,
     pub generation: i32,
-    pub workspace_id: &'a str,
-    pub domain: &'a str,
+    pub workspace_id: &'a WorkspaceId,
+    pub domain: &'a SiteDomain,
     pub kind: RequestKind,
     pub swap_of: Option<RequestId>,
     pub requested_by: Option<AccountId>,
@@ -288,10 +291,10 @@ pub async fn insert_request(conn: &mut PgConnection, r: &NewRequest<'_>) -> sqlx
     sqlx::query_scalar!(
         r#"INSERT INTO fedwiki.lifecycle_requests (instance_id, generation, workspace_id, domain, kind, swap_of, requested_by)
            VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING request_id AS "id: RequestId""#,
-        r.instance_id,
+        r.instance_id.as_str(),
         r.generation,
-        r.workspace_id,
-        r.domain,
+        r.workspace_id.as_str(),
+        r.domain.as_str(),
         r.kind as RequestKind,
         r.swap_of as Option<RequestId>,
         r.requested_by as Option<AccountId>
@@ -343,13 +346,13 @@ pub async fn delete_unstarted_request(conn: &mut PgConnection, id: RequestId) ->
 
 /// Whether a site row holds `domain`, and if so whether a deletion of it is under way (an
 /// accepted delete request: its name is released before its row is deleted). None: no row.
-pub async fn site_on_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Option<bool>> {
+pub async fn site_on_domain(conn: &mut PgConnection, domain: &SiteDomain) -> sqlx::Result<Option<bool>> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
                            WHERE r.instance_id = s.site_id AND r.kind = 'delete' AND r.state = 'accepted')
                   AS "deleting!"
              FROM fedwiki.sites s WHERE s.domain = $1"#,
-        domain
+        domain.as_str()
     )
     .fetch_optional(conn)
     .await
@@ -358,11 +361,11 @@ pub async fn site_on_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Resu
 /// The requests whose jobs carry the accepted requests on a domain (a callback nudges those
 /// jobs). A swap's park half has no job of its own: it rides on its activation's, so the
 /// activation is named in its place, and the park is never run as a park of its own.
-pub async fn open_requests_on_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Vec<RequestId>> {
+pub async fn open_requests_on_domain(conn: &mut PgConnection, domain: &SiteDomain) -> sqlx::Result<Vec<RequestId>> {
     sqlx::query_scalar!(
         r#"SELECT DISTINCT coalesce(swap_of, request_id) AS "id!: RequestId" FROM fedwiki.lifecycle_requests
            WHERE domain = $1 AND state = 'accepted' ORDER BY 1"#,
-        domain
+        domain.as_str()
     )
     .fetch_all(conn)
     .await
@@ -371,10 +374,11 @@ pub async fn open_requests_on_domain(conn: &mut PgConnection, domain: &str) -> s
 // The slot gate ---------------------------------------------------------------------------------------
 
 /// HoldSiteSlotActivity as one call to `fedwiki.hold_site_slot` (migration 0021).
-pub fn hold_site_slot_statement(request: RequestId, instance: &str) -> Option<String> {
+pub fn hold_site_slot_statement(request: RequestId, instance: &SiteId) -> Option<String> {
     // Runtime SQL: a `tx::once` statement (simple protocol, one round trip) takes no parameters,
     // so the instance is written in as a literal, and only an id the console mints (letters,
     // digits and hyphens) is.
+    let instance = instance.as_str();
     let minted = !instance.is_empty() && instance.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
     minted.then(|| format!("SELECT fedwiki.hold_site_slot({request}, '{instance}')"))
 }
@@ -464,49 +468,64 @@ pub async fn custom_domain_allowed(conn: &mut PgConnection, pool: PoolId) -> sql
 
 // The swap policy ---------------------------------------------------------------------------------------
 
-pub async fn last_swap_at(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Option<DateTime<Utc>>> {
-    sqlx::query_scalar!("SELECT last_swap_at FROM fedwiki.swap_policies WHERE workspace_id = $1", workspace_id)
+pub async fn last_swap_at(conn: &mut PgConnection, workspace_id: &WorkspaceId) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar!("SELECT last_swap_at FROM fedwiki.swap_policies WHERE workspace_id = $1", workspace_id.as_str())
         .fetch_optional(conn)
         .await
         .map(Option::flatten)
 }
 
-pub async fn last_activation_at(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Option<DateTime<Utc>>> {
-    sqlx::query_scalar!("SELECT last_activation_at FROM fedwiki.swap_policies WHERE workspace_id = $1", workspace_id)
-        .fetch_optional(conn)
-        .await
-        .map(Option::flatten)
+pub async fn last_activation_at(
+    conn: &mut PgConnection,
+    workspace_id: &WorkspaceId,
+) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar!(
+        "SELECT last_activation_at FROM fedwiki.swap_policies WHERE workspace_id = $1",
+        workspace_id.as_str()
+    )
+    .fetch_optional(conn)
+    .await
+    .map(Option::flatten)
 }
 
 /// The swap policy row, upserted last by a swap (or, with `activation`, by an activation under
 /// its cooldown).
-pub async fn upsert_swap_policy(conn: &mut PgConnection, workspace_id: &str, activation: bool) -> sqlx::Result<()> {
+pub async fn upsert_swap_policy(
+    conn: &mut PgConnection,
+    workspace_id: &WorkspaceId,
+    activation: bool,
+) -> sqlx::Result<()> {
     sqlx::query!(
         "INSERT INTO fedwiki.swap_policies (workspace_id, last_swap_at, last_activation_at)
          VALUES ($1, CASE WHEN $2 THEN NULL ELSE now() END, CASE WHEN $2 THEN now() END)
          ON CONFLICT (workspace_id) DO UPDATE
             SET last_swap_at = CASE WHEN $2 THEN fedwiki.swap_policies.last_swap_at ELSE now() END,
                 last_activation_at = CASE WHEN $2 THEN now() ELSE fedwiki.swap_policies.last_activation_at END",
-        workspace_id,
+        workspace_id.as_str(),
         activation
     )
     .execute(&mut *conn)
     .await?;
     // The policy row's lock (an existing row's by the upsert's update; a new row's by its insert),
     // held through commit: last, as the handlers take it.
-    crate::db::trace::note(conn, Lock::SwapPolicyRow, workspace_id, None).await?;
+    crate::db::trace::note(conn, Lock::SwapPolicyRow, workspace_id.as_str(), None).await?;
     Ok(())
 }
 
 // Callbacks -----------------------------------------------------------------------------------------------
 
 /// Record a callback's id; false when it was already received (a duplicate does nothing).
-pub async fn record_callback(conn: &mut PgConnection, event_id: &str, kind: &str, domain: &str) -> sqlx::Result<bool> {
+pub async fn record_callback(
+    conn: &mut PgConnection,
+    event_id: &str,
+    kind: &str,
+    domain: &SiteDomain,
+) -> sqlx::Result<bool> {
     let r = sqlx::query!(
         "INSERT INTO fedwiki.farm_callbacks (event_id, kind, domain) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
         event_id,
         kind,
-        domain
+        domain.as_str()
     )
     .execute(conn)
     .await?;
@@ -519,13 +538,13 @@ pub async fn record_callback(conn: &mut PgConnection, event_id: &str, kind: &str
 pub async fn member_workspace_org(
     conn: &mut PgConnection,
     account: AccountId,
-    workspace_id: &str,
+    workspace_id: &WorkspaceId,
 ) -> sqlx::Result<Option<OrganizationId>> {
     sqlx::query_scalar!(
         r#"SELECT w.organization_id AS "o!: OrganizationId" FROM fedwiki.workspaces w
            JOIN core.organization_members m ON m.organization_id = w.organization_id
            WHERE w.workspace_id = $1 AND m.account_id = $2"#,
-        workspace_id,
+        workspace_id.as_str(),
         account as AccountId
     )
     .fetch_optional(conn)
@@ -538,25 +557,29 @@ pub async fn member_workspace_org(
 /// back to the latest swap that still counts (done or in flight, other than the `ended` requests),
 /// or to none. The row is locked first, in a statement of its own, so the update (READ COMMITTED:
 /// a snapshot of its own) sees a swap whose intake committed while it waited.
-pub async fn restore_swap_stamp(conn: &mut PgConnection, workspace_id: &str, ended: &[RequestId]) -> sqlx::Result<()> {
+pub async fn restore_swap_stamp(
+    conn: &mut PgConnection,
+    workspace_id: &WorkspaceId,
+    ended: &[RequestId],
+) -> sqlx::Result<()> {
     let ids: Vec<i64> = ended.iter().map(|r| r.0).collect();
     let locked = sqlx::query_scalar!(
         r#"SELECT 1 AS "one!" FROM fedwiki.swap_policies WHERE workspace_id = $1 FOR UPDATE"#,
-        workspace_id
+        workspace_id.as_str()
     )
     .fetch_optional(&mut *conn)
     .await?;
     if locked.is_none() {
         return Ok(());
     }
-    crate::db::trace::note(&mut *conn, Lock::SwapPolicyRow, workspace_id, None).await?;
+    crate::db::trace::note(&mut *conn, Lock::SwapPolicyRow, workspace_id.as_str(), None).await?;
     sqlx::query!(
         "UPDATE fedwiki.swap_policies SET last_swap_at =
             (SELECT max(a.created_at) FROM fedwiki.lifecycle_requests a
               WHERE a.workspace_id = $1 AND a.state IN ('accepted', 'done') AND a.request_id <> ALL ($2)
                 AND EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests p WHERE p.swap_of = a.request_id))
           WHERE workspace_id = $1",
-        workspace_id,
+        workspace_id.as_str(),
         &ids
     )
     .execute(conn)

@@ -6,7 +6,10 @@ use crate::db::locks::Lock;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::{ids::PoolId, states::SiteStatus};
+use crate::{
+    ids::{PoolId, SiteDomain, SiteId, WorkspaceId},
+    states::SiteStatus,
+};
 
 // The sync ---------------------------------------------------------------------------------------
 
@@ -19,19 +22,19 @@ const NOTE_SITE_ROW: &str = "CASE WHEN current_setting('member_console.lock_trac
 /// A site as the console holds it, for the sync's comparison.
 #[derive(Debug, Clone)]
 pub struct KnownSite {
-    pub site_id: String,
-    pub workspace_id: String,
-    pub domain: String,
+    pub site_id: SiteId,
+    pub workspace_id: WorkspaceId,
+    pub domain: SiteDomain,
     pub status: SiteStatus,
 }
 
 /// ListAllSites: one keyset page of the console's sites by domain, read with no lock.
-pub async fn sites_after(conn: &mut PgConnection, after: &str, limit: i64) -> sqlx::Result<Vec<KnownSite>> {
+pub async fn sites_after(conn: &mut PgConnection, after: &SiteDomain, limit: i64) -> sqlx::Result<Vec<KnownSite>> {
     sqlx::query_as!(
         KnownSite,
         r#"SELECT site_id, workspace_id, domain, status AS "status: SiteStatus"
            FROM fedwiki.sites WHERE domain > $1 ORDER BY domain LIMIT $2"#,
-        after,
+        after.as_str(),
         limit
     )
     .fetch_all(conn)
@@ -43,13 +46,13 @@ pub async fn sites_after(conn: &mut PgConnection, after: &str, limit: i64) -> sq
 /// before its later pages were listed.
 pub async fn domain_has_request_since(
     conn: &mut PgConnection,
-    domain: &str,
+    domain: &SiteDomain,
     since: DateTime<Utc>,
 ) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests
                            WHERE domain = $1 AND (state = 'accepted' OR updated_at >= $2)) AS "any!""#,
-        domain,
+        domain.as_str(),
         since
     )
     .fetch_one(conn)
@@ -57,37 +60,46 @@ pub async fn domain_has_request_since(
 }
 
 /// ListDomainsWithOpenRequests: the domains a request is still accepted on.
-pub async fn domains_with_open_requests(conn: &mut PgConnection) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar!("SELECT DISTINCT domain FROM fedwiki.lifecycle_requests WHERE state = 'accepted' ORDER BY 1")
-        .fetch_all(conn)
-        .await
+pub async fn domains_with_open_requests(conn: &mut PgConnection) -> sqlx::Result<Vec<SiteDomain>> {
+    let d = sqlx::query_scalar!(
+        "SELECT DISTINCT domain FROM fedwiki.lifecycle_requests WHERE state = 'accepted' ORDER BY 1"
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(d.into_iter().map(Into::into).collect())
 }
 
 /// ListDomainsWithRequestsUpdatedSince: the domains a request changed on at or after `since`.
 pub async fn domains_with_requests_updated_since(
     conn: &mut PgConnection,
     since: DateTime<Utc>,
-) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar!(
+) -> sqlx::Result<Vec<SiteDomain>> {
+    let d = sqlx::query_scalar!(
         "SELECT DISTINCT domain FROM fedwiki.lifecycle_requests WHERE updated_at >= $1 ORDER BY 1",
         since
     )
     .fetch_all(conn)
-    .await
+    .await?;
+    Ok(d.into_iter().map(Into::into).collect())
 }
 
 /// The workspaces that exist, of those the farm names as owners.
-pub async fn existing_workspaces(conn: &mut PgConnection, ids: &[String]) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar!("SELECT workspace_id FROM fedwiki.workspaces WHERE workspace_id = ANY ($1)", ids)
-        .fetch_all(conn)
-        .await
+pub async fn existing_workspaces(conn: &mut PgConnection, ids: &[WorkspaceId]) -> sqlx::Result<Vec<WorkspaceId>> {
+    let ids: Vec<&str> = ids.iter().map(WorkspaceId::as_str).collect();
+    let w = sqlx::query_scalar!(
+        "SELECT workspace_id FROM fedwiki.workspaces WHERE workspace_id = ANY ($1)",
+        &ids as &[&str]
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(w.into_iter().map(WorkspaceId::from).collect())
 }
 
 /// A site the farm has and the console does not.
 pub struct FarmOnly<'a> {
-    pub site_id: &'a str,
-    pub workspace_id: &'a str,
-    pub domain: &'a str,
+    pub site_id: &'a SiteId,
+    pub workspace_id: &'a WorkspaceId,
+    pub domain: &'a SiteDomain,
     pub status: SiteStatus,
     pub storage_bytes: i64,
     pub modified_at: Option<DateTime<Utc>>,
@@ -98,7 +110,7 @@ pub struct FarmOnly<'a> {
 /// the site row, whether a request is on it, the status, the pool's recount. True when written.
 pub async fn write_farm_status(
     e: impl PgExecutor<'_>,
-    domain: &str,
+    domain: &SiteDomain,
     status: SiteStatus,
     storage_bytes: i64,
     modified_at: Option<DateTime<Utc>>,
@@ -106,7 +118,7 @@ pub async fn write_farm_status(
 ) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT fedwiki.write_farm_status($1, $2, $3, $4, $5) AS "written!""#,
-        domain,
+        domain.as_str(),
         status as SiteStatus,
         storage_bytes,
         modified_at,
@@ -118,11 +130,11 @@ pub async fn write_farm_status(
 
 /// A farm-absent System row deleted: its row's lock noted as the DELETE takes it, before the
 /// site trigger takes the placement rows. True when deleted.
-pub async fn delete_system_site(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
+pub async fn delete_system_site(conn: &mut PgConnection, site_id: &SiteId) -> sqlx::Result<bool> {
     let gone: Option<(String, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "DELETE FROM fedwiki.sites WHERE site_id = $1 RETURNING site_id, {NOTE_SITE_ROW}"
     )))
-    .bind(site_id)
+    .bind(site_id.as_str())
     .fetch_optional(conn)
     .await?;
     Ok(gone.is_some())
@@ -135,10 +147,10 @@ pub async fn recount_site_usage(e: impl PgExecutor<'_>, pool: PoolId) -> sqlx::R
 }
 
 /// SiteHasOpenRequest: a request on the site still accepted.
-pub async fn site_has_open_request(conn: &mut PgConnection, site_id: &str) -> sqlx::Result<bool> {
+pub async fn site_has_open_request(conn: &mut PgConnection, site_id: &SiteId) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests WHERE instance_id = $1 AND state = 'accepted') AS "e!""#,
-        site_id
+        site_id.as_str()
     )
     .fetch_one(conn)
     .await
@@ -158,9 +170,9 @@ pub async fn pools_with_site_usage(conn: &mut PgConnection) -> sqlx::Result<Vec<
 
 /// A site the purge or the quota acts on: its id, and the domain the farm knows it by.
 #[derive(Debug, Clone)]
-pub struct SiteDomain {
-    pub site_id: String,
-    pub domain: String,
+pub struct SiteOnDomain {
+    pub site_id: SiteId,
+    pub domain: SiteDomain,
 }
 
 /// The archived sites past retention, read with no lock.
@@ -168,9 +180,9 @@ pub async fn expired_archived_sites(
     conn: &mut PgConnection,
     retention_secs: f64,
     limit: i64,
-) -> sqlx::Result<Vec<SiteDomain>> {
+) -> sqlx::Result<Vec<SiteOnDomain>> {
     sqlx::query_as!(
-        SiteDomain,
+        SiteOnDomain,
         "SELECT site_id, domain FROM fedwiki.sites
           WHERE status = 'archived' AND status_changed_at < now() - make_interval(secs => $1)
           ORDER BY status_changed_at, site_id LIMIT $2",
@@ -185,22 +197,22 @@ pub async fn expired_archived_sites(
 /// UPDATE; its domain.
 pub async fn lock_archived_site_for_purge(
     conn: &mut PgConnection,
-    site_id: &str,
+    site_id: &SiteId,
     retention_secs: f64,
-) -> sqlx::Result<Option<String>> {
+) -> sqlx::Result<Option<SiteDomain>> {
     let r = sqlx::query_scalar!(
         "SELECT domain FROM fedwiki.sites
           WHERE site_id = $1 AND status = 'archived' AND status_changed_at < now() - make_interval(secs => $2)
           FOR UPDATE",
-        site_id,
+        site_id.as_str(),
         retention_secs
     )
     .fetch_optional(&mut *conn)
     .await?;
     if r.is_some() {
-        crate::db::trace::note(conn, Lock::SiteRow, site_id, None).await?;
+        crate::db::trace::note(conn, Lock::SiteRow, site_id.as_str(), None).await?;
     }
-    Ok(r)
+    Ok(r.map(SiteDomain::from))
 }
 
 // Quota reconciliation ---------------------------------------------------------------------------
@@ -210,7 +222,7 @@ pub async fn lock_archived_site_for_purge(
 #[derive(Debug, Clone)]
 pub struct PoolQuota {
     pub pool_id: PoolId,
-    pub workspace_id: String,
+    pub workspace_id: WorkspaceId,
     pub active: i64,
     pub limit: i64,
     pub parked_by_sweep: i64,
@@ -240,16 +252,20 @@ pub async fn pools_out_of_quota(conn: &mut PgConnection) -> sqlx::Result<Vec<Poo
 
 /// The workspace's active sites to park first: not "Keep active" before kept ones, least recently
 /// modified (or created, for a site never observed) first; none with a request in flight.
-pub async fn sites_to_park(conn: &mut PgConnection, workspace_id: &str, n: i64) -> sqlx::Result<Vec<SiteDomain>> {
+pub async fn sites_to_park(
+    conn: &mut PgConnection,
+    workspace_id: &WorkspaceId,
+    n: i64,
+) -> sqlx::Result<Vec<SiteOnDomain>> {
     sqlx::query_as!(
-        SiteDomain,
+        SiteOnDomain,
         "SELECT s.site_id, s.domain FROM fedwiki.sites s
           WHERE s.workspace_id = $1 AND s.status = 'active'
             AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
                              WHERE r.instance_id = s.site_id AND r.state = 'accepted')
           ORDER BY s.keep_active, coalesce(s.modified_at, s.created_at), s.site_id
           LIMIT $2",
-        workspace_id,
+        workspace_id.as_str(),
         n
     )
     .fetch_all(conn)
@@ -257,16 +273,20 @@ pub async fn sites_to_park(conn: &mut PgConnection, workspace_id: &str, n: i64) 
 }
 
 /// The sites the quota parked, to reactivate first: most recently modified first.
-pub async fn sites_to_reactivate(conn: &mut PgConnection, workspace_id: &str, n: i64) -> sqlx::Result<Vec<SiteDomain>> {
+pub async fn sites_to_reactivate(
+    conn: &mut PgConnection,
+    workspace_id: &WorkspaceId,
+    n: i64,
+) -> sqlx::Result<Vec<SiteOnDomain>> {
     sqlx::query_as!(
-        SiteDomain,
+        SiteOnDomain,
         "SELECT s.site_id, s.domain FROM fedwiki.sites s
           WHERE s.workspace_id = $1 AND s.status = 'parked' AND s.parked_by_sweep
             AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
                              WHERE r.instance_id = s.site_id AND r.state = 'accepted')
           ORDER BY coalesce(s.modified_at, s.created_at) DESC, s.site_id
           LIMIT $2",
-        workspace_id,
+        workspace_id.as_str(),
         n
     )
     .fetch_all(conn)
@@ -277,7 +297,7 @@ pub async fn sites_to_reactivate(conn: &mut PgConnection, workspace_id: &str, n:
 /// locked. False when the row is no longer `from` (a member's request wrote it meanwhile).
 pub async fn sweep_status(
     conn: &mut PgConnection,
-    site_id: &str,
+    site_id: &SiteId,
     from: SiteStatus,
     to: SiteStatus,
     parked_by_sweep: bool,
@@ -285,7 +305,7 @@ pub async fn sweep_status(
     let r = sqlx::query!(
         "UPDATE fedwiki.sites SET status = $3, parked_by_sweep = $4, status_changed_at = now()
           WHERE site_id = $1 AND status = $2",
-        site_id,
+        site_id.as_str(),
         from as SiteStatus,
         to as SiteStatus,
         parked_by_sweep
@@ -428,7 +448,7 @@ pub async fn stranded_requests(conn: &mut PgConnection) -> sqlx::Result<Vec<Stra
 /// Placements of FedWiki sites that no longer exist, read with no lock: (host name, site id). A
 /// create in flight has no site row until its record step: its placement (an accepted request
 /// on the object) is not an orphan.
-pub async fn orphaned_placements(conn: &mut PgConnection) -> sqlx::Result<Vec<(String, String)>> {
+pub async fn orphaned_placements(conn: &mut PgConnection) -> sqlx::Result<Vec<(SiteDomain, SiteId)>> {
     let rows = sqlx::query!(
         "SELECT p.hostname, p.object_id FROM domains.placements p
           WHERE p.provider = 'fedwiki' AND NOT EXISTS (SELECT 1 FROM fedwiki.sites s WHERE s.site_id = p.object_id)
@@ -438,12 +458,12 @@ pub async fn orphaned_placements(conn: &mut PgConnection) -> sqlx::Result<Vec<(S
     )
     .fetch_all(conn)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.hostname, r.object_id)).collect())
+    Ok(rows.into_iter().map(|r| (r.hostname.into(), r.object_id.into())).collect())
 }
 
 /// Sites whose own name has no placement (adopted, or a crash between two steps), read with no
 /// lock: (site id, domain, workspace).
-pub async fn unplaced_sites(conn: &mut PgConnection) -> sqlx::Result<Vec<(String, String, String)>> {
+pub async fn unplaced_sites(conn: &mut PgConnection) -> sqlx::Result<Vec<(SiteId, SiteDomain, WorkspaceId)>> {
     let rows = sqlx::query!(
         "SELECT s.site_id, s.domain, s.workspace_id FROM fedwiki.sites s
           WHERE NOT EXISTS (SELECT 1 FROM domains.placements p WHERE p.hostname = s.domain)
@@ -451,18 +471,18 @@ pub async fn unplaced_sites(conn: &mut PgConnection) -> sqlx::Result<Vec<(String
     )
     .fetch_all(conn)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.site_id, r.domain, r.workspace_id)).collect())
+    Ok(rows.into_iter().map(|r| (r.site_id.into(), r.domain.into(), r.workspace_id.into())).collect())
 }
 
 /// Delete one placement, only while its site is still missing and no request is accepted on it
 /// (checked again here: a create may have been recorded since the list was read).
-pub async fn delete_orphaned_placement(conn: &mut PgConnection, hostname: &str) -> sqlx::Result<bool> {
+pub async fn delete_orphaned_placement(conn: &mut PgConnection, hostname: &SiteDomain) -> sqlx::Result<bool> {
     let r = sqlx::query!(
         "DELETE FROM domains.placements p WHERE p.hostname = $1 AND p.provider = 'fedwiki'
             AND NOT EXISTS (SELECT 1 FROM fedwiki.sites s WHERE s.site_id = p.object_id)
             AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
                              WHERE r.instance_id = p.object_id AND r.state = 'accepted')",
-        hostname
+        hostname.as_str()
     )
     .execute(&mut *conn)
     .await?;
@@ -470,7 +490,7 @@ pub async fn delete_orphaned_placement(conn: &mut PgConnection, hostname: &str) 
     if gone {
         // The row's lock, held by its delete through commit (the lock trace; no trigger runs on a
         // placement's delete).
-        crate::db::trace::note(conn, Lock::PlacementRows, hostname, None).await?;
+        crate::db::trace::note(conn, Lock::PlacementRows, hostname.as_str(), None).await?;
     }
     Ok(gone)
 }
@@ -489,9 +509,9 @@ pub async fn insert_listed_site(
         "INSERT INTO fedwiki.sites (site_id, workspace_id, domain, status, storage_bytes, modified_at, observed_at,
                                     observed_as_of, created_at)
          VALUES ($1, $2, $3, $4, $5, $6, now(), $7, $8) ON CONFLICT DO NOTHING",
-        s.site_id,
-        s.workspace_id,
-        s.domain,
+        s.site_id.as_str(),
+        s.workspace_id.as_str(),
+        s.domain.as_str(),
         s.status as SiteStatus,
         s.storage_bytes,
         s.modified_at,
@@ -510,7 +530,7 @@ pub async fn insert_listed_site(
 /// list's values were written; false when the row is gone or holds a later observation.
 pub async fn observe_listed_site(
     conn: &mut PgConnection,
-    domain: &str,
+    domain: &SiteDomain,
     storage_bytes: i64,
     modified_at: Option<DateTime<Utc>>,
     listed_at: DateTime<Utc>,
@@ -528,7 +548,7 @@ pub async fn observe_listed_site(
           WHERE domain = $1
       RETURNING observed_as_of = $4, {NOTE_SITE_ROW}"
     )))
-    .bind(domain)
+    .bind(domain.as_str())
     .bind(storage_bytes)
     .bind(modified_at)
     .bind(listed_at)

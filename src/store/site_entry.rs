@@ -4,15 +4,15 @@
 
 use sqlx::PgConnection;
 
-use crate::ids::AccountId;
+use crate::ids::{AccountId, SiteDomain, SiteId, WorkspaceId};
 
 /// A site the account may open, as the member's organization holds it.
 #[derive(Debug, Clone)]
 pub struct OpenableSite {
-    pub domain: String,
+    pub domain: SiteDomain,
     pub status: String,
     /// The owner string the site was created with on the farm (its workspace).
-    pub workspace_id: String,
+    pub workspace_id: WorkspaceId,
     pub email: String,
 }
 
@@ -20,7 +20,7 @@ pub struct OpenableSite {
 pub async fn openable_site(
     conn: &mut PgConnection,
     account: AccountId,
-    site_id: &str,
+    site_id: &SiteId,
 ) -> sqlx::Result<Option<OpenableSite>> {
     sqlx::query_as!(
         OpenableSite,
@@ -31,7 +31,7 @@ pub async fn openable_site(
              JOIN core.accounts a ON a.account_id = m.account_id
             WHERE s.site_id = $2"#,
         account as AccountId,
-        site_id,
+        site_id.as_str(),
     )
     .fetch_optional(conn)
     .await
@@ -39,7 +39,12 @@ pub async fn openable_site(
 
 /// Whether the account is a member of the organization whose workspace `owner` holds the active
 /// site at `domain`.
-pub async fn may_edit(conn: &mut PgConnection, domain: &str, account: AccountId, owner: &str) -> sqlx::Result<bool> {
+pub async fn may_edit(
+    conn: &mut PgConnection,
+    domain: &SiteDomain,
+    account: AccountId,
+    owner: &WorkspaceId,
+) -> sqlx::Result<bool> {
     sqlx::query_scalar!(
         r#"SELECT EXISTS (
              SELECT 1
@@ -48,9 +53,9 @@ pub async fn may_edit(conn: &mut PgConnection, domain: &str, account: AccountId,
                JOIN core.organization_members m ON m.organization_id = w.organization_id AND m.account_id = $2
               WHERE s.domain = $1 AND s.workspace_id = $3 AND s.status = 'active'
            ) AS "allowed!""#,
-        domain,
+        domain.as_str(),
         account as AccountId,
-        owner,
+        owner.as_str(),
     )
     .fetch_one(conn)
     .await
@@ -58,12 +63,12 @@ pub async fn may_edit(conn: &mut PgConnection, domain: &str, account: AccountId,
 
 /// The name a workspace's wikis show as their owner: its organization's (None for the System
 /// workspace or an unknown one).
-pub async fn workspace_owner_name(conn: &mut PgConnection, workspace_id: &str) -> sqlx::Result<Option<String>> {
+pub async fn workspace_owner_name(conn: &mut PgConnection, workspace_id: &WorkspaceId) -> sqlx::Result<Option<String>> {
     sqlx::query_scalar!(
         r#"SELECT o.name AS "name!" FROM fedwiki.workspaces w
              JOIN core.organizations o ON o.organization_id = w.organization_id
             WHERE w.workspace_id = $1"#,
-        workspace_id,
+        workspace_id.as_str(),
     )
     .fetch_optional(conn)
     .await

@@ -10,7 +10,7 @@ use super::{
     fedwiki::{RequestRow, SiteRow},
     json_document, millis,
 };
-use crate::ids::{AccountId, OrganizationId};
+use crate::ids::{AccountId, OrganizationId, SiteDomain, SiteId};
 
 /// One organization of the member, as the page shows it: its sites, its count against the plan,
 /// and its requests in flight (all of them) and recent outcomes.
@@ -25,16 +25,16 @@ pub struct OrganizationSites {
     pub limit: i64,
     pub custom_domain: bool,
     /// The workspace's domains, and its placements as (host name, site id).
-    pub domains: Vec<String>,
-    pub placements: Vec<(String, String)>,
+    pub domains: Vec<SiteDomain>,
+    pub placements: Vec<(SiteDomain, SiteId)>,
     /// The workspace's last swap (its cooldown runs from it).
     pub last_swap_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl OrganizationSites {
     /// Whether a request on this site is still in flight.
-    pub fn in_flight(&self, site_id: &str) -> Option<&RequestRow> {
-        self.requests.iter().find(|r| r.instance_id == site_id && r.state == crate::states::RequestState::Accepted)
+    pub fn in_flight(&self, site_id: &SiteId) -> Option<&RequestRow> {
+        self.requests.iter().find(|r| r.instance_id == *site_id && r.state == crate::states::RequestState::Accepted)
     }
 }
 

@@ -804,10 +804,11 @@ async fn seed_site_pairs(
             made.push(name.domain(&settings.domain));
         }
         // With room for both, the spare is parked.
-        let spare: (String, String) = sqlx::query_as("SELECT site_id, status FROM fedwiki.sites WHERE domain = $1")
-            .bind(&made[1])
-            .fetch_one(&db.pool)
-            .await?;
+        let spare: (crate::ids::SiteId, String) =
+            sqlx::query_as("SELECT site_id, status FROM fedwiki.sites WHERE domain = $1")
+                .bind(&made[1])
+                .fetch_one(&db.pool)
+                .await?;
         if spare.1 == "active" {
             let id = fedwiki::change_status(db, &settings, member, &spare.0, crate::states::RequestKind::Park)
                 .await

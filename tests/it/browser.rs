@@ -354,11 +354,11 @@ pub(crate) async fn wiki_rendered(b: &Browser, text: &str, within: std::time::Du
 }
 
 /// Swap on `/sites`: the site to activate and the one to park, by id, then the Swap button.
-pub(crate) async fn swap_sites(b: &Browser, activate: String, park: String) {
+pub(crate) async fn swap_sites(b: &Browser, activate: member_console::ids::SiteId, park: member_console::ids::SiteId) {
     b.execute(
         "document.querySelector('select[name=activate]').value = arguments[0];
          document.querySelector('select[name=park]').value = arguments[1];",
-        vec![Value::String(activate), Value::String(park)],
+        vec![Value::String(activate.into_string()), Value::String(park.into_string())],
     )
     .await;
     b.click_button("Swap").await;
@@ -417,7 +417,7 @@ async fn a_member_creates_a_site_opens_the_real_wiki_parks_swaps_and_is_refused_
             b.keep_step(3, "swapped").await;
             assert!(b.text_of("main").await.contains("You can swap again in 10 minutes"));
             // The parked site's address says so.
-            b.goto(&f.farm.site_url("gamma.wiki.localhost")).await;
+            b.goto(&f.farm.site_url(&member_console::ids::SiteDomain::from("gamma.wiki.localhost"))).await;
             b.wait_for(Until::Text("parked"), WAIT).await;
         })
         .await;

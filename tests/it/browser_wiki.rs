@@ -25,7 +25,7 @@ async fn page_json(f: &common::farm::FarmFixture, domain: &str, slug: &str) -> s
         .resolve(domain, std::net::SocketAddr::from(([127, 0, 0, 1], f.local.port())))
         .build()
         .unwrap();
-    let url = format!("{}{slug}.json", f.farm.site_url(domain));
+    let url = format!("{}{slug}.json", f.farm.site_url(&member_console::ids::SiteDomain::from(domain)));
     let resp = client.get(url).send().await.expect("the farm answers");
     assert_eq!(resp.status().as_u16(), 200);
     resp.json().await.expect("a page as JSON")
@@ -101,12 +101,16 @@ async fn a_member_opens_their_new_wiki_from_sites_edits_a_paragraph_and_sees_it_
             wiki_rendered(b, changed, STEP).await;
             b.keep_step(5, "after-a-reload").await;
             // The page's JSON in the browser says the same.
-            b.goto(&format!("{}welcome-visitors.json", f.farm.site_url(domain))).await;
+            b.goto(&format!(
+                "{}welcome-visitors.json",
+                f.farm.site_url(&member_console::ids::SiteDomain::from(domain))
+            ))
+            .await;
             assert!(b.text_of("body").await.contains(changed));
 
             // A stranger reads the change, with no edit tools.
             b.forget_cookies().await;
-            b.goto(&f.farm.site_url(domain)).await;
+            b.goto(&f.farm.site_url(&member_console::ids::SiteDomain::from(domain))).await;
             b.wait_for(Until::Css(".page .story .item.paragraph"), STEP).await;
             let paragraphs = b.texts_of(".page .story .item.paragraph").await;
             assert!(paragraphs.iter().any(|p| p.contains(changed)), "{paragraphs:?}");

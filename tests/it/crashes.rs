@@ -216,7 +216,14 @@ async fn a_worker_killed_mid_maintenance_writes_nothing_half_and_the_next_run_ad
     let dir = std::env::temp_dir().join(format!("mc-crash-farm-{}", s.t.name));
     // Sites only the farm has (to adopt), and an archived site past retention (to purge).
     for i in 0..STRAYS {
-        s.f.farm.create_site(&format!("stray{i}.wiki.localhost"), "someone-else", "active").await.unwrap();
+        s.f.farm
+            .create_site(
+                &member_console::ids::SiteDomain::from(format!("stray{i}.wiki.localhost")),
+                &member_console::ids::WorkspaceId::from("someone-else"),
+                member_console::states::SiteStatus::Active,
+            )
+            .await
+            .unwrap();
     }
     archived(&s, "old", true).await;
 

@@ -191,7 +191,10 @@ async fn farm_calls_are_timed_by_operation_and_a_refused_one_counts_as_an_error_
     use member_console::metrics::{System, global};
     let f = common::farm::FarmFixture::start().await;
     f.farm.list_sites().await.unwrap();
-    assert!(f.farm.get_site("nobody.wiki.localhost").await.unwrap().is_none(), "a 404 is an answer");
+    assert!(
+        f.farm.get_site(&member_console::ids::SiteDomain::from("nobody.wiki.localhost")).await.unwrap().is_none(),
+        "a 404 is an answer"
+    );
     f.faults(serde_json::json!({ "fail_next": 1, "status": 503 })).await;
     assert!(f.farm.list_sites().await.is_err());
     assert_eq!(global().remote_calls(System::Farm), (3, 1));

@@ -12,7 +12,7 @@ use common::{TestApp, TestDb, farm::FarmFixture, pages::demo_db};
 use member_console::{
     config::FarmSettings,
     demo,
-    ids::{AccountId, OrganizationId},
+    ids::{AccountId, OrganizationId, SiteDomain, SiteId},
     integrations::farm::signature,
     services::{
         fedwiki::{self, Ran, names::SiteName},
@@ -54,7 +54,7 @@ async fn setup(confirm_every: Duration) -> Setup {
 
 impl Setup {
     /// A site made through the console and carried to the farm; its id.
-    async fn site(&self, who: AccountId, org: OrganizationId, name: &str) -> String {
+    async fn site(&self, who: AccountId, org: OrganizationId, name: &str) -> SiteId {
         let id =
             fedwiki::create_site(&self.t.db, &self.settings, who, org, &SiteName::parse(name).unwrap()).await.unwrap();
         assert!(matches!(
@@ -64,7 +64,7 @@ impl Setup {
         common::farm::site_id(&self.t, name).await
     }
 
-    async fn set_status(&self, site_id: &str, kind: RequestKind) {
+    async fn set_status(&self, site_id: &SiteId, kind: RequestKind) {
         let id = fedwiki::change_status(&self.t.db, &self.settings, self.member, site_id, kind).await.unwrap();
         fedwiki::run_site_request(&self.t.db, &self.f.farm, id, false).await.unwrap();
     }
@@ -89,11 +89,11 @@ impl Setup {
 
     /// Open the site from `/sites` as the signed-in `console` client, and follow the console's
     /// redirect to the farm's entry: the cookies the browser then holds for the site.
-    async fn open(&self, console: &reqwest::Client, site_id: &str, domain: &str) -> String {
+    async fn open(&self, console: &reqwest::Client, site_id: &SiteId, domain: &str) -> String {
         let resp = console.get(self.app.url(&format!("/sites/{site_id}/open"))).send().await.unwrap();
         assert_eq!(resp.status().as_u16(), 303, "{:?}", resp.text().await);
         let to = resp.headers()["location"].to_str().unwrap().to_string();
-        assert!(to.starts_with(&format!("{}_farm/enter?c=", self.f.farm.site_url(domain))), "{to}");
+        assert!(to.starts_with(&format!("{}_farm/enter?c=", self.f.farm.site_url(&SiteDomain::from(domain)))), "{to}");
         let entered = self.site_client(domain).get(&to).send().await.unwrap();
         assert_eq!(entered.status().as_u16(), 303, "{:?}", entered.text().await);
         let cookies: Vec<String> = entered
@@ -116,7 +116,7 @@ impl Setup {
         });
         let mut req = self
             .site_client(domain)
-            .put(format!("{}page/{slug}/action", self.f.farm.site_url(domain)))
+            .put(format!("{}page/{slug}/action", self.f.farm.site_url(&SiteDomain::from(domain))))
             .form(&[("action", action.to_string())]);
         if let Some(c) = cookies {
             req = req.header("Cookie", c);
@@ -153,7 +153,7 @@ async fn a_member_opens_an_active_site_from_sites_and_the_farm_lets_them_edit_it
     let cookies = s.open(&console, &site, ACME).await;
     let html = s
         .site_client(ACME)
-        .get(format!("{}welcome-visitors.html", s.f.farm.site_url(ACME)))
+        .get(format!("{}welcome-visitors.html", s.f.farm.site_url(&SiteDomain::from(ACME))))
         .header("Cookie", &cookies)
         .send()
         .await
@@ -201,7 +201,7 @@ async fn a_stranger_and_another_organizations_member_cannot_open_or_change_the_s
     let their_cookies = s.open(&console, &theirs, "other-notes.wiki.localhost").await;
     assert_eq!(s.write("other-notes.wiki.localhost", "ours", Some(&their_cookies)).await.status().as_u16(), 200);
     let before = s.pages(ACME);
-    let site_url = s.f.farm.site_url(ACME);
+    let site_url = s.f.farm.site_url(&SiteDomain::from(ACME));
     for (who, cookies) in [("a stranger", None), ("another organization's member", Some(their_cookies.as_str()))] {
         let put = s.write(ACME, "stranger-was-here", cookies).await;
         let with = |r: reqwest::RequestBuilder| match cookies {
@@ -292,7 +292,7 @@ async fn a_parked_site_refuses_writes_and_is_not_opened_and_an_archived_one_answ
 
     s.set_status(&site, RequestKind::Archive).await;
     let client = s.site_client(ACME);
-    let site_url = s.f.farm.site_url(ACME);
+    let site_url = s.f.farm.site_url(&SiteDomain::from(ACME));
     let put = s.write(ACME, "while-archived", Some(&cookies)).await;
     let read = client.get(format!("{site_url}welcome-visitors.json")).header("Cookie", &cookies).send().await.unwrap();
     let delete = client.delete(format!("{site_url}welcome-visitors.json")).header("Cookie", &cookies).send().await;

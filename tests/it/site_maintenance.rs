@@ -15,6 +15,7 @@ use std::time::Duration;
 use member_console::{
     db::keys::AdvisoryKey,
     demo,
+    ids::{SiteDomain, WorkspaceId},
     services::fedwiki::{
         self, Ran,
         maintenance::{self, run_maintenance},
@@ -51,8 +52,11 @@ async fn the_sync_adopts_what_only_the_farm_has_follows_its_statuses_and_keeps_w
     s.created("docs").await;
     s.created("notes").await;
     // The farm gets a site no organization asked for, and parks one behind the console's back.
-    s.f.farm.create_site("stray.wiki.localhost", "someone-else", "active").await.unwrap();
-    s.f.farm.set_status("docs.wiki.localhost", "parked").await.unwrap();
+    s.f.farm
+        .create_site(&SiteDomain::from("stray.wiki.localhost"), &WorkspaceId::from("someone-else"), SiteStatus::Active)
+        .await
+        .unwrap();
+    s.f.farm.set_status(&SiteDomain::from("docs.wiki.localhost"), SiteStatus::Parked).await.unwrap();
     let c = s.maintain().await;
     assert_eq!((c.farm_sites, c.adopted, c.statuses_written), (3, 1, 1), "{c:?}");
     assert!(c.observed >= 1, "{c:?}");
@@ -73,8 +77,8 @@ async fn the_sync_adopts_what_only_the_farm_has_follows_its_statuses_and_keeps_w
     assert_eq!((again.adopted, again.statuses_written, again.removed), (0, 0, 0), "{again:?}");
 
     // The farm loses the System site and an organization's one.
-    s.f.farm.delete_site("stray.wiki.localhost").await.unwrap();
-    s.f.farm.delete_site("notes.wiki.localhost").await.unwrap();
+    s.f.farm.delete_site(&SiteDomain::from("stray.wiki.localhost")).await.unwrap();
+    s.f.farm.delete_site(&SiteDomain::from("notes.wiki.localhost")).await.unwrap();
     let c = s.maintain().await;
     assert_eq!((c.removed, c.missing_on_farm), (1, 1), "{c:?}");
     assert_eq!(s.rows("stray.wiki.localhost").await, 0);
@@ -88,7 +92,7 @@ async fn a_site_with_a_request_in_flight_keeps_its_status_for_the_request_to_wri
     let site = s.created("busy").await;
     // A park accepted, not carried yet; the farm (an operator's hand) parks it already.
     let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
-    s.f.farm.set_status("busy.wiki.localhost", "parked").await.unwrap();
+    s.f.farm.set_status(&SiteDomain::from("busy.wiki.localhost"), SiteStatus::Parked).await.unwrap();
     let c = s.maintain().await;
     assert_eq!((c.statuses_written, c.statuses_left), (0, 1), "{c:?}");
     assert_eq!(s.status("busy").await, "active", "the request's record step writes it");
@@ -119,7 +123,7 @@ async fn the_sync_and_the_callbacks_order_what_they_write_by_the_farms_clock() {
         assert_eq!(post_callback(&app, &body, secret, now.timestamp()).await.0, 200);
     }
     // The farm parks docs behind the console: the sync writes its status, not its older storage.
-    s.f.farm.set_status("docs.wiki.localhost", "parked").await.unwrap();
+    s.f.farm.set_status(&SiteDomain::from("docs.wiki.localhost"), SiteStatus::Parked).await.unwrap();
     let c = s.maintain().await;
     assert_eq!(c.statuses_written, 1, "{c:?}");
     assert_eq!(s.status("docs").await, "parked");
@@ -144,7 +148,7 @@ async fn the_sync_and_the_callbacks_order_what_they_write_by_the_farms_clock() {
 async fn a_farm_down_for_a_run_fails_it_writes_nothing_and_the_next_run_repairs() {
     let s = setup("Basic").await;
     s.created("docs").await;
-    s.f.farm.set_status("docs.wiki.localhost", "parked").await.unwrap();
+    s.f.farm.set_status(&SiteDomain::from("docs.wiki.localhost"), SiteStatus::Parked).await.unwrap();
     s.f.faults(serde_json::json!({"fail_next": 1, "status": 503})).await;
     let e = run_maintenance(&s.t.db, &s.f.farm, RETENTION).await.unwrap_err();
     assert!(e.to_string().to_lowercase().contains("farm"), "{e}");
@@ -250,7 +254,7 @@ async fn two_sites_one_parked_by_a_downgrade() -> (Sites, &'static str) {
 #[tokio::test]
 async fn a_reactivation_that_finds_the_site_archived_meanwhile_sets_the_farm_back_to_archived() {
     let (s, parked) = two_sites_one_parked_by_a_downgrade().await;
-    let domain = format!("{parked}.wiki.localhost");
+    let domain = SiteDomain::from(format!("{parked}.wiki.localhost"));
     // Room again; the quota reads its candidates, then the member archives the parked site before
     // the quota's reactivation runs its steps.
     common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
@@ -260,7 +264,7 @@ async fn a_reactivation_that_finds_the_site_archived_meanwhile_sets_the_farm_bac
     assert_eq!(s.status(parked).await, "archived");
     let back = maintenance::reactivate_site(&s.t.db, &s.f.farm, &id, &domain, s.pool).await.unwrap();
     assert!(!back, "the member's archive stands");
-    assert_eq!(s.f.site(&domain).await.unwrap()["status"], "archived", "the farm is set back to it");
+    assert_eq!(s.f.site(domain.as_str()).await.unwrap()["status"], "archived", "the farm is set back to it");
     // The next sync finds nothing to write: the member's archive is still what the console holds.
     s.maintain().await;
     assert_eq!(s.status(parked).await, "archived");
@@ -273,7 +277,7 @@ async fn a_park_whose_transaction_finds_a_members_archive_sets_the_farm_back_to_
     let grant = common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
     s.created("kept").await;
     let id = s.created("archived").await;
-    let domain = "archived.wiki.localhost";
+    let domain = SiteDomain::from("archived.wiki.localhost");
     // Two active sites above the Free plan's one: the quota will park one of them.
     member_console::services::grants::revoke_grant(
         &s.t.db,
@@ -287,7 +291,7 @@ async fn a_park_whose_transaction_finds_a_members_archive_sets_the_farm_back_to_
     // site row it wrote.
     let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &id, RequestKind::Archive).await.unwrap();
     let req = s.request(archive).await;
-    s.f.farm.set_status(domain, "archived").await.unwrap();
+    s.f.farm.set_status(&domain, SiteStatus::Archived).await.unwrap();
     let (mut pause, pause_pid) = common::pause_on(&s.t, "core.numeric_entitlement_usage").await;
     let db = s.t.db.clone();
     let record = tokio::spawn(async move {
@@ -301,15 +305,19 @@ async fn a_park_whose_transaction_finds_a_members_archive_sets_the_farm_back_to_
     let record_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
     // The quota's park of the same site: its farm call lands after the member's, then its
     // transaction waits on the site row the record step holds.
-    let (db, farm, site) = (s.t.db.clone(), s.f.farm.clone(), id.clone());
-    let park = tokio::spawn(async move { maintenance::park_site(&db, &farm, &site, domain).await });
+    let (db, farm, site, on_farm) = (s.t.db.clone(), s.f.farm.clone(), id.clone(), domain.clone());
+    let park = tokio::spawn(async move { maintenance::park_site(&db, &farm, &site, &on_farm).await });
     let parker = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
     assert!(parker > 0, "the park waits on the site row, its farm call made");
-    assert_eq!(s.f.site(domain).await.unwrap()["status"], "parked", "the park's farm call came last");
+    assert_eq!(s.f.site(domain.as_str()).await.unwrap()["status"], "parked", "the park's farm call came last");
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
     assert!(matches!(record.await.unwrap().unwrap(), Recorded::Done { state: RequestState::Done, .. }));
     assert!(!park.await.unwrap().unwrap(), "the member's archive stands");
-    assert_eq!(s.f.site(domain).await.unwrap()["status"], "archived", "the farm is set back to the row's status");
+    assert_eq!(
+        s.f.site(domain.as_str()).await.unwrap()["status"],
+        "archived",
+        "the farm is set back to the row's status"
+    );
     // The next sync writes nothing over the archive, so retention can purge it.
     let c = s.maintain().await;
     assert_eq!(c.statuses_written, 0, "{c:?}");
@@ -327,8 +335,8 @@ async fn a_sync_status_write_waits_on_the_site_row_a_record_step_holds_and_leave
     // The park's record step, paused at its recount: it holds the site row it wrote.
     let (mut pause, recording, record_pid) = s.paused_status_record(&site, RequestKind::Park, SiteStatus::Parked).await;
     // The sync read the farm before the park: it saw the site active.
-    let mut seen = s.f.farm.get_site("contested.wiki.localhost").await.unwrap().unwrap();
-    seen.status = "active".into();
+    let mut seen = s.f.farm.get_site(&SiteDomain::from("contested.wiki.localhost")).await.unwrap().unwrap();
+    seen.status = SiteStatus::Active;
     let db = s.t.db.clone();
     let write = tokio::spawn(async move { maintenance::write_status(&db, &seen, SiteStatus::Active, listed_at).await });
     let writer = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
@@ -375,7 +383,7 @@ async fn a_reactivation_waits_on_the_usage_row_a_slot_gate_holds_and_stays_withi
     let gate = tokio::spawn(async move { fedwiki::run_site_request(&db, &farm, create, false).await });
     let gate_pid = common::wait_for_waiter(&s.t.admin, &s.t.name, pause_pid).await;
     let (db, farm, id, pool) = (s.t.db.clone(), s.f.farm.clone(), s.site_id(parked).await, s.pool);
-    let domain = format!("{parked}.wiki.localhost");
+    let domain = SiteDomain::from(format!("{parked}.wiki.localhost"));
     let reactivate = tokio::spawn(async move { maintenance::reactivate_site(&db, &farm, &id, &domain, pool).await });
     let waiter = common::wait_for_waiter(&s.t.admin, &s.t.name, gate_pid).await;
     assert!(waiter > 0, "the reactivation waits on the usage row");
@@ -394,8 +402,11 @@ async fn an_operator_sees_the_runs_and_the_drift_and_runs_the_maintenance_now_on
     let s = setup("Basic").await;
     s.created("docs").await;
     s.maintain().await;
-    s.f.farm.set_status("docs.wiki.localhost", "parked").await.unwrap();
-    s.f.farm.create_site("stray.wiki.localhost", "nobody", "active").await.unwrap();
+    s.f.farm.set_status(&SiteDomain::from("docs.wiki.localhost"), SiteStatus::Parked).await.unwrap();
+    s.f.farm
+        .create_site(&SiteDomain::from("stray.wiki.localhost"), &WorkspaceId::from("nobody"), SiteStatus::Active)
+        .await
+        .unwrap();
     let app = app(&s).await;
     let op = Session::sign_in(&app, demo::OPERATOR_EMAIL, demo::OPERATOR_PASSWORD).await;
     let page = op.get("/operator/farm").await;
@@ -445,7 +456,7 @@ async fn settle_finishes_a_request_no_job_carries_and_hands_one_holding_a_slot_t
     let activation = fedwiki::change_status(&s.t.db, &s.settings, s.who, &notes, RequestKind::Activate).await.unwrap();
     let req = s.request(activation).await;
     assert!(matches!(fedwiki::gate::hold_site_slot(&s.t.db, &req).await.unwrap(), fedwiki::gate::Gate::Held));
-    s.f.farm.set_status("notes.wiki.localhost", "active").await.unwrap();
+    s.f.farm.set_status(&SiteDomain::from("notes.wiki.localhost"), SiteStatus::Active).await.unwrap();
     s.lose_job(activation).await;
 
     let done = repair::repair_at_start(&s.t.db).await.unwrap();
@@ -559,7 +570,14 @@ async fn the_sync_leaves_a_site_a_create_in_flight_made_on_the_farm_to_that_crea
     let s = setup("Basic").await;
     let id = s.create("fresh").await.unwrap();
     // The create reached the farm; its record step has not run (a worker died in between).
-    s.f.farm.create_site("fresh.wiki.localhost", &format!("org-{}", s.org), "active").await.unwrap();
+    s.f.farm
+        .create_site(
+            &SiteDomain::from("fresh.wiki.localhost"),
+            &WorkspaceId::from(format!("org-{}", s.org)),
+            SiteStatus::Active,
+        )
+        .await
+        .unwrap();
     let c = s.maintain().await;
     assert_eq!((c.adopted, c.statuses_left), (0, 1), "{c:?}");
     assert_eq!(s.rows("fresh.wiki.localhost").await, 0, "not adopted");
@@ -571,14 +589,14 @@ async fn the_sync_leaves_a_site_a_create_in_flight_made_on_the_farm_to_that_crea
 #[tokio::test]
 async fn the_syncs_insert_checks_again_for_a_request_its_sets_predate_and_leaves_the_site_alone() {
     let s = setup("Basic").await;
-    let owner = format!("org-{}", s.org);
+    let owner = WorkspaceId::from(format!("org-{}", s.org));
     // A create accepted and made on the farm after the pass read its sets (here: never read),
     // then listed on a later page.
     let id = s.create("late").await.unwrap();
-    s.f.farm.create_site("late.wiki.localhost", &owner, "active").await.unwrap();
+    s.f.farm.create_site(&SiteDomain::from("late.wiki.localhost"), &owner, SiteStatus::Active).await.unwrap();
     // A site deleted here and on the farm after the list was taken, still on that list.
     s.created("gone").await;
-    let page = s.f.farm.list_page("", 100).await.unwrap();
+    let page = s.f.farm.list_page(&SiteDomain::from(""), 100).await.unwrap();
     let listed = |domain: &str| page.sites.iter().find(|f| f.domain == domain).cloned().expect("listed");
     let delete = s.ask_delete(&s.site_id("gone").await).await;
     s.run(delete).await.unwrap();
@@ -586,7 +604,7 @@ async fn the_syncs_insert_checks_again_for_a_request_its_sets_predate_and_leaves
         let adopted =
             maintenance::insert_from_farm(&s.t.db, &site, &owner, SiteStatus::Active, page.listed_at).await.unwrap();
         assert_eq!(adopted, None, "{} was left alone", site.domain);
-        assert_eq!(s.rows(&site.domain).await, 0, "{}", site.domain);
+        assert_eq!(s.rows(site.domain.as_str()).await, 0, "{}", site.domain);
     }
     // The create's record step records its site once; the deleted one stays deleted.
     assert!(matches!(s.run(id).await.unwrap(), Ran::Recorded(Recorded::Done { state: RequestState::Done, .. })));

@@ -8,13 +8,13 @@ use crate::common;
 use crate::sites::{Sites, app, assert_usage_agrees, callback, post_callback, servable, setup};
 
 use member_console::{
-    ids::RequestId,
+    ids::{RequestId, SiteDomain, WorkspaceId},
     services::fedwiki::{
         self, Ran,
         record::{self, Recorded},
         repair,
     },
-    states::RequestState,
+    states::{RequestState, SiteStatus},
     store::{fedwiki as store, fedwiki_maintenance},
 };
 
@@ -53,7 +53,7 @@ impl Sites {
 
     async fn swap_stamp(&self) -> Option<chrono::DateTime<chrono::Utc>> {
         let mut c = self.t.db.read().await.unwrap();
-        store::last_swap_at(c.conn(), &format!("org-{}", self.org)).await.unwrap()
+        store::last_swap_at(c.conn(), &WorkspaceId::from(format!("org-{}", self.org))).await.unwrap()
     }
 }
 
@@ -136,7 +136,11 @@ async fn a_restart_keeps_the_name_of_a_create_in_flight_and_removes_a_placement_
     assert!(e.to_string().contains("taken"), "{e}");
     // The delete checks again in its own transaction.
     let (mut tx, _) = s.t.runtime_begin().await;
-    assert!(!fedwiki_maintenance::delete_orphaned_placement(&mut tx, "gamma.wiki.localhost").await.unwrap());
+    assert!(
+        !fedwiki_maintenance::delete_orphaned_placement(&mut tx, &SiteDomain::from("gamma.wiki.localhost"))
+            .await
+            .unwrap()
+    );
     sqlx::query("ROLLBACK").execute(&mut tx).await.unwrap();
     let ran = s.run(id).await.unwrap();
     assert!(matches!(ran, Ran::Recorded(Recorded::Done { state: RequestState::Done, .. })), "{ran:?}");
@@ -213,7 +217,14 @@ async fn a_create_the_farm_already_holds_active_is_parked_there_when_the_gate_gr
     s.created("one").await;
     let id = s.create("two").await.unwrap();
     // The farm already has the site for this owner, active (made by an earlier attempt, or by hand).
-    s.f.farm.create_site("two.wiki.localhost", &format!("org-{}", s.org), "active").await.unwrap();
+    s.f.farm
+        .create_site(
+            &SiteDomain::from("two.wiki.localhost"),
+            &WorkspaceId::from(format!("org-{}", s.org)),
+            SiteStatus::Active,
+        )
+        .await
+        .unwrap();
     let ran = s.run(id).await.unwrap();
     assert!(matches!(ran, Ran::Recorded(Recorded::Done { state: RequestState::Done, .. })), "{ran:?}");
     assert_eq!(s.status("two").await, "parked", "no slot was free");

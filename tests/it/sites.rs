@@ -12,7 +12,7 @@ use member_console::db::keys::AdvisoryKey;
 use member_console::{
     config::FarmSettings,
     demo,
-    ids::{AccountId, OrganizationId, PoolId, RequestId},
+    ids::{AccountId, OrganizationId, PoolId, RequestId, SiteDomain, SiteId, WorkspaceId},
     integrations::farm::signature,
     services::{
         ServiceError,
@@ -37,8 +37,8 @@ pub(crate) struct Sites {
 }
 
 /// A site's lifecycle instance lock, as the harness names it.
-pub(crate) fn instance(site_id: &str) -> Expect {
-    Expect::advisory(AdvisoryKey::LifecycleInstance(site_id.to_string()))
+pub(crate) fn instance(site_id: &SiteId) -> Expect {
+    Expect::advisory(AdvisoryKey::LifecycleInstance(site_id.clone()))
 }
 
 /// The demo, its member's organization granted `product` (Free: 1 active site, Basic: 3).
@@ -76,17 +76,17 @@ impl Sites {
     }
 
     /// A member's deletion of `site_id`, accepted (its workflow not run).
-    pub(crate) async fn ask_delete(&self, site_id: &str) -> RequestId {
+    pub(crate) async fn ask_delete(&self, site_id: &member_console::ids::SiteId) -> RequestId {
         fedwiki::change_status(&self.t.db, &self.settings, self.who, site_id, RequestKind::Delete).await.unwrap()
     }
 
-    pub(crate) async fn created(&self, name: &str) -> String {
+    pub(crate) async fn created(&self, name: &str) -> member_console::ids::SiteId {
         let id = self.create(name).await.unwrap();
         assert!(matches!(self.run(id).await.unwrap(), Ran::Recorded(Recorded::Done { .. })));
         self.site_id(name).await
     }
 
-    pub(crate) async fn site_id(&self, name: &str) -> String {
+    pub(crate) async fn site_id(&self, name: &str) -> member_console::ids::SiteId {
         common::farm::site_id(&self.t, name).await
     }
 
@@ -451,7 +451,7 @@ impl Sites {
     /// step's backend.
     pub(crate) async fn paused_status_record(
         &self,
-        site: &str,
+        site: &SiteId,
         kind: RequestKind,
         status: SiteStatus,
     ) -> (sqlx::pool::PoolConnection<sqlx::Postgres>, tokio::task::JoinHandle<Result<Recorded, ServiceError>>, i32)
@@ -600,7 +600,7 @@ async fn a_swap_intake_takes_the_workspace_lock_before_the_instance_locks_and_a_
     // sites' instance locks, each by its key (the workspace's lock does not stand in for them).
     let declared = fedwiki::handlers::SWAP_ACTIVE_SITE_LOCKS.locks;
     assert_eq!(declared.last(), Some(&member_console::db::locks::Lock::SwapPolicyRow));
-    let workspace = Expect::advisory(AdvisoryKey::Workspace(format!("org-{}", s.org.0)));
+    let workspace = Expect::advisory(AdvisoryKey::Workspace(WorkspaceId::from(format!("org-{}", s.org.0))));
     common::locks::assert_holds(&s.t.admin, first_pid, &[workspace.clone(), instance(&a), instance(&b)]).await;
     let (db, settings, who) = (s.t.db.clone(), s.settings.clone(), s.who);
     let second = tokio::spawn(async move {
@@ -678,7 +678,9 @@ async fn a_member_cannot_touch_another_organizations_site_and_a_refused_act_says
         let a = member.post(path, &fields, false).await;
         assert_eq!(a.status, 404, "{path}: {}", a.body);
     }
-    let swap = member.post("/sites/swap", &[("activate", "s-theirs"), ("park", &s.site_id("mine").await)], false).await;
+    let swap = member
+        .post("/sites/swap", &[("activate", "s-theirs"), ("park", s.site_id("mine").await.as_str())], false)
+        .await;
     assert_eq!(swap.status, 404);
     assert_eq!(s.count("SELECT count(*) FROM fedwiki.lifecycle_requests").await, 1, "only the create of mine");
     // Parking an already parked site is refused where it was asked, with the reason.
@@ -803,11 +805,23 @@ pub(crate) async fn servable(s: &Sites, hostname: &str) -> Option<bool> {
     s.t.optional(sqlx::query_scalar("SELECT servable FROM domains.placements WHERE hostname = $1").bind(hostname)).await
 }
 
+/// A member's claim of the domain typed as `typed`, as the page makes it: the domain's rules
+/// (which refuse a bad name or the farm's zone) and then the claim.
+pub(crate) async fn claim(s: &Sites, org: OrganizationId, typed: &str) -> Result<SiteDomain, ServiceError> {
+    let domain = fedwiki::domains::parse_domain(typed, &s.settings)?;
+    fedwiki::domains::claim_domain(&s.t.db, s.who, org, &domain).await
+}
+
+/// A name a member lets go of, in the registry's form, as the page reads it.
+pub(crate) fn held(typed: &str) -> SiteDomain {
+    fedwiki::domains::HeldName::parse(typed).into_domain()
+}
+
 #[tokio::test]
 async fn a_member_claims_a_domain_the_plan_allows_and_serves_a_site_under_it_which_follows_the_sites_status() {
-    use fedwiki::domains::{claim_domain, place_site_under_domain};
+    use fedwiki::domains::place_site_under_domain;
     let free = setup("Free").await;
-    let e = claim_domain(&free.t.db, &free.settings, free.who, free.org, "wiki.example.org").await.unwrap_err();
+    let e = claim(&free, free.org, "wiki.example.org").await.unwrap_err();
     assert!(e.to_string().contains("does not include custom domains"), "{e}");
 
     let s = setup("Basic").await;
@@ -815,29 +829,26 @@ async fn a_member_claims_a_domain_the_plan_allows_and_serves_a_site_under_it_whi
     for (bad, why) in
         [("not a domain", "not a domain"), ("x.wiki.localhost", "farm's own zone"), ("localhost", "not a domain")]
     {
-        let e = claim_domain(&s.t.db, &s.settings, s.who, s.org, bad).await.unwrap_err();
+        let e = claim(&s, s.org, bad).await.unwrap_err();
         assert!(e.to_string().contains(why), "{bad}: {e}");
     }
-    assert_eq!(
-        claim_domain(&s.t.db, &s.settings, s.who, s.org, " Wiki.Example.ORG. ").await.unwrap(),
-        "wiki.example.org"
-    );
+    assert_eq!(claim(&s, s.org, " Wiki.Example.ORG. ").await.unwrap(), "wiki.example.org");
     // Another owner's claims above and below are refused to this one, and this one's to them.
     s.t.run(sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('other.org', 'workspace:someone')")).await;
     for taken in ["other.org", "a.other.org"] {
-        let e = claim_domain(&s.t.db, &s.settings, s.who, s.org, taken).await.unwrap_err();
+        let e = claim(&s, s.org, taken).await.unwrap_err();
         assert!(e.to_string().contains("another owner holds"), "{taken}: {e}");
     }
     s.t.run(sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('deep.corp.net', 'workspace:someone')"))
         .await;
-    let e = claim_domain(&s.t.db, &s.settings, s.who, s.org, "corp.net").await.unwrap_err();
+    let e = claim(&s, s.org, "corp.net").await.unwrap_err();
     assert!(e.to_string().contains("Another owner holds a name under corp.net"), "{e}");
 
-    place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "wiki.example.org").await.unwrap();
+    place_site_under_domain(&s.t.db, s.who, &site, &SiteDomain::from("wiki.example.org")).await.unwrap();
     assert_eq!(servable(&s, "wiki.example.org").await, Some(true), "an active site's placement serves");
-    let e = place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "wiki.example.org").await.unwrap_err();
+    let e = place_site_under_domain(&s.t.db, s.who, &site, &SiteDomain::from("wiki.example.org")).await.unwrap_err();
     assert!(e.to_string().contains("already serves a site"), "{e}");
-    let e = place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "www.other.org").await.unwrap_err();
+    let e = place_site_under_domain(&s.t.db, s.who, &site, &SiteDomain::from("www.other.org")).await.unwrap_err();
     assert!(e.to_string().contains("no domain of yours"), "{e}");
     // Parking the site stops the placement serving; deleting it releases the name.
     let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Park).await.unwrap();
@@ -857,12 +868,12 @@ async fn a_member_claims_a_domain_the_plan_allows_and_serves_a_site_under_it_whi
 async fn a_placement_creator_waits_on_the_site_row_a_record_step_holds_and_sees_its_status() {
     let s = setup("Basic").await;
     let site = s.created("moving").await;
-    fedwiki::domains::claim_domain(&s.t.db, &s.settings, s.who, s.org, "moving.example.org").await.unwrap();
+    claim(&s, s.org, "moving.example.org").await.unwrap();
     // The park's record step, paused at its recount: it holds the site row it wrote.
     let (mut pause, record, record_pid) = s.paused_status_record(&site, RequestKind::Park, SiteStatus::Parked).await;
-    let (db, settings, who, id) = (s.t.db.clone(), s.settings.clone(), s.who, site.clone());
+    let (db, who, id) = (s.t.db.clone(), s.who, site.clone());
     let place = tokio::spawn(async move {
-        fedwiki::domains::place_site_under_domain(&db, &settings, who, &id, "moving.example.org").await
+        fedwiki::domains::place_site_under_domain(&db, who, &id, &SiteDomain::from("moving.example.org")).await
     });
     let placer = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
     // The creator holds the registry lock and waits for the one site, FOR SHARE.
@@ -877,34 +888,34 @@ async fn a_placement_creator_waits_on_the_site_row_a_record_step_holds_and_sees_
 
 #[tokio::test]
 async fn a_domain_is_released_only_once_nothing_is_served_under_it_and_a_sites_own_address_cannot_be_stopped() {
-    use fedwiki::domains::{claim_domain, place_site_under_domain, release_domain, stop_serving};
+    use fedwiki::domains::{place_site_under_domain, release_domain, stop_serving};
     let s = setup("Basic").await;
     let site = s.created("docs").await;
-    claim_domain(&s.t.db, &s.settings, s.who, s.org, "example.org").await.unwrap();
-    place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "wiki.example.org").await.unwrap();
-    let e = release_domain(&s.t.db, s.who, s.org, "example.org").await.unwrap_err();
+    claim(&s, s.org, "example.org").await.unwrap();
+    place_site_under_domain(&s.t.db, s.who, &site, &SiteDomain::from("wiki.example.org")).await.unwrap();
+    let e = release_domain(&s.t.db, s.who, s.org, &held("example.org")).await.unwrap_err();
     assert!(e.to_string().contains("still serves a site"), "{e}");
     // Not this organization's: another owner's claim, a name it never claimed, the farm's zone.
     s.t.run(sqlx::query("INSERT INTO domains.claims (name, owner) VALUES ('other.org', 'workspace:someone')")).await;
     for foreign in ["other.org", "never.example", "wiki.localhost", "wiki.example.org"] {
-        let e = release_domain(&s.t.db, s.who, s.org, foreign).await.unwrap_err();
+        let e = release_domain(&s.t.db, s.who, s.org, &held(foreign)).await.unwrap_err();
         assert!(e.to_string().contains("not one of your domains"), "{foreign}: {e}");
     }
     for foreign in ["docs.wiki.localhost", "www.example.org"] {
-        let e = stop_serving(&s.t.db, s.who, s.org, foreign).await.unwrap_err();
+        let e = stop_serving(&s.t.db, s.who, s.org, &held(foreign)).await.unwrap_err();
         assert!(e.to_string().contains("serves no site of yours"), "{foreign}: {e}");
     }
     // An organization the member does not belong to is not found.
     let other = common::acts::community_org(&s.t, "Others").await;
-    let e = stop_serving(&s.t.db, s.who, other.organization_id, "wiki.example.org").await.unwrap_err();
+    let e = stop_serving(&s.t.db, s.who, other.organization_id, &held("wiki.example.org")).await.unwrap_err();
     assert!(matches!(e, ServiceError::NotFound(_)), "{e}");
     assert_eq!(servable(&s, "wiki.example.org").await, Some(true), "nothing was removed");
-    assert_eq!(stop_serving(&s.t.db, s.who, s.org, "WIKI.example.org.").await.unwrap(), "wiki.example.org");
+    assert_eq!(stop_serving(&s.t.db, s.who, s.org, &held("WIKI.example.org.")).await.unwrap(), "wiki.example.org");
     assert_eq!(servable(&s, "wiki.example.org").await, None);
     assert_eq!(servable(&s, "docs.wiki.localhost").await, Some(true), "the site's own address stays");
-    release_domain(&s.t.db, s.who, s.org, "example.org").await.unwrap();
+    release_domain(&s.t.db, s.who, s.org, &held("example.org")).await.unwrap();
     assert_eq!(s.count("SELECT count(*) FROM domains.claims WHERE owner <> 'farm' AND name = 'example.org'").await, 0);
-    let e = release_domain(&s.t.db, s.who, s.org, "example.org").await.unwrap_err();
+    let e = release_domain(&s.t.db, s.who, s.org, &held("example.org")).await.unwrap_err();
     assert!(e.to_string().contains("not one of your domains"), "a second release: {e}");
 }
 
@@ -912,13 +923,16 @@ async fn a_domain_is_released_only_once_nothing_is_served_under_it_and_a_sites_o
 async fn stopping_serving_waits_on_the_placement_row_a_sites_status_write_holds() {
     let s = setup("Basic").await;
     let site = s.created("moving").await;
-    fedwiki::domains::claim_domain(&s.t.db, &s.settings, s.who, s.org, "moving.example.org").await.unwrap();
-    fedwiki::domains::place_site_under_domain(&s.t.db, &s.settings, s.who, &site, "moving.example.org").await.unwrap();
+    claim(&s, s.org, "moving.example.org").await.unwrap();
+    fedwiki::domains::place_site_under_domain(&s.t.db, s.who, &site, &SiteDomain::from("moving.example.org"))
+        .await
+        .unwrap();
     // The park's record step, paused at its recount: it holds the site row and, through the
     // site's trigger, the placement rows whose flag it changed.
     let (mut pause, record, record_pid) = s.paused_status_record(&site, RequestKind::Park, SiteStatus::Parked).await;
     let (db, who, org) = (s.t.db.clone(), s.who, s.org);
-    let stop = tokio::spawn(async move { fedwiki::domains::stop_serving(&db, who, org, "moving.example.org").await });
+    let stop =
+        tokio::spawn(async move { fedwiki::domains::stop_serving(&db, who, org, &held("moving.example.org")).await });
     let stopper = common::wait_for_waiter(&s.t.admin, &s.t.name, record_pid).await;
     // The registry lock is held; the placement row is what it waits for.
     common::locks::assert_holds(&s.t.admin, stopper, &[Expect::advisory(AdvisoryKey::Registry)]).await;
@@ -951,7 +965,11 @@ async fn a_member_adds_a_domain_and_serves_a_site_at_it_from_the_page_and_a_bad_
     let added = member.post("/sites/domains", &[("organization_id", &org), ("domain", "acme.example")], false).await;
     assert_eq!(added.header("location"), Some("/sites?asked=domain"), "{}", added.body);
     let served = member
-        .post("/sites/domains", &[("organization_id", &org), ("site", &site), ("hostname", "wiki.acme.example")], false)
+        .post(
+            "/sites/domains",
+            &[("organization_id", &org), ("site", site.as_str()), ("hostname", "wiki.acme.example")],
+            false,
+        )
         .await;
     assert_eq!(served.header("location"), Some("/sites?asked=hostname"), "{}", served.body);
     let page = member.get("/sites").await;

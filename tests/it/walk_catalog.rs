@@ -34,7 +34,7 @@ fn product_row(p: ProductId) -> Expect {
 }
 
 /// A site's row as an UPDATE of its flag or its observation holds it (no key column changes).
-fn site_row(site_id: &str) -> Expect {
+fn site_row(site_id: &member_console::ids::SiteId) -> Expect {
     Expect::row_in("fedwiki.sites", site_id, RowMode::NoKeyUpdate)
 }
 

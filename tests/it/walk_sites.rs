@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::locks::{Expect, LockWalk, RowMode, key_value};
 use member_console::{
     db::keys::AdvisoryKey,
-    ids::RequestId,
+    ids::{RequestId, SiteId, WorkspaceId},
     services::{
         ServiceError,
         fedwiki::{
@@ -30,8 +30,8 @@ use member_console::{
 };
 
 impl Sites {
-    fn workspace(&self) -> String {
-        format!("org-{}", self.org)
+    fn workspace(&self) -> WorkspaceId {
+        WorkspaceId::from(format!("org-{}", self.org))
     }
 
     fn workspace_lock(&self) -> Expect {
@@ -81,12 +81,12 @@ impl Sites {
         (activation, park)
     }
 
-    async fn ask(&self, site: &str, kind: RequestKind) -> RequestId {
+    async fn ask(&self, site: &SiteId, kind: RequestKind) -> RequestId {
         fedwiki::change_status(&self.t.db, &self.settings, self.who, site, kind).await.unwrap()
     }
 }
 
-fn site_row(site_id: &str) -> Expect {
+fn site_row(site_id: &SiteId) -> Expect {
     Expect::row("fedwiki.sites", site_id)
 }
 
@@ -141,13 +141,13 @@ async fn a_swap_walked_lock_by_lock_takes_the_workspace_lock_then_each_sites_ins
     let req = s.request(activation).await;
     assert_eq!(
         (req.kind, req.state, req.instance_id.as_str()),
-        (RequestKind::Activate, RequestState::Accepted, &*back)
+        (RequestKind::Activate, RequestState::Accepted, back.as_str())
     );
     let half = {
         let mut c = s.t.db.read().await.unwrap();
         store::swap_partner(c.conn(), activation).await.unwrap().expect("the park half")
     };
-    assert_eq!((half.kind, half.instance_id.as_str()), (RequestKind::Park, &*front));
+    assert_eq!((half.kind, half.instance_id.as_str()), (RequestKind::Park, front.as_str()));
     let e = fedwiki::swap_active_site(
         &s.t.db,
         &s.settings,

@@ -9,6 +9,7 @@ use crate::sites::{Sites, assert_usage_agrees, instance, setup};
 use common::locks::{Expect, LockWalk, RowMode};
 use member_console::{
     db::{Db, keys::AdvisoryKey},
+    ids::{SiteDomain, SiteId, WorkspaceId},
     services::fedwiki::{
         self, Ran, domains, maintenance, record,
         record::Recorded,
@@ -25,7 +26,7 @@ fn registry_lock() -> Expect {
     Expect::advisory(AdvisoryKey::Registry)
 }
 
-fn site_row(site_id: &str) -> Expect {
+fn site_row(site_id: &SiteId) -> Expect {
     Expect::row("fedwiki.sites", site_id)
 }
 
@@ -77,7 +78,7 @@ async fn sync(db: &Db, farm: &std::sync::Arc<member_console::integrations::farm:
 
 /// A Free organization with Basic's two active sites, `kept` kept active: the downgrade leaves
 /// `spare` to park.
-async fn above_the_limit() -> (Sites, String) {
+async fn above_the_limit() -> (Sites, SiteId) {
     let s = setup("Free").await;
     let grant = common::acts::grant(&s.t, s.org, common::acts::product_id(&s.t, "Basic").await).await;
     s.created("kept").await;
@@ -120,7 +121,7 @@ async fn a_park_that_finds_a_members_archive_walked_lock_by_lock_takes_only_the_
     s.run(archive).await.unwrap();
     let (farm, id) = (s.f.farm.clone(), spare.clone());
     let parked = LockWalk::run(&s.t, &maintenance::PARK_SITE_LOCKS, &[site_row(&spare)], |db| async move {
-        maintenance::park_site(&db, &farm, &id, "spare.wiki.localhost").await
+        maintenance::park_site(&db, &farm, &id, &SiteDomain::from("spare.wiki.localhost")).await
     })
     .await
     .unwrap();
@@ -159,7 +160,7 @@ async fn a_reactivation_above_the_limit_walked_lock_by_lock_takes_the_same_locks
     let expected = [site_row(&spare), placement("spare.wiki.localhost"), s.usage_row()];
     let (farm, id, pool) = (s.f.farm.clone(), spare.clone(), s.pool);
     let back = LockWalk::run(&s.t, &maintenance::REACTIVATE_SITE_LOCKS, &expected, |db| async move {
-        maintenance::reactivate_site(&db, &farm, &id, "spare.wiki.localhost", pool).await
+        maintenance::reactivate_site(&db, &farm, &id, &SiteDomain::from("spare.wiki.localhost"), pool).await
     })
     .await
     .unwrap();
@@ -247,7 +248,7 @@ async fn a_settle_walked_lock_by_lock_hands_an_activation_holding_a_slot_to_the_
 }
 
 /// An activation of a parked site that took its slot, its job lost: the status reconcile's.
-async fn held_activation(s: &Sites, name: &str) -> (String, member_console::ids::RequestId) {
+async fn held_activation(s: &Sites, name: &str) -> (SiteId, member_console::ids::RequestId) {
     let id = s.created(name).await;
     let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &id, RequestKind::Park).await.unwrap();
     s.run(park).await.unwrap();
@@ -263,7 +264,7 @@ async fn a_status_reconcile_walked_lock_by_lock_records_the_farms_status_under_t
  {
     let s = setup("Basic").await;
     let (notes, activation) = held_activation(&s, "notes").await;
-    s.f.farm.set_status("notes.wiki.localhost", "active").await.unwrap();
+    s.f.farm.set_status(&SiteDomain::from("notes.wiki.localhost"), SiteStatus::Active).await.unwrap();
     let expected =
         [instance(&notes), site_row(&notes), placement("notes.wiki.localhost"), s.usage_row(), request_row(activation)];
     let farm = s.f.farm.clone();
@@ -362,7 +363,7 @@ async fn a_domains_reconciliation_walked_lock_by_lock_places_an_unplaced_site_un
 // 49: the retention purge ------------------------------------------------------------------------------
 
 /// An archived site past retention.
-async fn archived_long_ago(s: &Sites, name: &str) -> String {
+async fn archived_long_ago(s: &Sites, name: &str) -> SiteId {
     let site = s.created(name).await;
     let archive = fedwiki::change_status(&s.t.db, &s.settings, s.who, &site, RequestKind::Archive).await.unwrap();
     s.run(archive).await.unwrap();
@@ -432,7 +433,14 @@ async fn a_syncs_insert_walked_lock_by_lock_takes_only_the_usage_row_of_the_adop
     let s = setup("Basic").await;
     s.created("docs").await;
     // A site of the organization's the farm has and the console does not.
-    s.f.farm.create_site("stray.wiki.localhost", &format!("org-{}", s.org), "active").await.unwrap();
+    s.f.farm
+        .create_site(
+            &SiteDomain::from("stray.wiki.localhost"),
+            &WorkspaceId::from(format!("org-{}", s.org)),
+            SiteStatus::Active,
+        )
+        .await
+        .unwrap();
     // The new row is the path's own insert: invisible, not named.
     let expected = [s.usage_row()];
     let farm = s.f.farm.clone();
@@ -452,7 +460,10 @@ async fn a_syncs_insert_walked_lock_by_lock_takes_only_the_usage_row_of_the_adop
 #[tokio::test]
 async fn a_syncs_insert_into_the_system_workspace_walked_lock_by_lock_takes_no_lock() {
     let s = setup("Basic").await;
-    s.f.farm.create_site("stray.wiki.localhost", "nobody", "active").await.unwrap();
+    s.f.farm
+        .create_site(&SiteDomain::from("stray.wiki.localhost"), &WorkspaceId::from("nobody"), SiteStatus::Active)
+        .await
+        .unwrap();
     let farm = s.f.farm.clone();
     let c = LockWalk::run(&s.t, &maintenance::SYNC_INSERT_SITE_LOCKS, &[], |db| async move { sync(&db, &farm).await })
         .await;
@@ -468,7 +479,14 @@ async fn a_syncs_placement_of_an_adopted_site_walked_lock_by_lock_takes_the_regi
 {
     let s = setup("Basic").await;
     s.created("docs").await;
-    s.f.farm.create_site("stray.wiki.localhost", &format!("org-{}", s.org), "active").await.unwrap();
+    s.f.farm
+        .create_site(
+            &SiteDomain::from("stray.wiki.localhost"),
+            &WorkspaceId::from(format!("org-{}", s.org)),
+            SiteStatus::Active,
+        )
+        .await
+        .unwrap();
     let farm = s.f.farm.clone();
     let w =
         LockWalk::start(&s.t, &maintenance::SYNC_PLACEMENT_LOCKS, 2, |db| async move { sync(&db, &farm).await }).await;
@@ -525,7 +543,7 @@ async fn a_flag_only_correction_by_the_site_trigger_walked_lock_by_lock_takes_th
 async fn a_syncs_status_write_walked_lock_by_lock_takes_the_site_row_then_its_placement_then_the_usage_row() {
     let s = setup("Basic").await;
     let docs = s.created("docs").await;
-    s.f.farm.set_status("docs.wiki.localhost", "parked").await.unwrap();
+    s.f.farm.set_status(&SiteDomain::from("docs.wiki.localhost"), SiteStatus::Parked).await.unwrap();
     let farm = s.f.farm.clone();
     let expected = [site_row(&docs), placement("docs.wiki.localhost"), s.usage_row()];
     let c =
@@ -551,8 +569,8 @@ async fn a_syncs_status_write_a_request_overtook_walked_lock_by_lock_takes_only_
     // active.
     let park = fedwiki::change_status(&s.t.db, &s.settings, s.who, &docs, RequestKind::Park).await.unwrap();
     s.run(park).await.unwrap();
-    let mut seen = s.f.farm.get_site("docs.wiki.localhost").await.unwrap().unwrap();
-    seen.status = "active".into();
+    let mut seen = s.f.farm.get_site(&SiteDomain::from("docs.wiki.localhost")).await.unwrap().unwrap();
+    seen.status = SiteStatus::Active;
     let written = LockWalk::run(&s.t, &maintenance::SYNC_WRITE_STATUS_LOCKS, &[site_row(&docs)], |db| async move {
         maintenance::write_status(&db, &seen, SiteStatus::Active, listed_at).await
     })
@@ -565,10 +583,13 @@ async fn a_syncs_status_write_a_request_overtook_walked_lock_by_lock_takes_only_
 #[tokio::test]
 async fn a_syncs_removal_of_a_farm_absent_system_row_walked_lock_by_lock_takes_the_site_row_then_its_placement() {
     let s = setup("Basic").await;
-    s.f.farm.create_site("stray.wiki.localhost", "nobody", "active").await.unwrap();
+    s.f.farm
+        .create_site(&SiteDomain::from("stray.wiki.localhost"), &WorkspaceId::from("nobody"), SiteStatus::Active)
+        .await
+        .unwrap();
     sync(&s.t.db, &s.f.farm).await;
     let stray = s.site_id("stray").await;
-    s.f.farm.delete_site("stray.wiki.localhost").await.unwrap();
+    s.f.farm.delete_site(&SiteDomain::from("stray.wiki.localhost")).await.unwrap();
     let farm = s.f.farm.clone();
     let expected = [site_row(&stray), placement("stray.wiki.localhost")];
     let c = LockWalk::run(&s.t, &maintenance::SYNC_REMOVE_SYSTEM_SITE_LOCKS, &expected, |db| async move {
@@ -681,20 +702,20 @@ async fn an_ensure_farm_zone_walked_lock_by_lock_takes_only_the_registry_lock() 
 async fn a_members_domain_claimed_served_stopped_and_released_walked_lock_by_lock_under_the_registry_lock() {
     let s = setup("Basic").await;
     let docs = s.created("docs").await;
-    let (settings, who, org) = (s.settings.clone(), s.who, s.org);
+    let (who, org) = (s.who, s.org);
     // Claim: the registry lock alone (the claim and the workspace are the path's own inserts).
-    let st = settings.clone();
+    let domain = domains::parse_domain("example.org", &s.settings).unwrap();
     let claimed = LockWalk::run(&s.t, &domains::CLAIM_DOMAIN_LOCKS, &[registry_lock()], |db| async move {
-        domains::claim_domain(&db, &st, who, org, "example.org").await
+        domains::claim_domain(&db, who, org, &domain).await
     })
     .await
     .unwrap();
     assert_eq!(claimed, "example.org");
     // Serve the site there: the registry lock, then that one site FOR SHARE.
-    let (st, id) = (settings.clone(), docs.clone());
+    let id = docs.clone();
     let expected = [registry_lock(), Expect::row_in("fedwiki.sites", &docs, RowMode::Share)];
     LockWalk::run(&s.t, &domains::PLACE_SITE_UNDER_DOMAIN_LOCKS, &expected, |db| async move {
-        domains::place_site_under_domain(&db, &st, who, &id, "wiki.example.org").await
+        domains::place_site_under_domain(&db, who, &id, &SiteDomain::from("wiki.example.org")).await
     })
     .await
     .unwrap();
@@ -702,14 +723,14 @@ async fn a_members_domain_claimed_served_stopped_and_released_walked_lock_by_loc
     // Stop serving it: the registry lock, then that placement row.
     let expected = [registry_lock(), placement("wiki.example.org")];
     LockWalk::run(&s.t, &domains::STOP_SERVING_LOCKS, &expected, |db| async move {
-        domains::stop_serving(&db, who, org, "wiki.example.org").await
+        domains::stop_serving(&db, who, org, &domains::HeldName::parse("wiki.example.org").into_domain()).await
     })
     .await
     .unwrap();
     assert_eq!(crate::sites::servable(&s, "wiki.example.org").await, None);
     // Release the domain: the registry lock alone.
     LockWalk::run(&s.t, &domains::RELEASE_DOMAIN_LOCKS, &[registry_lock()], |db| async move {
-        domains::release_domain(&db, who, org, "example.org").await
+        domains::release_domain(&db, who, org, &domains::HeldName::parse("example.org").into_domain()).await
     })
     .await
     .unwrap();

@@ -7,18 +7,20 @@ use hmac::{Hmac, Mac};
 use serde::Serialize;
 use sha2::Sha256;
 
+use crate::ids::{SiteDomain, WorkspaceId};
+
 /// How long a credential lives: long enough to follow a redirect, too short to be worth keeping.
 pub const LIFETIME_SECS: i64 = 60;
 
 /// What a credential says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EntryClaims {
-    pub domain: String,
+    pub domain: SiteDomain,
     pub account_id: i64,
     /// The member, as the farm may log them.
     pub name: String,
     /// The site's owner string, as the console created the site with it.
-    pub owner: String,
+    pub owner: WorkspaceId,
     /// Unix seconds after which the farm refuses it.
     pub exp: i64,
     /// Random: the farm accepts a credential once.

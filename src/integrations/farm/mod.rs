@@ -9,12 +9,19 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::{
+    ids::{SiteDomain, WorkspaceId},
+    states::SiteStatus,
+};
+
 /// A site as the farm reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 pub struct FarmSite {
-    pub domain: String,
-    pub owner: String,
-    pub status: String,
+    pub domain: SiteDomain,
+    /// The workspace the console created it for (the farm's owner string).
+    pub owner: WorkspaceId,
+    /// The farm's statuses are the console's three.
+    pub status: SiteStatus,
     pub storage_bytes: i64,
     pub modified_at: Option<chrono::DateTime<chrono::Utc>>,
     pub created_at: chrono::DateTime<chrono::Utc>,
@@ -33,7 +40,7 @@ pub struct FarmList {
 pub struct FarmPage {
     pub listed_at: chrono::DateTime<chrono::Utc>,
     pub sites: Vec<FarmSite>,
-    pub next: Option<String>,
+    pub next: Option<SiteDomain>,
 }
 
 /// What went wrong with a farm call, with a sentence for a person.
@@ -109,8 +116,8 @@ impl Farm {
     }
 
     /// The address a site answers at.
-    pub fn site_url(&self, domain: &str) -> String {
-        self.site_url.replace("{domain}", domain)
+    pub fn site_url(&self, domain: &SiteDomain) -> String {
+        self.site_url.replace("{domain}", domain.as_str())
     }
 
     /// Where a member follows `claims` into the site's wiki to edit it: the site's own
@@ -132,15 +139,17 @@ impl Farm {
     }
 
     /// One page of the list: at most `limit` sites after `after`, by domain.
-    pub async fn list_page(&self, after: &str, limit: usize) -> Result<FarmPage, FarmError> {
-        let req =
-            self.http.get(format!("{}/api/sites", self.base)).query(&[("after", after), ("limit", &limit.to_string())]);
+    pub async fn list_page(&self, after: &SiteDomain, limit: usize) -> Result<FarmPage, FarmError> {
+        let req = self
+            .http
+            .get(format!("{}/api/sites", self.base))
+            .query(&[("after", after.as_str()), ("limit", &limit.to_string())]);
         let r = self.send(req, "list the farm's sites").await?;
         json(r, "a page of the farm's list").await
     }
 
     #[tracing::instrument(name = "Farm: read a site", skip(self))]
-    pub async fn get_site(&self, domain: &str) -> Result<Option<FarmSite>, FarmError> {
+    pub async fn get_site(&self, domain: &SiteDomain) -> Result<Option<FarmSite>, FarmError> {
         let url = format!("{}/api/sites/{}", self.base, domain);
         match self.send(self.http.get(url), "read a site on the farm").await {
             Ok(r) => json(r, "the farm's site").await.map(Some),
@@ -150,7 +159,12 @@ impl Farm {
     }
 
     /// Create `domain` for `owner` in `status`; the farm answers the existing site on a repeat.
-    pub async fn create_site(&self, domain: &str, owner: &str, status: &str) -> Result<FarmSite, FarmError> {
+    pub async fn create_site(
+        &self,
+        domain: &SiteDomain,
+        owner: &WorkspaceId,
+        status: SiteStatus,
+    ) -> Result<FarmSite, FarmError> {
         self.create_named_site(domain, owner, None, status).await
     }
 
@@ -158,10 +172,10 @@ impl Farm {
     #[tracing::instrument(name = "Farm: create a site", skip(self))]
     pub async fn create_named_site(
         &self,
-        domain: &str,
-        owner: &str,
+        domain: &SiteDomain,
+        owner: &WorkspaceId,
         owner_name: Option<&str>,
-        status: &str,
+        status: SiteStatus,
     ) -> Result<FarmSite, FarmError> {
         let url = format!("{}/api/sites/{}", self.base, domain);
         let mut body = serde_json::json!({ "owner": owner, "status": status });
@@ -173,7 +187,7 @@ impl Farm {
     }
 
     #[tracing::instrument(name = "Farm: set a site's status", skip(self))]
-    pub async fn set_status(&self, domain: &str, status: &str) -> Result<FarmSite, FarmError> {
+    pub async fn set_status(&self, domain: &SiteDomain, status: SiteStatus) -> Result<FarmSite, FarmError> {
         let url = format!("{}/api/sites/{}/status", self.base, domain);
         let body = serde_json::json!({ "status": status });
         let r = self.send(self.http.put(url).json(&body), "change the site's status on the farm").await?;
@@ -182,7 +196,7 @@ impl Farm {
 
     /// Delete `domain`; deleting a site the farm does not have is done too.
     #[tracing::instrument(name = "Farm: delete a site", skip(self))]
-    pub async fn delete_site(&self, domain: &str) -> Result<(), FarmError> {
+    pub async fn delete_site(&self, domain: &SiteDomain) -> Result<(), FarmError> {
         let url = format!("{}/api/sites/{}", self.base, domain);
         match self.send(self.http.delete(url), "delete the site on the farm").await {
             Ok(_) | Err(FarmError::NotFound(_)) => Ok(()),

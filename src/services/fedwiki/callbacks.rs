@@ -52,7 +52,7 @@ pub enum Received {
 /// Record one verified callback.
 #[tracing::instrument(name = "Receive a farm callback", skip(db, cb), fields(id = %cb.id, kind = %cb.kind, domain = %cb.site.domain))]
 pub async fn receive_farm_callback(db: &Db, cb: &FarmCallback) -> Result<Received, ServiceError> {
-    if cb.id.is_empty() || cb.id.len() > 200 || cb.site.domain.len() > 253 {
+    if cb.id.is_empty() || cb.id.len() > 200 || cb.site.domain.as_str().len() > 253 {
         return Err(ServiceError::invalid_form("The callback's id or domain is not in the farm's form."));
     }
     within_for(db, TxKind::Plain, &RECEIVE_FARM_CALLBACK_LOCKS, async |tx: &mut Tx| {

@@ -12,7 +12,7 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     hostname,
-    ids::{AccountId, OrganizationId},
+    ids::{AccountId, OrganizationId, SiteDomain, SiteId},
     services::ServiceError,
     states::SiteStatus,
     store::{domains as registry_store, entitlements as ent, fedwiki as store},
@@ -50,52 +50,72 @@ fn registry_form(input: &str) -> String {
     input.trim().trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// A domain as a member types it: lower case, at least two labels, not the farm's zone or under it.
-pub fn parse_domain(input: &str, farm: &FarmSettings) -> Result<String, ServiceError> {
-    parse_name(input, farm, "domain")
-}
+/// A domain or a host name under one, as a member types it: in the registry's form, a host
+/// name whose labels follow a site name's rules (names.rs), less the reserved names
+/// (www.example.org is the member's own) and with IDNA's `xn--` allowed where it decodes: a
+/// member's domain may be internationalized. Whether it lies outside the farm's zone is
+/// [`DomainName::outside_zone`]'s, which needs the farm's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainName(SiteDomain);
 
-/// A domain or a host name under one, refused beside `field`. A label's rules are a site name's
-/// (names.rs), less the reserved names (www.example.org is the member's own) and with IDNA's
-/// `xn--` allowed where it decodes: a member's domain may be internationalized.
-fn parse_name(input: &str, farm: &FarmSettings, field: &str) -> Result<String, ServiceError> {
-    let d = registry_form(input);
-    if !hostname::is_hostname(&d) {
-        let idn = if d.is_ascii() { "" } else { " Write an internationalized name in its xn-- form." };
-        return Err(ServiceError::invalid(
-            field,
-            format!("“{}” is not a domain name such as wiki.example.org.{idn}", input.trim()),
-        ));
-    }
-    for label in d.split('.').filter(|l| names::has_reserved_hyphens(l)) {
-        if !label.starts_with("xn--") {
-            return Err(ServiceError::invalid(
-                field,
-                format!(
+impl DomainName {
+    pub fn parse(input: &str) -> Result<DomainName, String> {
+        let d = registry_form(input);
+        if !hostname::is_hostname(&d) {
+            let idn = if d.is_ascii() { "" } else { " Write an internationalized name in its xn-- form." };
+            return Err(format!("“{}” is not a domain name such as wiki.example.org.{idn}", input.trim()));
+        }
+        for label in d.split('.').filter(|l| names::has_reserved_hyphens(l)) {
+            if !label.starts_with("xn--") {
+                return Err(format!(
                     "{d} cannot be used: two hyphens in the third and fourth places of “{label}” mark an encoded \
                      name (such as xn--) in DNS."
-                ),
-            ));
+                ));
+            }
+            // The strict form decodes the label and encodes it again: a valid one comes back as it is.
+            if idna::domain_to_ascii_strict(label).ok().as_deref() != Some(label) {
+                return Err(format!("{d} cannot be used: “{label}” is not a valid internationalized (xn--) name."));
+            }
         }
-        // The strict form decodes the label and encodes it again: a valid one comes back as it is.
-        if idna::domain_to_ascii_strict(label).ok().as_deref() != Some(label) {
-            return Err(ServiceError::invalid(
-                field,
-                format!("{d} cannot be used: “{label}” is not a valid internationalized (xn--) name."),
-            ));
+        Ok(DomainName(SiteDomain::from(d)))
+    }
+
+    /// The name, when it is not the farm's zone, under it, or above it.
+    pub fn outside_zone(self, farm: &FarmSettings) -> Result<SiteDomain, String> {
+        let d = self.0;
+        if hostname::is_at_or_under(d.as_str(), &farm.domain) || hostname::is_at_or_under(&farm.domain, d.as_str()) {
+            return Err(format!("{d} is the farm's own zone: choose a domain of yours."));
         }
+        Ok(d)
     }
-    if hostname::is_at_or_under(&d, &farm.domain) || hostname::is_at_or_under(&farm.domain, &d) {
-        return Err(ServiceError::invalid(field, format!("{d} is the farm's own zone: choose a domain of yours.")));
+}
+
+/// A domain as a member types it, to claim: a [`DomainName`] outside the farm's zone, refused
+/// beside the form's `domain`.
+pub fn parse_domain(input: &str, farm: &FarmSettings) -> Result<SiteDomain, ServiceError> {
+    DomainName::parse(input).and_then(|d| d.outside_zone(farm)).map_err(|m| ServiceError::invalid("domain", m))
+}
+
+/// A name a member lets go of (a domain to release, a host name to stop serving): the registry's
+/// form of what was typed. Nothing to refuse: whether the member holds it is the path's to say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldName(SiteDomain);
+
+impl HeldName {
+    pub fn parse(input: &str) -> HeldName {
+        HeldName(SiteDomain::from(registry_form(input)))
     }
-    Ok(d)
+
+    pub fn into_domain(self) -> SiteDomain {
+        self.0
+    }
 }
 
 /// A domain a member may claim: not a public suffix (the Public Suffix List's, its ICANN and
 /// private sections both), under which anyone registers names. A claim of co.uk or github.io
 /// would refuse every other organization each name under it.
-fn refuse_public_suffix(domain: &str) -> Result<(), ServiceError> {
-    if psl::suffix_str(domain) == Some(domain) {
+fn refuse_public_suffix(domain: &SiteDomain) -> Result<(), ServiceError> {
+    if psl::suffix_str(domain.as_str()) == Some(domain.as_str()) {
         return Err(ServiceError::invalid(
             "domain",
             format!("{domain} is a public suffix: claim a domain you register under it, such as example.{domain}."),
@@ -117,22 +137,20 @@ async fn member_org_pool(db: &Db, who: AccountId, organization_id: OrganizationI
     Ok(())
 }
 
-/// Claim `domain` for the organization's workspace.
-#[tracing::instrument(name = "Claim a domain", skip(db, farm), fields(organization_id = %organization_id))]
+/// Claim `domain` (outside the farm's zone: [`parse_domain`]) for the organization's workspace.
+#[tracing::instrument(name = "Claim a domain", skip(db), fields(organization_id = %organization_id, domain = %domain))]
 pub async fn claim_domain(
     db: &Db,
-    farm: &FarmSettings,
     who: AccountId,
     organization_id: OrganizationId,
-    domain: &str,
-) -> Result<String, ServiceError> {
-    let domain = parse_domain(domain, farm)?;
-    refuse_public_suffix(&domain)?;
+    domain: &SiteDomain,
+) -> Result<SiteDomain, ServiceError> {
+    refuse_public_suffix(domain)?;
     member_org_pool(db, who, organization_id).await?;
     let owner = workspace_owner(&store::workspace_of(organization_id));
     registry::with_lock_for(db, &CLAIM_DOMAIN_LOCKS, async |tx: &mut Tx| {
-        match registry_store::covering_claim(tx.conn(), &domain).await? {
-            Some((name, o)) if o == owner && name == domain => {
+        match registry_store::covering_claim(tx.conn(), domain).await? {
+            Some((name, o)) if o == owner && name == *domain => {
                 return Err(ServiceError::invalid("domain", format!("{domain} is already yours.")));
             }
             Some((name, o)) if o != owner => {
@@ -143,29 +161,28 @@ pub async fn claim_domain(
             }
             _ => {}
         }
-        if registry_store::other_claim_under(tx.conn(), &domain, &owner).await? {
+        if registry_store::other_claim_under(tx.conn(), domain, &owner).await? {
             return Err(ServiceError::invalid("domain", format!("Another owner holds a name under {domain}.")));
         }
-        registry_store::insert_claim(tx.conn(), &domain, &owner).await?;
+        registry_store::insert_claim(tx.conn(), domain, &owner).await?;
         // A first claim makes the organization's workspace here, after every check: a refused
         // claim writes nothing.
         store::ensure_workspace(tx.conn(), organization_id).await?;
         Ok(())
     })
     .await?;
-    Ok(domain)
+    Ok(domain.clone())
 }
 
-/// Serve site `site_id` at `hostname`, at or under a domain the workspace claimed.
-#[tracing::instrument(name = "Place a site under a domain", skip(db, farm), fields(site_id))]
+/// Serve site `site_id` at `hostname` (outside the farm's zone: [`DomainName`]), at or under a
+/// domain the workspace claimed.
+#[tracing::instrument(name = "Place a site under a domain", skip(db), fields(site_id = %site_id, hostname = %hostname))]
 pub async fn place_site_under_domain(
     db: &Db,
-    farm: &FarmSettings,
     who: AccountId,
-    site_id: &str,
-    hostname: &str,
+    site_id: &SiteId,
+    hostname: &SiteDomain,
 ) -> Result<(), ServiceError> {
-    let hostname = parse_name(hostname, farm, "hostname")?;
     let (workspace, organization) = {
         let mut read = db.read().await?;
         let site = store::site(read.conn(), site_id).await?.ok_or(ServiceError::NotFound("site"))?;
@@ -178,7 +195,7 @@ pub async fn place_site_under_domain(
     let owner = workspace_owner(&workspace);
     registry::with_lock_for(db, &PLACE_SITE_UNDER_DOMAIN_LOCKS, async |tx: &mut Tx| {
         // Every skip check first.
-        match registry_store::covering_claim(tx.conn(), &hostname).await? {
+        match registry_store::covering_claim(tx.conn(), hostname).await? {
             Some((_, o)) if o == owner => {}
             _ => {
                 return Err(ServiceError::invalid(
@@ -187,14 +204,14 @@ pub async fn place_site_under_domain(
                 ));
             }
         }
-        if registry_store::placement(tx.conn(), &hostname).await?.is_some() {
+        if registry_store::placement(tx.conn(), hostname).await?.is_some() {
             return Err(ServiceError::invalid("hostname", format!("{hostname} already serves a site.")));
         }
         // GetSiteForPlacement: the one site, FOR SHARE, right before the write.
         let Some(status) = store::get_site_for_placement(tx.conn(), site_id).await? else {
             return Err(ServiceError::NotFound("site"));
         };
-        registry_store::insert_site_placement(tx.conn(), &hostname, &owner, site_id, status == SiteStatus::Active)
+        registry_store::insert_site_placement(tx.conn(), hostname, &owner, site_id, status == SiteStatus::Active)
             .await?;
         Ok(())
     })
@@ -231,56 +248,55 @@ async fn member_workspace_owner(
     Ok(workspace_owner(&store::workspace_of(organization_id)))
 }
 
-/// Release a domain the organization claimed. Refused while a host name at or under it still
+/// Release a domain the organization claimed (in the registry's form: [`HeldName`]). Refused while a host name at or under it still
 /// serves a site: the member stops serving it there first.
 #[tracing::instrument(name = "Release a domain", skip(db), fields(organization_id = %organization_id))]
 pub async fn release_domain(
     db: &Db,
     who: AccountId,
     organization_id: OrganizationId,
-    domain: &str,
-) -> Result<String, ServiceError> {
-    let domain = registry_form(domain);
+    domain: &SiteDomain,
+) -> Result<SiteDomain, ServiceError> {
     let not_yours = || ServiceError::invalid("release", format!("{domain} is not one of your domains."));
     let owner = member_workspace_owner(db, who, organization_id).await?;
     registry::with_lock_for(db, &RELEASE_DOMAIN_LOCKS, async |tx: &mut Tx| {
-        match registry_store::covering_claim(tx.conn(), &domain).await? {
-            Some((name, o)) if name == domain && o == owner => {}
+        match registry_store::covering_claim(tx.conn(), domain).await? {
+            Some((name, o)) if name == *domain && o == owner => {}
             _ => return Err(not_yours()),
         }
-        if registry_store::placements_under(tx.conn(), &domain).await? {
+        if registry_store::placements_under(tx.conn(), domain).await? {
             return Err(ServiceError::invalid(
                 "release",
                 format!("{domain} still serves a site: stop serving it there first."),
             ));
         }
-        registry_store::delete_claim(tx.conn(), &domain, &owner).await?;
+        registry_store::delete_claim(tx.conn(), domain, &owner).await?;
         Ok(())
     })
     .await?;
-    Ok(domain)
+    Ok(domain.clone())
 }
 
-/// Stop serving a site at a host name under one of the organization's domains. A site's own
+/// Stop serving a site at a host name (in the registry's form: [`HeldName`]) under one of the
+/// organization's domains. A site's own
 /// address under the farm's zone goes only with the site.
 #[tracing::instrument(name = "Stop serving a host name", skip(db), fields(organization_id = %organization_id))]
 pub async fn stop_serving(
     db: &Db,
     who: AccountId,
     organization_id: OrganizationId,
-    hostname: &str,
-) -> Result<String, ServiceError> {
-    let hostname = registry_form(hostname);
+    hostname: &SiteDomain,
+) -> Result<SiteDomain, ServiceError> {
     let not_yours = || ServiceError::invalid("stop", format!("{hostname} serves no site of yours."));
     let owner = member_workspace_owner(db, who, organization_id).await?;
     registry::with_lock_for(db, &STOP_SERVING_LOCKS, async |tx: &mut Tx| {
-        if !registry_store::delete_placement(tx.conn(), &hostname, &owner).await? {
+        if !registry_store::delete_placement(tx.conn(), hostname, &owner).await? {
             return Err(not_yours());
         }
         Ok(())
     })
     .await?;
-    Ok(hostname)
+    Ok(hostname.clone())
 }
 
 #[cfg(test)]
@@ -292,6 +308,7 @@ mod tests {
         let farm = FarmSettings::default();
         for good in ["www.example.org", "xn--bcher-kva.example", "a--b.example.org", "acme.example"] {
             assert_eq!(parse_domain(good, &farm).unwrap(), good);
+            assert_eq!(DomainName::parse(good).unwrap().outside_zone(&farm).unwrap(), good);
         }
         for (bad, why) in [
             ("ab--cd.example.org", "third and fourth places of “ab--cd”"),
@@ -306,11 +323,11 @@ mod tests {
     #[test]
     fn a_public_suffix_is_refused_and_a_name_registered_under_one_is_not() {
         for suffix in ["co.uk", "github.io", "com", "blogspot.com"] {
-            let e = refuse_public_suffix(suffix).unwrap_err();
+            let e = refuse_public_suffix(&SiteDomain::from(suffix)).unwrap_err();
             assert!(e.to_string().contains(&format!("{suffix} is a public suffix")), "{suffix}: {e}");
         }
         for mine in ["bbc.co.uk", "me.github.io", "example.org", "acme.example", "wiki.example.org"] {
-            assert!(refuse_public_suffix(mine).is_ok(), "{mine}");
+            assert!(refuse_public_suffix(&SiteDomain::from(mine)).is_ok(), "{mine}");
         }
     }
 }

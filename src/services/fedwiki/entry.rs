@@ -7,7 +7,7 @@
 
 use crate::{
     db::Db,
-    ids::AccountId,
+    ids::{AccountId, SiteDomain, SiteId, WorkspaceId},
     integrations::farm::{
         Farm,
         entry::{EntryClaims, LIFETIME_SECS},
@@ -25,7 +25,7 @@ pub async fn open_site_for_editing(
     db: &Db,
     farm: &Farm,
     who: AccountId,
-    site_id: &str,
+    site_id: &SiteId,
 ) -> Result<String, ServiceError> {
     let site = {
         let mut read = db.read().await?;
@@ -53,16 +53,16 @@ pub async fn open_site_for_editing(
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EditSessionQuestion {
-    pub domain: String,
+    pub domain: SiteDomain,
     pub account_id: i64,
-    pub owner: String,
+    pub owner: WorkspaceId,
 }
 
 /// Whether the account may still change the site: a member of the organization whose workspace
 /// (the owner string) holds the site at that domain, and the site active.
 #[tracing::instrument(name = "Confirm an edit session", skip(db, q), fields(domain = %q.domain, account_id = q.account_id))]
 pub async fn confirm_edit_session(db: &Db, q: &EditSessionQuestion) -> Result<bool, ServiceError> {
-    if q.domain.len() > 253 || q.owner.len() > 200 {
+    if q.domain.as_str().len() > 253 || q.owner.as_str().len() > 200 {
         return Err(ServiceError::invalid_form("The question's domain or owner is not in the farm's form."));
     }
     let mut read = db.read().await?;
@@ -70,7 +70,7 @@ pub async fn confirm_edit_session(db: &Db, q: &EditSessionQuestion) -> Result<bo
 }
 
 /// How the wikis of a workspace name their owner on the farm: the organization's name.
-pub async fn owner_name(db: &Db, workspace_id: &str) -> Result<Option<String>, ServiceError> {
+pub async fn owner_name(db: &Db, workspace_id: &WorkspaceId) -> Result<Option<String>, ServiceError> {
     let mut read = db.read().await?;
     Ok(store::workspace_owner_name(read.conn(), workspace_id).await?)
 }

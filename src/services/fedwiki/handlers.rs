@@ -19,7 +19,7 @@ use crate::{
         locks::{Lock, PathLocks},
         tx::within_for,
     },
-    ids::{AccountId, OrganizationId, RequestId, SiteId},
+    ids::{AccountId, OrganizationId, RequestId, SiteDomain, SiteId},
     services::ServiceError,
     states::{RequestKind, SiteStatus},
     store::{accounts, fedwiki as store},
@@ -68,7 +68,7 @@ pub static KEEP_ACTIVE_LOCKS: PathLocks = PathLocks {
 };
 
 /// The site a member may act on: it belongs to a workspace of one of their organizations.
-async fn members_site(db: &Db, who: AccountId, site_id: &str) -> Result<store::SiteRow, ServiceError> {
+async fn members_site(db: &Db, who: AccountId, site_id: &SiteId) -> Result<store::SiteRow, ServiceError> {
     let mut read = db.read().await?;
     let site = store::site(read.conn(), site_id).await?.ok_or(ServiceError::NotFound("site"))?;
     // Another organization's site is not found, not forbidden: its existence is not told.
@@ -101,7 +101,7 @@ pub async fn create_site(
 ) -> Result<RequestId, ServiceError> {
     ensure_member(db.read().await?.conn(), who, organization_id).await?;
     let workspace_id = store::workspace_of(organization_id);
-    let site_id = format!("s-{}", crate::config::random_hex(10));
+    let site_id = SiteId::from(format!("s-{}", crate::config::random_hex(10)));
     let domain = name.domain(&farm.domain);
     // The placement and the accepted request commit together: a placement with no site row is an
     // orphan to the domains reconciliation unless a request on it is accepted, so committed apart
@@ -126,7 +126,7 @@ pub async fn create_site(
 }
 
 /// What a member may ask of a site's status.
-fn allowed(kind: RequestKind, from: SiteStatus, domain: &str) -> Result<(), ServiceError> {
+fn allowed(kind: RequestKind, from: SiteStatus, domain: &SiteDomain) -> Result<(), ServiceError> {
     let ok = matches!(
         (kind, from),
         (RequestKind::Activate, SiteStatus::Parked | SiteStatus::Archived)
@@ -138,12 +138,12 @@ fn allowed(kind: RequestKind, from: SiteStatus, domain: &str) -> Result<(), Serv
 }
 
 /// changeStatus: park, activate, archive or delete one site.
-#[tracing::instrument(name = "Change a site's status", skip(db, farm), fields(site_id, kind = %kind))]
+#[tracing::instrument(name = "Change a site's status", skip(db, farm), fields(site_id = %site_id, kind = %kind))]
 pub async fn change_status(
     db: &Db,
     farm: &FarmSettings,
     who: AccountId,
-    site_id: &str,
+    site_id: &SiteId,
     kind: RequestKind,
 ) -> Result<RequestId, ServiceError> {
     let site = members_site(db, who, site_id).await?;
@@ -210,8 +210,8 @@ pub async fn swap_active_site(
     who: AccountId,
     swap: &SwapSites,
 ) -> Result<RequestId, ServiceError> {
-    let a = members_site(db, who, swap.activate.as_str()).await?;
-    let p = members_site(db, who, swap.park.as_str()).await?;
+    let a = members_site(db, who, &swap.activate).await?;
+    let p = members_site(db, who, &swap.park).await?;
     if a.workspace_id != p.workspace_id {
         return Err(ServiceError::Refused("Both sites of a swap belong to one organization.".into()));
     }
@@ -319,7 +319,7 @@ pub async fn withdraw_request(
 
 /// Keep active: the downgrade sweep parks other sites first.
 #[tracing::instrument(name = "Keep a site active", skip(db))]
-pub async fn set_keep_active(db: &Db, who: AccountId, site_id: &str, keep: bool) -> Result<(), ServiceError> {
+pub async fn set_keep_active(db: &Db, who: AccountId, site_id: &SiteId, keep: bool) -> Result<(), ServiceError> {
     let site = members_site(db, who, site_id).await?;
     within_for(db, TxKind::Plain, &KEEP_ACTIVE_LOCKS, async |tx: &mut Tx| {
         store::set_keep_active(tx.conn(), &site.site_id, keep).await?;

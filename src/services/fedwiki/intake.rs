@@ -9,7 +9,7 @@ use crate::{
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
     },
-    ids::{AccountId, RequestId},
+    ids::{AccountId, RequestId, SiteDomain, SiteId, WorkspaceId},
     jobs::Job,
     services::ServiceError,
     states::{RequestKind, RequestState},
@@ -48,9 +48,9 @@ pub static DELETE_UNSTARTED_LIFECYCLE_REQUEST_LOCKS: PathLocks = PathLocks {
 
 /// A request to record.
 pub struct Intake<'a> {
-    pub instance_id: &'a str,
-    pub workspace_id: &'a str,
-    pub domain: &'a str,
+    pub instance_id: &'a SiteId,
+    pub workspace_id: &'a WorkspaceId,
+    pub domain: &'a SiteDomain,
     pub kind: RequestKind,
     /// The activation's request, for the parked side of a swap (which rides on its job).
     pub swap_of: Option<RequestId>,
@@ -58,22 +58,22 @@ pub struct Intake<'a> {
 }
 
 /// RecordLifecycleRequest on the caller's transaction.
-#[tracing::instrument(name = "Record a lifecycle request", skip(tx, r), fields(instance = r.instance_id, kind = %r.kind))]
+#[tracing::instrument(name = "Record a lifecycle request", skip(tx, r), fields(instance = %r.instance_id, kind = %r.kind))]
 pub async fn record_lifecycle_request(tx: &mut Tx, r: &Intake<'_>) -> Result<RequestId, ServiceError> {
     // Run inside the caller's transaction (a handler's), so recorded as observed there.
     crate::db::trace::path(tx.conn(), &RECORD_LIFECYCLE_REQUEST_LOCKS).await?;
-    tx.lock(&AdvisoryKey::LifecycleInstance(r.instance_id.to_string())).await?;
+    tx.lock(&AdvisoryKey::LifecycleInstance(r.instance_id.clone())).await?;
     let latest = store::latest_request(tx.conn(), r.instance_id).await?;
     decide(tx, r, latest).await
 }
 
 /// RecordFirstLifecycleRequest on the caller's transaction: refused when the instance already
 /// holds a request.
-#[tracing::instrument(name = "Record a first lifecycle request", skip(tx, r), fields(instance = r.instance_id))]
+#[tracing::instrument(name = "Record a first lifecycle request", skip(tx, r), fields(instance = %r.instance_id))]
 pub async fn record_first_lifecycle_request(tx: &mut Tx, r: &Intake<'_>) -> Result<RequestId, ServiceError> {
     // Run inside the create's registry transaction, so recorded as observed there.
     crate::db::trace::path(tx.conn(), &RECORD_FIRST_LIFECYCLE_REQUEST_LOCKS).await?;
-    tx.lock(&AdvisoryKey::LifecycleInstance(r.instance_id.to_string())).await?;
+    tx.lock(&AdvisoryKey::LifecycleInstance(r.instance_id.clone())).await?;
     let latest = store::latest_request(tx.conn(), r.instance_id).await?;
     if latest.is_some() {
         return Err(ServiceError::Refused(format!("{} was already asked for.", r.domain)));

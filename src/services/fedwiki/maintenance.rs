@@ -18,7 +18,7 @@ use crate::{
         trace::{self, steps},
         tx::{once_for, within, within_for},
     },
-    ids::PoolId,
+    ids::{PoolId, SiteDomain, SiteId, WorkspaceId},
     integrations::farm::{Farm, FarmError, FarmSite},
     services::ServiceError,
     states::SiteStatus,
@@ -132,11 +132,11 @@ struct SiteMerge<'a> {
     /// The first page's time: every change the list does not show happened after it.
     listed_at: Option<DateTime<Utc>>,
     farm_page: std::collections::VecDeque<FarmSite>,
-    farm_next: Option<String>,
+    farm_next: Option<SiteDomain>,
     farm_done: bool,
     farm_seen: usize,
     console_page: std::collections::VecDeque<store::KnownSite>,
-    console_after: String,
+    console_after: SiteDomain,
     console_done: bool,
     console_seen: usize,
 }
@@ -155,11 +155,11 @@ impl<'a> SiteMerge<'a> {
             farm,
             listed_at: None,
             farm_page: Default::default(),
-            farm_next: Some(String::new()),
+            farm_next: Some(SiteDomain::from("")),
             farm_done: false,
             farm_seen: 0,
             console_page: Default::default(),
-            console_after: String::new(),
+            console_after: SiteDomain::from(""),
             console_done: false,
             console_seen: 0,
         };
@@ -262,8 +262,8 @@ pub async fn sync_sites(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> 
     let listed_at = merge.listed_at.unwrap_or_else(Utc::now);
     let (open, recent) = {
         let mut read = db.read().await?;
-        let open: HashSet<String> = store::domains_with_open_requests(read.conn()).await?.into_iter().collect();
-        let recent: HashSet<String> =
+        let open: HashSet<SiteDomain> = store::domains_with_open_requests(read.conn()).await?.into_iter().collect();
+        let recent: HashSet<SiteDomain> =
             store::domains_with_requests_updated_since(read.conn(), listed_at).await?.into_iter().collect();
         (open, recent)
     };
@@ -288,15 +288,15 @@ pub async fn sync_sites(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> 
                     let mut read = db.read().await?;
                     !store::existing_workspaces(read.conn(), std::slice::from_ref(&site.owner)).await?.is_empty()
                 };
-                let workspace = if known { site.owner.as_str() } else { super::SYSTEM_WORKSPACE };
-                let Some(status) = SiteStatus::from_text(&site.status) else { continue };
-                if let Some(site_id) = insert_from_farm(db, &site, workspace, status, listed_at).await? {
-                    sync_placement(db, &site_id, &site.domain, workspace).await?;
+                let workspace = if known { site.owner.clone() } else { WorkspaceId::from(super::SYSTEM_WORKSPACE) };
+                let status = site.status;
+                if let Some(site_id) = insert_from_farm(db, &site, &workspace, status, listed_at).await? {
+                    sync_placement(db, &site_id, &site.domain, &workspace).await?;
                     counts.adopted += 1;
                 }
             }
             Pair::Both(site, row) => {
-                let Some(listed) = SiteStatus::from_text(&site.status) else { continue };
+                let listed = site.status;
                 if listed == row.status {
                     if observe(db, &site, listed_at).await? {
                         counts.observed += 1;
@@ -321,11 +321,11 @@ pub async fn sync_sites(db: &Db, farm: &Farm, counts: &mut store::RunCounts) -> 
 pub async fn insert_from_farm(
     db: &Db,
     site: &FarmSite,
-    workspace_id: &str,
+    workspace_id: &WorkspaceId,
     status: SiteStatus,
     listed_at: DateTime<Utc>,
-) -> Result<Option<String>, ServiceError> {
-    let site_id = format!("s-{}", crate::config::random_hex(10));
+) -> Result<Option<SiteId>, ServiceError> {
+    let site_id = SiteId::from(format!("s-{}", crate::config::random_hex(10)));
     within_for(db, TxKind::Plain, &SYNC_INSERT_SITE_LOCKS, async |tx: &mut Tx| {
         // A create in flight records its site itself, and a deletion that finished after the list was
         // taken must not bring its site back: the sets the pass read may predate this page.
@@ -395,7 +395,7 @@ pub async fn write_status(
 }
 
 /// A farm-absent System row: deleted (System has no usage row). True when deleted.
-async fn remove_system_site(db: &Db, site_id: &str) -> Result<bool, ServiceError> {
+async fn remove_system_site(db: &Db, site_id: &SiteId) -> Result<bool, ServiceError> {
     within_for(db, TxKind::Plain, &SYNC_REMOVE_SYSTEM_SITE_LOCKS, async |tx: &mut Tx| {
         let gone = store::delete_system_site(tx.conn(), site_id).await?;
         Ok(gone)
@@ -435,7 +435,12 @@ async fn recount_pools(db: &Db, step: Option<&'static str>) -> Result<(), Servic
 
 /// syncPlacement: an adopted site's own name placed (under the farm's zone, not placed yet),
 /// reading that one site FOR SHARE right before the write.
-pub async fn sync_placement(db: &Db, site_id: &str, domain: &str, workspace_id: &str) -> Result<bool, ServiceError> {
+pub async fn sync_placement(
+    db: &Db,
+    site_id: &SiteId,
+    domain: &SiteDomain,
+    workspace_id: &WorkspaceId,
+) -> Result<bool, ServiceError> {
     place_listed_site(db, &SYNC_PLACEMENT_LOCKS, site_id, domain, workspace_id).await
 }
 
@@ -444,9 +449,9 @@ pub async fn sync_placement(db: &Db, site_id: &str, domain: &str, workspace_id: 
 pub(super) async fn place_listed_site(
     db: &Db,
     decl: &'static PathLocks,
-    site_id: &str,
-    domain: &str,
-    workspace_id: &str,
+    site_id: &SiteId,
+    domain: &SiteDomain,
+    workspace_id: &WorkspaceId,
 ) -> Result<bool, ServiceError> {
     let owner = registry::workspace_owner(workspace_id);
     registry::with_lock_for(db, decl, async |tx: &mut Tx| {
@@ -494,11 +499,11 @@ pub async fn purge_archived(db: &Db, farm: &Farm, retention: std::time::Duration
 pub async fn purge_archived_site(
     db: &Db,
     farm: &Farm,
-    site_id: &str,
+    site_id: &SiteId,
     retention_secs: f64,
 ) -> Result<bool, ServiceError> {
     let purged = within_for(db, TxKind::Plain, &PURGE_ARCHIVED_SITE_LOCKS, async |tx: &mut Tx| {
-        tx.lock(&AdvisoryKey::LifecycleInstance(site_id.to_string())).await?;
+        tx.lock(&AdvisoryKey::LifecycleInstance(site_id.clone())).await?;
         let Some(domain) = store::lock_archived_site_for_purge(tx.conn(), site_id, retention_secs).await? else {
             return Ok(false);
         };
@@ -580,14 +585,14 @@ enum Moved {
 async fn end_quota_move(
     tx: crate::db::Tx,
     farm: &Farm,
-    domain: &str,
+    domain: &SiteDomain,
     farm_now: SiteStatus,
     moved: Result<Moved, ServiceError>,
 ) -> Result<bool, ServiceError> {
     match tx.end_keeping(moved.map(|m| (m, m == Moved::Done))).await? {
         Moved::Done => Ok(true),
         Moved::Stays(status) if status != farm_now => {
-            farm.set_status(domain, status.as_str()).await.map_err(farm_failure)?;
+            farm.set_status(domain, status).await.map_err(farm_failure)?;
             Ok(false)
         }
         Moved::Stays(_) | Moved::Gone => Ok(false),
@@ -596,8 +601,8 @@ async fn end_quota_move(
 
 /// parkSite: the farm first, no lock held; then sweepLocally. False when a member's request
 /// changed the site meanwhile: its own status stands, and the farm's site is set back to it.
-pub async fn park_site(db: &Db, farm: &Farm, site_id: &str, domain: &str) -> Result<bool, ServiceError> {
-    farm.set_status(domain, SiteStatus::Parked.as_str()).await.map_err(farm_failure)?;
+pub async fn park_site(db: &Db, farm: &Farm, site_id: &SiteId, domain: &SiteDomain) -> Result<bool, ServiceError> {
+    farm.set_status(domain, SiteStatus::Parked).await.map_err(farm_failure)?;
     let mut tx = begin_for(db, TxKind::Plain, &PARK_SITE_LOCKS).await?;
     let moved = async {
         let Some(row) = sites_store::lock_site_status_by_id(tx.conn(), site_id).await? else { return Ok(Moved::Gone) };
@@ -622,11 +627,11 @@ pub async fn park_site(db: &Db, farm: &Farm, site_id: &str, domain: &str) -> Res
 pub async fn reactivate_site(
     db: &Db,
     farm: &Farm,
-    site_id: &str,
-    domain: &str,
+    site_id: &SiteId,
+    domain: &SiteDomain,
     pool: PoolId,
 ) -> Result<bool, ServiceError> {
-    farm.set_status(domain, SiteStatus::Active.as_str()).await.map_err(farm_failure)?;
+    farm.set_status(domain, SiteStatus::Active).await.map_err(farm_failure)?;
     let mut tx = begin_for(db, TxKind::Plain, &REACTIVATE_SITE_LOCKS).await?;
     let moved = async {
         let Some(row) = sites_store::lock_site_status_by_id(tx.conn(), site_id).await? else { return Ok(Moved::Gone) };
@@ -648,10 +653,10 @@ pub async fn reactivate_site(
 /// A site the farm and the console disagree about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {
-    pub domain: String,
-    pub farm_status: Option<String>,
+    pub domain: SiteDomain,
+    pub farm_status: Option<SiteStatus>,
     pub console_status: Option<SiteStatus>,
-    pub workspace_id: Option<String>,
+    pub workspace_id: Option<WorkspaceId>,
 }
 
 /// `/operator/farm`: the recent runs, the schedule, and (when asked) the drift between the farm's
@@ -715,7 +720,7 @@ async fn drift(db: &Db, farm: &Farm) -> Result<DriftReport, ServiceError> {
             Err(e) => return Err(e),
         };
         let d = match pair {
-            Pair::Both(f, c) if f.status == c.status.as_str() => continue,
+            Pair::Both(f, c) if f.status == c.status => continue,
             Pair::Both(f, c) => Drift {
                 domain: c.domain,
                 farm_status: Some(f.status),

@@ -61,8 +61,8 @@ impl SiteName {
     }
 
     /// The site's address under the farm's zone.
-    pub fn domain(&self, zone: &str) -> String {
-        format!("{}.{zone}", self.0)
+    pub fn domain(&self, zone: &str) -> crate::ids::SiteDomain {
+        crate::ids::SiteDomain::from(format!("{}.{zone}", self.0))
     }
 }
 

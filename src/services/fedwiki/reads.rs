@@ -19,7 +19,7 @@ pub async fn member_sites(db: &Db, who: AccountId) -> Result<SitesDoc, ServiceEr
 
 /// The site a request is about (where the page shows a refusal of an act on it), if the request
 /// still exists.
-pub async fn request_site(db: &Db, id: crate::ids::RequestId) -> Result<Option<String>, ServiceError> {
+pub async fn request_site(db: &Db, id: crate::ids::RequestId) -> Result<Option<crate::ids::SiteId>, ServiceError> {
     let mut read = db.read().await?;
     Ok(crate::store::fedwiki::request(read.conn(), id).await?.map(|r| r.instance_id))
 }

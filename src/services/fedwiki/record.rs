@@ -11,7 +11,7 @@ use crate::{
         locks::{Lock, PathLocks},
         tx::within_for,
     },
-    ids::PoolId,
+    ids::{PoolId, SiteId, WorkspaceId},
     services::ServiceError,
     states::{RequestState, SiteStatus},
     store::fedwiki::{self as store, RequestRow},
@@ -209,7 +209,7 @@ pub async fn recount(tx: &mut Tx, pool: Option<PoolId>) -> Result<Option<i64>, S
 
 /// DeleteFedWikiSiteActivity: the site row deleted and the pool recounted, on their own.
 #[tracing::instrument(name = "Delete a FedWiki site row", skip(db))]
-pub async fn delete_fedwiki_site(db: &Db, site_id: &str, workspace_id: &str) -> Result<bool, ServiceError> {
+pub async fn delete_fedwiki_site(db: &Db, site_id: &SiteId, workspace_id: &WorkspaceId) -> Result<bool, ServiceError> {
     within_for(db, TxKind::Plain, &DELETE_FEDWIKI_SITE_LOCKS, async |tx: &mut Tx| {
         let gone = store::delete_site(tx.conn(), site_id).await?;
         let pool = store::pool_of_workspace(tx.conn(), workspace_id).await?;

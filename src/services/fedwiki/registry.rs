@@ -12,6 +12,7 @@ use crate::{
         locks::{Lock, PathLocks},
     },
     hostname,
+    ids::{SiteDomain, SiteId, WorkspaceId},
     services::ServiceError,
     store::{domains as store, fedwiki as sites_store},
 };
@@ -48,7 +49,7 @@ pub static ENSURE_FARM_ZONE_LOCKS: PathLocks = PathLocks {
 };
 
 /// The registry's owner string of a workspace.
-pub fn workspace_owner(workspace_id: &str) -> String {
+pub fn workspace_owner(workspace_id: &WorkspaceId) -> String {
     format!("workspace:{workspace_id}")
 }
 
@@ -80,9 +81,9 @@ fn registry_tx(tx: &Tx) {
 #[tracing::instrument(name = "Place a site's name", skip(tx))]
 pub async fn place_site_name(
     tx: &mut Tx,
-    hostname: &str,
-    workspace_id: &str,
-    site_id: &str,
+    hostname: &SiteDomain,
+    workspace_id: &WorkspaceId,
+    site_id: &SiteId,
 ) -> Result<(), ServiceError> {
     registry_tx(tx);
     let owner = workspace_owner(workspace_id);
@@ -126,7 +127,7 @@ pub async fn place_site_name(
 
 /// Release every name placed for a site.
 #[tracing::instrument(name = "Release a site's names", skip(db))]
-pub async fn release_site_names(db: &Db, site_id: &str) -> Result<u64, ServiceError> {
+pub async fn release_site_names(db: &Db, site_id: &SiteId) -> Result<u64, ServiceError> {
     with_lock_for(db, &RELEASE_SITE_NAME_LOCKS, async |tx: &mut Tx| {
         registry_tx(tx);
         Ok(store::delete_site_placements(tx.conn(), site_id).await?)
@@ -140,14 +141,15 @@ pub async fn ensure_farm_zone(db: &Db, zone: &str) -> Result<(), ServiceError> {
     if !hostname::is_hostname(zone) {
         return Err(ServiceError::invalid_form(format!("{zone} is not a host name.")));
     }
+    let zone = SiteDomain::from(zone);
     with_lock_for(db, &ENSURE_FARM_ZONE_LOCKS, async |tx: &mut Tx| {
-        match store::covering_claim(tx.conn(), zone).await? {
+        match store::covering_claim(tx.conn(), &zone).await? {
             Some((name, owner)) if name == zone && owner == "farm" => Ok(()),
             Some((name, owner)) if owner != "farm" => {
                 Err(ServiceError::Refused(format!("The farm's zone {zone} lies under {name}, which {owner} holds.")))
             }
             _ => {
-                store::insert_claim(tx.conn(), zone, "farm").await?;
+                store::insert_claim(tx.conn(), &zone, "farm").await?;
                 Ok(())
             }
         }

@@ -90,10 +90,7 @@ pub async fn reconcile_site_status(db: &Db, farm: &Farm, id: RequestId) -> Resul
             // Their outcome is the site's existence, which the request's own job reads again.
             let remote = farm.get_site(&req.domain).await.map_err(maintenance::farm_failure)?;
             let activity = match (req.kind, remote, site) {
-                (RequestKind::Create, Some(f), _) => match SiteStatus::from_text(&f.status) {
-                    Some(status) => Activity::Created { status },
-                    None => not_made("create"),
-                },
+                (RequestKind::Create, Some(f), _) => Activity::Created { status: f.status },
                 (RequestKind::Create, None, _) => not_made("create"),
                 (_, None, _) => Activity::Deleted,
                 (_, Some(_), _) => not_made("delete"),
@@ -108,7 +105,7 @@ pub async fn reconcile_site_status(db: &Db, farm: &Farm, id: RequestId) -> Resul
         return finish_all_with(db, one, not_made("keep")).await;
     }
     let remote = farm.get_site(&req.domain).await.map_err(maintenance::farm_failure)?;
-    let activity = match remote.and_then(|f| SiteStatus::from_text(&f.status)) {
+    let activity = match remote.map(|f| f.status) {
         Some(status) if status == wanted => Activity::Status { status },
         _ => not_made(match wanted {
             SiteStatus::Active => "activate",

@@ -116,12 +116,12 @@ async fn create(db: &Db, farm: &Farm, req: &RequestRow) -> Result<Recorded, Step
     };
     // The wiki names its owner by the organization's name ("Wiki by …").
     let owner_name = super::entry::owner_name(db, &req.workspace_id).await?;
-    let made = farm.create_named_site(&req.domain, &req.workspace_id, owner_name.as_deref(), starts.as_str()).await?;
+    let made = farm.create_named_site(&req.domain, &req.workspace_id, owner_name.as_deref(), starts).await?;
     // A site the farm already had for this owner (a retry, or one made by hand) is answered as it
     // is, not in the status asked for: the farm is brought to what the gate granted before it is
     // recorded, so it never holds more active sites than the plan's slots.
-    if made.status != starts.as_str() {
-        farm.set_status(&req.domain, starts.as_str()).await?;
+    if made.status != starts {
+        farm.set_status(&req.domain, starts).await?;
     }
     Ok(finish_all_with(db, std::slice::from_ref(req), Activity::Created { status: starts }).await?)
 }
@@ -148,24 +148,24 @@ async fn activate(db: &Db, farm: &Farm, req: &RequestRow) -> Result<Recorded, St
 }
 
 async fn status(db: &Db, farm: &Farm, req: &RequestRow, to: SiteStatus) -> Result<Recorded, Step> {
-    farm.set_status(&req.domain, to.as_str()).await?;
+    farm.set_status(&req.domain, to).await?;
     Ok(finish_all_with(db, std::slice::from_ref(req), Activity::Status { status: to }).await?)
 }
 
 async fn swap(db: &Db, farm: &Farm, activated: &RequestRow, parked: &RequestRow) -> Result<Recorded, Step> {
     // Park first: the farm never holds more active sites than the plan allows.
-    farm.set_status(&parked.domain, SiteStatus::Parked.as_str()).await?;
-    if let Err(e) = farm.set_status(&activated.domain, SiteStatus::Active.as_str()).await {
+    farm.set_status(&parked.domain, SiteStatus::Parked).await?;
+    if let Err(e) = farm.set_status(&activated.domain, SiteStatus::Active).await {
         // Put the parked side back as the console still holds it, then report the failure.
-        let _ = farm.set_status(&parked.domain, SiteStatus::Active.as_str()).await;
+        let _ = farm.set_status(&parked.domain, SiteStatus::Active).await;
         return Err(e.into());
     }
     let both = [activated.clone(), parked.clone()];
     match finish_all_with(db, &both, Activity::Swap).await? {
         Recorded::OverLimit { used, limit } => {
             // Undo on the farm what the guard refused, then say why.
-            let _ = farm.set_status(&activated.domain, SiteStatus::Parked.as_str()).await;
-            let _ = farm.set_status(&parked.domain, SiteStatus::Active.as_str()).await;
+            let _ = farm.set_status(&activated.domain, SiteStatus::Parked).await;
+            let _ = farm.set_status(&parked.domain, SiteStatus::Active).await;
             Ok(finish_all_with(
                 db,
                 &both,

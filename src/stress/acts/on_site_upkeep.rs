@@ -7,7 +7,11 @@
 
 use super::*;
 
-use crate::services::fedwiki;
+use crate::{
+    ids::{SiteDomain, WorkspaceId},
+    services::fedwiki,
+    states::SiteStatus,
+};
 
 /// Drift the farm one way at random, then run a sync pass, as the maintenance schedule does.
 pub(in crate::stress) async fn farm_drift_then_sync(
@@ -28,13 +32,14 @@ pub(in crate::stress) async fn farm_drift_then_sync(
             } else {
                 "nobody".to_string()
             };
-            let status = if owner == "nobody" { "active" } else { "parked" };
+            let status = if owner == "nobody" { SiteStatus::Active } else { SiteStatus::Parked };
             note.detail = format!("the farm gets {name} of {owner}, {status}");
+            let (name, owner) = (SiteDomain::from(name), WorkspaceId::from(owner));
             ctx.farm.create_site(&name, &owner, status).await.map_err(|e| Failure::Error(format!("the farm: {e}")))?;
         }
         // An organization's active site with no request on it, parked on the farm.
         2 => {
-            let domain: Option<String> = sqlx::query_scalar(
+            let domain: Option<SiteDomain> = sqlx::query_scalar(
                 "SELECT s.domain FROM fedwiki.sites s
                   WHERE s.workspace_id <> 'system' AND s.status = 'active'
                     AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r
@@ -49,11 +54,14 @@ pub(in crate::stress) async fn farm_drift_then_sync(
                 return Ok(Outcome::Refused);
             };
             note.detail = format!("the farm parks {domain}");
-            ctx.farm.set_status(&domain, "parked").await.map_err(|e| Failure::Error(format!("the farm: {e}")))?;
+            ctx.farm
+                .set_status(&domain, SiteStatus::Parked)
+                .await
+                .map_err(|e| Failure::Error(format!("the farm: {e}")))?;
         }
         // A System site the farm lost.
         _ => {
-            let domain: Option<String> = sqlx::query_scalar(
+            let domain: Option<SiteDomain> = sqlx::query_scalar(
                 "SELECT domain FROM fedwiki.sites WHERE workspace_id = 'system' ORDER BY random() LIMIT 1",
             )
             .fetch_optional(&ctx.db.pool)

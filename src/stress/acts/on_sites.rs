@@ -6,6 +6,7 @@
 use super::*;
 
 use crate::{
+    ids::{SiteDomain, SiteId},
     services::fedwiki::{self, names::SiteName},
     states::RequestKind,
 };
@@ -56,9 +57,9 @@ async fn withdraw_or_carry(ctx: &Ctx, id: crate::ids::RequestId, note: &mut Note
 }
 
 /// A shared organization's site at random: (site id, status).
-async fn some_site(ctx: &Ctx, rng: &mut Rng) -> Result<Option<(String, String)>, Failure> {
+async fn some_site(ctx: &Ctx, rng: &mut Rng) -> Result<Option<(SiteId, String)>, Failure> {
     let (org, _) = ctx.fx.hot[rng.below(ctx.fx.hot.len())];
-    let sites: Vec<(String, String)> = sqlx::query_as(
+    let sites: Vec<(SiteId, String)> = sqlx::query_as(
         "SELECT site_id, status FROM fedwiki.sites WHERE workspace_id = 'org-' || $1::bigint ORDER BY site_id",
     )
     .bind(org)
@@ -168,7 +169,11 @@ pub(in crate::stress) async fn claim_domain(ctx: &Ctx, rng: &mut Rng, note: &mut
     let domain = some_domain(org, rng);
     note.pool = Some(pool.0);
     note.detail = format!("claim {domain} for organization {org}");
-    site_outcome(fedwiki::domains::claim_domain(&ctx.db, &ctx.farm_settings, ctx.site_member, org, &domain).await, note)
+    let claimed = match fedwiki::domains::parse_domain(&domain, &ctx.farm_settings) {
+        Ok(domain) => fedwiki::domains::claim_domain(&ctx.db, ctx.site_member, org, &domain).await,
+        Err(e) => Err(e),
+    };
+    site_outcome(claimed, note)
 }
 
 /// Serve a shared organization's site at a host name under one of its domains.
@@ -186,9 +191,8 @@ pub(in crate::stress) async fn place_site_under_domain(
         .unwrap_or_default();
     let hostname = some_hostname(&some_domain(crate::ids::OrganizationId(org), rng), rng);
     note.detail = format!("serve {site} ({status}) at {hostname}");
-    match fedwiki::domains::place_site_under_domain(&ctx.db, &ctx.farm_settings, ctx.site_member, &site, &hostname)
-        .await
-    {
+    let hostname = SiteDomain::from(hostname);
+    match fedwiki::domains::place_site_under_domain(&ctx.db, ctx.site_member, &site, &hostname).await {
         // The site was deleted since it was picked.
         Err(ServiceError::NotFound(_)) => Ok(Outcome::Skipped),
         r => site_outcome(r, note),
@@ -213,6 +217,7 @@ pub(in crate::stress) async fn stop_serving(ctx: &Ctx, rng: &mut Rng, note: &mut
     };
     note.pool = Some(pool.0);
     note.detail = format!("stop serving {hostname} for organization {org}");
+    let hostname = fedwiki::domains::HeldName::parse(&hostname).into_domain();
     site_outcome(fedwiki::domains::stop_serving(&ctx.db, ctx.site_member, org, &hostname).await, note)
 }
 
@@ -222,6 +227,7 @@ pub(in crate::stress) async fn release_domain(ctx: &Ctx, rng: &mut Rng, note: &m
     let domain = some_domain(org, rng);
     note.pool = Some(pool.0);
     note.detail = format!("release {domain} for organization {org}");
+    let domain = fedwiki::domains::HeldName::parse(&domain).into_domain();
     site_outcome(fedwiki::domains::release_domain(&ctx.db, ctx.site_member, org, &domain).await, note)
 }
 
@@ -247,7 +253,7 @@ pub(in crate::stress) async fn purge_archived(ctx: &Ctx, note: &mut Note) -> Res
 /// both race the members' requests on that site.
 pub(in crate::stress) async fn reconcile_quota(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
     if rng.below(3) == 0 {
-        let site: Option<(String, String)> = sqlx::query_as(
+        let site: Option<(SiteId, SiteDomain)> = sqlx::query_as(
             "SELECT s.site_id, s.domain FROM fedwiki.sites s
               WHERE s.workspace_id <> 'system' AND s.status = 'active'
                 AND NOT EXISTS (SELECT 1 FROM fedwiki.lifecycle_requests r

@@ -3,7 +3,7 @@
 
 use actix_web::{HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, de::IgnoredAny};
 use views::paths;
 
 use crate::{
@@ -19,11 +19,13 @@ use crate::{
     },
 };
 
+/// The page's flags: whether to compare with the farm now (`?drift=`), and whether a run was
+/// just queued (`?ran=`). Present or not is all they say: any value counts.
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct FarmQuery {
-    drift: Option<String>,
-    ran: Option<String>,
+    drift: Option<IgnoredAny>,
+    ran: Option<IgnoredAny>,
 }
 
 fn when(t: DateTime<Utc>) -> String {
@@ -82,10 +84,10 @@ async fn page(req: &HttpRequest, state: &AppState, refusal: Option<String>) -> R
                 .rows
                 .into_iter()
                 .map(|r| views::DriftRow {
-                    domain: r.domain,
-                    farm: r.farm_status.unwrap_or_else(|| "not listed".into()),
+                    domain: r.domain.into_string(),
+                    farm: r.farm_status.map(|s| s.to_string()).unwrap_or_else(|| "not listed".into()),
                     console: r.console_status.map(|s| s.to_string()).unwrap_or_else(|| "no row".into()),
-                    workspace: r.workspace_id.unwrap_or_else(|| "—".into()),
+                    workspace: r.workspace_id.map(|w| w.into_string()).unwrap_or_else(|| "—".into()),
                 })
                 .collect(),
         }),

@@ -5,15 +5,21 @@
 
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, de::DeserializeOwned};
 use validator::Validate;
 use views::{FormState, paths};
 
 use crate::{
-    ids::{AccountId, OrganizationId, SiteId},
+    config::FarmSettings,
+    ids::{AccountId, OrganizationId, RequestId, SiteDomain, SiteId},
     services::{
         self, ServiceError,
-        fedwiki::{self, SwapSites, names::SiteName, reads},
+        fedwiki::{
+            self, SwapSites,
+            domains::{DomainName, HeldName},
+            names::SiteName,
+            reads,
+        },
     },
     states::{RequestKind, SiteStatus},
     store::accounts::SessionAccount,
@@ -23,7 +29,7 @@ use crate::{
         errors::AppError,
         forms::{Form, after_post, query_or_default},
         identity::{Member, csrf_token},
-        input::{self, Field, read},
+        input::{self, Field, FromField, read},
         refusals::{self, Words},
         render,
     },
@@ -59,7 +65,7 @@ enum Beside {
     /// A form that names its organization.
     Organization(OrganizationId),
     /// An act on a site: the organization whose sites (or requests) hold it.
-    Site(String),
+    Site(SiteId),
 }
 
 /// The page's view of the member's organizations `orgs`: `refused` puts a refused form's state
@@ -71,7 +77,7 @@ fn view(
     refused: Option<(Beside, FormState)>,
 ) -> views::SitesView {
     let zone = state.config.farm.domain.clone();
-    let site_url = |d: &str| match &state.farm {
+    let site_url = |d: &SiteDomain| match &state.farm {
         Some(f) => f.site_url(d),
         None => format!("https://{d}/"),
     };
@@ -96,8 +102,8 @@ fn view(
                 .sites
                 .iter()
                 .map(|s| views::SiteLine {
-                    site_id: s.site_id.clone(),
-                    domain: s.domain.clone(),
+                    site_id: s.site_id.to_string(),
+                    domain: s.domain.to_string(),
                     url: site_url(&s.domain),
                     open_url: (s.status == SiteStatus::Active)
                         .then(|| views::paths::fill(views::paths::SITE_OPEN, &[&s.site_id])),
@@ -110,7 +116,7 @@ fn view(
                         .placements
                         .iter()
                         .filter(|(h, id)| *id == s.site_id && *h != s.domain)
-                        .map(|(h, _)| h.clone())
+                        .map(|(h, _)| h.to_string())
                         .collect(),
                     note: site_note(s, o.limit, retention),
                 })
@@ -120,7 +126,7 @@ fn view(
                 .requests
                 .iter()
                 .map(|r| views::RequestLine {
-                    domain: r.domain.clone(),
+                    domain: r.domain.to_string(),
                     kind: if r.swap_of.is_some() { "park (swap)".into() } else { r.kind.to_string() },
                     state: r.state.to_string(),
                     outcome: r.outcome.clone(),
@@ -151,31 +157,75 @@ fn view(
                 swap_in_minutes,
                 form,
                 custom_domain: o.custom_domain,
-                domains: o.domains,
+                domains: o.domains.into_iter().map(SiteDomain::into_string).collect(),
             }
         })
         .collect();
     views::SitesView { csrf: csrf_token(req), connected: state.farm.is_some(), notice: notice(req), organizations }
 }
 
+/// What an act asked, as the page comes back to say it (`?asked=`).
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Asked {
+    Create,
+    Activate,
+    Park,
+    Archive,
+    Delete,
+    Withdraw,
+    Swap,
+    Keep,
+    Domain,
+    Hostname,
+    Release,
+    Stop,
+    /// Any other word: the page says only that something was asked, as it always has.
+    #[serde(other)]
+    Other,
+}
+
+impl Asked {
+    fn as_str(self) -> &'static str {
+        match self {
+            Asked::Create => "create",
+            Asked::Activate => "activate",
+            Asked::Park => "park",
+            Asked::Archive => "archive",
+            Asked::Delete => "delete",
+            Asked::Withdraw => "withdraw",
+            Asked::Swap => "swap",
+            Asked::Keep => "keep",
+            Asked::Domain => "domain",
+            Asked::Hostname => "hostname",
+            Asked::Release => "release",
+            Asked::Stop => "stop",
+            Asked::Other => "other",
+        }
+    }
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct Flags {
-    asked: Option<String>,
+    asked: Option<Asked>,
 }
 
 fn notice(req: &HttpRequest) -> Option<String> {
     let q = query_or_default::<Flags>(req);
-    match q.asked.as_deref()? {
-        "create" => Some("The site is being created; this page shows when it is ready.".into()),
-        "swap" => Some("The swap is under way; this page shows when it is done.".into()),
-        "keep" => Some("Saved.".into()),
-        "domain" => Some("The domain is yours: serve a site at it below.".into()),
-        "hostname" => Some("The site is served there too.".into()),
-        "release" => Some("The domain is released.".into()),
-        "stop" => Some("The site is no longer served there.".into()),
-        _ => Some("Asked; this page shows when it is done.".into()),
-    }
+    Some(
+        match q.asked? {
+            Asked::Create => "The site is being created; this page shows when it is ready.",
+            Asked::Swap => "The swap is under way; this page shows when it is done.",
+            Asked::Keep => "Saved.",
+            Asked::Domain => "The domain is yours: serve a site at it below.",
+            Asked::Hostname => "The site is served there too.",
+            Asked::Release => "The domain is released.",
+            Asked::Stop => "The site is no longer served there.",
+            _ => "Asked; this page shows when it is done.",
+        }
+        .into(),
+    )
 }
 
 #[tracing::instrument(name = "Page: sites", skip_all, fields(account_id = %who.account_id))]
@@ -202,11 +252,11 @@ async fn answer<T>(
     state: &AppState,
     who: AccountId,
     beside: Beside,
-    asked: &str,
+    asked: Asked,
     done: Result<T, ServiceError>,
     values: Vec<(String, String)>,
 ) -> Result<HttpResponse, AppError> {
-    let to = done.map(|_| format!("{}?asked={asked}", paths::SITES));
+    let to = done.map(|_| format!("{}?asked={}", paths::SITES, asked.as_str()));
     refusals::posted(req, to, values, WORDS, async |r| {
         let orgs = reads::member_sites(&state.db, who).await?;
         let v = view(req, state, orgs, Some((beside, r.form)));
@@ -231,13 +281,28 @@ fn site_note(s: &crate::store::fedwiki::SiteRow, limit: i64, retention: std::tim
     }
 }
 
-/// A form's organization, as the page wrote it.
-fn organization(field: &str) -> Result<OrganizationId, AppError> {
-    field
-        .trim()
-        .parse::<i64>()
-        .map(OrganizationId)
-        .map_err(|_| AppError::BadRequest("Choose the organization from the page.".into()))
+/// A form's organization, as the page wrote it: the page never sends a bad one, so it is the
+/// request's fault (400), before any field is told.
+fn organization(field: &Field<OrganizationId>) -> Result<OrganizationId, AppError> {
+    field.ok().copied().ok_or_else(|| AppError::BadRequest("Choose the organization from the page.".into()))
+}
+
+impl FromField for SiteName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        SiteName::parse(raw)
+    }
+}
+
+impl FromField for DomainName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        DomainName::parse(raw)
+    }
+}
+
+impl FromField for HeldName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Ok(HeldName::parse(raw))
+    }
 }
 
 fn connected(state: &AppState) -> Result<(), AppError> {
@@ -251,11 +316,29 @@ fn connected(state: &AppState) -> Result<(), AppError> {
 }
 
 /// The create form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct CreateForm {
-    organization_id: String,
-    name: String,
+    #[validate(custom(function = read, message = "Choose the organization from the page."))]
+    organization_id: Field<OrganizationId>,
+    #[validate(custom(function = read))]
+    name: Field<SiteName>,
+}
+
+/// A site to create: its organization and its name.
+struct CreateSite {
+    organization_id: OrganizationId,
+    name: SiteName,
+}
+
+impl TryFrom<CreateForm> for CreateSite {
+    type Error = ServiceError;
+
+    fn try_from(f: CreateForm) -> Result<CreateSite, ServiceError> {
+        let problems = input::problems(&f);
+        let (organization_id, name) = problems.or(f.organization_id.into_ok().zip(f.name.into_ok()))?;
+        Ok(CreateSite { organization_id, name })
+    }
 }
 
 #[tracing::instrument(name = "Page: create a site", skip_all, fields(account_id = %who.account_id))]
@@ -265,45 +348,88 @@ pub async fn create(
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
     let org = organization(&form.organization_id)?;
-    let made = match SiteName::parse(&form.name) {
-        Ok(name) => fedwiki::create_site(&state.db, &state.config.farm, who.account_id, org, &name).await,
-        Err(m) => Err(ServiceError::invalid("name", m)),
+    let values = form.values();
+    let made = match CreateSite::try_from(form.into_inner()) {
+        Ok(c) => fedwiki::create_site(&state.db, &state.config.farm, who.account_id, c.organization_id, &c.name).await,
+        Err(e) => Err(e),
     };
-    answer(&req, &state, who.account_id, Beside::Organization(org), "create", made, form.values()).await
+    answer(&req, &state, who.account_id, Beside::Organization(org), Asked::Create, made, values).await
+}
+
+/// What a status act asks a site to become.
+#[derive(Debug, Clone, Copy)]
+enum StatusAct {
+    Activate,
+    Park,
+    Archive,
+}
+
+impl FromField for StatusAct {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        match raw {
+            "activate" => Ok(StatusAct::Activate),
+            "park" => Ok(StatusAct::Park),
+            "archive" => Ok(StatusAct::Archive),
+            _ => Err("Choose park, activate or archive.".into()),
+        }
+    }
+}
+
+impl StatusAct {
+    fn kind(self) -> RequestKind {
+        match self {
+            StatusAct::Activate => RequestKind::Activate,
+            StatusAct::Park => RequestKind::Park,
+            StatusAct::Archive => RequestKind::Archive,
+        }
+    }
+
+    fn asked(self) -> Asked {
+        match self {
+            StatusAct::Activate => Asked::Activate,
+            StatusAct::Park => Asked::Park,
+            StatusAct::Archive => Asked::Archive,
+        }
+    }
 }
 
 /// A status act's form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct StatusForm {
-    to: String,
+    #[validate(custom(function = read))]
+    to: Field<StatusAct>,
+}
+
+/// A form the page writes whole (a button's fixed value): a problem with it is the request's
+/// fault, not the member's (400), in the field's own words.
+fn as_written<F: Validate + DeserializeOwned, T>(form: F, take: impl FnOnce(F) -> Option<T>) -> Result<T, AppError> {
+    let problems = input::problems(&form);
+    problems.or(take(form)).map_err(|e| AppError::BadRequest(e.to_string()))
 }
 
 #[tracing::instrument(name = "Page: change a site's status", skip_all, fields(account_id = %who.account_id, site_id = %id))]
 pub async fn change_status(
     Call { who: Member(who), req, state }: MemberCall,
-    id: web::Path<String>,
+    id: web::Path<SiteId>,
     form: Form<StatusForm>,
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
-    let kind = match form.to.as_str() {
-        "activate" => RequestKind::Activate,
-        "park" => RequestKind::Park,
-        "archive" => RequestKind::Archive,
-        _ => return Err(AppError::BadRequest("Choose park, activate or archive.".into())),
-    };
-    let done = fedwiki::change_status(&state.db, &state.config.farm, who.account_id, &id, kind).await;
-    answer(&req, &state, who.account_id, Beside::Site(id.into_inner()), kind.as_str(), done, vec![]).await
+    let act = as_written(form.into_inner(), |f| f.to.into_ok())?;
+    let id = id.into_inner();
+    let done = fedwiki::change_status(&state.db, &state.config.farm, who.account_id, &id, act.kind()).await;
+    answer(&req, &state, who.account_id, Beside::Site(id), act.asked(), done, vec![]).await
 }
 
 #[tracing::instrument(name = "Page: delete a site", skip_all, fields(account_id = %who.account_id, site_id = %id))]
 pub async fn delete(
     Call { who: Member(who), req, state }: MemberCall,
-    id: web::Path<String>,
+    id: web::Path<SiteId>,
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
+    let id = id.into_inner();
     let done = fedwiki::change_status(&state.db, &state.config.farm, who.account_id, &id, RequestKind::Delete).await;
-    answer(&req, &state, who.account_id, Beside::Site(id.into_inner()), "delete", done, vec![]).await
+    answer(&req, &state, who.account_id, Beside::Site(id), Asked::Delete, done, vec![]).await
 }
 
 /// `POST /sites/requests/{id}/withdraw`: withdraw a request whose job has not started; refused
@@ -311,15 +437,13 @@ pub async fn delete(
 #[tracing::instrument(name = "Page: withdraw a site request", skip_all, fields(account_id = %who.account_id, request_id = %id))]
 pub async fn withdraw(
     Call { who: Member(who), req, state }: MemberCall,
-    id: web::Path<String>,
+    id: web::Path<RequestId>,
 ) -> Result<HttpResponse, AppError> {
-    let Ok(id) = id.trim().parse::<i64>().map(crate::ids::RequestId) else {
-        return Err(AppError::NotFound);
-    };
+    let id = id.into_inner();
     // The request's site, for where a refusal shows (read before: a withdrawn request is gone).
-    let site = reads::request_site(&state.db, id).await?.unwrap_or_default();
+    let site = reads::request_site(&state.db, id).await?.unwrap_or_else(|| SiteId::from(""));
     let done = fedwiki::withdraw_request(&state.db, who.account_id, id).await;
-    answer(&req, &state, who.account_id, Beside::Site(site), "withdraw", done, vec![]).await
+    answer(&req, &state, who.account_id, Beside::Site(site), Asked::Withdraw, done, vec![]).await
 }
 
 /// The swap form.
@@ -349,34 +473,45 @@ pub async fn swap(
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
     let values = form.values();
-    let beside = Beside::Site(form.activate.raw().to_string());
+    let beside = Beside::Site(SiteId::from(form.activate.raw()));
     let done = match SwapSites::try_from(form.into_inner()) {
         Ok(swap) => fedwiki::swap_active_site(&state.db, &state.config.farm, who.account_id, &swap).await,
         Err(e) => Err(e),
     };
-    answer(&req, &state, who.account_id, beside, "swap", done, values).await
+    answer(&req, &state, who.account_id, beside, Asked::Swap, done, values).await
+}
+
+/// Keep active's two values, as its toggle sends them.
+#[derive(Debug, Clone, Copy)]
+struct Keep(bool);
+
+impl FromField for Keep {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        match raw {
+            "1" => Ok(Keep(true)),
+            "0" => Ok(Keep(false)),
+            _ => Err("Keep is 1 or 0.".into()),
+        }
+    }
 }
 
 /// The Keep active toggle.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct KeepForm {
-    keep: String,
+    #[validate(custom(function = read))]
+    keep: Field<Keep>,
 }
 
 #[tracing::instrument(name = "Page: keep a site active", skip_all, fields(account_id = %who.account_id, site_id = %id))]
 pub async fn keep_active(
     Call { who: Member(who), req, state }: MemberCall,
-    id: web::Path<String>,
+    id: web::Path<SiteId>,
     form: Form<KeepForm>,
 ) -> Result<HttpResponse, AppError> {
-    let keep = match form.keep.as_str() {
-        "1" => true,
-        "0" => false,
-        _ => return Err(AppError::BadRequest("Keep is 1 or 0.".into())),
-    };
+    let Keep(keep) = as_written(form.into_inner(), |f| f.keep.into_ok())?;
     fedwiki::set_keep_active(&state.db, who.account_id, &id, keep).await?;
-    Ok(after_post(&req, &format!("{}?asked=keep", paths::SITES)))
+    Ok(after_post(&req, &format!("{}?asked={}", paths::SITES, Asked::Keep.as_str())))
 }
 
 /// `GET /sites/{id}/open`: to the site's wiki, let in to edit it (the farm's entry credential in
@@ -384,7 +519,7 @@ pub async fn keep_active(
 #[tracing::instrument(name = "Page: open a site", skip_all, fields(account_id = %who.account_id, site_id = %id))]
 pub async fn open(
     Call { who: Member(who), req: _, state }: MemberCall,
-    id: web::Path<String>,
+    id: web::Path<SiteId>,
 ) -> Result<HttpResponse, AppError> {
     connected(&state)?;
     let Some(farm) = &state.farm else { return Err(AppError::NotFound) };
@@ -398,15 +533,64 @@ pub async fn open(
 }
 
 /// The domains form: add a domain, or serve a site at a host name under one.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct DomainForm {
-    organization_id: String,
+    #[validate(custom(function = read, message = "Choose the organization from the page."))]
+    organization_id: Field<OrganizationId>,
     /// To add a domain.
-    domain: String,
+    #[validate(custom(function = read))]
+    domain: Field<Option<DomainName>>,
     /// To serve a site at a host name.
-    site: String,
-    hostname: String,
+    #[validate(custom(function = read))]
+    site: Field<Option<SiteId>>,
+    #[validate(custom(function = read))]
+    hostname: Field<Option<DomainName>>,
+}
+
+/// What the domains form asks.
+enum DomainAct {
+    /// Claim a domain for the organization.
+    Claim(SiteDomain),
+    /// Serve a site at a host name under one of its domains.
+    Place { site: SiteId, hostname: SiteDomain },
+}
+
+impl DomainForm {
+    /// Whether the form gives both a domain and a site's host name (the page's two forms never do).
+    fn both(&self) -> bool {
+        let placing = !self.site.raw().is_empty() || !self.hostname.raw().is_empty();
+        !self.domain.raw().is_empty() && placing
+    }
+
+    /// The act: a domain (or host name) must lie outside the farm's zone, which its settings say.
+    fn command(self, farm: &FarmSettings) -> Result<DomainAct, ServiceError> {
+        let mut problems = input::problems(&self);
+        if self.site.raw().is_empty() && self.hostname.raw().is_empty() {
+            let domain = needed(&mut problems, "domain", self.domain, farm);
+            return problems.or(domain).map(DomainAct::Claim);
+        }
+        let hostname = needed(&mut problems, "hostname", self.hostname, farm);
+        match problems.or(hostname.zip(self.site.into_ok()))? {
+            (hostname, Some(site)) => Ok(DomainAct::Place { site, hostname }),
+            // No site chosen names no site of the member's.
+            (_, None) => Err(ServiceError::NotFound("site")),
+        }
+    }
+}
+
+/// A name the form needs, outside the farm's zone; one left blank is told as any other
+/// unreadable name (its problem beside `field`).
+fn needed(
+    problems: &mut services::refusal::Problems,
+    field: &str,
+    name: Field<Option<DomainName>>,
+    farm: &FarmSettings,
+) -> Option<SiteDomain> {
+    match name.into_ok()? {
+        Some(name) => problems.field(field, name.outside_zone(farm)),
+        None => problems.field(field, DomainName::parse("").map(|_| SiteDomain::from(""))),
+    }
 }
 
 #[tracing::instrument(name = "Page: a custom domain", skip_all, fields(account_id = %who.account_id))]
@@ -415,28 +599,35 @@ pub async fn domains(
     form: Form<DomainForm>,
 ) -> Result<HttpResponse, AppError> {
     let org = organization(&form.organization_id)?;
-    let farm = &state.config.farm;
-    let (asked, done) = if form.site.is_empty() && form.hostname.is_empty() {
-        ("domain", fedwiki::domains::claim_domain(&state.db, farm, who.account_id, org, &form.domain).await.map(|_| ()))
-    } else if form.domain.is_empty() {
-        let placed =
-            fedwiki::domains::place_site_under_domain(&state.db, farm, who.account_id, &form.site, &form.hostname);
-        ("hostname", placed.await)
-    } else {
+    if form.both() {
         return Err(AppError::BadRequest("Give a domain, or a site and a host name.".into()));
+    }
+    let values = form.values();
+    let (asked, done) = match form.into_inner().command(&state.config.farm) {
+        Ok(DomainAct::Claim(domain)) => {
+            (Asked::Domain, fedwiki::domains::claim_domain(&state.db, who.account_id, org, &domain).await.map(|_| ()))
+        }
+        Ok(DomainAct::Place { site, hostname }) => (
+            Asked::Hostname,
+            fedwiki::domains::place_site_under_domain(&state.db, who.account_id, &site, &hostname).await,
+        ),
+        Err(e) => (Asked::Other, Err(e)),
     };
-    answer(&req, &state, who.account_id, Beside::Organization(org), asked, done, form.values()).await
+    answer(&req, &state, who.account_id, Beside::Organization(org), asked, done, values).await
 }
 
 /// Let go of a domain, or stop serving a site at a host name under one.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct RemoveDomainForm {
-    organization_id: String,
+    #[validate(custom(function = read, message = "Choose the organization from the page."))]
+    organization_id: Field<OrganizationId>,
     /// The domain to release.
-    domain: String,
+    #[validate(custom(function = read))]
+    domain: Field<HeldName>,
     /// The host name to stop serving.
-    hostname: String,
+    #[validate(custom(function = read))]
+    hostname: Field<HeldName>,
 }
 
 #[tracing::instrument(name = "Page: remove a custom domain", skip_all, fields(account_id = %who.account_id))]
@@ -445,12 +636,18 @@ pub async fn remove_domain(
     form: Form<RemoveDomainForm>,
 ) -> Result<HttpResponse, AppError> {
     let org = organization(&form.organization_id)?;
-    let (asked, done) = match (form.domain.is_empty(), form.hostname.is_empty()) {
-        (false, true) => {
-            ("release", fedwiki::domains::release_domain(&state.db, who.account_id, org, &form.domain).await)
+    let values = form.values();
+    let f = form.into_inner();
+    let given = |name: Field<HeldName>| if name.raw().is_empty() { None } else { name.into_ok() };
+    let (asked, done) = match (given(f.domain), given(f.hostname)) {
+        (Some(domain), None) => (
+            Asked::Release,
+            fedwiki::domains::release_domain(&state.db, who.account_id, org, &domain.into_domain()).await,
+        ),
+        (None, Some(hostname)) => {
+            (Asked::Stop, fedwiki::domains::stop_serving(&state.db, who.account_id, org, &hostname.into_domain()).await)
         }
-        (true, false) => ("stop", fedwiki::domains::stop_serving(&state.db, who.account_id, org, &form.hostname).await),
         _ => return Err(AppError::BadRequest("Give a domain to release, or a host name to stop serving.".into())),
     };
-    answer(&req, &state, who.account_id, Beside::Organization(org), asked, done, form.values()).await
+    answer(&req, &state, who.account_id, Beside::Organization(org), asked, done, values).await
 }

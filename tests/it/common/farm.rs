@@ -11,7 +11,7 @@ pub const TOKEN: &str = "farm-test-token";
 pub const CALLBACK_SECRET: &str = "farm-test-callback-secret";
 
 /// The id of the site named `name` (its domain under the farm's zone).
-pub async fn site_id(t: &super::TestDb, name: &str) -> String {
+pub async fn site_id(t: &super::TestDb, name: &str) -> member_console::ids::SiteId {
     t.one(
         sqlx::query_scalar("SELECT site_id FROM fedwiki.sites WHERE domain = $1")
             .bind(format!("{name}.wiki.localhost")),
