@@ -14,11 +14,12 @@ use crate::{
 };
 
 use super::{ConvergeInvoice, ReconcileSubscription};
+use crate::ids::{StripeEventId, StripeInvoiceId, StripeSubscriptionId};
 
 /// The parts of a Stripe event the console reads.
 #[derive(Debug, Deserialize)]
 struct Envelope {
-    id: String,
+    id: StripeEventId,
     #[serde(rename = "type")]
     event_type: String,
     created: i64,
@@ -74,12 +75,12 @@ pub async fn receive_event(db: &Db, body: &[u8]) -> Result<Received, ServiceErro
     let work = work_of(&e.event_type, &e.data.object);
     let object_id = str_at(&e.data.object, &["id"]);
     let (mut kinds, mut payloads) = (vec![], vec![]);
-    if let Some(s) = work.subscription {
+    if let Some(s) = work.subscription.map(StripeSubscriptionId::from) {
         let key = ReconcileSubscription::object_key(&s);
         kinds.push(ReconcileSubscription::KIND.to_string());
         payloads.push(jobs::object_payload(&ReconcileSubscription { stripe_subscription_id: s }, &key));
     }
-    if let Some(i) = work.invoice {
+    if let Some(i) = work.invoice.map(StripeInvoiceId::from) {
         let key = format!("stripe-invoice:{i}");
         kinds.push(ConvergeInvoice::KIND.to_string());
         payloads.push(jobs::object_payload(&ConvergeInvoice { stripe_invoice_id: i }, &key));

@@ -22,7 +22,12 @@ pub use outbox::process_outbox;
 pub use reconcile::{Reconciled, reconcile_subscription};
 pub use sweep::{sweep_billing, sweep_billing_with};
 
-use crate::{integrations::stripe::StripeFailure, jobs::Job, services::ServiceError};
+use crate::{
+    ids::{StripeInvoiceId, StripeSubscriptionId},
+    integrations::stripe::StripeFailure,
+    jobs::Job,
+    services::ServiceError,
+};
 
 /// A Stripe failure in the refusal model: its sentence for people, and whether to try again.
 pub(crate) fn remote(f: StripeFailure) -> ServiceError {
@@ -41,7 +46,10 @@ pub(crate) fn remote_write(f: StripeFailure) -> ServiceError {
 /// that one already waiting is not queued twice: one insert on the handle, no lock. Used where a
 /// change's outcome in Stripe is unknown or the reconcile at once failed, so the console still
 /// converges on what Stripe holds.
-pub(crate) async fn enqueue_reconcile(db: &crate::db::Db, stripe_subscription_id: &str) -> Result<(), ServiceError> {
+pub(crate) async fn enqueue_reconcile(
+    db: &crate::db::Db,
+    stripe_subscription_id: &StripeSubscriptionId,
+) -> Result<(), ServiceError> {
     let mut conn = db.pool.acquire().await.map_err(crate::db::DbError::from)?;
     enqueue_reconcile_on(&mut conn, stripe_subscription_id).await?;
     Ok(())
@@ -50,9 +58,9 @@ pub(crate) async fn enqueue_reconcile(db: &crate::db::Db, stripe_subscription_id
 /// The same on a connection (the sweep's transaction); whether one was queued.
 pub(crate) async fn enqueue_reconcile_on(
     conn: &mut sqlx::PgConnection,
-    stripe_subscription_id: &str,
+    stripe_subscription_id: &StripeSubscriptionId,
 ) -> Result<bool, ServiceError> {
-    let job = ReconcileSubscription { stripe_subscription_id: stripe_subscription_id.to_string() };
+    let job = ReconcileSubscription { stripe_subscription_id: stripe_subscription_id.clone() };
     let key = ReconcileSubscription::object_key(stripe_subscription_id);
     Ok(crate::jobs::enqueue_for_object(conn, &job, &key).await?.is_some())
 }
@@ -60,12 +68,12 @@ pub(crate) async fn enqueue_reconcile_on(
 /// Reconcile one Stripe subscription (enqueued by the webhook's intake and the sweep).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReconcileSubscription {
-    pub stripe_subscription_id: String,
+    pub stripe_subscription_id: StripeSubscriptionId,
 }
 
 impl ReconcileSubscription {
     /// The key every enqueuer uses, so one reconcile waits per subscription.
-    pub fn object_key(stripe_subscription_id: &str) -> String {
+    pub fn object_key(stripe_subscription_id: &StripeSubscriptionId) -> String {
         format!("stripe-subscription:{stripe_subscription_id}")
     }
 }
@@ -77,7 +85,7 @@ impl Job for ReconcileSubscription {
 /// Converge one Stripe invoice.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConvergeInvoice {
-    pub stripe_invoice_id: String,
+    pub stripe_invoice_id: StripeInvoiceId,
 }
 
 impl Job for ConvergeInvoice {
