@@ -175,7 +175,10 @@ pub fn describe() -> String {
 /// subscription an operator grant of Pro displaces; the demo member owns all three. Idempotent: an
 /// organization that already has a subscription is left as it is.
 pub async fn load_billing(db: &Db, stripe: &crate::integrations::stripe::Stripe) -> anyhow::Result<()> {
-    use crate::services::billing::{self, catalog_sync::NewPrice};
+    use crate::services::billing::{
+        self,
+        catalog_sync::{Amount, Currency, NewPrice},
+    };
     let err = |e: crate::services::ServiceError| anyhow::anyhow!("{e}");
     let stripe_err = |e: crate::integrations::stripe::StripeFailure| anyhow::anyhow!("{e}");
     let mut prices = std::collections::HashMap::new();
@@ -190,9 +193,16 @@ pub async fn load_billing(db: &Db, stripe: &crate::integrations::stripe::Stripe)
             crate::store::billing::prices_of(&mut conn, id).await?
         };
         if !existing.iter().any(|p| p.active) {
-            billing::set_price(db, id, &NewPrice::parse("month", amount, "eur").map_err(err)?).await.map_err(err)?;
             let yearly = format!("{}", amount.parse::<i64>().unwrap_or(1) * 10);
-            billing::set_price(db, id, &NewPrice::parse("year", &yearly, "eur").map_err(err)?).await.map_err(err)?;
+            for (interval, amount) in [
+                (crate::states::BillingInterval::Month, amount),
+                (crate::states::BillingInterval::Year, yearly.as_str()),
+            ] {
+                let price = Amount::parse(amount)
+                    .and_then(|a| NewPrice::new(interval, &a, Currency::parse("eur")?))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                billing::set_price(db, id, &price).await.map_err(err)?;
+            }
         }
         billing::sync_product(db, id).await.map_err(err)?;
         billing::apply_product_sync(db, stripe, id, "demo").await.map_err(err)?;

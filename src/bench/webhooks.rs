@@ -21,7 +21,10 @@ use crate::{
     integrations::stripe::{Stripe, signature},
     jobs::{Worker, WorkerOptions},
     scratch::ScratchDb,
-    services::billing::{self, catalog_sync::NewPrice},
+    services::billing::{
+        self,
+        catalog_sync::{Amount, Currency, NewPrice},
+    },
 };
 
 /// The webhook senders, as Stripe's delivery fan-out and the issue ask.
@@ -134,10 +137,15 @@ async fn seed(
     let pro = super::id_of(&s.admin, "SELECT product_id FROM core.products WHERE name = $1", "Pro").await?;
     let ty = super::id_of(&s.admin, "SELECT org_type_id FROM core.org_types WHERE name = $1", "Community").await?;
     let pro = crate::ids::ProductId(pro);
-    let price =
-        billing::set_price(&s.db, pro, &NewPrice::parse("month", "30", "eur").map_err(|e| anyhow::anyhow!("{e}"))?)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let price = billing::set_price(
+        &s.db,
+        pro,
+        &Amount::parse("30")
+            .and_then(|a| NewPrice::new(crate::states::BillingInterval::Month, &a, Currency::parse("eur")?))
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     billing::sync_product(&s.db, pro).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     billing::apply_product_sync(&s.db, stripe, pro, "bench").await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let stripe_price: String = sqlx::query_scalar("SELECT stripe_price_id FROM billing.prices WHERE price_id = $1")

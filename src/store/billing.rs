@@ -7,8 +7,9 @@ use sqlx::PgConnection;
 use crate::{
     db::locks::Lock,
     ids::{
-        AccountId, ConferralId, LadderId, OrganizationId, OutboxId, PoolId, PriceId, ProductId, SubscriptionId,
-        SubscriptionItemId,
+        AccountId, ConferralId, LadderId, OrganizationId, OutboxId, PoolId, PriceId, ProductId, StripeCustomerId,
+        StripeEventId, StripeInvoiceId, StripeItemId, StripeLineId, StripePaymentId, StripePriceId, StripeProductId,
+        StripeScheduleId, StripeSessionId, StripeSubscriptionId, SubscriptionId, SubscriptionItemId,
     },
     states::{BillingInterval, InvoiceStatus, SubscriptionStatus, SyncState},
 };
@@ -30,13 +31,13 @@ pub struct SubscriptionRow {
 
 pub async fn subscription_by_stripe_id(
     conn: &mut PgConnection,
-    stripe_id: &str,
+    stripe_id: &StripeSubscriptionId,
 ) -> sqlx::Result<Option<SubscriptionRow>> {
     sqlx::query_as!(
         SubscriptionRow,
         r#"SELECT subscription_id, organization_id, status AS "status: SubscriptionStatus", observed_at
            FROM core.subscriptions WHERE stripe_subscription_id = $1"#,
-        stripe_id
+        stripe_id.as_str()
     )
     .fetch_optional(conn)
     .await
@@ -45,7 +46,7 @@ pub async fn subscription_by_stripe_id(
 /// What the reconcile writes of a subscription (the rest of the row is the items and periods).
 pub struct SubscriptionState<'a> {
     pub status: SubscriptionStatus,
-    pub customer: &'a str,
+    pub customer: &'a StripeCustomerId,
     pub cancel_at_period_end: bool,
     pub collection_paused: bool,
     /// The pause is the console's own (another plan displaced the subscription everywhere).
@@ -58,7 +59,7 @@ pub struct SubscriptionState<'a> {
 pub async fn insert_subscription(
     conn: &mut PgConnection,
     organization_id: OrganizationId,
-    stripe_id: &str,
+    stripe_id: &StripeSubscriptionId,
     s: &SubscriptionState<'_>,
 ) -> sqlx::Result<SubscriptionId> {
     sqlx::query_scalar!(
@@ -68,9 +69,9 @@ pub async fn insert_subscription(
            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
            RETURNING subscription_id AS "subscription_id: SubscriptionId""#,
         organization_id as OrganizationId,
-        stripe_id,
+        stripe_id.as_str(),
         s.status as SubscriptionStatus,
-        s.customer,
+        s.customer.as_str(),
         s.cancel_at_period_end,
         s.collection_paused,
         s.current_period.map(|p| p.0),
@@ -96,7 +97,7 @@ pub async fn update_subscription(
             WHERE subscription_id = $1"#,
         id as SubscriptionId,
         s.status as SubscriptionStatus,
-        s.customer,
+        s.customer.as_str(),
         s.cancel_at_period_end,
         s.collection_paused,
         s.current_period.map(|p| p.0),
@@ -148,7 +149,7 @@ pub async fn put_period(
 #[derive(Debug, Clone)]
 pub struct ItemRow {
     pub subscription_item_id: SubscriptionItemId,
-    pub stripe_item_id: String,
+    pub stripe_item_id: StripeItemId,
     pub product_id: ProductId,
     pub quantity: i32,
     pub removed_at: Option<DateTime<Utc>>,
@@ -168,18 +169,18 @@ pub async fn items_of(conn: &mut PgConnection, id: SubscriptionId) -> sqlx::Resu
 pub async fn insert_item(
     conn: &mut PgConnection,
     id: SubscriptionId,
-    stripe_item_id: &str,
+    stripe_item_id: &StripeItemId,
     product_id: ProductId,
-    stripe_price_id: &str,
+    stripe_price_id: &StripePriceId,
     quantity: i32,
 ) -> sqlx::Result<SubscriptionItemId> {
     sqlx::query_scalar!(
         r#"INSERT INTO core.subscription_items (subscription_id, stripe_item_id, product_id, stripe_price_id, quantity)
            VALUES ($1, $2, $3, $4, $5) RETURNING subscription_item_id AS "id: SubscriptionItemId""#,
         id as SubscriptionId,
-        stripe_item_id,
+        stripe_item_id.as_str(),
         product_id as ProductId,
-        stripe_price_id,
+        stripe_price_id.as_str(),
         quantity
     )
     .fetch_one(conn)
@@ -190,7 +191,7 @@ pub async fn update_item(
     conn: &mut PgConnection,
     item: SubscriptionItemId,
     product_id: ProductId,
-    stripe_price_id: &str,
+    stripe_price_id: &StripePriceId,
     quantity: i32,
 ) -> sqlx::Result<()> {
     sqlx::query!(
@@ -198,7 +199,7 @@ pub async fn update_item(
           WHERE subscription_item_id = $1",
         item as SubscriptionItemId,
         product_id as ProductId,
-        stripe_price_id,
+        stripe_price_id.as_str(),
         quantity
     )
     .execute(conn)
@@ -284,12 +285,12 @@ pub async fn request_organization_reconciles(
 /// The console's price and product behind a Stripe price id.
 pub async fn price_by_stripe_id(
     conn: &mut PgConnection,
-    stripe_price_id: &str,
+    stripe_price_id: &StripePriceId,
 ) -> sqlx::Result<Option<(PriceId, ProductId)>> {
     let row = sqlx::query!(
         r#"SELECT price_id AS "price_id: PriceId", product_id AS "product_id: ProductId"
            FROM billing.prices WHERE stripe_price_id = $1"#,
-        stripe_price_id
+        stripe_price_id.as_str()
     )
     .fetch_optional(conn)
     .await?;
@@ -298,23 +299,27 @@ pub async fn price_by_stripe_id(
 
 pub async fn organization_of_customer(
     conn: &mut PgConnection,
-    stripe_customer_id: &str,
+    stripe_customer_id: &StripeCustomerId,
 ) -> sqlx::Result<Option<OrganizationId>> {
     sqlx::query_scalar!(
         r#"SELECT organization_id AS "id: OrganizationId" FROM billing.customers WHERE stripe_customer_id = $1"#,
-        stripe_customer_id
+        stripe_customer_id.as_str()
     )
     .fetch_optional(conn)
     .await
 }
 
-pub async fn customer_of(conn: &mut PgConnection, organization_id: OrganizationId) -> sqlx::Result<Option<String>> {
+pub async fn customer_of(
+    conn: &mut PgConnection,
+    organization_id: OrganizationId,
+) -> sqlx::Result<Option<StripeCustomerId>> {
     sqlx::query_scalar!(
         "SELECT stripe_customer_id FROM billing.customers WHERE organization_id = $1",
         organization_id as OrganizationId
     )
     .fetch_optional(conn)
     .await
+    .map(|c| c.map(StripeCustomerId::from))
 }
 
 /// Record the organization's customer; a concurrent insert of the same one is no conflict.
@@ -322,12 +327,12 @@ pub async fn customer_of(conn: &mut PgConnection, organization_id: OrganizationI
 pub async fn put_customer(
     conn: &mut PgConnection,
     organization_id: OrganizationId,
-    stripe_customer_id: &str,
-) -> sqlx::Result<String> {
+    stripe_customer_id: &StripeCustomerId,
+) -> sqlx::Result<StripeCustomerId> {
     sqlx::query!(
         "INSERT INTO billing.customers (organization_id, stripe_customer_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         organization_id as OrganizationId,
-        stripe_customer_id
+        stripe_customer_id.as_str()
     )
     .execute(&mut *conn)
     .await?;
@@ -338,7 +343,7 @@ pub async fn put_customer(
 
 pub async fn insert_checkout_session(
     conn: &mut PgConnection,
-    stripe_session_id: &str,
+    stripe_session_id: &StripeSessionId,
     organization_id: OrganizationId,
     price_id: PriceId,
     started_by: AccountId,
@@ -346,7 +351,7 @@ pub async fn insert_checkout_session(
     sqlx::query!(
         "INSERT INTO billing.checkout_sessions (stripe_session_id, organization_id, price_id, started_by)
          VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-        stripe_session_id,
+        stripe_session_id.as_str(),
         organization_id as OrganizationId,
         price_id as PriceId,
         started_by as AccountId
@@ -359,11 +364,11 @@ pub async fn insert_checkout_session(
 /// The organization a checkout session was started for.
 pub async fn checkout_session_organization(
     conn: &mut PgConnection,
-    stripe_session_id: &str,
+    stripe_session_id: &StripeSessionId,
 ) -> sqlx::Result<Option<OrganizationId>> {
     sqlx::query_scalar!(
         r#"SELECT organization_id AS "id: OrganizationId" FROM billing.checkout_sessions WHERE stripe_session_id = $1"#,
-        stripe_session_id
+        stripe_session_id.as_str()
     )
     .fetch_optional(conn)
     .await
@@ -371,14 +376,14 @@ pub async fn checkout_session_organization(
 
 pub async fn complete_checkout_session(
     conn: &mut PgConnection,
-    stripe_session_id: &str,
-    stripe_subscription_id: &str,
+    stripe_session_id: &StripeSessionId,
+    stripe_subscription_id: &StripeSubscriptionId,
 ) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE billing.checkout_sessions SET completed_at = coalesce(completed_at, now()), stripe_subscription_id = $2
           WHERE stripe_session_id = $1",
-        stripe_session_id,
-        stripe_subscription_id
+        stripe_session_id.as_str(),
+        stripe_subscription_id.as_str()
     )
     .execute(conn)
     .await?;
@@ -386,7 +391,7 @@ pub async fn complete_checkout_session(
 }
 
 /// Sessions started in the last two days that no return or event completed (the sweep asks).
-pub async fn open_checkout_sessions(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<String>> {
+pub async fn open_checkout_sessions(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<StripeSessionId>> {
     sqlx::query_scalar!(
         "SELECT stripe_session_id FROM billing.checkout_sessions
           WHERE completed_at IS NULL AND created_at > now() - interval '2 days'
@@ -395,6 +400,7 @@ pub async fn open_checkout_sessions(conn: &mut PgConnection, limit: i64) -> sqlx
     )
     .fetch_all(conn)
     .await
+    .map(|ids| ids.into_iter().map(StripeSessionId::from).collect())
 }
 
 // Events ------------------------------------------------------------------------------------------
@@ -402,7 +408,7 @@ pub async fn open_checkout_sessions(conn: &mut PgConnection, limit: i64) -> sqlx
 /// Record an event once by its id. False: it was recorded before (a duplicate delivery).
 pub async fn record_event(
     conn: &mut PgConnection,
-    event_id: &str,
+    event_id: &StripeEventId,
     event_type: &str,
     object_id: Option<&str>,
     stripe_created: DateTime<Utc>,
@@ -410,7 +416,7 @@ pub async fn record_event(
     let r = sqlx::query!(
         "INSERT INTO billing.stripe_events (event_id, event_type, object_id, stripe_created)
          VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING",
-        event_id,
+        event_id.as_str(),
         event_type,
         object_id,
         stripe_created
@@ -424,18 +430,21 @@ pub async fn record_event(
 
 pub async fn invoice_observed_at(
     conn: &mut PgConnection,
-    stripe_invoice_id: &str,
+    stripe_invoice_id: &StripeInvoiceId,
 ) -> sqlx::Result<Option<DateTime<Utc>>> {
-    sqlx::query_scalar!("SELECT observed_at FROM billing.invoices WHERE stripe_invoice_id = $1", stripe_invoice_id)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_scalar!(
+        "SELECT observed_at FROM billing.invoices WHERE stripe_invoice_id = $1",
+        stripe_invoice_id.as_str()
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 pub struct InvoiceWrite<'a> {
-    pub stripe_invoice_id: &'a str,
+    pub stripe_invoice_id: &'a StripeInvoiceId,
     pub organization_id: Option<OrganizationId>,
-    pub stripe_subscription_id: Option<&'a str>,
-    pub stripe_customer_id: &'a str,
+    pub stripe_subscription_id: Option<&'a StripeSubscriptionId>,
+    pub stripe_customer_id: &'a StripeCustomerId,
     pub number: Option<&'a str>,
     pub status: InvoiceStatus,
     pub currency: &'a str,
@@ -462,10 +471,10 @@ pub async fn put_invoice(conn: &mut PgConnection, i: &InvoiceWrite<'_>) -> sqlx:
                   amount_remaining = EXCLUDED.amount_remaining, hosted_invoice_url = EXCLUDED.hosted_invoice_url,
                   period_start = EXCLUDED.period_start, period_end = EXCLUDED.period_end,
                   stripe_created = EXCLUDED.stripe_created, observed_at = EXCLUDED.observed_at, updated_at = now()"#,
-        i.stripe_invoice_id,
+        i.stripe_invoice_id.as_str(),
         i.organization_id as Option<OrganizationId>,
-        i.stripe_subscription_id,
-        i.stripe_customer_id,
+        i.stripe_subscription_id.map(|s| s.as_str()),
+        i.stripe_customer_id.as_str(),
         i.number,
         i.status as InvoiceStatus,
         i.currency,
@@ -484,11 +493,11 @@ pub async fn put_invoice(conn: &mut PgConnection, i: &InvoiceWrite<'_>) -> sqlx:
 }
 
 /// Replace the invoice's lines and payments with what Stripe lists now.
-pub async fn clear_invoice_details(conn: &mut PgConnection, stripe_invoice_id: &str) -> sqlx::Result<()> {
-    sqlx::query!("DELETE FROM billing.invoice_lines WHERE stripe_invoice_id = $1", stripe_invoice_id)
+pub async fn clear_invoice_details(conn: &mut PgConnection, stripe_invoice_id: &StripeInvoiceId) -> sqlx::Result<()> {
+    sqlx::query!("DELETE FROM billing.invoice_lines WHERE stripe_invoice_id = $1", stripe_invoice_id.as_str())
         .execute(&mut *conn)
         .await?;
-    sqlx::query!("DELETE FROM billing.invoice_payments WHERE stripe_invoice_id = $1", stripe_invoice_id)
+    sqlx::query!("DELETE FROM billing.invoice_payments WHERE stripe_invoice_id = $1", stripe_invoice_id.as_str())
         .execute(conn)
         .await?;
     Ok(())
@@ -497,12 +506,12 @@ pub async fn clear_invoice_details(conn: &mut PgConnection, stripe_invoice_id: &
 #[allow(clippy::too_many_arguments)]
 pub async fn insert_invoice_line(
     conn: &mut PgConnection,
-    stripe_invoice_id: &str,
-    stripe_line_id: &str,
+    stripe_invoice_id: &StripeInvoiceId,
+    stripe_line_id: &StripeLineId,
     description: Option<&str>,
     amount: i64,
     quantity: Option<i64>,
-    stripe_price_id: Option<&str>,
+    stripe_price_id: Option<&StripePriceId>,
     period: (DateTime<Utc>, DateTime<Utc>),
 ) -> sqlx::Result<()> {
     sqlx::query!(
@@ -510,12 +519,12 @@ pub async fn insert_invoice_line(
              stripe_price_id, period_start, period_end)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (stripe_line_id) DO NOTHING",
-        stripe_line_id,
-        stripe_invoice_id,
+        stripe_line_id.as_str(),
+        stripe_invoice_id.as_str(),
         description,
         amount,
         quantity,
-        stripe_price_id,
+        stripe_price_id.map(|x| x.as_str()),
         period.0,
         period.1
     )
@@ -526,8 +535,8 @@ pub async fn insert_invoice_line(
 
 pub async fn insert_invoice_payment(
     conn: &mut PgConnection,
-    stripe_invoice_id: &str,
-    stripe_payment_id: &str,
+    stripe_invoice_id: &StripeInvoiceId,
+    stripe_payment_id: &StripePaymentId,
     status: &str,
     amount: i64,
     paid_at: Option<DateTime<Utc>>,
@@ -535,8 +544,8 @@ pub async fn insert_invoice_payment(
     sqlx::query!(
         "INSERT INTO billing.invoice_payments (stripe_payment_id, stripe_invoice_id, status, amount, paid_at)
          VALUES ($1, $2, $3, $4, $5) ON CONFLICT (stripe_payment_id) DO NOTHING",
-        stripe_payment_id,
-        stripe_invoice_id,
+        stripe_payment_id.as_str(),
+        stripe_invoice_id.as_str(),
         status,
         amount,
         paid_at
@@ -549,11 +558,11 @@ pub async fn insert_invoice_payment(
 /// The organization a Stripe subscription belongs to, as the console has it.
 pub async fn organization_of_subscription(
     conn: &mut PgConnection,
-    stripe_subscription_id: &str,
+    stripe_subscription_id: &StripeSubscriptionId,
 ) -> sqlx::Result<Option<OrganizationId>> {
     sqlx::query_scalar!(
         r#"SELECT organization_id AS "id: OrganizationId" FROM core.subscriptions WHERE stripe_subscription_id = $1"#,
-        stripe_subscription_id
+        stripe_subscription_id.as_str()
     )
     .fetch_optional(conn)
     .await
@@ -565,7 +574,7 @@ pub async fn organization_of_subscription(
 pub struct OutboxRow {
     pub outbox_id: OutboxId,
     pub kind: String,
-    pub stripe_subscription_id: Option<String>,
+    pub stripe_subscription_id: Option<StripeSubscriptionId>,
     pub product_id: Option<ProductId>,
     pub attempts: i32,
 }
@@ -585,7 +594,7 @@ pub async fn claim_outbox(conn: &mut PgConnection, limit: i64, lease_secs: f64) 
              FROM due WHERE o.outbox_id = due.outbox_id
            RETURNING o.outbox_id AS "outbox_id: OutboxId", o.kind,
                      (SELECT s.stripe_subscription_id FROM core.subscriptions s WHERE s.subscription_id = o.subscription_id)
-                         AS stripe_subscription_id,
+                         AS "stripe_subscription_id: StripeSubscriptionId",
                      o.product_id AS "product_id: ProductId", o.attempts"#,
         limit,
         lease_secs
@@ -631,7 +640,7 @@ pub struct Price {
     pub amount_minor: i64,
     pub currency: String,
     pub active: bool,
-    pub stripe_price_id: Option<String>,
+    pub stripe_price_id: Option<StripePriceId>,
     pub stripe_active: Option<bool>,
     pub sync_state: SyncState,
     pub last_error: Option<String>,
@@ -642,7 +651,7 @@ pub async fn prices_of(conn: &mut PgConnection, product_id: ProductId) -> sqlx::
     sqlx::query_as!(
         Price,
         r#"SELECT price_id, product_id, billing_interval AS "billing_interval: BillingInterval", amount_minor, currency,
-                  active, stripe_price_id, stripe_active, sync_state AS "sync_state: SyncState", last_error, created_at
+                  active, stripe_price_id AS "stripe_price_id: StripePriceId", stripe_active, sync_state AS "sync_state: SyncState", last_error, created_at
            FROM billing.prices WHERE product_id = $1 ORDER BY active DESC, billing_interval, currency, created_at DESC"#,
         product_id as ProductId
     )
@@ -654,7 +663,7 @@ pub async fn price(conn: &mut PgConnection, price_id: PriceId) -> sqlx::Result<O
     sqlx::query_as!(
         Price,
         r#"SELECT price_id, product_id, billing_interval AS "billing_interval: BillingInterval", amount_minor, currency,
-                  active, stripe_price_id, stripe_active, sync_state AS "sync_state: SyncState", last_error, created_at
+                  active, stripe_price_id AS "stripe_price_id: StripePriceId", stripe_active, sync_state AS "sync_state: SyncState", last_error, created_at
            FROM billing.prices WHERE price_id = $1"#,
         price_id as PriceId
     )
@@ -710,7 +719,7 @@ pub async fn insert_price(
 #[derive(Debug, Clone)]
 pub struct ProductMapping {
     pub product_id: ProductId,
-    pub stripe_product_id: Option<String>,
+    pub stripe_product_id: Option<StripeProductId>,
     pub synced_name: Option<String>,
     pub sync_state: SyncState,
     pub last_error: Option<String>,
@@ -720,7 +729,7 @@ pub struct ProductMapping {
 pub async fn product_mapping(conn: &mut PgConnection, product_id: ProductId) -> sqlx::Result<Option<ProductMapping>> {
     sqlx::query_as!(
         ProductMapping,
-        r#"SELECT product_id, stripe_product_id, synced_name, sync_state AS "sync_state: SyncState", last_error, synced_at
+        r#"SELECT product_id, stripe_product_id AS "stripe_product_id: StripeProductId", synced_name, sync_state AS "sync_state: SyncState", last_error, synced_at
            FROM billing.product_mappings WHERE product_id = $1"#,
         product_id as ProductId
     )
@@ -743,7 +752,7 @@ pub async fn mapping_pending(conn: &mut PgConnection, product_id: ProductId) -> 
 pub async fn mapping_synced(
     conn: &mut PgConnection,
     product_id: ProductId,
-    stripe_product_id: &str,
+    stripe_product_id: &StripeProductId,
     name: &str,
 ) -> sqlx::Result<()> {
     sqlx::query!(
@@ -751,7 +760,7 @@ pub async fn mapping_synced(
             SET stripe_product_id = $2, synced_name = $3, sync_state = 'synced', last_error = NULL, synced_at = now()
           WHERE product_id = $1",
         product_id as ProductId,
-        stripe_product_id,
+        stripe_product_id.as_str(),
         name
     )
     .execute(conn)
@@ -780,7 +789,7 @@ pub async fn prices_pending(conn: &mut PgConnection, ids: &[PriceId]) -> sqlx::R
 pub async fn price_synced(
     conn: &mut PgConnection,
     price_id: PriceId,
-    stripe_price_id: &str,
+    stripe_price_id: &StripePriceId,
     stripe_active: bool,
 ) -> sqlx::Result<()> {
     sqlx::query!(
@@ -788,7 +797,7 @@ pub async fn price_synced(
             SET stripe_price_id = $2, stripe_active = $3, sync_state = 'synced', last_error = NULL, synced_at = now()
           WHERE price_id = $1",
         price_id as PriceId,
-        stripe_price_id,
+        stripe_price_id.as_str(),
         stripe_active
     )
     .execute(conn)
@@ -856,7 +865,7 @@ pub async fn open_checkouts_on_ladders_of(
     conn: &mut PgConnection,
     organization_id: OrganizationId,
     product_id: ProductId,
-) -> sqlx::Result<Vec<(String, PriceId)>> {
+) -> sqlx::Result<Vec<(StripeSessionId, PriceId)>> {
     let rows = sqlx::query!(
         r#"SELECT cs.stripe_session_id, cs.price_id AS "price_id: PriceId" FROM billing.checkout_sessions cs
              JOIN billing.prices pr ON pr.price_id = cs.price_id
@@ -870,7 +879,7 @@ pub async fn open_checkouts_on_ladders_of(
     )
     .fetch_all(conn)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.stripe_session_id, r.price_id)).collect())
+    Ok(rows.into_iter().map(|r| (r.stripe_session_id.into(), r.price_id)).collect())
 }
 
 /// The organization's newest recorded checkout session, if any (a new checkout's idempotency key
@@ -878,7 +887,7 @@ pub async fn open_checkouts_on_ladders_of(
 pub async fn latest_checkout_session(
     conn: &mut PgConnection,
     organization_id: OrganizationId,
-) -> sqlx::Result<Option<String>> {
+) -> sqlx::Result<Option<StripeSessionId>> {
     sqlx::query_scalar!(
         "SELECT stripe_session_id FROM billing.checkout_sessions WHERE organization_id = $1
           ORDER BY created_at DESC, stripe_session_id DESC LIMIT 1",
@@ -886,6 +895,7 @@ pub async fn latest_checkout_session(
     )
     .fetch_optional(conn)
     .await
+    .map(|s| s.map(StripeSessionId::from))
 }
 
 /// Whether the price is on sale: active, synced and not archived in Stripe, of a published paid
@@ -933,7 +943,7 @@ pub async fn live_subscriptions_after(
     conn: &mut PgConnection,
     after: SubscriptionId,
     limit: i64,
-) -> sqlx::Result<Vec<(SubscriptionId, String)>> {
+) -> sqlx::Result<Vec<(SubscriptionId, StripeSubscriptionId)>> {
     let rows = sqlx::query!(
         r#"SELECT subscription_id AS "id: SubscriptionId", stripe_subscription_id FROM core.subscriptions
             WHERE subscription_id > $1 AND status NOT IN ('canceled', 'incomplete_expired')
@@ -943,7 +953,7 @@ pub async fn live_subscriptions_after(
     )
     .fetch_all(conn)
     .await?;
-    Ok(rows.into_iter().map(|r| (r.id, r.stripe_subscription_id)).collect())
+    Ok(rows.into_iter().map(|r| (r.id, r.stripe_subscription_id.into())).collect())
 }
 
 /// The sweep's cursor and its unfinished walk through Stripe's events (migration 0004).
@@ -952,13 +962,16 @@ pub struct SweepState {
     /// The newest event time a completed walk read (NULL before the first).
     pub events_seen_until: Option<DateTime<Utc>>,
     /// The oldest event the unfinished walk has read: the next pass continues after it.
-    pub resume_after: Option<String>,
+    pub resume_after: Option<StripeEventId>,
     /// The newest event time the unfinished walk read first.
     pub walk_newest: Option<DateTime<Utc>>,
 }
 
 pub async fn sweep_state(conn: &mut PgConnection) -> sqlx::Result<SweepState> {
-    sqlx::query_as!(SweepState, "SELECT events_seen_until, resume_after, walk_newest FROM billing.sweep_state")
+    sqlx::query_as!(
+        SweepState,
+        r#"SELECT events_seen_until, resume_after AS "resume_after: StripeEventId", walk_newest FROM billing.sweep_state"#
+    )
         .fetch_one(conn)
         .await
 }
@@ -968,7 +981,7 @@ pub async fn sweep_state(conn: &mut PgConnection) -> sqlx::Result<SweepState> {
 pub async fn set_sweep_state(
     conn: &mut PgConnection,
     seen_until: Option<DateTime<Utc>>,
-    resume: Option<(&str, DateTime<Utc>)>,
+    resume: Option<(&StripeEventId, DateTime<Utc>)>,
 ) -> sqlx::Result<()> {
     let (resume_after, walk_newest) = resume.unzip();
     sqlx::query!(
@@ -976,7 +989,7 @@ pub async fn set_sweep_state(
             SET events_seen_until = coalesce($1, events_seen_until), resume_after = $2, walk_newest = $3,
                 last_run_at = now()",
         seen_until,
-        resume_after,
+        resume_after.map(|e| e.as_str()),
         walk_newest
     )
     .execute(conn)
@@ -989,7 +1002,7 @@ pub async fn set_sweep_state(
 #[derive(Debug, Clone)]
 pub struct ScheduledChange {
     pub scheduled_change_id: i64,
-    pub stripe_schedule_id: String,
+    pub stripe_schedule_id: StripeScheduleId,
     pub plan_ladder_id: LadderId,
     pub from_product_id: ProductId,
     pub to_product_id: ProductId,
@@ -1031,7 +1044,7 @@ pub async fn ladder_changes(
 pub async fn insert_scheduled_change(
     conn: &mut PgConnection,
     id: SubscriptionId,
-    schedule: &str,
+    schedule: &StripeScheduleId,
     change: (LadderId, ProductId, ProductId),
     effective_at: DateTime<Utc>,
 ) -> sqlx::Result<()> {
@@ -1040,7 +1053,7 @@ pub async fn insert_scheduled_change(
              to_product_id, effective_at)
          VALUES ($1, $2, $3, $4, $5, $6)",
         id as SubscriptionId,
-        schedule,
+        schedule.as_str(),
         change.0 as LadderId,
         change.1 as ProductId,
         change.2 as ProductId,
@@ -1083,7 +1096,7 @@ pub async fn is_paid_tier(conn: &mut PgConnection, product_id: ProductId) -> sql
 /// (recorded, jobs inserted); recorded false for an event seen before.
 pub async fn record_event_with_jobs(
     conn: &mut PgConnection,
-    event: (&str, &str, Option<&str>, DateTime<Utc>),
+    event: (&StripeEventId, &str, Option<&str>, DateTime<Utc>),
     kinds: &[String],
     payloads: &[serde_json::Value],
     max_attempts: i32,
@@ -1099,7 +1112,7 @@ pub async fn record_event_with_jobs(
                ON CONFLICT ((payload->>'object_key')) WHERE state = 'pending' AND payload ? 'object_key' DO NOTHING
                RETURNING 1)
            SELECT EXISTS (SELECT 1 FROM e) AS "recorded!", (SELECT count(*) FROM j) AS "jobs!""#,
-        event.0,
+        event.0.as_str(),
         event.1,
         event.2,
         event.3,
@@ -1115,11 +1128,14 @@ pub async fn record_event_with_jobs(
 /// Whether Stripe no longer sells the price with this Stripe id, as the console last synced it
 /// (None: the console has no such price). A price archived in the console but not yet synced is
 /// still sold in Stripe.
-pub async fn archived_in_stripe(conn: &mut PgConnection, stripe_price_id: &str) -> sqlx::Result<Option<bool>> {
+pub async fn archived_in_stripe(
+    conn: &mut PgConnection,
+    stripe_price_id: &StripePriceId,
+) -> sqlx::Result<Option<bool>> {
     sqlx::query_scalar!(
         r#"SELECT (stripe_active IS NOT DISTINCT FROM false) AS "archived!" FROM billing.prices
             WHERE stripe_price_id = $1"#,
-        stripe_price_id
+        stripe_price_id.as_str()
     )
     .fetch_optional(conn)
     .await

@@ -14,7 +14,10 @@ use super::{
     json_document, millis,
 };
 use crate::{
-    ids::{AccountId, OrganizationId, OutboxId, PriceId, ProductId, SubscriptionId},
+    ids::{
+        AccountId, OrganizationId, OutboxId, PriceId, ProductId, StripeEventId, StripeInvoiceId, StripeSubscriptionId,
+        SubscriptionId,
+    },
     states::{BillingInterval, InvoiceStatus, SubscriptionStatus},
 };
 
@@ -34,7 +37,7 @@ pub const EVENTS_SHOWN: i64 = 50;
 pub struct OrgSubscription {
     pub subscription_id: SubscriptionId,
     pub organization_id: OrganizationId,
-    pub stripe_subscription_id: String,
+    pub stripe_subscription_id: StripeSubscriptionId,
     pub status: SubscriptionStatus,
     pub current_period_end: Option<DateTime<Utc>>,
     pub cancel_at_period_end: bool,
@@ -93,7 +96,7 @@ pub struct ChangeAhead {
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct OrgInvoice {
     pub organization_id: OrganizationId,
-    pub stripe_invoice_id: String,
+    pub stripe_invoice_id: StripeInvoiceId,
     pub number: Option<String>,
     pub status: InvoiceStatus,
     pub currency: String,
@@ -256,7 +259,7 @@ pub struct SubscriptionListRow {
     pub subscription_id: SubscriptionId,
     pub organization_id: OrganizationId,
     pub organization: String,
-    pub stripe_subscription_id: String,
+    pub stripe_subscription_id: StripeSubscriptionId,
     pub status: SubscriptionStatus,
     pub current_period_end: Option<DateTime<Utc>>,
     pub cancel_at_period_end: bool,
@@ -287,7 +290,7 @@ pub struct OutboxListRow {
     pub outbox_id: OutboxId,
     pub kind: String,
     /// The Stripe subscription a reconcile is for, or the product a sync is for.
-    pub stripe_subscription_id: Option<String>,
+    pub stripe_subscription_id: Option<StripeSubscriptionId>,
     pub product_id: Option<ProductId>,
     pub product: Option<String>,
     pub attempts: i32,
@@ -300,7 +303,7 @@ pub struct OutboxListRow {
 pub async fn unprocessed_outbox(conn: &mut PgConnection, limit: i64) -> sqlx::Result<Vec<OutboxListRow>> {
     sqlx::query_as!(
         OutboxListRow,
-        r#"SELECT o.outbox_id, o.kind, s.stripe_subscription_id AS "stripe_subscription_id?",
+        r#"SELECT o.outbox_id, o.kind, s.stripe_subscription_id AS "stripe_subscription_id?: StripeSubscriptionId",
                   o.product_id AS "product_id: ProductId", p.name AS "product?", o.attempts, o.due_at, o.last_error,
                   (o.attempts > 1 OR o.last_error IS NOT NULL) AS "stuck!"
            FROM core.outbox o
@@ -317,7 +320,7 @@ pub async fn unprocessed_outbox(conn: &mut PgConnection, limit: i64) -> sqlx::Re
 
 #[derive(Debug, Clone)]
 pub struct EventRow {
-    pub event_id: String,
+    pub event_id: StripeEventId,
     pub event_type: String,
     pub object_id: Option<String>,
     pub received_at: DateTime<Utc>,

@@ -6,14 +6,17 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use crate::{
-    ids::{LadderId, OrganizationId, PriceId, ProductId, SubscriptionId},
+    ids::{
+        LadderId, OrganizationId, PriceId, ProductId, StripeItemId, StripePriceId, StripeScheduleId,
+        StripeSubscriptionId, SubscriptionId,
+    },
     states::{BillingInterval, SubscriptionStatus},
 };
 
 /// A subscription of an organization, as a change reads it.
 #[derive(Debug, Clone)]
 pub struct HeldSubscription {
-    pub stripe_subscription_id: String,
+    pub stripe_subscription_id: StripeSubscriptionId,
     pub status: SubscriptionStatus,
     pub cancel_at_period_end: bool,
     pub collection_paused: bool,
@@ -45,7 +48,7 @@ pub struct SwitchTarget {
     /// The most seats of the price's product.
     pub to_max_quantity: i32,
     /// The price's Stripe id, when it is on sale there.
-    pub to_stripe_price: Option<String>,
+    pub to_stripe_price: Option<StripePriceId>,
     pub to_interval: BillingInterval,
     pub to_currency: String,
     /// The price is on sale in the console (active, synced, published paid tier).
@@ -56,7 +59,7 @@ pub struct SwitchTarget {
 
 #[derive(Debug, Clone)]
 pub struct LadderItem {
-    pub stripe_item_id: String,
+    pub stripe_item_id: StripeItemId,
     pub plan_ladder_id: LadderId,
     pub ladder: String,
     pub from_product_id: ProductId,
@@ -108,14 +111,14 @@ pub async fn switch_target(
         to_product_id: r.to_product_id,
         to_product: r.to_product,
         to_max_quantity: r.to_max_quantity,
-        to_stripe_price: r.to_stripe_price,
+        to_stripe_price: r.to_stripe_price.map(StripePriceId::from),
         to_interval: r.to_interval,
         to_currency: r.to_currency,
         on_sale: r.on_sale,
         item: match (r.stripe_item_id, r.plan_ladder_id, r.ladder, r.from_product_id, r.from_product) {
             (Some(stripe_item_id), Some(plan_ladder_id), Some(ladder), Some(from_product_id), Some(from_product)) => {
                 Some(LadderItem {
-                    stripe_item_id,
+                    stripe_item_id: stripe_item_id.into(),
                     plan_ladder_id,
                     ladder,
                     from_product_id,
@@ -135,7 +138,7 @@ pub async fn switch_target(
 #[derive(Debug, Clone)]
 pub struct AheadChange {
     pub scheduled_change_id: i64,
-    pub stripe_schedule_id: String,
+    pub stripe_schedule_id: StripeScheduleId,
     pub plan_ladder_id: LadderId,
     pub from_product_id: ProductId,
     pub from_product: String,
@@ -164,13 +167,13 @@ pub async fn changes_ahead(conn: &mut PgConnection, subscription_id: Subscriptio
 pub async fn supersede_changes_of_schedule(
     conn: &mut PgConnection,
     subscription_id: SubscriptionId,
-    stripe_schedule_id: &str,
+    stripe_schedule_id: &StripeScheduleId,
 ) -> sqlx::Result<u64> {
     let r = sqlx::query!(
         "UPDATE core.scheduled_changes SET state = 'superseded', settled_at = now()
           WHERE subscription_id = $1 AND stripe_schedule_id = $2 AND state = 'scheduled'",
         subscription_id as SubscriptionId,
-        stripe_schedule_id
+        stripe_schedule_id.as_str()
     )
     .execute(conn)
     .await?;
@@ -281,7 +284,7 @@ pub async fn displaced_on_every_ladder(conn: &mut PgConnection, subscription_id:
 pub async fn request_reconcile(
     conn: &mut PgConnection,
     subscription_id: SubscriptionId,
-    stripe_subscription_id: &str,
+    stripe_subscription_id: &StripeSubscriptionId,
     cause: &str,
     delay_secs: f64,
 ) -> sqlx::Result<bool> {
@@ -295,7 +298,7 @@ pub async fn request_reconcile(
                    WHERE o.subscription_id = $1 AND o.kind = 'reconcile_subscription'
                      AND o.processed_at IS NULL AND o.due_at <= now() AND o.claimed_until IS NULL)"#,
         subscription_id as SubscriptionId,
-        stripe_subscription_id,
+        stripe_subscription_id.as_str(),
         cause,
         delay_secs
     )

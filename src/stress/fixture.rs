@@ -49,13 +49,13 @@ pub(super) struct CarriedSet {
 pub(super) struct Subscriber {
     pub(super) org: OrganizationId,
     pub(super) pool: PoolId,
-    pub(super) customer: String,
+    pub(super) customer: crate::ids::StripeCustomerId,
     /// Basic and Pro; Priority support and the stress bundle for a Business organization (its
     /// default ladder is Support).
     pub(super) products: [ProductId; 2],
     /// Its Stripe subscription. Held while an act changes it in the stand-in, so that one act at
     /// a time decides to subscribe again after a cancellation (the reconciles run unheld).
-    pub(super) current: tokio::sync::Mutex<String>,
+    pub(super) current: tokio::sync::Mutex<crate::ids::StripeSubscriptionId>,
 }
 
 /// The monthly prices (EUR) the fixture sets and syncs: (product, amount).
@@ -176,7 +176,9 @@ pub(super) async fn build_fixture(
     let mut priced = vec![];
     for (name, amount) in PRICES {
         let product = product_id(db, name).await?;
-        let price = NewPrice::parse("month", amount, "eur").map_err(|e| anyhow::anyhow!("{e}"))?;
+        let price = Amount::parse(amount)
+            .and_then(|a| NewPrice::new(crate::states::BillingInterval::Month, &a, Currency::parse("eur")?))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         billing::set_price(db, product, &price).await.map_err(|e| anyhow::anyhow!("a price for {name}: {e}"))?;
         billing::sync_product(db, product).await.map_err(|e| anyhow::anyhow!("syncing {name}: {e}"))?;
         billing::apply_product_sync(db, stripe, product, "stress-setup")
@@ -334,7 +336,10 @@ pub(super) async fn subscribe(
 
 /// The Stripe id of the product's newest price that Stripe sells (archived in the console but
 /// not yet in Stripe still sells; one archived in Stripe does not), if any.
-pub(super) async fn stripe_price_of(db: &PgPool, product: ProductId) -> Result<Option<String>, sqlx::Error> {
+pub(super) async fn stripe_price_of(
+    db: &PgPool,
+    product: ProductId,
+) -> Result<Option<crate::ids::StripePriceId>, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT stripe_price_id FROM billing.prices
          WHERE product_id = $1 AND stripe_price_id IS NOT NULL AND stripe_active

@@ -34,7 +34,10 @@ use crate::{
     services::{
         ServiceError,
         auth::{self, AuthError, Email},
-        billing::{self, Reconciled, catalog_sync::NewPrice},
+        billing::{
+            self, Reconciled,
+            catalog_sync::{Amount, Currency, NewPrice},
+        },
         catalog as catalog_svc, entitlements as ent,
         grants::{self, EmailDomain, IssueGrant, ManageGrant, Recipient},
         organizations::{self as org_svc, OrgName},

@@ -417,7 +417,7 @@ pub(super) async fn sweep(ctx: &Ctx) {
 /// them), so the invariants compare converged state. A pass still changing things after
 /// `FINAL_RECONCILE_PASSES` is left to the invariants.
 pub(super) async fn reconcile_every_subscription(ctx: &Ctx) {
-    let ids: Vec<String> =
+    let ids: Vec<crate::ids::StripeSubscriptionId> =
         match sqlx::query_scalar("SELECT stripe_subscription_id FROM core.subscriptions ORDER BY subscription_id")
             .fetch_all(&ctx.admin)
             .await

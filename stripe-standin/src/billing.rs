@@ -10,6 +10,7 @@ use crate::clock::{Interval, add_interval};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::new_id;
 use crate::state::{Card, Inner};
+use crate::status::{InvoiceStatus, SubscriptionStatus};
 
 /// One requested subscription item.
 #[derive(Debug, Clone)]
@@ -184,7 +185,7 @@ pub fn create_subscription(st: &mut Inner, new: NewSubscription) -> ApiResult<St
         "pending_update": null,
         "schedule": null,
         "start_date": now,
-        "status": "incomplete",
+        "status": SubscriptionStatus::Incomplete,
         "test_clock": clock,
         "transfer_data": null,
         "trial_end": null,
@@ -203,7 +204,7 @@ pub fn create_subscription(st: &mut Inner, new: NewSubscription) -> ApiResult<St
         }
     };
     // Stripe's `created` event already shows the outcome of the first, synchronous charge.
-    let status = if charge == Some(Card::Pays) { "active" } else { "incomplete" };
+    let status = if charge == Some(Card::Pays) { SubscriptionStatus::Active } else { SubscriptionStatus::Incomplete };
     set_field(st, &id, "status", json!(status));
     let invoice = create_invoice(st, &id, "subscription_create", now, end, now);
     set_field(st, &id, "latest_invoice", json!(invoice));
@@ -531,7 +532,7 @@ pub fn invoice_json(
         "shipping_details": null,
         "starting_balance": 0,
         "statement_descriptor": null,
-        "status": "draft",
+        "status": InvoiceStatus::Draft,
         "status_transitions": { "finalized_at": null, "marked_uncollectible_at": null, "paid_at": null, "voided_at": null },
         "subtotal": total,
         "subtotal_excluding_tax": total,
@@ -612,7 +613,7 @@ pub fn finalize_invoice(st: &mut Inner, id: &str, now: i64) {
     let Some(inv) = st.invoices.get_mut(id) else { return };
     let ending = apply_balance(inv, balance);
     inv["ending_balance"] = json!(ending);
-    inv["status"] = json!("open");
+    inv["status"] = json!(InvoiceStatus::Open);
     inv["number"] = json!(format!("STANDIN-{seq:04}"));
     inv["effective_at"] = json!(now);
     inv["status_transitions"]["finalized_at"] = json!(now);
@@ -643,7 +644,7 @@ pub fn charge_invoice(st: &mut Inner, id: &str, card: Option<Card>, now: i64) ->
     inv["attempt_count"] = json!(inv["attempt_count"].as_i64().unwrap_or(0) + 1);
     let currency = inv["currency"].clone();
     if paid {
-        inv["status"] = json!("paid");
+        inv["status"] = json!(InvoiceStatus::Paid);
         inv["amount_paid"] = json!(due);
         inv["amount_remaining"] = json!(0);
         inv["status_transitions"]["paid_at"] = json!(now);
@@ -691,10 +692,10 @@ pub fn update_subscription(
 /// End a subscription at `at`: status canceled, `customer.subscription.deleted`.
 pub fn cancel_subscription(st: &mut Inner, id: &str, at: i64, reason: &str) -> ApiResult<Value> {
     let sub = st.subscriptions.get_mut(id).ok_or_else(|| ApiError::missing("subscription", id, "id"))?;
-    if sub["status"] == "canceled" {
+    if SubscriptionStatus::of(sub) == Some(SubscriptionStatus::Canceled) {
         return Err(ApiError::invalid("subscription", "This subscription has already been canceled."));
     }
-    sub["status"] = json!("canceled");
+    sub["status"] = json!(SubscriptionStatus::Canceled);
     sub["ended_at"] = json!(at);
     if sub["canceled_at"].is_null() {
         sub["canceled_at"] = json!(at);
@@ -729,17 +730,19 @@ fn advance_subscription(st: &mut Inner, id: &str, now: i64) {
     // Bounded so a tiny interval and a huge jump cannot spin for ever.
     for _ in 0..1000 {
         let Some(sub) = st.subscriptions.get(id).cloned() else { return };
-        let status = sub["status"].as_str().unwrap_or_default();
-        if status == "incomplete" && sub["created"].as_i64().is_some_and(|c| c + 23 * 3600 <= now) {
+        let status = SubscriptionStatus::of(&sub);
+        if status == Some(SubscriptionStatus::Incomplete)
+            && sub["created"].as_i64().is_some_and(|c| c + 23 * 3600 <= now)
+        {
             // Stripe expires a subscription whose first payment never succeeded after 23 hours.
             let _ = update_subscription(st, id, |st| {
-                set_field(st, id, "status", json!("incomplete_expired"));
+                set_field(st, id, "status", json!(SubscriptionStatus::IncompleteExpired));
                 set_field(st, id, "ended_at", json!(now));
                 Ok(())
             });
             return;
         }
-        if matches!(status, "canceled" | "incomplete" | "incomplete_expired") {
+        if status.is_none_or(|s| s.has_ended() || s == SubscriptionStatus::Incomplete) {
             return;
         }
         let Some((_, end)) = current_period(st, id) else { return };
@@ -784,8 +787,8 @@ fn renew(st: &mut Inner, id: &str, sub: &Value, start: i64) {
     }
     emit_invoice(st, &invoice, "invoice.created");
     if let Some(paid) = collect(st, &invoice, pause.as_deref(), Collection::Charge(card), start) {
-        let next = if paid { "active" } else { "past_due" };
-        if sub["status"] != next {
+        let next = if paid { SubscriptionStatus::Active } else { SubscriptionStatus::PastDue };
+        if SubscriptionStatus::of(sub) != Some(next) {
             let _ = update_subscription(st, id, |st| {
                 set_field(st, id, "status", json!(next));
                 Ok(())
@@ -810,16 +813,19 @@ pub fn collect(st: &mut Inner, invoice: &str, pause: Option<&str>, how: Collecti
         Some("keep_as_draft") => None,
         Some(behavior) => {
             finalize_invoice(st, invoice, now);
-            let (status, stamp) =
-                if behavior == "void" { ("void", "voided_at") } else { ("uncollectible", "marked_uncollectible_at") };
+            let (status, stamp) = if behavior == "void" {
+                (InvoiceStatus::Void, "voided_at")
+            } else {
+                (InvoiceStatus::Uncollectible, "marked_uncollectible_at")
+            };
             if let Some(inv) = st.invoices.get_mut(invoice) {
                 inv["status"] = json!(status);
                 inv["status_transitions"][stamp] = json!(now);
-                if status == "void" {
+                if status == InvoiceStatus::Void {
                     inv["amount_remaining"] = json!(0);
                 }
             }
-            let kind = if status == "void" { "invoice.voided" } else { "invoice.marked_uncollectible" };
+            let kind = if status == InvoiceStatus::Void { "invoice.voided" } else { "invoice.marked_uncollectible" };
             emit_invoice(st, invoice, kind);
             None
         }

@@ -20,6 +20,7 @@ mod params;
 mod proration;
 mod server;
 mod state;
+pub mod status;
 pub mod webhooks;
 
 use std::net::SocketAddr;

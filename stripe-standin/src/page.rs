@@ -12,6 +12,7 @@ use crate::clock::format_date;
 use crate::form;
 use crate::server::AppState;
 use crate::state::{Card, Inner};
+use crate::status::{CheckoutStatus, InvoiceStatus};
 
 /// Stripe's test card numbers the page accepts.
 fn card_for(number: &str) -> Option<Card> {
@@ -104,12 +105,12 @@ fn checkout_page(st: &Inner, id: &str, error: Option<&str>, status: StatusCode) 
         .as_str()
         .map(|u| format!("<a id=\"cancel\" href=\"{}\">Cancel</a>", esc(u)))
         .unwrap_or_default();
-    let body = match session["status"].as_str() {
-        Some("complete") => format!(
+    let body = match CheckoutStatus::of(session) {
+        Some(CheckoutStatus::Complete) => format!(
             "<h1>{}</h1><p class=\"notice\">This checkout session is already complete: the payment was received.</p>",
             esc(&title)
         ),
-        Some("expired") => format!(
+        Some(CheckoutStatus::Expired) => format!(
             "<h1>{}</h1><p class=\"notice\">This checkout session has expired. Start again from the site.</p>{cancel}",
             esc(&title)
         ),
@@ -216,7 +217,7 @@ fn invoice_page(st: &Inner, id: &str, error: Option<&str>, status: StatusCode) -
         money(inv["amount_paid"].as_i64().unwrap_or(0), currency),
         money(inv["amount_remaining"].as_i64().unwrap_or(0), currency),
     );
-    let pay = if inv["status"] == "open" {
+    let pay = if InvoiceStatus::of(inv) == Some(InvoiceStatus::Open) {
         let error = error
             .map(|e| format!("<p class=\"error\" id=\"card-errors\" role=\"alert\">{}</p>", esc(e)))
             .unwrap_or_default();

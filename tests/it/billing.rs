@@ -18,7 +18,7 @@ use common::{
 use member_console::db::keys::AdvisoryKey;
 use member_console::{
     demo,
-    ids::{OrganizationId, PoolId, ProductId},
+    ids::{OrganizationId, PoolId, ProductId, StripeInvoiceId, StripePriceId, StripeSubscriptionId},
     integrations::stripe::signature,
     services::{
         ServiceError,
@@ -44,7 +44,12 @@ async fn count(t: &TestDb, sql: &str) -> i64 {
 use common::acts::hosting;
 
 /// A paying organization: a Basic or Pro subscription made in the stand-in; (org, pool, sub id).
-async fn subscribed(t: &TestDb, s: &StripeFixture, name: &str, product: &str) -> (OrganizationId, PoolId, String) {
+async fn subscribed(
+    t: &TestDb,
+    s: &StripeFixture,
+    name: &str,
+    product: &str,
+) -> (OrganizationId, PoolId, StripeSubscriptionId) {
     let (o, pool) = org(t, name).await;
     let price = s.price(&t.db, common::acts::product_id(t, product).await, "12").await;
     let stripe_price = s.stripe_price(&t.admin, price).await;
@@ -54,7 +59,12 @@ async fn subscribed(t: &TestDb, s: &StripeFixture, name: &str, product: &str) ->
 }
 
 /// A subscription the console has heard of: `subscribed`, then reconciled once.
-async fn reconciled(t: &TestDb, s: &StripeFixture, name: &str, product: &str) -> (OrganizationId, PoolId, String) {
+async fn reconciled(
+    t: &TestDb,
+    s: &StripeFixture,
+    name: &str,
+    product: &str,
+) -> (OrganizationId, PoolId, StripeSubscriptionId) {
     let (o, pool, sub) = subscribed(t, s, name, product).await;
     billing::reconcile_subscription(&t.db, &s.stripe, &sub).await.unwrap();
     (o, pool, sub)
@@ -113,11 +123,11 @@ async fn a_subscription_stripe_no_longer_has_ends_like_a_canceled_one() {
         .bind(basic),
     )
     .await;
-    let (status, _) = converged(billing::reconcile_subscription(&t.db, &s.stripe, "sub_gone").await.unwrap());
+    let (status, _) = converged(billing::reconcile_subscription(&t.db, &s.stripe, &"sub_gone".into()).await.unwrap());
     assert_eq!(status, SubscriptionStatus::Canceled);
     assert_eq!(hosting(&t, pool).await, "Basic", "the real subscription keeps its tier");
     assert_eq!(
-        billing::reconcile_subscription(&t.db, &s.stripe, "sub_never").await.unwrap(),
+        billing::reconcile_subscription(&t.db, &s.stripe, &"sub_never".into()).await.unwrap(),
         Reconciled::Unknown,
         "an id neither side knows changes nothing"
     );
@@ -215,7 +225,7 @@ async fn an_invoice_is_converged_with_its_lines_and_payments_once() {
     let (t, s) = setup().await;
     let (o, _, sub) = reconciled(&t, &s, "Invoiced", "Basic").await;
     let list = s.get(&format!("/invoices?subscription={sub}")).await;
-    let inv = list["data"][0]["id"].as_str().unwrap().to_string();
+    let inv = StripeInvoiceId::from(list["data"][0]["id"].as_str().unwrap());
     assert_eq!(billing::converge_invoice(&t.db, &s.stripe, &inv).await.unwrap(), Converged::Written);
     assert_eq!(billing::converge_invoice(&t.db, &s.stripe, &inv).await.unwrap(), Converged::Written);
     let (org, status, paid): (OrganizationId, String, i64) = t
@@ -228,16 +238,14 @@ async fn an_invoice_is_converged_with_its_lines_and_payments_once() {
         .await;
     assert_eq!((org, status.as_str(), paid), (o, "paid", 1200));
     assert_eq!(count(&t, "SELECT count(*) FROM billing.invoice_lines").await, 1);
-    assert_eq!(billing::converge_invoice(&t.db, &s.stripe, "in_nothing").await.unwrap(), Converged::Unknown);
+    assert_eq!(billing::converge_invoice(&t.db, &s.stripe, &"in_nothing".into()).await.unwrap(), Converged::Unknown);
 }
 
 #[tokio::test]
 async fn two_sync_clicks_write_once_and_a_product_stripe_has_whole_writes_nothing() {
     let (t, s) = setup().await;
     let pro = common::acts::product_id(&t, "Pro").await;
-    billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap())
-        .await
-        .unwrap();
+    billing::set_price(&t.db, pro, &crate::common::stripe::new_price("month", "30", "eur").unwrap()).await.unwrap();
     assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::Enqueued { product: true, prices: 1 });
     assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::AlreadyPending);
     assert_eq!(count(&t, "SELECT count(*) FROM core.outbox WHERE kind = 'sync_product'").await, 1);
@@ -334,7 +342,7 @@ async fn events_out_of_order_converge_on_stripes_state_now() {
             ))
             .await;
         let id = job["stripe_subscription_id"].as_str().unwrap();
-        billing::reconcile_subscription(&t.db, &s.stripe, id).await.unwrap();
+        billing::reconcile_subscription(&t.db, &s.stripe, &id.into()).await.unwrap();
         t.run(sqlx::query("UPDATE integration.jobs SET state = 'done', finished_at = now() WHERE state = 'pending'"))
             .await;
     }
@@ -358,7 +366,7 @@ async fn a_second_reconcile_of_a_subscription_waits_on_the_first_ones_subscripti
     let first = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &id).await });
     let first_pid = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
     // By the periods it holds the rendezvous and the subscription's lock, and no pool row yet.
-    let subscription = Expect::advisory(AdvisoryKey::Subscription(sub.clone()));
+    let subscription = Expect::advisory(AdvisoryKey::Subscription(sub.to_string()));
     assert_holds(&t.admin, first_pid, &[Expect::rendezvous_shared(), subscription]).await;
     let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), sub.clone());
     let second = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &id).await });
@@ -389,7 +397,7 @@ async fn a_reconcile_waits_on_the_pool_row_a_grant_revocation_holds() {
     let reconciler = common::wait_for_waiter(&t.admin, &t.name, revoker).await;
     // It holds the rendezvous (shared with the revocation's) and the subscription's lock, and
     // waits for the pool row: the order the spec gives, never the other way round.
-    let subscription = Expect::advisory(AdvisoryKey::Subscription(sub.clone()));
+    let subscription = Expect::advisory(AdvisoryKey::Subscription(sub.to_string()));
     assert_holds(&t.admin, reconciler, &[Expect::rendezvous_shared(), subscription]).await;
     common::locks::assert_waits(&t.admin, reconciler, revoker, &Expect::row("core.resource_pools", pool.0)).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
@@ -402,12 +410,13 @@ async fn a_reconcile_waits_on_the_pool_row_a_grant_revocation_holds() {
 async fn a_second_converge_of_an_invoice_waits_on_the_first_ones_invoice_lock() {
     let (t, s) = setup().await;
     let (_, _, sub) = subscribed(&t, &s, "Billed", "Basic").await;
-    let inv = s.get(&format!("/invoices?subscription={sub}")).await["data"][0]["id"].as_str().unwrap().to_string();
+    let inv =
+        StripeInvoiceId::from(s.get(&format!("/invoices?subscription={sub}")).await["data"][0]["id"].as_str().unwrap());
     let (mut pause, pause_pid) = pause_on(&t, "billing.invoice_lines").await;
     let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), inv.clone());
     let first = tokio::spawn(async move { billing::converge_invoice(&db, &stripe, &id).await });
     let first_pid = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
-    assert_holds(&t.admin, first_pid, &[Expect::advisory(AdvisoryKey::Invoice(inv.clone()))]).await;
+    assert_holds(&t.admin, first_pid, &[Expect::advisory(AdvisoryKey::Invoice(inv.to_string()))]).await;
     let (db, stripe, id) = (t.db.clone(), s.stripe.clone(), inv.clone());
     let second = tokio::spawn(async move { billing::converge_invoice(&db, &stripe, &id).await });
     common::wait_for_waiter(&t.admin, &t.name, first_pid).await;
@@ -425,9 +434,7 @@ async fn a_second_converge_of_an_invoice_waits_on_the_first_ones_invoice_lock() 
 async fn a_second_sync_click_waits_on_the_first_and_then_writes_nothing() {
     let (t, _s) = setup().await;
     let basic: ProductId = common::acts::product_id(&t, "Basic").await;
-    billing::set_price(&t.db, basic, &billing::catalog_sync::NewPrice::parse("year", "99", "usd").unwrap())
-        .await
-        .unwrap();
+    billing::set_price(&t.db, basic, &crate::common::stripe::new_price("year", "99", "usd").unwrap()).await.unwrap();
     let (mut pause, pause_pid) = pause_on(&t, "core.outbox").await;
     let db = t.db.clone();
     let first = tokio::spawn(async move { billing::sync_product(&db, basic).await });
@@ -446,9 +453,7 @@ async fn a_second_sync_click_waits_on_the_first_and_then_writes_nothing() {
 async fn the_outbox_processor_retries_a_row_stripe_refused_and_keeps_the_reason() {
     let (t, s) = setup().await;
     let pro = common::acts::product_id(&t, "Pro").await;
-    billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap())
-        .await
-        .unwrap();
+    billing::set_price(&t.db, pro, &crate::common::stripe::new_price("month", "30", "eur").unwrap()).await.unwrap();
     billing::sync_product(&t.db, pro).await.unwrap();
     s.control("/faults", &[("path_prefix", "/v1/products"), ("status", "500"), ("times", "1")]).await;
     let first = billing::process_outbox(&t.db, &s.stripe, 10, member_console::jobs::DEFAULT_LEASE).await.unwrap();
@@ -518,7 +523,7 @@ async fn a_worker_killed_between_its_stripe_read_and_its_commit_leaves_nothing_a
 }
 
 /// The ledger's rows of one subscription: (from, to, state).
-async fn ledger(t: &TestDb, stripe_sub: &str) -> Vec<(String, String, String)> {
+async fn ledger(t: &TestDb, stripe_sub: &StripeSubscriptionId) -> Vec<(String, String, String)> {
     t.all(
         sqlx::query_as(
             "SELECT f.name, p.name, c.state FROM core.scheduled_changes c
@@ -532,8 +537,14 @@ async fn ledger(t: &TestDb, stripe_sub: &str) -> Vec<(String, String, String)> {
 }
 
 /// A schedule on `sub` keeping its current price to the period's end, then `next` for a month.
-async fn schedule_change(s: &StripeFixture, sub: &str, current: &str, next: &str) -> String {
-    let made = s.post("/subscription_schedules", &[("from_subscription", sub)]).await;
+async fn schedule_change(
+    s: &StripeFixture,
+    sub: &StripeSubscriptionId,
+    current: &StripePriceId,
+    next: &StripePriceId,
+) -> String {
+    let (current, next) = (current.as_str(), next.as_str());
+    let made = s.post("/subscription_schedules", &[("from_subscription", sub.as_str())]).await;
     let id = made["id"].as_str().unwrap().to_string();
     let start = made["phases"][0]["start_date"].as_i64().unwrap().to_string();
     let end = made["phases"][0]["end_date"].as_i64().unwrap().to_string();
@@ -709,7 +720,7 @@ async fn the_sweep_reads_every_page_of_events_since_its_cursor_so_older_events_a
 /// The oldest events: a subscription and its first invoice, which the console never heard of;
 /// then more than one page of newer events (Stripe lists newest first, 100 at most a page). The
 /// subscription's Stripe id.
-async fn a_subscription_behind_150_newer_events(t: &TestDb, s: &StripeFixture) -> String {
+async fn a_subscription_behind_150_newer_events(t: &TestDb, s: &StripeFixture) -> StripeSubscriptionId {
     let (basic, _) = s.demo_prices(t).await;
     let (o, _) = org(t, "Missed webhooks").await;
     let customer = s.customer(&t.db, o, "pm_card_visa", None).await;
@@ -814,16 +825,13 @@ async fn a_sync_click_while_a_processor_holds_the_products_claimed_row_is_a_row_
 {
     let (t, s) = setup().await;
     let pro = common::acts::product_id(&t, "Pro").await;
-    billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap())
-        .await
-        .unwrap();
+    billing::set_price(&t.db, pro, &crate::common::stripe::new_price("month", "30", "eur").unwrap()).await.unwrap();
     billing::sync_product(&t.db, pro).await.unwrap();
     let claimed = claim_all(&t).await;
     billing::apply_product_sync(&t.db, &s.stripe, pro, &format!("outbox-{}", claimed[0])).await.unwrap();
     // An operator adds a yearly price and clicks Sync again while the row is still in flight.
-    let yearly = billing::set_price(&t.db, pro, &billing::catalog_sync::NewPrice::parse("year", "300", "eur").unwrap())
-        .await
-        .unwrap();
+    let yearly =
+        billing::set_price(&t.db, pro, &crate::common::stripe::new_price("year", "300", "eur").unwrap()).await.unwrap();
     assert_eq!(billing::sync_product(&t.db, pro).await.unwrap(), SyncAnswer::Enqueued { product: false, prices: 1 });
     let waiting = "SELECT count(*) FROM core.outbox WHERE kind = 'sync_product' AND processed_at IS NULL AND claimed_until IS NULL";
     assert_eq!(count(&t, waiting).await, 1, "the click's row is written beside the claimed one");

@@ -308,14 +308,16 @@ async fn a_worker_killed_mid_expiry_rolls_it_back_and_the_next_expires_each_gran
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_outbox_row_leaves_it_due_after_the_lease_and_stripe_gets_each_product_once() {
-    use member_console::services::billing::{self, catalog_sync::NewPrice};
+    use member_console::services::billing;
     let lease = Duration::from_millis(1500);
     let (t, s) = common::stripe::demo_with_stripe().await;
     let dir = std::env::temp_dir().join(format!("mc-crash-outbox-{}", t.name));
     // Two products priced and sent to the outbox: two sync rows.
     for (name, amount) in [("Basic", "12"), ("Pro", "30")] {
         let product = product_id(&t, name).await;
-        billing::set_price(&t.db, product, &NewPrice::parse("month", amount, "eur").unwrap()).await.unwrap();
+        billing::set_price(&t.db, product, &crate::common::stripe::new_price("month", amount, "eur").unwrap())
+            .await
+            .unwrap();
         billing::sync_product(&t.db, product).await.unwrap();
     }
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.outbox WHERE processed_at IS NULL").await, 2);

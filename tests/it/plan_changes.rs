@@ -34,7 +34,7 @@ struct Paying {
     pool: PoolId,
     clock: String,
     now: i64,
-    sub: String,
+    sub: member_console::ids::StripeSubscriptionId,
     subscription_id: SubscriptionId,
     basic: PriceId,
     pro: PriceId,
@@ -91,12 +91,13 @@ impl Paying {
     /// Quote a switch and confirm it, as a member does.
     async fn switch(&self, price: PriceId) -> Result<plan_changes::SwitchQuote, ServiceError> {
         let q = self.quote(price).await?;
-        self.confirm(price, &q.operation).await
+        self.confirm(price, q.operation.as_str()).await
     }
 
     async fn confirm(&self, price: PriceId, operation: &str) -> Result<plan_changes::SwitchQuote, ServiceError> {
         let (db, stripe) = (&self.t.db, &self.s.stripe);
-        plan_changes::switch_plan(db, stripe, self.who, self.org, self.subscription_id, price, operation).await
+        let operation = plan_changes::QuoteId::parse(operation).unwrap();
+        plan_changes::switch_plan(db, stripe, self.who, self.org, self.subscription_id, price, &operation).await
     }
 
     async fn ladder(&self) -> LadderId {
@@ -145,14 +146,14 @@ async fn an_upgrade_is_quoted_then_applied_at_once_and_a_second_confirmation_cha
     assert_eq!(charge.currency, "eur");
     assert!(charge.amount_due > 0 && charge.amount_due < 1800, "about half of 18.00: {charge:?}");
     assert!(p.update_invoices().await.is_empty(), "a preview charges nothing");
-    p.confirm(p.pro, &q.operation).await.unwrap();
+    p.confirm(p.pro, q.operation.as_str()).await.unwrap();
     assert_eq!(p.hosting().await, "Pro", "the new tier is in force at once");
     assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(10));
     let invoices = p.update_invoices().await;
     assert_eq!(invoices.len(), 1, "{invoices:?}");
     assert_eq!(invoices[0]["amount_paid"].as_i64(), Some(charge.amount_due), "charged what was shown");
     // The same confirmation again (a second tab, a double click): the plan is Pro already.
-    refused(p.confirm(p.pro, &q.operation).await, "already the plan");
+    refused(p.confirm(p.pro, q.operation.as_str()).await, "already the plan");
     assert_eq!(p.update_invoices().await.len(), 1, "charged once");
 }
 
@@ -175,10 +176,10 @@ async fn a_confirmation_needs_its_own_fresh_quote_and_otherwise_changes_nothing(
     // A quote older than its window.
     p.t.run(
         sqlx::query("UPDATE billing.switch_quotes SET quoted_at = now() - interval '16 minutes' WHERE operation = $1")
-            .bind(&q.operation),
+            .bind(q.operation.as_str()),
     )
     .await;
-    refused(p.confirm(p.pro, &q.operation).await, "more than 15 minutes old");
+    refused(p.confirm(p.pro, q.operation.as_str()).await, "more than 15 minutes old");
     assert_eq!(p.hosting().await, "Basic");
     assert!(p.update_invoices().await.is_empty());
 }
@@ -253,7 +254,7 @@ async fn a_switch_a_member_must_not_make_is_refused_before_stripe_is_asked() {
     let yearly = billing::set_price(
         &p.t.db,
         common::acts::product_id(&p.t, "Pro").await,
-        &billing::catalog_sync::NewPrice::parse("year", "300", "eur").unwrap(),
+        &crate::common::stripe::new_price("year", "300", "eur").unwrap(),
     )
     .await
     .unwrap();
@@ -393,9 +394,12 @@ async fn a_price_stripe_stopped_selling_is_a_refusal_naming_the_tier() {
     // Archived in Stripe's dashboard after the page was drawn.
     let price = p.s.stripe_price(&p.t.admin, p.pro).await;
     p.s.post(&format!("/prices/{price}"), &[("active", "false")]).await;
-    refused(p.confirm(p.pro, &q.operation).await, "Pro at this price is no longer sold. Reload the billing page");
+    refused(
+        p.confirm(p.pro, q.operation.as_str()).await,
+        "Pro at this price is no longer sold. Reload the billing page",
+    );
     assert_eq!(p.hosting().await, "Basic");
-    refused(p.confirm(p.pro, &q.operation).await, "switch again from the billing page");
+    refused(p.confirm(p.pro, q.operation.as_str()).await, "switch again from the billing page");
 }
 
 #[tokio::test]
@@ -413,7 +417,7 @@ async fn after_a_price_change_the_old_prices_seats_still_change_and_its_downgrad
         .await
         .unwrap();
     assert_eq!(q.kind, SwitchKind::MoreSeats);
-    p.confirm(p.pro, &q.operation).await.unwrap();
+    p.confirm(p.pro, q.operation.as_str()).await.unwrap();
     let item = &p.s.get(&format!("/subscriptions/{}", p.sub)).await["items"]["data"][0];
     assert_eq!((item["quantity"].as_i64(), item["price"]["id"].as_str()), (Some(3), Some(old.as_str())));
     assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(30));
@@ -428,8 +432,8 @@ async fn after_a_price_change_the_old_prices_seats_still_change_and_its_downgrad
 async fn confirming_a_scheduled_downgrade_twice_answers_as_the_first_did() {
     let p = paying("Pro").await;
     let q = p.quote(p.basic).await.unwrap();
-    assert_eq!(p.confirm(p.basic, &q.operation).await.unwrap().kind, SwitchKind::Downgrade);
-    let again = p.confirm(p.basic, &q.operation).await.unwrap();
+    assert_eq!(p.confirm(p.basic, q.operation.as_str()).await.unwrap().kind, SwitchKind::Downgrade);
+    let again = p.confirm(p.basic, q.operation.as_str()).await.unwrap();
     assert_eq!((again.kind, again.to.as_str()), (SwitchKind::Downgrade, "Basic"));
     assert_eq!(p.ledger().await, [("Pro".into(), "Basic".into(), "scheduled".into())]);
     // Over HTTP, the double click lands where the first did.
@@ -451,19 +455,19 @@ async fn a_downgrade_confirmed_from_another_tab_is_refused_as_already_scheduled_
     let p = paying("Pro").await;
     let stale = p.quote(p.basic).await.unwrap();
     let fresh = p.quote(p.basic).await.unwrap();
-    assert_eq!(p.confirm(p.basic, &fresh.operation).await.unwrap().kind, SwitchKind::Downgrade);
-    let e = p.confirm(p.basic, &stale.operation).await.unwrap_err().to_string();
+    assert_eq!(p.confirm(p.basic, fresh.operation.as_str()).await.unwrap().kind, SwitchKind::Downgrade);
+    let e = p.confirm(p.basic, stale.operation.as_str()).await.unwrap_err().to_string();
     assert!(e.contains("already scheduled"), "the other tab's quote did not make the change: {e}");
     assert_eq!(p.ledger().await, [("Pro".into(), "Basic".into(), "scheduled".into())]);
     // The quote that made it is still answered as done.
-    assert_eq!(p.confirm(p.basic, &fresh.operation).await.unwrap().kind, SwitchKind::Downgrade);
+    assert_eq!(p.confirm(p.basic, fresh.operation.as_str()).await.unwrap().kind, SwitchKind::Downgrade);
 }
 
 #[tokio::test]
 async fn superseding_a_released_schedules_changes_waits_on_a_reconcile_holding_the_subscription_lock() {
     let p = paying("Pro").await;
     p.switch(p.basic).await.unwrap();
-    let schedule: String = p.t.one(sqlx::query_scalar(
+    let schedule: member_console::ids::StripeScheduleId = p.t.one(sqlx::query_scalar(
         "SELECT stripe_schedule_id FROM core.scheduled_changes WHERE subscription_id = $1 AND state = 'scheduled'",
     )
     .bind(p.subscription_id)).await;
@@ -659,7 +663,7 @@ async fn a_resume_waits_for_nothing_a_reconcile_holds_but_the_reconcile_waits_on
     let (db, stripe, sub) = (p.t.db.clone(), p.s.stripe.clone(), p.sub.clone());
     let reconcile = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &sub).await });
     let reconcile_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, resume_pid).await;
-    let subscription = Expect::advisory(AdvisoryKey::Subscription(p.sub.clone()));
+    let subscription = Expect::advisory(AdvisoryKey::Subscription(p.sub.to_string()));
     common::locks::assert_holds(&p.t.admin, reconcile_pid, &[Expect::rendezvous_shared(), subscription]).await;
     common::locks::assert_waits(&p.t.admin, reconcile_pid, resume_pid, &pool_row).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
@@ -743,7 +747,7 @@ async fn a_cancellation_reconciled_while_resume_plan_holds_the_pool_row_ends_wha
     let (db, stripe, sub) = (p.t.db.clone(), p.s.stripe.clone(), p.sub.clone());
     let reconcile = tokio::spawn(async move { billing::reconcile_subscription(&db, &stripe, &sub).await });
     let reconcile_pid = common::wait_for_waiter(&p.t.admin, &p.t.name, resume_pid).await;
-    let subscription = Expect::advisory(AdvisoryKey::Subscription(p.sub.clone()));
+    let subscription = Expect::advisory(AdvisoryKey::Subscription(p.sub.to_string()));
     common::locks::assert_holds(&p.t.admin, reconcile_pid, &[Expect::rendezvous_shared(), subscription]).await;
     common::locks::assert_waits(&p.t.admin, reconcile_pid, resume_pid, &pool_row).await;
     sqlx::query("COMMIT").execute(&mut *pause).await.unwrap();
@@ -813,7 +817,7 @@ async fn a_paused_switch_writes_its_backstop_first_which_restores_the_pause_when
         ],
     )
     .await;
-    let e = p.confirm(p.pro, &q.operation).await;
+    let e = p.confirm(p.pro, q.operation.as_str()).await;
     let backstops = common::acts::scalar(
         &p.t,
         &format!(
@@ -898,7 +902,7 @@ async fn seats_change_within_the_tiers_limit_more_charged_now_and_fewer_credited
     let q = quote(p.pro, Some(3)).await.unwrap();
     assert_eq!((q.kind, q.from_quantity, q.to_quantity), (SwitchKind::MoreSeats, 1, 3));
     assert!(q.charge.as_ref().is_some_and(|c| c.amount_due > 0), "{q:?}");
-    p.confirm(p.pro, &q.operation).await.unwrap();
+    p.confirm(p.pro, q.operation.as_str()).await.unwrap();
     assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(30));
     assert_eq!(p.update_invoices().await.len(), 1, "charged at once");
     let item = &p.s.get(&format!("/subscriptions/{}", p.sub)).await["items"]["data"][0];
@@ -908,7 +912,7 @@ async fn seats_change_within_the_tiers_limit_more_charged_now_and_fewer_credited
     let q = quote(p.pro, Some(2)).await.unwrap();
     assert_eq!(q.kind, SwitchKind::FewerSeats);
     assert!(q.charge.is_none());
-    p.confirm(p.pro, &q.operation).await.unwrap();
+    p.confirm(p.pro, q.operation.as_str()).await.unwrap();
     assert_eq!(common::acts::sites(&p.t, p.pool).await, Some(20));
     assert_eq!(p.update_invoices().await.len(), 1, "nothing charged for fewer seats");
 

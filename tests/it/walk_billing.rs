@@ -20,7 +20,7 @@ use member_console::{
     jobs::DEFAULT_LEASE,
     services::billing::{
         self, Reconciled,
-        catalog_sync::{self, NewPrice, SyncAnswer},
+        catalog_sync::{self, SyncAnswer},
         invoices::{self, Converged},
         outbox, plan_changes, reconcile,
         resume::{self, RESUME_SUBSCRIPTION_LOCKS},
@@ -40,8 +40,8 @@ struct Paying {
     pool: PoolId,
     clock: String,
     now: i64,
-    customer: String,
-    sub: String,
+    customer: member_console::ids::StripeCustomerId,
+    sub: member_console::ids::StripeSubscriptionId,
     subscription_id: SubscriptionId,
     basic: PriceId,
     pro: PriceId,
@@ -77,7 +77,7 @@ async fn paying(product: &str) -> Paying {
 
 impl Paying {
     fn subscription_lock(&self) -> Expect {
-        Expect::advisory(AdvisoryKey::Subscription(self.sub.clone()))
+        Expect::advisory(AdvisoryKey::Subscription(self.sub.to_string()))
     }
 
     fn pool_row(&self) -> Expect {
@@ -207,7 +207,7 @@ async fn a_subscription_reconcile_active_branch_walked_lock_by_lock_takes_the_re
     let sub = s.subscribe(&customer, &stripe_price, o.organization_id).await;
     let expected = [
         Expect::rendezvous_shared(),
-        Expect::advisory(AdvisoryKey::Subscription(sub.clone())),
+        Expect::advisory(AdvisoryKey::Subscription(sub.to_string())),
         Expect::row("core.resource_pools", o.pool_id.0),
     ];
     let stripe = s.stripe.clone();
@@ -230,7 +230,7 @@ async fn a_subscription_reconcile_active_branch_ending_a_surplus_provision_walke
     let item =
         p.s.get(&format!("/subscriptions/{}", p.sub)).await["items"]["data"][0]["id"].as_str().unwrap().to_string();
     let pro = p.s.stripe_price(&p.t.admin, p.pro).await;
-    p.s.post(&format!("/subscriptions/{}", p.sub), &[("items[0][id]", &item), ("items[0][price]", &pro)]).await;
+    p.s.post(&format!("/subscriptions/{}", p.sub), &[("items[0][id]", &item), ("items[0][price]", pro.as_str())]).await;
     let (status, changed) = converged(p.walk_reconcile().await);
     assert_eq!((status, changed), (SubscriptionStatus::Active, true));
     assert_eq!(hosting(&p.t, p.pool).await, "Pro");
@@ -392,7 +392,7 @@ async fn an_invoice_converge_walked_lock_by_lock_takes_the_invoice_lock_alone() 
     let inv =
         p.s.get(&format!("/invoices?subscription={}", p.sub)).await["data"][0]["id"].as_str().unwrap().to_string();
     let expected = [Expect::advisory(AdvisoryKey::Invoice(inv.clone()))];
-    let (stripe, id) = (p.s.stripe.clone(), inv.clone());
+    let (stripe, id) = (p.s.stripe.clone(), member_console::ids::StripeInvoiceId::from(inv.as_str()));
     let out = LockWalk::run(&p.t, &invoices::CONVERGE_INVOICE_LOCKS, &expected, |db| async move {
         billing::converge_invoice(&db, &stripe, &id).await
     })
@@ -412,7 +412,9 @@ async fn a_product_sync_walked_lock_by_lock_takes_the_products_sync_lock_alone_a
 {
     let (t, s) = demo_with_stripe().await;
     let basic = product_id(&t, "Basic").await;
-    let price = billing::set_price(&t.db, basic, &NewPrice::parse("month", "12", "eur").unwrap()).await.unwrap();
+    let price = billing::set_price(&t.db, basic, &crate::common::stripe::new_price("month", "12", "eur").unwrap())
+        .await
+        .unwrap();
     outbox_cleared(&t).await;
     let expected = [Expect::advisory(AdvisoryKey::ProductSync(basic.to_string()))];
     // The operator's click.
@@ -443,7 +445,7 @@ async fn a_price_set_walked_lock_by_lock_takes_the_products_sync_lock_alone() {
     let pro: ProductId = product_id(&t, "Pro").await;
     let expected = [Expect::advisory(AdvisoryKey::ProductSync(pro.to_string()))];
     let out = LockWalk::run(&t, &catalog_sync::SET_PRICE_LOCKS, &expected, |db| async move {
-        billing::set_price(&db, pro, &NewPrice::parse("month", "30", "eur").unwrap()).await
+        billing::set_price(&db, pro, &crate::common::stripe::new_price("month", "30", "eur").unwrap()).await
     })
     .await;
     let price = out.unwrap();
@@ -459,7 +461,9 @@ async fn an_outbox_claim_walked_takes_its_row_skip_locked_and_a_second_processor
     // Two due rows: a sync of each of two products, priced.
     for (name, amount) in [("Basic", "12"), ("Pro", "30")] {
         let product = product_id(&t, name).await;
-        billing::set_price(&t.db, product, &NewPrice::parse("month", amount, "eur").unwrap()).await.unwrap();
+        billing::set_price(&t.db, product, &crate::common::stripe::new_price("month", amount, "eur").unwrap())
+            .await
+            .unwrap();
         billing::sync_product(&t.db, product).await.unwrap();
     }
     let rows = outbox_rows(&t).await;

@@ -688,7 +688,7 @@ async fn no_operator_route_answers_a_visitor_or_a_member_however_the_path_is_spe
         .await
         .unwrap();
     // A price, behind the price pages.
-    let price = member_console::services::billing::catalog_sync::NewPrice::parse("month", "12", "eur").unwrap();
+    let price = crate::common::stripe::new_price("month", "12", "eur").unwrap();
     member_console::services::billing::set_price(&t.db, pro, &price).await.unwrap();
     // A connection, behind the connection pages.
     sample_connection(&t).await;
@@ -756,7 +756,7 @@ async fn no_member_route_answers_a_visitor_however_the_path_is_spelled_and_none_
     use member_console::web::routes::ROUTES;
     let t = demo_db().await;
     let pro = common::acts::product_id(&t, "Pro").await;
-    let price = member_console::services::billing::catalog_sync::NewPrice::parse("month", "30", "eur").unwrap();
+    let price = crate::common::stripe::new_price("month", "30", "eur").unwrap();
     let price = member_console::services::billing::set_price(&t.db, pro, &price).await.unwrap();
     let org = common::acts::id_by_name(&t, "organizations", "organization_id", demo::DEMO_ORGANIZATION).await;
     let app = TestApp::spawn(&t).await;

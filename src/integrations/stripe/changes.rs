@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use stripe::StripeRequest;
 
 use super::{Stripe, StripeFailure, idempotent};
+use crate::ids::{StripeCustomerId, StripeItemId, StripePriceId, StripeScheduleId, StripeSubscriptionId};
 
 /// What an immediate switch costs today, as Stripe previews it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,17 +25,17 @@ const CONSOLE_PAUSE_KEY: &str = "metadata[console_pause]";
 pub const CONSOLE_PAUSE_VALUE: &str = "displaced";
 
 /// A schedule phase's items: (Stripe price id, quantity).
-pub type PhaseItems = Vec<(String, u64)>;
+pub type PhaseItems = Vec<(StripePriceId, u64)>;
 
 impl Stripe {
     /// The invoice Stripe would make now if `item` moved to `price` (None: it keeps its own) with
     /// prorations charged at once.
     pub async fn preview_switch(
         &self,
-        customer: &str,
-        subscription: &str,
-        item: &str,
-        price: Option<&str>,
+        customer: &StripeCustomerId,
+        subscription: &StripeSubscriptionId,
+        item: &StripeItemId,
+        price: Option<&StripePriceId>,
         quantity: u64,
     ) -> Result<Preview, StripeFailure> {
         use stripe_billing::invoice::{
@@ -44,8 +45,8 @@ impl Stripe {
         let details = CreatePreviewInvoiceSubscriptionDetails {
             // The quantity is sent: a new price without one would reset it to 1.
             items: Some(vec![CreatePreviewInvoiceSubscriptionDetailsItems {
-                id: Some(item.to_string()),
-                price: price.map(str::to_string),
+                id: Some(item.as_str().to_string()),
+                price: price.map(|p| p.as_str().to_string()),
                 quantity: Some(quantity),
                 ..Default::default()
             }]),
@@ -53,8 +54,8 @@ impl Stripe {
             ..Default::default()
         };
         let invoice = CreatePreviewInvoice::new()
-            .customer(customer)
-            .subscription(subscription)
+            .customer(customer.as_str())
+            .subscription(subscription.as_str())
             .subscription_details(details)
             .send(&self.metered("preview switch"))
             .await
@@ -71,9 +72,9 @@ impl Stripe {
     pub async fn switch_now(
         &self,
         operation: &str,
-        subscription: &str,
-        item: &str,
-        price: Option<&str>,
+        subscription: &StripeSubscriptionId,
+        item: &StripeItemId,
+        price: Option<&StripePriceId>,
         quantity: u64,
         proration_date: Option<i64>,
         charge_now: bool,
@@ -82,10 +83,10 @@ impl Stripe {
             UpdateSubscription, UpdateSubscriptionItems, UpdateSubscriptionPaymentBehavior,
             UpdateSubscriptionProrationBehavior,
         };
-        let mut req = UpdateSubscription::new(subscription)
+        let mut req = UpdateSubscription::new(subscription.as_str())
             .items(vec![UpdateSubscriptionItems {
-                id: Some(item.to_string()),
-                price: price.map(str::to_string),
+                id: Some(item.as_str().to_string()),
+                price: price.map(|p| p.as_str().to_string()),
                 quantity: Some(quantity),
                 ..Default::default()
             }])
@@ -108,21 +109,21 @@ impl Stripe {
     pub async fn schedule_of(
         &self,
         operation: &str,
-        subscription: &str,
-        existing: Option<&str>,
-    ) -> Result<String, StripeFailure> {
+        subscription: &StripeSubscriptionId,
+        existing: Option<&StripeScheduleId>,
+    ) -> Result<StripeScheduleId, StripeFailure> {
         use stripe_billing::subscription_schedule::CreateSubscriptionSchedule;
         if let Some(id) = existing {
-            return Ok(id.to_string());
+            return Ok(id.clone());
         }
         let s = self
             .send_once(
                 "schedule of",
                 &format!("schedule:{operation}"),
-                CreateSubscriptionSchedule::new().from_subscription(subscription).customize(),
+                CreateSubscriptionSchedule::new().from_subscription(subscription.as_str()).customize(),
             )
             .await?;
-        Ok(s.id.to_string())
+        Ok(s.id.to_string().into())
     }
 
     /// Two phases on `schedule`: the current items until `at` (the period's end), then `next`
@@ -130,7 +131,7 @@ impl Stripe {
     pub async fn set_next_phase(
         &self,
         operation: &str,
-        schedule: &str,
+        schedule: &StripeScheduleId,
         current_start: DateTime<Utc>,
         current: &PhaseItems,
         at: DateTime<Utc>,
@@ -143,7 +144,7 @@ impl Stripe {
         let items = |list: &PhaseItems| -> Vec<UpdateSubscriptionSchedulePhasesItems> {
             list.iter()
                 .map(|(price, quantity)| UpdateSubscriptionSchedulePhasesItems {
-                    price: Some(price.clone()),
+                    price: Some(price.as_str().to_string()),
                     quantity: Some(*quantity),
                     ..Default::default()
                 })
@@ -157,7 +158,7 @@ impl Stripe {
         self.send_once(
             "set next phase",
             &format!("phases:{operation}"),
-            UpdateSubscriptionSchedule::new(schedule)
+            UpdateSubscriptionSchedule::new(schedule.as_str())
                 .phases(vec![first, second])
                 .end_behavior(stripe_shared::SubscriptionScheduleEndBehavior::Release)
                 .customize(),
@@ -168,9 +169,9 @@ impl Stripe {
 
     /// Let the subscription go on as it is now, without its schedule. A schedule already
     /// released or completed counts as released.
-    pub async fn release_schedule(&self, schedule: &str) -> Result<(), StripeFailure> {
+    pub async fn release_schedule(&self, schedule: &StripeScheduleId) -> Result<(), StripeFailure> {
         use stripe_billing::subscription_schedule::ReleaseSubscriptionSchedule;
-        match ReleaseSubscriptionSchedule::new(schedule)
+        match ReleaseSubscriptionSchedule::new(schedule.as_str())
             .customize()
             .request_strategy(idempotent(&format!("release:{schedule}"))?)
             .send(&self.metered("release schedule"))
@@ -190,7 +191,11 @@ impl Stripe {
     /// Pause the subscription's collection because another plan displaced it everywhere
     /// (`true`: its invoices are voided, and the console's mark is in its metadata), or resume a
     /// pause the console made (`false`). Setting the state it has is harmless: no key needed.
-    pub async fn set_console_pause(&self, subscription: &str, pause: bool) -> Result<(), StripeFailure> {
+    pub async fn set_console_pause(
+        &self,
+        subscription: &StripeSubscriptionId,
+        pause: bool,
+    ) -> Result<(), StripeFailure> {
         use std::collections::BTreeMap;
         use stripe_client_core::{RequestBuilder, StripeMethod};
         // An empty value clears a field, as Stripe reads forms.
@@ -209,10 +214,14 @@ impl Stripe {
     }
 
     /// End the subscription at its period's end (`true`), or keep it going (`false`).
-    pub async fn cancel_at_period_end(&self, subscription: &str, cancel: bool) -> Result<(), StripeFailure> {
+    pub async fn cancel_at_period_end(
+        &self,
+        subscription: &StripeSubscriptionId,
+        cancel: bool,
+    ) -> Result<(), StripeFailure> {
         use stripe_billing::subscription::UpdateSubscription;
         // Setting the same value twice is harmless, so no key is needed to make it once.
-        UpdateSubscription::new(subscription)
+        UpdateSubscription::new(subscription.as_str())
             .cancel_at_period_end(cancel)
             .send(&self.metered("cancel at period end"))
             .await

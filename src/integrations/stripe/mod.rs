@@ -16,6 +16,14 @@ use stripe::{Client, ClientBuilder, StripeError, StripeRequest};
 use stripe::{IdempotencyKey, RequestStrategy};
 use stripe_client_core::CustomizableStripeRequest;
 
+use crate::{
+    ids::{
+        StripeCustomerId, StripeEventId, StripeInvoiceId, StripeItemId, StripeLineId, StripePaymentId, StripePriceId,
+        StripeProductId, StripeScheduleId, StripeSessionId, StripeSubscriptionId,
+    },
+    states::{BillingInterval, InvoiceStatus, SubscriptionStatus},
+};
+
 /// A connected Stripe account (or the stand-in) and the secrets its webhooks are signed with.
 pub struct Stripe {
     client: Client,
@@ -186,11 +194,9 @@ fn at(ts: i64) -> DateTime<Utc> {
 /// A subscription as the reconcile needs it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubscriptionSnapshot {
-    pub id: String,
-    pub customer: String,
-    /// Stripe's status word: active, trialing, past_due, unpaid, paused, canceled, incomplete,
-    /// incomplete_expired.
-    pub status: String,
+    pub id: StripeSubscriptionId,
+    pub customer: StripeCustomerId,
+    pub status: SubscriptionStatus,
     pub cancel_at_period_end: bool,
     pub collection_paused: bool,
     /// Paused by the console because another plan displaced it on every ladder (its mark is in
@@ -199,7 +205,7 @@ pub struct SubscriptionSnapshot {
     pub ended_at: Option<DateTime<Utc>>,
     pub metadata: HashMap<String, String>,
     /// The schedule that will change it, if any (Billing II's ledger reads its phases).
-    pub schedule: Option<String>,
+    pub schedule: Option<StripeScheduleId>,
     pub items: Vec<ItemSnapshot>,
 }
 
@@ -214,7 +220,7 @@ impl SubscriptionSnapshot {
 
     /// Ended for good (canceled, or never started): nothing is collected or changed any more.
     pub fn has_ended(&self) -> bool {
-        matches!(self.status.as_str(), "canceled" | "incomplete_expired")
+        matches!(self.status, SubscriptionStatus::Canceled | SubscriptionStatus::IncompleteExpired)
     }
 
     /// Its items as a schedule phase holds them: (price, quantity).
@@ -225,8 +231,8 @@ impl SubscriptionSnapshot {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ItemSnapshot {
-    pub id: String,
-    pub price: String,
+    pub id: StripeItemId,
+    pub price: StripePriceId,
     pub quantity: i32,
     pub period_start: DateTime<Utc>,
     pub period_end: DateTime<Utc>,
@@ -234,11 +240,11 @@ pub struct ItemSnapshot {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct InvoiceSnapshot {
-    pub id: String,
-    pub customer: String,
-    pub subscription: Option<String>,
+    pub id: StripeInvoiceId,
+    pub customer: StripeCustomerId,
+    pub subscription: Option<StripeSubscriptionId>,
     pub number: Option<String>,
-    pub status: String,
+    pub status: InvoiceStatus,
     pub currency: String,
     pub amount_due: i64,
     pub amount_paid: i64,
@@ -253,18 +259,18 @@ pub struct InvoiceSnapshot {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct InvoiceLineSnapshot {
-    pub id: String,
+    pub id: StripeLineId,
     pub description: Option<String>,
     pub amount: i64,
     pub quantity: Option<i64>,
-    pub price: Option<String>,
+    pub price: Option<StripePriceId>,
     pub period_start: DateTime<Utc>,
     pub period_end: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct InvoicePaymentSnapshot {
-    pub id: String,
+    pub id: StripePaymentId,
     pub status: String,
     pub amount: i64,
     pub paid_at: Option<DateTime<Utc>>,
@@ -272,21 +278,28 @@ pub struct InvoicePaymentSnapshot {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckoutSnapshot {
-    pub id: String,
-    /// open, complete or expired.
-    pub status: String,
+    pub id: StripeSessionId,
+    pub status: CheckoutStatus,
     pub client_reference_id: Option<String>,
-    pub subscription: Option<String>,
+    pub subscription: Option<StripeSubscriptionId>,
     pub url: Option<String>,
     /// The console's price and seat count the session sells (its metadata), when it set them.
     pub price_id: Option<i64>,
     pub quantity: Option<u64>,
 }
 
+/// A Checkout Session's status, as Stripe words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckoutStatus {
+    Open,
+    Complete,
+    Expired,
+}
+
 /// An event as the sweep lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventSummary {
-    pub id: String,
+    pub id: StripeEventId,
     pub event_type: String,
     /// The id of the object the event is about (`data.object.id`).
     pub object_id: Option<String>,
@@ -300,13 +313,13 @@ pub struct EventsRead {
     pub complete: bool,
     /// The id of the last event Stripe listed (the oldest read; the one given when none was),
     /// where a read cut short continues.
-    pub last_id: Option<String>,
+    pub last_id: Option<StripeEventId>,
 }
 
 /// A subscription schedule: its phases, each with the prices it will charge.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScheduleSnapshot {
-    pub id: String,
+    pub id: StripeScheduleId,
     /// not_started, active, completed, released or canceled.
     pub status: String,
     /// The phase in force (its start), if any.
@@ -319,7 +332,7 @@ pub struct PhaseSnapshot {
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
     /// (price id, quantity)
-    pub items: Vec<(String, i32)>,
+    pub items: Vec<(StripePriceId, i32)>,
 }
 
 impl PhaseSnapshot {
@@ -353,8 +366,8 @@ impl ScheduleSnapshot {
 pub struct CheckoutRequest<'a> {
     /// The console's own id of this attempt (the idempotency key).
     pub operation: &'a str,
-    pub customer: &'a str,
-    pub price: &'a str,
+    pub customer: &'a StripeCustomerId,
+    pub price: &'a StripePriceId,
     pub quantity: u64,
     /// The console's price (recorded in the session's metadata).
     pub price_id: i64,
@@ -442,29 +455,32 @@ impl Stripe {
     }
 
     /// The subscription as Stripe has it now, or None when Stripe has no such subscription.
-    pub async fn subscription(&self, id: &str) -> Result<Option<SubscriptionSnapshot>, StripeFailure> {
+    pub async fn subscription(&self, id: &StripeSubscriptionId) -> Result<Option<SubscriptionSnapshot>, StripeFailure> {
         use stripe_billing::subscription::RetrieveSubscription;
-        let Some(s) = found(RetrieveSubscription::new(id).send(&self.metered("read subscription")).await)? else {
+        let Some(s) = found(RetrieveSubscription::new(id.as_str()).send(&self.metered("read subscription")).await)?
+        else {
             return Ok(None);
         };
         Ok(Some(SubscriptionSnapshot {
-            id: s.id.to_string(),
-            customer: s.customer.id().to_string(),
-            status: s.status.to_string(),
+            id: s.id.to_string().into(),
+            customer: s.customer.id().to_string().into(),
+            status: SubscriptionStatus::from_text(s.status.as_str()).ok_or_else(|| {
+                StripeFailure::Unreadable(format!("a subscription status the console does not know: {}", s.status))
+            })?,
             cancel_at_period_end: s.cancel_at_period_end,
             collection_paused: s.pause_collection.is_some(),
             console_paused: s.pause_collection.is_some()
                 && s.metadata.get("console_pause").map(String::as_str) == Some(CONSOLE_PAUSE_VALUE),
             ended_at: s.ended_at.map(at),
             metadata: s.metadata.clone(),
-            schedule: s.schedule.as_ref().map(|x| x.id().to_string()),
+            schedule: s.schedule.as_ref().map(|x| x.id().to_string().into()),
             items: s
                 .items
                 .data
                 .iter()
                 .map(|i| ItemSnapshot {
-                    id: i.id.to_string(),
-                    price: i.price.id.to_string(),
+                    id: i.id.to_string().into(),
+                    price: i.price.id.to_string().into(),
                     quantity: i.quantity.unwrap_or(1).clamp(1, i32::MAX as u64) as i32,
                     period_start: at(i.current_period_start),
                     period_end: at(i.current_period_end),
@@ -474,15 +490,19 @@ impl Stripe {
     }
 
     /// The subscription schedule as Stripe has it now, or None when Stripe has no such schedule.
-    pub async fn subscription_schedule(&self, id: &str) -> Result<Option<ScheduleSnapshot>, StripeFailure> {
+    pub async fn subscription_schedule(
+        &self,
+        id: &StripeScheduleId,
+    ) -> Result<Option<ScheduleSnapshot>, StripeFailure> {
         use stripe_billing::subscription_schedule::RetrieveSubscriptionSchedule;
-        let Some(s) =
-            found(RetrieveSubscriptionSchedule::new(id).send(&self.metered("read subscription schedule")).await)?
+        let Some(s) = found(
+            RetrieveSubscriptionSchedule::new(id.as_str()).send(&self.metered("read subscription schedule")).await,
+        )?
         else {
             return Ok(None);
         };
         Ok(Some(ScheduleSnapshot {
-            id: s.id.to_string(),
+            id: s.id.to_string().into(),
             status: s.status.to_string(),
             current_phase_start: s.current_phase.as_ref().map(|p| at(p.start_date)),
             phases: s
@@ -494,7 +514,9 @@ impl Stripe {
                     items: p
                         .items
                         .iter()
-                        .map(|i| (i.price.id().to_string(), i.quantity.unwrap_or(1).clamp(1, i32::MAX as u64) as i32))
+                        .map(|i| {
+                            (i.price.id().to_string().into(), i.quantity.unwrap_or(1).clamp(1, i32::MAX as u64) as i32)
+                        })
                         .collect(),
                 })
                 .collect(),
@@ -502,22 +524,31 @@ impl Stripe {
     }
 
     /// The invoice as Stripe has it now, with its lines and payments.
-    pub async fn invoice(&self, id: &str) -> Result<Option<InvoiceSnapshot>, StripeFailure> {
+    pub async fn invoice(&self, id: &StripeInvoiceId) -> Result<Option<InvoiceSnapshot>, StripeFailure> {
         use stripe_billing::invoice::RetrieveInvoice;
         let Some(inv) = found(
-            RetrieveInvoice::new(id).expand(vec!["payments".to_string()]).send(&self.metered("read invoice")).await,
+            RetrieveInvoice::new(id.as_str())
+                .expand(vec!["payments".to_string()])
+                .send(&self.metered("read invoice"))
+                .await,
         )?
         else {
             return Ok(None);
         };
         let subscription =
             inv.parent.as_ref().and_then(|p| p.subscription_details.as_ref()).map(|d| d.subscription.id().to_string());
+        let status = match &inv.status {
+            None => InvoiceStatus::Draft,
+            Some(s) => InvoiceStatus::from_text(s.as_str()).ok_or_else(|| {
+                StripeFailure::Unreadable(format!("an invoice status the console does not know: {s}"))
+            })?,
+        };
         Ok(Some(InvoiceSnapshot {
-            id: inv.id.as_ref().map(|i| i.to_string()).unwrap_or_else(|| id.to_string()),
-            customer: inv.customer.as_ref().map(|c| c.id().to_string()).unwrap_or_default(),
-            subscription,
+            id: inv.id.as_ref().map(|i| StripeInvoiceId::from(i.as_str())).unwrap_or_else(|| id.clone()),
+            customer: inv.customer.as_ref().map(|c| c.id().to_string()).unwrap_or_default().into(),
+            subscription: subscription.map(StripeSubscriptionId::from),
             number: inv.number.clone(),
-            status: inv.status.as_ref().map(|s| s.to_string()).unwrap_or_else(|| "draft".into()),
+            status,
             currency: inv.currency.to_string(),
             amount_due: inv.amount_due,
             amount_paid: inv.amount_paid,
@@ -531,11 +562,15 @@ impl Stripe {
                 .data
                 .iter()
                 .map(|l| InvoiceLineSnapshot {
-                    id: l.id.to_string(),
+                    id: l.id.to_string().into(),
                     description: l.description.clone(),
                     amount: l.amount,
                     quantity: l.quantity.map(|q| q as i64),
-                    price: l.pricing.as_ref().and_then(|p| p.price_details.as_ref()).map(|d| d.price.id().to_string()),
+                    price: l
+                        .pricing
+                        .as_ref()
+                        .and_then(|p| p.price_details.as_ref())
+                        .map(|d| d.price.id().to_string().into()),
                     period_start: at(l.period.start),
                     period_end: at(l.period.end),
                 })
@@ -547,7 +582,7 @@ impl Stripe {
                     list.data
                         .iter()
                         .map(|p| InvoicePaymentSnapshot {
-                            id: p.id.to_string(),
+                            id: p.id.to_string().into(),
                             status: p.status.clone(),
                             amount: p.amount_paid.unwrap_or(0),
                             paid_at: p.status_transitions.paid_at.map(at),
@@ -565,7 +600,7 @@ impl Stripe {
         organization_id: i64,
         name: &str,
         email: Option<&str>,
-    ) -> Result<String, StripeFailure> {
+    ) -> Result<StripeCustomerId, StripeFailure> {
         use stripe_core::customer::CreateCustomer;
         let mut metadata = HashMap::new();
         metadata.insert("organization_id".to_string(), organization_id.to_string());
@@ -576,7 +611,7 @@ impl Stripe {
         let c = self
             .send_once("create customer", &format!("customer:organization:{organization_id}"), req.customize())
             .await?;
-        Ok(c.id.to_string())
+        Ok(c.id.to_string().into())
     }
 
     /// A Checkout Session for one price, in subscription mode, returning to the console.
@@ -592,7 +627,7 @@ impl Stripe {
         metadata.insert("price_id".to_string(), r.price_id.to_string());
         metadata.insert("quantity".to_string(), r.quantity.to_string());
         let line = CreateCheckoutSessionLineItems {
-            price: Some(r.price.to_string()),
+            price: Some(r.price.as_str().to_string()),
             quantity: Some(r.quantity),
             ..Default::default()
         };
@@ -602,7 +637,7 @@ impl Stripe {
                 &format!("checkout:{}", r.operation),
                 CreateCheckoutSession::new()
                     .mode(stripe_shared::CheckoutSessionMode::Subscription)
-                    .customer(r.customer)
+                    .customer(r.customer.as_str())
                     .client_reference_id(r.organization_id.to_string())
                     .line_items(vec![line])
                     .metadata(metadata)
@@ -615,19 +650,19 @@ impl Stripe {
         Ok(checkout_snapshot(&s))
     }
 
-    pub async fn checkout(&self, id: &str) -> Result<Option<CheckoutSnapshot>, StripeFailure> {
+    pub async fn checkout(&self, id: &StripeSessionId) -> Result<Option<CheckoutSnapshot>, StripeFailure> {
         use stripe_checkout::checkout_session::RetrieveCheckoutSession;
-        Ok(found(RetrieveCheckoutSession::new(id).send(&self.metered("read checkout")).await)?
+        Ok(found(RetrieveCheckoutSession::new(id.as_str()).send(&self.metered("read checkout")).await)?
             .map(|s| checkout_snapshot(&s)))
     }
 
     /// Expire an open Checkout Session, so nobody can pay it any more; the session as it is
     /// after. A session that is no longer open is not expired: Stripe refuses, and the answer is
     /// the session as it is (complete or expired), so the caller decides what that means.
-    pub async fn expire_checkout(&self, id: &str) -> Result<Option<CheckoutSnapshot>, StripeFailure> {
+    pub async fn expire_checkout(&self, id: &StripeSessionId) -> Result<Option<CheckoutSnapshot>, StripeFailure> {
         use stripe_checkout::checkout_session::ExpireCheckoutSession;
         // Expiring twice is harmless (the second is refused, and then read): no key needed.
-        match ExpireCheckoutSession::new(id).send(&self.metered("expire checkout")).await {
+        match ExpireCheckoutSession::new(id.as_str()).send(&self.metered("expire checkout")).await {
             Ok(s) => Ok(Some(checkout_snapshot(&s))),
             Err(e) => {
                 let f = StripeFailure::from_error(e);
@@ -635,7 +670,7 @@ impl Stripe {
                     return Ok(None);
                 }
                 match self.checkout(id).await? {
-                    Some(s) if s.status != "open" => Ok(Some(s)),
+                    Some(s) if s.status != CheckoutStatus::Open => Ok(Some(s)),
                     _ => Err(f),
                 }
             }
@@ -647,10 +682,10 @@ impl Stripe {
     pub async fn put_product(
         &self,
         product_id: i64,
-        stripe_id: Option<&str>,
+        stripe_id: Option<&StripeProductId>,
         name: &str,
         version: &str,
-    ) -> Result<String, StripeFailure> {
+    ) -> Result<StripeProductId, StripeFailure> {
         use stripe_product::product::{CreateProduct, UpdateProduct};
         let mut metadata = HashMap::new();
         metadata.insert("product_id".to_string(), product_id.to_string());
@@ -667,27 +702,27 @@ impl Stripe {
                 self.send_once(
                     "put product",
                     &format!("product:{product_id}:update:{version}"),
-                    UpdateProduct::new(id).name(name).metadata(metadata).customize(),
+                    UpdateProduct::new(id.as_str()).name(name).metadata(metadata).customize(),
                 )
                 .await?
             }
         };
-        Ok(p.id.to_string())
+        Ok(p.id.to_string().into())
     }
 
     /// Create a recurring price (its amount is fixed for good: a new amount is a new price).
     pub async fn create_price(
         &self,
         price_id: i64,
-        stripe_product: &str,
+        stripe_product: &StripeProductId,
         amount_minor: i64,
         currency: &str,
-        interval: &str,
-    ) -> Result<String, StripeFailure> {
+        interval: BillingInterval,
+    ) -> Result<StripePriceId, StripeFailure> {
         use stripe_product::price::{CreatePrice, CreatePriceRecurring, CreatePriceRecurringInterval};
         let interval = match interval {
-            "year" => CreatePriceRecurringInterval::Year,
-            _ => CreatePriceRecurringInterval::Month,
+            BillingInterval::Year => CreatePriceRecurringInterval::Year,
+            BillingInterval::Month => CreatePriceRecurringInterval::Month,
         };
         let mut metadata = HashMap::new();
         metadata.insert("price_id".to_string(), price_id.to_string());
@@ -698,23 +733,23 @@ impl Stripe {
                 "create price",
                 &format!("price:{price_id}:create"),
                 CreatePrice::new(currency)
-                    .product(stripe_product)
+                    .product(stripe_product.as_str())
                     .unit_amount(amount_minor)
                     .recurring(CreatePriceRecurring::new(interval))
                     .metadata(metadata)
                     .customize(),
             )
             .await?;
-        Ok(p.id.to_string())
+        Ok(p.id.to_string().into())
     }
 
     /// Archive a price in Stripe: existing subscriptions keep it, no new checkout can use it.
-    pub async fn archive_price(&self, price_id: i64, stripe_price: &str) -> Result<(), StripeFailure> {
+    pub async fn archive_price(&self, price_id: i64, stripe_price: &StripePriceId) -> Result<(), StripeFailure> {
         use stripe_product::price::UpdatePrice;
         self.send_once(
             "archive price",
             &format!("price:{price_id}:archive"),
-            UpdatePrice::new(stripe_price).active(false).customize(),
+            UpdatePrice::new(stripe_price.as_str()).active(false).customize(),
         )
         .await?;
         Ok(())
@@ -728,22 +763,22 @@ impl Stripe {
     pub async fn events_since(
         &self,
         after: DateTime<Utc>,
-        starting_after: Option<&str>,
+        starting_after: Option<&StripeEventId>,
         page_size: i64,
         max_pages: usize,
     ) -> Result<EventsRead, StripeFailure> {
         use stripe_core::event::ListEvent;
         let mut events = vec![];
-        let mut last_id: Option<String> = starting_after.map(str::to_string);
+        let mut last_id: Option<StripeEventId> = starting_after.cloned();
         let mut complete = false;
         for _ in 0..max_pages {
             let mut req = ListEvent::new().created(stripe_types::RangeQueryTs::gt(after.timestamp())).limit(page_size);
             if let Some(last) = &last_id {
-                req = req.starting_after(last.clone());
+                req = req.starting_after(last.as_str());
             }
             let list = req.send(&self.metered("events since")).await.map_err(StripeFailure::from_error)?;
             events.extend(list.data.iter().map(|e| EventSummary {
-                id: e.id.to_string(),
+                id: e.id.to_string().into(),
                 event_type: e.type_.to_string(),
                 object_id: match &e.data.object {
                     miniserde::json::Value::Object(o) => match o.get("id") {
@@ -758,7 +793,7 @@ impl Stripe {
                 complete = true;
                 break;
             };
-            last_id = Some(last.id.to_string());
+            last_id = Some(last.id.to_string().into());
             if !list.has_more {
                 complete = true;
                 break;
@@ -781,7 +816,7 @@ impl Stripe {
         name: &str,
         payment_method: &str,
         test_clock: Option<&str>,
-    ) -> Result<String, StripeFailure> {
+    ) -> Result<StripeCustomerId, StripeFailure> {
         use stripe_core::customer::{CreateCustomer, CreateCustomerInvoiceSettings};
         let mut metadata = HashMap::new();
         metadata.insert("organization_id".to_string(), organization_id.to_string());
@@ -796,13 +831,17 @@ impl Stripe {
             req = req.test_clock(c);
         }
         let c = req.send(&self.metered("create test customer")).await.map_err(StripeFailure::from_error)?;
-        Ok(c.id.to_string())
+        Ok(c.id.to_string().into())
     }
 
     /// Make the customer's invoices charge `payment_method` from now on.
-    pub async fn set_default_payment_method(&self, customer: &str, payment_method: &str) -> Result<(), StripeFailure> {
+    pub async fn set_default_payment_method(
+        &self,
+        customer: &StripeCustomerId,
+        payment_method: &str,
+    ) -> Result<(), StripeFailure> {
         use stripe_core::customer::{UpdateCustomer, UpdateCustomerInvoiceSettings};
-        UpdateCustomer::new(customer)
+        UpdateCustomer::new(customer.as_str())
             .invoice_settings(UpdateCustomerInvoiceSettings {
                 default_payment_method: Some(payment_method.to_string()),
                 ..Default::default()
@@ -816,17 +855,17 @@ impl Stripe {
     /// A subscription to one price, charged to the customer's default method; its id.
     pub async fn create_subscription(
         &self,
-        customer: &str,
-        price: &str,
+        customer: &StripeCustomerId,
+        price: &StripePriceId,
         organization_id: i64,
-    ) -> Result<String, StripeFailure> {
+    ) -> Result<StripeSubscriptionId, StripeFailure> {
         use stripe_billing::subscription::{CreateSubscription, CreateSubscriptionItems};
         let mut metadata = HashMap::new();
         metadata.insert("organization_id".to_string(), organization_id.to_string());
         let s = CreateSubscription::new()
-            .customer(customer)
+            .customer(customer.as_str())
             .items(vec![CreateSubscriptionItems {
-                price: Some(price.to_string()),
+                price: Some(price.as_str().to_string()),
                 quantity: Some(1),
                 ..Default::default()
             }])
@@ -834,7 +873,7 @@ impl Stripe {
             .send(&self.metered("create subscription"))
             .await
             .map_err(StripeFailure::from_error)?;
-        Ok(s.id.to_string())
+        Ok(s.id.to_string().into())
     }
 
     /// A test clock frozen at `at`; its id.
@@ -861,10 +900,14 @@ impl Stripe {
 
 fn checkout_snapshot(s: &stripe_shared::CheckoutSession) -> CheckoutSnapshot {
     CheckoutSnapshot {
-        id: s.id.to_string(),
-        status: s.status.as_ref().map(|x| x.to_string()).unwrap_or_else(|| "open".into()),
+        id: s.id.to_string().into(),
+        status: match s.status {
+            Some(stripe_shared::CheckoutSessionStatus::Complete) => CheckoutStatus::Complete,
+            Some(stripe_shared::CheckoutSessionStatus::Expired) => CheckoutStatus::Expired,
+            _ => CheckoutStatus::Open,
+        },
         client_reference_id: s.client_reference_id.clone(),
-        subscription: s.subscription.as_ref().map(|x| x.id().to_string()),
+        subscription: s.subscription.as_ref().map(|x| x.id().to_string().into()),
         url: s.url.clone(),
         price_id: s.metadata.as_ref().and_then(|m| m.get("price_id")).and_then(|v| v.parse().ok()),
         quantity: s.metadata.as_ref().and_then(|m| m.get("quantity")).and_then(|v| v.parse().ok()),

@@ -11,9 +11,9 @@ use crate::{
         locks::{Lock, PathLocks},
         tx::{within, within_for},
     },
-    ids::{PriceId, ProductId},
+    ids::{PriceId, ProductId, StripePriceId, StripeProductId},
     integrations::stripe::Stripe,
-    services::{ServiceError, refusal::Problems},
+    services::ServiceError,
     states::{BillingInterval, SyncState},
     store::{billing as store, catalog},
 };
@@ -59,44 +59,67 @@ const STRIPE_CURRENCIES: &[&str] = &[
     "uzs", "vnd", "vuv", "wst", "xaf", "xcd", "xcg", "xof", "xpf", "yer", "zar", "zmw",
 ];
 
-/// A price as an operator types it.
+/// A price as an operator sets it: built by the price form's conversion (or `new`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewPrice {
     pub interval: BillingInterval,
     pub amount_minor: i64,
-    pub currency: String,
+    pub currency: Currency,
 }
 
 impl NewPrice {
-    /// `amount` in the currency's major unit ("12", "12.50"), `currency` a three-letter code.
-    pub fn parse(interval: &str, amount: &str, currency: &str) -> Result<NewPrice, ServiceError> {
-        let mut p = Problems::default();
-        let interval = p.field(
-            "interval",
-            BillingInterval::from_text(interval.trim())
-                .ok_or_else(|| "Choose whether the price is per month or per year.".to_string()),
-        );
-        let c = currency.trim().to_ascii_lowercase();
-        let amount_minor =
-            p.field("amount", parse_amount(amount, views::ZERO_DECIMAL_CURRENCIES.contains(&c.as_str())));
-        let currency = p.field(
-            "currency",
-            if STRIPE_CURRENCIES.contains(&c.as_str()) {
-                Ok(c)
-            } else if c.len() == 3 && c.chars().all(|x| x.is_ascii_lowercase()) {
-                Err(format!(
-                    "“{}” is not a currency Stripe charges in: use a code such as EUR or USD.",
-                    currency.trim()
-                ))
-            } else {
-                Err(format!("“{}” is not a currency code such as EUR or USD.", currency.trim()))
-            },
-        );
-        let parsed = match (interval, amount_minor, currency) {
-            (Some(interval), Some(amount_minor), Some(currency)) => Some(NewPrice { interval, amount_minor, currency }),
-            _ => None,
-        };
-        p.or(parsed)
+    /// `amount` per `interval` in `currency`; why not when the amount does not fit the currency.
+    pub fn new(interval: BillingInterval, amount: &Amount, currency: Currency) -> Result<NewPrice, String> {
+        let amount_minor = amount.minor_in(currency.has_cents())?;
+        Ok(NewPrice { interval, amount_minor, currency })
+    }
+}
+
+/// A three-letter currency Stripe charges in, lower case as its API takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Currency(String);
+
+impl Currency {
+    /// Any case, spaces around; a code Stripe does not charge in is refused here, not at the sync.
+    pub fn parse(s: &str) -> Result<Currency, String> {
+        let c = s.trim().to_ascii_lowercase();
+        if STRIPE_CURRENCIES.contains(&c.as_str()) {
+            Ok(Currency(c))
+        } else if c.len() == 3 && c.chars().all(|x| x.is_ascii_lowercase()) {
+            Err(format!("“{}” is not a currency Stripe charges in: use a code such as EUR or USD.", s.trim()))
+        } else {
+            Err(format!("“{}” is not a currency code such as EUR or USD.", s.trim()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the currency has a minor unit (yen has none: 1200 is ¥1,200).
+    pub fn has_cents(&self) -> bool {
+        !views::ZERO_DECIMAL_CURRENCIES.contains(&self.0.as_str())
+    }
+}
+
+/// An amount as an operator types it, in the currency's major unit ("12", "12.50"). Which
+/// reading holds is the currency's to say (yen has no cents), so both are kept and the amount's
+/// problem is told once the currency is known (`minor_in`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Amount {
+    cents: Result<i64, String>,
+    whole: Result<i64, String>,
+}
+
+impl Amount {
+    /// Never refuses: whether the text is an amount depends on the currency (`minor_in`).
+    pub fn parse(s: &str) -> Result<Amount, String> {
+        Ok(Amount { cents: parse_amount(s, false), whole: parse_amount(s, true) })
+    }
+
+    /// The amount in minor units of a currency with cents or without, or why not.
+    pub fn minor_in(&self, has_cents: bool) -> Result<i64, String> {
+        if has_cents { self.cents.clone() } else { self.whole.clone() }
     }
 }
 
@@ -142,14 +165,15 @@ pub async fn set_price(db: &Db, product_id: ProductId, price: &NewPrice) -> Resu
         if current.iter().any(|p| {
             p.active
                 && p.billing_interval == price.interval
-                && p.currency == price.currency
+                && p.currency == price.currency.as_str()
                 && p.amount_minor == price.amount_minor
         }) {
             return Err(ServiceError::Refused("The product already has this price.".into()));
         }
-        store::archive_active_price(tx.conn(), product_id, price.interval, &price.currency).await?;
+        store::archive_active_price(tx.conn(), product_id, price.interval, price.currency.as_str()).await?;
         let id =
-            store::insert_price(tx.conn(), product_id, price.interval, price.amount_minor, &price.currency).await?;
+            store::insert_price(tx.conn(), product_id, price.interval, price.amount_minor, price.currency.as_str())
+                .await?;
         Ok(id)
     })
     .await
@@ -245,7 +269,7 @@ pub async fn apply_product_sync(
     };
     let stripe_product_id = mapping.as_ref().and_then(|m| m.stripe_product_id.clone());
     let stripe_product =
-        match stripe.put_product(product_id.0, stripe_product_id.as_deref(), &product.name, operation).await {
+        match stripe.put_product(product_id.0, stripe_product_id.as_ref(), &product.name, operation).await {
             Ok(id) => id,
             Err(f) => {
                 record(db, product_id, Outcome::ProductFailed(&f.sentence())).await?;
@@ -257,11 +281,13 @@ pub async fn apply_product_sync(
     for p in &prices {
         let result = if p.active && p.stripe_price_id.is_none() {
             stripe
-                .create_price(p.price_id.0, &stripe_product, p.amount_minor, &p.currency, p.billing_interval.as_str())
+                .create_price(p.price_id.0, &stripe_product, p.amount_minor, &p.currency, p.billing_interval)
                 .await
                 .map(|id| Some((id, true)))
-        } else if !p.active && p.stripe_active == Some(true) {
-            let id = p.stripe_price_id.clone().unwrap_or_default();
+        } else if !p.active
+            && p.stripe_active == Some(true)
+            && let Some(id) = p.stripe_price_id.clone()
+        {
             stripe.archive_price(p.price_id.0, &id).await.map(|_| Some((id, false)))
         } else {
             Ok(None)
@@ -285,9 +311,9 @@ pub async fn apply_product_sync(
 
 /// What one Stripe call of a sync came back with.
 enum Outcome<'a> {
-    ProductSynced { stripe_id: &'a str, name: &'a str },
+    ProductSynced { stripe_id: &'a StripeProductId, name: &'a str },
     ProductFailed(&'a str),
-    PriceSynced { price: PriceId, stripe_id: &'a str, active: bool },
+    PriceSynced { price: PriceId, stripe_id: &'a StripePriceId, active: bool },
     PriceFailed { price: PriceId, why: &'a str },
 }
 
@@ -326,17 +352,10 @@ mod tests {
         // Yen has no minor unit: 1200 is ¥1,200, and 12.50 is not an amount.
         assert_eq!(parse_amount("1200", true), Ok(1200));
         assert!(parse_amount("12.50", true).unwrap_err().contains("no cents"));
-        assert_eq!(NewPrice::parse("month", "1200", "JPY").unwrap().amount_minor, 1200);
-    }
-
-    #[test]
-    fn a_price_form_tells_every_problem_at_once() {
-        let e = NewPrice::parse("week", "x", "euro").unwrap_err();
-        assert!(matches!(&e, ServiceError::Invalid(v) if v.len() == 3), "{e:?}");
-        let e = NewPrice::parse("month", "12", "abc").unwrap_err().to_string();
-        assert!(e.contains("not a currency Stripe charges in"), "{e}");
-        assert_eq!(NewPrice::parse("month", "12", " usd ").unwrap().currency, "usd");
-        let ok = NewPrice::parse("year", "120", "EUR").unwrap();
-        assert_eq!(ok, NewPrice { interval: BillingInterval::Year, amount_minor: 12000, currency: "eur".into() });
+        let yen = Currency::parse("JPY").unwrap();
+        assert_eq!(
+            NewPrice::new(BillingInterval::Month, &Amount::parse("1200").unwrap(), yen).unwrap().amount_minor,
+            1200
+        );
     }
 }

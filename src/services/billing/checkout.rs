@@ -5,8 +5,8 @@
 
 use crate::{
     db::{Db, Tx, TxKind, tx::within},
-    ids::{AccountId, OrganizationId, PriceId},
-    integrations::stripe::{CheckoutRequest, Stripe},
+    ids::{AccountId, OrganizationId, PriceId, StripeSessionId},
+    integrations::stripe::{CheckoutRequest, CheckoutStatus, Stripe},
     services::ServiceError,
     states::SubscriptionStatus,
     store::{accounts, billing as store},
@@ -16,6 +16,16 @@ use super::{
     reconcile::{Reconciled, reconcile_subscription},
     remote,
 };
+
+/// Seats, as a member asks for them: a whole number (how many a plan sells is the path's to say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seats(pub u64);
+
+impl Seats {
+    pub fn parse(s: &str) -> Result<Seats, String> {
+        s.trim().parse::<u64>().map(Seats).map_err(|_| "Give the seats as a whole number.".to_string())
+    }
+}
 
 /// Where the checkout sends the browser back: the console's own address as the person reached it.
 pub struct ReturnTo<'a> {
@@ -66,7 +76,7 @@ pub async fn start_checkout(
         let latest = store::latest_checkout_session(read.conn(), organization_id).await?;
         (membership.name, price, customer, held, open, latest)
     };
-    let Some(stripe_price) = price.stripe_price_id.as_deref() else {
+    let Some(stripe_price) = price.stripe_price_id.as_ref() else {
         return Err(ServiceError::Refused(
             "This price is not on sale any more. Reload the page to see the current ones.".into(),
         ));
@@ -107,7 +117,7 @@ pub async fn start_checkout(
         "organization:{}:price:{}:quantity:{quantity}:after:{}",
         organization_id.0,
         price_id.0,
-        latest.as_deref().unwrap_or("none")
+        latest.as_ref().map_or("none", |l| l.as_str())
     );
     let base = back.base_url.trim_end_matches('/');
     let success = format!("{base}/billing/return?session_id={{CHECKOUT_SESSION_ID}}");
@@ -144,7 +154,7 @@ pub async fn start_checkout(
 async fn settle_open_checkouts(
     stripe: &Stripe,
     org_name: &str,
-    open: &[(String, PriceId)],
+    open: &[(StripeSessionId, PriceId)],
     price_id: PriceId,
     quantity: u64,
 ) -> Result<Option<String>, ServiceError> {
@@ -157,9 +167,9 @@ async fn settle_open_checkouts(
     let mut reuse = None;
     for (id, session_price) in open {
         let Some(session) = stripe.checkout(id).await.map_err(remote)? else { continue };
-        match session.status.as_str() {
-            "complete" => return Err(paid()),
-            "open" => {
+        match session.status {
+            CheckoutStatus::Complete => return Err(paid()),
+            CheckoutStatus::Open => {
                 let same = *session_price == price_id
                     && session.price_id == Some(price_id.0)
                     && session.quantity == Some(quantity)
@@ -169,12 +179,12 @@ async fn settle_open_checkouts(
                     continue;
                 }
                 match stripe.expire_checkout(id).await.map_err(remote)? {
-                    Some(after) if after.status == "complete" => return Err(paid()),
+                    Some(after) if after.status == CheckoutStatus::Complete => return Err(paid()),
                     _ => tracing::info!(session = %id, "an open checkout on the same ladder was expired"),
                 }
             }
             // Expired (by time or by an earlier click): nothing to do.
-            _ => {}
+            CheckoutStatus::Expired => {}
         }
     }
     Ok(reuse)
@@ -217,12 +227,10 @@ pub async fn finish_checkout(
     db: &Db,
     stripe: &Stripe,
     who: AccountId,
-    session_id: &str,
+    session_id: &StripeSessionId,
 ) -> Result<CheckoutOutcome, ServiceError> {
-    if session_id.is_empty()
-        || session_id.len() > 255
-        || !session_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    {
+    let text = session_id.as_str();
+    if text.is_empty() || text.len() > 255 || !text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(ServiceError::NotFound("checkout"));
     }
     let organization_id = {
@@ -236,7 +244,7 @@ pub async fn finish_checkout(
         org
     };
     let session = stripe.checkout(session_id).await.map_err(remote)?.ok_or(ServiceError::NotFound("checkout"))?;
-    let Some(subscription) = session.subscription.filter(|_| session.status == "complete") else {
+    let Some(subscription) = session.subscription.filter(|_| session.status == CheckoutStatus::Complete) else {
         return Ok(CheckoutOutcome::NotPaid { organization_id });
     };
     match reconcile_subscription(db, stripe, &subscription).await? {

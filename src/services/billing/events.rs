@@ -14,11 +14,12 @@ use crate::{
 };
 
 use super::{ConvergeInvoice, ReconcileSubscription};
+use crate::ids::{StripeEventId, StripeInvoiceId, StripeSubscriptionId};
 
 /// The parts of a Stripe event the console reads.
 #[derive(Debug, Deserialize)]
 struct Envelope {
-    id: String,
+    id: StripeEventId,
     #[serde(rename = "type")]
     event_type: String,
     created: i64,
@@ -74,11 +75,11 @@ pub async fn receive_event(db: &Db, body: &[u8]) -> Result<Received, ServiceErro
     let work = work_of(&e.event_type, &e.data.object);
     let object_id = str_at(&e.data.object, &["id"]);
     let (mut kinds, mut payloads) = (vec![], vec![]);
-    if let Some(s) = work.subscription {
+    if let Some(s) = work.subscription.map(StripeSubscriptionId::from) {
         kinds.push(ReconcileSubscription::KIND.to_string());
         payloads.push(ReconcileSubscription { stripe_subscription_id: s }.payload());
     }
-    if let Some(i) = work.invoice {
+    if let Some(i) = work.invoice.map(StripeInvoiceId::from) {
         kinds.push(ConvergeInvoice::KIND.to_string());
         payloads.push(ConvergeInvoice { stripe_invoice_id: i }.payload());
     }

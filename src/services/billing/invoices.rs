@@ -9,9 +9,9 @@ use crate::{
         locks::{Lock, PathLocks},
         tx::within_for,
     },
+    ids::StripeInvoiceId,
     integrations::stripe::Stripe,
     services::ServiceError,
-    states::InvoiceStatus,
     store::billing::{self as store, InvoiceWrite},
 };
 
@@ -37,15 +37,16 @@ pub enum Converged {
 }
 
 #[tracing::instrument(name = "Converge an invoice", skip(db, stripe))]
-pub async fn converge_invoice(db: &Db, stripe: &Stripe, stripe_invoice_id: &str) -> Result<Converged, ServiceError> {
+pub async fn converge_invoice(
+    db: &Db,
+    stripe: &Stripe,
+    stripe_invoice_id: &StripeInvoiceId,
+) -> Result<Converged, ServiceError> {
     let observed_at = now(db).await?;
     let Some(inv) = stripe.invoice(stripe_invoice_id).await.map_err(remote)? else {
         return Ok(Converged::Unknown);
     };
-    let status = InvoiceStatus::from_text(&inv.status).ok_or_else(|| ServiceError::Remote {
-        sentence: format!("Stripe reported an invoice status the console does not know: {}", inv.status),
-        transient: false,
-    })?;
+    let status = inv.status;
     within_for(db, TxKind::Plain, &CONVERGE_INVOICE_LOCKS, async |tx: &mut Tx| {
         tx.lock(&AdvisoryKey::Invoice(stripe_invoice_id.to_string())).await?;
         if store::invoice_observed_at(tx.conn(), stripe_invoice_id).await?.is_some_and(|t| t > observed_at) {
@@ -63,7 +64,7 @@ pub async fn converge_invoice(db: &Db, stripe: &Stripe, stripe_invoice_id: &str)
             &InvoiceWrite {
                 stripe_invoice_id,
                 organization_id,
-                stripe_subscription_id: inv.subscription.as_deref(),
+                stripe_subscription_id: inv.subscription.as_ref(),
                 stripe_customer_id: &inv.customer,
                 number: inv.number.as_deref(),
                 status,
@@ -88,7 +89,7 @@ pub async fn converge_invoice(db: &Db, stripe: &Stripe, stripe_invoice_id: &str)
                 l.description.as_deref(),
                 l.amount,
                 l.quantity,
-                l.price.as_deref(),
+                l.price.as_ref(),
                 (l.period_start, l.period_end),
             )
             .await?;

@@ -25,6 +25,7 @@ pub use sweep::{sweep_billing, sweep_billing_with};
 use std::sync::Arc;
 
 use crate::{
+    ids::{StripeInvoiceId, StripeSubscriptionId},
     integrations::stripe::{Stripe, StripeFailure},
     jobs::{Job, JobContext, JobError, remote_failure},
     services::ServiceError,
@@ -47,7 +48,10 @@ pub(crate) fn remote_write(f: StripeFailure) -> ServiceError {
 /// that one already waiting is not queued twice: one insert on the handle, no lock. Used where a
 /// change's outcome in Stripe is unknown or the reconcile at once failed, so the console still
 /// converges on what Stripe holds.
-pub(crate) async fn enqueue_reconcile(db: &crate::db::Db, stripe_subscription_id: &str) -> Result<(), ServiceError> {
+pub(crate) async fn enqueue_reconcile(
+    db: &crate::db::Db,
+    stripe_subscription_id: &StripeSubscriptionId,
+) -> Result<(), ServiceError> {
     let mut conn = db.pool.acquire().await.map_err(crate::db::DbError::from)?;
     enqueue_reconcile_on(&mut conn, stripe_subscription_id).await?;
     Ok(())
@@ -56,16 +60,16 @@ pub(crate) async fn enqueue_reconcile(db: &crate::db::Db, stripe_subscription_id
 /// The same on a connection (the sweep's transaction); whether one was queued.
 pub(crate) async fn enqueue_reconcile_on(
     conn: &mut sqlx::PgConnection,
-    stripe_subscription_id: &str,
+    stripe_subscription_id: &StripeSubscriptionId,
 ) -> Result<bool, ServiceError> {
-    let job = ReconcileSubscription { stripe_subscription_id: stripe_subscription_id.to_string() };
+    let job = ReconcileSubscription { stripe_subscription_id: stripe_subscription_id.clone() };
     Ok(job.enqueue(conn).await?.is_some())
 }
 
 /// Reconcile one Stripe subscription (enqueued by the webhook's intake and the sweep).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReconcileSubscription {
-    pub stripe_subscription_id: String,
+    pub stripe_subscription_id: StripeSubscriptionId,
 }
 
 impl Job for ReconcileSubscription {
@@ -87,7 +91,7 @@ impl Job for ReconcileSubscription {
 /// Converge one Stripe invoice.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConvergeInvoice {
-    pub stripe_invoice_id: String,
+    pub stripe_invoice_id: StripeInvoiceId,
 }
 
 impl Job for ConvergeInvoice {

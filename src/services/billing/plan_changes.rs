@@ -10,7 +10,9 @@ use chrono::{DateTime, Duration, Utc};
 
 use crate::{
     db::{Db, locks::PathLocks},
-    ids::{AccountId, LadderId, OrganizationId, PriceId, SubscriptionId},
+    ids::{
+        AccountId, LadderId, OrganizationId, PriceId, StripeItemId, StripePriceId, StripeSubscriptionId, SubscriptionId,
+    },
     integrations::stripe::{PhaseItems, Preview, Refusal, Stripe, StripeFailure, SubscriptionSnapshot},
     services::ServiceError,
     states::{SubscriptionBranch, SubscriptionStatus},
@@ -62,18 +64,34 @@ pub struct SwitchQuote {
     pub proration_date: Option<i64>,
     /// This quote's own id: the confirmation carries it back, and Stripe's idempotency keys are
     /// made from it, so confirming twice changes (and charges) once, and a later quote is new.
-    pub operation: String,
+    pub operation: QuoteId,
     /// When the switch applies: now for an upgrade, the period's end for a downgrade.
     pub effective_at: DateTime<Utc>,
+}
+
+/// A quote's id as the confirmation carries it back. Any text is read: whether it names a quote
+/// of this switch is the switch's to say (`switch_plan` refuses it in its own words).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuoteId(String);
+
+impl QuoteId {
+    /// Spaces around are dropped; nothing is refused here.
+    pub fn parse(s: &str) -> Result<QuoteId, String> {
+        Ok(QuoteId(s.trim().to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// A switch request that passed every check, with what Stripe holds now.
 struct Checked {
     quote: SwitchQuote,
     snapshot: SubscriptionSnapshot,
-    item: String,
-    from_price: String,
-    to_price: String,
+    item: StripeItemId,
+    from_price: StripePriceId,
+    to_price: StripePriceId,
     /// The seats after the switch.
     quantity: u64,
     period_start: DateTime<Utc>,
@@ -118,8 +136,8 @@ fn day(t: DateTime<Utc>) -> String {
 impl Checked {
     /// The price the item moves to, None when it keeps its own (a change of seats; its price may
     /// be one Stripe no longer sells, which Stripe keeps but takes in no request).
-    fn new_price(&self) -> Option<&str> {
-        (self.to_price != self.from_price).then_some(self.to_price.as_str())
+    fn new_price(&self) -> Option<&StripePriceId> {
+        (self.to_price != self.from_price).then_some(&self.to_price)
     }
 }
 
@@ -269,7 +287,7 @@ async fn check_switch(
         to_quantity,
         charge: None,
         proration_date: None,
-        operation: crate::config::random_hex(16),
+        operation: QuoteId(crate::config::random_hex(16)),
         effective_at: now_item.period_end,
     };
     Ok(Checked {
@@ -315,7 +333,7 @@ pub async fn quote_switch(
     crate::db::tx::within(db, crate::db::TxKind::Plain, async |tx: &mut crate::db::Tx| {
         store::insert_quote(
             tx.conn(),
-            &c.quote.operation,
+            c.quote.operation.as_str(),
             subscription_id,
             price_id,
             who,
@@ -343,8 +361,9 @@ pub async fn switch_plan(
     organization_id: OrganizationId,
     subscription_id: SubscriptionId,
     price_id: PriceId,
-    operation: &str,
+    operation: &QuoteId,
 ) -> Result<SwitchQuote, ServiceError> {
+    let operation = operation.as_str();
     let unknown = || {
         ServiceError::Refused(
             "This confirmation is not one the billing page made for this plan, or it was used up: switch again from \
@@ -376,7 +395,7 @@ pub async fn switch_plan(
         return Ok(done);
     }
     let mut c = check_switch(db, stripe, who, organization_id, subscription_id, price_id, quantity).await?;
-    c.quote.operation = operation.to_string();
+    c.quote.operation = QuoteId(operation.to_string());
     let sub = c.snapshot.id.clone();
     let write = Write {
         stripe_id: &sub,
@@ -415,7 +434,7 @@ async fn switch_in_stripe(
     operation: &str,
     quoted_moment: Option<DateTime<Utc>>,
 ) -> Result<(), StripeFailure> {
-    let sub = c.snapshot.id.as_str();
+    let sub = &c.snapshot.id;
     match c.quote.kind {
         SwitchKind::FewerSeats => {
             stripe.switch_now(operation, sub, &c.item, c.new_price(), c.quantity, None, false).await?;
@@ -430,7 +449,7 @@ async fn switch_in_stripe(
             stripe.switch_now(operation, sub, &c.item, c.new_price(), c.quantity, moment, true).await?;
         }
         SwitchKind::Downgrade => {
-            let existing = match c.snapshot.schedule.as_deref() {
+            let existing = match c.snapshot.schedule.as_ref() {
                 Some(id) => stripe.subscription_schedule(id).await?,
                 None => None,
             };
@@ -445,7 +464,7 @@ async fn switch_in_stripe(
                 .map(|(price, q)| if price == c.from_price { (c.to_price.clone(), c.quantity) } else { (price, q) })
                 .collect();
             let start = existing.as_ref().and_then(|s| s.current_phase_start).unwrap_or(c.period_start);
-            let schedule = stripe.schedule_of(operation, sub, existing.as_ref().map(|s| s.id.as_str())).await?;
+            let schedule = stripe.schedule_of(operation, sub, existing.as_ref().map(|s| &s.id)).await?;
             stripe.set_next_phase(operation, &schedule, start, &current, c.quote.effective_at, &next).await?;
         }
     }
@@ -488,14 +507,14 @@ async fn scheduled_already(
         to_quantity: 1,
         charge: None,
         proration_date: None,
-        operation: operation.to_string(),
+        operation: QuoteId(operation.to_string()),
         effective_at: c.effective_at,
     }))
 }
 
 /// A member's change Stripe was asked to make, for telling its failure.
 struct Write<'a> {
-    stripe_id: &'a str,
+    stripe_id: &'a StripeSubscriptionId,
     /// The quote the change confirms: used up when Stripe refused it for good, so confirming it
     /// again does not replay that answer under its idempotency key.
     quote: Option<&'a str>,
@@ -548,7 +567,7 @@ async fn refused_write(db: &Db, stripe: &Stripe, w: &Write<'_>, f: StripeFailure
         Refusal::Unconfirmed => {
             // Stripe may hold the change: its reconcile (queued like a webhook's) finds out.
             if let Err(e) = enqueue_reconcile(db, w.stripe_id).await {
-                tracing::warn!(subscription = w.stripe_id, error = %e, "an unconfirmed change's reconcile was not queued");
+                tracing::warn!(subscription = %w.stripe_id, error = %e, "an unconfirmed change's reconcile was not queued");
             }
             remote_write(f)
         }
@@ -581,7 +600,11 @@ pub static PAUSED_SWITCH_BACKSTOP_LOCKS: PathLocks = PathLocks {
 pub const BACKSTOP_AFTER: Duration = Duration::minutes(4);
 
 /// The paused switch's backstop: one insert, on the handle, that commits on its own.
-async fn write_backstop(db: &Db, subscription_id: SubscriptionId, stripe_id: &str) -> Result<(), ServiceError> {
+async fn write_backstop(
+    db: &Db,
+    subscription_id: SubscriptionId,
+    stripe_id: &StripeSubscriptionId,
+) -> Result<(), ServiceError> {
     let mut conn = db.pool.acquire().await.map_err(crate::db::DbError::from)?;
     // Named in the trace (when it is on) by a marker of its own just before: the insert is its own
     // transaction and takes no lock, so nothing is counted under the name but its being observed.
@@ -612,7 +635,7 @@ pub async fn undo_switch(
         converge(db, stripe, &sub).await;
         return Err(ServiceError::Refused("The subscription has ended: there is nothing to undo.".into()));
     }
-    let schedule = match snapshot.schedule.as_deref() {
+    let schedule = match snapshot.schedule.as_ref() {
         Some(id) => stripe.subscription_schedule(id).await.map_err(remote)?,
         None => None,
     };
@@ -664,9 +687,9 @@ pub async fn undo_switch(
 /// Of `prices` (Stripe's ids), the ones of `product`.
 async fn prices_of<'p>(
     conn: &mut sqlx::PgConnection,
-    prices: impl Iterator<Item = &'p String>,
+    prices: impl Iterator<Item = &'p StripePriceId>,
     product: crate::ids::ProductId,
-) -> Result<Vec<String>, ServiceError> {
+) -> Result<Vec<StripePriceId>, ServiceError> {
     let mut out = vec![];
     for price in prices {
         if let Some((_, p)) = billing_store::price_by_stripe_id(conn, price).await?
@@ -720,11 +743,11 @@ pub async fn cancel_at_period_end(
 
 /// ReconcileSubscription right after a change, so the member sees it at once. Stripe holds the
 /// change whatever happens here: a failure is logged, and the webhook's job and the sweep converge.
-async fn converge(db: &Db, stripe: &Stripe, stripe_id: &str) -> bool {
+async fn converge(db: &Db, stripe: &Stripe, stripe_id: &StripeSubscriptionId) -> bool {
     match reconcile_subscription(db, stripe, stripe_id).await {
         Ok(_) => true,
         Err(e) => {
-            tracing::warn!(subscription = stripe_id, error = %e, "a plan change is in Stripe; its reconcile failed and is left to the webhook");
+            tracing::warn!(subscription = %stripe_id, error = %e, "a plan change is in Stripe; its reconcile failed and is left to the webhook");
             false
         }
     }
@@ -732,10 +755,10 @@ async fn converge(db: &Db, stripe: &Stripe, stripe_id: &str) -> bool {
 
 /// ReconcileSubscription now, and queued when that failed: no webhook may come for what Stripe
 /// changed without the console (a subscription ended in Stripe's dashboard).
-async fn settle(db: &Db, stripe: &Stripe, stripe_id: &str) {
+async fn settle(db: &Db, stripe: &Stripe, stripe_id: &StripeSubscriptionId) {
     if !converge(db, stripe, stripe_id).await
         && let Err(e) = enqueue_reconcile(db, stripe_id).await
     {
-        tracing::warn!(subscription = stripe_id, error = %e, "a subscription's reconcile was not queued");
+        tracing::warn!(subscription = %stripe_id, error = %e, "a subscription's reconcile was not queued");
     }
 }

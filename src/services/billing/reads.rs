@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::{
     db::{Db, DbError},
-    ids::{AccountId, OrganizationId, PriceId, ProductId},
+    ids::{AccountId, OrganizationId, PriceId, ProductId, StripeSessionId},
     services::ServiceError,
     store::{
         accounts::{self, MemberHome, Membership},
@@ -85,7 +85,11 @@ pub async fn buyer_standing(
 /// The organization of a checkout session the console started, when the member belongs to it;
 /// None for a session the console does not know or one of another organization.
 #[tracing::instrument(name = "Read whose a checkout is", skip_all, fields(account_id = %who))]
-pub async fn members_checkout(db: &Db, who: AccountId, session_id: &str) -> Result<Option<OrganizationId>, DbError> {
+pub async fn members_checkout(
+    db: &Db,
+    who: AccountId,
+    session_id: &StripeSessionId,
+) -> Result<Option<OrganizationId>, DbError> {
     let mut c = db.read().await?;
     let Some(org) = store::checkout_session_organization(c.conn(), session_id).await? else { return Ok(None) };
     let mine = accounts::memberships(c.conn(), who).await?.iter().any(|m| m.organization_id == org);

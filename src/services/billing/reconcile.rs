@@ -12,7 +12,7 @@ use crate::{
         keys::AdvisoryKey,
         locks::{Lock, PathLocks},
     },
-    ids::{OrganizationId, PoolId, SubscriptionId, SubscriptionItemId},
+    ids::{OrganizationId, PoolId, StripeScheduleId, StripeSubscriptionId, SubscriptionId, SubscriptionItemId},
     integrations::stripe::{ScheduleSnapshot, Stripe, SubscriptionSnapshot},
     services::ServiceError,
     states::{SubscriptionBranch, SubscriptionStatus},
@@ -65,7 +65,11 @@ pub enum Collection {
 
 /// ReconcileSubscription for one Stripe subscription id (a disagreement about the collection
 /// pause is left to the outbox).
-pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -> Result<Reconciled, ServiceError> {
+pub async fn reconcile_subscription(
+    db: &Db,
+    stripe: &Stripe,
+    stripe_id: &StripeSubscriptionId,
+) -> Result<Reconciled, ServiceError> {
     reconcile(db, stripe, stripe_id, Collection::Request).await
 }
 
@@ -74,7 +78,7 @@ pub async fn reconcile_subscription(db: &Db, stripe: &Stripe, stripe_id: &str) -
 pub async fn apply_subscription_collection(
     db: &Db,
     stripe: &Stripe,
-    stripe_id: &str,
+    stripe_id: &StripeSubscriptionId,
 ) -> Result<Reconciled, ServiceError> {
     reconcile(db, stripe, stripe_id, Collection::Apply).await
 }
@@ -82,7 +86,7 @@ pub async fn apply_subscription_collection(
 async fn reconcile(
     db: &Db,
     stripe: &Stripe,
-    stripe_id: &str,
+    stripe_id: &StripeSubscriptionId,
     collection: Collection,
 ) -> Result<Reconciled, ServiceError> {
     // The transaction `converge` opens stays here until it commits, so an answer it gives with the
@@ -100,7 +104,7 @@ async fn reconcile(
 async fn converge(
     db: &Db,
     stripe: &Stripe,
-    stripe_id: &str,
+    stripe_id: &StripeSubscriptionId,
     collection: Collection,
     open: &mut Option<Tx>,
 ) -> Result<Reconciled, ServiceError> {
@@ -108,7 +112,7 @@ async fn converge(
     // The read comes first, with no transaction open (a slow Stripe holds no lock).
     let snapshot = stripe.subscription(stripe_id).await.map_err(remote)?;
     // Its schedule too, when it has one (convergeScheduledChanges reads its next phase).
-    let schedule = match snapshot.as_ref().and_then(|s| s.schedule.as_deref()) {
+    let schedule = match snapshot.as_ref().and_then(|s| s.schedule.as_ref()) {
         Some(id) => stripe.subscription_schedule(id).await.map_err(remote)?,
         None => None,
     };
@@ -130,9 +134,9 @@ async fn converge(
         // for the console it has ended.
         None => match &existing {
             Some(e) => SubscriptionSnapshot {
-                id: stripe_id.to_string(),
-                customer: store::customer_of(tx.conn(), e.organization_id).await?.unwrap_or_default(),
-                status: "canceled".into(),
+                id: stripe_id.clone(),
+                customer: store::customer_of(tx.conn(), e.organization_id).await?.unwrap_or_else(|| "".into()),
+                status: SubscriptionStatus::Canceled,
                 cancel_at_period_end: false,
                 collection_paused: false,
                 console_paused: false,
@@ -144,10 +148,7 @@ async fn converge(
             None => return Ok(Reconciled::Unknown),
         },
     };
-    let status = SubscriptionStatus::from_text(&snapshot.status).ok_or_else(|| ServiceError::Remote {
-        sentence: format!("Stripe reported a subscription status the console does not know: {}", snapshot.status),
-        transient: false,
-    })?;
+    let status = snapshot.status;
     let organization_id = match &existing {
         Some(e) => e.organization_id,
         None => organization_for(tx, &snapshot).await?,
@@ -240,10 +241,10 @@ async fn converge(
             if !ended {
                 return Err(remote(e));
             }
-            tracing::info!(subscription = stripe_id, "the subscription ended before its collection pause was applied");
+            tracing::info!(subscription = %stripe_id, "the subscription ended before its collection pause was applied");
             return Ok(Reconciled::Converged { subscription_id, status, changed });
         }
-        tracing::info!(subscription = stripe_id, pause, "the subscription's collection follows its displacement");
+        tracing::info!(subscription = %stripe_id, pause, "the subscription's collection follows its displacement");
         changed = true;
     }
     Ok(Reconciled::Converged { subscription_id, status, changed })
@@ -267,16 +268,16 @@ async fn release_spent_schedule(
     db: &Db,
     stripe: &Stripe,
     subscription_id: SubscriptionId,
-    stripe_id: &str,
-    schedule_id: &str,
+    stripe_id: &StripeSubscriptionId,
+    schedule_id: &StripeScheduleId,
     held_changes: bool,
 ) {
     if let Err(e) = stripe.release_schedule(schedule_id).await {
-        tracing::warn!(schedule = schedule_id, error = %e, "a spent subscription schedule could not be released; the next reconcile tries again");
+        tracing::warn!(schedule = %schedule_id, error = %e, "a spent subscription schedule could not be released; the next reconcile tries again");
         return;
     }
     if held_changes && let Err(e) = supersede_released_downgrades(db, subscription_id, stripe_id, schedule_id).await {
-        tracing::warn!(schedule = schedule_id, error = %e, "a released schedule's changes were not superseded; the next reconcile settles them");
+        tracing::warn!(schedule = %schedule_id, error = %e, "a released schedule's changes were not superseded; the next reconcile settles them");
     }
 }
 
@@ -286,8 +287,8 @@ async fn release_spent_schedule(
 pub async fn supersede_released_downgrades(
     db: &Db,
     subscription_id: SubscriptionId,
-    stripe_id: &str,
-    schedule_id: &str,
+    stripe_id: &StripeSubscriptionId,
+    schedule_id: &StripeScheduleId,
 ) -> Result<u64, ServiceError> {
     crate::db::tx::within_for(db, TxKind::Plain, &SUPERSEDE_RELEASED_DOWNGRADES_LOCKS, async |tx: &mut Tx| {
         tx.lock(&AdvisoryKey::Subscription(stripe_id.to_string())).await?;

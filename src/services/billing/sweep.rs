@@ -8,7 +8,8 @@ use chrono::{Duration as Span, Utc};
 use crate::{
     db::{Db, Tx, TxKind, tx::within},
     ids::SubscriptionId,
-    integrations::stripe::{Stripe, StripeFailure},
+    ids::{StripeInvoiceId, StripeSubscriptionId},
+    integrations::stripe::{CheckoutStatus, Stripe, StripeFailure},
     jobs::Job,
     services::ServiceError,
     store::billing as store,
@@ -48,7 +49,7 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
     // Stripe lists newest first, so a walk over more events than a pass reads takes several
     // passes: one left unfinished continues after the oldest event it read (events that arrived
     // since are newer than the walk's newest, and the next walk reads them).
-    let resume = state.resume_after.as_deref().zip(state.walk_newest);
+    let resume = state.resume_after.as_ref().zip(state.walk_newest);
     let read = match stripe.events_since(since, resume.map(|r| r.0), EVENT_PAGE, event_pages).await {
         // The walk's last event is gone from Stripe (it keeps events 30 days): a new walk.
         Err(StripeFailure::Api { status: 404, .. }) if resume.is_some() => {
@@ -69,9 +70,12 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
         for e in &read.events {
             let Some(object) = &e.object_id else { continue };
             let queued = if e.event_type.starts_with("customer.subscription.") {
-                enqueue_reconcile_on(tx.conn(), object).await?
+                enqueue_reconcile_on(tx.conn(), &StripeSubscriptionId::from(object.as_str())).await?
             } else if e.event_type.starts_with("invoice.") {
-                ConvergeInvoice { stripe_invoice_id: object.clone() }.enqueue(tx.conn()).await?.is_some()
+                ConvergeInvoice { stripe_invoice_id: StripeInvoiceId::from(object.as_str()) }
+                    .enqueue(tx.conn())
+                    .await?
+                    .is_some()
             } else {
                 false
             };
@@ -89,7 +93,7 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
                 resume_after = ?read.last_id,
                 "more Stripe events since the last sweep than one pass reads; the next pass continues the walk"
             );
-            store::set_sweep_state(tx.conn(), None, read.last_id.as_deref().zip(walk_newest)).await?;
+            store::set_sweep_state(tx.conn(), None, read.last_id.as_ref().zip(walk_newest)).await?;
         }
         Ok::<_, ServiceError>(())
     })
@@ -101,7 +105,7 @@ pub async fn sweep_billing_with(db: &Db, stripe: &Stripe, event_pages: usize) ->
     };
     for id in open {
         if let Some(s) = stripe.checkout(&id).await.map_err(remote)?
-            && s.status == "complete"
+            && s.status == CheckoutStatus::Complete
             && let Some(sub) = s.subscription
         {
             within(db, TxKind::Plain, async |tx: &mut Tx| {

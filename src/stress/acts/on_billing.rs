@@ -67,7 +67,7 @@ fn stale_price(status: u16, answer: &serde_json::Value) -> bool {
 /// The Stripe price a subscription to `product` takes now; none synced yet is a failure (the
 /// fixture synced every subscribed product, and a new price keeps the old one selling until
 /// Stripe archives it).
-async fn price_for(ctx: &Ctx, product: ProductId) -> Result<String, Failure> {
+async fn price_for(ctx: &Ctx, product: ProductId) -> Result<crate::ids::StripePriceId, Failure> {
     stripe_price_of(&ctx.db.pool, product)
         .await?
         .ok_or_else(|| Failure::Error(format!("product {product} has no price Stripe sells")))
@@ -117,7 +117,7 @@ pub(in crate::stress) async fn reconcile_subscription(
 /// The first release's supersede needs a period's end to pass while the subscription is past
 /// due, which a run without a test clock does not reach.
 async fn supersede_spent_schedule(ctx: &Ctx, note: &mut Note) -> Result<(), Failure> {
-    let spent: Option<(i64, String, String)> = sqlx::query_as(
+    let spent: Option<(i64, crate::ids::StripeSubscriptionId, crate::ids::StripeScheduleId)> = sqlx::query_as(
         "SELECT c.subscription_id, s.stripe_subscription_id, c.stripe_schedule_id
            FROM core.scheduled_changes c JOIN core.subscriptions s USING (subscription_id)
           WHERE NOT EXISTS (SELECT 1 FROM core.scheduled_changes o
@@ -150,7 +150,7 @@ async fn change_in_stripe(
     ctx: &Ctx,
     rng: &mut Rng,
     s: &Subscriber,
-    current: &mut String,
+    current: &mut crate::ids::StripeSubscriptionId,
     note: &mut Note,
 ) -> Result<bool, Failure> {
     let snapshot = ctx
@@ -177,7 +177,7 @@ async fn change_in_stripe(
         let Some(made) = answer["id"].as_str().filter(|_| status == 200) else {
             return Err(Failure::Error(format!("the stand-in did not make a subscription ({status}): {answer}")));
         };
-        *current = made.to_string();
+        *current = made.into();
         note.detail.push_str(&format!(": {made}"));
         return Ok(true);
     };
@@ -187,7 +187,7 @@ async fn change_in_stripe(
     let choice = rng.below(6);
     // Past due (a charge left unpaid, below): one time in six its open invoices are paid, and
     // the subscription is active again.
-    if choice == 5 && sub.status == "past_due" {
+    if choice == 5 && sub.status == SubscriptionStatus::PastDue {
         note.detail = format!("organization {}: {} past due, its open invoices paid", s.org, sub.id);
         let (status, open) =
             standin(ctx, "GET", &format!("/v1/invoices?subscription={}&status=open", sub.id), "").await?;
@@ -278,7 +278,7 @@ pub(in crate::stress) async fn converge_invoice(ctx: &Ctx, rng: &mut Rng, note: 
     }
     let invoice = *rng.pick(&ids);
     note.detail = format!("organization {}: invoice {invoice} of {sub}", s.org);
-    let r = billing::converge_invoice(&ctx.db, &ctx.stripe, invoice).with_subscriber(ctx.quiet.clone()).await;
+    let r = billing::converge_invoice(&ctx.db, &ctx.stripe, &invoice.into()).with_subscriber(ctx.quiet.clone()).await;
     match &r {
         Ok(billing::invoices::Converged::Written) => note.detail.push_str(": written"),
         Ok(billing::invoices::Converged::Stale) => note.detail.push_str(": a newer read was written already"),
@@ -299,7 +299,9 @@ pub(in crate::stress) async fn sync_product(ctx: &Ctx, rng: &mut Rng, note: &mut
     note.detail = product_name(ctx, product);
     if rng.below(3) == 0 {
         let amount = (5 + rng.below(8) * 5).to_string();
-        let price = NewPrice::parse("month", &amount, "eur").map_err(|e| Failure::Error(e.to_string()))?;
+        let price = Amount::parse(&amount)
+            .and_then(|a| NewPrice::new(crate::states::BillingInterval::Month, &a, Currency::parse("eur")?))
+            .map_err(Failure::Error)?;
         match billing::set_price(&ctx.db, product, &price).with_subscriber(ctx.quiet.clone()).await {
             Ok(p) => note.detail.push_str(&format!(", new price {p} at {amount} EUR")),
             Err(ServiceError::Refused(m)) => note.detail.push_str(&format!(", {amount} EUR refused: {m}")),
@@ -410,7 +412,7 @@ pub(in crate::stress) async fn change_plan(ctx: &Ctx, rng: &mut Rng, note: &mut 
                 "organization {org}: {current} paused by the console, then switched to {}",
                 product_name(ctx, to)
             );
-            match stripe.set_console_pause(current.as_str(), true).with_subscriber(ctx.quiet.clone()).await {
+            match stripe.set_console_pause(&current, true).with_subscriber(ctx.quiet.clone()).await {
                 Ok(()) => {}
                 // Canceled in Stripe meanwhile (another act's cancel came to its end) and not yet
                 // reconciled: Stripe refuses to pause it, as it would the console's own call.

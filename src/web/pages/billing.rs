@@ -10,25 +10,27 @@
 use actix_web::{HttpRequest, HttpResponse, http::StatusCode, web};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
+use validator::Validate;
 use views::{
     FormState,
     paths::{self, fill},
 };
 
 use crate::{
-    ids::{OrganizationId, PriceId, ProductId, SubscriptionId},
+    ids::{LadderId, OrganizationId, PriceId, ProductId, StripeSessionId, SubscriptionId},
     integrations::stripe::Stripe,
     services::{
         self, ServiceError,
         billing::{
             self as billing,
-            catalog_sync::{NewPrice, SyncAnswer},
-            checkout::{CheckoutOutcome, ReturnTo},
-            plan_changes::{self, SwitchKind},
+            catalog_sync::{Amount, Currency, NewPrice, SyncAnswer},
+            checkout::{CheckoutOutcome, ReturnTo, Seats},
+            plan_changes::{self, QuoteId, SwitchKind},
             reads,
         },
+        refusal::Problems,
     },
-    states::{SubscriptionBranch, SubscriptionStatus},
+    states::{BillingInterval, SubscriptionBranch, SubscriptionStatus},
     store::{accounts::SessionAccount, billing_reads::OrgSubscription},
     web::{
         AppState,
@@ -36,6 +38,7 @@ use crate::{
         errors::AppError,
         forms::{Form, after_post, query_or_default, see_other},
         identity::{Member, csrf_token},
+        input::{self, Field, FromField, read},
         refusals::{self, Refused, Words},
         render,
     },
@@ -48,25 +51,63 @@ const PRICE_WORDS: Words = Words { done: "saved", busy: None };
 // ---------- The product page's prices (operator) ----------
 
 /// The price form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct PriceForm {
-    interval: String,
-    amount: String,
-    currency: String,
+    #[validate(custom(function = read, message = "Choose whether the price is per month or per year."))]
+    interval: Field<BillingInterval>,
+    /// Read once the currency is known (yen has no cents): its problem is told by the conversion.
+    amount: Field<Amount>,
+    #[validate(custom(function = read))]
+    currency: Field<Currency>,
+}
+
+impl FromField for BillingInterval {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        BillingInterval::from_text(raw.trim()).ok_or_else(|| "“{value}” is not a billing interval.".into())
+    }
+}
+
+impl FromField for Amount {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Amount::parse(raw)
+    }
+}
+
+impl FromField for Currency {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Currency::parse(raw)
+    }
+}
+
+impl TryFrom<PriceForm> for NewPrice {
+    type Error = ServiceError;
+
+    fn try_from(f: PriceForm) -> Result<NewPrice, ServiceError> {
+        let mut problems = input::problems(&f);
+        // A currency that cannot be read is read as one with cents, as the amount's words say.
+        let has_cents = f.currency.ok().is_none_or(Currency::has_cents);
+        let amount_minor = f.amount.into_ok().and_then(|a| problems.field("amount", a.minor_in(has_cents)));
+        let (interval, currency) = (f.interval.into_ok(), f.currency.into_ok());
+        problems.or(interval.zip(amount_minor).zip(currency).map(|((interval, amount_minor), currency)| NewPrice {
+            interval,
+            amount_minor,
+            currency,
+        }))
+    }
 }
 
 /// A refused price act: the Prices section alone for HTMX, else the whole product page.
 async fn prices_refused(
     req: &HttpRequest,
     state: &AppState,
-    product_id: i64,
+    product_id: ProductId,
     status: StatusCode,
     form: Option<FormState>,
     errors: Vec<String>,
 ) -> Result<HttpResponse, AppError> {
-    let (name, edit) = product_edit_view(req, state, product_id, None).await?.ok_or(AppError::NotFound)?;
-    let prices = prices_view(req, state, product_id, form, errors).await?;
+    let (name, edit) = product_edit_view(req, state, product_id.0, None).await?.ok_or(AppError::NotFound)?;
+    let prices = prices_view(req, state, product_id.0, form, errors).await?;
     let title = format!("Product: {name}");
     Ok(refusals::answer(
         req,
@@ -77,40 +118,47 @@ async fn prices_refused(
     ))
 }
 
-fn product_page_with(id: i64, query: &str) -> String {
-    format!("{}?{query}", fill(paths::CATALOG_PRODUCT, &[&id]))
+fn product_page_with(id: ProductId, query: &str) -> String {
+    format!("{}?{query}", fill(paths::CATALOG_PRODUCT, &[&id.0]))
 }
 
-#[tracing::instrument(name = "Page: set a price", skip_all, fields(product_id = *id))]
+#[tracing::instrument(name = "Page: set a price", skip_all, fields(product_id = %*id))]
 pub async fn set_price(
     Call { req, state, .. }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<ProductId>,
     form: Form<PriceForm>,
 ) -> Result<HttpResponse, AppError> {
-    let set = match NewPrice::parse(&form.interval, &form.amount, &form.currency) {
-        Ok(p) => billing::set_price(&state.db, ProductId(*id), &p).await,
+    let id = id.into_inner();
+    let values = form.values();
+    let set = match NewPrice::try_from(form.into_inner()) {
+        Ok(p) => billing::set_price(&state.db, id, &p).await,
         Err(e) => Err(e),
     };
-    let to = set.map(|_| product_page_with(*id, "price=set"));
-    let draw = async |r: Refused| prices_refused(&req, &state, *id, r.status, Some(r.form), vec![]).await;
-    refusals::posted(&req, to, form.values(), PRICE_WORDS, draw).await
+    let to = set.map(|_| product_page_with(id, "price=set"));
+    let draw = async |r: Refused| prices_refused(&req, &state, id, r.status, Some(r.form), vec![]).await;
+    refusals::posted(&req, to, values, PRICE_WORDS, draw).await
 }
 
-#[tracing::instrument(name = "Page: archive a price", skip_all, fields(price_id = *id))]
+#[tracing::instrument(name = "Page: archive a price", skip_all, fields(price_id = %*id))]
 pub async fn archive_price(
     Call { req, state, .. }: OperatorCall,
-    id: web::Path<i64>,
+    id: web::Path<PriceId>,
 ) -> Result<HttpResponse, AppError> {
-    let price = reads::price(&state.db, PriceId(*id)).await?.ok_or(AppError::NotFound)?;
-    let product = price.product_id.0;
-    let to = billing::archive_price(&state.db, PriceId(*id)).await.map(|()| product_page_with(product, "archived=1"));
+    let id = id.into_inner();
+    let price = reads::price(&state.db, id).await?.ok_or(AppError::NotFound)?;
+    let product = price.product_id;
+    let to = billing::archive_price(&state.db, id).await.map(|()| product_page_with(product, "archived=1"));
     let draw = async |r: Refused| prices_refused(&req, &state, product, r.status, None, r.form.errors).await;
     refusals::posted(&req, to, vec![], PRICE_WORDS, draw).await
 }
 
-#[tracing::instrument(name = "Page: sync a product to Stripe", skip_all, fields(product_id = *id))]
-pub async fn sync_product(Call { req, state, .. }: OperatorCall, id: web::Path<i64>) -> Result<HttpResponse, AppError> {
-    let to = billing::sync_product(&state.db, ProductId(*id)).await.map(|answer| {
+#[tracing::instrument(name = "Page: sync a product to Stripe", skip_all, fields(product_id = %*id))]
+pub async fn sync_product(
+    Call { req, state, .. }: OperatorCall,
+    id: web::Path<ProductId>,
+) -> Result<HttpResponse, AppError> {
+    let id = id.into_inner();
+    let to = billing::sync_product(&state.db, id).await.map(|answer| {
         let flag = match answer {
             SyncAnswer::Enqueued { product, prices } => {
                 format!("sync=queued&product={}&prices={prices}", u8::from(product))
@@ -118,19 +166,46 @@ pub async fn sync_product(Call { req, state, .. }: OperatorCall, id: web::Path<i
             SyncAnswer::AlreadyPending => "sync=waiting".into(),
             SyncAnswer::UpToDate => "sync=current".into(),
         };
-        product_page_with(*id, &flag)
+        product_page_with(id, &flag)
     });
-    let draw = async |r: Refused| prices_refused(&req, &state, *id, r.status, None, r.form.errors).await;
+    let draw = async |r: Refused| prices_refused(&req, &state, id, r.status, None, r.form.errors).await;
     refusals::posted(&req, to, vec![], PRICE_WORDS, draw).await
 }
 
 // ---------- The member's billing page ----------
 
+/// The notes the checkout's return and a plan change leave on `/billing`'s address.
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct BillingQuery {
-    checkout: Option<String>,
-    changed: Option<String>,
+    checkout: Option<CheckoutFlag>,
+    changed: Option<ChangedFlag>,
+}
+
+/// `?checkout=`: what the checkout's return found; another word is no note.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum CheckoutFlag {
+    Paid,
+    Pending,
+    Canceled,
+    #[serde(other)]
+    Other,
+}
+
+/// `?changed=`: what a plan change did; another word is no note.
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum ChangedFlag {
+    Upgraded,
+    Scheduled,
+    Undone,
+    Canceling,
+    Kept,
+    Resumed,
+    Seats,
+    #[serde(other)]
+    Other,
 }
 
 fn day(t: DateTime<Utc>) -> String {
@@ -173,21 +248,21 @@ pub async fn billing_page(
     MemberPage { who, req, state, doc: BillingRead(doc) }: MemberPage<BillingRead>,
 ) -> Result<HttpResponse, AppError> {
     let q = query_or_default::<BillingQuery>(&req);
-    let checkout = q.checkout.and_then(|c| match c.as_str() {
-        "paid" => Some(views::CheckoutNote::Paid),
-        "pending" => Some(views::CheckoutNote::Pending),
-        "canceled" => Some(views::CheckoutNote::Canceled),
-        _ => None,
+    let checkout = q.checkout.and_then(|c| match c {
+        CheckoutFlag::Paid => Some(views::CheckoutNote::Paid),
+        CheckoutFlag::Pending => Some(views::CheckoutNote::Pending),
+        CheckoutFlag::Canceled => Some(views::CheckoutNote::Canceled),
+        CheckoutFlag::Other => None,
     });
-    let change = q.changed.and_then(|c| match c.as_str() {
-        "upgraded" => Some(views::ChangeNote::Upgraded),
-        "scheduled" => Some(views::ChangeNote::DowngradeScheduled),
-        "undone" => Some(views::ChangeNote::Undone),
-        "canceling" => Some(views::ChangeNote::Canceling),
-        "kept" => Some(views::ChangeNote::Kept),
-        "resumed" => Some(views::ChangeNote::Resumed),
-        "seats" => Some(views::ChangeNote::Seats),
-        _ => None,
+    let change = q.changed.and_then(|c| match c {
+        ChangedFlag::Upgraded => Some(views::ChangeNote::Upgraded),
+        ChangedFlag::Scheduled => Some(views::ChangeNote::DowngradeScheduled),
+        ChangedFlag::Undone => Some(views::ChangeNote::Undone),
+        ChangedFlag::Canceling => Some(views::ChangeNote::Canceling),
+        ChangedFlag::Kept => Some(views::ChangeNote::Kept),
+        ChangedFlag::Resumed => Some(views::ChangeNote::Resumed),
+        ChangedFlag::Seats => Some(views::ChangeNote::Seats),
+        ChangedFlag::Other => None,
     });
     let b = reads::MemberBilling::from(doc);
     let organizations = b
@@ -289,7 +364,7 @@ pub async fn billing_page(
                                 words: format!("{} until {}, then {}", c.from, long_day(c.effective_at), c.to),
                             })
                             .collect(),
-                        stripe_id: s.stripe_subscription_id.clone(),
+                        stripe_id: s.stripe_subscription_id.to_string(),
                         status: s.status.to_string(),
                         products: s.products.clone(),
                         period_end: s.current_period_end.map(day),
@@ -335,31 +410,39 @@ pub async fn billing_page(
 }
 
 /// The Buy button's form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct CheckoutForm {
-    organization_id: String,
-    price_id: String,
+    #[validate(custom(function = read, message = "Choose an organization from the page."))]
+    organization_id: Field<OrganizationId>,
+    #[validate(custom(function = read, message = "Choose a plan from the page."))]
+    price_id: Field<PriceId>,
     /// Seats, for a plan sold in seats (empty: one).
-    quantity: String,
+    #[validate(custom(function = read))]
+    quantity: Field<Option<Seats>>,
 }
 
-impl CheckoutForm {
-    fn parse(&self) -> Result<(OrganizationId, PriceId, u64), ServiceError> {
-        let id = |field: &str, v: &str, what: &str| {
-            v.trim().parse::<i64>().map_err(|_| ServiceError::invalid(field, format!("Choose {what} from the page.")))
-        };
-        let quantity = match self.quantity.trim() {
-            "" => 1,
-            q => {
-                q.parse::<u64>().map_err(|_| ServiceError::invalid("quantity", "Give the seats as a whole number."))?
-            }
-        };
-        Ok((
-            OrganizationId(id("organization_id", &self.organization_id, "an organization")?),
-            PriceId(id("price_id", &self.price_id, "a plan")?),
-            quantity,
-        ))
+impl FromField for Seats {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Seats::parse(raw)
+    }
+}
+
+/// A checkout to start: the organization that buys, the price, and how many seats.
+struct Buy {
+    organization_id: OrganizationId,
+    price_id: PriceId,
+    quantity: u64,
+}
+
+impl TryFrom<CheckoutForm> for Buy {
+    type Error = ServiceError;
+
+    fn try_from(f: CheckoutForm) -> Result<Buy, ServiceError> {
+        let problems = input::problems(&f);
+        let quantity = f.quantity.into_ok().map(|q| q.map_or(1, |s| s.0));
+        let read = f.organization_id.into_ok().zip(f.price_id.into_ok()).zip(quantity);
+        problems.or(read.map(|((organization_id, price_id), quantity)| Buy { organization_id, price_id, quantity }))
     }
 }
 
@@ -389,7 +472,7 @@ pub async fn checkout(
     Call { who: Member(who), req, state }: MemberCall,
     form: Form<CheckoutForm>,
 ) -> Result<HttpResponse, AppError> {
-    let (organization_id, price_id, quantity) = form.parse()?;
+    let Buy { organization_id, price_id, quantity } = Buy::try_from(form.into_inner())?;
     let span = tracing::Span::current();
     span.record("organization_id", organization_id.0);
     span.record("price_id", price_id.0);
@@ -415,20 +498,21 @@ pub async fn checkout(
     })
 }
 
+/// Where Stripe sends the browser back: the session it paid (or did not).
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct ReturnQuery {
-    session_id: String,
+    session_id: Option<StripeSessionId>,
 }
 
 #[tracing::instrument(name = "Page: a checkout's return", skip_all, fields(account_id = %who.account_id))]
 pub async fn checkout_return(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
-    let q = query_or_default::<ReturnQuery>(&req);
-    // A session the console did not start, or one of an organization the member is not in, is
-    // nothing at this address, whether or not Stripe is connected.
-    reads::members_checkout(&state.db, who.account_id, &q.session_id).await?.ok_or(AppError::NotFound)?;
+    // No session, a session the console did not start, or one of an organization the member is
+    // not in, is nothing at this address, whether or not Stripe is connected.
+    let session = query_or_default::<ReturnQuery>(&req).session_id.ok_or(AppError::NotFound)?;
+    reads::members_checkout(&state.db, who.account_id, &session).await?.ok_or(AppError::NotFound)?;
     let stripe = connected(&state, "the payment cannot be confirmed here yet")?;
-    let to = match billing::finish_checkout(&state.db, stripe, who.account_id, &q.session_id).await? {
+    let to = match billing::finish_checkout(&state.db, stripe, who.account_id, &session).await? {
         CheckoutOutcome::Paid { .. } => "checkout=paid",
         CheckoutOutcome::NotPaid { .. } => "checkout=pending",
     };
@@ -437,35 +521,149 @@ pub async fn checkout_return(Call { who: Member(who), req, state }: MemberCall) 
 
 // ---------- A member's plan changes ----------
 
-/// The Switch button's form, and its confirmation's.
-#[derive(Deserialize, Default)]
+/// The Switch button's form, and its confirmation's; Undo, Cancel and Resume send its first
+/// two fields and the one they need.
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct SwitchForm {
-    organization_id: String,
-    subscription_id: String,
-    price_id: String,
+    #[validate(custom(function = read, message = "Choose an organization from the page (organization_id)."))]
+    organization_id: Field<OrganizationId>,
+    #[validate(custom(function = read, message = "Choose a subscription from the page (subscription_id)."))]
+    subscription_id: Field<SubscriptionId>,
+    #[validate(custom(function = read, message = "Choose a plan from the page (price_id)."))]
+    price_id: Field<Option<PriceId>>,
     /// "1" once the member saw what the switch does.
-    confirm: String,
+    #[validate(custom(function = read))]
+    confirm: Field<Ticked>,
     /// The quote's id: what the member was shown is kept under it.
-    operation: String,
+    #[validate(custom(function = read))]
+    operation: Field<QuoteId>,
     /// Undo: the ladder of the scheduled change.
-    ladder_id: String,
+    #[validate(custom(function = read, message = "Choose a plan from the page (ladder_id)."))]
+    ladder_id: Field<Option<LadderId>>,
     /// Cancel: "1" to keep the subscription going instead.
-    keep: String,
+    #[validate(custom(function = read))]
+    keep: Field<Ticked>,
     /// The seats (a switch keeps the current number when empty).
-    quantity: String,
+    #[validate(custom(function = read))]
+    quantity: Field<Option<Seats>>,
 }
 
-fn form_id(field: &str, v: &str, what: &str) -> Result<i64, AppError> {
-    v.trim().parse::<i64>().map_err(|_| AppError::BadRequest(format!("Choose {what} from the page ({field}).")))
+/// A box the page ticks: "1" is ticked, anything else is not.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ticked(bool);
+
+impl FromField for Ticked {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Ok(Ticked(raw == "1"))
+    }
+}
+
+impl FromField for QuoteId {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        QuoteId::parse(raw)
+    }
+}
+
+/// A field only some of the forms send, that this one needs: its value, or `words` beside it.
+fn needed<T>(problems: &mut Problems, name: &str, field: Field<Option<T>>, words: &str) -> Option<T> {
+    let read = field.into_ok()?;
+    if read.is_none() {
+        problems.push(name, words);
+    }
+    read
+}
+
+/// The subscription a plan change acts on, as the form names it.
+struct Held {
+    org: OrganizationId,
+    sub: SubscriptionId,
+}
+
+/// Switch to a price: quoted first, or confirmed with the quote's id.
+struct SwitchTo {
+    held: Held,
+    price: PriceId,
+    /// The quote the member confirmed; None asks for a quote.
+    confirmed: Option<QuoteId>,
+    /// Seats, when the member changes them.
+    quantity: Option<u64>,
+}
+
+/// Undo the scheduled change of a ladder.
+struct UndoOn {
+    held: Held,
+    ladder: LadderId,
+}
+
+/// Cancel at the period's end, or keep the subscription going.
+struct CancelOrKeep {
+    held: Held,
+    keep: bool,
 }
 
 impl SwitchForm {
-    fn subscription(&self) -> Result<(OrganizationId, SubscriptionId), AppError> {
-        Ok((
-            OrganizationId(form_id("organization_id", &self.organization_id, "an organization")?),
-            SubscriptionId(form_id("subscription_id", &self.subscription_id, "a subscription")?),
-        ))
+    /// Every problem of the form, and the subscription it names when both ids read.
+    fn held(&self) -> (Problems, Option<Held>) {
+        let held = self.organization_id.ok().zip(self.subscription_id.ok()).map(|(o, s)| Held { org: *o, sub: *s });
+        (input::problems(self), held)
+    }
+}
+
+impl TryFrom<SwitchForm> for SwitchTo {
+    type Error = ServiceError;
+
+    fn try_from(f: SwitchForm) -> Result<SwitchTo, ServiceError> {
+        let (mut problems, held) = f.held();
+        let price = needed(&mut problems, "price_id", f.price_id, "Choose a plan from the page (price_id).");
+        let confirmed = f.confirm.into_ok().is_some_and(|t| t.0).then(|| f.operation.into_ok()).flatten();
+        let quantity = f.quantity.into_ok().map(|q| q.map(|s| s.0));
+        problems.or(held.zip(price).zip(quantity).map(|((held, price), quantity)| SwitchTo {
+            held,
+            price,
+            confirmed,
+            quantity,
+        }))
+    }
+}
+
+impl TryFrom<SwitchForm> for UndoOn {
+    type Error = ServiceError;
+
+    fn try_from(f: SwitchForm) -> Result<UndoOn, ServiceError> {
+        let (mut problems, held) = f.held();
+        let ladder = needed(&mut problems, "ladder_id", f.ladder_id, "Choose a plan from the page (ladder_id).");
+        problems.or(held.zip(ladder).map(|(held, ladder)| UndoOn { held, ladder }))
+    }
+}
+
+impl TryFrom<SwitchForm> for CancelOrKeep {
+    type Error = ServiceError;
+
+    fn try_from(f: SwitchForm) -> Result<CancelOrKeep, ServiceError> {
+        let (problems, held) = f.held();
+        let keep = f.keep.into_ok().is_some_and(|t| t.0);
+        problems.or(held.map(|held| CancelOrKeep { held, keep }))
+    }
+}
+
+impl TryFrom<SwitchForm> for Held {
+    type Error = ServiceError;
+
+    fn try_from(f: SwitchForm) -> Result<Held, ServiceError> {
+        let (problems, held) = f.held();
+        problems.or(held)
+    }
+}
+
+/// A plan change's form the page did not write (its ids are hidden fields): a 400 that says
+/// every field it could not read, as these forms have always answered.
+fn unreadable(e: ServiceError) -> AppError {
+    match e {
+        ServiceError::Invalid(problems) => {
+            AppError::BadRequest(problems.into_iter().map(|(_, m)| m).collect::<Vec<_>>().join(" "))
+        }
+        e => e.into(),
     }
 }
 
@@ -479,12 +677,11 @@ pub async fn switch(
     Call { who: Member(who), req, state }: MemberCall,
     form: Form<SwitchForm>,
 ) -> Result<HttpResponse, AppError> {
-    let (org, sub) = form.subscription()?;
-    let price = PriceId(form_id("price_id", &form.price_id, "a plan")?);
+    let SwitchTo { held: Held { org, sub }, price, confirmed, quantity } =
+        SwitchTo::try_from(form.into_inner()).map_err(unreadable)?;
     let stripe = connected(&state, "the plan cannot be switched here")?;
-    if form.confirm == "1" {
-        let done = plan_changes::switch_plan(&state.db, stripe, who.account_id, org, sub, price, form.operation.trim())
-            .await?;
+    if let Some(operation) = confirmed {
+        let done = plan_changes::switch_plan(&state.db, stripe, who.account_id, org, sub, price, &operation).await?;
         let what = match done.kind {
             SwitchKind::Upgrade => "upgraded",
             SwitchKind::Downgrade => "scheduled",
@@ -492,10 +689,6 @@ pub async fn switch(
         };
         return Ok(changed(&req, what));
     }
-    let quantity = match form.quantity.trim() {
-        "" => None,
-        q => Some(q.parse::<u64>().map_err(|_| AppError::BadRequest("Give the seats as a whole number.".into()))?),
-    };
     let q = plan_changes::quote_switch(&state.db, stripe, who.account_id, org, sub, price, quantity).await?;
     let organization = reads::buyer_standing(&state.db, who.account_id, org).await?.name;
     let v = views::SwitchConfirmView {
@@ -514,7 +707,7 @@ pub async fn switch(
         },
         charge: q.charge.map(|c| views::money(c.amount_due, &c.currency)),
         effective: long_day(q.effective_at),
-        operation: q.operation,
+        operation: q.operation.as_str().to_string(),
     };
     Ok(render::ok(&req, "Switch plan", views::switch_confirm(&v)))
 }
@@ -524,8 +717,7 @@ pub async fn undo_switch(
     Call { who: Member(who), req, state }: MemberCall,
     form: Form<SwitchForm>,
 ) -> Result<HttpResponse, AppError> {
-    let (org, sub) = form.subscription()?;
-    let ladder = crate::ids::LadderId(form_id("ladder_id", &form.ladder_id, "a plan")?);
+    let UndoOn { held: Held { org, sub }, ladder } = UndoOn::try_from(form.into_inner()).map_err(unreadable)?;
     let stripe = connected(&state, "the change cannot be undone here")?;
     plan_changes::undo_switch(&state.db, stripe, who.account_id, org, sub, ladder).await?;
     Ok(changed(&req, "undone"))
@@ -536,8 +728,8 @@ pub async fn cancel(
     Call { who: Member(who), req, state }: MemberCall,
     form: Form<SwitchForm>,
 ) -> Result<HttpResponse, AppError> {
-    let (org, sub) = form.subscription()?;
-    let keep = form.keep == "1";
+    let CancelOrKeep { held: Held { org, sub }, keep } =
+        CancelOrKeep::try_from(form.into_inner()).map_err(unreadable)?;
     let stripe = connected(&state, "the subscription cannot be changed here")?;
     plan_changes::cancel_at_period_end(&state.db, stripe, who.account_id, org, sub, !keep).await?;
     Ok(changed(&req, if keep { "kept" } else { "canceling" }))
@@ -548,7 +740,7 @@ pub async fn resume(
     Call { who: Member(who), req, state }: MemberCall,
     form: Form<SwitchForm>,
 ) -> Result<HttpResponse, AppError> {
-    let (org, sub) = form.subscription()?;
+    let Held { org, sub } = Held::try_from(form.into_inner()).map_err(unreadable)?;
     billing::resume::resume_subscription(&state.db, who.account_id, org, sub).await?;
     Ok(changed(&req, "resumed"))
 }
@@ -569,7 +761,7 @@ pub async fn operator_billing(Call { req, state, .. }: OperatorCall) -> Result<H
             .map(|s| views::OpSubscriptionRow {
                 organization_id: s.organization_id.0,
                 organization: s.organization,
-                stripe_id: s.stripe_subscription_id,
+                stripe_id: s.stripe_subscription_id.into_string(),
                 status: s.status.to_string(),
                 period_end: s.current_period_end.map(day),
                 cancel_at_period_end: s.cancel_at_period_end,
@@ -600,7 +792,7 @@ pub async fn operator_billing(Call { req, state, .. }: OperatorCall) -> Result<H
             .events
             .into_iter()
             .map(|e| views::OpEventRow {
-                event_id: e.event_id,
+                event_id: e.event_id.into_string(),
                 event_type: e.event_type,
                 object_id: e.object_id,
                 received_at: when(e.received_at),
@@ -608,4 +800,46 @@ pub async fn operator_billing(Call { req, state, .. }: OperatorCall) -> Result<H
             .collect(),
     };
     Ok(render::ok(&req, "Billing", views::operator_billing(&v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn price(interval: &str, amount: &str, currency: &str) -> Result<NewPrice, ServiceError> {
+        let sent = [("interval", interval), ("amount", amount), ("currency", currency)];
+        let form =
+            crate::web::forms::read::<PriceForm>(sent.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())?;
+        NewPrice::try_from(form.into_inner())
+    }
+
+    #[test]
+    fn a_price_form_tells_every_problem_at_once() {
+        let e = price("week", "x", "euro").unwrap_err();
+        assert!(matches!(&e, ServiceError::Invalid(v) if v.len() == 3), "{e:?}");
+        let e = price("month", "12", "abc").unwrap_err().to_string();
+        assert!(e.contains("not a currency Stripe charges in"), "{e}");
+        assert_eq!(price("month", "12", " usd ").unwrap().currency.as_str(), "usd");
+        let ok = price("year", "120", "EUR").unwrap();
+        let eur = Currency::parse("eur").unwrap();
+        assert_eq!(ok, NewPrice { interval: BillingInterval::Year, amount_minor: 12000, currency: eur });
+        assert_eq!(price("month", "1200", "JPY").unwrap().amount_minor, 1200, "yen has no cents");
+        let e = price("month", "12.50", "jpy").unwrap_err().to_string();
+        assert!(e.contains("no cents"), "{e}");
+    }
+
+    #[test]
+    fn a_switch_form_names_every_id_it_cannot_read_in_its_words() {
+        let sent = [("organization_id", "x"), ("subscription_id", ""), ("confirm", "1")];
+        let form =
+            crate::web::forms::read::<SwitchForm>(sent.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+                .map(|f| f.into_inner())
+                .unwrap_or_else(|e| panic!("{e}"));
+        let e = SwitchTo::try_from(form).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            e,
+            "Choose an organization from the page (organization_id). Choose a subscription from the page \
+             (subscription_id). Choose a plan from the page (price_id)."
+        );
+    }
 }

@@ -18,25 +18,52 @@ use crate::{
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct PriceFlags {
-    price: Option<String>,
-    archived: Option<String>,
-    sync: Option<String>,
+    price: Option<PriceSet>,
+    archived: Option<Archived>,
+    sync: Option<SyncFlag>,
     product: Option<u8>,
     prices: Option<usize>,
 }
 
+/// `?price=set`: a price was set.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum PriceSet {
+    Set,
+}
+
+/// `?archived=1`: a price was archived.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+enum Archived {
+    #[serde(rename = "1")]
+    Yes,
+}
+
+/// `?sync=`: what a sync click did.
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum SyncFlag {
+    Queued,
+    Waiting,
+    Current,
+}
+
 impl PriceFlags {
     fn notice(&self) -> Option<String> {
-        match self.sync.as_deref() {
-            Some("queued") => return Some(queued_words(self.product == Some(1), self.prices.unwrap_or(0))),
-            Some("waiting") => return Some("A sync is already waiting; it will take these changes too.".into()),
-            Some("current") => return Some("Stripe already has everything; nothing was queued.".into()),
-            _ => {}
+        match self.sync {
+            Some(SyncFlag::Queued) => {
+                return Some(queued_words(self.product == Some(1), self.prices.unwrap_or(0)));
+            }
+            Some(SyncFlag::Waiting) => {
+                return Some("A sync is already waiting; it will take these changes too.".into());
+            }
+            Some(SyncFlag::Current) => return Some("Stripe already has everything; nothing was queued.".into()),
+            None => {}
         }
-        if self.price.as_deref() == Some("set") {
+        if self.price == Some(PriceSet::Set) {
             return Some("The price was set. Sync to Stripe to put it on sale.".into());
         }
-        if self.archived.as_deref() == Some("1") {
+        if self.archived == Some(Archived::Yes) {
             return Some("The price was archived. Sync to Stripe to stop selling it there too.".into());
         }
         None
@@ -72,7 +99,9 @@ fn stripe_state(state: SyncState, id: Option<&str>, error: Option<&str>) -> view
 fn product_stripe(m: Option<&ProductMapping>) -> views::StripeState {
     match m {
         None => views::StripeState::NotSynced,
-        Some(m) => stripe_state(m.sync_state, m.stripe_product_id.as_deref(), m.last_error.as_deref()),
+        Some(m) => {
+            stripe_state(m.sync_state, m.stripe_product_id.as_ref().map(|x| x.as_str()), m.last_error.as_deref())
+        }
     }
 }
 
@@ -83,7 +112,7 @@ fn price_row(p: &Price) -> views::PriceRow {
         amount_minor: p.amount_minor,
         currency: p.currency.clone(),
         active: p.active,
-        stripe: stripe_state(p.sync_state, p.stripe_price_id.as_deref(), p.last_error.as_deref()),
+        stripe: stripe_state(p.sync_state, p.stripe_price_id.as_ref().map(|x| x.as_str()), p.last_error.as_deref()),
         still_on_sale_in_stripe: !p.active && p.stripe_price_id.is_some() && p.stripe_active == Some(true),
     }
 }

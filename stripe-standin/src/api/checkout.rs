@@ -9,6 +9,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::ids::new_id;
 use crate::params;
 use crate::state::{Card, Inner, SessionExtra};
+use crate::status::CheckoutStatus;
 
 pub fn create(st: &mut Inner, p: &Value) -> ApiResult {
     let mode = params::required(p, "mode")?;
@@ -153,7 +154,7 @@ pub fn line_items(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
 
 pub fn expire(st: &mut Inner, id: &str) -> ApiResult {
     let session = found(&st.sessions, id, "checkout.session")?;
-    if session["status"] != "open" {
+    if CheckoutStatus::of(session) != Some(CheckoutStatus::Open) {
         return Err(ApiError::invalid(
             "session",
             format!(
@@ -168,7 +169,7 @@ pub fn expire(st: &mut Inner, id: &str) -> ApiResult {
 
 fn set_expired(st: &mut Inner, id: &str) {
     if let Some(s) = st.sessions.get_mut(id) {
-        s["status"] = json!("expired");
+        s["status"] = json!(CheckoutStatus::Expired);
         s["url"] = Value::Null;
         let snapshot = s.clone();
         st.emit("checkout.session.expired", &snapshot, None);
@@ -177,10 +178,9 @@ fn set_expired(st: &mut Inner, id: &str) {
 
 /// Sessions expire on their own after `expires_at` (real time).
 pub fn expire_if_due(st: &mut Inner, id: &str) {
-    let due = st
-        .sessions
-        .get(id)
-        .is_some_and(|s| s["status"] == "open" && s["expires_at"].as_i64().is_some_and(|e| e <= real_now()));
+    let due = st.sessions.get(id).is_some_and(|s| {
+        CheckoutStatus::of(s) == Some(CheckoutStatus::Open) && s["expires_at"].as_i64().is_some_and(|e| e <= real_now())
+    });
     if due {
         set_expired(st, id);
     }
@@ -192,7 +192,7 @@ pub fn expire_if_due(st: &mut Inner, id: &str) {
 pub fn complete(st: &mut Inner, id: &str, card: Card) -> Result<(), String> {
     expire_if_due(st, id);
     let session = st.sessions.get(id).cloned().ok_or("This checkout session does not exist.")?;
-    if session["status"] != "open" {
+    if CheckoutStatus::of(&session) != Some(CheckoutStatus::Open) {
         return Err(format!("This checkout session is {}.", session["status"].as_str().unwrap_or("closed")));
     }
     if card == Card::Declines {
@@ -230,7 +230,7 @@ pub fn complete(st: &mut Inner, id: &str, card: Card) -> Result<(), String> {
     let email = st.customers.get(&customer).map(|c| c["email"].clone()).unwrap_or(Value::Null);
     let name = st.customers.get(&customer).map(|c| c["name"].clone()).unwrap_or(Value::Null);
     if let Some(s) = st.sessions.get_mut(id) {
-        s["status"] = json!("complete");
+        s["status"] = json!(CheckoutStatus::Complete);
         s["payment_status"] = json!("paid");
         s["customer"] = json!(customer);
         s["subscription"] = json!(sub);

@@ -9,6 +9,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::params;
 use crate::proration::{self, Behavior};
 use crate::state::Inner;
+use crate::status::{InvoiceStatus, SubscriptionStatus};
 
 pub fn retrieve(st: &mut Inner, id: &str) -> ApiResult {
     Ok(found(&st.invoices, id, "invoice")?.clone())
@@ -24,7 +25,7 @@ pub fn list(st: &mut Inner, p: &Value) -> ApiResult {
             || subscription
                 .as_ref()
                 .is_some_and(|s| inv["parent"]["subscription_details"]["subscription"] != s.as_str())
-            || status.as_ref().is_some_and(|s| inv["status"] != s.as_str())
+            || status.as_ref().is_some_and(|s| InvoiceStatus::of(inv).is_none_or(|i| i.as_str() != s.as_str()))
             || !params::range_matches(p, "created", inv["created"].as_i64().unwrap_or(0))?
         {
             continue;
@@ -54,7 +55,7 @@ pub fn retrieve_payment(st: &mut Inner, id: &str) -> ApiResult {
 /// (or `payment_method`). Paid → the subscription becomes active again; else a 402 like Stripe.
 pub fn pay(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
     let inv = found(&st.invoices, id, "invoice")?.clone();
-    if inv["status"] != "open" {
+    if InvoiceStatus::of(&inv) != Some(InvoiceStatus::Open) {
         return Err(ApiError::invalid(
             "invoice",
             format!("Invoice is already {}.", inv["status"].as_str().unwrap_or("closed")),
@@ -72,11 +73,14 @@ pub fn pay(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
         return Err(ApiError::card_declined("payment_method"));
     }
     if let Some(sub_id) = sub_id
-        && matches!(sub["status"].as_str(), Some("past_due" | "incomplete" | "unpaid"))
+        && matches!(
+            SubscriptionStatus::of(&sub),
+            Some(SubscriptionStatus::PastDue | SubscriptionStatus::Incomplete | SubscriptionStatus::Unpaid)
+        )
     {
         billing::update_subscription(st, &sub_id, |st| {
             if let Some(s) = st.subscriptions.get_mut(&sub_id) {
-                s["status"] = json!("active");
+                s["status"] = json!(SubscriptionStatus::Active);
             }
             Ok(())
         })?;
@@ -193,7 +197,7 @@ fn preview_subscription(st: &Inner, p: &Value, details: &Value) -> ApiResult<Str
 }
 
 fn live(sub: &Value) -> bool {
-    !matches!(sub["status"].as_str(), Some("canceled" | "incomplete_expired"))
+    !SubscriptionStatus::of(sub).is_some_and(SubscriptionStatus::has_ended)
 }
 
 /// Stripe's answer when there is nothing to preview.

@@ -10,6 +10,7 @@ use crate::clock::{Interval, add_interval, real_now};
 use crate::error::{ApiError, ApiResult};
 use crate::params;
 use crate::state::Inner;
+use crate::status::{ScheduleStatus, SubscriptionStatus};
 
 pub fn create(st: &mut Inner, p: &Value) -> ApiResult {
     let Some(sub_id) = params::string(p, "from_subscription")? else {
@@ -26,7 +27,7 @@ pub fn create(st: &mut Inner, p: &Value) -> ApiResult {
     if !sub["schedule"].is_null() {
         return Err(ApiError::invalid("from_subscription", "This subscription is already attached to a schedule."));
     }
-    if matches!(sub["status"].as_str(), Some("canceled" | "incomplete_expired")) {
+    if SubscriptionStatus::of(&sub).is_some_and(SubscriptionStatus::has_ended) {
         return Err(ApiError::invalid("from_subscription", "A canceled subscription cannot get a schedule."));
     }
     let (start, end) = billing::current_period(st, &sub_id)
@@ -67,7 +68,7 @@ pub fn create(st: &mut Inner, p: &Value) -> ApiResult {
         "phases": [phase],
         "released_at": null,
         "released_subscription": null,
-        "status": "active",
+        "status": ScheduleStatus::Active,
         "subscription": sub_id,
         "test_clock": sub["test_clock"],
     });
@@ -137,7 +138,7 @@ pub fn list(st: &mut Inner, p: &Value) -> ApiResult {
 /// previous phase's end, its end comes from `end_date`, `duration[interval]` or the next start.
 pub fn update(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
     let before = found(&st.schedules, id, "subscription_schedule")?.clone();
-    if before["status"] != "active" && before["status"] != "not_started" {
+    if !ScheduleStatus::of(&before).is_some_and(ScheduleStatus::is_running) {
         return Err(ApiError::invalid("schedule", "Only an active schedule can be updated."));
     }
     let mut after = before.clone();
@@ -251,29 +252,30 @@ fn parse_phases(st: &Inner, schedule: &Value, given: &[&Value]) -> ApiResult<Vec
 
 pub fn release(st: &mut Inner, id: &str) -> ApiResult {
     let schedule = found(&st.schedules, id, "subscription_schedule")?.clone();
-    if schedule["status"] != "active" && schedule["status"] != "not_started" {
+    if !ScheduleStatus::of(&schedule).is_some_and(ScheduleStatus::is_running) {
         return Err(ApiError::invalid("schedule", "Only an active schedule can be released."));
     }
     let sub_id = schedule["subscription"].as_str().unwrap_or_default().to_string();
     let now = st.now_for_customer(schedule["customer"].as_str());
-    Ok(finish(st, id, &sub_id, "released", now))
+    Ok(finish(st, id, &sub_id, ScheduleStatus::Released, now))
 }
 
 /// End a schedule (`released` or `completed`) and detach it from its subscription.
-fn finish(st: &mut Inner, id: &str, sub_id: &str, status: &str, now: i64) -> Value {
+fn finish(st: &mut Inner, id: &str, sub_id: &str, status: ScheduleStatus, now: i64) -> Value {
     let Some(before) = st.schedules.get(id).cloned() else { return Value::Null };
     let mut after = before.clone();
     after["status"] = json!(status);
     after["current_phase"] = Value::Null;
-    if status == "released" {
+    let released = status == ScheduleStatus::Released;
+    if released {
         after["released_at"] = json!(now);
         after["released_subscription"] = json!(sub_id);
     } else {
         after["completed_at"] = json!(now);
     }
-    after["subscription"] = if status == "released" { Value::Null } else { json!(sub_id) };
+    after["subscription"] = if released { Value::Null } else { json!(sub_id) };
     st.schedules.insert(after.clone());
-    let kind = if status == "released" { "subscription_schedule.released" } else { "subscription_schedule.completed" };
+    let kind = if released { "subscription_schedule.released" } else { "subscription_schedule.completed" };
     st.emit(kind, &after, Some(&before));
     let _ = billing::update_subscription(st, sub_id, |st| {
         if let Some(s) = st.subscriptions.get_mut(sub_id) {
@@ -304,10 +306,10 @@ pub fn at_boundary(st: &mut Inner, sub_id: &str, at: i64) -> Boundary {
     let last_end = phases.last().and_then(|p| p["end_date"].as_i64()).unwrap_or(i64::MAX);
     if at >= last_end {
         if schedule["end_behavior"] == "cancel" {
-            finish(st, &sched_id, sub_id, "completed", at);
+            finish(st, &sched_id, sub_id, ScheduleStatus::Completed, at);
             return Boundary::Cancel;
         }
-        finish(st, &sched_id, sub_id, "released", at);
+        finish(st, &sched_id, sub_id, ScheduleStatus::Released, at);
         return Boundary::Renew;
     }
     let Some(phase) = phases.iter().rev().find(|p| p["start_date"].as_i64().is_some_and(|s| s <= at)) else {

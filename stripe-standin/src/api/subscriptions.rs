@@ -7,6 +7,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::params;
 use crate::proration::{self, Behavior, Plan};
 use crate::state::{Card, Inner};
+use crate::status::SubscriptionStatus;
 
 fn get(st: &Inner, id: &str) -> ApiResult {
     render_subscription(st, id).ok_or_else(|| ApiError::missing("subscription", id, "id"))
@@ -74,7 +75,7 @@ fn quantity(item: &Value, i: usize) -> ApiResult<Option<u64>> {
 
 pub fn update(st: &mut Inner, id: &str, p: &Value) -> ApiResult {
     let sub = get(st, id)?;
-    if sub["status"] == "canceled" && !only_metadata(p) {
+    if SubscriptionStatus::of(&sub) == Some(SubscriptionStatus::Canceled) && !only_metadata(p) {
         return Err(ApiError::invalid(
             "subscription",
             "A canceled subscription can only update its cancellation_details and metadata.",
@@ -236,9 +237,11 @@ fn collect_update_invoice(st: &mut Inner, id: &str, invoice: &str, payment: Paym
         _ => Collection::Charge(billing::payment_method_for(st, &sub).and_then(|pm| st.card_of(&pm))),
     };
     let pause = sub["pause_collection"]["behavior"].as_str().map(str::to_string);
-    if billing::collect(st, invoice, pause.as_deref(), how, now) == Some(false) && sub["status"] != "past_due" {
+    if billing::collect(st, invoice, pause.as_deref(), how, now) == Some(false)
+        && SubscriptionStatus::of(&sub) != Some(SubscriptionStatus::PastDue)
+    {
         let _ = billing::update_subscription(st, id, |st| {
-            billing::set_field(st, id, "status", json!("past_due"));
+            billing::set_field(st, id, "status", json!(SubscriptionStatus::PastDue));
             Ok(())
         });
     }
@@ -256,12 +259,14 @@ pub fn list(st: &mut Inner, p: &Value) -> ApiResult {
     let status = params::string(p, "status")?;
     let mut out = vec![];
     for sub in st.subscriptions.newest_first() {
-        let s = sub["status"].as_str().unwrap_or_default();
+        let s = SubscriptionStatus::of(sub);
+        // Besides a status, Stripe's filter takes `all` and `ended`; no filter lists the live ones.
+        let ended = s.is_some_and(SubscriptionStatus::has_ended);
         let status_ok = match status.as_deref() {
-            None => s != "canceled" && s != "incomplete_expired",
+            None => !ended,
             Some("all") => true,
-            Some("ended") => s == "canceled" || s == "incomplete_expired",
-            Some(want) => s == want,
+            Some("ended") => ended,
+            Some(want) => s.is_some_and(|s| s.as_str() == want),
         };
         if !status_ok || customer.as_ref().is_some_and(|c| sub["customer"] != c.as_str()) {
             continue;

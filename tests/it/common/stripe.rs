@@ -6,7 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use member_console::{
     db::Db,
-    ids::{OrganizationId, PriceId, ProductId},
+    ids::{OrganizationId, PriceId, ProductId, StripeCustomerId, StripePriceId, StripeSubscriptionId},
     integrations::stripe::Stripe,
     services::billing::{self, catalog_sync::NewPrice},
 };
@@ -81,7 +81,7 @@ impl StripeFixture {
 
     /// A monthly price for `product`, synced to the stand-in as the outbox would.
     pub async fn price(&self, db: &Db, product: ProductId, amount: &str) -> PriceId {
-        let price = billing::set_price(db, product, &NewPrice::parse("month", amount, "eur").unwrap()).await.unwrap();
+        let price = billing::set_price(db, product, &new_price("month", amount, "eur").unwrap()).await.unwrap();
         billing::sync_product(db, product).await.unwrap();
         billing::apply_product_sync(db, &self.stripe, product, &format!("test-{}", price.0)).await.unwrap();
         price
@@ -95,7 +95,7 @@ impl StripeFixture {
     }
 
     /// The Stripe price id the console recorded for `price`.
-    pub async fn stripe_price(&self, admin: &sqlx::PgPool, price: PriceId) -> String {
+    pub async fn stripe_price(&self, admin: &sqlx::PgPool, price: PriceId) -> StripePriceId {
         sqlx::query_scalar("SELECT stripe_price_id FROM billing.prices WHERE price_id = $1")
             .bind(price)
             .fetch_one(admin)
@@ -105,7 +105,7 @@ impl StripeFixture {
 
     /// The organization's customer, made by the console, paying with Stripe's test method `pm`
     /// (pm_card_visa, pm_card_chargeCustomerFail), optionally on a test clock.
-    pub async fn customer(&self, db: &Db, org: OrganizationId, pm: &str, clock: Option<&str>) -> String {
+    pub async fn customer(&self, db: &Db, org: OrganizationId, pm: &str, clock: Option<&str>) -> StripeCustomerId {
         let id = match clock {
             None => self.stripe.create_customer(org.0, "Test organization", None).await.unwrap(),
             Some(c) => {
@@ -115,7 +115,7 @@ impl StripeFixture {
                         &[("name", "Clocked"), ("test_clock", c), ("metadata[organization_id]", &org.0.to_string())],
                     )
                     .await;
-                made["id"].as_str().unwrap().to_string()
+                StripeCustomerId::from(made["id"].as_str().unwrap())
             }
         };
         self.post(
@@ -131,19 +131,24 @@ impl StripeFixture {
 
     /// A subscription made directly in Stripe (as a checkout would, with the organization in its
     /// metadata); its id.
-    pub async fn subscribe(&self, customer: &str, stripe_price: &str, org: OrganizationId) -> String {
+    pub async fn subscribe(
+        &self,
+        customer: &StripeCustomerId,
+        stripe_price: &StripePriceId,
+        org: OrganizationId,
+    ) -> StripeSubscriptionId {
         let s = self
             .post(
                 "/subscriptions",
                 &[
-                    ("customer", customer),
-                    ("items[0][price]", stripe_price),
+                    ("customer", customer.as_str()),
+                    ("items[0][price]", stripe_price.as_str()),
                     ("items[0][quantity]", "1"),
                     ("metadata[organization_id]", &org.0.to_string()),
                 ],
             )
             .await;
-        s["id"].as_str().unwrap().to_string()
+        StripeSubscriptionId::from(s["id"].as_str().unwrap())
     }
 
     /// A test clock frozen at `at` (unix seconds); its id.
@@ -165,4 +170,14 @@ impl StripeFixture {
         }
         panic!("the test clock {clock} did not get ready");
     }
+}
+
+/// A price as the price form would make it from these texts (`interval` "month" or "year").
+pub fn new_price(interval: &str, amount: &str, currency: &str) -> Result<NewPrice, String> {
+    use member_console::{
+        services::billing::catalog_sync::{Amount, Currency},
+        states::BillingInterval,
+    };
+    let interval = BillingInterval::from_text(interval).ok_or_else(|| format!("no interval {interval}"))?;
+    NewPrice::new(interval, &Amount::parse(amount)?, Currency::parse(currency)?)
 }
