@@ -11,10 +11,10 @@ use validator::Validate;
 use views::{FormState, Total};
 
 use crate::{
-    db::retry::once_more_after_deadlock,
     ids::{EntitlementSetId, ProductId},
     services::{
         self, ServiceError,
+        catalog::{KeyDescription, KeyKind, ProductName, ResourceKeyName, Seats, SetName},
         reads::{CARRIED_COUNT_CAP, CatalogOverview},
     },
     web::call::{Call, OperatorCall},
@@ -37,28 +37,97 @@ pub const PRODUCT_WORDS: Words = Words {
     ),
 };
 
+impl FromField for ResourceKeyName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        ResourceKeyName::parse(raw)
+    }
+}
+
+impl FromField for KeyKind {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        KeyKind::parse(raw)
+    }
+}
+
+impl FromField for KeyDescription {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        KeyDescription::parse(raw)
+    }
+}
+
+impl FromField for SetName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        SetName::parse(raw)
+    }
+}
+
+impl FromField for ProductName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        ProductName::parse(raw)
+    }
+}
+
+impl FromField for Seats {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Seats::parse(raw)
+    }
+}
+
 /// The resource key form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct KeyForm {
-    key: String,
-    kind: String,
-    description: String,
+    #[validate(custom(function = read))]
+    key: Field<ResourceKeyName>,
+    #[validate(custom(function = read))]
+    kind: Field<KeyKind>,
+    #[validate(custom(function = read))]
+    description: Field<KeyDescription>,
+}
+
+/// A resource key as the form asks for it.
+struct NewKey {
+    key: ResourceKeyName,
+    kind: KeyKind,
+    description: KeyDescription,
+}
+
+impl TryFrom<&KeyForm> for NewKey {
+    type Error = ServiceError;
+
+    fn try_from(form: &KeyForm) -> Result<Self, ServiceError> {
+        let problems = input::problems(form);
+        let (key, kind, description) = (form.key.ok(), form.kind.ok(), form.description.ok());
+        problems.or(key.zip(kind).zip(description).map(|((key, kind), description)| NewKey {
+            key: key.clone(),
+            kind: *kind,
+            description: description.clone(),
+        }))
+    }
 }
 
 /// The entitlement set form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct SetForm {
-    name: String,
+    #[validate(custom(function = read))]
+    name: Field<SetName>,
+}
+
+impl TryFrom<&SetForm> for SetName {
+    type Error = ServiceError;
+
+    fn try_from(form: &SetForm) -> Result<Self, ServiceError> {
+        input::problems(form).or(form.name.ok().cloned())
+    }
 }
 
 /// The product form, to create one or edit one.
 #[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProductForm {
-    /// Read by the catalog's paths, in their words for a product's name.
-    name: String,
+    #[validate(custom(function = read))]
+    name: Field<ProductName>,
     /// Empty: no set.
     #[validate(custom(function = read, message = "Choose an entitlement set from the list."))]
     entitlement_set_id: Field<Option<EntitlementSetId>>,
@@ -76,18 +145,18 @@ impl FromField for Ticked {
 }
 
 /// A product as the form asks for it.
-struct ProductInput<'a> {
-    name: &'a str,
+struct ProductInput {
+    name: ProductName,
     set_id: Option<EntitlementSetId>,
     published: bool,
 }
 
 impl ProductForm {
-    fn command(&self) -> Result<ProductInput<'_>, ServiceError> {
+    fn command(&self) -> Result<ProductInput, ServiceError> {
         let problems = input::problems(self);
-        let set_id = problems.or(self.entitlement_set_id.ok().copied())?;
+        let (name, set_id) = problems.or(self.name.ok().cloned().zip(self.entitlement_set_id.ok().copied()))?;
         let published = self.published.ok().is_some_and(|t| t.0);
-        Ok(ProductInput { name: &self.name, set_id, published })
+        Ok(ProductInput { name, set_id, published })
     }
 }
 
@@ -210,16 +279,16 @@ async fn catalog_refused(
 #[tracing::instrument(name = "Page: add a resource key", skip_all)]
 pub async fn create_key(Call { req, state, .. }: OperatorCall, form: Form<KeyForm>) -> Result<HttpResponse, AppError> {
     let create =
-        async || services::catalog::create_resource_key(&state.db, &form.key, &form.kind, &form.description).await;
-    let created = once_more_after_deadlock(&state.db, "Create a resource key", create).await;
+        async |k: &NewKey| services::catalog::create_resource_key(&state.db, &k.key, k.kind, &k.description).await;
+    let created = run_parsed(&state.db, "Create a resource key", NewKey::try_from(&*form), create).await;
     let draw = async |r| catalog_refused(&req, &state, CatalogForm::Key, r).await;
     refusals::posted(&req, created.map(|_| paths::CATALOG.to_string()), form.values(), WORDS, draw).await
 }
 
 #[tracing::instrument(name = "Page: add an entitlement set", skip_all)]
 pub async fn create_set(Call { req, state, .. }: OperatorCall, form: Form<SetForm>) -> Result<HttpResponse, AppError> {
-    let create = async || services::catalog::create_entitlement_set(&state.db, &form.name).await;
-    let created = once_more_after_deadlock(&state.db, "Create an entitlement set", create).await;
+    let create = async |name: &SetName| services::catalog::create_entitlement_set(&state.db, name).await;
+    let created = run_parsed(&state.db, "Create an entitlement set", SetName::try_from(&*form), create).await;
     let draw = async |r| catalog_refused(&req, &state, CatalogForm::Set, r).await;
     refusals::posted(&req, created.map(|id| fill(paths::CATALOG_SET, &[&id])), form.values(), WORDS, draw).await
 }
@@ -230,7 +299,7 @@ pub async fn create_product(
     form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {
     let create =
-        async |p: &ProductInput<'_>| services::catalog::create_product(&state.db, p.name, p.set_id, p.published).await;
+        async |p: &ProductInput| services::catalog::create_product(&state.db, &p.name, p.set_id, p.published).await;
     let created = run_parsed(&state.db, "Create a product", form.command(), create).await;
     let draw = async |r| catalog_refused(&req, &state, CatalogForm::Product, r).await;
     refusals::posted(&req, created.map(|id| fill(paths::CATALOG_PRODUCT, &[&id])), form.values(), WORDS, draw).await
@@ -355,10 +424,11 @@ pub async fn product_page(
 }
 
 /// The seats form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct SeatsForm {
-    max_quantity: String,
+    #[validate(custom(function = read))]
+    max_quantity: Field<Seats>,
 }
 
 #[tracing::instrument(name = "Page: save a product's seats", skip_all, fields(product_id = %*id))]
@@ -367,7 +437,11 @@ pub async fn save_seats(
     id: web::Path<ProductId>,
     form: Form<SeatsForm>,
 ) -> Result<HttpResponse, AppError> {
-    let saved = services::catalog::set_product_seats(&state.db, *id, &form.max_quantity).await;
+    let seats = input::problems(&*form).or(form.max_quantity.ok().copied());
+    let saved = match seats {
+        Ok(seats) => services::catalog::set_product_seats(&state.db, *id, seats).await,
+        Err(e) => Err(e),
+    };
     product_saved(&req, &state, id.0, saved.map(|_| ()), form.values()).await
 }
 
@@ -397,7 +471,7 @@ pub async fn save_product(
     form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {
     let saved = match form.command() {
-        Ok(p) => services::catalog::update_product(&state.db, *id, p.name, p.set_id, p.published).await,
+        Ok(p) => services::catalog::update_product(&state.db, *id, &p.name, p.set_id, p.published).await,
         Err(e) => Err(e),
     };
     product_saved(&req, &state, id.0, saved, form.values()).await
