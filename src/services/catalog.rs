@@ -65,9 +65,9 @@ impl RuleValue {
     /// The largest limit per unit; keeps value × quantity far inside a bigint.
     pub const MAX_NUMERIC: i64 = 1_000_000_000;
 
-    /// Parse what a form sent for a key of `kind`; empty means "no rule".
-    pub fn parse(key: &str, kind: KeyKind, raw: &str) -> Result<Option<RuleValue>, String> {
-        let raw = raw.trim();
+    /// Read what a form wrote for a key of `kind`; blank means "no rule".
+    pub fn parse(key: &str, kind: KeyKind, written: &RuleEntry) -> Result<Option<RuleValue>, String> {
+        let raw = written.as_str();
         if raw.is_empty() {
             return Ok(None);
         }
@@ -84,6 +84,21 @@ impl RuleValue {
                 _ => Err(format!("{key} is a flag: choose yes or no, not “{raw}”.")),
             },
         }
+    }
+}
+
+/// What a form wrote for one rule, trimmed: blank (no rule), or a value its key's kind reads
+/// (`RuleValue::parse`), which only the catalog knows, so it is read where the key is found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleEntry(String);
+
+impl RuleEntry {
+    pub fn parse(s: &str) -> Result<RuleEntry, String> {
+        Ok(RuleEntry(s.trim().to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -368,11 +383,12 @@ mod tests {
 
     #[test]
     fn rule_values_follow_their_kind() {
-        assert_eq!(RuleValue::parse("k", KeyKind::Numeric, " 3 ").unwrap(), Some(RuleValue::Numeric(3)));
-        assert_eq!(RuleValue::parse("k", KeyKind::Numeric, "").unwrap(), None);
-        assert!(RuleValue::parse("k", KeyKind::Numeric, "-1").unwrap_err().contains("negative"));
-        assert!(RuleValue::parse("k", KeyKind::Numeric, "yes").is_err());
-        assert!(RuleValue::parse("k", KeyKind::Flag, "3").unwrap_err().contains("flag"));
-        assert_eq!(RuleValue::parse("k", KeyKind::Flag, "yes").unwrap(), Some(RuleValue::Flag(true)));
+        let read = |kind, s: &str| RuleValue::parse("k", kind, &RuleEntry::parse(s).unwrap());
+        assert_eq!(read(KeyKind::Numeric, " 3 ").unwrap(), Some(RuleValue::Numeric(3)));
+        assert_eq!(read(KeyKind::Numeric, "").unwrap(), None);
+        assert!(read(KeyKind::Numeric, "-1").unwrap_err().contains("negative"));
+        assert!(read(KeyKind::Numeric, "yes").is_err());
+        assert!(read(KeyKind::Flag, "3").unwrap_err().contains("flag"));
+        assert_eq!(read(KeyKind::Flag, "yes").unwrap(), Some(RuleValue::Flag(true)));
     }
 }

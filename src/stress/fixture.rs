@@ -250,8 +250,13 @@ pub(super) async fn make_moves_fragile(admin: &PgPool, pools: &[PoolId]) -> anyh
     Ok(())
 }
 
-pub(super) fn rules(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+pub(super) fn rules(pairs: &[(&str, &str)]) -> BTreeMap<crate::ids::ResourceKey, catalog_svc::RuleEntry> {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            (crate::ids::ResourceKey::from(*k), catalog_svc::RuleEntry::parse(v).unwrap_or_else(|e| panic!("{e}")))
+        })
+        .collect()
 }
 
 /// A product with a set of its own (named as the product) holding `rules`.

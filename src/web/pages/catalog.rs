@@ -11,11 +11,12 @@ use validator::Validate;
 use views::{FormState, Total};
 
 use crate::{
-    ids::{EntitlementSetId, ProductId},
+    ids::{EntitlementSetId, ProductId, ResourceKey},
     services::{
         self, ServiceError,
-        catalog::{KeyDescription, KeyKind, ProductName, ResourceKeyName, Seats, SetName},
+        catalog::{KeyDescription, KeyKind, ProductName, ResourceKeyName, RuleEntry, Seats, SetName},
         reads::{CARRIED_COUNT_CAP, CatalogOverview},
+        rule_changes::ChangeNote,
     },
     web::call::{Call, OperatorCall},
     web::forms::{Form, run_parsed, unknown_field},
@@ -160,25 +161,48 @@ impl ProductForm {
     }
 }
 
-/// The rules form: a field `rule.<key>` per resource key (empty: no rule), and a reason.
-#[derive(Deserialize, Default)]
+impl FromField for RuleEntry {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        RuleEntry::parse(raw)
+    }
+}
+
+impl FromField for ChangeNote {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        ChangeNote::parse(raw)
+    }
+}
+
+/// The rules form: a field `rule.<key>` per resource key (blank: no rule), and a reason.
+#[derive(Deserialize, Default, Validate)]
 #[serde(default)]
 pub struct RulesForm {
-    reason: String,
+    #[validate(custom(function = read))]
+    reason: Field<ChangeNote>,
+    /// The field names carry the keys, so they are read in `command`.
     #[serde(flatten)]
-    rules: BTreeMap<String, String>,
+    rules: BTreeMap<String, Field<RuleEntry>>,
+}
+
+/// A set's rules as the form asks for them: what the service reads by each key's kind.
+struct NewRules {
+    rules: BTreeMap<ResourceKey, RuleEntry>,
+    note: ChangeNote,
 }
 
 impl RulesForm {
-    /// Key → submitted value; any other field is refused by name.
-    fn parse(&self) -> Result<BTreeMap<String, String>, ServiceError> {
-        self.rules
-            .iter()
-            .map(|(k, v)| match k.strip_prefix("rule.") {
-                Some(key) => Ok((key.to_string(), v.clone())),
-                None => Err(unknown_field(k)),
-            })
-            .collect()
+    /// Key → what was written; any other field is refused by name. Whether a key exists, and
+    /// what its value means, the catalog says (by the key's kind).
+    fn command(&self) -> Result<NewRules, ServiceError> {
+        let mut rules = BTreeMap::new();
+        for (k, v) in &self.rules {
+            let Some(key) = k.strip_prefix("rule.") else { return Err(unknown_field(k)) };
+            if let Some(entry) = v.ok() {
+                rules.insert(ResourceKey::from(key), entry.clone());
+            }
+        }
+        let problems = input::problems(self);
+        problems.or(self.reason.ok().cloned().map(|note| NewRules { rules, note }))
     }
 }
 
@@ -358,10 +382,9 @@ pub async fn save_rules(
     use crate::services::rule_changes::commit_rule_change_batch;
     let actor = Some(op.account_id());
     let cap = state.config.rule_change_sync_cap;
-    let commit = async |submitted: &BTreeMap<String, String>| {
-        commit_rule_change_batch(&state.db, *id, submitted, actor, &form.reason, cap).await
-    };
-    let committed = run_parsed(&state.db, "Rule change", form.parse(), commit).await;
+    let commit =
+        async |c: &NewRules| commit_rule_change_batch(&state.db, *id, &c.rules, actor, c.note.as_str(), cap).await;
+    let committed = run_parsed(&state.db, "Rule change", form.command(), commit).await;
     // The change's page shows it settled, or draining live.
     let to = committed.map(|c| fill(paths::RULE_CHANGE, &[&c.change_id]));
     refusals::posted(&req, to, form.values(), WORDS, async |r| {
