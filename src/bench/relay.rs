@@ -95,12 +95,12 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     let initial_s = t.elapsed().as_secs_f64();
     eprintln!("bench: {all} records confirmed at generation 1 in {initial_s:.1} s");
 
-    let rules: BTreeMap<String, String> = [
-        ("fedwiki.active_sites".to_string(), NEW_SITES.to_string()),
-        ("fedwiki.custom_domain".to_string(), "yes".to_string()),
-    ]
-    .into_iter()
-    .collect();
+    let sites = NEW_SITES.to_string();
+    let rules = [("fedwiki.active_sites", sites.as_str()), ("fedwiki.custom_domain", "yes")]
+        .iter()
+        .map(|(k, v)| Ok((crate::ids::ResourceKey::from(*k), crate::services::catalog::RuleEntry::parse(v)?)))
+        .collect::<Result<BTreeMap<_, _>, String>>()
+        .map_err(anyhow::Error::msg)?;
     let t = Instant::now();
     let change = rc::commit_rule_change_batch(&s.db, EntitlementSetId(set), &rules, None, "bench", 0).await?;
     let d = rc::drain_change(&s.db, change.change_id, rc::DEFAULT_DRAIN_PARALLELISM).await?;

@@ -39,10 +39,11 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
     carrying_organizations(&s.admin, o.pools, ty, basic).await?;
     eprintln!("bench: {} carrying pools built in {:.1} s", o.pools, t.elapsed().as_secs_f64());
 
-    let rules: BTreeMap<String, String> =
-        [("fedwiki.active_sites".to_string(), "5".to_string()), ("support.priority".to_string(), "yes".to_string())]
-            .into_iter()
-            .collect();
+    let rules = [("fedwiki.active_sites", "5"), ("support.priority", "yes")]
+        .iter()
+        .map(|(k, v)| Ok((crate::ids::ResourceKey::from(*k), crate::services::catalog::RuleEntry::parse(v)?)))
+        .collect::<Result<BTreeMap<_, _>, String>>()
+        .map_err(anyhow::Error::msg)?;
     // Sync cap 0: every pool goes through the drain.
     let c = rc::commit_rule_change_batch(&s.db, EntitlementSetId(set), &rules, None, "bench", 0).await?;
     eprintln!(

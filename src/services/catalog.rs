@@ -8,7 +8,7 @@ use crate::{
         tx::{within, within_for},
     },
     ids::{EntitlementSetId, ProductId},
-    services::refusal::{Problems, ServiceError},
+    services::refusal::ServiceError,
     store::catalog::{self as store, CARRIED_COUNT_CAP},
 };
 
@@ -65,9 +65,9 @@ impl RuleValue {
     /// The largest limit per unit; keeps value × quantity far inside a bigint.
     pub const MAX_NUMERIC: i64 = 1_000_000_000;
 
-    /// Parse what a form sent for a key of `kind`; empty means "no rule".
-    pub fn parse(key: &str, kind: KeyKind, raw: &str) -> Result<Option<RuleValue>, String> {
-        let raw = raw.trim();
+    /// Read what a form wrote for a key of `kind`; blank means "no rule".
+    pub fn parse(key: &str, kind: KeyKind, written: &RuleEntry) -> Result<Option<RuleValue>, String> {
+        let raw = written.as_str();
         if raw.is_empty() {
             return Ok(None);
         }
@@ -87,15 +87,96 @@ impl RuleValue {
     }
 }
 
-fn parse_name(field: &str, what: &str, s: &str) -> Result<String, ServiceError> {
+/// What a form wrote for one rule, trimmed: blank (no rule), or a value its key's kind reads
+/// (`RuleValue::parse`), which only the catalog knows, so it is read where the key is found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleEntry(String);
+
+impl RuleEntry {
+    pub fn parse(s: &str) -> Result<RuleEntry, String> {
+        Ok(RuleEntry(s.trim().to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A name the catalog gives: trimmed, not empty, at most 200 printable characters. `what` is
+/// the thing named, as its refusal says it ("A product").
+fn catalog_name(what: &str, s: &str) -> Result<String, String> {
     let s = s.trim();
     if s.is_empty() {
-        return Err(ServiceError::invalid(field, format!("{what} needs a name.")));
+        return Err(format!("{what} needs a name."));
     }
     if s.chars().count() > 200 || s.chars().any(char::is_control) {
-        return Err(ServiceError::invalid(field, format!("{what}'s name must be at most 200 printable characters.")));
+        return Err(format!("{what}'s name must be at most 200 printable characters."));
     }
     Ok(s.to_string())
+}
+
+/// An entitlement set's name (see `catalog_name`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetName(String);
+
+impl SetName {
+    pub fn parse(s: &str) -> Result<SetName, String> {
+        catalog_name("An entitlement set", s).map(SetName)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A product's name (see `catalog_name`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProductName(String);
+
+impl ProductName {
+    pub fn parse(s: &str) -> Result<ProductName, String> {
+        catalog_name("A product", s).map(ProductName)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A resource key's description: trimmed, at most 500 characters; blank is allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyDescription(String);
+
+impl KeyDescription {
+    pub fn parse(s: &str) -> Result<KeyDescription, String> {
+        if s.chars().count() > 500 {
+            return Err("A description may have at most 500 characters.".into());
+        }
+        Ok(KeyDescription(s.trim().to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The most seats a member may buy of a product: 1 (not sold in seats) to 1,000.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seats(i32);
+
+impl Seats {
+    pub fn parse(s: &str) -> Result<Seats, String> {
+        s.trim()
+            .parse()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .map(Seats)
+            .ok_or_else(|| "Give a whole number of seats from 1 (not sold in seats) to 1000.".into())
+    }
+
+    pub fn get(self) -> i32 {
+        self.0
+    }
 }
 
 /// Why a product's set cannot change while pools carry it, with their (capped) count:
@@ -125,29 +206,27 @@ fn carried_refusal(pools: i64) -> String {
 }
 
 #[tracing::instrument(name = "Create a resource key", skip_all)]
-pub async fn create_resource_key(db: &Db, key: &str, kind: &str, description: &str) -> Result<String, ServiceError> {
-    let mut problems = Problems::default();
-    let key = problems.field("key", ResourceKeyName::parse(key));
-    let kind = problems.field("kind", KeyKind::parse(kind));
-    if description.chars().count() > 500 {
-        problems.push("description", "A description may have at most 500 characters.");
-    }
-    let (key, kind) = problems.or(key.zip(kind))?;
+pub async fn create_resource_key(
+    db: &Db,
+    key: &ResourceKeyName,
+    kind: KeyKind,
+    description: &KeyDescription,
+) -> Result<String, ServiceError> {
     within(db, TxKind::Plain, async |tx: &mut Tx| {
-        let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind, description.trim()).await?;
+        let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind, description.as_str()).await?;
         if inserted.is_none() {
             return Err(ServiceError::invalid("key", format!("The resource key {} exists already.", key.as_str())));
         }
-        Ok(key.0)
+        Ok(key.as_str().to_string())
     })
     .await
 }
 
 #[tracing::instrument(name = "Create an entitlement set", skip_all)]
-pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<EntitlementSetId, ServiceError> {
-    let name = parse_name("name", "An entitlement set", name)?;
+pub async fn create_entitlement_set(db: &Db, name: &SetName) -> Result<EntitlementSetId, ServiceError> {
+    let name = name.as_str();
     within(db, TxKind::Plain, async |tx: &mut Tx| {
-        let id = store::insert_entitlement_set(tx.conn(), &name).await?.ok_or_else(|| {
+        let id = store::insert_entitlement_set(tx.conn(), name).await?.ok_or_else(|| {
             ServiceError::invalid("name", format!("An entitlement set named “{name}” exists already."))
         })?;
         Ok(id)
@@ -158,18 +237,18 @@ pub async fn create_entitlement_set(db: &Db, name: &str) -> Result<EntitlementSe
 #[tracing::instrument(name = "Create a product", skip_all)]
 pub async fn create_product(
     db: &Db,
-    name: &str,
+    name: &ProductName,
     set_id: Option<EntitlementSetId>,
     published: bool,
 ) -> Result<ProductId, ServiceError> {
-    let name = parse_name("name", "A product", name)?;
+    let name = name.as_str();
     within(db, TxKind::Plain, async |tx: &mut Tx| {
         if let Some(s) = set_id
             && store::entitlement_set(tx.conn(), s).await?.is_none()
         {
             return Err(ServiceError::invalid("entitlement_set_id", "That entitlement set does not exist."));
         }
-        let id = store::insert_product(tx.conn(), &name, set_id, published)
+        let id = store::insert_product(tx.conn(), name, set_id, published)
             .await?
             .ok_or_else(|| ServiceError::invalid("name", format!("A product named “{name}” exists already.")))?;
         Ok(id)
@@ -208,10 +287,8 @@ pub static SET_PRODUCT_SEATS_LOCKS: PathLocks = PathLocks {
 /// The most seats a member may buy of a product: 1 (not sold in seats) to 1,000. Subscriptions
 /// holding more keep them; a member can only lower them to it.
 #[tracing::instrument(name = "Set a product's seats", skip(db), fields(id = id.0))]
-pub async fn set_product_seats(db: &Db, id: ProductId, raw: &str) -> Result<i32, ServiceError> {
-    let n: i32 = raw.trim().parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(|| {
-        ServiceError::invalid("max_quantity", "Give a whole number of seats from 1 (not sold in seats) to 1000.")
-    })?;
+pub async fn set_product_seats(db: &Db, id: ProductId, seats: Seats) -> Result<i32, ServiceError> {
+    let n = seats.get();
     within_for(db, TxKind::Plain, &SET_PRODUCT_SEATS_LOCKS, async |tx: &mut Tx| {
         if !store::set_max_quantity(tx.conn(), id, n).await? {
             return Err(ServiceError::NotFound("product"));
@@ -229,11 +306,11 @@ pub async fn set_product_seats(db: &Db, id: ProductId, raw: &str) -> Result<i32,
 pub async fn update_product(
     db: &Db,
     id: ProductId,
-    name: &str,
+    name: &ProductName,
     set_id: Option<EntitlementSetId>,
     published: bool,
 ) -> Result<(), ServiceError> {
-    let name = parse_name("name", "A product", name)?;
+    let name = name.as_str();
     let current = {
         let mut conn = db.read().await?;
         store::product(&mut conn, id).await?.ok_or(ServiceError::NotFound("product"))?
@@ -253,20 +330,20 @@ pub async fn update_product(
                 return Err(ServiceError::invalid("entitlement_set_id", "That entitlement set does not exist."));
             }
         }
-        if store::name_taken_by_other_product(tx.conn(), id, &name).await? {
+        if store::name_taken_by_other_product(tx.conn(), id, name).await? {
             return Err(ServiceError::invalid("name", format!("A product named “{name}” exists already.")));
         }
         // A plain edit writes only the name and publication: a set changed meanwhile (under the
         // exclusive rendezvous) is kept, not overwritten with what this request read.
         let written = if set_changes {
-            store::update_product(tx.conn(), id, &name, set_id, published).await
+            store::update_product(tx.conn(), id, name, set_id, published).await
         } else {
-            store::update_product_name(tx.conn(), id, &name, published).await
+            store::update_product_name(tx.conn(), id, name, published).await
         };
         match written {
             Ok(true) => Ok(()),
             Ok(false) => Err(ServiceError::NotFound("product")),
-            Err(e) => Err(ServiceError::from_constraint(e, |c| violated(c, &name))),
+            Err(e) => Err(ServiceError::from_constraint(e, |c| violated(c, name))),
         }
     })
     .await
@@ -285,6 +362,19 @@ mod tests {
     }
 
     #[test]
+    fn names_descriptions_and_seats_are_refused_in_the_forms_words() {
+        assert_eq!(ProductName::parse("  ").unwrap_err(), "A product needs a name.");
+        assert_eq!(SetName::parse(" Basic ").unwrap().as_str(), "Basic");
+        assert!(SetName::parse(&"x".repeat(201)).unwrap_err().starts_with("An entitlement set's name"));
+        assert!(KeyDescription::parse(&"d".repeat(501)).is_err());
+        assert_eq!(KeyDescription::parse("").unwrap().as_str(), "");
+        for bad in ["0", "1001", "x", ""] {
+            assert!(Seats::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(Seats::parse(" 10 ").unwrap().get(), 10);
+    }
+
+    #[test]
     fn a_carried_product_says_how_many_pools_carry_it() {
         assert!(carried_refusal(1).contains(": 1 organization pool carries this now,"));
         assert!(carried_refusal(1234).contains(": more than 1,000 organization pools carry this now,"));
@@ -293,11 +383,12 @@ mod tests {
 
     #[test]
     fn rule_values_follow_their_kind() {
-        assert_eq!(RuleValue::parse("k", KeyKind::Numeric, " 3 ").unwrap(), Some(RuleValue::Numeric(3)));
-        assert_eq!(RuleValue::parse("k", KeyKind::Numeric, "").unwrap(), None);
-        assert!(RuleValue::parse("k", KeyKind::Numeric, "-1").unwrap_err().contains("negative"));
-        assert!(RuleValue::parse("k", KeyKind::Numeric, "yes").is_err());
-        assert!(RuleValue::parse("k", KeyKind::Flag, "3").unwrap_err().contains("flag"));
-        assert_eq!(RuleValue::parse("k", KeyKind::Flag, "yes").unwrap(), Some(RuleValue::Flag(true)));
+        let read = |kind, s: &str| RuleValue::parse("k", kind, &RuleEntry::parse(s).unwrap());
+        assert_eq!(read(KeyKind::Numeric, " 3 ").unwrap(), Some(RuleValue::Numeric(3)));
+        assert_eq!(read(KeyKind::Numeric, "").unwrap(), None);
+        assert!(read(KeyKind::Numeric, "-1").unwrap_err().contains("negative"));
+        assert!(read(KeyKind::Numeric, "yes").is_err());
+        assert!(read(KeyKind::Flag, "3").unwrap_err().contains("flag"));
+        assert_eq!(read(KeyKind::Flag, "yes").unwrap(), Some(RuleValue::Flag(true)));
     }
 }

@@ -14,10 +14,10 @@ use crate::{
         locks::{Lock, PathLocks},
         tx::within,
     },
-    ids::{AccountId, EntitlementSetId, PoolId, RuleChangeId},
+    ids::{AccountId, EntitlementSetId, PoolId, ResourceKey, RuleChangeId},
     jobs::{Job, JobContext, JobError},
     services::{
-        catalog::RuleValue,
+        catalog::{RuleEntry, RuleValue},
         refusal::{ServiceError, change_path},
     },
     states::RuleChangeState,
@@ -103,14 +103,29 @@ pub static RULE_CHANGE_COMMIT_LOCKS: PathLocks = PathLocks {
           it, as every drain waits on the exclusive rendezvous).",
 };
 
-/// RuleChangeBatchCommit: the submitted rules of one set (key → raw value, empty = no rule)
+/// Why the operator changed a set's rules, kept with the change: free text, trimmed, blank
+/// allowed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeNote(String);
+
+impl ChangeNote {
+    pub fn parse(s: &str) -> Result<ChangeNote, String> {
+        Ok(ChangeNote(s.trim().to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// RuleChangeBatchCommit: the submitted rules of one set (key → what was written, blank = no rule)
 /// become one change with an act per delta. Settled in the commit when it owes at most
 /// `sync_cap` pools; otherwise drained by the `drain_rule_change` job.
 #[tracing::instrument(name = "RuleChangeBatchCommit", skip(db, submitted), fields(set_id))]
 pub async fn commit_rule_change_batch(
     db: &Db,
     set_id: EntitlementSetId,
-    submitted: &BTreeMap<String, String>,
+    submitted: &BTreeMap<ResourceKey, RuleEntry>,
     actor: Option<AccountId>,
     reason: &str,
     sync_cap: i64,
@@ -135,7 +150,8 @@ pub async fn commit_rule_change_batch(
                 Some(RuleValue::Flag(b)) => (None, Some(*b)),
                 None => (None, None),
             };
-            store::commit_rule_change(tx.conn(), change_id, position as i32, set_id, key, n, f, inline).await?;
+            store::commit_rule_change(tx.conn(), change_id, position as i32, set_id, key.as_str(), n, f, inline)
+                .await?;
         }
         let owed = if inline {
             let pools = store::owed_pools(tx.conn(), change_id).await?;
@@ -161,25 +177,26 @@ pub async fn commit_rule_change_batch(
 async fn deltas(
     tx: &mut Tx,
     set_id: EntitlementSetId,
-    submitted: &BTreeMap<String, String>,
-) -> Result<Vec<(String, Option<RuleValue>)>, ServiceError> {
+    submitted: &BTreeMap<ResourceKey, RuleEntry>,
+) -> Result<Vec<(ResourceKey, Option<RuleValue>)>, ServiceError> {
     let keys = catalog::resource_keys(tx.conn()).await?;
     let current = catalog::rules_of_set(tx.conn(), set_id).await?;
     let mut problems = vec![];
     let mut out = vec![];
     for (key, raw) in submitted {
-        let Some(k) = keys.iter().find(|k| &k.resource_key == key) else {
+        let Some(k) = keys.iter().find(|k| k.resource_key == key.as_str()) else {
             problems.push((format!("rule.{key}"), format!("There is no resource key {key}.")));
             continue;
         };
-        match RuleValue::parse(key, k.kind, raw) {
+        match RuleValue::parse(key.as_str(), k.kind, raw) {
             Err(m) => problems.push((format!("rule.{key}"), m)),
             Ok(v) => {
-                let now =
-                    current.iter().find(|r| &r.resource_key == key).map(|r| match (r.numeric_value, r.flag_value) {
+                let now = current.iter().find(|r| r.resource_key == key.as_str()).map(|r| {
+                    match (r.numeric_value, r.flag_value) {
                         (Some(n), _) => RuleValue::Numeric(n),
                         (_, f) => RuleValue::Flag(f.unwrap_or(false)),
-                    });
+                    }
+                });
                 if now != v {
                     out.push((key.clone(), v));
                 }
@@ -189,7 +206,7 @@ async fn deltas(
     if !problems.is_empty() {
         return Err(ServiceError::Invalid(problems));
     }
-    out.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out.sort_by(|a, b| a.0.as_str().as_bytes().cmp(b.0.as_str().as_bytes()));
     Ok(out)
 }
 

@@ -115,7 +115,7 @@ pub(super) async fn build_fixture(
 
     let uncarried = product_with_rules(db, "Stress uncarried", &[("fedwiki.active_sites", "4")], false).await?;
     let set_a = set_of(db, uncarried).await?;
-    let set_b = catalog_svc::create_entitlement_set(db, "Stress uncarried B").await?;
+    let set_b = catalog_svc::create_entitlement_set(db, &set_name("Stress uncarried B")?).await?;
     put_rules(db, set_b, &[("fedwiki.active_sites", "5"), ("support.priority", "yes")]).await?;
     let mut carried_sets = vec![];
     for (name, sites, flag) in CARRIED_SETS {
@@ -252,8 +252,13 @@ pub(super) async fn make_moves_fragile(admin: &PgPool, pools: &[PoolId]) -> anyh
     Ok(())
 }
 
-pub(super) fn rules(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+pub(super) fn rules(pairs: &[(&str, &str)]) -> BTreeMap<crate::ids::ResourceKey, catalog_svc::RuleEntry> {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            (crate::ids::ResourceKey::from(*k), catalog_svc::RuleEntry::parse(v).unwrap_or_else(|e| panic!("{e}")))
+        })
+        .collect()
 }
 
 /// A product with a set of its own (named as the product) holding `rules`.
@@ -263,9 +268,14 @@ pub(super) async fn product_with_rules(
     r: &[(&str, &str)],
     published: bool,
 ) -> anyhow::Result<ProductId> {
-    let set = catalog_svc::create_entitlement_set(db, name).await?;
+    let set = catalog_svc::create_entitlement_set(db, &set_name(name)?).await?;
     put_rules(db, set, r).await?;
-    Ok(catalog_svc::create_product(db, name, Some(set), published).await?)
+    let name = catalog_svc::ProductName::parse(name).map_err(anyhow::Error::msg)?;
+    Ok(catalog_svc::create_product(db, &name, Some(set), published).await?)
+}
+
+fn set_name(name: &str) -> anyhow::Result<catalog_svc::SetName> {
+    catalog_svc::SetName::parse(name).map_err(anyhow::Error::msg)
 }
 
 /// A new set's rules, as every edit of rules is made: a rule change (no pool carries the set

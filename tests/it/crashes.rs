@@ -3,10 +3,7 @@
 //! request's in sites.rs, the subscription reconcile's in billing.rs, the replicas' in
 //! replicas.rs.)
 
-use std::{
-    collections::BTreeMap,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use member_console::{ids::EntitlementSetId, services::rule_changes as rc};
 
@@ -66,10 +63,7 @@ async fn a_rule_change_drain_killed_midway_is_finished_by_the_next_worker_and_se
     let (ty, basic) = (type_id(&t, "Community").await, product_id(&t, "Basic").await);
     member_console::bench::carrying_organizations(&t.admin, POOLS, ty.0, basic.0).await.unwrap();
     let set = EntitlementSetId(id_by_name(&t, "entitlement_sets", "entitlement_set_id", "Basic").await);
-    let rules: BTreeMap<String, String> = [("fedwiki.active_sites", "5"), ("support.priority", "yes")]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let rules = crate::common::rules(&[("fedwiki.active_sites", "5"), ("support.priority", "yes")]);
     // Above the cap (0): the commit owes every pool and the drain job settles them.
     let c = rc::commit_rule_change_batch(&t.db, set, &rules, None, "crash test", 0).await.unwrap();
     let settled_sql = "SELECT count(*) FROM core.entitlement_set_change_obligations WHERE state = 'settled'";

@@ -510,7 +510,14 @@ async fn the_tier_trigger_and_a_set_clear_cannot_both_commit() {
     let a_pid = common::backend_pid(a.conn()).await;
     let db = t.db.clone();
     let b = tokio::spawn(async move {
-        member_console::services::catalog::update_product(&db, extra, "Extra sites", None, true).await
+        member_console::services::catalog::update_product(
+            &db,
+            extra,
+            &member_console::services::catalog::ProductName::parse("Extra sites").unwrap(),
+            None,
+            true,
+        )
+        .await
     });
     common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
     a.commit().await.unwrap();

@@ -152,8 +152,7 @@ async fn a_move_waiting_on_a_rule_change_reads_its_rules_and_settles_under_a_rep
     )
     .await;
     let db = t.db.clone();
-    let rules: std::collections::BTreeMap<String, String> =
-        [("fedwiki.active_sites".to_string(), "2".to_string())].into_iter().collect();
+    let rules = crate::common::rules(&[("fedwiki.active_sites", "2")]);
     let set = member_console::ids::EntitlementSetId(free);
     let commit = tokio::spawn(async move { rc::commit_rule_change_batch(&db, set, &rules, None, "", 100).await });
     let committer = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;

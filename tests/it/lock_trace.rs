@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use std::{collections::BTreeMap, time::Duration};
+use std::time::Duration;
 
 use common::{
     TestDb,
@@ -121,10 +121,7 @@ async fn two_failed_obligations(t: &TestDb) -> (i64, [i64; 2], PoolId) {
     let org = org_of_type(t, "Owing", type_id(t, "Community").await).await;
     grant_with(t, org.organization_id, product_id(t, "Basic").await, 1, None).await;
     let basic = EntitlementSetId(common::acts::id_by_name(t, "entitlement_sets", "entitlement_set_id", "Basic").await);
-    let rules: BTreeMap<String, String> = [("fedwiki.active_sites", "5"), ("support.priority", "yes")]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let rules = crate::common::rules(&[("fedwiki.active_sites", "5"), ("support.priority", "yes")]);
     // Above the sync cap (0): the drain lists the pools, here by hand.
     let c = rc::commit_rule_change_batch(&t.db, basic, &rules, None, "", 0).await.unwrap();
     let change = c.change_id.0;

@@ -406,7 +406,7 @@ async fn a_price_stripe_stopped_selling_is_a_refusal_naming_the_tier() {
 async fn after_a_price_change_the_old_prices_seats_still_change_and_its_downgrade_is_refused_before_stripe() {
     let p = paying("Pro").await;
     let pro = common::acts::product_id(&p.t, "Pro").await;
-    member_console::services::catalog::set_product_seats(&p.t.db, pro, "5").await.unwrap();
+    member_console::services::catalog::set_product_seats(&p.t.db, pro, seats("5")).await.unwrap();
     // The operator raises Pro to 35 a month: a new price, the old one archived in Stripe.
     let new_pro = p.s.price(&p.t.db, pro, "35").await;
     assert_ne!(new_pro, p.pro);
@@ -895,8 +895,8 @@ async fn seats_change_within_the_tiers_limit_more_charged_now_and_fewer_credited
     // Pro is sold one at a time until an operator says otherwise.
     let e = quote(p.pro, Some(3)).await.unwrap_err();
     assert!(e.to_string().contains("sold one at a time"), "{e}");
-    assert!(member_console::services::catalog::set_product_seats(&p.t.db, pro, "0").await.is_err());
-    assert_eq!(member_console::services::catalog::set_product_seats(&p.t.db, pro, "10").await.unwrap(), 10);
+    assert!(member_console::services::catalog::Seats::parse("0").is_err());
+    assert_eq!(member_console::services::catalog::set_product_seats(&p.t.db, pro, seats("10")).await.unwrap(), 10);
 
     // More seats: now, charged, and the entitlements follow (10 sites a seat).
     let q = quote(p.pro, Some(3)).await.unwrap();
@@ -932,7 +932,7 @@ async fn seats_change_within_the_tiers_limit_more_charged_now_and_fewer_credited
 async fn a_member_changes_the_seats_from_the_billing_page() {
     let p = paying("Pro").await;
     let pro = common::acts::product_id(&p.t, "Pro").await;
-    member_console::services::catalog::set_product_seats(&p.t.db, pro, "10").await.unwrap();
+    member_console::services::catalog::set_product_seats(&p.t.db, pro, seats("10")).await.unwrap();
     let app = TestApp::spawn_with_stripe(&p.t, p.s.stripe.clone()).await;
     let member = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     let page = member.get("/billing").await;
@@ -978,4 +978,9 @@ async fn a_switch_of_a_subscription_stripe_ended_meanwhile_is_refused() {
     p.s.delete(&format!("/subscriptions/{}", p.sub)).await;
     refused(p.quote(p.pro).await, "has ended");
     assert_eq!(p.hosting().await, "Free", "the console caught up");
+}
+
+/// Seats as the seats form would send them.
+fn seats(n: &str) -> member_console::services::catalog::Seats {
+    member_console::services::catalog::Seats::parse(n).unwrap()
 }

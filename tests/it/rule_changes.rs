@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use std::{collections::BTreeMap, time::Duration};
+use std::time::Duration;
 
 use common::{
     TestDb,
@@ -41,9 +41,7 @@ async fn basic_pools(t: &TestDb, n: usize) -> Vec<PoolId> {
     pools
 }
 
-fn rules(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-}
+use crate::common::rules;
 
 async fn entitlements_by_org(t: &TestDb) -> Vec<(String, String, Option<i64>, Option<bool>)> {
     t.all(sqlx::query_as(

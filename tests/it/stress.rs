@@ -218,7 +218,7 @@ async fn the_invariant_check_reports_each_broken_invariant() {
             "SELECT entitlement_set_id FROM core.entitlement_sets WHERE name = 'Community support'",
         ))
         .await;
-    let submitted = [("support.priority".to_string(), "yes".to_string())].into_iter().collect();
+    let submitted = crate::common::rules(&[("support.priority", "yes")]);
     let change =
         rc::commit_rule_change_batch(&t.db, support, &submitted, None, "broken", rc::DEFAULT_SYNC_CAP).await.unwrap();
     assert!(change.settled_inline && change.pools_owed >= 1, "{change:?}");

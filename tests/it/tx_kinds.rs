@@ -619,7 +619,7 @@ async fn a_rule_changes_refusal_has_released_the_exclusive_rendezvous_and_the_se
         )
         .await;
     // The rules as they are: refused ("Nothing changed") after the rendezvous and the set row.
-    let submitted = std::collections::BTreeMap::from([("fedwiki.active_sites".to_string(), now.to_string())]);
+    let submitted = crate::common::rules(&[("fedwiki.active_sites", &now.to_string())]);
     let e = rule_changes::commit_rule_change_batch(
         &t.db,
         member_console::ids::EntitlementSetId(basic),

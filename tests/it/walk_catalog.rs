@@ -56,7 +56,7 @@ async fn an_update_of_a_products_publication_walked_lock_by_lock_takes_only_the_
     let p = new_product(&t, "Walked product", 2).await;
     let set = product_facts(&t, p).await.1.map(member_console::ids::EntitlementSetId);
     let out = LockWalk::run(&t, &catalog::UPDATE_PRODUCT_LOCKS, &[product_row(p)], move |db| async move {
-        catalog::update_product(&db, p, "Walked product", set, false).await
+        catalog::update_product(&db, p, &catalog::ProductName::parse("Walked product").unwrap(), set, false).await
     })
     .await;
     out.unwrap();
@@ -71,7 +71,7 @@ async fn a_rename_of_a_product_walked_lock_by_lock_takes_only_the_product_row_fo
     // The name's uniqueness is an expression index (migration 0015), not a key of the row: a
     // rename changes no key, so it takes the row FOR NO KEY UPDATE, as the spec's lock table says.
     let out = LockWalk::run(&t, &catalog::UPDATE_PRODUCT_LOCKS, &[product_row(p)], move |db| async move {
-        catalog::update_product(&db, p, "Walked name, renamed", set, true).await
+        catalog::update_product(&db, p, &catalog::ProductName::parse("Walked name, renamed").unwrap(), set, true).await
     })
     .await;
     out.unwrap();
@@ -93,8 +93,10 @@ async fn a_rename_does_not_wait_for_a_conferral_holding_the_products_row_for_key
         .await
         .unwrap();
     let db = t.db.clone();
-    let rename =
-        tokio::spawn(async move { catalog::update_product(&db, p, "Renamed beside, renamed", set, true).await });
+    let rename = tokio::spawn(async move {
+        catalog::update_product(&db, p, &catalog::ProductName::parse("Renamed beside, renamed").unwrap(), set, true)
+            .await
+    });
     let done = tokio::time::timeout(std::time::Duration::from_secs(10), rename).await;
     held.rollback().await.unwrap();
     done.expect("the rename waited on the conferral's FOR KEY SHARE").unwrap().unwrap();
@@ -107,10 +109,12 @@ async fn a_rename_does_not_wait_for_a_conferral_holding_the_products_row_for_key
 async fn a_change_of_a_products_set_walked_lock_by_lock_takes_the_exclusive_rendezvous_then_the_product_row() {
     let t = demo_db().await;
     let p = new_product(&t, "Walked set", 2).await;
-    let other = catalog::create_entitlement_set(&t.db, "Walked set, the other").await.unwrap();
+    let other = catalog::create_entitlement_set(&t.db, &catalog::SetName::parse("Walked set, the other").unwrap())
+        .await
+        .unwrap();
     let expected = [Expect::rendezvous_exclusive(), product_row(p)];
     let out = LockWalk::run(&t, &catalog::CHANGE_PRODUCT_SET_LOCKS, &expected, move |db| async move {
-        catalog::update_product(&db, p, "Walked set", Some(other), true).await
+        catalog::update_product(&db, p, &catalog::ProductName::parse("Walked set").unwrap(), Some(other), true).await
     })
     .await;
     out.unwrap();
@@ -124,12 +128,17 @@ async fn a_change_of_a_carried_products_set_walked_lock_by_lock_takes_the_exclus
     let org = community_org(&t, "Walked carrier").await;
     grant(&t, org.organization_id, p).await;
     let before = product_facts(&t, p).await;
-    let other = catalog::create_entitlement_set(&t.db, "Walked carried, the other").await.unwrap();
+    let other = catalog::create_entitlement_set(&t.db, &catalog::SetName::parse("Walked carried, the other").unwrap())
+        .await
+        .unwrap();
     let out = LockWalk::run(
         &t,
         &catalog::CHANGE_PRODUCT_SET_LOCKS,
         &[Expect::rendezvous_exclusive()],
-        move |db| async move { catalog::update_product(&db, p, "Walked carried", Some(other), true).await },
+        move |db| async move {
+            catalog::update_product(&db, p, &catalog::ProductName::parse("Walked carried").unwrap(), Some(other), true)
+                .await
+        },
     )
     .await;
     assert!(matches!(&out, Err(ServiceError::Refused(s)) if s.contains("1 organization pool carries")), "{out:?}");
@@ -143,7 +152,7 @@ async fn a_products_seats_walked_lock_by_lock_take_only_the_product_row_for_no_k
     let t = demo_db().await;
     let p = new_product(&t, "Walked seats", 2).await;
     let out = LockWalk::run(&t, &catalog::SET_PRODUCT_SEATS_LOCKS, &[product_row(p)], move |db| async move {
-        catalog::set_product_seats(&db, p, "25").await
+        catalog::set_product_seats(&db, p, catalog::Seats::parse("25").unwrap()).await
     })
     .await;
     assert_eq!(out.unwrap(), 25);

@@ -60,11 +60,8 @@ async fn carried_set(t: &TestDb, name: &str, orgs: usize) -> (ProductId, Entitle
 }
 
 /// Both rules of a `carried_set` changed: two acts, in resource-key order.
-fn two_rule_changes() -> BTreeMap<String, String> {
-    [("fedwiki.active_sites", "4"), ("support.priority", "yes")]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+fn two_rule_changes() -> BTreeMap<member_console::ids::ResourceKey, member_console::services::catalog::RuleEntry> {
+    crate::common::rules(&[("fedwiki.active_sites", "4"), ("support.priority", "yes")])
 }
 
 fn rule_row(set: EntitlementSetId, key: &str) -> Expect {

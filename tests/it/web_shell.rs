@@ -678,7 +678,7 @@ async fn no_operator_route_answers_a_visitor_or_a_member_however_the_path_is_spe
     let pro = common::acts::product_id(&t, "Pro").await;
     common::acts::grant(&t, org, pro).await;
     let set = EntitlementSetId(common::acts::id_by_name(&t, "entitlement_sets", "entitlement_set_id", "Pro").await);
-    let rules = std::collections::BTreeMap::from([("fedwiki.active_sites".to_string(), "11".to_string())]);
+    let rules = crate::common::rules(&[("fedwiki.active_sites", "11")]);
     member_console::services::rule_changes::commit_rule_change_batch(&t.db, set, &rules, None, "walk", 100)
         .await
         .unwrap();

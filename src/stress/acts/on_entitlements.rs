@@ -150,7 +150,8 @@ pub(in crate::stress) async fn update_product(ctx: &Ctx, note: &mut Note) -> Res
     let Some(p) = current else { return Err(Failure::Error("the add-on product is gone".into())) };
     let name = if p.name == ADDON { ADDON_RENAMED } else { ADDON };
     note.detail = format!("product {} → {name:?}, published {}", p.product_id, !p.published);
-    catalog_outcome(catalog_svc::update_product(&ctx.db, p.product_id, name, p.entitlement_set_id, !p.published).await)
+    let name = catalog_svc::ProductName::parse(name).map_err(Failure::Error)?;
+    catalog_outcome(catalog_svc::update_product(&ctx.db, p.product_id, &name, p.entitlement_set_id, !p.published).await)
 }
 
 pub(in crate::stress) async fn change_product_set(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
@@ -162,5 +163,6 @@ pub(in crate::stress) async fn change_product_set(ctx: &Ctx, note: &mut Note) ->
     let [a, b] = ctx.fx.uncarried_sets;
     let to = if p.entitlement_set_id == Some(a) { b } else { a };
     note.detail = format!("product {} set {:?} → {to}", p.product_id, p.entitlement_set_id);
-    catalog_outcome(catalog_svc::update_product(&ctx.db, p.product_id, &p.name, Some(to), p.published).await)
+    let name = catalog_svc::ProductName::parse(&p.name).map_err(Failure::Error)?;
+    catalog_outcome(catalog_svc::update_product(&ctx.db, p.product_id, &name, Some(to), p.published).await)
 }

@@ -11,11 +11,12 @@ use validator::Validate;
 use views::{FormState, Total};
 
 use crate::{
-    db::retry::once_more_after_deadlock,
-    ids::{EntitlementSetId, ProductId},
+    ids::{EntitlementSetId, ProductId, ResourceKey},
     services::{
         self, ServiceError,
+        catalog::{KeyDescription, KeyKind, ProductName, ResourceKeyName, RuleEntry, Seats, SetName},
         reads::{CARRIED_COUNT_CAP, CatalogOverview},
+        rule_changes::ChangeNote,
     },
     web::call::{Call, OperatorCall},
     web::forms::{Form, run_parsed, unknown_field},
@@ -37,28 +38,97 @@ pub const PRODUCT_WORDS: Words = Words {
     ),
 };
 
+impl FromField for ResourceKeyName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        ResourceKeyName::parse(raw)
+    }
+}
+
+impl FromField for KeyKind {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        KeyKind::parse(raw)
+    }
+}
+
+impl FromField for KeyDescription {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        KeyDescription::parse(raw)
+    }
+}
+
+impl FromField for SetName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        SetName::parse(raw)
+    }
+}
+
+impl FromField for ProductName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        ProductName::parse(raw)
+    }
+}
+
+impl FromField for Seats {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        Seats::parse(raw)
+    }
+}
+
 /// The resource key form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct KeyForm {
-    key: String,
-    kind: String,
-    description: String,
+    #[validate(custom(function = read))]
+    key: Field<ResourceKeyName>,
+    #[validate(custom(function = read))]
+    kind: Field<KeyKind>,
+    #[validate(custom(function = read))]
+    description: Field<KeyDescription>,
+}
+
+/// A resource key as the form asks for it.
+struct NewKey {
+    key: ResourceKeyName,
+    kind: KeyKind,
+    description: KeyDescription,
+}
+
+impl TryFrom<&KeyForm> for NewKey {
+    type Error = ServiceError;
+
+    fn try_from(form: &KeyForm) -> Result<Self, ServiceError> {
+        let problems = input::problems(form);
+        let (key, kind, description) = (form.key.ok(), form.kind.ok(), form.description.ok());
+        problems.or(key.zip(kind).zip(description).map(|((key, kind), description)| NewKey {
+            key: key.clone(),
+            kind: *kind,
+            description: description.clone(),
+        }))
+    }
 }
 
 /// The entitlement set form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct SetForm {
-    name: String,
+    #[validate(custom(function = read))]
+    name: Field<SetName>,
+}
+
+impl TryFrom<&SetForm> for SetName {
+    type Error = ServiceError;
+
+    fn try_from(form: &SetForm) -> Result<Self, ServiceError> {
+        input::problems(form).or(form.name.ok().cloned())
+    }
 }
 
 /// The product form, to create one or edit one.
 #[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProductForm {
-    /// Read by the catalog's paths, in their words for a product's name.
-    name: String,
+    #[validate(custom(function = read))]
+    name: Field<ProductName>,
     /// Empty: no set.
     #[validate(custom(function = read, message = "Choose an entitlement set from the list."))]
     entitlement_set_id: Field<Option<EntitlementSetId>>,
@@ -76,40 +146,63 @@ impl FromField for Ticked {
 }
 
 /// A product as the form asks for it.
-struct ProductInput<'a> {
-    name: &'a str,
+struct ProductInput {
+    name: ProductName,
     set_id: Option<EntitlementSetId>,
     published: bool,
 }
 
 impl ProductForm {
-    fn command(&self) -> Result<ProductInput<'_>, ServiceError> {
+    fn command(&self) -> Result<ProductInput, ServiceError> {
         let problems = input::problems(self);
-        let set_id = problems.or(self.entitlement_set_id.ok().copied())?;
+        let (name, set_id) = problems.or(self.name.ok().cloned().zip(self.entitlement_set_id.ok().copied()))?;
         let published = self.published.ok().is_some_and(|t| t.0);
-        Ok(ProductInput { name: &self.name, set_id, published })
+        Ok(ProductInput { name, set_id, published })
     }
 }
 
-/// The rules form: a field `rule.<key>` per resource key (empty: no rule), and a reason.
-#[derive(Deserialize, Default)]
+impl FromField for RuleEntry {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        RuleEntry::parse(raw)
+    }
+}
+
+impl FromField for ChangeNote {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        ChangeNote::parse(raw)
+    }
+}
+
+/// The rules form: a field `rule.<key>` per resource key (blank: no rule), and a reason.
+#[derive(Deserialize, Default, Validate)]
 #[serde(default)]
 pub struct RulesForm {
-    reason: String,
+    #[validate(custom(function = read))]
+    reason: Field<ChangeNote>,
+    /// The field names carry the keys, so they are read in `command`.
     #[serde(flatten)]
-    rules: BTreeMap<String, String>,
+    rules: BTreeMap<String, Field<RuleEntry>>,
+}
+
+/// A set's rules as the form asks for them: what the service reads by each key's kind.
+struct NewRules {
+    rules: BTreeMap<ResourceKey, RuleEntry>,
+    note: ChangeNote,
 }
 
 impl RulesForm {
-    /// Key → submitted value; any other field is refused by name.
-    fn parse(&self) -> Result<BTreeMap<String, String>, ServiceError> {
-        self.rules
-            .iter()
-            .map(|(k, v)| match k.strip_prefix("rule.") {
-                Some(key) => Ok((key.to_string(), v.clone())),
-                None => Err(unknown_field(k)),
-            })
-            .collect()
+    /// Key → what was written; any other field is refused by name. Whether a key exists, and
+    /// what its value means, the catalog says (by the key's kind).
+    fn command(&self) -> Result<NewRules, ServiceError> {
+        let mut rules = BTreeMap::new();
+        for (k, v) in &self.rules {
+            let Some(key) = k.strip_prefix("rule.") else { return Err(unknown_field(k)) };
+            if let Some(entry) = v.ok() {
+                rules.insert(ResourceKey::from(key), entry.clone());
+            }
+        }
+        let problems = input::problems(self);
+        problems.or(self.reason.ok().cloned().map(|note| NewRules { rules, note }))
     }
 }
 
@@ -210,16 +303,16 @@ async fn catalog_refused(
 #[tracing::instrument(name = "Page: add a resource key", skip_all)]
 pub async fn create_key(Call { req, state, .. }: OperatorCall, form: Form<KeyForm>) -> Result<HttpResponse, AppError> {
     let create =
-        async || services::catalog::create_resource_key(&state.db, &form.key, &form.kind, &form.description).await;
-    let created = once_more_after_deadlock(&state.db, "Create a resource key", create).await;
+        async |k: &NewKey| services::catalog::create_resource_key(&state.db, &k.key, k.kind, &k.description).await;
+    let created = run_parsed(&state.db, "Create a resource key", NewKey::try_from(&*form), create).await;
     let draw = async |r| catalog_refused(&req, &state, CatalogForm::Key, r).await;
     refusals::posted(&req, created.map(|_| paths::CATALOG.to_string()), form.values(), WORDS, draw).await
 }
 
 #[tracing::instrument(name = "Page: add an entitlement set", skip_all)]
 pub async fn create_set(Call { req, state, .. }: OperatorCall, form: Form<SetForm>) -> Result<HttpResponse, AppError> {
-    let create = async || services::catalog::create_entitlement_set(&state.db, &form.name).await;
-    let created = once_more_after_deadlock(&state.db, "Create an entitlement set", create).await;
+    let create = async |name: &SetName| services::catalog::create_entitlement_set(&state.db, name).await;
+    let created = run_parsed(&state.db, "Create an entitlement set", SetName::try_from(&*form), create).await;
     let draw = async |r| catalog_refused(&req, &state, CatalogForm::Set, r).await;
     refusals::posted(&req, created.map(|id| fill(paths::CATALOG_SET, &[&id])), form.values(), WORDS, draw).await
 }
@@ -230,7 +323,7 @@ pub async fn create_product(
     form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {
     let create =
-        async |p: &ProductInput<'_>| services::catalog::create_product(&state.db, p.name, p.set_id, p.published).await;
+        async |p: &ProductInput| services::catalog::create_product(&state.db, &p.name, p.set_id, p.published).await;
     let created = run_parsed(&state.db, "Create a product", form.command(), create).await;
     let draw = async |r| catalog_refused(&req, &state, CatalogForm::Product, r).await;
     refusals::posted(&req, created.map(|id| fill(paths::CATALOG_PRODUCT, &[&id])), form.values(), WORDS, draw).await
@@ -289,10 +382,9 @@ pub async fn save_rules(
     use crate::services::rule_changes::commit_rule_change_batch;
     let actor = Some(op.account_id());
     let cap = state.config.rule_change_sync_cap;
-    let commit = async |submitted: &BTreeMap<String, String>| {
-        commit_rule_change_batch(&state.db, *id, submitted, actor, &form.reason, cap).await
-    };
-    let committed = run_parsed(&state.db, "Rule change", form.parse(), commit).await;
+    let commit =
+        async |c: &NewRules| commit_rule_change_batch(&state.db, *id, &c.rules, actor, c.note.as_str(), cap).await;
+    let committed = run_parsed(&state.db, "Rule change", form.command(), commit).await;
     // The change's page shows it settled, or draining live.
     let to = committed.map(|c| fill(paths::RULE_CHANGE, &[&c.change_id]));
     refusals::posted(&req, to, form.values(), WORDS, async |r| {
@@ -355,10 +447,11 @@ pub async fn product_page(
 }
 
 /// The seats form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct SeatsForm {
-    max_quantity: String,
+    #[validate(custom(function = read))]
+    max_quantity: Field<Seats>,
 }
 
 #[tracing::instrument(name = "Page: save a product's seats", skip_all, fields(product_id = %*id))]
@@ -367,7 +460,11 @@ pub async fn save_seats(
     id: web::Path<ProductId>,
     form: Form<SeatsForm>,
 ) -> Result<HttpResponse, AppError> {
-    let saved = services::catalog::set_product_seats(&state.db, *id, &form.max_quantity).await;
+    let seats = input::problems(&*form).or(form.max_quantity.ok().copied());
+    let saved = match seats {
+        Ok(seats) => services::catalog::set_product_seats(&state.db, *id, seats).await,
+        Err(e) => Err(e),
+    };
     product_saved(&req, &state, id.0, saved.map(|_| ()), form.values()).await
 }
 
@@ -397,7 +494,7 @@ pub async fn save_product(
     form: Form<ProductForm>,
 ) -> Result<HttpResponse, AppError> {
     let saved = match form.command() {
-        Ok(p) => services::catalog::update_product(&state.db, *id, p.name, p.set_id, p.published).await,
+        Ok(p) => services::catalog::update_product(&state.db, *id, &p.name, p.set_id, p.published).await,
         Err(e) => Err(e),
     };
     product_saved(&req, &state, id.0, saved, form.values()).await

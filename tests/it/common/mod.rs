@@ -443,3 +443,16 @@ pub fn csrf_from(html: &str) -> Option<String> {
     let end = html[start..].find('"')? + start;
     Some(html[start..end].to_string())
 }
+
+/// A set's rules as the rules form sends them: key → what was written (blank: no rule).
+pub fn rules(
+    pairs: &[(&str, &str)],
+) -> std::collections::BTreeMap<member_console::ids::ResourceKey, member_console::services::catalog::RuleEntry> {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            let entry = member_console::services::catalog::RuleEntry::parse(v).unwrap_or_else(|e| panic!("{e}"));
+            (member_console::ids::ResourceKey::from(*k), entry)
+        })
+        .collect()
+}
