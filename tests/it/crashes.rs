@@ -264,9 +264,11 @@ async fn a_worker_killed_mid_expiry_rolls_it_back_and_the_next_expires_each_gran
     let t = demo_db().await;
     let dir = std::env::temp_dir().join(format!("mc-crash-expiry-{}", t.name));
     let (ty, pro) = (type_id(&t, "Community").await, product_id(&t, "Pro").await);
-    let ends = chrono::Utc::now() + chrono::TimeDelta::seconds(1);
+    let orgs = orgs_of_type(&t, ty, "Expiring", GRANTS).await;
+    // Far enough ahead that every grant is issued before it ends, however loaded the machine.
+    let ends = chrono::Utc::now() + chrono::TimeDelta::seconds(5);
     let mut ids = vec![];
-    for org in orgs_of_type(&t, ty, "Expiring", GRANTS).await {
+    for org in orgs {
         ids.push(grant_with(&t, org.organization_id, pro, 1, Some(ends)).await.0);
     }
     let ids = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
@@ -274,7 +276,7 @@ async fn a_worker_killed_mid_expiry_rolls_it_back_and_the_next_expires_each_gran
 
     // The first expiry's write to its grant waits here; the worker dies there.
     let (mut pause, pause_pid) = common::pause_writes_on(&t, "core.grants").await;
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep((ends - chrono::Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(100)).await;
     let mut first = WorkerProcess::start(&t, &dir, lease, "first");
     let waiter = common::wait_for_waiter(&t.admin, &t.name, pause_pid).await;
     assert!(waiter > 0, "an expiry reached its write: {}", first.log());
