@@ -99,7 +99,13 @@ pub async fn create_site(
     organization_id: OrganizationId,
     name: &SiteName,
 ) -> Result<RequestId, ServiceError> {
-    ensure_member(db.read().await?.conn(), who, organization_id).await?;
+    // Ended before the answer, whatever it is: a read dropped unfinished is rolled back only when
+    // the pool next touches its connection, so under load it would still be open when the
+    // member's refusal is answered.
+    let mut read = db.read().await?;
+    let member = ensure_member(read.conn(), who, organization_id).await;
+    read.rollback().await?;
+    member?;
     let workspace_id = store::workspace_of(organization_id);
     let site_id = SiteId::from(format!("s-{}", crate::config::random_hex(10)));
     let domain = name.domain(&farm.domain);
