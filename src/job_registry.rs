@@ -106,9 +106,12 @@ pub fn billing_handlers(stripe: Arc<Stripe>) -> Handlers {
 /// The sites' jobs (with the farm connected).
 /// The mail's job, when mail is on (`SMTP_URL`, or the demo's catcher); without it the mail
 /// waits, as a job whose system is not connected does.
-pub fn mail_handlers(mailer: Arc<crate::integrations::mail::Mailer>) -> Handlers {
+pub fn mail_handlers(
+    mailer: Arc<crate::integrations::mail::Mailer>,
+    tokens: crate::services::tokens::TokenKey,
+) -> Handlers {
     let mut h = Handlers::new();
-    h.register::<crate::services::mail::SendMail>(mailer);
+    h.register::<crate::services::mail::SendMail>(crate::services::mail::MailContext { mailer, tokens });
     h
 }
 

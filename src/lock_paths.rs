@@ -8,6 +8,7 @@ use crate::db::locks::PathLocks;
 pub fn declared() -> Vec<&'static PathLocks> {
     vec![
         &crate::services::auth::SIGN_IN_LOCKS,
+        &crate::services::mail_limits::RESERVE_MAIL_SEND_LOCKS,
         &crate::jobs::queue::CLAIM_LOCKS,
         &crate::jobs::schedule::FIRE_SCHEDULES_LOCKS,
         &crate::services::organizations::CREATE_ORGANIZATION_LOCKS,

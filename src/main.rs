@@ -479,7 +479,11 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     let farm = sites.farm.clone();
     let mail = member_console::boot::mail_for_serve(&b.config, with_demo).await?;
     member_console::services::fedwiki::registry::ensure_farm_zone(&b.db, &b.config.farm.domain).await?;
-    let connected = web::Connected { stripe: stripe.clone(), farm: farm.clone() };
+    let connected = web::Connected {
+        stripe: stripe.clone(),
+        farm: farm.clone(),
+        mail: mail.mailer.is_some() || b.config.mail.smtp_url.is_some(),
+    };
     let server = web::serve_connected(listener, b.db.clone(), Arc::clone(&b.config), connected)?;
     let handle = server.handle();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -558,6 +562,7 @@ fn start_worker(
     let db = b.db.clone();
     let farm_settings = b.config.farm.clone();
     let maintenance_every = farm_settings.maintenance_every;
+    let tokens = member_console::services::tokens::TokenKey::from_session_key(&b.config.session_key);
     let options = jobs::WorkerOptions {
         concurrency: b.config.worker_concurrency,
         lease: b.config.job_lease,
@@ -585,7 +590,7 @@ fn start_worker(
         let farm = farm.map(|f| member_console::job_registry::FarmJobs::new(f, &farm_settings));
         let mut handlers = member_console::job_registry::handlers_connected(stripe, farm);
         if let Some(mailer) = mail {
-            handlers.merge(member_console::job_registry::mail_handlers(mailer));
+            handlers.merge(member_console::job_registry::mail_handlers(mailer, tokens));
         }
         jobs::Worker::new(db, handlers, options.concurrency).with_options(options).run(stop).await;
     }

@@ -32,3 +32,18 @@ pub async fn operator_overview(db: &Db) -> Result<OperatorOverview, DbError> {
         failed_jobs: job_overview::recent_failed_jobs(&mut conn, 20).await?,
     })
 }
+
+/// An account that has not proved it reads its email may look around, but not buy, create
+/// sites or invite: those acts call this first, before anything is read or written.
+pub fn must_be_verified(
+    who: &crate::store::accounts::SessionAccount,
+    to: &str,
+) -> Result<(), crate::services::refusal::ServiceError> {
+    if who.verified {
+        return Ok(());
+    }
+    Err(crate::services::refusal::ServiceError::Refused(format!(
+        "Verify your email address first to {to}: open the link in the mail sent to {}, or send it again from the banner above.",
+        who.email
+    )))
+}

@@ -92,8 +92,15 @@ impl std::fmt::Debug for Password {
 }
 
 /// A new password, parsed once: long enough to be worth hashing.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct NewPassword(String);
+
+/// Never printed, as `Password`.
+impl std::fmt::Debug for NewPassword {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NewPassword(..)")
+    }
+}
 
 impl NewPassword {
     pub const MIN_LEN: usize = 8;
@@ -107,6 +114,10 @@ impl NewPassword {
         }
         Ok(NewPassword(s.to_string()))
     }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +126,9 @@ pub enum AuthError {
     InvalidCredentials,
     #[error("too many failed sign-ins")]
     Throttled { retry_after: Duration },
+    /// The password is right, but an operator disabled the account.
+    #[error("this account is disabled")]
+    Disabled,
     #[error(transparent)]
     Db(#[from] DbError),
 }
@@ -163,21 +177,42 @@ pub async fn sign_in(
     // An unknown email still costs one verification, so timing does not reveal which exist.
     let ok = verify_password(account.as_ref().map(|a| a.password_hash.clone()), password.to_string()).await;
     let Some(a) = account.filter(|_| ok) else { return Err(AuthError::InvalidCredentials) };
+    // Said only to whoever knows the password: a stranger learns nothing of the account.
+    if a.disabled {
+        return Err(AuthError::Disabled);
+    }
 
-    let token = crate::config::random_hex(32);
-    within(db, TxKind::Plain, async |tx: &mut Tx| {
+    let token = within(db, TxKind::Plain, async |tx: &mut Tx| {
         accounts::clear_sign_in(tx.conn(), email.as_str(), address).await?;
-        if let Some(previous) = previous {
-            accounts::delete_session(tx.conn(), previous).await?;
-        }
-        accounts::insert_session(tx.conn(), &token, a.account_id, address, SESSION_IDLE, SESSION_LIFETIME).await?;
-        Ok::<_, AuthError>(())
+        Ok::<_, AuthError>(start_session(tx.conn(), a.account_id, address, previous).await?)
     })
     .await?;
     Ok(NewSession {
         token,
-        account: SessionAccount { account_id: a.account_id, email: a.email, is_operator: a.is_operator },
+        account: SessionAccount {
+            account_id: a.account_id,
+            email: a.email,
+            is_operator: a.is_operator,
+            verified: a.verified,
+        },
     })
+}
+
+/// A new session for `account_id` on the caller's transaction, ending the one the browser had
+/// (`previous`): sign-in, and the acts that sign a person in (a password reset, an invitation
+/// accepted with a new password). The token the cookie carries.
+pub async fn start_session(
+    conn: &mut sqlx::PgConnection,
+    account_id: AccountId,
+    address: &str,
+    previous: Option<&str>,
+) -> sqlx::Result<String> {
+    let token = crate::config::random_hex(32);
+    if let Some(previous) = previous {
+        accounts::delete_session(conn, previous).await?;
+    }
+    accounts::insert_session(conn, &token, account_id, address, SESSION_IDLE, SESSION_LIFETIME).await?;
+    Ok(token)
 }
 
 /// The account behind a session token if the session is live (idle and absolute bounds); its
@@ -314,7 +349,7 @@ pub async fn hash_password(password: String) -> String {
 }
 
 /// Verify against a stored hash; with none, verify against a fixed one and answer false.
-async fn verify_password(hash: Option<String>, password: String) -> bool {
+pub async fn verify_password(hash: Option<String>, password: String) -> bool {
     hashing(move || {
         let (stored, real) = match hash {
             Some(h) => (h, true),

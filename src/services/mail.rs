@@ -13,14 +13,58 @@ use crate::{
     ids::JobId,
     integrations::mail::{Mailer, Outgoing},
     jobs::{Job, JobContext, JobError},
+    services::tokens::{SecretLink, TokenKey},
 };
 
 pub const SEND_MAIL: &str = "send_mail";
 
-/// SendMail: one message to one person.
+/// SendMail: one message to one person. A message that carries a secret link says `{link}`
+/// where it goes; the link's token is derived from its seed when the message is sent
+/// (`services::tokens`), so the payload holds no usable link.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SendMail {
     pub mail: Outgoing,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<SecretLink>,
+}
+
+/// What sending needs: the mail server, and the key links are derived under.
+#[derive(Clone)]
+pub struct MailContext {
+    pub mailer: Arc<Mailer>,
+    pub tokens: TokenKey,
+}
+
+/// The placeholder a message's text and HTML hold for its secret link.
+pub const LINK: &str = "{link}";
+
+impl SendMail {
+    /// The message as it is sent: `{link}` replaced by the link (escaped in the HTML).
+    pub fn message(&self, tokens: &TokenKey) -> Outgoing {
+        let Some(link) = &self.link else { return self.mail.clone() };
+        let url = link.url(tokens);
+        Outgoing {
+            text: self.mail.text.replace(LINK, &url),
+            html: self.mail.html.replace(LINK, &html_escape(&url)),
+            ..self.mail.clone()
+        }
+    }
+}
+
+/// Text for an HTML body or attribute.
+pub fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl Job for SendMail {
@@ -28,15 +72,15 @@ impl Job for SendMail {
     /// With the worker's backoff (2 s doubling to 10 min), about an hour and a half of a mail
     /// server not answering before the message is given up and shown failed on `/operator`.
     const MAX_ATTEMPTS: i32 = 14;
-    type Context = Arc<Mailer>;
+    type Context = MailContext;
 
     /// One job per message, however often its enqueue is repeated.
     fn dedupe_key(&self) -> Option<String> {
         Some(format!("{SEND_MAIL}:{}", self.mail.message_id))
     }
 
-    async fn run(&self, mailer: &Arc<Mailer>, _: &JobContext) -> Result<(), JobError> {
-        mailer.send(&self.mail).await.map_err(|e| match e.transient {
+    async fn run(&self, cx: &MailContext, _: &JobContext) -> Result<(), JobError> {
+        cx.mailer.send(&self.message(&cx.tokens)).await.map_err(|e| match e.transient {
             true => JobError::retry(e.to_string()),
             false => JobError::Permanent(e.to_string()),
         })
@@ -54,7 +98,17 @@ pub fn new_message_id(host: &str) -> String {
 
 /// Enqueue `mail` on the caller's transaction.
 pub async fn send_later(conn: &mut PgConnection, mail: Outgoing) -> Result<Option<JobId>, DbError> {
-    SendMail { mail }.enqueue(conn).await
+    SendMail { mail, link: None }.enqueue(conn).await
+}
+
+/// Enqueue `mail`, whose text and HTML say `{link}` where `link` goes, on the caller's
+/// transaction.
+pub async fn send_with_link(
+    conn: &mut PgConnection,
+    mail: Outgoing,
+    link: SecretLink,
+) -> Result<Option<JobId>, DbError> {
+    SendMail { mail, link: Some(link) }.enqueue(conn).await
 }
 
 #[cfg(test)]
@@ -77,9 +131,37 @@ mod tests {
             html: "<p>t</p>".into(),
             message_id: "<1@h>".into(),
         };
-        let job = SendMail { mail: mail.clone() };
+        let job = SendMail { mail: mail.clone(), link: None };
         assert_eq!(job.dedupe_key().as_deref(), Some("send_mail:<1@h>"));
         let back: SendMail = serde_json::from_value(job.payload()).unwrap();
         assert_eq!(back.mail, mail);
+        assert!(!job.payload().to_string().contains("link"), "no link, no field");
+    }
+
+    #[test]
+    fn a_secret_link_is_made_when_the_message_is_sent_and_its_payload_holds_no_token() {
+        let key = TokenKey::from_session_key(&[3; 64]);
+        let mail = Outgoing {
+            to: "ana@example.test".into(),
+            subject: "Verify".into(),
+            text: "Open {link}".into(),
+            html: "<a href=\"{link}\">verify</a>".into(),
+            message_id: "<2@h>".into(),
+        };
+        let link = SecretLink {
+            prefix: "https://c.example.test/verify?a=1&token=".into(),
+            seed: crate::services::tokens::Seed::new(),
+        };
+        let job = SendMail { mail, link: Some(link.clone()) };
+        let token = key.token(&link.seed);
+        let sent = job.message(&key);
+        assert_eq!(sent.text, format!("Open https://c.example.test/verify?a=1&token={}", token.as_str()));
+        assert_eq!(
+            sent.html,
+            format!("<a href=\"https://c.example.test/verify?a=1&amp;token={}\">verify</a>", token.as_str())
+        );
+        assert!(!job.payload().to_string().contains(token.as_str()), "the payload holds no usable link");
+        let back: SendMail = serde_json::from_value(job.payload()).unwrap();
+        assert_eq!(back.message(&key), sent, "the message is made again the same after a crash");
     }
 }

@@ -10,13 +10,16 @@ pub mod desired_state;
 pub mod entitlements;
 pub mod fedwiki;
 pub mod grants;
+pub mod letters;
 pub mod mail;
+pub mod mail_limits;
 pub mod observability;
 pub mod organizations;
 pub mod plan_acts;
 pub mod reads;
 pub mod refusal;
 pub mod rule_changes;
+pub mod tokens;
 pub mod topology;
 
 pub use refusal::ServiceError;

@@ -15,6 +15,8 @@ pub struct Account {
     pub email: String,
     pub password_hash: String,
     pub is_operator: bool,
+    pub verified: bool,
+    pub disabled: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -22,6 +24,9 @@ pub struct SessionAccount {
     pub account_id: AccountId,
     pub email: String,
     pub is_operator: bool,
+    /// Whether the account proved it reads its email: until then it may look around, but not
+    /// buy, create sites or invite.
+    pub verified: bool,
 }
 
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -43,7 +48,9 @@ pub struct AccountSummary {
 pub async fn account_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result<Option<Account>> {
     sqlx::query_as!(
         Account,
-        "SELECT account_id, email, password_hash, is_operator FROM core.accounts WHERE lower(email) = lower($1)",
+        r#"SELECT account_id, email, password_hash, is_operator,
+                  email_verified_at IS NOT NULL AS "verified!", disabled_at IS NOT NULL AS "disabled!"
+           FROM core.accounts WHERE lower(email) = lower($1) AND deleted_at IS NULL"#,
         email
     )
     .fetch_optional(conn)
@@ -93,6 +100,8 @@ pub async fn clear_sign_in(conn: &mut PgConnection, email: &str, address: &str) 
 }
 
 /// Insert an account, or update the password and operator flag of the one with this email.
+/// Either way it counts as verified: whoever runs this (the demo, `create-operator`) vouches
+/// for the address.
 pub async fn upsert_account(
     conn: &mut PgConnection,
     email: &str,
@@ -100,8 +109,9 @@ pub async fn upsert_account(
     is_operator: bool,
 ) -> sqlx::Result<AccountId> {
     sqlx::query_scalar!(
-        r#"INSERT INTO core.accounts (email, password_hash, is_operator) VALUES ($1, $2, $3)
-           ON CONFLICT (lower(email)) DO UPDATE SET password_hash = EXCLUDED.password_hash, is_operator = EXCLUDED.is_operator
+        r#"INSERT INTO core.accounts (email, password_hash, is_operator, email_verified_at) VALUES ($1, $2, $3, now())
+           ON CONFLICT (lower(email)) DO UPDATE SET password_hash = EXCLUDED.password_hash, is_operator = EXCLUDED.is_operator,
+               email_verified_at = coalesce(core.accounts.email_verified_at, now())
            RETURNING account_id AS "account_id: AccountId""#,
         email,
         password_hash,
@@ -164,8 +174,19 @@ pub struct Resumed<T> {
 }
 
 impl<T> Resumed<T> {
-    pub(super) fn new(account_id: i64, email: String, is_operator: bool, touch_due: bool, page: T) -> Resumed<T> {
-        Resumed { account: SessionAccount { account_id: account_id.into(), email, is_operator }, touch_due, page }
+    pub(super) fn new(
+        account_id: i64,
+        email: String,
+        is_operator: bool,
+        verified: bool,
+        touch_due: bool,
+        page: T,
+    ) -> Resumed<T> {
+        Resumed {
+            account: SessionAccount { account_id: account_id.into(), email, is_operator, verified },
+            touch_due,
+            page,
+        }
     }
 }
 
@@ -178,14 +199,14 @@ pub async fn resume_session(
     touch_every: Duration,
 ) -> sqlx::Result<Option<Resumed<()>>> {
     let row = sqlx::query!(
-        r#"SELECT account_id AS "account_id!", email AS "email!", is_operator AS "is_operator!", touch_due AS "touch_due!"
+        r#"SELECT account_id AS "account_id!", email AS "email!", is_operator AS "is_operator!", touch_due AS "touch_due!", verified AS "verified!"
            FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond')"#,
         &token_hash(token)[..],
         millis(touch_every)
     )
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(|r| Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, ())))
+    Ok(row.map(|r| Resumed::new(r.account_id, r.email, r.is_operator, r.verified, r.touch_due, ())))
 }
 
 /// `resume_session`, and the member's home (`core.member_home`) in the same statement: the
@@ -197,15 +218,17 @@ pub async fn resume_session_with_home(
 ) -> sqlx::Result<Option<Resumed<Vec<MemberHome>>>> {
     let row = sqlx::query!(
         r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
-                  s.touch_due AS "touch_due!", core.member_home(s.account_id) AS "home!"
+                  s.touch_due AS "touch_due!", s.verified AS "verified!", core.member_home(s.account_id) AS "home!"
            FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond') s"#,
         &token_hash(token)[..],
         millis(touch_every)
     )
     .fetch_optional(conn)
     .await?;
-    row.map(|r| Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, json_document(&r.home)?)))
-        .transpose()
+    row.map(|r| {
+        Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.verified, r.touch_due, json_document(&r.home)?))
+    })
+    .transpose()
 }
 
 /// Moves a live session's last-seen time and idle end, unless another view moved it within

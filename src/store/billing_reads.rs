@@ -351,7 +351,7 @@ pub async fn resume_session_with_billing(
     let seen = on_sale.seen();
     let row = sqlx::query!(
         r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
-                  s.touch_due AS "touch_due!", core.member_billing(s.account_id, $3, $4::text::pg_snapshot) AS "billing!"
+                  s.touch_due AS "touch_due!", s.verified AS "verified!", core.member_billing(s.account_id, $3, $4::text::pg_snapshot) AS "billing!"
            FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond') s"#,
         &token_hash(token)[..],
         millis(touch_every),
@@ -362,7 +362,7 @@ pub async fn resume_session_with_billing(
     .await?;
     row.map(|r| {
         let doc = billing_doc(&r.billing, seen, on_sale)?;
-        Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, doc))
+        Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.verified, r.touch_due, doc))
     })
     .transpose()
 }

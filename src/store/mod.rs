@@ -1,5 +1,7 @@
 //! sqlx queries, grouped by table family. Services call these; handlers never do.
 
+pub mod account_events;
+pub mod account_tokens;
 pub mod accounts;
 pub mod billing;
 pub mod billing_reads;
@@ -12,6 +14,7 @@ pub mod fedwiki_maintenance;
 pub mod grants;
 pub mod job_overview;
 pub mod jobs;
+pub mod mail_limits;
 pub mod metrics;
 pub mod paging;
 pub mod plan_acts;

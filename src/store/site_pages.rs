@@ -63,7 +63,7 @@ pub async fn resume_session_with_sites(
 ) -> sqlx::Result<Option<Resumed<SitesDoc>>> {
     let row = sqlx::query!(
         r#"SELECT s.account_id AS "account_id!", s.email AS "email!", s.is_operator AS "is_operator!",
-                  s.touch_due AS "touch_due!", fedwiki.member_sites(s.account_id, $3) AS "sites!"
+                  s.touch_due AS "touch_due!", s.verified AS "verified!", fedwiki.member_sites(s.account_id, $3) AS "sites!"
            FROM core.live_session($1::bytea, $2::bigint * interval '1 millisecond') s"#,
         &token_hash(token)[..],
         millis(touch_every),
@@ -71,5 +71,6 @@ pub async fn resume_session_with_sites(
     )
     .fetch_optional(conn)
     .await?;
-    row.map(|r| Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.touch_due, sites_doc(&r.sites)?))).transpose()
+    row.map(|r| Ok(Resumed::new(r.account_id, r.email, r.is_operator, r.verified, r.touch_due, sites_doc(&r.sites)?)))
+        .transpose()
 }

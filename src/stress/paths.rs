@@ -113,6 +113,8 @@ pub enum StressPath {
     /// A worker's start with a farm: settle the requests no job carries, recount, reconcile the
     /// domains, beside everything else.
     RepairAtStart,
+    /// A mail send reserved against one of a few addresses and emails (the limits' rows).
+    ReserveMailSend,
 }
 
 /// The groups one after another, at compile time, so a path's group is the one place it is
@@ -137,7 +139,7 @@ const fn joined<const N: usize>(groups: &[&[StressPath]]) -> [StressPath; N] {
 impl StressPath {
     /// Every path, each group listed once below and joined here in the order the tasks' weights
     /// and the report go through them.
-    pub const ALL: [StressPath; 60] = joined(&[
+    pub const ALL: [StressPath; 61] = joined(&[
         &[
             StressPath::CreateOrganization,
             StressPath::ConferGrant,
@@ -154,6 +156,7 @@ impl StressPath {
         ],
         &StressPath::GRANT_PATHS,
         &StressPath::PLAN_ACT_PATHS,
+        &StressPath::ACCOUNT_PATHS,
         &[StressPath::SignIn, StressPath::CompactCounts, StressPath::SampleMinute],
         &StressPath::BILLING_PATHS,
         &StressPath::SITE_PATHS,
@@ -198,6 +201,9 @@ impl StressPath {
     ];
 
     /// The grant paths (the tasks' and the workers').
+    /// The accounts' paths: the mail limits, and the account lifecycle's acts.
+    pub const ACCOUNT_PATHS: [StressPath; 1] = [StressPath::ReserveMailSend];
+
     pub const GRANT_PATHS: [StressPath; 8] = [
         StressPath::IssueGrant,
         StressPath::RevokeGrant,
@@ -285,6 +291,7 @@ impl StressPath {
             StressPath::RecordMoveFailure => pa::RECORD_MOVE_FAILURE_LOCKS.path,
             StressPath::LastProbe => pa::LAST_PROBE_LOCKS.path,
             StressPath::SignIn => auth::SIGN_IN_LOCKS.path,
+            StressPath::ReserveMailSend => crate::services::mail_limits::RESERVE_MAIL_SEND_LOCKS.path,
             StressPath::CompactCounts => org_svc::COMPACT_COUNTS_LOCKS.path,
             StressPath::SampleMinute => crate::services::observability::SAMPLE_LOCKS.path,
             StressPath::ReconcileSubscription => billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.path,
@@ -355,6 +362,8 @@ impl StressPath {
             StressPath::ReorderPlanLadders | StressPath::DrainPlanAct | StressPath::RetryPlanAct => 2,
             // Disjoint from the rest (their own rows), and a sign-in's hashing costs CPU: seldom.
             StressPath::SignIn | StressPath::CompactCounts | StressPath::SampleMinute => 2,
+            // Rows of their own; cheap.
+            StressPath::ReserveMailSend => 2,
             // A reconcile takes the rendezvous and a billed organization's pool row (the shared
             // ones' are the grant paths' and the conferral changes'), after one or two calls to
             // the stand-in: about as often as a conferral change's bounds.

@@ -246,6 +246,7 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::RetryPlanAct => retry_plan_act(ctx, rng, note).await,
         StressPath::ReorderPlanLadders => reorder_plan_ladders(ctx, rng, note).await,
         StressPath::SignIn => sign_in(ctx, rng, note).await,
+        StressPath::ReserveMailSend => reserve_mail_send(ctx, rng, note).await,
         StressPath::CompactCounts => compact_counts(ctx, note).await,
         StressPath::SampleMinute => sample_minute(ctx, rng, note).await,
         StressPath::ReconcileSubscription => reconcile_subscription(ctx, rng, note).await,

@@ -269,6 +269,8 @@ parsed! {
     crate::services::organizations::OrgName,
     crate::services::auth::Email,
     crate::services::auth::Password,
+    crate::services::auth::NewPassword,
+    crate::services::tokens::Token,
 }
 
 /// A whole number a form writes (a position, a rank): what it means, and so what to say of a

@@ -47,6 +47,31 @@ pub struct AppState {
     pub farm: Option<Arc<Farm>>,
     /// What is on sale, as the billing page last read it (`core.member_billing`).
     pub on_sale: OnSaleMemo,
+    /// Whether mail is sent (`SMTP_URL`, or the demo's catcher): pages that need it say so when
+    /// it is not.
+    pub mail_on: bool,
+    /// The key mailed links' tokens are derived under (`services::tokens`).
+    pub tokens: crate::services::tokens::TokenKey,
+}
+
+impl AppState {
+    /// The console's address as links and Stripe's return pages use it: `CONSOLE_PUBLIC_URL`,
+    /// else the address this request came to.
+    pub fn public_base(&self, req: &actix_web::HttpRequest) -> String {
+        match &self.config.public_url {
+            Some(u) => u.as_str().trim_end_matches('/').to_string(),
+            None => {
+                let ci = req.connection_info();
+                format!("{}://{}", ci.scheme(), ci.host())
+            }
+        }
+    }
+
+    /// The host a message's Message-ID names.
+    pub fn mail_host(&self, req: &actix_web::HttpRequest) -> String {
+        let base = self.public_base(req);
+        url::Url::parse(&base).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_else(|| "localhost".into())
+    }
 }
 
 /// The systems outside the console a server is connected to.
@@ -54,6 +79,8 @@ pub struct AppState {
 pub struct Connected {
     pub stripe: Option<Arc<Stripe>>,
     pub farm: Option<Arc<Farm>>,
+    /// Mail is sent (a worker with a mailer runs somewhere).
+    pub mail: bool,
 }
 
 /// The application's routes (without middleware), for the server and for tests.
@@ -74,7 +101,7 @@ pub fn serve_with(
     config: Arc<Config>,
     stripe: Option<Arc<Stripe>>,
 ) -> std::io::Result<Server> {
-    serve_connected(listener, db, config, Connected { stripe, farm: None })
+    serve_connected(listener, db, config, Connected { stripe, farm: None, mail: false })
 }
 
 /// Start the HTTP server on `listener` with the outside systems `connected`.
@@ -86,12 +113,15 @@ pub fn serve_connected(
 ) -> std::io::Result<Server> {
     let key = Key::from(&config.session_key);
     let secure = config.secure_cookies();
+    let tokens = crate::services::tokens::TokenKey::from_session_key(&config.session_key);
     let state = web::Data::new(AppState {
         db,
         config,
         stripe: connected.stripe,
         farm: connected.farm,
         on_sale: OnSaleMemo::default(),
+        mail_on: connected.mail,
+        tokens,
     });
     let server =
         HttpServer::new(move || {

@@ -41,6 +41,10 @@ fn mailer(smtp_url: String) -> Arc<Mailer> {
     Arc::new(Mailer::from_settings(&settings).unwrap().unwrap())
 }
 
+fn tokens() -> member_console::services::tokens::TokenKey {
+    member_console::services::tokens::TokenKey::from_session_key(&[9; 64])
+}
+
 async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
     let start = std::time::Instant::now();
     while !check().await {
@@ -64,7 +68,7 @@ async fn a_message_enqueued_twice_with_its_write_is_sent_once_and_one_rolled_bac
 
     let (stop, rx) = watch::channel(false);
     let worker = tokio::spawn(
-        Worker::new(t.db.clone(), mail_handlers(mailer(catcher.smtp_url())), 2).with_options(fast()).run(rx),
+        Worker::new(t.db.clone(), mail_handlers(mailer(catcher.smtp_url()), tokens()), 2).with_options(fast()).run(rx),
     );
     until("the message is kept", async || !catcher.messages(None).is_empty()).await;
     until("its job is done", async || {
@@ -94,7 +98,7 @@ async fn while_the_mail_server_does_not_answer_the_message_waits_and_is_sent_whe
     tx.commit().await.unwrap();
     let (stop, rx) = watch::channel(false);
     let worker = tokio::spawn(
-        Worker::new(t.db.clone(), mail_handlers(mailer(format!("smtp://127.0.0.1:{port}"))), 1)
+        Worker::new(t.db.clone(), mail_handlers(mailer(format!("smtp://127.0.0.1:{port}")), tokens()), 1)
             .with_options(fast())
             .run(rx),
     );

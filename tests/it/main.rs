@@ -38,6 +38,7 @@ mod stress;
 mod tier_acts;
 mod topology;
 mod tx_kinds;
+mod walk_accounts;
 mod walk_billing;
 mod walk_catalog;
 mod walk_desired_state;

@@ -13,8 +13,25 @@ pub(in crate::stress) async fn sign_in(ctx: &Ctx, rng: &mut Rng, note: &mut Note
     let password = if right { demo::MEMBER_PASSWORD } else { "not the password" };
     match auth::sign_in(&ctx.db, &email, password, &address, None).await {
         Ok(_) => Ok(Outcome::Done),
-        Err(AuthError::InvalidCredentials | AuthError::Throttled { .. }) => Ok(Outcome::Refused),
+        Err(AuthError::InvalidCredentials | AuthError::Throttled { .. } | AuthError::Disabled) => Ok(Outcome::Refused),
         Err(AuthError::Db(e)) => Err(e.into()),
+    }
+}
+
+/// A mail send reserved for one of three emails from one of three addresses: the address's and
+/// the email's rows, taken by one upsert in key order, meet other reservations' in both orders of
+/// their keys. Over a limit is a refusal.
+pub(in crate::stress) async fn reserve_mail_send(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    note: &mut Note,
+) -> Result<Outcome, Failure> {
+    let address = format!("198.51.100.{}", 1 + rng.below(3));
+    let email = format!("stress-{}@example.test", rng.below(3));
+    note.detail = format!("{email} from {address}");
+    match crate::services::mail_limits::reserve_send(&ctx.db, &address, &email).await? {
+        true => Ok(Outcome::Done),
+        false => Ok(Outcome::Refused),
     }
 }
 

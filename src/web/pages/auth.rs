@@ -139,12 +139,7 @@ pub async fn login(
     let previous = session.get::<String>(SESSION_TOKEN).ok().flatten();
     match auth::sign_in(&state.db, &email, password.as_str(), &address, previous.as_deref()).await {
         Ok(s) => {
-            // A new session id at sign-in, and a new CSRF token with it (no fixation).
-            session.renew();
-            session.insert(SESSION_TOKEN, &s.token).map_err(|e| AppError::Unexpected(anyhow::anyhow!("{e}")))?;
-            session
-                .insert(CSRF_TOKEN, crate::config::random_hex(24))
-                .map_err(|e| AppError::Unexpected(anyhow::anyhow!("{e}")))?;
+            establish(&session, &s.token)?;
             Ok(after_post(&req, next.unwrap_or(paths::HOME)))
         }
         Err(AuthError::InvalidCredentials) => Ok(login_page(
@@ -152,6 +147,13 @@ pub async fn login(
             StatusCode::UNAUTHORIZED,
             email.as_str(),
             Some("The email or the password is not right."),
+            next,
+        )),
+        Err(AuthError::Disabled) => Ok(login_page(
+            &req,
+            StatusCode::FORBIDDEN,
+            email.as_str(),
+            Some("This account is disabled. Ask the console's operator to enable it."),
             next,
         )),
         Err(AuthError::Throttled { retry_after }) => {
@@ -167,6 +169,17 @@ pub async fn login(
         }
         Err(AuthError::Db(e)) => Err(e.into()),
     }
+}
+
+/// Put a new session's token into the browser's cookie: a new cookie session id, and a new CSRF
+/// token with it (no fixation). Every act that signs a person in ends with this.
+pub fn establish(session: &Session, token: &str) -> Result<(), AppError> {
+    session.renew();
+    session.insert(SESSION_TOKEN, token).map_err(|e| AppError::Unexpected(anyhow::anyhow!("{e}")))?;
+    session
+        .insert(CSRF_TOKEN, crate::config::random_hex(24))
+        .map_err(|e| AppError::Unexpected(anyhow::anyhow!("{e}")))?;
+    Ok(())
 }
 
 #[tracing::instrument(name = "Page: sign out", skip_all)]

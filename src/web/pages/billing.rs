@@ -456,17 +456,6 @@ fn connected<'a>(state: &'a AppState, what: &str) -> Result<&'a Stripe, AppError
     })
 }
 
-/// Where Stripe sends the browser back: the configured public address, else this request's own.
-fn base_url(req: &HttpRequest, state: &AppState) -> String {
-    match &state.config.public_url {
-        Some(u) => u.as_str().trim_end_matches('/').to_string(),
-        None => {
-            let ci = req.connection_info();
-            format!("{}://{}", ci.scheme(), ci.host())
-        }
-    }
-}
-
 #[tracing::instrument(name = "Page: start a checkout", skip_all, fields(account_id = %who.account_id, organization_id, price_id))]
 pub async fn checkout(
     Call { who: Member(who), req, state }: MemberCall,
@@ -480,7 +469,7 @@ pub async fn checkout(
     // is refused, neither reaching Stripe.
     reads::buyer_standing(&state.db, who.account_id, organization_id).await?;
     let stripe = connected(&state, "a plan cannot be bought here")?;
-    let base = base_url(&req, &state);
+    let base = state.public_base(&req);
     let url = billing::start_checkout(
         &state.db,
         stripe,

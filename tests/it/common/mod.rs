@@ -371,7 +371,7 @@ impl TestApp {
         stripe: Option<std::sync::Arc<member_console::integrations::stripe::Stripe>>,
         farm: Option<std::sync::Arc<member_console::integrations::farm::Farm>>,
     ) -> TestApp {
-        Self::spawn_full(t, |_| {}, member_console::web::Connected { stripe, farm }).await
+        Self::spawn_full(t, |_| {}, member_console::web::Connected { stripe, farm, mail: false }).await
     }
 
     async fn spawn_inner(
@@ -379,7 +379,7 @@ impl TestApp {
         tweak: impl FnOnce(&mut member_console::config::Config),
         stripe: Option<std::sync::Arc<member_console::integrations::stripe::Stripe>>,
     ) -> TestApp {
-        Self::spawn_full(t, tweak, member_console::web::Connected { stripe, farm: None }).await
+        Self::spawn_full(t, tweak, member_console::web::Connected { stripe, farm: None, mail: false }).await
     }
 
     async fn spawn_full(
