@@ -52,10 +52,12 @@ pub struct AppState {
     pub mail_on: bool,
     /// The key mailed links' tokens are derived under (`services::tokens`).
     pub tokens: crate::services::tokens::TokenKey,
+    /// The address the server listens on: mailed links' base when `CONSOLE_PUBLIC_URL` is unset.
+    pub bound: Option<std::net::SocketAddr>,
 }
 
 impl AppState {
-    /// The console's address as links and Stripe's return pages use it: `CONSOLE_PUBLIC_URL`,
+    /// The console's address as Stripe's return pages use it: `CONSOLE_PUBLIC_URL`,
     /// else the address this request came to.
     pub fn public_base(&self, req: &actix_web::HttpRequest) -> String {
         match &self.config.public_url {
@@ -67,10 +69,26 @@ impl AppState {
         }
     }
 
+    /// The console's address as mailed links use it: `CONSOLE_PUBLIC_URL`, else the address the
+    /// server bound (a wildcard one as the loopback). Never the request's Host header: anyone
+    /// can write that, and a reset link mailed to its victim must not point at the writer's host.
+    pub fn link_base(&self) -> String {
+        if let Some(u) = &self.config.public_url {
+            return u.as_str().trim_end_matches('/').to_string();
+        }
+        let mut bound = self.bound.unwrap_or_else(|| self.config.bind);
+        if bound.ip().is_unspecified() {
+            bound.set_ip(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+        }
+        format!("http://{bound}")
+    }
+
     /// The host a message's Message-ID names.
-    pub fn mail_host(&self, req: &actix_web::HttpRequest) -> String {
-        let base = self.public_base(req);
-        url::Url::parse(&base).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_else(|| "localhost".into())
+    pub fn mail_host(&self) -> String {
+        url::Url::parse(&self.link_base())
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_else(|| "localhost".into())
     }
 }
 
@@ -114,6 +132,7 @@ pub fn serve_connected(
     let key = Key::from(&config.session_key);
     let secure = config.secure_cookies();
     let tokens = crate::services::tokens::TokenKey::from_session_key(&config.session_key);
+    let bound = listener.local_addr().ok();
     let state = web::Data::new(AppState {
         db,
         config,
@@ -122,6 +141,7 @@ pub fn serve_connected(
         on_sale: OnSaleMemo::default(),
         mail_on: connected.mail,
         tokens,
+        bound,
     });
     let server =
         HttpServer::new(move || {
