@@ -118,7 +118,7 @@ async fn a_rule_change_drain_killed_midway_is_finished_by_the_next_worker_and_se
 async fn a_worker_killed_mid_relay_leaves_the_rest_to_the_next_and_every_record_reaches_the_receiver_once() {
     use desired_state_receiver::{Config as ReceiverConfig, Receiver};
     use member_console::{
-        services::desired_state::connections::{self, ConnectionForm},
+        services::desired_state::connections::{self, NewConnection},
         store::desired_state as store,
     };
     const ORGS: i64 = 400;
@@ -136,12 +136,13 @@ async fn a_worker_killed_mid_relay_leaves_the_rest_to_the_next_and_every_record_
         .await
         .unwrap();
     assert!(r.status().is_success());
-    let form = ConnectionForm {
-        name: "Crash receiver".into(),
-        url: receiver.push_url(),
-        keys: "fedwiki.active_sites, fedwiki.custom_domain".into(),
-        read_back: String::new(),
-    };
+    let form = NewConnection::parse(
+        "Crash receiver",
+        &receiver.push_url(),
+        "fedwiki.active_sites, fedwiki.custom_domain",
+        false,
+    )
+    .unwrap();
     let c = connections::create_connection(&t.db, &form).await.unwrap();
     receiver.set_secrets(&[store::connection(&t.db.pool, c).await.unwrap().unwrap().secret]).unwrap();
     let all = scalar(&t, "SELECT count(*) FROM core.organizations").await;
