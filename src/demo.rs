@@ -67,7 +67,7 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
         };
         if catalog::rules_of_set(tx.conn(), set).await?.is_empty() {
             for (key, n, f) in *rules {
-                catalog::put_rule(tx.conn(), set, key, *n, *f).await?;
+                catalog::put_rule(tx.conn(), set, &crate::ids::ResourceKey::from(*key), *n, *f).await?;
             }
         }
         if catalog::product_id_by_name(tx.conn(), name).await?.is_none() {

@@ -103,7 +103,7 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
         .collect::<Result<BTreeMap<_, _>, String>>()
         .map_err(anyhow::Error::msg)?;
     let t = Instant::now();
-    let change = rc::commit_rule_change_batch(&s.db, EntitlementSetId(set), &rules, None, "bench", 0).await?;
+    let change = rc::commit_rule_change_batch(&s.db, EntitlementSetId(set), &rules, None, &"bench".into(), 0).await?;
     let d = rc::drain_change(&s.db, change.change_id, rc::DEFAULT_DRAIN_PARALLELISM).await?;
     anyhow::ensure!(d.finished && d.failed == 0, "the drain did not settle every pool: {d:?}");
     let drain_s = t.elapsed().as_secs_f64();

@@ -65,7 +65,7 @@ async fn a_rule_change_drain_killed_midway_is_finished_by_the_next_worker_and_se
     let set = EntitlementSetId(id_by_name(&t, "entitlement_sets", "entitlement_set_id", "Basic").await);
     let rules = crate::common::rules(&[("fedwiki.active_sites", "5"), ("support.priority", "yes")]);
     // Above the cap (0): the commit owes every pool and the drain job settles them.
-    let c = rc::commit_rule_change_batch(&t.db, set, &rules, None, "crash test", 0).await.unwrap();
+    let c = rc::commit_rule_change_batch(&t.db, set, &rules, None, &"crash test".into(), 0).await.unwrap();
     let settled_sql = "SELECT count(*) FROM core.entitlement_set_change_obligations WHERE state = 'settled'";
     // Two acts (one per rule), each owing every carrying pool, listed by the drain as it goes.
     let owed = 2 * POOLS;

@@ -679,7 +679,7 @@ async fn no_operator_route_answers_a_visitor_or_a_member_however_the_path_is_spe
     common::acts::grant(&t, org, pro).await;
     let set = EntitlementSetId(common::acts::id_by_name(&t, "entitlement_sets", "entitlement_set_id", "Pro").await);
     let rules = crate::common::rules(&[("fedwiki.active_sites", "11")]);
-    member_console::services::rule_changes::commit_rule_change_batch(&t.db, set, &rules, None, "walk", 100)
+    member_console::services::rule_changes::commit_rule_change_batch(&t.db, set, &rules, None, &"walk".into(), 100)
         .await
         .unwrap();
     let business = common::acts::type_id(&t, "Business").await;
