@@ -89,7 +89,7 @@ pub struct FarmSettings {
     pub token: Option<String>,
     pub callback_secret: Option<String>,
     /// The farm's zone: a site named `acme` answers at `acme.<domain>`.
-    pub domain: String,
+    pub domain: crate::hostname::FarmZone,
     /// Every farm call is answered within this, or it is a failure the request's job retries.
     pub call_timeout: Duration,
     /// How long after a swap the workspace may swap again.
@@ -113,7 +113,7 @@ impl Default for FarmSettings {
             url: None,
             token: None,
             callback_secret: None,
-            domain: "wiki.localhost".into(),
+            domain: crate::hostname::FarmZone::parse("wiki.localhost").expect("a host name"),
             call_timeout: Duration::from_secs(30),
             swap_cooldown: Duration::from_secs(600),
             activation_cooldown: Duration::ZERO,
@@ -265,10 +265,9 @@ impl Config {
                 }
                 s => s,
             },
-            domain: match get("FARM_DOMAIN").map(|d| d.trim().to_ascii_lowercase()) {
-                None => "wiki.localhost".into(),
-                Some(d) if crate::hostname::is_hostname(&d) => d,
-                Some(d) => return Err(invalid("FARM_DOMAIN", format!("{d:?} is not a host name"))),
+            domain: match get("FARM_DOMAIN") {
+                None => FarmSettings::default().domain,
+                Some(d) => crate::hostname::FarmZone::parse(&d).map_err(|e| invalid("FARM_DOMAIN", e))?,
             },
             call_timeout: Duration::from_millis(number(&get, "FARM_CALL_TIMEOUT_MS", 30_000, 100..=120_000)?),
             swap_cooldown: Duration::from_secs(number(&get, "FEDWIKI_SWAP_COOLDOWN_S", 600, 0..=86_400)?),
