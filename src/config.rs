@@ -74,7 +74,7 @@ impl Default for MailSettings {
         MailSettings {
             smtp_url: None,
             from: "Member Console <console@localhost>".into(),
-            call_timeout: crate::integrations::mail::CALL_TIMEOUT,
+            call_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -306,7 +306,7 @@ impl Config {
             ..MailSettings::default()
         };
         if let Some(url) = &mail.smtp_url {
-            crate::integrations::mail::check(url, &mail.from).map_err(|why| invalid("SMTP_URL", why))?;
+            check_mail(url, &mail.from).map_err(|why| invalid("SMTP_URL", why))?;
         } else if mail.from.parse::<lettre::message::Mailbox>().is_err() {
             return Err(invalid(
                 "MAIL_FROM",
@@ -494,10 +494,30 @@ pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
+/// Checks `SMTP_URL` and `MAIL_FROM` as the mailer (integrations::mail) will read them, at
+/// start rather than at the first message. Here, below the mailer, so the configuration does not
+/// import the integration that imports it.
+fn check_mail(smtp_url: &str, from: &str) -> Result<(), String> {
+    use lettre::{AsyncSmtpTransport, Tokio1Executor, message::Mailbox};
+    AsyncSmtpTransport::<Tokio1Executor>::from_url(smtp_url).map_err(|e| format!("SMTP_URL: {e}"))?;
+    from.parse::<Mailbox>().map_err(|e| format!("MAIL_FROM: {e}"))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn lettres_url_forms_and_a_named_sender_are_accepted_and_nonsense_is_not() {
+        for url in ["smtp://127.0.0.1:2525", "smtp://relay.example.test?tls=required", "smtps://u:p@mail.example.test"]
+        {
+            assert!(check_mail(url, "Member Console <console@example.test>").is_ok(), "{url}");
+        }
+        assert!(check_mail("http://example.test", "console@example.test").is_err());
+        assert!(check_mail("smtp://127.0.0.1:2525", "not a mailbox").is_err());
+    }
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let dir = std::env::temp_dir().join(format!("mc-config-{}", random_hex(6)));
