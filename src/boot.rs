@@ -119,7 +119,7 @@ pub fn connect_farm(config: &Config) -> anyhow::Result<Option<Arc<crate::integra
     let farm = crate::integrations::farm::Farm::new(
         url.as_str(),
         config.farm.token.as_deref().unwrap_or_default(),
-        config.farm.domain.as_str(),
+        &config.farm.domain,
         config.farm.call_timeout,
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -156,15 +156,11 @@ pub async fn farm_for_serve(config: &Config, console: std::net::SocketAddr) -> a
     local.set_callback(format!("{console_base}/farm/callbacks"), secret.clone());
     // The farm asks the console, with the same secret, whether a member may still edit a site.
     local.set_confirm_url(format!("{console_base}{}", views::paths::FARM_EDIT_SESSIONS_CONFIRM));
-    let farm = crate::integrations::farm::Farm::new(
-        &local.base_url(),
-        &token,
-        config.farm.domain.as_str(),
-        config.farm.call_timeout,
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?
-    .with_site_url(&format!("http://{{domain}}:{}/", local.port()))
-    .with_callback_secret(&secret);
+    let farm =
+        crate::integrations::farm::Farm::new(&local.base_url(), &token, &config.farm.domain, config.farm.call_timeout)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .with_site_url(&format!("http://{{domain}}:{}/", local.port()))
+            .with_callback_secret(&secret);
     eprintln!(
         "Farm: no FARM_URL, so the local farm runs at {} (sites at http://<name>.{}:{}/){}",
         local.base_url(),

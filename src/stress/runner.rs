@@ -801,7 +801,7 @@ async fn seed_site_pairs(
             let name = SiteName::parse(&name).map_err(|e| anyhow::anyhow!(e))?;
             let id = fedwiki::create_site(db, &settings, member, *org, &name).await.map_err(err)?;
             fedwiki::run_site_request(db, farm, id, true).await.map_err(err)?;
-            made.push(name.domain(settings.domain.as_str()));
+            made.push(name.domain(&settings.domain));
         }
         // With room for both, the spare is parked.
         let spare: (crate::ids::SiteId, String) =

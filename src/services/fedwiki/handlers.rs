@@ -108,7 +108,7 @@ pub async fn create_site(
     member?;
     let workspace_id = store::workspace_of(organization_id);
     let site_id = SiteId::from(format!("s-{}", crate::config::random_hex(10)));
-    let domain = name.domain(farm.domain.as_str());
+    let domain = name.domain(&farm.domain);
     // The placement and the accepted request commit together: a placement with no site row is an
     // orphan to the domains reconciliation unless a request on it is accepted, so committed apart
     // the name could be freed in between. The organization's first site makes its workspace here
