@@ -138,13 +138,19 @@ impl NewConnection {
     }
 }
 
+/// What is wrong with a connection's keys in the catalog's eyes: those it has no key called, in
+/// words; None when every one exists.
+pub async fn unknown_keys(db: &Db, keys: &ConnectionKeys) -> Result<Option<String>, ServiceError> {
+    let known = store::existing_keys(&db.pool, keys.as_slice()).await?;
+    let unknown: Vec<&str> = keys.as_slice().iter().filter(|k| !known.contains(k)).map(ResourceKey::as_str).collect();
+    Ok((!unknown.is_empty()).then(|| format!("No resource key is called {}.", unknown.join(", "))))
+}
+
 /// Refused unless every key of the connection exists, naming those that do not.
 async fn keys_exist(db: &Db, c: &NewConnection) -> Result<(), ServiceError> {
-    let known = store::existing_keys(&db.pool, c.keys.as_slice()).await?;
-    let unknown: Vec<&str> = c.keys.as_slice().iter().filter(|k| !known.contains(k)).map(ResourceKey::as_str).collect();
     let mut p = Problems::default();
-    if !unknown.is_empty() {
-        p.push("keys", format!("No resource key is called {}.", unknown.join(", ")));
+    if let Some(why) = unknown_keys(db, &c.keys).await? {
+        p.push("keys", why);
     }
     p.or(Some(()))
 }

@@ -17,6 +17,7 @@ use views::{
 };
 
 use crate::{
+    db::Db,
     ids::ConnectionId,
     services::{
         ServiceError,
@@ -56,17 +57,24 @@ pub struct ConnectionFields {
     read_back: Field<ReadBack>,
 }
 
-impl TryFrom<&ConnectionFields> for NewConnection {
-    type Error = ServiceError;
-
-    fn try_from(f: &ConnectionFields) -> Result<NewConnection, ServiceError> {
-        let parsed = match (f.name.ok(), f.url.ok(), f.keys.ok(), f.read_back.ok()) {
+impl ConnectionFields {
+    /// The command, or every problem at once: the form's own and, when its keys read but
+    /// something else does not, the keys the catalog has not got (the service checks those
+    /// itself when the rest reads).
+    async fn command(&self, db: &Db) -> Result<NewConnection, ServiceError> {
+        let mut problems = input::problems(self);
+        let parsed = match (self.name.ok(), self.url.ok(), self.keys.ok(), self.read_back.ok()) {
             (Some(name), Some(url), Some(keys), Some(read_back)) => {
                 Some(NewConnection { name: name.clone(), url: url.clone(), keys: keys.clone(), read_back: read_back.0 })
             }
             _ => None,
         };
-        input::problems(f).or(parsed)
+        if let (None, Some(keys)) = (&parsed, self.keys.ok())
+            && let Some(why) = connections::unknown_keys(db, keys).await?
+        {
+            problems.push("keys", why);
+        }
+        problems.or(parsed)
     }
 }
 
@@ -352,7 +360,7 @@ pub async fn create(
     form: Form<ConnectionFields>,
 ) -> Result<HttpResponse, AppError> {
     let create = async |c: &NewConnection| connections::create_connection(&state.db, c).await;
-    let created = run_parsed(&state.db, "Add a connection", NewConnection::try_from(&*form), create).await;
+    let created = run_parsed(&state.db, "Add a connection", form.command(&state.db).await, create).await;
     refusals::posted(&req, created.map(|id| page_saying(id.0, "added")), form.values(), WORDS, async |r| {
         let v = list_view(&req, &state, r.form).await?;
         let form = || views::connection_add_form(&v.csrf, &v.keys, &v.form);
@@ -530,7 +538,7 @@ pub async fn edit(
     form: Form<ConnectionFields>,
 ) -> Result<HttpResponse, AppError> {
     let update = async |c: &NewConnection| connections::update_connection(&state.db, *id, c).await;
-    let saved = run_parsed(&state.db, "Edit a connection", NewConnection::try_from(&*form), update).await;
+    let saved = run_parsed(&state.db, "Edit a connection", form.command(&state.db).await, update).await;
     page_answer(&req, &state, id.0, PageForm::Edit, saved, form.values()).await
 }
 
