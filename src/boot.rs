@@ -145,7 +145,7 @@ pub async fn farm_for_serve(config: &Config, console: std::net::SocketAddr) -> a
     let local = local_farm::LocalFarm::start(local_farm::Config {
         data_dir: config.data_dir.join("farm"),
         listen: config.farm.local_listen,
-        farm_domain: config.farm.domain.clone(),
+        farm_domain: config.farm.domain.to_string(),
         token: token.clone(),
         ..local_farm::Config::default()
     })

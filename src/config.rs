@@ -74,7 +74,7 @@ impl Default for MailSettings {
         MailSettings {
             smtp_url: None,
             from: "Member Console <console@localhost>".into(),
-            call_timeout: crate::integrations::mail::CALL_TIMEOUT,
+            call_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -89,7 +89,7 @@ pub struct FarmSettings {
     pub token: Option<String>,
     pub callback_secret: Option<String>,
     /// The farm's zone: a site named `acme` answers at `acme.<domain>`.
-    pub domain: String,
+    pub domain: crate::hostname::FarmZone,
     /// Every farm call is answered within this, or it is a failure the request's job retries.
     pub call_timeout: Duration,
     /// How long after a swap the workspace may swap again.
@@ -113,7 +113,7 @@ impl Default for FarmSettings {
             url: None,
             token: None,
             callback_secret: None,
-            domain: "wiki.localhost".into(),
+            domain: crate::hostname::FarmZone::parse("wiki.localhost").expect("a host name"),
             call_timeout: Duration::from_secs(30),
             swap_cooldown: Duration::from_secs(600),
             activation_cooldown: Duration::ZERO,
@@ -265,10 +265,9 @@ impl Config {
                 }
                 s => s,
             },
-            domain: match get("FARM_DOMAIN").map(|d| d.trim().to_ascii_lowercase()) {
-                None => "wiki.localhost".into(),
-                Some(d) if crate::hostname::is_hostname(&d) => d,
-                Some(d) => return Err(invalid("FARM_DOMAIN", format!("{d:?} is not a host name"))),
+            domain: match get("FARM_DOMAIN") {
+                None => FarmSettings::default().domain,
+                Some(d) => crate::hostname::FarmZone::parse(&d).map_err(|e| invalid("FARM_DOMAIN", e))?,
             },
             call_timeout: Duration::from_millis(number(&get, "FARM_CALL_TIMEOUT_MS", 30_000, 100..=120_000)?),
             swap_cooldown: Duration::from_secs(number(&get, "FEDWIKI_SWAP_COOLDOWN_S", 600, 0..=86_400)?),
@@ -307,7 +306,7 @@ impl Config {
             ..MailSettings::default()
         };
         if let Some(url) = &mail.smtp_url {
-            crate::integrations::mail::check(url, &mail.from).map_err(|why| invalid("SMTP_URL", why))?;
+            check_mail(url, &mail.from).map_err(|why| invalid("SMTP_URL", why))?;
         } else if mail.from.parse::<lettre::message::Mailbox>().is_err() {
             return Err(invalid(
                 "MAIL_FROM",
@@ -495,10 +494,30 @@ pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
+/// Checks `SMTP_URL` and `MAIL_FROM` as the mailer (integrations::mail) will read them, at
+/// start rather than at the first message. Here, below the mailer, so the configuration does not
+/// import the integration that imports it.
+fn check_mail(smtp_url: &str, from: &str) -> Result<(), String> {
+    use lettre::{AsyncSmtpTransport, Tokio1Executor, message::Mailbox};
+    AsyncSmtpTransport::<Tokio1Executor>::from_url(smtp_url).map_err(|e| format!("SMTP_URL: {e}"))?;
+    from.parse::<Mailbox>().map_err(|e| format!("MAIL_FROM: {e}"))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn lettres_url_forms_and_a_named_sender_are_accepted_and_nonsense_is_not() {
+        for url in ["smtp://127.0.0.1:2525", "smtp://relay.example.test?tls=required", "smtps://u:p@mail.example.test"]
+        {
+            assert!(check_mail(url, "Member Console <console@example.test>").is_ok(), "{url}");
+        }
+        assert!(check_mail("http://example.test", "console@example.test").is_err());
+        assert!(check_mail("smtp://127.0.0.1:2525", "not a mailbox").is_err());
+    }
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let dir = std::env::temp_dir().join(format!("mc-config-{}", random_hex(6)));

@@ -67,7 +67,7 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
         };
         if catalog::rules_of_set(tx.conn(), set).await?.is_empty() {
             for (key, n, f) in *rules {
-                catalog::put_rule(tx.conn(), set, key, *n, *f).await?;
+                catalog::put_rule(tx.conn(), set, &crate::ids::ResourceKey::from(*key), *n, *f).await?;
             }
         }
         if catalog::product_id_by_name(tx.conn(), name).await?.is_none() {
@@ -333,11 +333,11 @@ pub const DEMO_CONNECTION: &str = "Demo receiver";
 /// free port): created the first time, pointed at this start's receiver after. Returns the
 /// secrets the receiver must accept (the current one, and the previous one while it signs).
 pub async fn load_connection(db: &Db, push_url: &str) -> anyhow::Result<Vec<String>> {
-    use crate::services::desired_state::connections::{self, ConnectionForm};
+    use crate::services::desired_state::connections::{self, NewConnection};
     let existing =
         crate::store::desired_state::live_connections(&db.pool).await?.into_iter().find(|c| c.name == DEMO_CONNECTION);
     let keys = ["fedwiki.active_sites", "fedwiki.custom_domain"].join(", ");
-    let form = ConnectionForm { name: DEMO_CONNECTION.into(), url: push_url.into(), keys, read_back: "on".into() };
+    let form = NewConnection::parse(DEMO_CONNECTION, push_url, &keys, true).map_err(|e| anyhow::anyhow!("{e}"))?;
     let id = match existing {
         Some(c) => {
             connections::update_connection(db, c.connection_id, &form).await.map_err(|e| anyhow::anyhow!("{e}"))?;

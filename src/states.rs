@@ -154,6 +154,13 @@ text_enum! {
         Uncollectible = "uncollectible",
         Void = "void",
     }
+
+    /// `billing.invoice_payments.status`: Stripe's invoice payment statuses.
+    InvoicePaymentStatus {
+        Open = "open",
+        Paid = "paid",
+        Canceled = "canceled",
+    }
 }
 
 /// How the subscription reconcile treats a status (the spec's three branches, and `incomplete`,

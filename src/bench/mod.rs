@@ -163,7 +163,8 @@ impl ApiFarm {
         })
         .await
         .context("starting the local farm")?;
-        let farm = crate::integrations::farm::Farm::new(&local.base_url(), &token, "wiki.localhost", timeout)
+        let zone = crate::hostname::FarmZone::parse("wiki.localhost").map_err(|e| anyhow::anyhow!(e))?;
+        let farm = crate::integrations::farm::Farm::new(&local.base_url(), &token, &zone, timeout)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(ApiFarm { local, farm: std::sync::Arc::new(farm), dir })
     }

@@ -26,7 +26,7 @@ use crate::{
     integrations::desired_state::Relay,
     scratch::ScratchDb,
     services::{
-        desired_state::{self as ds, ConnectionForm, connections, relay::RECOMPUTE_PARALLELISM},
+        desired_state::{self as ds, NewConnection, connections, relay::RECOMPUTE_PARALLELISM},
         rule_changes as rc,
     },
     store::desired_state as store,
@@ -78,12 +78,13 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
 
     let receiver = Receiver::start(ReceiverConfig { secrets: vec![], ..ReceiverConfig::default() }).await?;
     let relay = Relay::new(Duration::from_secs(10)).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let form = ConnectionForm {
-        name: "Bench receiver".into(),
-        url: receiver.push_url(),
-        keys: "fedwiki.active_sites, fedwiki.custom_domain".into(),
-        read_back: String::new(),
-    };
+    let form = NewConnection::parse(
+        "Bench receiver",
+        &receiver.push_url(),
+        "fedwiki.active_sites, fedwiki.custom_domain",
+        false,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let c = connections::create_connection(&s.db, &form).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     let row = store::connection(&s.db.pool, c).await?.ok_or_else(|| anyhow::anyhow!("the connection vanished"))?;
     receiver.set_secrets(&[row.secret])?;
@@ -102,7 +103,7 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
         .collect::<Result<BTreeMap<_, _>, String>>()
         .map_err(anyhow::Error::msg)?;
     let t = Instant::now();
-    let change = rc::commit_rule_change_batch(&s.db, EntitlementSetId(set), &rules, None, "bench", 0).await?;
+    let change = rc::commit_rule_change_batch(&s.db, EntitlementSetId(set), &rules, None, &"bench".into(), 0).await?;
     let d = rc::drain_change(&s.db, change.change_id, rc::DEFAULT_DRAIN_PARALLELISM).await?;
     anyhow::ensure!(d.finished && d.failed == 0, "the drain did not settle every pool: {d:?}");
     let drain_s = t.elapsed().as_secs_f64();

@@ -45,7 +45,7 @@ async fn measure(s: &ScratchDb, o: &Options) -> anyhow::Result<Report> {
         .collect::<Result<BTreeMap<_, _>, String>>()
         .map_err(anyhow::Error::msg)?;
     // Sync cap 0: every pool goes through the drain.
-    let c = rc::commit_rule_change_batch(&s.db, EntitlementSetId(set), &rules, None, "bench", 0).await?;
+    let c = rc::commit_rule_change_batch(&s.db, EntitlementSetId(set), &rules, None, &"bench".into(), 0).await?;
     eprintln!(
         "bench: committed change #{} owing {} pools; exclusive hold {:.3} s",
         c.change_id,

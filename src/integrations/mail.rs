@@ -3,8 +3,6 @@
 //! known by its reader as the same one. Nothing here touches the database: the mail job
 //! (`services::mail`) builds the message and calls `send`.
 
-use std::time::Duration;
-
 use lettre::{
     AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor,
     message::{Mailbox, MultiPart},
@@ -78,30 +76,10 @@ impl Mailer {
     }
 }
 
-/// Checks `SMTP_URL` and `MAIL_FROM` as the mailer will read them (at start, not at the first
-/// message).
-pub fn check(smtp_url: &str, from: &str) -> Result<(), String> {
-    AsyncSmtpTransport::<Tokio1Executor>::from_url(smtp_url).map_err(|e| format!("SMTP_URL: {e}"))?;
-    from.parse::<Mailbox>().map_err(|e| format!("MAIL_FROM: {e}"))?;
-    Ok(())
-}
-
-/// How long one SMTP conversation may take.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lettres_url_forms_and_a_named_sender_are_accepted_and_nonsense_is_not() {
-        for url in ["smtp://127.0.0.1:2525", "smtp://relay.example.test?tls=required", "smtps://u:p@mail.example.test"]
-        {
-            assert!(check(url, "Member Console <console@example.test>").is_ok(), "{url}");
-        }
-        assert!(check("http://example.test", "console@example.test").is_err());
-        assert!(check("smtp://127.0.0.1:2525", "not a mailbox").is_err());
-    }
+    use std::time::Duration;
 
     fn outgoing(to: &str) -> Outgoing {
         Outgoing {

@@ -1,6 +1,6 @@
 //! How a service's refusal becomes a job's failure: retried with backoff, or final.
 
-use super::worker::JobError;
+use super::job::JobError;
 use crate::services::ServiceError;
 
 /// A failure of a job of the console's own (a grant's start or end): the database's is tried

@@ -3,16 +3,16 @@
 //! how it runs. Every caller enqueues it with `job.enqueue(conn)`; a worker runs it once its
 //! type is registered (`Handlers::register::<J>(context)`, in `crate::job_registry`).
 
-use std::future::Future;
+use std::{future::Future, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::{
-    queue::{self, DEFAULT_MAX_ATTEMPTS, NewJob},
-    worker::{JobContext, JobError},
+use super::queue::{self, DEFAULT_MAX_ATTEMPTS, NewJob};
+use crate::{
+    db::{Db, DbError},
+    ids::JobId,
 };
-use crate::{db::DbError, ids::JobId};
 
 /// A job a service defines. The type is the payload, stored as JSON (a struct with named fields;
 /// one with none for a job that needs none): a worker reads it back as this type, or fails the
@@ -62,5 +62,86 @@ pub trait Job: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 's
     /// new job's id, or None when its dedupe or object key already has a job waiting.
     fn enqueue(&self, conn: &mut PgConnection) -> impl Future<Output = Result<Option<JobId>, DbError>> + Send {
         queue::enqueue(conn, NewJob::of(self))
+    }
+}
+
+/// A typed job as the queue takes it. Here rather than in `queue`, so the queue, which the
+/// worker and the schedules use too, does not import the trait that imports it.
+impl NewJob<'static> {
+    /// A typed job as its `impl Job` describes it: kind, payload, when due, keys and attempts.
+    pub fn of<J: Job>(job: &J) -> NewJob<'static> {
+        NewJob {
+            kind: J::KIND,
+            payload: job.payload(),
+            run_at: job.run_at(),
+            dedupe_key: job.dedupe_key(),
+            object_key: job.object_key(),
+            max_attempts: Some(J::MAX_ATTEMPTS),
+        }
+    }
+}
+
+/// What a run gets besides its job and the job type's context: the database, and which attempt
+/// this is.
+#[derive(Clone, Debug)]
+pub struct JobContext {
+    pub db: Db,
+    pub job_id: JobId,
+    pub kind: String,
+    /// This attempt's number, from 1.
+    pub attempt: i32,
+    pub max_attempts: i32,
+    /// The worker running it (the job's `locked_by`).
+    pub worker_id: Arc<str>,
+    /// The lease this worker's claims and renewals give: what a handler that claims rows of its
+    /// own leases them for, so they come back as soon as the job would.
+    pub lease: Duration,
+}
+
+impl JobContext {
+    /// Whether a failure now ends the job as `failed`.
+    pub fn is_last_attempt(&self) -> bool {
+        self.attempt >= self.max_attempts
+    }
+}
+
+/// Why a handler did not finish its job. Every variant but `Permanent` is retried with backoff
+/// until the job's attempts are used up.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// A failure worth another try (a remote that did not answer, a lock not available, ...).
+    #[error("{0}")]
+    Retry(String),
+    /// A failure no retry can fix (a payload that does not parse): the job fails at once.
+    #[error("{0}")]
+    Permanent(String),
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for JobError {
+    fn from(e: sqlx::Error) -> Self {
+        JobError::Db(e.into())
+    }
+}
+
+impl JobError {
+    pub fn retry(msg: impl Into<String>) -> Self {
+        JobError::Retry(msg.into())
+    }
+
+    pub fn permanent(msg: impl Into<String>) -> Self {
+        JobError::Permanent(msg.into())
+    }
+
+    /// The text kept in the job's last_error: the whole chain of causes.
+    pub(super) fn describe(&self) -> String {
+        match self {
+            JobError::Other(e) => format!("{e:#}"),
+            JobError::Db(DbError::Sql(e)) => format!("database error: {e}"),
+            e => e.to_string(),
+        }
     }
 }

@@ -20,10 +20,10 @@ pub mod schedule;
 pub mod worker;
 
 pub use failure::{grant_failure, remote_failure};
-pub use job::Job;
+pub use job::{Job, JobContext, JobError};
 pub use queue::{Backoff, ClaimedJob, DEFAULT_MAX_ATTEMPTS, FailOutcome, NewJob, enqueue};
 pub use schedule::{ensure_schedule, ensure_schedule_of, fire_due_schedules};
-pub use worker::{DEFAULT_LEASE, Handler, Handlers, JobContext, JobError, Worker, WorkerOptions};
+pub use worker::{DEFAULT_LEASE, Handler, Handlers, Worker, WorkerOptions};
 
 use crate::db::{Db, DbError};
 use crate::store::jobs as store;

@@ -6,7 +6,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::job::Job;
 use crate::db::{
     Db, DbError, TxKind,
     locks::{Lock, PathLocks},
@@ -21,7 +20,7 @@ pub const NOTIFY_CHANNEL: &str = "member_console_jobs";
 /// Attempts a job gets when its type does not say; the column default repeats it.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 10;
 
-/// A job to enqueue: what `Job::enqueue` builds from a job's type, and what a schedule's firing
+/// A job to enqueue: what `Job::enqueue` builds from a job's type (`NewJob::of`, in `job`), and what a schedule's firing
 /// builds from its name (a kind no type names here).
 #[derive(Clone, Debug)]
 pub struct NewJob<'a> {
@@ -43,18 +42,6 @@ impl<'a> NewJob<'a> {
     /// A job of `kind`, due now, no dedupe key, the default attempts.
     pub fn new(kind: &'a str, payload: serde_json::Value) -> Self {
         NewJob { kind, payload, run_at: None, dedupe_key: None, object_key: None, max_attempts: None }
-    }
-
-    /// A typed job as its `impl Job` describes it: kind, payload, when due, keys and attempts.
-    pub fn of<J: Job>(job: &J) -> NewJob<'static> {
-        NewJob {
-            kind: J::KIND,
-            payload: job.payload(),
-            run_at: job.run_at(),
-            dedupe_key: job.dedupe_key(),
-            object_key: job.object_key(),
-            max_attempts: Some(J::MAX_ATTEMPTS),
-        }
     }
 }
 

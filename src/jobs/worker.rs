@@ -15,79 +15,11 @@ use tokio::{
 use tracing::Instrument;
 
 use super::{
-    job::Job,
+    job::{Job, JobContext, JobError},
     queue::{self, Backoff, ClaimedJob, FailOutcome, NOTIFY_CHANNEL},
     schedule,
 };
-use crate::{
-    db::{Db, DbError},
-    ids::JobId,
-};
-
-/// What a run gets besides its job and the job type's context: the database, and which attempt
-/// this is.
-#[derive(Clone, Debug)]
-pub struct JobContext {
-    pub db: Db,
-    pub job_id: JobId,
-    pub kind: String,
-    /// This attempt's number, from 1.
-    pub attempt: i32,
-    pub max_attempts: i32,
-    /// The worker running it (the job's `locked_by`).
-    pub worker_id: Arc<str>,
-    /// The lease this worker's claims and renewals give: what a handler that claims rows of its
-    /// own leases them for, so they come back as soon as the job would.
-    pub lease: Duration,
-}
-
-impl JobContext {
-    /// Whether a failure now ends the job as `failed`.
-    pub fn is_last_attempt(&self) -> bool {
-        self.attempt >= self.max_attempts
-    }
-}
-
-/// Why a handler did not finish its job. Every variant but `Permanent` is retried with backoff
-/// until the job's attempts are used up.
-#[derive(Debug, thiserror::Error)]
-pub enum JobError {
-    #[error(transparent)]
-    Db(#[from] DbError),
-    /// A failure worth another try (a remote that did not answer, a lock not available, ...).
-    #[error("{0}")]
-    Retry(String),
-    /// A failure no retry can fix (a payload that does not parse): the job fails at once.
-    #[error("{0}")]
-    Permanent(String),
-    #[error(transparent)]
-    Other(#[from] anyhow::Error),
-}
-
-impl From<sqlx::Error> for JobError {
-    fn from(e: sqlx::Error) -> Self {
-        JobError::Db(e.into())
-    }
-}
-
-impl JobError {
-    pub fn retry(msg: impl Into<String>) -> Self {
-        JobError::Retry(msg.into())
-    }
-
-    pub fn permanent(msg: impl Into<String>) -> Self {
-        JobError::Permanent(msg.into())
-    }
-
-    /// The text kept in the job's last_error: the whole chain of causes.
-    fn describe(&self) -> String {
-        match self {
-            JobError::Other(e) => format!("{e:#}"),
-            JobError::Db(DbError::Sql(e)) => format!("database error: {e}"),
-            e => e.to_string(),
-        }
-    }
-}
+use crate::{db::Db, ids::JobId};
 
 /// A registered handler: an async function of the context and the payload.
 pub type Handler = Arc<dyn Fn(JobContext, serde_json::Value) -> BoxFuture<'static, Result<(), JobError>> + Send + Sync>;

@@ -7,7 +7,7 @@ use crate::{
         locks::{Lock, PathLocks},
         tx::{within, within_for},
     },
-    ids::{EntitlementSetId, ProductId},
+    ids::{EntitlementSetId, ProductId, ResourceKey},
     services::refusal::ServiceError,
     store::catalog::{self as store, CARRIED_COUNT_CAP},
 };
@@ -213,7 +213,8 @@ pub async fn create_resource_key(
     description: &KeyDescription,
 ) -> Result<String, ServiceError> {
     within(db, TxKind::Plain, async |tx: &mut Tx| {
-        let inserted = store::insert_resource_key(tx.conn(), key.as_str(), kind, description.as_str()).await?;
+        let inserted =
+            store::insert_resource_key(tx.conn(), &ResourceKey::from(key.as_str()), kind, description.as_str()).await?;
         if inserted.is_none() {
             return Err(ServiceError::invalid("key", format!("The resource key {} exists already.", key.as_str())));
         }

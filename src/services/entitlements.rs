@@ -8,7 +8,7 @@ use crate::{
         Db, Tx, TxKind,
         locks::{Lock, PathLocks},
     },
-    ids::{ConferralId, GrantId, PlanActId, PoolId, SubscriptionId},
+    ids::{ConferralId, GrantId, PlanActId, PoolId, ResourceKey, SubscriptionId},
     services::ServiceError,
     states::KeyKind,
     store::entitlements::{self as store, NewGrant},
@@ -226,7 +226,8 @@ pub async fn register_providers(db: &Db) -> Result<usize, ServiceError> {
     keys.sort_by(|a, b| a.1.key.as_bytes().cmp(b.1.key.as_bytes()));
     crate::db::tx::within_for(db, TxKind::Plain, &REGISTER_PROVIDERS_LOCKS, async |tx: &mut Tx| {
         for (provider, k) in &keys {
-            store::stamp_resource_key_provider(tx.conn(), k.key, k.kind, provider, k.description).await?;
+            store::stamp_resource_key_provider(tx.conn(), &ResourceKey::from(k.key), k.kind, provider, k.description)
+                .await?;
         }
         Ok(keys.len())
     })

@@ -20,7 +20,7 @@ use crate::{
 pub use crate::store::catalog::CARRIED_COUNT_CAP;
 
 pub struct CatalogOverview {
-    pub keys: Vec<store::ResourceKey>,
+    pub keys: Vec<store::KeyRow>,
     pub sets: Vec<store::EntitlementSet>,
     pub rules: Vec<store::Rule>,
     pub products: Vec<store::Product>,
@@ -42,7 +42,7 @@ pub async fn catalog(db: &Db) -> Result<CatalogOverview, DbError> {
 pub struct SetDetail {
     pub set: store::EntitlementSet,
     pub rules: Vec<store::Rule>,
-    pub keys: Vec<store::ResourceKey>,
+    pub keys: Vec<store::KeyRow>,
 }
 
 #[tracing::instrument(name = "Read entitlement set", skip_all, fields(id = id.0))]

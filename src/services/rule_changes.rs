@@ -110,11 +110,18 @@ pub struct ChangeNote(String);
 
 impl ChangeNote {
     pub fn parse(s: &str) -> Result<ChangeNote, String> {
-        Ok(ChangeNote(s.trim().to_string()))
+        Ok(ChangeNote::from(s))
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// Any text is a note (trimmed), so the demo's and the tests' notes are made without a parse.
+impl From<&str> for ChangeNote {
+    fn from(s: &str) -> Self {
+        ChangeNote(s.trim().to_string())
     }
 }
 
@@ -127,7 +134,7 @@ pub async fn commit_rule_change_batch(
     set_id: EntitlementSetId,
     submitted: &BTreeMap<ResourceKey, RuleEntry>,
     actor: Option<AccountId>,
-    reason: &str,
+    note: &ChangeNote,
     sync_cap: i64,
 ) -> Result<Committed, ServiceError> {
     change_path(crate::db::tx::within_for(db, TxKind::RuleChange, &RULE_CHANGE_COMMIT_LOCKS, async |tx: &mut Tx| {
@@ -139,7 +146,7 @@ pub async fn commit_rule_change_batch(
         if deltas.is_empty() {
             return Err(ServiceError::invalid_form("Nothing changed: every rule already has the value given."));
         }
-        let change_id = store::insert_change(tx.conn(), set_id, actor, reason.trim()).await?;
+        let change_id = store::insert_change(tx.conn(), set_id, actor, note.as_str()).await?;
         // At or below the cap the commit owes and settles every carrying pool itself; above it, the
         // drain lists them after the commit, so the exclusive hold stays short however many there are.
         let carrying = store::count_carrying_pools(tx.conn(), set_id).await?;
@@ -150,8 +157,7 @@ pub async fn commit_rule_change_batch(
                 Some(RuleValue::Flag(b)) => (None, Some(*b)),
                 None => (None, None),
             };
-            store::commit_rule_change(tx.conn(), change_id, position as i32, set_id, key.as_str(), n, f, inline)
-                .await?;
+            store::commit_rule_change(tx.conn(), change_id, position as i32, set_id, key, n, f, inline).await?;
         }
         let owed = if inline {
             let pools = store::owed_pools(tx.conn(), change_id).await?;

@@ -11,7 +11,7 @@ use crate::{
         StripeEventId, StripeInvoiceId, StripeItemId, StripeLineId, StripePaymentId, StripePriceId, StripeProductId,
         StripeScheduleId, StripeSessionId, StripeSubscriptionId, SubscriptionId, SubscriptionItemId,
     },
-    states::{BillingInterval, InvoiceStatus, SubscriptionStatus, SyncState},
+    states::{BillingInterval, InvoicePaymentStatus, InvoiceStatus, SubscriptionStatus, SyncState},
 };
 
 /// The database's clock now (not the transaction's start): when a Stripe read began.
@@ -537,7 +537,7 @@ pub async fn insert_invoice_payment(
     conn: &mut PgConnection,
     stripe_invoice_id: &StripeInvoiceId,
     stripe_payment_id: &StripePaymentId,
-    status: &str,
+    status: InvoicePaymentStatus,
     amount: i64,
     paid_at: Option<DateTime<Utc>>,
 ) -> sqlx::Result<()> {
@@ -546,7 +546,7 @@ pub async fn insert_invoice_payment(
          VALUES ($1, $2, $3, $4, $5) ON CONFLICT (stripe_payment_id) DO NOTHING",
         stripe_payment_id.as_str(),
         stripe_invoice_id.as_str(),
-        status,
+        status as InvoicePaymentStatus,
         amount,
         paid_at
     )

@@ -7,22 +7,25 @@ use sqlx::PgConnection;
 
 use super::paging::{Page, Seek, page_of};
 use crate::{
-    ids::{ConferralId, EntitlementSetId, GrantId, LadderId, OrgTypeId, OrganizationId, PoolId, ProductId},
+    ids::{
+        ConferralId, EntitlementSetId, GrantId, LadderId, OrgTypeId, OrganizationId, PoolId, ProductId, ResourceKey,
+    },
     states::{GrantKind, KeyKind},
 };
 
+/// A row of `core.resource_keys`.
 #[derive(Debug, Clone)]
-pub struct ResourceKey {
-    pub resource_key: String,
+pub struct KeyRow {
+    pub resource_key: ResourceKey,
     pub kind: KeyKind,
     pub provider: Option<String>,
     pub description: String,
 }
 
-pub async fn resource_keys(conn: &mut PgConnection) -> sqlx::Result<Vec<ResourceKey>> {
+pub async fn resource_keys(conn: &mut PgConnection) -> sqlx::Result<Vec<KeyRow>> {
     sqlx::query_as!(
-        ResourceKey,
-        r#"SELECT resource_key, kind AS "kind: KeyKind", provider, description FROM core.resource_keys
+        KeyRow,
+        r#"SELECT resource_key AS "resource_key: ResourceKey", kind AS "kind: KeyKind", provider, description FROM core.resource_keys
            ORDER BY resource_key COLLATE "C""#
     )
     .fetch_all(conn)
@@ -32,14 +35,14 @@ pub async fn resource_keys(conn: &mut PgConnection) -> sqlx::Result<Vec<Resource
 /// Inserted, or None when the key exists already.
 pub async fn insert_resource_key(
     conn: &mut PgConnection,
-    key: &str,
+    key: &ResourceKey,
     kind: KeyKind,
     description: &str,
-) -> sqlx::Result<Option<String>> {
+) -> sqlx::Result<Option<ResourceKey>> {
     sqlx::query_scalar!(
-        "INSERT INTO core.resource_keys (resource_key, kind, description) VALUES ($1, $2, $3)
-         ON CONFLICT DO NOTHING RETURNING resource_key",
-        key,
+        r#"INSERT INTO core.resource_keys (resource_key, kind, description) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING RETURNING resource_key AS "resource_key: ResourceKey""#,
+        key as &ResourceKey,
         kind as KeyKind,
         description
     )
@@ -112,7 +115,7 @@ pub async fn insert_entitlement_set(conn: &mut PgConnection, name: &str) -> sqlx
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub entitlement_set_id: EntitlementSetId,
-    pub resource_key: String,
+    pub resource_key: ResourceKey,
     pub numeric_value: Option<i64>,
     pub flag_value: Option<bool>,
 }
@@ -120,7 +123,8 @@ pub struct Rule {
 pub async fn rules(conn: &mut PgConnection) -> sqlx::Result<Vec<Rule>> {
     sqlx::query_as!(
         Rule,
-        r#"SELECT entitlement_set_id, resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
+        r#"SELECT entitlement_set_id, resource_key AS "resource_key: ResourceKey", numeric_value, flag_value
+           FROM core.entitlement_set_rules
            ORDER BY entitlement_set_id, resource_key COLLATE "C""#
     )
     .fetch_all(conn)
@@ -130,7 +134,8 @@ pub async fn rules(conn: &mut PgConnection) -> sqlx::Result<Vec<Rule>> {
 pub async fn rules_of_set(conn: &mut PgConnection, id: EntitlementSetId) -> sqlx::Result<Vec<Rule>> {
     sqlx::query_as!(
         Rule,
-        r#"SELECT entitlement_set_id, resource_key, numeric_value, flag_value FROM core.entitlement_set_rules
+        r#"SELECT entitlement_set_id, resource_key AS "resource_key: ResourceKey", numeric_value, flag_value
+           FROM core.entitlement_set_rules
            WHERE entitlement_set_id = $1 ORDER BY resource_key COLLATE "C""#,
         id as EntitlementSetId
     )
@@ -142,7 +147,7 @@ pub async fn rules_of_set(conn: &mut PgConnection, id: EntitlementSetId) -> sqlx
 pub async fn put_rule(
     conn: &mut PgConnection,
     set_id: EntitlementSetId,
-    key: &str,
+    key: &ResourceKey,
     numeric: Option<i64>,
     flag: Option<bool>,
 ) -> sqlx::Result<()> {
@@ -150,7 +155,7 @@ pub async fn put_rule(
         sqlx::query!(
             "DELETE FROM core.entitlement_set_rules WHERE entitlement_set_id = $1 AND resource_key = $2",
             set_id as EntitlementSetId,
-            key
+            key as &ResourceKey
         )
         .execute(conn)
         .await?;
@@ -161,7 +166,7 @@ pub async fn put_rule(
              ON CONFLICT (entitlement_set_id, resource_key) DO UPDATE
              SET numeric_value = EXCLUDED.numeric_value, flag_value = EXCLUDED.flag_value",
             set_id as EntitlementSetId,
-            key,
+            key as &ResourceKey,
             numeric,
             flag
         )
@@ -642,7 +647,7 @@ pub async fn displaced_sources(
 
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct Usage {
-    pub resource_key: String,
+    pub resource_key: ResourceKey,
     pub used: i64,
     pub limit_value: i64,
 }
@@ -651,7 +656,7 @@ pub async fn usage(conn: &mut PgConnection, pool_id: PoolId) -> sqlx::Result<Vec
     // A view's columns carry no NOT NULL (these are the usage table's and a coalesce).
     sqlx::query_as!(
         Usage,
-        r#"SELECT resource_key AS "resource_key!", used AS "used!", limit_value AS "limit_value!"
+        r#"SELECT resource_key AS "resource_key!: ResourceKey", used AS "used!", limit_value AS "limit_value!"
            FROM core.pool_usage WHERE pool_id = $1 ORDER BY resource_key COLLATE "C""#,
         pool_id as PoolId
     )

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::ids::{ConnectionId, NoticeId, OrganizationId, RecordId};
+use crate::ids::{ConnectionId, NoticeId, OrganizationId, RecordId, ResourceKey};
 
 // Connections -------------------------------------------------------------------------------------
 
@@ -70,7 +70,7 @@ pub async fn insert_connection(
     name: &str,
     url: &str,
     secret: &str,
-    keys: &[String],
+    keys: &[ResourceKey],
     read_back: bool,
 ) -> sqlx::Result<ConnectionId> {
     sqlx::query_scalar!(
@@ -79,7 +79,7 @@ pub async fn insert_connection(
         name,
         url,
         secret,
-        keys,
+        keys as &[ResourceKey],
         read_back
     )
     .fetch_one(conn)
@@ -92,7 +92,7 @@ pub async fn update_connection(
     id: ConnectionId,
     name: &str,
     url: &str,
-    keys: &[String],
+    keys: &[ResourceKey],
     read_back: bool,
 ) -> sqlx::Result<bool> {
     let n = sqlx::query!(
@@ -101,7 +101,7 @@ pub async fn update_connection(
         id as ConnectionId,
         name,
         url,
-        keys,
+        keys as &[ResourceKey],
         read_back
     )
     .execute(&mut *conn)
@@ -189,10 +189,13 @@ pub async fn write_read_back_run(e: impl PgExecutor<'_>, id: ConnectionId, answe
 }
 
 /// The resource keys that exist, of those asked.
-pub async fn existing_keys(e: impl PgExecutor<'_>, keys: &[String]) -> sqlx::Result<Vec<String>> {
-    sqlx::query_scalar!("SELECT resource_key FROM core.resource_keys WHERE resource_key = ANY ($1)", keys)
-        .fetch_all(e)
-        .await
+pub async fn existing_keys(e: impl PgExecutor<'_>, keys: &[ResourceKey]) -> sqlx::Result<Vec<ResourceKey>> {
+    sqlx::query_scalar!(
+        r#"SELECT resource_key AS "resource_key: ResourceKey" FROM core.resource_keys WHERE resource_key = ANY ($1)"#,
+        keys as &[ResourceKey]
+    )
+    .fetch_all(e)
+    .await
 }
 
 pub async fn all_keys(e: impl PgExecutor<'_>) -> sqlx::Result<Vec<String>> {

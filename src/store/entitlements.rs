@@ -7,8 +7,8 @@ use sqlx::PgConnection;
 
 use crate::{
     ids::{
-        AccountId, ConferralId, GrantId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId, SubscriptionId,
-        SubscriptionItemId,
+        AccountId, ConferralId, GrantId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId, ResourceKey,
+        SubscriptionId, SubscriptionItemId,
     },
     states::{GrantKind, GrantStatus, KeyKind},
 };
@@ -275,25 +275,28 @@ pub async fn pools_out_of_date(conn: &mut PgConnection) -> sqlx::Result<Vec<Pool
 /// of the key holds) and stamped. An unchanged key takes no lock.
 pub async fn stamp_resource_key_provider(
     conn: &mut PgConnection,
-    key: &str,
+    key: &ResourceKey,
     kind: KeyKind,
     provider: &str,
     description: &str,
 ) -> sqlx::Result<()> {
     let current: Option<Option<String>> =
-        sqlx::query_scalar!("SELECT provider FROM core.resource_keys WHERE resource_key = $1", key)
+        sqlx::query_scalar!("SELECT provider FROM core.resource_keys WHERE resource_key = $1", key as &ResourceKey)
             .fetch_optional(&mut *conn)
             .await?;
     match current {
         Some(Some(p)) if p == provider => Ok(()),
         Some(_) => {
-            sqlx::query_scalar!("SELECT 1 AS locked FROM core.resource_keys WHERE resource_key = $1 FOR UPDATE", key)
-                .fetch_all(&mut *conn)
-                .await?;
-            crate::db::trace::note(&mut *conn, crate::db::locks::Lock::ResourceKeyRows, key, None).await?;
+            sqlx::query_scalar!(
+                "SELECT 1 AS locked FROM core.resource_keys WHERE resource_key = $1 FOR UPDATE",
+                key as &ResourceKey
+            )
+            .fetch_all(&mut *conn)
+            .await?;
+            crate::db::trace::note(&mut *conn, crate::db::locks::Lock::ResourceKeyRows, key.as_str(), None).await?;
             sqlx::query!(
                 "UPDATE core.resource_keys SET provider = $2 WHERE resource_key = $1 AND provider IS DISTINCT FROM $2",
-                key,
+                key as &ResourceKey,
                 provider
             )
             .execute(conn)
@@ -304,7 +307,7 @@ pub async fn stamp_resource_key_provider(
             sqlx::query!(
                 "INSERT INTO core.resource_keys (resource_key, kind, provider, description) VALUES ($1, $2, $3, $4)
                  ON CONFLICT DO NOTHING",
-                key,
+                key as &ResourceKey,
                 kind as KeyKind,
                 provider,
                 description

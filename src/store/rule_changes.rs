@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use crate::{
-    ids::{AccountId, EntitlementSetId, OrganizationId, PoolId, RuleChangeActId, RuleChangeId},
+    ids::{AccountId, EntitlementSetId, OrganizationId, PoolId, ResourceKey, RuleChangeActId, RuleChangeId},
     states::RuleChangeState,
     store::plan_acts::{RECENT_CAP, Recent},
 };
@@ -33,7 +33,7 @@ pub async fn commit_rule_change(
     change_id: RuleChangeId,
     position: i32,
     set_id: EntitlementSetId,
-    key: &str,
+    key: &ResourceKey,
     numeric: Option<i64>,
     flag: Option<bool>,
     list: bool,
@@ -43,7 +43,7 @@ pub async fn commit_rule_change(
         change_id as RuleChangeId,
         position,
         set_id as EntitlementSetId,
-        key,
+        key as &ResourceKey,
         numeric,
         flag,
         list

@@ -4,13 +4,16 @@
 
 use sqlx::PgConnection;
 
-use crate::ids::{AccountId, SiteDomain, SiteId, WorkspaceId};
+use crate::{
+    ids::{AccountId, SiteDomain, SiteId, WorkspaceId},
+    states::SiteStatus,
+};
 
 /// A site the account may open, as the member's organization holds it.
 #[derive(Debug, Clone)]
 pub struct OpenableSite {
     pub domain: SiteDomain,
-    pub status: String,
+    pub status: SiteStatus,
     /// The owner string the site was created with on the farm (its workspace).
     pub workspace_id: WorkspaceId,
     pub email: String,
@@ -24,7 +27,7 @@ pub async fn openable_site(
 ) -> sqlx::Result<Option<OpenableSite>> {
     sqlx::query_as!(
         OpenableSite,
-        r#"SELECT s.domain AS "domain!", s.status AS "status!", s.workspace_id AS "workspace_id!", a.email AS "email!"
+        r#"SELECT s.domain AS "domain!", s.status AS "status!: SiteStatus", s.workspace_id AS "workspace_id!", a.email AS "email!"
              FROM fedwiki.sites s
              JOIN fedwiki.workspaces w ON w.workspace_id = s.workspace_id
              JOIN core.organization_members m ON m.organization_id = w.organization_id AND m.account_id = $1

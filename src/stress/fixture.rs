@@ -281,7 +281,7 @@ fn set_name(name: &str) -> anyhow::Result<catalog_svc::SetName> {
 /// A new set's rules, as every edit of rules is made: a rule change (no pool carries the set
 /// yet, so it owes none and is settled in its commit).
 pub(super) async fn put_rules(db: &Db, set: EntitlementSetId, r: &[(&str, &str)]) -> anyhow::Result<()> {
-    rc::commit_rule_change_batch(db, set, &rules(r), None, "stress setup", rc::DEFAULT_SYNC_CAP).await?;
+    rc::commit_rule_change_batch(db, set, &rules(r), None, &"stress setup".into(), rc::DEFAULT_SYNC_CAP).await?;
     Ok(())
 }
 

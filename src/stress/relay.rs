@@ -35,12 +35,9 @@ pub(super) async fn connect(db: &Db) -> anyhow::Result<Connected> {
         })
         .await
         .context("starting a receiver")?;
-        let form = connections::ConnectionForm {
-            name: format!("Stress receiver {}", i + 1),
-            url: receiver.push_url(),
-            keys: keys.into(),
-            read_back: "on".into(),
-        };
+        let form =
+            connections::NewConnection::parse(&format!("Stress receiver {}", i + 1), &receiver.push_url(), keys, true)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
         let id = connections::create_connection(db, &form).await.map_err(|e| anyhow::anyhow!("{e}"))?;
         let row = ds_store::connection(&db.pool, id).await?.context("the new connection")?;
         receiver.set_secrets(&[row.secret])?;

@@ -10,7 +10,7 @@ use crate::clock::{Interval, add_interval};
 use crate::error::{ApiError, ApiResult};
 use crate::ids::new_id;
 use crate::state::{Card, Inner};
-use crate::status::{InvoiceStatus, SubscriptionStatus};
+use crate::status::{InvoicePaymentStatus, InvoiceStatus, SubscriptionStatus};
 
 /// One requested subscription item.
 #[derive(Debug, Clone)]
@@ -660,7 +660,7 @@ pub fn charge_invoice(st: &mut Inner, id: &str, card: Option<Card>, now: i64) ->
             "is_default": true,
             "livemode": false,
             "payment": { "type": "payment_intent", "payment_intent": new_id("pi") },
-            "status": "paid",
+            "status": InvoicePaymentStatus::Paid,
             "status_transitions": { "canceled_at": null, "paid_at": now },
         }));
         emit_invoice(st, id, "invoice.paid");

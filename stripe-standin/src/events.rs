@@ -8,6 +8,7 @@ use crate::API_VERSION;
 use crate::clock::real_now;
 use crate::ids::new_id;
 use crate::state::Inner;
+use crate::status::EndpointStatus;
 
 impl Inner {
     /// Record an event of `kind` about `object`; `previous` is the object before an update.
@@ -40,7 +41,7 @@ impl Inner {
 
 /// Whether a webhook endpoint subscribed to events of `kind`.
 pub fn endpoint_wants(endpoint: &Value, kind: &str) -> bool {
-    endpoint["status"] == "enabled"
+    EndpointStatus::of(endpoint) == Some(EndpointStatus::Enabled)
         && endpoint["enabled_events"].as_array().is_some_and(|events| events.iter().any(|e| e == "*" || e == kind))
 }
 

@@ -62,6 +62,26 @@ wire_status! {
         Expired = "expired",
     }
 
+    /// An invoice payment's `status` (`/v1/invoice_payments`).
+    InvoicePaymentStatus {
+        Open = "open",
+        Paid = "paid",
+        Canceled = "canceled",
+    }
+
+    /// A webhook endpoint's `status`: a disabled one is sent nothing.
+    EndpointStatus {
+        Enabled = "enabled",
+        Disabled = "disabled",
+    }
+
+    /// A test clock's `status`.
+    TestClockStatus {
+        Ready = "ready",
+        Advancing = "advancing",
+        InternalFailure = "internal_failure",
+    }
+
     /// A subscription schedule's `status`.
     ScheduleStatus {
         NotStarted = "not_started",
@@ -98,5 +118,7 @@ mod tests {
         assert_eq!(ScheduleStatus::of(&json!({"status": "not_started"})), Some(ScheduleStatus::NotStarted));
         assert_eq!(InvoiceStatus::of(&json!({"status": "lost"})), None);
         assert_eq!(CheckoutStatus::of(&json!({})), None);
+        assert_eq!(json!(InvoicePaymentStatus::Paid), json!("paid"));
+        assert_eq!(EndpointStatus::of(&json!({"status": "disabled"})), Some(EndpointStatus::Disabled));
     }
 }

@@ -38,6 +38,17 @@ impl DeliveryMode {
     }
 }
 
+/// Where an event's delivery to an endpoint stands, as the control API words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeliveryOutcome {
+    /// Not answered with a 2xx yet; tried again on the retry schedule.
+    Pending,
+    Delivered,
+    /// Gave up after the retry schedule.
+    Failed,
+}
+
 /// One event's delivery to one endpoint, as `GET /_standin/deliveries` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeliveryRecord {
@@ -48,8 +59,7 @@ pub struct DeliveryRecord {
     pub attempts: u32,
     /// Last HTTP status answered, if any.
     pub status: Option<u16>,
-    /// `pending`, `delivered` or `failed` (gave up after the retry schedule).
-    pub outcome: &'static str,
+    pub outcome: DeliveryOutcome,
     pub error: Option<String>,
 }
 
@@ -170,7 +180,7 @@ impl EndpointTask {
                 url: self.url.clone(),
                 attempts: 0,
                 status: None,
-                outcome: "pending",
+                outcome: DeliveryOutcome::Pending,
                 error: None,
             });
             log.len() - 1
@@ -187,11 +197,11 @@ impl EndpointTask {
                 rec.status = status;
                 rec.error = error;
                 rec.outcome = if ok {
-                    "delivered"
+                    DeliveryOutcome::Delivered
                 } else if gave_up {
-                    "failed"
+                    DeliveryOutcome::Failed
                 } else {
-                    "pending"
+                    DeliveryOutcome::Pending
                 };
             }
             if ok {

@@ -156,6 +156,19 @@ async fn bad_input_is_refused_with_422_and_its_messages_and_writes_nothing() {
     assert_eq!(connections(&t).await, 0, "a refused form wrote nothing");
 }
 
+/// A form with a bad field and an unknown key says both at once: the key is looked up even
+/// though the form will not be saved.
+#[tokio::test]
+async fn an_empty_name_and_an_unknown_key_are_told_together() {
+    let (t, op) = operator_session().await;
+    let fields = [("name", ""), ("url", URL), ("keys", "fedwiki.active_sites chat.nothing")];
+    let a = op.post("/operator/connections", &fields, false).await;
+    assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", a.body);
+    assert!(a.body.contains("Give the connection a name."), "{}", a.body);
+    assert!(a.body.contains("No resource key is called chat.nothing."), "{}", a.body);
+    assert_eq!(connections(&t).await, 0, "a refused form wrote nothing");
+}
+
 #[tokio::test]
 async fn a_second_connection_with_the_same_name_is_refused() {
     let (t, op) = operator_session().await;

@@ -65,7 +65,7 @@ async fn a_rule_change_drain_killed_midway_is_finished_by_the_next_worker_and_se
     let set = EntitlementSetId(id_by_name(&t, "entitlement_sets", "entitlement_set_id", "Basic").await);
     let rules = crate::common::rules(&[("fedwiki.active_sites", "5"), ("support.priority", "yes")]);
     // Above the cap (0): the commit owes every pool and the drain job settles them.
-    let c = rc::commit_rule_change_batch(&t.db, set, &rules, None, "crash test", 0).await.unwrap();
+    let c = rc::commit_rule_change_batch(&t.db, set, &rules, None, &"crash test".into(), 0).await.unwrap();
     let settled_sql = "SELECT count(*) FROM core.entitlement_set_change_obligations WHERE state = 'settled'";
     // Two acts (one per rule), each owing every carrying pool, listed by the drain as it goes.
     let owed = 2 * POOLS;
@@ -118,7 +118,7 @@ async fn a_rule_change_drain_killed_midway_is_finished_by_the_next_worker_and_se
 async fn a_worker_killed_mid_relay_leaves_the_rest_to_the_next_and_every_record_reaches_the_receiver_once() {
     use desired_state_receiver::{Config as ReceiverConfig, Receiver};
     use member_console::{
-        services::desired_state::connections::{self, ConnectionForm},
+        services::desired_state::connections::{self, NewConnection},
         store::desired_state as store,
     };
     const ORGS: i64 = 400;
@@ -136,12 +136,13 @@ async fn a_worker_killed_mid_relay_leaves_the_rest_to_the_next_and_every_record_
         .await
         .unwrap();
     assert!(r.status().is_success());
-    let form = ConnectionForm {
-        name: "Crash receiver".into(),
-        url: receiver.push_url(),
-        keys: "fedwiki.active_sites, fedwiki.custom_domain".into(),
-        read_back: String::new(),
-    };
+    let form = NewConnection::parse(
+        "Crash receiver",
+        &receiver.push_url(),
+        "fedwiki.active_sites, fedwiki.custom_domain",
+        false,
+    )
+    .unwrap();
     let c = connections::create_connection(&t.db, &form).await.unwrap();
     receiver.set_secrets(&[store::connection(&t.db.pool, c).await.unwrap().unwrap().secret]).unwrap();
     let all = scalar(&t, "SELECT count(*) FROM core.organizations").await;

@@ -12,7 +12,7 @@ use member_console::{
     services::{
         desired_state::{
             self as ds,
-            connections::{self, ConnectionForm},
+            connections::{self, ConnectionName, NewConnection},
             relay::Recomputed,
         },
         grants,
@@ -65,12 +65,7 @@ async fn setup() -> Setup {
 impl Setup {
     /// A connection to `receiver` for both chat keys, its secret handed to the receiver.
     async fn connect(&self, name: &str, receiver: &Receiver) -> ConnectionId {
-        let form = ConnectionForm {
-            name: name.into(),
-            url: receiver.push_url(),
-            keys: "chat.seats, chat.video".into(),
-            read_back: "on".into(),
-        };
+        let form = NewConnection::parse(name, &receiver.push_url(), "chat.seats, chat.video", true).unwrap();
         let id = connections::create_connection(&self.t.db, &form).await.unwrap();
         let c = store::connection(&self.t.db.pool, id).await.unwrap().unwrap();
         receiver.set_secrets(&[c.secret]).unwrap();
@@ -434,12 +429,7 @@ async fn a_new_url_receives_every_record_again_and_the_old_endpoint_nothing_more
     let moved = Receiver::start(ReceiverConfig { secrets: vec![], ..ReceiverConfig::default() }).await.unwrap();
     let row = store::connection(&s.t.db.pool, c).await.unwrap().unwrap();
     moved.set_secrets(&[row.secret]).unwrap();
-    let form = ConnectionForm {
-        name: "Moved".into(),
-        url: moved.push_url(),
-        keys: "chat.seats, chat.video".into(),
-        read_back: "on".into(),
-    };
+    let form = NewConnection::parse("Moved", &moved.push_url(), "chat.seats, chat.video", true).unwrap();
     connections::update_connection(&s.t.db, c, &form).await.unwrap();
     let pass = s.pass().await;
     assert_eq!(pass.new_generations, 0, "the same content: no new generation");
@@ -457,7 +447,7 @@ async fn a_new_url_receives_every_record_again_and_the_old_endpoint_nothing_more
     assert_eq!(counter(&s.receiver, "pushes"), old_pushes, "the old endpoint gets nothing more");
 
     // Editing the name alone sends nothing again.
-    let form = ConnectionForm { name: "Moved again".into(), ..form };
+    let form = NewConnection { name: ConnectionName::parse("Moved again").unwrap(), ..form };
     connections::update_connection(&s.t.db, c, &form).await.unwrap();
     assert_eq!(s.notices().await, 0);
 }

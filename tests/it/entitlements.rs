@@ -32,11 +32,11 @@ async fn catalog_fixture(t: &TestDb) {
     demo::load(&t.db).await.unwrap();
     let mut tx = begin(&t.db, TxKind::Plain).await.unwrap();
     let set = catalog::insert_entitlement_set(tx.conn(), "Bundle").await.unwrap().unwrap();
-    catalog::put_rule(tx.conn(), set, "fedwiki.active_sites", Some(20), None).await.unwrap();
-    catalog::put_rule(tx.conn(), set, "support.priority", None, Some(true)).await.unwrap();
+    catalog::put_rule(tx.conn(), set, &"fedwiki.active_sites".into(), Some(20), None).await.unwrap();
+    catalog::put_rule(tx.conn(), set, &"support.priority".into(), None, Some(true)).await.unwrap();
     let p = catalog::insert_product(tx.conn(), "Bundle", Some(set), true).await.unwrap().unwrap();
     let addon_set = catalog::insert_entitlement_set(tx.conn(), "Extra sites").await.unwrap().unwrap();
-    catalog::put_rule(tx.conn(), addon_set, "fedwiki.active_sites", Some(2), None).await.unwrap();
+    catalog::put_rule(tx.conn(), addon_set, &"fedwiki.active_sites".into(), Some(2), None).await.unwrap();
     catalog::insert_product(tx.conn(), "Extra sites", Some(addon_set), true).await.unwrap();
     let wiki = catalog::ensure_ladder(tx.conn(), "Wiki hosting", 0).await.unwrap();
     let support = catalog::ensure_ladder(tx.conn(), "Support", 1).await.unwrap();

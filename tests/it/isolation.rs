@@ -154,7 +154,8 @@ async fn a_move_waiting_on_a_rule_change_reads_its_rules_and_settles_under_a_rep
     let db = t.db.clone();
     let rules = crate::common::rules(&[("fedwiki.active_sites", "2")]);
     let set = member_console::ids::EntitlementSetId(free);
-    let commit = tokio::spawn(async move { rc::commit_rule_change_batch(&db, set, &rules, None, "", 100).await });
+    let commit =
+        tokio::spawn(async move { rc::commit_rule_change_batch(&db, set, &rules, None, &"".into(), 100).await });
     let committer = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
     common::locks::assert_holds(&t.admin, committer, &[Expect::rendezvous_exclusive()]).await;
     common::locks::assert_waits(&t.admin, committer, hold_pid, &Expect::row("core.entitlement_sets", free)).await;

@@ -123,7 +123,7 @@ async fn two_failed_obligations(t: &TestDb) -> (i64, [i64; 2], PoolId) {
     let basic = EntitlementSetId(common::acts::id_by_name(t, "entitlement_sets", "entitlement_set_id", "Basic").await);
     let rules = crate::common::rules(&[("fedwiki.active_sites", "5"), ("support.priority", "yes")]);
     // Above the sync cap (0): the drain lists the pools, here by hand.
-    let c = rc::commit_rule_change_batch(&t.db, basic, &rules, None, "", 0).await.unwrap();
+    let c = rc::commit_rule_change_batch(&t.db, basic, &rules, None, &"".into(), 0).await.unwrap();
     let change = c.change_id.0;
     let mut tx = begin(&t.db, TxKind::Materializing).await.unwrap();
     sqlx::query("SELECT core.list_rule_change_obligations($1, 100)").bind(change).execute(tx.conn()).await.unwrap();

@@ -65,12 +65,12 @@ async fn the_sync_path_and_the_drain_path_give_identical_entitlements() {
     let (inline_db, _) = setup(12).await;
     let (drained_db, _) = setup(12).await;
     let basic = set_id(&inline_db, "Basic").await;
-    let c = rc::commit_rule_change_batch(&inline_db.db, basic, &rules(CHANGE), None, "", 100).await.unwrap();
+    let c = rc::commit_rule_change_batch(&inline_db.db, basic, &rules(CHANGE), None, &"".into(), 100).await.unwrap();
     assert!(c.settled_inline);
     assert_eq!(c.pools_owed, 12);
     assert_eq!(c.acts, 2);
     let basic2 = set_id(&drained_db, "Basic").await;
-    let d = rc::commit_rule_change_batch(&drained_db.db, basic2, &rules(CHANGE), None, "", 5).await.unwrap();
+    let d = rc::commit_rule_change_batch(&drained_db.db, basic2, &rules(CHANGE), None, &"".into(), 5).await.unwrap();
     assert!(!d.settled_inline, "above the cap it drains");
     assert!(!stale_pools(&drained_db).await.is_empty(), "before the drain the carriers are owed");
     let drained = rc::drain_change(&drained_db.db, d.change_id, 3).await.unwrap();
@@ -95,7 +95,9 @@ async fn a_materializing_transaction_waits_for_the_commit_and_sees_its_rules() {
     .await;
     let db = t.db.clone();
     let commit =
-        tokio::spawn(async move { rc::commit_rule_change_batch(&db, basic, &rules(CHANGE), None, "", 100).await });
+        tokio::spawn(
+            async move { rc::commit_rule_change_batch(&db, basic, &rules(CHANGE), None, &"".into(), 100).await },
+        );
     let committer = common::wait_for_waiter(&t.admin, &t.name, hold_pid).await;
     common::locks::assert_holds(&t.admin, committer, &[common::locks::Expect::rendezvous_exclusive()]).await;
     let set_row = common::locks::Expect::row("core.entitlement_sets", basic.0);
@@ -120,7 +122,9 @@ async fn a_commit_waits_for_an_open_materializing_transaction() {
     let a_pid = common::backend_pid(a.conn()).await;
     let db = t.db.clone();
     let commit =
-        tokio::spawn(async move { rc::commit_rule_change_batch(&db, basic, &rules(CHANGE), None, "", 100).await });
+        tokio::spawn(
+            async move { rc::commit_rule_change_batch(&db, basic, &rules(CHANGE), None, &"".into(), 100).await },
+        );
     common::wait_for_waiter(&t.admin, &t.name, a_pid).await;
     a.commit().await.unwrap();
     assert!(commit.await.unwrap().unwrap().settled_inline);
@@ -133,7 +137,7 @@ async fn another_change_holding_the_rendezvous_refuses_the_commit_and_nothing_is
     let _held = begin(&t.db, TxKind::RuleChange).await.unwrap();
     let mut short = t.db.clone();
     short.lock_timeout = Duration::from_millis(200);
-    let e = rc::commit_rule_change_batch(&short, basic, &rules(CHANGE), None, "", 100).await.unwrap_err();
+    let e = rc::commit_rule_change_batch(&short, basic, &rules(CHANGE), None, &"".into(), 100).await.unwrap_err();
     assert!(matches!(e, ServiceError::ChangeInProgress), "{e:?}");
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.entitlement_set_changes").await, 0);
 }
@@ -142,7 +146,7 @@ async fn another_change_holding_the_rendezvous_refuses_the_commit_and_nothing_is
 async fn two_drains_of_one_change_settle_each_obligation_once() {
     let (t, _) = setup(20).await;
     let basic = set_id(&t, "Basic").await;
-    let c = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, "", 0).await.unwrap();
+    let c = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, &"".into(), 0).await.unwrap();
     let (a, b) = tokio::join!(rc::drain_change(&t.db, c.change_id, 2), rc::drain_change(&t.db, c.change_id, 3));
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.settled + b.settled, 20, "each pool settled by exactly one of them");
@@ -164,7 +168,7 @@ async fn a_failing_pool_is_recorded_the_others_settle_and_retry_finishes_it() {
     // A pool whose entitlements cannot be written: the admin's trigger refuses it.
     break_pool(&t, bad).await;
     let basic = set_id(&t, "Basic").await;
-    let c = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, "", 0).await.unwrap();
+    let c = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, &"".into(), 0).await.unwrap();
     let d = rc::drain_change(&t.db, c.change_id, 2).await.unwrap();
     assert_eq!((d.settled, d.failed, d.finished), (5, 1, false));
     let (state, attempts, error): (String, i32, String) = t.one(sqlx::query_as(
@@ -186,7 +190,7 @@ async fn a_failing_pool_is_recorded_the_others_settle_and_retry_finishes_it() {
 async fn a_drain_killed_midway_resumes_and_settles_every_obligation_once() {
     let (t, _) = setup(30).await;
     let basic = set_id(&t, "Basic").await;
-    let c = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, "", 0).await.unwrap();
+    let c = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, &"".into(), 0).await.unwrap();
     let db = t.db.clone();
     let id = c.change_id;
     let drain = tokio::spawn(async move { rc::drain_change(&db, id, 1).await });
@@ -242,14 +246,14 @@ async fn bad_input_is_refused_by_field_and_nothing_is_written() {
         (&[("fedwiki.active_sites", "3")], "Nothing changed"),
     ];
     for (submitted, expected) in cases {
-        let e = rc::commit_rule_change_batch(&t.db, basic, &rules(submitted), None, "", 100).await.unwrap_err();
+        let e = rc::commit_rule_change_batch(&t.db, basic, &rules(submitted), None, &"".into(), 100).await.unwrap_err();
         let text = field(e);
         assert!(text.contains(expected), "{submitted:?}: {text}");
     }
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.entitlement_set_changes").await, 0);
     assert_eq!(scalar(&t, "SELECT count(*) FROM core.entitlement_set_rules").await, before);
     assert!(matches!(
-        rc::commit_rule_change_batch(&t.db, EntitlementSetId(999_999), &rules(CHANGE), None, "", 100).await,
+        rc::commit_rule_change_batch(&t.db, EntitlementSetId(999_999), &rules(CHANGE), None, &"".into(), 100).await,
         Err(ServiceError::NotFound(_))
     ));
 }
@@ -263,7 +267,7 @@ async fn removing_a_rule_and_adding_one_is_one_change() {
         basic,
         &rules(&[("fedwiki.custom_domain", ""), ("support.priority", "no")]),
         None,
-        "simplify",
+        &"simplify".into(),
         100,
     )
     .await
@@ -280,7 +284,7 @@ async fn removing_a_rule_and_adding_one_is_one_change() {
 async fn a_draining_changes_rate_counts_only_the_pools_settled_in_the_last_minute() {
     let (t, pools) = setup(12).await;
     let basic = set_id(&t, "Basic").await;
-    let d = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, "", 5).await.unwrap();
+    let d = rc::commit_rule_change_batch(&t.db, basic, &rules(CHANGE), None, &"".into(), 5).await.unwrap();
     assert!(!d.settled_inline);
     rc::drain_change(&t.db, d.change_id, 2).await.unwrap();
     let settled = reads::rule_change(&t.db, d.change_id).await.unwrap().unwrap();

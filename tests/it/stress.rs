@@ -219,8 +219,9 @@ async fn the_invariant_check_reports_each_broken_invariant() {
         ))
         .await;
     let submitted = crate::common::rules(&[("support.priority", "yes")]);
-    let change =
-        rc::commit_rule_change_batch(&t.db, support, &submitted, None, "broken", rc::DEFAULT_SYNC_CAP).await.unwrap();
+    let change = rc::commit_rule_change_batch(&t.db, support, &submitted, None, &"broken".into(), rc::DEFAULT_SYNC_CAP)
+        .await
+        .unwrap();
     assert!(change.settled_inline && change.pools_owed >= 1, "{change:?}");
     let found = stress::check_invariants(&t.admin).await.unwrap();
     assert!(found.is_empty(), "a consistent database has no violation: {found:#?}");

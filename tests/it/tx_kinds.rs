@@ -625,7 +625,7 @@ async fn a_rule_changes_refusal_has_released_the_exclusive_rendezvous_and_the_se
         member_console::ids::EntitlementSetId(basic),
         &submitted,
         None,
-        "t",
+        &"t".into(),
         100,
     )
     .await

@@ -22,7 +22,7 @@ use member_console::{
     integrations::farm::Farm,
     services::{
         ServiceError, catalog,
-        desired_state::connections::{self, ConnectionForm},
+        desired_state::connections::{self, NewConnection},
         fedwiki::{self, Received, callbacks, handlers},
     },
     store::desired_state as ds_store,
@@ -261,13 +261,8 @@ async fn a_duplicate_farm_callback_walked_takes_no_lock() {
 
 // Edit a connection -----------------------------------------------------------------------------------------
 
-fn connection_form(name: &str) -> ConnectionForm {
-    ConnectionForm {
-        name: name.into(),
-        url: "https://chat.example.org/hooks".into(),
-        keys: "fedwiki.active_sites".into(),
-        read_back: "".into(),
-    }
+fn connection_form(name: &str) -> NewConnection {
+    NewConnection::parse(name, "https://chat.example.org/hooks", "fedwiki.active_sites", false).unwrap()
 }
 
 fn connection_row(id: member_console::ids::ConnectionId) -> Expect {
@@ -280,12 +275,8 @@ async fn an_edit_of_a_connection_walked_lock_by_lock_takes_only_its_row() {
     let t = demo_db().await;
     let c = connections::create_connection(&t.db, &connection_form("Walked")).await.unwrap();
     let out = LockWalk::run(&t, &connections::EDIT_CONNECTION_LOCKS, &[connection_row(c)], move |db| async move {
-        connections::update_connection(
-            &db,
-            c,
-            &ConnectionForm { read_back: "on".into(), ..connection_form("Walked, renamed") },
-        )
-        .await
+        connections::update_connection(&db, c, &NewConnection { read_back: true, ..connection_form("Walked, renamed") })
+            .await
     })
     .await;
     out.unwrap();

@@ -12,7 +12,7 @@ use member_console::{
     services::{
         desired_state::{
             self as ds,
-            connections::{self, ConnectionForm},
+            connections::{self, NewConnection},
             relay::Recomputed,
         },
         organizations::{self as orgs, OrgName},
@@ -66,12 +66,7 @@ async fn new_org(t: &TestDb, name: &str) -> OrganizationId {
 impl Setup {
     /// A connection to the receiver for both chat keys, its secret handed to the receiver.
     async fn connect(&self, name: &str) -> ConnectionId {
-        let form = ConnectionForm {
-            name: name.into(),
-            url: self.receiver.push_url(),
-            keys: "chat.seats, chat.video".into(),
-            read_back: "on".into(),
-        };
+        let form = NewConnection::parse(name, &self.receiver.push_url(), "chat.seats, chat.video", true).unwrap();
         let id = connections::create_connection(&self.t.db, &form).await.unwrap();
         let c = store::connection(&self.t.db.pool, id).await.unwrap().unwrap();
         self.receiver.set_secrets(&[c.secret]).unwrap();

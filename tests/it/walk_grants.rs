@@ -112,7 +112,7 @@ async fn a_rule_change_commit_walked_lock_by_lock_takes_the_exclusive_rendezvous
         Step::Own("the second pool's obligation row of the second act"),
     ];
     let c = walk(&t, &rc::RULE_CHANGE_COMMIT_LOCKS, &steps, move |db| async move {
-        rc::commit_rule_change_batch(&db, set, &two_rule_changes(), None, "walked", rc::DEFAULT_SYNC_CAP).await
+        rc::commit_rule_change_batch(&db, set, &two_rule_changes(), None, &"walked".into(), rc::DEFAULT_SYNC_CAP).await
     })
     .await
     .unwrap();
@@ -142,7 +142,7 @@ async fn a_rule_change_commit_above_the_sync_cap_walked_lock_by_lock_takes_the_e
         Step::Lock(rule_row(set, "support.priority")),
     ];
     let c = walk(&t, &rc::RULE_CHANGE_COMMIT_LOCKS, &steps, move |db| async move {
-        rc::commit_rule_change_batch(&db, set, &two_rule_changes(), None, "walked", 1).await
+        rc::commit_rule_change_batch(&db, set, &two_rule_changes(), None, &"walked".into(), 1).await
     })
     .await
     .unwrap();
@@ -180,7 +180,7 @@ async fn a_rule_change_commit_that_adds_a_rule_walked_lock_by_lock_notes_no_rule
         Step::Own("the pool's obligation row of the second act"),
     ];
     let c = walk(&t, &rc::RULE_CHANGE_COMMIT_LOCKS, &steps, move |db| async move {
-        rc::commit_rule_change_batch(&db, set, &two_rule_changes(), None, "walked", rc::DEFAULT_SYNC_CAP).await
+        rc::commit_rule_change_batch(&db, set, &two_rule_changes(), None, &"walked".into(), rc::DEFAULT_SYNC_CAP).await
     })
     .await
     .unwrap();
@@ -202,7 +202,7 @@ async fn a_rule_change_commit_that_adds_a_rule_walked_lock_by_lock_notes_no_rule
 /// the drain lists and settles it): the change, its acts ascending, the pool.
 async fn drained_change(t: &TestDb, name: &str) -> (i64, Vec<i64>, PoolId) {
     let (_, set, pools) = carried_set(t, name, 1).await;
-    let c = rc::commit_rule_change_batch(&t.db, set, &two_rule_changes(), None, "walked", 0).await.unwrap();
+    let c = rc::commit_rule_change_batch(&t.db, set, &two_rule_changes(), None, &"walked".into(), 0).await.unwrap();
     assert!(!c.settled_inline);
     (c.change_id.0, acts_of(t, c.change_id.0).await, pools[0])
 }

@@ -9,6 +9,7 @@ use crate::sites::{Sites, assert_usage_agrees, instance, setup};
 use common::locks::{Expect, LockWalk, RowMode};
 use member_console::{
     db::{Db, keys::AdvisoryKey},
+    hostname::FarmZone,
     ids::{SiteDomain, SiteId, WorkspaceId},
     services::fedwiki::{
         self, Ran, domains, maintenance, record,
@@ -689,7 +690,7 @@ async fn a_release_of_a_deleted_sites_names_walked_lock_by_lock_takes_the_regist
 async fn an_ensure_farm_zone_walked_lock_by_lock_takes_only_the_registry_lock() {
     let s = setup("Basic").await;
     LockWalk::run(&s.t, &registry::ENSURE_FARM_ZONE_LOCKS, &[registry_lock()], |db| async move {
-        registry::ensure_farm_zone(&db, "wiki.localhost").await
+        registry::ensure_farm_zone(&db, &FarmZone::parse("wiki.localhost").unwrap()).await
     })
     .await
     .unwrap();

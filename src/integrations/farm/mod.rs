@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    hostname::FarmZone,
     ids::{SiteDomain, WorkspaceId},
     states::SiteStatus,
 };
@@ -68,7 +69,7 @@ pub struct Farm {
     http: reqwest::Client,
     base: String,
     token: String,
-    domain: String,
+    zone: FarmZone,
     /// Where a site answers, `{domain}` standing for its host name.
     site_url: String,
     /// What the farm's callbacks are signed with.
@@ -81,8 +82,8 @@ struct ErrorBody {
 }
 
 impl Farm {
-    /// A client of the farm at `base` (no trailing slash needed) whose sites live under `domain`.
-    pub fn new(base: &str, token: &str, domain: &str, call_timeout: Duration) -> Result<Farm, FarmError> {
+    /// A client of the farm at `base` (no trailing slash needed) whose sites live under `zone`.
+    pub fn new(base: &str, token: &str, zone: &FarmZone, call_timeout: Duration) -> Result<Farm, FarmError> {
         let http = reqwest::Client::builder()
             .timeout(call_timeout)
             .connect_timeout(call_timeout.min(Duration::from_secs(5)))
@@ -93,7 +94,7 @@ impl Farm {
             http,
             base: base.trim_end_matches('/').to_string(),
             token: token.to_string(),
-            domain: domain.to_string(),
+            zone: zone.clone(),
             site_url: "https://{domain}/".into(),
             callback_secret: String::new(),
         })
@@ -128,8 +129,8 @@ impl Farm {
     }
 
     /// The farm's zone: a site named `acme` answers at `acme.<zone>`.
-    pub fn zone(&self) -> &str {
-        &self.domain
+    pub fn zone(&self) -> &FarmZone {
+        &self.zone
     }
 
     #[tracing::instrument(name = "Farm: list sites", skip(self))]

@@ -181,7 +181,7 @@ impl Stripe {
             Err(e) => {
                 let f = StripeFailure::from_error(e);
                 match self.subscription_schedule(schedule).await? {
-                    Some(s) if matches!(s.status.as_str(), "released" | "completed" | "canceled") => Ok(()),
+                    Some(s) if !s.status.is_running() => Ok(()),
                     _ => Err(f),
                 }
             }

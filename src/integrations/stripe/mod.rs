@@ -21,7 +21,7 @@ use crate::{
         StripeCustomerId, StripeEventId, StripeInvoiceId, StripeItemId, StripeLineId, StripePaymentId, StripePriceId,
         StripeProductId, StripeScheduleId, StripeSessionId, StripeSubscriptionId,
     },
-    states::{BillingInterval, InvoiceStatus, SubscriptionStatus},
+    states::{BillingInterval, InvoicePaymentStatus, InvoiceStatus, SubscriptionStatus},
 };
 
 /// A connected Stripe account (or the stand-in) and the secrets its webhooks are signed with.
@@ -271,7 +271,7 @@ pub struct InvoiceLineSnapshot {
 #[derive(Debug, Clone, PartialEq)]
 pub struct InvoicePaymentSnapshot {
     pub id: StripePaymentId,
-    pub status: String,
+    pub status: InvoicePaymentStatus,
     pub amount: i64,
     pub paid_at: Option<DateTime<Utc>>,
 }
@@ -320,11 +320,28 @@ pub struct EventsRead {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScheduleSnapshot {
     pub id: StripeScheduleId,
-    /// not_started, active, completed, released or canceled.
-    pub status: String,
+    pub status: ScheduleStatus,
     /// The phase in force (its start), if any.
     pub current_phase_start: Option<DateTime<Utc>>,
     pub phases: Vec<PhaseSnapshot>,
+}
+
+/// A subscription schedule's status, as Stripe words it. Not stored: the reconcile reads it
+/// from Stripe each time, so it is no `states` enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleStatus {
+    NotStarted,
+    Active,
+    Completed,
+    Released,
+    Canceled,
+}
+
+impl ScheduleStatus {
+    /// Still changing its subscription: it may be updated or released.
+    pub fn is_running(self) -> bool {
+        matches!(self, ScheduleStatus::Active | ScheduleStatus::NotStarted)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -346,13 +363,13 @@ impl ScheduleSnapshot {
     /// Still attached, in its last phase: nothing is left for it to change, and while attached it
     /// would stand in the way of the subscription's next change (releaseSpentSchedule lets it go).
     pub fn is_spent(&self) -> bool {
-        self.status == "active" && self.current_phase_start.is_some() && self.next_phase().is_none()
+        self.status == ScheduleStatus::Active && self.current_phase_start.is_some() && self.next_phase().is_none()
     }
 
     /// The phase that comes next: the first after the one in force (the first of all when none
     /// is), while the schedule still runs.
     pub fn next_phase(&self) -> Option<&PhaseSnapshot> {
-        if !matches!(self.status.as_str(), "active" | "not_started") {
+        if !self.status.is_running() {
             return None;
         }
         match self.current_phase_start {
@@ -503,7 +520,21 @@ impl Stripe {
         };
         Ok(Some(ScheduleSnapshot {
             id: s.id.to_string().into(),
-            status: s.status.to_string(),
+            status: {
+                use stripe_shared::SubscriptionScheduleStatus as S;
+                match &s.status {
+                    S::NotStarted => ScheduleStatus::NotStarted,
+                    S::Active => ScheduleStatus::Active,
+                    S::Completed => ScheduleStatus::Completed,
+                    S::Released => ScheduleStatus::Released,
+                    S::Canceled => ScheduleStatus::Canceled,
+                    other => {
+                        return Err(StripeFailure::Unreadable(format!(
+                            "a subscription schedule status the console does not know: {other}"
+                        )));
+                    }
+                }
+            },
             current_phase_start: s.current_phase.as_ref().map(|p| at(p.start_date)),
             phases: s
                 .phases
@@ -581,14 +612,22 @@ impl Stripe {
                 .map(|list| {
                     list.data
                         .iter()
-                        .map(|p| InvoicePaymentSnapshot {
-                            id: p.id.to_string().into(),
-                            status: p.status.clone(),
-                            amount: p.amount_paid.unwrap_or(0),
-                            paid_at: p.status_transitions.paid_at.map(at),
+                        .map(|p| {
+                            Ok(InvoicePaymentSnapshot {
+                                id: p.id.to_string().into(),
+                                status: InvoicePaymentStatus::from_text(&p.status).ok_or_else(|| {
+                                    StripeFailure::Unreadable(format!(
+                                        "an invoice payment status the console does not know: {}",
+                                        p.status
+                                    ))
+                                })?,
+                                amount: p.amount_paid.unwrap_or(0),
+                                paid_at: p.status_transitions.paid_at.map(at),
+                            })
                         })
-                        .collect()
+                        .collect::<Result<Vec<_>, StripeFailure>>()
                 })
+                .transpose()?
                 .unwrap_or_default(),
         }))
     }

@@ -95,7 +95,7 @@ pub async fn converge_invoice(
             .await?;
         }
         for p in &inv.payments {
-            store::insert_invoice_payment(tx.conn(), stripe_invoice_id, &p.id, &p.status, p.amount, p.paid_at).await?;
+            store::insert_invoice_payment(tx.conn(), stripe_invoice_id, &p.id, p.status, p.amount, p.paid_at).await?;
         }
         Ok(Converged::Written)
     })

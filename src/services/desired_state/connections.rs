@@ -12,7 +12,7 @@ use crate::{
         locks::{Lock, PathLocks},
         tx,
     },
-    ids::ConnectionId,
+    ids::{ConnectionId, ResourceKey},
     integrations::desired_state::new_secret,
     jobs::Job,
     services::{ServiceError, refusal::Problems},
@@ -33,93 +33,126 @@ pub static EDIT_CONNECTION_LOCKS: PathLocks = PathLocks {
           change or the connection is deleted. Nothing else is held.",
 };
 
-/// A connection as an operator typed it, before it is parsed.
-#[derive(Debug, Clone, Default)]
-pub struct ConnectionForm {
-    pub name: String,
-    pub url: String,
-    /// Resource keys separated by commas, spaces or new lines.
-    pub keys: String,
-    /// "on" when read-back is ticked.
-    pub read_back: String,
+/// A connection's name: 1 to 100 characters, spaces around it dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionName(String);
+
+impl ConnectionName {
+    pub fn parse(raw: &str) -> Result<ConnectionName, String> {
+        let name = raw.trim();
+        if name.is_empty() {
+            Err("Give the connection a name.".into())
+        } else if name.chars().count() > 100 {
+            Err("The name is longer than 100 characters.".into())
+        } else {
+            Ok(ConnectionName(name.to_string()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
-/// A parsed connection.
+/// Where a connection's pushes go: a full http(s) address with a host, without credentials (a
+/// push is signed with the connection's secret) or a fragment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Connection {
-    pub name: String,
-    pub url: String,
-    pub keys: Vec<String>,
+pub struct PushUrl(String);
+
+impl PushUrl {
+    pub fn parse(raw: &str) -> Result<PushUrl, String> {
+        let raw = raw.trim();
+        let u = url::Url::parse(raw)
+            .map_err(|_| "Give the address as a full URL, like https://chat.example.org/hooks.".to_string())?;
+        if !matches!(u.scheme(), "http" | "https") {
+            return Err("The address must start with https:// (or http://).".into());
+        }
+        if u.host_str().is_none_or(|h| h.is_empty()) {
+            return Err("The address needs a host name.".into());
+        }
+        if !u.username().is_empty() || u.password().is_some() {
+            return Err("Leave credentials out of the address: pushes are signed with the connection's secret.".into());
+        }
+        if u.fragment().is_some() {
+            return Err("The address cannot have a #fragment.".into());
+        }
+        if raw.len() > 2000 {
+            return Err("The address is longer than 2000 characters.".into());
+        }
+        Ok(PushUrl(u.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The resource keys a connected system receives: at least one, each once, in order. Whether
+/// each exists the catalog says, when the connection is saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionKeys(Vec<ResourceKey>);
+
+impl ConnectionKeys {
+    /// Keys separated by commas, spaces or new lines.
+    pub fn parse(raw: &str) -> Result<ConnectionKeys, String> {
+        let mut keys: Vec<ResourceKey> = raw
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|k| !k.is_empty())
+            .map(ResourceKey::from)
+            .collect();
+        keys.sort();
+        keys.dedup();
+        if keys.is_empty() {
+            return Err("Name at least one resource key the connected system receives.".into());
+        }
+        Ok(ConnectionKeys(keys))
+    }
+
+    pub fn as_slice(&self) -> &[ResourceKey] {
+        &self.0
+    }
+}
+
+/// A connection as it is added or saved: the command of the add and edit forms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewConnection {
+    pub name: ConnectionName,
+    pub url: PushUrl,
+    pub keys: ConnectionKeys,
     pub read_back: bool,
 }
 
-fn parse_url(raw: &str) -> Result<String, String> {
-    let raw = raw.trim();
-    let u = url::Url::parse(raw)
-        .map_err(|_| "Give the address as a full URL, like https://chat.example.org/hooks.".to_string())?;
-    if !matches!(u.scheme(), "http" | "https") {
-        return Err("The address must start with https:// (or http://).".into());
+impl NewConnection {
+    /// A connection from its texts (the demo's, the stress run's, the bench's), each by its
+    /// type's parse, every problem told.
+    pub fn parse(name: &str, url: &str, keys: &str, read_back: bool) -> Result<NewConnection, ServiceError> {
+        let mut p = Problems::default();
+        let name = p.field("name", ConnectionName::parse(name));
+        let url = p.field("url", PushUrl::parse(url));
+        let keys = p.field("keys", ConnectionKeys::parse(keys));
+        let parsed = match (name, url, keys) {
+            (Some(name), Some(url), Some(keys)) => Some(NewConnection { name, url, keys, read_back }),
+            _ => None,
+        };
+        p.or(parsed)
     }
-    if u.host_str().is_none_or(|h| h.is_empty()) {
-        return Err("The address needs a host name.".into());
-    }
-    if !u.username().is_empty() || u.password().is_some() {
-        return Err("Leave credentials out of the address: pushes are signed with the connection's secret.".into());
-    }
-    if u.fragment().is_some() {
-        return Err("The address cannot have a #fragment.".into());
-    }
-    if raw.len() > 2000 {
-        return Err("The address is longer than 2000 characters.".into());
-    }
-    Ok(u.to_string())
 }
 
-/// Parse a connection form: every field checked, every problem told; the keys must exist.
-pub async fn parse_connection(db: &Db, f: &ConnectionForm) -> Result<Connection, ServiceError> {
+/// What is wrong with a connection's keys in the catalog's eyes: those it has no key called, in
+/// words; None when every one exists.
+pub async fn unknown_keys(db: &Db, keys: &ConnectionKeys) -> Result<Option<String>, ServiceError> {
+    let known = store::existing_keys(&db.pool, keys.as_slice()).await?;
+    let unknown: Vec<&str> = keys.as_slice().iter().filter(|k| !known.contains(k)).map(ResourceKey::as_str).collect();
+    Ok((!unknown.is_empty()).then(|| format!("No resource key is called {}.", unknown.join(", "))))
+}
+
+/// Refused unless every key of the connection exists, naming those that do not.
+async fn keys_exist(db: &Db, c: &NewConnection) -> Result<(), ServiceError> {
     let mut p = Problems::default();
-    let name = f.name.trim().to_string();
-    let name = p.field(
-        "name",
-        if name.is_empty() {
-            Err("Give the connection a name.".to_string())
-        } else if name.chars().count() > 100 {
-            Err("The name is longer than 100 characters.".to_string())
-        } else {
-            Ok(name)
-        },
-    );
-    let url = p.field("url", parse_url(&f.url));
-    let mut keys: Vec<String> =
-        f.keys.split(|c: char| c == ',' || c.is_whitespace()).filter(|k| !k.is_empty()).map(str::to_string).collect();
-    keys.sort();
-    keys.dedup();
-    let keys = if keys.is_empty() {
-        p.push("keys", "Name at least one resource key the connected system receives.");
-        None
-    } else {
-        let known = store::existing_keys(&db.pool, &keys).await?;
-        let unknown: Vec<&str> = keys.iter().filter(|k| !known.contains(k)).map(String::as_str).collect();
-        if unknown.is_empty() {
-            Some(keys)
-        } else {
-            p.push("keys", format!("No resource key is called {}.", unknown.join(", ")));
-            None
-        }
-    };
-    let read_back = match f.read_back.as_str() {
-        "" | "off" => Some(false),
-        "on" | "true" => Some(true),
-        _ => {
-            p.push("read_back", "Read-back is on or off.");
-            None
-        }
-    };
-    let parsed = match (name, url, keys, read_back) {
-        (Some(name), Some(url), Some(keys), Some(read_back)) => Some(Connection { name, url, keys, read_back }),
-        _ => None,
-    };
-    p.or(parsed)
+    if let Some(why) = unknown_keys(db, &c.keys).await? {
+        p.push("keys", why);
+    }
+    p.or(Some(()))
 }
 
 fn name_taken(e: sqlx::Error) -> ServiceError {
@@ -130,25 +163,35 @@ fn name_taken(e: sqlx::Error) -> ServiceError {
 }
 
 /// Add a connection, with a new secret; its trigger asks the relay for every recipient.
-#[tracing::instrument(name = "Add a connection", skip(db, f))]
-pub async fn create_connection(db: &Db, f: &ConnectionForm) -> Result<ConnectionId, ServiceError> {
-    let c = parse_connection(db, f).await?;
+#[tracing::instrument(name = "Add a connection", skip(db, c), fields(name = c.name.as_str()))]
+pub async fn create_connection(db: &Db, c: &NewConnection) -> Result<ConnectionId, ServiceError> {
+    keys_exist(db, c).await?;
     let secret = new_secret().map_err(|e| ServiceError::Remote { sentence: e, transient: true })?;
     tx::within(db, TxKind::Plain, async |t: &mut Tx| {
-        let id = store::insert_connection(t.conn(), &c.name, &c.url, &secret, &c.keys, c.read_back)
-            .await
-            .map_err(name_taken)?;
+        let id = store::insert_connection(
+            t.conn(),
+            c.name.as_str(),
+            c.url.as_str(),
+            &secret,
+            c.keys.as_slice(),
+            c.read_back,
+        )
+        .await
+        .map_err(name_taken)?;
         Ok(id)
     })
     .await
 }
 
 /// Edit a live connection. A change of its keys asks the relay for every recipient.
-#[tracing::instrument(name = "Edit a connection", skip(db, f), fields(connection_id = %id))]
-pub async fn update_connection(db: &Db, id: ConnectionId, f: &ConnectionForm) -> Result<(), ServiceError> {
-    let c = parse_connection(db, f).await?;
+#[tracing::instrument(name = "Edit a connection", skip(db, c), fields(connection_id = %id))]
+pub async fn update_connection(db: &Db, id: ConnectionId, c: &NewConnection) -> Result<(), ServiceError> {
+    keys_exist(db, c).await?;
     tx::within_for(db, TxKind::Plain, &EDIT_CONNECTION_LOCKS, async |t: &mut Tx| {
-        if !store::update_connection(t.conn(), id, &c.name, &c.url, &c.keys, c.read_back).await.map_err(name_taken)? {
+        if !store::update_connection(t.conn(), id, c.name.as_str(), c.url.as_str(), c.keys.as_slice(), c.read_back)
+            .await
+            .map_err(name_taken)?
+        {
             return Err(ServiceError::NotFound("connection"));
         }
         Ok(())

@@ -16,7 +16,7 @@ use crate::{
     jobs::{Job, JobContext, JobError, remote_failure},
 };
 
-pub use connections::{ConnectionForm, ConnectionPage, ConnectionSummary};
+pub use connections::{ConnectionPage, ConnectionSummary, NewConnection};
 pub use dispatch::{DISPATCH_LOCKS, Dispatched, WRITE_PUSH_ANSWER_LOCKS, dispatch_connection};
 pub use read_back::{READ_BACK_ITEM_LOCKS, ReadBackRun, read_back_connection};
 pub use relay::{

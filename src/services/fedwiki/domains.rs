@@ -83,7 +83,8 @@ impl DomainName {
     /// The name, when it is not the farm's zone, under it, or above it.
     pub fn outside_zone(self, farm: &FarmSettings) -> Result<SiteDomain, String> {
         let d = self.0;
-        if hostname::is_at_or_under(d.as_str(), &farm.domain) || hostname::is_at_or_under(&farm.domain, d.as_str()) {
+        let zone = farm.domain.as_str();
+        if hostname::is_at_or_under(d.as_str(), zone) || hostname::is_at_or_under(zone, d.as_str()) {
             return Err(format!("{d} is the farm's own zone: choose a domain of yours."));
         }
         Ok(d)

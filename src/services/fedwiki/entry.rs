@@ -32,7 +32,7 @@ pub async fn open_site_for_editing(
         store::openable_site(read.conn(), who, site_id).await?
     };
     let Some(site) = site else { return Err(ServiceError::NotFound("site")) };
-    if site.status != SiteStatus::Active.as_str() {
+    if site.status != SiteStatus::Active {
         return Err(ServiceError::Refused(format!(
             "{} is {}: only an active site can be opened. Activate it first.",
             site.domain, site.status

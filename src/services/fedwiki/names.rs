@@ -61,7 +61,7 @@ impl SiteName {
     }
 
     /// The site's address under the farm's zone.
-    pub fn domain(&self, zone: &str) -> crate::ids::SiteDomain {
+    pub fn domain(&self, zone: &crate::hostname::FarmZone) -> crate::ids::SiteDomain {
         crate::ids::SiteDomain::from(format!("{}.{zone}", self.0))
     }
 }
@@ -72,7 +72,10 @@ mod tests {
 
     #[test]
     fn a_site_name_is_one_dns_label() {
-        assert_eq!(SiteName::parse(" Handbook ").unwrap().domain("wiki.localhost"), "handbook.wiki.localhost");
+        assert_eq!(
+            SiteName::parse(" Handbook ").unwrap().domain(&crate::hostname::FarmZone::parse("wiki.localhost").unwrap()),
+            "handbook.wiki.localhost"
+        );
         for bad in ["", "  ", "-a", "a-", "a.b", "a b", "ünï", "a_b", &"x".repeat(64)] {
             assert!(SiteName::parse(bad).is_err(), "{bad:?} is refused");
         }

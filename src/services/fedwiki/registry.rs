@@ -11,7 +11,7 @@ use crate::{
         Db, Tx, TxKind,
         locks::{Lock, PathLocks},
     },
-    hostname,
+    hostname::FarmZone,
     ids::{SiteDomain, SiteId, WorkspaceId},
     services::ServiceError,
     store::{domains as store, fedwiki as sites_store},
@@ -137,11 +137,9 @@ pub async fn release_site_names(db: &Db, site_id: &SiteId) -> Result<u64, Servic
 
 /// Claim the farm's zone for the farm (at start), unless it is already claimed.
 #[tracing::instrument(name = "Claim the farm's zone", skip(db))]
-pub async fn ensure_farm_zone(db: &Db, zone: &str) -> Result<(), ServiceError> {
-    if !hostname::is_hostname(zone) {
-        return Err(ServiceError::invalid_form(format!("{zone} is not a host name.")));
-    }
-    let zone = SiteDomain::from(zone);
+pub async fn ensure_farm_zone(db: &Db, zone: &FarmZone) -> Result<(), ServiceError> {
+    // The registry's claims are keyed by domain names; the zone is claimed as one.
+    let zone = SiteDomain::from(zone.as_str());
     with_lock_for(db, &ENSURE_FARM_ZONE_LOCKS, async |tx: &mut Tx| {
         match store::covering_claim(tx.conn(), &zone).await? {
             Some((name, owner)) if name == zone && owner == "farm" => Ok(()),

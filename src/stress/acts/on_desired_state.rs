@@ -87,13 +87,10 @@ pub(in crate::stress) async fn edit_connection(ctx: &Ctx, rng: &mut Rng, note: &
                 keys.push("fedwiki.custom_domain".into());
             }
             note.detail = format!("connection {c}: keys {}", keys.join(", "));
-            let form = connections::ConnectionForm {
-                name: row.name,
-                url: row.url,
-                keys: keys.join(", "),
-                read_back: if row.read_back { "on".into() } else { String::new() },
-            };
-            connections::update_connection(&ctx.db, c, &form).await
+            match connections::NewConnection::parse(&row.name, &row.url, &keys.join(", "), row.read_back) {
+                Ok(form) => connections::update_connection(&ctx.db, c, &form).await,
+                Err(e) => Err(e),
+            }
         }
         1 => {
             note.detail = format!("connection {c}: Retry");

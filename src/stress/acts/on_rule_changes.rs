@@ -41,7 +41,7 @@ pub(in crate::stress) async fn commit_rule_change(
     let cap = if rng.below(2) == 0 { ctx.sync_cap } else { 0 };
     note.detail = format!("set {} ({}): sites {sites:?}, {} {flag}, cap {cap}", set.id, set.name, set.flag);
     let submitted = rules(&[("fedwiki.active_sites", sites), (set.flag, flag)]);
-    let r = rc::commit_rule_change_batch(&ctx.db, set.id, &submitted, None, "stress", cap).await;
+    let r = rc::commit_rule_change_batch(&ctx.db, set.id, &submitted, None, &"stress".into(), cap).await;
     if let Ok(c) = &r {
         note.detail.push_str(&format!(
             " → change {}: {} acts, {} pools, {}, held {} ms",
@@ -71,7 +71,7 @@ pub(in crate::stress) async fn drain_change(ctx: &Ctx, rng: &mut Rng, note: &mut
         let set = rng.pick(&ctx.fx.carried_sets);
         let (sites, flag) = (*rng.pick(set.sites), *rng.pick(&["yes", "no"]));
         let submitted = rules(&[("fedwiki.active_sites", sites), (set.flag, flag)]);
-        match rc::commit_rule_change_batch(&ctx.db, set.id, &submitted, None, "stress", 0).await {
+        match rc::commit_rule_change_batch(&ctx.db, set.id, &submitted, None, &"stress".into(), 0).await {
             Ok(c) if !c.settled_inline => vec![c.change_id],
             Ok(_) => return Ok(Outcome::Skipped),
             Err(ServiceError::Db(e)) if !matches!(e, DbError::LockNotAvailable) => return Err(e.into()),

@@ -214,7 +214,7 @@ async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::Cata
         keys: keys
             .into_iter()
             .map(|k| views::ResourceKeyRow {
-                key: k.resource_key,
+                key: k.resource_key.into_string(),
                 kind: k.kind.to_string(),
                 provider: k.provider,
                 description: k.description,
@@ -228,7 +228,7 @@ async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::Cata
                     .iter()
                     .filter(|r| r.entitlement_set_id == s.entitlement_set_id)
                     .map(|r| views::RuleRow {
-                        key: r.resource_key.clone(),
+                        key: r.resource_key.to_string(),
                         value: rule_text(r.numeric_value, r.flag_value),
                     })
                     .collect(),
@@ -343,7 +343,7 @@ async fn set_edit_view(
             let current = d.rules.iter().find(|r| r.resource_key == k.resource_key);
             let submitted = form.as_ref().map(|f| f.value(&format!("rule.{}", k.resource_key)).to_string());
             views::RuleEditRow {
-                key: k.resource_key.clone(),
+                key: k.resource_key.to_string(),
                 kind: k.kind.to_string(),
                 value: submitted
                     .unwrap_or_else(|| current.map(|r| rule_text(r.numeric_value, r.flag_value)).unwrap_or_default()),
@@ -382,8 +382,7 @@ pub async fn save_rules(
     use crate::services::rule_changes::commit_rule_change_batch;
     let actor = Some(op.account_id());
     let cap = state.config.rule_change_sync_cap;
-    let commit =
-        async |c: &NewRules| commit_rule_change_batch(&state.db, *id, &c.rules, actor, c.note.as_str(), cap).await;
+    let commit = async |c: &NewRules| commit_rule_change_batch(&state.db, *id, &c.rules, actor, &c.note, cap).await;
     let committed = run_parsed(&state.db, "Rule change", form.command(), commit).await;
     // The change's page shows it settled, or draining live.
     let to = committed.map(|c| fill(paths::RULE_CHANGE, &[&c.change_id]));

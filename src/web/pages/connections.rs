@@ -17,11 +17,13 @@ use views::{
 };
 
 use crate::{
-    db::retry::once_more_after_deadlock,
+    db::Db,
     ids::ConnectionId,
     services::{
         ServiceError,
-        desired_state::connections::{self, ConnectionForm, ConnectionPage, ConnectionSummary, Overlap},
+        desired_state::connections::{
+            self, ConnectionKeys, ConnectionName, ConnectionPage, ConnectionSummary, NewConnection, Overlap, PushUrl,
+        },
     },
     store::desired_state::{ConnectionFigures, ConnectionRow, RecordLine},
     web::{
@@ -40,24 +42,71 @@ const WORDS: Words = Words { done: "saved", busy: None };
 const DELETE_WORDS: Words = Words { done: "deleted", busy: None };
 
 /// The add and edit form.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Validate)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConnectionFields {
-    name: String,
-    url: String,
+    #[validate(custom(function = read))]
+    name: Field<ConnectionName>,
+    #[validate(custom(function = read))]
+    url: Field<PushUrl>,
     /// Resource keys separated by commas or spaces.
-    keys: String,
+    #[validate(custom(function = read))]
+    keys: Field<ConnectionKeys>,
     /// A ticked checkbox sends "on"; an unticked one nothing.
-    read_back: String,
+    #[validate(custom(function = read))]
+    read_back: Field<ReadBack>,
 }
 
 impl ConnectionFields {
-    fn form(&self) -> ConnectionForm {
-        ConnectionForm {
-            name: self.name.clone(),
-            url: self.url.clone(),
-            keys: self.keys.clone(),
-            read_back: self.read_back.clone(),
+    /// The command, or every problem at once: the form's own and, when its keys read but
+    /// something else does not, the keys the catalog has not got (the service checks those
+    /// itself when the rest reads).
+    async fn command(&self, db: &Db) -> Result<NewConnection, ServiceError> {
+        let mut problems = input::problems(self);
+        let parsed = match (self.name.ok(), self.url.ok(), self.keys.ok(), self.read_back.ok()) {
+            (Some(name), Some(url), Some(keys), Some(read_back)) => {
+                Some(NewConnection { name: name.clone(), url: url.clone(), keys: keys.clone(), read_back: read_back.0 })
+            }
+            _ => None,
+        };
+        if let (None, Some(keys)) = (&parsed, self.keys.ok())
+            && let Some(why) = connections::unknown_keys(db, keys).await?
+        {
+            problems.push("keys", why);
+        }
+        problems.or(parsed)
+    }
+}
+
+impl FromField for ConnectionName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        ConnectionName::parse(raw)
+    }
+}
+
+impl FromField for PushUrl {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        PushUrl::parse(raw)
+    }
+}
+
+impl FromField for ConnectionKeys {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        ConnectionKeys::parse(raw)
+    }
+}
+
+/// The read-back checkbox: "on" (or "true") ticked; blank, "off" or not sent, not. Anything
+/// else is refused, as a page the console drew never sends it.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadBack(bool);
+
+impl FromField for ReadBack {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        match raw {
+            "" | "off" => Ok(ReadBack(false)),
+            "on" | "true" => Ok(ReadBack(true)),
+            _ => Err("Read-back is on or off.".into()),
         }
     }
 }
@@ -310,11 +359,8 @@ pub async fn create(
     Call { req, state, .. }: OperatorCall,
     form: Form<ConnectionFields>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.form();
-    let created = once_more_after_deadlock(&state.db, "Add a connection", async || {
-        connections::create_connection(&state.db, &f).await
-    })
-    .await;
+    let create = async |c: &NewConnection| connections::create_connection(&state.db, c).await;
+    let created = run_parsed(&state.db, "Add a connection", form.command(&state.db).await, create).await;
     refusals::posted(&req, created.map(|id| page_saying(id.0, "added")), form.values(), WORDS, async |r| {
         let v = list_view(&req, &state, r.form).await?;
         let form = || views::connection_add_form(&v.csrf, &v.keys, &v.form);
@@ -491,11 +537,8 @@ pub async fn edit(
     id: web::Path<ConnectionId>,
     form: Form<ConnectionFields>,
 ) -> Result<HttpResponse, AppError> {
-    let f = form.form();
-    let saved = once_more_after_deadlock(&state.db, "Edit a connection", async || {
-        connections::update_connection(&state.db, *id, &f).await
-    })
-    .await;
+    let update = async |c: &NewConnection| connections::update_connection(&state.db, *id, c).await;
+    let saved = run_parsed(&state.db, "Edit a connection", form.command(&state.db).await, update).await;
     page_answer(&req, &state, id.0, PageForm::Edit, saved, form.values()).await
 }
 

@@ -110,5 +110,8 @@ pub fn entitlement_rows(values: &[EntitlementValue]) -> Vec<views::EntitlementRo
 }
 
 pub fn usage_rows(usage: &[Usage]) -> Vec<views::UsageRow> {
-    usage.iter().map(|u| views::UsageRow { key: u.resource_key.clone(), used: u.used, limit: u.limit_value }).collect()
+    usage
+        .iter()
+        .map(|u| views::UsageRow { key: u.resource_key.to_string(), used: u.used, limit: u.limit_value })
+        .collect()
 }

@@ -76,7 +76,7 @@ fn view(
     orgs: reads::SitesDoc,
     refused: Option<(Beside, FormState)>,
 ) -> views::SitesView {
-    let zone = state.config.farm.domain.clone();
+    let zone = state.config.farm.domain.to_string();
     let site_url = |d: &SiteDomain| match &state.farm {
         Some(f) => f.site_url(d),
         None => format!("https://{d}/"),

@@ -94,7 +94,7 @@ pub fn create(st: &mut Inner, p: &Value) -> ApiResult {
         "shipping_address_collection": null,
         "shipping_cost": null,
         "shipping_options": [],
-        "status": "open",
+        "status": CheckoutStatus::Open,
         "submit_type": null,
         "subscription": null,
         "success_url": success_url,

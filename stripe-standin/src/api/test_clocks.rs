@@ -10,6 +10,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::ids::new_id;
 use crate::params;
 use crate::state::Inner;
+use crate::status::TestClockStatus;
 
 pub fn create(st: &mut Inner, p: &Value) -> ApiResult {
     let frozen = params::integer(p, "frozen_time")?.ok_or_else(|| ApiError::required("frozen_time"))?;
@@ -21,7 +22,7 @@ pub fn create(st: &mut Inner, p: &Value) -> ApiResult {
         "frozen_time": frozen,
         "livemode": false,
         "name": params::string(p, "name")?,
-        "status": "ready",
+        "status": TestClockStatus::Ready,
         "status_details": {},
     });
     st.clocks.insert(clock.clone());

@@ -10,6 +10,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::ids::{new_id, random_string};
 use crate::params;
 use crate::state::Inner;
+use crate::status::EndpointStatus;
 use crate::webhooks::Dispatcher;
 
 pub fn create(st: &mut Inner, hooks: &Dispatcher, p: &Value) -> ApiResult {
@@ -34,7 +35,7 @@ pub fn create(st: &mut Inner, hooks: &Dispatcher, p: &Value) -> ApiResult {
         "enabled_events": events,
         "livemode": false,
         "metadata": params::metadata(p, "metadata")?,
-        "status": "enabled",
+        "status": EndpointStatus::Enabled,
         "url": url,
     });
     st.endpoints.insert(endpoint.clone());

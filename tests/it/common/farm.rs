@@ -5,7 +5,7 @@
 use std::{sync::Arc, time::Duration};
 
 use local_farm::{Config, LocalFarm, WikiMode};
-use member_console::integrations::farm::Farm;
+use member_console::{hostname::FarmZone, integrations::farm::Farm};
 
 pub const TOKEN: &str = "farm-test-token";
 pub const CALLBACK_SECRET: &str = "farm-test-callback-secret";
@@ -49,7 +49,7 @@ impl FarmFixture {
         };
         tune(&mut config);
         let local = LocalFarm::start(config).await.expect("the local farm starts");
-        let farm = Farm::new(&local.base_url(), TOKEN, "wiki.localhost", call_timeout)
+        let farm = Farm::new(&local.base_url(), TOKEN, &FarmZone::parse("wiki.localhost").unwrap(), call_timeout)
             .expect("a farm client")
             .with_site_url(&format!("http://{{domain}}:{}/", local.port()))
             .with_callback_secret(CALLBACK_SECRET);
