@@ -191,3 +191,25 @@ text_key! {
     /// Stripe's event (`evt_…`).
     StripeEventId,
 }
+
+/// A token's SHA-256, as `core.account_tokens` and `core.invitations` keep it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TokenHash(pub [u8; 32]);
+
+impl TokenHash {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Whether a row's stored hash is this one, compared in constant time (the row was found by
+    /// an index on the hash; this keeps the final comparison free of an early exit).
+    pub fn matches(&self, stored: &[u8]) -> bool {
+        stored.len() == 32 && stored.iter().zip(self.0.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+}
+
+impl std::fmt::Debug for TokenHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenHash(..)")
+    }
+}

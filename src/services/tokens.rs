@@ -9,6 +9,9 @@
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+/// Where the rows keep it: beside the ids, so the store names it without reaching up here.
+pub use crate::ids::TokenHash;
+
 /// The key tokens are derived under: an HMAC of the session key with this purpose's label, so a
 /// token never equals anything else the session key signs.
 #[derive(Clone)]
@@ -86,28 +89,6 @@ impl Token {
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Token(..)")
-    }
-}
-
-/// A token's SHA-256, as `core.account_tokens` and `core.invitations` keep it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct TokenHash(pub [u8; 32]);
-
-impl TokenHash {
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    /// Whether a row's stored hash is this one, compared in constant time (the row was found by
-    /// an index on the hash; this keeps the final comparison free of an early exit).
-    pub fn matches(&self, stored: &[u8]) -> bool {
-        stored.len() == 32 && stored.iter().zip(self.0.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
-    }
-}
-
-impl std::fmt::Debug for TokenHash {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TokenHash(..)")
     }
 }
 
