@@ -18,4 +18,5 @@ pub mod services;
 pub mod states;
 pub mod store;
 pub mod stress;
+pub mod trace_context;
 pub mod web;

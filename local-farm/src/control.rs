@@ -88,6 +88,11 @@ pub async fn clear_faults(app: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(&*faults)
 }
 
+/// `GET /_farm/calls`: the latest API calls, oldest first, each with the caller's request id.
+pub async fn calls(app: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "calls": app.calls() }))
+}
+
 /// `GET /_farm/callbacks`: every callback, oldest first, and how its delivery went.
 pub async fn callbacks(app: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({ "callbacks": app.farm.callbacks.deliveries() }))

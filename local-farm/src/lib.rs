@@ -139,6 +139,7 @@ impl LocalFarm {
             keys,
             nonces: entry::Nonces::default(),
             confirm_every: config.edit_confirm_every,
+            calls: Mutex::default(),
         };
         let server = server::build(listener, app)?;
         let handle = server.handle();

@@ -28,11 +28,38 @@ pub struct AppState {
     pub nonces: crate::entry::Nonces,
     /// How long an edit session stands on the console's last confirmation.
     pub confirm_every: std::time::Duration,
+    /// The latest API calls, with the caller's request id (`GET /_farm/calls`).
+    pub calls: Mutex<std::collections::VecDeque<ApiCall>>,
 }
+
+/// An API call as the farm logged it: what was asked, and the caller's `x-request-id`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ApiCall {
+    pub method: String,
+    pub path: String,
+    pub request_id: Option<String>,
+}
+
+/// How many API calls `/_farm/calls` keeps.
+const CALLS_KEPT: usize = 500;
 
 impl AppState {
     pub fn faults(&self) -> MutexGuard<'_, Faults> {
         self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Log an API call with the caller's request id, and keep it for `/_farm/calls`.
+    fn note_call(&self, call: ApiCall) {
+        tracing::info!(request_id = call.request_id.as_deref(), method = %call.method, path = %call.path, "an API call");
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        if calls.len() == CALLS_KEPT {
+            calls.pop_front();
+        }
+        calls.push_back(call);
+    }
+
+    pub fn calls(&self) -> Vec<ApiCall> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
     }
 }
 
@@ -72,6 +99,7 @@ pub fn build(listener: TcpListener, state: AppState) -> std::io::Result<actix_we
                     .wrap(from_fn(|req, next| loopback_only("The farm's", req, next)))
                     .service(web::resource("/faults").post(control::set_faults).delete(control::clear_faults))
                     .service(web::resource("/callbacks").get(control::callbacks))
+                    .service(web::resource("/calls").get(control::calls))
                     .default_service(web::to(not_found)),
             )
             .default_service(web::to(not_found))
@@ -97,6 +125,15 @@ async fn api_gate(
     if !given.is_some_and(|t| constant_time_eq(t.trim().as_bytes(), app.token.as_bytes())) {
         return Ok(req.into_response(error::no_token().error_response()));
     }
+    // The caller's request id, as the console sends it (`x-request-id`; the console's own rule:
+    // up to 64 letters, digits and dashes), so one member's action can be followed here.
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 64 && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        .map(str::to_string);
+    app.note_call(ApiCall { method: req.method().to_string(), path: req.path().to_string(), request_id });
     let faults = app.faults().take_for_call(req.method().as_str());
     if !faults.delay.is_zero() {
         tokio::time::sleep(faults.delay).await;

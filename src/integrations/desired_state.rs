@@ -166,7 +166,7 @@ impl Relay {
             Ok(h) => h,
             Err(e) => return Answer::Failed(e),
         };
-        let mut rq = self.http.post(url).header("content-type", "application/json");
+        let mut rq = crate::trace_context::outgoing(self.http.post(url)).header("content-type", "application/json");
         for (k, v) in hs {
             rq = rq.header(k, v);
         }
@@ -214,7 +214,7 @@ impl Relay {
             Ok(h) => h,
             Err(e) => return Held::Unknown(e),
         };
-        let mut rq = self.http.get(url);
+        let mut rq = crate::trace_context::outgoing(self.http.get(url));
         for (k, v) in hs {
             rq = rq.header(k, v);
         }

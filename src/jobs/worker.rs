@@ -302,7 +302,18 @@ impl Worker {
         job: ClaimedJob,
         claimed_at: Instant,
     ) {
-        let span = tracing::info_span!("Run a job", kind = %job.kind, job_id = job.job_id.0, attempt = job.attempts);
+        let span = tracing::info_span!(
+            "Run a job",
+            kind = %job.kind,
+            job_id = job.job_id.0,
+            attempt = job.attempts,
+            request_id = tracing::field::Empty
+        );
+        if let Some(id) = &job.request_id {
+            span.record("request_id", id.as_str());
+        }
+        // Its calls out carry the id of the request that enqueued it (`trace_context`).
+        let request_id = job.request_id.clone();
         let ctx = JobContext {
             db: self.db.clone(),
             job_id: job.job_id,
@@ -334,7 +345,8 @@ impl Worker {
             let run = async move {
                 match handler {
                     Some(h) => {
-                        let (r, lock_refused) = crate::metrics::watching_lock_waits(h(ctx, payload)).await;
+                        let handled = crate::trace_context::maybe_scope(request_id, h(ctx, payload));
+                        let (r, lock_refused) = crate::metrics::watching_lock_waits(handled).await;
                         if lock_refused && r.is_err() {
                             crate::metrics::global().lock_refusal(&format!("job {kind}"));
                         }

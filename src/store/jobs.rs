@@ -18,6 +18,8 @@ pub struct ClaimedJob {
     /// This attempt's number, counting from 1 (the claim counted it).
     pub attempts: i32,
     pub max_attempts: i32,
+    /// The request that enqueued it, when one did: the worker runs it under that id.
+    pub request_id: Option<String>,
 }
 
 /// Insert a job, or nothing when `dedupe_key` already has an open (pending or running) job.
@@ -32,15 +34,16 @@ pub async fn insert_job(
 ) -> Result<Option<JobId>, sqlx::Error> {
     // The conflict target names the partial index's predicate, so only an open job conflicts.
     sqlx::query_scalar!(
-        r#"INSERT INTO integration.jobs (kind, payload, run_at, dedupe_key, max_attempts)
-           VALUES ($1, $2, coalesce($3, now()), $4, $5)
+        r#"INSERT INTO integration.jobs (kind, payload, run_at, dedupe_key, max_attempts, request_id)
+           VALUES ($1, $2, coalesce($3, now()), $4, $5, $6)
            ON CONFLICT (dedupe_key) WHERE state IN ('pending', 'running') DO NOTHING
            RETURNING job_id AS "job_id: JobId""#,
         kind,
         payload,
         run_at,
         dedupe_key,
-        max_attempts
+        max_attempts,
+        crate::trace_context::current()
     )
     .fetch_optional(conn)
     .await
@@ -82,9 +85,10 @@ WITH due AS (
             ELSE j.last_error END
     FROM due
     WHERE j.job_id = due.job_id
-    RETURNING j.job_id, j.kind, j.payload, j.attempts, j.max_attempts, j.state
+    RETURNING j.job_id, j.kind, j.payload, j.attempts, j.max_attempts, j.state, j.request_id
 )
-SELECT job_id AS "job_id!", kind AS "kind!", payload AS "payload!", attempts AS "attempts!", max_attempts AS "max_attempts!"
+SELECT job_id AS "job_id!", kind AS "kind!", payload AS "payload!", attempts AS "attempts!", max_attempts AS "max_attempts!",
+       request_id
 FROM taken WHERE state = 'running'
 ORDER BY job_id"#,
         worker,
@@ -295,13 +299,14 @@ pub async fn insert_object_job(
     max_attempts: i32,
 ) -> Result<Option<JobId>, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"INSERT INTO integration.jobs (kind, payload, max_attempts)
-           VALUES ($1, $2, $3)
+        r#"INSERT INTO integration.jobs (kind, payload, max_attempts, request_id)
+           VALUES ($1, $2, $3, $4)
            ON CONFLICT ((payload->>'object_key')) WHERE state = 'pending' AND payload ? 'object_key' DO NOTHING
            RETURNING job_id AS "job_id: JobId""#,
         kind,
         payload,
-        max_attempts
+        max_attempts,
+        crate::trace_context::current()
     )
     .fetch_optional(conn)
     .await

@@ -90,7 +90,10 @@ async fn answer(
     }
     let outcome = tokio::time::timeout(
         timeout,
-        REQUEST_DEADLINE.scope(deadline, REQUEST_WRITES.scope(ledger.clone(), next.call(req))),
+        crate::trace_context::scope(
+            id.clone(),
+            REQUEST_DEADLINE.scope(deadline, REQUEST_WRITES.scope(ledger.clone(), next.call(req))),
+        ),
     )
     .instrument(span.clone())
     .await;

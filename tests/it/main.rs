@@ -28,6 +28,7 @@ mod plan_acts;
 mod plan_changes;
 mod private_cluster;
 mod replicas;
+mod request_ids;
 mod route_policy;
 mod rule_changes;
 mod site_editing;

@@ -215,7 +215,7 @@ impl Farm {
 
     async fn send_unmeasured(&self, req: reqwest::RequestBuilder, what: &str) -> Result<reqwest::Response, FarmError> {
         let started = std::time::Instant::now();
-        let r = req.bearer_auth(&self.token).send().await.map_err(|e| {
+        let r = crate::trace_context::outgoing(req).bearer_auth(&self.token).send().await.map_err(|e| {
             tracing::warn!(error = %e, elapsed_ms = started.elapsed().as_millis() as u64, "the farm did not answer");
             if e.is_timeout() {
                 FarmError::Unavailable(format!("The farm did not answer in time when asked to {what}."))
