@@ -110,7 +110,10 @@ fn login_page(
     next: Option<&str>,
 ) -> HttpResponse {
     let csrf = csrf_token(req);
-    let body = views::login(&views::LoginView { email, error, csrf_token: &csrf, next: safe_next(next) });
+    let signup = req
+        .app_data::<web::Data<AppState>>()
+        .is_some_and(|s| s.config.signup_mode() == crate::config::SignupMode::Open);
+    let body = views::login(&views::LoginView { email, error, csrf_token: &csrf, next: safe_next(next), signup });
     render::bare(req, status, "Sign in", body)
 }
 

@@ -14,6 +14,8 @@ pub struct LoginView<'a> {
     pub csrf_token: &'a str,
     /// Where to go after signing in; carried through the POST as a hidden field.
     pub next: Option<&'a str>,
+    /// Whether sign-up is open (the page offers it).
+    pub signup: bool,
 }
 
 /// The centred sign-in card. It carries its own `<h1>`, so render it with
@@ -33,6 +35,12 @@ pub fn login(v: &LoginView) -> Markup {
                 (input_field(&email_field(v.email)))
                 (input_field(&password_field()))
                 button.btn.btn-primary.btn-block type="submit" { "Sign in" }
+            }
+            p.signin-links {
+                a href=(paths::PASSWORD_FORGOT) { "Forgot your password?" }
+                @if v.signup {
+                    " · " a href=(paths::SIGNUP) { "Sign up" }
+                }
             }
         }
     }
@@ -62,7 +70,7 @@ mod tests {
     use super::*;
 
     fn view<'a>(error: Option<&'a str>, next: Option<&'a str>) -> LoginView<'a> {
-        LoginView { email: "ann@example.org", error, csrf_token: "tok", next }
+        LoginView { email: "ann@example.org", error, csrf_token: "tok", next, signup: false }
     }
 
     #[test]
@@ -86,6 +94,15 @@ mod tests {
         assert!(alert < form);
         assert!(out.contains("<p>Wrong &lt;email&gt; or password.</p>"));
         assert!(out.contains(r#"<input type="hidden" name="next" value="/sites?a=1&amp;b=2">"#));
+    }
+
+    #[test]
+    fn login_links_forgot_password_always_and_sign_up_only_when_open() {
+        let out = login(&view(None, None)).into_string();
+        assert!(out.contains(r#"href="/password/forgot""#));
+        assert!(!out.contains(r#"href="/signup""#));
+        let out = login(&LoginView { signup: true, ..view(None, None) }).into_string();
+        assert!(out.contains(r#"href="/signup""#));
     }
 
     #[test]

@@ -57,6 +57,7 @@ fn sample() -> TopologyView {
                 organizations: 0,
             },
         ],
+        signup: SignupTypeView { mode: "invite".into(), chosen: None },
     }
 }
 
