@@ -32,6 +32,7 @@ mod rule_changes;
 mod site_editing;
 mod site_maintenance;
 mod site_swaps;
+mod signup;
 mod sites;
 mod states;
 mod stress;

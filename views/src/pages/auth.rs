@@ -16,6 +16,8 @@ pub struct LoginView<'a> {
     pub next: Option<&'a str>,
     /// Whether sign-up is open (the page offers it).
     pub signup: bool,
+    /// Good news above the form (an email just verified).
+    pub notice: Option<&'a str>,
 }
 
 /// The centred sign-in card. It carries its own `<h1>`, so render it with
@@ -24,6 +26,9 @@ pub fn login(v: &LoginView) -> Markup {
     html! {
         section.signin-card {
             h1 { "Sign in" }
+            @if let Some(n) = v.notice {
+                (crate::components::notice(n))
+            }
             @if let Some(error) = v.error {
                 (refusal("Could not sign you in", error))
             }
@@ -70,7 +75,7 @@ mod tests {
     use super::*;
 
     fn view<'a>(error: Option<&'a str>, next: Option<&'a str>) -> LoginView<'a> {
-        LoginView { email: "ann@example.org", error, csrf_token: "tok", next, signup: false }
+        LoginView { email: "ann@example.org", error, csrf_token: "tok", next, signup: false, notice: None }
     }
 
     #[test]
