@@ -355,8 +355,9 @@ impl Config {
             ));
         }
 
-        let signup =
-            get("CONSOLE_SIGNUP").map(|v| SignupMode::parse(&v).map_err(|why| invalid("CONSOLE_SIGNUP", why))).transpose()?;
+        let signup = get("CONSOLE_SIGNUP")
+            .map(|v| SignupMode::parse(&v).map_err(|why| invalid("CONSOLE_SIGNUP", why)))
+            .transpose()?;
 
         let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
         if needs_dir {

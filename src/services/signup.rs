@@ -173,7 +173,9 @@ async fn mail_verification(
     let hash = links.key.token(&seed).hash();
     account_tokens::insert(tx.conn(), account_id, TokenPurpose::VerifyEmail, email, &hash, VERIFY_VALID).await?;
     let welcome = organization.map(|o| format!("Welcome to Member Console: your organization {o} is ready."));
-    let ask = format!("Open this link within 24 hours to verify that {email} is your address. Until then you can sign in and look around, but not buy a plan, create sites or invite people.");
+    let ask = format!(
+        "Open this link within 24 hours to verify that {email} is your address. Until then you can sign in and look around, but not buy a plan, create sites or invite people."
+    );
     let mut paragraphs: Vec<&str> = welcome.iter().map(String::as_str).collect();
     paragraphs.push(&ask);
     let mail = compose(
@@ -188,7 +190,9 @@ async fn mail_verification(
 }
 
 fn existing_notice(links: &Links, email: &str) -> crate::integrations::mail::Outgoing {
-    let p1 = format!("Someone tried to sign up for Member Console with this address ({email}), which already has an account. No new account was made.");
+    let p1 = format!(
+        "Someone tried to sign up for Member Console with this address ({email}), which already has an account. No new account was made."
+    );
     let p2 = format!(
         "If it was you, sign in at {}, or set a new password at {} if you forgot it. If it was not you, you need not do anything.",
         links.sign_in, links.forgot
@@ -351,24 +355,30 @@ pub static MAIL_ACCOUNT_LINK_LOCKS: PathLocks = PathLocks {
           was reserved before, in its own transaction.",
 };
 
-/// Replace the account's unused links of `purpose` with a new one for `email`, valid for
-/// `valid`; the mail is the caller's (`make`, given the link's seed), on the same transaction.
+/// A new link: what it is for, the address it proves, how long it works, and where it points.
+struct NewLink<'a> {
+    purpose: TokenPurpose,
+    email: &'a str,
+    valid: Duration,
+    prefix: &'a str,
+}
+
+/// Replace the account's unused links of the new one's purpose with it, and enqueue `mail`
+/// (whose text says `{link}` where it goes), on one transaction.
 async fn mail_new_link(
     db: &Db,
     links: &Links,
     account_id: AccountId,
-    purpose: TokenPurpose,
-    email: &str,
-    valid: Duration,
+    link: NewLink<'_>,
     mail: crate::integrations::mail::Outgoing,
-    prefix: &str,
 ) -> Result<(), ServiceError> {
     within_for(db, TxKind::Plain, &MAIL_ACCOUNT_LINK_LOCKS, async |tx: &mut Tx| {
-        let retired = store::retire_unlocked(tx.conn(), account_id, purpose).await?;
+        let retired = store::retire_unlocked(tx.conn(), account_id, link.purpose).await?;
         trace::note_rows(tx.conn(), Lock::AccountTokenRow, retired.iter().map(|id| (id, None))).await?;
         let seed = Seed::new();
-        account_tokens::insert(tx.conn(), account_id, purpose, email, &links.key.token(&seed).hash(), valid).await?;
-        send_with_link(tx.conn(), mail.clone(), SecretLink { prefix: prefix.to_string(), seed }).await?;
+        let hash = links.key.token(&seed).hash();
+        account_tokens::insert(tx.conn(), account_id, link.purpose, link.email, &hash, link.valid).await?;
+        send_with_link(tx.conn(), mail.clone(), SecretLink { prefix: link.prefix.to_string(), seed }).await?;
         Ok(())
     })
     .await
@@ -403,8 +413,9 @@ pub async fn resend_verification(
         &[&ask],
         Some(Action { label: "Verify your email address", url: LINK }),
     );
-    mail_new_link(db, links, who.account_id, TokenPurpose::VerifyEmail, &who.email, VERIFY_VALID, mail, &links.verify)
-        .await?;
+    let link =
+        NewLink { purpose: TokenPurpose::VerifyEmail, email: &who.email, valid: VERIFY_VALID, prefix: &links.verify };
+    mail_new_link(db, links, who.account_id, link, mail).await?;
     Ok(Resent::Sent)
 }
 
@@ -425,8 +436,16 @@ pub async fn forgot_password(db: &Db, links: &Links, email: &Email, address: &st
         "Someone asked to set a new password for the Member Console account {}. Open this link within an hour to choose one. If it was not you, ignore this mail: the password stays as it is.",
         a.email
     );
-    let mail = compose(&links.host, &a.email, "Set a new password", &[&ask], Some(Action { label: "Set a new password", url: LINK }));
-    mail_new_link(db, links, a.account_id, TokenPurpose::ResetPassword, &a.email, RESET_VALID, mail, &links.reset).await
+    let mail = compose(
+        &links.host,
+        &a.email,
+        "Set a new password",
+        &[&ask],
+        Some(Action { label: "Set a new password", url: LINK }),
+    );
+    let link =
+        NewLink { purpose: TokenPurpose::ResetPassword, email: &a.email, valid: RESET_VALID, prefix: &links.reset };
+    mail_new_link(db, links, a.account_id, link, mail).await
 }
 
 // Reset a password ----------------------------------------------------------------------------------------

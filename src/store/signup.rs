@@ -5,8 +5,8 @@ use sqlx::PgConnection;
 
 use crate::{
     ids::{AccountId, OrgTypeId},
-    store::account_tokens::TokenPurpose,
     services::tokens::TokenHash,
+    store::account_tokens::TokenPurpose,
 };
 
 /// The organization type a sign-up gives, with its name; None until an operator chooses one.
@@ -76,13 +76,13 @@ pub async fn lock_account(conn: &mut PgConnection, account_id: AccountId) -> sql
 
 /// Whether another account has this email (any case).
 pub async fn email_taken_by_another(conn: &mut PgConnection, email: &str, account_id: AccountId) -> sqlx::Result<bool> {
-    Ok(sqlx::query_scalar!(
+    sqlx::query_scalar!(
         r#"SELECT EXISTS (SELECT 1 FROM core.accounts WHERE lower(email) = lower($1) AND account_id <> $2) AS "taken!""#,
         email,
         account_id as AccountId
     )
     .fetch_one(conn)
-    .await?)
+    .await
 }
 
 /// The account proved it reads its address (kept when it already had).
@@ -122,7 +122,11 @@ pub async fn set_password(conn: &mut PgConnection, account_id: AccountId, passwo
 /// End the account's unused links of `purpose` that no other transaction holds. A link another
 /// holds is being used right now (its use marks it, or refuses it as expired); waiting for it
 /// here could close a circle with that use, which holds its link and waits for the account's row.
-pub async fn retire_unlocked(conn: &mut PgConnection, account_id: AccountId, purpose: TokenPurpose) -> sqlx::Result<Vec<i64>> {
+pub async fn retire_unlocked(
+    conn: &mut PgConnection,
+    account_id: AccountId,
+    purpose: TokenPurpose,
+) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar!(
         "UPDATE core.account_tokens SET used_at = now()
          WHERE token_id IN (SELECT token_id FROM core.account_tokens

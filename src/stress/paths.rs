@@ -393,7 +393,10 @@ impl StressPath {
             // Rows of their own mostly (accounts, links); a sign-up creates an organization
             // under the shared rendezvous, as create-organization does.
             StressPath::ChooseSignupType => 1,
-            StressPath::SignUp | StressPath::UseEmailToken | StressPath::MailAccountLink | StressPath::ResetPassword => 2,
+            StressPath::SignUp
+            | StressPath::UseEmailToken
+            | StressPath::MailAccountLink
+            | StressPath::ResetPassword => 2,
             // A reconcile takes the rendezvous and a billed organization's pool row (the shared
             // ones' are the grant paths' and the conferral changes'), after one or two calls to
             // the stand-in: about as often as a conferral change's bounds.

@@ -92,7 +92,8 @@ impl<D: PageRead> FromRequest for MemberPage<D> {
                 return Err(InternalError::from_response("sign in", redirect_to_login(&req)).into());
             };
             tracing::Span::current().record("account_id", a.account_id.0);
-            let who = Identity { account_id: a.account_id, email: a.email, is_operator: a.is_operator, verified: a.verified };
+            let who =
+                Identity { account_id: a.account_id, email: a.email, is_operator: a.is_operator, verified: a.verified };
             // The page's layout reads who is signed in from here, as on every other page.
             req.extensions_mut().insert(who.clone());
             Ok(MemberPage { who, req, state, doc })

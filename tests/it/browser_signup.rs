@@ -18,7 +18,9 @@ use crate::common::{
     browser::{Browser, SIGNED_IN, Until},
 };
 
-const STEP: Duration = Duration::from_secs(15);
+/// How long one step may take (a page, a mail through the worker, Stripe's page, a site): long
+/// enough for a machine busy with other builds.
+const STEP: Duration = Duration::from_secs(30);
 
 /// A console with mail on, sign-up open, and what else is connected.
 fn spawn(
@@ -46,13 +48,19 @@ fn spawn(
 
 /// A worker sending the console's mail to the catcher.
 fn mail_worker(t: &TestDb, catcher: &mail_catcher::MailCatcher, key: TokenKey) -> tokio::sync::watch::Sender<bool> {
-    let settings =
-        MailSettings { smtp_url: Some(catcher.smtp_url()), call_timeout: Duration::from_secs(5), ..MailSettings::default() };
+    let settings = MailSettings {
+        smtp_url: Some(catcher.smtp_url()),
+        call_timeout: Duration::from_secs(5),
+        ..MailSettings::default()
+    };
     let mailer = Arc::new(Mailer::from_settings(&settings).unwrap().unwrap());
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let options = WorkerOptions { poll_interval: Duration::from_millis(100), fire_schedules: false, ..WorkerOptions::default() };
+    let options =
+        WorkerOptions { poll_interval: Duration::from_millis(100), fire_schedules: false, ..WorkerOptions::default() };
     tokio::spawn(
-        Worker::new(t.db.clone(), member_console::job_registry::mail_handlers(mailer, key), 2).with_options(options).run(stopped),
+        Worker::new(t.db.clone(), member_console::job_registry::mail_handlers(mailer, key), 2)
+            .with_options(options)
+            .run(stopped),
     );
     stop
 }
@@ -62,11 +70,23 @@ async fn link_in_mail(catcher: &mail_catcher::MailCatcher, to: &str, subject: &s
     let http = reqwest::Client::new();
     let started = std::time::Instant::now();
     loop {
-        let list: Vec<Value> =
-            http.get(format!("{}/api/messages?to={to}", catcher.http_url())).send().await.unwrap().json().await.unwrap();
+        let list: Vec<Value> = http
+            .get(format!("{}/api/messages?to={to}", catcher.http_url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         if let Some(id) = list.iter().rev().find(|m| m["subject"] == subject).and_then(|m| m["id"].as_u64()) {
-            let m: Value =
-                http.get(format!("{}/api/messages/{id}", catcher.http_url())).send().await.unwrap().json().await.unwrap();
+            let m: Value = http
+                .get(format!("{}/api/messages/{id}", catcher.http_url()))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
             let text = m["text"].as_str().unwrap_or_default();
             let at = text.find(path).unwrap_or_else(|| panic!("no {path} link in {text}"));
             let start = text[..at].rfind("http").unwrap();
@@ -84,7 +104,9 @@ async fn a_person_signs_up_reads_the_verification_mail_opens_the_link_buys_a_pla
     let (t, s) = common::stripe::demo_with_stripe().await;
     s.price(&t.db, common::acts::product_id(&t, "Basic").await, "12").await;
     let community = scalar(&t, "SELECT org_type_id FROM core.org_types WHERE name = 'Community'").await;
-    member_console::services::signup::choose_signup_type(&t.db, member_console::ids::OrgTypeId(community)).await.unwrap();
+    member_console::services::signup::choose_signup_type(&t.db, member_console::ids::OrgTypeId(community))
+        .await
+        .unwrap();
     let f = common::farm::FarmFixture::start_with(local_farm::WikiMode::Auto, Duration::from_secs(30)).await;
     let catcher = mail_catcher::MailCatcher::start(mail_catcher::Config::default()).await.unwrap();
     let (base, key) = spawn(&t, Some(s.stripe.clone()), Some(f.farm.clone()));
@@ -112,7 +134,9 @@ async fn a_person_signs_up_reads_the_verification_mail_opens_the_link_buys_a_pla
             b.keep_step(3, "unverified-banner").await;
 
             // The mail, read from the catcher: its link shows a button, which verifies.
-            let link = link_in_mail(&catcher, "newcomer@example.test", "Verify your email address", "/account/verify?token=").await;
+            let link =
+                link_in_mail(&catcher, "newcomer@example.test", "Verify your email address", "/account/verify?token=")
+                    .await;
             b.goto(&link).await;
             b.wait_for(Until::Text("Confirm that newcomer@example.test is your address."), STEP).await;
             b.keep_step(4, "verification-link").await;
@@ -146,7 +170,10 @@ async fn a_person_signs_up_reads_the_verification_mail_opens_the_link_buys_a_pla
         .await,
         1
     );
-    assert_eq!(scalar(&t, "SELECT count(*) FROM fedwiki.sites WHERE domain LIKE 'newcomer.%' AND status = 'active'").await, 1);
+    assert_eq!(
+        scalar(&t, "SELECT count(*) FROM fedwiki.sites WHERE domain LIKE 'newcomer.%' AND status = 'active'").await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -175,7 +202,8 @@ async fn a_member_who_forgot_the_password_resets_it_from_the_mail_and_the_old_se
             b.wait_for(Until::Text("If an account has the address member@example.com, we sent it a link"), STEP).await;
             b.keep_step(2, "forgot-answer").await;
 
-            let link = link_in_mail(&catcher, "member@example.com", "Set a new password", "/password/reset?token=").await;
+            let link =
+                link_in_mail(&catcher, "member@example.com", "Set a new password", "/password/reset?token=").await;
             b.goto(&link).await;
             b.wait_for(Until::Css("input[name=password]"), STEP).await;
             b.fill("input[name=password]", "a brand new password").await;

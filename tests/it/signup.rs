@@ -48,7 +48,8 @@ impl App {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let connected = member_console::web::Connected { stripe: None, farm: None, mail: true };
         let server =
-            member_console::web::serve_connected(listener, t.db.clone(), std::sync::Arc::new(config), connected).unwrap();
+            member_console::web::serve_connected(listener, t.db.clone(), std::sync::Arc::new(config), connected)
+                .unwrap();
         tokio::spawn(server);
         App { base, key }
     }
@@ -140,8 +141,10 @@ fn command(email: &str, org: &str) -> SignUp {
 async fn account_of(t: &TestDb, email: &str) -> (AccountId, bool) {
     let (id, verified): (i64, bool) = t
         .one(
-            sqlx::query_as("SELECT account_id, email_verified_at IS NOT NULL FROM core.accounts WHERE lower(email) = lower($1)")
-                .bind(email.to_string()),
+            sqlx::query_as(
+                "SELECT account_id, email_verified_at IS NOT NULL FROM core.accounts WHERE lower(email) = lower($1)",
+            )
+            .bind(email.to_string()),
         )
         .await;
     (AccountId(id), verified)
@@ -214,11 +217,13 @@ async fn an_unverified_account_signs_in_sees_the_banner_is_refused_buying_and_cr
     let home = c.get(app.url("/")).send().await.unwrap().text().await.unwrap();
     assert!(home.contains("Verify your email address: we sent a link to") && home.contains("Send the link again"));
 
-    let org: i64 = t.one(sqlx::query_scalar("SELECT organization_id FROM core.organizations WHERE name = 'Ver Org'")).await;
+    let org: i64 =
+        t.one(sqlx::query_scalar("SELECT organization_id FROM core.organizations WHERE name = 'Ver Org'")).await;
     let org = org.to_string();
     let sessions_before = count(&t, "SELECT count(*) FROM core.outbox").await;
-    let (status, said) =
-        app.post(&c, "/billing/checkout", "/", &[("organization_id", &org), ("price_id", "1"), ("quantity", "1")]).await;
+    let (status, said) = app
+        .post(&c, "/billing/checkout", "/", &[("organization_id", &org), ("price_id", "1"), ("quantity", "1")])
+        .await;
     assert_eq!(status, StatusCode::CONFLICT, "{said}");
     assert!(said.contains("Verify your email address first to buy a plan"), "{said}");
     assert_eq!(count(&t, "SELECT count(*) FROM core.outbox").await, sessions_before);
@@ -276,7 +281,12 @@ async fn sign_up_by_invitation_says_so_closed_has_no_page_and_no_link_and_open_w
     let page = invite.client().get(invite.url("/signup")).send().await.unwrap().text().await.unwrap();
     assert!(page.contains("Sign-up here is by invitation"), "{page}");
     let (status, _) = invite
-        .post(&invite.client(), "/signup", "/login", &[("email", "a@example.test"), ("password", "a long password"), ("organization", "A")])
+        .post(
+            &invite.client(),
+            "/signup",
+            "/login",
+            &[("email", "a@example.test"), ("password", "a long password"), ("organization", "A")],
+        )
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let login = invite.client().get(invite.url("/login")).send().await.unwrap().text().await.unwrap();
@@ -293,7 +303,12 @@ async fn sign_up_by_invitation_says_so_closed_has_no_page_and_no_link_and_open_w
     let page = open.client().get(open.url("/signup")).send().await.unwrap().text().await.unwrap();
     assert!(page.contains("Sign-up is not ready yet"), "{page}");
     let (status, _) = open
-        .post(&open.client(), "/signup", "/login", &[("email", "a@example.test"), ("password", "a long password"), ("organization", "A")])
+        .post(
+            &open.client(),
+            "/signup",
+            "/login",
+            &[("email", "a@example.test"), ("password", "a long password"), ("organization", "A")],
+        )
         .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(count(&t, "SELECT count(*) FROM core.accounts WHERE email = 'a@example.test'").await, 0);
@@ -310,10 +325,16 @@ async fn bad_input_is_refused_with_a_clear_4xx_and_nothing_written() {
     let jobs = count(&t, "SELECT count(*) FROM integration.jobs").await;
     let accounts = count(&t, "SELECT count(*) FROM core.accounts").await;
 
-    let (status, said) =
-        app.post(&c, "/signup", "/signup", &[("email", "not-an-email"), ("password", "short"), ("organization", "")]).await;
+    let (status, said) = app
+        .post(&c, "/signup", "/signup", &[("email", "not-an-email"), ("password", "short"), ("organization", "")])
+        .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(said.contains("is not an email address") && said.contains("at least 8 characters") && said.contains("needs a name"), "{said}");
+    assert!(
+        said.contains("is not an email address")
+            && said.contains("at least 8 characters")
+            && said.contains("needs a name"),
+        "{said}"
+    );
     let (status, said) = app.post(&c, "/password/forgot", "/password/forgot", &[("email", "nobody")]).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(said.contains("is not an email address"), "{said}");
@@ -327,9 +348,16 @@ async fn bad_input_is_refused_with_a_clear_4xx_and_nothing_written() {
     let make = async |purpose, valid_ms: u64| {
         let token = key.token(&Seed::new());
         let mut c = t.db.pool.acquire().await.unwrap();
-        account_tokens::insert(&mut c, account, purpose, "member@example.com", &token.hash(), std::time::Duration::from_millis(valid_ms))
-            .await
-            .unwrap();
+        account_tokens::insert(
+            &mut c,
+            account,
+            purpose,
+            "member@example.com",
+            &token.hash(),
+            std::time::Duration::from_millis(valid_ms),
+        )
+        .await
+        .unwrap();
         token.as_str().to_string()
     };
     let good = make(TokenPurpose::VerifyEmail, 3_600_000).await;
@@ -350,7 +378,8 @@ async fn bad_input_is_refused_with_a_clear_4xx_and_nothing_written() {
         assert_eq!(status, want, "POST {token}");
         assert!(said.contains(words), "{said}");
     }
-    let (status, _) = app.post(&c, "/password/reset", "/login", &[("token", &good), ("password", "a new long password")]).await;
+    let (status, _) =
+        app.post(&c, "/password/reset", "/login", &[("token", &good), ("password", "a new long password")]).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "a verification link does not reset a password");
     assert_eq!(count(&t, "SELECT count(*) FROM core.account_tokens WHERE used_at IS NOT NULL").await, 0);
     assert_eq!(count(&t, "SELECT count(*) FROM core.accounts").await, accounts);
@@ -367,13 +396,15 @@ async fn the_sixth_forgot_for_one_email_in_an_hour_sends_nothing_and_answers_the
     let c = app.client();
     let mut answers = vec![];
     for _ in 0..6 {
-        let (status, said) = app.post(&c, "/password/forgot", "/password/forgot", &[("email", "member@example.com")]).await;
+        let (status, said) =
+            app.post(&c, "/password/forgot", "/password/forgot", &[("email", "member@example.com")]).await;
         answers.push((status, said.replace(&csrf_in(&said), "")));
     }
     assert_eq!(mails_to(&t, "member@example.com").await.len(), 5, "the sixth sent nothing");
     assert!(answers.windows(2).all(|w| w[0] == w[1]), "every answer is the same");
     assert!(answers[0].1.contains("If an account has the address member@example.com, we sent it a link"));
-    let (status, unknown) = app.post(&c, "/password/forgot", "/password/forgot", &[("email", "nobody@example.test")]).await;
+    let (status, unknown) =
+        app.post(&c, "/password/forgot", "/password/forgot", &[("email", "nobody@example.test")]).await;
     assert_eq!(
         (status, unknown.replace(&csrf_in(&unknown), "").replace("nobody@example.test", "member@example.com")),
         answers[0]
@@ -394,11 +425,13 @@ async fn a_reset_sets_the_password_ends_every_session_signs_this_browser_in_and_
     let page = browser.get(app.url(&format!("/password/reset?token={token}"))).send().await.unwrap();
     assert_eq!(page.status(), StatusCode::OK);
     assert!(page.text().await.unwrap().contains(r#"name="password" type="password""#));
-    let (status, said) = app.post(&browser, "/password/reset", "/login", &[("token", &token), ("password", "short")]).await;
+    let (status, said) =
+        app.post(&browser, "/password/reset", "/login", &[("token", &token), ("password", "short")]).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(said.contains("at least 8 characters"), "{said}");
-    let (status, to) =
-        app.post(&browser, "/password/reset", "/login", &[("token", &token), ("password", "a brand new password")]).await;
+    let (status, to) = app
+        .post(&browser, "/password/reset", "/login", &[("token", &token), ("password", "a brand new password")])
+        .await;
     assert_eq!((status, to.as_str()), (StatusCode::SEE_OTHER, "/"));
     assert_eq!(browser.get(app.url("/")).send().await.unwrap().status(), StatusCode::OK, "this browser is signed in");
     assert!(old.get(app.url("/")).send().await.unwrap().status().is_redirection(), "the old session ended");
@@ -408,15 +441,17 @@ async fn a_reset_sets_the_password_ends_every_session_signs_this_browser_in_and_
     let notice = mails_to(&t, "member@example.com").await.pop().unwrap();
     assert_eq!(notice.mail.subject, "Your password was reset");
     assert_eq!(count(&t, "SELECT count(*) FROM core.account_events WHERE kind = 'password_reset'").await, 1);
-    let (status, _) =
-        app.post(&app.client(), "/password/reset", "/login", &[("token", &token), ("password", "yet another password")]).await;
+    let (status, _) = app
+        .post(&app.client(), "/password/reset", "/login", &[("token", &token), ("password", "yet another password")])
+        .await;
     assert_eq!(status, StatusCode::GONE, "a reset link works once");
 }
 
 // Concurrency -------------------------------------------------------------------------------------------------
 
 async fn signed_up(t: &TestDb, key: &TokenKey, email: &str) -> (AccountId, Token) {
-    let out = signup::sign_up(&t.db, &links(key), "192.0.2.50", &command(email, &format!("Org of {email}"))).await.unwrap();
+    let out =
+        signup::sign_up(&t.db, &links(key), "192.0.2.50", &command(email, &format!("Org of {email}"))).await.unwrap();
     let SignedUp::Created { account_id, .. } = out else { panic!("{out:?}") };
     (account_id, Token::parse(&last_token(t, key, email).await).unwrap())
 }
@@ -440,9 +475,16 @@ async fn two_uses_of_one_verification_link_at_once_verify_once_and_the_other_is_
 async fn change_link(t: &TestDb, key: &TokenKey, account: AccountId, to: &str) -> Token {
     let token = key.token(&Seed::new());
     let mut c = t.db.pool.acquire().await.unwrap();
-    account_tokens::insert(&mut c, account, TokenPurpose::ChangeEmail, to, &token.hash(), std::time::Duration::from_secs(3600))
-        .await
-        .unwrap();
+    account_tokens::insert(
+        &mut c,
+        account,
+        TokenPurpose::ChangeEmail,
+        to,
+        &token.hash(),
+        std::time::Duration::from_secs(3600),
+    )
+    .await
+    .unwrap();
     token
 }
 
@@ -468,7 +510,10 @@ async fn a_verification_paused_on_its_link_while_the_email_changes_is_refused_in
     let e = verified.unwrap_err().to_string();
     assert!(e.contains("verifies old@example.test, which is no longer the account's address"), "{e}");
     let (email, ok): (String, bool) = t
-        .one(sqlx::query_as("SELECT email, email_verified_at IS NOT NULL FROM core.accounts WHERE account_id = $1").bind(account.0))
+        .one(
+            sqlx::query_as("SELECT email, email_verified_at IS NOT NULL FROM core.accounts WHERE account_id = $1")
+                .bind(account.0),
+        )
         .await;
     assert_eq!((email.as_str(), ok), ("new-address@example.test", true));
     let notice = mails_to(&t, "old@example.test").await.pop().unwrap();
@@ -496,7 +541,10 @@ async fn a_verification_holding_the_account_row_makes_the_email_change_wait_and_
     assert!(w.finish().await.is_ok(), "the verification of the old address went first");
     assert!(racing.await.unwrap().is_ok());
     let (email, ok): (String, bool) = t
-        .one(sqlx::query_as("SELECT email, email_verified_at IS NOT NULL FROM core.accounts WHERE account_id = $1").bind(account.0))
+        .one(
+            sqlx::query_as("SELECT email, email_verified_at IS NOT NULL FROM core.accounts WHERE account_id = $1")
+                .bind(account.0),
+        )
         .await;
     assert_eq!((email.as_str(), ok), ("second@example.test", true));
 }
@@ -527,8 +575,9 @@ async fn a_verification_walked_lock_by_lock_takes_its_links_row_then_its_account
     ready(&t).await;
     let key = TokenKey::from_session_key(&[5; 64]);
     let (account, token) = signed_up(&t, &key, "walkv@example.test").await;
-    let token_id: i64 =
-        t.one(sqlx::query_scalar("SELECT token_id FROM core.account_tokens WHERE account_id = $1").bind(account.0)).await;
+    let token_id: i64 = t
+        .one(sqlx::query_scalar("SELECT token_id FROM core.account_tokens WHERE account_id = $1").bind(account.0))
+        .await;
     let steps = [
         Step::Lock(Expect::row("core.account_tokens", token_id)),
         Step::Lock(Expect::row_in("core.accounts", account.0, RowMode::NoKeyUpdate)),
@@ -549,7 +598,10 @@ async fn a_password_reset_walked_lock_by_lock_takes_its_links_row_then_its_accou
     let account = account_of(&t, "member@example.com").await.0;
     let token = Token::parse(&last_token(&t, &key, "member@example.com").await).unwrap();
     let token_id: i64 = t
-        .one(sqlx::query_scalar("SELECT token_id FROM core.account_tokens WHERE account_id = $1 AND used_at IS NULL").bind(account.0))
+        .one(
+            sqlx::query_scalar("SELECT token_id FROM core.account_tokens WHERE account_id = $1 AND used_at IS NULL")
+                .bind(account.0),
+        )
         .await;
     let steps = [
         Step::Lock(Expect::row("core.account_tokens", token_id)),
@@ -576,7 +628,11 @@ async fn a_new_link_walked_lock_by_lock_retires_the_accounts_unused_links_of_its
     })
     .await
     .unwrap();
-    assert_eq!(count(&t, "SELECT count(*) FROM core.account_tokens WHERE used_at IS NULL").await, 1, "only the new one works");
+    assert_eq!(
+        count(&t, "SELECT count(*) FROM core.account_tokens WHERE used_at IS NULL").await,
+        1,
+        "only the new one works"
+    );
     assert_eq!(mails_to(&t, "member@example.com").await.len(), 2);
 }
 
@@ -585,7 +641,12 @@ async fn choosing_the_sign_up_type_walked_lock_by_lock_takes_the_singleton_row_t
     let t = demo_db().await;
     let community = ready(&t).await;
     let other: i64 = t
-        .one(sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE org_type_id <> $1 ORDER BY org_type_id LIMIT 1").bind(community.0))
+        .one(
+            sqlx::query_scalar(
+                "SELECT org_type_id FROM core.org_types WHERE org_type_id <> $1 ORDER BY org_type_id LIMIT 1",
+            )
+            .bind(community.0),
+        )
         .await;
     let steps = [Step::Rows(vec![
         Expect::row_in("core.signup_org_type", "true", RowMode::NoKeyUpdate),

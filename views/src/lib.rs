@@ -63,8 +63,8 @@ pub use pages::{
     signup::{ForgotView, LinkView, SignupView, forgot, link_page, link_refused, resent, signup, unverified_banner},
     sites::{OrgSites, RequestLine, SiteLine, SitesView, member_sites, sites_section},
     topology::{
-        ActReachPreview, Choice, LadderView, OrgTypeRow, Placed, SignupTypeView, TierAddPreview, TierRemovalPreview, TierRow,
-        TopologyView, act_reach_preview, add_tier_form, default_change_form, delete_tier_form, ladder_order_form,
-        remove_tier_form, tier_add_preview, tier_order_form, tier_removal_preview, topology,
+        ActReachPreview, Choice, LadderView, OrgTypeRow, Placed, SignupTypeView, TierAddPreview, TierRemovalPreview,
+        TierRow, TopologyView, act_reach_preview, add_tier_form, default_change_form, delete_tier_form,
+        ladder_order_form, remove_tier_form, tier_add_preview, tier_order_form, tier_removal_preview, topology,
     },
 };

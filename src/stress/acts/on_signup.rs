@@ -35,7 +35,11 @@ fn address(rng: &mut Rng) -> String {
 }
 
 /// An operator marks one of the org types (of the first few) for sign-up.
-pub(in crate::stress) async fn choose_signup_type(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+pub(in crate::stress) async fn choose_signup_type(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    note: &mut Note,
+) -> Result<Outcome, Failure> {
     let types = {
         let mut tx = ctx.db.read().await?;
         let t = crate::store::catalog::org_types(tx.conn()).await;
@@ -69,7 +73,12 @@ async fn account(ctx: &Ctx, e: &str) -> Result<Option<(crate::ids::AccountId, St
 }
 
 /// A new link of `purpose` for one of the stress accounts (as its mail would carry), kept.
-async fn new_link(ctx: &Ctx, rng: &mut Rng, purpose: TokenPurpose, note: &mut Note) -> Result<Option<crate::services::tokens::Token>, Failure> {
+async fn new_link(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    purpose: TokenPurpose,
+    note: &mut Note,
+) -> Result<Option<crate::services::tokens::Token>, Failure> {
     let e = email(rng);
     note.detail = e.clone();
     let Some((id, address)) = account(ctx, &e).await? else { return Ok(None) };
@@ -95,7 +104,11 @@ pub(in crate::stress) async fn reset_password(ctx: &Ctx, rng: &mut Rng, note: &m
 }
 
 /// Forgot password for a stress email: the account's unused reset links retired, a new one.
-pub(in crate::stress) async fn mail_account_link(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+pub(in crate::stress) async fn mail_account_link(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    note: &mut Note,
+) -> Result<Outcome, Failure> {
     let e = email(rng);
     note.detail = e.clone();
     let parsed = Email::parse(&e).map_err(Failure::Error)?;

@@ -127,7 +127,8 @@ fn login_page_with(
     let signup = req
         .app_data::<web::Data<AppState>>()
         .is_some_and(|s| s.config.signup_mode() == crate::config::SignupMode::Open);
-    let body = views::login(&views::LoginView { email, error, csrf_token: &csrf, next: safe_next(next), signup, notice });
+    let body =
+        views::login(&views::LoginView { email, error, csrf_token: &csrf, next: safe_next(next), signup, notice });
     render::bare(req, status, "Sign in", body)
 }
 

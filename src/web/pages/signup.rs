@@ -192,7 +192,9 @@ pub async fn verify_page(
 ) -> Result<HttpResponse, AppError> {
     let heading = "Verify your email address";
     let glanced = match parsed(&q.token) {
-        Ok(t) => signup::glance(&state.db, &t, &[TokenPurpose::VerifyEmail, TokenPurpose::ChangeEmail]).await.map(|g| (t, g)),
+        Ok(t) => {
+            signup::glance(&state.db, &t, &[TokenPurpose::VerifyEmail, TokenPurpose::ChangeEmail]).await.map(|g| (t, g))
+        }
         Err(e) => Err(e),
     };
     let (token, link) = match glanced {
@@ -242,14 +244,19 @@ pub async fn verify(
 #[tracing::instrument(name = "Page: send the verification link again", skip_all, fields(account_id = %who.account_id))]
 pub async fn resend(Call { who: Member(who), req, state }: MemberCall) -> Result<HttpResponse, AppError> {
     if !state.mail_on {
-        return Err(AppError::Refused("This console sends no mail yet, so no link can be sent. Ask the console's operator.".into()));
+        return Err(AppError::Refused(
+            "This console sends no mail yet, so no link can be sent. Ask the console's operator.".into(),
+        ));
     }
     let address = client_address(&req, &state.config.trusted_proxies);
-    let said = match signup::resend_verification(&state.db, &links(&req, &state), &who.session_account(), &address).await? {
-        // The same words past the limits: a limit tells nothing.
-        Resent::Sent => format!("We sent a new link to {}. It works for 24 hours; earlier links no longer do.", who.email),
-        Resent::AlreadyVerified => "Your email address is verified already.".to_string(),
-    };
+    let said =
+        match signup::resend_verification(&state.db, &links(&req, &state), &who.session_account(), &address).await? {
+            // The same words past the limits: a limit tells nothing.
+            Resent::Sent => {
+                format!("We sent a new link to {}. It works for 24 hours; earlier links no longer do.", who.email)
+            }
+            Resent::AlreadyVerified => "Your email address is verified already.".to_string(),
+        };
     Ok(render::ok(&req, "Verification link", views::resent(&said)))
 }
 
@@ -311,7 +318,8 @@ pub struct ResetForm {
 
 fn reset_card(req: &HttpRequest, status: StatusCode, token: &str, email: &str, error: Option<&str>) -> HttpResponse {
     let csrf = csrf_token(req);
-    let lead = format!("Choose a new password for {email}. Every session of the account ends, and this browser is signed in.");
+    let lead =
+        format!("Choose a new password for {email}. Every session of the account ends, and this browser is signed in.");
     let v = views::LinkView {
         heading: "Set a new password",
         lead: &lead,
@@ -363,7 +371,8 @@ pub async fn reset(
     };
     let address = client_address(&req, &state.config.trusted_proxies);
     let previous = session.get::<String>(SESSION_TOKEN).ok().flatten();
-    match signup::reset_password(&state.db, &links(&req, &state), &token, &password, &address, previous.as_deref()).await
+    match signup::reset_password(&state.db, &links(&req, &state), &token, &password, &address, previous.as_deref())
+        .await
     {
         Ok(r) => {
             establish(&session, &r.session_token)?;

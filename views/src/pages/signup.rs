@@ -195,13 +195,9 @@ mod tests {
     #[test]
     fn a_sign_up_form_echoes_the_email_and_organization_but_never_the_password() {
         let errors = vec!["A password needs at least 8 characters".to_string()];
-        let out = signup(&SignupView::Form {
-            email: "a@b.org",
-            organization: "<Acme>",
-            errors: &errors,
-            csrf_token: "t",
-        })
-        .into_string();
+        let out =
+            signup(&SignupView::Form { email: "a@b.org", organization: "<Acme>", errors: &errors, csrf_token: "t" })
+                .into_string();
         assert!(out.contains(r#"value="a@b.org""#) && out.contains(r#"value="&lt;Acme&gt;""#));
         assert!(out.contains(r#"name="password" type="password" value="""#));
         assert!(out.contains("A password needs at least 8 characters"));
