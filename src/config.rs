@@ -55,6 +55,46 @@ pub struct Config {
     pub farm: FarmSettings,
     /// Mail to people: the SMTP server and the sender.
     pub mail: MailSettings,
+    /// Who may sign up (`CONSOLE_SIGNUP`); None when unset (the default, `invite`; `serve --demo`
+    /// makes it `open`).
+    pub signup: Option<SignupMode>,
+}
+
+/// `CONSOLE_SIGNUP`: whether the sign-up page makes accounts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignupMode {
+    /// Anyone may sign up.
+    Open,
+    /// The sign-up page says sign-up is by invitation.
+    Invite,
+    /// No sign-up page, and no link to one.
+    Closed,
+}
+
+impl SignupMode {
+    pub fn parse(s: &str) -> Result<SignupMode, String> {
+        match s.trim() {
+            "open" => Ok(SignupMode::Open),
+            "invite" => Ok(SignupMode::Invite),
+            "closed" => Ok(SignupMode::Closed),
+            other => Err(format!("{other:?} is not one of open, invite, closed")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignupMode::Open => "open",
+            SignupMode::Invite => "invite",
+            SignupMode::Closed => "closed",
+        }
+    }
+}
+
+impl Config {
+    /// Who may sign up: as set, or `invite`.
+    pub fn signup_mode(&self) -> SignupMode {
+        self.signup.unwrap_or(SignupMode::Invite)
+    }
 }
 
 /// `SMTP_URL` (lettre's form: `smtp://host:port` plain for a local relay,
@@ -314,6 +354,10 @@ impl Config {
             ));
         }
 
+        let signup = get("CONSOLE_SIGNUP")
+            .map(|v| SignupMode::parse(&v).map_err(|why| invalid("CONSOLE_SIGNUP", why)))
+            .transpose()?;
+
         let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
         if needs_dir {
             std::fs::create_dir_all(&data_dir).map_err(|source| ConfigError::Io { path: data_dir.clone(), source })?;
@@ -347,6 +391,7 @@ impl Config {
             stripe,
             farm,
             mail,
+            signup,
         })
     }
 
@@ -415,7 +460,11 @@ impl fmt::Display for Config {
             Some(u) => writeln!(f, "SMTP_URL={}", mask_url(u))?,
             None => writeln!(f, "SMTP_URL=(unset: serve --demo starts the mail catcher; otherwise mail is off)")?,
         }
-        write!(f, "MAIL_FROM={}", self.mail.from)
+        writeln!(f, "MAIL_FROM={}", self.mail.from)?;
+        match self.signup {
+            Some(m) => write!(f, "CONSOLE_SIGNUP={}", m.as_str()),
+            None => write!(f, "CONSOLE_SIGNUP=(unset: invite; serve --demo makes it open)"),
+        }
     }
 }
 
@@ -524,6 +573,20 @@ mod tests {
         let mut m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         m.insert("CONSOLE_DATA_DIR".into(), dir.display().to_string());
         Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn sign_up_is_by_invitation_unless_set_and_a_wrong_value_is_refused_by_name() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!((c.signup, c.signup_mode()), (None, SignupMode::Invite));
+        assert!(c.to_string().contains("CONSOLE_SIGNUP=(unset: invite"));
+        for (v, m) in [("open", SignupMode::Open), ("invite", SignupMode::Invite), ("closed", SignupMode::Closed)] {
+            let c = cfg(&[("CONSOLE_SIGNUP", v)]).unwrap();
+            assert_eq!(c.signup_mode(), m);
+            assert!(c.to_string().contains(&format!("CONSOLE_SIGNUP={v}")));
+        }
+        let e = cfg(&[("CONSOLE_SIGNUP", "maybe")]).err().unwrap().to_string();
+        assert!(e.contains("CONSOLE_SIGNUP") && e.contains("maybe"), "{e}");
     }
 
     #[test]

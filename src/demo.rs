@@ -140,6 +140,12 @@ pub async fn load_with_community(db: &Db) -> anyhow::Result<()> {
         let mut conn = db.pool.acquire().await?;
         catalog::org_types(&mut conn).await?.into_iter().find(|t| t.name == "Community").map(|t| t.org_type_id)
     };
+    // Sign-up (open in the demo) makes Community organizations, unless an operator chose another.
+    if let Some(t) = community
+        && crate::services::signup::signup_type(db).await?.is_none()
+    {
+        crate::services::signup::choose_signup_type(db, t).await?;
+    }
     community_wikis(db, community).await
 }
 

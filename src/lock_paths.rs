@@ -91,6 +91,12 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::desired_state::read_back::READ_BACK_ITEM_LOCKS,
         &crate::services::desired_state::connections::EDIT_CONNECTION_LOCKS,
         &crate::services::observability::SAMPLE_LOCKS,
+        // Issue 38, sign-up, verification and password reset.
+        &crate::services::signup::CHOOSE_SIGNUP_TYPE_LOCKS,
+        &crate::services::signup::SIGN_UP_LOCKS,
+        &crate::services::signup::USE_EMAIL_TOKEN_LOCKS,
+        &crate::services::signup::MAIL_ACCOUNT_LINK_LOCKS,
+        &crate::services::signup::RESET_PASSWORD_LOCKS,
     ]
 }
 

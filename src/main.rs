@@ -484,7 +484,16 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
         farm: farm.clone(),
         mail: mail.mailer.is_some() || b.config.mail.smtp_url.is_some(),
     };
-    let server = web::serve_connected(listener, b.db.clone(), Arc::clone(&b.config), connected)?;
+    // The demo is open to sign-up unless CONSOLE_SIGNUP says otherwise.
+    let config = if with_demo && b.config.signup.is_none() {
+        let mut c = (*b.config).clone();
+        c.signup = Some(member_console::config::SignupMode::Open);
+        Arc::new(c)
+    } else {
+        Arc::clone(&b.config)
+    };
+    eprintln!("Sign-up: {} (CONSOLE_SIGNUP)", config.signup_mode().as_str());
+    let server = web::serve_connected(listener, b.db.clone(), config, connected)?;
     let handle = server.handle();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sampler = tokio::spawn(member_console::services::observability::run_sampler(

@@ -19,6 +19,7 @@ pub mod plan_acts;
 pub mod reads;
 pub mod refusal;
 pub mod rule_changes;
+pub mod signup;
 pub mod tokens;
 pub mod topology;
 

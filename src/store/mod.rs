@@ -20,6 +20,7 @@ pub mod paging;
 pub mod plan_acts;
 pub mod plan_changes;
 pub mod rule_changes;
+pub mod signup;
 pub mod site_entry;
 pub mod site_pages;
 pub mod topology;

@@ -115,6 +115,17 @@ pub enum StressPath {
     RepairAtStart,
     /// A mail send reserved against one of a few addresses and emails (the limits' rows).
     ReserveMailSend,
+    // Issue 38, sign-up, verification and password reset (acts/on_signup.rs).
+    /// An operator marks one of the first org types for sign-up, under the sign-ups.
+    ChooseSignupType,
+    /// One of a few dozen stress emails signs up (new, then existing: a notice).
+    SignUp,
+    /// A verification link of a stress account used, beside the others' uses and replacements.
+    UseEmailToken,
+    /// Forgot password for a stress email: its unused reset links retired, a new one made.
+    MailAccountLink,
+    /// A reset link of a stress account used: every session ends, one starts.
+    ResetPassword,
 }
 
 /// The groups one after another, at compile time, so a path's group is the one place it is
@@ -139,7 +150,7 @@ const fn joined<const N: usize>(groups: &[&[StressPath]]) -> [StressPath; N] {
 impl StressPath {
     /// Every path, each group listed once below and joined here in the order the tasks' weights
     /// and the report go through them.
-    pub const ALL: [StressPath; 61] = joined(&[
+    pub const ALL: [StressPath; 66] = joined(&[
         &[
             StressPath::CreateOrganization,
             StressPath::ConferGrant,
@@ -161,7 +172,17 @@ impl StressPath {
         &StressPath::BILLING_PATHS,
         &StressPath::SITE_PATHS,
         &StressPath::RELAY_PATHS,
+        &StressPath::SIGNUP_PATHS,
     ]);
+
+    /// Issue 38, sign-up, verification and password reset.
+    pub const SIGNUP_PATHS: [StressPath; 5] = [
+        StressPath::ChooseSignupType,
+        StressPath::SignUp,
+        StressPath::UseEmailToken,
+        StressPath::MailAccountLink,
+        StressPath::ResetPassword,
+    ];
 
     /// The desired-state relay's paths.
     pub const RELAY_PATHS: [StressPath; 5] = [
@@ -292,6 +313,11 @@ impl StressPath {
             StressPath::LastProbe => pa::LAST_PROBE_LOCKS.path,
             StressPath::SignIn => auth::SIGN_IN_LOCKS.path,
             StressPath::ReserveMailSend => crate::services::mail_limits::RESERVE_MAIL_SEND_LOCKS.path,
+            StressPath::ChooseSignupType => crate::services::signup::CHOOSE_SIGNUP_TYPE_LOCKS.path,
+            StressPath::SignUp => crate::services::signup::SIGN_UP_LOCKS.path,
+            StressPath::UseEmailToken => crate::services::signup::USE_EMAIL_TOKEN_LOCKS.path,
+            StressPath::MailAccountLink => crate::services::signup::MAIL_ACCOUNT_LINK_LOCKS.path,
+            StressPath::ResetPassword => crate::services::signup::RESET_PASSWORD_LOCKS.path,
             StressPath::CompactCounts => org_svc::COMPACT_COUNTS_LOCKS.path,
             StressPath::SampleMinute => crate::services::observability::SAMPLE_LOCKS.path,
             StressPath::ReconcileSubscription => billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.path,
@@ -364,6 +390,13 @@ impl StressPath {
             StressPath::SignIn | StressPath::CompactCounts | StressPath::SampleMinute => 2,
             // Rows of their own; cheap.
             StressPath::ReserveMailSend => 2,
+            // Rows of their own mostly (accounts, links); a sign-up creates an organization
+            // under the shared rendezvous, as create-organization does.
+            StressPath::ChooseSignupType => 1,
+            StressPath::SignUp
+            | StressPath::UseEmailToken
+            | StressPath::MailAccountLink
+            | StressPath::ResetPassword => 2,
             // A reconcile takes the rendezvous and a billed organization's pool row (the shared
             // ones' are the grant paths' and the conferral changes'), after one or two calls to
             // the stand-in: about as often as a conferral change's bounds.

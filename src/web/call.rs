@@ -92,7 +92,8 @@ impl<D: PageRead> FromRequest for MemberPage<D> {
                 return Err(InternalError::from_response("sign in", redirect_to_login(&req)).into());
             };
             tracing::Span::current().record("account_id", a.account_id.0);
-            let who = Identity { account_id: a.account_id, email: a.email, is_operator: a.is_operator };
+            let who =
+                Identity { account_id: a.account_id, email: a.email, is_operator: a.is_operator, verified: a.verified };
             // The page's layout reads who is signed in from here, as on every other page.
             req.extensions_mut().insert(who.clone());
             Ok(MemberPage { who, req, state, doc })
@@ -111,7 +112,7 @@ mod tests {
     fn asked_by(is_operator: Option<bool>) -> HttpRequest {
         let req = TestRequest::post().to_http_request();
         if let Some(is_operator) = is_operator {
-            let who = Identity { account_id: AccountId(1), email: "a@example.org".into(), is_operator };
+            let who = Identity { account_id: AccountId(1), email: "a@example.org".into(), is_operator, verified: true };
             req.extensions_mut().insert(who);
         }
         req

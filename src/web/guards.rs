@@ -89,7 +89,8 @@ async fn identify(req: &ServiceRequest) -> Result<Option<Identity>, AppError> {
     match crate::services::auth::resume_session(&state.db, &token).await? {
         Some(a) => {
             tracing::Span::current().record("account_id", a.account_id.0);
-            let who = Identity { account_id: a.account_id, email: a.email, is_operator: a.is_operator };
+            let who =
+                Identity { account_id: a.account_id, email: a.email, is_operator: a.is_operator, verified: a.verified };
             req.extensions_mut().insert(who.clone());
             Ok(Some(who))
         }

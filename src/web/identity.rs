@@ -21,6 +21,20 @@ pub struct Identity {
     pub account_id: AccountId,
     pub email: String,
     pub is_operator: bool,
+    /// Whether the account proved it reads its email (the banner, and the acts that wait for it).
+    pub verified: bool,
+}
+
+impl Identity {
+    /// As the services take the signed-in account.
+    pub fn session_account(&self) -> crate::store::accounts::SessionAccount {
+        crate::store::accounts::SessionAccount {
+            account_id: self.account_id,
+            email: self.email.clone(),
+            is_operator: self.is_operator,
+            verified: self.verified,
+        }
+    }
 }
 
 /// The session keys.

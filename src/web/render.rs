@@ -70,7 +70,8 @@ pub fn bare(req: &HttpRequest, status: StatusCode, title: &str, body: Markup) ->
 
 fn markup(req: &HttpRequest, title: &str, body: Markup, partial: bool, bare: bool) -> Markup {
     let who = identity(req);
-    let signed_in = who.as_ref().map(|i| SignedIn { email: i.email.clone(), is_operator: i.is_operator });
+    let signed_in =
+        who.as_ref().map(|i| SignedIn { email: i.email.clone(), is_operator: i.is_operator, verified: i.verified });
     let csrf = csrf_token(req);
     let p = Page {
         title,

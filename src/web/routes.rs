@@ -110,6 +110,18 @@ route_table! {
     Public GET LOGIN => pages::auth::login_form;
     Public POST LOGIN => pages::auth::login;
     Public POST LOGOUT => pages::auth::logout;
+    // Issue 38, sign-up, verification and password reset: the links carry no session (a GET
+    // shows the link's page, only its POST acts).
+    Public GET SIGNUP => pages::signup::signup_form;
+    Public POST SIGNUP => pages::signup::signup_post;
+    Public GET ACCOUNT_VERIFY => pages::signup::verify_page;
+    Public POST ACCOUNT_VERIFY => pages::signup::verify;
+    Member POST ACCOUNT_VERIFY_RESEND => pages::signup::resend;
+    Public GET PASSWORD_FORGOT => pages::signup::forgot_form;
+    Public POST PASSWORD_FORGOT => pages::signup::forgot;
+    Public GET PASSWORD_RESET => pages::signup::reset_page;
+    Public POST PASSWORD_RESET => pages::signup::reset;
+    Operator POST ORG_TYPE_SIGNUP => pages::topology::choose_signup_type;
 
     MemberPage GET HOME => pages::home::home;
     MemberPage GET SITES => pages::sites::sites_page;

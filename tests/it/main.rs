@@ -31,6 +31,7 @@ mod replicas;
 mod request_ids;
 mod route_policy;
 mod rule_changes;
+mod signup;
 mod site_editing;
 mod site_maintenance;
 mod site_swaps;

@@ -20,6 +20,8 @@ pub const PRODUCT: &str = "Member Console";
 pub struct SignedIn {
     pub email: String,
     pub is_operator: bool,
+    /// Whether the account proved it reads its email; until then every page says so.
+    pub verified: bool,
 }
 
 /// What the layout needs to know about the page being rendered.
@@ -71,6 +73,9 @@ fn document(p: &Page, with_heading: bool, body: Markup) -> Markup {
                 a.skip-link href="#main" { "Skip to content" }
                 (top_bar(p))
                 main #main tabindex="-1" {
+                    @if let Some(user) = p.signed_in.filter(|u| !u.verified) {
+                        (crate::pages::signup::unverified_banner(&user.email, p.csrf_token))
+                    }
                     @if with_heading && !p.title.is_empty() {
                         h1 { (p.title) }
                     }
@@ -192,7 +197,7 @@ mod tests {
     }
 
     fn user(is_operator: bool) -> SignedIn {
-        SignedIn { email: "ann@example.org".into(), is_operator }
+        SignedIn { email: "ann@example.org".into(), is_operator, verified: true }
     }
 
     #[test]
@@ -278,7 +283,7 @@ mod tests {
 
     #[test]
     fn data_in_layout_is_escaped() {
-        let u = SignedIn { email: "<script>alert(1)</script>@x".into(), is_operator: false };
+        let u = SignedIn { email: "<script>alert(1)</script>@x".into(), is_operator: false, verified: true };
         let p = Page { title: "<script>t</script>", ..sample(Some(&u), "t", "/") };
         let out = page(&p, html! {}).into_string();
         assert!(!out.contains("<script>alert"));

@@ -59,10 +59,12 @@ pub use pages::{
         ActProgress, FailedPool, RuleChangeListRow, RuleChangeView, rule_change_list, rule_change_page,
         rule_change_progress,
     },
+    // Issue 38, sign-up, verification and password reset.
+    signup::{ForgotView, LinkView, SignupView, forgot, link_page, link_refused, resent, signup, unverified_banner},
     sites::{OrgSites, RequestLine, SiteLine, SitesView, member_sites, sites_section},
     topology::{
-        ActReachPreview, Choice, LadderView, OrgTypeRow, Placed, TierAddPreview, TierRemovalPreview, TierRow,
-        TopologyView, act_reach_preview, add_tier_form, default_change_form, delete_tier_form, ladder_order_form,
-        remove_tier_form, tier_add_preview, tier_order_form, tier_removal_preview, topology,
+        ActReachPreview, Choice, LadderView, OrgTypeRow, Placed, SignupTypeView, TierAddPreview, TierRemovalPreview,
+        TierRow, TopologyView, act_reach_preview, add_tier_form, default_change_form, delete_tier_form,
+        ladder_order_form, remove_tier_form, tier_add_preview, tier_order_form, tier_removal_preview, topology,
     },
 };

@@ -96,6 +96,17 @@ pub const CONNECTION_TEST: &str = "/operator/connections/{id}/test";
 pub const CONNECTION_CHECK: &str = "/operator/connections/{id}/check";
 pub const CONNECTION_DELETE: &str = "/operator/connections/{id}/delete";
 
+// Issue 38, sign-up, verification and password reset.
+pub const SIGNUP: &str = "/signup";
+/// A verification (or email change) link: GET shows it, POST uses it.
+pub const ACCOUNT_VERIFY: &str = "/account/verify";
+pub const ACCOUNT_VERIFY_RESEND: &str = "/account/verify/resend";
+pub const PASSWORD_FORGOT: &str = "/password/forgot";
+/// A reset link: GET shows the new-password form, POST sets it.
+pub const PASSWORD_RESET: &str = "/password/reset";
+/// An operator marks an org type as the one sign-up gives.
+pub const ORG_TYPE_SIGNUP: &str = "/operator/topology/org-types/{id}/signup";
+
 /// Every pattern above, for the test that checks each is routed.
 pub const ALL: &[&str] = &[
     HEALTHZ,
@@ -173,6 +184,13 @@ pub const ALL: &[&str] = &[
     CONNECTION_TEST,
     CONNECTION_CHECK,
     CONNECTION_DELETE,
+    // Issue 38, sign-up, verification and password reset.
+    SIGNUP,
+    ACCOUNT_VERIFY,
+    ACCOUNT_VERIFY_RESEND,
+    PASSWORD_FORGOT,
+    PASSWORD_RESET,
+    ORG_TYPE_SIGNUP,
 ];
 
 /// The pattern with each `{…}` segment replaced, in order, by the next value. The values are

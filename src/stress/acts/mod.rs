@@ -10,6 +10,7 @@ mod on_grants;
 mod on_plan_acts;
 mod on_rule_changes;
 mod on_sign_in;
+mod on_signup;
 mod on_site_upkeep;
 mod on_sites;
 
@@ -20,6 +21,7 @@ pub(super) use on_grants::*;
 pub(super) use on_plan_acts::*;
 pub(super) use on_rule_changes::*;
 pub(super) use on_sign_in::*;
+pub(super) use on_signup::*;
 pub(super) use on_site_upkeep::*;
 pub(super) use on_sites::*;
 

@@ -39,6 +39,9 @@ impl FromField for NextPath {
 pub struct NextQuery {
     #[serde(default)]
     next: Field<Option<NextPath>>,
+    /// Set after an email was verified from a browser not signed in (`?verified=1`).
+    #[serde(default)]
+    verified: Option<String>,
 }
 
 impl NextQuery {
@@ -109,8 +112,23 @@ fn login_page(
     error: Option<&str>,
     next: Option<&str>,
 ) -> HttpResponse {
+    login_page_with(req, status, email, error, next, None)
+}
+
+fn login_page_with(
+    req: &HttpRequest,
+    status: StatusCode,
+    email: &str,
+    error: Option<&str>,
+    next: Option<&str>,
+    notice: Option<&str>,
+) -> HttpResponse {
     let csrf = csrf_token(req);
-    let body = views::login(&views::LoginView { email, error, csrf_token: &csrf, next: safe_next(next) });
+    let signup = req
+        .app_data::<web::Data<AppState>>()
+        .is_some_and(|s| s.config.signup_mode() == crate::config::SignupMode::Open);
+    let body =
+        views::login(&views::LoginView { email, error, csrf_token: &csrf, next: safe_next(next), signup, notice });
     render::bare(req, status, "Sign in", body)
 }
 
@@ -119,7 +137,8 @@ pub async fn login_form(req: HttpRequest, q: web::Query<NextQuery>) -> HttpRespo
     if identity(&req).is_some() {
         return after_post(&req, q.next().unwrap_or(paths::HOME));
     }
-    login_page(&req, StatusCode::OK, "", None, q.next())
+    let notice = q.verified.is_some().then_some("Your email is verified; sign in.");
+    login_page_with(&req, StatusCode::OK, "", None, q.next(), notice)
 }
 
 #[tracing::instrument(name = "Page: post sign-in", skip_all)]

@@ -461,6 +461,8 @@ pub async fn checkout(
     Call { who: Member(who), req, state }: MemberCall,
     form: Form<CheckoutForm>,
 ) -> Result<HttpResponse, AppError> {
+    // An unverified account is refused in words before anything is read or sent.
+    crate::services::accounts::must_be_verified(&who.session_account(), "buy a plan")?;
     let Buy { organization_id, price_id, quantity } = Buy::try_from(form.into_inner())?;
     let span = tracing::Span::current();
     span.record("organization_id", organization_id.0);

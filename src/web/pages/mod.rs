@@ -14,6 +14,7 @@ pub mod organizations;
 pub mod plan_acts;
 pub mod product_prices;
 pub mod rule_changes;
+pub mod signup;
 pub mod sites;
 pub mod topology;
 pub mod webhooks;

@@ -346,6 +346,8 @@ pub async fn create(
     Call { who: Member(who), req, state }: MemberCall,
     form: Form<CreateForm>,
 ) -> Result<HttpResponse, AppError> {
+    // An unverified account is refused in words before anything is read or written.
+    crate::services::accounts::must_be_verified(&who.session_account(), "create a site")?;
     connected(&state)?;
     let org = organization(&form.organization_id)?;
     let values = form.values();

@@ -215,7 +215,12 @@ async fn view(
 ) -> Result<views::TopologyView, AppError> {
     let t = services::reads::topology(&state.db).await?;
     let products = services::reads::tier_product_options(&state.db).await?;
+    let signup_type = services::signup::signup_type(&state.db).await?;
     Ok(views::TopologyView {
+        signup: views::SignupTypeView {
+            mode: state.config.signup_mode().as_str().to_string(),
+            chosen: signup_type.map(|(t, _)| t.0),
+        },
         csrf: csrf_token(req),
         products: products.into_iter().map(|(id, name)| views::Choice { id: id.0, name }).collect(),
         add_forms: forms.add,
@@ -274,6 +279,7 @@ enum Done {
     TierDeleted,
     TierRemoved,
     Order,
+    SignupType,
 }
 
 /// The page's query: a note of what was done (anything else, and the page shows no note).
@@ -291,6 +297,7 @@ pub async fn topology(Call { req, state, .. }: OperatorCall) -> Result<HttpRespo
             Done::TierDeleted => "The tier was deleted.",
             Done::TierRemoved => "The tier was removed and its holders moved.",
             Done::Order => "The ladders' order was saved.",
+            Done::SignupType => "The sign-up type was chosen.",
         }
         .to_string()
     });
@@ -562,4 +569,20 @@ pub async fn tier_order(
         views::tier_order_form(&v.csrf, id, &tiers, f)
     })
     .await
+}
+
+/// The sign-up type's form: its button, nothing else.
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChooseSignupTypeForm {}
+
+/// Issue 38: mark an org type as the one a sign-up's organization gets.
+#[tracing::instrument(name = "Page: choose the sign-up type", skip_all, fields(org_type_id = %*id))]
+pub async fn choose_signup_type(
+    Call { req, state, .. }: OperatorCall,
+    id: web::Path<OrgTypeId>,
+    _form: Form<ChooseSignupTypeForm>,
+) -> Result<HttpResponse, AppError> {
+    services::signup::choose_signup_type(&state.db, *id).await?;
+    Ok(crate::web::forms::after_post(&req, &format!("{}?done=signup-type", paths::TOPOLOGY)))
 }

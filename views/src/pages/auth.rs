@@ -14,6 +14,10 @@ pub struct LoginView<'a> {
     pub csrf_token: &'a str,
     /// Where to go after signing in; carried through the POST as a hidden field.
     pub next: Option<&'a str>,
+    /// Whether sign-up is open (the page offers it).
+    pub signup: bool,
+    /// Good news above the form (an email just verified).
+    pub notice: Option<&'a str>,
 }
 
 /// The centred sign-in card. It carries its own `<h1>`, so render it with
@@ -22,6 +26,9 @@ pub fn login(v: &LoginView) -> Markup {
     html! {
         section.signin-card {
             h1 { "Sign in" }
+            @if let Some(n) = v.notice {
+                (crate::components::notice(n))
+            }
             @if let Some(error) = v.error {
                 (refusal("Could not sign you in", error))
             }
@@ -33,6 +40,12 @@ pub fn login(v: &LoginView) -> Markup {
                 (input_field(&email_field(v.email)))
                 (input_field(&password_field()))
                 button.btn.btn-primary.btn-block type="submit" { "Sign in" }
+            }
+            p.signin-links {
+                a href=(paths::PASSWORD_FORGOT) { "Forgot your password?" }
+                @if v.signup {
+                    " · " a href=(paths::SIGNUP) { "Sign up" }
+                }
             }
         }
     }
@@ -62,7 +75,7 @@ mod tests {
     use super::*;
 
     fn view<'a>(error: Option<&'a str>, next: Option<&'a str>) -> LoginView<'a> {
-        LoginView { email: "ann@example.org", error, csrf_token: "tok", next }
+        LoginView { email: "ann@example.org", error, csrf_token: "tok", next, signup: false, notice: None }
     }
 
     #[test]
@@ -86,6 +99,15 @@ mod tests {
         assert!(alert < form);
         assert!(out.contains("<p>Wrong &lt;email&gt; or password.</p>"));
         assert!(out.contains(r#"<input type="hidden" name="next" value="/sites?a=1&amp;b=2">"#));
+    }
+
+    #[test]
+    fn login_links_forgot_password_always_and_sign_up_only_when_open() {
+        let out = login(&view(None, None)).into_string();
+        assert!(out.contains(r#"href="/password/forgot""#));
+        assert!(!out.contains(r#"href="/signup""#));
+        let out = login(&LoginView { signup: true, ..view(None, None) }).into_string();
+        assert!(out.contains(r#"href="/signup""#));
     }
 
     #[test]

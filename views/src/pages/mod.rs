@@ -12,5 +12,6 @@ pub mod operator;
 pub mod organizations;
 pub mod plan_acts;
 pub mod rule_changes;
+pub mod signup;
 pub mod sites;
 pub mod topology;

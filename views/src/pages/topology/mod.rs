@@ -14,6 +14,7 @@ mod ladders;
 mod org_types;
 mod picture;
 mod reach;
+mod signup_type;
 #[cfg(test)]
 mod tests;
 mod tiers;
@@ -24,6 +25,7 @@ pub use org_types::default_change_form;
 use org_types::org_types_table;
 pub use picture::{ladder_picture, topology_picture};
 pub use reach::{ActReachPreview, act_reach_preview};
+pub use signup_type::SignupTypeView;
 pub use tiers::{
     TierAddPreview, TierRemovalPreview, add_tier_form, delete_tier_form, remove_tier_form, tier_add_preview,
     tier_order_form, tier_removal_preview,
@@ -90,6 +92,8 @@ pub struct TopologyView {
     pub tier_order_forms: Vec<(i64, FormState)>,
     /// Good news shown at the top (e.g. after a plain POST redirected back here).
     pub notice: Option<String>,
+    /// Sign-up: whether it is open, and the type it gives.
+    pub signup: SignupTypeView,
 }
 
 /// An option of a select: what it stands for and what it is called.
@@ -196,6 +200,7 @@ pub fn topology(v: &TopologyView) -> Markup {
             p.muted { "Every organization of a type holds the floor of the type's default ladder until it gets more." }
             (org_types_table(&v.csrf, &v.org_types, &ladder_options, &v.default_forms))
         }))
+        (card("signup-type-heading", "Sign-up", signup_type::signup_type_section(&v.csrf, &v.signup, &v.org_types)))
     }
 }
 

@@ -57,6 +57,7 @@ fn sample() -> TopologyView {
                 organizations: 0,
             },
         ],
+        signup: SignupTypeView { mode: "invite".into(), chosen: None },
     }
 }
 
@@ -118,8 +119,9 @@ fn page_has_notice_order_form_and_per_ladder_forms() {
     assert!(out.contains(r#"id="remove-tier-1-1""#));
     assert!(!out.contains("remove-tier-2-"));
     // Order form, two add forms, two delete and two removal forms, one tier-order form (only
-    // ladder 1 has two tiers), two default-change forms; each carries the token.
-    assert_eq!(out.matches(r#"<input type="hidden" name="csrf_token" value="tok">"#).count(), 10);
+    // ladder 1 has two tiers), two default-change forms, two sign-up type forms (no type is
+    // marked yet); each carries the token.
+    assert_eq!(out.matches(r#"<input type="hidden" name="csrf_token" value="tok">"#).count(), 12);
     assert!(out.contains("&lt;script&gt;Wiki Pro&lt;/script&gt;"));
     assert!(!out.contains("<script>"));
 }
@@ -688,4 +690,19 @@ fn the_ladders_are_drawn_above_the_forms() {
     // An empty topology draws nothing.
     let v = TopologyView { ladders: vec![], ..sample() };
     assert!(!topology(&v).into_string().contains("ladder-picture"));
+}
+
+#[test]
+fn the_sign_up_section_says_the_mode_marks_the_chosen_type_and_offers_the_others() {
+    let v = sample();
+    let out = topology(&v).into_string();
+    assert!(out.contains("Sign-up is <strong>invite</strong>"));
+    assert!(out.contains("No type is marked"));
+    let first = v.org_types[0].id;
+    let marked = TopologyView { signup: SignupTypeView { mode: "open".into(), chosen: Some(first) }, ..sample() };
+    let out = topology(&marked).into_string();
+    assert!(!out.contains("No type is marked"));
+    assert!(out.contains("The sign-up type"));
+    assert!(!out.contains(&format!(r#"action="/operator/topology/org-types/{first}/signup""#)));
+    assert_eq!(out.matches("Make this the sign-up type").count(), v.org_types.len() - 1);
 }
