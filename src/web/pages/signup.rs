@@ -29,12 +29,13 @@ use crate::{
     },
 };
 
-/// The links the account mail holds, at the console's public address.
-fn links(req: &HttpRequest, state: &AppState) -> Links {
-    let base = state.public_base(req);
+/// The links the account mail holds, at the console's public address (never the request's
+/// Host header: `AppState::link_base`).
+fn links(state: &AppState) -> Links {
+    let base = state.link_base();
     Links {
         key: state.tokens.clone(),
-        host: state.mail_host(req),
+        host: state.mail_host(),
         verify: format!("{base}{}?token=", paths::ACCOUNT_VERIFY),
         reset: format!("{base}{}?token=", paths::PASSWORD_RESET),
         sign_in: format!("{base}{}", paths::LOGIN),
@@ -129,7 +130,7 @@ pub async fn signup_post(
         }
     };
     let address = client_address(&req, &state.config.trusted_proxies);
-    match signup::sign_up(&state.db, &links(&req, &state), &address, &command).await {
+    match signup::sign_up(&state.db, &links(&state), &address, &command).await {
         // One answer whatever happened: a new account, an existing one (mailed a notice), or
         // past the limits (nothing sent). Nobody is signed in.
         Ok(SignedUp::Created { .. } | SignedUp::Existing | SignedUp::Limited) => {
@@ -228,7 +229,7 @@ pub async fn verify(
 ) -> Result<HttpResponse, AppError> {
     let heading = "Verify your email address";
     let used = match parsed(&form.token) {
-        Ok(t) => signup::use_email_token(&state.db, &links(&req, &state), &t).await,
+        Ok(t) => signup::use_email_token(&state.db, &links(&state), &t).await,
         Err(e) => Err(e),
     };
     match used {
@@ -250,7 +251,7 @@ pub async fn resend(Call { who: Member(who), req, state }: MemberCall) -> Result
     }
     let address = client_address(&req, &state.config.trusted_proxies);
     let said =
-        match signup::resend_verification(&state.db, &links(&req, &state), &who.session_account(), &address).await? {
+        match signup::resend_verification(&state.db, &links(&state), &who.session_account(), &address).await? {
             // The same words past the limits: a limit tells nothing.
             Resent::Sent => {
                 format!("We sent a new link to {}. It works for 24 hours; earlier links no longer do.", who.email)
@@ -302,7 +303,7 @@ pub async fn forgot(
         }
     };
     let address = client_address(&req, &state.config.trusted_proxies);
-    signup::forgot_password(&state.db, &links(&req, &state), &email, &address).await?;
+    signup::forgot_password(&state.db, &links(&state), &email, &address).await?;
     let v = views::ForgotView { email: email.as_str(), error: None, csrf_token: &csrf, sent: true, mail_off: false };
     Ok(card(&req, StatusCode::OK, "Forgot your password?", views::forgot(&v)))
 }
@@ -371,7 +372,7 @@ pub async fn reset(
     };
     let address = client_address(&req, &state.config.trusted_proxies);
     let previous = session.get::<String>(SESSION_TOKEN).ok().flatten();
-    match signup::reset_password(&state.db, &links(&req, &state), &token, &password, &address, previous.as_deref())
+    match signup::reset_password(&state.db, &links(&state), &token, &password, &address, previous.as_deref())
         .await
     {
         Ok(r) => {
