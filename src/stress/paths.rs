@@ -115,6 +115,15 @@ pub enum StressPath {
     RepairAtStart,
     /// A mail send reserved against one of a few addresses and emails (the limits' rows).
     ReserveMailSend,
+    /// Issue 38, the account page and the operators' accounts: a stress account's password and
+    /// email change, a fresh account's deletion, and the demo operator's disable, enable and
+    /// operator changes on the stress accounts.
+    ChangePassword,
+    RequestEmailChange,
+    DeleteAccount,
+    DisableAccount,
+    EnableAccount,
+    ChangeOperator,
 }
 
 /// The groups one after another, at compile time, so a path's group is the one place it is
@@ -139,7 +148,7 @@ const fn joined<const N: usize>(groups: &[&[StressPath]]) -> [StressPath; N] {
 impl StressPath {
     /// Every path, each group listed once below and joined here in the order the tasks' weights
     /// and the report go through them.
-    pub const ALL: [StressPath; 61] = joined(&[
+    pub const ALL: [StressPath; 67] = joined(&[
         &[
             StressPath::CreateOrganization,
             StressPath::ConferGrant,
@@ -157,6 +166,7 @@ impl StressPath {
         &StressPath::GRANT_PATHS,
         &StressPath::PLAN_ACT_PATHS,
         &StressPath::ACCOUNT_PATHS,
+        &StressPath::ACCOUNT_PAGE_PATHS,
         &[StressPath::SignIn, StressPath::CompactCounts, StressPath::SampleMinute],
         &StressPath::BILLING_PATHS,
         &StressPath::SITE_PATHS,
@@ -203,6 +213,15 @@ impl StressPath {
     /// The grant paths (the tasks' and the workers').
     /// The accounts' paths: the mail limits, and the account lifecycle's acts.
     pub const ACCOUNT_PATHS: [StressPath; 1] = [StressPath::ReserveMailSend];
+    /// Issue 38, the account page and the operators' accounts.
+    pub const ACCOUNT_PAGE_PATHS: [StressPath; 6] = [
+        StressPath::ChangePassword,
+        StressPath::RequestEmailChange,
+        StressPath::DeleteAccount,
+        StressPath::DisableAccount,
+        StressPath::EnableAccount,
+        StressPath::ChangeOperator,
+    ];
 
     pub const GRANT_PATHS: [StressPath; 8] = [
         StressPath::IssueGrant,
@@ -292,6 +311,12 @@ impl StressPath {
             StressPath::LastProbe => pa::LAST_PROBE_LOCKS.path,
             StressPath::SignIn => auth::SIGN_IN_LOCKS.path,
             StressPath::ReserveMailSend => crate::services::mail_limits::RESERVE_MAIL_SEND_LOCKS.path,
+            StressPath::ChangePassword => crate::services::account_settings::CHANGE_PASSWORD_LOCKS.path,
+            StressPath::RequestEmailChange => crate::services::account_settings::REQUEST_EMAIL_CHANGE_LOCKS.path,
+            StressPath::DeleteAccount => crate::services::account_settings::DELETE_ACCOUNT_LOCKS.path,
+            StressPath::DisableAccount => crate::services::operator_accounts::DISABLE_ACCOUNT_LOCKS.path,
+            StressPath::EnableAccount => crate::services::operator_accounts::ENABLE_ACCOUNT_LOCKS.path,
+            StressPath::ChangeOperator => crate::services::operator_accounts::CHANGE_OPERATOR_LOCKS.path,
             StressPath::CompactCounts => org_svc::COMPACT_COUNTS_LOCKS.path,
             StressPath::SampleMinute => crate::services::observability::SAMPLE_LOCKS.path,
             StressPath::ReconcileSubscription => billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.path,
@@ -364,6 +389,13 @@ impl StressPath {
             StressPath::SignIn | StressPath::CompactCounts | StressPath::SampleMinute => 2,
             // Rows of their own; cheap.
             StressPath::ReserveMailSend => 2,
+            // Account rows of their own (a password's hashing costs CPU): seldom.
+            StressPath::ChangePassword
+            | StressPath::RequestEmailChange
+            | StressPath::DeleteAccount
+            | StressPath::DisableAccount
+            | StressPath::EnableAccount
+            | StressPath::ChangeOperator => 1,
             // A reconcile takes the rendezvous and a billed organization's pool row (the shared
             // ones' are the grant paths' and the conferral changes'), after one or two calls to
             // the stand-in: about as often as a conferral change's bounds.
