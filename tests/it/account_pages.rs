@@ -154,13 +154,16 @@ async fn changing_the_password_needs_the_current_one_and_ends_every_other_sessio
     assert_eq!(app.sign_in(&c, demo::MEMBER_EMAIL, NEW_PASSWORD).await.status(), StatusCode::SEE_OTHER);
 }
 
+/// A form posted: its path, its fields, the status and a message the answer must carry.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, StatusCode, &'a str);
+
 #[tokio::test]
 async fn bad_account_forms_are_refused_with_a_message_and_write_nothing() {
     let (t, app) = app_with_demo().await;
     let member = account_id(&t, demo::MEMBER_EMAIL).await;
     let here = Session::sign_in(&app, demo::MEMBER_EMAIL, demo::MEMBER_PASSWORD).await;
     let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
-    let cases: &[(&str, Vec<(&str, &str)>, StatusCode, &str)] = &[
+    let cases: &[Case] = &[
         (
             "/account/password",
             vec![("current_password", demo::MEMBER_PASSWORD), ("new_password", "short")],

@@ -47,7 +47,7 @@ pub struct PasswordForm {
 impl PasswordForm {
     fn command(self) -> Result<(Password, NewPassword), ServiceError> {
         let problems = input::problems(&self);
-        Ok(problems.or(self.current_password.into_ok().zip(self.new_password.into_ok()))?)
+        problems.or(self.current_password.into_ok().zip(self.new_password.into_ok()))
     }
 }
 
@@ -63,7 +63,7 @@ pub struct EmailForm {
 impl EmailForm {
     fn command(self) -> Result<(Email, Password), ServiceError> {
         let problems = input::problems(&self);
-        Ok(problems.or(self.email.into_ok().zip(self.password.into_ok()))?)
+        problems.or(self.email.into_ok().zip(self.password.into_ok()))
     }
 }
 
@@ -294,7 +294,7 @@ pub async fn delete(
     let problems = input::problems(&*form);
     let done = match problems.or(form.into_inner().password.into_ok()) {
         Ok(password) => svc::delete_account(&state.db, who.account_id(), &password).await,
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     };
     match done {
         Ok(()) => {
