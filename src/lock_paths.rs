@@ -9,6 +9,13 @@ pub fn declared() -> Vec<&'static PathLocks> {
     vec![
         &crate::services::auth::SIGN_IN_LOCKS,
         &crate::services::mail_limits::RESERVE_MAIL_SEND_LOCKS,
+        // Issue 38, the account page and the operators' accounts.
+        &crate::services::account_settings::CHANGE_PASSWORD_LOCKS,
+        &crate::services::account_settings::REQUEST_EMAIL_CHANGE_LOCKS,
+        &crate::services::account_settings::DELETE_ACCOUNT_LOCKS,
+        &crate::services::operator_accounts::DISABLE_ACCOUNT_LOCKS,
+        &crate::services::operator_accounts::ENABLE_ACCOUNT_LOCKS,
+        &crate::services::operator_accounts::CHANGE_OPERATOR_LOCKS,
         &crate::jobs::queue::CLAIM_LOCKS,
         &crate::jobs::schedule::FIRE_SCHEDULES_LOCKS,
         &crate::services::organizations::CREATE_ORGANIZATION_LOCKS,

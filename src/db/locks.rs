@@ -337,7 +337,7 @@ impl Lock {
             // trigger, a release of its names): the row-level tests prove that; across a swap's
             // two sites they follow the sites' order, so the trace does not compare them.
             Lock::ResourceKeyRows | Lock::RuleRow | Lock::MailSendLimitRows => KeyOrder::AscendingKeyBytes,
-            Lock::OrganizationRow => KeyOrder::AscendingOrdinal,
+            Lock::OrganizationRow | Lock::AccountRow => KeyOrder::AscendingOrdinal,
             Lock::SiteRow => KeyOrder::AscendingOrdinal,
             _ => KeyOrder::Unordered,
         }

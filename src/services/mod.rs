@@ -2,6 +2,7 @@
 //! transaction kind the spec names, takes its locks in the declared order, and returns a typed
 //! result or a typed refusal (`refusal::ServiceError`, one model for every area).
 
+pub mod account_settings;
 pub mod accounts;
 pub mod auth;
 pub mod billing;
@@ -14,6 +15,7 @@ pub mod letters;
 pub mod mail;
 pub mod mail_limits;
 pub mod observability;
+pub mod operator_accounts;
 pub mod organizations;
 pub mod plan_acts;
 pub mod reads;

@@ -1,5 +1,6 @@
 //! sqlx queries, grouped by table family. Services call these; handlers never do.
 
+pub mod account_admin;
 pub mod account_events;
 pub mod account_tokens;
 pub mod accounts;

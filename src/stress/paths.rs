@@ -126,6 +126,15 @@ pub enum StressPath {
     MailAccountLink,
     /// A reset link of a stress account used: every session ends, one starts.
     ResetPassword,
+    /// Issue 38, the account page and the operators' accounts: a stress account's password and
+    /// email change, a fresh account's deletion, and the demo operator's disable, enable and
+    /// operator changes on the stress accounts.
+    ChangePassword,
+    RequestEmailChange,
+    DeleteAccount,
+    DisableAccount,
+    EnableAccount,
+    ChangeOperator,
 }
 
 /// The groups one after another, at compile time, so a path's group is the one place it is
@@ -150,7 +159,7 @@ const fn joined<const N: usize>(groups: &[&[StressPath]]) -> [StressPath; N] {
 impl StressPath {
     /// Every path, each group listed once below and joined here in the order the tasks' weights
     /// and the report go through them.
-    pub const ALL: [StressPath; 66] = joined(&[
+    pub const ALL: [StressPath; 72] = joined(&[
         &[
             StressPath::CreateOrganization,
             StressPath::ConferGrant,
@@ -168,6 +177,7 @@ impl StressPath {
         &StressPath::GRANT_PATHS,
         &StressPath::PLAN_ACT_PATHS,
         &StressPath::ACCOUNT_PATHS,
+        &StressPath::ACCOUNT_PAGE_PATHS,
         &[StressPath::SignIn, StressPath::CompactCounts, StressPath::SampleMinute],
         &StressPath::BILLING_PATHS,
         &StressPath::SITE_PATHS,
@@ -224,6 +234,15 @@ impl StressPath {
     /// The grant paths (the tasks' and the workers').
     /// The accounts' paths: the mail limits, and the account lifecycle's acts.
     pub const ACCOUNT_PATHS: [StressPath; 1] = [StressPath::ReserveMailSend];
+    /// Issue 38, the account page and the operators' accounts.
+    pub const ACCOUNT_PAGE_PATHS: [StressPath; 6] = [
+        StressPath::ChangePassword,
+        StressPath::RequestEmailChange,
+        StressPath::DeleteAccount,
+        StressPath::DisableAccount,
+        StressPath::EnableAccount,
+        StressPath::ChangeOperator,
+    ];
 
     pub const GRANT_PATHS: [StressPath; 8] = [
         StressPath::IssueGrant,
@@ -318,6 +337,12 @@ impl StressPath {
             StressPath::UseEmailToken => crate::services::signup::USE_EMAIL_TOKEN_LOCKS.path,
             StressPath::MailAccountLink => crate::services::signup::MAIL_ACCOUNT_LINK_LOCKS.path,
             StressPath::ResetPassword => crate::services::signup::RESET_PASSWORD_LOCKS.path,
+            StressPath::ChangePassword => crate::services::account_settings::CHANGE_PASSWORD_LOCKS.path,
+            StressPath::RequestEmailChange => crate::services::account_settings::REQUEST_EMAIL_CHANGE_LOCKS.path,
+            StressPath::DeleteAccount => crate::services::account_settings::DELETE_ACCOUNT_LOCKS.path,
+            StressPath::DisableAccount => crate::services::operator_accounts::DISABLE_ACCOUNT_LOCKS.path,
+            StressPath::EnableAccount => crate::services::operator_accounts::ENABLE_ACCOUNT_LOCKS.path,
+            StressPath::ChangeOperator => crate::services::operator_accounts::CHANGE_OPERATOR_LOCKS.path,
             StressPath::CompactCounts => org_svc::COMPACT_COUNTS_LOCKS.path,
             StressPath::SampleMinute => crate::services::observability::SAMPLE_LOCKS.path,
             StressPath::ReconcileSubscription => billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.path,
@@ -397,6 +422,13 @@ impl StressPath {
             | StressPath::UseEmailToken
             | StressPath::MailAccountLink
             | StressPath::ResetPassword => 2,
+            // Account rows of their own (a password's hashing costs CPU): seldom.
+            StressPath::ChangePassword
+            | StressPath::RequestEmailChange
+            | StressPath::DeleteAccount
+            | StressPath::DisableAccount
+            | StressPath::EnableAccount
+            | StressPath::ChangeOperator => 1,
             // A reconcile takes the rendezvous and a billed organization's pool row (the shared
             // ones' are the grant paths' and the conferral changes'), after one or two calls to
             // the stand-in: about as often as a conferral change's bounds.

@@ -15,6 +15,7 @@ const OPERATOR_NAV: &[NavLink] = &[
     NavLink { href: paths::HOME, label: "Home" },
     NavLink { href: paths::SITES, label: "Sites" },
     NavLink { href: paths::ORGANIZATIONS, label: "Organizations" },
+    NavLink { href: paths::OPERATOR_ACCOUNTS, label: "Accounts" },
     NavLink { href: paths::GRANTS, label: "Grants" },
     NavLink { href: paths::CATALOG, label: "Catalog" },
     NavLink { href: paths::OPERATOR_BILLING, label: "Billing" },

@@ -143,6 +143,20 @@ route_table! {
     Member POST BILLING_CANCEL => pages::billing::cancel;
     Member POST BILLING_RESUME => pages::billing::resume;
 
+    // Issue 38, the account page and the operators' accounts.
+    Member GET ACCOUNT => pages::account::page;
+    Member POST ACCOUNT_PASSWORD => pages::account::change_password;
+    Member POST ACCOUNT_EMAIL => pages::account::change_email;
+    Member POST ACCOUNT_SESSION_END => pages::account::end_session;
+    Member POST ACCOUNT_SIGN_OUT_EVERYWHERE => pages::account::sign_out_everywhere;
+    Member POST ACCOUNT_DELETE => pages::account::delete;
+    Operator GET OPERATOR_ACCOUNTS => pages::operator_accounts::list;
+    Operator GET OPERATOR_ACCOUNT => pages::operator_accounts::detail;
+    Operator POST OPERATOR_ACCOUNT_DISABLE => pages::operator_accounts::disable;
+    Operator POST OPERATOR_ACCOUNT_ENABLE => pages::operator_accounts::enable;
+    Operator POST OPERATOR_ACCOUNT_GRANT_OPERATOR => pages::operator_accounts::grant_operator;
+    Operator POST OPERATOR_ACCOUNT_REVOKE_OPERATOR => pages::operator_accounts::revoke_operator;
+
     Operator GET OPERATOR => pages::operator::overview;
     Operator GET CATALOG => pages::catalog::catalog;
     Operator POST CATALOG_KEYS => pages::catalog::create_key;

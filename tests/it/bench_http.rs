@@ -28,7 +28,7 @@ async fn the_bench_loads_member_pages_and_readyz_and_times_every_operator_page()
     assert_eq!(r.connections, 4);
     assert_eq!(
         r.member_pages,
-        vec!["/".to_string(), "/sites".to_string(), "/billing".to_string()],
+        vec!["/".to_string(), "/sites".to_string(), "/billing".to_string(), "/account".to_string()],
         "the member pages are the route table's"
     );
     assert!(r.page_requests > 0 && r.page_rps > 0.0 && r.page_p99_ms > 0.0, "{json}");

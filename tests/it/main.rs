@@ -3,10 +3,12 @@
 
 mod common;
 
+mod account_pages;
 mod bench_http;
 mod billing;
 mod billing_pages;
 mod browser;
+mod browser_account;
 mod browser_journeys;
 mod browser_topology;
 mod browser_wiki;

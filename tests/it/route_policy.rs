@@ -140,6 +140,7 @@ async fn sample_path(t: &TestDb, pattern: &str) -> String {
                     "org-types" => ("core.org_types", "org_type_id"),
                     "prices" => ("billing.prices", "price_id"),
                     "requests" => ("fedwiki.lifecycle_requests", "request_id"),
+                    "accounts" => ("core.accounts", "account_id"),
                     other => panic!("no sample id for a segment after {other:?} in {pattern}: add one here"),
                 };
                 let id: i64 = t

@@ -144,7 +144,8 @@ fn nav_link(link: &NavLink, is_current: bool) -> Markup {
 fn user_area(user: &SignedIn, csrf_token: &str) -> Markup {
     html! {
         div.user {
-            span.user-email { (user.email) }
+            // The account page: password, email, sessions, deletion.
+            a.user-email href=(paths::ACCOUNT) title="Your account" { (user.email) }
             @if user.is_operator {
                 (badge("Operator", Tone::Ok))
             }
@@ -272,7 +273,7 @@ mod tests {
     fn user_area_shows_email_operator_badge_or_nothing_when_signed_out() {
         let op = user(true);
         let out = page(&sample(Some(&op), "t", "/"), html! {}).into_string();
-        assert!(out.contains(r#"<span class="user-email">ann@example.org</span>"#));
+        assert!(out.contains(r#"<a class="user-email" href="/account" title="Your account">ann@example.org</a>"#));
         assert!(out.contains(r#"<span class="badge badge-ok">Operator</span>"#));
         let member = user(false);
         let out = page(&sample(Some(&member), "t", "/"), html! {}).into_string();

@@ -23,6 +23,12 @@ pub use components::{
 pub use forms::{FormState, Input, csrf_field, form_errors, input_field};
 pub use layout::{NavLink, Page, SignedIn, bare_page, page, page_or_partial};
 pub use pages::{
+    // Issue 38, the account page and the operators' accounts.
+    account::{
+        AccountEventLine, AccountListLine, AccountListView, AccountPageView, MembershipLine, OperatorAccountView,
+        SessionLine, account_acts, account_list, account_page, account_results, delete_form as account_delete_form,
+        email_form as account_email_form, operator_account, password_form as account_password_form,
+    },
     auth::{LoginView, login},
     billing::{
         BillingView, ChangeNote, CheckoutNote, InvoiceLine, LadderOffers, Offer, OpEventRow, OpOutboxRow,

@@ -106,9 +106,35 @@ pub const PASSWORD_FORGOT: &str = "/password/forgot";
 pub const PASSWORD_RESET: &str = "/password/reset";
 /// An operator marks an org type as the one sign-up gives.
 pub const ORG_TYPE_SIGNUP: &str = "/operator/topology/org-types/{id}/signup";
+// Issue 38, the account page and the operators' accounts.
+pub const ACCOUNT: &str = "/account";
+pub const ACCOUNT_PASSWORD: &str = "/account/password";
+pub const ACCOUNT_EMAIL: &str = "/account/email";
+pub const ACCOUNT_SESSION_END: &str = "/account/sessions/end";
+pub const ACCOUNT_SIGN_OUT_EVERYWHERE: &str = "/account/sessions/end-all";
+pub const ACCOUNT_DELETE: &str = "/account/delete";
+pub const OPERATOR_ACCOUNTS: &str = "/operator/accounts";
+pub const OPERATOR_ACCOUNT: &str = "/operator/accounts/{id}";
+pub const OPERATOR_ACCOUNT_DISABLE: &str = "/operator/accounts/{id}/disable";
+pub const OPERATOR_ACCOUNT_ENABLE: &str = "/operator/accounts/{id}/enable";
+pub const OPERATOR_ACCOUNT_GRANT_OPERATOR: &str = "/operator/accounts/{id}/operator/grant";
+pub const OPERATOR_ACCOUNT_REVOKE_OPERATOR: &str = "/operator/accounts/{id}/operator/revoke";
 
 /// Every pattern above, for the test that checks each is routed.
 pub const ALL: &[&str] = &[
+    // Issue 38, the account page and the operators' accounts.
+    ACCOUNT,
+    ACCOUNT_PASSWORD,
+    ACCOUNT_EMAIL,
+    ACCOUNT_SESSION_END,
+    ACCOUNT_SIGN_OUT_EVERYWHERE,
+    ACCOUNT_DELETE,
+    OPERATOR_ACCOUNTS,
+    OPERATOR_ACCOUNT,
+    OPERATOR_ACCOUNT_DISABLE,
+    OPERATOR_ACCOUNT_ENABLE,
+    OPERATOR_ACCOUNT_GRANT_OPERATOR,
+    OPERATOR_ACCOUNT_REVOKE_OPERATOR,
     HEALTHZ,
     READYZ,
     METRICS,

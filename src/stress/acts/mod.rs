@@ -3,6 +3,7 @@
 
 use super::*;
 
+mod on_account_page;
 mod on_billing;
 mod on_desired_state;
 mod on_entitlements;
@@ -14,6 +15,7 @@ mod on_signup;
 mod on_site_upkeep;
 mod on_sites;
 
+pub(super) use on_account_page::*;
 pub(super) use on_billing::*;
 pub(super) use on_desired_state::*;
 pub(super) use on_entitlements::*;

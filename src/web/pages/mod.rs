@@ -1,5 +1,6 @@
 //! One module per page family.
 
+pub mod account;
 pub mod auth;
 pub mod billing;
 pub mod catalog;
@@ -10,6 +11,7 @@ pub mod health;
 pub mod home;
 pub mod metrics;
 pub mod operator;
+pub mod operator_accounts;
 pub mod organizations;
 pub mod plan_acts;
 pub mod product_prices;

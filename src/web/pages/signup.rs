@@ -250,14 +250,13 @@ pub async fn resend(Call { who: Member(who), req, state }: MemberCall) -> Result
         ));
     }
     let address = client_address(&req, &state.config.trusted_proxies);
-    let said =
-        match signup::resend_verification(&state.db, &links(&state), &who.session_account(), &address).await? {
-            // The same words past the limits: a limit tells nothing.
-            Resent::Sent => {
-                format!("We sent a new link to {}. It works for 24 hours; earlier links no longer do.", who.email)
-            }
-            Resent::AlreadyVerified => "Your email address is verified already.".to_string(),
-        };
+    let said = match signup::resend_verification(&state.db, &links(&state), &who.session_account(), &address).await? {
+        // The same words past the limits: a limit tells nothing.
+        Resent::Sent => {
+            format!("We sent a new link to {}. It works for 24 hours; earlier links no longer do.", who.email)
+        }
+        Resent::AlreadyVerified => "Your email address is verified already.".to_string(),
+    };
     Ok(render::ok(&req, "Verification link", views::resent(&said)))
 }
 
@@ -372,9 +371,7 @@ pub async fn reset(
     };
     let address = client_address(&req, &state.config.trusted_proxies);
     let previous = session.get::<String>(SESSION_TOKEN).ok().flatten();
-    match signup::reset_password(&state.db, &links(&state), &token, &password, &address, previous.as_deref())
-        .await
-    {
+    match signup::reset_password(&state.db, &links(&state), &token, &password, &address, previous.as_deref()).await {
         Ok(r) => {
             establish(&session, &r.session_token)?;
             Ok(after_post(&req, paths::HOME))

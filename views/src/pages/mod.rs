@@ -1,5 +1,6 @@
 //! One module per page family; each renders the body that goes inside the layout.
 
+pub mod account;
 pub mod auth;
 pub mod billing;
 pub mod catalog;
