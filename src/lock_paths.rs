@@ -91,6 +91,12 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::desired_state::read_back::READ_BACK_ITEM_LOCKS,
         &crate::services::desired_state::connections::EDIT_CONNECTION_LOCKS,
         &crate::services::observability::SAMPLE_LOCKS,
+        // Issue 38, members: an organization's members and its invitations.
+        &crate::services::members::CHANGE_MEMBERSHIP_LOCKS,
+        &crate::services::invitations::INVITE_LOCKS,
+        &crate::services::invitations::RESEND_INVITATION_LOCKS,
+        &crate::services::invitations::REVOKE_INVITATION_LOCKS,
+        &crate::services::invitations::ACCEPT_INVITATION_LOCKS,
     ]
 }
 

@@ -115,6 +115,11 @@ pub enum StressPath {
     RepairAtStart,
     /// A mail send reserved against one of a few addresses and emails (the limits' rows).
     ReserveMailSend,
+    /// Issue 38, members: owners of one organization change each other's roles, remove each
+    /// other and leave, on the organization's row.
+    ChangeMembers,
+    /// Issue 38, members: one of them joins again by an invitation, at times accepted twice at once.
+    AcceptInvitation,
 }
 
 /// The groups one after another, at compile time, so a path's group is the one place it is
@@ -139,7 +144,7 @@ const fn joined<const N: usize>(groups: &[&[StressPath]]) -> [StressPath; N] {
 impl StressPath {
     /// Every path, each group listed once below and joined here in the order the tasks' weights
     /// and the report go through them.
-    pub const ALL: [StressPath; 61] = joined(&[
+    pub const ALL: [StressPath; 63] = joined(&[
         &[
             StressPath::CreateOrganization,
             StressPath::ConferGrant,
@@ -202,7 +207,8 @@ impl StressPath {
 
     /// The grant paths (the tasks' and the workers').
     /// The accounts' paths: the mail limits, and the account lifecycle's acts.
-    pub const ACCOUNT_PATHS: [StressPath; 1] = [StressPath::ReserveMailSend];
+    pub const ACCOUNT_PATHS: [StressPath; 3] =
+        [StressPath::ReserveMailSend, StressPath::ChangeMembers, StressPath::AcceptInvitation];
 
     pub const GRANT_PATHS: [StressPath; 8] = [
         StressPath::IssueGrant,
@@ -292,6 +298,8 @@ impl StressPath {
             StressPath::LastProbe => pa::LAST_PROBE_LOCKS.path,
             StressPath::SignIn => auth::SIGN_IN_LOCKS.path,
             StressPath::ReserveMailSend => crate::services::mail_limits::RESERVE_MAIL_SEND_LOCKS.path,
+            StressPath::ChangeMembers => crate::services::members::CHANGE_MEMBERSHIP_LOCKS.path,
+            StressPath::AcceptInvitation => crate::services::invitations::ACCEPT_INVITATION_LOCKS.path,
             StressPath::CompactCounts => org_svc::COMPACT_COUNTS_LOCKS.path,
             StressPath::SampleMinute => crate::services::observability::SAMPLE_LOCKS.path,
             StressPath::ReconcileSubscription => billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.path,
@@ -364,6 +372,9 @@ impl StressPath {
             StressPath::SignIn | StressPath::CompactCounts | StressPath::SampleMinute => 2,
             // Rows of their own; cheap.
             StressPath::ReserveMailSend => 2,
+            // One organization's row and its few members: they meet each other there.
+            StressPath::ChangeMembers => X,
+            StressPath::AcceptInvitation => 2,
             // A reconcile takes the rendezvous and a billed organization's pool row (the shared
             // ones' are the grant paths' and the conferral changes'), after one or two calls to
             // the stand-in: about as often as a conferral change's bounds.
