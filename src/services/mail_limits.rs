@@ -38,7 +38,7 @@ pub static RESERVE_MAIL_SEND_LOCKS: PathLocks = PathLocks {
 #[tracing::instrument(name = "Reserve a mail send", skip_all, fields(address = %address))]
 pub async fn reserve_send(db: &Db, address: &str, email: &str) -> Result<bool, DbError> {
     let [a, e] = limit_keys(address, email);
-    let mut keys = vec![a.clone(), e.clone()];
+    let mut keys = [a.clone(), e.clone()];
     keys.sort();
     within_for(db, TxKind::Plain, &RESERVE_MAIL_SEND_LOCKS, async |tx: &mut Tx| {
         let over = mail_limits::reserve(tx.conn(), &[(a, PER_ADDRESS), (e, PER_EMAIL)], WINDOW).await?;

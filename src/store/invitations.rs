@@ -92,7 +92,7 @@ pub async fn lock(
 
 /// The invitation a link's token stands for, locked FOR UPDATE (its single use) when `lock`.
 pub async fn by_hash(conn: &mut PgConnection, hash: &TokenHash, lock: bool) -> sqlx::Result<Option<Invitation>> {
-    let q = if lock {
+    if lock {
         sqlx::query_as!(
             Invitation,
             r#"SELECT i.invitation_id AS "invitation_id: InvitationId", i.organization_id AS "organization_id: OrganizationId",
@@ -116,8 +116,7 @@ pub async fn by_hash(conn: &mut PgConnection, hash: &TokenHash, lock: bool) -> s
         )
         .fetch_optional(conn)
         .await
-    };
-    q
+    }
 }
 
 /// A resend: a new token, sent now, valid for `valid_for` from now.

@@ -4,6 +4,7 @@
 //! row). The organization must keep an owner throughout: the fixture's invariant checks it.
 
 use super::*;
+use crate::ids::AccountId;
 use crate::services::{
     invitations::{self, AcceptError, Acceptor},
     members::{self, MembershipChange, Role},
@@ -18,7 +19,8 @@ fn member_email(n: usize) -> String {
     format!("stress-member-{n}@example.test")
 }
 
-/// The organization the members acts share and its four accounts, all owners at the start.
+/// The organization the members acts share and its four accounts: the first two its owners at
+/// the start, the other two to join by invitation.
 pub(in crate::stress) async fn members_fixture(
     db: &Db,
 ) -> anyhow::Result<(OrganizationId, Vec<crate::ids::AccountId>)> {
@@ -29,7 +31,9 @@ pub(in crate::stress) async fn members_fixture(
     for n in 0..MEMBERS {
         // Nobody signs in as them: a hash that matches no password.
         let id = crate::store::accounts::upsert_account(&mut conn, &member_email(n), "!", false).await?;
-        crate::store::accounts::ensure_membership(&mut conn, org, id, "owner").await?;
+        if n < 2 {
+            crate::store::accounts::ensure_membership(&mut conn, org, id, "owner").await?;
+        }
         people.push(id);
     }
     Ok((org, people))
@@ -39,8 +43,17 @@ pub(in crate::stress) async fn members_fixture(
 /// when the actor is no owner (any more), the target no member, or no active owner would be left.
 pub(in crate::stress) async fn change_members(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
     let (org, people) = &ctx.members;
-    let by = people[rng.below(people.len())];
-    let target = people[rng.below(people.len())];
+    // Mostly an owner acting on a member, as the pages offer; now and then anyone on anyone.
+    let rows: Vec<(i64, String)> =
+        sqlx::query_as("SELECT account_id, role FROM core.organization_members WHERE organization_id = $1")
+            .bind(org.0)
+            .fetch_all(&ctx.admin)
+            .await?;
+    let owners: Vec<AccountId> = rows.iter().filter(|(_, r)| r == "owner").map(|(a, _)| AccountId(*a)).collect();
+    let inside: Vec<AccountId> = rows.iter().map(|(a, _)| AccountId(*a)).collect();
+    let any = |rng: &mut Rng| people[rng.below(people.len())];
+    let by = if owners.is_empty() || rng.below(5) == 0 { any(rng) } else { owners[rng.below(owners.len())] };
+    let target = if inside.is_empty() || rng.below(5) == 0 { any(rng) } else { inside[rng.below(inside.len())] };
     let change = match rng.below(3) {
         0 => {
             let role = if rng.below(2) == 0 { Role::Owner } else { Role::Member };
@@ -61,7 +74,14 @@ pub(in crate::stress) async fn accept_invitation(
     note: &mut Note,
 ) -> Result<Outcome, Failure> {
     let (org, people) = &ctx.members;
-    let n = rng.below(people.len());
+    // One who is not a member now, when there is one (a member's accept is refused).
+    let members: Vec<i64> =
+        sqlx::query_scalar("SELECT account_id FROM core.organization_members WHERE organization_id = $1")
+            .bind(org.0)
+            .fetch_all(&ctx.admin)
+            .await?;
+    let outside: Vec<usize> = (0..people.len()).filter(|n| !members.contains(&people[*n].0)).collect();
+    let n = if outside.is_empty() { rng.below(people.len()) } else { outside[rng.below(outside.len())] };
     let (account_id, email) = (people[n], member_email(n));
     let role = if rng.below(2) == 0 { Role::Owner } else { Role::Member };
     let key = TokenKey::from_session_key(b"stress: invitations");

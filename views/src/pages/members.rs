@@ -52,7 +52,7 @@ pub fn members_page(v: &MembersView) -> Markup {
         @if let Some(n) = &v.notice {
             (notice(n))
         }
-        (card("members-heading", &format!("Members of {}", v.name), members_table(v)))
+        (card("members-heading", "Members", members_table(v)))
         (card("invitations-heading", "Pending invitations", pending_table(v)))
         (card("invite-heading", "Invite someone", invite_form(&fill(paths::ORGANIZATION_INVITATIONS, &[&id]), &v.csrf, &v.invite_form, v.mail_on)))
         (card("leave-heading", "Leave", leave_form(id, &v.name, &v.csrf)))
@@ -217,7 +217,8 @@ pub fn invitation_page(v: &AcceptView) -> Markup {
     html! {
         section.signin-card {
             h1 { "Join " (v.organization) }
-            p { "You are invited to join " strong { (v.organization) } " as " strong { (v.role) } ", as " (v.email) "." }
+            p { "You are invited to join " strong { (v.organization) } " as " strong { (v.role) } "." }
+            p.muted { "The invitation is for " (v.email) "." }
             @match &v.case {
                 AcceptCase::NewPassword { error } => {
                     @if let Some(e) = error { (refusal("Not accepted", e)) }
