@@ -126,9 +126,35 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
         };
         if *name == DEMO_ORGANIZATION {
             accounts::ensure_membership(tx.conn(), org, member, "owner").await?;
+            demo_invitation(&mut tx, org, member).await?;
         }
         tx.commit().await?;
     }
+    Ok(())
+}
+
+/// The demo owner's pending invitation (issue 38, members): a colleague invited as a member. No
+/// mail goes with it and nobody holds its link (its token is random and only its hash is kept):
+/// "Send again" on the members page mails a new one, as for any invitation.
+pub const DEMO_INVITEE: &str = "colleague@example.com";
+
+async fn demo_invitation(
+    tx: &mut crate::db::Tx,
+    org: crate::ids::OrganizationId,
+    owner: crate::ids::AccountId,
+) -> anyhow::Result<()> {
+    let token = crate::services::tokens::Token::parse(&crate::config::random_hex(32)).map_err(anyhow::Error::msg)?;
+    // Loading the demo again renews it rather than adding another (one pending per email).
+    crate::store::invitations::upsert_pending(
+        tx.conn(),
+        org,
+        DEMO_INVITEE,
+        "member",
+        Some(owner),
+        &token.hash(),
+        crate::services::invitations::VALID_FOR,
+    )
+    .await?;
     Ok(())
 }
 

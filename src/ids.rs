@@ -84,6 +84,8 @@ id! {
     RecordId,
     /// `core.desired_state_outbox`
     NoticeId,
+    /// `core.invitations`
+    InvitationId,
 }
 
 macro_rules! text_key {

@@ -104,6 +104,12 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::signup::USE_EMAIL_TOKEN_LOCKS,
         &crate::services::signup::MAIL_ACCOUNT_LINK_LOCKS,
         &crate::services::signup::RESET_PASSWORD_LOCKS,
+        // Issue 38, members: an organization's members and its invitations.
+        &crate::services::members::CHANGE_MEMBERSHIP_LOCKS,
+        &crate::services::invitations::INVITE_LOCKS,
+        &crate::services::invitations::RESEND_INVITATION_LOCKS,
+        &crate::services::invitations::REVOKE_INVITATION_LOCKS,
+        &crate::services::invitations::ACCEPT_INVITATION_LOCKS,
     ]
 }
 

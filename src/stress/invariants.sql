@@ -393,3 +393,13 @@ WHERE confirmed_generation < generation;
 SELECT NULL::bigint, format('connection %s was deleted but keeps the record of recipient %s', r.connection_id, r.recipient_id)
 FROM core.desired_state_records r JOIN core.desired_state_connections c USING (connection_id)
 WHERE c.deleted_at IS NOT NULL;
+
+-- invariant: (issue 38) an organization whose members were changed keeps an owner who can act
+SELECT NULL::bigint, format('organization %s has no owner whose account is neither disabled nor deleted', o.organization_id)
+FROM core.organizations o
+WHERE EXISTS (SELECT 1 FROM core.account_events e
+              WHERE e.organization_id = o.organization_id
+                AND e.kind IN ('role_changed', 'removed_from_organization', 'left_organization'))
+  AND NOT EXISTS (SELECT 1 FROM core.organization_members m JOIN core.accounts a USING (account_id)
+                  WHERE m.organization_id = o.organization_id AND m.role = 'owner'
+                    AND a.disabled_at IS NULL AND a.deleted_at IS NULL);

@@ -135,6 +135,11 @@ pub enum StressPath {
     DisableAccount,
     EnableAccount,
     ChangeOperator,
+    /// Issue 38, members: owners of one organization change each other's roles, remove each
+    /// other and leave, on the organization's row.
+    ChangeMembers,
+    /// Issue 38, members: one of them joins again by an invitation, at times accepted twice at once.
+    AcceptInvitation,
 }
 
 /// The groups one after another, at compile time, so a path's group is the one place it is
@@ -159,7 +164,7 @@ const fn joined<const N: usize>(groups: &[&[StressPath]]) -> [StressPath; N] {
 impl StressPath {
     /// Every path, each group listed once below and joined here in the order the tasks' weights
     /// and the report go through them.
-    pub const ALL: [StressPath; 72] = joined(&[
+    pub const ALL: [StressPath; 74] = joined(&[
         &[
             StressPath::CreateOrganization,
             StressPath::ConferGrant,
@@ -233,7 +238,8 @@ impl StressPath {
 
     /// The grant paths (the tasks' and the workers').
     /// The accounts' paths: the mail limits, and the account lifecycle's acts.
-    pub const ACCOUNT_PATHS: [StressPath; 1] = [StressPath::ReserveMailSend];
+    pub const ACCOUNT_PATHS: [StressPath; 3] =
+        [StressPath::ReserveMailSend, StressPath::ChangeMembers, StressPath::AcceptInvitation];
     /// Issue 38, the account page and the operators' accounts.
     pub const ACCOUNT_PAGE_PATHS: [StressPath; 6] = [
         StressPath::ChangePassword,
@@ -343,6 +349,8 @@ impl StressPath {
             StressPath::DisableAccount => crate::services::operator_accounts::DISABLE_ACCOUNT_LOCKS.path,
             StressPath::EnableAccount => crate::services::operator_accounts::ENABLE_ACCOUNT_LOCKS.path,
             StressPath::ChangeOperator => crate::services::operator_accounts::CHANGE_OPERATOR_LOCKS.path,
+            StressPath::ChangeMembers => crate::services::members::CHANGE_MEMBERSHIP_LOCKS.path,
+            StressPath::AcceptInvitation => crate::services::invitations::ACCEPT_INVITATION_LOCKS.path,
             StressPath::CompactCounts => org_svc::COMPACT_COUNTS_LOCKS.path,
             StressPath::SampleMinute => crate::services::observability::SAMPLE_LOCKS.path,
             StressPath::ReconcileSubscription => billing::reconcile::RECONCILE_SUBSCRIPTION_LOCKS.path,
@@ -429,6 +437,9 @@ impl StressPath {
             | StressPath::DisableAccount
             | StressPath::EnableAccount
             | StressPath::ChangeOperator => 1,
+            // One organization's row and its few members: they meet each other there.
+            StressPath::ChangeMembers => X,
+            StressPath::AcceptInvitation => 2,
             // A reconcile takes the rendezvous and a billed organization's pool row (the shared
             // ones' are the grant paths' and the conferral changes'), after one or two calls to
             // the stand-in: about as often as a conferral change's bounds.

@@ -96,6 +96,7 @@ async fn run_billed(
     let plan_owner =
         demo_account_in(&db, demo::OPERATOR_EMAIL, fixture.subscribers.iter().map(|s| s.org), "owner").await?;
     let connected = super::relay::connect(&db).await?;
+    let members = members_fixture(&db).await?;
 
     // The workers run the grant jobs (expiry, start), the rule changes' and the plan acts' drains
     // and the schedules (the sweep, the drains' pollers) for the whole run, on a pool of their
@@ -133,6 +134,7 @@ async fn run_billed(
         },
         site_member,
         plan_owner,
+        members,
         on_sale: Default::default(),
         connections: connected.connections.clone(),
         relay: connected.relay.clone(),

@@ -17,6 +17,8 @@ pub(super) struct Ctx {
     pub(super) site_member: crate::ids::AccountId,
     /// The owner who switches and cancels the billed organizations' plans.
     pub(super) plan_owner: crate::ids::AccountId,
+    /// Issue 38, members: the organization the members acts share, and its people.
+    pub(super) members: (OrganizationId, Vec<crate::ids::AccountId>),
     /// What is on sale as the run's billing views last read it, as a server keeps it.
     pub(super) on_sale: crate::store::billing_reads::OnSaleMemo,
     /// The run's two connections (to receivers of its own) and the client that pushes to them.
@@ -258,6 +260,8 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::DisableAccount => disable_account(ctx, rng, note).await,
         StressPath::EnableAccount => enable_account(ctx, rng, note).await,
         StressPath::ChangeOperator => change_operator(ctx, rng, note).await,
+        StressPath::ChangeMembers => change_members(ctx, rng, note).await,
+        StressPath::AcceptInvitation => accept_invitation(ctx, rng, note).await,
         StressPath::CompactCounts => compact_counts(ctx, note).await,
         StressPath::SampleMinute => sample_minute(ctx, rng, note).await,
         StressPath::ReconcileSubscription => reconcile_subscription(ctx, rng, note).await,

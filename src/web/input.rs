@@ -281,6 +281,22 @@ impl FromField for i32 {
     }
 }
 
+/// Issue 38, members: a member's role, and an invitation's id in a path or form.
+impl FromField for crate::services::members::Role {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        crate::services::members::Role::parse(raw)
+    }
+}
+
+impl FromField for crate::ids::InvitationId {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        match raw.trim().parse::<i64>() {
+            Ok(id) if id > 0 => Ok(crate::ids::InvitationId(id)),
+            _ => Err("“{value}” is not one of the page's invitations.".into()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

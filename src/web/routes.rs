@@ -210,6 +210,19 @@ route_table! {
     Operator GET GRANT => pages::grants::detail;
     Operator POST GRANT_REVOKE => pages::grants::revoke;
     Operator POST GRANT_MANAGE => pages::grants::manage;
+
+    // Issue 38, members: an organization's members and invitations, the invitation's link (no
+    // session: its GET shows, its POST accepts), and an operator's invitation.
+    Member GET ORGANIZATION_MEMBERS => pages::members::members;
+    Member POST ORGANIZATION_MEMBER_ROLE => pages::members::change_role;
+    Member POST ORGANIZATION_MEMBER_REMOVE => pages::members::remove;
+    Member POST ORGANIZATION_LEAVE => pages::members::leave;
+    Member POST ORGANIZATION_INVITATIONS => pages::members::invite;
+    Member POST ORGANIZATION_INVITATION_RESEND => pages::members::resend;
+    Member POST ORGANIZATION_INVITATION_REVOKE => pages::members::revoke;
+    Public GET INVITATION_ACCEPT => pages::invitations::accept_form;
+    Public POST INVITATION_ACCEPT => pages::invitations::accept;
+    Operator POST OPERATOR_ORGANIZATION_INVITATIONS => pages::members::operator_invite;
 }
 
 #[cfg(test)]

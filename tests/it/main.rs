@@ -53,3 +53,7 @@ mod walk_sites;
 mod walk_topology;
 mod walk_upkeep;
 mod web_shell;
+// Issue 38, members.
+mod browser_members;
+mod members;
+mod walk_members;

@@ -53,6 +53,11 @@ pub use pages::{
         grant_list, grant_rows_table, issue_grant, manage_form, revoke_form,
     },
     home::{DisplacedLine, HomeView, OrgHome, PlanLine, displaced_notes, member_home},
+    // Issue 38, members.
+    members::{
+        AcceptCase, AcceptView, MemberLine, MembersView, OperatorInvite, PendingLine, invitation_page,
+        invitation_problem, invite_form, members_not_owner, members_page, operator_invitations, operator_invite_page,
+    },
     operator::{AccountRow, FailedJob, JobCounts, OperatorHomeView, Subsystem, operator_home},
     organizations::{
         DisplacedRow, EntitlementRow, MemberRow, OrgDetailView, OrgListRow, OrgListView, PositionRow, UsageRow,

@@ -119,6 +119,18 @@ pub const OPERATOR_ACCOUNT_DISABLE: &str = "/operator/accounts/{id}/disable";
 pub const OPERATOR_ACCOUNT_ENABLE: &str = "/operator/accounts/{id}/enable";
 pub const OPERATOR_ACCOUNT_GRANT_OPERATOR: &str = "/operator/accounts/{id}/operator/grant";
 pub const OPERATOR_ACCOUNT_REVOKE_OPERATOR: &str = "/operator/accounts/{id}/operator/revoke";
+// Issue 38, members: an organization's members page and acts, its invitations, and the link.
+pub const ORGANIZATION_MEMBERS: &str = "/organizations/{id}/members";
+pub const ORGANIZATION_MEMBER_ROLE: &str = "/organizations/{id}/members/{account}/role";
+pub const ORGANIZATION_MEMBER_REMOVE: &str = "/organizations/{id}/members/{account}/remove";
+pub const ORGANIZATION_LEAVE: &str = "/organizations/{id}/leave";
+pub const ORGANIZATION_INVITATIONS: &str = "/organizations/{id}/invitations";
+pub const ORGANIZATION_INVITATION_RESEND: &str = "/organizations/{id}/invitations/{invitation}/resend";
+pub const ORGANIZATION_INVITATION_REVOKE: &str = "/organizations/{id}/invitations/{invitation}/revoke";
+/// An invitation's secret link: GET shows it, POST accepts it.
+pub const INVITATION_ACCEPT: &str = "/invitations/accept";
+/// An operator invites a person to any organization.
+pub const OPERATOR_ORGANIZATION_INVITATIONS: &str = "/operator/organizations/{id}/invitations";
 
 /// Every pattern above, for the test that checks each is routed.
 pub const ALL: &[&str] = &[
@@ -217,6 +229,16 @@ pub const ALL: &[&str] = &[
     PASSWORD_FORGOT,
     PASSWORD_RESET,
     ORG_TYPE_SIGNUP,
+    // Issue 38, members.
+    ORGANIZATION_MEMBERS,
+    ORGANIZATION_MEMBER_ROLE,
+    ORGANIZATION_MEMBER_REMOVE,
+    ORGANIZATION_LEAVE,
+    ORGANIZATION_INVITATIONS,
+    ORGANIZATION_INVITATION_RESEND,
+    ORGANIZATION_INVITATION_REVOKE,
+    INVITATION_ACCEPT,
+    OPERATOR_ORGANIZATION_INVITATIONS,
 ];
 
 /// The pattern with each `{…}` segment replaced, in order, by the next value. The values are

@@ -9,6 +9,8 @@ pub mod farm;
 pub mod grants;
 pub mod health;
 pub mod home;
+pub mod invitations;
+pub mod members;
 pub mod metrics;
 pub mod operator;
 pub mod operator_accounts;

@@ -200,6 +200,7 @@ pub async fn detail(
         members: d.members.iter().map(|m| views::MemberRow { email: m.email.clone(), role: m.role.clone() }).collect(),
         grants: d.grants.iter().map(crate::web::pages::grants::list_row).collect(),
         events: d.events.iter().map(crate::web::pages::grants::event_row).collect(),
+        invitations: crate::web::pages::members::operator_invite_view(&req, &state, *id, Default::default()).await?,
     };
     Ok(render::ok(&req, &d.facts.name, views::organization_detail(&view)))
 }

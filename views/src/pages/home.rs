@@ -71,7 +71,14 @@ fn org_card(v: &HomeView, o: &OrgHome) -> Markup {
     html! {
         section.card.org-home aria-labelledby=(heading_id) {
             h2 id=(heading_id) { (o.name) }
-            p.muted { "Your role: " (o.role) }
+            p.muted {
+                "Your role: " (o.role) " · "
+                @if o.role == "owner" {
+                    a href=(crate::paths::fill(crate::paths::ORGANIZATION_MEMBERS, &[&o.organization_id])) { "Members and invitations" }
+                } @else {
+                    a href=(crate::paths::fill(crate::paths::ORGANIZATION_MEMBERS, &[&o.organization_id])) { "Leave" }
+                }
+            }
             (displaced_notes(&v.csrf, o.organization_id, o.role == "owner", &o.displaced))
             (plan_section(&o.plan))
             (facts_section("What your plan includes", "Nothing yet.", &entitlement_facts(&o.entitlements)))

@@ -9,6 +9,7 @@ pub mod errors;
 pub mod farm;
 pub mod grants;
 pub mod home;
+pub mod members;
 pub mod operator;
 pub mod organizations;
 pub mod plan_acts;

@@ -188,6 +188,8 @@ pub struct OrgDetailView {
     pub grants: Vec<GrantListRow>,
     /// What happened to its grants, newest first.
     pub events: Vec<GrantEventRow>,
+    /// Its pending invitations and the operator's invite form (issue 38, members).
+    pub invitations: crate::pages::members::OperatorInvite,
 }
 
 /// Facts, then Plan, Add-ons and Displaced (when any), Grants, Entitlements, Usage, Members and
@@ -230,6 +232,7 @@ pub fn organization_detail(v: &OrgDetailView) -> Markup {
         (card("entitlements-heading", "Entitlements", entitlements_table(&v.entitlements)))
         (card("usage-heading", "Usage", usage_table(&v.usage)))
         (card("members-heading", "Members", members_table(&v.members)))
+        (crate::pages::members::operator_invitations(&v.invitations))
         (card("audit-heading", "Audit trail", html! {
             p.muted { "Every act on the organization's grants, newest first." }
             (events_table(&v.events, "Nothing has happened to this organization's grants yet."))
@@ -440,6 +443,13 @@ mod tests {
                 reason: "<script>bad</script>".into(),
                 grant_id: 12,
             }],
+            invitations: crate::pages::members::OperatorInvite {
+                organization_id: 7,
+                csrf: "c".into(),
+                pending: vec![],
+                form: crate::forms::FormState::default(),
+                mail_on: true,
+            },
         }
     }
 
