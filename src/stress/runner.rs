@@ -65,10 +65,29 @@ pub(super) async fn run_in(config: &Config, opts: &StressOptions, scratch: &Scra
         .context("starting the Stripe stand-in")?;
     // And its own farm: the local one, its API only (no `wiki`: the paths never open a site).
     let api = crate::bench::ApiFarm::start("stress", FARM_TIMEOUT).await?;
-    let result = run_billed(config, opts, scratch, seed, &mut rng, &standin, api.farm.clone()).await;
+    // And its own mail server: the project's catcher, which keeps what the account paths send.
+    let catcher =
+        mail_catcher::MailCatcher::start(mail_catcher::Config::default()).await.context("starting the mail catcher")?;
+    let settings = crate::config::MailSettings { smtp_url: Some(catcher.smtp_url()), ..config.mail.clone() };
+    let mailer =
+        crate::integrations::mail::Mailer::from_settings(&settings)?.context("the catcher's address makes a mailer")?;
+    // The key the account acts' links are made under (`acts::on_signup`'s).
+    let mail = crate::services::mail::MailContext {
+        mailer: Arc::new(mailer),
+        tokens: crate::services::tokens::TokenKey::from_session_key(&[7; 64]),
+    };
+    let result =
+        run_billed(config, opts, scratch, seed, &mut rng, &standin, Outside { farm: api.farm.clone(), mail }).await;
     api.stop().await;
     standin.stop().await;
+    catcher.stop().await;
     result
+}
+
+/// The run's farm and mail server (beside its Stripe stand-in).
+struct Outside {
+    farm: Arc<crate::integrations::farm::Farm>,
+    mail: crate::services::mail::MailContext,
 }
 
 async fn run_billed(
@@ -78,7 +97,7 @@ async fn run_billed(
     seed: u64,
     rng: &mut Rng,
     standin: &stripe_standin::StandIn,
-    farm: Arc<crate::integrations::farm::Farm>,
+    Outside { farm, mail }: Outside,
 ) -> anyhow::Result<StressReport> {
     let (admin, admin_url, name) = (scratch.admin.clone(), scratch.admin_url.as_str(), scratch.name.as_str());
     let db = scratch.db.clone();
@@ -151,7 +170,7 @@ async fn run_billed(
         tally: Mutex::new(Tally::default()),
         events: Mutex::new(Vec::new()),
     });
-    let workers = start_workers(&job_db, config.lock_timeout, &stripe, &farm);
+    let workers = start_workers(&job_db, config.lock_timeout, &stripe, &farm, &mail);
     run_tasks(&ctx, opts.connections, seed, config.lock_timeout).await;
     settle_plan_acts(&ctx).await;
     settle_drains(&ctx).await;
@@ -304,6 +323,7 @@ pub(super) fn start_workers(
     lock_timeout: Duration,
     stripe: &Arc<Stripe>,
     farm: &Arc<crate::integrations::farm::Farm>,
+    mail: &crate::services::mail::MailContext,
 ) -> Workers {
     let quiet = warnings_on_stderr();
     let grace = lock_timeout * 2 + Duration::from_secs(2);
@@ -318,7 +338,8 @@ pub(super) fn start_workers(
     let handles = (0..JOB_WORKERS)
         .map(|_| {
             let farm_jobs = crate::job_registry::FarmJobs::new(farm.clone(), &crate::config::FarmSettings::default());
-            let handlers = crate::job_registry::handlers_connected(Some(stripe.clone()), Some(farm_jobs));
+            let mut handlers = crate::job_registry::handlers_connected(Some(stripe.clone()), Some(farm_jobs));
+            handlers.merge(crate::job_registry::mail_handlers(mail.mailer.clone(), mail.tokens.clone()));
             let w = Worker::new(db.clone(), quietly(handlers, &quiet), JOB_CONCURRENCY).with_options(options.clone());
             tokio::spawn(w.run(rx.clone()).with_subscriber(quiet.clone()))
         })

@@ -1,7 +1,7 @@
 //! The account page (password, email, sessions, deletion) and the operators' accounts (list,
 //! page, disable and enable, who is an operator): what a person sees and what is written, the
-//! refusals in words that write nothing, two operators demoting each other at once, and each
-//! path walked lock by lock (`tests/it/common/locks.rs`).
+//! refusals in words that write nothing, and two operators demoting each other at once; each
+//! path is walked lock by lock in walk_account_pages.rs.
 
 use std::time::Duration;
 
@@ -20,13 +20,12 @@ use reqwest::StatusCode;
 
 use crate::common::{
     TestDb,
-    locks::{Expect, LockWalk, RowMode, Step, walk},
     pages::{Session, account_id, app_with_demo, demo_db, organization_id},
 };
 
 const NEW_PASSWORD: &str = "a much better password";
 
-async fn password_hash(t: &TestDb, id: i64) -> String {
+pub(crate) async fn password_hash(t: &TestDb, id: i64) -> String {
     t.one(sqlx::query_scalar("SELECT password_hash FROM core.accounts WHERE account_id = $1").bind(id)).await
 }
 
@@ -34,7 +33,7 @@ async fn sessions_of(t: &TestDb, id: i64) -> i64 {
     t.one(sqlx::query_scalar("SELECT count(*) FROM core.web_sessions WHERE account_id = $1").bind(id)).await
 }
 
-async fn events_of(t: &TestDb, id: i64) -> Vec<(String, Option<i64>)> {
+pub(crate) async fn events_of(t: &TestDb, id: i64) -> Vec<(String, Option<i64>)> {
     t.all(
         sqlx::query_as(
             "SELECT kind, actor_account_id FROM core.account_events WHERE account_id = $1 ORDER BY event_id",
@@ -46,7 +45,7 @@ async fn events_of(t: &TestDb, id: i64) -> Vec<(String, Option<i64>)> {
 
 /// What the account page's forms may write: the account's row, its tokens, its events, its
 /// sessions and memberships.
-async fn written(t: &TestDb, id: i64) -> (String, String, i64, i64, i64, i64) {
+pub(crate) async fn written(t: &TestDb, id: i64) -> (String, String, i64, i64, i64, i64) {
     t.one(
         sqlx::query_as(
             "SELECT a.email, a.password_hash,
@@ -62,7 +61,7 @@ async fn written(t: &TestDb, id: i64) -> (String, String, i64, i64, i64, i64) {
 }
 
 /// A new account (verified), with `role` in the demo's organization when given.
-async fn another_account(t: &TestDb, email: &str, role: Option<&str>, operator: bool) -> i64 {
+pub(crate) async fn another_account(t: &TestDb, email: &str, role: Option<&str>, operator: bool) -> i64 {
     let id = auth::ensure_account(
         &t.db,
         &Email::parse(email).unwrap(),
@@ -201,12 +200,12 @@ async fn bad_account_forms_are_refused_with_a_message_and_write_nothing() {
     assert_eq!(here.get("/").await.status, StatusCode::OK, "still signed in");
 }
 
-fn mailing() -> Mailing {
+pub(crate) fn mailing() -> Mailing {
     Mailing { host: "console.example.test".into(), base: "https://console.example.test".into() }
 }
 
 /// The mail jobs' payloads, oldest first.
-async fn mail_jobs(t: &TestDb) -> Vec<serde_json::Value> {
+pub(crate) async fn mail_jobs(t: &TestDb) -> Vec<serde_json::Value> {
     t.all(sqlx::query_scalar("SELECT payload FROM integration.jobs WHERE kind = 'send_mail' ORDER BY job_id")).await
 }
 
@@ -484,109 +483,6 @@ async fn two_operators_demoting_each_other_at_once_leave_one_operator() {
     assert!(matches!(refused, Err(ServiceError::Refused(m)) if m.contains("no longer an operator")), "{refused:?}");
     let operators: i64 = t.one(sqlx::query_scalar("SELECT count(*) FROM core.accounts WHERE is_operator")).await;
     assert_eq!(operators, 1, "one operator is left");
-}
-
-// Walks ---------------------------------------------------------------------------------------------
-
-fn account_row(id: i64) -> Expect {
-    Expect::row_in("core.accounts", id, RowMode::NoKeyUpdate)
-}
-
-fn organization_row(id: i64) -> Expect {
-    Expect::row_in("core.organizations", id, RowMode::NoKeyUpdate)
-}
-
-#[tokio::test]
-async fn a_password_change_walked_lock_by_lock_takes_the_account_row() {
-    let t = demo_db().await;
-    let member = account_id(&t, demo::MEMBER_EMAIL).await;
-    let out = LockWalk::run(&t, &settings::CHANGE_PASSWORD_LOCKS, &[account_row(member)], move |db| async move {
-        let current = Password::parse(demo::MEMBER_PASSWORD).unwrap();
-        let new = NewPassword::parse(NEW_PASSWORD).unwrap();
-        settings::change_password(&db, AccountId(member), &"0".repeat(64), &current, &new, None).await
-    })
-    .await;
-    assert_eq!(out.unwrap(), 0);
-    assert!(auth::verify_password(Some(password_hash(&t, member).await), NEW_PASSWORD.into()).await);
-}
-
-#[tokio::test]
-async fn an_email_change_request_walked_lock_by_lock_takes_the_account_row() {
-    let t = demo_db().await;
-    let member = account_id(&t, demo::MEMBER_EMAIL).await;
-    let out = LockWalk::run(&t, &settings::REQUEST_EMAIL_CHANGE_LOCKS, &[account_row(member)], move |db| async move {
-        let keys = TokenKey::from_session_key(&[5; 64]);
-        let password = Password::parse(demo::MEMBER_PASSWORD).unwrap();
-        let new = Email::parse("walked@example.com").unwrap();
-        settings::request_email_change(&db, &keys, AccountId(member), &new, &password, Some(&mailing()), "192.0.2.3")
-            .await
-    })
-    .await;
-    out.unwrap();
-    assert_eq!(mail_jobs(&t).await.len(), 1);
-}
-
-#[tokio::test]
-async fn an_account_deletion_walked_lock_by_lock_takes_the_account_then_its_organizations_then_its_memberships() {
-    let t = demo_db().await;
-    let member = account_id(&t, demo::MEMBER_EMAIL).await;
-    let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
-    another_account(&t, "second.owner@example.com", Some("owner"), false).await;
-    let expected = [
-        account_row(member),
-        organization_row(acme),
-        Expect::row("core.organization_members", format!("{acme},{member}")),
-    ];
-    let out = LockWalk::run(&t, &settings::DELETE_ACCOUNT_LOCKS, &expected, move |db| async move {
-        settings::delete_account(&db, AccountId(member), &Password::parse(demo::MEMBER_PASSWORD).unwrap()).await
-    })
-    .await;
-    out.unwrap();
-    assert_eq!(written(&t, member).await.0, format!("deleted-{member}@deleted.invalid"));
-}
-
-#[tokio::test]
-async fn disabling_walked_lock_by_lock_takes_the_account_then_its_organizations_and_enabling_the_account() {
-    let t = demo_db().await;
-    let member = account_id(&t, demo::MEMBER_EMAIL).await;
-    let operator = account_id(&t, demo::OPERATOR_EMAIL).await;
-    let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
-    another_account(&t, "second.owner@example.com", Some("owner"), false).await;
-    let out = LockWalk::run(
-        &t,
-        &ops::DISABLE_ACCOUNT_LOCKS,
-        &[account_row(member), organization_row(acme)],
-        move |db| async move { ops::disable_account(&db, AccountId(operator), AccountId(member)).await },
-    )
-    .await;
-    out.unwrap();
-    let out = LockWalk::run(&t, &ops::ENABLE_ACCOUNT_LOCKS, &[account_row(member)], move |db| async move {
-        ops::enable_account(&db, AccountId(operator), AccountId(member)).await
-    })
-    .await;
-    out.unwrap();
-    let kinds: Vec<String> = events_of(&t, member).await.into_iter().map(|(k, _)| k).collect();
-    assert_eq!(kinds, ["disabled", "enabled"]);
-}
-
-#[tokio::test]
-async fn a_change_of_operator_walked_lock_by_lock_takes_every_operators_row_ascending() {
-    let t = demo_db().await;
-    let operator = account_id(&t, demo::OPERATOR_EMAIL).await;
-    let member = account_id(&t, demo::MEMBER_EMAIL).await;
-    let second = another_account(&t, "second.op@example.com", None, true).await;
-    let mut rows = vec![operator, member, second];
-    rows.sort();
-    // One statement locks them all, ascending; the trace notes each once it has them.
-    let steps = [Step::Rows(rows.into_iter().map(account_row).collect())];
-    let out = walk(&t, &ops::CHANGE_OPERATOR_LOCKS, &steps, move |db| async move {
-        ops::set_operator(&db, AccountId(operator), AccountId(member), true).await
-    })
-    .await;
-    out.unwrap();
-    let operators: Vec<i64> =
-        t.all(sqlx::query_scalar("SELECT account_id FROM core.accounts WHERE is_operator ORDER BY account_id")).await;
-    assert_eq!(operators.len(), 3);
 }
 
 /// Operators only: a member is refused the operators' account pages and acts.

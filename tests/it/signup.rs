@@ -1,7 +1,7 @@
 //! Sign-up, email verification and password reset (issue 38, part "signup"): the pages as a
 //! person meets them, the links read from the mail jobs' payloads (seed + the server's key),
-//! bad input refused with nothing written, the concurrency of a link's single use, and the
-//! row-level walks of the paths.
+//! bad input refused with nothing written, and the concurrency of a link's single use; the
+//! row-level walks of the paths are in walk_signup.rs.
 
 use member_console::{
     config::{Config, SignupMode},
@@ -18,11 +18,7 @@ use member_console::{
 };
 use reqwest::{Client, StatusCode};
 
-use crate::common::{
-    TEST_RUNTIME_PASSWORD, TestDb,
-    locks::{Expect, LockWalk, RowMode, Step, walk},
-    pages::demo_db,
-};
+use crate::common::{TEST_RUNTIME_PASSWORD, TestDb, locks::LockWalk, pages::demo_db};
 
 // Helpers ------------------------------------------------------------------------------------------------
 
@@ -84,7 +80,7 @@ impl App {
 }
 
 /// The links the services make in these tests (only the tokens matter).
-fn links(key: &TokenKey) -> Links {
+pub(crate) fn links(key: &TokenKey) -> Links {
     Links {
         key: key.clone(),
         host: "console.example.test".into(),
@@ -96,7 +92,7 @@ fn links(key: &TokenKey) -> Links {
 }
 
 /// The mail jobs to `to`, oldest first.
-async fn mails_to(t: &TestDb, to: &str) -> Vec<SendMail> {
+pub(crate) async fn mails_to(t: &TestDb, to: &str) -> Vec<SendMail> {
     let payloads: Vec<serde_json::Value> = t
         .all(
             sqlx::query_scalar(
@@ -110,7 +106,7 @@ async fn mails_to(t: &TestDb, to: &str) -> Vec<SendMail> {
 }
 
 /// The token of the newest mail to `to` that holds a link.
-async fn last_token(t: &TestDb, key: &TokenKey, to: &str) -> String {
+pub(crate) async fn last_token(t: &TestDb, key: &TokenKey, to: &str) -> String {
     let m = mails_to(t, to).await.into_iter().rev().find(|m| m.link.is_some()).expect("a mail with a link");
     let url = m.link.unwrap().url(key);
     url.rsplit("token=").next().unwrap().to_string()
@@ -120,17 +116,17 @@ async fn community(t: &TestDb) -> OrgTypeId {
     OrgTypeId(t.one(sqlx::query_scalar("SELECT org_type_id FROM core.org_types WHERE name = 'Community'")).await)
 }
 
-async fn ready(t: &TestDb) -> OrgTypeId {
+pub(crate) async fn ready(t: &TestDb) -> OrgTypeId {
     let ty = community(t).await;
     signup::choose_signup_type(&t.db, ty).await.unwrap();
     ty
 }
 
-async fn count(t: &TestDb, sql: &str) -> i64 {
+pub(crate) async fn count(t: &TestDb, sql: &str) -> i64 {
     crate::common::acts::scalar(t, sql).await
 }
 
-fn command(email: &str, org: &str) -> SignUp {
+pub(crate) fn command(email: &str, org: &str) -> SignUp {
     SignUp {
         email: Email::parse(email).unwrap(),
         password: NewPassword::parse("a long password").unwrap(),
@@ -138,7 +134,7 @@ fn command(email: &str, org: &str) -> SignUp {
     }
 }
 
-async fn account_of(t: &TestDb, email: &str) -> (AccountId, bool) {
+pub(crate) async fn account_of(t: &TestDb, email: &str) -> (AccountId, bool) {
     let (id, verified): (i64, bool) = t
         .one(
             sqlx::query_as(
@@ -449,7 +445,7 @@ async fn a_reset_sets_the_password_ends_every_session_signs_this_browser_in_and_
 
 // Concurrency -------------------------------------------------------------------------------------------------
 
-async fn signed_up(t: &TestDb, key: &TokenKey, email: &str) -> (AccountId, Token) {
+pub(crate) async fn signed_up(t: &TestDb, key: &TokenKey, email: &str) -> (AccountId, Token) {
     let out =
         signup::sign_up(&t.db, &links(key), "192.0.2.50", &command(email, &format!("Org of {email}"))).await.unwrap();
     let SignedUp::Created { account_id, .. } = out else { panic!("{out:?}") };
@@ -547,117 +543,6 @@ async fn a_verification_holding_the_account_row_makes_the_email_change_wait_and_
         )
         .await;
     assert_eq!((email.as_str(), ok), ("second@example.test", true));
-}
-
-// Row-level walks ----------------------------------------------------------------------------------------------
-
-#[tokio::test]
-async fn a_sign_up_walked_lock_by_lock_takes_the_rendezvous_then_its_types_row_then_its_own_pool_row() {
-    let t = demo_db().await;
-    let ty = ready(&t).await;
-    let key = TokenKey::from_session_key(&[5; 64]);
-    let steps = [
-        Step::Lock(Expect::rendezvous_shared()),
-        Step::Lock(Expect::row_in("core.org_types", ty.0, RowMode::KeyShare)),
-        Step::Own("the new pool's row"),
-    ];
-    let out = walk(&t, &signup::SIGN_UP_LOCKS, &steps, move |db| async move {
-        signup::sign_up(&db, &links(&key), "192.0.2.51", &command("walked@example.test", "Walked Org")).await
-    })
-    .await
-    .unwrap();
-    assert!(matches!(out, SignedUp::Created { .. }), "{out:?}");
-}
-
-#[tokio::test]
-async fn a_verification_walked_lock_by_lock_takes_its_links_row_then_its_accounts_row() {
-    let t = demo_db().await;
-    ready(&t).await;
-    let key = TokenKey::from_session_key(&[5; 64]);
-    let (account, token) = signed_up(&t, &key, "walkv@example.test").await;
-    let token_id: i64 = t
-        .one(sqlx::query_scalar("SELECT token_id FROM core.account_tokens WHERE account_id = $1").bind(account.0))
-        .await;
-    let steps = [
-        Step::Lock(Expect::row("core.account_tokens", token_id)),
-        Step::Lock(Expect::row_in("core.accounts", account.0, RowMode::NoKeyUpdate)),
-    ];
-    let out = walk(&t, &signup::USE_EMAIL_TOKEN_LOCKS, &steps, move |db| async move {
-        signup::use_email_token(&db, &links(&key), &token).await
-    })
-    .await;
-    assert_eq!(out.unwrap(), UsedLink::Verified { account_id: account });
-}
-
-#[tokio::test]
-async fn a_password_reset_walked_lock_by_lock_takes_its_links_row_then_its_accounts_row() {
-    let t = demo_db().await;
-    let key = TokenKey::from_session_key(&[5; 64]);
-    let email = Email::parse("member@example.com").unwrap();
-    signup::forgot_password(&t.db, &links(&key), &email, "192.0.2.52").await.unwrap();
-    let account = account_of(&t, "member@example.com").await.0;
-    let token = Token::parse(&last_token(&t, &key, "member@example.com").await).unwrap();
-    let token_id: i64 = t
-        .one(
-            sqlx::query_scalar("SELECT token_id FROM core.account_tokens WHERE account_id = $1 AND used_at IS NULL")
-                .bind(account.0),
-        )
-        .await;
-    let steps = [
-        Step::Lock(Expect::row("core.account_tokens", token_id)),
-        Step::Lock(Expect::row_in("core.accounts", account.0, RowMode::NoKeyUpdate)),
-    ];
-    let out = walk(&t, &signup::RESET_PASSWORD_LOCKS, &steps, move |db| async move {
-        let p = NewPassword::parse("a walked password").unwrap();
-        signup::reset_password(&db, &links(&key), &token, &p, "192.0.2.52", None).await
-    })
-    .await;
-    assert_eq!(out.unwrap().account.account_id, account);
-}
-
-#[tokio::test]
-async fn a_new_link_walked_lock_by_lock_retires_the_accounts_unused_links_of_its_purpose_in_one_statement() {
-    let t = demo_db().await;
-    let key = TokenKey::from_session_key(&[5; 64]);
-    let email = Email::parse("member@example.com").unwrap();
-    signup::forgot_password(&t.db, &links(&key), &email, "192.0.2.53").await.unwrap();
-    let first: i64 = t.one(sqlx::query_scalar("SELECT token_id FROM core.account_tokens WHERE used_at IS NULL")).await;
-    let steps = [Step::Rows(vec![Expect::row("core.account_tokens", first)])];
-    walk(&t, &signup::MAIL_ACCOUNT_LINK_LOCKS, &steps, move |db| async move {
-        signup::forgot_password(&db, &links(&key), &email, "192.0.2.53").await
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        count(&t, "SELECT count(*) FROM core.account_tokens WHERE used_at IS NULL").await,
-        1,
-        "only the new one works"
-    );
-    assert_eq!(mails_to(&t, "member@example.com").await.len(), 2);
-}
-
-#[tokio::test]
-async fn choosing_the_sign_up_type_walked_lock_by_lock_takes_the_singleton_row_then_the_chosen_types_row() {
-    let t = demo_db().await;
-    let community = ready(&t).await;
-    let other: i64 = t
-        .one(
-            sqlx::query_scalar(
-                "SELECT org_type_id FROM core.org_types WHERE org_type_id <> $1 ORDER BY org_type_id LIMIT 1",
-            )
-            .bind(community.0),
-        )
-        .await;
-    let steps = [Step::Rows(vec![
-        Expect::row_in("core.signup_org_type", "true", RowMode::NoKeyUpdate),
-        Expect::row_in("core.org_types", other, RowMode::KeyShare),
-    ])];
-    walk(&t, &signup::CHOOSE_SIGNUP_TYPE_LOCKS, &steps, move |db| async move {
-        signup::choose_signup_type(&db, OrgTypeId(other)).await
-    })
-    .await
-    .unwrap();
-    assert_eq!(signup::signup_type(&t.db).await.unwrap().map(|(t, _)| t.0), Some(other));
 }
 
 #[path = "browser_signup.rs"]

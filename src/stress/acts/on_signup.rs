@@ -81,6 +81,21 @@ async fn new_link(
 ) -> Result<Option<crate::services::tokens::Token>, Failure> {
     let e = email(rng);
     note.detail = e.clone();
+    // An email that has not signed up yet signs up first, as its person would (refused while
+    // no sign-up type is chosen: then there is no link to use).
+    if account(ctx, &e).await?.is_none() {
+        let s = SignUp {
+            email: Email::parse(&e).map_err(Failure::Error)?,
+            password: NewPassword::parse("stress password").map_err(Failure::Error)?,
+            organization: OrgName::parse(&format!("Signed up {e}")).map_err(Failure::Error)?,
+        };
+        let mut first = Note { pool: None, detail: String::new(), taken: None };
+        if let Outcome::Refused =
+            grant_outcome(signup::sign_up(&ctx.db, &links(), &address(rng), &s).await, &mut first)?
+        {
+            note.detail.push_str(&format!("; its sign-up{}", first.detail));
+        }
+    }
     let Some((id, address)) = account(ctx, &e).await? else { return Ok(None) };
     let token = links().key.token(&Seed::new());
     let mut conn = ctx.db.pool.acquire().await.map_err(DbError::from)?;
