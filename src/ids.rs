@@ -215,3 +215,29 @@ impl std::fmt::Debug for TokenHash {
         f.write_str("TokenHash(..)")
     }
 }
+
+/// An email domain, lower-cased, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmailDomain(String);
+
+impl EmailDomain {
+    pub fn parse(s: &str) -> Result<EmailDomain, String> {
+        let d = s.trim().trim_start_matches('@').to_ascii_lowercase();
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        let labels: Vec<&str> = d.split('.').collect();
+        if d.len() > 253 || labels.len() < 2 || !labels.iter().all(|l| label_ok(l)) {
+            return Err(format!("“{}” is not an email domain such as example.org.", s.trim()));
+        }
+        Ok(EmailDomain(d))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}

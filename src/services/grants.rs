@@ -24,31 +24,8 @@ use crate::{
     },
 };
 
-/// An email domain, lower-cased, parsed once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EmailDomain(String);
-
-impl EmailDomain {
-    pub fn parse(s: &str) -> Result<EmailDomain, String> {
-        let d = s.trim().trim_start_matches('@').to_ascii_lowercase();
-        let label_ok = |l: &str| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        };
-        let labels: Vec<&str> = d.split('.').collect();
-        if d.len() > 253 || labels.len() < 2 || !labels.iter().all(|l| label_ok(l)) {
-            return Err(format!("“{}” is not an email domain such as example.org.", s.trim()));
-        }
-        Ok(EmailDomain(d))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
+/// Where the store names it: beside the ids, so it is no `&str` below the services.
+pub use crate::ids::EmailDomain;
 
 /// Who receives a grant: an organization, or the organization of an email domain once it exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,7 +257,7 @@ pub async fn issue_grant(db: &Db, g: &IssueGrant) -> Result<GrantId, ServiceErro
             // an organization being created with it either visible here or see this grant.
             Recipient::Domain(d) => {
                 tx.lock(&AdvisoryKey::ProvisionDomain(d.as_str().to_string())).await?;
-                (store::organization_by_domain(tx.conn(), d.as_str()).await?, Some(d.as_str().to_string()))
+                (store::organization_by_domain(tx.conn(), d).await?, Some(d.as_str().to_string()))
             }
         };
         let waits = organization_id.is_none() || g.starts_at.is_some_and(|s| s > Utc::now());
@@ -643,7 +620,7 @@ pub async fn provision_domain_grants_tx(
     pool_id: PoolId,
     domain: &EmailDomain,
 ) -> Result<usize, ServiceError> {
-    let attached = store::attach_domain_grants(tx.conn(), domain.as_str(), organization_id).await?;
+    let attached = store::attach_domain_grants(tx.conn(), domain, organization_id).await?;
     // The UPDATE took them all, in grant order; noted one by one after it.
     crate::db::trace::note_rows(tx.conn(), Lock::GrantRow, attached.iter().map(|g| (g.grant_id.0, None))).await?;
     let mut conferred = 0;

@@ -96,7 +96,7 @@ pub async fn create_organization_with_domain(
         let created = create_organization_tx(tx, name, org_type_id).await?;
         let mut provisioned = 0;
         if let Some(d) = email_domain {
-            store::set_email_domain(tx.conn(), created.organization_id, d.as_str())
+            store::set_email_domain(tx.conn(), created.organization_id, d)
                 .await
                 .map_err(|e| ServiceError::from_constraint(e, |c| violated(c, d.as_str())))?;
             provisioned = grants::provision_domain_grants_tx(tx, created.organization_id, created.pool_id, d).await?;

@@ -7,8 +7,8 @@ use sqlx::PgConnection;
 
 use crate::{
     ids::{
-        AccountId, ConferralId, GrantId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId, ResourceKey,
-        SubscriptionId, SubscriptionItemId,
+        AccountId, ConferralId, EmailDomain, GrantId, OrgTypeId, OrganizationId, PlanActId, PoolId, ProductId,
+        ResourceKey, SubscriptionId, SubscriptionItemId,
     },
     states::{GrantKind, GrantStatus, KeyKind},
 };
@@ -31,12 +31,12 @@ pub async fn insert_organization(
 pub async fn set_email_domain(
     conn: &mut PgConnection,
     organization_id: OrganizationId,
-    domain: &str,
+    domain: &EmailDomain,
 ) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE core.organizations SET email_domain = $2 WHERE organization_id = $1",
         organization_id as OrganizationId,
-        domain
+        domain.as_str()
     )
     .execute(conn)
     .await?;

@@ -6,7 +6,7 @@ use sqlx::{FromRow, PgConnection};
 
 use super::paging::{Page, Seek, page_of};
 use crate::{
-    ids::{AccountId, ConferralId, GrantId, OrganizationId, ProductId},
+    ids::{AccountId, ConferralId, EmailDomain, GrantId, OrganizationId, ProductId},
     states::{GrantKind, GrantStatus},
 };
 
@@ -180,7 +180,7 @@ pub async fn insert_extension(
 /// Waiting grants of an email domain get their organization; FOR UPDATE through the UPDATE.
 pub async fn attach_domain_grants(
     conn: &mut PgConnection,
-    domain: &str,
+    domain: &EmailDomain,
     organization_id: OrganizationId,
 ) -> sqlx::Result<Vec<Grant>> {
     sqlx::query_as!(
@@ -191,7 +191,7 @@ pub async fn attach_domain_grants(
          RETURNING grant_id, organization_id AS "organization_id: OrganizationId", provision_domain, product_id, quantity,
                    kind AS "kind: GrantKind", status AS "status: GrantStatus", starts_at, ends_at, reason,
                    extends_grant_id AS "extends_grant_id: GrantId", lineage_id"#,
-        domain,
+        domain.as_str(),
         organization_id as OrganizationId
     )
     .fetch_all(conn)
@@ -284,10 +284,13 @@ pub async fn organization_exists(conn: &mut PgConnection, organization_id: Organ
     .await
 }
 
-pub async fn organization_by_domain(conn: &mut PgConnection, domain: &str) -> sqlx::Result<Option<OrganizationId>> {
+pub async fn organization_by_domain(
+    conn: &mut PgConnection,
+    domain: &EmailDomain,
+) -> sqlx::Result<Option<OrganizationId>> {
     sqlx::query_scalar!(
         r#"SELECT organization_id AS "organization_id: OrganizationId" FROM core.organizations WHERE email_domain = $1"#,
-        domain
+        domain.as_str()
     )
         .fetch_optional(conn)
         .await
