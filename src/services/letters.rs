@@ -2,10 +2,7 @@
 //! text and HTML parts of one message. The words are the caller's; a secret link is written
 //! as `services::mail::LINK` and made when the message is sent.
 
-use crate::{
-    integrations::mail::Outgoing,
-    services::mail::{html_escape, new_message_id},
-};
+use crate::{integrations::mail::Outgoing, services::mail::new_message_id};
 
 /// Where a message's one link goes, and what it says.
 pub struct Action<'a> {
@@ -18,22 +15,17 @@ pub struct Action<'a> {
 /// sent it. The Message-ID names `host` (the console's public host).
 pub fn compose(host: &str, to: &str, subject: &str, paragraphs: &[&str], action: Option<Action<'_>>) -> Outgoing {
     let mut text = String::new();
-    let mut html = String::from("<!doctype html><html><body style=\"font-family: sans-serif; line-height: 1.5\">");
     for p in paragraphs {
         text.push_str(p);
         text.push_str("\n\n");
-        html.push_str(&format!("<p>{}</p>", html_escape(p)));
     }
-    if let Some(a) = action {
+    if let Some(a) = &action {
         text.push_str(&format!("{}:\n{}\n\n", a.label, a.url));
-        // The URL is escaped when the link is made (`SendMail::message`) when it is the secret
-        // link; any other is escaped here.
-        let href = if a.url == super::mail::LINK { a.url.to_string() } else { html_escape(a.url) };
-        html.push_str(&format!("<p><a href=\"{href}\">{}</a></p>", html_escape(a.label)));
-        html.push_str(&format!("<p style=\"color: #555\">Or open this address: {href}</p>"));
     }
     text.push_str("— Member Console\n");
-    html.push_str("<p style=\"color: #555\">— Member Console</p></body></html>");
+    // The secret link's placeholder has nothing to escape; the link itself is escaped when it
+    // is made (`SendMail::message`).
+    let html = views::letter::letter(paragraphs, action.as_ref().map(|a| (a.label, a.url))).into_string();
     Outgoing { to: to.to_string(), subject: subject.to_string(), text, html, message_id: new_message_id(host) }
 }
 

@@ -45,26 +45,10 @@ impl SendMail {
         let url = link.url(tokens);
         Outgoing {
             text: self.mail.text.replace(LINK, &url),
-            html: self.mail.html.replace(LINK, &html_escape(&url)),
+            html: self.mail.html.replace(LINK, &views::letter::escape(&url)),
             ..self.mail.clone()
         }
     }
-}
-
-/// Text for an HTML body or attribute.
-pub fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 impl Job for SendMail {

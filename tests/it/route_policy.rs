@@ -128,6 +128,19 @@ async fn sample_path(t: &TestDb, pattern: &str) -> String {
             // A site's id is text: a site of the first organization's, made here when none exists.
             "{id}" if previous == "sites" => sample_site(t).await,
             "{id}" if previous == "connections" => sample_connection(t).await,
+            // A member of an organization and an invitation to one: the demo has both.
+            "{account}" | "{invitation}" => {
+                let (table, column) = match seg {
+                    "{account}" => ("core.organization_members", "account_id"),
+                    _ => ("core.invitations", "invitation_id"),
+                };
+                let id: i64 = t
+                    .one(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                        "SELECT coalesce(min({column}), 1) FROM {table}"
+                    ))))
+                    .await;
+                id.to_string()
+            }
             "{id}" => {
                 let (table, column) = match previous {
                     "grants" => ("core.grants", "grant_id"),
@@ -150,6 +163,7 @@ async fn sample_path(t: &TestDb, pattern: &str) -> String {
                     .await;
                 id.to_string()
             }
+            s if s.starts_with('{') => panic!("no sample for the segment {s} in {pattern}: add one here"),
             s => s.to_string(),
         };
         out.push_str(&value);

@@ -10,6 +10,7 @@ pub mod charts;
 pub mod components;
 pub mod forms;
 pub mod layout;
+pub mod letter;
 pub mod pages;
 pub mod paths;
 
