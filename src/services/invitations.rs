@@ -29,7 +29,7 @@ use crate::{
         account_events::{self, AccountEventKind},
         accounts::SessionAccount,
         invitations::{self as store, Invitation},
-        members,
+        members, signup as account_store,
     },
 };
 
@@ -111,12 +111,15 @@ pub static ACCEPT_INVITATION_LOCKS: PathLocks = PathLocks {
     path: "Accept an invitation",
     function: "services::invitations::accept",
     kind: "Plain",
-    locks: &[Lock::InvitationRow],
-    why: "The invitation's row FOR UPDATE by its token's hash (single use: accepted_at), then the \
-          inserts: the new account (a new person), the membership (its foreign keys take the \
-          organization's and the account's rows FOR KEY SHARE, which the members path's FOR NO \
-          KEY UPDATE does not block), the session, the event. Two accepts of one link: the \
-          second waits on the row and finds it used.",
+    locks: &[Lock::InvitationRow, Lock::AccountRow],
+    why: "The invitation's row FOR UPDATE by its token's hash (single use: accepted_at); a \
+          signed-in account's row FOR NO KEY UPDATE next, to read its email as it stands (an \
+          email change may have moved it since the session began) and mark it verified: the \
+          link came to that address, which proves it. Then the inserts: the new account (a new \
+          person), the membership (its foreign keys take the organization's and the account's \
+          rows FOR KEY SHARE, which the members path's FOR NO KEY UPDATE does not block), the \
+          session, the event. Two accepts of one link: the second waits on the row and finds it \
+          used.",
 };
 
 /// What is wrong with an invitation link, said to whoever holds it.
@@ -477,6 +480,22 @@ pub async fn accept(db: &Db, token: &Token, who: Acceptor<'_>) -> Result<Accepte
             Acceptor::SignedIn { account_id, email } => {
                 if !email.eq_ignore_ascii_case(&row.email) {
                     return Err(ServiceError::Refused(wrong_account_words(email, &row.email)).into());
+                }
+                let account = account_store::lock_account(tx.conn(), *account_id).await?;
+                trace::note(tx.conn(), Lock::AccountRow, account_id.0, None).await?;
+                // The session's email may be older than the row's: the row decides.
+                let Some(account) = account.filter(|a| !a.closed) else {
+                    return Err(ServiceError::Refused("This account is closed.".into()).into());
+                };
+                if !account.email.eq_ignore_ascii_case(&row.email) {
+                    return Err(ServiceError::Refused(wrong_account_words(&account.email, &row.email)).into());
+                }
+                // The invitation's link was mailed to this address, so opening it proves it.
+                if !account.verified {
+                    account_store::mark_verified(tx.conn(), *account_id).await?;
+                    let note = format!("{} (by an invitation's link)", account.email);
+                    let verified = AccountEventKind::EmailVerified;
+                    account_events::record(tx.conn(), *account_id, Some(*account_id), verified, None, &note).await?;
                 }
                 (*account_id, None)
             }

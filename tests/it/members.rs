@@ -293,6 +293,53 @@ async fn an_existing_account_accepts_signed_in_as_the_invited_email_and_another_
 }
 
 #[tokio::test]
+async fn an_unverified_account_accepting_its_invitation_is_verified_by_the_link_and_the_row_decides_the_email() {
+    let t = demo_db().await;
+    let org = OrganizationId(organization_id(&t, "Initech").await);
+    let operator = AccountId(account_id(&t, demo::OPERATOR_EMAIL).await);
+    let hash = hash_password("unverified-password".into()).await;
+    let ana: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "INSERT INTO core.accounts (email, password_hash) VALUES ('ana@example.test', $1) RETURNING account_id",
+            )
+            .bind(&hash),
+        )
+        .await;
+    invite(&t, Inviter::Operator(operator), org, "ana@example.test", Role::Member).await.unwrap();
+    let token = token_of(&link_to(&t, "ana@example.test").await);
+    // The session still says the invited email, but the row moved on: the row decides.
+    t.run(sqlx::query("UPDATE core.accounts SET email = 'ana2@example.test' WHERE account_id = $1").bind(ana)).await;
+    let stale = Acceptor::SignedIn { account_id: AccountId(ana), email: "ana@example.test" };
+    let r = invitations::accept(&t.db, &token, stale).await;
+    assert!(
+        matches!(&r, Err(AcceptError::Service(ServiceError::Refused(m))) if m.contains("signed in as ana2@example.test")),
+        "{r:?}"
+    );
+    t.run(sqlx::query("UPDATE core.accounts SET email = 'ana@example.test' WHERE account_id = $1").bind(ana)).await;
+    let verified = async || -> bool {
+        t.one(
+            sqlx::query_scalar("SELECT email_verified_at IS NOT NULL FROM core.accounts WHERE account_id = $1")
+                .bind(ana),
+        )
+        .await
+    };
+    assert!(!verified().await);
+    let who = Acceptor::SignedIn { account_id: AccountId(ana), email: "ana@example.test" };
+    assert_eq!(invitations::accept(&t.db, &token, who).await.unwrap(), Accepted::Joined { organization_id: org });
+    assert!(verified().await, "the invitation's link, mailed to the address, proves it");
+    let events: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT count(*) FROM core.account_events WHERE account_id = $1 AND kind = 'email_verified'",
+            )
+            .bind(ana),
+        )
+        .await;
+    assert_eq!(events, 1);
+}
+
+#[tokio::test]
 async fn only_a_verified_owner_invites_and_only_an_owner_changes_roles() {
     let t = demo_db().await;
     let org = acme(&t).await;

@@ -212,6 +212,26 @@ async fn a_resend_a_revoke_and_an_accept_walked_lock_by_lock_each_take_the_invit
     .await;
     assert!(out.is_ok(), "{out:?}");
 
+    // A signed-in account accepts: its row next, FOR NO KEY UPDATE (its email read as it stands,
+    // and marked verified).
+    let colleague = second_owner(&t, "signed-in@example.test").await;
+    let k = Invite {
+        organization_id: OrganizationId(organization_id(&t, "Initech").await),
+        email: member_console::services::auth::Email::parse("signed-in@example.test").unwrap(),
+        role: Role::Member,
+    };
+    let operator = Inviter::Operator(AccountId(account_id(&t, demo::OPERATOR_EMAIL).await));
+    let id = invitations::invite(&t.db, &tokens(), operator, &k, &mail()).await.unwrap().invitation_id;
+    let token = token_of(&link_to(&t, "signed-in@example.test").await);
+    let expected =
+        [Expect::row("core.invitations", id), Expect::row_in("core.accounts", colleague.0, RowMode::NoKeyUpdate)];
+    let out = LockWalk::run(&t, &ACCEPT_INVITATION_LOCKS, &expected, move |db| async move {
+        invitations::accept(&db, &token, Acceptor::SignedIn { account_id: colleague, email: "signed-in@example.test" })
+            .await
+    })
+    .await;
+    assert!(out.is_ok(), "{out:?}");
+
     let j = Invite {
         organization_id: org,
         email: member_console::services::auth::Email::parse("revoked@example.test").unwrap(),

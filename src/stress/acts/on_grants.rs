@@ -59,7 +59,8 @@ pub(in crate::stress) async fn issue_grant(ctx: &Ctx, rng: &mut Rng, note: &mut 
     let (product, name) = rng.pick(&ctx.fx.grantable).clone();
     let quantity = 1 + rng.below(3) as i32;
     let now = Utc::now();
-    let roll = rng.below(20);
+    // The first two wait (roll 15 and up: an organization's, from a start moments ahead).
+    let roll = if ctx.grants_issued.fetch_add(1, Ordering::Relaxed) < 2 { 15 + rng.below(5) } else { rng.below(20) };
     let (recipient, starts_at, ends_at) = if roll < 5 {
         let next = ctx.domain_seq.load(Ordering::Relaxed);
         let d = domain((next + rng.below(4) as u64).saturating_sub(1));

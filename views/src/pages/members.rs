@@ -55,12 +55,29 @@ pub fn members_page(v: &MembersView) -> Markup {
         (card("members-heading", "Members", members_table(v)))
         (card("invitations-heading", "Pending invitations", pending_table(v)))
         (card("invite-heading", "Invite someone", invite_form(&fill(paths::ORGANIZATION_INVITATIONS, &[&id]), &v.csrf, &v.invite_form, v.mail_on)))
-        (card("leave-heading", "Leave", leave_form(id, &v.name, &v.csrf)))
+        @if sole_owner(v) == Some(v.me) {
+            (card("leave-heading", "Leave", html! {
+                p.muted { "You are the only owner of " (v.name) ", so you cannot leave it yet: make another member an owner first." }
+            }))
+        } @else {
+            (card("leave-heading", "Leave", leave_form(id, &v.name, &v.csrf)))
+        }
+    }
+}
+
+/// The one owner who is not disabled, when there is exactly one: the organization must keep
+/// them, so the page offers no act that would take that away (the service refuses it anyway).
+fn sole_owner(v: &MembersView) -> Option<i64> {
+    let mut owners = v.members.iter().filter(|m| m.role == "owner" && !m.disabled);
+    match (owners.next(), owners.next()) {
+        (Some(only), None) => Some(only.account_id),
+        _ => None,
     }
 }
 
 fn members_table(v: &MembersView) -> Markup {
     let id = v.organization_id;
+    let sole = sole_owner(v);
     let rows = v
         .members
         .iter()
@@ -80,12 +97,16 @@ fn members_table(v: &MembersView) -> Markup {
                     @else { (badge("not verified", Tone::Muted)) }
                 },
                 html! {
-                    form.inline method="post" action=(role_action) {
-                        (csrf_field(&v.csrf))
-                        input type="hidden" name="role" value=(other_role.0);
-                        button.btn.btn-secondary.btn-small type="submit" { (other_role.1) }
+                    @if sole == Some(m.account_id) {
+                        span.muted { "the only owner" }
+                    } @else {
+                        form.inline method="post" action=(role_action) {
+                            (csrf_field(&v.csrf))
+                            input type="hidden" name="role" value=(other_role.0);
+                            button.btn.btn-secondary.btn-small type="submit" { (other_role.1) }
+                        }
                     }
-                    @if m.account_id != v.me {
+                    @if m.account_id != v.me && sole != Some(m.account_id) {
                         " "
                         form.inline method="post" action=(remove_action) {
                             (csrf_field(&v.csrf))
@@ -342,6 +363,43 @@ mod tests {
         let out = invitation_page(&view(AcceptCase::WrongAccount { words: "For ana.".into() })).into_string();
         assert!(out.contains(r#"action="/logout""#) && out.contains("For ana."), "{out}");
         assert!(!out.contains("name=\"token\""), "another account gets no accept form");
+    }
+
+    fn members(lines: &[(i64, &str, bool)]) -> MembersView {
+        MembersView {
+            organization_id: 7,
+            name: "Acme".into(),
+            csrf: "c".into(),
+            me: 1,
+            members: lines
+                .iter()
+                .map(|&(account_id, role, disabled)| MemberLine {
+                    account_id,
+                    email: format!("a{account_id}@example.test"),
+                    role: role.into(),
+                    verified: true,
+                    disabled,
+                })
+                .collect(),
+            pending: vec![],
+            invite_form: FormState::default(),
+            mail_on: true,
+            notice: None,
+        }
+    }
+
+    #[test]
+    fn the_only_owner_is_offered_no_demotion_removal_or_leaving() {
+        let out =
+            members_page(&members(&[(1, "owner", false), (2, "member", false), (3, "owner", true)])).into_string();
+        // The disabled owner may still be made a member; the one who is not may not.
+        assert!(out.contains("the only owner") && out.matches("Make member").count() == 1, "{out}");
+        assert!(out.contains("cannot leave it yet") && !out.contains("Leave Acme"), "{out}");
+        assert!(!out.contains("/members/1/remove") && out.contains("/members/2/remove"), "{out}");
+        // A second owner who is not disabled: either may be made a member, and I may leave.
+        let out = members_page(&members(&[(1, "owner", false), (2, "owner", false)])).into_string();
+        assert_eq!(out.matches("Make member").count(), 2, "{out}");
+        assert!(out.contains("Leave Acme") && !out.contains("the only owner"), "{out}");
     }
 
     #[test]
