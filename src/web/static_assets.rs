@@ -186,7 +186,8 @@ pub fn links() -> AssetLinks {
 
 /// The coding to answer in, from `Accept-Encoding`: the highest weight wins, brotli before gzip
 /// before identity when weights tie; identity is acceptable unless ruled out (`identity;q=0`, or
-/// `*;q=0` with no entry of its own), and is what is sent when nothing is acceptable.
+/// `*;q=0` with no entry of its own) but, when the header does not name it, only after any coding
+/// it does name; identity is also what is sent when nothing is acceptable.
 pub fn negotiate(headers: &HeaderMap) -> Coding {
     let (mut br, mut gzip, mut identity, mut any) = (None, None, None, None);
     for value in headers.get_all(header::ACCEPT_ENCODING) {
@@ -216,7 +217,8 @@ pub fn negotiate(headers: &HeaderMap) -> Coding {
     let ranked = [
         (Coding::Brotli, br.or(any).unwrap_or(0.0)),
         (Coding::Gzip, gzip.or(any).unwrap_or(0.0)),
-        (Coding::Identity, identity.or(any).unwrap_or(1.0)),
+        // Unnamed, identity is acceptable but comes after any coding named with a weight.
+        (Coding::Identity, identity.or(any).unwrap_or(IMPLIED_IDENTITY)),
     ];
     let mut best = (Coding::Identity, 0.0);
     for (coding, weight) in ranked {
@@ -226,6 +228,9 @@ pub fn negotiate(headers: &HeaderMap) -> Coding {
     }
     best.0
 }
+
+/// Below the smallest weight a header can give (0.001).
+const IMPLIED_IDENTITY: f32 = 0.0005;
 
 /// A qvalue: 0 to 1 with at most three decimals.
 fn parse_weight(v: &str) -> Option<f32> {
@@ -332,6 +337,7 @@ mod tests {
         assert_eq!(accept(&["br;q=2, gzip"]), Coding::Gzip);
         assert_eq!(accept(&["br;q=high, gzip;q=0.1"]), Coding::Gzip);
         assert_eq!(accept(&["br;q=-1"]), Coding::Identity);
+        assert_eq!(accept(&["gzip;q=0.001"]), Coding::Gzip, "a coding named, however low, before identity unnamed");
         assert_eq!(parse_weight("0.001"), Some(0.001));
         assert_eq!(parse_weight("1.000"), Some(1.0));
         assert_eq!(parse_weight("1.5"), None);
