@@ -14,6 +14,7 @@ pub mod paging;
 pub mod refusals;
 pub mod render;
 pub mod routes;
+pub mod static_assets;
 
 use std::{net::TcpListener, sync::Arc};
 
@@ -29,6 +30,9 @@ use actix_web::{
     middleware::from_fn,
     web,
 };
+
+// The static files' handler, where the route table names it.
+use static_assets::static_file;
 
 use crate::{
     config::Config,
@@ -187,17 +191,4 @@ pub fn session_cookie_name(secure: bool) -> &'static str {
 
 async fn not_found() -> Result<HttpResponse, errors::AppError> {
     Err(errors::AppError::NotFound)
-}
-
-const HTMX: &[u8] = include_bytes!("../../static/htmx.min.js");
-const CSS: &[u8] = include_bytes!("../../static/console.css");
-
-/// The two static files, compiled into the binary so it runs from any folder.
-async fn static_file(name: web::Path<String>) -> Result<HttpResponse, errors::AppError> {
-    let (body, kind) = match name.as_str() {
-        "htmx.min.js" => (HTMX, "text/javascript; charset=utf-8"),
-        "console.css" => (CSS, "text/css; charset=utf-8"),
-        _ => return Err(errors::AppError::NotFound),
-    };
-    Ok(HttpResponse::Ok().content_type(kind).insert_header(("Cache-Control", "public, max-age=3600")).body(body))
 }

@@ -80,6 +80,7 @@ fn markup(req: &HttpRequest, title: &str, body: Markup, partial: bool, bare: boo
         signed_in: signed_in.as_ref(),
         csrf_token: &csrf,
         nav: nav(who.as_ref()),
+        assets: super::static_assets::links(),
     };
     match (partial, bare) {
         (true, _) => body,
@@ -107,6 +108,13 @@ pub fn error_detached(partial: bool, status: u16, title: &str, message: &str, re
     if partial {
         return views::refusal(title, message).into_string();
     }
-    let p = Page { title, current_path: "", signed_in: None, csrf_token: "", nav: &[] };
+    let p = Page {
+        title,
+        current_path: "",
+        signed_in: None,
+        csrf_token: "",
+        nav: &[],
+        assets: super::static_assets::links(),
+    };
     views::bare_page(&p, body).into_string()
 }

@@ -39,6 +39,7 @@ mod site_maintenance;
 mod site_swaps;
 mod sites;
 mod states;
+mod static_assets;
 mod stress;
 mod tier_acts;
 mod topology;

@@ -7,7 +7,7 @@
 //! The one layout: document head, top bar, nav, user area and `<main>`.
 
 use crate::forms::csrf_field;
-use crate::paths::{self, fill};
+use crate::paths;
 use maud::{DOCTYPE, Markup, html};
 
 use crate::components::{Tone, badge};
@@ -35,6 +35,17 @@ pub struct Page<'a> {
     pub csrf_token: &'a str,
     /// Links to show; the web layer decides which exist for this person.
     pub nav: &'a [NavLink],
+    /// Where the stylesheet and the script are.
+    pub assets: AssetLinks,
+}
+
+/// The addresses of the page's stylesheet and script, as the web layer names them: each carries
+/// a hash of the file's content, so a browser may keep it for a year and still never runs an old
+/// one after an upgrade (the new page names a new address).
+#[derive(Clone, Copy, Debug)]
+pub struct AssetLinks {
+    pub stylesheet: &'static str,
+    pub script: &'static str,
 }
 
 /// One link in the top bar.
@@ -93,8 +104,8 @@ fn head(p: &Page) -> Markup {
             meta name="viewport" content="width=device-width, initial-scale=1";
             meta name="csrf-token" content=(p.csrf_token);
             title { (document_title(p.title)) }
-            link rel="stylesheet" href=(fill(paths::STATIC_FILE, &[&"console.css"]));
-            script src=(fill(paths::STATIC_FILE, &[&"htmx.min.js"])) defer {}
+            link rel="stylesheet" href=(p.assets.stylesheet);
+            script src=(p.assets.script) defer {}
         }
     }
 }
@@ -193,8 +204,13 @@ mod tests {
         NavLink { href: paths::GRANTS, label: "Grants" },
     ];
 
+    const ASSETS: AssetLinks = AssetLinks {
+        stylesheet: "/static/console.0123456789abcdef.css",
+        script: "/static/htmx.min.fedcba9876543210.js",
+    };
+
     fn sample<'a>(user: Option<&'a SignedIn>, token: &'a str, path: &'a str) -> Page<'a> {
-        Page { title: "Sites", current_path: path, signed_in: user, csrf_token: token, nav: NAV }
+        Page { title: "Sites", current_path: path, signed_in: user, csrf_token: token, nav: NAV, assets: ASSETS }
     }
 
     fn user(is_operator: bool) -> SignedIn {
@@ -207,8 +223,8 @@ mod tests {
         let out = page(&sample(Some(&u), "tok123", "/sites"), html! { p { "Body" } }).into_string();
         assert!(out.starts_with("<!DOCTYPE html><html lang=\"en\">"));
         assert!(out.contains("<title>Sites · Member Console</title>"));
-        assert!(out.contains(r#"<link rel="stylesheet" href="/static/console.css">"#));
-        assert!(out.contains(r#"<script src="/static/htmx.min.js" defer></script>"#));
+        assert!(out.contains(r#"<link rel="stylesheet" href="/static/console.0123456789abcdef.css">"#));
+        assert!(out.contains(r#"<script src="/static/htmx.min.fedcba9876543210.js" defer></script>"#));
         assert!(out.contains(r#"<main id="main" tabindex="-1"><h1>Sites</h1><p>Body</p></main>"#));
     }
 

@@ -8,6 +8,8 @@ use std::fmt::Display;
 pub const HEALTHZ: &str = "/healthz";
 pub const READYZ: &str = "/readyz";
 pub const METRICS: &str = "/metrics";
+/// A static file: under the address pages name, its content's hash in the name
+/// (`console.<hash>.css`), or under its plain name (`console.css`).
 pub const STATIC_FILE: &str = "/static/{name}";
 
 pub const HOME: &str = "/";
