@@ -364,9 +364,7 @@ pub async fn rename_resource_key(
                     Some(("unit", "This key is a flag (included or not): it has no unit. Leave the unit blank.".into()))
                 }
                 "resource_keys_unit_check" => Some(("unit", "A unit must be at most 20 characters.".into())),
-                "resource_keys_display_name_check" => {
-                    Some(("name", "A name must be 1 to 100 characters.".into()))
-                }
+                "resource_keys_display_name_check" => Some(("name", "A name must be 1 to 100 characters.".into())),
                 _ => None,
             })),
         }

@@ -26,8 +26,7 @@ async fn catalog_keys(t: &TestDb) -> Vec<String> {
 
 /// What the rename writes: every key's name and unit.
 async fn labels(t: &TestDb) -> Vec<(String, String, Option<String>)> {
-    t.all(sqlx::query_as("SELECT resource_key, display_name, unit FROM core.resource_keys ORDER BY resource_key"))
-        .await
+    t.all(sqlx::query_as("SELECT resource_key, display_name, unit FROM core.resource_keys ORDER BY resource_key")).await
 }
 
 /// A member route's path with the demo's ids in it; None for a segment the demo has nothing for.
@@ -158,10 +157,17 @@ async fn a_rename_of_a_key_removed_meanwhile_is_not_found_and_writes_nothing() {
         .await
         .unwrap();
     let named: String = t
-        .one(sqlx::query_scalar("SELECT display_name FROM core.resource_keys WHERE resource_key = $1").bind(key.as_str()))
+        .one(
+            sqlx::query_scalar("SELECT display_name FROM core.resource_keys WHERE resource_key = $1")
+                .bind(key.as_str()),
+        )
         .await;
     assert_eq!(named, "Retired key", "a new key is named from its last word");
-    sqlx::query("DELETE FROM core.resource_keys WHERE resource_key = $1").bind(key.as_str()).execute(&t.admin).await.unwrap();
+    sqlx::query("DELETE FROM core.resource_keys WHERE resource_key = $1")
+        .bind(key.as_str())
+        .execute(&t.admin)
+        .await
+        .unwrap();
     let before = labels(&t).await;
     let out = catalog::rename_resource_key(
         &t.db,

@@ -169,8 +169,7 @@ fn key_row(key: &str) -> Expect {
 
 async fn key_facts(t: &common::TestDb, key: &str) -> (String, Option<String>, Option<String>) {
     t.one(
-        sqlx::query_as("SELECT display_name, unit, provider FROM core.resource_keys WHERE resource_key = $1")
-            .bind(key),
+        sqlx::query_as("SELECT display_name, unit, provider FROM core.resource_keys WHERE resource_key = $1").bind(key),
     )
     .await
 }

@@ -154,7 +154,7 @@ pub fn key_label_form(csrf: &str, k: &ResourceKeyRow) -> Markup {
 }
 
 /// The form itself, in its container `#key-label-…`, which HTMX swaps with a refusal. A flag has
-/// no unit, so its form has no unit field.
+/// no unit, so its form has no unit field (unless one was sent and refused).
 pub fn key_label_panel(csrf: &str, k: &ResourceKeyRow) -> Markup {
     let id = key_label_form_id(&k.key);
     let f = &k.form;
@@ -166,7 +166,8 @@ pub fn key_label_panel(csrf: &str, k: &ResourceKeyRow) -> Markup {
             hint: Some("What members read, e.g. “Active sites”."),
             ..f.input(&name_id, "name", "Name")
         }))
-        @if k.kind == "numeric" {
+        // A flag's form shows the field only to say why a unit sent for it was refused.
+        @if k.kind == "numeric" || f.field_error("unit").is_some() {
             (input_field(&Input {
                 hint: Some("Shown after the number (“5 GB”); blank when the name says it (“Active sites: 10”)."),
                 ..f.input(&unit_id, "unit", "Unit")
