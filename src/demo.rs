@@ -31,6 +31,14 @@ const PLANS: &[(&str, &[Rule])] = &[
     ("Priority support", &[("support.priority", None, Some(true))]),
 ];
 
+/// (resource key, the name members read, its unit): what the demo's keys are called, set while a
+/// key still has the name the catalog gives by default (an operator's rename is kept).
+const KEY_NAMES: &[(&str, &str, Option<&str>)] = &[
+    ("fedwiki.active_sites", "Active sites", None),
+    ("fedwiki.custom_domain", "Custom domain", None),
+    ("support.priority", "Priority support", None),
+];
+
 /// (ladder, display order, its products by rank).
 const LADDERS: &[(&str, i32, &[&str])] =
     &[("Wiki hosting", 0, &["Free", "Basic", "Pro"]), ("Support", 1, &["Community support", "Priority support"])];
@@ -60,6 +68,9 @@ pub async fn load(db: &Db) -> anyhow::Result<()> {
     // The seed's catalog and ladders go in on the plain handle, outside the rendezvous (no
     // organization exists that a conferral could be reading for).
     let mut tx = begin(db, TxKind::Plain).await?;
+    for (key, name, unit) in KEY_NAMES {
+        catalog::name_key_if_unnamed(tx.conn(), &crate::ids::ResourceKey::from(*key), name, *unit).await?;
+    }
     for (name, rules) in PLANS {
         let set = match catalog::entitlement_set_id_by_name(tx.conn(), name).await? {
             Some(id) => id,

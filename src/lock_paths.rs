@@ -90,6 +90,8 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::billing::reconcile::SUPERSEDE_RELEASED_DOWNGRADES_LOCKS,
         &crate::services::billing::resume::RESUME_SUBSCRIPTION_LOCKS,
         &crate::services::catalog::SET_PRODUCT_SEATS_LOCKS,
+        // Issue 39, a resource key's name and unit.
+        &crate::services::catalog::RENAME_RESOURCE_KEY_LOCKS,
         &crate::services::billing::plan_changes::PAUSED_SWITCH_BACKSTOP_LOCKS,
         &crate::services::desired_state::relay::CLAIM_NOTICES_LOCKS,
         &crate::services::desired_state::relay::RECOMPUTE_ADDRESS_LOCKS,

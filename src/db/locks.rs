@@ -37,6 +37,8 @@ pub enum Lock {
     EntitlementSetRow,
     /// Resource-key rows, FOR UPDATE, in byte order: a provider stamp that changes the provider.
     ResourceKeyRows,
+    /// One resource key's row, FOR NO KEY UPDATE, taken by the UPDATE of its name and unit.
+    ResourceKeyRow,
     /// The grant lineage head (the `core.grants` row no other grant extends), FOR UPDATE OF g.
     GrantLineageHead,
     /// A grant's own row: the update of an expiry, or FOR UPDATE of a waiting grant starting.
@@ -168,6 +170,7 @@ impl Lock {
             Lock::ProductRow => "Product row",
             Lock::EntitlementSetRow => "Entitlement set row",
             Lock::ResourceKeyRows => "Resource-key rows (byte order)",
+            Lock::ResourceKeyRow => "Resource-key row (its name)",
             Lock::GrantLineageHead => "Grant lineage head",
             Lock::GrantRow => "Grant row",
             Lock::RuleRow => "Rule row",
@@ -224,6 +227,7 @@ impl Lock {
             Lock::ProductRow => "ProductRow",
             Lock::EntitlementSetRow => "EntitlementSetRow",
             Lock::ResourceKeyRows => "ResourceKeyRows",
+            Lock::ResourceKeyRow => "ResourceKeyRow",
             Lock::GrantLineageHead => "GrantLineageHead",
             Lock::GrantRow => "GrantRow",
             Lock::RuleRow => "RuleRow",
@@ -284,6 +288,7 @@ impl Lock {
             Lock::ProductRow => "FOR NO KEY UPDATE",
             Lock::EntitlementSetRow => "FOR UPDATE",
             Lock::ResourceKeyRows => "FOR UPDATE",
+            Lock::ResourceKeyRow => "FOR NO KEY UPDATE",
             Lock::GrantLineageHead => "FOR UPDATE",
             Lock::GrantRow => "UPDATE",
             Lock::RuleRow => "FOR UPDATE",
@@ -370,7 +375,7 @@ impl Lock {
             Lock::ProductRow | Lock::ProductRowShare => "core.products",
             Lock::PlanLadderRows => "core.plan_ladders",
             Lock::EntitlementSetRow => "core.entitlement_sets",
-            Lock::ResourceKeyRows => "core.resource_keys",
+            Lock::ResourceKeyRows | Lock::ResourceKeyRow => "core.resource_keys",
             Lock::GrantLineageHead | Lock::GrantRow => "core.grants",
             Lock::RuleRow => "core.entitlement_set_rules",
             Lock::ChangeObligationRow => "core.entitlement_set_change_obligations",
@@ -418,6 +423,7 @@ impl Lock {
             | Lock::DesiredStateAddress => PgSignature::Advisory { key_sql: "NULL::bigint", mode: "ExclusiveLock" },
             // Rows the path writes: the write's table lock.
             Lock::ProductRow
+            | Lock::ResourceKeyRow
             | Lock::GrantRow
             | Lock::OrganizationCountRows
             | Lock::PlacementRows
@@ -610,6 +616,7 @@ const ALL: &[Lock] = &[
     Lock::ProductRow,
     Lock::EntitlementSetRow,
     Lock::ResourceKeyRows,
+    Lock::ResourceKeyRow,
     Lock::GrantLineageHead,
     Lock::GrantRow,
     Lock::RuleRow,
@@ -740,6 +747,6 @@ mod tests {
 
     #[test]
     fn every_lock_is_listed() {
-        assert_eq!(ALL.len(), 49, "add a new lock to ALL too");
+        assert_eq!(ALL.len(), 50, "add a new lock to ALL too");
     }
 }

@@ -160,6 +160,50 @@ impl KeyDescription {
     }
 }
 
+/// What members read in place of a resource key ("Active sites"): trimmed, not empty, at most
+/// 100 printable characters (the column's check, `resource_keys_display_name_check`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyDisplayName(String);
+
+impl KeyDisplayName {
+    pub fn parse(s: &str) -> Result<KeyDisplayName, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err("A resource key needs a name members read, such as “Active sites”.".into());
+        }
+        if s.chars().count() > 100 || s.chars().any(char::is_control) {
+            return Err("A resource key's name must be at most 100 printable characters.".into());
+        }
+        Ok(KeyDisplayName(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What a numeric key's number is counted in, shown after it ("5 GB"): blank for none (the name
+/// says it: "Active sites: 10"), else at most 20 printable characters (`resource_keys_unit_check`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyUnit(Option<String>);
+
+impl KeyUnit {
+    pub fn parse(s: &str) -> Result<KeyUnit, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Ok(KeyUnit(None));
+        }
+        if s.chars().count() > 20 || s.chars().any(char::is_control) {
+            return Err("A unit must be at most 20 printable characters, such as “GB” or “seats”.".into());
+        }
+        Ok(KeyUnit(Some(s.to_string())))
+    }
+
+    pub fn as_deref(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
 /// The most seats a member may buy of a product: 1 (not sold in seats) to 1,000.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seats(i32);
@@ -285,6 +329,49 @@ pub static SET_PRODUCT_SEATS_LOCKS: PathLocks = PathLocks {
           KEY UPDATE), as a name change does; nothing a pool holds changes.",
 };
 
+pub static RENAME_RESOURCE_KEY_LOCKS: PathLocks = PathLocks {
+    path: "Rename a resource key",
+    function: "services::catalog::rename_resource_key",
+    kind: "Plain",
+    locks: &[Lock::ResourceKeyRow],
+    why: "A key's name and unit are columns of its row that no foreign key references, so their UPDATE takes \
+          the row alone, FOR NO KEY UPDATE: it does not wait on the FOR KEY SHARE an entitlement or a rule \
+          insert holds through its foreign key, and only another rename or a provider stamp of the same key \
+          waits on it. It takes nothing after the row.",
+};
+
+/// Name a resource key and set its unit (the catalog's per-key form). A unit on a flag, or a
+/// name another key has, is refused in words; a key that is gone is not found.
+#[tracing::instrument(name = "Rename a resource key", skip_all, fields(key = %key))]
+pub async fn rename_resource_key(
+    db: &Db,
+    key: &ResourceKey,
+    name: &KeyDisplayName,
+    unit: &KeyUnit,
+) -> Result<(), ServiceError> {
+    within_for(db, TxKind::Plain, &RENAME_RESOURCE_KEY_LOCKS, async |tx: &mut Tx| {
+        if store::key_name_taken(tx.conn(), key, name.as_str()).await? {
+            return Err(ServiceError::invalid(
+                "name",
+                format!("Another resource key is named “{}”: members could not tell the two apart.", name.as_str()),
+            ));
+        }
+        match store::set_key_label(tx.conn(), key, name.as_str(), unit.as_deref()).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(ServiceError::NotFound("resource key")),
+            Err(e) => Err(ServiceError::from_constraint(e, |c| match c {
+                "resource_keys_unit_numeric_only" => {
+                    Some(("unit", "This key is a flag (included or not): it has no unit. Leave the unit blank.".into()))
+                }
+                "resource_keys_unit_check" => Some(("unit", "A unit must be at most 20 characters.".into())),
+                "resource_keys_display_name_check" => Some(("name", "A name must be 1 to 100 characters.".into())),
+                _ => None,
+            })),
+        }
+    })
+    .await
+}
+
 /// The most seats a member may buy of a product: 1 (not sold in seats) to 1,000. Subscriptions
 /// holding more keep them; a member can only lower them to it.
 #[tracing::instrument(name = "Set a product's seats", skip(db), fields(id = id.0))]
@@ -373,6 +460,17 @@ mod tests {
             assert!(Seats::parse(bad).is_err(), "{bad:?}");
         }
         assert_eq!(Seats::parse(" 10 ").unwrap().get(), 10);
+    }
+
+    #[test]
+    fn a_keys_name_must_be_said_and_its_unit_may_be_blank() {
+        assert_eq!(KeyDisplayName::parse(" Active sites ").unwrap().as_str(), "Active sites");
+        assert!(KeyDisplayName::parse("   ").unwrap_err().contains("needs a name"));
+        assert!(KeyDisplayName::parse(&"n".repeat(101)).unwrap_err().contains("at most 100"));
+        assert!(KeyDisplayName::parse("a\u{7}b").is_err());
+        assert_eq!(KeyUnit::parse("  ").unwrap().as_deref(), None);
+        assert_eq!(KeyUnit::parse(" GB ").unwrap().as_deref(), Some("GB"));
+        assert!(KeyUnit::parse(&"u".repeat(21)).is_err());
     }
 
     #[test]

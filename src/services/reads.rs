@@ -132,6 +132,8 @@ pub struct OrganizationDetail {
     pub displaced: Vec<store::Displaced>,
     pub entitlements: Vec<EntitlementValue>,
     pub usage: Vec<store::Usage>,
+    /// The names and units of the keys, which the page shows beside them.
+    pub labels: Vec<store::KeyLabel>,
     pub members: Vec<store::Member>,
 }
 
@@ -152,6 +154,7 @@ pub async fn organization(db: &Db, id: OrganizationId) -> Result<Option<Organiza
         events: grants::events_of_organization(&mut c, id, 100).await?,
         displaced: store::displaced_sources(&mut c, id).await?,
         members: store::members(&mut c, id).await?,
+        labels: store::key_labels(&mut c).await?,
         facts,
         held,
         entitlements,

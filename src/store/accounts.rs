@@ -341,6 +341,9 @@ pub struct MemberHome {
     pub held: Vec<super::catalog::HeldConferral>,
     pub entitlements: Vec<super::entitlements::EntitlementValue>,
     pub usage: Vec<super::catalog::Usage>,
+    /// The name and unit of each key its entitlements and usage show (migration 0021).
+    #[serde(default)]
+    pub labels: Vec<super::catalog::KeyLabel>,
     /// Live subscriptions another plan displaced, one line per item.
     #[serde(default)]
     pub displaced: Vec<DisplacedSubscription>,

@@ -20,15 +20,94 @@ pub struct KeyRow {
     pub kind: KeyKind,
     pub provider: Option<String>,
     pub description: String,
+    /// What members read in place of the key (migration 0021).
+    pub display_name: String,
+    /// Shown after a numeric key's number, when set.
+    pub unit: Option<String>,
 }
 
 pub async fn resource_keys(conn: &mut PgConnection) -> sqlx::Result<Vec<KeyRow>> {
     sqlx::query_as!(
         KeyRow,
-        r#"SELECT resource_key AS "resource_key: ResourceKey", kind AS "kind: KeyKind", provider, description FROM core.resource_keys
+        r#"SELECT resource_key AS "resource_key: ResourceKey", kind AS "kind: KeyKind", provider, description,
+                  display_name, unit
+           FROM core.resource_keys
            ORDER BY resource_key COLLATE "C""#
     )
     .fetch_all(conn)
+    .await
+}
+
+/// A resource key's name and unit, as member pages show the key (`core.member_home` carries
+/// them per organization as `labels`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct KeyLabel {
+    pub resource_key: String,
+    pub name: String,
+    pub unit: Option<String>,
+}
+
+/// Every key's name and unit (a handful of rows: the catalog's keys).
+pub async fn key_labels(conn: &mut PgConnection) -> sqlx::Result<Vec<KeyLabel>> {
+    sqlx::query_as!(
+        KeyLabel,
+        r#"SELECT resource_key, display_name AS name, unit FROM core.resource_keys ORDER BY resource_key COLLATE "C""#
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Rename a key and set its unit: one UPDATE of columns that are no key of the row, so it takes
+/// the row FOR NO KEY UPDATE (noted for the trace). None: no such key; else the key's kind.
+pub async fn set_key_label(
+    conn: &mut PgConnection,
+    key: &ResourceKey,
+    name: &str,
+    unit: Option<&str>,
+) -> sqlx::Result<Option<KeyKind>> {
+    let kind = sqlx::query_scalar!(
+        r#"UPDATE core.resource_keys SET display_name = $2, unit = $3 WHERE resource_key = $1
+           RETURNING kind AS "kind: KeyKind""#,
+        key as &ResourceKey,
+        name,
+        unit
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if kind.is_some() {
+        crate::db::trace::note(conn, Lock::ResourceKeyRow, key.as_str(), None).await?;
+    }
+    Ok(kind)
+}
+
+/// The demo's names: a key still named by default (and with no unit) gets `name` and `unit`.
+pub async fn name_key_if_unnamed(
+    conn: &mut PgConnection,
+    key: &ResourceKey,
+    name: &str,
+    unit: Option<&str>,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE core.resource_keys SET display_name = $2, unit = $3
+         WHERE resource_key = $1 AND display_name = core.default_resource_key_name(resource_key) AND unit IS NULL
+           AND (display_name, unit) IS DISTINCT FROM ($2, $3)",
+        key as &ResourceKey,
+        name,
+        unit
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Whether another key than `key` is named `name` (any case): two keys one name would read alike.
+pub async fn key_name_taken(conn: &mut PgConnection, key: &ResourceKey, name: &str) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM core.resource_keys WHERE lower(display_name) = lower($2) AND resource_key <> $1) AS "taken!""#,
+        key as &ResourceKey,
+        name
+    )
+    .fetch_one(conn)
     .await
 }
 

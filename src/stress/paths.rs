@@ -15,6 +15,9 @@ pub enum StressPath {
     MaterializePool,
     RegisterProviders,
     UpdateProduct,
+    /// Issue 39: an operator names a provided key (and a numeric key's unit), beside the
+    /// provider stamps and the entitlement inserts of the same keys.
+    RenameResourceKey,
     ChangeProductSet,
     RuleChangeBatchCommit,
     DrainChange,
@@ -164,7 +167,7 @@ const fn joined<const N: usize>(groups: &[&[StressPath]]) -> [StressPath; N] {
 impl StressPath {
     /// Every path, each group listed once below and joined here in the order the tasks' weights
     /// and the report go through them.
-    pub const ALL: [StressPath; 74] = joined(&[
+    pub const ALL: [StressPath; 75] = joined(&[
         &[
             StressPath::CreateOrganization,
             StressPath::ConferGrant,
@@ -172,6 +175,7 @@ impl StressPath {
             StressPath::MaterializePool,
             StressPath::RegisterProviders,
             StressPath::UpdateProduct,
+            StressPath::RenameResourceKey,
             StressPath::ChangeProductSet,
             StressPath::RuleChangeBatchCommit,
             StressPath::DrainChange,
@@ -309,6 +313,7 @@ impl StressPath {
             StressPath::MaterializePool => ent::MATERIALIZE_POOL_LOCKS.path,
             StressPath::RegisterProviders => ent::REGISTER_PROVIDERS_LOCKS.path,
             StressPath::UpdateProduct => catalog_svc::UPDATE_PRODUCT_LOCKS.path,
+            StressPath::RenameResourceKey => catalog_svc::RENAME_RESOURCE_KEY_LOCKS.path,
             StressPath::ChangeProductSet => catalog_svc::CHANGE_PRODUCT_SET_LOCKS.path,
             StressPath::RuleChangeBatchCommit => rc::RULE_CHANGE_COMMIT_LOCKS.path,
             StressPath::DrainChange => rc::DRAIN_CHANGE_LOCKS.path,
@@ -398,7 +403,10 @@ impl StressPath {
             StressPath::ConferGrant | StressPath::IssueGrant => 6 * X,
             StressPath::EndConferral => 5 * X,
             StressPath::UpdateConferralBounds | StressPath::SyncSourceStatus | StressPath::MaterializePool => 3 * X,
-            StressPath::CreateOrganization | StressPath::UpdateProduct | StressPath::RegisterProviders => 2 * X,
+            StressPath::CreateOrganization
+            | StressPath::UpdateProduct
+            | StressPath::RenameResourceKey
+            | StressPath::RegisterProviders => 2 * X,
             StressPath::RevokeGrant
             | StressPath::ExpireGrant
             | StressPath::StartWaitingGrant

@@ -230,6 +230,7 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::MaterializePool => materialize_pool(ctx, rng, note).await,
         StressPath::RegisterProviders => register_providers(ctx, rng, note).await,
         StressPath::UpdateProduct => update_product(ctx, note).await,
+        StressPath::RenameResourceKey => rename_resource_key(ctx, rng, note).await,
         StressPath::ChangeProductSet => change_product_set(ctx, note).await,
         StressPath::RuleChangeBatchCommit => commit_rule_change(ctx, rng, note).await,
         StressPath::DrainChange => drain_change(ctx, rng, note).await,

@@ -160,6 +160,7 @@ route_table! {
     Operator GET OPERATOR => pages::operator::overview;
     Operator GET CATALOG => pages::catalog::catalog;
     Operator POST CATALOG_KEYS => pages::catalog::create_key;
+    Operator POST CATALOG_KEY => pages::catalog::rename_key;
     Operator POST CATALOG_SETS => pages::catalog::create_set;
     Operator POST CATALOG_PRODUCTS => pages::catalog::create_product;
     Operator GET CATALOG_SET => pages::catalog::set_page;

@@ -372,7 +372,10 @@ async fn issuing_now_lands_on_the_active_grant_and_the_organization_shows_it() {
     let html = op.get(&format!("/operator/organizations/{acme}")).await.body;
     let plan = row(&html, "Wiki hosting");
     assert!(plan.contains("<td>Basic</td>") && plan.contains(&format!("<td>operator grant #{g}</td>")), "{plan}");
-    assert!(html.contains("<tr><td><code>fedwiki.active_sites</code></td><td>3</td></tr>"), "{html}");
+    assert!(
+        html.contains(r#"<tr><td>Active sites <code class="muted">fedwiki.active_sites</code></td><td>3</td></tr>"#),
+        "{html}"
+    );
     assert!(row(&html, &grant_link(g)).contains("<span class=\"badge badge-ok\">active</span>"), "{html}");
     let audit = &html[html.find("audit-heading").unwrap()..];
     assert!(
@@ -869,7 +872,10 @@ async fn revoking_from_the_grant_page_falls_back_to_the_floor() {
     let html = op.get(&format!("/operator/organizations/{initech}")).await.body;
     let plan = row(&html, "Wiki hosting");
     assert!(plan.contains("<td>Free</td>") && plan.contains(&format!("<td>floor grant #{floor}</td>")), "{plan}");
-    assert!(html.contains("<tr><td><code>fedwiki.active_sites</code></td><td>1</td></tr>"), "{html}");
+    assert!(
+        html.contains(r#"<tr><td>Active sites <code class="muted">fedwiki.active_sites</code></td><td>1</td></tr>"#),
+        "{html}"
+    );
     let audit = &html[html.find("audit-heading").unwrap()..];
     assert!(
         audit.contains(&format!(
@@ -1053,7 +1059,10 @@ async fn a_domain_grant_waits_for_its_organization_and_confers_when_it_is_create
     let plan = row(&html, "Wiki hosting");
     assert!(plan.contains("<td>Basic</td>") && plan.contains(&format!("<td>provisioning grant #{g}</td>")), "{plan}");
     assert!(plan.contains(r#"<span class="badge badge-ok">active</span>"#), "{plan}");
-    assert!(html.contains("<tr><td><code>fedwiki.active_sites</code></td><td>3</td></tr>"), "{html}");
+    assert!(
+        html.contains(r#"<tr><td>Active sites <code class="muted">fedwiki.active_sites</code></td><td>3</td></tr>"#),
+        "{html}"
+    );
     assert!(row(&html, &grant_link(g)).contains(r#"<span class="badge badge-ok">active</span>"#), "{html}");
     let audit = &html[html.find("audit-heading").unwrap()..];
     assert!(audit.contains(&format!("<td>provisioned</td><td>the console</td><td>{}</td>", grant_link(g))), "{audit}");

@@ -87,13 +87,18 @@ async fn catalog_lists_the_demo_keys_sets_with_rules_and_products_with_their_sha
     assert_eq!(a.status, StatusCode::OK);
     let html = &a.body;
 
-    // Resource keys, with kind and the integration that registered them.
-    let key = row(html, "<code>fedwiki.active_sites</code>");
-    assert!(key.contains("<td>Numeric</td><td>fedwiki</td><td>Active wiki sites</td>"), "{key}");
-    let key = row(html, "<code>fedwiki.custom_domain</code>");
-    assert!(key.contains("<td>Flag</td><td>fedwiki</td>"), "{key}");
-    let key = row(html, "<code>support.priority</code>");
-    assert!(key.contains("<td>Flag</td><td>support</td><td>Priority support</td>"), "{key}");
+    // Resource keys by the names members read, the key beside, with kind, unit and the
+    // integration that registered them.
+    let none = r#"<span class="muted">none</span>"#;
+    let key = row(html, r#"Active sites <code class="muted">fedwiki.active_sites</code>"#);
+    assert!(
+        key.contains(&format!("<td>Numeric</td><td>{none}</td><td>fedwiki</td><td>Active wiki sites</td>")),
+        "{key}"
+    );
+    let key = row(html, r#"Custom domain <code class="muted">fedwiki.custom_domain</code>"#);
+    assert!(key.contains(&format!("<td>Flag</td><td>{none}</td><td>fedwiki</td>")), "{key}");
+    let key = row(html, r#"Priority support <code class="muted">support.priority</code>"#);
+    assert!(key.contains(&format!("<td>Flag</td><td>{none}</td><td>support</td><td>Priority support</td>")), "{key}");
 
     // Sets, each with its own rules and how many pools carry it.
     let free = row(html, "Free");
@@ -203,8 +208,9 @@ async fn creating_a_key_a_set_and_a_product_writes_them_and_returns_to_the_right
 
     // The catalog shows them all.
     let html = op.get("/operator/catalog").await.body;
-    assert!(row(&html, "<code>wiki.pages</code>").contains("<td>Numeric</td>"));
-    assert!(row(&html, "<code>wiki.pages</code>").contains("not registered"));
+    // A new key is named from its last word until an operator names it.
+    let key = row(&html, r#"Pages <code class="muted">wiki.pages</code>"#);
+    assert!(key.contains("<td>Numeric</td>") && key.contains("not registered"), "{key}");
     assert!(row(&html, "Team").contains("No rules"));
     let products = &html[html.find("id=\"products-heading\"").unwrap()..];
     let ent = row(products, "Enterprise");
@@ -993,8 +999,16 @@ async fn organization_detail_shows_plan_with_source_entitlements_usage_and_membe
     assert!(plan.contains("<td>Free</td>"), "{plan}");
     assert!(plan.contains(&format!("<td>floor grant #{floor_grant}</td>")), "{plan}");
     assert!(plan.contains(r#"<span class="badge badge-ok">active</span>"#), "{plan}");
-    assert!(html.contains("<tr><td><code>fedwiki.active_sites</code></td><td>1</td></tr>"), "{html}");
-    assert!(html.contains(r#"<td><code>fedwiki.active_sites</code></td><td class="num">0 of 1</td>"#), "{html}");
+    assert!(
+        html.contains(r#"<tr><td>Active sites <code class="muted">fedwiki.active_sites</code></td><td>1</td></tr>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(
+            r#"<td>Active sites <code class="muted">fedwiki.active_sites</code></td><td class="num">0 of 1</td>"#
+        ),
+        "{html}"
+    );
     assert!(html.contains("<tr><td>member@example.com</td><td>owner</td></tr>"), "{html}");
     assert!(!html.contains("displaced-heading"), "nothing displaced at Acme");
 
@@ -1019,8 +1033,16 @@ async fn initech_holds_pro_by_an_operator_grant_with_ten_sites() {
     assert!(plan.contains(r#"<span class="rank">2</span>"#), "{plan}");
     assert!(plan.contains("<td>Pro</td>"), "{plan}");
     assert!(plan.contains(&format!("<td>operator grant #{grant}</td>")), "{plan}");
-    assert!(html.contains("<tr><td><code>fedwiki.active_sites</code></td><td>10</td></tr>"), "{html}");
-    assert!(html.contains("<tr><td><code>fedwiki.custom_domain</code></td><td>included</td></tr>"), "{html}");
+    assert!(
+        html.contains(r#"<tr><td>Active sites <code class="muted">fedwiki.active_sites</code></td><td>10</td></tr>"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(
+            r#"<tr><td>Custom domain <code class="muted">fedwiki.custom_domain</code></td><td>included</td></tr>"#
+        ),
+        "{html}"
+    );
     assert!(html.contains(r#"<td class="num">0 of 10</td>"#), "{html}");
     // Pro displaced the floor: the floor grant ended (it is not "replaced", so nothing waits to
     // come back and no Displaced section shows).
@@ -1049,8 +1071,8 @@ async fn a_member_sees_their_organizations_plan_entitlements_and_usage_on_home()
     assert!(html.contains("Your role: owner"), "{html}");
     assert!(html.contains(r#"<span class="plan-ladder">Wiki hosting: </span><strong>Free</strong>"#), "{html}");
     assert!(html.contains("— included with your organization type"), "{html}");
-    assert!(html.contains("<dt>fedwiki.active_sites</dt><dd>1</dd>"), "{html}");
-    assert!(html.contains("<dt>fedwiki.active_sites</dt><dd>0 of 1</dd>"), "{html}");
+    assert!(html.contains("<dt>Active sites</dt><dd>1</dd>"), "{html}");
+    assert!(html.contains("<dt>Active sites</dt><dd>0 of 1</dd>"), "{html}");
     assert!(!html.contains("Initech") && !html.contains("Globex"), "only the member's organization");
 }
 

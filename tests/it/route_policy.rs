@@ -125,6 +125,7 @@ async fn sample_path(t: &TestDb, pattern: &str) -> String {
         }
         let value = match seg {
             "{rank}" => "0".to_string(),
+            "{key}" => "fedwiki.active_sites".to_string(),
             // A site's id is text: a site of the first organization's, made here when none exists.
             "{id}" if previous == "sites" => sample_site(t).await,
             "{id}" if previous == "connections" => sample_connection(t).await,

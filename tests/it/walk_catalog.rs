@@ -1,5 +1,6 @@
 //! Row-level walks (issue 36) of paths outside the spec's 63: the catalog's product edits
-//! (UpdateProduct, a change of a product's entitlement set, a product's seats), Keep active, the
+//! (UpdateProduct, a change of a product's entitlement set, a product's seats), a resource key's
+//! rename (issue 39), Keep active, the
 //! farm's callback (reached as the farm reaches it, a signed POST to `/farm/callbacks`) and an
 //! operator's edit of a connection. Each runs the service function under `LockWalk`, paused after
 //! each lock it takes, and asserts what it holds and that a probe waits on it for that very row
@@ -18,7 +19,7 @@ use common::{
 };
 use member_console::{
     db::Db,
-    ids::ProductId,
+    ids::{ProductId, ResourceKey},
     integrations::farm::Farm,
     services::{
         ServiceError, catalog,
@@ -157,6 +158,84 @@ async fn a_products_seats_walked_lock_by_lock_take_only_the_product_row_for_no_k
     .await;
     assert_eq!(out.unwrap(), 25);
     assert_eq!(product_facts(&t, p).await.3, 25);
+}
+
+// Rename a resource key (issue 39) -----------------------------------------------------------------------
+
+/// A key's row as the UPDATE of its name and unit holds it (no key column changes).
+fn key_row(key: &str) -> Expect {
+    Expect::row_in("core.resource_keys", key, RowMode::NoKeyUpdate)
+}
+
+async fn key_facts(t: &common::TestDb, key: &str) -> (String, Option<String>, Option<String>) {
+    t.one(
+        sqlx::query_as("SELECT display_name, unit, provider FROM core.resource_keys WHERE resource_key = $1").bind(key),
+    )
+    .await
+}
+
+fn label(name: &str, unit: &str) -> (catalog::KeyDisplayName, catalog::KeyUnit) {
+    (catalog::KeyDisplayName::parse(name).unwrap(), catalog::KeyUnit::parse(unit).unwrap())
+}
+
+#[tokio::test]
+async fn a_rename_of_a_resource_key_walked_lock_by_lock_takes_only_its_row_for_no_key_update() {
+    let t = demo_db().await;
+    let key = "fedwiki.active_sites";
+    let out = LockWalk::run(&t, &catalog::RENAME_RESOURCE_KEY_LOCKS, &[key_row(key)], move |db| async move {
+        let (name, unit) = label("Wiki sites", "sites");
+        catalog::rename_resource_key(&db, &ResourceKey::from(key), &name, &unit).await
+    })
+    .await;
+    out.unwrap();
+    let (name, unit, _) = key_facts(&t, key).await;
+    assert_eq!((name.as_str(), unit.as_deref()), ("Wiki sites", Some("sites")));
+}
+
+/// While a rename holds a key's row: a conferral's entitlement insert of that key (FOR KEY SHARE
+/// through its foreign key) goes through, and a provider stamp of it (FOR UPDATE) waits on that
+/// very row, then stamps it and keeps the new name.
+#[tokio::test]
+async fn a_paused_rename_lets_entitlement_inserts_through_and_holds_up_a_provider_stamp_of_that_key() {
+    let t = demo_db().await;
+    let key = "fedwiki.active_sites";
+    sqlx::query("UPDATE core.resource_keys SET provider = 'elsewhere' WHERE resource_key = $1")
+        .bind(key)
+        .execute(&t.admin)
+        .await
+        .unwrap();
+    let mut walk = LockWalk::start(&t, &catalog::RENAME_RESOURCE_KEY_LOCKS, 1, move |db| async move {
+        let (name, unit) = label("Sites you run", "");
+        catalog::rename_resource_key(&db, &ResourceKey::from(key), &name, &unit).await
+    })
+    .await;
+    walk.assert_holds_exactly(&[key_row(key)]).await;
+
+    // A new organization's floor materializes fedwiki.active_sites: no wait.
+    let org = tokio::time::timeout(std::time::Duration::from_secs(10), community_org(&t, "Named beside"))
+        .await
+        .expect("an entitlement insert does not wait on a rename of its key");
+    let materialized: i64 = t
+        .one(
+            sqlx::query_scalar(
+                "SELECT count(*) FROM core.pool_entitlements e JOIN core.resource_pools p USING (pool_id)
+                  WHERE p.organization_id = $1 AND e.resource_key = $2",
+            )
+            .bind(org.organization_id.0)
+            .bind(key),
+        )
+        .await;
+    assert_eq!(materialized, 1);
+
+    // RegisterProviders finds the key moved away and takes its row FOR UPDATE: it waits.
+    let db = t.db.clone();
+    let stamp = tokio::spawn(async move { member_console::services::entitlements::register_providers(&db).await });
+    let waiter = common::wait_for_waiter(&t.admin, &t.name, walk.paused_pid()).await;
+    common::locks::assert_waits(&t.admin, waiter, walk.paused_pid(), &key_row(key)).await;
+    walk.finish().await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), stamp).await.unwrap().unwrap().unwrap();
+    let (name, unit, provider) = key_facts(&t, key).await;
+    assert_eq!((name.as_str(), unit, provider.as_deref()), ("Sites you run", None, Some("fedwiki")));
 }
 
 // Keep active ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ pub mod paths;
 /// Currencies counted in whole units (no minor unit).
 pub use pages::billing::ZERO_DECIMAL as ZERO_DECIMAL_CURRENCIES;
 mod text;
+pub use text::{Amount, entitlement_value, grouped, usage_value};
 
 pub use components::{
     Column, Keyset, Tone, badge, facts, keyset_pagination, notice, progress, refusal, table, table_cols,
@@ -39,7 +40,7 @@ pub use pages::{
     },
     catalog::{
         CatalogView, ProductEditView, ProductRow, ResourceKeyRow, RuleEditRow, RuleRow, SetEditView, SetRow, Total,
-        catalog, key_form, product_edit, product_form, set_edit, set_form,
+        catalog, key_form, key_label_form, key_label_panel, product_edit, product_form, set_edit, set_form,
     },
     connections::{
         ConnectionFiguresView, ConnectionListRow, ConnectionView, ConnectionsView, PreviousSecret, RecipientRow,

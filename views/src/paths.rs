@@ -22,6 +22,8 @@ pub const OPERATOR: &str = "/operator";
 
 pub const CATALOG: &str = "/operator/catalog";
 pub const CATALOG_KEYS: &str = "/operator/catalog/keys";
+/// A resource key's name and unit (issue 39).
+pub const CATALOG_KEY: &str = "/operator/catalog/keys/{key}";
 pub const CATALOG_SETS: &str = "/operator/catalog/sets";
 pub const CATALOG_SET: &str = "/operator/catalog/sets/{id}";
 pub const CATALOG_SET_RULES: &str = "/operator/catalog/sets/{id}/rules";
@@ -160,6 +162,7 @@ pub const ALL: &[&str] = &[
     OPERATOR,
     CATALOG,
     CATALOG_KEYS,
+    CATALOG_KEY,
     CATALOG_SETS,
     CATALOG_SET,
     CATALOG_SET_RULES,

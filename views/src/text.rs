@@ -47,9 +47,62 @@ pub(crate) fn query_component(s: &str) -> String {
     out
 }
 
+/// A resource key's value as a pool has it: a number (a limit), or a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Amount {
+    Number(i64),
+    Flag(bool),
+}
+
+/// A whole number with its thousands grouped: 1,000,000.
+pub fn grouped(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if n < 0 {
+        out.push('-');
+    }
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
+/// An entitlement's value as a member reads it, beside the key's name: a number with the key's
+/// unit when it has one ("5 GB"; "10" when the name says it: "Active sites: 10"), a flag as
+/// "included" or "not included". The one place a value is worded.
+pub fn entitlement_value(value: Amount, unit: Option<&str>) -> String {
+    match (value, unit) {
+        (Amount::Number(n), Some(u)) => format!("{} {u}", grouped(n)),
+        (Amount::Number(n), None) => grouped(n),
+        (Amount::Flag(true), _) => "included".into(),
+        (Amount::Flag(false), _) => "not included".into(),
+    }
+}
+
+/// Use against a limit, with the unit after the limit: "1 of 3", "2 of 5 GB".
+pub fn usage_value(used: i64, limit: i64, unit: Option<&str>) -> String {
+    format!("{} of {}", grouped(used), entitlement_value(Amount::Number(limit), unit))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_read_with_their_unit_only_when_one_is_set() {
+        assert_eq!(entitlement_value(Amount::Number(10), None), "10");
+        assert_eq!(entitlement_value(Amount::Number(5), Some("GB")), "5 GB");
+        assert_eq!(entitlement_value(Amount::Number(1_000_000), Some("seats")), "1,000,000 seats");
+        assert_eq!(entitlement_value(Amount::Flag(true), None), "included");
+        assert_eq!(entitlement_value(Amount::Flag(false), Some("GB")), "not included");
+        assert_eq!(usage_value(2, 5, Some("GB")), "2 of 5 GB");
+        assert_eq!(usage_value(1, 3, None), "1 of 3");
+        assert_eq!(grouped(-1234), "-1,234");
+        assert_eq!(grouped(999), "999");
+    }
 
     #[test]
     fn json_string_escapes_quotes_backslashes_controls_and_html() {

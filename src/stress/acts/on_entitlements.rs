@@ -142,6 +142,31 @@ pub(in crate::stress) async fn register_providers(
     entitlement_outcome(ent::register_providers(&ctx.db).await)
 }
 
+/// A provided key renamed back and forth (a numeric key's unit set and cleared with it), so the
+/// rename's row lock meets the provider stamps and the entitlement inserts of the same key.
+pub(in crate::stress) async fn rename_resource_key(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    note: &mut Note,
+) -> Result<Outcome, Failure> {
+    let (_, keys) = rng.pick(ent::PROVIDERS);
+    let k = rng.pick(keys);
+    let key = crate::ids::ResourceKey::from(k.key);
+    let current = {
+        let mut c = ctx.db.pool.acquire().await?;
+        catalog_store::key_labels(&mut c).await?.into_iter().find(|l| l.resource_key == k.key)
+    };
+    let Some(current) = current else { return Err(Failure::Error(format!("the key {} is gone", k.key))) };
+    let renamed = current.name.ends_with(" (renamed)");
+    let base = current.name.trim_end_matches(" (renamed)").to_string();
+    let name = if renamed { base } else { format!("{base} (renamed)") };
+    let unit = (k.kind == crate::states::KeyKind::Numeric && !renamed).then_some("units");
+    note.detail = format!("{} → {name:?}, unit {unit:?}", k.key);
+    let name = catalog_svc::KeyDisplayName::parse(&name).map_err(Failure::Error)?;
+    let unit = catalog_svc::KeyUnit::parse(unit.unwrap_or_default()).map_err(Failure::Error)?;
+    catalog_outcome(catalog_svc::rename_resource_key(&ctx.db, &key, &name, &unit).await)
+}
+
 pub(in crate::stress) async fn update_product(ctx: &Ctx, note: &mut Note) -> Result<Outcome, Failure> {
     let current = {
         let mut c = ctx.db.pool.acquire().await?;

@@ -14,7 +14,9 @@ use crate::{
     ids::{EntitlementSetId, ProductId, ResourceKey},
     services::{
         self, ServiceError,
-        catalog::{KeyDescription, KeyKind, ProductName, ResourceKeyName, RuleEntry, Seats, SetName},
+        catalog::{
+            KeyDescription, KeyDisplayName, KeyKind, KeyUnit, ProductName, ResourceKeyName, RuleEntry, Seats, SetName,
+        },
         reads::{CARRIED_COUNT_CAP, CatalogOverview},
         rule_changes::ChangeNote,
     },
@@ -53,6 +55,18 @@ impl FromField for KeyKind {
 impl FromField for KeyDescription {
     fn from_field(raw: &str) -> Result<Self, String> {
         KeyDescription::parse(raw)
+    }
+}
+
+impl FromField for KeyDisplayName {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        KeyDisplayName::parse(raw)
+    }
+}
+
+impl FromField for KeyUnit {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        KeyUnit::parse(raw)
     }
 }
 
@@ -104,6 +118,25 @@ impl TryFrom<&KeyForm> for NewKey {
             kind: *kind,
             description: description.clone(),
         }))
+    }
+}
+
+/// A resource key's name form: the name members read, and a numeric key's unit (blank: none;
+/// a flag's form sends none).
+#[derive(Deserialize, Default, Validate)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeyLabelForm {
+    #[validate(custom(function = read))]
+    name: Field<KeyDisplayName>,
+    #[validate(custom(function = read))]
+    unit: Field<KeyUnit>,
+}
+
+impl TryFrom<&KeyLabelForm> for (KeyDisplayName, KeyUnit) {
+    type Error = ServiceError;
+
+    fn try_from(form: &KeyLabelForm) -> Result<Self, ServiceError> {
+        input::problems(form).or(form.name.ok().cloned().zip(form.unit.ok().cloned()))
     }
 }
 
@@ -214,10 +247,19 @@ async fn catalog_view(state: &AppState, req: &HttpRequest) -> Result<views::Cata
         keys: keys
             .into_iter()
             .map(|k| views::ResourceKeyRow {
+                form: FormState {
+                    values: vec![
+                        ("name".into(), k.display_name.clone()),
+                        ("unit".into(), k.unit.clone().unwrap_or_default()),
+                    ],
+                    ..FormState::default()
+                },
                 key: k.resource_key.into_string(),
                 kind: k.kind.to_string(),
                 provider: k.provider,
                 description: k.description,
+                name: k.display_name,
+                unit: k.unit,
             })
             .collect(),
         sets: sets
@@ -307,6 +349,29 @@ pub async fn create_key(Call { req, state, .. }: OperatorCall, form: Form<KeyFor
     let created = run_parsed(&state.db, "Create a resource key", NewKey::try_from(&*form), create).await;
     let draw = async |r| catalog_refused(&req, &state, CatalogForm::Key, r).await;
     refusals::posted(&req, created.map(|_| paths::CATALOG.to_string()), form.values(), WORDS, draw).await
+}
+
+#[tracing::instrument(name = "Page: rename a resource key", skip_all, fields(key = %*key))]
+pub async fn rename_key(
+    Call { req, state, .. }: OperatorCall,
+    key: web::Path<String>,
+    form: Form<KeyLabelForm>,
+) -> Result<HttpResponse, AppError> {
+    let key = ResourceKey::from(key.into_inner());
+    let rename = async |(name, unit): &(KeyDisplayName, KeyUnit)| {
+        services::catalog::rename_resource_key(&state.db, &key, name, unit).await
+    };
+    let parsed = <(KeyDisplayName, KeyUnit)>::try_from(&*form);
+    let renamed = run_parsed(&state.db, "Rename a resource key", parsed, rename).await;
+    refusals::posted(&req, renamed.map(|()| paths::CATALOG.to_string()), form.values(), WORDS, async |r| {
+        let mut v = catalog_view(&state, &req).await?;
+        // A key gone meanwhile has no form to show the refusal in.
+        let i = v.keys.iter().position(|k| k.key == key.as_str()).ok_or(AppError::NotFound)?;
+        v.keys[i].form = r.form;
+        let form = || views::key_label_panel(&v.csrf, &v.keys[i]);
+        Ok(refusals::answer(&req, r.status, "Catalog", form, || views::catalog(&v)))
+    })
+    .await
 }
 
 #[tracing::instrument(name = "Page: add an entitlement set", skip_all)]

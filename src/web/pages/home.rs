@@ -7,7 +7,7 @@ use crate::{
     states::GrantKind,
     store::{
         accounts::{DisplacedSubscription, SessionAccount},
-        catalog::{HeldConferral, Usage},
+        catalog::{HeldConferral, KeyLabel, Usage},
         entitlements::EntitlementValue,
     },
     web::{
@@ -61,8 +61,8 @@ fn org_home(o: crate::store::accounts::MemberHome) -> views::OrgHome {
         name: o.membership.name,
         role: o.membership.role,
         plan: plan_lines(&o.held),
-        entitlements: entitlement_rows(&o.entitlements),
-        usage: usage_rows(&o.usage),
+        entitlements: entitlement_rows(&o.entitlements, &o.labels),
+        usage: usage_rows(&o.usage, &o.labels),
         displaced: displaced_lines(&o.displaced),
     }
 }
@@ -94,24 +94,59 @@ fn member_source(c: &HeldConferral) -> &'static str {
     }
 }
 
-/// Entitlements in a person's words: a number, or included / not included.
-pub fn entitlement_rows(values: &[EntitlementValue]) -> Vec<views::EntitlementRow> {
+/// A key's name and unit from `labels`. Every key has a row there (read in the same statement);
+/// were one missing, the name the catalog would give it by default, never the key itself.
+fn label_of(key: &str, labels: &[KeyLabel]) -> (String, Option<String>) {
+    match labels.iter().find(|l| l.resource_key == key) {
+        Some(l) => (l.name.clone(), l.unit.clone()),
+        None => (default_key_name(key), None),
+    }
+}
+
+/// `core.default_resource_key_name`: the key's last word, `_` as a space, first letter upper-cased.
+fn default_key_name(key: &str) -> String {
+    let word = key.rsplit('.').next().unwrap_or(key).replace('_', " ");
+    let mut c = word.chars();
+    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+}
+
+/// Entitlements by their names, with their values (worded by the view: a number with its unit,
+/// or included / not included).
+pub fn entitlement_rows(values: &[EntitlementValue], labels: &[KeyLabel]) -> Vec<views::EntitlementRow> {
     values
         .iter()
-        .map(|e| views::EntitlementRow {
-            key: e.resource_key.clone(),
-            value: match (e.numeric_value, e.flag_value) {
-                (Some(n), _) => n.to_string(),
-                (_, Some(true)) => "included".into(),
-                _ => "not included".into(),
-            },
+        .map(|e| {
+            let (name, unit) = label_of(&e.resource_key, labels);
+            views::EntitlementRow {
+                key: e.resource_key.clone(),
+                name,
+                unit,
+                value: match (e.numeric_value, e.flag_value) {
+                    (Some(n), _) => views::Amount::Number(n),
+                    (_, f) => views::Amount::Flag(f == Some(true)),
+                },
+            }
         })
         .collect()
 }
 
-pub fn usage_rows(usage: &[Usage]) -> Vec<views::UsageRow> {
+pub fn usage_rows(usage: &[Usage], labels: &[KeyLabel]) -> Vec<views::UsageRow> {
     usage
         .iter()
-        .map(|u| views::UsageRow { key: u.resource_key.to_string(), used: u.used, limit: u.limit_value })
+        .map(|u| {
+            let (name, unit) = label_of(u.resource_key.as_str(), labels);
+            views::UsageRow { key: u.resource_key.to_string(), name, unit, used: u.used, limit: u.limit_value }
+        })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_key_without_a_name_reads_as_the_catalogs_default_never_as_the_key() {
+        assert_eq!(super::default_key_name("fedwiki.active_sites"), "Active sites");
+        assert_eq!(super::default_key_name("support.priority"), "Priority");
+        let (name, unit) = super::label_of("a.storage_gb", &[]);
+        assert_eq!((name.as_str(), unit), ("Storage gb", None));
+    }
 }

@@ -195,8 +195,8 @@ pub async fn detail(
                 kind: x.kind.clone(),
             })
             .collect(),
-        entitlements: entitlement_rows(&d.entitlements),
-        usage: usage_rows(&d.usage),
+        entitlements: entitlement_rows(&d.entitlements, &d.labels),
+        usage: usage_rows(&d.usage, &d.labels),
         members: d.members.iter().map(|m| views::MemberRow { email: m.email.clone(), role: m.role.clone() }).collect(),
         grants: d.grants.iter().map(crate::web::pages::grants::list_row).collect(),
         events: d.events.iter().map(crate::web::pages::grants::event_row).collect(),

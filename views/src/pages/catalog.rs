@@ -23,6 +23,13 @@ pub struct ResourceKeyRow {
     /// The integration that enforces the key, once one has registered it.
     pub provider: Option<String>,
     pub description: String,
+    /// What members read in place of the key.
+    pub name: String,
+    /// Shown after a numeric key's number, when set.
+    pub unit: Option<String>,
+    /// Its name-and-unit form: the current values, or a refused submission with its messages
+    /// (then the form shows open).
+    pub form: FormState,
 }
 
 /// One rule of an entitlement set: the value it confers per unit for a resource key.
@@ -68,8 +75,8 @@ pub fn catalog(v: &CatalogView) -> Markup {
             "Resource keys",
             "A resource key names one thing a plan can limit (a number, such as active sites) \
              or allow (a flag). The integration that enforces a key registers itself when the \
-             console starts.",
-            keys_table(&v.keys),
+             console starts. Members never see a key: they read its name, and a number's unit.",
+            keys_table(&v.csrf, &v.keys),
             key_form(&v.csrf, &v.key_form),
         ))
         (section(
@@ -104,20 +111,72 @@ fn section(heading_id: &str, title: &str, what: &str, table: Markup, add_form: M
     )
 }
 
-fn keys_table(keys: &[ResourceKeyRow]) -> Markup {
+fn keys_table(csrf: &str, keys: &[ResourceKeyRow]) -> Markup {
     let rows = keys
         .iter()
         .map(|k| {
             vec![
-                html! { code { (k.key) } },
+                html! { (k.name) " " code.muted { (k.key) } },
                 html! { (kind_label(&k.kind)) },
+                or_none(k.unit.as_deref(), "none"),
                 or_none(k.provider.as_deref(), "not registered"),
                 html! { (k.description) },
+                key_label_form(csrf, k),
             ]
         })
         .collect();
-    let columns = [Column::text("Key"), Column::text("Kind"), Column::text("Enforced by"), Column::text("Description")];
+    let columns = [
+        Column::text("Name members read"),
+        Column::text("Kind"),
+        Column::text("Unit"),
+        Column::text("Enforced by"),
+        Column::text("Description"),
+        Column::text(""),
+    ];
     table_cols(&columns, rows, "No resource keys yet.")
+}
+
+/// The container id of a key's name form: the key with its dots as dashes (a key is lower-case
+/// words, digits and `_`, so no two keys share one), usable as a CSS selector.
+pub fn key_label_form_id(key: &str) -> String {
+    format!("key-label-{}", key.replace('.', "-"))
+}
+
+/// A key's name-and-unit form, folded under "Rename" (open when it was refused).
+pub fn key_label_form(csrf: &str, k: &ResourceKeyRow) -> Markup {
+    let refused = !k.form.errors.is_empty() || !k.form.field_errors.is_empty();
+    html! {
+        details.key-label open[refused] {
+            summary aria-label=(format!("Rename {}", k.key)) { "Rename" }
+            (key_label_panel(csrf, k))
+        }
+    }
+}
+
+/// The form itself, in its container `#key-label-…`, which HTMX swaps with a refusal. A flag has
+/// no unit, so its form has no unit field (unless one was sent and refused).
+pub fn key_label_panel(csrf: &str, k: &ResourceKeyRow) -> Markup {
+    let id = key_label_form_id(&k.key);
+    let f = &k.form;
+    let name_id = format!("{id}-name");
+    let unit_id = format!("{id}-unit");
+    let fields = html! {
+        (input_field(&Input {
+            required: true,
+            hint: Some("What members read, e.g. “Active sites”."),
+            ..f.input(&name_id, "name", "Name")
+        }))
+        // A flag's form shows the field only to say why a unit sent for it was refused.
+        @if k.kind == "numeric" || f.field_error("unit").is_some() {
+            (input_field(&Input {
+                hint: Some("Shown after the number (“5 GB”); blank when the name says it (“Active sites: 10”)."),
+                ..f.input(&unit_id, "unit", "Unit")
+            }))
+        }
+        (submit("Save name"))
+    };
+    let action = fill(paths::CATALOG_KEY, &[&k.key]);
+    form_panel(&id, &action, csrf, f, html! {}, fields)
 }
 
 fn kind_label(kind: &str) -> &str {
@@ -469,12 +528,18 @@ mod tests {
                     kind: "numeric".into(),
                     provider: Some("fedwiki".into()),
                     description: "Active sites".into(),
+                    name: "Active sites".into(),
+                    unit: None,
+                    form: FormState::sent(&[("name", "Active sites"), ("unit", "")], &[]),
                 },
                 ResourceKeyRow {
                     key: "fedwiki.custom_domain".into(),
                     kind: "flag".into(),
                     provider: None,
                     description: "<script>d</script>".into(),
+                    name: "Custom <domain>".into(),
+                    unit: None,
+                    form: FormState::sent(&[("name", "Custom <domain>")], &[]),
                 },
             ],
             sets: vec![SetRow {
@@ -511,7 +576,8 @@ mod tests {
     #[test]
     fn catalog_lists_keys_sets_and_products_escaped() {
         let out = catalog(&sample()).into_string();
-        assert!(out.contains("<code>fedwiki.active_sites</code>"));
+        assert!(out.contains(r#"<td>Active sites <code class="muted">fedwiki.active_sites</code></td>"#));
+        assert!(out.contains(r#"<td>Custom &lt;domain&gt; <code class="muted">fedwiki.custom_domain</code></td>"#));
         assert!(out.contains(r#"<span class="muted">not registered</span>"#));
         assert!(out.contains("&lt;script&gt;d&lt;/script&gt;"));
         assert!(out.contains("&lt;script&gt;Basic&lt;/script&gt;"));
@@ -523,11 +589,32 @@ mod tests {
         assert!(out.contains(r#"<span class="badge badge-ok">published</span>"#));
         assert!(out.contains("<li>Wiki hosting · rank 1</li>"));
         assert!(out.contains(r#"href="/operator/catalog/products/9""#));
-        // All three forms, each with the token.
-        assert_eq!(out.matches(r#"<input type="hidden" name="csrf_token" value="tok">"#).count(), 3);
+        // The three add forms and a name form per key, each with the token.
+        assert_eq!(out.matches(r#"<input type="hidden" name="csrf_token" value="tok">"#).count(), 5);
         assert!(out.contains(r#"id="key-form""#));
         assert!(out.contains(r#"id="set-form""#));
         assert!(out.contains(r#"id="product-form""#));
+    }
+
+    #[test]
+    fn a_keys_name_form_posts_to_the_key_and_a_flag_has_no_unit() {
+        let v = sample();
+        let out = key_label_form("tok", &v.keys[0]).into_string();
+        assert!(out.contains(
+            r##"action="/operator/catalog/keys/fedwiki.active_sites" hx-post="/operator/catalog/keys/fedwiki.active_sites" hx-target="#key-label-fedwiki-active_sites""##
+        ));
+        assert!(out.contains(r#"name="name" type="text" value="Active sites" required"#));
+        assert!(out.contains(r#"name="unit" type="text""#));
+        assert!(out.starts_with(r#"<details class="key-label"><summary"#));
+        let out = key_label_form("tok", &v.keys[1]).into_string();
+        assert!(!out.contains(r#"name="unit""#));
+        assert!(out.contains(r#"value="Custom &lt;domain&gt;""#));
+        // A refused one shows open, with its message by the field.
+        let mut k = sample().keys.remove(0);
+        k.form = FormState::sent(&[("name", "")], &[("name", "A resource key needs a name.")]);
+        let out = key_label_form("tok", &k).into_string();
+        assert!(out.starts_with(r#"<details class="key-label" open><summary"#));
+        assert!(out.contains("A resource key needs a name."));
     }
 
     #[test]

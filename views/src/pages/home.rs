@@ -5,6 +5,7 @@ use maud::{Markup, html};
 use crate::components::{Tone, badge, card, facts, info_note};
 use crate::forms::subscription_form;
 use crate::pages::organizations::{EntitlementRow, UsageRow, usage_badge};
+use crate::text::{entitlement_value, usage_value};
 
 /// One ladder of an organization's plan, as the member reads it.
 pub struct PlanLine {
@@ -151,26 +152,18 @@ fn facts_section(title: &str, none: &str, items: &[(&str, Markup)]) -> Markup {
     }
 }
 
+/// Each entitlement by the name members read, never its key.
 fn entitlement_facts(entitlements: &[EntitlementRow]) -> Vec<(&str, Markup)> {
-    entitlements.iter().map(|e| (e.key.as_str(), html! { (plain_value(&e.value)) })).collect()
-}
-
-/// A flag's value in plain words; a number as it is.
-fn plain_value(value: &str) -> &str {
-    match value {
-        "yes" | "true" => "included",
-        "no" | "false" => "not included",
-        other => other,
-    }
+    entitlements.iter().map(|e| (e.name.as_str(), html! { (entitlement_value(e.value, e.unit.as_deref())) })).collect()
 }
 
 fn usage_facts(usage: &[UsageRow]) -> Vec<(&str, Markup)> {
-    usage.iter().map(|u| (u.key.as_str(), usage_text(u))).collect()
+    usage.iter().map(|u| (u.name.as_str(), usage_text(u))).collect()
 }
 
 fn usage_text(u: &UsageRow) -> Markup {
     html! {
-        (u.used) " of " (u.limit)
+        (usage_value(u.used, u.limit, u.unit.as_deref()))
         @if let Some(b) = usage_badge(u.used, u.limit) {
             " " (b)
         }
@@ -180,6 +173,16 @@ fn usage_text(u: &UsageRow) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::text::Amount;
+
+    fn row(key: &str, name: &str, unit: Option<&str>, value: Amount) -> EntitlementRow {
+        EntitlementRow { key: key.into(), name: name.into(), unit: unit.map(Into::into), value }
+    }
+
+    fn sites_used(used: i64, limit: i64) -> UsageRow {
+        UsageRow { key: "fedwiki.active_sites".into(), name: "Active sites".into(), unit: None, used, limit }
+    }
 
     fn org() -> OrgHome {
         OrgHome {
@@ -203,11 +206,12 @@ mod tests {
                 },
             ],
             entitlements: vec![
-                EntitlementRow { key: "fedwiki.active_sites".into(), value: "3".into() },
-                EntitlementRow { key: "fedwiki.custom_domain".into(), value: "yes".into() },
-                EntitlementRow { key: "support.priority".into(), value: "no".into() },
+                row("fedwiki.active_sites", "Active sites", None, Amount::Number(3)),
+                row("fedwiki.custom_domain", "Custom domain", None, Amount::Flag(true)),
+                row("support.priority", "Priority support", None, Amount::Flag(false)),
+                row("fedwiki.storage", "Storage", Some("GB"), Amount::Number(5)),
             ],
-            usage: vec![UsageRow { key: "fedwiki.active_sites".into(), used: 1, limit: 3 }],
+            usage: vec![sites_used(1, 3)],
             displaced: vec![],
         }
     }
@@ -238,10 +242,13 @@ mod tests {
         assert!(out.contains(r#"<span class="badge badge-warn">suspended: payment needed</span>"#));
         assert_eq!(out.matches("suspended: payment needed").count(), 1);
         assert!(out.contains("— included with your organization type"));
-        assert!(out.contains("<dt>fedwiki.active_sites</dt><dd>3</dd>"));
-        assert!(out.contains("<dt>fedwiki.custom_domain</dt><dd>included</dd>"));
-        assert!(out.contains("<dt>support.priority</dt><dd>not included</dd>"));
-        assert!(out.contains("<dt>fedwiki.active_sites</dt><dd>1 of 3</dd>"));
+        assert!(out.contains("<dt>Active sites</dt><dd>3</dd>"));
+        assert!(out.contains("<dt>Custom domain</dt><dd>included</dd>"));
+        assert!(out.contains("<dt>Priority support</dt><dd>not included</dd>"));
+        assert!(out.contains("<dt>Storage</dt><dd>5 GB</dd>"));
+        assert!(out.contains("<dt>Active sites</dt><dd>1 of 3</dd>"));
+        // Members read names, never keys.
+        assert!(!out.contains("fedwiki.") && !out.contains("support.priority"));
         assert!(out.contains(r#"<h2 id="org-2-heading">Beta</h2>"#));
         assert!(out.contains("No plan yet."));
         assert!(!out.contains("An operator must add you"));
@@ -250,7 +257,7 @@ mod tests {
     #[test]
     fn usage_at_the_limit_is_flagged() {
         let mut o = org();
-        o.usage = vec![UsageRow { key: "fedwiki.active_sites".into(), used: 3, limit: 3 }];
+        o.usage = vec![sites_used(3, 3)];
         let out =
             member_home(&HomeView { email: "a@b".into(), csrf: "tok".into(), organizations: vec![o] }).into_string();
         assert!(out.contains(r#"<dd>3 of 3 <span class="badge badge-warn">at limit</span></dd>"#));

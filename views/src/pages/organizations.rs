@@ -13,6 +13,7 @@ use crate::forms::FormState;
 use crate::pages::catalog::{Total, capitalized, count};
 use crate::pages::grants::{GrantEventRow, GrantListRow, events_table, grants_table};
 use crate::pages::topology::rank_cell;
+use crate::text::{Amount, entitlement_value, usage_value};
 
 pub struct OrgListRow {
     pub id: i64,
@@ -151,17 +152,27 @@ pub struct DisplacedRow {
     pub kind: String,
 }
 
-/// One materialized entitlement of a pool.
+/// One materialized entitlement of a pool: the key (operators see it beside the name), the name
+/// and unit members read, and the value (worded by `entitlement_value`).
 pub struct EntitlementRow {
     pub key: String,
-    pub value: String,
+    pub name: String,
+    pub unit: Option<String>,
+    pub value: Amount,
 }
 
 /// The counted use of a numeric key against its limit.
 pub struct UsageRow {
     pub key: String,
+    pub name: String,
+    pub unit: Option<String>,
     pub used: i64,
     pub limit: i64,
+}
+
+/// A key's name, with the key beside it, muted, for an operator.
+pub fn named_key(name: &str, key: &str) -> Markup {
+    html! { (name) " " code.muted { (key) } }
 }
 
 pub struct MemberRow {
@@ -287,8 +298,11 @@ fn displaced_table(displaced: &[DisplacedRow]) -> Markup {
 }
 
 fn entitlements_table(entitlements: &[EntitlementRow]) -> Markup {
-    let rows = entitlements.iter().map(|e| vec![html! { code { (e.key) } }, html! { (e.value) }]).collect();
-    table(&["Resource key", "Value"], rows, "No entitlements: nothing active confers any.")
+    let rows = entitlements
+        .iter()
+        .map(|e| vec![named_key(&e.name, &e.key), html! { (entitlement_value(e.value, e.unit.as_deref())) }])
+        .collect();
+    table(&["Resource", "Value"], rows, "No entitlements: nothing active confers any.")
 }
 
 fn usage_table(usage: &[UsageRow]) -> Markup {
@@ -296,15 +310,15 @@ fn usage_table(usage: &[UsageRow]) -> Markup {
         .iter()
         .map(|u| {
             vec![
-                html! { code { (u.key) } },
-                html! { (u.used) " of " (u.limit) },
+                named_key(&u.name, &u.key),
+                html! { (usage_value(u.used, u.limit, u.unit.as_deref())) },
                 html! {
                     @if let Some(b) = usage_badge(u.used, u.limit) { (b) }
                 },
             ]
         })
         .collect();
-    let columns = [Column::text("Resource key"), Column::num("Used"), Column::text("")];
+    let columns = [Column::text("Resource"), Column::num("Used"), Column::text("")];
     table_cols(&columns, rows, "Nothing counted yet.")
 }
 
@@ -406,6 +420,10 @@ mod tests {
         }
     }
 
+    fn usage(key: &str, used: i64, limit: i64) -> UsageRow {
+        UsageRow { key: key.into(), name: key.to_uppercase(), unit: None, used, limit }
+    }
+
     fn detail() -> OrgDetailView {
         OrgDetailView {
             id: 7,
@@ -416,12 +434,17 @@ mod tests {
             positions: vec![position("Wiki hosting", 0, "active"), position("Support", 2, "suspended")],
             other_conferrals: vec![],
             displaced: vec![],
-            entitlements: vec![EntitlementRow { key: "fedwiki.active_sites".into(), value: "3".into() }],
+            entitlements: vec![EntitlementRow {
+                key: "fedwiki.active_sites".into(),
+                name: "Active sites".into(),
+                unit: None,
+                value: Amount::Number(3),
+            }],
             usage: vec![
-                UsageRow { key: "a".into(), used: 1, limit: 3 },
-                UsageRow { key: "b".into(), used: 3, limit: 3 },
-                UsageRow { key: "c".into(), used: 4, limit: 3 },
-                UsageRow { key: "d".into(), used: 0, limit: 0 },
+                usage("a", 1, 3),
+                usage("b", 3, 3),
+                usage("c", 4, 3),
+                UsageRow { key: "d".into(), name: "D".into(), unit: Some("GB".into()), used: 0, limit: 0 },
             ],
             members: vec![MemberRow { email: "ann@example.org".into(), role: "owner".into() }],
             grants: vec![GrantListRow {
@@ -464,7 +487,7 @@ mod tests {
         ));
         assert!(out.contains(r#"<span class="badge badge-ok">active</span>"#));
         assert!(out.contains(r#"<span class="badge badge-warn">suspended</span>"#));
-        assert!(out.contains("<td><code>fedwiki.active_sites</code></td><td>3</td>"));
+        assert!(out.contains(r#"<td>Active sites <code class="muted">fedwiki.active_sites</code></td><td>3</td>"#));
         assert!(out.contains("<td>ann@example.org</td><td>owner</td>"));
         // No add-ons or displaced: no sections.
         assert!(!out.contains("Add-ons"));
@@ -477,7 +500,7 @@ mod tests {
         assert!(out.contains(r#"<td class="num">1 of 3</td><td></td>"#));
         assert!(out.contains(r#"<td class="num">3 of 3</td><td><span class="badge badge-warn">at limit</span></td>"#));
         assert!(out.contains(r#"<td class="num">4 of 3</td><td><span class="badge badge-bad">over limit</span></td>"#));
-        assert!(out.contains(r#"<td class="num">0 of 0</td><td></td>"#));
+        assert!(out.contains(r#"<td class="num">0 of 0 GB</td><td></td>"#));
     }
 
     #[test]
