@@ -7,6 +7,8 @@
 //! microsecond, and the labels are bounded by construction (route patterns from the route table,
 //! "unmatched" for the rest; operation names the code gives; job kinds), so an attacker's paths
 //! cannot grow it.
+//!
+//! Hand-written rather than a crate's registry: docs/operations.md ("Metrics") says why.
 
 use std::{
     collections::BTreeMap,
@@ -14,6 +16,8 @@ use std::{
     sync::{Mutex, OnceLock},
     time::Duration,
 };
+
+pub mod process;
 
 /// The histogram buckets, in seconds: from a fast page to a remote call at its timeout.
 pub const BUCKETS: [f64; 12] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -157,8 +161,14 @@ impl Registry {
         })
     }
 
-    /// This registry in Prometheus' text format.
+    /// This registry in Prometheus' text format, then the process's figures and the build info.
     pub fn render(&self, out: &mut String) {
+        self.render_registry(out);
+        process::render(out);
+        process::render_build_info(out);
+    }
+
+    fn render_registry(&self, out: &mut String) {
         self.with(|s| {
             family(out, "console_http_requests_total", "counter", "Requests answered, by route, method and status.");
             for ((route, method, status), n) in &s.requests {

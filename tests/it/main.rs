@@ -62,3 +62,5 @@ mod web_shell;
 mod browser_members;
 mod members;
 mod walk_members;
+// Issue 39, accessibility.
+mod browser_a11y;

@@ -215,3 +215,68 @@ async fn farm_calls_are_timed_by_operation_and_a_refused_one_counts_as_an_error_
         "{out}"
     );
 }
+
+/// The value of the unlabelled sample `name` in a scrape, which must be there once.
+fn value_of(body: &str, name: &str) -> f64 {
+    let values: Vec<f64> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map(|v| v.parse().unwrap_or_else(|e| panic!("{name}'s value {v:?}: {e}")))
+        .collect();
+    assert_eq!(values.len(), 1, "one sample of {name}: {body}");
+    values[0]
+}
+
+#[tokio::test]
+async fn a_scrape_carries_the_process_figures_prometheus_expects_and_the_build_it_came_from() {
+    let t = TestDb::new().await;
+    let app = TestApp::spawn(&t).await;
+    let r = scrape(&app, None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let b = &r.body;
+    // The names, types and units of the client libraries' process collector.
+    for (name, kind) in [
+        ("process_cpu_seconds_total", "counter"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_virtual_memory_bytes", "gauge"),
+        ("process_open_fds", "gauge"),
+        ("process_max_fds", "gauge"),
+        ("process_start_time_seconds", "gauge"),
+        ("member_console_build_info", "gauge"),
+    ] {
+        assert!(b.contains(&format!("# TYPE {name} {kind}\n")), "{name} is a {kind}: {b}");
+        assert!(b.contains(&format!("# HELP {name} ")), "{name} has its help: {b}");
+    }
+    // This process (the server runs in the test's) has done work, holds memory and files.
+    let cpu = value_of(b, "process_cpu_seconds_total");
+    assert!(cpu > 0.0 && cpu < 24.0 * 3600.0, "cpu {cpu}");
+    let resident = value_of(b, "process_resident_memory_bytes");
+    let virtual_ = value_of(b, "process_virtual_memory_bytes");
+    assert!(resident > 1024.0 * 1024.0, "resident {resident}: at least a MiB, in bytes not pages");
+    assert!(virtual_ >= resident, "virtual {virtual_} < resident {resident}");
+    let open = value_of(b, "process_open_fds");
+    let max = value_of(b, "process_max_fds");
+    assert!(open > 0.0 && open <= max, "open {open}, max {max}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let started = value_of(b, "process_start_time_seconds");
+    assert!(started > now - 24.0 * 3600.0 && started <= now + 1.0, "started {started}, now {now}");
+    // A second scrape a moment on: the counter does not go back, the start stays put.
+    let again = scrape(&app, None).await.body;
+    assert!(value_of(&again, "process_cpu_seconds_total") >= cpu);
+    assert!((value_of(&again, "process_start_time_seconds") - started).abs() < 0.02);
+
+    // The build: the crate's version and the commit it was built from (as git says now).
+    let info = b.lines().find(|l| l.starts_with("member_console_build_info{")).expect("a build info line");
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    assert_eq!(
+        info,
+        format!(r#"member_console_build_info{{version="{}",git_commit="{commit}"}} 1"#, env!("CARGO_PKG_VERSION"))
+    );
+}

@@ -377,6 +377,40 @@ impl Browser {
         problems
     }
 
+    /// What axe-core finds against WCAG 2.1 A and AA on the page as it is now: one entry per
+    /// rule broken, "id (impact): summary", then each element's selector and what to fix. axe is
+    /// read from `AXE_CORE_JS` (scripts/test installs it with scripts/install-axe and exports it),
+    /// else from where scripts/install-axe puts it; missing, the test fails saying so.
+    pub async fn wcag_violations(&self) -> Vec<String> {
+        static AXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let axe = AXE.get_or_init(|| {
+            let path = std::env::var_os("AXE_CORE_JS").map(PathBuf::from).unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/axe/node_modules/axe-core/axe.min.js")
+            });
+            std::fs::read_to_string(&path).unwrap_or_else(|e| {
+                panic!(
+                    "the accessibility check needs axe-core at {} ({e}): run scripts/test, which installs it, \
+                     or scripts/install-axe (AXE_CORE_JS names another copy)",
+                    path.display()
+                )
+            })
+        });
+        // axe's bundle sets `window.axe` when run as a script body.
+        self.execute(&format!("{axe}\n;return typeof window.axe;"), vec![]).await;
+        let found = self
+            .execute(
+                "return axe.run(document, {
+                   runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']},
+                   resultTypes: ['violations'],
+                 }).then(r => r.violations.map(v =>
+                   `${v.id} (${v.impact}): ${v.help}` + v.nodes.map(n =>
+                     `\n    ${n.target.join(' ')}: ${(n.failureSummary || '').replace(/\\s+/g, ' ')}`).join('')));",
+                vec![],
+            )
+            .await;
+        serde_json::from_value(found).unwrap_or_else(|e| panic!("axe's answer: {e}"))
+    }
+
     /// Wait until `until` holds, up to `timeout`; returns the element for [`Until::Css`] (and the
     /// body otherwise). Fails naming the address and what the page shows.
     pub async fn wait_for(&self, until: Until<'_>, timeout: Duration) -> Element {
