@@ -33,6 +33,7 @@ mod replicas;
 mod request_ids;
 mod route_policy;
 mod rule_changes;
+mod serve_process;
 mod signup;
 mod site_editing;
 mod site_maintenance;
