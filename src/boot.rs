@@ -63,7 +63,8 @@ pub async fn boot(config: Config) -> anyhow::Result<Booted> {
 }
 
 /// Stripe as the configuration names it: the account of `STRIPE_SECRET_KEY` at `STRIPE_API_BASE`.
-/// None without a key (`serve` then starts the stand-in: `main::stripe_for_serve`).
+/// None without a key (`serve` then starts the stand-in, when `crate::stand_ins` allows it:
+/// `stripe_for_serve`).
 pub fn connect_stripe(config: &Config) -> anyhow::Result<Option<Arc<crate::integrations::stripe::Stripe>>> {
     let Some(key) = &config.stripe.secret_key else { return Ok(None) };
     let stripe = crate::integrations::stripe::Stripe::connect(
@@ -84,16 +85,35 @@ pub const STANDIN_SECRET_KEY: &str = "sk_test_member_console_standin";
 /// `/webhooks/stripe` at `console` registered with it.
 pub struct ServeStripe {
     pub stripe: Option<Arc<crate::integrations::stripe::Stripe>>,
+    #[cfg(feature = "stand-ins")]
     pub standin: Option<stripe_standin::StandIn>,
 }
 
+impl ServeStripe {
+    /// Stop the stand-in, if it runs.
+    pub async fn stop(self) {
+        #[cfg(feature = "stand-ins")]
+        if let Some(standin) = self.standin {
+            standin.stop().await;
+        }
+    }
+}
+
+/// A build without stand-ins: the configured account only (`crate::stand_ins` refused the start
+/// without one).
+#[cfg(not(feature = "stand-ins"))]
+pub async fn stripe_for_serve(config: &Config, _console: std::net::SocketAddr) -> anyhow::Result<ServeStripe> {
+    Ok(ServeStripe { stripe: connect_stripe(config)? })
+}
+
+#[cfg(feature = "stand-ins")]
 pub async fn stripe_for_serve(config: &Config, console: std::net::SocketAddr) -> anyhow::Result<ServeStripe> {
     if config.stripe.secret_key.is_some() {
         return Ok(ServeStripe { stripe: connect_stripe(config)?, standin: None });
     }
     let standin = stripe_standin::StandIn::start(stripe_standin::Config::default())
         .await
-        .context("starting the Stripe stand-in")?;
+        .context("starting the Stripe stand-in (on a free port of 127.0.0.1)")?;
     let host = if console.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { console.ip() };
     let hook = format!("http://{}/webhooks/stripe", std::net::SocketAddr::new(host, console.port()));
     let secret = standin.add_webhook_endpoint(&hook).map_err(|e| anyhow::anyhow!("registering the webhook: {e}"))?;
@@ -133,9 +153,28 @@ pub fn connect_farm(config: &Config) -> anyhow::Result<Option<Arc<crate::integra
 /// the value is held), sending its callbacks to the console's own `/farm/callbacks` at `console`.
 pub struct ServeFarm {
     pub farm: Option<Arc<crate::integrations::farm::Farm>>,
+    #[cfg(feature = "stand-ins")]
     pub local: Option<local_farm::LocalFarm>,
 }
 
+impl ServeFarm {
+    /// Stop the local farm, if it runs, and its `wiki` server's process group with it.
+    pub async fn stop(self) {
+        #[cfg(feature = "stand-ins")]
+        if let Some(local) = self.local {
+            local.stop().await;
+        }
+    }
+}
+
+/// A build without stand-ins: the configured farm only (`crate::stand_ins` refused the start
+/// without one).
+#[cfg(not(feature = "stand-ins"))]
+pub async fn farm_for_serve(config: &Config, _console: std::net::SocketAddr) -> anyhow::Result<ServeFarm> {
+    Ok(ServeFarm { farm: connect_farm(config)? })
+}
+
+#[cfg(feature = "stand-ins")]
 pub async fn farm_for_serve(config: &Config, console: std::net::SocketAddr) -> anyhow::Result<ServeFarm> {
     if config.farm.url.is_some() {
         return Ok(ServeFarm { farm: connect_farm(config)?, local: None });
@@ -150,7 +189,15 @@ pub async fn farm_for_serve(config: &Config, console: std::net::SocketAddr) -> a
         ..local_farm::Config::default()
     })
     .await
-    .context("starting the local farm")?;
+    .map_err(|e| match e.get_ref().and_then(|inner| inner.downcast_ref::<local_farm::ListenError>()) {
+        // Its address is the operator's to move: say where, and with what.
+        Some(listen) => anyhow::anyhow!(
+            "the local farm could not listen on {} (FARM_LOCAL_BIND moves it): {}",
+            listen.address,
+            listen.source
+        ),
+        None => anyhow::anyhow!("starting the local farm: {e}"),
+    })?;
     let host = if console.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { console.ip() };
     let console_base = format!("http://{}", std::net::SocketAddr::new(host, console.port()));
     local.set_callback(format!("{console_base}/farm/callbacks"), secret.clone());
@@ -226,26 +273,55 @@ pub async fn release_private_cluster(cluster: Option<PrivateCluster>) {
     }
 }
 
-/// What `serve` sends mail with: the configured server, or in the demo with none configured the
-/// mail catcher the project ships (its page is logged); otherwise mail is off, and said so.
+/// What `serve` sends mail with: the configured server, or, when the stand-ins were asked for
+/// and none is configured (`crate::stand_ins`), the mail catcher the project ships (its page is
+/// logged); otherwise mail is off, and said so.
 pub struct ServeMail {
     pub mailer: Option<Arc<crate::integrations::mail::Mailer>>,
+    #[cfg(feature = "stand-ins")]
     pub catcher: Option<mail_catcher::MailCatcher>,
 }
 
-pub async fn mail_for_serve(config: &Config, demo: bool) -> anyhow::Result<ServeMail> {
+impl ServeMail {
+    /// Stop the mail catcher, if it runs.
+    pub async fn stop(self) {
+        #[cfg(feature = "stand-ins")]
+        if let Some(catcher) = self.catcher {
+            catcher.stop().await;
+        }
+    }
+}
+
+pub async fn mail_for_serve(config: &Config, catcher: bool) -> anyhow::Result<ServeMail> {
     use crate::integrations::mail::Mailer;
-    if config.mail.smtp_url.is_some() {
+    if config.mail.smtp_url.is_some() || !catcher {
+        if config.mail.smtp_url.is_none() {
+            eprintln!("Mail is off: no SMTP_URL is set, so no mail is sent (see docs/operations.md, \"Mail\").");
+        }
         let mailer = Mailer::from_settings(&config.mail)?.map(Arc::new);
-        return Ok(ServeMail { mailer, catcher: None });
+        return Ok(ServeMail {
+            mailer,
+            #[cfg(feature = "stand-ins")]
+            catcher: None,
+        });
     }
-    if !demo {
-        eprintln!("Mail is off: no SMTP_URL is set, so no mail is sent (see docs/operations.md, \"Mail\").");
-        return Ok(ServeMail { mailer: None, catcher: None });
-    }
-    let catcher = mail_catcher::MailCatcher::start(mail_catcher::Config::default()).await?;
+    start_mail_catcher(config).await
+}
+
+#[cfg(feature = "stand-ins")]
+async fn start_mail_catcher(config: &Config) -> anyhow::Result<ServeMail> {
+    use crate::integrations::mail::Mailer;
+    let catcher = mail_catcher::MailCatcher::start(mail_catcher::Config::default())
+        .await
+        .context("starting the mail catcher (on free ports of 127.0.0.1)")?;
     let settings = crate::config::MailSettings { smtp_url: Some(catcher.smtp_url()), ..config.mail.clone() };
     let mailer = Mailer::from_settings(&settings)?.map(Arc::new);
-    eprintln!("Mail: the demo's mail is caught, not sent; read it at {}", catcher.http_url());
+    eprintln!("Mail: no SMTP_URL, so mail is caught, not sent; read it at {}", catcher.http_url());
     Ok(ServeMail { mailer, catcher: Some(catcher) })
+}
+
+/// `crate::stand_ins` refuses a start that would need it in a build without stand-ins.
+#[cfg(not(feature = "stand-ins"))]
+async fn start_mail_catcher(_config: &Config) -> anyhow::Result<ServeMail> {
+    anyhow::bail!("SMTP_URL is not set, and this build has no mail catcher (built without the `stand-ins` feature)")
 }

@@ -14,6 +14,10 @@ pub enum ConfigError {
     Invalid { name: &'static str, why: String },
     #[error("could not read or write {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// Values each valid that together would run the console wrongly (stand-ins where members
+    /// pay, an open sign-up with no mail): one sentence saying what to set.
+    #[error("{0}")]
+    Refused(String),
 }
 
 #[derive(Clone)]
@@ -58,6 +62,20 @@ pub struct Config {
     /// Who may sign up (`CONSOLE_SIGNUP`); None when unset (the default, `invite`; `serve --demo`
     /// makes it `open`).
     pub signup: Option<SignupMode>,
+    /// `CONSOLE_STAND_INS=1` (or `serve --stand-ins`): stand-ins may run in place of a Stripe
+    /// account, a farm and a mail server the configuration does not name (`crate::stand_ins`).
+    pub stand_ins: bool,
+}
+
+/// `CONSOLE_STAND_INS`: `1` or `true` asks for stand-ins, `0` or `false` (or unset) does not;
+/// anything else is refused, so a typo never quietly decides whether members pay a fake Stripe.
+fn parse_switch(name: &'static str, value: Option<String>) -> Result<bool, ConfigError> {
+    let Some(v) = value else { return Ok(false) };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        _ => Err(invalid(name, format!("{v:?} is neither 1 (or true) nor 0 (or false)"))),
+    }
 }
 
 /// `CONSOLE_SIGNUP`: whether the sign-up page makes accounts.
@@ -358,6 +376,8 @@ impl Config {
             .map(|v| SignupMode::parse(&v).map_err(|why| invalid("CONSOLE_SIGNUP", why)))
             .transpose()?;
 
+        let stand_ins = parse_switch("CONSOLE_STAND_INS", get("CONSOLE_STAND_INS"))?;
+
         let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
         if needs_dir {
             std::fs::create_dir_all(&data_dir).map_err(|source| ConfigError::Io { path: data_dir.clone(), source })?;
@@ -392,6 +412,7 @@ impl Config {
             farm,
             mail,
             signup,
+            stand_ins,
         })
     }
 
@@ -433,7 +454,7 @@ impl fmt::Display for Config {
         writeln!(f, "CONSOLE_LOG_FORMAT={}", self.log_format)?;
         match &self.stripe.secret_key {
             Some(k) => writeln!(f, "STRIPE_SECRET_KEY={}****", k.get(..8).unwrap_or(""))?,
-            None => writeln!(f, "STRIPE_SECRET_KEY=(unset: serve starts the Stripe stand-in)")?,
+            None => writeln!(f, "STRIPE_SECRET_KEY=(unset: serve needs CONSOLE_STAND_INS=1, --stand-ins or --demo)")?,
         }
         writeln!(
             f,
@@ -444,7 +465,7 @@ impl fmt::Display for Config {
         writeln!(f, "STRIPE_CALL_TIMEOUT_MS={}", self.stripe.call_timeout.as_millis())?;
         match &self.farm.url {
             Some(u) => writeln!(f, "FARM_URL={u}")?,
-            None => writeln!(f, "FARM_URL=(unset: serve starts the local farm)")?,
+            None => writeln!(f, "FARM_URL=(unset: serve needs CONSOLE_STAND_INS=1, --stand-ins or --demo)")?,
         }
         writeln!(f, "FARM_TOKEN={}", if self.farm.token.is_some() { "****" } else { "(unset)" })?;
         writeln!(f, "FARM_CALLBACK_SECRET={}", if self.farm.callback_secret.is_some() { "****" } else { "(unset)" })?;
@@ -458,13 +479,14 @@ impl fmt::Display for Config {
         writeln!(f, "FEDWIKI_MAINTENANCE_EVERY_S={}", self.farm.maintenance_every.as_secs())?;
         match &self.mail.smtp_url {
             Some(u) => writeln!(f, "SMTP_URL={}", mask_url(u))?,
-            None => writeln!(f, "SMTP_URL=(unset: serve --demo starts the mail catcher; otherwise mail is off)")?,
+            None => writeln!(f, "SMTP_URL=(unset: with stand-ins the mail catcher; otherwise mail is off)")?,
         }
         writeln!(f, "MAIL_FROM={}", self.mail.from)?;
         match self.signup {
-            Some(m) => write!(f, "CONSOLE_SIGNUP={}", m.as_str()),
-            None => write!(f, "CONSOLE_SIGNUP=(unset: invite; serve --demo makes it open)"),
+            Some(m) => writeln!(f, "CONSOLE_SIGNUP={}", m.as_str())?,
+            None => writeln!(f, "CONSOLE_SIGNUP=(unset: invite; serve --demo makes it open)")?,
         }
+        write!(f, "CONSOLE_STAND_INS={}", u8::from(self.stand_ins))
     }
 }
 
@@ -671,6 +693,20 @@ mod tests {
         assert!(e.contains("SMTP_URL"), "{e}");
         let e = cfg(&[("MAIL_FROM", "nobody")]).err().unwrap().to_string();
         assert!(e.contains("MAIL_FROM"), "{e}");
+    }
+
+    #[test]
+    fn stand_ins_are_asked_for_by_one_or_true_and_anything_but_those_and_zero_or_false_is_refused_by_name() {
+        assert!(!cfg(&[]).unwrap().stand_ins);
+        for (v, on) in [("1", true), ("true", true), (" TRUE ", true), ("0", false), ("false", false)] {
+            let c = cfg(&[("CONSOLE_STAND_INS", v)]).unwrap();
+            assert_eq!(c.stand_ins, on, "{v:?}");
+            assert!(c.to_string().contains(&format!("CONSOLE_STAND_INS={}", u8::from(on))));
+        }
+        for bad in ["yes", "2", "on", "sure"] {
+            let e = cfg(&[("CONSOLE_STAND_INS", bad)]).err().unwrap().to_string();
+            assert!(e.contains("CONSOLE_STAND_INS") && e.contains(bad), "{e}");
+        }
     }
 
     #[test]

@@ -2,8 +2,9 @@
 
 use std::{io::Read, net::TcpListener, sync::Arc};
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
+#[cfg(feature = "stand-ins")]
+use member_console::stress;
 use member_console::{
     boot::{self, Booted, boot},
     config::{Config, LogFormat},
@@ -11,7 +12,9 @@ use member_console::{
     demo, jobs,
     scratch::ScratchDb,
     services::auth::{Email, NewPassword, ensure_account},
-    stress, web,
+    stand_ins::{self, StandIns},
+    stop_signal::StopSignal,
+    web,
 };
 use private_cluster::PrivateCluster;
 
@@ -29,12 +32,21 @@ enum Command {
         /// Run the web server alone.
         #[arg(long)]
         no_worker: bool,
-        /// Load the demo data at start.
+        /// Load the demo data at start (and run stand-ins for what is not configured).
         #[arg(long)]
         demo: bool,
+        /// Run the stand-ins (Stripe, the local farm, the mail catcher) for what is not
+        /// configured, as CONSOLE_STAND_INS=1 does: for trying the console, never with members.
+        #[arg(long)]
+        stand_ins: bool,
     },
     /// Run the background worker alone.
-    Worker,
+    Worker {
+        /// The stand-ins run in `serve`: run without what is not configured (as
+        /// CONSOLE_STAND_INS=1 does), leaving those jobs to serve's own worker.
+        #[arg(long)]
+        stand_ins: bool,
+    },
     /// Apply the database migrations and exit.
     Migrate,
     /// Load the demo data (idempotent) and print the demo accounts.
@@ -58,6 +70,7 @@ enum Command {
     /// database on the console's server, migrated, then dropped.
     SqlFunctions,
     /// Benchmarks, each against a scratch database, with the TPC-B yardstick in the same run.
+    #[cfg(feature = "stand-ins")]
     Bench {
         #[command(subcommand)]
         which: BenchWhich,
@@ -65,6 +78,7 @@ enum Command {
     /// Run the documented paths at random from many connections against a fresh database for a
     /// bounded time, then check the entitlement invariants; prints one JSON line, and exits
     /// non-zero on a deadlock, an unexpected error or a violated invariant.
+    #[cfg(feature = "stand-ins")]
     Stress {
         /// How long the paths run.
         #[arg(long)]
@@ -93,6 +107,7 @@ enum Command {
     },
 }
 
+#[cfg(feature = "stand-ins")]
 #[derive(Subcommand)]
 enum BenchWhich {
     /// A rule change that changes N organizations' entitlements, relayed to the receiver the
@@ -194,24 +209,31 @@ fn main() -> anyhow::Result<()> {
     init_logging(LogFormat::from_env()?);
     match cli.command {
         Command::LockOrders { observed } => {
-            let counts = match observed {
-                None => None,
-                Some(path) => {
-                    let text = std::fs::read_to_string(&path)?;
-                    // The JSON line is the file's last line (a run's stderr may precede it).
-                    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).unwrap_or_default();
-                    let report: serde_json::Value = serde_json::from_str(line)?;
-                    let edges: Vec<member_console::stress::observed::ObservedEdge> =
-                        serde_json::from_value(report["observed_edges"].clone())?;
-                    Some(member_console::stress::observed::counts(&edges))
-                }
-            };
+            let counts = observed.map(|path| observed_counts(&path)).transpose()?;
             print!("{}", locks::render_orders_observed(&member_console::lock_paths::declared(), counts.as_ref()));
             Ok(())
         }
         Command::Pg { action } => pg(action),
         other => tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(on_the_database(other)),
     }
+}
+
+/// The observed lock edges of a `stress` run's JSON line (a file): how many times each was seen.
+#[cfg(feature = "stand-ins")]
+fn observed_counts(
+    path: &std::path::Path,
+) -> anyhow::Result<std::collections::BTreeMap<(String, String, String), u64>> {
+    let text = std::fs::read_to_string(path)?;
+    // The JSON line is the file's last line (a run's stderr may precede it).
+    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).unwrap_or_default();
+    let report: serde_json::Value = serde_json::from_str(line)?;
+    let edges: Vec<stress::observed::ObservedEdge> = serde_json::from_value(report["observed_edges"].clone())?;
+    Ok(stress::observed::counts(&edges))
+}
+
+#[cfg(not(feature = "stand-ins"))]
+fn observed_counts(_: &std::path::Path) -> anyhow::Result<std::collections::BTreeMap<(String, String, String), u64>> {
+    anyhow::bail!("this build has no stress run (built without the `stand-ins` feature), so it reads no observed edges")
 }
 
 fn init_logging(format: LogFormat) {
@@ -230,46 +252,82 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// What `serve` or `worker` may run, decided from the configuration before anything starts.
+enum Allowed {
+    Serve(StandIns),
+    /// The lines the worker says about what it goes without.
+    Worker(Vec<String>),
+    Other,
+}
+
 /// A command on the database. With no DATABASE_URL it holds the private cluster from before the
 /// command to after it, whatever the outcome, and stops it then if it started it (and no other
 /// console process uses it): a one-shot command leaves no server running behind it.
 async fn on_the_database(command: Command) -> anyhow::Result<()> {
+    // First: from here a stop signal is heard wherever the command stands, and the command ends
+    // in order, stopping the cluster it started. Not at create-operator's password prompt, which
+    // blocks a thread no signal could free: Ctrl-C there ends the process as before (leaving a
+    // cluster it started running; `pg stop` stops it).
+    let stop = match command {
+        Command::CreateOperator { .. } => StopSignal::never(),
+        _ => StopSignal::install()?,
+    };
     let config = Config::from_env()?;
+    // Refused here, before the private cluster starts: a refused serve starts nothing.
+    let allowed = match &command {
+        Command::Serve { demo, stand_ins, .. } => Allowed::Serve(stand_ins::for_serve(&config, *demo, *stand_ins)?),
+        Command::Worker { stand_ins } => Allowed::Worker(stand_ins::for_worker(&config, *stand_ins)?),
+        _ => Allowed::Other,
+    };
     let cluster = boot::hold_private_cluster(&config).await?;
-    let result = match command {
-        // Their own shutdown on Ctrl-C and SIGTERM finishes requests and jobs in flight.
-        Command::Serve { .. } | Command::Worker => run(command, config).await,
-        // Its password prompt blocks a thread no signal could free, so Ctrl-C there ends the
-        // process as before (leaving a cluster it started running; `pg stop` stops it).
-        Command::CreateOperator { .. } => run(command, config).await,
-        Command::Migrate | Command::Demo => until_interrupted(run(command, config)).await,
-        Command::Bench { which } => until_interrupted(bench(which, &config)).await,
-        Command::SqlFunctions => until_interrupted(print_sql_functions(&config)).await,
-        // Its own database, not the booted one: it does not go through `run`.
-        Command::Stress { seconds, orgs, connections, seed, keep, default_isolation } => {
-            let opts = stress::StressOptions {
-                seconds,
-                orgs,
-                connections,
-                seed,
-                keep,
-                default_isolation,
-                require_every_spec_path: true,
-            };
-            until_interrupted(async {
-                let clean = stress::command(opts).await?;
-                anyhow::ensure!(
-                    clean,
-                    "the stress run found deadlocks, errors, violations or lock-order failures (undeclared edges, a cycle, keys out of order, spec paths never observed)"
-                );
-                Ok(())
-            })
-            .await
+    let result = if stop.came() {
+        // It came while the cluster started (that cannot be cut short): nothing more starts.
+        match command {
+            Command::Serve { .. } | Command::Worker { .. } => Ok(()),
+            _ => Err(interrupted()),
         }
-        Command::LockOrders { .. } | Command::Pg { .. } => unreachable!("handled before the runtime starts"),
+    } else {
+        match command {
+            // Every phase of theirs ends on a stop signal; serving finishes requests and jobs in
+            // flight first.
+            Command::Serve { .. } | Command::Worker { .. } | Command::CreateOperator { .. } => {
+                run(command, config, allowed, &stop).await
+            }
+            Command::Migrate | Command::Demo => until_interrupted(&stop, run(command, config, allowed, &stop)).await,
+            #[cfg(feature = "stand-ins")]
+            Command::Bench { which } => until_interrupted(&stop, bench(which, &config)).await,
+            Command::SqlFunctions => until_interrupted(&stop, print_sql_functions(&config)).await,
+            // Its own database, not the booted one: it does not go through `run`.
+            #[cfg(feature = "stand-ins")]
+            Command::Stress { seconds, orgs, connections, seed, keep, default_isolation } => {
+                let opts = stress::StressOptions {
+                    seconds,
+                    orgs,
+                    connections,
+                    seed,
+                    keep,
+                    default_isolation,
+                    require_every_spec_path: true,
+                };
+                until_interrupted(&stop, async {
+                    let clean = stress::command(opts).await?;
+                    anyhow::ensure!(
+                        clean,
+                        "the stress run found deadlocks, errors, violations or lock-order failures (undeclared edges, a cycle, keys out of order, spec paths never observed)"
+                    );
+                    Ok(())
+                })
+                .await
+            }
+            Command::LockOrders { .. } | Command::Pg { .. } => unreachable!("handled before the runtime starts"),
+        }
     };
     boot::release_private_cluster(cluster).await;
     result
+}
+
+fn interrupted() -> anyhow::Error {
+    anyhow::anyhow!("interrupted by Ctrl-C or SIGTERM")
 }
 
 async fn print_sql_functions(config: &Config) -> anyhow::Result<()> {
@@ -287,13 +345,14 @@ async fn print_sql_functions(config: &Config) -> anyhow::Result<()> {
 /// A one-shot command until it ends or Ctrl-C or SIGTERM comes. On a signal the command is
 /// dropped where it stands (a scratch database it made stays behind), so that the private
 /// cluster it started can still be stopped.
-async fn until_interrupted(work: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
-    tokio::select! {
-        result = work => result,
-        () = shutdown_signal() => Err(anyhow::anyhow!("interrupted by Ctrl-C or SIGTERM")),
-    }
+async fn until_interrupted(
+    stop: &StopSignal,
+    work: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    stop.unless_stopped(work).await.unwrap_or_else(|| Err(interrupted()))
 }
 
+#[cfg(feature = "stand-ins")]
 async fn bench(which: BenchWhich, config: &Config) -> anyhow::Result<()> {
     match which {
         BenchWhich::RuleChange { pools, concurrency, yardstick_seconds, keep } => {
@@ -412,35 +471,42 @@ fn pg(action: PgAction) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+async fn run(command: Command, config: Config, allowed: Allowed, stop: &StopSignal) -> anyhow::Result<()> {
     eprintln!("member-console configuration:\n{config}");
-    let booted = boot(config).await?;
-    let result = match command {
-        Command::Serve { no_worker, demo: with_demo } => serve(&booted, !no_worker, with_demo).await,
-        Command::Worker => worker_only(&booted).await,
-        Command::Migrate => {
+    let booted = match command {
+        // Migrations and connecting, too, end on a stop signal (a migration cut short is rolled
+        // back with its connection).
+        Command::Serve { .. } | Command::Worker { .. } => match stop.unless_stopped(boot(config)).await {
+            Some(booted) => booted?,
+            None => return Ok(()),
+        },
+        _ => boot(config).await?,
+    };
+    let result = match (command, allowed) {
+        (Command::Serve { no_worker, demo: with_demo, .. }, Allowed::Serve(stand_ins)) => {
+            serve(&booted, !no_worker, with_demo, stand_ins, stop).await
+        }
+        (Command::Worker { .. }, Allowed::Worker(without)) => worker_only(&booted, &without, stop).await,
+        (Command::Migrate, _) => {
             println!("migrations are current");
             Ok(())
         }
-        Command::Demo => {
+        (Command::Demo, _) => {
             demo::load_with_community(&booted.db).await?;
             println!("{}", demo::describe());
             Ok(())
         }
-        Command::CreateOperator { email, password_stdin } => create_operator(&booted, &email, password_stdin).await,
-        Command::LockOrders { .. }
-        | Command::SqlFunctions
-        | Command::Pg { .. }
-        | Command::Bench { .. }
-        | Command::Stress { .. } => {
-            unreachable!("not booted: main and on_the_database run these")
+        (Command::CreateOperator { email, password_stdin }, _) => {
+            create_operator(&booted, &email, password_stdin).await
         }
+        _ => unreachable!("serve and worker come with what they may run; the rest are not booted"),
     };
     booted.shutdown().await;
     result
 }
 
 /// Start the demo's receiver and point the demo connection at it; a failure is said and skipped.
+#[cfg(feature = "stand-ins")]
 async fn demo_receiver(db: &member_console::db::Db) -> Option<desired_state_receiver::Receiver> {
     let started = desired_state_receiver::Receiver::start(desired_state_receiver::Config {
         secrets: vec![],
@@ -450,7 +516,7 @@ async fn demo_receiver(db: &member_console::db::Db) -> Option<desired_state_rece
     let receiver = match started {
         Ok(r) => r,
         Err(e) => {
-            tracing::warn!(error = %e, "the demo's receiver could not start");
+            tracing::warn!(error = %e, "the demo's receiver could not start (on a free port of 127.0.0.1)");
             return None;
         }
     };
@@ -466,24 +532,98 @@ async fn demo_receiver(db: &member_console::db::Db) -> Option<desired_state_rece
     Some(receiver)
 }
 
-async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result<()> {
+/// What `serve` has started so far, stopped in reverse order however `serve` ends: a stop
+/// signal in any phase, a failure, or the end of serving.
+#[derive(Default)]
+struct Started {
+    billing: Option<boot::ServeStripe>,
+    sites: Option<boot::ServeFarm>,
+    mail: Option<boot::ServeMail>,
+    serving: Option<Serving>,
+    #[cfg(feature = "stand-ins")]
+    receiver: Option<desired_state_receiver::Receiver>,
+}
+
+/// The web server and what runs beside it.
+struct Serving {
+    handle: actix_web::dev::ServerHandle,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    stop_jobs: tokio::sync::watch::Sender<bool>,
+    worker: Option<tokio::task::JoinHandle<()>>,
+    sampler: tokio::task::JoinHandle<()>,
+}
+
+impl Started {
+    async fn stop(self) {
+        if let Some(s) = self.serving {
+            // Requests and jobs in flight finish first (the worker gives back what it cannot).
+            let _ = s.stop_jobs.send(true);
+            s.handle.stop(true).await;
+            let _ = s.server.await;
+            if let Some(w) = s.worker {
+                let _ = w.await;
+            }
+            let _ = s.sampler.await;
+        }
+        #[cfg(feature = "stand-ins")]
+        if let Some(r) = self.receiver {
+            r.stop().await;
+        }
+        if let Some(b) = self.billing {
+            b.stop().await;
+        }
+        if let Some(f) = self.sites {
+            f.stop().await;
+        }
+        if let Some(m) = self.mail {
+            m.stop().await;
+        }
+    }
+}
+
+async fn serve(
+    b: &Booted,
+    with_worker: bool,
+    with_demo: bool,
+    stand_ins: StandIns,
+    stop: &StopSignal,
+) -> anyhow::Result<()> {
+    let mut started = Started::default();
+    let result = start_and_serve(b, with_worker, with_demo, stand_ins, stop, &mut started).await;
+    started.stop().await;
+    result
+}
+
+/// Each phase ends on a stop signal (Ok: a stop is how serving ends), leaving in `started` what
+/// must be stopped.
+async fn start_and_serve(
+    b: &Booted,
+    with_worker: bool,
+    with_demo: bool,
+    stand_ins: StandIns,
+    stop: &StopSignal,
+    started: &mut Started,
+) -> anyhow::Result<()> {
+    // First, so that a second console on the same address stops at once, loading nothing.
+    let listener = TcpListener::bind(b.config.bind).map_err(|e| {
+        anyhow::anyhow!("the console could not listen on {} (CONSOLE_BIND moves it): {e}", b.config.bind)
+    })?;
+    let address = listener.local_addr()?;
     if with_demo {
-        demo::load_with_community(&b.db).await?;
+        let Some(loaded) = stop.unless_stopped(demo::load_with_community(&b.db)).await else { return Ok(()) };
+        loaded?;
         eprintln!("{}", demo::describe());
     }
-    let listener = TcpListener::bind(b.config.bind).with_context(|| format!("binding {}", b.config.bind))?;
-    let address = listener.local_addr()?;
-    let billing = member_console::boot::stripe_for_serve(&b.config, address).await?;
-    let stripe = billing.stripe.clone();
-    let sites = member_console::boot::farm_for_serve(&b.config, address).await?;
-    let farm = sites.farm.clone();
-    let mail = member_console::boot::mail_for_serve(&b.config, with_demo).await?;
-    member_console::services::fedwiki::registry::ensure_farm_zone(&b.db, &b.config.farm.domain).await?;
-    let connected = web::Connected {
-        stripe: stripe.clone(),
-        farm: farm.clone(),
-        mail: mail.mailer.is_some() || b.config.mail.smtp_url.is_some(),
-    };
+    let Some(billing) = stop.unless_stopped(boot::stripe_for_serve(&b.config, address)).await else { return Ok(()) };
+    let stripe = started.billing.insert(billing?).stripe.clone();
+    let Some(sites) = stop.unless_stopped(boot::farm_for_serve(&b.config, address)).await else { return Ok(()) };
+    let farm = started.sites.insert(sites?).farm.clone();
+    let Some(mail) = stop.unless_stopped(boot::mail_for_serve(&b.config, stand_ins.mail)).await else { return Ok(()) };
+    let mailer = started.mail.insert(mail?).mailer.clone();
+    let zone = member_console::services::fedwiki::registry::ensure_farm_zone(&b.db, &b.config.farm.domain);
+    let Some(zone) = stop.unless_stopped(zone).await else { return Ok(()) };
+    zone?;
+    let connected = web::Connected { stripe: stripe.clone(), farm: farm.clone(), mail: mailer.is_some() };
     // The demo is open to sign-up unless CONSOLE_SIGNUP says otherwise.
     let config = if with_demo && b.config.signup.is_none() {
         let mut c = (*b.config).clone();
@@ -495,67 +635,61 @@ async fn serve(b: &Booted, with_worker: bool, with_demo: bool) -> anyhow::Result
     eprintln!("Sign-up: {} (CONSOLE_SIGNUP)", config.signup_mode().as_str());
     let server = web::serve_connected(listener, b.db.clone(), config, connected)?;
     let handle = server.handle();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (stop_jobs, stop_rx) = tokio::sync::watch::channel(false);
     let sampler = tokio::spawn(member_console::services::observability::run_sampler(
         b.db.clone(),
         jobs::worker::new_worker_id(),
         stop_rx.clone(),
     ));
-    let worker =
-        with_worker.then(|| tokio::spawn(start_worker(b, stripe.clone(), farm.clone(), mail.mailer.clone(), stop_rx)));
+    let worker = with_worker.then(|| tokio::spawn(start_worker(b, stripe.clone(), farm.clone(), mailer, stop_rx)));
+    started.serving = Some(Serving { handle, server: tokio::spawn(server), stop_jobs, worker, sampler });
     eprintln!("Member Console is listening on http://{address}");
-    let server_task = tokio::spawn(server);
     // The demo's subscriptions go through Stripe (or the stand-in) and its webhooks, so they
     // come once the server answers. Never against a live account.
     if with_demo
         && let Some(s) = &stripe
         && b.config.stripe.secret_key.as_deref().is_none_or(|k| k.starts_with("sk_test_"))
-        && let Err(e) = demo::load_billing(&b.db, s).await
     {
-        tracing::warn!(error = %e, "the demo's billing could not be loaded");
+        let Some(loaded) = stop.unless_stopped(demo::load_billing(&b.db, s)).await else { return Ok(()) };
+        if let Err(e) = loaded {
+            tracing::warn!(error = %e, "the demo's billing could not be loaded");
+        }
     }
-    if with_demo
-        && let Some(f) = &farm
-        && let Err(e) = demo::load_sites(&b.db, f, &b.config.farm).await
-    {
-        tracing::warn!(error = %e, "the demo's sites could not be loaded");
+    if with_demo && let Some(f) = &farm {
+        let Some(loaded) = stop.unless_stopped(demo::load_sites(&b.db, f, &b.config.farm)).await else {
+            return Ok(());
+        };
+        if let Err(e) = loaded {
+            tracing::warn!(error = %e, "the demo's sites could not be loaded");
+        }
     }
     // The demo's connected system: the receiver the project ships, on a free port.
-    let receiver = if with_demo { demo_receiver(&b.db).await } else { None };
-    shutdown_signal().await;
-    eprintln!("shutting down: finishing requests and jobs in flight");
-    let _ = stop_tx.send(true);
-    handle.stop(true).await;
-    let _ = server_task.await;
-    if let Some(w) = worker {
-        let _ = w.await;
+    #[cfg(feature = "stand-ins")]
+    if with_demo {
+        let Some(receiver) = stop.unless_stopped(demo_receiver(&b.db)).await else { return Ok(()) };
+        started.receiver = receiver;
     }
-    let _ = sampler.await;
-    if let Some(standin) = billing.standin {
-        standin.stop().await;
+    #[cfg(not(feature = "stand-ins"))]
+    if with_demo {
+        eprintln!("Desired state: the demo's connected system is left out (this build has no stand-ins)");
     }
-    if let Some(local) = sites.local {
-        local.stop().await;
-    }
-    if let Some(r) = receiver {
-        r.stop().await;
-    }
-    if let Some(catcher) = mail.catcher {
-        catcher.stop().await;
-    }
+    stop.wait().await;
     Ok(())
 }
 
-async fn worker_only(b: &Booted) -> anyhow::Result<()> {
+async fn worker_only(b: &Booted, without: &[String], stop: &StopSignal) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stripe = member_console::boot::connect_stripe(&b.config)?;
     // A worker of its own reaches only a configured farm (a local farm lives in `serve`).
     let farm = member_console::boot::connect_farm(&b.config)?;
     // And only a configured mail server (the demo's catcher lives in `serve`).
     let mail = member_console::integrations::mail::Mailer::from_settings(&b.config.mail)?.map(Arc::new);
+    for line in without {
+        eprintln!("Worker: {line}");
+    }
     let worker = tokio::spawn(start_worker(b, stripe, farm, mail, stop_rx));
     eprintln!("Member Console worker is running");
-    shutdown_signal().await;
+    stop.wait().await;
     let _ = stop_tx.send(true);
     let _ = worker.await;
     Ok(())
@@ -603,18 +737,6 @@ fn start_worker(
         }
         jobs::Worker::new(db, handlers, options.concurrency).with_options(options).run(stop).await;
     }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler can be installed");
-        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 async fn create_operator(b: &Booted, email: &str, from_stdin: bool) -> anyhow::Result<()> {

@@ -72,6 +72,26 @@ impl Default for Config {
     }
 }
 
+/// The farm could not listen on its address: inside the `io::Error` that [`LocalFarm::start`]
+/// answers (`get_ref` and `downcast_ref` find it), so a caller can name the setting that moves it.
+#[derive(Debug)]
+pub struct ListenError {
+    pub address: SocketAddr,
+    pub source: std::io::Error,
+}
+
+impl std::fmt::Display for ListenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "could not listen on {}: {}", self.address, self.source)
+    }
+}
+
+impl std::error::Error for ListenError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 // The console keeps the farm in its shared state.
 const _: fn() = || {
     fn shareable<T: Send + Sync>() {}
@@ -122,8 +142,10 @@ impl LocalFarm {
         // Before `wiki` starts: it reads a site's owner once, at the site's first request.
         farm.write_owner_files()?;
 
+        // Before `wiki` starts: an address in use is refused at once, with nothing to stop.
+        let listener = std::net::TcpListener::bind(config.listen)
+            .map_err(|source| std::io::Error::new(source.kind(), ListenError { address: config.listen, source }))?;
         let (wiki, wiki_url) = start_wiki(&config.wiki, &data_dir, &wiki_data, &keys).await;
-        let listener = std::net::TcpListener::bind(config.listen)?;
         let port = listener.local_addr()?.port();
         let proxy = reqwest::Client::builder()
             .no_proxy()

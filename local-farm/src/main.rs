@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use local_farm::{Config, LocalFarm, WikiMode};
+use local_farm::{Config, ListenError, LocalFarm, WikiMode};
 
 const USAGE: &str = "usage: local-farm [--data DIR] [--listen ADDR] [--domain DOMAIN] [--token TOKEN] \
 [--callback-url URL --callback-secret SECRET [--confirm-url URL]] [--wiki-bin PATH | --no-wiki]
@@ -62,7 +62,15 @@ async fn main() -> std::io::Result<()> {
         Some(token) => config.token = token,
         None => eprintln!("FARM_TOKEN is not set; this run's token: {}", config.token),
     }
-    let farm = LocalFarm::start(config).await?;
+    let farm = LocalFarm::start(config).await.map_err(|e| {
+        match e.get_ref().and_then(|i| i.downcast_ref::<ListenError>()) {
+            Some(listen) => std::io::Error::new(
+                e.kind(),
+                format!("could not listen on {} (--listen or FARM_LISTEN moves it): {}", listen.address, listen.source),
+            ),
+            None => e,
+        }
+    })?;
     match (callback_url, callback_secret) {
         (Some(url), Some(secret)) => {
             let confirm = confirm_url.or_else(|| {

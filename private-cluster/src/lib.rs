@@ -658,6 +658,10 @@ impl PrivateCluster {
             cmd.env_remove(var);
         }
         cmd.current_dir(&self.home).stdin(Stdio::null());
+        // A process group of its own: a Ctrl-C in the terminal reaches the console alone, which
+        // then finishes or stops what it started in order (an `initdb` or `pg_ctl` cut short by
+        // the terminal's signal would leave a half-made cluster or a server nobody stops).
+        cmd.process_group(0);
         if let Some((uid, gid)) = self.run_as {
             // std drops supplementary groups when switching away from root.
             cmd.uid(uid).gid(gid).env("HOME", &self.home);

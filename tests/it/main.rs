@@ -35,6 +35,7 @@ mod request_ids;
 mod resource_names;
 mod route_policy;
 mod rule_changes;
+mod serve_process;
 mod signup;
 mod site_editing;
 mod site_maintenance;

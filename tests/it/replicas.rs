@@ -30,10 +30,12 @@ async fn two_servers_and_two_workers_share_sessions_fire_each_schedule_once_and_
     let t: TestDb = common::pages::demo_db().await;
     let dir = std::env::temp_dir().join(format!("mc-replicas-{}", t.name));
     // What replicas share: the session key. A farm that is configured (nothing here calls it) keeps
-    // each server from starting a local farm of its own.
+    // each server from starting a local farm of its own; with no Stripe key, each asks for the
+    // Stripe stand-in (and the mail catcher) explicitly, as `serve` without --demo must.
     let key = member_console::config::random_hex(64);
     let env = [
         ("CONSOLE_SESSION_KEY", key.as_str()),
+        ("CONSOLE_STAND_INS", "1"),
         ("FARM_URL", "http://127.0.0.1:9"),
         ("FARM_TOKEN", "replicas-farm-token"),
         ("FARM_CALLBACK_SECRET", "replicas-farm-callback-secret"),
