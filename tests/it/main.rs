@@ -59,3 +59,5 @@ mod web_shell;
 mod browser_members;
 mod members;
 mod walk_members;
+// Issue 39: the Stripe stand-in keeps its state.
+mod stripe_standin_state;
