@@ -105,15 +105,19 @@ pub async fn start_checkout(
         Some(c) => c,
         None => make_customer(db, stripe, organization_id, &org_name).await?,
     };
-    // The operation is this purchase after the organization's newest recorded session: a double
-    // click (or a retry after a lost answer) sends the same key and gets the same session, and
-    // any later click, after that session was recorded, is a new operation.
-    let operation = format!(
-        "organization:{}:price:{}:quantity:{quantity}:after:{}",
-        organization_id.0,
-        price_id.0,
-        latest.as_ref().map_or("none", |l| l.as_str())
-    );
+    // The operation is this purchase, of the price Stripe has now, after the organization's
+    // newest recorded session: a double click (or a retry after a lost answer) sends the same key
+    // and gets the same session, and any later click, after that session was recorded, is a new
+    // operation. So is one after the price was made again in Stripe (a key keeps its answer, even
+    // Stripe's "no such price").
+    let operation = |stripe_price: &StripePriceId| {
+        format!(
+            "organization:{}:price:{}:quantity:{quantity}:after:{}:stripe:{stripe_price}",
+            organization_id.0,
+            price_id.0,
+            latest.as_ref().map_or("none", |l| l.as_str())
+        )
+    };
     let base = back.base_url.trim_end_matches('/');
     let success = format!("{base}/billing/return?session_id={{CHECKOUT_SESSION_ID}}");
     let cancel = format!("{base}/billing?checkout=canceled");
@@ -131,7 +135,7 @@ pub async fn start_checkout(
             })
             .await
     };
-    let session = match checkout(stripe_price, &operation).await {
+    let session = match checkout(stripe_price, &operation(stripe_price)).await {
         Ok(s) => s,
         // Stripe lost the price (a test-mode account reset): synced again, then asked once more.
         Err(f) if f.lost_catalog() => {
@@ -158,7 +162,7 @@ pub async fn start_checkout(
             };
             tracing::warn!(plan = %price.product_id, %price_id, lost = %stripe_price, now = %renewed,
                 "Stripe had no such price: it was synced again and the checkout goes on");
-            match checkout(&renewed, &format!("{operation}:after-{stripe_price}")).await {
+            match checkout(&renewed, &operation(&renewed)).await {
                 Ok(s) => s,
                 Err(f) if f.lost_catalog() => return Err(lost(&f.to_string())),
                 Err(f) => return Err(remote(f)),
