@@ -97,7 +97,9 @@ pub struct Saver {
 impl Saver {
     pub fn start(store: Store, path: PathBuf) -> Saver {
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(run(store, path, stopped));
+        // Counted now, not when the task first runs: a change made before then is still written.
+        let saved = store.read_for_save(|_| ()).0;
+        let task = tokio::spawn(run(store, path, saved, stopped));
         Saver { stop, task }
     }
 
@@ -109,8 +111,7 @@ impl Saver {
     }
 }
 
-async fn run(store: Store, path: PathBuf, mut stopped: watch::Receiver<bool>) {
-    let mut saved = store.read_for_save(|_| ()).0;
+async fn run(store: Store, path: PathBuf, mut saved: u64, mut stopped: watch::Receiver<bool>) {
     loop {
         let stopping = tokio::select! {
             _ = tokio::time::sleep(SAVE_AFTER) => false,

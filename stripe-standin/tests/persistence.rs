@@ -61,7 +61,7 @@ async fn a_stand_in_started_again_on_its_state_file_finds_what_it_made_and_its_c
         .send()
         .await
         .unwrap();
-    let session: serde_json::Value = made.json().await.unwrap();
+    let session: serde_json::Value = serde_json::from_str(&made.text().await.unwrap()).unwrap();
     let session_id = session["id"].as_str().unwrap().to_string();
     first.stop().await;
     assert!(file.exists(), "a clean stop leaves the state file");
@@ -86,7 +86,7 @@ async fn a_stand_in_started_again_on_its_state_file_finds_what_it_made_and_its_c
         .await
         .unwrap();
     assert_eq!(again.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap()), Some("true"));
-    let replayed: serde_json::Value = again.json().await.unwrap();
+    let replayed: serde_json::Value = serde_json::from_str(&again.text().await.unwrap()).unwrap();
     assert_eq!(replayed["id"], session_id.as_str());
     assert_eq!(replayed["url"], url.as_str(), "the replayed answer links to the page as it is now");
 
