@@ -111,9 +111,15 @@ pub async fn stripe_for_serve(config: &Config, console: std::net::SocketAddr) ->
     if config.stripe.secret_key.is_some() {
         return Ok(ServeStripe { stripe: connect_stripe(config)?, standin: None });
     }
-    let standin = stripe_standin::StandIn::start(stripe_standin::Config::default())
-        .await
-        .context("starting the Stripe stand-in (on a free port of 127.0.0.1)")?;
+    // Its state is kept beside the console's, so a restarted console finds the products, prices,
+    // customers and subscriptions it synced (and its webhook endpoint) where it left them.
+    let state_file = config.data_dir.join("stripe-standin.json");
+    let standin = stripe_standin::StandIn::start(stripe_standin::Config {
+        state_file: Some(state_file.clone()),
+        ..stripe_standin::Config::default()
+    })
+    .await
+    .with_context(|| format!("starting the Stripe stand-in (on a free port of 127.0.0.1, its state in {})", state_file.display()))?;
     let host = if console.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { console.ip() };
     let hook = format!("http://{}/webhooks/stripe", std::net::SocketAddr::new(host, console.port()));
     let secret = standin.add_webhook_endpoint(&hook).map_err(|e| anyhow::anyhow!("registering the webhook: {e}"))?;
@@ -126,8 +132,9 @@ pub async fn stripe_for_serve(config: &Config, console: std::net::SocketAddr) ->
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!(
         "Stripe: no STRIPE_SECRET_KEY, so the Stripe stand-in runs at {} (its payment page takes 4242 4242 4242 4242; \
-         4000 0000 0000 0341 pays once, then fails; 4000 0000 0000 9995 is declined)",
-        standin.base_url()
+         4000 0000 0000 0341 pays once, then fails; 4000 0000 0000 9995 is declined; its state is kept in {})",
+        standin.base_url(),
+        state_file.display()
     );
     Ok(ServeStripe { stripe: Some(Arc::new(stripe)), standin: Some(standin) })
 }

@@ -805,6 +805,48 @@ pub async fn price_synced(
     Ok(())
 }
 
+/// Forget a price's Stripe id Stripe says it lacks (still the one recorded), so the next sync
+/// makes it again.
+pub async fn forget_lost_price(conn: &mut PgConnection, price_id: PriceId, lost: &StripePriceId) -> sqlx::Result<()> {
+    sqlx::query!(
+        "UPDATE billing.prices SET stripe_price_id = NULL, stripe_active = NULL, sync_state = 'pending'
+          WHERE price_id = $1 AND stripe_price_id = $2",
+        price_id as PriceId,
+        lost.as_str()
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Forget a product's Stripe id Stripe says it lacks (still the one recorded), and its prices'
+/// ids, which went with it: the next sync makes the product and its active prices again.
+pub async fn forget_lost_product(
+    conn: &mut PgConnection,
+    product_id: ProductId,
+    lost: &StripeProductId,
+) -> sqlx::Result<()> {
+    let forgot = sqlx::query!(
+        "UPDATE billing.product_mappings SET stripe_product_id = NULL, synced_name = NULL, sync_state = 'pending'
+          WHERE product_id = $1 AND stripe_product_id = $2",
+        product_id as ProductId,
+        lost.as_str()
+    )
+    .execute(&mut *conn)
+    .await?;
+    if forgot.rows_affected() > 0 {
+        sqlx::query!(
+            "UPDATE billing.prices SET stripe_price_id = NULL, stripe_active = NULL,
+                    sync_state = CASE WHEN active THEN 'pending' ELSE 'unsynced' END
+              WHERE product_id = $1 AND stripe_price_id IS NOT NULL",
+            product_id as ProductId
+        )
+        .execute(conn)
+        .await?;
+    }
+    Ok(())
+}
+
 pub async fn price_failed(conn: &mut PgConnection, price_id: PriceId, error: &str) -> sqlx::Result<()> {
     sqlx::query!(
         "UPDATE billing.prices SET sync_state = 'failed', last_error = $2 WHERE price_id = $1",

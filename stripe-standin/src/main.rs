@@ -1,9 +1,10 @@
-//! `stripe-standin [--listen 127.0.0.1:12111] [--secret-key sk_test_…]`: serve until Ctrl-C.
+//! `stripe-standin [--listen 127.0.0.1:12111] [--secret-key sk_test_…] [--state-file FILE]`:
+//! serve until Ctrl-C (keeping the state in FILE across runs when given).
 
 use stripe_standin::{Config, StandIn};
 
 fn usage() -> ! {
-    eprintln!("usage: stripe-standin [--listen 127.0.0.1:12111] [--secret-key sk_test_...]");
+    eprintln!("usage: stripe-standin [--listen 127.0.0.1:12111] [--secret-key sk_test_...] [--state-file FILE]");
     std::process::exit(2)
 }
 
@@ -18,6 +19,7 @@ async fn main() -> std::io::Result<()> {
                 config.listen = value.parse().unwrap_or_else(|_| usage());
             }
             "--secret-key" => config.secret_key = Some(args.next().unwrap_or_else(|| usage())),
+            "--state-file" => config.state_file = Some(args.next().unwrap_or_else(|| usage()).into()),
             "-h" | "--help" => usage(),
             _ => usage(),
         }

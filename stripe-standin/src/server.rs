@@ -1,13 +1,16 @@
 //! The HTTP layer: authentication, `Request-Id`, injected faults, idempotency keys and
 //! `expand[]`, wrapped around the synchronous API handlers in `api`.
 
+use std::collections::VecDeque;
 use std::net::TcpListener;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use actix_web::dev::Service;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::ApiError;
@@ -21,6 +24,57 @@ pub struct AppState {
     pub store: Store,
     pub hooks: Dispatcher,
     pub secret_key: Option<String>,
+    /// The latest API calls, with the caller's request id (`GET /_standin/calls`).
+    pub calls: Mutex<VecDeque<ApiCall>>,
+}
+
+/// An API call as the stand-in logged it: what was asked, the caller's `x-request-id` and
+/// `traceparent` (a console sends them so one member's action can be followed here), the
+/// idempotency key, and the answer's status and `Request-Id`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApiCall {
+    pub method: String,
+    pub path: String,
+    pub request_id: Option<String>,
+    pub traceparent: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub status: u16,
+    pub stripe_request_id: String,
+}
+
+/// How many API calls `/_standin/calls` keeps.
+const CALLS_KEPT: usize = 1000;
+
+impl AppState {
+    fn note_call(&self, call: ApiCall) {
+        tracing::info!(
+            request_id = call.request_id.as_deref(),
+            method = %call.method,
+            path = %call.path,
+            status = call.status,
+            "a Stripe API call"
+        );
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        if calls.len() == CALLS_KEPT {
+            calls.pop_front();
+        }
+        calls.push_back(call);
+    }
+
+    fn calls(&self) -> Value {
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let data = serde_json::to_value(calls.iter().collect::<Vec<_>>()).unwrap_or_default();
+        serde_json::json!({ "object": "list", "data": data, "has_more": false, "url": "/_standin/calls" })
+    }
+}
+
+/// A header's text, when it is short, visible ASCII.
+fn header(req: &HttpRequest, name: &str) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 256)
+        .map(str::to_string)
 }
 
 pub fn build(
@@ -29,7 +83,7 @@ pub fn build(
     hooks: Dispatcher,
     secret_key: Option<String>,
 ) -> std::io::Result<actix_web::dev::Server> {
-    let data = web::Data::new(AppState { store, hooks, secret_key });
+    let data = web::Data::new(AppState { store, hooks, secret_key, calls: Mutex::default() });
     let server = HttpServer::new(move || {
         App::new()
             // Every answer carries a `Request-Id`, including the pages and actix's own 404/405s.
@@ -80,6 +134,17 @@ fn pretty(v: &Value) -> String {
 async fn api_entry(req: HttpRequest, body: web::Bytes, app: web::Data<AppState>) -> HttpResponse {
     let request_id = new_id("req");
     let answer = serve(&req, &body, &app, &request_id).await;
+    if req.path() != "/_standin/calls" {
+        app.note_call(ApiCall {
+            method: req.method().to_string(),
+            path: req.path().to_string(),
+            request_id: header(&req, "x-request-id"),
+            traceparent: header(&req, "traceparent"),
+            idempotency_key: header(&req, "idempotency-key"),
+            status: answer.status.as_u16(),
+            stripe_request_id: request_id.clone(),
+        });
+    }
     let mut resp = HttpResponse::build(answer.status);
     resp.insert_header(("Request-Id", request_id))
         .insert_header(("Stripe-Version", API_VERSION))
@@ -95,6 +160,9 @@ async fn serve(req: &HttpRequest, body: &[u8], app: &AppState, request_id: &str)
     let method = req.method().clone();
     if let Err(e) = authenticate(req, app.secret_key.as_deref()) {
         return Answer::error(&e);
+    }
+    if method == Method::GET && path == "/_standin/calls" {
+        return Answer { status: StatusCode::OK, body: pretty(&app.calls()), replayed: false };
     }
     if !path.starts_with("/_standin/")
         && let Some(e) = injected_fault(app, method.as_str(), &path).await

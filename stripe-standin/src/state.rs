@@ -3,15 +3,17 @@
 //! card a payment method is, a checkout session's line items, idempotency answers, faults).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::clock::real_now;
 use crate::webhooks::DeliveryMode;
 
 /// Objects of one kind, oldest first; Stripe lists them newest first.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub struct Table {
     order: Vec<String>,
     rows: HashMap<String, Value>,
@@ -44,10 +46,13 @@ impl Table {
     pub fn oldest_first(&self) -> impl Iterator<Item = &Value> {
         self.order.iter().filter_map(|id| self.rows.get(id))
     }
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Value> {
+        self.rows.values_mut()
+    }
 }
 
 /// How a payment method behaves when charged, named after Stripe's test cards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Card {
     /// `pm_card_visa`, 4242…: every charge succeeds.
     Pays,
@@ -70,7 +75,7 @@ impl Card {
 }
 
 /// What a checkout session will buy; Stripe keeps this out of the session object itself.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionExtra {
     pub line_items: Vec<(String, u64)>,
     pub subscription_metadata: Value,
@@ -79,7 +84,7 @@ pub struct SessionExtra {
 }
 
 /// A stored answer for an `Idempotency-Key`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StoredAnswer {
     pub fingerprint: String,
     pub status: u16,
@@ -99,8 +104,12 @@ pub struct Fault {
     pub times: u32,
 }
 
-#[derive(Default)]
+/// Everything but the faults, the delivery mode and the act in progress is kept in the state file
+/// (`persist`) when the stand-in has one.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Inner {
+    /// Where the stand-in answered when this state was written (its pages' links name it).
     pub base_url: String,
     pub customers: Table,
     pub products: Table,
@@ -115,16 +124,22 @@ pub struct Inner {
     pub events: Table,
     pub clocks: Table,
     pub endpoints: Table,
+    /// Each webhook endpoint's signing secret (Stripe shows it only when the endpoint is made).
+    pub endpoint_secrets: HashMap<String, String>,
     pub schedules: Table,
     /// Payment methods created by the hosted page (`pm_…`) and how they charge.
     pub payment_methods: HashMap<String, Card>,
     pub session_extra: HashMap<String, SessionExtra>,
     pub idempotency: HashMap<String, StoredAnswer>,
+    #[serde(skip)]
     pub faults: Vec<Fault>,
+    #[serde(skip)]
     pub delivery_mode: DeliveryMode,
     /// Events recorded by the current act, delivered together when it ends (see `flush`).
+    #[serde(skip)]
     pub batch: Vec<Value>,
     /// Request id and idempotency key of the API call being served, for `event.request`.
+    #[serde(skip)]
     pub current_request: Option<(String, Option<String>)>,
     /// Monotonic counter so events created in the same second keep their order.
     pub event_seq: u64,
@@ -135,17 +150,33 @@ pub struct Inner {
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Mutex<Inner>>,
+    /// How many times the state was locked, so the saver (`persist`) writes only after a change
+    /// may have happened. Reads count too: some of them change state (a session expiring).
+    touched: Arc<AtomicU64>,
 }
 
 impl Store {
     pub fn new(base_url: String) -> Self {
-        let inner = Inner { base_url, ..Inner::default() };
-        Self { inner: Arc::new(Mutex::new(inner)) }
+        Self::with(Inner { base_url, ..Inner::default() })
+    }
+
+    pub fn with(inner: Inner) -> Self {
+        Self { inner: Arc::new(Mutex::new(inner)), touched: Arc::default() }
     }
 
     /// Lock the state; a panic in another handler must not wedge the whole stand-in.
     pub fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        let guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Counted under the lock, so the saver, which reads the count under it too, never
+        // counts a change it did not see.
+        self.touched.fetch_add(1, Ordering::Relaxed);
+        guard
+    }
+
+    /// The state as it is, for the saver, and the touch count it was read at.
+    pub fn read_for_save<T>(&self, read: impl FnOnce(&Inner) -> T) -> (u64, T) {
+        let guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        (self.touched.load(Ordering::Relaxed), read(&guard))
     }
 }
 

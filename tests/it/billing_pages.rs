@@ -705,6 +705,122 @@ async fn an_unpublished_product_cannot_be_bought_with_a_hand_made_form() {
 }
 
 #[tokio::test]
+async fn a_checkout_carries_the_members_request_id_to_stripe_in_its_headers_and_metadata() {
+    let t = demo_db().await;
+    let s = common::stripe::StripeFixture::start().await;
+    let (basic, _) = s.demo_prices(&t).await;
+    let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
+    let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
+    let member = signed_in_member(&app).await;
+    let a = buy(&member, acme, basic.0).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let request_id = a.header("x-request-id").expect("the console names its request").to_string();
+    let session = a.header("location").unwrap().rsplit('/').next().unwrap().to_string();
+
+    // Stripe's objects name the request that made them.
+    let cs = s.get(&format!("/checkout/sessions/{session}")).await;
+    assert_eq!(cs["metadata"]["request_id"], request_id.as_str(), "{cs}");
+    let customer = s.get(&format!("/customers/{}", cs["customer"].as_str().unwrap())).await;
+    assert_eq!(customer["metadata"]["request_id"], request_id.as_str(), "{customer}");
+
+    // And every call of that request carried it, with a traceparent of its trace.
+    let calls: serde_json::Value = s
+        .http
+        .get(format!("{}/_standin/calls", s.base))
+        .bearer_auth(common::stripe::SECRET_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let of_request: Vec<&serde_json::Value> =
+        calls["data"].as_array().unwrap().iter().filter(|c| c["request_id"] == request_id.as_str()).collect();
+    let made: Vec<(&str, &str)> =
+        of_request.iter().map(|c| (c["method"].as_str().unwrap(), c["path"].as_str().unwrap())).collect();
+    assert!(made.contains(&("POST", "/v1/customers")), "{calls}");
+    assert!(made.contains(&("POST", "/v1/checkout/sessions")), "{calls}");
+    let trace = member_console::trace_context::traceparent(&request_id)[..35].to_string();
+    for call in &of_request {
+        assert!(call["traceparent"].as_str().is_some_and(|p| p.starts_with(&trace)), "{call}");
+    }
+    // The catalog's sync, made before and for no request, carried none.
+    assert!(
+        calls["data"].as_array().unwrap().iter().any(|c| c["path"] == "/v1/products" && c["request_id"].is_null()),
+        "{calls}"
+    );
+}
+
+#[tokio::test]
+async fn a_price_stripe_lost_is_synced_again_and_bought_and_one_it_cannot_get_back_is_refused_in_words() {
+    let t = demo_db().await;
+    let before = common::stripe::StripeFixture::start().await;
+    let (basic, pro) = before.demo_prices(&t).await;
+    let lost_basic = before.stripe_price(&t.admin, basic).await;
+    let lost_pro = before.stripe_price(&t.admin, pro).await;
+    // A stand-in that knows none of them, as a test-mode account that was reset.
+    let s = common::stripe::StripeFixture::start().await;
+    let acme = organization_id(&t, demo::DEMO_ORGANIZATION).await;
+    let app = TestApp::spawn_with_stripe(&t, s.stripe.clone()).await;
+    let member = signed_in_member(&app).await;
+
+    // Basic: Stripe says "no such price"; the product is made again, and the member pays there.
+    let a = buy(&member, acme, basic.0).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    let pay = a.header("location").unwrap().to_string();
+    assert!(pay.starts_with(&format!("{}/c/pay/cs_", s.base)), "{pay}");
+    let now_basic = s.stripe_price(&t.admin, basic).await;
+    assert_ne!(now_basic, lost_basic);
+    let price = s.get(&format!("/prices/{now_basic}")).await;
+    assert_eq!(price["active"], true, "{price}");
+    let (product, state): (String, String) = t
+        .one(
+            sqlx::query_as(
+                "SELECT m.stripe_product_id, m.sync_state FROM billing.product_mappings m
+               JOIN billing.prices p USING (product_id) WHERE p.price_id = $1",
+            )
+            .bind(basic.0),
+        )
+        .await;
+    assert_eq!(state, "synced");
+    assert_eq!(price["product"], product.as_str());
+    let session = pay.rsplit('/').next().unwrap();
+    let items = s.get(&format!("/checkout/sessions/{session}/line_items")).await;
+    assert_eq!(items["data"][0]["price"]["id"], now_basic.as_str(), "{items}");
+    assert_eq!(s.get(&format!("/checkout/sessions/{session}")).await["status"], "open");
+
+    // Pro, while Stripe refuses to make products: refused in words, nothing half-made.
+    let sessions = scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await;
+    s.control("/faults", &[("path_prefix", "/v1/products"), ("method", "POST"), ("status", "400"), ("times", "50")])
+        .await;
+    let a = buy(&member, acme, pro.0).await;
+    assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
+    assert!(a.body.contains("cannot be bought right now") && a.body.contains("Nothing was charged"), "{}", a.body);
+    assert_eq!(scalar(&t, "SELECT count(*) FROM billing.checkout_sessions").await, sessions, "no session recorded");
+    let made = s.get("/checkout/sessions?limit=100").await;
+    assert_eq!(made["data"].as_array().map(Vec::len), Some(1), "Stripe made no session for Pro: {made}");
+    let kept: Option<String> =
+        t.one(sqlx::query_scalar("SELECT stripe_price_id FROM billing.prices WHERE price_id = $1").bind(pro.0)).await;
+    assert_eq!(kept, None, "the lost id is forgotten, not kept as if Stripe had it");
+    let pro_product = scalar(&t, &format!("SELECT product_id FROM billing.prices WHERE price_id = {}", pro.0)).await;
+    assert_eq!(pending_syncs(&t, pro_product).await, 1, "the outbox is to make it again");
+
+    // Once Stripe takes products again, the outbox makes Pro anew and the member buys it.
+    let cleared = s.http.delete(format!("{}/_standin/faults", s.base)).bearer_auth(common::stripe::SECRET_KEY).send();
+    assert!(cleared.await.unwrap().status().is_success());
+    let done =
+        member_console::services::billing::process_outbox(&t.db, &s.stripe, 10, member_console::jobs::DEFAULT_LEASE)
+            .await
+            .unwrap();
+    assert_eq!(done.failed, 0, "{done:?}");
+    let now_pro = s.stripe_price(&t.admin, pro).await;
+    assert_ne!(now_pro, lost_pro);
+    let a = buy(&member, acme, pro.0).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
+    assert!(a.header("location").unwrap().starts_with(&format!("{}/c/pay/cs_", s.base)));
+}
+
+#[tokio::test]
 async fn checkout_for_an_organization_the_member_is_not_in_is_404_and_a_bad_form_is_422() {
     let t = demo_db().await;
     let (_, basic_price, _) = billing_fixture(&t).await;

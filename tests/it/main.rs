@@ -65,3 +65,5 @@ mod members;
 mod walk_members;
 // Issue 39, accessibility.
 mod browser_a11y;
+// Issue 39: the Stripe stand-in keeps its state.
+mod stripe_standin_state;

@@ -437,6 +437,36 @@ async fn a_product_sync_walked_lock_by_lock_takes_the_products_sync_lock_alone_a
     assert!(recorded.is_some_and(|id| !id.is_empty()), "the price's Stripe id is recorded");
 }
 
+#[tokio::test]
+async fn a_resync_of_a_price_stripe_lost_walked_lock_by_lock_takes_the_products_sync_lock_alone_for_each_record() {
+    let (t, before) = demo_with_stripe().await;
+    let basic = product_id(&t, "Basic").await;
+    let price = before.price(&t.db, basic, "12").await;
+    let lost = before.stripe_price(&t.admin, price).await;
+    outbox_cleared(&t).await;
+    // A Stripe that has none of it, as a test-mode account that was reset.
+    let s = StripeFixture::start().await;
+    let expected = [Expect::advisory(AdvisoryKey::ProductSync(basic.to_string()))];
+    let stripe = s.stripe.clone();
+    let gone = lost.clone();
+    // The record path the sync uses: forgetting the lost ids is one of its records, so it takes
+    // the same lock, alone, in a transaction of its own.
+    let out = LockWalk::run(&t, &catalog_sync::RECORD_PRODUCT_SYNC_LOCKS, &expected, |db| async move {
+        catalog_sync::resync_lost_price(&db, &stripe, basic, price, &gone).await
+    })
+    .await;
+    let now = out.unwrap().expect("the price is in Stripe again");
+    assert_ne!(now, lost);
+    assert_eq!(s.get(&format!("/prices/{now}")).await["active"], true);
+    let product: Option<String> = t
+        .one(
+            sqlx::query_scalar("SELECT stripe_product_id FROM billing.product_mappings WHERE product_id = $1")
+                .bind(basic),
+        )
+        .await;
+    assert_eq!(s.get(&format!("/products/{}", product.unwrap())).await["object"], "product");
+}
+
 // Set a price, and the outbox's claim ----------------------------------------------------------------
 
 #[tokio::test]

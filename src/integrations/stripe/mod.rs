@@ -2,18 +2,20 @@
 //! calls the console makes, and what it reads back as plain snapshots, so the services never
 //! see the generated types. Every POST carries an Idempotency-Key made from the console's own
 //! operation id, so a retry after a timeout never makes a second object; every call has a
-//! timeout; a failure is a sentence for people and a log line with Stripe's request log.
+//! timeout and carries the id of the request it is for (`transport`); a failure is a sentence
+//! for people and a log line with Stripe's request log.
 
 mod changes;
 pub mod signature;
+mod transport;
 
 pub use changes::{CONSOLE_PAUSE_VALUE, PhaseItems, Preview};
 
 use std::{collections::HashMap, time::Duration};
 
 use chrono::{DateTime, Utc};
-use stripe::{Client, ClientBuilder, StripeError, StripeRequest};
 use stripe::{IdempotencyKey, RequestStrategy};
+use stripe::{StripeError, StripeRequest};
 use stripe_client_core::CustomizableStripeRequest;
 
 use crate::{
@@ -26,7 +28,7 @@ use crate::{
 
 /// A connected Stripe account (or the stand-in) and the secrets its webhooks are signed with.
 pub struct Stripe {
-    client: Client,
+    client: transport::Transport,
     webhook_secrets: Vec<String>,
     api_base: String,
     timeout: Duration,
@@ -70,6 +72,30 @@ impl StripeFailure {
         matches!(self, StripeFailure::Api { status: 404, .. })
     }
 
+    /// Stripe says it has no such price or product: one the console recorded is gone (a test-mode
+    /// account was reset, a stand-in lost its state). Stripe answers a 400 (`resource_missing`)
+    /// when the request names it in a parameter, a 404 when in its path; the stand-in a 404.
+    pub fn lost_catalog(&self) -> bool {
+        match self {
+            StripeFailure::Api { status, code, message, .. } if *status == 400 || *status == 404 => {
+                (*status == 404 || code.as_deref() == Some("resource_missing"))
+                    && (message.starts_with("No such price") || message.starts_with("No such product"))
+            }
+            _ => false,
+        }
+    }
+
+    /// The id of the price or product Stripe says it lacks, as its message names it
+    /// ("No such price: 'price_123'").
+    pub fn lost_id(&self) -> Option<String> {
+        let StripeFailure::Api { message, .. } = self else { return None };
+        if !self.lost_catalog() {
+            return None;
+        }
+        let quoted = message.split('\'').nth(1)?;
+        (!quoted.is_empty()).then(|| quoted.to_string())
+    }
+
     /// What Stripe's refusal of a change means for the change (see `Refusal`).
     pub fn refusal(&self) -> Refusal {
         match self {
@@ -80,6 +106,7 @@ impl StripeFailure {
             {
                 Refusal::KeyReused
             }
+            f if f.lost_catalog() => Refusal::CatalogMissing,
             StripeFailure::Api { status: 404, .. } => Refusal::Missing,
             // Stripe words it "The price specified is inactive. This field only accepts active
             // prices." on the price parameter it names.
@@ -158,6 +185,8 @@ pub enum Refusal {
     /// A price sent is archived in Stripe; `param` names which (`items[0][price]`,
     /// `phases[1][items][0][price]`).
     PriceInactive { param: String },
+    /// A price or product sent is one Stripe does not have (`lost_catalog`).
+    CatalogMissing,
     /// The object is gone (404): a subscription canceled meanwhile, a schedule released.
     Missing,
     /// The idempotency key was used before with other parameters, or is in use right now.
@@ -179,12 +208,30 @@ fn found<T>(r: Result<T, StripeError>) -> Result<Option<T>, StripeFailure> {
     }
 }
 
+/// A creation's key, or, for an object made again because Stripe lost the first, that remaking's.
+fn remade_key(key: String, remade: Option<&str>) -> String {
+    match remade {
+        Some(tag) => format!("{key}:{tag}"),
+        None => key,
+    }
+}
+
 /// The idempotency key of one console operation: the same operation always sends the same key.
 fn idempotent(operation: &str) -> Result<RequestStrategy, StripeFailure> {
     // Stripe keeps keys for at least 24 hours; a key names the console's operation, not a try.
     let key = IdempotencyKey::new(format!("member-console:{operation}"))
         .map_err(|e| StripeFailure::Config(format!("idempotency key: {e}")))?;
     Ok(RequestStrategy::Idempotent(key))
+}
+
+/// `metadata` with the id of the request the call is made for (`request_id`), when there is
+/// one, so the object in Stripe names the action that made it. Only on calls whose idempotency key
+/// a later request does not reuse blindly: Stripe refuses a key sent again with other parameters.
+fn with_request_id(mut metadata: HashMap<String, String>) -> HashMap<String, String> {
+    if let Some(id) = crate::trace_context::current() {
+        metadata.insert("request_id".to_string(), id);
+    }
+    metadata
 }
 
 fn at(ts: i64) -> DateTime<Utc> {
@@ -395,7 +442,7 @@ pub struct CheckoutRequest<'a> {
 
 /// The client, measured: each call's latency and failure under the operation it is for.
 pub(crate) struct Metered<'a> {
-    client: &'a Client,
+    client: &'a transport::Transport,
     operation: &'static str,
 }
 
@@ -410,7 +457,7 @@ impl stripe_client_core::StripeClient for Metered<'_> {
         crate::metrics::timed(
             crate::metrics::System::Stripe,
             self.operation,
-            self.client.execute(req),
+            self.client.execute(self.operation, req),
             |r| matches!(r, Err(e) if !matches!(e, StripeError::Stripe(_, 404))),
         )
     }
@@ -441,10 +488,8 @@ impl Stripe {
         webhook_secrets: Vec<String>,
         timeout: Duration,
     ) -> Result<Stripe, StripeFailure> {
-        let mut builder = ClientBuilder::new(secret_key).timeout(timeout);
         let api_base = api_base.unwrap_or("https://api.stripe.com/").to_string();
-        builder = builder.url(api_base.clone());
-        let client = builder.build().map_err(StripeFailure::from_error)?;
+        let client = transport::Transport::new(secret_key, &api_base, timeout).map_err(StripeFailure::from_error)?;
         Ok(Stripe { client, webhook_secrets, api_base, timeout })
     }
 
@@ -633,23 +678,51 @@ impl Stripe {
     }
 
     /// Make the organization's customer. The key is the organization's, so two racing clicks
-    /// make one customer.
+    /// make one customer (or, the request ids in their metadata differing, one customer and a
+    /// refused key: `create_customer_again`).
     pub async fn create_customer(
         &self,
         organization_id: i64,
         name: &str,
         email: Option<&str>,
     ) -> Result<StripeCustomerId, StripeFailure> {
+        self.create_customer_keyed(organization_id, name, email, &format!("customer:organization:{organization_id}"))
+            .await
+    }
+
+    /// Make the organization's customer under a key of this attempt's own (`attempt`): when the
+    /// organization's key was used by another request and the console recorded no customer from
+    /// it (that request failed before recording, or has not recorded yet).
+    pub async fn create_customer_again(
+        &self,
+        organization_id: i64,
+        name: &str,
+        attempt: &str,
+    ) -> Result<StripeCustomerId, StripeFailure> {
+        self.create_customer_keyed(
+            organization_id,
+            name,
+            None,
+            &format!("customer:organization:{organization_id}:{attempt}"),
+        )
+        .await
+    }
+
+    async fn create_customer_keyed(
+        &self,
+        organization_id: i64,
+        name: &str,
+        email: Option<&str>,
+        key: &str,
+    ) -> Result<StripeCustomerId, StripeFailure> {
         use stripe_core::customer::CreateCustomer;
         let mut metadata = HashMap::new();
         metadata.insert("organization_id".to_string(), organization_id.to_string());
-        let mut req = CreateCustomer::new().name(name).metadata(metadata);
+        let mut req = CreateCustomer::new().name(name).metadata(with_request_id(metadata));
         if let Some(e) = email {
             req = req.email(e);
         }
-        let c = self
-            .send_once("create customer", &format!("customer:organization:{organization_id}"), req.customize())
-            .await?;
+        let c = self.send_once("create customer", key, req.customize()).await?;
         Ok(c.id.to_string().into())
     }
 
@@ -660,6 +733,8 @@ impl Stripe {
         };
         let mut metadata = HashMap::new();
         metadata.insert("organization_id".to_string(), r.organization_id.to_string());
+        // The session and the subscription it makes name the member's request that asked.
+        let mut metadata = with_request_id(metadata);
         let data = CreateCheckoutSessionSubscriptionData { metadata: Some(metadata.clone()), ..Default::default() };
         // The session's own metadata also names what it sells, so a later click can tell whether
         // an open session is the one it would make.
@@ -717,13 +792,15 @@ impl Stripe {
     }
 
     /// Create the product's Stripe product, or bring its name up to date. `version` names this
-    /// sync, so a retry of one sync sends the same key and a later sync a new one.
+    /// sync, so a retry of one sync sends the same key and a later sync a new one. A product is
+    /// made once under its own key, or again under `remade` when Stripe lost the one it made.
     pub async fn put_product(
         &self,
         product_id: i64,
         stripe_id: Option<&StripeProductId>,
         name: &str,
         version: &str,
+        remade: Option<&str>,
     ) -> Result<StripeProductId, StripeFailure> {
         use stripe_product::product::{CreateProduct, UpdateProduct};
         let mut metadata = HashMap::new();
@@ -732,7 +809,7 @@ impl Stripe {
             None => {
                 self.send_once(
                     "put product",
-                    &format!("product:{product_id}:create"),
+                    &remade_key(format!("product:{product_id}:create"), remade),
                     CreateProduct::new(name).metadata(metadata).customize(),
                 )
                 .await?
@@ -749,7 +826,8 @@ impl Stripe {
         Ok(p.id.to_string().into())
     }
 
-    /// Create a recurring price (its amount is fixed for good: a new amount is a new price).
+    /// Create a recurring price (its amount is fixed for good: a new amount is a new price);
+    /// under `remade`'s key when Stripe lost the one made before.
     pub async fn create_price(
         &self,
         price_id: i64,
@@ -757,6 +835,7 @@ impl Stripe {
         amount_minor: i64,
         currency: &str,
         interval: BillingInterval,
+        remade: Option<&str>,
     ) -> Result<StripePriceId, StripeFailure> {
         use stripe_product::price::{CreatePrice, CreatePriceRecurring, CreatePriceRecurringInterval};
         let interval = match interval {
@@ -770,7 +849,7 @@ impl Stripe {
         let p = self
             .send_once(
                 "create price",
-                &format!("price:{price_id}:create"),
+                &remade_key(format!("price:{price_id}:create"), remade),
                 CreatePrice::new(currency)
                     .product(stripe_product.as_str())
                     .unit_amount(amount_minor)
@@ -901,6 +980,7 @@ impl Stripe {
         use stripe_billing::subscription::{CreateSubscription, CreateSubscriptionItems};
         let mut metadata = HashMap::new();
         metadata.insert("organization_id".to_string(), organization_id.to_string());
+        let metadata = with_request_id(metadata);
         let s = CreateSubscription::new()
             .customer(customer.as_str())
             .items(vec![CreateSubscriptionItems {

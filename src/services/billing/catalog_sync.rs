@@ -260,28 +260,78 @@ pub async fn apply_product_sync(
     product_id: ProductId,
     operation: &str,
 ) -> Result<(), ServiceError> {
-    let (product, mapping, prices) = {
+    apply(db, stripe, product_id, operation, None).await
+}
+
+/// A price Stripe says it does not have, met when a member buys or switches (a test-mode account
+/// that was reset, a stand-in that lost its state): the product synced again through
+/// SyncProductToStripe's own recording path, with the lost ids forgotten, so Stripe gets the
+/// price (and the product, when that is lost too) anew and the console records the new ids. The
+/// price's Stripe id now, or None when the sync did not give it one (it is no longer active).
+#[tracing::instrument(name = "Sync again a price Stripe lost", skip(db, stripe), fields(product_id = %product_id, price_id = %price_id, lost = %lost))]
+pub async fn resync_lost_price(
+    db: &Db,
+    stripe: &Stripe,
+    product_id: ProductId,
+    price_id: PriceId,
+    lost: &StripePriceId,
+) -> Result<Option<StripePriceId>, ServiceError> {
+    record(db, product_id, Outcome::PriceLost { price: price_id, stripe_id: lost }).await?;
+    // The remaking's keys name what it replaces: two members meeting the same loss make one.
+    let tag = format!("after-{lost}");
+    apply(db, stripe, product_id, &tag, Some(&tag)).await?;
+    let mut read = db.read().await?;
+    Ok(store::price(read.conn(), price_id).await?.filter(|p| p.active).and_then(|p| p.stripe_price_id))
+}
+
+/// SyncProductToStripe. A product Stripe no longer has is forgotten with its prices' ids and
+/// made again, under keys tagged with what it replaces (or with `remade`, a re-sync's own tag),
+/// since the first making's keys would give back what Stripe lost.
+async fn apply(
+    db: &Db,
+    stripe: &Stripe,
+    product_id: ProductId,
+    operation: &str,
+    remade: Option<&str>,
+) -> Result<(), ServiceError> {
+    let read = async || -> Result<_, ServiceError> {
         let mut tx = db.read().await?;
-        let Some(product) = catalog::product(tx.conn(), product_id).await? else { return Ok(()) };
+        let Some(product) = catalog::product(tx.conn(), product_id).await? else { return Ok(None) };
         let mapping = store::product_mapping(tx.conn(), product_id).await?;
         let prices = store::prices_of(tx.conn(), product_id).await?;
-        (product, mapping, prices)
+        Ok(Some((product, mapping, prices)))
     };
+    let Some((product, mapping, mut prices)) = read().await? else { return Ok(()) };
     let stripe_product_id = mapping.as_ref().and_then(|m| m.stripe_product_id.clone());
-    let stripe_product =
-        match stripe.put_product(product_id.0, stripe_product_id.as_ref(), &product.name, operation).await {
-            Ok(id) => id,
-            Err(f) => {
-                record(db, product_id, Outcome::ProductFailed(&f.sentence())).await?;
-                return Err(remote(f));
-            }
+    let mut tag = remade.map(str::to_string);
+    let mut put =
+        stripe.put_product(product_id.0, stripe_product_id.as_ref(), &product.name, operation, tag.as_deref()).await;
+    if let (Err(f), Some(lost)) = (&put, &stripe_product_id)
+        && f.lost_catalog()
+    {
+        tracing::warn!(plan = %product_id, lost = %lost, "Stripe has no such product: it is made again with its prices");
+        record(db, product_id, Outcome::ProductLost { stripe_id: lost }).await?;
+        prices = match read().await? {
+            Some((_, _, p)) => p,
+            None => return Ok(()),
         };
+        tag.get_or_insert_with(|| format!("after-{lost}"));
+        put = stripe.put_product(product_id.0, None, &product.name, operation, tag.as_deref()).await;
+    }
+    let remade = tag.as_deref();
+    let stripe_product = match put {
+        Ok(id) => id,
+        Err(f) => {
+            record(db, product_id, Outcome::ProductFailed(&f.sentence())).await?;
+            return Err(remote(f));
+        }
+    };
     record(db, product_id, Outcome::ProductSynced { stripe_id: &stripe_product, name: &product.name }).await?;
     let mut failure = None;
     for p in &prices {
         let result = if p.active && p.stripe_price_id.is_none() {
             stripe
-                .create_price(p.price_id.0, &stripe_product, p.amount_minor, &p.currency, p.billing_interval)
+                .create_price(p.price_id.0, &stripe_product, p.amount_minor, &p.currency, p.billing_interval, remade)
                 .await
                 .map(|id| Some((id, true)))
         } else if !p.active
@@ -311,10 +361,30 @@ pub async fn apply_product_sync(
 
 /// What one Stripe call of a sync came back with.
 enum Outcome<'a> {
-    ProductSynced { stripe_id: &'a StripeProductId, name: &'a str },
+    ProductSynced {
+        stripe_id: &'a StripeProductId,
+        name: &'a str,
+    },
     ProductFailed(&'a str),
-    PriceSynced { price: PriceId, stripe_id: &'a StripePriceId, active: bool },
-    PriceFailed { price: PriceId, why: &'a str },
+    PriceSynced {
+        price: PriceId,
+        stripe_id: &'a StripePriceId,
+        active: bool,
+    },
+    PriceFailed {
+        price: PriceId,
+        why: &'a str,
+    },
+    /// Stripe has no such product: its id and its prices' ids are forgotten (all of them went
+    /// with it), so the sync makes them again.
+    ProductLost {
+        stripe_id: &'a StripeProductId,
+    },
+    /// Stripe has no such price: its id is forgotten, so the sync makes it again.
+    PriceLost {
+        price: PriceId,
+        stripe_id: &'a StripePriceId,
+    },
 }
 
 /// One recorded outcome, in its own short transaction under the product's sync lock.
@@ -330,6 +400,9 @@ async fn record(db: &Db, product_id: ProductId, outcome: Outcome<'_>) -> Result<
                 store::price_synced(tx.conn(), price, stripe_id, active).await?
             }
             Outcome::PriceFailed { price, why } => store::price_failed(tx.conn(), price, why).await?,
+            // Only the ids Stripe said it lacks: a sync that recorded new ones meanwhile stands.
+            Outcome::ProductLost { stripe_id } => store::forget_lost_product(tx.conn(), product_id, stripe_id).await?,
+            Outcome::PriceLost { price, stripe_id } => store::forget_lost_price(tx.conn(), price, stripe_id).await?,
         }
         Ok(())
     })

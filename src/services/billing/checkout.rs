@@ -5,14 +5,15 @@
 
 use crate::{
     db::{Db, Tx, TxKind, tx::within},
-    ids::{AccountId, OrganizationId, PriceId, StripeSessionId},
-    integrations::stripe::{CheckoutRequest, CheckoutStatus, Stripe},
+    ids::{AccountId, OrganizationId, PriceId, StripeCustomerId, StripePriceId, StripeSessionId},
+    integrations::stripe::{CheckoutRequest, CheckoutSnapshot, CheckoutStatus, Refusal, Stripe, StripeFailure},
     services::ServiceError,
     states::SubscriptionStatus,
     store::{accounts, billing as store},
 };
 
 use super::{
+    catalog_sync::{resync_lost_price, sync_product},
     reconcile::{Reconciled, reconcile_subscription},
     remote,
 };
@@ -102,39 +103,80 @@ pub async fn start_checkout(
     }
     let customer = match customer {
         Some(c) => c,
-        None => {
-            let made = stripe.create_customer(organization_id.0, &org_name, None).await.map_err(remote)?;
-            within(db, TxKind::Plain, async |tx: &mut Tx| {
-                Ok::<_, ServiceError>(store::put_customer(tx.conn(), organization_id, &made).await?)
-            })
-            .await?
-        }
+        None => make_customer(db, stripe, organization_id, &org_name).await?,
     };
-    // The operation is this purchase after the organization's newest recorded session: a double
-    // click (or a retry after a lost answer) sends the same key and gets the same session, and
-    // any later click, after that session was recorded, is a new operation.
-    let operation = format!(
-        "organization:{}:price:{}:quantity:{quantity}:after:{}",
-        organization_id.0,
-        price_id.0,
-        latest.as_ref().map_or("none", |l| l.as_str())
-    );
+    // The operation is this purchase, of the price Stripe has now, after the organization's
+    // newest recorded session: a double click (or a retry after a lost answer) sends the same key
+    // and gets the same session, and any later click, after that session was recorded, is a new
+    // operation. So is one after the price was made again in Stripe (a key keeps its answer, even
+    // Stripe's "no such price").
+    let operation = |stripe_price: &StripePriceId| {
+        format!(
+            "organization:{}:price:{}:quantity:{quantity}:after:{}:stripe:{stripe_price}",
+            organization_id.0,
+            price_id.0,
+            latest.as_ref().map_or("none", |l| l.as_str())
+        )
+    };
     let base = back.base_url.trim_end_matches('/');
     let success = format!("{base}/billing/return?session_id={{CHECKOUT_SESSION_ID}}");
     let cancel = format!("{base}/billing?checkout=canceled");
-    let session = stripe
-        .create_checkout(CheckoutRequest {
-            operation: &operation,
-            customer: &customer,
-            price: stripe_price,
-            quantity,
-            price_id: price_id.0,
-            organization_id: organization_id.0,
-            success_url: &success,
-            cancel_url: &cancel,
-        })
-        .await
-        .map_err(remote)?;
+    let checkout = async |stripe_price: &StripePriceId, operation: &str| -> Result<CheckoutSnapshot, StripeFailure> {
+        stripe
+            .create_checkout(CheckoutRequest {
+                operation,
+                customer: &customer,
+                price: stripe_price,
+                quantity,
+                price_id: price_id.0,
+                organization_id: organization_id.0,
+                success_url: &success,
+                cancel_url: &cancel,
+            })
+            .await
+    };
+    let session = match checkout(stripe_price, &operation(stripe_price)).await {
+        Ok(s) => s,
+        // Stripe lost the price (a test-mode account reset): synced again, then asked once more.
+        Err(f) if f.lost_catalog() => {
+            let lost = |why: &str| {
+                tracing::warn!(plan = %price.product_id, %price_id, stripe_price = %stripe_price, why,
+                    "Stripe has no such price and it could not be made again: the checkout was refused");
+                ServiceError::Refused(
+                    "This plan cannot be bought right now: Stripe no longer has its price, and the console could not \
+                     give it to Stripe again. Nothing was charged. The operators have been told; please try again \
+                     later."
+                        .into(),
+                )
+            };
+            let renewed = match resync_lost_price(db, stripe, price.product_id, price_id, stripe_price).await {
+                Ok(Some(p)) => p,
+                Ok(None) => return Err(lost("the price is no longer active")),
+                Err(e) => {
+                    // The outbox tries again, so the price comes back on sale without an operator.
+                    if let Err(q) = sync_product(db, price.product_id).await {
+                        tracing::warn!(plan = %price.product_id, error = %q, "the lost price's sync was not queued");
+                    }
+                    return Err(lost(&e.to_string()));
+                }
+            };
+            tracing::warn!(plan = %price.product_id, %price_id, lost = %stripe_price, now = %renewed,
+                "Stripe had no such price: it was synced again and the checkout goes on");
+            match checkout(&renewed, &operation(&renewed)).await {
+                Ok(s) => s,
+                Err(f) if f.lost_catalog() => return Err(lost(&f.to_string())),
+                Err(f) => return Err(remote(f)),
+            }
+        }
+        // Another click of the same purchase used the key with other metadata (its request id).
+        Err(f) if f.refusal() == Refusal::KeyReused => {
+            return Err(ServiceError::Refused(
+                "Another click is starting this checkout. Reload the billing page in a moment and choose Buy again."
+                    .into(),
+            ));
+        }
+        Err(f) => return Err(remote(f)),
+    };
     within(db, TxKind::Plain, async |tx: &mut Tx| {
         Ok::<_, ServiceError>(
             store::insert_checkout_session(tx.conn(), &session.id, organization_id, price_id, who).await?,
@@ -145,6 +187,37 @@ pub async fn start_checkout(
         sentence: "Stripe made the checkout but gave no page to pay on. Nothing was charged; try again.".into(),
         transient: true,
     })
+}
+
+/// The organization's Stripe customer, made once. The organization's key makes two racing
+/// clicks one customer; when Stripe refuses the key (used by another request, whose request id
+/// in the metadata differs) and no customer was recorded from it, this attempt makes its own.
+async fn make_customer(
+    db: &Db,
+    stripe: &Stripe,
+    organization_id: OrganizationId,
+    org_name: &str,
+) -> Result<StripeCustomerId, ServiceError> {
+    let made = match stripe.create_customer(organization_id.0, org_name, None).await {
+        Ok(c) => c,
+        Err(f) if f.refusal() == Refusal::KeyReused => {
+            let recorded = {
+                let mut read = db.read().await?;
+                store::customer_of(read.conn(), organization_id).await?
+            };
+            if let Some(c) = recorded {
+                return Ok(c);
+            }
+            let attempt = crate::trace_context::current().unwrap_or_else(|| crate::config::random_hex(8));
+            stripe.create_customer_again(organization_id.0, org_name, &attempt).await.map_err(remote)?
+        }
+        Err(f) => return Err(remote(f)),
+    };
+    // The organization's row: this one, or the one a racing click recorded first.
+    within(db, TxKind::Plain, async |tx: &mut Tx| {
+        Ok::<_, ServiceError>(store::put_customer(tx.conn(), organization_id, &made).await?)
+    })
+    .await
 }
 
 /// The organization's checkouts still open on the ladder, asked of Stripe (no transaction open):

@@ -564,6 +564,28 @@ async fn refused_write(db: &Db, stripe: &Stripe, w: &Write<'_>, f: StripeFailure
             use_up().await;
             ServiceError::Refused("This confirmation was already used; switch again from the billing page.".into())
         }
+        Refusal::CatalogMissing => {
+            use_up().await;
+            let remade = match f.lost_id() {
+                Some(lost) => resync_lost(db, stripe, &StripePriceId::from(lost.as_str())).await,
+                None => false,
+            };
+            tracing::warn!(subscription = %w.stripe_id, to = w.to, lost = f.lost_id(), remade,
+                "Stripe has no such price for a switch: the switch was refused");
+            ServiceError::Refused(if remade {
+                format!(
+                    "Stripe no longer had {} at this price; the console has given it to Stripe again. The plan is \
+                     unchanged and nothing was charged: choose Switch again on the billing page.",
+                    w.to
+                )
+            } else {
+                format!(
+                    "{} cannot be switched to right now: Stripe no longer has its price. The plan is unchanged and \
+                     nothing was charged. The operators have been told; please try again later.",
+                    w.to
+                )
+            })
+        }
         Refusal::Unconfirmed => {
             // Stripe may hold the change: its reconcile (queued like a webhook's) finds out.
             if let Err(e) = enqueue_reconcile(db, w.stripe_id).await {
@@ -583,6 +605,23 @@ async fn refused_write(db: &Db, stripe: &Stripe, w: &Write<'_>, f: StripeFailure
             }
             _ => remote_write(f),
         },
+    }
+}
+
+/// Sync again the catalog price Stripe lost (see `catalog_sync::resync_lost_price`); whether
+/// Stripe has it again. A price the console does not know is nothing to sync.
+async fn resync_lost(db: &Db, stripe: &Stripe, lost: &StripePriceId) -> bool {
+    let known = match db.pool.acquire().await {
+        Ok(mut conn) => billing_store::price_by_stripe_id(&mut conn, lost).await,
+        Err(e) => Err(e),
+    };
+    let Ok(Some((price_id, product_id))) = known else { return false };
+    match super::catalog_sync::resync_lost_price(db, stripe, product_id, price_id, lost).await {
+        Ok(again) => again.is_some(),
+        Err(e) => {
+            tracing::warn!(plan = %product_id, %price_id, error = %e, "a price Stripe lost could not be synced again");
+            false
+        }
     }
 }
 

@@ -68,6 +68,7 @@ pub fn route(st: &mut Inner, hooks: &Dispatcher, method: &Method, segs: &[&str],
         ("POST", ["v1", "webhook_endpoints"]) => webhook_endpoints::create(st, hooks, p),
         ("GET", ["v1", "webhook_endpoints"]) => webhook_endpoints::list(st, p),
         ("GET", ["v1", "webhook_endpoints", id]) => webhook_endpoints::retrieve(st, id),
+        ("POST", ["v1", "webhook_endpoints", id]) => webhook_endpoints::update(st, hooks, id, p),
         ("DELETE", ["v1", "webhook_endpoints", id]) => webhook_endpoints::delete(st, hooks, id),
 
         ("POST", ["v1", "test_helpers", "test_clocks"]) => test_clocks::create(st, p),
@@ -101,4 +102,4 @@ pub use checkout::{complete as checkout_complete, expire_if_due as checkout_expi
 pub use customers::public as public_customer;
 pub use invoices::pay as invoice_pay;
 pub use schedules::{Boundary, at_boundary as schedule_boundary};
-pub use webhook_endpoints::create as create_webhook_endpoint;
+pub use webhook_endpoints::{create as create_webhook_endpoint, update as update_webhook_endpoint};
