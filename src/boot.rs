@@ -119,7 +119,9 @@ pub async fn stripe_for_serve(config: &Config, console: std::net::SocketAddr) ->
         ..stripe_standin::Config::default()
     })
     .await
-    .with_context(|| format!("starting the Stripe stand-in (on a free port of 127.0.0.1, its state in {})", state_file.display()))?;
+    .with_context(|| {
+        format!("starting the Stripe stand-in (on a free port of 127.0.0.1, its state in {})", state_file.display())
+    })?;
     let host = if console.ip().is_unspecified() { std::net::IpAddr::from([127, 0, 0, 1]) } else { console.ip() };
     let hook = format!("http://{}/webhooks/stripe", std::net::SocketAddr::new(host, console.port()));
     let secret = standin.add_webhook_endpoint(&hook).map_err(|e| anyhow::anyhow!("registering the webhook: {e}"))?;

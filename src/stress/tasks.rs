@@ -210,10 +210,11 @@ impl Ctx {
     }
 }
 
-/// One task: every path once (the opening round), then paths at random until the deadline.
+/// One task: every path once (the opening round, finished even past the deadline, so that a
+/// short run on a busy machine still tries every path), then paths at random until the deadline.
 pub(super) async fn task(ctx: Arc<Ctx>, id: usize, mut rng: Rng) {
-    let mut opening = opening_round(&mut rng).into_iter();
-    while Instant::now() < ctx.deadline {
+    let mut opening = opening_round(&mut rng).into_iter().peekable();
+    while opening.peek().is_some() || Instant::now() < ctx.deadline {
         let path = opening.next().unwrap_or_else(|| pick_path(&mut rng));
         let mut note = Note::default();
         let start = ctx.elapsed_ms();

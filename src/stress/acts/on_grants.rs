@@ -59,8 +59,11 @@ pub(in crate::stress) async fn issue_grant(ctx: &Ctx, rng: &mut Rng, note: &mut 
     let (product, name) = rng.pick(&ctx.fx.grantable).clone();
     let quantity = 1 + rng.below(3) as i32;
     let now = Utc::now();
-    // The first two wait (roll 15 and up: an organization's, from a start moments ahead).
-    let roll = if ctx.grants_issued.fetch_add(1, Ordering::Relaxed) < 2 { 15 + rng.below(5) } else { rng.below(20) };
+    // The run's first grant waits for a start moments ahead (one for "Start a waiting grant"),
+    // its second for a start an hour ahead (one for "Extend a waiting grant" whenever it runs);
+    // the rest at random.
+    let nth = ctx.grants_issued.fetch_add(1, Ordering::Relaxed);
+    let roll = if nth < 2 { 15 + rng.below(5) } else { rng.below(20) };
     let (recipient, starts_at, ends_at) = if roll < 5 {
         let next = ctx.domain_seq.load(Ordering::Relaxed);
         let d = domain((next + rng.below(4) as u64).saturating_sub(1));
@@ -72,6 +75,7 @@ pub(in crate::stress) async fn issue_grant(ctx: &Ctx, rng: &mut Rng, note: &mut 
         let (starts, ends) = match roll {
             5..=9 => (None, None),
             10..=14 => (None, Some(now + ms_ahead(rng, END_AHEAD_MS))),
+            _ if nth == 1 => (Some(now + chrono::Duration::hours(1)), None),
             _ => {
                 let s = now + ms_ahead(rng, START_AHEAD_MS);
                 (Some(s), (rng.below(2) == 0).then(|| s + ms_ahead(rng, END_AHEAD_MS)))
@@ -148,11 +152,46 @@ pub(in crate::stress) async fn pick_grant(
     .fetch_all(&ctx.db.pool)
     .await?;
     if rows.is_empty() {
-        return Ok(None);
+        return own_grant(ctx, rng, note, &statuses).await;
     }
     let (grant, starts, pool) = *rng.pick(&rows);
     note.pool = pool;
     Ok(Some((grant, starts)))
+}
+
+/// None of the asked statuses where the act looked: a grant of its own to a shared
+/// organization, waiting an hour when only a waiting one will do, otherwise live now, so that a
+/// short run on a busy machine still does every act on grants.
+async fn own_grant(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    note: &mut Note,
+    statuses: &[String],
+) -> Result<Option<(GrantId, DateTime<Utc>)>, Failure> {
+    let now = Utc::now();
+    let starts_at = match statuses {
+        [only] if only == "waiting" => Some(now + chrono::Duration::hours(1)),
+        _ if statuses.iter().any(|s| s == "active") => None,
+        _ => return Ok(None),
+    };
+    let (org, pool) = hot_pool(ctx, rng, note);
+    let (product, _) = rng.pick(&ctx.fx.grantable).clone();
+    let g = IssueGrant {
+        recipient: Recipient::Organization(org),
+        product_id: product,
+        quantity: 1,
+        starts_at,
+        ends_at: None,
+        reason: "stress".into(),
+        actor: None,
+    };
+    match grants::issue_grant(&ctx.db, &g).await {
+        Ok(id) => {
+            note.pool = Some(pool.0);
+            Ok(Some((id, starts_at.unwrap_or(now))))
+        }
+        Err(_) => Ok(None),
+    }
 }
 
 /// A grant whose date (`column`) comes within `DUE_WITHIN_MS`, waited for: (grant, pool).
@@ -175,6 +214,48 @@ pub(in crate::stress) async fn due_grant(
     Ok(Some((grant, pool)))
 }
 
+/// Which moment of a grant an act races its job to.
+#[derive(Clone, Copy)]
+pub(in crate::stress) enum Moment {
+    Start,
+    End,
+}
+
+/// A grant whose start (or end) comes now, as `due_grant` finds one; when none does (the jobs
+/// got to them all), one of the act's own, starting (or ending) moments ahead, so that a short
+/// run on a busy machine still races each of those acts against its job.
+pub(in crate::stress) async fn due_or_own(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    note: &mut Note,
+    sql: &str,
+    moment: Moment,
+) -> Result<Option<(GrantId, Option<i64>)>, Failure> {
+    if let Some(due) = due_grant(ctx, rng, sql).await? {
+        return Ok(Some(due));
+    }
+    let (org, _) = hot_pool(ctx, rng, note);
+    let (product, _) = rng.pick(&ctx.fx.grantable).clone();
+    let soon = Utc::now() + chrono::Duration::milliseconds(100);
+    let (starts_at, ends_at) = match moment {
+        Moment::Start => (Some(soon), None),
+        Moment::End => (None, Some(soon)),
+    };
+    let g = IssueGrant {
+        recipient: Recipient::Organization(org),
+        product_id: product,
+        quantity: 1,
+        starts_at,
+        ends_at,
+        reason: "stress".into(),
+        actor: None,
+    };
+    if grants::issue_grant(&ctx.db, &g).await.is_err() {
+        return Ok(None);
+    }
+    due_grant(ctx, rng, sql).await
+}
+
 pub(in crate::stress) async fn revoke_grant(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
     let Some((g, _)) = pick_grant(ctx, rng, note, &["active", "replaced", "waiting"]).await? else {
         return Ok(Outcome::Skipped);
@@ -195,7 +276,7 @@ pub(in crate::stress) async fn expire_grant(ctx: &Ctx, rng: &mut Rng, note: &mut
          LEFT JOIN core.resource_pools rp ON rp.organization_id = g.organization_id AND rp.is_default
          WHERE g.status IN ('active', 'replaced', 'waiting') AND g.ends_at < now() + make_interval(secs => $1)
          ORDER BY g.ends_at LIMIT 8";
-    let Some((g, pool)) = due_grant(ctx, rng, DUE).await? else { return Ok(Outcome::Skipped) };
+    let Some((g, pool)) = due_or_own(ctx, rng, note, DUE, Moment::End).await? else { return Ok(Outcome::Skipped) };
     note.pool = pool;
     note.detail = format!("grant {g}");
     due_outcome(grants::expire_grant(&ctx.db, g).await, note)
@@ -212,7 +293,7 @@ pub(in crate::stress) async fn start_waiting_grant(
          WHERE g.status = 'waiting' AND g.organization_id IS NOT NULL
            AND g.starts_at < now() + make_interval(secs => $1) AND (g.ends_at IS NULL OR g.ends_at > now())
          ORDER BY g.starts_at LIMIT 8";
-    let Some((g, pool)) = due_grant(ctx, rng, DUE).await? else { return Ok(Outcome::Skipped) };
+    let Some((g, pool)) = due_or_own(ctx, rng, note, DUE, Moment::Start).await? else { return Ok(Outcome::Skipped) };
     note.pool = pool;
     note.detail = format!("grant {g}");
     due_outcome(grants::start_waiting_grant(&ctx.db, g).await, note)
