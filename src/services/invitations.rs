@@ -438,8 +438,9 @@ pub enum Acceptor<'a> {
     /// Nobody is signed in: a new account with this password's hash (computed before), signed
     /// in from `address`, ending the browser's `previous` session.
     NewAccount { password_hash: String, address: &'a str, previous: Option<&'a str> },
-    /// Signed in as this account.
-    SignedIn { account_id: AccountId, email: &'a str },
+    /// Signed in as this account (its row's email, read under its lock, must be the invited one:
+    /// a session's may be older).
+    SignedIn { account_id: AccountId },
 }
 
 /// What an accept did.
@@ -477,13 +478,9 @@ pub async fn accept(db: &Db, token: &Token, who: Acceptor<'_>) -> Result<Accepte
                 let session = crate::services::auth::start_session(tx.conn(), account_id, address, *previous).await?;
                 (account_id, Some(session))
             }
-            Acceptor::SignedIn { account_id, email } => {
-                if !email.eq_ignore_ascii_case(&row.email) {
-                    return Err(ServiceError::Refused(wrong_account_words(email, &row.email)).into());
-                }
+            Acceptor::SignedIn { account_id } => {
                 let account = account_store::lock_account(tx.conn(), *account_id).await?;
                 trace::note(tx.conn(), Lock::AccountRow, account_id.0, None).await?;
-                // The session's email may be older than the row's: the row decides.
                 let Some(account) = account.filter(|a| !a.closed) else {
                     return Err(ServiceError::Refused("This account is closed.".into()).into());
                 };

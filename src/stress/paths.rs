@@ -537,12 +537,6 @@ pub fn opening_round(rng: &mut Rng) -> Vec<StressPath> {
         let commit = paths.iter().position(|p| *p == StressPath::RuleChangeBatchCommit).map_or(0, |j| j + 1);
         paths.insert(commit, StressPath::DrainChange);
     }
-    // A grant first: the run's first ones wait (`issue_grant`), so the waiting grants' paths
-    // later in the round have one to start and one to extend.
-    if let Some(i) = paths.iter().position(|p| *p == StressPath::IssueGrant) {
-        paths.remove(i);
-        paths.insert(0, StressPath::IssueGrant);
-    }
     paths
 }
 

@@ -167,7 +167,6 @@ async fn run_billed(
         deadline: started + Duration::from_secs(opts.seconds),
         org_seq: AtomicU64::new(0),
         domain_seq: AtomicU64::new(0),
-        grants_issued: AtomicU64::new(0),
         tally: Mutex::new(Tally::default()),
         events: Mutex::new(Vec::new()),
     });

@@ -43,9 +43,6 @@ pub(super) struct Ctx {
     /// The email domains: organizations are created for stress0.example.org, stress1..., in
     /// turn; grants are issued to the last one created and the next few.
     pub(super) domain_seq: AtomicU64,
-    /// Grants issued so far: the first few wait for a start moments ahead, so that a short run
-    /// always has a waiting grant to start (at random, none might wait).
-    pub(super) grants_issued: AtomicU64,
     pub(super) tally: Mutex<Tally>,
     pub(super) events: Mutex<Vec<Event>>,
 }

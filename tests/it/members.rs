@@ -280,14 +280,14 @@ async fn an_existing_account_accepts_signed_in_as_the_invited_email_and_another_
     invite(&t, Inviter::Operator(operator), org, demo::MEMBER_EMAIL, Role::Member).await.unwrap();
     let token = token_of(&link_to(&t, demo::MEMBER_EMAIL).await);
     assert!(invitations::look(&t.db, &token).await.unwrap().account_exists);
-    let wrong = Acceptor::SignedIn { account_id: operator, email: demo::OPERATOR_EMAIL };
+    let wrong = Acceptor::SignedIn { account_id: operator };
     let r = invitations::accept(&t.db, &token, wrong).await;
     assert!(
         matches!(&r, Err(AcceptError::Service(ServiceError::Refused(m))) if m.contains("This invitation is for member@example.com") && m.contains("Sign out")),
         "{r:?}"
     );
     assert_eq!(role_in(&t, org, demo::OPERATOR_EMAIL).await, None);
-    let right = Acceptor::SignedIn { account_id: owner(&t).await, email: "Member@Example.com" };
+    let right = Acceptor::SignedIn { account_id: owner(&t).await };
     assert_eq!(invitations::accept(&t.db, &token, right).await.unwrap(), Accepted::Joined { organization_id: org });
     assert_eq!(role_in(&t, org, demo::MEMBER_EMAIL).await.as_deref(), Some("member"));
 }
@@ -308,9 +308,9 @@ async fn an_unverified_account_accepting_its_invitation_is_verified_by_the_link_
         .await;
     invite(&t, Inviter::Operator(operator), org, "ana@example.test", Role::Member).await.unwrap();
     let token = token_of(&link_to(&t, "ana@example.test").await);
-    // The session still says the invited email, but the row moved on: the row decides.
+    // The account was invited at its old email and has moved on since: its row decides.
     t.run(sqlx::query("UPDATE core.accounts SET email = 'ana2@example.test' WHERE account_id = $1").bind(ana)).await;
-    let stale = Acceptor::SignedIn { account_id: AccountId(ana), email: "ana@example.test" };
+    let stale = Acceptor::SignedIn { account_id: AccountId(ana) };
     let r = invitations::accept(&t.db, &token, stale).await;
     assert!(
         matches!(&r, Err(AcceptError::Service(ServiceError::Refused(m))) if m.contains("signed in as ana2@example.test")),
@@ -325,7 +325,7 @@ async fn an_unverified_account_accepting_its_invitation_is_verified_by_the_link_
         .await
     };
     assert!(!verified().await);
-    let who = Acceptor::SignedIn { account_id: AccountId(ana), email: "ana@example.test" };
+    let who = Acceptor::SignedIn { account_id: AccountId(ana) };
     assert_eq!(invitations::accept(&t.db, &token, who).await.unwrap(), Accepted::Joined { organization_id: org });
     assert!(verified().await, "the invitation's link, mailed to the address, proves it");
     let events: i64 = t
@@ -518,7 +518,7 @@ async fn two_accepts_of_one_invitation_make_one_membership() {
     let member = owner(&t).await;
     let first_token = token.clone();
     let mut walk = LockWalk::start(&t, &ACCEPT_INVITATION_LOCKS, 1, move |db| async move {
-        let who = Acceptor::SignedIn { account_id: member, email: demo::MEMBER_EMAIL };
+        let who = Acceptor::SignedIn { account_id: member };
         invitations::accept(&db, &first_token, who).await
     })
     .await;
@@ -529,7 +529,7 @@ async fn two_accepts_of_one_invitation_make_one_membership() {
     walk.assert_holds_exactly(std::slice::from_ref(&row)).await;
     let db = t.db.clone();
     let second = tokio::spawn(async move {
-        let who = Acceptor::SignedIn { account_id: member, email: demo::MEMBER_EMAIL };
+        let who = Acceptor::SignedIn { account_id: member };
         invitations::accept(&db, &token, who).await
     });
     let waiter = wait_for_waiter(&t.admin, &t.name, walk.paused_pid()).await;

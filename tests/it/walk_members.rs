@@ -226,8 +226,7 @@ async fn a_resend_a_revoke_and_an_accept_walked_lock_by_lock_each_take_the_invit
     let expected =
         [Expect::row("core.invitations", id), Expect::row_in("core.accounts", colleague.0, RowMode::NoKeyUpdate)];
     let out = LockWalk::run(&t, &ACCEPT_INVITATION_LOCKS, &expected, move |db| async move {
-        invitations::accept(&db, &token, Acceptor::SignedIn { account_id: colleague, email: "signed-in@example.test" })
-            .await
+        invitations::accept(&db, &token, Acceptor::SignedIn { account_id: colleague }).await
     })
     .await;
     assert!(out.is_ok(), "{out:?}");

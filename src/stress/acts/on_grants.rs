@@ -59,11 +59,7 @@ pub(in crate::stress) async fn issue_grant(ctx: &Ctx, rng: &mut Rng, note: &mut 
     let (product, name) = rng.pick(&ctx.fx.grantable).clone();
     let quantity = 1 + rng.below(3) as i32;
     let now = Utc::now();
-    // The run's first grant waits for a start moments ahead (one for "Start a waiting grant"),
-    // its second for a start an hour ahead (one for "Extend a waiting grant" whenever it runs);
-    // the rest at random.
-    let nth = ctx.grants_issued.fetch_add(1, Ordering::Relaxed);
-    let roll = if nth < 2 { 15 + rng.below(5) } else { rng.below(20) };
+    let roll = rng.below(20);
     let (recipient, starts_at, ends_at) = if roll < 5 {
         let next = ctx.domain_seq.load(Ordering::Relaxed);
         let d = domain((next + rng.below(4) as u64).saturating_sub(1));
@@ -75,7 +71,6 @@ pub(in crate::stress) async fn issue_grant(ctx: &Ctx, rng: &mut Rng, note: &mut 
         let (starts, ends) = match roll {
             5..=9 => (None, None),
             10..=14 => (None, Some(now + ms_ahead(rng, END_AHEAD_MS))),
-            _ if nth == 1 => (Some(now + chrono::Duration::hours(1)), None),
             _ => {
                 let s = now + ms_ahead(rng, START_AHEAD_MS);
                 (Some(s), (rng.below(2) == 0).then(|| s + ms_ahead(rng, END_AHEAD_MS)))

@@ -122,7 +122,7 @@ pub async fn accept(
     let previous = session.get::<String>(SESSION_TOKEN).ok().flatten();
     let who = identity(&req);
     let acceptor = match &who {
-        Some(i) => Acceptor::SignedIn { account_id: i.account_id, email: &i.email },
+        Some(i) => Acceptor::SignedIn { account_id: i.account_id },
         None => {
             let password = match form.password.ok() {
                 Some(Some(p)) => p.clone(),
