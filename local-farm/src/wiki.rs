@@ -185,18 +185,19 @@ impl WikiServer {
         Ok(server)
     }
 
-    /// Wait until its port accepts connections. (Not an HTTP request: any Host it is asked for
-    /// would become a site.)
+    /// Wait until wiki itself answers on its port. Not a request with a `Host`: any host it is
+    /// asked for would become a site. A request without one gets wiki's farm's own 400 "Missing
+    /// host header", which tells it apart from whatever else could answer there: a connect alone
+    /// also succeeds when the loopback connection meets itself (its source port chosen equal to
+    /// the port probed before wiki listens) or another process took the port, and the first
+    /// requests then went nowhere (a 502 at a member's entry, seen in CI).
     async fn wait_until_answering(&self, limit: Duration) -> std::io::Result<()> {
         let started = Instant::now();
         loop {
             if !self.running() {
                 return Err(std::io::Error::other("the wiki server exited while starting (see wiki.log)"));
             }
-            let probe =
-                tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(("127.0.0.1", self.port)))
-                    .await;
-            if matches!(probe, Ok(Ok(_))) {
+            if matches!(tokio::time::timeout(Duration::from_secs(1), probe(self.port)).await, Ok(Ok(true))) {
                 return Ok(());
             }
             if started.elapsed() > limit {
@@ -238,6 +239,18 @@ impl WikiServer {
             libc::killpg(group, signal);
         }
     }
+}
+
+/// Whether `wiki --farm` answers on `port`: a request without a `Host` gets its 400 "Missing
+/// host header".
+async fn probe(port: u16) -> std::io::Result<bool> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await?;
+    let mut answer = Vec::new();
+    stream.take(4096).read_to_end(&mut answer).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    Ok(answer.starts_with("HTTP/1.1 400") && answer.contains("Missing host header"))
 }
 
 impl Drop for WikiServer {
