@@ -1,4 +1,4 @@
-//! The static files (htmx and the stylesheet), compiled into the binary so it runs from any
+//! The static files (htmx, the console's script and the stylesheet), compiled into the binary so it runs from any
 //! folder. Each is served under an address naming its content's hash (`console.<hash>.css`),
 //! which pages link and caches keep for a year without asking again; the plain name still works
 //! for anyone who links it, revalidated each time. Both answer with an ETag and a 304 on a match,
@@ -43,7 +43,7 @@ struct Source {
     bytes: &'static [u8],
 }
 
-const SOURCES: [Source; 2] = [
+const SOURCES: [Source; 3] = [
     Source {
         plain: "console.css",
         content_type: "text/css; charset=utf-8",
@@ -53,6 +53,11 @@ const SOURCES: [Source; 2] = [
         plain: "htmx.min.js",
         content_type: "text/javascript; charset=utf-8",
         bytes: include_bytes!("../../static/htmx.min.js"),
+    },
+    Source {
+        plain: "console.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("../../static/console.js"),
     },
 ];
 
@@ -177,6 +182,7 @@ pub fn asset(plain: &str) -> Option<&'static Asset> {
 static LINKS: LazyLock<AssetLinks> = LazyLock::new(|| AssetLinks {
     stylesheet: asset("console.css").map_or("", |a| a.url.as_str()),
     script: asset("htmx.min.js").map_or("", |a| a.url.as_str()),
+    console_script: asset("console.js").map_or("", |a| a.url.as_str()),
 });
 
 /// The addresses every page links.
@@ -376,5 +382,18 @@ mod tests {
         assert!(!htmx.is_other_version("htmx.min.0123456789abcdeg.js"));
         assert!(!htmx.is_other_version("console.0123456789abcdef.css"));
         assert_eq!(links().stylesheet, asset("console.css").unwrap().url());
+    }
+
+    #[test]
+    fn the_pages_link_the_console_script_by_its_hash_apart_from_htmx() {
+        let js = asset("console.js").unwrap();
+        let hex: String = Sha256::digest(SOURCES[2].bytes).iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(js.url(), format!("/static/console.{}.js", &hex[..HASH_LEN]));
+        assert_eq!(links().console_script, js.url());
+        assert_eq!(links().script, asset("htmx.min.js").unwrap().url());
+        // `console.<hash>.css` is the stylesheet's, not another version of the script.
+        assert!(js.is_other_version("console.0123456789abcdef.js"));
+        assert!(!js.is_other_version("console.0123456789abcdef.css"));
+        assert_eq!(js.source.content_type, "text/javascript; charset=utf-8");
     }
 }

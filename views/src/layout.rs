@@ -39,13 +39,16 @@ pub struct Page<'a> {
     pub assets: AssetLinks,
 }
 
-/// The addresses of the page's stylesheet and script, as the web layer names them: each carries
+/// The addresses of the page's stylesheet and scripts, as the web layer names them: each carries
 /// a hash of the file's content, so a browser may keep it for a year and still never runs an old
 /// one after an upgrade (the new page names a new address).
 #[derive(Clone, Copy, Debug)]
 pub struct AssetLinks {
     pub stylesheet: &'static str,
+    /// htmx.
     pub script: &'static str,
+    /// The console's own few behaviours (the copy buttons), which the CSP keeps out of the page.
+    pub console_script: &'static str,
 }
 
 /// One link in the top bar.
@@ -106,6 +109,7 @@ fn head(p: &Page) -> Markup {
             title { (document_title(p.title)) }
             link rel="stylesheet" href=(p.assets.stylesheet);
             script src=(p.assets.script) defer {}
+            script src=(p.assets.console_script) defer {}
         }
     }
 }
@@ -207,6 +211,7 @@ mod tests {
     const ASSETS: AssetLinks = AssetLinks {
         stylesheet: "/static/console.0123456789abcdef.css",
         script: "/static/htmx.min.fedcba9876543210.js",
+        console_script: "/static/console.0011223344556677.js",
     };
 
     fn sample<'a>(user: Option<&'a SignedIn>, token: &'a str, path: &'a str) -> Page<'a> {
@@ -224,7 +229,11 @@ mod tests {
         assert!(out.starts_with("<!DOCTYPE html><html lang=\"en\">"));
         assert!(out.contains("<title>Sites · Member Console</title>"));
         assert!(out.contains(r#"<link rel="stylesheet" href="/static/console.0123456789abcdef.css">"#));
-        assert!(out.contains(r#"<script src="/static/htmx.min.fedcba9876543210.js" defer></script>"#));
+        // Both deferred, so they run in this order once the document is parsed: htmx first.
+        assert!(out.contains(concat!(
+            r#"<script src="/static/htmx.min.fedcba9876543210.js" defer></script>"#,
+            r#"<script src="/static/console.0011223344556677.js" defer></script>"#
+        )));
         assert!(out.contains(r#"<main id="main" tabindex="-1"><h1>Sites</h1><p>Body</p></main>"#));
     }
 

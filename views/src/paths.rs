@@ -74,6 +74,10 @@ pub const SITE_REQUEST_WITHDRAW: &str = "/sites/requests/{id}/withdraw";
 pub const SITE_OPEN: &str = "/sites/{id}/open";
 pub const SITES_DOMAINS: &str = "/sites/domains";
 pub const SITES_DOMAINS_REMOVE: &str = "/sites/domains/remove";
+/// Looks a domain's TXT record up now (issue 40) instead of waiting for the schedule.
+pub const SITES_DOMAINS_CHECK: &str = "/sites/domains/check";
+/// Dismisses one of an organization's domain notices (a claim released, lapsing or restored).
+pub const SITES_DOMAINS_NOTICE_DISMISS: &str = "/sites/domains/notices/dismiss";
 pub const FARM_CALLBACKS: &str = "/farm/callbacks";
 /// The farm asks whether a member's edit session still stands.
 pub const FARM_EDIT_SESSIONS_CONFIRM: &str = "/farm/edit-sessions/confirm";
@@ -205,6 +209,8 @@ pub const ALL: &[&str] = &[
     SITE_OPEN,
     SITES_DOMAINS,
     SITES_DOMAINS_REMOVE,
+    SITES_DOMAINS_CHECK,
+    SITES_DOMAINS_NOTICE_DISMISS,
     FARM_CALLBACKS,
     FARM_EDIT_SESSIONS_CONFIRM,
     BILLING,

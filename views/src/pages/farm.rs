@@ -1,10 +1,12 @@
 //! The operators' farm page (`/operator/farm`): the maintenance runs (sync, retention, quota) with
 //! what each did and how long it took, the next run, "Run now" (refused while one is queued or
-//! running), and, when asked, the sites the farm and the console disagree about.
+//! running), when asked the sites the farm and the console disagree about, and the custom domains
+//! waiting on their DNS record (issue 40): claims still pending and verified ones whose record
+//! went missing.
 
 use maud::{Markup, html};
 
-use crate::components::{Column, Tone, badge, card, info_note, notice, table_cols};
+use crate::components::{Column, Tone, badge, card, info_note, notice, or_none, table_cols};
 use crate::forms::csrf_field;
 use crate::paths;
 
@@ -35,6 +37,18 @@ pub struct FarmDriftView {
     pub farm_error: Option<String>,
 }
 
+/// A custom domain whose claim waits on DNS: not yet proved, or proved and now missing its record.
+pub struct WatchedClaimRow {
+    pub name: String,
+    /// The organization's name and its operator page URL, when the owner is one.
+    pub organization: Option<(String, String)>,
+    /// "pending", "lapsing" or "lapsed".
+    pub state: String,
+    pub since: String,
+    pub deadline: Option<String>,
+    pub last_check: Option<String>,
+}
+
 pub struct FarmView {
     pub csrf: String,
     /// Whether a farm is connected at all.
@@ -46,6 +60,8 @@ pub struct FarmView {
     pub drift: Option<FarmDriftView>,
     pub notice: Option<String>,
     pub refusal: Option<String>,
+    /// Pending, lapsing and lapsed domain claims.
+    pub claims: Vec<WatchedClaimRow>,
 }
 
 pub fn operator_farm(v: &FarmView) -> Markup {
@@ -114,5 +130,121 @@ pub fn operator_farm(v: &FarmView) -> Markup {
                 }
             }
         }))
+        (claims_card(&v.claims))
+    }
+}
+
+fn claim_badge(state: &str) -> Markup {
+    match state {
+        "lapsing" => badge("lapsing", Tone::Warn),
+        "lapsed" => badge("lapsed", Tone::Bad),
+        other => badge(other, Tone::Muted),
+    }
+}
+
+/// The claims the DNS checks are watching, so an operator can tell a member what is missing.
+fn claims_card(claims: &[WatchedClaimRow]) -> Markup {
+    card(
+        "claims-heading",
+        "Domains waiting on DNS",
+        html! {
+            p.muted {
+                "A claim holds its domain once the TXT record proves it; a verified domain whose record "
+                "goes missing lapses, then is released."
+            }
+            (table_cols(
+                &[Column::text("Domain"), Column::text("Organization"), Column::text("State"), Column::text("Since"), Column::text("Deadline"), Column::text("Last check")],
+                claims.iter().map(|c| vec![
+                    html! { code { (c.name) } },
+                    html! {
+                        @match &c.organization {
+                            Some((name, href)) => { a href=(href) { (name) } }
+                            None => { span.muted { "—" } }
+                        }
+                    },
+                    claim_badge(&c.state),
+                    html! { (c.since) },
+                    or_none(c.deadline.as_deref(), "—"),
+                    or_none(c.last_check.as_deref(), "not checked yet"),
+                ]).collect(),
+                "No domain is waiting on DNS.",
+            ))
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(claims: Vec<WatchedClaimRow>) -> FarmView {
+        FarmView {
+            csrf: "t".into(),
+            connected: true,
+            runs: vec![],
+            next_run: None,
+            run_state: None,
+            drift: None,
+            notice: None,
+            refusal: None,
+            claims,
+        }
+    }
+
+    fn claim(name: &str, organization: Option<(&str, &str)>, state: &str, deadline: Option<&str>) -> WatchedClaimRow {
+        WatchedClaimRow {
+            name: name.into(),
+            organization: organization.map(|(n, href)| (n.into(), href.into())),
+            state: state.into(),
+            since: "2026-12-07 10:00 UTC".into(),
+            deadline: deadline.map(Into::into),
+            last_check: None,
+        }
+    }
+
+    /// The "Domains waiting on DNS" card, from its heading on.
+    fn claims_card_of(v: &FarmView) -> String {
+        let html = operator_farm(v).into_string();
+        let at = html.find(r#"<h2 id="claims-heading">Domains waiting on DNS</h2>"#).expect("the card");
+        html[at..].to_string()
+    }
+
+    #[test]
+    fn the_farm_page_lists_the_claims_waiting_on_dns_with_their_owner_and_deadline() {
+        let mut lapsing = claim(
+            "wiki.acme.example",
+            Some(("Acme", "/operator/organizations/7")),
+            "lapsing",
+            Some("lapses 2026-12-10 10:00 UTC"),
+        );
+        lapsing.last_check = Some("2026-12-07 10:05 UTC: no TXT record found".into());
+        let card = claims_card_of(&view(vec![
+            claim("beta.example", None, "pending", Some("expires 2026-12-14 10:00 UTC")),
+            lapsing,
+            claim("gone.example", Some(("Gamma", "/operator/organizations/9")), "lapsed", None),
+        ]));
+        for part in [
+            "<code>beta.example</code>",
+            r#"<span class="badge badge-muted">pending</span>"#,
+            "expires 2026-12-14 10:00 UTC",
+            "<code>wiki.acme.example</code>",
+            r#"<a href="/operator/organizations/7">Acme</a>"#,
+            r#"<span class="badge badge-warn">lapsing</span>"#,
+            "lapses 2026-12-10 10:00 UTC",
+            "2026-12-07 10:05 UTC: no TXT record found",
+            r#"<span class="badge badge-bad">lapsed</span>"#,
+            r#"<a href="/operator/organizations/9">Gamma</a>"#,
+        ] {
+            assert!(card.contains(part), "{part} in {card}");
+        }
+        assert_eq!(card.matches("<tr>").count(), 4, "a header and a row per claim: {card}");
+        assert!(!card.contains("No domain is waiting on DNS."), "{card}");
+    }
+
+    #[test]
+    fn with_no_claim_the_card_says_none_waits() {
+        let card = claims_card_of(&view(vec![]));
+        assert!(card.contains("No domain is waiting on DNS."), "{card}");
+        assert!(!card.contains("<table"), "{card}");
     }
 }

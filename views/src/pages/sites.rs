@@ -2,6 +2,8 @@
 //! storage and last modification, the count against the plan ("2 of 3 active"), the acts on
 //! each site, the swap, the create form, and the requests in flight and their outcomes. While a
 //! request is in flight the section polls `/sites/live` and replaces itself until none is.
+//! Each organization's own domains show their DNS verification (issue 40): the TXT record to
+//! publish while one is pending or lapsing, the last check, and the notices about them.
 
 use maud::{Markup, html};
 
@@ -9,6 +11,7 @@ use crate::components::{Column, Tone, badge, notice, polling, table_cols};
 use crate::forms::FormState;
 use crate::forms::{Input, Select, csrf_field, form_banners, input_field, select_field};
 use crate::paths::{self, fill};
+use crate::text::json_string;
 
 pub struct SiteLine {
     pub site_id: String,
@@ -24,11 +27,50 @@ pub struct SiteLine {
     pub modified: Option<String>,
     /// What is being done to it now ("activating", ...), when a request is in flight.
     pub in_flight: Option<String>,
-    /// Host names under the organization's own domains that serve it.
-    pub hostnames: Vec<String>,
+    /// Host names under the organization's own domains placed on it.
+    pub hostnames: Vec<Hostname>,
     /// What the console did to it on its own, worded: parked by the plan's limit, or when an
     /// archived site is deleted.
     pub note: Option<String>,
+}
+
+/// A host name under one of the organization's domains, placed on a site.
+pub struct Hostname {
+    pub name: String,
+    /// false: under a lapsed domain, not served now.
+    pub served: bool,
+}
+
+/// One of an organization's own domains and where its DNS proof stands.
+pub struct DomainLine {
+    pub name: String,
+    /// "pending", "verified", "lapsing" or "lapsed".
+    pub state: String,
+    /// The record to publish: `_member-console-challenge.<name>` and its value (the token).
+    pub record_name: String,
+    pub token: String,
+    /// Worded, e.g. "added 2026-12-07 10:00 UTC" / "verified 2026-12-07 10:00 UTC".
+    pub since: String,
+    /// Worded deadline: pending "expires 2026-12-14 10:00 UTC"; lapsing "lapses 2026-12-10 10:00 UTC";
+    /// lapsed "released 2026-12-17 10:00 UTC"; verified None.
+    pub deadline: Option<String>,
+    /// The last check worded ("2026-12-07 10:05 UTC: no TXT record found"), None before the first.
+    pub last_check: Option<String>,
+}
+
+impl DomainLine {
+    /// Whether its names may be served: what the serve form can place a site under.
+    fn holds(&self) -> bool {
+        matches!(self.state.as_str(), "verified" | "lapsing")
+    }
+}
+
+/// Something the console did to a domain on its own that the members should hear about (a
+/// claim released because another organization verified first, a record gone missing, ...).
+pub struct DomainNotice {
+    pub notice_id: i64,
+    pub sentence: String,
+    pub when: String,
 }
 
 pub struct RequestLine {
@@ -56,9 +98,11 @@ pub struct OrgSites {
     pub swap_in_minutes: Option<i64>,
     /// The create and swap forms as sent, when one was refused.
     pub form: FormState,
-    /// Whether the plan allows domains of the organization's own, and the ones it holds.
+    /// Whether the plan allows domains of the organization's own, and the ones it claimed.
     pub custom_domain: bool,
-    pub domains: Vec<String>,
+    pub domains: Vec<DomainLine>,
+    /// Notices about its domains not yet dismissed, newest first.
+    pub notices: Vec<DomainNotice>,
 }
 
 impl OrgSites {
@@ -83,6 +127,8 @@ pub struct SitesView {
     pub connected: bool,
     pub notice: Option<String>,
     pub organizations: Vec<OrgSites>,
+    /// The demo's local DNS control URL, when it runs: where a member adds the TXT record.
+    pub local_dns: Option<String>,
 }
 
 /// The whole page.
@@ -190,7 +236,7 @@ fn org_sites(v: &SitesView, o: &OrgSites) -> Markup {
                 html! {
                     a href=(s.url) target="_blank" rel="noopener" { (s.domain) }
                     @for h in &s.hostnames {
-                        br; span.muted { "also " (h) }
+                        br; span.muted { "also " (h.name) @if !h.served { " " (NOT_SERVED) } }
                     }
                 },
                 html! {
@@ -284,51 +330,85 @@ fn create_form(v: &SitesView, o: &OrgSites) -> Markup {
     }
 }
 
+/// What a host name under a lapsed domain says instead of being served.
+const NOT_SERVED: &str = "(not served: its domain lapsed)";
+
+/// The notices about the organization's domains, each with its time and a way to dismiss it.
+fn domain_notices(v: &SitesView, o: &OrgSites) -> Markup {
+    if o.notices.is_empty() {
+        return html! {};
+    }
+    html! {
+        ul.domain-notices aria-label=(format!("Notices about {}'s domains", o.name)) {
+            @for n in &o.notices {
+                li {
+                    span.domain-notice-when { (n.when) } " "
+                    span { (n.sentence) } " "
+                    (org_form(v, o, Some("inline"), paths::SITES_DOMAINS_NOTICE_DISMISS, html! {
+                        input type="hidden" name="notice_id" value=(n.notice_id);
+                        button.btn.btn-secondary.btn-small type="submit"
+                            aria-label=(format!("Dismiss: {}", n.sentence)) { "Dismiss" }
+                    }))
+                }
+            }
+        }
+    }
+}
+
 fn domains_panel(v: &SitesView, o: &OrgSites) -> Markup {
-    // A plan that no longer allows custom domains still shows the ones held, to let them go.
-    if !o.custom_domain && o.domains.is_empty() {
+    // A plan that no longer allows custom domains still shows the ones held, to let them go, and
+    // the notices (a claim another organization won leaves only its notice).
+    if !o.custom_domain && o.domains.is_empty() && o.notices.is_empty() {
         return html! {};
     }
     let f = &o.form;
     let sites: Vec<(&str, &str)> = o.sites.iter().map(|s| (s.site_id.as_str(), s.domain.as_str())).collect();
-    let served: Vec<(&str, &str)> =
-        o.sites.iter().flat_map(|s| s.hostnames.iter().map(|h| (h.as_str(), s.domain.as_str()))).collect();
+    let placed: Vec<(&Hostname, &str)> =
+        o.sites.iter().flat_map(|s| s.hostnames.iter().map(|h| (h, s.domain.as_str()))).collect();
+    // Only a verified (or lapsing, still verified) domain's names can serve a site.
+    let holding = o.domains.iter().find(|d| d.holds());
     html! {
         div.form-panel {
             h3 { "Your domains" }
+            (domain_notices(v, o))
             @if o.domains.is_empty() {
-                p.muted { "Add a domain of your own, then serve a site at it or at a name under it." }
+                @if o.custom_domain { p.muted { "Add a domain of your own, prove it is yours with a DNS record, then serve a site at it or at a name under it." } }
             } @else {
                 ul.domains {
                     @for d in &o.domains {
-                        li { code { (d) } " " (remove_button(v, o, "domain", d, &format!("Release {d}"), "Release")) }
+                        (domain_line(v, o, d))
                     }
                 }
                 @if let Some(e) = f.field_error("release") { p.field-error role="alert" { (e) } }
             }
-            @if !served.is_empty() {
+            @if !placed.is_empty() {
                 ul.placements {
-                    @for (h, site) in &served {
+                    @for (h, site) in &placed {
                         li {
-                            code { (h) } " serves " (site) " "
-                            (remove_button(v, o, "hostname", h, &format!("Stop serving {site} at {h}"), "Stop serving"))
+                            code { (h.name) }
+                            @if h.served { " serves " (site) } @else { " would serve " (site) " " span.muted { (NOT_SERVED) } }
+                            " "
+                            (remove_button(v, o, "hostname", &h.name, &format!("Stop serving {site} at {}", h.name), "Stop serving"))
                         }
                     }
                 }
                 @if let Some(e) = f.field_error("stop") { p.field-error role="alert" { (e) } }
             }
             @if !o.custom_domain {
-                p.muted { "The plan no longer includes custom domains: you can release these, but not add more." }
+                @if !o.domains.is_empty() {
+                    p.muted { "The plan no longer includes custom domains: you can release these, but not add more." }
+                }
             } @else {
                 (org_form(v, o, None, paths::SITES_DOMAINS, html! {
                     (input_field(&Input {
                         required: true,
                         placeholder: Some("wiki.example.org"),
+                        hint: Some("You will then be asked to publish a TXT record in its DNS, to prove it is yours."),
                         ..f.input(&format!("domain-{}", o.organization_id), "domain", "Domain")
                     }))
                     div.form-actions { button.btn.btn-secondary type="submit" { "Add domain" } }
                 }))
-                @if !o.domains.is_empty() && !sites.is_empty() {
+                @if let Some(first) = holding.filter(|_| !sites.is_empty()) {
                     (org_form(v, o, None, paths::SITES_DOMAINS, html! {
                         (select_field(&Select {
                             error: None,
@@ -337,7 +417,7 @@ fn domains_panel(v: &SitesView, o: &OrgSites) -> Markup {
                         }))
                         (input_field(&Input {
                             required: true,
-                            placeholder: o.domains.first().map(String::as_str),
+                            placeholder: Some(first.name.as_str()),
                             ..f.input(&format!("hostname-{}", o.organization_id), "hostname", "Serve it at")
                         }))
                         div.form-actions { button.btn.btn-secondary type="submit" { "Serve site" } }
@@ -345,6 +425,127 @@ fn domains_panel(v: &SitesView, o: &OrgSites) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// The badge of a domain's state, in the tone of what it asks of the member.
+fn domain_badge(state: &str) -> Markup {
+    match state {
+        "verified" => badge("verified", Tone::Ok),
+        "lapsing" => badge("lapsing", Tone::Warn),
+        "lapsed" => badge("lapsed", Tone::Bad),
+        // Pending asks for a step, but nothing is wrong yet.
+        other => badge(other, Tone::Muted),
+    }
+}
+
+/// One domain: its name and state, and unless verified the record that proves it, the deadline
+/// and the last check; then its acts.
+fn domain_line(v: &SitesView, o: &OrgSites, d: &DomainLine) -> Markup {
+    let verified = d.state == "verified";
+    let urgent = matches!(d.state.as_str(), "lapsing" | "lapsed");
+    html! {
+        li.domain {
+            div.domain-head {
+                code { (d.name) } " " (domain_badge(&d.state)) " "
+                span.muted { (d.since) }
+                @if let Some(deadline) = &d.deadline {
+                    span.muted { " · " }
+                    @if urgent { strong.domain-deadline { (deadline) } } @else { span.muted { (deadline) } }
+                }
+            }
+            @if !verified {
+                p.domain-ask {
+                    @match d.state.as_str() {
+                        "lapsing" => { "The record that proves this domain is yours is missing. Publish it again to keep the domain:" }
+                        "lapsed" => { "The record is still missing, so the names under this domain are not served. Publish it again to restore them, or release the domain:" }
+                        _ => { "To prove this domain is yours, publish this record in its DNS, then check:" }
+                    }
+                }
+                (record(d))
+                @if d.state == "pending" && let Some(dns) = &v.local_dns {
+                    (local_dns_hint(dns, d))
+                }
+            }
+            p.muted.domain-check {
+                @match &d.last_check {
+                    Some(c) => { "Last checked " (c) "." }
+                    None => { "Not checked yet." }
+                }
+            }
+            div.domain-acts {
+                (org_form(v, o, Some("inline"), paths::SITES_DOMAINS_CHECK, html! {
+                    input type="hidden" name="domain" value=(d.name);
+                    @if verified {
+                        button.btn.btn-secondary.btn-small type="submit" aria-label=(format!("Check {} now", d.name)) { "Check now" }
+                    } @else {
+                        button.btn type="submit" aria-label=(format!("Check {} now", d.name)) { "Check now" }
+                    }
+                }))
+                (release(v, o, d))
+            }
+        }
+    }
+}
+
+/// The TXT record to publish, each part in a `<code>` with a button that copies it.
+fn record(d: &DomainLine) -> Markup {
+    html! {
+        dl.dns-record aria-label=(format!("The DNS record for {}", d.name)) {
+            div { dt { "Type" } dd { code { "TXT" } } }
+            div { dt { "Name" } dd { (copyable(&d.record_name, "Copy the record's name")) } }
+            div { dt { "Value" } dd { (copyable(&d.token, "Copy the record's value")) } }
+        }
+    }
+}
+
+/// `value` in a `<code>`, and a button that puts it on the clipboard (static/console.js; it
+/// selects the `<code>` where it cannot).
+fn copyable(value: &str, label: &str) -> Markup {
+    html! {
+        span.copyable {
+            code { (value) } " "
+            button.btn.btn-secondary.btn-small.copy type="button" data-copy=(value) aria-label=(label) { "Copy" }
+        }
+    }
+}
+
+/// Under a pending domain in the demo, which answers DNS itself: how to add the record there.
+fn local_dns_hint(local_dns: &str, d: &DomainLine) -> Markup {
+    let base = local_dns.trim_end_matches('/');
+    let command = format!(
+        "curl -X PUT {base}/_dns/records/{}/txt -H 'content-type: application/json' -d '{{\"values\":[{}]}}'",
+        d.record_name,
+        json_string(&d.token)
+    );
+    html! {
+        div.dns-hint {
+            p.muted { "This demo answers DNS itself: add the record with this command, then Check now." }
+            span.copyable {
+                code { (command) } " "
+                button.btn.btn-secondary.btn-small.copy type="button" data-copy=(command) aria-label="Copy the command" { "Copy" }
+            }
+        }
+    }
+}
+
+/// How a domain is let go: a pending claim is cancelled, a verified one released, and a lapsed
+/// one, whose names still point at sites, released only once the member confirms.
+fn release(v: &SitesView, o: &OrgSites, d: &DomainLine) -> Markup {
+    let name = &d.name;
+    match d.state.as_str() {
+        "pending" => remove_button(v, o, "domain", name, &format!("Cancel the claim on {name}"), "Cancel"),
+        "lapsed" => html! {
+            details.inline.confirm {
+                summary.btn.btn-secondary.btn-small aria-label=(format!("Release {name}…")) { "Release…" }
+                (org_form(v, o, None, paths::SITES_DOMAINS_REMOVE, html! {
+                    input type="hidden" name="domain" value=(name);
+                    p { (format!("Release {name} and stop serving the names under it?")) }
+                    button.btn.btn-danger.btn-small type="submit" aria-label=(format!("Release {name}")) { "Release" }
+                }))
+            }
+        },
+        _ => remove_button(v, o, "domain", name, &format!("Release {name}"), "Release"),
     }
 }
 
@@ -456,8 +657,183 @@ mod tests {
                 form: FormState::default(),
                 custom_domain: false,
                 domains: vec![],
+                notices: vec![],
             }],
+            local_dns: None,
         }
+    }
+
+    fn domain(name: &str, state: &str) -> DomainLine {
+        let deadline = match state {
+            "pending" => Some("expires 2026-12-14 10:00 UTC"),
+            "lapsing" => Some("lapses 2026-12-10 10:00 UTC"),
+            "lapsed" => Some("released 2026-12-17 10:00 UTC"),
+            _ => None,
+        };
+        DomainLine {
+            name: name.into(),
+            state: state.into(),
+            record_name: format!("_member-console-challenge.{name}"),
+            token: format!("tok-{name}"),
+            since: "added 2026-12-07 10:00 UTC".into(),
+            deadline: deadline.map(Into::into),
+            last_check: None,
+        }
+    }
+
+    /// The page of an organization whose plan allows custom domains, holding these.
+    fn with_domains(domains: Vec<DomainLine>) -> SitesView {
+        let mut v = view("done");
+        v.organizations[0].custom_domain = true;
+        v.organizations[0].domains = domains;
+        v
+    }
+
+    fn page(v: &SitesView) -> String {
+        member_sites(v).into_string()
+    }
+
+    #[test]
+    fn a_pending_domain_shows_the_txt_record_to_publish_its_deadline_and_its_last_check() {
+        let mut v = with_domains(vec![domain("acme.example", "pending")]);
+        let html = page(&v);
+        for part in [
+            "<dt>Type</dt><dd><code>TXT</code></dd>",
+            "<dt>Name</dt><dd><span class=\"copyable\"><code>_member-console-challenge.acme.example</code>",
+            "<dt>Value</dt><dd><span class=\"copyable\"><code>tok-acme.example</code>",
+            "<code>acme.example</code> <span class=\"badge badge-muted\">pending</span>",
+            "expires 2026-12-14 10:00 UTC",
+            "Not checked yet.",
+        ] {
+            assert!(html.contains(part), "{part} in {html}");
+        }
+        v.organizations[0].domains[0].last_check = Some("2026-12-07 10:05 UTC: no TXT record found".into());
+        assert!(page(&v).contains("Last checked 2026-12-07 10:05 UTC: no TXT record found."));
+
+        // Verified, it holds: no record to publish, a badge that says so, still a (small) check.
+        let html = page(&with_domains(vec![domain("acme.example", "verified")]));
+        assert!(!html.contains("_member-console-challenge") && !html.contains("data-copy"), "{html}");
+        assert!(html.contains(r#"<span class="badge badge-ok">verified</span>"#), "{html}");
+        assert!(
+            html.contains(r#"<button class="btn btn-secondary btn-small" type="submit" aria-label="Check acme.example now">Check now</button>"#),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn check_now_posts_the_organization_and_the_domain() {
+        let html = page(&with_domains(vec![domain("acme.example", "lapsing")]));
+        let form = html.split(r#"action="/sites/domains/check""#).nth(1).expect("a check form");
+        let form = &form[..form.find("</form>").unwrap()];
+        assert!(form.contains(r#"name="organization_id" value="7""#), "{form}");
+        assert!(form.contains(r#"name="domain" value="acme.example""#), "{form}");
+        assert!(form.contains(r#"name="csrf_token" value="t""#), "{form}");
+        assert!(html.contains(r#"<strong class="domain-deadline">lapses 2026-12-10 10:00 UTC</strong>"#), "{html}");
+        assert!(html.contains("_member-console-challenge.acme.example"), "a lapsing domain shows its record again");
+    }
+
+    #[test]
+    fn the_copy_buttons_carry_the_record_name_and_value_and_run_no_inline_script() {
+        let html = page(&with_domains(vec![domain("acme.example", "pending")]));
+        assert!(
+            html.contains(r#"<button class="btn btn-secondary btn-small copy" type="button" data-copy="_member-console-challenge.acme.example" aria-label="Copy the record's name">Copy</button>"#),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"<button class="btn btn-secondary btn-small copy" type="button" data-copy="tok-acme.example" aria-label="Copy the record's value">Copy</button>"#),
+            "{html}"
+        );
+        assert_eq!(html.matches("data-copy=").count(), 2, "{html}");
+        // The CSP allows no inline script: static/console.js does the copying.
+        assert!(!html.contains("<script") && !html.contains("onclick"), "{html}");
+    }
+
+    #[test]
+    fn a_lapsed_domain_is_released_only_after_a_confirm_and_a_pending_one_is_cancelled() {
+        let html = page(&with_domains(vec![domain("acme.example", "lapsed")]));
+        assert!(html.contains(r#"<span class="badge badge-bad">lapsed</span>"#), "{html}");
+        // The site's own "Delete…" is a confirm too: the domain's is the one its summary names.
+        let summary = r#"<details class="inline confirm"><summary class="btn btn-secondary btn-small" aria-label="Release acme.example…">Release…</summary>"#;
+        let confirm = html.split(summary).nth(1).expect("a confirm");
+        let confirm = &confirm[..confirm.find("</details>").unwrap()];
+        assert!(confirm.contains("Release acme.example and stop serving the names under it?"), "{confirm}");
+        assert!(confirm.contains(r#"action="/sites/domains/remove""#), "{confirm}");
+        assert!(confirm.contains(r#"name="domain" value="acme.example""#), "{confirm}");
+        assert_eq!(html.matches(r#"action="/sites/domains/remove""#).count(), 1, "no release outside the confirm");
+
+        let html = page(&with_domains(vec![domain("acme.example", "pending")]));
+        assert!(
+            !html.contains("Release…") && html.matches("<details").count() == 1,
+            "the site's Delete… alone: {html}"
+        );
+        assert!(html.contains(r#"aria-label="Cancel the claim on acme.example">Cancel</button>"#), "{html}");
+        let html = page(&with_domains(vec![domain("acme.example", "verified")]));
+        assert!(html.contains(r#"aria-label="Release acme.example">Release</button>"#), "{html}");
+    }
+
+    #[test]
+    fn the_serve_form_waits_for_a_domain_that_holds_and_suggests_it() {
+        let html = page(&with_domains(vec![domain("a.example", "pending"), domain("b.example", "lapsed")]));
+        assert!(!html.contains("Serve site"), "{html}");
+        assert!(html.contains("publish a TXT record"), "the add form says a record will be asked for: {html}");
+        let html = page(&with_domains(vec![domain("a.example", "pending"), domain("b.example", "lapsing")]));
+        assert!(html.contains("Serve site") && html.contains(r#"placeholder="b.example""#), "{html}");
+        let html = page(&with_domains(vec![domain("c.example", "verified"), domain("b.example", "lapsing")]));
+        assert!(html.contains(r#"placeholder="c.example""#), "{html}");
+    }
+
+    #[test]
+    fn the_demo_says_how_to_add_the_record_to_its_own_dns_under_a_pending_domain_only() {
+        let mut v = with_domains(vec![domain("acme.example", "pending"), domain("b.example", "lapsing")]);
+        assert!(!page(&v).contains("This demo answers DNS itself"));
+        v.local_dns = Some("http://127.0.0.1:8053/".into());
+        let html = page(&v);
+        assert_eq!(html.matches("This demo answers DNS itself").count(), 1, "{html}");
+        let command = "curl -X PUT http://127.0.0.1:8053/_dns/records/_member-console-challenge.acme.example/txt \
+                       -H 'content-type: application/json' -d '{&quot;values&quot;:[&quot;tok-acme.example&quot;]}'";
+        assert!(html.contains(&format!("<code>{command}</code>")), "{html}");
+        assert!(html.contains(&format!(r#"data-copy="{command}" aria-label="Copy the command""#)), "{html}");
+    }
+
+    #[test]
+    fn notices_show_with_their_time_and_a_dismiss_even_when_the_plan_has_no_custom_domains() {
+        let mut v = view("done");
+        v.organizations[0].notices = vec![DomainNotice {
+            notice_id: 5,
+            sentence: "Beta verified acme.example first: your claim on it was released.".into(),
+            when: "2026-12-07 11:00 UTC".into(),
+        }];
+        let html = page(&v);
+        assert!(
+            html.contains("Your domains") && !html.contains("Add domain"),
+            "the plan has no custom domains: {html}"
+        );
+        assert!(html.contains("2026-12-07 11:00 UTC") && html.contains("your claim on it was released"), "{html}");
+        let form = html.split(r#"action="/sites/domains/notices/dismiss""#).nth(1).expect("a dismiss form");
+        let form = &form[..form.find("</form>").unwrap()];
+        assert!(form.contains(r#"name="organization_id" value="7""#), "{form}");
+        assert!(form.contains(r#"name="notice_id" value="5""#), "{form}");
+        assert!(form.contains(">Dismiss</button>"), "{form}");
+        v.organizations[0].notices.clear();
+        let html = page(&v);
+        assert!(!html.contains("/sites/domains/notices/dismiss") && !html.contains("Your domains"), "{html}");
+    }
+
+    #[test]
+    fn a_host_name_under_a_lapsed_domain_says_it_is_not_served() {
+        let mut v = with_domains(vec![domain("a.example", "verified"), domain("b.example", "lapsed")]);
+        v.organizations[0].sites[0].hostnames = vec![
+            Hostname { name: "wiki.a.example".into(), served: true },
+            Hostname { name: "wiki.b.example".into(), served: false },
+        ];
+        let html = page(&v);
+        assert!(html.contains(r#"<span class="muted">also wiki.a.example</span>"#), "{html}");
+        assert!(
+            html.contains(r#"<span class="muted">also wiki.b.example (not served: its domain lapsed)</span>"#),
+            "{html}"
+        );
+        assert!(html.contains("<code>wiki.a.example</code> serves acme.wiki.localhost"), "{html}");
+        assert_eq!(html.matches("(not served: its domain lapsed)").count(), 2, "in the table and the list: {html}");
     }
 
     #[test]
