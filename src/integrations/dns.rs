@@ -218,6 +218,17 @@ mod tests {
         assert!(s.contains("did not answer for x.example within 500 ms"), "{s}");
     }
 
+    #[test]
+    fn the_resolver_keeps_no_answer_reads_no_hosts_file_and_fits_its_tries_in_the_timeout() {
+        // The local DNS answers with TTL 0, so the tests against it cannot see a cache: these
+        // are what keep a real domain's answer (TTL 3600, say) from being kept.
+        let o = options(Duration::from_secs(3));
+        assert_eq!(o.cache_size, 0);
+        assert_eq!((o.positive_max_ttl, o.negative_max_ttl), (Some(Duration::ZERO), Some(Duration::ZERO)));
+        assert_eq!(o.use_hosts_file, ResolveHosts::Never);
+        assert!(o.timeout * (o.attempts as u32 + 1) <= Duration::from_secs(3), "{o:?}");
+    }
+
     #[tokio::test]
     async fn an_unavailable_resolver_says_why_at_every_lookup() {
         let r = Resolver::unavailable("the system's DNS configuration could not be read".into());
