@@ -334,3 +334,75 @@ async fn start_mail_catcher(config: &Config) -> anyhow::Result<ServeMail> {
 async fn start_mail_catcher(_config: &Config) -> anyhow::Result<ServeMail> {
     anyhow::bail!("SMTP_URL is not set, and this build has no mail catcher (built without the `stand-ins` feature)")
 }
+
+/// The DNS `serve` checks custom domains with: `DNS_RESOLVER` or the system's resolver, or,
+/// when the stand-ins were asked for and `DNS_RESOLVER` is unset (`crate::stand_ins`), the local
+/// DNS the project ships, on free loopback ports, its records kept in the data folder.
+#[derive(Default)]
+pub struct ServeDns {
+    #[cfg(feature = "stand-ins")]
+    pub local: Option<local_dns::LocalDns>,
+}
+
+impl ServeDns {
+    /// Where the local DNS answers, when it runs: the console's `DNS_RESOLVER`.
+    pub fn resolver(&self) -> Option<std::net::SocketAddr> {
+        #[cfg(feature = "stand-ins")]
+        if let Some(local) = &self.local {
+            return Some(local.dns_addr());
+        }
+        None
+    }
+
+    /// The local DNS's control URL, when it runs.
+    pub fn control_url(&self) -> Option<String> {
+        #[cfg(feature = "stand-ins")]
+        if let Some(local) = &self.local {
+            return Some(local.control_url());
+        }
+        None
+    }
+
+    /// Stop the local DNS, if it runs.
+    pub async fn stop(self) {
+        #[cfg(feature = "stand-ins")]
+        if let Some(local) = self.local {
+            local.stop().await;
+        }
+    }
+}
+
+pub async fn dns_for_serve(config: &Config, local: bool) -> anyhow::Result<ServeDns> {
+    if !local || config.dns_resolver.is_some() {
+        return Ok(ServeDns::default());
+    }
+    start_local_dns(config).await
+}
+
+#[cfg(feature = "stand-ins")]
+async fn start_local_dns(config: &Config) -> anyhow::Result<ServeDns> {
+    let local = local_dns::LocalDns::start(local_dns::Config {
+        data_dir: Some(config.data_dir.clone()),
+        ..local_dns::Config::default()
+    })
+    .await
+    .with_context(|| {
+        format!(
+            "starting the local DNS (on free ports of 127.0.0.1, its records in {})",
+            config.data_dir.join(local_dns::RECORDS_FILE).display()
+        )
+    })?;
+    eprintln!(
+        "DNS: no DNS_RESOLVER, so custom domains are checked against the local DNS at {} (add a record with \
+         `curl -X PUT {}/_dns/records/<name>/txt -d '{{\"values\": [\"<token>\"]}}'`)",
+        local.dns_addr(),
+        local.control_url()
+    );
+    Ok(ServeDns { local: Some(local) })
+}
+
+/// `crate::stand_ins` asks for it only in a build with stand-ins.
+#[cfg(not(feature = "stand-ins"))]
+async fn start_local_dns(_config: &Config) -> anyhow::Result<ServeDns> {
+    anyhow::bail!("this build has no local DNS (built without the `stand-ins` feature)")
+}

@@ -65,6 +65,11 @@ pub struct Config {
     /// `CONSOLE_STAND_INS=1` (or `serve --stand-ins`): stand-ins may run in place of a Stripe
     /// account, a farm and a mail server the configuration does not name (`crate::stand_ins`).
     pub stand_ins: bool,
+    /// `DNS_RESOLVER`: the DNS server custom domains' TXT records are asked of. None: the
+    /// system's resolver (/etc/resolv.conf), or, with stand-ins, the local DNS `serve` starts.
+    pub dns_resolver: Option<SocketAddr>,
+    /// `DNS_TIMEOUT_MS`: every DNS lookup is answered within this, or it is "could not check".
+    pub dns_timeout: Duration,
 }
 
 /// `CONSOLE_STAND_INS`: `1` or `true` asks for stand-ins, `0` or `false` (or unset) does not;
@@ -377,6 +382,8 @@ impl Config {
             .transpose()?;
 
         let stand_ins = parse_switch("CONSOLE_STAND_INS", get("CONSOLE_STAND_INS"))?;
+        let dns_resolver = get("DNS_RESOLVER").map(|v| parse_resolver(&v)).transpose()?;
+        let dns_timeout = Duration::from_millis(number(&get, "DNS_TIMEOUT_MS", 3_000, 100..=30_000)?);
 
         let needs_dir = get("CONSOLE_SESSION_KEY").is_none() || get("CONSOLE_RUNTIME_DB_PASSWORD").is_none();
         if needs_dir {
@@ -413,6 +420,8 @@ impl Config {
             mail,
             signup,
             stand_ins,
+            dns_resolver,
+            dns_timeout,
         })
     }
 
@@ -486,8 +495,33 @@ impl fmt::Display for Config {
             Some(m) => writeln!(f, "CONSOLE_SIGNUP={}", m.as_str())?,
             None => writeln!(f, "CONSOLE_SIGNUP=(unset: invite; serve --demo makes it open)")?,
         }
-        write!(f, "CONSOLE_STAND_INS={}", u8::from(self.stand_ins))
+        writeln!(f, "CONSOLE_STAND_INS={}", u8::from(self.stand_ins))?;
+        match &self.dns_resolver {
+            Some(a) => writeln!(f, "DNS_RESOLVER={a}")?,
+            None => writeln!(f, "DNS_RESOLVER=(unset: the system's resolver; with stand-ins the local DNS)")?,
+        }
+        write!(f, "DNS_TIMEOUT_MS={}", self.dns_timeout.as_millis())
     }
+}
+
+/// `DNS_RESOLVER`: `host:port` with an IP address for the host (`127.0.0.1:53`, `[::1]:5353`).
+/// Not a name: the console would need a resolver to find its resolver.
+fn parse_resolver(value: &str) -> Result<SocketAddr, ConfigError> {
+    let v = value.trim();
+    if let Ok(address) = v.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    let why = if v.parse::<std::net::IpAddr>().is_ok() {
+        format!("{v:?} has no port: give host:port, e.g. {v}:53 (an IPv6 address in brackets: [::1]:53)")
+    } else if v.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok()) {
+        format!(
+            "{v:?} names its host: give the resolver's IP address (e.g. 192.0.2.53:53), since the console \
+             would need DNS to find its DNS server"
+        )
+    } else {
+        format!("{v:?} is not host:port with an IP address, e.g. 127.0.0.1:53 or [::1]:53")
+    };
+    Err(invalid("DNS_RESOLVER", why))
 }
 
 fn invalid(name: &'static str, why: String) -> ConfigError {
@@ -706,6 +740,34 @@ mod tests {
         for bad in ["yes", "2", "on", "sure"] {
             let e = cfg(&[("CONSOLE_STAND_INS", bad)]).err().unwrap().to_string();
             assert!(e.contains("CONSOLE_STAND_INS") && e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_dns_resolver_is_an_ip_and_port_or_the_systems_and_a_name_or_a_missing_port_is_refused_by_name() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!((c.dns_resolver, c.dns_timeout), (None, Duration::from_secs(3)));
+        assert!(c.to_string().contains("DNS_RESOLVER=(unset: the system's resolver"), "{c}");
+        assert!(c.to_string().contains("DNS_TIMEOUT_MS=3000"), "{c}");
+        let c = cfg(&[("DNS_RESOLVER", " 127.0.0.1:5353 "), ("DNS_TIMEOUT_MS", "500")]).unwrap();
+        assert_eq!(c.dns_resolver, Some(SocketAddr::from(([127, 0, 0, 1], 5353))));
+        assert_eq!(c.dns_timeout, Duration::from_millis(500));
+        assert!(c.to_string().contains("DNS_RESOLVER=127.0.0.1:5353"), "{c}");
+        assert_eq!(cfg(&[("DNS_RESOLVER", "[::1]:53")]).unwrap().dns_resolver, Some("[::1]:53".parse().unwrap()));
+        for (bad, says) in [
+            ("dns.example.org:53", "IP address"),
+            ("localhost:53", "IP address"),
+            ("127.0.0.1", "no port"),
+            ("::1", "no port"),
+            ("127.0.0.1:dns", "host:port"),
+            ("127.0.0.1:70000", "host:port"),
+        ] {
+            let e = cfg(&[("DNS_RESOLVER", bad)]).err().unwrap().to_string();
+            assert!(e.starts_with("DNS_RESOLVER is not valid") && e.contains(says), "{bad}: {e}");
+        }
+        for bad in ["0", "99", "30001", "3s"] {
+            let e = cfg(&[("DNS_TIMEOUT_MS", bad)]).err().unwrap().to_string();
+            assert!(e.contains("DNS_TIMEOUT_MS"), "{bad}: {e}");
         }
     }
 

@@ -35,8 +35,8 @@ enum Command {
         /// Load the demo data at start (and run stand-ins for what is not configured).
         #[arg(long)]
         demo: bool,
-        /// Run the stand-ins (Stripe, the local farm, the mail catcher) for what is not
-        /// configured, as CONSOLE_STAND_INS=1 does: for trying the console, never with members.
+        /// Run the stand-ins (Stripe, the local farm, the mail catcher, the local DNS) for what is
+        /// not configured, as CONSOLE_STAND_INS=1 does: for trying the console, never with members.
         #[arg(long)]
         stand_ins: bool,
     },
@@ -240,7 +240,8 @@ fn init_logging(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn,actix_server=warn".into()),
+                // hickory-server logs every query the local DNS answers at info.
+                .unwrap_or_else(|_| "info,sqlx=warn,actix_server=warn,hickory_server=warn".into()),
         )
         .with_target(false)
         // Logs to stderr: stdout carries what a command answers (a URL, one line of JSON).
@@ -539,6 +540,7 @@ struct Started {
     billing: Option<boot::ServeStripe>,
     sites: Option<boot::ServeFarm>,
     mail: Option<boot::ServeMail>,
+    dns: Option<boot::ServeDns>,
     serving: Option<Serving>,
     #[cfg(feature = "stand-ins")]
     receiver: Option<desired_state_receiver::Receiver>,
@@ -568,6 +570,9 @@ impl Started {
         #[cfg(feature = "stand-ins")]
         if let Some(r) = self.receiver {
             r.stop().await;
+        }
+        if let Some(d) = self.dns {
+            d.stop().await;
         }
         if let Some(b) = self.billing {
             b.stop().await;
@@ -620,18 +625,27 @@ async fn start_and_serve(
     let farm = started.sites.insert(sites?).farm.clone();
     let Some(mail) = stop.unless_stopped(boot::mail_for_serve(&b.config, stand_ins.mail)).await else { return Ok(()) };
     let mailer = started.mail.insert(mail?).mailer.clone();
+    let Some(dns) = stop.unless_stopped(boot::dns_for_serve(&b.config, stand_ins.dns)).await else { return Ok(()) };
+    let dns = started.dns.insert(dns?);
     let zone = member_console::services::fedwiki::registry::ensure_farm_zone(&b.db, &b.config.farm.domain);
     let Some(zone) = stop.unless_stopped(zone).await else { return Ok(()) };
     zone?;
-    let connected = web::Connected { stripe: stripe.clone(), farm: farm.clone(), mail: mailer.is_some() };
-    // The demo is open to sign-up unless CONSOLE_SIGNUP says otherwise.
-    let config = if with_demo && b.config.signup.is_none() {
-        let mut c = (*b.config).clone();
-        c.signup = Some(member_console::config::SignupMode::Open);
-        Arc::new(c)
-    } else {
-        Arc::clone(&b.config)
+    let connected = web::Connected {
+        stripe: stripe.clone(),
+        farm: farm.clone(),
+        mail: mailer.is_some(),
+        local_dns: dns.control_url(),
     };
+    let mut config = (*b.config).clone();
+    // The demo is open to sign-up unless CONSOLE_SIGNUP says otherwise.
+    if with_demo && config.signup.is_none() {
+        config.signup = Some(member_console::config::SignupMode::Open);
+    }
+    // The local DNS, when it runs, is this console's DNS_RESOLVER.
+    if let Some(address) = dns.resolver() {
+        config.dns_resolver = Some(address);
+    }
+    let config = Arc::new(config);
     eprintln!("Sign-up: {} (CONSOLE_SIGNUP)", config.signup_mode().as_str());
     let server = web::serve_connected(listener, b.db.clone(), config, connected)?;
     let handle = server.handle();

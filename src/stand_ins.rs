@@ -1,6 +1,6 @@
 //! Which stand-ins a command may run in place of the services the configuration does not name:
 //! the Stripe stand-in for `STRIPE_SECRET_KEY`, the local farm for `FARM_URL`, the mail catcher
-//! for `SMTP_URL`. Decided from the configuration alone, before the private cluster starts, so a
+//! for `SMTP_URL`, the local DNS for `DNS_RESOLVER`. Decided from the configuration alone, before the private cluster starts, so a
 //! refused `serve` starts nothing. An operator who forgets one variable must not end up taking
 //! fake payments: stand-ins run only when asked for (`--demo`, `--stand-ins` or
 //! `CONSOLE_STAND_INS=1`), and never for a console people reach over https.
@@ -13,6 +13,9 @@ pub struct StandIns {
     pub stripe: bool,
     pub farm: bool,
     pub mail: bool,
+    /// The local DNS, in place of the system's resolver. Never a reason to refuse (the system's
+    /// resolver is a fine default), so it is not among the services `any` counts.
+    pub dns: bool,
 }
 
 impl StandIns {
@@ -62,7 +65,10 @@ pub fn for_serve(config: &Config, demo: bool, flag: bool) -> Result<StandIns, Co
             not_set(missing)
         )));
     }
-    Ok(missing)
+    // Records a member adds to the local DNS prove nothing about a real domain: at an https
+    // address (a demo with every service configured) the system's resolver checks them.
+    let dns = BUILT_IN && config.dns_resolver.is_none() && https_url(config).is_none();
+    Ok(StandIns { dns, ..missing })
 }
 
 /// `worker` alone never starts a stand-in (they live in `serve`), so what it is not given it
@@ -112,6 +118,7 @@ fn missing(config: &Config) -> StandIns {
         stripe: config.stripe.secret_key.is_none(),
         farm: config.farm.url.is_none(),
         mail: config.mail.smtp_url.is_none(),
+        dns: false,
     }
 }
 
@@ -217,15 +224,17 @@ mod tests {
         let e = for_serve(&cfg(&stripe_only).unwrap(), false, false).unwrap_err().to_string();
         assert!(e.starts_with("FARM_URL is not set"), "{e}");
 
-        let all = StandIns { stripe: true, farm: true, mail: true };
+        let all = StandIns { stripe: true, farm: true, mail: true, dns: true };
         assert_eq!(for_serve(&bare, false, true).unwrap(), all, "--stand-ins");
         assert_eq!(for_serve(&bare, true, false).unwrap(), all, "--demo");
         assert_eq!(for_serve(&cfg(&[("CONSOLE_STAND_INS", "1")]).unwrap(), false, false).unwrap(), all);
         assert_eq!(
             for_serve(&cfg(&stripe_only).unwrap(), false, true).unwrap(),
-            StandIns { stripe: false, farm: true, mail: true },
+            StandIns { stripe: false, farm: true, mail: true, dns: true },
             "only what is not configured is stood in for"
         );
+        let resolver = [("DNS_RESOLVER", "127.0.0.1:53")];
+        assert!(!for_serve(&cfg(&resolver).unwrap(), true, false).unwrap().dns, "DNS_RESOLVER is used as set");
         assert_eq!(for_serve(&configured(&[]), false, false).unwrap(), StandIns::default(), "mail off");
     }
 
@@ -241,7 +250,7 @@ mod tests {
         assert!(for_serve(&cfg(&asked).unwrap(), false, false).is_err());
         // Everything configured: the demo needs no stand-in, so it may run; asking for them may not.
         let full = configured(&[https[0], ("SMTP_URL", "smtps://u:p@mail.example.test")]);
-        assert_eq!(for_serve(&full, true, false).unwrap(), StandIns::default());
+        assert_eq!(for_serve(&full, true, false).unwrap(), StandIns::default(), "the system's resolver, too");
         assert!(for_serve(&full, false, true).is_err());
         // Plain http is for trying the console: stand-ins as asked.
         let http = cfg(&[("CONSOLE_PUBLIC_URL", "http://console.example.test/")]).unwrap();

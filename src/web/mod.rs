@@ -37,7 +37,7 @@ use static_assets::static_file;
 use crate::{
     config::Config,
     db::Db,
-    integrations::{farm::Farm, stripe::Stripe},
+    integrations::{dns::Resolver, farm::Farm, stripe::Stripe},
     store::billing_reads::OnSaleMemo,
 };
 
@@ -58,6 +58,11 @@ pub struct AppState {
     pub tokens: crate::services::tokens::TokenKey,
     /// The address the server listens on: mailed links' base when `CONSOLE_PUBLIC_URL` is unset.
     pub bound: Option<std::net::SocketAddr>,
+    /// What custom domains' TXT records are asked of (`DNS_RESOLVER`, or the system's resolver).
+    pub dns: Arc<Resolver>,
+    /// The local DNS's control URL when `serve` runs it (stand-ins): where the demo's pages tell
+    /// a member to add a record.
+    pub local_dns: Option<String>,
 }
 
 impl AppState {
@@ -103,6 +108,8 @@ pub struct Connected {
     pub farm: Option<Arc<Farm>>,
     /// Mail is sent (a worker with a mailer runs somewhere).
     pub mail: bool,
+    /// The control URL of the local DNS `serve` runs in place of a resolver (stand-ins).
+    pub local_dns: Option<String>,
 }
 
 /// The application's routes (without middleware), for the server and for tests.
@@ -123,7 +130,7 @@ pub fn serve_with(
     config: Arc<Config>,
     stripe: Option<Arc<Stripe>>,
 ) -> std::io::Result<Server> {
-    serve_connected(listener, db, config, Connected { stripe, farm: None, mail: false })
+    serve_connected(listener, db, config, Connected { stripe, farm: None, mail: false, local_dns: None })
 }
 
 /// Start the HTTP server on `listener` with the outside systems `connected`.
@@ -137,6 +144,7 @@ pub fn serve_connected(
     let secure = config.secure_cookies();
     let tokens = crate::services::tokens::TokenKey::from_session_key(&config.session_key);
     let bound = listener.local_addr().ok();
+    let dns = Arc::new(resolver(&config));
     let state = web::Data::new(AppState {
         db,
         config,
@@ -146,6 +154,8 @@ pub fn serve_connected(
         mail_on: connected.mail,
         tokens,
         bound,
+        dns,
+        local_dns: connected.local_dns,
     });
     let server =
         HttpServer::new(move || {
@@ -181,6 +191,20 @@ pub fn serve_connected(
         .listen(listener)?
         .run();
     Ok(server)
+}
+
+/// The resolver the configuration names; one that cannot be built is logged, and the system's
+/// is used instead (or, with none to be had, a resolver whose every lookup says why it cannot
+/// check: a page that checks a domain tells the member, and nothing else stops).
+fn resolver(config: &Config) -> Resolver {
+    match Resolver::from_config(config) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, resolver = ?config.dns_resolver, "the DNS resolver could not be built");
+            let fallback = if config.dns_resolver.is_some() { Resolver::new(None, config.dns_timeout) } else { Err(e) };
+            fallback.unwrap_or_else(Resolver::unavailable)
+        }
+    }
 }
 
 /// The session cookie's name: with https, the `__Host-` prefix, which browsers accept only from a

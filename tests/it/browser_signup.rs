@@ -40,7 +40,7 @@ fn spawn(
     let key = TokenKey::from_session_key(&config.session_key);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let connected = member_console::web::Connected { stripe, farm, mail: true };
+    let connected = member_console::web::Connected { stripe, farm, mail: true, local_dns: None };
     let server = member_console::web::serve_connected(listener, t.db.clone(), Arc::new(config), connected).unwrap();
     tokio::spawn(server);
     (base, key)

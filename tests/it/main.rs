@@ -15,6 +15,7 @@ mod browser_wiki;
 mod connection_pages;
 mod crashes;
 mod desired_state;
+mod dns;
 mod entitlements;
 mod grant_pages;
 mod grants;

@@ -58,7 +58,7 @@ pub async fn mailing_app(t: &TestDb) -> TestApp {
     .unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let connected = member_console::web::Connected { stripe: None, farm: None, mail: true };
+    let connected = member_console::web::Connected { stripe: None, farm: None, mail: true, local_dns: None };
     let server =
         member_console::web::serve_connected(listener, t.db.clone(), std::sync::Arc::new(config), connected).unwrap();
     let handle = server.handle();

@@ -2,8 +2,8 @@
 //! of their own: refused before anything starts when Stripe or the farm is not configured and
 //! no stand-ins were asked for (or the public URL is https); `serve --demo` answering, and a
 //! SIGTERM at any moment (as soon as it answers, or during its migrations) ending it cleanly,
-//! the cluster it started and the local farm's `wiki` stopped; a port in use named with the
-//! variable that moves it.
+//! the cluster it started, the local farm's `wiki` and the local DNS stopped; a port in use
+//! named with the variable that moves it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -57,6 +57,7 @@ fn console(data_dir: &Path, args: &[&str]) -> Command {
         "CONSOLE_SIGNUP",
         "CONSOLE_LOG_FORMAT",
         "NO_COLOR",
+        "DNS_RESOLVER",
     ] {
         cmd.env_remove(var);
     }
@@ -160,6 +161,16 @@ fn get_status(address: &str, path: &str) -> Option<u16> {
     answer.split(' ').nth(1)?.parse().ok()
 }
 
+/// PUT `body` to `path` over plain HTTP/1.0; the status code, if anything answered.
+fn put_status(address: &str, path: &str, body: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "PUT {path} HTTP/1.0\r\nHost: {address}\r\nContent-Length: {}\r\n\r\n{body}", body.len()).ok()?;
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.split(' ').nth(1)?.parse().ok()
+}
+
 /// Every live process (zombies left out): pid, process group, command line.
 fn live_processes() -> Vec<(i32, i32, String)> {
     let mut found = Vec::new();
@@ -236,7 +247,7 @@ fn serve_without_a_stripe_key_or_demo_is_refused_by_name_before_a_cluster_starts
 }
 
 #[test]
-fn serve_demo_answers_and_a_sigterm_as_soon_as_it_does_stops_the_cluster_and_the_farms_wiki() {
+fn serve_demo_answers_and_a_sigterm_as_soon_as_it_does_stops_the_cluster_the_farms_wiki_and_the_local_dns() {
     let data = DataDir::new("sigterm");
     let mut serve = Running::spawn(console(&data.0, &["serve", "--demo"]));
     let line = serve.line_starting("Member Console is listening on http://", Duration::from_secs(240));
@@ -260,6 +271,22 @@ fn serve_demo_answers_and_a_sigterm_as_soon_as_it_does_stops_the_cluster_and_the
         assert!(wikis.iter().any(|(leader, _)| leader == pgrp), "wiki {pid} is not in a group of the farm's own");
     }
 
+    // The local DNS: a record put through its control endpoint is answered over DNS, to the
+    // console's own resolver.
+    let line = serve.line_starting("DNS: no DNS_RESOLVER", Duration::from_secs(5));
+    let between = |from: &str, to: &str| {
+        let rest = &line[line.find(from).unwrap_or_else(|| panic!("{from:?} in {line}")) + from.len()..];
+        rest[..rest.find(to).unwrap_or_else(|| panic!("{to:?} in {line}"))].to_string()
+    };
+    let dns: std::net::SocketAddr = between("local DNS at ", " ").parse().unwrap();
+    let control = between("curl -X PUT http://", "/_dns/");
+    let name = "_member-console-challenge.serve-process.example";
+    let put = put_status(&control, &format!("/_dns/records/{name}/txt"), r#"{"values": ["token-at-start"]}"#);
+    assert_eq!(put, Some(200), "{}", serve.log());
+    let resolver = member_console::integrations::dns::Resolver::new(Some(dns), Duration::from_secs(2)).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    assert_eq!(runtime.block_on(resolver.txt(name)), Ok(vec!["token-at-start".to_string()]));
+
     // At once, while the demo's billing and sites are still loading.
     serve.sigterm();
     let (status, log) = serve.exit(Duration::from_secs(120));
@@ -267,6 +294,9 @@ fn serve_demo_answers_and_a_sigterm_as_soon_as_it_does_stops_the_cluster_and_the
     assert!(log.contains("shutting down (SIGTERM)"), "{log}");
     assert!(log.contains("stopped the private PostgreSQL cluster it started"), "{log}");
     assert!(!accepts(port), "the cluster still runs:\n{log}");
+    assert!(TcpStream::connect(dns).is_err(), "the local DNS still answers:\n{log}");
+    let kept = std::fs::read_to_string(data.0.join("local-dns.json")).unwrap();
+    assert!(kept.contains("token-at-start"), "the record is kept for the next start: {kept}");
     for (_, pgrp) in &wikis {
         assert_eq!(group_members(*pgrp), Vec::<String>::new(), "the wiki's process group is left:\n{log}");
     }

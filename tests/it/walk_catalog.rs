@@ -271,7 +271,7 @@ async fn serve_on(db: Db, farm: Arc<Farm>) -> TestApp {
     .unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let connected = member_console::web::Connected { stripe: None, farm: Some(farm), mail: false };
+    let connected = member_console::web::Connected { stripe: None, farm: Some(farm), mail: false, local_dns: None };
     let server = member_console::web::serve_connected(listener, db, Arc::new(config), connected).unwrap();
     let handle = server.handle();
     tokio::spawn(server);

@@ -3,6 +3,7 @@
 
 pub mod acts;
 pub mod browser;
+pub mod dns;
 pub mod farm;
 pub mod locks;
 pub mod pages;
@@ -371,7 +372,7 @@ impl TestApp {
         stripe: Option<std::sync::Arc<member_console::integrations::stripe::Stripe>>,
         farm: Option<std::sync::Arc<member_console::integrations::farm::Farm>>,
     ) -> TestApp {
-        Self::spawn_full(t, |_| {}, member_console::web::Connected { stripe, farm, mail: false }).await
+        Self::spawn_full(t, |_| {}, member_console::web::Connected { stripe, farm, mail: false, local_dns: None }).await
     }
 
     async fn spawn_inner(
@@ -379,7 +380,8 @@ impl TestApp {
         tweak: impl FnOnce(&mut member_console::config::Config),
         stripe: Option<std::sync::Arc<member_console::integrations::stripe::Stripe>>,
     ) -> TestApp {
-        Self::spawn_full(t, tweak, member_console::web::Connected { stripe, farm: None, mail: false }).await
+        Self::spawn_full(t, tweak, member_console::web::Connected { stripe, farm: None, mail: false, local_dns: None })
+            .await
     }
 
     async fn spawn_full(
