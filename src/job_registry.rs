@@ -123,6 +123,20 @@ pub fn farm_handlers(jobs: FarmJobs) -> Handlers {
     h
 }
 
+/// The domains' checks (DNS, `DNS_RESOLVER` or the system's resolver): every worker runs them,
+/// whether or not the farm is connected, so a claim made while it was away is still checked.
+pub fn domain_handlers(dns: Arc<crate::integrations::dns::Resolver>) -> Handlers {
+    let mut h = Handlers::new();
+    h.register::<crate::services::fedwiki::verification::CheckDomainClaims>(dns);
+    h
+}
+
+/// The domains' checks' schedule.
+pub async fn register_domain_schedules(db: &Db) -> Result<(), DbError> {
+    use crate::services::fedwiki::verification::{CHECK_DOMAIN_CLAIMS_EVERY, CheckDomainClaims};
+    ensure_schedule_of::<CheckDomainClaims>(db, CHECK_DOMAIN_CLAIMS_EVERY).await
+}
+
 /// Create the console's schedules, or bring their intervals up to date (idempotent; every
 /// replica calls it at start-up).
 pub async fn register_standard_schedules(db: &Db) -> Result<(), DbError> {

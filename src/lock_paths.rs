@@ -58,6 +58,10 @@ pub fn declared() -> Vec<&'static PathLocks> {
         &crate::services::billing::outbox::CLAIM_OUTBOX_LOCKS,
         &crate::services::fedwiki::registry::PLACE_SITE_NAME_LOCKS,
         &crate::services::fedwiki::registry::RELEASE_SITE_NAME_LOCKS,
+        // Issue 40, domains verified by DNS.
+        &crate::services::fedwiki::verification::VERIFY_DOMAIN_LOCKS,
+        &crate::services::fedwiki::verification::EXPIRE_PENDING_CLAIM_LOCKS,
+        &crate::services::fedwiki::verification::RECHECK_DOMAIN_LOCKS,
         &crate::services::fedwiki::registry::ENSURE_FARM_ZONE_LOCKS,
         &crate::services::fedwiki::intake::RECORD_LIFECYCLE_REQUEST_LOCKS,
         &crate::services::fedwiki::intake::RECORD_FIRST_LIFECYCLE_REQUEST_LOCKS,

@@ -647,7 +647,7 @@ async fn start_and_serve(
     }
     let config = Arc::new(config);
     eprintln!("Sign-up: {} (CONSOLE_SIGNUP)", config.signup_mode().as_str());
-    let server = web::serve_connected(listener, b.db.clone(), config, connected)?;
+    let server = web::serve_connected(listener, b.db.clone(), config.clone(), connected)?;
     let handle = server.handle();
     let (stop_jobs, stop_rx) = tokio::sync::watch::channel(false);
     let sampler = tokio::spawn(member_console::services::observability::run_sampler(
@@ -655,7 +655,9 @@ async fn start_and_serve(
         jobs::worker::new_worker_id(),
         stop_rx.clone(),
     ));
-    let worker = with_worker.then(|| tokio::spawn(start_worker(b, stripe.clone(), farm.clone(), mailer, stop_rx)));
+    let dns_resolver = Arc::new(member_console::integrations::dns::Resolver::for_config(&config));
+    let worker = with_worker
+        .then(|| tokio::spawn(start_worker(b, stripe.clone(), farm.clone(), mailer, dns_resolver.clone(), stop_rx)));
     started.serving = Some(Serving { handle, server: tokio::spawn(server), stop_jobs, worker, sampler });
     eprintln!("Member Console is listening on http://{address}");
     // The demo's subscriptions go through Stripe (or the stand-in) and its webhooks, so they
@@ -675,6 +677,15 @@ async fn start_and_serve(
         };
         if let Err(e) = loaded {
             tracing::warn!(error = %e, "the demo's sites could not be loaded");
+        }
+    }
+    // The demo's domains, verified through its DNS (the local one, when it runs).
+    if with_demo {
+        let control = started.dns.as_ref().and_then(|d| d.control_url());
+        let loaded = demo::load_domains(&b.db, &dns_resolver, control.as_deref());
+        let Some(loaded) = stop.unless_stopped(loaded).await else { return Ok(()) };
+        if let Err(e) = loaded {
+            tracing::warn!(error = %e, "the demo's domains could not be loaded");
         }
     }
     // The demo's connected system: the receiver the project ships, on a free port.
@@ -701,7 +712,8 @@ async fn worker_only(b: &Booted, without: &[String], stop: &StopSignal) -> anyho
     for line in without {
         eprintln!("Worker: {line}");
     }
-    let worker = tokio::spawn(start_worker(b, stripe, farm, mail, stop_rx));
+    let dns = Arc::new(member_console::integrations::dns::Resolver::for_config(&b.config));
+    let worker = tokio::spawn(start_worker(b, stripe, farm, mail, dns, stop_rx));
     eprintln!("Member Console worker is running");
     stop.wait().await;
     let _ = stop_tx.send(true);
@@ -714,6 +726,7 @@ fn start_worker(
     stripe: Option<Arc<member_console::integrations::stripe::Stripe>>,
     farm: Option<Arc<member_console::integrations::farm::Farm>>,
     mail: Option<Arc<member_console::integrations::mail::Mailer>>,
+    dns: Arc<member_console::integrations::dns::Resolver>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + use<> {
     let db = b.db.clone();
@@ -744,8 +757,12 @@ fn start_worker(
                 Err(e) => tracing::error!(error = %e, "could not repair the sites at start; the maintenance runs will"),
             }
         }
+        if let Err(e) = member_console::job_registry::register_domain_schedules(&db).await {
+            tracing::error!(error = %e, "could not register the domains' checks");
+        }
         let farm = farm.map(|f| member_console::job_registry::FarmJobs::new(f, &farm_settings));
         let mut handlers = member_console::job_registry::handlers_connected(stripe, farm);
+        handlers.merge(member_console::job_registry::domain_handlers(dns));
         if let Some(mailer) = mail {
             handlers.merge(member_console::job_registry::mail_handlers(mailer, tokens));
         }

@@ -70,6 +70,20 @@ impl Resolver {
         Self::new(config.dns_resolver, config.dns_timeout)
     }
 
+    /// The resolver the configuration names; one that cannot be built is logged, and the
+    /// system's is used instead (or, with none to be had, a resolver whose every lookup says why
+    /// it cannot check: a page that checks a domain tells the member, and nothing else stops).
+    pub fn for_config(config: &crate::config::Config) -> Resolver {
+        match Self::from_config(config) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, resolver = ?config.dns_resolver, "the DNS resolver could not be built");
+                let fallback = if config.dns_resolver.is_some() { Self::new(None, config.dns_timeout) } else { Err(e) };
+                fallback.unwrap_or_else(Self::unavailable)
+            }
+        }
+    }
+
     /// A resolver there is none of (`why`): every lookup is `CouldNotCheck` saying so, so a page
     /// that checks a domain tells the member instead of the console failing to start.
     pub fn unavailable(why: String) -> Resolver {

@@ -24,11 +24,37 @@ pub struct OrganizationSites {
     pub used: i64,
     pub limit: i64,
     pub custom_domain: bool,
-    /// The workspace's domains, and its placements as (host name, site id).
-    pub domains: Vec<SiteDomain>,
+    /// The workspace's domains, verified and pending, and its placements as (host name, site id).
+    pub domains: Vec<DomainRow>,
     pub placements: Vec<(SiteDomain, SiteId)>,
+    /// What the member was told about its domains, the latest first.
+    pub domain_notices: Vec<DomainNoticeRow>,
     /// The workspace's last swap (its cooldown runs from it).
     pub last_swap_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// One of the workspace's domains: pending (waiting on its record) or verified, with its checks.
+#[derive(Debug, serde::Deserialize)]
+pub struct DomainRow {
+    pub name: SiteDomain,
+    pub token: Option<String>,
+    pub pending: bool,
+    /// When it was claimed (pending) or verified.
+    pub since: chrono::DateTime<chrono::Utc>,
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub checked_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub check_outcome: Option<String>,
+    pub check_detail: Option<String>,
+    pub missing_since: Option<chrono::DateTime<chrono::Utc>>,
+    pub lapsed_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct DomainNoticeRow {
+    pub notice_id: i64,
+    pub name: String,
+    pub sentence: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl OrganizationSites {

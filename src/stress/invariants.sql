@@ -334,6 +334,18 @@ WHERE NOT EXISTS (SELECT 1 FROM domains.claims c
                   WHERE (p.hostname = c.name OR right(p.hostname, length(c.name) + 1) = '.' || c.name)
                     AND c.owner IN (p.owner, 'farm'));
 
+-- invariant: (14) issue 40: no pending claim is at, under or above another owner's verified claim (claims refuse it, verifications let it go), nor at one of its own owner's
+SELECT NULL::bigint, format('pending claim %s (%s) meets verified claim %s (%s)', p.name, p.owner, c.name, c.owner)
+FROM domains.pending_claims p JOIN domains.claims c
+  ON (p.name = c.name OR right(p.name, length(c.name) + 1) = '.' || c.name
+      OR right(c.name, length(p.name) + 1) = '.' || p.name)
+ AND (c.owner <> p.owner OR c.name = p.name);
+
+-- invariant: (14) issue 40: a lapsed claim was missing first, and only a workspace's claim is checked
+SELECT NULL::bigint, format('claim %s (%s): lapsed %s, missing since %s, token %s', name, owner, lapsed_at, missing_since, token IS NOT NULL)
+FROM domains.claims
+WHERE (lapsed_at IS NOT NULL AND missing_since IS NULL) OR ((owner = 'farm') = (token IS NOT NULL));
+
 -- invariant: (14) every active site has a servable placement, and every servable placement an active site
 SELECT NULL::bigint, format('site %s (%s) is active with no servable placement', s.site_id, s.domain)
 FROM fedwiki.sites s

@@ -107,6 +107,14 @@ pub enum StressPath {
     StopServing,
     /// A member releases a domain (refused while a name under it serves).
     ReleaseDomain,
+    /// A pending domain's check: its record published (or not, or another value) on the run's
+    /// DNS server, then the verification (issue 40).
+    VerifyDomain,
+    /// A verified domain's check, its record kept or removed, at a clock hours or days ahead:
+    /// missing, lapsed, restored or released.
+    RecheckDomain,
+    /// A pending domain let go after its seven days.
+    ExpirePendingClaim,
     /// The maintenance's farm sync, beside the members' requests.
     SyncSites,
     /// The retention purge (a short retention), beside activations of archived sites.
@@ -167,7 +175,7 @@ const fn joined<const N: usize>(groups: &[&[StressPath]]) -> [StressPath; N] {
 impl StressPath {
     /// Every path, each group listed once below and joined here in the order the tasks' weights
     /// and the report go through them.
-    pub const ALL: [StressPath; 75] = joined(&[
+    pub const ALL: [StressPath; 78] = joined(&[
         &[
             StressPath::CreateOrganization,
             StressPath::ConferGrant,
@@ -213,7 +221,7 @@ impl StressPath {
     ];
 
     /// The FedWiki paths (the tasks' and the workers') and the registry's.
-    pub const SITE_PATHS: [StressPath; 13] = [
+    pub const SITE_PATHS: [StressPath; 16] = [
         StressPath::CreateSite,
         StressPath::ChangeSiteStatus,
         StressPath::SwapSites,
@@ -223,6 +231,9 @@ impl StressPath {
         StressPath::PlaceSiteUnderDomain,
         StressPath::StopServing,
         StressPath::ReleaseDomain,
+        StressPath::VerifyDomain,
+        StressPath::RecheckDomain,
+        StressPath::ExpirePendingClaim,
         StressPath::SyncSites,
         StressPath::PurgeArchived,
         StressPath::ReconcileQuota,
@@ -378,6 +389,9 @@ impl StressPath {
             StressPath::PlaceSiteUnderDomain => crate::services::fedwiki::domains::PLACE_SITE_UNDER_DOMAIN_LOCKS.path,
             StressPath::StopServing => crate::services::fedwiki::domains::STOP_SERVING_LOCKS.path,
             StressPath::ReleaseDomain => crate::services::fedwiki::domains::RELEASE_DOMAIN_LOCKS.path,
+            StressPath::VerifyDomain => crate::services::fedwiki::verification::VERIFY_DOMAIN_LOCKS.path,
+            StressPath::RecheckDomain => crate::services::fedwiki::verification::RECHECK_DOMAIN_LOCKS.path,
+            StressPath::ExpirePendingClaim => crate::services::fedwiki::verification::EXPIRE_PENDING_CLAIM_LOCKS.path,
             // A pass of many one-site transactions (each declared): counted under the run's name.
             StressPath::SyncSites => "SyncSitesToDBActivity",
             StressPath::PurgeArchived => crate::services::fedwiki::maintenance::PURGE_ARCHIVED_SITE_LOCKS.path,
@@ -467,6 +481,11 @@ impl StressPath {
             // meets the record steps on its site's row.
             StressPath::ClaimDomain | StressPath::PlaceSiteUnderDomain => X,
             StressPath::StopServing | StressPath::ReleaseDomain => 2,
+            // A claim is verified about as often as it is made (a placement needs one); the
+            // re-checks and the expiry meet them, and the placements, on the registry's lock.
+            StressPath::VerifyDomain => X,
+            StressPath::RecheckDomain => 2,
+            StressPath::ExpirePendingClaim => 1,
             // Each touches every site (a pass) or a few: seldom, as the schedule runs them.
             StressPath::SyncSites | StressPath::PurgeArchived | StressPath::ReconcileQuota => 2,
             StressPath::RepairAtStart => 1,

@@ -135,6 +135,9 @@ async fn run_billed(
     // paths ask for), and the billing sweep, whose first pass comes at the start.
     crate::job_registry::register_billing_schedules(&job_db).await?;
 
+    let dns = local_dns::LocalDns::start(local_dns::Config::default()).await.context("starting the local DNS")?;
+    let resolver = crate::integrations::dns::Resolver::new(Some(dns.dns_addr()), Duration::from_secs(2))
+        .map_err(|e| anyhow::anyhow!("the resolver: {e}"))?;
     let t0: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&admin).await?;
     let started = Instant::now();
     let ctx = Arc::new(Ctx {
@@ -152,6 +155,8 @@ async fn run_billed(
             ..crate::config::FarmSettings::default()
         },
         site_member,
+        dns,
+        resolver,
         plan_owner,
         members,
         on_sale: Default::default(),

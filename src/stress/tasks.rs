@@ -15,6 +15,10 @@ pub(super) struct Ctx {
     pub(super) farm: Arc<crate::integrations::farm::Farm>,
     pub(super) farm_settings: crate::config::FarmSettings,
     pub(super) site_member: crate::ids::AccountId,
+    /// Issue 40: the run's DNS server (its records are the members' at their DNS providers) and
+    /// the console's resolver on it.
+    pub(super) dns: local_dns::LocalDns,
+    pub(super) resolver: crate::integrations::dns::Resolver,
     /// The owner who switches and cancels the billed organizations' plans.
     pub(super) plan_owner: crate::ids::AccountId,
     /// Issue 38, members: the organization the members acts share, and its people.
@@ -281,6 +285,9 @@ pub(super) async fn run_path(ctx: &Ctx, path: StressPath, rng: &mut Rng, note: &
         StressPath::PlaceSiteUnderDomain => place_site_under_domain(ctx, rng, note).await,
         StressPath::StopServing => stop_serving(ctx, rng, note).await,
         StressPath::ReleaseDomain => release_domain(ctx, rng, note).await,
+        StressPath::VerifyDomain => verify_domain(ctx, rng, note).await,
+        StressPath::RecheckDomain => recheck_domain(ctx, rng, note).await,
+        StressPath::ExpirePendingClaim => expire_pending_claim(ctx, rng, note).await,
         // Half the passes run over a farm that changed behind the console, and a quarter of the
         // time a status reconcile arrives after its request finished (on_site_upkeep).
         StressPath::SyncSites => match rng.below(4) {

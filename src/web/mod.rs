@@ -144,7 +144,7 @@ pub fn serve_connected(
     let secure = config.secure_cookies();
     let tokens = crate::services::tokens::TokenKey::from_session_key(&config.session_key);
     let bound = listener.local_addr().ok();
-    let dns = Arc::new(resolver(&config));
+    let dns = Arc::new(Resolver::for_config(&config));
     let state = web::Data::new(AppState {
         db,
         config,
@@ -191,20 +191,6 @@ pub fn serve_connected(
         .listen(listener)?
         .run();
     Ok(server)
-}
-
-/// The resolver the configuration names; one that cannot be built is logged, and the system's
-/// is used instead (or, with none to be had, a resolver whose every lookup says why it cannot
-/// check: a page that checks a domain tells the member, and nothing else stops).
-fn resolver(config: &Config) -> Resolver {
-    match Resolver::from_config(config) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, resolver = ?config.dns_resolver, "the DNS resolver could not be built");
-            let fallback = if config.dns_resolver.is_some() { Resolver::new(None, config.dns_timeout) } else { Err(e) };
-            fallback.unwrap_or_else(Resolver::unavailable)
-        }
-    }
 }
 
 /// The session cookie's name: with https, the `__Host-` prefix, which browsers accept only from a

@@ -135,6 +135,8 @@ route_table! {
     Member GET SITE_OPEN => pages::sites::open;
     Member POST SITES_DOMAINS => pages::sites::domains;
     Member POST SITES_DOMAINS_REMOVE => pages::sites::remove_domain;
+    Member POST SITES_DOMAINS_CHECK => pages::sites::check_domain;
+    Member POST SITES_DOMAINS_NOTICE_DISMISS => pages::sites::dismiss_notice;
     MemberPage GET BILLING => pages::billing::billing_page;
     Member POST BILLING_CHECKOUT => pages::billing::checkout;
     Member GET BILLING_RETURN => pages::billing::checkout_return;

@@ -71,6 +71,37 @@ async fn fixture() -> Fixture {
     common::acts::change(&t, business, hosting, Some(member_console::services::plan_acts::Disposition::Migrate))
         .await
         .unwrap();
+    // Issue 40: a domain in each state the page draws (pending with its record and copy buttons,
+    // lapsed with its confirm, lapsing) and a notice, on the member's sites and the farm page.
+    let domain = |d: &str| member_console::ids::SiteDomain::from(d);
+    let who = member_console::ids::AccountId(account_id(&t, demo::MEMBER_EMAIL).await);
+    member_console::services::fedwiki::domains::claim_domain(&t.db, who, org, &domain("pending.example"))
+        .await
+        .unwrap();
+    let owner = format!("workspace:org-{org}");
+    for (name, missing, lapsed) in [("lapsing.example", "1 day", None), ("lapsed.example", "4 days", Some("1 day"))] {
+        t.run(
+            sqlx::query(
+                "INSERT INTO domains.claims (name, owner, token, verified_at, checked_at, check_outcome, missing_since,
+                                             lapsed_at, next_check_at)
+                 VALUES ($1, $2, 'mc-0123456789abcdef0123456789abcdef', now() - interval '9 days', now(), 'missing',
+                         now() - $3::interval, now() - $4::interval, now() + interval '1 hour')",
+            )
+            .bind(name)
+            .bind(&owner)
+            .bind(missing)
+            .bind(lapsed),
+        )
+        .await;
+    }
+    t.run(
+        sqlx::query(
+            "INSERT INTO domains.claim_notices (owner, name, sentence, created_at)
+             VALUES ($1, 'taken.example', 'Another organization verified taken.example first, so your claim to it was let go.', now())",
+        )
+        .bind(&owner),
+    )
+    .await;
     t.run(sqlx::query(
         "INSERT INTO core.desired_state_connections (name, url, secret)
          VALUES ('Directory', 'https://directory.example.org/hooks', 'whsec_YTExeS1zZWNyZXQtYTExeS1zZWNyZXQtYTExeQ')",

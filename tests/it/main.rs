@@ -33,6 +33,7 @@ mod private_cluster;
 mod replicas;
 mod request_ids;
 // Issue 39, resource keys' names.
+mod domain_verification;
 mod resource_names;
 mod route_policy;
 mod rule_changes;
@@ -53,6 +54,7 @@ mod walk_accounts;
 mod walk_billing;
 mod walk_catalog;
 mod walk_desired_state;
+mod walk_domains;
 mod walk_grants;
 mod walk_platform;
 mod walk_signup;

@@ -55,6 +55,7 @@ async fn a_page_links_each_file_by_its_hash_and_that_address_is_kept_a_year_with
     let links = [
         ("console.css", attribute_after(&html, "<link rel=\"stylesheet\"", "href").to_string(), "text/css"),
         ("htmx.min.js", attribute_after(&html, "<script", "src").to_string(), "text/javascript"),
+        ("console.js", attribute_after(&html, "<script src=\"/static/console.", "src").to_string(), "text/javascript"),
     ];
     for (plain, url, kind) in links {
         let (bytes, hash) = file(plain);
@@ -96,7 +97,7 @@ async fn a_page_links_each_file_by_its_hash_and_that_address_is_kept_a_year_with
 async fn a_file_comes_gzip_or_brotli_as_accept_encoding_asks_and_decodes_to_the_same_bytes() {
     let (_t, app) = app().await;
     let c = app.client();
-    for plain in ["console.css", "htmx.min.js"] {
+    for plain in ["console.css", "htmx.min.js", "console.js"] {
         let (bytes, hash) = file(plain);
         let (stem, ext) = plain.rsplit_once('.').unwrap();
         let url = app.url(&format!("/static/{stem}.{hash}.{ext}"));

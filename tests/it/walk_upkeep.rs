@@ -711,7 +711,8 @@ async fn a_members_domain_claimed_served_stopped_and_released_walked_lock_by_loc
     })
     .await
     .unwrap();
-    assert_eq!(claimed, "example.org");
+    assert_eq!(claimed.domain, "example.org");
+    crate::sites::verify_through_dns(&s, org, &claimed.domain, &claimed.token).await;
     // Serve the site there: the registry lock, then that one site FOR SHARE.
     let id = docs.clone();
     let expected = [registry_lock(), Expect::row_in("fedwiki.sites", &docs, RowMode::Share)];

@@ -49,7 +49,7 @@ pub use pages::{
         rotate_form as connection_rotate_form,
     },
     errors::error_body,
-    farm::{DriftRow, FarmDriftView, FarmRunRow, FarmView, operator_farm},
+    farm::{DriftRow, FarmDriftView, FarmRunRow, FarmView, WatchedClaimRow, operator_farm},
     grants::{
         GrantDetailView, GrantEventRow, GrantListRow, GrantListView, IssueGrantView, LineageRow, grant_detail,
         grant_list, grant_rows_table, issue_grant, manage_form, revoke_form,
@@ -74,7 +74,9 @@ pub use pages::{
     },
     // Issue 38, sign-up, verification and password reset.
     signup::{ForgotView, LinkView, SignupView, forgot, link_page, link_refused, resent, signup, unverified_banner},
-    sites::{OrgSites, RequestLine, SiteLine, SitesView, member_sites, sites_section},
+    sites::{
+        DomainLine, DomainNotice, Hostname, OrgSites, RequestLine, SiteLine, SitesView, member_sites, sites_section,
+    },
     topology::{
         ActReachPreview, Choice, LadderView, OrgTypeRow, Placed, SignupTypeView, TierAddPreview, TierRemovalPreview,
         TierRow, TopologyView, act_reach_preview, add_tier_form, default_change_form, delete_tier_form,

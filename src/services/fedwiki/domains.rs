@@ -22,6 +22,7 @@ use super::{
     handlers::ensure_member,
     names,
     registry::{self, workspace_owner},
+    verification,
 };
 
 pub static CLAIM_DOMAIN_LOCKS: PathLocks = PathLocks {
@@ -29,9 +30,10 @@ pub static CLAIM_DOMAIN_LOCKS: PathLocks = PathLocks {
     function: "services::fedwiki::domains::claim_domain",
     kind: "Registry",
     locks: &[Lock::Registry],
-    why: "The registry lock, then the checks that no other owner's claim covers the name or lies under it, then the \
-          claim (and, on a first claim, the organization's workspace row, so a refusal writes neither): rules that \
-          span rows no constraint compares.",
+    why: "The registry lock, then the checks that no other owner's verified claim covers the name or lies under \
+          it, then the pending claim (and, on a first claim, the organization's workspace row, so a refusal writes \
+          neither). A pending claim holds nothing, but it is written under the registry lock so that a \
+          verification letting the other owners' pending claims go sees every one.",
 };
 
 pub static PLACE_SITE_UNDER_DOMAIN_LOCKS: PathLocks = PathLocks {
@@ -138,17 +140,29 @@ async fn member_org_pool(db: &Db, who: AccountId, organization_id: OrganizationI
     Ok(())
 }
 
-/// Claim `domain` (outside the farm's zone: [`parse_domain`]) for the organization's workspace.
+/// A claim as the member is shown it: the record to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingDomain {
+    pub domain: SiteDomain,
+    pub record_name: String,
+    pub token: String,
+    /// The organization was already waiting on this domain: nothing new was written.
+    pub already: bool,
+}
+
+/// Claim `domain` (outside the farm's zone: [`parse_domain`]) for the organization's workspace:
+/// a pending claim, verified when its DNS record is found (`verification`).
 #[tracing::instrument(name = "Claim a domain", skip(db), fields(organization_id = %organization_id, domain = %domain))]
 pub async fn claim_domain(
     db: &Db,
     who: AccountId,
     organization_id: OrganizationId,
     domain: &SiteDomain,
-) -> Result<SiteDomain, ServiceError> {
+) -> Result<PendingDomain, ServiceError> {
     refuse_public_suffix(domain)?;
     member_org_pool(db, who, organization_id).await?;
     let owner = workspace_owner(&store::workspace_of(organization_id));
+    let token = verification::new_token()?;
     registry::with_lock_for(db, &CLAIM_DOMAIN_LOCKS, async |tx: &mut Tx| {
         match registry_store::covering_claim(tx.conn(), domain).await? {
             Some((name, o)) if o == owner && name == *domain => {
@@ -165,14 +179,37 @@ pub async fn claim_domain(
         if registry_store::other_claim_under(tx.conn(), domain, &owner).await? {
             return Err(ServiceError::invalid("domain", format!("Another owner holds a name under {domain}.")));
         }
-        registry_store::insert_claim(tx.conn(), domain, &owner).await?;
+        if let Some(p) = registry_store::pending_claim(tx.conn(), domain, &owner).await? {
+            return Ok(PendingDomain {
+                domain: domain.clone(),
+                record_name: verification::record_name(domain),
+                token: p.token,
+                already: true,
+            });
+        }
+        if registry_store::pending_count(tx.conn(), &owner).await? >= verification::MAX_PENDING {
+            return Err(ServiceError::invalid(
+                "domain",
+                format!(
+                    "{} domains are already waiting for their records: verify or release one first.",
+                    verification::MAX_PENDING
+                ),
+            ));
+        }
+        let now = crate::store::billing::clock(tx.conn()).await?;
+        registry_store::insert_pending_claim(tx.conn(), domain, &owner, &token, now, now + verification::PENDING_FOR)
+            .await?;
         // A first claim makes the organization's workspace here, after every check: a refused
         // claim writes nothing.
         store::ensure_workspace(tx.conn(), organization_id).await?;
-        Ok(())
+        Ok(PendingDomain {
+            domain: domain.clone(),
+            record_name: verification::record_name(domain),
+            token: token.clone(),
+            already: false,
+        })
     })
-    .await?;
-    Ok(domain.clone())
+    .await
 }
 
 /// Serve site `site_id` at `hostname` (outside the farm's zone: [`DomainName`]), at or under a
@@ -199,11 +236,27 @@ pub async fn place_site_under_domain(
         match registry_store::covering_claim(tx.conn(), hostname).await? {
             Some((_, o)) if o == owner => {}
             _ => {
-                return Err(ServiceError::invalid(
-                    "hostname",
-                    format!("{hostname} lies under no domain of yours: add the domain first."),
-                ));
+                return Err(match registry_store::pending_covering(tx.conn(), hostname, &owner).await? {
+                    Some(name) => ServiceError::invalid(
+                        "hostname",
+                        format!(
+                            "{name} is not verified yet: add its TXT record at {} and check it, then serve a site \
+                             there.",
+                            verification::record_name(&name)
+                        ),
+                    ),
+                    None => ServiceError::invalid(
+                        "hostname",
+                        format!("{hostname} lies under no domain of yours: add the domain first."),
+                    ),
+                });
             }
+        }
+        if registry_store::covering_claim_lapsed(tx.conn(), hostname, &owner).await? {
+            return Err(ServiceError::invalid(
+                "hostname",
+                format!("The domain {hostname} lies under has lapsed: put its TXT record back first."),
+            ));
         }
         if registry_store::placement(tx.conn(), hostname).await?.is_some() {
             return Err(ServiceError::invalid("hostname", format!("{hostname} already serves a site.")));
@@ -223,9 +276,12 @@ pub static RELEASE_DOMAIN_LOCKS: PathLocks = PathLocks {
     path: "Registry: release a member's domain",
     function: "services::fedwiki::domains::release_domain",
     kind: "Registry",
-    locks: &[Lock::Registry],
+    locks: &[Lock::Registry, Lock::PlacementRows],
     why: "The registry lock, then the check that no placement lies at or under the claim, then the claim's deletion: \
-          a placement must always lie under a claim of its owner, a rule that spans rows.",
+          a placement must always lie under a claim of its owner, a rule that spans rows. A lapsed claim is let go \
+          with its placements, which the member confirmed: their rows locked in host name order (the site \
+          trigger's) and deleted, then the claim; no site row is taken. A pending claim is withdrawn: its row \
+          alone.",
 };
 
 pub static STOP_SERVING_LOCKS: PathLocks = PathLocks {
@@ -250,7 +306,8 @@ async fn member_workspace_owner(
 }
 
 /// Release a domain the organization claimed (in the registry's form: [`HeldName`]). Refused while a host name at or under it still
-/// serves a site: the member stops serving it there first.
+/// serves a site: the member stops serving it there first. A lapsed domain goes with the names
+/// under it (the member confirms it on the page); a pending one is withdrawn.
 #[tracing::instrument(name = "Release a domain", skip(db), fields(organization_id = %organization_id))]
 pub async fn release_domain(
     db: &Db,
@@ -261,11 +318,15 @@ pub async fn release_domain(
     let not_yours = || ServiceError::invalid("release", format!("{domain} is not one of your domains."));
     let owner = member_workspace_owner(db, who, organization_id).await?;
     registry::with_lock_for(db, &RELEASE_DOMAIN_LOCKS, async |tx: &mut Tx| {
-        match registry_store::covering_claim(tx.conn(), domain).await? {
-            Some((name, o)) if name == *domain && o == owner => {}
-            _ => return Err(not_yours()),
-        }
-        if registry_store::placements_under(tx.conn(), domain).await? {
+        let Some(claim) = registry_store::verified_claim(tx.conn(), domain, &owner).await? else {
+            if registry_store::delete_pending_claim(tx.conn(), domain, &owner).await? {
+                return Ok(());
+            }
+            return Err(not_yours());
+        };
+        if claim.lapsed_at.is_some() {
+            registry_store::delete_placements_under(tx.conn(), domain, &owner).await?;
+        } else if registry_store::placements_under(tx.conn(), domain).await? {
             return Err(ServiceError::invalid(
                 "release",
                 format!("{domain} still serves a site: stop serving it there first."),

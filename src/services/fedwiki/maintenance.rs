@@ -668,6 +668,8 @@ pub struct FarmOverview {
     /// "pending" or "running" while a run is queued or going.
     pub run_state: Option<String>,
     pub drift: Option<DriftReport>,
+    /// Domains waiting on DNS: pending claims, and verified ones whose record is missing.
+    pub claims: Vec<crate::store::domains::WatchedClaim>,
 }
 
 #[derive(Debug, Clone)]
@@ -682,21 +684,26 @@ pub struct DriftReport {
 
 pub const DRIFT_SHOWN: usize = 100;
 pub const RUNS_SHOWN: i64 = 20;
+/// How many waiting domains the farm page lists.
+pub const CLAIMS_SHOWN: i64 = 200;
 
 #[tracing::instrument(name = "Read the farm's overview", skip_all)]
 pub async fn farm_overview(db: &Db, farm: Option<&Farm>, with_drift: bool) -> Result<FarmOverview, ServiceError> {
     use crate::jobs::Job;
-    let (runs, (next_run_at, run_state)) = {
+    let (runs, state_and_claims) = {
         let mut read = db.read().await?;
         let runs = store::recent_runs(read.conn(), RUNS_SHOWN).await?;
         let state = store::schedule_state(read.conn(), super::FedwikiMaintenance::KIND).await?;
-        (runs, state)
+        let claims = crate::store::domains::watched_claims(read.conn(), CLAIMS_SHOWN).await?;
+        (runs, (state, claims))
     };
+    let (next_run_at, run_state) = state_and_claims.0;
+    let claims = state_and_claims.1;
     let drift = match (with_drift, farm) {
         (true, Some(farm)) => Some(drift(db, farm).await?),
         _ => None,
     };
-    Ok(FarmOverview { runs, next_run_at, run_state, drift })
+    Ok(FarmOverview { runs, next_run_at, run_state, drift, claims })
 }
 
 /// The farm's list beside the console's rows, a page of each at a time.

@@ -17,6 +17,7 @@ pub mod reads;
 pub mod record;
 pub mod registry;
 pub mod repair;
+pub mod verification;
 pub mod workflow;
 
 use std::{sync::Arc, time::Duration};

@@ -231,6 +231,107 @@ pub(in crate::stress) async fn release_domain(ctx: &Ctx, rng: &mut Rng, note: &m
     site_outcome(fedwiki::domains::release_domain(&ctx.db, ctx.site_member, org, &domain).await, note)
 }
 
+/// The database's clock, `ahead` of now.
+async fn clock_ahead(ctx: &Ctx, ahead: chrono::Duration) -> Result<chrono::DateTime<chrono::Utc>, Failure> {
+    let now: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT clock_timestamp()").fetch_one(&ctx.admin).await?;
+    Ok(now + ahead)
+}
+
+/// A pending claim of a shared organization's, as (name, owner, token); one is made when none
+/// waits, so the act always has one to check.
+async fn some_pending(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    note: &mut Note,
+) -> Result<Option<(SiteDomain, String, String)>, Failure> {
+    let pick = || async {
+        sqlx::query_as::<_, (String, String, String)>(
+            "SELECT name, owner, token FROM domains.pending_claims ORDER BY random() LIMIT 1",
+        )
+        .fetch_optional(&ctx.admin)
+        .await
+    };
+    if let Some((n, o, t)) = pick().await? {
+        return Ok(Some((SiteDomain::from(n), o, t)));
+    }
+    claim_domain(ctx, rng, note).await?;
+    Ok(pick().await?.map(|(n, o, t)| (SiteDomain::from(n), o, t)))
+}
+
+/// Verify a pending claim: its token published on the run's DNS (three times in four; else
+/// nothing, or another value), beside the values already there (the contested domain's other
+/// organizations' tokens).
+pub(in crate::stress) async fn verify_domain(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    use fedwiki::verification;
+    let Some((domain, owner, token)) = some_pending(ctx, rng, note).await? else { return Ok(Outcome::Skipped) };
+    let record = verification::record_name(&domain);
+    let mut values: Vec<String> =
+        ctx.dns.records().into_iter().find(|r| r.name == record).map(|r| r.txt).unwrap_or_default();
+    match rng.below(8) {
+        0 => values.clear(),
+        1 => values = vec!["mc-ffffffffffffffffffffffffffffffff".into()],
+        _ if !values.contains(&token) => values.push(token.clone()),
+        _ => {}
+    }
+    let set = if values.is_empty() {
+        ctx.dns.remove_txt(&record).map(|_| ())
+    } else {
+        ctx.dns.set_txt(&record, values).map(|_| ())
+    };
+    set.map_err(|e| Failure::Error(format!("the local DNS: {e}")))?;
+    note.detail = format!("verify {domain} for {owner}");
+    let now = clock_ahead(ctx, chrono::Duration::zero()).await?;
+    let r = verification::verify_pending_claim(&ctx.db, &ctx.resolver, &domain, &owner, now).await;
+    note.detail = format!("verify {domain} for {owner}: {r:?}");
+    site_outcome(r, note)
+}
+
+/// Check a verified claim again: its record kept, removed or put back, at a clock now, 73 hours
+/// on (a lapse) or 11 days on (a release).
+pub(in crate::stress) async fn recheck_domain(ctx: &Ctx, rng: &mut Rng, note: &mut Note) -> Result<Outcome, Failure> {
+    use fedwiki::verification;
+    let picked: Option<(String, String, String)> = sqlx::query_as(
+        "SELECT name, owner, token FROM domains.claims WHERE token IS NOT NULL ORDER BY random() LIMIT 1",
+    )
+    .fetch_optional(&ctx.admin)
+    .await?;
+    let (domain, owner, token) = match picked {
+        Some((n, o, t)) => (SiteDomain::from(n), o, t),
+        // None verified yet: verify one of the pending instead.
+        None => return verify_domain(ctx, rng, note).await,
+    };
+    let record = verification::record_name(&domain);
+    let set = match rng.below(3) {
+        0 => ctx.dns.remove_txt(&record).map(|_| ()),
+        _ => ctx.dns.set_txt(&record, vec![token]).map(|_| ()),
+    };
+    set.map_err(|e| Failure::Error(format!("the local DNS: {e}")))?;
+    let ahead = match rng.below(4) {
+        0 | 1 => chrono::Duration::zero(),
+        2 => chrono::Duration::hours(73),
+        _ => chrono::Duration::days(11),
+    };
+    let now = clock_ahead(ctx, ahead).await?;
+    let r = verification::recheck_claim(&ctx.db, &ctx.resolver, &domain, &owner, now).await;
+    note.detail = format!("re-check {domain} for {owner} at +{}h: {r:?}", ahead.num_hours());
+    site_outcome(r, note)
+}
+
+/// Let a pending claim go at a clock eight days on.
+pub(in crate::stress) async fn expire_pending_claim(
+    ctx: &Ctx,
+    rng: &mut Rng,
+    note: &mut Note,
+) -> Result<Outcome, Failure> {
+    use fedwiki::verification;
+    let Some((domain, owner, _)) = some_pending(ctx, rng, note).await? else { return Ok(Outcome::Skipped) };
+    let now = clock_ahead(ctx, chrono::Duration::days(8)).await?;
+    let r = verification::expire_pending_claim(&ctx.db, &domain, &owner, now).await;
+    note.detail = format!("expire {domain} for {owner}: {r:?}");
+    site_outcome(r, note)
+}
+
 /// The maintenance's parts, as the schedule runs them, beside the members' requests: a sync pass
 /// (one-site writes, then the recounts), the purge of archived sites past the run's short
 /// retention, and the quota's parks and reactivations. Refused only on a lock wait past its bound.

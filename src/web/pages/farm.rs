@@ -66,6 +66,19 @@ fn run_row(r: &RunRow) -> views::FarmRunRow {
     }
 }
 
+fn claim_row(c: &crate::store::domains::WatchedClaim) -> views::WatchedClaimRow {
+    let state = super::sites::domain_state(c.pending, c.missing_since.is_some(), c.lapsed_at.is_some());
+    views::WatchedClaimRow {
+        name: c.name.clone(),
+        organization: c.organization.as_ref().map(|(id, name)| (name.clone(), paths::fill(paths::ORGANIZATION, &[id]))),
+        state: state.to_string(),
+        since: if c.pending { format!("added {}", when(c.since)) } else { format!("verified {}", when(c.since)) },
+        deadline: super::sites::domain_deadline(state, c.expires_at, c.missing_since, c.lapsed_at)
+            .map(|(what, t)| format!("{what} {}", when(t))),
+        last_check: super::sites::last_check(c.checked_at, c.check_outcome.as_deref(), c.check_detail.as_deref()),
+    }
+}
+
 async fn page(req: &HttpRequest, state: &AppState, refusal: Option<String>) -> Result<HttpResponse, AppError> {
     let q = query_or_default::<FarmQuery>(req);
     let o = maintenance::farm_overview(&state.db, state.farm.as_deref(), q.drift.is_some()).await?;
@@ -75,6 +88,7 @@ async fn page(req: &HttpRequest, state: &AppState, refusal: Option<String>) -> R
         runs: o.runs.iter().map(run_row).collect(),
         next_run: o.next_run_at.map(when),
         run_state: o.run_state.map(|s| if s == "pending" { "queued".to_string() } else { s }),
+        claims: o.claims.iter().map(claim_row).collect(),
         drift: o.drift.map(|d| views::FarmDriftView {
             farm_sites: d.farm_sites,
             console_sites: d.console_sites,

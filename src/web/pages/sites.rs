@@ -22,7 +22,7 @@ use crate::{
         },
     },
     states::{RequestKind, SiteStatus},
-    store::accounts::SessionAccount,
+    store::{accounts::SessionAccount, site_pages::DomainRow},
     web::{
         AppState,
         call::{Call, MemberCall, MemberPage, PageRead},
@@ -116,7 +116,7 @@ fn view(
                         .placements
                         .iter()
                         .filter(|(h, id)| *id == s.site_id && *h != s.domain)
-                        .map(|(h, _)| h.to_string())
+                        .map(|(h, _)| views::Hostname { name: h.to_string(), served: !under_lapsed(&o.domains, h) })
                         .collect(),
                     note: site_note(s, o.limit, retention),
                 })
@@ -157,11 +157,91 @@ fn view(
                 swap_in_minutes,
                 form,
                 custom_domain: o.custom_domain,
-                domains: o.domains.into_iter().map(SiteDomain::into_string).collect(),
+                domains: o.domains.iter().map(domain_line).collect(),
+                notices: o
+                    .domain_notices
+                    .iter()
+                    .map(|n| views::DomainNotice {
+                        notice_id: n.notice_id,
+                        sentence: n.sentence.clone(),
+                        when: when(n.created_at),
+                    })
+                    .collect(),
             }
         })
         .collect();
-    views::SitesView { csrf: csrf_token(req), connected: state.farm.is_some(), notice: notice(req), organizations }
+    views::SitesView {
+        csrf: csrf_token(req),
+        connected: state.farm.is_some(),
+        notice: notice(req),
+        organizations,
+        local_dns: state.local_dns.clone(),
+    }
+}
+
+/// Whether host name `h` lies at or under one of the workspace's lapsed domains (not served).
+fn under_lapsed(domains: &[DomainRow], h: &SiteDomain) -> bool {
+    domains.iter().any(|d| d.lapsed_at.is_some() && crate::hostname::is_at_or_under(h.as_str(), d.name.as_str()))
+}
+
+/// A domain's state as the page words it: pending, verified, lapsing (its record missing), lapsed.
+pub(crate) fn domain_state(pending: bool, missing_since: bool, lapsed: bool) -> &'static str {
+    match (pending, missing_since, lapsed) {
+        (true, _, _) => "pending",
+        (false, _, true) => "lapsed",
+        (false, true, false) => "lapsing",
+        (false, false, false) => "verified",
+    }
+}
+
+/// The last check, worded: when, and what it found.
+pub(crate) fn last_check(at: Option<DateTime<Utc>>, outcome: Option<&str>, detail: Option<&str>) -> Option<String> {
+    let at = at?;
+    let found = match outcome {
+        Some("found") => "the record was found".to_string(),
+        Some("missing") => "no TXT record found".to_string(),
+        Some("other_value") => {
+            format!("the record holds another value{}", detail.map(|d| format!(" ({d})")).unwrap_or_default())
+        }
+        Some("could_not_check") => {
+            format!("DNS could not be checked{}", detail.map(|d| format!(" ({d})")).unwrap_or_default())
+        }
+        _ => "checked".to_string(),
+    };
+    Some(format!("{}: {found}", when(at)))
+}
+
+/// A domain's next deadline in its state: when a pending one expires, a lapsing one lapses, a
+/// lapsed one is released; as (what happens, when).
+pub(crate) fn domain_deadline(
+    state: &str,
+    expires_at: Option<DateTime<Utc>>,
+    missing_since: Option<DateTime<Utc>>,
+    lapsed_at: Option<DateTime<Utc>>,
+) -> Option<(&'static str, DateTime<Utc>)> {
+    use fedwiki::verification::{LAPSE_AFTER, RELEASE_AFTER_LAPSE};
+    match state {
+        "pending" => expires_at.map(|t| ("expires", t)),
+        "lapsing" => missing_since.map(|t| ("lapses", t + LAPSE_AFTER)),
+        "lapsed" => lapsed_at.map(|t| ("released", t + RELEASE_AFTER_LAPSE)),
+        _ => None,
+    }
+}
+
+fn domain_line(d: &DomainRow) -> views::DomainLine {
+    use fedwiki::verification::record_name;
+    let state = domain_state(d.pending, d.missing_since.is_some(), d.lapsed_at.is_some());
+    let deadline = domain_deadline(state, d.expires_at, d.missing_since, d.lapsed_at)
+        .map(|(what, t)| format!("{what} {}", when(t)));
+    views::DomainLine {
+        name: d.name.to_string(),
+        state: state.to_string(),
+        record_name: record_name(&d.name),
+        token: d.token.clone().unwrap_or_default(),
+        since: if d.pending { format!("added {}", when(d.since)) } else { format!("verified {}", when(d.since)) },
+        deadline,
+        last_check: last_check(d.checked_at, d.check_outcome.as_deref(), d.check_detail.as_deref()),
+    }
 }
 
 /// What an act asked, as the page comes back to say it (`?asked=`).
@@ -180,6 +260,13 @@ enum Asked {
     Hostname,
     Release,
     Stop,
+    /// A check found the record: the domain is verified (or still holds).
+    Verified,
+    /// A check did not find the record (or found another value).
+    Unverified,
+    /// A check could not be made.
+    Unchecked,
+    Dismissed,
     /// Any other word: the page says only that something was asked, as it always has.
     #[serde(other)]
     Other,
@@ -200,6 +287,10 @@ impl Asked {
             Asked::Hostname => "hostname",
             Asked::Release => "release",
             Asked::Stop => "stop",
+            Asked::Verified => "verified",
+            Asked::Unverified => "unverified",
+            Asked::Unchecked => "unchecked",
+            Asked::Dismissed => "dismissed",
             Asked::Other => "other",
         }
     }
@@ -218,7 +309,17 @@ fn notice(req: &HttpRequest) -> Option<String> {
             Asked::Create => "The site is being created; this page shows when it is ready.",
             Asked::Swap => "The swap is under way; this page shows when it is done.",
             Asked::Keep => "Saved.",
-            Asked::Domain => "The domain is yours: serve a site at it below.",
+            Asked::Domain => {
+                "Now prove the domain is yours: add the TXT record shown below at your DNS provider. The console \
+                 checks it every few minutes, or check it now."
+            }
+            Asked::Verified => "The record was found: the domain is verified.",
+            Asked::Unverified => {
+                "The record was not found, or holds another value. A new record can take a while to be seen; the \
+                 console keeps checking."
+            }
+            Asked::Unchecked => "DNS could not be checked just now. Nothing changed; the console tries again.",
+            Asked::Dismissed => "Dismissed.",
             Asked::Hostname => "The site is served there too.",
             Asked::Release => "The domain is released.",
             Asked::Stop => "The site is no longer served there.",
@@ -652,4 +753,84 @@ pub async fn remove_domain(
         _ => return Err(AppError::BadRequest("Give a domain to release, or a host name to stop serving.".into())),
     };
     answer(&req, &state, who.account_id, Beside::Organization(org), asked, done, values).await
+}
+
+/// "Check now" on a domain: verify a pending one, check a verified one again.
+#[derive(Deserialize, Default, Validate)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckDomainForm {
+    #[validate(custom(function = read, message = "Choose the organization from the page."))]
+    organization_id: Field<OrganizationId>,
+    #[validate(custom(function = read))]
+    domain: Field<HeldName>,
+}
+
+#[tracing::instrument(name = "Page: check a custom domain", skip_all, fields(account_id = %who.account_id))]
+pub async fn check_domain(
+    Call { who: Member(who), req, state }: MemberCall,
+    form: Form<CheckDomainForm>,
+) -> Result<HttpResponse, AppError> {
+    use fedwiki::verification::{self, Checked, Lookup, Recheck, Verification};
+    let org = organization(&form.organization_id)?;
+    let values = form.values();
+    let f = form.into_inner();
+    let domain = match f.domain.into_ok() {
+        Some(d) if !d.clone().into_domain().as_str().is_empty() => d.into_domain(),
+        _ => return Err(AppError::BadRequest("Choose the domain to check from the page.".into())),
+    };
+    let checked = match verification::db_now(&state.db).await {
+        Ok(now) => verification::check_domain(&state.db, &state.dns, who.account_id, org, &domain, now).await,
+        Err(e) => Err(e),
+    };
+    let (asked, done) = match checked {
+        Ok(c) => match &c {
+            Checked::Pending(Verification::Verified) | Checked::Verified(Recheck::Holds | Recheck::Restored) => {
+                (Asked::Verified, Ok(()))
+            }
+            Checked::Pending(Verification::NotYet(Lookup::CouldNotCheck(_)))
+            | Checked::Verified(Recheck::CouldNotCheck(_)) => (Asked::Unchecked, Ok(())),
+            Checked::Pending(Verification::NotYet(_))
+            | Checked::Verified(Recheck::Missing { .. } | Recheck::Lapsed { .. }) => (Asked::Unverified, Ok(())),
+            _ => (Asked::Other, Err(ServiceError::Refused(c.sentence(&domain)))),
+        },
+        Err(e) => (Asked::Other, Err(e)),
+    };
+    answer(&req, &state, who.account_id, Beside::Organization(org), asked, done, values).await
+}
+
+/// Dismiss a notice about the organization's domains.
+#[derive(Deserialize, Default, Validate)]
+#[serde(default, deny_unknown_fields)]
+pub struct DismissNoticeForm {
+    #[validate(custom(function = read, message = "Choose the organization from the page."))]
+    organization_id: Field<OrganizationId>,
+    #[validate(custom(function = read, message = "Choose the notice from the page."))]
+    notice_id: Field<NoticeId>,
+}
+
+/// A notice's id as the page writes it.
+#[derive(Clone, Copy)]
+struct NoticeId(i64);
+
+impl FromField for NoticeId {
+    fn from_field(raw: &str) -> Result<Self, String> {
+        match raw.trim().parse::<i64>() {
+            Ok(id) if id > 0 => Ok(NoticeId(id)),
+            _ => Err("“{value}” is not one of the page's notices.".into()),
+        }
+    }
+}
+
+#[tracing::instrument(name = "Page: dismiss a domain notice", skip_all, fields(account_id = %who.account_id))]
+pub async fn dismiss_notice(
+    Call { who: Member(who), req, state }: MemberCall,
+    form: Form<DismissNoticeForm>,
+) -> Result<HttpResponse, AppError> {
+    let org = organization(&form.organization_id)?;
+    let Some(NoticeId(notice_id)) = form.notice_id.ok().copied() else {
+        return Err(AppError::BadRequest("Choose the notice from the page.".into()));
+    };
+    let values = form.values();
+    let done = fedwiki::verification::dismiss_notice(&state.db, who.account_id, org, notice_id).await;
+    answer(&req, &state, who.account_id, Beside::Organization(org), Asked::Dismissed, done, values).await
 }

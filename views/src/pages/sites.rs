@@ -422,6 +422,9 @@ fn domains_panel(v: &SitesView, o: &OrgSites) -> Markup {
                         }))
                         div.form-actions { button.btn.btn-secondary type="submit" { "Serve site" } }
                     }))
+                } @else if let Some(e) = f.field_error("hostname") {
+                    // A placement asked while no domain holds (a pending one, say): its reason.
+                    p.field-error role="alert" { (e) }
                 }
             }
         }
@@ -477,9 +480,9 @@ fn domain_line(v: &SitesView, o: &OrgSites, d: &DomainLine) -> Markup {
                 (org_form(v, o, Some("inline"), paths::SITES_DOMAINS_CHECK, html! {
                     input type="hidden" name="domain" value=(d.name);
                     @if verified {
-                        button.btn.btn-secondary.btn-small type="submit" aria-label=(format!("Check {} now", d.name)) { "Check now" }
+                        button.btn.btn-secondary.btn-small type="submit" aria-label=(format!("Check now {}", d.name)) { "Check now" }
                     } @else {
-                        button.btn type="submit" aria-label=(format!("Check {} now", d.name)) { "Check now" }
+                        button.btn type="submit" aria-label=(format!("Check now {}", d.name)) { "Check now" }
                     }
                 }))
                 (release(v, o, d))
@@ -715,7 +718,7 @@ mod tests {
         assert!(!html.contains("_member-console-challenge") && !html.contains("data-copy"), "{html}");
         assert!(html.contains(r#"<span class="badge badge-ok">verified</span>"#), "{html}");
         assert!(
-            html.contains(r#"<button class="btn btn-secondary btn-small" type="submit" aria-label="Check acme.example now">Check now</button>"#),
+            html.contains(r#"<button class="btn btn-secondary btn-small" type="submit" aria-label="Check now acme.example">Check now</button>"#),
             "{html}"
         );
     }
