@@ -157,7 +157,7 @@ async fn a_person_signs_up_reads_the_verification_mail_opens_the_link_buys_a_pla
 
             // And a site.
             b.goto(&url("/sites")).await;
-            create_active_sites(b, &["newcomer"], STEP).await;
+            create_active_sites(b, &["newcomer"], 2 * STEP).await;
             b.keep_step(7, "site-created").await;
         })
         .await;

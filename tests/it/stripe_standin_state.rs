@@ -131,11 +131,17 @@ async fn a_demo_stopped_and_started_again_on_its_data_folder_still_sells_plans()
     let (first_base, _) = first.ready().await;
     let first_log = first.stop().await;
     assert!(!first_log.contains("could not be loaded"), "{first_log}");
+    // Issue 40: the demo's own domain is verified at load, through its local DNS.
+    assert!(
+        first_log.lines().any(|l| l.contains("a domain was verified") && l.contains("stark.example")),
+        "{first_log}"
+    );
     assert!(data_dir.join("stripe-standin.json").exists(), "the stand-in's state is in the data folder");
 
     let mut second = Demo::start(&t, &data_dir, "second");
     let (base, standin) = second.ready().await;
     assert!(!second.log().contains("the demo's billing could not be loaded"), "{}", second.log());
+    assert!(!second.log().contains("the demo's domains could not be loaded"), "{}", second.log());
 
     // One endpoint, at the console's address now (the first one listened elsewhere).
     let hooks = endpoints(&standin).await;
