@@ -82,16 +82,40 @@ pub static CLAIM_LOCKS: PathLocks = PathLocks {
           so concurrent workers claim disjoint jobs without ever waiting on each other.",
 };
 
-/// Claim up to `limit` due jobs for `worker`, leasing each for `lease`: pending jobs whose
-/// run_at has come, and running jobs whose lease expired (their worker crashed). Each claim
+/// Claim up to `limit` due jobs of any kind for `worker`, leasing each for `lease`: pending jobs
+/// whose run_at has come, and running jobs whose lease expired (their worker crashed). Each claim
 /// counts an attempt. One statement (`store::jobs::claim_due_jobs`) in a Plain transaction.
 pub async fn claim(db: &Db, worker: &str, limit: usize, lease: Duration) -> Result<Vec<ClaimedJob>, DbError> {
+    claim_due(db, worker, None, limit, lease).await
+}
+
+/// As [`claim`], only jobs of `kinds`: what a worker has handlers for. A job of a kind it cannot
+/// run is left to a worker that can (a worker without the farm never takes a site's request, so
+/// it does not spend the request's attempts on "no handler" while the one that can waits out the
+/// backoff).
+pub async fn claim_kinds(
+    db: &Db,
+    worker: &str,
+    kinds: &[String],
+    limit: usize,
+    lease: Duration,
+) -> Result<Vec<ClaimedJob>, DbError> {
+    claim_due(db, worker, Some(kinds), limit, lease).await
+}
+
+async fn claim_due(
+    db: &Db,
+    worker: &str,
+    kinds: Option<&[String]>,
+    limit: usize,
+    lease: Duration,
+) -> Result<Vec<ClaimedJob>, DbError> {
     if limit == 0 {
         return Ok(Vec::new());
     }
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let mut tx = tx::begin_for(db, TxKind::Plain, &CLAIM_LOCKS).await?;
-    let jobs = store::claim_due_jobs(tx.conn(), worker, limit, lease).await?;
+    let jobs = store::claim_due_jobs(tx.conn(), worker, kinds, limit, lease).await?;
     // The statement locked them all; noted one by one after it (a row whose lease ran out on its
     // last attempt, marked failed by the same statement, is locked too but not returned).
     crate::db::trace::note_rows(tx.conn(), Lock::JobRows, jobs.iter().map(|j| (j.job_id.0, None))).await?;

@@ -192,6 +192,8 @@ impl Worker {
         let mut in_flight: HashMap<Id, Running> = HashMap::new();
         let mut next_fire = Instant::now();
         tracing::info!(concurrency, kinds = ?self.handlers.kinds(), "worker started");
+        // It claims only what it can run: a job of another kind waits for a worker that can.
+        let kinds: Vec<String> = self.handlers.kinds().iter().map(|k| k.to_string()).collect();
 
         loop {
             if *shutdown.borrow_and_update() {
@@ -208,7 +210,7 @@ impl Worker {
             if free > 0 {
                 // The lease runs from no earlier than this: the database starts it later.
                 let claimed_at = Instant::now();
-                match queue::claim(&self.db, &self.id, free, opts.lease).await {
+                match queue::claim_kinds(&self.db, &self.id, &kinds, free, opts.lease).await {
                     Ok(jobs) => {
                         for job in jobs {
                             self.start(&mut tasks, &mut in_flight, job, claimed_at);

@@ -57,6 +57,7 @@ pub async fn insert_job(
 pub async fn claim_due_jobs(
     conn: &mut PgConnection,
     worker: &str,
+    kinds: Option<&[String]>,
     limit: i64,
     lease: Duration,
 ) -> Result<Vec<ClaimedJob>, sqlx::Error> {
@@ -69,6 +70,7 @@ WITH due AS (
     FROM integration.jobs
     WHERE run_at <= now()
       AND (state = 'pending' OR (state = 'running' AND locked_until < now()))
+      AND ($4::text[] IS NULL OR kind = ANY ($4))
     ORDER BY run_at, job_id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -93,7 +95,8 @@ FROM taken WHERE state = 'running'
 ORDER BY job_id"#,
         worker,
         limit,
-        millis(lease)
+        millis(lease),
+        kinds
     )
     .fetch_all(conn)
     .await

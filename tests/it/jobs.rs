@@ -366,7 +366,7 @@ fn backoff_doubles_from_two_seconds_and_caps_at_ten_minutes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn panics_unknown_kinds_and_permanent_errors_fail_without_stopping_the_worker() {
+async fn panics_and_permanent_errors_fail_without_stopping_the_worker_and_an_unknown_kind_waits_for_its_own() {
     let t = TestDb::new().await;
     let mut h = Handlers::new();
     h.register_kind("test_panic", |_ctx, _payload| async move {
@@ -394,7 +394,7 @@ async fn panics_unknown_kinds_and_permanent_errors_fail_without_stopping_the_wor
     })
     .await;
     wait_until("the others are final", Duration::from_secs(20), || async {
-        count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE state = 'failed'").await == 3
+        count(&t.admin, "SELECT count(*) FROM integration.jobs WHERE state = 'failed'").await == 2
     })
     .await;
     w.stop().await;
@@ -402,9 +402,27 @@ async fn panics_unknown_kinds_and_permanent_errors_fail_without_stopping_the_wor
     let p = job(&t.admin, panics).await.unwrap();
     let err = p.last_error.unwrap_or_default();
     assert!(err.contains("panicked") && err.contains("handler exploded"), "{err}");
+    // A kind this worker has no handler for is never claimed by it: it waits, its attempts
+    // unspent, for a worker that can run it.
     let u = job(&t.admin, unknown).await.unwrap();
-    let err = u.last_error.unwrap_or_default();
-    assert!(err.contains("no handler for job kind 'test_nobody'"), "{err}");
+    assert_eq!((u.state.as_str(), u.attempts, u.locked_by.as_deref()), ("pending", 0, None));
+    let w = spawn(
+        Worker::new(
+            t.db.clone(),
+            {
+                let mut h = Handlers::new();
+                h.register_kind("test_nobody", |_ctx, _payload| async move { Ok(()) });
+                h
+            },
+            1,
+        )
+        .with_options(WorkerOptions { concurrency: 1, ..fast() }),
+    );
+    wait_until("a worker that runs it does", Duration::from_secs(20), || async {
+        state_of(&t.admin, unknown).await == "done"
+    })
+    .await;
+    w.stop().await;
     let perm = job(&t.admin, permanent).await.unwrap();
     assert_eq!((perm.state.as_str(), perm.attempts), ("failed", 1), "a permanent error is not retried");
     assert_eq!(perm.last_error.as_deref(), Some("the payload is unusable"));
