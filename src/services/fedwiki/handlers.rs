@@ -73,6 +73,9 @@ async fn members_site(db: &Db, who: AccountId, site_id: &SiteId) -> Result<store
     let site = store::site(read.conn(), site_id).await?.ok_or(ServiceError::NotFound("site"))?;
     // Another organization's site is not found, not forbidden: its existence is not told.
     store::member_workspace_org(read.conn(), who, &site.workspace_id).await?.ok_or(ServiceError::NotFound("site"))?;
+    // Ended here, not by its drop: a dropped transaction's rollback is sent later, and the act's
+    // answer (a refusal, say) must find nothing of it still open (tests/it/tx_kinds.rs).
+    read.commit().await?;
     Ok(site)
 }
 
