@@ -424,7 +424,7 @@ pub async fn load_domains(
         let mut conn = db.pool.acquire().await?;
         crate::store::domains::verified_tokens(&mut conn).await?
     };
-    let now = verification::db_now(db).await.map_err(err)?;
+    let now = crate::services::clock::now(db).await.map_err(err)?;
     for (domain, owner, token) in held {
         publish(&verification::record_name(&domain), &token).await?;
         verification::recheck_claim(db, dns, &domain, &owner, now).await.map_err(err)?;

@@ -110,6 +110,13 @@ enum Command {
 #[cfg(feature = "stand-ins")]
 #[derive(Subcommand)]
 enum BenchWhich {
+    /// Every bench once, one after another, and one table of their figures and ratios, with
+    /// the machine's two yardsticks (for docs/operations.md).
+    All {
+        /// A small N for each bench and 3-second yardsticks: a few minutes in all.
+        #[arg(long)]
+        quick: bool,
+    },
     /// A rule change that changes N organizations' entitlements, relayed to the receiver the
     /// project ships until it confirmed every record: the relay's rate against the yardstick.
     Relay {
@@ -356,6 +363,11 @@ async fn until_interrupted(
 #[cfg(feature = "stand-ins")]
 async fn bench(which: BenchWhich, config: &Config) -> anyhow::Result<()> {
     match which {
+        BenchWhich::All { quick } => {
+            let r = member_console::bench::all::run(config, &member_console::bench::all::Options { quick }).await?;
+            print!("{}", member_console::bench::all::table(&r));
+            println!("{}", serde_json::to_string(&r)?);
+        }
         BenchWhich::RuleChange { pools, concurrency, yardstick_seconds, keep } => {
             anyhow::ensure!(pools >= 1 && concurrency >= 1, "--pools and --concurrency must be at least 1");
             let o = member_console::bench::rule_change::Options { pools, concurrency, yardstick_seconds, keep };

@@ -2,6 +2,7 @@
 //! database, measures one path at scale, measures the TPC-B yardstick in the same run on the
 //! same database at the same concurrency, prints the figures, and ends with one line of JSON.
 
+pub mod all;
 pub mod farm_sync;
 pub mod http;
 pub mod plan_act;

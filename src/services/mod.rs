@@ -7,6 +7,7 @@ pub mod accounts;
 pub mod auth;
 pub mod billing;
 pub mod catalog;
+pub mod clock;
 pub mod desired_state;
 pub mod entitlements;
 pub mod fedwiki;

@@ -314,7 +314,7 @@ async fn the_checks_pass_verifies_what_is_due_and_lets_an_unverified_claim_go_af
     let ready = claim(s, org, "ready.example").await.unwrap();
     claim(s, org, "never.example").await.unwrap();
     d.publish("ready.example", &[&ready.token]);
-    let now = verification::db_now(&s.t.db).await.unwrap();
+    let now = member_console::services::clock::now(&s.t.db).await.unwrap();
     let pass = verification::check_due_claims(&s.t.db, &d.resolver, now).await.unwrap();
     assert_eq!((pass.checked, pass.verified), (2, 1), "{pass:?}");
     // Checked a minute later: nothing is due (the next check is five minutes on).
@@ -390,7 +390,7 @@ async fn a_member_checks_a_domain_and_dismisses_a_notice_on_the_page_and_an_oper
 
     // A notice (a claim let go after seven days) is shown until dismissed, by its organization only.
     claim(s, org, "old.example").await.unwrap();
-    let later = verification::db_now(&s.t.db).await.unwrap() + chrono::Duration::days(8);
+    let later = member_console::services::clock::now(&s.t.db).await.unwrap() + chrono::Duration::days(8);
     verification::check_due_claims(&s.t.db, &d.resolver, later).await.unwrap();
     let page = member.get("/sites").await;
     assert!(page.body.contains("old.example was not verified within 7 days"), "{}", page.body);

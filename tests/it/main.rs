@@ -32,8 +32,8 @@ mod plan_changes;
 mod private_cluster;
 mod replicas;
 mod request_ids;
-// Issue 39, resource keys' names.
 mod domain_verification;
+// Issue 39, resource keys' names.
 mod resource_names;
 mod route_policy;
 mod rule_changes;

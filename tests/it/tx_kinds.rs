@@ -205,6 +205,52 @@ async fn a_forged_or_copied_rendezvous_mark_is_refused() {
     }
 }
 
+/// The `_held` bodies skip the assertion their public entries make (migration 0023): the run-time
+/// role may call none of them, and nobody but their owner may; each entry still refuses a
+/// transaction without the rendezvous before any of its work.
+#[tokio::test]
+async fn the_held_bodies_are_reachable_only_through_an_entry_that_asserts_the_rendezvous() {
+    let t = TestDb::new().await;
+    let (bodies, entries): (Vec<String>, Vec<String>) = {
+        let rows: Vec<(String, String)> = t
+            .all(sqlx::query_as(
+                "SELECT p.oid::regprocedure::text, e.oid::regprocedure::text
+                   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                   JOIN pg_proc e ON e.pronamespace = p.pronamespace AND e.proname || '_held' = p.proname
+                                 AND e.proargtypes = p.proargtypes
+                  WHERE n.nspname = 'core' AND p.proname LIKE '%\\_held' ORDER BY 1",
+            ))
+            .await;
+        rows.into_iter().unzip()
+    };
+    assert_eq!(bodies.len(), 8, "every held body has its entry: {bodies:?}");
+    let open: Vec<String> = t
+        .all(sqlx::query_scalar(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              CROSS JOIN LATERAL aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+              WHERE n.nspname = 'core' AND p.proname LIKE '%\\_held' AND a.grantee <> p.proowner",
+        ))
+        .await;
+    assert!(open.is_empty(), "held bodies others may execute: {open:?}");
+    let mut c = t.runtime_conn().await;
+    let call = |f: &str| {
+        // Each argument NULL of its type: the refusal comes before any of them is read.
+        let (name, args) = f.split_once('(').unwrap();
+        let args = args.trim_end_matches(')');
+        let nulls: Vec<String> =
+            if args.is_empty() { vec![] } else { args.split(',').map(|a| format!("NULL::{a}")).collect() };
+        format!("SELECT {name}({})", nulls.join(", "))
+    };
+    for body in &bodies {
+        let e = sqlx::query(sqlx::AssertSqlSafe(call(body))).execute(&mut c).await.unwrap_err();
+        assert!(e.to_string().contains("permission denied"), "{body}: {e}");
+    }
+    for entry in entries.iter().filter(|e| !e.starts_with("core.lock_pool(")) {
+        let e = sqlx::query(sqlx::AssertSqlSafe(call(entry))).execute(&mut c).await.unwrap_err();
+        assert_eq!(member_console::db::sqlstate(&e).as_deref(), Some("MC001"), "{entry}: {e}");
+    }
+}
+
 #[tokio::test]
 async fn security_definer_functions_pin_their_search_path_and_nobody_makes_temporary_objects() {
     let t = TestDb::new().await;

@@ -15,7 +15,8 @@ use crate::{
     store::billing::{self as store, InvoiceWrite},
 };
 
-use super::{reconcile::now, remote};
+use super::remote;
+use crate::services::clock::now;
 
 pub static CONVERGE_INVOICE_LOCKS: PathLocks = PathLocks {
     path: "invoiceReconcile.converge",

@@ -316,7 +316,7 @@ pub async fn quote_switch(
 ) -> Result<SwitchQuote, ServiceError> {
     let mut c = check_switch(db, stripe, who, organization_id, subscription_id, price_id, quantity).await?;
     if c.quote.kind == SwitchKind::FewerSeats {
-        c.quote.effective_at = super::reconcile::now(db).await?;
+        c.quote.effective_at = crate::services::clock::now(db).await?;
     }
     if c.quote.kind.charged_now() {
         let preview = stripe
@@ -326,7 +326,7 @@ pub async fn quote_switch(
         c.quote.proration_date = preview.proration_date;
         c.quote.effective_at = match preview.proration_date.and_then(|d| DateTime::from_timestamp(d, 0)) {
             Some(at) => at,
-            None => super::reconcile::now(db).await?,
+            None => crate::services::clock::now(db).await?,
         };
         c.quote.charge = Some(preview);
     }

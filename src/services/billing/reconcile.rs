@@ -4,8 +4,6 @@
 //! orders it. Reconciling the same Stripe state twice writes nothing the second time, so the
 //! checkout return, the webhook's job, the outbox and the sweep may all run it.
 
-use chrono::{DateTime, Utc};
-
 use crate::{
     db::{
         Db, Tx, TxKind,
@@ -23,6 +21,7 @@ use crate::{
 };
 
 use super::remote;
+use crate::services::clock::now;
 
 pub static RECONCILE_SUBSCRIPTION_LOCKS: PathLocks = PathLocks {
     path: "ReconcileSubscription",
@@ -47,12 +46,6 @@ pub enum Reconciled {
     Stale,
     /// Stripe knows no such subscription, and neither does the console.
     Unknown,
-}
-
-/// The console's own clock for "when was this read": the database's, so every replica agrees.
-pub(super) async fn now(db: &Db) -> Result<DateTime<Utc>, ServiceError> {
-    // One prepared statement of one round trip: a read transaction would add BEGIN and its end.
-    Ok(crate::db::tx::on_prepared(db, async |c| store::clock(c).await).await?)
 }
 
 /// Whether a reconcile makes the collection pause's Stripe update itself after its commit

@@ -566,13 +566,6 @@ impl crate::jobs::Job for CheckDomainClaims {
     }
 }
 
-/// The database's clock: what a member's check and the job's pass take as `now`, so every
-/// replica agrees on a claim's deadlines.
-pub async fn db_now(db: &Db) -> Result<DateTime<Utc>, ServiceError> {
-    let mut read = db.read().await?;
-    Ok(crate::store::billing::clock(read.conn()).await?)
-}
-
 /// A member dismisses a notice about the organization's domains.
 #[tracing::instrument(name = "Dismiss a domain notice", skip(db), fields(organization_id = %organization_id))]
 pub async fn dismiss_notice(

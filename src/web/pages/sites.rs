@@ -778,7 +778,7 @@ pub async fn check_domain(
         Some(d) if !d.clone().into_domain().as_str().is_empty() => d.into_domain(),
         _ => return Err(AppError::BadRequest("Choose the domain to check from the page.".into())),
     };
-    let checked = match verification::db_now(&state.db).await {
+    let checked = match crate::services::clock::now(&state.db).await {
         Ok(now) => verification::check_domain(&state.db, &state.dns, who.account_id, org, &domain, now).await,
         Err(e) => Err(e),
     };
