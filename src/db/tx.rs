@@ -461,6 +461,80 @@ pub async fn once_for(
     once_named(db, kind, Some(decl), statement).await
 }
 
+/// What `each_once_for` did: the rows of each statement committed, in order, and the error of
+/// the one that failed, if one did. The statements after a failed one were not run.
+pub struct EachOnce {
+    pub committed: Vec<Vec<PgRow>>,
+    pub failed: Option<DbError>,
+}
+
+/// Several statements, each in a transaction of its own exactly as `once_for` runs one (BEGIN,
+/// the kind's bounds and lock, the statement, COMMIT), all sent in one round trip: a drain's run
+/// of moves. The server runs them in order and stops at the first that fails, whose transaction
+/// rolls back; those before it stay committed. Not for a kind with a deadline: the bounds are
+/// computed once, when the batch is made.
+pub async fn each_once_for(db: &Db, kind: TxKind, decl: &'static PathLocks, statements: &[String]) -> EachOnce {
+    use futures_util::TryStreamExt;
+    debug_assert!(!matches!(kind, TxKind::MaterializingWithin(_)), "a deadline is per transaction");
+    let failed = |e: DbError| EachOnce { committed: vec![], failed: Some(e) };
+    let mut opening = match bounds_and_locks(kind, db.lock_timeout, !matches!(kind, TxKind::Plain)) {
+        Ok(s) => s,
+        Err(e) => return failed(e),
+    };
+    if super::trace::is_on() {
+        opening.insert(0, super::trace::path_statement(decl));
+    }
+    opening.insert(0, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED".into());
+    // Each transaction is BEGIN, the opening, the statement and COMMIT, each ending in one
+    // result; the statement's rows come after BEGIN's and the opening's results.
+    let (per, rows_at) = (opening.len() + 3, opening.len() + 1);
+    let mut batch = Vec::with_capacity(statements.len() * per);
+    for s in statements {
+        batch.push("BEGIN".to_string());
+        batch.extend(opening.iter().cloned());
+        batch.push(s.clone());
+        batch.push("COMMIT".to_string());
+    }
+    let mut conn = match db.pool.acquire().await {
+        Ok(c) => c,
+        Err(e) => return failed(e.into()),
+    };
+    let (mut committed, mut rows, mut finished) = (vec![], vec![], 0usize);
+    let run = async {
+        let mut stream = sqlx::raw_sql(AssertSqlSafe(batch.join(";\n"))).fetch_many(&mut *conn);
+        while let Some(item) = stream.try_next().await? {
+            match item {
+                sqlx::Either::Left(_) => {
+                    finished += 1;
+                    if finished.is_multiple_of(per) {
+                        committed.push(std::mem::take(&mut rows));
+                    }
+                }
+                sqlx::Either::Right(row) if finished % per == rows_at => rows.push(row),
+                sqlx::Either::Right(_) => {}
+            }
+        }
+        Ok::<_, sqlx::Error>(())
+    };
+    let outcome = committing(run).await;
+    let failed = match outcome {
+        Ok(()) => None,
+        Err(e @ sqlx::Error::Database(_)) => {
+            // An error inside an explicit transaction leaves the session in it, aborted (an
+            // error in COMMIT ends it: this ROLLBACK then only warns).
+            if sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
+                conn.close_on_drop();
+            }
+            Some(e.into())
+        }
+        Err(e) => {
+            conn.close_on_drop();
+            Some(e.into())
+        }
+    };
+    EachOnce { committed, failed }
+}
+
 async fn once_named(
     db: &Db,
     kind: TxKind,

@@ -313,28 +313,39 @@ async fn drain_part(db: &Db, change_id: RuleChangeId, part: i64, parts: i64) -> 
             store::next_due_pools(&mut conn, change_id, part, parts, after, 500).await?
         };
         let Some(last) = pools.last().copied() else { return Ok(done) };
-        for pool in pools {
-            match settle_one(db, change_id, pool).await {
-                Ok(true) => done.settled += 1,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(change_id = change_id.0, pool_id = pool.0, error = %e, "a pool failed to settle");
-                    record_obligation_failure(db, change_id, pool, &e.to_string()).await?;
-                    done.failed += 1;
-                }
+        let mut rest = &pools[..];
+        while !rest.is_empty() {
+            let run = &rest[..SETTLE_BATCH.min(rest.len())];
+            let (settled, failure) = settle_run(db, change_id, run).await?;
+            done.settled += settled.iter().filter(|s| **s).count() as u64;
+            rest = &rest[settled.len()..];
+            if let Some(e) = failure {
+                let pool = rest[0];
+                tracing::warn!(change_id = change_id.0, pool_id = pool.0, error = %e, "a pool failed to settle");
+                record_obligation_failure(db, change_id, pool, &e.to_string()).await?;
+                done.failed += 1;
+                rest = &rest[1..];
             }
         }
         after = last;
     }
 }
 
-/// One pool in a transaction of its own; a failure rolls back this pool alone.
-async fn settle_one(db: &Db, change_id: RuleChangeId, pool_id: PoolId) -> Result<bool, DbError> {
-    crate::db::tx::within_for(db, TxKind::Materializing, &DRAIN_CHANGE_LOCKS, async |tx: &mut Tx| {
-        let settled = settle_pool(tx, change_id, pool_id).await?;
-        Ok(settled)
-    })
-    .await
+/// Pools a drain settles per round trip, each in a transaction of its own.
+pub const SETTLE_BATCH: usize = 8;
+
+/// A run of pools, each in a transaction of its own (a failure rolls back that pool alone), all
+/// sent in one round trip (`tx::each_once_for`): whether each committed settle settled anything,
+/// in order, and the error of the one that failed, after which none of the run was tried.
+async fn settle_run(
+    db: &Db,
+    change_id: RuleChangeId,
+    pools: &[PoolId],
+) -> Result<(Vec<bool>, Option<DbError>), DbError> {
+    let statements: Vec<String> = pools.iter().map(|p| store::settle_change_pool_statement(change_id, *p)).collect();
+    let r = crate::db::tx::each_once_for(db, TxKind::Materializing, &DRAIN_CHANGE_LOCKS, &statements).await;
+    let settled = r.committed.iter().map(|rows| Ok(store::settled(rows)?)).collect::<Result<_, DbError>>()?;
+    Ok((settled, r.failed))
 }
 
 /// recordObligationFailure: the attempt, recorded against each still-owed act of the pool.

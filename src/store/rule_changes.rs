@@ -176,6 +176,18 @@ pub async fn settle_obligation(
     .await
 }
 
+/// core.settle_change_pool as one statement of two numbers, for a run of settles sent in one
+/// round trip (`tx::each_once_for`), which carries no parameters.
+pub fn settle_change_pool_statement(change_id: RuleChangeId, pool_id: PoolId) -> String {
+    format!("SELECT core.settle_change_pool({change_id}, {pool_id})")
+}
+
+/// Whether that statement settled anything.
+pub fn settled(rows: &[sqlx::postgres::PgRow]) -> sqlx::Result<bool> {
+    use sqlx::Row;
+    rows.first().map_or(Ok(false), |r| r.try_get::<bool, _>(0))
+}
+
 pub async fn settle_change_pool(
     conn: &mut PgConnection,
     change_id: RuleChangeId,

@@ -16,6 +16,7 @@ mod connection_pages;
 mod crashes;
 mod desired_state;
 mod dns;
+mod domain_verification;
 mod entitlements;
 mod grant_pages;
 mod grants;
@@ -32,7 +33,6 @@ mod plan_changes;
 mod private_cluster;
 mod replicas;
 mod request_ids;
-mod domain_verification;
 // Issue 39, resource keys' names.
 mod resource_names;
 mod route_policy;

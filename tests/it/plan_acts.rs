@@ -717,6 +717,43 @@ async fn a_failed_move_is_recorded_and_a_retry_settles_it_once() {
     assert!(matches!(pa::retry_plan_act(&t.db, PlanActId(999_999), None).await, Err(ServiceError::NotFound(_))));
 }
 
+/// The job's drain sends its moves in runs (`MOVE_BATCH` per round trip, each its own
+/// transaction): a move that fails inside a run is recorded as failed and rolled back, the moves
+/// before it stay, and the moves after it are sent again and made.
+#[tokio::test]
+async fn a_move_that_fails_inside_a_run_is_recorded_and_the_moves_around_it_are_made() {
+    let Demo { t, community, support, .. } = demo().await;
+    let created = orgs_of_type(&t, community, "Run", 16).await;
+    // One drain part's pools (the drain splits pools by id modulo MOVE_PARALLELISM): the second
+    // of them fails, with one before it and at least two after it in the same run.
+    let part = created[0].pool_id.0 % pa::MOVE_PARALLELISM;
+    let same: Vec<PoolId> = created.iter().map(|c| c.pool_id).filter(|p| p.0 % pa::MOVE_PARALLELISM == part).collect();
+    assert!(same.len() >= 4 && same.len() <= pa::MOVE_BATCH, "{same:?}");
+    let bad = same[1];
+    break_pool(&t, bad).await;
+    let act = change(&t, community, support, Some(Disposition::Migrate)).await.unwrap();
+    let d = pa::drain_plan_act(&t.db, act, None).await.unwrap();
+    assert_eq!((d.failed, d.finished), (1, true), "{d:?}");
+    let (state, attempts, error) = obligation(&t, act, bad).await;
+    assert_eq!((state.as_str(), attempts), ("failed", 1));
+    assert!(error.as_deref().unwrap_or_default().contains("is broken"), "{error:?}");
+    assert_eq!(shape(&t, bad).await, vec![h("Wiki hosting", "Free", "floor")], "rolled back");
+    for p in same.iter().filter(|p| **p != bad) {
+        assert_eq!(obligation(&t, act, *p).await.0, "migrated", "pool {p:?}");
+        assert_eq!(shape(&t, *p).await, vec![h("Support", "Community support", "floor")], "pool {p:?}");
+    }
+    assert_eq!(
+        scalar(
+            &t,
+            &format!("SELECT count(*) FROM core.plan_act_obligations WHERE plan_act_id = {act} AND state = 'pending'")
+        )
+        .await,
+        0
+    );
+    mend_pools(&t).await;
+    assert!(stale_pools(&t).await.is_empty());
+}
+
 // ---------- 8. HTTP ----------
 
 fn stat(value: i64, label: &str) -> String {
