@@ -461,6 +461,19 @@ pub async fn once_for(
     once_named(db, kind, Some(decl), statement).await
 }
 
+/// The statements that open a one-round-trip transaction of `kind`: READ COMMITTED first, before
+/// any statement takes a snapshot (whatever the session's default; the sessions start so too:
+/// `migrate::read_committed`), the path's name when the lock trace is on, then the kind's bounds
+/// and lock.
+fn opening_of(db: &Db, kind: TxKind, decl: Option<&'static PathLocks>) -> Result<Vec<String>, DbError> {
+    let mut statements = bounds_and_locks(kind, db.lock_timeout, !matches!(kind, TxKind::Plain))?;
+    if let Some(d) = decl.filter(|_| super::trace::is_on()) {
+        statements.insert(0, super::trace::path_statement(d));
+    }
+    statements.insert(0, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED".into());
+    Ok(statements)
+}
+
 /// What `each_once_for` did: the rows of each statement committed, in order, and the error of
 /// the one that failed, if one did. The statements after a failed one were not run.
 pub struct EachOnce {
@@ -477,14 +490,10 @@ pub async fn each_once_for(db: &Db, kind: TxKind, decl: &'static PathLocks, stat
     use futures_util::TryStreamExt;
     debug_assert!(!matches!(kind, TxKind::MaterializingWithin(_)), "a deadline is per transaction");
     let failed = |e: DbError| EachOnce { committed: vec![], failed: Some(e) };
-    let mut opening = match bounds_and_locks(kind, db.lock_timeout, !matches!(kind, TxKind::Plain)) {
+    let opening = match opening_of(db, kind, Some(decl)) {
         Ok(s) => s,
         Err(e) => return failed(e),
     };
-    if super::trace::is_on() {
-        opening.insert(0, super::trace::path_statement(decl));
-    }
-    opening.insert(0, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED".into());
     // Each transaction is BEGIN, the opening, the statement and COMMIT, each ending in one
     // result; the statement's rows come after BEGIN's and the opening's results.
     let (per, rows_at) = (opening.len() + 3, opening.len() + 1);
@@ -546,13 +555,7 @@ async fn once_named(
     // transaction (SET LOCAL applies to it, an advisory xact lock is held to its end, and its
     // commit comes before the answer's end), so the batch is two statements fewer. A Plain one
     // takes no lock, so it sets no path name either.
-    let mut statements = bounds_and_locks(kind, db.lock_timeout, !matches!(kind, TxKind::Plain))?;
-    if let Some(d) = decl.filter(|_| super::trace::is_on()) {
-        statements.insert(0, super::trace::path_statement(d));
-    }
-    // First, before any statement takes a snapshot: READ COMMITTED whatever the session's default
-    // (the sessions start so too: `migrate::read_committed`), as every kind runs.
-    statements.insert(0, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED".into());
+    let mut statements = opening_of(db, kind, decl)?;
     let opening = statements.len();
     statements.push(statement);
     let mut conn = db.pool.acquire().await?;
